@@ -1,0 +1,87 @@
+/* engine.c - backend-independent entry points of engine.h: argument checks that every backend
+ * would otherwise repeat, then dispatch through the backend's vtable. */
+#include "engine.h"
+
+#include <stdio.h>
+
+void sampling_params_default(sampling_params *sp)
+{
+    *sp = (sampling_params){
+        .temperature = 0.0f,
+        .top_k = 0,
+        .top_p = 1.0f,
+        .min_p = 0.0f,
+        .seed = 0,
+        .repeat_penalty = 1.0f,
+        .presence_penalty = 0.0f,
+        .frequency_penalty = 0.0f,
+        .penalty_last_n = 64,
+        .n_top_logprobs = -1,
+    };
+}
+
+/* Reject a malformed batch before any backend state changes, so a bad batch can never
+ * leave a slot half-written. */
+static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char *err, size_t errlen)
+{
+    int total = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const engine_seq *s = &seqs[i];
+        if (s->slot < 0 || s->slot >= e->cfg.n_slots) {
+            snprintf(err, errlen, "seq %d: slot %d out of range [0,%d)", i, s->slot, e->cfg.n_slots);
+            return -1;
+        }
+        if (s->n_tokens < 1 || !s->tokens) {
+            snprintf(err, errlen, "seq %d: no tokens", i);
+            return -1;
+        }
+        if (s->pos < 0 || s->pos + s->n_tokens > e->cfg.ctx_per_slot) {
+            snprintf(err, errlen, "seq %d: positions %d..%d exceed the slot context %d", i, s->pos,
+                     s->pos + s->n_tokens - 1, e->cfg.ctx_per_slot);
+            return -1;
+        }
+        for (int j = 0; j < s->n_tokens; j++) {
+            if (s->tokens[j] < 0 || s->tokens[j] >= e->m->hp.n_vocab) {
+                snprintf(err, errlen, "seq %d: token id %d out of vocabulary", i, (int)s->tokens[j]);
+                return -1;
+            }
+        }
+        for (int k = 0; k < i; k++) {
+            if (seqs[k].slot == s->slot) {
+                snprintf(err, errlen, "seq %d: slot %d appears twice in one step", i, s->slot);
+                return -1;
+            }
+        }
+        if (s->want_token && !s->sp) {
+            snprintf(err, errlen, "seq %d: wants a token but has no sampling parameters", i);
+            return -1;
+        }
+        total += s->n_tokens;
+    }
+    if (total > e->cfg.max_batch_tokens) {
+        snprintf(err, errlen, "step carries %d tokens, more than the batch budget %d", total,
+                 e->cfg.max_batch_tokens);
+        return -1;
+    }
+    return 0;
+}
+
+int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results, char *err,
+                size_t errlen)
+{
+    if (n_seqs <= 0) return 0;
+    if (check_batch(e, seqs, n_seqs, err, errlen) != 0) return -1;
+    return e->vt->step(e, seqs, n_seqs, results, err, errlen);
+}
+
+void engine_slot_clear(engine *e, int slot)
+{
+    if (slot >= 0 && slot < e->cfg.n_slots) e->vt->slot_clear(e, slot);
+}
+
+void engine_free(engine *e)
+{
+    if (e) e->vt->destroy(e);
+}
+
+const char *engine_name(const engine *e) { return e->vt->name; }

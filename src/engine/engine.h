@@ -1,0 +1,106 @@
+/* engine.h - the one interface between scheduling and math.
+ *
+ * The scheduler hands the engine a batch of sequences.  Each sequence lives in a KV slot
+ * (0 .. n_slots-1) and brings new tokens that start at a given position of that slot; the
+ * engine appends their K/V to the slot, and for each sequence that asks, samples one token
+ * from the logits of its last new token.  A step may mix prompt chunks (many tokens) and
+ * decode tokens (one token) of different slots: backends pack them as they see fit.
+ *
+ * The engine keeps each slot's token history (every token fed at positions 0..pos+n-1) so
+ * that repetition penalties need nothing from the caller.  Sampling randomness is a pure
+ * function of (seed, position of the sampled token), so a request replays identically
+ * whatever else is in the batch and on whichever backend.
+ *
+ * Threading: all calls come from one thread (the scheduler's). */
+#ifndef INFERD_ENGINE_H
+#define INFERD_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../model/model.h"
+
+#define ENGINE_MAX_TOP_LOGPROBS 20
+
+typedef struct sampling_params {
+    float temperature; /* <= 0: greedy (argmax, lowest id on ties) */
+    int top_k;         /* <= 0: off */
+    float top_p;       /* 1: off */
+    float min_p;       /* 0: off */
+    uint64_t seed;
+    float repeat_penalty;    /* 1: off (llama.cpp style, over the last penalty_last_n tokens) */
+    float presence_penalty;  /* 0: off (OpenAI style, same window) */
+    float frequency_penalty; /* 0: off */
+    int penalty_last_n;      /* window for the three penalties; 0 = penalties off, -1 = whole history */
+    const int32_t *bias_ids; /* logit_bias: added to the logits before everything else */
+    const float *bias_vals;
+    int n_bias;
+    int n_top_logprobs; /* 0..ENGINE_MAX_TOP_LOGPROBS alternatives; <0: no logprobs at all */
+} sampling_params;
+
+void sampling_params_default(sampling_params *sp); /* greedy, no penalties, no logprobs */
+
+typedef struct engine_seq {
+    int slot;
+    const int32_t *tokens;
+    int n_tokens; /* >= 1 */
+    int pos;      /* position of tokens[0] in the slot; 0 starts a fresh sequence */
+    bool want_token;
+    const sampling_params *sp; /* used when want_token */
+    /* Optional (tests/tools): when non-NULL, receives the raw logits (n_vocab floats) of the
+     * last token, or of every new token (n_tokens * n_vocab) when logits_all. */
+    float *logits;
+    bool logits_all;
+} engine_seq;
+
+typedef struct engine_result {
+    int32_t token;
+    float logprob; /* log-softmax of the chosen token over the (biased, penalised) logits at T=1 */
+    int n_top;
+    int32_t top_ids[ENGINE_MAX_TOP_LOGPROBS];
+    float top_logprobs[ENGINE_MAX_TOP_LOGPROBS];
+} engine_result;
+
+typedef struct engine_config {
+    int n_slots;     /* parallel sequences */
+    int ctx_per_slot;/* tokens per slot */
+    int max_batch_tokens; /* most tokens one step may carry (prefill chunk budget) */
+    int n_threads;   /* CPU backend worker threads (0 = machine cores) */
+    int device;      /* GPU ordinal */
+    size_t vram_reserve_mb; /* GPU: leave this much free after KV allocation */
+    bool verbose;
+} engine_config;
+
+typedef struct engine engine;
+
+/* Backend-independent entry points; dispatch through the backend's vtable. */
+typedef struct engine_vtable {
+    const char *name;
+    int (*step)(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
+                char *err, size_t errlen);
+    void (*slot_clear)(engine *e, int slot);
+    void (*destroy)(engine *e);
+} engine_vtable;
+
+struct engine {
+    const engine_vtable *vt;
+    const model *m;
+    engine_config cfg;
+};
+
+engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, size_t errlen);
+/* NULL with a message when there is no usable GPU / CUDA support was not built. */
+engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen);
+bool engine_cuda_available(void);
+
+/* Run one step. results[i] is written for seqs[i] when seqs[i].want_token.  Returns 0, or -1
+ * with a message in err; a failed step leaves every slot as it was before the step. */
+int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
+                char *err, size_t errlen);
+/* Forget a slot's contents (the next sequence in it starts at pos 0). */
+void engine_slot_clear(engine *e, int slot);
+void engine_free(engine *e);
+const char *engine_name(const engine *e);
+
+#endif

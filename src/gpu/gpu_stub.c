@@ -1,0 +1,14 @@
+/* gpu_stub.c - built when the CUDA backend is not: the server then runs on the CPU. */
+#include <stdio.h>
+
+#include "../engine/engine.h"
+
+bool engine_cuda_available(void) { return false; }
+
+engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen)
+{
+    (void)m;
+    (void)cfg;
+    snprintf(err, errlen, "this inferd was built without CUDA support (-Dcuda=disabled or no nvcc)");
+    return NULL;
+}

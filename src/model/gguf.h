@@ -1,0 +1,128 @@
+/* gguf.h - read-only view of a GGUF file (v2/v3) over mmap, and a GGUF writer.
+ *
+ * The reader validates the whole file up front (gguf_open) so that every accessor below is
+ * safe: offsets, lengths and tensor extents have been checked against the mapping, and an
+ * error names the field or tensor and the byte offset where the file went wrong.
+ * Strings in GGUF are length-prefixed, not NUL-terminated: accessors return pointer+length. */
+#ifndef INFERD_GGUF_H
+#define INFERD_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ggml_types.h"
+
+typedef enum gguf_vtype {
+    GGUF_VT_UINT8 = 0,
+    GGUF_VT_INT8 = 1,
+    GGUF_VT_UINT16 = 2,
+    GGUF_VT_INT16 = 3,
+    GGUF_VT_UINT32 = 4,
+    GGUF_VT_INT32 = 5,
+    GGUF_VT_FLOAT32 = 6,
+    GGUF_VT_BOOL = 7,
+    GGUF_VT_STRING = 8,
+    GGUF_VT_ARRAY = 9,
+    GGUF_VT_UINT64 = 10,
+    GGUF_VT_INT64 = 11,
+    GGUF_VT_FLOAT64 = 12,
+} gguf_vtype;
+
+#define GGUF_MAX_DIMS 4
+#define GGUF_DEFAULT_ALIGNMENT 32
+
+typedef struct gguf_tensor {
+    const char *name; /* NUL-terminated copy owned by the gguf_file */
+    uint32_t n_dims;
+    int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the fastest-varying (row length); unused dims = 1 */
+    ggml_type type;
+    uint64_t offset; /* relative to the start of the tensor data section */
+    size_t nbytes;
+    const void *data; /* points into the mapping */
+} gguf_tensor;
+
+typedef struct gguf_file gguf_file;
+
+/* Open + validate. On failure returns NULL and writes a message into err. */
+gguf_file *gguf_open(const char *path, char *err, size_t errlen);
+/* Same over a caller-owned buffer (tests, fuzzing). The buffer must outlive the gguf_file. */
+gguf_file *gguf_open_memory(const void *data, size_t size, char *err, size_t errlen);
+void gguf_close(gguf_file *f);
+
+uint32_t gguf_version(const gguf_file *f);
+size_t gguf_alignment(const gguf_file *f);
+size_t gguf_file_size(const gguf_file *f);
+size_t gguf_data_offset(const gguf_file *f); /* file offset of the tensor data section */
+
+/* Metadata key/values */
+int64_t gguf_n_kv(const gguf_file *f);
+int64_t gguf_find_key(const gguf_file *f, const char *key); /* index or -1 */
+const char *gguf_kv_key(const gguf_file *f, int64_t i);     /* NUL-terminated copy */
+gguf_vtype gguf_kv_type(const gguf_file *f, int64_t i);
+
+/* Typed getters by key. Return false when the key is absent or of an incompatible type.
+ * Integer getters accept any integer type whose value fits; get_f32 accepts float32/float64
+ * and integers. */
+bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
+bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
+bool gguf_get_f32(const gguf_file *f, const char *key, float *out);
+bool gguf_get_bool(const gguf_file *f, const char *key, bool *out);
+/* Returns pointer into the mapping (not NUL-terminated) or NULL. */
+const char *gguf_get_str(const gguf_file *f, const char *key, size_t *len);
+
+/* Scalar values by index (for `inferd info`). */
+bool gguf_kv_i64(const gguf_file *f, int64_t i, int64_t *out); /* any integer or bool */
+bool gguf_kv_u64(const gguf_file *f, int64_t i, uint64_t *out);
+bool gguf_kv_f64(const gguf_file *f, int64_t i, double *out);
+const char *gguf_kv_str(const gguf_file *f, int64_t i, size_t *len);
+
+/* Arrays */
+gguf_vtype gguf_arr_type(const gguf_file *f, int64_t i);
+uint64_t gguf_arr_len(const gguf_file *f, int64_t i);
+/* Raw little-endian element data for numeric arrays (NULL for string arrays). */
+const void *gguf_arr_data(const gguf_file *f, int64_t i);
+/* Element j of a string array (O(1): the reader indexes string arrays at open). */
+const char *gguf_arr_str(const gguf_file *f, int64_t i, uint64_t j, size_t *len);
+/* Element j of a numeric array converted. false if out of range / not numeric. */
+bool gguf_arr_f32(const gguf_file *f, int64_t i, uint64_t j, float *out);
+bool gguf_arr_i64(const gguf_file *f, int64_t i, uint64_t j, int64_t *out);
+
+/* Tensors */
+int64_t gguf_n_tensors(const gguf_file *f);
+const gguf_tensor *gguf_tensor_at(const gguf_file *f, int64_t i);
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name); /* NULL if absent */
+
+/* ---- writer ---------------------------------------------------------------------------- */
+typedef struct gguf_writer gguf_writer;
+
+gguf_writer *gguf_writer_new(void);
+void gguf_writer_free(gguf_writer *w);
+/* Setting a key twice replaces the earlier value. Strings are copied. */
+void gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
+void gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
+void gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
+void gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
+void gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
+void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
+void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, size_t n);
+void gguf_writer_set_arr_f32(gguf_writer *w, const char *key, const float *v, size_t n);
+void gguf_writer_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, size_t n);
+/* Generic raw setter for tests that need any type (e.g. hostile files): */
+void gguf_writer_set_raw(gguf_writer *w, const char *key, gguf_vtype type, gguf_vtype arr_type,
+                         const void *data, size_t n_elems);
+/* Tensor data is copied unless `borrow` is true (then it must outlive gguf_writer_write*). */
+void gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type, uint32_t n_dims,
+                            const int64_t *ne, const void *data, size_t nbytes, bool borrow);
+/* Tensor whose bytes are produced at write time (multi-GB synthetic models never sit in
+ * memory): `fill` is called with consecutive chunks; it must write exactly `len` bytes that
+ * start at byte `off` of the tensor's data. */
+typedef void (*gguf_fill_fn)(void *ctx, size_t off, void *dst, size_t len);
+void gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, ggml_type type, uint32_t n_dims,
+                                 const int64_t *ne, gguf_fill_fn fill, void *ctx);
+/* Write the file (v3, alignment from general.alignment or 32). 0 on success. */
+int gguf_writer_write_file(gguf_writer *w, const char *path, char *err, size_t errlen);
+/* Serialise into a malloc'd buffer (caller frees). 0 on success. */
+int gguf_writer_write_mem(gguf_writer *w, void **out, size_t *out_size);
+
+#endif

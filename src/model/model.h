@@ -1,0 +1,80 @@
+/* model.h - a loaded model: architecture hyper-parameters and the weight tensors, bound by
+ * name from a validated GGUF file.  Weights are not copied: each model_tensor points into the
+ * file mapping in its stored (possibly quantised) form.  Backends read these; nothing here
+ * computes. */
+#ifndef INFERD_MODEL_H
+#define INFERD_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ggml_types.h"
+#include "gguf.h"
+
+typedef enum model_arch {
+    MODEL_ARCH_LLAMA = 0, /* Llama 2/3.x, TinyLlama, SmolLM, Mistral */
+    MODEL_ARCH_QWEN2 = 1, /* Q/K/V bias, NeoX RoPE */
+    MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
+} model_arch;
+
+const char *model_arch_name(model_arch a);
+
+/* A 1-D or 2-D weight.  For a matrix, ne0 = input features (row length, contiguous) and
+ * ne1 = output features (number of rows).  Absent optional tensors have data == NULL. */
+typedef struct model_tensor {
+    const void *data;
+    ggml_type type;
+    int64_t ne0, ne1;
+    size_t row_bytes; /* ggml_row_bytes(type, ne0) */
+    const char *name;
+} model_tensor;
+
+typedef struct model_layer {
+    model_tensor attn_norm;      /* [n_embd] */
+    model_tensor wq, wk, wv, wo; /* [n_embd -> n_head*head_dim], [.. -> n_head_kv*head_dim] x2, [n_head*head_dim -> n_embd] */
+    model_tensor bq, bk, bv;     /* qwen2 only */
+    model_tensor q_norm, k_norm; /* qwen3 only: [head_dim] */
+    model_tensor ffn_norm;       /* [n_embd] */
+    model_tensor w_gate, w_up;   /* [n_embd -> n_ff] */
+    model_tensor w_down;         /* [n_ff -> n_embd] */
+} model_layer;
+
+typedef struct model_hparams {
+    model_arch arch;
+    int n_vocab;
+    int n_ctx_train;
+    int n_embd;
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim; /* usually n_embd / n_head; qwen3 states it via attention.key_length */
+    int n_ff;
+    float rms_eps;
+    float rope_base;      /* rope.freq_base, default 10000 */
+    float rope_scale;     /* linear scaling factor (1 = none) from rope.scaling.factor when type=linear */
+    bool rope_neox;       /* rotate halves (qwen) instead of adjacent pairs (llama) */
+    bool tied_output;     /* output.weight absent: LM head is token_embd */
+} model_hparams;
+
+typedef struct model {
+    gguf_file *gguf; /* owned */
+    model_hparams hp;
+    char name[128]; /* general.name or file basename */
+    model_tensor tok_embd;    /* [n_embd x n_vocab] (row per token) */
+    model_tensor output_norm; /* [n_embd] */
+    model_tensor output;      /* [n_embd -> n_vocab]; == tok_embd when tied */
+    model_tensor rope_freqs;  /* optional [head_dim/2] F32 divisors (Llama 3.1 rope scaling) */
+    model_layer *layers;      /* n_layer */
+    size_t weight_bytes;      /* sum of all tensor bytes used */
+} model;
+
+/* Load + validate (architecture known, required keys present, every required tensor present
+ * with the shape the hyper-parameters imply and a supported type). Errors name the key or
+ * tensor. */
+model *model_load(const char *path, char *err, size_t errlen);
+/* Same over an already-open gguf (takes ownership of f, also on failure). */
+model *model_from_gguf(gguf_file *f, char *err, size_t errlen);
+void model_free(model *m);
+
+#endif

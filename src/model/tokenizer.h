@@ -1,0 +1,71 @@
+/* tokenizer.h - text <-> token ids from a GGUF's tokenizer.ggml.* metadata.
+ *
+ * Two families:
+ *   SPM  (tokenizer.ggml.model = "llama"): score-driven merges over UTF-8 characters, spaces
+ *        written as U+2581, a leading space added to the text, byte fallback tokens <0xNN>.
+ *   BPE  (tokenizer.ggml.model = "gpt2"): byte-level BPE; the text is first split by the
+ *        pre-tokenizer named in tokenizer.ggml.pre (gpt2, llama3/llama-bpe, qwen2, deepseek-llm,
+ *        falcon, starcoder, ...), then each piece is merged by merge rank.
+ * Special/control tokens are matched in the text only when parse_special is true.
+ *
+ * A tokenizer is immutable after load and safe to share between threads. */
+#ifndef INFERD_TOKENIZER_H
+#define INFERD_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+typedef struct tokenizer tokenizer;
+
+tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen);
+void tokenizer_free(tokenizer *t);
+
+int tokenizer_n_vocab(const tokenizer *t);
+int32_t tokenizer_bos(const tokenizer *t); /* -1 when none */
+int32_t tokenizer_eos(const tokenizer *t);
+int32_t tokenizer_eot(const tokenizer *t); /* end-of-turn (e.g. <|eot_id|>, <|im_end|>), or -1 */
+bool tokenizer_add_bos(const tokenizer *t); /* tokenizer.ggml.add_bos_token (SPM default true) */
+/* End of generation: EOS, EOT and any other token the vocabulary marks as ending a turn. */
+bool tokenizer_is_eog(const tokenizer *t, int32_t id);
+/* Control/special tokens (not rendered in output text). */
+bool tokenizer_is_control(const tokenizer *t, int32_t id);
+/* Id of a token whose text is exactly s (e.g. "<|im_start|>"), or -1. */
+int32_t tokenizer_find(const tokenizer *t, const char *s);
+
+/* Encode text. Writes at most cap ids; returns the number of ids the full encoding has
+ * (call again with a larger buffer when it exceeds cap), or -1 on error. */
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                     bool parse_special, int32_t *out, int cap);
+
+/* The raw vocabulary string of a token (as stored, e.g. "▁the" or "Ġthe"). */
+const char *tokenizer_token_text(const tokenizer *t, int32_t id, size_t *len);
+
+/* The bytes a token stands for in output text: SPM U+2581 -> ' ', <0xNN> -> byte NN,
+ * byte-level BPE mapping undone; control tokens give "" unless render_special.  Returns the
+ * number of bytes (may exceed cap: then only cap were written); -1 for an invalid id. */
+int tokenizer_token_bytes(const tokenizer *t, int32_t id, bool render_special, char *buf, int cap);
+
+/* Decode a whole sequence into buf (NUL-terminated when it fits); returns the byte length.
+ * SPM: the leading space of the first token is dropped when skip_leading_space. */
+size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, int n, char *buf, size_t cap);
+
+/* Streaming detokenizer: feed ids one by one; it returns only complete UTF-8 characters and
+ * holds back an incomplete trailing sequence until later bytes complete it (or flush). */
+typedef struct detok_stream {
+    const tokenizer *t;
+    bool first;      /* SPM: drop the leading space of the very first piece */
+    char pending[8]; /* incomplete UTF-8 tail */
+    int n_pending;
+} detok_stream;
+
+void detok_init(detok_stream *s, const tokenizer *t, bool first_is_start_of_text);
+/* Appends the newly completed text of `id` to out (malloc'd growable buffer semantics are the
+ * caller's: out must have room for at least 16 + token length bytes; returns bytes written). */
+int detok_feed(detok_stream *s, int32_t id, char *out, int cap);
+/* Emit what is still pending (invalid/incomplete bytes become U+FFFD). */
+int detok_flush(detok_stream *s, char *out, int cap);
+
+#endif

@@ -1,0 +1,137 @@
+/* sched.h - the continuous-batching scheduler: the only owner of the engine.
+ *
+ * HTTP threads submit requests (already validated and tokenized); one scheduler thread (a
+ * libuv loop woken by uv_async) admits them into free KV slots, plans each step (packed
+ * prefill chunks under a token budget + one decode token for every running slot), calls
+ * engine_step(), and turns sampled tokens into text: incremental detokenization that never
+ * splits UTF-8, stop strings matched across token boundaries and never leaked, EOS/EOT,
+ * max_tokens, context full.  Output goes into a per-request outbox that the HTTP side drains;
+ * the scheduler calls the request's wake callback (from its own thread) whenever the outbox
+ * gains something, so the HTTP side can resume a suspended connection.
+ *
+ * One sched_req is one choice: the HTTP layer submits n of them for n > 1. */
+#ifndef INFERD_SCHED_H
+#define INFERD_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../engine/engine.h"
+#include "../model/tokenizer.h"
+
+typedef struct sched sched;
+typedef struct sched_req sched_req;
+
+typedef struct sched_config {
+    int n_slots;          /* must equal the engine's */
+    int ctx_per_slot;     /* must equal the engine's */
+    int max_batch_tokens; /* prefill token budget per step (the engine's max) */
+    int queue_size;       /* waiting requests beyond the running ones; more -> SCHED_E_QUEUE_FULL */
+} sched_config;
+
+typedef enum sched_finish {
+    SCHED_FINISH_NONE = 0, /* still running */
+    SCHED_FINISH_STOP,     /* EOS/EOT or a stop string */
+    SCHED_FINISH_LENGTH,   /* max_tokens or the slot's context is full */
+    SCHED_FINISH_CANCELLED,/* client went away or shutdown */
+    SCHED_FINISH_ERROR,    /* the engine failed this step (message in sched_output.error) */
+} sched_finish;
+
+#define SCHED_MAX_STOP 4
+
+/* What one choice asks for.  sched_submit copies everything it needs. */
+typedef struct sched_params {
+    const int32_t *prompt;
+    int n_prompt;   /* >= 1 */
+    int max_tokens; /* >= 1; prompt + max_tokens must fit the slot (checked: SCHED_E_TOO_LONG) */
+    sampling_params sp;
+    const char *stop[SCHED_MAX_STOP];
+    int n_stop;
+    bool ignore_eos;
+    bool want_logprobs; /* fill sched_token logprob fields (sp.n_top_logprobs says how many) */
+    const char *id; /* request id for logs */
+} sched_params;
+
+typedef struct sched_token {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_ids[ENGINE_MAX_TOP_LOGPROBS];
+    float top_logprobs[ENGINE_MAX_TOP_LOGPROBS];
+} sched_token;
+
+/* Everything that happened to a request since the last sched_req_take. */
+typedef struct sched_output {
+    char *text; /* new completion text (valid UTF-8, never part of a stop string), malloc'd */
+    size_t text_len;
+    sched_token *tokens; /* tokens sampled since the last take (when want_logprobs), malloc'd */
+    int n_tokens;
+    sched_finish finish; /* != NONE once: this is the last output of the request */
+    int prompt_tokens;
+    int completion_tokens;
+    char error[256]; /* when finish == SCHED_FINISH_ERROR */
+} sched_output;
+
+void sched_output_clear(sched_output *o); /* frees text/tokens, zeroes */
+
+typedef void (*sched_wake_fn)(void *ctx);
+
+enum {
+    SCHED_OK = 0,
+    SCHED_E_QUEUE_FULL = -1, /* 429 */
+    SCHED_E_SHUTDOWN = -2,   /* 503 */
+    SCHED_E_TOO_LONG = -3,   /* 400: prompt + max_tokens exceed the slot context */
+    SCHED_E_INVALID = -4,    /* 400: e.g. empty prompt */
+};
+
+/* Starts the scheduler thread. The engine and tokenizer must outlive the scheduler. */
+sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, char *err,
+                    size_t errlen);
+/* Cancels everything still running, stops the thread, frees. */
+void sched_destroy(sched *s);
+
+/* Thread-safe. On SCHED_OK *out is a request the caller must sched_req_release. wake is
+ * called from the scheduler thread after new output is available (may be called once more
+ * after the request finished; never after sched_req_release returns). */
+int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake_ctx,
+                 sched_req **out);
+/* Moves pending output into *out (which the caller then clears). Returns true when anything
+ * was there (text, tokens or the finish). Thread-safe. */
+bool sched_req_take(sched_req *r, sched_output *out);
+/* The client went away: stop generating; the slot is freed at the next step. Idempotent. */
+void sched_req_cancel(sched_req *r);
+/* The HTTP side is done with r (after its finish was taken, or after cancel). */
+void sched_req_release(sched_req *r);
+
+/* Graceful shutdown: new submits get SCHED_E_SHUTDOWN; running requests continue. Then
+ * sched_drain waits up to timeout_ms for them, cancelling what is left. */
+void sched_begin_shutdown(sched *s);
+void sched_drain(sched *s, int timeout_ms);
+
+/* Latency histogram with fixed upper bounds (ms); counts[i] = observations <= bounds[i],
+ * non-cumulative; counts[SCHED_HIST_BUCKETS] = the rest (+Inf). */
+#define SCHED_HIST_BUCKETS 14
+extern const double sched_hist_bounds_ms[SCHED_HIST_BUCKETS];
+typedef struct sched_hist {
+    uint64_t counts[SCHED_HIST_BUCKETS + 1];
+    double sum_ms;
+    uint64_t n;
+} sched_hist;
+
+typedef struct sched_stats {
+    int n_slots;
+    int slots_used;
+    int queue_depth;
+    uint64_t steps;
+    uint64_t prompt_tokens_total;
+    uint64_t generated_tokens_total;
+    uint64_t requests_finished[5]; /* by sched_finish */
+    uint64_t kv_tokens_used;       /* tokens held in all slots now */
+    sched_hist ttft;               /* submit -> first token text available */
+    sched_hist itl;                /* between consecutive sampled tokens of a request */
+} sched_stats;
+
+void sched_get_stats(sched *s, sched_stats *out);
+
+#endif

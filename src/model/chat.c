@@ -1,0 +1,268 @@
+/* chat.c - chat templates rendered in C.
+ *
+ * Each family reproduces what the model's official Jinja template produces for the three
+ * standard roles.  Where the official templates differ on the system message:
+ *   chatml, llama3, zephyr, phi3  own system turn
+ *   llama2                        wrapped in <<SYS>> ... <</SYS>> inside the first [INST]
+ *   mistral, gemma                folded into the first user turn ("system\n\nuser")
+ * llama3 and gemma trim the content of every message, as their templates do (| trim);
+ * llama2 strips user/assistant content (.strip()). */
+#include "chat.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const tmpl_names[CHAT_TMPL_COUNT] = {
+    [CHAT_TMPL_CHATML] = "chatml", [CHAT_TMPL_LLAMA2] = "llama2", [CHAT_TMPL_LLAMA3] = "llama3",
+    [CHAT_TMPL_MISTRAL] = "mistral", [CHAT_TMPL_ZEPHYR] = "zephyr", [CHAT_TMPL_GEMMA] = "gemma",
+    [CHAT_TMPL_PHI3] = "phi3",
+};
+
+chat_template_kind chat_template_detect(const char *src)
+{
+    if (!src) return CHAT_TMPL_CHATML;
+    if (strstr(src, "<|im_start|>")) return CHAT_TMPL_CHATML;
+    if (strstr(src, "<|start_header_id|>")) return CHAT_TMPL_LLAMA3;
+    if (strstr(src, "[INST]")) return strstr(src, "<<SYS>>") ? CHAT_TMPL_LLAMA2 : CHAT_TMPL_MISTRAL;
+    if (strstr(src, "<start_of_turn>")) return CHAT_TMPL_GEMMA;
+    if (strstr(src, "<|user|>")) {
+        if (strstr(src, "<|end|>")) return CHAT_TMPL_PHI3;
+        if (strstr(src, "eos_token") || strstr(src, "</s>")) return CHAT_TMPL_ZEPHYR;
+    }
+    return CHAT_TMPL_CHATML;
+}
+
+int chat_template_from_name(const char *name)
+{
+    if (!name) return -1;
+    for (int i = 0; i < CHAT_TMPL_COUNT; i++)
+        if (strcmp(name, tmpl_names[i]) == 0) return i;
+    return -1;
+}
+
+const char *chat_template_name(chat_template_kind kind)
+{
+    return (unsigned)kind < CHAT_TMPL_COUNT ? tmpl_names[kind] : "unknown";
+}
+
+bool chat_template_has_bos(chat_template_kind kind)
+{
+    return kind == CHAT_TMPL_LLAMA2 || kind == CHAT_TMPL_LLAMA3 || kind == CHAT_TMPL_MISTRAL ||
+           kind == CHAT_TMPL_GEMMA;
+}
+
+/* ---- a growable string ------------------------------------------------------------------ */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_putn(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+/* Appends the NUL-terminated arguments in order (the list ends with NULL). */
+static void sb_cat(sbuf *b, ...)
+{
+    va_list ap;
+    va_start(ap, b);
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        sb_putn(b, s, strlen(s));
+    va_end(ap);
+}
+
+/* Appends s without leading/trailing whitespace (Jinja's trim / Python's strip). */
+static void sb_trimmed(sbuf *b, const char *s)
+{
+    const char *end = s + strlen(s);
+    while (s < end && strchr(" \t\n\r\f\v", *s)) s++;
+    while (end > s && strchr(" \t\n\r\f\v", end[-1])) end--;
+    sb_putn(b, s, (size_t)(end - s));
+}
+
+/* ---- roles -------------------------------------------------------------------------------- */
+typedef enum role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } role;
+
+static int role_parse(const char *r)
+{
+    if (!r) return -1;
+    if (strcmp(r, "system") == 0) return ROLE_SYSTEM;
+    if (strcmp(r, "user") == 0) return ROLE_USER;
+    if (strcmp(r, "assistant") == 0) return ROLE_ASSISTANT;
+    return -1;
+}
+
+/* Everything a family renderer needs; `sys` is the leading system message for the families
+ * that fold it into the first user turn (NULL when there is none). */
+typedef struct render_ctx {
+    sbuf out;
+    const chat_msg *msgs;
+    size_t n;
+    bool gen;
+    const char *bos, *eos;
+} render_ctx;
+
+/* Families with one delimited turn per message: prefix(role) content suffix. */
+typedef struct turn_style {
+    const char *names[3]; /* role names as the template writes them */
+    const char *open, *mid, *close; /* open + name + mid + content + close */
+    bool close_is_eos;              /* zephyr: the turn ends with the EOS text then "\n" */
+    bool trim;
+} turn_style;
+
+static void render_turns(render_ctx *c, const turn_style *st, const char *lead)
+{
+    sb_cat(&c->out, lead, NULL);
+    for (size_t i = 0; i < c->n; i++) {
+        int r = role_parse(c->msgs[i].role);
+        sb_cat(&c->out, st->open, st->names[r], st->mid, NULL);
+        if (st->trim)
+            sb_trimmed(&c->out, c->msgs[i].content);
+        else
+            sb_cat(&c->out, c->msgs[i].content, NULL);
+        if (st->close_is_eos) sb_cat(&c->out, c->eos, NULL);
+        sb_cat(&c->out, st->close, NULL);
+    }
+    if (c->gen) sb_cat(&c->out, st->open, st->names[ROLE_ASSISTANT], st->mid, NULL);
+}
+
+/* Llama 2, Mistral v1 and Gemma alternate user/assistant after an optional system message,
+ * which lands inside the first user turn.  `sys_wrap` formats it (with %s for the text). */
+typedef struct alt_style {
+    const char *user_open, *user_close;           /* around user content */
+    const char *asst_open, *asst_close;           /* around assistant content (before eos) */
+    bool asst_eos;                                /* assistant turn followed by the EOS text */
+    bool bos_each_user;                           /* llama2: BOS before every [INST] */
+    const char *sys_before, *sys_after;           /* around the system text in the first turn */
+    const char *gen;                              /* generation prompt ("" when implicit) */
+    bool trim;
+} alt_style;
+
+static void render_alternating(render_ctx *c, const alt_style *st)
+{
+    size_t i = 0;
+    const char *sys = NULL;
+    if (c->n > 0 && role_parse(c->msgs[0].role) == ROLE_SYSTEM) {
+        sys = c->msgs[0].content;
+        i = 1;
+    }
+    if (!st->bos_each_user) sb_cat(&c->out, c->bos, NULL);
+    bool first_user = true;
+    for (; i < c->n; i++) {
+        int r = role_parse(c->msgs[i].role);
+        if (r == ROLE_ASSISTANT) {
+            sb_cat(&c->out, st->asst_open, NULL);
+            if (st->trim)
+                sb_trimmed(&c->out, c->msgs[i].content);
+            else
+                sb_cat(&c->out, c->msgs[i].content, NULL);
+            sb_cat(&c->out, st->asst_close, st->asst_eos ? c->eos : "", NULL);
+            continue;
+        }
+        /* user (a later system message is rendered as a user turn: none of these templates
+         * has a place for it) */
+        if (st->bos_each_user) sb_cat(&c->out, c->bos, NULL);
+        sb_cat(&c->out, st->user_open, NULL);
+        if (first_user && sys) {
+            sb_cat(&c->out, st->sys_before, NULL);
+            if (st->trim)
+                sb_trimmed(&c->out, sys);
+            else
+                sb_cat(&c->out, sys, NULL);
+            sb_cat(&c->out, st->sys_after, NULL);
+        }
+        first_user = false;
+        if (st->trim)
+            sb_trimmed(&c->out, c->msgs[i].content);
+        else
+            sb_cat(&c->out, c->msgs[i].content, NULL);
+        sb_cat(&c->out, st->user_close, NULL);
+    }
+    if (first_user && sys) { /* only a system message: still show it to the model */
+        if (st->bos_each_user) sb_cat(&c->out, c->bos, NULL);
+        sb_cat(&c->out, st->user_open, st->sys_before, sys, st->sys_after, st->user_close, NULL);
+    }
+    if (c->gen) sb_cat(&c->out, st->gen, NULL);
+}
+
+static const turn_style chatml_style = {
+    {"system", "user", "assistant"}, "<|im_start|>", "\n", "<|im_end|>\n", false, false};
+static const turn_style llama3_style = {
+    {"system", "user", "assistant"}, "<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>",
+    false, true};
+static const turn_style zephyr_style = {
+    {"system", "user", "assistant"}, "<|", "|>\n", "\n", true, false};
+static const turn_style phi3_style = {
+    {"system", "user", "assistant"}, "<|", "|>\n", "<|end|>\n", false, false};
+
+static const alt_style llama2_style = {
+    .user_open = "[INST] ", .user_close = " [/INST]", .asst_open = " ", .asst_close = " ",
+    .asst_eos = true, .bos_each_user = true, .sys_before = "<<SYS>>\n",
+    .sys_after = "\n<</SYS>>\n\n", .gen = "", .trim = true};
+static const alt_style mistral_style = {
+    .user_open = "[INST] ", .user_close = " [/INST]", .asst_open = "", .asst_close = "",
+    .asst_eos = true, .bos_each_user = false, .sys_before = "", .sys_after = "\n\n", .gen = "",
+    .trim = false};
+static const alt_style gemma_style = {
+    .user_open = "<start_of_turn>user\n", .user_close = "<end_of_turn>\n",
+    .asst_open = "<start_of_turn>model\n", .asst_close = "<end_of_turn>\n", .asst_eos = false,
+    .bos_each_user = false, .sys_before = "", .sys_after = "\n\n",
+    .gen = "<start_of_turn>model\n", .trim = true};
+
+char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
+                  bool add_generation_prompt, const char *bos, const char *eos, char *err,
+                  size_t errlen)
+{
+    if ((unsigned)kind >= CHAT_TMPL_COUNT) {
+        snprintf(err, errlen, "unknown chat template %d", (int)kind);
+        return NULL;
+    }
+    for (size_t i = 0; i < n_msgs; i++) {
+        if (role_parse(msgs[i].role) < 0) {
+            snprintf(err, errlen, "messages[%zu]: unknown role '%s' (system, user, assistant)",
+                     i, msgs[i].role ? msgs[i].role : "(null)");
+            return NULL;
+        }
+        if (!msgs[i].content) {
+            snprintf(err, errlen, "messages[%zu]: content missing", i);
+            return NULL;
+        }
+    }
+    render_ctx c = {.msgs = msgs, .n = n_msgs, .gen = add_generation_prompt,
+                    .bos = bos ? bos : "", .eos = eos ? eos : ""};
+    sb_putn(&c.out, "", 0);
+    switch (kind) {
+    case CHAT_TMPL_CHATML: render_turns(&c, &chatml_style, ""); break;
+    case CHAT_TMPL_LLAMA3: render_turns(&c, &llama3_style, c.bos); break;
+    case CHAT_TMPL_ZEPHYR: render_turns(&c, &zephyr_style, ""); break;
+    case CHAT_TMPL_PHI3: render_turns(&c, &phi3_style, ""); break;
+    case CHAT_TMPL_LLAMA2: render_alternating(&c, &llama2_style); break;
+    case CHAT_TMPL_MISTRAL: render_alternating(&c, &mistral_style); break;
+    case CHAT_TMPL_GEMMA: render_alternating(&c, &gemma_style); break;
+    default: break;
+    }
+    if (c.out.oom) {
+        free(c.out.p);
+        snprintf(err, errlen, "out of memory rendering the chat template");
+        return NULL;
+    }
+    return c.out.p;
+}

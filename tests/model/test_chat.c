@@ -1,0 +1,197 @@
+/* test_chat.c - chat template detection and rendering against the strings the models'
+ * official templates produce. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model/chat.h"
+
+/* system + user + assistant + user, as in every expectation below */
+static const chat_msg conv[] = {
+    {"system", "You are terse."},
+    {"user", "Hi"},
+    {"assistant", "Hello."},
+    {"user", "Name a colour."},
+};
+
+static void expect_render(chat_template_kind kind, const char *bos, const char *eos,
+                          const char *want)
+{
+    char err[128];
+    char *got = chat_render(kind, conv, 4, true, bos, eos, err, sizeof err);
+    assert_non_null(got);
+    assert_string_equal(got, want);
+    free(got);
+}
+
+static void test_chatml(void **state)
+{
+    (void)state;
+    expect_render(CHAT_TMPL_CHATML, "", "<|im_end|>",
+                  "<|im_start|>system\nYou are terse.<|im_end|>\n"
+                  "<|im_start|>user\nHi<|im_end|>\n"
+                  "<|im_start|>assistant\nHello.<|im_end|>\n"
+                  "<|im_start|>user\nName a colour.<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+    assert_false(chat_template_has_bos(CHAT_TMPL_CHATML));
+}
+
+static void test_llama3(void **state)
+{
+    (void)state;
+    expect_render(CHAT_TMPL_LLAMA3, "<|begin_of_text|>", "<|eot_id|>",
+                  "<|begin_of_text|>"
+                  "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+                  "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                  "<|start_header_id|>user<|end_header_id|>\n\nName a colour.<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    assert_true(chat_template_has_bos(CHAT_TMPL_LLAMA3));
+}
+
+static void test_llama2(void **state)
+{
+    (void)state;
+    expect_render(CHAT_TMPL_LLAMA2, "<s>", "</s>",
+                  "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi [/INST] Hello. </s>"
+                  "<s>[INST] Name a colour. [/INST]");
+}
+
+static void test_mistral(void **state)
+{
+    (void)state;
+    expect_render(CHAT_TMPL_MISTRAL, "<s>", "</s>",
+                  "<s>[INST] You are terse.\n\nHi [/INST]Hello.</s>[INST] Name a colour. [/INST]");
+}
+
+static void test_gemma(void **state)
+{
+    (void)state;
+    expect_render(CHAT_TMPL_GEMMA, "<bos>", "<eos>",
+                  "<bos><start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n"
+                  "<start_of_turn>model\nHello.<end_of_turn>\n"
+                  "<start_of_turn>user\nName a colour.<end_of_turn>\n"
+                  "<start_of_turn>model\n");
+}
+
+static void test_phi3(void **state)
+{
+    (void)state;
+    expect_render(CHAT_TMPL_PHI3, "<s>", "<|endoftext|>",
+                  "<|system|>\nYou are terse.<|end|>\n"
+                  "<|user|>\nHi<|end|>\n"
+                  "<|assistant|>\nHello.<|end|>\n"
+                  "<|user|>\nName a colour.<|end|>\n"
+                  "<|assistant|>\n");
+}
+
+static void test_zephyr(void **state)
+{
+    (void)state;
+    expect_render(CHAT_TMPL_ZEPHYR, "<s>", "</s>",
+                  "<|system|>\nYou are terse.</s>\n"
+                  "<|user|>\nHi</s>\n"
+                  "<|assistant|>\nHello.</s>\n"
+                  "<|user|>\nName a colour.</s>\n"
+                  "<|assistant|>\n");
+}
+
+static void test_no_generation_prompt_and_trim(void **state)
+{
+    (void)state;
+    const chat_msg m[] = {{"user", "  padded \n"}};
+    char err[128];
+    char *s = chat_render(CHAT_TMPL_LLAMA3, m, 1, false, "<|begin_of_text|>", NULL, err, sizeof err);
+    assert_non_null(s);
+    assert_string_equal(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\npadded<|eot_id|>");
+    free(s);
+    s = chat_render(CHAT_TMPL_CHATML, m, 1, false, NULL, NULL, err, sizeof err);
+    assert_non_null(s);
+    assert_string_equal(s, "<|im_start|>user\n  padded \n<|im_end|>\n");
+    free(s);
+    s = chat_render(CHAT_TMPL_CHATML, NULL, 0, true, NULL, NULL, err, sizeof err);
+    assert_non_null(s);
+    assert_string_equal(s, "<|im_start|>assistant\n");
+    free(s);
+}
+
+static void test_unknown_role(void **state)
+{
+    (void)state;
+    const chat_msg m[] = {{"user", "a"}, {"tool", "b"}};
+    char err[128] = "";
+    for (int k = 0; k < CHAT_TMPL_COUNT; k++) {
+        assert_null(chat_render((chat_template_kind)k, m, 2, true, "", "", err, sizeof err));
+        assert_non_null(strstr(err, "messages[1]"));
+        assert_non_null(strstr(err, "tool"));
+    }
+    const chat_msg nullrole[] = {{NULL, "x"}};
+    assert_null(chat_render(CHAT_TMPL_CHATML, nullrole, 1, true, "", "", err, sizeof err));
+    assert_null(chat_render(CHAT_TMPL_COUNT, m, 1, true, "", "", err, sizeof err));
+}
+
+/* Excerpts of the real tokenizer.chat_template strings these families ship with. */
+static void test_detect(void **state)
+{
+    (void)state;
+    assert_int_equal(chat_template_detect(
+                         "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                         "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"),
+                     CHAT_TMPL_CHATML);
+    assert_int_equal(chat_template_detect(
+                         "{% set content = '<|start_header_id|>' + message['role'] + "
+                         "'<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}"),
+                     CHAT_TMPL_LLAMA3);
+    assert_int_equal(chat_template_detect(
+                         "{% if loop.index0 == 0 and system_message != false %}{% set content = "
+                         "'<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+                         "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"),
+                     CHAT_TMPL_LLAMA2);
+    assert_int_equal(chat_template_detect(
+                         "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+                         "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == "
+                         "'assistant' %}{{ message['content'] + eos_token}}{% endif %}{% endfor %}"),
+                     CHAT_TMPL_MISTRAL);
+    assert_int_equal(chat_template_detect(
+                         "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
+                         "'<end_of_turn>\\n' }}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}"),
+                     CHAT_TMPL_GEMMA);
+    assert_int_equal(chat_template_detect(
+                         "{% if message['role'] == 'user' %}{{'<|user|>' + '\\n' + message['content'] + "
+                         "'<|end|>' + '\\n' + '<|assistant|>' + '\\n'}}"),
+                     CHAT_TMPL_PHI3);
+    assert_int_equal(chat_template_detect(
+                         "{% if message['role'] == 'user' %}\\n{{ '<|user|>\\n' + message['content'] + "
+                         "eos_token }}\\n{% elif message['role'] == 'system' %}"),
+                     CHAT_TMPL_ZEPHYR);
+    assert_int_equal(chat_template_detect(NULL), CHAT_TMPL_CHATML);
+    assert_int_equal(chat_template_detect("{{ messages }}"), CHAT_TMPL_CHATML);
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    for (int k = 0; k < CHAT_TMPL_COUNT; k++)
+        assert_int_equal(chat_template_from_name(chat_template_name((chat_template_kind)k)), k);
+    assert_int_equal(chat_template_from_name("jinja"), -1);
+    assert_int_equal(chat_template_from_name(NULL), -1);
+    assert_string_equal(chat_template_name(CHAT_TMPL_COUNT), "unknown");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chatml),       cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_llama2),       cmocka_unit_test(test_mistral),
+        cmocka_unit_test(test_gemma),        cmocka_unit_test(test_phi3),
+        cmocka_unit_test(test_zephyr),       cmocka_unit_test(test_no_generation_prompt_and_trim),
+        cmocka_unit_test(test_unknown_role), cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

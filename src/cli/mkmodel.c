@@ -1,9 +1,159 @@
-/* placeholder until the subcommand lands */
+/* mkmodel.c - `inferd mkmodel`: write a synthetic GGUF model (see src/model/mkmodel.h). */
+#include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "cli.h"
+#include "model/mkmodel.h"
+
+#define CORPUS_MAX_BYTES (1u << 20)
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: inferd mkmodel -o OUT.gguf [options]\n"
+            "  --preset NAME   tiny (default) | small | qwen2.5-1.5b | llama-3.1-8b | qwen3-0.6b\n"
+            "  --arch A        llama | qwen2 | qwen3 (overrides the preset's architecture)\n"
+            "  --type T        f32 | f16 | q8_0 | q4_0 | q4_k | q5_k | q6_k | q4_k_m\n"
+            "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N --n-vocab N\n"
+            "  --seed N        weight seed (default 1)\n"
+            "  --corpus-dir D  tokenizer training text: D/README.md + D/src (default: the source tree)\n"
+            "  --name S        general.name\n");
+}
+
+/* Parses a positive int flag value into *out; false (with a message) otherwise. */
+static bool parse_int(const char *flag, const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 1 || v > 1L << 30) {
+        fprintf(stderr, "inferd mkmodel: %s: '%s' is not a positive integer\n", flag, s);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+static int arch_from_name(const char *s)
+{
+    if (strcmp(s, "llama") == 0) return MODEL_ARCH_LLAMA;
+    if (strcmp(s, "qwen2") == 0) return MODEL_ARCH_QWEN2;
+    if (strcmp(s, "qwen3") == 0) return MODEL_ARCH_QWEN3;
+    return -1;
+}
+
+enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_DIM0 };
+
 int cli_mkmodel(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "inferd mkmodel: not built yet\n");
-    return 2;
+    static const struct option opts[] = {
+        {"out", required_argument, NULL, 'o'},
+        {"preset", required_argument, NULL, OPT_PRESET},
+        {"arch", required_argument, NULL, OPT_ARCH},
+        {"type", required_argument, NULL, OPT_TYPE},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"corpus-dir", required_argument, NULL, OPT_CORPUS},
+        {"name", required_argument, NULL, OPT_NAME},
+        {"n-embd", required_argument, NULL, OPT_DIM0 + 0},
+        {"n-layer", required_argument, NULL, OPT_DIM0 + 1},
+        {"n-head", required_argument, NULL, OPT_DIM0 + 2},
+        {"n-head-kv", required_argument, NULL, OPT_DIM0 + 3},
+        {"n-ff", required_argument, NULL, OPT_DIM0 + 4},
+        {"n-ctx", required_argument, NULL, OPT_DIM0 + 5},
+        {"n-vocab", required_argument, NULL, OPT_DIM0 + 6},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    /* First pass: the preset, so that the other flags override it whatever their order. */
+    const char *preset = "tiny";
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--preset") == 0) preset = argv[i + 1];
+    mkmodel_config cfg;
+    if (!mkmodel_preset(preset, &cfg)) {
+        fprintf(stderr, "inferd mkmodel: unknown preset '%s'\n", preset);
+        usage(stderr);
+        return 2;
+    }
+    const char *out = NULL, *corpus_dir = INFERD_SOURCE_DIR;
+    int arch = -1, ftype = -1;
+    unsigned long long seed = 1;
+    int dims[7] = {0};
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out = optarg; break;
+        case OPT_PRESET: break;
+        case OPT_ARCH:
+            if ((arch = arch_from_name(optarg)) < 0) {
+                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3)\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_TYPE:
+            if ((ftype = mkmodel_ftype_from_name(optarg)) < 0) {
+                fprintf(stderr, "inferd mkmodel: --type: unknown weight type '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_SEED: {
+            char *end;
+            errno = 0;
+            seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end) {
+                fprintf(stderr, "inferd mkmodel: --seed: '%s' is not a number\n", optarg);
+                return 2;
+            }
+            break;
+        }
+        case OPT_CORPUS: corpus_dir = optarg; break;
+        case OPT_NAME: snprintf(cfg.name, sizeof cfg.name, "%s", optarg); break;
+        case 'h': usage(stdout); return 0;
+        default:
+            if (c >= OPT_DIM0 && c < OPT_DIM0 + 7) {
+                if (!parse_int(opts[7 + c - OPT_DIM0].name, optarg, &dims[c - OPT_DIM0])) return 2;
+                break;
+            }
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!out || optind != argc) {
+        fprintf(stderr, "inferd mkmodel: %s\n", out ? "unexpected argument" : "-o OUT.gguf is required");
+        usage(stderr);
+        return 2;
+    }
+    if (arch >= 0 && arch != (int)cfg.arch) mkmodel_set_arch(&cfg, (model_arch)arch);
+    if (ftype >= 0) cfg.ftype = (mkmodel_ftype)ftype;
+    cfg.seed = seed;
+    int *fields[7] = {&cfg.n_embd, &cfg.n_layer, &cfg.n_head, &cfg.n_head_kv,
+                      &cfg.n_ff, &cfg.n_ctx, &cfg.n_vocab};
+    for (int i = 0; i < 7; i++)
+        if (dims[i]) *fields[i] = dims[i];
+    if (dims[0] || dims[2]) cfg.head_dim = 0; /* derived again from the new sizes */
+
+    size_t corpus_len;
+    char *corpus = mkmodel_corpus(corpus_dir, CORPUS_MAX_BYTES, &corpus_len);
+    if (!corpus) {
+        fprintf(stderr, "inferd mkmodel: out of memory\n");
+        return 1;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char err[256];
+    int rc = mkmodel_write(&cfg, corpus, corpus_len, out, err, sizeof err);
+    free(corpus);
+    if (rc != 0) {
+        fprintf(stderr, "inferd mkmodel: %s\n", err);
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr, "inferd mkmodel: wrote %s (%s, %s, %d layers, n_embd %d, vocab %d) in %.2f s\n", out,
+            model_arch_name(cfg.arch), mkmodel_ftype_name(cfg.ftype), cfg.n_layer, cfg.n_embd,
+            cfg.n_vocab, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    return 0;
 }

@@ -1,0 +1,651 @@
+/* mkmodel.c - the synthetic model generator (see mkmodel.h).
+ *
+ * Layout of the vocabulary: the 256 byte tokens (id = byte), the learned merges, the special
+ * tokens of the architecture's family (marked control), then filler tokens "[PADn]"
+ * (marked unused) up to n_vocab.
+ *
+ * Weights.  Every matrix row is N(0, 1/sqrt(row length)) from a generator seeded by
+ * (seed, tensor, row), quantised with quant_quantize_row.  That is exact but costs a few
+ * microseconds per thousand weights, too slow for multi-GB presets on a small machine.  So
+ * large models (over LARGE_MODEL_PARAMS parameters, or cfg->reuse_rows > 0) REUSE ROWS:
+ * for each (type, row length, scale) a pool of POOL_ROWS random rows is quantised once, and
+ * row r of a tensor is pool row h(seed, tensor, r) mod POOL_ROWS rotated by a whole number
+ * of blocks chosen by the same hash.  The values are then far from independent, but shapes,
+ * types and bytes per row are real, and those are what speed depends on: these files are
+ * for benchmarks and loaders, not for output quality.
+ *
+ * Q4_K_M follows llama.cpp's llama_tensor_get_type for that file type, re-derived:
+ *   - output.weight -> Q6_K; token_embd.weight -> Q6_K only when it is also the LM head
+ *     (tied output), else Q4_K;
+ *   - attn_v and ffn_down -> Q6_K in the layers where use_more_bits(i, n) holds:
+ *     i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2; Q4_K elsewhere;
+ *   - every other matrix Q4_K; norms and biases F32.
+ * The single-type --type values are "pure": every matrix gets that type.
+ * A matrix whose row length is not a multiple of the type's block falls back (as llama.cpp
+ * does, but within the types our engines support): K-quants -> Q8_0, then -> F16. */
+#include "mkmodel.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "bpe_train.h"
+#include "gguf.h"
+#include "quant.h"
+
+#define LARGE_MODEL_PARAMS 300000000LL
+#define POOL_ROWS 64
+#define MAX_DIM 65536          /* any single dimension (hostile flags never over-allocate) */
+#define MAX_VOCAB 1048576
+#define MAX_LAYERS 512
+#define MAX_MERGES 50000
+#define CORPUS_FILE_MAX (256u << 10) /* bigger files are data tables, not text */
+
+static const char *const ftype_names[MKMODEL_FTYPE_COUNT] = {
+    "f32", "f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m",
+};
+
+int mkmodel_ftype_from_name(const char *name)
+{
+    for (int i = 0; name && i < MKMODEL_FTYPE_COUNT; i++)
+        if (strcasecmp(name, ftype_names[i]) == 0) return i;
+    return -1;
+}
+
+const char *mkmodel_ftype_name(mkmodel_ftype ft)
+{
+    return (unsigned)ft < MKMODEL_FTYPE_COUNT ? ftype_names[ft] : "?";
+}
+
+uint32_t mkmodel_file_type(mkmodel_ftype ft)
+{
+    /* LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q5_K_S 16,
+     * Q6_K 18 */
+    static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0, 1, 7, 2, 14, 16, 18, 15};
+    return (unsigned)ft < MKMODEL_FTYPE_COUNT ? ids[ft] : 0;
+}
+
+/* ---- presets ---------------------------------------------------------------------------- */
+void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
+{
+    cfg->arch = arch;
+    cfg->tied_output = arch != MODEL_ARCH_LLAMA;
+    cfg->head_dim = 0;
+}
+
+bool mkmodel_preset(const char *name, mkmodel_config *cfg)
+{
+    static const struct preset {
+        const char *name;
+        mkmodel_config c;
+    } presets[] = {
+        {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
+                  false, MKMODEL_F32, 1, 0}},
+        {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
+                   1e-5f, false, MKMODEL_Q8_0, 1, 0}},
+        {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
+                          151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0}},
+        {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
+                          131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0}},
+        {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
+                        151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0}},
+    };
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(name, presets[i].name) == 0) {
+            *cfg = presets[i].c;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- tensor types ----------------------------------------------------------------------- */
+static bool use_more_bits(int i, int n)
+{
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int layer)
+{
+    static const ggml_type pure[MKMODEL_FTYPE_COUNT] = {
+        GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
+        GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K,
+    };
+    if (cfg->ftype != MKMODEL_Q4_K_M) return pure[cfg->ftype];
+    if (strcmp(role, "output") == 0) return GGML_TYPE_Q6_K;
+    if (strcmp(role, "token_embd") == 0) return cfg->tied_output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+    if ((strcmp(role, "attn_v") == 0 || strcmp(role, "ffn_down") == 0) &&
+        use_more_bits(layer, cfg->n_layer))
+        return GGML_TYPE_Q6_K;
+    return GGML_TYPE_Q4_K;
+}
+
+static ggml_type row_fallback(ggml_type t, int64_t ne0)
+{
+    if (ne0 % (int64_t)ggml_type_block_elems(t) == 0) return t;
+    if (ggml_type_block_elems(t) == QK_K && ne0 % 32 == 0) return GGML_TYPE_Q8_0;
+    return GGML_TYPE_F16;
+}
+
+/* ---- random numbers --------------------------------------------------------------------- */
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* n samples of N(0, std) (Box-Muller) */
+static void fill_normal(uint64_t state, float *out, int64_t n, float std)
+{
+    for (int64_t i = 0; i < n; i += 2) {
+        double u1 = ((splitmix64(&state) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+        double u2 = (splitmix64(&state) >> 11) * 0x1.0p-53;
+        double r = sqrt(-2.0 * log(u1)) * std;
+        out[i] = (float)(r * cos(2.0 * M_PI * u2));
+        if (i + 1 < n) out[i + 1] = (float)(r * sin(2.0 * M_PI * u2));
+    }
+}
+
+static uint64_t stream_of(uint64_t seed, uint64_t tensor, uint64_t row)
+{
+    uint64_t s = seed ^ (tensor * 0xd1b54a32d192ed03ull) ^ (row * 0x8cb92ba72f3d8dd7ull);
+    return splitmix64(&s);
+}
+
+/* Quantise one row of floats into dst (ggml_row_bytes(type, n) bytes). */
+static bool encode_row(ggml_type type, const float *x, void *dst, int64_t n)
+{
+    if (type == GGML_TYPE_F32) {
+        memcpy(dst, x, (size_t)n * sizeof *x);
+        return true;
+    }
+    if (type == GGML_TYPE_F16) {
+        uint16_t *h = dst;
+        for (int64_t i = 0; i < n; i++) h[i] = quant_f32_to_f16(x[i]);
+        return true;
+    }
+    return quant_quantize_row(type, x, dst, n) > 0;
+}
+
+/* ---- tensor generation ------------------------------------------------------------------ */
+typedef struct row_pool {
+    ggml_type type;
+    int64_t ne0;
+    float std;
+    uint8_t *rows; /* POOL_ROWS rows */
+} row_pool;
+
+typedef struct gen_shared {
+    uint64_t seed;
+    float *xrow;    /* floats of one row */
+    uint8_t *row;   /* encoded row */
+    const void *cur_tensor;
+    int64_t cur_row;
+    row_pool *pools;
+    int n_pools;
+} gen_shared;
+
+typedef struct tensor_gen {
+    gen_shared *g;
+    uint64_t id; /* index of the tensor: part of the seed */
+    ggml_type type;
+    int64_t ne0, ne1;
+    float std;
+    size_t row_bytes;
+    const row_pool *pool; /* NULL: every row fresh */
+} tensor_gen;
+
+static const uint8_t *tensor_row(tensor_gen *t, int64_t r)
+{
+    gen_shared *g = t->g;
+    if (g->cur_tensor == t && g->cur_row == r) return g->row;
+    uint64_t h = stream_of(g->seed, t->id, (uint64_t)r);
+    if (t->pool) {
+        /* reused row: pool row h % POOL_ROWS, rotated by a whole number of blocks */
+        const uint8_t *src = t->pool->rows + (h % POOL_ROWS) * t->row_bytes;
+        size_t bb = ggml_type_block_bytes(t->type);
+        size_t n_blocks = t->row_bytes / bb, k = (size_t)(h >> 32) % n_blocks * bb;
+        memcpy(g->row, src + k, t->row_bytes - k);
+        memcpy(g->row + (t->row_bytes - k), src, k);
+    } else {
+        fill_normal(h, g->xrow, t->ne0, t->std);
+        encode_row(t->type, g->xrow, g->row, t->ne0);
+    }
+    g->cur_tensor = t;
+    g->cur_row = r;
+    return g->row;
+}
+
+static void tensor_fill(void *ctx, size_t off, void *dst, size_t len)
+{
+    tensor_gen *t = ctx;
+    uint8_t *out = dst;
+    while (len > 0) {
+        int64_t r = (int64_t)(off / t->row_bytes);
+        size_t in = off % t->row_bytes, n = t->row_bytes - in;
+        if (n > len) n = len;
+        memcpy(out, tensor_row(t, r) + in, n);
+        out += n;
+        off += n;
+        len -= n;
+    }
+}
+
+static const row_pool *pool_get(gen_shared *g, ggml_type type, int64_t ne0, float std)
+{
+    for (int i = 0; i < g->n_pools; i++)
+        if (g->pools[i].type == type && g->pools[i].ne0 == ne0 && g->pools[i].std == std)
+            return &g->pools[i];
+    row_pool *p = realloc(g->pools, (size_t)(g->n_pools + 1) * sizeof *p);
+    if (!p) return NULL;
+    g->pools = p;
+    size_t rb = ggml_row_bytes(type, ne0);
+    row_pool *np = &g->pools[g->n_pools];
+    *np = (row_pool){type, ne0, std, malloc(rb * POOL_ROWS)};
+    if (!np->rows) return NULL;
+    g->n_pools++;
+    for (int r = 0; r < POOL_ROWS; r++) {
+        fill_normal(stream_of(g->seed, 0x9001 + (uint64_t)g->n_pools, (uint64_t)r), g->xrow, ne0, std);
+        if (!encode_row(type, g->xrow, np->rows + (size_t)r * rb, ne0)) return NULL;
+    }
+    return np;
+}
+
+/* ---- the tensor list -------------------------------------------------------------------- */
+typedef struct tensor_spec {
+    char name[64];
+    const char *role; /* for the Q4_K_M rule */
+    int layer;        /* -1 outside the blocks */
+    int64_t ne0, ne1; /* ne1 = 0: a vector */
+    float std;        /* N(0, std); 0 = all ones (norm weights) */
+} tensor_spec;
+
+typedef struct tensor_list {
+    tensor_spec *specs; /* NULL: only count */
+    int n;
+} tensor_list;
+
+static void add_spec(tensor_list *l, int layer, const char *role, const char *suffix, int64_t ne0,
+                     int64_t ne1, float std)
+{
+    if (l->specs) {
+        tensor_spec *s = &l->specs[l->n];
+        if (layer >= 0)
+            snprintf(s->name, sizeof s->name, "blk.%d.%s", layer, suffix);
+        else
+            snprintf(s->name, sizeof s->name, "%s", suffix);
+        s->role = role;
+        s->layer = layer;
+        s->ne0 = ne0;
+        s->ne1 = ne1;
+        s->std = std;
+    }
+    l->n++;
+}
+
+/* A weight matrix: role "attn_q" is tensor "attn_q.weight", N(0, 1/sqrt(fan_in)). */
+static void add_matrix(tensor_list *l, int layer, const char *role, int64_t ne0, int64_t ne1)
+{
+    char suffix[48];
+    snprintf(suffix, sizeof suffix, "%s.weight", role);
+    add_spec(l, layer, role, suffix, ne0, ne1, 1.0f / sqrtf((float)ne0));
+}
+
+static int head_dim_of(const mkmodel_config *c)
+{
+    return c->head_dim > 0 ? c->head_dim : c->n_embd / c->n_head;
+}
+
+/* The tensors of cfg in file order (specs may be NULL to count them); returns the count. */
+static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
+{
+    const int64_t hd = head_dim_of(c), q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
+    const float bias_std = 0.05f;
+    tensor_list l = {specs, 0};
+    add_matrix(&l, -1, "token_embd", c->n_embd, c->n_vocab);
+    add_spec(&l, -1, "norm", "output_norm.weight", c->n_embd, 0, 0);
+    if (!c->tied_output) add_matrix(&l, -1, "output", c->n_embd, c->n_vocab);
+    for (int il = 0; il < c->n_layer; il++) {
+        add_spec(&l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
+        add_matrix(&l, il, "attn_q", c->n_embd, q_dim);
+        add_matrix(&l, il, "attn_k", c->n_embd, kv_dim);
+        add_matrix(&l, il, "attn_v", c->n_embd, kv_dim);
+        add_matrix(&l, il, "attn_output", q_dim, c->n_embd);
+        if (c->arch == MODEL_ARCH_QWEN2) {
+            add_spec(&l, il, "bias", "attn_q.bias", q_dim, 0, bias_std);
+            add_spec(&l, il, "bias", "attn_k.bias", kv_dim, 0, bias_std);
+            add_spec(&l, il, "bias", "attn_v.bias", kv_dim, 0, bias_std);
+        }
+        if (c->arch == MODEL_ARCH_QWEN3) {
+            add_spec(&l, il, "norm", "attn_q_norm.weight", hd, 0, 0);
+            add_spec(&l, il, "norm", "attn_k_norm.weight", hd, 0, 0);
+        }
+        add_spec(&l, il, "norm", "ffn_norm.weight", c->n_embd, 0, 0);
+        add_matrix(&l, il, "ffn_gate", c->n_embd, c->n_ff);
+        add_matrix(&l, il, "ffn_up", c->n_embd, c->n_ff);
+        add_matrix(&l, il, "ffn_down", c->n_ff, c->n_embd);
+    }
+    return l.n;
+}
+
+/* ---- tokenizer -------------------------------------------------------------------------- */
+typedef struct family {
+    const char *pre;
+    const char *specials[5];
+    int n_specials;
+    int bos, eos, eot, pad; /* indices into specials */
+    bool add_bos;
+    const char *chat_template;
+} family;
+
+static const family qwen_family = {
+    "gpt2",
+    {"<|endoftext|>", "<|im_start|>", "<|im_end|>"},
+    3, 0, 2, 2, 0, false,
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% endif %}",
+};
+
+static const family llama3_family = {
+    "llama-bpe",
+    {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+    5, 0, 1, 4, 1, true,
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+};
+
+enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_UNUSED = 5 };
+
+/* Sets the tokenizer.* keys.  0, or -1 with err. */
+static int write_tokenizer(gguf_writer *w, const mkmodel_config *c, const char *corpus,
+                           size_t corpus_len, char *err, size_t errlen)
+{
+    const family *fam = c->arch == MODEL_ARCH_LLAMA ? &llama3_family : &qwen_family;
+    int n_learn = c->n_vocab - fam->n_specials;
+    bpe_vocab v;
+    if (bpe_train(corpus, corpus_len, n_learn, MAX_MERGES, &v) != 0) {
+        snprintf(err, errlen, "out of memory training the tokenizer");
+        return -1;
+    }
+    char **tokens = calloc((size_t)c->n_vocab, sizeof *tokens);
+    int32_t *types = calloc((size_t)c->n_vocab, sizeof *types);
+    int rc = -1, n = 0;
+    const int first_special = v.n_tokens;
+    if (!tokens || !types) {
+        snprintf(err, errlen, "out of memory for %d tokens", c->n_vocab);
+        goto out;
+    }
+    for (; n < v.n_tokens; n++) {
+        tokens[n] = v.tokens[n];
+        types[n] = TOKEN_NORMAL;
+    }
+    for (int i = 0; i < fam->n_specials; i++, n++) {
+        tokens[n] = (char *)fam->specials[i];
+        types[n] = TOKEN_CONTROL;
+    }
+    for (; n < c->n_vocab; n++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "[PAD%d]", n);
+        if (!(tokens[n] = strdup(buf))) {
+            snprintf(err, errlen, "out of memory for filler tokens");
+            goto out;
+        }
+        types[n] = TOKEN_UNUSED;
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", fam->pre);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens, (size_t)n);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, (size_t)n);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
+                            (size_t)v.n_merges);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(first_special + fam->bos));
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(first_special + fam->eos));
+    gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)(first_special + fam->eot));
+    gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)(first_special + fam->pad));
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", fam->add_bos);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+    gguf_writer_set_str(w, "tokenizer.chat_template", fam->chat_template);
+    rc = 0;
+out:
+    for (int i = first_special + fam->n_specials; tokens && i < n; i++) free(tokens[i]);
+    free(tokens);
+    free(types);
+    bpe_vocab_free(&v);
+    return rc;
+}
+
+/* ---- corpus ----------------------------------------------------------------------------- */
+typedef struct text_buf {
+    char *p;
+    size_t len, max;
+} text_buf;
+
+static void append_file(text_buf *b, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    char chunk[8192];
+    size_t n;
+    while (b->len < b->max && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (n > b->max - b->len) n = b->max - b->len;
+        memcpy(b->p + b->len, chunk, n);
+        b->len += n;
+    }
+    fclose(f);
+}
+
+static bool is_source(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 2 && name[n - 2] == '.' && (name[n - 1] == 'c' || name[n - 1] == 'h');
+}
+
+/* Appends the C sources under dir in sorted path order (depth-limited). */
+static void append_tree(text_buf *b, const char *dir, int depth)
+{
+    struct dirent **ents;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    if (n < 0) return;
+    for (int i = 0; i < n; i++) {
+        const char *name = ents[i]->d_name;
+        char path[4096];
+        struct stat st;
+        if (name[0] != '.' && snprintf(path, sizeof path, "%s/%s", dir, name) < (int)sizeof path &&
+            stat(path, &st) == 0) {
+            if (S_ISDIR(st.st_mode) && depth < 8)
+                append_tree(b, path, depth + 1);
+            else if (S_ISREG(st.st_mode) && is_source(name) && st.st_size <= (off_t)CORPUS_FILE_MAX)
+                append_file(b, path);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+}
+
+static const char fallback_text[] =
+    "inferd is an inference server. It loads a model, turns the prompt into tokens, runs the "
+    "transformer over them and samples the next token, again and again, streaming the text "
+    "back to the client. The scheduler packs many requests into one batch so that the "
+    "processor stays busy; the tokenizer splits text into the pieces the model was trained on.\n";
+
+char *mkmodel_corpus(const char *root, size_t max_bytes, size_t *len)
+{
+    text_buf b = {malloc(max_bytes + sizeof fallback_text), 0, max_bytes};
+    if (!b.p) return NULL;
+    if (root) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/README.md", root);
+        append_file(&b, path);
+        snprintf(path, sizeof path, "%s/src", root);
+        append_tree(&b, path, 0);
+    }
+    if (b.len == 0) {
+        memcpy(b.p, fallback_text, sizeof fallback_text - 1);
+        b.len = sizeof fallback_text - 1;
+    }
+    b.p[b.len] = '\0';
+    *len = b.len;
+    return b.p;
+}
+
+/* ---- writing ---------------------------------------------------------------------------- */
+static int validate(const mkmodel_config *c, char *err, size_t errlen)
+{
+    const struct {
+        const char *flag;
+        int v, max;
+    } dims[] = {
+        {"n-embd", c->n_embd, MAX_DIM},   {"n-layer", c->n_layer, MAX_LAYERS},
+        {"n-head", c->n_head, MAX_DIM},   {"n-head-kv", c->n_head_kv, MAX_DIM},
+        {"n-ff", c->n_ff, 4 * MAX_DIM},   {"n-ctx", c->n_ctx, 1 << 24},
+        {"n-vocab", c->n_vocab, MAX_VOCAB},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v < 1 || dims[i].v > dims[i].max) {
+            snprintf(err, errlen, "--%s %d out of range 1..%d", dims[i].flag, dims[i].v, dims[i].max);
+            return -1;
+        }
+    int hd = head_dim_of(c);
+    if (c->n_head % c->n_head_kv != 0) {
+        snprintf(err, errlen, "--n-head %d must be a multiple of --n-head-kv %d", c->n_head, c->n_head_kv);
+        return -1;
+    }
+    if (hd < 2 || hd % 2 != 0 || (c->head_dim == 0 && c->n_embd % c->n_head != 0) ||
+        (int64_t)hd * c->n_head > MAX_DIM) {
+        snprintf(err, errlen, "head dimension %d (n-embd %d / n-head %d) must be even and divide n-embd",
+                 hd, c->n_embd, c->n_head);
+        return -1;
+    }
+    int min_vocab = 256 + 5;
+    if (c->n_vocab < min_vocab) {
+        snprintf(err, errlen, "--n-vocab %d: at least %d (256 byte tokens + special tokens)",
+                 c->n_vocab, min_vocab);
+        return -1;
+    }
+    if ((unsigned)c->ftype >= MKMODEL_FTYPE_COUNT || (unsigned)c->arch > MODEL_ARCH_QWEN3) {
+        snprintf(err, errlen, "unknown weight type or architecture");
+        return -1;
+    }
+    return 0;
+}
+
+static void set_arch_u32(gguf_writer *w, const mkmodel_config *c, const char *suffix, int v)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", model_arch_name(c->arch), suffix);
+    gguf_writer_set_u32(w, key, (uint32_t)v);
+}
+
+static void set_arch_f32(gguf_writer *w, const mkmodel_config *c, const char *suffix, float v)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", model_arch_name(c->arch), suffix);
+    gguf_writer_set_f32(w, key, v);
+}
+
+static void write_hparams(gguf_writer *w, const mkmodel_config *c)
+{
+    gguf_writer_set_str(w, "general.architecture", model_arch_name(c->arch));
+    gguf_writer_set_str(w, "general.name", c->name);
+    gguf_writer_set_u32(w, "general.file_type", mkmodel_file_type(c->ftype));
+    gguf_writer_set_u32(w, "general.quantization_version", 2);
+    set_arch_u32(w, c, "vocab_size", c->n_vocab);
+    set_arch_u32(w, c, "context_length", c->n_ctx);
+    set_arch_u32(w, c, "embedding_length", c->n_embd);
+    set_arch_u32(w, c, "block_count", c->n_layer);
+    set_arch_u32(w, c, "feed_forward_length", c->n_ff);
+    set_arch_u32(w, c, "attention.head_count", c->n_head);
+    set_arch_u32(w, c, "attention.head_count_kv", c->n_head_kv);
+    set_arch_u32(w, c, "attention.key_length", head_dim_of(c));
+    set_arch_u32(w, c, "attention.value_length", head_dim_of(c));
+    set_arch_u32(w, c, "rope.dimension_count", head_dim_of(c));
+    set_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->rms_eps);
+    set_arch_f32(w, c, "rope.freq_base", c->rope_base);
+}
+
+/* A vector (norm weight or bias) as F32, copied into the writer. */
+static int add_vector(gguf_writer *w, const tensor_spec *s, uint64_t seed, uint64_t id)
+{
+    float *v = malloc((size_t)s->ne0 * sizeof *v);
+    if (!v) return -1;
+    if (s->std > 0)
+        fill_normal(stream_of(seed, id, 0), v, s->ne0, s->std);
+    else
+        for (int64_t i = 0; i < s->ne0; i++) v[i] = 1.0f;
+    gguf_writer_add_tensor(w, s->name, GGML_TYPE_F32, 1, &s->ne0, v, (size_t)s->ne0 * sizeof *v, false);
+    free(v);
+    return 0;
+}
+
+int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_len,
+                  const char *path, char *err, size_t errlen)
+{
+    if (validate(cfg, err, errlen) != 0) return -1;
+    int n = list_tensors(cfg, NULL);
+    tensor_spec *specs = calloc((size_t)n, sizeof *specs);
+    tensor_gen *gens = calloc((size_t)n, sizeof *gens);
+    gguf_writer *w = gguf_writer_new();
+    int64_t max_row = (int64_t)cfg->n_ff > cfg->n_embd ? cfg->n_ff : cfg->n_embd;
+    int64_t q_dim = (int64_t)cfg->n_head * head_dim_of(cfg);
+    if (q_dim > max_row) max_row = q_dim;
+    gen_shared g = {.seed = cfg->seed, .cur_row = -1, .xrow = malloc((size_t)max_row * sizeof(float)),
+                    .row = malloc((size_t)max_row * sizeof(float))};
+    int rc = -1;
+    if (!specs || !gens || !w || !g.xrow || !g.row) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    list_tensors(cfg, specs);
+    int64_t n_params = 0;
+    for (int i = 0; i < n; i++) n_params += specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1);
+    bool reuse = cfg->reuse_rows > 0 || (cfg->reuse_rows == 0 && n_params > LARGE_MODEL_PARAMS);
+
+    write_hparams(w, cfg);
+    if (write_tokenizer(w, cfg, corpus, corpus_len, err, errlen) != 0) goto out;
+    for (int i = 0; i < n; i++) {
+        const tensor_spec *s = &specs[i];
+        if (s->ne1 == 0) {
+            if (add_vector(w, s, cfg->seed, (uint64_t)i) != 0) {
+                snprintf(err, errlen, "out of memory for tensor %s", s->name);
+                goto out;
+            }
+            continue;
+        }
+        ggml_type type = row_fallback(mkmodel_tensor_type(cfg, s->role, s->layer), s->ne0);
+        gens[i] = (tensor_gen){.g = &g, .id = (uint64_t)i, .type = type, .ne0 = s->ne0,
+                               .ne1 = s->ne1, .std = s->std, .row_bytes = ggml_row_bytes(type, s->ne0)};
+        if (reuse && !(gens[i].pool = pool_get(&g, type, s->ne0, s->std))) {
+            snprintf(err, errlen, "cannot prepare rows of type %s for tensor %s", ggml_type_name(type), s->name);
+            goto out;
+        }
+        if (!reuse) { /* fail early if the quantiser does not know the type */
+            fill_normal(1, g.xrow, s->ne0, 1.0f);
+            if (!encode_row(type, g.xrow, g.row, s->ne0)) {
+                snprintf(err, errlen, "cannot quantise tensor %s to %s", s->name, ggml_type_name(type));
+                goto out;
+            }
+        }
+        int64_t ne[2] = {s->ne0, s->ne1};
+        gguf_writer_add_tensor_fill(w, s->name, type, 2, ne, tensor_fill, &gens[i]);
+    }
+    rc = gguf_writer_write_file(w, path, err, errlen);
+out:
+    for (int i = 0; i < g.n_pools; i++) free(g.pools[i].rows);
+    free(g.pools);
+    free(g.xrow);
+    free(g.row);
+    gguf_writer_free(w);
+    free(gens);
+    free(specs);
+    return rc;
+}

@@ -1,0 +1,71 @@
+/* mkmodel.h - synthetic GGUF models: real shapes, metadata and tokenizer, random weights.
+ *
+ * Used by `inferd mkmodel`, the tests and the benchmarks.  A generated file has every
+ * hyper-parameter key of its architecture, a chat template of the family the architecture
+ * ships with (ChatML for qwen2/qwen3, Llama 3 for llama), and a byte-level BPE tokenizer
+ * whose merges are learned from a text corpus (see mkmodel_corpus) and padded with filler
+ * tokens up to n_vocab.  Weights are seeded N(0, 1/sqrt(fan_in)) (norm weights 1), so
+ * activations keep a sane scale through the layers. */
+#ifndef INFERD_MKMODEL_H
+#define INFERD_MKMODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ggml_types.h"
+#include "model.h"
+
+/* Weight formats: one ggml type for every matrix, or llama.cpp's Q4_K_M mix. */
+typedef enum mkmodel_ftype {
+    MKMODEL_F32 = 0,
+    MKMODEL_F16,
+    MKMODEL_Q8_0,
+    MKMODEL_Q4_0,
+    MKMODEL_Q4_K,
+    MKMODEL_Q5_K,
+    MKMODEL_Q6_K,
+    MKMODEL_Q4_K_M,
+    MKMODEL_FTYPE_COUNT
+} mkmodel_ftype;
+
+typedef struct mkmodel_config {
+    model_arch arch;
+    char name[64]; /* general.name */
+    int n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_vocab;
+    int head_dim; /* 0: n_embd / n_head */
+    float rope_base;
+    float rms_eps;
+    bool tied_output; /* no output.weight: the LM head is token_embd */
+    mkmodel_ftype ftype;
+    uint64_t seed;
+    /* Rows of big matrices are tiled from a small pool of random rows (see mkmodel.c);
+     * 0 = decide by size. */
+    int reuse_rows;
+} mkmodel_config;
+
+/* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b".
+ * Returns false for an unknown name. */
+bool mkmodel_preset(const char *name, mkmodel_config *cfg);
+/* Switch cfg to another architecture, keeping its sizes (qwen: tied output, NeoX RoPE
+ * implied by the arch, bias/norm tensors; qwen3 head_dim from n_embd/n_head). */
+void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch);
+int mkmodel_ftype_from_name(const char *name); /* "f32".."q4_k_m"; -1 when unknown */
+const char *mkmodel_ftype_name(mkmodel_ftype ft);
+/* GGUF general.file_type (llama.cpp's LLAMA_FTYPE numbering). */
+uint32_t mkmodel_file_type(mkmodel_ftype ft);
+
+/* The tensor type of one matrix under cfg->ftype (Q4_K_M: llama.cpp's rule), before the
+ * row-length fallback.  layer is -1 for token_embd / output.  Exposed for tests. */
+ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int layer);
+
+/* Training text for the tokenizer: README.md then every src/ *.c and *.h file under root
+ * (sorted by path), at most max_bytes.  Falls back to a built-in paragraph when root has
+ * none, so the result is never empty.  Caller frees. */
+char *mkmodel_corpus(const char *root, size_t max_bytes, size_t *len);
+
+/* Write the model to path (corpus: tokenizer training text).  0, or -1 with err set. */
+int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_len,
+                  const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,654 @@
+/* quant.c - the GGUF/ggml weight formats on the CPU.
+ *
+ * Each quantised type has one block decoder (block bytes -> floats, the exact arithmetic of
+ * ggml's dequantize_row_*, so results are bit-identical) and one block encoder.  Both the row
+ * dequantiser and the dot product are built on the decoder, so the dot product sees exactly
+ * the dequantised weights: it decodes one block into a stack buffer that stays in L1 and
+ * multiplies it with x in LANES independent float accumulators.  Every inner loop has a
+ * constant trip count and no cross-iteration dependency, which is what gcc -O2 needs to
+ * vectorise it (a plain `sum += a*b` loop cannot be, since float addition is not associative).
+ *
+ * Blocks are declared with byte members only, so a block may sit at any address (a GGUF
+ * tensor is only 32-byte aligned, and Q4_0 blocks are 18 bytes) and halves are read as
+ * little-endian byte pairs, as the file format stores them.
+ */
+#include "quant.h"
+
+#include <math.h>
+#include <string.h>
+
+#define QK4_0 32
+#define QK8_0 32
+#define K_SCALE_SIZE 12
+
+typedef struct {
+    uint8_t d[2];           /* f16 scale */
+    uint8_t qs[QK4_0 / 2];  /* weight j in the low nibble of qs[j], j+16 in the high one */
+} block_q4_0;
+
+typedef struct {
+    uint8_t d[2];
+    int8_t qs[QK8_0];
+} block_q8_0;
+
+typedef struct {
+    uint8_t d[2];                   /* f16 scale of the 6-bit sub-block scales */
+    uint8_t dmin[2];                /* f16 scale of the 6-bit sub-block mins */
+    uint8_t scales[K_SCALE_SIZE];   /* 8 scales + 8 mins, 6 bits each (see scale_min_k4) */
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t dmin[2];
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];           /* 5th bit: bit 2c / 2c+1 of qh[l] for chunk c */
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+
+typedef struct {
+    uint8_t ql[QK_K / 2];           /* low 4 bits */
+    uint8_t qh[QK_K / 4];           /* high 2 bits */
+    int8_t scales[QK_K / 16];       /* one signed 8-bit scale per 16 weights */
+    uint8_t d[2];
+} block_q6_K;
+
+_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
+_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
+_Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
+_Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
+_Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
+
+/* ---------------------------------------------------------------- half precision */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Exact for every half, subnormals included: moving the 15 magnitude bits into float
+ * position gives the right mantissa with an exponent 112 too small, and multiplying by 2^112
+ * fixes the exponent exactly (also for subnormal halves, which land on float subnormals and
+ * become normal).  Only inf/NaN need their exponent set explicitly.  Branch-free, so loops
+ * of conversions vectorise. */
+float quant_f16_to_f32(uint16_t h)
+{
+    uint32_t mag = (uint32_t)(h & 0x7fff) << 13;
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t bits = f32_bits(f32_from_bits(mag) * 0x1p112f);
+    uint32_t special = (h & 0x7c00) == 0x7c00 ? 0xffffffffu : 0; /* inf, NaN (payload kept) */
+    bits = (bits & ~special) | ((0x7f800000u | mag) & special);
+    return f32_from_bits(bits | sign);
+}
+
+uint16_t quant_f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    x &= 0x7fffffffu;
+    if (x > 0x7f800000u) /* NaN: quiet it and keep the top of the payload, as F16C does */
+        return (uint16_t)(sign | 0x7e00 | ((x >> 13) & 0x3ff));
+    if (x >= 0x47800000u) return (uint16_t)(sign | 0x7c00); /* >= 65536 (or inf) */
+
+    uint32_t exp = x >> 23;
+    if (exp >= 113) { /* normal half: rebias the exponent, round the 13 dropped bits */
+        uint32_t h = ((exp - 112) << 10) | ((x >> 13) & 0x3ff);
+        uint32_t rest = x & 0x1fff;
+        if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++; /* a carry may reach inf */
+        return (uint16_t)(sign | h);
+    }
+    /* subnormal half or zero: the value is m * 2^(exp-150), the half is q * 2^-24 */
+    uint32_t shift = 126 - exp;
+    if (shift > 24) return sign; /* below 2^-25: rounds to zero */
+    uint32_t m = (x & 0x7fffff) | 0x800000;
+    uint32_t h = m >> shift;
+    uint32_t rest = m & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1))) h++; /* may become the smallest normal */
+    return (uint16_t)(sign | h);
+}
+
+float quant_bf16_to_f32(uint16_t h)
+{
+    return f32_from_bits((uint32_t)h << 16);
+}
+
+uint16_t quant_f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    x += 0x7fffu + ((x >> 16) & 1); /* round to nearest even; overflow carries into inf */
+    return (uint16_t)(x >> 16);
+}
+
+static float load_f16(const uint8_t p[2])
+{
+    return quant_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+}
+
+/* Stores the half nearest to v but never of smaller magnitude, and returns it.  Used for
+ * block scales: x/d must not exceed the largest quant level because d was rounded down
+ * (which matters most where d lands among the f16 subnormals). */
+static float store_f16_scale(uint8_t p[2], float v)
+{
+    uint16_t h = quant_f32_to_f16(v);
+    if (fabsf(quant_f16_to_f32(h)) < fabsf(v) && (h & 0x7fff) < 0x7bff) h++;
+    p[0] = (uint8_t)(h & 0xff);
+    p[1] = (uint8_t)(h >> 8);
+    return quant_f16_to_f32(h);
+}
+
+/* ---------------------------------------------------------------- block decoders */
+
+typedef void (*block_decoder)(const uint8_t *restrict blk, float *restrict y);
+
+static void decode_q4_0(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q4_0 *b = (const block_q4_0 *)blk;
+    const float d = load_f16(b->d);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        y[j] = (float)((b->qs[j] & 0x0f) - 8) * d;
+        y[j + QK4_0 / 2] = (float)((b->qs[j] >> 4) - 8) * d;
+    }
+}
+
+static void decode_q8_0(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q8_0 *b = (const block_q8_0 *)blk;
+    const float d = load_f16(b->d);
+    for (int j = 0; j < QK8_0; j++) y[j] = (float)b->qs[j] * d;
+}
+
+/* Sub-block j's 6-bit scale and min.  Sub-blocks 0..3 own the low 6 bits of bytes j (scale)
+ * and j+4 (min); sub-blocks 4..7 keep their low 4 bits in the nibbles of byte j+4 and their
+ * top 2 bits in the spare top bits of bytes j-4 (scale) and j (min). */
+static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Q4_K and Q5_K share everything but the 5th bit: 64 weights per chunk c, the low nibbles of
+ * qs[32c..32c+31] are sub-block 2c, the high nibbles sub-block 2c+1; Q5_K's extra bit of
+ * weight l in those sub-blocks is bit 2c resp. 2c+1 of qh[l].  Inlined with qh constant, so
+ * Q4_K's copy carries no test for it. */
+static inline __attribute__((always_inline)) void
+decode_k_nibbles(float d, float dmin, const uint8_t *scales, const uint8_t *qs,
+                 const uint8_t *qh, float *restrict y)
+{
+    for (int c = 0; c < QK_K / 64; c++) {
+        uint8_t sc, m;
+        scale_min_k4(2 * c, scales, &sc, &m);
+        const float d1 = d * sc, m1 = dmin * m;
+        scale_min_k4(2 * c + 1, scales, &sc, &m);
+        const float d2 = d * sc, m2 = dmin * m;
+        const uint8_t *q = qs + 32 * c;
+        float *out = y + 64 * c;
+        for (int l = 0; l < 32; l++) {
+            int lo = q[l] & 0x0f, hi = q[l] >> 4;
+            if (qh) {
+                lo += ((qh[l] >> (2 * c)) & 1) << 4;
+                hi += ((qh[l] >> (2 * c + 1)) & 1) << 4;
+            }
+            out[l] = d1 * (float)lo - m1;
+            out[l + 32] = d2 * (float)hi - m2;
+        }
+    }
+}
+
+static void decode_q4_K(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q4_K *b = (const block_q4_K *)blk;
+    decode_k_nibbles(load_f16(b->d), load_f16(b->dmin), b->scales, b->qs, NULL, y);
+}
+
+static void decode_q5_K(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q5_K *b = (const block_q5_K *)blk;
+    decode_k_nibbles(load_f16(b->d), load_f16(b->dmin), b->scales, b->qs, b->qh, y);
+}
+
+/* Two halves of 128 weights.  In a half, lane l (0..31) of ql[l], ql[l+32] and qh[l] holds
+ * weights l, l+32, l+64, l+96: low nibbles of ql[l] / ql[l+32] for the first two, high
+ * nibbles for the last two, and the four 2-bit pairs of qh[l] in that order.  Each 16 weights
+ * have their own scale: weight 16k+i of the half uses scales[8*half + k]. */
+static void decode_q6_K(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q6_K *b = (const block_q6_K *)blk;
+    const float d = load_f16(b->d);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+        const int8_t *sc = b->scales + 8 * h;
+        float *out = y + 128 * h;
+        for (int s = 0; s < 2; s++) { /* lanes 0..15 use scale s, 16..31 scale s+1 ... */
+            const float d1 = d * sc[s], d2 = d * sc[s + 2], d3 = d * sc[s + 4],
+                        d4 = d * sc[s + 6];
+            for (int l = 16 * s; l < 16 * s + 16; l++) {
+                int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                out[l] = d1 * (float)q1;
+                out[l + 32] = d2 * (float)q2;
+                out[l + 64] = d3 * (float)q3;
+                out[l + 96] = d4 * (float)q4;
+            }
+        }
+    }
+}
+
+/* Float "blocks": the dot product handles float rows in chunks of FLOAT_CHUNK. */
+#define FLOAT_CHUNK 256
+
+/* n halves from src (little-endian, any alignment): groups of 16 with a constant trip count
+ * so the conversion vectorises, then the tail. */
+static void decode_halves(bool bf16, const uint8_t *restrict src, float *restrict y, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint16_t h[16];
+        memcpy(h, src + 2 * i, sizeof h); /* GGUF is little-endian, as are our hosts */
+        if (bf16)
+            for (int k = 0; k < 16; k++) y[i + k] = quant_bf16_to_f32(h[k]);
+        else
+            for (int k = 0; k < 16; k++) y[i + k] = quant_f16_to_f32(h[k]);
+    }
+    for (; i < n; i++) {
+        uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
+        y[i] = bf16 ? quant_bf16_to_f32(h) : quant_f16_to_f32(h);
+    }
+}
+
+/* ---------------------------------------------------------------- dot products */
+
+#define LANES 16
+
+/* Pairwise, so the order is fixed and independent of the compiler. */
+static float lanes_sum(float acc[LANES])
+{
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) acc[k] += acc[k + w];
+    return acc[0];
+}
+
+/* sum w[i]*x[i]; n is a multiple of LANES. */
+static inline __attribute__((always_inline)) float
+dot_lanes(const float *restrict w, const float *restrict x, int n)
+{
+    float acc[LANES] = {0};
+    for (int i = 0; i < n; i += LANES)
+        for (int k = 0; k < LANES; k++) acc[k] += w[i + k] * x[i + k];
+    return lanes_sum(acc);
+}
+
+/* Any n: LANES-wide part, then the tail in order. */
+static float dot_any(const float *restrict w, const float *restrict x, int n)
+{
+    int head = n - n % LANES;
+    float sum = dot_lanes(w, x, head);
+    for (int i = head; i < n; i++) sum += w[i] * x[i];
+    return sum;
+}
+
+/* Inlined per type with a constant decoder, so the decoder is inlined into the block loop. */
+static inline __attribute__((always_inline)) float
+dot_blocks(block_decoder decode, int block_elems, size_t block_bytes, const uint8_t *row,
+           const float *x, int64_t nblocks)
+{
+    float w[QK_K];
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nblocks; b++) {
+        decode(row + (size_t)b * block_bytes, w);
+        sum += dot_lanes(w, x + b * block_elems, block_elems);
+    }
+    return sum;
+}
+
+static float dot_float_row(ggml_type type, const uint8_t *row, const float *x, int64_t n)
+{
+    float w[FLOAT_CHUNK];
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i += FLOAT_CHUNK) {
+        int len = n - i < FLOAT_CHUNK ? (int)(n - i) : FLOAT_CHUNK;
+        if (type == GGML_TYPE_F32) {
+            memcpy(w, row + 4 * i, (size_t)len * 4); /* rows may be unaligned */
+        } else {
+            decode_halves(type == GGML_TYPE_BF16, row + 2 * i, w, len);
+        }
+        sum += dot_any(w, x + i, len);
+    }
+    return sum;
+}
+
+static bool row_ok(ggml_type type, int64_t n)
+{
+    return ggml_type_supported(type) && n >= 0 && ggml_row_bytes(type, n) > 0;
+}
+
+float quant_dot_row(ggml_type type, const void *row, const float *x, int64_t n)
+{
+    const uint8_t *r = row;
+    if (n == 0) return 0.0f;
+    if (!row_ok(type, n)) return NAN; /* poison rather than a plausible number */
+    switch (type) {
+    case GGML_TYPE_F32:
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16: return dot_float_row(type, r, x, n);
+    case GGML_TYPE_Q4_0:
+        return dot_blocks(decode_q4_0, QK4_0, sizeof(block_q4_0), r, x, n / QK4_0);
+    case GGML_TYPE_Q8_0:
+        return dot_blocks(decode_q8_0, QK8_0, sizeof(block_q8_0), r, x, n / QK8_0);
+    case GGML_TYPE_Q4_K:
+        return dot_blocks(decode_q4_K, QK_K, sizeof(block_q4_K), r, x, n / QK_K);
+    case GGML_TYPE_Q5_K:
+        return dot_blocks(decode_q5_K, QK_K, sizeof(block_q5_K), r, x, n / QK_K);
+    case GGML_TYPE_Q6_K:
+        return dot_blocks(decode_q6_K, QK_K, sizeof(block_q6_K), r, x, n / QK_K);
+    default: return NAN;
+    }
+}
+
+/* ---------------------------------------------------------------- dequantisation */
+
+static block_decoder decoder_of(ggml_type type)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: return decode_q4_0;
+    case GGML_TYPE_Q8_0: return decode_q8_0;
+    case GGML_TYPE_Q4_K: return decode_q4_K;
+    case GGML_TYPE_Q5_K: return decode_q5_K;
+    case GGML_TYPE_Q6_K: return decode_q6_K;
+    default: return NULL;
+    }
+}
+
+void quant_dequantize_row(ggml_type type, const void *src, float *dst, int64_t n)
+{
+    const uint8_t *s = src;
+    if (n <= 0) return;
+    if (!row_ok(type, n)) { /* poison rather than leave stale values */
+        for (int64_t i = 0; i < n; i++) dst[i] = NAN;
+        return;
+    }
+    switch (type) {
+    case GGML_TYPE_F32: memcpy(dst, s, (size_t)n * sizeof(float)); return;
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16:
+        for (int64_t i = 0; i < n; i += FLOAT_CHUNK) {
+            int len = n - i < FLOAT_CHUNK ? (int)(n - i) : FLOAT_CHUNK;
+            decode_halves(type == GGML_TYPE_BF16, s + 2 * i, dst + i, len);
+        }
+        return;
+    default: break;
+    }
+    block_decoder decode = decoder_of(type);
+    size_t elems = ggml_type_block_elems(type), bytes = ggml_type_block_bytes(type);
+    for (int64_t b = 0; b < n / (int64_t)elems; b++)
+        decode(s + (size_t)b * bytes, dst + (size_t)b * elems);
+}
+
+/* ---------------------------------------------------------------- quantisation */
+
+/* round(v) clamped to [lo, hi]; NaN maps to lo, so hostile floats cannot cause an
+ * out-of-range conversion. */
+static int round_clamp(float v, int lo, int hi)
+{
+    float r = floorf(v + 0.5f);
+    if (!(r >= (float)lo)) return lo;
+    if (r > (float)hi) return hi;
+    return (int)r;
+}
+
+static void encode_q4_0(const float *x, uint8_t *blk)
+{
+    block_q4_0 *b = (block_q4_0 *)blk;
+    /* The value of largest magnitude maps to q = 0 (-8), which uses the full asymmetric
+     * range [-8, 7] on the side where it matters most. */
+    float amax = 0.0f, vmax = 0.0f;
+    for (int j = 0; j < QK4_0; j++) {
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            vmax = x[j];
+        }
+    }
+    const float d = store_f16_scale(b->d, vmax / -8.0f);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        int lo = round_clamp(x[j] * id + 8.0f, 0, 15);
+        int hi = round_clamp(x[j + QK4_0 / 2] * id + 8.0f, 0, 15);
+        b->qs[j] = (uint8_t)(lo | (hi << 4));
+    }
+}
+
+static void encode_q8_0(const float *x, uint8_t *blk)
+{
+    block_q8_0 *b = (block_q8_0 *)blk;
+    float amax = 0.0f;
+    for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = store_f16_scale(b->d, amax / 127.0f);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < QK8_0; j++) b->qs[j] = (int8_t)round_clamp(x[j] * id, -127, 127);
+}
+
+/* Fit x[i] ~ scale*q[i] - offset with q in [0, nmax] and offset >= 0 (the K-quants store a
+ * subtracted, unsigned min, so the represented minimum is <= 0).  Tries a fan of scales
+ * around (max-min)/nmax; for each, rounds to q and solves the least-squares scale and offset
+ * for those q; keeps the fit with the smallest squared error (the idea of ggml's
+ * make_qkx2_quants, unweighted). */
+static float fit_affine(const float *x, int n, int nmax, float *offset)
+{
+    float lo = 0.0f, hi = x[0];
+    for (int i = 0; i < n; i++) {
+        lo = fminf(lo, x[i]);
+        hi = fmaxf(hi, x[i]);
+    }
+    *offset = -lo;
+    if (!(hi > lo)) return 0.0f; /* constant row: offset alone represents it */
+
+    float best_scale = (hi - lo) / nmax, best_err = INFINITY;
+    for (int step = -10; step <= 10; step++) {
+        float iscale = ((float)nmax + 0.1f * step) / (hi - lo);
+        float sl = 0, sl2 = 0, sx = 0, slx = 0;
+        for (int i = 0; i < n; i++) {
+            float q = (float)round_clamp(iscale * (x[i] - lo), 0, nmax);
+            sl += q;
+            sl2 += q * q;
+            sx += x[i];
+            slx += q * x[i];
+        }
+        float det = n * sl2 - sl * sl;
+        if (det <= 0.0f) continue;
+        float scale = (n * slx - sl * sx) / det;
+        float min = (sl2 * sx - sl * slx) / det;
+        if (min > 0.0f) { /* offset must stay >= 0: refit the scale alone */
+            min = 0.0f;
+            scale = sl2 > 0.0f ? slx / sl2 : 0.0f;
+        }
+        if (!(scale > 0.0f)) continue;
+        float err = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float q = (float)round_clamp((x[i] - min) / scale, 0, nmax);
+            float diff = scale * q + min - x[i];
+            err += diff * diff;
+        }
+        if (err < best_err) {
+            best_err = err;
+            best_scale = scale;
+            *offset = -min;
+        }
+    }
+    return best_scale;
+}
+
+/* The 8 scales and 8 offsets of a Q4_K/Q5_K super-block as 6-bit integers relative to the
+ * super-block's d and dmin; the inverse of scale_min_k4.  Returns the q of every weight. */
+static void encode_k_affine(const float *x, int nmax, uint8_t dd[2], uint8_t ddmin[2],
+                            uint8_t scales[K_SCALE_SIZE], uint8_t q[QK_K])
+{
+    float scale[8], offset[8], max_scale = 0.0f, max_offset = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        scale[j] = fit_affine(x + 32 * j, 32, nmax, &offset[j]);
+        max_scale = fmaxf(max_scale, scale[j]);
+        max_offset = fmaxf(max_offset, offset[j]);
+    }
+    const float d = store_f16_scale(dd, max_scale / 63.0f);
+    const float dmin = store_f16_scale(ddmin, max_offset / 63.0f);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(d > 0.0f ? round_clamp(scale[j] / d, 0, 63) : 0);
+        m[j] = (uint8_t)(dmin > 0.0f ? round_clamp(offset[j] / dmin, 0, 63) : 0);
+    }
+    for (int j = 0; j < 4; j++) {
+        scales[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+        scales[j + 4] = (uint8_t)(m[j] | ((m[j + 4] >> 4) << 6));
+        scales[j + 8] = (uint8_t)((sc[j + 4] & 0x0f) | ((m[j + 4] & 0x0f) << 4));
+    }
+    /* requantise against the stored (rounded) scales, which is what will be decoded */
+    for (int j = 0; j < 8; j++) {
+        const float ds = d * sc[j], dm = dmin * m[j];
+        for (int i = 0; i < 32; i++) {
+            int k = 32 * j + i;
+            q[k] = (uint8_t)(ds > 0.0f ? round_clamp((x[k] + dm) / ds, 0, nmax) : 0);
+        }
+    }
+}
+
+static void encode_q4_K(const float *x, uint8_t *blk)
+{
+    block_q4_K *b = (block_q4_K *)blk;
+    uint8_t q[QK_K];
+    encode_k_affine(x, 15, b->d, b->dmin, b->scales, q);
+    for (int c = 0; c < QK_K / 64; c++)
+        for (int l = 0; l < 32; l++)
+            b->qs[32 * c + l] = (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+}
+
+static void encode_q5_K(const float *x, uint8_t *blk)
+{
+    block_q5_K *b = (block_q5_K *)blk;
+    uint8_t q[QK_K];
+    encode_k_affine(x, 31, b->d, b->dmin, b->scales, q);
+    memset(b->qh, 0, sizeof b->qh);
+    for (int c = 0; c < QK_K / 64; c++) {
+        for (int l = 0; l < 32; l++) {
+            int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
+            b->qs[32 * c + l] = (uint8_t)((lo & 0x0f) | ((hi & 0x0f) << 4));
+            b->qh[l] |= (uint8_t)(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+        }
+    }
+}
+
+/* Fit x[i] ~ scale*q[i] with q in [-nmax, nmax-1]; the scale may be negative so that the
+ * value of largest magnitude can use the extra negative level (ggml's make_qx_quants idea,
+ * unweighted). */
+static float fit_symmetric(const float *x, int n, int nmax)
+{
+    float amax = 0.0f, vmax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            vmax = x[i];
+        }
+    }
+    if (amax == 0.0f) return 0.0f;
+    float best_scale = vmax / -(float)nmax, best_err = INFINITY;
+    for (int step = -9; step <= 9; step++) {
+        float iscale = -((float)nmax + 0.1f * step) / vmax;
+        float slx = 0.0f, sl2 = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float q = (float)round_clamp(iscale * x[i], -nmax, nmax - 1);
+            slx += q * x[i];
+            sl2 += q * q;
+        }
+        if (sl2 <= 0.0f) continue;
+        float scale = slx / sl2, err = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float diff = scale * (float)round_clamp(x[i] / scale, -nmax, nmax - 1) - x[i];
+            err += diff * diff;
+        }
+        if (err < best_err) {
+            best_err = err;
+            best_scale = scale;
+        }
+    }
+    return best_scale;
+}
+
+static void encode_q6_K(const float *x, uint8_t *blk)
+{
+    block_q6_K *b = (block_q6_K *)blk;
+    float scale[QK_K / 16], max_scale = 0.0f;
+    for (int j = 0; j < QK_K / 16; j++) {
+        scale[j] = fit_symmetric(x + 16 * j, 16, 32);
+        if (fabsf(scale[j]) > fabsf(max_scale)) max_scale = scale[j];
+    }
+    /* the largest scale maps to -128, the int8 level without a positive twin */
+    const float d = store_f16_scale(b->d, max_scale / -128.0f);
+    uint8_t q[QK_K];
+    for (int j = 0; j < QK_K / 16; j++) {
+        int sc = d != 0.0f ? round_clamp(scale[j] / d, -128, 127) : 0;
+        b->scales[j] = (int8_t)sc;
+        const float ds = d * (float)sc;
+        for (int i = 0; i < 16; i++) {
+            int k = 16 * j + i;
+            q[k] = (uint8_t)((ds != 0.0f ? round_clamp(x[k] / ds, -32, 31) : 0) + 32);
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *qq = q + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            int q1 = qq[l], q2 = qq[l + 32], q3 = qq[l + 64], q4 = qq[l + 96];
+            b->ql[64 * h + l] = (uint8_t)((q1 & 0x0f) | ((q3 & 0x0f) << 4));
+            b->ql[64 * h + l + 32] = (uint8_t)((q2 & 0x0f) | ((q4 & 0x0f) << 4));
+            b->qh[32 * h + l] =
+                (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+        }
+    }
+}
+
+size_t quant_quantize_row(ggml_type type, const float *src, void *dst, int64_t n)
+{
+    uint8_t *out = dst;
+    if (!row_ok(type, n)) return 0;
+    size_t bytes = ggml_row_bytes(type, n);
+    if (type == GGML_TYPE_F32) {
+        memcpy(out, src, bytes);
+        return bytes;
+    }
+    if (type == GGML_TYPE_F16 || type == GGML_TYPE_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = type == GGML_TYPE_F16 ? quant_f32_to_f16(src[i])
+                                               : quant_f32_to_bf16(src[i]);
+            out[2 * i] = (uint8_t)(h & 0xff);
+            out[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+        return bytes;
+    }
+    void (*encode)(const float *, uint8_t *) = NULL;
+    switch (type) {
+    case GGML_TYPE_Q4_0: encode = encode_q4_0; break;
+    case GGML_TYPE_Q8_0: encode = encode_q8_0; break;
+    case GGML_TYPE_Q4_K: encode = encode_q4_K; break;
+    case GGML_TYPE_Q5_K: encode = encode_q5_K; break;
+    case GGML_TYPE_Q6_K: encode = encode_q6_K; break;
+    default: return 0;
+    }
+    size_t elems = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);
+    for (int64_t b = 0; b < n / (int64_t)elems; b++)
+        encode(src + (size_t)b * elems, out + (size_t)b * bb);
+    return bytes;
+}

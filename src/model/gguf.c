@@ -42,12 +42,18 @@ typedef struct gguf_kv {
     size_t *str_off;     /* string arrays: file offset of each element's length prefix */
 } gguf_kv;
 
-/* Open-addressing hash from a NUL-terminated name to an index: duplicate detection and
- * lookup stay O(1) even for files that claim millions of entries. */
+/* Names sorted for binary search.  Sorting (rather than hashing) keeps duplicate detection
+ * O(n log n) whatever names a hostile file picks: crafted hash collisions cannot make it
+ * quadratic. */
+typedef struct name_entry {
+    const char *name;
+    int64_t i;  /* index of the key or tensor */
+    size_t off; /* file offset of its key / tensor info, for error messages */
+} name_entry;
+
 typedef struct name_index {
-    const char **names;
-    int64_t *idx;
-    size_t mask;
+    name_entry *e;
+    int64_t n;
 } name_index;
 
 struct gguf_file {
@@ -96,6 +102,22 @@ static void set_what(cursor *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->what, sizeof c->what, fmt, ap);
     va_end(ap);
+}
+
+/* A name from the file as it may appear in a message: at most 100 bytes, control bytes
+ * replaced, so that a hostile name cannot garble the terminal or the log line. */
+typedef struct shown_name {
+    char s[101];
+} shown_name;
+
+static shown_name show(const char *name)
+{
+    shown_name out;
+    size_t n = 0;
+    for (; name[n] && n < sizeof out.s - 1; n++)
+        out.s[n] = (unsigned char)name[n] < 0x20 || name[n] == 0x7f ? '?' : name[n];
+    out.s[n] = '\0';
+    return out;
 }
 
 static size_t remaining(const cursor *c) { return c->size - c->pos; }
@@ -156,56 +178,57 @@ static char *copy_name(cursor *c, size_t off, uint64_t len, size_t at, const cha
 
 /* ---- name index ------------------------------------------------------------------------ */
 
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
 static bool index_init(name_index *ix, int64_t n)
 {
-    size_t cap = 16;
-    while (cap < (size_t)n * 2) cap *= 2;
-    ix->names = calloc(cap, sizeof *ix->names);
-    ix->idx = calloc(cap, sizeof *ix->idx);
-    ix->mask = cap - 1;
-    return ix->names && ix->idx;
+    ix->n = 0;
+    ix->e = malloc((size_t)(n ? n : 1) * sizeof *ix->e);
+    return ix->e != NULL;
 }
 
-static void index_free(name_index *ix)
+static void index_free(name_index *ix) { free(ix->e); }
+
+static void index_add(name_index *ix, const char *name, int64_t i, size_t off)
 {
-    free(ix->names);
-    free(ix->idx);
+    ix->e[ix->n++] = (name_entry){name, i, off};
 }
 
-/* Inserts name -> i; returns the index already stored under that name, or -1. */
-static int64_t index_insert(name_index *ix, const char *name, int64_t i)
+static int cmp_entry(const void *a, const void *b)
 {
-    size_t h = (size_t)hash_name(name) & ix->mask;
-    while (ix->names[h]) {
-        if (strcmp(ix->names[h], name) == 0) return ix->idx[h];
-        h = (h + 1) & ix->mask;
-    }
-    ix->names[h] = name;
-    ix->idx[h] = i;
-    return -1;
+    const name_entry *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Sorts the index; returns a name that occurs twice (its later entry; *first = the earlier
+ * index) or NULL. */
+static const name_entry *index_sort(name_index *ix, int64_t *first)
+{
+    qsort(ix->e, (size_t)ix->n, sizeof *ix->e, cmp_entry);
+    for (int64_t k = 1; k < ix->n; k++)
+        if (strcmp(ix->e[k - 1].name, ix->e[k].name) == 0) {
+            *first = ix->e[k - 1].i;
+            return &ix->e[k];
+        }
+    return NULL;
 }
 
 static int64_t index_find(const name_index *ix, const char *name)
 {
-    if (!ix->names || !name) return -1;
-    size_t h = (size_t)hash_name(name) & ix->mask;
-    while (ix->names[h]) {
-        if (strcmp(ix->names[h], name) == 0) return ix->idx[h];
-        h = (h + 1) & ix->mask;
+    if (!name) return -1;
+    int64_t lo = 0, hi = ix->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(ix->e[mid].name, name);
+        if (c == 0) return ix->e[mid].i;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
     }
     return -1;
 }
 
 /* ---- metadata values ------------------------------------------------------------------- */
 
-static size_t scalar_size(uint32_t t)
+size_t gguf_vtype_size(uint32_t t)
 {
     switch (t) {
     case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
@@ -253,7 +276,7 @@ static bool parse_array(cursor *c, gguf_kv *kv)
         }
         return true;
     }
-    size_t es = scalar_size(at);
+    size_t es = gguf_vtype_size(at);
     if (es == 0) return fail(c, "unknown array element type %u at offset %zu", at, type_at);
     if (kv->arr_len > remaining(c) / es)
         return fail(c, "array of %llu x %zu-byte elements at offset %zu extends past end of file (size %zu)",
@@ -277,7 +300,7 @@ static bool parse_value(cursor *c, gguf_kv *kv)
         uint64_t len;
         return read_str(c, &off, &len, "string value");
     }
-    size_t es = scalar_size(t);
+    size_t es = gguf_vtype_size(t);
     if (es == 0) return fail(c, "unknown value type %u at offset %zu", t, type_at);
     if (!need(c, es, "value")) return false;
     if (t == GGUF_VT_BOOL && !check_bools(c, c->pos, 1)) return false;
@@ -383,11 +406,17 @@ static bool parse_kvs(cursor *c, gguf_file *f)
         set_what(c, "metadata %lld", (long long)i);
         if (!read_str(c, &off, &len, "key")) return false;
         if (!(kv->key = copy_name(c, off, len, at, "key"))) return false;
-        set_what(c, "metadata %lld '%.100s' (at offset %zu)", (long long)i, kv->key, at);
-        int64_t dup = index_insert(&f->key_index, kv->key, i);
-        if (dup >= 0) return fail(c, "duplicate key (first defined by metadata %lld)", (long long)dup);
+        set_what(c, "metadata %lld '%s' (at offset %zu)", (long long)i, show(kv->key).s, at);
+        index_add(&f->key_index, kv->key, i, at);
         if (!parse_value(c, kv)) return false;
     }
+    int64_t first;
+    const name_entry *dup = index_sort(&f->key_index, &first);
+    if (dup) {
+        set_what(c, "metadata %lld '%s' (at offset %zu)", (long long)dup->i, show(dup->name).s, dup->off);
+        return fail(c, "duplicate key (first defined by metadata %lld)", (long long)first);
+    }
+    c->what[0] = '\0';
     return true;
 }
 
@@ -420,9 +449,8 @@ static bool parse_tensor_info(cursor *c, gguf_file *f, int64_t i)
     char *name = copy_name(c, off, len, at, "name");
     if (!name) return false;
     t->name = name;
-    set_what(c, "tensor '%.100s' (info at offset %zu)", name, at);
-    int64_t dup = index_insert(&f->tensor_index, name, i);
-    if (dup >= 0) return fail(c, "duplicate tensor name (first used by tensor %lld)", (long long)dup);
+    set_what(c, "tensor '%s' (info at offset %zu)", show(name).s, at);
+    index_add(&f->tensor_index, name, i, at);
 
     size_t dims_at = c->pos;
     if (!read_u32(c, &t->n_dims, "n_dims")) return false;
@@ -478,7 +506,7 @@ static bool check_extents(cursor *c, gguf_file *f)
     bool ok = true;
     for (int64_t k = 0; k < f->n_tensors && ok; k++) {
         const gguf_tensor *t = order[k];
-        set_what(c, "tensor '%.100s'", t->name);
+        set_what(c, "tensor '%s'", show(t->name).s);
         uint64_t start, end;
         if (__builtin_add_overflow((uint64_t)f->data_off, t->offset, &start) ||
             __builtin_add_overflow(start, (uint64_t)t->nbytes, &end)) {
@@ -489,8 +517,8 @@ static bool check_extents(cursor *c, gguf_file *f)
                       (unsigned long long)start, (unsigned long long)end, f->size);
         } else if (k > 0 && order[k - 1]->offset + order[k - 1]->nbytes > t->offset) {
             const gguf_tensor *p = order[k - 1];
-            ok = fail(c, "data [%llu, %llu) overlaps tensor '%.100s' [%llu, %llu)",
-                      (unsigned long long)start, (unsigned long long)end, p->name,
+            ok = fail(c, "data [%llu, %llu) overlaps tensor '%s' [%llu, %llu)",
+                      (unsigned long long)start, (unsigned long long)end, show(p->name).s,
                       (unsigned long long)(f->data_off + p->offset),
                       (unsigned long long)(f->data_off + p->offset + p->nbytes));
         }
@@ -506,6 +534,12 @@ static bool parse_tensors(cursor *c, gguf_file *f)
         return fail(c, "out of memory for %lld tensors", (long long)f->n_tensors);
     for (int64_t i = 0; i < f->n_tensors; i++)
         if (!parse_tensor_info(c, f, i)) return false;
+    int64_t first;
+    const name_entry *dup = index_sort(&f->tensor_index, &first);
+    if (dup) {
+        set_what(c, "tensor '%s' (info at offset %zu)", show(dup->name).s, dup->off);
+        return fail(c, "duplicate tensor name (first used by tensor %lld)", (long long)first);
+    }
     c->what[0] = '\0';
     /* The data section starts at the next aligned offset; a file without tensors may end
      * before it. */
@@ -776,8 +810,8 @@ const char *gguf_arr_str(const gguf_file *f, int64_t i, uint64_t j, size_t *len)
 static size_t arr_elem(const gguf_file *f, int64_t i, uint64_t j)
 {
     const gguf_kv *kv = arr_at(f, i);
-    if (!kv || j >= kv->arr_len || scalar_size(kv->arr_type) == 0) return 0;
-    return kv->val_off + (size_t)j * scalar_size(kv->arr_type);
+    if (!kv || j >= kv->arr_len || gguf_vtype_size(kv->arr_type) == 0) return 0;
+    return kv->val_off + (size_t)j * gguf_vtype_size(kv->arr_type);
 }
 
 bool gguf_arr_f32(const gguf_file *f, int64_t i, uint64_t j, float *out)

@@ -29,6 +29,9 @@ typedef enum gguf_vtype {
     GGUF_VT_FLOAT64 = 12,
 } gguf_vtype;
 
+/* Bytes of one value of a fixed-size type; 0 for strings, arrays and unknown numbers. */
+size_t gguf_vtype_size(uint32_t type);
+
 #define GGUF_MAX_DIMS 4
 #define GGUF_DEFAULT_ALIGNMENT 32
 

@@ -87,17 +87,6 @@ static void wbuf_str(wbuf *b, const char *s, size_t len)
     wbuf_put(b, s, len);
 }
 
-static size_t vtype_size(uint32_t t)
-{
-    switch (t) {
-    case GGUF_VT_UINT8: case GGUF_VT_INT8: case GGUF_VT_BOOL: return 1;
-    case GGUF_VT_UINT16: case GGUF_VT_INT16: return 2;
-    case GGUF_VT_UINT32: case GGUF_VT_INT32: case GGUF_VT_FLOAT32: return 4;
-    case GGUF_VT_UINT64: case GGUF_VT_INT64: case GGUF_VT_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* ---- building ---------------------------------------------------------------------------- */
 
 gguf_writer *gguf_writer_new(void) { return calloc(1, sizeof(gguf_writer)); }
@@ -169,12 +158,12 @@ void gguf_writer_set_raw(gguf_writer *w, const char *key, gguf_vtype type, gguf_
         if (arr_type == GGUF_VT_STRING) {
             const char *const *v = data;
             for (size_t j = 0; j < n_elems; j++) wbuf_str(b, v[j], strlen(v[j]));
-        } else if (vtype_size(arr_type) && n_elems) {
-            if (n_elems > SIZE_MAX / vtype_size(arr_type)) b->oom = true;
-            else wbuf_put(b, data, n_elems * vtype_size(arr_type));
+        } else if (gguf_vtype_size(arr_type) && n_elems) {
+            if (n_elems > SIZE_MAX / gguf_vtype_size(arr_type)) b->oom = true;
+            else wbuf_put(b, data, n_elems * gguf_vtype_size(arr_type));
         }
     } else {
-        wbuf_put(b, data, vtype_size(type));
+        wbuf_put(b, data, gguf_vtype_size(type));
     }
     if (b->oom) w->oom = true;
 }
@@ -284,7 +273,7 @@ static size_t writer_alignment(const gguf_writer *w)
         const wkv *kv = &w->kv[i];
         if (strcmp(kv->key, "general.alignment") != 0) continue;
         uint64_t a = 0;
-        size_t n = vtype_size(kv->type);
+        size_t n = gguf_vtype_size(kv->type);
         if (kv->type == GGUF_VT_FLOAT32 || kv->type == GGUF_VT_FLOAT64 || n == 0 || kv->value.len < n)
             break;
         memcpy(&a, kv->value.p, n); /* little-endian: the low bytes are the value */

@@ -535,6 +535,16 @@ static void test_bad_values(void **state)
     put_u64(&b, y, 0);
     expect_refused(&b, "metadata 1", fmt("key at offset %zu is empty", y), NULL);
     free(b.p);
+
+    /* control bytes of a hostile name never reach the message */
+    w = gguf_writer_new();
+    gguf_writer_set_u32(w, "k\x1b[2J1", 1);
+    gguf_writer_set_u32(w, "k\x1b[2J2", 2);
+    b = serialise(w);
+    y = find_string(&b, "k\x1b[2J2");
+    b.p[y + 8 + 5] = '1';
+    expect_refused(&b, "metadata 1 'k?[2J1'", "duplicate key", NULL);
+    free(b.p);
 }
 
 static void test_alignment_key(void **state)

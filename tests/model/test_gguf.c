@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "cli/cli.h"
 #include "model/gguf.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
@@ -892,6 +893,58 @@ static void test_open_errors(void **state)
     unlink(path);
 }
 
+/* `inferd info`: exit 0 on a valid model, 1 with the reader's message on a broken one.
+ * Its stdout/stderr go to a file so that the output can be checked. */
+static int run_info(const char *model, bool all, char *out, size_t outlen)
+{
+    char log[] = "/tmp/test_gguf_info_XXXXXX";
+    int fd = mkstemp(log);
+    assert_true(fd >= 0);
+    fflush(stdout);
+    fflush(stderr);
+    int saved_out = dup(1), saved_err = dup(2);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    char *argv[] = {"info", (char *)model, all ? "--all" : NULL, NULL};
+    int rc = cli_info(all ? 3 : 2, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved_out, 1);
+    dup2(saved_err, 2);
+    close(saved_out);
+    close(saved_err);
+    ssize_t n = pread(fd, out, outlen - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(log);
+    return rc;
+}
+
+static void test_info_command(void **state)
+{
+    (void)state;
+    static char out[1 << 16];
+    char path[] = "/tmp/test_gguf_m_XXXXXX";
+    int fd = mkstemp(path);
+    blob b = serialise(small_writer());
+    assert_int_equal(write(fd, b.p, b.n), (ssize_t)b.n);
+    assert_int_equal(run_info(path, false, out, sizeof out), 0);
+    assert_non_null(strstr(out, "version: 3"));
+    assert_non_null(strstr(out, "general.architecture"));
+    assert_non_null(strstr(out, "[str x 3] [\"<s>\", \"a\", \"bc\"]"));
+    assert_non_null(strstr(out, "blk.0.q"));
+    assert_non_null(strstr(out, "[8, 3]"));
+    assert_non_null(strstr(out, "total: 2 tensors, 88 elements, 164 bytes"));
+    /* cut inside the tensor data: exit 1 and the reason */
+    assert_int_equal(ftruncate(fd, (off_t)b.n - 1), 0);
+    close(fd);
+    assert_int_equal(run_info(path, true, out, sizeof out), 1);
+    assert_non_null(strstr(out, "tensor 'blk.0.q'"));
+    assert_non_null(strstr(out, "extends past end of file"));
+    unlink(path);
+    free(b.p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -913,6 +966,7 @@ int main(void)
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_vocab_files),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_info_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

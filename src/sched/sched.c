@@ -90,6 +90,8 @@ struct sched {
     sched_req *wait_head, *wait_tail;
     int n_waiting;
     int n_active; /* submitted and not finished: waiting + running */
+    int n_running;    /* holding a slot */
+    uint64_t kv_used; /* tokens fed into all held slots */
     bool shutdown; /* no new submits */
     bool cancel_all;
     bool stopping; /* sched_destroy: finish everything and leave the loop */
@@ -308,14 +310,27 @@ static sched_req *queue_pop(sched *s)
  * the scheduler's reference. */
 static void req_finish(sched *s, sched_req *r, sched_finish why, const char *error)
 {
+    pthread_mutex_lock(&s->mu);
+    s->stats.requests_finished[why]++;
+    if (r->slot >= 0) {
+        s->n_running--;
+        s->kv_used -= (uint64_t)r->n_past;
+    }
+    pthread_mutex_unlock(&s->mu);
     if (r->slot >= 0) {
         engine_slot_clear(s->e, r->slot);
         s->slots[r->slot] = NULL;
     }
+    /* Statistics first, then the finish, then n_active: whoever sees the finish (a client,
+     * sched_drain) sees consistent statistics. */
     pthread_mutex_lock(&r->mu);
     r->finish = why;
     if (error) snprintf(r->error, sizeof r->error, "%s", error);
     pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&s->mu);
+    s->n_active--;
+    pthread_cond_broadcast(&s->idle_cond);
+    pthread_mutex_unlock(&s->mu);
     req_wake(r);
 
     uint64_t now = uv_hrtime();
@@ -324,12 +339,6 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
              "total %.1f ms%s%s",
              r->id, finish_names[why], r->n_prompt, r->n_generated, ttft,
              ms_between(r->t_submit, now), error ? ": " : "", error ? error : "");
-
-    pthread_mutex_lock(&s->mu);
-    s->stats.requests_finished[why]++;
-    s->n_active--;
-    pthread_cond_broadcast(&s->idle_cond);
-    pthread_mutex_unlock(&s->mu);
     req_unref(r);
 }
 
@@ -486,6 +495,9 @@ static void admit(sched *s)
         r->admit_seq = s->admit_counter++;
         detok_init(&r->detok, s->tok, false);
         s->slots[i] = r;
+        pthread_mutex_lock(&s->mu);
+        s->n_running++;
+        pthread_mutex_unlock(&s->mu);
     }
 }
 
@@ -544,13 +556,12 @@ static void seq_done(sched *s, int i, uint64_t now)
     const engine_seq *q = &s->seqs[i];
     sched_req *r = s->seq_req[i];
     r->n_past += q->n_tokens;
-    if (q->tokens == &r->last_token) {
-        r->has_pending = false;
-    } else {
-        pthread_mutex_lock(&s->mu);
-        s->stats.prompt_tokens_total += (uint64_t)q->n_tokens;
-        pthread_mutex_unlock(&s->mu);
-    }
+    bool decode = q->tokens == &r->last_token;
+    if (decode) r->has_pending = false;
+    pthread_mutex_lock(&s->mu);
+    s->kv_used += (uint64_t)q->n_tokens;
+    if (!decode) s->stats.prompt_tokens_total += (uint64_t)q->n_tokens;
+    pthread_mutex_unlock(&s->mu);
     if (q->want_token) req_on_token(s, r, &s->results[i], now);
 }
 
@@ -571,22 +582,6 @@ static void step_isolate_failure(sched *s, int n, const char *batch_err)
         log_warn("request %s: engine step failed: %s", s->seq_req[i]->id, msg);
         req_finish(s, s->seq_req[i], SCHED_FINISH_ERROR, msg);
     }
-}
-
-static void publish_stats(sched *s)
-{
-    int used = 0;
-    uint64_t kv = 0;
-    for (int i = 0; i < s->cfg.n_slots; i++) {
-        if (!s->slots[i]) continue;
-        used++;
-        kv += (uint64_t)s->slots[i]->n_past;
-    }
-    pthread_mutex_lock(&s->mu);
-    s->stats.slots_used = used;
-    s->stats.kv_tokens_used = kv;
-    s->stats.queue_depth = s->n_waiting;
-    pthread_mutex_unlock(&s->mu);
 }
 
 /* One scheduling step.  Returns true while there is work left. */
@@ -610,7 +605,6 @@ static bool sched_step(sched *s)
         s->stats.steps++;
         pthread_mutex_unlock(&s->mu);
     }
-    publish_stats(s);
     pthread_mutex_lock(&s->mu);
     bool more = s->n_active > 0;
     pthread_mutex_unlock(&s->mu);
@@ -631,8 +625,7 @@ static void on_async(uv_async_t *h)
     pthread_mutex_unlock(&s->mu);
     if (stopping) {
         drop_cancelled(s, true);
-        publish_stats(s);
-        uv_close((uv_handle_t *)&s->idle, NULL);
+            uv_close((uv_handle_t *)&s->idle, NULL);
         uv_close((uv_handle_t *)&s->async, NULL);
         return;
     }
@@ -785,5 +778,8 @@ void sched_get_stats(sched *s, sched_stats *out)
 {
     pthread_mutex_lock(&s->mu);
     *out = s->stats;
+    out->slots_used = s->n_running;
+    out->queue_depth = s->n_waiting;
+    out->kv_tokens_used = s->kv_used;
     pthread_mutex_unlock(&s->mu);
 }

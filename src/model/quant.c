@@ -275,7 +275,7 @@ static void decode_halves(bool bf16, const uint8_t *restrict src, float *restric
 
 /* ---------------------------------------------------------------- dot products */
 
-#define LANES 16
+#define LANES 8
 
 /* Pairwise, so the order is fixed and independent of the compiler. */
 static float lanes_sum(float acc[LANES])

@@ -1,0 +1,933 @@
+/* test_sched.c - the scheduler against a fake engine and a small real SPM tokenizer.
+ *
+ * The fake engine is deterministic: the next token of a slot is a function of the slot's
+ * history (a per-prompt script when the test gave one, else a hash).  It records every batch
+ * it receives so the tests can check what the scheduler planned, and it can be paused (to
+ * line up submissions deterministically), slowed down, or made to fail on a "poison" token. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "log.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "sched/sched.h"
+#include "sched/utf8.h"
+
+/* ---- a small SPM vocabulary ---------------------------------------------------------- */
+
+enum { TOK_UNK = 0, TOK_BOS = 1, TOK_EOS = 2, TOK_BYTE0 = 3, TOK_FIRST_PIECE = TOK_BYTE0 + 256 };
+static const char *const pieces[] = {
+    "\xE2\x96\x81", "a", "b", "c", "d", "e", "x", "y", "z", "S", "T", "O", "P", "ST", "P!", "!",
+    "aa", "ab", "\xE2\x96\x81world", "Hello", ".",
+};
+#define N_PIECES ((int)(sizeof pieces / sizeof pieces[0]))
+#define N_VOCAB (TOK_FIRST_PIECE + N_PIECES)
+
+static void *g_gguf_mem;
+static gguf_file *g_gguf;
+static tokenizer *g_tok;
+
+static int build_tokenizer(void **state)
+{
+    (void)state;
+    const char *tokens[N_VOCAB];
+    float scores[N_VOCAB];
+    int32_t types[N_VOCAB];
+    static char byte_names[256][8];
+    tokens[TOK_UNK] = "<unk>";
+    tokens[TOK_BOS] = "<s>";
+    tokens[TOK_EOS] = "</s>";
+    types[TOK_UNK] = 2;
+    types[TOK_BOS] = types[TOK_EOS] = 3;
+    for (int b = 0; b < 256; b++) {
+        snprintf(byte_names[b], sizeof byte_names[b], "<0x%02X>", b);
+        tokens[TOK_BYTE0 + b] = byte_names[b];
+        types[TOK_BYTE0 + b] = 6;
+    }
+    for (int i = 0; i < N_PIECES; i++) {
+        tokens[TOK_FIRST_PIECE + i] = pieces[i];
+        types[TOK_FIRST_PIECE + i] = 1;
+    }
+    for (int i = 0; i < N_VOCAB; i++) scores[i] = -(float)i;
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, N_VOCAB);
+    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, N_VOCAB);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, N_VOCAB);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", TOK_UNK);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", TOK_BOS);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", TOK_EOS);
+    size_t size = 0;
+    assert_int_equal(gguf_writer_write_mem(w, &g_gguf_mem, &size), 0);
+    gguf_writer_free(w);
+    char err[256];
+    g_gguf = gguf_open_memory(g_gguf_mem, size, err, sizeof err);
+    if (!g_gguf) fail_msg("gguf_open_memory: %s", err);
+    g_tok = tokenizer_load(g_gguf, err, sizeof err);
+    if (!g_tok) fail_msg("tokenizer_load: %s", err);
+    log_set_level(LOG_WARN); /* one line per finished request would drown the test output */
+    return 0;
+}
+
+static int free_tokenizer(void **state)
+{
+    (void)state;
+    tokenizer_free(g_tok);
+    gguf_close(g_gguf);
+    free(g_gguf_mem);
+    return 0;
+}
+
+/* Id of a vocabulary piece, e.g. T("ab"), T("<0xE2>"). */
+static int32_t T(const char *piece)
+{
+    int32_t id = tokenizer_find(g_tok, piece);
+    if (id < 0) fail_msg("piece '%s' not in the test vocabulary", piece);
+    return id;
+}
+
+/* ---- the fake engine ----------------------------------------------------------------- */
+
+#define MAX_SLOTS 8
+#define MAX_CTX 256
+#define MAX_LOG 4096
+#define MAX_SCRIPTS 8
+
+typedef struct logged_seq {
+    int slot, pos, n_tokens;
+    int32_t first; /* tokens[0]: identifies the prompt when pos == 0 */
+    bool want;
+} logged_seq;
+
+typedef struct logged_step {
+    int n_seqs;
+    logged_seq seqs[MAX_SLOTS];
+} logged_step;
+
+typedef struct script {
+    int32_t key; /* the prompt's first token */
+    int n_prompt;
+    int32_t out[32];
+    int n_out; /* past the end: EOS */
+} script;
+
+typedef struct fake_engine {
+    engine base;
+    model m;
+    int32_t hist[MAX_SLOTS][MAX_CTX];
+    int len[MAX_SLOTS];
+    int clears[MAX_SLOTS];
+    script scripts[MAX_SCRIPTS];
+    int n_scripts;
+    int32_t poison; /* a step carrying this token fails; -1: never */
+    int delay_us;
+
+    pthread_mutex_t mu; /* guards what tests read or set while the scheduler runs */
+    pthread_cond_t cv;
+    bool paused;
+    int steps_started;
+    logged_step log[MAX_LOG];
+    int n_log;
+} fake_engine;
+
+static int32_t fake_next(const fake_engine *f, int slot)
+{
+    const int32_t *h = f->hist[slot];
+    int n = f->len[slot];
+    for (int i = 0; i < f->n_scripts; i++) {
+        const script *sc = &f->scripts[i];
+        if (sc->key != h[0]) continue;
+        int k = n - sc->n_prompt;
+        return k >= 0 && k < sc->n_out ? sc->out[k] : TOK_EOS;
+    }
+    /* Unscripted: one of the single letters a..e, x..z picked by a hash of the history. */
+    uint32_t hash = 2166136261u;
+    for (int i = 0; i < n; i++) hash = (hash ^ (uint32_t)h[i]) * 16777619u;
+    static const char *const letters[] = {"a", "b", "c", "d", "e", "x", "y", "z"};
+    return T(letters[hash % 8]);
+}
+
+static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
+                     char *err, size_t errlen)
+{
+    fake_engine *f = (fake_engine *)e;
+    pthread_mutex_lock(&f->mu);
+    f->steps_started++;
+    pthread_cond_broadcast(&f->cv);
+    while (f->paused) pthread_cond_wait(&f->cv, &f->mu);
+    logged_step *ls = f->n_log < MAX_LOG ? &f->log[f->n_log++] : NULL;
+    if (ls) ls->n_seqs = n_seqs;
+    for (int i = 0; i < n_seqs && ls; i++)
+        ls->seqs[i] = (logged_seq){seqs[i].slot, seqs[i].pos, seqs[i].n_tokens, seqs[i].tokens[0],
+                                   seqs[i].want_token};
+    pthread_mutex_unlock(&f->mu);
+    if (f->delay_us) usleep((useconds_t)f->delay_us);
+
+    /* Validate everything before changing anything: a failed step leaves the slots alone. */
+    for (int i = 0; i < n_seqs; i++) {
+        const engine_seq *q = &seqs[i];
+        if (q->pos != f->len[q->slot]) {
+            snprintf(err, errlen, "slot %d: pos %d but the slot holds %d tokens", q->slot, q->pos,
+                     f->len[q->slot]);
+            return -1;
+        }
+        for (int j = 0; j < q->n_tokens; j++)
+            if (q->tokens[j] == f->poison) {
+                snprintf(err, errlen, "poison token in slot %d", q->slot);
+                return -1;
+            }
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        const engine_seq *q = &seqs[i];
+        memcpy(&f->hist[q->slot][q->pos], q->tokens, (size_t)q->n_tokens * sizeof *q->tokens);
+        f->len[q->slot] += q->n_tokens;
+        if (!q->want_token) continue;
+        int32_t next = fake_next(f, q->slot);
+        results[i] = (engine_result){.token = next, .logprob = -0.25f};
+        if (q->sp->n_top_logprobs > 0) {
+            results[i].n_top = 1;
+            results[i].top_ids[0] = next;
+            results[i].top_logprobs[0] = -0.25f;
+        }
+    }
+    return 0;
+}
+
+static void fake_slot_clear(engine *e, int slot)
+{
+    fake_engine *f = (fake_engine *)e;
+    f->len[slot] = 0;
+    pthread_mutex_lock(&f->mu);
+    f->clears[slot]++;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void fake_destroy(engine *e) { (void)e; }
+
+static const engine_vtable fake_vt = {"fake", fake_step, fake_slot_clear, fake_destroy};
+
+/* ---- fixture ------------------------------------------------------------------------- */
+
+typedef struct fixture {
+    fake_engine *f;
+    sched *s;
+    sched_config cfg;
+} fixture;
+
+static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size)
+{
+    assert_true(n_slots <= MAX_SLOTS && ctx <= MAX_CTX);
+    fake_engine *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->m.hp.n_vocab = N_VOCAB;
+    f->base = (engine){.vt = &fake_vt, .m = &f->m,
+                       .cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch}};
+    f->poison = -1;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    fx->f = f;
+    fx->cfg = (sched_config){n_slots, ctx, max_batch, queue_size};
+    char err[256];
+    fx->s = sched_create(&f->base, g_tok, &fx->cfg, err, sizeof err);
+    if (!fx->s) fail_msg("sched_create: %s", err);
+}
+
+static void fx_stop(fixture *fx)
+{
+    sched_destroy(fx->s);
+    pthread_mutex_destroy(&fx->f->mu);
+    pthread_cond_destroy(&fx->f->cv);
+    free(fx->f);
+}
+
+static void fx_pause(fixture *fx, bool paused)
+{
+    pthread_mutex_lock(&fx->f->mu);
+    fx->f->paused = paused;
+    pthread_cond_broadcast(&fx->f->cv);
+    pthread_mutex_unlock(&fx->f->mu);
+}
+
+/* Waits until the engine has been entered `n` times in all. */
+static void fx_wait_steps(fixture *fx, int n)
+{
+    pthread_mutex_lock(&fx->f->mu);
+    while (fx->f->steps_started < n) pthread_cond_wait(&fx->f->cv, &fx->f->mu);
+    pthread_mutex_unlock(&fx->f->mu);
+}
+
+static void fx_script(fixture *fx, int32_t key, int n_prompt, const int32_t *out, int n_out)
+{
+    assert_true(fx->f->n_scripts < MAX_SCRIPTS && n_out <= 32);
+    script *sc = &fx->f->scripts[fx->f->n_scripts++];
+    sc->key = key;
+    sc->n_prompt = n_prompt;
+    memcpy(sc->out, out, (size_t)n_out * sizeof *out);
+    sc->n_out = n_out;
+}
+
+/* ---- a client: wake callback + collected output -------------------------------------- */
+
+typedef struct client {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int wakes;
+    char text[2048];
+    size_t len;
+    int n_chunks;
+    sched_finish finish;
+    sched_output last;
+    int n_tokens;
+    int32_t token_ids[256];
+} client;
+
+static void client_wake(void *ctx)
+{
+    client *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->wakes++;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void client_init(client *c)
+{
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+}
+
+static void client_destroy(client *c)
+{
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+}
+
+/* Drains everything available; true once the finish arrived.  Every chunk must be valid UTF-8
+ * on its own: a split character would fail here. */
+static bool client_poll(client *c, sched_req *r)
+{
+    sched_output o;
+    while (sched_req_take(r, &o)) {
+        assert_true(utf8_valid(o.text ? o.text : "", o.text_len));
+        assert_true(c->len + o.text_len < sizeof c->text);
+        if (o.text_len) memcpy(c->text + c->len, o.text, o.text_len);
+        c->len += o.text_len;
+        c->text[c->len] = 0;
+        c->n_chunks += o.text_len > 0;
+        for (int i = 0; i < o.n_tokens && c->n_tokens < 256; i++) c->token_ids[c->n_tokens++] = o.tokens[i].id;
+        bool done = o.finish != SCHED_FINISH_NONE;
+        if (done) {
+            assert_int_equal(c->finish, SCHED_FINISH_NONE); /* the finish comes exactly once */
+            c->finish = o.finish;
+            c->last = o;
+            c->last.text = NULL;
+            c->last.tokens = NULL;
+        }
+        sched_output_clear(&o);
+        if (done) return true;
+    }
+    return c->finish != SCHED_FINISH_NONE;
+}
+
+/* Waits (woken by the scheduler, 10 s at most) until the request finished. */
+static void client_wait(client *c, sched_req *r)
+{
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        int seen = c->wakes;
+        pthread_mutex_unlock(&c->mu);
+        if (client_poll(c, r)) return;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 10;
+        pthread_mutex_lock(&c->mu);
+        int rc = 0;
+        while (c->wakes == seen && rc == 0) rc = pthread_cond_timedwait(&c->cv, &c->mu, &until);
+        pthread_mutex_unlock(&c->mu);
+        if (rc != 0) fail_msg("request did not finish within 10 s");
+    }
+}
+
+/* ---- request helpers ----------------------------------------------------------------- */
+
+typedef struct req_spec {
+    int32_t prompt[MAX_CTX];
+    int n_prompt;
+    int max_tokens;
+    const char *stop[SCHED_MAX_STOP];
+    int n_stop;
+    bool ignore_eos;
+    bool logprobs;
+} req_spec;
+
+/* A prompt of n tokens starting with `key`, the rest filler letters. */
+static req_spec spec(int32_t key, int n_prompt, int max_tokens)
+{
+    req_spec q = {.n_prompt = n_prompt, .max_tokens = max_tokens};
+    q.prompt[0] = key;
+    for (int i = 1; i < n_prompt; i++) q.prompt[i] = TOK_FIRST_PIECE + 1 + i % 8;
+    return q;
+}
+
+static int submit(fixture *fx, const req_spec *q, client *c, sched_req **r)
+{
+    sched_params p = {.prompt = q->prompt, .n_prompt = q->n_prompt, .max_tokens = q->max_tokens,
+                      .n_stop = q->n_stop, .ignore_eos = q->ignore_eos, .want_logprobs = q->logprobs};
+    sampling_params_default(&p.sp);
+    if (q->logprobs) p.sp.n_top_logprobs = 1;
+    memcpy(p.stop, q->stop, sizeof p.stop);
+    return sched_submit(fx->s, &p, c ? client_wake : NULL, c, r);
+}
+
+/* Runs one request to completion: submit, wait, release. */
+static void run_one(fixture *fx, const req_spec *q, client *c)
+{
+    sched_req *r;
+    client_init(c);
+    assert_int_equal(submit(fx, q, c, &r), SCHED_OK);
+    client_wait(c, r);
+    sched_req_release(r);
+}
+
+/* Index of the first logged step that carries the prompt starting with key at pos 0. */
+static int first_step_of(const fake_engine *f, int32_t key, int *slot)
+{
+    for (int i = 0; i < f->n_log; i++)
+        for (int j = 0; j < f->log[i].n_seqs; j++)
+            if (f->log[i].seqs[j].pos == 0 && f->log[i].seqs[j].first == key) {
+                if (slot) *slot = f->log[i].seqs[j].slot;
+                return i;
+            }
+    return -1;
+}
+
+static int last_step_of_slot(const fake_engine *f, int slot, int from)
+{
+    int last = -1;
+    for (int i = from; i < f->n_log; i++)
+        for (int j = 0; j < f->log[i].n_seqs; j++)
+            if (f->log[i].seqs[j].slot == slot) last = i;
+    return last;
+}
+
+/* ---- tests --------------------------------------------------------------------------- */
+
+static void test_fifo_admission_and_slot_reuse(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 2, 64, 64, 8);
+    int32_t keys[4] = {T("a"), T("b"), T("c"), T("d")};
+    int max_tokens[4] = {3, 6, 8, 2}; /* b ends before c: d must take b's slot */
+    client c[4];
+    sched_req *r[4];
+    fx_pause(&fx, true);
+    for (int i = 0; i < 4; i++) {
+        req_spec q = spec(keys[i], 4, max_tokens[i]);
+        client_init(&c[i]);
+        assert_int_equal(submit(&fx, &q, &c[i], &r[i]), SCHED_OK);
+        if (i == 0) fx_wait_steps(&fx, 1); /* a alone in the first step */
+    }
+    fx_pause(&fx, false);
+    for (int i = 0; i < 4; i++) {
+        client_wait(&c[i], r[i]);
+        assert_int_equal(c[i].finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(c[i].last.completion_tokens, max_tokens[i]);
+        assert_int_equal(c[i].last.prompt_tokens, 4);
+        sched_req_release(r[i]);
+        client_destroy(&c[i]);
+    }
+    int slot[4], first[4];
+    for (int i = 0; i < 4; i++) first[i] = first_step_of(fx.f, keys[i], &slot[i]);
+    assert_int_equal(first[0], 0);
+    assert_int_equal(slot[0], 0);
+    assert_int_equal(first[1], 1); /* b: the next step, the other slot */
+    assert_int_equal(slot[1], 1);
+    /* a ends first (3 tokens): c takes its slot in the very next step, d waits for b's. */
+    assert_int_equal(slot[2], 0);
+    int a_last = -1, b_last = -1;
+    for (int i = 0; i < first[2]; i++)
+        for (int j = 0; j < fx.f->log[i].n_seqs; j++)
+            if (fx.f->log[i].seqs[j].slot == 0) a_last = i;
+    assert_int_equal(a_last, 2); /* prompt + 2 decodes */
+    assert_int_equal(first[2], a_last + 1);
+    for (int i = 0; i < first[3]; i++)
+        for (int j = 0; j < fx.f->log[i].n_seqs; j++)
+            if (fx.f->log[i].seqs[j].slot == 1) b_last = i;
+    assert_int_equal(slot[3], 1);
+    assert_int_equal(first[3], b_last + 1);
+    /* Every finished request cleared its slot in the engine. */
+    assert_int_equal(fx.f->clears[0] + fx.f->clears[1], 4);
+    fx_stop(&fx);
+}
+
+static void test_queue_full_too_long_invalid(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 1, 32, 32, 1);
+    client c[2];
+    sched_req *r[2], *extra = NULL;
+    fx_pause(&fx, true);
+    for (int i = 0; i < 2; i++) {
+        req_spec q = spec(T("a"), 3, 2);
+        client_init(&c[i]);
+        assert_int_equal(submit(&fx, &q, &c[i], &r[i]), SCHED_OK);
+        if (i == 0) fx_wait_steps(&fx, 1);
+    }
+    /* One running + one waiting = n_slots + queue_size: the next is refused at once. */
+    req_spec q = spec(T("a"), 3, 2);
+    assert_int_equal(submit(&fx, &q, NULL, &extra), SCHED_E_QUEUE_FULL);
+    assert_null(extra);
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.queue_depth + st.slots_used, 2);
+
+    req_spec too_long = spec(T("a"), 30, 3); /* 30 + 3 > 32 */
+    assert_int_equal(submit(&fx, &too_long, NULL, &extra), SCHED_E_TOO_LONG);
+    req_spec empty = spec(T("a"), 0, 3);
+    assert_int_equal(submit(&fx, &empty, NULL, &extra), SCHED_E_INVALID);
+    req_spec bad_id = spec(N_VOCAB + 5, 2, 3);
+    assert_int_equal(submit(&fx, &bad_id, NULL, &extra), SCHED_E_INVALID);
+
+    fx_pause(&fx, false);
+    for (int i = 0; i < 2; i++) {
+        client_wait(&c[i], r[i]);
+        sched_req_release(r[i]);
+        client_destroy(&c[i]);
+    }
+    /* Room again; exactly at the context limit is accepted. */
+    client c2;
+    req_spec fits = spec(T("b"), 29, 3);
+    run_one(&fx, &fits, &c2);
+    assert_int_equal(c2.finish, SCHED_FINISH_LENGTH);
+    client_destroy(&c2);
+    fx_stop(&fx);
+}
+
+static void test_chunked_prefill_interleaves_with_decodes(void **state)
+{
+    (void)state;
+    const int budget = 8;
+    /* Reference outputs, each request alone. */
+    req_spec qa = spec(T("a"), 3, 12), qb = spec(T("b"), 20, 4), qc = spec(T("c"), 5, 4);
+    client alone[3];
+    {
+        fixture ref;
+        fx_start(&ref, 3, 64, budget, 4);
+        run_one(&ref, &qa, &alone[0]);
+        run_one(&ref, &qb, &alone[1]);
+        run_one(&ref, &qc, &alone[2]);
+        fx_stop(&ref);
+    }
+
+    fixture fx;
+    fx_start(&fx, 3, 64, budget, 4);
+    client c[3];
+    sched_req *r[3];
+    const req_spec *qs[3] = {&qa, &qb, &qc};
+    fx_pause(&fx, true);
+    for (int i = 0; i < 3; i++) {
+        client_init(&c[i]);
+        assert_int_equal(submit(&fx, qs[i], &c[i], &r[i]), SCHED_OK);
+        if (i == 0) fx_wait_steps(&fx, 1);
+    }
+    fx_pause(&fx, false);
+    for (int i = 0; i < 3; i++) {
+        client_wait(&c[i], r[i]);
+        assert_string_equal(c[i].text, alone[i].text);
+        assert_int_equal(c[i].finish, alone[i].finish);
+        sched_req_release(r[i]);
+    }
+
+    const fake_engine *f = fx.f;
+    int slot_a, slot_b, slot_c;
+    int first_a = first_step_of(f, T("a"), &slot_a), first_b = first_step_of(f, T("b"), &slot_b);
+    int first_c = first_step_of(f, T("c"), &slot_c);
+    assert_int_equal(first_a, 0);
+    int b_fed = 0, c_fed = 0, shared = 0, b_chunks = 0;
+    int a_last = last_step_of_slot(f, slot_a, 0);
+    for (int i = 0; i < f->n_log; i++) {
+        const logged_step *ls = &f->log[i];
+        int total = 0;
+        bool has_a = false, b_pre = false, c_pre = false;
+        for (int j = 0; j < ls->n_seqs; j++) {
+            const logged_seq *q = &ls->seqs[j];
+            total += q->n_tokens;
+            has_a |= q->slot == slot_a;
+            if (i >= first_b && q->slot == slot_b && b_fed < qb.n_prompt) {
+                assert_int_equal(q->pos, b_fed); /* chunks continue where the last one ended */
+                b_fed += q->n_tokens;
+                b_chunks++;
+                assert_int_equal(q->want, b_fed == qb.n_prompt); /* a token only after the whole prompt */
+                b_pre = true;
+            } else if (i >= first_c && q->slot == slot_c && c_fed < qc.n_prompt) {
+                assert_int_equal(q->pos, c_fed);
+                c_fed += q->n_tokens;
+                assert_int_equal(q->want, c_fed == qc.n_prompt);
+                c_pre = true;
+            } else {
+                assert_int_equal(q->n_tokens, q->pos == 0 ? qa.n_prompt : 1); /* a decode */
+                assert_true(q->want);
+            }
+        }
+        assert_true(total <= budget);
+        /* A long prompt never stalls the running decode of a. */
+        if (i > first_a && i <= a_last) assert_true(has_a);
+        shared += b_pre && c_pre;
+    }
+    assert_int_equal(b_fed, qb.n_prompt);
+    assert_int_equal(c_fed, qc.n_prompt);
+    assert_true(b_chunks >= 3); /* 20 tokens under a budget of 8 minus a's decode */
+    assert_true(shared >= 1);   /* two prompts packed into one step */
+    for (int i = 0; i < 3; i++) {
+        client_destroy(&c[i]);
+        client_destroy(&alone[i]);
+    }
+    fx_stop(&fx);
+}
+
+static void test_concurrent_same_as_alone(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    static const char *const keys[N] = {"a", "b", "c", "d", "e", "x"};
+    req_spec q[N];
+    client alone[N], c[N];
+    sched_req *r[N];
+    for (int i = 0; i < N; i++) q[i] = spec(T(keys[i]), 2 + 5 * i, 10 + 3 * i);
+
+    fixture fx;
+    fx_start(&fx, 3, 128, 16, N);
+    for (int i = 0; i < N; i++) run_one(&fx, &q[i], &alone[i]);
+    for (int i = 0; i < N; i++) {
+        client_init(&c[i]);
+        assert_int_equal(submit(&fx, &q[i], &c[i], &r[i]), SCHED_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        client_wait(&c[i], r[i]);
+        assert_int_equal(c[i].finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(c[i].last.completion_tokens, q[i].max_tokens);
+        assert_string_equal(c[i].text, alone[i].text);
+        assert_int_equal((int)strlen(c[i].text), q[i].max_tokens); /* one letter per token */
+        sched_req_release(r[i]);
+        client_destroy(&c[i]);
+        client_destroy(&alone[i]);
+    }
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.requests_finished[SCHED_FINISH_LENGTH], 2 * N);
+    assert_int_equal(st.ttft.n, 2 * N);
+    uint64_t gen = 0, in_buckets = 0, prompt = 0;
+    for (int i = 0; i < N; i++) gen += (uint64_t)(2 * q[i].max_tokens), prompt += (uint64_t)(2 * q[i].n_prompt);
+    assert_int_equal(st.generated_tokens_total, gen);
+    assert_int_equal(st.prompt_tokens_total, prompt);
+    assert_int_equal(st.itl.n, gen - 2 * N);
+    for (int b = 0; b <= SCHED_HIST_BUCKETS; b++) in_buckets += st.itl.counts[b];
+    assert_int_equal(in_buckets, st.itl.n);
+    assert_int_equal(st.slots_used, 0);
+    assert_int_equal(st.queue_depth, 0);
+    assert_int_equal(st.kv_tokens_used, 0);
+    assert_true(st.steps > 0);
+    fx_stop(&fx);
+}
+
+static void test_cancel_frees_slot_without_affecting_others(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 2, 128, 32, 4);
+    req_spec qa = spec(T("a"), 4, 100), qb = spec(T("b"), 6, 40), qc = spec(T("c"), 3, 5);
+    client alone_b, ca, cb, cc;
+    run_one(&fx, &qb, &alone_b);
+    fx.f->delay_us = 500; /* let the cancel land mid-generation */
+    sched_req *ra, *rb, *rc;
+    client_init(&ca);
+    client_init(&cb);
+    client_init(&cc);
+    assert_int_equal(submit(&fx, &qa, &ca, &ra), SCHED_OK);
+    assert_int_equal(submit(&fx, &qb, &cb, &rb), SCHED_OK);
+    assert_int_equal(submit(&fx, &qc, &cc, &rc), SCHED_OK); /* waits for a slot */
+    /* Wait for a few tokens of a, then cancel it. */
+    while (ca.len < 3) {
+        usleep(200);
+        client_poll(&ca, ra);
+    }
+    int slot_a;
+    pthread_mutex_lock(&fx.f->mu);
+    first_step_of(fx.f, T("a"), &slot_a);
+    int steps_at_cancel = fx.f->steps_started;
+    pthread_mutex_unlock(&fx.f->mu);
+    sched_req_cancel(ra);
+    sched_req_cancel(ra); /* idempotent */
+    client_wait(&ca, ra);
+    assert_int_equal(ca.finish, SCHED_FINISH_CANCELLED);
+    assert_true(ca.last.completion_tokens < qa.max_tokens);
+    client_wait(&cb, rb);
+    client_wait(&cc, rc);
+    assert_string_equal(cb.text, alone_b.text);
+    assert_int_equal(cb.finish, alone_b.finish);
+    assert_int_equal(cc.finish, SCHED_FINISH_LENGTH);
+    /* a's slot carried a's tokens at most in the step running when cancel came and the next:
+     * then it was cleared and went to c. */
+    int slot_c, first_c = first_step_of(fx.f, T("c"), &slot_c);
+    assert_int_equal(slot_c, slot_a);
+    assert_true(first_c <= steps_at_cancel + 1);
+    sched_req_release(ra);
+    sched_req_release(rb);
+    sched_req_release(rc);
+
+    /* Released while running (client gone without taking anything): cancelled, freed once. */
+    sched_req *rd;
+    req_spec qd = spec(T("d"), 3, 100);
+    assert_int_equal(submit(&fx, &qd, NULL, &rd), SCHED_OK);
+    sched_req_release(rd);
+    sched_drain(fx.s, 5000);
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.requests_finished[SCHED_FINISH_CANCELLED], 2);
+    assert_int_equal(st.slots_used, 0);
+    client_destroy(&alone_b);
+    client_destroy(&ca);
+    client_destroy(&cb);
+    client_destroy(&cc);
+    fx_stop(&fx);
+}
+
+/* Runs the script `out` for a prompt keyed `key` with the given stops; returns the client. */
+static void run_script(const int32_t *out, int n_out, const char *const *stops, int n_stop,
+                       int max_tokens, bool ignore_eos, client *c)
+{
+    fixture fx;
+    fx_start(&fx, 2, 64, 64, 4);
+    req_spec q = spec(T("z"), 2, max_tokens);
+    fx_script(&fx, q.prompt[0], q.n_prompt, out, n_out);
+    for (int i = 0; i < n_stop; i++) q.stop[i] = stops[i];
+    q.n_stop = n_stop;
+    q.ignore_eos = ignore_eos;
+    q.logprobs = true;
+    run_one(&fx, &q, c);
+    fx_stop(&fx);
+}
+
+static void test_stop_string_across_tokens(void **state)
+{
+    (void)state;
+    client c;
+    /* Split over three tokens: "x" "ST" "O" "P!" -> stop "STOP" matches inside "STOP!". */
+    int32_t out1[] = {T("x"), T("ST"), T("O"), T("P!"), T("y"), T("y")};
+    const char *stops1[] = {"STOP"};
+    run_script(out1, 6, stops1, 1, 20, false, &c);
+    assert_int_equal(c.finish, SCHED_FINISH_STOP);
+    assert_string_equal(c.text, "x");
+    assert_int_equal(c.last.completion_tokens, 4);
+    client_destroy(&c);
+
+    /* Overlapping prefix: stop "aab" in "aaab". */
+    int32_t out2[] = {T("a"), T("a"), T("a"), T("b"), T("c")};
+    const char *stops2[] = {"zzz", "aab"};
+    run_script(out2, 5, stops2, 2, 20, false, &c);
+    assert_int_equal(c.finish, SCHED_FINISH_STOP);
+    assert_string_equal(c.text, "a");
+    client_destroy(&c);
+
+    /* A held candidate that never completes is released when the request ends. */
+    int32_t out3[] = {T("d"), T("S"), T("T")};
+    const char *stops3[] = {"STOP"};
+    run_script(out3, 3, stops3, 1, 20, false, &c);
+    assert_int_equal(c.finish, SCHED_FINISH_STOP); /* EOS after the script */
+    assert_string_equal(c.text, "dST");
+    client_destroy(&c);
+    run_script(out3, 3, stops3, 1, 3, false, &c);
+    assert_int_equal(c.finish, SCHED_FINISH_LENGTH);
+    assert_string_equal(c.text, "dST");
+    client_destroy(&c);
+}
+
+static void test_utf8_never_split(void **state)
+{
+    (void)state;
+    client c;
+    /* "a€b" with € as three byte tokens, then "😀" (4 bytes) split 1 + 3 */
+    int32_t out[] = {T("a"), T("<0xE2>"), T("<0x82>"), T("<0xAC>"), T("b"),
+                     T("<0xF0>"), T("<0x9F>"), T("<0x98>"), T("<0x80>")};
+    run_script(out, 9, NULL, 0, 20, false, &c);
+    assert_int_equal(c.finish, SCHED_FINISH_STOP);
+    assert_string_equal(c.text, "a\xE2\x82\xAC" "b\xF0\x9F\x98\x80");
+    assert_int_equal(c.n_tokens, 9); /* logprob entries for every token but the EOS */
+    assert_int_equal(c.token_ids[1], T("<0xE2>"));
+    client_destroy(&c);
+
+    /* A stop string that starts in the middle of a multi-byte character's tokens. */
+    const char *stops[] = {"\xE2\x82\xAC" "b"};
+    run_script(out, 9, stops, 1, 20, false, &c);
+    assert_int_equal(c.finish, SCHED_FINISH_STOP);
+    assert_string_equal(c.text, "a");
+    client_destroy(&c);
+}
+
+static void test_eos_and_ignore_eos(void **state)
+{
+    (void)state;
+    client c;
+    int32_t out[] = {T("a"), T("b"), TOK_EOS, T("c"), T("d")};
+    run_script(out, 5, NULL, 0, 10, false, &c);
+    assert_int_equal(c.finish, SCHED_FINISH_STOP);
+    assert_string_equal(c.text, "ab"); /* "</s>" never shows */
+    assert_int_equal(c.last.completion_tokens, 3);
+    client_destroy(&c);
+
+    run_script(out, 5, NULL, 0, 4, true, &c);
+    assert_int_equal(c.finish, SCHED_FINISH_LENGTH);
+    assert_string_equal(c.text, "abc");
+    assert_int_equal(c.last.completion_tokens, 4);
+    client_destroy(&c);
+}
+
+static void test_max_tokens_length(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 1, 16, 16, 1);
+    client c;
+    req_spec q = spec(T("e"), 6, 10); /* 6 + 10 = the whole slot */
+    run_one(&fx, &q, &c);
+    assert_int_equal(c.finish, SCHED_FINISH_LENGTH);
+    assert_int_equal(c.last.completion_tokens, 10);
+    assert_int_equal((int)c.len, 10);
+    client_destroy(&c);
+    fx_stop(&fx);
+}
+
+static void test_engine_error_isolated(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 3, 64, 64, 4);
+    req_spec qa = spec(T("a"), 4, 12), qc = spec(T("c"), 5, 12);
+    req_spec qp = spec(T("b"), 6, 12);
+    qp.prompt[3] = T("!"); /* the poison */
+    client alone_a, alone_c, ca, cp, cc;
+    run_one(&fx, &qa, &alone_a);
+    run_one(&fx, &qc, &alone_c);
+    fx.f->poison = T("!");
+    sched_req *ra, *rp, *rc;
+    client_init(&ca);
+    client_init(&cp);
+    client_init(&cc);
+    fx_pause(&fx, true);
+    assert_int_equal(submit(&fx, &qa, &ca, &ra), SCHED_OK);
+    assert_int_equal(submit(&fx, &qp, &cp, &rp), SCHED_OK);
+    assert_int_equal(submit(&fx, &qc, &cc, &rc), SCHED_OK);
+    fx_pause(&fx, false);
+    client_wait(&cp, rp);
+    client_wait(&ca, ra);
+    client_wait(&cc, rc);
+    assert_int_equal(cp.finish, SCHED_FINISH_ERROR);
+    assert_non_null(strstr(cp.last.error, "poison"));
+    assert_string_equal(ca.text, alone_a.text);
+    assert_string_equal(cc.text, alone_c.text);
+    assert_int_equal(ca.finish, SCHED_FINISH_LENGTH);
+    assert_int_equal(cc.finish, SCHED_FINISH_LENGTH);
+    sched_req_release(ra);
+    sched_req_release(rp);
+    sched_req_release(rc);
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.requests_finished[SCHED_FINISH_ERROR], 1);
+    client_destroy(&alone_a);
+    client_destroy(&alone_c);
+    client_destroy(&ca);
+    client_destroy(&cp);
+    client_destroy(&cc);
+    fx_stop(&fx);
+}
+
+static void test_shutdown_and_drain(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 2, 256, 64, 4);
+    fx.f->delay_us = 1000;
+    client short_c, long_c;
+    sched_req *rs, *rl, *late = NULL;
+    req_spec qs = spec(T("a"), 3, 5), ql = spec(T("b"), 3, 250);
+    client_init(&short_c);
+    client_init(&long_c);
+    assert_int_equal(submit(&fx, &qs, &short_c, &rs), SCHED_OK);
+    assert_int_equal(submit(&fx, &ql, &long_c, &rl), SCHED_OK);
+    sched_begin_shutdown(fx.s);
+    req_spec q = spec(T("c"), 3, 5);
+    assert_int_equal(submit(&fx, &q, NULL, &late), SCHED_E_SHUTDOWN);
+    assert_null(late);
+    /* 250 steps of >= 1 ms cannot finish in 100 ms: the short one completes, the long one
+     * is cancelled at the timeout. */
+    sched_drain(fx.s, 100);
+    assert_true(client_poll(&short_c, rs));
+    assert_true(client_poll(&long_c, rl));
+    assert_int_equal(short_c.finish, SCHED_FINISH_LENGTH);
+    assert_int_equal(long_c.finish, SCHED_FINISH_CANCELLED);
+    assert_true(long_c.last.completion_tokens > 0 && long_c.last.completion_tokens < 250);
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.slots_used, 0);
+    sched_req_release(rs);
+    sched_req_release(rl);
+    client_destroy(&short_c);
+    client_destroy(&long_c);
+    fx_stop(&fx);
+}
+
+static void test_destroy_with_live_requests(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 1, 64, 64, 4);
+    fx.f->delay_us = 1000;
+    client c[3];
+    sched_req *r[3];
+    for (int i = 0; i < 3; i++) {
+        req_spec q = spec(T("a"), 3, 50);
+        client_init(&c[i]);
+        assert_int_equal(submit(&fx, &q, &c[i], &r[i]), SCHED_OK);
+    }
+    fx_stop(&fx); /* cancels the running one and the waiting ones */
+    for (int i = 0; i < 3; i++) {
+        assert_true(client_poll(&c[i], r[i]));
+        assert_int_equal(c[i].finish, SCHED_FINISH_CANCELLED);
+        sched_req_release(r[i]); /* after destroy: must not touch the scheduler */
+        client_destroy(&c[i]);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fifo_admission_and_slot_reuse),
+        cmocka_unit_test(test_queue_full_too_long_invalid),
+        cmocka_unit_test(test_chunked_prefill_interleaves_with_decodes),
+        cmocka_unit_test(test_concurrent_same_as_alone),
+        cmocka_unit_test(test_cancel_frees_slot_without_affecting_others),
+        cmocka_unit_test(test_stop_string_across_tokens),
+        cmocka_unit_test(test_utf8_never_split),
+        cmocka_unit_test(test_eos_and_ignore_eos),
+        cmocka_unit_test(test_max_tokens_length),
+        cmocka_unit_test(test_engine_error_isolated),
+        cmocka_unit_test(test_shutdown_and_drain),
+        cmocka_unit_test(test_destroy_with_live_requests),
+    };
+    return cmocka_run_group_tests(tests, build_tokenizer, free_tokenizer);
+}

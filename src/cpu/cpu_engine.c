@@ -1,0 +1,373 @@
+/* cpu_engine.c - the CPU reference backend of engine.h.
+ *
+ * A step flattens its sequences into one batch of tokens, each with its own slot and
+ * position, and runs the transformer over the whole batch layer by layer (so each weight row
+ * is read once per step).  K/V are kept in float32 per slot; the LM head runs only for the
+ * tokens whose logits somebody wants, and the sampler (sampling.h) picks the next token.
+ * The math reads top to bottom in forward_layer(); cpu_ops.c has the kernels. */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../engine/engine.h"
+#include "../engine/sampling.h"
+#include "../model/quant.h"
+#include "cpu_ops.h"
+#include "cpu_pool.h"
+
+/* Engine settings beyond these are mistakes, not configurations; bounding them keeps every
+ * size product below within 64 bits. */
+#define CFG_MAX (1 << 24)
+
+typedef struct cpu_engine {
+    engine base; /* first: engine.c sees only this */
+    cpu_pool *pool;
+    cpu_rope rope;
+    int q_dim, kv_dim;
+
+    /* Per slot: K and V as [slot][layer][pos][kv_dim], and the tokens fed so far. */
+    float *key_cache, *value_cache;
+    int32_t *history; /* [slot][ctx_per_slot] */
+    int *slot_len;    /* tokens of history (== positions with valid K/V) */
+
+    /* The batch being computed, one entry per token. */
+    int32_t *tok_id;
+    int *tok_slot, *tok_pos;
+    int *out_tok; /* batch token of each LM-head row */
+    int *out_seq; /* its sequence */
+
+    /* Activations, [max_batch_tokens][width]. */
+    float *x;       /* residual stream, n_embd */
+    float *xb;      /* normed input / attention output, max(n_embd, q_dim) */
+    float *xb2;     /* projection output before the residual add, n_embd */
+    float *q, *k, *v;
+    float *hb, *hb2; /* FFN gate and up, n_ff */
+    float *scores;   /* attention scratch, n_threads x ctx_per_slot */
+    float *logits;   /* LM head rows, n_slots x n_vocab */
+    int logits_rows;
+    void *sample_scratch;
+} cpu_engine;
+
+static size_t kv_slot_floats(const cpu_engine *e)
+{
+    return (size_t)e->base.m->hp.n_layer * (size_t)e->base.cfg.ctx_per_slot * (size_t)e->kv_dim;
+}
+
+/* Offset of (slot, layer, pos) in the K/V caches. */
+static size_t kv_index(const cpu_engine *e, int slot, int layer, int pos)
+{
+    const size_t ctx = (size_t)e->base.cfg.ctx_per_slot;
+    return (size_t)slot * kv_slot_floats(e) + ((size_t)layer * ctx + (size_t)pos) * (size_t)e->kv_dim;
+}
+
+/* ---- forward pass ------------------------------------------------------------------------ */
+
+static void embed_tokens(cpu_engine *e, int n_tok)
+{
+    const model_tensor *emb = &e->base.m->tok_embd;
+    for (int t = 0; t < n_tok; t++) {
+        const char *row = (const char *)emb->data + (size_t)e->tok_id[t] * emb->row_bytes;
+        quant_dequantize_row(emb->type, row, e->x + (size_t)t * emb->ne0, emb->ne0);
+    }
+}
+
+static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const model_tensor *w,
+                   const model_tensor *bias)
+{
+    cpu_matmul mm = {.out = out, .x = x, .n_tok = n_tok, .w = w, .bias = bias ? bias->data : NULL};
+    cpu_matmul_run(e->pool, &mm);
+}
+
+/* qwen3 normalises every head of q and k on its own before RoPE. */
+static void head_rmsnorm(float *vec, int n_head, int head_dim, const model_tensor *w, float eps)
+{
+    for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w->data, head_dim, eps);
+}
+
+static void add_residual(float *x, const float *delta, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] += delta[i];
+}
+
+static void forward_layer(cpu_engine *e, int il, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const model_layer *ly = &e->base.m->layers[il];
+    const int dim = hp->n_embd, hd = hp->head_dim;
+
+    /* attention: x += wo · attend(rope(wq·norm(x)), rope(wk·norm(x)), wv·norm(x)) */
+    for (int t = 0; t < n_tok; t++)
+        cpu_rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, ly->attn_norm.data, dim, hp->rms_eps);
+    matmul(e, e->q, e->xb, n_tok, &ly->wq, ly->bq.data ? &ly->bq : NULL);
+    matmul(e, e->k, e->xb, n_tok, &ly->wk, ly->bk.data ? &ly->bk : NULL);
+    matmul(e, e->v, e->xb, n_tok, &ly->wv, ly->bv.data ? &ly->bv : NULL);
+    for (int t = 0; t < n_tok; t++) {
+        float *q = e->q + (size_t)t * e->q_dim, *k = e->k + (size_t)t * e->kv_dim;
+        if (ly->q_norm.data) head_rmsnorm(q, hp->n_head, hd, &ly->q_norm, hp->rms_eps);
+        if (ly->k_norm.data) head_rmsnorm(k, hp->n_head_kv, hd, &ly->k_norm, hp->rms_eps);
+        cpu_rope_apply(&e->rope, q, hp->n_head, e->tok_pos[t]);
+        cpu_rope_apply(&e->rope, k, hp->n_head_kv, e->tok_pos[t]);
+        /* K/V of the whole batch go into the cache before any token attends, so a prompt in
+         * one step sees exactly what it would see fed token by token. */
+        size_t at = kv_index(e, e->tok_slot[t], il, e->tok_pos[t]);
+        memcpy(e->key_cache + at, k, (size_t)e->kv_dim * sizeof(float));
+        memcpy(e->value_cache + at, e->v + (size_t)t * e->kv_dim, (size_t)e->kv_dim * sizeof(float));
+    }
+    size_t layer_base = kv_index(e, 0, il, 0);
+    cpu_attention at = {
+        .out = e->xb, .q = e->q,
+        .key_cache = e->key_cache + layer_base, .value_cache = e->value_cache + layer_base,
+        .slot_stride = (long)kv_slot_floats(e), .n_tok = n_tok, .slot = e->tok_slot, .pos = e->tok_pos,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
+    };
+    cpu_attention_run(e->pool, &at);
+    matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
+    add_residual(e->x, e->xb2, (size_t)n_tok * dim);
+
+    /* feed-forward: x += w_down · (silu(w_gate·norm(x)) * w_up·norm(x)) */
+    for (int t = 0; t < n_tok; t++)
+        cpu_rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, ly->ffn_norm.data, dim, hp->rms_eps);
+    matmul(e, e->hb, e->xb, n_tok, &ly->w_gate, NULL);
+    matmul(e, e->hb2, e->xb, n_tok, &ly->w_up, NULL);
+    cpu_swiglu(e->hb, e->hb2, n_tok * hp->n_ff);
+    matmul(e, e->xb2, e->hb, n_tok, &ly->w_down, NULL);
+    add_residual(e->x, e->xb2, (size_t)n_tok * dim);
+}
+
+/* ---- a step -------------------------------------------------------------------------------- */
+
+/* Everything that could make a step fail is checked here, before any slot changes. */
+static int check_positions(const cpu_engine *e, const engine_seq *seqs, int n_seqs, char *err, size_t errlen)
+{
+    for (int i = 0; i < n_seqs; i++) {
+        if (seqs[i].pos > e->slot_len[seqs[i].slot]) {
+            snprintf(err, errlen, "seq %d: starts at position %d but slot %d holds only %d tokens", i,
+                     seqs[i].pos, seqs[i].slot, e->slot_len[seqs[i].slot]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Flatten the sequences into the token batch and record their tokens in the slot history
+ * (a sequence starting before the end of its slot's history rewinds it). Returns the number of
+ * tokens; fills the LM-head row list and its length. */
+static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_out)
+{
+    int n_tok = 0;
+    *n_out = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const engine_seq *s = &seqs[i];
+        int32_t *hist = e->history + (size_t)s->slot * e->base.cfg.ctx_per_slot;
+        for (int j = 0; j < s->n_tokens; j++, n_tok++) {
+            e->tok_id[n_tok] = s->tokens[j];
+            e->tok_slot[n_tok] = s->slot;
+            e->tok_pos[n_tok] = s->pos + j;
+            hist[s->pos + j] = s->tokens[j];
+            bool last = j == s->n_tokens - 1;
+            if ((last && (s->want_token || s->logits)) || (s->logits && s->logits_all)) {
+                e->out_tok[*n_out] = n_tok;
+                e->out_seq[*n_out] = i;
+                (*n_out)++;
+            }
+        }
+        e->slot_len[s->slot] = s->pos + s->n_tokens;
+    }
+    return n_tok;
+}
+
+/* Hand one row of logits to its sequence: copy it out if asked, sample if it is the last. */
+static void deliver_row(cpu_engine *e, const engine_seq *s, int tok, float *logits, engine_result *result)
+{
+    const int n_vocab = e->base.m->hp.n_vocab;
+    const int j = e->tok_pos[tok] - s->pos; /* index of this token within the sequence */
+    if (s->logits) {
+        float *dst = s->logits + (s->logits_all ? (size_t)j * n_vocab : 0);
+        memcpy(dst, logits, (size_t)n_vocab * sizeof(float));
+    }
+    if (j != s->n_tokens - 1 || !s->want_token) return;
+    const int32_t *hist = e->history + (size_t)s->slot * e->base.cfg.ctx_per_slot;
+    sampling_input in = {.logits = logits, .n_vocab = n_vocab, .history = hist,
+                         .n_history = s->pos + s->n_tokens, .position = s->pos + s->n_tokens, .sp = s->sp};
+    sampling_sample(&in, e->sample_scratch, result);
+}
+
+/* Final norm + LM head for the rows somebody wants, logits_rows rows at a time. */
+static void lm_head(cpu_engine *e, const engine_seq *seqs, int n_out, engine_result *results)
+{
+    const model *m = e->base.m;
+    const int dim = m->hp.n_embd;
+    for (int first = 0; first < n_out; first += e->logits_rows) {
+        int n = n_out - first < e->logits_rows ? n_out - first : e->logits_rows;
+        for (int r = 0; r < n; r++)
+            cpu_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)e->out_tok[first + r] * dim,
+                        m->output_norm.data, dim, m->hp.rms_eps);
+        matmul(e, e->logits, e->xb, n, &m->output, NULL);
+        for (int r = 0; r < n; r++) {
+            int seq = e->out_seq[first + r];
+            deliver_row(e, &seqs[seq], e->out_tok[first + r], e->logits + (size_t)r * m->hp.n_vocab,
+                        &results[seq]);
+        }
+    }
+}
+
+static int cpu_step(engine *base, const engine_seq *seqs, int n_seqs, engine_result *results, char *err,
+                    size_t errlen)
+{
+    cpu_engine *e = (cpu_engine *)base;
+    if (check_positions(e, seqs, n_seqs, err, errlen) != 0) return -1;
+    int n_out;
+    int n_tok = plan_batch(e, seqs, n_seqs, &n_out);
+    embed_tokens(e, n_tok);
+    for (int il = 0; il < base->m->hp.n_layer; il++) forward_layer(e, il, n_tok);
+    lm_head(e, seqs, n_out, results);
+    return 0;
+}
+
+static void cpu_slot_clear(engine *base, int slot)
+{
+    cpu_engine *e = (cpu_engine *)base;
+    e->slot_len[slot] = 0; /* K/V beyond slot_len are never read, so nothing else to wipe */
+}
+
+static void cpu_destroy(engine *base)
+{
+    cpu_engine *e = (cpu_engine *)base;
+    cpu_pool_free(e->pool);
+    void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_slot,
+                    e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
+                    e->hb, e->hb2, e->scores, e->logits, e->sample_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(e);
+}
+
+static const engine_vtable CPU_VTABLE = {
+    .name = "cpu",
+    .step = cpu_step,
+    .slot_clear = cpu_slot_clear,
+    .destroy = cpu_destroy,
+};
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
+typedef struct buffer_request {
+    void **ptr;
+    const char *what;
+    size_t count, elem;
+} buffer_request;
+
+static size_t physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+}
+
+/* Refuse a buffer larger than the machine before asking for it: with overcommit, calloc of an
+ * absurd size may "succeed" and the process dies later instead of reporting. */
+static int allocate_buffers(const buffer_request *req, size_t n, char *err, size_t errlen)
+{
+    const size_t limit = physical_memory();
+    for (size_t i = 0; i < n; i++) {
+        size_t bytes;
+        bool too_big = req[i].count == SIZE_MAX || __builtin_mul_overflow(req[i].count, req[i].elem, &bytes) ||
+                       bytes > limit;
+        if (too_big || !(*req[i].ptr = calloc(req[i].count ? req[i].count : 1, req[i].elem))) {
+            snprintf(err, errlen, "cannot allocate the CPU %s (%.1f MiB%s)", req[i].what,
+                     (double)req[i].count * (double)req[i].elem / 1048576.0,
+                     too_big ? ", more than this machine's memory" : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* a * b * ... with SIZE_MAX standing for "overflowed" (then refused by allocate_buffers). */
+static size_t mul(size_t a, size_t b)
+{
+    size_t r;
+    return a == SIZE_MAX || b == SIZE_MAX || __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+static int check_config(const engine_config *cfg, char *err, size_t errlen)
+{
+    const struct {
+        const char *name;
+        int value;
+    } fields[] = {{"n_slots", cfg->n_slots}, {"ctx_per_slot", cfg->ctx_per_slot},
+                  {"max_batch_tokens", cfg->max_batch_tokens}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (fields[i].value < 1 || fields[i].value > CFG_MAX) {
+            snprintf(err, errlen, "engine config: %s = %d is out of range [1, %d]", fields[i].name,
+                     fields[i].value, CFG_MAX);
+            return -1;
+        }
+    }
+    if (cfg->n_threads < 0 || cfg->n_threads > 1024) {
+        snprintf(err, errlen, "engine config: n_threads = %d is out of range [0, 1024]", cfg->n_threads);
+        return -1;
+    }
+    return 0;
+}
+
+engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, size_t errlen)
+{
+    if (check_config(cfg, err, errlen) != 0) return NULL;
+    cpu_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    const model_hparams *hp = &m->hp;
+    e->base = (engine){.vt = &CPU_VTABLE, .m = m, .cfg = *cfg};
+    e->q_dim = hp->n_head * hp->head_dim;
+    e->kv_dim = hp->n_head_kv * hp->head_dim;
+    e->rope = (cpu_rope){.head_dim = hp->head_dim, .neox = hp->rope_neox, .base = hp->rope_base,
+                         .scale = hp->rope_scale, .freq_div = m->rope_freqs.data};
+    int n_threads = cfg->n_threads;
+    if (n_threads == 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = online < 1 ? 1 : online > 256 ? 256 : (int)online;
+    }
+    e->logits_rows = cfg->n_slots;
+
+    const size_t B = (size_t)cfg->max_batch_tokens, slots = (size_t)cfg->n_slots, ctx = (size_t)cfg->ctx_per_slot;
+    const size_t kv = mul(mul(slots, ctx), mul((size_t)hp->n_layer, (size_t)e->kv_dim));
+    const size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
+    const buffer_request req[] = {
+        {(void **)&e->key_cache, "K cache", kv, sizeof(float)},
+        {(void **)&e->value_cache, "V cache", kv, sizeof(float)},
+        {(void **)&e->history, "token history", mul(slots, ctx), sizeof(int32_t)},
+        {(void **)&e->slot_len, "slot table", slots, sizeof(int)},
+        {(void **)&e->tok_id, "batch tokens", B, sizeof(int32_t)},
+        {(void **)&e->tok_slot, "batch slots", B, sizeof(int)},
+        {(void **)&e->tok_pos, "batch positions", B, sizeof(int)},
+        {(void **)&e->out_tok, "LM head rows", B, sizeof(int)},
+        {(void **)&e->out_seq, "LM head sequences", B, sizeof(int)},
+        {(void **)&e->x, "residual stream", mul(B, (size_t)hp->n_embd), sizeof(float)},
+        {(void **)&e->xb, "activations", mul(B > slots ? B : slots, wide), sizeof(float)},
+        {(void **)&e->xb2, "activations", mul(B, (size_t)hp->n_embd), sizeof(float)},
+        {(void **)&e->q, "queries", mul(B, (size_t)e->q_dim), sizeof(float)},
+        {(void **)&e->k, "keys", mul(B, (size_t)e->kv_dim), sizeof(float)},
+        {(void **)&e->v, "values", mul(B, (size_t)e->kv_dim), sizeof(float)},
+        {(void **)&e->hb, "FFN activations", mul(B, (size_t)hp->n_ff), sizeof(float)},
+        {(void **)&e->hb2, "FFN activations", mul(B, (size_t)hp->n_ff), sizeof(float)},
+        {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},
+        {(void **)&e->logits, "logits", mul(slots, (size_t)hp->n_vocab), sizeof(float)},
+        {&e->sample_scratch, "sampler scratch", sampling_scratch_bytes(hp->n_vocab), 1},
+    };
+    if (allocate_buffers(req, sizeof req / sizeof req[0], err, errlen) != 0) {
+        cpu_destroy(&e->base);
+        return NULL;
+    }
+    e->pool = cpu_pool_create(n_threads);
+    if (!e->pool) {
+        snprintf(err, errlen, "cannot start %d CPU worker threads", n_threads);
+        cpu_destroy(&e->base);
+        return NULL;
+    }
+    return &e->base;
+}

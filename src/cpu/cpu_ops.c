@@ -1,0 +1,104 @@
+/* cpu_ops.c - float32 kernels of the CPU forward pass (see cpu_ops.h). */
+#include "cpu_ops.h"
+
+#include <math.h>
+
+#include "../model/quant.h"
+
+void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float eps)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
+}
+
+void cpu_softmax(float *x, int n)
+{
+    float max = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > max) max = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
+void cpu_swiglu(float *x, const float *y, int n)
+{
+    for (int i = 0; i < n; i++) x[i] = x[i] * (1.0f / (1.0f + expf(-x[i]))) * y[i];
+}
+
+static void matmul_rows(void *ctx, int begin, int end, int thread)
+{
+    (void)thread;
+    const cpu_matmul *mm = ctx;
+    const model_tensor *w = mm->w;
+    const char *rows = w->data;
+    for (int r = begin; r < end; r++) {
+        const void *row = rows + (size_t)r * w->row_bytes;
+        float b = mm->bias ? mm->bias[r] : 0.0f;
+        for (int t = 0; t < mm->n_tok; t++)
+            mm->out[(size_t)t * w->ne1 + r] = quant_dot_row(w->type, row, mm->x + (size_t)t * w->ne0, w->ne0) + b;
+    }
+}
+
+void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm)
+{
+    cpu_pool_run(pool, matmul_rows, (void *)mm, (int)mm->w->ne1);
+}
+
+void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
+{
+    const int half = r->head_dim / 2;
+    const float p = (float)pos / r->scale;
+    for (int i = 0; i < half; i++) {
+        float freq = 1.0f / powf(r->base, (float)(2 * i) / (float)r->head_dim);
+        if (r->freq_div) freq /= r->freq_div[i];
+        float angle = p * freq, c = cosf(angle), s = sinf(angle);
+        /* Element pair that this frequency turns: adjacent (llama) or half a head apart. */
+        int a = r->neox ? i : 2 * i, b = r->neox ? i + half : 2 * i + 1;
+        for (int h = 0; h < n_head; h++) {
+            float *v = vec + (size_t)h * r->head_dim;
+            float v0 = v[a], v1 = v[b];
+            v[a] = v0 * c - v1 * s;
+            v[b] = v0 * s + v1 * c;
+        }
+    }
+}
+
+static void attention_items(void *ctx, int begin, int end, int thread)
+{
+    const cpu_attention *at = ctx;
+    const int hd = at->head_dim, q_dim = at->n_head * hd, kv_dim = at->n_head_kv * hd;
+    const int group = at->n_head / at->n_head_kv;
+    const float sqrt_hd = sqrtf((float)hd);
+    float *att = at->scores + (size_t)thread * at->scores_stride;
+    for (int item = begin; item < end; item++) {
+        int t = item / at->n_head, h = item % at->n_head;
+        const float *q = at->q + (size_t)t * q_dim + (size_t)h * hd;
+        size_t base = (size_t)at->slot[t] * at->slot_stride + (size_t)(h / group) * hd;
+        const float *k_base = at->key_cache + base, *v_base = at->value_cache + base;
+        int n_pos = at->pos[t] + 1;
+        for (int j = 0; j < n_pos; j++) {
+            const float *k = k_base + (size_t)j * kv_dim;
+            float score = 0.0f;
+            for (int i = 0; i < hd; i++) score += q[i] * k[i];
+            att[j] = score / sqrt_hd;
+        }
+        cpu_softmax(att, n_pos);
+        float *out = at->out + (size_t)t * q_dim + (size_t)h * hd;
+        for (int i = 0; i < hd; i++) out[i] = 0.0f;
+        for (int j = 0; j < n_pos; j++) {
+            const float *v = v_base + (size_t)j * kv_dim;
+            for (int i = 0; i < hd; i++) out[i] += att[j] * v[i];
+        }
+    }
+}
+
+void cpu_attention_run(cpu_pool *pool, const cpu_attention *at)
+{
+    cpu_pool_run(pool, attention_items, (void *)at, at->n_tok * at->n_head);
+}

@@ -1,0 +1,63 @@
+/* cpu_ops.h - the float32 building blocks of the CPU forward pass.
+ *
+ * Every kernel computes each output element with one fixed sequence of float operations that
+ * depends only on that element's inputs: the result for a token does not change with the
+ * batch it travels in or the number of threads. */
+#ifndef INFERD_CPU_OPS_H
+#define INFERD_CPU_OPS_H
+
+#include <stdbool.h>
+
+#include "../model/model.h"
+#include "cpu_pool.h"
+
+/* out = x / rms(x) * weight over n floats (out may alias x). */
+void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
+
+/* In-place softmax over n floats. */
+void cpu_softmax(float *x, int n);
+
+/* x = silu(x) * y elementwise (SwiGLU's gate). */
+void cpu_swiglu(float *x, const float *y, int n);
+
+/* out[t][r] = dot(w row r, x[t]) (+ bias[r]) for t < n_tok, r < w->ne1; rows of x are
+ * w->ne0 floats apart, rows of out w->ne1 floats apart.  Parallel over weight rows, with all
+ * tokens handled while a row is hot, so each weight row is read once per call. */
+typedef struct cpu_matmul {
+    float *out;
+    const float *x;
+    int n_tok;
+    const model_tensor *w;
+    const float *bias; /* NULL: none */
+} cpu_matmul;
+void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm);
+
+/* Rotary position embedding of one token's heads (n_head * head_dim floats), in place.
+ * Pair i (i < head_dim/2) turns by pos / scale * base^(-2i/head_dim) / freq_div[i]; pairs are
+ * (2i, 2i+1) normally and (i, i + head_dim/2) in the NeoX layout. */
+typedef struct cpu_rope {
+    int head_dim;
+    bool neox;
+    float base;
+    float scale;          /* linear position scaling, 1 = none */
+    const float *freq_div; /* head_dim/2 divisors (rope_freqs) or NULL */
+} cpu_rope;
+void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos);
+
+/* Causal grouped-query attention of a batch of tokens over their slots' K/V caches.  Token t
+ * at position pos[t] of slot slot[t] attends to positions 0..pos[t] of that slot, whose K/V
+ * must already be in the cache.  Parallel over (token, head). */
+typedef struct cpu_attention {
+    float *out;       /* [n_tok][n_head * head_dim] */
+    const float *q;   /* [n_tok][n_head * head_dim] */
+    const float *key_cache, *value_cache; /* this layer's base */
+    long slot_stride; /* floats between slots in the caches */
+    int n_tok;
+    const int *slot, *pos;
+    int n_head, n_head_kv, head_dim;
+    float *scores;    /* n_threads * scores_stride floats of scratch */
+    int scores_stride; /* >= the largest pos + 1 */
+} cpu_attention;
+void cpu_attention_run(cpu_pool *pool, const cpu_attention *at);
+
+#endif

@@ -1,0 +1,141 @@
+/* tiny_model.c - random GGUF models for tests (see tiny_model.h). */
+#include "tiny_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gguf.h"
+#include "model/quant.h"
+
+tiny_spec tiny_spec_default(void)
+{
+    return (tiny_spec){.arch = "llama", .n_vocab = 48, .n_embd = 32, .n_layer = 2, .n_head = 4,
+                       .n_head_kv = 2, .n_ff = 64, .n_ctx = 64, .wtype = GGML_TYPE_F32, .seed = 1};
+}
+
+static uint64_t next_u64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static float next_float(uint64_t *s) { return (float)((double)(next_u64(s) >> 11) * 0x1.0p-52 - 1.0); }
+
+typedef struct builder {
+    const tiny_spec *s;
+    gguf_writer *w;
+    uint64_t rng;
+} builder;
+
+/* A tensor of ne0 x ne1 values center + spread * U(-1,1), stored as `type`. */
+static void add_tensor(builder *b, const char *name, ggml_type type, int64_t ne0, int64_t ne1,
+                       float center, float spread)
+{
+    if (b->s->omit_tensor && strcmp(name, b->s->omit_tensor) == 0) return;
+    if (b->s->bad_tensor && strcmp(name, b->s->bad_tensor) == 0) ne0 *= 2;
+    size_t n = (size_t)(ne0 * ne1);
+    float *vals = malloc(n * sizeof *vals);
+    for (size_t i = 0; i < n; i++) vals[i] = center + spread * next_float(&b->rng);
+    size_t row_bytes = ggml_row_bytes(type, ne0);
+    size_t nbytes = row_bytes * (size_t)ne1;
+    char *data = malloc(nbytes);
+    for (int64_t r = 0; r < ne1; r++)
+        quant_quantize_row(type, vals + r * ne0, data + (size_t)r * row_bytes, ne0);
+    int64_t ne[2] = {ne0, ne1};
+    gguf_writer_add_tensor(b->w, name, type, ne1 > 1 ? 2 : 1, ne, data, nbytes, false);
+    free(data);
+    free(vals);
+}
+
+static void set_u32(builder *b, const char *suffix, uint32_t v)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", b->s->arch, suffix);
+    if (b->s->omit_key && strcmp(key, b->s->omit_key) == 0) return;
+    gguf_writer_set_u32(b->w, key, v);
+}
+
+static void set_f32(builder *b, const char *suffix, float v)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", b->s->arch, suffix);
+    if (b->s->omit_key && strcmp(key, b->s->omit_key) == 0) return;
+    gguf_writer_set_f32(b->w, key, v);
+}
+
+static void write_hparams(builder *b)
+{
+    const tiny_spec *s = b->s;
+    gguf_writer_set_str(b->w, "general.architecture", s->arch);
+    gguf_writer_set_str(b->w, "general.name", "tiny");
+    set_u32(b, "context_length", (uint32_t)s->n_ctx);
+    set_u32(b, "embedding_length", (uint32_t)s->n_embd);
+    set_u32(b, "block_count", (uint32_t)s->n_layer);
+    set_u32(b, "feed_forward_length", (uint32_t)s->n_ff);
+    set_u32(b, "attention.head_count", (uint32_t)s->n_head);
+    set_u32(b, "attention.head_count_kv", (uint32_t)s->n_head_kv);
+    if (s->head_dim) set_u32(b, "attention.key_length", (uint32_t)s->head_dim);
+    set_f32(b, "attention.layer_norm_rms_epsilon", 1e-5f);
+    if (s->rope_base > 0) set_f32(b, "rope.freq_base", s->rope_base);
+    if (s->rope_scale > 0) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", s->arch);
+        gguf_writer_set_str(b->w, key, "linear");
+        set_f32(b, "rope.scaling.factor", s->rope_scale);
+    }
+}
+
+static void write_layer(builder *b, int il, int head_dim)
+{
+    const tiny_spec *s = b->s;
+    const int q_dim = s->n_head * head_dim, kv_dim = s->n_head_kv * head_dim;
+    const float wscale = 1.0f / sqrtf((float)s->n_embd);
+    char name[96];
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+    add_tensor(b, NAME("attn_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
+    add_tensor(b, NAME("attn_q.weight"), s->wtype, s->n_embd, q_dim, 0.0f, 2 * wscale);
+    add_tensor(b, NAME("attn_k.weight"), s->wtype, s->n_embd, kv_dim, 0.0f, 2 * wscale);
+    add_tensor(b, NAME("attn_v.weight"), s->wtype, s->n_embd, kv_dim, 0.0f, 2 * wscale);
+    add_tensor(b, NAME("attn_output.weight"), s->wtype, q_dim, s->n_embd, 0.0f, 1.0f / sqrtf((float)q_dim));
+    if (strcmp(s->arch, "qwen2") == 0) {
+        add_tensor(b, NAME("attn_q.bias"), GGML_TYPE_F32, q_dim, 1, 0.0f, 0.3f);
+        add_tensor(b, NAME("attn_k.bias"), GGML_TYPE_F32, kv_dim, 1, 0.0f, 0.3f);
+        add_tensor(b, NAME("attn_v.bias"), GGML_TYPE_F32, kv_dim, 1, 0.0f, 0.3f);
+    }
+    if (strcmp(s->arch, "qwen3") == 0) {
+        add_tensor(b, NAME("attn_q_norm.weight"), GGML_TYPE_F32, head_dim, 1, 1.0f, 0.2f);
+        add_tensor(b, NAME("attn_k_norm.weight"), GGML_TYPE_F32, head_dim, 1, 1.0f, 0.2f);
+    }
+    add_tensor(b, NAME("ffn_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
+    add_tensor(b, NAME("ffn_gate.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
+    add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
+    add_tensor(b, NAME("ffn_down.weight"), s->wtype, s->n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->n_ff));
+#undef NAME
+}
+
+void *tiny_model_build(const tiny_spec *s, size_t *size)
+{
+    builder b = {.s = s, .w = gguf_writer_new(), .rng = s->seed};
+    const int head_dim = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
+    write_hparams(&b);
+    add_tensor(&b, "token_embd.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f);
+    add_tensor(&b, "output_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
+    if (!s->tied) add_tensor(&b, "output.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f / sqrtf((float)s->n_embd));
+    if (s->rope_freqs) add_tensor(&b, "rope_freqs.weight", GGML_TYPE_F32, head_dim / 2, 1, 2.5f, 1.5f);
+    for (int il = 0; il < s->n_layer; il++) write_layer(&b, il, head_dim);
+    void *image = NULL;
+    if (gguf_writer_write_mem(b.w, &image, size) != 0) image = NULL;
+    gguf_writer_free(b.w);
+    return image;
+}
+
+model *tiny_model_load(const void *image, size_t size, char *err, size_t errlen)
+{
+    gguf_file *f = gguf_open_memory(image, size, err, errlen);
+    return f ? model_from_gguf(f, err, errlen) : NULL;
+}

@@ -1,0 +1,469 @@
+/* api_request.c - see api_request.h.  Each field has one small reader that either stores a
+ * valid value or writes an error naming the field; the request parsers are lists of those. */
+#include "api_request.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void api_error_set(api_error *e, int status, const char *type, const char *param,
+                   const char *code, const char *fmt, ...)
+{
+    e->status = status;
+    e->type = type;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+
+#define INVALID "invalid_request_error"
+
+static const char *json_type_name(const cJSON *v)
+{
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsObject(v)) return "an object";
+    return "null";
+}
+
+static int type_error(api_error *e, const char *param, const char *expected, const cJSON *v)
+{
+    api_error_set(e, 400, INVALID, param, "invalid_type",
+                  "Invalid type for '%s': expected %s, but got %s instead.", param, expected,
+                  json_type_name(v));
+    return -1;
+}
+
+/* The field `name` of obj, or NULL when absent or null (null means "default" in OpenAI's API). */
+static const cJSON *field(const cJSON *obj, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
+static int read_bool(const cJSON *obj, const char *name, bool *out, api_error *e)
+{
+    const cJSON *v = field(obj, name);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return type_error(e, name, "a boolean", v);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* A number in [lo, hi] (lo excluded when lo_open); integral when integer. */
+typedef struct num_spec {
+    const char *name;
+    double lo, hi;
+    bool lo_open, integer;
+} num_spec;
+
+static int read_num(const cJSON *obj, num_spec s, double *out, bool *present, api_error *e)
+{
+    const cJSON *v = field(obj, s.name);
+    if (present) *present = v != NULL;
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v))
+        return type_error(e, s.name, s.integer ? "an integer" : "a number", v);
+    double x = v->valuedouble;
+    if (s.integer && (!isfinite(x) || x != floor(x)))
+        return type_error(e, s.name, "an integer", v);
+    if (!(s.lo_open ? x > s.lo : x >= s.lo) || !(x <= s.hi)) {
+        api_error_set(e, 400, INVALID, s.name, "invalid_value",
+                      "Invalid value for '%s': %g is out of range; expected a value %s %g and <= %g.",
+                      s.name, x, s.lo_open ? ">" : ">=", s.lo, s.hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int read_float(const cJSON *obj, num_spec s, float *out, api_error *e)
+{
+    double x;
+    bool present;
+    if (read_num(obj, s, &x, &present, e) != 0) return -1;
+    if (present) *out = (float)x;
+    return 0;
+}
+
+static int read_int(const cJSON *obj, num_spec s, int *out, api_error *e)
+{
+    double x;
+    bool present;
+    s.integer = true;
+    if (read_num(obj, s, &x, &present, e) != 0) return -1;
+    if (present) *out = (int)x;
+    return 0;
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
+static int oom(api_error *e)
+{
+    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory while parsing the request");
+    return -1;
+}
+
+static int read_stop(const cJSON *obj, api_request *r, api_error *e)
+{
+    const cJSON *v = field(obj, "stop");
+    if (!v) return 0;
+    const cJSON *one[1] = {v};
+    int n = 1;
+    if (cJSON_IsArray(v)) {
+        n = cJSON_GetArraySize(v);
+        if (n > SCHED_MAX_STOP) {
+            api_error_set(e, 400, INVALID, "stop", "invalid_value",
+                          "Invalid 'stop': at most %d stop sequences are supported, got %d.",
+                          SCHED_MAX_STOP, n);
+            return -1;
+        }
+    } else if (!cJSON_IsString(v)) {
+        return type_error(e, "stop", "a string or an array of strings", v);
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *s = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, i) : one[0];
+        if (!cJSON_IsString(s)) return type_error(e, "stop", "a string or an array of strings", s);
+        size_t len = strlen(s->valuestring);
+        if (len > API_MAX_STOP_LEN) {
+            api_error_set(e, 400, INVALID, "stop", "invalid_value",
+                          "Invalid 'stop': a stop sequence may be at most %d bytes.", API_MAX_STOP_LEN);
+            return -1;
+        }
+        if (len == 0) continue; /* an empty stop string would end every completion at once */
+        if (!(r->stop[r->n_stop] = dup_n(s->valuestring, len))) return oom(e);
+        r->n_stop++;
+    }
+    return 0;
+}
+
+/* logit_bias: {"token id": bias in [-100, 100]} */
+static int read_logit_bias(const cJSON *obj, int n_vocab, api_request *r, api_error *e)
+{
+    const cJSON *v = field(obj, "logit_bias");
+    if (!v) return 0;
+    if (!cJSON_IsObject(v)) return type_error(e, "logit_bias", "an object", v);
+    int n = cJSON_GetArraySize(v);
+    if (n == 0) return 0;
+    r->bias_ids = malloc((size_t)n * sizeof *r->bias_ids);
+    r->bias_vals = malloc((size_t)n * sizeof *r->bias_vals);
+    if (!r->bias_ids || !r->bias_vals) return oom(e);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v)
+    {
+        char *end = NULL;
+        long id = strtol(it->string, &end, 10);
+        if (!it->string[0] || *end || id < 0 || id >= n_vocab) {
+            api_error_set(e, 400, INVALID, "logit_bias", "invalid_value",
+                          "Invalid key in 'logit_bias': '%.40s' is not a token id in [0, %d).",
+                          it->string, n_vocab);
+            return -1;
+        }
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100)) {
+            api_error_set(e, 400, INVALID, "logit_bias", "invalid_value",
+                          "Invalid value in 'logit_bias' for token %ld: expected a number in [-100, 100].",
+                          id);
+            return -1;
+        }
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias_vals[r->n_bias] = (float)it->valuedouble;
+        r->n_bias++;
+    }
+    return 0;
+}
+
+/* Fields shared by both endpoints. */
+static int read_common(const cJSON *obj, int n_vocab, api_request *r, api_error *e)
+{
+    sampling_params *sp = &r->sp;
+    sampling_params_default(sp);
+    sp->temperature = 1.0f; /* OpenAI's default; 0 means greedy */
+    sp->n_top_logprobs = -1;
+    r->n = 1;
+    r->logprobs = -1;
+
+    const cJSON *model = field(obj, "model");
+    if (model && !cJSON_IsString(model)) return type_error(e, "model", "a string", model);
+    const cJSON *user = field(obj, "user");
+    if (user && !cJSON_IsString(user)) return type_error(e, "user", "a string", user);
+
+    if (read_bool(obj, "stream", &r->stream, e) || read_bool(obj, "ignore_eos", &r->ignore_eos, e))
+        return -1;
+    const cJSON *so = field(obj, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) return type_error(e, "stream_options", "an object", so);
+        const cJSON *iu = field(so, "include_usage");
+        if (iu && !cJSON_IsBool(iu)) return type_error(e, "stream_options.include_usage", "a boolean", iu);
+        r->include_usage = cJSON_IsTrue(iu);
+    }
+    if (read_int(obj, (num_spec){"n", 1, API_MAX_N, false, true}, &r->n, e) ||
+        read_int(obj, (num_spec){"max_tokens", 1, 1 << 30, false, true}, &r->max_tokens, e) ||
+        read_float(obj, (num_spec){"temperature", 0, 2, false, false}, &sp->temperature, e) ||
+        read_float(obj, (num_spec){"top_p", 0, 1, true, false}, &sp->top_p, e) ||
+        read_int(obj, (num_spec){"top_k", 0, 1 << 30, false, true}, &sp->top_k, e) ||
+        read_float(obj, (num_spec){"min_p", 0, 1, false, false}, &sp->min_p, e) ||
+        read_float(obj, (num_spec){"presence_penalty", -2, 2, false, false}, &sp->presence_penalty, e) ||
+        read_float(obj, (num_spec){"frequency_penalty", -2, 2, false, false}, &sp->frequency_penalty, e) ||
+        read_float(obj, (num_spec){"repeat_penalty", 0, 10, true, false}, &sp->repeat_penalty, e))
+        return -1;
+    double seed;
+    if (read_num(obj, (num_spec){"seed", -9.2e18, 1.8e19, false, true}, &seed, &r->has_seed, e))
+        return -1;
+    if (r->has_seed) sp->seed = seed < 0 ? (uint64_t)(int64_t)seed : (uint64_t)seed;
+    /* Penalties look back over llama.cpp's default window. */
+    if (sp->repeat_penalty != 1.0f || sp->presence_penalty != 0 || sp->frequency_penalty != 0)
+        sp->penalty_last_n = 64;
+    if (read_stop(obj, r, e) || read_logit_bias(obj, n_vocab, r, e)) return -1;
+    sp->bias_ids = r->bias_ids;
+    sp->bias_vals = r->bias_vals;
+    sp->n_bias = r->n_bias;
+    return 0;
+}
+
+/* A token array: every element an integer id of the vocabulary. */
+static int read_ids(const cJSON *arr, int n_vocab, const char *param, api_prompt *p, api_error *e)
+{
+    int n = cJSON_GetArraySize(arr);
+    if (n == 0) {
+        api_error_set(e, 400, INVALID, param, "invalid_value", "Invalid '%s': the prompt is empty.", param);
+        return -1;
+    }
+    if (!(p->ids = malloc((size_t)n * sizeof *p->ids))) return oom(e);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double x = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        if (!cJSON_IsNumber(it) || x != floor(x) || x < 0 || x >= n_vocab) {
+            api_error_set(e, 400, INVALID, param, "invalid_value",
+                          "Invalid '%s': token %d is not an integer id in [0, %d).", param, p->n_ids,
+                          n_vocab);
+            return -1;
+        }
+        p->ids[p->n_ids++] = (int32_t)x;
+    }
+    return 0;
+}
+
+static int read_text_prompt(const cJSON *s, api_prompt *p, api_error *e)
+{
+    size_t len = strlen(s->valuestring);
+    if (len == 0) {
+        api_error_set(e, 400, INVALID, "prompt", "invalid_value", "Invalid 'prompt': the prompt is empty.");
+        return -1;
+    }
+    if (!(p->text = dup_n(s->valuestring, len))) return oom(e);
+    p->text_len = len;
+    return 0;
+}
+
+/* prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...] */
+static int read_prompts(const cJSON *obj, int n_vocab, api_request *r, api_error *e)
+{
+    const cJSON *v = field(obj, "prompt");
+    if (!v) {
+        api_error_set(e, 400, INVALID, "prompt", "missing_required_parameter",
+                      "Missing required parameter: 'prompt'.");
+        return -1;
+    }
+    const char *expect = "a string, an array of strings, an array of tokens or an array of token arrays";
+    bool single = cJSON_IsString(v) || (cJSON_IsArray(v) && cJSON_IsNumber(cJSON_GetArrayItem(v, 0)));
+    if (!cJSON_IsString(v) && !cJSON_IsArray(v)) return type_error(e, "prompt", expect, v);
+    int n = single ? 1 : cJSON_GetArraySize(v);
+    if (n == 0) {
+        api_error_set(e, 400, INVALID, "prompt", "invalid_value", "Invalid 'prompt': the prompt is empty.");
+        return -1;
+    }
+    if ((long)n * r->n > API_MAX_CHOICES) {
+        api_error_set(e, 400, INVALID, "prompt", "invalid_value",
+                      "Invalid 'prompt': %d prompts x n=%d exceeds %d choices per request.", n, r->n,
+                      API_MAX_CHOICES);
+        return -1;
+    }
+    if (!(r->prompts = calloc((size_t)n, sizeof *r->prompts))) return oom(e);
+    r->n_prompts = n;
+    for (int i = 0; i < n; i++) {
+        const cJSON *it = single ? v : cJSON_GetArrayItem(v, i);
+        int rc;
+        if (cJSON_IsString(it)) rc = read_text_prompt(it, &r->prompts[i], e);
+        else if (cJSON_IsArray(it)) rc = read_ids(it, n_vocab, "prompt", &r->prompts[i], e);
+        else rc = type_error(e, "prompt", expect, it);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+/* A message's content: a string, or an array of {"type":"text","text":...} parts (joined). */
+static int read_content(const cJSON *m, int i, char **out, api_error *e)
+{
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    const cJSON *c = field(m, "content");
+    if (!c) { /* an assistant turn may carry no content (e.g. a tool call we do not support) */
+        *out = dup_n("", 0);
+        return *out ? 0 : oom(e);
+    }
+    if (cJSON_IsString(c)) {
+        *out = dup_n(c->valuestring, strlen(c->valuestring));
+        return *out ? 0 : oom(e);
+    }
+    if (!cJSON_IsArray(c)) return type_error(e, param, "a string or an array of content parts", c);
+    size_t total = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c)
+    {
+        const cJSON *type = field(part, "type"), *text = field(part, "text");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
+            !cJSON_IsString(text)) {
+            api_error_set(e, 400, INVALID, param, "invalid_value",
+                          "Invalid '%s': only content parts of type 'text' with a string 'text' are supported.",
+                          param);
+            return -1;
+        }
+        total += strlen(text->valuestring);
+    }
+    if (!(*out = malloc(total + 1))) return oom(e);
+    size_t o = 0;
+    cJSON_ArrayForEach(part, c)
+    {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        memcpy(*out + o, t, strlen(t));
+        o += strlen(t);
+    }
+    (*out)[o] = 0;
+    return 0;
+}
+
+static const char *known_role(const char *role)
+{
+    static const char *const roles[] = {"system", "user", "assistant"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(role, roles[i]) == 0) return roles[i];
+    if (strcmp(role, "developer") == 0) return roles[0]; /* OpenAI's newer name for system */
+    return NULL;
+}
+
+static int read_messages(const cJSON *obj, api_request *r, api_error *e)
+{
+    const cJSON *v = field(obj, "messages");
+    if (!v) {
+        api_error_set(e, 400, INVALID, "messages", "missing_required_parameter",
+                      "Missing required parameter: 'messages'.");
+        return -1;
+    }
+    if (!cJSON_IsArray(v)) return type_error(e, "messages", "an array", v);
+    int n = cJSON_GetArraySize(v);
+    if (n == 0) {
+        api_error_set(e, 400, INVALID, "messages", "invalid_value",
+                      "Invalid 'messages': empty array. Expected an array with minimum length 1.");
+        return -1;
+    }
+    if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return oom(e);
+    for (int i = 0; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(v, i);
+        char param[64];
+        snprintf(param, sizeof param, "messages[%d]", i);
+        if (!cJSON_IsObject(m)) return type_error(e, param, "an object", m);
+        const cJSON *role = field(m, "role");
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        if (!cJSON_IsString(role)) {
+            api_error_set(e, 400, INVALID, param, role ? "invalid_type" : "missing_required_parameter",
+                          "Invalid '%s': expected one of 'system', 'developer', 'user', 'assistant'.", param);
+            return -1;
+        }
+        const char *known = known_role(role->valuestring);
+        if (!known) {
+            api_error_set(e, 400, INVALID, param, "invalid_value",
+                          "Invalid '%s': '%.40s' is not supported; expected one of 'system', 'developer', "
+                          "'user', 'assistant'.", param, role->valuestring);
+            return -1;
+        }
+        char *content = NULL;
+        if (read_content(m, i, &content, e) != 0) return -1;
+        r->msgs[r->n_msgs].role = known;
+        r->msgs[r->n_msgs].content = content;
+        r->n_msgs++;
+    }
+    return 0;
+}
+
+static int read_completions(const cJSON *obj, int n_vocab, api_request *r, api_error *e)
+{
+    if (read_bool(obj, "echo", &r->echo, e)) return -1;
+    int lp = -1;
+    if (read_int(obj, (num_spec){"logprobs", 0, ENGINE_MAX_TOP_LOGPROBS, false, true}, &lp, e)) return -1;
+    r->logprobs = lp;
+    if (r->max_tokens == 0) r->max_tokens = 16; /* OpenAI's default for completions */
+    return read_prompts(obj, n_vocab, r, e);
+}
+
+static int read_chat(const cJSON *obj, api_request *r, api_error *e)
+{
+    if (read_int(obj, (num_spec){"max_completion_tokens", 1, 1 << 30, false, true}, &r->max_tokens, e))
+        return -1;
+    bool logprobs = false;
+    int top = -1;
+    if (read_bool(obj, "logprobs", &logprobs, e) ||
+        read_int(obj, (num_spec){"top_logprobs", 0, ENGINE_MAX_TOP_LOGPROBS, false, true}, &top, e))
+        return -1;
+    if (top >= 0 && !logprobs) {
+        api_error_set(e, 400, INVALID, "top_logprobs", "invalid_value",
+                      "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.");
+        return -1;
+    }
+    if (logprobs) r->logprobs = top < 0 ? 0 : top;
+    return read_messages(obj, r, e);
+}
+
+int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
+                      api_request *out, api_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    cJSON *obj = cJSON_ParseWithLength(body, len);
+    if (!cJSON_IsObject(obj)) {
+        api_error_set(err, 400, INVALID, NULL, NULL,
+                      obj ? "The request body must be a JSON object."
+                          : "We could not parse the JSON body of your request. The body must be valid JSON.");
+        cJSON_Delete(obj);
+        return -1;
+    }
+    int rc = read_common(obj, n_vocab, out, err);
+    if (rc == 0) rc = kind == API_CHAT ? read_chat(obj, out, err) : read_completions(obj, n_vocab, out, err);
+    if (rc == 0) out->sp.n_top_logprobs = out->logprobs;
+    cJSON_Delete(obj);
+    if (rc != 0) api_request_free(out);
+    return rc;
+}
+
+void api_request_free(api_request *r)
+{
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
+    for (int i = 0; i < r->n_msgs; i++) free((char *)r->msgs[i].content);
+    free(r->msgs);
+    free(r->bias_ids);
+    free(r->bias_vals);
+    api_kind kind = r->kind;
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+}

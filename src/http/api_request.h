@@ -1,0 +1,71 @@
+/* api_request.h - parse and validate the JSON body of /v1/completions and /v1/chat/completions
+ * into a plain struct, with OpenAI-shaped errors (status, type, param, code, message).
+ *
+ * Pure: no model, no tokenizer, no sockets; the only thing it needs to know about the model is
+ * its vocabulary size (token ids in prompts and logit_bias are checked against it).  Fields
+ * this server does not know are ignored, as OpenAI's own API does. */
+#ifndef INFERD_HTTP_API_REQUEST_H
+#define INFERD_HTTP_API_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../engine/engine.h"
+#include "../model/chat.h"
+#include "../sched/sched.h"
+
+typedef enum api_kind { API_COMPLETIONS = 0, API_CHAT = 1 } api_kind;
+
+typedef struct api_error {
+    int status;       /* HTTP status */
+    const char *type; /* "invalid_request_error", "server_error", ... */
+    char param[64];   /* "" -> null */
+    char code[64];    /* "" -> null */
+    char message[512];
+} api_error;
+
+void api_error_set(api_error *e, int status, const char *type, const char *param,
+                   const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+#define API_MAX_N 128       /* choices per prompt */
+#define API_MAX_CHOICES 256 /* prompts x n */
+#define API_MAX_STOP_LEN 256
+
+/* One prompt of a completions request: text (to tokenize) or token ids, never both. */
+typedef struct api_prompt {
+    char *text; /* NUL-terminated, NULL when ids are given */
+    size_t text_len;
+    int32_t *ids;
+    int n_ids;
+} api_prompt;
+
+typedef struct api_request {
+    api_kind kind;
+    bool stream;
+    bool include_usage; /* stream_options.include_usage */
+    bool echo;          /* completions */
+    bool ignore_eos;
+    int n;
+    int max_tokens; /* 0: not given (completions: 16; chat: up to the context) */
+    int logprobs;   /* -1: none; else how many alternatives per token */
+    bool has_seed;
+    sampling_params sp; /* bias_ids/bias_vals point into this request */
+    char *stop[SCHED_MAX_STOP];
+    int n_stop;
+    int32_t *bias_ids;
+    float *bias_vals;
+    int n_bias;
+    api_prompt *prompts; /* completions */
+    int n_prompts;
+    chat_msg *msgs; /* chat: role points to a static string, content is owned */
+    int n_msgs;
+} api_request;
+
+/* Returns 0, or -1 with *err filled (status 400 for every validation failure). On failure
+ * *out holds nothing to free. */
+int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
+                      api_request *out, api_error *err);
+void api_request_free(api_request *r);
+
+#endif

@@ -1,0 +1,571 @@
+/* gen.c - /v1/completions and /v1/chat/completions: validate, build the prompt, submit one
+ * scheduler request per choice, then either wait for all of them (a suspended connection,
+ * resumed by the scheduler's wake callback) and answer once, or stream SSE chunks from a
+ * chunked response whose reader suspends the connection whenever no output is ready.
+ *
+ * The suspend/resume handshake: the HTTP thread takes output and suspends under g->mu; the
+ * wake callback flips g->suspended under g->mu and resumes outside it.  A wake that arrives
+ * before the suspend finds its output already taken or still queued for the next take, so no
+ * token is ever waited for twice and no connection sleeps with output pending. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../log.h"
+#include "api_encode.h"
+#include "http_int.h"
+
+typedef struct gen_choice {
+    sched_req *r;
+    int prompt;        /* index into g->prompts */
+    sbuf text;         /* non-streaming: the whole text so far (echo included) */
+    sched_token *tokens; /* non-streaming with logprobs */
+    int n_tokens, cap_tokens;
+    size_t text_offset; /* bytes of this choice already emitted (logprobs text_offset) */
+    sched_finish finish;
+    int prompt_tokens, completion_tokens;
+    char error[256];
+} gen_choice;
+
+typedef struct gen_prompt {
+    int32_t *ids;
+    int n_ids;
+    char *echo; /* text to echo (completions with echo) */
+    size_t echo_len;
+} gen_prompt;
+
+struct gen {
+    http_req *hr;
+    server *sv;
+    api_request req;
+    api_meta meta;
+    char id[48];
+    gen_prompt *prompts;
+    int n_prompts;
+    gen_choice *ch;
+    int n_ch, n_done;
+    pthread_mutex_t mu;
+    bool suspended;
+    sbuf out;      /* streaming: bytes not yet handed to MHD */
+    bool out_done; /* streaming: [DONE] is in out */
+    gen *prev, *next;
+};
+
+/* ---- ids and seeds ------------------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Unpredictable enough for ids and default seeds; not for secrets. */
+static uint64_t random_boot;
+static pthread_once_t random_once = PTHREAD_ONCE_INIT;
+
+static void random_init(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    random_boot = splitmix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid());
+}
+
+static uint64_t next_random(void)
+{
+    static _Atomic uint64_t counter;
+    pthread_once(&random_once, random_init);
+    return splitmix64(random_boot + atomic_fetch_add(&counter, 1));
+}
+
+/* ---- vocabulary bridge for the encoder -------------------------------------------------- */
+
+static int vocab_bytes(void *ctx, int32_t id, char *buf, int cap)
+{
+    return tokenizer_token_bytes(ctx, id, true, buf, cap);
+}
+
+static api_vocab vocab_of(const gen *g)
+{
+    return (api_vocab){vocab_bytes, (void *)g->sv->sm.tok};
+}
+
+/* ---- prompt building -------------------------------------------------------------------- */
+
+/* Tokenize text into a malloc'd array; returns the count or -1. */
+static int tokenize(const tokenizer *tok, const char *text, size_t len, bool add_bos, int32_t **out)
+{
+    int cap = (int)(len < 1 << 28 ? len : 1 << 28) + 8;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int n = ids ? tokenizer_encode(tok, text, len, add_bos, true, ids, cap) : -1;
+    if (n > cap) { /* never for SPM/BPE (a token covers >= 1 byte), but the API allows it */
+        free(ids);
+        cap = n;
+        ids = malloc((size_t)cap * sizeof *ids);
+        n = ids ? tokenizer_encode(tok, text, len, add_bos, true, ids, cap) : -1;
+    }
+    if (n < 0) {
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    return n;
+}
+
+static char *decode_ids(const tokenizer *tok, const int32_t *ids, int n, size_t *len)
+{
+    size_t cap = (size_t)n * 16 + 16;
+    char *text = malloc(cap);
+    if (!text) return NULL;
+    *len = tokenizer_decode(tok, ids, n, text, cap);
+    if (*len >= cap) {
+        free(text);
+        cap = *len + 1;
+        if (!(text = malloc(cap))) return NULL;
+        *len = tokenizer_decode(tok, ids, n, text, cap);
+    }
+    return text;
+}
+
+static int build_completion_prompts(gen *g, api_error *e)
+{
+    const tokenizer *tok = g->sv->sm.tok;
+    g->n_prompts = g->req.n_prompts;
+    if (!(g->prompts = calloc((size_t)g->n_prompts, sizeof *g->prompts))) goto oom;
+    for (int i = 0; i < g->n_prompts; i++) {
+        api_prompt *ap = &g->req.prompts[i];
+        gen_prompt *gp = &g->prompts[i];
+        if (ap->text) {
+            gp->n_ids = tokenize(tok, ap->text, ap->text_len, tokenizer_add_bos(tok), &gp->ids);
+            if (gp->n_ids < 0) goto oom;
+        } else { /* token ids are used as given */
+            gp->ids = ap->ids;
+            gp->n_ids = ap->n_ids;
+            ap->ids = NULL;
+        }
+        if (gp->n_ids == 0) {
+            api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_value",
+                          "Invalid 'prompt': it encodes to no tokens.");
+            return -1;
+        }
+        if (g->req.echo) {
+            gp->echo = ap->text ? strdup(ap->text) : decode_ids(tok, gp->ids, gp->n_ids, &gp->echo_len);
+            if (!gp->echo) goto oom;
+            if (ap->text) gp->echo_len = ap->text_len;
+        }
+    }
+    return 0;
+oom:
+    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory or tokenizer failure building the prompt");
+    return -1;
+}
+
+static int build_chat_prompt(gen *g, api_error *e)
+{
+    server *sv = g->sv;
+    char err[256] = "";
+    char *text = chat_render(sv->sm.tmpl, g->req.msgs, (size_t)g->req.n_msgs, true, sv->bos_text,
+                             sv->eos_text, err, sizeof err);
+    if (!text) {
+        api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
+                      "Invalid 'messages': %s", err[0] ? err : "the chat template could not render them");
+        return -1;
+    }
+    g->n_prompts = 1;
+    g->prompts = calloc(1, sizeof *g->prompts);
+    bool add_bos = tokenizer_add_bos(sv->sm.tok) && !chat_template_has_bos(sv->sm.tmpl);
+    int n = g->prompts ? tokenize(sv->sm.tok, text, strlen(text), add_bos, &g->prompts[0].ids) : -1;
+    free(text);
+    if (n <= 0) {
+        api_error_set(e, 500, "server_error", NULL, NULL, "tokenizing the chat prompt failed");
+        return -1;
+    }
+    g->prompts[0].n_ids = n;
+    return 0;
+}
+
+/* Resolve max_tokens and refuse what cannot fit a slot before any work is done. */
+static int check_context(gen *g, api_error *e)
+{
+    int ctx = g->sv->sm.ctx_per_slot;
+    const char *param = g->req.kind == API_CHAT ? "messages" : "prompt";
+    for (int i = 0; i < g->n_prompts; i++) {
+        int n = g->prompts[i].n_ids;
+        int max = g->req.max_tokens ? g->req.max_tokens : ctx - n; /* chat: up to the context */
+        if (n >= ctx || (long)n + max > ctx) {
+            api_error_set(e, 400, "invalid_request_error", param, "context_length_exceeded",
+                          "This model's maximum context length is %d tokens. However, you requested %ld "
+                          "tokens (%d in the %s, %d for the completion). Please reduce the length of the "
+                          "%s or the completion.", ctx, (long)n + (max > 0 ? max : 1), n, param,
+                          max > 0 ? max : 1, param);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- scheduler side --------------------------------------------------------------------- */
+
+static void on_wake(void *ctx)
+{
+    gen *g = ctx;
+    pthread_mutex_lock(&g->mu);
+    bool resume = g->suspended;
+    g->suspended = false;
+    pthread_mutex_unlock(&g->mu);
+    if (resume) MHD_resume_connection(g->hr->conn);
+}
+
+static int submit_all(gen *g, api_error *e)
+{
+    api_request *rq = &g->req;
+    int per_prompt = rq->n;
+    for (int i = 0; i < g->n_ch; i++) {
+        gen_choice *c = &g->ch[i];
+        gen_prompt *gp = &g->prompts[i / per_prompt];
+        c->prompt = i / per_prompt;
+        sched_params p = {
+            .prompt = gp->ids,
+            .n_prompt = gp->n_ids,
+            .max_tokens = rq->max_tokens ? rq->max_tokens : g->sv->sm.ctx_per_slot - gp->n_ids,
+            .sp = rq->sp,
+            .n_stop = rq->n_stop,
+            .ignore_eos = rq->ignore_eos,
+            .want_logprobs = rq->logprobs >= 0,
+            .id = g->id,
+        };
+        /* n choices of one prompt must differ: each gets its own seed. */
+        p.sp.seed = rq->has_seed ? rq->sp.seed + (uint64_t)(i % per_prompt) : next_random();
+        for (int k = 0; k < rq->n_stop; k++) p.stop[k] = rq->stop[k];
+        int rc = sched_submit(g->sv->sm.s, &p, on_wake, g, &c->r);
+        if (rc == SCHED_OK) continue;
+        c->r = NULL;
+        switch (rc) {
+        case SCHED_E_QUEUE_FULL:
+            api_error_set(e, 429, "rate_limit_error", NULL, "queue_full",
+                          "The server is busy: its request queue is full. Retry later.");
+            break;
+        case SCHED_E_SHUTDOWN:
+            api_error_set(e, 503, "unavailable_error", NULL, "shutting_down", "The server is shutting down.");
+            break;
+        case SCHED_E_TOO_LONG:
+            api_error_set(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
+                          "The prompt plus max_tokens exceeds the context of %d tokens.", g->sv->sm.ctx_per_slot);
+            break;
+        default:
+            api_error_set(e, 400, "invalid_request_error", NULL, NULL, "The scheduler refused the request.");
+        }
+        return -1;
+    }
+    return 0;
+}
+
+static void push_tokens(gen_choice *c, const sched_token *t, int n)
+{
+    if (c->n_tokens + n > c->cap_tokens) {
+        int cap = c->cap_tokens ? c->cap_tokens : 16;
+        while (cap < c->n_tokens + n) cap *= 2;
+        sched_token *p = realloc(c->tokens, (size_t)cap * sizeof *p);
+        if (!p) return; /* logprobs then miss tokens; the text is unaffected */
+        c->tokens = p;
+        c->cap_tokens = cap;
+    }
+    memcpy(c->tokens + c->n_tokens, t, (size_t)n * sizeof *t);
+    c->n_tokens += n;
+}
+
+static void record_finish(gen *g, gen_choice *c, const sched_output *o)
+{
+    c->prompt_tokens = o->prompt_tokens;
+    c->completion_tokens = o->completion_tokens;
+    if (o->finish == SCHED_FINISH_NONE) return;
+    c->finish = o->finish;
+    if (o->finish == SCHED_FINISH_ERROR) snprintf(c->error, sizeof c->error, "%s", o->error);
+    g->n_done++;
+}
+
+static api_usage usage_of(const gen *g)
+{
+    api_usage u = {0};
+    for (int i = 0; i < g->n_ch; i++) {
+        const gen_choice *c = &g->ch[i];
+        if (i % g->req.n == 0) u.prompt_tokens += c->prompt_tokens; /* each prompt counts once */
+        u.completion_tokens += c->completion_tokens;
+    }
+    return u;
+}
+
+/* The first choice that failed, as an API error; false when none did. */
+static bool failure_of(const gen *g, api_error *e)
+{
+    for (int i = 0; i < g->n_ch; i++) {
+        const gen_choice *c = &g->ch[i];
+        if (c->finish == SCHED_FINISH_ERROR) {
+            api_error_set(e, 500, "server_error", NULL, "engine_error", "Generation failed: %s", c->error);
+            return true;
+        }
+        if (c->finish == SCHED_FINISH_CANCELLED) {
+            api_error_set(e, 503, "unavailable_error", NULL, "shutting_down",
+                          "The request was cancelled because the server is shutting down.");
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- streaming ---------------------------------------------------------------------------- */
+
+static void emit_chunk(gen *g, const api_choice *ac)
+{
+    api_vocab v = vocab_of(g);
+    char *json = api_chunk_json(&g->meta, ac, &v);
+    if (json) api_sse_data(&g->out, json);
+    else g->out.failed = true;
+    free(json);
+}
+
+/* Opening chunks: the assistant role (chat) or the echoed prompt (completions). */
+static void emit_openers(gen *g)
+{
+    for (int i = 0; i < g->n_ch; i++) {
+        gen_choice *c = &g->ch[i];
+        api_choice ac = {.index = i, .text = "", .role = g->req.kind == API_CHAT};
+        if (g->req.kind == API_COMPLETIONS && g->req.echo) {
+            ac.text = g->prompts[c->prompt].echo;
+            ac.text_len = g->prompts[c->prompt].echo_len;
+        } else if (g->req.kind == API_COMPLETIONS) {
+            continue;
+        }
+        emit_chunk(g, &ac);
+        c->text_offset += ac.text_len;
+    }
+}
+
+static void stream_output(gen *g, int i, const sched_output *o)
+{
+    gen_choice *c = &g->ch[i];
+    bool lp = g->req.logprobs >= 0;
+    if (o->text_len || (lp && o->n_tokens)) {
+        api_choice ac = {.index = i, .text = o->text, .text_len = o->text_len, .tokens = o->tokens,
+                         .n_tokens = o->n_tokens, .logprobs = lp, .text_offset = c->text_offset};
+        emit_chunk(g, &ac);
+        c->text_offset += o->text_len;
+    }
+    const char *reason = api_finish_reason(o->finish);
+    if (reason) {
+        api_choice ac = {.index = i, .text = "", .finish_reason = reason};
+        emit_chunk(g, &ac);
+    }
+}
+
+static void stream_close(gen *g)
+{
+    api_error e;
+    if (failure_of(g, &e)) {
+        char *json = api_error_json(&e);
+        if (json) api_sse_data(&g->out, json);
+        free(json);
+    } else if (g->req.include_usage) {
+        api_usage u = usage_of(g);
+        char *json = api_usage_chunk_json(&g->meta, &u);
+        if (json) api_sse_data(&g->out, json);
+        free(json);
+    }
+    api_sse_done(&g->out);
+    g->out_done = true;
+}
+
+/* Take whatever the scheduler has for every running choice. Call with g->mu held. */
+static void collect(gen *g)
+{
+    for (int i = 0; i < g->n_ch; i++) {
+        gen_choice *c = &g->ch[i];
+        sched_output o = {0};
+        if (c->finish != SCHED_FINISH_NONE || !c->r || !sched_req_take(c->r, &o)) continue;
+        if (g->req.stream) {
+            stream_output(g, i, &o);
+        } else {
+            sbuf_append(&c->text, o.text ? o.text : "", o.text_len);
+            if (g->req.logprobs >= 0 && o.n_tokens) push_tokens(c, o.tokens, o.n_tokens);
+        }
+        record_finish(g, c, &o);
+        sched_output_clear(&o);
+    }
+    if (g->req.stream && g->n_done == g->n_ch && !g->out_done) stream_close(g);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    gen *g = cls;
+    pthread_mutex_lock(&g->mu);
+    if (g->out.len == 0 && !g->out_done) collect(g);
+    if (!sbuf_ok(&g->out)) {
+        pthread_mutex_unlock(&g->mu);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (g->out.len == 0) {
+        ssize_t r = 0;
+        if (g->out_done) {
+            r = MHD_CONTENT_READER_END_OF_STREAM;
+        } else { /* nothing yet: sleep until the scheduler wakes us (no polling) */
+            g->suspended = true;
+            MHD_suspend_connection(g->hr->conn);
+        }
+        pthread_mutex_unlock(&g->mu);
+        return r;
+    }
+    size_t n = g->out.len < max ? g->out.len : max;
+    memcpy(buf, g->out.data, n);
+    sbuf_consume(&g->out, n);
+    pthread_mutex_unlock(&g->mu);
+    return (ssize_t)n;
+}
+
+static enum MHD_Result start_stream(gen *g)
+{
+    emit_openers(g);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, g, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    g->hr->status = 200;
+    enum MHD_Result r = MHD_queue_response(g->hr->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+/* ---- whole responses ---------------------------------------------------------------------- */
+
+static enum MHD_Result reply_whole(gen *g)
+{
+    api_error e;
+    if (failure_of(g, &e)) return http_reply_error(g->hr, &e);
+    api_choice *ac = calloc((size_t)g->n_ch, sizeof *ac);
+    if (!ac) return http_reply_json(g->hr, 500, NULL);
+    for (int i = 0; i < g->n_ch; i++) {
+        gen_choice *c = &g->ch[i];
+        ac[i] = (api_choice){
+            .index = i,
+            .text = c->text.data ? c->text.data : "",
+            .text_len = c->text.len,
+            .tokens = c->tokens,
+            .n_tokens = c->n_tokens,
+            .logprobs = g->req.logprobs >= 0,
+            .text_offset = g->req.echo ? g->prompts[c->prompt].echo_len : 0,
+            .finish_reason = api_finish_reason(c->finish),
+        };
+    }
+    api_usage u = usage_of(g);
+    api_vocab v = vocab_of(g);
+    char *json = api_response_json(&g->meta, ac, g->n_ch, &u, &v);
+    free(ac);
+    return http_reply_json(g->hr, 200, json);
+}
+
+static enum MHD_Result wait_or_reply(gen *g)
+{
+    pthread_mutex_lock(&g->mu);
+    collect(g);
+    bool done = g->n_done == g->n_ch;
+    if (!done) {
+        g->suspended = true;
+        MHD_suspend_connection(g->hr->conn);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return done ? reply_whole(g) : MHD_YES;
+}
+
+enum MHD_Result gen_continue(http_req *hr) { return wait_or_reply(hr->g); }
+
+/* ---- life cycle --------------------------------------------------------------------------- */
+
+static gen *gen_new(http_req *hr, api_kind kind)
+{
+    gen *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->hr = hr;
+    g->sv = hr->sv;
+    g->req.kind = kind;
+    pthread_mutex_init(&g->mu, NULL);
+    snprintf(g->id, sizeof g->id, "%s%016llx%08llx", kind == API_CHAT ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)next_random(), (unsigned long long)(next_random() & 0xffffffffu));
+    server *sv = g->sv;
+    pthread_mutex_lock(&sv->mu);
+    g->next = sv->gens;
+    if (sv->gens) sv->gens->prev = g;
+    sv->gens = g;
+    sv->n_gens++;
+    pthread_mutex_unlock(&sv->mu);
+    hr->g = g;
+    return g;
+}
+
+enum MHD_Result gen_start(http_req *hr, api_kind kind)
+{
+    gen *g = gen_new(hr, kind);
+    if (!g) return http_reply_json(hr, 500, NULL);
+    api_error e;
+    const char *body = hr->body.data ? hr->body.data : "";
+    if (api_request_parse(kind, body, hr->body.len, tokenizer_n_vocab(g->sv->sm.tok), &g->req, &e) != 0)
+        return http_reply_error(hr, &e);
+    int rc = kind == API_CHAT ? build_chat_prompt(g, &e) : build_completion_prompts(g, &e);
+    if (rc == 0) rc = check_context(g, &e);
+    if (rc != 0) return http_reply_error(hr, &e);
+    g->meta = (api_meta){.kind = kind, .id = g->id, .model = g->sv->sm.alias,
+                         .created = (long long)time(NULL),
+                         .usage_null = g->req.stream && g->req.include_usage};
+    g->n_ch = g->n_prompts * g->req.n;
+    if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return http_reply_json(hr, 500, NULL);
+    for (int i = 0; i < g->n_ch; i++) { /* echo text leads each choice's text */
+        gen_prompt *gp = &g->prompts[i / g->req.n];
+        if (!g->req.stream && gp->echo) sbuf_append(&g->ch[i].text, gp->echo, gp->echo_len);
+    }
+    if (submit_all(g, &e) != 0) return http_reply_error(hr, &e);
+    log_debug("%s: %d choice(s), prompt %d tokens, stream=%d", g->id, g->n_ch, g->prompts[0].n_ids,
+              g->req.stream);
+    return g->req.stream ? start_stream(g) : wait_or_reply(g);
+}
+
+void gen_finish(gen *g)
+{
+    server *sv = g->sv;
+    pthread_mutex_lock(&sv->mu); /* unlink first: gen_resume_all must not see a dying gen */
+    if (g->prev) g->prev->next = g->next;
+    else sv->gens = g->next;
+    if (g->next) g->next->prev = g->prev;
+    pthread_mutex_unlock(&sv->mu);
+    for (int i = 0; i < g->n_ch; i++) {
+        gen_choice *c = &g->ch[i];
+        if (c->r) {
+            sched_req_cancel(c->r); /* no-op when it already finished */
+            sched_req_release(c->r);
+        }
+        sbuf_free(&c->text);
+        free(c->tokens);
+    }
+    free(g->ch);
+    for (int i = 0; i < g->n_prompts; i++) {
+        free(g->prompts[i].ids);
+        free(g->prompts[i].echo);
+    }
+    free(g->prompts);
+    api_request_free(&g->req);
+    sbuf_free(&g->out);
+    pthread_mutex_destroy(&g->mu);
+    pthread_mutex_lock(&sv->mu);
+    if (--sv->n_gens == 0) pthread_cond_broadcast(&sv->idle);
+    pthread_mutex_unlock(&sv->mu);
+    g->hr->g = NULL;
+    free(g);
+}
+
+void gen_resume_all(server *sv)
+{
+    pthread_mutex_lock(&sv->mu);
+    for (gen *g = sv->gens; g; g = g->next) on_wake(g);
+    pthread_mutex_unlock(&sv->mu);
+}

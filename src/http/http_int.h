@@ -1,0 +1,66 @@
+/* http_int.h - state shared by server.c (connections, routes, plain endpoints) and gen.c (the
+ * generation endpoints).  Not a public interface. */
+#ifndef INFERD_HTTP_INT_H
+#define INFERD_HTTP_INT_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "api_request.h"
+#include "metrics.h"
+#include "sbuf.h"
+#include "server.h"
+
+enum { SERVER_LOADING = 0, SERVER_READY = 1, SERVER_DRAINING = 2 };
+
+typedef struct gen gen;
+
+struct server {
+    server_config cfg;
+    char host[256];
+    char api_key[256];
+    struct MHD_Daemon *d;
+    int port;
+    _Atomic int state;
+    server_model sm; /* valid once state != SERVER_LOADING (published by the state store) */
+    char bos_text[128], eos_text[128];
+    metrics *metrics;
+    long long started; /* unix time, for /v1/models */
+    /* Live generations: counted for server_wait_idle, listed so server_stop can resume any
+     * connection still suspended. */
+    pthread_mutex_t mu;
+    pthread_cond_t idle;
+    gen *gens;
+    int n_gens;
+};
+
+typedef struct route route;
+
+/* One HTTP request (MHD's per-request context). */
+typedef struct http_req {
+    server *sv;
+    struct MHD_Connection *conn;
+    const route *rt;
+    const char *method;
+    char path[128]; /* for the access log */
+    double t_start;
+    sbuf body;
+    bool too_large;
+    bool have_err; /* an error decided before the body was read; sent once it is */
+    api_error err;
+    int status;    /* of the queued response (metrics, access log) */
+    gen *g;        /* completions / chat in progress */
+} http_req;
+
+/* Queue a response with body json (takes ownership; NULL -> 500). */
+enum MHD_Result http_reply_json(http_req *hr, int status, char *json);
+enum MHD_Result http_reply_error(http_req *hr, const api_error *e);
+
+/* gen.c */
+enum MHD_Result gen_start(http_req *hr, api_kind kind);
+enum MHD_Result gen_continue(http_req *hr); /* non-streaming request woken up */
+void gen_finish(gen *g);                    /* connection closed: cancel, release, free */
+void gen_resume_all(server *sv);            /* shutdown: wake every suspended connection */
+
+#endif

@@ -1,0 +1,81 @@
+/* metrics.c - see metrics.h.  Names follow Prometheus conventions: *_total counters, base
+ * units (seconds), cumulative histogram buckets with le labels. */
+#include "metrics.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#define STATUS_MIN 100
+#define STATUS_MAX 599
+
+struct metrics {
+    _Atomic uint64_t by_status[STATUS_MAX - STATUS_MIN + 1];
+};
+
+metrics *metrics_new(void) { return calloc(1, sizeof(metrics)); }
+void metrics_free(metrics *m) { free(m); }
+
+void metrics_count_status(metrics *m, int status)
+{
+    if (status >= STATUS_MIN && status <= STATUS_MAX)
+        atomic_fetch_add_explicit(&m->by_status[status - STATUS_MIN], 1, memory_order_relaxed);
+}
+
+uint64_t metrics_status_count(const metrics *m, int status)
+{
+    if (status < STATUS_MIN || status > STATUS_MAX) return 0;
+    return atomic_load_explicit(&m->by_status[status - STATUS_MIN], memory_order_relaxed);
+}
+
+static void gauge(sbuf *o, const char *name, const char *help, const char *type, double v)
+{
+    sbuf_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+static void histogram(sbuf *o, const char *name, const char *help, const sched_hist *h)
+{
+    sbuf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < SCHED_HIST_BUCKETS; i++) {
+        cum += h->counts[i];
+        sbuf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, sched_hist_bounds_ms[i] / 1000.0,
+                    (unsigned long long)cum);
+    }
+    cum += h->counts[SCHED_HIST_BUCKETS];
+    sbuf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+                (unsigned long long)cum, name, h->sum_ms / 1000.0, name, (unsigned long long)h->n);
+}
+
+void metrics_render(const metrics *m, const metrics_view *v, sbuf *o)
+{
+    sbuf_puts(o, "# HELP inferd_http_requests_total HTTP requests answered, by status code.\n"
+                 "# TYPE inferd_http_requests_total counter\n");
+    for (int s = STATUS_MIN; s <= STATUS_MAX; s++) {
+        uint64_t n = metrics_status_count(m, s);
+        if (n) sbuf_printf(o, "inferd_http_requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)n);
+    }
+    gauge(o, "inferd_ready", "1 when the model is loaded and requests are served.", "gauge", v->ready);
+    const sched_stats *st = v->st;
+    if (!st) return;
+    gauge(o, "inferd_prompt_tokens_total", "Prompt tokens prefilled.", "counter",
+          (double)st->prompt_tokens_total);
+    gauge(o, "inferd_generated_tokens_total", "Tokens generated.", "counter",
+          (double)st->generated_tokens_total);
+    gauge(o, "inferd_scheduler_steps_total", "Engine steps run.", "counter", (double)st->steps);
+    gauge(o, "inferd_queue_depth", "Requests waiting for a slot.", "gauge", st->queue_depth);
+    gauge(o, "inferd_slots_total", "KV slots (parallel sequences).", "gauge", st->n_slots);
+    gauge(o, "inferd_slots_running", "KV slots running a request.", "gauge", st->slots_used);
+    gauge(o, "inferd_kv_tokens_used", "Tokens held in the KV cache of all slots.", "gauge",
+          (double)st->kv_tokens_used);
+    gauge(o, "inferd_kv_tokens_capacity", "Tokens the KV cache of all slots can hold.", "gauge",
+          (double)st->n_slots * v->ctx_per_slot);
+    static const char *const finish_names[5] = {"none", "stop", "length", "cancelled", "error"};
+    sbuf_puts(o, "# HELP inferd_requests_finished_total Choices finished, by reason.\n"
+                 "# TYPE inferd_requests_finished_total counter\n");
+    for (int i = 1; i < 5; i++)
+        sbuf_printf(o, "inferd_requests_finished_total{reason=\"%s\"} %llu\n", finish_names[i],
+                    (unsigned long long)st->requests_finished[i]);
+    histogram(o, "inferd_time_to_first_token_seconds", "Submit to first token.", &st->ttft);
+    histogram(o, "inferd_inter_token_latency_seconds", "Time between consecutive tokens of a request.",
+              &st->itl);
+}

@@ -1,0 +1,521 @@
+/* server.c - see server.h.  Routing is one table; every request goes through the same gate
+ * (route -> method -> API key -> model loaded -> body size) before its handler runs. */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "../log.h"
+#include "api_encode.h"
+#include "http_int.h"
+
+typedef enum MHD_Result (*route_fn)(http_req *hr);
+
+struct route {
+    const char *path;
+    const char *method;
+    route_fn fn;
+    bool open;       /* no API key needed */
+    bool needs_model;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- replies --------------------------------------------------------------------------- */
+
+static enum MHD_Result queue(http_req *hr, int status, const char *ctype, char *body, size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (status == 405 && hr->rt) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, hr->rt->method);
+    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    hr->status = status;
+    enum MHD_Result r = MHD_queue_response(hr->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+enum MHD_Result http_reply_json(http_req *hr, int status, char *json)
+{
+    if (!json) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                  "\"param\":null,\"code\":null}}";
+        json = strdup(oom);
+        status = 500;
+        if (!json) return MHD_NO;
+    }
+    return queue(hr, status, "application/json", json, strlen(json));
+}
+
+enum MHD_Result http_reply_error(http_req *hr, const api_error *e)
+{
+    return http_reply_json(hr, e->status, api_error_json(e));
+}
+
+static enum MHD_Result reply_cjson(http_req *hr, int status, cJSON *root)
+{
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return http_reply_json(hr, status, s);
+}
+
+/* ---- plain endpoints ------------------------------------------------------------------- */
+
+static enum MHD_Result on_health(http_req *hr)
+{
+    int st = atomic_load(&hr->sv->state);
+    if (st == SERVER_READY) return http_reply_json(hr, 200, strdup("{\"status\":\"ok\"}"));
+    api_error e;
+    api_error_set(&e, 503, "unavailable_error", NULL, st == SERVER_LOADING ? "model_loading" : "shutting_down",
+                  st == SERVER_LOADING ? "Loading model" : "The server is shutting down");
+    return http_reply_error(hr, &e);
+}
+
+static enum MHD_Result on_metrics(http_req *hr)
+{
+    server *sv = hr->sv;
+    sched_stats st;
+    metrics_view v = {0};
+    if (atomic_load(&sv->state) != SERVER_LOADING) {
+        sched_get_stats(sv->sm.s, &st);
+        v.st = &st;
+        v.ctx_per_slot = sv->sm.ctx_per_slot;
+        v.ready = atomic_load(&sv->state) == SERVER_READY;
+    }
+    sbuf out = {0};
+    metrics_render(sv->metrics, &v, &out);
+    size_t len = out.len;
+    char *body = sbuf_take(&out);
+    if (!body) return http_reply_json(hr, 500, NULL);
+    return queue(hr, 200, "text/plain; version=0.0.4; charset=utf-8", body, len);
+}
+
+static cJSON *model_object(const server *sv)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", sv->sm.alias);
+    cJSON_AddStringToObject(o, "object", "model");
+    cJSON_AddNumberToObject(o, "created", (double)sv->started);
+    cJSON_AddStringToObject(o, "owned_by", "inferd");
+    cJSON *meta = cJSON_AddObjectToObject(o, "meta");
+    const model_hparams *hp = &sv->sm.m->hp;
+    cJSON_AddStringToObject(meta, "arch", model_arch_name(hp->arch));
+    cJSON_AddNumberToObject(meta, "n_vocab", hp->n_vocab);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", hp->n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_ctx_slot", sv->sm.ctx_per_slot);
+    cJSON_AddNumberToObject(meta, "n_embd", hp->n_embd);
+    cJSON_AddNumberToObject(meta, "size", (double)sv->sm.m->weight_bytes);
+    cJSON_AddStringToObject(meta, "chat_template", chat_template_name(sv->sm.tmpl));
+    return o;
+}
+
+static enum MHD_Result on_models(http_req *hr)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, model_object(hr->sv));
+    return reply_cjson(hr, 200, root);
+}
+
+static enum MHD_Result on_model(http_req *hr)
+{
+    const char *id = hr->path + strlen("/v1/models/");
+    if (strcmp(id, hr->sv->sm.alias) != 0) {
+        api_error e;
+        api_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
+                      "The model '%.100s' does not exist", id);
+        return http_reply_error(hr, &e);
+    }
+    return reply_cjson(hr, 200, model_object(hr->sv));
+}
+
+/* Parse the body as a JSON object or fill e. */
+static cJSON *body_object(http_req *hr, api_error *e)
+{
+    cJSON *root = cJSON_ParseWithLength(hr->body.data ? hr->body.data : "", hr->body.len);
+    if (!cJSON_IsObject(root)) {
+        api_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                      "We could not parse the JSON body of your request. The body must be a JSON object.");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+static bool opt_bool(const cJSON *root, const char *name, bool def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
+}
+
+/* POST /tokenize {"content", "add_special"=false, "parse_special"=true, "with_pieces"=false}
+ * -> {"tokens": [id...]} or {"tokens": [{"id","piece"}...]} (llama-server's shape). */
+static enum MHD_Result on_tokenize(http_req *hr)
+{
+    api_error e;
+    cJSON *root = body_object(hr, &e);
+    if (!root) return http_reply_error(hr, &e);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
+    if (!cJSON_IsString(content)) {
+        cJSON_Delete(root);
+        api_error_set(&e, 400, "invalid_request_error", "content", "invalid_type",
+                      "Invalid 'content': expected a string.");
+        return http_reply_error(hr, &e);
+    }
+    const tokenizer *tok = hr->sv->sm.tok;
+    size_t len = strlen(content->valuestring);
+    bool add_bos = opt_bool(root, "add_special", false) && tokenizer_add_bos(tok);
+    bool parse_special = opt_bool(root, "parse_special", true), pieces = opt_bool(root, "with_pieces", false);
+    int cap = (int)len + 8;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int n = ids ? tokenizer_encode(tok, content->valuestring, len, add_bos, parse_special, ids, cap) : -1;
+    cJSON *out = NULL;
+    if (n >= 0 && n <= cap) {
+        out = cJSON_CreateObject();
+        cJSON *arr = cJSON_AddArrayToObject(out, "tokens");
+        for (int i = 0; i < n; i++) {
+            if (!pieces) {
+                cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+                continue;
+            }
+            char buf[256];
+            int bl = tokenizer_token_bytes(tok, ids[i], true, buf, (int)sizeof buf);
+            char *clean = api_utf8_sanitize(buf, bl < 0 ? 0 : bl > 256 ? 256 : (size_t)bl, NULL);
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddNumberToObject(p, "id", ids[i]);
+            cJSON_AddStringToObject(p, "piece", clean ? clean : "");
+            free(clean);
+            cJSON_AddItemToArray(arr, p);
+        }
+    }
+    free(ids);
+    cJSON_Delete(root);
+    if (!out) {
+        api_error_set(&e, 500, "server_error", NULL, NULL, "tokenization failed");
+        return http_reply_error(hr, &e);
+    }
+    return reply_cjson(hr, 200, out);
+}
+
+/* POST /detokenize {"tokens": [id...]} -> {"content": text} */
+static enum MHD_Result on_detokenize(http_req *hr)
+{
+    api_error e;
+    cJSON *root = body_object(hr, &e);
+    if (!root) return http_reply_error(hr, &e);
+    const tokenizer *tok = hr->sv->sm.tok;
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+    int32_t *ids = n > 0 ? malloc((size_t)n * sizeof *ids) : NULL;
+    int k = 0;
+    const cJSON *it;
+    if (n > 0 && ids) {
+        cJSON_ArrayForEach(it, arr)
+        {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= tokenizer_n_vocab(tok) ||
+                it->valuedouble != (double)(int32_t)it->valuedouble)
+                break;
+            ids[k++] = (int32_t)it->valuedouble;
+        }
+    }
+    cJSON_Delete(root);
+    if (n < 0 || k != n || (n > 0 && !ids)) {
+        free(ids);
+        api_error_set(&e, 400, "invalid_request_error", "tokens", "invalid_value",
+                      "Invalid 'tokens': expected an array of token ids in [0, %d).", tokenizer_n_vocab(tok));
+        return http_reply_error(hr, &e);
+    }
+    size_t cap = (size_t)n * 16 + 16;
+    char *text = malloc(cap);
+    size_t len = text ? tokenizer_decode(tok, ids, n, text, cap) : 0;
+    if (text && len >= cap) { /* rare: long pieces; retry with the exact size */
+        free(text);
+        cap = len + 1;
+        text = malloc(cap);
+        len = text ? tokenizer_decode(tok, ids, n, text, cap) : 0;
+    }
+    free(ids);
+    char *clean = text ? api_utf8_sanitize(text, len, NULL) : NULL;
+    free(text);
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "content", clean ? clean : "");
+    free(clean);
+    return reply_cjson(hr, 200, out);
+}
+
+static enum MHD_Result on_completions(http_req *hr) { return gen_start(hr, API_COMPLETIONS); }
+static enum MHD_Result on_chat(http_req *hr) { return gen_start(hr, API_CHAT); }
+
+static const route routes[] = {
+    {"/health", "GET", on_health, true, false},
+    {"/metrics", "GET", on_metrics, false, false},
+    {"/v1/models", "GET", on_models, false, true},
+    {"/v1/models/", "GET", on_model, false, true}, /* prefix: /v1/models/{id} */
+    {"/v1/completions", "POST", on_completions, false, true},
+    {"/v1/chat/completions", "POST", on_chat, false, true},
+    {"/tokenize", "POST", on_tokenize, false, true},
+    {"/detokenize", "POST", on_detokenize, false, true},
+};
+
+static const route *find_route(const server *sv, const char *url)
+{
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        const route *r = &routes[i];
+        size_t n = strlen(r->path);
+        bool prefix = r->path[n - 1] == '/';
+        if (prefix ? strncmp(url, r->path, n) == 0 && url[n] : strcmp(url, r->path) == 0) {
+            if (r->fn == on_metrics && !sv->cfg.metrics) return NULL;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/* Constant-time comparison, so the key cannot be guessed byte by byte from timings. */
+static bool key_matches(const char *given, const char *key)
+{
+    size_t gl = strlen(given), kl = strlen(key);
+    unsigned char diff = (unsigned char)(gl != kl);
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(key[i] ^ given[i < gl ? i : 0]);
+    return diff == 0;
+}
+
+static bool authorized(http_req *hr)
+{
+    if (!hr->sv->api_key[0] || hr->rt->open) return true;
+    const char *h = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return h && strncmp(h, "Bearer ", 7) == 0 && key_matches(h + 7, hr->sv->api_key);
+}
+
+/* Decide on the first call whether the request may proceed; fills hr->err when not. */
+static bool gate(http_req *hr, const char *url, const char *method)
+{
+    server *sv = hr->sv;
+    api_error *e = &hr->err;
+    hr->rt = find_route(sv, url);
+    if (!hr->rt) {
+        api_error_set(e, 404, "invalid_request_error", NULL, "unknown_url",
+                      "Unknown request URL: %.8s %.100s. Please check the URL for typos.", method, url);
+        return false;
+    }
+    if (strcmp(method, hr->rt->method) != 0) {
+        api_error_set(e, 405, "invalid_request_error", NULL, "method_not_allowed",
+                      "Method %.8s is not allowed for %s; use %s.", method, hr->rt->path, hr->rt->method);
+        return false;
+    }
+    if (!authorized(hr)) {
+        api_error_set(e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
+        return false;
+    }
+    int st = atomic_load(&sv->state);
+    if (hr->rt->needs_model && st != SERVER_READY) {
+        api_error_set(e, 503, "unavailable_error", NULL, st == SERVER_LOADING ? "model_loading" : "shutting_down",
+                      st == SERVER_LOADING ? "The model is still loading; retry shortly."
+                                           : "The server is shutting down.");
+        return false;
+    }
+    return true;
+}
+
+static void body_too_large(http_req *hr)
+{
+    api_error_set(&hr->err, 413, "invalid_request_error", NULL, "request_too_large",
+                  "The request body exceeds the limit of %zu bytes.", hr->sv->cfg.max_body);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    server *sv = cls;
+    http_req *hr = *con_cls;
+    if (!hr) { /* first call: headers only */
+        if (!(hr = calloc(1, sizeof *hr))) return MHD_NO;
+        hr->sv = sv;
+        hr->conn = conn;
+        hr->method = method;
+        hr->t_start = now_ms();
+        snprintf(hr->path, sizeof hr->path, "%s", url);
+        *con_cls = hr;
+        hr->have_err = !gate(hr, url, method);
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (!hr->have_err && cl && strtoull(cl, NULL, 10) > sv->cfg.max_body) {
+            /* Refuse before reading a byte of the body. */
+            body_too_large(hr);
+            return http_reply_error(hr, &hr->err);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) { /* a piece of the body */
+        if (!hr->have_err && !hr->too_large) {
+            if (hr->body.len + *upload_data_size > sv->cfg.max_body) {
+                hr->too_large = true;
+                sbuf_free(&hr->body);
+            } else {
+                sbuf_append(&hr->body, upload_data, *upload_data_size);
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (hr->g) return gen_continue(hr); /* woken up by the scheduler */
+    if (hr->too_large) {
+        body_too_large(hr);
+        hr->have_err = true;
+    }
+    if (hr->have_err) return http_reply_error(hr, &hr->err);
+    if (!sbuf_ok(&hr->body)) return http_reply_json(hr, 500, NULL);
+    return hr->rt->fn(hr);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    server *sv = cls;
+    http_req *hr = *con_cls;
+    if (!hr) return;
+    *con_cls = NULL;
+    if (hr->g) gen_finish(hr->g);
+    int status = hr->status ? hr->status : 499; /* nginx's "client closed request" */
+    metrics_count_status(sv->metrics, status);
+    log_msg(status >= 500 ? LOG_WARN : LOG_INFO, "%s %s %d %.1fms%s", hr->method, hr->path, status,
+            now_ms() - hr->t_start, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    sbuf_free(&hr->body);
+    free(hr);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    log_warn("http: %s", msg);
+}
+
+/* Resolve host (an IP literal or a name) to one socket address. */
+static int resolve(const char *host, int port, struct sockaddr_storage *ss, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0 || !res) {
+        snprintf(err, errlen, "cannot resolve --host '%s': %s", host, gai_strerror(rc));
+        return -1;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
+}
+
+server *server_start(const server_config *cfg, char *err, size_t errlen)
+{
+    server *sv = calloc(1, sizeof *sv);
+    if (!sv) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    sv->cfg = *cfg;
+    snprintf(sv->host, sizeof sv->host, "%s", cfg->host ? cfg->host : "127.0.0.1");
+    snprintf(sv->api_key, sizeof sv->api_key, "%s", cfg->api_key ? cfg->api_key : "");
+    sv->cfg.host = sv->host;
+    sv->cfg.api_key = sv->api_key;
+    sv->metrics = metrics_new();
+    sv->started = (long long)time(NULL);
+    pthread_mutex_init(&sv->mu, NULL);
+    pthread_cond_init(&sv->idle, NULL);
+    struct sockaddr_storage ss;
+    if (!sv->metrics || resolve(sv->host, cfg->port, &ss, err, errlen) != 0) {
+        server_stop(sv);
+        return NULL;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG | (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    sv->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, sv,
+                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: catches the rest */
+                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
+                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                             MHD_OPTION_END);
+    if (!sv->d) {
+        snprintf(err, errlen, "cannot listen on %s:%d (address in use or not permitted)", sv->host, cfg->port);
+        server_stop(sv);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(sv->d, MHD_DAEMON_INFO_BIND_PORT);
+    sv->port = info && info->port ? info->port : cfg->port;
+    log_info("listening on http://%s:%d", sv->host, sv->port);
+    return sv;
+}
+
+int server_port(const server *sv) { return sv->port; }
+
+void server_set_ready(server *sv, const server_model *sm)
+{
+    sv->sm = *sm;
+    int32_t bos = tokenizer_bos(sm->tok), eos = tokenizer_eos(sm->tok);
+    size_t len = 0;
+    const char *t = bos >= 0 ? tokenizer_token_text(sm->tok, bos, &len) : NULL;
+    snprintf(sv->bos_text, sizeof sv->bos_text, "%.*s", t ? (int)len : 0, t ? t : "");
+    t = eos >= 0 ? tokenizer_token_text(sm->tok, eos, &len) : NULL;
+    snprintf(sv->eos_text, sizeof sv->eos_text, "%.*s", t ? (int)len : 0, t ? t : "");
+    atomic_store(&sv->state, SERVER_READY); /* publishes sm to the HTTP threads */
+}
+
+void server_begin_shutdown(server *sv) { atomic_store(&sv->state, SERVER_DRAINING); }
+
+bool server_wait_idle(server *sv, int timeout_ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&sv->mu);
+    while (sv->n_gens > 0)
+        if (pthread_cond_timedwait(&sv->idle, &sv->mu, &deadline) != 0) break;
+    bool idle = sv->n_gens == 0;
+    pthread_mutex_unlock(&sv->mu);
+    return idle;
+}
+
+void server_stop(server *sv)
+{
+    if (!sv) return;
+    if (sv->d) {
+        /* MHD must not be stopped with suspended connections. */
+        gen_resume_all(sv);
+        MHD_stop_daemon(sv->d);
+    }
+    metrics_free(sv->metrics);
+    pthread_mutex_destroy(&sv->mu);
+    pthread_cond_destroy(&sv->idle);
+    free(sv);
+}

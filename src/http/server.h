@@ -1,0 +1,48 @@
+/* server.h - the HTTP front end: libmicrohttpd routes, authentication, body limits, and the
+ * bridge between HTTP connections and scheduler requests (suspend while a request waits for
+ * tokens, resume from the scheduler's wake callback).
+ *
+ * Life cycle: server_start listens at once (so /health can answer 503 while the model loads),
+ * server_set_ready publishes the model and scheduler, server_begin_shutdown makes new work
+ * answer 503, server_stop closes everything (call it after the scheduler has drained). */
+#ifndef INFERD_HTTP_SERVER_H
+#define INFERD_HTTP_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../model/chat.h"
+#include "../model/model.h"
+#include "../model/tokenizer.h"
+#include "../sched/sched.h"
+
+typedef struct server server;
+
+typedef struct server_config {
+    const char *host;
+    int port;          /* 0: any free port (see server_port) */
+    int http_threads;
+    size_t max_body;
+    const char *api_key; /* NULL or "": no authentication */
+    bool metrics;
+} server_config;
+
+/* What the API serves once loaded.  Everything must outlive the server. */
+typedef struct server_model {
+    const model *m;
+    const tokenizer *tok;
+    sched *s;
+    chat_template_kind tmpl;
+    const char *alias;
+    int ctx_per_slot;
+} server_model;
+
+server *server_start(const server_config *cfg, char *err, size_t errlen);
+int server_port(const server *sv);
+void server_set_ready(server *sv, const server_model *sm);
+void server_begin_shutdown(server *sv);
+/* Wait (bounded) until no HTTP request is still being generated; true when idle. */
+bool server_wait_idle(server *sv, int timeout_ms);
+void server_stop(server *sv);
+
+#endif

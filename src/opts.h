@@ -1,0 +1,63 @@
+/* opts.h - the server's configuration: one table describes every option (name, type, where it
+ * lives in struct inferd_opts, default, help).  The command line and the config file are two
+ * front ends over the same table: every `--long-name VALUE` flag is also the config key
+ * `long-name = VALUE`, and both go through opts_set(). */
+#ifndef INFERD_OPTS_H
+#define INFERD_OPTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+typedef enum opts_device { OPTS_DEVICE_AUTO = 0, OPTS_DEVICE_CPU, OPTS_DEVICE_CUDA } opts_device;
+typedef enum opts_log_format { OPTS_LOG_TEXT = 0, OPTS_LOG_JSON } opts_log_format;
+
+#define OPTS_STR_MAX 1024
+
+typedef struct inferd_opts {
+    char model[OPTS_STR_MAX];
+    char model_alias[256];  /* "" = basename of model */
+    char host[256];
+    int port;
+    int parallel;           /* KV slots */
+    int ctx_size;           /* per slot; 0 = min(model context, 4096) */
+    int batch_tokens;
+    int queue_size;
+    int max_body;           /* bytes */
+    char api_key[256];      /* "" = no authentication */
+    int threads;            /* 0 = all cores */
+    int http_threads;       /* libmicrohttpd worker threads */
+    int device;             /* opts_device */
+    int gpu;                /* CUDA ordinal */
+    char chat_template[64]; /* "" = detect from the model */
+    int log_level;          /* log_level */
+    int log_format;         /* opts_log_format */
+    char log_file[OPTS_STR_MAX];
+    double shutdown_timeout; /* seconds */
+    bool metrics;           /* serve /metrics */
+    char config[OPTS_STR_MAX];
+} inferd_opts;
+
+/* Fill every field with its table default. */
+void opts_defaults(inferd_opts *o);
+
+/* Set one option by its long name (without dashes), value as text. bool accepts
+ * true/false/1/0/yes/no/on/off.  Returns 0, or -1 with a message naming the key in err. */
+int opts_set(inferd_opts *o, const char *key, const char *value, char *err, size_t errlen);
+
+/* Parse argv (argv[0] is skipped): --name VALUE, --name=VALUE, -s VALUE, and for bools
+ * --name / --no-name.  Returns 0, 1 when --help was given (help already printed to stdout),
+ * or -1 with a message in err. */
+int opts_parse_argv(inferd_opts *o, int argc, char **argv, char *err, size_t errlen);
+
+void opts_print_help(FILE *out);
+
+/* Log the effective configuration (one line per option, secrets masked). */
+void opts_log(const inferd_opts *o);
+
+/* Option metadata for front ends (the config file parser): number of options and the long
+ * name of option i. */
+int opts_count(void);
+const char *opts_name(int i);
+
+#endif

@@ -171,7 +171,13 @@ static sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, v
     bool ok = r->prompt && (!n_bias || (r->bias_ids && r->bias_vals)) &&
               stopstr_init(&r->stop, p->stop, p->n_stop);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_mutex_init(&r->wake_mu, NULL);
+    /* Recursive: a wake callback that releases its request (same thread) must not deadlock;
+     * the scheduler still holds its own reference then, so r stays valid. */
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&r->wake_mu, &attr);
+    pthread_mutexattr_destroy(&attr);
     if (!ok) {
         req_free(r);
         return NULL;
@@ -189,6 +195,8 @@ static sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, v
     r->sp.bias_ids = r->bias_ids;
     r->sp.bias_vals = r->bias_vals;
     if (!p->want_logprobs) r->sp.n_top_logprobs = -1;
+    else if (r->sp.n_top_logprobs < 0) r->sp.n_top_logprobs = 0; /* the chosen token's logprob only */
+    else if (r->sp.n_top_logprobs > ENGINE_MAX_TOP_LOGPROBS) r->sp.n_top_logprobs = ENGINE_MAX_TOP_LOGPROBS;
     r->ignore_eos = p->ignore_eos;
     r->want_logprobs = p->want_logprobs;
     r->wake = wake;

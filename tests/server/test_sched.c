@@ -913,6 +913,55 @@ static void test_destroy_with_live_requests(void **state)
     }
 }
 
+/* A wake callback that takes the output and releases the request itself, on the scheduler
+ * thread (the way an HTTP layer may finish a stream from its resume hook). */
+typedef struct self_release {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sched_req *r;
+    bool released;
+    char text[64];
+    size_t len;
+} self_release;
+
+static void wake_and_release(void *ctx)
+{
+    self_release *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    sched_output o;
+    while (c->r && !c->released && sched_req_take(c->r, &o)) {
+        if (o.text_len && c->len + o.text_len < sizeof c->text) {
+            memcpy(c->text + c->len, o.text, o.text_len);
+            c->len += o.text_len;
+        }
+        if (o.finish != SCHED_FINISH_NONE) {
+            sched_req_release(c->r);
+            c->released = true;
+            pthread_cond_signal(&c->cv);
+        }
+        sched_output_clear(&o);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void test_release_from_wake_callback(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 1, 64, 64, 2);
+    self_release c = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    req_spec q = spec(T("a"), 3, 6);
+    sched_params p = {.prompt = q.prompt, .n_prompt = q.n_prompt, .max_tokens = q.max_tokens};
+    sampling_params_default(&p.sp);
+    pthread_mutex_lock(&c.mu); /* the callback waits until c.r is set */
+    assert_int_equal(sched_submit(fx.s, &p, wake_and_release, &c, &c.r), SCHED_OK);
+    while (!c.released) pthread_cond_wait(&c.cv, &c.mu);
+    pthread_mutex_unlock(&c.mu);
+    assert_int_equal((int)c.len, 6);
+    sched_drain(fx.s, 1000);
+    fx_stop(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -928,6 +977,7 @@ int main(void)
         cmocka_unit_test(test_engine_error_isolated),
         cmocka_unit_test(test_shutdown_and_drain),
         cmocka_unit_test(test_destroy_with_live_requests),
+        cmocka_unit_test(test_release_from_wake_callback),
     };
     return cmocka_run_group_tests(tests, build_tokenizer, free_tokenizer);
 }

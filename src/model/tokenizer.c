@@ -1,0 +1,1476 @@
+/* tokenizer.c - SPM and byte-level BPE tokenizers over a GGUF's tokenizer.ggml.* metadata.
+ *
+ * Both families share one merge engine: the text becomes a doubly linked list of symbols and
+ * a max-heap of candidate adjacent pairs; the best pair is merged, its neighbours re-offered,
+ * until no candidate is left.  They differ only in what a "candidate" is:
+ *   SPM: two symbols whose concatenated text is a vocabulary token; best = highest score.
+ *   BPE: two tokens listed in tokenizer.ggml.merges; best = lowest rank (earliest merge).
+ * BPE first cuts the text into pieces with the pre-tokenizer named by tokenizer.ggml.pre (the
+ * reference regexes are hand-written as matchers below) and merges within each piece only. */
+#include "tokenizer.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "unicode.h"
+
+enum { TOK_SPM, TOK_BPE };
+
+/* tokenizer.ggml.token_type values */
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+typedef enum pre_kind {
+    PRE_DEFAULT,
+    PRE_GPT2,
+    PRE_LLAMA3,
+    PRE_QWEN2,
+    PRE_QWEN35,
+    PRE_DEEPSEEK_LLM,
+    PRE_FALCON,
+    PRE_STARCODER,
+} pre_kind;
+
+/* Open-addressing set of pairs (left id, right id) -> (rank, merged id). */
+typedef struct pair_slot {
+    int32_t left, right, rank, merged;
+} pair_slot;
+
+struct tokenizer {
+    int kind;
+    pre_kind pre;
+    int32_t n_vocab;
+    char *arena;       /* all token texts, each NUL-terminated */
+    uint32_t *text_off;
+    uint32_t *text_len;
+    float *score;
+    uint8_t *type;
+    uint8_t *eog;
+
+    int32_t *map;      /* text -> id hash table (-1 = empty) */
+    uint32_t map_mask;
+    pair_slot *pairs;  /* BPE merges */
+    uint32_t pair_mask;
+
+    /* SPM: id of <0xNN>; BPE: id of the token for GPT-2's stand-in char of byte NN. */
+    int32_t byte_id[256];
+    int16_t cp_to_byte[324]; /* BPE: inverse of GPT-2's byte -> code point map, -1 elsewhere */
+
+    /* Control and user-defined tokens by first byte, longest first (for parse_special). */
+    int32_t *special;
+    uint32_t special_start[257];
+
+    int32_t bos, eos, eot, eom, unk, pad;
+    bool add_bos, add_eos, add_space_prefix, ignore_merges;
+};
+
+/* ---- small growable vectors ------------------------------------------------------------- */
+
+typedef struct idvec {
+    int32_t *v;
+    size_t n, cap;
+    bool oom;
+} idvec;
+
+static void idvec_push(idvec *a, int32_t id)
+{
+    if (a->oom)
+        return;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 256;
+        int32_t *v = realloc(a->v, cap * sizeof *v);
+        if (!v) {
+            a->oom = true;
+            return;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = id;
+}
+
+/* ---- hashing ------------------------------------------------------------------------------ */
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ull;
+    }
+    return h ^ (h >> 29);
+}
+
+static uint64_t hash_pair(int32_t a, int32_t b)
+{
+    uint64_t h = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 31);
+}
+
+static uint32_t table_size(size_t n)
+{
+    uint32_t cap = 16;
+    while (cap < 2 * n)
+        cap <<= 1;
+    return cap;
+}
+
+static int32_t lookup(const tokenizer *t, const char *s, size_t n)
+{
+    if (n == 0)
+        return -1;
+    for (uint32_t i = (uint32_t)hash_bytes(s, n) & t->map_mask;; i = (i + 1) & t->map_mask) {
+        int32_t id = t->map[i];
+        if (id < 0)
+            return -1;
+        if (t->text_len[id] == n && memcmp(t->arena + t->text_off[id], s, n) == 0)
+            return id;
+    }
+}
+
+static const pair_slot *find_pair(const tokenizer *t, int32_t a, int32_t b)
+{
+    if (!t->pairs || a < 0 || b < 0)
+        return NULL;
+    for (uint32_t i = (uint32_t)hash_pair(a, b) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
+        const pair_slot *p = &t->pairs[i];
+        if (p->left < 0)
+            return NULL;
+        if (p->left == a && p->right == b)
+            return p;
+    }
+}
+
+static const char *tok_text(const tokenizer *t, int32_t id)
+{
+    return t->arena + t->text_off[id];
+}
+
+/* ---- GPT-2 byte <-> code point map -------------------------------------------------------
+ * Printable Latin-1 bytes stand for themselves; the other 68 bytes are given the code points
+ * 256, 257, ... in byte order, so every byte has a visible, non-space stand-in. */
+
+static bool byte_is_printable(int b)
+{
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+static uint32_t gpt2_byte_cp(int b)
+{
+    if (byte_is_printable(b))
+        return (uint32_t)b;
+    uint32_t n = 0;
+    for (int i = 0; i < b; i++)
+        n += !byte_is_printable(i);
+    return 256 + n;
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Index of a metadata array of the given element type, or -1 (absent); -2 on wrong type/length. */
+static int64_t find_array(const gguf_file *f, const char *key, bool strings, uint64_t want_len,
+                          char *err, size_t errlen)
+{
+    int64_t i = gguf_find_key(f, key);
+    if (i < 0)
+        return -1;
+    if (gguf_kv_type(f, i) != GGUF_VT_ARRAY) {
+        set_err(err, errlen, "tokenizer: %s is not an array", key);
+        return -2;
+    }
+    bool is_str = gguf_arr_type(f, i) == GGUF_VT_STRING;
+    if (is_str != strings) {
+        set_err(err, errlen, "tokenizer: %s has element type %d, expected %s", key,
+                (int)gguf_arr_type(f, i), strings ? "string" : "numeric");
+        return -2;
+    }
+    if (want_len && gguf_arr_len(f, i) != want_len) {
+        set_err(err, errlen, "tokenizer: %s has %llu entries, tokenizer.ggml.tokens has %llu", key,
+                (unsigned long long)gguf_arr_len(f, i), (unsigned long long)want_len);
+        return -2;
+    }
+    return i;
+}
+
+static int32_t get_id(const gguf_file *f, const char *key, int32_t n_vocab, int32_t dflt)
+{
+    int64_t v;
+    if (!gguf_get_i64(f, key, &v))
+        return dflt;
+    /* Some converters write ids past the vocabulary (e.g. an unused padding id): treat those as
+     * "no such token" rather than refusing an otherwise good model. */
+    return (v >= 0 && v < n_vocab) ? (int32_t)v : -1;
+}
+
+static bool get_bool(const gguf_file *f, const char *key, bool dflt)
+{
+    bool v;
+    return gguf_get_bool(f, key, &v) ? v : dflt;
+}
+
+static bool str_eq(const char *s, size_t n, const char *lit)
+{
+    return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+static bool str_in(const char *s, size_t n, const char *const *list)
+{
+    for (; *list; list++)
+        if (str_eq(s, n, *list))
+            return true;
+    return false;
+}
+
+static int parse_pre(const char *s, size_t n, pre_kind *out)
+{
+    static const char *const gpt2[] = {"gpt-2", "gpt2", "mpt", "olmo", "jais", "trillion", NULL};
+    static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx",
+                                         "smaug-bpe", "chatglm-bpe", NULL};
+    static const char *const qwen2[] = {"qwen2", "qwen2.5", "qwen-2.5", "deepseek-r1-qwen",
+                                        "stablelm2", "hunyuan", NULL};
+    static const char *const starcoder[] = {"starcoder", "refact", "command-r", "smollm",
+                                            "codeshell", "exaone", "minerva-7b", NULL};
+    if (!s || str_eq(s, n, "default"))
+        *out = PRE_DEFAULT;
+    else if (str_in(s, n, gpt2))
+        *out = PRE_GPT2;
+    else if (str_in(s, n, llama3))
+        *out = PRE_LLAMA3;
+    else if (str_in(s, n, qwen2))
+        *out = PRE_QWEN2;
+    else if (str_eq(s, n, "qwen35"))
+        *out = PRE_QWEN35;
+    else if (str_eq(s, n, "deepseek-llm"))
+        *out = PRE_DEEPSEEK_LLM;
+    else if (str_eq(s, n, "falcon"))
+        *out = PRE_FALCON;
+    else if (str_in(s, n, starcoder))
+        *out = PRE_STARCODER;
+    else
+        return -1;
+    return 0;
+}
+
+static int load_vocab(tokenizer *t, const gguf_file *f, char *err, size_t errlen)
+{
+    int64_t ki = find_array(f, "tokenizer.ggml.tokens", true, 0, err, errlen);
+    if (ki == -1)
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens is missing");
+    if (ki < 0)
+        return -1;
+    uint64_t n = gguf_arr_len(f, ki);
+    if (n == 0 || n > (uint64_t)INT32_MAX / 4) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens has %llu entries",
+                (unsigned long long)n);
+        return -1;
+    }
+    t->n_vocab = (int32_t)n;
+    size_t total = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        size_t len;
+        if (!gguf_arr_str(f, ki, i, &len)) {
+            set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens[%llu] unreadable",
+                    (unsigned long long)i);
+            return -1;
+        }
+        total += len + 1;
+    }
+    if (total > UINT32_MAX) {
+        set_err(err, errlen, "tokenizer: token texts total %zu bytes (too large)", total);
+        return -1;
+    }
+    t->arena = malloc(total);
+    t->text_off = malloc(n * sizeof *t->text_off);
+    t->text_len = malloc(n * sizeof *t->text_len);
+    t->score = calloc(n, sizeof *t->score);
+    t->type = malloc(n);
+    t->eog = calloc(n, 1);
+    t->map_mask = table_size(n) - 1;
+    t->map = malloc(((size_t)t->map_mask + 1) * sizeof *t->map);
+    if (!t->arena || !t->text_off || !t->text_len || !t->score || !t->type || !t->eog || !t->map) {
+        set_err(err, errlen, "tokenizer: out of memory for %llu tokens", (unsigned long long)n);
+        return -1;
+    }
+    memset(t->map, 0xFF, ((size_t)t->map_mask + 1) * sizeof *t->map);
+    memset(t->type, TT_NORMAL, n);
+
+    size_t off = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        size_t len;
+        const char *s = gguf_arr_str(f, ki, i, &len);
+        memcpy(t->arena + off, s, len);
+        t->arena[off + len] = 0;
+        t->text_off[i] = (uint32_t)off;
+        t->text_len[i] = (uint32_t)len;
+        off += len + 1;
+        if (len == 0)
+            continue;
+        /* A duplicated text maps to its last id, as llama.cpp does. */
+        uint32_t h = (uint32_t)hash_bytes(s, len) & t->map_mask;
+        for (;; h = (h + 1) & t->map_mask) {
+            int32_t id = t->map[h];
+            if (id < 0 || (t->text_len[id] == len && memcmp(t->arena + t->text_off[id], s, len) == 0)) {
+                t->map[h] = (int32_t)i;
+                break;
+            }
+        }
+    }
+
+    int64_t si = find_array(f, "tokenizer.ggml.scores", false, n, err, errlen);
+    if (si == -2)
+        return -1;
+    for (uint64_t i = 0; si >= 0 && i < n; i++)
+        gguf_arr_f32(f, si, i, &t->score[i]);
+
+    int64_t ti = find_array(f, "tokenizer.ggml.token_type", false, n, err, errlen);
+    if (ti == -2)
+        return -1;
+    for (uint64_t i = 0; ti >= 0 && i < n; i++) {
+        int64_t v = TT_NORMAL;
+        gguf_arr_i64(f, ti, i, &v);
+        t->type[i] = (v >= TT_NORMAL && v <= TT_BYTE) ? (uint8_t)v : TT_NORMAL;
+    }
+    return 0;
+}
+
+static int load_merges(tokenizer *t, const gguf_file *f, char *err, size_t errlen)
+{
+    int64_t mi = find_array(f, "tokenizer.ggml.merges", true, 0, err, errlen);
+    if (mi == -1)
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.merges is missing (required for gpt2 BPE)");
+    if (mi < 0)
+        return -1;
+    uint64_t n = gguf_arr_len(f, mi);
+    if (n > (uint64_t)INT32_MAX / 4) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.merges has %llu entries", (unsigned long long)n);
+        return -1;
+    }
+    t->pair_mask = table_size(n) - 1;
+    t->pairs = malloc(((size_t)t->pair_mask + 1) * sizeof *t->pairs);
+    char *buf = malloc(4096);
+    if (!t->pairs || !buf) {
+        free(buf);
+        set_err(err, errlen, "tokenizer: out of memory for %llu merges", (unsigned long long)n);
+        return -1;
+    }
+    memset(t->pairs, 0xFF, ((size_t)t->pair_mask + 1) * sizeof *t->pairs);
+    for (uint64_t r = 0; r < n; r++) {
+        size_t len;
+        const char *s = gguf_arr_str(f, mi, r, &len);
+        /* "left right": split at the first space after the first byte. */
+        const char *sp = (s && len > 1) ? memchr(s + 1, ' ', len - 1) : NULL;
+        if (!sp || len - 1 > 4096)
+            continue;
+        size_t nl = (size_t)(sp - s), nr = len - nl - 1;
+        int32_t a = lookup(t, s, nl), b = lookup(t, sp + 1, nr);
+        memcpy(buf, s, nl);
+        memcpy(buf + nl, sp + 1, nr);
+        int32_t m = lookup(t, buf, nl + nr);
+        if (a < 0 || b < 0 || m < 0)
+            continue; /* a merge that cannot produce a token is unusable */
+        uint32_t h = (uint32_t)hash_pair(a, b) & t->pair_mask;
+        while (t->pairs[h].left >= 0 && !(t->pairs[h].left == a && t->pairs[h].right == b))
+            h = (h + 1) & t->pair_mask;
+        if (t->pairs[h].left >= 0)
+            continue; /* duplicate: the first (lowest) rank wins */
+        t->pairs[h] = (pair_slot){a, b, (int32_t)r, m};
+    }
+    free(buf);
+    return 0;
+}
+
+static int cmp_special(const void *pa, const void *pb, void *ctx)
+{
+    const tokenizer *t = ctx;
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    unsigned char fa = (unsigned char)tok_text(t, a)[0], fb = (unsigned char)tok_text(t, b)[0];
+    if (fa != fb)
+        return fa < fb ? -1 : 1;
+    if (t->text_len[a] != t->text_len[b])
+        return t->text_len[a] > t->text_len[b] ? -1 : 1;
+    return a < b ? -1 : (a > b);
+}
+
+static int build_specials(tokenizer *t)
+{
+    size_t n = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        n += (t->type[i] == TT_CONTROL || t->type[i] == TT_USER) && t->text_len[i] > 0;
+    t->special = malloc((n ? n : 1) * sizeof *t->special);
+    if (!t->special)
+        return -1;
+    n = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER) && t->text_len[i] > 0)
+            t->special[n++] = i;
+    qsort_r(t->special, n, sizeof *t->special, cmp_special, t);
+    size_t j = 0;
+    for (int c = 0; c <= 256; c++) {
+        while (j < n && (unsigned char)tok_text(t, t->special[j])[0] < c)
+            j++;
+        t->special_start[c] = (uint32_t)j;
+    }
+    t->special_start[256] = (uint32_t)n;
+    return 0;
+}
+
+static void build_byte_ids(tokenizer *t)
+{
+    memset(t->cp_to_byte, 0xFF, sizeof t->cp_to_byte);
+    for (int b = 0; b < 256; b++) {
+        char buf[8];
+        int n;
+        if (t->kind == TOK_SPM) {
+            n = snprintf(buf, sizeof buf, "<0x%02X>", b);
+        } else {
+            uint32_t cp = gpt2_byte_cp(b);
+            t->cp_to_byte[cp] = (int16_t)b;
+            n = unicode_encode(cp, buf);
+        }
+        t->byte_id[b] = lookup(t, buf, (size_t)n);
+    }
+}
+
+static void mark_eog(tokenizer *t)
+{
+    /* Chat models end a turn with one of these even when the GGUF names only the EOS. */
+    static const char *const turn_end[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                           "<EOT>", NULL};
+    static const char *const gen_end[] = {"<|endoftext|>", "<|eom_id|>", "<|end_of_text|>", NULL};
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        if (t->type[i] != TT_CONTROL && t->type[i] != TT_USER)
+            continue;
+        const char *s = tok_text(t, i);
+        size_t n = t->text_len[i];
+        if (str_in(s, n, turn_end)) {
+            if (t->eot < 0)
+                t->eot = i;
+            t->eog[i] = 1;
+        } else if (str_in(s, n, gen_end)) {
+            t->eog[i] = 1;
+        }
+    }
+    int32_t ids[3] = {t->eos, t->eot, t->eom};
+    for (int k = 0; k < 3; k++)
+        if (ids[k] >= 0)
+            t->eog[ids[k]] = 1;
+}
+
+tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
+{
+    size_t mlen;
+    const char *model = gguf_get_str(f, "tokenizer.ggml.model", &mlen);
+    if (!model) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.model is missing");
+        return NULL;
+    }
+    int kind;
+    if (str_eq(model, mlen, "llama"))
+        kind = TOK_SPM;
+    else if (str_eq(model, mlen, "gpt2"))
+        kind = TOK_BPE;
+    else {
+        set_err(err, errlen,
+                "tokenizer: tokenizer.ggml.model '%.*s' is not supported (only 'llama' = SPM and "
+                "'gpt2' = byte-level BPE)",
+                (int)(mlen > 64 ? 64 : mlen), model);
+        return NULL;
+    }
+    pre_kind pre = PRE_DEFAULT;
+    size_t plen = 0;
+    const char *pres = gguf_get_str(f, "tokenizer.ggml.pre", &plen);
+    if (kind == TOK_BPE && parse_pre(pres, plen, &pre) < 0) {
+        set_err(err, errlen, "tokenizer: pre-tokenizer tokenizer.ggml.pre = '%.*s' is not supported",
+                (int)(plen > 64 ? 64 : plen), pres);
+        return NULL;
+    }
+
+    tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        set_err(err, errlen, "tokenizer: out of memory");
+        return NULL;
+    }
+    t->kind = kind;
+    t->pre = pre;
+    if (load_vocab(t, f, err, errlen) < 0 || (kind == TOK_BPE && load_merges(t, f, err, errlen) < 0))
+        goto fail;
+    if (build_specials(t) < 0) {
+        set_err(err, errlen, "tokenizer: out of memory");
+        goto fail;
+    }
+    build_byte_ids(t);
+
+    bool spm = kind == TOK_SPM;
+    int32_t n = t->n_vocab;
+    t->bos = get_id(f, "tokenizer.ggml.bos_token_id", n, spm && n > 1 ? 1 : -1);
+    t->eos = get_id(f, "tokenizer.ggml.eos_token_id", n, spm && n > 2 ? 2 : -1);
+    t->eot = get_id(f, "tokenizer.ggml.eot_token_id", n, -1);
+    t->eom = get_id(f, "tokenizer.ggml.eom_token_id", n, -1);
+    t->unk = get_id(f, "tokenizer.ggml.unknown_token_id", n, spm ? 0 : -1);
+    t->pad = get_id(f, "tokenizer.ggml.padding_token_id", n, -1);
+    t->add_bos = get_bool(f, "tokenizer.ggml.add_bos_token", spm) && t->bos >= 0;
+    t->add_eos = get_bool(f, "tokenizer.ggml.add_eos_token", false) && t->eos >= 0;
+    t->add_space_prefix = get_bool(f, "tokenizer.ggml.add_space_prefix", spm);
+    t->ignore_merges = pre == PRE_LLAMA3; /* Llama 3 takes a piece whole when it is a token */
+    mark_eog(t);
+    return t;
+fail:
+    tokenizer_free(t);
+    return NULL;
+}
+
+void tokenizer_free(tokenizer *t)
+{
+    if (!t)
+        return;
+    free(t->arena);
+    free(t->text_off);
+    free(t->text_len);
+    free(t->score);
+    free(t->type);
+    free(t->eog);
+    free(t->map);
+    free(t->pairs);
+    free(t->special);
+    free(t);
+}
+
+/* ---- accessors ---------------------------------------------------------------------------- */
+
+int tokenizer_n_vocab(const tokenizer *t) { return t->n_vocab; }
+int32_t tokenizer_bos(const tokenizer *t) { return t->bos; }
+int32_t tokenizer_eos(const tokenizer *t) { return t->eos; }
+int32_t tokenizer_eot(const tokenizer *t) { return t->eot; }
+bool tokenizer_add_bos(const tokenizer *t) { return t->add_bos; }
+
+bool tokenizer_is_eog(const tokenizer *t, int32_t id)
+{
+    return id >= 0 && id < t->n_vocab && t->eog[id];
+}
+
+bool tokenizer_is_control(const tokenizer *t, int32_t id)
+{
+    return id >= 0 && id < t->n_vocab && (t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN);
+}
+
+int32_t tokenizer_find(const tokenizer *t, const char *s)
+{
+    return s ? lookup(t, s, strlen(s)) : -1;
+}
+
+const char *tokenizer_token_text(const tokenizer *t, int32_t id, size_t *len)
+{
+    if (id < 0 || id >= t->n_vocab) {
+        if (len)
+            *len = 0;
+        return NULL;
+    }
+    if (len)
+        *len = t->text_len[id];
+    return tok_text(t, id);
+}
+
+/* ---- the merge engine --------------------------------------------------------------------- */
+
+typedef struct symbol {
+    uint32_t off, len; /* bytes of the working buffer */
+    int32_t prev, next, id;
+} symbol;
+
+typedef struct bigram {
+    double score; /* higher merges first: SPM token score, BPE -rank */
+    int32_t left, right, id;
+    uint32_t size; /* left.len + right.len when offered: a mismatch later means it is stale */
+} bigram;
+
+typedef struct merger {
+    const tokenizer *t;
+    const char *buf;
+    symbol *sym;
+    bigram *heap;
+    size_t n_heap, cap_heap;
+    bool oom;
+} merger;
+
+static bool bigram_before(const bigram *a, const bigram *b)
+{
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static void heap_push(merger *m, bigram g)
+{
+    if (m->n_heap == m->cap_heap) {
+        size_t cap = m->cap_heap ? m->cap_heap * 2 : 64;
+        bigram *h = realloc(m->heap, cap * sizeof *h);
+        if (!h) {
+            m->oom = true;
+            return;
+        }
+        m->heap = h;
+        m->cap_heap = cap;
+    }
+    size_t i = m->n_heap++;
+    while (i > 0 && bigram_before(&g, &m->heap[(i - 1) / 2])) {
+        m->heap[i] = m->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    m->heap[i] = g;
+}
+
+static bigram heap_pop(merger *m)
+{
+    bigram top = m->heap[0], last = m->heap[--m->n_heap];
+    size_t i = 0, n = m->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && bigram_before(&m->heap[c + 1], &m->heap[c]))
+            c++;
+        if (!bigram_before(&m->heap[c], &last))
+            break;
+        m->heap[i] = m->heap[c];
+        i = c;
+    }
+    if (n)
+        m->heap[i] = last;
+    return top;
+}
+
+/* SPM merges only into tokens sentencepiece itself would produce. */
+static bool spm_usable(const tokenizer *t, int32_t id)
+{
+    return id >= 0 && (t->type[id] == TT_NORMAL || t->type[id] == TT_USER);
+}
+
+static void offer_pair(merger *m, int32_t l, int32_t r)
+{
+    if (l < 0 || r < 0)
+        return;
+    const tokenizer *t = m->t;
+    const symbol *a = &m->sym[l], *b = &m->sym[r];
+    bigram g = {0, l, r, -1, a->len + b->len};
+    if (t->kind == TOK_SPM) {
+        g.id = lookup(t, m->buf + a->off, g.size);
+        if (!spm_usable(t, g.id))
+            return;
+        g.score = t->score[g.id];
+    } else {
+        const pair_slot *p = find_pair(t, a->id, b->id);
+        if (!p)
+            return;
+        g.id = p->merged;
+        g.score = -(double)p->rank;
+    }
+    heap_push(m, g);
+}
+
+/* Merge the symbols first..last (a linked run) as far as the vocabulary allows. */
+static void merge_run(merger *m, int32_t first, int32_t count)
+{
+    m->n_heap = 0;
+    for (int32_t i = first; i + 1 < first + count; i++)
+        offer_pair(m, i, i + 1);
+    while (m->n_heap > 0 && !m->oom) {
+        bigram g = heap_pop(m);
+        symbol *a = &m->sym[g.left], *b = &m->sym[g.right];
+        if (a->len == 0 || b->len == 0 || a->next != g.right || a->len + b->len != g.size)
+            continue; /* one side was merged since this pair was offered */
+        a->len += b->len;
+        a->id = g.id;
+        b->len = 0;
+        a->next = b->next;
+        if (b->next >= 0)
+            m->sym[b->next].prev = g.left;
+        offer_pair(m, a->prev, g.left);
+        offer_pair(m, g.left, a->next);
+    }
+}
+
+/* Lay out symbols[first..first+count) over buf[off..), one per UTF-8 character (SPM) or per
+ * byte (BPE), linked in order. */
+static void make_symbols(merger *m, int32_t first, uint32_t off, uint32_t end, bool per_byte)
+{
+    int32_t i = first;
+    const tokenizer *t = m->t;
+    while (off < end) {
+        uint32_t cp;
+        int n = per_byte ? 1 : unicode_decode(m->buf + off, end - off, &cp);
+        symbol *s = &m->sym[i];
+        s->off = off;
+        s->len = (uint32_t)n;
+        s->prev = i == first ? -1 : i - 1;
+        s->next = off + n < end ? i + 1 : -1;
+        if (per_byte)
+            s->id = t->byte_id[(unsigned char)m->buf[off]];
+        else {
+            s->id = lookup(t, m->buf + off, (size_t)n);
+            if (!spm_usable(t, s->id))
+                s->id = -1;
+        }
+        off += (uint32_t)n;
+        i++;
+    }
+}
+
+/* Emit the merged symbols of a run: SPM characters with no token fall back to <0xNN> byte
+ * tokens, and to the unknown token when even those are missing. */
+static void emit_run(merger *m, int32_t first, idvec *out)
+{
+    const tokenizer *t = m->t;
+    for (int32_t i = first; i >= 0; i = m->sym[i].next) {
+        const symbol *s = &m->sym[i];
+        if (s->id >= 0) {
+            idvec_push(out, s->id);
+            continue;
+        }
+        for (uint32_t k = 0; k < s->len; k++) {
+            int32_t b = t->kind == TOK_SPM ? t->byte_id[(unsigned char)m->buf[s->off + k]] : -1;
+            if (b >= 0)
+                idvec_push(out, b);
+            else if (t->unk >= 0)
+                idvec_push(out, t->unk);
+            if (b < 0 && t->kind == TOK_BPE)
+                break; /* one unknown per unmappable BPE symbol */
+        }
+    }
+}
+
+/* ---- SPM ---------------------------------------------------------------------------------- */
+
+static int spm_encode(const tokenizer *t, const char *s, size_t n, bool prefix, idvec *out)
+{
+    if (n == 0)
+        return 0;
+    static const char space_mark[3] = {(char)0xE2, (char)0x96, (char)0x81}; /* U+2581 */
+    size_t cap = 3 * (n + 1);
+    char *buf = malloc(cap);
+    symbol *sym = malloc((n + 1) * sizeof *sym);
+    if (!buf || !sym) {
+        free(buf);
+        free(sym);
+        return -1;
+    }
+    size_t len = 0;
+    if (prefix) {
+        memcpy(buf, space_mark, 3);
+        len = 3;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ') {
+            memcpy(buf + len, space_mark, 3);
+            len += 3;
+        } else {
+            buf[len++] = s[i];
+        }
+    }
+    merger m = {.t = t, .buf = buf, .sym = sym};
+    make_symbols(&m, 0, 0, (uint32_t)len, false);
+    int32_t count = 0;
+    for (int32_t i = 0; i >= 0; i = sym[i].next)
+        count++;
+    merge_run(&m, 0, count);
+    emit_run(&m, 0, out);
+    free(m.heap);
+    free(buf);
+    free(sym);
+    return m.oom ? -1 : 0;
+}
+
+/* ---- BPE pre-tokenizers --------------------------------------------------------------------
+ * The text is decoded once into code points with their class bits; a pre-tokenizer is a list
+ * of stages, each one a matcher standing for one reference regex.  A stage runs over every
+ * piece of the previous stage the way a regex "find all" does: matches become pieces, and so
+ * does the unmatched text between them.  Matchers return the match length in code points at
+ * position i (0 = no match there) and look no further than the piece end. */
+
+typedef struct cptext {
+    uint32_t *cp;
+    uint8_t *fl;
+    uint32_t *off; /* byte offset of each code point, plus the end */
+    size_t n;
+    /* memo of the last whitespace run, so that "\s+$" stays linear on long runs */
+    size_t run_lo, run_hi;
+} cptext;
+
+typedef size_t (*match_fn)(cptext *c, size_t i, size_t end);
+
+typedef struct span {
+    uint32_t lo, hi;
+} span;
+
+typedef struct spanvec {
+    span *v;
+    size_t n, cap;
+    bool oom;
+} spanvec;
+
+static void span_push(spanvec *a, size_t lo, size_t hi)
+{
+    if (a->oom)
+        return;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        span *v = realloc(a->v, cap * sizeof *v);
+        if (!v) {
+            a->oom = true;
+            return;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = (span){(uint32_t)lo, (uint32_t)hi};
+}
+
+#define L_ UCP_LETTER
+#define N_ UCP_NUMBER
+#define S_ UCP_SPACE
+
+static bool is_other(unsigned f, unsigned letters)
+{
+    return !(f & (letters | N_ | S_));
+}
+
+static bool is_crlf(uint32_t cp)
+{
+    return cp == '\r' || cp == '\n';
+}
+
+static size_t run_of(const cptext *c, size_t i, size_t end, unsigned mask)
+{
+    size_t j = i;
+    while (j < end && (c->fl[j] & mask))
+        j++;
+    return j - i;
+}
+
+static size_t run_of_other(const cptext *c, size_t i, size_t end, unsigned letters)
+{
+    size_t j = i;
+    while (j < end && is_other(c->fl[j], letters))
+        j++;
+    return j - i;
+}
+
+static size_t run_in(const cptext *c, size_t i, size_t end, bool (*in)(uint32_t))
+{
+    size_t j = i;
+    while (j < end && in(c->cp[j]))
+        j++;
+    return j - i;
+}
+
+/* 's|'t|'re|'ve|'m|'ll|'d (ASCII case-insensitively for the Llama 3 family) */
+static size_t match_contraction(const cptext *c, size_t i, size_t end, bool icase)
+{
+    if (c->cp[i] != '\'' || i + 1 >= end)
+        return 0;
+    uint32_t a = c->cp[i + 1], b = i + 2 < end ? c->cp[i + 2] : 0;
+    if (icase) {
+        a = (a >= 'A' && a <= 'Z') ? a + 32 : a;
+        b = (b >= 'A' && b <= 'Z') ? b + 32 : b;
+    }
+    if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+        return 3;
+    return 0;
+}
+
+/* \s+(?!\S)|\s+ at a whitespace position: a run keeps its last character for the next piece
+ * unless it reaches the end. */
+static size_t match_space_run(const cptext *c, size_t i, size_t end)
+{
+    size_t n = run_of(c, i, end, S_);
+    return (i + n == end || n == 1) ? n : n - 1;
+}
+
+/* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static size_t match_gpt2(cptext *c, size_t i, size_t end)
+{
+    size_t n = match_contraction(c, i, end, false);
+    if (n)
+        return n;
+    size_t j = i + (c->cp[i] == ' ' && i + 1 < end);
+    unsigned f = c->fl[j];
+    if (f & L_)
+        return j - i + run_of(c, j, end, L_);
+    if (f & N_)
+        return j - i + run_of(c, j, end, N_);
+    if (is_other(f, L_))
+        return j - i + run_of_other(c, j, end, L_);
+    return match_space_run(c, i, end);
+}
+
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?LETTERS+|\p{N}{1,max}|
+ *  ?[^\s LETTERS \p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * LETTERS is \p{L} (Llama 3, Qwen2) or [\p{L}\p{M}] (Qwen3.5). */
+static size_t match_llama3_like(const cptext *c, size_t i, size_t end, size_t max_digits,
+                                unsigned letters)
+{
+    size_t n = match_contraction(c, i, end, true);
+    if (n)
+        return n;
+    unsigned f = c->fl[i];
+    if (f & letters)
+        return run_of(c, i, end, letters);
+    if (!(f & (L_ | N_)) && !is_crlf(c->cp[i]) && i + 1 < end && (c->fl[i + 1] & letters))
+        return 1 + run_of(c, i + 1, end, letters);
+    if (f & N_) {
+        n = run_of(c, i, end, N_);
+        return n < max_digits ? n : max_digits;
+    }
+    size_t j = i + (c->cp[i] == ' ' && i + 1 < end && is_other(c->fl[i + 1], letters));
+    if (is_other(c->fl[j], letters)) {
+        j += run_of_other(c, j, end, letters);
+        while (j < end && is_crlf(c->cp[j]))
+            j++;
+        return j - i;
+    }
+    /* whitespace: \s*[\r\n]+ ends at the last line break of the run, if it has one */
+    n = run_of(c, i, end, S_);
+    for (size_t k = i + n; k > i; k--)
+        if (is_crlf(c->cp[k - 1]))
+            return k - i;
+    return match_space_run(c, i, end);
+}
+
+static size_t match_llama3(cptext *c, size_t i, size_t end)
+{
+    return match_llama3_like(c, i, end, 3, L_);
+}
+
+static size_t match_qwen2(cptext *c, size_t i, size_t end)
+{
+    return match_llama3_like(c, i, end, 1, L_);
+}
+
+static size_t match_qwen35(cptext *c, size_t i, size_t end)
+{
+    return match_llama3_like(c, i, end, 1, L_ | UCP_MARK);
+}
+
+static bool is_falcon_punct_extra(uint32_t cp, bool backtick)
+{
+    return cp == '$' || cp == '+' || cp == '<' || cp == '=' || cp == '>' || cp == '^' ||
+           cp == '~' || cp == '|' || (backtick && cp == '`');
+}
+
+static size_t match_punct_run(const cptext *c, size_t i, size_t end, bool backtick)
+{
+    size_t j = i;
+    while (j < end && ((c->fl[j] & UCP_PUNCT) || is_falcon_punct_extra(c->cp[j], backtick)))
+        j++;
+    return j - i;
+}
+
+/* [\p{P}\$\+<=>\^~\|`]+ (falcon) and [\p{P}\$\+<=>\^~\|]+ (default) */
+static size_t match_punct_falcon(cptext *c, size_t i, size_t end)
+{
+    return match_punct_run(c, i, end, true);
+}
+
+static size_t match_punct_default(cptext *c, size_t i, size_t end)
+{
+    return match_punct_run(c, i, end, false);
+}
+
+static bool is_ascii_digit(uint32_t cp)
+{
+    return cp >= '0' && cp <= '9';
+}
+
+/* [0-9][0-9][0-9] */
+static size_t match_3digits(cptext *c, size_t i, size_t end)
+{
+    return (i + 3 <= end && is_ascii_digit(c->cp[i]) && is_ascii_digit(c->cp[i + 1]) &&
+            is_ascii_digit(c->cp[i + 2])) ? 3 : 0;
+}
+
+/* \p{N} */
+static size_t match_one_number(cptext *c, size_t i, size_t end)
+{
+    (void)end;
+    return (c->fl[i] & N_) ? 1 : 0;
+}
+
+/* \p{N}+ */
+static size_t match_numbers(cptext *c, size_t i, size_t end)
+{
+    return run_of(c, i, end, N_);
+}
+
+/* DeepSeek LLM: [\r\n] */
+static size_t match_crlf(cptext *c, size_t i, size_t end)
+{
+    (void)end;
+    return is_crlf(c->cp[i]) ? 1 : 0;
+}
+
+typedef struct cp_range {
+    uint32_t lo, hi;
+} cp_range;
+
+static bool in_ranges(uint32_t cp, const cp_range *r, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (cp >= r[k].lo && cp <= r[k].hi)
+            return true;
+    return false;
+}
+
+/* The cased-letter class of DeepSeek LLM's second split regex. */
+static bool is_deepseek_letter(uint32_t cp)
+{
+    static const cp_range r[] = {
+        {0x41, 0x5A}, {0x61, 0x7A}, {0xB5, 0xB5}, {0xC0, 0xD6}, {0xD8, 0xF6}, {0xF8, 0x1BA},
+        {0x1BC, 0x1BF}, {0x1C4, 0x293}, {0x295, 0x2AF}, {0x370, 0x373}, {0x376, 0x377},
+        {0x37B, 0x37D}, {0x37F, 0x37F}, {0x386, 0x386}, {0x388, 0x38A}, {0x38C, 0x38C},
+        {0x38E, 0x3A1}, {0x3A3, 0x3F5}, {0x3F7, 0x481}, {0x48A, 0x52F}, {0x531, 0x556},
+        {0x10A0, 0x10C5}, {0x13A0, 0x13F5}, {0x13F8, 0x13FD}, {0x1C90, 0x1CBA}, {0x1CBD, 0x1CBF},
+        {0x1D00, 0x1D2B}, {0x1D6B, 0x1D77}, {0x1D79, 0x1D9A}, {0x1E00, 0x1F15}, {0x1F18, 0x1F1D},
+        {0x1F20, 0x1F45}, {0x1F48, 0x1F4D}, {0x1F50, 0x1F57}, {0x1F59, 0x1F59}, {0x1F5B, 0x1F5B},
+        {0x1F5D, 0x1F5D}, {0x1F5F, 0x1F7D}, {0x1F80, 0x1FB4}, {0x1FB6, 0x1FBC}, {0x1FBE, 0x1FBE},
+        {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC}, {0x1FD0, 0x1FD3}, {0x1FD6, 0x1FDB}, {0x1FE0, 0x1FEC},
+        {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC}, {0x2102, 0x2102}, {0x2107, 0x2107}, {0x210A, 0x2113},
+        {0x2115, 0x2115}, {0x2119, 0x211D}, {0x2124, 0x2124}, {0x2126, 0x2126}, {0x2128, 0x2128},
+        {0x212A, 0x212D}, {0x212F, 0x2134}, {0x2139, 0x2139}, {0x213C, 0x213F}, {0x2145, 0x2149},
+        {0x214E, 0x214E}, {0x2183, 0x2184}, {0x2C00, 0x2C7B}, {0x2C7E, 0x2CE4}, {0x2CEB, 0x2CEE},
+        {0x2CF2, 0x2CF3}, {0xA640, 0xA66D}, {0xA680, 0xA69B}, {0xA722, 0xA76F}, {0xA771, 0xA787},
+        {0xA78B, 0xA78E}, {0xAB70, 0xABBF}, {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFF21, 0xFF3A},
+        {0xFF41, 0xFF5A}, {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB},
+        {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x118A0, 0x118DF}, {0x1E900, 0x1E943},
+    };
+    if (cp < 0x80)
+        return (cp | 32) >= 'a' && (cp | 32) <= 'z';
+    return in_ranges(cp, r, sizeof r / sizeof r[0]);
+}
+
+/* [!-/:-~！-／：-～‘-‟　-。] */
+static bool is_deepseek_punct(uint32_t cp)
+{
+    static const cp_range r[] = {{0x21, 0x2F}, {0x3A, 0x7E}, {0x2018, 0x201F},
+                                 {0x3000, 0x3002}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E}};
+    return in_ranges(cp, r, sizeof r / sizeof r[0]);
+}
+
+/* [一-龥ࠀ-一가-퟿] */
+static bool is_deepseek_cjk(uint32_t cp)
+{
+    static const cp_range r[] = {{0x0800, 0x4E00}, {0x4E00, 0x9FA5}, {0xAC00, 0xD7FF}};
+    return in_ranges(cp, r, sizeof r / sizeof r[0]);
+}
+
+/* \s?CLASS+ */
+static size_t match_space_then(const cptext *c, size_t i, size_t end, bool (*in)(uint32_t))
+{
+    if ((c->fl[i] & S_) && i + 1 < end && in(c->cp[i + 1]))
+        return 1 + run_in(c, i + 1, end, in);
+    return run_in(c, i, end, in);
+}
+
+static size_t match_deepseek_letters(cptext *c, size_t i, size_t end)
+{
+    return match_space_then(c, i, end, is_deepseek_letter);
+}
+
+static size_t match_deepseek_punct(cptext *c, size_t i, size_t end)
+{
+    return match_space_then(c, i, end, is_deepseek_punct);
+}
+
+static size_t match_deepseek_cjk(cptext *c, size_t i, size_t end)
+{
+    return run_in(c, i, end, is_deepseek_cjk);
+}
+
+/* \s+$ : the whitespace run from i must reach the end of the piece.  Tried at every position of
+ * a long run, so the run's extent is remembered instead of rescanned. */
+static size_t match_trailing_space(cptext *c, size_t i, size_t end)
+{
+    if (!(c->fl[i] & S_))
+        return 0;
+    if (!(i >= c->run_lo && i < c->run_hi)) {
+        c->run_lo = i;
+        c->run_hi = i + run_of(c, i, end, S_);
+    }
+    return c->run_hi == end ? end - i : 0;
+}
+
+typedef struct pre_stages {
+    match_fn fn[6];
+    int n;
+} pre_stages;
+
+static pre_stages stages_for(pre_kind k)
+{
+    switch (k) {
+    case PRE_GPT2:
+        return (pre_stages){{match_gpt2}, 1};
+    case PRE_LLAMA3:
+        return (pre_stages){{match_llama3}, 1};
+    case PRE_QWEN2:
+        return (pre_stages){{match_qwen2}, 1};
+    case PRE_QWEN35:
+        return (pre_stages){{match_qwen35}, 1};
+    case PRE_DEEPSEEK_LLM:
+        return (pre_stages){{match_crlf, match_deepseek_letters, match_deepseek_punct,
+                             match_trailing_space, match_deepseek_cjk, match_numbers}, 6};
+    case PRE_FALCON:
+        return (pre_stages){{match_punct_falcon, match_gpt2, match_3digits}, 3};
+    case PRE_STARCODER:
+        return (pre_stages){{match_one_number, match_gpt2}, 2};
+    case PRE_DEFAULT:
+    default:
+        return (pre_stages){{match_punct_default, match_gpt2, match_numbers, match_3digits}, 4};
+    }
+}
+
+static void split_stage(cptext *c, const spanvec *in, match_fn fn, spanvec *out)
+{
+    out->n = 0;
+    for (size_t p = 0; p < in->n; p++) {
+        size_t end = in->v[p].hi, gap = in->v[p].lo, i = gap;
+        c->run_lo = c->run_hi = 0;
+        while (i < end) {
+            size_t n = fn(c, i, end);
+            if (n == 0) {
+                i++;
+                continue;
+            }
+            if (gap < i)
+                span_push(out, gap, i);
+            span_push(out, i, i + n);
+            i += n;
+            gap = i;
+        }
+        if (gap < end)
+            span_push(out, gap, end);
+    }
+}
+
+static int cptext_init(cptext *c, const char *s, size_t n)
+{
+    c->cp = malloc((n + 1) * sizeof *c->cp);
+    c->fl = malloc(n + 1);
+    c->off = malloc((n + 1) * sizeof *c->off);
+    if (!c->cp || !c->fl || !c->off)
+        return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int len = unicode_decode(s + i, n - i, &cp);
+        c->cp[k] = cp;
+        c->fl[k] = (uint8_t)unicode_flags(cp); /* an invalid byte is "other", like U+FFFD */
+        c->off[k] = (uint32_t)i;
+        k++;
+        i += (size_t)len;
+    }
+    c->off[k] = (uint32_t)n;
+    c->n = k;
+    return 0;
+}
+
+static void cptext_free(cptext *c)
+{
+    free(c->cp);
+    free(c->fl);
+    free(c->off);
+}
+
+/* Whole-piece lookup for vocabularies that skip merges when the piece is itself a token. */
+static int32_t lookup_byte_level(const tokenizer *t, const char *s, size_t n, char *scratch)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)unicode_encode(gpt2_byte_cp((unsigned char)s[i]), scratch + k);
+    return lookup(t, scratch, k);
+}
+
+static int bpe_encode(const tokenizer *t, const char *s, size_t n, idvec *out)
+{
+    if (n == 0)
+        return 0;
+    cptext c = {0};
+    spanvec a = {0}, b = {0};
+    merger m = {.t = t, .buf = s};
+    char *scratch = t->ignore_merges ? malloc(2 * n) : NULL;
+    m.sym = malloc(n * sizeof *m.sym);
+    int rc = -1;
+    if (cptext_init(&c, s, n) < 0 || !m.sym || (t->ignore_merges && !scratch))
+        goto done;
+
+    span_push(&a, 0, c.n);
+    pre_stages st = stages_for(t->pre);
+    for (int k = 0; k < st.n; k++) {
+        split_stage(&c, &a, st.fn[k], &b);
+        spanvec tmp = a;
+        a = b;
+        b = tmp;
+    }
+    if (a.oom || b.oom)
+        goto done;
+
+    for (size_t p = 0; p < a.n && !m.oom; p++) {
+        uint32_t lo = c.off[a.v[p].lo], hi = c.off[a.v[p].hi];
+        if (t->ignore_merges) {
+            int32_t id = lookup_byte_level(t, s + lo, hi - lo, scratch);
+            if (id >= 0) {
+                idvec_push(out, id);
+                continue;
+            }
+        }
+        /* Symbols are indexed by byte offset so runs never overlap. */
+        make_symbols(&m, (int32_t)lo, lo, hi, true);
+        merge_run(&m, (int32_t)lo, (int32_t)(hi - lo));
+        emit_run(&m, (int32_t)lo, out);
+    }
+    rc = m.oom ? -1 : 0;
+done:
+    cptext_free(&c);
+    free(a.v);
+    free(b.v);
+    free(m.sym);
+    free(m.heap);
+    free(scratch);
+    return rc;
+}
+
+/* ---- encode ------------------------------------------------------------------------------- */
+
+/* Longest control/user-defined token whose text starts at s[0..n), or -1. */
+static int32_t special_at(const tokenizer *t, const char *s, size_t n)
+{
+    unsigned char c = (unsigned char)s[0];
+    for (uint32_t k = t->special_start[c]; k < t->special_start[c + 1]; k++) {
+        int32_t id = t->special[k];
+        size_t len = t->text_len[id];
+        if (len <= n && memcmp(tok_text(t, id), s, len) == 0)
+            return id;
+    }
+    return -1;
+}
+
+static int encode_fragment(const tokenizer *t, const char *s, size_t n, idvec *out)
+{
+    if (t->kind == TOK_SPM)
+        return spm_encode(t, s, n, t->add_space_prefix, out);
+    return bpe_encode(t, s, n, out);
+}
+
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                     bool parse_special, int32_t *out, int cap)
+{
+    if (!t || (!text && len > 0) || len > (size_t)UINT32_MAX / 4)
+        return -1;
+    idvec v = {0};
+    if (add_bos && t->bos >= 0)
+        idvec_push(&v, t->bos);
+
+    /* Text between special tokens is encoded on its own.  Every such fragment starts the text
+     * or follows a special token, so SPM gives each one its space prefix (as llama.cpp does). */
+    size_t frag = 0;
+    int rc = 0;
+    for (size_t i = 0; parse_special && i < len && rc == 0;) {
+        int32_t id = special_at(t, text + i, len - i);
+        if (id < 0) {
+            i++;
+            continue;
+        }
+        if (frag < i)
+            rc = encode_fragment(t, text + frag, i - frag, &v);
+        idvec_push(&v, id);
+        i += t->text_len[id];
+        frag = i;
+    }
+    if (rc == 0 && frag < len)
+        rc = encode_fragment(t, text + frag, len - frag, &v);
+
+    int n = -1;
+    if (rc == 0 && !v.oom && v.n <= (size_t)INT_MAX) {
+        n = (int)v.n;
+        if (out && cap > 0)
+            memcpy(out, v.v, (size_t)(n < cap ? n : cap) * sizeof *out);
+    }
+    free(v.v);
+    return n;
+}
+
+/* ---- decode ------------------------------------------------------------------------------- */
+
+/* Bounded output: counts every byte, stores those that fit. */
+typedef struct sink {
+    char *buf;
+    size_t cap, n;
+    bool skip_space; /* drop the next byte if it is a space (SPM's added prefix) */
+} sink;
+
+static void sink_put(sink *k, const char *p, size_t len)
+{
+    if (len && k->skip_space) {
+        k->skip_space = false;
+        if (p[0] == ' ') {
+            p++;
+            len--;
+        }
+    }
+    for (size_t i = 0; i < len; i++, k->n++)
+        if (k->n < k->cap)
+            k->buf[k->n] = p[i];
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+static void render_token(const tokenizer *t, int32_t id, bool render_special, sink *k)
+{
+    const char *s = tok_text(t, id);
+    size_t n = t->text_len[id];
+    int type = t->type[id];
+    if (type == TT_CONTROL || type == TT_UNKNOWN) {
+        if (render_special)
+            sink_put(k, s, n);
+        return;
+    }
+    if (type == TT_USER) {
+        sink_put(k, s, n);
+        return;
+    }
+    if (t->kind == TOK_SPM) {
+        if (type == TT_BYTE && n == 6 && hex_digit(s[3]) >= 0 && hex_digit(s[4]) >= 0) {
+            char b = (char)(hex_digit(s[3]) * 16 + hex_digit(s[4]));
+            sink_put(k, &b, 1);
+            return;
+        }
+        for (size_t i = 0; i < n;) {
+            if (i + 3 <= n && memcmp(s + i, "\xE2\x96\x81", 3) == 0) {
+                sink_put(k, " ", 1);
+                i += 3;
+            } else {
+                sink_put(k, s + i, 1);
+                i++;
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int len = unicode_decode(s + i, n - i, &cp);
+        if (cp < sizeof t->cp_to_byte / sizeof t->cp_to_byte[0] && t->cp_to_byte[cp] >= 0) {
+            char b = (char)t->cp_to_byte[cp];
+            sink_put(k, &b, 1);
+        } else {
+            sink_put(k, s + i, (size_t)len); /* not a byte stand-in: keep as written */
+        }
+        i += (size_t)len;
+    }
+}
+
+int tokenizer_token_bytes(const tokenizer *t, int32_t id, bool render_special, char *buf, int cap)
+{
+    if (!t || id < 0 || id >= t->n_vocab)
+        return -1;
+    sink k = {buf, cap > 0 && buf ? (size_t)cap : 0, 0, false};
+    render_token(t, id, render_special, &k);
+    return k.n > INT_MAX ? INT_MAX : (int)k.n;
+}
+
+static bool strips_prefix(const tokenizer *t)
+{
+    return t->kind == TOK_SPM && t->add_space_prefix;
+}
+
+size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, int n, char *buf, size_t cap)
+{
+    sink k = {buf, buf ? cap : 0, 0, strips_prefix(t)};
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->n_vocab)
+            continue;
+        render_token(t, ids[i], false, &k); /* empty pieces (BOS...) leave the strip armed */
+    }
+    if (buf && cap > 0)
+        buf[k.n < cap ? k.n : cap - 1] = 0;
+    return k.n;
+}
+
+/* ---- streaming detokenizer ---------------------------------------------------------------- */
+
+void detok_init(detok_stream *s, const tokenizer *t, bool first_is_start_of_text)
+{
+    memset(s, 0, sizeof *s);
+    s->t = t;
+    s->first = first_is_start_of_text && strips_prefix(t);
+}
+
+/* Copy data[0..n) to out as valid UTF-8: each byte that cannot start a character is U+FFFD. */
+static int emit_valid(const char *data, size_t n, char *out, int cap)
+{
+    int w = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int len = unicode_decode(data + i, n - i, &cp);
+        const char *src = data + i;
+        if (cp == UNICODE_INVALID) {
+            src = "\xEF\xBF\xBD";
+            len = 3;
+        }
+        if (w + len > cap)
+            break; /* the caller's buffer is smaller than promised: never overrun it */
+        memcpy(out + w, src, (size_t)len);
+        w += len;
+        i += cp == UNICODE_INVALID ? 1 : (size_t)len;
+    }
+    return w;
+}
+
+int detok_feed(detok_stream *s, int32_t id, char *out, int cap)
+{
+    const tokenizer *t = s->t;
+    if (!t || id < 0 || id >= t->n_vocab || cap <= 0)
+        return 0;
+    size_t piece = t->text_len[id] + 8; /* rendered bytes never exceed the text (+ a byte) */
+    size_t total = (size_t)s->n_pending + piece;
+    char stackbuf[512];
+    char *data = total <= sizeof stackbuf ? stackbuf : malloc(total);
+    if (!data)
+        return 0;
+    memcpy(data, s->pending, (size_t)s->n_pending);
+    sink k = {data + s->n_pending, piece, 0, s->first};
+    render_token(t, id, false, &k);
+    s->first = k.skip_space; /* still armed only if the piece was empty */
+    size_t n = (size_t)s->n_pending + (k.n < piece ? k.n : piece);
+    size_t done = unicode_complete_prefix(data, n);
+    int w = emit_valid(data, done, out, cap);
+    s->n_pending = (int)(n - done);
+    memcpy(s->pending, data + done, (size_t)s->n_pending);
+    if (data != stackbuf)
+        free(data);
+    return w;
+}
+
+int detok_flush(detok_stream *s, char *out, int cap)
+{
+    int w = cap > 0 ? emit_valid(s->pending, (size_t)s->n_pending, out, cap) : 0;
+    s->n_pending = 0;
+    return w;
+}

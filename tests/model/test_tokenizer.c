@@ -1,0 +1,689 @@
+/* test_tokenizer.c - SPM and BPE tokenizers against llama.cpp's published vocab test vectors,
+ * the stories260K reference prompt, round trips, streaming detokenization, special tokens and
+ * hostile input. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "model/unicode.h"
+
+/* Vocabularies shipped with .gguf + .inp/.out, and those with only .inp/.out. */
+static const char *const vocabs[] = {"gpt-2", "deepseek-llm", "falcon", "starcoder", "llama-spm",
+                                     "phi-3"};
+static const char *const vocabs_without_gguf[] = {"llama-bpe", "qwen2", "qwen35"};
+#define N_VOCABS (sizeof vocabs / sizeof vocabs[0])
+
+static const char *shared_dir(void)
+{
+    const char *d = getenv("INFERD_SHARED_DIR");
+    return d && *d ? d : INFERD_SHARED_DIR;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        *len = (size_t)n;
+    }
+    return buf;
+}
+
+/* An opened vocabulary: the GGUF must stay open only during load. */
+typedef struct vocab {
+    tokenizer *tok;
+    double load_ms;
+} vocab;
+
+static bool open_vocab(const char *path, vocab *v)
+{
+    char err[256];
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    if (!f)
+        return false;
+    double t0 = now_ms();
+    v->tok = tokenizer_load(f, err, sizeof err);
+    v->load_ms = now_ms() - t0;
+    gguf_close(f);
+    if (!v->tok)
+        print_error("%s: %s\n", path, err);
+    return v->tok != NULL;
+}
+
+static bool open_named_vocab(const char *name, vocab *v)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", shared_dir(), name);
+    return open_vocab(path, v);
+}
+
+/* Encode into a malloc'd array (checking the "call again with a larger buffer" contract). */
+static int32_t *encode(const tokenizer *t, const char *s, size_t len, bool bos, bool special,
+                       int *n_out)
+{
+    int32_t probe[1];
+    int n = tokenizer_encode(t, s, len, bos, special, probe, 0);
+    assert_true(n >= 0);
+    int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    assert_non_null(ids);
+    assert_int_equal(tokenizer_encode(t, s, len, bos, special, ids, n), n);
+    *n_out = n;
+    return ids;
+}
+
+static char *decode(const tokenizer *t, const int32_t *ids, int n, size_t *len)
+{
+    size_t need = tokenizer_decode(t, ids, n, NULL, 0);
+    char *buf = malloc(need + 1);
+    assert_non_null(buf);
+    assert_int_equal(tokenizer_decode(t, ids, n, buf, need + 1), need);
+    assert_int_equal(buf[need], 0);
+    *len = need;
+    return buf;
+}
+
+/* ---- llama.cpp's vocab test vectors ----------------------------------------------------- */
+
+/* Check every .inp case against its .out line; returns the number that matched. */
+static int run_vectors(const char *name, const tokenizer *t, int *n_cases)
+{
+    char path[1024];
+    size_t inp_len, out_len;
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.inp", shared_dir(), name);
+    char *inp = read_file(path, &inp_len);
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.out", shared_dir(), name);
+    char *out = read_file(path, &out_len);
+    assert_non_null(inp);
+    assert_non_null(out);
+
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    int matched = 0, cases = 0;
+    char *in_cur = inp, *out_cur = out;
+    for (;;) {
+        char *end = strstr(in_cur, sep);
+        if (!end)
+            break;
+        char *line_end = strchr(out_cur, '\n');
+        assert_non_null(line_end);
+        *line_end = 0;
+        int32_t want[512];
+        int n_want = 0;
+        for (char *p = out_cur, *q; n_want < 512; p = q) {
+            long v = strtol(p, &q, 10);
+            if (q == p)
+                break;
+            want[n_want++] = (int32_t)v;
+        }
+        int n;
+        int32_t *got = encode(t, in_cur, (size_t)(end - in_cur), false, false, &n);
+        bool ok = n == n_want && memcmp(got, want, (size_t)n * sizeof *got) == 0;
+        if (ok) {
+            matched++;
+        } else {
+            print_error("%s case %d mismatch: input '%.*s'\n  want:%s\n  got: ", name, cases,
+                        (int)(end - in_cur), in_cur, out_cur);
+            for (int i = 0; i < n; i++)
+                print_error(" %d", got[i]);
+            print_error("\n");
+        }
+        free(got);
+        cases++;
+        in_cur = end + strlen(sep);
+        out_cur = line_end + 1;
+    }
+    free(inp);
+    free(out);
+    *n_cases = cases;
+    return matched;
+}
+
+static void test_vocab_vectors(void **state)
+{
+    (void)state;
+    int total = 0, total_ok = 0;
+    for (size_t k = 0; k < N_VOCABS; k++) {
+        vocab v;
+        if (!open_named_vocab(vocabs[k], &v)) {
+            print_message("vocab %s: no vocab file under %s/vocab\n", vocabs[k], shared_dir());
+            skip();
+        }
+        int cases;
+        int ok = run_vectors(vocabs[k], v.tok, &cases);
+        print_message("vocab %-13s %2d/%2d inputs match (n_vocab %d, load %.1f ms)\n", vocabs[k],
+                      ok, cases, tokenizer_n_vocab(v.tok), v.load_ms);
+        assert_true(cases >= 40);
+        total += cases;
+        total_ok += ok;
+        tokenizer_free(v.tok);
+    }
+    print_message("all vocabs: %d/%d inputs match\n", total_ok, total);
+    assert_int_equal(total_ok, total);
+}
+
+static void test_vocab_vectors_without_gguf(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof vocabs_without_gguf / sizeof vocabs_without_gguf[0]; k++)
+        print_message("vocab %s: only .inp/.out are shared (no ggml-vocab-%s.gguf), so its "
+                      "pre-tokenizer cannot be checked against them\n",
+                      vocabs_without_gguf[k], vocabs_without_gguf[k]);
+    skip();
+}
+
+/* ---- round trips -------------------------------------------------------------------------- */
+
+static const char *const roundtrip_texts[] = {
+    "Hello world",
+    " leading space and trailing space ",
+    "  two leading spaces",
+    "tabs\tand\nnew\r\nlines\n\n",
+    "Grüße aus Köln, ça va? Ελληνικά, русский текст, עברית, العربية",
+    "日本語のテキストと中文字符，한국어도 있습니다。",
+    "emoji 🦙🚀👩‍👩‍👧 flags 🇫🇷 and math ∑∫√∞ ≠ ≤",
+    "numbers 1234567890 3.14159 1,000,000 ١٢٣ ⅷ",
+    "code: for (int i = 0; i < n; ++i) { x += a[i] * b[i]; } // done",
+    "it's, I'll, we've, they're, 'D'M'LL",
+    "combining: e\xCC\x81 a\xCC\x8A n\xCC\x83 and zero\xE2\x80\x8Bwidth",
+    "\xF0\x9D\x94\x98\xF0\x9D\x94\xAB\xF0\x9D\x94\xA6 astral letters",
+};
+
+static void check_roundtrip(const char *name, const tokenizer *t, const char *s, size_t len)
+{
+    int n;
+    int32_t *ids = encode(t, s, len, false, false, &n);
+    size_t dlen;
+    char *back = decode(t, ids, n, &dlen);
+    if (dlen != len || memcmp(back, s, len) != 0)
+        print_error("%s: round trip of '%.*s' gave '%s'\n", name, (int)len, s, back);
+    assert_int_equal(dlen, len);
+    assert_memory_equal(back, s, len);
+    free(back);
+
+    /* With BOS in front the decoded text is the same: control tokens render as nothing. */
+    int32_t *with_bos = encode(t, s, len, true, false, &n);
+    back = decode(t, with_bos, n, &dlen);
+    assert_int_equal(dlen, len);
+    assert_memory_equal(back, s, len);
+    free(back);
+    free(with_bos);
+    free(ids);
+}
+
+static void test_roundtrip(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < N_VOCABS; k++) {
+        vocab v;
+        if (!open_named_vocab(vocabs[k], &v))
+            skip();
+        for (size_t i = 0; i < sizeof roundtrip_texts / sizeof roundtrip_texts[0]; i++)
+            check_roundtrip(vocabs[k], v.tok, roundtrip_texts[i], strlen(roundtrip_texts[i]));
+        tokenizer_free(v.tok);
+    }
+}
+
+/* ---- stories260K: the reference prompt -------------------------------------------------- */
+
+static cJSON *load_json(const char *rel)
+{
+    char path[1024];
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", shared_dir(), rel);
+    char *txt = read_file(path, &len);
+    if (!txt)
+        return NULL;
+    cJSON *j = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    return j;
+}
+
+static bool open_stories(vocab *v)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared_dir());
+    return open_vocab(path, v);
+}
+
+static void test_stories260k_prompt(void **state)
+{
+    (void)state;
+    vocab v;
+    cJSON *ref = load_json("vectors/stories260K-greedy.json");
+    if (!ref || !open_stories(&v)) {
+        print_message("stories260K.gguf or stories260K-greedy.json missing under %s\n",
+                      shared_dir());
+        cJSON_Delete(ref);
+        skip();
+    }
+    const tokenizer *t = v.tok;
+    assert_int_equal(tokenizer_n_vocab(t), 512);
+    assert_int_equal(tokenizer_bos(t), 1);
+    assert_int_equal(tokenizer_eos(t), 2);
+    assert_true(tokenizer_add_bos(t));
+    assert_true(tokenizer_is_eog(t, 2));
+    assert_true(tokenizer_is_control(t, 1));
+
+    int checked = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases"))
+    {
+        const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(c, "prompt"));
+        cJSON *want = cJSON_GetObjectItem(c, "prompt_tokens");
+        assert_non_null(prompt);
+        int n;
+        int32_t *ids = encode(t, prompt, strlen(prompt), true, false, &n);
+        assert_int_equal(n, cJSON_GetArraySize(want));
+        for (int i = 0; i < n; i++)
+            assert_int_equal(ids[i], cJSON_GetArrayItem(want, i)->valueint);
+        free(ids);
+
+        /* The whole greedy sequence decodes to run.c's output (which strips the first piece's
+         * space and appends a newline) whenever that output has no skipped bytes. */
+        cJSON *seq = cJSON_GetObjectItem(c, "sequence_tokens");
+        const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(c, "stdout_text"));
+        int ns = cJSON_GetArraySize(seq);
+        int32_t *all = malloc((size_t)ns * sizeof *all);
+        for (int i = 0; i < ns; i++)
+            all[i] = cJSON_GetArrayItem(seq, i)->valueint;
+        size_t dlen;
+        char *dec = decode(t, all, ns, &dlen);
+        if (text && strlen(text) == dlen + 1) {
+            assert_memory_equal(dec, text, dlen);
+            checked++;
+        }
+        free(dec);
+        free(all);
+    }
+    print_message("stories260K: %d cases' full sequences decoded to run.c's text\n", checked);
+    assert_true(checked >= 1);
+
+    int n;
+    int32_t *ids = encode(t, "", 0, true, false, &n);
+    assert_int_equal(n, 1); /* empty prompt = [BOS] */
+    assert_int_equal(ids[0], 1);
+    free(ids);
+    cJSON_Delete(ref);
+    tokenizer_free(v.tok);
+}
+
+/* ---- streaming detokenizer --------------------------------------------------------------- */
+
+static bool utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        i += (size_t)unicode_decode(s + i, n - i, &cp);
+        if (cp == UNICODE_INVALID)
+            return false;
+    }
+    return true;
+}
+
+static void test_detok_stream(void **state)
+{
+    (void)state;
+    vocab v;
+    if (!open_stories(&v))
+        skip();
+    const tokenizer *t = v.tok;
+    /* None of these characters is in the 512-token vocabulary: each becomes 2-4 byte tokens. */
+    const char *text = "Lily saw é, 世界 and 🙂!";
+    int n;
+    int32_t *ids = encode(t, text, strlen(text), true, false, &n);
+    int byte_tokens = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len;
+        const char *s = tokenizer_token_text(t, ids[i], &len);
+        byte_tokens += len == 6 && strncmp(s, "<0x", 3) == 0;
+    }
+    assert_true(byte_tokens >= 2 + 6 + 4);
+
+    detok_stream ds;
+    detok_init(&ds, t, true);
+    char all[256], chunk[64];
+    size_t total = 0;
+    int held = 0;
+    for (int i = 0; i < n; i++) {
+        int w = detok_feed(&ds, ids[i], chunk, sizeof chunk);
+        assert_true(w >= 0);
+        assert_true(utf8_valid(chunk, (size_t)w)); /* never half a character */
+        held += w == 0 && i > 0;
+        memcpy(all + total, chunk, (size_t)w);
+        total += (size_t)w;
+    }
+    total += (size_t)detok_flush(&ds, all + total, 16);
+    assert_int_equal(total, strlen(text));
+    assert_memory_equal(all, text, total); /* SPM's added leading space is dropped */
+    assert_true(held >= 1 + 5 + 3);
+
+    /* An unfinished sequence left at the end becomes U+FFFD on flush; an impossible byte is
+     * replaced at once. */
+    int32_t e4 = tokenizer_find(t, "<0xE4>"), ff = tokenizer_find(t, "<0xFF>");
+    int32_t b8 = tokenizer_find(t, "<0xB8>");
+    assert_true(e4 >= 0 && ff >= 0 && b8 >= 0);
+    detok_init(&ds, t, false);
+    assert_int_equal(detok_feed(&ds, e4, chunk, sizeof chunk), 0);
+    assert_int_equal(detok_feed(&ds, b8, chunk, sizeof chunk), 0);
+    assert_int_equal(detok_flush(&ds, chunk, sizeof chunk), 6);
+    assert_memory_equal(chunk, "\xEF\xBF\xBD\xEF\xBF\xBD", 6);
+    assert_int_equal(detok_feed(&ds, ff, chunk, sizeof chunk), 3);
+    assert_memory_equal(chunk, "\xEF\xBF\xBD", 3);
+    /* A lead byte followed by a non-continuation: the lead is replaced, the rest kept. */
+    int32_t a = tokenizer_find(t, "<0x41>");
+    assert_int_equal(detok_feed(&ds, e4, chunk, sizeof chunk), 0);
+    assert_int_equal(detok_feed(&ds, a, chunk, sizeof chunk), 4);
+    assert_memory_equal(chunk, "\xEF\xBF\xBD" "A", 4);
+    assert_int_equal(detok_flush(&ds, chunk, sizeof chunk), 0);
+
+    /* Token bytes: byte tokens, the U+2581 space, control tokens only when asked. */
+    char buf[16];
+    assert_int_equal(tokenizer_token_bytes(t, a, false, buf, sizeof buf), 1);
+    assert_int_equal(buf[0], 'A');
+    assert_int_equal(tokenizer_token_bytes(t, 1, false, buf, sizeof buf), 0);
+    assert_int_equal(tokenizer_token_bytes(t, 1, true, buf, sizeof buf), 3);
+    assert_memory_equal(buf, "<s>", 3);
+    assert_int_equal(tokenizer_token_bytes(t, tokenizer_n_vocab(t), false, buf, sizeof buf), -1);
+    assert_int_equal(tokenizer_token_bytes(t, -5, false, buf, sizeof buf), -1);
+    free(ids);
+    tokenizer_free(v.tok);
+}
+
+/* Streaming with byte-level BPE: the bytes of one character are spread over tokens. */
+static void test_detok_stream_bpe(void **state)
+{
+    (void)state;
+    vocab v;
+    if (!open_named_vocab("gpt-2", &v))
+        skip();
+    const char *text = "naïve 🦙 ★ résumé 日本";
+    int n;
+    int32_t *ids = encode(v.tok, text, strlen(text), false, false, &n);
+    detok_stream ds;
+    detok_init(&ds, v.tok, true);
+    char all[128], chunk[64];
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        int w = detok_feed(&ds, ids[i], chunk, sizeof chunk);
+        assert_true(utf8_valid(chunk, (size_t)w));
+        memcpy(all + total, chunk, (size_t)w);
+        total += (size_t)w;
+    }
+    total += (size_t)detok_flush(&ds, all + total, 16);
+    assert_int_equal(total, strlen(text));
+    assert_memory_equal(all, text, total); /* no space stripping for BPE */
+    free(ids);
+    tokenizer_free(v.tok);
+}
+
+/* ---- special tokens ---------------------------------------------------------------------- */
+
+static bool contains(const int32_t *ids, int n, int32_t id)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
+}
+
+static void test_special_tokens(void **state)
+{
+    (void)state;
+    vocab v;
+    if (!open_named_vocab("phi-3", &v))
+        skip();
+    const tokenizer *t = v.tok;
+    int32_t user = tokenizer_find(t, "<|user|>"), end = tokenizer_find(t, "<|end|>");
+    int32_t asst = tokenizer_find(t, "<|assistant|>");
+    assert_true(user >= 0 && end >= 0 && asst >= 0);
+    assert_true(tokenizer_is_eog(t, end));
+    assert_int_equal(tokenizer_eot(t), end);
+    assert_true(tokenizer_is_eog(t, tokenizer_eos(t)));
+    assert_false(tokenizer_is_eog(t, user));
+    assert_int_equal(tokenizer_find(t, "no such token text"), -1);
+
+    const char *chat = "<|user|>\nHi there<|end|>\n<|assistant|>";
+    int n;
+    int32_t *ids = encode(t, chat, strlen(chat), true, true, &n);
+    assert_int_equal(ids[0], tokenizer_bos(t));
+    assert_int_equal(ids[1], user);
+    assert_int_equal(ids[n - 1], asst);
+    assert_true(contains(ids, n, end));
+    /* The text between specials is tokenized exactly as on its own. */
+    int m;
+    int32_t *mid = encode(t, "\nHi there", 9, false, false, &m);
+    assert_memory_equal(ids + 2, mid, (size_t)m * sizeof *mid);
+    assert_int_equal(ids[2 + m], end);
+    free(mid);
+    free(ids);
+
+    ids = encode(t, chat, strlen(chat), false, false, &n);
+    assert_false(contains(ids, n, user));
+    assert_false(contains(ids, n, end));
+    assert_false(contains(ids, n, asst));
+    size_t dlen;
+    char *back = decode(t, ids, n, &dlen);
+    assert_string_equal(back, chat); /* rendered as plain text it survives intact */
+    free(back);
+    free(ids);
+    tokenizer_free(v.tok);
+
+    /* BPE: <|endoftext|> is one control token only when specials are parsed. */
+    if (!open_named_vocab("gpt-2", &v))
+        skip();
+    const char *s = "a<|endoftext|>b";
+    ids = encode(v.tok, s, strlen(s), false, true, &n);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[1], 50256);
+    free(ids);
+    ids = encode(v.tok, s, strlen(s), false, false, &n);
+    assert_true(n > 3);
+    assert_false(contains(ids, n, 50256));
+    free(ids);
+    tokenizer_free(v.tok);
+}
+
+/* ---- hostile input ------------------------------------------------------------------------ */
+
+static double encode_ms(const tokenizer *t, const char *s, size_t len, bool special, int *n)
+{
+    double t0 = now_ms();
+    *n = tokenizer_encode(t, s, len, false, special, NULL, 0);
+    return now_ms() - t0;
+}
+
+static void test_hostile_input(void **state)
+{
+    (void)state;
+    static const char junk[] = "ok\xFF\xFE\xC0\x80 \xED\xA0\x80 \xF4\x90\x80\x80 \xE4\xB8 "
+                               "\0nul\0 \xF0\x9F\x98 end\xC3";
+    size_t junk_len = sizeof junk - 1;
+    const size_t big = 1 << 20;
+    char *buf = malloc(big);
+    assert_non_null(buf);
+    static const char *const fills[] = {"a", " ", "\n", "7", "\xC3\xA9", "\xE4\xB8\x96", "<", "\xFF"};
+    for (size_t k = 0; k < N_VOCABS; k++) {
+        vocab v;
+        if (!open_named_vocab(vocabs[k], &v))
+            skip();
+        /* Invalid UTF-8 and NULs round-trip byte for byte (byte fallback / byte-level BPE). */
+        check_roundtrip(vocabs[k], v.tok, junk, junk_len);
+        int n;
+        assert_int_equal(tokenizer_encode(v.tok, NULL, 0, false, false, NULL, 0), 0);
+        assert_int_equal(tokenizer_encode(v.tok, NULL, 5, false, false, NULL, 0), -1);
+
+        for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
+            size_t fl = strlen(fills[f]), len = big / fl * fl;
+            for (size_t i = 0; i < len; i += fl)
+                memcpy(buf + i, fills[f], fl);
+            /* Linear-ish: a quarter of the text takes about a quarter of the time. */
+            double t_small = encode_ms(v.tok, buf, len / 4, true, &n);
+            assert_true(n > 0);
+            double t_big = encode_ms(v.tok, buf, len, true, &n);
+            assert_true(n > 0);
+            if (t_big > 300 || t_big > 12 * t_small + 50)
+                print_error("%s fill %zu: %.1f ms for 1 MB, %.1f ms for 256 KB\n", vocabs[k], f,
+                            t_big, t_small);
+            assert_true(t_big < 12 * t_small + 50);
+            assert_true(t_big < 5000);
+        }
+        tokenizer_free(v.tok);
+    }
+    free(buf);
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+static tokenizer *load_mem(gguf_writer *w, char *err, size_t errlen)
+{
+    void *mem;
+    size_t size;
+    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
+    gguf_file *f = gguf_open_memory(mem, size, err, errlen);
+    assert_non_null(f);
+    tokenizer *t = tokenizer_load(f, err, errlen);
+    gguf_close(f);
+    free(mem);
+    return t;
+}
+
+static void test_load_refusals(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"a", "b", "ab"};
+    static const char *const merges[] = {"a b"};
+    char err[256];
+
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    assert_null(load_mem(w, err, sizeof err));
+    assert_non_null(strstr(err, "'bert' is not supported"));
+
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    assert_null(load_mem(w, err, sizeof err)); /* no merges */
+    assert_non_null(strstr(err, "tokenizer.ggml.merges"));
+
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "no-such-pre");
+    assert_null(load_mem(w, err, sizeof err));
+    assert_non_null(strstr(err, "no-such-pre"));
+
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    static const float scores[] = {0, 0};
+    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, 2);
+    assert_null(load_mem(w, err, sizeof err));
+    assert_non_null(strstr(err, "tokenizer.ggml.scores"));
+
+    static const float scores3[] = {0, 0, 0};
+    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores3, 3);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 99); /* out of range: no BOS */
+    tokenizer *t = load_mem(w, err, sizeof err);
+    assert_non_null(t);
+    assert_int_equal(tokenizer_bos(t), -1);
+    int32_t ids[4];
+    assert_int_equal(tokenizer_encode(t, "ab", 2, true, false, ids, 4), 1);
+    assert_int_equal(ids[0], 2); /* merged through "a b" */
+    tokenizer_free(t);
+    gguf_writer_free(w);
+
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    assert_null(load_mem(w, err, sizeof err));
+    assert_non_null(strstr(err, "tokenizer.ggml.tokens"));
+    gguf_writer_free(w);
+}
+
+/* A 150k-token BPE vocabulary with 150k merges loads fast. */
+static void test_load_speed(void **state)
+{
+    (void)state;
+    enum { N = 150000 };
+    char **toks = malloc(N * sizeof *toks), **merges = malloc(N * sizeof *merges);
+    assert_non_null(toks);
+    assert_non_null(merges);
+    for (int i = 0; i < N; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "t%dx", i);
+        toks[i] = strdup(buf);
+        snprintf(buf, sizeof buf, "t%dx t%dx", i / 2, i / 3);
+        merges[i] = strdup(buf);
+    }
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, N);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, N);
+    void *mem;
+    size_t size;
+    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
+    char err[256];
+    gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
+    assert_non_null(f);
+    double best = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_ms();
+        tokenizer *t = tokenizer_load(f, err, sizeof err);
+        double ms = now_ms() - t0;
+        assert_non_null(t);
+        assert_int_equal(tokenizer_n_vocab(t), N);
+        assert_int_equal(tokenizer_find(t, "t149999x"), 149999);
+        best = ms < best ? ms : best;
+        tokenizer_free(t);
+    }
+    print_message("150k vocab + 150k merges: tokenizer_load %.1f ms (best of 3)\n", best);
+    assert_true(best < 1000); /* generous for sanitizer builds; ~tens of ms in release */
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+    for (int i = 0; i < N; i++) {
+        free(toks[i]);
+        free(merges[i]);
+    }
+    free(toks);
+    free(merges);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vocab_vectors),
+        cmocka_unit_test(test_vocab_vectors_without_gguf),
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_stories260k_prompt),
+        cmocka_unit_test(test_detok_stream),
+        cmocka_unit_test(test_detok_stream_bpe),
+        cmocka_unit_test(test_special_tokens),
+        cmocka_unit_test(test_hostile_input),
+        cmocka_unit_test(test_load_refusals),
+        cmocka_unit_test(test_load_speed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

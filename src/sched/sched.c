@@ -67,6 +67,7 @@ struct sched_req {
     textbuf text;
     sched_token *tokens;
     int n_tokens, cap_tokens;
+    int completion_tokens; /* n_generated as published with the outbox */
     sched_finish finish;
     bool finish_taken;
     char error[256];
@@ -274,7 +275,7 @@ bool sched_req_take(sched_req *r, sched_output *out)
         if (r->finish == SCHED_FINISH_ERROR) memcpy(out->error, r->error, sizeof out->error);
     }
     out->prompt_tokens = r->n_prompt;
-    out->completion_tokens = r->n_generated;
+    out->completion_tokens = r->completion_tokens;
     pthread_mutex_unlock(&r->mu);
     return any;
 }
@@ -332,6 +333,7 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
     /* Statistics first, then the finish, then n_active: whoever sees the finish (a client,
      * sched_drain) sees consistent statistics. */
     pthread_mutex_lock(&r->mu);
+    r->completion_tokens = r->n_generated;
     r->finish = why;
     if (error) snprintf(r->error, sizeof r->error, "%s", error);
     pthread_mutex_unlock(&r->mu);
@@ -356,6 +358,7 @@ static bool outbox_append(sched_req *r, const textbuf *piece, const sched_token 
 {
     bool ok = true;
     pthread_mutex_lock(&r->mu);
+    r->completion_tokens = r->n_generated;
     if (piece->len) ok = textbuf_append(&r->text, piece->data, piece->len);
     if (ok && tok) {
         if (r->n_tokens == r->cap_tokens) {

@@ -1,0 +1,12 @@
+// inferd_kernels.cu - the one translation unit of device code: nvcc turns it into the single
+// fatbin embedded in inferd (src/gpu/meson.build).  Each part lives in its own header; the
+// host looks kernels up by their extern "C" names (src/gpu/gpu_kernels.c).
+#include <limits.h>
+#include <math.h>
+
+#include "common.cuh"
+#include "quant.cuh"
+#include "matvec.cuh"
+#include "elementwise.cuh"
+#include "attention.cuh"
+#include "sampling.cuh"

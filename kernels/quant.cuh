@@ -1,0 +1,175 @@
+// quant.cuh - dequantisation of ggml weight blocks, 32 weights ("a chunk") at a time.
+//
+// Every weight format is read through one function, load_chunk<T>(row, c, w), that writes
+// weights [32c, 32c+32) of a row into registers.  The matrix-vector kernels, the embedding
+// gather and the FP16 dequantiser for cuBLAS all build on it, so a format is written once.
+// Layouts are ggml's (see src/model/quant.h).
+#pragma once
+#include "common.cuh"
+
+enum {
+    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30
+};
+
+// 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K super-block.
+__device__ __forceinline__ void kquant_scale_min(int j, const uint8_t *q, float *sc, float *mn)
+{
+    if (j < 4) {
+        *sc = (float)(q[j] & 63);
+        *mn = (float)(q[j + 4] & 63);
+    } else {
+        *sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *mn = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+template <int T> __device__ __forceinline__ void load_chunk(const uint8_t *row, int c, float w[32]);
+
+template <> __device__ __forceinline__ void load_chunk<T_F32>(const uint8_t *row, int c, float w[32])
+{
+    const float4 *p = (const float4 *)(row + (size_t)c * 128);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float4 v = __ldg(p + i);
+        w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+    }
+}
+
+template <> __device__ __forceinline__ void load_chunk<T_F16>(const uint8_t *row, int c, float w[32])
+{
+    const uint4 *p = (const uint4 *)(row + (size_t)c * 64);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint4 v = __ldg(p + i);
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float2 f = __half22float2(h[j]);
+            w[8 * i + 2 * j] = f.x; w[8 * i + 2 * j + 1] = f.y;
+        }
+    }
+}
+
+template <> __device__ __forceinline__ void load_chunk<T_BF16>(const uint8_t *row, int c, float w[32])
+{
+    const uint4 *p = (const uint4 *)(row + (size_t)c * 64);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint4 v = __ldg(p + i);
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            w[8 * i + 2 * j] = __uint_as_float(u[j] << 16);
+            w[8 * i + 2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+        }
+    }
+}
+
+// Q4_0: 18-byte blocks {f16 d; u8 qs[16]}; weight i<16 = low nibble of qs[i], i>=16 = high.
+template <> __device__ __forceinline__ void load_chunk<T_Q4_0>(const uint8_t *row, int c, float w[32])
+{
+    const uint8_t *b = row + (size_t)c * 18;
+    float d = half_bits_to_float(ld_u16(b));
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        uint16_t q = ld_u16(b + 2 + 2 * i);
+        w[2 * i] = d * (float)((q & 0xF) - 8);
+        w[2 * i + 16] = d * (float)(((q >> 4) & 0xF) - 8);
+        w[2 * i + 1] = d * (float)(((q >> 8) & 0xF) - 8);
+        w[2 * i + 17] = d * (float)((q >> 12) - 8);
+    }
+}
+
+// Q8_0: 34-byte blocks {f16 d; i8 qs[32]}.
+template <> __device__ __forceinline__ void load_chunk<T_Q8_0>(const uint8_t *row, int c, float w[32])
+{
+    const uint8_t *b = row + (size_t)c * 34;
+    float d = half_bits_to_float(ld_u16(b));
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        uint16_t q = ld_u16(b + 2 + 2 * i);
+        w[2 * i] = d * (float)(int8_t)(q & 0xFF);
+        w[2 * i + 1] = d * (float)(int8_t)(q >> 8);
+    }
+}
+
+// Q4_K: 144-byte super-blocks {f16 d, dmin; u8 scales[12]; u8 qs[128]}.  Sub-block s (32
+// weights) uses bytes qs[32*(s/2) ..] (low nibbles for even s, high for odd).
+template <> __device__ __forceinline__ void load_chunk<T_Q4_K>(const uint8_t *row, int c, float w[32])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 144;
+    int s = c & 7;
+    float sc, mn;
+    kquant_scale_min(s, b + 4, &sc, &mn);
+    float d = half_bits_to_float(ld_u16(b)) * sc, m = half_bits_to_float(ld_u16(b + 2)) * mn;
+    const uint4 *qp = (const uint4 *)(b + 16 + 32 * (s >> 1));
+    int shift = (s & 1) * 4;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        uint4 v = __ldg(qp + i);
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t q = u[j] >> shift;
+#pragma unroll
+            for (int k = 0; k < 4; k++) w[16 * i + 4 * j + k] = d * (float)((q >> (8 * k)) & 0xF) - m;
+        }
+    }
+}
+
+// Q5_K: 176-byte super-blocks {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: as Q4_K,
+// plus bit s of qh[l] as the fifth bit of weight l of sub-block s.
+template <> __device__ __forceinline__ void load_chunk<T_Q5_K>(const uint8_t *row, int c, float w[32])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 176;
+    int s = c & 7;
+    float sc, mn;
+    kquant_scale_min(s, b + 4, &sc, &mn);
+    float d = half_bits_to_float(ld_u16(b)) * sc, m = half_bits_to_float(ld_u16(b + 2)) * mn;
+    const uint4 *qp = (const uint4 *)(b + 48 + 32 * (s >> 1));
+    const uint4 *hp = (const uint4 *)(b + 16);
+    int shift = (s & 1) * 4;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        uint4 v = __ldg(qp + i), h = __ldg(hp + i);
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w}, hb[4] = {h.x, h.y, h.z, h.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t q = u[j] >> shift, hh = hb[j] >> s;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int qv = ((q >> (8 * k)) & 0xF) | (((hh >> (8 * k)) & 1) << 4);
+                w[16 * i + 4 * j + k] = d * (float)qv - m;
+            }
+        }
+    }
+}
+
+// Q6_K: 210-byte super-blocks {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}.  Two halves of
+// 128 weights; in half h, quarter qq (32 weights) takes nibble qq/2 of ql[64h + 32*(qq&1) + l],
+// bits 2qq..2qq+1 of qh[32h + l], and scale scales[8h + 2qq + l/16].
+template <> __device__ __forceinline__ void load_chunk<T_Q6_K>(const uint8_t *row, int c, float w[32])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 210;
+    int s = c & 7, h = s >> 2, qq = s & 3;
+    const uint8_t *ql = b + 64 * h + 32 * (qq & 1), *qh = b + 128 + 32 * h;
+    const int8_t *scales = (const int8_t *)(b + 192) + 8 * h + 2 * qq;
+    float d = half_bits_to_float(ld_u16(b + 208));
+    float d0 = d * (float)scales[0], d1 = d * (float)scales[1];
+    int lshift = (qq >> 1) * 4, hshift = 2 * qq;
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        uint16_t lo = ld_u16(ql + 2 * i), hi = ld_u16(qh + 2 * i);
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            int q = ((lo >> (8 * k + lshift)) & 0xF) | (((hi >> (8 * k + hshift)) & 3) << 4);
+            int l = 2 * i + k;
+            w[l] = (l < 16 ? d0 : d1) * (float)(q - 32);
+        }
+    }
+}
+
+// Instantiate `MACRO(T, suffix)` for every supported weight format.
+#define FOR_EACH_WEIGHT_TYPE(MACRO)                                                              \
+    MACRO(T_F32, f32) MACRO(T_F16, f16) MACRO(T_BF16, bf16) MACRO(T_Q4_0, q4_0)                  \
+    MACRO(T_Q8_0, q8_0) MACRO(T_Q4_K, q4_k) MACRO(T_Q5_K, q5_k) MACRO(T_Q6_K, q6_k)

@@ -1,0 +1,556 @@
+/* gpu_engine.c - the CUDA engine: one context and compute stream, the weights uploaded once
+ * in their GGUF (quantised) form, FP16 K/V caches per slot, and engine_step() that packs a
+ * batch into one host->device copy, runs the forward pass (a captured CUDA graph per batch
+ * bucket for pure decode steps) and brings back only the sampled tokens (and logits when a
+ * caller asks for them). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../log.h"
+#include "../model/quant.h"
+#include "gpu_internal.h"
+
+#define MIB (1024.0 * 1024.0)
+#define DEV_ALIGN 256
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+static int pow2_at_least(int n)
+{
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+bool engine_cuda_available(void)
+{
+    char err[256];
+    int n = 0;
+    if (!cuda_api_load(err, sizeof err)) return false;
+    return cu.cuDeviceGetCount(&n) == CUDA_SUCCESS && n > 0;
+}
+
+/* ---- weights ---------------------------------------------------------------------------- */
+
+/* Device bytes a tensor takes: matrices keep their format (float rows padded to 32 inputs),
+ * vectors become F32. */
+static size_t matrix_bytes(const model_tensor *t)
+{
+    if (t->ne0 % 32 == 0) return (size_t)t->ne1 * t->row_bytes;
+    return (size_t)t->ne1 * ggml_row_bytes(t->type, (t->ne0 + 31) / 32 * 32);
+}
+static size_t vector_bytes(const model_tensor *t) { return t->data ? (size_t)t->ne0 * sizeof(float) : 0; }
+
+typedef struct uploader {
+    gpu_engine *g;
+    size_t off;
+} uploader;
+
+static int upload_matrix(uploader *u, gpu_matrix *dst, const model_tensor *t, char *err, size_t errlen)
+{
+    dst->type = t->type;
+    dst->wtype = gpu_wtype_index(t->type);
+    dst->n = (int)t->ne1;
+    dst->k = (int)((t->ne0 + 31) / 32 * 32);
+    if (dst->wtype < 0 || (t->ne0 % 32 && !(t->type == GGML_TYPE_F32 || t->type == GGML_TYPE_F16 ||
+                                             t->type == GGML_TYPE_BF16))) {
+        snprintf(err, errlen, "tensor %s: type %s with %lld inputs per row is not supported on the GPU",
+                 t->name, ggml_type_name(t->type), (long long)t->ne0);
+        return -1;
+    }
+    dst->row_bytes = ggml_row_bytes(t->type, dst->k);
+    dst->d = u->g->wbuf + u->off;
+    size_t bytes = matrix_bytes(t);
+    if (dst->row_bytes == t->row_bytes) {
+        CU_CHECK(cu.cuMemcpyHtoD(dst->d, t->data, bytes), t->name);
+    } else { /* pad each row with zeros (float formats only) */
+        unsigned char *tmp = calloc(1, bytes);
+        if (!tmp) {
+            snprintf(err, errlen, "%s: out of host memory padding rows", t->name);
+            return -1;
+        }
+        for (int64_t r = 0; r < t->ne1; r++)
+            memcpy(tmp + r * dst->row_bytes, (const unsigned char *)t->data + r * t->row_bytes, t->row_bytes);
+        CUresult rc = cu.cuMemcpyHtoD(dst->d, tmp, bytes);
+        free(tmp);
+        CU_CHECK(rc, t->name);
+    }
+    u->off += align_up(bytes, DEV_ALIGN);
+    return 0;
+}
+
+static int upload_vector(uploader *u, CUdeviceptr *dst, const model_tensor *t, char *err, size_t errlen)
+{
+    *dst = 0;
+    if (!t->data) return 0;
+    size_t n = (size_t)t->ne0;
+    float *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) {
+        snprintf(err, errlen, "%s: out of host memory", t->name);
+        return -1;
+    }
+    quant_dequantize_row(t->type, t->data, tmp, (int64_t)n);
+    *dst = u->g->wbuf + u->off;
+    CUresult rc = cu.cuMemcpyHtoD(*dst, tmp, n * sizeof *tmp);
+    free(tmp);
+    CU_CHECK(rc, t->name);
+    u->off += align_up(n * sizeof(float), DEV_ALIGN);
+    return 0;
+}
+
+#define LAYER_MATRICES(X) X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down)
+#define LAYER_VECTORS(X) X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm)
+
+static size_t weights_bytes(const model *m)
+{
+    size_t b = align_up(matrix_bytes(&m->tok_embd), DEV_ALIGN) + align_up(vector_bytes(&m->output_norm), DEV_ALIGN) +
+               align_up(vector_bytes(&m->rope_freqs), DEV_ALIGN);
+    if (m->output.data != m->tok_embd.data) b += align_up(matrix_bytes(&m->output), DEV_ALIGN);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+#define ADD_M(f) b += align_up(matrix_bytes(&L->f), DEV_ALIGN);
+#define ADD_V(f) b += align_up(vector_bytes(&L->f), DEV_ALIGN);
+        LAYER_MATRICES(ADD_M) LAYER_VECTORS(ADD_V)
+#undef ADD_M
+#undef ADD_V
+    }
+    return b;
+}
+
+static int upload_weights(gpu_engine *g, char *err, size_t errlen)
+{
+    const model *m = g->base.m;
+    g->wbytes = weights_bytes(m);
+    CU_CHECK(cu.cuMemAlloc(&g->wbuf, g->wbytes), "allocating the weights");
+    g->layers = calloc((size_t)m->hp.n_layer, sizeof *g->layers);
+    if (!g->layers) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    uploader u = {g, 0};
+    if (upload_matrix(&u, &g->tok_embd, &m->tok_embd, err, errlen) ||
+        upload_vector(&u, &g->output_norm, &m->output_norm, err, errlen) ||
+        upload_vector(&u, &g->rope_freqs, &m->rope_freqs, err, errlen))
+        return -1;
+    if (m->output.data == m->tok_embd.data) g->output = g->tok_embd;
+    else if (upload_matrix(&u, &g->output, &m->output, err, errlen)) return -1;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        gpu_layer *G = &g->layers[l];
+#define UP_M(f) if (upload_matrix(&u, &G->f, &L->f, err, errlen)) return -1;
+#define UP_V(f) if (upload_vector(&u, &G->f, &L->f, err, errlen)) return -1;
+        LAYER_MATRICES(UP_M) LAYER_VECTORS(UP_V)
+#undef UP_M
+#undef UP_V
+        if (g->base.cfg.verbose && (l + 1) % 8 == 0)
+            log_info("cuda: uploaded layers %d/%d (%.0f MiB)", l + 1, m->hp.n_layer, u.off / MIB);
+    }
+    return 0;
+}
+
+/* Largest matrix, in elements (for the FP16 dequantisation scratch). */
+static size_t largest_matrix(const gpu_engine *g)
+{
+    size_t best = (size_t)g->output.n * g->output.k;
+    for (int l = 0; l < g->base.m->hp.n_layer; l++) {
+        const gpu_layer *L = &g->layers[l];
+#define BIG(f) if ((size_t)L->f.n * L->f.k > best) best = (size_t)L->f.n * L->f.k;
+        LAYER_MATRICES(BIG)
+#undef BIG
+    }
+    return best;
+}
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+typedef struct alloc_req {
+    CUdeviceptr *p;
+    size_t bytes;
+} alloc_req;
+
+static int alloc_all(const alloc_req *req, int n, const char *what, CUstream s, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        if (!req[i].bytes) continue;
+        CU_CHECK(cu.cuMemAlloc(req[i].p, req[i].bytes), what);
+        CU_CHECK(cu.cuMemsetD8Async(*req[i].p, 0, req[i].bytes, s), what);
+    }
+    return 0;
+}
+
+static size_t kv_cache_bytes(const model_hparams *hp, int slots, int ctx)
+{
+    return (size_t)slots * hp->n_layer * hp->n_head_kv * (size_t)ctx * hp->head_dim * sizeof(uint16_t);
+}
+
+static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
+{
+    const model_hparams *hp = &g->base.m->hp;
+    const engine_config *cfg = &g->base.cfg;
+    int max_bucket = pow2_at_least(cfg->n_slots < GPU_MAX_DECODE_BATCH ? cfg->n_slots : GPU_MAX_DECODE_BATCH);
+    int T = cfg->max_batch_tokens > max_bucket ? cfg->max_batch_tokens : max_bucket;
+    int R = cfg->n_slots > max_bucket ? cfg->n_slots : max_bucket;
+    g->cap_tokens = T;
+    g->cap_rows = R;
+    g->d_embd = hp->n_embd;
+    g->d_q = hp->n_head * hp->head_dim;
+    g->d_kv = hp->n_head_kv * hp->head_dim;
+    g->d_ff = (hp->n_ff + 31) / 32 * 32;
+    size_t V = (size_t)hp->n_vocab, f = sizeof(float);
+    int widest = g->d_ff > g->d_q ? g->d_ff : g->d_q;
+    if (g->d_embd > widest) widest = g->d_embd;
+    int part_rows = T > GPU_MAX_SPLIT * max_bucket ? T : GPU_MAX_SPLIT * max_bucket;
+    g->wdq_bytes = g->have_blas ? largest_matrix(g) * sizeof(uint16_t) : 0;
+
+    /* per-step inputs: tok, pos, slot, rows, lidx, bias (last) */
+    gpu_inputs *in = &g->in;
+    in->tok = 0;
+    in->pos = align_up(in->tok + T * sizeof(int32_t), 64);
+    in->slot = align_up(in->pos + T * sizeof(int32_t), 64);
+    in->rows = align_up(in->slot + T * sizeof(int32_t), 64);
+    in->lidx = align_up(in->rows + R * sizeof(gpu_sample_row), 64);
+    in->bias = align_up(in->lidx + T * sizeof(int32_t), 64);
+    in->bytes = in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias);
+
+    size_t kvb = kv_cache_bytes(hp, cfg->n_slots + 1, cfg->ctx_per_slot);
+    g->kv_bytes = 2 * kvb;
+    alloc_req req[] = {
+        {&g->x, (size_t)T * g->d_embd * f}, {&g->xn, (size_t)T * g->d_embd * f},
+        {&g->q, (size_t)T * g->d_q * f},    {&g->att, (size_t)T * g->d_q * f},
+        {&g->kk, (size_t)T * g->d_kv * f},  {&g->vv, (size_t)T * g->d_kv * f},
+        {&g->gate, (size_t)T * g->d_ff * f}, {&g->up, (size_t)T * g->d_ff * f},
+        {&g->xh, (size_t)(T > R ? T : R) * widest * sizeof(uint16_t)},
+        {&g->wdq, g->wdq_bytes},
+        {&g->part_o, (size_t)part_rows * hp->n_head * hp->head_dim * f},
+        {&g->part_ml, (size_t)part_rows * hp->n_head * 2 * f},
+        {&g->xl, (size_t)R * g->d_embd * f}, {&g->logits, R * V * f}, {&g->work, R * V * f},
+        {&g->counts, R * V * sizeof(int32_t)}, {&g->sout, (size_t)R * sizeof(gpu_sample_out)},
+        {&g->in_d, in->bytes},
+        {&g->hist, (size_t)(cfg->n_slots + 1) * cfg->ctx_per_slot * sizeof(int32_t)},
+    };
+    size_t act = 0;
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) act += req[i].bytes;
+
+    size_t free_b = 0, total_b = 0;
+    CU_CHECK(cu.cuMemGetInfo(&free_b, &total_b), "checking free GPU memory");
+    size_t reserve = cfg->vram_reserve_mb * (size_t)(1 << 20);
+    if (g->kv_bytes + act + reserve > free_b) {
+        snprintf(err, errlen,
+                 "not enough GPU memory: KV cache %.0f MiB (%d slots x %d tokens x %d layers x %d kv heads "
+                 "x %d dims x K,V fp16) + buffers %.0f MiB + reserve %zu MiB > %.0f MiB free after %.0f MiB "
+                 "of weights; lower --slots or --ctx",
+                 g->kv_bytes / MIB, cfg->n_slots, cfg->ctx_per_slot, hp->n_layer, hp->n_head_kv, hp->head_dim,
+                 act / MIB, cfg->vram_reserve_mb, free_b / MIB, g->wbytes / MIB);
+        return -1;
+    }
+    alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, kvb}};
+    if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen) ||
+        alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen))
+        return -1;
+    CU_CHECK(cu.cuMemAllocHost((void **)&g->in_h, in->bytes), "allocating pinned step inputs");
+    CU_CHECK(cu.cuMemAllocHost((void **)&g->out_h, (size_t)R * sizeof(gpu_sample_out)), "allocating pinned results");
+    CU_CHECK(cu.cuStreamSynchronize(g->stream), "clearing buffers");
+    CU_CHECK(cu.cuMemGetInfo(&free_b, &total_b), "checking free GPU memory");
+    log_info("cuda: weights %.0f MiB, KV cache %.0f MiB (%d slots x %d ctx), buffers %.0f MiB, %.0f MiB of %.0f MiB "
+             "free",
+             g->wbytes / MIB, g->kv_bytes / MIB, cfg->n_slots, cfg->ctx_per_slot, act / MIB, free_b / MIB,
+             total_b / MIB);
+    return 0;
+}
+
+/* ---- step ---------------------------------------------------------------------------------- */
+
+typedef struct step_plan {
+    int n_tokens, n_rows; /* launched (decode: padded to the bucket) */
+    int bucket;           /* graph index, -1: eager */
+    int n_lidx;           /* tokens whose logits all come back */
+    size_t copy_bytes;
+    int row_of_seq[1];    /* flexible: per seq, its logits row or -1 */
+} step_plan;
+
+static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, int bias_off)
+{
+    memset(r, 0, sizeof *r);
+    r->token_index = token_index;
+    r->slot = s->slot;
+    r->hist_end = s->pos + s->n_tokens;
+    r->want = s->want_token;
+    r->n_top = -1;
+    r->temperature = 0.0f;
+    r->top_p = 1.0f;
+    r->repeat_penalty = 1.0f;
+    if (!s->want_token) return;
+    const sampling_params *sp = s->sp;
+    r->temperature = sp->temperature;
+    r->top_k = sp->top_k;
+    r->top_p = sp->top_p;
+    r->min_p = sp->min_p;
+    r->repeat_penalty = sp->repeat_penalty;
+    r->presence_penalty = sp->presence_penalty;
+    r->frequency_penalty = sp->frequency_penalty;
+    r->penalty_last_n = sp->penalty_last_n;
+    r->n_top = sp->n_top_logprobs;
+    r->bias_off = bias_off;
+    r->n_bias = sp->n_bias;
+    r->seed = sp->seed;
+}
+
+/* Pack the batch into the pinned staging buffer. */
+static int plan_step(gpu_engine *g, const engine_seq *seqs, int n, int *row_of_seq, step_plan *p, char *err,
+                     size_t errlen)
+{
+    unsigned char *h = g->in_h;
+    int32_t *tok = (int32_t *)(h + g->in.tok), *pos = (int32_t *)(h + g->in.pos), *slot = (int32_t *)(h + g->in.slot);
+    int32_t *lidx = (int32_t *)(h + g->in.lidx);
+    gpu_sample_row *rows = (gpu_sample_row *)(h + g->in.rows);
+    gpu_bias *bias = (gpu_bias *)(h + g->in.bias);
+    bool decode = n <= GPU_MAX_DECODE_BATCH;
+    for (int i = 0; i < n; i++)
+        if (seqs[i].n_tokens != 1 || (seqs[i].logits && seqs[i].logits_all)) decode = false;
+    if (n > g->cap_rows) {
+        snprintf(err, errlen, "step has %d sequences, more than %d", n, g->cap_rows);
+        return -1;
+    }
+    int t = 0, r = 0, nb = 0;
+    p->n_lidx = 0;
+    for (int i = 0; i < n; i++) {
+        const engine_seq *s = &seqs[i];
+        if (t + s->n_tokens > g->cap_tokens) {
+            snprintf(err, errlen, "step carries more than %d tokens", g->cap_tokens);
+            return -1;
+        }
+        for (int j = 0; j < s->n_tokens; j++, t++) {
+            tok[t] = s->tokens[j];
+            pos[t] = s->pos + j;
+            slot[t] = s->slot;
+            if (s->logits && s->logits_all) lidx[p->n_lidx++] = t;
+        }
+        row_of_seq[i] = -1;
+        if (!decode && !s->want_token && !(s->logits && !s->logits_all)) continue;
+        int nbias = s->want_token ? s->sp->n_bias : 0;
+        if (nbias < 0 || nbias > GPU_MAX_BIAS_PER_SEQ) {
+            snprintf(err, errlen, "seq %d: %d logit_bias entries, at most %d", i, nbias, GPU_MAX_BIAS_PER_SEQ);
+            return -1;
+        }
+        fill_row(&rows[r], s, t - 1, nb);
+        for (int b = 0; b < nbias; b++) bias[nb + b] = (gpu_bias){s->sp->bias_ids[b], s->sp->bias_vals[b]};
+        nb += nbias;
+        row_of_seq[i] = r++;
+    }
+    p->bucket = -1;
+    p->n_tokens = t;
+    p->n_rows = r;
+    if (decode) { /* pad to the bucket: dummy tokens in the spare slot, rows that sample nothing */
+        int B = pow2_at_least(n);
+        for (; t < B; t++) {
+            tok[t] = 0;
+            pos[t] = 0;
+            slot[t] = g->base.cfg.n_slots;
+            memset(&rows[t], 0, sizeof rows[t]);
+            rows[t].token_index = t;
+            rows[t].slot = g->base.cfg.n_slots;
+        }
+        p->n_tokens = p->n_rows = B;
+        for (p->bucket = 0; (1 << p->bucket) < B; p->bucket++) {}
+    }
+    p->copy_bytes = g->in.bias + (size_t)nb * sizeof(gpu_bias);
+    return 0;
+}
+
+static int decode_graph(gpu_engine *g, int b, char *err, size_t errlen)
+{
+    if (g->graphs[b]) return 0;
+    int B = 1 << b;
+    int split = gpu_attn_splits(g, B);
+    CUgraph graph = NULL;
+    CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
+    int rc = gpu_forward(g, B, B, split, err, errlen);
+    CUresult r = cu.cuStreamEndCapture(g->stream, &graph);
+    if (rc) {
+        if (graph) cu.cuGraphDestroy(graph);
+        return -1;
+    }
+    CU_CHECK(r, "capturing the decode graph");
+    r = cu.cuGraphInstantiateWithFlags(&g->graphs[b], graph, 0);
+    cu.cuGraphDestroy(graph);
+    CU_CHECK(r, "instantiating the decode graph");
+    g->graph_split[b] = split;
+    if (g->base.cfg.verbose) log_info("cuda: captured the decode graph for batch %d (%d key splits)", B, split);
+    return 0;
+}
+
+static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *results, char *err, size_t errlen)
+{
+    gpu_engine *g = (gpu_engine *)e;
+    CU_CHECK(cu.cuCtxSetCurrent(g->ctx), "step");
+    int *row_of_seq = malloc((size_t)n * sizeof *row_of_seq);
+    if (!row_of_seq) {
+        snprintf(err, errlen, "step: out of host memory");
+        return -1;
+    }
+    step_plan p;
+    int rc = plan_step(g, seqs, n, row_of_seq, &p, err, errlen);
+    if (rc == 0) rc = cu.cuMemcpyHtoDAsync(g->in_d, g->in_h, p.copy_bytes, g->stream) == CUDA_SUCCESS ? 0 : -2;
+    if (rc == -2) {
+        snprintf(err, errlen, "step: cuMemcpyHtoDAsync of the inputs failed");
+        rc = -1;
+    }
+    if (rc == 0 && p.bucket >= 0) {
+        rc = decode_graph(g, p.bucket, err, errlen);
+        if (rc == 0 && cu.cuGraphLaunch(g->graphs[p.bucket], g->stream) != CUDA_SUCCESS) {
+            snprintf(err, errlen, "step: cuGraphLaunch (decode batch %d) failed", 1 << p.bucket);
+            rc = -1;
+        }
+    } else if (rc == 0) {
+        rc = gpu_forward(g, p.n_tokens, p.n_rows, gpu_attn_splits(g, p.n_tokens), err, errlen);
+    }
+    const size_t V = (size_t)e->m->hp.n_vocab;
+    if (rc == 0 && p.n_rows > 0 &&
+        cu.cuMemcpyDtoHAsync(g->out_h, g->sout, (size_t)p.n_rows * sizeof(gpu_sample_out), g->stream) != CUDA_SUCCESS) {
+        snprintf(err, errlen, "step: copying the sampled tokens back failed");
+        rc = -1;
+    }
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (!seqs[i].logits || seqs[i].logits_all) continue;
+        if (cu.cuMemcpyDtoHAsync(seqs[i].logits, g->logits + (size_t)row_of_seq[i] * V * sizeof(float),
+                                 V * sizeof(float), g->stream) != CUDA_SUCCESS) {
+            snprintf(err, errlen, "step: copying the logits of seq %d back failed", i);
+            rc = -1;
+        }
+    }
+    /* Every-token logits: LM head over chunks of the listed tokens, copied seq by seq. */
+    int done = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (!seqs[i].logits || !seqs[i].logits_all) continue;
+        for (int j = 0; rc == 0 && j < seqs[i].n_tokens;) {
+            int c = seqs[i].n_tokens - j < g->cap_rows ? seqs[i].n_tokens - j : g->cap_rows;
+            rc = gpu_forward_logits_rows(g, done, c, err, errlen);
+            if (rc == 0 && cu.cuMemcpyDtoHAsync(seqs[i].logits + (size_t)j * V, g->logits, (size_t)c * V * sizeof(float),
+                                                g->stream) != CUDA_SUCCESS) {
+                snprintf(err, errlen, "step: copying the logits of seq %d back failed", i);
+                rc = -1;
+            }
+            done += c;
+            j += c;
+        }
+    }
+    CUresult sr = cu.cuStreamSynchronize(g->stream);
+    if (rc == 0 && sr != CUDA_SUCCESS) {
+        char b[160];
+        snprintf(err, errlen, "step (%d tokens, %s): %s", p.n_tokens, p.bucket >= 0 ? "decode graph" : "eager",
+                 cuda_api_strerror(sr, b, sizeof b));
+        rc = -1;
+    }
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (!seqs[i].want_token) continue;
+        const gpu_sample_out *o = &g->out_h[row_of_seq[i]];
+        engine_result *res = &results[i];
+        res->token = o->token;
+        res->logprob = o->logprob;
+        res->n_top = o->n_top;
+        for (int k = 0; k < o->n_top && k < ENGINE_MAX_TOP_LOGPROBS; k++) {
+            res->top_ids[k] = o->top_ids[k];
+            res->top_logprobs[k] = o->top_logprobs[k];
+        }
+    }
+    free(row_of_seq);
+    return rc;
+}
+
+static void gpu_slot_clear(engine *e, int slot)
+{
+    /* Positions are given by the caller and attention reads only keys 0..pos, so a slot's old
+     * contents are simply overwritten by the next sequence. */
+    (void)e;
+    (void)slot;
+}
+
+static void gpu_destroy(engine *e)
+{
+    gpu_engine *g = (gpu_engine *)e;
+    if (!g) return;
+    if (g->ctx) cu.cuCtxSetCurrent(g->ctx);
+    for (int b = 0; b < GPU_N_BUCKETS; b++)
+        if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
+    CUdeviceptr bufs[] = {g->wbuf, g->kc, g->vc, g->hist, g->x, g->xn, g->q, g->kk, g->vv, g->att, g->gate, g->up,
+                          g->xh, g->wdq, g->part_o, g->part_ml, g->xl, g->logits, g->work, g->counts, g->sout, g->in_d};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) cu.cuMemFree(bufs[i]);
+    if (g->in_h) cu.cuMemFreeHost(g->in_h);
+    if (g->out_h) cu.cuMemFreeHost(g->out_h);
+    if (g->have_blas) cublas.destroy(g->blas);
+    gpu_kernels_unload(&g->k);
+    if (g->stream) cu.cuStreamDestroy(g->stream);
+    if (g->ctx) cu.cuDevicePrimaryCtxRelease(g->dev);
+    free(g->layers);
+    free(g);
+}
+
+static const engine_vtable gpu_vtable = {"cuda", gpu_step, gpu_slot_clear, gpu_destroy};
+
+static int check_model(const model_hparams *hp, char *err, size_t errlen)
+{
+    if (hp->n_embd % 32 || (hp->n_head * hp->head_dim) % 32) {
+        snprintf(err, errlen, "model: n_embd %d and n_head*head_dim %d must be multiples of 32 on the GPU",
+                 hp->n_embd, hp->n_head * hp->head_dim);
+        return -1;
+    }
+    if (hp->head_dim > 256 || hp->head_dim % 2 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv) {
+        snprintf(err, errlen, "model: head_dim %d / heads %d / kv heads %d not supported on the GPU", hp->head_dim,
+                 hp->n_head, hp->n_head_kv);
+        return -1;
+    }
+    return 0;
+}
+
+static int setup(gpu_engine *g, char *err, size_t errlen)
+{
+    const engine_config *cfg = &g->base.cfg;
+    if (!cuda_api_load(err, errlen) || check_model(&g->base.m->hp, err, errlen)) return -1;
+    int count = 0;
+    CU_CHECK(cu.cuDeviceGetCount(&count), "finding GPUs");
+    if (cfg->device < 0 || cfg->device >= count) {
+        snprintf(err, errlen, "GPU %d requested but %d present", cfg->device, count);
+        return -1;
+    }
+    CU_CHECK(cu.cuDeviceGet(&g->dev, cfg->device), "opening the GPU");
+    CU_CHECK(cu.cuDevicePrimaryCtxRetain(&g->ctx, g->dev), "creating the CUDA context");
+    CU_CHECK(cu.cuCtxSetCurrent(g->ctx), "creating the CUDA context");
+    CU_CHECK(cu.cuStreamCreate(&g->stream, CU_STREAM_NON_BLOCKING), "creating the compute stream");
+    char name[128] = "?";
+    cu.cuDeviceGetName(name, sizeof name, g->dev);
+    char berr[256];
+    if (cuda_api_load_cublas(berr, sizeof berr)) {
+        CUBLAS_CHECK(cublas.create(&g->blas), "creating the cuBLAS handle");
+        g->have_blas = true;
+        CUBLAS_CHECK(cublas.set_stream(g->blas, g->stream), "cuBLAS stream");
+    } else {
+        log_warn("cuda: %s; prompts use the matrix-vector kernels (slower prefill)", berr);
+    }
+    if (gpu_kernels_load(&g->k, err, errlen)) return -1;
+    log_info("cuda: %s, uploading %s", name, g->base.m->name);
+    if (upload_weights(g, err, errlen)) return -1;
+    return alloc_buffers(g, err, errlen);
+}
+
+engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->n_slots <= 0 || cfg->ctx_per_slot <= 0 || cfg->max_batch_tokens <= 0) {
+        snprintf(err, errlen, "cuda engine: slots, ctx_per_slot and max_batch_tokens must be positive");
+        return NULL;
+    }
+    gpu_engine *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, errlen, "cuda engine: out of memory");
+        return NULL;
+    }
+    g->base.vt = &gpu_vtable;
+    g->base.m = m;
+    g->base.cfg = *cfg;
+    if (setup(g, err, errlen)) {
+        gpu_destroy(&g->base);
+        return NULL;
+    }
+    return &g->base;
+}

@@ -1,0 +1,86 @@
+/* gpu_internal.h - state of the CUDA engine, shared by its two halves: gpu_engine.c (life
+ * cycle, weights, KV slots, step planning, decode graphs) and gpu_forward.c (the forward
+ * pass as a sequence of kernel launches over one packed token batch). */
+#ifndef INFERD_GPU_INTERNAL_H
+#define INFERD_GPU_INTERNAL_H
+
+#include "../engine/engine.h"
+#include "cuda_api.h"
+#include "gpu_kernels.h"
+#include "gpu_shared.h"
+
+/* Decode steps of up to this many sequences replay a CUDA graph captured for the next power
+ * of two; the same bound separates the matrix-vector kernels from cuBLAS in matmuls. */
+#define GPU_MAX_DECODE_BATCH 64
+#define GPU_N_BUCKETS 7 /* 1 2 4 8 16 32 64 */
+#define GPU_MAX_SPLIT 32
+#define GPU_MAX_BIAS_PER_SEQ 1024
+
+/* A weight matrix in device memory, in its GGUF form (rows padded to 32 inputs for float
+ * formats whose row length is not a multiple of 32). */
+typedef struct gpu_matrix {
+    CUdeviceptr d;
+    ggml_type type;
+    int wtype; /* gpu_wtype_index(type) */
+    int k, n;  /* padded inputs per row, outputs */
+    size_t row_bytes;
+} gpu_matrix;
+
+typedef struct gpu_layer {
+    CUdeviceptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm; /* F32 vectors or 0 */
+    gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+} gpu_layer;
+
+/* Where each per-step input lives inside the one host->device copy (bias last, so a step
+ * copies only the used part of it). */
+typedef struct gpu_inputs {
+    size_t tok, pos, slot, rows, lidx, bias, bytes;
+} gpu_inputs;
+
+typedef struct gpu_engine {
+    engine base;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    cublasHandle_t blas;
+    bool have_blas;
+    gpu_kernels k;
+
+    /* weights */
+    CUdeviceptr wbuf;
+    size_t wbytes;
+    gpu_layer *layers;
+    gpu_matrix tok_embd, output;
+    CUdeviceptr output_norm, rope_freqs;
+
+    /* KV caches and token history: n_slots + 1 slots (the last takes decode padding) */
+    CUdeviceptr kc, vc, hist;
+    size_t kv_bytes;
+
+    /* activations, sized for cap_tokens tokens and cap_rows logits rows */
+    int cap_tokens, cap_rows;
+    int d_embd, d_q, d_kv, d_ff; /* row widths (d_ff padded to 32) */
+    CUdeviceptr x, xn, q, kk, vv, att, gate, up, xh, wdq, part_o, part_ml;
+    CUdeviceptr xl, logits, work, counts, sout;
+    size_t wdq_bytes;
+
+    /* per-step inputs: pinned host staging + device copy, and results */
+    gpu_inputs in;
+    CUdeviceptr in_d;
+    unsigned char *in_h;
+    gpu_sample_out *out_h;
+
+    CUgraphExec graphs[GPU_N_BUCKETS];
+    int graph_split[GPU_N_BUCKETS];
+} gpu_engine;
+
+/* Run the forward pass of n_tokens packed tokens (inputs already in in_d) and sample n_rows
+ * logits rows (logits into g->logits, samples into g->sout).  Launches only: no
+ * synchronisation, so it can be captured into a graph. */
+int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, int n_split, char *err, size_t errlen);
+/* LM head over n rows of final activations gathered by the int list at in_d + in.lidx + first. */
+int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t errlen);
+/* Key splits for a batch of n_tokens query tokens: enough blocks to fill the GPU. */
+int gpu_attn_splits(const gpu_engine *g, int n_tokens);
+
+#endif

@@ -1,0 +1,84 @@
+/* gpu_kernels.c - module loading and kernel lookup for the embedded fatbin. */
+#include "gpu_kernels.h"
+
+#include <stdio.h>
+
+/* Emitted by embed_fatbin.py (the fatbin nvcc built from kernels/inferd_kernels.cu). */
+extern const unsigned char inferd_kernels_fatbin[];
+
+static const struct {
+    ggml_type type;
+    const char *suffix;
+} wtypes[GPU_N_WTYPES] = {
+    {GGML_TYPE_F32, "f32"},   {GGML_TYPE_F16, "f16"},   {GGML_TYPE_BF16, "bf16"},
+    {GGML_TYPE_Q4_0, "q4_0"}, {GGML_TYPE_Q8_0, "q8_0"}, {GGML_TYPE_Q4_K, "q4_k"},
+    {GGML_TYPE_Q5_K, "q5_k"}, {GGML_TYPE_Q6_K, "q6_k"},
+};
+
+int gpu_wtype_index(ggml_type t)
+{
+    for (int i = 0; i < GPU_N_WTYPES; i++)
+        if (wtypes[i].type == t) return i;
+    return -1;
+}
+
+/* Names outlive the lookup: they are kept for error messages. */
+static char names[GPU_N_WTYPES][GPU_MATVEC_VARIANTS + 2][24];
+
+static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_t errlen)
+{
+    fn->name = name;
+    CU_CHECK(cu.cuModuleGetFunction(&fn->f, k->module, name), "loading the kernels");
+    return 0;
+}
+
+int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
+{
+    CU_CHECK(cu.cuModuleLoadData(&k->module, inferd_kernels_fatbin), "loading the kernel fatbin");
+    static const int rows[GPU_MATVEC_VARIANTS] = {1, 2, 4, 8};
+    for (int t = 0; t < GPU_N_WTYPES; t++) {
+        for (int v = 0; v < GPU_MATVEC_VARIANTS; v++) {
+            snprintf(names[t][v], sizeof names[t][v], "matvec_%s_%d", wtypes[t].suffix, rows[v]);
+            if (lookup(k, &k->matvec[t][v], names[t][v], err, errlen)) return -1;
+        }
+        snprintf(names[t][GPU_MATVEC_VARIANTS], sizeof names[t][0], "dequant_f16_%s", wtypes[t].suffix);
+        snprintf(names[t][GPU_MATVEC_VARIANTS + 1], sizeof names[t][0], "embed_%s", wtypes[t].suffix);
+        if (lookup(k, &k->dequant_f16[t], names[t][GPU_MATVEC_VARIANTS], err, errlen) ||
+            lookup(k, &k->embed[t], names[t][GPU_MATVEC_VARIANTS + 1], err, errlen))
+            return -1;
+    }
+    struct {
+        gpu_fn *fn;
+        const char *name;
+    } plain[] = {
+        {&k->rmsnorm, "rmsnorm"},       {&k->rope, "rope"},
+        {&k->kv_store, "kv_store"},     {&k->hist_store, "hist_store"},
+        {&k->swiglu, "swiglu"},         {&k->to_f16, "to_f16"},
+        {&k->add_bias, "add_bias"},     {&k->gather_rows, "gather_rows"},
+        {&k->attn_partial, "attn_partial"}, {&k->attn_combine, "attn_combine"},
+        {&k->sample, "sample"},
+    };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (lookup(k, plain[i].fn, plain[i].name, err, errlen)) return -1;
+    return 0;
+}
+
+void gpu_kernels_unload(gpu_kernels *k)
+{
+    if (k->module) cu.cuModuleUnload(k->module);
+    k->module = NULL;
+}
+
+int gpu_launch(const gpu_fn *fn, gpu_launch_dims d, CUstream stream, void **args, const char *what,
+               char *err, size_t errlen)
+{
+    CUresult r = cu.cuLaunchKernel(fn->f, d.gx, d.gy ? d.gy : 1, d.gz ? d.gz : 1, d.bx, 1, 1, 0,
+                                   stream, args, NULL);
+    if (r != CUDA_SUCCESS) {
+        char b[160];
+        snprintf(err, errlen, "%s: launching %s (grid %ux%ux%u, block %u): %s", what, fn->name, d.gx,
+                 d.gy ? d.gy : 1, d.gz ? d.gz : 1, d.bx, cuda_api_strerror(r, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,46 @@
+/* gpu_kernels.h - the kernels of the embedded fatbin, looked up by name, and one checked
+ * launch helper so that every launch failure names its kernel and what it was doing. */
+#ifndef INFERD_GPU_KERNELS_H
+#define INFERD_GPU_KERNELS_H
+
+#include <stddef.h>
+
+#include "../model/ggml_types.h"
+#include "cuda_api.h"
+
+/* Weight formats the kernels decode, in the order of the tables below. */
+#define GPU_N_WTYPES 8
+/* Index of a weight format in the tables, -1 when the kernels do not handle it. */
+int gpu_wtype_index(ggml_type t);
+
+#define GPU_MATVEC_VARIANTS 4 /* 1, 2, 4, 8 activation rows per block */
+
+typedef struct gpu_fn {
+    CUfunction f;
+    const char *name;
+} gpu_fn;
+
+typedef struct gpu_kernels {
+    CUmodule module;
+    gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
+    gpu_fn dequant_f16[GPU_N_WTYPES];
+    gpu_fn embed[GPU_N_WTYPES];
+    gpu_fn rmsnorm, rope, kv_store, hist_store, swiglu, to_f16, add_bias, gather_rows;
+    gpu_fn attn_partial, attn_combine, sample;
+} gpu_kernels;
+
+/* Load the embedded fatbin into the current context and resolve every kernel. */
+int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen);
+void gpu_kernels_unload(gpu_kernels *k);
+
+typedef struct gpu_launch_dims {
+    unsigned gx, gy, gz; /* grid */
+    unsigned bx;         /* threads per block (1-D blocks) */
+} gpu_launch_dims;
+
+/* Launch fn on stream with the kernel's parameters in args; -1 with "<what>: <kernel>: ..."
+ * in err when the launch is refused. */
+int gpu_launch(const gpu_fn *fn, gpu_launch_dims d, CUstream stream, void **args, const char *what,
+               char *err, size_t errlen);
+
+#endif

@@ -109,6 +109,7 @@ struct sched {
     uint64_t admit_counter;
     char *piece; /* detokenizer output scratch */
     int piece_cap;
+    textbuf text; /* released completion text of the token being processed */
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -209,6 +210,16 @@ static sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, v
     return r;
 }
 
+/* SCHED_OK, or why a new request is refused.  The bound counts running requests too, so a
+ * burst arriving before the scheduler thread admitted anything still fills the free slots.
+ * Called with s->mu held. */
+static int room_for_one_more(const sched *s)
+{
+    if (s->shutdown) return SCHED_E_SHUTDOWN;
+    if (s->n_active >= s->cfg.n_slots + s->cfg.queue_size) return SCHED_E_QUEUE_FULL;
+    return SCHED_OK;
+}
+
 int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake_ctx,
                  sched_req **out)
 {
@@ -222,9 +233,7 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
 
     /* Cheap refusals first, so an overloaded server does not copy prompts it will drop. */
     pthread_mutex_lock(&s->mu);
-    int rc = s->shutdown ? SCHED_E_SHUTDOWN
-             : s->n_active >= s->cfg.n_slots + s->cfg.queue_size ? SCHED_E_QUEUE_FULL
-                                                                 : SCHED_OK;
+    int rc = room_for_one_more(s);
     pthread_mutex_unlock(&s->mu);
     if (rc != SCHED_OK) return rc;
 
@@ -232,10 +241,7 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
     if (!r) return SCHED_E_INVALID;
 
     pthread_mutex_lock(&s->mu);
-    /* Checked again: other threads may have filled the queue meanwhile. */
-    rc = s->shutdown ? SCHED_E_SHUTDOWN
-         : s->n_active >= s->cfg.n_slots + s->cfg.queue_size ? SCHED_E_QUEUE_FULL
-                                                             : SCHED_OK;
+    rc = room_for_one_more(s); /* again: other threads may have filled the queue meanwhile */
     if (rc == SCHED_OK) {
         if (p->id && p->id[0]) snprintf(r->id, sizeof r->id, "%s", p->id);
         else snprintf(r->id, sizeof r->id, "req-%llu", (unsigned long long)s->next_id);
@@ -352,8 +358,7 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
     req_unref(r);
 }
 
-/* Moves generated text into the outbox; `why` != NONE also ends the text (held stop-string
- * candidates are released unless a stop string matched). */
+/* Moves new text (and the token, when logprobs were asked for) into the outbox. */
 static bool outbox_append(sched_req *r, const textbuf *piece, const sched_token *tok)
 {
     bool ok = true;
@@ -392,13 +397,45 @@ static bool piece_reserve(sched *s, int32_t id)
     return true;
 }
 
+/* The outbox record of a sampled token (top alternatives clamped to what fits). */
+static sched_token token_record(const engine_result *res)
+{
+    int n_top = res->n_top < 0 ? 0 : res->n_top;
+    if (n_top > ENGINE_MAX_TOP_LOGPROBS) n_top = ENGINE_MAX_TOP_LOGPROBS;
+    sched_token tok = {.id = res->token, .logprob = res->logprob, .n_top = n_top};
+    memcpy(tok.top_ids, res->top_ids, (size_t)n_top * sizeof *tok.top_ids);
+    memcpy(tok.top_logprobs, res->top_logprobs, (size_t)n_top * sizeof *tok.top_logprobs);
+    return tok;
+}
+
+/* Detokenizes id into the stop matcher; what the matcher releases lands in s->text.  Returns
+ * STOP when a stop string completed, else NONE; *oom when memory ran out. */
+static sched_finish req_feed_text(sched *s, sched_req *r, int32_t id, bool *oom)
+{
+    if (!piece_reserve(s, id)) {
+        *oom = true;
+        return SCHED_FINISH_NONE;
+    }
+    int n = detok_feed(&r->detok, id, s->piece, s->piece_cap);
+    if (n > 0 && stopstr_feed(&r->stop, s->piece, (size_t)n, &s->text, oom)) return SCHED_FINISH_STOP;
+    return SCHED_FINISH_NONE;
+}
+
+/* The text ends without a stop string (so far): release the detokenizer's incomplete tail and
+ * the matcher's held candidate, which may still complete a stop string right here. */
+static sched_finish req_end_text(sched *s, sched_req *r, sched_finish why, bool *oom)
+{
+    int n = detok_flush(&r->detok, s->piece, s->piece_cap);
+    if (n > 0 && stopstr_feed(&r->stop, s->piece, (size_t)n, &s->text, oom)) return SCHED_FINISH_STOP;
+    if (!*oom && !stopstr_flush(&r->stop, &s->text)) *oom = true;
+    return why;
+}
+
 /* Turns one sampled token into text and decides whether the request ends here. */
 static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint64_t now)
 {
     int32_t id = res->token;
-    if (r->n_generated == 0) {
-        r->t_first = now;
-    }
+    if (r->n_generated == 0) r->t_first = now;
     pthread_mutex_lock(&s->mu);
     if (r->n_generated == 0) hist_observe(&s->stats.ttft, ms_between(r->t_submit, now));
     else hist_observe(&s->stats.itl, ms_between(r->t_last, now));
@@ -407,51 +444,24 @@ static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint6
     r->t_last = now;
     r->n_generated++;
 
-    sched_finish why = SCHED_FINISH_NONE;
-    const char *error = NULL;
-    bool eog = !r->ignore_eos && tokenizer_is_eog(s->tok, id);
-    textbuf piece = {0};
-    bool oom = false;
     if (id < 0 || id >= tokenizer_n_vocab(s->tok)) {
-        why = SCHED_FINISH_ERROR;
-        error = "engine returned a token id outside the vocabulary";
-    } else if (eog) {
-        why = SCHED_FINISH_STOP; /* its text is never emitted */
-    } else if (!piece_reserve(s, id)) {
-        oom = true;
-    } else {
-        int n = detok_feed(&r->detok, id, s->piece, s->piece_cap);
-        if (n > 0 && stopstr_feed(&r->stop, s->piece, (size_t)n, &piece, &oom))
-            why = SCHED_FINISH_STOP;
+        req_finish(s, r, SCHED_FINISH_ERROR, "engine returned a token id outside the vocabulary");
+        return;
     }
-    if (why == SCHED_FINISH_NONE && !oom) {
-        if (r->n_generated >= r->max_tokens) why = SCHED_FINISH_LENGTH;
-        else if (r->n_past >= s->cfg.ctx_per_slot) why = SCHED_FINISH_LENGTH; /* no room to feed id */
-    }
-    /* Text that ends without a stop string: release the detokenizer's and the matcher's
-     * held bytes (it can still turn out to complete a stop string at this point). */
-    if ((why == SCHED_FINISH_LENGTH || (why == SCHED_FINISH_STOP && eog)) && !oom) {
-        int n = detok_flush(&r->detok, s->piece, s->piece_cap);
-        if (n > 0 && stopstr_feed(&r->stop, s->piece, (size_t)n, &piece, &oom)) why = SCHED_FINISH_STOP;
-        if (!oom && !stopstr_flush(&r->stop, &piece)) oom = true;
-    }
+    bool eog = !r->ignore_eos && tokenizer_is_eog(s->tok, id);
+    bool oom = false;
+    s->text.len = 0;
+    /* An end-of-generation token ends the text; its own text is never emitted. */
+    sched_finish why = eog ? SCHED_FINISH_STOP : req_feed_text(s, r, id, &oom);
+    if (why == SCHED_FINISH_NONE && (r->n_generated >= r->max_tokens || r->n_past >= s->cfg.ctx_per_slot))
+        why = SCHED_FINISH_LENGTH; /* max_tokens, or no room left to feed id back */
+    if (!oom && (eog || why == SCHED_FINISH_LENGTH)) why = req_end_text(s, r, why, &oom);
 
-    sched_token tok = {.id = id, .logprob = res->logprob, .n_top = res->n_top};
-    if (r->want_logprobs && !eog) {
-        int n_top = res->n_top < 0 ? 0 : res->n_top > ENGINE_MAX_TOP_LOGPROBS ? ENGINE_MAX_TOP_LOGPROBS : res->n_top;
-        tok.n_top = n_top;
-        memcpy(tok.top_ids, res->top_ids, (size_t)n_top * sizeof *tok.top_ids);
-        memcpy(tok.top_logprobs, res->top_logprobs, (size_t)n_top * sizeof *tok.top_logprobs);
-    }
-    if (!oom && !outbox_append(r, &piece, r->want_logprobs && !eog ? &tok : NULL)) oom = true;
-    textbuf_free(&piece);
-    if (oom) {
-        why = SCHED_FINISH_ERROR;
-        error = "out of memory while building the completion text";
-    }
-
+    sched_token tok = token_record(res);
+    if (!oom && !outbox_append(r, &s->text, r->want_logprobs && !eog ? &tok : NULL)) oom = true;
+    if (oom) why = SCHED_FINISH_ERROR;
     if (why != SCHED_FINISH_NONE) {
-        req_finish(s, r, why, error);
+        req_finish(s, r, why, oom ? "out of memory while building the completion text" : NULL);
         return;
     }
     r->last_token = id;
@@ -652,6 +662,18 @@ static void *sched_thread(void *arg)
 
 /* ---- lifecycle ----------------------------------------------------------------------- */
 
+static void sched_free_memory(sched *s)
+{
+    free(s->slots);
+    free(s->seqs);
+    free(s->results);
+    free(s->seq_req);
+    free(s->prefill);
+    free(s->piece);
+    textbuf_free(&s->text);
+    free(s);
+}
+
 sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, char *err,
                     size_t errlen)
 {
@@ -716,12 +738,7 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     }
     return s;
 fail:
-    free(s->slots);
-    free(s->seqs);
-    free(s->results);
-    free(s->seq_req);
-    free(s->prefill);
-    free(s);
+    sched_free_memory(s);
     return NULL;
 }
 
@@ -737,13 +754,7 @@ void sched_destroy(sched *s)
     uv_loop_close(&s->loop);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->idle_cond);
-    free(s->slots);
-    free(s->seqs);
-    free(s->results);
-    free(s->seq_req);
-    free(s->prefill);
-    free(s->piece);
-    free(s);
+    sched_free_memory(s);
 }
 
 void sched_begin_shutdown(sched *s)

@@ -1,9 +1,245 @@
-/* placeholder until the subcommand lands */
+/* bench.c - `inferd bench`: engine throughput without HTTP, through engine.h only (so it
+ * measures any backend the same way).
+ *
+ *  prefill  one sequence of P tokens, fed in chunks of --ubatch tokens per step (the budget
+ *           the server uses); tok/s = P / wall time of all chunks.
+ *  decode   B sequences in B slots, each first given a short prompt (one packed step, not
+ *           timed), then --gen steps that each carry one new token for every sequence;
+ *           aggregate tok/s = B * gen / wall time of those steps.
+ * Tokens are random ids (seeded), greedy sampling: the values do not change the work done.
+ * Each measurement is printed as a table row and as one JSON line (starting with '{'). */
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
+#include "cli_common.h"
+
+#define CMD "bench"
+#define MAX_LIST 16
+#define DECODE_PROMPT 16 /* tokens each decode sequence starts with */
+
+typedef struct bench_opts {
+    const char *model_path, *device;
+    int prompts[MAX_LIST], n_prompts;
+    int batches[MAX_LIST], n_batches;
+    int n_gen, n_threads, ubatch, reps;
+} bench_opts;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: inferd bench -m MODEL.gguf [options]\n"
+            "  --device D      cpu | cuda (default cpu)\n"
+            "  --prompt LIST   prefill lengths (default 512,2048)\n"
+            "  --batch LIST    decode batch sizes (default 1,4,8,16,32,64)\n"
+            "  --gen N         timed decode steps per batch size (default 128)\n"
+            "  --ubatch N      most tokens per prefill step (default 512)\n"
+            "  --reps N        repetitions of each measurement, best kept (default 1)\n"
+            "  --threads N     CPU threads (default: all cores)\n");
+}
+
+enum { OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS };
+
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, 'm'},     {"device", required_argument, NULL, OPT_DEVICE},
+        {"prompt", required_argument, NULL, OPT_PROMPT}, {"batch", required_argument, NULL, OPT_BATCH},
+        {"gen", required_argument, NULL, OPT_GEN},   {"ubatch", required_argument, NULL, OPT_UBATCH},
+        {"reps", required_argument, NULL, OPT_REPS}, {"threads", required_argument, NULL, OPT_THREADS},
+        {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
+    };
+    *o = (bench_opts){.device = "cpu", .prompts = {512, 2048}, .n_prompts = 2,
+                      .batches = {1, 4, 8, 16, 32, 64}, .n_batches = 6, .n_gen = 128,
+                      .ubatch = 512, .reps = 1};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+        bool ok = true;
+        switch (c) {
+        case 'm': o->model_path = optarg; break;
+        case OPT_DEVICE: o->device = optarg; break;
+        case OPT_PROMPT:
+            ok = (o->n_prompts = cli_parse_int_list(CMD, "--prompt", optarg, 1 << 20, o->prompts, MAX_LIST)) > 0;
+            break;
+        case OPT_BATCH:
+            ok = (o->n_batches = cli_parse_int_list(CMD, "--batch", optarg, 4096, o->batches, MAX_LIST)) > 0;
+            break;
+        case OPT_GEN: ok = cli_parse_int(CMD, "--gen", optarg, 1, 1 << 20, &o->n_gen); break;
+        case OPT_UBATCH: ok = cli_parse_int(CMD, "--ubatch", optarg, 1, 1 << 20, &o->ubatch); break;
+        case OPT_REPS: ok = cli_parse_int(CMD, "--reps", optarg, 1, 1000, &o->reps); break;
+        case OPT_THREADS: ok = cli_parse_int(CMD, "--threads", optarg, 1, 1024, &o->n_threads); break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return 2;
+        }
+        if (!ok) return 2;
+    }
+    if (!o->model_path || optind != argc) {
+        fprintf(stderr, "inferd bench: %s\n", o->model_path ? "unexpected argument" : "-m MODEL.gguf is required");
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+static int max_of(const int *v, int n)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] > m) m = v[i];
+    return m;
+}
+
+/* Deterministic pseudo-random token ids in [0, n_vocab). */
+static void random_tokens(int32_t *out, int n, int n_vocab, uint64_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        out[i] = (int32_t)((seed >> 33) % (uint64_t)n_vocab);
+    }
+}
+
+typedef struct bench_ctx {
+    const bench_opts *o;
+    const model *m;
+    engine *e;
+    sampling_params sp;
+    char err[512];
+} bench_ctx;
+
+static void report(const bench_ctx *b, const char *test, int n_prompt, int batch, int n_tokens,
+                   double secs)
+{
+    double tps = secs > 0 ? n_tokens / secs : 0;
+    printf("%-8s %8d %6d %9d %10.3f %12.1f\n", test, n_prompt, batch, n_tokens, secs, tps);
+    printf("{\"test\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\",\"n_prompt\":%d,\"batch\":%d,"
+           "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f}\n",
+           test, b->m->name, engine_name(b->e), n_prompt, batch, n_tokens, secs, tps);
+    fflush(stdout);
+}
+
+/* Time one prompt of n tokens in slot 0, chunked by ubatch. Seconds, or -1. */
+static double time_prefill(bench_ctx *b, const int32_t *toks, int n)
+{
+    engine_slot_clear(b->e, 0);
+    engine_result res;
+    double t0 = cli_now();
+    for (int pos = 0; pos < n; pos += b->o->ubatch) {
+        int len = n - pos < b->o->ubatch ? n - pos : b->o->ubatch;
+        engine_seq s = {.slot = 0, .tokens = toks + pos, .n_tokens = len, .pos = pos,
+                        .want_token = pos + len == n, .sp = &b->sp};
+        if (engine_step(b->e, &s, 1, &res, b->err, sizeof b->err) != 0) return -1;
+    }
+    return cli_now() - t0;
+}
+
+/* B sequences: a short prompt each (untimed), then n_gen timed steps. Seconds, or -1. */
+static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
+{
+    engine_seq *seqs = calloc((size_t)B, sizeof *seqs);
+    engine_result *res = calloc((size_t)B, sizeof *res);
+    int32_t *next = calloc((size_t)B, sizeof *next);
+    double secs = -1;
+    if (!seqs || !res || !next) {
+        snprintf(b->err, sizeof b->err, "out of memory for batch %d", B);
+        goto out;
+    }
+    for (int i = 0; i < B; i++) {
+        engine_slot_clear(b->e, i);
+        seqs[i] = (engine_seq){.slot = i, .tokens = prompt + (size_t)i * DECODE_PROMPT,
+                               .n_tokens = DECODE_PROMPT, .pos = 0, .want_token = true, .sp = &b->sp};
+    }
+    if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
+    double t0 = cli_now();
+    for (int g = 0; g < b->o->n_gen; g++) {
+        for (int i = 0; i < B; i++) {
+            next[i] = res[i].token;
+            seqs[i].tokens = &next[i];
+            seqs[i].n_tokens = 1;
+            seqs[i].pos = DECODE_PROMPT + g;
+        }
+        if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
+    }
+    secs = cli_now() - t0;
+out:
+    free(seqs);
+    free(res);
+    free(next);
+    return secs;
+}
+
+/* Best of reps runs of fn; -1 on failure. */
+static double best_of(int reps, double (*run)(bench_ctx *, const int32_t *, int), bench_ctx *b,
+                      const int32_t *toks, int n)
+{
+    double best = -1;
+    for (int r = 0; r < reps; r++) {
+        double s = run(b, toks, n);
+        if (s < 0) return -1;
+        if (best < 0 || s < best) best = s;
+    }
+    return best;
+}
+
+static double decode_run(bench_ctx *b, const int32_t *toks, int B) { return time_decode(b, B, toks); }
+
+/* Creates the engine for one phase (slots x context), replacing the previous one. */
+static bool make_engine(bench_ctx *b, int n_slots, int ctx)
+{
+    if (b->e) engine_free(b->e);
+    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = b->o->ubatch,
+                         .n_threads = b->o->n_threads};
+    if (cfg.max_batch_tokens < n_slots * DECODE_PROMPT) cfg.max_batch_tokens = n_slots * DECODE_PROMPT;
+    b->e = cli_engine_create(b->m, b->o->device, &cfg, b->err, sizeof b->err);
+    return b->e != NULL;
+}
+
 int cli_bench(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "inferd bench: not built yet\n");
-    return 2;
+    bench_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : 2;
+    bench_ctx b = {.o = &o};
+    sampling_params_default(&b.sp);
+    model *m = model_load(o.model_path, b.err, sizeof b.err);
+    if (!m) {
+        fprintf(stderr, "inferd bench: %s: %s\n", o.model_path, b.err);
+        return 1;
+    }
+    b.m = m;
+    int max_p = max_of(o.prompts, o.n_prompts), max_b = max_of(o.batches, o.n_batches);
+    size_t n_toks = (size_t)(max_p > max_b * DECODE_PROMPT ? max_p : max_b * DECODE_PROMPT);
+    int32_t *toks = malloc(n_toks * sizeof *toks);
+    rc = 1;
+    if (!toks) goto fail;
+    random_tokens(toks, (int)n_toks, m->hp.n_vocab, 42);
+
+    /* Prefill: one slot as long as the longest prompt. */
+    if (!make_engine(&b, 1, max_p)) goto fail;
+    printf("model: %s (%s, %d layers, n_embd %d, vocab %d)\nweights: %.1f MiB\nbackend: %s\n\n",
+           m->name, model_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_vocab,
+           m->weight_bytes / 1048576.0, engine_name(b.e));
+    printf("%-8s %8s %6s %9s %10s %12s\n", "test", "n_prompt", "batch", "n_tokens", "seconds", "tok/s");
+    if (time_prefill(&b, toks, max_p < 32 ? max_p : 32) < 0) goto fail; /* warm-up */
+    for (int i = 0; i < o.n_prompts; i++) {
+        double s = best_of(o.reps, time_prefill, &b, toks, o.prompts[i]);
+        if (s < 0) goto fail;
+        report(&b, "prefill", o.prompts[i], 1, o.prompts[i], s);
+    }
+    /* Decode: as many slots as the largest batch, each just long enough. */
+    if (!make_engine(&b, max_b, DECODE_PROMPT + o.n_gen)) goto fail;
+    for (int i = 0; i < o.n_batches; i++) {
+        double s = best_of(o.reps, decode_run, &b, toks, o.batches[i]);
+        if (s < 0) goto fail;
+        report(&b, "decode", DECODE_PROMPT, o.batches[i], o.batches[i] * o.n_gen, s);
+    }
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "inferd bench: %s\n", toks ? b.err : "out of memory");
+    if (b.e) engine_free(b.e);
+    free(toks);
+    model_free(m);
+    return rc;
 }

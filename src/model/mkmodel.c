@@ -187,7 +187,7 @@ typedef struct gen_shared {
     uint8_t *row;   /* encoded row */
     const void *cur_tensor;
     int64_t cur_row;
-    row_pool *pools;
+    row_pool **pools; /* each allocated once: tensor_gen keeps pointers */
     int n_pools;
 } gen_shared;
 
@@ -240,21 +240,22 @@ static void tensor_fill(void *ctx, size_t off, void *dst, size_t len)
 static const row_pool *pool_get(gen_shared *g, ggml_type type, int64_t ne0, float std)
 {
     for (int i = 0; i < g->n_pools; i++)
-        if (g->pools[i].type == type && g->pools[i].ne0 == ne0 && g->pools[i].std == std)
-            return &g->pools[i];
-    row_pool *p = realloc(g->pools, (size_t)(g->n_pools + 1) * sizeof *p);
-    if (!p) return NULL;
-    g->pools = p;
+        if (g->pools[i]->type == type && g->pools[i]->ne0 == ne0 && g->pools[i]->std == std)
+            return g->pools[i];
+    row_pool **pools = realloc(g->pools, (size_t)(g->n_pools + 1) * sizeof *pools);
+    if (!pools) return NULL;
+    g->pools = pools;
     size_t rb = ggml_row_bytes(type, ne0);
-    row_pool *np = &g->pools[g->n_pools];
-    *np = (row_pool){type, ne0, std, malloc(rb * POOL_ROWS)};
-    if (!np->rows) return NULL;
-    g->n_pools++;
+    row_pool *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    *p = (row_pool){type, ne0, std, malloc(rb * POOL_ROWS)};
+    pools[g->n_pools++] = p; /* owned from here on, even if incomplete */
+    if (!p->rows) return NULL;
     for (int r = 0; r < POOL_ROWS; r++) {
         fill_normal(stream_of(g->seed, 0x9001 + (uint64_t)g->n_pools, (uint64_t)r), g->xrow, ne0, std);
-        if (!encode_row(type, g->xrow, np->rows + (size_t)r * rb, ne0)) return NULL;
+        if (!encode_row(type, g->xrow, p->rows + (size_t)r * rb, ne0)) return NULL;
     }
-    return np;
+    return p;
 }
 
 /* ---- the tensor list -------------------------------------------------------------------- */
@@ -640,7 +641,10 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     }
     rc = gguf_writer_write_file(w, path, err, errlen);
 out:
-    for (int i = 0; i < g.n_pools; i++) free(g.pools[i].rows);
+    for (int i = 0; i < g.n_pools; i++) {
+        free(g.pools[i]->rows);
+        free(g.pools[i]);
+    }
     free(g.pools);
     free(g.xrow);
     free(g.row);

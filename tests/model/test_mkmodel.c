@@ -1,0 +1,337 @@
+/* test_mkmodel.c - the synthetic model generator: every architecture and weight type gives a
+ * file that model_load + tokenizer_load accept and the CPU engine runs; the learned BPE
+ * tokenizer round-trips text; Q4_K_M follows llama.cpp's mix; output is deterministic. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine/engine.h"
+#include "model/bpe_train.h"
+#include "model/mkmodel.h"
+#include "model/tokenizer.h"
+
+static char tmpdir[64];
+static char *corpus;
+static size_t corpus_len;
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/inferd-mkmodel-XXXXXX");
+    if (!mkdtemp(tmpdir)) return -1;
+    corpus = mkmodel_corpus(INFERD_SOURCE_DIR, 1u << 20, &corpus_len);
+    return corpus ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    free(corpus);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void write_model(const mkmodel_config *cfg, const char *file, char *path, size_t cap)
+{
+    char err[256] = "";
+    snprintf(path, cap, "%s/%s", tmpdir, file);
+    int rc = mkmodel_write(cfg, corpus, corpus_len, path, err, sizeof err);
+    if (rc != 0) fail_msg("mkmodel_write %s: %s", file, err);
+}
+
+static const char *const roundtrip_texts[] = {
+    "Hello, world! The scheduler packs prompts into one batch.",
+    "static int foo(const char *s) {\n    return s[0] == '\\0' ? -1 : 42;\n}\n",
+    "  leading spaces,\ttabs\n\nand blank lines  ",
+    "unicode: caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80 end",
+    "numbers 1234567890 and symbols ~!@#$%^&*()_+",
+};
+
+/* Load the file, check hyper-parameters, round-trip text, run one engine step. */
+static void check_model(const char *path, const mkmodel_config *cfg)
+{
+    char err[256] = "";
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("model_load %s: %s", path, err);
+    assert_int_equal(m->hp.arch, cfg->arch);
+    assert_int_equal(m->hp.n_embd, cfg->n_embd);
+    assert_int_equal(m->hp.n_layer, cfg->n_layer);
+    assert_int_equal(m->hp.n_head, cfg->n_head);
+    assert_int_equal(m->hp.n_head_kv, cfg->n_head_kv);
+    assert_int_equal(m->hp.n_ff, cfg->n_ff);
+    assert_int_equal(m->hp.n_vocab, cfg->n_vocab);
+    assert_int_equal(m->hp.n_ctx_train, cfg->n_ctx);
+    assert_int_equal(m->hp.tied_output, cfg->tied_output);
+    assert_string_equal(m->name, cfg->name);
+
+    tokenizer *t = tokenizer_load(m->gguf, err, sizeof err);
+    if (!t) fail_msg("tokenizer_load %s: %s", path, err);
+    assert_int_equal(tokenizer_n_vocab(t), cfg->n_vocab);
+    const char *eot = cfg->arch == MODEL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>";
+    int32_t eot_id = tokenizer_find(t, eot);
+    assert_true(eot_id >= 256);
+    assert_true(tokenizer_is_control(t, eot_id));
+    assert_true(tokenizer_is_eog(t, eot_id));
+    assert_int_equal(tokenizer_add_bos(t), cfg->arch == MODEL_ARCH_LLAMA);
+
+    int32_t ids[512];
+    char back[1024];
+    for (size_t i = 0; i < sizeof roundtrip_texts / sizeof roundtrip_texts[0]; i++) {
+        const char *s = roundtrip_texts[i];
+        int n = tokenizer_encode(t, s, strlen(s), false, false, ids, 512);
+        assert_true(n > 0 && n <= 512);
+        assert_true((size_t)n < strlen(s)); /* the learned merges compress the text */
+        size_t len = tokenizer_decode(t, ids, n, back, sizeof back);
+        assert_int_equal(len, strlen(s));
+        assert_memory_equal(back, s, len);
+    }
+    /* special tokens are parsed only when asked */
+    char chat[64];
+    snprintf(chat, sizeof chat, "hi%s", eot);
+    int n = tokenizer_encode(t, chat, strlen(chat), false, true, ids, 512);
+    assert_true(n >= 2);
+    assert_int_equal(ids[n - 1], eot_id);
+    n = tokenizer_encode(t, chat, strlen(chat), false, false, ids, 512);
+    for (int i = 0; i < n; i++) assert_int_not_equal(ids[i], eot_id);
+
+    engine_config ec = {.n_slots = 2, .ctx_per_slot = 64, .max_batch_tokens = 64, .n_threads = 1};
+    engine *e = engine_create_cpu(m, &ec, err, sizeof err);
+    if (!e) fail_msg("engine_create_cpu %s: %s", path, err);
+    sampling_params sp;
+    sampling_params_default(&sp);
+    n = tokenizer_encode(t, "The model runs", 14, tokenizer_add_bos(t), false, ids, 512);
+    float *logits = malloc((size_t)cfg->n_vocab * sizeof *logits);
+    assert_non_null(logits);
+    engine_seq seq = {.slot = 0, .tokens = ids, .n_tokens = n, .pos = 0, .want_token = true,
+                      .sp = &sp, .logits = logits};
+    engine_result res;
+    if (engine_step(e, &seq, 1, &res, err, sizeof err) != 0) fail_msg("engine_step: %s", err);
+    assert_true(res.token >= 0 && res.token < cfg->n_vocab);
+    /* sane activations: finite logits that are not all equal, greedy token is the argmax */
+    int best = 0;
+    float lo = logits[0], hi = logits[0];
+    for (int i = 0; i < cfg->n_vocab; i++) {
+        assert_true(logits[i] == logits[i] && logits[i] > -1e4f && logits[i] < 1e4f);
+        if (logits[i] > logits[best]) best = i;
+        if (logits[i] < lo) lo = logits[i];
+        if (logits[i] > hi) hi = logits[i];
+    }
+    assert_true(hi - lo > 1e-3f);
+    assert_int_equal(res.token, best);
+    free(logits);
+    engine_free(e);
+    tokenizer_free(t);
+    model_free(m);
+}
+
+/* tiny for each architecture and each weight type; the K-quant types also with rows long
+ * enough (256) for K blocks, tiny's own 64-wide rows taking the Q8_0 fallback. */
+static void test_tiny_all_archs_and_types(void **state)
+{
+    (void)state;
+    const model_arch archs[] = {MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3};
+    for (size_t a = 0; a < 3; a++) {
+        for (int ft = 0; ft < MKMODEL_FTYPE_COUNT; ft++) {
+            for (int wide = 0; wide < 2; wide++) {
+                mkmodel_config cfg;
+                assert_true(mkmodel_preset("tiny", &cfg));
+                if (archs[a] != cfg.arch) mkmodel_set_arch(&cfg, archs[a]);
+                cfg.ftype = (mkmodel_ftype)ft;
+                bool k_quant = ggml_type_block_elems(mkmodel_tensor_type(&cfg, "attn_q", 0)) == QK_K;
+                if (wide && !k_quant) continue; /* 64-wide rows already fit 32-blocks */
+                if (wide) {
+                    cfg.n_embd = 256;
+                    cfg.n_ff = 512;
+                }
+                char file[64], path[256];
+                snprintf(file, sizeof file, "tiny-%s-%s-%d.gguf", model_arch_name(archs[a]),
+                         mkmodel_ftype_name(cfg.ftype), wide);
+                write_model(&cfg, file, path, sizeof path);
+                check_model(path, &cfg);
+                if (wide) { /* no fallback: the matrices really have the requested type */
+                    char err[256];
+                    model *m = model_load(path, err, sizeof err);
+                    assert_non_null(m);
+                    assert_int_equal(m->layers[0].wq.type, mkmodel_tensor_type(&cfg, "attn_q", 0));
+                    assert_int_equal(m->layers[1].w_down.type, mkmodel_tensor_type(&cfg, "ffn_down", 1));
+                    model_free(m);
+                }
+                unlink(path);
+            }
+        }
+    }
+}
+
+static void test_q4_k_m_rule(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("llama-3.1-8b", &cfg));
+    assert_int_equal(cfg.ftype, MKMODEL_Q4_K_M);
+    assert_int_equal(mkmodel_file_type(cfg.ftype), 15);
+    /* 32 layers: first 4, last 4, and every third in between starting at 6 */
+    for (int il = 0; il < 32; il++) {
+        bool more = il < 4 || il >= 28 || (il - 4) % 3 == 2;
+        ggml_type want = more ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+        assert_int_equal(mkmodel_tensor_type(&cfg, "attn_v", il), want);
+        assert_int_equal(mkmodel_tensor_type(&cfg, "ffn_down", il), want);
+        assert_int_equal(mkmodel_tensor_type(&cfg, "attn_q", il), GGML_TYPE_Q4_K);
+        assert_int_equal(mkmodel_tensor_type(&cfg, "attn_k", il), GGML_TYPE_Q4_K);
+        assert_int_equal(mkmodel_tensor_type(&cfg, "attn_output", il), GGML_TYPE_Q4_K);
+        assert_int_equal(mkmodel_tensor_type(&cfg, "ffn_gate", il), GGML_TYPE_Q4_K);
+        assert_int_equal(mkmodel_tensor_type(&cfg, "ffn_up", il), GGML_TYPE_Q4_K);
+    }
+    assert_int_equal(mkmodel_tensor_type(&cfg, "attn_v", 6), GGML_TYPE_Q6_K);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "attn_v", 7), GGML_TYPE_Q4_K);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "output", -1), GGML_TYPE_Q6_K);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "token_embd", -1), GGML_TYPE_Q4_K); /* untied */
+    assert_true(mkmodel_preset("qwen2.5-1.5b", &cfg));
+    assert_true(cfg.tied_output);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "token_embd", -1), GGML_TYPE_Q6_K); /* is the head */
+    cfg.ftype = MKMODEL_Q5_K; /* single types are pure */
+    assert_int_equal(mkmodel_tensor_type(&cfg, "token_embd", -1), GGML_TYPE_Q5_K);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "attn_v", 0), GGML_TYPE_Q5_K);
+}
+
+/* The Q4_K_M mix lands in the file, and a reused-rows file loads and runs like a fresh one. */
+static void test_q4_k_m_file_and_reused_rows(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    cfg.n_embd = 256;
+    cfg.n_ff = 512;
+    cfg.n_layer = 8;
+    cfg.ftype = MKMODEL_Q4_K_M;
+    cfg.reuse_rows = 1;
+    char path[256];
+    write_model(&cfg, "q4km.gguf", path, sizeof path);
+    check_model(path, &cfg);
+    char err[256];
+    model *m = model_load(path, err, sizeof err);
+    assert_non_null(m);
+    assert_int_equal(m->output.type, GGML_TYPE_Q6_K);
+    assert_int_equal(m->tok_embd.type, GGML_TYPE_Q4_K);
+    for (int il = 0; il < 8; il++) {
+        /* use_more_bits over 8 layers: 0 (first eighth), 7 (last eighth), 3 and 6 */
+        ggml_type want = (il == 0 || il == 3 || il == 6 || il == 7) ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+        assert_int_equal(m->layers[il].wv.type, want);
+        assert_int_equal(m->layers[il].w_down.type, want);
+        assert_int_equal(m->layers[il].wk.type, GGML_TYPE_Q4_K);
+    }
+    model_free(m);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n);
+    assert_non_null(p);
+    assert_int_equal(fread(p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+static void test_deterministic(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    char a[256], b[256], c[256];
+    write_model(&cfg, "a.gguf", a, sizeof a);
+    write_model(&cfg, "b.gguf", b, sizeof b);
+    cfg.seed = 2;
+    write_model(&cfg, "c.gguf", c, sizeof c);
+    size_t la, lb, lc;
+    char *pa = slurp(a, &la), *pb = slurp(b, &lb), *pc = slurp(c, &lc);
+    assert_int_equal(la, lb);
+    assert_memory_equal(pa, pb, la);
+    assert_int_equal(la, lc); /* same shapes */
+    assert_true(memcmp(pa, pc, la) != 0);
+    free(pa);
+    free(pb);
+    free(pc);
+}
+
+static void test_invalid_config(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    char err[256] = "", path[256];
+    snprintf(path, sizeof path, "%s/bad.gguf", tmpdir);
+    assert_true(mkmodel_preset("tiny", &cfg));
+    cfg.n_vocab = 100;
+    assert_int_equal(mkmodel_write(&cfg, corpus, corpus_len, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "n-vocab"));
+    assert_true(mkmodel_preset("tiny", &cfg));
+    cfg.n_head_kv = 3;
+    assert_int_equal(mkmodel_write(&cfg, corpus, corpus_len, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "n-head-kv"));
+    assert_true(mkmodel_preset("tiny", &cfg));
+    cfg.n_embd = 1 << 30;
+    assert_int_equal(mkmodel_write(&cfg, corpus, corpus_len, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "n-embd"));
+    assert_int_equal(access(path, F_OK), -1);
+    assert_false(mkmodel_preset("gpt-5", &cfg));
+    assert_int_equal(mkmodel_ftype_from_name("q4_k_m"), MKMODEL_Q4_K_M);
+    assert_int_equal(mkmodel_ftype_from_name("Q8_0"), MKMODEL_Q8_0);
+    assert_int_equal(mkmodel_ftype_from_name("q3_k"), -1);
+}
+
+static void test_bpe_train(void **state)
+{
+    (void)state;
+    /* words: "ab", " ab" x2, " abc" x2, " xy": (a,b) occurs 5 times, then (Ġ,ab) 4 times,
+     * then (Ġab,c) twice; nothing else repeats */
+    const char *text = "ab ab ab abc abc xy";
+    bpe_vocab v;
+    assert_int_equal(bpe_train(text, strlen(text), 1000, 1000, &v), 0);
+    assert_int_equal(v.n_merges, 3);
+    assert_string_equal(v.merges[0], "a b");
+    assert_string_equal(v.tokens[256], "ab");
+    assert_string_equal(v.merges[1], "\xc4\xa0 ab"); /* GPT-2 writes the space as U+0120 */
+    assert_string_equal(v.tokens[257], "\xc4\xa0" "ab");
+    assert_string_equal(v.merges[2], "\xc4\xa0" "ab c");
+    assert_int_equal(v.n_tokens, 256 + 3);
+    char buf[4];
+    assert_int_equal(bpe_byte_text(' ', buf), 2);
+    assert_memory_equal(buf, "\xc4\xa0", 2);
+    assert_int_equal(bpe_byte_text('A', buf), 1);
+    assert_string_equal(v.tokens['A'], "A");
+    bpe_vocab_free(&v);
+    /* the token cap stops training */
+    assert_int_equal(bpe_train(text, strlen(text), 257, 1000, &v), 0);
+    assert_int_equal(v.n_tokens, 257);
+    assert_int_equal(v.n_merges, 1);
+    bpe_vocab_free(&v);
+    assert_int_equal(bpe_train("", 0, 1000, 1000, &v), 0);
+    assert_int_equal(v.n_tokens, 256);
+    assert_int_equal(v.n_merges, 0);
+    bpe_vocab_free(&v);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bpe_train),
+        cmocka_unit_test(test_q4_k_m_rule),
+        cmocka_unit_test(test_invalid_config),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_q4_k_m_file_and_reused_rows),
+        cmocka_unit_test(test_tiny_all_archs_and_types),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -861,7 +861,7 @@ static void test_shutdown_and_drain(void **state)
     (void)state;
     fixture fx;
     fx_start(&fx, 2, 256, 64, 4);
-    fx.f->delay_us = 1000;
+    fx.f->delay_us = 2000;
     client short_c, long_c;
     sched_req *rs, *rl, *late = NULL;
     req_spec qs = spec(T("a"), 3, 5), ql = spec(T("b"), 3, 250);
@@ -873,9 +873,9 @@ static void test_shutdown_and_drain(void **state)
     req_spec q = spec(T("c"), 3, 5);
     assert_int_equal(submit(&fx, &q, NULL, &late), SCHED_E_SHUTDOWN);
     assert_null(late);
-    /* 250 steps of >= 1 ms cannot finish in 100 ms: the short one completes, the long one
-     * is cancelled at the timeout. */
-    sched_drain(fx.s, 100);
+    /* 250 steps of >= 2 ms cannot finish in 200 ms: the short one (6 steps) completes, the
+     * long one is cancelled at the timeout. */
+    sched_drain(fx.s, 200);
     assert_true(client_poll(&short_c, rs));
     assert_true(client_poll(&long_c, rl));
     assert_int_equal(short_c.finish, SCHED_FINISH_LENGTH);

@@ -226,9 +226,6 @@ static int read_common(const cJSON *obj, int n_vocab, api_request *r, api_error 
     if (read_num(obj, (num_spec){"seed", -9.2e18, 1.8e19, false, true}, &seed, &r->has_seed, e))
         return -1;
     if (r->has_seed) sp->seed = seed < 0 ? (uint64_t)(int64_t)seed : (uint64_t)seed;
-    /* Penalties look back over llama.cpp's default window. */
-    if (sp->repeat_penalty != 1.0f || sp->presence_penalty != 0 || sp->frequency_penalty != 0)
-        sp->penalty_last_n = 64;
     if (read_stop(obj, r, e) || read_logit_bias(obj, n_vocab, r, e)) return -1;
     sp->bias_ids = r->bias_ids;
     sp->bias_vals = r->bias_vals;
@@ -435,7 +432,8 @@ int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
 {
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    cJSON *obj = cJSON_ParseWithLength(body, len);
+    /* len + 1 takes in the terminating NUL, so trailing garbage after the JSON is refused. */
+    cJSON *obj = cJSON_ParseWithLengthOpts(body, len + 1, NULL, true);
     if (!cJSON_IsObject(obj)) {
         api_error_set(err, 400, INVALID, NULL, NULL,
                       obj ? "The request body must be a JSON object."

@@ -62,7 +62,8 @@ typedef struct api_request {
     int n_msgs;
 } api_request;
 
-/* Returns 0, or -1 with *err filled (status 400 for every validation failure). On failure
+/* body[len] must be NUL (the parser refuses anything after the JSON value).
+ * Returns 0, or -1 with *err filled (status 400 for every validation failure). On failure
  * *out holds nothing to free. */
 int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
                       api_request *out, api_error *err);

@@ -149,7 +149,7 @@ static enum MHD_Result on_model(http_req *hr)
 /* Parse the body as a JSON object or fill e. */
 static cJSON *body_object(http_req *hr, api_error *e)
 {
-    cJSON *root = cJSON_ParseWithLength(hr->body.data ? hr->body.data : "", hr->body.len);
+    cJSON *root = cJSON_ParseWithLengthOpts(hr->body.data ? hr->body.data : "", hr->body.len + 1, NULL, true);
     if (!cJSON_IsObject(root)) {
         api_error_set(e, 400, "invalid_request_error", NULL, NULL,
                       "We could not parse the JSON body of your request. The body must be a JSON object.");

@@ -1,0 +1,302 @@
+/* test_http_parse.c - request parsing and validation of /v1/completions and
+ * /v1/chat/completions: every accepted form and every error case (status, param, code). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "http/api_request.h"
+
+#define N_VOCAB 1000
+
+static int parse(api_kind kind, const char *body, api_request *r, api_error *e)
+{
+    memset(e, 0, sizeof *e);
+    return api_request_parse(kind, body, strlen(body), N_VOCAB, r, e);
+}
+
+static void ok(api_kind kind, const char *body, api_request *r)
+{
+    api_error e;
+    int rc = parse(kind, body, r, &e);
+    if (rc != 0) fail_msg("unexpected error for %s: %s", body, e.message);
+}
+
+/* Expect a 400 (or other status) naming param (NULL: param must be null). */
+static void bad(api_kind kind, const char *body, int status, const char *param)
+{
+    api_request r;
+    api_error e;
+    assert_int_equal(parse(kind, body, &r, &e), -1);
+    assert_int_equal(e.status, status);
+    assert_string_equal(e.type, "invalid_request_error");
+    assert_string_equal(e.param, param ? param : "");
+    assert_true(strlen(e.message) > 10);
+    /* nothing to free after a failure, and freeing again is harmless */
+    assert_null(r.prompts);
+    assert_null(r.msgs);
+}
+
+static void test_completion_defaults(void **state)
+{
+    (void)state;
+    api_request r;
+    ok(API_COMPLETIONS, "{\"model\":\"x\",\"prompt\":\"Hello\"}", &r);
+    assert_int_equal(r.n_prompts, 1);
+    assert_string_equal(r.prompts[0].text, "Hello");
+    assert_int_equal(r.prompts[0].text_len, 5);
+    assert_null(r.prompts[0].ids);
+    assert_int_equal(r.max_tokens, 16);
+    assert_int_equal(r.n, 1);
+    assert_false(r.stream);
+    assert_false(r.echo);
+    assert_int_equal(r.logprobs, -1);
+    assert_int_equal(r.sp.n_top_logprobs, -1);
+    assert_true(r.sp.temperature == 1.0f);
+    assert_true(r.sp.top_p == 1.0f);
+    assert_false(r.has_seed);
+    assert_int_equal(r.n_stop, 0);
+    assert_int_equal(r.sp.penalty_last_n, 64); /* llama.cpp's window; neutral penalties are off */
+    api_request_free(&r);
+}
+
+static void test_completion_all_fields(void **state)
+{
+    (void)state;
+    api_request r;
+    ok(API_COMPLETIONS,
+       "{\"prompt\":\"a\",\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"top_k\":40,\"min_p\":0.1,"
+       "\"n\":3,\"stream\":true,\"stream_options\":{\"include_usage\":true},\"stop\":[\"x\",\"\",\"yz\"],"
+       "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repeat_penalty\":1.1,"
+       "\"logit_bias\":{\"5\":-100,\"999\":2.5},\"logprobs\":3,\"echo\":true,\"seed\":42,\"user\":\"u\","
+       "\"ignore_eos\":true,\"some_future_field\":{\"a\":[1,2]}}",
+       &r);
+    assert_int_equal(r.max_tokens, 7);
+    assert_true(r.sp.temperature == 0.0f);
+    assert_true(r.sp.top_p == 0.5f);
+    assert_int_equal(r.sp.top_k, 40);
+    assert_true(r.sp.min_p == 0.1f);
+    assert_int_equal(r.n, 3);
+    assert_true(r.stream);
+    assert_true(r.include_usage);
+    assert_int_equal(r.n_stop, 2); /* the empty stop string is dropped */
+    assert_string_equal(r.stop[0], "x");
+    assert_string_equal(r.stop[1], "yz");
+    assert_true(r.sp.presence_penalty == 0.5f);
+    assert_true(r.sp.frequency_penalty == -0.5f);
+    assert_true(r.sp.repeat_penalty == 1.1f);
+    assert_int_equal(r.sp.penalty_last_n, 64);
+    assert_int_equal(r.n_bias, 2);
+    assert_ptr_equal(r.sp.bias_ids, r.bias_ids);
+    assert_int_equal(r.sp.n_bias, 2);
+    assert_int_equal(r.bias_ids[0], 5);
+    assert_true(r.bias_vals[0] == -100.0f);
+    assert_int_equal(r.bias_ids[1], 999);
+    assert_true(r.bias_vals[1] == 2.5f);
+    assert_int_equal(r.logprobs, 3);
+    assert_int_equal(r.sp.n_top_logprobs, 3);
+    assert_true(r.echo);
+    assert_true(r.has_seed);
+    assert_int_equal(r.sp.seed, 42);
+    assert_true(r.ignore_eos);
+    api_request_free(&r);
+}
+
+static void test_prompt_forms(void **state)
+{
+    (void)state;
+    api_request r;
+    ok(API_COMPLETIONS, "{\"prompt\":[\"one\",\"two\"]}", &r);
+    assert_int_equal(r.n_prompts, 2);
+    assert_string_equal(r.prompts[1].text, "two");
+    api_request_free(&r);
+
+    ok(API_COMPLETIONS, "{\"prompt\":[1,2,999]}", &r);
+    assert_int_equal(r.n_prompts, 1);
+    assert_int_equal(r.prompts[0].n_ids, 3);
+    assert_int_equal(r.prompts[0].ids[2], 999);
+    assert_null(r.prompts[0].text);
+    api_request_free(&r);
+
+    ok(API_COMPLETIONS, "{\"prompt\":[[1,2],[3]],\"n\":2}", &r);
+    assert_int_equal(r.n_prompts, 2);
+    assert_int_equal(r.prompts[0].n_ids, 2);
+    assert_int_equal(r.prompts[1].ids[0], 3);
+    api_request_free(&r);
+
+    ok(API_COMPLETIONS, "{\"prompt\":\"x\",\"stop\":\"END\",\"max_tokens\":null,\"seed\":-1}", &r);
+    assert_int_equal(r.n_stop, 1);
+    assert_string_equal(r.stop[0], "END");
+    assert_int_equal(r.max_tokens, 16); /* null means default */
+    assert_int_equal(r.sp.seed, UINT64_MAX);
+    api_request_free(&r);
+}
+
+static void test_prompt_errors(void **state)
+{
+    (void)state;
+    bad(API_COMPLETIONS, "{}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":\"\"}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":[]}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":[[]]}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":[\"a\",\"\"]}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":42}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":[1,1000]}", 400, "prompt");   /* id outside the vocabulary */
+    bad(API_COMPLETIONS, "{\"prompt\":[1,-1]}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":[1,2.5]}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":[1,\"a\"]}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":[\"a\",3]}", 400, "prompt");
+    bad(API_COMPLETIONS, "{\"prompt\":[{\"a\":1}]}", 400, "prompt");
+    /* 3 prompts x n=100 is more choices than one request may ask for */
+    bad(API_COMPLETIONS, "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":100}", 400, "prompt");
+}
+
+static void test_malformed_body(void **state)
+{
+    (void)state;
+    bad(API_COMPLETIONS, "{\"prompt\":", 400, NULL);
+    bad(API_COMPLETIONS, "", 400, NULL);
+    bad(API_CHAT, "[1,2]", 400, NULL);
+    bad(API_CHAT, "\"text\"", 400, NULL);
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]} trailing", 400, NULL);
+}
+
+static void test_range_errors(void **state)
+{
+    (void)state;
+    static const struct { const char *body, *param; } cases[] = {
+        {"{\"prompt\":\"a\",\"temperature\":-0.1}", "temperature"},
+        {"{\"prompt\":\"a\",\"temperature\":2.5}", "temperature"},
+        {"{\"prompt\":\"a\",\"top_p\":0}", "top_p"},
+        {"{\"prompt\":\"a\",\"top_p\":1.01}", "top_p"},
+        {"{\"prompt\":\"a\",\"n\":0}", "n"},
+        {"{\"prompt\":\"a\",\"n\":129}", "n"},
+        {"{\"prompt\":\"a\",\"n\":1.5}", "n"},
+        {"{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens"},
+        {"{\"prompt\":\"a\",\"max_tokens\":-5}", "max_tokens"},
+        {"{\"prompt\":\"a\",\"top_k\":-1}", "top_k"},
+        {"{\"prompt\":\"a\",\"min_p\":1.5}", "min_p"},
+        {"{\"prompt\":\"a\",\"presence_penalty\":3}", "presence_penalty"},
+        {"{\"prompt\":\"a\",\"frequency_penalty\":-2.5}", "frequency_penalty"},
+        {"{\"prompt\":\"a\",\"repeat_penalty\":0}", "repeat_penalty"},
+        {"{\"prompt\":\"a\",\"logprobs\":21}", "logprobs"},
+        {"{\"prompt\":\"a\",\"logprobs\":-1}", "logprobs"},
+        {"{\"prompt\":\"a\",\"seed\":1.5}", "seed"},
+        {"{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
+        {"{\"prompt\":\"a\",\"logit_bias\":{\"1000\":1}}", "logit_bias"},
+        {"{\"prompt\":\"a\",\"logit_bias\":{\"abc\":1}}", "logit_bias"},
+        {"{\"prompt\":\"a\",\"logit_bias\":{\"3\":101}}", "logit_bias"},
+        {"{\"prompt\":\"a\",\"logit_bias\":{\"3\":\"x\"}}", "logit_bias"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad(API_COMPLETIONS, cases[i].body, 400, cases[i].param);
+}
+
+static void test_type_errors(void **state)
+{
+    (void)state;
+    static const struct { const char *body, *param; } cases[] = {
+        {"{\"prompt\":\"a\",\"temperature\":\"hot\"}", "temperature"},
+        {"{\"prompt\":\"a\",\"max_tokens\":\"10\"}", "max_tokens"},
+        {"{\"prompt\":\"a\",\"stream\":1}", "stream"},
+        {"{\"prompt\":\"a\",\"stream_options\":true}", "stream_options"},
+        {"{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":\"yes\"}}", "stream_options.include_usage"},
+        {"{\"prompt\":\"a\",\"echo\":\"true\"}", "echo"},
+        {"{\"prompt\":\"a\",\"stop\":5}", "stop"},
+        {"{\"prompt\":\"a\",\"stop\":[\"a\",5]}", "stop"},
+        {"{\"prompt\":\"a\",\"logit_bias\":[1,2]}", "logit_bias"},
+        {"{\"prompt\":\"a\",\"model\":7}", "model"},
+        {"{\"prompt\":\"a\",\"user\":[]}", "user"},
+        {"{\"prompt\":\"a\",\"ignore_eos\":0}", "ignore_eos"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad(API_COMPLETIONS, cases[i].body, 400, cases[i].param);
+    api_request r;
+    api_error e;
+    assert_int_equal(parse(API_COMPLETIONS, "{\"prompt\":\"a\",\"stream\":\"no\"}", &r, &e), -1);
+    assert_string_equal(e.code, "invalid_type");
+    assert_non_null(strstr(e.message, "'stream'"));
+    assert_non_null(strstr(e.message, "boolean"));
+}
+
+static void test_chat(void **state)
+{
+    (void)state;
+    api_request r;
+    ok(API_CHAT,
+       "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hello \"},{\"type\":\"text\",\"text\":\"there\"}]},"
+       "{\"role\":\"assistant\",\"content\":null},{\"role\":\"developer\",\"content\":\"d\",\"name\":\"x\"}],"
+       "\"max_completion_tokens\":9,\"logprobs\":true,\"top_logprobs\":2,\"tools\":[]}",
+       &r);
+    assert_int_equal(r.n_msgs, 4);
+    assert_string_equal(r.msgs[0].role, "system");
+    assert_string_equal(r.msgs[0].content, "Be brief.");
+    assert_string_equal(r.msgs[1].role, "user");
+    assert_string_equal(r.msgs[1].content, "Hello there");
+    assert_string_equal(r.msgs[2].role, "assistant");
+    assert_string_equal(r.msgs[2].content, "");
+    assert_string_equal(r.msgs[3].role, "system"); /* developer is OpenAI's new name for system */
+    assert_int_equal(r.max_tokens, 9);
+    assert_int_equal(r.logprobs, 2);
+    assert_int_equal(r.sp.n_top_logprobs, 2);
+    api_request_free(&r);
+
+    ok(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5,\"logprobs\":true}", &r);
+    assert_int_equal(r.max_tokens, 5);
+    assert_int_equal(r.logprobs, 0); /* logprobs without top_logprobs: the chosen token only */
+    api_request_free(&r);
+
+    ok(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r);
+    assert_int_equal(r.max_tokens, 0); /* chat: up to the context */
+    assert_int_equal(r.logprobs, -1);
+    api_request_free(&r);
+}
+
+static void test_chat_errors(void **state)
+{
+    (void)state;
+    bad(API_CHAT, "{}", 400, "messages");
+    bad(API_CHAT, "{\"messages\":[]}", 400, "messages");
+    bad(API_CHAT, "{\"messages\":\"hi\"}", 400, "messages");
+    bad(API_CHAT, "{\"messages\":[\"hi\"]}", 400, "messages[0]");
+    bad(API_CHAT, "{\"messages\":[{\"content\":\"hi\"}]}", 400, "messages[0].role");
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"wizard\",\"content\":\"hi\"}]}",
+        400, "messages[1].role");
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content");
+    bad(API_CHAT,
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+        400, "messages[0].content");
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400,
+        "messages[0].content");
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "top_logprobs");
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}",
+        400, "top_logprobs");
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", 400, "logprobs");
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}", 400,
+        "max_completion_tokens");
+}
+
+static void test_error_set(void **state)
+{
+    (void)state;
+    api_error e;
+    api_error_set(&e, 429, "rate_limit_error", NULL, "queue_full", "busy %d", 3);
+    assert_int_equal(e.status, 429);
+    assert_string_equal(e.param, "");
+    assert_string_equal(e.code, "queue_full");
+    assert_string_equal(e.message, "busy 3");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_completion_defaults), cmocka_unit_test(test_completion_all_fields),
+        cmocka_unit_test(test_prompt_forms),        cmocka_unit_test(test_prompt_errors),
+        cmocka_unit_test(test_malformed_body),      cmocka_unit_test(test_range_errors),
+        cmocka_unit_test(test_type_errors),         cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_chat_errors),         cmocka_unit_test(test_error_set),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -8,6 +8,12 @@
  *   - r->mu guards a request's outbox; r->wake_mu makes "never wake after release" hold.
  *   - A request is shared by the HTTP side and the scheduler: two references, dropped by
  *     sched_req_release and by the scheduler when the request finishes; the last one frees.
+ *   - The wake callback runs on the scheduler thread under r->wake_mu; it may call
+ *     sched_req_take and even sched_req_release.  sched_req_release waits for a wake of the
+ *     same request in progress, so it must not be called while holding a lock that the wake
+ *     callback takes.
+ *   - sched_destroy finishes every request; handles still held by the HTTP side stay valid
+ *     (take/cancel/release of a finished request never touch the scheduler).
  *
  * The loop: uv_async wakes it (submit, cancel, shutdown); a uv_idle handle keeps it stepping
  * while any request is waiting or running and is stopped as soon as there is nothing to do,

@@ -210,7 +210,7 @@ static void lm_head(cpu_engine *e, const engine_seq *seqs, int n_out, engine_res
         for (int r = 0; r < n; r++) {
             int seq = e->out_seq[first + r];
             deliver_row(e, &seqs[seq], e->out_tok[first + r], e->logits + (size_t)r * m->hp.n_vocab,
-                        &results[seq]);
+                        results ? &results[seq] : NULL); /* NULL when nobody wants a token */
         }
     }
 }

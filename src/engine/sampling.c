@@ -3,7 +3,6 @@
 
 #include <math.h>
 #include <stdbool.h>
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct candidate {
@@ -104,11 +103,38 @@ static void top_logprobs(const float *logits, int n_vocab, double lse, int n_top
     for (int j = 0; j < n; j++) out->top_logprobs[j] = (float)((double)sane(logits[out->top_ids[j]]) - lse);
 }
 
-static int by_logit_desc(const void *a, const void *b)
+/* Candidate order: descending logit, lowest id first among equals (a total order, so the
+ * result does not depend on the sort algorithm). */
+static bool ranks_before(const candidate *x, const candidate *y)
 {
-    const candidate *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
+    return x->logit > y->logit || (x->logit == y->logit && x->id < y->id);
+}
+
+static void sift_down(candidate *c, int root, int n)
+{
+    for (;;) {
+        int child = 2 * root + 1;
+        if (child >= n) return;
+        /* The heap keeps the candidate that ranks last at the root. */
+        if (child + 1 < n && ranks_before(&c[child], &c[child + 1])) child++;
+        if (!ranks_before(&c[root], &c[child])) return;
+        candidate t = c[root];
+        c[root] = c[child];
+        c[child] = t;
+        root = child;
+    }
+}
+
+/* Heapsort into rank order: in place, O(n log n), and unlike qsort it never allocates. */
+static void sort_candidates(candidate *c, int n)
+{
+    for (int i = n / 2 - 1; i >= 0; i--) sift_down(c, i, n);
+    for (int end = n - 1; end > 0; end--) {
+        candidate t = c[0];
+        c[0] = c[end];
+        c[end] = t;
+        sift_down(c, 0, end);
+    }
 }
 
 /* Temperature, top_k, top_p, min_p, then one draw. */
@@ -123,7 +149,7 @@ static int32_t sample_random(const sampling_input *in, candidate *cand, float ma
         float s = sane(in->logits[i]) / sp->temperature;
         if (s >= max_scaled - NEGLIGIBLE_LOGIT_GAP) cand[n++] = (candidate){s, i};
     }
-    qsort(cand, (size_t)n, sizeof *cand, by_logit_desc);
+    sort_candidates(cand, n);
     if (sp->top_k > 0 && sp->top_k < n) n = sp->top_k;
 
     /* Reuse the logit slot for the unnormalised probability exp(s - s_max) (s_max -> 1). */

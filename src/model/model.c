@@ -42,18 +42,27 @@ __attribute__((format(printf, 2, 3))) static bool fail(loader *L, const char *fm
     return false;
 }
 
+static void arch_key(const loader *L, const char *suffix, char *key, size_t len)
+{
+    snprintf(key, len, "%s.%s", model_arch_name(L->m->hp.arch), suffix);
+}
+
+/* A typed getter found nothing usable: fine only if the key is absent and optional. */
+static bool absent_ok(loader *L, const char *key, bool required, const char *expected)
+{
+    if (gguf_find_key(L->f, key) >= 0) return fail(L, "key '%s' is not %s", key, expected);
+    if (required) return fail(L, "missing key '%s'", key);
+    return true;
+}
+
 /* "<arch>.<suffix>" as an integer in [1, HPARAM_MAX]; *out keeps its default when the key is
  * absent and !required. */
 static bool read_int(loader *L, const char *suffix, bool required, int *out)
 {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", model_arch_name(L->m->hp.arch), suffix);
+    arch_key(L, suffix, key, sizeof key);
     int64_t v;
-    if (!gguf_get_i64(L->f, key, &v)) {
-        if (gguf_find_key(L->f, key) >= 0) return fail(L, "key '%s' is not an integer", key);
-        if (required) return fail(L, "missing key '%s'", key);
-        return true;
-    }
+    if (!gguf_get_i64(L->f, key, &v)) return absent_ok(L, key, required, "an integer");
     if (v < 1 || v > HPARAM_MAX) return fail(L, "key '%s' = %lld is out of range [1, %d]", key, (long long)v, HPARAM_MAX);
     *out = (int)v;
     return true;
@@ -63,13 +72,9 @@ static bool read_int(loader *L, const char *suffix, bool required, int *out)
 static bool read_float(loader *L, const char *suffix, bool required, float *out)
 {
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", model_arch_name(L->m->hp.arch), suffix);
+    arch_key(L, suffix, key, sizeof key);
     float v;
-    if (!gguf_get_f32(L->f, key, &v)) {
-        if (gguf_find_key(L->f, key) >= 0) return fail(L, "key '%s' is not a number", key);
-        if (required) return fail(L, "missing key '%s'", key);
-        return true;
-    }
+    if (!gguf_get_f32(L->f, key, &v)) return absent_ok(L, key, required, "a number");
     if (!(v > 0.0f) || v > 1e30f) return fail(L, "key '%s' = %g is not a positive number", key, (double)v);
     *out = v;
     return true;
@@ -95,7 +100,7 @@ static bool read_arch(loader *L)
 static bool read_rope_scaling(loader *L)
 {
     char key[128];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", model_arch_name(L->m->hp.arch));
+    arch_key(L, "rope.scaling.type", key, sizeof key);
     size_t len;
     const char *type = gguf_get_str(L->f, key, &len);
     if (!type || (len == 4 && memcmp(type, "none", 4) == 0)) return true;
@@ -248,6 +253,11 @@ static bool bind_tensors(loader *L)
         return false;
     m->hp.tied_output = m->output.data == NULL;
     if (m->hp.tied_output) m->output = m->tok_embd;
+    /* Every layer has at least 9 tensors: a block_count the file cannot back is refused before
+     * the layer table is sized by it. */
+    if ((int64_t)hp->n_layer * 9 > gguf_n_tensors(L->f))
+        return fail(L, "%s.block_count %d needs more tensors than the file's %lld", model_arch_name(hp->arch),
+                    hp->n_layer, (long long)gguf_n_tensors(L->f));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return fail(L, "out of memory for %d layers", hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++)

@@ -20,6 +20,14 @@ static model *load(const tiny_spec *s, void **image, char *err, size_t errlen)
     return tiny_model_load(*image, size, err, errlen);
 }
 
+static model *load_ok(const tiny_spec *s, void **image)
+{
+    char err[256];
+    model *m = load(s, image, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    return m;
+}
+
 /* Loading must fail with a message containing every given fragment. */
 static void expect_refusal(const tiny_spec *s, const char *frag1, const char *frag2)
 {
@@ -41,10 +49,8 @@ static void test_llama_gqa_tied(void **state)
     s.rope_freqs = true;
     s.rope_scale = 4.0f;
     s.rope_base = 500000.0f;
-    char err[256];
     void *image;
-    model *m = load(&s, &image, err, sizeof err);
-    if (!m) fail_msg("%s", err);
+    model *m = load_ok(&s, &image);
     const model_hparams *hp = &m->hp;
     assert_int_equal(hp->arch, MODEL_ARCH_LLAMA);
     assert_string_equal(model_arch_name(hp->arch), "llama");
@@ -84,10 +90,8 @@ static void test_qwen2_qwen3(void **state)
     tiny_spec s = tiny_spec_default();
     s.arch = "qwen2";
     s.wtype = GGML_TYPE_F16;
-    char err[256];
     void *image;
-    model *m = load(&s, &image, err, sizeof err);
-    if (!m) fail_msg("%s", err);
+    model *m = load_ok(&s, &image);
     assert_int_equal(m->hp.arch, MODEL_ARCH_QWEN2);
     assert_true(m->hp.rope_neox);
     assert_false(m->hp.tied_output);
@@ -100,8 +104,7 @@ static void test_qwen2_qwen3(void **state)
     s.arch = "qwen3";
     s.head_dim = 16; /* qwen3 states head_dim: 4 heads x 16 != n_embd 32 */
     s.wtype = GGML_TYPE_Q8_0;
-    m = load(&s, &image, err, sizeof err);
-    if (!m) fail_msg("%s", err);
+    m = load_ok(&s, &image);
     assert_int_equal(m->hp.arch, MODEL_ARCH_QWEN3);
     assert_true(m->hp.rope_neox);
     assert_int_equal(m->hp.head_dim, 16);

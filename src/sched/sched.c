@@ -230,12 +230,16 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
                  sched_req **out)
 {
     *out = NULL;
-    if (!p || !p->prompt || p->n_prompt < 1 || p->max_tokens < 1 || p->n_stop < 0 ||
-        p->n_stop > SCHED_MAX_STOP || (p->sp.n_bias > 0 && (!p->sp.bias_ids || !p->sp.bias_vals)))
+    if (!p || !p->prompt || p->n_prompt < 1 || p->n_stop < 0 || p->n_stop > SCHED_MAX_STOP ||
+        (p->sp.n_bias > 0 && (!p->sp.bias_ids || !p->sp.bias_vals)))
         return SCHED_E_INVALID;
+    /* Too long before max_tokens < 1: a caller that defaults max_tokens to "the rest of the
+     * context" gets 0 for a prompt that fills it, and "too long" is the useful answer then. */
+    if ((int64_t)p->n_prompt + (p->max_tokens > 1 ? p->max_tokens : 1) > s->cfg.ctx_per_slot)
+        return SCHED_E_TOO_LONG;
+    if (p->max_tokens < 1) return SCHED_E_INVALID;
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= tokenizer_n_vocab(s->tok)) return SCHED_E_INVALID;
-    if ((int64_t)p->n_prompt + p->max_tokens > s->cfg.ctx_per_slot) return SCHED_E_TOO_LONG;
 
     /* Cheap refusals first, so an overloaded server does not copy prompts it will drop. */
     pthread_mutex_lock(&s->mu);

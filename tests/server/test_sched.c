@@ -498,6 +498,10 @@ static void test_queue_full_too_long_invalid(void **state)
 
     req_spec too_long = spec(T("a"), 30, 3); /* 30 + 3 > 32 */
     assert_int_equal(submit(&fx, &too_long, NULL, &extra), SCHED_E_TOO_LONG);
+    req_spec fills_ctx = spec(T("a"), 32, 0); /* max_tokens defaulted to what is left: 0 */
+    assert_int_equal(submit(&fx, &fills_ctx, NULL, &extra), SCHED_E_TOO_LONG);
+    req_spec no_tokens = spec(T("a"), 3, 0);
+    assert_int_equal(submit(&fx, &no_tokens, NULL, &extra), SCHED_E_INVALID);
     req_spec empty = spec(T("a"), 0, 3);
     assert_int_equal(submit(&fx, &empty, NULL, &extra), SCHED_E_INVALID);
     req_spec bad_id = spec(N_VOCAB + 5, 2, 3);

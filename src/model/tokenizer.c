@@ -263,6 +263,28 @@ static int parse_pre(const char *s, size_t n, pre_kind *out)
     return 0;
 }
 
+/* Texts can repeat (DeepSeek adds user-defined copies of byte-level characters such as "ÿ"):
+ * the first normal token keeps the text, so merges and byte lookups see the real vocabulary. */
+static void map_insert(tokenizer *t, int32_t id)
+{
+    size_t len = t->text_len[id];
+    if (len == 0)
+        return;
+    const char *s = tok_text(t, id);
+    for (uint32_t h = (uint32_t)hash_bytes(s, len) & t->map_mask;; h = (h + 1) & t->map_mask) {
+        int32_t old = t->map[h];
+        if (old < 0) {
+            t->map[h] = id;
+            return;
+        }
+        if (t->text_len[old] == len && memcmp(tok_text(t, old), s, len) == 0) {
+            if (t->type[old] != TT_NORMAL && t->type[id] == TT_NORMAL)
+                t->map[h] = id;
+            return;
+        }
+    }
+}
+
 static int load_vocab(tokenizer *t, const gguf_file *f, char *err, size_t errlen)
 {
     int64_t ki = find_array(f, "tokenizer.ggml.tokens", true, 0, err, errlen);
@@ -317,23 +339,7 @@ static int load_vocab(tokenizer *t, const gguf_file *f, char *err, size_t errlen
         off += len + 1;
         if (len == 0)
             continue;
-        /* A duplicated text maps to its last id, as llama.cpp does. */
-        uint32_t h = (uint32_t)hash_bytes(s, len) & t->map_mask;
-        for (;; h = (h + 1) & t->map_mask) {
-            int32_t id = t->map[h];
-            if (id < 0 || (t->text_len[id] == len && memcmp(t->arena + t->text_off[id], s, len) == 0)) {
-                t->map[h] = (int32_t)i;
-                break;
-            }
-        }
     }
-
-    int64_t si = find_array(f, "tokenizer.ggml.scores", false, n, err, errlen);
-    if (si == -2)
-        return -1;
-    for (uint64_t i = 0; si >= 0 && i < n; i++)
-        gguf_arr_f32(f, si, i, &t->score[i]);
-
     int64_t ti = find_array(f, "tokenizer.ggml.token_type", false, n, err, errlen);
     if (ti == -2)
         return -1;
@@ -342,6 +348,15 @@ static int load_vocab(tokenizer *t, const gguf_file *f, char *err, size_t errlen
         gguf_arr_i64(f, ti, i, &v);
         t->type[i] = (v >= TT_NORMAL && v <= TT_BYTE) ? (uint8_t)v : TT_NORMAL;
     }
+    for (uint64_t i = 0; i < n; i++)
+        map_insert(t, (int32_t)i);
+
+    int64_t si = find_array(f, "tokenizer.ggml.scores", false, n, err, errlen);
+    if (si == -2)
+        return -1;
+    for (uint64_t i = 0; si >= 0 && i < n; i++)
+        gguf_arr_f32(f, si, i, &t->score[i]);
+
     return 0;
 }
 
@@ -353,8 +368,9 @@ static int load_merges(tokenizer *t, const gguf_file *f, char *err, size_t errle
     if (mi < 0)
         return -1;
     uint64_t n = gguf_arr_len(f, mi);
-    if (n > (uint64_t)INT32_MAX / 4) {
-        set_err(err, errlen, "tokenizer: tokenizer.ggml.merges has %llu entries", (unsigned long long)n);
+    if (n > (1u << 24)) { /* ranks are kept as exact floats */
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.merges has %llu entries (max 16777216)",
+                (unsigned long long)n);
         return -1;
     }
     t->pair_mask = table_size(n) - 1;
@@ -589,10 +605,12 @@ typedef struct symbol {
     int32_t prev, next, id;
 } symbol;
 
+/* A candidate merge of sym[left] with its successor.  No right index is kept: while left's
+ * length is unchanged its successor is the same symbol, so a size check finds stale entries. */
 typedef struct bigram {
-    double score; /* higher merges first: SPM token score, BPE -rank */
-    int32_t left, right, id;
-    uint32_t size; /* left.len + right.len when offered: a mismatch later means it is stale */
+    float score; /* higher merges first: SPM token score, BPE -rank (exact below 2^24) */
+    int32_t left, id;
+    uint32_t size; /* left.len + right.len when offered */
 } bigram;
 
 typedef struct merger {
@@ -661,7 +679,7 @@ static void offer_pair(merger *m, int32_t l, int32_t r)
         return;
     const tokenizer *t = m->t;
     const symbol *a = &m->sym[l], *b = &m->sym[r];
-    bigram g = {0, l, r, -1, a->len + b->len};
+    bigram g = {0, l, -1, a->len + b->len};
     if (t->kind == TOK_SPM) {
         g.id = lookup(t, m->buf + a->off, g.size);
         if (!spm_usable(t, g.id))
@@ -672,7 +690,7 @@ static void offer_pair(merger *m, int32_t l, int32_t r)
         if (!p)
             return;
         g.id = p->merged;
-        g.score = -(double)p->rank;
+        g.score = -(float)p->rank;
     }
     heap_push(m, g);
 }
@@ -685,9 +703,10 @@ static void merge_run(merger *m, int32_t first, int32_t count)
         offer_pair(m, i, i + 1);
     while (m->n_heap > 0 && !m->oom) {
         bigram g = heap_pop(m);
-        symbol *a = &m->sym[g.left], *b = &m->sym[g.right];
-        if (a->len == 0 || b->len == 0 || a->next != g.right || a->len + b->len != g.size)
+        symbol *a = &m->sym[g.left];
+        if (a->len == 0 || a->next < 0 || a->len + m->sym[a->next].len != g.size)
             continue; /* one side was merged since this pair was offered */
+        symbol *b = &m->sym[a->next];
         a->len += b->len;
         a->id = g.id;
         b->len = 0;
@@ -1342,6 +1361,17 @@ static int hex_digit(char c)
     return -1;
 }
 
+/* BPE: is id the token the encoder uses for a single byte?  DeepSeek stores some of those as
+ * user-defined tokens ("ÿ" for byte FF); they must still decode to the byte. */
+static bool is_byte_symbol(const tokenizer *t, int32_t id)
+{
+    uint32_t cp;
+    size_t n = t->text_len[id];
+    if (n == 0 || unicode_decode(tok_text(t, id), n, &cp) != (int)n || cp >= 324)
+        return false;
+    return t->cp_to_byte[cp] >= 0 && t->byte_id[t->cp_to_byte[cp]] == id;
+}
+
 static void render_token(const tokenizer *t, int32_t id, bool render_special, sink *k)
 {
     const char *s = tok_text(t, id);
@@ -1352,8 +1382,8 @@ static void render_token(const tokenizer *t, int32_t id, bool render_special, si
             sink_put(k, s, n);
         return;
     }
-    if (type == TT_USER) {
-        sink_put(k, s, n);
+    if (type == TT_USER && !(t->kind == TOK_BPE && is_byte_symbol(t, id))) {
+        sink_put(k, s, n); /* added tokens are stored as written */
         return;
     }
     if (t->kind == TOK_SPM) {

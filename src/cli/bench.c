@@ -7,7 +7,8 @@
  *           timed), then --gen steps that each carry one new token for every sequence;
  *           aggregate tok/s = B * gen / wall time of those steps.
  * Tokens are random ids (seeded), greedy sampling: the values do not change the work done.
- * Each measurement is printed as a table row and as one JSON line (starting with '{'). */
+ * Each measurement is printed as a table row, then (after the table) as one JSON line that
+ * starts with '{', for scripts. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,23 +102,57 @@ static void random_tokens(int32_t *out, int n, int n_vocab, uint64_t seed)
     }
 }
 
+typedef struct measurement {
+    const char *test;
+    int n_prompt, batch, n_tokens;
+    double secs;
+} measurement;
+
 typedef struct bench_ctx {
     const bench_opts *o;
     const model *m;
     engine *e;
     sampling_params sp;
+    measurement done[2 * MAX_LIST];
+    int n_done;
     char err[512];
 } bench_ctx;
 
-static void report(const bench_ctx *b, const char *test, int n_prompt, int batch, int n_tokens,
-                   double secs)
+static double tok_per_s(const measurement *r) { return r->secs > 0 ? r->n_tokens / r->secs : 0; }
+
+/* A table row now; the JSON line is printed with the others after the table. */
+static void report(bench_ctx *b, measurement r)
 {
-    double tps = secs > 0 ? n_tokens / secs : 0;
-    printf("%-8s %8d %6d %9d %10.3f %12.1f\n", test, n_prompt, batch, n_tokens, secs, tps);
-    printf("{\"test\":\"%s\",\"model\":\"%s\",\"backend\":\"%s\",\"n_prompt\":%d,\"batch\":%d,"
-           "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f}\n",
-           test, b->m->name, engine_name(b->e), n_prompt, batch, n_tokens, secs, tps);
+    printf("%-8s %8d %6d %9d %10.3f %12.1f\n", r.test, r.n_prompt, r.batch, r.n_tokens, r.secs,
+           tok_per_s(&r));
     fflush(stdout);
+    b->done[b->n_done++] = r;
+}
+
+/* JSON string body of s (quotes, backslashes and control bytes escaped). */
+static void json_str(const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+}
+
+static void print_json(const bench_ctx *b, const char *backend)
+{
+    for (int i = 0; i < b->n_done; i++) {
+        const measurement *r = &b->done[i];
+        printf("{\"test\":\"%s\",\"model\":\"", r->test);
+        json_str(b->m->name);
+        printf("\",\"backend\":\"%s\",\"weight_bytes\":%zu,\"n_prompt\":%d,\"batch\":%d,"
+               "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f}\n",
+               backend, b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r));
+    }
 }
 
 /* Time one prompt of n tokens in slot 0, chunked by ubatch. Seconds, or -1. */
@@ -226,15 +261,17 @@ int cli_bench(int argc, char **argv)
     for (int i = 0; i < o.n_prompts; i++) {
         double s = best_of(o.reps, time_prefill, &b, toks, o.prompts[i]);
         if (s < 0) goto fail;
-        report(&b, "prefill", o.prompts[i], 1, o.prompts[i], s);
+        report(&b, (measurement){"prefill", o.prompts[i], 1, o.prompts[i], s});
     }
     /* Decode: as many slots as the largest batch, each just long enough. */
     if (!make_engine(&b, max_b, DECODE_PROMPT + o.n_gen)) goto fail;
     for (int i = 0; i < o.n_batches; i++) {
         double s = best_of(o.reps, decode_run, &b, toks, o.batches[i]);
         if (s < 0) goto fail;
-        report(&b, "decode", DECODE_PROMPT, o.batches[i], o.batches[i] * o.n_gen, s);
+        report(&b, (measurement){"decode", DECODE_PROMPT, o.batches[i], o.batches[i] * o.n_gen, s});
     }
+    putchar('\n');
+    print_json(&b, engine_name(b.e));
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "inferd bench: %s\n", toks ? b.err : "out of memory");

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# test 'cli': the real inferd binary (env INFERD_BIN) on models made by `inferd mkmodel`:
+# mkmodel per architecture, info, generate (text + throughput lines, determinism, --chat),
+# bench (table + valid JSON lines), scripts/make-default-model, and flag errors.
+set -uo pipefail
+bin="${INFERD_BIN:?INFERD_BIN must point to the inferd binary}"
+src="${INFERD_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
+tmp="$(mktemp -d /tmp/inferd-cli-XXXXXX)"
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+# expect_rc WANT CMD...: run, keep stdout/stderr in $tmp/out, $tmp/err
+expect_rc() {
+    local want="$1"; shift
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        fail "exit $rc (want $want): $*"; sed 's/^/  stderr: /' "$tmp/err" | head -5 >&2
+        return 1
+    fi
+}
+expect_grep() { # PATTERN FILE WHAT
+    grep -Eq -- "$1" "$2" || { fail "$3: no line matching /$1/ in $(basename "$2")"; head -5 "$2" | sed 's/^/  /' >&2; }
+}
+
+# --- mkmodel + info, one per architecture --------------------------------------------------
+for arch in llama qwen2 qwen3; do
+    m="$tmp/tiny-$arch.gguf"
+    expect_rc 0 "$bin" mkmodel -o "$m" --arch "$arch" --seed 7 || continue
+    expect_grep "wrote .*\($arch, f32" "$tmp/err" "mkmodel $arch summary"
+    [ -s "$m" ] || fail "mkmodel $arch wrote no file"
+    expect_rc 0 "$bin" info "$m" && {
+        expect_grep "general.architecture +str +\"$arch\"" "$tmp/out" "info $arch architecture"
+        expect_grep "tokenizer.ggml.model +str +\"gpt2\"" "$tmp/out" "info $arch tokenizer"
+        expect_grep "tokenizer.chat_template" "$tmp/out" "info $arch chat template"
+    }
+done
+model="$tmp/tiny-llama.gguf"
+
+# --- generate --------------------------------------------------------------------------------
+if expect_rc 0 "$bin" generate -m "$model" -p "The scheduler packs prompts" -n 12 --temp 0 --threads 1; then
+    expect_grep '^prompt tokens: [1-9][0-9]*$' "$tmp/err" "generate prompt tokens"
+    expect_grep '^prefill: [0-9.]+ tok/s' "$tmp/err" "generate prefill rate"
+    expect_grep '^decode: [0-9.]+ tok/s \([0-9]+ tokens generated' "$tmp/err" "generate decode rate"
+    cp "$tmp/out" "$tmp/greedy1"
+    expect_rc 0 "$bin" generate -m "$model" -p "The scheduler packs prompts" -n 12 --temp 0 --threads 2
+    cmp -s "$tmp/out" "$tmp/greedy1" || fail "greedy generation differs between runs"
+fi
+# Sampled text: some seed out of a few must print visible text (a random model may pick an
+# end-of-turn token first), and the same seed must print the same text.
+printed=0
+for seed in 1 2 3 4 5 6 7 8; do
+    expect_rc 0 "$bin" generate -m "$model" -p "Hello" -n 16 --temp 1 --top-k 0 --top-p 1 --min-p 0 --seed "$seed" || break
+    if grep -q '[^[:space:]]' "$tmp/out"; then
+        printed=1
+        cp "$tmp/out" "$tmp/sampled"
+        expect_rc 0 "$bin" generate -m "$model" -p "Hello" -n 16 --temp 1 --top-k 0 --top-p 1 --min-p 0 --seed "$seed"
+        cmp -s "$tmp/out" "$tmp/sampled" || fail "seeded generation is not reproducible (seed $seed)"
+        n=$(sed -n 's/^decode: .*(\([0-9]*\) tokens generated.*/\1/p' "$tmp/err")
+        [ "${n:-0}" -ge 1 ] && [ "${n:-0}" -le 16 ] || fail "generated token count '$n' not in 1..16"
+        break
+    fi
+done
+[ "$printed" = 1 ] || fail "generate printed no text for any of 8 seeds"
+expect_rc 0 "$bin" generate -m "$tmp/tiny-qwen2.gguf" -p "Hi there" -n 8 --chat --seed 3 &&
+    expect_grep '^prompt tokens: ([89]|[1-9][0-9]+)$' "$tmp/err" "chat prompt includes the template tokens"
+
+# --- bench -----------------------------------------------------------------------------------
+if expect_rc 0 "$bin" bench -m "$model" --prompt 32,64 --batch 1,3 --gen 4 --ubatch 16 --threads 1; then
+    expect_grep '^model: inferd-tiny' "$tmp/out" "bench model line"
+    expect_grep '^weights: [0-9.]+ MiB' "$tmp/out" "bench weights line"
+    expect_grep '^backend: cpu' "$tmp/out" "bench backend line"
+    expect_grep '^prefill +64 +1 +64 ' "$tmp/out" "bench prefill row"
+    expect_grep '^decode +16 +3 +12 ' "$tmp/out" "bench decode row"
+    [ "$(grep -c '^{' "$tmp/out")" = 4 ] || fail "bench: want 4 JSON lines"
+    if command -v python3 >/dev/null; then
+        grep '^{' "$tmp/out" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+assert [r["test"] for r in rows] == ["prefill", "prefill", "decode", "decode"], rows
+assert all(r["tokens_per_s"] > 0 and r["backend"] == "cpu" for r in rows), rows
+assert rows[3]["batch"] == 3 and rows[3]["n_tokens"] == 12, rows
+' || fail "bench JSON lines"
+    fi
+fi
+
+# --- scripts/make-default-model ----------------------------------------------------------------
+out="$tmp/models/default.gguf"
+if expect_rc 0 bash "$src/scripts/make-default-model" "$bin" "$out"; then
+    [ -s "$out" ] || fail "make-default-model wrote no file"
+    cmp -s "$out" "$tmp/tiny-llama.gguf" && fail "default model should use seed 1, not 7"
+    before=$(stat -c %Y "$out")
+    expect_rc 0 bash "$src/scripts/make-default-model" "$bin" "$out" &&
+        expect_grep 'already exists' "$tmp/out" "make-default-model keeps an existing model"
+    [ "$(stat -c %Y "$out")" = "$before" ] || fail "make-default-model rewrote an existing model"
+    expect_rc 0 "$bin" generate -m "$out" -p "x" -n 2 --threads 1
+fi
+
+# --- errors ------------------------------------------------------------------------------------
+expect_rc 1 "$bin" generate -m "$tmp/missing.gguf" -p "x" && expect_grep 'missing.gguf' "$tmp/err" "missing model named"
+expect_rc 2 "$bin" generate -m "$model" && expect_grep '-p TEXT' "$tmp/err" "generate without prompt"
+expect_rc 2 "$bin" generate -m "$model" -p x --temp abc && expect_grep '--temp' "$tmp/err" "bad --temp named"
+expect_rc 1 "$bin" generate -m "$model" -p x --device tpu && expect_grep 'tpu' "$tmp/err" "bad device named"
+expect_rc 2 "$bin" mkmodel -o "$tmp/x.gguf" --type q3_k && expect_grep 'q3_k' "$tmp/err" "bad type named"
+expect_rc 2 "$bin" mkmodel -o "$tmp/x.gguf" --preset huge && expect_grep 'huge' "$tmp/err" "bad preset named"
+expect_rc 1 "$bin" mkmodel -o "$tmp/x.gguf" --n-head-kv 3 && expect_grep 'n-head-kv' "$tmp/err" "bad head split named"
+[ -e "$tmp/x.gguf" ] && fail "a refused mkmodel left a file"
+expect_rc 2 "$bin" bench -m "$model" --batch 1,,2 && expect_grep '--batch' "$tmp/err" "bad --batch named"
+
+if [ "$failures" -gt 0 ]; then
+    echo "$failures check(s) failed" >&2
+    exit 1
+fi
+echo "cli: all checks passed"

@@ -21,6 +21,7 @@
 /* Engine settings beyond these are mistakes, not configurations; bounding them keeps every
  * size product below within 64 bits. */
 #define CFG_MAX (1 << 24)
+#define LOGITS_MIN_ROWS 16
 
 typedef struct cpu_engine {
     engine base; /* first: engine.c sees only this */
@@ -332,7 +333,11 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         long online = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = online < 1 ? 1 : online > 256 ? 256 : (int)online;
     }
-    e->logits_rows = cfg->n_slots;
+    /* LM-head rows per pass: one per slot covers every sampled token in one pass; a few more
+     * let logits_all requests (tests, tools) share a pass over the output weights.  A step
+     * never has more rows than tokens, so max_batch_tokens caps it. */
+    e->logits_rows = cfg->n_slots > LOGITS_MIN_ROWS ? cfg->n_slots : LOGITS_MIN_ROWS;
+    if (e->logits_rows > cfg->max_batch_tokens) e->logits_rows = cfg->max_batch_tokens;
 
     const size_t B = (size_t)cfg->max_batch_tokens, slots = (size_t)cfg->n_slots, ctx = (size_t)cfg->ctx_per_slot;
     const size_t kv = mul(mul(slots, ctx), mul((size_t)hp->n_layer, (size_t)e->kv_dim));
@@ -348,7 +353,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->out_tok, "LM head rows", B, sizeof(int)},
         {(void **)&e->out_seq, "LM head sequences", B, sizeof(int)},
         {(void **)&e->x, "residual stream", mul(B, (size_t)hp->n_embd), sizeof(float)},
-        {(void **)&e->xb, "activations", mul(B > slots ? B : slots, wide), sizeof(float)},
+        {(void **)&e->xb, "activations", mul(B, wide), sizeof(float)},
         {(void **)&e->xb2, "activations", mul(B, (size_t)hp->n_embd), sizeof(float)},
         {(void **)&e->q, "queries", mul(B, (size_t)e->q_dim), sizeof(float)},
         {(void **)&e->k, "keys", mul(B, (size_t)e->kv_dim), sizeof(float)},
@@ -356,7 +361,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->hb, "FFN activations", mul(B, (size_t)hp->n_ff), sizeof(float)},
         {(void **)&e->hb2, "FFN activations", mul(B, (size_t)hp->n_ff), sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},
-        {(void **)&e->logits, "logits", mul(slots, (size_t)hp->n_vocab), sizeof(float)},
+        {(void **)&e->logits, "logits", mul((size_t)e->logits_rows, (size_t)hp->n_vocab), sizeof(float)},
         {&e->sample_scratch, "sampler scratch", sampling_scratch_bytes(hp->n_vocab), 1},
     };
     if (allocate_buffers(req, sizeof req / sizeof req[0], err, errlen) != 0) {

@@ -1320,7 +1320,7 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
     int n = -1;
     if (rc == 0 && !v.oom && v.n <= (size_t)INT_MAX) {
         n = (int)v.n;
-        if (out && cap > 0)
+        if (out && cap > 0 && n > 0)
             memcpy(out, v.v, (size_t)(n < cap ? n : cap) * sizeof *out);
     }
     free(v.v);

@@ -104,6 +104,8 @@ struct sched {
     bool stopping; /* sched_destroy: finish everything and leave the loop */
     sched_stats stats;
     uint64_t next_id;
+    atomic_uint n_cancels; /* bumped by every cancel, so steps skip the queue walk otherwise */
+    unsigned cancels_seen; /* scheduler thread */
 
     /* Scheduler thread only. */
     sched_req **slots; /* n_slots, NULL when free */
@@ -302,8 +304,10 @@ bool sched_req_take(sched_req *r, sched_output *out)
 void sched_req_cancel(sched_req *r)
 {
     pthread_mutex_lock(&r->mu);
-    if (r->finish == SCHED_FINISH_NONE && !atomic_exchange(&r->cancelled, true))
+    if (r->finish == SCHED_FINISH_NONE && !atomic_exchange(&r->cancelled, true)) {
+        atomic_fetch_add(&r->s->n_cancels, 1);
         uv_async_send(&r->s->async);
+    }
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -486,7 +490,12 @@ static void drop_cancelled(sched *s, bool all)
         sched_req *r = s->slots[i];
         if (r && (all || atomic_load(&r->cancelled))) req_finish(s, r, SCHED_FINISH_CANCELLED, NULL);
     }
-    /* Unlink cancelled waiters under the lock, finish them outside it (req_finish locks). */
+    /* Unlink cancelled waiters under the lock, finish them outside it (req_finish locks).
+     * The counter is read before the flags: a cancel that lands after this read bumps it
+     * again and is seen at the next step. */
+    unsigned cancels = atomic_load(&s->n_cancels);
+    if (!all && cancels == s->cancels_seen) return;
+    s->cancels_seen = cancels;
     sched_req *dropped = NULL;
     pthread_mutex_lock(&s->mu);
     sched_req **link = &s->wait_head;
@@ -736,6 +745,7 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     s->idle.data = s;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle_cond, NULL);
+    atomic_init(&s->n_cancels, 0);
     if ((rc = pthread_create(&s->thread, NULL, sched_thread, s)) != 0) {
         snprintf(err, errlen, "sched: cannot start the scheduler thread: %s", strerror(rc));
         uv_close((uv_handle_t *)&s->idle, NULL);

@@ -1,0 +1,45 @@
+/* gpu_test_util.h - shared helpers of the GPU tests: skip cleanly without a device, random
+ * inputs, relative errors. */
+#ifndef INFERD_TEST_GPU_UTIL_H
+#define INFERD_TEST_GPU_UTIL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/engine.h"
+
+/* true when a CUDA device is usable; otherwise prints why the GPU tests are skipped. */
+static inline bool gpu_test_have_device(void)
+{
+    if (engine_cuda_available()) return true;
+    fprintf(stderr, "SKIP: no CUDA device (engine_cuda_available() is false): GPU tests not run\n");
+    return false;
+}
+
+static inline uint64_t gpu_test_rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static inline float gpu_test_randf(uint64_t *s) { return (float)((gpu_test_rng(s) >> 40) * 0x1.0p-23 - 1.0); }
+
+/* ||a - b|| / ||b|| over n floats; +inf when b is all zeros (a test must never compare zeros). */
+static inline double gpu_test_rel_err(const float *a, const float *b, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+        if (isnan(a[i])) return INFINITY;
+    }
+    return den > 0.0 ? sqrt(num / den) : INFINITY;
+}
+
+#endif

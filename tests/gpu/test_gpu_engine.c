@@ -1,0 +1,305 @@
+/* test_gpu_engine.c - the CUDA engine end to end against the CPU engine on the same GGUF:
+ *   - logits at >= 256 positions (a 200-token prompt, then single-token decode steps) for
+ *     every architecture and weight format: top-1 agreement >= 99 %, relative error reported;
+ *   - stories260K (a trained model): logits and a 300-token greedy generation;
+ *   - 32 concurrent greedy sequences give the tokens each gives alone;
+ *   - a refused step leaves the engine usable; an impossible KV cache is refused with numbers.
+ * Skips without a device. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../cpu/tiny_model.h"
+#include "gpu_test_util.h"
+
+#define N_PROMPT 200
+#define N_POS 288
+
+static bool have_gpu;
+
+static int setup(void **state)
+{
+    (void)state;
+    have_gpu = gpu_test_have_device();
+    return 0;
+}
+
+typedef struct pair {
+    engine *cpu, *gpu;
+} pair;
+
+static pair make_pair(const model *m, const engine_config *cfg)
+{
+    char err[512];
+    pair p = {engine_create_cpu(m, cfg, err, sizeof err), NULL};
+    if (!p.cpu) fail_msg("cpu engine: %s", err);
+    p.gpu = engine_create_cuda(m, cfg, err, sizeof err);
+    if (!p.gpu) fail_msg("cuda engine: %s", err);
+    return p;
+}
+
+static void free_pair(pair *p)
+{
+    engine_free(p->cpu);
+    engine_free(p->gpu);
+}
+
+/* Logits of tokens[0..n) in slot `slot`: a prompt of n_prompt tokens (every position's
+ * logits), then one decode step per remaining token. */
+static void run_logits(engine *e, int slot, const int32_t *tokens, int n, int n_prompt, float *logits, int V)
+{
+    char err[512];
+    engine_seq s = {.slot = slot, .tokens = tokens, .n_tokens = n_prompt, .pos = 0, .logits = logits, .logits_all = true};
+    if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("%s prefill: %s", engine_name(e), err);
+    for (int p = n_prompt; p < n; p++) {
+        s = (engine_seq){.slot = slot, .tokens = tokens + p, .n_tokens = 1, .pos = p, .logits = logits + (size_t)p * V};
+        if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("%s decode %d: %s", engine_name(e), p, err);
+    }
+}
+
+static int argmax(const float *v, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+typedef struct agreement {
+    double top1;    /* fraction of positions with the same argmax */
+    double max_rel; /* worst per-position ||gpu - cpu|| / ||cpu|| */
+} agreement;
+
+static agreement compare_logits(const float *gpu, const float *cpu, int n_pos, int V)
+{
+    agreement a = {0.0, 0.0};
+    int same = 0;
+    for (int p = 0; p < n_pos; p++) {
+        const float *g = gpu + (size_t)p * V, *c = cpu + (size_t)p * V;
+        same += argmax(g, V) == argmax(c, V);
+        double e = gpu_test_rel_err(g, c, (size_t)V);
+        if (e > a.max_rel) a.max_rel = e;
+    }
+    a.top1 = (double)same / n_pos;
+    return a;
+}
+
+static void check_model_logits(const model *m, const char *label, int n_pos, int n_prompt, const int32_t *tokens)
+{
+    int V = m->hp.n_vocab;
+    engine_config cfg = {.n_slots = 3, .ctx_per_slot = n_pos + 8, .max_batch_tokens = 256, .n_threads = 2};
+    pair p = make_pair(m, &cfg);
+    float *lg = malloc((size_t)n_pos * V * sizeof *lg), *lc = malloc((size_t)n_pos * V * sizeof *lc);
+    for (size_t i = 0; i < (size_t)n_pos * V; i++) lg[i] = NAN;
+    run_logits(p.gpu, 1, tokens, n_pos, n_prompt, lg, V);
+    run_logits(p.cpu, 1, tokens, n_pos, n_prompt, lc, V);
+    agreement a = compare_logits(lg, lc, n_pos, V);
+    print_message("  %-24s %d positions: top-1 agreement %.2f %%, max relative logit error %.2e\n", label, n_pos,
+                  100.0 * a.top1, a.max_rel);
+    assert_true(a.top1 >= 0.99);
+    assert_true(a.max_rel < 3e-2);
+    free(lg);
+    free(lc);
+    free_pair(&p);
+}
+
+static void test_logits_every_arch_and_format(void **state)
+{
+    (void)state;
+    if (!have_gpu) skip();
+    static const char *archs[] = {"llama", "qwen2", "qwen3"};
+    static const ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                      GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    int32_t tokens[N_POS];
+    uint64_t seed = 11;
+    for (int a = 0; a < 3; a++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            tiny_spec s = tiny_spec_default();
+            s.arch = archs[a];
+            s.n_vocab = 512;
+            s.n_embd = 256;
+            s.n_layer = 2;
+            s.n_head = 4;
+            s.n_head_kv = 2;
+            s.n_ff = 512;
+            s.n_ctx = 512;
+            s.wtype = types[t];
+            s.tied = a > 0;
+            s.rope_freqs = a == 0;
+            s.rope_scale = a == 0 ? 2.0f : 0.0f;
+            s.seed = 100 + a * 10 + t;
+            size_t size;
+            void *image = tiny_model_build(&s, &size);
+            assert_non_null(image);
+            char err[512];
+            model *m = tiny_model_load(image, size, err, sizeof err);
+            if (!m) fail_msg("%s", err);
+            for (int i = 0; i < N_POS; i++) tokens[i] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)s.n_vocab);
+            char label[64];
+            snprintf(label, sizeof label, "%s %s", archs[a], ggml_type_name(types[t]));
+            check_model_logits(m, label, N_POS, N_PROMPT, tokens);
+            model_free(m);
+            free(image);
+        }
+}
+
+/* stories260K from the shared folder (or INFERD_SHARED_DIR), NULL when absent. */
+static model *load_stories(void)
+{
+    const char *dir = getenv("INFERD_SHARED_DIR");
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir ? dir : INFERD_SHARED_DIR);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        print_message("  SKIP: %s not found\n", path);
+        return NULL;
+    }
+    fclose(f);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s: %s", path, err);
+    return m;
+}
+
+/* Greedy generation of n tokens after `prompt` in slot 0, one decode step at a time. */
+static void greedy(engine *e, const int32_t *prompt, int n_prompt, int n, int32_t *out)
+{
+    char err[512];
+    sampling_params sp;
+    sampling_params_default(&sp);
+    engine_result r;
+    engine_seq s = {.slot = 0, .tokens = prompt, .n_tokens = n_prompt, .pos = 0, .want_token = true, .sp = &sp};
+    for (int i = 0; i < n; i++) {
+        if (engine_step(e, &s, 1, &r, err, sizeof err)) fail_msg("%s: %s", engine_name(e), err);
+        out[i] = r.token;
+        s = (engine_seq){.slot = 0, .tokens = &out[i], .n_tokens = 1, .pos = n_prompt + i, .want_token = true, .sp = &sp};
+    }
+}
+
+static void test_stories260k(void **state)
+{
+    (void)state;
+    if (!have_gpu) skip();
+    model *m = load_stories();
+    if (!m) skip();
+    engine_config cfg = {.n_slots = 2, .ctx_per_slot = 512, .max_batch_tokens = 512, .n_threads = 2};
+    pair p = make_pair(m, &cfg);
+    enum { N = 300 };
+    int32_t seq[N + 1] = {1}, gpu_tokens[N];
+    greedy(p.cpu, seq, 1, N, seq + 1);
+    greedy(p.gpu, seq, 1, N, gpu_tokens);
+    int same = 0;
+    while (same < N && gpu_tokens[same] == seq[same + 1]) same++;
+    print_message("  stories260K greedy: GPU equals CPU for %d of %d tokens\n", same, N);
+    assert_int_equal(same, N);
+    free_pair(&p);
+    check_model_logits(m, "stories260K F32", N, 64, seq);
+    model_free(m);
+}
+
+/* 32 sequences decoded together give the tokens each gives alone. */
+static void test_batch_of_32_equals_alone(void **state)
+{
+    (void)state;
+    if (!have_gpu) skip();
+    model *m = load_stories();
+    void *image = NULL;
+    if (!m) { /* fall back to a random Q4_K model */
+        tiny_spec s = tiny_spec_default();
+        s.n_vocab = 512, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 512, s.n_ctx = 128;
+        s.wtype = GGML_TYPE_Q4_K;
+        size_t size;
+        char err[512];
+        image = tiny_model_build(&s, &size);
+        m = tiny_model_load(image, size, err, sizeof err);
+        assert_non_null(m);
+    }
+    enum { NS = 32, GEN = 24, MAXP = 20 };
+    char err[512];
+    engine_config cfg = {.n_slots = NS, .ctx_per_slot = 64, .max_batch_tokens = NS * MAXP};
+    engine *e = engine_create_cuda(m, &cfg, err, sizeof err);
+    if (!e) fail_msg("%s", err);
+    int32_t prompts[NS][MAXP], alone[NS][GEN], together[NS][GEN];
+    int plen[NS];
+    uint64_t seed = 3;
+    for (int i = 0; i < NS; i++) {
+        plen[i] = 3 + i % 17;
+        prompts[i][0] = 1;
+        for (int j = 1; j < plen[i]; j++) prompts[i][j] = 3 + (int32_t)(gpu_test_rng(&seed) % (uint64_t)(m->hp.n_vocab - 3));
+        greedy(e, prompts[i], plen[i], GEN, alone[i]);
+    }
+    sampling_params sp;
+    sampling_params_default(&sp);
+    engine_seq seqs[NS];
+    engine_result res[NS];
+    for (int i = 0; i < NS; i++)
+        seqs[i] = (engine_seq){.slot = i, .tokens = prompts[i], .n_tokens = plen[i], .pos = 0, .want_token = true, .sp = &sp};
+    for (int g = 0; g < GEN; g++) {
+        if (engine_step(e, seqs, NS, res, err, sizeof err)) fail_msg("batched step %d: %s", g, err);
+        for (int i = 0; i < NS; i++) {
+            together[i][g] = res[i].token;
+            seqs[i] = (engine_seq){.slot = i, .tokens = &together[i][g], .n_tokens = 1, .pos = plen[i] + g,
+                                   .want_token = true, .sp = &sp};
+        }
+    }
+    int differ = 0;
+    for (int i = 0; i < NS; i++) differ += memcmp(alone[i], together[i], sizeof alone[i]) != 0;
+    print_message("  %d concurrent greedy sequences x %d tokens: %d differ from their solo runs\n", NS, GEN, differ);
+    assert_int_equal(differ, 0);
+    engine_free(e);
+    model_free(m);
+    free(image);
+}
+
+static void test_errors_leave_engine_usable(void **state)
+{
+    (void)state;
+    if (!have_gpu) skip();
+    tiny_spec s = tiny_spec_default();
+    s.n_vocab = 256, s.n_embd = 64, s.n_ff = 128;
+    size_t size;
+    char err[512];
+    void *image = tiny_model_build(&s, &size);
+    model *m = tiny_model_load(image, size, err, sizeof err);
+    assert_non_null(m);
+    engine_config huge = {.n_slots = 1 << 20, .ctx_per_slot = 1 << 16, .max_batch_tokens = 64};
+    assert_null(engine_create_cuda(m, &huge, err, sizeof err));
+    print_message("  refused: %s\n", err);
+    assert_non_null(strstr(err, "not enough GPU memory"));
+
+    engine_config cfg = {.n_slots = 2, .ctx_per_slot = 32, .max_batch_tokens = 32};
+    engine *e = engine_create_cuda(m, &cfg, err, sizeof err);
+    assert_non_null(e);
+    sampling_params sp;
+    sampling_params_default(&sp);
+    int32_t tok[2] = {1, 5};
+    int32_t *ids = calloc(5000, sizeof *ids);
+    float *vals = calloc(5000, sizeof *vals);
+    sampling_params bad = sp;
+    bad.bias_ids = ids, bad.bias_vals = vals, bad.n_bias = 5000;
+    engine_seq seq = {.slot = 0, .tokens = tok, .n_tokens = 2, .pos = 0, .want_token = true, .sp = &bad};
+    engine_result r1, r2;
+    assert_int_equal(engine_step(e, &seq, 1, &r1, err, sizeof err), -1);
+    print_message("  refused step: %s\n", err);
+    seq.sp = &sp;
+    assert_int_equal(engine_step(e, &seq, 1, &r1, err, sizeof err), 0);
+    assert_int_equal(engine_step(e, &seq, 1, &r2, err, sizeof err), 0);
+    assert_int_equal(r1.token, r2.token);
+    engine_free(e);
+    free(ids), free(vals);
+    model_free(m);
+    free(image);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_every_arch_and_format),
+        cmocka_unit_test(test_stories260k),
+        cmocka_unit_test(test_batch_of_32_equals_alone),
+        cmocka_unit_test(test_errors_leave_engine_usable),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

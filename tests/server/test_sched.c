@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -917,6 +918,35 @@ static void test_destroy_with_live_requests(void **state)
     }
 }
 
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* With nothing to do the scheduler thread sleeps in the loop: no steps, no CPU. */
+static void test_idle_does_not_spin(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 2, 64, 64, 2);
+    client c;
+    req_spec q = spec(T("a"), 3, 4);
+    run_one(&fx, &q, &c);
+    client_destroy(&c);
+    sched_stats before, after;
+    sched_get_stats(fx.s, &before);
+    double cpu0 = cpu_seconds();
+    usleep(300 * 1000);
+    double cpu = cpu_seconds() - cpu0;
+    sched_get_stats(fx.s, &after);
+    assert_int_equal(after.steps, before.steps);
+    assert_true(cpu < 0.05); /* a spinning thread would burn ~0.3 s */
+    fx_stop(&fx);
+}
+
 /* A wake callback that takes the output and releases the request itself, on the scheduler
  * thread (the way an HTTP layer may finish a stream from its resume hook). */
 typedef struct self_release {
@@ -982,6 +1012,7 @@ int main(void)
         cmocka_unit_test(test_shutdown_and_drain),
         cmocka_unit_test(test_destroy_with_live_requests),
         cmocka_unit_test(test_release_from_wake_callback),
+        cmocka_unit_test(test_idle_does_not_spin),
     };
     return cmocka_run_group_tests(tests, build_tokenizer, free_tokenizer);
 }

@@ -1,0 +1,532 @@
+#!/usr/bin/env python3
+"""Integration tests of the inferd HTTP server: each case starts the real binary ($INFERD_BIN)
+on a free 127.0.0.1 port with a small model, talks real HTTP (curl, raw sockets, the OpenAI
+Node SDK), and stops the server by its PID.  Every wait is bounded.
+
+usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
+                                       flood shutdown node stories)
+Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BIN = os.environ.get("INFERD_BIN", "build/inferd")
+SRC = os.environ.get("INFERD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+SHARED = os.environ.get("INFERD_SHARED_DIR", os.path.join(SRC, "..", "shared"))
+SKIP = 77
+TMP = tempfile.mkdtemp(prefix="inferd-http-")
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_model(name="tiny.gguf", *extra):
+    path = os.path.join(TMP, name)
+    if not os.path.exists(path):
+        subprocess.run([BIN, "mkmodel", "--preset", "tiny", "-o", path, *extra], check=True,
+                       stdout=subprocess.DEVNULL, timeout=120)
+    return path
+
+
+class Server:
+    """One inferd process on 127.0.0.1, started and stopped by this test."""
+
+    def __init__(self, model, *args):
+        self.port = free_port()
+        self.log_path = os.path.join(TMP, f"server-{self.port}.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "--threads", "1", *args],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            check(self.proc.poll() is None, f"server exited early:\n{self.tail()}")
+            try:
+                if request(self.port, "GET", "/health", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise Fail("server did not become healthy in 60 s:\n" + self.tail())
+
+    def tail(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path) as f:
+            return "".join(f.readlines()[-30:])
+
+    def stop(self, expect_rc=0):
+        """SIGTERM by PID, then wait (bounded) for a clean exit."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise Fail("server did not exit within 60 s of SIGTERM")
+        self.log.close()
+        check(rc == expect_rc, f"server exit code {rc}, expected {expect_rc}:\n{self.tail()}")
+
+    def kill(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is not None:
+            sys.stderr.write("--- server log tail ---\n" + self.tail())
+            self.kill()
+        else:
+            self.stop()
+
+
+def request(port, method, path, body=None, headers=None, timeout=120):
+    """One HTTP request; returns (status, headers dict, body bytes)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        h = {"Content-Type": "application/json"} if data is not None else {}
+        h.update(headers or {})
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def post(port, path, body, **kw):
+    st, h, b = request(port, "POST", path, body, **kw)
+    return st, json.loads(b) if b else None
+
+
+def curl(*args, timeout=120):
+    r = subprocess.run(["curl", "-sS", "--max-time", str(timeout), *args], capture_output=True, timeout=timeout + 10)
+    check(r.returncode == 0, f"curl {args} failed: {r.stderr.decode()}")
+    return r.stdout.decode()
+
+
+def sse_events(raw):
+    """Parse an SSE body: a list of decoded JSON events, with '[DONE]' kept as the string."""
+    check(raw.endswith("data: [DONE]\n\n"), f"stream does not end with [DONE]: {raw[-200:]!r}")
+    events = []
+    for block in raw.split("\n\n"):
+        if not block:
+            continue
+        check(block.startswith("data: "), f"bad SSE block {block[:100]!r}")
+        payload = block[len("data: "):]
+        events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def check_error(body, status_seen, status, param=None, code=None):
+    check(status_seen == status, f"status {status_seen}, expected {status}: {body}")
+    e = body["error"]
+    check(set(e) == {"message", "type", "param", "code"}, f"error keys {sorted(e)}")
+    check(isinstance(e["message"], str) and e["message"], "empty error message")
+    if param is not None:
+        check(e["param"] == param, f"param {e['param']!r}, expected {param!r}")
+    if code is not None:
+        check(e["code"] == code, f"code {e['code']!r}, expected {code!r}")
+
+
+def metric(port, name):
+    st, _, b = request(port, "GET", "/metrics")
+    check(st == 200, "/metrics failed")
+    m = re.search(r"^" + re.escape(name) + r" ([0-9.e+]+)$", b.decode(), re.M)
+    check(m, f"metric {name} missing")
+    return float(m.group(1))
+
+
+# ---- cases ------------------------------------------------------------------------------------
+
+def case_api():
+    with Server(make_model()) as s:
+        base = f"http://127.0.0.1:{s.port}"
+        out = json.loads(curl(f"{base}/v1/completions", "-H", "Content-Type: application/json",
+                              "-d", '{"model":"tiny","prompt":"Hello world","max_tokens":5,"temperature":0}'))
+        check(out["object"] == "text_completion" and out["id"].startswith("cmpl-"), f"shape {out}")
+        check(out["model"] == "tiny.gguf", "model alias defaults to the file's basename")
+        ch = out["choices"]
+        check(len(ch) == 1 and ch[0]["index"] == 0 and ch[0]["finish_reason"] == "length", f"choices {ch}")
+        check(out["usage"]["completion_tokens"] == 5, f"usage {out['usage']}")
+        check(out["usage"]["total_tokens"] == out["usage"]["prompt_tokens"] + 5, "total_tokens")
+        greedy = ch[0]["text"]
+
+        # the same request again is deterministic; token-array prompts give the same text
+        st, again = post(s.port, "/v1/completions", {"prompt": "Hello world", "max_tokens": 5, "temperature": 0})
+        check(again["choices"][0]["text"] == greedy, "greedy completion is not deterministic")
+        st, tok = post(s.port, "/tokenize", {"content": "Hello world", "add_special": True})
+        check(st == 200 and all(isinstance(t, int) for t in tok["tokens"]), f"tokenize {tok}")
+        st, ids = post(s.port, "/v1/completions", {"prompt": tok["tokens"], "max_tokens": 5, "temperature": 0})
+        check(ids["choices"][0]["text"] == greedy, "token prompt differs from the text prompt")
+        st, de = post(s.port, "/detokenize", {"tokens": tok["tokens"]})
+        check(st == 200 and de["content"].strip() == "Hello world", f"detokenize {de}")
+        st, pieces = post(s.port, "/tokenize", {"content": "Hello", "with_pieces": True})
+        check("".join(p["piece"] for p in pieces["tokens"]).strip() == "Hello", f"pieces {pieces}")
+
+        # several prompts x n, echo, logprobs
+        st, multi = post(s.port, "/v1/completions",
+                         {"prompt": ["Hello world", "Another one"], "n": 2, "max_tokens": 3, "echo": True,
+                          "logprobs": 2, "seed": 7})
+        check(st == 200 and [c["index"] for c in multi["choices"]] == [0, 1, 2, 3], f"indices {multi}")
+        check(multi["choices"][0]["text"].startswith("Hello world"), "echo missing")
+        check(multi["choices"][2]["text"].startswith("Another one"), "echo of the second prompt missing")
+        lp = multi["choices"][0]["logprobs"]
+        check(len(lp["tokens"]) == 3 and len(lp["token_logprobs"]) == 3, f"logprobs {lp}")
+        check(all(v <= 0 for v in lp["token_logprobs"]), "logprobs must be <= 0")
+        check(all(1 <= len(t) <= 2 for t in lp["top_logprobs"]), "top_logprobs size")
+        check(lp["text_offset"][0] == len("Hello world"), f"text_offset {lp['text_offset']}")
+
+        # stop strings: cut the greedy text at a piece of it
+        st, long = post(s.port, "/v1/completions", {"prompt": "Hello world", "max_tokens": 12, "temperature": 0})
+        text = long["choices"][0]["text"]
+        stop = text[len(text) // 2:len(text) // 2 + 2]
+        if stop.strip():
+            st, cut = post(s.port, "/v1/completions",
+                           {"prompt": "Hello world", "max_tokens": 12, "temperature": 0, "stop": [stop]})
+            c = cut["choices"][0]
+            check(c["finish_reason"] == "stop" and c["text"] == text[:text.index(stop)],
+                  f"stop {stop!r}: {c} vs {text!r}")
+
+        # chat, not streamed
+        out = json.loads(curl(f"{base}/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
+                              '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":'
+                              '[{"type":"text","text":"Hi"}]}],"max_tokens":4,"logprobs":true,"top_logprobs":2}'))
+        check(out["object"] == "chat.completion" and out["id"].startswith("chatcmpl-"), f"chat {out}")
+        msg = out["choices"][0]["message"]
+        check(msg["role"] == "assistant" and isinstance(msg["content"], str), f"message {msg}")
+        check(len(out["choices"][0]["logprobs"]["content"]) == 4, "chat logprobs per token")
+        e0 = out["choices"][0]["logprobs"]["content"][0]
+        check({"token", "logprob", "bytes", "top_logprobs"} <= set(e0) and len(e0["top_logprobs"]) == 2, f"{e0}")
+
+        # models
+        st, _, b = request(s.port, "GET", "/v1/models")
+        models = json.loads(b)
+        check(models["object"] == "list" and models["data"][0]["id"] == "tiny.gguf", f"models {models}")
+        st, _, b = request(s.port, "GET", "/v1/models/tiny.gguf")
+        check(st == 200 and json.loads(b)["object"] == "model", "GET /v1/models/{id}")
+        st, _, b = request(s.port, "GET", "/v1/models/other")
+        check_error(json.loads(b), st, 404, code="model_not_found")
+
+        # metrics count what happened
+        st, h, b = request(s.port, "GET", "/metrics")
+        text = b.decode()
+        check(st == 200 and h["content-type"].startswith("text/plain"), "metrics content type")
+        for name in ("inferd_http_requests_total{code=\"200\"}", "inferd_prompt_tokens_total",
+                     "inferd_generated_tokens_total", "inferd_queue_depth", "inferd_slots_running",
+                     "inferd_kv_tokens_used", "inferd_time_to_first_token_seconds_bucket",
+                     "inferd_inter_token_latency_seconds_count", "inferd_http_requests_total{code=\"404\"} 1"):
+            check(name in text, f"metrics lack {name}")
+        check(metric(s.port, "inferd_generated_tokens_total") >= 30, "generated tokens counted")
+
+
+def case_stream():
+    with Server(make_model()) as s:
+        base = f"http://127.0.0.1:{s.port}"
+        raw = curl("-N", f"{base}/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
+                   '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":6,"stream":true,'
+                   '"stream_options":{"include_usage":true},"temperature":0}')
+        ev = sse_events(raw)
+        check(ev[-1] == "[DONE]", "DONE last")
+        chunks = ev[:-1]
+        check(all(c["object"] == "chat.completion.chunk" for c in chunks), "chunk object")
+        check(len({c["id"] for c in chunks}) == 1, "one id per stream")
+        check(chunks[0]["choices"][0]["delta"].get("role") == "assistant", "first chunk carries the role")
+        check(all("role" not in c["choices"][0]["delta"] for c in chunks[1:-1] if c["choices"]), "role only once")
+        usage = chunks[-1]
+        check(usage["choices"] == [] and usage["usage"]["completion_tokens"] == 6, f"usage chunk {usage}")
+        fin = chunks[-2]["choices"][0]
+        check(fin["finish_reason"] == "length", f"finish chunk {fin}")
+        check(all(c["choices"][0]["finish_reason"] is None for c in chunks[:-2]), "finish_reason only at the end")
+        check(all(c["usage"] is None for c in chunks[:-1]), "usage: null on every other chunk")
+        streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+        st, whole = post(s.port, "/v1/chat/completions",
+                         {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0})
+        check(whole["choices"][0]["message"]["content"] == streamed, "stream and non-stream differ")
+
+        raw = curl("-N", f"{base}/v1/completions", "-H", "Content-Type: application/json", "-d",
+                   '{"prompt":"Hello","max_tokens":5,"stream":true,"n":2,"temperature":0}')
+        ev = sse_events(raw)[:-1]
+        check(all(e["object"] == "text_completion" for e in ev), "completion chunk object")
+        check("usage" not in ev[0], "no usage key without include_usage")
+        texts = ["", ""]
+        for e in ev:
+            c = e["choices"][0]
+            texts[c["index"]] += c["text"]
+        check(texts[0] == texts[1] and texts[0], "greedy n=2 choices differ")
+        finals = [e["choices"][0] for e in ev if e["choices"][0]["finish_reason"]]
+        check(sorted(c["index"] for c in finals) == [0, 1], "one finish per choice")
+
+
+def case_errors():
+    model = make_model()
+    with Server(model, "--max-body", "2000", "-c", "64") as s:
+        p = s.port
+        st, b = post(p, "/v1/completions", b'{"prompt": "x",')
+        check_error(b, st, 400, code=None)
+        check(b["error"]["type"] == "invalid_request_error", "malformed JSON type")
+        st, b = post(p, "/v1/completions", {"prompt": "x", "temperature": -1})
+        check_error(b, st, 400, param="temperature")
+        st, b = post(p, "/v1/completions", {"prompt": "x", "top_p": 1.5})
+        check_error(b, st, 400, param="top_p")
+        st, b = post(p, "/v1/completions", {"prompt": "x", "n": 0})
+        check_error(b, st, 400, param="n")
+        st, b = post(p, "/v1/completions", {"prompt": ""})
+        check_error(b, st, 400, param="prompt")
+        st, b = post(p, "/v1/completions", {"prompt": [1, 99999]})
+        check_error(b, st, 400, param="prompt")
+        st, b = post(p, "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]})
+        check_error(b, st, 400, param="messages[0].role")
+        st, b = post(p, "/v1/completions", {"prompt": "x", "stream": "yes"})
+        check_error(b, st, 400, param="stream", code="invalid_type")
+        # unknown fields are ignored
+        st, b = post(p, "/v1/completions", {"prompt": "x", "max_tokens": 2, "frobnicate": {"a": 1}})
+        check(st == 200, f"unknown field refused: {b}")
+        # context: prompt + max_tokens > 64 -> 400 before any work
+        st, b = post(p, "/v1/completions", {"prompt": "hello " * 10, "max_tokens": 60})
+        check_error(b, st, 400, code="context_length_exceeded")
+        st, b = post(p, "/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 80}]})
+        check_error(b, st, 400, code="context_length_exceeded", param="messages")
+        # 404, 405
+        st, _, raw = request(p, "GET", "/v1/nothing")
+        check_error(json.loads(raw), st, 404, code="unknown_url")
+        st, h, raw = request(p, "GET", "/v1/completions")
+        check_error(json.loads(raw), st, 405)
+        check(h.get("allow") == "POST", f"Allow header {h}")
+        st, _, raw = request(p, "POST", "/health", b"{}")
+        check_error(json.loads(raw), st, 405)
+        # 413: declared length, and a chunked body that grows past the limit
+        st, b = post(p, "/v1/completions", {"prompt": "x" * 5000})
+        check_error(b, st, 413)
+        body = os.path.join(TMP, "big.json")
+        with open(body, "w") as f:
+            json.dump({"prompt": "y" * 5000}, f)
+        out = curl("-w", "\n%{http_code}", "-H", "Transfer-Encoding: chunked", "-H", "Content-Type: application/json",
+                   "--data-binary", "@" + body, f"http://127.0.0.1:{p}/v1/completions")
+        check(out.rsplit("\n", 1)[1] == "413", f"chunked over-limit body: {out[-300:]}")
+        st, _, raw = request(p, "GET", "/health")
+        check(st == 200, "server still healthy after the errors")
+        text = request(p, "GET", "/metrics")[2].decode()
+        for code in ("400", "404", "405", "413"):
+            check(f'inferd_http_requests_total{{code="{code}"}}' in text, f"metrics lack status {code}")
+
+
+def case_auth():
+    with Server(make_model(), "--api-key", "s3cret") as s:
+        p = s.port
+        check(request(p, "GET", "/health")[0] == 200, "/health stays open")
+        st, _, raw = request(p, "GET", "/v1/models")
+        check_error(json.loads(raw), st, 401, code="invalid_api_key")
+        st, b = post(p, "/v1/completions", {"prompt": "x"}, headers={"Authorization": "Bearer wrong"})
+        check_error(b, st, 401)
+        st, b = post(p, "/v1/completions", {"prompt": "x", "max_tokens": 2}, headers={"Authorization": "Bearer s3cret"})
+        check(st == 200, f"right key refused: {b}")
+        check(request(p, "GET", "/metrics")[0] == 401, "/metrics needs the key")
+        out = curl(f"http://127.0.0.1:{p}/v1/models", "-H", "Authorization: Bearer s3cret")
+        check(json.loads(out)["data"][0]["id"] == "tiny.gguf", "curl with key")
+
+
+def stream_text(port, body, results, i):
+    """A streaming request over a raw connection; stores the concatenated text."""
+    try:
+        st, _, raw = request(port, "POST", "/v1/completions", dict(body, stream=True))
+        ev = sse_events(raw.decode())
+        results[i] = "".join(e["choices"][0]["text"] for e in ev[:-1] if e["choices"])
+    except Exception as e:  # reported by the caller
+        results[i] = e
+
+
+def case_concurrency():
+    with Server(make_model(), "-np", "4", "--queue-size", "64") as s:
+        bodies = [{"prompt": f"Request number {i} says", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+                  for i in range(16)]
+        sequential = [None] * 16
+        for i, b in enumerate(bodies):
+            stream_text(s.port, b, sequential, i)
+        concurrent = [None] * 16
+        threads = [threading.Thread(target=stream_text, args=(s.port, b, concurrent, i)) for i, b in enumerate(bodies)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        for i in range(16):
+            check(isinstance(sequential[i], str) and sequential[i], f"sequential {i}: {sequential[i]!r}")
+            check(concurrent[i] == sequential[i], f"request {i}: concurrent {concurrent[i]!r} != {sequential[i]!r}")
+        check(len(set(sequential)) > 1, "different prompts should give different texts")
+
+
+def open_stream(port, max_tokens):
+    """Start a streaming request and read until its first content chunk; returns the socket."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": max_tokens, "ignore_eos": True,
+                       "stream": True}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while got.count(b"data: ") < 2:
+        chunk = sock.recv(4096)
+        check(chunk, "stream closed early")
+        got += chunk
+    return sock
+
+
+def wait_metric(port, name, want, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if metric(port, name) == want:
+            return
+        time.sleep(0.1)
+    raise Fail(f"{name} stayed at {metric(port, name)}, expected {want}")
+
+
+def case_disconnect():
+    model = make_model("long.gguf", "--n-ctx", "8192")
+    with Server(model, "-np", "2", "-c", "8192") as s:
+        socks = [open_stream(s.port, 8000) for _ in range(2)]
+        check(metric(s.port, "inferd_slots_running") == 2, "both slots busy while streaming")
+        for k in socks:
+            k.close()
+        wait_metric(s.port, "inferd_slots_running", 0)
+        wait_metric(s.port, "inferd_queue_depth", 0)
+        check(metric(s.port, "inferd_kv_tokens_used") == 0, "KV freed")
+        text = request(s.port, "GET", "/metrics")[2].decode()
+        check(re.search(r'inferd_requests_finished_total\{reason="cancelled"\} 2', text), "2 cancelled")
+        st, b = post(s.port, "/v1/completions", {"prompt": "Still", "max_tokens": 4})
+        check(st == 200 and b["usage"]["completion_tokens"] == 4, "serving after disconnects")
+
+
+def case_flood():
+    model = make_model("long.gguf", "--n-ctx", "8192")
+    with Server(model, "-np", "1", "--queue-size", "2", "-c", "8192") as s:
+        results = [None] * 24
+
+        def one(i):
+            try:
+                results[i] = post(s.port, "/v1/completions", {"prompt": "Flood", "max_tokens": 300, "ignore_eos": True})
+            except Exception as e:
+                results[i] = (0, str(e))
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(24)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        codes = [r[0] for r in results]
+        check(codes.count(429) >= 10, f"expected many 429s, got {codes}")
+        check(codes.count(200) >= 1, f"expected some 200s, got {codes}")
+        check(set(codes) <= {200, 429}, f"unexpected statuses {codes}")
+        for st, b in results:
+            if st == 429:
+                check_error(b, st, 429, code="queue_full")
+            else:
+                check(b["usage"]["completion_tokens"] == 300, "accepted requests complete")
+        st, b = post(s.port, "/v1/completions", {"prompt": "After", "max_tokens": 3})
+        check(st == 200, "the server keeps serving after a flood")
+        check(f'inferd_http_requests_total{{code="429"}} {codes.count(429)}' in request(s.port, "GET", "/metrics")[2].decode(),
+              "429s counted")
+
+
+def case_shutdown():
+    model = make_model("long.gguf", "--n-ctx", "8192")
+    s = Server(model, "-np", "2", "-c", "8192", "--shutdown-timeout", "60")
+    try:
+        sock = open_stream(s.port, 5000)
+        os.kill(s.proc.pid, signal.SIGTERM)
+        time.sleep(0.2)
+        # new work is refused while the running stream drains (5000 tokens take seconds)
+        st, _, raw = request(s.port, "POST", "/v1/completions", {"prompt": "late"}, timeout=10)
+        check_error(json.loads(raw), st, 503, code="shutting_down")
+        st, _, raw = request(s.port, "GET", "/health", timeout=10)
+        check(st == 503, "health is 503 while draining")
+        sock.settimeout(60)
+        data = b""
+        while not data.endswith(b"0\r\n\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        text = data.decode(errors="replace")
+        check("data: [DONE]" in text, "the running stream finished during the drain")
+        check('"finish_reason":"length"' in text, "it ran to max_tokens")
+        sock.close()
+        s.stop(expect_rc=0)
+        check("shutting down" in s.tail(), "shutdown logged")
+    finally:
+        s.kill()
+
+
+def case_node():
+    node_dir = os.path.join(SRC, "tests", "node")
+    if not os.path.isdir(os.path.join(node_dir, "node_modules", "openai")):
+        print("SKIP: the OpenAI Node SDK is not installed (cd tests/node && npm install)")
+        return SKIP
+    try:
+        subprocess.run(["node", "--version"], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        print("SKIP: node is not installed")
+        return SKIP
+    with Server(make_model(), "--api-key", "sdk-key") as s:
+        env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key")
+        r = subprocess.run(["node", os.path.join(node_dir, "openai_sdk.mjs")], env=env, capture_output=True,
+                           timeout=120, text=True)
+        sys.stdout.write(r.stdout)
+        check(r.returncode == 0, f"node SDK test failed:\n{r.stdout}\n{r.stderr}")
+
+
+def case_stories():
+    model = os.path.join(SHARED, "models", "stories260K.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: {model} not present")
+        return SKIP
+    with Server(model) as s:
+        st, b = post(s.port, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0})
+        text = b["choices"][0]["text"]
+        words = re.findall(r"[A-Za-z]+", text)
+        common = {"the", "a", "was", "she", "he", "to", "and", "little", "day", "there"}
+        check(len(words) >= 15 and len(common & {w.lower() for w in words}) >= 3, f"not English: {text!r}")
+        raw = curl("-N", f"http://127.0.0.1:{s.port}/v1/completions", "-H", "Content-Type: application/json", "-d",
+                   json.dumps({"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stream": True}))
+        streamed = "".join(e["choices"][0]["text"] for e in sse_events(raw)[:-1])
+        check(streamed == text, "streamed story differs from the whole one")
+        print(f"stories260K: {text!r}")
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(CASES)}")
+    if not os.path.exists(BIN):
+        sys.exit(f"INFERD_BIN {BIN} does not exist")
+    try:
+        rc = CASES[sys.argv[1]]()
+    except Fail as e:
+        print(f"FAIL {sys.argv[1]}: {e}")
+        rc = 1
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
+    sys.exit(rc or 0)

@@ -105,6 +105,12 @@ static bool grow(void **p, int *cap, int need, size_t elem)
 }
 
 /* ---- pair counts + lazy heap ------------------------------------------------------------------ */
+/* Heap order: higher count first, then the smaller pair key (deterministic ties). */
+static bool heap_before(const heap_ent *x, const heap_ent *y)
+{
+    return x->count > y->count || (x->count == y->count && x->pair < y->pair);
+}
+
 static void heap_push(trainer *t, int64_t count, uint64_t pair)
 {
     if (t->heap_len == t->heap_cap) {
@@ -117,15 +123,11 @@ static void heap_push(trainer *t, int64_t count, uint64_t pair)
         t->heap = h;
         t->heap_cap = c;
     }
-    /* max by count, then min by pair key (deterministic ties) */
     size_t i = t->heap_len++;
     heap_ent e = {count, pair};
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        heap_ent *u = &t->heap[up];
-        if (u->count > e.count || (u->count == e.count && u->pair < e.pair)) break;
-        t->heap[i] = *u;
-        i = up;
+    while (i > 0 && heap_before(&e, &t->heap[(i - 1) / 2])) {
+        t->heap[i] = t->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
     }
     t->heap[i] = e;
 }
@@ -136,17 +138,13 @@ static heap_ent heap_pop(trainer *t)
     heap_ent last = t->heap[--t->heap_len];
     size_t i = 0, n = t->heap_len;
     for (;;) {
-        size_t l = 2 * i + 1, best = i;
-        heap_ent *b = &last;
-        if (l < n && (t->heap[l].count > b->count ||
-                      (t->heap[l].count == b->count && t->heap[l].pair < b->pair))) {
-            best = l;
-            b = &t->heap[l];
-        }
-        if (l + 1 < n && (t->heap[l + 1].count > b->count ||
-                          (t->heap[l + 1].count == b->count && t->heap[l + 1].pair < b->pair))) {
-            best = l + 1;
-            b = &t->heap[l + 1];
+        size_t best = i;
+        const heap_ent *b = &last;
+        for (size_t k = 2 * i + 1; k <= 2 * i + 2 && k < n; k++) {
+            if (heap_before(&t->heap[k], b)) {
+                best = k;
+                b = &t->heap[k];
+            }
         }
         if (best == i) break;
         t->heap[i] = *b;

@@ -2,6 +2,7 @@
 #include "cpu_ops.h"
 
 #include <math.h>
+#include <stdint.h>
 
 #include "../model/quant.h"
 
@@ -45,9 +46,16 @@ static void matmul_rows(void *ctx, int begin, int end, int thread)
     }
 }
 
+/* Below this many multiply-adds a hand-off to the workers (a few microseconds of wake-up)
+ * costs more than it saves: the caller computes alone.  Results are the same either way. */
+#define PARALLEL_MIN_WORK (64 * 1024)
+
 void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm)
 {
-    cpu_pool_run(pool, matmul_rows, (void *)mm, (int)mm->w->ne1);
+    if (mm->w->ne0 * mm->w->ne1 * mm->n_tok < PARALLEL_MIN_WORK)
+        matmul_rows((void *)mm, 0, (int)mm->w->ne1, 0);
+    else
+        cpu_pool_run(pool, matmul_rows, (void *)mm, (int)mm->w->ne1);
 }
 
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
@@ -100,5 +108,10 @@ static void attention_items(void *ctx, int begin, int end, int thread)
 
 void cpu_attention_run(cpu_pool *pool, const cpu_attention *at)
 {
-    cpu_pool_run(pool, attention_items, (void *)at, at->n_tok * at->n_head);
+    int64_t work = 0; /* query-key products */
+    for (int t = 0; t < at->n_tok; t++) work += (int64_t)(at->pos[t] + 1) * at->n_head * at->head_dim;
+    if (work < PARALLEL_MIN_WORK)
+        attention_items((void *)at, 0, at->n_tok * at->n_head, 0);
+    else
+        cpu_pool_run(pool, attention_items, (void *)at, at->n_tok * at->n_head);
 }

@@ -327,28 +327,29 @@ static void test_batch_and_chunk_invariance(void **state)
 static void test_threads_errors_rewind(void **state)
 {
     (void)state;
-    arch_case c = make_case("llama Q8_0", "llama", GGML_TYPE_Q8_0, 64, 64, 0);
+    /* Large enough that matmuls and attention go to the worker threads. */
+    arch_case c = make_case("qwen3 Q4_K", "qwen3", GGML_TYPE_Q4_K, 256, 256, 64);
     loaded one = load_engine(&c.spec, 1), three = load_engine(&c.spec, 3);
-    const int V = one.m->hp.n_vocab;
-    int32_t a[12];
-    random_tokens(a, 12, V, 42);
-    float *l1 = malloc(12 * (size_t)V * sizeof(float)), *l3 = malloc(12 * (size_t)V * sizeof(float));
-    feed(one.e, 0, a, 12, 0, l1, true);
-    feed(three.e, 0, a, 12, 0, l3, true);
-    assert_memory_equal(l1, l3, 12 * (size_t)V * sizeof(float));
+    const int V = one.m->hp.n_vocab, N = 40;
+    int32_t a[40];
+    random_tokens(a, N, V, 42);
+    float *l1 = malloc((size_t)N * V * sizeof(float)), *l3 = malloc((size_t)N * V * sizeof(float));
+    feed(one.e, 0, a, N, 0, l1, true);
+    feed(three.e, 0, a, N, 0, l3, true);
+    assert_memory_equal(l1, l3, (size_t)N * V * sizeof(float));
 
     /* A sequence may not start beyond what its slot holds; the step leaves the slot alone. */
     sampling_params sp;
     sampling_params_default(&sp);
     engine_seq bad[] = {
         {.slot = 1, .tokens = a, .n_tokens = 2, .pos = 0, .want_token = true, .sp = &sp},
-        {.slot = 0, .tokens = a, .n_tokens = 1, .pos = 13, .want_token = true, .sp = &sp},
+        {.slot = 0, .tokens = a, .n_tokens = 1, .pos = 41, .want_token = true, .sp = &sp},
     };
     engine_result res[2];
     char err[256];
     assert_int_equal(engine_step(one.e, bad, 2, res, err, sizeof err), -1);
     print_message("  refused: %s\n", err);
-    assert_non_null(strstr(err, "slot 0 holds only 12 tokens"));
+    assert_non_null(strstr(err, "slot 0 holds only 40 tokens"));
     bad[1].pos = 48; /* beyond the slot context (48): refused by the engine.c checks */
     assert_int_equal(engine_step(one.e, bad, 2, res, err, sizeof err), -1);
     assert_non_null(strstr(err, "exceed the slot context"));

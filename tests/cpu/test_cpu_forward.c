@@ -392,6 +392,21 @@ static void test_engine_sampling(void **state)
     assert_int_equal(r.top_ids[0], best);
     assert_true(r.logprob < 0.0f && r.logprob == r.top_logprobs[0]);
 
+    /* Penalties see the slot's history: a huge presence penalty over the whole history picks
+     * the best token that is not in the prompt. */
+    sp.presence_penalty = 1000.0f;
+    sp.penalty_last_n = -1;
+    engine_slot_clear(L.e, 0);
+    assert_int_equal(engine_step(L.e, &s, 1, &r, err, sizeof err), 0);
+    int best_new = -1;
+    for (int i = 0; i < V; i++) {
+        bool in_prompt = false;
+        for (int j = 0; j < 6; j++) in_prompt |= a[j] == i;
+        if (!in_prompt && (best_new < 0 || logits[i] > logits[best_new])) best_new = i;
+    }
+    assert_int_equal(r.token, best_new);
+    sp.presence_penalty = 0.0f;
+
     /* Same seed and position, different batch companion: same draw. */
     sp.temperature = 1.0f;
     sp.seed = 77;

@@ -54,6 +54,7 @@ class Server:
 
     def __init__(self, model, *args):
         self.port = free_port()
+        self.terminated = False
         self.log_path = os.path.join(TMP, f"server-{self.port}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
@@ -79,8 +80,7 @@ class Server:
 
     def stop(self, expect_rc=0):
         """SIGTERM by PID, then wait (bounded) for a clean exit."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
+        self.terminate()
         try:
             rc = self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -88,6 +88,12 @@ class Server:
             raise Fail("server did not exit within 60 s of SIGTERM")
         self.log.close()
         check(rc == expect_rc, f"server exit code {rc}, expected {expect_rc}:\n{self.tail()}")
+
+    def terminate(self):
+        """SIGTERM once (a second one while draining would be a second request to stop)."""
+        if self.proc.poll() is None and not self.terminated:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            self.terminated = True
 
     def kill(self):
         if self.proc.poll() is None:
@@ -454,10 +460,10 @@ def case_shutdown():
     model = make_model("long.gguf", "--n-ctx", "8192")
     s = Server(model, "-np", "2", "-c", "8192", "--shutdown-timeout", "60")
     try:
-        sock = open_stream(s.port, 5000)
-        os.kill(s.proc.pid, signal.SIGTERM)
+        sock = open_stream(s.port, 3000)
+        s.terminate()
         time.sleep(0.2)
-        # new work is refused while the running stream drains (5000 tokens take seconds)
+        # new work is refused while the running stream drains (3000 tokens take seconds)
         st, _, raw = request(s.port, "POST", "/v1/completions", {"prompt": "late"}, timeout=10)
         check_error(json.loads(raw), st, 503, code="shutting_down")
         st, _, raw = request(s.port, "GET", "/health", timeout=10)

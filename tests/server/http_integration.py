@@ -442,7 +442,7 @@ def case_flood():
         for t in threads:
             t.join(timeout=300)
         codes = [r[0] for r in results]
-        check(codes.count(429) >= 10, f"expected many 429s, got {codes}")
+        check(codes.count(429) >= 8, f"expected many 429s, got {codes}")
         check(codes.count(200) >= 1, f"expected some 200s, got {codes}")
         check(set(codes) <= {200, 429}, f"unexpected statuses {codes}")
         for st, b in results:

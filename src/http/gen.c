@@ -7,9 +7,11 @@
  * wake callback flips g->suspended under g->mu and resumes outside it.  A wake that arrives
  * before the suspend finds its output already taken or still queued for the next take, so no
  * token is ever waited for twice and no connection sleeps with output pending. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -466,11 +468,33 @@ static enum MHD_Result reply_whole(gen *g)
     return http_reply_json(g->hr, 200, json);
 }
 
+/* MHD does not watch a suspended connection's socket, so a client that hangs up while a
+ * non-streamed request generates would keep its slot until max_tokens.  Each wake-up peeks at
+ * the socket instead: end-of-file or an error means the client is gone. */
+static bool peer_closed(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    char byte;
+    ssize_t n = recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void cancel_all(gen *g)
+{
+    for (int i = 0; i < g->n_ch; i++)
+        if (g->ch[i].r && g->ch[i].finish == SCHED_FINISH_NONE) sched_req_cancel(g->ch[i].r);
+}
+
 static enum MHD_Result wait_or_reply(gen *g)
 {
     pthread_mutex_lock(&g->mu);
     collect(g);
     bool done = g->n_done == g->n_ch;
+    if (!done && peer_closed(g->hr->conn)) {
+        log_info("%s: client went away; cancelling", g->id);
+        cancel_all(g); /* the cancelled finishes wake us once more; the reply then goes nowhere */
+    }
     if (!done) {
         g->suspended = true;
         MHD_suspend_connection(g->hr->conn);

@@ -425,6 +425,20 @@ def case_disconnect():
         st, b = post(s.port, "/v1/completions", {"prompt": "Still", "max_tokens": 4})
         check(st == 200 and b["usage"]["completion_tokens"] == 4, "serving after disconnects")
 
+        # a non-streamed request whose client hangs up frees its slot too (8000 tokens would
+        # take many seconds; the slot must be free well before)
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 8000, "ignore_eos": True}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        wait_metric(s.port, "inferd_slots_running", 1, seconds=10)
+        t0 = time.time()
+        sock.close()
+        wait_metric(s.port, "inferd_slots_running", 0, seconds=10)
+        check(time.time() - t0 < 3, "the hung-up request kept its slot for seconds")
+        text = request(s.port, "GET", "/metrics")[2].decode()
+        check(re.search(r'inferd_requests_finished_total\{reason="cancelled"\} 3', text), "3 cancelled")
+
 
 def case_flood():
     model = make_model("long.gguf", "--n-ctx", "8192")

@@ -4,7 +4,7 @@ on a free 127.0.0.1 port with a small model, talks real HTTP (curl, raw sockets,
 Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
-                                       flood shutdown node stories)
+                                       flood shutdown node stories startup)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
 import json
@@ -533,6 +533,35 @@ def case_stories():
         streamed = "".join(e["choices"][0]["text"] for e in sse_events(raw)[:-1])
         check(streamed == text, "streamed story differs from the whole one")
         print(f"stories260K: {text!r}")
+
+
+def run_bin(*args, timeout=60):
+    return subprocess.run([BIN, "serve", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def case_startup():
+    r = run_bin("--help")
+    check(r.returncode == 0 and "-np, --parallel" in r.stdout and "--shutdown-timeout" in r.stdout, "--help")
+    r = run_bin("--bogus", "1")
+    check(r.returncode == 2 and "--bogus" in r.stderr, f"unknown flag: {r.returncode} {r.stderr}")
+    r = run_bin("--port", "http")
+    check(r.returncode == 2 and "port" in r.stderr, "bad port value")
+    r = run_bin("--port", str(free_port()))
+    check(r.returncode == 2 and "-m MODEL.gguf" in r.stderr, f"missing model: {r.stderr}")
+    missing = os.path.join(TMP, "missing.gguf")
+    r = run_bin("-m", missing, "--port", str(free_port()))
+    check(r.returncode == 1 and "missing.gguf" in r.stderr, f"missing file: {r.returncode} {r.stderr}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        r = run_bin("-m", make_model(), "--port", str(taken.getsockname()[1]))
+        check(r.returncode == 1 and "cannot listen" in r.stderr, f"port in use: {r.returncode} {r.stderr}")
+    # JSON logs, the effective configuration logged once, --config accepted with a warning
+    with Server(make_model(), "--log-format", "json", "--config", "/nonexistent.conf", "-np", "3") as s:
+        check(request(s.port, "GET", "/health")[0] == 200, "health")
+    lines = [json.loads(line) for line in open(s.log_path) if line.strip()]
+    check(any("config:" in str(l.values()) and "parallel=3" in str(l.values()) for l in lines), "config logged")
+    check(any("not supported yet" in str(l.values()) for l in lines), "--config warning")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

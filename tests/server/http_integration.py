@@ -498,6 +498,28 @@ def case_shutdown():
     finally:
         s.kill()
 
+    # a stream that cannot finish within --shutdown-timeout is cut with an error event
+    s = Server(model, "-np", "1", "-c", "8192", "--shutdown-timeout", "0.5")
+    try:
+        sock = open_stream(s.port, 8000)
+        t0 = time.time()
+        s.terminate()
+        sock.settimeout(30)
+        data = b""
+        while not data.endswith(b"0\r\n\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        text = data.decode(errors="replace")
+        check('"code":"shutting_down"' in text and "data: [DONE]" in text, f"cut stream: {text[-300:]!r}")
+        check('"finish_reason":"length"' not in text, "the stream was not cut")
+        sock.close()
+        s.stop(expect_rc=0)
+        check(time.time() - t0 < 10, "shutdown took longer than the timeout allows")
+    finally:
+        s.kill()
+
 
 def case_node():
     node_dir = os.path.join(SRC, "tests", "node")

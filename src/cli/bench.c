@@ -2,9 +2,11 @@
  * measures any backend the same way).
  *
  *  prefill  one sequence of P tokens, fed in chunks of --ubatch tokens per step (the budget
- *           the server uses); tok/s = P / wall time of all chunks.
- *  decode   B sequences in B slots, each first given a short prompt (one packed step, not
- *           timed), then --gen steps that each carry one new token for every sequence;
+ *           the server uses); tok/s = P / wall time of all chunks (after one untimed
+ *           warm-up prompt).
+ *  decode   B sequences in B slots, each first given a short prompt (one packed step) and
+ *           DECODE_WARMUP decode steps, untimed (a backend may capture a graph per batch
+ *           size), then --gen timed steps that each carry one new token for every sequence;
  *           aggregate tok/s = B * gen / wall time of those steps.
  * Tokens are random ids (seeded), greedy sampling: the values do not change the work done.
  * Each measurement is printed as a table row, then (after the table) as one JSON line that
@@ -20,6 +22,7 @@
 #define CMD "bench"
 #define MAX_LIST 16
 #define DECODE_PROMPT 16 /* tokens each decode sequence starts with */
+#define DECODE_WARMUP 2  /* untimed decode steps first (graph capture, caches) */
 
 typedef struct bench_opts {
     const char *model_path, *device;
@@ -170,7 +173,8 @@ static double time_prefill(bench_ctx *b, const int32_t *toks, int n)
     return cli_now() - t0;
 }
 
-/* B sequences: a short prompt each (untimed), then n_gen timed steps. Seconds, or -1. */
+/* B sequences: a short prompt each and DECODE_WARMUP steps (untimed), then n_gen timed
+ * steps. Seconds, or -1. */
 static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
 {
     engine_seq *seqs = calloc((size_t)B, sizeof *seqs);
@@ -187,8 +191,9 @@ static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
                                .n_tokens = DECODE_PROMPT, .pos = 0, .want_token = true, .sp = &b->sp};
     }
     if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
-    double t0 = cli_now();
-    for (int g = 0; g < b->o->n_gen; g++) {
+    double t0 = 0;
+    for (int g = 0; g < DECODE_WARMUP + b->o->n_gen; g++) {
+        if (g == DECODE_WARMUP) t0 = cli_now();
         for (int i = 0; i < B; i++) {
             next[i] = res[i].token;
             seqs[i].tokens = &next[i];
@@ -264,7 +269,7 @@ int cli_bench(int argc, char **argv)
         report(&b, (measurement){"prefill", o.prompts[i], 1, o.prompts[i], s});
     }
     /* Decode: as many slots as the largest batch, each just long enough. */
-    if (!make_engine(&b, max_b, DECODE_PROMPT + o.n_gen)) goto fail;
+    if (!make_engine(&b, max_b, DECODE_PROMPT + DECODE_WARMUP + o.n_gen)) goto fail;
     for (int i = 0; i < o.n_batches; i++) {
         double s = best_of(o.reps, decode_run, &b, toks, o.batches[i]);
         if (s < 0) goto fail;

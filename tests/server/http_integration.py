@@ -174,7 +174,7 @@ def case_api():
     with Server(make_model()) as s:
         base = f"http://127.0.0.1:{s.port}"
         out = json.loads(curl(f"{base}/v1/completions", "-H", "Content-Type: application/json",
-                              "-d", '{"model":"tiny","prompt":"Hello world","max_tokens":5,"temperature":0}'))
+                              "-d", '{"model":"tiny","prompt":"Hello world","max_tokens":5,"temperature":0,"ignore_eos":true}'))
         check(out["object"] == "text_completion" and out["id"].startswith("cmpl-"), f"shape {out}")
         check(out["model"] == "tiny.gguf", "model alias defaults to the file's basename")
         ch = out["choices"]
@@ -184,11 +184,11 @@ def case_api():
         greedy = ch[0]["text"]
 
         # the same request again is deterministic; token-array prompts give the same text
-        st, again = post(s.port, "/v1/completions", {"prompt": "Hello world", "max_tokens": 5, "temperature": 0})
+        st, again = post(s.port, "/v1/completions", {"prompt": "Hello world", "max_tokens": 5, "temperature": 0, "ignore_eos": True})
         check(again["choices"][0]["text"] == greedy, "greedy completion is not deterministic")
         st, tok = post(s.port, "/tokenize", {"content": "Hello world", "add_special": True})
         check(st == 200 and all(isinstance(t, int) for t in tok["tokens"]), f"tokenize {tok}")
-        st, ids = post(s.port, "/v1/completions", {"prompt": tok["tokens"], "max_tokens": 5, "temperature": 0})
+        st, ids = post(s.port, "/v1/completions", {"prompt": tok["tokens"], "max_tokens": 5, "temperature": 0, "ignore_eos": True})
         check(ids["choices"][0]["text"] == greedy, "token prompt differs from the text prompt")
         st, de = post(s.port, "/detokenize", {"tokens": tok["tokens"]})
         check(st == 200 and de["content"].strip() == "Hello world", f"detokenize {de}")
@@ -198,7 +198,7 @@ def case_api():
         # several prompts x n, echo, logprobs
         st, multi = post(s.port, "/v1/completions",
                          {"prompt": ["Hello world", "Another one"], "n": 2, "max_tokens": 3, "echo": True,
-                          "logprobs": 2, "seed": 7})
+                          "logprobs": 2, "seed": 7, "ignore_eos": True})
         check(st == 200 and [c["index"] for c in multi["choices"]] == [0, 1, 2, 3], f"indices {multi}")
         check(multi["choices"][0]["text"].startswith("Hello world"), "echo missing")
         check(multi["choices"][2]["text"].startswith("Another one"), "echo of the second prompt missing")
@@ -209,12 +209,12 @@ def case_api():
         check(lp["text_offset"][0] == len("Hello world"), f"text_offset {lp['text_offset']}")
 
         # stop strings: cut the greedy text at a piece of it
-        st, long = post(s.port, "/v1/completions", {"prompt": "Hello world", "max_tokens": 12, "temperature": 0})
+        st, long = post(s.port, "/v1/completions", {"prompt": "Hello world", "max_tokens": 12, "temperature": 0, "ignore_eos": True})
         text = long["choices"][0]["text"]
         stop = text[len(text) // 2:len(text) // 2 + 2]
         if stop.strip():
             st, cut = post(s.port, "/v1/completions",
-                           {"prompt": "Hello world", "max_tokens": 12, "temperature": 0, "stop": [stop]})
+                           {"prompt": "Hello world", "max_tokens": 12, "temperature": 0, "stop": [stop], "ignore_eos": True})
             c = cut["choices"][0]
             check(c["finish_reason"] == "stop" and c["text"] == text[:text.index(stop)],
                   f"stop {stop!r}: {c} vs {text!r}")
@@ -222,7 +222,7 @@ def case_api():
         # chat, not streamed
         out = json.loads(curl(f"{base}/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
                               '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":'
-                              '[{"type":"text","text":"Hi"}]}],"max_tokens":4,"logprobs":true,"top_logprobs":2}'))
+                              '[{"type":"text","text":"Hi"}]}],"max_tokens":4,"logprobs":true,"top_logprobs":2,"ignore_eos":true}'))
         check(out["object"] == "chat.completion" and out["id"].startswith("chatcmpl-"), f"chat {out}")
         msg = out["choices"][0]["message"]
         check(msg["role"] == "assistant" and isinstance(msg["content"], str), f"message {msg}")
@@ -256,7 +256,7 @@ def case_stream():
         base = f"http://127.0.0.1:{s.port}"
         raw = curl("-N", f"{base}/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
                    '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":6,"stream":true,'
-                   '"stream_options":{"include_usage":true},"temperature":0}')
+                   '"stream_options":{"include_usage":true},"temperature":0,"ignore_eos":true}')
         ev = sse_events(raw)
         check(ev[-1] == "[DONE]", "DONE last")
         chunks = ev[:-1]
@@ -272,11 +272,11 @@ def case_stream():
         check(all(c["usage"] is None for c in chunks[:-1]), "usage: null on every other chunk")
         streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
         st, whole = post(s.port, "/v1/chat/completions",
-                         {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0})
+                         {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0, "ignore_eos": True})
         check(whole["choices"][0]["message"]["content"] == streamed, "stream and non-stream differ")
 
         raw = curl("-N", f"{base}/v1/completions", "-H", "Content-Type: application/json", "-d",
-                   '{"prompt":"Hello","max_tokens":5,"stream":true,"n":2,"temperature":0}')
+                   '{"prompt":"Hello","max_tokens":5,"stream":true,"n":2,"temperature":0,"ignore_eos":true}')
         ev = sse_events(raw)[:-1]
         check(all(e["object"] == "text_completion" for e in ev), "completion chunk object")
         check("usage" not in ev[0], "no usage key without include_usage")
@@ -422,7 +422,7 @@ def case_disconnect():
         check(metric(s.port, "inferd_kv_tokens_used") == 0, "KV freed")
         text = request(s.port, "GET", "/metrics")[2].decode()
         check(re.search(r'inferd_requests_finished_total\{reason="cancelled"\} 2', text), "2 cancelled")
-        st, b = post(s.port, "/v1/completions", {"prompt": "Still", "max_tokens": 4})
+        st, b = post(s.port, "/v1/completions", {"prompt": "Still", "max_tokens": 4, "ignore_eos": True})
         check(st == 200 and b["usage"]["completion_tokens"] == 4, "serving after disconnects")
 
         # a non-streamed request whose client hangs up frees its slot too (8000 tokens would

@@ -3,7 +3,8 @@
 // Every query token t (slot s, position p) attends keys 0..p of slot s; its own K/V (and those
 // of earlier tokens of the same prompt) were stored by kv_store before this runs, so prefill
 // and decode are the same computation.  Keys are split into n_split ranges (split-K, so a
-// decode step with few tokens still fills the GPU on long contexts); each block computes an
+// decode step with few tokens still fills the GPU on long contexts; the split length depends
+// only on the query's own key count, see attn_chunk); each block computes an
 // online-softmax partial (max, sum, unnormalised output) for up to ATT_GB query heads that
 // share one KV head, and attn_combine merges the partials.
 #pragma once
@@ -22,7 +23,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_a
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int kvh = h0 / (a.n_head / a.n_kv);
     int n_keys = a.pos[t] + 1;
-    int chunk = (n_keys + a.n_split - 1) / a.n_split;
+    int chunk = attn_chunk(n_keys);
     int k_begin = split * chunk, k_end = min(n_keys, k_begin + chunk);
     size_t cache_base = ((((size_t)a.slot[t] * a.n_layer + a.layer) * a.n_kv) + kvh) * a.ctx * a.hd;
     const __half *kb = a.kc + cache_base, *vb = a.vc + cache_base;
@@ -103,8 +104,9 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_a
     }
 }
 
-// out[t][h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s; grid (tokens, heads).
-extern "C" __global__ void attn_combine(const float *part_o, const float *part_ml, float *out,
+// out[t][h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s, in FP16 (the input of the
+// output projection); grid (tokens, heads).
+extern "C" __global__ void attn_combine(const float *part_o, const float *part_ml, __half *out,
                                         int n_head, int n_split, int hd)
 {
     size_t th = (size_t)blockIdx.x * n_head + blockIdx.y;
@@ -118,6 +120,6 @@ extern "C" __global__ void attn_combine(const float *part_o, const float *part_m
         float acc = 0.0f;
         for (int s = 0; s < n_split; s++)
             if (ml[2 * s] > -INFINITY) acc += part_o[(th * n_split + s) * hd + d] * __expf(ml[2 * s] - mx);
-        out[th * hd + d] = acc / lsum;
+        out[th * hd + d] = __float2half_rn(acc / lsum);
     }
 }

@@ -1,66 +1,109 @@
 // matvec.cuh - y[m][n] (+)= sum_k W[n][k] * x[m][k] for a few rows m, reading W in its
-// quantised form exactly once per launch; plus the FP16 dequantiser that feeds cuBLAS for
-// large batches, and the embedding gather (a row lookup through the same block decoder).
+// quantised form exactly once per launch; the gate/up variant that fuses SwiGLU; the FP16
+// dequantiser that feeds cuBLAS for large batches; and the embedding gather (a row lookup
+// through the same block decoder).
+//
+// Weights are rounded to FP16 after decoding and activations arrive in FP16, exactly as the
+// cuBLAS path sees them: both paths then form the same products, and only the order of the
+// FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.
 #pragma once
 #include "quant.cuh"
 #include "../src/gpu/gpu_shared.h"
 
 #define MATVEC_WARPS 8
 
-// One warp per output feature; lanes stride over the row's 32-weight chunks, each decoded
-// once into registers and used for the MT activation rows of this block.  blockIdx.x walks
-// groups of MT rows fastest, so blocks that share weight rows run together and re-read the
-// weights from L2 rather than memory when m > MT.
+__device__ __forceinline__ void round_to_half(float w[32])
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++) w[i] = __half2float(__float2half_rn(w[i]));
+}
+
+// sum_i w[i] * x[i] over 32 FP16 activations (4 x 16-byte loads).
+__device__ __forceinline__ float dot32_h(const float w[32], const __half *x)
+{
+    const uint4 *xp = (const uint4 *)x;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint4 v = xp[j];
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float2 f = __half22float2(h[e]);
+            s += w[8 * j + 2 * e] * f.x + w[8 * j + 2 * e + 1] * f.y;
+        }
+    }
+    return s;
+}
+
+// Dot products of one weight row with MT activation rows; one warp, lanes striding over the
+// row's 32-weight chunks.
+template <int T, int MT>
+__device__ __forceinline__ void row_dots(const uint8_t *row, const matvec_args &a, int m0, float acc[MT])
+{
+    int lane = threadIdx.x & 31;
+    const __half *xr[MT];
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        xr[i] = a.x + (size_t)min(m0 + i, a.m - 1) * a.ldx;
+        acc[i] = 0.0f;
+    }
+    for (int c = lane; c < a.k / 32; c += WARP) {
+        float w[32];
+        load_chunk<T>(row, c, w);
+        round_to_half(w);
+#pragma unroll
+        for (int i = 0; i < MT; i++) acc[i] += dot32_h(w, xr[i] + 32 * c);
+    }
+#pragma unroll
+    for (int i = 0; i < MT; i++) acc[i] = warp_sum(acc[i]);
+}
+
+// One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
+// fastest, so blocks that share weight rows run together and re-read them from L2.
 template <int T, int MT>
 __device__ __forceinline__ void matvec_body(const matvec_args &a)
 {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int n = blockIdx.y * MATVEC_WARPS + warp;
-    int m0 = blockIdx.x * MT;
-    if (n >= a.n) return;
-    const uint8_t *row = a.w + (size_t)n * a.row_bytes;
-    const float *xr[MT];
-#pragma unroll
-    for (int i = 0; i < MT; i++) xr[i] = a.x + (size_t)min(m0 + i, a.m - 1) * a.ldx;
+    int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
+    while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
+    if (s >= a.n_seg) return;
+    const matvec_seg &sg = a.seg[s];
     float acc[MT];
-#pragma unroll
-    for (int i = 0; i < MT; i++) acc[i] = 0.0f;
-    int nchunks = a.k / 32;
-    for (int c = lane; c < nchunks; c += WARP) {
-        float w[32];
-        load_chunk<T>(row, c, w);
-#pragma unroll
-        for (int i = 0; i < MT; i++) {
-            const float4 *xp = (const float4 *)(xr[i] + 32 * c);
-            float s = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float4 v = xp[j];
-                s += w[4 * j] * v.x + w[4 * j + 1] * v.y + w[4 * j + 2] * v.z + w[4 * j + 3] * v.w;
-            }
-            acc[i] += s;
-        }
-    }
+    row_dots<T, MT>(sg.w + (size_t)n * a.row_bytes, a, m0, acc);
+    if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
-        float s = warp_sum(acc[i]);
-        if (lane == 0 && m0 + i < a.m) {
-            float *dst = a.y + (size_t)(m0 + i) * a.ldy + n;
-            if (a.bias) s += a.bias[n];
-            *dst = a.accumulate ? *dst + s : s;
-        }
+        if (m0 + i >= a.m) break;
+        float v = acc[i] + (sg.bias ? sg.bias[n] : 0.0f);
+        float *dst = sg.y + (size_t)(m0 + i) * sg.ldy + n;
+        *dst = a.accumulate ? *dst + v : v;
     }
 }
 
+// Gate and up rows n of segments 0 and 1: yh[m][n] = fp16(silu(gate) * up).
+template <int T, int MT>
+__device__ __forceinline__ void glu_body(const matvec_args &a)
+{
+    int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT;
+    if (n >= a.seg[0].n) return;
+    float g[MT], u[MT];
+    row_dots<T, MT>(a.seg[0].w + (size_t)n * a.row_bytes, a, m0, g);
+    row_dots<T, MT>(a.seg[1].w + (size_t)n * a.row_bytes, a, m0, u);
+    if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        if (m0 + i >= a.m) break;
+        a.yh[(size_t)(m0 + i) * a.seg[0].ldy + n] = __float2half_rn(g[i] / (1.0f + __expf(-g[i])) * u[i]);
+    }
+}
+
+#define MATVEC_VARIANT(T, sfx, MT)                                                               \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+        matvec_##sfx##_##MT(matvec_args a) { matvec_body<T, MT>(a); }                            \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+        glu_##sfx##_##MT(matvec_args a) { glu_body<T, MT>(a); }
 #define MATVEC_KERNELS(T, sfx)                                                                   \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        matvec_##sfx##_1(matvec_args a) { matvec_body<T, 1>(a); }                                \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        matvec_##sfx##_2(matvec_args a) { matvec_body<T, 2>(a); }                                \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        matvec_##sfx##_4(matvec_args a) { matvec_body<T, 4>(a); }                                \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        matvec_##sfx##_8(matvec_args a) { matvec_body<T, 8>(a); }
+    MATVEC_VARIANT(T, sfx, 1) MATVEC_VARIANT(T, sfx, 2) MATVEC_VARIANT(T, sfx, 4) MATVEC_VARIANT(T, sfx, 8)
 FOR_EACH_WEIGHT_TYPE(MATVEC_KERNELS)
 
 // W (n rows of k) -> FP16 row-major [n][k], one 32-weight chunk per thread.
@@ -84,7 +127,7 @@ __device__ __forceinline__ void dequant_f16_body(const uint8_t *w, unsigned long
     }
 }
 
-// Embedding gather: x[t] = dequantised row tok[t] of the table (n_embd = k).
+// Embedding gather: x[t] = dequantised row tok[t] of the table (n_embd = k), in FP32.
 template <int T>
 __device__ __forceinline__ void embed_body(const uint8_t *w, unsigned long long row_bytes, int k,
                                            const int *tok, float *x)

@@ -198,9 +198,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->d_kv = hp->n_head_kv * hp->head_dim;
     g->d_ff = (hp->n_ff + 31) / 32 * 32;
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
-    int widest = g->d_ff > g->d_q ? g->d_ff : g->d_q;
-    if (g->d_embd > widest) widest = g->d_embd;
-    int part_rows = T > GPU_MAX_SPLIT * max_bucket ? T : GPU_MAX_SPLIT * max_bucket;
+    g->att_splits = gpu_attn_splits(cfg->ctx_per_slot);
+    size_t part_rows = (size_t)T * g->att_splits * hp->n_head;
     g->wdq_bytes = g->have_blas ? largest_matrix(g) * sizeof(uint16_t) : 0;
 
     /* per-step inputs: tok, pos, slot, rows, lidx, bias (last) */
@@ -216,15 +215,14 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t kvb = kv_cache_bytes(hp, cfg->n_slots + 1, cfg->ctx_per_slot);
     g->kv_bytes = 2 * kvb;
     alloc_req req[] = {
-        {&g->x, (size_t)T * g->d_embd * f}, {&g->xn, (size_t)T * g->d_embd * f},
-        {&g->q, (size_t)T * g->d_q * f},    {&g->att, (size_t)T * g->d_q * f},
-        {&g->kk, (size_t)T * g->d_kv * f},  {&g->vv, (size_t)T * g->d_kv * f},
+        {&g->x, (size_t)T * g->d_embd * f},
+        {&g->act_h, (size_t)T * (g->d_embd > g->d_q ? g->d_embd : g->d_q) * sizeof(uint16_t)},
+        {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
+        {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, (size_t)T * g->d_ff * f}, {&g->up, (size_t)T * g->d_ff * f},
-        {&g->xh, (size_t)(T > R ? T : R) * widest * sizeof(uint16_t)},
         {&g->wdq, g->wdq_bytes},
-        {&g->part_o, (size_t)part_rows * hp->n_head * hp->head_dim * f},
-        {&g->part_ml, (size_t)part_rows * hp->n_head * 2 * f},
-        {&g->xl, (size_t)R * g->d_embd * f}, {&g->logits, R * V * f}, {&g->work, R * V * f},
+        {&g->part_o, part_rows * hp->head_dim * f}, {&g->part_ml, part_rows * 2 * f},
+        {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
         {&g->counts, R * V * sizeof(int32_t)}, {&g->sout, (size_t)R * sizeof(gpu_sample_out)},
         {&g->in_d, in->bytes},
         {&g->hist, (size_t)(cfg->n_slots + 1) * cfg->ctx_per_slot * sizeof(int32_t)},
@@ -264,6 +262,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
 typedef struct step_plan {
     int n_tokens, n_rows; /* launched (decode: padded to the bucket) */
     int bucket;           /* graph index, -1: eager */
+    int max_keys;         /* longest attention span of a token */
     int n_lidx;           /* tokens whose logits all come back */
     size_t copy_bytes;
     int row_of_seq[1];    /* flexible: per seq, its logits row or -1 */
@@ -314,6 +313,7 @@ static int plan_step(gpu_engine *g, const engine_seq *seqs, int n, int *row_of_s
     }
     int t = 0, r = 0, nb = 0;
     p->n_lidx = 0;
+    p->max_keys = 1;
     for (int i = 0; i < n; i++) {
         const engine_seq *s = &seqs[i];
         if (t + s->n_tokens > g->cap_tokens) {
@@ -326,6 +326,7 @@ static int plan_step(gpu_engine *g, const engine_seq *seqs, int n, int *row_of_s
             slot[t] = s->slot;
             if (s->logits && s->logits_all) lidx[p->n_lidx++] = t;
         }
+        if (s->pos + s->n_tokens > p->max_keys) p->max_keys = s->pos + s->n_tokens;
         row_of_seq[i] = -1;
         if (!decode && !s->want_token && !(s->logits && !s->logits_all)) continue;
         int nbias = s->want_token ? s->sp->n_bias : 0;
@@ -362,7 +363,7 @@ static int decode_graph(gpu_engine *g, int b, char *err, size_t errlen)
 {
     if (g->graphs[b]) return 0;
     int B = 1 << b;
-    int split = gpu_attn_splits(g, B);
+    int split = g->att_splits; /* graphs serve every context length */
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
     int rc = gpu_forward(g, B, B, split, err, errlen);
@@ -375,7 +376,6 @@ static int decode_graph(gpu_engine *g, int b, char *err, size_t errlen)
     r = cu.cuGraphInstantiateWithFlags(&g->graphs[b], graph, 0);
     cu.cuGraphDestroy(graph);
     CU_CHECK(r, "instantiating the decode graph");
-    g->graph_split[b] = split;
     if (g->base.cfg.verbose) log_info("cuda: captured the decode graph for batch %d (%d key splits)", B, split);
     return 0;
 }
@@ -403,7 +403,7 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
             rc = -1;
         }
     } else if (rc == 0) {
-        rc = gpu_forward(g, p.n_tokens, p.n_rows, gpu_attn_splits(g, p.n_tokens), err, errlen);
+        rc = gpu_forward(g, p.n_tokens, p.n_rows, gpu_attn_splits(p.max_keys), err, errlen);
     }
     const size_t V = (size_t)e->m->hp.n_vocab;
     if (rc == 0 && p.n_rows > 0 &&
@@ -473,8 +473,9 @@ static void gpu_destroy(engine *e)
     if (g->ctx) cu.cuCtxSetCurrent(g->ctx);
     for (int b = 0; b < GPU_N_BUCKETS; b++)
         if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
-    CUdeviceptr bufs[] = {g->wbuf, g->kc, g->vc, g->hist, g->x, g->xn, g->q, g->kk, g->vv, g->att, g->gate, g->up,
-                          g->xh, g->wdq, g->part_o, g->part_ml, g->xl, g->logits, g->work, g->counts, g->sout, g->in_d};
+    CUdeviceptr bufs[] = {g->wbuf, g->kc, g->vc, g->hist, g->x, g->act_h, g->ff_h, g->q, g->kk, g->vv, g->gate,
+                          g->up, g->wdq, g->part_o, g->part_ml, g->xl_h, g->logits, g->work, g->counts, g->sout,
+                          g->in_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cu.cuMemFree(bufs[i]);
     if (g->in_h) cu.cuMemFreeHost(g->in_h);

@@ -3,24 +3,26 @@
  *
  *   x = embed(tok)
  *   for each layer:
- *       xn = rmsnorm(x) * attn_norm
- *       q, k, v = Wq xn (+bq), Wk xn (+bk), Wv xn (+bv)     qwen2 biases
- *       q, k = rmsnorm per head (qwen3), then RoPE at each token's position
- *       K/V cache[slot][pos] = k, v
- *       att = softmax(q K^T / sqrt(hd)) V over keys 0..pos of the token's slot
- *       x += Wo att
- *       xn = rmsnorm(x) * ffn_norm
- *       x += Wdown (silu(Wgate xn) * Wup xn)
- *   logits = Wout rmsnorm(x[rows]) * output_norm;  sample(rows)
+ *       h = fp16(rmsnorm(x) * attn_norm)
+ *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
+ *       q, k = rmsnorm per head (qwen3), RoPE; K/V cache[slot][pos] = k, v      (qkv_post)
+ *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's slot
+ *       x += Wo h
+ *       h = fp16(rmsnorm(x) * ffn_norm)
+ *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
+ *   logits = Wout fp16(rmsnorm(x[rows]) * output_norm);  sample(rows)
  *
  * Matmuls over a few rows (decode) read the quantised weights directly (matvec kernels); over
- * many rows (prefill) the weight is dequantised to FP16 and multiplied by cuBLAS. */
+ * many rows (prefill) the weight is dequantised to FP16 and multiplied by cuBLAS.  Both see
+ * FP16 weights and activations, so they agree up to the order of FP32 sums. */
 #include <math.h>
 #include <stdio.h>
 
 #include "gpu_internal.h"
 
 #define F32(p) ((float *)(uintptr_t)(p))
+#define F16(p) ((gpu_half *)(uintptr_t)(p))
+#define I32(p) ((int32_t *)(uintptr_t)(p))
 #define LAUNCH(fn, dims, what, ...)                                                              \
     do {                                                                                         \
         void *launch_args_[] = {__VA_ARGS__};                                                    \
@@ -29,105 +31,143 @@
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
-/* y[m][ldy] (+)= W x[m][ldx] (+ bias) */
-typedef struct matmul_op {
+/* One output of a matmul: y[m][ldy] (+)= W x (+ bias). */
+typedef struct matmul_out {
     const gpu_matrix *w;
-    CUdeviceptr x, y, bias;
-    int m, ldx, ldy;
+    CUdeviceptr y, bias;
+    int ldy;
+} matmul_out;
+
+/* Up to three matrices over the same FP16 input x[m][ldx]. */
+typedef struct matmul_op {
+    matmul_out out[MATVEC_MAX_SEG];
+    int n_out;
+    CUdeviceptr x;
+    int m, ldx;
     bool accumulate;
     const char *what;
 } matmul_op;
 
-static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
+static bool use_matvec(const gpu_engine *g, int m) { return m <= GPU_MAX_DECODE_BATCH || !g->have_blas; }
+static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
+
+/* matvec_args for outputs [first, first+n) of op, which share one weight format. */
+static matvec_args matvec_args_for(const matmul_op *op, int first, int n)
 {
-    const gpu_matrix *w = op->w;
-    if (op->m <= GPU_MAX_DECODE_BATCH || !g->have_blas) {
-        int v = op->m >= 8 ? 3 : op->m >= 4 ? 2 : op->m >= 2 ? 1 : 0;
-        int rows = 1 << v;
-        matvec_args a = {
-            .w = (const uint8_t *)(uintptr_t)w->d, .row_bytes = w->row_bytes, .k = w->k, .n = w->n,
-            .m = op->m, .ldx = op->ldx, .ldy = op->ldy, .accumulate = op->accumulate,
-            .x = F32(op->x), .y = F32(op->y), .bias = F32(op->bias),
-        };
-        gpu_launch_dims d = {ceil_div(op->m, rows), ceil_div(w->n, 8), 1, 256};
-        LAUNCH(g->k.matvec[w->wtype][v], d, op->what, &a);
-        return 0;
+    matvec_args a = {.n_seg = n, .k = op->out[first].w->k, .m = op->m, .ldx = op->ldx,
+                     .accumulate = op->accumulate, .row_bytes = op->out[first].w->row_bytes,
+                     .x = F16(op->x)};
+    for (int i = 0; i < n; i++) {
+        const matmul_out *o = &op->out[first + i];
+        a.seg[i] = (matvec_seg){.w = (const uint8_t *)(uintptr_t)o->w->d, .y = F32(o->y),
+                                .bias = o->bias ? F32(o->bias) : NULL, .n = o->w->n, .ldy = o->ldy};
     }
-    /* cuBLAS: activations and weight to FP16, C (f32, column-major n x m) = W^T-view * x. */
-    size_t nx = (size_t)op->m * op->ldx;
-    LAUNCH(g->k.to_f16, ((gpu_launch_dims){ceil_div(nx, 256), 1, 1, 256}), op->what,
-           &(CUdeviceptr){op->x}, &(CUdeviceptr){g->xh}, &nx);
+    return a;
+}
+
+static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m, int ldx, bool accumulate,
+                       const char *what, char *err, size_t errlen)
+{
+    const gpu_matrix *w = o->w;
     size_t chunks = (size_t)w->n * (w->k / 32);
     unsigned long long rb = w->row_bytes;
-    LAUNCH(g->k.dequant_f16[w->wtype], ((gpu_launch_dims){ceil_div(chunks, 256), 1, 1, 256}), op->what,
+    LAUNCH(g->k.dequant_f16[w->wtype], ((gpu_launch_dims){ceil_div(chunks, 256), 1, 1, 256}), what,
            &(CUdeviceptr){w->d}, &rb, &(int){w->k}, &(int){w->n}, &(CUdeviceptr){g->wdq});
-    float alpha = 1.0f, beta = op->accumulate ? 1.0f : 0.0f;
-    CUBLAS_CHECK(cublas.gemm_ex(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->n, op->m, w->k, &alpha,
-                                (const void *)(uintptr_t)g->wdq, CUDA_R_16F, w->k,
-                                (const void *)(uintptr_t)g->xh, CUDA_R_16F, op->ldx, &beta,
-                                (void *)(uintptr_t)op->y, CUDA_R_32F, op->ldy, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT),
-                 op->what);
-    if (op->bias) {
-        size_t total = (size_t)op->m * op->ldy;
-        LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), op->what,
-               &(CUdeviceptr){op->y}, &(CUdeviceptr){op->bias}, &(int){op->ldy}, &total);
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    /* Row-major y[m][n] = x[m][k] W^T is column-major y^T (n x m) = W (k x n)^T x^T (k x m). */
+    CUBLAS_CHECK(cublas.gemm_ex(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->n, m, w->k, &alpha,
+                                (const void *)(uintptr_t)g->wdq, CUDA_R_16F, w->k, (const void *)(uintptr_t)x,
+                                CUDA_R_16F, ldx, &beta, (void *)(uintptr_t)o->y, CUDA_R_32F, o->ldy,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 what);
+    if (o->bias) {
+        size_t total = (size_t)m * o->ldy;
+        LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), what,
+               &(CUdeviceptr){o->y}, &(CUdeviceptr){o->bias}, &(int){o->ldy}, &total);
     }
     return 0;
 }
 
-static int rmsnorm(gpu_engine *g, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, int rows, int n,
-                   const char *what, char *err, size_t errlen)
+static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
+{
+    if (!use_matvec(g, op->m)) {
+        for (int i = 0; i < op->n_out; i++)
+            if (blas_matmul(g, &op->out[i], op->x, op->m, op->ldx, op->accumulate, op->what, err, errlen)) return -1;
+        return 0;
+    }
+    int v = matvec_variant(op->m);
+    for (int i = 0; i < op->n_out;) { /* runs of outputs with one weight format share a launch */
+        int j = i + 1;
+        while (j < op->n_out && op->out[j].w->type == op->out[i].w->type) j++;
+        matvec_args a = matvec_args_for(op, i, j - i);
+        int rows = 0;
+        for (int s = i; s < j; s++) rows += op->out[s].w->n;
+        gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
+        LAUNCH(g->k.matvec[op->out[i].w->wtype][v], d, op->what, &a);
+        i = j;
+    }
+    return 0;
+}
+
+/* ff_h = fp16(silu(Wgate h) * Wup h) */
+static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
+{
+    matmul_op op = {.out = {{&L->w_gate, g->gate, 0, g->d_ff}, {&L->w_up, g->up, 0, g->d_ff}}, .n_out = 2,
+                    .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
+    if (use_matvec(g, T) && L->w_gate.type == L->w_up.type) {
+        int v = matvec_variant(T);
+        matvec_args a = matvec_args_for(&op, 0, 2);
+        a.yh = F16(g->ff_h);
+        LAUNCH(g->k.glu[L->w_gate.wtype][v], ((gpu_launch_dims){ceil_div(T, 1u << v), ceil_div(L->w_gate.n, 8), 1, 256}),
+               what, &a);
+        return 0;
+    }
+    if (matmul(g, &op, err, errlen)) return -1;
+    size_t n = (size_t)T * g->d_ff;
+    unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
+    LAUNCH(g->k.swiglu, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->gate, &g->up, &g->ff_h, &n);
+    return 0;
+}
+
+/* rmsnorm of rows of x (picked by idx when non-zero) into FP16 yh and/or FP32 y. */
+typedef struct norm_op {
+    CUdeviceptr x, idx, w, y, yh;
+    int idx_stride, rows, n;
+} norm_op;
+
+static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err, size_t errlen)
 {
     float eps = g->base.m->hp.rms_eps;
-    CUdeviceptr none = 0;
+    int n = op->n, stride = op->idx_stride;
     unsigned threads = n >= 1024 ? 1024 : n >= 256 ? 256 : 32;
-    LAUNCH(g->k.rmsnorm, ((gpu_launch_dims){(unsigned)rows, 1, 1, threads}), what, &x, &w, &y, &none,
-           &n, &eps);
+    LAUNCH(g->k.rmsnorm, ((gpu_launch_dims){(unsigned)op->rows, 1, 1, threads}), what, &(CUdeviceptr){op->x},
+           &(CUdeviceptr){op->idx}, &stride, &(CUdeviceptr){op->w}, &(CUdeviceptr){op->y}, &(CUdeviceptr){op->yh}, &n,
+           &eps);
     return 0;
 }
 
-static int rope(gpu_engine *g, CUdeviceptr v, int n_tokens, int n_heads, const char *what, char *err,
-                size_t errlen)
+int gpu_attn_splits(int max_keys)
 {
-    const model_hparams *hp = &g->base.m->hp;
-    CUdeviceptr pos = g->in_d + g->in.pos;
-    float base = hp->rope_base, scale = 1.0f / hp->rope_scale;
-    int neox = hp->rope_neox, hd = hp->head_dim;
-    unsigned threads = hd / 2 >= 64 ? 64 : 32;
-    LAUNCH(g->k.rope, ((gpu_launch_dims){(unsigned)n_tokens, (unsigned)n_heads, 1, threads}), what, &v,
-           &n_heads, &hd, &pos, &base, &scale, &g->rope_freqs, &neox);
-    return 0;
+    int c = attn_chunk(max_keys);
+    return (max_keys + c - 1) / c;
 }
 
-int gpu_attn_splits(const gpu_engine *g, int n_tokens)
-{
-    const model_hparams *hp = &g->base.m->hp;
-    int group = hp->n_head / hp->n_head_kv, gb = 8;
-    while (group % gb) gb--;
-    int blocks = n_tokens * (hp->n_head / gb), want = 2 * 132;
-    int s = want / (blocks > 0 ? blocks : 1);
-    return s < 1 ? 1 : s > GPU_MAX_SPLIT ? GPU_MAX_SPLIT : s;
-}
-
-static int attention(gpu_engine *g, int il, int n_tokens, int n_split, char *err, size_t errlen)
+static int attention(gpu_engine *g, int il, int T, int n_split, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
     int group = hp->n_head / hp->n_head_kv, gb = 8;
     while (group % gb) gb--;
     attn_args a = {
-        .q = F32(g->q), .kc = (const gpu_half *)(uintptr_t)g->kc, .vc = (const gpu_half *)(uintptr_t)g->vc,
-        .slot = (const int32_t *)(uintptr_t)(g->in_d + g->in.slot),
-        .pos = (const int32_t *)(uintptr_t)(g->in_d + g->in.pos),
-        .n_layer = hp->n_layer, .layer = il, .n_head = hp->n_head, .n_kv = hp->n_head_kv,
-        .ctx = g->base.cfg.ctx_per_slot, .hd = hp->head_dim, .gb = gb, .n_split = n_split,
+        .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .slot = I32(g->in_d + g->in.slot),
+        .pos = I32(g->in_d + g->in.pos), .n_layer = hp->n_layer, .layer = il, .n_head = hp->n_head,
+        .n_kv = hp->n_head_kv, .ctx = g->base.cfg.ctx_per_slot, .hd = hp->head_dim, .gb = gb, .n_split = n_split,
         .scale = 1.0f / sqrtf((float)hp->head_dim), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
     };
-    LAUNCH(g->k.attn_partial, ((gpu_launch_dims){(unsigned)n_tokens, (unsigned)(hp->n_head / gb), (unsigned)n_split, 128}),
+    LAUNCH(g->k.attn_partial, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head / gb), (unsigned)n_split, 128}),
            "attention", &a);
     int hd = hp->head_dim, nh = hp->n_head;
-    LAUNCH(g->k.attn_combine, ((gpu_launch_dims){(unsigned)n_tokens, (unsigned)nh, 1, hd >= 128 ? 128 : 32}),
-           "attention", &g->part_o, &g->part_ml, &g->att, &nh, &n_split, &hd);
+    LAUNCH(g->k.attn_combine, ((gpu_launch_dims){(unsigned)T, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",
+           &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd);
     return 0;
 }
 
@@ -137,42 +177,31 @@ static int layer_forward(gpu_engine *g, int il, int T, int n_split, char *err, s
     const gpu_layer *L = &g->layers[il];
     char what[64];
     snprintf(what, sizeof what, "layer %d attention", il);
-    if (rmsnorm(g, g->x, L->attn_norm, g->xn, T, hp->n_embd, what, err, errlen)) return -1;
-    matmul_op qkv[3] = {
-        {&L->wq, g->xn, g->q, L->bq, T, g->d_embd, g->d_q, false, what},
-        {&L->wk, g->xn, g->kk, L->bk, T, g->d_embd, g->d_kv, false, what},
-        {&L->wv, g->xn, g->vv, L->bv, T, g->d_embd, g->d_kv, false, what},
+    norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
+    if (rmsnorm(g, &n1, what, err, errlen)) return -1;
+    matmul_op qkv = {.out = {{&L->wq, g->q, L->bq, g->d_q}, {&L->wk, g->kk, L->bk, g->d_kv}, {&L->wv, g->vv, L->bv, g->d_kv}},
+                     .n_out = 3, .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
+    if (matmul(g, &qkv, err, errlen)) return -1;
+    qkv_post_args post = {
+        .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
+        .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(g->kc), .vc = F16(g->vc),
+        .slot = I32(g->in_d + g->in.slot), .pos = I32(g->in_d + g->in.pos),
+        .freq_div = g->rope_freqs ? F32(g->rope_freqs) : NULL, .rope_base = hp->rope_base,
+        .pos_scale = 1.0f / hp->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
+        .n_kv = hp->n_head_kv, .hd = hp->head_dim, .n_layer = hp->n_layer, .layer = il, .ctx = g->base.cfg.ctx_per_slot,
     };
-    for (int i = 0; i < 3; i++)
-        if (matmul(g, &qkv[i], err, errlen)) return -1;
-    if (L->q_norm) {
-        if (rmsnorm(g, g->q, L->q_norm, g->q, T * hp->n_head, hp->head_dim, what, err, errlen) ||
-            rmsnorm(g, g->kk, L->k_norm, g->kk, T * hp->n_head_kv, hp->head_dim, what, err, errlen))
-            return -1;
-    }
-    if (rope(g, g->q, T, hp->n_head, what, err, errlen) || rope(g, g->kk, T, hp->n_head_kv, what, err, errlen))
-        return -1;
-    kv_store_args kv = {
-        .k = F32(g->kk), .v = F32(g->vv), .kc = (gpu_half *)(uintptr_t)g->kc, .vc = (gpu_half *)(uintptr_t)g->vc,
-        .slot = (const int32_t *)(uintptr_t)(g->in_d + g->in.slot),
-        .pos = (const int32_t *)(uintptr_t)(g->in_d + g->in.pos),
-        .n_layer = hp->n_layer, .layer = il, .n_kv = hp->n_head_kv, .ctx = g->base.cfg.ctx_per_slot,
-        .hd = hp->head_dim,
-    };
-    LAUNCH(g->k.kv_store, ((gpu_launch_dims){(unsigned)T, 1, 1, 128}), what, &kv);
+    LAUNCH(g->k.qkv_post, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + hp->n_head_kv), 1, hp->head_dim >= 128 ? 64 : 32}),
+           what, &post);
     if (attention(g, il, T, n_split, err, errlen)) return -1;
-    matmul_op wo = {&L->wo, g->att, g->x, 0, T, g->d_q, g->d_embd, true, what};
+    matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = g->d_q,
+                    .accumulate = true, .what = what};
     if (matmul(g, &wo, err, errlen)) return -1;
 
     snprintf(what, sizeof what, "layer %d feed-forward", il);
-    if (rmsnorm(g, g->x, L->ffn_norm, g->xn, T, hp->n_embd, what, err, errlen)) return -1;
-    matmul_op gate = {&L->w_gate, g->xn, g->gate, 0, T, g->d_embd, g->d_ff, false, what};
-    matmul_op up = {&L->w_up, g->xn, g->up, 0, T, g->d_embd, g->d_ff, false, what};
-    if (matmul(g, &gate, err, errlen) || matmul(g, &up, err, errlen)) return -1;
-    size_t n = (size_t)T * g->d_ff;
-    LAUNCH(g->k.swiglu, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}), what,
-           &g->gate, &g->up, &n);
-    matmul_op down = {&L->w_down, g->gate, g->x, 0, T, g->d_ff, g->d_embd, true, what};
+    norm_op n2 = {.x = g->x, .w = L->ffn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
+    if (rmsnorm(g, &n2, what, err, errlen) || gated_ffn(g, L, T, what, err, errlen)) return -1;
+    matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = g->d_ff,
+                      .accumulate = true, .what = what};
     return matmul(g, &down, err, errlen);
 }
 
@@ -180,11 +209,11 @@ static int layer_forward(gpu_engine *g, int il, int T, int n_split, char *err, s
 static int lm_head(gpu_engine *g, CUdeviceptr idx, int stride, int n, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
-    int ne = hp->n_embd;
-    LAUNCH(g->k.gather_rows, ((gpu_launch_dims){(unsigned)n, 1, 1, 256}), "LM head", &g->x, &idx, &stride,
-           &g->xl, &ne);
-    if (rmsnorm(g, g->xl, g->output_norm, g->xl, n, ne, "LM head", err, errlen)) return -1;
-    matmul_op op = {&g->output, g->xl, g->logits, 0, n, g->d_embd, hp->n_vocab, false, "LM head"};
+    norm_op no = {.x = g->x, .idx = idx, .idx_stride = stride, .w = g->output_norm, .yh = g->xl_h, .rows = n,
+                  .n = hp->n_embd};
+    if (rmsnorm(g, &no, "LM head", err, errlen)) return -1;
+    matmul_op op = {.out = {{&g->output, g->logits, 0, hp->n_vocab}}, .n_out = 1, .x = g->xl_h, .m = n,
+                    .ldx = g->d_embd, .what = "LM head"};
     return matmul(g, &op, err, errlen);
 }
 
@@ -209,9 +238,9 @@ int gpu_forward(gpu_engine *g, int T, int R, int n_split, char *err, size_t errl
     int stride = (int)(sizeof(gpu_sample_row) / sizeof(int32_t));
     if (lm_head(g, g->in_d + g->in.rows, stride, R, err, errlen)) return -1;
     sample_args sa = {
-        .logits = F32(g->logits), .work = F32(g->work), .counts = (int32_t *)(uintptr_t)g->counts,
+        .logits = F32(g->logits), .work = F32(g->work), .counts = I32(g->counts),
         .rows = (const gpu_sample_row *)(uintptr_t)(g->in_d + g->in.rows),
-        .bias = (const gpu_bias *)(uintptr_t)(g->in_d + g->in.bias), .hist = (const int32_t *)(uintptr_t)g->hist,
+        .bias = (const gpu_bias *)(uintptr_t)(g->in_d + g->in.bias), .hist = I32(g->hist),
         .ctx = ctx, .n_vocab = hp->n_vocab, .out = (gpu_sample_out *)(uintptr_t)g->sout,
     };
     LAUNCH(g->k.sample, ((gpu_launch_dims){(unsigned)R, 1, 1, 1024}), "sampling", &sa);

@@ -13,7 +13,6 @@
  * of two; the same bound separates the matrix-vector kernels from cuBLAS in matmuls. */
 #define GPU_MAX_DECODE_BATCH 64
 #define GPU_N_BUCKETS 7 /* 1 2 4 8 16 32 64 */
-#define GPU_MAX_SPLIT 32
 #define GPU_MAX_BIAS_PER_SEQ 1024
 
 /* A weight matrix in device memory, in its GGUF form (rows padded to 32 inputs for float
@@ -60,8 +59,13 @@ typedef struct gpu_engine {
     /* activations, sized for cap_tokens tokens and cap_rows logits rows */
     int cap_tokens, cap_rows;
     int d_embd, d_q, d_kv, d_ff; /* row widths (d_ff padded to 32) */
-    CUdeviceptr x, xn, q, kk, vv, att, gate, up, xh, wdq, part_o, part_ml;
-    CUdeviceptr xl, logits, work, counts, sout;
+    CUdeviceptr x;               /* residual stream, f32 [t][n_embd] */
+    CUdeviceptr act_h, ff_h;     /* matmul inputs, f16: normed x / attention out, SwiGLU out */
+    CUdeviceptr q, kk, vv;       /* projections, f32 */
+    CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU */
+    CUdeviceptr wdq, part_o, part_ml;
+    CUdeviceptr xl_h, logits, work, counts, sout;
+    int att_splits;              /* splits the partial buffers hold for cap_tokens queries */
     size_t wdq_bytes;
 
     /* per-step inputs: pinned host staging + device copy, and results */
@@ -71,16 +75,15 @@ typedef struct gpu_engine {
     gpu_sample_out *out_h;
 
     CUgraphExec graphs[GPU_N_BUCKETS];
-    int graph_split[GPU_N_BUCKETS];
 } gpu_engine;
 
 /* Run the forward pass of n_tokens packed tokens (inputs already in in_d) and sample n_rows
  * logits rows (logits into g->logits, samples into g->sout).  Launches only: no
  * synchronisation, so it can be captured into a graph. */
 int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, int n_split, char *err, size_t errlen);
+/* Key splits (attention grid depth) that cover queries seeing up to max_keys keys. */
+int gpu_attn_splits(int max_keys);
 /* LM head over n rows of final activations gathered by the int list at in_d + in.lidx + first. */
 int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t errlen);
-/* Key splits for a batch of n_tokens query tokens: enough blocks to fill the GPU. */
-int gpu_attn_splits(const gpu_engine *g, int n_tokens);
 
 #endif

@@ -23,7 +23,7 @@ int gpu_wtype_index(ggml_type t)
 }
 
 /* Names outlive the lookup: they are kept for error messages. */
-static char names[GPU_N_WTYPES][GPU_MATVEC_VARIANTS + 2][24];
+static char names[GPU_N_WTYPES][2 * GPU_MATVEC_VARIANTS + 2][24];
 
 static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_t errlen)
 {
@@ -38,23 +38,25 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     static const int rows[GPU_MATVEC_VARIANTS] = {1, 2, 4, 8};
     for (int t = 0; t < GPU_N_WTYPES; t++) {
         for (int v = 0; v < GPU_MATVEC_VARIANTS; v++) {
-            snprintf(names[t][v], sizeof names[t][v], "matvec_%s_%d", wtypes[t].suffix, rows[v]);
-            if (lookup(k, &k->matvec[t][v], names[t][v], err, errlen)) return -1;
+            char *mv = names[t][v], *glu = names[t][GPU_MATVEC_VARIANTS + v];
+            snprintf(mv, sizeof names[t][0], "matvec_%s_%d", wtypes[t].suffix, rows[v]);
+            snprintf(glu, sizeof names[t][0], "glu_%s_%d", wtypes[t].suffix, rows[v]);
+            if (lookup(k, &k->matvec[t][v], mv, err, errlen) || lookup(k, &k->glu[t][v], glu, err, errlen))
+                return -1;
         }
-        snprintf(names[t][GPU_MATVEC_VARIANTS], sizeof names[t][0], "dequant_f16_%s", wtypes[t].suffix);
-        snprintf(names[t][GPU_MATVEC_VARIANTS + 1], sizeof names[t][0], "embed_%s", wtypes[t].suffix);
-        if (lookup(k, &k->dequant_f16[t], names[t][GPU_MATVEC_VARIANTS], err, errlen) ||
-            lookup(k, &k->embed[t], names[t][GPU_MATVEC_VARIANTS + 1], err, errlen))
+        char *dq = names[t][2 * GPU_MATVEC_VARIANTS], *em = names[t][2 * GPU_MATVEC_VARIANTS + 1];
+        snprintf(dq, sizeof names[t][0], "dequant_f16_%s", wtypes[t].suffix);
+        snprintf(em, sizeof names[t][0], "embed_%s", wtypes[t].suffix);
+        if (lookup(k, &k->dequant_f16[t], dq, err, errlen) || lookup(k, &k->embed[t], em, err, errlen))
             return -1;
     }
     struct {
         gpu_fn *fn;
         const char *name;
     } plain[] = {
-        {&k->rmsnorm, "rmsnorm"},       {&k->rope, "rope"},
-        {&k->kv_store, "kv_store"},     {&k->hist_store, "hist_store"},
-        {&k->swiglu, "swiglu"},         {&k->to_f16, "to_f16"},
-        {&k->add_bias, "add_bias"},     {&k->gather_rows, "gather_rows"},
+        {&k->rmsnorm, "rmsnorm"},       {&k->qkv_post, "qkv_post"},
+        {&k->hist_store, "hist_store"}, {&k->swiglu, "swiglu"},
+        {&k->add_bias, "add_bias"},
         {&k->attn_partial, "attn_partial"}, {&k->attn_combine, "attn_combine"},
         {&k->sample, "sample"},
     };

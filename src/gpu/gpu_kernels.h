@@ -23,9 +23,10 @@ typedef struct gpu_fn {
 typedef struct gpu_kernels {
     CUmodule module;
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
+    gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
-    gpu_fn rmsnorm, rope, kv_store, hist_store, swiglu, to_f16, add_bias, gather_rows;
+    gpu_fn rmsnorm, qkv_post, hist_store, swiglu, add_bias;
     gpu_fn attn_partial, attn_combine, sample;
 } gpu_kernels;
 

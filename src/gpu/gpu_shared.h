@@ -9,30 +9,47 @@
 
 #ifdef __CUDACC__
 typedef __half gpu_half;
+#define GPU_HOST_DEVICE __host__ __device__
 #else
 typedef uint16_t gpu_half;
+#define GPU_HOST_DEVICE
 #endif
 
-/* matvec_<type>_<rows>: y[m][n] (+)= sum_k W[n][k] x[m][k] (+ bias[n]). */
-typedef struct matvec_args {
+/* matvec_<type>_<rows>: for each segment s, y_s[m][n] (+)= sum_k W_s[n][k] x[m][k] (+ bias_s[n])
+ * with W_s rounded to FP16 as the cuBLAS path does (so both paths compute the same products).
+ * Segments (Q, K and V of one layer) share the input and the weight format and run in one
+ * launch.  glu_<type>_<rows>: y[m][n] = fp16(silu(W_0 x) * (W_1 x)) into yh (gate/up). */
+#define MATVEC_MAX_SEG 3
+typedef struct matvec_seg {
     const uint8_t *w; /* n rows of row_bytes */
-    unsigned long long row_bytes;
-    int k, n, m;     /* inputs per row (multiple of 32), outputs, activation rows */
-    int ldx, ldy;
-    int accumulate;  /* 1: y += W x (residual) */
-    const float *x;  /* [m][ldx] */
-    float *y;        /* [m][ldy] */
+    float *y;         /* [m][ldy] */
     const float *bias; /* [n] or NULL */
+    int n, ldy;
+} matvec_seg;
+
+typedef struct matvec_args {
+    matvec_seg seg[MATVEC_MAX_SEG];
+    int n_seg;
+    int k, m, ldx;      /* inputs per row (multiple of 32), activation rows, x row stride */
+    int accumulate;     /* 1: y += W x (residual) */
+    unsigned long long row_bytes;
+    const gpu_half *x;  /* [m][ldx] */
+    gpu_half *yh;       /* glu output [m][ldy of seg 0] */
 } matvec_args;
 
-/* kv_store: this step's K and V ([t][n_kv*hd] f32) into the FP16 caches of each token's slot
- * at its position.  Cache layout: [slot][layer][kv_head][ctx][hd]. */
-typedef struct kv_store_args {
-    const float *k, *v;
+/* qkv_post: per token, per-head RMSNorm of q and k (qwen3), RoPE, and the K/V stores into the
+ * slot caches (layout [slot][layer][kv_head][ctx][hd]). Grid (tokens, n_head + n_kv). */
+typedef struct qkv_post_args {
+    float *q, *k;
+    const float *v;
+    const float *q_norm, *k_norm; /* [hd] or NULL */
     gpu_half *kc, *vc;
     const int32_t *slot, *pos;
-    int n_layer, layer, n_kv, ctx, hd;
-} kv_store_args;
+    const float *freq_div; /* [hd/2] or NULL */
+    float rope_base, pos_scale, eps;
+    int neox, n_head, n_kv, hd, n_layer, layer, ctx;
+} qkv_post_args;
+
 
 typedef struct attn_args {
     const float *q; /* [t][n_head][hd] */
@@ -40,11 +57,21 @@ typedef struct attn_args {
     const int32_t *slot, *pos;
     int n_layer, layer, n_head, n_kv, ctx, hd;
     int gb;      /* query heads per block (a divisor of n_head/n_kv, at most 8) */
-    int n_split; /* key ranges per query (split-K) */
+    int n_split; /* grid z: key ranges per query (split-K), enough for the longest */
     float scale; /* 1/sqrt(hd) */
     float *part_o;  /* [t][n_head][n_split][hd] */
     float *part_ml; /* [t][n_head][n_split][2] */
 } attn_args;
+
+/* Keys per split for a query that sees n_keys keys: a function of n_keys alone, so a token's
+ * attention is computed the same way whatever it is batched with. */
+#define ATT_CHUNK_MIN 64
+#define ATT_MAX_SPLIT 32
+static inline GPU_HOST_DEVICE int attn_chunk(int n_keys)
+{
+    int c = (n_keys + ATT_MAX_SPLIT - 1) / ATT_MAX_SPLIT;
+    return c < ATT_CHUNK_MIN ? ATT_CHUNK_MIN : c;
+}
 
 /* One logits row of a step: which packed token it comes from and how to sample it. */
 typedef struct gpu_sample_row {

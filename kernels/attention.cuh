@@ -13,93 +13,135 @@
 
 #define ATT_WARPS 4
 #define ATT_GB 8    // most query heads per block (all of one KV group, or a divisor of it)
-#define ATT_HDV 8   // head_dim up to 256: dims lane + 32*i per lane
+#define ATT_PAIRS 4 // head_dim up to 256: dimension pairs lane + 32*i per lane
 
+// Each warp takes tiles of 32 keys: lane l scores key (tile + l) against the block's query
+// heads with 16-byte loads of its K row, the tile updates the online softmax with one warp
+// reduction per head, then the warp accumulates P.V with each lane owning dimension pairs
+// (coalesced V rows).  So a key costs no serial reduction, and loads of a tile overlap.
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_args a)
 {
+    __shared__ float q_s[ATT_GB][256];
     __shared__ float sm_m[ATT_WARPS][ATT_GB], sm_l[ATT_WARPS][ATT_GB];
-    __shared__ float sm_o[ATT_WARPS][ATT_GB][ATT_HDV * 32];
-    int t = blockIdx.x, h0 = blockIdx.y * a.gb, split = blockIdx.z;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int kvh = h0 / (a.n_head / a.n_kv);
-    int n_keys = a.pos[t] + 1;
-    int chunk = attn_chunk(n_keys);
-    int k_begin = split * chunk, k_end = min(n_keys, k_begin + chunk);
-    size_t cache_base = ((((size_t)a.slot[t] * a.n_layer + a.layer) * a.n_kv) + kvh) * a.ctx * a.hd;
+    __shared__ float2 sm_o[ATT_WARPS][ATT_GB][ATT_PAIRS * 32];
+    const int t = blockIdx.x, h0 = blockIdx.y * a.gb, split = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.hd, gb = a.gb;
+    const int kvh = h0 / (a.n_head / a.n_kv);
+    const int n_keys = a.pos[t] + 1, chunk = attn_chunk(n_keys);
+    const int k_begin = split * chunk, k_end = min(n_keys, k_begin + chunk);
+    const size_t cache_base = ((((size_t)a.slot[t] * a.n_layer + a.layer) * a.n_kv) + kvh) * a.ctx * hd;
     const __half *kb = a.kc + cache_base, *vb = a.vc + cache_base;
 
-    float q[ATT_GB][ATT_HDV], o[ATT_GB][ATT_HDV], m[ATT_GB], l[ATT_GB];
+    for (int i = threadIdx.x; i < gb * hd; i += blockDim.x)
+        q_s[i / hd][i % hd] = a.q[((size_t)t * a.n_head + h0) * hd + i] * a.scale;
+    __syncthreads();
+
+    float m[ATT_GB], l[ATT_GB];
+    float2 o[ATT_GB][ATT_PAIRS];
 #pragma unroll
     for (int g = 0; g < ATT_GB; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < ATT_HDV; i++) {
-            int d = lane + 32 * i;
-            q[g][i] = (g < a.gb && d < a.hd) ? a.q[((size_t)t * a.n_head + h0 + g) * a.hd + d] * a.scale : 0.0f;
-            o[g][i] = 0.0f;
-        }
+        for (int i = 0; i < ATT_PAIRS; i++) o[g][i] = make_float2(0.0f, 0.0f);
     }
-    for (int j = k_begin + warp; j < k_end; j += ATT_WARPS) {
-        float kv[ATT_HDV];
+    for (int ts = k_begin + 32 * warp; ts < k_end; ts += 32 * ATT_WARPS) {
+        const int j = ts + lane, n_valid = min(32, k_end - ts);
+        float s[ATT_GB];
 #pragma unroll
-        for (int i = 0; i < ATT_HDV; i++) {
-            int d = lane + 32 * i;
-            kv[i] = d < a.hd ? __half2float(kb[(size_t)j * a.hd + d]) : 0.0f;
+        for (int g = 0; g < ATT_GB; g++) s[g] = 0.0f;
+        if (j < k_end) {
+            const uint4 *kr = (const uint4 *)(kb + (size_t)j * hd);
+#pragma unroll 4
+            for (int d8 = 0; d8 < hd / 8; d8++) {
+                uint4 kv = kr[d8];
+                const __half2 *k2 = (const __half2 *)&kv;
+                float kf[8];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float2 f = __half22float2(k2[e]);
+                    kf[2 * e] = f.x;
+                    kf[2 * e + 1] = f.y;
+                }
+#pragma unroll
+                for (int g = 0; g < ATT_GB; g++) {
+                    if (g < gb) {
+                        const float *qg = &q_s[g][8 * d8];
+#pragma unroll
+                        for (int e = 0; e < 8; e++) s[g] += qg[e] * kf[e];
+                    }
+                }
+            }
         }
         float p[ATT_GB];
 #pragma unroll
         for (int g = 0; g < ATT_GB; g++) {
-            float s = 0.0f;
-#pragma unroll
-            for (int i = 0; i < ATT_HDV; i++) s += q[g][i] * kv[i];
-            s = g < a.gb ? warp_sum(s) : -INFINITY;
-            float mn = fmaxf(m[g], s);
-            float corr = __expf(m[g] - mn); // 0 on the first key (m = -inf)
-            p[g] = g < a.gb ? __expf(s - mn) : 0.0f;
-            l[g] = l[g] * corr + p[g];
+            if (g >= gb) break;
+            float sv = j < k_end ? s[g] : -INFINITY;
+            float mn = fmaxf(m[g], warp_max(sv));
+            float corr = __expf(m[g] - mn); // 0 on the first tile (m = -inf)
+            p[g] = j < k_end ? __expf(sv - mn) : 0.0f;
+            l[g] = l[g] * corr + warp_sum(p[g]);
             m[g] = mn;
 #pragma unroll
-            for (int i = 0; i < ATT_HDV; i++) o[g][i] *= corr;
+            for (int i = 0; i < ATT_PAIRS; i++) {
+                o[g][i].x *= corr;
+                o[g][i].y *= corr;
+            }
         }
+#pragma unroll 4
+        for (int kk = 0; kk < n_valid; kk++) {
+            const __half2 *vr = (const __half2 *)(vb + (size_t)(ts + kk) * hd);
+            float2 v[ATT_PAIRS];
 #pragma unroll
-        for (int i = 0; i < ATT_HDV; i++) {
-            int d = lane + 32 * i;
-            kv[i] = d < a.hd ? __half2float(vb[(size_t)j * a.hd + d]) : 0.0f;
+            for (int i = 0; i < ATT_PAIRS; i++) {
+                int pi = lane + 32 * i;
+                v[i] = pi < hd / 2 ? __half22float2(vr[pi]) : make_float2(0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int g = 0; g < ATT_GB; g++) {
+                if (g >= gb) break;
+                float pk = __shfl_sync(0xffffffffu, p[g], kk);
+#pragma unroll
+                for (int i = 0; i < ATT_PAIRS; i++) {
+                    o[g][i].x += pk * v[i].x;
+                    o[g][i].y += pk * v[i].y;
+                }
+            }
         }
-#pragma unroll
-        for (int g = 0; g < ATT_GB; g++)
-#pragma unroll
-            for (int i = 0; i < ATT_HDV; i++) o[g][i] += p[g] * kv[i];
     }
     // Merge the warps' states through shared memory, then write this split's partial.
 #pragma unroll
     for (int g = 0; g < ATT_GB; g++) {
+        if (g >= gb) break;
         if (lane == 0) {
             sm_m[warp][g] = m[g];
             sm_l[warp][g] = l[g];
         }
 #pragma unroll
-        for (int i = 0; i < ATT_HDV; i++) sm_o[warp][g][lane + 32 * i] = o[g][i];
+        for (int i = 0; i < ATT_PAIRS; i++)
+            if (lane + 32 * i < hd / 2) sm_o[warp][g][lane + 32 * i] = o[g][i];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < a.gb * a.hd; idx += blockDim.x) {
-        int g = idx / a.hd, d = idx - g * a.hd;
+    for (int idx = threadIdx.x; idx < gb * (hd / 2); idx += blockDim.x) {
+        int g = idx / (hd / 2), pi = idx - g * (hd / 2);
         float mx = -INFINITY;
         for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm_m[w][g]);
-        float lsum = 0.0f, osum = 0.0f;
+        float lsum = 0.0f;
+        float2 osum = make_float2(0.0f, 0.0f);
         if (mx > -INFINITY) {
             for (int w = 0; w < ATT_WARPS; w++) {
                 float f = __expf(sm_m[w][g] - mx);
                 lsum += sm_l[w][g] * f;
-                osum += sm_o[w][g][d] * f;
+                osum.x += sm_o[w][g][pi].x * f;
+                osum.y += sm_o[w][g][pi].y * f;
             }
         }
-        size_t pi = ((size_t)t * a.n_head + h0 + g) * a.n_split + split;
-        a.part_o[pi * a.hd + d] = osum;
-        if (d == 0) {
-            a.part_ml[2 * pi] = mx;
-            a.part_ml[2 * pi + 1] = lsum;
+        size_t part = ((size_t)t * a.n_head + h0 + g) * a.n_split + split;
+        ((float2 *)(a.part_o + part * hd))[pi] = osum;
+        if (pi == 0) {
+            a.part_ml[2 * part] = mx;
+            a.part_ml[2 * part + 1] = lsum;
         }
     }
 }

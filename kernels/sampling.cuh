@@ -34,7 +34,7 @@ __device__ void block_best_after(const float *l, int n, float pv, int pid, float
     float best = -INFINITY;
     int besti = INT_MAX;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = l[i];
+        float v = sane_logit(l[i]);
         if (ranks_before(pv, pid, v, i) && ranks_before(v, i, best, besti)) {
             best = v;
             besti = i;
@@ -158,6 +158,102 @@ __device__ int sample_random(const float *l, int n_vocab, const gpu_sample_row *
     return chosen;
 }
 
+// Rows with a logit_bias or an active penalty are processed in a copy (the raw logits may go
+// back to the caller); the others are read in place.
+__device__ __forceinline__ bool needs_work(const gpu_sample_row *r)
+{
+    bool pen = r->repeat_penalty != 1.0f || r->presence_penalty != 0.0f || r->frequency_penalty != 0.0f;
+    return r->want && (r->n_bias > 0 || (pen && r->penalty_last_n != 0 && r->hist_end > 0));
+}
+
+__device__ __forceinline__ const float *sample_src(const sample_args &a, int row)
+{
+    return (needs_work(&a.rows[row]) ? a.work : a.logits) + (size_t)row * a.n_vocab;
+}
+
+// Grid (rows, parts): copy the slices of rows that need processing.
+extern "C" __global__ void sample_prep(sample_args a)
+{
+    if (!needs_work(&a.rows[blockIdx.x])) return;
+    size_t base = (size_t)blockIdx.x * a.n_vocab;
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < a.n_vocab; i += gridDim.y * blockDim.x)
+        a.work[base + i] = sane_logit(a.logits[base + i]);
+}
+
+// Grid (rows): logit_bias, then the penalties over the slot's history window.
+extern "C" __global__ void sample_adjust(sample_args a)
+{
+    const gpu_sample_row *r = &a.rows[blockIdx.x];
+    if (!needs_work(r)) return;
+    const int V = a.n_vocab;
+    float *l = a.work + (size_t)blockIdx.x * V;
+    int *cnt = a.counts + (size_t)blockIdx.x * V;
+    if (threadIdx.x == 0) /* in order, as the CPU adds them */
+        for (int i = 0; i < r->n_bias; i++) {
+            int id = a.bias[r->bias_off + i].id;
+            if (id >= 0 && id < V) l[id] += a.bias[r->bias_off + i].val;
+        }
+    __syncthreads();
+    bool pen = r->repeat_penalty != 1.0f || r->presence_penalty != 0.0f || r->frequency_penalty != 0.0f;
+    if (!pen || r->penalty_last_n == 0 || r->hist_end <= 0) return;
+    int nw = (r->penalty_last_n < 0 || r->penalty_last_n > r->hist_end) ? r->hist_end : r->penalty_last_n;
+    const int *win = a.hist + (size_t)r->slot * a.ctx + (r->hist_end - nw);
+    for (int i = threadIdx.x; i < nw; i += blockDim.x)
+        if (win[i] >= 0 && win[i] < V) atomicAdd(&cnt[win[i]], 1);
+    __syncthreads();
+    for (int i = threadIdx.x; i < nw; i += blockDim.x) {
+        int tk = win[i];
+        if (tk < 0 || tk >= V) continue;
+        int c = atomicExch(&cnt[tk], 0); // the first visitor of a distinct token applies it
+        if (c > 0) {
+            float v = l[tk];
+            v = v > 0.0f ? v / r->repeat_penalty : v * r->repeat_penalty;
+            l[tk] = sane_logit(v - (r->presence_penalty + r->frequency_penalty * (float)c));
+        }
+    }
+}
+
+// Grid (rows, parts): each block's slice -> (best value, its lowest id, sum of exp(l - best)).
+extern "C" __global__ void sample_reduce(sample_args a)
+{
+    __shared__ float sh_v[32];
+    __shared__ int sh_i[32];
+    if (!a.rows[blockIdx.x].want) return;
+    const float *l = sample_src(a, blockIdx.x);
+    int lo = (int)((long long)a.n_vocab * blockIdx.y / gridDim.y);
+    int hi = (int)((long long)a.n_vocab * (blockIdx.y + 1) / gridDim.y);
+    float best = -INFINITY;
+    int besti = INT_MAX;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float v = sane_logit(l[i]);
+        if (ranks_before(v, i, best, besti)) { best = v; besti = i; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, besti, o);
+        if (ranks_before(ov, oi, best, besti)) { best = ov; besti = oi; }
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) { sh_v[w] = best; sh_i[w] = besti; }
+    __syncthreads();
+    best = -INFINITY;
+    besti = INT_MAX;
+    for (int k = 0; k < (int)(blockDim.x >> 5); k++)
+        if (ranks_before(sh_v[k], sh_i[k], best, besti)) { best = sh_v[k]; besti = sh_i[k]; }
+    float sum = 0.0f;
+    if (best > -INFINITY)
+        for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) sum += __expf(sane_logit(l[i]) - best);
+    __syncthreads();
+    sum = block_sum(sum, sh_v);
+    if (threadIdx.x == 0) {
+        float *p = a.parts + ((size_t)blockIdx.x * gridDim.y + blockIdx.y) * 3;
+        p[0] = best;
+        p[1] = __int_as_float(besti);
+        p[2] = sum;
+    }
+}
+
+// Grid (rows): merge the slices, then greedy / the draw, logprobs and the top-N alternatives.
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample(sample_args a)
 {
     __shared__ float sh_v[32];
@@ -165,40 +261,15 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample(sample_args 
     const gpu_sample_row *r = &a.rows[blockIdx.x];
     if (!r->want) return;
     const int V = a.n_vocab;
-    const float *raw = a.logits + (size_t)blockIdx.x * V;
-    float *l = a.work + (size_t)blockIdx.x * V;
-    int *cnt = a.counts + (size_t)blockIdx.x * V;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) l[i] = raw[i];
-    __syncthreads();
-    for (int i = threadIdx.x; i < r->n_bias; i += blockDim.x) {
-        int id = a.bias[r->bias_off + i].id;
-        if (id >= 0 && id < V) atomicAdd(&l[id], a.bias[r->bias_off + i].val);
+    const float *l = sample_src(a, blockIdx.x);
+    const float *parts = a.parts + (size_t)blockIdx.x * a.n_parts * 3;
+    float max_logit = -INFINITY;
+    int best = INT_MAX;
+    for (int k = 0; k < a.n_parts; k++) {
+        float v = parts[3 * k];
+        int id = __float_as_int(parts[3 * k + 1]);
+        if (ranks_before(v, id, max_logit, best)) { max_logit = v; best = id; }
     }
-    __syncthreads();
-    bool pen = r->repeat_penalty != 1.0f || r->presence_penalty != 0.0f || r->frequency_penalty != 0.0f;
-    if (pen && r->penalty_last_n != 0 && r->hist_end > 0) {
-        int nw = (r->penalty_last_n < 0 || r->penalty_last_n > r->hist_end) ? r->hist_end : r->penalty_last_n;
-        const int *win = a.hist + (size_t)r->slot * a.ctx + (r->hist_end - nw);
-        for (int i = threadIdx.x; i < nw; i += blockDim.x)
-            if (win[i] >= 0 && win[i] < V) atomicAdd(&cnt[win[i]], 1);
-        __syncthreads();
-        for (int i = threadIdx.x; i < nw; i += blockDim.x) {
-            int tk = win[i];
-            if (tk < 0 || tk >= V) continue;
-            int c = atomicExch(&cnt[tk], 0); // the first visitor of a distinct token applies it
-            if (c > 0) {
-                float v = l[tk];
-                v = v > 0.0f ? v / r->repeat_penalty : v * r->repeat_penalty;
-                l[tk] = v - (r->presence_penalty + r->frequency_penalty * (float)c);
-            }
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < V; i += blockDim.x) l[i] = sane_logit(l[i]);
-    __syncthreads();
-    float max_logit;
-    int best;
-    block_best_after(l, V, INFINITY, -1, &max_logit, &best, sh_v, sh_i);
     if (best == INT_MAX) best = 0; // every logit -inf: the CPU's argmax returns 0 too
     bool greedy = r->temperature <= 0.0f || !isfinite(max_logit / r->temperature);
     int token = greedy ? best : sample_random(l, V, r, max_logit);
@@ -208,8 +279,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample(sample_args 
         return;
     }
     float s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) s += __expf(l[i] - max_logit);
-    s = block_sum(s, sh_v);
+    for (int k = 0; k < a.n_parts; k++)
+        if (parts[3 * k] > -INFINITY) s += parts[3 * k + 2] * __expf(parts[3 * k] - max_logit);
     float lse = max_logit + logf(s);
     int n_top = min(min(r->n_top, GPU_MAX_TOP), V);
     float pv = INFINITY;
@@ -218,5 +289,5 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample(sample_args 
         block_best_after(l, V, pv, pid, &pv, &pid, sh_v, sh_i);
         if (threadIdx.x == 0) { o->top_ids[k] = pid; o->top_logprobs[k] = pv - lse; }
     }
-    if (threadIdx.x == 0) { o->token = token; o->logprob = l[token] - lse; o->n_top = n_top; }
+    if (threadIdx.x == 0) { o->token = token; o->logprob = sane_logit(l[token]) - lse; o->n_top = n_top; }
 }

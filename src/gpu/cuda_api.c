@@ -75,6 +75,7 @@ bool cuda_api_load_cublas(char *err, size_t errlen)
         {"cublasDestroy_v2", (void **)&cublas.destroy},
         {"cublasSetStream_v2", (void **)&cublas.set_stream},
         {"cublasSetMathMode", (void **)&cublas.set_math_mode},
+        {"cublasSetWorkspace_v2", (void **)&cublas.set_workspace},
         {"cublasGemmEx", (void **)&cublas.gemm_ex},
         {"cublasGetStatusString", (void **)&cublas.status_string},
     };

@@ -39,6 +39,7 @@ typedef struct cublas_funcs {
     cublasStatus_t (*destroy)(cublasHandle_t h);
     cublasStatus_t (*set_stream)(cublasHandle_t h, CUstream s);
     cublasStatus_t (*set_math_mode)(cublasHandle_t h, cublasMath_t mode);
+    cublasStatus_t (*set_workspace)(cublasHandle_t h, void *ws, size_t bytes);
     cublasStatus_t (*gemm_ex)(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                               int n, int k, const void *alpha, const void *a, cudaDataType at,
                               int lda, const void *b, cudaDataType bt, int ldb, const void *beta,

@@ -220,10 +220,11 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, (size_t)T * g->d_ff * f}, {&g->up, (size_t)T * g->d_ff * f},
-        {&g->wdq, g->wdq_bytes},
+        {&g->wdq, g->wdq_bytes}, {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
         {&g->part_o, part_rows * hp->head_dim * f}, {&g->part_ml, part_rows * 2 * f},
         {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
-        {&g->counts, R * V * sizeof(int32_t)}, {&g->sout, (size_t)R * sizeof(gpu_sample_out)},
+        {&g->counts, R * V * sizeof(int32_t)}, {&g->parts, (size_t)R * GPU_SAMPLE_PARTS * 3 * f},
+        {&g->sout, (size_t)R * sizeof(gpu_sample_out)},
         {&g->in_d, in->bytes},
         {&g->hist, (size_t)(cfg->n_slots + 1) * cfg->ctx_per_slot * sizeof(int32_t)},
     };
@@ -246,6 +247,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen) ||
         alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen))
         return -1;
+    if (g->have_blas)
+        CUBLAS_CHECK(cublas.set_workspace(g->blas, (void *)(uintptr_t)g->blas_ws, GPU_BLAS_WORKSPACE), "cuBLAS workspace");
     CU_CHECK(cu.cuMemAllocHost((void **)&g->in_h, in->bytes), "allocating pinned step inputs");
     CU_CHECK(cu.cuMemAllocHost((void **)&g->out_h, (size_t)R * sizeof(gpu_sample_out)), "allocating pinned results");
     CU_CHECK(cu.cuStreamSynchronize(g->stream), "clearing buffers");
@@ -473,9 +476,10 @@ static void gpu_destroy(engine *e)
     if (g->ctx) cu.cuCtxSetCurrent(g->ctx);
     for (int b = 0; b < GPU_N_BUCKETS; b++)
         if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
-    CUdeviceptr bufs[] = {g->wbuf, g->kc, g->vc, g->hist, g->x, g->act_h, g->ff_h, g->q, g->kk, g->vv, g->gate,
-                          g->up, g->wdq, g->part_o, g->part_ml, g->xl_h, g->logits, g->work, g->counts, g->sout,
-                          g->in_d};
+    CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
+                          g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->blas_ws,
+                          g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
+                          g->sout,   g->in_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cu.cuMemFree(bufs[i]);
     if (g->in_h) cu.cuMemFreeHost(g->in_h);
@@ -497,7 +501,7 @@ static int check_model(const model_hparams *hp, char *err, size_t errlen)
                  hp->n_embd, hp->n_head * hp->head_dim);
         return -1;
     }
-    if (hp->head_dim > 256 || hp->head_dim % 2 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv) {
+    if (hp->head_dim > 256 || hp->head_dim % 8 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv) {
         snprintf(err, errlen, "model: head_dim %d / heads %d / kv heads %d not supported on the GPU", hp->head_dim,
                  hp->n_head, hp->n_head_kv);
         return -1;

@@ -48,7 +48,7 @@ typedef struct matmul_op {
     const char *what;
 } matmul_op;
 
-static bool use_matvec(const gpu_engine *g, int m) { return m <= GPU_MAX_DECODE_BATCH || !g->have_blas; }
+static bool use_matvec(const gpu_engine *g, int m) { return m <= GPU_MATVEC_MAX_M || !g->have_blas; }
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
 
 /* matvec_args for outputs [first, first+n) of op, which share one weight format. */
@@ -241,8 +241,13 @@ int gpu_forward(gpu_engine *g, int T, int R, int n_split, char *err, size_t errl
         .logits = F32(g->logits), .work = F32(g->work), .counts = I32(g->counts),
         .rows = (const gpu_sample_row *)(uintptr_t)(g->in_d + g->in.rows),
         .bias = (const gpu_bias *)(uintptr_t)(g->in_d + g->in.bias), .hist = I32(g->hist),
-        .ctx = ctx, .n_vocab = hp->n_vocab, .out = (gpu_sample_out *)(uintptr_t)g->sout,
+        .ctx = ctx, .n_vocab = hp->n_vocab, .parts = F32(g->parts), .n_parts = GPU_SAMPLE_PARTS,
+        .out = (gpu_sample_out *)(uintptr_t)g->sout,
     };
+    gpu_launch_dims sliced = {(unsigned)R, GPU_SAMPLE_PARTS, 1, 256};
+    LAUNCH(g->k.sample_prep, sliced, "sampling", &sa);
+    LAUNCH(g->k.sample_adjust, ((gpu_launch_dims){(unsigned)R, 1, 1, 256}), "sampling", &sa);
+    LAUNCH(g->k.sample_reduce, sliced, "sampling", &sa);
     LAUNCH(g->k.sample, ((gpu_launch_dims){(unsigned)R, 1, 1, 1024}), "sampling", &sa);
     return 0;
 }

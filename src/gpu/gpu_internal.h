@@ -10,8 +10,12 @@
 #include "gpu_shared.h"
 
 /* Decode steps of up to this many sequences replay a CUDA graph captured for the next power
- * of two; the same bound separates the matrix-vector kernels from cuBLAS in matmuls. */
+ * of two. */
 #define GPU_MAX_DECODE_BATCH 64
+/* Matmuls over at most this many rows read the quantised weights (matvec kernels); more rows
+ * amortise dequantising the weight to FP16 for cuBLAS's tensor-core GEMM. */
+#define GPU_MATVEC_MAX_M 4
+#define GPU_BLAS_WORKSPACE (32u << 20) /* preset, so cuBLAS allocates nothing inside graphs */
 #define GPU_N_BUCKETS 7 /* 1 2 4 8 16 32 64 */
 #define GPU_MAX_BIAS_PER_SEQ 1024
 
@@ -63,8 +67,8 @@ typedef struct gpu_engine {
     CUdeviceptr act_h, ff_h;     /* matmul inputs, f16: normed x / attention out, SwiGLU out */
     CUdeviceptr q, kk, vv;       /* projections, f32 */
     CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU */
-    CUdeviceptr wdq, part_o, part_ml;
-    CUdeviceptr xl_h, logits, work, counts, sout;
+    CUdeviceptr wdq, blas_ws, part_o, part_ml;
+    CUdeviceptr xl_h, logits, work, counts, parts, sout;
     int att_splits;              /* splits the partial buffers hold for cap_tokens queries */
     size_t wdq_bytes;
 

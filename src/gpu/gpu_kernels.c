@@ -58,7 +58,8 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         {&k->hist_store, "hist_store"}, {&k->swiglu, "swiglu"},
         {&k->add_bias, "add_bias"},
         {&k->attn_partial, "attn_partial"}, {&k->attn_combine, "attn_combine"},
-        {&k->sample, "sample"},
+        {&k->sample_prep, "sample_prep"}, {&k->sample_adjust, "sample_adjust"},
+        {&k->sample_reduce, "sample_reduce"}, {&k->sample, "sample"},
     };
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
         if (lookup(k, plain[i].fn, plain[i].name, err, errlen)) return -1;

@@ -14,6 +14,7 @@
 int gpu_wtype_index(ggml_type t);
 
 #define GPU_MATVEC_VARIANTS 4 /* 1, 2, 4, 8 activation rows per block */
+#define GPU_SAMPLE_PARTS 32   /* vocabulary slices reduced in parallel per sampled row */
 
 typedef struct gpu_fn {
     CUfunction f;
@@ -27,7 +28,7 @@ typedef struct gpu_kernels {
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, qkv_post, hist_store, swiglu, add_bias;
-    gpu_fn attn_partial, attn_combine, sample;
+    gpu_fn attn_partial, attn_combine, sample_prep, sample_adjust, sample_reduce, sample;
 } gpu_kernels;
 
 /* Load the embedded fatbin into the current context and resolve every kernel. */

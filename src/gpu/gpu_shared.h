@@ -65,7 +65,7 @@ typedef struct attn_args {
 
 /* Keys per split for a query that sees n_keys keys: a function of n_keys alone, so a token's
  * attention is computed the same way whatever it is batched with. */
-#define ATT_CHUNK_MIN 64
+#define ATT_CHUNK_MIN 128
 #define ATT_MAX_SPLIT 32
 static inline GPU_HOST_DEVICE int attn_chunk(int n_keys)
 {
@@ -111,6 +111,8 @@ typedef struct sample_args {
     const gpu_bias *bias; /* rows' logit_bias entries, at rows[i].bias_off */
     const int32_t *hist; /* [slot][ctx] */
     int ctx, n_vocab;
+    float *parts; /* [rows][n_parts][3]: per-slice best value, its id (bits), sum of exp */
+    int n_parts;
     gpu_sample_out *out;
 } sample_args;
 

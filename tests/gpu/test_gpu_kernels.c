@@ -423,6 +423,7 @@ static void test_sampler_matches_cpu(void **state)
     float *logits = malloc((size_t)R * V * sizeof *logits);
     for (int i = 0; i < R * V; i++) logits[i] = gpu_test_randf(&seed) * 4.0f;
     logits[17] = logits[18] = 9.0f; /* a tie at the top of row 0: lowest id wins */
+    logits[V + 5] = NAN;             /* a broken logit ranks below everything */
     int32_t hist[R * ctx];
     for (int i = 0; i < R * ctx; i++) hist[i] = (int32_t)(gpu_test_rng(&seed) % 40);
     /* row 3's logit_bias: a repeated id, an id outside the vocabulary (ignored by both) */
@@ -463,13 +464,17 @@ static void test_sampler_matches_cpu(void **state)
     int32_t *zeros = calloc((size_t)R * V, 4);
     CUdeviceptr dc = upload(zeros, (size_t)R * V * 4), drows = upload(rows, sizeof rows);
     CUdeviceptr db = upload(bias, sizeof bias), dh = upload(hist, sizeof hist);
-    CUdeviceptr dout;
+    CUdeviceptr dout, dparts = poisoned((size_t)R * GPU_SAMPLE_PARTS * 3);
     CHECK(cu.cuMemAlloc(&dout, R * sizeof(gpu_sample_out)));
     sample_args a = {.logits = (const float *)(uintptr_t)dl, .work = (float *)(uintptr_t)dwork,
                      .counts = (int32_t *)(uintptr_t)dc, .rows = (const gpu_sample_row *)(uintptr_t)drows,
                      .bias = (const gpu_bias *)(uintptr_t)db, .hist = (const int32_t *)(uintptr_t)dh, .ctx = ctx,
-                     .n_vocab = V, .out = (gpu_sample_out *)(uintptr_t)dout};
+                     .n_vocab = V, .parts = (float *)(uintptr_t)dparts, .n_parts = GPU_SAMPLE_PARTS,
+                     .out = (gpu_sample_out *)(uintptr_t)dout};
     void *args[] = {&a};
+    launch(&G.k.sample_prep, (gpu_launch_dims){R, GPU_SAMPLE_PARTS, 1, 256}, args);
+    launch(&G.k.sample_adjust, (gpu_launch_dims){R, 1, 1, 256}, args);
+    launch(&G.k.sample_reduce, (gpu_launch_dims){R, GPU_SAMPLE_PARTS, 1, 256}, args);
     launch(&G.k.sample, (gpu_launch_dims){R, 1, 1, 1024}, args);
     gpu_sample_out out[R];
     download(out, dout, sizeof out);
@@ -496,7 +501,7 @@ static void test_sampler_matches_cpu(void **state)
     }
     assert_int_equal(out[0].token, 17);
     cu.cuMemFree(dl), cu.cuMemFree(dwork), cu.cuMemFree(dc), cu.cuMemFree(drows), cu.cuMemFree(db);
-    cu.cuMemFree(dh), cu.cuMemFree(dout);
+    cu.cuMemFree(dh), cu.cuMemFree(dout), cu.cuMemFree(dparts);
     free(zeros), free(scratch), free(row), free(logits);
 }
 

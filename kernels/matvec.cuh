@@ -36,27 +36,37 @@ __device__ __forceinline__ float dot32_h(const float w[32], const __half *x)
     return s;
 }
 
-// Dot products of one weight row with MT activation rows; one warp, lanes striding over the
-// row's 32-weight chunks.
-template <int T, int MT>
-__device__ __forceinline__ void row_dots(const uint8_t *row, const matvec_args &a, int m0, float acc[MT])
+// Dot products of NR weight rows (the same features of NR matrices) with MT activation rows;
+// one warp, lanes striding over the rows' 32-weight chunks.  Two chunks per lane per round,
+// and the NR rows together, so each lane has several independent loads in flight.
+template <int T, int MT, int NR>
+__device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const matvec_args &a, int m0,
+                                         float acc[NR][MT])
 {
     int lane = threadIdx.x & 31;
     const __half *xr[MT];
 #pragma unroll
-    for (int i = 0; i < MT; i++) {
-        xr[i] = a.x + (size_t)min(m0 + i, a.m - 1) * a.ldx;
-        acc[i] = 0.0f;
-    }
-    for (int c = lane; c < a.k / 32; c += WARP) {
-        float w[32];
-        load_chunk<T>(row, c, w);
-        round_to_half(w);
+    for (int i = 0; i < MT; i++) xr[i] = a.x + (size_t)min(m0 + i, a.m - 1) * a.ldx;
 #pragma unroll
-        for (int i = 0; i < MT; i++) acc[i] += dot32_h(w, xr[i] + 32 * c);
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int i = 0; i < MT; i++) acc[r][i] = 0.0f;
+    const int nchunks = a.k / 32;
+#pragma unroll 2
+    for (int c = lane; c < nchunks; c += WARP) {
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            float w[32];
+            load_chunk<T>(rows[r], c, w);
+            round_to_half(w);
+#pragma unroll
+            for (int i = 0; i < MT; i++) acc[r][i] += dot32_h(w, xr[i] + 32 * c);
+        }
     }
 #pragma unroll
-    for (int i = 0; i < MT; i++) acc[i] = warp_sum(acc[i]);
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int i = 0; i < MT; i++) acc[r][i] = warp_sum(acc[r][i]);
 }
 
 // One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
@@ -68,13 +78,14 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a)
     while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
     if (s >= a.n_seg) return;
     const matvec_seg &sg = a.seg[s];
-    float acc[MT];
-    row_dots<T, MT>(sg.w + (size_t)n * a.row_bytes, a, m0, acc);
+    const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
+    float acc[1][MT];
+    row_dots<T, MT, 1>(rows, a, m0, acc);
     if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (m0 + i >= a.m) break;
-        float v = acc[i] + (sg.bias ? sg.bias[n] : 0.0f);
+        float v = acc[0][i] + (sg.bias ? sg.bias[n] : 0.0f);
         float *dst = sg.y + (size_t)(m0 + i) * sg.ldy + n;
         *dst = a.accumulate ? *dst + v : v;
     }
@@ -86,14 +97,15 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
 {
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT;
     if (n >= a.seg[0].n) return;
-    float g[MT], u[MT];
-    row_dots<T, MT>(a.seg[0].w + (size_t)n * a.row_bytes, a, m0, g);
-    row_dots<T, MT>(a.seg[1].w + (size_t)n * a.row_bytes, a, m0, u);
+    const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
+    float gu[2][MT];
+    row_dots<T, MT, 2>(rows, a, m0, gu);
     if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (m0 + i >= a.m) break;
-        a.yh[(size_t)(m0 + i) * a.seg[0].ldy + n] = __float2half_rn(g[i] / (1.0f + __expf(-g[i])) * u[i]);
+        float g = gu[0][i], u = gu[1][i];
+        a.yh[(size_t)(m0 + i) * a.seg[0].ldy + n] = __float2half_rn(g / (1.0f + __expf(-g)) * u);
     }
 }
 

@@ -163,15 +163,18 @@ static model *load_stories(void)
     return m;
 }
 
-/* Greedy generation of n tokens after `prompt` in slot 0, one decode step at a time. */
-static void greedy(engine *e, const int32_t *prompt, int n_prompt, int n, int32_t *out)
+/* Greedy generation of n tokens after `prompt` in slot 0, one decode step at a time; the
+ * logits each token was chosen from go to logits (n x n_vocab) when non-NULL. */
+static void greedy(engine *e, const int32_t *prompt, int n_prompt, int n, int32_t *out, float *logits)
 {
     char err[512];
     sampling_params sp;
     sampling_params_default(&sp);
     engine_result r;
+    const size_t V = (size_t)e->m->hp.n_vocab;
     engine_seq s = {.slot = 0, .tokens = prompt, .n_tokens = n_prompt, .pos = 0, .want_token = true, .sp = &sp};
     for (int i = 0; i < n; i++) {
+        s.logits = logits ? logits + i * V : NULL;
         if (engine_step(e, &s, 1, &r, err, sizeof err)) fail_msg("%s: %s", engine_name(e), err);
         out[i] = r.token;
         s = (engine_seq){.slot = 0, .tokens = &out[i], .n_tokens = 1, .pos = n_prompt + i, .want_token = true, .sp = &sp};
@@ -188,8 +191,8 @@ static void test_stories260k(void **state)
     pair p = make_pair(m, &cfg);
     enum { N = 300 };
     int32_t seq[N + 1] = {1}, gpu_tokens[N];
-    greedy(p.cpu, seq, 1, N, seq + 1);
-    greedy(p.gpu, seq, 1, N, gpu_tokens);
+    greedy(p.cpu, seq, 1, N, seq + 1, NULL);
+    greedy(p.gpu, seq, 1, N, gpu_tokens, NULL);
     int same = 0;
     while (same < N && gpu_tokens[same] == seq[same + 1]) same++;
     print_message("  stories260K greedy: GPU equals CPU for %d of %d tokens\n", same, N);
@@ -199,7 +202,23 @@ static void test_stories260k(void **state)
     model_free(m);
 }
 
-/* 32 sequences decoded together give the tokens each gives alone. */
+/* Margin between the best and second-best logit. */
+static float top2_gap(const float *l, int n)
+{
+    float a = -INFINITY, b = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (l[i] > a) b = a, a = l[i];
+        else if (l[i] > b) b = l[i];
+    }
+    return a - b;
+}
+
+/* 32 sequences decoded together give the tokens each gives alone.  Batched steps of more than
+ * GPU_MATVEC_MAX_M rows run through cuBLAS, whose FP32 sums run in another order than the
+ * matrix-vector kernels': the products are the same FP16 values, so the logits agree to
+ * rounding, and a greedy choice may only flip where the solo run had a near tie.  The test
+ * requires equal tokens up to such a tie (top-2 gap below 1e-3 of the logit scale) and
+ * reports every divergence. */
 static void test_batch_of_32_equals_alone(void **state)
 {
     (void)state;
@@ -217,18 +236,20 @@ static void test_batch_of_32_equals_alone(void **state)
         assert_non_null(m);
     }
     enum { NS = 32, GEN = 24, MAXP = 20 };
+    const int V = m->hp.n_vocab;
     char err[512];
     engine_config cfg = {.n_slots = NS, .ctx_per_slot = 64, .max_batch_tokens = NS * MAXP};
     engine *e = engine_create_cuda(m, &cfg, err, sizeof err);
     if (!e) fail_msg("%s", err);
     int32_t prompts[NS][MAXP], alone[NS][GEN], together[NS][GEN];
+    float *solo_logits = malloc((size_t)NS * GEN * V * sizeof *solo_logits);
     int plen[NS];
     uint64_t seed = 3;
     for (int i = 0; i < NS; i++) {
         plen[i] = 3 + i % 17;
         prompts[i][0] = 1;
-        for (int j = 1; j < plen[i]; j++) prompts[i][j] = 3 + (int32_t)(gpu_test_rng(&seed) % (uint64_t)(m->hp.n_vocab - 3));
-        greedy(e, prompts[i], plen[i], GEN, alone[i]);
+        for (int j = 1; j < plen[i]; j++) prompts[i][j] = 3 + (int32_t)(gpu_test_rng(&seed) % (uint64_t)(V - 3));
+        greedy(e, prompts[i], plen[i], GEN, alone[i], solo_logits + (size_t)i * GEN * V);
     }
     sampling_params sp;
     sampling_params_default(&sp);
@@ -244,11 +265,25 @@ static void test_batch_of_32_equals_alone(void **state)
                                    .want_token = true, .sp = &sp};
         }
     }
-    int differ = 0;
-    for (int i = 0; i < NS; i++) differ += memcmp(alone[i], together[i], sizeof alone[i]) != 0;
-    print_message("  %d concurrent greedy sequences x %d tokens: %d differ from their solo runs\n", NS, GEN, differ);
-    assert_int_equal(differ, 0);
+    int differ = 0, bad = 0;
+    for (int i = 0; i < NS; i++) {
+        int g = 0;
+        while (g < GEN && alone[i][g] == together[i][g]) g++;
+        if (g == GEN) continue;
+        differ++;
+        const float *l = solo_logits + ((size_t)i * GEN + g) * V;
+        float gap = top2_gap(l, V), scale = fabsf(l[alone[i][g]]) > 1.0f ? fabsf(l[alone[i][g]]) : 1.0f;
+        bool tie = gap < 1e-3f * scale;
+        bad += !tie;
+        print_message("  seq %d diverges at token %d (%d alone, %d batched): solo top-2 gap %.2e (%s)\n", i, g,
+                      alone[i][g], together[i][g], gap, tie ? "a near tie" : "NOT a tie");
+    }
+    print_message("  %d concurrent greedy sequences x %d tokens: %d identical to their solo runs, %d diverge at a near "
+                  "tie, %d otherwise\n", NS, GEN, NS - differ, differ - bad, bad);
+    assert_int_equal(bad, 0);
+    assert_true(differ <= 2);
     engine_free(e);
+    free(solo_logits);
     model_free(m);
     free(image);
 }

@@ -635,15 +635,18 @@ static bool sched_step(sched *s)
     int n = plan_step(s);
     if (n > 0) {
         char err[256] = "";
-        if (engine_step(s->e, s->seqs, n, s->results, err, sizeof err) == 0) {
+        int rc = engine_step(s->e, s->seqs, n, s->results, err, sizeof err);
+        /* Counted before any result is delivered: a client that has seen its last token
+         * must also see the step that produced it in the stats. */
+        pthread_mutex_lock(&s->mu);
+        s->stats.steps++;
+        pthread_mutex_unlock(&s->mu);
+        if (rc == 0) {
             uint64_t now = uv_hrtime();
             for (int i = 0; i < n; i++) seq_done(s, i, now);
         } else {
             step_isolate_failure(s, n, err);
         }
-        pthread_mutex_lock(&s->mu);
-        s->stats.steps++;
-        pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_lock(&s->mu);
     bool more = s->n_active > 0;
@@ -665,7 +668,7 @@ static void on_async(uv_async_t *h)
     pthread_mutex_unlock(&s->mu);
     if (stopping) {
         drop_cancelled(s, true);
-            uv_close((uv_handle_t *)&s->idle, NULL);
+        uv_close((uv_handle_t *)&s->idle, NULL);
         uv_close((uv_handle_t *)&s->async, NULL);
         return;
     }

@@ -446,7 +446,8 @@ static enum MHD_Result reply_whole(gen *g)
 {
     api_error e;
     if (failure_of(g, &e)) return http_reply_error(g->hr, &e);
-    api_choice *ac = calloc((size_t)g->n_ch, sizeof *ac);
+    /* n_ch >= 1 (validated n); the bound also tells the optimiser the size is sane. */
+    api_choice *ac = g->n_ch > 0 ? calloc((size_t)g->n_ch, sizeof *ac) : NULL;
     if (!ac) return http_reply_json(g->hr, 500, NULL);
     for (int i = 0; i < g->n_ch; i++) {
         gen_choice *c = &g->ch[i];

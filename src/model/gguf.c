@@ -401,7 +401,7 @@ static bool parse_kvs(cursor *c, gguf_file *f)
     if (!index_init(&f->key_index, f->n_kv)) return fail(c, "out of memory for %lld keys", (long long)f->n_kv);
     for (int64_t i = 0; i < f->n_kv; i++) {
         gguf_kv *kv = &f->kv[i];
-        size_t at = c->pos, off;
+        size_t at = c->pos, off = 0;
         uint64_t len;
         set_what(c, "metadata %lld", (long long)i);
         if (!read_str(c, &off, &len, "key")) return false;
@@ -442,7 +442,7 @@ static bool checked_mul(uint64_t a, uint64_t b, uint64_t *out)
 static bool parse_tensor_info(cursor *c, gguf_file *f, int64_t i)
 {
     gguf_tensor *t = &f->tensors[i];
-    size_t at = c->pos, off;
+    size_t at = c->pos, off = 0;
     uint64_t len;
     set_what(c, "tensor %lld", (long long)i);
     if (!read_str(c, &off, &len, "name")) return false;
@@ -564,7 +564,7 @@ static gguf_file *parse(const uint8_t *base, size_t size, bool mapped, char *err
     }
     f->base = base;
     f->size = size;
-    uint64_t n_tensors, n_kv;
+    uint64_t n_tensors = 0, n_kv = 0;
     bool ok = parse_header(&c, f, &n_tensors, &n_kv);
     if (ok) {
         /* Counts are bounded by the file size above, so these allocations are too. */

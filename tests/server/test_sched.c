@@ -559,7 +559,7 @@ static void test_chunked_prefill_interleaves_with_decodes(void **state)
     }
 
     const fake_engine *f = fx.f;
-    int slot_a, slot_b, slot_c;
+    int slot_a = -1, slot_b = -1, slot_c = -1;
     int first_a = first_step_of(f, T("a"), &slot_a), first_b = first_step_of(f, T("b"), &slot_b);
     int first_c = first_step_of(f, T("c"), &slot_c);
     assert_int_equal(first_a, 0);
@@ -671,7 +671,7 @@ static void test_cancel_frees_slot_without_affecting_others(void **state)
         usleep(200);
         client_poll(&ca, ra);
     }
-    int slot_a;
+    int slot_a = -1;
     pthread_mutex_lock(&fx.f->mu);
     first_step_of(fx.f, T("a"), &slot_a);
     int steps_at_cancel = fx.f->steps_started;
@@ -688,7 +688,7 @@ static void test_cancel_frees_slot_without_affecting_others(void **state)
     assert_int_equal(cc.finish, SCHED_FINISH_LENGTH);
     /* a's slot carried a's tokens at most in the step running when cancel came and the next:
      * then it was cleared and went to c. */
-    int slot_c, first_c = first_step_of(fx.f, T("c"), &slot_c);
+    int slot_c = -1, first_c = first_step_of(fx.f, T("c"), &slot_c);
     assert_int_equal(slot_c, slot_a);
     assert_true(first_c <= steps_at_cancel + 1);
     sched_req_release(ra);

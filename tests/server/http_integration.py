@@ -23,6 +23,9 @@ BIN = os.environ.get("INFERD_BIN", "build/inferd")
 SRC = os.environ.get("INFERD_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 SHARED = os.environ.get("INFERD_SHARED_DIR", os.path.join(SRC, "..", "shared"))
 SKIP = 77
+# Extra flags for every test server, e.g. "--device cuda" when scripts/gpu-check runs this suite
+# on the GPU machine (so a silent CPU fallback cannot pass for a GPU run).
+SERVE_ARGS = os.environ.get("INFERD_TEST_SERVE_ARGS", "").split()
 TMP = tempfile.mkdtemp(prefix="inferd-http-")
 
 
@@ -58,7 +61,7 @@ class Server:
         self.log_path = os.path.join(TMP, f"server-{self.port}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [BIN, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "--threads", "1", *args],
+            [BIN, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "--threads", "1", *SERVE_ARGS, *args],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while time.time() < deadline:

@@ -267,19 +267,26 @@ static size_t physical_memory(void)
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
 }
 
-/* Refuse a buffer larger than the machine before asking for it: with overcommit, calloc of an
- * absurd size may "succeed" and the process dies later instead of reporting. */
+/* Refuse buffers larger than the machine before asking for them: with overcommit, calloc of an
+ * absurd size may "succeed" and the process dies later instead of reporting.  The limit is on
+ * the running total, since K and V caches that each fit may not fit together. */
 static int allocate_buffers(const buffer_request *req, size_t n, char *err, size_t errlen)
 {
     const size_t limit = physical_memory();
+    size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         size_t bytes;
-        bool too_big = req[i].count == SIZE_MAX || __builtin_mul_overflow(req[i].count, req[i].elem, &bytes) ||
-                       bytes > limit;
-        if (too_big || !(*req[i].ptr = calloc(req[i].count ? req[i].count : 1, req[i].elem))) {
-            snprintf(err, errlen, "cannot allocate the CPU %s (%.1f MiB%s)", req[i].what,
-                     (double)req[i].count * (double)req[i].elem / 1048576.0,
-                     too_big ? ", more than this machine's memory" : "");
+        const double mib = (double)req[i].count * (double)req[i].elem / 1048576.0;
+        if (req[i].count == SIZE_MAX || __builtin_mul_overflow(req[i].count, req[i].elem, &bytes) ||
+            bytes > limit - total) {
+            snprintf(err, errlen, "cannot allocate the CPU %s: %.1f MiB, %.1f MiB in all, more than this "
+                     "machine's %.1f MiB of memory (lower -np or -c)", req[i].what, mib,
+                     (double)total / 1048576.0 + mib, (double)limit / 1048576.0);
+            return -1;
+        }
+        total += bytes;
+        if (!(*req[i].ptr = calloc(req[i].count ? req[i].count : 1, req[i].elem))) {
+            snprintf(err, errlen, "cannot allocate the CPU %s (%.1f MiB)", req[i].what, mib);
             return -1;
         }
     }

@@ -196,6 +196,13 @@ static bool bind_embedding(loader *L)
         return fail(L, "tensor 'token_embd.weight': expected shape [%d, n_vocab], found %u dims with ne1 = %lld",
                     m->hp.n_embd, g->n_dims, (long long)g->ne[1]);
     m->hp.n_vocab = (int)g->ne[1];
+    /* Optional, but a declared size that disagrees with the tensor means a damaged or
+     * mis-converted file: refuse it rather than serve with whichever one we guessed. */
+    int declared = m->hp.n_vocab;
+    if (!read_int(L, "vocab_size", false, &declared)) return false;
+    if (declared != m->hp.n_vocab)
+        return fail(L, "%s.vocab_size %d does not match token_embd.weight's %d rows",
+                    model_arch_name(m->hp.arch), declared, m->hp.n_vocab);
     int64_t tok = gguf_find_key(L->f, "tokenizer.ggml.tokens");
     if (tok >= 0 && gguf_kv_type(L->f, tok) == GGUF_VT_ARRAY && gguf_arr_len(L->f, tok) != (uint64_t)m->hp.n_vocab)
         return fail(L, "tokenizer.ggml.tokens has %llu entries but token_embd.weight has %d rows",

@@ -55,15 +55,16 @@ def make_model(name="tiny.gguf", *extra):
 class Server:
     """One inferd process on 127.0.0.1, started and stopped by this test."""
 
-    def __init__(self, model, *args):
+    def __init__(self, model, *args, prefix=(), ready_s=60):
+        """prefix: a wrapper command (valgrind ...); ready_s: how long loading may take."""
         self.port = free_port()
         self.terminated = False
         self.log_path = os.path.join(TMP, f"server-{self.port}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [BIN, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "--threads", "1", *SERVE_ARGS, *args],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
+            [*prefix, BIN, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(self.port), "--threads", "1",
+             *SERVE_ARGS, *args], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + ready_s
         while time.time() < deadline:
             check(self.proc.poll() is None, f"server exited early:\n{self.tail()}")
             try:
@@ -73,7 +74,7 @@ class Server:
                 pass
             time.sleep(0.05)
         self.kill()
-        raise Fail("server did not become healthy in 60 s:\n" + self.tail())
+        raise Fail(f"server did not become healthy in {ready_s} s:\n" + self.tail())
 
     def tail(self):
         if not self.log.closed:
@@ -81,14 +82,14 @@ class Server:
         with open(self.log_path) as f:
             return "".join(f.readlines()[-30:])
 
-    def stop(self, expect_rc=0):
+    def stop(self, expect_rc=0, wait_s=60):
         """SIGTERM by PID, then wait (bounded) for a clean exit."""
         self.terminate()
         try:
-            rc = self.proc.wait(timeout=60)
+            rc = self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise Fail("server did not exit within 60 s of SIGTERM")
+            raise Fail(f"server did not exit within {wait_s} s of SIGTERM")
         self.log.close()
         check(rc == expect_rc, f"server exit code {rc}, expected {expect_rc}:\n{self.tail()}")
 

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "log.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,7 +37,7 @@ int log_open_file(const char *path)
     g_path[0] = 0;
     int rc = 0;
     if (path) {
-        g_file = fopen(path, "a");
+        g_file = fopen(path, "ae"); /* not inherited by children */
         if (g_file) snprintf(g_path, sizeof g_path, "%s", path);
         else rc = -1;
     }
@@ -46,10 +47,19 @@ int log_open_file(const char *path)
 
 int log_reopen(void)
 {
-    if (!g_path[0]) return 0;
-    char path[sizeof g_path];
-    memcpy(path, g_path, sizeof path);
-    return log_open_file(path);
+    pthread_mutex_lock(&g_mu);
+    int rc = 0;
+    if (g_path[0]) {
+        FILE *f = fopen(g_path, "ae");
+        if (f) {
+            if (g_file) fclose(g_file);
+            g_file = f;
+        } else {
+            rc = -1; /* keep writing to the old (renamed) file: no line is lost */
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
 }
 
 /* JSON-escape src into dst (always NUL-terminated). */
@@ -64,15 +74,36 @@ static void json_escape(const char *src, char *dst, size_t cap)
     dst[o] = 0;
 }
 
-void log_msg(log_level lvl, const char *fmt, ...)
+/* Appends the fields to buf (text: " k=v", JSON: ",\"k\":v"); returns the new length. */
+static size_t format_fields(char *buf, size_t cap, size_t o, const log_field *f, int n, bool json)
 {
-    if (lvl < g_level) return;
-    char msg[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    char esc[2048];
+    for (int i = 0; i < n && o < cap; i++) {
+        const log_field *x = &f[i];
+        const char *sep = json ? "," : " ";
+        const char *q = json ? "\"" : "";
+        int w = 0;
+        if (x->type == LOG_FIELD_INT) {
+            w = snprintf(buf + o, cap - o, "%s%s%s%s%s%lld", sep, q, x->key, q, json ? ":" : "=", x->i);
+        } else if ((x->type == LOG_FIELD_STR && !x->str) || (x->type == LOG_FIELD_NUM && !isfinite(x->num))) {
+            w = snprintf(buf + o, cap - o, "%s%s%s%s%s", sep, q, x->key, q, json ? ":null" : "=-");
+        } else if (x->type == LOG_FIELD_NUM) {
+            w = snprintf(buf + o, cap - o, "%s%s%s%s%s%.1f", sep, q, x->key, q, json ? ":" : "=", x->num);
+        } else {
+            bool quote = json || !x->str[0] || strpbrk(x->str, " \t\"=\\") != NULL;
+            json_escape(x->str, esc, sizeof esc);
+            w = snprintf(buf + o, cap - o, "%s%s%s%s%s%s%s%s", sep, q, x->key, q, json ? ":" : "=",
+                         quote ? "\"" : "", quote ? esc : x->str, quote ? "\"" : "");
+        }
+        o += w > 0 ? (size_t)w : 0;
+    }
+    return o < cap ? o : cap - 1;
+}
 
+/* Writes one whole line: the timestamp, level and message, then the pre-formatted fields
+ * (text or JSON members, see format_fields). */
+static void emit(log_level lvl, const char *msg, const char *fields)
+{
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
@@ -86,10 +117,30 @@ void log_msg(log_level lvl, const char *fmt, ...)
     if (g_json) {
         char esc[8192];
         json_escape(msg, esc, sizeof esc);
-        fprintf(out, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n", when, level_names[lvl], esc);
+        fprintf(out, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"%s}\n", when, level_names[lvl], esc,
+                fields);
     } else {
-        fprintf(out, "%s %-5s %s\n", when, level_names[lvl], msg);
+        fprintf(out, "%s %-5s %s%s\n", when, level_names[lvl], msg, fields);
     }
     fflush(out);
     pthread_mutex_unlock(&g_mu);
+}
+
+void log_msg(log_level lvl, const char *fmt, ...)
+{
+    if (lvl < g_level) return;
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    emit(lvl, msg, "");
+}
+
+void log_event(log_level lvl, const char *msg, const log_field *fields, int n_fields)
+{
+    if (lvl < g_level) return;
+    char buf[4096];
+    format_fields(buf, sizeof buf, 0, fields, n_fields, g_json);
+    emit(lvl, msg, buf);
 }

@@ -8,6 +8,7 @@
  * before the suspend finds its output already taken or still queued for the next take, so no
  * token is ever waited for twice and no connection sleeps with output pending. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ struct gen {
     bool suspended;
     sbuf out;      /* streaming: bytes not yet handed to MHD */
     bool out_done; /* streaming: [DONE] is in out */
+    double t_first_ms; /* http_now_ms() when the first completion token was taken; 0 = none yet */
     gen *prev, *next;
 };
 
@@ -318,6 +320,25 @@ static bool failure_of(const gen *g, api_error *e)
     return false;
 }
 
+void gen_summarize(const gen *g, gen_summary *out)
+{
+    api_usage u = g->ch ? usage_of(g) : (api_usage){0};
+    *out = (gen_summary){.id = g->id, .prompt_tokens = u.prompt_tokens, .completion_tokens = u.completion_tokens,
+                         .ttft_ms = g->t_first_ms ? g->t_first_ms - g->hr->t_start : NAN};
+    /* The worst outcome of any choice; a choice still running now is being cancelled (the
+     * connection closed before it finished). */
+    int worst = -1;
+    static const sched_finish rank[] = {SCHED_FINISH_STOP, SCHED_FINISH_LENGTH, SCHED_FINISH_CANCELLED,
+                                        SCHED_FINISH_ERROR};
+    for (int i = 0; i < g->n_ch; i++) {
+        sched_finish f = g->ch[i].r && g->ch[i].finish == SCHED_FINISH_NONE ? SCHED_FINISH_CANCELLED : g->ch[i].finish;
+        for (int k = 0; k < 4; k++)
+            if (rank[k] == f && k > worst) worst = k;
+    }
+    static const char *const names[] = {"stop", "length", "cancelled", "error"};
+    out->finish = worst >= 0 ? names[worst] : NULL;
+}
+
 /* ---- streaming ---------------------------------------------------------------------------- */
 
 static void emit_chunk(gen *g, const api_choice *ac)
@@ -387,6 +408,7 @@ static void collect(gen *g)
         gen_choice *c = &g->ch[i];
         sched_output o = {0};
         if (c->finish != SCHED_FINISH_NONE || !c->r || !sched_req_take(c->r, &o)) continue;
+        if (!g->t_first_ms && o.completion_tokens > 0) g->t_first_ms = http_now_ms();
         if (g->req.stream) {
             stream_output(g, i, &o);
         } else {

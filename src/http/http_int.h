@@ -50,6 +50,7 @@ typedef struct http_req {
     bool have_err; /* an error decided before the body was read; sent once it is */
     api_error err;
     int status;    /* of the queued response (metrics, access log) */
+    char error[160]; /* message of an error response, for the access log ("" = none) */
     gen *g;        /* completions / chat in progress */
 } http_req;
 
@@ -57,7 +58,18 @@ typedef struct http_req {
 enum MHD_Result http_reply_json(http_req *hr, int status, char *json);
 enum MHD_Result http_reply_error(http_req *hr, const api_error *e);
 
+/* Monotonic clock in ms (request timings). */
+double http_now_ms(void);
+
 /* gen.c */
+/* What the per-request log line says about a generation. */
+typedef struct gen_summary {
+    const char *id;
+    int prompt_tokens, completion_tokens; /* as in the response's usage */
+    double ttft_ms;     /* request start -> first token taken by the HTTP side; NAN when none */
+    const char *finish; /* stop, length, cancelled, error; NULL when nothing was generated */
+} gen_summary;
+void gen_summarize(const gen *g, gen_summary *out);
 enum MHD_Result gen_start(http_req *hr, api_kind kind);
 enum MHD_Result gen_continue(http_req *hr); /* non-streaming request woken up */
 void gen_finish(gen *g);                    /* connection closed: cancel, release, free */

@@ -1,16 +1,26 @@
-/* serve.c - `inferd serve`: options, logging, listen, load the model, run until SIGINT/SIGTERM,
- * then drain gracefully.
+/* serve.c - `inferd serve`: options (command line over config file), logging, listen, load the
+ * model, warm the engine up, tell systemd, run until SIGINT/SIGTERM, then drain gracefully.
  *
  * The server listens before the model loads so that /health can answer 503 meanwhile.  The
  * main thread then sleeps in a libuv loop whose only job is signals; libuv turns them into
- * callbacks on this thread, so no work happens in a signal handler. */
+ * callbacks on this thread, so no work happens in a signal handler.
+ *
+ * systemd (Type=notify, see notify.h): STATUS= at each loading phase; READY=1 only once the
+ * model is loaded, the engine has run its warm-up steps (CUDA graphs captured) and our own
+ * GET /health has answered 200; WATCHDOG=1 from the scheduler's loop; STOPPING=1 on shutdown. */
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "../cli/cli.h"
+#include "../config.h"
 #include "../engine/engine.h"
 #include "../log.h"
 #include "../model/chat.h"
@@ -24,7 +34,7 @@
 /* Everything the running server owns, torn down in reverse order by serve_close. */
 typedef struct serve_state {
     uv_loop_t loop;
-    uv_signal_t sigint, sigterm;
+    uv_signal_t sigint, sigterm, sighup;
     int signal; /* the first shutdown signal received, 0 while running */
     server *sv;
     model *m;
@@ -33,13 +43,41 @@ typedef struct serve_state {
     sched *s;
     char alias[OPTS_STR_MAX];
     int ctx;
+    chat_template_kind tmpl;
 } serve_state;
+
+/* Exit status for a bad configuration file: sysexits' EX_CONFIG, which systemd shows as
+ * "status=78/CONFIG" (and the unit does not restart on). */
+#define SERVE_EXIT_CONFIG 78
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static void on_signal(uv_signal_t *h, int signum)
 {
     serve_state *st = h->data;
     if (!st->signal) st->signal = signum;
     uv_stop(h->loop);
+}
+
+/* SIGHUP: logrotate has moved the log file away; start a new one at the configured path. */
+static void on_hup(uv_signal_t *h, int signum)
+{
+    (void)h;
+    (void)signum;
+    if (log_reopen() != 0) log_error("SIGHUP: cannot reopen the log file; still writing to the old one");
+    else log_info("SIGHUP: log file reopened");
+}
+
+/* Runs on the scheduler thread (sched_config.heartbeat): a wedged engine step stops it. */
+static void watchdog_beat(void *ctx)
+{
+    (void)ctx;
+    notify_watchdog();
 }
 
 static bool signalled(serve_state *st)
@@ -91,6 +129,33 @@ static engine *create_engine(const inferd_opts *o, const model *m, const engine_
     return e;
 }
 
+/* Decode steps of 1, 2, 4, ... up to n_slots sequences (one token each in fresh slots), then
+ * clear the slots: the CUDA engine captures its decode graph per batch bucket on first use,
+ * so this moves that work (and any first-step failure) before READY=1.  On the CPU it is a
+ * cheap smoke test of the engine. */
+static int warm_up(engine *e, const tokenizer *tok, char *err, size_t errlen)
+{
+    int n_slots = e->cfg.n_slots;
+    engine_seq *seqs = calloc((size_t)n_slots, sizeof *seqs);
+    engine_result *res = calloc((size_t)n_slots, sizeof *res);
+    int rc = seqs && res ? 0 : -1;
+    if (rc) snprintf(err, errlen, "out of memory");
+    sampling_params sp;
+    sampling_params_default(&sp);
+    int32_t token = tokenizer_bos(tok) >= 0 ? tokenizer_bos(tok) : 0;
+    for (int b = 1, n = 1; rc == 0; b *= 2) {
+        n = b < n_slots ? b : n_slots;
+        for (int i = 0; i < n; i++)
+            seqs[i] = (engine_seq){.slot = i, .tokens = &token, .n_tokens = 1, .want_token = true, .sp = &sp};
+        rc = engine_step(e, seqs, n, res, err, errlen);
+        for (int i = 0; i < n; i++) engine_slot_clear(e, i);
+        if (n == n_slots) break;
+    }
+    free(seqs);
+    free(res);
+    return rc;
+}
+
 /* Model, tokenizer, engine, scheduler. 0 on success. */
 static int load(serve_state *st, const inferd_opts *o)
 {
@@ -101,6 +166,7 @@ static int load(serve_state *st, const inferd_opts *o)
         return -1;
     }
     if (signalled(st)) return -1;
+    notify_status("loading the tokenizer of %s", o->model);
     if (!(st->tok = tokenizer_load(st->m->gguf, err, sizeof err))) {
         log_error("cannot load the tokenizer of %s: %s", o->model, err);
         return -1;
@@ -116,24 +182,80 @@ static int load(serve_state *st, const inferd_opts *o)
         .device = o->gpu,
         .verbose = o->log_level == LOG_DEBUG,
     };
+    notify_status("starting the engine (%d slots x %d tokens)", o->parallel, st->ctx);
     if (!(st->e = create_engine(o, st->m, &ec))) return -1;
+    if (signalled(st)) return -1;
+    notify_status("warming up the %s engine", engine_name(st->e));
+    if (warm_up(st->e, st->tok, err, sizeof err) != 0) {
+        log_error("%s engine: warm-up step failed: %s", engine_name(st->e), err);
+        return -1;
+    }
     if (signalled(st)) return -1;
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size};
+    /* systemd wants a ping at least every WATCHDOG_USEC; ping twice as often. */
+    uint64_t wd_ms = notify_watchdog_usec() / 2000;
+    if (wd_ms > 0) {
+        sc.heartbeat = watchdog_beat;
+        sc.heartbeat_ms = wd_ms > 3600000 ? 3600000u : (unsigned)wd_ms;
+        log_info("systemd watchdog: pinging every %u ms from the scheduler loop", sc.heartbeat_ms);
+    }
     if (!(st->s = sched_create(st->e, st->tok, &sc, err, sizeof err))) {
         log_error("cannot start the scheduler: %s", err);
         return -1;
     }
-    chat_template_kind tmpl;
-    if (pick_template(o, st->m, &tmpl) != 0) return -1;
+    if (pick_template(o, st->m, &st->tmpl) != 0) return -1;
     snprintf(st->alias, sizeof st->alias, "%s", o->model_alias[0] ? o->model_alias : basename_of(o->model));
-    server_model sm = {.m = st->m, .tok = st->tok, .s = st->s, .tmpl = tmpl, .alias = st->alias,
+    server_model sm = {.m = st->m, .tok = st->tok, .s = st->s, .tmpl = st->tmpl, .alias = st->alias,
                        .ctx_per_slot = st->ctx};
     server_set_ready(st->sv, &sm);
-    log_info("ready: model %s (%s, %d layers, vocab %d), engine %s, %d slots x %d tokens, chat template %s",
-             st->alias, model_arch_name(st->m->hp.arch), st->m->hp.n_layer, st->m->hp.n_vocab,
-             engine_name(st->e), o->parallel, st->ctx, chat_template_name(tmpl));
     return 0;
+}
+
+/* One GET /health to our own listening address; true on a 200.  A wildcard address is
+ * reached through loopback. */
+static bool health_answers(const char *host, int port)
+{
+    if (!host[0] || strcmp(host, "0.0.0.0") == 0) host = "127.0.0.1";
+    else if (strcmp(host, "::") == 0) host = "::1";
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, service, &hints, &res) != 0) return false;
+    bool ok = false;
+    for (struct addrinfo *ai = res; ai && !ok; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) continue;
+        struct timeval tv = {.tv_sec = 2};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        static const char req[] = "GET /health HTTP/1.1\r\nHost: localhost\r\nUser-Agent: inferd-self-check\r\n"
+                                  "Connection: close\r\n\r\n";
+        char buf[32] = "";
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            send(fd, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1)) {
+            size_t got = 0;
+            ssize_t n;
+            while (got < sizeof buf - 1 && (n = recv(fd, buf + got, sizeof buf - 1 - got, 0)) > 0) got += (size_t)n;
+            buf[got] = 0;
+            ok = strncmp(buf, "HTTP/1.1 200", 12) == 0 || strncmp(buf, "HTTP/1.0 200", 12) == 0;
+        }
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
+/* READY=1 promises a working server: wait (bounded) until our own /health says 200. */
+static bool wait_healthy(serve_state *st, const char *host, double timeout_s)
+{
+    double until = now_s() + timeout_s;
+    while (!signalled(st)) {
+        if (health_answers(host, server_port(st->sv))) return true;
+        if (now_s() > until) break;
+        usleep(50 * 1000);
+    }
+    return false;
 }
 
 /* Graceful stop: refuse new work, let running requests finish within the timeout, close. */
@@ -157,6 +279,7 @@ static void close_loop(serve_state *st)
 {
     uv_close((uv_handle_t *)&st->sigint, NULL);
     uv_close((uv_handle_t *)&st->sigterm, NULL);
+    uv_close((uv_handle_t *)&st->sighup, NULL);
     uv_run(&st->loop, UV_RUN_DEFAULT);
     uv_loop_close(&st->loop);
 }
@@ -164,13 +287,13 @@ static void close_loop(serve_state *st)
 int cli_serve(int argc, char **argv)
 {
     inferd_opts o;
-    char err[512];
-    opts_defaults(&o);
-    int rc = opts_parse_argv(&o, argc, argv, err, sizeof err);
+    char err[1024];
+    int rc = config_resolve(&o, argc, argv, err, sizeof err);
     if (rc == 1) return 0;
     if (rc < 0) {
+        /* Logging is not set up yet; stderr reaches the terminal or the journal. */
         fprintf(stderr, "inferd serve: %s\n", err);
-        return 2;
+        return rc == CONFIG_E_FILE ? SERVE_EXIT_CONFIG : 2;
     }
     log_set_level((log_level)o.log_level);
     log_set_json(o.log_format == OPTS_LOG_JSON);
@@ -178,11 +301,12 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "inferd serve: cannot open --log-file %s\n", o.log_file);
         return 1;
     }
-    if (o.config[0]) log_warn("--config %s: config files are not supported yet; ignoring it", o.config);
     if (!o.model[0]) {
         log_error("no model given: pass -m MODEL.gguf (see --help)");
         return 2;
     }
+    log_info("inferd %s starting (pid %d), config file: %s", INFERD_VERSION, (int)getpid(),
+             o.config[0] ? o.config : "none (command line only)");
     opts_log(&o);
     notify_init();
     signal(SIGPIPE, SIG_IGN); /* a client that went away must not kill the daemon */
@@ -191,9 +315,11 @@ int cli_serve(int argc, char **argv)
     uv_loop_init(&st.loop);
     uv_signal_init(&st.loop, &st.sigint);
     uv_signal_init(&st.loop, &st.sigterm);
-    st.sigint.data = st.sigterm.data = &st;
+    uv_signal_init(&st.loop, &st.sighup);
+    st.sigint.data = st.sigterm.data = st.sighup.data = &st;
     uv_signal_start(&st.sigint, on_signal, SIGINT);
     uv_signal_start(&st.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&st.sighup, on_hup, SIGHUP);
 
     server_config sc = {.host = o.host, .port = o.port, .http_threads = o.http_threads,
                         .max_body = (size_t)o.max_body, .api_key = o.api_key, .metrics = o.metrics};
@@ -203,10 +329,21 @@ int cli_serve(int argc, char **argv)
         return 1;
     }
     notify_status("loading %s", o.model);
+    double t0 = now_s();
     int exit_code = 0;
     if (load(&st, &o) != 0) {
         exit_code = st.signal ? 0 : 1;
+    } else if (!wait_healthy(&st, o.host, 10.0)) {
+        if (!st.signal) {
+            log_error("the server does not answer GET /health on %s:%d; giving up", o.host, server_port(st.sv));
+            exit_code = 1;
+        }
     } else {
+        log_info("ready in %.1fs: http://%s:%d, model %s (%s, %d layers, vocab %d, %.1f MiB), engine %s, "
+                 "%d slots x %d tokens, chat template %s", now_s() - t0, o.host, server_port(st.sv), st.alias,
+                 model_arch_name(st.m->hp.arch), st.m->hp.n_layer, st.m->hp.n_vocab,
+                 (double)st.m->weight_bytes / (1024.0 * 1024.0), engine_name(st.e), o.parallel, st.ctx,
+                 chat_template_name(st.tmpl));
         notify_ready();
         notify_status("serving %s on %s:%d", st.alias, o.host, server_port(st.sv));
         if (!st.signal) uv_run(&st.loop, UV_RUN_DEFAULT); /* until SIGINT/SIGTERM */
@@ -215,6 +352,7 @@ int cli_serve(int argc, char **argv)
         log_info("received %s: shutting down (up to %gs for running requests)",
                  st.signal == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout);
     notify_stopping();
+    notify_status("stopping: draining running requests (up to %gs)", o.shutdown_timeout);
     serve_close(&st, o.shutdown_timeout);
     close_loop(&st);
     log_info("stopped");

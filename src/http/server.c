@@ -25,7 +25,7 @@ struct route {
     bool needs_model;
 };
 
-static double now_ms(void)
+double http_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -65,6 +65,7 @@ enum MHD_Result http_reply_json(http_req *hr, int status, char *json)
 
 enum MHD_Result http_reply_error(http_req *hr, const api_error *e)
 {
+    snprintf(hr->error, sizeof hr->error, "%.*s", (int)sizeof hr->error - 1, e->message);
     return http_reply_json(hr, e->status, api_error_json(e));
 }
 
@@ -353,7 +354,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         hr->sv = sv;
         hr->conn = conn;
         hr->method = method;
-        hr->t_start = now_ms();
+        hr->t_start = http_now_ms();
         snprintf(hr->path, sizeof hr->path, "%s", url);
         *con_cls = hr;
         hr->have_err = !gate(hr, url, method);
@@ -387,6 +388,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return hr->rt->fn(hr);
 }
 
+/* The one log line of every finished HTTP request; generations add their id, token counts,
+ * time to first token and finish reason.  5xx are warnings: something on our side failed. */
+static void log_request(const http_req *hr, int status, bool closed_early)
+{
+    log_field f[12];
+    int n = 0;
+    gen_summary gs = {0};
+    if (hr->g) {
+        gen_summarize(hr->g, &gs);
+        f[n++] = LOG_STR("id", gs.id);
+    }
+    f[n++] = LOG_STR("method", hr->method);
+    f[n++] = LOG_STR("path", hr->path);
+    f[n++] = LOG_INT("status", status);
+    if (hr->g) {
+        f[n++] = LOG_INT("prompt_tokens", gs.prompt_tokens);
+        f[n++] = LOG_INT("completion_tokens", gs.completion_tokens);
+        f[n++] = LOG_NUM("ttft_ms", gs.ttft_ms);
+    }
+    f[n++] = LOG_NUM("total_ms", http_now_ms() - hr->t_start);
+    if (hr->g) f[n++] = LOG_STR("finish", gs.finish);
+    if (hr->error[0]) f[n++] = LOG_STR("error", hr->error);
+    if (closed_early) f[n++] = LOG_STR("connection", "closed early");
+    log_event(status >= 500 ? LOG_WARN : LOG_INFO, "request", f, n);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -395,11 +422,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_req *hr = *con_cls;
     if (!hr) return;
     *con_cls = NULL;
-    if (hr->g) gen_finish(hr->g);
     int status = hr->status ? hr->status : 499; /* nginx's "client closed request" */
     metrics_count_status(sv->metrics, status);
-    log_msg(status >= 500 ? LOG_WARN : LOG_INFO, "%s %s %d %.1fms%s", hr->method, hr->path, status,
-            now_ms() - hr->t_start, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    log_request(hr, status, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    if (hr->g) gen_finish(hr->g);
     sbuf_free(&hr->body);
     free(hr);
 }

@@ -91,6 +91,7 @@ struct sched {
     uv_loop_t loop;
     uv_async_t async;
     uv_idle_t idle;
+    uv_timer_t beat; /* cfg.heartbeat ticks (initialised always, started when asked for) */
 
     pthread_mutex_t mu; /* guards everything down to `stats` */
     pthread_cond_t idle_cond; /* signalled whenever a request finishes */
@@ -365,10 +366,11 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
 
     uint64_t now = uv_hrtime();
     double ttft = r->t_first ? ms_between(r->t_submit, r->t_first) : -1.0;
-    log_info("request %s finished: %s, prompt %d tokens, completion %d tokens, ttft %.1f ms, "
-             "total %.1f ms%s%s",
-             r->id, finish_names[why], r->n_prompt, r->n_generated, ttft,
-             ms_between(r->t_submit, now), error ? ": " : "", error ? error : "");
+    /* Debug only: the HTTP layer logs the one line per request (all choices together). */
+    log_debug("request %s finished: %s, prompt %d tokens, completion %d tokens, ttft %.1f ms, "
+              "total %.1f ms%s%s",
+              r->id, finish_names[why], r->n_prompt, r->n_generated, ttft,
+              ms_between(r->t_submit, now), error ? ": " : "", error ? error : "");
     req_unref(r);
 }
 
@@ -660,6 +662,19 @@ static void on_idle(uv_idle_t *h)
     if (!sched_step(s)) uv_idle_stop(h);
 }
 
+static void on_beat(uv_timer_t *h)
+{
+    sched *s = h->data;
+    s->cfg.heartbeat(s->cfg.heartbeat_ctx);
+}
+
+static void close_handles(sched *s)
+{
+    uv_close((uv_handle_t *)&s->idle, NULL);
+    uv_close((uv_handle_t *)&s->async, NULL);
+    uv_close((uv_handle_t *)&s->beat, NULL);
+}
+
 static void on_async(uv_async_t *h)
 {
     sched *s = h->data;
@@ -668,8 +683,7 @@ static void on_async(uv_async_t *h)
     pthread_mutex_unlock(&s->mu);
     if (stopping) {
         drop_cancelled(s, true);
-        uv_close((uv_handle_t *)&s->idle, NULL);
-        uv_close((uv_handle_t *)&s->async, NULL);
+        close_handles(s);
         return;
     }
     if (!uv_is_active((uv_handle_t *)&s->idle)) uv_idle_start(&s->idle, on_idle);
@@ -744,15 +758,18 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     }
     uv_async_init(&s->loop, &s->async, on_async);
     uv_idle_init(&s->loop, &s->idle);
+    uv_timer_init(&s->loop, &s->beat);
     s->async.data = s;
     s->idle.data = s;
+    s->beat.data = s;
+    if (cfg->heartbeat && cfg->heartbeat_ms > 0)
+        uv_timer_start(&s->beat, on_beat, cfg->heartbeat_ms, cfg->heartbeat_ms);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle_cond, NULL);
     atomic_init(&s->n_cancels, 0);
     if ((rc = pthread_create(&s->thread, NULL, sched_thread, s)) != 0) {
         snprintf(err, errlen, "sched: cannot start the scheduler thread: %s", strerror(rc));
-        uv_close((uv_handle_t *)&s->idle, NULL);
-        uv_close((uv_handle_t *)&s->async, NULL);
+        close_handles(s);
         uv_run(&s->loop, UV_RUN_DEFAULT);
         uv_loop_close(&s->loop);
         pthread_mutex_destroy(&s->mu);

@@ -239,7 +239,8 @@ static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     fx->f = f;
-    fx->cfg = (sched_config){n_slots, ctx, max_batch, queue_size};
+    fx->cfg = (sched_config){.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch,
+                             .queue_size = queue_size};
     char err[256];
     fx->s = sched_create(&f->base, g_tok, &fx->cfg, err, sizeof err);
     if (!fx->s) fail_msg("sched_create: %s", err);

@@ -1,0 +1,81 @@
+/* fuzz_request.c - request bodies of /v1/completions and /v1/chat/completions
+ * (src/http/api_request.c), then the chat template every parsed chat request goes through.
+ *
+ * Input: a flag byte (bit 0: chat, bits 1..: vocabulary size choice; '0'/'1' in the seeds),
+ * then the JSON body.
+ *
+ * Invariants: a refused body gets a 4xx/5xx OpenAI error with a message and leaves nothing to
+ * free; an accepted one holds only values inside the documented ranges (so the scheduler
+ * never sees n=0, a token id outside the vocabulary, an empty stop string or prompt, ...),
+ * and every accepted chat request renders in every template family. */
+#include "fuzz_common.h"
+
+#include "http/api_request.h"
+
+static const int vocab_sizes[] = {1, 2, 256, 32000, 151936};
+
+static bool in_range(float x, float lo, float hi) { return x >= lo && x <= hi; }
+
+static void check_accepted(const api_request *r, api_kind kind, int n_vocab)
+{
+    FZ_CHECK(r->kind == kind);
+    FZ_CHECK(r->n >= 1 && r->n <= API_MAX_N);
+    FZ_CHECK(r->max_tokens >= (kind == API_COMPLETIONS ? 1 : 0));
+    FZ_CHECK(r->logprobs >= -1 && r->logprobs <= ENGINE_MAX_TOP_LOGPROBS);
+    FZ_CHECK(r->sp.n_top_logprobs == r->logprobs);
+    const sampling_params *sp = &r->sp;
+    FZ_CHECK(in_range(sp->temperature, 0, 2) && sp->top_p > 0 && sp->top_p <= 1 && sp->top_k >= 0);
+    FZ_CHECK(in_range(sp->min_p, 0, 1) && sp->repeat_penalty > 0 && sp->repeat_penalty <= 10);
+    FZ_CHECK(in_range(sp->presence_penalty, -2, 2) && in_range(sp->frequency_penalty, -2, 2));
+    FZ_CHECK(r->n_stop >= 0 && r->n_stop <= SCHED_MAX_STOP);
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t l = strlen(r->stop[i]);
+        FZ_CHECK(l >= 1 && l <= API_MAX_STOP_LEN);
+    }
+    FZ_CHECK(r->n_bias >= 0 && sp->n_bias == r->n_bias && sp->bias_ids == r->bias_ids);
+    for (int i = 0; i < r->n_bias; i++)
+        FZ_CHECK(r->bias_ids[i] >= 0 && r->bias_ids[i] < n_vocab && in_range(r->bias_vals[i], -100, 100));
+
+    if (kind == API_COMPLETIONS) {
+        FZ_CHECK(r->n_prompts >= 1 && (long)r->n_prompts * r->n <= API_MAX_CHOICES && r->n_msgs == 0);
+        for (int i = 0; i < r->n_prompts; i++) {
+            const api_prompt *p = &r->prompts[i];
+            FZ_CHECK((p->text != NULL) != (p->ids != NULL));
+            if (p->text) FZ_CHECK(p->text_len >= 1 && p->text_len == strlen(p->text));
+            if (p->ids) FZ_CHECK(p->n_ids >= 1);
+            for (int k = 0; k < p->n_ids; k++) FZ_CHECK(p->ids[k] >= 0 && p->ids[k] < n_vocab);
+        }
+        return;
+    }
+    FZ_CHECK(r->n_msgs >= 1 && r->n_prompts == 0);
+    for (int k = 0; k < CHAT_TMPL_COUNT; k++) {
+        char err[256];
+        char *prompt = chat_render((chat_template_kind)k, r->msgs, (size_t)r->n_msgs, true, "<s>",
+                                   "</s>", err, sizeof err);
+        FZ_CHECK(prompt != NULL);
+        free(prompt);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_in in = {data, size};
+    uint8_t flags = fz_u8(&in);
+    api_kind kind = flags & 1 ? API_CHAT : API_COMPLETIONS;
+    int n_vocab = vocab_sizes[(flags >> 1) % (sizeof vocab_sizes / sizeof vocab_sizes[0])];
+    /* The server hands the parser a NUL-terminated body (api_request.h). */
+    char *body = fz_strndup((const char *)in.p, in.n);
+
+    api_request r;
+    api_error e = {0};
+    if (api_request_parse(kind, body, in.n, n_vocab, &r, &e) == 0) {
+        check_accepted(&r, kind, n_vocab);
+        api_request_free(&r);
+    } else {
+        FZ_CHECK(e.status >= 400 && e.status <= 599 && e.type != NULL && e.message[0] != 0);
+        FZ_CHECK(r.prompts == NULL && r.msgs == NULL && r.n_stop == 0 && r.bias_ids == NULL &&
+                 r.bias_vals == NULL);
+    }
+    free(body);
+    return 0;
+}

@@ -338,10 +338,11 @@ class Prompts:
         else:
             self.method = "text, heuristic one token per word (no /tokenize)"
 
-    def _words(self, rng, target):
+    def _words(self, rng, target, single=False):
+        pool = [w for w in WORDS if self.word_cost.get(w, 1) == 1] if single else WORDS
         out, n = [], 0
         while n < target:
-            w = rng.choice(WORDS)
+            w = rng.choice(pool or WORDS)
             out.append(w)
             n += self.word_cost.get(w, 1)
         return out
@@ -371,7 +372,7 @@ class Prompts:
             if n > P:
                 del words[-max(1, (n - P) // 2):]
             else:
-                words += self._words(rng, P - n)
+                words += self._words(rng, P - n, single=True)
             if not words:
                 break
         return best[1] if best else " ".join(words[:1])

@@ -405,6 +405,18 @@ def open_stream(port, max_tokens):
     return sock
 
 
+def read_stream_to_end(sock, seconds):
+    """Read a chunked response to its last chunk (or until the server closes); returns text."""
+    sock.settimeout(seconds)
+    data = b""
+    while not data.endswith(b"0\r\n\r\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace")
+
+
 def wait_metric(port, name, want, seconds=30):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -486,14 +498,7 @@ def case_shutdown():
         check_error(json.loads(raw), st, 503, code="shutting_down")
         st, _, raw = request(s.port, "GET", "/health", timeout=10)
         check(st == 503, "health is 503 while draining")
-        sock.settimeout(60)
-        data = b""
-        while not data.endswith(b"0\r\n\r\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        text = data.decode(errors="replace")
+        text = read_stream_to_end(sock, 60)
         check("data: [DONE]" in text, "the running stream finished during the drain")
         check('"finish_reason":"length"' in text, "it ran to max_tokens")
         sock.close()
@@ -508,14 +513,7 @@ def case_shutdown():
         sock = open_stream(s.port, 8000)
         t0 = time.time()
         s.terminate()
-        sock.settimeout(30)
-        data = b""
-        while not data.endswith(b"0\r\n\r\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        text = data.decode(errors="replace")
+        text = read_stream_to_end(sock, 30)
         check('"code":"shutting_down"' in text and "data: [DONE]" in text, f"cut stream: {text[-300:]!r}")
         check('"finish_reason":"length"' not in text, "the stream was not cut")
         sock.close()
@@ -589,18 +587,25 @@ def case_startup():
     check(any("config:" in str(l.values()) and "parallel=3" in str(l.values()) for l in lines), "config logged")
 
 
-CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
-        sys.exit(f"usage: {sys.argv[0]} {'|'.join(CASES)}")
+def main(cases, *tmp_dirs):
+    """Run the case named by argv[1] from cases {name: fn}; removes TMP and tmp_dirs after.
+    Also the entry point of tests/service/service_integration.py."""
+    if len(sys.argv) != 2 or sys.argv[1] not in cases:
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(cases)}")
     if not os.path.exists(BIN):
         sys.exit(f"INFERD_BIN {BIN} does not exist")
     try:
-        rc = CASES[sys.argv[1]]()
+        rc = cases[sys.argv[1]]()
     except Fail as e:
         print(f"FAIL {sys.argv[1]}: {e}")
         rc = 1
     finally:
-        shutil.rmtree(TMP, ignore_errors=True)
+        for d in (TMP, *tmp_dirs):
+            shutil.rmtree(d, ignore_errors=True)
     sys.exit(rc or 0)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+if __name__ == "__main__":
+    main(CASES)

@@ -47,17 +47,6 @@ def wait_for(what, fn, seconds=60, step=0.05):
     raise Fail(f"timed out after {seconds} s waiting for {what}")
 
 
-def read_stream_to_end(sock, seconds=120):
-    sock.settimeout(seconds)
-    data = b""
-    while not data.endswith(b"0\r\n\r\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode(errors="replace")
-
-
 # ---- notify -----------------------------------------------------------------------------------
 
 class NotifySocket:
@@ -152,7 +141,7 @@ def case_notify():
         # SIGTERM with the stream in flight
         os.kill(proc.pid, signal.SIGTERM)
         wait_for("STOPPING=1", lambda: ns.index("STOPPING=1") is not None, 60)
-        body = read_stream_to_end(sock)
+        body = hi.read_stream_to_end(sock, 120)
         sock.close()
         check("data: [DONE]" in body, f"stream end: {body[-300:]!r}")
         check('"finish_reason":"length"' in body or '"code":"shutting_down"' in body,
@@ -376,16 +365,4 @@ def case_unit():
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
-        sys.exit(f"usage: {sys.argv[0]} {'|'.join(CASES)}")
-    if not os.path.exists(BIN):
-        sys.exit(f"INFERD_BIN {BIN} does not exist")
-    try:
-        rc = CASES[sys.argv[1]]()
-    except Fail as e:
-        print(f"FAIL {sys.argv[1]}: {e}")
-        rc = 1
-    finally:
-        shutil.rmtree(TMP, ignore_errors=True)
-        shutil.rmtree(hi.TMP, ignore_errors=True)
-    sys.exit(rc or 0)
+    hi.main(CASES, TMP)

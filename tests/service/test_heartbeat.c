@@ -126,19 +126,34 @@ static int beats_after(int above)
     return atomic_load(&g_beats);
 }
 
+/* A scheduler over w (2 slots x 64 tokens) whose hook ticks every beat_ms. */
+static sched *start(wedge_engine *w, unsigned beat_ms)
+{
+    *w = (wedge_engine){.base = {.vt = &wedge_vt, .m = g_model,
+                                 .cfg = {.n_slots = 2, .ctx_per_slot = 64, .max_batch_tokens = 64}}};
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    atomic_store(&g_beats, 0);
+    sched_config cfg = {.n_slots = 2, .ctx_per_slot = 64, .max_batch_tokens = 64, .queue_size = 4,
+                        .heartbeat = on_beat, .heartbeat_ms = beat_ms};
+    char err[256];
+    sched *s = sched_create(&w->base, g_tok, &cfg, err, sizeof err);
+    if (!s) fail_msg("sched_create: %s", err);
+    return s;
+}
+
+static void stop(sched *s, wedge_engine *w)
+{
+    sched_destroy(s);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
 static void test_heartbeat_stops_while_wedged(void **state)
 {
     (void)state;
-    wedge_engine w = {.base = {.vt = &wedge_vt, .m = g_model,
-                               .cfg = {.n_slots = 2, .ctx_per_slot = 64, .max_batch_tokens = 64}}};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    atomic_store(&g_beats, 0);
-    sched_config cfg = {.n_slots = 2, .ctx_per_slot = 64, .max_batch_tokens = 64, .queue_size = 4,
-                        .heartbeat = on_beat, .heartbeat_ms = 5};
-    char err[256];
-    sched *s = sched_create(&w.base, g_tok, &cfg, err, sizeof err);
-    if (!s) fail_msg("sched_create: %s", err);
+    wedge_engine w;
+    sched *s = start(&w, 5);
 
     /* idle: it ticks, on the scheduler thread (not ours) */
     assert_true(beats_after(2) > 2);
@@ -175,30 +190,18 @@ static void test_heartbeat_stops_while_wedged(void **state)
     assert_int_equal(o.finish, SCHED_FINISH_LENGTH);
     sched_output_clear(&o);
     sched_req_release(r);
-    sched_destroy(s);
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
+    stop(s, &w);
 }
 
 /* No hook, or a zero period: no timer (and nothing breaks). */
 static void test_no_heartbeat(void **state)
 {
     (void)state;
-    wedge_engine w = {.base = {.vt = &wedge_vt, .m = g_model,
-                               .cfg = {.n_slots = 1, .ctx_per_slot = 64, .max_batch_tokens = 64}}};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    atomic_store(&g_beats, 0);
-    sched_config cfg = {.n_slots = 1, .ctx_per_slot = 64, .max_batch_tokens = 64, .queue_size = 1,
-                        .heartbeat = on_beat, .heartbeat_ms = 0};
-    char err[256];
-    sched *s = sched_create(&w.base, g_tok, &cfg, err, sizeof err);
-    assert_non_null(s);
+    wedge_engine w;
+    sched *s = start(&w, 0);
     usleep(50 * 1000);
-    sched_destroy(s);
+    stop(s, &w);
     assert_int_equal(atomic_load(&g_beats), 0);
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
 }
 
 int main(void)

@@ -161,7 +161,7 @@ static void test_multibyte_stop_string(void **state)
 static void test_utf8_held_until_complete(void **state)
 {
     (void)state;
-    const char *pieces[] = {"a\xE2", "\x82", "\xAC" "b", "\xF0\x9F", "\x98\x80"};
+    const char *pieces[] = {"a\xE2", "\x82", "\xAC\x62" /* "\xACb" would read as one hex escape */, "\xF0\x9F", "\x98\x80"};
     run_result r;
     run_pieces(NULL, 0, pieces, 5, true, &r);
     assert_int_equal(r.released_after[0], 1);

@@ -48,8 +48,9 @@ int log_open_file(const char *path)
 int log_reopen(void)
 {
     pthread_mutex_lock(&g_mu);
-    int rc = 0;
+    int rc = 1;
     if (g_path[0]) {
+        rc = 0;
         FILE *f = fopen(g_path, "ae");
         if (f) {
             if (g_file) fclose(g_file);

@@ -12,8 +12,9 @@ log_level log_get_level(void);
 void log_set_json(bool json);
 /* Log to a file instead of stderr (NULL = stderr). 0 on success. */
 int log_open_file(const char *path);
-/* Reopen the log file by its path (SIGHUP, after logrotate moved it).  0 on success or when
- * logging to stderr; on failure logging goes on to the old file. */
+/* Reopen the log file by its path (SIGHUP, after logrotate moved it).  0 when reopened, 1
+ * when logging to stderr (nothing to reopen), -1 on failure (logging goes on to the old
+ * file). */
 int log_reopen(void);
 int log_level_from_name(const char *name); /* -1 when unknown */
 

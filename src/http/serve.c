@@ -69,8 +69,10 @@ static void on_hup(uv_signal_t *h, int signum)
 {
     (void)h;
     (void)signum;
-    if (log_reopen() != 0) log_error("SIGHUP: cannot reopen the log file; still writing to the old one");
-    else log_info("SIGHUP: log file reopened");
+    int rc = log_reopen();
+    if (rc < 0) log_error("SIGHUP: cannot reopen the log file; still writing to the old one");
+    else if (rc == 0) log_info("SIGHUP: log file reopened");
+    else log_info("SIGHUP: logging to stderr, no log file to reopen");
 }
 
 /* Runs on the scheduler thread (sched_config.heartbeat): a wedged engine step stops it. */
@@ -352,7 +354,8 @@ int cli_serve(int argc, char **argv)
         log_info("received %s: shutting down (up to %gs for running requests)",
                  st.signal == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout);
     notify_stopping();
-    notify_status("stopping: draining running requests (up to %gs)", o.shutdown_timeout);
+    if (exit_code != 0) notify_status("failed to start (see the log)");
+    else notify_status("stopping: draining running requests (up to %gs)", o.shutdown_timeout);
     serve_close(&st, o.shutdown_timeout);
     close_loop(&st);
     log_info("stopped");

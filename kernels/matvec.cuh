@@ -14,31 +14,21 @@
 
 __device__ __forceinline__ void round_to_half(float w[32])
 {
+    // In pairs: one packed conversion per two weights (the scalar f32->f16 conversion runs at
+    // a quarter of the ALU rate and bounded these kernels); the same round-to-nearest.
 #pragma unroll
-    for (int i = 0; i < 32; i++) w[i] = __half2float(__float2half_rn(w[i]));
-}
-
-// sum_i w[i] * x[i] over 32 FP16 activations (4 x 16-byte loads).
-__device__ __forceinline__ float dot32_h(const float w[32], const __half *x)
-{
-    const uint4 *xp = (const uint4 *)x;
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        uint4 v = xp[j];
-        const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float2 f = __half22float2(h[e]);
-            s += w[8 * j + 2 * e] * f.x + w[8 * j + 2 * e + 1] * f.y;
-        }
+    for (int i = 0; i < 16; i++) {
+        float2 f = __half22float2(__floats2half2_rn(w[2 * i], w[2 * i + 1]));
+        w[2 * i] = f.x;
+        w[2 * i + 1] = f.y;
     }
-    return s;
 }
 
 // Dot products of NR weight rows (the same features of NR matrices) with MT activation rows;
-// one warp, lanes striding over the rows' 32-weight chunks.  Two chunks per lane per round,
-// and the NR rows together, so each lane has several independent loads in flight.
+// one warp, lanes striding over the rows' 32-weight chunks.  Each lane decodes its chunk of
+// the NR rows first (their loads in flight together), then converts each activation chunk
+// once for all NR rows.  Per chunk the sum is formed apart and then added, so a row's result
+// does not depend on MT or NR.
 template <int T, int MT, int NR>
 __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const matvec_args &a, int m0,
                                          float acc[NR][MT])
@@ -52,15 +42,31 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
 #pragma unroll
         for (int i = 0; i < MT; i++) acc[r][i] = 0.0f;
     const int nchunks = a.k / 32;
-#pragma unroll 2
     for (int c = lane; c < nchunks; c += WARP) {
+        float w[NR][32];
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-            float w[32];
-            load_chunk<T>(rows[r], c, w);
-            round_to_half(w);
+        for (int r = 0; r < NR; r++) load_chunk<T>(rows[r], c, w[r]);
 #pragma unroll
-            for (int i = 0; i < MT; i++) acc[r][i] += dot32_h(w, xr[i] + 32 * c);
+        for (int r = 0; r < NR; r++) round_to_half(w[r]);
+#pragma unroll
+        for (int i = 0; i < MT; i++) {
+            const uint4 *xp = (const uint4 *)(xr[i] + 32 * c);
+            float s[NR];
+#pragma unroll
+            for (int r = 0; r < NR; r++) s[r] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint4 v = xp[j];
+                const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float2 f = __half22float2(h[e]);
+#pragma unroll
+                    for (int r = 0; r < NR; r++) s[r] += w[r][8 * j + 2 * e] * f.x + w[r][8 * j + 2 * e + 1] * f.y;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < NR; r++) acc[r][i] += s[r];
         }
     }
 #pragma unroll

@@ -6,6 +6,7 @@
 // Layouts are ggml's (see src/model/quant.h).
 #pragma once
 #include "common.cuh"
+#include "../src/gpu/gpu_shared.h"
 
 enum {
     T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30
@@ -145,26 +146,31 @@ template <> __device__ __forceinline__ void load_chunk<T_Q5_K>(const uint8_t *ro
     }
 }
 
-// Q6_K: 210-byte super-blocks {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}.  Two halves of
-// 128 weights; in half h, quarter qq (32 weights) takes nibble qq/2 of ql[64h + 32*(qq&1) + l],
-// bits 2qq..2qq+1 of qh[32h + l], and scale scales[8h + 2qq + l/16].
+// Q6_K: super-blocks {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} (210 bytes, stored in
+// GPU_Q6K_BLOCK-byte slots so the loads below are aligned).  Two halves of 128 weights; in
+// half h, quarter qq (32 weights) takes nibble qq/2 of ql[64h + 32*(qq&1) + l], bits
+// 2qq..2qq+1 of qh[32h + l], and scale scales[8h + 2qq + l/16].
 template <> __device__ __forceinline__ void load_chunk<T_Q6_K>(const uint8_t *row, int c, float w[32])
 {
-    const uint8_t *b = row + (size_t)(c >> 3) * 210;
+    const uint8_t *b = row + (size_t)(c >> 3) * GPU_Q6K_BLOCK;
     int s = c & 7, h = s >> 2, qq = s & 3;
-    const uint8_t *ql = b + 64 * h + 32 * (qq & 1), *qh = b + 128 + 32 * h;
-    const int8_t *scales = (const int8_t *)(b + 192) + 8 * h + 2 * qq;
+    const uint4 *qlp = (const uint4 *)(b + 64 * h + 32 * (qq & 1)), *qhp = (const uint4 *)(b + 128 + 32 * h);
+    uint16_t sc = ld_u16(b + 192 + 8 * h + 2 * qq);
     float d = half_bits_to_float(ld_u16(b + 208));
-    float d0 = d * (float)scales[0], d1 = d * (float)scales[1];
+    float d0 = d * (float)(int8_t)(sc & 0xFF), d1 = d * (float)(int8_t)(sc >> 8);
     int lshift = (qq >> 1) * 4, hshift = 2 * qq;
 #pragma unroll
-    for (int i = 0; i < 16; i++) {
-        uint16_t lo = ld_u16(ql + 2 * i), hi = ld_u16(qh + 2 * i);
+    for (int i = 0; i < 2; i++) {
+        uint4 lo = __ldg(qlp + i), hi = __ldg(qhp + i);
+        const uint32_t lw[4] = {lo.x, lo.y, lo.z, lo.w}, hw[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
-            int q = ((lo >> (8 * k + lshift)) & 0xF) | (((hi >> (8 * k + hshift)) & 3) << 4);
-            int l = 2 * i + k;
-            w[l] = (l < 16 ? d0 : d1) * (float)(q - 32);
+        for (int j = 0; j < 4; j++) {
+            uint32_t ql = lw[j] >> lshift, qh = hw[j] >> hshift;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int q = (int)(((ql >> (8 * k)) & 0xF) | (((qh >> (8 * k)) & 3) << 4));
+                w[16 * i + 4 * j + k] = (i == 0 ? d0 : d1) * (float)(q - 32);
+            }
         }
     }
 }

@@ -37,8 +37,7 @@ bool engine_cuda_available(void)
  * vectors become F32. */
 static size_t matrix_bytes(const model_tensor *t)
 {
-    if (t->ne0 % 32 == 0) return (size_t)t->ne1 * t->row_bytes;
-    return (size_t)t->ne1 * ggml_row_bytes(t->type, (t->ne0 + 31) / 32 * 32);
+    return (size_t)t->ne1 * gpu_row_bytes(t->type, (int)((t->ne0 + 31) / 32 * 32));
 }
 static size_t vector_bytes(const model_tensor *t) { return t->data ? (size_t)t->ne0 * sizeof(float) : 0; }
 
@@ -59,19 +58,18 @@ static int upload_matrix(uploader *u, gpu_matrix *dst, const model_tensor *t, ch
                  t->name, ggml_type_name(t->type), (long long)t->ne0);
         return -1;
     }
-    dst->row_bytes = ggml_row_bytes(t->type, dst->k);
+    dst->row_bytes = gpu_row_bytes(t->type, dst->k);
     dst->d = u->g->wbuf + u->off;
     size_t bytes = matrix_bytes(t);
     if (dst->row_bytes == t->row_bytes) {
         CU_CHECK(cu.cuMemcpyHtoD(dst->d, t->data, bytes), t->name);
-    } else { /* pad each row with zeros (float formats only) */
-        unsigned char *tmp = calloc(1, bytes);
+    } else { /* the kernels' layout: float rows padded to 32 inputs, Q6_K blocks in 16-byte slots */
+        unsigned char *tmp = malloc(bytes);
         if (!tmp) {
-            snprintf(err, errlen, "%s: out of host memory padding rows", t->name);
+            snprintf(err, errlen, "%s: out of host memory repacking rows", t->name);
             return -1;
         }
-        for (int64_t r = 0; r < t->ne1; r++)
-            memcpy(tmp + r * dst->row_bytes, (const unsigned char *)t->data + r * t->row_bytes, t->row_bytes);
+        gpu_pack_rows(t->type, dst->k, t->data, t->row_bytes, (int)t->ne0, tmp, (size_t)t->ne1);
         CUresult rc = cu.cuMemcpyHtoD(dst->d, tmp, bytes);
         free(tmp);
         CU_CHECK(rc, t->name);
@@ -149,17 +147,58 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
     return 0;
 }
 
-/* Largest matrix, in elements (for the FP16 dequantisation scratch). */
-static size_t largest_matrix(const gpu_engine *g)
+/* Every matrix cuBLAS may multiply (the layers' and the LM head; not the embedding table,
+ * which is only gathered from), into list (7 per layer + 1).  Returns the count. */
+static int blas_matrices(gpu_engine *g, gpu_matrix **list)
 {
-    size_t best = (size_t)g->output.n * g->output.k;
+    int n = 0;
+    list[n++] = &g->output;
     for (int l = 0; l < g->base.m->hp.n_layer; l++) {
-        const gpu_layer *L = &g->layers[l];
-#define BIG(f) if ((size_t)L->f.n * L->f.k > best) best = (size_t)L->f.n * L->f.k;
-        LAYER_MATRICES(BIG)
-#undef BIG
+        gpu_layer *L = &g->layers[l];
+#define LIST(f) list[n++] = &L->f;
+        LAYER_MATRICES(LIST)
+#undef LIST
     }
-    return best;
+    return n;
+}
+
+static size_t f16_bytes(const gpu_matrix *w) { return align_up((size_t)w->n * w->k * sizeof(uint16_t), DEV_ALIGN); }
+
+/* Largest matrix and all matrices together, in FP16 bytes (the dequantisation scratch, or
+ * the resident copies). */
+static void blas_sizes(gpu_engine *g, size_t *largest, size_t *total)
+{
+    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * 7 + 1) * sizeof *list);
+    *largest = *total = 0;
+    if (!list) return;
+    int n = blas_matrices(g, list);
+    for (int i = 0; i < n; i++) {
+        size_t b = f16_bytes(list[i]);
+        if (b > *largest) *largest = b;
+        *total += b;
+    }
+    free(list);
+}
+
+/* Dequantise every matrix once into g->w16 (same values the per-step path would make:
+ * one kernel does both), so cuBLAS steps read FP16 weights without re-decoding them. */
+static int make_resident_f16(gpu_engine *g, char *err, size_t errlen)
+{
+    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * 7 + 1) * sizeof *list);
+    if (!list) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    int n = blas_matrices(g, list);
+    size_t off = 0;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        list[i]->h16 = g->w16 + off;
+        off += f16_bytes(list[i]);
+        rc = gpu_dequant_f16(g, list[i], list[i]->h16, "FP16 weight copies", err, errlen);
+    }
+    free(list);
+    return rc;
 }
 
 /* ---- buffers ------------------------------------------------------------------------------ */
@@ -200,7 +239,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
     g->att_splits = gpu_attn_splits(cfg->ctx_per_slot);
     size_t part_rows = (size_t)T * g->att_splits * hp->n_head;
-    g->wdq_bytes = g->have_blas ? largest_matrix(g) * sizeof(uint16_t) : 0;
+    size_t largest = 0, all_f16 = 0;
+    if (g->have_blas) blas_sizes(g, &largest, &all_f16);
 
     /* per-step inputs: tok, pos, slot, rows, lidx, bias (last) */
     gpu_inputs *in = &g->in;
@@ -220,7 +260,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, (size_t)T * g->d_ff * f}, {&g->up, (size_t)T * g->d_ff * f},
-        {&g->wdq, g->wdq_bytes}, {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
+        {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
         {&g->part_o, part_rows * hp->head_dim * f}, {&g->part_ml, part_rows * 2 * f},
         {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
         {&g->counts, R * V * sizeof(int32_t)}, {&g->parts, (size_t)R * GPU_SAMPLE_PARTS * 3 * f},
@@ -234,19 +274,27 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t free_b = 0, total_b = 0;
     CU_CHECK(cu.cuMemGetInfo(&free_b, &total_b), "checking free GPU memory");
     size_t reserve = cfg->vram_reserve_mb * (size_t)(1 << 20);
+    /* FP16 copies of the weights spare every cuBLAS step (prefill, decode batches > 4) from
+     * decoding them again: kept when they fit beside everything else with 1 GiB to spare;
+     * otherwise one matrix at a time is decoded into a scratch as it is used. */
+    g->w16_bytes = all_f16 && g->kv_bytes + act + reserve + all_f16 + ((size_t)1 << 30) <= free_b ? all_f16 : 0;
+    g->wdq_bytes = g->have_blas && !g->w16_bytes ? largest : 0;
+    act += g->w16_bytes + g->wdq_bytes;
     if (g->kv_bytes + act + reserve > free_b) {
         snprintf(err, errlen,
                  "not enough GPU memory: KV cache %.0f MiB (%d slots x %d tokens x %d layers x %d kv heads "
                  "x %d dims x K,V fp16) + buffers %.0f MiB + reserve %zu MiB > %.0f MiB free after %.0f MiB "
-                 "of weights; lower --slots or --ctx",
+                 "of weights; lower -np/--parallel or -c/--ctx-size",
                  g->kv_bytes / MIB, cfg->n_slots, cfg->ctx_per_slot, hp->n_layer, hp->n_head_kv, hp->head_dim,
                  act / MIB, cfg->vram_reserve_mb, free_b / MIB, g->wbytes / MIB);
         return -1;
     }
-    alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, kvb}};
+    alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, kvb}}, wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
     if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen) ||
-        alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen))
+        alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen) ||
+        alloc_all(wq, 2, "allocating FP16 weights", g->stream, err, errlen))
         return -1;
+    if (g->w16_bytes && make_resident_f16(g, err, errlen)) return -1;
     if (g->have_blas)
         CUBLAS_CHECK(cublas.set_workspace(g->blas, (void *)(uintptr_t)g->blas_ws, GPU_BLAS_WORKSPACE), "cuBLAS workspace");
     CU_CHECK(cu.cuMemAllocHost((void **)&g->in_h, in->bytes), "allocating pinned step inputs");
@@ -257,6 +305,10 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
              "free",
              g->wbytes / MIB, g->kv_bytes / MIB, cfg->n_slots, cfg->ctx_per_slot, act / MIB, free_b / MIB,
              total_b / MIB);
+    if (g->have_blas)
+        log_info("cuda: prompt and batched matmuls read %s", g->w16_bytes ? "resident FP16 weight copies (in the buffers)"
+                                                                          : "weights decoded to FP16 per use (too little "
+                                                                            "memory for resident copies)");
     return 0;
 }
 
@@ -477,7 +529,7 @@ static void gpu_destroy(engine *e)
     for (int b = 0; b < GPU_N_BUCKETS; b++)
         if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
-                          g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->blas_ws,
+                          g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
                           g->sout,   g->in_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)

@@ -65,18 +65,29 @@ static matvec_args matvec_args_for(const matmul_op *op, int first, int n)
     return a;
 }
 
+int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const char *what, char *err,
+                    size_t errlen)
+{
+    size_t chunks = (size_t)w->n * (w->k / 32);
+    unsigned long long rb = w->row_bytes;
+    LAUNCH(g->k.dequant_f16[w->wtype], ((gpu_launch_dims){ceil_div(chunks, 256), 1, 1, 256}), what,
+           &(CUdeviceptr){w->d}, &rb, &(int){w->k}, &(int){w->n}, &dst);
+    return 0;
+}
+
 static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m, int ldx, bool accumulate,
                        const char *what, char *err, size_t errlen)
 {
     const gpu_matrix *w = o->w;
-    size_t chunks = (size_t)w->n * (w->k / 32);
-    unsigned long long rb = w->row_bytes;
-    LAUNCH(g->k.dequant_f16[w->wtype], ((gpu_launch_dims){ceil_div(chunks, 256), 1, 1, 256}), what,
-           &(CUdeviceptr){w->d}, &rb, &(int){w->k}, &(int){w->n}, &(CUdeviceptr){g->wdq});
+    CUdeviceptr w16 = w->h16;
+    if (!w16) { /* no resident copy: dequantise into the scratch for this one product */
+        w16 = g->wdq;
+        if (gpu_dequant_f16(g, w, w16, what, err, errlen)) return -1;
+    }
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     /* Row-major y[m][n] = x[m][k] W^T is column-major y^T (n x m) = W (k x n)^T x^T (k x m). */
     CUBLAS_CHECK(cublas.gemm_ex(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->n, m, w->k, &alpha,
-                                (const void *)(uintptr_t)g->wdq, CUDA_R_16F, w->k, (const void *)(uintptr_t)x,
+                                (const void *)(uintptr_t)w16, CUDA_R_16F, w->k, (const void *)(uintptr_t)x,
                                 CUDA_R_16F, ldx, &beta, (void *)(uintptr_t)o->y, CUDA_R_32F, o->ldy,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  what);

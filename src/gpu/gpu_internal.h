@@ -27,6 +27,7 @@ typedef struct gpu_matrix {
     int wtype; /* gpu_wtype_index(type) */
     int k, n;  /* padded inputs per row, outputs */
     size_t row_bytes;
+    CUdeviceptr h16; /* resident FP16 copy [n][k] for cuBLAS, or 0 (dequantised per use) */
 } gpu_matrix;
 
 typedef struct gpu_layer {
@@ -68,6 +69,8 @@ typedef struct gpu_engine {
     CUdeviceptr q, kk, vv;       /* projections, f32 */
     CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;
+    CUdeviceptr w16;             /* FP16 copies of every matrix cuBLAS multiplies, or 0 */
+    size_t w16_bytes;
     CUdeviceptr xl_h, logits, work, counts, parts, sout;
     int att_splits;              /* splits the partial buffers hold for cap_tokens queries */
     size_t wdq_bytes;
@@ -85,6 +88,9 @@ typedef struct gpu_engine {
  * logits rows (logits into g->logits, samples into g->sout).  Launches only: no
  * synchronisation, so it can be captured into a graph. */
 int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, int n_split, char *err, size_t errlen);
+/* W -> FP16 row-major [n][k] at dst (the form cuBLAS multiplies); launches only. */
+int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const char *what, char *err,
+                    size_t errlen);
 /* Key splits (attention grid depth) that cover queries seeing up to max_keys keys. */
 int gpu_attn_splits(int max_keys);
 /* LM head over n rows of final activations gathered by the int list at in_d + in.lidx + first. */

@@ -2,6 +2,9 @@
 #include "gpu_kernels.h"
 
 #include <stdio.h>
+#include <string.h>
+
+#include "gpu_shared.h"
 
 /* Emitted by embed_fatbin.py (the fatbin nvcc built from kernels/inferd_kernels.cu). */
 extern const unsigned char inferd_kernels_fatbin[];
@@ -20,6 +23,29 @@ int gpu_wtype_index(ggml_type t)
     for (int i = 0; i < GPU_N_WTYPES; i++)
         if (wtypes[i].type == t) return i;
     return -1;
+}
+
+size_t gpu_row_bytes(ggml_type t, int k)
+{
+    if (t == GGML_TYPE_Q6_K) return (size_t)(k / 256) * GPU_Q6K_BLOCK;
+    return ggml_row_bytes(t, k);
+}
+
+void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, int k_src, void *dst,
+                   size_t rows)
+{
+    size_t drb = gpu_row_bytes(t, k);
+    const unsigned char *s = src;
+    unsigned char *d = dst;
+    memset(d, 0, drb * rows);
+    for (size_t r = 0; r < rows; r++, s += src_row_bytes, d += drb) {
+        if (t != GGML_TYPE_Q6_K) {
+            memcpy(d, s, ggml_row_bytes(t, k_src));
+            continue;
+        }
+        size_t bb = ggml_row_bytes(t, 256);
+        for (int b = 0; b < k_src / 256; b++) memcpy(d + (size_t)b * GPU_Q6K_BLOCK, s + (size_t)b * bb, bb);
+    }
 }
 
 /* Names outlive the lookup: they are kept for error messages. */

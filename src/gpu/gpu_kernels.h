@@ -13,6 +13,14 @@
 /* Index of a weight format in the tables, -1 when the kernels do not handle it. */
 int gpu_wtype_index(ggml_type t);
 
+/* Bytes of a row of k inputs of format t as the kernels read it (GGUF layout, except Q6_K
+ * blocks in GPU_Q6K_BLOCK slots). */
+size_t gpu_row_bytes(ggml_type t, int k);
+/* Copy rows GGUF rows of format t (src_row_bytes apart, k_src inputs each) into the kernels'
+ * layout for k >= k_src inputs: gpu_row_bytes(t, k) apart, zero-filled past the data. */
+void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, int k_src, void *dst,
+                   size_t rows);
+
 #define GPU_MATVEC_VARIANTS 4 /* 1, 2, 4, 8 activation rows per block */
 #define GPU_SAMPLE_PARTS 32   /* vocabulary slices reduced in parallel per sampled row */
 

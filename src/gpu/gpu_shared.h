@@ -20,6 +20,9 @@ typedef uint16_t gpu_half;
  * Segments (Q, K and V of one layer) share the input and the weight format and run in one
  * launch.  glu_<type>_<rows>: y[m][n] = fp16(silu(W_0 x) * (W_1 x)) into yh (gate/up). */
 #define MATVEC_MAX_SEG 3
+/* Q6_K super-blocks are 210 bytes in GGUF, which leaves most of them only 2-byte aligned; on
+ * the GPU each is stored in a 224-byte slot (same bytes, zero tail) so every load is 16 bytes. */
+#define GPU_Q6K_BLOCK 224
 typedef struct matvec_seg {
     const uint8_t *w; /* n rows of row_bytes */
     float *y;         /* [m][ldy] */

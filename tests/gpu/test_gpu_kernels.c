@@ -85,19 +85,22 @@ static void launch(const gpu_fn *fn, gpu_launch_dims d, void **args)
 static const ggml_type wtypes[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,
                                    GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
 
-/* n rows of k random weights in format t; also their dequantised values. */
+/* n rows of k random weights in format t, in the kernels' layout (gpu_row_bytes(t, k) per
+ * row, as the engine uploads them); also their dequantised values. */
 static void *random_matrix(ggml_type t, int k, int n, float *deq, uint64_t *seed)
 {
     size_t rb = ggml_row_bytes(t, k);
-    unsigned char *w = malloc(rb * n);
+    unsigned char *w = malloc(rb * n), *packed = malloc(gpu_row_bytes(t, k) * n);
     float *row = malloc((size_t)k * sizeof *row);
     for (int r = 0; r < n; r++) {
         for (int i = 0; i < k; i++) row[i] = gpu_test_randf(seed);
         assert_int_equal(quant_quantize_row(t, row, w + rb * r, k), rb);
         quant_dequantize_row(t, w + rb * r, deq + (size_t)r * k, k);
     }
+    gpu_pack_rows(t, k, w, rb, k, packed, (size_t)n);
     free(row);
-    return w;
+    free(w);
+    return packed;
 }
 
 static float round_half(float v) { return quant_f16_to_f32(quant_f32_to_f16(v)); }
@@ -135,7 +138,7 @@ static void test_matvec_all_formats(void **state)
         ggml_type t = wtypes[ti];
         float *deq = malloc((size_t)K * N * sizeof *deq);
         void *w = random_matrix(t, K, N, deq, &seed);
-        size_t rb = ggml_row_bytes(t, K);
+        size_t rb = gpu_row_bytes(t, K);
         CUdeviceptr dw = upload(w, rb * N);
         int wt = gpu_wtype_index(t);
         assert_true(wt >= 0);

@@ -27,6 +27,9 @@
 #include <string.h>
 #include <time.h>
 #include <uv.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "../log.h"
 #include "stopstr.h"
@@ -92,6 +95,7 @@ struct sched {
     uv_async_t async;
     uv_idle_t idle;
     uv_timer_t beat; /* cfg.heartbeat ticks (initialised always, started when asked for) */
+    uv_timer_t trim; /* one-shot: the loop has been idle for SCHED_TRIM_MS, see on_trim */
 
     pthread_mutex_t mu; /* guards everything down to `stats` */
     pthread_cond_t idle_cond; /* signalled whenever a request finishes */
@@ -656,10 +660,27 @@ static bool sched_step(sched *s)
     return more;
 }
 
+/* glibc keeps what the HTTP threads' arenas freed after a burst of requests: under a 64-client
+ * load RSS stayed ~90 % above its idle level for good, which hides real leaks and reads as one.
+ * Once the loop has had nothing to do for a while, hand the free pages back.  It runs once per
+ * idle period, never between steps. */
+#define SCHED_TRIM_MS 1000
+
+static void on_trim(uv_timer_t *h)
+{
+    (void)h;
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
 static void on_idle(uv_idle_t *h)
 {
     sched *s = h->data;
-    if (!sched_step(s)) uv_idle_stop(h);
+    if (!sched_step(s)) {
+        uv_idle_stop(h);
+        uv_timer_start(&s->trim, on_trim, SCHED_TRIM_MS, 0);
+    }
 }
 
 static void on_beat(uv_timer_t *h)
@@ -673,6 +694,7 @@ static void close_handles(sched *s)
     uv_close((uv_handle_t *)&s->idle, NULL);
     uv_close((uv_handle_t *)&s->async, NULL);
     uv_close((uv_handle_t *)&s->beat, NULL);
+    uv_close((uv_handle_t *)&s->trim, NULL);
 }
 
 static void on_async(uv_async_t *h)
@@ -686,7 +708,10 @@ static void on_async(uv_async_t *h)
         close_handles(s);
         return;
     }
-    if (!uv_is_active((uv_handle_t *)&s->idle)) uv_idle_start(&s->idle, on_idle);
+    if (!uv_is_active((uv_handle_t *)&s->idle)) {
+        uv_timer_stop(&s->trim);
+        uv_idle_start(&s->idle, on_idle);
+    }
 }
 
 static void *sched_thread(void *arg)
@@ -759,6 +784,7 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     uv_async_init(&s->loop, &s->async, on_async);
     uv_idle_init(&s->loop, &s->idle);
     uv_timer_init(&s->loop, &s->beat);
+    uv_timer_init(&s->loop, &s->trim);
     s->async.data = s;
     s->idle.data = s;
     s->beat.data = s;

@@ -60,7 +60,8 @@ static const opt_def opt_table[] = {
     FLT_("shutdown-timeout", NULL, shutdown_timeout, "30", 0, 86400,
          "seconds running requests may take to finish after SIGTERM/SIGINT"),
     BOOL_("metrics", NULL, metrics, "true", "serve Prometheus metrics on /metrics (--no-metrics: off)"),
-    STR_("config", NULL, config, "", "configuration file (key = value, same names as the flags)"),
+    STR_("config", NULL, config, "",
+         "configuration file (key = value lines, keys are the long flag names); command-line flags win"),
 };
 #define N_OPTS ((int)(sizeof opt_table / sizeof opt_table[0]))
 

@@ -196,8 +196,9 @@ static int load(serve_state *st, const inferd_opts *o)
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size};
     /* systemd wants a ping at least every WATCHDOG_USEC; ping twice as often. */
-    uint64_t wd_ms = notify_watchdog_usec() / 2000;
-    if (wd_ms > 0) {
+    uint64_t wd_usec = notify_watchdog_usec(), wd_ms = wd_usec / 2000;
+    if (wd_usec > 0) {
+        if (wd_ms == 0) wd_ms = 1;
         sc.heartbeat = watchdog_beat;
         sc.heartbeat_ms = wd_ms > 3600000 ? 3600000u : (unsigned)wd_ms;
         log_info("systemd watchdog: pinging every %u ms from the scheduler loop", sc.heartbeat_ms);

@@ -342,8 +342,9 @@ int cli_serve(int argc, char **argv)
             exit_code = 1;
         }
     } else {
-        log_info("ready in %.1fs: http://%s:%d, model %s (%s, %d layers, vocab %d, %.1f MiB), engine %s, "
-                 "%d slots x %d tokens, chat template %s", now_s() - t0, o.host, server_port(st.sv), st.alias,
+        log_info("ready in %.1fs (GET /health answered 200): http://%s:%d, model %s (%s, %d layers, vocab %d, "
+                 "%.1f MiB), engine %s, %d slots x %d tokens, chat template %s", now_s() - t0, o.host,
+                 server_port(st.sv), st.alias,
                  model_arch_name(st.m->hp.arch), st.m->hp.n_layer, st.m->hp.n_vocab,
                  (double)st.m->weight_bytes / (1024.0 * 1024.0), engine_name(st.e), o.parallel, st.ctx,
                  chat_template_name(st.tmpl));

@@ -267,26 +267,37 @@ static size_t physical_memory(void)
     return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
 }
 
-/* Refuse buffers larger than the machine before asking for them: with overcommit, calloc of an
+/* Refuse buffers larger than the machine before asking for any: with overcommit, calloc of an
  * absurd size may "succeed" and the process dies later instead of reporting.  The limit is on
- * the running total, since K and V caches that each fit may not fit together. */
+ * the total, since K and V caches that each fit may not fit together; and nothing is allocated
+ * (or touched, as calloc does under MALLOC_PERTURB_) for a configuration that is refused. */
 static int allocate_buffers(const buffer_request *req, size_t n, char *err, size_t errlen)
 {
     const size_t limit = physical_memory();
     size_t total = 0;
+    bool overflow = false;
     for (size_t i = 0; i < n; i++) {
         size_t bytes;
-        const double mib = (double)req[i].count * (double)req[i].elem / 1048576.0;
-        if (req[i].count == SIZE_MAX || __builtin_mul_overflow(req[i].count, req[i].elem, &bytes) ||
-            bytes > limit - total) {
-            snprintf(err, errlen, "cannot allocate the CPU %s: %.1f MiB, %.1f MiB in all, more than this "
-                     "machine's %.1f MiB of memory (lower -np or -c)", req[i].what, mib,
-                     (double)total / 1048576.0 + mib, (double)limit / 1048576.0);
-            return -1;
+        overflow |= req[i].count == SIZE_MAX || __builtin_mul_overflow(req[i].count, req[i].elem, &bytes) ||
+                    __builtin_add_overflow(total, bytes, &total);
+    }
+    if (overflow || total > limit) {
+        double sum = 0, big = -1;
+        const char *what = "";
+        for (size_t i = 0; i < n; i++) {
+            double b = (double)req[i].count * (double)req[i].elem;
+            sum += b;
+            if (b > big) big = b, what = req[i].what;
         }
-        total += bytes;
+        snprintf(err, errlen, "cannot allocate the CPU buffers: %.1f MiB in all (the %s alone %.1f MiB), more "
+                 "than this machine's %.1f MiB of memory (lower -np or -c)", sum / 1048576.0, what,
+                 big / 1048576.0, (double)limit / 1048576.0);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
         if (!(*req[i].ptr = calloc(req[i].count ? req[i].count : 1, req[i].elem))) {
-            snprintf(err, errlen, "cannot allocate the CPU %s (%.1f MiB)", req[i].what, mib);
+            snprintf(err, errlen, "cannot allocate the CPU %s (%.1f MiB)", req[i].what,
+                     (double)req[i].count * (double)req[i].elem / 1048576.0);
             return -1;
         }
     }

@@ -78,8 +78,34 @@ static void check_tensor(const gguf_file *f, int64_t i, const uint8_t *base, siz
     fz_sink += sum;
 }
 
-/* What the server does with the file next: its tokenizer and chat template. */
-static void check_tokenizer(const gguf_file *f)
+/* Every id of a hostile vocabulary's two ends through the streaming detokenizer, with exactly
+ * the output room its contract asks for (tokenizer.h), and the whole-sequence decoder. */
+static void check_detok(const tokenizer *t)
+{
+    int nv = tokenizer_n_vocab(t);
+    detok_stream ds;
+    detok_init(&ds, t, true);
+    for (int32_t id = 0; id < nv && id < 512; id++) {
+        int32_t tok = id < 256 ? id : nv - 1 - (id - 256);
+        int need = tokenizer_token_bytes(t, tok, false, NULL, 0);
+        FZ_CHECK(need >= 0);
+        size_t len;
+        FZ_CHECK(tokenizer_token_text(t, tok, &len) != NULL || len == 0);
+        int cap = need + 16;
+        char *buf = malloc((size_t)cap);
+        if (!buf) abort();
+        int w = detok_feed(&ds, tok, buf, cap);
+        FZ_CHECK(w >= 0 && w <= cap && fz_utf8_valid(buf, (size_t)w));
+        free(buf);
+    }
+    char tail[16];
+    int w = detok_flush(&ds, tail, sizeof tail);
+    FZ_CHECK(w >= 0 && fz_utf8_valid(tail, (size_t)w));
+}
+
+/* What the server does with the file next: its tokenizer and chat template.  The text to
+ * encode is the file's own last bytes, so the fuzzer can make it match the vocabulary. */
+static void check_tokenizer(const gguf_file *f, const uint8_t *data, size_t size)
 {
     size_t len;
     const char *tmpl = gguf_get_str(f, "tokenizer.chat_template", &len);
@@ -95,12 +121,18 @@ static void check_tokenizer(const gguf_file *f)
         return;
     }
     static const char text[] = "Hello <s> world\n\xC3\xA9\xFF 123";
-    int32_t ids[64];
-    int n = tokenizer_encode(t, text, sizeof text - 1, true, true, ids, 64);
-    FZ_CHECK(n >= 0);
-    for (int k = 0; k < n && k < 64; k++) FZ_CHECK(ids[k] >= 0 && ids[k] < tokenizer_n_vocab(t));
-    char out[256];
-    tokenizer_decode(t, ids, n < 64 ? n : 64, out, sizeof out);
+    size_t tail = size < 128 ? size : 128;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *s = pass ? (const char *)data + size - tail : text;
+        size_t n_s = pass ? tail : sizeof text - 1;
+        int32_t ids[64];
+        int n = tokenizer_encode(t, s, n_s, true, pass == 0, ids, 64);
+        FZ_CHECK(n >= 0);
+        for (int k = 0; k < n && k < 64; k++) FZ_CHECK(ids[k] >= 0 && ids[k] < tokenizer_n_vocab(t));
+        char out[256];
+        tokenizer_decode(t, ids, n < 64 ? n : 64, out, sizeof out);
+    }
+    check_detok(t);
     tokenizer_free(t);
 }
 
@@ -125,7 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) check_tensor(f, i, data, size);
     FZ_CHECK(has_probe || gguf_find_key(f, probe) == -1);
-    check_tokenizer(f);
+    check_tokenizer(f, data, size);
 
     model *m = model_from_gguf(f, err, sizeof err); /* takes f, also on failure */
     if (m) {

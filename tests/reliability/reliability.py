@@ -19,6 +19,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 import http_integration as hi  # noqa: E402
@@ -168,7 +169,8 @@ def case_valgrind():
     vg_log = os.path.join(TMP, "valgrind.log")
     prefix = ["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite", "--error-exitcode=99",
               "--show-leak-kinds=definite", "--num-callers=30", f"--log-file={vg_log}"]
-    s = Server(make_model(), "-np", "2", "-c", "128", "--http-threads", "2", prefix=prefix, ready_s=240)
+    s = Server(make_model(), "-np", "2", "-c", "128", "--http-threads", "2", "--device", "cpu", prefix=prefix,
+               ready_s=240)
     try:
         p = s.port
         body = {"prompt": "Hello world", "max_tokens": 6, "temperature": 0, "ignore_eos": True}
@@ -181,6 +183,18 @@ def case_valgrind():
         check(st == 200 and hi.sse_events(raw.decode())[-2]["choices"][0]["finish_reason"] == "length", "chat stream")
         st, b = post(p, "/v1/completions", b'{"prompt": ', timeout=240)
         hi.check_error(b, st, 400)
+        # several prompts x n with logprobs, echo and a stop string; then three at once (batched steps)
+        st, b = post(p, "/v1/completions", {"prompt": ["Hello", "World"], "n": 2, "max_tokens": 4, "logprobs": 2,
+                                            "echo": True, "stop": ["xyz"], "seed": 3}, timeout=240)
+        check(st == 200 and len(b["choices"]) == 4, f"n x prompts: {st}")
+        results = [None] * 3
+        threads = [threading.Thread(target=hi.stream_text, args=(p, dict(body, prompt=f"Number {i}"), results, i))
+                   for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=240)
+        check(all(isinstance(r, str) for r in results), f"concurrent streams: {results}")
         # a client that hangs up mid-stream: its request is cancelled and freed
         sock = hi.open_stream(p, 100)
         sock.close()

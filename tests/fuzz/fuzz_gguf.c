@@ -1,6 +1,6 @@
 /* fuzz_gguf.c - a hostile model file through everything inferd does with one at start-up:
- * gguf_open (src/model/gguf.c) validation, every accessor, tokenizer_load, the chat template
- * detection and model_from_gguf.
+ * gguf_open_memory and gguf_open (src/model/gguf.c) validation, every accessor,
+ * tokenizer_load, the chat template detection and model_from_gguf.
  *
  * The input is the file itself (the seeds are real GGUFs from the model generator).  It must
  * never crash, hang or allocate out of proportion to its size: scripts/fuzz runs this target
@@ -11,6 +11,9 @@
  * of every tensor (under ASan, from a buffer of exactly the input's size), and by checking
  * that lookups by name find what iteration finds. */
 #include "fuzz_common.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model/chat.h"
 #include "model/gguf.h"
@@ -136,10 +139,31 @@ static void check_tokenizer(const gguf_file *f, const uint8_t *data, size_t size
     tokenizer_free(t);
 }
 
+/* The server opens model files by path (mmap): the same bytes through gguf_open must get
+ * the same verdict, and the same message behind the "PATH: " prefix. */
+static void check_open_by_path(const uint8_t *data, size_t size, bool accepted, const char *mem_err)
+{
+    int fd = memfd_create("fuzz_gguf", MFD_CLOEXEC);
+    if (fd < 0) return; /* no memfd here: nothing to compare */
+    FZ_CHECK(write(fd, data, size) == (ssize_t)size);
+    char path[64], err[512] = "";
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    gguf_file *f = gguf_open(path, err, sizeof err);
+    close(fd);
+    FZ_CHECK((f != NULL) == (accepted && size > 0));
+    if (!f && size > 0) {
+        size_t pl = strlen(path);
+        FZ_CHECK(strncmp(err, path, pl) == 0 && strncmp(err + pl, ": ", 2) == 0 &&
+                 strncmp(err + pl + 2, mem_err, strlen(mem_err)) == 0); /* mem_err may be cut */
+    }
+    gguf_close(f);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[256] = "";
     gguf_file *f = gguf_open_memory(data, size, err, sizeof err);
+    check_open_by_path(data, size, f != NULL, err);
     if (!f) {
         FZ_CHECK(err[0] != 0);
         return 0;

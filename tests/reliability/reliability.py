@@ -8,8 +8,9 @@ usage: reliability.py CASE
              with a message naming the problem, no sanitizer report, nothing left listening
   memory     -np / -c beyond the machine's memory: refused at start-up with the numbers (each
              KV buffer too big alone, and K + V together too big)
-  valgrind   the server under valgrind memcheck serves completions (stream and not, chat, a
-             client hang-up, a bad request), exits 0 on SIGTERM: no errors, no definite leaks
+  valgrind   the server under valgrind memcheck serves completions (stream and not, chat, n x
+             prompts, concurrent streams, a client hang-up, a bad request) and exits 0 on a
+             SIGTERM with a stream running: no errors, no definite leaks
              (skipped in sanitizer builds: valgrind and ASan do not mix)
 Exit 0 = pass, 77 = skipped, anything else = failure."""
 import os
@@ -169,8 +170,8 @@ def case_valgrind():
     vg_log = os.path.join(TMP, "valgrind.log")
     prefix = ["valgrind", "--leak-check=full", "--errors-for-leak-kinds=definite", "--error-exitcode=99",
               "--show-leak-kinds=definite", "--num-callers=30", f"--log-file={vg_log}"]
-    s = Server(make_model(), "-np", "2", "-c", "128", "--http-threads", "2", "--device", "cpu", prefix=prefix,
-               ready_s=240)
+    s = Server(make_model(), "-np", "2", "-c", "128", "--http-threads", "2", "--device", "cpu",
+               "--shutdown-timeout", "1", prefix=prefix, ready_s=240)
     try:
         p = s.port
         body = {"prompt": "Hello world", "max_tokens": 6, "temperature": 0, "ignore_eos": True}
@@ -201,7 +202,10 @@ def case_valgrind():
         hi.wait_metric(p, "inferd_slots_running", 0, seconds=120)
         st, b = post(p, "/v1/completions", dict(body, max_tokens=2), timeout=240)
         check(st == 200, "serving after the hang-up")
+        # SIGTERM with a stream running: it drains or is cut after --shutdown-timeout
+        sock = hi.open_stream(p, 100)
         s.stop(expect_rc=0, wait_s=240)
+        sock.close()
     except Fail:
         sys.stderr.write("--- server log tail ---\n" + s.tail())
         raise

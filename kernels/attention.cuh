@@ -52,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_a
         for (int g = 0; g < ATT_GB; g++) s[g] = 0.0f;
         if (j < k_end) {
             const uint4 *kr = (const uint4 *)(kb + (size_t)j * hd);
-#pragma unroll 4
+#pragma unroll 16 // a whole 128-dim K row in flight per lane
             for (int d8 = 0; d8 < hd / 8; d8++) {
                 uint4 kv = kr[d8];
                 const __half2 *k2 = (const __half2 *)&kv;
@@ -89,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_a
                 o[g][i].y *= corr;
             }
         }
-#pragma unroll 4
+#pragma unroll 8 // eight V rows in flight: the loop is a chain of load latencies otherwise
         for (int kk = 0; kk < n_valid; kk++) {
             const __half2 *vr = (const __half2 *)(vb + (size_t)(ts + kk) * hd);
             float2 v[ATT_PAIRS];

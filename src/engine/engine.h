@@ -94,8 +94,15 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
 engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen);
 bool engine_cuda_available(void);
 
-/* Run one step. results[i] is written for seqs[i] when seqs[i].want_token.  Returns 0, or -1
- * with a message in err; a failed step leaves every slot as it was before the step. */
+/* engine_step's return when the backend can run no further step: a fault on the device (an
+ * illegal address, a failed launch or copy) leaves its CUDA context unusable, and every later
+ * step fails the same way.  The caller fails the work in hand and should exit non-zero, so a
+ * supervisor (systemd's Restart=on-failure) restarts the process on a fresh context. */
+#define ENGINE_FATAL (-2)
+
+/* Run one step. results[i] is written for seqs[i] when seqs[i].want_token.  Returns 0; -1
+ * with a message in err when this step cannot run (bad input: it leaves every slot as it was
+ * before the step, so its sequences can be retried apart); or ENGINE_FATAL. */
 int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
                 char *err, size_t errlen);
 /* Forget a slot's contents (the next sequence in it starts at pos 0). */

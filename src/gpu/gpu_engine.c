@@ -438,17 +438,27 @@ static int decode_graph(gpu_engine *g, int b, char *err, size_t errlen)
 static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *results, char *err, size_t errlen)
 {
     gpu_engine *g = (gpu_engine *)e;
-    CU_CHECK(cu.cuCtxSetCurrent(g->ctx), "step");
+    if (g->failed[0]) {
+        snprintf(err, errlen, "the GPU failed in an earlier step (%s); restart the server", g->failed);
+        return ENGINE_FATAL;
+    }
     int *row_of_seq = malloc((size_t)n * sizeof *row_of_seq);
     if (!row_of_seq) {
         snprintf(err, errlen, "step: out of host memory");
         return -1;
     }
     step_plan p;
-    int rc = plan_step(g, seqs, n, row_of_seq, &p, err, errlen);
+    /* A step the plan refuses touches nothing on the device: an ordinary error.  Past the
+     * plan, any failed CUDA call leaves the stream, and perhaps the context, in an unknown
+     * state: fatal. */
+    if (plan_step(g, seqs, n, row_of_seq, &p, err, errlen) != 0) {
+        free(row_of_seq);
+        return -1;
+    }
+    int rc = cu.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS ? 0 : -2;
     if (rc == 0) rc = cu.cuMemcpyHtoDAsync(g->in_d, g->in_h, p.copy_bytes, g->stream) == CUDA_SUCCESS ? 0 : -2;
     if (rc == -2) {
-        snprintf(err, errlen, "step: cuMemcpyHtoDAsync of the inputs failed");
+        snprintf(err, errlen, "step: setting the context or copying the inputs failed");
         rc = -1;
     }
     if (rc == 0 && p.bucket >= 0) {
@@ -510,7 +520,11 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
         }
     }
     free(row_of_seq);
-    return rc;
+    if (rc != 0) {
+        snprintf(g->failed, sizeof g->failed, "%s", err);
+        return ENGINE_FATAL;
+    }
+    return 0;
 }
 
 static void gpu_slot_clear(engine *e, int slot)

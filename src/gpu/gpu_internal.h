@@ -82,6 +82,9 @@ typedef struct gpu_engine {
     gpu_sample_out *out_h;
 
     CUgraphExec graphs[GPU_N_BUCKETS];
+    /* Set by the first CUDA failure inside a step: the context is then unusable, and every
+     * later step reports ENGINE_FATAL with this message. */
+    char failed[320];
 } gpu_engine;
 
 /* Run the forward pass of n_tokens packed tokens (inputs already in in_d) and sample n_rows

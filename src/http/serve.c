@@ -35,7 +35,9 @@
 typedef struct serve_state {
     uv_loop_t loop;
     uv_signal_t sigint, sigterm, sighup;
+    uv_async_t fatal_async; /* the scheduler's on_fatal, carried to this loop */
     int signal; /* the first shutdown signal received, 0 while running */
+    bool fatal; /* the engine failed for good: exit non-zero so systemd restarts us */
     server *sv;
     model *m;
     tokenizer *tok;
@@ -73,6 +75,20 @@ static void on_hup(uv_signal_t *h, int signum)
     if (rc < 0) log_error("SIGHUP: cannot reopen the log file; still writing to the old one");
     else if (rc == 0) log_info("SIGHUP: log file reopened");
     else log_info("SIGHUP: logging to stderr, no log file to reopen");
+}
+
+/* Runs on the scheduler thread (sched_config.on_fatal): every request has failed already. */
+static void engine_fatal(void *ctx, const char *error)
+{
+    (void)error; /* logged by the scheduler */
+    uv_async_send(&((serve_state *)ctx)->fatal_async);
+}
+
+static void on_fatal_async(uv_async_t *h)
+{
+    serve_state *st = h->data;
+    st->fatal = true;
+    uv_stop(h->loop);
 }
 
 /* Runs on the scheduler thread (sched_config.heartbeat): a wedged engine step stops it. */
@@ -194,7 +210,8 @@ static int load(serve_state *st, const inferd_opts *o)
     }
     if (signalled(st)) return -1;
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
-                       .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size};
+                       .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,
+                       .on_fatal = engine_fatal, .on_fatal_ctx = st};
     /* systemd wants a ping at least every WATCHDOG_USEC; ping twice as often. */
     uint64_t wd_usec = notify_watchdog_usec(), wd_ms = wd_usec / 2000;
     if (wd_usec > 0) {
@@ -283,6 +300,7 @@ static void close_loop(serve_state *st)
     uv_close((uv_handle_t *)&st->sigint, NULL);
     uv_close((uv_handle_t *)&st->sigterm, NULL);
     uv_close((uv_handle_t *)&st->sighup, NULL);
+    uv_close((uv_handle_t *)&st->fatal_async, NULL); /* the scheduler thread is joined by now */
     uv_run(&st->loop, UV_RUN_DEFAULT);
     uv_loop_close(&st->loop);
 }
@@ -323,6 +341,8 @@ int cli_serve(int argc, char **argv)
     uv_signal_start(&st.sigint, on_signal, SIGINT);
     uv_signal_start(&st.sigterm, on_signal, SIGTERM);
     uv_signal_start(&st.sighup, on_hup, SIGHUP);
+    uv_async_init(&st.loop, &st.fatal_async, on_fatal_async);
+    st.fatal_async.data = &st;
 
     server_config sc = {.host = o.host, .port = o.port, .http_threads = o.http_threads,
                         .max_body = (size_t)o.max_body, .api_key = o.api_key, .metrics = o.metrics};
@@ -350,13 +370,18 @@ int cli_serve(int argc, char **argv)
                  chat_template_name(st.tmpl));
         notify_ready();
         notify_status("serving %s on %s:%d", st.alias, o.host, server_port(st.sv));
-        if (!st.signal) uv_run(&st.loop, UV_RUN_DEFAULT); /* until SIGINT/SIGTERM */
+        if (!st.signal) uv_run(&st.loop, UV_RUN_DEFAULT); /* until SIGINT/SIGTERM or a fatal engine error */
+    }
+    if (st.fatal) {
+        log_error("the engine cannot continue: exiting with status 1 (systemd restarts the service)");
+        exit_code = 1;
     }
     if (st.signal)
         log_info("received %s: shutting down (up to %gs for running requests)",
                  st.signal == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout);
     notify_stopping();
-    if (exit_code != 0) notify_status("failed to start (see the log)");
+    if (st.fatal) notify_status("engine failed (see the log); exiting for a restart");
+    else if (exit_code != 0) notify_status("failed to start (see the log)");
     else notify_status("stopping: draining running requests (up to %gs)", o.shutdown_timeout);
     serve_close(&st, o.shutdown_timeout);
     close_loop(&st);

@@ -489,12 +489,12 @@ static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint6
     req_wake(r);
 }
 
-/* Drops cancelled requests (running and waiting); with `all`, every request. */
-static void drop_cancelled(sched *s, bool all)
+/* Ends requests (running and waiting) as `why`: the cancelled ones, or with `all` every one. */
+static void drop_requests(sched *s, bool all, sched_finish why, const char *error)
 {
     for (int i = 0; i < s->cfg.n_slots; i++) {
         sched_req *r = s->slots[i];
-        if (r && (all || atomic_load(&r->cancelled))) req_finish(s, r, SCHED_FINISH_CANCELLED, NULL);
+        if (r && (all || atomic_load(&r->cancelled))) req_finish(s, r, why, error);
     }
     /* Unlink cancelled waiters under the lock, finish them outside it (req_finish locks).
      * The counter is read before the flags: a cancel that lands after this read bumps it
@@ -522,9 +522,23 @@ static void drop_cancelled(sched *s, bool all)
     while (dropped) {
         sched_req *next = dropped->next;
         dropped->next = NULL;
-        req_finish(s, dropped, SCHED_FINISH_CANCELLED, NULL);
+        req_finish(s, dropped, why, error);
         dropped = next;
     }
+}
+
+static void drop_cancelled(sched *s, bool all) { drop_requests(s, all, SCHED_FINISH_CANCELLED, NULL); }
+
+/* The engine can run no further step (ENGINE_FATAL): fail every request with its message,
+ * refuse new ones, and tell the owner, who exits so the process restarts on a fresh device. */
+static void sched_fail(sched *s, const char *error)
+{
+    log_error("engine failed: %s; failing every request and refusing new ones", error);
+    pthread_mutex_lock(&s->mu);
+    s->shutdown = true;
+    pthread_mutex_unlock(&s->mu);
+    drop_requests(s, true, SCHED_FINISH_ERROR, error);
+    if (s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.on_fatal_ctx, error);
 }
 
 /* FIFO: the oldest waiting request gets the lowest free slot. */
@@ -619,9 +633,14 @@ static void step_isolate_failure(sched *s, int n, const char *batch_err)
     for (int i = 0; i < n; i++) {
         const char *msg = batch_err;
         if (n > 1) {
-            if (engine_step(s->e, &s->seqs[i], 1, &s->results[i], err, sizeof err) == 0) {
+            int rc = engine_step(s->e, &s->seqs[i], 1, &s->results[i], err, sizeof err);
+            if (rc == 0) {
                 seq_done(s, i, uv_hrtime());
                 continue;
+            }
+            if (rc == ENGINE_FATAL) {
+                sched_fail(s, err);
+                return;
             }
             msg = err;
         }
@@ -650,6 +669,8 @@ static bool sched_step(sched *s)
         if (rc == 0) {
             uint64_t now = uv_hrtime();
             for (int i = 0; i < n; i++) seq_done(s, i, now);
+        } else if (rc == ENGINE_FATAL) {
+            sched_fail(s, err);
         } else {
             step_isolate_failure(s, n, err);
         }

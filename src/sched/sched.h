@@ -34,6 +34,11 @@ typedef struct sched_config {
     void (*heartbeat)(void *ctx);
     void *heartbeat_ctx;
     unsigned heartbeat_ms;
+    /* Optional: called once, on the scheduler thread, when the engine reports ENGINE_FATAL.
+     * By then every request has finished with SCHED_FINISH_ERROR and new submits get
+     * SCHED_E_SHUTDOWN; the owner should shut down and exit non-zero. */
+    void (*on_fatal)(void *ctx, const char *error);
+    void *on_fatal_ctx;
 } sched_config;
 
 typedef enum sched_finish {

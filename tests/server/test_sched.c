@@ -5,6 +5,7 @@
  * it receives so the tests can check what the scheduler planned, and it can be paused (to
  * line up submissions deterministically), slowed down, or made to fail on a "poison" token. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -133,6 +134,7 @@ typedef struct fake_engine {
     script scripts[MAX_SCRIPTS];
     int n_scripts;
     int32_t poison; /* a step carrying this token fails; -1: never */
+    int32_t fatal;  /* a step carrying this token reports ENGINE_FATAL; -1: never */
     int delay_us;
 
     pthread_mutex_t mu; /* guards what tests read or set while the scheduler runs */
@@ -188,6 +190,9 @@ static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_resul
             if (q->tokens[j] == f->poison) {
                 snprintf(err, errlen, "poison token in slot %d", q->slot);
                 return -1;
+            } else if (q->tokens[j] == f->fatal) {
+                snprintf(err, errlen, "device fault in slot %d", q->slot);
+                return ENGINE_FATAL;
             }
     }
     for (int i = 0; i < n_seqs; i++) {
@@ -225,7 +230,16 @@ typedef struct fixture {
     fake_engine *f;
     sched *s;
     sched_config cfg;
+    atomic_int fatal_calls; /* sched_config.on_fatal */
+    char fatal_error[256];
 } fixture;
+
+static void fx_on_fatal(void *ctx, const char *error)
+{
+    fixture *fx = ctx;
+    snprintf(fx->fatal_error, sizeof fx->fatal_error, "%s", error);
+    atomic_fetch_add(&fx->fatal_calls, 1);
+}
 
 static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size)
 {
@@ -235,12 +249,14 @@ static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue
     f->m.hp.n_vocab = N_VOCAB;
     f->base = (engine){.vt = &fake_vt, .m = &f->m,
                        .cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch}};
-    f->poison = -1;
+    f->poison = f->fatal = -1;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
     fx->f = f;
     fx->cfg = (sched_config){.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch,
-                             .queue_size = queue_size};
+                             .queue_size = queue_size, .on_fatal = fx_on_fatal, .on_fatal_ctx = fx};
+    atomic_init(&fx->fatal_calls, 0);
+    fx->fatal_error[0] = 0;
     char err[256];
     fx->s = sched_create(&f->base, g_tok, &fx->cfg, err, sizeof err);
     if (!fx->s) fail_msg("sched_create: %s", err);
@@ -818,6 +834,46 @@ static void test_max_tokens_length(void **state)
     fx_stop(&fx);
 }
 
+/* ENGINE_FATAL: the engine can run nothing more.  Every request -- in the failing step, in
+ * another slot, still waiting -- ends with the error at once (no hang, no retries), the owner
+ * hears of it once, and new requests are refused. */
+static void test_engine_fatal_fails_everything(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 2, 64, 64, 4);
+    fx.f->fatal = T("!");
+    req_spec q[3] = {spec(T("a"), 4, 40), spec(T("b"), 6, 12), spec(T("c"), 4, 12)};
+    q[1].prompt[3] = T("!");
+    client c[3];
+    sched_req *r[3];
+    fx_pause(&fx, true);
+    for (int i = 0; i < 3; i++) {
+        client_init(&c[i]);
+        assert_int_equal(submit(&fx, &q[i], &c[i], &r[i]), SCHED_OK); /* the third waits */
+    }
+    fx_pause(&fx, false);
+    for (int i = 0; i < 3; i++) {
+        client_wait(&c[i], r[i]);
+        assert_int_equal(c[i].finish, SCHED_FINISH_ERROR);
+        assert_non_null(strstr(c[i].last.error, "device fault"));
+        sched_req_release(r[i]);
+        client_destroy(&c[i]);
+    }
+    assert_int_equal(atomic_load(&fx.fatal_calls), 1);
+    assert_non_null(strstr(fx.fatal_error, "device fault"));
+    client late;
+    sched_req *rl;
+    client_init(&late);
+    assert_int_equal(submit(&fx, &q[0], &late, &rl), SCHED_E_SHUTDOWN);
+    client_destroy(&late);
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.slots_used, 0);
+    assert_int_equal(st.requests_finished[SCHED_FINISH_ERROR], 3);
+    fx_stop(&fx);
+}
+
 static void test_engine_error_isolated(void **state)
 {
     (void)state;
@@ -1010,6 +1066,7 @@ int main(void)
         cmocka_unit_test(test_eos_and_ignore_eos),
         cmocka_unit_test(test_max_tokens_length),
         cmocka_unit_test(test_engine_error_isolated),
+        cmocka_unit_test(test_engine_fatal_fails_everything),
         cmocka_unit_test(test_shutdown_and_drain),
         cmocka_unit_test(test_destroy_with_live_requests),
         cmocka_unit_test(test_release_from_wake_callback),

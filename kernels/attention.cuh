@@ -15,11 +15,17 @@
 #define ATT_GB 8    // most query heads per block (all of one KV group, or a divisor of it)
 #define ATT_PAIRS 4 // head_dim up to 256: dimension pairs lane + 32*i per lane
 
+// PAIRS is how many dimension pairs a lane owns: ATT_PAIRS in the generic kernel (any head_dim
+// up to 256), or exactly hd/64 in the kernels for head_dim 64 and 128.  Fewer registers per V
+// row then let more rows be in flight (VU); the arithmetic and its order are the same in every
+// variant, so a token's attention does not depend on which one ran.
+
 // Each warp takes tiles of 32 keys: lane l scores key (tile + l) against the block's query
 // heads with 16-byte loads of its K row, the tile updates the online softmax with one warp
 // reduction per head, then the warp accumulates P.V with each lane owning dimension pairs
 // (coalesced V rows).  So a key costs no serial reduction, and loads of a tile overlap.
-extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_args a)
+template <int PAIRS, int VU>
+__device__ __forceinline__ void attn_partial_body(const attn_args &a)
 {
     __shared__ float q_s[ATT_GB][256];
     __shared__ float sm_m[ATT_WARPS][ATT_GB], sm_l[ATT_WARPS][ATT_GB];
@@ -37,13 +43,13 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_a
     __syncthreads();
 
     float m[ATT_GB], l[ATT_GB];
-    float2 o[ATT_GB][ATT_PAIRS];
+    float2 o[ATT_GB][PAIRS];
 #pragma unroll
     for (int g = 0; g < ATT_GB; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < ATT_PAIRS; i++) o[g][i] = make_float2(0.0f, 0.0f);
+        for (int i = 0; i < PAIRS; i++) o[g][i] = make_float2(0.0f, 0.0f);
     }
     for (int ts = k_begin + 32 * warp; ts < k_end; ts += 32 * ATT_WARPS) {
         const int j = ts + lane, n_valid = min(32, k_end - ts);
@@ -84,17 +90,17 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_a
             l[g] = l[g] * corr + warp_sum(p[g]);
             m[g] = mn;
 #pragma unroll
-            for (int i = 0; i < ATT_PAIRS; i++) {
+            for (int i = 0; i < PAIRS; i++) {
                 o[g][i].x *= corr;
                 o[g][i].y *= corr;
             }
         }
-#pragma unroll 8 // eight V rows in flight: the loop is a chain of load latencies otherwise
+#pragma unroll VU // V rows in flight: the loop is a chain of load latencies otherwise
         for (int kk = 0; kk < n_valid; kk++) {
             const __half2 *vr = (const __half2 *)(vb + (size_t)(ts + kk) * hd);
-            float2 v[ATT_PAIRS];
+            float2 v[PAIRS];
 #pragma unroll
-            for (int i = 0; i < ATT_PAIRS; i++) {
+            for (int i = 0; i < PAIRS; i++) {
                 int pi = lane + 32 * i;
                 v[i] = pi < hd / 2 ? __half22float2(vr[pi]) : make_float2(0.0f, 0.0f);
             }
@@ -103,7 +109,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_a
                 if (g >= gb) break;
                 float pk = __shfl_sync(0xffffffffu, p[g], kk);
 #pragma unroll
-                for (int i = 0; i < ATT_PAIRS; i++) {
+                for (int i = 0; i < PAIRS; i++) {
                     o[g][i].x += pk * v[i].x;
                     o[g][i].y += pk * v[i].y;
                 }
@@ -119,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_a
             sm_l[warp][g] = l[g];
         }
 #pragma unroll
-        for (int i = 0; i < ATT_PAIRS; i++)
+        for (int i = 0; i < PAIRS; i++)
             if (lane + 32 * i < hd / 2) sm_o[warp][g][lane + 32 * i] = o[g][i];
     }
     __syncthreads();
@@ -144,6 +150,19 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_a
             a.part_ml[2 * part + 1] = lsum;
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_args a)
+{
+    attn_partial_body<ATT_PAIRS, 8>(a);
+}
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd64(attn_args a)
+{
+    attn_partial_body<1, 16>(a);
+}
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd128(attn_args a)
+{
+    attn_partial_body<2, 16>(a);
 }
 
 // out[t][h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s, in FP16 (the input of the

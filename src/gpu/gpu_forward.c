@@ -174,7 +174,9 @@ static int attention(gpu_engine *g, int il, int T, int n_split, char *err, size_
         .n_kv = hp->n_head_kv, .ctx = g->base.cfg.ctx_per_slot, .hd = hp->head_dim, .gb = gb, .n_split = n_split,
         .scale = 1.0f / sqrtf((float)hp->head_dim), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
     };
-    LAUNCH(g->k.attn_partial, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head / gb), (unsigned)n_split, 128}),
+    const gpu_fn *fn = hp->head_dim == 64 ? &g->k.attn_partial_hd64
+                     : hp->head_dim == 128 ? &g->k.attn_partial_hd128 : &g->k.attn_partial;
+    LAUNCH(*fn, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head / gb), (unsigned)n_split, 128}),
            "attention", &a);
     int hd = hp->head_dim, nh = hp->n_head;
     LAUNCH(g->k.attn_combine, ((gpu_launch_dims){(unsigned)T, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",

@@ -83,7 +83,8 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         {&k->rmsnorm, "rmsnorm"},       {&k->qkv_post, "qkv_post"},
         {&k->hist_store, "hist_store"}, {&k->swiglu, "swiglu"},
         {&k->add_bias, "add_bias"},
-        {&k->attn_partial, "attn_partial"}, {&k->attn_combine, "attn_combine"},
+        {&k->attn_partial, "attn_partial"}, {&k->attn_partial_hd64, "attn_partial_hd64"},
+        {&k->attn_partial_hd128, "attn_partial_hd128"}, {&k->attn_combine, "attn_combine"},
         {&k->sample_prep, "sample_prep"}, {&k->sample_adjust, "sample_adjust"},
         {&k->sample_reduce, "sample_reduce"}, {&k->sample, "sample"},
     };

@@ -346,22 +346,23 @@ static void test_qkv_post(void **state)
     cu.cuMemFree(dqn), cu.cuMemFree(dkn), cu.cuMemFree(ddiv);
 }
 
-/* Attention of 4 query tokens in 3 slots (lengths 1..701: 1 to 11 key splits) with GQA. */
-static void test_attention(void **state)
+/* Attention of 4 query tokens in 3 slots (lengths 1..701: 1 to 11 key splits) with GQA, at
+ * head_dim hd, through the generic kernel and the one specialised for hd (when there is one):
+ * each against a float64 reference. */
+static void attention_case(int hd, const gpu_fn *special)
 {
-    (void)state;
-    if (!G.ctx) skip();
     uint64_t seed = 99;
-    const int n_layer = 2, layer = 1, n_head = 8, n_kv = 2, ctx = 768, hd = 64, slots = 3, T = 4;
+    const int n_layer = 2, layer = 1, n_head = 8, n_kv = 2, ctx = 768, slots = 3, T = 4;
+    const size_t nq = (size_t)T * n_head * hd;
     size_t cache_n = (size_t)slots * n_layer * n_kv * ctx * hd;
-    uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2);
+    uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2), *outh = malloc(nq * 2);
+    float *q = malloc(nq * sizeof *q), *out = malloc(nq * sizeof *out), *ref = malloc(nq * sizeof *ref);
     for (size_t i = 0; i < cache_n; i++) {
         kc[i] = quant_f32_to_f16(gpu_test_randf(&seed) * 2.0f);
         vc[i] = quant_f32_to_f16(gpu_test_randf(&seed));
     }
     int32_t slot[4] = {2, 0, 1, 2}, pos[4] = {699, 0, 37, 700};
-    float q[4 * 8 * 64], out[4 * 8 * 64], ref[4 * 8 * 64];
-    for (int i = 0; i < T * n_head * hd; i++) q[i] = gpu_test_randf(&seed);
+    for (size_t i = 0; i < nq; i++) q[i] = gpu_test_randf(&seed);
     float scale = 1.0f / sqrtf((float)hd);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < n_head; h++) {
@@ -369,10 +370,10 @@ static void test_attention(void **state)
             size_t base = ((((size_t)slot[t] * n_layer + layer) * n_kv) + kvh) * ctx * hd;
             double *sc = malloc((size_t)(pos[t] + 1) * sizeof *sc), mx = -INFINITY, sum = 0.0;
             for (int j = 0; j <= pos[t]; j++) {
-                double s = 0.0;
+                double sv = 0.0;
                 for (int d = 0; d < hd; d++)
-                    s += (double)q[(t * n_head + h) * hd + d] * quant_f16_to_f32(kc[base + (size_t)j * hd + d]);
-                sc[j] = s * scale;
+                    sv += (double)q[(t * n_head + h) * hd + d] * quant_f16_to_f32(kc[base + (size_t)j * hd + d]);
+                sc[j] = sv * scale;
                 if (sc[j] > mx) mx = sc[j];
             }
             for (int j = 0; j <= pos[t]; j++) sum += exp(sc[j] - mx);
@@ -383,37 +384,48 @@ static void test_attention(void **state)
             }
             free(sc);
         }
-    CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, sizeof q);
+    CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, nq * sizeof *q);
     CUdeviceptr ds = upload(slot, sizeof slot), dp = upload(pos, sizeof pos);
+    const gpu_fn *kernels[2] = {&G.k.attn_partial, special};
     /* the grid may be deeper than the longest query needs: extra splits are empty */
     const int splits[] = {11, 32};
-    uint16_t outh[4 * 8 * 64];
-    for (int si = 0; si < 2; si++) {
-        int ns = splits[si];
-        CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
-        CUdeviceptr dout = poisoned((size_t)T * n_head * hd / 2);
-        int gbs[] = {4, 2};
-        for (int gi = 0; gi < 2; gi++) {
-            attn_args a = {.q = (const float *)(uintptr_t)dq, .kc = (const gpu_half *)(uintptr_t)dk,
-                           .vc = (const gpu_half *)(uintptr_t)dv, .slot = (const int32_t *)(uintptr_t)ds,
-                           .pos = (const int32_t *)(uintptr_t)dp, .n_layer = n_layer, .layer = layer,
-                           .n_head = n_head, .n_kv = n_kv, .ctx = ctx, .hd = hd, .gb = gbs[gi], .n_split = ns,
-                           .scale = scale, .part_o = (float *)(uintptr_t)po, .part_ml = (float *)(uintptr_t)pml};
-            void *aa[] = {&a};
-            launch(&G.k.attn_partial, (gpu_launch_dims){T, n_head / gbs[gi], ns, 128}, aa);
-            int nh = n_head, d = hd, nsp = ns;
-            void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d};
-            launch(&G.k.attn_combine, (gpu_launch_dims){T, n_head, 1, 64}, ca);
-            download(outh, dout, sizeof outh);
-            for (int i = 0; i < T * n_head * hd; i++) out[i] = quant_f16_to_f32(outh[i]);
-            double e = gpu_test_rel_err(out, ref, (size_t)T * n_head * hd);
-            print_message("  attention grid splits=%d heads/block=%d rel err %.2e (fp16 out)\n", ns, gbs[gi], e);
-            assert_true(e < 1e-3);
+    for (int ki = 0; ki < 2 && kernels[ki]; ki++)
+        for (int si = 0; si < 2; si++) {
+            int ns = splits[si];
+            CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
+            CUdeviceptr dout = poisoned(nq / 2);
+            int gbs[] = {4, 2};
+            for (int gi = 0; gi < 2; gi++) {
+                attn_args a = {.q = (const float *)(uintptr_t)dq, .kc = (const gpu_half *)(uintptr_t)dk,
+                               .vc = (const gpu_half *)(uintptr_t)dv, .slot = (const int32_t *)(uintptr_t)ds,
+                               .pos = (const int32_t *)(uintptr_t)dp, .n_layer = n_layer, .layer = layer,
+                               .n_head = n_head, .n_kv = n_kv, .ctx = ctx, .hd = hd, .gb = gbs[gi], .n_split = ns,
+                               .scale = scale, .part_o = (float *)(uintptr_t)po, .part_ml = (float *)(uintptr_t)pml};
+                void *aa[] = {&a};
+                launch(kernels[ki], (gpu_launch_dims){T, n_head / gbs[gi], ns, 128}, aa);
+                int nh = n_head, d = hd, nsp = ns;
+                void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d};
+                launch(&G.k.attn_combine, (gpu_launch_dims){T, n_head, 1, 64}, ca);
+                download(outh, dout, nq * 2);
+                for (size_t i = 0; i < nq; i++) out[i] = quant_f16_to_f32(outh[i]);
+                double e = gpu_test_rel_err(out, ref, nq);
+                print_message("  %s hd=%d grid splits=%d heads/block=%d rel err %.2e (fp16 out)\n", kernels[ki]->name,
+                              hd, ns, gbs[gi], e);
+                assert_true(e < 1e-3);
+            }
+            cu.cuMemFree(po), cu.cuMemFree(pml), cu.cuMemFree(dout);
         }
-        cu.cuMemFree(po), cu.cuMemFree(pml), cu.cuMemFree(dout);
-    }
     cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp);
-    free(kc), free(vc);
+    free(kc), free(vc), free(outh), free(q), free(out), free(ref);
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    if (!G.ctx) skip();
+    attention_case(64, &G.k.attn_partial_hd64);
+    attention_case(128, &G.k.attn_partial_hd128);
+    attention_case(96, NULL); /* a head size with no specialised kernel */
 }
 
 /* The GPU sampler against sampling_sample() on the same logits, history and parameters. */

@@ -386,8 +386,40 @@ def case_concurrency():
             t.join(timeout=120)
         for i in range(16):
             check(isinstance(sequential[i], str) and sequential[i], f"sequential {i}: {sequential[i]!r}")
+            if concurrent[i] != sequential[i] and ON_GPU and isinstance(concurrent[i], str):
+                near_tie_divergence(s.port, bodies[i], concurrent[i], i)
+                continue
             check(concurrent[i] == sequential[i], f"request {i}: concurrent {concurrent[i]!r} != {sequential[i]!r}")
         check(len(set(sequential)) > 1, "different prompts should give different texts")
+
+
+# The CPU backend computes a row the same way whatever shares its step, so texts must be equal.
+# On the GPU a decoding row in a step with prefill rows goes through cuBLAS instead of the
+# matrix-vector kernel: the same FP16 products summed in another FP32 order.  That can flip a
+# greedy choice only where the top two logits (nearly) tie, so there a difference is accepted
+# when the sequential run's top-2 logprobs at the first differing token are within TIE_NATS.
+ON_GPU = "cuda" in SERVE_ARGS
+TIE_NATS = 0.02
+
+
+def near_tie_divergence(port, body, other_text, i):
+    st, b = post(port, "/v1/completions", dict(body, logprobs=2))
+    check(st == 200, f"request {i} with logprobs: {st} {b}")
+    lp = b["choices"][0]["logprobs"]
+    text = ""
+    for k, tok in enumerate(lp["tokens"]):
+        if not other_text.startswith(text + tok):
+            top = sorted(lp["top_logprobs"][k].items(), key=lambda kv: -kv[1])
+            gap = top[0][1] - top[1][1] if len(top) > 1 else float("inf")
+            check(gap < TIE_NATS, f"request {i}: concurrent text differs at token {k} where the top-2 gap is "
+                                  f"{gap:.4f} nats (not a near tie): {other_text!r} != {b['choices'][0]['text']!r}")
+            # ... and the other run took the other of the two tied tokens, nothing else
+            check(other_text[len(text):].startswith(top[1][0]),
+                  f"request {i}: at token {k} the concurrent run took neither of the tied tokens {top[:2]}")
+            print(f"request {i}: differs at token {k}, a near tie (top-2 gap {gap:.5f} nats)")
+            return
+        text += tok
+    raise Fail(f"request {i}: texts differ but no differing token was found")
 
 
 def open_stream(port, max_tokens):

@@ -213,12 +213,47 @@ static float top2_gap(const float *l, int n)
     return a - b;
 }
 
+/* Sequences run together against the same ones run alone (alone/together: ns x gen tokens;
+ * solo_logits: the logits each solo token was chosen from).  A greedy choice may only differ
+ * where the solo run had a near tie: top-2 gap below 1e-3 of the logit scale.  Prints every
+ * divergence; returns how many sequences diverge and, in *bad, how many not at a near tie. */
+static int count_divergences(const char *what, int ns, int gen, const int32_t *alone, const int32_t *together,
+                             const float *solo_logits, int V, int *bad)
+{
+    int differ = 0;
+    *bad = 0;
+    for (int i = 0; i < ns; i++) {
+        int g = 0;
+        while (g < gen && alone[i * gen + g] == together[i * gen + g]) g++;
+        if (g == gen) continue;
+        differ++;
+        const float *l = solo_logits + ((size_t)i * gen + g) * V;
+        int a = alone[i * gen + g];
+        float gap = top2_gap(l, V), scale = fabsf(l[a]) > 1.0f ? fabsf(l[a]) : 1.0f;
+        bool tie = gap < 1e-3f * scale;
+        *bad += !tie;
+        print_message("  seq %d diverges at token %d (%d alone, %d %s): solo top-2 gap %.2e, logit %.2f (%s)\n", i, g,
+                      a, together[i * gen + g], what, gap, l[a], tie ? "a near tie" : "NOT a tie");
+    }
+    print_message("  %d %s greedy sequences x %d tokens: %d identical to their solo runs, %d diverge at a near tie, "
+                  "%d otherwise\n", ns, what, gen, ns - differ, differ - *bad, *bad);
+    return differ;
+}
+
+static model *random_model(tiny_spec s, void **image)
+{
+    size_t size;
+    char err[512];
+    *image = tiny_model_build(&s, &size);
+    model *m = tiny_model_load(*image, size, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    return m;
+}
+
 /* 32 sequences decoded together give the tokens each gives alone.  Batched steps of more than
  * GPU_MATVEC_MAX_M rows run through cuBLAS, whose FP32 sums run in another order than the
  * matrix-vector kernels': the products are the same FP16 values, so the logits agree to
- * rounding, and a greedy choice may only flip where the solo run had a near tie.  The test
- * requires equal tokens up to such a tie (top-2 gap below 1e-3 of the logit scale) and
- * reports every divergence. */
+ * rounding, and a greedy choice may only flip where the solo run had a near tie. */
 static void test_batch_of_32_equals_alone(void **state)
 {
     (void)state;
@@ -229,11 +264,7 @@ static void test_batch_of_32_equals_alone(void **state)
         tiny_spec s = tiny_spec_default();
         s.n_vocab = 512, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 512, s.n_ctx = 128;
         s.wtype = GGML_TYPE_Q4_K;
-        size_t size;
-        char err[512];
-        image = tiny_model_build(&s, &size);
-        m = tiny_model_load(image, size, err, sizeof err);
-        assert_non_null(m);
+        m = random_model(s, &image);
     }
     enum { NS = 32, GEN = 24, MAXP = 20 };
     const int V = m->hp.n_vocab;
@@ -265,23 +296,83 @@ static void test_batch_of_32_equals_alone(void **state)
                                    .want_token = true, .sp = &sp};
         }
     }
-    int differ = 0, bad = 0;
-    for (int i = 0; i < NS; i++) {
-        int g = 0;
-        while (g < GEN && alone[i][g] == together[i][g]) g++;
-        if (g == GEN) continue;
-        differ++;
-        const float *l = solo_logits + ((size_t)i * GEN + g) * V;
-        float gap = top2_gap(l, V), scale = fabsf(l[alone[i][g]]) > 1.0f ? fabsf(l[alone[i][g]]) : 1.0f;
-        bool tie = gap < 1e-3f * scale;
-        bad += !tie;
-        print_message("  seq %d diverges at token %d (%d alone, %d batched): solo top-2 gap %.2e (%s)\n", i, g,
-                      alone[i][g], together[i][g], gap, tie ? "a near tie" : "NOT a tie");
-    }
-    print_message("  %d concurrent greedy sequences x %d tokens: %d identical to their solo runs, %d diverge at a near "
-                  "tie, %d otherwise\n", NS, GEN, NS - differ, differ - bad, bad);
+    int bad, differ = count_divergences("concurrent", NS, GEN, &alone[0][0], &together[0][0], solo_logits, V, &bad);
     assert_int_equal(bad, 0);
     assert_true(differ <= 2);
+    engine_free(e);
+    free(solo_logits);
+    model_free(m);
+    free(image);
+}
+
+enum { MX_NS = 8, MX_GEN = 24, MX_PL = 13 };
+static int mx_plen(int i) { return MX_PL - 1 + i % 2; }          /* prompts of 12 and 13 tokens */
+static int mx_start(int i, int per_step) { return i / per_step; } /* step of sequence i's prefill */
+
+/* Sequence i (in slot (i + shift) % MX_NS) has its prompt prefilled in step i / per_step --
+ * per_step prompts of different lengths packed together -- in the same step as the decode
+ * tokens of the sequences started before, until each has MX_GEN tokens. */
+static void run_mixed(engine *e, int32_t prompts[MX_NS][MX_PL], int shift, int per_step,
+                      int32_t together[MX_NS][MX_GEN])
+{
+    char err[512];
+    sampling_params sp;
+    sampling_params_default(&sp);
+    engine_seq seqs[MX_NS];
+    engine_result res[MX_NS];
+    int idx[MX_NS];
+    for (int step = 0; step < MX_NS + MX_GEN - 1; step++) {
+        int n = 0;
+        for (int i = 0; i < MX_NS && mx_start(i, per_step) <= step; i++) {
+            int g = step - mx_start(i, per_step), slot = (i + shift) % MX_NS; /* g: tokens so far */
+            if (g >= MX_GEN) continue;
+            seqs[n] = g == 0 ? (engine_seq){.slot = slot, .tokens = prompts[i], .n_tokens = mx_plen(i), .pos = 0,
+                                            .want_token = true, .sp = &sp}
+                             : (engine_seq){.slot = slot, .tokens = &together[i][g - 1], .n_tokens = 1,
+                                            .pos = mx_plen(i) + g - 1, .want_token = true, .sp = &sp};
+            idx[n++] = i;
+        }
+        if (n == 0) break;
+        if (engine_step(e, seqs, n, res, err, sizeof err)) fail_msg("mixed step %d: %s", step, err);
+        for (int k = 0; k < n; k++) together[idx[k]][step - mx_start(idx[k], per_step)] = res[k].token;
+    }
+}
+
+/* Mixed steps, as a server makes them (decode rows ride through the prefill path, batches
+ * of every size 1..8 with padding), on a random F32 model shaped like `inferd mkmodel --preset
+ * tiny`: first in fresh slots, then again with each sequence in a slot another one has used
+ * (nothing is cleared on the GPU: stale keys and history must never be read).  Each sequence
+ * must give its solo tokens up to near ties. */
+static void test_mixed_steps_equal_alone(void **state)
+{
+    (void)state;
+    if (!have_gpu) skip();
+    tiny_spec ts = tiny_spec_default();
+    ts.n_vocab = 1024, ts.n_embd = 64, ts.n_head = 4, ts.n_head_kv = 2, ts.n_ff = 128, ts.n_ctx = 128;
+    void *image;
+    model *m = random_model(ts, &image);
+    const int V = m->hp.n_vocab;
+    char err[512];
+    /* the server's default sizes: 4096-token slots (decode graphs then carry 32 key splits) */
+    engine_config cfg = {.n_slots = MX_NS, .ctx_per_slot = 4096, .max_batch_tokens = 512};
+    engine *e = engine_create_cuda(m, &cfg, err, sizeof err);
+    if (!e) fail_msg("%s", err);
+    int32_t prompts[MX_NS][MX_PL], alone[MX_NS][MX_GEN], together[MX_NS][MX_GEN];
+    float *solo_logits = malloc((size_t)MX_NS * MX_GEN * V * sizeof *solo_logits);
+    uint64_t seed = 11;
+    for (int i = 0; i < MX_NS; i++) {
+        prompts[i][0] = 1;
+        for (int j = 1; j < MX_PL; j++) prompts[i][j] = 3 + (int32_t)(gpu_test_rng(&seed) % (uint64_t)(V - 3));
+        greedy(e, prompts[i], mx_plen(i), MX_GEN, alone[i], solo_logits + (size_t)i * MX_GEN * V);
+    }
+    static const char *const passes[3] = {"mixed-step", "mixed-step reused-slot", "mixed-step 2-prompt"};
+    for (int pass = 0; pass < 3; pass++) {
+        run_mixed(e, prompts, 3 * pass, pass == 2 ? 2 : 1, together);
+        int bad, differ = count_divergences(passes[pass], MX_NS, MX_GEN, &alone[0][0], &together[0][0], solo_logits,
+                                            V, &bad);
+        assert_int_equal(bad, 0);
+        assert_true(differ <= 2);
+    }
     engine_free(e);
     free(solo_logits);
     model_free(m);
@@ -334,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_logits_every_arch_and_format),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_batch_of_32_equals_alone),
+        cmocka_unit_test(test_mixed_steps_equal_alone),
         cmocka_unit_test(test_errors_leave_engine_usable),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

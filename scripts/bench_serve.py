@@ -57,6 +57,16 @@ class HTTPError(Exception):
 
 # ---- a minimal asyncio HTTP/1.1 client (one connection per request, no retries) ----------------
 
+async def _read_n(r, n, closed_msg):
+    """Yield exactly n bytes from stream r in pieces; HTTPError(closed_msg) if it ends first."""
+    while n:
+        data = await r.read(min(n, 65536))
+        if not data:
+            raise HTTPError(closed_msg)
+        n -= len(data)
+        yield data
+
+
 class Response:
     def __init__(self, reader, writer, status, reason, headers):
         self.reader, self.writer = reader, writer
@@ -79,22 +89,13 @@ class Response:
                     while (await r.readline()) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
                     return
-                left = size
-                while left:
-                    data = await r.read(min(left, 65536))
-                    if not data:
-                        raise HTTPError("connection closed inside a chunk")
-                    left -= len(data)
+                async for data in _read_n(r, size, "connection closed inside a chunk"):
                     yield data
                 if (await r.readexactly(2)) != b"\r\n":
                     raise HTTPError("chunk not followed by CRLF")
         elif "content-length" in self.headers:
-            left = int(self.headers["content-length"])
-            while left:
-                data = await r.read(min(left, 65536))
-                if not data:
-                    raise HTTPError("connection closed before Content-Length bytes")
-                left -= len(data)
+            async for data in _read_n(r, int(self.headers["content-length"]),
+                                      "connection closed before Content-Length bytes"):
                 yield data
         else:
             while data := await r.read(65536):

@@ -860,6 +860,8 @@ static void test_engine_fatal_fails_everything(void **state)
         sched_req_release(r[i]);
         client_destroy(&c[i]);
     }
+    /* the hook runs after the requests are failed (their clients may wake first): wait for it */
+    for (int ms = 0; ms < 10000 && atomic_load(&fx.fatal_calls) == 0; ms++) usleep(1000);
     assert_int_equal(atomic_load(&fx.fatal_calls), 1);
     assert_non_null(strstr(fx.fatal_error, "device fault"));
     client late;

@@ -649,6 +649,21 @@ static void step_isolate_failure(sched *s, int n, const char *batch_err)
     }
 }
 
+/* Debug log of what a step carries (which request, slot, positions): enough to replay a
+ * step composition against the engine alone.  Formatted only when debug logging is on. */
+static void log_step(const sched *s, int n)
+{
+    if (log_get_level() > LOG_DEBUG) return;
+    char line[1024];
+    size_t len = (size_t)snprintf(line, sizeof line, "step %llu: %d seqs:", (unsigned long long)s->stats.steps + 1, n);
+    for (int i = 0; i < n && len < sizeof line; i++) {
+        const engine_seq *q = &s->seqs[i];
+        len += (size_t)snprintf(line + len, sizeof line - len, " %s@%d[%d+%d]%s", s->seq_req[i]->id, q->slot, q->pos,
+                                q->n_tokens, q->want_token ? "" : "-");
+    }
+    log_debug("%s", line);
+}
+
 /* One scheduling step.  Returns true while there is work left. */
 static bool sched_step(sched *s)
 {
@@ -660,6 +675,7 @@ static bool sched_step(sched *s)
     int n = plan_step(s);
     if (n > 0) {
         char err[256] = "";
+        log_step(s, n);
         int rc = engine_step(s->e, s->seqs, n, s->results, err, sizeof err);
         /* Counted before any result is delivered: a client that has seen its last token
          * must also see the step that produced it in the stats. */

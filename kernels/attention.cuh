@@ -24,22 +24,28 @@
 // heads with 16-byte loads of its K row, the tile updates the online softmax with one warp
 // reduction per head, then the warp accumulates P.V with each lane owning dimension pairs
 // (coalesced V rows).  So a key costs no serial reduction, and loads of a tile overlap.
-template <int PAIRS, int VU>
+// HD: the head dimension when fixed at compile time (64, 128), 0 in the generic kernel.
+template <int PAIRS, int VU, int HD>
 __device__ __forceinline__ void attn_partial_body(const attn_args &a)
 {
     __shared__ float q_s[ATT_GB][256];
     __shared__ float sm_m[ATT_WARPS][ATT_GB], sm_l[ATT_WARPS][ATT_GB];
     __shared__ float2 sm_o[ATT_WARPS][ATT_GB][ATT_PAIRS * 32];
     const int t = blockIdx.x, h0 = blockIdx.y * a.gb, split = blockIdx.z;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.hd, gb = a.gb;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = HD ? HD : a.hd, gb = a.gb;
     const int kvh = h0 / (a.n_head / a.n_kv);
     const int n_keys = a.pos[t] + 1, chunk = attn_chunk(n_keys);
     const int k_begin = split * chunk, k_end = min(n_keys, k_begin + chunk);
     const size_t cache_base = ((((size_t)a.slot[t] * a.n_layer + a.layer) * a.n_kv) + kvh) * a.ctx * hd;
     const __half *kb = a.kc + cache_base, *vb = a.vc + cache_base;
 
-    for (int i = threadIdx.x; i < gb * hd; i += blockDim.x)
-        q_s[i / hd][i % hd] = a.q[((size_t)t * a.n_head + h0) * hd + i] * a.scale;
+    // The block's query heads are contiguous: gb * hd floats, loaded 4 at a time (hd % 4 == 0).
+    const float4 *qv = (const float4 *)(a.q + ((size_t)t * a.n_head + h0) * hd);
+    for (int i = threadIdx.x; i < gb * hd / 4; i += blockDim.x) {
+        float4 v = qv[i];
+        float *d = &q_s[4 * i / hd][4 * i % hd];
+        d[0] = v.x * a.scale, d[1] = v.y * a.scale, d[2] = v.z * a.scale, d[3] = v.w * a.scale;
+    }
     __syncthreads();
 
     float m[ATT_GB], l[ATT_GB];
@@ -154,15 +160,15 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
 
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_args a)
 {
-    attn_partial_body<ATT_PAIRS, 8>(a);
+    attn_partial_body<ATT_PAIRS, 8, 0>(a);
 }
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd64(attn_args a)
 {
-    attn_partial_body<1, 16>(a);
+    attn_partial_body<1, 16, 64>(a);
 }
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd128(attn_args a)
 {
-    attn_partial_body<2, 16>(a);
+    attn_partial_body<2, 16, 128>(a);
 }
 
 // out[t][h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s, in FP16 (the input of the

@@ -3,7 +3,7 @@
 // dequantiser that feeds cuBLAS for large batches; and the embedding gather (a row lookup
 // through the same block decoder).
 //
-// Weights are rounded to FP16 after decoding and activations arrive in FP16, exactly as the
+// Weights are decoded to FP16 by load_chunk_h and activations arrive in FP16, exactly as the
 // cuBLAS path sees them: both paths then form the same products, and only the order of the
 // FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.
 #pragma once
@@ -11,18 +11,6 @@
 #include "../src/gpu/gpu_shared.h"
 
 #define MATVEC_WARPS 8
-
-__device__ __forceinline__ void round_to_half(float w[32])
-{
-    // In pairs: one packed conversion per two weights (the scalar f32->f16 conversion runs at
-    // a quarter of the ALU rate and bounded these kernels); the same round-to-nearest.
-#pragma unroll
-    for (int i = 0; i < 16; i++) {
-        float2 f = __half22float2(__floats2half2_rn(w[2 * i], w[2 * i + 1]));
-        w[2 * i] = f.x;
-        w[2 * i + 1] = f.y;
-    }
-}
 
 // Dot products of NR weight rows (the same features of NR matrices) with MT activation rows;
 // one warp, lanes striding over the rows' 32-weight chunks.  Each lane decodes its chunk of
@@ -43,11 +31,18 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
         for (int i = 0; i < MT; i++) acc[r][i] = 0.0f;
     const int nchunks = a.k / 32;
     for (int c = lane; c < nchunks; c += WARP) {
+        __half2 wh[NR][16];
+#pragma unroll
+        for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], c, wh[r]);
         float w[NR][32];
 #pragma unroll
-        for (int r = 0; r < NR; r++) load_chunk<T>(rows[r], c, w[r]);
+        for (int r = 0; r < NR; r++)
 #pragma unroll
-        for (int r = 0; r < NR; r++) round_to_half(w[r]);
+            for (int i = 0; i < 16; i++) {
+                float2 f = __half22float2(wh[r][i]);
+                w[r][2 * i] = f.x;
+                w[r][2 * i + 1] = f.y;
+            }
 #pragma unroll
         for (int i = 0; i < MT; i++) {
             const uint4 *xp = (const uint4 *)(xr[i] + 32 * c);
@@ -134,11 +129,8 @@ __device__ __forceinline__ void dequant_f16_body(const uint8_t *w, unsigned long
          i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / chunks_per_row;
         int c = (int)(i - r * chunks_per_row);
-        float v[32];
-        load_chunk<T>(w + r * row_bytes, c, v);
         __half2 h[16];
-#pragma unroll
-        for (int j = 0; j < 16; j++) h[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
+        load_chunk_h<T>(w + r * row_bytes, c, h);
         uint4 *dst = (uint4 *)(out + r * k + 32 * (size_t)c);
 #pragma unroll
         for (int j = 0; j < 4; j++) dst[j] = ((const uint4 *)h)[j];

@@ -175,6 +175,84 @@ template <> __device__ __forceinline__ void load_chunk<T_Q6_K>(const uint8_t *ro
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// load_chunk_h<T>(row, c, w): the same 32 weights as FP16 pairs (w[i] = weights 2i, 2i+1):
+// THE weight values of the GPU backend.  The matrix-vector kernels multiply exactly these,
+// and the FP16 copies cuBLAS reads are made by the same function, so both paths see the same
+// weights and differ only in the order of their FP32 sums.
+//
+// The generic version decodes in FP32 and rounds once.  Q4_K and Q6_K (most of a Q4_K_M
+// model's bytes) decode in FP16 arithmetic instead, because decoding bounds the decode-step
+// matvecs (they issue ~9 instructions per weight in FP32 and become memory bound near 4): a
+// byte permute places two quants in the mantissas of 1024.0h (0x6400 | q is 1024 + q
+// exactly), a subtraction leaves q exactly, and one FP16 fma/mul applies the sub-block scale
+// rounded to FP16, i.e. w = fp16(fp16(d * sc) * q - fp16(dmin * mn)).  Against the FP32
+// decode that adds one FP16 rounding of the scale (relative 2^-11, as the final rounding).
+template <int T> __device__ __forceinline__ void load_chunk_h(const uint8_t *row, int c, __half2 w[16])
+{
+    float f[32];
+    load_chunk<T>(row, c, f);
+#pragma unroll
+    for (int i = 0; i < 16; i++) w[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+}
+
+// Bytes 0,1 (sel 0x4140) or 2,3 (sel 0x4342) of q into the low bytes of two FP16 lanes, masked,
+// with 1024.0 as exponent: the FP16 pair (1024 + byte_lo & mask, 1024 + byte_hi & mask).
+__device__ __forceinline__ __half2 quants_1024(uint32_t q, uint32_t sel, uint32_t mask)
+{
+    uint32_t h = (__byte_perm(q, 0, sel) & mask) | 0x64006400u;
+    return *(const __half2 *)&h;
+}
+
+template <> __device__ __forceinline__ void load_chunk_h<T_Q4_K>(const uint8_t *row, int c, __half2 w[16])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 144;
+    const int s = c & 7;
+    float sc, mn;
+    kquant_scale_min(s, b + 4, &sc, &mn);
+    // Odd sub-blocks use the high nibbles: masked in place they read as 16 q, so the scale
+    // takes a 1/16 (exact) and no shift is needed.
+    const float d = half_bits_to_float(ld_u16(b)) * sc * ((s & 1) ? 0.0625f : 1.0f);
+    const __half2 d2 = __float2half2_rn(d), m2 = __float2half2_rn(-half_bits_to_float(ld_u16(b + 2)) * mn);
+    const __half2 k1024 = __float2half2_rn(1024.0f);
+    const uint32_t mask = (s & 1) ? 0x00F000F0u : 0x000F000Fu;
+    const uint4 *qp = (const uint4 *)(b + 16 + 32 * (s >> 1));
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        uint4 v = __ldg(qp + i);
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            w[8 * i + 2 * j] = __hfma2(__hsub2(quants_1024(u[j], 0x4140, mask), k1024), d2, m2);
+            w[8 * i + 2 * j + 1] = __hfma2(__hsub2(quants_1024(u[j], 0x4342, mask), k1024), d2, m2);
+        }
+    }
+}
+
+template <> __device__ __forceinline__ void load_chunk_h<T_Q6_K>(const uint8_t *row, int c, __half2 w[16])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * GPU_Q6K_BLOCK;
+    const int s = c & 7, h = s >> 2, qq = s & 3;
+    const uint4 *qlp = (const uint4 *)(b + 64 * h + 32 * (qq & 1)), *qhp = (const uint4 *)(b + 128 + 32 * h);
+    const uint16_t sc = ld_u16(b + 192 + 8 * h + 2 * qq);
+    const float d = half_bits_to_float(ld_u16(b + 208));
+    const __half2 d0 = __float2half2_rn(d * (float)(int8_t)(sc & 0xFF)), d1 = __float2half2_rn(d * (float)(int8_t)(sc >> 8));
+    const __half2 k1056 = __float2half2_rn(1056.0f); // 1024 + the 32 offset of the 6-bit quants
+    const int lshift = (qq >> 1) * 4, hshift = 2 * qq;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        uint4 lo = __ldg(qlp + i), hi = __ldg(qhp + i);
+        const uint32_t lw[4] = {lo.x, lo.y, lo.z, lo.w}, hw[4] = {hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            // four 6-bit quants, one per byte
+            uint32_t q = ((lw[j] >> lshift) & 0x0F0F0F0Fu) | (((hw[j] >> hshift) & 0x03030303u) << 4);
+            w[8 * i + 2 * j] = __hmul2(__hsub2(quants_1024(q, 0x4140, 0x00FF00FFu), k1056), i == 0 ? d0 : d1);
+            w[8 * i + 2 * j + 1] = __hmul2(__hsub2(quants_1024(q, 0x4342, 0x00FF00FFu), k1056), i == 0 ? d0 : d1);
+        }
+    }
+}
+
 // Instantiate `MACRO(T, suffix)` for every supported weight format.
 #define FOR_EACH_WEIGHT_TYPE(MACRO)                                                              \
     MACRO(T_F32, f32) MACRO(T_F16, f16) MACRO(T_BF16, bf16) MACRO(T_Q4_0, q4_0)                  \

@@ -142,6 +142,18 @@ static void test_matvec_all_formats(void **state)
         CUdeviceptr dw = upload(w, rb * N);
         int wt = gpu_wtype_index(t);
         assert_true(wt >= 0);
+        /* The FP16 weights (dequant_f16, the cuBLAS path's copy) against the CPU's decode; the
+         * matvec and glu kernels must then form exactly these weights' dot products. */
+        CUdeviceptr dh = poisoned((size_t)K * N / 2);
+        unsigned long long rbl = rb;
+        int k = K, n = N;
+        void *dargs[] = {&dw, &rbl, &k, &n, &dh};
+        launch(&G.k.dequant_f16[wt], (gpu_launch_dims){(K / 32 * N + 255) / 256, 1, 1, 256}, dargs);
+        uint16_t *h = malloc((size_t)K * N * sizeof *h);
+        float *hf = malloc((size_t)K * N * sizeof *hf);
+        download(h, dh, (size_t)K * N * sizeof *h);
+        for (size_t i = 0; i < (size_t)K * N; i++) hf[i] = quant_f16_to_f32(h[i]);
+        double edq = gpu_test_rel_err(hf, deq, (size_t)K * N);
         double worst = 0.0, worst_glu = 0.0;
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
             int M = Ms[mi], acc = M % 2, v = M >= 8 ? 3 : M >= 4 ? 2 : M >= 2 ? 1 : 0;
@@ -154,7 +166,7 @@ static void test_matvec_all_formats(void **state)
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++) /* y laid out as [seg0: M x N0][seg1: M x (N-N0)] */
                     ref[n < N0 ? m * N0 + n : M * N0 + m * (N - N0) + (n - N0)] =
-                        (float)(dot_ref(deq + (size_t)n * K, x + (size_t)m * K, K) + (acc ? 1.0 + bias[n] : 0.0));
+                        (float)(dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K) + (acc ? 1.0 + bias[n] : 0.0));
             if (acc) {
                 for (int i = 0; i < M * N; i++) y[i] = 1.0f;
                 CHECK(cu.cuMemcpyHtoD(dy0, y, (size_t)M * N0 * sizeof *y));
@@ -188,8 +200,8 @@ static void test_matvec_all_formats(void **state)
             download(gh, dh, (size_t)M * NG * sizeof *gh);
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < NG; n++) {
-                    double gt = dot_ref(deq + (size_t)n * K, x + (size_t)m * K, K);
-                    double up = dot_ref(deq + (size_t)(NG + n) * K, x + (size_t)m * K, K);
+                    double gt = dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K);
+                    double up = dot_ref(hf + (size_t)(NG + n) * K, x + (size_t)m * K, K);
                     gref[m * NG + n] = (float)(gt / (1.0 + exp(-gt)) * up);
                     gf[m * NG + n] = quant_f16_to_f32(gh[m * NG + n]);
                 }
@@ -199,17 +211,6 @@ static void test_matvec_all_formats(void **state)
             cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dh);
             free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
         }
-        /* dequantisation to FP16 and the embedding gather read the same blocks */
-        CUdeviceptr dh = poisoned((size_t)K * N / 2);
-        unsigned long long rbl = rb;
-        int k = K, n = N;
-        void *dargs[] = {&dw, &rbl, &k, &n, &dh};
-        launch(&G.k.dequant_f16[wt], (gpu_launch_dims){(K / 32 * N + 255) / 256, 1, 1, 256}, dargs);
-        uint16_t *h = malloc((size_t)K * N * sizeof *h);
-        float *hf = malloc((size_t)K * N * sizeof *hf);
-        download(h, dh, (size_t)K * N * sizeof *h);
-        for (size_t i = 0; i < (size_t)K * N; i++) hf[i] = quant_f16_to_f32(h[i]);
-        double edq = gpu_test_rel_err(hf, deq, (size_t)K * N);
         int32_t toks[3] = {N - 1, 0, 5};
         CUdeviceptr dt = upload(toks, sizeof toks), de = poisoned((size_t)3 * K);
         void *eargs[] = {&dw, &rbl, &k, &dt, &de};

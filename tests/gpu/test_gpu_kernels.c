@@ -187,17 +187,17 @@ static void test_matvec_all_formats(void **state)
             if (e > 1e-5) fail_msg("matvec %s M=%d: relative error %.3g", ggml_type_name(t), M, e);
 
             /* glu: yh[m][n] = fp16(silu(gate_n . x_m) * (up_n . x_m)) */
-            CUdeviceptr dh = poisoned((size_t)M * NG / 2 + 1);
+            CUdeviceptr dgh = poisoned((size_t)M * NG / 2 + 1); /* glu output */
             matvec_args ga = a;
             ga.accumulate = 0;
             ga.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, NULL, NULL, NG, NG};
             ga.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * NG, NULL, NULL, NG, NG};
-            ga.yh = (gpu_half *)(uintptr_t)dh;
+            ga.yh = (gpu_half *)(uintptr_t)dgh;
             void *gargs[] = {&ga};
             launch(&G.k.glu[wt][v], (gpu_launch_dims){(unsigned)((M + (1 << v) - 1) >> v), (NG + 7) / 8, 1, 256}, gargs);
             uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
             float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
-            download(gh, dh, (size_t)M * NG * sizeof *gh);
+            download(gh, dgh, (size_t)M * NG * sizeof *gh);
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < NG; n++) {
                     double gt = dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K);
@@ -208,7 +208,7 @@ static void test_matvec_all_formats(void **state)
             e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
             if (e > worst_glu) worst_glu = e;
             if (e > 2e-3) fail_msg("glu %s M=%d: relative error %.3g", ggml_type_name(t), M, e);
-            cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dh);
+            cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dgh);
             free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
         }
         int32_t toks[3] = {N - 1, 0, 5};

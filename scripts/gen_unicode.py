@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Generate src/model/unicode_data.c: Unicode general-category classes per code point.
+"""Generate src/text/unicode_data.c: Unicode general-category classes per code point.
 
 Reads UnicodeData.txt (Debian package `unicode-data`, /usr/share/unicode/UnicodeData.txt) and
 writes a sorted table of code point ranges, each with the class bits the tokenizers' pre-split
 rules need (\\p{L}, \\p{N}, \\p{P}, \\p{S}, \\p{M}, \\s, controls).  Unassigned code points get 0.
 
-Usage: scripts/gen_unicode.py [UnicodeData.txt] > src/model/unicode_data.c
+Usage: scripts/gen_unicode.py [UnicodeData.txt] > src/text/unicode_data.c
 Only the Python standard library is used; the generated file is committed so that building
 inferd does not need the data file.
 """
 import sys
 
-# Must match the UCP_* bits in src/model/unicode.h.
+# Must match the UCP_* bits in src/text/unicode.h.
 LETTER, NUMBER, PUNCT, SYMBOL, MARK, SPACE, CONTROL = 1, 2, 4, 8, 16, 32, 64
 
 MAJOR = {"L": LETTER, "N": NUMBER, "P": PUNCT, "S": SYMBOL, "M": MARK, "C": CONTROL, "Z": 0}

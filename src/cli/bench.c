@@ -35,7 +35,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: inferd bench -m MODEL.gguf [options]\n"
-            "  --device D      cpu | cuda (default cpu)\n"
+            "  --device D      auto | cpu | cuda (default cpu)\n"
             "  --prompt LIST   prefill lengths (default 512,2048)\n"
             "  --batch LIST    decode batch sizes (default 1,4,8,16,32,64)\n"
             "  --gen N         timed decode steps per batch size (default 128)\n"
@@ -232,7 +232,7 @@ static bool make_engine(bench_ctx *b, int n_slots, int ctx)
     engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = b->o->ubatch,
                          .n_threads = b->o->n_threads};
     if (cfg.max_batch_tokens < n_slots * DECODE_PROMPT) cfg.max_batch_tokens = n_slots * DECODE_PROMPT;
-    b->e = cli_engine_create(b->m, b->o->device, &cfg, b->err, sizeof b->err);
+    b->e = cli_engine_open(b->m, b->o->device, &cfg, b->err, sizeof b->err);
     return b->e != NULL;
 }
 

@@ -3,7 +3,6 @@
 #ifndef INFERD_CLI_H
 #define INFERD_CLI_H
 
-int cli_serve(int argc, char **argv);    /* the HTTP server (default) - src/http */
 int cli_generate(int argc, char **argv); /* one completion on the terminal */
 int cli_info(int argc, char **argv);     /* metadata and tensor table of a GGUF */
 int cli_mkmodel(int argc, char **argv);  /* write a synthetic GGUF */

@@ -60,11 +60,12 @@ double cli_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-engine *cli_engine_create(const model *m, const char *device, const engine_config *cfg, char *err,
-                          size_t errlen)
+engine *cli_engine_open(const model *m, const char *device, const engine_config *cfg, char *err, size_t errlen)
 {
-    if (strcmp(device, "cpu") == 0) return engine_create_cpu(m, cfg, err, errlen);
-    if (strcmp(device, "cuda") == 0) return engine_create_cuda(m, cfg, err, errlen);
-    snprintf(err, errlen, "--device: unknown device '%s' (cpu, cuda)", device);
-    return NULL;
+    engine_device dev;
+    if (!engine_device_parse(device, &dev)) {
+        snprintf(err, errlen, "--device: unknown device '%s' (auto, cpu, cuda)", device);
+        return NULL;
+    }
+    return engine_open(dev, m, cfg, err, errlen);
 }

@@ -1,5 +1,5 @@
 /* cli_common.h - small pieces the generate and bench subcommands share: strict number
- * parsing for flags, a monotonic clock, and opening a model on the chosen backend. */
+ * parsing for flags, a monotonic clock, and opening an engine on the chosen device. */
 #ifndef INFERD_CLI_COMMON_H
 #define INFERD_CLI_COMMON_H
 
@@ -16,8 +16,8 @@ int cli_parse_int_list(const char *cmd, const char *flag, const char *s, long hi
 
 double cli_now(void); /* seconds, monotonic */
 
-/* device: "cpu" or "cuda". NULL with a message in err when it cannot be created. */
-engine *cli_engine_create(const model *m, const char *device, const engine_config *cfg, char *err,
-                          size_t errlen);
+/* --device NAME: "auto", "cpu" or "cuda" opened through engine_open; NULL with a message in
+ * err when the name is unknown or the engine cannot be created. */
+engine *cli_engine_open(const model *m, const char *device, const engine_config *cfg, char *err, size_t errlen);
 
 #endif

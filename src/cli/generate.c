@@ -12,8 +12,8 @@
 
 #include "cli.h"
 #include "cli_common.h"
-#include "model/chat.h"
-#include "model/tokenizer.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
 
 #define CMD "generate"
 
@@ -32,7 +32,7 @@ static void usage(FILE *out)
             "  --temp T        temperature (default 0.8; 0 = greedy)\n"
             "  --top-k K       (default 40; 0 = off)   --top-p P (default 0.95)   --min-p P (default 0.05)\n"
             "  --seed N        sampling seed (default: from the clock)\n"
-            "  --device D      cpu | cuda (default cpu)\n"
+            "  --device D      auto | cpu | cuda (default cpu)\n"
             "  --threads N     CPU threads (default: all cores)\n"
             "  --ctx N         context length (default: min(model's, 4096))\n"
             "  --chat          wrap the prompt as a user message in the model's chat template\n");
@@ -178,7 +178,7 @@ static int run(const gen_opts *o, const tokenizer *t, engine *e, const int32_t *
     }
     st->t_prefill = cli_now() - t0;
     st->n_prompt = n_prompt;
-    int limit = e->cfg.ctx_per_slot - n_prompt;
+    int limit = engine_get_config(e)->ctx_per_slot - n_prompt;
     if (limit > o->n_predict) limit = o->n_predict;
     detok_stream ds;
     detok_init(&ds, t, false);
@@ -247,7 +247,7 @@ int cli_generate(int argc, char **argv)
     }
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = n_ctx, .max_batch_tokens = n_ctx,
                          .n_threads = o.n_threads};
-    if (!(e = cli_engine_create(m, o.device, &cfg, err, sizeof err))) {
+    if (!(e = cli_engine_open(m, o.device, &cfg, err, sizeof err))) {
         fprintf(stderr, "inferd generate: %s\n", err);
         goto out;
     }

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "model/mkmodel.h"
+#include "synth/mkmodel.h"
 
 #define CORPUS_MAX_BYTES (1u << 20)
 

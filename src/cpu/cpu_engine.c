@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../engine/engine.h"
-#include "../engine/sampling.h"
-#include "../model/quant.h"
+#include "engine/engine_impl.h"
+#include "engine/sampling.h"
+#include "model/quant.h"
 #include "cpu_ops.h"
 #include "cpu_pool.h"
 

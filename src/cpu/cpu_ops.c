@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "../model/quant.h"
+#include "model/quant.h"
 
 void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float eps)
 {

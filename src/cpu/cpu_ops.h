@@ -8,7 +8,7 @@
 
 #include <stdbool.h>
 
-#include "../model/model.h"
+#include "model/model.h"
 #include "cpu_pool.h"
 
 /* out = x / rms(x) * weight over n floats (out may alias x). */

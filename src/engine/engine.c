@@ -1,6 +1,6 @@
 /* engine.c - backend-independent entry points of engine.h: argument checks that every backend
  * would otherwise repeat, then dispatch through the backend's vtable. */
-#include "engine.h"
+#include "engine_impl.h"
 
 #include <stdio.h>
 
@@ -29,39 +29,39 @@ static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char
         const engine_seq *s = &seqs[i];
         if (s->slot < 0 || s->slot >= e->cfg.n_slots) {
             snprintf(err, errlen, "seq %d: slot %d out of range [0,%d)", i, s->slot, e->cfg.n_slots);
-            return -1;
+            return ENGINE_EINVAL;
         }
         if (s->n_tokens < 1 || !s->tokens) {
             snprintf(err, errlen, "seq %d: no tokens", i);
-            return -1;
+            return ENGINE_EINVAL;
         }
         if (s->pos < 0 || s->pos + s->n_tokens > e->cfg.ctx_per_slot) {
             snprintf(err, errlen, "seq %d: positions %d..%d exceed the slot context %d", i, s->pos,
                      s->pos + s->n_tokens - 1, e->cfg.ctx_per_slot);
-            return -1;
+            return ENGINE_EINVAL;
         }
         for (int j = 0; j < s->n_tokens; j++) {
             if (s->tokens[j] < 0 || s->tokens[j] >= e->m->hp.n_vocab) {
                 snprintf(err, errlen, "seq %d: token id %d out of vocabulary", i, (int)s->tokens[j]);
-                return -1;
+                return ENGINE_EINVAL;
             }
         }
         for (int k = 0; k < i; k++) {
             if (seqs[k].slot == s->slot) {
                 snprintf(err, errlen, "seq %d: slot %d appears twice in one step", i, s->slot);
-                return -1;
+                return ENGINE_EINVAL;
             }
         }
         if (s->want_token && !s->sp) {
             snprintf(err, errlen, "seq %d: wants a token but has no sampling parameters", i);
-            return -1;
+            return ENGINE_EINVAL;
         }
         total += s->n_tokens;
     }
     if (total > e->cfg.max_batch_tokens) {
         snprintf(err, errlen, "step carries %d tokens, more than the batch budget %d", total,
                  e->cfg.max_batch_tokens);
-        return -1;
+        return ENGINE_EINVAL;
     }
     return 0;
 }
@@ -70,7 +70,7 @@ int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *re
                 size_t errlen)
 {
     if (n_seqs <= 0) return 0;
-    if (check_batch(e, seqs, n_seqs, err, errlen) != 0) return -1;
+    if (check_batch(e, seqs, n_seqs, err, errlen) != 0) return ENGINE_EINVAL;
     return e->vt->step(e, seqs, n_seqs, results, err, errlen);
 }
 
@@ -85,3 +85,7 @@ void engine_free(engine *e)
 }
 
 const char *engine_name(const engine *e) { return e->vt->name; }
+
+const engine_config *engine_get_config(const engine *e) { return &e->cfg; }
+
+const model *engine_model(const engine *e) { return e->m; }

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../model/model.h"
+#include "model/model.h"
 
 #define ENGINE_MAX_TOP_LOGPROBS 20
 
@@ -72,36 +72,34 @@ typedef struct engine_config {
     bool verbose;
 } engine_config;
 
-typedef struct engine engine;
+typedef struct engine engine; /* opaque: backends define it in engine_impl.h */
 
-/* Backend-independent entry points; dispatch through the backend's vtable. */
-typedef struct engine_vtable {
-    const char *name;
-    int (*step)(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
-                char *err, size_t errlen);
-    void (*slot_clear)(engine *e, int slot);
-    void (*destroy)(engine *e);
-} engine_vtable;
+/* Which backend runs the math.  AUTO: CUDA when a usable GPU is present, else the CPU. */
+typedef enum engine_device { ENGINE_DEVICE_AUTO = 0, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device;
 
-struct engine {
-    const engine_vtable *vt;
-    const model *m;
-    engine_config cfg;
-};
+/* "auto", "cpu" or "cuda"; false for anything else. */
+bool engine_device_parse(const char *name, engine_device *out);
 
-engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, size_t errlen);
-/* NULL with a message when there is no usable GPU / CUDA support was not built. */
-engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen);
+/* Creates an engine for m on dev.  With AUTO a GPU that cannot be used (no driver, too little
+ * memory) is logged as a warning and the CPU is used instead; with CPU or CUDA that backend
+ * or nothing.  NULL with a message in err when no engine could be made. */
+engine *engine_open(engine_device dev, const model *m, const engine_config *cfg, char *err, size_t errlen);
+/* true when the CUDA backend was built and a GPU answers. */
 bool engine_cuda_available(void);
+
+/* The configuration the engine was created with (n_slots, ctx_per_slot, batch budget). */
+const engine_config *engine_get_config(const engine *e);
+const model *engine_model(const engine *e);
 
 /* engine_step's return when the backend can run no further step: a fault on the device (an
  * illegal address, a failed launch or copy) leaves its CUDA context unusable, and every later
  * step fails the same way.  The caller fails the work in hand and should exit non-zero, so a
  * supervisor (systemd's Restart=on-failure) restarts the process on a fresh context. */
 #define ENGINE_FATAL (-2)
+#define ENGINE_EINVAL (-1)
 
-/* Run one step. results[i] is written for seqs[i] when seqs[i].want_token.  Returns 0; -1
- * with a message in err when this step cannot run (bad input: it leaves every slot as it was
+/* Run one step. results[i] is written for seqs[i] when seqs[i].want_token.  Returns 0;
+ * ENGINE_EINVAL with a message in err when this step cannot run (bad input: it leaves every slot as it was
  * before the step, so its sequences can be retried apart); or ENGINE_FATAL. */
 int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
                 char *err, size_t errlen);

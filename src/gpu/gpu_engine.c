@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../log.h"
-#include "../model/quant.h"
+#include "base/log.h"
+#include "model/quant.h"
 #include "gpu_internal.h"
 
 #define MIB (1024.0 * 1024.0)

@@ -4,7 +4,7 @@
 #ifndef INFERD_GPU_INTERNAL_H
 #define INFERD_GPU_INTERNAL_H
 
-#include "../engine/engine.h"
+#include "engine/engine_impl.h"
 #include "cuda_api.h"
 #include "gpu_kernels.h"
 #include "gpu_shared.h"

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "../model/ggml_types.h"
+#include "model/ggml_types.h"
 #include "cuda_api.h"
 
 /* Weight formats the kernels decode, in the order of the tables below. */

@@ -1,7 +1,7 @@
 /* gpu_stub.c - built when the CUDA backend is not: the server then runs on the CPU. */
 #include <stdio.h>
 
-#include "../engine/engine.h"
+#include "engine/engine_impl.h"
 
 bool engine_cuda_available(void) { return false; }
 

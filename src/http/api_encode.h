@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../sched/sched.h"
+#include "sched/sched.h"
 #include "api_request.h"
 #include "sbuf.h"
 

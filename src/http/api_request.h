@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../engine/engine.h"
-#include "../model/chat.h"
-#include "../sched/sched.h"
+#include "engine/engine.h"
+#include "text/chat.h"
+#include "sched/sched.h"
 
 typedef enum api_kind { API_COMPLETIONS = 0, API_CHAT = 1 } api_kind;
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../log.h"
+#include "base/log.h"
 #include "api_encode.h"
 #include "http_int.h"
 

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "../sched/sched.h"
+#include "sched/sched.h"
 #include "sbuf.h"
 
 typedef struct metrics metrics;

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "../log.h"
+#include "base/log.h"
 #include "api_encode.h"
 #include "http_int.h"
 

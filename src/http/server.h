@@ -11,10 +11,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../model/chat.h"
-#include "../model/model.h"
-#include "../model/tokenizer.h"
-#include "../sched/sched.h"
+#include "text/chat.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+#include "sched/sched.h"
 
 typedef struct server server;
 

@@ -1,4 +1,4 @@
-/* gguf.h - read-only view of a GGUF file (v2/v3) over mmap, and a GGUF writer.
+/* gguf.h - read-only view of a GGUF file (v2/v3) over mmap (the writer is synth/gguf_write.h).
  *
  * The reader validates the whole file up front (gguf_open) so that every accessor below is
  * safe: offsets, lengths and tensor extents have been checked against the mapping, and an
@@ -95,37 +95,5 @@ bool gguf_arr_i64(const gguf_file *f, int64_t i, uint64_t j, int64_t *out);
 int64_t gguf_n_tensors(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, int64_t i);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name); /* NULL if absent */
-
-/* ---- writer ---------------------------------------------------------------------------- */
-typedef struct gguf_writer gguf_writer;
-
-gguf_writer *gguf_writer_new(void);
-void gguf_writer_free(gguf_writer *w);
-/* Setting a key twice replaces the earlier value. Strings are copied. */
-void gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
-void gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
-void gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
-void gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
-void gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
-void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
-void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, size_t n);
-void gguf_writer_set_arr_f32(gguf_writer *w, const char *key, const float *v, size_t n);
-void gguf_writer_set_arr_i32(gguf_writer *w, const char *key, const int32_t *v, size_t n);
-/* Generic raw setter for tests that need any type (e.g. hostile files): */
-void gguf_writer_set_raw(gguf_writer *w, const char *key, gguf_vtype type, gguf_vtype arr_type,
-                         const void *data, size_t n_elems);
-/* Tensor data is copied unless `borrow` is true (then it must outlive gguf_writer_write*). */
-void gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type, uint32_t n_dims,
-                            const int64_t *ne, const void *data, size_t nbytes, bool borrow);
-/* Tensor whose bytes are produced at write time (multi-GB synthetic models never sit in
- * memory): `fill` is called with consecutive chunks; it must write exactly `len` bytes that
- * start at byte `off` of the tensor's data. */
-typedef void (*gguf_fill_fn)(void *ctx, size_t off, void *dst, size_t len);
-void gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, ggml_type type, uint32_t n_dims,
-                                 const int64_t *ne, gguf_fill_fn fill, void *ctx);
-/* Write the file (v3, alignment from general.alignment or 32). 0 on success. */
-int gguf_writer_write_file(gguf_writer *w, const char *path, char *err, size_t errlen);
-/* Serialise into a malloc'd buffer (caller frees). 0 on success. */
-int gguf_writer_write_mem(gguf_writer *w, void **out, size_t *out_size);
 
 #endif

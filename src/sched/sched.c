@@ -31,7 +31,7 @@
 #include <malloc.h>
 #endif
 
-#include "../log.h"
+#include "base/log.h"
 #include "stopstr.h"
 #include "textbuf.h"
 
@@ -785,13 +785,14 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
                  cfg->n_slots, cfg->ctx_per_slot, cfg->max_batch_tokens, cfg->queue_size);
         return NULL;
     }
-    if (cfg->n_slots != e->cfg.n_slots || cfg->ctx_per_slot != e->cfg.ctx_per_slot ||
-        cfg->max_batch_tokens > e->cfg.max_batch_tokens) {
+    const engine_config *ec = engine_get_config(e);
+    if (cfg->n_slots != ec->n_slots || cfg->ctx_per_slot != ec->ctx_per_slot ||
+        cfg->max_batch_tokens > ec->max_batch_tokens) {
         snprintf(err, errlen,
                  "sched: config (n_slots %d, ctx_per_slot %d, max_batch_tokens %d) does not match the "
                  "engine (%d, %d, at most %d)",
-                 cfg->n_slots, cfg->ctx_per_slot, cfg->max_batch_tokens, e->cfg.n_slots,
-                 e->cfg.ctx_per_slot, e->cfg.max_batch_tokens);
+                 cfg->n_slots, cfg->ctx_per_slot, cfg->max_batch_tokens, ec->n_slots,
+                 ec->ctx_per_slot, ec->max_batch_tokens);
         return NULL;
     }
     sched *s = calloc(1, sizeof *s);

@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../engine/engine.h"
-#include "../model/tokenizer.h"
+#include "engine/engine.h"
+#include "text/tokenizer.h"
 
 typedef struct sched sched;
 typedef struct sched_req sched_req;

@@ -166,7 +166,7 @@ static loaded load_engine(const tiny_spec *s, int n_threads)
     L.m = tiny_model_load(L.image, size, err, sizeof err);
     if (!L.m) fail_msg("load: %s", err);
     engine_config cfg = {.n_slots = 4, .ctx_per_slot = 48, .max_batch_tokens = 64, .n_threads = n_threads};
-    L.e = engine_create_cpu(L.m, &cfg, err, sizeof err);
+    L.e = engine_open(ENGINE_DEVICE_CPU, L.m, &cfg, err, sizeof err);
     if (!L.e) fail_msg("engine: %s", err);
     return L;
 }
@@ -431,10 +431,10 @@ static void test_config_refused(void **state)
     model *m = tiny_model_load(image, size, err, sizeof err);
     assert_non_null(m);
     engine_config cfg = {.n_slots = 0, .ctx_per_slot = 16, .max_batch_tokens = 16};
-    assert_null(engine_create_cpu(m, &cfg, err, sizeof err));
+    assert_null(engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err));
     assert_non_null(strstr(err, "n_slots = 0"));
     cfg = (engine_config){.n_slots = 1 << 24, .ctx_per_slot = 1 << 24, .max_batch_tokens = 16};
-    assert_null(engine_create_cpu(m, &cfg, err, sizeof err));
+    assert_null(engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err));
     print_message("  refused: %s\n", err);
     assert_non_null(strstr(err, "cannot allocate the CPU buffers"));
     assert_non_null(strstr(err, "K cache alone"));

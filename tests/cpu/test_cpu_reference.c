@@ -62,7 +62,7 @@ static int setup(void **state)
     if (json) f->vectors = cJSON_Parse(json);
     free(json);
     engine_config cfg = {.n_slots = 8, .ctx_per_slot = 256, .max_batch_tokens = 256, .n_threads = 2};
-    f->e = engine_create_cpu(f->m, &cfg, err, sizeof err);
+    f->e = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
     if (!f->e) fail_msg("engine: %s", err);
     return 0;
 }

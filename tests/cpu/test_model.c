@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "model/model.h"
+#include "synth/gguf_write.h"
 #include "tiny_model.h"
 
 static model *load(const tiny_spec *s, void **image, char *err, size_t errlen)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
+#include "synth/gguf_write.h"
 #include "model/quant.h"
 
 tiny_spec tiny_spec_default(void)

@@ -1,4 +1,4 @@
-/* fuzz_chat.c - chat templates (src/model/chat.c): every family with arbitrary messages,
+/* fuzz_chat.c - chat templates (src/text/chat.c): every family with arbitrary messages,
  * BOS/EOS texts and template sources.
  *
  * Input: a template byte, a flag byte, then NUL-separated fields: BOS text, EOS text, a Jinja
@@ -11,7 +11,7 @@
  * prompt the text ends with the family's opening of an assistant turn. */
 #include "fuzz_common.h"
 
-#include "model/chat.h"
+#include "text/chat.h"
 
 #define FZ_MAX_MSGS 64
 

@@ -15,10 +15,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "model/chat.h"
+#include "text/chat.h"
 #include "model/gguf.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* Array elements read per key: enough to cover every element type's path. */
 #define FZ_MAX_ELEMS 64

@@ -1,4 +1,4 @@
-/* fuzz_tokenizer.c - src/model/tokenizer.c with real vocabularies: encode arbitrary bytes
+/* fuzz_tokenizer.c - src/text/tokenizer.c with real vocabularies: encode arbitrary bytes
  * (special-token parsing on and off), and detokenize arbitrary id sequences, out-of-range
  * ids included, through the whole-sequence decoder and the streaming one the scheduler uses.
  *
@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "model/gguf.h"
-#include "model/mkmodel.h"
-#include "model/tokenizer.h"
+#include "synth/mkmodel.h"
+#include "text/tokenizer.h"
 
 #define FZ_MAX_VOCABS 10
 

@@ -34,9 +34,9 @@ typedef struct pair {
 static pair make_pair(const model *m, const engine_config *cfg)
 {
     char err[512];
-    pair p = {engine_create_cpu(m, cfg, err, sizeof err), NULL};
+    pair p = {engine_open(ENGINE_DEVICE_CPU, m, cfg, err, sizeof err), NULL};
     if (!p.cpu) fail_msg("cpu engine: %s", err);
-    p.gpu = engine_create_cuda(m, cfg, err, sizeof err);
+    p.gpu = engine_open(ENGINE_DEVICE_CUDA, m, cfg, err, sizeof err);
     if (!p.gpu) fail_msg("cuda engine: %s", err);
     return p;
 }
@@ -171,7 +171,7 @@ static void greedy(engine *e, const int32_t *prompt, int n_prompt, int n, int32_
     sampling_params sp;
     sampling_params_default(&sp);
     engine_result r;
-    const size_t V = (size_t)e->m->hp.n_vocab;
+    const size_t V = (size_t)engine_model(e)->hp.n_vocab;
     engine_seq s = {.slot = 0, .tokens = prompt, .n_tokens = n_prompt, .pos = 0, .want_token = true, .sp = &sp};
     for (int i = 0; i < n; i++) {
         s.logits = logits ? logits + i * V : NULL;
@@ -279,7 +279,7 @@ static void test_batch_of_32_equals_alone(void **state)
     const int V = m->hp.n_vocab;
     char err[512];
     engine_config cfg = {.n_slots = NS, .ctx_per_slot = 64, .max_batch_tokens = NS * MAXP};
-    engine *e = engine_create_cuda(m, &cfg, err, sizeof err);
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
     if (!e) fail_msg("%s", err);
     int32_t prompts[NS][MAXP], alone[NS][GEN], together[NS][GEN];
     float *solo_logits = malloc((size_t)NS * GEN * V * sizeof *solo_logits);
@@ -362,7 +362,7 @@ static void test_mixed_steps_equal_alone(void **state)
     char err[512];
     /* the server's default sizes: 4096-token slots (decode graphs then carry 32 key splits) */
     engine_config cfg = {.n_slots = MX_NS, .ctx_per_slot = 4096, .max_batch_tokens = 512};
-    engine *e = engine_create_cuda(m, &cfg, err, sizeof err);
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
     if (!e) fail_msg("%s", err);
     int32_t prompts[MX_NS][MX_PL], alone[MX_NS][MX_GEN], together[MX_NS][MX_GEN];
     float *solo_logits = malloc((size_t)MX_NS * MX_GEN * V * sizeof *solo_logits);
@@ -395,12 +395,12 @@ static void test_errors_leave_engine_usable(void **state)
     model *m = tiny_model_load(image, size, err, sizeof err);
     assert_non_null(m);
     engine_config huge = {.n_slots = 1 << 20, .ctx_per_slot = 1 << 16, .max_batch_tokens = 64};
-    assert_null(engine_create_cuda(m, &huge, err, sizeof err));
+    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &huge, err, sizeof err));
     print_message("  refused: %s\n", err);
     assert_non_null(strstr(err, "not enough GPU memory"));
 
     engine_config cfg = {.n_slots = 2, .ctx_per_slot = 32, .max_batch_tokens = 32};
-    engine *e = engine_create_cuda(m, &cfg, err, sizeof err);
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
     assert_non_null(e);
     sampling_params sp;
     sampling_params_default(&sp);

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "model/chat.h"
+#include "text/chat.h"
 
 /* system + user + assistant + user, as in every expectation below */
 static const chat_msg conv[] = {

@@ -17,6 +17,7 @@
 
 #include "cli/cli.h"
 #include "model/gguf.h"
+#include "synth/gguf_write.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
 

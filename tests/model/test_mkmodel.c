@@ -13,9 +13,9 @@
 #include <cmocka.h>
 
 #include "engine/engine.h"
-#include "model/bpe_train.h"
-#include "model/mkmodel.h"
-#include "model/tokenizer.h"
+#include "synth/bpe_train.h"
+#include "synth/mkmodel.h"
+#include "text/tokenizer.h"
 
 static char tmpdir[64];
 static char *corpus;
@@ -103,7 +103,7 @@ static void check_model(const char *path, const mkmodel_config *cfg)
     for (int i = 0; i < n; i++) assert_int_not_equal(ids[i], eot_id);
 
     engine_config ec = {.n_slots = 2, .ctx_per_slot = 64, .max_batch_tokens = 64, .n_threads = 1};
-    engine *e = engine_create_cpu(m, &ec, err, sizeof err);
+    engine *e = engine_open(ENGINE_DEVICE_CPU, m, &ec, err, sizeof err);
     if (!e) fail_msg("engine_create_cpu %s: %s", path, err);
     sampling_params sp;
     sampling_params_default(&sp);

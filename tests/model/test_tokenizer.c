@@ -14,8 +14,9 @@
 #include <cmocka.h>
 
 #include "model/gguf.h"
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "synth/gguf_write.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 /* Vocabularies shipped with .gguf + .inp/.out, and those with only .inp/.out. */
 static const char *const vocabs[] = {"gpt-2", "deepseek-llm", "falcon", "starcoder", "llama-spm",

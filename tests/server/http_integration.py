@@ -381,6 +381,15 @@ def stream_text(port, body, results, i):
         results[i] = results[i][0]
 
 
+def spells(tokens, text):
+    """True when the logprobs token strings spell text.  A token holding part of a UTF-8
+    character is rendered as U+FFFD (it is not text on its own) while the text holds the whole
+    character, so the comparison keeps the ASCII characters of both sides (the synthetic
+    model's vocabulary is trained on the source tree, so such tokens come and go with it)."""
+    ascii_only = lambda s: re.sub(r"[^\x00-\x7f]", "", s)
+    return ascii_only("".join(tokens)) == ascii_only(text)
+
+
 def case_concurrency():
     with Server(make_model(), "-np", "4", "--queue-size", "64") as s:
         bodies = [{"prompt": f"Request number {i} says", "max_tokens": 24, "temperature": 0, "ignore_eos": True,
@@ -397,7 +406,7 @@ def case_concurrency():
         for i in range(16):
             check(isinstance(sequential[i], tuple) and sequential[i][0], f"sequential {i}: {sequential[i]!r}")
             check(isinstance(concurrent[i], tuple), f"concurrent {i}: {concurrent[i]!r}")
-            check(len(sequential[i][1]) == 24 and "".join(sequential[i][1]) == sequential[i][0],
+            check(len(sequential[i][1]) == 24 and spells(sequential[i][1], sequential[i][0]),
                   f"sequential {i}: the streamed logprobs tokens do not spell the streamed text")
             if ON_GPU:
                 same_up_to_near_tie(sequential[i], concurrent[i], i)

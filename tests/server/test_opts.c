@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "opts.h"
+#include "daemon/opts.h"
 
 static int parse(inferd_opts *o, const char *const *args, int n, char *err, size_t errlen)
 {
@@ -35,7 +35,7 @@ static void test_defaults(void **state)
     assert_int_equal(o.queue_size, 64);
     assert_int_equal(o.max_body, 1 << 20);
     assert_string_equal(o.api_key, "");
-    assert_int_equal(o.device, OPTS_DEVICE_AUTO);
+    assert_int_equal(o.device, ENGINE_DEVICE_AUTO);
     assert_int_equal(o.log_level, 1); /* info */
     assert_int_equal(o.log_format, OPTS_LOG_TEXT);
     assert_true(o.shutdown_timeout == 30.0);
@@ -57,7 +57,7 @@ static void test_argv_forms(void **state)
     assert_int_equal(o.parallel, 8);
     assert_int_equal(o.ctx_size, 2048);
     assert_string_equal(o.host, "0.0.0.0");
-    assert_int_equal(o.device, OPTS_DEVICE_CPU);
+    assert_int_equal(o.device, ENGINE_DEVICE_CPU);
     assert_int_equal(o.log_format, OPTS_LOG_JSON);
     assert_false(o.metrics);
     assert_true(o.shutdown_timeout == 2.5);

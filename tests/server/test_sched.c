@@ -19,10 +19,12 @@
 
 #include <cmocka.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "model/gguf.h"
+#include "synth/gguf_write.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
+#include "engine/engine_impl.h" /* the tests drive the scheduler with a fake backend */
 #include "sched/sched.h"
 #include "sched/utf8.h"
 

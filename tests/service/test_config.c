@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "daemon/config.h"
 
 static char g_dir[] = "/tmp/inferd-config-XXXXXX";
 
@@ -82,7 +82,7 @@ static void test_good_file(void **state)
     assert_true(o.shutdown_timeout == 2.5);
     assert_string_equal(o.api_key, "se#cr=et");
     assert_string_equal(o.model_alias, "");
-    assert_int_equal(o.device, OPTS_DEVICE_CPU);
+    assert_int_equal(o.device, ENGINE_DEVICE_CPU);
     /* untouched keys keep their defaults */
     assert_int_equal(o.batch_tokens, 512);
 }

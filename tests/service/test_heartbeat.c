@@ -19,10 +19,11 @@
 
 #include <cmocka.h>
 
-#include "log.h"
-#include "model/mkmodel.h"
+#include "base/log.h"
+#include "synth/mkmodel.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
+#include "engine/engine_impl.h" /* a fake backend that wedges */
 #include "sched/sched.h"
 
 static model *g_model;

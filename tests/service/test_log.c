@@ -14,7 +14,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "log.h"
+#include "base/log.h"
 
 static char g_dir[] = "/tmp/inferd-log-XXXXXX";
 static char g_path[256];

@@ -9,7 +9,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-typedef enum opts_device { OPTS_DEVICE_AUTO = 0, OPTS_DEVICE_CPU, OPTS_DEVICE_CUDA } opts_device;
+#include "engine/engine.h"
+
 typedef enum opts_log_format { OPTS_LOG_TEXT = 0, OPTS_LOG_JSON } opts_log_format;
 
 #define OPTS_STR_MAX 1024
@@ -27,7 +28,7 @@ typedef struct inferd_opts {
     char api_key[256];      /* "" = no authentication */
     int threads;            /* 0 = all cores */
     int http_threads;       /* libmicrohttpd worker threads */
-    int device;             /* opts_device */
+    int device;             /* engine_device (engine/engine.h) */
     int gpu;                /* CUDA ordinal */
     char chat_template[64]; /* "" = detect from the model */
     int log_level;          /* log_level */

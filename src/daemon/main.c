@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "serve.h"
 
 static void usage(FILE *out)
 {
@@ -22,7 +23,7 @@ int main(int argc, char **argv)
 {
     if (argc >= 2) {
         const char *cmd = argv[1];
-        if (strcmp(cmd, "serve") == 0) return cli_serve(argc - 1, argv + 1);
+        if (strcmp(cmd, "serve") == 0) return serve_main(argc - 1, argv + 1);
         if (strcmp(cmd, "generate") == 0) return cli_generate(argc - 1, argv + 1);
         if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
         if (strcmp(cmd, "mkmodel") == 0) return cli_mkmodel(argc - 1, argv + 1);
@@ -37,5 +38,5 @@ int main(int argc, char **argv)
         }
     }
     /* No subcommand: flags go to the server, as a service unit would run it. */
-    return cli_serve(argc, argv);
+    return serve_main(argc, argv);
 }

@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ggml_types.h"
-#include "model.h"
+#include "model/ggml_types.h"
+#include "model/model.h"
 
 /* Weight formats: one ggml type for every matrix, or llama.cpp's Q4_K_M mix. */
 typedef enum mkmodel_ftype {

@@ -19,17 +19,17 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "../cli/cli.h"
-#include "../config.h"
-#include "../engine/engine.h"
-#include "../log.h"
-#include "../model/chat.h"
-#include "../model/model.h"
-#include "../model/tokenizer.h"
-#include "../notify.h"
-#include "../opts.h"
-#include "../sched/sched.h"
-#include "server.h"
+#include "config.h"
+#include "serve.h"
+#include "engine/engine.h"
+#include "base/log.h"
+#include "text/chat.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+#include "notify.h"
+#include "opts.h"
+#include "sched/sched.h"
+#include "http/server.h"
 
 /* Everything the running server owns, torn down in reverse order by serve_close. */
 typedef struct serve_state {
@@ -133,17 +133,8 @@ static int pick_template(const inferd_opts *o, const model *m, chat_template_kin
 static engine *create_engine(const inferd_opts *o, const model *m, const engine_config *ec)
 {
     char err[512] = "";
-    bool cuda = o->device == OPTS_DEVICE_CUDA || (o->device == OPTS_DEVICE_AUTO && engine_cuda_available());
-    if (cuda) {
-        engine *e = engine_create_cuda(m, ec, err, sizeof err);
-        if (e || o->device == OPTS_DEVICE_CUDA) {
-            if (!e) log_error("cuda engine: %s", err);
-            return e;
-        }
-        log_warn("cuda engine unavailable (%s); using the CPU", err);
-    }
-    engine *e = engine_create_cpu(m, ec, err, sizeof err);
-    if (!e) log_error("cpu engine: %s", err);
+    engine *e = engine_open((engine_device)o->device, m, ec, err, sizeof err);
+    if (!e) log_error("engine: %s", err);
     return e;
 }
 
@@ -153,7 +144,7 @@ static engine *create_engine(const inferd_opts *o, const model *m, const engine_
  * cheap smoke test of the engine. */
 static int warm_up(engine *e, const tokenizer *tok, char *err, size_t errlen)
 {
-    int n_slots = e->cfg.n_slots;
+    int n_slots = engine_get_config(e)->n_slots;
     engine_seq *seqs = calloc((size_t)n_slots, sizeof *seqs);
     engine_result *res = calloc((size_t)n_slots, sizeof *res);
     int rc = seqs && res ? 0 : -1;
@@ -305,7 +296,7 @@ static void close_loop(serve_state *st)
     uv_loop_close(&st->loop);
 }
 
-int cli_serve(int argc, char **argv)
+int serve_main(int argc, char **argv)
 {
     inferd_opts o;
     char err[1024];

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "log.h"
+#include "base/log.h"
 
 typedef enum opt_type { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_BOOL, OPT_ENUM } opt_type;
 
@@ -24,6 +24,7 @@ typedef struct opt_def {
     const char *help;
 } opt_def;
 
+/* In engine_device order (engine/engine.h). */
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const log_format_names[] = {"text", "json", NULL};
 /* Same order as log_level in log.h. */

@@ -7,7 +7,7 @@
  * name and renamed, so a reader never sees a half-written model.
  *
  * The writer does not validate what it is given: tests use it to build hostile files. */
-#include "gguf.h"
+#include "gguf_write.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -34,8 +34,9 @@
 #include <sys/stat.h>
 
 #include "bpe_train.h"
-#include "gguf.h"
-#include "quant.h"
+#include "model/gguf.h"
+#include "gguf_write.h"
+#include "model/quant.h"
 
 #define LARGE_MODEL_PARAMS 300000000LL
 #define POOL_ROWS 64

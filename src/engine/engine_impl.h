@@ -1,0 +1,31 @@
+/* engine_impl.h - what a backend implements behind engine.h.  Only engine.c and the backends
+ * (cpu/, gpu/) include this: callers see an opaque engine.
+ *
+ * A backend's own engine struct starts with `engine base;`, so engine.c can dispatch through
+ * the vtable and answer engine_get_config without knowing the backend. */
+#ifndef INFERD_ENGINE_IMPL_H
+#define INFERD_ENGINE_IMPL_H
+
+#include "engine.h"
+
+typedef struct engine_vtable {
+    const char *name;
+    /* Called after engine.c checked the batch: returns 0, ENGINE_EINVAL or ENGINE_FATAL. */
+    int (*step)(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
+                char *err, size_t errlen);
+    void (*slot_clear)(engine *e, int slot);
+    void (*destroy)(engine *e);
+} engine_vtable;
+
+struct engine {
+    const engine_vtable *vt;
+    const model *m;
+    engine_config cfg;
+};
+
+/* The backends' constructors; engine_open chooses between them. */
+engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, size_t errlen);
+/* NULL with a message when there is no usable GPU or CUDA support was not built. */
+engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen);
+
+#endif

@@ -220,7 +220,7 @@ static int cpu_step(engine *base, const engine_seq *seqs, int n_seqs, engine_res
                     size_t errlen)
 {
     cpu_engine *e = (cpu_engine *)base;
-    if (check_positions(e, seqs, n_seqs, err, errlen) != 0) return -1;
+    if (check_positions(e, seqs, n_seqs, err, errlen) != 0) return ENGINE_EINVAL;
     int n_out;
     int n_tok = plan_batch(e, seqs, n_seqs, &n_out);
     embed_tokens(e, n_tok);

@@ -232,6 +232,10 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     int R = cfg->n_slots > max_bucket ? cfg->n_slots : max_bucket;
     g->cap_tokens = T;
     g->cap_rows = R;
+    if (!(g->row_of_seq = malloc((size_t)R * sizeof *g->row_of_seq))) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
     g->d_embd = hp->n_embd;
     g->d_q = hp->n_head * hp->head_dim;
     g->d_kv = hp->n_head_kv * hp->head_dim;
@@ -320,7 +324,6 @@ typedef struct step_plan {
     int max_keys;         /* longest attention span of a token */
     int n_lidx;           /* tokens whose logits all come back */
     size_t copy_bytes;
-    int row_of_seq[1];    /* flexible: per seq, its logits row or -1 */
 } step_plan;
 
 static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, int bias_off)
@@ -350,10 +353,11 @@ static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, in
     r->seed = sp->seed;
 }
 
-/* Pack the batch into the pinned staging buffer. */
-static int plan_step(gpu_engine *g, const engine_seq *seqs, int n, int *row_of_seq, step_plan *p, char *err,
-                     size_t errlen)
+/* Pack the batch into the pinned staging buffer; g->row_of_seq says where each sequence's
+ * logits land. */
+static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p, char *err, size_t errlen)
 {
+    int *row_of_seq = g->row_of_seq;
     unsigned char *h = g->in_h;
     int32_t *tok = (int32_t *)(h + g->in.tok), *pos = (int32_t *)(h + g->in.pos), *slot = (int32_t *)(h + g->in.slot);
     int32_t *lidx = (int32_t *)(h + g->in.lidx);
@@ -442,22 +446,15 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
         snprintf(err, errlen, "the GPU failed in an earlier step (%s); restart the server", g->failed);
         return ENGINE_FATAL;
     }
-    int *row_of_seq = malloc((size_t)n * sizeof *row_of_seq);
-    if (!row_of_seq) {
-        snprintf(err, errlen, "step: out of host memory");
-        return -1;
-    }
+    const int *row_of_seq = g->row_of_seq;
     step_plan p;
-    /* A step the plan refuses touches nothing on the device: an ordinary error.  Past the
-     * plan, any failed CUDA call leaves the stream, and perhaps the context, in an unknown
-     * state: fatal. */
-    if (plan_step(g, seqs, n, row_of_seq, &p, err, errlen) != 0) {
-        free(row_of_seq);
-        return -1;
-    }
-    int rc = cu.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS ? 0 : -2;
-    if (rc == 0) rc = cu.cuMemcpyHtoDAsync(g->in_d, g->in_h, p.copy_bytes, g->stream) == CUDA_SUCCESS ? 0 : -2;
-    if (rc == -2) {
+    /* A step the packer refuses touches nothing on the device: an ordinary error.  Past it,
+     * any failed CUDA call leaves the stream, and perhaps the context, in an unknown state:
+     * every failure from here on is fatal (rc != 0 below ends in ENGINE_FATAL). */
+    if (pack_step(g, seqs, n, &p, err, errlen) != 0) return ENGINE_EINVAL;
+    int rc = 0;
+    if (cu.cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
+        cu.cuMemcpyHtoDAsync(g->in_d, g->in_h, p.copy_bytes, g->stream) != CUDA_SUCCESS) {
         snprintf(err, errlen, "step: setting the context or copying the inputs failed");
         rc = -1;
     }
@@ -519,7 +516,6 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
             res->top_logprobs[k] = o->top_logprobs[k];
         }
     }
-    free(row_of_seq);
     if (rc != 0) {
         snprintf(g->failed, sizeof g->failed, "%s", err);
         return ENGINE_FATAL;
@@ -555,6 +551,7 @@ static void gpu_destroy(engine *e)
     if (g->stream) cu.cuStreamDestroy(g->stream);
     if (g->ctx) cu.cuDevicePrimaryCtxRelease(g->dev);
     free(g->layers);
+    free(g->row_of_seq);
     free(g);
 }
 

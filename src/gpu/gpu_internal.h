@@ -80,6 +80,7 @@ typedef struct gpu_engine {
     CUdeviceptr in_d;
     unsigned char *in_h;
     gpu_sample_out *out_h;
+    int *row_of_seq; /* per sequence of the step (cap_rows): its logits row, or -1 */
 
     CUgraphExec graphs[GPU_N_BUCKETS];
     /* Set by the first CUDA failure inside a step: the context is then unusable, and every

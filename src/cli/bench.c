@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "cli_common.h"
+#include "base/timing.h"
 
 #define CMD "bench"
 #define MAX_LIST 16
@@ -163,14 +164,14 @@ static double time_prefill(bench_ctx *b, const int32_t *toks, int n)
 {
     engine_slot_clear(b->e, 0);
     engine_result res;
-    double t0 = cli_now();
+    double t0 = timing_now_s();
     for (int pos = 0; pos < n; pos += b->o->ubatch) {
         int len = n - pos < b->o->ubatch ? n - pos : b->o->ubatch;
         engine_seq s = {.slot = 0, .tokens = toks + pos, .n_tokens = len, .pos = pos,
                         .want_token = pos + len == n, .sp = &b->sp};
         if (engine_step(b->e, &s, 1, &res, b->err, sizeof b->err) != 0) return -1;
     }
-    return cli_now() - t0;
+    return timing_now_s() - t0;
 }
 
 /* B sequences: a short prompt each and DECODE_WARMUP steps (untimed), then n_gen timed
@@ -193,7 +194,7 @@ static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
     if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
     double t0 = 0;
     for (int g = 0; g < DECODE_WARMUP + b->o->n_gen; g++) {
-        if (g == DECODE_WARMUP) t0 = cli_now();
+        if (g == DECODE_WARMUP) t0 = timing_now_s();
         for (int i = 0; i < B; i++) {
             next[i] = res[i].token;
             seqs[i].tokens = &next[i];
@@ -202,7 +203,7 @@ static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
         }
         if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
     }
-    secs = cli_now() - t0;
+    secs = timing_now_s() - t0;
 out:
     free(seqs);
     free(res);

@@ -53,12 +53,6 @@ int cli_parse_int_list(const char *cmd, const char *flag, const char *s, long hi
     return n;
 }
 
-double cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 engine *cli_engine_open(const model *m, const char *device, const engine_config *cfg, char *err, size_t errlen)
 {

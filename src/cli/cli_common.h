@@ -1,5 +1,5 @@
 /* cli_common.h - small pieces the generate and bench subcommands share: strict number
- * parsing for flags, a monotonic clock, and opening an engine on the chosen device. */
+ * parsing for flags and opening an engine on the chosen device. */
 #ifndef INFERD_CLI_COMMON_H
 #define INFERD_CLI_COMMON_H
 
@@ -14,7 +14,6 @@ bool cli_parse_float(const char *cmd, const char *flag, const char *s, float lo,
 /* Comma-separated positive ints ("512,2048") into out (at most cap); count or -1. */
 int cli_parse_int_list(const char *cmd, const char *flag, const char *s, long hi, int *out, int cap);
 
-double cli_now(void); /* seconds, monotonic */
 
 /* --device NAME: "auto", "cpu" or "cuda" opened through engine_open; NULL with a message in
  * err when the name is unknown or the engine cannot be created. */

@@ -14,6 +14,7 @@
 #include "cli_common.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
+#include "base/timing.h"
 
 #define CMD "generate"
 
@@ -171,12 +172,12 @@ static int run(const gen_opts *o, const tokenizer *t, engine *e, const int32_t *
     engine_result res;
     engine_seq seq = {.slot = 0, .tokens = prompt, .n_tokens = n_prompt, .pos = 0,
                       .want_token = true, .sp = &o->sp};
-    double t0 = cli_now();
+    double t0 = timing_now_s();
     if (engine_step(e, &seq, 1, &res, err, sizeof err) != 0) {
         fprintf(stderr, "inferd generate: prefill: %s\n", err);
         return 1;
     }
-    st->t_prefill = cli_now() - t0;
+    st->t_prefill = timing_now_s() - t0;
     st->n_prompt = n_prompt;
     int limit = engine_get_config(e)->ctx_per_slot - n_prompt;
     if (limit > o->n_predict) limit = o->n_predict;
@@ -185,7 +186,7 @@ static int run(const gen_opts *o, const tokenizer *t, engine *e, const int32_t *
     int cap = 256;
     char *buf = malloc((size_t)cap);
     int rc = buf ? 0 : 1;
-    t0 = cli_now();
+    t0 = timing_now_s();
     for (int pos = n_prompt; rc == 0;) {
         int32_t tok = res.token;
         if (tokenizer_is_eog(t, tok)) break;
@@ -200,7 +201,7 @@ static int run(const gen_opts *o, const tokenizer *t, engine *e, const int32_t *
         }
         st->n_steps++;
     }
-    st->t_decode = cli_now() - t0;
+    st->t_decode = timing_now_s() - t0;
     if (buf) {
         int n = detok_flush(&ds, buf, cap);
         if (n > 0) fwrite(buf, 1, (size_t)n, stdout);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/timing.h"
 #include "cli.h"
 #include "synth/mkmodel.h"
 
@@ -142,8 +143,7 @@ int cli_mkmodel(int argc, char **argv)
         fprintf(stderr, "inferd mkmodel: out of memory\n");
         return 1;
     }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = timing_now_s();
     char err[256];
     int rc = mkmodel_write(&cfg, corpus, corpus_len, out, err, sizeof err);
     free(corpus);
@@ -151,9 +151,8 @@ int cli_mkmodel(int argc, char **argv)
         fprintf(stderr, "inferd mkmodel: %s\n", err);
         return 1;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     fprintf(stderr, "inferd mkmodel: wrote %s (%s, %s, %d layers, n_embd %d, vocab %d) in %.2f s\n", out,
             model_arch_name(cfg.arch), mkmodel_ftype_name(cfg.ftype), cfg.n_layer, cfg.n_embd,
-            cfg.n_vocab, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+            cfg.n_vocab, timing_now_s() - t0);
     return 0;
 }

@@ -30,6 +30,7 @@
 #include "opts.h"
 #include "sched/sched.h"
 #include "http/server.h"
+#include "base/timing.h"
 
 /* Everything the running server owns, torn down in reverse order by serve_close. */
 typedef struct serve_state {
@@ -51,13 +52,6 @@ typedef struct serve_state {
 /* Exit status for a bad configuration file: sysexits' EX_CONFIG, which systemd shows as
  * "status=78/CONFIG" (and the unit does not restart on). */
 #define SERVE_EXIT_CONFIG 78
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void on_signal(uv_signal_t *h, int signum)
 {
@@ -260,10 +254,10 @@ static bool health_answers(const char *host, int port)
 /* READY=1 promises a working server: wait (bounded) until our own /health says 200. */
 static bool wait_healthy(serve_state *st, const char *host, double timeout_s)
 {
-    double until = now_s() + timeout_s;
+    double until = timing_now_s() + timeout_s;
     while (!signalled(st)) {
         if (health_answers(host, server_port(st->sv))) return true;
-        if (now_s() > until) break;
+        if (timing_now_s() > until) break;
         usleep(50 * 1000);
     }
     return false;
@@ -343,7 +337,7 @@ int serve_main(int argc, char **argv)
         return 1;
     }
     notify_status("loading %s", o.model);
-    double t0 = now_s();
+    double t0 = timing_now_s();
     int exit_code = 0;
     if (load(&st, &o) != 0) {
         exit_code = st.signal ? 0 : 1;
@@ -354,7 +348,7 @@ int serve_main(int argc, char **argv)
         }
     } else {
         log_info("ready in %.1fs (GET /health answered 200): http://%s:%d, model %s (%s, %d layers, vocab %d, "
-                 "%.1f MiB), engine %s, %d slots x %d tokens, chat template %s", now_s() - t0, o.host,
+                 "%.1f MiB), engine %s, %d slots x %d tokens, chat template %s", timing_now_s() - t0, o.host,
                  server_port(st.sv), st.alias,
                  model_arch_name(st.m->hp.arch), st.m->hp.n_layer, st.m->hp.n_vocab,
                  (double)st.m->weight_bytes / (1024.0 * 1024.0), engine_name(st.e), o.parallel, st.ctx,

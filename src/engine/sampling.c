@@ -1,5 +1,6 @@
 /* sampling.c - the CPU sampler; sampling.h states the order of operations. */
 #include "sampling.h"
+#include "base/rng.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -20,18 +21,9 @@ size_t sampling_scratch_bytes(int n_vocab)
     return (size_t)n_vocab * (sizeof(candidate) + sizeof(int32_t));
 }
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 double sampling_uniform(uint64_t seed, int64_t position)
 {
-    uint64_t bits = splitmix64(seed ^ splitmix64((uint64_t)position));
-    return (double)(bits >> 11) * 0x1.0p-53;
+    return rng_unit(rng_splitmix64(seed ^ rng_splitmix64((uint64_t)position)));
 }
 
 /* NaN logits (from a broken model) must not poison comparisons: they rank below everything. */

@@ -6,49 +6,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 sequence at s (n bytes available), or 0 when invalid. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
+#include "base/utf8.h"
 
 char *api_utf8_sanitize(const char *s, size_t len, size_t *out_len)
 {
-    /* Worst case every byte becomes the 3-byte U+FFFD. */
-    char *out = malloc(len * 3 + 1);
-    if (!out) return NULL;
-    size_t o = 0;
-    const unsigned char *p = (const unsigned char *)s;
+    /* NUL is valid UTF-8 but would cut the JSON string short (cJSON takes C strings): it
+     * becomes U+FFFD too, and each run between NULs goes through the one replacement policy. */
+    bytebuf b = {0};
+    bytebuf_append(&b, "", 0);
     for (size_t i = 0; i < len;) {
-        size_t n = p[i] ? utf8_seq_len(p + i, len - i) : 0;
-        if (n) {
-            memcpy(out + o, p + i, n);
-            o += n;
-            i += n;
-        } else { /* invalid byte, or NUL which would cut the JSON string short */
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
+        const char *nul = memchr(s + i, 0, len - i);
+        size_t run = nul ? (size_t)(nul - (s + i)) : len - i;
+        utf8_append_valid(&b, s + i, run);
+        i += run;
+        if (nul) {
+            bytebuf_append(&b, "\xEF\xBF\xBD", 3);
             i++;
         }
     }
-    out[o] = 0;
-    if (out_len) *out_len = o;
+    size_t n = 0;
+    char *out = bytebuf_take(&b, &n);
+    if (out_len) *out_len = n;
     return out;
 }
 
@@ -253,11 +231,11 @@ char *api_usage_chunk_json(const api_meta *m, const api_usage *u)
     return print_and_free(root);
 }
 
-void api_sse_data(sbuf *b, const char *json)
+void api_sse_data(bytebuf *b, const char *json)
 {
-    sbuf_puts(b, "data: ");
-    sbuf_puts(b, json);
-    sbuf_puts(b, "\n\n");
+    bytebuf_puts(b, "data: ");
+    bytebuf_puts(b, json);
+    bytebuf_puts(b, "\n\n");
 }
 
-void api_sse_done(sbuf *b) { sbuf_puts(b, "data: [DONE]\n\n"); }
+void api_sse_done(bytebuf *b) { bytebuf_puts(b, "data: [DONE]\n\n"); }

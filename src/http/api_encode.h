@@ -12,7 +12,7 @@
 
 #include "sched/sched.h"
 #include "api_request.h"
-#include "sbuf.h"
+#include "base/bytebuf.h"
 
 typedef struct api_vocab {
     /* The bytes token id stands for in output text: length (may exceed cap), -1 if invalid. */
@@ -59,8 +59,8 @@ char *api_chunk_json(const api_meta *m, const api_choice *ch, const api_vocab *v
 char *api_usage_chunk_json(const api_meta *m, const api_usage *u);
 
 /* SSE: "data: JSON\n\n" and "data: [DONE]\n\n". */
-void api_sse_data(sbuf *b, const char *json);
-void api_sse_done(sbuf *b);
+void api_sse_data(bytebuf *b, const char *json);
+void api_sse_done(bytebuf *b);
 
 /* Copy s into a new string with every invalid UTF-8 sequence replaced by U+FFFD. */
 char *api_utf8_sanitize(const char *s, size_t len, size_t *out_len);

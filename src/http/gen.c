@@ -19,11 +19,13 @@
 #include "base/log.h"
 #include "api_encode.h"
 #include "http_int.h"
+#include "base/timing.h"
+#include "base/rng.h"
 
 typedef struct gen_choice {
     sched_req *r;
     int prompt;        /* index into g->prompts */
-    sbuf text;         /* non-streaming: the whole text so far (echo included) */
+    bytebuf text;         /* non-streaming: the whole text so far (echo included) */
     sched_token *tokens; /* non-streaming with logprobs */
     int n_tokens, cap_tokens;
     size_t text_offset; /* bytes of this choice already emitted (logprobs text_offset) */
@@ -51,21 +53,13 @@ struct gen {
     int n_ch, n_done;
     pthread_mutex_t mu;
     bool suspended;
-    sbuf out;      /* streaming: bytes not yet handed to MHD */
+    bytebuf out;      /* streaming: bytes not yet handed to MHD */
     bool out_done; /* streaming: [DONE] is in out */
-    double t_first_ms; /* http_now_ms() when the first completion token was taken; 0 = none yet */
+    double t_first_ms; /* timing_now_ms() when the first completion token was taken; 0 = none yet */
     gen *prev, *next;
 };
 
 /* ---- ids and seeds ------------------------------------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 /* Unpredictable enough for ids and default seeds; not for secrets. */
 static uint64_t random_boot;
@@ -75,14 +69,14 @@ static void random_init(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    random_boot = splitmix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid());
+    random_boot = rng_splitmix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid());
 }
 
 static uint64_t next_random(void)
 {
     static _Atomic uint64_t counter;
     pthread_once(&random_once, random_init);
-    return splitmix64(random_boot + atomic_fetch_add(&counter, 1));
+    return rng_splitmix64(random_boot + atomic_fetch_add(&counter, 1));
 }
 
 /* ---- vocabulary bridge for the encoder -------------------------------------------------- */
@@ -408,11 +402,11 @@ static void collect(gen *g)
         gen_choice *c = &g->ch[i];
         sched_output o = {0};
         if (c->finish != SCHED_FINISH_NONE || !c->r || !sched_req_take(c->r, &o)) continue;
-        if (!g->t_first_ms && o.completion_tokens > 0) g->t_first_ms = http_now_ms();
+        if (!g->t_first_ms && o.completion_tokens > 0) g->t_first_ms = timing_now_ms();
         if (g->req.stream) {
             stream_output(g, i, &o);
         } else {
-            sbuf_append(&c->text, o.text ? o.text : "", o.text_len);
+            bytebuf_append(&c->text, o.text ? o.text : "", o.text_len);
             if (g->req.logprobs >= 0 && o.n_tokens) push_tokens(c, o.tokens, o.n_tokens);
         }
         record_finish(g, c, &o);
@@ -427,7 +421,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     gen *g = cls;
     pthread_mutex_lock(&g->mu);
     if (g->out.len == 0 && !g->out_done) collect(g);
-    if (!sbuf_ok(&g->out)) {
+    if (!bytebuf_ok(&g->out)) {
         pthread_mutex_unlock(&g->mu);
         return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -444,7 +438,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     }
     size_t n = g->out.len < max ? g->out.len : max;
     memcpy(buf, g->out.data, n);
-    sbuf_consume(&g->out, n);
+    bytebuf_consume(&g->out, n);
     pthread_mutex_unlock(&g->mu);
     return (ssize_t)n;
 }
@@ -569,7 +563,7 @@ enum MHD_Result gen_start(http_req *hr, api_kind kind)
     if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return http_reply_json(hr, 500, NULL);
     for (int i = 0; i < g->n_ch; i++) { /* echo text leads each choice's text */
         gen_prompt *gp = &g->prompts[i / g->req.n];
-        if (!g->req.stream && gp->echo) sbuf_append(&g->ch[i].text, gp->echo, gp->echo_len);
+        if (!g->req.stream && gp->echo) bytebuf_append(&g->ch[i].text, gp->echo, gp->echo_len);
     }
     if (submit_all(g, &e) != 0) return http_reply_error(hr, &e);
     log_debug("%s: %d choice(s), prompt %d tokens, stream=%d", g->id, g->n_ch, g->prompts[0].n_ids,
@@ -591,7 +585,7 @@ void gen_finish(gen *g)
             sched_req_cancel(c->r); /* no-op when it already finished */
             sched_req_release(c->r);
         }
-        sbuf_free(&c->text);
+        bytebuf_free(&c->text);
         free(c->tokens);
     }
     free(g->ch);
@@ -601,7 +595,7 @@ void gen_finish(gen *g)
     }
     free(g->prompts);
     api_request_free(&g->req);
-    sbuf_free(&g->out);
+    bytebuf_free(&g->out);
     pthread_mutex_destroy(&g->mu);
     pthread_mutex_lock(&sv->mu);
     if (--sv->n_gens == 0) pthread_cond_broadcast(&sv->idle);

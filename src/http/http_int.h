@@ -9,7 +9,7 @@
 
 #include "api_request.h"
 #include "metrics.h"
-#include "sbuf.h"
+#include "base/bytebuf.h"
 #include "server.h"
 
 enum { SERVER_LOADING = 0, SERVER_READY = 1, SERVER_DRAINING = 2 };
@@ -45,7 +45,7 @@ typedef struct http_req {
     const char *method;
     char path[128]; /* for the access log */
     double t_start;
-    sbuf body;
+    bytebuf body;
     bool too_large;
     bool have_err; /* an error decided before the body was read; sent once it is */
     api_error err;
@@ -58,8 +58,6 @@ typedef struct http_req {
 enum MHD_Result http_reply_json(http_req *hr, int status, char *json);
 enum MHD_Result http_reply_error(http_req *hr, const api_error *e);
 
-/* Monotonic clock in ms (request timings). */
-double http_now_ms(void);
 
 /* gen.c */
 /* What the per-request log line says about a generation. */

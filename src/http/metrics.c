@@ -27,32 +27,32 @@ uint64_t metrics_status_count(const metrics *m, int status)
     return atomic_load_explicit(&m->by_status[status - STATUS_MIN], memory_order_relaxed);
 }
 
-static void gauge(sbuf *o, const char *name, const char *help, const char *type, double v)
+static void gauge(bytebuf *o, const char *name, const char *help, const char *type, double v)
 {
-    sbuf_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+    bytebuf_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-static void histogram(sbuf *o, const char *name, const char *help, const sched_hist *h)
+static void histogram(bytebuf *o, const char *name, const char *help, const sched_hist *h)
 {
-    sbuf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    bytebuf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < SCHED_HIST_BUCKETS; i++) {
         cum += h->counts[i];
-        sbuf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, sched_hist_bounds_ms[i] / 1000.0,
+        bytebuf_printf(o, "%s_bucket{le=\"%g\"} %llu\n", name, sched_hist_bounds_ms[i] / 1000.0,
                     (unsigned long long)cum);
     }
     cum += h->counts[SCHED_HIST_BUCKETS];
-    sbuf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+    bytebuf_printf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
                 (unsigned long long)cum, name, h->sum_ms / 1000.0, name, (unsigned long long)h->n);
 }
 
-void metrics_render(const metrics *m, const metrics_view *v, sbuf *o)
+void metrics_render(const metrics *m, const metrics_view *v, bytebuf *o)
 {
-    sbuf_puts(o, "# HELP inferd_http_requests_total HTTP requests answered, by status code.\n"
+    bytebuf_puts(o, "# HELP inferd_http_requests_total HTTP requests answered, by status code.\n"
                  "# TYPE inferd_http_requests_total counter\n");
     for (int s = STATUS_MIN; s <= STATUS_MAX; s++) {
         uint64_t n = metrics_status_count(m, s);
-        if (n) sbuf_printf(o, "inferd_http_requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)n);
+        if (n) bytebuf_printf(o, "inferd_http_requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)n);
     }
     gauge(o, "inferd_ready", "1 when the model is loaded and requests are served.", "gauge", v->ready);
     const sched_stats *st = v->st;
@@ -70,10 +70,10 @@ void metrics_render(const metrics *m, const metrics_view *v, sbuf *o)
     gauge(o, "inferd_kv_tokens_capacity", "Tokens the KV cache of all slots can hold.", "gauge",
           (double)st->n_slots * v->ctx_per_slot);
     static const char *const finish_names[5] = {"none", "stop", "length", "cancelled", "error"};
-    sbuf_puts(o, "# HELP inferd_requests_finished_total Choices finished, by reason.\n"
+    bytebuf_puts(o, "# HELP inferd_requests_finished_total Choices finished, by reason.\n"
                  "# TYPE inferd_requests_finished_total counter\n");
     for (int i = 1; i < 5; i++)
-        sbuf_printf(o, "inferd_requests_finished_total{reason=\"%s\"} %llu\n", finish_names[i],
+        bytebuf_printf(o, "inferd_requests_finished_total{reason=\"%s\"} %llu\n", finish_names[i],
                     (unsigned long long)st->requests_finished[i]);
     histogram(o, "inferd_time_to_first_token_seconds", "Submit to first token.", &st->ttft);
     histogram(o, "inferd_inter_token_latency_seconds", "Time between consecutive tokens of a request.",

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "sched/sched.h"
-#include "sbuf.h"
+#include "base/bytebuf.h"
 
 typedef struct metrics metrics;
 
@@ -23,6 +23,6 @@ typedef struct metrics_view {
     int ctx_per_slot;
     int ready; /* 1 when the model is loaded */
 } metrics_view;
-void metrics_render(const metrics *m, const metrics_view *v, sbuf *out);
+void metrics_render(const metrics *m, const metrics_view *v, bytebuf *out);
 
 #endif

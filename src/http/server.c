@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "api_encode.h"
 #include "http_int.h"
+#include "base/timing.h"
 
 typedef enum MHD_Result (*route_fn)(http_req *hr);
 
@@ -24,13 +25,6 @@ struct route {
     bool open;       /* no API key needed */
     bool needs_model;
 };
-
-double http_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* ---- replies --------------------------------------------------------------------------- */
 
@@ -99,10 +93,10 @@ static enum MHD_Result on_metrics(http_req *hr)
         v.ctx_per_slot = sv->sm.ctx_per_slot;
         v.ready = atomic_load(&sv->state) == SERVER_READY;
     }
-    sbuf out = {0};
+    bytebuf out = {0};
     metrics_render(sv->metrics, &v, &out);
     size_t len = out.len;
-    char *body = sbuf_take(&out);
+    char *body = bytebuf_take(&out, NULL);
     if (!body) return http_reply_json(hr, 500, NULL);
     return queue(hr, 200, "text/plain; version=0.0.4; charset=utf-8", body, len);
 }
@@ -354,7 +348,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         hr->sv = sv;
         hr->conn = conn;
         hr->method = method;
-        hr->t_start = http_now_ms();
+        hr->t_start = timing_now_ms();
         snprintf(hr->path, sizeof hr->path, "%s", url);
         *con_cls = hr;
         hr->have_err = !gate(hr, url, method);
@@ -370,9 +364,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!hr->have_err && !hr->too_large) {
             if (hr->body.len + *upload_data_size > sv->cfg.max_body) {
                 hr->too_large = true;
-                sbuf_free(&hr->body);
+                bytebuf_free(&hr->body);
             } else {
-                sbuf_append(&hr->body, upload_data, *upload_data_size);
+                bytebuf_append(&hr->body, upload_data, *upload_data_size);
             }
         }
         *upload_data_size = 0;
@@ -384,7 +378,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         hr->have_err = true;
     }
     if (hr->have_err) return http_reply_error(hr, &hr->err);
-    if (!sbuf_ok(&hr->body)) return http_reply_json(hr, 500, NULL);
+    if (!bytebuf_ok(&hr->body)) return http_reply_json(hr, 500, NULL);
     return hr->rt->fn(hr);
 }
 
@@ -407,7 +401,7 @@ static void log_request(const http_req *hr, int status, bool closed_early)
         f[n++] = LOG_INT("completion_tokens", gs.completion_tokens);
         f[n++] = LOG_NUM("ttft_ms", gs.ttft_ms);
     }
-    f[n++] = LOG_NUM("total_ms", http_now_ms() - hr->t_start);
+    f[n++] = LOG_NUM("total_ms", timing_now_ms() - hr->t_start);
     if (hr->g) f[n++] = LOG_STR("finish", gs.finish);
     if (hr->error[0]) f[n++] = LOG_STR("error", hr->error);
     if (closed_early) f[n++] = LOG_STR("connection", "closed early");
@@ -426,7 +420,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     metrics_count_status(sv->metrics, status);
     log_request(hr, status, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (hr->g) gen_finish(hr->g);
-    sbuf_free(&hr->body);
+    bytebuf_free(&hr->body);
     free(hr);
 }
 
@@ -516,18 +510,8 @@ void server_begin_shutdown(server *sv) { atomic_store(&sv->state, SERVER_DRAININ
 
 bool server_wait_idle(server *sv, int timeout_ms)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&sv->mu);
-    while (sv->n_gens > 0)
-        if (pthread_cond_timedwait(&sv->idle, &sv->mu, &deadline) != 0) break;
-    bool idle = sv->n_gens == 0;
+    bool idle = timing_wait_until_zero(&sv->idle, &sv->mu, &sv->n_gens, timeout_ms);
     pthread_mutex_unlock(&sv->mu);
     return idle;
 }

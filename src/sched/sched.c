@@ -33,7 +33,8 @@
 
 #include "base/log.h"
 #include "stopstr.h"
-#include "textbuf.h"
+#include "base/bytebuf.h"
+#include "base/timing.h"
 
 const double sched_hist_bounds_ms[SCHED_HIST_BUCKETS] = {
     5, 10, 25, 50, 75, 100, 250, 500, 750, 1000, 2500, 5000, 7500, 10000,
@@ -73,7 +74,7 @@ struct sched_req {
 
     /* Outbox, guarded by mu. */
     pthread_mutex_t mu;
-    textbuf text;
+    bytebuf text;
     sched_token *tokens;
     int n_tokens, cap_tokens;
     int completion_tokens; /* n_generated as published with the outbox */
@@ -122,7 +123,7 @@ struct sched {
     uint64_t admit_counter;
     char *piece; /* detokenizer output scratch */
     int piece_cap;
-    textbuf text; /* released completion text of the token being processed */
+    bytebuf text; /* released completion text of the token being processed */
 };
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -148,7 +149,7 @@ void sched_output_clear(sched_output *o)
 static void req_free(sched_req *r)
 {
     stopstr_free(&r->stop);
-    textbuf_free(&r->text);
+    bytebuf_free(&r->text);
     free(r->tokens);
     free(r->prompt);
     free(r->bias_ids);
@@ -287,7 +288,7 @@ bool sched_req_take(sched_req *r, sched_output *out)
     pthread_mutex_lock(&r->mu);
     bool finish_new = r->finish != SCHED_FINISH_NONE && !r->finish_taken;
     bool any = r->text.len > 0 || r->n_tokens > 0 || finish_new;
-    out->text = textbuf_take(&r->text, &out->text_len);
+    out->text = bytebuf_take(&r->text, &out->text_len);
     out->tokens = r->tokens;
     out->n_tokens = r->n_tokens;
     r->tokens = NULL;
@@ -379,12 +380,12 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
 }
 
 /* Moves new text (and the token, when logprobs were asked for) into the outbox. */
-static bool outbox_append(sched_req *r, const textbuf *piece, const sched_token *tok)
+static bool outbox_append(sched_req *r, const bytebuf *piece, const sched_token *tok)
 {
     bool ok = true;
     pthread_mutex_lock(&r->mu);
     r->completion_tokens = r->n_generated;
-    if (piece->len) ok = textbuf_append(&r->text, piece->data, piece->len);
+    if (piece->len) ok = bytebuf_append(&r->text, piece->data, piece->len);
     if (ok && tok) {
         if (r->n_tokens == r->cap_tokens) {
             int cap = r->cap_tokens ? 2 * r->cap_tokens : 16;
@@ -768,7 +769,7 @@ static void sched_free_memory(sched *s)
     free(s->seq_req);
     free(s->prefill);
     free(s->piece);
-    textbuf_free(&s->text);
+    bytebuf_free(&s->text);
     free(s);
 }
 
@@ -868,28 +869,11 @@ void sched_begin_shutdown(sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Absolute CLOCK_REALTIME deadline timeout_ms from now, for pthread_cond_timedwait. */
-static struct timespec deadline_in(int timeout_ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 void sched_drain(sched *s, int timeout_ms)
 {
-    struct timespec until = deadline_in(timeout_ms > 0 ? timeout_ms : 0);
     pthread_mutex_lock(&s->mu);
     s->shutdown = true;
-    while (s->n_active > 0)
-        if (pthread_cond_timedwait(&s->idle_cond, &s->mu, &until) != 0) break;
-    if (s->n_active > 0) {
+    if (!timing_wait_until_zero(&s->idle_cond, &s->mu, &s->n_active, timeout_ms)) {
         log_warn("drain: %d requests still running after %d ms, cancelling them", s->n_active,
                  timeout_ms);
         s->cancel_all = true;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "base/utf8.h"
 
 bool stopstr_init(stopstr *m, const char *const *stops, int n)
 {
@@ -31,7 +31,7 @@ bool stopstr_init(stopstr *m, const char *const *stops, int n)
 void stopstr_free(stopstr *m)
 {
     for (int i = 0; i < m->n_stop; i++) free(m->stop[i]);
-    textbuf_free(&m->held);
+    bytebuf_free(&m->held);
     *m = (stopstr){0};
 }
 
@@ -64,7 +64,7 @@ static size_t longest_partial(const stopstr *m, const char *s, size_t n)
 }
 
 /* Releases held[0..n) into out and keeps the rest. */
-static bool release(stopstr *m, size_t n, textbuf *out)
+static bool release(stopstr *m, size_t n, bytebuf *out)
 {
     if (!utf8_append_valid(out, m->held.data, n)) return false;
     memmove(m->held.data, m->held.data + n, m->held.len - n);
@@ -73,11 +73,11 @@ static bool release(stopstr *m, size_t n, textbuf *out)
     return true;
 }
 
-bool stopstr_feed(stopstr *m, const char *text, size_t len, textbuf *out, bool *oom)
+bool stopstr_feed(stopstr *m, const char *text, size_t len, bytebuf *out, bool *oom)
 {
     *oom = false;
     if (m->matched) return true;
-    if (!textbuf_append(&m->held, text, len)) {
+    if (!bytebuf_append(&m->held, text, len)) {
         *oom = true;
         return false;
     }
@@ -88,7 +88,7 @@ bool stopstr_feed(stopstr *m, const char *text, size_t len, textbuf *out, bool *
     if (at < m->held.len) {
         m->matched = true;
         if (!release(m, at, out)) *oom = true;
-        textbuf_free(&m->held);
+        bytebuf_free(&m->held);
         return true;
     }
     size_t ready = m->held.len - longest_partial(m, m->held.data, m->held.len);
@@ -97,7 +97,7 @@ bool stopstr_feed(stopstr *m, const char *text, size_t len, textbuf *out, bool *
     return false;
 }
 
-bool stopstr_flush(stopstr *m, textbuf *out)
+bool stopstr_flush(stopstr *m, bytebuf *out)
 {
     if (m->matched || m->held.len == 0) return true;
     return release(m, m->held.len, out);

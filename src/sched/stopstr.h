@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "textbuf.h"
+#include "base/bytebuf.h"
 
 #define STOPSTR_MAX 4
 
@@ -23,7 +23,7 @@ typedef struct stopstr {
     char *stop[STOPSTR_MAX]; /* owned copies; empty strings are ignored */
     size_t stop_len[STOPSTR_MAX];
     int n_stop;
-    textbuf held; /* text not yet released */
+    bytebuf held; /* text not yet released */
     bool matched;
 } stopstr;
 
@@ -35,10 +35,10 @@ void stopstr_free(stopstr *m);
 /* Adds text and appends whatever is now decided to out (valid UTF-8 only).  Returns true when
  * a stop string completed: the text before it is in out, and further input is ignored.
  * *oom is set when memory ran out. */
-bool stopstr_feed(stopstr *m, const char *text, size_t len, textbuf *out, bool *oom);
+bool stopstr_feed(stopstr *m, const char *text, size_t len, bytebuf *out, bool *oom);
 
 /* The text ended without a stop string: release what is held (a truncated final character
  * becomes U+FFFD).  false when memory ran out. */
-bool stopstr_flush(stopstr *m, textbuf *out);
+bool stopstr_flush(stopstr *m, bytebuf *out);
 
 #endif

@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
+#include "base/heap.h"
+
 #define WORD_MAX_BYTES 64 /* longer runs are cut: keeps pathological inputs cheap */
 
 int bpe_byte_text(unsigned char b, char *out)
@@ -38,22 +41,6 @@ int bpe_byte_text(unsigned char b, char *out)
     return 2;
 }
 
-/* ---- hashing helpers ----------------------------------------------------------------------- */
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
-    return h;
-}
-
-static uint64_t hash_u64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return x;
-}
 
 /* ---- the training state ---------------------------------------------------------------------- */
 typedef struct word {
@@ -67,6 +54,14 @@ typedef struct heap_ent {
     uint64_t pair;
 } heap_ent;
 
+/* Heap order: higher count first, then the smaller pair key (deterministic ties). */
+static bool heap_before(const heap_ent *x, const heap_ent *y)
+{
+    return x->count > y->count || (x->count == y->count && x->pair < y->pair);
+}
+
+HEAP_DEFINE(pair_heap, heap_ent, heap_before)
+
 typedef struct trainer {
     word *words;
     int n_words, cap_words, cap_off;
@@ -79,8 +74,7 @@ typedef struct trainer {
     int64_t *pair_counts;
     size_t pair_cap, pair_used;
 
-    heap_ent *heap;
-    size_t heap_len, heap_cap;
+    pair_heap heap; /* lazy: stale entries are skipped when popped */
 
     char **tokens;
     int n_tokens, cap_tokens;
@@ -105,55 +99,6 @@ static bool grow(void **p, int *cap, int need, size_t elem)
 }
 
 /* ---- pair counts + lazy heap ------------------------------------------------------------------ */
-/* Heap order: higher count first, then the smaller pair key (deterministic ties). */
-static bool heap_before(const heap_ent *x, const heap_ent *y)
-{
-    return x->count > y->count || (x->count == y->count && x->pair < y->pair);
-}
-
-static void heap_push(trainer *t, int64_t count, uint64_t pair)
-{
-    if (t->heap_len == t->heap_cap) {
-        size_t c = t->heap_cap ? t->heap_cap * 2 : 1024;
-        heap_ent *h = realloc(t->heap, c * sizeof *h);
-        if (!h) {
-            t->oom = true;
-            return;
-        }
-        t->heap = h;
-        t->heap_cap = c;
-    }
-    size_t i = t->heap_len++;
-    heap_ent e = {count, pair};
-    while (i > 0 && heap_before(&e, &t->heap[(i - 1) / 2])) {
-        t->heap[i] = t->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    t->heap[i] = e;
-}
-
-static heap_ent heap_pop(trainer *t)
-{
-    heap_ent top = t->heap[0];
-    heap_ent last = t->heap[--t->heap_len];
-    size_t i = 0, n = t->heap_len;
-    for (;;) {
-        size_t best = i;
-        const heap_ent *b = &last;
-        for (size_t k = 2 * i + 1; k <= 2 * i + 2 && k < n; k++) {
-            if (heap_before(&t->heap[k], b)) {
-                best = k;
-                b = &t->heap[k];
-            }
-        }
-        if (best == i) break;
-        t->heap[i] = *b;
-        i = best;
-    }
-    if (n > 0) t->heap[i] = last;
-    return top;
-}
-
 static size_t pair_slot(const trainer *t, uint64_t key)
 {
     size_t mask = t->pair_cap - 1, i = hash_u64(key) & mask;
@@ -204,7 +149,7 @@ static void pair_add(trainer *t, int32_t a, int32_t b, int64_t delta)
         t->pair_used++;
     }
     t->pair_counts[s] += delta;
-    if (delta > 0) heap_push(t, t->pair_counts[s], key);
+    if (delta > 0 && !pair_heap_push(&t->heap, (heap_ent){t->pair_counts[s], key})) t->oom = true;
 }
 
 static int64_t pair_count(const trainer *t, uint64_t key)
@@ -386,8 +331,8 @@ static bool merge_step(trainer *t)
 {
     heap_ent best = {0, 0};
     bool found = false;
-    while (t->heap_len > 0) {
-        heap_ent e = heap_pop(t);
+    while (t->heap.n > 0) {
+        heap_ent e = pair_heap_pop(&t->heap);
         if (e.count < 2) break;
         if (pair_count(t, e.pair) == e.count) {
             best = e;
@@ -431,7 +376,7 @@ static void trainer_free_scratch(trainer *t)
     free(t->word_index);
     free(t->pair_keys);
     free(t->pair_counts);
-    free(t->heap);
+    pair_heap_free(&t->heap);
     free(t->tok_index);
 }
 

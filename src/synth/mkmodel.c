@@ -37,6 +37,7 @@
 #include "model/gguf.h"
 #include "gguf_write.h"
 #include "model/quant.h"
+#include "base/rng.h"
 
 #define LARGE_MODEL_PARAMS 300000000LL
 #define POOL_ROWS 64
@@ -133,20 +134,12 @@ static ggml_type row_fallback(ggml_type t, int64_t ne0)
 }
 
 /* ---- random numbers --------------------------------------------------------------------- */
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* n samples of N(0, std) (Box-Muller) */
 static void fill_normal(uint64_t state, float *out, int64_t n, float std)
 {
     for (int64_t i = 0; i < n; i += 2) {
-        double u1 = ((splitmix64(&state) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-        double u2 = (splitmix64(&state) >> 11) * 0x1.0p-53;
+        double u1 = ((rng_next(&state) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+        double u2 = (rng_next(&state) >> 11) * 0x1.0p-53;
         double r = sqrt(-2.0 * log(u1)) * std;
         out[i] = (float)(r * cos(2.0 * M_PI * u2));
         if (i + 1 < n) out[i + 1] = (float)(r * sin(2.0 * M_PI * u2));
@@ -156,7 +149,7 @@ static void fill_normal(uint64_t state, float *out, int64_t n, float std)
 static uint64_t stream_of(uint64_t seed, uint64_t tensor, uint64_t row)
 {
     uint64_t s = seed ^ (tensor * 0xd1b54a32d192ed03ull) ^ (row * 0x8cb92ba72f3d8dd7ull);
-    return splitmix64(&s);
+    return rng_next(&s);
 }
 
 /* Quantise one row of floats into dst (ggml_row_bytes(type, n) bytes). */

@@ -9,6 +9,8 @@
  * llama2 strips user/assistant content (.strip()). */
 #include "chat.h"
 
+#include "base/bytebuf.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,49 +55,24 @@ bool chat_template_has_bos(chat_template_kind kind)
            kind == CHAT_TMPL_GEMMA;
 }
 
-/* ---- a growable string ------------------------------------------------------------------ */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_putn(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
+/* ---- output helpers ---------------------------------------------------------------------- */
 /* Appends the NUL-terminated arguments in order (the list ends with NULL). */
-static void sb_cat(sbuf *b, ...)
+static void sb_cat(bytebuf *b, ...)
 {
     va_list ap;
     va_start(ap, b);
     for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
-        sb_putn(b, s, strlen(s));
+        bytebuf_puts(b, s);
     va_end(ap);
 }
 
 /* Appends s without leading/trailing whitespace (Jinja's trim / Python's strip). */
-static void sb_trimmed(sbuf *b, const char *s)
+static void sb_trimmed(bytebuf *b, const char *s)
 {
     const char *end = s + strlen(s);
     while (s < end && strchr(" \t\n\r\f\v", *s)) s++;
     while (end > s && strchr(" \t\n\r\f\v", end[-1])) end--;
-    sb_putn(b, s, (size_t)(end - s));
+    bytebuf_append(b, s, (size_t)(end - s));
 }
 
 /* ---- roles -------------------------------------------------------------------------------- */
@@ -113,7 +90,7 @@ static int role_parse(const char *r)
 /* Everything a family renderer needs; `sys` is the leading system message for the families
  * that fold it into the first user turn (NULL when there is none). */
 typedef struct render_ctx {
-    sbuf out;
+    bytebuf out;
     const chat_msg *msgs;
     size_t n;
     bool gen;
@@ -248,7 +225,7 @@ char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
     }
     render_ctx c = {.msgs = msgs, .n = n_msgs, .gen = add_generation_prompt,
                     .bos = bos ? bos : "", .eos = eos ? eos : ""};
-    sb_putn(&c.out, "", 0);
+    bytebuf_append(&c.out, "", 0); /* an empty rendering is "", not NULL */
     switch (kind) {
     case CHAT_TMPL_CHATML: render_turns(&c, &chatml_style, ""); break;
     case CHAT_TMPL_LLAMA3: render_turns(&c, &llama3_style, c.bos); break;
@@ -259,10 +236,10 @@ char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
     case CHAT_TMPL_GEMMA: render_alternating(&c, &gemma_style); break;
     default: break;
     }
-    if (c.out.oom) {
-        free(c.out.p);
+    if (!bytebuf_ok(&c.out)) {
+        bytebuf_free(&c.out);
         snprintf(err, errlen, "out of memory rendering the chat template");
         return NULL;
     }
-    return c.out.p;
+    return bytebuf_take(&c.out, NULL);
 }

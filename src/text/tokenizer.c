@@ -15,7 +15,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
+#include "base/heap.h"
+#include "base/utf8.h"
 #include "unicode.h"
+
+/* One character for segmentation.  An ill-formed byte is a character of its own here (as in
+ * llama.cpp's tokenizer, which reads it as U+FFFD and moves on by one byte): pre-tokenizer
+ * splits and SPM symbols then see the same input either way. */
+static int decode_char(const char *s, size_t n, uint32_t *cp)
+{
+    int len = utf8_decode(s, n, cp);
+    return *cp == UTF8_INVALID ? 1 : len;
+}
 
 enum { TOK_SPM, TOK_BPE };
 
@@ -92,16 +104,6 @@ static void idvec_push(idvec *a, int32_t id)
 }
 
 /* ---- hashing ------------------------------------------------------------------------------ */
-
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
-    return h ^ (h >> 29);
-}
 
 static uint64_t hash_pair(int32_t a, int32_t b)
 {
@@ -453,7 +455,7 @@ static void build_byte_ids(tokenizer *t)
         } else {
             uint32_t cp = gpt2_byte_cp(b);
             t->cp_to_byte[cp] = (int16_t)b;
-            n = unicode_encode(cp, buf);
+            n = utf8_encode(cp, buf);
         }
         t->byte_id[b] = lookup(t, buf, (size_t)n);
     }
@@ -613,59 +615,20 @@ typedef struct bigram {
     uint32_t size; /* left.len + right.len when offered */
 } bigram;
 
-typedef struct merger {
-    const tokenizer *t;
-    const char *buf;
-    symbol *sym;
-    bigram *heap;
-    size_t n_heap, cap_heap;
-    bool oom;
-} merger;
-
 static bool bigram_before(const bigram *a, const bigram *b)
 {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(merger *m, bigram g)
-{
-    if (m->n_heap == m->cap_heap) {
-        size_t cap = m->cap_heap ? m->cap_heap * 2 : 64;
-        bigram *h = realloc(m->heap, cap * sizeof *h);
-        if (!h) {
-            m->oom = true;
-            return;
-        }
-        m->heap = h;
-        m->cap_heap = cap;
-    }
-    size_t i = m->n_heap++;
-    while (i > 0 && bigram_before(&g, &m->heap[(i - 1) / 2])) {
-        m->heap[i] = m->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    m->heap[i] = g;
-}
+HEAP_DEFINE(bigram_heap, bigram, bigram_before)
 
-static bigram heap_pop(merger *m)
-{
-    bigram top = m->heap[0], last = m->heap[--m->n_heap];
-    size_t i = 0, n = m->n_heap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && bigram_before(&m->heap[c + 1], &m->heap[c]))
-            c++;
-        if (!bigram_before(&m->heap[c], &last))
-            break;
-        m->heap[i] = m->heap[c];
-        i = c;
-    }
-    if (n)
-        m->heap[i] = last;
-    return top;
-}
+typedef struct merger {
+    const tokenizer *t;
+    const char *buf;
+    symbol *sym;
+    bigram_heap heap;
+    bool oom;
+} merger;
 
 /* SPM merges only into tokens sentencepiece itself would produce. */
 static bool spm_usable(const tokenizer *t, int32_t id)
@@ -692,17 +655,17 @@ static void offer_pair(merger *m, int32_t l, int32_t r)
         g.id = p->merged;
         g.score = -(float)p->rank;
     }
-    heap_push(m, g);
+    if (!bigram_heap_push(&m->heap, g)) m->oom = true;
 }
 
 /* Merge the symbols first..last (a linked run) as far as the vocabulary allows. */
 static void merge_run(merger *m, int32_t first, int32_t count)
 {
-    m->n_heap = 0;
+    m->heap.n = 0;
     for (int32_t i = first; i + 1 < first + count; i++)
         offer_pair(m, i, i + 1);
-    while (m->n_heap > 0 && !m->oom) {
-        bigram g = heap_pop(m);
+    while (m->heap.n > 0 && !m->oom) {
+        bigram g = bigram_heap_pop(&m->heap);
         symbol *a = &m->sym[g.left];
         if (a->len == 0 || a->next < 0 || a->len + m->sym[a->next].len != g.size)
             continue; /* one side was merged since this pair was offered */
@@ -726,7 +689,7 @@ static void make_symbols(merger *m, int32_t first, uint32_t off, uint32_t end, b
     const tokenizer *t = m->t;
     while (off < end) {
         uint32_t cp;
-        int n = per_byte ? 1 : unicode_decode(m->buf + off, end - off, &cp);
+        int n = per_byte ? 1 : decode_char(m->buf + off, end - off, &cp);
         symbol *s = &m->sym[i];
         s->off = off;
         s->len = (uint32_t)n;
@@ -802,7 +765,7 @@ static int spm_encode(const tokenizer *t, const char *s, size_t n, bool prefix, 
         count++;
     merge_run(&m, 0, count);
     emit_run(&m, 0, out);
-    free(m.heap);
+    bigram_heap_free(&m.heap);
     free(buf);
     free(sym);
     return m.oom ? -1 : 0;
@@ -1190,7 +1153,7 @@ static int cptext_init(cptext *c, const char *s, size_t n)
     size_t k = 0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int len = unicode_decode(s + i, n - i, &cp);
+        int len = decode_char(s + i, n - i, &cp);
         c->cp[k] = cp;
         c->fl[k] = (uint8_t)unicode_flags(cp); /* an invalid byte is "other", like U+FFFD */
         c->off[k] = (uint32_t)i;
@@ -1214,7 +1177,7 @@ static int32_t lookup_byte_level(const tokenizer *t, const char *s, size_t n, ch
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        k += (size_t)unicode_encode(gpt2_byte_cp((unsigned char)s[i]), scratch + k);
+        k += (size_t)utf8_encode(gpt2_byte_cp((unsigned char)s[i]), scratch + k);
     return lookup(t, scratch, k);
 }
 
@@ -1262,7 +1225,7 @@ done:
     free(a.v);
     free(b.v);
     free(m.sym);
-    free(m.heap);
+    bigram_heap_free(&m.heap);
     free(scratch);
     return rc;
 }
@@ -1367,7 +1330,7 @@ static bool is_byte_symbol(const tokenizer *t, int32_t id)
 {
     uint32_t cp;
     size_t n = t->text_len[id];
-    if (n == 0 || unicode_decode(tok_text(t, id), n, &cp) != (int)n || cp >= 324)
+    if (n == 0 || utf8_decode(tok_text(t, id), n, &cp) != (int)n || cp >= 324)
         return false;
     return t->cp_to_byte[cp] >= 0 && t->byte_id[t->cp_to_byte[cp]] == id;
 }
@@ -1405,7 +1368,7 @@ static void render_token(const tokenizer *t, int32_t id, bool render_special, si
     }
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int len = unicode_decode(s + i, n - i, &cp);
+        int len = decode_char(s + i, n - i, &cp);
         if (cp < sizeof t->cp_to_byte / sizeof t->cp_to_byte[0] && t->cp_to_byte[cp] >= 0) {
             char b = (char)t->cp_to_byte[cp];
             sink_put(k, &b, 1);
@@ -1452,27 +1415,6 @@ void detok_init(detok_stream *s, const tokenizer *t, bool first_is_start_of_text
     s->first = first_is_start_of_text && strips_prefix(t);
 }
 
-/* Copy data[0..n) to out as valid UTF-8: each byte that cannot start a character is U+FFFD. */
-static int emit_valid(const char *data, size_t n, char *out, int cap)
-{
-    int w = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        int len = unicode_decode(data + i, n - i, &cp);
-        const char *src = data + i;
-        if (cp == UNICODE_INVALID) {
-            src = "\xEF\xBF\xBD";
-            len = 3;
-        }
-        if (w + len > cap)
-            break; /* the caller's buffer is smaller than promised: never overrun it */
-        memcpy(out + w, src, (size_t)len);
-        w += len;
-        i += cp == UNICODE_INVALID ? 1 : (size_t)len;
-    }
-    return w;
-}
-
 int detok_feed(detok_stream *s, int32_t id, char *out, int cap)
 {
     const tokenizer *t = s->t;
@@ -1489,8 +1431,8 @@ int detok_feed(detok_stream *s, int32_t id, char *out, int cap)
     render_token(t, id, false, &k);
     s->first = k.skip_space; /* still armed only if the piece was empty */
     size_t n = (size_t)s->n_pending + (k.n < piece ? k.n : piece);
-    size_t done = unicode_complete_prefix(data, n);
-    int w = emit_valid(data, done, out, cap);
+    size_t done = utf8_complete_prefix(data, n);
+    int w = (int)utf8_copy_valid(data, done, out, (size_t)cap);
     s->n_pending = (int)(n - done);
     memcpy(s->pending, data + done, (size_t)s->n_pending);
     if (data != stackbuf)
@@ -1500,7 +1442,7 @@ int detok_feed(detok_stream *s, int32_t id, char *out, int cap)
 
 int detok_flush(detok_stream *s, char *out, int cap)
 {
-    int w = cap > 0 ? emit_valid(s->pending, (size_t)s->n_pending, out, cap) : 0;
+    int w = cap > 0 ? (int)utf8_copy_valid(s->pending, (size_t)s->n_pending, out, (size_t)cap) : 0;
     s->n_pending = 0;
     return w;
 }

@@ -1,5 +1,5 @@
 /* fuzz_stream.c - stop strings across token boundaries (src/sched/stopstr.c) and the UTF-8
- * rules of the output (utf8.c, textbuf.c), checked against what they promise rather than
+ * rules of the output (base/utf8.c, base/bytebuf.c), checked against what they promise rather than
  * only for crashes.
  *
  * Input: a flag byte (number of stop strings, 0..4), that many NUL-terminated stop strings,
@@ -16,8 +16,8 @@
 #include "fuzz_common.h"
 
 #include "sched/stopstr.h"
-#include "sched/textbuf.h"
-#include "sched/utf8.h"
+#include "base/bytebuf.h"
+#include "base/utf8.h"
 
 #define FZ_MAX_PIECE 31
 
@@ -38,16 +38,16 @@ static void check_utf8(const char *s, size_t n)
         for (size_t i = p + 1; i < n; i++) FZ_CHECK(((unsigned char)s[i] & 0xC0) == 0x80);
     }
 
-    textbuf b = {0};
+    bytebuf b = {0};
     FZ_CHECK(utf8_append_valid(&b, s, n));
     FZ_CHECK(fz_utf8_valid(b.data, b.len));
     if (b.len) FZ_CHECK(b.data[b.len] == 0);
     if (valid) FZ_CHECK(b.len == n && (n == 0 || memcmp(b.data, s, n) == 0));
     size_t took;
-    char *t = textbuf_take(&b, &took);
+    char *t = bytebuf_take(&b, &took);
     FZ_CHECK(b.len == 0 && (took == 0) == (t == NULL));
     free(t);
-    textbuf_free(&b);
+    bytebuf_free(&b);
 }
 
 /* Start of the earliest-starting occurrence of any stop string in s[0..n), or n if none. */
@@ -97,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     stopstr m;
     FZ_CHECK(stopstr_init(&m, (const char *const *)stops, n_stops));
-    textbuf out = {0};
+    bytebuf out = {0};
     size_t fed = 0;
     bool matched = false;
     while (in.n) {
@@ -139,7 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (stops[i][0]) FZ_CHECK(!memmem(out.data ? out.data : "", out.len, stops[i], strlen(stops[i])));
 
     stopstr_free(&m);
-    textbuf_free(&out);
+    bytebuf_free(&out);
     free(text);
     for (int i = 0; i < n_stops; i++) free(stops[i]);
     return 0;

@@ -180,20 +180,20 @@ static void test_completion_chunk(void **state)
 static void test_sse(void **state)
 {
     (void)state;
-    sbuf b = {0};
+    bytebuf b = {0};
     api_sse_data(&b, "{\"a\":1}");
     api_sse_done(&b);
-    assert_true(sbuf_ok(&b));
+    assert_true(bytebuf_ok(&b));
     assert_string_equal(b.data, "data: {\"a\":1}\n\ndata: [DONE]\n\n");
-    sbuf_consume(&b, 15);
+    bytebuf_consume(&b, 15);
     assert_string_equal(b.data, "data: [DONE]\n\n");
-    char *s = sbuf_take(&b);
+    char *s = bytebuf_take(&b, NULL);
     assert_string_equal(s, "data: [DONE]\n\n");
     free(s);
     assert_null(b.data);
-    sbuf_printf(&b, "%d-%s", 42, "x");
+    bytebuf_printf(&b, "%d-%s", 42, "x");
     assert_string_equal(b.data, "42-x");
-    sbuf_free(&b);
+    bytebuf_free(&b);
 }
 
 static void test_utf8_sanitize(void **state)
@@ -203,7 +203,7 @@ static void test_utf8_sanitize(void **state)
         {"plain", 5, "plain"},
         {"caf\xC3\xA9", 5, "caf\xC3\xA9"},
         {"\xF0\x9F\x98\x80!", 5, "\xF0\x9F\x98\x80!"},
-        {"a\xE2\x82", 3, "a\xEF\xBF\xBD\xEF\xBF\xBD"},       /* truncated sequence */
+        {"a\xE2\x82", 3, "a\xEF\xBF\xBD"},                   /* truncated: one maximal subpart */
         {"\xC0\xAF", 2, "\xEF\xBF\xBD\xEF\xBF\xBD"},         /* overlong */
         {"\xED\xA0\x80", 3, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* surrogate */
         {"\xF4\x90\x80\x80", 4, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* > U+10FFFF */
@@ -237,7 +237,7 @@ static void test_metrics(void **state)
     st.ttft.n = 3;
     st.ttft.sum_ms = 1500;
     metrics_view v = {.st = &st, .ctx_per_slot = 512, .ready = 1};
-    sbuf out = {0};
+    bytebuf out = {0};
     metrics_render(m, &v, &out);
     const char *t = out.data;
     assert_non_null(strstr(t, "inferd_http_requests_total{code=\"200\"} 2\n"));
@@ -257,13 +257,13 @@ static void test_metrics(void **state)
     snprintf(want, sizeof want, "inferd_time_to_first_token_seconds_bucket{le=\"%g\"} 1\n",
              sched_hist_bounds_ms[SCHED_HIST_BUCKETS - 1] / 1000.0);
     assert_non_null(strstr(t, want));
-    sbuf_free(&out);
+    bytebuf_free(&out);
 
     metrics_view loading = {0};
     metrics_render(m, &loading, &out);
     assert_non_null(strstr(out.data, "inferd_ready 0\n"));
     assert_null(strstr(out.data, "inferd_queue_depth"));
-    sbuf_free(&out);
+    bytebuf_free(&out);
     metrics_free(m);
 }
 

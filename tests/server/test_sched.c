@@ -26,7 +26,7 @@
 #include "text/tokenizer.h"
 #include "engine/engine_impl.h" /* the tests drive the scheduler with a fake backend */
 #include "sched/sched.h"
-#include "sched/utf8.h"
+#include "base/utf8.h"
 
 /* ---- a small SPM vocabulary ---------------------------------------------------------- */
 

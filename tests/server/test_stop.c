@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "sched/stopstr.h"
-#include "sched/utf8.h"
+#include "base/utf8.h"
 
 /* Feeds the pieces one by one; records after each piece what had been released so far. */
 typedef struct run_result {
@@ -24,7 +24,7 @@ static void run_pieces(const char *const *stops, int n_stop, const char *const *
 {
     stopstr m;
     assert_true(stopstr_init(&m, stops, n_stop));
-    textbuf out = {0};
+    bytebuf out = {0};
     r->matched = false;
     r->matched_at = -1;
     for (int i = 0; i < n; i++) {
@@ -40,7 +40,7 @@ static void run_pieces(const char *const *stops, int n_stop, const char *const *
     memcpy(r->out, out.data ? out.data : "", out.len);
     r->out[out.len] = 0;
     assert_true(utf8_valid(r->out, out.len));
-    textbuf_free(&out);
+    bytebuf_free(&out);
     stopstr_free(&m);
 }
 
@@ -181,35 +181,6 @@ static void test_utf8_truncated_at_flush_becomes_replacement(void **state)
     assert_string_equal(r.out, "ok\xEF\xBF\xBD");
 }
 
-static void test_utf8_complete_prefix(void **state)
-{
-    (void)state;
-    assert_int_equal(utf8_complete_prefix("", 0), 0);
-    assert_int_equal(utf8_complete_prefix("abc", 3), 3);
-    assert_int_equal(utf8_complete_prefix("a\xC3", 2), 1);
-    assert_int_equal(utf8_complete_prefix("a\xC3\xA9", 3), 3);
-    assert_int_equal(utf8_complete_prefix("a\xE2\x82", 3), 1);
-    assert_int_equal(utf8_complete_prefix("\xF0\x9F\x98", 3), 0);
-    assert_int_equal(utf8_complete_prefix("\xF0\x9F\x98\x80", 4), 4);
-    /* Hopeless bytes are not waited for: they become U+FFFD when appended. */
-    assert_int_equal(utf8_complete_prefix("a\x80", 2), 2);
-    assert_int_equal(utf8_complete_prefix("a\xFF", 2), 2);
-}
-
-static void test_utf8_append_valid_replaces_garbage(void **state)
-{
-    (void)state;
-    textbuf b = {0};
-    /* stray continuation, 0xFF, overlong "/", surrogate U+D800, valid é */
-    const char in[] = "x\x80y\xFFz\xC0\xAF|\xED\xA0\x80|\xC3\xA9";
-    assert_true(utf8_append_valid(&b, in, sizeof in - 1));
-    assert_true(utf8_valid(b.data, b.len));
-    assert_string_equal(b.data, "x\xEF\xBF\xBDy\xEF\xBF\xBDz\xEF\xBF\xBD|\xEF\xBF\xBD|\xC3\xA9");
-    textbuf_free(&b);
-    assert_false(utf8_valid("\xF4\x90\x80\x80", 4)); /* above U+10FFFF */
-    assert_false(utf8_valid("\xE0\x80\x80", 3));     /* overlong */
-    assert_true(utf8_valid("\xF4\x8F\xBF\xBF", 4));
-}
 
 static void test_too_many_stops_refused(void **state)
 {
@@ -234,8 +205,6 @@ int main(void)
         cmocka_unit_test(test_multibyte_stop_string),
         cmocka_unit_test(test_utf8_held_until_complete),
         cmocka_unit_test(test_utf8_truncated_at_flush_becomes_replacement),
-        cmocka_unit_test(test_utf8_complete_prefix),
-        cmocka_unit_test(test_utf8_append_valid_replaces_garbage),
         cmocka_unit_test(test_too_many_stops_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -101,8 +101,8 @@ static cJSON *chat_logprobs(const api_choice *ch, const api_vocab *v)
     cJSON *lp = cJSON_CreateObject();
     cJSON *content = cJSON_AddArrayToObject(lp, "content");
     for (int i = 0; i < ch->n_tokens; i++) {
-        const sched_token *t = &ch->tokens[i];
-        cJSON *e = chat_logprob_entry(v, t->id, t->logprob);
+        const engine_result *t = &ch->tokens[i];
+        cJSON *e = chat_logprob_entry(v, t->token, t->logprob);
         cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
         for (int k = 0; k < t->n_top && k < ENGINE_MAX_TOP_LOGPROBS; k++)
             cJSON_AddItemToArray(top, chat_logprob_entry(v, t->top_ids[k], t->top_logprobs[k]));
@@ -122,9 +122,9 @@ static cJSON *completion_logprobs(const api_choice *ch, const api_vocab *v)
     cJSON *offsets = cJSON_AddArrayToObject(lp, "text_offset");
     size_t offset = ch->text_offset;
     for (int i = 0; i < ch->n_tokens; i++) {
-        const sched_token *t = &ch->tokens[i];
+        const engine_result *t = &ch->tokens[i];
         piece p;
-        token_piece(v, t->id, &p);
+        token_piece(v, t->token, &p);
         char *s = api_utf8_sanitize(p.buf, (size_t)p.len, NULL);
         cJSON_AddItemToArray(tokens, cJSON_CreateString(s ? s : ""));
         free(s);

@@ -34,7 +34,7 @@ typedef struct api_choice {
     int index;
     const char *text;
     size_t text_len;
-    const sched_token *tokens; /* with logprobs: the tokens behind text, else NULL */
+    const engine_result *tokens; /* with logprobs: the tokens behind text, else NULL */
     int n_tokens;
     bool logprobs;          /* emit a logprobs object (else null) */
     size_t text_offset;     /* completions: offset of text within the whole choice text */

@@ -26,7 +26,7 @@ typedef struct gen_choice {
     sched_req *r;
     int prompt;        /* index into g->prompts */
     bytebuf text;         /* non-streaming: the whole text so far (echo included) */
-    sched_token *tokens; /* non-streaming with logprobs */
+    engine_result *tokens; /* non-streaming with logprobs */
     int n_tokens, cap_tokens;
     size_t text_offset; /* bytes of this choice already emitted (logprobs text_offset) */
     sched_finish finish;
@@ -261,17 +261,27 @@ static int submit_all(gen *g, api_error *e)
     return 0;
 }
 
-static void push_tokens(gen_choice *c, const sched_token *t, int n)
+/* Keeps a non-streamed choice's tokens (for its logprobs): the first batch is adopted as it
+ * is, later ones are appended. */
+static void push_tokens(gen_choice *c, sched_output *o)
 {
+    if (!c->tokens) {
+        c->tokens = o->tokens;
+        c->n_tokens = c->cap_tokens = o->n_tokens;
+        o->tokens = NULL;
+        o->n_tokens = 0;
+        return;
+    }
+    int n = o->n_tokens;
     if (c->n_tokens + n > c->cap_tokens) {
         int cap = c->cap_tokens ? c->cap_tokens : 16;
         while (cap < c->n_tokens + n) cap *= 2;
-        sched_token *p = realloc(c->tokens, (size_t)cap * sizeof *p);
+        engine_result *p = realloc(c->tokens, (size_t)cap * sizeof *p);
         if (!p) return; /* logprobs then miss tokens; the text is unaffected */
         c->tokens = p;
         c->cap_tokens = cap;
     }
-    memcpy(c->tokens + c->n_tokens, t, (size_t)n * sizeof *t);
+    memcpy(c->tokens + c->n_tokens, o->tokens, (size_t)n * sizeof *o->tokens);
     c->n_tokens += n;
 }
 
@@ -329,8 +339,7 @@ void gen_summarize(const gen *g, gen_summary *out)
         for (int k = 0; k < 4; k++)
             if (rank[k] == f && k > worst) worst = k;
     }
-    static const char *const names[] = {"stop", "length", "cancelled", "error"};
-    out->finish = worst >= 0 ? names[worst] : NULL;
+    out->finish = worst >= 0 ? sched_finish_name(rank[worst]) : NULL;
 }
 
 /* ---- streaming ---------------------------------------------------------------------------- */
@@ -407,7 +416,7 @@ static void collect(gen *g)
             stream_output(g, i, &o);
         } else {
             bytebuf_append(&c->text, o.text ? o.text : "", o.text_len);
-            if (g->req.logprobs >= 0 && o.n_tokens) push_tokens(c, o.tokens, o.n_tokens);
+            if (g->req.logprobs >= 0 && o.n_tokens) push_tokens(c, &o);
         }
         record_finish(g, c, &o);
         sched_output_clear(&o);

@@ -1,4 +1,6 @@
-/* sched.c - the continuous-batching scheduler (see sched.h).
+/* sched.c - the continuous-batching scheduler proper (see sched.h): the waiting queue,
+ * admission into free slots, the plan of each step, the engine call, and the loop.  A
+ * request's hand-off and outbox are request.c; turning its tokens into text is output.c.
  *
  * Threads and ownership:
  *   - HTTP threads call sched_submit / sched_req_take / sched_req_cancel / sched_req_release.
@@ -32,59 +34,11 @@
 #endif
 
 #include "base/log.h"
-#include "stopstr.h"
-#include "base/bytebuf.h"
 #include "base/timing.h"
+#include "request.h"
+#include "stats.h"
 
-const double sched_hist_bounds_ms[SCHED_HIST_BUCKETS] = {
-    5, 10, 25, 50, 75, 100, 250, 500, 750, 1000, 2500, 5000, 7500, 10000,
-};
 
-static const char *const finish_names[] = {"none", "stop", "length", "cancelled", "error"};
-
-struct sched_req {
-    sched *s;
-    atomic_int refs;
-    atomic_bool cancelled;
-
-    /* What was asked (immutable after submit). */
-    int32_t *prompt;
-    int n_prompt;
-    int max_tokens;
-    sampling_params sp; /* bias arrays point into bias_ids/bias_vals below */
-    int32_t *bias_ids;
-    float *bias_vals;
-    bool ignore_eos;
-    bool want_logprobs;
-    char id[64];
-    sched_wake_fn wake;
-    void *wake_ctx;
-
-    /* Scheduler thread only. */
-    sched_req *next; /* waiting queue link */
-    int slot;        /* -1 while waiting */
-    int n_past;      /* tokens fed into the slot */
-    int n_generated;
-    int32_t last_token; /* sampled, not yet fed back */
-    bool has_pending;   /* last_token must be fed in the next step */
-    uint64_t admit_seq; /* FIFO order among admitted requests for prefill */
-    detok_stream detok;
-    stopstr stop;
-    uint64_t t_submit, t_first, t_last; /* uv_hrtime ns */
-
-    /* Outbox, guarded by mu. */
-    pthread_mutex_t mu;
-    bytebuf text;
-    sched_token *tokens;
-    int n_tokens, cap_tokens;
-    int completion_tokens; /* n_generated as published with the outbox */
-    sched_finish finish;
-    bool finish_taken;
-    char error[256];
-
-    pthread_mutex_t wake_mu;
-    bool released; /* guarded by wake_mu */
-};
 
 struct sched {
     engine *e;
@@ -121,108 +75,10 @@ struct sched {
     sched_req **prefill; /* plan_step scratch */
     int decode_rr;       /* round-robin start when decodes alone exceed the budget */
     uint64_t admit_counter;
-    char *piece; /* detokenizer output scratch */
-    int piece_cap;
-    bytebuf text; /* released completion text of the token being processed */
+    output_scratch scratch; /* the text pipeline's buffers, shared by every request */
 };
 
-/* ---- small helpers ------------------------------------------------------------------- */
-
-static double ms_between(uint64_t from_ns, uint64_t to_ns) { return (double)(to_ns - from_ns) / 1e6; }
-
-static void hist_observe(sched_hist *h, double ms)
-{
-    int b = 0;
-    while (b < SCHED_HIST_BUCKETS && ms > sched_hist_bounds_ms[b]) b++;
-    h->counts[b]++;
-    h->sum_ms += ms;
-    h->n++;
-}
-
-void sched_output_clear(sched_output *o)
-{
-    free(o->text);
-    free(o->tokens);
-    memset(o, 0, sizeof *o);
-}
-
-static void req_free(sched_req *r)
-{
-    stopstr_free(&r->stop);
-    bytebuf_free(&r->text);
-    free(r->tokens);
-    free(r->prompt);
-    free(r->bias_ids);
-    free(r->bias_vals);
-    pthread_mutex_destroy(&r->mu);
-    pthread_mutex_destroy(&r->wake_mu);
-    free(r);
-}
-
-static void req_unref(sched_req *r)
-{
-    if (atomic_fetch_sub(&r->refs, 1) == 1) req_free(r);
-}
-
-/* Tells the HTTP side that the outbox changed, unless it already let go of the request. */
-static void req_wake(sched_req *r)
-{
-    pthread_mutex_lock(&r->wake_mu);
-    if (!r->released && r->wake) r->wake(r->wake_ctx);
-    pthread_mutex_unlock(&r->wake_mu);
-}
-
 /* ---- submit side (HTTP threads) ---------------------------------------------------- */
-
-static sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, void *wake_ctx)
-{
-    sched_req *r = calloc(1, sizeof *r);
-    if (!r) return NULL;
-    r->prompt = malloc((size_t)p->n_prompt * sizeof *r->prompt);
-    int n_bias = p->sp.n_bias > 0 ? p->sp.n_bias : 0;
-    if (n_bias) {
-        r->bias_ids = malloc((size_t)n_bias * sizeof *r->bias_ids);
-        r->bias_vals = malloc((size_t)n_bias * sizeof *r->bias_vals);
-    }
-    bool ok = r->prompt && (!n_bias || (r->bias_ids && r->bias_vals)) &&
-              stopstr_init(&r->stop, p->stop, p->n_stop);
-    pthread_mutex_init(&r->mu, NULL);
-    /* Recursive: a wake callback that releases its request (same thread) must not deadlock;
-     * the scheduler still holds its own reference then, so r stays valid. */
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&r->wake_mu, &attr);
-    pthread_mutexattr_destroy(&attr);
-    if (!ok) {
-        req_free(r);
-        return NULL;
-    }
-    memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
-    r->s = s;
-    r->n_prompt = p->n_prompt;
-    r->max_tokens = p->max_tokens;
-    r->sp = p->sp;
-    r->sp.n_bias = n_bias;
-    if (n_bias) {
-        memcpy(r->bias_ids, p->sp.bias_ids, (size_t)n_bias * sizeof *r->bias_ids);
-        memcpy(r->bias_vals, p->sp.bias_vals, (size_t)n_bias * sizeof *r->bias_vals);
-    }
-    r->sp.bias_ids = r->bias_ids;
-    r->sp.bias_vals = r->bias_vals;
-    if (!p->want_logprobs) r->sp.n_top_logprobs = -1;
-    else if (r->sp.n_top_logprobs < 0) r->sp.n_top_logprobs = 0; /* the chosen token's logprob only */
-    else if (r->sp.n_top_logprobs > ENGINE_MAX_TOP_LOGPROBS) r->sp.n_top_logprobs = ENGINE_MAX_TOP_LOGPROBS;
-    r->ignore_eos = p->ignore_eos;
-    r->want_logprobs = p->want_logprobs;
-    r->wake = wake;
-    r->wake_ctx = wake_ctx;
-    r->slot = -1;
-    r->t_submit = uv_hrtime();
-    atomic_init(&r->refs, 2); /* the HTTP side's and the scheduler's */
-    atomic_init(&r->cancelled, false);
-    return r;
-}
 
 /* SCHED_OK, or why a new request is refused.  The bound counts running requests too, so a
  * burst arriving before the scheduler thread admitted anything still fills the free slots.
@@ -282,49 +138,10 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
     return SCHED_OK;
 }
 
-bool sched_req_take(sched_req *r, sched_output *out)
+void sched_note_cancel(sched *s)
 {
-    memset(out, 0, sizeof *out);
-    pthread_mutex_lock(&r->mu);
-    bool finish_new = r->finish != SCHED_FINISH_NONE && !r->finish_taken;
-    bool any = r->text.len > 0 || r->n_tokens > 0 || finish_new;
-    out->text = bytebuf_take(&r->text, &out->text_len);
-    out->tokens = r->tokens;
-    out->n_tokens = r->n_tokens;
-    r->tokens = NULL;
-    r->n_tokens = r->cap_tokens = 0;
-    if (finish_new) {
-        out->finish = r->finish;
-        r->finish_taken = true;
-        if (r->finish == SCHED_FINISH_ERROR) memcpy(out->error, r->error, sizeof out->error);
-    }
-    out->prompt_tokens = r->n_prompt;
-    out->completion_tokens = r->completion_tokens;
-    pthread_mutex_unlock(&r->mu);
-    return any;
-}
-
-/* Asks the scheduler to drop r at its next step.  The async send happens under r->mu while r
- * is unfinished: the scheduler cannot finish r, and so cannot have closed the loop, until we
- * let go of the lock (sched_destroy finishes every request before it closes the handles). */
-void sched_req_cancel(sched_req *r)
-{
-    pthread_mutex_lock(&r->mu);
-    if (r->finish == SCHED_FINISH_NONE && !atomic_exchange(&r->cancelled, true)) {
-        atomic_fetch_add(&r->s->n_cancels, 1);
-        uv_async_send(&r->s->async);
-    }
-    pthread_mutex_unlock(&r->mu);
-}
-
-void sched_req_release(sched_req *r)
-{
-    if (!r) return;
-    pthread_mutex_lock(&r->wake_mu);
-    r->released = true;
-    pthread_mutex_unlock(&r->wake_mu);
-    sched_req_cancel(r);
-    req_unref(r);
+    atomic_fetch_add(&s->n_cancels, 1);
+    uv_async_send(&s->async);
 }
 
 /* ---- the scheduler thread ------------------------------------------------------------ */
@@ -358,11 +175,7 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
     }
     /* Statistics first, then the finish, then n_active: whoever sees the finish (a client,
      * sched_drain) sees consistent statistics. */
-    pthread_mutex_lock(&r->mu);
-    r->completion_tokens = r->n_generated;
-    r->finish = why;
-    if (error) snprintf(r->error, sizeof r->error, "%s", error);
-    pthread_mutex_unlock(&r->mu);
+    req_outbox_finish(r, why, error);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
     pthread_cond_broadcast(&s->idle_cond);
@@ -370,86 +183,13 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
     req_wake(r);
 
     uint64_t now = uv_hrtime();
-    double ttft = r->t_first ? ms_between(r->t_submit, r->t_first) : -1.0;
+    double ttft = r->t_first ? stats_ms_between(r->t_submit, r->t_first) : -1.0;
     /* Debug only: the HTTP layer logs the one line per request (all choices together). */
     log_debug("request %s finished: %s, prompt %d tokens, completion %d tokens, ttft %.1f ms, "
               "total %.1f ms%s%s",
-              r->id, finish_names[why], r->n_prompt, r->n_generated, ttft,
-              ms_between(r->t_submit, now), error ? ": " : "", error ? error : "");
+              r->id, sched_finish_name(why), r->n_prompt, r->n_generated, ttft,
+              stats_ms_between(r->t_submit, now), error ? ": " : "", error ? error : "");
     req_unref(r);
-}
-
-/* Moves new text (and the token, when logprobs were asked for) into the outbox. */
-static bool outbox_append(sched_req *r, const bytebuf *piece, const sched_token *tok)
-{
-    bool ok = true;
-    pthread_mutex_lock(&r->mu);
-    r->completion_tokens = r->n_generated;
-    if (piece->len) ok = bytebuf_append(&r->text, piece->data, piece->len);
-    if (ok && tok) {
-        if (r->n_tokens == r->cap_tokens) {
-            int cap = r->cap_tokens ? 2 * r->cap_tokens : 16;
-            sched_token *t = realloc(r->tokens, (size_t)cap * sizeof *t);
-            if (t) {
-                r->tokens = t;
-                r->cap_tokens = cap;
-            }
-        }
-        if (r->n_tokens < r->cap_tokens) r->tokens[r->n_tokens++] = *tok;
-        else ok = false;
-    }
-    pthread_mutex_unlock(&r->mu);
-    return ok;
-}
-
-/* Makes room in the scratch buffer for the detokenized bytes of token id. */
-static bool piece_reserve(sched *s, int32_t id)
-{
-    size_t len = 0;
-    tokenizer_token_text(s->tok, id, &len);
-    /* The detokenizer may add its pending tail (< 8 bytes) and needs 16 spare bytes; a token's
-     * output bytes never exceed its stored text. */
-    int need = (int)len + 32;
-    if (need <= s->piece_cap) return true;
-    char *p = realloc(s->piece, (size_t)need);
-    if (!p) return false;
-    s->piece = p;
-    s->piece_cap = need;
-    return true;
-}
-
-/* The outbox record of a sampled token (top alternatives clamped to what fits). */
-static sched_token token_record(const engine_result *res)
-{
-    int n_top = res->n_top < 0 ? 0 : res->n_top;
-    if (n_top > ENGINE_MAX_TOP_LOGPROBS) n_top = ENGINE_MAX_TOP_LOGPROBS;
-    sched_token tok = {.id = res->token, .logprob = res->logprob, .n_top = n_top};
-    memcpy(tok.top_ids, res->top_ids, (size_t)n_top * sizeof *tok.top_ids);
-    memcpy(tok.top_logprobs, res->top_logprobs, (size_t)n_top * sizeof *tok.top_logprobs);
-    return tok;
-}
-
-/* Detokenizes id into the stop matcher; what the matcher releases lands in s->text.  Returns
- * STOP when a stop string completed, else NONE; *oom when memory ran out. */
-static sched_finish req_feed_text(sched *s, sched_req *r, int32_t id, bool *oom)
-{
-    if (!piece_reserve(s, id)) {
-        *oom = true;
-        return SCHED_FINISH_NONE;
-    }
-    int n = detok_feed(&r->detok, id, s->piece, s->piece_cap);
-    if (n > 0 && stopstr_feed(&r->stop, s->piece, (size_t)n, &s->text, oom)) return SCHED_FINISH_STOP;
-    return SCHED_FINISH_NONE;
-}
-
-/* The text ends without a stop string (so far): release the detokenizer's incomplete tail and
- * the matcher's held candidate, which may still complete a stop string right here. */
-static sched_finish req_end_text(sched *s, sched_req *r, sched_finish why, bool *oom)
-{
-    int n = detok_flush(&r->detok, s->piece, s->piece_cap);
-    if (n > 0 && stopstr_feed(&r->stop, s->piece, (size_t)n, &s->text, oom)) return SCHED_FINISH_STOP;
-    if (!*oom && !stopstr_flush(&r->stop, &s->text)) *oom = true;
-    return why;
 }
 
 /* Turns one sampled token into text and decides whether the request ends here. */
@@ -458,8 +198,8 @@ static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint6
     int32_t id = res->token;
     if (r->n_generated == 0) r->t_first = now;
     pthread_mutex_lock(&s->mu);
-    if (r->n_generated == 0) hist_observe(&s->stats.ttft, ms_between(r->t_submit, now));
-    else hist_observe(&s->stats.itl, ms_between(r->t_last, now));
+    if (r->n_generated == 0) stats_observe(&s->stats.ttft, stats_ms_between(r->t_submit, now));
+    else stats_observe(&s->stats.itl, stats_ms_between(r->t_last, now));
     s->stats.generated_tokens_total++;
     pthread_mutex_unlock(&s->mu);
     r->t_last = now;
@@ -470,16 +210,11 @@ static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint6
         return;
     }
     bool eog = !r->ignore_eos && tokenizer_is_eog(s->tok, id);
+    /* max_tokens, or no room left to feed id back */
+    bool at_length = r->n_generated >= r->max_tokens || r->n_past >= s->cfg.ctx_per_slot;
     bool oom = false;
-    s->text.len = 0;
-    /* An end-of-generation token ends the text; its own text is never emitted. */
-    sched_finish why = eog ? SCHED_FINISH_STOP : req_feed_text(s, r, id, &oom);
-    if (why == SCHED_FINISH_NONE && (r->n_generated >= r->max_tokens || r->n_past >= s->cfg.ctx_per_slot))
-        why = SCHED_FINISH_LENGTH; /* max_tokens, or no room left to feed id back */
-    if (!oom && (eog || why == SCHED_FINISH_LENGTH)) why = req_end_text(s, r, why, &oom);
-
-    sched_token tok = token_record(res);
-    if (!oom && !outbox_append(r, &s->text, r->want_logprobs && !eog ? &tok : NULL)) oom = true;
+    sched_finish why = output_token(&r->out, &s->scratch, s->tok, id, eog, at_length, &oom);
+    if (!oom && !req_outbox_append(r, &s->scratch.text, r->want_logprobs && !eog ? res : NULL)) oom = true;
     if (oom) why = SCHED_FINISH_ERROR;
     if (why != SCHED_FINISH_NONE) {
         req_finish(s, r, why, oom ? "out of memory while building the completion text" : NULL);
@@ -554,7 +289,7 @@ static void admit(sched *s)
         r->slot = i;
         r->n_past = 0;
         r->admit_seq = s->admit_counter++;
-        detok_init(&r->detok, s->tok, false);
+        output_start(&r->out, s->tok);
         s->slots[i] = r;
         pthread_mutex_lock(&s->mu);
         s->n_running++;
@@ -768,8 +503,7 @@ static void sched_free_memory(sched *s)
     free(s->results);
     free(s->seq_req);
     free(s->prefill);
-    free(s->piece);
-    bytebuf_free(&s->text);
+    output_scratch_free(&s->scratch);
     free(s);
 }
 

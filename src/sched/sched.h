@@ -49,6 +49,8 @@ typedef enum sched_finish {
     SCHED_FINISH_ERROR,    /* the engine failed this step (message in sched_output.error) */
 } sched_finish;
 
+const char *sched_finish_name(sched_finish f); /* "stop", "length", ... */
+
 #define SCHED_MAX_STOP 4
 
 /* What one choice asks for.  sched_submit copies everything it needs. */
@@ -60,23 +62,17 @@ typedef struct sched_params {
     const char *stop[SCHED_MAX_STOP];
     int n_stop;
     bool ignore_eos;
-    bool want_logprobs; /* fill sched_token logprob fields (sp.n_top_logprobs says how many) */
+    bool want_logprobs; /* publish each token's engine_result (sp.n_top_logprobs says how many alternatives) */
     const char *id; /* request id for logs */
 } sched_params;
 
-typedef struct sched_token {
-    int32_t id;
-    float logprob;
-    int n_top;
-    int32_t top_ids[ENGINE_MAX_TOP_LOGPROBS];
-    float top_logprobs[ENGINE_MAX_TOP_LOGPROBS];
-} sched_token;
 
 /* Everything that happened to a request since the last sched_req_take. */
 typedef struct sched_output {
     char *text; /* new completion text (valid UTF-8, never part of a stop string), malloc'd */
     size_t text_len;
-    sched_token *tokens; /* tokens sampled since the last take (when want_logprobs), malloc'd */
+    engine_result *tokens; /* tokens sampled since the last take (when want_logprobs), malloc'd;
+                            * n_top is within 0..ENGINE_MAX_TOP_LOGPROBS */
     int n_tokens;
     sched_finish finish; /* != NONE once: this is the last output of the request */
     int prompt_tokens;

@@ -75,8 +75,8 @@ static void test_completion_response(void **state)
 {
     (void)state;
     api_meta m = {.kind = API_COMPLETIONS, .id = "cmpl-1", .model = "tiny", .created = 1700000000};
-    sched_token toks[2] = {{.id = 3, .logprob = -0.5f, .n_top = 2, .top_ids = {3, 7}, .top_logprobs = {-0.5f, -1.5f}},
-                           {.id = 12, .logprob = -0.25f}};
+    engine_result toks[2] = {{.token = 3, .logprob = -0.5f, .n_top = 2, .top_ids = {3, 7}, .top_logprobs = {-0.5f, -1.5f}},
+                           {.token = 12, .logprob = -0.25f}};
     api_choice ch[2] = {
         {.index = 0, .text = "t3t12", .text_len = 5, .tokens = toks, .n_tokens = 2, .logprobs = true,
          .text_offset = 4, .finish_reason = "length"},
@@ -110,7 +110,7 @@ static void test_chat_response(void **state)
 {
     (void)state;
     api_meta m = {.kind = API_CHAT, .id = "chatcmpl-1", .model = "tiny", .created = 5};
-    sched_token tok = {.id = 7, .logprob = -0.1f, .n_top = 1, .top_ids = {7}, .top_logprobs = {-0.1f}};
+    engine_result tok = {.token = 7, .logprob = -0.1f, .n_top = 1, .top_ids = {7}, .top_logprobs = {-0.1f}};
     api_choice ch = {.index = 0, .text = "hi \"there\"\n", .text_len = 11, .tokens = &tok, .n_tokens = 1,
                      .logprobs = true, .finish_reason = "stop"};
     api_usage u = {2, 1};

@@ -347,7 +347,7 @@ static bool client_poll(client *c, sched_req *r)
         c->len += o.text_len;
         c->text[c->len] = 0;
         c->n_chunks += o.text_len > 0;
-        for (int i = 0; i < o.n_tokens && c->n_tokens < 256; i++) c->token_ids[c->n_tokens++] = o.tokens[i].id;
+        for (int i = 0; i < o.n_tokens && c->n_tokens < 256; i++) c->token_ids[c->n_tokens++] = o.tokens[i].token;
         bool done = o.finish != SCHED_FINISH_NONE;
         if (done) {
             assert_int_equal(c->finish, SCHED_FINISH_NONE); /* the finish comes exactly once */

@@ -1,0 +1,79 @@
+/* request.h - one choice as the scheduler holds it, and its outbox: the hand-off between the
+ * scheduler thread (which fills the outbox and wakes the HTTP side) and the HTTP threads
+ * (which take from it, cancel and release).  Internal to src/sched.
+ *
+ * A request has two references, the HTTP side's and the scheduler's, dropped by
+ * sched_req_release and by req_unref when the request finishes; the last one frees it.
+ * r->mu guards the outbox; r->wake_mu makes "never wake after release" hold. */
+#ifndef INFERD_SCHED_REQUEST_H
+#define INFERD_SCHED_REQUEST_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/bytebuf.h"
+#include "output.h"
+#include "sched.h"
+
+struct sched_req {
+    sched *s;
+    atomic_int refs;
+    atomic_bool cancelled;
+
+    /* What was asked (immutable after submit). */
+    int32_t *prompt;
+    int n_prompt;
+    int max_tokens;
+    sampling_params sp; /* bias arrays point into bias_ids/bias_vals below */
+    int32_t *bias_ids;
+    float *bias_vals;
+    bool ignore_eos;
+    bool want_logprobs;
+    char id[64];
+    sched_wake_fn wake;
+    void *wake_ctx;
+
+    /* Scheduler thread only. */
+    sched_req *next; /* waiting queue link */
+    int slot;        /* -1 while waiting */
+    int n_past;      /* tokens fed into the slot */
+    int n_generated;
+    int32_t last_token; /* sampled, not yet fed back */
+    bool has_pending;   /* last_token must be fed in the next step */
+    uint64_t admit_seq; /* FIFO order among admitted requests for prefill */
+    output out;         /* the text pipeline */
+    uint64_t t_submit, t_first, t_last; /* uv_hrtime ns */
+
+    /* Outbox, guarded by mu. */
+    pthread_mutex_t mu;
+    bytebuf text;
+    engine_result *tokens;
+    int n_tokens, cap_tokens;
+    int completion_tokens; /* n_generated as published with the outbox */
+    sched_finish finish;
+    bool finish_taken;
+    char error[256];
+
+    pthread_mutex_t wake_mu;
+    bool released; /* guarded by wake_mu */
+};
+
+/* A new request for s (two references), copying what p points to; NULL when memory ran out
+ * or the stop strings are unusable. */
+sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, void *wake_ctx);
+void req_free(sched_req *r); /* a request that was never handed out */
+void req_unref(sched_req *r);
+/* Tells the HTTP side that the outbox changed, unless it already let go of the request. */
+void req_wake(sched_req *r);
+/* Moves text (and the token, when logprobs were asked for) into the outbox; false when memory
+ * ran out. */
+bool req_outbox_append(sched_req *r, const bytebuf *text, const engine_result *tok);
+/* Publishes the finish (and the error message of SCHED_FINISH_ERROR) in the outbox. */
+void req_outbox_finish(sched_req *r, sched_finish why, const char *error);
+
+/* Implemented by sched.c: a request was cancelled, drop it at the next step. */
+void sched_note_cancel(sched *s);
+
+#endif

@@ -118,30 +118,6 @@ static char *prompt_text(const gen_opts *o, const model *m, const tokenizer *t, 
     return text;
 }
 
-/* Tokenize into a malloc'd array; count in *n (-1 on failure). */
-static int32_t *tokenize(const tokenizer *t, const char *text, bool add_bos, bool special, int *n)
-{
-    size_t len = strlen(text);
-    int cap = (int)(len < 1 << 26 ? len : 1 << 26) + 8;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    *n = ids ? tokenizer_encode(t, text, len, add_bos, special, ids, cap) : -1;
-    if (*n > cap) { /* cannot happen for byte-level vocabularies; handle it anyway */
-        int32_t *more = realloc(ids, (size_t)*n * sizeof *ids);
-        if (!more) {
-            free(ids);
-            *n = -1;
-            return NULL;
-        }
-        ids = more;
-        *n = tokenizer_encode(t, text, len, add_bos, special, ids, *n);
-    }
-    if (*n < 0) {
-        free(ids);
-        return NULL;
-    }
-    return ids;
-}
-
 /* Prints the text of id (streamed); false when out of memory. */
 static bool emit(detok_stream *ds, int32_t id, char **buf, int *cap)
 {
@@ -236,7 +212,7 @@ int cli_generate(int argc, char **argv)
     bool add_bos;
     int n_prompt;
     if (!(text = prompt_text(&o, m, t, &add_bos))) goto out;
-    if (!(ids = tokenize(t, text, add_bos, o.chat, &n_prompt)) || n_prompt == 0) {
+    if ((n_prompt = tokenizer_encode_alloc(t, text, strlen(text), add_bos, o.chat, &ids)) <= 0) {
         fprintf(stderr, "inferd generate: the prompt gives no tokens\n");
         goto out;
     }

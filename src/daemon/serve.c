@@ -211,7 +211,11 @@ static int load(serve_state *st, const inferd_opts *o)
     }
     if (pick_template(o, st->m, &st->tmpl) != 0) return -1;
     snprintf(st->alias, sizeof st->alias, "%s", o->model_alias[0] ? o->model_alias : basename_of(o->model));
-    server_model sm = {.m = st->m, .tok = st->tok, .s = st->s, .tmpl = st->tmpl, .alias = st->alias,
+    const model_hparams *hp = &st->m->hp;
+    server_model sm = {.card = {.arch = model_arch_name(hp->arch), .n_vocab = hp->n_vocab,
+                                .n_ctx_train = hp->n_ctx_train, .n_embd = hp->n_embd,
+                                .weight_bytes = st->m->weight_bytes},
+                       .tok = st->tok, .s = st->s, .tmpl = st->tmpl, .alias = st->alias,
                        .ctx_per_slot = st->ctx};
     server_set_ready(st->sv, &sm);
     return 0;

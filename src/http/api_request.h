@@ -11,7 +11,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
 #include "text/chat.h"
 #include "sched/sched.h"
 

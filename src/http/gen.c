@@ -93,41 +93,6 @@ static api_vocab vocab_of(const gen *g)
 
 /* ---- prompt building -------------------------------------------------------------------- */
 
-/* Tokenize text into a malloc'd array; returns the count or -1. */
-static int tokenize(const tokenizer *tok, const char *text, size_t len, bool add_bos, int32_t **out)
-{
-    int cap = (int)(len < 1 << 28 ? len : 1 << 28) + 8;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    int n = ids ? tokenizer_encode(tok, text, len, add_bos, true, ids, cap) : -1;
-    if (n > cap) { /* never for SPM/BPE (a token covers >= 1 byte), but the API allows it */
-        free(ids);
-        cap = n;
-        ids = malloc((size_t)cap * sizeof *ids);
-        n = ids ? tokenizer_encode(tok, text, len, add_bos, true, ids, cap) : -1;
-    }
-    if (n < 0) {
-        free(ids);
-        return -1;
-    }
-    *out = ids;
-    return n;
-}
-
-static char *decode_ids(const tokenizer *tok, const int32_t *ids, int n, size_t *len)
-{
-    size_t cap = (size_t)n * 16 + 16;
-    char *text = malloc(cap);
-    if (!text) return NULL;
-    *len = tokenizer_decode(tok, ids, n, text, cap);
-    if (*len >= cap) {
-        free(text);
-        cap = *len + 1;
-        if (!(text = malloc(cap))) return NULL;
-        *len = tokenizer_decode(tok, ids, n, text, cap);
-    }
-    return text;
-}
-
 static int build_completion_prompts(gen *g, api_error *e)
 {
     const tokenizer *tok = g->sv->sm.tok;
@@ -137,7 +102,7 @@ static int build_completion_prompts(gen *g, api_error *e)
         api_prompt *ap = &g->req.prompts[i];
         gen_prompt *gp = &g->prompts[i];
         if (ap->text) {
-            gp->n_ids = tokenize(tok, ap->text, ap->text_len, tokenizer_add_bos(tok), &gp->ids);
+            gp->n_ids = tokenizer_encode_alloc(tok, ap->text, ap->text_len, tokenizer_add_bos(tok), true, &gp->ids);
             if (gp->n_ids < 0) goto oom;
         } else { /* token ids are used as given */
             gp->ids = ap->ids;
@@ -150,7 +115,7 @@ static int build_completion_prompts(gen *g, api_error *e)
             return -1;
         }
         if (g->req.echo) {
-            gp->echo = ap->text ? strdup(ap->text) : decode_ids(tok, gp->ids, gp->n_ids, &gp->echo_len);
+            gp->echo = ap->text ? strdup(ap->text) : tokenizer_decode_alloc(tok, gp->ids, gp->n_ids, &gp->echo_len);
             if (!gp->echo) goto oom;
             if (ap->text) gp->echo_len = ap->text_len;
         }
@@ -175,7 +140,7 @@ static int build_chat_prompt(gen *g, api_error *e)
     g->n_prompts = 1;
     g->prompts = calloc(1, sizeof *g->prompts);
     bool add_bos = tokenizer_add_bos(sv->sm.tok) && !chat_template_has_bos(sv->sm.tmpl);
-    int n = g->prompts ? tokenize(sv->sm.tok, text, strlen(text), add_bos, &g->prompts[0].ids) : -1;
+    int n = g->prompts ? tokenizer_encode_alloc(sv->sm.tok, text, strlen(text), add_bos, true, &g->prompts[0].ids) : -1;
     free(text);
     if (n <= 0) {
         api_error_set(e, 500, "server_error", NULL, NULL, "tokenizing the chat prompt failed");

@@ -1,5 +1,6 @@
-/* http_int.h - state shared by server.c (connections, routes, plain endpoints) and gen.c (the
- * generation endpoints).  Not a public interface. */
+/* http_int.h - the server's state, shared by server.c (connections, routes, plain endpoints)
+ * and gen.c (the generation endpoints, which server.c calls and which list themselves in the
+ * server for shutdown).  Not a public interface; replies are reply.h. */
 #ifndef INFERD_HTTP_INT_H
 #define INFERD_HTTP_INT_H
 
@@ -9,7 +10,7 @@
 
 #include "api_request.h"
 #include "metrics.h"
-#include "base/bytebuf.h"
+#include "reply.h"
 #include "server.h"
 
 enum { SERVER_LOADING = 0, SERVER_READY = 1, SERVER_DRAINING = 2 };
@@ -34,30 +35,6 @@ struct server {
     gen *gens;
     int n_gens;
 };
-
-typedef struct route route;
-
-/* One HTTP request (MHD's per-request context). */
-typedef struct http_req {
-    server *sv;
-    struct MHD_Connection *conn;
-    const route *rt;
-    const char *method;
-    char path[128]; /* for the access log */
-    double t_start;
-    bytebuf body;
-    bool too_large;
-    bool have_err; /* an error decided before the body was read; sent once it is */
-    api_error err;
-    int status;    /* of the queued response (metrics, access log) */
-    char error[160]; /* message of an error response, for the access log ("" = none) */
-    gen *g;        /* completions / chat in progress */
-} http_req;
-
-/* Queue a response with body json (takes ownership; NULL -> 500). */
-enum MHD_Result http_reply_json(http_req *hr, int status, char *json);
-enum MHD_Result http_reply_error(http_req *hr, const api_error *e);
-
 
 /* gen.c */
 /* What the per-request log line says about a generation. */

@@ -26,50 +26,6 @@ struct route {
     bool needs_model;
 };
 
-/* ---- replies --------------------------------------------------------------------------- */
-
-static enum MHD_Result queue(http_req *hr, int status, const char *ctype, char *body, size_t len)
-{
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (status == 405 && hr->rt) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, hr->rt->method);
-    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    hr->status = status;
-    enum MHD_Result r = MHD_queue_response(hr->conn, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    return r;
-}
-
-enum MHD_Result http_reply_json(http_req *hr, int status, char *json)
-{
-    if (!json) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                                  "\"param\":null,\"code\":null}}";
-        json = strdup(oom);
-        status = 500;
-        if (!json) return MHD_NO;
-    }
-    return queue(hr, status, "application/json", json, strlen(json));
-}
-
-enum MHD_Result http_reply_error(http_req *hr, const api_error *e)
-{
-    snprintf(hr->error, sizeof hr->error, "%.*s", (int)sizeof hr->error - 1, e->message);
-    return http_reply_json(hr, e->status, api_error_json(e));
-}
-
-static enum MHD_Result reply_cjson(http_req *hr, int status, cJSON *root)
-{
-    char *s = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    return http_reply_json(hr, status, s);
-}
-
 /* ---- plain endpoints ------------------------------------------------------------------- */
 
 static enum MHD_Result on_health(http_req *hr)
@@ -98,7 +54,7 @@ static enum MHD_Result on_metrics(http_req *hr)
     size_t len = out.len;
     char *body = bytebuf_take(&out, NULL);
     if (!body) return http_reply_json(hr, 500, NULL);
-    return queue(hr, 200, "text/plain; version=0.0.4; charset=utf-8", body, len);
+    return http_reply(hr, 200, "text/plain; version=0.0.4; charset=utf-8", body, len);
 }
 
 static cJSON *model_object(const server *sv)
@@ -109,13 +65,13 @@ static cJSON *model_object(const server *sv)
     cJSON_AddNumberToObject(o, "created", (double)sv->started);
     cJSON_AddStringToObject(o, "owned_by", "inferd");
     cJSON *meta = cJSON_AddObjectToObject(o, "meta");
-    const model_hparams *hp = &sv->sm.m->hp;
-    cJSON_AddStringToObject(meta, "arch", model_arch_name(hp->arch));
-    cJSON_AddNumberToObject(meta, "n_vocab", hp->n_vocab);
-    cJSON_AddNumberToObject(meta, "n_ctx_train", hp->n_ctx_train);
+    const server_model_card *card = &sv->sm.card;
+    cJSON_AddStringToObject(meta, "arch", card->arch);
+    cJSON_AddNumberToObject(meta, "n_vocab", card->n_vocab);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", card->n_ctx_train);
     cJSON_AddNumberToObject(meta, "n_ctx_slot", sv->sm.ctx_per_slot);
-    cJSON_AddNumberToObject(meta, "n_embd", hp->n_embd);
-    cJSON_AddNumberToObject(meta, "size", (double)sv->sm.m->weight_bytes);
+    cJSON_AddNumberToObject(meta, "n_embd", card->n_embd);
+    cJSON_AddNumberToObject(meta, "size", (double)card->weight_bytes);
     cJSON_AddStringToObject(meta, "chat_template", chat_template_name(sv->sm.tmpl));
     return o;
 }
@@ -126,7 +82,7 @@ static enum MHD_Result on_models(http_req *hr)
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
     cJSON_AddItemToArray(data, model_object(hr->sv));
-    return reply_cjson(hr, 200, root);
+    return http_reply_cjson(hr, 200, root);
 }
 
 static enum MHD_Result on_model(http_req *hr)
@@ -138,7 +94,7 @@ static enum MHD_Result on_model(http_req *hr)
                       "The model '%.100s' does not exist", id);
         return http_reply_error(hr, &e);
     }
-    return reply_cjson(hr, 200, model_object(hr->sv));
+    return http_reply_cjson(hr, 200, model_object(hr->sv));
 }
 
 /* Parse the body as a JSON object or fill e. */
@@ -178,11 +134,10 @@ static enum MHD_Result on_tokenize(http_req *hr)
     size_t len = strlen(content->valuestring);
     bool add_bos = opt_bool(root, "add_special", false) && tokenizer_add_bos(tok);
     bool parse_special = opt_bool(root, "parse_special", true), pieces = opt_bool(root, "with_pieces", false);
-    int cap = (int)len + 8;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    int n = ids ? tokenizer_encode(tok, content->valuestring, len, add_bos, parse_special, ids, cap) : -1;
+    int32_t *ids = NULL;
+    int n = tokenizer_encode_alloc(tok, content->valuestring, len, add_bos, parse_special, &ids);
     cJSON *out = NULL;
-    if (n >= 0 && n <= cap) {
+    if (n >= 0) {
         out = cJSON_CreateObject();
         cJSON *arr = cJSON_AddArrayToObject(out, "tokens");
         for (int i = 0; i < n; i++) {
@@ -206,7 +161,7 @@ static enum MHD_Result on_tokenize(http_req *hr)
         api_error_set(&e, 500, "server_error", NULL, NULL, "tokenization failed");
         return http_reply_error(hr, &e);
     }
-    return reply_cjson(hr, 200, out);
+    return http_reply_cjson(hr, 200, out);
 }
 
 /* POST /detokenize {"tokens": [id...]} -> {"content": text} */
@@ -237,22 +192,15 @@ static enum MHD_Result on_detokenize(http_req *hr)
                       "Invalid 'tokens': expected an array of token ids in [0, %d).", tokenizer_n_vocab(tok));
         return http_reply_error(hr, &e);
     }
-    size_t cap = (size_t)n * 16 + 16;
-    char *text = malloc(cap);
-    size_t len = text ? tokenizer_decode(tok, ids, n, text, cap) : 0;
-    if (text && len >= cap) { /* rare: long pieces; retry with the exact size */
-        free(text);
-        cap = len + 1;
-        text = malloc(cap);
-        len = text ? tokenizer_decode(tok, ids, n, text, cap) : 0;
-    }
+    size_t len = 0;
+    char *text = tokenizer_decode_alloc(tok, ids, n, &len);
     free(ids);
     char *clean = text ? api_utf8_sanitize(text, len, NULL) : NULL;
     free(text);
     cJSON *out = cJSON_CreateObject();
     cJSON_AddStringToObject(out, "content", clean ? clean : "");
     free(clean);
-    return reply_cjson(hr, 200, out);
+    return http_reply_cjson(hr, 200, out);
 }
 
 static enum MHD_Result on_completions(http_req *hr) { return gen_start(hr, API_COMPLETIONS); }
@@ -305,6 +253,7 @@ static bool gate(http_req *hr, const char *url, const char *method)
     server *sv = hr->sv;
     api_error *e = &hr->err;
     hr->rt = find_route(sv, url);
+    hr->route_method = hr->rt ? hr->rt->method : NULL;
     if (!hr->rt) {
         api_error_set(e, 404, "invalid_request_error", NULL, "unknown_url",
                       "Unknown request URL: %.8s %.100s. Please check the URL for typos.", method, url);

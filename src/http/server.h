@@ -12,7 +12,6 @@
 #include <stddef.h>
 
 #include "text/chat.h"
-#include "model/model.h"
 #include "text/tokenizer.h"
 #include "sched/sched.h"
 
@@ -27,9 +26,16 @@ typedef struct server_config {
     bool metrics;
 } server_config;
 
+/* What /v1/models says about the model (filled by whoever loaded it). */
+typedef struct server_model_card {
+    const char *arch; /* "llama", "qwen2", ... */
+    int n_vocab, n_ctx_train, n_embd;
+    size_t weight_bytes;
+} server_model_card;
+
 /* What the API serves once loaded.  Everything must outlive the server. */
 typedef struct server_model {
-    const model *m;
+    server_model_card card;
     const tokenizer *tok;
     sched *s;
     chat_template_kind tmpl;

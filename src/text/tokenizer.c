@@ -1406,6 +1406,47 @@ size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, int n, char *buf
     return k.n;
 }
 
+int tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                           bool parse_special, int32_t **out)
+{
+    *out = NULL;
+    /* A token covers at least one byte (plus BOS), so len + 8 fits SPM and BPE alike; the
+     * second pass is for a vocabulary that would break that. */
+    int cap = (int)(len < (size_t)1 << 28 ? len : (size_t)1 << 28) + 8;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int n = ids ? tokenizer_encode(t, text, len, add_bos, parse_special, ids, cap) : -1;
+    if (n > cap) {
+        int32_t *more = realloc(ids, (size_t)n * sizeof *ids);
+        if (!more) {
+            free(ids);
+            return -1;
+        }
+        ids = more;
+        n = tokenizer_encode(t, text, len, add_bos, parse_special, ids, n);
+    }
+    if (n < 0) {
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    return n;
+}
+
+char *tokenizer_decode_alloc(const tokenizer *t, const int32_t *ids, int n, size_t *len)
+{
+    size_t cap = (size_t)(n > 0 ? n : 0) * 16 + 16; /* most pieces are short: one pass */
+    char *text = malloc(cap);
+    if (!text) return NULL;
+    *len = tokenizer_decode(t, ids, n, text, cap);
+    if (*len >= cap) {
+        free(text);
+        cap = *len + 1;
+        if (!(text = malloc(cap))) return NULL;
+        *len = tokenizer_decode(t, ids, n, text, cap);
+    }
+    return text;
+}
+
 /* ---- streaming detokenizer ---------------------------------------------------------------- */
 
 void detok_init(detok_stream *s, const tokenizer *t, bool first_is_start_of_text)

@@ -52,6 +52,13 @@ int tokenizer_token_bytes(const tokenizer *t, int32_t id, bool render_special, c
  * SPM: the leading space of the first token is dropped when skip_leading_space. */
 size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, int n, char *buf, size_t cap);
 
+/* The same two into memory of their own: tokenizer_encode_alloc returns the count and a
+ * malloc'd array in *out (NULL for none), or -1; tokenizer_decode_alloc a malloc'd
+ * NUL-terminated text and its length in *len, or NULL when memory ran out. */
+int tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                           bool parse_special, int32_t **out);
+char *tokenizer_decode_alloc(const tokenizer *t, const int32_t *ids, int n, size_t *len);
+
 /* Streaming detokenizer: feed ids one by one; it returns only complete UTF-8 characters and
  * holds back an incomplete trailing sequence until later bytes complete it (or flush). */
 typedef struct detok_stream {

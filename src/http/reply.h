@@ -1,0 +1,45 @@
+/* reply.h - one HTTP request as the handlers see it (MHD's per-request context), and the ways
+ * to answer it: a body of any type, JSON, an OpenAI-shaped error.  Each records the status
+ * (and an error's message) for the access log and the metrics. */
+#ifndef INFERD_HTTP_REPLY_H
+#define INFERD_HTTP_REPLY_H
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "api_request.h"
+#include "base/bytebuf.h"
+
+typedef struct server server;
+typedef struct route route;
+typedef struct gen gen;
+
+/* One HTTP request (MHD's per-request context). */
+typedef struct http_req {
+    server *sv;
+    struct MHD_Connection *conn;
+    const route *rt;          /* the route the path matched (server.c's), NULL before */
+    const char *route_method; /* its method, for a 405's Allow header */
+    const char *method;
+    char path[128]; /* for the access log */
+    double t_start;
+    bytebuf body;
+    bool too_large;
+    bool have_err; /* an error decided before the body was read; sent once it is */
+    api_error err;
+    int status;    /* of the queued response (metrics, access log) */
+    char error[160]; /* message of an error response, for the access log ("" = none) */
+    gen *g;        /* completions / chat in progress */
+} http_req;
+
+/* Queues body (malloc'd; ownership passes) with its content type. */
+enum MHD_Result http_reply(http_req *hr, int status, const char *ctype, char *body, size_t len);
+/* Queues JSON (ownership passes; NULL -> a 500 "out of memory"). */
+enum MHD_Result http_reply_json(http_req *hr, int status, char *json);
+/* Queues root printed (and deletes it). */
+enum MHD_Result http_reply_cjson(http_req *hr, int status, cJSON *root);
+enum MHD_Result http_reply_error(http_req *hr, const api_error *e);
+
+#endif

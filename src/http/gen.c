@@ -143,7 +143,8 @@ static int build_completion_prompts(gen *g, api_error *e)
         api_prompt *ap = &g->req.prompts[i];
         gen_prompt *gp = &g->prompts[i];
         if (ap->text) {
-            gp->n_ids = tokenize(tok, ap->text, ap->text_len, tokenizer_add_bos(tok), &gp->ids);
+            gp->n_ids = tokenize(tok, ap->text, ap->text_len,
+                                 tokenizer_prompt_bos(tok, ap->text, ap->text_len), &gp->ids);
             if (gp->n_ids < 0) goto oom;
         } else { /* token ids are used as given */
             gp->ids = ap->ids;
@@ -180,7 +181,7 @@ static int build_chat_prompt(gen *g, api_error *e)
     }
     g->n_prompts = 1;
     g->prompts = calloc(1, sizeof *g->prompts);
-    bool add_bos = tokenizer_add_bos(sv->sm.tok) && !chat_template_has_bos(sv->sm.tmpl);
+    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, strlen(text)); /* unless rendered */
     int n = g->prompts ? tokenize(sv->sm.tok, text, strlen(text), add_bos, &g->prompts[0].ids) : -1;
     free(text);
     if (n <= 0) {

@@ -182,13 +182,19 @@ static enum MHD_Result on_tokenize(http_req *hr)
     }
     const tokenizer *tok = hr->sv->sm.tok;
     size_t len = strlen(content->valuestring);
-    bool add_bos = opt_bool(root, "add_special", false) && tokenizer_add_bos(tok);
+    /* add_special as Hugging Face's encode and llama.cpp mean it: BOS and EOS where the
+     * vocabulary adds them, even when the text already writes one (this endpoint shows what a
+     * text encodes to; the completion endpoints are the ones that avoid a doubled BOS). */
+    bool add_special = opt_bool(root, "add_special", false);
+    bool add_bos = add_special && tokenizer_add_bos(tok), add_eos = add_special && tokenizer_add_eos(tok);
     bool parse_special = opt_bool(root, "parse_special", true), pieces = opt_bool(root, "with_pieces", false);
-    int cap = (int)len + 8;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    int n = ids ? tokenizer_encode(tok, content->valuestring, len, add_bos, parse_special, ids, cap) : -1;
+    int n = tokenizer_encode(tok, content->valuestring, len, add_bos, parse_special, NULL, 0);
+    int cap = n >= 0 ? n + 1 : 0; /* NFC can make a text longer than its bytes: ask first */
+    int32_t *ids = n >= 0 ? malloc((size_t)cap * sizeof *ids) : NULL;
+    if (ids && tokenizer_encode(tok, content->valuestring, len, add_bos, parse_special, ids, cap) != n) n = -1;
+    if (ids && n >= 0 && add_eos) ids[n++] = tokenizer_eos(tok);
     cJSON *out = NULL;
-    if (n >= 0 && n <= cap) {
+    if (ids && n >= 0) {
         out = cJSON_CreateObject();
         cJSON *arr = cJSON_AddArrayToObject(out, "tokens");
         for (int i = 0; i < n; i++) {

@@ -1016,10 +1016,8 @@ static size_t match_llama3_like(const cptext *c, size_t i, size_t end, size_t ma
         return run_of(c, i, end, letters);
     if (!(f & (L_ | N_)) && !is_crlf(c->cp[i]) && i + 1 < end && (c->fl[i + 1] & letters))
         return 1 + run_of(c, i + 1, end, letters);
-    if (f & N_) {
-        n = run_of(c, i, end, N_);
-        return n < max_digits ? n : max_digits;
-    }
+    if (f & N_) /* bounded: measuring the whole run at every 3rd digit would be quadratic */
+        return run_of(c, i, i + max_digits < end ? i + max_digits : end, N_);
     size_t j = i + (c->cp[i] == ' ' && i + 1 < end && is_other(c->fl[i + 1], letters));
     if (is_other(c->fl[j], letters)) {
         j += run_of_other(c, j, end, letters);

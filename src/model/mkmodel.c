@@ -77,23 +77,24 @@ void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
     cfg->head_dim = 0;
 }
 
+static const struct preset {
+    const char *name;
+    mkmodel_config c;
+} presets[] = {
+    {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
+              false, MKMODEL_F32, 1, 0}},
+    {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
+               1e-5f, false, MKMODEL_Q8_0, 1, 0}},
+    {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
+                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0}},
+    {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
+                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0}},
+    {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
+                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0}},
+};
+
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
 {
-    static const struct preset {
-        const char *name;
-        mkmodel_config c;
-    } presets[] = {
-        {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
-                  false, MKMODEL_F32, 1, 0}},
-        {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
-                   1e-5f, false, MKMODEL_Q8_0, 1, 0}},
-        {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
-                          151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0}},
-        {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
-                          131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0}},
-        {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
-                        151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0}},
-    };
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         if (strcmp(name, presets[i].name) == 0) {
             *cfg = presets[i].c;
@@ -101,6 +102,11 @@ bool mkmodel_preset(const char *name, mkmodel_config *cfg)
         }
     }
     return false;
+}
+
+const char *mkmodel_preset_name(int i)
+{
+    return i >= 0 && (size_t)i < sizeof presets / sizeof presets[0] ? presets[i].name : NULL;
 }
 
 /* ---- tensor types ----------------------------------------------------------------------- */
@@ -337,7 +343,7 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
 
 /* ---- tokenizer -------------------------------------------------------------------------- */
 typedef struct family {
-    const char *pre;
+    const char *pre; /* llama.cpp's name for the pre-tokenizer, so that other tools load the file */
     const char *specials[5];
     int n_specials;
     int bos, eos, eot, pad; /* indices into specials */
@@ -346,7 +352,7 @@ typedef struct family {
 } family;
 
 static const family qwen_family = {
-    "gpt2",
+    "qwen2",
     {"<|endoftext|>", "<|im_start|>", "<|im_end|>"},
     3, 0, 2, 2, 0, false,
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -588,6 +594,14 @@ static int add_vector(gguf_writer *w, const tensor_spec *s, uint64_t seed, uint6
     return 0;
 }
 
+int mkmodel_write_metadata(gguf_writer *w, const mkmodel_config *cfg, const char *corpus,
+                           size_t corpus_len, char *err, size_t errlen)
+{
+    if (validate(cfg, err, errlen) != 0) return -1;
+    write_hparams(w, cfg);
+    return write_tokenizer(w, cfg, corpus, corpus_len, err, errlen);
+}
+
 int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_len,
                   const char *path, char *err, size_t errlen)
 {
@@ -611,8 +625,7 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     for (int i = 0; i < n; i++) n_params += specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1);
     bool reuse = cfg->reuse_rows > 0 || (cfg->reuse_rows == 0 && n_params > LARGE_MODEL_PARAMS);
 
-    write_hparams(w, cfg);
-    if (write_tokenizer(w, cfg, corpus, corpus_len, err, errlen) != 0) goto out;
+    if (mkmodel_write_metadata(w, cfg, corpus, corpus_len, err, errlen) != 0) goto out;
     for (int i = 0; i < n; i++) {
         const tensor_spec *s = &specs[i];
         if (s->ne1 == 0) {

@@ -43,6 +43,10 @@ typedef struct mkmodel_config {
     /* Rows of big matrices are tiled from a small pool of random rows (see mkmodel.c);
      * 0 = decide by size. */
     int reuse_rows;
+    /* A GGUF whose tokenizer.* metadata (a real vocabulary and chat template) is copied instead
+     * of learning a tokenizer; n_vocab must be its token count (mkmodel_vocab_size).  NULL:
+     * learn one from the corpus. */
+    const char *vocab;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b".
@@ -67,6 +71,8 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
  * none, so the result is never empty.  Caller frees. */
 char *mkmodel_corpus(const char *root, size_t max_bytes, size_t *len);
 
+/* The token count of the vocabulary in the GGUF at path, or -1 with err. */
+int mkmodel_vocab_size(const char *path, char *err, size_t errlen);
 /* Only the metadata mkmodel_write puts in a file (hyper-parameters, tokenizer, chat
  * template), set on w: for checking what a preset writes without its weights.  0, or -1. */
 int mkmodel_write_metadata(gguf_writer *w, const mkmodel_config *cfg, const char *corpus,

@@ -617,23 +617,24 @@ bool tokenizer_normalizes_nfc(const tokenizer *t) { return t->nfc; }
 size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap)
 {
     const char *pre = t->pre_info ? t->pre_info->name : NULL;
-    char why_bos[96];
-    if (t->add_bos_from_key)
-        snprintf(why_bos, sizeof why_bos, "tokenizer.ggml.add_bos_token");
-    else if (t->bos < 0)
-        snprintf(why_bos, sizeof why_bos, "the vocabulary has no BOS token");
-    else
-        snprintf(why_bos, sizeof why_bos, "no tokenizer.ggml.add_bos_token: default for %s%s%s",
-                 pre ? "pre-tokenizer '" : "SPM", pre ? pre : "", pre ? "'" : "");
-    size_t len = 0;
-    const char *bos = t->bos >= 0 ? tokenizer_token_text(t, t->bos, &len) : "";
-    int n = snprintf(buf, cap,
-                     "%s, %d tokens%s%s%s; BOS %.*s %s to text prompts (%s); EOS %s (%s); "
-                     "NFC normalization %s",
-                     t->kind == TOK_SPM ? "SPM" : "byte-level BPE", (int)t->n_vocab,
-                     pre ? ", pre-tokenizer '" : "", pre ? pre : "", pre ? "'" : "",
-                     t->bos >= 0 ? (int)(len > 40 ? 40 : len) : 4, t->bos >= 0 ? bos : "none",
-                     t->add_bos ? "added" : "not added", why_bos,
+    char kind[96], bos[160];
+    snprintf(kind, sizeof kind, "%s, %d tokens%s%s%s", t->kind == TOK_SPM ? "SPM" : "byte-level BPE",
+             (int)t->n_vocab, pre ? ", pre-tokenizer '" : "", pre ? pre : "", pre ? "'" : "");
+    if (t->bos < 0) {
+        snprintf(bos, sizeof bos, "no BOS token");
+    } else {
+        size_t len = 0;
+        const char *text = tokenizer_token_text(t, t->bos, &len);
+        char why[96];
+        if (t->add_bos_from_key)
+            snprintf(why, sizeof why, "tokenizer.ggml.add_bos_token");
+        else
+            snprintf(why, sizeof why, "no tokenizer.ggml.add_bos_token: default for %s%s%s",
+                     pre ? "pre-tokenizer '" : "SPM", pre ? pre : "", pre ? "'" : "");
+        snprintf(bos, sizeof bos, "BOS %.*s %s to text prompts (%s)", (int)(len > 40 ? 40 : len),
+                 text, t->add_bos ? "added" : "not added", why);
+    }
+    int n = snprintf(buf, cap, "%s; %s; EOS %s (%s); NFC normalization %s", kind, bos,
                      t->add_eos ? "added" : "not added",
                      t->add_eos_from_key ? "tokenizer.ggml.add_eos_token" : "default",
                      t->nfc ? "on (the publisher's tokenizer normalizes)" : "off");

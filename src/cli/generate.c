@@ -94,10 +94,9 @@ static int parse_args(int argc, char **argv, gen_opts *o)
 }
 
 /* The text to tokenize: the prompt itself, or the prompt as a user turn of the model's chat
- * template (with the assistant turn opened). Sets *add_bos. Caller frees. */
-static char *prompt_text(const gen_opts *o, const model *m, const tokenizer *t, bool *add_bos)
+ * template (with the assistant turn opened). Caller frees. */
+static char *prompt_text(const gen_opts *o, const model *m, const tokenizer *t)
 {
-    *add_bos = tokenizer_add_bos(t) && tokenizer_bos(t) >= 0;
     if (!o->chat) return strdup(o->prompt);
     size_t len = 0;
     const char *src = gguf_get_str(m->gguf, "tokenizer.chat_template", &len);
@@ -110,7 +109,6 @@ static char *prompt_text(const gen_opts *o, const model *m, const tokenizer *t, 
         snprintf(bos, sizeof bos, "%.*s", (int)len, s);
     if (tokenizer_eos(t) >= 0 && (s = tokenizer_token_text(t, tokenizer_eos(t), &len)))
         snprintf(eos, sizeof eos, "%.*s", (int)len, s);
-    if (chat_template_has_bos(kind)) *add_bos = false; /* the template writes it */
     chat_msg msg = {"user", o->prompt};
     char err[128];
     char *text = chat_render(kind, &msg, 1, true, bos, eos, err, sizeof err);
@@ -209,9 +207,11 @@ int cli_generate(int argc, char **argv)
         fprintf(stderr, "inferd generate: %s: tokenizer: %s\n", o.model_path, err);
         goto out;
     }
-    bool add_bos;
     int n_prompt;
-    if (!(text = prompt_text(&o, m, t, &add_bos))) goto out;
+    if (!(text = prompt_text(&o, m, t))) goto out;
+    /* A chat prompt is parsed for special tokens, so one its template starts with BOS gets no
+     * second; a plain prompt is plain text. */
+    bool add_bos = o.chat ? tokenizer_prompt_bos(t, text, strlen(text)) : tokenizer_add_bos(t);
     if ((n_prompt = tokenizer_encode_alloc(t, text, strlen(text), add_bos, o.chat, &ids)) <= 0) {
         fprintf(stderr, "inferd generate: the prompt gives no tokens\n");
         goto out;

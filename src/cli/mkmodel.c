@@ -22,6 +22,7 @@ static void usage(FILE *out)
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N --n-vocab N\n"
             "  --seed N        weight seed (default 1)\n"
             "  --corpus-dir D  tokenizer training text: D/README.md + D/src (default: the source tree)\n"
+            "  --vocab F.gguf  copy the tokenizer (tokenizer.* keys) of F instead; n-vocab follows it\n"
             "  --name S        general.name\n");
 }
 
@@ -47,7 +48,7 @@ static int arch_from_name(const char *s)
     return -1;
 }
 
-enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_DIM0 };
+enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_VOCAB, OPT_DIM0 };
 
 int cli_mkmodel(int argc, char **argv)
 {
@@ -59,6 +60,7 @@ int cli_mkmodel(int argc, char **argv)
         {"seed", required_argument, NULL, OPT_SEED},
         {"corpus-dir", required_argument, NULL, OPT_CORPUS},
         {"name", required_argument, NULL, OPT_NAME},
+        {"vocab", required_argument, NULL, OPT_VOCAB},
         {"n-embd", required_argument, NULL, OPT_DIM0 + 0},
         {"n-layer", required_argument, NULL, OPT_DIM0 + 1},
         {"n-head", required_argument, NULL, OPT_DIM0 + 2},
@@ -113,10 +115,11 @@ int cli_mkmodel(int argc, char **argv)
         }
         case OPT_CORPUS: corpus_dir = optarg; break;
         case OPT_NAME: snprintf(cfg.name, sizeof cfg.name, "%s", optarg); break;
+        case OPT_VOCAB: cfg.vocab = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
             if (c >= OPT_DIM0 && c < OPT_DIM0 + 7) {
-                if (!parse_int(opts[7 + c - OPT_DIM0].name, optarg, &dims[c - OPT_DIM0])) return 2;
+                if (!parse_int(opts[8 + c - OPT_DIM0].name, optarg, &dims[c - OPT_DIM0])) return 2;
                 break;
             }
             usage(stderr);
@@ -136,6 +139,11 @@ int cli_mkmodel(int argc, char **argv)
     for (int i = 0; i < 7; i++)
         if (dims[i]) *fields[i] = dims[i];
     if (dims[0] || dims[2]) cfg.head_dim = 0; /* derived again from the new sizes */
+    char err[256];
+    if (cfg.vocab && !dims[6] && (cfg.n_vocab = mkmodel_vocab_size(cfg.vocab, err, sizeof err)) < 0) {
+        fprintf(stderr, "inferd mkmodel: --vocab: %s\n", err);
+        return 1;
+    }
 
     size_t corpus_len;
     char *corpus = mkmodel_corpus(corpus_dir, CORPUS_MAX_BYTES, &corpus_len);
@@ -144,7 +152,6 @@ int cli_mkmodel(int argc, char **argv)
         return 1;
     }
     double t0 = timing_now_s();
-    char err[256];
     int rc = mkmodel_write(&cfg, corpus, corpus_len, out, err, sizeof err);
     free(corpus);
     if (rc != 0) {

@@ -174,6 +174,9 @@ static int load(serve_state *st, const inferd_opts *o)
         log_error("cannot load the tokenizer of %s: %s", o->model, err);
         return -1;
     }
+    char desc[512];
+    tokenizer_describe(st->tok, desc, sizeof desc);
+    log_info("tokenizer: %s", desc); /* where BOS comes from is a frequent question: say it once */
     int n_train = st->m->hp.n_ctx_train > 0 ? st->m->hp.n_ctx_train : 4096;
     st->ctx = o->ctx_size > 0 ? o->ctx_size : (n_train < 4096 ? n_train : 4096);
     if (st->ctx > n_train) log_warn("--ctx-size %d exceeds the model's training context %d", st->ctx, n_train);

@@ -102,7 +102,8 @@ static int build_completion_prompts(gen *g, api_error *e)
         api_prompt *ap = &g->req.prompts[i];
         gen_prompt *gp = &g->prompts[i];
         if (ap->text) {
-            gp->n_ids = tokenizer_encode_alloc(tok, ap->text, ap->text_len, tokenizer_add_bos(tok), true, &gp->ids);
+            gp->n_ids = tokenizer_encode_alloc(tok, ap->text, ap->text_len,
+                                               tokenizer_prompt_bos(tok, ap->text, ap->text_len), true, &gp->ids);
             if (gp->n_ids < 0) goto oom;
         } else { /* token ids are used as given */
             gp->ids = ap->ids;
@@ -139,7 +140,7 @@ static int build_chat_prompt(gen *g, api_error *e)
     }
     g->n_prompts = 1;
     g->prompts = calloc(1, sizeof *g->prompts);
-    bool add_bos = tokenizer_add_bos(sv->sm.tok) && !chat_template_has_bos(sv->sm.tmpl);
+    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, strlen(text)); /* unless rendered */
     int n = g->prompts ? tokenizer_encode_alloc(sv->sm.tok, text, strlen(text), add_bos, true, &g->prompts[0].ids) : -1;
     free(text);
     if (n <= 0) {

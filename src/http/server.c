@@ -132,10 +132,23 @@ static enum MHD_Result on_tokenize(http_req *hr)
     }
     const tokenizer *tok = hr->sv->sm.tok;
     size_t len = strlen(content->valuestring);
-    bool add_bos = opt_bool(root, "add_special", false) && tokenizer_add_bos(tok);
+    /* add_special as Hugging Face's encode and llama.cpp mean it: BOS and EOS where the
+     * vocabulary adds them, even when the text already writes one (this endpoint shows what a
+     * text encodes to; the completion endpoints are the ones that avoid a doubled BOS). */
+    bool add_special = opt_bool(root, "add_special", false);
+    bool add_bos = add_special && tokenizer_add_bos(tok), add_eos = add_special && tokenizer_add_eos(tok);
     bool parse_special = opt_bool(root, "parse_special", true), pieces = opt_bool(root, "with_pieces", false);
     int32_t *ids = NULL;
     int n = tokenizer_encode_alloc(tok, content->valuestring, len, add_bos, parse_special, &ids);
+    if (n >= 0 && add_eos) {
+        int32_t *more = realloc(ids, (size_t)(n + 1) * sizeof *ids);
+        if (more) {
+            ids = more;
+            ids[n++] = tokenizer_eos(tok);
+        } else {
+            n = -1;
+        }
+    }
     cJSON *out = NULL;
     if (n >= 0) {
         out = cJSON_CreateObject();

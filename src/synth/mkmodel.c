@@ -79,23 +79,24 @@ void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
     cfg->head_dim = 0;
 }
 
+static const struct preset {
+    const char *name;
+    mkmodel_config c;
+} presets[] = {
+    {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
+              false, MKMODEL_F32, 1, 0, NULL}},
+    {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
+               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL}},
+    {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
+                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL}},
+    {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
+                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL}},
+    {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
+                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL}},
+};
+
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
 {
-    static const struct preset {
-        const char *name;
-        mkmodel_config c;
-    } presets[] = {
-        {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
-                  false, MKMODEL_F32, 1, 0}},
-        {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
-                   1e-5f, false, MKMODEL_Q8_0, 1, 0}},
-        {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
-                          151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0}},
-        {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
-                          131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0}},
-        {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
-                        151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0}},
-    };
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         if (strcmp(name, presets[i].name) == 0) {
             *cfg = presets[i].c;
@@ -103,6 +104,11 @@ bool mkmodel_preset(const char *name, mkmodel_config *cfg)
         }
     }
     return false;
+}
+
+const char *mkmodel_preset_name(int i)
+{
+    return i >= 0 && (size_t)i < sizeof presets / sizeof presets[0] ? presets[i].name : NULL;
 }
 
 /* ---- tensor types ----------------------------------------------------------------------- */
@@ -331,7 +337,7 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
 
 /* ---- tokenizer -------------------------------------------------------------------------- */
 typedef struct family {
-    const char *pre;
+    const char *pre; /* llama.cpp's name for the pre-tokenizer, so that other tools load the file */
     const char *specials[5];
     int n_specials;
     int bos, eos, eot, pad; /* indices into specials */
@@ -340,7 +346,7 @@ typedef struct family {
 } family;
 
 static const family qwen_family = {
-    "gpt2",
+    "qwen2",
     {"<|endoftext|>", "<|im_start|>", "<|im_end|>"},
     3, 0, 2, 2, 0, false,
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -361,10 +367,83 @@ static const family llama3_family = {
 
 enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_UNUSED = 5 };
 
+int mkmodel_vocab_size(const char *path, char *err, size_t errlen)
+{
+    gguf_file *f = gguf_open(path, err, errlen);
+    if (!f) return -1;
+    int64_t i = gguf_find_key(f, "tokenizer.ggml.tokens");
+    uint64_t n = i >= 0 && gguf_kv_type(f, i) == GGUF_VT_ARRAY ? gguf_arr_len(f, i) : 0;
+    gguf_close(f);
+    if (n == 0 || n > MAX_VOCAB) {
+        snprintf(err, errlen, "%s: no usable tokenizer.ggml.tokens (%llu entries)", path, (unsigned long long)n);
+        return -1;
+    }
+    return (int)n;
+}
+
+/* Copies key i of f as it is.  false when out of memory. */
+static bool copy_kv(gguf_writer *w, const gguf_file *f, int64_t i)
+{
+    const char *key = gguf_kv_key(f, i);
+    gguf_vtype type = gguf_kv_type(f, i);
+    if (type == GGUF_VT_STRING) {
+        size_t len;
+        const char *s = gguf_kv_str(f, i, &len);
+        gguf_writer_set_raw(w, key, type, 0, s, len);
+    } else if (type != GGUF_VT_ARRAY) { /* scalars: GGUF and this host are little-endian */
+        union { uint64_t u; int64_t i; double d; float f; uint8_t b; } v = {0};
+        if (type == GGUF_VT_FLOAT32) { double d; gguf_kv_f64(f, i, &d); v.f = (float)d; }
+        else if (type == GGUF_VT_FLOAT64) gguf_kv_f64(f, i, &v.d);
+        else if (type == GGUF_VT_UINT64) gguf_kv_u64(f, i, &v.u);
+        else gguf_kv_i64(f, i, &v.i); /* the low bytes hold the narrower integer types */
+        gguf_writer_set_raw(w, key, type, 0, &v, 1);
+    } else if (gguf_arr_type(f, i) != GGUF_VT_STRING) {
+        gguf_writer_set_raw(w, key, type, gguf_arr_type(f, i), gguf_arr_data(f, i), gguf_arr_len(f, i));
+    } else { /* the writer takes NUL-terminated strings */
+        uint64_t n = gguf_arr_len(f, i);
+        char **v = calloc(n ? n : 1, sizeof *v);
+        bool ok = v != NULL;
+        for (uint64_t j = 0; ok && j < n; j++) {
+            size_t len;
+            const char *s = gguf_arr_str(f, i, j, &len);
+            ok = (v[j] = strndup(s, len)) != NULL;
+        }
+        if (ok) gguf_writer_set_arr_str(w, key, (const char *const *)v, n);
+        for (uint64_t j = 0; v && j < n; j++) free(v[j]);
+        free(v);
+        return ok;
+    }
+    return true;
+}
+
+/* A real vocabulary over synthetic weights, like a model converted from its publisher's files:
+ * every tokenizer.* key of c->vocab. */
+static int copy_tokenizer(gguf_writer *w, const mkmodel_config *c, char *err, size_t errlen)
+{
+    gguf_file *f = gguf_open(c->vocab, err, errlen);
+    if (!f) return -1;
+    int64_t ti = gguf_find_key(f, "tokenizer.ggml.tokens");
+    uint64_t n = ti >= 0 && gguf_kv_type(f, ti) == GGUF_VT_ARRAY ? gguf_arr_len(f, ti) : 0;
+    int rc = 0;
+    if (n != (uint64_t)c->n_vocab) {
+        snprintf(err, errlen, "%s has %llu tokens, the model %d", c->vocab, (unsigned long long)n, c->n_vocab);
+        rc = -1;
+    }
+    for (int64_t i = 0; rc == 0 && i < gguf_n_kv(f); i++) {
+        if (strncmp(gguf_kv_key(f, i), "tokenizer.", 10) == 0 && !copy_kv(w, f, i)) {
+            snprintf(err, errlen, "out of memory copying %s", gguf_kv_key(f, i));
+            rc = -1;
+        }
+    }
+    gguf_close(f);
+    return rc;
+}
+
 /* Sets the tokenizer.* keys.  0, or -1 with err. */
 static int write_tokenizer(gguf_writer *w, const mkmodel_config *c, const char *corpus,
                            size_t corpus_len, char *err, size_t errlen)
 {
+    if (c->vocab) return copy_tokenizer(w, c, err, errlen);
     const family *fam = c->arch == MODEL_ARCH_LLAMA ? &llama3_family : &qwen_family;
     int n_learn = c->n_vocab - fam->n_specials;
     bpe_vocab v;
@@ -582,6 +661,14 @@ static int add_vector(gguf_writer *w, const tensor_spec *s, uint64_t seed, uint6
     return 0;
 }
 
+int mkmodel_write_metadata(gguf_writer *w, const mkmodel_config *cfg, const char *corpus,
+                           size_t corpus_len, char *err, size_t errlen)
+{
+    if (validate(cfg, err, errlen) != 0) return -1;
+    write_hparams(w, cfg);
+    return write_tokenizer(w, cfg, corpus, corpus_len, err, errlen);
+}
+
 int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_len,
                   const char *path, char *err, size_t errlen)
 {
@@ -605,8 +692,7 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     for (int i = 0; i < n; i++) n_params += specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1);
     bool reuse = cfg->reuse_rows > 0 || (cfg->reuse_rows == 0 && n_params > LARGE_MODEL_PARAMS);
 
-    write_hparams(w, cfg);
-    if (write_tokenizer(w, cfg, corpus, corpus_len, err, errlen) != 0) goto out;
+    if (mkmodel_write_metadata(w, cfg, corpus, corpus_len, err, errlen) != 0) goto out;
     for (int i = 0; i < n; i++) {
         const tensor_spec *s = &specs[i];
         if (s->ne1 == 0) {

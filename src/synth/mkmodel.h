@@ -4,7 +4,8 @@
  * hyper-parameter key of its architecture, a chat template of the family the architecture
  * ships with (ChatML for qwen2/qwen3, Llama 3 for llama), and a byte-level BPE tokenizer
  * whose merges are learned from a text corpus (see mkmodel_corpus) and padded with filler
- * tokens up to n_vocab.  Weights are seeded N(0, 1/sqrt(fan_in)) (norm weights 1), so
+ * tokens up to n_vocab; its pre-tokenizer is named as llama.cpp names the family's ("qwen2",
+ * "llama-bpe"), so that other tools load the file.  Weights are seeded N(0, 1/sqrt(fan_in)) (norm weights 1), so
  * activations keep a sane scale through the layers. */
 #ifndef INFERD_MKMODEL_H
 #define INFERD_MKMODEL_H
@@ -42,11 +43,17 @@ typedef struct mkmodel_config {
     /* Rows of big matrices are tiled from a small pool of random rows (see mkmodel.c);
      * 0 = decide by size. */
     int reuse_rows;
+    /* A GGUF whose tokenizer.* metadata (a real vocabulary and chat template) is copied instead
+     * of learning a tokenizer; n_vocab must be its token count (mkmodel_vocab_size).  NULL:
+     * learn one from the corpus. */
+    const char *vocab;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b".
  * Returns false for an unknown name. */
 bool mkmodel_preset(const char *name, mkmodel_config *cfg);
+/* The i-th preset's name (0, 1, ...), NULL past the last. */
+const char *mkmodel_preset_name(int i);
 /* Switch cfg to another architecture, keeping its sizes (qwen: tied output, NeoX RoPE
  * implied by the arch, bias/norm tensors; qwen3 head_dim from n_embd/n_head). */
 void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch);
@@ -64,6 +71,12 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
  * none, so the result is never empty.  Caller frees. */
 char *mkmodel_corpus(const char *root, size_t max_bytes, size_t *len);
 
+/* The token count of the vocabulary in the GGUF at path, or -1 with err. */
+int mkmodel_vocab_size(const char *path, char *err, size_t errlen);
+/* Only the metadata mkmodel_write puts in a file (hyper-parameters, tokenizer, chat
+ * template), set on w: for checking what a preset writes without its weights.  0, or -1. */
+int mkmodel_write_metadata(gguf_writer *w, const mkmodel_config *cfg, const char *corpus,
+                           size_t corpus_len, char *err, size_t errlen);
 /* Write the model to path (corpus: tokenizer training text).  0, or -1 with err set. */
 int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_len,
                   const char *path, char *err, size_t errlen);

@@ -34,12 +34,13 @@ const char *chat_template_name(chat_template_kind kind);
  * add_generation_prompt the text ends with the opening of an assistant turn.  bos/eos are the
  * model's BOS/EOS token texts (templates like Llama 2 write them literally; NULL = ""). The
  * rendered text is meant to be tokenized with special-token parsing on and without an extra
- * BOS when the template already starts with it (see chat_template_has_bos). Returns NULL when
- * a message has an unknown role (err says which). */
+ * BOS when it already starts with one (tokenizer_prompt_bos decides that from the text, which
+ * also covers a bos text that is empty or not the tokenizer's). Returns NULL when a message
+ * has an unknown role (err says which). */
 char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
                   bool add_generation_prompt, const char *bos, const char *eos, char *err,
                   size_t errlen);
-/* True when the rendered text already begins with the BOS text. */
+/* True when the family's rendered text begins with the BOS text (given a non-empty one). */
 bool chat_template_has_bos(chat_template_kind kind);
 
 #endif

@@ -45,6 +45,20 @@ typedef enum pre_kind {
     PRE_STARCODER,
 } pre_kind;
 
+/* A tokenizer.ggml.pre name: the split rules it stands for and what the reference
+ * implementations do for it beyond the split.  The names and the add_bos/ignore_merges
+ * defaults are llama.cpp's (src/llama-vocab.cpp), which is what GGUF converters write; nfc is
+ * the normalizer of the publisher's tokenizer.json, which the GGUF does not carry (llama.cpp
+ * skips it).  A few older spellings inferd accepted stay readable ("gpt2" was written by
+ * inferd's own mkmodel). */
+typedef struct pre_info {
+    const char *name;
+    pre_kind kind;
+    bool add_bos;       /* default when tokenizer.ggml.add_bos_token is absent */
+    bool ignore_merges; /* a piece that is itself a token is taken whole (Llama 3) */
+    bool nfc;           /* text is normalized to NFC before the split (Qwen2) */
+} pre_info;
+
 /* Open-addressing set of pairs (left id, right id) -> (rank, merged id). */
 typedef struct pair_slot {
     int32_t left, right, rank, merged;
@@ -75,7 +89,11 @@ struct tokenizer {
     uint32_t special_start[257];
 
     int32_t bos, eos, eot, eom, unk, pad;
-    bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool add_bos, add_eos, add_space_prefix, ignore_merges, nfc;
+    /* For tokenizer_describe: the pre-tokenizer entry (BPE) and whether the add_bos/add_eos
+     * flags came from the GGUF or from the defaults. */
+    const pre_info *pre_info;
+    bool add_bos_from_key, add_eos_from_key;
 };
 
 /* ---- small growable vectors ------------------------------------------------------------- */
@@ -235,34 +253,49 @@ static bool str_in(const char *s, size_t n, const char *const *list)
     return false;
 }
 
-static int parse_pre(const char *s, size_t n, pre_kind *out)
+static const pre_info pre_infos[] = {
+    {"default", PRE_DEFAULT, false, false, false},
+    {"gpt-2", PRE_GPT2, false, false, false},
+    {"gpt2", PRE_GPT2, false, false, false},
+    {"mpt", PRE_GPT2, false, false, false},
+    {"olmo", PRE_GPT2, false, false, false},
+    {"jais", PRE_GPT2, false, false, false},
+    {"trillion", PRE_GPT2, false, false, false},
+    {"llama3", PRE_LLAMA3, true, true, false},
+    {"llama-v3", PRE_LLAMA3, true, true, false},
+    {"llama-bpe", PRE_LLAMA3, true, true, false},
+    {"falcon3", PRE_LLAMA3, true, true, false},
+    /* Llama 3's split without its BOS and whole-piece defaults */
+    {"dbrx", PRE_LLAMA3, false, false, false},
+    {"smaug-bpe", PRE_LLAMA3, false, false, false},
+    {"chatglm-bpe", PRE_LLAMA3, false, false, false},
+    {"qwen2", PRE_QWEN2, false, false, true},
+    {"qwen2.5", PRE_QWEN2, false, false, true},
+    {"qwen-2.5", PRE_QWEN2, false, false, true},
+    {"deepseek-r1-qwen", PRE_QWEN2, false, false, true}, /* Qwen2's tokenizer.json */
+    {"stablelm2", PRE_QWEN2, false, false, false},
+    {"hunyuan", PRE_QWEN2, false, false, false},
+    {"qwen35", PRE_QWEN35, false, false, false},
+    {"deepseek-llm", PRE_DEEPSEEK_LLM, false, false, false},
+    {"falcon", PRE_FALCON, false, false, false},
+    {"starcoder", PRE_STARCODER, false, false, false},
+    {"refact", PRE_STARCODER, false, false, false},
+    {"command-r", PRE_STARCODER, false, false, false},
+    {"smollm", PRE_STARCODER, false, false, false},
+    {"codeshell", PRE_STARCODER, false, false, false},
+    {"exaone", PRE_STARCODER, false, false, false},
+    {"minerva-7b", PRE_STARCODER, false, false, false},
+};
+
+/* The entry for a name; a BPE vocabulary without the key is "default" (as in llama.cpp). */
+static const pre_info *find_pre(const char *s, size_t n)
 {
-    static const char *const gpt2[] = {"gpt-2", "gpt2", "mpt", "olmo", "jais", "trillion", NULL};
-    static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx",
-                                         "smaug-bpe", "chatglm-bpe", NULL};
-    static const char *const qwen2[] = {"qwen2", "qwen2.5", "qwen-2.5", "deepseek-r1-qwen",
-                                        "stablelm2", "hunyuan", NULL};
-    static const char *const starcoder[] = {"starcoder", "refact", "command-r", "smollm",
-                                            "codeshell", "exaone", "minerva-7b", NULL};
-    if (!s || str_eq(s, n, "default"))
-        *out = PRE_DEFAULT;
-    else if (str_in(s, n, gpt2))
-        *out = PRE_GPT2;
-    else if (str_in(s, n, llama3))
-        *out = PRE_LLAMA3;
-    else if (str_in(s, n, qwen2))
-        *out = PRE_QWEN2;
-    else if (str_eq(s, n, "qwen35"))
-        *out = PRE_QWEN35;
-    else if (str_eq(s, n, "deepseek-llm"))
-        *out = PRE_DEEPSEEK_LLM;
-    else if (str_eq(s, n, "falcon"))
-        *out = PRE_FALCON;
-    else if (str_in(s, n, starcoder))
-        *out = PRE_STARCODER;
-    else
-        return -1;
-    return 0;
+    if (!s)
+        return &pre_infos[0];
+    for (size_t i = 0; i < sizeof pre_infos / sizeof pre_infos[0]; i++)
+        if (str_eq(s, n, pre_infos[i].name))
+            return &pre_infos[i];
+    return NULL;
 }
 
 /* Texts can repeat (DeepSeek adds user-defined copies of byte-level characters such as "ÿ"):
@@ -506,10 +539,10 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
                 (int)(mlen > 64 ? 64 : mlen), model);
         return NULL;
     }
-    pre_kind pre = PRE_DEFAULT;
     size_t plen = 0;
     const char *pres = gguf_get_str(f, "tokenizer.ggml.pre", &plen);
-    if (kind == TOK_BPE && parse_pre(pres, plen, &pre) < 0) {
+    const pre_info *pi = kind == TOK_BPE ? find_pre(pres, plen) : NULL;
+    if (kind == TOK_BPE && !pi) {
         set_err(err, errlen, "tokenizer: pre-tokenizer tokenizer.ggml.pre = '%.*s' is not supported",
                 (int)(plen > 64 ? 64 : plen), pres);
         return NULL;
@@ -521,7 +554,8 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
         return NULL;
     }
     t->kind = kind;
-    t->pre = pre;
+    t->pre = pi ? pi->kind : PRE_DEFAULT;
+    t->pre_info = pi;
     if (load_vocab(t, f, err, errlen) < 0 || (kind == TOK_BPE && load_merges(t, f, err, errlen) < 0))
         goto fail;
     if (build_specials(t) < 0) {
@@ -538,10 +572,17 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
     t->eom = get_id(f, "tokenizer.ggml.eom_token_id", n, -1);
     t->unk = get_id(f, "tokenizer.ggml.unknown_token_id", n, spm ? 0 : -1);
     t->pad = get_id(f, "tokenizer.ggml.padding_token_id", n, -1);
-    t->add_bos = get_bool(f, "tokenizer.ggml.add_bos_token", spm) && t->bos >= 0;
-    t->add_eos = get_bool(f, "tokenizer.ggml.add_eos_token", false) && t->eos >= 0;
+    /* Converters write add_bos/add_eos only where the tokenizer config states them (Llama 3's
+     * does not, yet its tokenizer adds <|begin_of_text|>): without the key, SPM adds BOS and
+     * BPE does what the pre-tokenizer's entry says. */
+    bool v;
+    t->add_bos_from_key = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &v);
+    t->add_bos = (t->add_bos_from_key ? v : spm || pi->add_bos) && t->bos >= 0;
+    t->add_eos_from_key = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &v);
+    t->add_eos = (t->add_eos_from_key && v) && t->eos >= 0;
     t->add_space_prefix = get_bool(f, "tokenizer.ggml.add_space_prefix", spm);
-    t->ignore_merges = pre == PRE_LLAMA3; /* Llama 3 takes a piece whole when it is a token */
+    t->ignore_merges = pi && pi->ignore_merges;
+    t->nfc = pi && pi->nfc;
     mark_eog(t);
     return t;
 fail:
@@ -572,6 +613,35 @@ int32_t tokenizer_bos(const tokenizer *t) { return t->bos; }
 int32_t tokenizer_eos(const tokenizer *t) { return t->eos; }
 int32_t tokenizer_eot(const tokenizer *t) { return t->eot; }
 bool tokenizer_add_bos(const tokenizer *t) { return t->add_bos; }
+bool tokenizer_add_eos(const tokenizer *t) { return t->add_eos; }
+bool tokenizer_normalizes_nfc(const tokenizer *t) { return t->nfc; }
+
+size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap)
+{
+    const char *pre = t->pre_info ? t->pre_info->name : NULL;
+    char kind[96], bos[160];
+    snprintf(kind, sizeof kind, "%s, %d tokens%s%s%s", t->kind == TOK_SPM ? "SPM" : "byte-level BPE",
+             (int)t->n_vocab, pre ? ", pre-tokenizer '" : "", pre ? pre : "", pre ? "'" : "");
+    if (t->bos < 0) {
+        snprintf(bos, sizeof bos, "no BOS token");
+    } else {
+        size_t len = 0;
+        const char *text = tokenizer_token_text(t, t->bos, &len);
+        char why[96];
+        if (t->add_bos_from_key)
+            snprintf(why, sizeof why, "tokenizer.ggml.add_bos_token");
+        else
+            snprintf(why, sizeof why, "no tokenizer.ggml.add_bos_token: default for %s%s%s",
+                     pre ? "pre-tokenizer '" : "SPM", pre ? pre : "", pre ? "'" : "");
+        snprintf(bos, sizeof bos, "BOS %.*s %s to text prompts (%s)", (int)(len > 40 ? 40 : len),
+                 text, t->add_bos ? "added" : "not added", why);
+    }
+    int n = snprintf(buf, cap, "%s; %s; EOS %s (%s); NFC normalization %s", kind, bos,
+                     t->add_eos ? "added" : "not added",
+                     t->add_eos_from_key ? "tokenizer.ggml.add_eos_token" : "default",
+                     t->nfc ? "on (the publisher's tokenizer normalizes)" : "off");
+    return n < 0 ? 0 : (size_t)n;
+}
 
 bool tokenizer_is_eog(const tokenizer *t, int32_t id)
 {
@@ -910,10 +980,8 @@ static size_t match_llama3_like(const cptext *c, size_t i, size_t end, size_t ma
         return run_of(c, i, end, letters);
     if (!(f & (L_ | N_)) && !is_crlf(c->cp[i]) && i + 1 < end && (c->fl[i + 1] & letters))
         return 1 + run_of(c, i + 1, end, letters);
-    if (f & N_) {
-        n = run_of(c, i, end, N_);
-        return n < max_digits ? n : max_digits;
-    }
+    if (f & N_) /* bounded: measuring the whole run at every 3rd digit would be quadratic */
+        return run_of(c, i, i + max_digits < end ? i + max_digits : end, N_);
     size_t j = i + (c->cp[i] == ' ' && i + 1 < end && is_other(c->fl[i + 1], letters));
     if (is_other(c->fl[j], letters)) {
         j += run_of_other(c, j, end, letters);
@@ -1245,11 +1313,26 @@ static int32_t special_at(const tokenizer *t, const char *s, size_t n)
     return -1;
 }
 
+bool tokenizer_prompt_bos(const tokenizer *t, const char *text, size_t len)
+{
+    return t->add_bos && !(text && len > 0 && special_at(t, text, len) == t->bos);
+}
+
 static int encode_fragment(const tokenizer *t, const char *s, size_t n, idvec *out)
 {
     if (t->kind == TOK_SPM)
         return spm_encode(t, s, n, t->add_space_prefix, out);
-    return bpe_encode(t, s, n, out);
+    if (!t->nfc)
+        return bpe_encode(t, s, n, out);
+    /* Special tokens are matched in the text as written, the rest normalized first (as the
+     * tokenizers library does with added tokens). */
+    char *norm;
+    size_t norm_len;
+    if (unicode_nfc(s, n, &norm, &norm_len) < 0)
+        return -1;
+    int rc = bpe_encode(t, norm ? norm : s, norm_len, out);
+    free(norm);
+    return rc;
 }
 
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,

@@ -5,7 +5,8 @@
  *        written as U+2581, a leading space added to the text, byte fallback tokens <0xNN>.
  *   BPE  (tokenizer.ggml.model = "gpt2"): byte-level BPE; the text is first split by the
  *        pre-tokenizer named in tokenizer.ggml.pre (gpt2, llama3/llama-bpe, qwen2, deepseek-llm,
- *        falcon, starcoder, ...), then each piece is merged by merge rank.
+ *        falcon, starcoder, ...), then each piece is merged by merge rank.  The Qwen2
+ *        pre-tokenizers normalize the text to NFC first, as Qwen's own tokenizer does.
  * Special/control tokens are matched in the text only when parse_special is true.
  *
  * A tokenizer is immutable after load and safe to share between threads. */
@@ -27,7 +28,22 @@ int tokenizer_n_vocab(const tokenizer *t);
 int32_t tokenizer_bos(const tokenizer *t); /* -1 when none */
 int32_t tokenizer_eos(const tokenizer *t);
 int32_t tokenizer_eot(const tokenizer *t); /* end-of-turn (e.g. <|eot_id|>, <|im_end|>), or -1 */
-bool tokenizer_add_bos(const tokenizer *t); /* tokenizer.ggml.add_bos_token (SPM default true) */
+/* Whether "add special tokens" puts BOS in front / EOS at the end: tokenizer.ggml.add_bos_token
+ * and add_eos_token, and where a GGUF lacks them the defaults of the reference implementation
+ * for its kind: SPM adds BOS; BPE adds BOS for the Llama 3 pre-tokenizers (llama-bpe, llama3,
+ * ...) only; nothing adds EOS.  False when the vocabulary has no such token. */
+bool tokenizer_add_bos(const tokenizer *t);
+bool tokenizer_add_eos(const tokenizer *t);
+/* Whether a prompt text (encoded with parse_special) gets BOS put in front: when the vocabulary
+ * adds BOS and the text does not already begin with it, written by a chat template (Llama 3's,
+ * Gemma's, ...) or by the user, so that a prompt starts with exactly one BOS. */
+bool tokenizer_prompt_bos(const tokenizer *t, const char *text, size_t len);
+/* Whether text is normalized to NFC before it is split (the Qwen2 pre-tokenizers, whose
+ * published tokenizer does so; the GGUF does not say it). */
+bool tokenizer_normalizes_nfc(const tokenizer *t);
+/* One line for the start-up log: kind, pre-tokenizer, whether BOS/EOS are added and why,
+ * NFC.  Returns the length it needed (snprintf-style). */
+size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap);
 /* End of generation: EOS, EOT and any other token the vocabulary marks as ending a turn. */
 bool tokenizer_is_eog(const tokenizer *t, int32_t id);
 /* Control/special tokens (not rendered in output text). */

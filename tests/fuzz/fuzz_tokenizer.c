@@ -12,7 +12,8 @@
  * the ids as 3-byte groups.
  *
  * Invariants: every id is in the vocabulary and the count does not depend on the buffer
- * size; without special tokens decode(encode(text)) gives the text back byte for byte, minus
+ * size; NFC is idempotent; without special tokens decode(encode(text)) gives the text (its NFC
+ * form for the vocabularies that normalize) back byte for byte, minus
  * the bytes the vocabulary cannot represent at all (test_tokenizer's hostile-input rule) and
  * with SPM's space stand-in U+2581 read as the space it stands for;
  * the streaming detokenizer emits only valid UTF-8, never writes past the buffer size its
@@ -25,8 +26,9 @@
 #include "model/gguf.h"
 #include "synth/mkmodel.h"
 #include "text/tokenizer.h"
+#include "text/unicode.h"
 
-#define FZ_MAX_VOCABS 10
+#define FZ_MAX_VOCABS 12
 
 typedef struct fz_vocab {
     tokenizer *t;
@@ -102,7 +104,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         "models/stories260K.gguf",          "vocab/ggml-vocab-gpt-2.gguf",
         "vocab/ggml-vocab-llama-spm.gguf",  "vocab/ggml-vocab-deepseek-llm.gguf",
         "vocab/ggml-vocab-falcon.gguf",     "vocab/ggml-vocab-starcoder.gguf",
-        "vocab/ggml-vocab-phi-3.gguf",
+        "vocab/ggml-vocab-phi-3.gguf",      "vocab/ggml-vocab-llama-bpe.gguf",
+        "vocab/ggml-vocab-qwen2.gguf",
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[1024];
@@ -178,6 +181,18 @@ static void check_encode(const fz_vocab *v, const char *text, size_t len, uint8_
         FZ_CHECK(tokenizer_encode(t, text, len, bos, special, ids, n) == n);
     }
     for (int i = 0; i < n; i++) FZ_CHECK(ids[i] >= 0 && ids[i] < tokenizer_n_vocab(t));
+    char *nfc = NULL;
+    size_t nfc_len = len;
+    FZ_CHECK(unicode_nfc(text, len, &nfc, &nfc_len) == 0);
+    if (nfc) { /* normalizing again changes nothing */
+        char *again;
+        size_t again_len;
+        FZ_CHECK(unicode_nfc(nfc, nfc_len, &again, &again_len) == 0 && again == NULL);
+    }
+    if (tokenizer_normalizes_nfc(t) && nfc) { /* the text the tokenizer actually splits */
+        text = nfc;
+        len = nfc_len;
+    }
     if (!special) {
         char *kept = malloc(len + 1);
         size_t n_kept = 0;
@@ -197,6 +212,7 @@ static void check_encode(const fz_vocab *v, const char *text, size_t len, uint8_
     }
     check_detok(t, ids, n, true);
     free(ids);
+    free(nfc);
 }
 
 static void check_ids(const fz_vocab *v, fz_in *in, uint8_t flags)

@@ -291,6 +291,110 @@ static void test_invalid_config(void **state)
     assert_int_equal(mkmodel_ftype_from_name("q3_k"), -1);
 }
 
+/* ---- every preset's metadata against the names llama.cpp knows ---------------------------
+ * From llama.cpp's src/llama-vocab.cpp (../shared/peers/llama.cpp-c392e50): the values of
+ * tokenizer.ggml.model and tokenizer.ggml.pre it accepts ("unknown pre-tokenizer type"
+ * otherwise), and for pre-tokenizers the BOS default it applies when the file has no
+ * tokenizer.ggml.add_bos_token. */
+static const char *const llamacpp_models[] = {"no_vocab", "none", "llama", "bert", "gpt2", "t5",
+                                              "rwkv"};
+static const struct {
+    const char *name;
+    bool add_bos;
+} llamacpp_pres[] = {
+    {"default", false},      {"llama3", true},       {"llama-v3", true},     {"llama-bpe", true},
+    {"falcon3", true},       {"deepseek-llm", false}, {"deepseek-coder", false},
+    {"deepseek-v3", false},  {"falcon", false},      {"mpt", false},         {"starcoder", false},
+    {"gpt-2", false},        {"phi-2", false},       {"jina-es", false},     {"jina-de", false},
+    {"gigachat", false},     {"jina-v1-en", false},  {"jina-v2-es", false},  {"jina-v2-de", false},
+    {"jina-v2-code", false}, {"roberta-bpe", false}, {"refact", false},      {"command-r", false},
+    {"qwen2", false},        {"deepseek-r1-qwen", false}, {"stablelm2", false},
+    {"olmo", false},         {"dbrx", false},        {"smaug-bpe", false},   {"poro-chat", false},
+    {"chatglm-bpe", false},  {"viking", false},      {"jais", false},        {"tekken", true},
+    {"smollm", false},       {"codeshell", false},   {"bloom", false},       {"gpt3-finnish", false},
+    {"exaone", false},       {"chameleon", true},    {"minerva-7b", false},  {"megrez", false},
+};
+/* general.architecture values of the presets' families (llama-arch.cpp); qwen3 is newer than
+ * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says. */
+static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3"};
+
+static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (strlen(list[i]) == n && memcmp(list[i], s, n) == 0) return true;
+    return false;
+}
+
+static void test_preset_metadata_llamacpp_names(void **state)
+{
+    (void)state;
+    /* The tokenizer is what is checked, so a short corpus (few merges) does. */
+    static const char text[] = "the model and the tokenizer and the server and the test";
+    int n_presets = 0;
+    for (const char *name; (name = mkmodel_preset_name(n_presets)); n_presets++) {
+        mkmodel_config cfg;
+        assert_true(mkmodel_preset(name, &cfg));
+        gguf_writer *w = gguf_writer_new();
+        char err[256] = "";
+        if (mkmodel_write_metadata(w, &cfg, text, sizeof text - 1, err, sizeof err) != 0)
+            fail_msg("%s: %s", name, err);
+        void *mem;
+        size_t size;
+        assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
+        gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
+        assert_non_null(f);
+
+        size_t len;
+        const char *arch = gguf_get_str(f, "general.architecture", &len);
+        assert_non_null(arch);
+        assert_true(in_list(arch, len, llamacpp_archs, sizeof llamacpp_archs / sizeof llamacpp_archs[0]));
+        const char *model = gguf_get_str(f, "tokenizer.ggml.model", &len);
+        assert_non_null(model);
+        assert_true(in_list(model, len, llamacpp_models, sizeof llamacpp_models / sizeof llamacpp_models[0]));
+        const char *pre = gguf_get_str(f, "tokenizer.ggml.pre", &len);
+        assert_non_null(pre);
+        size_t k = 0, n_pres = sizeof llamacpp_pres / sizeof llamacpp_pres[0];
+        while (k < n_pres && !(strlen(llamacpp_pres[k].name) == len && memcmp(llamacpp_pres[k].name, pre, len) == 0))
+            k++;
+        if (k == n_pres) fail_msg("preset %s: tokenizer.ggml.pre '%.*s' is unknown to llama.cpp", name, (int)len, pre);
+        /* BOS is stated, and agrees with what llama.cpp would assume without the key. */
+        bool add_bos;
+        assert_true(gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &add_bos));
+        assert_int_equal(add_bos, llamacpp_pres[k].add_bos);
+
+        /* The vocabulary is as long as the architecture says, ids point into it, merges exist. */
+        char key[96];
+        snprintf(key, sizeof key, "%.*s.vocab_size", (int)strlen(model_arch_name(cfg.arch)), model_arch_name(cfg.arch));
+        uint32_t n_vocab;
+        assert_true(gguf_get_u32(f, key, &n_vocab));
+        int64_t ti = gguf_find_key(f, "tokenizer.ggml.tokens");
+        assert_true(ti >= 0);
+        assert_int_equal(gguf_arr_len(f, ti), n_vocab);
+        assert_int_equal(gguf_arr_len(f, gguf_find_key(f, "tokenizer.ggml.token_type")), n_vocab);
+        assert_true(gguf_find_key(f, "tokenizer.ggml.merges") >= 0);
+        static const char *const ids[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                                          "tokenizer.ggml.eot_token_id", "tokenizer.ggml.padding_token_id"};
+        for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+            uint32_t id;
+            assert_true(gguf_get_u32(f, ids[i], &id));
+            assert_true(id < n_vocab);
+        }
+
+        /* inferd reads the names it writes, with the defaults it documents. */
+        tokenizer *t = tokenizer_load(f, err, sizeof err);
+        if (!t) fail_msg("preset %s: %s", name, err);
+        assert_int_equal(tokenizer_add_bos(t), add_bos);
+        assert_int_equal(tokenizer_normalizes_nfc(t), strncmp(pre, "qwen2", len) == 0 && len == 5);
+        print_message("preset %-13s %-6s tokenizer %.*s, pre %-10.*s add_bos %d, %u tokens\n", name,
+                      model_arch_name(cfg.arch), (int)strlen(model), model, (int)len, pre, add_bos, n_vocab);
+        tokenizer_free(t);
+        gguf_close(f);
+        free(mem);
+        gguf_writer_free(w);
+    }
+    assert_true(n_presets >= 5);
+}
+
 static void test_bpe_train(void **state)
 {
     (void)state;
@@ -327,6 +431,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bpe_train),
+        cmocka_unit_test(test_preset_metadata_llamacpp_names),
         cmocka_unit_test(test_q4_k_m_rule),
         cmocka_unit_test(test_invalid_config),
         cmocka_unit_test(test_deterministic),

@@ -1,6 +1,8 @@
-/* test_tokenizer.c - SPM and BPE tokenizers against llama.cpp's published vocab test vectors,
- * the stories260K reference prompt, round trips, streaming detokenization, special tokens and
- * hostile input. */
+/* test_tokenizer.c - SPM and BPE tokenizers against llama.cpp's published vocab test vectors
+ * and Hugging Face's ids for hf-texts.json (every vocabulary found in shared/vocab), BOS/EOS
+ * defaults, NFC, the stories260K reference prompt, round trips, streaming detokenization,
+ * special tokens and hostile input. */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,22 +15,90 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "model/chat.h"
 #include "model/gguf.h"
 #include "synth/gguf_write.h"
 #include "base/utf8.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 
-/* Vocabularies shipped with .gguf + .inp/.out, and those with only .inp/.out. */
-static const char *const vocabs[] = {"gpt-2", "deepseek-llm", "falcon", "starcoder", "llama-spm",
-                                     "phi-3"};
-static const char *const vocabs_without_gguf[] = {"llama-bpe", "qwen2", "qwen35"};
-#define N_VOCABS (sizeof vocabs / sizeof vocabs[0])
-
 static const char *shared_dir(void)
 {
     const char *d = getenv("INFERD_SHARED_DIR");
     return d && *d ? d : INFERD_SHARED_DIR;
+}
+
+/* ---- the vocabularies in shared/vocab ----------------------------------------------------
+ * Found by listing the folder, so a vocabulary added there is tested without editing this
+ * file: ggml-vocab-NAME.gguf (the vocabulary) and ggml-vocab-NAME.gguf.inp/.out (llama.cpp's
+ * vectors for it); either may come without the other. */
+
+enum { MAX_VOCABS = 64 };
+
+typedef struct vocab_entry {
+    char name[64];
+    bool has_gguf, has_vectors;
+} vocab_entry;
+
+static vocab_entry vocab_list[MAX_VOCABS];
+static int n_vocab_list = -1; /* -1: not listed yet */
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const vocab_entry *)a)->name, ((const vocab_entry *)b)->name);
+}
+
+static vocab_entry *vocab_entry_for(const char *name, size_t len)
+{
+    if (len == 0 || len >= sizeof vocab_list[0].name)
+        return NULL;
+    for (int i = 0; i < n_vocab_list; i++)
+        if (strlen(vocab_list[i].name) == len && memcmp(vocab_list[i].name, name, len) == 0)
+            return &vocab_list[i];
+    if (n_vocab_list == MAX_VOCABS)
+        return NULL;
+    vocab_entry *e = &vocab_list[n_vocab_list++];
+    memcpy(e->name, name, len);
+    e->name[len] = 0;
+    return e;
+}
+
+static bool ends_with(const char *s, size_t n, const char *suffix, size_t *stem)
+{
+    size_t k = strlen(suffix);
+    if (n < k || strcmp(s + n - k, suffix) != 0)
+        return false;
+    *stem = n - k;
+    return true;
+}
+
+/* The vocabularies present, sorted by name (0 when the folder is missing). */
+static int list_vocabs(void)
+{
+    if (n_vocab_list >= 0)
+        return n_vocab_list;
+    n_vocab_list = 0;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/vocab", shared_dir());
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    static const char prefix[] = "ggml-vocab-";
+    for (struct dirent *de; (de = readdir(d));) {
+        const char *s = de->d_name;
+        if (strncmp(s, prefix, sizeof prefix - 1) != 0)
+            continue;
+        s += sizeof prefix - 1;
+        size_t n = strlen(s), stem;
+        vocab_entry *e;
+        if (ends_with(s, n, ".gguf", &stem) && (e = vocab_entry_for(s, stem)))
+            e->has_gguf = true;
+        else if (ends_with(s, n, ".gguf.inp", &stem) && (e = vocab_entry_for(s, stem)))
+            e->has_vectors = true;
+    }
+    closedir(d);
+    qsort(vocab_list, (size_t)n_vocab_list, sizeof vocab_list[0], cmp_entry);
+    return n_vocab_list;
 }
 
 static double now_ms(void)
@@ -170,34 +240,350 @@ static int run_vectors(const char *name, const tokenizer *t, int *n_cases)
 static void test_vocab_vectors(void **state)
 {
     (void)state;
-    int total = 0, total_ok = 0;
-    for (size_t k = 0; k < N_VOCABS; k++) {
+    int total = 0, total_ok = 0, n_tested = 0;
+    if (list_vocabs() == 0) {
+        print_message("no ggml-vocab-* files under %s/vocab\n", shared_dir());
+        skip();
+    }
+    for (int k = 0; k < n_vocab_list; k++) {
+        const vocab_entry *e = &vocab_list[k];
+        if (!e->has_gguf || !e->has_vectors)
+            continue; /* reported by the tests below */
         vocab v;
-        if (!open_named_vocab(vocabs[k], &v)) {
-            print_message("vocab %s: no vocab file under %s/vocab\n", vocabs[k], shared_dir());
-            skip();
-        }
+        assert_true(open_named_vocab(e->name, &v));
         int cases;
-        int ok = run_vectors(vocabs[k], v.tok, &cases);
-        print_message("vocab %-13s %2d/%2d inputs match (n_vocab %d, load %.1f ms)\n", vocabs[k],
+        int ok = run_vectors(e->name, v.tok, &cases);
+        print_message("vocab %-13s %2d/%2d inputs match (n_vocab %d, load %.1f ms)\n", e->name,
                       ok, cases, tokenizer_n_vocab(v.tok), v.load_ms);
         assert_true(cases >= 40);
         total += cases;
         total_ok += ok;
+        n_tested++;
         tokenizer_free(v.tok);
     }
-    print_message("all vocabs: %d/%d inputs match\n", total_ok, total);
+    print_message("all %d vocabs with vectors: %d/%d inputs match\n", n_tested, total_ok, total);
     assert_int_equal(total_ok, total);
 }
 
+/* Vectors whose vocabulary is not shared (qwen35): reported as skipped, not failed. */
 static void test_vocab_vectors_without_gguf(void **state)
 {
     (void)state;
-    for (size_t k = 0; k < sizeof vocabs_without_gguf / sizeof vocabs_without_gguf[0]; k++)
-        print_message("vocab %s: only .inp/.out are shared (no ggml-vocab-%s.gguf), so its "
-                      "pre-tokenizer cannot be checked against them\n",
-                      vocabs_without_gguf[k], vocabs_without_gguf[k]);
-    skip();
+    int missing = 0;
+    for (int k = 0; k < list_vocabs(); k++) {
+        const vocab_entry *e = &vocab_list[k];
+        if (e->has_vectors && !e->has_gguf) {
+            print_message("SKIPPED vocab %s: ggml-vocab-%s.gguf.inp/.out are shared but not "
+                          "ggml-vocab-%s.gguf, so these vectors cannot be run\n",
+                          e->name, e->name, e->name);
+            missing++;
+        } else if (e->has_gguf && !e->has_vectors) {
+            print_message("vocab %s: no .inp/.out vectors (round trips and hostile input only)\n",
+                          e->name);
+        }
+    }
+    if (missing)
+        skip();
+}
+
+/* ---- hf-texts.json: Hugging Face's ids ----------------------------------------------------
+ * ids: encode without added specials, special tokens written in the text parsed (as POST
+ * /tokenize does by default); ids_add_special: what HF's encode adds by default (BOS for
+ * Llama 3, nothing for Qwen2), which is /tokenize with add_special. */
+
+static cJSON *load_json(const char *rel);
+
+/* The ids /tokenize gives for text: encode, then EOS where the vocabulary adds it. */
+static int32_t *encode_like_tokenize(const tokenizer *t, const char *s, bool add_special, int *n)
+{
+    int32_t *ids = encode(t, s, strlen(s), add_special && tokenizer_add_bos(t), true, n);
+    if (add_special && tokenizer_add_eos(t))
+        ids[(*n)++] = tokenizer_eos(t); /* encode leaves room for one more */
+    return ids;
+}
+
+static bool ids_equal(const int32_t *got, int n, const cJSON *want)
+{
+    if (!cJSON_IsArray(want) || cJSON_GetArraySize(want) != n)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (cJSON_GetArrayItem(want, i)->valueint != got[i])
+            return false;
+    return true;
+}
+
+static void print_ids(const char *what, const int32_t *ids, int n)
+{
+    print_error("  %s:", what);
+    for (int i = 0; i < n; i++)
+        print_error(" %d", ids[i]);
+    print_error("\n");
+}
+
+static void test_hf_texts(void **state)
+{
+    (void)state;
+    cJSON *j = load_json("vocab/hf-texts.json");
+    if (!j) {
+        print_message("no %s/vocab/hf-texts.json\n", shared_dir());
+        skip();
+    }
+    const cJSON *texts = cJSON_GetObjectItem(j, "texts"), *vocabs = cJSON_GetObjectItem(j, "expected");
+    int n_texts = cJSON_GetArraySize(texts), checked = 0, bad = 0, n_vocabs = 0;
+    assert_true(n_texts > 0);
+    const cJSON *ve;
+    cJSON_ArrayForEach(ve, vocabs)
+    {
+        vocab v;
+        if (!open_named_vocab(ve->string, &v)) {
+            print_message("SKIPPED hf-texts for %s: no ggml-vocab-%s.gguf\n", ve->string, ve->string);
+            continue;
+        }
+        const cJSON *want_plain = cJSON_GetObjectItem(ve, "ids");
+        const cJSON *want_special = cJSON_GetObjectItem(ve, "ids_add_special");
+        assert_int_equal(cJSON_GetArraySize(want_plain), n_texts);
+        assert_int_equal(cJSON_GetArraySize(want_special), n_texts);
+        int ok = 0;
+        for (int i = 0; i < n_texts; i++) {
+            const char *text = cJSON_GetStringValue(cJSON_GetArrayItem(texts, i));
+            assert_non_null(text);
+            for (int sp = 0; sp < 2; sp++) {
+                int n;
+                int32_t *got = encode_like_tokenize(v.tok, text, sp, &n);
+                const cJSON *want = cJSON_GetArrayItem(sp ? want_special : want_plain, i);
+                if (ids_equal(got, n, want)) {
+                    ok++;
+                } else {
+                    char *w = cJSON_PrintUnformatted(want);
+                    print_error("%s hf-texts[%d]%s mismatch: '%s'\n  want: %s\n", ve->string, i,
+                                sp ? " (add_special)" : "", text, w);
+                    print_ids("got", got, n);
+                    free(w);
+                    bad++;
+                }
+                checked++;
+                free(got);
+            }
+        }
+        print_message("hf-texts %-10s %3d/%3d match (%d texts, with and without added specials)\n",
+                      ve->string, ok, 2 * n_texts, n_texts);
+        n_vocabs++;
+        tokenizer_free(v.tok);
+    }
+    cJSON_Delete(j);
+    if (n_vocabs == 0)
+        skip();
+    assert_int_equal(bad, 0);
+    assert_true(checked > 0);
+}
+
+/* ---- BOS/EOS defaults -------------------------------------------------------------------- */
+
+/* A small BPE vocabulary with BOS/EOS tokens; add_bos < 0 leaves the key out. */
+static tokenizer *bpe_with(const char *pre, int add_bos)
+{
+    static const char *const toks[] = {"a", "b", "ab", "<|begin_of_text|>", "<|end_of_text|>"};
+    static const int32_t types[] = {1, 1, 1, 3, 3};
+    static const char *const merges[] = {"a b"};
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    if (pre)
+        gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 5);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 5);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 3);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 4);
+    if (add_bos >= 0)
+        gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    void *mem;
+    size_t size;
+    char err[256];
+    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
+    gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
+    assert_non_null(f);
+    tokenizer *t = tokenizer_load(f, err, sizeof err);
+    if (!t)
+        print_error("pre %s: %s\n", pre ? pre : "(none)", err);
+    assert_non_null(t);
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+    return t;
+}
+
+static void test_bos_defaults(void **state)
+{
+    (void)state;
+    /* Without the key: llama.cpp's default per pre-tokenizer (src/llama-vocab.cpp). */
+    static const struct {
+        const char *pre;
+        bool bos;
+    } cases[] = {
+        {"llama-bpe", true}, {"llama3", true}, {"llama-v3", true}, {"falcon3", true},
+        {"qwen2", false},    {"gpt-2", false}, {"gpt2", false},    {"dbrx", false},
+        {"smaug-bpe", false}, {"deepseek-llm", false}, {"starcoder", false}, {NULL, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tokenizer *t = bpe_with(cases[i].pre, -1);
+        assert_int_equal(tokenizer_add_bos(t), cases[i].bos);
+        assert_false(tokenizer_add_eos(t));
+        char desc[512];
+        tokenizer_describe(t, desc, sizeof desc);
+        assert_non_null(strstr(desc, "no tokenizer.ggml.add_bos_token: default for pre-tokenizer"));
+        tokenizer_free(t);
+        /* The key, where present, decides. */
+        t = bpe_with(cases[i].pre, !cases[i].bos);
+        assert_int_equal(tokenizer_add_bos(t), !cases[i].bos);
+        tokenizer_describe(t, desc, sizeof desc);
+        assert_non_null(strstr(desc, "(tokenizer.ggml.add_bos_token)"));
+        tokenizer_free(t);
+    }
+
+    /* The shared vocabularies: the Llama 3.1 file has no add_bos key, yet BOS is added. */
+    static const struct {
+        const char *name;
+        bool bos;
+    } real[] = {{"llama-bpe", true}, {"qwen2", false}, {"gpt-2", false}, {"llama-spm", true},
+                {"phi-3", true}};
+    for (size_t i = 0; i < sizeof real / sizeof real[0]; i++) {
+        vocab v;
+        if (!open_named_vocab(real[i].name, &v)) {
+            print_message("SKIPPED %s: no ggml-vocab-%s.gguf\n", real[i].name, real[i].name);
+            continue;
+        }
+        char desc[512];
+        tokenizer_describe(v.tok, desc, sizeof desc);
+        print_message("%-10s %s\n", real[i].name, desc);
+        assert_int_equal(tokenizer_add_bos(v.tok), real[i].bos);
+        assert_false(tokenizer_add_eos(v.tok));
+        tokenizer_free(v.tok);
+    }
+}
+
+/* A Llama 3 prompt starts with exactly one <|begin_of_text|>: a plain text gets it added, a
+ * chat prompt whose template writes it (or a text that writes it) does not get a second. */
+static void test_prompt_bos_once(void **state)
+{
+    (void)state;
+    vocab v;
+    if (!open_named_vocab("llama-bpe", &v))
+        skip();
+    const tokenizer *t = v.tok;
+    const int32_t bos = 128000;
+    assert_int_equal(tokenizer_bos(t), bos);
+
+    const char *plain = "Hello world";
+    assert_true(tokenizer_prompt_bos(t, plain, strlen(plain)));
+    int n;
+    int32_t *ids = encode(t, plain, strlen(plain), tokenizer_prompt_bos(t, plain, strlen(plain)),
+                          true, &n);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], bos);
+    assert_int_equal(ids[1], 9906);
+    assert_int_equal(ids[2], 1917);
+    free(ids);
+
+    size_t len;
+    const char *bos_text = tokenizer_token_text(t, bos, &len);
+    char bos_buf[64];
+    snprintf(bos_buf, sizeof bos_buf, "%.*s", (int)len, bos_text);
+    chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hello world"}};
+    char err[128];
+    char *chat = chat_render(CHAT_TMPL_LLAMA3, msgs, 2, true, bos_buf, "<|eot_id|>", err, sizeof err);
+    assert_non_null(chat);
+    assert_memory_equal(chat, "<|begin_of_text|>", 17); /* the template writes it */
+    bool add = tokenizer_prompt_bos(t, chat, strlen(chat));
+    assert_false(add);
+    ids = encode(t, chat, strlen(chat), add, true, &n);
+    int n_bos = 0;
+    for (int i = 0; i < n; i++)
+        n_bos += ids[i] == bos;
+    assert_int_equal(ids[0], bos);
+    assert_int_equal(n_bos, 1);
+    free(ids);
+    free(chat);
+
+    /* A template that does not write it (ChatML here) gets it from the vocabulary. */
+    chat = chat_render(CHAT_TMPL_CHATML, msgs, 2, true, bos_buf, "<|eot_id|>", err, sizeof err);
+    assert_true(tokenizer_prompt_bos(t, chat, strlen(chat)));
+    free(chat);
+    /* No BOS vocabulary: never. */
+    tokenizer_free(v.tok);
+    if (!open_named_vocab("qwen2", &v))
+        skip();
+    assert_false(tokenizer_prompt_bos(v.tok, plain, strlen(plain)));
+    tokenizer_free(v.tok);
+}
+
+/* ---- NFC ----------------------------------------------------------------------------------
+ * Expected forms from Python's unicodedata.normalize("NFC", ...); unicode.c was also checked
+ * against it for every code point, its NFD and 200k random mark sequences when written. */
+
+static void test_nfc(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"e\xCC\x81", "\xC3\xA9"},
+        {"cafe\xCC\x81 nai\xCC\x88ve", "caf\xC3\xA9 na\xC3\xAFve"},
+        {"a\xCC\x81\xCC\x96", "\xC3\xA1\xCC\x96"},        /* reordered: below mark first */
+        {"a\xCC\x96\xCC\x81", "\xC3\xA1\xCC\x96"},        /* not blocked by the lower class */
+        {"\xE2\x84\xAB", "\xC3\x85"},                     /* singleton: ANGSTROM SIGN */
+        {"\xE0\xA5\x98", "\xE0\xA4\x95\xE0\xA4\xBC"},     /* composition exclusion */
+        {"\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xEA\xB0\x81"}, /* Hangul L V T */
+        {"\xEA\xB0\x80\xE1\x86\xA8", "\xEA\xB0\x81"},     /* Hangul LV + T */
+        {"\xE1\xB8\x8B\xCC\xA3", "\xE1\xB8\x8D\xCC\x87"}, /* d: dot above + below */
+        {"\xC3\x85\xCC\x81", "\xC7\xBA"},                 /* composite + mark */
+        {"\xCD\x84", "\xCC\x88\xCC\x81"},                 /* non-starter decomposition */
+        {"e\xCC\x81\xCC\x81", "\xC3\xA9\xCC\x81"},        /* second acute is blocked */
+        {"A\xCC\x8A\xFF\xCC\x8A", "\xC3\x85\xFF\xCC\x8A"}, /* an invalid byte stays, blocks */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out;
+        size_t len;
+        assert_int_equal(unicode_nfc(cases[i].in, strlen(cases[i].in), &out, &len), 0);
+        assert_non_null(out);
+        assert_int_equal(len, strlen(cases[i].want));
+        assert_memory_equal(out, cases[i].want, len);
+        free(out);
+        /* NFC is idempotent: the result is left alone, without a copy. */
+        assert_int_equal(unicode_nfc(cases[i].want, strlen(cases[i].want), &out, &len), 0);
+        assert_null(out);
+    }
+    static const char *const unchanged[] = {"plain ASCII", "caf\xC3\xA9 \xED\x95\x9C\xEA\xB5\xAD",
+                                            "\xE1\x84\x80\xCC\x81\xE1\x85\xA1", "\xCC\x81", ""};
+    for (size_t i = 0; i < sizeof unchanged / sizeof unchanged[0]; i++) {
+        char *out = (char *)1;
+        size_t len;
+        assert_int_equal(unicode_nfc(unchanged[i], strlen(unchanged[i]), &out, &len), 0);
+        assert_null(out);
+        assert_int_equal(len, strlen(unchanged[i]));
+    }
+
+    /* The text: Qwen2 normalizes (Hugging Face's ids), Llama 3 does not. */
+    const char *text = "cafe\xCC\x81 nai\xCC\x88ve";
+    static const int32_t want_qwen2[] = {924, 58858, 94880, 586};
+    vocab v;
+    int n;
+    if (open_named_vocab("qwen2", &v)) {
+        assert_true(tokenizer_normalizes_nfc(v.tok));
+        int32_t *ids = encode(v.tok, text, strlen(text), false, true, &n);
+        assert_int_equal(n, 4);
+        assert_memory_equal(ids, want_qwen2, sizeof want_qwen2);
+        free(ids);
+        tokenizer_free(v.tok);
+    } else {
+        print_message("SKIPPED the Qwen2 NFC check: no ggml-vocab-qwen2.gguf\n");
+    }
+    if (open_named_vocab("llama-bpe", &v)) {
+        assert_false(tokenizer_normalizes_nfc(v.tok));
+        int32_t *ids = encode(v.tok, text, strlen(text), false, true, &n);
+        assert_int_equal(n, 7); /* the combining marks stay separate characters */
+        free(ids);
+        tokenizer_free(v.tok);
+    }
 }
 
 /* ---- round trips -------------------------------------------------------------------------- */
@@ -217,39 +603,66 @@ static const char *const roundtrip_texts[] = {
     "\xF0\x9D\x94\x98\xF0\x9D\x94\xAB\xF0\x9D\x94\xA6 astral letters",
 };
 
-static void check_roundtrip(const char *name, const tokenizer *t, const char *s, size_t len)
+static void check_roundtrip(const char *name, const tokenizer *t, const char *text,
+                            size_t text_len)
 {
+    /* A normalizing tokenizer gives back the NFC form of the text. */
+    char *nfc = NULL;
+    size_t len = text_len;
+    if (tokenizer_normalizes_nfc(t))
+        assert_int_equal(unicode_nfc(text, text_len, &nfc, &len), 0);
+    const char *want = nfc ? nfc : text;
     int n;
-    int32_t *ids = encode(t, s, len, false, false, &n);
+    int32_t *ids = encode(t, text, text_len, false, false, &n);
     size_t dlen;
     char *back = decode(t, ids, n, &dlen);
-    if (dlen != len || memcmp(back, s, len) != 0)
-        print_error("%s: round trip of '%.*s' gave '%s'\n", name, (int)len, s, back);
+    if (dlen != len || memcmp(back, want, len) != 0)
+        print_error("%s: round trip of '%.*s' gave '%s'\n", name, (int)text_len, text, back);
     assert_int_equal(dlen, len);
-    assert_memory_equal(back, s, len);
+    assert_memory_equal(back, want, len);
     free(back);
 
     /* With BOS in front the decoded text is the same: control tokens render as nothing. */
-    int32_t *with_bos = encode(t, s, len, true, false, &n);
+    int32_t *with_bos = encode(t, text, text_len, true, false, &n);
     back = decode(t, with_bos, n, &dlen);
     assert_int_equal(dlen, len);
-    assert_memory_equal(back, s, len);
+    assert_memory_equal(back, want, len);
     free(back);
     free(with_bos);
     free(ids);
+    free(nfc);
+}
+
+/* Calls fn with every shared vocabulary that has a .gguf; skips when there is none. */
+static void for_each_vocab(void (*fn)(const char *name, const tokenizer *t, void *ctx), void *ctx)
+{
+    int n = 0;
+    for (int k = 0; k < list_vocabs(); k++) {
+        if (!vocab_list[k].has_gguf)
+            continue;
+        vocab v;
+        assert_true(open_named_vocab(vocab_list[k].name, &v));
+        fn(vocab_list[k].name, v.tok, ctx);
+        tokenizer_free(v.tok);
+        n++;
+    }
+    if (n == 0) {
+        print_message("no ggml-vocab-*.gguf under %s/vocab\n", shared_dir());
+        skip();
+    }
+}
+
+static void roundtrip_vocab(const char *name, const tokenizer *t, void *ctx)
+{
+    (void)ctx;
+    for (size_t i = 0; i < sizeof roundtrip_texts / sizeof roundtrip_texts[0]; i++)
+        check_roundtrip(name, t, roundtrip_texts[i], strlen(roundtrip_texts[i]));
 }
 
 static void test_roundtrip(void **state)
 {
     (void)state;
-    for (size_t k = 0; k < N_VOCABS; k++) {
-        vocab v;
-        if (!open_named_vocab(vocabs[k], &v))
-            skip();
-        for (size_t i = 0; i < sizeof roundtrip_texts / sizeof roundtrip_texts[0]; i++)
-            check_roundtrip(vocabs[k], v.tok, roundtrip_texts[i], strlen(roundtrip_texts[i]));
-        tokenizer_free(v.tok);
-    }
+    for_each_vocab(roundtrip_vocab, NULL);
 }
 
 /* ---- stories260K: the reference prompt -------------------------------------------------- */
@@ -519,59 +932,60 @@ static bool byte_representable(const tokenizer *t, unsigned char b)
     return n > 0 && n <= 8 && tokenizer_decode(t, ids, n, out, sizeof out) == 1 && out[0] == c;
 }
 
-static void test_hostile_input(void **state)
+static void hostile_vocab(const char *name, const tokenizer *t, void *ctx)
 {
-    (void)state;
+    char *buf = ctx;
+    const size_t big = 1 << 20;
     static const char junk[] = "ok\xFF\xFE\xC0\x80 \xED\xA0\x80 \xF4\x90\x80\x80 \xE4\xB8 "
                                "\0nul\0 \xF0\x9F\x98 end\xC3";
     size_t junk_len = sizeof junk - 1;
-    const size_t big = 1 << 20;
-    char *buf = malloc(big);
-    assert_non_null(buf);
-    static const char *const fills[] = {"a", " ", "7", "\xC3\xA9", "<", "\xFF"};
-    for (size_t k = 0; k < N_VOCABS; k++) {
-        vocab v;
-        if (!open_named_vocab(vocabs[k], &v))
-            skip();
-        /* Invalid UTF-8 and NULs round-trip byte for byte (byte fallback / byte-level BPE),
-         * except bytes the vocabulary has no token for at all (Falcon lacks C0, C1, F5..FF):
-         * those are dropped. */
-        char kept[sizeof junk];
-        size_t n_kept = 0;
-        for (size_t i = 0; i < junk_len; i++)
-            if (byte_representable(v.tok, (unsigned char)junk[i]))
-                kept[n_kept++] = junk[i];
-        int n;
-        int32_t *ids = encode(v.tok, junk, junk_len, false, false, &n);
-        size_t dlen;
-        char *back = decode(v.tok, ids, n, &dlen);
-        assert_int_equal(dlen, n_kept);
-        assert_memory_equal(back, kept, n_kept);
-        free(back);
-        free(ids);
-        if (n_kept == junk_len)
-            check_roundtrip(vocabs[k], v.tok, junk, junk_len);
-        assert_int_equal(tokenizer_encode(v.tok, NULL, 0, false, false, NULL, 0), 0);
-        assert_int_equal(tokenizer_encode(v.tok, NULL, 5, false, false, NULL, 0), -1);
+    /* a combining-mark run that NFC must reorder: one long run of non-starters */
+    static const char *const fills[] = {"a", " ", "7", "\xC3\xA9", "<", "\xFF", "\xCC\x81\xCC\x96"};
+    /* Invalid UTF-8 and NULs round-trip byte for byte (byte fallback / byte-level BPE),
+     * except bytes the vocabulary has no token for at all (Falcon lacks C0, C1, F5..FF):
+     * those are dropped. */
+    char kept[sizeof junk];
+    size_t n_kept = 0;
+    for (size_t i = 0; i < junk_len; i++)
+        if (byte_representable(t, (unsigned char)junk[i]))
+            kept[n_kept++] = junk[i];
+    int n;
+    int32_t *ids = encode(t, junk, junk_len, false, false, &n);
+    size_t dlen;
+    char *back = decode(t, ids, n, &dlen);
+    assert_int_equal(dlen, n_kept);
+    assert_memory_equal(back, kept, n_kept);
+    free(back);
+    free(ids);
+    if (n_kept == junk_len)
+        check_roundtrip(name, t, junk, junk_len);
+    assert_int_equal(tokenizer_encode(t, NULL, 0, false, false, NULL, 0), 0);
+    assert_int_equal(tokenizer_encode(t, NULL, 5, false, false, NULL, 0), -1);
 
-        for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
-            size_t fl = strlen(fills[f]), len = big / fl * fl;
-            for (size_t i = 0; i < len; i += fl)
-                memcpy(buf + i, fills[f], fl);
-            /* Linear-ish: a quadratic pass over 1 MB would take many minutes, so a loose bound
-             * catches it without timing the tokenizer (no speed targets in unit tests: CI runs
-             * on loaded machines and under sanitizers; the sizes are printed for reading). */
-            bool coded = byte_representable(v.tok, (unsigned char)fills[f][0]);
-            double t_small = encode_ms(v.tok, buf, len / 16 / fl * fl, true, &n);
-            assert_true(n >= 0 && (!coded || n > 0)); /* unknown token or nothing */
-            double t_big = encode_ms(v.tok, buf, len, true, &n);
-            assert_true(n >= 0 && (!coded || n > 0)); /* unknown token or nothing */
-            print_message("%-12s 1 MB of '%s': %6.1f ms (64 KB: %5.1f ms), %d tokens\n", vocabs[k],
-                          fills[f][0] == '\xFF' ? "\\xFF" : fills[f], t_big, t_small, n);
-            assert_true(t_big < 60000);
-        }
-        tokenizer_free(v.tok);
+    for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
+        size_t fl = strlen(fills[f]), len = big / fl * fl;
+        for (size_t i = 0; i < len; i += fl)
+            memcpy(buf + i, fills[f], fl);
+        /* Linear-ish: a quadratic pass over 1 MB would take many minutes, so a loose bound
+         * catches it without timing the tokenizer (no speed targets in unit tests: CI runs
+         * on loaded machines and under sanitizers; the sizes are printed for reading). */
+        bool coded = byte_representable(t, (unsigned char)fills[f][0]);
+        double t_small = encode_ms(t, buf, len / 16 / fl * fl, true, &n);
+        assert_true(n >= 0 && (!coded || n > 0)); /* unknown token or nothing */
+        double t_big = encode_ms(t, buf, len, true, &n);
+        assert_true(n >= 0 && (!coded || n > 0)); /* unknown token or nothing */
+        print_message("%-12s 1 MB of '%s': %6.1f ms (64 KB: %5.1f ms), %d tokens\n", name,
+                      fills[f][0] == '\xFF' ? "\\xFF" : fills[f], t_big, t_small, n);
+        assert_true(t_big < 60000);
     }
+}
+
+static void test_hostile_input(void **state)
+{
+    (void)state;
+    char *buf = malloc(1 << 20);
+    assert_non_null(buf);
+    for_each_vocab(hostile_vocab, buf);
     free(buf);
 }
 
@@ -692,6 +1106,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vocab_vectors),
         cmocka_unit_test(test_vocab_vectors_without_gguf),
+        cmocka_unit_test(test_hf_texts),
+        cmocka_unit_test(test_bos_defaults),
+        cmocka_unit_test(test_prompt_bos_once),
+        cmocka_unit_test(test_nfc),
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_stories260k_prompt),
         cmocka_unit_test(test_detok_stream),

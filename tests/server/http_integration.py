@@ -4,7 +4,7 @@ on a free 127.0.0.1 port with a small model, talks real HTTP (curl, raw sockets,
 Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
-                                       flood shutdown node stories startup)
+                                       flood shutdown node stories startup vocab)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
 import json
@@ -611,6 +611,60 @@ def case_stories():
         streamed = "".join(e["choices"][0]["text"] for e in sse_events(raw)[:-1])
         check(streamed == text, "streamed story differs from the whole one")
         print(f"stories260K: {text!r}")
+
+
+def case_vocab():
+    """The real vocabularies of ../shared/vocab over tiny random weights (mkmodel --vocab, the
+    way a converter pairs a publisher's tokenizer with weights): POST /tokenize gives Hugging
+    Face's ids for every text of hf-texts.json with and without add_special, and prompts hold
+    BOS exactly once (a text prompt gets it; a chat template that writes it gets no second)."""
+    texts_path = os.path.join(SHARED, "vocab", "hf-texts.json")
+    if not os.path.exists(texts_path):
+        print(f"SKIP: {texts_path} not present")
+        return SKIP
+    with open(texts_path, encoding="utf-8") as f:
+        hf = json.load(f)
+    ran = 0
+    for name, want in hf["expected"].items():
+        vocab = os.path.join(SHARED, "vocab", f"ggml-vocab-{name}.gguf")
+        if not os.path.exists(vocab):
+            print(f"SKIP {name}: {vocab} not present")
+            continue
+        with Server(make_model(f"{name}.gguf", "--vocab", vocab)) as s:
+            bad = []
+            for i, text in enumerate(hf["texts"]):
+                for add_special, key in ((False, "ids"), (True, "ids_add_special")):
+                    st, got = post(s.port, "/tokenize", {"content": text, "add_special": add_special})
+                    check(st == 200, f"{name} tokenize status {st}")
+                    if got["tokens"] != want[key][i]:
+                        bad.append(f"{name} texts[{i}] {key}: {text!r}\n  want {want[key][i]}\n  got  {got['tokens']}")
+            check(not bad, f"{len(bad)} /tokenize mismatches:\n" + "\n".join(bad[:10]))
+
+            hello = hf["texts"].index("Hello world")
+            plain, special = want["ids"][hello], want["ids_add_special"][hello]
+            st, out = post(s.port, "/v1/completions", {"prompt": "Hello world", "max_tokens": 1})
+            check(out["usage"]["prompt_tokens"] == len(special), f"{name} text prompt: {out['usage']}, want {special}")
+            if len(special) == len(plain) + 1:  # the vocabulary adds BOS
+                bos = special[0]
+                st, pieces = post(s.port, "/tokenize", {"content": "Hello", "with_pieces": True, "add_special": True})
+                bos_text = pieces["tokens"][0]["piece"]
+                st, out = post(s.port, "/v1/completions", {"prompt": bos_text + "Hello world", "max_tokens": 1})
+                check(out["usage"]["prompt_tokens"] == len(special), f"{name} prompt writing BOS: {out['usage']}")
+                # the chat template writes BOS: the prompt is exactly the rendered text's ids
+                st, ref = post(s.port, "/tokenize", {"content": bos_text + "<|start_header_id|>user<|end_header_id|>\n\n"
+                                                      "Hello world<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"})
+                check(ref["tokens"].count(bos) == 1, f"{name} reference chat ids {ref}")
+                st, out = post(s.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello world"}],
+                                                                "max_tokens": 1})
+                check(st == 200 and out["usage"]["prompt_tokens"] == len(ref["tokens"]),
+                      f"{name} chat prompt: {out.get('usage')}, want {len(ref['tokens'])} tokens with one BOS")
+            s.log.flush()
+            with open(s.log_path) as f:
+                logged = [line for line in f if "tokenizer:" in line]
+            check(len(logged) == 1, f"{name}: the tokenizer decision is logged once: {logged}")
+            print(f"{name}: {2 * len(hf['texts'])} /tokenize results match; {logged[0].strip()}")
+        ran += 1
+    return 0 if ran else SKIP
 
 
 def run_bin(*args, timeout=60):

@@ -16,6 +16,7 @@
 
 #include "model/ggml_types.h"
 #include "model/model.h"
+#include "gguf_write.h"
 
 /* Weight formats: one ggml type for every matrix, or llama.cpp's Q4_K_M mix. */
 typedef enum mkmodel_ftype {

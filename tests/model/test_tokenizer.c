@@ -15,7 +15,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "model/chat.h"
+#include "text/chat.h"
 #include "model/gguf.h"
 #include "synth/gguf_write.h"
 #include "base/utf8.h"

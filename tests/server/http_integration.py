@@ -4,7 +4,7 @@ on a free 127.0.0.1 port with a small model, talks real HTTP (curl, raw sockets,
 Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
-                                       flood shutdown node stories startup)
+                                       flood shutdown node stories startup logprobs0)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
 import json
@@ -36,6 +36,25 @@ class Fail(Exception):
 def check(cond, what):
     if not cond:
         raise Fail(what)
+
+
+# What a sanitizer (ASan, UBSan, LSan) writes when it reports: a test whose server printed one
+# fails even when every reply looked right (UBSan, for one, may only print and carry on).
+SANITIZER_MARKS = ("runtime error:", "AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer",
+                   "ThreadSanitizer", "MemorySanitizer")
+
+
+def sanitizer_report(text):
+    """The first sanitizer report line in text (a server's log or stderr), or None."""
+    for line in text.splitlines():
+        if any(m in line for m in SANITIZER_MARKS):
+            return line
+    return None
+
+
+def check_no_sanitizer_report(text, what):
+    line = sanitizer_report(text)
+    check(line is None, f"sanitizer report in {what}: {line}\n{text[-4000:]}")
 
 
 def free_port():
@@ -91,7 +110,15 @@ class Server:
             self.kill()
             raise Fail(f"server did not exit within {wait_s} s of SIGTERM")
         self.log.close()
+        self.check_log()
         check(rc == expect_rc, f"server exit code {rc}, expected {expect_rc}:\n{self.tail()}")
+
+    def check_log(self):
+        """Fail when the server's log (its stdout and stderr) holds a sanitizer report."""
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            check_no_sanitizer_report(f.read(), f"the log of the server on port {self.port}")
 
     def terminate(self):
         """SIGTERM once (a second one while draining would be a second request to stop)."""
@@ -111,6 +138,7 @@ class Server:
         if exc[0] is not None:
             sys.stderr.write("--- server log tail ---\n" + self.tail())
             self.kill()
+            self.check_log()  # a report explains the failure better than the failure itself
         else:
             self.stop()
 
@@ -361,6 +389,34 @@ def case_auth():
         check(json.loads(out)["data"][0]["id"] == "tiny.gguf", "curl with key")
 
 
+def case_logprobs0():
+    """logprobs 0 (completions) and logprobs without top_logprobs (chat) once read top_ids[-1]
+    in the sampler: UBSan reported it, ASan could not.  Also checks that the harness itself
+    turns a sanitizer line in a server log into a failure."""
+    try:
+        check_no_sanitizer_report("x\nsampling.c:94:9: runtime error: index -1 out of bounds\n", "a fake log")
+        raise AssertionError("the harness missed a UBSan report")
+    except Fail:
+        pass
+    with Server(make_model()) as s:
+        for stream in (False, True):
+            st, _, raw = request(s.port, "POST", "/v1/completions",
+                                 {"prompt": "Once upon a time", "max_tokens": 2, "logprobs": 0, "stream": stream})
+            check(st == 200, f"logprobs 0: {st} {raw[:300]!r}")
+            if stream:
+                ev = [e for e in sse_events(raw.decode())[:-1] if e["choices"] and e["choices"][0].get("logprobs")]
+                lps = [e["choices"][0]["logprobs"] for e in ev]
+            else:
+                lps = [json.loads(raw)["choices"][0]["logprobs"]]
+            tops = [t for lp in lps for t in lp["top_logprobs"]]
+            check(len(tops) == 2 and all(len(t) <= 1 for t in tops), f"logprobs 0 gives no alternatives: {lps}")
+        st, b = post(s.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                      "max_tokens": 2, "logprobs": True})
+        check(st == 200, f"chat logprobs without top_logprobs: {st} {b}")
+        content = b["choices"][0]["logprobs"]["content"]
+        check(len(content) == 2 and all(c["top_logprobs"] == [] for c in content), f"chat logprobs {content}")
+
+
 def stream_tokens(port, body, results, i):
     """A streaming completion over a raw connection; stores (text, tokens, top logprobs)
     concatenated over the chunks (the two lists are empty unless body asks for logprobs)."""
@@ -605,7 +661,9 @@ def case_stories():
 
 
 def run_bin(*args, timeout=60):
-    return subprocess.run([BIN, "serve", *args], capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run([BIN, "serve", *args], capture_output=True, text=True, timeout=timeout)
+    check_no_sanitizer_report(r.stdout + r.stderr, "inferd serve " + " ".join(args))
+    return r
 
 
 def case_startup():

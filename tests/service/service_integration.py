@@ -148,6 +148,7 @@ def case_notify():
         check('"finish_reason":"length"' in body or '"code":"shutting_down"' in body,
               f"stream completed or was cleanly cancelled: {body[-300:]!r}")
         rc = proc.wait(timeout=180)
+        hi.check_no_sanitizer_report(open(log_path, errors="replace").read(), "the server log")
         check(rc == 0, f"exit code {rc} after SIGTERM:\n" + open(log_path).read()[-2000:])
         msgs = ns.snapshot()
         check(msgs.index("STOPPING=1") > msgs.index("READY=1"), "STOPPING=1 after READY=1")

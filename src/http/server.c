@@ -13,6 +13,7 @@
 
 #include "../log.h"
 #include "api_encode.h"
+#include "http_guard.h"
 #include "http_int.h"
 
 typedef enum MHD_Result (*route_fn)(http_req *hr);
@@ -45,6 +46,9 @@ static enum MHD_Result queue(http_req *hr, int status, const char *ctype, char *
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == 405 && hr->rt) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, hr->rt->method);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    /* A body left unread, or a head that could be framed two ways: nothing after this reply
+     * on the connection may be read as a request. */
+    if (hr->close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     hr->status = status;
     enum MHD_Result r = MHD_queue_response(hr->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
@@ -137,7 +141,7 @@ static enum MHD_Result on_models(http_req *hr)
 
 static enum MHD_Result on_model(http_req *hr)
 {
-    const char *id = hr->path + strlen("/v1/models/");
+    const char *id = hr->url + strlen("/v1/models/");
     if (strcmp(id, hr->sv->sm.alias) != 0) {
         api_error e;
         api_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
@@ -289,20 +293,42 @@ static const route *find_route(const server *sv, const char *url)
     return NULL;
 }
 
-/* Constant-time comparison, so the key cannot be guessed byte by byte from timings. */
-static bool key_matches(const char *given, const char *key)
-{
-    size_t gl = strlen(given), kl = strlen(key);
-    unsigned char diff = (unsigned char)(gl != kl);
-    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(key[i] ^ given[i < gl ? i : 0]);
-    return diff == 0;
-}
-
+/* The key is checked before anything else is said about the URL, so that without it not even
+ * which routes exist can be learnt (only the open routes, /health, answer). */
 static bool authorized(http_req *hr)
 {
-    if (!hr->sv->api_key[0] || hr->rt->open) return true;
+    if (!hr->sv->api_key[0] || (hr->rt && hr->rt->open)) return true;
     const char *h = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return h && strncmp(h, "Bearer ", 7) == 0 && key_matches(h + 7, hr->sv->api_key);
+    return http_guard_bearer(h, hr->sv->api_key);
+}
+
+/* Whether the request announces a body (that replying now would leave unread). */
+static bool has_body(struct MHD_Connection *conn)
+{
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return (cl && strtoull(cl, NULL, 10) > 0) ||
+           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+}
+
+/* Checks that need only the head and must be answered before the body is read (no 100
+ * Continue, not a byte of the body): a malformed head, a missing or wrong key.  Fills
+ * hr->err and returns false when the request is refused. */
+static bool head_gate(http_req *hr, const char *url, const char *version)
+{
+    api_error *e = &hr->err;
+    hr->rt = find_route(hr->sv, url);
+    if (hr->bad_target) {
+        api_error_set(e, 400, "invalid_request_error", NULL, "invalid_url",
+                      "The request URL contains an encoded NUL byte (%%00).");
+    } else if (http_guard_framing(hr->conn, version, e) == 0) {
+        if (authorized(hr)) return true;
+        api_error_set(e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
+        hr->close = has_body(hr->conn);
+        return false;
+    }
+    hr->close = true;
+    return false;
 }
 
 /* Decide on the first call whether the request may proceed; fills hr->err when not. */
@@ -310,7 +336,6 @@ static bool gate(http_req *hr, const char *url, const char *method)
 {
     server *sv = hr->sv;
     api_error *e = &hr->err;
-    hr->rt = find_route(sv, url);
     if (!hr->rt) {
         api_error_set(e, 404, "invalid_request_error", NULL, "unknown_url",
                       "Unknown request URL: %.8s %.100s. Please check the URL for typos.", method, url);
@@ -319,11 +344,6 @@ static bool gate(http_req *hr, const char *url, const char *method)
     if (strcmp(method, hr->rt->method) != 0) {
         api_error_set(e, 405, "invalid_request_error", NULL, "method_not_allowed",
                       "Method %.8s is not allowed for %s; use %s.", method, hr->rt->path, hr->rt->method);
-        return false;
-    }
-    if (!authorized(hr)) {
-        api_error_set(e, 401, "invalid_request_error", NULL, "invalid_api_key",
-                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
         return false;
     }
     int st = atomic_load(&sv->state);
@@ -342,26 +362,44 @@ static void body_too_large(http_req *hr)
                   "The request body exceeds the limit of %zu bytes.", hr->sv->cfg.max_body);
 }
 
+/* MHD_OPTION_URI_LOG_CALLBACK: the request line has arrived, the head has not.  The request's
+ * context starts here so that the raw target (before MHD decodes %00 into a NUL that ends the
+ * path) can be checked and logged, and so that a request MHD refuses on its own still gets
+ * its access-log line and metric (on_completed). */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    http_req *hr = calloc(1, sizeof *hr);
+    if (!hr) return NULL;
+    hr->sv = cls;
+    hr->conn = conn;
+    hr->t_start = http_now_ms();
+    api_error ignored;
+    hr->bad_target = http_guard_target(uri, &ignored) != 0;
+    snprintf(hr->path, sizeof hr->path, "%.*s", (int)strcspn(uri, "?"), uri);
+    return hr;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)version;
     server *sv = cls;
     http_req *hr = *con_cls;
-    if (!hr) { /* first call: headers only */
-        if (!(hr = calloc(1, sizeof *hr))) return MHD_NO;
-        hr->sv = sv;
-        hr->conn = conn;
-        hr->method = method;
-        hr->t_start = http_now_ms();
-        snprintf(hr->path, sizeof hr->path, "%s", url);
+    if (!hr) { /* the request-line callback ran out of memory */
+        if (!(hr = on_request_line(sv, url, conn))) return MHD_NO;
         *con_cls = hr;
+    }
+    if (!hr->head_done) { /* first call: headers only */
+        hr->head_done = true;
+        hr->method = method;
+        hr->url = url;
+        if (!head_gate(hr, url, version)) return http_reply_error(hr, &hr->err);
         hr->have_err = !gate(hr, url, method);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (!hr->have_err && cl && strtoull(cl, NULL, 10) > sv->cfg.max_body) {
             /* Refuse before reading a byte of the body. */
             body_too_large(hr);
+            hr->close = true;
             return http_reply_error(hr, &hr->err);
         }
         return MHD_YES;
@@ -417,12 +455,20 @@ static void log_request(const http_req *hr, int status, bool closed_early)
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     server *sv = cls;
     http_req *hr = *con_cls;
     if (!hr) return;
     *con_cls = NULL;
     int status = hr->status ? hr->status : 499; /* nginx's "client closed request" */
+    if (!hr->head_done) {
+        /* The access handler never saw this request: MHD refused its head itself (an error
+         * reply, e.g. a Content-Length it cannot parse), or it never arrived in time. */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        status = toe != MHD_REQUEST_TERMINATED_WITH_ERROR ? 408 : cl && cl[0] >= '0' && cl[0] <= '9' ? 413 : 400;
+        snprintf(hr->error, sizeof hr->error, "%s",
+                 status != 408 ? "malformed request head (refused by the HTTP parser)"
+                               : "the request head did not arrive in time");
+    }
     metrics_count_status(sv->metrics, status);
     log_request(hr, status, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (hr->g) gen_finish(hr->g);
@@ -430,9 +476,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(hr);
 }
 
+/* MHD logs once per refused connection (limits reached, a malformed head): a flood of those
+ * must not become a flood of log lines.  At most MHD_LOG_BURST lines a second; the count of
+ * the ones dropped is reported with the next line that gets through. */
+#define MHD_LOG_BURST 20
+
+static bool mhd_log_allowed(long *dropped)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static long window, used, skipped;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    pthread_mutex_lock(&mu);
+    if (ts.tv_sec != window) {
+        window = ts.tv_sec;
+        used = 0;
+    }
+    bool ok = used < MHD_LOG_BURST;
+    if (ok) {
+        used++;
+        *dropped = skipped;
+        skipped = 0;
+    } else {
+        skipped++;
+    }
+    pthread_mutex_unlock(&mu);
+    return ok;
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    long dropped = 0;
+    if (!mhd_log_allowed(&dropped)) return;
+    if (dropped) log_warn("http: %ld similar messages suppressed", dropped);
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
@@ -485,6 +562,7 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                              MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
+                             MHD_OPTION_URI_LOG_CALLBACK, on_request_line, sv,
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
                              MHD_OPTION_END);
     if (!sv->d) {

@@ -4,7 +4,8 @@ on a free 127.0.0.1 port with a small model, talks real HTTP (curl, raw sockets,
 Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
-                                       flood shutdown node stories startup logprobs0)
+                                       flood shutdown node stories startup logprobs0
+                                       framing logs)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
 import json
@@ -415,6 +416,100 @@ def case_logprobs0():
         check(st == 200, f"chat logprobs without top_logprobs: {st} {b}")
         content = b["choices"][0]["logprobs"]["content"]
         check(len(content) == 2 and all(c["top_logprobs"] == [] for c in content), f"chat logprobs {content}")
+
+
+def raw_exchange(port, data, seconds=5):
+    """Send raw bytes, read until the server closes (bounded); returns (bytes, closed)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=seconds) as sock:
+        sock.sendall(data)
+        got, deadline = b"", time.time() + seconds
+        while time.time() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                return got, False
+            except ConnectionResetError:
+                return got, True
+            if not chunk:
+                return got, True
+            got += chunk
+        return got, False
+
+
+SMUGGLED = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def case_framing():
+    """Requests two parsers would frame differently: one 400 (501 for an unknown coding) with
+    Connection: close, and nothing after them is served as a second request (RFC 9112 §6.3)."""
+    head = b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    cases = [
+        ("CL and TE", 400, head + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + SMUGGLED),
+        ("two different CL", 400, head + b"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}" + SMUGGLED),
+        ("space before colon", 400, head + b"Transfer-Encoding : chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" + SMUGGLED),
+        ("HTTP/1.1 without Host", 400, b"GET /health HTTP/1.1\r\n\r\n"),
+        ("two Host fields", 400, b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+        ("TE xchunked", 501, head + b"Transfer-Encoding: xchunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" + SMUGGLED),
+        ("TE chunked, identity", 400, head + b"Transfer-Encoding: chunked, identity\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
+        ("TE chunked twice", 400, head + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        ("NUL in the path", 400, b"GET /health%00x HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ]
+    with Server(make_model()) as s:
+        for name, status, data in cases:
+            got, closed = raw_exchange(s.port, data)
+            text = got.decode(errors="replace")
+            check(closed, f"{name}: the connection stays open: {text[:300]!r}")
+            check(text.startswith(f"HTTP/1.1 {status} "), f"{name}: expected {status}: {text[:300]!r}")
+            check(len(re.findall(r"(?:^|\r\n)HTTP/1\.1 \d{3} ", text)) == 1, f"{name}: more than one reply: {text!r}")
+            head_, _, body = got.partition(b"\r\n\r\n")
+            check(b"\r\nConnection: close" in head_, f"{name}: no Connection: close: {text[:300]!r}")
+            err = json.loads(body.decode("utf-8"))["error"]
+            check(err["message"], f"{name}: error body {body!r}")
+        # Content-Length that MHD itself refuses before our handler runs.  libmicrohttpd 0.9.75
+        # writes the status line and headers of that reply twice (its bug, unreachable from the
+        # access handler): the status and the close are right and nothing after is served.
+        for cl, status in ((b"-1", 400), (b"18446744073709551617", 413)):
+            got, closed = raw_exchange(s.port, head + b"Content-Length: " + cl + b"\r\n\r\n{}" + SMUGGLED)
+            text = got.decode(errors="replace")
+            check(closed and text.startswith(f"HTTP/1.1 {status} "), f"CL {cl}: {text[:300]!r}")
+            check("Connection: close" in text and "200 OK" not in text, f"CL {cl}: {text!r}")
+        check(request(s.port, "GET", "/health")[0] == 200, "healthy after the framing attacks")
+        text = request(s.port, "GET", "/metrics")[2].decode()
+        check('inferd_http_requests_total{code="501"} 1' in text, "501 counted")
+        check('inferd_http_requests_total{code="413"} 1' in text, "MHD's own 413 counted")
+
+
+def case_logs():
+    """Control bytes reach the access log escaped, error bodies stay valid UTF-8 JSON."""
+    with Server(make_model(), "-np", "1") as s:
+        # %0A in the path, raw control bytes in the method and path
+        raw_exchange(s.port, b"GET /v1/x%0A2026-01-01T00:00:00.000Z info  forged HTTP/1.1\r\nHost: x\r\n"
+                     b"Connection: close\r\n\r\n")
+        raw_exchange(s.port, b"G\x01\x1bT /h\x7fx HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        # invalid UTF-8 in the path, a role and a logit_bias key: the error bodies still decode
+        got, _ = raw_exchange(s.port, b"GET /v1/\xff\xfe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        check(got.startswith(b"HTTP/1.1 404 "), f"path with raw 0xff: {got[:200]!r}")
+        json.loads(got.partition(b"\r\n\r\n")[2].decode("utf-8"))
+        body = b'{"messages":[{"role":"r\xff\xfe","content":"x"}]}'
+        st, _, raw = request(s.port, "POST", "/v1/chat/completions", body)
+        check(st == 400, f"bad role: {st}")
+        json.loads(raw.decode("utf-8"))
+        body = b'{"prompt":"x","logit_bias":{"1\xe2\x82":1}}'
+        st, _, raw = request(s.port, "POST", "/v1/completions", body)
+        check(st == 400, f"bad logit_bias key: {st}")
+        json.loads(raw.decode("utf-8"))
+        check(request(s.port, "GET", "/health")[0] == 200, "healthy")
+    lines = open(s.log_path, "rb").read().split(b"\n")
+    check(not any(b"forged" in l and not l.startswith(b"20") for l in lines), "a forged log line")
+    check(not any(b"forged" in l and b" request " not in l for l in lines), "a forged log line")
+    check(all(c >= 0x20 or c == 0x09 for l in lines for c in l), "a raw control byte in the log")
+    for l in lines:
+        l.decode("utf-8")  # every line is valid UTF-8
+    # the same in JSON logs: every line decodes
+    with Server(make_model(), "--log-format", "json") as s:
+        raw_exchange(s.port, b"G\x01T /a%0Ab\xff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    for l in open(s.log_path, "rb").read().splitlines():
+        json.loads(l.decode("utf-8"))
 
 
 def stream_tokens(port, body, results, i):

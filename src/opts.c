@@ -48,6 +48,8 @@ static const opt_def opt_table[] = {
     INT_("max-body", NULL, max_body, "1048576", 64, 1 << 30, "largest request body in bytes; more get 413"),
     {"api-key", NULL, OPT_STRING, FIELD(api_key), "", 0, 0, NULL, true,
      "require 'Authorization: Bearer KEY' on every route but /health"},
+    STR_("api-key-file", NULL, api_key_file, "",
+         "read the API key from the first line of this file (unlike --api-key, not visible in ps)"),
     INT_("threads", "t", threads, "0", 0, 4096, "CPU backend threads (0: all cores)"),
     INT_("http-threads", NULL, http_threads, "4", 1, 256, "HTTP worker threads (parsing, tokenization)"),
     ENUM_("device", NULL, device, "auto", device_names, "compute backend: auto (cuda when available), cpu, cuda"),

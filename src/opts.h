@@ -25,6 +25,7 @@ typedef struct inferd_opts {
     int queue_size;
     int max_body;           /* bytes */
     char api_key[256];      /* "" = no authentication */
+    char api_key_file[OPTS_STR_MAX]; /* "" = none; else api_key is read from it at start */
     int threads;            /* 0 = all cores */
     int http_threads;       /* libmicrohttpd worker threads */
     int device;             /* opts_device */

@@ -22,6 +22,7 @@
 #include "../cli/cli.h"
 #include "../config.h"
 #include "../engine/engine.h"
+#include "../keyfile.h"
 #include "../log.h"
 #include "../model/chat.h"
 #include "../model/model.h"
@@ -329,6 +330,10 @@ int cli_serve(int argc, char **argv)
     log_info("inferd %s starting (pid %d), config file: %s", INFERD_VERSION, (int)getpid(),
              o.config[0] ? o.config : "none (command line only)");
     opts_log(&o);
+    if (keyfile_apply(&o, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return 1;
+    }
     notify_init();
     signal(SIGPIPE, SIG_IGN); /* a client that went away must not kill the daemon */
 

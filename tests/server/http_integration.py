@@ -388,6 +388,46 @@ def case_auth():
         check(request(p, "GET", "/metrics")[0] == 401, "/metrics needs the key")
         out = curl(f"http://127.0.0.1:{p}/v1/models", "-H", "Authorization: Bearer s3cret")
         check(json.loads(out)["data"][0]["id"] == "tiny.gguf", "curl with key")
+        # the key comes first: without it, unknown routes and wrong methods are 401 too
+        for method, path in (("GET", "/v1/nothing"), ("GET", "/v1/completions"), ("DELETE", "/health/x")):
+            st, _, raw = request(p, method, path)
+            check_error(json.loads(raw), st, 401, code="invalid_api_key")
+        check(request(p, "GET", "/v1/nothing", headers={"Authorization": "Bearer s3cret"})[0] == 404, "404 with key")
+        # RFC 9110: the scheme is case-insensitive
+        for h in ("bearer s3cret", "BEARER  s3cret"):
+            check(request(p, "GET", "/v1/models", headers={"Authorization": h})[0] == 200, f"scheme {h!r}")
+        check(request(p, "GET", "/v1/models", headers={"Authorization": "Basic s3cret"})[0] == 401, "Basic")
+        # no 100 Continue and no body read without the key: the 401 comes at once, then close
+        t0 = time.time()
+        got, closed = raw_exchange(p, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                      b"Expect: 100-continue\r\nContent-Length: 52000000\r\n\r\n")
+        text = got.decode(errors="replace")
+        check(text.startswith("HTTP/1.1 401 ") and "100 Continue" not in text, f"unauthenticated upload: {text[:300]!r}")
+        check(closed and time.time() - t0 < 3, "the connection is closed without reading the body")
+
+    # --api-key-file: the key from a file; warnings for key files and config files others can read
+    key = os.path.join(TMP, "key")
+    with open(key, "w") as f:
+        f.write("  from-file \n")
+    os.chmod(key, 0o644)
+    conf = os.path.join(TMP, "key.conf")
+    with open(conf, "w") as f:
+        f.write("api-key-file = " + key + "\n")
+    os.chmod(conf, 0o644)
+    with Server(make_model(), "--api-key-file", key) as s:
+        check(request(s.port, "GET", "/v1/models", headers={"Authorization": "Bearer from-file"})[0] == 200, "key file")
+        check(request(s.port, "GET", "/v1/models")[0] == 401, "key file enforced")
+        check("is readable by every user" in s.tail(), "no warning for a world-readable key file")
+    os.chmod(key, 0o600)
+    with open(conf, "w") as f:
+        f.write("api-key = in-config\n")
+    with Server(make_model(), "--config", conf) as s:
+        check(request(s.port, "GET", "/v1/models", headers={"Authorization": "Bearer in-config"})[0] == 200, "conf key")
+        check("sets api-key and is readable by every user" in s.tail(), "no warning for a world-readable config")
+    r = run_bin("-m", make_model(), "--port", str(free_port()), "--api-key", "a", "--api-key-file", key)
+    check(r.returncode == 1 and "not both" in r.stderr, f"both key flags: {r.returncode} {r.stderr[-500:]}")
+    r = run_bin("-m", make_model(), "--port", str(free_port()), "--api-key-file", os.path.join(TMP, "nokey"))
+    check(r.returncode == 1 and "nokey" in r.stderr, f"missing key file: {r.returncode} {r.stderr[-500:]}")
 
 
 def case_logprobs0():

@@ -330,6 +330,8 @@ def case_install():
     check(f"LoadCredential=inferd.conf:{os.path.join(sysconf, 'inferd', 'inferd.conf')}\n" in text, "config path")
     check("@" not in re.sub(r"#.*", "", text), "every @VAR@ substituted")
     check(open(conf).read() == open(os.path.join(hi.SRC, "config", "inferd.conf")).read(), "example config")
+    # it may come to hold api-key: readable by the owner and the group only
+    check(os.stat(conf).st_mode & 0o777 == 0o640, f"config mode {oct(os.stat(conf).st_mode & 0o777)}, expected 0640")
     # a reinstall keeps the administrator's edits
     with open(conf, "a") as f:
         f.write("port = 9999\n")

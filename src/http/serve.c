@@ -350,7 +350,10 @@ int cli_serve(int argc, char **argv)
     st.fatal_async.data = &st;
 
     server_config sc = {.host = o.host, .port = o.port, .http_threads = o.http_threads,
-                        .max_body = (size_t)o.max_body, .api_key = o.api_key, .metrics = o.metrics};
+                        .max_body = (size_t)o.max_body, .api_key = o.api_key, .metrics = o.metrics,
+                        .max_connections = (unsigned)o.max_connections,
+                        .max_connections_per_ip = (unsigned)o.max_connections_per_ip,
+                        .timeout_s = (unsigned)o.timeout, .stream_timeout_s = (unsigned)o.stream_timeout};
     if (!(st.sv = server_start(&sc, err, sizeof err))) {
         log_error("%s", err);
         close_loop(&st);

@@ -417,6 +417,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (hr->g) return gen_continue(hr); /* woken up by the scheduler */
+    /* The whole request is in: from here on it is being answered, which may take as long as
+     * generation does, so the head deadline stops and MHD's inactivity timeout gets long. */
+    conn_guard_set_busy(sv->guard, conn, true);
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, sv->cfg.stream_timeout_s);
     if (hr->too_large) {
         body_too_large(hr);
         hr->have_err = true;
@@ -459,14 +463,16 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_req *hr = *con_cls;
     if (!hr) return;
     *con_cls = NULL;
+    conn_guard_set_busy(sv->guard, conn, false); /* a keep-alive connection's next deadline */
     int status = hr->status ? hr->status : 499; /* nginx's "client closed request" */
     if (!hr->head_done) {
         /* The access handler never saw this request: MHD refused its head itself (an error
          * reply, e.g. a Content-Length it cannot parse), or it never arrived in time. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        status = toe != MHD_REQUEST_TERMINATED_WITH_ERROR ? 408 : cl && cl[0] >= '0' && cl[0] <= '9' ? 413 : 400;
+        bool cut = conn_guard_was_cut(sv->guard, conn) || toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED;
+        status = cut ? 408 : cl && cl[0] >= '0' && cl[0] <= '9' ? 413 : 400;
         snprintf(hr->error, sizeof hr->error, "%s",
-                 status != 408 ? "malformed request head (refused by the HTTP parser)"
+                 status != 408 ? "malformed or unfinished request head (refused by the HTTP parser)"
                                : "the request head did not arrive in time");
     }
     metrics_count_status(sv->metrics, status);
@@ -534,6 +540,20 @@ static int resolve(const char *host, int port, struct sockaddr_storage *ss, char
     return 0;
 }
 
+/* Descriptors kept for everything but client connections (model file, log, engine, CUDA). */
+#define SERVER_FD_RESERVE 256
+
+/* max_connections, lowered (with a warning) to what the open-files limit allows. */
+static unsigned server_fit_fd_limit(unsigned max_connections)
+{
+    unsigned long limit = conn_guard_raise_fd_limit((unsigned long)max_connections + SERVER_FD_RESERVE);
+    if (limit >= (unsigned long)max_connections + SERVER_FD_RESERVE) return max_connections;
+    unsigned fit = limit > SERVER_FD_RESERVE + 16 ? (unsigned)(limit - SERVER_FD_RESERVE) : 16;
+    log_warn("--max-connections %u needs %u open files, the limit is %lu: serving at most %u connections "
+             "(raise LimitNOFILE= / ulimit -n)", max_connections, max_connections + SERVER_FD_RESERVE, limit, fit);
+    return fit;
+}
+
 server *server_start(const server_config *cfg, char *err, size_t errlen)
 {
     server *sv = calloc(1, sizeof *sv);
@@ -555,7 +575,14 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
         server_stop(sv);
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+    if (!(sv->guard = conn_guard_new(cfg->timeout_s))) {
+        snprintf(err, errlen, "out of memory");
+        server_stop(sv);
+        return NULL;
+    }
+    unsigned max_conn = server_fit_fd_limit(cfg->max_connections);
+    /* epoll in a pool of threads: idle connections cost a little memory, no thread each. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     sv->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, sv,
                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: catches the rest */
@@ -563,7 +590,10 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
                              MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
                              MHD_OPTION_URI_LOG_CALLBACK, on_request_line, sv,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                             MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, sv->guard,
+                             MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s,
+                             MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
                              MHD_OPTION_END);
     if (!sv->d) {
         snprintf(err, errlen, "cannot listen on %s:%d (address in use or not permitted)", sv->host, cfg->port);
@@ -572,7 +602,9 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(sv->d, MHD_DAEMON_INFO_BIND_PORT);
     sv->port = info && info->port ? info->port : cfg->port;
-    log_info("listening on http://%s:%d", sv->host, sv->port);
+    log_info("listening on http://%s:%d (at most %u connections, %u per address; %u s for a request, %u s "
+             "of inactivity while answering)", sv->host, sv->port, max_conn, cfg->max_connections_per_ip,
+             cfg->timeout_s, cfg->stream_timeout_s);
     return sv;
 }
 
@@ -618,6 +650,7 @@ void server_stop(server *sv)
         gen_resume_all(sv);
         MHD_stop_daemon(sv->d);
     }
+    conn_guard_free(sv->guard);
     metrics_free(sv->metrics);
     pthread_mutex_destroy(&sv->mu);
     pthread_cond_destroy(&sv->idle);

@@ -5,7 +5,7 @@ Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
                                        flood shutdown node stories startup logprobs0
-                                       framing logs)
+                                       framing logs connflood)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
 import json
@@ -550,6 +550,137 @@ def case_logs():
         raw_exchange(s.port, b"G\x01T /a%0Ab\xff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     for l in open(s.log_path, "rb").read().splitlines():
         json.loads(l.decode("utf-8"))
+
+
+# ---- connection floods -------------------------------------------------------------------------
+# FLOOD_CONNS idle connections, then as many slowloris ones (a header byte every half second),
+# from 127.0.0.2.. (at most PER_IP per address, under --max-connections-per-ip): /health and a
+# greedy completion from 127.0.0.1 must still answer within 1 s, and the server must cut every
+# flood connection at its --timeout deadline although the slowloris ones keep sending.
+FLOOD_CONNS = int(os.environ.get("INFERD_FLOOD_CONNS", "10000"))
+FLOOD_TIMEOUT = 6
+PER_IP = 1000
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1)) / 1024
+
+
+def flood_open(port, n, first=b""):
+    """n connections from 127.0.0.2, 127.0.0.3, ... (PER_IP each), each sent `first`."""
+    socks = []
+    for i in range(n):
+        k = socket.socket()
+        k.settimeout(10)
+        k.bind((f"127.0.0.{2 + i // PER_IP}", 0))
+        k.connect(("127.0.0.1", port))
+        if first:
+            k.sendall(first)
+        socks.append(k)
+    return socks
+
+
+def timed_probe(port):
+    """Seconds for GET /health and for a greedy 4-token completion, each on a new connection."""
+    t0 = time.time()
+    st, _, _ = request(port, "GET", "/health", timeout=10)
+    t1 = time.time()
+    st2, b = post(port, "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "temperature": 0}, timeout=10)
+    t2 = time.time()
+    check(st == 200 and st2 == 200, f"probe statuses {st} {st2} {b}")
+    return t1 - t0, t2 - t1
+
+
+def closed_by_server(k):
+    try:
+        return k.recv(1, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def trickle(socks, until, probe=None):
+    """Send one header byte to every open socket each half second until `until` (or until all
+    are closed); runs probe() once after the first round.  Returns (probe result, open count)."""
+    out = None
+    while time.time() < until:
+        for k in socks:
+            try:
+                k.send(b"a", socket.MSG_DONTWAIT)
+            except OSError:
+                pass
+        if probe and out is None:
+            out = probe()
+        if all(closed_by_server(k) for k in socks):
+            break
+        time.sleep(0.5)
+    return out, sum(not closed_by_server(k) for k in socks)
+
+
+def case_connflood():
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = FLOOD_CONNS + 512
+    if hard != resource.RLIM_INFINITY and hard < want:
+        print(f"SKIP: the open-files hard limit {hard} is below {want}")
+        return SKIP
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    n = FLOOD_CONNS
+    with Server(make_model(), "--timeout", str(FLOOD_TIMEOUT), "--max-connections-per-ip", str(PER_IP),
+                "--max-connections", str(n + 1000)) as s:
+        rss0 = rss_mib(s.proc.pid)
+        base = timed_probe(s.port)
+        # idle: connect and send nothing
+        t0 = time.time()
+        socks = flood_open(s.port, n)
+        opened = time.time() - t0
+        idle = timed_probe(s.port)
+        rss_idle = rss_mib(s.proc.pid)
+        deadline = t0 + FLOOD_TIMEOUT + 4
+        while time.time() < deadline and not all(closed_by_server(k) for k in socks):
+            time.sleep(0.25)
+        still = sum(not closed_by_server(k) for k in socks)
+        for k in socks:
+            k.close()
+        check(still == 0, f"{still} idle connections outlived --timeout {FLOOD_TIMEOUT}")
+        # slowloris: a request line, then a header trickled a byte per half second
+        t0 = time.time()
+        socks = flood_open(s.port, n, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        slow, still = trickle(socks, t0 + FLOOD_TIMEOUT + 4, probe=lambda: timed_probe(s.port))
+        rss_slow = rss_mib(s.proc.pid)
+        for k in socks:
+            k.close()
+        check(still == 0, f"{still} slowloris connections outlived --timeout {FLOOD_TIMEOUT}")
+        # one address over its limit: the extra connections are closed at once
+        extra = []
+        for i in range(PER_IP + 20):
+            k = socket.socket()
+            k.bind(("127.0.0.250", 0))
+            k.connect(("127.0.0.1", s.port))
+            extra.append(k)
+        time.sleep(1)
+        refused = sum(closed_by_server(k) for k in extra)
+        for k in extra:
+            k.close()
+        check(refused >= 20, f"only {refused} of {PER_IP + 20} connections from one address were refused")
+        after = timed_probe(s.port)
+        rss_end = rss_mib(s.proc.pid)
+        # each cut slowloris request is logged and counted as 408 once MHD has seen the cut
+        deadline, cut = time.time() + 30, 0
+        while time.time() < deadline and cut < n:
+            m = re.search(r'inferd_http_requests_total\{code="408"\} (\d+)', request(s.port, "GET", "/metrics")[2].decode())
+            cut = int(m.group(1)) if m else 0
+            time.sleep(0.2)
+    print(f"{n} connections (opened in {opened:.2f} s): /health, greedy completion: alone {base[0]:.3f} s, "
+          f"{base[1]:.3f} s; with {n} idle {idle[0]:.3f} s, {idle[1]:.3f} s; with {n} slowloris {slow[0]:.3f} s, "
+          f"{slow[1]:.3f} s; after {after[0]:.3f} s, {after[1]:.3f} s")
+    print(f"server RSS: {rss0:.0f} MiB at start, {rss_idle:.0f} MiB with the idle flood, {rss_slow:.0f} MiB "
+          f"after the slowloris one, {rss_end:.0f} MiB at the end")
+    for name, (h, g) in (("idle", idle), ("slowloris", slow)):
+        check(h < 1.0 and g < 1.0, f"with {n} {name} connections /health took {h:.3f} s, a completion {g:.3f} s")
+    check(cut == n, f"{cut} slowloris cuts counted as 408, expected {n}")
 
 
 def stream_tokens(port, body, results, i):

@@ -5,7 +5,7 @@ Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
                                        flood shutdown node stories startup logprobs0
-                                       framing logs connflood)
+                                       framing logs connflood choices)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
 import json
@@ -821,6 +821,38 @@ def case_disconnect():
         check(time.time() - t0 < 3, "the hung-up request kept its slot for seconds")
         text = request(s.port, "GET", "/metrics")[2].decode()
         check(re.search(r'inferd_requests_finished_total\{reason="cancelled"\} 3', text), "3 cancelled")
+        # the hang-up is the client's doing: 499 in the metrics (and the log), not 503
+        wait_for_text = lambda: request(s.port, "GET", "/metrics")[2].decode()
+        deadline = time.time() + 10
+        while time.time() < deadline and 'inferd_http_requests_total{code="499"}' not in wait_for_text():
+            time.sleep(0.1)
+        text = wait_for_text()
+        check('inferd_http_requests_total{code="499"}' in text, "hang-up counted as 499")
+        check('inferd_http_requests_total{code="503"}' not in text, "hang-up counted as 503")
+    check(re.search(r"status=499 .*client closed", open(s.log_path).read()), "hang-up logged as 499")
+
+
+def case_choices():
+    """n beyond what the server can ever hold is a 400; a request's choices are admitted all
+    or none, so a 429 leaves nothing running and the next request is served."""
+    model = make_model("long.gguf", "--n-ctx", "8192")
+    with Server(model, "-np", "2", "--queue-size", "2", "-c", "8192") as s:
+        st, b = post(s.port, "/v1/completions", {"prompt": "x", "n": 5, "max_tokens": 2})
+        check_error(b, st, 400, param="n")
+        st, b = post(s.port, "/v1/completions", {"prompt": ["x", "y", "z"], "n": 2, "max_tokens": 2})
+        check_error(b, st, 400, param="n")
+        st, b = post(s.port, "/v1/completions", {"prompt": "x", "n": 4, "max_tokens": 2})
+        check(st == 200 and len(b["choices"]) == 4, f"n = slots + queue fits: {st}")
+        sock = open_stream(s.port, 8000)  # one place taken
+        st, b = post(s.port, "/v1/completions", {"prompt": "x", "n": 4, "max_tokens": 2})
+        check_error(b, st, 429, code="queue_full")
+        text = request(s.port, "GET", "/metrics")[2].decode()
+        check(metric(s.port, "inferd_slots_running") + metric(s.port, "inferd_queue_depth") == 1,
+              "the refused request started none of its choices")
+        check(not re.search(r'reason="cancelled"\} [1-9]', text), "choices were started and cancelled")
+        st, b = post(s.port, "/v1/completions", {"prompt": "x", "n": 3, "max_tokens": 2})
+        check(st == 200 and len(b["choices"]) == 3, f"the next request is served: {st} {b}")
+        sock.close()
 
 
 def case_flood():

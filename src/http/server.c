@@ -15,6 +15,7 @@
 #include "api_encode.h"
 #include "http_guard.h"
 #include "http_int.h"
+#include "json_strict.h"
 
 typedef enum MHD_Result (*route_fn)(http_req *hr);
 
@@ -154,10 +155,15 @@ static enum MHD_Result on_model(http_req *hr)
 /* Parse the body as a JSON object or fill e. */
 static cJSON *body_object(http_req *hr, api_error *e)
 {
-    cJSON *root = cJSON_ParseWithLengthOpts(hr->body.data ? hr->body.data : "", hr->body.len + 1, NULL, true);
+    const char *text = hr->body.data ? hr->body.data : "";
+    cJSON *root = cJSON_ParseWithLengthOpts(text, hr->body.len + 1, NULL, true);
     if (!cJSON_IsObject(root)) {
         api_error_set(e, 400, "invalid_request_error", NULL, NULL,
                       "We could not parse the JSON body of your request. The body must be a JSON object.");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    if (json_strict_check(text, hr->body.len, root, e) != 0) {
         cJSON_Delete(root);
         return NULL;
     }

@@ -343,6 +343,15 @@ def case_errors():
         check_error(b, st, 400, param="messages[0].role")
         st, b = post(p, "/v1/completions", {"prompt": "x", "stream": "yes"})
         check_error(b, st, 400, param="stream", code="invalid_type")
+        # a NUL would silently cut the prompt; a key given twice is read differently by parsers
+        for raw in (b'{"prompt": "Once\\u0000 upon", "max_tokens": 2}', b'{"prompt": "Once\x00 upon"}',
+                    b'{"prompt": "a", "max_tokens": 2, "max_tokens": 3}'):
+            st, b = post(p, "/v1/completions", raw)
+            check_error(b, st, 400)
+        st, b = post(p, "/tokenize", b'{"content": "a\\u0000b"}')
+        check_error(b, st, 400)
+        st, b = post(p, "/tokenize", b'{"content": "a", "content": "b"}')
+        check_error(b, st, 400, code="duplicate_key")
         # unknown fields are ignored
         st, b = post(p, "/v1/completions", {"prompt": "x", "max_tokens": 2, "frobnicate": {"a": 1}})
         check(st == 200, f"unknown field refused: {b}")

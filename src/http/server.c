@@ -16,6 +16,7 @@
 #include "http_guard.h"
 #include "http_int.h"
 #include "json_strict.h"
+#include "tokenize_reply.h"
 
 typedef enum MHD_Result (*route_fn)(http_req *hr);
 
@@ -177,7 +178,9 @@ static bool opt_bool(const cJSON *root, const char *name, bool def)
 }
 
 /* POST /tokenize {"content", "add_special"=false, "parse_special"=true, "with_pieces"=false}
- * -> {"tokens": [id...]} or {"tokens": [{"id","piece"}...]} (llama-server's shape). */
+ * -> {"tokens": [id...]} or {"tokens": [{"id","piece"}...]} (llama-server's shape).  The reply
+ * is written without a cJSON tree and pieces are bounded (tokenize_reply.h): a 1 MB body
+ * costs about its reply, not hundreds of MB. */
 static enum MHD_Result on_tokenize(http_req *hr)
 {
     api_error e;
@@ -197,32 +200,25 @@ static enum MHD_Result on_tokenize(http_req *hr)
     int cap = (int)len + 8;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     int n = ids ? tokenizer_encode(tok, content->valuestring, len, add_bos, parse_special, ids, cap) : -1;
-    cJSON *out = NULL;
-    if (n >= 0 && n <= cap) {
-        out = cJSON_CreateObject();
-        cJSON *arr = cJSON_AddArrayToObject(out, "tokens");
-        for (int i = 0; i < n; i++) {
-            if (!pieces) {
-                cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
-                continue;
-            }
-            char buf[256];
-            int bl = tokenizer_token_bytes(tok, ids[i], true, buf, (int)sizeof buf);
-            char *clean = api_utf8_sanitize(buf, bl < 0 ? 0 : bl > 256 ? 256 : (size_t)bl, NULL);
-            cJSON *p = cJSON_CreateObject();
-            cJSON_AddNumberToObject(p, "id", ids[i]);
-            cJSON_AddStringToObject(p, "piece", clean ? clean : "");
-            free(clean);
-            cJSON_AddItemToArray(arr, p);
-        }
-    }
-    free(ids);
     cJSON_Delete(root);
-    if (!out) {
+    if (pieces && n > TOKENIZE_MAX_PIECES) {
+        free(ids);
+        api_error_set(&e, 400, "invalid_request_error", "content", "too_many_tokens",
+                      "'content' encodes to %d tokens; with_pieces answers at most %d. Split the content or "
+                      "ask without with_pieces.", n, TOKENIZE_MAX_PIECES);
+        return http_reply_error(hr, &e);
+    }
+    sbuf out = {0};
+    if (n >= 0 && n <= cap) tokenize_reply(tok, ids, n, pieces, &out);
+    free(ids);
+    size_t out_len = out.len;
+    char *body = n >= 0 && n <= cap ? sbuf_take(&out) : NULL;
+    sbuf_free(&out);
+    if (!body) {
         api_error_set(&e, 500, "server_error", NULL, NULL, "tokenization failed");
         return http_reply_error(hr, &e);
     }
-    return reply_cjson(hr, 200, out);
+    return queue(hr, 200, "application/json", body, out_len);
 }
 
 /* POST /detokenize {"tokens": [id...]} -> {"content": text} */

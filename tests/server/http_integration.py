@@ -5,7 +5,7 @@ Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
                                        flood shutdown node stories startup logprobs0
-                                       framing logs connflood choices)
+                                       framing logs connflood choices tokenize)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
 import json
@@ -690,6 +690,51 @@ def case_connflood():
     for name, (h, g) in (("idle", idle), ("slowloris", slow)):
         check(h < 1.0 and g < 1.0, f"with {n} {name} connections /health took {h:.3f} s, a completion {g:.3f} s")
     check(cut == n, f"{cut} slowloris cuts counted as 408, expected {n}")
+
+
+def case_tokenize():
+    """/tokenize of a 1 MB body, four at once: bounded reply size and memory (a cJSON tree per
+    token once cost +175 MB per request); pieces beyond TOKENIZE_MAX_PIECES are a 400."""
+    with Server(make_model(), "--max-body", "1100000") as s:
+        content = ("a b c d e f g h " * 70000)[:1000000]
+        st, b = post(s.port, "/tokenize", {"content": content[:20000], "with_pieces": True})
+        check(st == 200 and "".join(p["piece"] for p in b["tokens"]).strip() == content[:20000].strip(),
+              f"pieces of 20 kB: {st}")
+        rss0, peak, done = rss_mib(s.proc.pid), [0.0], []
+
+        def sample():
+            while not done:
+                peak[0] = max(peak[0], rss_mib(s.proc.pid))
+                time.sleep(0.01)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        results = [None] * 4
+
+        def one(i):
+            try:
+                st, _, raw = request(s.port, "POST", "/tokenize", {"content": content, "with_pieces": i % 2 == 0},
+                                     timeout=60)
+                results[i] = (st, len(raw), json.loads(raw))
+            except Exception as e:  # reported below
+                results[i] = e
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        done.append(True)
+        sampler.join(timeout=10)
+        for i, r in enumerate(results):
+            check(isinstance(r, tuple), f"request {i}: {r!r}")
+            if i % 2 == 0:
+                check_error(r[2], r[0], 400, param="content", code="too_many_tokens")
+            else:
+                check(r[0] == 200 and len(r[2]["tokens"]) > 65536, f"ids of 1 MB: {r[0]}")
+                check(r[1] < 12 * 1000000, f"reply of {r[1]} bytes for a 1 MB body")
+        print(f"/tokenize 1 MB x 4 at once: RSS {rss0:.0f} MiB -> peak {peak[0]:.0f} MiB")
+        # ASan's quarantine keeps freed memory: the bound holds for normal builds only
+        asan = "libasan" in subprocess.run(["ldd", BIN], capture_output=True, text=True, timeout=30).stdout
+        check(asan or peak[0] - rss0 < 150, f"RSS grew by {peak[0] - rss0:.0f} MiB (was +550 MiB)")
 
 
 def stream_tokens(port, body, results, i):

@@ -882,8 +882,9 @@ def case_disconnect():
             time.sleep(0.1)
         text = wait_for_text()
         check('inferd_http_requests_total{code="499"}' in text, "hang-up counted as 499")
-        check('inferd_http_requests_total{code="503"}' not in text, "hang-up counted as 503")
-    check(re.search(r"status=499 .*client closed", open(s.log_path).read()), "hang-up logged as 499")
+    log = open(s.log_path).read()
+    check(re.search(r"path=/v1/completions status=499 .*client closed", log), "hang-up logged as 499")
+    check("path=/v1/completions status=503" not in log, "hang-up logged as 503")
 
 
 def case_choices():

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,17 +64,65 @@ int log_reopen(void)
     return rc;
 }
 
-/* JSON-escape src into dst (always NUL-terminated). */
-static void json_escape(const char *src, char *dst, size_t cap)
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 when invalid. */
+static size_t utf8_len(const unsigned char *p, size_t n)
 {
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)src; *p && o + 7 < cap; p++) {
-        if (*p == '"' || *p == '\\') { dst[o++] = '\\'; dst[o++] = (char)*p; }
-        else if (*p < 0x20) o += (size_t)snprintf(dst + o, cap - o, "\\u%04x", *p);
-        else dst[o++] = (char)*p;
+    if (p[0] < 0x80) return 1;
+    size_t len = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
+    if (!len || len > n || p[0] > 0xF4) return 0;
+    uint32_t cp = p[0] & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    bool bad = (len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+               (cp >= 0xD800 && cp <= 0xDFFF);
+    return bad ? 0 : len;
+}
+
+/* Whether s holds a byte a log line must not carry raw: a control byte (a newline would
+ * start a forged line) or one that is not valid UTF-8 (a JSON line would not decode). */
+static bool needs_escape(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = p[i] < 0x20 || p[i] == 0x7f ? 0 : utf8_len(p + i, n - i);
+        if (!k) return true;
+        i += k;
+    }
+    return false;
+}
+
+/* Escape src into dst (always NUL-terminated): quotes and backslashes, control bytes as
+ * \u00XX (JSON) or \xXX (text), invalid UTF-8 bytes as \xXX in both (inside a JSON string
+ * that reads as a backslash and text, never as a broken line). */
+static void escape_into(const char *src, char *dst, size_t cap, bool json)
+{
+    size_t o = 0, n = strlen(src);
+    const unsigned char *p = (const unsigned char *)src;
+    for (size_t i = 0; i < n && o + 8 < cap;) {
+        size_t k = p[i] < 0x20 || p[i] == 0x7f ? 0 : utf8_len(p + i, n - i);
+        if (p[i] == '"' || p[i] == '\\') {
+            dst[o++] = '\\';
+            dst[o++] = (char)p[i];
+        } else if (k) {
+            if (o + k + 1 >= cap) break;
+            memcpy(dst + o, p + i, k);
+            o += k;
+            i += k;
+            continue;
+        } else if (json && p[i] < 0x80) {
+            o += (size_t)snprintf(dst + o, cap - o, "\\u%04x", p[i]);
+        } else {
+            o += (size_t)snprintf(dst + o, cap - o, json ? "\\\\x%02x" : "\\x%02x", p[i]);
+        }
+        i++;
     }
     dst[o] = 0;
 }
+
+static void json_escape(const char *src, char *dst, size_t cap) { escape_into(src, dst, cap, true); }
 
 /* Appends the fields to buf (text: " k=v", JSON: ",\"k\":v"); returns the new length. */
 static size_t format_fields(char *buf, size_t cap, size_t o, const log_field *f, int n, bool json)
@@ -91,8 +140,8 @@ static size_t format_fields(char *buf, size_t cap, size_t o, const log_field *f,
         } else if (x->type == LOG_FIELD_NUM) {
             w = snprintf(buf + o, cap - o, "%s%s%s%s%s%.1f", sep, q, x->key, q, json ? ":" : "=", x->num);
         } else {
-            bool quote = json || !x->str[0] || strpbrk(x->str, " \t\"=\\") != NULL;
-            json_escape(x->str, esc, sizeof esc);
+            bool quote = json || !x->str[0] || strpbrk(x->str, " \t\"=\\") != NULL || needs_escape(x->str);
+            escape_into(x->str, esc, sizeof esc, json);
             w = snprintf(buf + o, cap - o, "%s%s%s%s%s%s%s%s", sep, q, x->key, q, json ? ":" : "=",
                          quote ? "\"" : "", quote ? esc : x->str, quote ? "\"" : "");
         }
@@ -120,6 +169,10 @@ static void emit(log_level lvl, const char *msg, const char *fields)
         json_escape(msg, esc, sizeof esc);
         fprintf(out, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"%s}\n", when, level_names[lvl], esc,
                 fields);
+    } else if (needs_escape(msg)) { /* a message quoting a client's bytes must stay one line */
+        char esc[8192];
+        escape_into(msg, esc, sizeof esc, false);
+        fprintf(out, "%s %-5s %s%s\n", when, level_names[lvl], esc, fields);
     } else {
         fprintf(out, "%s %-5s %s%s\n", when, level_names[lvl], msg, fields);
     }

@@ -26,8 +26,13 @@ typedef struct inferd_opts {
     int queue_size;
     int max_body;           /* bytes */
     char api_key[256];      /* "" = no authentication */
+    char api_key_file[OPTS_STR_MAX]; /* "" = none; else api_key is read from it at start */
     int threads;            /* 0 = all cores */
     int http_threads;       /* libmicrohttpd worker threads */
+    int max_connections;    /* open HTTP connections in all */
+    int max_connections_per_ip; /* 0: no per-address limit */
+    int timeout;            /* seconds for a request's head and body (and idle keep-alive) */
+    int stream_timeout;     /* seconds of client inactivity while a response is answered */
     int device;             /* engine_device (engine/engine.h) */
     int gpu;                /* CUDA ordinal */
     char chat_template[64]; /* "" = detect from the model */

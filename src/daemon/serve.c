@@ -20,6 +20,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "keyfile.h"
 #include "serve.h"
 #include "engine/engine.h"
 #include "base/log.h"
@@ -321,6 +322,10 @@ int serve_main(int argc, char **argv)
     log_info("inferd %s starting (pid %d), config file: %s", INFERD_VERSION, (int)getpid(),
              o.config[0] ? o.config : "none (command line only)");
     opts_log(&o);
+    if (keyfile_apply(&o, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return 1;
+    }
     notify_init();
     signal(SIGPIPE, SIG_IGN); /* a client that went away must not kill the daemon */
 
@@ -337,7 +342,10 @@ int serve_main(int argc, char **argv)
     st.fatal_async.data = &st;
 
     server_config sc = {.host = o.host, .port = o.port, .http_threads = o.http_threads,
-                        .max_body = (size_t)o.max_body, .api_key = o.api_key, .metrics = o.metrics};
+                        .max_body = (size_t)o.max_body, .api_key = o.api_key, .metrics = o.metrics,
+                        .max_connections = (unsigned)o.max_connections,
+                        .max_connections_per_ip = (unsigned)o.max_connections_per_ip,
+                        .timeout_s = (unsigned)o.timeout, .stream_timeout_s = (unsigned)o.stream_timeout};
     if (!(st.sv = server_start(&sc, err, sizeof err))) {
         log_error("%s", err);
         close_loop(&st);

@@ -80,6 +80,10 @@ static double log_sum_exp(const float *logits, int n, float max)
 static void top_logprobs(const float *logits, int n_vocab, double lse, int n_top, engine_result *out)
 {
     if (n_top > n_vocab) n_top = n_vocab;
+    out->n_top = 0;
+    /* logprobs 0 asks for the chosen token's logprob only; the insertion below compares with
+     * the last kept entry, top_ids[n_top - 1], which does not exist for n_top == 0. */
+    if (n_top <= 0) return;
     int n = 0;
     for (int i = 0; i < n_vocab; i++) {
         float l = sane(logits[i]);

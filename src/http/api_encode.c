@@ -57,7 +57,9 @@ const char *api_finish_reason(sched_finish f)
 static cJSON *error_object(const api_error *e)
 {
     cJSON *err = cJSON_CreateObject();
-    cJSON_AddStringToObject(err, "message", e->message);
+    /* Messages quote the client (a path, a role, a logit_bias key) and "%.40s" may cut a
+     * character in two: the body must still be valid UTF-8 JSON. */
+    add_text(err, "message", e->message, strlen(e->message));
     cJSON_AddStringToObject(err, "type", e->type ? e->type : "server_error");
     if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
     else cJSON_AddNullToObject(err, "param");

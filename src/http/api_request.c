@@ -2,6 +2,8 @@
  * valid value or writes an error naming the field; the request parsers are lists of those. */
 #include "api_request.h"
 
+#include "json_strict.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -441,7 +443,8 @@ int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
         cJSON_Delete(obj);
         return -1;
     }
-    int rc = read_common(obj, n_vocab, out, err);
+    int rc = json_strict_check(body, len, obj, err);
+    if (rc == 0) rc = read_common(obj, n_vocab, out, err);
     if (rc == 0) rc = kind == API_CHAT ? read_chat(obj, out, err) : read_completions(obj, n_vocab, out, err);
     if (rc == 0) out->sp.n_top_logprobs = out->logprobs;
     cJSON_Delete(obj);

@@ -56,6 +56,7 @@ struct gen {
     bytebuf out;      /* streaming: bytes not yet handed to MHD */
     bool out_done; /* streaming: [DONE] is in out */
     double t_first_ms; /* timing_now_ms() when the first completion token was taken; 0 = none yet */
+    bool client_gone;  /* non-streaming: the client hung up, so cancelled choices mean 499 */
     gen *prev, *next;
 };
 
@@ -183,10 +184,44 @@ static void on_wake(void *ctx)
     if (resume) MHD_resume_connection(g->hr->conn);
 }
 
+static void submit_error(int rc, const gen *g, api_error *e)
+{
+    switch (rc) {
+    case SCHED_E_QUEUE_FULL:
+        api_error_set(e, 429, "rate_limit_error", NULL, "queue_full",
+                      "The server is busy: its request queue is full. Retry later.");
+        break;
+    case SCHED_E_SHUTDOWN:
+        api_error_set(e, 503, "unavailable_error", NULL, "shutting_down", "The server is shutting down.");
+        break;
+    case SCHED_E_TOO_LONG:
+        api_error_set(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
+                      "The prompt plus max_tokens exceeds the context of %d tokens.", g->sv->sm.ctx_per_slot);
+        break;
+    default:
+        api_error_set(e, 400, "invalid_request_error", NULL, NULL, "The scheduler refused the request.");
+    }
+}
+
+/* All of a request's choices are admitted, or none: places for every one are reserved first,
+ * so a busy server answers 429 without starting (and then cancelling) some of them.  More
+ * choices than the server can ever hold is a 400: retrying cannot help. */
 static int submit_all(gen *g, api_error *e)
 {
     api_request *rq = &g->req;
     int per_prompt = rq->n;
+    sched *s = g->sv->sm.s;
+    if (g->n_ch > sched_capacity(s)) {
+        api_error_set(e, 400, "invalid_request_error", "n", "invalid_value",
+                      "The request asks for %d choices; this server holds at most %d requests at once "
+                      "(--parallel plus --queue-size).", g->n_ch, sched_capacity(s));
+        return -1;
+    }
+    int rc = sched_reserve(s, g->n_ch);
+    if (rc != SCHED_OK) {
+        submit_error(rc, g, e);
+        return -1;
+    }
     for (int i = 0; i < g->n_ch; i++) {
         gen_choice *c = &g->ch[i];
         gen_prompt *gp = &g->prompts[i / per_prompt];
@@ -200,28 +235,16 @@ static int submit_all(gen *g, api_error *e)
             .ignore_eos = rq->ignore_eos,
             .want_logprobs = rq->logprobs >= 0,
             .id = g->id,
+            .reserved = true,
         };
         /* n choices of one prompt must differ: each gets its own seed. */
         p.sp.seed = rq->has_seed ? rq->sp.seed + (uint64_t)(i % per_prompt) : next_random();
         for (int k = 0; k < rq->n_stop; k++) p.stop[k] = rq->stop[k];
-        int rc = sched_submit(g->sv->sm.s, &p, on_wake, g, &c->r);
+        rc = sched_submit(s, &p, on_wake, g, &c->r);
         if (rc == SCHED_OK) continue;
         c->r = NULL;
-        switch (rc) {
-        case SCHED_E_QUEUE_FULL:
-            api_error_set(e, 429, "rate_limit_error", NULL, "queue_full",
-                          "The server is busy: its request queue is full. Retry later.");
-            break;
-        case SCHED_E_SHUTDOWN:
-            api_error_set(e, 503, "unavailable_error", NULL, "shutting_down", "The server is shutting down.");
-            break;
-        case SCHED_E_TOO_LONG:
-            api_error_set(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
-                          "The prompt plus max_tokens exceeds the context of %d tokens.", g->sv->sm.ctx_per_slot);
-            break;
-        default:
-            api_error_set(e, 400, "invalid_request_error", NULL, NULL, "The scheduler refused the request.");
-        }
+        sched_unreserve(s, g->n_ch - i); /* the submitted ones are cancelled by gen_finish */
+        submit_error(rc, g, e);
         return -1;
     }
     return 0;
@@ -279,6 +302,12 @@ static bool failure_of(const gen *g, api_error *e)
         const gen_choice *c = &g->ch[i];
         if (c->finish == SCHED_FINISH_ERROR) {
             api_error_set(e, 500, "server_error", NULL, "engine_error", "Generation failed: %s", c->error);
+            return true;
+        }
+        if (c->finish == SCHED_FINISH_CANCELLED && g->client_gone) {
+            /* nginx's 499: the reply goes nowhere, but logs and metrics must not blame us */
+            api_error_set(e, 499, "invalid_request_error", NULL, "client_closed_request",
+                          "The client closed the connection before the response was ready.");
             return true;
         }
         if (c->finish == SCHED_FINISH_CANCELLED) {
@@ -485,6 +514,7 @@ static enum MHD_Result wait_or_reply(gen *g)
     bool done = g->n_done == g->n_ch;
     if (!done && peer_closed(g->hr->conn)) {
         log_info("%s: client went away; cancelling", g->id);
+        g->client_gone = true;
         cancel_all(g); /* the cancelled finishes wake us once more; the reply then goes nowhere */
     }
     if (!done) {

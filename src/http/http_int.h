@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "api_request.h"
+#include "conn_guard.h"
 #include "metrics.h"
 #include "reply.h"
 #include "server.h"
@@ -27,6 +28,7 @@ struct server {
     server_model sm; /* valid once state != SERVER_LOADING (published by the state store) */
     char bos_text[128], eos_text[128];
     metrics *metrics;
+    struct conn_guard *guard; /* cuts connections that take too long to send a request */
     long long started; /* unix time, for /v1/models */
     /* Live generations: counted for server_wait_idle, listed so server_stop can resume any
      * connection still suspended. */

@@ -23,7 +23,11 @@ typedef struct http_req {
     const route *rt;          /* the route the path matched (server.c's), NULL before */
     const char *route_method; /* its method, for a 405's Allow header */
     const char *method;
-    char path[128]; /* for the access log */
+    const char *url; /* decoded path (routing); MHD's, valid while the request lives */
+    char path[128];  /* the target as sent, percent-encoded, without the query (access log) */
+    bool head_done;  /* the access handler has seen the request's head */
+    bool close;      /* the reply closes the connection (framing error, body left unread) */
+    bool bad_target; /* the raw target holds %00 */
     double t_start;
     bytebuf body;
     bool too_large;

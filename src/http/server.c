@@ -11,10 +11,13 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "base/log.h"
 #include "api_encode.h"
-#include "http_int.h"
+#include "base/log.h"
 #include "base/timing.h"
+#include "http_guard.h"
+#include "http_int.h"
+#include "json_strict.h"
+#include "tokenize_reply.h"
 
 typedef enum MHD_Result (*route_fn)(http_req *hr);
 
@@ -87,7 +90,7 @@ static enum MHD_Result on_models(http_req *hr)
 
 static enum MHD_Result on_model(http_req *hr)
 {
-    const char *id = hr->path + strlen("/v1/models/");
+    const char *id = hr->url + strlen("/v1/models/");
     if (strcmp(id, hr->sv->sm.alias) != 0) {
         api_error e;
         api_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
@@ -100,10 +103,15 @@ static enum MHD_Result on_model(http_req *hr)
 /* Parse the body as a JSON object or fill e. */
 static cJSON *body_object(http_req *hr, api_error *e)
 {
-    cJSON *root = cJSON_ParseWithLengthOpts(hr->body.data ? hr->body.data : "", hr->body.len + 1, NULL, true);
+    const char *text = hr->body.data ? hr->body.data : "";
+    cJSON *root = cJSON_ParseWithLengthOpts(text, hr->body.len + 1, NULL, true);
     if (!cJSON_IsObject(root)) {
         api_error_set(e, 400, "invalid_request_error", NULL, NULL,
                       "We could not parse the JSON body of your request. The body must be a JSON object.");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    if (json_strict_check(text, hr->body.len, root, e) != 0) {
         cJSON_Delete(root);
         return NULL;
     }
@@ -117,7 +125,9 @@ static bool opt_bool(const cJSON *root, const char *name, bool def)
 }
 
 /* POST /tokenize {"content", "add_special"=false, "parse_special"=true, "with_pieces"=false}
- * -> {"tokens": [id...]} or {"tokens": [{"id","piece"}...]} (llama-server's shape). */
+ * -> {"tokens": [id...]} or {"tokens": [{"id","piece"}...]} (llama-server's shape).  The reply
+ * is written without a cJSON tree and pieces are bounded (tokenize_reply.h): a 1 MB body
+ * costs about its reply, not hundreds of MB. */
 static enum MHD_Result on_tokenize(http_req *hr)
 {
     api_error e;
@@ -140,6 +150,7 @@ static enum MHD_Result on_tokenize(http_req *hr)
     bool parse_special = opt_bool(root, "parse_special", true), pieces = opt_bool(root, "with_pieces", false);
     int32_t *ids = NULL;
     int n = tokenizer_encode_alloc(tok, content->valuestring, len, add_bos, parse_special, &ids);
+    cJSON_Delete(root);
     if (n >= 0 && add_eos) {
         int32_t *more = realloc(ids, (size_t)(n + 1) * sizeof *ids);
         if (more) {
@@ -149,32 +160,24 @@ static enum MHD_Result on_tokenize(http_req *hr)
             n = -1;
         }
     }
-    cJSON *out = NULL;
-    if (n >= 0) {
-        out = cJSON_CreateObject();
-        cJSON *arr = cJSON_AddArrayToObject(out, "tokens");
-        for (int i = 0; i < n; i++) {
-            if (!pieces) {
-                cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
-                continue;
-            }
-            char buf[256];
-            int bl = tokenizer_token_bytes(tok, ids[i], true, buf, (int)sizeof buf);
-            char *clean = api_utf8_sanitize(buf, bl < 0 ? 0 : bl > 256 ? 256 : (size_t)bl, NULL);
-            cJSON *p = cJSON_CreateObject();
-            cJSON_AddNumberToObject(p, "id", ids[i]);
-            cJSON_AddStringToObject(p, "piece", clean ? clean : "");
-            free(clean);
-            cJSON_AddItemToArray(arr, p);
-        }
+    if (pieces && n > TOKENIZE_MAX_PIECES) {
+        free(ids);
+        api_error_set(&e, 400, "invalid_request_error", "content", "too_many_tokens",
+                      "'content' encodes to %d tokens; with_pieces answers at most %d. Split the content or "
+                      "ask without with_pieces.", n, TOKENIZE_MAX_PIECES);
+        return http_reply_error(hr, &e);
     }
+    bytebuf out = {0};
+    if (n >= 0) tokenize_reply(tok, ids, n, pieces, &out);
     free(ids);
-    cJSON_Delete(root);
-    if (!out) {
+    size_t out_len = out.len;
+    char *body = n >= 0 ? bytebuf_take(&out, NULL) : NULL;
+    bytebuf_free(&out);
+    if (!body) {
         api_error_set(&e, 500, "server_error", NULL, NULL, "tokenization failed");
         return http_reply_error(hr, &e);
     }
-    return http_reply_cjson(hr, 200, out);
+    return http_reply(hr, 200, "application/json", body, out_len);
 }
 
 /* POST /detokenize {"tokens": [id...]} -> {"content": text} */
@@ -244,20 +247,43 @@ static const route *find_route(const server *sv, const char *url)
     return NULL;
 }
 
-/* Constant-time comparison, so the key cannot be guessed byte by byte from timings. */
-static bool key_matches(const char *given, const char *key)
-{
-    size_t gl = strlen(given), kl = strlen(key);
-    unsigned char diff = (unsigned char)(gl != kl);
-    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(key[i] ^ given[i < gl ? i : 0]);
-    return diff == 0;
-}
-
+/* The key is checked before anything else is said about the URL, so that without it not even
+ * which routes exist can be learnt (only the open routes, /health, answer). */
 static bool authorized(http_req *hr)
 {
-    if (!hr->sv->api_key[0] || hr->rt->open) return true;
+    if (!hr->sv->api_key[0] || (hr->rt && hr->rt->open)) return true;
     const char *h = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return h && strncmp(h, "Bearer ", 7) == 0 && key_matches(h + 7, hr->sv->api_key);
+    return http_guard_bearer(h, hr->sv->api_key);
+}
+
+/* Whether the request announces a body (that replying now would leave unread). */
+static bool has_body(struct MHD_Connection *conn)
+{
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return (cl && strtoull(cl, NULL, 10) > 0) ||
+           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+}
+
+/* Checks that need only the head and must be answered before the body is read (no 100
+ * Continue, not a byte of the body): a malformed head, a missing or wrong key.  Fills
+ * hr->err and returns false when the request is refused. */
+static bool head_gate(http_req *hr, const char *url, const char *version)
+{
+    api_error *e = &hr->err;
+    hr->rt = find_route(hr->sv, url);
+    hr->route_method = hr->rt ? hr->rt->method : NULL;
+    if (hr->bad_target) {
+        api_error_set(e, 400, "invalid_request_error", NULL, "invalid_url",
+                      "The request URL contains an encoded NUL byte (%%00).");
+    } else if (http_guard_framing(hr->conn, version, e) == 0) {
+        if (authorized(hr)) return true;
+        api_error_set(e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
+        hr->close = has_body(hr->conn);
+        return false;
+    }
+    hr->close = true;
+    return false;
 }
 
 /* Decide on the first call whether the request may proceed; fills hr->err when not. */
@@ -265,8 +291,6 @@ static bool gate(http_req *hr, const char *url, const char *method)
 {
     server *sv = hr->sv;
     api_error *e = &hr->err;
-    hr->rt = find_route(sv, url);
-    hr->route_method = hr->rt ? hr->rt->method : NULL;
     if (!hr->rt) {
         api_error_set(e, 404, "invalid_request_error", NULL, "unknown_url",
                       "Unknown request URL: %.8s %.100s. Please check the URL for typos.", method, url);
@@ -275,11 +299,6 @@ static bool gate(http_req *hr, const char *url, const char *method)
     if (strcmp(method, hr->rt->method) != 0) {
         api_error_set(e, 405, "invalid_request_error", NULL, "method_not_allowed",
                       "Method %.8s is not allowed for %s; use %s.", method, hr->rt->path, hr->rt->method);
-        return false;
-    }
-    if (!authorized(hr)) {
-        api_error_set(e, 401, "invalid_request_error", NULL, "invalid_api_key",
-                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
         return false;
     }
     int st = atomic_load(&sv->state);
@@ -298,26 +317,44 @@ static void body_too_large(http_req *hr)
                   "The request body exceeds the limit of %zu bytes.", hr->sv->cfg.max_body);
 }
 
+/* MHD_OPTION_URI_LOG_CALLBACK: the request line has arrived, the head has not.  The request's
+ * context starts here so that the raw target (before MHD decodes %00 into a NUL that ends the
+ * path) can be checked and logged, and so that a request MHD refuses on its own still gets
+ * its access-log line and metric (on_completed). */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    http_req *hr = calloc(1, sizeof *hr);
+    if (!hr) return NULL;
+    hr->sv = cls;
+    hr->conn = conn;
+    hr->t_start = timing_now_ms();
+    api_error ignored;
+    hr->bad_target = http_guard_target(uri, &ignored) != 0;
+    snprintf(hr->path, sizeof hr->path, "%.*s", (int)strcspn(uri, "?"), uri);
+    return hr;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)version;
     server *sv = cls;
     http_req *hr = *con_cls;
-    if (!hr) { /* first call: headers only */
-        if (!(hr = calloc(1, sizeof *hr))) return MHD_NO;
-        hr->sv = sv;
-        hr->conn = conn;
-        hr->method = method;
-        hr->t_start = timing_now_ms();
-        snprintf(hr->path, sizeof hr->path, "%s", url);
+    if (!hr) { /* the request-line callback ran out of memory */
+        if (!(hr = on_request_line(sv, url, conn))) return MHD_NO;
         *con_cls = hr;
+    }
+    if (!hr->head_done) { /* first call: headers only */
+        hr->head_done = true;
+        hr->method = method;
+        hr->url = url;
+        if (!head_gate(hr, url, version)) return http_reply_error(hr, &hr->err);
         hr->have_err = !gate(hr, url, method);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (!hr->have_err && cl && strtoull(cl, NULL, 10) > sv->cfg.max_body) {
             /* Refuse before reading a byte of the body. */
             body_too_large(hr);
+            hr->close = true;
             return http_reply_error(hr, &hr->err);
         }
         return MHD_YES;
@@ -335,6 +372,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (hr->g) return gen_continue(hr); /* woken up by the scheduler */
+    /* The whole request is in: from here on it is being answered, which may take as long as
+     * generation does, so the head deadline stops and MHD's inactivity timeout gets long. */
+    conn_guard_set_busy(sv->guard, conn, true);
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, sv->cfg.stream_timeout_s);
     if (hr->too_large) {
         body_too_large(hr);
         hr->have_err = true;
@@ -373,12 +414,22 @@ static void log_request(const http_req *hr, int status, bool closed_early)
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     server *sv = cls;
     http_req *hr = *con_cls;
     if (!hr) return;
     *con_cls = NULL;
+    conn_guard_set_busy(sv->guard, conn, false); /* a keep-alive connection's next deadline */
     int status = hr->status ? hr->status : 499; /* nginx's "client closed request" */
+    if (!hr->head_done) {
+        /* The access handler never saw this request: MHD refused its head itself (an error
+         * reply, e.g. a Content-Length it cannot parse), or it never arrived in time. */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        bool cut = conn_guard_was_cut(sv->guard, conn) || toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED;
+        status = cut ? 408 : cl && cl[0] >= '0' && cl[0] <= '9' ? 413 : 400;
+        snprintf(hr->error, sizeof hr->error, "%s",
+                 status != 408 ? "malformed or unfinished request head (refused by the HTTP parser)"
+                               : "the request head did not arrive in time");
+    }
     metrics_count_status(sv->metrics, status);
     log_request(hr, status, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (hr->g) gen_finish(hr->g);
@@ -386,9 +437,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(hr);
 }
 
+/* MHD logs once per refused connection (limits reached, a malformed head): a flood of those
+ * must not become a flood of log lines.  At most MHD_LOG_BURST lines a second; the count of
+ * the ones dropped is reported with the next line that gets through. */
+#define MHD_LOG_BURST 20
+
+static bool mhd_log_allowed(long *dropped)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static long window, used, skipped;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    pthread_mutex_lock(&mu);
+    if (ts.tv_sec != window) {
+        window = ts.tv_sec;
+        used = 0;
+    }
+    bool ok = used < MHD_LOG_BURST;
+    if (ok) {
+        used++;
+        *dropped = skipped;
+        skipped = 0;
+    } else {
+        skipped++;
+    }
+    pthread_mutex_unlock(&mu);
+    return ok;
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    long dropped = 0;
+    if (!mhd_log_allowed(&dropped)) return;
+    if (dropped) log_warn("http: %ld similar messages suppressed", dropped);
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
@@ -413,6 +495,20 @@ static int resolve(const char *host, int port, struct sockaddr_storage *ss, char
     return 0;
 }
 
+/* Descriptors kept for everything but client connections (model file, log, engine, CUDA). */
+#define SERVER_FD_RESERVE 256
+
+/* max_connections, lowered (with a warning) to what the open-files limit allows. */
+static unsigned server_fit_fd_limit(unsigned max_connections)
+{
+    unsigned long limit = conn_guard_raise_fd_limit((unsigned long)max_connections + SERVER_FD_RESERVE);
+    if (limit >= (unsigned long)max_connections + SERVER_FD_RESERVE) return max_connections;
+    unsigned fit = limit > SERVER_FD_RESERVE + 16 ? (unsigned)(limit - SERVER_FD_RESERVE) : 16;
+    log_warn("--max-connections %u needs %u open files, the limit is %lu: serving at most %u connections "
+             "(raise LimitNOFILE= / ulimit -n)", max_connections, max_connections + SERVER_FD_RESERVE, limit, fit);
+    return fit;
+}
+
 server *server_start(const server_config *cfg, char *err, size_t errlen)
 {
     server *sv = calloc(1, sizeof *sv);
@@ -434,14 +530,25 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
         server_stop(sv);
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+    if (!(sv->guard = conn_guard_new(cfg->timeout_s))) {
+        snprintf(err, errlen, "out of memory");
+        server_stop(sv);
+        return NULL;
+    }
+    unsigned max_conn = server_fit_fd_limit(cfg->max_connections);
+    /* epoll in a pool of threads: idle connections cost a little memory, no thread each. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     sv->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, sv,
                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: catches the rest */
                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                              MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                             MHD_OPTION_URI_LOG_CALLBACK, on_request_line, sv,
+                             MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, sv->guard,
+                             MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s,
+                             MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
                              MHD_OPTION_END);
     if (!sv->d) {
         snprintf(err, errlen, "cannot listen on %s:%d (address in use or not permitted)", sv->host, cfg->port);
@@ -450,7 +557,9 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(sv->d, MHD_DAEMON_INFO_BIND_PORT);
     sv->port = info && info->port ? info->port : cfg->port;
-    log_info("listening on http://%s:%d", sv->host, sv->port);
+    log_info("listening on http://%s:%d (at most %u connections, %u per address; %u s for a request, %u s "
+             "of inactivity while answering)", sv->host, sv->port, max_conn, cfg->max_connections_per_ip,
+             cfg->timeout_s, cfg->stream_timeout_s);
     return sv;
 }
 
@@ -486,6 +595,7 @@ void server_stop(server *sv)
         gen_resume_all(sv);
         MHD_stop_daemon(sv->d);
     }
+    conn_guard_free(sv->guard);
     metrics_free(sv->metrics);
     pthread_mutex_destroy(&sv->mu);
     pthread_cond_destroy(&sv->idle);

@@ -22,6 +22,10 @@ typedef struct server_config {
     int port;          /* 0: any free port (see server_port) */
     int http_threads;
     size_t max_body;
+    unsigned max_connections;        /* open connections in all; more are closed at accept */
+    unsigned max_connections_per_ip; /* 0: no per-address limit */
+    unsigned timeout_s;        /* a request's head and body, and an idle keep-alive connection */
+    unsigned stream_timeout_s; /* inactivity allowed while a response is generated or sent */
     const char *api_key; /* NULL or "": no authentication */
     bool metrics;
 } server_config;

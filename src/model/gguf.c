@@ -609,7 +609,10 @@ static void prefix_path(char *err, size_t errlen, const char *path)
 gguf_file *gguf_open(const char *path, char *err, size_t errlen)
 {
     if (errlen) err[0] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, hanging
+     * start-up (and SIGTERM with it); it is refused as not a regular file just below.  The
+     * flag changes nothing for regular files. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;

@@ -50,7 +50,7 @@ static void arch_key(const loader *L, const char *suffix, char *key, size_t len)
 /* A typed getter found nothing usable: fine only if the key is absent and optional. */
 static bool absent_ok(loader *L, const char *key, bool required, const char *expected)
 {
-    if (gguf_find_key(L->f, key) >= 0) return fail(L, "key '%s' is not %s", key, expected);
+    if (gguf_find_key(L->f, key) >= 0) return fail(L, "key '%s' has the wrong type: expected %s", key, expected);
     if (required) return fail(L, "missing key '%s'", key);
     return true;
 }
@@ -84,7 +84,7 @@ static bool read_arch(loader *L)
 {
     size_t len;
     const char *s = gguf_get_str(L->f, "general.architecture", &len);
-    if (!s) return fail(L, "missing key 'general.architecture'");
+    if (!s) return absent_ok(L, "general.architecture", true, "a string");
     for (int a = 0; a < N_ARCHS; a++) {
         if (strlen(ARCH_NAMES[a]) == len && memcmp(ARCH_NAMES[a], s, len) == 0) {
             L->m->hp.arch = (model_arch)a;

@@ -57,6 +57,7 @@ struct sched {
     sched_req *wait_head, *wait_tail;
     int n_waiting;
     int n_active; /* submitted and not finished: waiting + running */
+    int n_reserved; /* places held by sched_reserve for submits still to come */
     int n_running;    /* holding a slot */
     uint64_t kv_used; /* tokens fed into all held slots */
     bool shutdown; /* no new submits */
@@ -83,11 +84,29 @@ struct sched {
 /* SCHED_OK, or why a new request is refused.  The bound counts running requests too, so a
  * burst arriving before the scheduler thread admitted anything still fills the free slots.
  * Called with s->mu held. */
-static int room_for_one_more(const sched *s)
+static int room_for(const sched *s, int n, bool reserved)
 {
     if (s->shutdown) return SCHED_E_SHUTDOWN;
-    if (s->n_active >= s->cfg.n_slots + s->cfg.queue_size) return SCHED_E_QUEUE_FULL;
+    if (!reserved && s->n_active + s->n_reserved + n > sched_capacity(s)) return SCHED_E_QUEUE_FULL;
     return SCHED_OK;
+}
+
+int sched_capacity(const sched *s) { return s->cfg.n_slots + s->cfg.queue_size; }
+
+int sched_reserve(sched *s, int n)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = room_for(s, n, false);
+    if (rc == SCHED_OK) s->n_reserved += n;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void sched_unreserve(sched *s, int n)
+{
+    pthread_mutex_lock(&s->mu);
+    s->n_reserved -= n < s->n_reserved ? n : s->n_reserved;
+    pthread_mutex_unlock(&s->mu);
 }
 
 int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake_ctx,
@@ -107,7 +126,7 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
 
     /* Cheap refusals first, so an overloaded server does not copy prompts it will drop. */
     pthread_mutex_lock(&s->mu);
-    int rc = room_for_one_more(s);
+    int rc = room_for(s, 1, p->reserved);
     pthread_mutex_unlock(&s->mu);
     if (rc != SCHED_OK) return rc;
 
@@ -115,8 +134,9 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
     if (!r) return SCHED_E_INVALID;
 
     pthread_mutex_lock(&s->mu);
-    rc = room_for_one_more(s); /* again: other threads may have filled the queue meanwhile */
+    rc = room_for(s, 1, p->reserved); /* again: other threads may have filled the queue meanwhile */
     if (rc == SCHED_OK) {
+        if (p->reserved && s->n_reserved > 0) s->n_reserved--; /* the place is now n_active's */
         if (p->id && p->id[0]) snprintf(r->id, sizeof r->id, "%s", p->id);
         else snprintf(r->id, sizeof r->id, "req-%llu", (unsigned long long)s->next_id);
         s->next_id++;

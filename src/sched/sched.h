@@ -64,6 +64,7 @@ typedef struct sched_params {
     bool ignore_eos;
     bool want_logprobs; /* publish each token's engine_result (sp.n_top_logprobs says how many alternatives) */
     const char *id; /* request id for logs */
+    bool reserved;  /* takes one place held by sched_reserve (never SCHED_E_QUEUE_FULL) */
 } sched_params;
 
 
@@ -106,6 +107,14 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
 /* Moves pending output into *out (which the caller then clears). Returns true when anything
  * was there (text, tokens or the finish). Thread-safe. */
 bool sched_req_take(sched_req *r, sched_output *out);
+/* The most requests the scheduler ever holds at once (slots + queue): a request with more
+ * choices can never be admitted. */
+int sched_capacity(const sched *s);
+/* Holds n places (running or waiting) so that n choices are admitted all or none: SCHED_OK,
+ * SCHED_E_QUEUE_FULL or SCHED_E_SHUTDOWN.  Each submit with `reserved` uses one; give back
+ * the unused ones with sched_unreserve.  Thread-safe. */
+int sched_reserve(sched *s, int n);
+void sched_unreserve(sched *s, int n);
 /* The client went away: stop generating; the slot is freed at the next step. Idempotent. */
 void sched_req_cancel(sched_req *r);
 /* The HTTP side is done with r (after its finish was taken, or after cancel). */

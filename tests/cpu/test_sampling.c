@@ -257,6 +257,12 @@ static void test_logprobs(void **state)
     assert_float_equal(t.top_logprobs[1], r.top_logprobs[1], 0.0);
     assert_float_equal(t.logprob, (float)(l[t.token] - log(lse)), 1e-6);
 
+    /* logprobs 0: the chosen token's logprob, no alternatives (once read top_ids[-1]). */
+    f->sp.n_top_logprobs = 0;
+    engine_result z = sample(f, l, NULL, 0, 11);
+    assert_int_equal(z.n_top, 0);
+    assert_float_equal(z.logprob, (float)(l[z.token] - log(lse)), 1e-6);
+
     f->sp.n_top_logprobs = -1; /* none requested */
     engine_result n = sample(f, l, NULL, 0, 11);
     assert_int_equal(n.n_top, 0);

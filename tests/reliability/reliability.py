@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 import http_integration as hi  # noqa: E402
@@ -124,8 +125,22 @@ def case_badmodel():
         # not GGUF at all
         (text, ["bad magic"]), (empty, ["empty file"]), (folder, ["not a regular file"]),
     ]
+    # general.architecture of the wrong type (a u32: llama.context_length, of the same name
+    # length, renamed onto it) is "the wrong type", not "missing"
+    def wrong_type_arch(d):
+        i = after(d, b"general.architecture") - len(b"general.architecture")
+        d[i:i + 20] = b"general.architecturf"
+        j = after(d, b"llama.context_length") - len(b"llama.context_length")
+        d[j:j + 20] = b"general.architecture"
+    cases.append((patched(good, "arch-type.gguf", wrong_type_arch), ["general.architecture", "wrong type"]))
     for path, words in cases:
         expect_refused(path, *words)
+    # a FIFO opened for reading waits for a writer: it must be refused at once, not hang
+    fifo = os.path.join(TMP, "fifo.gguf")
+    os.mkfifo(fifo)
+    t0 = time.time()
+    expect_refused(fifo, "not a regular file")
+    check(time.time() - t0 < 30, f"a FIFO model took {time.time() - t0:.1f} s to refuse")
 
 
 # ---- memory ------------------------------------------------------------------------------------

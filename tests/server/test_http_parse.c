@@ -164,6 +164,29 @@ static void test_malformed_body(void **state)
     bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]} trailing", 400, NULL);
 }
 
+/* What cJSON accepts but the server would read differently: a NUL that C strings end at, a
+ * key given twice (parsers disagree on which wins). */
+static void test_nul_and_duplicate_keys(void **state)
+{
+    (void)state;
+    bad(API_COMPLETIONS, "{\"prompt\":\"Once\\u0000 upon\"}", 400, NULL);
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", 400, NULL);
+    static const char raw[] = "{\"prompt\":\"Once\0 upon\"}";
+    api_request r;
+    api_error e;
+    assert_int_equal(api_request_parse(API_COMPLETIONS, raw, sizeof raw - 1, N_VOCAB, &r, &e), -1);
+    assert_int_equal(e.status, 400);
+    bad(API_COMPLETIONS, "{\"prompt\":\"a\",\"prompt\":\"b\"}", 400, NULL);
+    bad(API_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":1,\"6\":2,\"5\":-1}}", 400, NULL);
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"role\":\"system\",\"content\":\"x\"}]}", 400, NULL);
+    /* an escaped backslash before u0000 is the text \u0000, not a NUL; equal values in
+     * different objects are not duplicates */
+    ok(API_COMPLETIONS, "{\"prompt\":\"a\\\\u0000\"}", &r);
+    api_request_free(&r);
+    ok(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"y\"}]}", &r);
+    api_request_free(&r);
+}
+
 static void test_range_errors(void **state)
 {
     (void)state;
@@ -295,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_completion_defaults), cmocka_unit_test(test_completion_all_fields),
         cmocka_unit_test(test_prompt_forms),        cmocka_unit_test(test_prompt_errors),
         cmocka_unit_test(test_malformed_body),      cmocka_unit_test(test_range_errors),
+        cmocka_unit_test(test_nul_and_duplicate_keys),
         cmocka_unit_test(test_type_errors),         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_chat_errors),         cmocka_unit_test(test_error_set),
     };

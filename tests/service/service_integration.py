@@ -148,6 +148,7 @@ def case_notify():
         check('"finish_reason":"length"' in body or '"code":"shutting_down"' in body,
               f"stream completed or was cleanly cancelled: {body[-300:]!r}")
         rc = proc.wait(timeout=180)
+        hi.check_no_sanitizer_report(open(log_path, errors="replace").read(), "the server log")
         check(rc == 0, f"exit code {rc} after SIGTERM:\n" + open(log_path).read()[-2000:])
         msgs = ns.snapshot()
         check(msgs.index("STOPPING=1") > msgs.index("READY=1"), "STOPPING=1 after READY=1")
@@ -329,6 +330,8 @@ def case_install():
     check(f"LoadCredential=inferd.conf:{os.path.join(sysconf, 'inferd', 'inferd.conf')}\n" in text, "config path")
     check("@" not in re.sub(r"#.*", "", text), "every @VAR@ substituted")
     check(open(conf).read() == open(os.path.join(hi.SRC, "config", "inferd.conf")).read(), "example config")
+    # it may come to hold api-key: readable by the owner and the group only
+    check(os.stat(conf).st_mode & 0o777 == 0o640, f"config mode {oct(os.stat(conf).st_mode & 0o777)}, expected 0640")
     # a reinstall keeps the administrator's edits
     with open(conf, "a") as f:
         f.write("port = 9999\n")

@@ -1,0 +1,78 @@
+/* json_strict.c - see json_strict.h. */
+#include "json_strict.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A NUL inside the JSON text: raw, or written as \u0000 inside a string. */
+static bool has_nul(const char *t, size_t len)
+{
+    if (memchr(t, 0, len)) return true;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        if (t[i] == '"') {
+            in_string = !in_string;
+        } else if (in_string && t[i] == '\\' && i + 1 < len) {
+            if (t[i + 1] == 'u' && i + 5 < len && memcmp(t + i + 2, "0000", 4) == 0) return true;
+            i++; /* the escaped character cannot end the string */
+        }
+    }
+    return false;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that some object under v holds twice, or NULL.  Sorting makes it
+ * O(k log k) per object, so a logit_bias with 100,000 keys stays cheap. */
+static const char *duplicate_key(const cJSON *v, bool *oom)
+{
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
+    int n = 0;
+    for (const cJSON *c = v->child; c; c = c->next) n++;
+    if (cJSON_IsObject(v) && n > 1) {
+        const char **keys = malloc((size_t)n * sizeof *keys);
+        if (!keys) {
+            *oom = true;
+            return NULL;
+        }
+        int k = 0;
+        for (const cJSON *c = v->child; c; c = c->next) keys[k++] = c->string ? c->string : "";
+        qsort(keys, (size_t)n, sizeof *keys, by_key);
+        const char *dup = NULL;
+        for (int i = 1; i < n && !dup; i++)
+            if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+        free(keys);
+        if (dup) return dup;
+    }
+    for (const cJSON *c = v->child; c; c = c->next) {
+        const char *dup = duplicate_key(c, oom);
+        if (dup || *oom) return dup;
+    }
+    return NULL;
+}
+
+int json_strict_check(const char *text, size_t len, const cJSON *root, api_error *e)
+{
+    if (has_nul(text, len)) {
+        api_error_set(e, 400, "invalid_request_error", NULL, "invalid_value",
+                      "The request body contains a NUL character (raw or \\u0000); it is not accepted "
+                      "in any string.");
+        return -1;
+    }
+    bool oom = false;
+    const char *dup = duplicate_key(root, &oom);
+    if (oom) {
+        api_error_set(e, 500, "server_error", NULL, NULL, "out of memory while checking the request");
+        return -1;
+    }
+    if (dup) {
+        api_error_set(e, 400, "invalid_request_error", NULL, "duplicate_key",
+                      "The request body gives the key '%.60s' more than once in one object.", dup);
+        return -1;
+    }
+    return 0;
+}

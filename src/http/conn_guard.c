@@ -8,11 +8,13 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "base/timing.h"
+
 typedef struct track {
     struct track *prev, *next;
     int fd;
     bool busy, cut;
-    struct timespec since; /* start of the current deadline (CLOCK_MONOTONIC) */
+    double since; /* start of the current deadline (timing_now_s) */
 } track;
 
 struct conn_guard {
@@ -27,19 +29,11 @@ struct conn_guard {
 /* How often the deadlines are checked: a cut comes at most this late. */
 #define CONN_GUARD_PERIOD_MS 250
 
-static void now(struct timespec *ts) { clock_gettime(CLOCK_MONOTONIC, ts); }
-
-static double seconds_since(const struct timespec *t, const struct timespec *n)
-{
-    return (double)(n->tv_sec - t->tv_sec) + (double)(n->tv_nsec - t->tv_nsec) / 1e9;
-}
-
 static void sweep(conn_guard *g)
 {
-    struct timespec n;
-    now(&n);
+    double n = timing_now_s();
     for (track *t = g->head; t; t = t->next) {
-        if (t->busy || t->cut || seconds_since(&t->since, &n) < g->timeout_s) continue;
+        if (t->busy || t->cut || n - t->since < g->timeout_s) continue;
         /* MHD sees end-of-file on its next read and closes the connection itself. */
         shutdown(t->fd, SHUT_RDWR);
         t->cut = true;
@@ -51,13 +45,7 @@ static void *run(void *arg)
     conn_guard *g = arg;
     pthread_mutex_lock(&g->mu);
     while (!g->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += CONN_GUARD_PERIOD_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = timing_deadline_in(CONN_GUARD_PERIOD_MS);
         pthread_cond_timedwait(&g->wake, &g->mu, &until);
         if (!g->stop) sweep(g);
     }
@@ -111,7 +99,7 @@ void conn_guard_notify(void *cls, struct MHD_Connection *c, void **socket_contex
         *socket_context = t;
         if (!t) return; /* untracked: only MHD's inactivity timeout applies */
         t->fd = ci->connect_fd;
-        now(&t->since);
+        t->since = timing_now_s();
         pthread_mutex_lock(&g->mu);
         t->next = g->head;
         if (g->head) g->head->prev = t;
@@ -137,7 +125,7 @@ void conn_guard_set_busy(conn_guard *g, struct MHD_Connection *c, bool busy)
     if (!g || !t) return;
     pthread_mutex_lock(&g->mu);
     t->busy = busy;
-    if (!busy) now(&t->since);
+    if (!busy) t->since = timing_now_s();
     pthread_mutex_unlock(&g->mu);
 }
 

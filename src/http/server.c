@@ -446,11 +446,10 @@ static bool mhd_log_allowed(long *dropped)
 {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static long window, used, skipped;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long second = (long)timing_now_s();
     pthread_mutex_lock(&mu);
-    if (ts.tv_sec != window) {
-        window = ts.tv_sec;
+    if (second != window) {
+        window = second;
         used = 0;
     }
     bool ok = used < MHD_LOG_BURST;

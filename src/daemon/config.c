@@ -1,10 +1,12 @@
 /* config.c - see config.h.  Values go through opts_set, so the file accepts exactly what the
  * command line accepts and reports the same reasons. */
 #include "config.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Remove leading and trailing blanks (space, tab, CR from CRLF files) in place. */
 static char *trim(char *s)
@@ -90,9 +92,12 @@ int config_parse_file(inferd_opts *o, FILE *f, const char *name, char *err, size
 
 int config_load(inferd_opts *o, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
+    char why[300];
+    int fd = file_open_regular(path, NULL, why, sizeof why); /* a FIFO must not hang start-up */
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (!f) {
-        snprintf(err, errlen, "%s: cannot open config file: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        snprintf(err, errlen, "%s: cannot open config file: %s", path, fd >= 0 ? strerror(errno) : why);
         return -1;
     }
     int rc = config_parse_file(o, f, path, err, errlen);

@@ -9,24 +9,23 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "base/file.h"
 #include "base/log.h"
 
 int keyfile_read(const char *path, char *key, size_t cap, char *err, size_t errlen)
 {
-    /* O_NONBLOCK: a FIFO must not hang start-up; it is refused below. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        snprintf(err, errlen, "--api-key-file %s: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
+    char why[300];
+    int fd = file_open_regular(path, NULL, why, sizeof why);
+    if (fd < 0) {
+        snprintf(err, errlen, "--api-key-file %s: %s", path, why);
         return -1;
     }
     char buf[512];
-    ssize_t n = S_ISREG(st.st_mode) ? read(fd, buf, sizeof buf - 1) : -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int read_errno = errno;
     close(fd);
-    if (!S_ISREG(st.st_mode) || n < 0) {
-        snprintf(err, errlen, "--api-key-file %s: %s", path,
-                 S_ISREG(st.st_mode) ? strerror(errno) : "not a regular file");
+    if (n < 0) {
+        snprintf(err, errlen, "--api-key-file %s: %s", path, strerror(read_errno));
         return -1;
     }
     buf[n] = 0;

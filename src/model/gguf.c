@@ -12,6 +12,7 @@
  * allocated for it, and tensor sizes are computed with checked arithmetic.  Nothing touches
  * tensor data, so opening a multi-GB model costs only the metadata pages. */
 #include "gguf.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -609,18 +610,11 @@ static void prefix_path(char *err, size_t errlen, const char *path)
 gguf_file *gguf_open(const char *path, char *err, size_t errlen)
 {
     if (errlen) err[0] = '\0';
-    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, hanging
-     * start-up (and SIGTERM with it); it is refused as not a regular file just below.  The
-     * flag changes nothing for regular files. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
-        close(fd);
+    char why[128];
+    int fd = file_open_regular(path, &st, why, sizeof why);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, why);
         return NULL;
     }
     size_t size = (size_t)st.st_size;

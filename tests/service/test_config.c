@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -220,6 +221,17 @@ static void test_resolve_errors(void **state)
     const char *a3[] = {"--config", "/nonexistent/x.conf"};
     assert_int_equal(resolve(&o, a3, 2, err, sizeof err), CONFIG_E_FILE);
     assert_non_null(strstr(err, "/nonexistent/x.conf: cannot open"));
+    /* A FIFO as config file is refused at once (opening it would wait for a writer). */
+    char fifo[] = "/tmp/inferd-test-config-fifo-XXXXXX";
+    int fd = mkstemp(fifo);
+    assert_true(fd >= 0);
+    close(fd);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *a4[] = {"--config", fifo};
+    assert_int_equal(resolve(&o, a4, 2, err, sizeof err), CONFIG_E_FILE);
+    assert_non_null(strstr(err, "not a regular file"));
+    unlink(fifo);
 }
 
 /* config/inferd.conf documents every option (as `key = value` or `#key = value`), and

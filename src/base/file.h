@@ -1,0 +1,15 @@
+/* file.h - opening the files a user names (model, config file, key file) without hanging on
+ * one that is not a file: opening a FIFO for reading waits for a writer, which would hang
+ * start-up and SIGTERM with it; a directory or a device is no better. */
+#ifndef INFERD_BASE_FILE_H
+#define INFERD_BASE_FILE_H
+
+#include <stddef.h>
+#include <sys/stat.h>
+
+/* Opens path read-only (close-on-exec) when it is a regular file, filling *st when non-NULL.
+ * -1 with the reason in err otherwise ("not a regular file", or the system's word); the
+ * caller names the path. */
+int file_open_regular(const char *path, struct stat *st, char *err, size_t errlen);
+
+#endif

@@ -732,9 +732,12 @@ def case_tokenize():
                 check(r[0] == 200 and len(r[2]["tokens"]) > 65536, f"ids of 1 MB: {r[0]}")
                 check(r[1] < 12 * 1000000, f"reply of {r[1]} bytes for a 1 MB body")
         print(f"/tokenize 1 MB x 4 at once: RSS {rss0:.0f} MiB -> peak {peak[0]:.0f} MiB")
-        # ASan's quarantine keeps freed memory: the bound holds for normal builds only
+        # ASan's quarantine keeps freed memory: the bound holds for normal builds only.  Four
+        # requests' transient buffers (body, tokenizer work arrays, ids, reply) land in up to
+        # four malloc arenas, so the peak varies run to run (measured 80..165 MiB on a 2-core
+        # machine); the bound is there to catch the tree-per-token cost (+550 MiB) coming back.
         asan = "libasan" in subprocess.run(["ldd", BIN], capture_output=True, text=True, timeout=30).stdout
-        check(asan or peak[0] - rss0 < 150, f"RSS grew by {peak[0] - rss0:.0f} MiB (was +550 MiB)")
+        check(asan or peak[0] - rss0 < 250, f"RSS grew by {peak[0] - rss0:.0f} MiB (was +550 MiB)")
 
 
 def stream_tokens(port, body, results, i):

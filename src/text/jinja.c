@@ -2012,7 +2012,7 @@ static args eval_args(rctx *rc, const node *n, frame *f)
     for (size_t i = 0; i < n->nkids; i++) a.pos[i] = eval(rc, n->kids[i], f);
     a.npos = np;
     a.kw = n->kw;
-    a.kwv = a.pos + np;
+    a.kwv = a.pos ? a.pos + np : NULL;
     a.nkw = n->nkw;
     return a;
 }
@@ -2601,7 +2601,8 @@ static val filter_select(rctx *rc, val x, args *a, bool attr, bool keep)
     str test = {0};
     bool has_test = ti < a->npos;
     if (has_test) test = arg_str(rc, a, ti, NULL, "select");
-    args rest = {.pos = a->pos + (has_test ? ti + 1 : ti), .npos = a->npos > ti + 1 ? a->npos - ti - 1 : 0};
+    size_t skip = has_test ? ti + 1 : ti;
+    args rest = {.pos = a->npos > skip ? a->pos + skip : NULL, .npos = a->npos > skip ? a->npos - skip : 0};
     for (size_t i = 0; i < l->n; i++) {
         val item = attr ? attr_path(rc, l->v[i], attrname) : l->v[i];
         bool ok = has_test ? apply_test(rc, test, item, &rest) : truthy(item);
@@ -2773,7 +2774,7 @@ static val filter_named(rctx *rc, str name, val x, args *a)
             }
         } else {
             str fname = arg_str(rc, a, 0, NULL, "map");
-            args rest = {.pos = a->pos + 1, .npos = a->npos ? a->npos - 1 : 0};
+            args rest = {.pos = a->npos > 1 ? a->pos + 1 : NULL, .npos = a->npos > 1 ? a->npos - 1 : 0};
             for (size_t i = 0; i < l->n; i++) vb_push(rc, &out, filter_named(rc, fname, l->v[i], &rest));
         }
         return vb_list(rc, &out);

@@ -275,7 +275,6 @@ static int load(serve_state *st, const inferd_opts *o)
                        .reasoning = o->reasoning_format == OPTS_REASONING_DEEPSEEK ||
                                     (o->reasoning_format == OPTS_REASONING_AUTO &&
                                      (chat_template_thinks(st->tmpl_src) || tokenizer_find(st->tok, "<think>") >= 0)),
-                       .think_in_prompt = false,
                        .ctx_per_slot = st->ctx};
     server_set_ready(st->sv, &sm);
     return 0;

@@ -48,7 +48,6 @@ typedef struct server_model {
     const jinja_tmpl *jinja_tools; /* a tokenizer.chat_template.tool_use variant, used with tools */
     chat_syntax syntax;        /* its tool-call markup */
     bool reasoning;            /* split <think> blocks into reasoning_content */
-    bool think_in_prompt;      /* the generation prompt opens <think> itself */
     const char *alias;
     int ctx_per_slot;
 } server_model;

@@ -425,7 +425,7 @@ static int run(chat_parser *p, chat_delta *d, bool final)
                 p->st = ST_REASON;
                 continue;
             }
-            if (!final && memcmp(s + i, THINK_OPEN, n - i) == 0) return 0; /* undecided */
+            if (!final && n - i < tl && memcmp(s + i, THINK_OPEN, n - i) == 0) return 0; /* undecided */
             p->st = ST_CONTENT;
             continue;
         }

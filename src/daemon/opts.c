@@ -26,6 +26,7 @@ typedef struct opt_def {
 
 /* In engine_device order (engine/engine.h). */
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const reasoning_names[] = {"auto", "none", "deepseek", NULL};
 static const char *const log_format_names[] = {"text", "json", NULL};
 /* Same order as log_level in log.h. */
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
@@ -64,7 +65,13 @@ static const opt_def opt_table[] = {
     ENUM_("device", NULL, device, "auto", device_names, "compute backend: auto (cuda when available), cpu, cuda"),
     INT_("gpu", NULL, gpu, "0", 0, 64, "CUDA device ordinal"),
     STR_("chat-template", NULL, chat_template, "",
-         "chat template: chatml, llama2, llama3, mistral, zephyr, gemma, phi3 (default: detect)"),
+         "built-in chat template for models without one: chatml, llama2, llama3, mistral, zephyr, gemma, phi3 "
+         "(default: the model's own Jinja template, else detect)"),
+    STR_("chat-template-file", NULL, chat_template_file, "",
+         "a Jinja chat template file used instead of the model's tokenizer.chat_template"),
+    ENUM_("reasoning-format", NULL, reasoning_format, "auto", reasoning_names,
+          "<think> blocks: deepseek (to reasoning_content), none (left in content), auto (deepseek when the "
+          "template or vocabulary has them)"),
     ENUM_("log-level", NULL, log_level, "info", log_level_names, "debug, info, warn, error"),
     ENUM_("log-format", NULL, log_format, "text", log_format_names, "text or json (one object per line)"),
     STR_("log-file", NULL, log_file, "", "log to this file instead of stderr"),

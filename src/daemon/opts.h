@@ -36,6 +36,8 @@ typedef struct inferd_opts {
     int device;             /* engine_device (engine/engine.h) */
     int gpu;                /* CUDA ordinal */
     char chat_template[64]; /* "" = detect from the model */
+    char chat_template_file[OPTS_STR_MAX]; /* "" = the GGUF's own; else a Jinja file that overrides it */
+    int reasoning_format;   /* opts_reasoning_format */
     int log_level;          /* log_level */
     int log_format;         /* opts_log_format */
     char log_file[OPTS_STR_MAX];
@@ -43,6 +45,9 @@ typedef struct inferd_opts {
     bool metrics;           /* serve /metrics */
     char config[OPTS_STR_MAX];
 } inferd_opts;
+
+/* --reasoning-format: auto splits <think> blocks when the template or vocabulary has them. */
+typedef enum opts_reasoning_format { OPTS_REASONING_AUTO = 0, OPTS_REASONING_NONE, OPTS_REASONING_DEEPSEEK } opts_reasoning_format;
 
 /* Fill every field with its table default. */
 void opts_defaults(inferd_opts *o);

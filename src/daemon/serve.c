@@ -8,6 +8,7 @@
  * systemd (Type=notify, see notify.h): STATUS= at each loading phase; READY=1 only once the
  * model is loaded, the engine has run its warm-up steps (CUDA graphs captured) and our own
  * GET /health has answered 200; WATCHDOG=1 from the scheduler's loop; STOPPING=1 on shutdown. */
+#include <errno.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +33,9 @@
 #include "sched/sched.h"
 #include "http/server.h"
 #include "base/timing.h"
+#include "base/file.h"
+#include "text/chat_parse.h"
+#include "text/jinja.h"
 
 /* Everything the running server owns, torn down in reverse order by serve_close. */
 typedef struct serve_state {
@@ -48,6 +52,8 @@ typedef struct serve_state {
     char alias[OPTS_STR_MAX];
     int ctx;
     chat_template_kind tmpl;
+    jinja_tmpl *jinja, *jinja_tools;
+    char *tmpl_src; /* the Jinja source in use (tool-call syntax and thinking are read from it) */
 } serve_state;
 
 /* Exit status for a bad configuration file: sysexits' EX_CONFIG, which systemd shows as
@@ -105,8 +111,47 @@ static const char *basename_of(const char *path)
     return slash ? slash + 1 : path;
 }
 
-static int pick_template(const inferd_opts *o, const model *m, chat_template_kind *out)
+/* Reads a --chat-template-file (bounded: a template is text, not a model). */
+static char *read_template_file(const char *path, size_t *len)
 {
+    char why[300];
+    int fd = file_open_regular(path, NULL, why, sizeof why);
+    if (fd < 0) {
+        log_error("--chat-template-file %s: %s", path, why);
+        return NULL;
+    }
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t r = 0;
+    while (buf && n < cap && (r = read(fd, buf + n, cap - n)) > 0) n += (size_t)r;
+    close(fd);
+    if (!buf || r < 0 || n == cap) {
+        log_error("--chat-template-file %s: %s", path, !buf ? "out of memory" : r < 0 ? strerror(errno) : "larger than 1 MiB");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* The chat template: --chat-template-file, else the GGUF's tokenizer.chat_template (and its
+ * tool_use variant) run as Jinja; the named built-ins only for a file without a template, a
+ * --chat-template name, or a template this interpreter cannot parse (with a warning). */
+static int pick_template(const inferd_opts *o, serve_state *st)
+{
+    const model *m = st->m;
+    char err[512];
+    size_t len = 0;
+    if (o->chat_template_file[0]) {
+        if (!(st->tmpl_src = read_template_file(o->chat_template_file, &len))) return -1;
+        if (!(st->jinja = jinja_parse(st->tmpl_src, len, err, sizeof err))) {
+            log_error("--chat-template-file %s: %s", o->chat_template_file, err);
+            return -1;
+        }
+        st->tmpl = chat_template_detect(st->tmpl_src);
+        return 0;
+    }
     if (o->chat_template[0]) {
         int k = chat_template_from_name(o->chat_template);
         if (k < 0) {
@@ -114,14 +159,19 @@ static int pick_template(const inferd_opts *o, const model *m, chat_template_kin
                       o->chat_template);
             return -1;
         }
-        *out = (chat_template_kind)k;
+        st->tmpl = (chat_template_kind)k;
         return 0;
     }
-    size_t len = 0;
     const char *src = gguf_get_str(m->gguf, "tokenizer.chat_template", &len);
-    char *copy = src ? strndup(src, len) : NULL;
-    *out = chat_template_detect(copy);
-    free(copy);
+    st->tmpl_src = src ? strndup(src, len) : NULL;
+    st->tmpl = chat_template_detect(st->tmpl_src);
+    if (st->tmpl_src && !(st->jinja = jinja_parse(st->tmpl_src, len, err, sizeof err)))
+        log_warn("the model's chat template cannot be run (%s); using the built-in '%s' template", err,
+                 chat_template_name(st->tmpl));
+    size_t tlen = 0;
+    const char *tsrc = gguf_get_str(m->gguf, "tokenizer.chat_template.tool_use", &tlen);
+    if (tsrc && !(st->jinja_tools = jinja_parse(tsrc, tlen, err, sizeof err)))
+        log_warn("the model's tool_use chat template cannot be run (%s); tools use the default one", err);
     return 0;
 }
 
@@ -213,13 +263,18 @@ static int load(serve_state *st, const inferd_opts *o)
         log_error("cannot start the scheduler: %s", err);
         return -1;
     }
-    if (pick_template(o, st->m, &st->tmpl) != 0) return -1;
+    if (pick_template(o, st) != 0) return -1;
     snprintf(st->alias, sizeof st->alias, "%s", o->model_alias[0] ? o->model_alias : basename_of(o->model));
     const model_hparams *hp = &st->m->hp;
     server_model sm = {.card = {.arch = model_arch_name(hp->arch), .n_vocab = hp->n_vocab,
                                 .n_ctx_train = hp->n_ctx_train, .n_embd = hp->n_embd,
                                 .weight_bytes = st->m->weight_bytes},
                        .tok = st->tok, .s = st->s, .tmpl = st->tmpl, .alias = st->alias,
+                       .jinja = st->jinja, .jinja_tools = st->jinja_tools,
+                       .syntax = chat_syntax_detect(st->jinja ? st->tmpl_src : NULL),
+                       .reasoning = o->reasoning_format == OPTS_REASONING_DEEPSEEK ||
+                                    (o->reasoning_format == OPTS_REASONING_AUTO &&
+                                     (chat_template_thinks(st->tmpl_src) || tokenizer_find(st->tok, "<think>") >= 0)),
                        .ctx_per_slot = st->ctx};
     server_set_ready(st->sv, &sm);
     return 0;
@@ -286,6 +341,9 @@ static void serve_close(serve_state *st, double timeout_s)
     if (st->e) engine_free(st->e);
     tokenizer_free(st->tok);
     model_free(st->m);
+    jinja_free(st->jinja);
+    jinja_free(st->jinja_tools);
+    free(st->tmpl_src);
 }
 
 static void close_loop(serve_state *st)
@@ -367,7 +425,8 @@ int serve_main(int argc, char **argv)
                  server_port(st.sv), st.alias,
                  model_arch_name(st.m->hp.arch), st.m->hp.n_layer, st.m->hp.n_vocab,
                  (double)st.m->weight_bytes / (1024.0 * 1024.0), engine_name(st.e), o.parallel, st.ctx,
-                 chat_template_name(st.tmpl));
+                 st.jinja ? (o.chat_template_file[0] ? "jinja (--chat-template-file)" : "jinja (the model's)")
+                          : chat_template_name(st.tmpl));
         notify_ready();
         notify_status("serving %s on %s:%d", st.alias, o.host, server_port(st.sv));
         if (!st.signal) uv_run(&st.loop, UV_RUN_DEFAULT); /* until SIGINT/SIGTERM or a fatal engine error */

@@ -161,6 +161,28 @@ static void add_logprobs(cJSON *o, const api_meta *m, const api_choice *ch, cons
                                                                   : completion_logprobs(ch, v));
 }
 
+/* tool_calls: whole ({id, type, function: {name, arguments}}), or in a chunk either the
+ * opening of each call (index, id, type, name, empty arguments) or its argument fragment. */
+static void add_tool_calls(cJSON *o, const api_choice *ch, bool chunk)
+{
+    if (!ch->n_calls) return;
+    cJSON *arr = cJSON_AddArrayToObject(o, "tool_calls");
+    for (int i = 0; i < ch->n_calls; i++) {
+        const chat_tool_call *c = &ch->calls[i];
+        cJSON *it = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, it);
+        if (chunk) cJSON_AddNumberToObject(it, "index", c->index);
+        if (!chunk || !ch->calls_args) {
+            add_text(it, "id", c->id, strlen(c->id));
+            cJSON_AddStringToObject(it, "type", "function");
+        }
+        cJSON *fn = cJSON_AddObjectToObject(it, "function");
+        if (!chunk || !ch->calls_args) add_text(fn, "name", c->name, strlen(c->name));
+        if (!chunk || ch->calls_args) add_text(fn, "arguments", c->arguments, strlen(c->arguments));
+        else cJSON_AddStringToObject(fn, "arguments", "");
+    }
+}
+
 /* A choice of a whole response (message) or of a chunk (delta). */
 static cJSON *choice_object(const api_meta *m, const api_choice *ch, bool chunk, const api_vocab *v)
 {
@@ -171,13 +193,19 @@ static cJSON *choice_object(const api_meta *m, const api_choice *ch, bool chunk,
     } else if (!chunk) {
         cJSON *msg = cJSON_AddObjectToObject(o, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        add_text(msg, "content", ch->text, ch->text_len);
+        if (ch->content_null) cJSON_AddNullToObject(msg, "content");
+        else add_text(msg, "content", ch->text, ch->text_len);
+        if (ch->reasoning_len) add_text(msg, "reasoning_content", ch->reasoning, ch->reasoning_len);
+        add_tool_calls(msg, ch, false);
         cJSON_AddNullToObject(msg, "refusal");
     } else {
         cJSON *delta = cJSON_AddObjectToObject(o, "delta");
         if (ch->role) cJSON_AddStringToObject(delta, "role", "assistant");
         /* The finish chunk carries an empty delta, as OpenAI's does. */
-        if (ch->role || ch->text_len || !ch->finish_reason) add_text(delta, "content", ch->text, ch->text_len);
+        bool other = ch->reasoning_len || ch->n_calls;
+        if (ch->role || ch->text_len || (!ch->finish_reason && !other)) add_text(delta, "content", ch->text, ch->text_len);
+        if (ch->reasoning_len) add_text(delta, "reasoning_content", ch->reasoning, ch->reasoning_len);
+        add_tool_calls(delta, ch, true);
     }
     add_logprobs(o, m, ch, v);
     add_finish(o, ch->finish_reason);

@@ -13,6 +13,7 @@
 #include "sched/sched.h"
 #include "api_request.h"
 #include "base/bytebuf.h"
+#include "text/chat_parse.h"
 
 typedef struct api_vocab {
     /* The bytes token id stands for in output text: length (may exceed cap), -1 if invalid. */
@@ -40,6 +41,13 @@ typedef struct api_choice {
     size_t text_offset;     /* completions: offset of text within the whole choice text */
     const char *finish_reason; /* NULL -> null */
     bool role;              /* chat chunk: delta carries role "assistant" */
+    /* chat: the reply as chat_parse split it */
+    const char *reasoning;  /* reasoning_content (NULL/0: none) */
+    size_t reasoning_len;
+    const chat_tool_call *calls; /* message: every call; chunk: the calls this chunk opens or continues */
+    int n_calls;
+    bool calls_args;        /* chunk: the calls' argument fragments (else their index/id/type/name) */
+    bool content_null;      /* message: content is null (the reply was only tool calls) */
 } api_choice;
 
 typedef struct api_usage {

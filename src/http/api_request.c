@@ -307,16 +307,15 @@ static int read_prompts(const cJSON *obj, int n_vocab, api_request *r, api_error
     return 0;
 }
 
-/* A message's content: a string, or an array of {"type":"text","text":...} parts (joined). */
+/* A message's content: a string, or an array of {"type":"text","text":...} parts (joined);
+ * null or absent is NULL (an assistant turn that only calls tools). */
 static int read_content(const cJSON *m, int i, char **out, api_error *e)
 {
     char param[64];
     snprintf(param, sizeof param, "messages[%d].content", i);
     const cJSON *c = field(m, "content");
-    if (!c) { /* an assistant turn may carry no content (e.g. a tool call we do not support) */
-        *out = dup_n("", 0);
-        return *out ? 0 : oom(e);
-    }
+    *out = NULL;
+    if (!c || cJSON_IsNull(c)) return 0;
     if (cJSON_IsString(c)) {
         *out = dup_n(c->valuestring, strlen(c->valuestring));
         return *out ? 0 : oom(e);
@@ -350,14 +349,58 @@ static int read_content(const cJSON *m, int i, char **out, api_error *e)
 
 static const char *known_role(const char *role)
 {
-    static const char *const roles[] = {"system", "user", "assistant"};
-    for (int i = 0; i < 3; i++)
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    for (int i = 0; i < 4; i++)
         if (strcmp(role, roles[i]) == 0) return roles[i];
     if (strcmp(role, "developer") == 0) return roles[0]; /* OpenAI's newer name for system */
     return NULL;
 }
 
-static int read_messages(const cJSON *obj, api_request *r, api_error *e)
+/* An assistant's tool_calls, checked and copied into the template's message with each
+ * function.arguments parsed from its JSON string into the object HF templates expect. */
+static int read_tool_calls(const cJSON *m, int i, cJSON *tm, api_error *e)
+{
+    const cJSON *tc = field(m, "tool_calls");
+    char param[96];
+    snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+    if (!tc || cJSON_IsNull(tc)) return 0;
+    if (!cJSON_IsArray(tc)) return type_error(e, param, "an array", tc);
+    cJSON *out = cJSON_AddArrayToObject(tm, "tool_calls");
+    if (!out) return oom(e);
+    int j = 0;
+    const cJSON *call;
+    cJSON_ArrayForEach(call, tc)
+    {
+        snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, j);
+        const cJSON *fn = field(call, "function");
+        const cJSON *name = fn ? field(fn, "name") : NULL, *args = fn ? field(fn, "arguments") : NULL;
+        if (!cJSON_IsObject(call) || !cJSON_IsObject(fn) || !cJSON_IsString(name)) {
+            api_error_set(e, 400, INVALID, param, "invalid_value",
+                          "Invalid '%s': expected {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+                          "\"arguments\"}}.", param);
+            return -1;
+        }
+        cJSON *c = cJSON_Duplicate(call, 1);
+        if (!c) return oom(e);
+        cJSON_AddItemToArray(out, c);
+        if (cJSON_IsString(args)) {
+            cJSON *parsed = cJSON_Parse(args->valuestring);
+            if (!parsed) {
+                api_error_set(e, 400, INVALID, param, "invalid_value",
+                              "Invalid '%s.function.arguments': not a JSON text (OpenAI sends the arguments "
+                              "as a JSON-encoded string).", param);
+                return -1;
+            }
+            cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "function"), "arguments", parsed);
+        } else if (args && !cJSON_IsObject(args)) {
+            return type_error(e, param, "arguments as a JSON string or an object", args);
+        }
+        j++;
+    }
+    return 0;
+}
+
+static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error *e)
 {
     const cJSON *v = field(obj, "messages");
     if (!v) {
@@ -373,6 +416,8 @@ static int read_messages(const cJSON *obj, api_request *r, api_error *e)
         return -1;
     }
     if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return oom(e);
+    cJSON *tmsgs = cJSON_AddArrayToObject(ctx, "messages");
+    if (!tmsgs) return oom(e);
     for (int i = 0; i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(v, i);
         char param[64];
@@ -382,23 +427,134 @@ static int read_messages(const cJSON *obj, api_request *r, api_error *e)
         snprintf(param, sizeof param, "messages[%d].role", i);
         if (!cJSON_IsString(role)) {
             api_error_set(e, 400, INVALID, param, role ? "invalid_type" : "missing_required_parameter",
-                          "Invalid '%s': expected one of 'system', 'developer', 'user', 'assistant'.", param);
+                          "Invalid '%s': expected one of 'system', 'developer', 'user', 'assistant', 'tool'.", param);
             return -1;
         }
         const char *known = known_role(role->valuestring);
         if (!known) {
             api_error_set(e, 400, INVALID, param, "invalid_value",
                           "Invalid '%s': '%.40s' is not supported; expected one of 'system', 'developer', "
-                          "'user', 'assistant'.", param, role->valuestring);
+                          "'user', 'assistant', 'tool'.", param, role->valuestring);
             return -1;
         }
         char *content = NULL;
         if (read_content(m, i, &content, e) != 0) return -1;
-        r->msgs[r->n_msgs].role = known;
-        r->msgs[r->n_msgs].content = content;
+        bool assistant = strcmp(known, "assistant") == 0;
+        /* Only an assistant turn may lack content (it calls tools); others read as empty, as
+         * before templates saw them. */
+        if (!content && !assistant && !(content = dup_n("", 0))) return oom(e);
+        /* The template's copy keeps the message's other fields (name, tool_call_id,
+         * reasoning_content, ...), with the content as text. */
+        cJSON *tm = cJSON_Duplicate(m, 1);
+        if (!tm) {
+            free(content);
+            return oom(e);
+        }
+        cJSON_AddItemToArray(tmsgs, tm);
+        cJSON_ReplaceItemInObjectCaseSensitive(tm, "role", cJSON_CreateString(known));
+        cJSON_DeleteItemFromObjectCaseSensitive(tm, "content");
+        cJSON_AddItemToObject(tm, "content", content ? cJSON_CreateString(content) : cJSON_CreateNull());
+        cJSON_DeleteItemFromObjectCaseSensitive(tm, "tool_calls");
+        if (assistant && read_tool_calls(m, i, tm, e) != 0) {
+            free(content);
+            return -1;
+        }
+        /* The built-in templates know three roles: a tool result reads as a user turn. */
+        r->msgs[r->n_msgs].role = strcmp(known, "tool") == 0 ? "user" : known;
+        r->msgs[r->n_msgs].content = content ? content : dup_n("", 0);
+        if (!r->msgs[r->n_msgs].content) return oom(e);
         r->n_msgs++;
     }
     return 0;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}]. */
+static int read_tools(const cJSON *obj, api_request *r, api_error *e)
+{
+    const cJSON *t = field(obj, "tools");
+    r->parallel_tool_calls = true;
+    if (read_bool(obj, "parallel_tool_calls", &r->parallel_tool_calls, e)) return -1;
+    if (t && !cJSON_IsNull(t)) {
+        if (!cJSON_IsArray(t)) return type_error(e, "tools", "an array", t);
+        if (cJSON_GetArraySize(t) > API_MAX_TOOLS) {
+            api_error_set(e, 400, INVALID, "tools", "array_above_max_length",
+                          "Invalid 'tools': at most %d tools are supported.", API_MAX_TOOLS);
+            return -1;
+        }
+        int i = 0;
+        const cJSON *tool;
+        cJSON_ArrayForEach(tool, t)
+        {
+            char param[64];
+            snprintf(param, sizeof param, "tools[%d]", i++);
+            const cJSON *type = field(tool, "type"), *fn = field(tool, "function");
+            const cJSON *name = fn ? field(fn, "name") : NULL, *params = fn ? field(fn, "parameters") : NULL;
+            if (!cJSON_IsObject(tool) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 ||
+                !cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0] ||
+                (params && !cJSON_IsObject(params))) {
+                api_error_set(e, 400, INVALID, param, "invalid_value",
+                              "Invalid '%s': expected {\"type\": \"function\", \"function\": {\"name\": a "
+                              "non-empty string, \"description\"?, \"parameters\"?: a JSON Schema object}}.", param);
+                return -1;
+            }
+        }
+        r->n_tools = i;
+        if (i && !(r->tools_json = cJSON_PrintUnformatted(t))) return oom(e);
+    }
+    const cJSON *tc = field(obj, "tool_choice");
+    if (!tc || cJSON_IsNull(tc)) {
+        r->tool_choice = API_TOOL_AUTO;
+    } else if (cJSON_IsString(tc) && (strcmp(tc->valuestring, "auto") == 0 || strcmp(tc->valuestring, "none") == 0 ||
+                                      strcmp(tc->valuestring, "required") == 0)) {
+        r->tool_choice = tc->valuestring[0] == 'a' ? API_TOOL_AUTO : tc->valuestring[0] == 'n' ? API_TOOL_NONE : API_TOOL_REQUIRED;
+    } else {
+        const cJSON *fn = field(tc, "function"), *name = fn ? field(fn, "name") : NULL;
+        if (!cJSON_IsObject(tc) || !cJSON_IsObject(fn) || !cJSON_IsString(name)) {
+            api_error_set(e, 400, INVALID, "tool_choice", "invalid_value",
+                          "Invalid 'tool_choice': expected \"none\", \"auto\", \"required\" or {\"type\": "
+                          "\"function\", \"function\": {\"name\": ...}}.");
+            return -1;
+        }
+        r->tool_choice = API_TOOL_NAMED;
+        snprintf(r->tool_choice_name, sizeof r->tool_choice_name, "%s", name->valuestring);
+        bool found = false;
+        cJSON_ArrayForEach(tc, t) found = found || strcmp(field(field(tc, "function"), "name")->valuestring, name->valuestring) == 0;
+        if (!found) {
+            api_error_set(e, 400, INVALID, "tool_choice", "invalid_value",
+                          "Invalid 'tool_choice': no function named '%.60s' in 'tools'.", name->valuestring);
+            return -1;
+        }
+    }
+    if ((r->tool_choice == API_TOOL_REQUIRED) && r->n_tools == 0) {
+        api_error_set(e, 400, INVALID, "tool_choice", "invalid_value",
+                      "Invalid 'tool_choice': \"required\" needs a non-empty 'tools'.");
+        return -1;
+    }
+    return 0;
+}
+
+/* The variables of the model's template: messages, tools, chat_template_kwargs. */
+static int read_template_context(const cJSON *obj, api_request *r, api_error *e)
+{
+    cJSON *ctx = cJSON_CreateObject();
+    if (!ctx) return oom(e);
+    int rc = read_messages(obj, r, ctx, e);
+    if (rc == 0) rc = read_tools(obj, r, e);
+    if (rc == 0 && r->tools_json && r->tool_choice != API_TOOL_NONE)
+        cJSON_AddItemToObject(ctx, "tools", cJSON_Duplicate(field(obj, "tools"), 1));
+    const cJSON *kw = field(obj, "chat_template_kwargs");
+    if (rc == 0 && kw && !cJSON_IsNull(kw)) {
+        if (!cJSON_IsObject(kw)) {
+            rc = type_error(e, "chat_template_kwargs", "an object", kw);
+        } else {
+            const cJSON *it;
+            cJSON_ArrayForEach(it, kw) if (!cJSON_GetObjectItemCaseSensitive(ctx, it->string))
+                cJSON_AddItemToObject(ctx, it->string, cJSON_Duplicate(it, 1));
+        }
+    }
+    if (rc == 0 && !(r->tmpl_ctx = cJSON_PrintUnformatted(ctx))) rc = oom(e);
+    cJSON_Delete(ctx);
+    return rc;
 }
 
 static int read_completions(const cJSON *obj, int n_vocab, api_request *r, api_error *e)
@@ -426,7 +582,7 @@ static int read_chat(const cJSON *obj, api_request *r, api_error *e)
         return -1;
     }
     if (logprobs) r->logprobs = top < 0 ? 0 : top;
-    return read_messages(obj, r, e);
+    return read_template_context(obj, r, e);
 }
 
 int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
@@ -464,6 +620,8 @@ void api_request_free(api_request *r)
     free(r->msgs);
     free(r->bias_ids);
     free(r->bias_vals);
+    free(r->tmpl_ctx);
+    free(r->tools_json);
     api_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

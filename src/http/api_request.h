@@ -39,6 +39,11 @@ typedef struct api_prompt {
     int n_ids;
 } api_prompt;
 
+/* tool_choice: "auto" (or absent), "none", "required", or one named function. */
+typedef enum api_tool_choice { API_TOOL_AUTO = 0, API_TOOL_NONE, API_TOOL_REQUIRED, API_TOOL_NAMED } api_tool_choice;
+
+#define API_MAX_TOOLS 128
+
 typedef struct api_request {
     api_kind kind;
     bool stream;
@@ -59,6 +64,16 @@ typedef struct api_request {
     int n_prompts;
     chat_msg *msgs; /* chat: role points to a static string, content is owned */
     int n_msgs;
+    /* chat, for the model's own Jinja template: a JSON object with "messages" as Hugging Face
+     * templates expect them (content parts joined into text, developer -> system, assistant
+     * tool_calls[].function.arguments parsed from their JSON strings into objects), "tools"
+     * (unless tool_choice is "none") and the members of chat_template_kwargs. */
+    char *tmpl_ctx;
+    char *tools_json; /* the validated `tools` array as JSON, NULL when none */
+    int n_tools;
+    api_tool_choice tool_choice;
+    char tool_choice_name[128]; /* API_TOOL_NAMED */
+    bool parallel_tool_calls;   /* default true */
 } api_request;
 
 /* body[len] must be NUL (the parser refuses anything after the JSON value).

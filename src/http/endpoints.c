@@ -58,7 +58,8 @@ static cJSON *model_object(const server *sv)
     cJSON_AddNumberToObject(meta, "n_ctx_slot", sv->sm.ctx_per_slot);
     cJSON_AddNumberToObject(meta, "n_embd", card->n_embd);
     cJSON_AddNumberToObject(meta, "size", (double)card->weight_bytes);
-    cJSON_AddStringToObject(meta, "chat_template", chat_template_name(sv->sm.tmpl));
+    cJSON_AddStringToObject(meta, "chat_template", sv->sm.jinja ? "jinja" : chat_template_name(sv->sm.tmpl));
+    cJSON_AddStringToObject(meta, "tool_call_syntax", chat_syntax_name(sv->sm.syntax));
     return o;
 }
 

@@ -31,6 +31,11 @@ typedef struct gen_choice {
     size_t text_offset; /* bytes of this choice already emitted (logprobs text_offset) */
     sched_finish finish;
     int prompt_tokens, completion_tokens;
+    /* chat: reasoning and tool calls split out of the text (NULL parser: all is content) */
+    chat_parser *cp;
+    chat_delta delta;   /* what the last feed decided */
+    bytebuf reasoning;  /* non-streaming: the whole reasoning */
+    chat_delta calls;   /* non-streaming: every tool call (only its calls are used) */
     char error[256];
 } gen_choice;
 
@@ -57,6 +62,7 @@ struct gen {
     bool out_done; /* streaming: [DONE] is in out */
     double t_first_ms; /* timing_now_ms() when the first completion token was taken; 0 = none yet */
     bool client_gone;  /* non-streaming: the client hung up, so cancelled choices mean 499 */
+    bool think_in_prompt; /* chat: the rendered prompt ends inside <think> */
     gen *prev, *next;
 };
 
@@ -128,21 +134,45 @@ oom:
     return -1;
 }
 
+/* The prompt text: the model's Jinja template with the request's variables, or the built-in
+ * family for a model without one.  A template that refuses (raise_exception, a type error on
+ * these messages) is the client's 400, with the template's own words. */
+static char *render_chat(gen *g, api_error *e)
+{
+    server *sv = g->sv;
+    char err[512] = "";
+    char *text;
+    bool tools = g->req.tools_json && g->req.tool_choice != API_TOOL_NONE;
+    const jinja_tmpl *t = tools && sv->sm.jinja_tools ? sv->sm.jinja_tools : sv->sm.jinja;
+    if (t) {
+        text = chat_render_jinja(t, g->req.tmpl_ctx, true, sv->bos_text, sv->eos_text, err, sizeof err);
+        if (!text)
+            api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
+                          "The model's chat template refused these messages: %s", err[0] ? err : "no reason given");
+        return text;
+    }
+    text = chat_render(sv->sm.tmpl, g->req.msgs, (size_t)g->req.n_msgs, true, sv->bos_text, sv->eos_text, err,
+                       sizeof err);
+    if (!text)
+        api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
+                      "Invalid 'messages': %s", err[0] ? err : "the chat template could not render them");
+    return text;
+}
+
 static int build_chat_prompt(gen *g, api_error *e)
 {
     server *sv = g->sv;
-    char err[256] = "";
-    char *text = chat_render(sv->sm.tmpl, g->req.msgs, (size_t)g->req.n_msgs, true, sv->bos_text,
-                             sv->eos_text, err, sizeof err);
-    if (!text) {
-        api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
-                      "Invalid 'messages': %s", err[0] ? err : "the chat template could not render them");
-        return -1;
-    }
+    char *text = render_chat(g, e);
+    if (!text) return -1;
+    size_t len = strlen(text);
+    /* A reply that starts inside a <think> the prompt opened (DeepSeek R1 distills). */
+    g->think_in_prompt = len >= 8 && (memcmp(text + len - 8, "<think>\n", 8) == 0 || memcmp(text + len - 7, "<think>", 7) == 0);
     g->n_prompts = 1;
     g->prompts = calloc(1, sizeof *g->prompts);
-    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, strlen(text)); /* unless rendered */
-    int n = g->prompts ? tokenizer_encode_alloc(sv->sm.tok, text, strlen(text), add_bos, true, &g->prompts[0].ids) : -1;
+    /* Special tokens written by the template are parsed as such; no BOS is added when the
+     * text already starts with it. */
+    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, len);
+    int n = g->prompts ? tokenizer_encode_alloc(sv->sm.tok, text, len, add_bos, true, &g->prompts[0].ids) : -1;
     free(text);
     if (n <= 0) {
         api_error_set(e, 500, "server_error", NULL, NULL, "tokenizing the chat prompt failed");
@@ -399,6 +429,99 @@ static void stream_close(gen *g)
     g->out_done = true;
 }
 
+/* ---- chat replies through chat_parse -------------------------------------------------------- */
+
+/* A parser per choice when the reply may hold tool calls (tools offered, the family's markup
+ * known) or <think> blocks. */
+static int start_parsers(gen *g)
+{
+    const server_model *sm = &g->sv->sm;
+    bool tools = g->req.tools_json && g->req.tool_choice != API_TOOL_NONE && sm->syntax != CHAT_SYNTAX_NONE;
+    if (!tools && !sm->reasoning) return 0;
+    for (int i = 0; i < g->n_ch; i++) {
+        chat_parse_opts po = {.syntax = sm->syntax, .tools = tools, .reasoning = sm->reasoning,
+                              .in_reasoning = sm->reasoning && g->think_in_prompt, .id_seed = next_random()};
+        if (!(g->ch[i].cp = chat_parser_new(&po))) return -1;
+    }
+    return 0;
+}
+
+/* "tool_calls" replaces "stop" when the reply called tools (OpenAI's finish reason). */
+static const char *finish_reason_of(const gen_choice *c, sched_finish f)
+{
+    const char *r = api_finish_reason(f);
+    if (r && f == SCHED_FINISH_STOP && c->cp && chat_parser_n_calls(c->cp) > 0) return "tool_calls";
+    return r;
+}
+
+/* Streams what one feed decided: content and reasoning in one chunk, then each completed call
+ * as two chunks (its opening with id and name, then its arguments). */
+static void stream_delta(gen *g, int i, const sched_output *o)
+{
+    gen_choice *c = &g->ch[i];
+    chat_delta *d = &c->delta;
+    bool lp = g->req.logprobs >= 0;
+    if (d->content.len || d->reasoning.len || (lp && o && o->n_tokens)) {
+        api_choice ac = {.index = i, .text = d->content.data ? d->content.data : "", .text_len = d->content.len,
+                         .reasoning = d->reasoning.data, .reasoning_len = d->reasoning.len,
+                         .tokens = o ? o->tokens : NULL, .n_tokens = o ? o->n_tokens : 0, .logprobs = lp};
+        emit_chunk(g, &ac);
+    }
+    for (int k = 0; k < d->n_calls; k++) {
+        api_choice ac = {.index = i, .text = "", .calls = &d->calls[k], .n_calls = 1};
+        emit_chunk(g, &ac);
+        ac.calls_args = true;
+        emit_chunk(g, &ac);
+    }
+}
+
+/* Keeps what one feed decided for the whole reply. */
+static void keep_delta(gen_choice *c)
+{
+    chat_delta *d = &c->delta;
+    bytebuf_append(&c->text, d->content.data ? d->content.data : "", d->content.len);
+    bytebuf_append(&c->reasoning, d->reasoning.data ? d->reasoning.data : "", d->reasoning.len);
+    for (int k = 0; k < d->n_calls; k++) {
+        chat_delta *all = &c->calls;
+        if (all->n_calls == all->cap_calls) {
+            int cap = all->cap_calls ? all->cap_calls * 2 : 4;
+            chat_tool_call *nc = realloc(all->calls, (size_t)cap * sizeof *nc);
+            if (!nc) {
+                c->text.failed = true;
+                return;
+            }
+            all->calls = nc;
+            all->cap_calls = cap;
+        }
+        all->calls[all->n_calls++] = d->calls[k];
+    }
+    d->n_calls = 0; /* the calls' strings now belong to c->calls */
+}
+
+static void parse_output(gen *g, int i, sched_output *o)
+{
+    gen_choice *c = &g->ch[i];
+    chat_delta_clear(&c->delta);
+    int rc = chat_parser_feed(c->cp, o->text ? o->text : "", o->text_len, &c->delta);
+    if (rc == 0 && o->finish != SCHED_FINISH_NONE) rc = chat_parser_finish(c->cp, &c->delta);
+    if (rc != 0) {
+        c->text.failed = true;
+        g->out.failed = g->out.failed || g->req.stream;
+        return;
+    }
+    if (g->req.stream) {
+        stream_delta(g, i, o);
+        const char *reason = finish_reason_of(c, o->finish);
+        if (reason) {
+            api_choice ac = {.index = i, .text = "", .finish_reason = reason};
+            emit_chunk(g, &ac);
+        }
+    } else {
+        keep_delta(c);
+        if (g->req.logprobs >= 0 && o->n_tokens) push_tokens(c, o);
+    }
+}
+
 /* Take whatever the scheduler has for every running choice. Call with g->mu held. */
 static void collect(gen *g)
 {
@@ -407,7 +530,9 @@ static void collect(gen *g)
         sched_output o = {0};
         if (c->finish != SCHED_FINISH_NONE || !c->r || !sched_req_take(c->r, &o)) continue;
         if (!g->t_first_ms && o.completion_tokens > 0) g->t_first_ms = timing_now_ms();
-        if (g->req.stream) {
+        if (c->cp) {
+            parse_output(g, i, &o);
+        } else if (g->req.stream) {
             stream_output(g, i, &o);
         } else {
             bytebuf_append(&c->text, o.text ? o.text : "", o.text_len);
@@ -479,8 +604,15 @@ static enum MHD_Result reply_whole(gen *g)
             .n_tokens = c->n_tokens,
             .logprobs = g->req.logprobs >= 0,
             .text_offset = g->req.echo ? g->prompts[c->prompt].echo_len : 0,
-            .finish_reason = api_finish_reason(c->finish),
+            .finish_reason = finish_reason_of(c, c->finish),
         };
+        if (c->cp) {
+            ac[i].reasoning = c->reasoning.data;
+            ac[i].reasoning_len = c->reasoning.len;
+            ac[i].calls = c->calls.calls;
+            ac[i].n_calls = c->calls.n_calls;
+            ac[i].content_null = c->text.len == 0 && c->calls.n_calls > 0;
+        }
     }
     api_usage u = usage_of(g);
     api_vocab v = vocab_of(g);
@@ -570,6 +702,7 @@ enum MHD_Result gen_start(http_req *hr, api_kind kind)
         gen_prompt *gp = &g->prompts[i / g->req.n];
         if (!g->req.stream && gp->echo) bytebuf_append(&g->ch[i].text, gp->echo, gp->echo_len);
     }
+    if (kind == API_CHAT && start_parsers(g) != 0) return http_reply_json(hr, 500, NULL);
     if (submit_all(g, &e) != 0) return http_reply_error(hr, &e);
     log_debug("%s: %d choice(s), prompt %d tokens, stream=%d", g->id, g->n_ch, g->prompts[0].n_ids,
               g->req.stream);
@@ -592,6 +725,10 @@ void gen_finish(gen *g)
         }
         bytebuf_free(&c->text);
         free(c->tokens);
+        chat_parser_free(c->cp);
+        chat_delta_free(&c->delta);
+        chat_delta_free(&c->calls);
+        bytebuf_free(&c->reasoning);
     }
     free(g->ch);
     for (int i = 0; i < g->n_prompts; i++) {

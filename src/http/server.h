@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "text/chat.h"
+#include "text/chat_parse.h"
 #include "text/tokenizer.h"
 #include "sched/sched.h"
 
@@ -42,7 +43,11 @@ typedef struct server_model {
     server_model_card card;
     const tokenizer *tok;
     sched *s;
-    chat_template_kind tmpl;
+    chat_template_kind tmpl;   /* the built-in fallback when jinja is NULL */
+    const jinja_tmpl *jinja;   /* the model's own template (or --chat-template-file) */
+    const jinja_tmpl *jinja_tools; /* a tokenizer.chat_template.tool_use variant, used with tools */
+    chat_syntax syntax;        /* its tool-call markup */
+    bool reasoning;            /* split <think> blocks into reasoning_content */
     const char *alias;
     int ctx_per_slot;
 } server_model;

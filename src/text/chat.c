@@ -243,3 +243,47 @@ char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
     }
     return bytebuf_take(&c.out, NULL);
 }
+
+/* ---- the model's Jinja template ---------------------------------------------------------- */
+
+static void json_escaped(bytebuf *b, const char *s)
+{
+    bytebuf_puts(b, "\"");
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            bytebuf_append(b, e, 2);
+        } else if (c < 0x20) {
+            char e[8];
+            snprintf(e, sizeof e, "\\u%04x", c);
+            bytebuf_puts(b, e);
+        } else {
+            bytebuf_append(b, (const char *)&c, 1);
+        }
+    }
+    bytebuf_puts(b, "\"");
+}
+
+char *chat_render_jinja(const jinja_tmpl *t, const char *ctx_json, bool add_generation_prompt,
+                        const char *bos, const char *eos, char *err, size_t errlen)
+{
+    /* Our variables first: the renderer's JSON reader lets a later duplicate key win. */
+    bytebuf b = {0};
+    bytebuf_puts(&b, add_generation_prompt ? "{\"add_generation_prompt\":true,\"bos_token\":"
+                                           : "{\"add_generation_prompt\":false,\"bos_token\":");
+    json_escaped(&b, bos);
+    bytebuf_puts(&b, ",\"eos_token\":");
+    json_escaped(&b, eos);
+    const char *rest = ctx_json ? ctx_json : "{}";
+    while (*rest == ' ') rest++;
+    if (*rest == '{') rest++;
+    while (*rest == ' ') rest++;
+    if (*rest != '}') bytebuf_puts(&b, ",");
+    bytebuf_puts(&b, rest);
+    char *out = NULL;
+    if (bytebuf_ok(&b)) out = jinja_render_json(t, b.data, b.len, NULL, NULL, err, errlen);
+    else snprintf(err, errlen, "out of memory");
+    bytebuf_free(&b);
+    return out;
+}

@@ -1,11 +1,14 @@
 /* chat.h - chat templates: turn a list of messages into the prompt text a model was trained
- * on.  GGUF files carry a Jinja template in tokenizer.chat_template; rather than run Jinja we
- * recognise the common families by their distinctive markers and render them in C. */
+ * on.  GGUF files carry a Jinja template in tokenizer.chat_template, which the server runs
+ * with jinja.h (chat_render_jinja); the named built-in families below, recognised by their
+ * distinctive markers and rendered in C, are the fallback for files without a template. */
 #ifndef INFERD_CHAT_H
 #define INFERD_CHAT_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "jinja.h"
 
 typedef enum chat_template_kind {
     CHAT_TMPL_CHATML = 0, /* <|im_start|>role\n...<|im_end|>\n  (Qwen, many fine-tunes; the fallback) */
@@ -40,6 +43,13 @@ const char *chat_template_name(chat_template_kind kind);
 char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
                   bool add_generation_prompt, const char *bos, const char *eos, char *err,
                   size_t errlen);
+/* Renders the model's own Jinja template.  ctx_json is a JSON object of the request's
+ * variables (messages, tools, chat_template_kwargs' members); bos_token, eos_token and
+ * add_generation_prompt are added unless it sets them.  NULL with the template's message
+ * (raise_exception, a type error, a limit) in err. */
+char *chat_render_jinja(const jinja_tmpl *t, const char *ctx_json, bool add_generation_prompt,
+                        const char *bos, const char *eos, char *err, size_t errlen);
+
 /* True when the family's rendered text begins with the BOS text (given a non-empty one). */
 bool chat_template_has_bos(chat_template_kind kind);
 

@@ -115,12 +115,16 @@ static void test_opts_set_every_key(void **state)
         const char *k = opts_name(i);
         assert_non_null(k);
         /* Every key accepts some value: try the usual shapes until one fits. */
-        static const char *const tries[] = {"1", "100", "true", "cpu", "json", "info", "x"};
+        static const char *const tries[] = {"1", "100", "true", "cpu", "json", "info", "x", "deepseek"};
         int rc = -1;
-        for (size_t t = 0; t < 7 && rc != 0; t++) rc = opts_set(&o, k, tries[t], err, sizeof err);
+        for (size_t t = 0; t < 8 && rc != 0; t++) rc = opts_set(&o, k, tries[t], err, sizeof err);
         if (rc != 0) fail_msg("config key '%s' accepts none of the sample values: %s", k, err);
     }
     assert_null(opts_name(opts_count()));
+    assert_int_equal(opts_set(&o, "chat-template-file", "/etc/inferd/chat.jinja", err, sizeof err), 0);
+    assert_string_equal(o.chat_template_file, "/etc/inferd/chat.jinja");
+    assert_int_equal(opts_set(&o, "reasoning-format", "none", err, sizeof err), 0);
+    assert_int_equal(o.reasoning_format, OPTS_REASONING_NONE);
     assert_int_equal(opts_set(&o, "queue-size", "5", err, sizeof err), 0);
     assert_int_equal(o.queue_size, 5);
     assert_int_equal(opts_set(&o, "metrics", "off", err, sizeof err), 0);

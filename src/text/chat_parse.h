@@ -1,0 +1,86 @@
+/* chat_parse.h - a model's reply split the way the OpenAI chat API returns it: reasoning
+ * (<think> blocks, as reasoning_content), content, and tool calls in the markup of the model's
+ * family, turned into {id, name, arguments} with arguments a JSON string.
+ *
+ * Streaming: feed the text pieces as the detokenizer releases them; each feed appends to a
+ * chat_delta what is now decided.  Text that may be the start of a marker ("<tool", "[TOOL_")
+ * is held back until the next piece decides it, as stop strings are, so raw markup never
+ * reaches content; a tool call is released whole once its closing markup (or the end of its
+ * JSON) arrives.  chat_parser_finish releases what is still held at the end of generation.
+ *
+ * Pure text processing: no model, no sockets; the same output split at any byte boundary
+ * gives the same concatenated result. */
+#ifndef INFERD_CHAT_PARSE_H
+#define INFERD_CHAT_PARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/bytebuf.h"
+
+typedef enum chat_syntax {
+    CHAT_SYNTAX_NONE = 0,    /* no tool-call markup known: everything is content */
+    CHAT_SYNTAX_HERMES,      /* Hermes, Qwen 2.5, Qwen 3: <tool_call>{"name", "arguments"}</tool_call> */
+    CHAT_SYNTAX_LLAMA3,      /* Llama 3.x: a bare {"name", "parameters"} reply, or after <|python_tag|> */
+    CHAT_SYNTAX_MISTRAL,     /* [TOOL_CALLS][{"name", "arguments"}, ...] or [TOOL_CALLS]name[ARGS]{...} */
+    CHAT_SYNTAX_DEEPSEEK_V3, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name ```json ...``` */
+    CHAT_SYNTAX_COUNT
+} chat_syntax;
+
+/* The family's tool-call syntax, recognised from the markup its chat template writes. */
+chat_syntax chat_syntax_detect(const char *template_src);
+const char *chat_syntax_name(chat_syntax s);
+/* True when the template writes <think> blocks (reasoning models). */
+bool chat_template_thinks(const char *template_src);
+
+typedef struct chat_parse_opts {
+    chat_syntax syntax;
+    bool tools;        /* parse tool calls (the request offered tools and tool_choice is not "none") */
+    bool reasoning;    /* split <think>...</think> into reasoning */
+    bool in_reasoning; /* the prompt already opened <think> (the reply starts inside it) */
+    uint64_t id_seed;  /* tool-call ids: "call_" + 24 characters derived from it */
+} chat_parse_opts;
+
+typedef struct chat_tool_call {
+    int index; /* 0, 1, ... in the order of the reply */
+    char *id;
+    char *name;
+    char *arguments; /* JSON text */
+} chat_tool_call;
+
+/* What one feed decided: text to append to content and reasoning, calls completed. */
+typedef struct chat_delta {
+    bytebuf content, reasoning;
+    chat_tool_call *calls;
+    int n_calls, cap_calls;
+} chat_delta;
+
+void chat_delta_clear(chat_delta *d); /* empties it for the next feed */
+void chat_delta_free(chat_delta *d);
+
+typedef struct chat_parser chat_parser;
+
+chat_parser *chat_parser_new(const chat_parse_opts *o);
+void chat_parser_free(chat_parser *p);
+/* 0, or -1 when memory ran out. */
+int chat_parser_feed(chat_parser *p, const char *s, size_t n, chat_delta *d);
+int chat_parser_finish(chat_parser *p, chat_delta *d);
+/* Tool calls released so far (finish_reason "tool_calls" when > 0). */
+int chat_parser_n_calls(const chat_parser *p);
+
+/* Forced tool calls (tool_choice "required" or a named function) are enforced by a grammar:
+ * this describes what the model must emit for the family, for the grammar engine to compile.
+ * prefix / suffix: the literal markup around the call(s); names: the allowed function names;
+ * the arguments of each must validate against its parameters schema (JSON text, "{}" when
+ * absent).  The body between prefix and suffix is the family's call object:
+ * {"name": <one of names>, "<args_key>": <object matching the schema of that name>}. */
+typedef struct chat_forced_call {
+    const char *prefix, *suffix, *args_key;
+    bool array; /* Mistral: a JSON array of call objects */
+} chat_forced_call;
+
+/* The markup of a family's forced call; false when the family has none (CHAT_SYNTAX_NONE). */
+bool chat_forced_call_shape(chat_syntax s, chat_forced_call *out);
+
+#endif

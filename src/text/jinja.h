@@ -1,0 +1,50 @@
+/* jinja.h - a sandboxed Jinja2 interpreter for chat templates.
+ *
+ * Renders the `tokenizer.chat_template` of a GGUF (a Hugging Face chat template) the way
+ * transformers' apply_chat_template does with Python jinja2: trim_blocks and lstrip_blocks on,
+ * the loopcontrols extension (break/continue), an immutable sandbox (no list/dict mutation),
+ * `tojson` as json.dumps(ensure_ascii=False) with Python's ", " / ": " separators, and the
+ * globals raise_exception(msg) and strftime_now(fmt).
+ *
+ * Sandboxed: a template can read only the context it is given and write only its output; no
+ * file, no environment, no clock except strftime_now.  Every render is bounded in output
+ * size, evaluation steps (loop iterations included), nesting depth and memory, and fails with
+ * a message instead of growing without end.
+ *
+ * A parsed template is immutable: several threads may render it at once. */
+#ifndef INFERD_JINJA_H
+#define INFERD_JINJA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+typedef struct jinja_tmpl jinja_tmpl;
+
+typedef struct jinja_opts {
+    size_t max_output;  /* bytes of rendered text (0: 8 MiB) */
+    size_t max_memory;  /* bytes of the render's arena (0: 64 MiB) */
+    uint64_t max_steps; /* evaluation steps, loop iterations included (0: 10 million) */
+    int max_depth;      /* nesting of expressions, blocks and macro calls (0: 200) */
+    /* strftime_now's clock: NULL = the local time at the call (tests pass a fixed date). */
+    const struct tm *now;
+} jinja_opts;
+
+/* Parses a template source (not necessarily NUL-terminated).  NULL with a message in err
+ * ("line N: ...") when the source is not a template this interpreter understands. */
+jinja_tmpl *jinja_parse(const char *src, size_t len, char *err, size_t errlen);
+void jinja_free(jinja_tmpl *t);
+
+/* Renders with the variables of a JSON object (its members become the template's globals:
+ * messages, tools, add_generation_prompt, bos_token, ...).  Returns the malloc'd,
+ * NUL-terminated text (its length in *out_len when non-NULL), or NULL with a message in err:
+ * the template's raise_exception("..."), a type error ("can only concatenate str (not
+ * \"dict\") to str"), a limit, or a context that is not a JSON object.  opts may be NULL. */
+char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len,
+                        const jinja_opts *opts, size_t *out_len, char *err, size_t errlen);
+
+/* True when the template's source mentions the name as an identifier (e.g. "tools",
+ * "enable_thinking"): lets the caller know what a template can use without rendering. */
+int jinja_mentions(const jinja_tmpl *t, const char *name);
+
+#endif

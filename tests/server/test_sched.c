@@ -1,7 +1,10 @@
 /* test_sched.c - the scheduler against a fake engine and a small real SPM tokenizer.
  *
- * The fake engine is deterministic: the next token of a slot is a function of the slot's
- * history (a per-prompt script when the test gave one, else a hash).  It records every batch
+ * The fake engine is deterministic: the next token of a sequence is a function of what it
+ * reads through its block table (a per-prompt script when the test gave one, else a hash): its
+ * "K/V" is the token id written at each block row, so a wrong block table, a reused block
+ * that was still needed, or a cached block with the wrong contents changes the text, and
+ * every read is also checked against the sequence's own tokens (kv_mismatch).  It records every batch
  * it receives so the tests can check what the scheduler planned, and it can be paused (to
  * line up submissions deterministically), slowed down, or made to fail on a "poison" token. */
 #include <pthread.h>
@@ -106,6 +109,8 @@ static int32_t T(const char *piece)
 
 #define MAX_SLOTS 8
 #define MAX_CTX 256
+#define MAX_BLOCKS 64
+#define BLK ENGINE_KV_BLOCK
 #define MAX_LOG 4096
 #define MAX_SCRIPTS 8
 
@@ -130,6 +135,10 @@ typedef struct script {
 typedef struct fake_engine {
     engine base;
     model m;
+    int32_t kv[MAX_BLOCKS][BLK]; /* the token each block row holds */
+    int32_t seen[MAX_CTX];       /* scratch: a sequence's tokens as read through its table */
+    int kv_mismatch;             /* reads that disagreed with the sequence's own tokens */
+    int kv_copies;
     int32_t hist[MAX_SLOTS][MAX_CTX];
     int len[MAX_SLOTS];
     int clears[MAX_SLOTS];
@@ -147,10 +156,10 @@ typedef struct fake_engine {
     int n_log;
 } fake_engine;
 
-static int32_t fake_next(const fake_engine *f, int slot)
+/* The next token after the n tokens in f->seen. */
+static int32_t fake_next(const fake_engine *f, int n)
 {
-    const int32_t *h = f->hist[slot];
-    int n = f->len[slot];
+    const int32_t *h = f->seen;
     for (int i = 0; i < f->n_scripts; i++) {
         const script *sc = &f->scripts[i];
         if (sc->key != h[0]) continue;
@@ -183,9 +192,13 @@ static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_resul
     /* Validate everything before changing anything: a failed step leaves the slots alone. */
     for (int i = 0; i < n_seqs; i++) {
         const engine_seq *q = &seqs[i];
-        if (q->pos != f->len[q->slot]) {
+        if (q->pos > f->len[q->slot] && !q->history) {
             snprintf(err, errlen, "slot %d: pos %d but the slot holds %d tokens", q->slot, q->pos,
                      f->len[q->slot]);
+            return -1;
+        }
+        if (!q->blocks) {
+            snprintf(err, errlen, "slot %d: no block table", q->slot);
             return -1;
         }
         for (int j = 0; j < q->n_tokens; j++)
@@ -197,12 +210,27 @@ static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_resul
                 return ENGINE_FATAL;
             }
     }
+    for (int i = 0; i < n_seqs; i++) { /* the scatter: K/V of every new token into its block */
+        const engine_seq *q = &seqs[i];
+        for (int j = 0; j < q->n_tokens; j++) {
+            int p = q->pos + j;
+            f->kv[q->blocks[p / BLK]][p % BLK] = q->tokens[j];
+        }
+    }
     for (int i = 0; i < n_seqs; i++) {
         const engine_seq *q = &seqs[i];
+        if (q->pos > f->len[q->slot])
+            memcpy(&f->hist[q->slot][f->len[q->slot]], q->history + f->len[q->slot],
+                   (size_t)(q->pos - f->len[q->slot]) * sizeof *q->history);
         memcpy(&f->hist[q->slot][q->pos], q->tokens, (size_t)q->n_tokens * sizeof *q->tokens);
-        f->len[q->slot] += q->n_tokens;
+        f->len[q->slot] = q->pos + q->n_tokens;
+        int n = q->pos + q->n_tokens;
+        for (int p = 0; p < n; p++) {
+            f->seen[p] = f->kv[q->blocks[p / BLK]][p % BLK];
+            if (f->seen[p] != f->hist[q->slot][p]) f->kv_mismatch++;
+        }
         if (!q->want_token) continue;
-        int32_t next = fake_next(f, q->slot);
+        int32_t next = fake_next(f, n);
         results[i] = (engine_result){.token = next, .logprob = -0.25f};
         if (q->sp->n_top_logprobs > 0) {
             results[i].n_top = 1;
@@ -222,9 +250,18 @@ static void fake_slot_clear(engine *e, int slot)
     pthread_mutex_unlock(&f->mu);
 }
 
+static int fake_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    fake_engine *f = (fake_engine *)e;
+    memcpy(f->kv[dst], f->kv[src], sizeof f->kv[dst]);
+    f->kv_copies++;
+    return 0;
+}
+
 static void fake_destroy(engine *e) { (void)e; }
 
-static const engine_vtable fake_vt = {"fake", fake_step, fake_slot_clear, fake_destroy};
+static const engine_vtable fake_vt = {"fake", fake_step, fake_slot_clear, fake_kv_copy, fake_destroy};
 
 /* ---- fixture ------------------------------------------------------------------------- */
 
@@ -243,14 +280,17 @@ static void fx_on_fatal(void *ctx, const char *error)
     atomic_fetch_add(&fx->fatal_calls, 1);
 }
 
-static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size)
+/* A scheduler over a fake engine with a pool of kv_blocks blocks (0: one context per slot). */
+static void fx_start_pool(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks)
 {
-    assert_true(n_slots <= MAX_SLOTS && ctx <= MAX_CTX);
+    if (!kv_blocks) kv_blocks = n_slots * ((ctx + BLK - 1) / BLK);
+    assert_true(n_slots <= MAX_SLOTS && ctx <= MAX_CTX && kv_blocks <= MAX_BLOCKS);
     fake_engine *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->m.hp.n_vocab = N_VOCAB;
     f->base = (engine){.vt = &fake_vt, .m = &f->m,
-                       .cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch}};
+                       .cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch},
+                       .kv_blocks = kv_blocks};
     f->poison = f->fatal = -1;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
@@ -264,9 +304,15 @@ static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue
     if (!fx->s) fail_msg("sched_create: %s", err);
 }
 
+static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size)
+{
+    fx_start_pool(fx, n_slots, ctx, max_batch, queue_size, 0);
+}
+
 static void fx_stop(fixture *fx)
 {
     sched_destroy(fx->s);
+    assert_int_equal(fx->f->kv_mismatch, 0); /* every sequence read exactly its own tokens */
     pthread_mutex_destroy(&fx->f->mu);
     pthread_cond_destroy(&fx->f->cv);
     free(fx->f);

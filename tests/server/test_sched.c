@@ -1103,6 +1103,149 @@ static void test_release_from_wake_callback(void **state)
     fx_stop(&fx);
 }
 
+
+/* ---- paged KV: prefix cache, preemption ------------------------------------------------ */
+
+/* The text of q run alone on a fresh scheduler with a pool as large as its slots: the cold
+ * reference a cached or preempted run must reproduce. */
+static void cold_text(const req_spec *q, char *out, size_t cap)
+{
+    fixture fx;
+    fx_start(&fx, 1, MAX_CTX, MAX_CTX, 4);
+    client c;
+    run_one(&fx, q, &c);
+    assert_int_equal(c.last.cached_tokens, 0);
+    snprintf(out, cap, "%s", c.text);
+    client_destroy(&c);
+    fx_stop(&fx);
+}
+
+/* A prompt of n tokens: the first n of one fixed 200-token conversation. */
+static req_spec convo(int n, int max_tokens)
+{
+    req_spec q = spec(T("S"), n, max_tokens);
+    for (int i = 1; i < n; i++) q.prompt[i] = TOK_FIRST_PIECE + 1 + (i * 5) % 9;
+    q.ignore_eos = true;
+    return q;
+}
+
+/* The first logged step of a request whose first computed token is `first` at `pos`. */
+static bool logged_at(const fake_engine *f, int from, int pos, int32_t first)
+{
+    for (int i = from; i < f->n_log; i++)
+        for (int j = 0; j < f->log[i].n_seqs; j++)
+            if (f->log[i].seqs[j].pos == pos && f->log[i].seqs[j].first == first) return true;
+    return false;
+}
+
+/* After one run of a 100-token conversation, later prompts reuse its full blocks: a prefix
+ * ending inside a block (70 tokens: 64 cached), exactly on a block edge (64: cached whole, so
+ * the last token is recomputed in a copy of the shared block), the whole longer prompt (100:
+ * 96 cached), and one shorter than a block (none).  Each gives the text of a cold run. */
+static void test_prefix_cache_hits_at_every_boundary(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 2, MAX_CTX, MAX_CTX, 8);
+    client c;
+    req_spec first = convo(100, 5);
+    run_one(&fx, &first, &c);
+    assert_int_equal(c.last.cached_tokens, 0);
+    client_destroy(&c);
+    const struct {
+        int n, cached;
+    } cases[] = {{70, 64}, {64, 63}, {100, 96}, {96, 95}, {20, 0}, {33, 32}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        req_spec q = convo(cases[k].n, 6);
+        char want[2048];
+        cold_text(&q, want, sizeof want);
+        int log_from = fx.f->n_log, copies = fx.f->kv_copies;
+        run_one(&fx, &q, &c);
+        assert_int_equal(c.finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(c.last.prompt_tokens, cases[k].n);
+        assert_int_equal(c.last.cached_tokens, cases[k].cached);
+        assert_string_equal(c.text, want);
+        /* computation starts right after the cached prefix */
+        assert_true(logged_at(fx.f, log_from, cases[k].cached, q.prompt[cases[k].cached]));
+        /* a prompt cached whole writes its last position into a private copy */
+        bool whole = cases[k].n % BLK == 0 && cases[k].cached == cases[k].n - 1;
+        if (fx.f->kv_copies - copies != (whole ? 1 : 0)) fail_msg("case %zu: %d copies", k, fx.f->kv_copies - copies);
+        client_destroy(&c);
+    }
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.prefix_hit_tokens, 64 + 63 + 96 + 95 + 0 + 32);
+    assert_int_equal(st.kv_blocks_used, 0); /* nothing running: every block cached or free */
+    assert_int_equal(st.kv_blocks_cached + st.kv_blocks_free, st.kv_blocks_total);
+    assert_true(st.kv_blocks_cached >= 3);
+    fx_stop(&fx);
+}
+
+/* Cached blocks are evicted least recently used first when fresh blocks are needed, and a
+ * conversation whose blocks were evicted is simply computed again (same text). */
+static void test_prefix_cache_eviction(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_pool(&fx, 1, 128, 128, 8, 4); /* 4 blocks: one 100-token request fills them */
+    req_spec a = convo(100, 4), b = spec(T("T"), 100, 4);
+    b.ignore_eos = true;
+    char want_a[2048];
+    cold_text(&a, want_a, sizeof want_a);
+    client c;
+    run_one(&fx, &a, &c);
+    client_destroy(&c);
+    run_one(&fx, &b, &c); /* needs every block: a's cached ones are evicted */
+    client_destroy(&c);
+    run_one(&fx, &a, &c);
+    assert_int_equal(c.last.cached_tokens, 0);
+    assert_string_equal(c.text, want_a);
+    client_destroy(&c);
+    fx_stop(&fx);
+}
+
+/* Two requests that together need more blocks than the pool: the later one is preempted when
+ * blocks run out mid-decode, waits, is recomputed (mostly from its own cached blocks) and
+ * continues; both streams are exactly what each gives alone.  One that could never fit the
+ * pool is refused up front. */
+static void test_preemption_and_resume(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_pool(&fx, 2, 128, 128, 8, 4); /* 128 tokens of KV for two 80-token requests */
+    req_spec q[2] = {spec(T("a"), 20, 60), spec(T("b"), 20, 60)};
+    char want[2][2048];
+    client c[2];
+    sched_req *r[2];
+    for (int i = 0; i < 2; i++) {
+        q[i].ignore_eos = true;
+        cold_text(&q[i], want[i], sizeof want[i]);
+    }
+    fx_pause(&fx, true);
+    for (int i = 0; i < 2; i++) {
+        client_init(&c[i]);
+        assert_int_equal(submit(&fx, &q[i], &c[i], &r[i]), SCHED_OK);
+    }
+    fx_pause(&fx, false);
+    for (int i = 0; i < 2; i++) {
+        client_wait(&c[i], r[i]);
+        assert_int_equal(c[i].finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(c[i].last.completion_tokens, 60);
+        assert_string_equal(c[i].text, want[i]);
+        sched_req_release(r[i]);
+        client_destroy(&c[i]);
+    }
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_true(st.preemptions >= 1);
+    assert_int_equal(st.requests_finished[SCHED_FINISH_LENGTH], 2);
+    /* 100 + 50 tokens exceed the 128-token pool (though not -c = 128... nor would 129). */
+    req_spec big = spec(T("c"), 100, 50);
+    sched_req *rb;
+    assert_int_equal(submit(&fx, &big, NULL, &rb), SCHED_E_TOO_LONG);
+    fx_stop(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1121,6 +1264,9 @@ int main(void)
         cmocka_unit_test(test_destroy_with_live_requests),
         cmocka_unit_test(test_release_from_wake_callback),
         cmocka_unit_test(test_idle_does_not_spin),
+        cmocka_unit_test(test_prefix_cache_hits_at_every_boundary),
+        cmocka_unit_test(test_prefix_cache_eviction),
+        cmocka_unit_test(test_preemption_and_resume),
     };
     return cmocka_run_group_tests(tests, build_tokenizer, free_tokenizer);
 }

@@ -75,6 +75,8 @@ static const opt_def opt_table[] = {
     FLT_("shutdown-timeout", NULL, shutdown_timeout, "30", 0, 86400,
          "seconds running requests may take to finish after SIGTERM/SIGINT"),
     BOOL_("metrics", NULL, metrics, "true", "serve Prometheus metrics on /metrics (--no-metrics: off)"),
+    BOOL_("prefix-cache", NULL, prefix_cache, "true",
+          "reuse the KV blocks of prompt prefixes computed before (--no-prefix-cache: off, for comparisons)"),
     STR_("config", NULL, config, "",
          "configuration file (key = value lines, keys are the long flag names); command-line flags win"),
 };

@@ -206,6 +206,7 @@ static int load(serve_state *st, const inferd_opts *o)
     if (signalled(st)) return -1;
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,
+                       .no_prefix_cache = !o->prefix_cache,
                        .on_fatal = engine_fatal, .on_fatal_ctx = st};
     /* systemd wants a ping at least every WATCHDOG_USEC; ping twice as often. */
     uint64_t wd_usec = notify_watchdog_usec(), wd_ms = wd_usec / 2000;
@@ -231,9 +232,9 @@ static int load(serve_state *st, const inferd_opts *o)
         sched_stats ss;
         sched_get_stats(st->s, &ss);
         log_info("KV cache: %d blocks of %d tokens (%lld tokens) for up to %d sequences of up to %d tokens; "
-                 "automatic prefix caching on",
+                 "automatic prefix caching %s",
                  ss.kv_blocks_total, ENGINE_KV_BLOCK, (long long)ss.kv_blocks_total * ENGINE_KV_BLOCK, o->parallel,
-                 sm.ctx_per_slot);
+                 sm.ctx_per_slot, o->prefix_cache ? "on" : "off");
     }
     server_set_ready(st->sv, &sm);
     return 0;

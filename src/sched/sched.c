@@ -380,7 +380,7 @@ static int place_blocks(sched *s, sched_req *r, int *start, char *err, size_t er
         return PLACE_FAILED;
     }
     int target = prefill_target(r);
-    int hit = kvcache_match(s->kv, &r->kv, r->toks, target);
+    int hit = s->cfg.no_prefix_cache ? 0 : kvcache_match(s->kv, &r->kv, r->toks, target);
     *start = hit == target && r->n_generated == 0 ? target - 1 : hit;
     if (!kvcache_grow(s->kv, &r->kv, target + 1)) {
         kvcache_release(s->kv, &r->kv);
@@ -402,8 +402,28 @@ static int place_blocks(sched *s, sched_req *r, int *start, char *err, size_t er
     return PLACE_OK;
 }
 
+/* Whether r shares full blocks with a running request that has not computed them yet.  Blocks
+ * are indexed only once computed, so r admitted now would compute that prefix a second time
+ * (64 requests arriving together with one system prompt would compute it 64 times); a few
+ * steps later it reads it from the cache.  The running request always progresses, so the
+ * wait is bounded by its prefill. */
+static bool prefix_in_flight(sched *s, const sched_req *r)
+{
+    if (s->cfg.no_prefix_cache) return false;
+    int target = prefill_target(r);
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        const sched_req *q = s->slots[i];
+        if (!q) continue;
+        int n = target < q->n_toks ? target : q->n_toks, common = 0;
+        while (common < n && q->toks[common] == r->toks[common]) common++;
+        if (q->n_past < common / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK) return true;
+    }
+    return false;
+}
+
 /* FIFO: the oldest waiting request (a preempted one first) gets the lowest free row once the
- * pool has blocks for it; until then nothing behind it is admitted. */
+ * pool has blocks for it and no running request is computing its prefix; until then nothing
+ * behind it is admitted. */
 static void admit(sched *s)
 {
     for (int i = 0; i < s->cfg.n_slots;) {
@@ -414,7 +434,7 @@ static void admit(sched *s)
         pthread_mutex_lock(&s->mu);
         sched_req *r = s->wait_head; /* only this thread removes from the queue */
         pthread_mutex_unlock(&s->mu);
-        if (!r) return;
+        if (!r || prefix_in_flight(s, r)) return;
         char err[256] = "";
         int start = 0, rc = place_blocks(s, r, &start, err, sizeof err);
         if (rc == PLACE_WAIT) return;
@@ -502,7 +522,7 @@ static void seq_done(sched *s, int i, uint64_t now)
     const engine_seq *q = &s->seqs[i];
     sched_req *r = s->seq_req[i];
     r->n_past += q->n_tokens;
-    kvcache_commit(s->kv, &r->kv, r->toks, r->n_past); /* newly full blocks become shareable */
+    if (!s->cfg.no_prefix_cache) kvcache_commit(s->kv, &r->kv, r->toks, r->n_past); /* full blocks: shareable */
     bool decode = q->tokens == &r->last_token;
     if (decode) r->has_pending = false;
     pthread_mutex_lock(&s->mu);

@@ -28,6 +28,7 @@ typedef struct sched_config {
     int ctx_per_slot;     /* must equal the engine's */
     int max_batch_tokens; /* prefill token budget per step (the engine's max) */
     int queue_size;       /* waiting requests beyond the running ones; more -> SCHED_E_QUEUE_FULL */
+    bool no_prefix_cache; /* every prompt computed whole (benchmarks' baseline) */
     /* Optional liveness hook (the systemd watchdog): called on the scheduler thread every
      * heartbeat_ms (0 = never) by a timer of the scheduler's own loop, so the calls stop
      * while an engine step is wedged.  The scheduler knows nothing of what it does. */

@@ -402,9 +402,6 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
             return NULL;
         }
     }
-    if (n_blocks > CFG_MAX) n_blocks = SIZE_MAX; /* refused below as too large */
-    e->n_blocks = n_blocks == SIZE_MAX ? 0 : (int)n_blocks;
-    e->base.kv_blocks = e->n_blocks;
     const size_t kv = mul(n_blocks, kv_block_floats(e));
     const size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
     const buffer_request req[] = {
@@ -434,6 +431,13 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         cpu_destroy(&e->base);
         return NULL;
     }
+    if (n_blocks > CFG_MAX) { /* block ids are ints: only reachable with a machine of petabytes */
+        snprintf(err, errlen, "%zu KV blocks, more than %d (lower -np or -c)", n_blocks, CFG_MAX);
+        cpu_destroy(&e->base);
+        return NULL;
+    }
+    e->n_blocks = (int)n_blocks;
+    e->base.kv_blocks = e->n_blocks;
     e->pool = cpu_pool_create(n_threads);
     if (!e->pool) {
         snprintf(err, errlen, "cannot start %d CPU worker threads", n_threads);

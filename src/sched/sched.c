@@ -185,9 +185,20 @@ static sched_req *queue_pop(sched *s)
 
 /* Ends a request: frees its slot (in this very step), publishes the finish, logs, and drops
  * the scheduler's reference. */
+/* The pool's block counts into the statistics; s->mu held. */
+static void publish_kv_counts(sched *s)
+{
+    kvcache_counts kc = kvcache_count(s->kv);
+    s->stats.kv_blocks_used = kc.used;
+    s->stats.kv_blocks_cached = kc.cached;
+    s->stats.kv_blocks_free = kc.free;
+}
+
 static void req_finish(sched *s, sched_req *r, sched_finish why, const char *error)
 {
+    if (r->kv.blocks) kvcache_release(s->kv, &r->kv); /* full blocks stay cached for others */
     pthread_mutex_lock(&s->mu);
+    publish_kv_counts(s);
     s->stats.requests_finished[why]++;
     if (r->slot >= 0) {
         s->n_running--;
@@ -198,7 +209,6 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
         engine_slot_clear(s->e, r->slot);
         s->slots[r->slot] = NULL;
     }
-    if (r->kv.blocks) kvcache_release(s->kv, &r->kv); /* full blocks stay cached for others */
     /* Statistics first, then the finish, then n_active: whoever sees the finish (a client,
      * sched_drain) sees consistent statistics. */
     req_outbox_finish(r, why, error);
@@ -601,11 +611,8 @@ static bool sched_step(sched *s)
             step_isolate_failure(s, n, err);
         }
     }
-    kvcache_counts kc = kvcache_count(s->kv);
     pthread_mutex_lock(&s->mu);
-    s->stats.kv_blocks_used = kc.used;
-    s->stats.kv_blocks_cached = kc.cached;
-    s->stats.kv_blocks_free = kc.free;
+    publish_kv_counts(s);
     bool more = s->n_active > 0;
     pthread_mutex_unlock(&s->mu);
     return more;

@@ -1,8 +1,9 @@
-// attention.cuh - causal attention of packed query tokens over their slots' FP16 K/V caches.
+// attention.cuh - causal attention of packed query tokens over their sequences' FP16 K/V
+// blocks.
 //
-// Every query token t (slot s, position p) attends keys 0..p of slot s; its own K/V (and those
-// of earlier tokens of the same prompt) were stored by kv_store before this runs, so prefill
-// and decode are the same computation.  Keys are split into n_split ranges (split-K, so a
+// Every query token t (sequence s, position p) attends keys 0..p of s, read through s's block
+// table; its own K/V (and those of earlier tokens of the same prompt) were stored by qkv_post
+// before this runs, so prefill and decode are the same computation.  Keys are split into n_split ranges (split-K, so a
 // decode step with few tokens still fills the GPU on long contexts; the split length depends
 // only on the query's own key count, see attn_chunk); each block computes an
 // online-softmax partial (max, sum, unnormalised output) for up to ATT_GB query heads that
@@ -20,7 +21,8 @@
 // row then let more rows be in flight (VU); the arithmetic and its order are the same in every
 // variant, so a token's attention does not depend on which one ran.
 
-// Each warp takes tiles of 32 keys: lane l scores key (tile + l) against the block's query
+// Each warp takes tiles of 32 keys, each inside one KV block (GPU_KV_BLOCK == 32 and the
+// split starts are multiples of it): lane l scores key (tile + l) against the block's query
 // heads with 16-byte loads of its K row, the tile updates the online softmax with one warp
 // reduction per head, then the warp accumulates P.V with each lane owning dimension pairs
 // (coalesced V rows).  So a key costs no serial reduction, and loads of a tile overlap.
@@ -36,8 +38,7 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
     const int kvh = h0 / (a.n_head / a.n_kv);
     const int n_keys = a.pos[t] + 1, chunk = attn_chunk(n_keys);
     const int k_begin = split * chunk, k_end = min(n_keys, k_begin + chunk);
-    const size_t cache_base = ((((size_t)a.slot[t] * a.n_layer + a.layer) * a.n_kv) + kvh) * a.ctx * hd;
-    const __half *kb = a.kc + cache_base, *vb = a.vc + cache_base;
+    const int32_t *table = a.tables + (size_t)a.seq[t] * a.table_width;
 
     // The block's query heads are contiguous: gb * hd floats, loaded 4 at a time (hd % 4 == 0).
     const float4 *qv = (const float4 *)(a.q + ((size_t)t * a.n_head + h0) * hd);
@@ -59,11 +60,14 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
     }
     for (int ts = k_begin + 32 * warp; ts < k_end; ts += 32 * ATT_WARPS) {
         const int j = ts + lane, n_valid = min(32, k_end - ts);
+        // The tile's block: row r of it is key ts + r.
+        const size_t tile = gpu_kv_offset(table[ts / GPU_KV_BLOCK], a.n_layer, a.layer, a.n_kv, kvh, 0, hd);
+        const __half *kb = a.kc + tile, *vb = a.vc + tile;
         float s[ATT_GB];
 #pragma unroll
         for (int g = 0; g < ATT_GB; g++) s[g] = 0.0f;
         if (j < k_end) {
-            const uint4 *kr = (const uint4 *)(kb + (size_t)j * hd);
+            const uint4 *kr = (const uint4 *)(kb + (size_t)lane * hd);
 #pragma unroll 16 // a whole 128-dim K row in flight per lane
             for (int d8 = 0; d8 < hd / 8; d8++) {
                 uint4 kv = kr[d8];
@@ -103,7 +107,7 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
         }
 #pragma unroll VU // V rows in flight: the loop is a chain of load latencies otherwise
         for (int kk = 0; kk < n_valid; kk++) {
-            const __half2 *vr = (const __half2 *)(vb + (size_t)(ts + kk) * hd);
+            const __half2 *vr = (const __half2 *)(vb + (size_t)kk * hd);
             float2 v[PAIRS];
 #pragma unroll
             for (int i = 0; i < PAIRS; i++) {

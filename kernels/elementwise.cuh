@@ -1,5 +1,5 @@
 // elementwise.cuh - the per-token operations of a transformer layer: RMSNorm, the Q/K
-// post-processing (per-head norm, RoPE, K/V stores into the slot caches), SwiGLU and bias.
+// post-processing (per-head norm, RoPE, K/V stores through the block tables), SwiGLU and bias.
 #pragma once
 #include "common.cuh"
 #include "../src/gpu/gpu_shared.h"
@@ -54,7 +54,8 @@ __device__ __forceinline__ void norm_head(float *v, int hd, const float *w, floa
 }
 
 // Grid (tokens, n_head + n_kv): query heads are normed and rotated in place; key heads are
-// normed, rotated and stored with their V head into the token's slot at its position.
+// normed, rotated and stored with their V head at the token's position in its sequence's
+// block (the scatter of a packed prefill: each token to its own block and row).
 extern "C" __global__ void qkv_post(qkv_post_args a)
 {
     __shared__ float sh[32];
@@ -67,7 +68,8 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
     rope_head(v, a.hd, pos, a);
     if (is_q) return;
     __syncthreads();
-    size_t off = ((((size_t)a.slot[t] * a.n_layer + a.layer) * a.n_kv + kh) * a.ctx + pos) * a.hd;
+    int32_t block = a.tables[(size_t)a.seq[t] * a.table_width + pos / GPU_KV_BLOCK];
+    size_t off = gpu_kv_offset(block, a.n_layer, a.layer, a.n_kv, kh, pos % GPU_KV_BLOCK, a.hd);
     const float *vv = a.v + ((size_t)t * a.n_kv + kh) * a.hd;
     for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
         a.kc[off + i] = __float2half_rn(v[i]);

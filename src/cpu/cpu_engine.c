@@ -1,8 +1,9 @@
 /* cpu_engine.c - the CPU reference backend of engine.h.
  *
- * A step flattens its sequences into one batch of tokens, each with its own slot and
+ * A step flattens its sequences into one batch of tokens, each with its own sequence and
  * position, and runs the transformer over the whole batch layer by layer (so each weight row
- * is read once per step).  K/V are kept in float32 per slot; the LM head runs only for the
+ * is read once per step).  K/V are kept in float32 in a pool of blocks (engine.h), reached
+ * through each sequence's block table; the LM head runs only for the
  * tokens whose logits somebody wants, and the sampler (sampling.h) picks the next token.
  * The math reads top to bottom in forward_layer(); cpu_ops.c has the kernels. */
 #include <stdbool.h>
@@ -29,14 +30,17 @@ typedef struct cpu_engine {
     cpu_rope rope;
     int q_dim, kv_dim;
 
-    /* Per slot: K and V as [slot][layer][pos][kv_dim], and the tokens fed so far. */
+    /* K and V as [block][layer][row][kv_dim]; per row (slot), the tokens fed so far. */
     float *key_cache, *value_cache;
+    int n_blocks, table_width; /* pool blocks; blocks of one sequence's table */
     int32_t *history; /* [slot][ctx_per_slot] */
-    int *slot_len;    /* tokens of history (== positions with valid K/V) */
+    int *slot_len;    /* tokens of history */
 
-    /* The batch being computed, one entry per token. */
+    /* The batch being computed, one entry per token, and the block table of each sequence
+     * ([seq][table_width], at most n_slots sequences per step). */
     int32_t *tok_id;
-    int *tok_slot, *tok_pos;
+    int *tok_seq, *tok_pos;
+    int32_t *tables;
     int *out_tok; /* batch token of each LM-head row */
     int *out_seq; /* its sequence */
 
@@ -52,16 +56,23 @@ typedef struct cpu_engine {
     void *sample_scratch;
 } cpu_engine;
 
-static size_t kv_slot_floats(const cpu_engine *e)
+static size_t kv_block_floats(const cpu_engine *e)
 {
-    return (size_t)e->base.m->hp.n_layer * (size_t)e->base.cfg.ctx_per_slot * (size_t)e->kv_dim;
+    return (size_t)e->base.m->hp.n_layer * ENGINE_KV_BLOCK * (size_t)e->kv_dim;
 }
 
-/* Offset of (slot, layer, pos) in the K/V caches. */
-static size_t kv_index(const cpu_engine *e, int slot, int layer, int pos)
+/* Offset of (block, layer, row) in the K/V caches. */
+static size_t kv_index(const cpu_engine *e, int32_t block, int layer, int row)
 {
-    const size_t ctx = (size_t)e->base.cfg.ctx_per_slot;
-    return (size_t)slot * kv_slot_floats(e) + ((size_t)layer * ctx + (size_t)pos) * (size_t)e->kv_dim;
+    return (size_t)block * kv_block_floats(e) + ((size_t)layer * ENGINE_KV_BLOCK + (size_t)row) * (size_t)e->kv_dim;
+}
+
+/* Where token t's K/V go: its sequence's block of its position. */
+static size_t kv_token_index(const cpu_engine *e, int t, int layer)
+{
+    int p = e->tok_pos[t];
+    int32_t block = e->tables[(size_t)e->tok_seq[t] * e->table_width + p / ENGINE_KV_BLOCK];
+    return kv_index(e, block, layer, p % ENGINE_KV_BLOCK);
 }
 
 /* ---- forward pass ------------------------------------------------------------------------ */
@@ -113,7 +124,7 @@ static void forward_layer(cpu_engine *e, int il, int n_tok)
         cpu_rope_apply(&e->rope, k, hp->n_head_kv, e->tok_pos[t]);
         /* K/V of the whole batch go into the cache before any token attends, so a prompt in
          * one step sees exactly what it would see fed token by token. */
-        size_t at = kv_index(e, e->tok_slot[t], il, e->tok_pos[t]);
+        size_t at = kv_token_index(e, t, il);
         memcpy(e->key_cache + at, k, (size_t)e->kv_dim * sizeof(float));
         memcpy(e->value_cache + at, e->v + (size_t)t * e->kv_dim, (size_t)e->kv_dim * sizeof(float));
     }
@@ -121,7 +132,8 @@ static void forward_layer(cpu_engine *e, int il, int n_tok)
     cpu_attention at = {
         .out = e->xb, .q = e->q,
         .key_cache = e->key_cache + layer_base, .value_cache = e->value_cache + layer_base,
-        .slot_stride = (long)kv_slot_floats(e), .n_tok = n_tok, .slot = e->tok_slot, .pos = e->tok_pos,
+        .block_stride = (long)kv_block_floats(e), .tables = e->tables, .table_width = e->table_width,
+        .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
     };
@@ -145,7 +157,7 @@ static void forward_layer(cpu_engine *e, int il, int n_tok)
 static int check_positions(const cpu_engine *e, const engine_seq *seqs, int n_seqs, char *err, size_t errlen)
 {
     for (int i = 0; i < n_seqs; i++) {
-        if (seqs[i].pos > e->slot_len[seqs[i].slot]) {
+        if (seqs[i].pos > e->slot_len[seqs[i].slot] && !seqs[i].history) {
             snprintf(err, errlen, "seq %d: starts at position %d but slot %d holds only %d tokens", i,
                      seqs[i].pos, seqs[i].slot, e->slot_len[seqs[i].slot]);
             return -1;
@@ -154,9 +166,10 @@ static int check_positions(const cpu_engine *e, const engine_seq *seqs, int n_se
     return 0;
 }
 
-/* Flatten the sequences into the token batch and record their tokens in the slot history
- * (a sequence starting before the end of its slot's history rewinds it). Returns the number of
- * tokens; fills the LM-head row list and its length. */
+/* Flatten the sequences into the token batch and their block tables, and record their tokens
+ * in the row history (a sequence starting before the end of its row's history rewinds it; one
+ * starting past it brings the missing tokens).  Returns the number of tokens; fills the
+ * LM-head row list and its length. */
 static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_out)
 {
     int n_tok = 0;
@@ -164,9 +177,13 @@ static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_
     for (int i = 0; i < n_seqs; i++) {
         const engine_seq *s = &seqs[i];
         int32_t *hist = e->history + (size_t)s->slot * e->base.cfg.ctx_per_slot;
+        int have = e->slot_len[s->slot];
+        if (have < s->pos) memcpy(hist + have, s->history + have, (size_t)(s->pos - have) * sizeof *hist);
+        for (int b = 0; b <= (s->pos + s->n_tokens - 1) / ENGINE_KV_BLOCK; b++)
+            e->tables[(size_t)i * e->table_width + b] = engine_seq_block(&e->base, s, b);
         for (int j = 0; j < s->n_tokens; j++, n_tok++) {
             e->tok_id[n_tok] = s->tokens[j];
-            e->tok_slot[n_tok] = s->slot;
+            e->tok_seq[n_tok] = i;
             e->tok_pos[n_tok] = s->pos + j;
             hist[s->pos + j] = s->tokens[j];
             bool last = j == s->n_tokens - 1;
@@ -235,12 +252,23 @@ static void cpu_slot_clear(engine *base, int slot)
     e->slot_len[slot] = 0; /* K/V beyond slot_len are never read, so nothing else to wipe */
 }
 
+static int cpu_kv_copy(engine *base, int dst, int src, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    cpu_engine *e = (cpu_engine *)base;
+    size_t n = kv_block_floats(e);
+    memcpy(e->key_cache + (size_t)dst * n, e->key_cache + (size_t)src * n, n * sizeof(float));
+    memcpy(e->value_cache + (size_t)dst * n, e->value_cache + (size_t)src * n, n * sizeof(float));
+    return 0;
+}
+
 static void cpu_destroy(engine *base)
 {
     cpu_engine *e = (cpu_engine *)base;
     cpu_pool_free(e->pool);
-    void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_slot,
-                    e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
+    void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
+                    e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
@@ -250,6 +278,7 @@ static const engine_vtable CPU_VTABLE = {
     .name = "cpu",
     .step = cpu_step,
     .slot_clear = cpu_slot_clear,
+    .kv_copy = cpu_kv_copy,
     .destroy = cpu_destroy,
 };
 
@@ -358,7 +387,22 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     if (e->logits_rows > cfg->max_batch_tokens) e->logits_rows = cfg->max_batch_tokens;
 
     const size_t B = (size_t)cfg->max_batch_tokens, slots = (size_t)cfg->n_slots, ctx = (size_t)cfg->ctx_per_slot;
-    const size_t kv = mul(mul(slots, ctx), mul((size_t)hp->n_layer, (size_t)e->kv_dim));
+    e->table_width = (cfg->ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+    /* The pool: a memory budget when given, else what one slot per sequence used to hold, so
+     * the default takes no more memory than before and sharing only adds capacity. */
+    size_t n_blocks = mul(slots, (size_t)e->table_width);
+    if (cfg->kv_cache_mb) {
+        size_t block_bytes = 2 * kv_block_floats(e) * sizeof(float);
+        n_blocks = mul(cfg->kv_cache_mb, (size_t)1 << 20) / block_bytes;
+        if (n_blocks < 1 || n_blocks > CFG_MAX) {
+            snprintf(err, errlen, "--kv-cache-size %zu MiB holds %zu KV blocks of %d tokens (%.2f MiB each); "
+                     "it must hold 1 to %d", cfg->kv_cache_mb, n_blocks, ENGINE_KV_BLOCK,
+                     (double)block_bytes / 1048576.0, CFG_MAX);
+            cpu_destroy(&e->base);
+            return NULL;
+        }
+    }
+    const size_t kv = mul(n_blocks, kv_block_floats(e));
     const size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
     const buffer_request req[] = {
         {(void **)&e->key_cache, "K cache", kv, sizeof(float)},
@@ -366,7 +410,8 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->history, "token history", mul(slots, ctx), sizeof(int32_t)},
         {(void **)&e->slot_len, "slot table", slots, sizeof(int)},
         {(void **)&e->tok_id, "batch tokens", B, sizeof(int32_t)},
-        {(void **)&e->tok_slot, "batch slots", B, sizeof(int)},
+        {(void **)&e->tok_seq, "batch sequences", B, sizeof(int)},
+        {(void **)&e->tables, "block tables", mul(slots, (size_t)e->table_width), sizeof(int32_t)},
         {(void **)&e->tok_pos, "batch positions", B, sizeof(int)},
         {(void **)&e->out_tok, "LM head rows", B, sizeof(int)},
         {(void **)&e->out_seq, "LM head sequences", B, sizeof(int)},
@@ -386,6 +431,13 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         cpu_destroy(&e->base);
         return NULL;
     }
+    if (n_blocks > CFG_MAX) { /* block ids are ints: only reachable with a machine of petabytes */
+        snprintf(err, errlen, "%zu KV blocks, more than %d (lower -np or -c)", n_blocks, CFG_MAX);
+        cpu_destroy(&e->base);
+        return NULL;
+    }
+    e->n_blocks = (int)n_blocks;
+    e->base.kv_blocks = e->n_blocks;
     e->pool = cpu_pool_create(n_threads);
     if (!e->pool) {
         snprintf(err, errlen, "cannot start %d CPU worker threads", n_threads);

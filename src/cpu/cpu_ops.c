@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "engine/engine.h"
 #include "model/quant.h"
 
 void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float eps)
@@ -77,21 +78,28 @@ void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
     }
 }
 
+/* Offset of position j's row in this layer of the caches. */
+static size_t kv_row(const cpu_attention *at, const int32_t *table, int j)
+{
+    return (size_t)table[j / ENGINE_KV_BLOCK] * (size_t)at->block_stride +
+           (size_t)(j % ENGINE_KV_BLOCK) * (size_t)(at->n_head_kv * at->head_dim);
+}
+
 static void attention_items(void *ctx, int begin, int end, int thread)
 {
     const cpu_attention *at = ctx;
-    const int hd = at->head_dim, q_dim = at->n_head * hd, kv_dim = at->n_head_kv * hd;
+    const int hd = at->head_dim, q_dim = at->n_head * hd;
     const int group = at->n_head / at->n_head_kv;
     const float sqrt_hd = sqrtf((float)hd);
     float *att = at->scores + (size_t)thread * at->scores_stride;
     for (int item = begin; item < end; item++) {
         int t = item / at->n_head, h = item % at->n_head;
         const float *q = at->q + (size_t)t * q_dim + (size_t)h * hd;
-        size_t base = (size_t)at->slot[t] * at->slot_stride + (size_t)(h / group) * hd;
-        const float *k_base = at->key_cache + base, *v_base = at->value_cache + base;
+        const int32_t *table = at->tables + (size_t)at->seq[t] * at->table_width;
+        const size_t head = (size_t)(h / group) * hd;
         int n_pos = at->pos[t] + 1;
         for (int j = 0; j < n_pos; j++) {
-            const float *k = k_base + (size_t)j * kv_dim;
+            const float *k = at->key_cache + kv_row(at, table, j) + head;
             float score = 0.0f;
             for (int i = 0; i < hd; i++) score += q[i] * k[i];
             att[j] = score / sqrt_hd;
@@ -100,7 +108,7 @@ static void attention_items(void *ctx, int begin, int end, int thread)
         float *out = at->out + (size_t)t * q_dim + (size_t)h * hd;
         for (int i = 0; i < hd; i++) out[i] = 0.0f;
         for (int j = 0; j < n_pos; j++) {
-            const float *v = v_base + (size_t)j * kv_dim;
+            const float *v = at->value_cache + kv_row(at, table, j) + head;
             for (int i = 0; i < hd; i++) out[i] += att[j] * v[i];
         }
     }

@@ -7,6 +7,7 @@
 #define INFERD_CPU_OPS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "model/model.h"
 #include "cpu_pool.h"
@@ -44,16 +45,21 @@ typedef struct cpu_rope {
 } cpu_rope;
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos);
 
-/* Causal grouped-query attention of a batch of tokens over their slots' K/V caches.  Token t
- * at position pos[t] of slot slot[t] attends to positions 0..pos[t] of that slot, whose K/V
- * must already be in the cache.  Parallel over (token, head). */
+/* Causal grouped-query attention of a batch of tokens over their sequences' K/V blocks.
+ * Token t at position pos[t] of sequence seq[t] attends to positions 0..pos[t], position p
+ * being row p % ENGINE_KV_BLOCK of block tables[seq[t] * table_width + p / ENGINE_KV_BLOCK];
+ * their K/V must already be in the cache.  The sums run over positions in order whatever the
+ * blocks, so a token's result does not depend on where its K/V live.  Parallel over (token,
+ * head). */
 typedef struct cpu_attention {
     float *out;       /* [n_tok][n_head * head_dim] */
     const float *q;   /* [n_tok][n_head * head_dim] */
-    const float *key_cache, *value_cache; /* this layer's base */
-    long slot_stride; /* floats between slots in the caches */
+    const float *key_cache, *value_cache; /* this layer's row 0 of block 0 */
+    long block_stride; /* floats between blocks in the caches */
+    const int32_t *tables;
+    int table_width;
     int n_tok;
-    const int *slot, *pos;
+    const int *seq, *pos;
     int n_head, n_head_kv, head_dim;
     float *scores;    /* n_threads * scores_stride floats of scratch */
     int scores_stride; /* >= the largest pos + 1 */

@@ -43,8 +43,12 @@ static const opt_def opt_table[] = {
     STR_("model-alias", "a", model_alias, "", "model name in API responses (default: file basename)"),
     STR_("host", NULL, host, "127.0.0.1", "address to listen on"),
     INT_("port", NULL, port, "8080", 1, 65535, "TCP port to listen on"),
-    INT_("parallel", "np", parallel, "4", 1, 1024, "parallel sequences (KV slots)"),
-    INT_("ctx-size", "c", ctx_size, "0", 0, 1 << 24, "context tokens per slot (0: min(model context, 4096))"),
+    INT_("parallel", "np", parallel, "4", 1, 1024, "most sequences generating at once"),
+    INT_("ctx-size", "c", ctx_size, "0", 0, 1 << 24,
+         "most context tokens of one request, prompt + completion (0: min(model context, 4096))"),
+    INT_("kv-cache-size", NULL, kv_cache_size, "0", 0, 1 << 30,
+         "MiB of KV-cache blocks shared by all sequences and the prefix cache (0: cpu: parallel x ctx-size "
+         "tokens; cuda: the free GPU memory)"),
     INT_("batch-tokens", "b", batch_tokens, "512", 1, 1 << 20, "most prompt tokens one scheduler step prefills"),
     INT_("queue-size", NULL, queue_size, "64", 0, 1 << 20, "waiting requests beyond the running ones; more get 429"),
     INT_("max-body", NULL, max_body, "1048576", 64, 1 << 30, "largest request body in bytes; more get 413"),
@@ -78,6 +82,8 @@ static const opt_def opt_table[] = {
     FLT_("shutdown-timeout", NULL, shutdown_timeout, "30", 0, 86400,
          "seconds running requests may take to finish after SIGTERM/SIGINT"),
     BOOL_("metrics", NULL, metrics, "true", "serve Prometheus metrics on /metrics (--no-metrics: off)"),
+    BOOL_("prefix-cache", NULL, prefix_cache, "true",
+          "reuse the KV blocks of prompt prefixes computed before (--no-prefix-cache: off, for comparisons)"),
     STR_("config", NULL, config, "",
          "configuration file (key = value lines, keys are the long flag names); command-line flags win"),
 };

@@ -20,8 +20,10 @@ typedef struct inferd_opts {
     char model_alias[256];  /* "" = basename of model */
     char host[256];
     int port;
-    int parallel;           /* KV slots */
-    int ctx_size;           /* per slot; 0 = min(model context, 4096) */
+    int parallel;           /* most sequences running at once */
+    int ctx_size;           /* most tokens of one request; 0 = min(model context, 4096) */
+    int kv_cache_size;      /* MiB of KV blocks; 0 = CPU: parallel x ctx_size tokens, GPU: free memory */
+    bool prefix_cache;      /* automatic prefix caching */
     int batch_tokens;
     int queue_size;
     int max_body;           /* bytes */

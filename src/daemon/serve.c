@@ -183,30 +183,35 @@ static engine *create_engine(const inferd_opts *o, const model *m, const engine_
     return e;
 }
 
-/* Decode steps of 1, 2, 4, ... up to n_slots sequences (one token each in fresh slots), then
- * clear the slots: the CUDA engine captures its decode graph per batch bucket on first use,
+/* Decode steps of 1, 2, 4, ... up to n_slots sequences (one token each in rows of their own,
+ * written to the first blocks of the pool, which hold nothing yet), then clear the rows: the CUDA engine captures its decode graph per batch bucket on first use,
  * so this moves that work (and any first-step failure) before READY=1.  On the CPU it is a
  * cheap smoke test of the engine. */
 static int warm_up(engine *e, const tokenizer *tok, char *err, size_t errlen)
 {
-    int n_slots = engine_get_config(e)->n_slots;
+    int n_slots = engine_get_config(e)->n_slots, n_blocks = engine_kv_blocks(e);
     engine_seq *seqs = calloc((size_t)n_slots, sizeof *seqs);
     engine_result *res = calloc((size_t)n_slots, sizeof *res);
-    int rc = seqs && res ? 0 : -1;
+    int32_t *blocks = calloc((size_t)n_slots, sizeof *blocks);
+    int rc = seqs && res && blocks ? 0 : -1;
     if (rc) snprintf(err, errlen, "out of memory");
     sampling_params sp;
     sampling_params_default(&sp);
     int32_t token = tokenizer_bos(tok) >= 0 ? tokenizer_bos(tok) : 0;
     for (int b = 1, n = 1; rc == 0; b *= 2) {
         n = b < n_slots ? b : n_slots;
-        for (int i = 0; i < n; i++)
-            seqs[i] = (engine_seq){.slot = i, .tokens = &token, .n_tokens = 1, .want_token = true, .sp = &sp};
+        for (int i = 0; i < n; i++) {
+            blocks[i] = i % n_blocks; /* a pool smaller than n_slots blocks: shared, the values are not used */
+            seqs[i] = (engine_seq){.slot = i, .tokens = &token, .n_tokens = 1, .blocks = &blocks[i], .want_token = true,
+                                   .sp = &sp};
+        }
         rc = engine_step(e, seqs, n, res, err, errlen);
         for (int i = 0; i < n; i++) engine_slot_clear(e, i);
         if (n == n_slots) break;
     }
     free(seqs);
     free(res);
+    free(blocks);
     return rc;
 }
 
@@ -237,9 +242,10 @@ static int load(serve_state *st, const inferd_opts *o)
         .max_batch_tokens = o->batch_tokens,
         .n_threads = o->threads,
         .device = o->gpu,
+        .kv_cache_mb = (size_t)o->kv_cache_size,
         .verbose = o->log_level == LOG_DEBUG,
     };
-    notify_status("starting the engine (%d slots x %d tokens)", o->parallel, st->ctx);
+    notify_status("starting the engine (%d sequences of up to %d tokens)", o->parallel, st->ctx);
     if (!(st->e = create_engine(o, st->m, &ec))) return -1;
     if (signalled(st)) return -1;
     notify_status("warming up the %s engine", engine_name(st->e));
@@ -250,6 +256,7 @@ static int load(serve_state *st, const inferd_opts *o)
     if (signalled(st)) return -1;
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,
+                       .no_prefix_cache = !o->prefix_cache,
                        .on_fatal = engine_fatal, .on_fatal_ctx = st};
     /* systemd wants a ping at least every WATCHDOG_USEC; ping twice as often. */
     uint64_t wd_usec = notify_watchdog_usec(), wd_ms = wd_usec / 2000;
@@ -275,7 +282,15 @@ static int load(serve_state *st, const inferd_opts *o)
                        .reasoning = o->reasoning_format == OPTS_REASONING_DEEPSEEK ||
                                     (o->reasoning_format == OPTS_REASONING_AUTO &&
                                      (chat_template_thinks(st->tmpl_src) || tokenizer_find(st->tok, "<think>") >= 0)),
-                       .ctx_per_slot = st->ctx};
+                       .ctx_per_slot = sched_max_context(st->s)};
+    {
+        sched_stats ss;
+        sched_get_stats(st->s, &ss);
+        log_info("KV cache: %d blocks of %d tokens (%lld tokens) for up to %d sequences of up to %d tokens; "
+                 "automatic prefix caching %s",
+                 ss.kv_blocks_total, ENGINE_KV_BLOCK, (long long)ss.kv_blocks_total * ENGINE_KV_BLOCK, o->parallel,
+                 sm.ctx_per_slot, o->prefix_cache ? "on" : "off");
+    }
     server_set_ready(st->sv, &sm);
     return 0;
 }

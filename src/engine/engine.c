@@ -20,6 +20,32 @@ void sampling_params_default(sampling_params *sp)
     };
 }
 
+int engine_kv_blocks_per_seq(const engine *e)
+{
+    return (e->cfg.ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+}
+
+int32_t engine_seq_block(const engine *e, const engine_seq *s, int index)
+{
+    return s->blocks ? s->blocks[index] : s->slot * engine_kv_blocks_per_seq(e) + index;
+}
+
+/* Every block the sequence reaches must be in the pool; a NULL table needs the row's fixed
+ * blocks to exist. */
+static int check_blocks(const engine *e, const engine_seq *s, int i, char *err, size_t errlen)
+{
+    int last = (s->pos + s->n_tokens - 1) / ENGINE_KV_BLOCK;
+    for (int b = s->blocks ? 0 : last; b <= last; b++) {
+        int32_t id = engine_seq_block(e, s, b);
+        if (id < 0 || id >= e->kv_blocks) {
+            snprintf(err, errlen, "seq %d: KV block %d (entry %d of its table) is not in the pool of %d%s", i,
+                     (int)id, b, e->kv_blocks, s->blocks ? "" : " (no block table: the row's fixed blocks)");
+            return ENGINE_EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* Reject a malformed batch before any backend state changes, so a bad batch can never
  * leave a slot half-written. */
 static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char *err, size_t errlen)
@@ -46,6 +72,7 @@ static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char
                 return ENGINE_EINVAL;
             }
         }
+        if (check_blocks(e, s, i, err, errlen) != 0) return ENGINE_EINVAL;
         for (int k = 0; k < i; k++) {
             if (seqs[k].slot == s->slot) {
                 snprintf(err, errlen, "seq %d: slot %d appears twice in one step", i, s->slot);
@@ -78,6 +105,18 @@ void engine_slot_clear(engine *e, int slot)
 {
     if (slot >= 0 && slot < e->cfg.n_slots) e->vt->slot_clear(e, slot);
 }
+
+int engine_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    if (dst < 0 || dst >= e->kv_blocks || src < 0 || src >= e->kv_blocks) {
+        snprintf(err, errlen, "KV copy %d -> %d: block outside the pool of %d", src, dst, e->kv_blocks);
+        return ENGINE_EINVAL;
+    }
+    if (dst == src) return 0;
+    return e->vt->kv_copy(e, dst, src, err, errlen);
+}
+
+int engine_kv_blocks(const engine *e) { return e->kv_blocks; }
 
 void engine_free(engine *e)
 {

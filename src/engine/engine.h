@@ -1,15 +1,21 @@
 /* engine.h - the one interface between scheduling and math.
  *
- * The scheduler hands the engine a batch of sequences.  Each sequence lives in a KV slot
- * (0 .. n_slots-1) and brings new tokens that start at a given position of that slot; the
- * engine appends their K/V to the slot, and for each sequence that asks, samples one token
- * from the logits of its last new token.  A step may mix prompt chunks (many tokens) and
- * decode tokens (one token) of different slots: backends pack them as they see fit.
+ * K/V memory is a pool of fixed-size blocks (ENGINE_KV_BLOCK tokens each, every layer's K and
+ * V of those positions).  The scheduler hands the engine a batch of sequences.  Each sequence
+ * has a row (its `slot`, 0 .. n_slots-1: at most n_slots run at once) and a block table: the
+ * blocks that hold its positions 0, 1, ... in order.  It brings new tokens that start at a
+ * given position; the engine writes their K/V through the block table, attends through it,
+ * and for each sequence that asks, samples one token from the logits of its last new token.
+ * A step may mix prompt chunks (many tokens) and decode tokens (one token) of different
+ * sequences: backends pack them as they see fit.  Which blocks a sequence uses, and which
+ * sequences share a block (a cached prefix), is the caller's business: the engine never
+ * allocates blocks and only ever writes the positions a step carries.
  *
- * The engine keeps each slot's token history (every token fed at positions 0..pos+n-1) so
- * that repetition penalties need nothing from the caller.  Sampling randomness is a pure
- * function of (seed, position of the sampled token), so a request replays identically
- * whatever else is in the batch and on whichever backend.
+ * The engine keeps each row's token history (every token fed at positions 0..pos+n-1) so
+ * that repetition penalties need nothing from the caller; a sequence whose first positions
+ * come from cached blocks brings them in `history`.  Sampling randomness is a pure function
+ * of (seed, position of the sampled token), so a request replays identically whatever else
+ * is in the batch, on whichever backend, and after being preempted and recomputed.
  *
  * Threading: all calls come from one thread (the scheduler's). */
 #ifndef INFERD_ENGINE_H
@@ -41,11 +47,24 @@ typedef struct sampling_params {
 
 void sampling_params_default(sampling_params *sp); /* greedy, no penalties, no logprobs */
 
+/* Tokens per KV block.  32 = one warp's tile of keys in the GPU attention, so a tile never
+ * straddles two blocks; small enough that a prefix cache loses at most 31 tokens per prompt. */
+#define ENGINE_KV_BLOCK 32
+
 typedef struct engine_seq {
-    int slot;
+    int slot;     /* the sequence's row: where its token history is kept */
     const int32_t *tokens;
     int n_tokens; /* >= 1 */
-    int pos;      /* position of tokens[0] in the slot; 0 starts a fresh sequence */
+    int pos;      /* position of tokens[0]; 0 starts a fresh sequence */
+    /* KV blocks of positions 0..pos+n_tokens-1: position p is row p % ENGINE_KV_BLOCK of block
+     * blocks[p / ENGINE_KV_BLOCK].  NULL: the row's fixed blocks slot*B .. slot*B+B-1 (B the
+     * blocks of ctx_per_slot), for tools that run one sequence per row over a pool of at least
+     * n_slots*B blocks (the default CPU pool).  Blocks before pos's are only read. */
+    const int32_t *blocks;
+    /* Tokens at positions 0..pos-1, needed when the row's history is shorter than pos (the
+     * prefix came from cached blocks, or the sequence was recomputed in another row).  NULL:
+     * the row was fed them. */
+    const int32_t *history;
     bool want_token;
     const sampling_params *sp; /* used when want_token */
     /* Optional (tests/tools): when non-NULL, receives the raw logits (n_vocab floats) of the
@@ -63,12 +82,16 @@ typedef struct engine_result {
 } engine_result;
 
 typedef struct engine_config {
-    int n_slots;     /* parallel sequences */
-    int ctx_per_slot;/* tokens per slot */
+    int n_slots;     /* most sequences in one step (rows) */
+    int ctx_per_slot;/* most positions of one sequence (a request's context), not a reservation */
     int max_batch_tokens; /* most tokens one step may carry (prefill chunk budget) */
     int n_threads;   /* CPU backend worker threads (0 = machine cores) */
     int device;      /* GPU ordinal */
     size_t vram_reserve_mb; /* GPU: leave this much free after KV allocation */
+    /* Size of the KV block pool.  0: the CPU backend takes n_slots x ctx_per_slot tokens' worth
+     * (what one slot per sequence used to reserve), the GPU backend the free memory left after
+     * weights, buffers and vram_reserve_mb. */
+    size_t kv_cache_mb;
     bool verbose;
 } engine_config;
 
@@ -89,6 +112,8 @@ bool engine_cuda_available(void);
 
 /* The configuration the engine was created with (n_slots, ctx_per_slot, batch budget). */
 const engine_config *engine_get_config(const engine *e);
+/* Blocks in the KV pool (ids 0..n-1), each ENGINE_KV_BLOCK positions. */
+int engine_kv_blocks(const engine *e);
 const model *engine_model(const engine *e);
 
 /* engine_step's return when the backend can run no further step: a fault on the device (an
@@ -103,8 +128,12 @@ const model *engine_model(const engine *e);
  * before the step, so its sequences can be retried apart); or ENGINE_FATAL. */
 int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
                 char *err, size_t errlen);
-/* Forget a slot's contents (the next sequence in it starts at pos 0). */
+/* Forget a row's token history (the next sequence in it starts afresh). */
 void engine_slot_clear(engine *e, int slot);
+/* Copies every layer's K/V of block src into block dst: copy-on-write, before a sequence
+ * writes into a block that others share or that the prefix cache holds.  0, ENGINE_EINVAL
+ * (ids out of range) or ENGINE_FATAL. */
+int engine_kv_copy(engine *e, int dst, int src, char *err, size_t errlen);
 void engine_free(engine *e);
 const char *engine_name(const engine *e);
 

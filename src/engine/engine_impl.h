@@ -14,6 +14,7 @@ typedef struct engine_vtable {
     int (*step)(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
                 char *err, size_t errlen);
     void (*slot_clear)(engine *e, int slot);
+    int (*kv_copy)(engine *e, int dst, int src, char *err, size_t errlen); /* ids checked */
     void (*destroy)(engine *e);
 } engine_vtable;
 
@@ -21,7 +22,14 @@ struct engine {
     const engine_vtable *vt;
     const model *m;
     engine_config cfg;
+    int kv_blocks; /* the pool's blocks, set by the backend's constructor */
 };
+
+/* Blocks a sequence of ctx_per_slot positions spans (the width of a block table). */
+int engine_kv_blocks_per_seq(const engine *e);
+/* The pool block holding entry `index` of s's block table (its fixed blocks without a table);
+ * check_batch has made sure it is in the pool. */
+int32_t engine_seq_block(const engine *e, const engine_seq *s, int index);
 
 /* The backends' constructors; engine_open chooses between them. */
 engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, size_t errlen);

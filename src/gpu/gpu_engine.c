@@ -1,5 +1,5 @@
 /* gpu_engine.c - the CUDA engine: one context and compute stream, the weights uploaded once
- * in their GGUF (quantised) form, FP16 K/V caches per slot, and engine_step() that packs a
+ * in their GGUF (quantised) form, a pool of FP16 K/V blocks, and engine_step() that packs a
  * batch into one host->device copy, runs the forward pass (a captured CUDA graph per batch
  * bucket for pure decode steps) and brings back only the sampled tokens (and logits when a
  * caller asks for them). */
@@ -14,6 +14,13 @@
 
 #define MIB (1024.0 * 1024.0)
 #define DEV_ALIGN 256
+/* A pool sized from free memory leaves this much besides for what CUDA and cuBLAS allocate
+ * later (graph instantiation, cuBLAS internals), and holds at most this many blocks: beyond
+ * it the prefix cache's host tables cost more than the hits are worth. */
+#define GPU_KV_AUTO_SPARE ((size_t)1 << 30)
+#define GPU_KV_AUTO_MAX_BLOCKS (1 << 17)
+
+_Static_assert(GPU_KV_BLOCK == ENGINE_KV_BLOCK, "the kernels' KV block is the engine's");
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 static int pow2_at_least(int n)
@@ -218,9 +225,22 @@ static int alloc_all(const alloc_req *req, int n, const char *what, CUstream s, 
     return 0;
 }
 
-static size_t kv_cache_bytes(const model_hparams *hp, int slots, int ctx)
+/* Bytes of one KV block in one of the two caches (every layer). */
+static size_t kv_block_bytes(const model_hparams *hp)
 {
-    return (size_t)slots * hp->n_layer * hp->n_head_kv * (size_t)ctx * hp->head_dim * sizeof(uint16_t);
+    return (size_t)hp->n_layer * hp->n_head_kv * GPU_KV_BLOCK * (size_t)hp->head_dim * sizeof(uint16_t);
+}
+
+/* The pool's blocks: --kv-cache-size when given; else what free memory leaves after the
+ * buffers (`used`), the reserve and GPU_KV_AUTO_SPARE.  0 when that is less than one block. */
+static size_t kv_pool_blocks(const gpu_engine *g, size_t free_b, size_t used)
+{
+    const engine_config *cfg = &g->base.cfg;
+    size_t pair = 2 * g->block_bytes;
+    if (cfg->kv_cache_mb) return cfg->kv_cache_mb * ((size_t)1 << 20) / pair;
+    size_t keep = used + cfg->vram_reserve_mb * ((size_t)1 << 20) + GPU_KV_AUTO_SPARE + pair; /* + padding block */
+    size_t n = free_b > keep ? (free_b - keep) / pair : 0;
+    return n > GPU_KV_AUTO_MAX_BLOCKS ? GPU_KV_AUTO_MAX_BLOCKS : n;
 }
 
 static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
@@ -232,7 +252,11 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     int R = cfg->n_slots > max_bucket ? cfg->n_slots : max_bucket;
     g->cap_tokens = T;
     g->cap_rows = R;
-    if (!(g->row_of_seq = malloc((size_t)R * sizeof *g->row_of_seq))) {
+    g->table_width = (cfg->ctx_per_slot + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK;
+    g->block_bytes = kv_block_bytes(hp);
+    g->row_of_seq = malloc((size_t)R * sizeof *g->row_of_seq);
+    g->hist_len = calloc((size_t)cfg->n_slots + 1, sizeof *g->hist_len);
+    if (!g->row_of_seq || !g->hist_len) {
         snprintf(err, errlen, "out of host memory");
         return -1;
     }
@@ -246,18 +270,18 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
 
-    /* per-step inputs: tok, pos, slot, rows, lidx, bias (last) */
+    /* per-step inputs: tok, pos, slot, seq, rows, lidx, bias, tables (see gpu_inputs) */
     gpu_inputs *in = &g->in;
     in->tok = 0;
     in->pos = align_up(in->tok + T * sizeof(int32_t), 64);
     in->slot = align_up(in->pos + T * sizeof(int32_t), 64);
-    in->rows = align_up(in->slot + T * sizeof(int32_t), 64);
+    in->seq = align_up(in->slot + T * sizeof(int32_t), 64);
+    in->rows = align_up(in->seq + T * sizeof(int32_t), 64);
     in->lidx = align_up(in->rows + R * sizeof(gpu_sample_row), 64);
     in->bias = align_up(in->lidx + T * sizeof(int32_t), 64);
-    in->bytes = in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias);
+    in->tables = align_up(in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias), 64);
+    in->bytes = in->tables + (size_t)R * g->table_width * sizeof(int32_t);
 
-    size_t kvb = kv_cache_bytes(hp, cfg->n_slots + 1, cfg->ctx_per_slot);
-    g->kv_bytes = 2 * kvb;
     alloc_req req[] = {
         {&g->x, (size_t)T * g->d_embd * f},
         {&g->act_h, (size_t)T * (g->d_embd > g->d_q ? g->d_embd : g->d_q) * sizeof(uint16_t)},
@@ -279,20 +303,32 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     CU_CHECK(cu.cuMemGetInfo(&free_b, &total_b), "checking free GPU memory");
     size_t reserve = cfg->vram_reserve_mb * (size_t)(1 << 20);
     /* FP16 copies of the weights spare every cuBLAS step (prefill, decode batches > 4) from
-     * decoding them again: kept when they fit beside everything else with 1 GiB to spare;
-     * otherwise one matrix at a time is decoded into a scratch as it is used. */
-    g->w16_bytes = all_f16 && g->kv_bytes + act + reserve + all_f16 + ((size_t)1 << 30) <= free_b ? all_f16 : 0;
+     * decoding them again: kept when they fit beside everything else, a pool of what one slot
+     * per sequence used to reserve (or the pool asked for) and 1 GiB to spare; otherwise one
+     * matrix at a time is decoded into a scratch as it is used and the pool gets the rest. */
+    size_t pair = 2 * g->block_bytes;
+    size_t base_kv = cfg->kv_cache_mb ? kv_pool_blocks(g, free_b, act) * pair
+                                      : (size_t)cfg->n_slots * g->table_width * pair;
+    g->w16_bytes = all_f16 && base_kv + act + reserve + all_f16 + ((size_t)1 << 30) <= free_b ? all_f16 : 0;
     g->wdq_bytes = g->have_blas && !g->w16_bytes ? largest : 0;
     act += g->w16_bytes + g->wdq_bytes;
-    if (g->kv_bytes + act + reserve > free_b) {
+    size_t n_blocks = kv_pool_blocks(g, free_b, act);
+    if (n_blocks < (size_t)g->table_width) n_blocks = 0; /* one longest request must fit */
+    if (n_blocks > (1 << 24)) n_blocks = 1 << 24; /* block ids are int32 */
+    g->kv_bytes = (n_blocks + 1) * pair;
+    if (!n_blocks || g->kv_bytes + act + reserve > free_b) {
         snprintf(err, errlen,
-                 "not enough GPU memory: KV cache %.0f MiB (%d slots x %d tokens x %d layers x %d kv heads "
-                 "x %d dims x K,V fp16) + buffers %.0f MiB + reserve %zu MiB > %.0f MiB free after %.0f MiB "
-                 "of weights; lower -np/--parallel or -c/--ctx-size",
-                 g->kv_bytes / MIB, cfg->n_slots, cfg->ctx_per_slot, hp->n_layer, hp->n_head_kv, hp->head_dim,
-                 act / MIB, cfg->vram_reserve_mb, free_b / MIB, g->wbytes / MIB);
+                 "not enough GPU memory for a KV pool of %d tokens (one -c request; %.2f MiB per %d-token block "
+                 "of %d layers x %d kv heads x %d dims x K,V fp16%s) + buffers %.0f MiB + reserve %zu MiB: "
+                 "%.0f MiB free after %.0f MiB of weights; lower -c/--ctx-size or -np/--parallel, or raise "
+                 "--kv-cache-size",
+                 g->table_width * GPU_KV_BLOCK, pair / MIB, GPU_KV_BLOCK, hp->n_layer, hp->n_head_kv, hp->head_dim,
+                 cfg->kv_cache_mb ? ", --kv-cache-size" : "", act / MIB, cfg->vram_reserve_mb, free_b / MIB,
+                 g->wbytes / MIB);
         return -1;
     }
+    g->base.kv_blocks = (int)n_blocks;
+    size_t kvb = g->kv_bytes / 2;
     alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, kvb}}, wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
     if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen) ||
         alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen) ||
@@ -305,9 +341,10 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     CU_CHECK(cu.cuMemAllocHost((void **)&g->out_h, (size_t)R * sizeof(gpu_sample_out)), "allocating pinned results");
     CU_CHECK(cu.cuStreamSynchronize(g->stream), "clearing buffers");
     CU_CHECK(cu.cuMemGetInfo(&free_b, &total_b), "checking free GPU memory");
-    log_info("cuda: weights %.0f MiB, KV cache %.0f MiB (%d slots x %d ctx), buffers %.0f MiB, %.0f MiB of %.0f MiB "
-             "free",
-             g->wbytes / MIB, g->kv_bytes / MIB, cfg->n_slots, cfg->ctx_per_slot, act / MIB, free_b / MIB,
+    log_info("cuda: weights %.0f MiB, KV cache %.0f MiB (%d blocks of %d tokens = %lld tokens; %d sequences of up to "
+             "%d), buffers %.0f MiB, %.0f MiB of %.0f MiB free",
+             g->wbytes / MIB, g->kv_bytes / MIB, g->base.kv_blocks, GPU_KV_BLOCK,
+             (long long)g->base.kv_blocks * GPU_KV_BLOCK, cfg->n_slots, cfg->ctx_per_slot, act / MIB, free_b / MIB,
              total_b / MIB);
     if (g->have_blas)
         log_info("cuda: prompt and batched matmuls read %s", g->w16_bytes ? "resident FP16 weight copies (in the buffers)"
@@ -323,7 +360,8 @@ typedef struct step_plan {
     int bucket;           /* graph index, -1: eager */
     int max_keys;         /* longest attention span of a token */
     int n_lidx;           /* tokens whose logits all come back */
-    size_t copy_bytes;
+    size_t copy_bytes;    /* inputs up to the used bias entries */
+    size_t table_bytes;   /* used rows of the block tables */
 } step_plan;
 
 static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, int bias_off)
@@ -360,7 +398,9 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     int *row_of_seq = g->row_of_seq;
     unsigned char *h = g->in_h;
     int32_t *tok = (int32_t *)(h + g->in.tok), *pos = (int32_t *)(h + g->in.pos), *slot = (int32_t *)(h + g->in.slot);
+    int32_t *seq = (int32_t *)(h + g->in.seq), *tables = (int32_t *)(h + g->in.tables);
     int32_t *lidx = (int32_t *)(h + g->in.lidx);
+    const int tw = g->table_width;
     gpu_sample_row *rows = (gpu_sample_row *)(h + g->in.rows);
     gpu_bias *bias = (gpu_bias *)(h + g->in.bias);
     bool decode = n <= GPU_MAX_DECODE_BATCH;
@@ -379,10 +419,18 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             snprintf(err, errlen, "step carries more than %d tokens", g->cap_tokens);
             return -1;
         }
+        if (s->pos > g->hist_len[s->slot] && !s->history) {
+            snprintf(err, errlen, "seq %d: starts at position %d but row %d holds only %d tokens", i, s->pos,
+                     s->slot, g->hist_len[s->slot]);
+            return -1;
+        }
+        for (int b = 0; b <= (s->pos + s->n_tokens - 1) / GPU_KV_BLOCK; b++)
+            tables[(size_t)i * tw + b] = engine_seq_block(&g->base, s, b);
         for (int j = 0; j < s->n_tokens; j++, t++) {
             tok[t] = s->tokens[j];
             pos[t] = s->pos + j;
             slot[t] = s->slot;
+            seq[t] = i;
             if (s->logits && s->logits_all) lidx[p->n_lidx++] = t;
         }
         if (s->pos + s->n_tokens > p->max_keys) p->max_keys = s->pos + s->n_tokens;
@@ -401,12 +449,16 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     p->bucket = -1;
     p->n_tokens = t;
     p->n_rows = r;
-    if (decode) { /* pad to the bucket: dummy tokens in the spare slot, rows that sample nothing */
+    int table_rows = n;
+    if (decode) { /* pad to the bucket: dummy tokens in the spare row and block, rows that sample nothing */
         int B = pow2_at_least(n);
+        table_rows = B;
         for (; t < B; t++) {
             tok[t] = 0;
             pos[t] = 0;
             slot[t] = g->base.cfg.n_slots;
+            seq[t] = t;
+            tables[(size_t)t * tw] = g->base.kv_blocks;
             memset(&rows[t], 0, sizeof rows[t]);
             rows[t].token_index = t;
             rows[t].slot = g->base.cfg.n_slots;
@@ -415,6 +467,24 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         for (p->bucket = 0; (1 << p->bucket) < B; p->bucket++) {}
     }
     p->copy_bytes = g->in.bias + (size_t)nb * sizeof(gpu_bias);
+    p->table_bytes = (size_t)table_rows * tw * sizeof(int32_t);
+    return 0;
+}
+
+/* The device's token history of each row gets what the row has not been fed (a prefix read
+ * from cached blocks, a recomputed sequence in a new row): the penalties' window. */
+static int upload_history(gpu_engine *g, const engine_seq *seqs, int n, char *err, size_t errlen)
+{
+    const size_t ctx = (size_t)g->base.cfg.ctx_per_slot;
+    for (int i = 0; i < n; i++) {
+        const engine_seq *s = &seqs[i];
+        int have = g->hist_len[s->slot];
+        if (have < s->pos)
+            CU_CHECK(cu.cuMemcpyHtoDAsync(g->hist + ((size_t)s->slot * ctx + (size_t)have) * sizeof(int32_t),
+                                          s->history + have, (size_t)(s->pos - have) * sizeof(int32_t), g->stream),
+                     "step: uploading a row's token history");
+        g->hist_len[s->slot] = s->pos + s->n_tokens;
+    }
     return 0;
 }
 
@@ -454,10 +524,13 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
     if (pack_step(g, seqs, n, &p, err, errlen) != 0) return ENGINE_EINVAL;
     int rc = 0;
     if (cu.cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
-        cu.cuMemcpyHtoDAsync(g->in_d, g->in_h, p.copy_bytes, g->stream) != CUDA_SUCCESS) {
+        cu.cuMemcpyHtoDAsync(g->in_d, g->in_h, p.copy_bytes, g->stream) != CUDA_SUCCESS ||
+        cu.cuMemcpyHtoDAsync(g->in_d + g->in.tables, g->in_h + g->in.tables, p.table_bytes, g->stream) !=
+            CUDA_SUCCESS) {
         snprintf(err, errlen, "step: setting the context or copying the inputs failed");
         rc = -1;
     }
+    if (rc == 0) rc = upload_history(g, seqs, n, err, errlen);
     if (rc == 0 && p.bucket >= 0) {
         rc = decode_graph(g, p.bucket, err, errlen);
         if (rc == 0 && cu.cuGraphLaunch(g->graphs[p.bucket], g->stream) != CUDA_SUCCESS) {
@@ -525,10 +598,31 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
 
 static void gpu_slot_clear(engine *e, int slot)
 {
-    /* Positions are given by the caller and attention reads only keys 0..pos, so a slot's old
-     * contents are simply overwritten by the next sequence. */
-    (void)e;
-    (void)slot;
+    /* The row's device history is overwritten by its next sequence; only how much of it is
+     * that sequence's must be forgotten. */
+    ((gpu_engine *)e)->hist_len[slot] = 0;
+}
+
+/* Copy-on-write of one block (both caches, every layer: one contiguous range each), ordered
+ * on the compute stream before any later step. */
+static int gpu_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    gpu_engine *g = (gpu_engine *)e;
+    if (g->failed[0]) {
+        snprintf(err, errlen, "the GPU failed in an earlier step (%s); restart the server", g->failed);
+        return ENGINE_FATAL;
+    }
+    size_t bb = g->block_bytes, d = (size_t)dst * bb, sr = (size_t)src * bb;
+    CUresult r = cu.cuCtxSetCurrent(g->ctx);
+    if (r == CUDA_SUCCESS) r = cu.cuMemcpyDtoDAsync(g->kc + d, g->kc + sr, bb, g->stream);
+    if (r == CUDA_SUCCESS) r = cu.cuMemcpyDtoDAsync(g->vc + d, g->vc + sr, bb, g->stream);
+    if (r != CUDA_SUCCESS) {
+        char b[160];
+        snprintf(err, errlen, "copying KV block %d to %d: %s", src, dst, cuda_api_strerror(r, b, sizeof b));
+        snprintf(g->failed, sizeof g->failed, "%s", err);
+        return ENGINE_FATAL;
+    }
+    return 0;
 }
 
 static void gpu_destroy(engine *e)
@@ -552,10 +646,11 @@ static void gpu_destroy(engine *e)
     if (g->ctx) cu.cuDevicePrimaryCtxRelease(g->dev);
     free(g->layers);
     free(g->row_of_seq);
+    free(g->hist_len);
     free(g);
 }
 
-static const engine_vtable gpu_vtable = {"cuda", gpu_step, gpu_slot_clear, gpu_destroy};
+static const engine_vtable gpu_vtable = {"cuda", gpu_step, gpu_slot_clear, gpu_kv_copy, gpu_destroy};
 
 static int check_model(const model_hparams *hp, char *err, size_t errlen)
 {

@@ -5,8 +5,8 @@
  *   for each layer:
  *       h = fp16(rmsnorm(x) * attn_norm)
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
- *       q, k = rmsnorm per head (qwen3), RoPE; K/V cache[slot][pos] = k, v      (qkv_post)
- *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's slot
+ *       q, k = rmsnorm per head (qwen3), RoPE; K/V block[pos] = k, v            (qkv_post)
+ *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence
  *       x += Wo h
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
@@ -169,9 +169,10 @@ static int attention(gpu_engine *g, int il, int T, int n_split, char *err, size_
     int group = hp->n_head / hp->n_head_kv, gb = 8;
     while (group % gb) gb--;
     attn_args a = {
-        .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .slot = I32(g->in_d + g->in.slot),
-        .pos = I32(g->in_d + g->in.pos), .n_layer = hp->n_layer, .layer = il, .n_head = hp->n_head,
-        .n_kv = hp->n_head_kv, .ctx = g->base.cfg.ctx_per_slot, .hd = hp->head_dim, .gb = gb, .n_split = n_split,
+        .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
+        .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables), .n_layer = hp->n_layer,
+        .layer = il, .n_head = hp->n_head, .n_kv = hp->n_head_kv, .table_width = g->table_width,
+        .hd = hp->head_dim, .gb = gb, .n_split = n_split,
         .scale = 1.0f / sqrtf((float)hp->head_dim), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
     };
     const gpu_fn *fn = hp->head_dim == 64 ? &g->k.attn_partial_hd64
@@ -198,10 +199,11 @@ static int layer_forward(gpu_engine *g, int il, int T, int n_split, char *err, s
     qkv_post_args post = {
         .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
         .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(g->kc), .vc = F16(g->vc),
-        .slot = I32(g->in_d + g->in.slot), .pos = I32(g->in_d + g->in.pos),
+        .seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
         .freq_div = g->rope_freqs ? F32(g->rope_freqs) : NULL, .rope_base = hp->rope_base,
         .pos_scale = 1.0f / hp->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
-        .n_kv = hp->n_head_kv, .hd = hp->head_dim, .n_layer = hp->n_layer, .layer = il, .ctx = g->base.cfg.ctx_per_slot,
+        .n_kv = hp->n_head_kv, .hd = hp->head_dim, .n_layer = hp->n_layer, .layer = il,
+        .table_width = g->table_width,
     };
     LAUNCH(g->k.qkv_post, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + hp->n_head_kv), 1, hp->head_dim >= 128 ? 64 : 32}),
            what, &post);

@@ -1,5 +1,5 @@
 /* gpu_internal.h - state of the CUDA engine, shared by its two halves: gpu_engine.c (life
- * cycle, weights, KV slots, step planning, decode graphs) and gpu_forward.c (the forward
+ * cycle, weights, the KV block pool, step planning, decode graphs) and gpu_forward.c (the forward
  * pass as a sequence of kernel launches over one packed token batch). */
 #ifndef INFERD_GPU_INTERNAL_H
 #define INFERD_GPU_INTERNAL_H
@@ -35,10 +35,11 @@ typedef struct gpu_layer {
     gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
 } gpu_layer;
 
-/* Where each per-step input lives inside the one host->device copy (bias last, so a step
- * copies only the used part of it). */
+/* Where each per-step input lives in the staging buffer, copied in two parts so a step moves
+ * only what it uses: everything up to the used logit_bias entries, and the used rows of the
+ * block tables (last).  Decode graphs read these fixed addresses. */
 typedef struct gpu_inputs {
-    size_t tok, pos, slot, rows, lidx, bias, bytes;
+    size_t tok, pos, slot, seq, rows, lidx, bias, tables, bytes;
 } gpu_inputs;
 
 typedef struct gpu_engine {
@@ -57,9 +58,13 @@ typedef struct gpu_engine {
     gpu_matrix tok_embd, output;
     CUdeviceptr output_norm, rope_freqs;
 
-    /* KV caches and token history: n_slots + 1 slots (the last takes decode padding) */
+    /* KV block pool: kv_blocks + 1 blocks (the last takes decode padding's writes), and the
+     * token history per row: n_slots + 1 rows (the last for padding).  hist_len: how many of
+     * a row's history entries the device holds for its current sequence. */
     CUdeviceptr kc, vc, hist;
-    size_t kv_bytes;
+    size_t kv_bytes, block_bytes; /* both caches; one block of one cache */
+    int table_width;              /* blocks of one sequence's table */
+    int *hist_len;
 
     /* activations, sized for cap_tokens tokens and cap_rows logits rows */
     int cap_tokens, cap_rows;

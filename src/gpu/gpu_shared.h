@@ -40,25 +40,37 @@ typedef struct matvec_args {
     gpu_half *yh;       /* glu output [m][ldy of seg 0] */
 } matvec_args;
 
-/* qkv_post: per token, per-head RMSNorm of q and k (qwen3), RoPE, and the K/V stores into the
- * slot caches (layout [slot][layer][kv_head][ctx][hd]). Grid (tokens, n_head + n_kv). */
+/* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK), laid
+ * out [block][layer][kv_head][GPU_KV_BLOCK][hd] so one block (every layer) is one contiguous
+ * range, copied whole for copy-on-write.  Token t belongs to sequence seq[t], whose block
+ * table is tables[seq[t] * table_width ...]: position p is row p % GPU_KV_BLOCK of block
+ * tables[...][p / GPU_KV_BLOCK]. */
+#define GPU_KV_BLOCK 32
+static inline GPU_HOST_DEVICE size_t gpu_kv_offset(int32_t block, int n_layer, int layer, int n_kv, int kvh, int row,
+                                                   int hd)
+{
+    return ((((size_t)block * n_layer + layer) * n_kv + kvh) * GPU_KV_BLOCK + row) * hd;
+}
+
+/* qkv_post: per token, per-head RMSNorm of q and k (qwen3), RoPE, and the K/V stores through
+ * the token's block table (the packed prefill's scatter).  Grid (tokens, n_head + n_kv). */
 typedef struct qkv_post_args {
     float *q, *k;
     const float *v;
     const float *q_norm, *k_norm; /* [hd] or NULL */
     gpu_half *kc, *vc;
-    const int32_t *slot, *pos;
+    const int32_t *seq, *pos, *tables;
     const float *freq_div; /* [hd/2] or NULL */
     float rope_base, pos_scale, eps;
-    int neox, n_head, n_kv, hd, n_layer, layer, ctx;
+    int neox, n_head, n_kv, hd, n_layer, layer, table_width;
 } qkv_post_args;
 
 
 typedef struct attn_args {
     const float *q; /* [t][n_head][hd] */
     const gpu_half *kc, *vc;
-    const int32_t *slot, *pos;
-    int n_layer, layer, n_head, n_kv, ctx, hd;
+    const int32_t *seq, *pos, *tables; /* as in qkv_post_args */
+    int n_layer, layer, n_head, n_kv, table_width, hd;
     int gb;      /* query heads per block (a divisor of n_head/n_kv, at most 8) */
     int n_split; /* grid z: key ranges per query (split-K), enough for the longest */
     float scale; /* 1/sqrt(hd) */
@@ -67,12 +79,14 @@ typedef struct attn_args {
 } attn_args;
 
 /* Keys per split for a query that sees n_keys keys: a function of n_keys alone, so a token's
- * attention is computed the same way whatever it is batched with. */
+ * attention is computed the same way whatever it is batched with.  A multiple of GPU_KV_BLOCK,
+ * so each warp's tile of 32 keys lies in one block. */
 #define ATT_CHUNK_MIN 128
 #define ATT_MAX_SPLIT 32
 static inline GPU_HOST_DEVICE int attn_chunk(int n_keys)
 {
     int c = (n_keys + ATT_MAX_SPLIT - 1) / ATT_MAX_SPLIT;
+    c = (c + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK * GPU_KV_BLOCK;
     return c < ATT_CHUNK_MIN ? ATT_CHUNK_MIN : c;
 }
 

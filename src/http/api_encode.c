@@ -231,6 +231,8 @@ static cJSON *usage_object(const api_usage *u)
     cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens);
     cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens);
     cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    cJSON *details = cJSON_AddObjectToObject(o, "prompt_tokens_details"); /* as OpenAI reports it */
+    if (details) cJSON_AddNumberToObject(details, "cached_tokens", u->cached_tokens);
     return o;
 }
 

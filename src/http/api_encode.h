@@ -52,6 +52,7 @@ typedef struct api_choice {
 
 typedef struct api_usage {
     int prompt_tokens;
+    int cached_tokens; /* of prompt_tokens, read from the prefix cache (prompt_tokens_details) */
     int completion_tokens;
 } api_usage;
 

@@ -30,7 +30,7 @@ typedef struct gen_choice {
     int n_tokens, cap_tokens;
     size_t text_offset; /* bytes of this choice already emitted (logprobs text_offset) */
     sched_finish finish;
-    int prompt_tokens, completion_tokens;
+    int prompt_tokens, cached_tokens, completion_tokens;
     /* chat: reasoning and tool calls split out of the text (NULL parser: all is content) */
     chat_parser *cp;
     chat_delta delta;   /* what the last feed decided */
@@ -307,6 +307,7 @@ static void push_tokens(gen_choice *c, sched_output *o)
 static void record_finish(gen *g, gen_choice *c, const sched_output *o)
 {
     c->prompt_tokens = o->prompt_tokens;
+    c->cached_tokens = o->cached_tokens;
     c->completion_tokens = o->completion_tokens;
     if (o->finish == SCHED_FINISH_NONE) return;
     c->finish = o->finish;
@@ -319,7 +320,10 @@ static api_usage usage_of(const gen *g)
     api_usage u = {0};
     for (int i = 0; i < g->n_ch; i++) {
         const gen_choice *c = &g->ch[i];
-        if (i % g->req.n == 0) u.prompt_tokens += c->prompt_tokens; /* each prompt counts once */
+        if (i % g->req.n == 0) { /* each prompt counts once */
+            u.prompt_tokens += c->prompt_tokens;
+            u.cached_tokens += c->cached_tokens;
+        }
         u.completion_tokens += c->completion_tokens;
     }
     return u;
@@ -352,7 +356,8 @@ static bool failure_of(const gen *g, api_error *e)
 void gen_summarize(const gen *g, gen_summary *out)
 {
     api_usage u = g->ch ? usage_of(g) : (api_usage){0};
-    *out = (gen_summary){.id = g->id, .prompt_tokens = u.prompt_tokens, .completion_tokens = u.completion_tokens,
+    *out = (gen_summary){.id = g->id, .prompt_tokens = u.prompt_tokens, .cached_tokens = u.cached_tokens,
+                         .completion_tokens = u.completion_tokens,
                          .ttft_ms = g->t_first_ms ? g->t_first_ms - g->hr->t_start : NAN};
     /* The worst outcome of any choice; a choice still running now is being cancelled (the
      * connection closed before it finished). */

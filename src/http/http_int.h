@@ -42,7 +42,7 @@ struct server {
 /* What the per-request log line says about a generation. */
 typedef struct gen_summary {
     const char *id;
-    int prompt_tokens, completion_tokens; /* as in the response's usage */
+    int prompt_tokens, cached_tokens, completion_tokens; /* as in the response's usage */
     double ttft_ms;     /* request start -> first token taken by the HTTP side; NAN when none */
     const char *finish; /* stop, length, cancelled, error; NULL when nothing was generated */
 } gen_summary;

@@ -63,12 +63,24 @@ void metrics_render(const metrics *m, const metrics_view *v, bytebuf *o)
           (double)st->generated_tokens_total);
     gauge(o, "inferd_scheduler_steps_total", "Engine steps run.", "counter", (double)st->steps);
     gauge(o, "inferd_queue_depth", "Requests waiting for a slot.", "gauge", st->queue_depth);
-    gauge(o, "inferd_slots_total", "KV slots (parallel sequences).", "gauge", st->n_slots);
-    gauge(o, "inferd_slots_running", "KV slots running a request.", "gauge", st->slots_used);
-    gauge(o, "inferd_kv_tokens_used", "Tokens held in the KV cache of all slots.", "gauge",
-          (double)st->kv_tokens_used);
-    gauge(o, "inferd_kv_tokens_capacity", "Tokens the KV cache of all slots can hold.", "gauge",
-          (double)st->n_slots * v->ctx_per_slot);
+    gauge(o, "inferd_slots_total", "Most sequences running at once (--parallel).", "gauge", st->n_slots);
+    gauge(o, "inferd_slots_running", "Sequences running now.", "gauge", st->slots_used);
+    gauge(o, "inferd_kv_tokens_used", "Positions held by running sequences.", "gauge", (double)st->kv_tokens_used);
+    gauge(o, "inferd_kv_tokens_capacity", "Tokens the KV block pool can hold.", "gauge",
+          (double)st->kv_blocks_total * ENGINE_KV_BLOCK);
+    gauge(o, "inferd_kv_blocks_total", "Blocks in the KV pool.", "gauge", st->kv_blocks_total);
+    gauge(o, "inferd_kv_blocks_used", "KV blocks referenced by running sequences.", "gauge", st->kv_blocks_used);
+    gauge(o, "inferd_kv_blocks_cached", "KV blocks unreferenced but kept by the prefix cache (evictable).", "gauge",
+          st->kv_blocks_cached);
+    gauge(o, "inferd_kv_blocks_free", "KV blocks holding nothing.", "gauge", st->kv_blocks_free);
+    gauge(o, "inferd_prefix_cache_lookup_tokens_total", "Prompt tokens looked up in the prefix cache.", "counter",
+          (double)st->prefix_lookup_tokens);
+    gauge(o, "inferd_prefix_cache_hit_tokens_total", "Prompt tokens read from the prefix cache instead of computed.",
+          "counter", (double)st->prefix_hit_tokens);
+    gauge(o, "inferd_prefix_cache_hit_ratio", "Hit tokens / lookup tokens since start.", "gauge",
+          st->prefix_lookup_tokens ? (double)st->prefix_hit_tokens / (double)st->prefix_lookup_tokens : 0.0);
+    gauge(o, "inferd_preemptions_total", "Running sequences sent back to wait (KV blocks ran out).", "counter",
+          (double)st->preemptions);
     static const char *const finish_names[5] = {"none", "stop", "length", "cancelled", "error"};
     bytebuf_puts(o, "# HELP inferd_requests_finished_total Choices finished, by reason.\n"
                  "# TYPE inferd_requests_finished_total counter\n");

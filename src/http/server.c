@@ -212,6 +212,7 @@ static void log_request(const http_req *hr, int status, bool closed_early)
     f[n++] = LOG_INT("status", status);
     if (hr->g) {
         f[n++] = LOG_INT("prompt_tokens", gs.prompt_tokens);
+        f[n++] = LOG_INT("cached_tokens", gs.cached_tokens);
         f[n++] = LOG_INT("completion_tokens", gs.completion_tokens);
         f[n++] = LOG_NUM("ttft_ms", gs.ttft_ms);
     }

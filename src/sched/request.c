@@ -19,7 +19,8 @@ void req_free(sched_req *r)
     output_free(&r->out);
     bytebuf_free(&r->text);
     free(r->tokens);
-    free(r->prompt);
+    free(r->toks);
+    kv_seq_free(&r->kv); /* the scheduler gave its blocks back when the request finished */
     free(r->bias_ids);
     free(r->bias_vals);
     pthread_mutex_destroy(&r->mu);
@@ -43,7 +44,8 @@ sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, void *wa
 {
     sched_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->prompt = malloc((size_t)p->n_prompt * sizeof *r->prompt);
+    r->toks = malloc(((size_t)p->n_prompt + (size_t)p->max_tokens) * sizeof *r->toks);
+    r->prompt = r->toks;
     int n_bias = p->sp.n_bias > 0 ? p->sp.n_bias : 0;
     if (n_bias) {
         r->bias_ids = malloc((size_t)n_bias * sizeof *r->bias_ids);
@@ -65,7 +67,7 @@ sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, void *wa
     }
     memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
     r->s = s;
-    r->n_prompt = p->n_prompt;
+    r->n_prompt = r->n_toks = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->sp = p->sp;
     r->sp.n_bias = n_bias;
@@ -143,6 +145,7 @@ bool sched_req_take(sched_req *r, sched_output *out)
         if (r->finish == SCHED_FINISH_ERROR) memcpy(out->error, r->error, sizeof out->error);
     }
     out->prompt_tokens = r->n_prompt;
+    out->cached_tokens = r->cached_tokens;
     out->completion_tokens = r->completion_tokens;
     pthread_mutex_unlock(&r->mu);
     return any;

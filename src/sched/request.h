@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "base/bytebuf.h"
+#include "kvcache.h"
 #include "output.h"
 #include "sched.h"
 
@@ -23,7 +24,7 @@ struct sched_req {
     atomic_bool cancelled;
 
     /* What was asked (immutable after submit). */
-    int32_t *prompt;
+    int32_t *prompt; /* == toks: the first n_prompt entries */
     int n_prompt;
     int max_tokens;
     sampling_params sp; /* bias arrays point into bias_ids/bias_vals below */
@@ -37,8 +38,13 @@ struct sched_req {
 
     /* Scheduler thread only. */
     sched_req *next; /* waiting queue link */
-    int slot;        /* -1 while waiting */
-    int n_past;      /* tokens fed into the slot */
+    int slot;        /* its row while running; -1 while waiting */
+    int n_past;      /* positions whose K/V its blocks hold */
+    int32_t *toks;   /* the token of every position: prompt, then each generated token (room for
+                      * n_prompt + max_tokens), so a preempted request can be recomputed */
+    int n_toks;
+    kv_seq kv;       /* its block table while running */
+    bool started;    /* admitted once: its text pipeline runs (kept across preemptions) */
     int n_generated;
     int32_t last_token; /* sampled, not yet fed back */
     bool has_pending;   /* last_token must be fed in the next step */
@@ -52,6 +58,7 @@ struct sched_req {
     engine_result *tokens;
     int n_tokens, cap_tokens;
     int completion_tokens; /* n_generated as published with the outbox */
+    int cached_tokens;     /* prompt tokens read from the prefix cache at the first admission */
     sched_finish finish;
     bool finish_taken;
     char error[256];

@@ -1,6 +1,7 @@
 /* sched.c - the continuous-batching scheduler proper (see sched.h): the waiting queue,
- * admission into free slots, the plan of each step, the engine call, and the loop.  A
- * request's hand-off and outbox are request.c; turning its tokens into text is output.c.
+ * admission by free rows and free KV blocks, preemption when blocks run out, the plan of each
+ * step, the engine call, and the loop.  A request's hand-off and outbox are request.c;
+ * turning its tokens into text is output.c; which blocks hold what is kvcache.c.
  *
  * Threads and ownership:
  *   - HTTP threads call sched_submit / sched_req_take / sched_req_cancel / sched_req_release.
@@ -73,7 +74,9 @@ struct sched {
     engine_seq *seqs;
     engine_result *results;
     sched_req **seq_req; /* request of seqs[i] */
-    sched_req **prefill; /* plan_step scratch */
+    sched_req **prefill; /* plan_step / running_by_age scratch */
+    kvcache *kv;         /* the engine's KV blocks: tables, prefix cache */
+    int max_ctx;         /* sched_max_context */
     int decode_rr;       /* round-robin start when decodes alone exceed the budget */
     uint64_t admit_counter;
     output_scratch scratch; /* the text pipeline's buffers, shared by every request */
@@ -92,6 +95,8 @@ static int room_for(const sched *s, int n, bool reserved)
 }
 
 int sched_capacity(const sched *s) { return s->cfg.n_slots + s->cfg.queue_size; }
+
+int sched_max_context(const sched *s) { return s->max_ctx; }
 
 int sched_reserve(sched *s, int n)
 {
@@ -118,7 +123,7 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
         return SCHED_E_INVALID;
     /* Too long before max_tokens < 1: a caller that defaults max_tokens to "the rest of the
      * context" gets 0 for a prompt that fills it, and "too long" is the useful answer then. */
-    if ((int64_t)p->n_prompt + (p->max_tokens > 1 ? p->max_tokens : 1) > s->cfg.ctx_per_slot)
+    if ((int64_t)p->n_prompt + (p->max_tokens > 1 ? p->max_tokens : 1) > s->max_ctx)
         return SCHED_E_TOO_LONG;
     if (p->max_tokens < 1) return SCHED_E_INVALID;
     for (int i = 0; i < p->n_prompt; i++)
@@ -180,9 +185,20 @@ static sched_req *queue_pop(sched *s)
 
 /* Ends a request: frees its slot (in this very step), publishes the finish, logs, and drops
  * the scheduler's reference. */
+/* The pool's block counts into the statistics; s->mu held. */
+static void publish_kv_counts(sched *s)
+{
+    kvcache_counts kc = kvcache_count(s->kv);
+    s->stats.kv_blocks_used = kc.used;
+    s->stats.kv_blocks_cached = kc.cached;
+    s->stats.kv_blocks_free = kc.free;
+}
+
 static void req_finish(sched *s, sched_req *r, sched_finish why, const char *error)
 {
+    if (r->kv.blocks) kvcache_release(s->kv, &r->kv); /* full blocks stay cached for others */
     pthread_mutex_lock(&s->mu);
+    publish_kv_counts(s);
     s->stats.requests_finished[why]++;
     if (r->slot >= 0) {
         s->n_running--;
@@ -231,7 +247,7 @@ static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint6
     }
     bool eog = !r->ignore_eos && tokenizer_is_eog(s->tok, id);
     /* max_tokens, or no room left to feed id back */
-    bool at_length = r->n_generated >= r->max_tokens || r->n_past >= s->cfg.ctx_per_slot;
+    bool at_length = r->n_generated >= r->max_tokens || r->n_past >= s->max_ctx;
     bool oom = false;
     sched_finish why = output_token(&r->out, &s->scratch, s->tok, id, eog, at_length, &oom);
     if (!oom && !req_outbox_append(r, &s->scratch.text, r->want_logprobs && !eog ? res : NULL)) oom = true;
@@ -241,6 +257,7 @@ static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint6
         return;
     }
     r->last_token = id;
+    r->toks[r->n_toks++] = id; /* room: n_generated < max_tokens here */
     r->has_pending = true;
     req_wake(r);
 }
@@ -297,22 +314,168 @@ static void sched_fail(sched *s, const char *error)
     if (s->cfg.on_fatal) s->cfg.on_fatal(s->cfg.on_fatal_ctx, error);
 }
 
-/* FIFO: the oldest waiting request gets the lowest free slot. */
+/* Tokens to compute before the request samples or decodes: its prompt, or after a preemption
+ * every token it had fed (all but the pending last one, which the next decode feeds). */
+static int prefill_target(const sched_req *r) { return r->n_generated ? r->n_toks - 1 : r->n_prompt; }
+static bool prefilling(const sched_req *r) { return r->n_past < prefill_target(r); }
+
+/* Running requests, oldest admission first, into s->prefill (insertion sort: a handful of
+ * rows).  Returns how many. */
+static int running_by_age(sched *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        sched_req *r = s->slots[i];
+        if (!r) continue;
+        int j = n++;
+        for (; j > 0 && s->prefill[j - 1]->admit_seq > r->admit_seq; j--) s->prefill[j] = s->prefill[j - 1];
+        s->prefill[j] = r;
+    }
+    return n;
+}
+
+/* Sends a running request back to the head of the queue: its blocks go back to the pool (the
+ * full ones stay cached, so its recomputation is mostly a prefix hit), and it is recomputed
+ * from its tokens when admitted again.  Its text pipeline, outbox and sampled tokens are kept,
+ * and sampling is a function of (seed, position): the stream only pauses. */
+static void preempt(sched *s, sched_req *r)
+{
+    log_info("request %s: preempted at %d tokens (KV blocks ran out), to be recomputed", r->id, r->n_past);
+    kvcache_release(s->kv, &r->kv);
+    engine_slot_clear(s->e, r->slot);
+    s->slots[r->slot] = NULL;
+    r->slot = -1;
+    pthread_mutex_lock(&s->mu);
+    s->n_running--;
+    s->kv_used -= (uint64_t)r->n_past;
+    s->stats.preemptions++;
+    r->next = s->wait_head;
+    s->wait_head = r;
+    if (!s->wait_tail) s->wait_tail = r;
+    s->n_waiting++;
+    pthread_mutex_unlock(&s->mu);
+    r->n_past = 0;
+}
+
+/* Every running sequence about to decode needs a block for its next position.  When the pool
+ * runs dry, the most recently admitted running sequence is preempted, until the request
+ * asking fits or is itself the one preempted: the oldest always progresses. */
+static void reserve_decode_blocks(sched *s)
+{
+    int n = running_by_age(s);
+    for (int k = 0; k < n; k++) {
+        sched_req *r = s->prefill[k];
+        if (!r || !r->has_pending || prefilling(r)) continue;
+        while (!kvcache_grow(s->kv, &r->kv, r->n_past + 1)) {
+            int v = n - 1;
+            while (!s->prefill[v]) v--; /* r itself is there: the loop ends */
+            sched_req *victim = s->prefill[v];
+            s->prefill[v] = NULL;
+            preempt(s, victim);
+            if (victim == r) break;
+        }
+    }
+}
+
+enum { PLACE_OK, PLACE_WAIT, PLACE_FAILED, PLACE_FATAL };
+
+/* Gives r (the queue's head) blocks for what it must compute plus its next token: the longest
+ * cached prefix first, fresh blocks for the rest.  A prompt that is cached whole still
+ * computes its last position (its logits are the first sample), in a private copy of the last
+ * block (copy-on-write).  PLACE_WAIT: too few blocks now, r keeps nothing. */
+static int place_blocks(sched *s, sched_req *r, int *start, char *err, size_t errlen)
+{
+    if (!r->kv.blocks && !kv_seq_init(&r->kv, s->kv)) {
+        snprintf(err, errlen, "out of memory for the request's block table");
+        return PLACE_FAILED;
+    }
+    int target = prefill_target(r);
+    int hit = s->cfg.no_prefix_cache ? 0 : kvcache_match(s->kv, &r->kv, r->toks, target);
+    *start = hit == target && r->n_generated == 0 ? target - 1 : hit;
+    if (!kvcache_grow(s->kv, &r->kv, target + 1)) {
+        kvcache_release(s->kv, &r->kv);
+        return PLACE_WAIT;
+    }
+    if (*start < hit) {
+        int32_t src;
+        int cow = kvcache_cow(s->kv, &r->kv, *start / ENGINE_KV_BLOCK, &src);
+        if (cow < 0) {
+            kvcache_release(s->kv, &r->kv);
+            return PLACE_WAIT;
+        }
+        int rc = cow ? engine_kv_copy(s->e, r->kv.blocks[*start / ENGINE_KV_BLOCK], src, err, errlen) : 0;
+        if (rc != 0) {
+            kvcache_release(s->kv, &r->kv);
+            return rc == ENGINE_FATAL ? PLACE_FATAL : PLACE_FAILED;
+        }
+    }
+    return PLACE_OK;
+}
+
+/* Whether r shares full blocks with a running request that has not computed them yet.  Blocks
+ * are indexed only once computed, so r admitted now would compute that prefix a second time
+ * (64 requests arriving together with one system prompt would compute it 64 times); a few
+ * steps later it reads it from the cache.  The running request always progresses, so the
+ * wait is bounded by its prefill. */
+static bool prefix_in_flight(sched *s, const sched_req *r)
+{
+    if (s->cfg.no_prefix_cache) return false;
+    int target = prefill_target(r);
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        const sched_req *q = s->slots[i];
+        if (!q) continue;
+        int n = target < q->n_toks ? target : q->n_toks, common = 0;
+        while (common < n && q->toks[common] == r->toks[common]) common++;
+        if (q->n_past < common / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK) return true;
+    }
+    return false;
+}
+
+/* FIFO: the oldest waiting request (a preempted one first) gets the lowest free row once the
+ * pool has blocks for it and no running request is computing its prefix; until then nothing
+ * behind it is admitted. */
 static void admit(sched *s)
 {
-    for (int i = 0; i < s->cfg.n_slots; i++) {
-        if (s->slots[i]) continue;
+    for (int i = 0; i < s->cfg.n_slots;) {
+        if (s->slots[i]) {
+            i++;
+            continue;
+        }
         pthread_mutex_lock(&s->mu);
-        sched_req *r = queue_pop(s);
+        sched_req *r = s->wait_head; /* only this thread removes from the queue */
         pthread_mutex_unlock(&s->mu);
-        if (!r) return;
+        if (!r || prefix_in_flight(s, r)) return;
+        char err[256] = "";
+        int start = 0, rc = place_blocks(s, r, &start, err, sizeof err);
+        if (rc == PLACE_WAIT) return;
+        if (rc == PLACE_FATAL) {
+            sched_fail(s, err);
+            return;
+        }
+        pthread_mutex_lock(&s->mu);
+        queue_pop(s);
+        pthread_mutex_unlock(&s->mu);
+        if (rc == PLACE_FAILED) {
+            log_warn("request %s: cannot be admitted: %s", r->id, err);
+            req_finish(s, r, SCHED_FINISH_ERROR, err);
+            continue;
+        }
         r->slot = i;
-        r->n_past = 0;
-        r->admit_seq = s->admit_counter++;
-        output_start(&r->out, s->tok);
+        r->n_past = start;
+        if (!r->started) { /* a preempted request keeps its text pipeline and its age */
+            r->started = true;
+            r->admit_seq = s->admit_counter++;
+            output_start(&r->out, s->tok);
+            pthread_mutex_lock(&r->mu);
+            r->cached_tokens = start;
+            pthread_mutex_unlock(&r->mu);
+        }
         s->slots[i] = r;
         pthread_mutex_lock(&s->mu);
         s->n_running++;
+        s->kv_used += (uint64_t)start;
+        s->stats.prefix_lookup_tokens += (uint64_t)prefill_target(r);
+        s->stats.prefix_hit_tokens += (uint64_t)start;
         pthread_mutex_unlock(&s->mu);
     }
 }
@@ -324,6 +487,8 @@ static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int 
         .tokens = tokens,
         .n_tokens = n_tokens,
         .pos = r->n_past,
+        .blocks = r->kv.blocks,
+        .history = r->toks,
         .want_token = want,
         .sp = &r->sp,
     };
@@ -340,27 +505,22 @@ static int plan_step(sched *s)
     for (int k = 0; k < n_slots && budget > 0; k++) {
         int i = (s->decode_rr + k) % n_slots;
         sched_req *r = s->slots[i];
-        if (r && r->has_pending) {
+        if (r && r->has_pending && !prefilling(r)) {
             plan_add(s, &n, r, &r->last_token, 1, true);
             budget--;
         }
     }
     s->decode_rr = (s->decode_rr + 1) % n_slots;
 
-    /* Prompts still to prefill, oldest admission first (insertion sort: a handful of slots). */
-    int n_pre = 0;
-    for (int i = 0; i < n_slots; i++) {
-        sched_req *r = s->slots[i];
-        if (!r || r->n_past >= r->n_prompt) continue;
-        int j = n_pre++;
-        for (; j > 0 && s->prefill[j - 1]->admit_seq > r->admit_seq; j--) s->prefill[j] = s->prefill[j - 1];
-        s->prefill[j] = r;
-    }
-    for (int k = 0; k < n_pre && budget > 0; k++) {
+    /* Prompts (or recomputations) still to prefill, oldest admission first; the last chunk of
+     * a prompt samples, that of a recomputation does not (its pending token decodes next). */
+    int n_run = running_by_age(s);
+    for (int k = 0; k < n_run && budget > 0; k++) {
         sched_req *r = s->prefill[k];
-        int chunk = r->n_prompt - r->n_past;
+        if (!prefilling(r)) continue;
+        int target = prefill_target(r), chunk = target - r->n_past;
         if (chunk > budget) chunk = budget;
-        plan_add(s, &n, r, r->prompt + r->n_past, chunk, r->n_past + chunk == r->n_prompt);
+        plan_add(s, &n, r, r->toks + r->n_past, chunk, r->n_past + chunk == target && r->n_generated == 0);
         budget -= chunk;
     }
     return n;
@@ -372,6 +532,7 @@ static void seq_done(sched *s, int i, uint64_t now)
     const engine_seq *q = &s->seqs[i];
     sched_req *r = s->seq_req[i];
     r->n_past += q->n_tokens;
+    if (!s->cfg.no_prefix_cache) kvcache_commit(s->kv, &r->kv, r->toks, r->n_past); /* full blocks: shareable */
     bool decode = q->tokens == &r->last_token;
     if (decode) r->has_pending = false;
     pthread_mutex_lock(&s->mu);
@@ -427,6 +588,9 @@ static bool sched_step(sched *s)
     bool all = s->cancel_all;
     pthread_mutex_unlock(&s->mu);
     drop_cancelled(s, all);
+    /* Running decodes take their blocks before new requests do: admitting a request only to
+     * preempt it at once would waste its prefill. */
+    reserve_decode_blocks(s);
     admit(s);
     int n = plan_step(s);
     if (n > 0) {
@@ -448,6 +612,7 @@ static bool sched_step(sched *s)
         }
     }
     pthread_mutex_lock(&s->mu);
+    publish_kv_counts(s);
     bool more = s->n_active > 0;
     pthread_mutex_unlock(&s->mu);
     return more;
@@ -523,6 +688,7 @@ static void sched_free_memory(sched *s)
     free(s->results);
     free(s->seq_req);
     free(s->prefill);
+    kvcache_free(s->kv);
     output_scratch_free(&s->scratch);
     free(s);
 }
@@ -550,12 +716,22 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
                  ec->ctx_per_slot, ec->max_batch_tokens);
         return NULL;
     }
+    int kv_blocks = engine_kv_blocks(e);
+    if (kv_blocks < 1) {
+        snprintf(err, errlen, "sched: the engine has no KV blocks");
+        return NULL;
+    }
     sched *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "sched: out of memory");
         return NULL;
     }
     size_t n = (size_t)cfg->n_slots;
+    int per_seq = (cfg->ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+    s->kv = kvcache_create(kv_blocks, per_seq, 0);
+    s->max_ctx = (int64_t)kv_blocks * ENGINE_KV_BLOCK < cfg->ctx_per_slot ? kv_blocks * ENGINE_KV_BLOCK
+                                                                          : cfg->ctx_per_slot;
+    s->stats.kv_blocks_total = s->stats.kv_blocks_free = kv_blocks;
     s->e = e;
     s->tok = tok;
     s->cfg = *cfg;
@@ -565,7 +741,7 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     s->results = calloc(n, sizeof *s->results);
     s->seq_req = calloc(n, sizeof *s->seq_req);
     s->prefill = calloc(n, sizeof *s->prefill);
-    if (!s->slots || !s->seqs || !s->results || !s->seq_req || !s->prefill) {
+    if (!s->slots || !s->seqs || !s->results || !s->seq_req || !s->prefill || !s->kv) {
         snprintf(err, errlen, "sched: out of memory");
         goto fail;
     }

@@ -28,6 +28,7 @@ typedef struct sched_config {
     int ctx_per_slot;     /* must equal the engine's */
     int max_batch_tokens; /* prefill token budget per step (the engine's max) */
     int queue_size;       /* waiting requests beyond the running ones; more -> SCHED_E_QUEUE_FULL */
+    bool no_prefix_cache; /* every prompt computed whole (benchmarks' baseline) */
     /* Optional liveness hook (the systemd watchdog): called on the scheduler thread every
      * heartbeat_ms (0 = never) by a timer of the scheduler's own loop, so the calls stop
      * while an engine step is wedged.  The scheduler knows nothing of what it does. */
@@ -57,7 +58,7 @@ const char *sched_finish_name(sched_finish f); /* "stop", "length", ... */
 typedef struct sched_params {
     const int32_t *prompt;
     int n_prompt;   /* >= 1 */
-    int max_tokens; /* >= 1; prompt + max_tokens must fit the slot (checked: SCHED_E_TOO_LONG) */
+    int max_tokens; /* >= 1; prompt + max_tokens must fit sched_max_context (SCHED_E_TOO_LONG) */
     sampling_params sp;
     const char *stop[SCHED_MAX_STOP];
     int n_stop;
@@ -77,6 +78,7 @@ typedef struct sched_output {
     int n_tokens;
     sched_finish finish; /* != NONE once: this is the last output of the request */
     int prompt_tokens;
+    int cached_tokens; /* of prompt_tokens, read from the prefix cache instead of computed */
     int completion_tokens;
     char error[256]; /* when finish == SCHED_FINISH_ERROR */
 } sched_output;
@@ -89,7 +91,7 @@ enum {
     SCHED_OK = 0,
     SCHED_E_QUEUE_FULL = -1, /* 429 */
     SCHED_E_SHUTDOWN = -2,   /* 503 */
-    SCHED_E_TOO_LONG = -3,   /* 400: prompt + max_tokens exceed the slot context */
+    SCHED_E_TOO_LONG = -3,   /* 400: prompt + max_tokens exceed sched_max_context: could never run */
     SCHED_E_INVALID = -4,    /* 400: e.g. empty prompt */
 };
 
@@ -107,6 +109,9 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
 /* Moves pending output into *out (which the caller then clears). Returns true when anything
  * was there (text, tokens or the finish). Thread-safe. */
 bool sched_req_take(sched_req *r, sched_output *out);
+/* The most tokens (prompt + max_tokens) one request may ask for: ctx_per_slot, or less when
+ * the whole KV pool holds less. */
+int sched_max_context(const sched *s);
 /* The most requests the scheduler ever holds at once (slots + queue): a request with more
  * choices can never be admitted. */
 int sched_capacity(const sched *s);
@@ -143,7 +148,11 @@ typedef struct sched_stats {
     uint64_t prompt_tokens_total;
     uint64_t generated_tokens_total;
     uint64_t requests_finished[5]; /* by sched_finish */
-    uint64_t kv_tokens_used;       /* tokens held in all slots now */
+    uint64_t kv_tokens_used;       /* positions held by running sequences now */
+    int kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free; /* see kvcache.h */
+    uint64_t prefix_lookup_tokens; /* prompt tokens looked up in the prefix cache at admission */
+    uint64_t prefix_hit_tokens;    /* of which read from cached blocks instead of computed */
+    uint64_t preemptions;          /* running sequences sent back to wait for KV blocks */
     sched_hist ttft;               /* submit -> first token text available */
     sched_hist itl;                /* between consecutive sampled tokens of a request */
 } sched_stats;

@@ -442,6 +442,65 @@ static void test_config_refused(void **state)
     free(image);
 }
 
+
+/* Paged KV: a sequence that reads a prefix from blocks another sequence computed (a prefix
+ * cache hit ending inside a block, and a prompt cached whole whose last position is recomputed
+ * in a copy of the shared block) gets bit-identical logits to the cold run, through block
+ * tables that are fragmented (blocks out of order, not contiguous). */
+static void test_paged_prefix_hit_bit_identical(void **state)
+{
+    (void)state;
+    arch_case ac = make_case("qwen3 Q4_K", "qwen3", GGML_TYPE_Q4_K, 256, 256, 64);
+    loaded L = load_engine(&ac.spec, 2); /* 4 rows x 48 tokens: 8 blocks of 32 */
+    assert_int_equal(engine_kv_blocks(L.e), 8);
+    const int V = L.m->hp.n_vocab, B = ENGINE_KV_BLOCK;
+    int32_t p[41];
+    random_tokens(p, 41, V, 77);
+    float *cold = malloc(41 * (size_t)V * sizeof(float)), *hit = malloc(41 * (size_t)V * sizeof(float));
+    sampling_params sp;
+    sampling_params_default(&sp);
+    engine_result res;
+    char err[256];
+
+    /* Cold: 40 tokens in blocks {5, 2}, then one decode token. */
+    int32_t cold_blocks[] = {5, 2};
+    engine_seq s = {.slot = 0, .tokens = p, .n_tokens = 40, .pos = 0, .blocks = cold_blocks, .want_token = true,
+                    .sp = &sp, .logits = cold, .logits_all = true};
+    assert_int_equal(engine_step(L.e, &s, 1, &res, err, sizeof err), 0);
+    s = (engine_seq){.slot = 0, .tokens = p + 40, .n_tokens = 1, .pos = 40, .blocks = cold_blocks, .want_token = true,
+                     .sp = &sp, .logits = cold + 40 * (size_t)V};
+    assert_int_equal(engine_step(L.e, &s, 1, &res, err, sizeof err), 0);
+
+    /* Hit inside a block: block 5 (positions 0..31) is shared, 32..40 computed into block 0 by
+     * a sequence in another row, which brings the prefix's tokens as its history. */
+    int32_t hit_blocks[] = {5, 0};
+    s = (engine_seq){.slot = 1, .tokens = p + B, .n_tokens = 40 - B, .pos = B, .blocks = hit_blocks, .history = p,
+                     .want_token = true, .sp = &sp, .logits = hit + (size_t)B * V, .logits_all = true};
+    assert_int_equal(engine_step(L.e, &s, 1, &res, err, sizeof err), 0);
+    s = (engine_seq){.slot = 1, .tokens = p + 40, .n_tokens = 1, .pos = 40, .blocks = hit_blocks, .want_token = true,
+                     .sp = &sp, .logits = hit + 40 * (size_t)V};
+    assert_int_equal(engine_step(L.e, &s, 1, &res, err, sizeof err), 0);
+    assert_memory_equal(hit + (size_t)B * V, cold + (size_t)B * V, (41 - B) * (size_t)V * sizeof(float));
+
+    /* Whole prompt cached: the 32-token prompt p[0..31] is block 5; its last position is
+     * recomputed in a copy (block 7), leaving block 5 as it was. */
+    assert_int_equal(engine_kv_copy(L.e, 7, 5, err, sizeof err), 0);
+    int32_t whole_blocks[] = {7};
+    s = (engine_seq){.slot = 2, .tokens = p + B - 1, .n_tokens = 1, .pos = B - 1, .blocks = whole_blocks,
+                     .history = p, .want_token = true, .sp = &sp, .logits = hit};
+    assert_int_equal(engine_step(L.e, &s, 1, &res, err, sizeof err), 0);
+    assert_memory_equal(hit, cold + (size_t)(B - 1) * V, (size_t)V * sizeof(float));
+
+    /* A table entry outside the pool is refused before anything runs. */
+    int32_t bad[] = {5, 8};
+    s = (engine_seq){.slot = 3, .tokens = p, .n_tokens = 40, .pos = 0, .blocks = bad, .want_token = true, .sp = &sp};
+    assert_int_equal(engine_step(L.e, &s, 1, &res, err, sizeof err), ENGINE_EINVAL);
+    assert_non_null(strstr(err, "not in the pool"));
+    free(cold);
+    free(hit);
+    unload(&L);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -450,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_threads_errors_rewind),
         cmocka_unit_test(test_engine_sampling),
         cmocka_unit_test(test_config_refused),
+        cmocka_unit_test(test_paged_prefix_hit_bit_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -279,24 +279,39 @@ static void test_rmsnorm(void **state)
     cu.cuMemFree(dx), cu.cuMemFree(dw), cu.cuMemFree(dy), cu.cuMemFree(dyh), cu.cuMemFree(didx);
 }
 
-/* qkv_post: per-head norm (qwen3) + RoPE of q and k, and the K/V stores into slot caches. */
+/* Block tables of n_seq sequences of width w over a pool of n_seq * w blocks, fragmented: the
+ * blocks of one sequence are neither contiguous nor in order, and sequences interleave.
+ * Sequence 1 shares sequence 2's first block (a cached prefix read by both). */
+static int32_t *scattered_tables(int n_seq, int w)
+{
+    int32_t *t = malloc((size_t)n_seq * w * sizeof *t);
+    for (int s = 0; s < n_seq; s++)
+        for (int b = 0; b < w; b++) t[s * w + b] = n_seq * w - 1 - (b * n_seq + s);
+    if (n_seq > 2) t[1 * w] = t[2 * w];
+    return t;
+}
+
+/* qkv_post: per-head norm (qwen3) + RoPE of q and k, and the K/V stores through block tables. */
 static void test_qkv_post(void **state)
 {
     (void)state;
     if (!G.ctx) skip();
     uint64_t seed = 8;
     enum { T = 4, NH = 4, NKV = 2, HD = 128, NL = 3, LAYER = 2, CTX = 4100, SLOTS = 3 };
-    int32_t pos[T] = {0, 17, 300, 4095}, slot[T] = {2, 0, 2, 1};
+    enum { TW = (CTX + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK, NB = SLOTS * TW };
+    int32_t pos[T] = {0, 17, 300, 4095}, slot[T] = {2, 0, 2, 1}; /* slot: the token's sequence */
+    int32_t *tables = scattered_tables(SLOTS, TW);
     float q[T * NH * HD], k[T * NKV * HD], v[T * NKV * HD], qn[HD], kn[HD], div[HD / 2];
     for (int i = 0; i < T * NH * HD; i++) q[i] = gpu_test_randf(&seed);
     for (int i = 0; i < T * NKV * HD; i++) k[i] = gpu_test_randf(&seed), v[i] = gpu_test_randf(&seed);
     for (int i = 0; i < HD; i++) qn[i] = 1.0f + 0.3f * gpu_test_randf(&seed), kn[i] = 1.0f + 0.3f * gpu_test_randf(&seed);
     for (int i = 0; i < HD / 2; i++) div[i] = 1.0f + (float)i / 16.0f;
-    size_t cache_n = (size_t)SLOTS * NL * NKV * CTX * HD;
+    size_t cache_n = (size_t)NB * NL * NKV * GPU_KV_BLOCK * HD;
     CUdeviceptr dkc, dvc;
     CHECK(cu.cuMemAlloc(&dkc, cache_n * 2));
     CHECK(cu.cuMemAlloc(&dvc, cache_n * 2));
     CUdeviceptr dpos = upload(pos, sizeof pos), dslot = upload(slot, sizeof slot);
+    CUdeviceptr dtab = upload(tables, (size_t)NB * sizeof *tables);
     CUdeviceptr dqn = upload(qn, sizeof qn), dkn = upload(kn, sizeof kn), ddiv = upload(div, sizeof div);
     for (int variant = 0; variant < 2; variant++) { /* 0: llama (normal, divisors), 1: qwen3 (neox, norms) */
         int neox = variant;
@@ -305,10 +320,11 @@ static void test_qkv_post(void **state)
                            .q_norm = variant ? (const float *)(uintptr_t)dqn : NULL,
                            .k_norm = variant ? (const float *)(uintptr_t)dkn : NULL,
                            .kc = (gpu_half *)(uintptr_t)dkc, .vc = (gpu_half *)(uintptr_t)dvc,
-                           .slot = (const int32_t *)(uintptr_t)dslot, .pos = (const int32_t *)(uintptr_t)dpos,
+                           .seq = (const int32_t *)(uintptr_t)dslot, .pos = (const int32_t *)(uintptr_t)dpos,
+                           .tables = (const int32_t *)(uintptr_t)dtab,
                            .freq_div = variant ? NULL : (const float *)(uintptr_t)ddiv, .rope_base = 500000.0f,
                            .pos_scale = 0.5f, .eps = 1e-6f, .neox = neox, .n_head = NH, .n_kv = NKV, .hd = HD,
-                           .n_layer = NL, .layer = LAYER, .ctx = CTX};
+                           .n_layer = NL, .layer = LAYER, .table_width = TW};
         void *args[] = {&a};
         launch(&G.k.qkv_post, (gpu_launch_dims){T, NH + NKV, 1, 64}, args);
         float qo[T * NH * HD], qref[T * NH * HD], ko[T * NKV * HD], kref[T * NKV * HD], vo[T * NKV * HD];
@@ -326,7 +342,8 @@ static void test_qkv_post(void **state)
                 ref_rope(kref + (t * NKV + h) * HD, HD, pos[t], 500000.0, 0.5, variant ? ones : div, neox);
                 for (int which = 0; which < 2; which++) {
                     uint16_t hbuf[HD];
-                    size_t off = ((((size_t)slot[t] * NL + LAYER) * NKV + h) * CTX + pos[t]) * HD;
+                    int32_t block = tables[slot[t] * TW + pos[t] / GPU_KV_BLOCK];
+                    size_t off = gpu_kv_offset(block, NL, LAYER, NKV, h, pos[t] % GPU_KV_BLOCK, HD);
                     CHECK(cu.cuStreamSynchronize(G.stream));
                     CHECK(cu.cuMemcpyDtoH(hbuf, (which ? dvc : dkc) + off * 2, sizeof hbuf));
                     for (int d = 0; d < HD; d++) (which ? vo : ko)[(t * NKV + h) * HD + d] = quant_f16_to_f32(hbuf[d]);
@@ -343,19 +360,22 @@ static void test_qkv_post(void **state)
         assert_true(ev < 1e-3);
         cu.cuMemFree(dq), cu.cuMemFree(dk), cu.cuMemFree(dv);
     }
-    cu.cuMemFree(dkc), cu.cuMemFree(dvc), cu.cuMemFree(dpos), cu.cuMemFree(dslot);
+    cu.cuMemFree(dkc), cu.cuMemFree(dvc), cu.cuMemFree(dpos), cu.cuMemFree(dslot), cu.cuMemFree(dtab);
     cu.cuMemFree(dqn), cu.cuMemFree(dkn), cu.cuMemFree(ddiv);
+    free(tables);
 }
 
-/* Attention of 4 query tokens in 3 slots (lengths 1..701: 1 to 11 key splits) with GQA, at
- * head_dim hd, through the generic kernel and the one specialised for hd (when there is one):
- * each against a float64 reference. */
+/* Attention of 4 query tokens of 3 sequences (lengths 1..701: 1 to 6 key splits) with GQA,
+ * at head_dim hd, through fragmented block tables (one block shared), with the generic kernel
+ * and the one specialised for hd (when there is one): each against a float64 reference. */
 static void attention_case(int hd, const gpu_fn *special)
 {
     uint64_t seed = 99;
     const int n_layer = 2, layer = 1, n_head = 8, n_kv = 2, ctx = 768, slots = 3, T = 4;
+    const int tw = (ctx + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK, nb = slots * tw;
+    int32_t *tables = scattered_tables(slots, tw);
     const size_t nq = (size_t)T * n_head * hd;
-    size_t cache_n = (size_t)slots * n_layer * n_kv * ctx * hd;
+    size_t cache_n = (size_t)nb * n_layer * n_kv * GPU_KV_BLOCK * hd;
     uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2), *outh = malloc(nq * 2);
     float *q = malloc(nq * sizeof *q), *out = malloc(nq * sizeof *out), *ref = malloc(nq * sizeof *ref);
     for (size_t i = 0; i < cache_n; i++) {
@@ -368,25 +388,27 @@ static void attention_case(int hd, const gpu_fn *special)
     for (int t = 0; t < T; t++)
         for (int h = 0; h < n_head; h++) {
             int kvh = h / (n_head / n_kv);
-            size_t base = ((((size_t)slot[t] * n_layer + layer) * n_kv) + kvh) * ctx * hd;
+#define KEY_AT(j) gpu_kv_offset(tables[slot[t] * tw + (j) / GPU_KV_BLOCK], n_layer, layer, n_kv, kvh, (j) % GPU_KV_BLOCK, hd)
             double *sc = malloc((size_t)(pos[t] + 1) * sizeof *sc), mx = -INFINITY, sum = 0.0;
             for (int j = 0; j <= pos[t]; j++) {
                 double sv = 0.0;
                 for (int d = 0; d < hd; d++)
-                    sv += (double)q[(t * n_head + h) * hd + d] * quant_f16_to_f32(kc[base + (size_t)j * hd + d]);
+                    sv += (double)q[(t * n_head + h) * hd + d] * quant_f16_to_f32(kc[KEY_AT(j) + d]);
                 sc[j] = sv * scale;
                 if (sc[j] > mx) mx = sc[j];
             }
             for (int j = 0; j <= pos[t]; j++) sum += exp(sc[j] - mx);
             for (int d = 0; d < hd; d++) {
                 double o = 0.0;
-                for (int j = 0; j <= pos[t]; j++) o += exp(sc[j] - mx) / sum * quant_f16_to_f32(vc[base + (size_t)j * hd + d]);
+                for (int j = 0; j <= pos[t]; j++) o += exp(sc[j] - mx) / sum * quant_f16_to_f32(vc[KEY_AT(j) + d]);
+#undef KEY_AT
                 ref[(t * n_head + h) * hd + d] = (float)o;
             }
             free(sc);
         }
     CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, nq * sizeof *q);
     CUdeviceptr ds = upload(slot, sizeof slot), dp = upload(pos, sizeof pos);
+    CUdeviceptr dtab = upload(tables, (size_t)nb * sizeof *tables);
     const gpu_fn *kernels[2] = {&G.k.attn_partial, special};
     /* the grid may be deeper than the longest query needs: extra splits are empty */
     const int splits[] = {11, 32};
@@ -398,9 +420,10 @@ static void attention_case(int hd, const gpu_fn *special)
             int gbs[] = {4, 2};
             for (int gi = 0; gi < 2; gi++) {
                 attn_args a = {.q = (const float *)(uintptr_t)dq, .kc = (const gpu_half *)(uintptr_t)dk,
-                               .vc = (const gpu_half *)(uintptr_t)dv, .slot = (const int32_t *)(uintptr_t)ds,
-                               .pos = (const int32_t *)(uintptr_t)dp, .n_layer = n_layer, .layer = layer,
-                               .n_head = n_head, .n_kv = n_kv, .ctx = ctx, .hd = hd, .gb = gbs[gi], .n_split = ns,
+                               .vc = (const gpu_half *)(uintptr_t)dv, .seq = (const int32_t *)(uintptr_t)ds,
+                               .pos = (const int32_t *)(uintptr_t)dp, .tables = (const int32_t *)(uintptr_t)dtab,
+                               .n_layer = n_layer, .layer = layer, .n_head = n_head, .n_kv = n_kv,
+                               .table_width = tw, .hd = hd, .gb = gbs[gi], .n_split = ns,
                                .scale = scale, .part_o = (float *)(uintptr_t)po, .part_ml = (float *)(uintptr_t)pml};
                 void *aa[] = {&a};
                 launch(kernels[ki], (gpu_launch_dims){T, n_head / gbs[gi], ns, 128}, aa);
@@ -416,8 +439,8 @@ static void attention_case(int hd, const gpu_fn *special)
             }
             cu.cuMemFree(po), cu.cuMemFree(pml), cu.cuMemFree(dout);
         }
-    cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp);
-    free(kc), free(vc), free(outh), free(q), free(out), free(ref);
+    cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
+    free(kc), free(vc), free(outh), free(q), free(out), free(ref), free(tables);
 }
 
 static void test_attention(void **state)

@@ -1112,6 +1112,36 @@ def case_startup():
     check(any("config:" in str(l.values()) and "parallel=3" in str(l.values()) for l in lines), "config logged")
 
 
+def case_prefix():
+    """Automatic prefix caching over HTTP: a repeated or extended prompt reads its full 32-token
+    blocks from the cache (usage.prompt_tokens_details.cached_tokens), gives the same greedy
+    text, shows in /metrics; a request larger than the whole KV pool gets 400 up front."""
+    with Server(make_model(), "-c", "8192", "--kv-cache-size", "1") as s:
+        st, tok = post(s.port, "/tokenize", {"content": "The quick brown fox jumps over the lazy dog. " * 12,
+                                              "add_special": True})
+        ids = tok["tokens"][:100]
+        check(len(ids) == 100, f"prompt of {len(tok['tokens'])} tokens, want 100")
+        body = {"prompt": ids, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        st, cold = post(s.port, "/v1/completions", body)
+        check(st == 200 and cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"cold {cold.get('usage')}")
+        st, warm = post(s.port, "/v1/completions", body)
+        check(st == 200 and warm["usage"]["prompt_tokens_details"]["cached_tokens"] == 96, f"warm {warm.get('usage')}")
+        check(warm["choices"][0]["text"] == cold["choices"][0]["text"], "a cache hit changed the greedy text")
+        # a prompt cached whole (exactly 3 blocks): its last token is recomputed for its logits
+        st, edge = post(s.port, "/v1/completions", dict(body, prompt=ids[:96]))
+        check(st == 200 and edge["usage"]["prompt_tokens_details"]["cached_tokens"] == 95, f"edge {edge.get('usage')}")
+        check(metric(s.port, "inferd_prefix_cache_hit_tokens_total") == 96 + 95, "hit tokens metric")
+        check(metric(s.port, "inferd_kv_blocks_used") == 0, "no block used when idle")
+        check(metric(s.port, "inferd_kv_blocks_cached") >= 3, "blocks kept cached")
+        total = metric(s.port, "inferd_kv_blocks_total")
+        check(total >= 4, f"{total} blocks in 1 MiB")
+        # within -c but more tokens than the whole pool: never fits, refused at once (not queued)
+        check(total * 32 < 8192, f"the 1 MiB pool holds {total} blocks")
+        st, big = post(s.port, "/v1/completions", dict(body, max_tokens=int(total * 32)))
+        check(st == 400, f"a request larger than the pool: {st} {big}")
+        st, fits = post(s.port, "/v1/completions", dict(body, max_tokens=int(total * 32) - 100))
+        check(st == 200, f"a request that fits the pool exactly: {st}")
+
 def main(cases, *tmp_dirs):
     """Run the case named by argv[1] from cases {name: fn}; removes TMP and tmp_dirs after.
     Also the entry point of tests/service/service_integration.py."""

@@ -113,8 +113,9 @@ static void test_chat_response(void **state)
     engine_result tok = {.token = 7, .logprob = -0.1f, .n_top = 1, .top_ids = {7}, .top_logprobs = {-0.1f}};
     api_choice ch = {.index = 0, .text = "hi \"there\"\n", .text_len = 11, .tokens = &tok, .n_tokens = 1,
                      .logprobs = true, .finish_reason = "stop"};
-    api_usage u = {2, 1};
+    api_usage u = {.prompt_tokens = 2, .completion_tokens = 1};
     cJSON *o = parsed(api_response_json(&m, &ch, 1, &u, &vocab));
+    assert_int_equal(get(o, "usage", "prompt_tokens_details", "cached_tokens", NULL)->valueint, 0);
     assert_string_equal(get(o, "object", NULL)->valuestring, "chat.completion");
     assert_string_equal(get(o, "choices", "0", "message", "role", NULL)->valuestring, "assistant");
     assert_string_equal(get(o, "choices", "0", "message", "content", NULL)->valuestring, "hi \"there\"\n");
@@ -153,10 +154,11 @@ static void test_chat_chunks(void **state)
     assert_string_equal(get(o, "choices", "0", "finish_reason", NULL)->valuestring, "length");
     cJSON_Delete(o);
 
-    api_usage u = {3, 4};
+    api_usage u = {.prompt_tokens = 3, .cached_tokens = 2, .completion_tokens = 4};
     o = parsed(api_usage_chunk_json(&m, &u));
     assert_int_equal(cJSON_GetArraySize(get(o, "choices", NULL)), 0);
     assert_int_equal(get(o, "usage", "total_tokens", NULL)->valueint, 7);
+    assert_int_equal(get(o, "usage", "prompt_tokens_details", "cached_tokens", NULL)->valueint, 2);
     cJSON_Delete(o);
 
     m.usage_null = false;
@@ -231,7 +233,9 @@ static void test_metrics(void **state)
     metrics_count_status(m, 9999); /* ignored */
     assert_int_equal(metrics_status_count(m, 200), 2);
     sched_stats st = {.n_slots = 4, .slots_used = 1, .queue_depth = 3, .prompt_tokens_total = 10,
-                      .generated_tokens_total = 20, .kv_tokens_used = 30};
+                      .generated_tokens_total = 20, .kv_tokens_used = 30, .kv_blocks_total = 64,
+                      .kv_blocks_used = 5, .kv_blocks_cached = 7, .kv_blocks_free = 52, .prefix_lookup_tokens = 400,
+                      .prefix_hit_tokens = 100, .preemptions = 2};
     st.ttft.counts[0] = 1;
     st.ttft.counts[SCHED_HIST_BUCKETS] = 2;
     st.ttft.n = 3;
@@ -245,7 +249,13 @@ static void test_metrics(void **state)
     assert_null(strstr(t, "code=\"404\""));
     assert_non_null(strstr(t, "inferd_queue_depth 3\n"));
     assert_non_null(strstr(t, "inferd_slots_running 1\n"));
-    assert_non_null(strstr(t, "inferd_kv_tokens_capacity 2048\n"));
+    assert_non_null(strstr(t, "inferd_kv_tokens_capacity 2048\n")); /* 64 blocks of 32 */
+    assert_non_null(strstr(t, "inferd_kv_blocks_used 5\n"));
+    assert_non_null(strstr(t, "inferd_kv_blocks_cached 7\n"));
+    assert_non_null(strstr(t, "inferd_kv_blocks_free 52\n"));
+    assert_non_null(strstr(t, "inferd_prefix_cache_hit_tokens_total 100\n"));
+    assert_non_null(strstr(t, "inferd_prefix_cache_hit_ratio 0.25\n"));
+    assert_non_null(strstr(t, "inferd_preemptions_total 2\n"));
     assert_non_null(strstr(t, "inferd_prompt_tokens_total 10\n"));
     assert_non_null(strstr(t, "inferd_generated_tokens_total 20\n"));
     assert_non_null(strstr(t, "# TYPE inferd_time_to_first_token_seconds histogram\n"));

@@ -1,7 +1,10 @@
 /* test_sched.c - the scheduler against a fake engine and a small real SPM tokenizer.
  *
- * The fake engine is deterministic: the next token of a slot is a function of the slot's
- * history (a per-prompt script when the test gave one, else a hash).  It records every batch
+ * The fake engine is deterministic: the next token of a sequence is a function of what it
+ * reads through its block table (a per-prompt script when the test gave one, else a hash): its
+ * "K/V" is the token id written at each block row, so a wrong block table, a reused block
+ * that was still needed, or a cached block with the wrong contents changes the text, and
+ * every read is also checked against the sequence's own tokens (kv_mismatch).  It records every batch
  * it receives so the tests can check what the scheduler planned, and it can be paused (to
  * line up submissions deterministically), slowed down, or made to fail on a "poison" token. */
 #include <pthread.h>
@@ -106,6 +109,8 @@ static int32_t T(const char *piece)
 
 #define MAX_SLOTS 8
 #define MAX_CTX 256
+#define MAX_BLOCKS 64
+#define BLK ENGINE_KV_BLOCK
 #define MAX_LOG 4096
 #define MAX_SCRIPTS 8
 
@@ -130,6 +135,10 @@ typedef struct script {
 typedef struct fake_engine {
     engine base;
     model m;
+    int32_t kv[MAX_BLOCKS][BLK]; /* the token each block row holds */
+    int32_t seen[MAX_CTX];       /* scratch: a sequence's tokens as read through its table */
+    int kv_mismatch;             /* reads that disagreed with the sequence's own tokens */
+    int kv_copies;
     int32_t hist[MAX_SLOTS][MAX_CTX];
     int len[MAX_SLOTS];
     int clears[MAX_SLOTS];
@@ -147,10 +156,10 @@ typedef struct fake_engine {
     int n_log;
 } fake_engine;
 
-static int32_t fake_next(const fake_engine *f, int slot)
+/* The next token after the n tokens in f->seen. */
+static int32_t fake_next(const fake_engine *f, int n)
 {
-    const int32_t *h = f->hist[slot];
-    int n = f->len[slot];
+    const int32_t *h = f->seen;
     for (int i = 0; i < f->n_scripts; i++) {
         const script *sc = &f->scripts[i];
         if (sc->key != h[0]) continue;
@@ -183,9 +192,13 @@ static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_resul
     /* Validate everything before changing anything: a failed step leaves the slots alone. */
     for (int i = 0; i < n_seqs; i++) {
         const engine_seq *q = &seqs[i];
-        if (q->pos != f->len[q->slot]) {
+        if (q->pos > f->len[q->slot] && !q->history) {
             snprintf(err, errlen, "slot %d: pos %d but the slot holds %d tokens", q->slot, q->pos,
                      f->len[q->slot]);
+            return -1;
+        }
+        if (!q->blocks) {
+            snprintf(err, errlen, "slot %d: no block table", q->slot);
             return -1;
         }
         for (int j = 0; j < q->n_tokens; j++)
@@ -197,12 +210,27 @@ static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_resul
                 return ENGINE_FATAL;
             }
     }
+    for (int i = 0; i < n_seqs; i++) { /* the scatter: K/V of every new token into its block */
+        const engine_seq *q = &seqs[i];
+        for (int j = 0; j < q->n_tokens; j++) {
+            int p = q->pos + j;
+            f->kv[q->blocks[p / BLK]][p % BLK] = q->tokens[j];
+        }
+    }
     for (int i = 0; i < n_seqs; i++) {
         const engine_seq *q = &seqs[i];
+        if (q->pos > f->len[q->slot])
+            memcpy(&f->hist[q->slot][f->len[q->slot]], q->history + f->len[q->slot],
+                   (size_t)(q->pos - f->len[q->slot]) * sizeof *q->history);
         memcpy(&f->hist[q->slot][q->pos], q->tokens, (size_t)q->n_tokens * sizeof *q->tokens);
-        f->len[q->slot] += q->n_tokens;
+        f->len[q->slot] = q->pos + q->n_tokens;
+        int n = q->pos + q->n_tokens;
+        for (int p = 0; p < n; p++) {
+            f->seen[p] = f->kv[q->blocks[p / BLK]][p % BLK];
+            if (f->seen[p] != f->hist[q->slot][p]) f->kv_mismatch++;
+        }
         if (!q->want_token) continue;
-        int32_t next = fake_next(f, q->slot);
+        int32_t next = fake_next(f, n);
         results[i] = (engine_result){.token = next, .logprob = -0.25f};
         if (q->sp->n_top_logprobs > 0) {
             results[i].n_top = 1;
@@ -222,9 +250,18 @@ static void fake_slot_clear(engine *e, int slot)
     pthread_mutex_unlock(&f->mu);
 }
 
+static int fake_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    fake_engine *f = (fake_engine *)e;
+    memcpy(f->kv[dst], f->kv[src], sizeof f->kv[dst]);
+    f->kv_copies++;
+    return 0;
+}
+
 static void fake_destroy(engine *e) { (void)e; }
 
-static const engine_vtable fake_vt = {"fake", fake_step, fake_slot_clear, fake_destroy};
+static const engine_vtable fake_vt = {"fake", fake_step, fake_slot_clear, fake_kv_copy, fake_destroy};
 
 /* ---- fixture ------------------------------------------------------------------------- */
 
@@ -243,14 +280,17 @@ static void fx_on_fatal(void *ctx, const char *error)
     atomic_fetch_add(&fx->fatal_calls, 1);
 }
 
-static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size)
+/* A scheduler over a fake engine with a pool of kv_blocks blocks (0: one context per slot). */
+static void fx_start_pool(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks)
 {
-    assert_true(n_slots <= MAX_SLOTS && ctx <= MAX_CTX);
+    if (!kv_blocks) kv_blocks = n_slots * ((ctx + BLK - 1) / BLK);
+    assert_true(n_slots <= MAX_SLOTS && ctx <= MAX_CTX && kv_blocks <= MAX_BLOCKS);
     fake_engine *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->m.hp.n_vocab = N_VOCAB;
     f->base = (engine){.vt = &fake_vt, .m = &f->m,
-                       .cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch}};
+                       .cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch},
+                       .kv_blocks = kv_blocks};
     f->poison = f->fatal = -1;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
@@ -264,9 +304,15 @@ static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue
     if (!fx->s) fail_msg("sched_create: %s", err);
 }
 
+static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size)
+{
+    fx_start_pool(fx, n_slots, ctx, max_batch, queue_size, 0);
+}
+
 static void fx_stop(fixture *fx)
 {
     sched_destroy(fx->s);
+    assert_int_equal(fx->f->kv_mismatch, 0); /* every sequence read exactly its own tokens */
     pthread_mutex_destroy(&fx->f->mu);
     pthread_cond_destroy(&fx->f->cv);
     free(fx->f);
@@ -1057,6 +1103,149 @@ static void test_release_from_wake_callback(void **state)
     fx_stop(&fx);
 }
 
+
+/* ---- paged KV: prefix cache, preemption ------------------------------------------------ */
+
+/* The text of q run alone on a fresh scheduler with a pool as large as its slots: the cold
+ * reference a cached or preempted run must reproduce. */
+static void cold_text(const req_spec *q, char *out, size_t cap)
+{
+    fixture fx;
+    fx_start(&fx, 1, MAX_CTX, MAX_CTX, 4);
+    client c;
+    run_one(&fx, q, &c);
+    assert_int_equal(c.last.cached_tokens, 0);
+    snprintf(out, cap, "%s", c.text);
+    client_destroy(&c);
+    fx_stop(&fx);
+}
+
+/* A prompt of n tokens: the first n of one fixed 200-token conversation. */
+static req_spec convo(int n, int max_tokens)
+{
+    req_spec q = spec(T("S"), n, max_tokens);
+    for (int i = 1; i < n; i++) q.prompt[i] = TOK_FIRST_PIECE + 1 + (i * 5) % 9;
+    q.ignore_eos = true;
+    return q;
+}
+
+/* The first logged step of a request whose first computed token is `first` at `pos`. */
+static bool logged_at(const fake_engine *f, int from, int pos, int32_t first)
+{
+    for (int i = from; i < f->n_log; i++)
+        for (int j = 0; j < f->log[i].n_seqs; j++)
+            if (f->log[i].seqs[j].pos == pos && f->log[i].seqs[j].first == first) return true;
+    return false;
+}
+
+/* After one run of a 100-token conversation, later prompts reuse its full blocks: a prefix
+ * ending inside a block (70 tokens: 64 cached), exactly on a block edge (64: cached whole, so
+ * the last token is recomputed in a copy of the shared block), the whole longer prompt (100:
+ * 96 cached), and one shorter than a block (none).  Each gives the text of a cold run. */
+static void test_prefix_cache_hits_at_every_boundary(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 2, MAX_CTX, MAX_CTX, 8);
+    client c;
+    req_spec first = convo(100, 5);
+    run_one(&fx, &first, &c);
+    assert_int_equal(c.last.cached_tokens, 0);
+    client_destroy(&c);
+    const struct {
+        int n, cached;
+    } cases[] = {{70, 64}, {64, 63}, {100, 96}, {96, 95}, {20, 0}, {33, 32}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        req_spec q = convo(cases[k].n, 6);
+        char want[2048];
+        cold_text(&q, want, sizeof want);
+        int log_from = fx.f->n_log, copies = fx.f->kv_copies;
+        run_one(&fx, &q, &c);
+        assert_int_equal(c.finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(c.last.prompt_tokens, cases[k].n);
+        assert_int_equal(c.last.cached_tokens, cases[k].cached);
+        assert_string_equal(c.text, want);
+        /* computation starts right after the cached prefix */
+        assert_true(logged_at(fx.f, log_from, cases[k].cached, q.prompt[cases[k].cached]));
+        /* a prompt cached whole writes its last position into a private copy */
+        bool whole = cases[k].n % BLK == 0 && cases[k].cached == cases[k].n - 1;
+        if (fx.f->kv_copies - copies != (whole ? 1 : 0)) fail_msg("case %zu: %d copies", k, fx.f->kv_copies - copies);
+        client_destroy(&c);
+    }
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.prefix_hit_tokens, 64 + 63 + 96 + 95 + 0 + 32);
+    assert_int_equal(st.kv_blocks_used, 0); /* nothing running: every block cached or free */
+    assert_int_equal(st.kv_blocks_cached + st.kv_blocks_free, st.kv_blocks_total);
+    assert_true(st.kv_blocks_cached >= 3);
+    fx_stop(&fx);
+}
+
+/* Cached blocks are evicted least recently used first when fresh blocks are needed, and a
+ * conversation whose blocks were evicted is simply computed again (same text). */
+static void test_prefix_cache_eviction(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_pool(&fx, 1, 128, 128, 8, 4); /* 4 blocks: one 100-token request fills them */
+    req_spec a = convo(100, 4), b = spec(T("T"), 100, 4);
+    b.ignore_eos = true;
+    char want_a[2048];
+    cold_text(&a, want_a, sizeof want_a);
+    client c;
+    run_one(&fx, &a, &c);
+    client_destroy(&c);
+    run_one(&fx, &b, &c); /* needs every block: a's cached ones are evicted */
+    client_destroy(&c);
+    run_one(&fx, &a, &c);
+    assert_int_equal(c.last.cached_tokens, 0);
+    assert_string_equal(c.text, want_a);
+    client_destroy(&c);
+    fx_stop(&fx);
+}
+
+/* Two requests that together need more blocks than the pool: the later one is preempted when
+ * blocks run out mid-decode, waits, is recomputed (mostly from its own cached blocks) and
+ * continues; both streams are exactly what each gives alone.  One that could never fit the
+ * pool is refused up front. */
+static void test_preemption_and_resume(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_pool(&fx, 2, 128, 128, 8, 4); /* 128 tokens of KV for two 80-token requests */
+    req_spec q[2] = {spec(T("a"), 20, 60), spec(T("b"), 20, 60)};
+    char want[2][2048];
+    client c[2];
+    sched_req *r[2];
+    for (int i = 0; i < 2; i++) {
+        q[i].ignore_eos = true;
+        cold_text(&q[i], want[i], sizeof want[i]);
+    }
+    fx_pause(&fx, true);
+    for (int i = 0; i < 2; i++) {
+        client_init(&c[i]);
+        assert_int_equal(submit(&fx, &q[i], &c[i], &r[i]), SCHED_OK);
+    }
+    fx_pause(&fx, false);
+    for (int i = 0; i < 2; i++) {
+        client_wait(&c[i], r[i]);
+        assert_int_equal(c[i].finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(c[i].last.completion_tokens, 60);
+        assert_string_equal(c[i].text, want[i]);
+        sched_req_release(r[i]);
+        client_destroy(&c[i]);
+    }
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_true(st.preemptions >= 1);
+    assert_int_equal(st.requests_finished[SCHED_FINISH_LENGTH], 2);
+    /* 100 + 50 tokens exceed the 128-token pool (though not -c = 128... nor would 129). */
+    req_spec big = spec(T("c"), 100, 50);
+    sched_req *rb;
+    assert_int_equal(submit(&fx, &big, NULL, &rb), SCHED_E_TOO_LONG);
+    fx_stop(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1075,6 +1264,9 @@ int main(void)
         cmocka_unit_test(test_destroy_with_live_requests),
         cmocka_unit_test(test_release_from_wake_callback),
         cmocka_unit_test(test_idle_does_not_spin),
+        cmocka_unit_test(test_prefix_cache_hits_at_every_boundary),
+        cmocka_unit_test(test_prefix_cache_eviction),
+        cmocka_unit_test(test_preemption_and_resume),
     };
     return cmocka_run_group_tests(tests, build_tokenizer, free_tokenizer);
 }

@@ -98,7 +98,13 @@ static void wedge_slot_clear(engine *e, int slot)
 
 static void wedge_destroy(engine *e) { (void)e; }
 
-static const engine_vtable wedge_vt = {"wedge", wedge_step, wedge_slot_clear, wedge_destroy};
+static int wedge_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    (void)e, (void)dst, (void)src, (void)err, (void)errlen;
+    return 0;
+}
+
+static const engine_vtable wedge_vt = {"wedge", wedge_step, wedge_slot_clear, wedge_kv_copy, wedge_destroy};
 
 /* ---- the hook -------------------------------------------------------------------------- */
 
@@ -131,7 +137,8 @@ static int beats_after(int above)
 static sched *start(wedge_engine *w, unsigned beat_ms)
 {
     *w = (wedge_engine){.base = {.vt = &wedge_vt, .m = g_model,
-                                 .cfg = {.n_slots = 2, .ctx_per_slot = 64, .max_batch_tokens = 64}}};
+                                 .cfg = {.n_slots = 2, .ctx_per_slot = 64, .max_batch_tokens = 64},
+                                 .kv_blocks = 4}};
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     atomic_store(&g_beats, 0);

@@ -4,7 +4,7 @@ on a free 127.0.0.1 port with a small model, talks real HTTP (curl, raw sockets,
 Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
-                                       flood shutdown node stories startup vocab logprobs0
+                                       flood shutdown node node_ai node_langchain stories startup vocab logprobs0
                                        framing logs connflood choices tokenize)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
@@ -986,10 +986,13 @@ def case_shutdown():
         s.kill()
 
 
-def case_node():
+def node_session(scripts, packages):
+    """Run Node client sessions (tests/node/SCRIPT [ARGS]) against one server with an API key.
+    scripts: [(script, args...)]; packages: the npm packages they need (SKIP when absent)."""
     node_dir = os.path.join(SRC, "tests", "node")
-    if not os.path.isdir(os.path.join(node_dir, "node_modules", "openai")):
-        print("SKIP: the OpenAI Node SDK is not installed (cd tests/node && npm install)")
+    missing = [p for p in packages if not os.path.isdir(os.path.join(node_dir, "node_modules", p))]
+    if missing:
+        print(f"SKIP: {', '.join(missing)} not installed (cd tests/node && npm ci)")
         return SKIP
     try:
         subprocess.run(["node", "--version"], check=True, capture_output=True, timeout=30)
@@ -998,10 +1001,26 @@ def case_node():
         return SKIP
     with Server(make_model(), "--api-key", "sdk-key") as s:
         env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key")
-        r = subprocess.run(["node", os.path.join(node_dir, "openai_sdk.mjs")], env=env, capture_output=True,
-                           timeout=120, text=True)
-        sys.stdout.write(r.stdout)
-        check(r.returncode == 0, f"node SDK test failed:\n{r.stdout}\n{r.stderr}")
+        for script, *args in scripts:
+            r = subprocess.run(["node", os.path.join(node_dir, script), *args], env=env, capture_output=True,
+                               timeout=180, text=True)
+            sys.stdout.write(r.stdout)
+            check(r.returncode == 0, f"{script} {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
+
+
+def case_node():
+    """The OpenAI Node SDK: the current major and the oldest one promised (an npm alias)."""
+    return node_session([("openai_sdk.mjs", "openai"), ("openai_sdk.mjs", "openai-v5")], ["openai", "openai-v5"])
+
+
+def case_node_ai():
+    """The Vercel AI SDK through its OpenAI-compatible provider."""
+    return node_session([("vercel_ai.mjs",)], ["ai", "@ai-sdk/openai-compatible"])
+
+
+def case_node_langchain():
+    """LangChain JS: ChatOpenAI with a baseURL."""
+    return node_session([("langchain.mjs",)], ["@langchain/openai", "@langchain/core"])
 
 
 def case_stories():

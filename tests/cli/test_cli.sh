@@ -95,7 +95,14 @@ if expect_rc 0 bash "$src/scripts/make-default-model" "$bin" "$out"; then
         expect_grep 'already exists' "$tmp/out" "make-default-model keeps an existing model"
     [ "$(stat -c %Y "$out")" = "$before" ] || fail "make-default-model rewrote an existing model"
     expect_rc 0 "$bin" generate -m "$out" -p "x" -n 2 --threads 1
+    # the README's first example on it: whole lowercase words, greedy and sampled
+    for temp in 0 1; do
+        expect_rc 0 "$bin" generate -m "$out" -p "Once upon a time" -n 24 --temp $temp --seed 5 --threads 1 &&
+            { grep -Eqx '( [a-z]+){24}' "$tmp/out" || fail "default model, temp $temp: not 24 words: $(cat "$tmp/out")"; }
+    done
 fi
+expect_rc 1 "$bin" mkmodel -o "$tmp/x.gguf" --words "$tmp/no-such-words.txt" &&
+    expect_grep 'no-such-words.txt: No such file' "$tmp/err" "mkmodel --words names a missing file"
 
 # --- errors ------------------------------------------------------------------------------------
 expect_rc 1 "$bin" generate -m "$tmp/missing.gguf" -p "x" && expect_grep 'missing.gguf' "$tmp/err" "missing model named"

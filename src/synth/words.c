@@ -50,6 +50,10 @@ int words_collect(const char *text, size_t len, int max_words, words_list *out)
     span *occ = malloc(cap * sizeof *occ);
     if (!occ) return -1;
     for (size_t i = 0; i < len;) {
+        if (text[i] == '#' && (i == 0 || text[i - 1] == '\n')) { /* a comment line */
+            while (i < len && text[i] != '\n') i++;
+            continue;
+        }
         if (!is_word_byte((unsigned char)text[i])) {
             i++;
             continue;

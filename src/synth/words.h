@@ -24,7 +24,7 @@ typedef struct words_list {
 
 /* The at most max_words most frequent words of text: runs of WORDS_MIN_LEN..WORDS_MAX_LEN
  * lowercase ASCII letters standing alone (no letter, digit or '_' either side, so identifiers
- * such as api_key or utf8 do not count).  0, or -1 when out of memory (out is then empty). */
+ * such as api_key or utf8 do not count), outside lines that start with '#' (comments).  0, or -1 when out of memory (out is then empty). */
 int words_collect(const char *text, size_t len, int max_words, words_list *out);
 void words_free(words_list *l);
 

@@ -762,9 +762,11 @@ def spells(tokens, text):
     """True when the logprobs token strings spell text.  A token holding part of a UTF-8
     character is rendered as U+FFFD (it is not text on its own) while the text holds the whole
     character, so the comparison keeps the ASCII characters of both sides (the synthetic
-    model's vocabulary is trained on the source tree, so such tokens come and go with it)."""
+    model's vocabulary is trained on the source tree, so such tokens come and go with it).
+    Control tokens (<|...|>, sampled under ignore_eos) are not text: logprobs name them, the
+    text leaves them out."""
     ascii_only = lambda s: re.sub(r"[^\x00-\x7f]", "", s)
-    return ascii_only("".join(tokens)) == ascii_only(text)
+    return ascii_only("".join(t for t in tokens if not re.fullmatch(r"<\|[a-z_]+\|>", t))) == ascii_only(text)
 
 
 def case_concurrency():

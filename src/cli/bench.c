@@ -227,6 +227,34 @@ static double best_of(int reps, double (*run)(bench_ctx *, const int32_t *, int)
 static double decode_run(bench_ctx *b, const int32_t *toks, int B) { return time_decode(b, B, toks); }
 
 /* Creates the engine for one phase (slots x context), replacing the previous one. */
+/* Lengths beyond the model's context (the default 2048-token prefill on a 512-token model) are
+ * clamped to it, saying so: positions past the trained context measure nothing a server would
+ * run. Prompts that become equal are measured once. */
+static void clamp_to_context(bench_opts *o, int n_ctx)
+{
+    if (n_ctx <= 0) return; /* the file does not say */
+    int n = 0;
+    for (int i = 0; i < o->n_prompts; i++) {
+        int p = o->prompts[i];
+        if (p > n_ctx) {
+            fprintf(stderr, "inferd bench: prefill of %d tokens is beyond the model's context (%d): measuring %d\n",
+                    p, n_ctx, n_ctx);
+            p = n_ctx;
+        }
+        bool seen = false;
+        for (int j = 0; j < n; j++) seen = seen || o->prompts[j] == p;
+        if (!seen) o->prompts[n++] = p;
+    }
+    o->n_prompts = n;
+    int gen_max = n_ctx - DECODE_PROMPT - DECODE_WARMUP;
+    if (o->n_gen > gen_max && gen_max > 0) {
+        fprintf(stderr, "inferd bench: %d decode steps after the %d-token prompt and %d warm-up steps are "
+                        "beyond the model's context (%d): measuring %d\n", o->n_gen, DECODE_PROMPT, DECODE_WARMUP,
+                n_ctx, gen_max);
+        o->n_gen = gen_max;
+    }
+}
+
 static bool make_engine(bench_ctx *b, int n_slots, int ctx)
 {
     if (b->e) engine_free(b->e);
@@ -246,10 +274,11 @@ int cli_bench(int argc, char **argv)
     sampling_params_default(&b.sp);
     model *m = model_load(o.model_path, b.err, sizeof b.err);
     if (!m) {
-        fprintf(stderr, "inferd bench: %s: %s\n", o.model_path, b.err);
+        fprintf(stderr, "inferd bench: %s\n", b.err);
         return 1;
     }
     b.m = m;
+    clamp_to_context(&o, m->hp.n_ctx_train);
     int max_p = max_of(o.prompts, o.n_prompts), max_b = max_of(o.batches, o.n_batches);
     size_t n_toks = (size_t)(max_p > max_b * DECODE_PROMPT ? max_p : max_b * DECODE_PROMPT);
     int32_t *toks = malloc(n_toks * sizeof *toks);

@@ -195,7 +195,7 @@ int cli_generate(int argc, char **argv)
     char err[512];
     model *m = model_load(o.model_path, err, sizeof err);
     if (!m) {
-        fprintf(stderr, "inferd generate: %s: %s\n", o.model_path, err);
+        fprintf(stderr, "inferd generate: %s\n", err);
         return 1;
     }
     tokenizer *t = tokenizer_load(m->gguf, err, sizeof err);

@@ -23,6 +23,8 @@ static void usage(FILE *out)
             "  --seed N        weight seed (default 1)\n"
             "  --corpus-dir D  tokenizer training text: D/README.md + D/src (default: the source tree)\n"
             "  --vocab F.gguf  copy the tokenizer (tokenizer.* keys) of F instead; n-vocab follows it\n"
+            "  --words FILE    a vocabulary of FILE's most frequent lowercase words, one token each, and\n"
+            "                  an LM head that favours them: the random output reads as words\n"
             "  --name S        general.name\n");
 }
 
@@ -48,7 +50,7 @@ static int arch_from_name(const char *s)
     return -1;
 }
 
-enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_VOCAB, OPT_DIM0 };
+enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_VOCAB, OPT_WORDS, OPT_DIM0 };
 
 int cli_mkmodel(int argc, char **argv)
 {
@@ -68,6 +70,7 @@ int cli_mkmodel(int argc, char **argv)
         {"n-ff", required_argument, NULL, OPT_DIM0 + 4},
         {"n-ctx", required_argument, NULL, OPT_DIM0 + 5},
         {"n-vocab", required_argument, NULL, OPT_DIM0 + 6},
+        {"words", required_argument, NULL, OPT_WORDS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -81,7 +84,7 @@ int cli_mkmodel(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    const char *out = NULL, *corpus_dir = INFERD_SOURCE_DIR;
+    const char *out = NULL, *corpus_dir = INFERD_SOURCE_DIR, *words = NULL;
     int arch = -1, ftype = -1;
     unsigned long long seed = 1;
     int dims[7] = {0};
@@ -116,6 +119,7 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_CORPUS: corpus_dir = optarg; break;
         case OPT_NAME: snprintf(cfg.name, sizeof cfg.name, "%s", optarg); break;
         case OPT_VOCAB: cfg.vocab = optarg; break;
+        case OPT_WORDS: words = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
             if (c >= OPT_DIM0 && c < OPT_DIM0 + 7) {
@@ -145,10 +149,16 @@ int cli_mkmodel(int argc, char **argv)
         return 1;
     }
 
+    if (words && cfg.vocab) {
+        fprintf(stderr, "inferd mkmodel: --words and --vocab both choose the vocabulary: give one\n");
+        return 2;
+    }
     size_t corpus_len;
-    char *corpus = mkmodel_corpus(corpus_dir, CORPUS_MAX_BYTES, &corpus_len);
+    cfg.words = words != NULL;
+    char *corpus = words ? mkmodel_read_text(words, CORPUS_MAX_BYTES, &corpus_len, err, sizeof err)
+                         : mkmodel_corpus(corpus_dir, CORPUS_MAX_BYTES, &corpus_len);
     if (!corpus) {
-        fprintf(stderr, "inferd mkmodel: out of memory\n");
+        fprintf(stderr, "inferd mkmodel: %s\n", words ? err : "out of memory");
         return 1;
     }
     double t0 = timing_now_s();

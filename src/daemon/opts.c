@@ -242,19 +242,33 @@ int opts_parse_argv(inferd_opts *o, int argc, char **argv, char *err, size_t err
     return 0;
 }
 
+/* One option's two left columns: "-m, --model" and its argument ("N", "TEXT", "a|b|c"). */
+static void help_columns(const opt_def *d, char *flag, size_t flag_len, char *arg, size_t arg_len)
+{
+    arg[0] = '\0';
+    if (d->type == OPT_ENUM) choices_text(d->choices, arg, arg_len);
+    else if (d->type != OPT_BOOL) snprintf(arg, arg_len, "%s", d->type == OPT_STRING ? "TEXT" : "N");
+    snprintf(flag, flag_len, "%s%s%s--%s", d->shrt ? "-" : "", d->shrt ? d->shrt : "", d->shrt ? ", " : "",
+             d->name);
+}
+
 void opts_print_help(FILE *out)
 {
-    fprintf(out, "usage: inferd [serve] -m MODEL.gguf [options]\n\n"
+    fprintf(out, "usage: inferd serve -m MODEL.gguf [options]\n\n"
                  "Every option is also a config-file key of the same long name.\n\n");
+    /* The columns are as wide as their widest entry, so a long choice list (--log-level's)
+     * cannot push its row's description out of line. */
+    int flag_w = 0, arg_w = 0;
+    char flag[64], arg[128];
+    for (int i = 0; i < N_OPTS; i++) {
+        help_columns(&opt_table[i], flag, sizeof flag, arg, sizeof arg);
+        if ((int)strlen(flag) > flag_w) flag_w = (int)strlen(flag);
+        if ((int)strlen(arg) > arg_w) arg_w = (int)strlen(arg);
+    }
     for (int i = 0; i < N_OPTS; i++) {
         const opt_def *d = &opt_table[i];
-        char flag[64], arg[128] = "";
-        if (d->type == OPT_ENUM) choices_text(d->choices, arg, sizeof arg);
-        else if (d->type != OPT_BOOL)
-            snprintf(arg, sizeof arg, "%s", d->type == OPT_STRING ? "TEXT" : "N");
-        snprintf(flag, sizeof flag, "%s%s%s--%s", d->shrt ? "-" : "", d->shrt ? d->shrt : "",
-                 d->shrt ? ", " : "", d->name);
-        fprintf(out, "  %-24s %-16s %s", flag, arg, d->help);
+        help_columns(d, flag, sizeof flag, arg, sizeof arg);
+        fprintf(out, "  %-*s %-*s %s", flag_w, flag, arg_w, arg, d->help);
         if (d->def[0] && !d->secret) fprintf(out, " [default: %s]", d->def);
         fputc('\n', out);
     }

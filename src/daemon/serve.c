@@ -221,7 +221,7 @@ static int load(serve_state *st, const inferd_opts *o)
     char err[512] = "";
     log_info("loading %s", o->model);
     if (!(st->m = model_load(o->model, err, sizeof err))) {
-        log_error("cannot load model %s: %s", o->model, err);
+        log_error("cannot load the model: %s", err); /* err starts with the path */
         return -1;
     }
     if (signalled(st)) return -1;

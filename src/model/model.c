@@ -306,9 +306,14 @@ model *model_from_gguf(gguf_file *f, char *err, size_t errlen)
 
 model *model_load(const char *path, char *err, size_t errlen)
 {
-    gguf_file *f = gguf_open(path, err, errlen);
+    gguf_file *f = gguf_open(path, err, errlen); /* its errors start with the path already */
     if (!f) return NULL;
     model *m = model_from_gguf(f, err, errlen);
+    if (!m && errlen > 0) { /* so that every error of model_load starts with the path */
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, errlen, "%s: %s", path, why);
+    }
     if (m && m->name[0] == '\0') {
         const char *base = strrchr(path, '/');
         snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);

@@ -70,8 +70,8 @@ typedef struct model {
 } model;
 
 /* Load + validate (architecture known, required keys present, every required tensor present
- * with the shape the hyper-parameters imply and a supported type). Errors name the key or
- * tensor. */
+ * with the shape the hyper-parameters imply and a supported type). Errors start with the path
+ * ("PATH: reason"; callers print them as they are) and name the key or tensor. */
 model *model_load(const char *path, char *err, size_t errlen);
 /* Same over an already-open gguf (takes ownership of f, also on failure). */
 model *model_from_gguf(gguf_file *f, char *err, size_t errlen);

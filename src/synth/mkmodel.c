@@ -32,12 +32,15 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bpe_train.h"
 #include "model/gguf.h"
 #include "gguf_write.h"
 #include "model/quant.h"
+#include "base/file.h"
 #include "base/rng.h"
+#include "words.h"
 
 #define LARGE_MODEL_PARAMS 300000000LL
 #define POOL_ROWS 64
@@ -46,6 +49,9 @@
 #define MAX_LAYERS 512
 #define MAX_MERGES 50000
 #define CORPUS_FILE_MAX (256u << 10) /* bigger files are data tables, not text */
+/* --words: the LM head rows of whole-word tokens are drawn this many times wider, so their
+ * logits (std ~ WORD_BOOST against ~1 for the other tokens) win the sampling nearly always. */
+#define WORD_BOOST 5.0f
 
 static const char *const ftype_names[MKMODEL_FTYPE_COUNT] = {
     "f32", "f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m",
@@ -84,15 +90,15 @@ static const struct preset {
     mkmodel_config c;
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
-              false, MKMODEL_F32, 1, 0, NULL}},
+              false, MKMODEL_F32, 1, 0, NULL, false}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
-               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL}},
+               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
-                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL}},
+                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
-                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL}},
+                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
-                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL}},
+                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false}},
 };
 
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
@@ -199,6 +205,7 @@ typedef struct tensor_gen {
     float std;
     size_t row_bytes;
     const row_pool *pool; /* NULL: every row fresh */
+    const bool *word_rows; /* --words, the LM head: rows drawn WORD_BOOST times wider */
 } tensor_gen;
 
 static const uint8_t *tensor_row(tensor_gen *t, int64_t r)
@@ -214,7 +221,7 @@ static const uint8_t *tensor_row(tensor_gen *t, int64_t r)
         memcpy(g->row, src + k, t->row_bytes - k);
         memcpy(g->row + (t->row_bytes - k), src, k);
     } else {
-        fill_normal(h, g->xrow, t->ne0, t->std);
+        fill_normal(h, g->xrow, t->ne0, t->word_rows && t->word_rows[r] ? t->std * WORD_BOOST : t->std);
         encode_row(t->type, g->xrow, g->row, t->ne0);
     }
     g->cur_tensor = t;
@@ -439,15 +446,35 @@ static int copy_tokenizer(gguf_writer *w, const mkmodel_config *c, char *err, si
     return rc;
 }
 
-/* Sets the tokenizer.* keys.  0, or -1 with err. */
+/* --words: the vocabulary learned from the words of corpus instead of the corpus itself;
+ * word_rows[id] (n_vocab entries, may be NULL) marks the tokens that are one whole word. */
+static int train_words(const char *corpus, size_t corpus_len, int n_learn, bpe_vocab *v, bool *word_rows)
+{
+    words_list wl;
+    if (words_collect(corpus, corpus_len, n_learn, &wl) != 0) return -1;
+    size_t len;
+    char *text = words_corpus(&wl, &len);
+    int rc = text ? bpe_train(text, len, n_learn, MAX_MERGES, v) : -1;
+    free(text);
+    /* A whole-word token is GPT-2's space stand-in (U+0120, "\xc4\xa0") and one of the words. */
+    for (int i = 0; rc == 0 && word_rows && i < v->n_tokens; i++) {
+        const char *t = v->tokens[i];
+        word_rows[i] = strncmp(t, "\xc4\xa0", 2) == 0 && words_has(&wl, t + 2, strlen(t + 2));
+    }
+    words_free(&wl);
+    return rc;
+}
+
+/* Sets the tokenizer.* keys (word_rows: see train_words).  0, or -1 with err. */
 static int write_tokenizer(gguf_writer *w, const mkmodel_config *c, const char *corpus,
-                           size_t corpus_len, char *err, size_t errlen)
+                           size_t corpus_len, bool *word_rows, char *err, size_t errlen)
 {
     if (c->vocab) return copy_tokenizer(w, c, err, errlen);
     const family *fam = c->arch == MODEL_ARCH_LLAMA ? &llama3_family : &qwen_family;
     int n_learn = c->n_vocab - fam->n_specials;
     bpe_vocab v;
-    if (bpe_train(corpus, corpus_len, n_learn, MAX_MERGES, &v) != 0) {
+    if ((c->words ? train_words(corpus, corpus_len, n_learn, &v, word_rows)
+                  : bpe_train(corpus, corpus_len, n_learn, MAX_MERGES, &v)) != 0) {
         snprintf(err, errlen, "out of memory training the tokenizer");
         return -1;
     }
@@ -504,10 +531,8 @@ typedef struct text_buf {
     size_t len, max;
 } text_buf;
 
-static void append_file(text_buf *b, const char *path)
+static void append_stream(text_buf *b, FILE *f)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
     char chunk[8192];
     size_t n;
     while (b->len < b->max && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
@@ -515,6 +540,13 @@ static void append_file(text_buf *b, const char *path)
         memcpy(b->p + b->len, chunk, n);
         b->len += n;
     }
+}
+
+static void append_file(text_buf *b, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    append_stream(b, f);
     fclose(f);
 }
 
@@ -567,6 +599,30 @@ char *mkmodel_corpus(const char *root, size_t max_bytes, size_t *len)
         memcpy(b.p, fallback_text, sizeof fallback_text - 1);
         b.len = sizeof fallback_text - 1;
     }
+    b.p[b.len] = '\0';
+    *len = b.len;
+    return b.p;
+}
+
+char *mkmodel_read_text(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen)
+{
+    char why[256];
+    int fd = file_open_regular(path, NULL, why, sizeof why); /* a FIFO must not hang us */
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, why);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    text_buf b = {malloc(max_bytes + 1), 0, max_bytes};
+    if (!f || !b.p) {
+        snprintf(err, errlen, "out of memory reading %s", path);
+        if (f) fclose(f);
+        else close(fd);
+        free(b.p);
+        return NULL;
+    }
+    append_stream(&b, f);
+    fclose(f);
     b.p[b.len] = '\0';
     *len = b.len;
     return b.p;
@@ -661,12 +717,18 @@ static int add_vector(gguf_writer *w, const tensor_spec *s, uint64_t seed, uint6
     return 0;
 }
 
-int mkmodel_write_metadata(gguf_writer *w, const mkmodel_config *cfg, const char *corpus,
-                           size_t corpus_len, char *err, size_t errlen)
+static int write_metadata(gguf_writer *w, const mkmodel_config *cfg, const char *corpus, size_t corpus_len,
+                          bool *word_rows, char *err, size_t errlen)
 {
     if (validate(cfg, err, errlen) != 0) return -1;
     write_hparams(w, cfg);
-    return write_tokenizer(w, cfg, corpus, corpus_len, err, errlen);
+    return write_tokenizer(w, cfg, corpus, corpus_len, word_rows, err, errlen);
+}
+
+int mkmodel_write_metadata(gguf_writer *w, const mkmodel_config *cfg, const char *corpus,
+                           size_t corpus_len, char *err, size_t errlen)
+{
+    return write_metadata(w, cfg, corpus, corpus_len, NULL, err, errlen);
 }
 
 int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_len,
@@ -682,8 +744,10 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     if (q_dim > max_row) max_row = q_dim;
     gen_shared g = {.seed = cfg->seed, .cur_row = -1, .xrow = malloc((size_t)max_row * sizeof(float)),
                     .row = malloc((size_t)max_row * sizeof(float))};
+    /* --words: which rows of the LM head are whole words (the tokenizer says) */
+    bool *word_rows = cfg->words && !cfg->vocab ? calloc((size_t)cfg->n_vocab, sizeof *word_rows) : NULL;
     int rc = -1;
-    if (!specs || !gens || !w || !g.xrow || !g.row) {
+    if (!specs || !gens || !w || !g.xrow || !g.row || (cfg->words && !cfg->vocab && !word_rows)) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
@@ -692,7 +756,8 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     for (int i = 0; i < n; i++) n_params += specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1);
     bool reuse = cfg->reuse_rows > 0 || (cfg->reuse_rows == 0 && n_params > LARGE_MODEL_PARAMS);
 
-    if (mkmodel_write_metadata(w, cfg, corpus, corpus_len, err, errlen) != 0) goto out;
+    if (write_metadata(w, cfg, corpus, corpus_len, word_rows, err, errlen) != 0) goto out;
+    const char *lm_head = cfg->tied_output ? "token_embd" : "output";
     for (int i = 0; i < n; i++) {
         const tensor_spec *s = &specs[i];
         if (s->ne1 == 0) {
@@ -704,7 +769,8 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
         }
         ggml_type type = row_fallback(mkmodel_tensor_type(cfg, s->role, s->layer), s->ne0);
         gens[i] = (tensor_gen){.g = &g, .id = (uint64_t)i, .type = type, .ne0 = s->ne0,
-                               .ne1 = s->ne1, .std = s->std, .row_bytes = ggml_row_bytes(type, s->ne0)};
+                               .ne1 = s->ne1, .std = s->std, .row_bytes = ggml_row_bytes(type, s->ne0),
+                               .word_rows = strcmp(s->role, lm_head) == 0 ? word_rows : NULL};
         if (reuse && !(gens[i].pool = pool_get(&g, type, s->ne0, s->std))) {
             snprintf(err, errlen, "cannot prepare rows of type %s for tensor %s", ggml_type_name(type), s->name);
             goto out;
@@ -726,6 +792,7 @@ out:
         free(g.pools[i]);
     }
     free(g.pools);
+    free(word_rows);
     free(g.xrow);
     free(g.row);
     gguf_writer_free(w);

@@ -48,6 +48,10 @@ typedef struct mkmodel_config {
      * of learning a tokenizer; n_vocab must be its token count (mkmodel_vocab_size).  NULL:
      * learn one from the corpus. */
     const char *vocab;
+    /* The corpus is not tokenizer training text but a source of words (words.h): the vocabulary
+     * is its most frequent lowercase words, one token each, and the LM head favours them, so
+     * that the random output reads as words (the README's default model). */
+    bool words;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b".
@@ -71,6 +75,10 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
  * (sorted by path), at most max_bytes.  Falls back to a built-in paragraph when root has
  * none, so the result is never empty.  Caller frees. */
 char *mkmodel_corpus(const char *root, size_t max_bytes, size_t *len);
+
+/* The text of the file at path (for --words) (a regular file), at most max_bytes; NULL with err.  Caller
+ * frees. */
+char *mkmodel_read_text(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen);
 
 /* The token count of the vocabulary in the GGUF at path, or -1 with err. */
 int mkmodel_vocab_size(const char *path, char *err, size_t errlen);

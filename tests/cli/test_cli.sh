@@ -95,7 +95,14 @@ if expect_rc 0 bash "$src/scripts/make-default-model" "$bin" "$out"; then
         expect_grep 'already exists' "$tmp/out" "make-default-model keeps an existing model"
     [ "$(stat -c %Y "$out")" = "$before" ] || fail "make-default-model rewrote an existing model"
     expect_rc 0 "$bin" generate -m "$out" -p "x" -n 2 --threads 1
+    # the README's first example on it: whole lowercase words, greedy and sampled
+    for temp in 0 1; do
+        expect_rc 0 "$bin" generate -m "$out" -p "Once upon a time" -n 24 --temp $temp --seed 5 --threads 1 &&
+            { grep -Eqx '( [a-z]+){24}' "$tmp/out" || fail "default model, temp $temp: not 24 words: $(cat "$tmp/out")"; }
+    done
 fi
+expect_rc 1 "$bin" mkmodel -o "$tmp/x.gguf" --words "$tmp/no-such-words.txt" &&
+    expect_grep 'no-such-words.txt: No such file' "$tmp/err" "mkmodel --words names a missing file"
 
 # --- errors ------------------------------------------------------------------------------------
 expect_rc 1 "$bin" generate -m "$tmp/missing.gguf" -p "x" && expect_grep 'missing.gguf' "$tmp/err" "missing model named"
@@ -107,6 +114,34 @@ expect_rc 2 "$bin" mkmodel -o "$tmp/x.gguf" --preset huge && expect_grep 'huge' 
 expect_rc 1 "$bin" mkmodel -o "$tmp/x.gguf" --n-head-kv 3 && expect_grep 'n-head-kv' "$tmp/err" "bad head split named"
 [ -e "$tmp/x.gguf" ] && fail "a refused mkmodel left a file"
 expect_rc 2 "$bin" bench -m "$model" --batch 1,,2 && expect_grep '--batch' "$tmp/err" "bad --batch named"
+
+# bench on a 512-token model with the default 2048-token prefill: clamped, and said so
+if expect_rc 0 "$bin" bench -m "$model" --prompt 64,2048,512 --batch 1 --gen 600 --reps 1 --threads 1; then
+    expect_grep "prefill of 2048 tokens is beyond the model's context \(512\): measuring 512" "$tmp/err" "bench clamps the prefill"
+    expect_grep "600 decode steps .* beyond the model's context \(512\): measuring 494" "$tmp/err" "bench clamps --gen"
+    [ "$(grep -c '^prefill ' "$tmp/out")" = 2 ] || fail "bench: want the prefill rows 64 and 512 once each"
+    expect_grep '^decode +16 +1 +494 ' "$tmp/out" "bench clamped decode row"
+fi
+
+# --- the subcommand line -------------------------------------------------------------------------
+expect_rc 2 "$bin" && expect_grep '^usage: inferd serve' "$tmp/err" "bare inferd prints the usage"
+[ -s "$tmp/out" ] && fail "bare inferd printed to stdout"
+grep -q ' error ' "$tmp/err" && fail "bare inferd printed a log line"
+expect_rc 2 "$bin" frobnicate &&
+    expect_grep "unknown subcommand 'frobnicate'.*serve generate info mkmodel bench" "$tmp/err" "unknown subcommand listed"
+expect_rc 0 "$bin" --help && expect_grep '^ +inferd bench -m MODEL.gguf' "$tmp/out" "--help lists bench"
+# flags alone still start the server (a unit file may run `inferd --config FILE`): here it stops
+# at the missing model, as `inferd serve` does
+expect_rc 2 "$bin" --port 1 && expect_grep 'no model given' "$tmp/err" "flags alone run serve"
+expect_rc 1 "$bin" generate -m /nonexistent.gguf -p x &&
+    [ "$(grep -o '/nonexistent.gguf' "$tmp/err" | wc -l)" = 1 ] || fail "generate names a missing model once: $(cat "$tmp/err")"
+# serve --help: every description starts in one column (a long choice list once pushed its own)
+if expect_rc 0 "$bin" serve --help; then
+    cols=$(for d in 'GGUF model file to serve' 'debug, info, warn, error' 'serve Prometheus metrics' \
+                    'address to listen on' 'compute backend'; do
+               grep -F -- "$d" "$tmp/out" | awk -v d="$d" '{ print index($0, d) }'; done | sort -u | wc -l)
+    [ "$cols" = 1 ] || fail "serve --help: descriptions start in $cols different columns"
+fi
 
 if [ "$failures" -gt 0 ]; then
     echo "$failures check(s) failed" >&2

@@ -10,7 +10,12 @@
 
 #include "engine/engine.h"
 
-/* true when a CUDA device is usable; otherwise prints why the GPU tests are skipped. */
+/* What a test program returns when it did not run: meson's "skipped" (its summary then counts
+ * it as SKIP, not OK). */
+#define GPU_TEST_SKIPPED 77
+
+/* true when a CUDA device is usable; otherwise prints why the GPU tests are skipped. The test
+ * programs ask once, in main, and return GPU_TEST_SKIPPED without one. */
 static inline bool gpu_test_have_device(void)
 {
     if (engine_cuda_available()) return true;

@@ -18,15 +18,6 @@
 #define N_PROMPT 200
 #define N_POS 288
 
-static bool have_gpu;
-
-static int setup(void **state)
-{
-    (void)state;
-    have_gpu = gpu_test_have_device();
-    return 0;
-}
-
 typedef struct pair {
     engine *cpu, *gpu;
 } pair;
@@ -109,7 +100,6 @@ static void check_model_logits(const model *m, const char *label, int n_pos, int
 static void test_logits_every_arch_and_format(void **state)
 {
     (void)state;
-    if (!have_gpu) skip();
     static const char *archs[] = {"llama", "qwen2", "qwen3"};
     static const ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                                       GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
@@ -184,7 +174,6 @@ static void greedy(engine *e, const int32_t *prompt, int n_prompt, int n, int32_
 static void test_stories260k(void **state)
 {
     (void)state;
-    if (!have_gpu) skip();
     model *m = load_stories();
     if (!m) skip();
     engine_config cfg = {.n_slots = 2, .ctx_per_slot = 512, .max_batch_tokens = 512, .n_threads = 2};
@@ -266,7 +255,6 @@ static model *random_model(tiny_spec s, void **image)
 static void test_batch_of_32_equals_alone(void **state)
 {
     (void)state;
-    if (!have_gpu) skip();
     model *m = load_stories();
     void *image = NULL;
     if (!m) { /* fall back to a random Q4_K model */
@@ -353,7 +341,6 @@ static void run_mixed(engine *e, int32_t prompts[MX_NS][MX_PL], int shift, int p
 static void test_mixed_steps_equal_alone(void **state)
 {
     (void)state;
-    if (!have_gpu) skip();
     tiny_spec ts = tiny_spec_default();
     ts.n_vocab = 1024, ts.n_embd = 64, ts.n_head = 4, ts.n_head_kv = 2, ts.n_ff = 128, ts.n_ctx = 128;
     void *image;
@@ -386,7 +373,6 @@ static void test_mixed_steps_equal_alone(void **state)
 static void test_errors_leave_engine_usable(void **state)
 {
     (void)state;
-    if (!have_gpu) skip();
     tiny_spec s = tiny_spec_default();
     s.n_vocab = 256, s.n_embd = 64, s.n_ff = 128;
     size_t size;
@@ -432,5 +418,6 @@ int main(void)
         cmocka_unit_test(test_mixed_steps_equal_alone),
         cmocka_unit_test(test_errors_leave_engine_usable),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

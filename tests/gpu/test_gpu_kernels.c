@@ -33,7 +33,6 @@ static const size_t errlen = sizeof err;
 static int setup_ctx(void **state)
 {
     (void)state;
-    if (!gpu_test_have_device()) return 0;
     assert_true(cuda_api_load(err, errlen));
     CHECK(cu.cuDeviceGet(&G.dev, 0));
     CHECK(cu.cuDevicePrimaryCtxRetain(&G.ctx, G.dev));
@@ -130,7 +129,6 @@ static double dot_ref(const float *w, const float *x, int k)
 static void test_matvec_all_formats(void **state)
 {
     (void)state;
-    if (!G.ctx) skip();
     uint64_t seed = 42;
     const int K = 768, N = 77, N0 = 30, NG = 38;
     const int Ms[] = {1, 2, 3, 5, 8, 13, 64};
@@ -250,7 +248,6 @@ static void ref_rope(float *v, int hd, int pos, double base, double scale, const
 static void test_rmsnorm(void **state)
 {
     (void)state;
-    if (!G.ctx) skip();
     uint64_t seed = 7;
     enum { ROWS = 5, N = 384 };
     float x[ROWS * N], w[N], y[ROWS * N], ref[ROWS * N];
@@ -295,7 +292,6 @@ static int32_t *scattered_tables(int n_seq, int w)
 static void test_qkv_post(void **state)
 {
     (void)state;
-    if (!G.ctx) skip();
     uint64_t seed = 8;
     enum { T = 4, NH = 4, NKV = 2, HD = 128, NL = 3, LAYER = 2, CTX = 4100, SLOTS = 3 };
     enum { TW = (CTX + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK, NB = SLOTS * TW };
@@ -446,7 +442,6 @@ static void attention_case(int hd, const gpu_fn *special)
 static void test_attention(void **state)
 {
     (void)state;
-    if (!G.ctx) skip();
     attention_case(64, &G.k.attn_partial_hd64);
     attention_case(128, &G.k.attn_partial_hd128);
     attention_case(96, NULL); /* a head size with no specialised kernel */
@@ -456,7 +451,6 @@ static void test_attention(void **state)
 static void test_sampler_matches_cpu(void **state)
 {
     (void)state;
-    if (!G.ctx) skip();
     uint64_t seed = 5;
     const int V = 3000, R = 8, ctx = 64;
     float *logits = malloc((size_t)R * V * sizeof *logits);
@@ -553,5 +547,6 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_sampler_matches_cpu),
     };
+    if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;
     return cmocka_run_group_tests(tests, setup_ctx, teardown_ctx);
 }

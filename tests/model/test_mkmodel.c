@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "synth/bpe_train.h"
 #include "synth/mkmodel.h"
+#include "synth/words.h"
 #include "text/tokenizer.h"
 
 static char tmpdir[64];
@@ -427,10 +428,81 @@ static void test_bpe_train(void **state)
     bpe_vocab_free(&v);
 }
 
+static void test_words(void **state)
+{
+    (void)state;
+    /* standalone lowercase runs of 2..16 letters, most frequent first, ties alphabetical;
+     * not: "a" (short), "Model" (capital), api_key and utf8 (identifiers), the 17-letter run */
+    const char *text = "the model, the server; a Model api_key utf8 server the abcdefghijklmnopq zebra";
+    words_list wl;
+    assert_int_equal(words_collect(text, strlen(text), 10, &wl), 0);
+    assert_int_equal(wl.n, 4);
+    assert_string_equal(wl.word[0], "the");
+    assert_int_equal(wl.freq[0], 3);
+    assert_string_equal(wl.word[1], "server");
+    assert_string_equal(wl.word[2], "model");
+    assert_string_equal(wl.word[3], "zebra");
+    assert_true(words_has(&wl, "model", 5));
+    assert_true(words_has(&wl, "models", 5)); /* n bytes only */
+    assert_false(words_has(&wl, "mode", 4));
+    assert_false(words_has(&wl, "api", 3));
+    size_t len;
+    char *corpus_text = words_corpus(&wl, &len);
+    assert_non_null(corpus_text);
+    assert_string_equal(corpus_text, " the the the server server model model zebra zebra");
+    free(corpus_text);
+    words_free(&wl);
+    assert_int_equal(words_collect(text, strlen(text), 2, &wl), 0);
+    assert_int_equal(wl.n, 2);
+    words_free(&wl);
+
+    /* a --words model: each word is one token, the text round-trips, and greedy decoding
+     * from any prompt emits whole words (the LM head favours them) */
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    cfg.words = true;
+    char path[128], err[256] = "";
+    snprintf(path, sizeof path, "%s/words.gguf", tmpdir);
+    const char *src = "the server streams the words of the model to the client, word by word; the client reads";
+    assert_int_equal(mkmodel_write(&cfg, src, strlen(src), path, err, sizeof err), 0);
+    model *m = model_load(path, err, sizeof err);
+    assert_non_null(m);
+    tokenizer *t = tokenizer_load(m->gguf, err, sizeof err);
+    assert_non_null(t);
+    int32_t ids[64];
+    const char *s = " the client reads the words";
+    assert_int_equal(tokenizer_encode(t, s, strlen(s), false, false, ids, 64), 5);
+    engine_config ec = {.n_slots = 1, .ctx_per_slot = 64, .max_batch_tokens = 64, .n_threads = 1};
+    engine *e = engine_open(ENGINE_DEVICE_CPU, m, &ec, err, sizeof err);
+    assert_non_null(e);
+    sampling_params sp;
+    sampling_params_default(&sp); /* greedy */
+    assert_int_equal(words_collect(src, strlen(src), 100, &wl), 0);
+    int n = tokenizer_encode(t, "Once upon a time", 16, tokenizer_add_bos(t), false, ids, 64);
+    for (int step = 0, pos = 0; step < 16; step++) {
+        engine_seq seq = {.slot = 0, .tokens = ids, .n_tokens = n, .pos = pos, .want_token = true, .sp = &sp};
+        engine_result res;
+        if (engine_step(e, &seq, 1, &res, err, sizeof err) != 0) fail_msg("engine_step: %s", err);
+        char piece[64];
+        size_t k = tokenizer_decode(t, &res.token, 1, piece, sizeof piece - 1);
+        piece[k] = '\0';
+        assert_true(k >= 3 && piece[0] == ' ');
+        assert_true(words_has(&wl, piece + 1, k - 1));
+        pos += n;
+        ids[0] = res.token;
+        n = 1;
+    }
+    words_free(&wl);
+    engine_free(e);
+    tokenizer_free(t);
+    model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bpe_train),
+        cmocka_unit_test(test_words),
         cmocka_unit_test(test_preset_metadata_llamacpp_names),
         cmocka_unit_test(test_q4_k_m_rule),
         cmocka_unit_test(test_invalid_config),

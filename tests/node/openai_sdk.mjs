@@ -1,84 +1,149 @@
-// openai_sdk.mjs - inferd through the official OpenAI Node SDK: completions, chat, streaming
-// (chat and completions) and stream_options.include_usage.  Started by
-// tests/server/http_integration.py node with INFERD_BASE_URL / INFERD_API_KEY set.
+// openai_sdk.mjs - a scripted session through the official OpenAI Node SDK: models, completions,
+// chat, streaming through the SDK's own stream helpers (with include_usage), logprobs, n, typed
+// errors; tools, response_format and reasoning content listed as expected-to-fail until their
+// issues land.
+//   usage: node openai_sdk.mjs [PACKAGE]   PACKAGE: 'openai' (the current major, default) or an
+//          npm alias of another major in package.json ('openai-v5', the oldest one promised)
 import assert from 'node:assert/strict';
-import OpenAI from 'openai';
+import { z } from 'zod';
+import { ISSUE, apiKey, baseURL, finish, pass, xfail } from './harness.mjs';
 
-const client = new OpenAI({
-  baseURL: process.env.INFERD_BASE_URL,
-  apiKey: process.env.INFERD_API_KEY ?? 'unused',
-  maxRetries: 0,
-  timeout: 60_000,
-});
+const pkg = process.argv[2] ?? 'openai';
+const { default: OpenAI } = await import(pkg);
+const { zodResponseFormat, zodFunction } = await import(`${pkg}/helpers/zod`);
+const session = `${pkg}@${(await import(`${pkg}/version`)).VERSION}`;
 
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
 const models = await client.models.list();
-const model = models.data[0].id;
 assert.equal(models.data.length, 1);
+const model = models.data[0].id;
 
-// completions
-const c = await client.completions.create({ model, prompt: 'Hello world', max_tokens: 6, temperature: 0, ignore_eos: true });
-assert.equal(c.object, 'text_completion');
-assert.equal(c.choices.length, 1);
-assert.equal(c.choices[0].finish_reason, 'length');
-assert.equal(typeof c.choices[0].text, 'string');
-assert.equal(c.usage.completion_tokens, 6);
-assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + 6);
+// ignore_eos (an inferd extension) everywhere: the synthetic test model may emit EOS at once.
+const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi there' }];
+const chatArgs = { model, messages, max_tokens: 5, temperature: 0, ignore_eos: true };
+let chatText = null;
+let completionText = null;
 
-// chat
-const chat = await client.chat.completions.create({
-  model,
-  messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi there' }],
-  max_tokens: 5,
-  temperature: 0,
-  ignore_eos: true, // an inferd extension: the synthetic test model may emit EOS at once
+await pass('completions', async () => {
+  const c = await client.completions.create({ model, prompt: 'Hello world', max_tokens: 6, temperature: 0, ignore_eos: true });
+  assert.equal(c.object, 'text_completion');
+  assert.equal(c.choices.length, 1);
+  assert.equal(c.choices[0].finish_reason, 'length');
+  assert.equal(typeof c.choices[0].text, 'string');
+  assert.equal(c.usage.completion_tokens, 6);
+  assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + 6);
+  completionText = c.choices[0].text;
 });
-assert.equal(chat.object, 'chat.completion');
-assert.equal(chat.choices[0].message.role, 'assistant');
-assert.equal(typeof chat.choices[0].message.content, 'string');
-assert.equal(chat.usage.completion_tokens, 5);
 
-// chat streaming with include_usage: same text as the non-streamed request
-const stream = await client.chat.completions.create({
-  model,
-  messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi there' }],
-  max_tokens: 5,
-  temperature: 0,
-  ignore_eos: true,
-  stream: true,
-  stream_options: { include_usage: true },
+await pass('chat', async () => {
+  const chat = await client.chat.completions.create(chatArgs);
+  assert.equal(chat.object, 'chat.completion');
+  assert.equal(chat.choices[0].message.role, 'assistant');
+  assert.equal(typeof chat.choices[0].message.content, 'string');
+  assert.equal(chat.usage.completion_tokens, 5);
+  chatText = chat.choices[0].message.content;
 });
-let text = '';
-let role = null;
-let finish = null;
-let usage = null;
-let chunks = 0;
-for await (const chunk of stream) {
-  chunks++;
-  assert.equal(chunk.object, 'chat.completion.chunk');
-  if (chunk.usage) usage = chunk.usage;
-  for (const ch of chunk.choices) {
-    if (ch.delta.role) role = ch.delta.role;
-    text += ch.delta.content ?? '';
-    if (ch.finish_reason) finish = ch.finish_reason;
+
+await pass('chat stream helper + include_usage', async () => {
+  // chat.completions.stream: the SDK assembles the deltas (content events, the final message).
+  const stream = client.chat.completions.stream({ ...chatArgs, stream_options: { include_usage: true } });
+  let text = '';
+  let chunks = 0;
+  stream.on('content', (delta) => { text += delta; });
+  stream.on('chunk', () => { chunks++; });
+  const final = await stream.finalChatCompletion();
+  assert.equal(final.choices[0].message.role, 'assistant');
+  assert.equal(final.choices[0].finish_reason, 'length');
+  assert.equal(final.choices[0].message.content, chatText);
+  assert.equal(text, chatText);
+  assert.ok(final.usage, 'include_usage sends a usage chunk');
+  assert.equal(final.usage.completion_tokens, 5);
+  assert.equal((await stream.totalUsage()).completion_tokens, 5);
+  assert.ok(chunks >= 3);
+});
+
+await pass('completions stream', async () => {
+  // completions have no assembling helper: the SDK's Stream is iterated (it parses the SSE).
+  const cs = await client.completions.create({ model, prompt: 'Hello world', max_tokens: 6, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let usage = null;
+  for await (const chunk of cs) {
+    for (const ch of chunk.choices) text += ch.text;
+    if (chunk.usage) usage = chunk.usage;
   }
-}
-assert.equal(role, 'assistant');
-assert.equal(finish, 'length');
-assert.equal(text, chat.choices[0].message.content);
-assert.ok(usage, 'include_usage sends a usage chunk');
-assert.equal(usage.completion_tokens, 5);
-assert.ok(chunks >= 3);
+  assert.equal(text, completionText);
+  assert.equal(usage?.completion_tokens, 6);
+});
 
-// completions streaming
-const cs = await client.completions.create({ model, prompt: 'Hello world', max_tokens: 6, temperature: 0, ignore_eos: true, stream: true });
-let ctext = '';
-for await (const chunk of cs) for (const ch of chunk.choices) ctext += ch.text;
-assert.equal(ctext, c.choices[0].text);
+await pass('chat logprobs + top_logprobs (stream helper too)', async () => {
+  const r = await client.chat.completions.create({ ...chatArgs, logprobs: true, top_logprobs: 3 });
+  const lp = r.choices[0].logprobs.content;
+  assert.equal(lp.length, 5);
+  for (const t of lp) {
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 3);
+    assert.ok(t.top_logprobs[0].logprob >= t.logprob - 1e-4, 'greedy: the sampled token is the top one');
+  }
+  const stream = client.chat.completions.stream({ ...chatArgs, logprobs: true, top_logprobs: 3 });
+  let streamed = [];
+  stream.on('logprobs.content.done', (e) => { streamed = e.content; });
+  await stream.finalChatCompletion();
+  assert.deepEqual(streamed.map((t) => t.token), lp.map((t) => t.token));
+});
 
-// errors arrive as the SDK's typed errors
-await assert.rejects(
-  client.completions.create({ model, prompt: 'x', temperature: -1 }),
-  (err) => err instanceof OpenAI.BadRequestError && err.status === 400 && err.param === 'temperature',
-);
+await pass('completions logprobs', async () => {
+  const c = await client.completions.create({ model, prompt: 'Hello world', max_tokens: 4, temperature: 0, ignore_eos: true, logprobs: 2 });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 4);
+  assert.equal(lp.token_logprobs.length, 4);
+  assert.equal(lp.top_logprobs.length, 4);
+  assert.equal(lp.tokens.join(''), c.choices[0].text);
+});
 
-console.log(`openai sdk: ok (model ${model}, chat text ${JSON.stringify(text)})`);
+await pass('n = 3 choices (and streamed, one snapshot per choice)', async () => {
+  const r = await client.chat.completions.create({ ...chatArgs, n: 3, temperature: 1, seed: 7 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(r.usage.completion_tokens, 15);
+  const stream = client.chat.completions.stream({ ...chatArgs, n: 3, temperature: 1, seed: 7 });
+  const final = await stream.finalChatCompletion();
+  assert.deepEqual(final.choices.map((c) => c.message.content), r.choices.map((c) => c.message.content));
+});
+
+await pass('errors are the SDK typed errors', async () => {
+  await assert.rejects(
+    client.completions.create({ model, prompt: 'x', temperature: -1 }),
+    (err) => err instanceof OpenAI.BadRequestError && err.status === 400 && err.param === 'temperature',
+  );
+  const bad = new OpenAI({ baseURL, apiKey: 'wrong-key', maxRetries: 0 });
+  await assert.rejects(bad.models.list(), (err) => err instanceof OpenAI.AuthenticationError && err.status === 401);
+});
+
+const weather = zodFunction({ name: 'get_weather', parameters: z.object({ city: z.string() }) });
+
+await xfail('tools: stream helper assembles tool-call deltas', ISSUE.tools, async () => {
+  const stream = client.chat.completions.stream({
+    ...chatArgs, max_tokens: 32, messages: [{ role: 'user', content: 'Weather in Paris?' }],
+    tools: [weather], tool_choice: { type: 'function', function: { name: 'get_weather' } },
+  });
+  let done = null;
+  stream.on('tool_calls.function.arguments.done', (e) => { done = e; });
+  const final = await stream.finalChatCompletion();
+  assert.equal(final.choices[0].finish_reason, 'tool_calls');
+  assert.equal(done?.name, 'get_weather');
+  assert.equal(typeof done.parsed_arguments.city, 'string');
+});
+
+await xfail('response_format json_schema: chat.completions.parse', ISSUE.structured, async () => {
+  const r = await client.chat.completions.parse({
+    ...chatArgs, max_tokens: 64, messages: [{ role: 'user', content: 'A city, as JSON.' }],
+    response_format: zodResponseFormat(z.object({ city: z.string() }), 'city'),
+  });
+  assert.equal(typeof r.choices[0].message.parsed?.city, 'string');
+});
+
+await xfail('reasoning_content in the message', ISSUE.reasoning, async () => {
+  const r = await client.chat.completions.create({ ...chatArgs, max_tokens: 16 });
+  assert.equal(typeof r.choices[0].message.reasoning_content, 'string');
+});
+
+finish(session);

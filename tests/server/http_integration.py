@@ -4,7 +4,8 @@ on a free 127.0.0.1 port with a small model, talks real HTTP (curl, raw sockets,
 Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
-                                       flood shutdown node stories startup vocab logprobs0
+                                       flood shutdown node node_ai node_langchain node_readme stories
+                                       startup vocab logprobs0
                                        framing logs connflood choices tokenize)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
@@ -451,7 +452,8 @@ def case_logprobs0():
     with Server(make_model()) as s:
         for stream in (False, True):
             st, _, raw = request(s.port, "POST", "/v1/completions",
-                                 {"prompt": "Once upon a time", "max_tokens": 2, "logprobs": 0, "stream": stream})
+                                 {"prompt": "Once upon a time", "max_tokens": 2, "logprobs": 0, "stream": stream,
+                                  "ignore_eos": True})
             check(st == 200, f"logprobs 0: {st} {raw[:300]!r}")
             if stream:
                 ev = [e for e in sse_events(raw.decode())[:-1] if e["choices"] and e["choices"][0].get("logprobs")]
@@ -461,7 +463,7 @@ def case_logprobs0():
             tops = [t for lp in lps for t in lp["top_logprobs"]]
             check(len(tops) == 2 and all(len(t) <= 1 for t in tops), f"logprobs 0 gives no alternatives: {lps}")
         st, b = post(s.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
-                                                      "max_tokens": 2, "logprobs": True})
+                                                      "max_tokens": 2, "logprobs": True, "ignore_eos": True})
         check(st == 200, f"chat logprobs without top_logprobs: {st} {b}")
         content = b["choices"][0]["logprobs"]["content"]
         check(len(content) == 2 and all(c["top_logprobs"] == [] for c in content), f"chat logprobs {content}")
@@ -763,12 +765,11 @@ def stream_text(port, body, results, i):
 def spells(tokens, text):
     """True when the logprobs token strings spell text.  A token holding part of a UTF-8
     character is rendered as U+FFFD (it is not text on its own) while the text holds the whole
-    character, so the comparison keeps the ASCII characters of both sides; control tokens are
-    left out (the synthetic model's vocabulary is trained on the source tree, so which of these
-    a greedy run meets comes and goes with the source)."""
+    character, so the comparison keeps the ASCII characters of both sides (the synthetic
+    model's vocabulary is trained on the source tree, so such tokens come and go with it).
+    Control tokens (<|...|>, sampled under ignore_eos) are not text: logprobs name them, the
+    text leaves them out."""
     ascii_only = lambda s: re.sub(r"[^\x00-\x7f]", "", s)
-    # A control token sampled with ignore_eos (<|end_of_text|>) is named in logprobs but adds
-    # no text.
     return ascii_only("".join(t for t in tokens if not re.fullmatch(r"<\|[a-z_]+\|>", t))) == ascii_only(text)
 
 
@@ -992,22 +993,88 @@ def case_shutdown():
         s.kill()
 
 
-def case_node():
-    node_dir = os.path.join(SRC, "tests", "node")
-    if not os.path.isdir(os.path.join(node_dir, "node_modules", "openai")):
-        print("SKIP: the OpenAI Node SDK is not installed (cd tests/node && npm install)")
-        return SKIP
+NODE_DIR = os.path.join(SRC, "tests", "node")
+
+
+def node_missing(packages):
+    """Why the Node client tests cannot run here (node or one of the npm packages missing), or
+    None."""
+    missing = [p for p in packages if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", p))]
+    if missing:
+        return f"{', '.join(missing)} not installed (cd tests/node && npm ci)"
     try:
         subprocess.run(["node", "--version"], check=True, capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        print("SKIP: node is not installed")
+        return "node is not installed"
+    return None
+
+
+def node_session(scripts, packages):
+    """Run Node client sessions (tests/node/SCRIPT [ARGS]) against one server with an API key.
+    scripts: [(script, args...)]; packages: the npm packages they need (SKIP when absent)."""
+    why = node_missing(packages)
+    if why:
+        print(f"SKIP: {why}")
         return SKIP
     with Server(make_model(), "--api-key", "sdk-key") as s:
         env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key")
-        r = subprocess.run(["node", os.path.join(node_dir, "openai_sdk.mjs")], env=env, capture_output=True,
-                           timeout=120, text=True)
-        sys.stdout.write(r.stdout)
-        check(r.returncode == 0, f"node SDK test failed:\n{r.stdout}\n{r.stderr}")
+        for script, *args in scripts:
+            r = subprocess.run(["node", os.path.join(NODE_DIR, script), *args], env=env, capture_output=True,
+                               timeout=180, text=True)
+            sys.stdout.write(r.stdout)
+            check(r.returncode == 0, f"{script} {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
+
+
+def case_node():
+    """The OpenAI Node SDK: the newest major for Node 18/20 and the oldest one promised (an npm
+    alias)."""
+    return node_session([("openai_sdk.mjs", "openai"), ("openai_sdk.mjs", "openai-v5")], ["openai", "openai-v5"])
+
+
+def case_node_ai():
+    """The Vercel AI SDK through its OpenAI-compatible provider."""
+    return node_session([("vercel_ai.mjs",)], ["ai", "@ai-sdk/openai-compatible"])
+
+
+def case_node_langchain():
+    """LangChain JS: ChatOpenAI with a baseURL."""
+    return node_session([("langchain.mjs",)], ["@langchain/openai", "@langchain/core"])
+
+
+def case_node_readme():
+    """The README's Clients section as written: its js blocks run against a server on the default
+    model (scripts/make-default-model), and the README's quoted greedy completion is what the
+    OpenAI SDK block prints first."""
+    why = node_missing(["openai", "ai", "@ai-sdk/openai-compatible", "@langchain/openai"])
+    if why:
+        print(f"SKIP: {why}")
+        return SKIP
+    readme = open(os.path.join(SRC, "README.md")).read()
+    section = readme[readme.index("\n## Clients\n"):]
+    section = section[:section.index("\n## ", 1)]
+    blocks = re.findall(r"```js\n(.*?)```", section, re.S)
+    check(len(blocks) == 3, f"the Clients section has {len(blocks)} js blocks, expected 3")
+    quoted = re.search(r'"text":"([^"]*)"', readme[readme.index("What to expect from the default model"):])
+    check(quoted, "the README quotes no default-model completion")
+    model = os.path.join(TMP, "models", "default.gguf")
+    subprocess.run(["bash", os.path.join(SRC, "scripts", "make-default-model"), BIN, model], check=True,
+                   stdout=subprocess.DEVNULL, timeout=120)
+    # ESM resolves packages from the script's folder up: the snippets run beside tests/node's.
+    run_dir = os.path.join(TMP, "readme")
+    os.makedirs(run_dir)
+    os.symlink(os.path.join(NODE_DIR, "node_modules"), os.path.join(run_dir, "node_modules"))
+    with Server(model) as s:
+        for i, code in enumerate(blocks):
+            path = os.path.join(run_dir, f"client{i}.mjs")
+            with open(path, "w") as f:
+                f.write(code.replace("127.0.0.1:8080", f"127.0.0.1:{s.port}"))
+            r = subprocess.run(["node", path], capture_output=True, timeout=120, text=True)
+            sys.stdout.write(f"--- README Clients block {i}:\n{r.stdout}")
+            check(r.returncode == 0, f"README Clients block {i} failed:\n{code}\n{r.stdout}\n{r.stderr}")
+            check(re.search(r"[a-z]+ [a-z]+", r.stdout), f"README Clients block {i} printed no words")
+            if i == 0:
+                check(r.stdout.splitlines()[0] == quoted.group(1),
+                      f"the README quotes {quoted.group(1)!r}, the SDK printed {r.stdout.splitlines()[0]!r}")
 
 
 def case_stories():

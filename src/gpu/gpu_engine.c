@@ -246,7 +246,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
 
-    /* per-step inputs: tok, pos, slot, rows, lidx, bias (last) */
+    /* per-step inputs: tok, pos, slot, rows, lidx, bias, allowed-token masks (last: a step
+     * copies only the masks it uses, none without constrained rows) */
     gpu_inputs *in = &g->in;
     in->tok = 0;
     in->pos = align_up(in->tok + T * sizeof(int32_t), 64);
@@ -254,7 +255,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     in->rows = align_up(in->slot + T * sizeof(int32_t), 64);
     in->lidx = align_up(in->rows + R * sizeof(gpu_sample_row), 64);
     in->bias = align_up(in->lidx + T * sizeof(int32_t), 64);
-    in->bytes = in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias);
+    in->mask = align_up(in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias), 64);
+    g->mask_words = (hp->n_vocab + 31) / 32;
+    in->bytes = in->mask + (size_t)R * g->mask_words * sizeof(uint32_t);
 
     size_t kvb = kv_cache_bytes(hp, cfg->n_slots + 1, cfg->ctx_per_slot);
     g->kv_bytes = 2 * kvb;
@@ -326,7 +329,7 @@ typedef struct step_plan {
     size_t copy_bytes;
 } step_plan;
 
-static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, int bias_off)
+static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, int bias_off, int mask_row)
 {
     memset(r, 0, sizeof *r);
     r->token_index = token_index;
@@ -337,7 +340,9 @@ static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, in
     r->temperature = 0.0f;
     r->top_p = 1.0f;
     r->repeat_penalty = 1.0f;
+    r->mask_row = -1;
     if (!s->want_token) return;
+    r->mask_row = mask_row;
     const sampling_params *sp = s->sp;
     r->temperature = sp->temperature;
     r->top_k = sp->top_k;
@@ -363,6 +368,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     int32_t *lidx = (int32_t *)(h + g->in.lidx);
     gpu_sample_row *rows = (gpu_sample_row *)(h + g->in.rows);
     gpu_bias *bias = (gpu_bias *)(h + g->in.bias);
+    uint32_t *mask = (uint32_t *)(h + g->in.mask);
     bool decode = n <= GPU_MAX_DECODE_BATCH;
     for (int i = 0; i < n; i++)
         if (seqs[i].n_tokens != 1 || (seqs[i].logits && seqs[i].logits_all)) decode = false;
@@ -370,7 +376,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         snprintf(err, errlen, "step has %d sequences, more than %d", n, g->cap_rows);
         return -1;
     }
-    int t = 0, r = 0, nb = 0;
+    int t = 0, r = 0, nb = 0, nm = 0;
     p->n_lidx = 0;
     p->max_keys = 1;
     for (int i = 0; i < n; i++) {
@@ -393,7 +399,12 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             snprintf(err, errlen, "seq %d: %d logit_bias entries, at most %d", i, nbias, GPU_MAX_BIAS_PER_SEQ);
             return -1;
         }
-        fill_row(&rows[r], s, t - 1, nb);
+        int mask_row = -1;
+        if (s->want_token && s->allowed) {
+            mask_row = nm++;
+            memcpy(mask + (size_t)mask_row * g->mask_words, s->allowed, (size_t)g->mask_words * sizeof *mask);
+        }
+        fill_row(&rows[r], s, t - 1, nb, mask_row);
         for (int b = 0; b < nbias; b++) bias[nb + b] = (gpu_bias){s->sp->bias_ids[b], s->sp->bias_vals[b]};
         nb += nbias;
         row_of_seq[i] = r++;
@@ -410,11 +421,13 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             memset(&rows[t], 0, sizeof rows[t]);
             rows[t].token_index = t;
             rows[t].slot = g->base.cfg.n_slots;
+            rows[t].mask_row = -1;
         }
         p->n_tokens = p->n_rows = B;
         for (p->bucket = 0; (1 << p->bucket) < B; p->bucket++) {}
     }
-    p->copy_bytes = g->in.bias + (size_t)nb * sizeof(gpu_bias);
+    p->copy_bytes = nm ? g->in.mask + (size_t)nm * g->mask_words * sizeof(uint32_t)
+                       : g->in.bias + (size_t)nb * sizeof(gpu_bias);
     return 0;
 }
 

@@ -35,10 +35,11 @@ typedef struct gpu_layer {
     gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
 } gpu_layer;
 
-/* Where each per-step input lives inside the one host->device copy (bias last, so a step
- * copies only the used part of it). */
+/* Where each per-step input lives inside the one host->device copy (bias, then the allowed-
+ * token masks last, so a step copies only the used part: no mask bytes without a grammar).
+ * The offsets are fixed, so the decode graphs read the masks that each step packs. */
 typedef struct gpu_inputs {
-    size_t tok, pos, slot, rows, lidx, bias, bytes;
+    size_t tok, pos, slot, rows, lidx, bias, mask, bytes;
 } gpu_inputs;
 
 typedef struct gpu_engine {
@@ -80,6 +81,7 @@ typedef struct gpu_engine {
     CUdeviceptr in_d;
     unsigned char *in_h;
     gpu_sample_out *out_h;
+    int mask_words; /* ceil(n_vocab / 32): one row of gpu_inputs.mask */
     int *row_of_seq; /* per sequence of the step (cap_rows): its logits row, or -1 */
 
     CUgraphExec graphs[GPU_N_BUCKETS];

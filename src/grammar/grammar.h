@@ -72,6 +72,12 @@ void grammar_builder_free(grammar_builder *b);
 /* The GBNF text a JSON schema compiles to (malloc'd, NUL-terminated), for logs and tests. */
 char *grammar_schema_to_gbnf(const cJSON *schema, char *err, size_t errlen);
 
+/* A process-wide cache of compiled grammars by key (the caller's canonical source text with a
+ * kind prefix), least recently used out of 32.  get: a new reference or NULL. */
+grammar *grammar_cache_get(const char *key, size_t len);
+void grammar_cache_put(const char *key, size_t len, grammar *g);
+void grammar_cache_clear(void);
+
 grammar *grammar_ref(grammar *g);
 void grammar_unref(grammar *g);
 

@@ -52,4 +52,19 @@ struct grammar {
 
 void grammar_tables_free(struct grammar_mask_tables *t);
 
+/* Every normal token's bytes, sorted (vocab.c builds it from the tokenizer). */
+struct grammar_vocab {
+    int n_vocab, n_words;
+    int n_sorted;
+    int32_t *ids;   /* normal tokens in byte order */
+    uint32_t *off;  /* their bytes in `bytes` */
+    uint16_t *len;
+    uint16_t *lcp;  /* common prefix with the previous sorted token */
+    unsigned char *bytes;
+    int32_t *rank;  /* id -> index in the sorted order, -1 for control/empty tokens */
+    int32_t *eog;
+    int n_eog;
+};
+
+
 #endif

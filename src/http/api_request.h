@@ -59,6 +59,7 @@ typedef struct api_request {
     int n_prompts;
     chat_msg *msgs; /* chat: role points to a static string, content is owned */
     int n_msgs;
+    struct grammar *grammar; /* structured output (api_constraint.h), or NULL; a reference */
 } api_request;
 
 /* body[len] must be NUL (the parser refuses anything after the JSON value).

@@ -18,7 +18,9 @@
 static const char PRIM_GBNF[] =
     "ws ::= | \" \" | \"\\n\" [ \\t]{0,12}\n"
     "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
-    "string ::= \"\\\"\" char{0,256} \"\\\"\"\n"
+    /* char*: one position for every character (a bounded repetition would make each count a
+     * position of its own, each with its token table) */
+    "string ::= \"\\\"\" char* \"\\\"\"\n"
     "int ::= \"-\"? uint\n"
     "uint ::= \"0\" | [1-9] [0-9]{0,15}\n"
     "frac ::= (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?\n"
@@ -28,7 +30,9 @@ static const char PRIM_GBNF[] =
     "value ::= object | array | string | number | boolean | null\n"
     "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
     "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
-    "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n"
+    /* calendar-exact: 30-day months end at 30, February at 28 (never an invalid 29th) */
+    "date ::= [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) | "
+    "( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) )\n"
     "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
     "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
     "hex ::= [0-9a-fA-F]\n";
@@ -271,7 +275,7 @@ static bool string_rule(sc *c, bytebuf *b, const cJSON *s)
     } else if (mx >= 0) {
         bytebuf_printf(b, " char{%ld,%ld}", mn, mx);
     } else {
-        bytebuf_printf(b, " char{%ld,%ld}", mn, mn > 256 ? mn : 256L);
+        bytebuf_printf(b, " char{%ld,}", mn);
     }
     bytebuf_puts(b, " \"\\\"\"");
     return true;

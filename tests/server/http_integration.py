@@ -1208,15 +1208,25 @@ def case_structured():
         print(f"structured: {n} generations, finish reasons {counts}")
         check(counts["stop"] >= n * 0.9, f"most generations complete their grammar: {counts}")
 
-        # json_object, streamed: the chunks join into one JSON object; the stream ends with stop.
+        # Streamed: the chunks join into text that validates; the stream ends with stop.
+        schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 8}, "b": {"type": "integer"}},
+                  "required": ["a", "b"]}
         raw = request(s.port, "POST", "/v1/chat/completions",
                       {"messages": [{"role": "user", "content": "x"}], "stream": True, "max_tokens": 400,
-                       "temperature": 1.0, "seed": 5, "response_format": {"type": "json_object"}})[2].decode()
-        events = sse_events(raw)
+                       "temperature": 1.0, "seed": 5,
+                       "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}})[2]
+        events = sse_events(raw.decode())
         text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e != "[DONE]" and e["choices"])
         reasons = [e["choices"][0].get("finish_reason") for e in events if e != "[DONE]" and e["choices"]]
-        check("stop" in reasons, f"json_object stream ends with stop: {reasons}")
-        check(isinstance(json.loads(text), dict), f"json_object: {text!r}")
+        check(reasons[-1] == "stop", f"the stream ends with stop: {reasons[-3:]}")
+        value = json.loads(text)
+        check(isinstance(value["a"], str) and len(value["a"]) <= 8 and isinstance(value["b"], int), f"stream: {text!r}")
+        # json_object: any object (unbounded strings may run to max_tokens with a random model).
+        st, b = post(s.port, "/v1/completions", {"prompt": "x", "max_tokens": 1000, "temperature": 1.0, "seed": 9,
+                                                 "response_format": {"type": "json_object"}})
+        ch = b["choices"][0]
+        check(st == 200 and (ch["finish_reason"] == "length" or isinstance(json.loads(ch["text"]), dict)),
+              f"json_object: {b}")
 
         # n > 1 shares one grammar; each choice keeps its own matcher.
         st, b = post(s.port, "/v1/completions", {"prompt": "x", "n": 3, "max_tokens": 50, "temperature": 1.0,

@@ -158,12 +158,12 @@ __device__ int sample_random(const float *l, int n_vocab, const gpu_sample_row *
     return chosen;
 }
 
-// Rows with a logit_bias or an active penalty are processed in a copy (the raw logits may go
-// back to the caller); the others are read in place.
+// Rows with an allowed-token mask, a logit_bias or an active penalty are processed in a copy
+// (the raw logits may go back to the caller); the others are read in place and pay nothing.
 __device__ __forceinline__ bool needs_work(const gpu_sample_row *r)
 {
     bool pen = r->repeat_penalty != 1.0f || r->presence_penalty != 0.0f || r->frequency_penalty != 0.0f;
-    return r->want && (r->n_bias > 0 || (pen && r->penalty_last_n != 0 && r->hist_end > 0));
+    return r->want && (r->mask_row >= 0 || r->n_bias > 0 || (pen && r->penalty_last_n != 0 && r->hist_end > 0));
 }
 
 __device__ __forceinline__ const float *sample_src(const sample_args &a, int row)
@@ -171,13 +171,18 @@ __device__ __forceinline__ const float *sample_src(const sample_args &a, int row
     return (needs_work(&a.rows[row]) ? a.work : a.logits) + (size_t)row * a.n_vocab;
 }
 
-// Grid (rows, parts): copy the slices of rows that need processing.
+// Grid (rows, parts): copy the slices of rows that need processing; step 0 of the CPU
+// reference, the allowed-token mask, on the way (-inf for every token whose bit is clear).
 extern "C" __global__ void sample_prep(sample_args a)
 {
-    if (!needs_work(&a.rows[blockIdx.x])) return;
+    const gpu_sample_row *r = &a.rows[blockIdx.x];
+    if (!needs_work(r)) return;
     size_t base = (size_t)blockIdx.x * a.n_vocab;
-    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < a.n_vocab; i += gridDim.y * blockDim.x)
-        a.work[base + i] = sane_logit(a.logits[base + i]);
+    const uint32_t *m = r->mask_row >= 0 ? a.mask + (size_t)r->mask_row * a.mask_words : NULL;
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < a.n_vocab; i += gridDim.y * blockDim.x) {
+        bool ok = !m || ((m[i >> 5] >> (i & 31)) & 1u);
+        a.work[base + i] = ok ? sane_logit(a.logits[base + i]) : -INFINITY;
+    }
 }
 
 // Grid (rows): logit_bias, then the penalties over the slot's history window.

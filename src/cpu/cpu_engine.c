@@ -210,7 +210,8 @@ static void deliver_row(cpu_engine *e, const engine_seq *s, int tok, float *logi
     if (j != s->n_tokens - 1 || !s->want_token) return;
     const int32_t *hist = e->history + (size_t)s->slot * e->base.cfg.ctx_per_slot;
     sampling_input in = {.logits = logits, .n_vocab = n_vocab, .history = hist,
-                         .n_history = s->pos + s->n_tokens, .position = s->pos + s->n_tokens, .sp = s->sp};
+                         .n_history = s->pos + s->n_tokens, .position = s->pos + s->n_tokens, .sp = s->sp,
+                         .allowed = s->allowed};
     sampling_sample(&in, e->sample_scratch, result);
 }
 

@@ -67,6 +67,11 @@ typedef struct engine_seq {
     const int32_t *history;
     bool want_token;
     const sampling_params *sp; /* used when want_token */
+    /* Constrained decoding (when want_token): NULL samples from the whole vocabulary; else
+     * ceil(n_vocab/32) words (the model's n_vocab), bit i%32 of word i/32 set when token i may
+     * be sampled.  Applied before everything else (sampling.h, step 0); the caller makes sure
+     * at least one token is allowed. */
+    const uint32_t *allowed;
     /* Optional (tests/tools): when non-NULL, receives the raw logits (n_vocab floats) of the
      * last token, or of every new token (n_tokens * n_vocab) when logits_all. */
     float *logits;

@@ -29,6 +29,19 @@ double sampling_uniform(uint64_t seed, int64_t position)
 /* NaN logits (from a broken model) must not poison comparisons: they rank below everything. */
 static float sane(float l) { return isnan(l) ? -INFINITY : l; }
 
+/* Step 0: tokens outside the grammar's mask can never be drawn, nor count in the logprobs. */
+static void apply_mask(const sampling_input *in)
+{
+    if (!in->allowed) return;
+    for (int w = 0; w * 32 < in->n_vocab; w++) {
+        uint32_t bits = in->allowed[w];
+        if (bits == 0xffffffffu) continue;
+        int end = w * 32 + 32 < in->n_vocab ? w * 32 + 32 : in->n_vocab;
+        for (int i = w * 32; i < end; i++)
+            if (!(bits >> (i & 31) & 1u)) in->logits[i] = -INFINITY;
+    }
+}
+
 static void apply_bias(const sampling_input *in)
 {
     const sampling_params *sp = in->sp;
@@ -189,6 +202,7 @@ void sampling_sample(const sampling_input *in, void *scratch, engine_result *out
     candidate *cand = scratch;
     int32_t *counts = (int32_t *)(cand + in->n_vocab);
 
+    apply_mask(in);
     apply_bias(in);
     apply_penalties(in, counts);
 

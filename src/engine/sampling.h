@@ -3,6 +3,8 @@
  * This is the CPU engine's sampler and the reference the GPU sampler is checked against, so
  * the order of operations is part of the contract:
  *
+ *   0. allowed mask (constrained decoding, when given): l[id] = -inf for every token whose
+ *      bit is clear, so the rest of the pipeline (and the logprobs) sees only allowed tokens
  *   1. logit_bias:  l[id] += bias                       (ids outside the vocabulary ignored)
  *   2. penalties over the window (the last penalty_last_n tokens of the history, all of it
  *      when -1, none when 0), for each distinct token t seen c(t) times there:
@@ -45,6 +47,7 @@ typedef struct sampling_input {
     int n_history;
     int64_t position;         /* where the sampled token will sit: seeds the draw */
     const sampling_params *sp;
+    const uint32_t *allowed;  /* NULL or ceil(n_vocab/32) words (engine_seq.allowed) */
 } sampling_input;
 
 /* Fills *out (token, logprob and top logprobs when sp->n_top_logprobs >= 0, else logprob 0 and

@@ -270,7 +270,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
 
-    /* per-step inputs: tok, pos, slot, seq, rows, lidx, bias, tables (see gpu_inputs) */
+    /* per-step inputs: tok, pos, slot, seq, rows, lidx, bias, allowed-token masks, block tables
+     * (a step copies the used part up to its masks, none without constrained rows, then the
+     * used rows of the tables) */
     gpu_inputs *in = &g->in;
     in->tok = 0;
     in->pos = align_up(in->tok + T * sizeof(int32_t), 64);
@@ -279,7 +281,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     in->rows = align_up(in->seq + T * sizeof(int32_t), 64);
     in->lidx = align_up(in->rows + R * sizeof(gpu_sample_row), 64);
     in->bias = align_up(in->lidx + T * sizeof(int32_t), 64);
-    in->tables = align_up(in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias), 64);
+    in->mask = align_up(in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias), 64);
+    g->mask_words = (hp->n_vocab + 31) / 32;
+    in->tables = align_up(in->mask + (size_t)R * g->mask_words * sizeof(uint32_t), 64);
     in->bytes = in->tables + (size_t)R * g->table_width * sizeof(int32_t);
 
     alloc_req req[] = {
@@ -364,7 +368,7 @@ typedef struct step_plan {
     size_t table_bytes;   /* used rows of the block tables */
 } step_plan;
 
-static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, int bias_off)
+static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, int bias_off, int mask_row)
 {
     memset(r, 0, sizeof *r);
     r->token_index = token_index;
@@ -375,7 +379,9 @@ static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, in
     r->temperature = 0.0f;
     r->top_p = 1.0f;
     r->repeat_penalty = 1.0f;
+    r->mask_row = -1;
     if (!s->want_token) return;
+    r->mask_row = mask_row;
     const sampling_params *sp = s->sp;
     r->temperature = sp->temperature;
     r->top_k = sp->top_k;
@@ -403,6 +409,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     const int tw = g->table_width;
     gpu_sample_row *rows = (gpu_sample_row *)(h + g->in.rows);
     gpu_bias *bias = (gpu_bias *)(h + g->in.bias);
+    uint32_t *mask = (uint32_t *)(h + g->in.mask);
     bool decode = n <= GPU_MAX_DECODE_BATCH;
     for (int i = 0; i < n; i++)
         if (seqs[i].n_tokens != 1 || (seqs[i].logits && seqs[i].logits_all)) decode = false;
@@ -410,7 +417,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         snprintf(err, errlen, "step has %d sequences, more than %d", n, g->cap_rows);
         return -1;
     }
-    int t = 0, r = 0, nb = 0;
+    int t = 0, r = 0, nb = 0, nm = 0;
     p->n_lidx = 0;
     p->max_keys = 1;
     for (int i = 0; i < n; i++) {
@@ -441,7 +448,12 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             snprintf(err, errlen, "seq %d: %d logit_bias entries, at most %d", i, nbias, GPU_MAX_BIAS_PER_SEQ);
             return -1;
         }
-        fill_row(&rows[r], s, t - 1, nb);
+        int mask_row = -1;
+        if (s->want_token && s->allowed) {
+            mask_row = nm++;
+            memcpy(mask + (size_t)mask_row * g->mask_words, s->allowed, (size_t)g->mask_words * sizeof *mask);
+        }
+        fill_row(&rows[r], s, t - 1, nb, mask_row);
         for (int b = 0; b < nbias; b++) bias[nb + b] = (gpu_bias){s->sp->bias_ids[b], s->sp->bias_vals[b]};
         nb += nbias;
         row_of_seq[i] = r++;
@@ -462,11 +474,13 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             memset(&rows[t], 0, sizeof rows[t]);
             rows[t].token_index = t;
             rows[t].slot = g->base.cfg.n_slots;
+            rows[t].mask_row = -1;
         }
         p->n_tokens = p->n_rows = B;
         for (p->bucket = 0; (1 << p->bucket) < B; p->bucket++) {}
     }
-    p->copy_bytes = g->in.bias + (size_t)nb * sizeof(gpu_bias);
+    p->copy_bytes = nm ? g->in.mask + (size_t)nm * g->mask_words * sizeof(uint32_t)
+                       : g->in.bias + (size_t)nb * sizeof(gpu_bias);
     p->table_bytes = (size_t)table_rows * tw * sizeof(int32_t);
     return 0;
 }

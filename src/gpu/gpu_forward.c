@@ -256,6 +256,7 @@ int gpu_forward(gpu_engine *g, int T, int R, int n_split, char *err, size_t errl
         .logits = F32(g->logits), .work = F32(g->work), .counts = I32(g->counts),
         .rows = (const gpu_sample_row *)(uintptr_t)(g->in_d + g->in.rows),
         .bias = (const gpu_bias *)(uintptr_t)(g->in_d + g->in.bias), .hist = I32(g->hist),
+        .mask = (const uint32_t *)(uintptr_t)(g->in_d + g->in.mask), .mask_words = g->mask_words,
         .ctx = ctx, .n_vocab = hp->n_vocab, .parts = F32(g->parts), .n_parts = GPU_SAMPLE_PARTS,
         .out = (gpu_sample_out *)(uintptr_t)g->sout,
     };

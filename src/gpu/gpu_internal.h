@@ -36,10 +36,11 @@ typedef struct gpu_layer {
 } gpu_layer;
 
 /* Where each per-step input lives in the staging buffer, copied in two parts so a step moves
- * only what it uses: everything up to the used logit_bias entries, and the used rows of the
- * block tables (last).  Decode graphs read these fixed addresses. */
+ * only what it uses: everything up to the used logit_bias entries (or, with constrained rows,
+ * up to their allowed-token masks), and the used rows of the block tables (last).  Decode
+ * graphs read these fixed addresses. */
 typedef struct gpu_inputs {
-    size_t tok, pos, slot, seq, rows, lidx, bias, tables, bytes;
+    size_t tok, pos, slot, seq, rows, lidx, bias, mask, tables, bytes;
 } gpu_inputs;
 
 typedef struct gpu_engine {
@@ -85,6 +86,7 @@ typedef struct gpu_engine {
     CUdeviceptr in_d;
     unsigned char *in_h;
     gpu_sample_out *out_h;
+    int mask_words; /* ceil(n_vocab / 32): one row of gpu_inputs.mask */
     int *row_of_seq; /* per sequence of the step (cap_rows): its logits row, or -1 */
 
     CUgraphExec graphs[GPU_N_BUCKETS];

@@ -102,7 +102,7 @@ typedef struct gpu_sample_row {
     int32_t penalty_last_n; /* -1: whole history */
     int32_t n_top;          /* < 0: no logprobs */
     int32_t bias_off, n_bias;
-    int32_t pad_;
+    int32_t mask_row; /* < 0: unconstrained; else the row of sample_args.mask to apply */
     uint64_t seed;
 } gpu_sample_row;
 
@@ -127,6 +127,8 @@ typedef struct sample_args {
     const gpu_sample_row *rows;
     const gpu_bias *bias; /* rows' logit_bias entries, at rows[i].bias_off */
     const int32_t *hist; /* [slot][ctx] */
+    const uint32_t *mask; /* [mask rows][mask_words]: allowed-token bits (engine_seq.allowed) */
+    int mask_words;
     int ctx, n_vocab;
     float *parts; /* [rows][n_parts][3]: per-slice best value, its id (bits), sum of exp */
     int n_parts;

@@ -2,6 +2,7 @@
  * valid value or writes an error naming the field; the request parsers are lists of those. */
 #include "api_request.h"
 
+#include "api_constraint.h"
 #include "json_strict.h"
 
 #include <cjson/cJSON.h>
@@ -602,6 +603,7 @@ int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
     int rc = json_strict_check(body, len, obj, err);
     if (rc == 0) rc = read_common(obj, n_vocab, out, err);
     if (rc == 0) rc = kind == API_CHAT ? read_chat(obj, out, err) : read_completions(obj, n_vocab, out, err);
+    if (rc == 0) rc = api_read_constraint(obj, &out->grammar, err);
     if (rc == 0) out->sp.n_top_logprobs = out->logprobs;
     cJSON_Delete(obj);
     if (rc != 0) api_request_free(out);
@@ -622,6 +624,7 @@ void api_request_free(api_request *r)
     free(r->bias_vals);
     free(r->tmpl_ctx);
     free(r->tools_json);
+    grammar_unref(r->grammar);
     api_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

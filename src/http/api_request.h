@@ -74,6 +74,7 @@ typedef struct api_request {
     api_tool_choice tool_choice;
     char tool_choice_name[128]; /* API_TOOL_NAMED */
     bool parallel_tool_calls;   /* default true */
+    struct grammar *grammar; /* structured output (api_constraint.h), or NULL; a reference */
 } api_request;
 
 /* body[len] must be NUL (the parser refuses anything after the JSON value).

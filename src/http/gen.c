@@ -266,6 +266,7 @@ static int submit_all(gen *g, api_error *e)
             .want_logprobs = rq->logprobs >= 0,
             .id = g->id,
             .reserved = true,
+            .grammar = rq->grammar, /* compiled once, shared by every choice */
         };
         /* n choices of one prompt must differ: each gets its own seed. */
         p.sp.seed = rq->has_seed ? rq->sp.seed + (uint64_t)(i % per_prompt) : next_random();

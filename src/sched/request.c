@@ -23,6 +23,8 @@ void req_free(sched_req *r)
     kv_seq_free(&r->kv); /* the scheduler gave its blocks back when the request finished */
     free(r->bias_ids);
     free(r->bias_vals);
+    grammar_matcher_free(r->gm);
+    free(r->mask);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->wake_mu);
     free(r);
@@ -51,7 +53,13 @@ sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, void *wa
         r->bias_ids = malloc((size_t)n_bias * sizeof *r->bias_ids);
         r->bias_vals = malloc((size_t)n_bias * sizeof *r->bias_vals);
     }
-    bool ok = r->prompt && (!n_bias || (r->bias_ids && r->bias_vals)) &&
+    if (p->grammar) {
+        /* The matcher starts here (it only reads the grammar); its masks are built on the
+         * scheduler thread.  Words past the tokenizer's vocabulary stay clear. */
+        r->gm = grammar_matcher_new(p->grammar, sched_grammar_vocab(s));
+        r->mask = calloc((size_t)sched_mask_words(s), sizeof *r->mask);
+    }
+    bool ok = r->prompt && (!n_bias || (r->bias_ids && r->bias_vals)) && (!p->grammar || (r->gm && r->mask)) &&
               output_init(&r->out, p->stop, p->n_stop);
     pthread_mutex_init(&r->mu, NULL);
     /* Recursive: a wake callback that releases its request (same thread) must not deadlock;

@@ -32,6 +32,8 @@ struct sched_req {
     float *bias_vals;
     bool ignore_eos;
     bool want_logprobs;
+    grammar_matcher *gm; /* structured output, or NULL; scheduler thread only after submit */
+    uint32_t *mask;      /* the allowed tokens of the next sample (engine_seq.allowed) */
     char id[64];
     sched_wake_fn wake;
     void *wake_ctx;
@@ -70,6 +72,10 @@ struct sched_req {
 /* A new request for s (two references), copying what p points to; NULL when memory ran out
  * or the stop strings are unusable. */
 sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, void *wake_ctx);
+/* Implemented by sched.c: the vocabulary masks are built against, and their size in words
+ * (covering the model's logits). */
+const grammar_vocab *sched_grammar_vocab(const sched *s);
+int sched_mask_words(const sched *s);
 void req_free(sched_req *r); /* a request that was never handed out */
 void req_unref(sched_req *r);
 /* Tells the HTTP side that the outbox changed, unless it already let go of the request. */

@@ -44,6 +44,8 @@
 struct sched {
     engine *e;
     const tokenizer *tok;
+    grammar_vocab *gvocab; /* the tokenizer's bytes for grammar masks */
+    int mask_words;
     sched_config cfg;
 
     pthread_t thread;
@@ -228,6 +230,18 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
     req_unref(r);
 }
 
+const grammar_vocab *sched_grammar_vocab(const sched *s) { return s->gvocab; }
+int sched_mask_words(const sched *s) { return s->mask_words; }
+
+/* The allowed tokens of a constrained request's next sample.  false: the grammar allows none
+ * (the request has been finished). */
+static bool req_next_mask(sched *s, sched_req *r)
+{
+    if (grammar_matcher_fill_mask(r->gm, r->mask) > 0) return true;
+    req_finish(s, r, SCHED_FINISH_ERROR, "the grammar allows no token of this vocabulary here");
+    return false;
+}
+
 /* Turns one sampled token into text and decides whether the request ends here. */
 static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint64_t now)
 {
@@ -245,11 +259,18 @@ static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint6
         req_finish(s, r, SCHED_FINISH_ERROR, "engine returned a token id outside the vocabulary");
         return;
     }
+    if (r->gm && !grammar_matcher_accept(r->gm, id)) { /* the mask makes this impossible */
+        req_finish(s, r, SCHED_FINISH_ERROR, "the engine sampled a token outside the grammar");
+        return;
+    }
     bool eog = !r->ignore_eos && tokenizer_is_eog(s->tok, id);
+    /* The grammar is complete and nothing may follow: this token's text is the last. */
+    bool grammar_done = r->gm && grammar_matcher_is_done(r->gm);
     /* max_tokens, or no room left to feed id back */
     bool at_length = r->n_generated >= r->max_tokens || r->n_past >= s->max_ctx;
     bool oom = false;
-    sched_finish why = output_token(&r->out, &s->scratch, s->tok, id, eog, at_length, &oom);
+    sched_finish why = output_token(&r->out, &s->scratch, s->tok, id, eog, at_length || grammar_done, &oom);
+    if (grammar_done && why == SCHED_FINISH_LENGTH && !at_length) why = SCHED_FINISH_STOP;
     if (!oom && !req_outbox_append(r, &s->scratch.text, r->want_logprobs && !eog ? res : NULL)) oom = true;
     if (oom) why = SCHED_FINISH_ERROR;
     if (why != SCHED_FINISH_NONE) {
@@ -259,6 +280,7 @@ static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint6
     r->last_token = id;
     r->toks[r->n_toks++] = id; /* room: n_generated < max_tokens here */
     r->has_pending = true;
+    if (r->gm && !req_next_mask(s, r)) return;
     req_wake(r);
 }
 
@@ -477,6 +499,7 @@ static void admit(sched *s)
         s->stats.prefix_lookup_tokens += (uint64_t)prefill_target(r);
         s->stats.prefix_hit_tokens += (uint64_t)start;
         pthread_mutex_unlock(&s->mu);
+        if (r->gm) req_next_mask(s, r); /* the first sample's mask (finishes r when empty) */
     }
 }
 
@@ -491,6 +514,7 @@ static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int 
         .history = r->toks,
         .want_token = want,
         .sp = &r->sp,
+        .allowed = want ? r->mask : NULL,
     };
     s->seq_req[*n] = r;
     (*n)++;
@@ -690,6 +714,7 @@ static void sched_free_memory(sched *s)
     free(s->prefill);
     kvcache_free(s->kv);
     output_scratch_free(&s->scratch);
+    grammar_vocab_free(s->gvocab);
     free(s);
 }
 
@@ -741,7 +766,12 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     s->results = calloc(n, sizeof *s->results);
     s->seq_req = calloc(n, sizeof *s->seq_req);
     s->prefill = calloc(n, sizeof *s->prefill);
-    if (!s->slots || !s->seqs || !s->results || !s->seq_req || !s->prefill || !s->kv) {
+    s->gvocab = grammar_vocab_new(tok);
+    if (s->gvocab) {
+        int model_words = (engine_model(e)->hp.n_vocab + 31) / 32, vocab_words = grammar_vocab_n_words(s->gvocab);
+        s->mask_words = model_words > vocab_words ? model_words : vocab_words;
+    }
+    if (!s->slots || !s->seqs || !s->results || !s->seq_req || !s->prefill || !s->kv || !s->gvocab) {
         snprintf(err, errlen, "sched: out of memory");
         goto fail;
     }

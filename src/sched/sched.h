@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "text/tokenizer.h"
 
 typedef struct sched sched;
@@ -66,6 +67,10 @@ typedef struct sched_params {
     bool want_logprobs; /* publish each token's engine_result (sp.n_top_logprobs says how many alternatives) */
     const char *id; /* request id for logs */
     bool reserved;  /* takes one place held by sched_reserve (never SCHED_E_QUEUE_FULL) */
+    /* Structured output: every sampled token keeps the text within this grammar (the request
+     * takes its own reference and matcher; choices share the grammar); the request ends
+     * ("stop") when the grammar is complete and nothing can follow.  NULL: unconstrained. */
+    grammar *grammar;
 } sched_params;
 
 

@@ -269,6 +269,33 @@ static void test_logprobs(void **state)
     assert_float_equal(n.logprob, 0.0f, 0.0);
 }
 
+/* Step 0: a token whose bit is clear is never drawn and takes no probability mass. */
+static void test_allowed_mask(void **state)
+{
+    fixture *f = *state;
+    float logits[V];
+    for (int i = 0; i < V; i++) logits[i] = (float)i; /* 15 is the best, but masked out */
+    const uint32_t allowed = (1u << 2) | (1u << 7);
+    for (int seed = 0; seed < 200; seed++) {
+        float row[V];
+        memcpy(row, logits, sizeof row);
+        f->sp.temperature = seed == 0 ? 0.0f : 1.5f;
+        f->sp.seed = (uint64_t)seed;
+        f->sp.n_top_logprobs = 3;
+        sampling_input in = {.logits = row, .n_vocab = V, .position = 4, .sp = &f->sp, .allowed = &allowed};
+        engine_result r;
+        sampling_sample(&in, f->scratch, &r);
+        assert_true(r.token == 2 || r.token == 7);
+        if (seed == 0) assert_int_equal(r.token, 7);
+        /* the logprobs are over the allowed tokens: p(7) = e^7 / (e^2 + e^7) */
+        double lp7 = 7.0 - log(exp(2.0) + exp(7.0));
+        assert_int_equal(r.n_top, 3);
+        assert_int_equal(r.top_ids[0], 7);
+        assert_true(fabs(r.top_logprobs[0] - lp7) < 1e-5);
+        assert_true(isinf(r.top_logprobs[2]));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +307,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_logit_bias, setup, teardown),
         cmocka_unit_test_setup_teardown(test_top_p_min_p, setup, teardown),
         cmocka_unit_test_setup_teardown(test_logprobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_allowed_mask, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -489,19 +489,38 @@ static void test_sampler_matches_cpu(void **state)
                                    .presence_penalty = sp[r].presence_penalty,
                                    .frequency_penalty = sp[r].frequency_penalty,
                                    .penalty_last_n = sp[r].penalty_last_n, .n_top = sp[r].n_top_logprobs,
-                                   .seed = sp[r].seed};
+                                   .seed = sp[r].seed, .mask_row = -1};
     }
+    /* Constrained decoding: row 2 may pick every third token, row 5 only three (one of them
+     * outside its top-p nucleus), row 3 (with its bias) every token but the biased one. */
+    const int MW = (V + 31) / 32;
+    uint32_t *masks = calloc((size_t)3 * MW, sizeof *masks);
+    for (int i = 0; i < V; i += 3) masks[i >> 5] |= 1u << (i & 31);
+    const int few[] = {4, 9, V - 1};
+    for (int k = 0; k < 3; k++) masks[MW + (few[k] >> 5)] |= 1u << (few[k] & 31);
+    for (int i = 0; i < V; i++)
+        if (i != 3) masks[2 * MW + (i >> 5)] |= 1u << (i & 31);
+    rows[2].mask_row = 0;
+    rows[5].mask_row = 1;
+    rows[3].mask_row = 2;
+    const uint32_t *allowed[R];
+    memset(allowed, 0, sizeof allowed);
+    allowed[2] = masks;
+    allowed[5] = masks + MW;
+    allowed[3] = masks + 2 * MW;
     rows[3].bias_off = 0;
     rows[3].n_bias = 4;
     CUdeviceptr dl = upload(logits, (size_t)R * V * 4), dwork = poisoned((size_t)R * V);
     int32_t *zeros = calloc((size_t)R * V, 4);
     CUdeviceptr dc = upload(zeros, (size_t)R * V * 4), drows = upload(rows, sizeof rows);
     CUdeviceptr db = upload(bias, sizeof bias), dh = upload(hist, sizeof hist);
+    CUdeviceptr dm = upload(masks, (size_t)3 * MW * sizeof *masks);
     CUdeviceptr dout, dparts = poisoned((size_t)R * GPU_SAMPLE_PARTS * 3);
     CHECK(cu.cuMemAlloc(&dout, R * sizeof(gpu_sample_out)));
     sample_args a = {.logits = (const float *)(uintptr_t)dl, .work = (float *)(uintptr_t)dwork,
                      .counts = (int32_t *)(uintptr_t)dc, .rows = (const gpu_sample_row *)(uintptr_t)drows,
                      .bias = (const gpu_bias *)(uintptr_t)db, .hist = (const int32_t *)(uintptr_t)dh, .ctx = ctx,
+                     .mask = (const uint32_t *)(uintptr_t)dm, .mask_words = MW,
                      .n_vocab = V, .parts = (float *)(uintptr_t)dparts, .n_parts = GPU_SAMPLE_PARTS,
                      .out = (gpu_sample_out *)(uintptr_t)dout};
     void *args[] = {&a};
@@ -518,13 +537,14 @@ static void test_sampler_matches_cpu(void **state)
     for (int r = 0; r < R; r++) {
         memcpy(row, logits + (size_t)r * V, V * sizeof *row);
         sampling_input in = {.logits = row, .n_vocab = V, .history = hist + r * ctx, .n_history = rows[r].hist_end,
-                             .position = rows[r].hist_end, .sp = &sp[r]};
+                             .position = rows[r].hist_end, .sp = &sp[r], .allowed = allowed[r]};
         engine_result cpu;
         memset(&cpu, 0, sizeof cpu);
         sampling_sample(&in, scratch, &cpu);
         print_message("  row %d: T=%.1f cpu token %d (lp %.5f) gpu token %d (lp %.5f), top %d/%d\n", r,
                       sp[r].temperature, cpu.token, cpu.logprob, out[r].token, out[r].logprob, cpu.n_top, out[r].n_top);
         assert_int_equal(out[r].token, cpu.token);
+        if (allowed[r]) assert_true(allowed[r][cpu.token >> 5] >> (cpu.token & 31) & 1u);
         assert_true(fabsf(out[r].logprob - cpu.logprob) < 1e-4f);
         assert_int_equal(out[r].n_top, cpu.n_top);
         for (int k = 0; k < cpu.n_top; k++) {
@@ -534,8 +554,8 @@ static void test_sampler_matches_cpu(void **state)
     }
     assert_int_equal(out[0].token, 17);
     cu.cuMemFree(dl), cu.cuMemFree(dwork), cu.cuMemFree(dc), cu.cuMemFree(drows), cu.cuMemFree(db);
-    cu.cuMemFree(dh), cu.cuMemFree(dout), cu.cuMemFree(dparts);
-    free(zeros), free(scratch), free(row), free(logits);
+    cu.cuMemFree(dh), cu.cuMemFree(dout), cu.cuMemFree(dparts), cu.cuMemFree(dm);
+    free(masks), free(zeros), free(scratch), free(row), free(logits);
 }
 
 int main(void)

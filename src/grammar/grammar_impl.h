@@ -1,0 +1,70 @@
+/* grammar_impl.h - the compiled grammar as the matcher sees it.  Internal to src/grammar.
+ *
+ * A grammar is a list of rules; each rule is a run of elements in one array:
+ *   alt0 elements, ALT, alt1 elements, ALT, ..., END
+ * An element is BYTES (a terminal: one byte out of a 256-bit set) or REF (another rule).
+ * Character classes and literals are compiled to UTF-8 byte sequences, so the matcher works
+ * on bytes only and a token's bytes are matched exactly, whatever characters they split.
+ * A position is an index into the element array; a pushdown stack is a list of positions. */
+#ifndef INFERD_GRAMMAR_IMPL_H
+#define INFERD_GRAMMAR_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "grammar.h"
+
+enum { GE_END = 0, GE_ALT = 1, GE_REF = 2, GE_BYTES = 3 };
+
+typedef struct gelem {
+    uint8_t type;
+    int32_t v; /* REF: rule id; BYTES: byte-set index */
+} gelem;
+
+typedef struct gbyteset {
+    uint32_t w[8];
+} gbyteset;
+
+static inline bool gbyteset_has(const gbyteset *s, unsigned b) { return (s->w[b >> 5] >> (b & 31)) & 1u; }
+
+struct grammar_mask_tables; /* matcher.c: per-position token tables, the state cache */
+
+struct grammar {
+    atomic_int refs;
+    gelem *elems;
+    int n_elems;
+    gbyteset *sets;
+    int n_sets;
+    int n_rules;
+    int32_t *alt_off;   /* rule r's alternative starts: alt_pos[alt_off[r] .. alt_off[r+1]) */
+    int32_t *alt_pos;
+    int root;
+    struct grammar_mask_tables *tables; /* lazily built against one vocabulary */
+};
+
+/* Limits that keep hostile grammars bounded (a refusal names the limit). */
+#define GRAMMAR_MAX_ELEMS 200000
+#define GRAMMAR_MAX_RULES 20000
+#define GRAMMAR_MAX_REPEAT 1000 /* x{m,n}: n at most this */
+#define GRAMMAR_MAX_STACK 256   /* deeper stacks are dropped: the matcher never accepts through them */
+#define GRAMMAR_MAX_STACKS 512  /* distinct stacks one state may hold */
+
+void grammar_tables_free(struct grammar_mask_tables *t);
+
+/* Every normal token's bytes, sorted (vocab.c builds it from the tokenizer). */
+struct grammar_vocab {
+    int n_vocab, n_words;
+    int n_sorted;
+    int32_t *ids;   /* normal tokens in byte order */
+    uint32_t *off;  /* their bytes in `bytes` */
+    uint16_t *len;
+    uint16_t *lcp;  /* common prefix with the previous sorted token */
+    unsigned char *bytes;
+    int32_t *rank;  /* id -> index in the sorted order, -1 for control/empty tokens */
+    int32_t *eog;
+    int n_eog;
+};
+
+
+#endif

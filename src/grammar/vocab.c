@@ -1,0 +1,87 @@
+/* vocab.c - the vocabulary as the mask builder walks it: each normal token's bytes (control
+ * tokens excluded; end-of-generation tokens listed apart), sorted, with the common prefix of
+ * neighbours so that tokens sharing a prefix share the matcher's work. */
+#include "grammar_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+static const grammar_vocab *sort_vocab;
+static int cmp_tokens(const void *x, const void *y)
+{
+    const grammar_vocab *v = sort_vocab;
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    size_t la = v->len[a], lb = v->len[b];
+    int c = memcmp(v->bytes + v->off[a], v->bytes + v->off[b], la < lb ? la : lb);
+    if (c) return c;
+    return la < lb ? -1 : la > lb ? 1 : (a > b) - (a < b);
+}
+
+void grammar_vocab_free(grammar_vocab *v)
+{
+    if (!v) return;
+    free(v->ids);
+    free(v->off);
+    free(v->len);
+    free(v->lcp);
+    free(v->bytes);
+    free(v->rank);
+    free(v->eog);
+    free(v);
+}
+
+int grammar_vocab_n_words(const grammar_vocab *v) { return v->n_words; }
+
+grammar_vocab *grammar_vocab_new(const tokenizer *t)
+{
+    grammar_vocab *v = calloc(1, sizeof *v);
+    if (!v) return NULL;
+    int n = tokenizer_n_vocab(t);
+    v->n_vocab = n;
+    v->n_words = (n + 31) / 32;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        int len = tokenizer_is_control(t, i) ? 0 : tokenizer_token_bytes(t, i, false, NULL, 0);
+        if (len > 0) total += (size_t)len;
+    }
+    v->off = malloc((size_t)n * sizeof *v->off);
+    v->len = calloc((size_t)n, sizeof *v->len);
+    v->bytes = malloc(total + 1);
+    v->ids = malloc((size_t)n * sizeof *v->ids);
+    v->lcp = malloc((size_t)n * sizeof *v->lcp);
+    v->rank = malloc((size_t)n * sizeof *v->rank);
+    v->eog = malloc((size_t)n * sizeof *v->eog);
+    if (!v->off || !v->len || !v->bytes || !v->ids || !v->lcp || !v->rank || !v->eog) {
+        grammar_vocab_free(v);
+        return NULL;
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        v->rank[i] = -1;
+        v->off[i] = (uint32_t)at;
+        if (tokenizer_is_eog(t, i)) v->eog[v->n_eog++] = i;
+        if (tokenizer_is_control(t, i)) continue;
+        int len = tokenizer_token_bytes(t, i, false, (char *)v->bytes + at, (int)(total - at));
+        if (len <= 0 || len > 65535) continue;
+        v->len[i] = (uint16_t)len;
+        at += (size_t)len;
+        v->ids[v->n_sorted++] = i;
+    }
+    sort_vocab = v; /* qsort has no context argument in C11; vocabularies are built at start-up */
+    qsort(v->ids, (size_t)v->n_sorted, sizeof *v->ids, cmp_tokens);
+    sort_vocab = NULL;
+    for (int k = 0; k < v->n_sorted; k++) {
+        int32_t id = v->ids[k];
+        v->rank[id] = k;
+        int l = 0;
+        if (k) {
+            int32_t pr = v->ids[k - 1];
+            int m = v->len[pr] < v->len[id] ? v->len[pr] : v->len[id];
+            while (l < m && v->bytes[v->off[pr] + l] == v->bytes[v->off[id] + l]) l++;
+        }
+        v->lcp[k] = (uint16_t)l;
+    }
+    return v;
+}
+

@@ -1,0 +1,19 @@
+/* api_constraint.h - structured output fields of a request -> one compiled grammar.
+ *
+ * response_format {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+ * "schema", "strict"}}, and the extensions: grammar (GBNF, llama-server), json_schema (top
+ * level, llama-server), guided_json / guided_regex / guided_choice (vLLM).  At most one of
+ * them may constrain a request.  Compiled grammars are cached by their canonical text. */
+#ifndef INFERD_HTTP_API_CONSTRAINT_H
+#define INFERD_HTTP_API_CONSTRAINT_H
+
+#include <cjson/cJSON.h>
+
+#include "api_request.h"
+#include "grammar/grammar.h"
+
+/* *out = NULL (unconstrained) or a grammar reference the caller drops with grammar_unref.
+ * Returns 0, or -1 with a 400 in e naming the field and, for a schema, the keyword. */
+int api_read_constraint(const cJSON *obj, grammar **out, api_error *e);
+
+#endif

@@ -265,7 +265,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->d_kv = hp->n_head_kv * hp->head_dim;
     g->d_ff = (hp->n_ff + 31) / 32 * 32;
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
-    g->att_splits = gpu_attn_splits(cfg->ctx_per_slot);
+    g->att_splits = gpu_attn_max_splits(cfg->ctx_per_slot);
     size_t part_rows = (size_t)T * g->att_splits * hp->n_head;
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
@@ -362,7 +362,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
 typedef struct step_plan {
     int n_tokens, n_rows; /* launched (decode: padded to the bucket) */
     int bucket;           /* graph index, -1: eager */
-    int max_keys;         /* longest attention span of a token */
+    int n_split;          /* attention splits: the most any token of the step uses */
     int n_lidx;           /* tokens whose logits all come back */
     size_t copy_bytes;    /* inputs up to the used bias entries */
     size_t table_bytes;   /* used rows of the block tables */
@@ -419,7 +419,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     }
     int t = 0, r = 0, nb = 0, nm = 0;
     p->n_lidx = 0;
-    p->max_keys = 1;
+    p->n_split = 1;
     for (int i = 0; i < n; i++) {
         const engine_seq *s = &seqs[i];
         if (t + s->n_tokens > g->cap_tokens) {
@@ -440,7 +440,11 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             seq[t] = i;
             if (s->logits && s->logits_all) lidx[p->n_lidx++] = t;
         }
-        if (s->pos + s->n_tokens > p->max_keys) p->max_keys = s->pos + s->n_tokens;
+        /* Per token: the split count is not monotone in the span (gpu_attn_max_splits). */
+        for (int j = s->pos + 1; j <= s->pos + s->n_tokens; j++) {
+            int ns = gpu_attn_splits(j);
+            if (ns > p->n_split) p->n_split = ns;
+        }
         row_of_seq[i] = -1;
         if (!decode && !s->want_token && !(s->logits && !s->logits_all)) continue;
         int nbias = s->want_token ? s->sp->n_bias : 0;
@@ -552,7 +556,7 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
             rc = -1;
         }
     } else if (rc == 0) {
-        rc = gpu_forward(g, p.n_tokens, p.n_rows, gpu_attn_splits(p.max_keys), err, errlen);
+        rc = gpu_forward(g, p.n_tokens, p.n_rows, p.n_split, err, errlen);
     }
     const size_t V = (size_t)e->m->hp.n_vocab;
     if (rc == 0 && p.n_rows > 0 &&

@@ -157,12 +157,6 @@ static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err
     return 0;
 }
 
-int gpu_attn_splits(int max_keys)
-{
-    int c = attn_chunk(max_keys);
-    return (max_keys + c - 1) / c;
-}
-
 static int attention(gpu_engine *g, int il, int T, int n_split, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;

@@ -102,8 +102,6 @@ int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, int n_split, char *err,
 /* W -> FP16 row-major [n][k] at dst (the form cuBLAS multiplies); launches only. */
 int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const char *what, char *err,
                     size_t errlen);
-/* Key splits (attention grid depth) that cover queries seeing up to max_keys keys. */
-int gpu_attn_splits(int max_keys);
 /* LM head over n rows of final activations gathered by the int list at in_d + in.lidx + first. */
 int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t errlen);
 

@@ -90,6 +90,24 @@ static inline GPU_HOST_DEVICE int attn_chunk(int n_keys)
     return c < ATT_CHUNK_MIN ? ATT_CHUNK_MIN : c;
 }
 
+/* Key splits (attention grid depth) that a query seeing n_keys keys uses. */
+static inline GPU_HOST_DEVICE int gpu_attn_splits(int n_keys)
+{
+    int c = attn_chunk(n_keys);
+    return (n_keys + c - 1) / c;
+}
+
+/* attn_chunk rounds to whole KV blocks, so the splits of a key count are not monotone in it
+ * (8,192 keys take 32 splits, 8,320 only 29): a grid sized from the longest span alone can
+ * miss a shorter span's last splits.  Every count up to ctx needs at most min(ATT_MAX_SPLIT,
+ * ceil(ctx / ATT_CHUNK_MIN)), since a chunk is never under ATT_CHUNK_MIN keys nor under
+ * 1/ATT_MAX_SPLIT of its span: the partial buffers and the decode graphs are sized by it. */
+static inline GPU_HOST_DEVICE int gpu_attn_max_splits(int ctx)
+{
+    int s = (ctx + ATT_CHUNK_MIN - 1) / ATT_CHUNK_MIN;
+    return s < ATT_MAX_SPLIT ? s : ATT_MAX_SPLIT;
+}
+
 /* One logits row of a step: which packed token it comes from and how to sample it. */
 typedef struct gpu_sample_row {
     int32_t token_index; /* row of the packed activations */

@@ -1383,6 +1383,8 @@ typedef struct rctx {
     frame *caller_scope;
 } rctx;
 
+/* Ends the render with a message: longjmp back to jinja_render (never returns). */
+static void rfail(rctx *rc, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
 static void rfail(rctx *rc, const char *fmt, ...)
 {
     int k = snprintf(rc->err, rc->errlen, "line %d: ", rc->line);

@@ -558,8 +558,27 @@ static void test_sampler_matches_cpu(void **state)
     free(masks), free(zeros), free(scratch), free(row), free(logits);
 }
 
+/* Host arithmetic, no device: the partial buffers and decode graphs are sized by
+ * gpu_attn_max_splits(ctx); every span up to ctx must fit in it (a span's split count is not
+ * monotone, so the longest span alone does not bound it). */
+static int check_split_bound(void)
+{
+    for (int ctx = 1; ctx <= 20000; ctx += (ctx < 600 ? 1 : 37)) {
+        int bound = gpu_attn_max_splits(ctx);
+        for (int n = 1; n <= ctx; n++) {
+            if (gpu_attn_splits(n) > bound) {
+                fprintf(stderr, "FAIL: %d keys take %d splits, more than the bound %d for a context of %d\n", n,
+                        gpu_attn_splits(n), bound, ctx);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 int main(void)
 {
+    if (check_split_bound() != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_formats),
         cmocka_unit_test(test_rmsnorm),

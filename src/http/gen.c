@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "api_encode.h"
 #include "http_int.h"
+#include "tool_force.h"
 #include "base/timing.h"
 #include "base/rng.h"
 
@@ -696,6 +697,12 @@ enum MHD_Result gen_start(http_req *hr, api_kind kind)
     const char *body = hr->body.data ? hr->body.data : "";
     if (api_request_parse(kind, body, hr->body.len, tokenizer_n_vocab(g->sv->sm.tok), &g->req, &e) != 0)
         return http_reply_error(hr, &e);
+    if (kind == API_CHAT) {
+        bool forced;
+        grammar *tg = tool_force_grammar(&g->req, g->sv->sm.syntax, &forced, &e);
+        if (forced && !tg) return http_reply_error(hr, &e);
+        if (tg) g->req.grammar = tg; /* released with the request */
+    }
     int rc = kind == API_CHAT ? build_chat_prompt(g, &e) : build_completion_prompts(g, &e);
     if (rc == 0) rc = check_context(g, &e);
     if (rc != 0) return http_reply_error(hr, &e);

@@ -1016,7 +1016,10 @@ def node_session(scripts, packages):
     if why:
         print(f"SKIP: {why}")
         return SKIP
-    with Server(make_model(), "--api-key", "sdk-key") as s:
+    # A Hermes-style template with an optional thinking block (tests/node/chat_template.jinja):
+    # tool calls (forced ones through the grammar) and reasoning_content run end to end.
+    template = os.path.join(NODE_DIR, "chat_template.jinja")
+    with Server(make_model(), "--api-key", "sdk-key", "--chat-template-file", template) as s:
         env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key")
         for script, *args in scripts:
             r = subprocess.run(["node", os.path.join(NODE_DIR, script), *args], env=env, capture_output=True,

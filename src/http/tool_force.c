@@ -1,0 +1,95 @@
+/* tool_force.c - see tool_force.h. */
+#include "tool_force.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/bytebuf.h"
+
+/* The literal text around the arguments of a call of `name`:
+ *   Hermes/Qwen  <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
+ *   Llama 3      {"name": "NAME", "parameters": ARGS}
+ *   Mistral      [TOOL_CALLS][{"name": "NAME", "arguments": ARGS}]
+ *   DeepSeek V3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```...
+ * The name goes through cJSON, so whatever a client named its function, the JSON is valid. */
+static bool call_markup(const chat_forced_call *fc, const char *name, bytebuf *prefix, bytebuf *suffix)
+{
+    bytebuf_puts(prefix, fc->prefix);
+    if (fc->args_key) {
+        cJSON *s = cJSON_CreateString(name);
+        char *quoted = s ? cJSON_PrintUnformatted(s) : NULL;
+        cJSON_Delete(s);
+        if (!quoted) return false;
+        bytebuf_printf(prefix, "%s{\"name\": %s, \"%s\": ", fc->array ? "[" : "", quoted, fc->args_key);
+        cJSON_free(quoted);
+        bytebuf_puts(suffix, fc->array ? "}]" : "}");
+    } else {
+        bytebuf_printf(prefix, "%s\n```json\n", name);
+    }
+    bytebuf_puts(suffix, fc->suffix);
+    return bytebuf_ok(prefix) && bytebuf_ok(suffix);
+}
+
+grammar *tool_force_grammar(const api_request *r, chat_syntax syntax, bool *forced, api_error *e)
+{
+    *forced = false;
+    if (!r->tools_json || (r->tool_choice != API_TOOL_REQUIRED && r->tool_choice != API_TOOL_NAMED)) return NULL;
+    *forced = true;
+    chat_forced_call fc;
+    if (!chat_forced_call_shape(syntax, &fc)) {
+        api_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
+                      "This model's chat template shows no tool-call syntax this server knows, so a tool call "
+                      "cannot be forced; use tool_choice \"auto\".");
+        return NULL;
+    }
+    if (r->grammar) {
+        api_error_set(e, 400, "invalid_request_error", "tool_choice", "invalid_value",
+                      "tool_choice \"required\" or a named function cannot be combined with response_format.");
+        return NULL;
+    }
+    cJSON *tools = cJSON_Parse(r->tools_json);
+    cJSON *any_object = cJSON_CreateObject();
+    cJSON_AddStringToObject(any_object, "type", "object");
+    grammar_builder *b = grammar_builder_new();
+    char err[256] = "";
+    const char *failed = NULL;
+    int added = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools)
+    {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(name)) continue; /* api_request validated every tool */
+        if (r->tool_choice == API_TOOL_NAMED && strcmp(name->valuestring, r->tool_choice_name) != 0) continue;
+        /* A function without parameters still takes an object of arguments. */
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        if (!params) params = any_object;
+        bytebuf prefix = {0}, suffix = {0};
+        bool ok = b && call_markup(&fc, name->valuestring, &prefix, &suffix) &&
+                  grammar_builder_add(b, prefix.data, params, suffix.data, err, sizeof err);
+        bytebuf_free(&prefix);
+        bytebuf_free(&suffix);
+        if (!ok) {
+            failed = name->valuestring;
+            break;
+        }
+        added++;
+    }
+    grammar *g = NULL;
+    if (failed) {
+        api_error_set(e, err[0] ? 400 : 500, err[0] ? "invalid_request_error" : "server_error", "tools",
+                      err[0] ? "invalid_value" : NULL, "The parameters of function '%.64s' cannot be enforced: %s",
+                      failed, err[0] ? err : "out of memory");
+    } else if (!added) {
+        /* api_request checks that a named function is offered; nothing else leaves none. */
+        api_error_set(e, 400, "invalid_request_error", "tool_choice", "invalid_value",
+                      "tool_choice names no function among the tools.");
+    } else if (!(g = grammar_builder_finish(b, err, sizeof err))) {
+        api_error_set(e, 500, "server_error", NULL, NULL, "Building the tool-call grammar failed: %s", err);
+    }
+    if (failed || !added) grammar_builder_free(b);
+    cJSON_Delete(tools);
+    cJSON_Delete(any_object);
+    return g;
+}

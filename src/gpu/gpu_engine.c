@@ -317,16 +317,20 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->wdq_bytes = g->have_blas && !g->w16_bytes ? largest : 0;
     act += g->w16_bytes + g->wdq_bytes;
     size_t n_blocks = kv_pool_blocks(g, free_b, act);
-    if (n_blocks < (size_t)g->table_width) n_blocks = 0; /* one longest request must fit */
+    /* Sized automatically, the pool must hold one longest (-c) request; a pool the operator
+     * sized may be smaller, as on the CPU: requests beyond it get a 400 up front. */
+    size_t min_blocks = cfg->kv_cache_mb ? 1 : (size_t)g->table_width;
+    if (n_blocks < min_blocks) n_blocks = 0;
     if (n_blocks > (1 << 24)) n_blocks = 1 << 24; /* block ids are int32 */
     g->kv_bytes = (n_blocks + 1) * pair;
     if (!n_blocks || g->kv_bytes + act + reserve > free_b) {
         snprintf(err, errlen,
-                 "not enough GPU memory for a KV pool of %d tokens (one -c request; %.2f MiB per %d-token block "
+                 "not enough GPU memory for a KV pool of %zu tokens (%s; %.2f MiB per %d-token block "
                  "of %d layers x %d kv heads x %d dims x K,V fp16%s) + buffers %.0f MiB + reserve %zu MiB: "
                  "%.0f MiB free after %.0f MiB of weights; lower -c/--ctx-size or -np/--parallel, or raise "
                  "--kv-cache-size",
-                 g->table_width * GPU_KV_BLOCK, pair / MIB, GPU_KV_BLOCK, hp->n_layer, hp->n_head_kv, hp->head_dim,
+                 min_blocks * GPU_KV_BLOCK, cfg->kv_cache_mb ? "at least one block" : "one -c request", pair / MIB,
+                 GPU_KV_BLOCK, hp->n_layer, hp->n_head_kv, hp->head_dim,
                  cfg->kv_cache_mb ? ", --kv-cache-size" : "", act / MIB, cfg->vram_reserve_mb, free_b / MIB,
                  g->wbytes / MIB);
         return -1;

@@ -134,6 +134,24 @@ await pass('tools: a forced call, assembled by the stream helper', async () => {
   assert.equal(typeof done.parsed_arguments.city, 'string');
 });
 
+await pass('tools round trip: forced call -> tool message -> answer', async () => {
+  const ask = [{ role: 'user', content: 'Weather in Paris?' }];
+  const first = await client.chat.completions.create({
+    ...chatArgs, max_tokens: 128, messages: ask, tools: [weather], tool_choice: 'required',
+  });
+  const call = first.choices[0].message.tool_calls?.[0];
+  assert.equal(first.choices[0].finish_reason, 'tool_calls');
+  assert.equal(first.choices[0].message.content, null);
+  assert.equal(call?.function.name, 'get_weather');
+  assert.equal(typeof JSON.parse(call.function.arguments).city, 'string');
+  const answer = await client.chat.completions.create({
+    ...chatArgs, max_tokens: 8, tools: [weather],
+    messages: [...ask, first.choices[0].message, { role: 'tool', tool_call_id: call.id, content: '{"celsius": 21}' }],
+  });
+  assert.equal(typeof answer.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(answer.choices[0].finish_reason));
+});
+
 await pass('response_format json_schema: chat.completions.parse', async () => {
   const r = await client.chat.completions.parse({
     ...chatArgs, max_tokens: 128, messages: [{ role: 'user', content: 'A city, as JSON.' }],

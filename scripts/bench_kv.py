@@ -67,10 +67,11 @@ def complete(base, prompt, max_tokens):
             continue
         ev = json.loads(line[6:])
         for ch in ev.get("choices") or []:
-            if ch.get("text"):
-                if out["ttft"] is None:
-                    out["ttft"] = time.perf_counter() - t0
-                out["text"] += ch["text"]
+            # The first token's chunk, text or not: llama-server streams empty text for
+            # tokens of the synthetic models' vocabularies.
+            if "text" in ch and out["ttft"] is None:
+                out["ttft"] = time.perf_counter() - t0
+            out["text"] += ch.get("text") or ""
         u = ev.get("usage")
         if u:
             out["cached"] = (u.get("prompt_tokens_details") or {}).get("cached_tokens")

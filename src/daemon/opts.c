@@ -51,6 +51,9 @@ static const opt_def opt_table[] = {
          "tokens; cuda: the free GPU memory)"),
     INT_("batch-tokens", "b", batch_tokens, "512", 1, 1 << 20, "most prompt tokens one scheduler step prefills"),
     INT_("queue-size", NULL, queue_size, "64", 0, 1 << 20, "waiting requests beyond the running ones; more get 429"),
+    INT_("max-head-passes", NULL, max_head_passes, "0", -1, 1 << 20,
+         "later requests admitted while the oldest waiting one does not fit the free KV blocks, before admission "
+         "waits for it (0: parallel; -1: strict FIFO)"),
     INT_("max-body", NULL, max_body, "1048576", 64, 1 << 30, "largest request body in bytes; more get 413"),
     {"api-key", NULL, OPT_STRING, FIELD(api_key), "", 0, 0, NULL, true,
      "require 'Authorization: Bearer KEY' on every route but /health"},

@@ -26,6 +26,7 @@ typedef struct inferd_opts {
     bool prefix_cache;      /* automatic prefix caching */
     int batch_tokens;
     int queue_size;
+    int max_head_passes;    /* sched_config.max_head_passes: 0 = parallel, -1 = strict FIFO */
     int max_body;           /* bytes */
     char api_key[256];      /* "" = no authentication */
     char api_key_file[OPTS_STR_MAX]; /* "" = none; else api_key is read from it at start */

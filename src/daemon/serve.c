@@ -256,6 +256,7 @@ static int load(serve_state *st, const inferd_opts *o)
     if (signalled(st)) return -1;
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,
+                       .max_head_passes = o->max_head_passes,
                        .no_prefix_cache = !o->prefix_cache,
                        .on_fatal = engine_fatal, .on_fatal_ctx = st};
     /* systemd wants a ping at least every WATCHDOG_USEC; ping twice as often. */

@@ -47,6 +47,7 @@ struct sched_req {
     int n_toks;
     kv_seq kv;       /* its block table while running */
     bool started;    /* admitted once: its text pipeline runs (kept across preemptions) */
+    int passed;      /* later requests admitted past it while it was the oldest waiting (admit) */
     int n_generated;
     int32_t last_token; /* sampled, not yet fed back */
     bool has_pending;   /* last_token must be fed in the next step */

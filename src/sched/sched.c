@@ -173,20 +173,17 @@ void sched_note_cancel(sched *s)
 
 /* ---- the scheduler thread ------------------------------------------------------------ */
 
-static sched_req *queue_pop(sched *s)
+/* Takes r out of the waiting queue; prev is the waiting request just before it (NULL: r is the
+ * head).  s->mu held: HTTP threads append at the tail meanwhile. */
+static void queue_unlink(sched *s, sched_req *prev, sched_req *r)
 {
-    sched_req *r = s->wait_head;
-    if (r) {
-        s->wait_head = r->next;
-        if (!s->wait_head) s->wait_tail = NULL;
-        r->next = NULL;
-        s->n_waiting--;
-    }
-    return r;
+    if (prev) prev->next = r->next;
+    else s->wait_head = r->next;
+    if (s->wait_tail == r) s->wait_tail = prev;
+    r->next = NULL;
+    s->n_waiting--;
 }
 
-/* Ends a request: frees its slot (in this very step), publishes the finish, logs, and drops
- * the scheduler's reference. */
 /* The pool's block counts into the statistics; s->mu held. */
 static void publish_kv_counts(sched *s)
 {
@@ -196,6 +193,8 @@ static void publish_kv_counts(sched *s)
     s->stats.kv_blocks_free = kc.free;
 }
 
+/* Ends a request: frees its slot (in this very step), publishes the finish, logs, and drops
+ * the scheduler's reference. */
 static void req_finish(sched *s, sched_req *r, sched_finish why, const char *error)
 {
     if (r->kv.blocks) kvcache_release(s->kv, &r->kv); /* full blocks stay cached for others */
@@ -401,7 +400,7 @@ static void reserve_decode_blocks(sched *s)
 
 enum { PLACE_OK, PLACE_WAIT, PLACE_FAILED, PLACE_FATAL };
 
-/* Gives r (the queue's head) blocks for what it must compute plus its next token: the longest
+/* Gives r (a waiting request) blocks for what it must compute plus its next token: the longest
  * cached prefix first, fresh blocks for the rest.  A prompt that is cached whole still
  * computes its last position (its logits are the first sample), in a private copy of the last
  * block (copy-on-write).  PLACE_WAIT: too few blocks now, r keeps nothing. */
@@ -438,7 +437,10 @@ static int place_blocks(sched *s, sched_req *r, int *start, char *err, size_t er
  * are indexed only once computed, so r admitted now would compute that prefix a second time
  * (64 requests arriving together with one system prompt would compute it 64 times); a few
  * steps later it reads it from the cache.  The running request always progresses, so the
- * wait is bounded by its prefill. */
+ * wait is bounded by its prefill.  Unrelated requests are not held up: admit() passes r.
+ * admit() asks this of every waiting request it considers, so the comparison stops at the
+ * first block q still lacks: r shares an uncomputed full block of q exactly when the tokens
+ * up to that block's end match. */
 static bool prefix_in_flight(sched *s, const sched_req *r)
 {
     if (s->cfg.no_prefix_cache) return false;
@@ -446,60 +448,103 @@ static bool prefix_in_flight(sched *s, const sched_req *r)
     for (int i = 0; i < s->cfg.n_slots; i++) {
         const sched_req *q = s->slots[i];
         if (!q) continue;
-        int n = target < q->n_toks ? target : q->n_toks, common = 0;
-        while (common < n && q->toks[common] == r->toks[common]) common++;
-        if (q->n_past < common / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK) return true;
+        int n = target < q->n_toks ? target : q->n_toks;
+        int need = (q->n_past / ENGINE_KV_BLOCK + 1) * ENGINE_KV_BLOCK; /* end of q's first uncomputed block */
+        if (need <= n && !memcmp(q->toks, r->toks, (size_t)need * sizeof *r->toks)) return true;
     }
     return false;
 }
 
-/* FIFO: the oldest waiting request (a preempted one first) gets the lowest free row once the
- * pool has blocks for it and no running request is computing its prefix; until then nothing
- * behind it is admitted. */
+/* r takes row `row` with its blocks placed (place_blocks) and `start` positions cached. */
+static void admit_into(sched *s, sched_req *r, int row, int start)
+{
+    r->slot = row;
+    r->n_past = start;
+    if (!r->started) { /* a preempted request keeps its text pipeline and its age */
+        r->started = true;
+        r->admit_seq = s->admit_counter++;
+        output_start(&r->out, s->tok);
+        pthread_mutex_lock(&r->mu);
+        r->cached_tokens = start;
+        pthread_mutex_unlock(&r->mu);
+    }
+    s->slots[row] = r;
+    pthread_mutex_lock(&s->mu);
+    s->n_running++;
+    s->kv_used += (uint64_t)start;
+    s->stats.prefix_lookup_tokens += (uint64_t)prefill_target(r);
+    s->stats.prefix_hit_tokens += (uint64_t)start;
+    pthread_mutex_unlock(&s->mu);
+    if (r->gm) req_next_mask(s, r); /* the first sample's mask (finishes r when empty) */
+}
+
+/* Admission: first-fit over the waiting queue in order, with a bound on how often the oldest
+ * waiting request (the head) may be passed.
+ *
+ * Each waiting request, oldest first, takes the lowest free row once the pool has blocks for
+ * what it must compute (place_blocks) and no running request is still computing its prefix
+ * (prefix_in_flight); one that cannot be admitted now keeps its place and the walk goes on.
+ * Strict FIFO left memory idle: a long prompt at the head that did not fit the free blocks
+ * held back every shorter request behind it that would have fit, so concurrency stayed near
+ * what the long prompts alone allow (2.6x the old per-slot design on bench_kv.py capacity).
+ *
+ * Passing must not starve the head, which needs more blocks at once than the short requests
+ * that keep taking whatever frees up.  Every admission past it counts (r->passed); once it has
+ * been passed max_head_passes times (default n_slots), nothing more is admitted until it is,
+ * so the blocks that running requests free accumulate for it.  Running requests finish
+ * within their max_tokens, so its wait is bounded.  Only the head counts:
+ * a request further back becomes the head once those before it are admitted, and the same
+ * bound holds from then on.  A preempted request, which preempt() puts back at the head, is
+ * never passed: its stream is paused mid-way, and a newer request admitted before it would
+ * be the next one preempted when blocks run short again, its prefill wasted.
+ *
+ * A request reserves blocks for its prompt and its first sampled token only, never for its
+ * max_tokens: decode blocks are taken one at a time (reserve_decode_blocks) and preemption
+ * handles a pool that runs dry, whereas reserving max_tokens would hold memory that requests
+ * stopping early never use. */
 static void admit(sched *s)
 {
-    for (int i = 0; i < s->cfg.n_slots;) {
-        if (s->slots[i]) {
-            i++;
-            continue;
-        }
-        pthread_mutex_lock(&s->mu);
-        sched_req *r = s->wait_head; /* only this thread removes from the queue */
-        pthread_mutex_unlock(&s->mu);
-        if (!r || prefix_in_flight(s, r)) return;
+    int bound = s->cfg.max_head_passes ? s->cfg.max_head_passes : s->cfg.n_slots;
+    sched_req *prev = NULL, *head = NULL; /* head: the first request this walk had to skip */
+    pthread_mutex_lock(&s->mu);
+    sched_req *r = s->wait_head; /* only this thread removes from the queue */
+    pthread_mutex_unlock(&s->mu);
+    int row = 0;
+    while (r) {
+        while (row < s->cfg.n_slots && s->slots[row]) row++;
+        /* Every placement takes a fresh block (the position after the prompt is never cached),
+         * so an exhausted pool admits nothing: no need to look further. */
+        if (row == s->cfg.n_slots || kvcache_available(s->kv) == 0) return;
         char err[256] = "";
-        int start = 0, rc = place_blocks(s, r, &start, err, sizeof err);
-        if (rc == PLACE_WAIT) return;
+        int start = 0;
+        int rc = prefix_in_flight(s, r) ? PLACE_WAIT : place_blocks(s, r, &start, err, sizeof err);
         if (rc == PLACE_FATAL) {
             sched_fail(s, err);
             return;
         }
+        if (rc == PLACE_WAIT) {
+            if (!head) {
+                head = r;
+                if (bound < 0 || r->started || r->passed >= bound) return;
+            }
+            pthread_mutex_lock(&s->mu); /* r->next: a submit may be appending after r */
+            prev = r;
+            r = r->next;
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
         pthread_mutex_lock(&s->mu);
-        queue_pop(s);
+        sched_req *next = r->next;
+        queue_unlink(s, prev, r);
         pthread_mutex_unlock(&s->mu);
         if (rc == PLACE_FAILED) {
             log_warn("request %s: cannot be admitted: %s", r->id, err);
             req_finish(s, r, SCHED_FINISH_ERROR, err);
-            continue;
+        } else {
+            admit_into(s, r, row, start);
+            if (head && ++head->passed >= bound) return;
         }
-        r->slot = i;
-        r->n_past = start;
-        if (!r->started) { /* a preempted request keeps its text pipeline and its age */
-            r->started = true;
-            r->admit_seq = s->admit_counter++;
-            output_start(&r->out, s->tok);
-            pthread_mutex_lock(&r->mu);
-            r->cached_tokens = start;
-            pthread_mutex_unlock(&r->mu);
-        }
-        s->slots[i] = r;
-        pthread_mutex_lock(&s->mu);
-        s->n_running++;
-        s->kv_used += (uint64_t)start;
-        s->stats.prefix_lookup_tokens += (uint64_t)prefill_target(r);
-        s->stats.prefix_hit_tokens += (uint64_t)start;
-        pthread_mutex_unlock(&s->mu);
-        if (r->gm) req_next_mask(s, r); /* the first sample's mask (finishes r when empty) */
+        r = next;
     }
 }
 

@@ -30,6 +30,10 @@ typedef struct sched_config {
     int max_batch_tokens; /* prefill token budget per step (the engine's max) */
     int queue_size;       /* waiting requests beyond the running ones; more -> SCHED_E_QUEUE_FULL */
     bool no_prefix_cache; /* every prompt computed whole (benchmarks' baseline) */
+    /* Admission is first-fit over the waiting queue (sched.c: admit): a later request that fits
+     * may be admitted while the oldest waiting one cannot be yet, at most this many times for
+     * one oldest request; then admission waits for it.  0: n_slots; < 0: strict FIFO. */
+    int max_head_passes;
     /* Optional liveness hook (the systemd watchdog): called on the scheduler thread every
      * heartbeat_ms (0 = never) by a timer of the scheduler's own loop, so the calls stop
      * while an engine step is wedged.  The scheduler knows nothing of what it does. */

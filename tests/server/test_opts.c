@@ -127,6 +127,9 @@ static void test_opts_set_every_key(void **state)
     assert_int_equal(o.reasoning_format, OPTS_REASONING_NONE);
     assert_int_equal(opts_set(&o, "queue-size", "5", err, sizeof err), 0);
     assert_int_equal(o.queue_size, 5);
+    assert_int_equal(opts_set(&o, "max-head-passes", "-1", err, sizeof err), 0);
+    assert_int_equal(o.max_head_passes, -1);
+    assert_int_equal(opts_set(&o, "max-head-passes", "-2", err, sizeof err), -1);
     assert_int_equal(opts_set(&o, "metrics", "off", err, sizeof err), 0);
     assert_false(o.metrics);
     assert_int_equal(opts_set(&o, "no-such-key", "1", err, sizeof err), -1);

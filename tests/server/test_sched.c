@@ -280,8 +280,10 @@ static void fx_on_fatal(void *ctx, const char *error)
     atomic_fetch_add(&fx->fatal_calls, 1);
 }
 
-/* A scheduler over a fake engine with a pool of kv_blocks blocks (0: one context per slot). */
-static void fx_start_pool(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks)
+/* A scheduler over a fake engine with a pool of kv_blocks blocks (0: one context per slot) and
+ * sched_config.max_head_passes = head_passes. */
+static void fx_start_admit(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks,
+                           int head_passes)
 {
     if (!kv_blocks) kv_blocks = n_slots * ((ctx + BLK - 1) / BLK);
     assert_true(n_slots <= MAX_SLOTS && ctx <= MAX_CTX && kv_blocks <= MAX_BLOCKS);
@@ -296,12 +298,18 @@ static void fx_start_pool(fixture *fx, int n_slots, int ctx, int max_batch, int 
     pthread_cond_init(&f->cv, NULL);
     fx->f = f;
     fx->cfg = (sched_config){.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch,
-                             .queue_size = queue_size, .on_fatal = fx_on_fatal, .on_fatal_ctx = fx};
+                             .queue_size = queue_size, .max_head_passes = head_passes,
+                             .on_fatal = fx_on_fatal, .on_fatal_ctx = fx};
     atomic_init(&fx->fatal_calls, 0);
     fx->fatal_error[0] = 0;
     char err[256];
     fx->s = sched_create(&f->base, g_tok, &fx->cfg, err, sizeof err);
     if (!fx->s) fail_msg("sched_create: %s", err);
+}
+
+static void fx_start_pool(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks)
+{
+    fx_start_admit(fx, n_slots, ctx, max_batch, queue_size, kv_blocks, 0);
 }
 
 static void fx_start(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size)
@@ -1246,6 +1254,102 @@ static void test_preemption_and_resume(void **state)
     fx_stop(&fx);
 }
 
+/* Index of the first logged step that carries position pos of slot `slot`. */
+static int step_at(const fake_engine *f, int slot, int pos)
+{
+    for (int i = 0; i < f->n_log; i++)
+        for (int j = 0; j < f->log[i].n_seqs; j++)
+            if (f->log[i].seqs[j].slot == slot && f->log[i].seqs[j].pos == pos) return i;
+    return -1;
+}
+
+/* Submits n requests (the engine paused, so that they wait together), runs them to the end and
+ * checks that each stream is the one it gives alone: admission order changes nothing but when. */
+static void run_all_as_alone(fixture *fx, const req_spec *q, int n)
+{
+    char want[8][2048];
+    client c[8];
+    sched_req *r[8];
+    assert_true(n <= 8);
+    for (int i = 0; i < n; i++) cold_text(&q[i], want[i], sizeof want[i]);
+    fx_pause(fx, true);
+    for (int i = 0; i < n; i++) {
+        client_init(&c[i]);
+        assert_int_equal(submit(fx, &q[i], &c[i], &r[i]), SCHED_OK);
+        if (i == 0) fx_wait_steps(fx, 1); /* the first alone in the first step */
+    }
+    fx_pause(fx, false);
+    for (int i = 0; i < n; i++) {
+        client_wait(&c[i], r[i]);
+        assert_int_equal(c[i].finish, SCHED_FINISH_LENGTH);
+        assert_int_equal(c[i].last.completion_tokens, q[i].max_tokens);
+        assert_string_equal(c[i].text, want[i]);
+        sched_req_release(r[i]);
+        client_destroy(&c[i]);
+    }
+}
+
+/* A long running request (a: 5 of 10 blocks, 6 by its end) leaves too few blocks for the next
+ * one (h: 7), and four short ones (1 block each) wait behind h.  With max_head_passes
+ * head_passes, exactly `passes` of them are admitted before h, the rest not before it; h is
+ * admitted in the step right after a's last (its wait is bounded), and every stream is what
+ * it is alone. */
+static void check_head_passes(int head_passes, int passes)
+{
+    fixture fx;
+    fx_start_admit(&fx, 6, MAX_CTX, MAX_CTX, 8, 10, head_passes);
+    req_spec q[6] = {spec(T("a"), 150, 40), spec(T("b"), 200, 4), spec(T("c"), 20, 4),
+                     spec(T("d"), 20, 4),   spec(T("e"), 20, 4),  spec(T("x"), 20, 4)};
+    run_all_as_alone(&fx, q, 6);
+    int a_slot, first[6];
+    assert_int_equal(first_step_of(fx.f, q[0].prompt[0], &a_slot), 0);
+    for (int i = 1; i < 6; i++) first[i] = first_step_of(fx.f, q[i].prompt[0], NULL);
+    int a_last = step_at(fx.f, a_slot, 150 + 40 - 2); /* a feeds its 39th token there */
+    assert_true(a_last > 0);
+    assert_int_equal(first[1], a_last + 1);
+    for (int i = 2; i < 6; i++) {
+        if (i < 2 + passes) assert_true(first[i] < first[1]);
+        else assert_true(first[i] >= first[1]);
+    }
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.preemptions, 0);
+    fx_stop(&fx);
+}
+
+/* Short requests that fit the free blocks pass a long one that does not (first-fit), by
+ * default up to n_slots of them; with a bound of 2 only two pass, and the rest wait for the
+ * head although they would fit; -1 is strict FIFO. */
+static void test_short_requests_pass_a_head_that_does_not_fit(void **state)
+{
+    (void)state;
+    check_head_passes(0, 4); /* default bound n_slots = 6: all four pass */
+    check_head_passes(2, 2);
+    check_head_passes(-1, 0);
+}
+
+/* A preempted request goes back to the head and is not passed: a short request that would fit
+ * the block left over waits until the preempted one can be admitted again. */
+static void test_preempted_request_keeps_priority(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_pool(&fx, 2, 128, 128, 8, 4); /* 4 blocks: a and b (80 tokens each) cannot both end */
+    req_spec q[3] = {spec(T("a"), 20, 60), spec(T("b"), 20, 60), spec(T("c"), 20, 2)};
+    run_all_as_alone(&fx, q, 3);
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_true(st.preemptions >= 1); /* b, when a needed a third block */
+    int a_slot, c_first = first_step_of(fx.f, q[2].prompt[0], NULL);
+    assert_int_equal(first_step_of(fx.f, q[0].prompt[0], &a_slot), 0);
+    /* c had a row and a block from b's preemption on, but waited for b, which fits only once
+     * a has ended. */
+    int a_last = step_at(fx.f, a_slot, 20 + 60 - 2);
+    assert_true(a_last > 0);
+    assert_true(c_first > a_last);
+    fx_stop(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1267,6 +1371,8 @@ int main(void)
         cmocka_unit_test(test_prefix_cache_hits_at_every_boundary),
         cmocka_unit_test(test_prefix_cache_eviction),
         cmocka_unit_test(test_preemption_and_resume),
+        cmocka_unit_test(test_short_requests_pass_a_head_that_does_not_fit),
+        cmocka_unit_test(test_preempted_request_keeps_priority),
     };
     return cmocka_run_group_tests(tests, build_tokenizer, free_tokenizer);
 }

@@ -335,6 +335,9 @@ typedef struct cache_entry {
 
 struct grammar_mask_tables {
     const grammar_vocab *v;
+    /* per element: the frames a stack with it on top needed last time, so that the next such
+     * stack skips building the smaller tables that would leave too many tokens uncertain */
+    uint8_t *khint;
     pos_table *tabs;
     int n_tabs, cap_tabs;
     uint32_t *tab_index; /* suffix hash -> table + 1 */
@@ -387,6 +390,7 @@ void grammar_tables_free(struct grammar_mask_tables *t)
     cache_reset(t);
     tabs_reset(t);
     ds_free(&t->ds);
+    free(t->khint);
     for (int i = 0; i <= TOKEN_MAX_BYTES; i++) sset_free(&t->level[i]);
     sset_free(&t->one);
     sset_free(&t->a);
@@ -403,6 +407,10 @@ static struct grammar_mask_tables *tables_for(grammar *g, const grammar_vocab *v
     }
     struct grammar_mask_tables *t = calloc(1, sizeof *t);
     if (!t) return NULL;
+    if (!(t->khint = calloc((size_t)g->n_elems, 1))) {
+        free(t);
+        return NULL;
+    }
     t->v = v;
     g->tables = t;
     return t;
@@ -789,11 +797,13 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         const int32_t *st = &s->d[o + 1];
         /* the fewest top frames whose table leaves few tokens to check (see above) */
         pos_table *pt;
-        int k = 1;
+        uint8_t *hint = &t->khint[st[sn - 1]];
+        int k = *hint > 1 ? (*hint < sn ? *hint : sn) : 1;
         for (;; k++) {
             if (!(pt = table_get(m->g, t, st + sn - k, k))) return 0;
             if (pt->n_unc <= UNC_MAX || k == sn || k == SUFFIX_MAX) break;
         }
+        if (k > *hint) *hint = (uint8_t)k;
         if (pt->acc_bits) {
             for (int i = 0; i < v->n_words; i++) mask[i] |= pt->acc_bits[i];
         } else {

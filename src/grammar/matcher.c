@@ -4,14 +4,15 @@
  * always a BYTES element (stacks are expanded eagerly); the positions below are where to go
  * on when the rule above completes.  An empty stack in the set means the grammar is complete.
  *
- * Masks.  For a stack with top p, a token is decided by the bytes of its own frame alone
- * when, run from the one-frame stack [p], either some path consumes the whole token without
- * leaving the frame (accepted, whatever lies below), or every path fails before leaving it
- * (rejected).  Only tokens for which some path leaves the frame with bytes left over depend
- * on the stack below.  table(p) holds the accepted tokens and that short uncertain list,
- * built once per position on first use by walking the sorted vocabulary (tokens that share a
- * prefix share the work); a mask is the union over the state's stacks of accepted(p) plus the
- * uncertain tokens checked against the whole stack.  Whole masks are then cached by state. */
+ * Masks.  For a stack, a token is decided by the top frames of the stack alone when, run from
+ * those frames, either some path consumes the whole token without leaving them (accepted,
+ * whatever lies below), or every path fails before leaving them (rejected).  Only tokens for
+ * which some path leaves the frames with bytes left over depend on the stack below.  A table
+ * per stack suffix holds the accepted tokens and that uncertain list, built once on first use
+ * by walking the sorted vocabulary (tokens that share a prefix share the work) on interned
+ * states with memoized transitions; a mask is the union over the state's stacks of accepted
+ * plus the uncertain tokens checked against the whole stack.  Whole masks are then cached by
+ * state. */
 #include "grammar_impl.h"
 
 #include <stdio.h>

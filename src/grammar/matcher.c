@@ -252,7 +252,7 @@ static int ds_intern(dstates *ds, const sset *s)
         const dstate *e = &ds->s[ds->index[i] - 1];
         const int32_t *k = ds->pool + e->key_off;
         if (e->hash == h && e->key_len == klen && k[s->len] == (int32_t)s->has_empty &&
-            !memcmp(k, s->d, s->len * sizeof *k))
+            (!s->len || !memcmp(k, s->d, s->len * sizeof *k)))
             return (int)ds->index[i] - 1;
     }
     size_t need = klen * sizeof(int32_t) + sizeof(dstate) + 2 * sizeof(uint32_t);
@@ -272,7 +272,7 @@ static int ds_intern(dstates *ds, const sset *s)
         ds->pool = p;
         ds->pool_cap = cap;
     }
-    memcpy(ds->pool + ds->pool_len, s->d, s->len * sizeof *s->d);
+    if (s->len) memcpy(ds->pool + ds->pool_len, s->d, s->len * sizeof *s->d); /* the dead set has no d */
     ds->pool[ds->pool_len + s->len] = s->has_empty;
     ds->s[ds->n] = (dstate){h, ds->pool_len, klen, sset_alive(s), s->has_empty, NULL};
     ds->pool_len += klen;

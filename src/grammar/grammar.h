@@ -8,10 +8,10 @@
  * an allowed-token bitmask (ceil(n_vocab/32) words, bit i%32 of word i/32 = token i) that the
  * engine applies before temperature/top-k/top-p; after it, the sampled token advances it.
  *
- * Masks: for each position at the top of a stack, the tokens whose validity does not depend
- * on the stack below are precomputed once (accepted / rejected within the rule and what it
- * pushes); only the tokens that would pop below that frame are checked against the whole
- * stack at run time.  Full masks are also cached per matcher state, so a state that recurs
+ * Masks: for the top frames of a stack (as few as leave a short list of undecided tokens),
+ * the tokens whose validity does not depend on the stack below are precomputed once (accepted
+ * / rejected within those frames); only the tokens that would pop below them are checked
+ * against the whole stack at run time.  Full masks are also cached per matcher state, so a state that recurs
  * (inside a string, between properties) costs a copy.  Control tokens are never allowed,
  * except end-of-generation tokens, which are allowed exactly when the grammar is complete.
  *

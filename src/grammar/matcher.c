@@ -4,14 +4,15 @@
  * always a BYTES element (stacks are expanded eagerly); the positions below are where to go
  * on when the rule above completes.  An empty stack in the set means the grammar is complete.
  *
- * Masks.  For a stack with top p, a token is decided by the bytes of its own frame alone
- * when, run from the one-frame stack [p], either some path consumes the whole token without
- * leaving the frame (accepted, whatever lies below), or every path fails before leaving it
- * (rejected).  Only tokens for which some path leaves the frame with bytes left over depend
- * on the stack below.  table(p) holds the accepted tokens and that short uncertain list,
- * built once per position on first use by walking the sorted vocabulary (tokens that share a
- * prefix share the work); a mask is the union over the state's stacks of accepted(p) plus the
- * uncertain tokens checked against the whole stack.  Whole masks are then cached by state. */
+ * Masks.  For a stack, a token is decided by the top frames of the stack alone when, run from
+ * those frames, either some path consumes the whole token without leaving them (accepted,
+ * whatever lies below), or every path fails before leaving them (rejected).  Only tokens for
+ * which some path leaves the frames with bytes left over depend on the stack below.  A table
+ * per stack suffix holds the accepted tokens and that uncertain list, built once on first use
+ * by walking the sorted vocabulary (tokens that share a prefix share the work) on interned
+ * states with memoized transitions; a mask is the union over the state's stacks of accepted
+ * plus the uncertain tokens checked against the whole stack.  Whole masks are then cached by
+ * state. */
 #include "grammar_impl.h"
 
 #include <stdio.h>
@@ -168,13 +169,158 @@ static bool sset_alive(const sset *s) { return !s->failed && (s->n > 0 || s->has
 
 #define TOKEN_MAX_BYTES 128 /* longer tokens are checked at run time only */
 
-/* ---- per-position tables and the state cache ------------------------------------------------ */
+static uint64_t state_hash(const sset *s)
+{
+    return hash_bytes(s->d, s->len * sizeof *s->d) ^ (s->has_empty ? 0x9e3779b97f4a7c15ull : 0);
+}
+
+/* ---- interned states ------------------------------------------------------------------------ */
+
+/* The walks meet the same stack sets over and over (inside a string the set after 'a' is the
+ * set after 'b'; every token that starts with a letter reaches it), so stack sets are interned
+ * as ids and their byte transitions memoized: a walk over the vocabulary is then mostly table
+ * lookups instead of stack expansions.  Memory is bounded: the interner starts over between
+ * walks once half of DSTATE_BYTES_MAX is used, and a walk that alone would exceed it is redone
+ * on stack sets without memoization (exact, only slower). */
+#define DSTATE_BYTES_MAX ((size_t)32 << 20)
+#define DS_UNKNOWN (-1) /* a transition not computed yet; also what the out-of-budget id is */
+
+typedef struct dstate {
+    uint64_t hash;
+    size_t key_off, key_len; /* the stacks as in sset.d, then has_empty, in the pool */
+    bool alive, has_empty;
+    int32_t *next; /* 256 successor ids (DS_UNKNOWN: not computed), allocated on first use */
+} dstate;
+
+typedef struct dstates {
+    dstate *s;
+    int n, cap;
+    int32_t *pool;
+    size_t pool_len, pool_cap;
+    uint32_t *index; /* hash -> id + 1, open addressing */
+    int index_slots;
+    size_t bytes;
+    sset scratch;
+    int32_t tmp[GRAMMAR_MAX_STACK + 2];
+} dstates;
+
+static void ds_reset(dstates *ds)
+{
+    for (int i = 0; i < ds->n; i++) free(ds->s[i].next);
+    ds->n = 0;
+    ds->pool_len = 0;
+    ds->bytes = 0;
+    if (ds->index) memset(ds->index, 0, (size_t)ds->index_slots * sizeof *ds->index);
+}
+
+static void ds_free(dstates *ds)
+{
+    ds_reset(ds);
+    free(ds->s);
+    free(ds->pool);
+    free(ds->index);
+    sset_free(&ds->scratch);
+    memset(ds, 0, sizeof *ds);
+}
+
+static bool ds_grow_index(dstates *ds)
+{
+    int slots = ds->index_slots ? ds->index_slots * 2 : 1024;
+    uint32_t *ix = calloc((size_t)slots, sizeof *ix);
+    if (!ix) return false;
+    uint32_t m = (uint32_t)slots - 1;
+    for (int i = 0; i < ds->n; i++) {
+        uint32_t h = (uint32_t)ds->s[i].hash & m;
+        while (ix[h]) h = (h + 1) & m;
+        ix[h] = (uint32_t)i + 1;
+    }
+    free(ds->index);
+    ds->index = ix;
+    ds->index_slots = slots;
+    return true;
+}
+
+/* The id of the stack set s, interned if new; -1 when s failed or the budget is spent. */
+static int ds_intern(dstates *ds, const sset *s)
+{
+    if (s->failed) return -1;
+    uint64_t h = state_hash(s);
+    size_t klen = s->len + 1;
+    if ((ds->n + 1) * 2 > ds->index_slots && !ds_grow_index(ds)) return -1;
+    uint32_t m = (uint32_t)ds->index_slots - 1, i = (uint32_t)h & m;
+    for (; ds->index[i]; i = (i + 1) & m) {
+        const dstate *e = &ds->s[ds->index[i] - 1];
+        const int32_t *k = ds->pool + e->key_off;
+        if (e->hash == h && e->key_len == klen && k[s->len] == (int32_t)s->has_empty &&
+            (!s->len || !memcmp(k, s->d, s->len * sizeof *k)))
+            return (int)ds->index[i] - 1;
+    }
+    size_t need = klen * sizeof(int32_t) + sizeof(dstate) + 2 * sizeof(uint32_t);
+    if (ds->bytes + need > DSTATE_BYTES_MAX) return -1;
+    if (ds->n == ds->cap) {
+        int cap = ds->cap ? ds->cap * 2 : 256;
+        dstate *n = realloc(ds->s, (size_t)cap * sizeof *n);
+        if (!n) return -1;
+        ds->s = n;
+        ds->cap = cap;
+    }
+    if (ds->pool_len + klen > ds->pool_cap) {
+        size_t cap = ds->pool_cap ? ds->pool_cap * 2 : 4096;
+        while (cap < ds->pool_len + klen) cap *= 2;
+        int32_t *p = realloc(ds->pool, cap * sizeof *p);
+        if (!p) return -1;
+        ds->pool = p;
+        ds->pool_cap = cap;
+    }
+    if (s->len) memcpy(ds->pool + ds->pool_len, s->d, s->len * sizeof *s->d); /* the dead set has no d */
+    ds->pool[ds->pool_len + s->len] = s->has_empty;
+    ds->s[ds->n] = (dstate){h, ds->pool_len, klen, sset_alive(s), s->has_empty, NULL};
+    ds->pool_len += klen;
+    ds->bytes += need;
+    ds->index[i] = (uint32_t)ds->n + 1;
+    return ds->n++;
+}
+
+/* The id after byte b from state id; -1 when the budget is spent or memory ran out. */
+static int ds_next(const grammar *g, dstates *ds, int id, unsigned b)
+{
+    if (ds->s[id].next && ds->s[id].next[b] != DS_UNKNOWN) return ds->s[id].next[b];
+    if (!ds->s[id].next) {
+        size_t row = 256 * sizeof(int32_t);
+        if (ds->bytes + row > DSTATE_BYTES_MAX || !(ds->s[id].next = malloc(row))) return -1;
+        memset(ds->s[id].next, 0xff, row); /* all DS_UNKNOWN */
+        ds->bytes += row;
+    }
+    const dstate *e = &ds->s[id];
+    sset view = {.d = ds->pool + e->key_off, .len = e->key_len - 1}; /* advance reads d and len */
+    advance(g, &view, b, &ds->scratch, ds->tmp);
+    int n = ds_intern(ds, &ds->scratch); /* may move ds->s and the pool */
+    if (n >= 0) ds->s[id].next[b] = n;
+    return n;
+}
+
+/* ---- token tables and the state cache -------------------------------------------------------- */
+
+/* A table belongs to a stack suffix (the top k frames of a stack), built by walking the sorted
+ * vocabulary from the one-stack state [suffix]: a token is accepted when some path consumes it
+ * without emptying the suffix (whatever lies below), rejected when every path dies inside it,
+ * and uncertain otherwise (it may pop below the suffix with bytes left).  One frame is often too
+ * small: in a character class almost every token of two characters leaves it, so fill_mask
+ * takes more frames of the stack (up to the whole stack, which leaves nothing uncertain) until
+ * the uncertain list is short enough to check at run time.  Tables are shared by every stack
+ * with that suffix, across matchers and requests (the grammar cache keeps them). */
+#define UNC_MAX 256           /* uncertain tokens a mask may check against the full stack */
+#define SUFFIX_MAX 16         /* frames a table key may hold */
+#define TABLES_BYTES_MAX ((size_t)256 << 20) /* per grammar: beyond it the tables start over */
 
 typedef struct pos_table {
-    bool built;
-    int32_t *acc; /* accepted token ids */
+    uint64_t hash;
+    int32_t *key; /* the suffix, bottom first */
+    int key_n;
+    uint32_t *acc_bits; /* accepted tokens as a mask when there are many */
+    int32_t *acc;       /* else as ids */
     int n_acc;
-    int32_t *unc; /* uncertain token ids */
+    int32_t *unc; /* uncertain token ids, in vocabulary order */
     int n_unc;
 } pos_table;
 
@@ -190,12 +336,21 @@ typedef struct cache_entry {
 
 struct grammar_mask_tables {
     const grammar_vocab *v;
-    pos_table *pos; /* per element */
-    int n_pos;
+    /* per element: the frames a stack with it on top needed last time, so that the next such
+     * stack skips building the smaller tables that would leave too many tokens uncertain */
+    uint8_t *khint;
+    pos_table *tabs;
+    int n_tabs, cap_tabs;
+    uint32_t *tab_index; /* suffix hash -> table + 1 */
+    int tab_slots;
+    size_t tab_bytes;
     cache_entry *cache;
     int cache_slots, cache_n;
     size_t cache_bytes;
-    /* scratch for the walks */
+    dstates ds;
+    /* scratch for the walks: ids when memoizing, stack sets when not */
+    bool memo;
+    int32_t lev[TOKEN_MAX_BYTES + 1];
     sset level[TOKEN_MAX_BYTES + 1];
     bool esc[TOKEN_MAX_BYTES + 1];
     sset one, a, b;
@@ -214,15 +369,29 @@ static void cache_reset(struct grammar_mask_tables *t)
     t->cache_bytes = 0;
 }
 
+static void tabs_reset(struct grammar_mask_tables *t)
+{
+    for (int i = 0; i < t->n_tabs; i++) {
+        free(t->tabs[i].key);
+        free(t->tabs[i].acc_bits);
+        free(t->tabs[i].acc);
+        free(t->tabs[i].unc);
+    }
+    free(t->tabs);
+    free(t->tab_index);
+    t->tabs = NULL;
+    t->tab_index = NULL;
+    t->n_tabs = t->cap_tabs = t->tab_slots = 0;
+    t->tab_bytes = 0;
+}
+
 void grammar_tables_free(struct grammar_mask_tables *t)
 {
     if (!t) return;
     cache_reset(t);
-    for (int i = 0; t->pos && i < t->n_pos; i++) {
-        free(t->pos[i].acc);
-        free(t->pos[i].unc);
-    }
-    free(t->pos);
+    tabs_reset(t);
+    ds_free(&t->ds);
+    free(t->khint);
     for (int i = 0; i <= TOKEN_MAX_BYTES; i++) sset_free(&t->level[i]);
     sset_free(&t->one);
     sset_free(&t->a);
@@ -239,12 +408,10 @@ static struct grammar_mask_tables *tables_for(grammar *g, const grammar_vocab *v
     }
     struct grammar_mask_tables *t = calloc(1, sizeof *t);
     if (!t) return NULL;
-    t->pos = calloc((size_t)g->n_elems, sizeof *t->pos);
-    if (!t->pos) {
+    if (!(t->khint = calloc((size_t)g->n_elems, 1))) {
         free(t);
         return NULL;
     }
-    t->n_pos = g->n_elems;
     t->v = v;
     g->tables = t;
     return t;
@@ -263,23 +430,50 @@ static bool list_push(int32_t **list, int *n, int *cap, int32_t id)
     return true;
 }
 
-/* Walks the sorted vocabulary from the one-frame stack [p]; see the file comment. */
-static bool build_pos(const grammar *g, struct grammar_mask_tables *t, int32_t p)
+/* The walk's levels, on ids (memo) or on stack sets.  A memoized step fails only when the
+ * state budget is spent; build_table then redoes the walk without memoization. */
+static bool lv_start(const grammar *g, struct grammar_mask_tables *t, const int32_t *st, int n)
+{
+    (void)g;
+    sset *l0 = t->memo ? &t->one : &t->level[0];
+    sset_clear(l0);
+    sset_add(l0, st, n);
+    if (!t->memo) return !l0->failed;
+    t->lev[0] = ds_intern(&t->ds, l0);
+    return t->lev[0] >= 0;
+}
+
+static bool lv_step(const grammar *g, struct grammar_mask_tables *t, int d, unsigned b)
+{
+    if (t->memo) return (t->lev[d + 1] = ds_next(g, &t->ds, t->lev[d], b)) >= 0;
+    advance(g, &t->level[d], b, &t->level[d + 1], t->tmp);
+    return !t->level[d + 1].failed;
+}
+
+static bool lv_alive(const struct grammar_mask_tables *t, int d)
+{
+    return t->memo ? t->ds.s[t->lev[d]].alive : sset_alive(&t->level[d]);
+}
+
+static bool lv_empty(const struct grammar_mask_tables *t, int d)
+{
+    return t->memo ? t->ds.s[t->lev[d]].has_empty : t->level[d].has_empty;
+}
+
+/* Walks the sorted vocabulary from the one-stack state [st[0..n)] into pt (see above). */
+static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n)
 {
     const grammar_vocab *v = t->v;
-    pos_table *pt = &t->pos[p];
     int cap_acc = 0, cap_unc = 0;
-    bool ok = true;
-    sset_clear(&t->level[0]);
-    sset_add(&t->level[0], &p, 1);
+    if (!lv_start(g, t, st, n)) return false;
     t->esc[0] = false;
     int valid = 0; /* levels 0..valid hold the states of the current token's prefix */
-    for (int k = 0; k < v->n_sorted && ok;) {
+    for (int k = 0; k < v->n_sorted;) {
         int32_t id = v->ids[k];
         const unsigned char *b = v->bytes + v->off[id];
         int len = v->len[id];
         if (len > TOKEN_MAX_BYTES) { /* too long to walk: decided at run time */
-            ok = list_push(&pt->unc, &pt->n_unc, &cap_unc, id);
+            if (!list_push(&pt->unc, &pt->n_unc, &cap_unc, id)) return false;
             valid = 0;
             k++;
             continue;
@@ -287,10 +481,9 @@ static bool build_pos(const grammar *g, struct grammar_mask_tables *t, int32_t p
         int d = v->lcp[k] < valid ? v->lcp[k] : valid;
         bool dead = false;
         for (; d < len; d++) {
-            advance(g, &t->level[d], b[d], &t->level[d + 1], t->tmp);
-            t->esc[d + 1] = t->esc[d] || t->level[d].has_empty;
-            if (t->level[d + 1].failed) ok = false;
-            if (!sset_alive(&t->level[d + 1]) && !t->esc[d + 1]) {
+            if (!lv_step(g, t, d, b[d])) return false;
+            t->esc[d + 1] = t->esc[d] || lv_empty(t, d);
+            if (!lv_alive(t, d + 1) && !t->esc[d + 1]) {
                 dead = true;
                 break;
             }
@@ -303,12 +496,93 @@ static bool build_pos(const grammar *g, struct grammar_mask_tables *t, int32_t p
             continue;
         }
         valid = len;
-        if (sset_alive(&t->level[len])) ok = ok && list_push(&pt->acc, &pt->n_acc, &cap_acc, id);
-        else if (t->esc[len]) ok = ok && list_push(&pt->unc, &pt->n_unc, &cap_unc, id);
+        if (lv_alive(t, len)) {
+            if (!list_push(&pt->acc, &pt->n_acc, &cap_acc, id)) return false;
+        } else if (t->esc[len]) {
+            if (!list_push(&pt->unc, &pt->n_unc, &cap_unc, id)) return false;
+        }
         k++;
     }
-    pt->built = ok;
+    if (pt->n_acc > v->n_words) { /* a mask is smaller, and ORs in a few microseconds */
+        pt->acc_bits = calloc((size_t)v->n_words, sizeof *pt->acc_bits);
+        if (!pt->acc_bits) return false;
+        for (int i = 0; i < pt->n_acc; i++) pt->acc_bits[pt->acc[i] >> 5] |= 1u << (pt->acc[i] & 31);
+        free(pt->acc);
+        pt->acc = NULL;
+    }
+    return true;
+}
+
+static void pos_table_clear(pos_table *pt)
+{
+    free(pt->acc_bits);
+    free(pt->acc);
+    free(pt->unc);
+    pt->acc_bits = NULL;
+    pt->acc = pt->unc = NULL;
+    pt->n_acc = pt->n_unc = 0;
+}
+
+static bool build_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n)
+{
+    if (t->ds.bytes > DSTATE_BYTES_MAX / 2) ds_reset(&t->ds);
+    t->memo = true;
+    bool ok = walk_table(g, t, pt, st, n);
+    if (!ok) { /* the state budget (or memory) ran out: once more on stack sets */
+        pos_table_clear(pt);
+        ds_reset(&t->ds);
+        t->memo = false;
+        ok = walk_table(g, t, pt, st, n);
+        if (!ok) pos_table_clear(pt);
+    }
     return ok;
+}
+
+/* The table of the suffix st[0..n), built on first use; NULL when memory ran out. */
+static pos_table *table_get(const grammar *g, struct grammar_mask_tables *t, const int32_t *st, int n)
+{
+    uint64_t h = hash_bytes(st, (size_t)n * sizeof *st);
+    if ((t->n_tabs + 1) * 2 > t->tab_slots) {
+        int slots = t->tab_slots ? t->tab_slots * 2 : 256;
+        uint32_t *ix = calloc((size_t)slots, sizeof *ix);
+        if (!ix) return NULL;
+        for (int i = 0; i < t->n_tabs; i++) {
+            uint32_t j = (uint32_t)t->tabs[i].hash & (uint32_t)(slots - 1);
+            while (ix[j]) j = (j + 1) & (uint32_t)(slots - 1);
+            ix[j] = (uint32_t)i + 1;
+        }
+        free(t->tab_index);
+        t->tab_index = ix;
+        t->tab_slots = slots;
+    }
+    uint32_t m = (uint32_t)t->tab_slots - 1, j = (uint32_t)h & m;
+    for (; t->tab_index[j]; j = (j + 1) & m) {
+        pos_table *pt = &t->tabs[t->tab_index[j] - 1];
+        if (pt->hash == h && pt->key_n == n && !memcmp(pt->key, st, (size_t)n * sizeof *st)) return pt;
+    }
+    if (t->n_tabs == t->cap_tabs) {
+        int cap = t->cap_tabs ? t->cap_tabs * 2 : 64;
+        pos_table *nt = realloc(t->tabs, (size_t)cap * sizeof *nt);
+        if (!nt) return NULL;
+        t->tabs = nt;
+        t->cap_tabs = cap;
+    }
+    pos_table *pt = &t->tabs[t->n_tabs];
+    memset(pt, 0, sizeof *pt);
+    pt->key = malloc((size_t)n * sizeof *pt->key);
+    if (!pt->key) return NULL;
+    memcpy(pt->key, st, (size_t)n * sizeof *st);
+    pt->key_n = n;
+    pt->hash = h;
+    if (!build_table(g, t, pt, st, n)) {
+        free(pt->key);
+        return NULL;
+    }
+    t->tab_bytes += (size_t)n * 4 + (size_t)pt->n_unc * 4 +
+                    (pt->acc_bits ? (size_t)t->v->n_words : (size_t)pt->n_acc) * 4 + sizeof *pt;
+    t->tab_index[j] = (uint32_t)t->n_tabs + 1;
+    t->n_tabs++;
+    return pt;
 }
 
 static bool set_bit(uint32_t *mask, int32_t id)
@@ -319,7 +593,7 @@ static bool set_bit(uint32_t *mask, int32_t id)
     return !was;
 }
 
-/* Whether the token's bytes can be consumed from the single stack st[0..n). */
+/* Whether the token's bytes can be consumed from the single stack st[0..n), on stack sets. */
 static bool check_token(const grammar *g, struct grammar_mask_tables *t, const int32_t *st, int n,
                         const unsigned char *b, int len)
 {
@@ -334,6 +608,32 @@ static bool check_token(const grammar *g, struct grammar_mask_tables *t, const i
         next = x;
     }
     return true;
+}
+
+/* Adds to mask the uncertain tokens of pt that the whole stack st[0..n) allows; full: the
+ * table is the whole stack's, so only the tokens too long to walk can still be allowed. */
+static void check_uncertain(const grammar *g, struct grammar_mask_tables *t, const pos_table *pt, const int32_t *st,
+                           int n, bool full, uint32_t *mask)
+{
+    const grammar_vocab *v = t->v;
+    int s0 = -1;
+    if (t->ds.bytes > DSTATE_BYTES_MAX / 2) ds_reset(&t->ds);
+    for (int i = 0; i < pt->n_unc; i++) {
+        int32_t id = pt->unc[i];
+        int len = v->len[id];
+        if ((mask[id >> 5] >> (id & 31) & 1u) || (full && len <= TOKEN_MAX_BYTES)) continue;
+        const unsigned char *b = v->bytes + v->off[id];
+        if (s0 == -1) { /* -2: could not intern, check on stack sets */
+            sset_clear(&t->one);
+            sset_add(&t->one, st, n);
+            s0 = ds_intern(&t->ds, &t->one);
+            if (s0 < 0) s0 = -2;
+        }
+        int s = s0 >= 0 ? s0 : -1, k = 0;
+        for (; s >= 0 && k < len && t->ds.s[s].alive; k++) s = ds_next(g, &t->ds, s, b[k]);
+        bool ok = s >= 0 ? t->ds.s[s].alive : check_token(g, t, st, n, b, len); /* budget spent */
+        if (ok) set_bit(mask, id);
+    }
 }
 
 /* ---- the matcher ---------------------------------------------------------------------------- */
@@ -423,11 +723,6 @@ grammar_matcher *grammar_matcher_clone(const grammar_matcher *m)
     return c;
 }
 
-static uint64_t state_hash(const sset *s)
-{
-    return hash_bytes(s->d, s->len * sizeof *s->d) ^ (s->has_empty ? 0x9e3779b97f4a7c15ull : 0);
-}
-
 static cache_entry *cache_find(struct grammar_mask_tables *t, const sset *s, uint64_t h)
 {
     if (!t->cache_slots) return NULL;
@@ -495,21 +790,29 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         memcpy(mask, ce->mask, (size_t)v->n_words * sizeof *mask);
         return ce->n_allowed;
     }
+    if (t->tab_bytes > TABLES_BYTES_MAX) tabs_reset(t);
     int n = 0;
     const sset *s = &m->state;
     for (size_t o = 0; o < s->len; o += (size_t)s->d[o] + 1) {
         int sn = s->d[o];
         const int32_t *st = &s->d[o + 1];
-        int32_t top = st[sn - 1];
-        pos_table *pt = &t->pos[top];
-        if (!pt->built && !build_pos(m->g, t, top)) return 0;
-        for (int i = 0; i < pt->n_acc; i++) n += set_bit(mask, pt->acc[i]);
-        for (int i = 0; i < pt->n_unc; i++) {
-            int32_t id = pt->unc[i];
-            if (mask[id >> 5] >> (id & 31) & 1u) continue;
-            if (check_token(m->g, t, st, sn, v->bytes + v->off[id], v->len[id])) n += set_bit(mask, id);
+        /* the fewest top frames whose table leaves few tokens to check (see above) */
+        pos_table *pt;
+        uint8_t *hint = &t->khint[st[sn - 1]];
+        int k = *hint > 1 ? (*hint < sn ? *hint : sn) : 1;
+        for (;; k++) {
+            if (!(pt = table_get(m->g, t, st + sn - k, k))) return 0;
+            if (pt->n_unc <= UNC_MAX || k == sn || k == SUFFIX_MAX) break;
         }
+        if (k > *hint) *hint = (uint8_t)k;
+        if (pt->acc_bits) {
+            for (int i = 0; i < v->n_words; i++) mask[i] |= pt->acc_bits[i];
+        } else {
+            for (int i = 0; i < pt->n_acc; i++) set_bit(mask, pt->acc[i]);
+        }
+        check_uncertain(m->g, t, pt, st, sn, k == sn, mask);
     }
+    for (int i = 0; i < v->n_words; i++) n += __builtin_popcount(mask[i]);
     if (s->has_empty)
         for (int i = 0; i < v->n_eog; i++) n += set_bit(mask, v->eog[i]);
     cache_store(t, s, h, mask, v->n_words, n);

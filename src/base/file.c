@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -28,4 +29,44 @@ int file_open_regular(const char *path, struct stat *st, char *err, size_t errle
     if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     if (st) *st = s;
     return fd;
+}
+
+char *file_read_all(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen)
+{
+    struct stat st;
+    int fd = file_open_regular(path, &st, err, errlen);
+    if (fd < 0) return NULL;
+    if ((unsigned long long)st.st_size > max_bytes) {
+        snprintf(err, errlen, "larger than %zu bytes", max_bytes);
+        close(fd);
+        return NULL;
+    }
+    /* Read to the end rather than trusting st_size: the file may change under us. */
+    size_t cap = (size_t)st.st_size + 1, n = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t r = 0;
+    while (buf && (r = read(fd, buf + n, cap - n)) > 0) {
+        n += (size_t)r;
+        if (n == cap) {
+            if (cap > max_bytes) break;
+            char *more = realloc(buf, 2 * cap + 1);
+            if (!more) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = more;
+            cap *= 2;
+        }
+    }
+    int e = errno;
+    close(fd);
+    if (!buf || r < 0 || n > max_bytes) {
+        snprintf(err, errlen, "%s", !buf ? "out of memory" : r < 0 ? strerror(e) : "it grew while being read");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
 }

@@ -12,4 +12,9 @@
  * caller names the path. */
 int file_open_regular(const char *path, struct stat *st, char *err, size_t errlen);
 
+/* The whole of a regular file (templates, key files, test vectors), NUL-terminated, malloc'd;
+ * *len (may be NULL) gets its length.  NULL with the reason in err when it is not a regular
+ * file, cannot be read, or holds more than max_bytes. */
+char *file_read_all(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen);
+
 #endif

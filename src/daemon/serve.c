@@ -115,23 +115,8 @@ static const char *basename_of(const char *path)
 static char *read_template_file(const char *path, size_t *len)
 {
     char why[300];
-    int fd = file_open_regular(path, NULL, why, sizeof why);
-    if (fd < 0) {
-        log_error("--chat-template-file %s: %s", path, why);
-        return NULL;
-    }
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap + 1);
-    ssize_t r = 0;
-    while (buf && n < cap && (r = read(fd, buf + n, cap - n)) > 0) n += (size_t)r;
-    close(fd);
-    if (!buf || r < 0 || n == cap) {
-        log_error("--chat-template-file %s: %s", path, !buf ? "out of memory" : r < 0 ? strerror(errno) : "larger than 1 MiB");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
+    char *buf = file_read_all(path, (size_t)1 << 20, len, why, sizeof why);
+    if (!buf) log_error("--chat-template-file %s: %s", path, why);
     return buf;
 }
 

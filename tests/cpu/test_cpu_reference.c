@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "base/file.h"
 #include "engine/engine.h"
 
 #define BOS 1
@@ -27,21 +28,8 @@ typedef struct fixture {
 
 static char *read_file(const char *path, size_t *size)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    } else {
-        buf[n] = '\0';
-        if (size) *size = (size_t)n;
-    }
-    fclose(f);
-    return buf;
+    char err[128];
+    return file_read_all(path, (size_t)1 << 30, size, err, sizeof err);
 }
 
 static int setup(void **state)

@@ -14,24 +14,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/file.h"
 #include "text/jinja.h"
 
 static char *read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf) buf[n] = 0;
-    if (buf && len) *len = (size_t)n;
-    fclose(f);
-    return buf;
+    char err[128];
+    return file_read_all(path, (size_t)1 << 30, len, err, sizeof err);
 }
 
 static const char *shared_dir(void)

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "base/file.h"
 #include "text/chat.h"
 #include "model/gguf.h"
 #include "synth/gguf_write.h"
@@ -110,23 +111,8 @@ static double now_ms(void)
 
 static char *read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    }
-    return buf;
+    char err[128];
+    return file_read_all(path, (size_t)1 << 30, len, err, sizeof err);
 }
 
 /* An opened vocabulary: the GGUF must stay open only during load. */

@@ -162,8 +162,7 @@ static void next_id(chat_parser *p, char *id, size_t cap)
     snprintf(id, cap, "call_");
     size_t o = 5;
     for (int i = 0; i < 24 && o + 1 < cap; i++) {
-        p->id_state = rng_splitmix64(p->id_state + 0x9E3779B97F4A7C15ull);
-        id[o++] = al[p->id_state % (sizeof al - 1)];
+        id[o++] = al[rng_next(&p->id_state) % (sizeof al - 1)];
     }
     id[o] = 0;
 }

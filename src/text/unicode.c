@@ -2,27 +2,36 @@
 #include "unicode.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/utf8.h"
 
+/* The index of the entry of a sorted table of disjoint ranges that holds cp, or -1.  Every
+ * generated table's entries begin with `uint32_t lo, hi` (as unicode_cp_range), whatever
+ * follows; size is one entry's. */
+static ptrdiff_t range_find(const void *table, size_t n, size_t size, uint32_t cp)
+{
+    const unsigned char *t = table;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (((const unicode_cp_range *)(t + mid * size))->hi < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && ((const unicode_cp_range *)(t + lo * size))->lo <= cp ? (ptrdiff_t)lo : -1;
+}
+
 unsigned unicode_flags(uint32_t cp)
 {
     if (cp < 256)
         return unicode_latin1[cp];
-    if (cp > 0x10FFFF)
-        return 0;
-    /* The ranges cover U+0000..U+10FFFF without gaps: find the last one starting <= cp. */
-    size_t lo = 0, hi = unicode_n_ranges;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (unicode_ranges[mid].lo <= cp)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return unicode_ranges[lo].flags;
+    /* The ranges cover U+0000..U+10FFFF without gaps; beyond it, nothing. */
+    ptrdiff_t k = range_find(unicode_ranges, unicode_n_ranges, sizeof *unicode_ranges, cp);
+    return k < 0 ? 0 : unicode_ranges[k].flags;
 }
 
 
@@ -56,30 +65,14 @@ static unsigned ccc_of(uint32_t cp)
 {
     if (cp < NFC_FIRST_TABLED)
         return 0;
-    size_t lo = 0, hi = unicode_n_ccc;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (unicode_ccc[mid].hi < cp)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < unicode_n_ccc && unicode_ccc[lo].lo <= cp ? unicode_ccc[lo].ccc : 0;
+    ptrdiff_t k = range_find(unicode_ccc, unicode_n_ccc, sizeof *unicode_ccc, cp);
+    return k < 0 ? 0 : unicode_ccc[k].ccc;
 }
 
 static bool nfc_touches(uint32_t cp)
 {
-    if (cp < NFC_FIRST_TABLED)
-        return false;
-    size_t lo = 0, hi = unicode_n_nfc_touch;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (unicode_nfc_touch[mid].hi < cp)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < unicode_n_nfc_touch && unicode_nfc_touch[lo].lo <= cp;
+    return cp >= NFC_FIRST_TABLED &&
+           range_find(unicode_nfc_touch, unicode_n_nfc_touch, sizeof *unicode_nfc_touch, cp) >= 0;
 }
 
 static const unicode_decomp_entry *decomp_of(uint32_t cp)

@@ -7,9 +7,9 @@
 
 #define INVALID "invalid_request_error"
 
-/* Looks key up in the cache, else compiles with make() and caches the result. */
-static grammar *cached(char kind, const char *text, size_t len, grammar *(*make)(const void *, char *, size_t),
-                       const void *arg, char *err, size_t errlen)
+grammar *api_constraint_cached(char kind, const char *text, size_t len,
+                               grammar *(*make)(const void *, char *, size_t), const void *arg, char *err,
+                               size_t errlen)
 {
     char *key = malloc(len + 2);
     if (!key) {
@@ -64,7 +64,7 @@ static grammar *schema_grammar(const cJSON *schema, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    grammar *g = cached('S', text, strlen(text), make_schema, schema, err, errlen);
+    grammar *g = api_constraint_cached('S', text, strlen(text), make_schema, schema, err, errlen);
     free(text);
     return g;
 }
@@ -82,7 +82,7 @@ static int read_response_format(const cJSON *rf, grammar **out, api_error *e, ch
     if (!cJSON_IsString(type)) return refuse(e, "response_format.type", "expected 'text', 'json_object' or 'json_schema'.");
     if (!strcmp(type->valuestring, "text")) return 0;
     if (!strcmp(type->valuestring, "json_object")) {
-        *out = cached('O', "", 0, make_object, NULL, err, errlen);
+        *out = api_constraint_cached('O', "", 0, make_object, NULL, err, errlen);
         return *out ? 0 : refuse(e, "response_format", err);
     }
     if (strcmp(type->valuestring, "json_schema"))
@@ -127,7 +127,7 @@ int api_read_constraint(const cJSON *obj, grammar **out, api_error *e)
     if (!strcmp(given, "response_format")) return read_response_format(v, out, e, err, sizeof err);
     if (!strcmp(given, "grammar")) {
         if (!cJSON_IsString(v)) return refuse(e, "grammar", "expected a GBNF string.");
-        *out = cached('G', v->valuestring, strlen(v->valuestring), make_gbnf, v->valuestring, err, sizeof err);
+        *out = api_constraint_cached('G', v->valuestring, strlen(v->valuestring), make_gbnf, v->valuestring, err, sizeof err);
     } else if (!strcmp(given, "json_schema") || !strcmp(given, "guided_json")) {
         cJSON *parsed = NULL;
         if (cJSON_IsString(v)) v = parsed = cJSON_Parse(v->valuestring); /* vLLM accepts the schema as text */
@@ -139,7 +139,7 @@ int api_read_constraint(const cJSON *obj, grammar **out, api_error *e)
         cJSON_Delete(parsed);
     } else if (!strcmp(given, "guided_regex")) {
         if (!cJSON_IsString(v)) return refuse(e, "guided_regex", "expected a string.");
-        *out = cached('R', v->valuestring, strlen(v->valuestring), make_regex, v->valuestring, err, sizeof err);
+        *out = api_constraint_cached('R', v->valuestring, strlen(v->valuestring), make_regex, v->valuestring, err, sizeof err);
     } else {
         if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1) return refuse(e, "guided_choice", "expected a non-empty array of strings.");
         const cJSON *it;
@@ -147,7 +147,7 @@ int api_read_constraint(const cJSON *obj, grammar **out, api_error *e)
             if (!cJSON_IsString(it)) return refuse(e, "guided_choice", "expected a non-empty array of strings.");
         char *text = cJSON_PrintUnformatted(v);
         if (!text) return refuse(e, "guided_choice", "out of memory");
-        *out = cached('C', text, strlen(text), make_choices, v, err, sizeof err);
+        *out = api_constraint_cached('C', text, strlen(text), make_choices, v, err, sizeof err);
         free(text);
     }
     return *out ? 0 : refuse(e, given, err);

@@ -16,4 +16,11 @@
  * Returns 0, or -1 with a 400 in e naming the field and, for a schema, the keyword. */
 int api_read_constraint(const cJSON *obj, grammar **out, api_error *e);
 
+/* The grammar cached under kind + text (a grammar reference), else make(arg) compiled and
+ * cached; NULL with err on a compile error.  kind tells the sources apart ('S' schema, 'G'
+ * GBNF, 'R' regex, 'C' choices, 'O' json_object, 'T' forced tool calls). */
+grammar *api_constraint_cached(char kind, const char *text, size_t len,
+                               grammar *(*make)(const void *, char *, size_t), const void *arg, char *err,
+                               size_t errlen);
+
 #endif

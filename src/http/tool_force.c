@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api_constraint.h"
 #include "base/bytebuf.h"
 
 /* The literal text around the arguments of a call of `name`:
@@ -31,23 +32,18 @@ static bool call_markup(const chat_forced_call *fc, const char *name, bytebuf *p
     return bytebuf_ok(prefix) && bytebuf_ok(suffix);
 }
 
-grammar *tool_force_grammar(const api_request *r, chat_syntax syntax, bool *forced, api_error *e)
-{
-    *forced = false;
-    if (!r->tools_json || (r->tool_choice != API_TOOL_REQUIRED && r->tool_choice != API_TOOL_NAMED)) return NULL;
-    *forced = true;
+/* What a forced call is compiled from; e gets the error of a failed compile. */
+typedef struct forced_spec {
+    const api_request *r;
     chat_forced_call fc;
-    if (!chat_forced_call_shape(syntax, &fc)) {
-        api_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
-                      "This model's chat template shows no tool-call syntax this server knows, so a tool call "
-                      "cannot be forced; use tool_choice \"auto\".");
-        return NULL;
-    }
-    if (r->grammar) {
-        api_error_set(e, 400, "invalid_request_error", "tool_choice", "invalid_value",
-                      "tool_choice \"required\" or a named function cannot be combined with response_format.");
-        return NULL;
-    }
+    api_error *e;
+} forced_spec;
+
+/* api_constraint_cached's make(): one alternative per offered (or the named) function. */
+static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
+{
+    const forced_spec *fs = arg;
+    const api_request *r = fs->r;
     cJSON *tools = cJSON_Parse(r->tools_json);
     cJSON *any_object = cJSON_CreateObject();
     cJSON_AddStringToObject(any_object, "type", "object");
@@ -66,7 +62,7 @@ grammar *tool_force_grammar(const api_request *r, chat_syntax syntax, bool *forc
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         if (!params) params = any_object;
         bytebuf prefix = {0}, suffix = {0};
-        bool ok = b && call_markup(&fc, name->valuestring, &prefix, &suffix) &&
+        bool ok = b && call_markup(&fs->fc, name->valuestring, &prefix, &suffix) &&
                   grammar_builder_add(b, prefix.data, params, suffix.data, err, sizeof err);
         bytebuf_free(&prefix);
         bytebuf_free(&suffix);
@@ -78,18 +74,54 @@ grammar *tool_force_grammar(const api_request *r, chat_syntax syntax, bool *forc
     }
     grammar *g = NULL;
     if (failed) {
-        api_error_set(e, err[0] ? 400 : 500, err[0] ? "invalid_request_error" : "server_error", "tools",
+        api_error_set(fs->e, err[0] ? 400 : 500, err[0] ? "invalid_request_error" : "server_error", "tools",
                       err[0] ? "invalid_value" : NULL, "The parameters of function '%.64s' cannot be enforced: %s",
                       failed, err[0] ? err : "out of memory");
     } else if (!added) {
         /* api_request checks that a named function is offered; nothing else leaves none. */
-        api_error_set(e, 400, "invalid_request_error", "tool_choice", "invalid_value",
+        api_error_set(fs->e, 400, "invalid_request_error", "tool_choice", "invalid_value",
                       "tool_choice names no function among the tools.");
     } else if (!(g = grammar_builder_finish(b, err, sizeof err))) {
-        api_error_set(e, 500, "server_error", NULL, NULL, "Building the tool-call grammar failed: %s", err);
+        api_error_set(fs->e, 500, "server_error", NULL, NULL, "Building the tool-call grammar failed: %s", err);
     }
     if (failed || !added) grammar_builder_free(b);
+    if (!g) snprintf(errbuf, errlen, "%s", fs->e->message);
     cJSON_Delete(tools);
     cJSON_Delete(any_object);
+    return g;
+}
+
+grammar *tool_force_grammar(const api_request *r, chat_syntax syntax, bool *forced, api_error *e)
+{
+    *forced = false;
+    if (!r->tools_json || (r->tool_choice != API_TOOL_REQUIRED && r->tool_choice != API_TOOL_NAMED)) return NULL;
+    *forced = true;
+    forced_spec fs = {.r = r, .e = e};
+    if (!chat_forced_call_shape(syntax, &fs.fc)) {
+        api_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
+                      "This model's chat template shows no tool-call syntax this server knows, so a tool call "
+                      "cannot be forced; use tool_choice \"auto\".");
+        return NULL;
+    }
+    if (r->grammar) {
+        api_error_set(e, 400, "invalid_request_error", "tool_choice", "invalid_value",
+                      "tool_choice \"required\" or a named function cannot be combined with response_format.");
+        return NULL;
+    }
+    /* Cached like every other grammar, so an agent that resends the same tools reuses the
+     * compiled grammar and the token tables built for it on earlier requests. */
+    bytebuf key = {0};
+    bytebuf_printf(&key, "%d\n%d\n%s\n%s", (int)syntax, (int)r->tool_choice,
+                   r->tool_choice == API_TOOL_NAMED ? r->tool_choice_name : "", r->tools_json);
+    if (!bytebuf_ok(&key)) {
+        bytebuf_free(&key);
+        api_error_set(e, 500, "server_error", NULL, NULL, "out of memory building the tool-call grammar");
+        return NULL;
+    }
+    /* The cache's own failure (memory for the key) calls no build_forced to say why. */
+    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory building the tool-call grammar");
+    char err[256];
+    grammar *g = api_constraint_cached('T', key.data, key.len, build_forced, &fs, err, sizeof err);
+    bytebuf_free(&key);
     return g;
 }

@@ -184,11 +184,13 @@ async def http_json(method, url, headers, obj=None, timeout=60):
 
 class Result:
     __slots__ = ("ok", "error", "start", "ttft", "latency", "itl", "chunks", "prompt_tokens",
-                 "completion_tokens", "usage_seen", "finish_reason")
+                 "completion_tokens", "usage_seen", "finish_reason", "last", "text")
 
     def __init__(self):
         self.ok, self.error = False, None
         self.start = self.ttft = self.latency = None
+        self.last = None  # time from sending the request to the last chunk carrying content
+        self.text = []  # the content pieces as they came (joined: the whole output)
         self.itl, self.chunks = [], 0
         self.prompt_tokens = self.completion_tokens = None
         self.usage_seen, self.finish_reason = False, None
@@ -264,6 +266,7 @@ async def stream_request(url, headers, body, chat, timeout):
                 res.finish_reason = fin or res.finish_reason
                 if text:
                     res.chunks += 1
+                    res.text.append(text)
                     if last is None:
                         res.ttft = now - res.start
                     else:
@@ -275,6 +278,7 @@ async def stream_request(url, headers, body, chat, timeout):
             res.error = "stream ended without data: [DONE]"
             return
         res.latency = time.perf_counter() - res.start
+        res.last = None if last is None else last - res.start
         if res.ttft is None:
             res.error = "stream carried no content"
             return

@@ -6,7 +6,7 @@ Node SDK), and stops the server by its PID.  Every wait is bounded.
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
                                        flood shutdown node node_ai node_langchain node_readme stories
                                        startup vocab logprobs0
-                                       framing logs connflood choices tokenize)
+                                       framing logs connflood choices tokenize grammar_bench)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
 import json
@@ -1425,6 +1425,50 @@ def case_structured():
         st, b = post(s.port, "/v1/completions", {"prompt": "x", "max_tokens": 2,
                                                  "response_format": {"type": "text"}})
         check(st == 200, f"response_format text is unconstrained: {st}")
+
+
+def case_grammar_bench():
+    """scripts/bench_grammar.py end to end, small: concurrency 1 and 2, both modes, every
+    constrained output checked (none invalid), one JSON line per measurement; and its checker
+    itself: a complete valid record passes, broken ones and non-prefixes fail."""
+    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+    sys.path.insert(0, os.path.join(SRC, "scripts"))
+    import bench_grammar as bg
+    v = bg.make_validator()
+    ev = {"at": "2026-11-23T21:00:00Z", "kind": "login", "note": "x"}
+    rec = {"id": "0e3c1a2b-1111-4222-8333-944455556666", "name": "n", "age": 30, "email": "a.b@c.de", "active": True,
+           "score": 1.5, "tags": ["t"], "address": {"street": "s", "city": "c", "zip": "12345"}, "role": "user",
+           "events": [ev] * 16}
+    text = json.dumps(rec, indent=1)
+    check(bg.check_output(text, "stop", v) is None, f"a valid record: {bg.check_output(text, 'stop', v)}")
+    check(all(bg.check_output(text[:k], "length", v) is None for k in range(0, len(text), 7)), "prefixes of a record")
+    check(bg.check_output(text[:-1], "stop", v) is not None, "a cut record that claims stop")
+    check(bg.check_output('{"id": ]', "length", v) is not None, "not a JSON prefix")
+    check(bg.check_output("hello", "length", v) is not None, "not JSON at all")
+    if v is not None:
+        check(bg.check_output(json.dumps(dict(rec, role="root")), "stop", v) is not None, "a schema violation")
+        check(bg.check_output(json.dumps(dict(rec, events=[ev])), "stop", v) is not None, "minItems violation")
+
+    with Server(make_model(), "-np", "2") as s:
+        t0 = time.time()
+        r = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "bench_grammar.py"),
+                            "--base-url", f"http://127.0.0.1:{s.port}/v1", "--concurrency", "1,2",
+                            "--num-requests", "3", "--max-tokens", "24", "--prompt-tokens", "16", "--warmup", "1",
+                            "--timeout", "60"], capture_output=True, text=True, timeout=120)
+        out = r.stdout
+        print(out)
+        check(r.returncode == 0, f"bench_grammar exit {r.returncode}:\n{out}\n{r.stderr}")
+        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        got = {(x["concurrency"], x["mode"]) for x in rows}
+        want = {(c, m) for c in (1, 2) for m in ("unconstrained", "constrained")}
+        check(got == want and len(rows) == 4, f"one JSON line per level and mode: {sorted(got)}")
+        for x in rows:
+            check(x["completed"] == 3 and x["failed"] == 0 and x["invalid"] == 0, f"row {x}")
+            check(x["output_tok_s"] > 0 and x["tpot_ms_p50"] and x["tpot_ms_p99"] >= x["tpot_ms_p50"], f"rates {x}")
+            check(x["model"] and sum(x["finish_reasons"].values()) == 3, f"model/finish reasons {x}")
+            if x["mode"] == "constrained":
+                check(x["checked"] == 3 and "loss_output_tok_s_pct" in x, f"constrained row {x}")
+        print(f"grammar_bench: {time.time() - t0:.1f} s")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

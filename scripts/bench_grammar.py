@@ -18,6 +18,9 @@ Measured per run (mode x concurrency), closed loop (at most C requests in flight
             last stream's end): aggregate throughput over the busy window
   loss      (unconstrained - constrained) / unconstrained, of out tok/s and of the per-sequence
             rate (the issue's target: <= 10 %)
+  srv ITL   the server's own mean inter-token latency over the run (inferd's /metrics:
+            inferd_inter_token_latency_seconds sum / count, before vs after), a check that the
+            client kept up: a TPOT well above it means the client, not the server, set the pace
 A constrained request ends ("stop") when its grammar completes, so totals differ between the
 modes; only rates are compared, and the finish reasons ("length" vs "stop") are printed.
 
@@ -30,14 +33,14 @@ object per measurement is printed on a line of its own (starting with '{').
 import argparse
 import asyncio
 import json
-import math
 import os
+import re
 import sys
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/ from the import below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_serve import HTTPError, Bench, Prompts, fmt, http_json, percentile, stream_request  # noqa: E402
+from bench_serve import HTTPError, Bench, fmt, http_json, http_open, percentile, stream_request  # noqa: E402
 
 try:
     import jsonschema
@@ -181,6 +184,21 @@ class GrammarBench(Bench):
                 return await self.prompts.make(i)
         return await asyncio.gather(*(one(first + i) for i in range(n)))
 
+    async def metrics(self):
+        """inferd's /metrics as {name: value} ({} for servers without it)."""
+        try:
+            resp = await http_open("GET", self.root + "/metrics", self.headers)
+            try:
+                raw = await resp.body(1 << 22)
+            finally:
+                resp.close()
+        except (OSError, HTTPError):
+            return {}
+        if resp.status != 200:
+            return {}
+        return {m.group(1): float(m.group(2)) for m in
+                re.finditer(r"^([a-z_]+) ([0-9.e+-]+)$", raw.decode("utf-8", "replace"), re.M)}
+
     async def run_bodies(self, bodies, concurrency):
         sem = asyncio.Semaphore(concurrency)
 
@@ -193,7 +211,7 @@ class GrammarBench(Bench):
         return results, time.perf_counter() - t0
 
 
-def summarize(results, duration, model, concurrency, mode, max_tokens, validator):
+def summarize(results, duration, model, concurrency, mode, max_tokens, validator, before, after):
     ok = [r for r in results if r.ok]
     errors = {}
     for r in results:
@@ -211,6 +229,9 @@ def summarize(results, duration, model, concurrency, mode, max_tokens, validator
                 invalid.append(why)
     toks = sum(r.completion_tokens or 0 for r in ok)
     p50 = percentile(tpot, 50)
+    key = "inferd_inter_token_latency_seconds_"
+    n_itl = after.get(key + "count", 0) - before.get(key + "count", 0)
+    srv_itl = (after[key + "sum"] - before[key + "sum"]) / n_itl * 1e3 if n_itl > 0 else None
     return {
         "bench": "grammar", "model": model, "concurrency": concurrency, "mode": mode,
         "schema": "json_schema" if mode == "constrained" else None, "max_tokens": max_tokens,
@@ -222,6 +243,7 @@ def summarize(results, duration, model, concurrency, mode, max_tokens, validator
         "tpot_ms_mean": sum(tpot) / len(tpot) if tpot else None,
         "seq_tok_s_p50": 1e3 / p50 if p50 else None,
         "ttft_ms_p50": percentile([r.ttft * 1e3 for r in ok], 50),
+        "server_itl_ms_mean": srv_itl,
         "finish_reasons": finish,
         "checked": len(ok) if mode == "constrained" else 0,
         "invalid": len(invalid),
@@ -236,17 +258,21 @@ def loss_pct(base, new):
 
 
 HEAD = (f"{'conc':>5} {'mode':<14} {'ok':>4} {'fail':>4} {'length':>6} {'stop':>5} {'mean_tok':>8} "
-        f"{'out_tok/s':>10} {'TPOT_p50':>9} {'TPOT_p99':>9} {'seq_tok/s':>9} {'loss_out':>8} {'loss_seq':>8} {'invalid':>7}")
+        f"{'out_tok/s':>10} {'TPOT_p50':>9} {'TPOT_p99':>9} {'srv_ITL':>8} {'seq_tok/s':>9} {'loss_out':>8} {'loss_seq':>8} "
+        f"{'loss_srv':>8} {'invalid':>7}")
 
 
 def row(s):
     f = s["finish_reasons"]
     lo = s.get("loss_output_tok_s_pct")
     ls = s.get("loss_seq_tok_s_pct")
+    lv = s.get("loss_server_itl_pct")
     return (f"{s['concurrency']:>5} {s['mode']:<14} {s['completed']:>4} {s['failed']:>4} {f.get('length', 0):>6} "
             f"{f.get('stop', 0):>5} {fmt(s['mean_completion_tokens'], 1):>8} {fmt(s['output_tok_s'], 1):>10} "
-            f"{fmt(s['tpot_ms_p50'], 3):>9} {fmt(s['tpot_ms_p99'], 3):>9} {fmt(s['seq_tok_s_p50'], 1):>9} "
+            f"{fmt(s['tpot_ms_p50'], 3):>9} {fmt(s['tpot_ms_p99'], 3):>9} {fmt(s['server_itl_ms_mean'], 3):>8} "
+            f"{fmt(s['seq_tok_s_p50'], 1):>9} "
             f"{'' if lo is None else f'{lo:.1f}%':>8} {'' if ls is None else f'{ls:.1f}%':>8} "
+            f"{'' if lv is None else f'{lv:.1f}%':>8} "
             f"{s['invalid'] if s['mode'] == 'constrained' else '':>7}")
 
 
@@ -295,8 +321,8 @@ async def main_async(a):
         raise HTTPError(f"the server refused the schema: {raw[:300].decode('utf-8', 'replace')}")
     print(f"bench_grammar: {b.url} model={b.model} endpoint={a.endpoint} prompt~{a.prompt_tokens} tok "
           f"({b.prompts.method}), max_tokens={a.max_tokens}, temperature={a.temperature:g}, levels={a.levels}", flush=True)
-    print("schema check: " + ("outputs that finish 'stop' are validated with jsonschema "
-                              f"{getattr(jsonschema, '__name__', '')} (Draft 2020-12)" if validator else
+    print("schema check: " + ("outputs that finish 'stop' are validated with python3-jsonschema (Draft 2020-12), "
+                              "those cut at max_tokens are checked to be JSON prefixes" if validator else
                               "SKIPPED: python3-jsonschema is not importable; outputs are only parsed as JSON"), flush=True)
     out = []
     for c in a.levels:
@@ -312,19 +338,28 @@ async def main_async(a):
                     print(f"warm-up ({mode}, concurrency {c}): {len(bad)}/{w} failed; first: {bad[0]}", flush=True)
         level = {}
         for mode in MODES:
+            before = await b.metrics()
             results, duration = await b.run_bodies([b.body(p, mode) for p in prompts], c)
-            level[mode] = summarize(results, duration, b.model, c, mode, a.max_tokens, validator)
+            after = await b.metrics()
+            level[mode] = summarize(results, duration, b.model, c, mode, a.max_tokens, validator, before, after)
         u, k = level["unconstrained"], level["constrained"]
         k["loss_output_tok_s_pct"] = loss_pct(u["output_tok_s"], k["output_tok_s"])
         k["loss_seq_tok_s_pct"] = loss_pct(u["seq_tok_s_p50"], k["seq_tok_s_p50"])
+        ui, ki = u["server_itl_ms_mean"], k["server_itl_ms_mean"]
+        k["loss_server_itl_pct"] = loss_pct(1e3 / ui, 1e3 / ki) if ui and ki else None
         out += [u, k]
     print(f"\n{' constrained (json_schema) vs unconstrained decode ':=^{len(HEAD)}}")
-    print(HEAD + "   (TPOT in ms)")
+    print(HEAD + "   (TPOT, ITL in ms)")
     for s in out:
         print(row(s))
-    print("loss_out: aggregate output tok/s lost; loss_seq: per-sequence tok/s (1000 / TPOT p50) lost; target <= 10 %")
+    print("loss_out: aggregate output tok/s lost; loss_seq: per-sequence tok/s (1000 / TPOT p50) lost; "
+          "loss_srv: the same from the server's mean ITL; target <= 10 %")
     rc = 0
     for s in out:
+        srv, mean = s["server_itl_ms_mean"], s["tpot_ms_mean"]
+        if srv and mean and mean > 1.1 * srv:
+            print(f"NOTE ({s['mode']}, concurrency {s['concurrency']}): client TPOT mean {mean:.3f} ms is more than 10 % "
+                  f"above the server's ITL mean {srv:.3f} ms: the client may be setting the pace")
         stops = s["finish_reasons"].get("stop", 0)
         if s["mode"] == "constrained" and stops > s["completed"] // 4:
             print(f"NOTE (concurrency {s['concurrency']}): {stops}/{s['completed']} constrained requests completed their "

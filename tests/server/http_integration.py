@@ -1466,6 +1466,7 @@ def case_grammar_bench():
             check(x["completed"] == 3 and x["failed"] == 0 and x["invalid"] == 0, f"row {x}")
             check(x["output_tok_s"] > 0 and x["tpot_ms_p50"] and x["tpot_ms_p99"] >= x["tpot_ms_p50"], f"rates {x}")
             check(x["model"] and sum(x["finish_reasons"].values()) == 3, f"model/finish reasons {x}")
+            check(x["server_itl_ms_mean"], f"the server's ITL from /metrics {x}")
             if x["mode"] == "constrained":
                 check(x["checked"] == 3 and "loss_output_tok_s_pct" in x, f"constrained row {x}")
         print(f"grammar_bench: {time.time() - t0:.1f} s")

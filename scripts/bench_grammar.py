@@ -186,15 +186,17 @@ class GrammarBench(Bench):
 
     async def metrics(self):
         """inferd's /metrics as {name: value} ({} for servers without it)."""
-        try:
+        async def get():
             resp = await http_open("GET", self.root + "/metrics", self.headers)
             try:
-                raw = await resp.body(1 << 22)
+                return resp.status, await resp.body(1 << 22)
             finally:
                 resp.close()
-        except (OSError, HTTPError):
+        try:
+            status, raw = await asyncio.wait_for(get(), 30)
+        except (OSError, HTTPError, asyncio.TimeoutError):
             return {}
-        if resp.status != 200:
+        if status != 200:
             return {}
         return {m.group(1): float(m.group(2)) for m in
                 re.finditer(r"^([a-z_]+) ([0-9.e+-]+)$", raw.decode("utf-8", "replace"), re.M)}

@@ -7,6 +7,7 @@
 #include "common.cuh"
 #include "quant.cuh"
 #include "matvec.cuh"
+#include "mmq.cuh"
 #include "elementwise.cuh"
 #include "attention.cuh"
 #include "sampling.cuh"

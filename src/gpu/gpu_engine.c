@@ -156,13 +156,20 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
 
 /* Every matrix cuBLAS may multiply (the layers' and the LM head; not the embedding table,
  * which is only gathered from), into list (7 per layer + 1).  Returns the count. */
+/* Matrices cuBLAS multiplies from an FP16 copy: F32/BF16 (block-quantised ones go to the mmq
+ * kernels, F16 ones are read as they are). */
+static bool needs_f16_copy(const gpu_engine *g, const gpu_matrix *w)
+{
+    return !g->k.mmq[w->wtype][0].f && w->type != GGML_TYPE_F16;
+}
+
 static int blas_matrices(gpu_engine *g, gpu_matrix **list)
 {
     int n = 0;
-    list[n++] = &g->output;
+    if (needs_f16_copy(g, &g->output)) list[n++] = &g->output;
     for (int l = 0; l < g->base.m->hp.n_layer; l++) {
         gpu_layer *L = &g->layers[l];
-#define LIST(f) list[n++] = &L->f;
+#define LIST(f) if (needs_f16_copy(g, &L->f)) list[n++] = &L->f;
         LAYER_MATRICES(LIST)
 #undef LIST
     }
@@ -269,6 +276,18 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t part_rows = (size_t)T * g->att_splits * hp->n_head;
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
+    /* FP32 gate/up only where the feed-forward is not one fused kernel (mmq's or matvec's glu),
+     * the partial sums only where some matrix goes to mmq */
+    bool gate_up = false, any_mmq = g->k.mmq[g->output.wtype][0].f != NULL;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const gpu_layer *L = &g->layers[l];
+        bool fused = L->w_gate.type == L->w_up.type && (g->k.mmq[L->w_gate.wtype][0].f || !g->have_blas);
+        gate_up |= !fused;
+#define ANY_MMQ(mat) any_mmq |= g->k.mmq[L->mat.wtype][0].f != NULL;
+        LAYER_MATRICES(ANY_MMQ)
+#undef ANY_MMQ
+    }
+    g->mmq_part_bytes = any_mmq ? GPU_MMQ_PART_BYTES : 0;
 
     /* per-step inputs: tok, pos, slot, seq, rows, lidx, bias, allowed-token masks, block tables
      * (a step copies the used part up to its masks, none without constrained rows, then the
@@ -291,7 +310,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->act_h, (size_t)T * (g->d_embd > g->d_q ? g->d_embd : g->d_q) * sizeof(uint16_t)},
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
-        {&g->gate, (size_t)T * g->d_ff * f}, {&g->up, (size_t)T * g->d_ff * f},
+        {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
+        {&g->mmq_part, g->mmq_part_bytes},
         {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
         {&g->part_o, part_rows * hp->head_dim * f}, {&g->part_ml, part_rows * 2 * f},
         {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
@@ -306,8 +326,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t free_b = 0, total_b = 0;
     CU_CHECK(cu.cuMemGetInfo(&free_b, &total_b), "checking free GPU memory");
     size_t reserve = cfg->vram_reserve_mb * (size_t)(1 << 20);
-    /* FP16 copies of the weights spare every cuBLAS step (prefill, decode batches > 4) from
-     * decoding them again: kept when they fit beside everything else, a pool of what one slot
+    /* F32/BF16 matrices (block-quantised ones need nothing: mmq reads them as they are) get
+     * FP16 copies for cuBLAS when they fit beside everything else, a pool of what one slot
      * per sequence used to reserve (or the pool asked for) and 1 GiB to spare; otherwise one
      * matrix at a time is decoded into a scratch as it is used and the pool gets the rest. */
     size_t pair = 2 * g->block_bytes;
@@ -354,10 +374,10 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
              g->wbytes / MIB, g->kv_bytes / MIB, g->base.kv_blocks, GPU_KV_BLOCK,
              (long long)g->base.kv_blocks * GPU_KV_BLOCK, cfg->n_slots, cfg->ctx_per_slot, act / MIB, free_b / MIB,
              total_b / MIB);
-    if (g->have_blas)
-        log_info("cuda: prompt and batched matmuls read %s", g->w16_bytes ? "resident FP16 weight copies (in the buffers)"
-                                                                          : "weights decoded to FP16 per use (too little "
-                                                                            "memory for resident copies)");
+    if (all_f16)
+        log_info("cuda: prompt and batched matmuls of F32/BF16 weights read %s",
+                 g->w16_bytes ? "resident FP16 weight copies (in the buffers)"
+                              : "weights decoded to FP16 per use (too little memory for resident copies)");
     return 0;
 }
 
@@ -656,6 +676,7 @@ static void gpu_destroy(engine *e)
         if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
+                          g->mmq_part,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
                           g->sout,   g->in_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -714,6 +735,7 @@ static int setup(gpu_engine *g, char *err, size_t errlen)
         log_warn("cuda: %s; prompts use the matrix-vector kernels (slower prefill)", berr);
     }
     if (gpu_kernels_load(&g->k, err, errlen)) return -1;
+    CU_CHECK(cu.cuDeviceGetAttribute(&g->n_sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g->dev), "querying the GPU");
     log_info("cuda: %s, uploading %s", name, g->base.m->name);
     if (upload_weights(g, err, errlen)) return -1;
     return alloc_buffers(g, err, errlen);

@@ -12,9 +12,11 @@
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
  *   logits = Wout fp16(rmsnorm(x[rows]) * output_norm);  sample(rows)
  *
- * Matmuls over a few rows (decode) read the quantised weights directly (matvec kernels); over
- * many rows (prefill) the weight is dequantised to FP16 and multiplied by cuBLAS.  Both see
- * FP16 weights and activations, so they agree up to the order of FP32 sums. */
+ * Matmuls read the weights as they are stored: over a few rows (decode) with the matvec
+ * kernels, over more (batched decode, prefill) with the tensor-core mmq kernels, which decode
+ * the quantised blocks into their mma fragments; float-format weights (F16/BF16/F32) go to
+ * cuBLAS.  All see the same FP16 weights and activations, so they agree up to the order of
+ * FP32 sums. */
 #include <math.h>
 #include <stdio.h>
 
@@ -48,8 +50,16 @@ typedef struct matmul_op {
     const char *what;
 } matmul_op;
 
-static bool use_matvec(const gpu_engine *g, int m) { return m <= GPU_MATVEC_MAX_M || !g->have_blas; }
+typedef enum { PATH_MATVEC, PATH_MMQ, PATH_BLAS } matmul_path;
+
+static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
+{
+    if (m <= GPU_MATVEC_MAX_M) return PATH_MATVEC;
+    if (g->k.mmq[w->wtype][0].f) return PATH_MMQ;
+    return g->have_blas ? PATH_BLAS : PATH_MATVEC;
+}
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
+static int pad16(int n) { return (n + 15) & ~15; }
 
 /* matvec_args for outputs [first, first+n) of op, which share one weight format. */
 static matvec_args matvec_args_for(const matmul_op *op, int first, int n)
@@ -79,7 +89,7 @@ static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m,
                        const char *what, char *err, size_t errlen)
 {
     const gpu_matrix *w = o->w;
-    CUdeviceptr w16 = w->h16;
+    CUdeviceptr w16 = w->type == GGML_TYPE_F16 ? w->d : w->h16; /* F16 rows are cuBLAS's form already */
     if (!w16) { /* no resident copy: dequantise into the scratch for this one product */
         w16 = g->wdq;
         if (gpu_dequant_f16(g, w, w16, what, err, errlen)) return -1;
@@ -99,22 +109,59 @@ static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m,
     return 0;
 }
 
+/* Outputs [first, first+n) of op (one weight format) with the mmq kernel; glu: the two
+ * outputs are gate and up, and ff_h gets fp16(silu(gate) * up).  The k range is split over
+ * grid z when the blocks would not fill the GPU twice over (batched decode: few activation
+ * rows, few weight rows), as far as the partial-sum buffer holds the splits. */
+static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, char *err, size_t errlen)
+{
+    const gpu_matrix *w = op->out[first].w;
+    matvec_args a = matvec_args_for(op, first, n);
+    int v = op->m > 64 ? 3 : op->m > 32 ? 2 : op->m > 16 ? 1 : 0, rows = 0;
+    for (int i = first; i < first + n; i++) rows += pad16(op->out[i].w->n);
+    int launch_rows = glu ? pad16(w->n) : rows; /* glu: a warp takes the same 16 features of both */
+    unsigned gx = ceil_div(launch_rows, GPU_MMQ_ROWS), gy = ceil_div(op->m, 16u << v);
+    int chunks = w->k / 32, stage = MMQ_KT / 32, stages = (chunks + stage - 1) / stage;
+    int splits = 1, want = 2 * g->n_sm;
+    if ((int)(gx * gy) < want) splits = (want + (int)(gx * gy) - 1) / (int)(gx * gy);
+    if (splits > stages / 2) splits = stages / 2 > 1 ? stages / 2 : 1; /* two stages a split at least */
+    while (splits > 1 && (size_t)splits * op->m * rows * sizeof(float) > g->mmq_part_bytes) splits--;
+    a.split_chunks = (stages + splits - 1) / splits * stage;
+    splits = (chunks + a.split_chunks - 1) / a.split_chunks;
+    a.part = F32(g->mmq_part);
+    a.part_ld = rows;
+    if (glu) a.yh = F16(g->ff_h);
+    const gpu_fn *fn = glu ? &g->k.mmq_glu[w->wtype][v] : &g->k.mmq[w->wtype][v];
+    void *args[] = {&a};
+    if (gpu_launch_smem(fn, (gpu_launch_dims){gx, gy, (unsigned)splits, GPU_MMQ_THREADS}, gpu_mmq_smem(v), g->stream,
+                        args, op->what, err, errlen))
+        return -1;
+    if (splits > 1) {
+        int is_glu = glu;
+        LAUNCH(g->k.mmq_reduce, ((gpu_launch_dims){ceil_div((size_t)op->m * rows, 256), 1, 1, 256}), op->what, &a,
+               &is_glu, &splits);
+    }
+    return 0;
+}
+
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 {
-    if (!use_matvec(g, op->m)) {
-        for (int i = 0; i < op->n_out; i++)
-            if (blas_matmul(g, &op->out[i], op->x, op->m, op->ldx, op->accumulate, op->what, err, errlen)) return -1;
-        return 0;
-    }
-    int v = matvec_variant(op->m);
     for (int i = 0; i < op->n_out;) { /* runs of outputs with one weight format share a launch */
         int j = i + 1;
         while (j < op->n_out && op->out[j].w->type == op->out[i].w->type) j++;
-        matvec_args a = matvec_args_for(op, i, j - i);
-        int rows = 0;
-        for (int s = i; s < j; s++) rows += op->out[s].w->n;
-        gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
-        LAUNCH(g->k.matvec[op->out[i].w->wtype][v], d, op->what, &a);
+        matmul_path path = path_for(g, op->out[i].w, op->m);
+        if (path == PATH_MMQ) {
+            if (mmq(g, op, i, j - i, false, err, errlen)) return -1;
+        } else if (path == PATH_BLAS) {
+            for (int s = i; s < j; s++)
+                if (blas_matmul(g, &op->out[s], op->x, op->m, op->ldx, op->accumulate, op->what, err, errlen)) return -1;
+        } else {
+            int v = matvec_variant(op->m), rows = 0;
+            matvec_args a = matvec_args_for(op, i, j - i);
+            for (int s = i; s < j; s++) rows += op->out[s].w->n;
+            gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
+            LAUNCH(g->k.matvec[op->out[i].w->wtype][v], d, op->what, &a);
+        }
         i = j;
     }
     return 0;
@@ -125,7 +172,10 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what,
 {
     matmul_op op = {.out = {{&L->w_gate, g->gate, 0, g->d_ff}, {&L->w_up, g->up, 0, g->d_ff}}, .n_out = 2,
                     .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
-    if (use_matvec(g, T) && L->w_gate.type == L->w_up.type) {
+    matmul_path path = path_for(g, &L->w_gate, T);
+    bool same = L->w_gate.type == L->w_up.type;
+    if (same && path == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
+    if (same && path == PATH_MATVEC) {
         int v = matvec_variant(T);
         matvec_args a = matvec_args_for(&op, 0, 2);
         a.yh = F16(g->ff_h);

@@ -12,9 +12,11 @@
 /* Decode steps of up to this many sequences replay a CUDA graph captured for the next power
  * of two. */
 #define GPU_MAX_DECODE_BATCH 64
-/* Matmuls over at most this many rows read the quantised weights (matvec kernels); more rows
- * amortise dequantising the weight to FP16 for cuBLAS's tensor-core GEMM. */
+/* Matmuls over at most this many rows use the matvec kernels; more rows the tensor-core mmq
+ * kernels (block-quantised weights) or cuBLAS (float weights). */
 #define GPU_MATVEC_MAX_M 4
+/* mmq's partial sums when it splits k (batched decode): splits * rows * features * 4 bytes */
+#define GPU_MMQ_PART_BYTES ((size_t)24 << 20)
 #define GPU_BLAS_WORKSPACE (32u << 20) /* preset, so cuBLAS allocates nothing inside graphs */
 #define GPU_N_BUCKETS 7 /* 1 2 4 8 16 32 64 */
 #define GPU_MAX_BIAS_PER_SEQ 1024
@@ -27,7 +29,7 @@ typedef struct gpu_matrix {
     int wtype; /* gpu_wtype_index(type) */
     int k, n;  /* padded inputs per row, outputs */
     size_t row_bytes;
-    CUdeviceptr h16; /* resident FP16 copy [n][k] for cuBLAS, or 0 (dequantised per use) */
+    CUdeviceptr h16; /* F32/BF16 only: resident FP16 copy [n][k] for cuBLAS, or 0 (dequantised per use) */
 } gpu_matrix;
 
 typedef struct gpu_layer {
@@ -73,7 +75,10 @@ typedef struct gpu_engine {
     CUdeviceptr x;               /* residual stream, f32 [t][n_embd] */
     CUdeviceptr act_h, ff_h;     /* matmul inputs, f16: normed x / attention out, SwiGLU out */
     CUdeviceptr q, kk, vv;       /* projections, f32 */
-    CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU */
+    CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU (0 when unused) */
+    CUdeviceptr mmq_part;        /* mmq split-k partial sums, mmq_part_bytes */
+    size_t mmq_part_bytes;
+    int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;
     CUdeviceptr w16;             /* FP16 copies of every matrix cuBLAS multiplies, or 0 */
     size_t w16_bytes;

@@ -29,10 +29,19 @@ typedef struct gpu_fn {
     const char *name;
 } gpu_fn;
 
+#define GPU_MMQ_VARIANTS 4 /* 16, 32, 64, 128 activation rows per block */
+#define GPU_MMQ_THREADS 256
+#define GPU_MMQ_ROWS 128   /* weight rows (features) per block: 16 per warp */
+
 typedef struct gpu_kernels {
     CUmodule module;
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
+    /* tensor-core products on block-quantised weights (f == NULL for float formats, which
+     * go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(variant) */
+    gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
+    gpu_fn mmq_glu[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
+    gpu_fn mmq_reduce;
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, qkv_post, hist_store, swiglu, add_bias;
@@ -48,9 +57,15 @@ typedef struct gpu_launch_dims {
     unsigned bx;         /* threads per block (1-D blocks) */
 } gpu_launch_dims;
 
+/* Dynamic shared memory of mmq variant v: two stages of its activation rows. */
+unsigned gpu_mmq_smem(int v);
+
 /* Launch fn on stream with the kernel's parameters in args; -1 with "<what>: <kernel>: ..."
  * in err when the launch is refused. */
 int gpu_launch(const gpu_fn *fn, gpu_launch_dims d, CUstream stream, void **args, const char *what,
                char *err, size_t errlen);
+/* ... with smem bytes of dynamic shared memory. */
+int gpu_launch_smem(const gpu_fn *fn, gpu_launch_dims d, unsigned smem, CUstream stream, void **args,
+                    const char *what, char *err, size_t errlen);
 
 #endif

@@ -38,7 +38,15 @@ typedef struct matvec_args {
     unsigned long long row_bytes;
     const gpu_half *x;  /* [m][ldx] */
     gpu_half *yh;       /* glu output [m][ldy of seg 0] */
+    /* mmq only, with a k split (grid z > 1): partial sums [split][m][part_ld], one row per
+     * feature with each segment's features padded to 16 (glu: gate's, then up's) */
+    float *part;
+    int part_ld;
+    int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
 } matvec_args;
+
+/* mmq: inputs per shared-memory stage of activations. */
+#define MMQ_KT 128
 
 /* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK), laid
  * out [block][layer][kv_head][GPU_KV_BLOCK][hd] so one block (every layer) is one contiguous

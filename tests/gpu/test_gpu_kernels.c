@@ -226,6 +226,124 @@ static void test_matvec_all_formats(void **state)
     }
 }
 
+/* One mmq launch (and mmq_reduce when split) as gpu_forward makes it: variant v for m rows,
+ * k split into chunks of split_chunks (0: one split). */
+static void mmq_launch(ggml_type t, matvec_args *a, int rows, int launch_rows, bool glu, int split_chunks)
+{
+    int wt = gpu_wtype_index(t), v = a->m > 64 ? 3 : a->m > 32 ? 2 : a->m > 16 ? 1 : 0;
+    int chunks = a->k / 32, splits = 1;
+    a->split_chunks = split_chunks ? split_chunks : chunks;
+    splits = (chunks + a->split_chunks - 1) / a->split_chunks;
+    a->part_ld = rows;
+    CUdeviceptr part = 0;
+    if (splits > 1) {
+        part = poisoned((size_t)splits * a->m * rows);
+        a->part = (float *)(uintptr_t)part;
+    }
+    const gpu_fn *fn = glu ? &G.k.mmq_glu[wt][v] : &G.k.mmq[wt][v];
+    assert_non_null(fn->f);
+    void *args[] = {a};
+    gpu_launch_dims d = {(unsigned)((launch_rows + GPU_MMQ_ROWS - 1) / GPU_MMQ_ROWS), (unsigned)((a->m + (16 << v) - 1) / (16 << v)),
+                         (unsigned)splits, GPU_MMQ_THREADS};
+    if (gpu_launch_smem(fn, d, gpu_mmq_smem(v), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
+    if (splits > 1) {
+        int is_glu = glu;
+        void *rargs[] = {a, &is_glu, &splits};
+        launch(&G.k.mmq_reduce, (gpu_launch_dims){(unsigned)(((size_t)a->m * rows + 255) / 256), 1, 1, 256}, rargs);
+    }
+    CHECK(cu.cuCtxSynchronize());
+    if (part) cu.cuMemFree(part);
+}
+
+/* The tensor-core kernels on every block-quantised format against the same float64 reference
+ * as the matvec kernels: two segments of 30 and 47 rows (not multiples of 16) with bias and the
+ * residual accumulate for odd M, the gate/up variant, one split and three (the partial sums
+ * and mmq_reduce), M across all four variants and past one block of activation rows. */
+static void test_mmq_all_formats(void **state)
+{
+    (void)state;
+    uint64_t seed = 7;
+    const int K = 768, N = 77, N0 = 30, NG = 38;
+    const int Ms[] = {5, 16, 17, 40, 64, 65, 300};
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
+        ggml_type t = wtypes[ti];
+        int wt = gpu_wtype_index(t);
+        if (!G.k.mmq[wt][0].f) continue; /* float formats: cuBLAS */
+        float *deq = malloc((size_t)K * N * sizeof *deq);
+        void *w = random_matrix(t, K, N, deq, &seed);
+        size_t rb = gpu_row_bytes(t, K);
+        CUdeviceptr dw = upload(w, rb * N), dh = poisoned((size_t)K * N / 2);
+        unsigned long long rbl = rb;
+        int k = K, n = N;
+        void *dargs[] = {&dw, &rbl, &k, &n, &dh};
+        launch(&G.k.dequant_f16[wt], (gpu_launch_dims){(K / 32 * N + 255) / 256, 1, 1, 256}, dargs);
+        uint16_t *h = malloc((size_t)K * N * sizeof *h);
+        float *hf = malloc((size_t)K * N * sizeof *hf);
+        download(h, dh, (size_t)K * N * sizeof *h);
+        for (size_t i = 0; i < (size_t)K * N; i++) hf[i] = quant_f16_to_f32(h[i]);
+        double worst = 0.0, worst_glu = 0.0;
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+            for (int split = 0; split < 2; split++) {
+                int M = Ms[mi], acc = M % 2;
+                float *x = malloc((size_t)M * K * sizeof *x), *y = malloc((size_t)M * N * sizeof *y);
+                float *ref = malloc((size_t)M * N * sizeof *ref), *bias = malloc(N * sizeof *bias);
+                for (int i = 0; i < M * K; i++) x[i] = gpu_test_randf(&seed);
+                for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(&seed);
+                CUdeviceptr dx = upload_half(x, (size_t)M * K), db = upload(bias, N * sizeof *bias);
+                CUdeviceptr dy0 = poisoned((size_t)M * N0), dy1 = poisoned((size_t)M * (N - N0));
+                for (int m = 0; m < M; m++)
+                    for (int nn = 0; nn < N; nn++)
+                        ref[nn < N0 ? m * N0 + nn : M * N0 + m * (N - N0) + (nn - N0)] =
+                            (float)(dot_ref(hf + (size_t)nn * K, x + (size_t)m * K, K) + (acc ? 1.0 + bias[nn] : 0.0));
+                if (acc) {
+                    for (int i = 0; i < M * N; i++) y[i] = 1.0f;
+                    CHECK(cu.cuMemcpyHtoD(dy0, y, (size_t)M * N0 * sizeof *y));
+                    CHECK(cu.cuMemcpyHtoD(dy1, y, (size_t)M * (N - N0) * sizeof *y));
+                }
+                matvec_args a = {.n_seg = 2, .k = K, .m = M, .ldx = K, .accumulate = acc, .row_bytes = rb,
+                                 .x = (const gpu_half *)(uintptr_t)dx};
+                a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, (float *)(uintptr_t)dy0,
+                                        acc ? (const float *)(uintptr_t)db : NULL, N0, N0};
+                a.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * N0, (float *)(uintptr_t)dy1,
+                                        acc ? (const float *)(uintptr_t)db + N0 : NULL, N - N0, N - N0};
+                int rows = 32 + 48; /* 30 and 47 padded to 16 */
+                mmq_launch(t, &a, rows, rows, false, split ? 8 : 0);
+                download(y, dy0, (size_t)M * N0 * sizeof *y);
+                download(y + (size_t)M * N0, dy1, (size_t)M * (N - N0) * sizeof *y);
+                double e = gpu_test_rel_err(y, ref, (size_t)M * N);
+                if (e > worst) worst = e;
+                if (e > 1e-4) fail_msg("mmq %s M=%d split=%d: relative error %.3g", ggml_type_name(t), M, split, e);
+
+                CUdeviceptr dgh = poisoned((size_t)M * NG / 2 + 1);
+                matvec_args ga = a;
+                ga.accumulate = 0;
+                ga.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, NULL, NULL, NG, NG};
+                ga.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * NG, NULL, NULL, NG, NG};
+                ga.yh = (gpu_half *)(uintptr_t)dgh;
+                mmq_launch(t, &ga, 2 * 48, 48, true, split ? 8 : 0);
+                uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
+                float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
+                download(gh, dgh, (size_t)M * NG * sizeof *gh);
+                for (int m = 0; m < M; m++)
+                    for (int nn = 0; nn < NG; nn++) {
+                        double gt = dot_ref(hf + (size_t)nn * K, x + (size_t)m * K, K);
+                        double up = dot_ref(hf + (size_t)(NG + nn) * K, x + (size_t)m * K, K);
+                        gref[m * NG + nn] = (float)(gt / (1.0 + exp(-gt)) * up);
+                        gf[m * NG + nn] = quant_f16_to_f32(gh[m * NG + nn]);
+                    }
+                e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
+                if (e > worst_glu) worst_glu = e;
+                if (e > 2e-3) fail_msg("mmq glu %s M=%d split=%d: relative error %.3g", ggml_type_name(t), M, split, e);
+                cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dgh);
+                free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
+            }
+        print_message("  %-5s mmq rel err %.2e, glu %.2e (M 5..300, one split and three)\n", ggml_type_name(t), worst,
+                      worst_glu);
+        cu.cuMemFree(dw), cu.cuMemFree(dh);
+        free(h), free(hf), free(deq), free(w);
+    }
+}
+
 static void ref_norm(float *v, int n, const float *w, double eps)
 {
     double ss = 0.0;
@@ -581,6 +699,7 @@ int main(void)
     if (check_split_bound() != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_formats),
+        cmocka_unit_test(test_mmq_all_formats),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_attention),

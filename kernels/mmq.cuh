@@ -1,9 +1,11 @@
 // mmq.cuh - matrix products on the quantised weights with tensor cores, for more activation
 // rows than the matvec kernels serve (batched decode, prefill): y[m][n] (+)= W[n] . x[m].
 //
-// No FP16 copy of W exists anywhere: each warp decodes the weights of its mma fragments
-// straight from the GGUF blocks into registers (load_oct_h, the same FP16 values load_chunk_h
-// gives the matvec kernels), and the activations are staged in shared memory by cp.async.
+// No FP16 copy of W exists anywhere: the GGUF blocks themselves stream into shared memory
+// (cp.async, a pipeline of mmq_depth stages of 256 inputs, with the activations beside them),
+// and each warp decodes its mma fragments from there (load_oct_h: the same FP16 values
+// load_chunk_h gives the matvec kernels).  Only kernels with k % 256 == 0 are launched, so a
+// stage is whole super-blocks (or eight 32-blocks) of every row.
 //
 // The weights are mma's A operand (16 weight rows per warp: the output features), the
 // activations its B operand (8 activation rows per n-tile), so a block of 16 activation rows
@@ -13,8 +15,8 @@
 //   mma k16 slice 0 of the chunk: logical k {2t, 2t+1, 2t+8, 2t+9} = physical 8t + {0,1,2,3}
 //   mma k16 slice 1:              the same logical k                 = physical 8t + {4,5,6,7}
 //
-// Grid: x over blocks of MMQ_ROWS weight rows, y over blocks of BM activation rows, z over
-// splits of k.  With one split the epilogue (bias, residual add, or SwiGLU of gate and up)
+// Grid: x over blocks of MMQ_ROWS weight rows (glu: MMQ_ROWS / 2 features of gate and of up,
+// whose warps meet in the epilogue), y over blocks of BM activation rows, z over splits of k.  With one split the epilogue (bias, residual add, or SwiGLU of gate and up)
 // is applied here; with several (a grid too small to fill the GPU), every split writes its
 // partial sums and mmq_reduce adds them in split order, so the result is deterministic.
 #pragma once
@@ -24,6 +26,7 @@
 #define MMQ_WARPS 8
 #define MMQ_ROWS (16 * MMQ_WARPS)
 #define MMQ_XSTRIDE (MMQ_KT + 32) // halves per staged row: fragment loads free of bank conflicts
+#define MMQ_RB_MAX (8 * 34)       // largest mmq_fmt<T>::bytes (Q8_0)
 
 __device__ __forceinline__ int mmq_pad(int n) { return (n + 15) & ~15; }
 
@@ -46,118 +49,148 @@ template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile(
 
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
 
+// Bytes of 256 inputs of a row (one super-block, or eight 32-blocks): a stage of a weight row.
+template <int T> struct mmq_fmt;
+template <> struct mmq_fmt<T_Q4_0> { static constexpr int bytes = 8 * 18; };
+template <> struct mmq_fmt<T_Q8_0> { static constexpr int bytes = 8 * 34; };
+template <> struct mmq_fmt<T_Q4_K> { static constexpr int bytes = 144; };
+template <> struct mmq_fmt<T_Q5_K> { static constexpr int bytes = 176; };
+template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK; };
+
+// Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
+template <int BM> struct mmq_depth { static constexpr int n = BM >= 128 ? 2 : 3; };
+
 template <int T, int BM, bool GLU>
 __device__ __forceinline__ void mmq_body(const matvec_args &a)
 {
     extern __shared__ uint4 mmq_smem[];
-    __half *xs = (__half *)mmq_smem; // [2 stages][BM][MMQ_XSTRIDE]
-    constexpr int NJ = BM / 8, NT = GLU ? 2 : 1, CPS = MMQ_KT / 32;
+    constexpr int NJ = BM / 8, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
+    constexpr int W_STAGE = MMQ_ROWS * RB, X_STAGE = BM * MMQ_XSTRIDE * 2;
+    // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers
+    uint8_t *wsm = (uint8_t *)mmq_smem;
+    __half *xsm = (__half *)(wsm + S * W_STAGE);
+    const uint8_t **rowp = (const uint8_t **)(wsm + S * (W_STAGE + X_STAGE));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int m0 = blockIdx.y * BM, nchunks = a.k / 32;
     const int c_begin = blockIdx.z * a.split_chunks, c_end = min(nchunks, c_begin + a.split_chunks);
 
-    // The warp's 16 features: n0.. of segment s (GLU: of gate, segment 0, and up, segment 1).
-    int n0 = (blockIdx.x * MMQ_WARPS + warp) * 16, s = 0, prow0 = n0;
-    if (!GLU)
-        while (s < a.n_seg && n0 >= mmq_pad(a.seg[s].n)) n0 -= mmq_pad(a.seg[s++].n);
-    const bool active = GLU ? n0 < a.seg[0].n : s < a.n_seg;
-    const uint8_t *wr[NT][2];
-#pragma unroll
-    for (int i = 0; i < NT; i++) {
-        const matvec_seg &sg = a.seg[GLU ? i : (active ? s : 0)];
-        // rows past the segment read its last row (results dropped), so loads stay inside W
-        wr[i][0] = sg.w + (size_t)min(n0 + g, sg.n - 1) * a.row_bytes;
-        wr[i][1] = sg.w + (size_t)min(n0 + g + 8, sg.n - 1) * a.row_bytes;
+    // The block's MMQ_ROWS weight rows: padded rows MMQ_ROWS * bx.. across the segments, or
+    // (glu) features 64 * bx.. of gate (warps 0-3) and of up (warps 4-7).  Rows past a
+    // segment read its last row (their results are dropped), so every load stays inside W.
+    for (int r = threadIdx.x; r < MMQ_ROWS; r += blockDim.x) {
+        int s = 0, n = GLU ? (MMQ_ROWS / 2) * blockIdx.x + (r % (MMQ_ROWS / 2)) : MMQ_ROWS * blockIdx.x + r;
+        if (GLU) s = r / (MMQ_ROWS / 2);
+        else
+            while (s < a.n_seg - 1 && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+        rowp[r] = a.seg[s].w + (size_t)min(n, a.seg[s].n - 1) * a.row_bytes;
     }
-
-    float acc[NT][NJ][4];
-#pragma unroll
-    for (int i = 0; i < NT; i++)
-#pragma unroll
-        for (int j = 0; j < NJ; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    __syncthreads();
 
     const int n_stages = (c_end - c_begin + CPS - 1) / CPS;
-    auto stage = [&](int st) { // activation rows m0.. of the stage's chunks into buffer st & 1
-        __half *dst = xs + (st & 1) * BM * MMQ_XSTRIDE;
-        const int k0 = (c_begin + st * CPS) * 32;
-        for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
-            const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = m0 + r;
-            const bool ok = m < a.m && k0 + e < c_end * 32;
-            cp_async16(dst + r * MMQ_XSTRIDE + e, a.x + (size_t)min(m, a.m - 1) * a.ldx + (ok ? k0 + e : 0), ok);
-        }
-        cp_async_commit();
-    };
-    if (n_stages > 0) stage(0);
-    for (int st = 0; st < n_stages; st++) {
-        if (st + 1 < n_stages) {
-            stage(st + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        const __half *xb = xs + (st & 1) * BM * MMQ_XSTRIDE + 8 * t;
-        const int c0 = c_begin + st * CPS;
-        if (active) {
-#pragma unroll
-            for (int cc = 0; cc < CPS; cc++) {
-                if (c0 + cc >= c_end) break;
-                uint32_t af[NT][2][4]; // [tile][k16 slice][a0..a3 as pairs]
-#pragma unroll
-                for (int i = 0; i < NT; i++) {
-                    __half2 lo[4], hi[4]; // rows g and g + 8
-                    load_oct_h<T>(wr[i][0], c0 + cc, t, lo);
-                    load_oct_h<T>(wr[i][1], c0 + cc, t, hi);
-#pragma unroll
-                    for (int sl = 0; sl < 2; sl++) {
-                        af[i][sl][0] = h2_bits(lo[2 * sl]);
-                        af[i][sl][1] = h2_bits(hi[2 * sl]);
-                        af[i][sl][2] = h2_bits(lo[2 * sl + 1]);
-                        af[i][sl][3] = h2_bits(hi[2 * sl + 1]);
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < NJ; j++) {
-                    const uint4 xv = *(const uint4 *)(xb + (j * 8 + g) * MMQ_XSTRIDE + cc * 32);
-#pragma unroll
-                    for (int i = 0; i < NT; i++) {
-                        mma_16816(acc[i][j], af[i][0], xv.x, xv.y);
-                        mma_16816(acc[i][j], af[i][1], xv.z, xv.w);
-                    }
-                }
+    auto load_stage = [&](int st) { // raw weight blocks and activations of stage st into buffer st % S
+        if (st < n_stages) {
+            const int c0 = c_begin + st * CPS;
+            uint8_t *wd = wsm + (st % S) * W_STAGE;
+            const size_t woff = (size_t)(c0 / 8) * RB; // c0 is a multiple of 8: whole super-blocks
+            for (int i = threadIdx.x; i < MMQ_ROWS * (RB / 16); i += blockDim.x) {
+                const int r = i / (RB / 16), p = i % (RB / 16);
+                cp_async16(wd + r * RB + 16 * p, rowp[r] + woff + 16 * p, true);
+            }
+            __half *xd = xsm + (st % S) * (X_STAGE / 2);
+            for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
+                const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = m0 + r;
+                const bool ok = m < a.m;
+                cp_async16(xd + r * MMQ_XSTRIDE + e, a.x + (size_t)min(m, a.m - 1) * a.ldx + c0 * 32 + e, ok);
             }
         }
-        __syncthreads(); // the buffer is refilled two stages on
-    }
-    if (!active) return;
+        cp_async_commit(); // an empty group past the end keeps the wait counts uniform
+    };
 
-    // acc[i][j][2h + e]: feature n0 + g + 8h, activation row m0 + 8j + 2t + e.
-    const bool split = gridDim.z > 1;
+    float acc[NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int st = 0; st < S - 1; st++) load_stage(st);
+    for (int st = 0; st < n_stages; st++) {
+        cp_async_wait<S - 2>();
+        __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
+        load_stage(st + S - 1);
+        const uint8_t *w0 = wsm + (st % S) * W_STAGE + (16 * warp + g) * RB, *w1 = w0 + 8 * RB;
+        const __half *xb = xsm + (st % S) * (X_STAGE / 2) + g * MMQ_XSTRIDE + 8 * t;
+#pragma unroll
+        for (int cc = 0; cc < CPS; cc++) {
+            __half2 lo[4], hi[4]; // quarter t of chunk cc of rows g and g + 8
+            load_oct_h<T>(w0, cc, t, lo);
+            load_oct_h<T>(w1, cc, t, hi);
+            uint32_t af[2][4]; // [k16 slice][a0..a3 as pairs]
+#pragma unroll
+            for (int sl = 0; sl < 2; sl++) {
+                af[sl][0] = h2_bits(lo[2 * sl]);
+                af[sl][1] = h2_bits(hi[2 * sl]);
+                af[sl][2] = h2_bits(lo[2 * sl + 1]);
+                af[sl][3] = h2_bits(hi[2 * sl + 1]);
+            }
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);
+                mma_16816(acc[j], af[0], xv.x, xv.y);
+                mma_16816(acc[j], af[1], xv.z, xv.w);
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // acc[j][2h + e]: block row 16 * warp + g + 8h, activation row m0 + 8j + 2t + e.
+    const int half_rows = MMQ_ROWS / 2;
+    if (gridDim.z > 1) { // partial sums, in padded rows (glu: gate's, then up's)
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int r = 16 * warp + g + 8 * h, m = m0 + 8 * j + 2 * t + e;
+                    if (m >= a.m) continue;
+                    const int f = half_rows * blockIdx.x + r % half_rows; // glu: the feature
+                    if (GLU && f >= mmq_pad(a.seg[0].n)) continue;      // (past it: up's rows)
+                    const int prow = GLU ? (r / half_rows) * mmq_pad(a.seg[0].n) + f : MMQ_ROWS * blockIdx.x + r;
+                    if (prow < a.part_ld) a.part[((size_t)blockIdx.z * a.m + m) * a.part_ld + prow] = acc[j][2 * h + e];
+                }
+        return;
+    }
+    if (GLU) { // the up warps take the gate warps' sums through shared memory
+        float *gs = (float *)mmq_smem; // [half_rows][BM]
+        __syncthreads(); // every warp is done with the stage buffers
+        if (warp < MMQ_WARPS / 2)
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) gs[(16 * warp + g + 8 * (i >> 1)) * BM + 8 * j + 2 * t + (i & 1)] = acc[j][i];
+        __syncthreads();
+        if (warp < MMQ_WARPS / 2) return;
+    }
 #pragma unroll
     for (int j = 0; j < NJ; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int n = n0 + g + 8 * h, m = m0 + 8 * j + 2 * t + e;
+                const int r = 16 * warp + g + 8 * h, m = m0 + 8 * j + 2 * t + e;
                 if (m >= a.m) continue;
-                if (split) {
-                    float *p = a.part + ((size_t)blockIdx.z * a.m + m) * a.part_ld;
-#pragma unroll
-                    for (int i = 0; i < NT; i++) p[prow0 + g + 8 * h + i * mmq_pad(a.seg[0].n)] = acc[i][j][2 * h + e];
+                if (GLU) {
+                    const int rr = r - half_rows, n = half_rows * blockIdx.x + rr;
+                    if (n >= a.seg[0].n) continue;
+                    const float gt = ((const float *)mmq_smem)[rr * BM + 8 * j + 2 * t + e], up = acc[j][2 * h + e];
+                    a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
                     continue;
                 }
-                if (GLU) {
-                    if (n >= a.seg[0].n) continue;
-                    const float gt = acc[0][j][2 * h + e], up = acc[NT - 1][j][2 * h + e];
-                    a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
-                } else {
-                    const matvec_seg &sg = a.seg[s];
-                    if (n >= sg.n) continue;
-                    float v = acc[0][j][2 * h + e] + (sg.bias ? sg.bias[n] : 0.0f);
-                    float *dst = sg.y + (size_t)m * sg.ldy + n;
-                    *dst = a.accumulate ? *dst + v : v;
-                }
+                int s = 0, n = MMQ_ROWS * blockIdx.x + r;
+                while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+                if (s >= a.n_seg || n >= a.seg[s].n) continue;
+                const matvec_seg &sg = a.seg[s];
+                const float v = acc[j][2 * h + e] + (sg.bias ? sg.bias[n] : 0.0f);
+                float *dst = sg.y + (size_t)m * sg.ldy + n;
+                *dst = a.accumulate ? *dst + v : v;
             }
 }
 

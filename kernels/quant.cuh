@@ -291,7 +291,8 @@ template <> __device__ __forceinline__ void load_chunk_h<T_Q6_K>(const uint8_t *
 // load_oct_h<T>(row, c, o, w): weights 32c + 8o .. 32c + 8o + 7 of a row (o = 0..3) as FP16
 // pairs, bit for bit pairs 4o..4o+3 of load_chunk_h: the quarter of a chunk one lane of the
 // tensor-core kernels (mmq.cuh) feeds to its mma fragments.  Formats without a quarter decoder
-// decode the whole chunk and keep a quarter (correct, four times the work).
+// decode the whole chunk and keep a quarter (correct, four times the work).  Plain loads (not
+// __ldg): mmq decodes from blocks it staged in shared memory.
 template <int T> __device__ __forceinline__ void load_oct_h(const uint8_t *row, int c, int o, __half2 w[4])
 {
     __half2 all[16];
@@ -304,7 +305,7 @@ template <int T> __device__ __forceinline__ void load_oct_h(const uint8_t *row, 
 template <> __device__ __forceinline__ void load_oct_h<T_Q4_K>(const uint8_t *row, int c, int o, __half2 w[4])
 {
     const q4k_h p = q4k_h_setup(row, c);
-    const uint2 v = __ldg((const uint2 *)p.qs + o);
+    const uint2 v = ((const uint2 *)p.qs)[o];
     q4k_h_word(p, v.x, &w[0]);
     q4k_h_word(p, v.y, &w[2]);
 }
@@ -312,7 +313,7 @@ template <> __device__ __forceinline__ void load_oct_h<T_Q4_K>(const uint8_t *ro
 template <> __device__ __forceinline__ void load_oct_h<T_Q6_K>(const uint8_t *row, int c, int o, __half2 w[4])
 {
     const q6k_h p = q6k_h_setup(row, c);
-    const uint2 lo = __ldg((const uint2 *)p.ql + o), hi = __ldg((const uint2 *)p.qh + o);
+    const uint2 lo = ((const uint2 *)p.ql)[o], hi = ((const uint2 *)p.qh)[o];
     const __half2 d = o < 2 ? p.d0 : p.d1;
     q6k_h_word(p, lo.x, hi.x, d, &w[0]);
     q6k_h_word(p, lo.y, hi.y, d, &w[2]);
@@ -351,7 +352,7 @@ template <> __device__ __forceinline__ void load_oct_h<T_Q5_K>(const uint8_t *ro
     float sc, mn;
     kquant_scale_min(s, b + 4, &sc, &mn);
     const float d = half_bits_to_float(ld_u16(b)) * sc, m = half_bits_to_float(ld_u16(b + 2)) * mn;
-    const uint2 v = __ldg((const uint2 *)(b + 48 + 32 * (s >> 1)) + o), h = __ldg((const uint2 *)(b + 16) + o);
+    const uint2 v = ((const uint2 *)(b + 48 + 32 * (s >> 1)))[o], h = ((const uint2 *)(b + 16))[o];
     const uint32_t u[2] = {v.x, v.y}, hb[2] = {h.x, h.y};
     const int shift = (s & 1) * 4;
 #pragma unroll

@@ -160,7 +160,7 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
  * kernels, F16 ones are read as they are). */
 static bool needs_f16_copy(const gpu_engine *g, const gpu_matrix *w)
 {
-    return !g->k.mmq[w->wtype][0].f && w->type != GGML_TYPE_F16;
+    return !gpu_mmq_serves(&g->k, w->wtype, w->k) && w->type != GGML_TYPE_F16;
 }
 
 static int blas_matrices(gpu_engine *g, gpu_matrix **list)
@@ -278,12 +278,12 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
     /* FP32 gate/up only where the feed-forward is not one fused kernel (mmq's or matvec's glu),
      * the partial sums only where some matrix goes to mmq */
-    bool gate_up = false, any_mmq = g->k.mmq[g->output.wtype][0].f != NULL;
+    bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k);
     for (int l = 0; l < hp->n_layer; l++) {
         const gpu_layer *L = &g->layers[l];
-        bool fused = L->w_gate.type == L->w_up.type && (g->k.mmq[L->w_gate.wtype][0].f || !g->have_blas);
+        bool fused = L->w_gate.type == L->w_up.type && (gpu_mmq_serves(&g->k, L->w_gate.wtype, L->w_gate.k) || !g->have_blas);
         gate_up |= !fused;
-#define ANY_MMQ(mat) any_mmq |= g->k.mmq[L->mat.wtype][0].f != NULL;
+#define ANY_MMQ(mat) any_mmq |= gpu_mmq_serves(&g->k, L->mat.wtype, L->mat.k);
         LAYER_MATRICES(ANY_MMQ)
 #undef ANY_MMQ
     }

@@ -55,7 +55,7 @@ typedef enum { PATH_MATVEC, PATH_MMQ, PATH_BLAS } matmul_path;
 static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
 {
     if (m <= GPU_MATVEC_MAX_M) return PATH_MATVEC;
-    if (g->k.mmq[w->wtype][0].f) return PATH_MMQ;
+    if (gpu_mmq_serves(&g->k, w->wtype, w->k)) return PATH_MMQ;
     return g->have_blas ? PATH_BLAS : PATH_MATVEC;
 }
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
@@ -119,8 +119,8 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     matvec_args a = matvec_args_for(op, first, n);
     int v = op->m > 64 ? 3 : op->m > 32 ? 2 : op->m > 16 ? 1 : 0, rows = 0;
     for (int i = first; i < first + n; i++) rows += pad16(op->out[i].w->n);
-    int launch_rows = glu ? pad16(w->n) : rows; /* glu: a warp takes the same 16 features of both */
-    unsigned gx = ceil_div(launch_rows, GPU_MMQ_ROWS), gy = ceil_div(op->m, 16u << v);
+    /* glu: a block takes GPU_MMQ_ROWS / 2 features of gate and of up */
+    unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS), gy = ceil_div(op->m, 16u << v);
     int chunks = w->k / 32, stage = MMQ_KT / 32, stages = (chunks + stage - 1) / stage;
     int splits = 1, want = 2 * g->n_sm;
     if ((int)(gx * gy) < want) splits = (want + (int)(gx * gy) - 1) / (int)(gx * gy);
@@ -133,7 +133,7 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     if (glu) a.yh = F16(g->ff_h);
     const gpu_fn *fn = glu ? &g->k.mmq_glu[w->wtype][v] : &g->k.mmq[w->wtype][v];
     void *args[] = {&a};
-    if (gpu_launch_smem(fn, (gpu_launch_dims){gx, gy, (unsigned)splits, GPU_MMQ_THREADS}, gpu_mmq_smem(v), g->stream,
+    if (gpu_launch_smem(fn, (gpu_launch_dims){gx, gy, (unsigned)splits, GPU_MMQ_THREADS}, gpu_mmq_smem(w->type, v), g->stream,
                         args, op->what, err, errlen))
         return -1;
     if (splits > 1) {

@@ -52,7 +52,18 @@ void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, in
 static char names[GPU_N_WTYPES][2 * GPU_MATVEC_VARIANTS + 2][24];
 static char mmq_names[GPU_N_WTYPES][2 * GPU_MMQ_VARIANTS][24];
 
-unsigned gpu_mmq_smem(int v) { return 2u * (16u << v) * (MMQ_KT + 32) * 2u; }
+unsigned gpu_mmq_smem(ggml_type t, int v)
+{
+    /* mmq.cuh: mmq_depth stages of raw weight rows and activation rows, then the row pointers */
+    unsigned stages = v == 3 ? 2u : 3u, bm = 16u << v;
+    return stages * ((unsigned)GPU_MMQ_ROWS * (unsigned)gpu_row_bytes(t, MMQ_KT) + bm * (MMQ_KT + 32) * 2u) +
+           GPU_MMQ_ROWS * (unsigned)sizeof(void *);
+}
+
+bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim)
+{
+    return wtype >= 0 && k->mmq[wtype][0].f && kdim % MMQ_KT == 0;
+}
 
 static bool is_block_quant(ggml_type t) { return t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16; }
 
@@ -87,9 +98,9 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
             if (lookup(k, &k->mmq[t][v], mm, err, errlen) || lookup(k, &k->mmq_glu[t][v], mg, err, errlen)) return -1;
             /* the larger variants stage more than the default 48 KiB of shared memory */
             CU_CHECK(cu.cuFuncSetAttribute(k->mmq[t][v].f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           (int)gpu_mmq_smem(v)), mm);
+                                           (int)gpu_mmq_smem(wtypes[t].type, v)), mm);
             CU_CHECK(cu.cuFuncSetAttribute(k->mmq_glu[t][v].f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           (int)gpu_mmq_smem(v)), mg);
+                                           (int)gpu_mmq_smem(wtypes[t].type, v)), mg);
         }
     }
     struct {

@@ -31,7 +31,7 @@ typedef struct gpu_fn {
 
 #define GPU_MMQ_VARIANTS 4 /* 16, 32, 64, 128 activation rows per block */
 #define GPU_MMQ_THREADS 256
-#define GPU_MMQ_ROWS 128   /* weight rows (features) per block: 16 per warp */
+#define GPU_MMQ_ROWS 128   /* weight rows per block: 16 per warp (glu: 64 features of gate and up) */
 
 typedef struct gpu_kernels {
     CUmodule module;
@@ -48,6 +48,10 @@ typedef struct gpu_kernels {
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_combine, sample_prep, sample_adjust, sample_reduce, sample;
 } gpu_kernels;
 
+/* Whether the mmq kernels multiply a matrix of format index wtype with kdim inputs per row
+ * (block-quantised, whole 256-input stages). */
+bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim);
+
 /* Load the embedded fatbin into the current context and resolve every kernel. */
 int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen);
 void gpu_kernels_unload(gpu_kernels *k);
@@ -57,8 +61,8 @@ typedef struct gpu_launch_dims {
     unsigned bx;         /* threads per block (1-D blocks) */
 } gpu_launch_dims;
 
-/* Dynamic shared memory of mmq variant v: two stages of its activation rows. */
-unsigned gpu_mmq_smem(int v);
+/* Dynamic shared memory of mmq variant v on format t. */
+unsigned gpu_mmq_smem(ggml_type t, int v);
 
 /* Launch fn on stream with the kernel's parameters in args; -1 with "<what>: <kernel>: ..."
  * in err when the launch is refused. */

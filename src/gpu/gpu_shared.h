@@ -45,8 +45,8 @@ typedef struct matvec_args {
     int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
 } matvec_args;
 
-/* mmq: inputs per shared-memory stage of activations. */
-#define MMQ_KT 128
+/* mmq: inputs per pipeline stage (one super-block of every weight row). */
+#define MMQ_KT 256
 
 /* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK), laid
  * out [block][layer][kv_head][GPU_KV_BLOCK][hd] so one block (every layer) is one contiguous

@@ -243,9 +243,10 @@ static void mmq_launch(ggml_type t, matvec_args *a, int rows, int launch_rows, b
     const gpu_fn *fn = glu ? &G.k.mmq_glu[wt][v] : &G.k.mmq[wt][v];
     assert_non_null(fn->f);
     void *args[] = {a};
-    gpu_launch_dims d = {(unsigned)((launch_rows + GPU_MMQ_ROWS - 1) / GPU_MMQ_ROWS), (unsigned)((a->m + (16 << v) - 1) / (16 << v)),
+    int per_block = glu ? GPU_MMQ_ROWS / 2 : GPU_MMQ_ROWS;
+    gpu_launch_dims d = {(unsigned)((launch_rows + per_block - 1) / per_block), (unsigned)((a->m + (16 << v) - 1) / (16 << v)),
                          (unsigned)splits, GPU_MMQ_THREADS};
-    if (gpu_launch_smem(fn, d, gpu_mmq_smem(v), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
+    if (gpu_launch_smem(fn, d, gpu_mmq_smem(t, v), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
     if (splits > 1) {
         int is_glu = glu;
         void *rargs[] = {a, &is_glu, &splits};
@@ -320,7 +321,7 @@ static void test_mmq_all_formats(void **state)
                 ga.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, NULL, NULL, NG, NG};
                 ga.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * NG, NULL, NULL, NG, NG};
                 ga.yh = (gpu_half *)(uintptr_t)dgh;
-                mmq_launch(t, &ga, 2 * 48, 48, true, split ? 8 : 0);
+                mmq_launch(t, &ga, 2 * 48, NG, true, split ? 8 : 0);
                 uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
                 float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
                 download(gh, dgh, (size_t)M * NG * sizeof *gh);

@@ -54,8 +54,8 @@ typedef enum { PATH_MATVEC, PATH_MMQ, PATH_BLAS } matmul_path;
 
 static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
 {
+    if (m > 1 && gpu_mmq_serves(&g->k, w->wtype, w->k)) return PATH_MMQ;
     if (m <= GPU_MATVEC_MAX_M) return PATH_MATVEC;
-    if (gpu_mmq_serves(&g->k, w->wtype, w->k)) return PATH_MMQ;
     return g->have_blas ? PATH_BLAS : PATH_MATVEC;
 }
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }

@@ -12,8 +12,9 @@
 /* Decode steps of up to this many sequences replay a CUDA graph captured for the next power
  * of two. */
 #define GPU_MAX_DECODE_BATCH 64
-/* Matmuls over at most this many rows use the matvec kernels; more rows the tensor-core mmq
- * kernels (block-quantised weights) or cuBLAS (float weights). */
+/* Matmuls over one row use the matvec kernels; over more, block-quantised weights go to the
+ * tensor-core mmq kernels (at 2-4 rows already faster than matvec's FP32 dot products), float
+ * weights to matvec up to GPU_MATVEC_MAX_M rows and to cuBLAS beyond. */
 #define GPU_MATVEC_MAX_M 4
 /* mmq's partial sums when it splits k (batched decode): splits * rows * features * 4 bytes */
 #define GPU_MMQ_PART_BYTES ((size_t)24 << 20)

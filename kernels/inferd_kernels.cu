@@ -9,4 +9,5 @@
 #include "matvec.cuh"
 #include "elementwise.cuh"
 #include "attention.cuh"
+#include "flash_attn.cuh"
 #include "sampling.cuh"

@@ -37,10 +37,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)
 // 16 bytes global -> shared, asynchronously; bytes == 0 writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes)
+                 : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const __half *p)
 {
@@ -110,7 +114,10 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int kvh = blockIdx.y, group = a.n_head / a.n_kv;
-    const int t0 = a.tiles[2 * blockIdx.x], n_tok = a.tiles[2 * blockIdx.x + 1];
+    // Tiles in reverse: a span's last tiles see the most keys, and blocks start in grid order,
+    // so the longest run first and the short ones fill the tail.
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int t0 = a.tiles[2 * tile], n_tok = a.tiles[2 * tile + 1];
     const int n_rows = n_tok * group;
     const int32_t *table = a.tables + (size_t)a.seq[t0] * a.table_width;
     const int last_key = a.pos[t0 + n_tok - 1]; // the tile's last token sees keys 0..last_key

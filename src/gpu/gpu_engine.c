@@ -535,8 +535,8 @@ static int decode_graph(gpu_engine *g, int b, char *err, size_t errlen)
     if (g->graphs[b]) return 0;
     int B = 1 << b;
     int split = g->att_splits; /* graphs serve every context length */
-    /* every token one decode token through split-K, in packed order: no token list, so the
-     * graph is what it was before the flash kernel */
+    /* every token is a decode token: all of them through split-K in packed order, with no
+     * token list and no flash tiles (the graph holds no step-dependent counts) */
     gpu_attn_plan ap = {.n_dec = B, .n_split = split, .dec_listed = false};
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");

@@ -516,9 +516,12 @@ static void flash_case(int hd, int group, const gpu_fn *fn)
     const size_t nq = (size_t)T * n_head * hd, cache_n = (size_t)nb * n_layer * n_kv * GPU_KV_BLOCK * hd;
     uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2), *outh = malloc(nq * 2), *outh2 = malloc(nq * 2);
     float *q = malloc(nq * sizeof *q), *out = malloc(nq * sizeof *out), *ref = malloc(nq * sizeof *ref);
+    float *kf = malloc(cache_n * sizeof *kf), *vf = malloc(cache_n * sizeof *vf); /* the caches' values */
     for (size_t i = 0; i < cache_n; i++) {
         kc[i] = quant_f32_to_f16(gpu_test_randf(&seed) * 2.0f);
         vc[i] = quant_f32_to_f16(gpu_test_randf(&seed));
+        kf[i] = quant_f16_to_f32(kc[i]);
+        vf[i] = quant_f16_to_f32(vc[i]);
     }
     for (size_t i = 0; i < nq; i++) q[i] = gpu_test_randf(&seed);
     double *sc = malloc((size_t)ctx * sizeof *sc), *o = malloc((size_t)hd * sizeof *o);
@@ -532,7 +535,7 @@ static void flash_case(int hd, int group, const gpu_fn *fn)
                 size_t at = gpu_kv_offset(tables[seq[t] * tw + j / GPU_KV_BLOCK], n_layer, layer, n_kv, kvh,
                                           j % GPU_KV_BLOCK, hd);
                 double sv = 0.0;
-                for (int d = 0; d < hd; d++) sv += (double)qv[d] * quant_f16_to_f32(kc[at + d]);
+                for (int d = 0; d < hd; d++) sv += (double)qv[d] * kf[at + d];
                 sc[j] = sv * scale;
                 if (sc[j] > mx) mx = sc[j];
             }
@@ -542,7 +545,7 @@ static void flash_case(int hd, int group, const gpu_fn *fn)
                                           j % GPU_KV_BLOCK, hd);
                 double p = exp(sc[j] - mx);
                 sum += p;
-                for (int d = 0; d < hd; d++) o[d] += p * quant_f16_to_f32(vc[at + d]);
+                for (int d = 0; d < hd; d++) o[d] += p * vf[at + d];
             }
             for (int d = 0; d < hd; d++) ref[((size_t)t * n_head + h) * hd + d] = (float)(o[d] / sum);
         }
@@ -581,7 +584,7 @@ static void flash_case(int hd, int group, const gpu_fn *fn)
     assert_true(same);
     cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
     free(kc), free(vc), free(outh), free(outh2), free(q), free(out), free(ref), free(tables), free(seq), free(pos);
-    free(sc), free(o), free(tiles);
+    free(sc), free(o), free(tiles), free(kf), free(vf);
 }
 
 static void test_flash_attention(void **state)

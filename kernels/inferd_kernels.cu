@@ -10,4 +10,5 @@
 #include "mmq.cuh"
 #include "elementwise.cuh"
 #include "attention.cuh"
+#include "flash_attn.cuh"
 #include "sampling.cuh"

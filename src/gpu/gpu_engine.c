@@ -273,6 +273,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->d_ff = (hp->n_ff + 31) / 32 * 32;
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
     g->att_splits = gpu_attn_max_splits(cfg->ctx_per_slot);
+    g->fa_q_tokens = gpu_flash_q_tokens(hp->n_head, hp->n_head_kv, hp->head_dim);
     size_t part_rows = (size_t)T * g->att_splits * hp->n_head;
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
@@ -289,9 +290,10 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     }
     g->mmq_part_bytes = any_mmq ? GPU_MMQ_PART_BYTES : 0;
 
-    /* per-step inputs: tok, pos, slot, seq, rows, lidx, bias, allowed-token masks, block tables
-     * (a step copies the used part up to its masks, none without constrained rows, then the
-     * used rows of the tables) */
+    /* per-step inputs: tok, pos, slot, seq, rows, lidx, attention's token list and flash tiles
+     * (at most one tile per token), bias, allowed-token masks, block tables (a step copies the
+     * used part up to its masks, none without constrained rows, then the used rows of the
+     * tables) */
     gpu_inputs *in = &g->in;
     in->tok = 0;
     in->pos = align_up(in->tok + T * sizeof(int32_t), 64);
@@ -299,7 +301,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     in->seq = align_up(in->slot + T * sizeof(int32_t), 64);
     in->rows = align_up(in->seq + T * sizeof(int32_t), 64);
     in->lidx = align_up(in->rows + R * sizeof(gpu_sample_row), 64);
-    in->bias = align_up(in->lidx + T * sizeof(int32_t), 64);
+    in->dtok = align_up(in->lidx + T * sizeof(int32_t), 64);
+    in->ftiles = align_up(in->dtok + T * sizeof(int32_t), 64);
+    in->bias = align_up(in->ftiles + (size_t)T * 2 * sizeof(int32_t), 64);
     in->mask = align_up(in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias), 64);
     g->mask_words = (hp->n_vocab + 31) / 32;
     in->tables = align_up(in->mask + (size_t)R * g->mask_words * sizeof(uint32_t), 64);
@@ -386,7 +390,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
 typedef struct step_plan {
     int n_tokens, n_rows; /* launched (decode: padded to the bucket) */
     int bucket;           /* graph index, -1: eager */
-    int n_split;          /* attention splits: the most any token of the step uses */
+    gpu_attn_plan attn;   /* flash tiles; split-K tokens and the most splits any of them uses */
     int n_lidx;           /* tokens whose logits all come back */
     size_t copy_bytes;    /* inputs up to the used bias entries */
     size_t table_bytes;   /* used rows of the block tables */
@@ -429,7 +433,9 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     unsigned char *h = g->in_h;
     int32_t *tok = (int32_t *)(h + g->in.tok), *pos = (int32_t *)(h + g->in.pos), *slot = (int32_t *)(h + g->in.slot);
     int32_t *seq = (int32_t *)(h + g->in.seq), *tables = (int32_t *)(h + g->in.tables);
-    int32_t *lidx = (int32_t *)(h + g->in.lidx);
+    int32_t *lidx = (int32_t *)(h + g->in.lidx), *dtok = (int32_t *)(h + g->in.dtok);
+    int32_t *ftiles = (int32_t *)(h + g->in.ftiles);
+    const int qt = g->fa_q_tokens;
     const int tw = g->table_width;
     gpu_sample_row *rows = (gpu_sample_row *)(h + g->in.rows);
     gpu_bias *bias = (gpu_bias *)(h + g->in.bias);
@@ -443,7 +449,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     }
     int t = 0, r = 0, nb = 0, nm = 0;
     p->n_lidx = 0;
-    p->n_split = 1;
+    p->attn = (gpu_attn_plan){.n_split = 1, .dec_listed = true};
     for (int i = 0; i < n; i++) {
         const engine_seq *s = &seqs[i];
         if (t + s->n_tokens > g->cap_tokens) {
@@ -457,17 +463,29 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         }
         for (int b = 0; b <= (s->pos + s->n_tokens - 1) / GPU_KV_BLOCK; b++)
             tables[(size_t)i * tw + b] = engine_seq_block(&g->base, s, b);
+        /* Attention: a span of >= 2 tokens as flash tiles of up to qt tokens, cut from its
+         * first token (any cut gives the same result: flash_attn.cuh); a single token (decode)
+         * through split-K, whose split count is per token and not monotone in the key count
+         * (gpu_attn_max_splits). */
+        if (qt > 0 && s->n_tokens >= 2) {
+            for (int j = 0; j < s->n_tokens; j += qt) {
+                ftiles[2 * p->attn.n_tiles] = t + j;
+                ftiles[2 * p->attn.n_tiles + 1] = s->n_tokens - j < qt ? s->n_tokens - j : qt;
+                p->attn.n_tiles++;
+            }
+        } else {
+            for (int j = 0; j < s->n_tokens; j++) {
+                dtok[p->attn.n_dec++] = t + j;
+                int ns = gpu_attn_splits(s->pos + j + 1);
+                if (ns > p->attn.n_split) p->attn.n_split = ns;
+            }
+        }
         for (int j = 0; j < s->n_tokens; j++, t++) {
             tok[t] = s->tokens[j];
             pos[t] = s->pos + j;
             slot[t] = s->slot;
             seq[t] = i;
             if (s->logits && s->logits_all) lidx[p->n_lidx++] = t;
-        }
-        /* Per token: the split count is not monotone in the span (gpu_attn_max_splits). */
-        for (int j = s->pos + 1; j <= s->pos + s->n_tokens; j++) {
-            int ns = gpu_attn_splits(j);
-            if (ns > p->n_split) p->n_split = ns;
         }
         row_of_seq[i] = -1;
         if (!decode && !s->want_token && !(s->logits && !s->logits_all)) continue;
@@ -506,6 +524,8 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         }
         p->n_tokens = p->n_rows = B;
         for (p->bucket = 0; (1 << p->bucket) < B; p->bucket++) {}
+        /* the graph's plan (decode_graph), not the one above: every token, unlisted */
+        p->attn = (gpu_attn_plan){.n_dec = B, .n_split = g->att_splits, .dec_listed = false};
     }
     p->copy_bytes = nm ? g->in.mask + (size_t)nm * g->mask_words * sizeof(uint32_t)
                        : g->in.bias + (size_t)nb * sizeof(gpu_bias);
@@ -535,9 +555,12 @@ static int decode_graph(gpu_engine *g, int b, char *err, size_t errlen)
     if (g->graphs[b]) return 0;
     int B = 1 << b;
     int split = g->att_splits; /* graphs serve every context length */
+    /* every token is a decode token: all of them through split-K in packed order, with no
+     * token list and no flash tiles (the graph holds no step-dependent counts) */
+    gpu_attn_plan ap = {.n_dec = B, .n_split = split, .dec_listed = false};
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
-    int rc = gpu_forward(g, B, B, split, err, errlen);
+    int rc = gpu_forward(g, B, B, &ap, err, errlen);
     CUresult r = cu.cuStreamEndCapture(g->stream, &graph);
     if (rc) {
         if (graph) cu.cuGraphDestroy(graph);
@@ -580,7 +603,7 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
             rc = -1;
         }
     } else if (rc == 0) {
-        rc = gpu_forward(g, p.n_tokens, p.n_rows, p.n_split, err, errlen);
+        rc = gpu_forward(g, p.n_tokens, p.n_rows, &p.attn, err, errlen);
     }
     const size_t V = (size_t)e->m->hp.n_vocab;
     if (rc == 0 && p.n_rows > 0 &&

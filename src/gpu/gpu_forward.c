@@ -6,7 +6,8 @@
  *       h = fp16(rmsnorm(x) * attn_norm)
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
  *       q, k = rmsnorm per head (qwen3), RoPE; K/V block[pos] = k, v            (qkv_post)
- *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence
+ *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence:
+ *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
  *       x += Wo h
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
@@ -207,29 +208,47 @@ static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err
     return 0;
 }
 
-static int attention(gpu_engine *g, int il, int T, int n_split, char *err, size_t errlen)
+/* Prompt spans as flash tiles (tensor cores, straight into act_h), then the listed tokens
+ * (decode) through split-K partials and their combine: see gpu_attn_plan. */
+static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
-    int group = hp->n_head / hp->n_head_kv, gb = 8;
+    if (ap->n_tiles > 0) {
+        flash_args fa = {
+            .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
+            .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
+            .tiles = I32(g->in_d + g->in.ftiles), .out = F16(g->act_h), .n_layer = hp->n_layer, .layer = il,
+            .n_head = hp->n_head, .n_kv = hp->n_head_kv, .table_width = g->table_width,
+            .scale = (float)(M_LOG2E / sqrt((double)hp->head_dim)),
+        };
+        /* pack_step makes tiles only when gpu_flash_q_tokens() allows: head_dim 64 or 128 */
+        const gpu_fn *fn = hp->head_dim == 64 ? &g->k.flash_attn_hd64 : &g->k.flash_attn_hd128;
+        LAUNCH(*fn, ((gpu_launch_dims){(unsigned)ap->n_tiles, (unsigned)hp->n_head_kv, 1, GPU_FA_ROWS / 16 * 32}),
+               "attention", &fa);
+    }
+    if (ap->n_dec == 0) return 0;
+    int group = hp->n_head / hp->n_head_kv, gb = 8, n_split = ap->n_split;
     while (group % gb) gb--;
+    CUdeviceptr list = ap->dec_listed ? g->in_d + g->in.dtok : 0;
     attn_args a = {
         .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
         .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables), .n_layer = hp->n_layer,
         .layer = il, .n_head = hp->n_head, .n_kv = hp->n_head_kv, .table_width = g->table_width,
         .hd = hp->head_dim, .gb = gb, .n_split = n_split,
         .scale = 1.0f / sqrtf((float)hp->head_dim), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
+        .tok_list = list ? I32(list) : NULL,
     };
     const gpu_fn *fn = hp->head_dim == 64 ? &g->k.attn_partial_hd64
                      : hp->head_dim == 128 ? &g->k.attn_partial_hd128 : &g->k.attn_partial;
-    LAUNCH(*fn, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head / gb), (unsigned)n_split, 128}),
-           "attention", &a);
+    unsigned n = (unsigned)ap->n_dec;
+    LAUNCH(*fn, ((gpu_launch_dims){n, (unsigned)(hp->n_head / gb), (unsigned)n_split, 128}), "attention", &a);
     int hd = hp->head_dim, nh = hp->n_head;
-    LAUNCH(g->k.attn_combine, ((gpu_launch_dims){(unsigned)T, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",
-           &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd);
+    LAUNCH(g->k.attn_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",
+           &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd, &list);
     return 0;
 }
 
-static int layer_forward(gpu_engine *g, int il, int T, int n_split, char *err, size_t errlen)
+static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
@@ -251,7 +270,7 @@ static int layer_forward(gpu_engine *g, int il, int T, int n_split, char *err, s
     };
     LAUNCH(g->k.qkv_post, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + hp->n_head_kv), 1, hp->head_dim >= 128 ? 64 : 32}),
            what, &post);
-    if (attention(g, il, T, n_split, err, errlen)) return -1;
+    if (attention(g, il, ap, err, errlen)) return -1;
     matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = g->d_q,
                     .accumulate = true, .what = what};
     if (matmul(g, &wo, err, errlen)) return -1;
@@ -281,7 +300,7 @@ int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t e
     return lm_head(g, g->in_d + g->in.lidx + (size_t)first * sizeof(int32_t), 1, n, err, errlen);
 }
 
-int gpu_forward(gpu_engine *g, int T, int R, int n_split, char *err, size_t errlen)
+int gpu_forward(gpu_engine *g, int T, int R, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
     CUdeviceptr tok = g->in_d + g->in.tok, slot = g->in_d + g->in.slot, pos = g->in_d + g->in.pos;
@@ -292,7 +311,7 @@ int gpu_forward(gpu_engine *g, int T, int R, int n_split, char *err, size_t errl
     LAUNCH(g->k.embed[g->tok_embd.wtype], ((gpu_launch_dims){(unsigned)T, 1, 1, 64}), "embedding",
            &g->tok_embd.d, &rb, &ne, &tok, &g->x);
     for (int il = 0; il < hp->n_layer; il++)
-        if (layer_forward(g, il, T, n_split, err, errlen)) return -1;
+        if (layer_forward(g, il, T, ap, err, errlen)) return -1;
     if (R == 0) return 0;
     int stride = (int)(sizeof(gpu_sample_row) / sizeof(int32_t));
     if (lm_head(g, g->in_d + g->in.rows, stride, R, err, errlen)) return -1;

@@ -41,10 +41,20 @@ typedef struct gpu_layer {
 /* Where each per-step input lives in the staging buffer, copied in two parts so a step moves
  * only what it uses: everything up to the used logit_bias entries (or, with constrained rows,
  * up to their allowed-token masks), and the used rows of the block tables (last).  Decode
- * graphs read these fixed addresses. */
+ * graphs read these fixed addresses.  ftiles (flash tiles, int32 pairs) and dtok (tokens for
+ * the split-K kernel) say how attention takes the step's tokens (gpu_attn_plan). */
 typedef struct gpu_inputs {
-    size_t tok, pos, slot, seq, rows, lidx, bias, mask, tables, bytes;
+    size_t tok, pos, slot, seq, rows, lidx, dtok, ftiles, bias, mask, tables, bytes;
 } gpu_inputs;
+
+/* How attention takes a step's tokens (pack_step): n_tiles flash tiles listed at in.ftiles
+ * (every span of >= 2 tokens, when the shape has a flash kernel), and n_dec tokens through
+ * attn_partial with n_split key splits: those listed at in.dtok, or, when !dec_listed, tokens
+ * 0..n_dec-1 (the decode graphs, which are captured that way). */
+typedef struct gpu_attn_plan {
+    int n_tiles, n_dec, n_split;
+    bool dec_listed;
+} gpu_attn_plan;
 
 typedef struct gpu_engine {
     engine base;
@@ -85,6 +95,7 @@ typedef struct gpu_engine {
     size_t w16_bytes;
     CUdeviceptr xl_h, logits, work, counts, parts, sout;
     int att_splits;              /* splits the partial buffers hold for cap_tokens queries */
+    int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel */
     size_t wdq_bytes;
 
     /* per-step inputs: pinned host staging + device copy, and results */
@@ -101,10 +112,10 @@ typedef struct gpu_engine {
     char failed[320];
 } gpu_engine;
 
-/* Run the forward pass of n_tokens packed tokens (inputs already in in_d) and sample n_rows
- * logits rows (logits into g->logits, samples into g->sout).  Launches only: no
- * synchronisation, so it can be captured into a graph. */
-int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, int n_split, char *err, size_t errlen);
+/* Run the forward pass of n_tokens packed tokens (inputs already in in_d), attention as ap
+ * says, and sample n_rows logits rows (logits into g->logits, samples into g->sout).
+ * Launches only: no synchronisation, so it can be captured into a graph. */
+int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, const gpu_attn_plan *ap, char *err, size_t errlen);
 /* W -> FP16 row-major [n][k] at dst (the form cuBLAS multiplies); launches only. */
 int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const char *what, char *err,
                     size_t errlen);

@@ -112,6 +112,7 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         {&k->add_bias, "add_bias"},     {&k->mmq_reduce, "mmq_reduce"},
         {&k->attn_partial, "attn_partial"}, {&k->attn_partial_hd64, "attn_partial_hd64"},
         {&k->attn_partial_hd128, "attn_partial_hd128"}, {&k->attn_combine, "attn_combine"},
+        {&k->flash_attn_hd64, "flash_attn_hd64"}, {&k->flash_attn_hd128, "flash_attn_hd128"},
         {&k->sample_prep, "sample_prep"}, {&k->sample_adjust, "sample_adjust"},
         {&k->sample_reduce, "sample_reduce"}, {&k->sample, "sample"},
     };

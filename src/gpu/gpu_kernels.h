@@ -45,7 +45,8 @@ typedef struct gpu_kernels {
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, qkv_post, hist_store, swiglu, add_bias;
-    gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_combine, sample_prep, sample_adjust, sample_reduce, sample;
+    gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_combine, flash_attn_hd64, flash_attn_hd128;
+    gpu_fn sample_prep, sample_adjust, sample_reduce, sample;
 } gpu_kernels;
 
 /* Whether the mmq kernels multiply a matrix of format index wtype with kdim inputs per row

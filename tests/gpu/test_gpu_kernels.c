@@ -1,7 +1,8 @@
 /* test_gpu_kernels.c - each CUDA kernel against the CPU on fresh random inputs: the quantised
  * matrix-vector kernels (every weight format, every row-count variant, bias and residual),
  * FP16 dequantisation and embedding rows, RMSNorm, RoPE, split-K attention over slots of
- * different lengths, and the sampler against sampling_sample().  Outputs are poisoned (NaN)
+ * different lengths, the tensor-core prompt attention (flash) over spans of every shape, and
+ * the sampler against sampling_sample().  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -65,6 +66,16 @@ static CUdeviceptr poisoned(size_t n)
 {
     float *h = malloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = NAN;
+    CUdeviceptr d = upload(h, n * sizeof *h);
+    free(h);
+    return d;
+}
+
+/* A device buffer of n FP16 values, all NaN. */
+static CUdeviceptr poisoned_half(size_t n)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = 0x7e00;
     CUdeviceptr d = upload(h, n * sizeof *h);
     free(h);
     return d;
@@ -524,6 +535,8 @@ static void attention_case(int hd, const gpu_fn *special)
     CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, nq * sizeof *q);
     CUdeviceptr ds = upload(slot, sizeof slot), dp = upload(pos, sizeof pos);
     CUdeviceptr dtab = upload(tables, (size_t)nb * sizeof *tables);
+    int32_t list[4] = {2, 0, 3, 1}; /* the second launch of each pair reaches the tokens through a list */
+    CUdeviceptr dlist = upload(list, sizeof list);
     const gpu_fn *kernels[2] = {&G.k.attn_partial, special};
     /* the grid may be deeper than the longest query needs: extra splits are empty */
     const int splits[] = {11, 32};
@@ -531,30 +544,34 @@ static void attention_case(int hd, const gpu_fn *special)
         for (int si = 0; si < 2; si++) {
             int ns = splits[si];
             CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
-            CUdeviceptr dout = poisoned(nq / 2);
             int gbs[] = {4, 2};
             for (int gi = 0; gi < 2; gi++) {
+                CUdeviceptr dout = poisoned_half(nq);
                 attn_args a = {.q = (const float *)(uintptr_t)dq, .kc = (const gpu_half *)(uintptr_t)dk,
                                .vc = (const gpu_half *)(uintptr_t)dv, .seq = (const int32_t *)(uintptr_t)ds,
                                .pos = (const int32_t *)(uintptr_t)dp, .tables = (const int32_t *)(uintptr_t)dtab,
                                .n_layer = n_layer, .layer = layer, .n_head = n_head, .n_kv = n_kv,
                                .table_width = tw, .hd = hd, .gb = gbs[gi], .n_split = ns,
-                               .scale = scale, .part_o = (float *)(uintptr_t)po, .part_ml = (float *)(uintptr_t)pml};
+                               .scale = scale, .part_o = (float *)(uintptr_t)po, .part_ml = (float *)(uintptr_t)pml,
+                               .tok_list = gi ? (const int32_t *)(uintptr_t)dlist : NULL};
                 void *aa[] = {&a};
                 launch(kernels[ki], (gpu_launch_dims){T, n_head / gbs[gi], ns, 128}, aa);
                 int nh = n_head, d = hd, nsp = ns;
-                void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d};
+                CUdeviceptr cl = gi ? dlist : 0;
+                void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d, &cl};
                 launch(&G.k.attn_combine, (gpu_launch_dims){T, n_head, 1, 64}, ca);
                 download(outh, dout, nq * 2);
                 for (size_t i = 0; i < nq; i++) out[i] = quant_f16_to_f32(outh[i]);
                 double e = gpu_test_rel_err(out, ref, nq);
-                print_message("  %s hd=%d grid splits=%d heads/block=%d rel err %.2e (fp16 out)\n", kernels[ki]->name,
-                              hd, ns, gbs[gi], e);
+                print_message("  %s hd=%d grid splits=%d heads/block=%d%s rel err %.2e (fp16 out)\n",
+                              kernels[ki]->name, hd, ns, gbs[gi], gi ? " token list" : "", e);
                 assert_true(e < 1e-3);
+                cu.cuMemFree(dout);
             }
-            cu.cuMemFree(po), cu.cuMemFree(pml), cu.cuMemFree(dout);
+            cu.cuMemFree(po), cu.cuMemFree(pml);
         }
     cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
+    cu.cuMemFree(dlist);
     free(kc), free(vc), free(outh), free(q), free(out), free(ref), free(tables);
 }
 
@@ -564,6 +581,139 @@ static void test_attention(void **state)
     attention_case(64, &G.k.attn_partial_hd64);
     attention_case(128, &G.k.attn_partial_hd128);
     attention_case(96, NULL); /* a head size with no specialised kernel */
+}
+
+/* The flash kernel's spans: every length (one token short of / over a 64-row tile, several
+ * tiles, one KV block and more) at every start (a fresh prompt; a chunk after a cached prefix
+ * of 37 keys, mid-block; after 700 keys), each span its own sequence, all in one launch. */
+static const int fa_lens[] = {2, 17, 64, 65, 300};
+static const int fa_starts[] = {0, 37, 700};
+enum { FA_NSPAN = 15 };
+
+/* Flash tiles over the packed spans: pack_step's cut (up to qt tokens from each span's first)
+ * when !vary; else tiles of 1, 8, 15, ... tokens (mod qt) in reverse order -- another tiling
+ * and another block order of the same queries. */
+static int fa_tiles(const int *first, const int *len, int qt, bool vary, int32_t *tiles)
+{
+    int n = 0, k = 0;
+    for (int s = 0; s < FA_NSPAN; s++)
+        for (int j = 0; j < len[s]; n++) {
+            int c = vary ? 1 + (k++ * 7) % qt : qt;
+            if (c > len[s] - j) c = len[s] - j;
+            tiles[2 * n] = first[s] + j;
+            tiles[2 * n + 1] = c;
+            j += c;
+        }
+    for (int i = 0; vary && i < n / 2; i++)
+        for (int e = 0; e < 2; e++) {
+            int32_t x = tiles[2 * i + e];
+            tiles[2 * i + e] = tiles[2 * (n - 1 - i) + e];
+            tiles[2 * (n - 1 - i) + e] = x;
+        }
+    return n;
+}
+
+/* flash_attn_hd<hd> with `group` query heads per KV head (2 KV heads) against the float64
+ * reference, through fragmented block tables, and bit-identical under a second tiling. */
+static void flash_case(int hd, int group, const gpu_fn *fn)
+{
+    uint64_t seed = 1000 + hd + group;
+    const int n_layer = 2, layer = 1, n_kv = 2, n_head = group * n_kv, ctx = 1024;
+    const int tw = ctx / GPU_KV_BLOCK, nb = FA_NSPAN * tw, qt = gpu_flash_q_tokens(n_head, n_kv, hd);
+    assert_true(qt >= 1);
+    int first[FA_NSPAN], len[FA_NSPAN], T = 0;
+    int32_t *seq = malloc((size_t)FA_NSPAN * 300 * sizeof *seq), *pos = malloc((size_t)FA_NSPAN * 300 * sizeof *pos);
+    for (int s = 0; s < FA_NSPAN; s++) {
+        first[s] = T;
+        len[s] = fa_lens[s % 5];
+        for (int j = 0; j < len[s]; j++, T++) {
+            seq[T] = s;
+            pos[T] = fa_starts[s / 5] + j;
+        }
+    }
+    int32_t *tables = scattered_tables(FA_NSPAN, tw);
+    const size_t nq = (size_t)T * n_head * hd, cache_n = (size_t)nb * n_layer * n_kv * GPU_KV_BLOCK * hd;
+    uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2), *outh = malloc(nq * 2), *outh2 = malloc(nq * 2);
+    float *q = malloc(nq * sizeof *q), *out = malloc(nq * sizeof *out), *ref = malloc(nq * sizeof *ref);
+    float *kf = malloc(cache_n * sizeof *kf), *vf = malloc(cache_n * sizeof *vf); /* the caches' values */
+    for (size_t i = 0; i < cache_n; i++) {
+        kc[i] = quant_f32_to_f16(gpu_test_randf(&seed) * 2.0f);
+        vc[i] = quant_f32_to_f16(gpu_test_randf(&seed));
+        kf[i] = quant_f16_to_f32(kc[i]);
+        vf[i] = quant_f16_to_f32(vc[i]);
+    }
+    for (size_t i = 0; i < nq; i++) q[i] = gpu_test_randf(&seed);
+    double *sc = malloc((size_t)ctx * sizeof *sc), *o = malloc((size_t)hd * sizeof *o);
+    const double scale = 1.0 / sqrt((double)hd);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_head; h++) {
+            const int kvh = h / group;
+            const float *qv = q + ((size_t)t * n_head + h) * hd;
+            double mx = -INFINITY, sum = 0.0;
+            for (int j = 0; j <= pos[t]; j++) {
+                size_t at = gpu_kv_offset(tables[seq[t] * tw + j / GPU_KV_BLOCK], n_layer, layer, n_kv, kvh,
+                                          j % GPU_KV_BLOCK, hd);
+                double sv = 0.0;
+                for (int d = 0; d < hd; d++) sv += (double)qv[d] * kf[at + d];
+                sc[j] = sv * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int d = 0; d < hd; d++) o[d] = 0.0;
+            for (int j = 0; j <= pos[t]; j++) {
+                size_t at = gpu_kv_offset(tables[seq[t] * tw + j / GPU_KV_BLOCK], n_layer, layer, n_kv, kvh,
+                                          j % GPU_KV_BLOCK, hd);
+                double p = exp(sc[j] - mx);
+                sum += p;
+                for (int d = 0; d < hd; d++) o[d] += p * vf[at + d];
+            }
+            for (int d = 0; d < hd; d++) ref[((size_t)t * n_head + h) * hd + d] = (float)(o[d] / sum);
+        }
+    CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, nq * sizeof *q);
+    CUdeviceptr ds = upload(seq, (size_t)T * sizeof *seq), dp = upload(pos, (size_t)T * sizeof *pos);
+    CUdeviceptr dtab = upload(tables, (size_t)nb * sizeof *tables);
+    int32_t *tiles = malloc((size_t)T * 2 * sizeof *tiles);
+    for (int vary = 0; vary < 2; vary++) {
+        int n_tiles = fa_tiles(first, len, qt, vary, tiles);
+        CUdeviceptr dt = upload(tiles, (size_t)n_tiles * 2 * sizeof *tiles), dout = poisoned_half(nq);
+        flash_args a = {.q = (const float *)(uintptr_t)dq, .kc = (const gpu_half *)(uintptr_t)dk,
+                        .vc = (const gpu_half *)(uintptr_t)dv, .seq = (const int32_t *)(uintptr_t)ds,
+                        .pos = (const int32_t *)(uintptr_t)dp, .tables = (const int32_t *)(uintptr_t)dtab,
+                        .tiles = (const int32_t *)(uintptr_t)dt, .out = (gpu_half *)(uintptr_t)dout,
+                        .n_layer = n_layer, .layer = layer, .n_head = n_head, .n_kv = n_kv, .table_width = tw,
+                        .scale = (float)(M_LOG2E / sqrt((double)hd))};
+        void *aa[] = {&a};
+        launch(fn, (gpu_launch_dims){(unsigned)n_tiles, (unsigned)n_kv, 1, GPU_FA_ROWS / 16 * 32}, aa);
+        download(vary ? outh2 : outh, dout, nq * 2);
+        cu.cuMemFree(dt), cu.cuMemFree(dout);
+    }
+    for (size_t i = 0; i < nq; i++) out[i] = quant_f16_to_f32(outh[i]);
+    /* per span, so a failure names it */
+    double worst = 0.0;
+    for (int s = 0; s < FA_NSPAN; s++) {
+        size_t off = (size_t)first[s] * n_head * hd, n = (size_t)len[s] * n_head * hd;
+        double e = gpu_test_rel_err(out + off, ref + off, n);
+        if (e > worst) worst = e;
+        if (!(e < 1e-3))
+            fail_msg("%s group %d: span of %d tokens at position %d: relative error %.3g", fn->name, group, len[s],
+                     fa_starts[s / 5], e);
+    }
+    bool same = memcmp(outh, outh2, nq * 2) == 0;
+    print_message("  %s group %d (%d tokens per tile): worst span rel err %.2e (fp16 out), other tiling %s\n",
+                  fn->name, group, qt, worst, same ? "bit-identical" : "DIFFERS");
+    assert_true(same);
+    cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
+    free(kc), free(vc), free(outh), free(outh2), free(q), free(out), free(ref), free(tables), free(seq), free(pos);
+    free(sc), free(o), free(tiles), free(kf), free(vf);
+}
+
+static void test_flash_attention(void **state)
+{
+    (void)state;
+    static const int groups[] = {1, 4, 6, 8};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        flash_case(64, groups[i], &G.k.flash_attn_hd64);
+        flash_case(128, groups[i], &G.k.flash_attn_hd128);
+    }
 }
 
 /* The GPU sampler against sampling_sample() on the same logits, history and parameters. */
@@ -704,6 +854,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_sampler_matches_cpu),
     };
     if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;

@@ -21,6 +21,7 @@
 // partial sums and mmq_reduce adds them in split order, so the result is deterministic.
 #pragma once
 #include "quant.cuh"
+#include "mma.cuh"
 #include "../src/gpu/gpu_shared.h"
 
 #define MMQ_WARPS 8
@@ -29,23 +30,6 @@
 #define MMQ_RB_MAX (8 * 34)       // largest mmq_fmt<T>::bytes (Q8_0)
 
 __device__ __forceinline__ int mmq_pad(int n) { return (n + 15) & ~15; }
-
-__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 16 bytes global -> shared, or zeros when !valid (rows past m, inputs past the split).
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
 
@@ -94,13 +78,13 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
             const size_t woff = (size_t)(c0 / 8) * RB; // c0 is a multiple of 8: whole super-blocks
             for (int i = threadIdx.x; i < MMQ_ROWS * (RB / 16); i += blockDim.x) {
                 const int r = i / (RB / 16), p = i % (RB / 16);
-                cp_async16(wd + r * RB + 16 * p, rowp[r] + woff + 16 * p, true);
+                cp_async16(wd + r * RB + 16 * p, rowp[r] + woff + 16 * p, 16);
             }
             __half *xd = xsm + (st % S) * (X_STAGE / 2);
             for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
                 const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = m0 + r;
                 const bool ok = m < a.m;
-                cp_async16(xd + r * MMQ_XSTRIDE + e, a.x + (size_t)min(m, a.m - 1) * a.ldx + c0 * 32 + e, ok);
+                cp_async16(xd + r * MMQ_XSTRIDE + e, a.x + (size_t)min(m, a.m - 1) * a.ldx + c0 * 32 + e, ok ? 16 : 0);
             }
         }
         cp_async_commit(); // an empty group past the end keeps the wait counts uniform

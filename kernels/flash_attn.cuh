@@ -7,8 +7,8 @@
 // head r % group, so the group's query heads share every K/V tile load (GQA).  FA_WARPS warps
 // own 16 rows each.  K/V come in tiles of FA_KEYS = GPU_KV_BLOCK keys -- exactly one KV block,
 // one contiguous [32][hd] range -- double-buffered through cp.async; per tile each warp forms
-// S = Q K^T and O += P V with mma.m16n8k16 (FP16 in, FP32 accumulate) and updates its rows'
-// online softmax in registers.  The output goes straight to act_h in FP16: no partials.
+// S = Q K^T and O += P V with mma.m16n8k16 (FP16 in, FP32 accumulate; Q and P each as an FP16
+// hi + lo pair, see split_half2) and updates its rows' online softmax in registers.  The output goes straight to act_h in FP16: no partials.
 //
 // Invariance: a row's arithmetic sees only its own Q, and the K/V tiles 0, 32, 64, ... up to
 // its position, in that order, whatever tile or step it is in.  Keys past a row's position are
@@ -39,13 +39,26 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
     return *(uint32_t *)&h;
 }
 
-// Row r of the tile: the FP32 query of (token, head) scaled and rounded to FP16, as the A
-// fragment pair at dims d, d+1 (zeros for a row past the tile).
-__device__ __forceinline__ uint32_t load_q_pair(const float *qrow, int d, float scale)
+// Two FP32 values as FP16 pairs hi + lo (lo = what hi's rounding lost, rounded): products of
+// both with FP16 K or V, summed in FP32, carry the FP32 value to about 2^-22, so Q and P lose
+// nothing against the CPU's FP32 attention for the price of a second mma.  (FP16 Q and P
+// alone, 2^-11, moved whole-model top-1 agreement with the CPU measurably.)
+__device__ __forceinline__ void split_half2(float x, float y, uint32_t *hi, uint32_t *lo)
 {
-    if (!qrow) return 0u;
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 hf = __half22float2(h);
+    *hi = *(const uint32_t *)&h;
+    *lo = pack_half2(x - hf.x, y - hf.y);
+}
+
+// Row r of the tile: the FP32 query of (token, head) scaled, as the hi/lo A fragment pairs at
+// dims d, d+1 (zeros for a row past the tile).
+__device__ __forceinline__ void load_q_pair(const float *qrow, int d, float scale, uint32_t *hi, uint32_t *lo)
+{
+    *hi = *lo = 0u;
+    if (!qrow) return;
     float2 v = *(const float2 *)(qrow + d);
-    return pack_half2(v.x * scale, v.y * scale);
+    split_half2(v.x * scale, v.y * scale, hi, lo);
 }
 
 // Both caches' tile kt (keys 32 kt .. 32 kt + 31, one block) into buffer buf; keys past
@@ -113,14 +126,14 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     load_kv_tile<HD, STRIDE>(k_s[0], v_s[0], a, table, kvh, 0, last_key);
     cp_async_commit();
 
-    uint32_t qf[KSTEPS][4];
+    uint32_t qf[KSTEPS][4], ql[KSTEPS][4];
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ks++) {
         const int d = ks * 16 + 2 * c;
-        qf[ks][0] = load_q_pair(qrow[0], d, a.scale);
-        qf[ks][1] = load_q_pair(qrow[1], d, a.scale);
-        qf[ks][2] = load_q_pair(qrow[0], d + 8, a.scale);
-        qf[ks][3] = load_q_pair(qrow[1], d + 8, a.scale);
+        load_q_pair(qrow[0], d, a.scale, &qf[ks][0], &ql[ks][0]);
+        load_q_pair(qrow[1], d, a.scale, &qf[ks][1], &ql[ks][1]);
+        load_q_pair(qrow[0], d + 8, a.scale, &qf[ks][2], &ql[ks][2]);
+        load_q_pair(qrow[1], d + 8, a.scale, &qf[ks][3], &ql[ks][3]);
     }
 
     float o[DTILES][4];
@@ -151,7 +164,9 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
                     uint32_t b[4];
                     ldmatrix_x4(b, &k_s[buf][key][ks * 16 + (mi & 1) * 8]);
                     mma_16816(s[2 * np], qf[ks], b[0], b[1]);
+                    mma_16816(s[2 * np], ql[ks], b[0], b[1]);
                     mma_16816(s[2 * np + 1], qf[ks], b[2], b[3]);
+                    mma_16816(s[2 * np + 1], ql[ks], b[2], b[3]);
                 }
             }
             // Causal mask, then the online softmax per row (in base 2: log2(e) is in the scale).
@@ -190,9 +205,11 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
             // O += P V: P's C fragments are, pairwise, A fragments of keys 16kk..16kk+15.
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
-                uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                                  pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                  pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                uint32_t pa[4], pl[4];
+                split_half2(s[2 * kk][0], s[2 * kk][1], &pa[0], &pl[0]);
+                split_half2(s[2 * kk][2], s[2 * kk][3], &pa[1], &pl[1]);
+                split_half2(s[2 * kk + 1][0], s[2 * kk + 1][1], &pa[2], &pl[2]);
+                split_half2(s[2 * kk + 1][2], s[2 * kk + 1][3], &pa[3], &pl[3]);
 #pragma unroll
                 for (int dp = 0; dp < DTILES / 2; dp++) {
                     // matrices: keys 16kk + {0-7, 8-15, 0-7, 8-15}, dims 16dp + {0-7, 0-7, 8-15, 8-15}
@@ -200,7 +217,9 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
                     uint32_t b[4];
                     ldmatrix_x4_trans(b, &v_s[buf][key][dp * 16 + (mi >> 1) * 8]);
                     mma_16816(o[2 * dp], pa, b[0], b[1]);
+                    mma_16816(o[2 * dp], pl, b[0], b[1]);
                     mma_16816(o[2 * dp + 1], pa, b[2], b[3]);
+                    mma_16816(o[2 * dp + 1], pl, b[2], b[3]);
                 }
             }
         }

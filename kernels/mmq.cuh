@@ -31,8 +31,6 @@
 
 __device__ __forceinline__ int mmq_pad(int n) { return (n + 15) & ~15; }
 
-__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
-
 // Bytes of 256 inputs of a row (one super-block, or eight 32-blocks): a stage of a weight row.
 template <int T> struct mmq_fmt;
 template <> struct mmq_fmt<T_Q4_0> { static constexpr int bytes = 8 * 18; };
@@ -44,23 +42,39 @@ template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK;
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
 template <int BM> struct mmq_depth { static constexpr int n = BM >= 128 ? 2 : 3; };
 
+// Warp layout: up to 64 activation rows, 8 warps side by side over the weight rows, 16 rows
+// each; 128 activation rows, 4 x 2 warps, each 32 weight rows (two m16 tiles) by 64 activation
+// rows, so a staged activation fragment feeds two mma and shared-memory reads stay below the
+// tensor cores' rate.
+template <int BM> struct mmq_layout {
+    static constexpr int WN = BM >= 128 ? 4 : 8;        // warps along the weight rows
+    static constexpr int TILES = MMQ_ROWS / (16 * WN);  // m16 tiles per warp
+    static constexpr int NJ = BM / 8 / (8 / WN);        // n8 tiles per warp
+};
+
 template <int T, int BM, bool GLU>
 __device__ __forceinline__ void mmq_body(const matvec_args &a)
 {
     extern __shared__ uint4 mmq_smem[];
-    constexpr int NJ = BM / 8, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
+    using L = mmq_layout<BM>;
+    using D = oct_dec<T>;
+    constexpr int NJ = L::NJ, NT = L::TILES, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
     constexpr int W_STAGE = MMQ_ROWS * RB, X_STAGE = BM * MMQ_XSTRIDE * 2;
-    // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers
+    // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers,
+    // [MMQ_ROWS][CPS] the current stage's chunk scales
     uint8_t *wsm = (uint8_t *)mmq_smem;
     __half *xsm = (__half *)(wsm + S * W_STAGE);
     const uint8_t **rowp = (const uint8_t **)(wsm + S * (W_STAGE + X_STAGE));
+    uint2 *scs = (uint2 *)(rowp + MMQ_ROWS);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wn = warp % L::WN, wm = warp / L::WN;
+    const int rbase = wn * 16 * NT, mbase = wm * 8 * NJ; // the warp's first block row, activation row
     const int m0 = blockIdx.y * BM, nchunks = a.k / 32;
     const int c_begin = blockIdx.z * a.split_chunks, c_end = min(nchunks, c_begin + a.split_chunks);
 
     // The block's MMQ_ROWS weight rows: padded rows MMQ_ROWS * bx.. across the segments, or
-    // (glu) features 64 * bx.. of gate (warps 0-3) and of up (warps 4-7).  Rows past a
-    // segment read its last row (their results are dropped), so every load stays inside W.
+    // (glu) features 64 * bx.. of gate (rows 0-63) and of up (64-127).  Rows past a segment
+    // read its last row (their results are dropped), so every load stays inside W.
     for (int r = threadIdx.x; r < MMQ_ROWS; r += blockDim.x) {
         int s = 0, n = GLU ? (MMQ_ROWS / 2) * blockIdx.x + (r % (MMQ_ROWS / 2)) : MMQ_ROWS * blockIdx.x + r;
         if (GLU) s = r / (MMQ_ROWS / 2);
@@ -90,92 +104,114 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         cp_async_commit(); // an empty group past the end keeps the wait counts uniform
     };
 
-    float acc[NJ][4];
+    float acc[NT][NJ][4];
 #pragma unroll
-    for (int j = 0; j < NJ; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int j = 0; j < NJ; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 #pragma unroll
     for (int st = 0; st < S - 1; st++) load_stage(st);
     for (int st = 0; st < n_stages; st++) {
         cp_async_wait<S - 2>();
         __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
         load_stage(st + S - 1);
-        const uint8_t *w0 = wsm + (st % S) * W_STAGE + (16 * warp + g) * RB, *w1 = w0 + 8 * RB;
-        const __half *xb = xsm + (st % S) * (X_STAGE / 2) + g * MMQ_XSTRIDE + 8 * t;
+        const uint8_t *wst = wsm + (st % S) * W_STAGE;
+        if (D::table) { // every staged chunk's scales once, not once per warp that decodes it
+            for (int i = threadIdx.x; i < MMQ_ROWS * CPS; i += blockDim.x)
+                scs[i] = D::scales(wst + (i / CPS) * RB, i % CPS);
+            __syncthreads();
+        }
+        const __half *xb = xsm + (st % S) * (X_STAGE / 2) + (mbase + g) * MMQ_XSTRIDE + 8 * t;
 #pragma unroll
         for (int cc = 0; cc < CPS; cc++) {
-            __half2 lo[4], hi[4]; // quarter t of chunk cc of rows g and g + 8
-            load_oct_h<T>(w0, cc, t, lo);
-            load_oct_h<T>(w1, cc, t, hi);
-            uint32_t af[2][4]; // [k16 slice][a0..a3 as pairs]
+            uint32_t af[NT][2][4]; // [tile][k16 slice][a0..a3 as pairs]
 #pragma unroll
-            for (int sl = 0; sl < 2; sl++) {
-                af[sl][0] = h2_bits(lo[2 * sl]);
-                af[sl][1] = h2_bits(hi[2 * sl]);
-                af[sl][2] = h2_bits(lo[2 * sl + 1]);
-                af[sl][3] = h2_bits(hi[2 * sl + 1]);
+            for (int i = 0; i < NT; i++) {
+                const int r = rbase + 16 * i + g;
+                __half2 lo[4], hi[4]; // quarter t of chunk cc of rows r and r + 8
+                D::oct(wst + r * RB, cc, t, D::table ? scs[r * CPS + cc] : make_uint2(0u, 0u), lo);
+                D::oct(wst + (r + 8) * RB, cc, t, D::table ? scs[(r + 8) * CPS + cc] : make_uint2(0u, 0u), hi);
+#pragma unroll
+                for (int sl = 0; sl < 2; sl++) {
+                    af[i][sl][0] = h2_bits(lo[2 * sl]);
+                    af[i][sl][1] = h2_bits(hi[2 * sl]);
+                    af[i][sl][2] = h2_bits(lo[2 * sl + 1]);
+                    af[i][sl][3] = h2_bits(hi[2 * sl + 1]);
+                }
             }
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
                 const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);
-                mma_16816(acc[j], af[0], xv.x, xv.y);
-                mma_16816(acc[j], af[1], xv.z, xv.w);
+#pragma unroll
+                for (int i = 0; i < NT; i++) {
+                    mma_16816(acc[i][j], af[i][0], xv.x, xv.y);
+                    mma_16816(acc[i][j], af[i][1], xv.z, xv.w);
+                }
             }
         }
     }
     cp_async_wait<0>();
 
-    // acc[j][2h + e]: block row 16 * warp + g + 8h, activation row m0 + 8j + 2t + e.
+    // acc[i][j][2h + e]: block row rbase + 16i + g + 8h, activation row m0 + mbase + 8j + 2t + e.
     const int half_rows = MMQ_ROWS / 2;
     if (gridDim.z > 1) { // partial sums, in padded rows (glu: gate's, then up's)
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int r = rbase + 16 * i + g + 8 * h, m = m0 + mbase + 8 * j + 2 * t + e;
+                        if (m >= a.m) continue;
+                        const int f = half_rows * blockIdx.x + r % half_rows; // glu: the feature
+                        if (GLU && f >= mmq_pad(a.seg[0].n)) continue;      // (past it: up's rows)
+                        const int prow = GLU ? (r / half_rows) * mmq_pad(a.seg[0].n) + f : MMQ_ROWS * blockIdx.x + r;
+                        if (prow < a.part_ld) a.part[((size_t)blockIdx.z * a.m + m) * a.part_ld + prow] = acc[i][j][2 * h + e];
+                    }
+        return;
+    }
+    const bool gate_warp = GLU && rbase < half_rows;
+    if (GLU) { // the up warps take the gate warps' sums through shared memory
+        float *gs = (float *)mmq_smem; // [half_rows][BM]
+        __syncthreads(); // every warp is done with the stage buffers
+        if (gate_warp)
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+#pragma unroll
+                for (int j = 0; j < NJ; j++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        gs[(rbase + 16 * i + g + 8 * (q >> 1)) * BM + mbase + 8 * j + 2 * t + (q & 1)] = acc[i][j][q];
+        __syncthreads();
+        if (gate_warp) return;
+    }
+#pragma unroll
+    for (int i = 0; i < NT; i++)
 #pragma unroll
         for (int j = 0; j < NJ; j++)
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int r = 16 * warp + g + 8 * h, m = m0 + 8 * j + 2 * t + e;
+                    const int r = rbase + 16 * i + g + 8 * h, mr = mbase + 8 * j + 2 * t + e, m = m0 + mr;
                     if (m >= a.m) continue;
-                    const int f = half_rows * blockIdx.x + r % half_rows; // glu: the feature
-                    if (GLU && f >= mmq_pad(a.seg[0].n)) continue;      // (past it: up's rows)
-                    const int prow = GLU ? (r / half_rows) * mmq_pad(a.seg[0].n) + f : MMQ_ROWS * blockIdx.x + r;
-                    if (prow < a.part_ld) a.part[((size_t)blockIdx.z * a.m + m) * a.part_ld + prow] = acc[j][2 * h + e];
+                    if (GLU) {
+                        const int rr = r - half_rows, n = half_rows * blockIdx.x + rr;
+                        if (n >= a.seg[0].n) continue;
+                        const float gt = ((const float *)mmq_smem)[rr * BM + mr], up = acc[i][j][2 * h + e];
+                        a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
+                        continue;
+                    }
+                    int s = 0, n = MMQ_ROWS * blockIdx.x + r;
+                    while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+                    if (s >= a.n_seg || n >= a.seg[s].n) continue;
+                    const matvec_seg &sg = a.seg[s];
+                    const float v = acc[i][j][2 * h + e] + (sg.bias ? sg.bias[n] : 0.0f);
+                    float *dst = sg.y + (size_t)m * sg.ldy + n;
+                    *dst = a.accumulate ? *dst + v : v;
                 }
-        return;
-    }
-    if (GLU) { // the up warps take the gate warps' sums through shared memory
-        float *gs = (float *)mmq_smem; // [half_rows][BM]
-        __syncthreads(); // every warp is done with the stage buffers
-        if (warp < MMQ_WARPS / 2)
-#pragma unroll
-            for (int j = 0; j < NJ; j++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) gs[(16 * warp + g + 8 * (i >> 1)) * BM + 8 * j + 2 * t + (i & 1)] = acc[j][i];
-        __syncthreads();
-        if (warp < MMQ_WARPS / 2) return;
-    }
-#pragma unroll
-    for (int j = 0; j < NJ; j++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int r = 16 * warp + g + 8 * h, m = m0 + 8 * j + 2 * t + e;
-                if (m >= a.m) continue;
-                if (GLU) {
-                    const int rr = r - half_rows, n = half_rows * blockIdx.x + rr;
-                    if (n >= a.seg[0].n) continue;
-                    const float gt = ((const float *)mmq_smem)[rr * BM + 8 * j + 2 * t + e], up = acc[j][2 * h + e];
-                    a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
-                    continue;
-                }
-                int s = 0, n = MMQ_ROWS * blockIdx.x + r;
-                while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
-                if (s >= a.n_seg || n >= a.seg[s].n) continue;
-                const matvec_seg &sg = a.seg[s];
-                const float v = acc[j][2 * h + e] + (sg.bias ? sg.bias[n] : 0.0f);
-                float *dst = sg.y + (size_t)m * sg.ldy + n;
-                *dst = a.accumulate ? *dst + v : v;
-            }
 }
 
 // The splits' partial sums of a.part, added in split order, then the epilogue; one thread per

@@ -213,7 +213,12 @@ struct q4k_h {
     const uint8_t *qs; // the sub-block's 32 quant bytes
 };
 
-__device__ __forceinline__ q4k_h q4k_h_setup(const uint8_t *row, int c)
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
+__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 *)&u; }
+
+// The chunk's scales as bits of (d2, m2): what varies per chunk and costs most to decode, so
+// mmq computes it once per staged chunk and row (q4k_h_at then rebuilds the rest).
+__device__ __forceinline__ uint2 q4k_h_scales(const uint8_t *row, int c)
 {
     const uint8_t *b = row + (size_t)(c >> 3) * 144;
     const int s = c & 7;
@@ -222,9 +227,17 @@ __device__ __forceinline__ q4k_h q4k_h_setup(const uint8_t *row, int c)
     // Odd sub-blocks use the high nibbles: masked in place they read as 16 q, so the scale
     // takes a 1/16 (exact) and no shift is needed.
     const float d = half_bits_to_float(ld_u16(b)) * sc * ((s & 1) ? 0.0625f : 1.0f);
-    return {__float2half2_rn(d), __float2half2_rn(-half_bits_to_float(ld_u16(b + 2)) * mn),
-            (s & 1) ? 0x00F000F0u : 0x000F000Fu, b + 16 + 32 * (s >> 1)};
+    return make_uint2(h2_bits(__float2half2_rn(d)), h2_bits(__float2half2_rn(-half_bits_to_float(ld_u16(b + 2)) * mn)));
 }
+
+__device__ __forceinline__ q4k_h q4k_h_at(const uint8_t *row, int c, uint2 scales)
+{
+    const int s = c & 7;
+    return {bits_h2(scales.x), bits_h2(scales.y), (s & 1) ? 0x00F000F0u : 0x000F000Fu,
+            row + (size_t)(c >> 3) * 144 + 16 + 32 * (s >> 1)};
+}
+
+__device__ __forceinline__ q4k_h q4k_h_setup(const uint8_t *row, int c) { return q4k_h_at(row, c, q4k_h_scales(row, c)); }
 
 // Four weights (one word of quants) as two FP16 pairs.
 __device__ __forceinline__ void q4k_h_word(const q4k_h &p, uint32_t u, __half2 w[2])
@@ -254,15 +267,25 @@ struct q6k_h {
     const uint8_t *ql, *qh;
 };
 
-__device__ __forceinline__ q6k_h q6k_h_setup(const uint8_t *row, int c)
+// The chunk's scales as bits of (d0, d1), as q4k_h_scales.
+__device__ __forceinline__ uint2 q6k_h_scales(const uint8_t *row, int c)
 {
     const uint8_t *b = row + (size_t)(c >> 3) * GPU_Q6K_BLOCK;
     const int s = c & 7, h = s >> 2, qq = s & 3;
     const uint16_t sc = ld_u16(b + 192 + 8 * h + 2 * qq);
     const float d = half_bits_to_float(ld_u16(b + 208));
-    return {__float2half2_rn(d * (float)(int8_t)(sc & 0xFF)), __float2half2_rn(d * (float)(int8_t)(sc >> 8)),
-            (qq >> 1) * 4, 2 * qq, b + 64 * h + 32 * (qq & 1), b + 128 + 32 * h};
+    return make_uint2(h2_bits(__float2half2_rn(d * (float)(int8_t)(sc & 0xFF))),
+                      h2_bits(__float2half2_rn(d * (float)(int8_t)(sc >> 8))));
 }
+
+__device__ __forceinline__ q6k_h q6k_h_at(const uint8_t *row, int c, uint2 scales)
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * GPU_Q6K_BLOCK;
+    const int s = c & 7, h = s >> 2, qq = s & 3;
+    return {bits_h2(scales.x), bits_h2(scales.y), (qq >> 1) * 4, 2 * qq, b + 64 * h + 32 * (qq & 1), b + 128 + 32 * h};
+}
+
+__device__ __forceinline__ q6k_h q6k_h_setup(const uint8_t *row, int c) { return q6k_h_at(row, c, q6k_h_scales(row, c)); }
 
 // Four weights from one word of low and one word of high bits, with the scale d.
 __device__ __forceinline__ void q6k_h_word(const q6k_h &p, uint32_t lw, uint32_t hw, __half2 d, __half2 w[2])
@@ -302,21 +325,51 @@ template <int T> __device__ __forceinline__ void load_oct_h(const uint8_t *row, 
         if ((i >> 2) == o) w[i & 3] = all[i]; // predicated moves: no dynamic register index
 }
 
+// oct_dec<T>: load_oct_h in two halves for mmq, which keeps a table of every staged chunk's
+// scales: scales(row, c) (bits; formats with no table return zeros and recompute), then
+// oct(row, c, o, scales, w), the same bits as load_oct_h.
+template <int T> struct oct_dec {
+    static constexpr bool table = false;
+    static __device__ __forceinline__ uint2 scales(const uint8_t *, int) { return make_uint2(0u, 0u); }
+    static __device__ __forceinline__ void oct(const uint8_t *row, int c, int o, uint2, __half2 w[4])
+    {
+        load_oct_h<T>(row, c, o, w);
+    }
+};
+
+template <> struct oct_dec<T_Q4_K> {
+    static constexpr bool table = true;
+    static __device__ __forceinline__ uint2 scales(const uint8_t *row, int c) { return q4k_h_scales(row, c); }
+    static __device__ __forceinline__ void oct(const uint8_t *row, int c, int o, uint2 sc, __half2 w[4])
+    {
+        const q4k_h p = q4k_h_at(row, c, sc);
+        const uint2 v = ((const uint2 *)p.qs)[o];
+        q4k_h_word(p, v.x, &w[0]);
+        q4k_h_word(p, v.y, &w[2]);
+    }
+};
+
+template <> struct oct_dec<T_Q6_K> {
+    static constexpr bool table = true;
+    static __device__ __forceinline__ uint2 scales(const uint8_t *row, int c) { return q6k_h_scales(row, c); }
+    static __device__ __forceinline__ void oct(const uint8_t *row, int c, int o, uint2 sc, __half2 w[4])
+    {
+        const q6k_h p = q6k_h_at(row, c, sc);
+        const uint2 lo = ((const uint2 *)p.ql)[o], hi = ((const uint2 *)p.qh)[o];
+        const __half2 d = o < 2 ? p.d0 : p.d1;
+        q6k_h_word(p, lo.x, hi.x, d, &w[0]);
+        q6k_h_word(p, lo.y, hi.y, d, &w[2]);
+    }
+};
+
 template <> __device__ __forceinline__ void load_oct_h<T_Q4_K>(const uint8_t *row, int c, int o, __half2 w[4])
 {
-    const q4k_h p = q4k_h_setup(row, c);
-    const uint2 v = ((const uint2 *)p.qs)[o];
-    q4k_h_word(p, v.x, &w[0]);
-    q4k_h_word(p, v.y, &w[2]);
+    oct_dec<T_Q4_K>::oct(row, c, o, q4k_h_scales(row, c), w);
 }
 
 template <> __device__ __forceinline__ void load_oct_h<T_Q6_K>(const uint8_t *row, int c, int o, __half2 w[4])
 {
-    const q6k_h p = q6k_h_setup(row, c);
-    const uint2 lo = ((const uint2 *)p.ql)[o], hi = ((const uint2 *)p.qh)[o];
-    const __half2 d = o < 2 ? p.d0 : p.d1;
-    q6k_h_word(p, lo.x, hi.x, d, &w[0]);
-    q6k_h_word(p, lo.y, hi.y, d, &w[2]);
+    oct_dec<T_Q6_K>::oct(row, c, o, q6k_h_scales(row, c), w);
 }
 
 // Q8_0, Q4_0, Q5_K: the float decode of load_chunk for the eight weights, rounded once as

@@ -111,9 +111,9 @@ static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m,
 }
 
 /* Outputs [first, first+n) of op (one weight format) with the mmq kernel; glu: the two
- * outputs are gate and up, and ff_h gets fp16(silu(gate) * up).  Blocks of fewer activation
- * rows are taken while the grid would not cover the GPU; then the k range is split over grid
- * z until it does (twice over for decode-sized products, which stream the weights and want
+ * outputs are gate and up, and ff_h gets fp16(silu(gate) * up).  Prefill-sized products take
+ * blocks of fewer activation rows while the grid would not cover the GPU; then the k range is
+ * split over grid z until it does (twice over for decode-sized products, which stream the weights and want
  * loads in flight everywhere), as far as the partial-sum buffer holds the splits. */
 static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, char *err, size_t errlen)
 {
@@ -123,7 +123,7 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     for (int i = first; i < first + n; i++) rows += pad16(op->out[i].w->n);
     /* glu: a block takes GPU_MMQ_ROWS / 2 features of gate and of up */
     unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);
-    while (v > 1 && gx * ceil_div(op->m, 16u << v) < (unsigned)g->n_sm) v--;
+    while (op->m > 64 && v > 1 && gx * ceil_div(op->m, 16u << v) < (unsigned)g->n_sm) v--;
     unsigned gy = ceil_div(op->m, 16u << v);
     int chunks = w->k / 32, stage = MMQ_KT / 32, stages = (chunks + stage - 1) / stage;
     int splits = 1, want = (op->m <= 64 ? 2 : 1) * g->n_sm;

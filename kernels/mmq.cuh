@@ -18,8 +18,7 @@
 // Grid: x over blocks of MMQ_ROWS weight rows (glu: MMQ_ROWS / 2 features of gate and of up,
 // whose warps meet in the epilogue), y over blocks of BM activation rows, z over splits of k.  With one split the epilogue (bias, residual add, or SwiGLU of gate and up)
 // is applied here; with several (a grid too small to fill the GPU), every split writes its
-// partial sums and the last one of each block adds them in split order (mmq_fixup), so the
-// result is deterministic and no second kernel runs.
+// partial sums and mmq_reduce adds them in split order, so the result is deterministic.
 #pragma once
 #include "quant.cuh"
 #include "mma.cuh"
@@ -42,52 +41,6 @@ template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK;
 
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
 template <int BM> struct mmq_depth { static constexpr int n = BM >= 128 ? 2 : 3; };
-
-// The last split of a block to finish adds the splits' partial sums in split order (so the
-// result does not depend on which finished last) and applies the epilogue; its counter goes
-// back to 0 for the next launch (graph replays included).  Partials are read past L1, which
-// is not coherent with the other multiprocessors' writes.
-template <int BM, bool GLU> __device__ __forceinline__ void mmq_fixup(const matvec_args &a)
-{
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    int *count = a.tile_count + blockIdx.y * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) last = atomicAdd(count, 1) == (int)gridDim.z - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int m0 = blockIdx.y * BM, rows = GLU ? MMQ_ROWS / 2 : MMQ_ROWS;
-    const size_t zstride = (size_t)a.m * a.part_ld;
-    for (int i = threadIdx.x; i < BM * rows; i += blockDim.x) {
-        const int r = i % rows, m = m0 + i / rows;
-        if (m >= a.m) continue;
-        const float *p = a.part + (size_t)m * a.part_ld;
-        if (GLU) {
-            const int n = (MMQ_ROWS / 2) * blockIdx.x + r;
-            if (n >= a.seg[0].n) continue;
-            const int up = mmq_pad(a.seg[0].n) + n;
-            float gt = 0.0f, u = 0.0f;
-            for (unsigned z = 0; z < gridDim.z; z++) {
-                gt += __ldcg(p + z * zstride + n);
-                u += __ldcg(p + z * zstride + up);
-            }
-            a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * u);
-            continue;
-        }
-        const int prow = MMQ_ROWS * blockIdx.x + r;
-        int s = 0, n = prow;
-        while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
-        if (s >= a.n_seg || n >= a.seg[s].n) continue;
-        float v = 0.0f;
-        for (unsigned z = 0; z < gridDim.z; z++) v += __ldcg(p + z * zstride + prow);
-        const matvec_seg &sg = a.seg[s];
-        v += sg.bias ? sg.bias[n] : 0.0f;
-        float *dst = sg.y + (size_t)m * sg.ldy + n;
-        *dst = a.accumulate ? *dst + v : v;
-    }
-    if (threadIdx.x == 0) *count = 0;
-}
 
 // Warp layout: up to 64 activation rows, 8 warps side by side over the weight rows, 16 rows
 // each; 128 activation rows, 4 x 2 warps, each 32 weight rows (two m16 tiles) by 64 activation
@@ -217,7 +170,6 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
                         const int prow = GLU ? (r / half_rows) * mmq_pad(a.seg[0].n) + f : MMQ_ROWS * blockIdx.x + r;
                         if (prow < a.part_ld) a.part[((size_t)blockIdx.z * a.m + m) * a.part_ld + prow] = acc[i][j][2 * h + e];
                     }
-        mmq_fixup<BM, GLU>(a);
         return;
     }
     const bool gate_warp = GLU && rbase < half_rows;
@@ -260,6 +212,38 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
                     float *dst = sg.y + (size_t)m * sg.ldy + n;
                     *dst = a.accumulate ? *dst + v : v;
                 }
+}
+
+// The splits' partial sums of a.part, added in split order, then the epilogue; one thread per
+// (activation row, padded feature row).
+extern "C" __global__ void mmq_reduce(matvec_args a, int glu, int n_split)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)a.m * a.part_ld) return;
+    const int m = (int)(i / a.part_ld);
+    int n = (int)(i % a.part_ld), s = 0;
+    const size_t stride = (size_t)a.m * a.part_ld;
+    const float *p = a.part + (size_t)m * a.part_ld;
+    if (glu) {
+        const int up_off = mmq_pad(a.seg[0].n);
+        if (n >= a.seg[0].n) return;
+        float gt = 0.0f, up = 0.0f;
+        for (int z = 0; z < n_split; z++) {
+            gt += p[z * stride + n];
+            up += p[z * stride + up_off + n];
+        }
+        a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
+        return;
+    }
+    const int prow = n;
+    while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+    if (s >= a.n_seg || n >= a.seg[s].n) return;
+    float v = 0.0f;
+    for (int z = 0; z < n_split; z++) v += p[z * stride + prow];
+    const matvec_seg &sg = a.seg[s];
+    v += sg.bias ? sg.bias[n] : 0.0f;
+    float *dst = sg.y + (size_t)m * sg.ldy + n;
+    *dst = a.accumulate ? *dst + v : v;
 }
 
 #define MMQ_VARIANT(T, sfx, BM)                                                                  \

@@ -315,7 +315,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
-        {&g->mmq_part, g->mmq_part_bytes}, {&g->mmq_count, any_mmq ? GPU_MMQ_MAX_TILES * sizeof(int32_t) : 0},
+        {&g->mmq_part, g->mmq_part_bytes},
         {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
         {&g->part_o, part_rows * hp->head_dim * f}, {&g->part_ml, part_rows * 2 * f},
         {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
@@ -699,7 +699,7 @@ static void gpu_destroy(engine *e)
         if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
-                          g->mmq_part, g->mmq_count,
+                          g->mmq_part,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
                           g->sout,   g->in_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)

@@ -112,10 +112,9 @@ static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m,
 
 /* Outputs [first, first+n) of op (one weight format) with the mmq kernel; glu: the two
  * outputs are gate and up, and ff_h gets fp16(silu(gate) * up).  Prefill-sized products take
- * blocks of fewer activation rows while the grid would not cover the GPU; a grid that still
- * leaves resident-block places free (batched decode: few activation rows) splits k over grid
- * z into as many splits as fill one wave exactly -- a second, partial wave would double the
- * product's time -- as far as the partial-sum buffer and the block counters allow. */
+ * blocks of fewer activation rows while the grid would not cover the GPU; then the k range is
+ * split over grid z until it does (twice over for decode-sized products, which stream the weights and want
+ * loads in flight everywhere), as far as the partial-sum buffer holds the splits. */
 static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, char *err, size_t errlen)
 {
     const gpu_matrix *w = op->out[first].w;
@@ -126,21 +125,27 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);
     while (op->m > 64 && v > 1 && gx * ceil_div(op->m, 16u << v) < (unsigned)g->n_sm) v--;
     unsigned gy = ceil_div(op->m, 16u << v);
-    int blocks = (int)(gx * gy), wave = g->n_sm * g->k.mmq_occ[w->wtype][v];
     int chunks = w->k / 32, stage = MMQ_KT / 32, stages = (chunks + stage - 1) / stage;
-    int splits = blocks < wave && blocks <= GPU_MMQ_MAX_TILES ? wave / blocks : 1;
+    int splits = 1, want = (op->m <= 64 ? 2 : 1) * g->n_sm;
+    if ((int)(gx * gy) < want) splits = (want + (int)(gx * gy) - 1) / (int)(gx * gy);
     if (splits > stages / 2) splits = stages / 2 > 1 ? stages / 2 : 1; /* two stages a split at least */
     while (splits > 1 && (size_t)splits * op->m * rows * sizeof(float) > g->mmq_part_bytes) splits--;
     a.split_chunks = (stages + splits - 1) / splits * stage;
     splits = (chunks + a.split_chunks - 1) / a.split_chunks;
     a.part = F32(g->mmq_part);
     a.part_ld = rows;
-    a.tile_count = I32(g->mmq_count);
     if (glu) a.yh = F16(g->ff_h);
     const gpu_fn *fn = glu ? &g->k.mmq_glu[w->wtype][v] : &g->k.mmq[w->wtype][v];
     void *args[] = {&a};
-    return gpu_launch_smem(fn, (gpu_launch_dims){gx, gy, (unsigned)splits, GPU_MMQ_THREADS}, gpu_mmq_smem(w->type, v),
-                           g->stream, args, op->what, err, errlen);
+    if (gpu_launch_smem(fn, (gpu_launch_dims){gx, gy, (unsigned)splits, GPU_MMQ_THREADS}, gpu_mmq_smem(w->type, v), g->stream,
+                        args, op->what, err, errlen))
+        return -1;
+    if (splits > 1) {
+        int is_glu = glu;
+        LAUNCH(g->k.mmq_reduce, ((gpu_launch_dims){ceil_div((size_t)op->m * rows, 256), 1, 1, 256}), op->what, &a,
+               &is_glu, &splits);
+    }
+    return 0;
 }
 
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)

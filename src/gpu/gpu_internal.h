@@ -18,8 +18,6 @@
 #define GPU_MATVEC_MAX_M 4
 /* mmq's partial sums when it splits k (batched decode): splits * rows * features * 4 bytes */
 #define GPU_MMQ_PART_BYTES ((size_t)24 << 20)
-/* ... and its per-block split counters: the most blocks a split grid has */
-#define GPU_MMQ_MAX_TILES 4096
 #define GPU_BLAS_WORKSPACE (32u << 20) /* preset, so cuBLAS allocates nothing inside graphs */
 #define GPU_N_BUCKETS 7 /* 1 2 4 8 16 32 64 */
 #define GPU_MAX_BIAS_PER_SEQ 1024
@@ -90,7 +88,6 @@ typedef struct gpu_engine {
     CUdeviceptr q, kk, vv;       /* projections, f32 */
     CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU (0 when unused) */
     CUdeviceptr mmq_part;        /* mmq split-k partial sums, mmq_part_bytes */
-    CUdeviceptr mmq_count;       /* GPU_MMQ_MAX_TILES split counters (zero between launches) */
     size_t mmq_part_bytes;
     int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;

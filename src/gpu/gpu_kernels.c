@@ -101,13 +101,6 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
                                            (int)gpu_mmq_smem(wtypes[t].type, v)), mm);
             CU_CHECK(cu.cuFuncSetAttribute(k->mmq_glu[t][v].f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                            (int)gpu_mmq_smem(wtypes[t].type, v)), mg);
-            int occ = 0, occ_glu = 0;
-            CU_CHECK(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k->mmq[t][v].f, GPU_MMQ_THREADS,
-                                                                     gpu_mmq_smem(wtypes[t].type, v)), mm);
-            CU_CHECK(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&occ_glu, k->mmq_glu[t][v].f, GPU_MMQ_THREADS,
-                                                                     gpu_mmq_smem(wtypes[t].type, v)), mg);
-            k->mmq_occ[t][v] = occ < occ_glu ? occ : occ_glu;
-            if (k->mmq_occ[t][v] < 1) k->mmq_occ[t][v] = 1;
         }
     }
     struct {
@@ -116,7 +109,7 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     } plain[] = {
         {&k->rmsnorm, "rmsnorm"},       {&k->qkv_post, "qkv_post"},
         {&k->hist_store, "hist_store"}, {&k->swiglu, "swiglu"},
-        {&k->add_bias, "add_bias"},
+        {&k->add_bias, "add_bias"},     {&k->mmq_reduce, "mmq_reduce"},
         {&k->attn_partial, "attn_partial"}, {&k->attn_partial_hd64, "attn_partial_hd64"},
         {&k->attn_partial_hd128, "attn_partial_hd128"}, {&k->attn_combine, "attn_combine"},
         {&k->flash_attn_hd64, "flash_attn_hd64"}, {&k->flash_attn_hd128, "flash_attn_hd128"},

@@ -41,7 +41,7 @@ typedef struct gpu_kernels {
      * go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
     gpu_fn mmq_glu[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
-    int mmq_occ[GPU_N_WTYPES][GPU_MMQ_VARIANTS]; /* resident blocks per multiprocessor (glu's, the fewer) */
+    gpu_fn mmq_reduce;
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, qkv_post, hist_store, swiglu, add_bias;

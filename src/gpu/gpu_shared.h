@@ -43,7 +43,6 @@ typedef struct matvec_args {
     float *part;
     int part_ld;
     int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
-    int *tile_count;    /* per (x, y) block of the grid: splits done; 0 between launches */
 } matvec_args;
 
 /* mmq: inputs per pipeline stage (one super-block of every weight row). */

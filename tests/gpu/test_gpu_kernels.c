@@ -237,8 +237,8 @@ static void test_matvec_all_formats(void **state)
     }
 }
 
-/* One mmq launch as gpu_forward makes it: variant v for m rows, k split into chunks of
- * split_chunks (0: one split; more: the last block of each split group adds the partials). */
+/* One mmq launch (and mmq_reduce when split) as gpu_forward makes it: variant v for m rows,
+ * k split into chunks of split_chunks (0: one split). */
 static void mmq_launch(ggml_type t, matvec_args *a, int rows, int launch_rows, bool glu, int split_chunks)
 {
     int wt = gpu_wtype_index(t), v = a->m > 64 ? 3 : a->m > 32 ? 2 : a->m > 16 ? 1 : 0;
@@ -246,32 +246,24 @@ static void mmq_launch(ggml_type t, matvec_args *a, int rows, int launch_rows, b
     a->split_chunks = split_chunks ? split_chunks : chunks;
     splits = (chunks + a->split_chunks - 1) / a->split_chunks;
     a->part_ld = rows;
-    int per_block = glu ? GPU_MMQ_ROWS / 2 : GPU_MMQ_ROWS;
-    gpu_launch_dims d = {(unsigned)((launch_rows + per_block - 1) / per_block), (unsigned)((a->m + (16 << v) - 1) / (16 << v)),
-                         (unsigned)splits, GPU_MMQ_THREADS};
-    CUdeviceptr part = 0, count = 0;
+    CUdeviceptr part = 0;
     if (splits > 1) {
         part = poisoned((size_t)splits * a->m * rows);
         a->part = (float *)(uintptr_t)part;
-        CHECK(cu.cuMemAlloc(&count, (size_t)d.gx * d.gy * sizeof(int32_t)));
-        CHECK(cu.cuMemsetD8Async(count, 0, (size_t)d.gx * d.gy * sizeof(int32_t), G.stream));
-        a->tile_count = (int *)(uintptr_t)count;
     }
     const gpu_fn *fn = glu ? &G.k.mmq_glu[wt][v] : &G.k.mmq[wt][v];
     assert_non_null(fn->f);
     void *args[] = {a};
-    /* twice (where a second run gives the same result): the counters must be back at 0 after
-     * a launch, as graph replays reuse them */
-    for (int rep = 0; rep < (a->accumulate ? 1 : 2); rep++)
-        if (gpu_launch_smem(fn, d, gpu_mmq_smem(t, v), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
-    CHECK(cu.cuCtxSynchronize());
-    if (count) {
-        int32_t *c = malloc((size_t)d.gx * d.gy * sizeof *c);
-        download(c, count, (size_t)d.gx * d.gy * sizeof *c);
-        for (unsigned i = 0; i < d.gx * d.gy; i++) assert_int_equal(c[i], 0);
-        free(c);
-        cu.cuMemFree(count);
+    int per_block = glu ? GPU_MMQ_ROWS / 2 : GPU_MMQ_ROWS;
+    gpu_launch_dims d = {(unsigned)((launch_rows + per_block - 1) / per_block), (unsigned)((a->m + (16 << v) - 1) / (16 << v)),
+                         (unsigned)splits, GPU_MMQ_THREADS};
+    if (gpu_launch_smem(fn, d, gpu_mmq_smem(t, v), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
+    if (splits > 1) {
+        int is_glu = glu;
+        void *rargs[] = {a, &is_glu, &splits};
+        launch(&G.k.mmq_reduce, (gpu_launch_dims){(unsigned)(((size_t)a->m * rows + 255) / 256), 1, 1, 256}, rargs);
     }
+    CHECK(cu.cuCtxSynchronize());
     if (part) cu.cuMemFree(part);
 }
 

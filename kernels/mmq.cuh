@@ -29,6 +29,7 @@
 #define MMQ_XSTRIDE (MMQ_KT + 32) // halves per staged row: fragment loads free of bank conflicts
 #define MMQ_RB_MAX (8 * 34)       // largest mmq_fmt<T>::bytes (Q8_0)
 
+
 __device__ __forceinline__ int mmq_pad(int n) { return (n + 15) & ~15; }
 
 // Bytes of 256 inputs of a row (one super-block, or eight 32-blocks): a stage of a weight row.
@@ -40,12 +41,12 @@ template <> struct mmq_fmt<T_Q5_K> { static constexpr int bytes = 176; };
 template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK; };
 
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
-template <int BM> struct mmq_depth { static constexpr int n = BM >= 128 ? 2 : 3; };
+template <int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM >= 128 ? 3 : 0); };
 
 // Warp layout: up to 64 activation rows, 8 warps side by side over the weight rows, 16 rows
 // each; 128 activation rows, 4 x 2 warps, each 32 weight rows (two m16 tiles) by 64 activation
-// rows, so a staged activation fragment feeds two mma and shared-memory reads stay below the
-// tensor cores' rate.
+// rows, so a staged activation fragment feeds two mma (measured on the H100: as fast as 8 x 1
+// with 16 n8 tiles per warp, in fewer shared-memory reads).
 template <int BM> struct mmq_layout {
     static constexpr int WN = BM >= 128 ? 4 : 8;        // warps along the weight rows
     static constexpr int TILES = MMQ_ROWS / (16 * WN);  // m16 tiles per warp
@@ -57,15 +58,12 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
 {
     extern __shared__ uint4 mmq_smem[];
     using L = mmq_layout<BM>;
-    using D = oct_dec<T>;
     constexpr int NJ = L::NJ, NT = L::TILES, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
     constexpr int W_STAGE = MMQ_ROWS * RB, X_STAGE = BM * MMQ_XSTRIDE * 2;
-    // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers,
-    // [MMQ_ROWS][CPS] the current stage's chunk scales
+    // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers
     uint8_t *wsm = (uint8_t *)mmq_smem;
     __half *xsm = (__half *)(wsm + S * W_STAGE);
     const uint8_t **rowp = (const uint8_t **)(wsm + S * (W_STAGE + X_STAGE));
-    uint2 *scs = (uint2 *)(rowp + MMQ_ROWS);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int wn = warp % L::WN, wm = warp / L::WN;
     const int rbase = wn * 16 * NT, mbase = wm * 8 * NJ; // the warp's first block row, activation row
@@ -116,11 +114,6 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
         load_stage(st + S - 1);
         const uint8_t *wst = wsm + (st % S) * W_STAGE;
-        if (D::table) { // every staged chunk's scales once, not once per warp that decodes it
-            for (int i = threadIdx.x; i < MMQ_ROWS * CPS; i += blockDim.x)
-                scs[i] = D::scales(wst + (i / CPS) * RB, i % CPS);
-            __syncthreads();
-        }
         const __half *xb = xsm + (st % S) * (X_STAGE / 2) + (mbase + g) * MMQ_XSTRIDE + 8 * t;
 #pragma unroll
         for (int cc = 0; cc < CPS; cc++) {
@@ -129,8 +122,8 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
             for (int i = 0; i < NT; i++) {
                 const int r = rbase + 16 * i + g;
                 __half2 lo[4], hi[4]; // quarter t of chunk cc of rows r and r + 8
-                D::oct(wst + r * RB, cc, t, D::table ? scs[r * CPS + cc] : make_uint2(0u, 0u), lo);
-                D::oct(wst + (r + 8) * RB, cc, t, D::table ? scs[(r + 8) * CPS + cc] : make_uint2(0u, 0u), hi);
+                load_oct_h<T>(wst + r * RB, cc, t, lo);
+                load_oct_h<T>(wst + (r + 8) * RB, cc, t, hi);
 #pragma unroll
                 for (int sl = 0; sl < 2; sl++) {
                     af[i][sl][0] = h2_bits(lo[2 * sl]);

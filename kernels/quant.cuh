@@ -216,8 +216,7 @@ struct q4k_h {
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
 __device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 *)&u; }
 
-// The chunk's scales as bits of (d2, m2): what varies per chunk and costs most to decode, so
-// mmq computes it once per staged chunk and row (q4k_h_at then rebuilds the rest).
+// The chunk's scales as bits of (d2, m2), and the decoder state at chunk c given them.
 __device__ __forceinline__ uint2 q4k_h_scales(const uint8_t *row, int c)
 {
     const uint8_t *b = row + (size_t)(c >> 3) * 144;
@@ -325,51 +324,21 @@ template <int T> __device__ __forceinline__ void load_oct_h(const uint8_t *row, 
         if ((i >> 2) == o) w[i & 3] = all[i]; // predicated moves: no dynamic register index
 }
 
-// oct_dec<T>: load_oct_h in two halves for mmq, which keeps a table of every staged chunk's
-// scales: scales(row, c) (bits; formats with no table return zeros and recompute), then
-// oct(row, c, o, scales, w), the same bits as load_oct_h.
-template <int T> struct oct_dec {
-    static constexpr bool table = false;
-    static __device__ __forceinline__ uint2 scales(const uint8_t *, int) { return make_uint2(0u, 0u); }
-    static __device__ __forceinline__ void oct(const uint8_t *row, int c, int o, uint2, __half2 w[4])
-    {
-        load_oct_h<T>(row, c, o, w);
-    }
-};
-
-template <> struct oct_dec<T_Q4_K> {
-    static constexpr bool table = true;
-    static __device__ __forceinline__ uint2 scales(const uint8_t *row, int c) { return q4k_h_scales(row, c); }
-    static __device__ __forceinline__ void oct(const uint8_t *row, int c, int o, uint2 sc, __half2 w[4])
-    {
-        const q4k_h p = q4k_h_at(row, c, sc);
-        const uint2 v = ((const uint2 *)p.qs)[o];
-        q4k_h_word(p, v.x, &w[0]);
-        q4k_h_word(p, v.y, &w[2]);
-    }
-};
-
-template <> struct oct_dec<T_Q6_K> {
-    static constexpr bool table = true;
-    static __device__ __forceinline__ uint2 scales(const uint8_t *row, int c) { return q6k_h_scales(row, c); }
-    static __device__ __forceinline__ void oct(const uint8_t *row, int c, int o, uint2 sc, __half2 w[4])
-    {
-        const q6k_h p = q6k_h_at(row, c, sc);
-        const uint2 lo = ((const uint2 *)p.ql)[o], hi = ((const uint2 *)p.qh)[o];
-        const __half2 d = o < 2 ? p.d0 : p.d1;
-        q6k_h_word(p, lo.x, hi.x, d, &w[0]);
-        q6k_h_word(p, lo.y, hi.y, d, &w[2]);
-    }
-};
-
 template <> __device__ __forceinline__ void load_oct_h<T_Q4_K>(const uint8_t *row, int c, int o, __half2 w[4])
 {
-    oct_dec<T_Q4_K>::oct(row, c, o, q4k_h_scales(row, c), w);
+    const q4k_h p = q4k_h_setup(row, c);
+    const uint2 v = ((const uint2 *)p.qs)[o];
+    q4k_h_word(p, v.x, &w[0]);
+    q4k_h_word(p, v.y, &w[2]);
 }
 
 template <> __device__ __forceinline__ void load_oct_h<T_Q6_K>(const uint8_t *row, int c, int o, __half2 w[4])
 {
-    oct_dec<T_Q6_K>::oct(row, c, o, q6k_h_scales(row, c), w);
+    const q6k_h p = q6k_h_setup(row, c);
+    const uint2 lo = ((const uint2 *)p.ql)[o], hi = ((const uint2 *)p.qh)[o];
+    const __half2 d = o < 2 ? p.d0 : p.d1;
+    q6k_h_word(p, lo.x, hi.x, d, &w[0]);
+    q6k_h_word(p, lo.y, hi.y, d, &w[2]);
 }
 
 // Q8_0, Q4_0, Q5_K: the float decode of load_chunk for the eight weights, rounded once as

@@ -54,10 +54,10 @@ static char mmq_names[GPU_N_WTYPES][2 * GPU_MMQ_VARIANTS][24];
 
 unsigned gpu_mmq_smem(ggml_type t, int v)
 {
-    /* mmq.cuh: mmq_depth stages of raw weight rows and activation rows, row pointers, scales */
-    unsigned stages = v == 3 ? 2u : 3u, bm = 16u << v;
+    /* mmq.cuh: mmq_depth stages of raw weight rows and activation rows, then the row pointers */
+    unsigned stages = MMQ_DEPTH(v), bm = 16u << v;
     return stages * ((unsigned)GPU_MMQ_ROWS * (unsigned)gpu_row_bytes(t, MMQ_KT) + bm * (MMQ_KT + 32) * 2u) +
-           GPU_MMQ_ROWS * (unsigned)(sizeof(void *) + MMQ_KT / 32 * 8); /* row pointers, chunk scales */
+           GPU_MMQ_ROWS * (unsigned)sizeof(void *); /* row pointers */
 }
 
 bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim)

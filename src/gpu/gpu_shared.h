@@ -45,8 +45,10 @@ typedef struct matvec_args {
     int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
 } matvec_args;
 
-/* mmq: inputs per pipeline stage (one super-block of every weight row). */
+/* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in
+ * flight of variant v (16 << v activation rows per block). */
 #define MMQ_KT 256
+#define MMQ_DEPTH(v) ((v) >= 3 ? 2 : 3)
 
 /* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK), laid
  * out [block][layer][kv_head][GPU_KV_BLOCK][hd] so one block (every layer) is one contiguous

@@ -1,12 +1,13 @@
 // attention.cuh - causal attention of packed query tokens over their sequences' FP16 K/V
-// blocks.
+// blocks, on the CUDA cores: decode tokens (spans of one token), and every token of a shape
+// the tensor-core kernel (flash_attn.cuh, prompt spans) does not cover.
 //
 // Every query token t (sequence s, position p) attends keys 0..p of s, read through s's block
 // table; its own K/V (and those of earlier tokens of the same prompt) were stored by qkv_post
-// before this runs, so prefill and decode are the same computation.  Keys are split into n_split ranges (split-K, so a
-// decode step with few tokens still fills the GPU on long contexts; the split length depends
-// only on the query's own key count, see attn_chunk); each block computes an
-// online-softmax partial (max, sum, unnormalised output) for up to ATT_GB query heads that
+// before this runs.  The grid runs over a token list (or all tokens: the decode graphs).
+// Keys are split into n_split ranges (split-K, so a decode step with few tokens still fills
+// the GPU on long contexts; the split length depends only on the query's own key count, see
+// attn_chunk); each block computes an online-softmax partial (max, sum, unnormalised output) for up to ATT_GB query heads that
 // share one KV head, and attn_combine merges the partials.
 #pragma once
 #include "common.cuh"
@@ -33,7 +34,7 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
     __shared__ float q_s[ATT_GB][256];
     __shared__ float sm_m[ATT_WARPS][ATT_GB], sm_l[ATT_WARPS][ATT_GB];
     __shared__ float2 sm_o[ATT_WARPS][ATT_GB][ATT_PAIRS * 32];
-    const int t = blockIdx.x, h0 = blockIdx.y * a.gb, split = blockIdx.z;
+    const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x, h0 = blockIdx.y * a.gb, split = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = HD ? HD : a.hd, gb = a.gb;
     const int kvh = h0 / (a.n_head / a.n_kv);
     const int n_keys = a.pos[t] + 1, chunk = attn_chunk(n_keys);
@@ -176,11 +177,13 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd128(
 }
 
 // out[t][h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s, in FP16 (the input of the
-// output projection); grid (tokens, heads).
+// output projection); grid (tokens, heads), token t = tok_list[grid x] (NULL: grid x), as in
+// attn_partial.
 extern "C" __global__ void attn_combine(const float *part_o, const float *part_ml, __half *out,
-                                        int n_head, int n_split, int hd)
+                                        int n_head, int n_split, int hd, const int32_t *tok_list)
 {
-    size_t th = (size_t)blockIdx.x * n_head + blockIdx.y;
+    const int t = tok_list ? tok_list[blockIdx.x] : blockIdx.x;
+    size_t th = (size_t)t * n_head + blockIdx.y;
     const float *ml = part_ml + th * n_split * 2;
     float mx = -INFINITY;
     for (int s = 0; s < n_split; s++) mx = fmaxf(mx, ml[2 * s]);

@@ -7,6 +7,8 @@
 #include "common.cuh"
 #include "quant.cuh"
 #include "matvec.cuh"
+#include "mmq.cuh"
 #include "elementwise.cuh"
 #include "attention.cuh"
+#include "flash_attn.cuh"
 #include "sampling.cuh"

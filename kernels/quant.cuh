@@ -204,7 +204,20 @@ __device__ __forceinline__ __half2 quants_1024(uint32_t q, uint32_t sel, uint32_
     return *(const __half2 *)&h;
 }
 
-template <> __device__ __forceinline__ void load_chunk_h<T_Q4_K>(const uint8_t *row, int c, __half2 w[16])
+// The FP16 decode of Q4_K and Q6_K, split so that a whole chunk (load_chunk_h) and a quarter
+// of one (load_oct_h, the tensor-core kernels' fragments) run the same instructions per
+// 32-bit word of quants and so give the same bits.
+struct q4k_h {
+    __half2 d2, m2; // fp16(d * sc) (1/16 for high nibbles), -fp16(dmin * mn)
+    uint32_t mask;  // the sub-block's nibble, in place
+    const uint8_t *qs; // the sub-block's 32 quant bytes
+};
+
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
+__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 *)&u; }
+
+// The chunk's scales as bits of (d2, m2), and the decoder state at chunk c given them.
+__device__ __forceinline__ uint2 q4k_h_scales(const uint8_t *row, int c)
 {
     const uint8_t *b = row + (size_t)(c >> 3) * 144;
     const int s = c & 7;
@@ -213,43 +226,165 @@ template <> __device__ __forceinline__ void load_chunk_h<T_Q4_K>(const uint8_t *
     // Odd sub-blocks use the high nibbles: masked in place they read as 16 q, so the scale
     // takes a 1/16 (exact) and no shift is needed.
     const float d = half_bits_to_float(ld_u16(b)) * sc * ((s & 1) ? 0.0625f : 1.0f);
-    const __half2 d2 = __float2half2_rn(d), m2 = __float2half2_rn(-half_bits_to_float(ld_u16(b + 2)) * mn);
+    return make_uint2(h2_bits(__float2half2_rn(d)), h2_bits(__float2half2_rn(-half_bits_to_float(ld_u16(b + 2)) * mn)));
+}
+
+__device__ __forceinline__ q4k_h q4k_h_at(const uint8_t *row, int c, uint2 scales)
+{
+    const int s = c & 7;
+    return {bits_h2(scales.x), bits_h2(scales.y), (s & 1) ? 0x00F000F0u : 0x000F000Fu,
+            row + (size_t)(c >> 3) * 144 + 16 + 32 * (s >> 1)};
+}
+
+__device__ __forceinline__ q4k_h q4k_h_setup(const uint8_t *row, int c) { return q4k_h_at(row, c, q4k_h_scales(row, c)); }
+
+// Four weights (one word of quants) as two FP16 pairs.
+__device__ __forceinline__ void q4k_h_word(const q4k_h &p, uint32_t u, __half2 w[2])
+{
     const __half2 k1024 = __float2half2_rn(1024.0f);
-    const uint32_t mask = (s & 1) ? 0x00F000F0u : 0x000F000Fu;
-    const uint4 *qp = (const uint4 *)(b + 16 + 32 * (s >> 1));
+    w[0] = __hfma2(__hsub2(quants_1024(u, 0x4140, p.mask), k1024), p.d2, p.m2);
+    w[1] = __hfma2(__hsub2(quants_1024(u, 0x4342, p.mask), k1024), p.d2, p.m2);
+}
+
+template <> __device__ __forceinline__ void load_chunk_h<T_Q4_K>(const uint8_t *row, int c, __half2 w[16])
+{
+    const q4k_h p = q4k_h_setup(row, c);
+    const uint4 *qp = (const uint4 *)p.qs;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         uint4 v = __ldg(qp + i);
         const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            w[8 * i + 2 * j] = __hfma2(__hsub2(quants_1024(u[j], 0x4140, mask), k1024), d2, m2);
-            w[8 * i + 2 * j + 1] = __hfma2(__hsub2(quants_1024(u[j], 0x4342, mask), k1024), d2, m2);
-        }
+        for (int j = 0; j < 4; j++) q4k_h_word(p, u[j], &w[8 * i + 2 * j]);
     }
+}
+
+// Q6_K: sub-block s = c & 7 lies in half h = s >> 2, quarter qq = s & 3 (see load_chunk).
+struct q6k_h {
+    __half2 d0, d1; // fp16(d * scale) of the chunk's first and second 16 weights
+    int lshift, hshift;
+    const uint8_t *ql, *qh;
+};
+
+// The chunk's scales as bits of (d0, d1), as q4k_h_scales.
+__device__ __forceinline__ uint2 q6k_h_scales(const uint8_t *row, int c)
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * GPU_Q6K_BLOCK;
+    const int s = c & 7, h = s >> 2, qq = s & 3;
+    const uint16_t sc = ld_u16(b + 192 + 8 * h + 2 * qq);
+    const float d = half_bits_to_float(ld_u16(b + 208));
+    return make_uint2(h2_bits(__float2half2_rn(d * (float)(int8_t)(sc & 0xFF))),
+                      h2_bits(__float2half2_rn(d * (float)(int8_t)(sc >> 8))));
+}
+
+__device__ __forceinline__ q6k_h q6k_h_at(const uint8_t *row, int c, uint2 scales)
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * GPU_Q6K_BLOCK;
+    const int s = c & 7, h = s >> 2, qq = s & 3;
+    return {bits_h2(scales.x), bits_h2(scales.y), (qq >> 1) * 4, 2 * qq, b + 64 * h + 32 * (qq & 1), b + 128 + 32 * h};
+}
+
+__device__ __forceinline__ q6k_h q6k_h_setup(const uint8_t *row, int c) { return q6k_h_at(row, c, q6k_h_scales(row, c)); }
+
+// Four weights from one word of low and one word of high bits, with the scale d.
+__device__ __forceinline__ void q6k_h_word(const q6k_h &p, uint32_t lw, uint32_t hw, __half2 d, __half2 w[2])
+{
+    const __half2 k1056 = __float2half2_rn(1056.0f); // 1024 + the 32 offset of the 6-bit quants
+    // four 6-bit quants, one per byte
+    const uint32_t q = ((lw >> p.lshift) & 0x0F0F0F0Fu) | (((hw >> p.hshift) & 0x03030303u) << 4);
+    w[0] = __hmul2(__hsub2(quants_1024(q, 0x4140, 0x00FF00FFu), k1056), d);
+    w[1] = __hmul2(__hsub2(quants_1024(q, 0x4342, 0x00FF00FFu), k1056), d);
 }
 
 template <> __device__ __forceinline__ void load_chunk_h<T_Q6_K>(const uint8_t *row, int c, __half2 w[16])
 {
-    const uint8_t *b = row + (size_t)(c >> 3) * GPU_Q6K_BLOCK;
-    const int s = c & 7, h = s >> 2, qq = s & 3;
-    const uint4 *qlp = (const uint4 *)(b + 64 * h + 32 * (qq & 1)), *qhp = (const uint4 *)(b + 128 + 32 * h);
-    const uint16_t sc = ld_u16(b + 192 + 8 * h + 2 * qq);
-    const float d = half_bits_to_float(ld_u16(b + 208));
-    const __half2 d0 = __float2half2_rn(d * (float)(int8_t)(sc & 0xFF)), d1 = __float2half2_rn(d * (float)(int8_t)(sc >> 8));
-    const __half2 k1056 = __float2half2_rn(1056.0f); // 1024 + the 32 offset of the 6-bit quants
-    const int lshift = (qq >> 1) * 4, hshift = 2 * qq;
+    const q6k_h p = q6k_h_setup(row, c);
+    const uint4 *qlp = (const uint4 *)p.ql, *qhp = (const uint4 *)p.qh;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         uint4 lo = __ldg(qlp + i), hi = __ldg(qhp + i);
         const uint32_t lw[4] = {lo.x, lo.y, lo.z, lo.w}, hw[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            // four 6-bit quants, one per byte
-            uint32_t q = ((lw[j] >> lshift) & 0x0F0F0F0Fu) | (((hw[j] >> hshift) & 0x03030303u) << 4);
-            w[8 * i + 2 * j] = __hmul2(__hsub2(quants_1024(q, 0x4140, 0x00FF00FFu), k1056), i == 0 ? d0 : d1);
-            w[8 * i + 2 * j + 1] = __hmul2(__hsub2(quants_1024(q, 0x4342, 0x00FF00FFu), k1056), i == 0 ? d0 : d1);
-        }
+        for (int j = 0; j < 4; j++) q6k_h_word(p, lw[j], hw[j], i == 0 ? p.d0 : p.d1, &w[8 * i + 2 * j]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// load_oct_h<T>(row, c, o, w): weights 32c + 8o .. 32c + 8o + 7 of a row (o = 0..3) as FP16
+// pairs, bit for bit pairs 4o..4o+3 of load_chunk_h: the quarter of a chunk one lane of the
+// tensor-core kernels (mmq.cuh) feeds to its mma fragments.  Formats without a quarter decoder
+// decode the whole chunk and keep a quarter (correct, four times the work).  Plain loads (not
+// __ldg): mmq decodes from blocks it staged in shared memory.
+template <int T> __device__ __forceinline__ void load_oct_h(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    __half2 all[16];
+    load_chunk_h<T>(row, c, all);
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        if ((i >> 2) == o) w[i & 3] = all[i]; // predicated moves: no dynamic register index
+}
+
+template <> __device__ __forceinline__ void load_oct_h<T_Q4_K>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const q4k_h p = q4k_h_setup(row, c);
+    const uint2 v = ((const uint2 *)p.qs)[o];
+    q4k_h_word(p, v.x, &w[0]);
+    q4k_h_word(p, v.y, &w[2]);
+}
+
+template <> __device__ __forceinline__ void load_oct_h<T_Q6_K>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const q6k_h p = q6k_h_setup(row, c);
+    const uint2 lo = ((const uint2 *)p.ql)[o], hi = ((const uint2 *)p.qh)[o];
+    const __half2 d = o < 2 ? p.d0 : p.d1;
+    q6k_h_word(p, lo.x, hi.x, d, &w[0]);
+    q6k_h_word(p, lo.y, hi.y, d, &w[2]);
+}
+
+// Q8_0, Q4_0, Q5_K: the float decode of load_chunk for the eight weights, rounded once as
+// the generic load_chunk_h rounds.
+template <> __device__ __forceinline__ void load_oct_h<T_Q8_0>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint8_t *b = row + (size_t)c * 34;
+    const float d = half_bits_to_float(ld_u16(b));
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint16_t q = ld_u16(b + 2 + 8 * o + 2 * i);
+        w[i] = __floats2half2_rn(d * (float)(int8_t)(q & 0xFF), d * (float)(int8_t)(q >> 8));
+    }
+}
+
+template <> __device__ __forceinline__ void load_oct_h<T_Q4_0>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    // weight j < 16: low nibble of qs[j]; j >= 16: high nibble of qs[j - 16]
+    const uint8_t *b = row + (size_t)c * 18;
+    const float d = half_bits_to_float(ld_u16(b));
+    const int shift = o >= 2 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint16_t q = ld_u16(b + 2 + 8 * (o & 1) + 2 * i);
+        w[i] = __floats2half2_rn(d * (float)(((q >> shift) & 0xF) - 8), d * (float)(((q >> (8 + shift)) & 0xF) - 8));
+    }
+}
+
+template <> __device__ __forceinline__ void load_oct_h<T_Q5_K>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 176;
+    const int s = c & 7;
+    float sc, mn;
+    kquant_scale_min(s, b + 4, &sc, &mn);
+    const float d = half_bits_to_float(ld_u16(b)) * sc, m = half_bits_to_float(ld_u16(b + 2)) * mn;
+    const uint2 v = ((const uint2 *)(b + 48 + 32 * (s >> 1)))[o], h = ((const uint2 *)(b + 16))[o];
+    const uint32_t u[2] = {v.x, v.y}, hb[2] = {h.x, h.y};
+    const int shift = (s & 1) * 4;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        float f[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            f[k] = d * (float)(((u[j] >> (shift + 8 * k)) & 0xF) | (((hb[j] >> (s + 8 * k)) & 1) << 4)) - m;
+        w[2 * j] = __floats2half2_rn(f[0], f[1]);
+        w[2 * j + 1] = __floats2half2_rn(f[2], f[3]);
     }
 }
 
@@ -257,3 +392,6 @@ template <> __device__ __forceinline__ void load_chunk_h<T_Q6_K>(const uint8_t *
 #define FOR_EACH_WEIGHT_TYPE(MACRO)                                                              \
     MACRO(T_F32, f32) MACRO(T_F16, f16) MACRO(T_BF16, bf16) MACRO(T_Q4_0, q4_0)                  \
     MACRO(T_Q8_0, q8_0) MACRO(T_Q4_K, q4_k) MACRO(T_Q5_K, q5_k) MACRO(T_Q6_K, q6_k)
+// ... and for the block-quantised ones (the tensor-core kernels; float formats use cuBLAS).
+#define FOR_EACH_QUANT_TYPE(MACRO)                                                               \
+    MACRO(T_Q4_0, q4_0) MACRO(T_Q8_0, q8_0) MACRO(T_Q4_K, q4_k) MACRO(T_Q5_K, q5_k) MACRO(T_Q6_K, q6_k)

@@ -156,13 +156,20 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
 
 /* Every matrix cuBLAS may multiply (the layers' and the LM head; not the embedding table,
  * which is only gathered from), into list (7 per layer + 1).  Returns the count. */
+/* Matrices cuBLAS multiplies from an FP16 copy: F32/BF16 (block-quantised ones go to the mmq
+ * kernels, F16 ones are read as they are). */
+static bool needs_f16_copy(const gpu_engine *g, const gpu_matrix *w)
+{
+    return !gpu_mmq_serves(&g->k, w->wtype, w->k) && w->type != GGML_TYPE_F16;
+}
+
 static int blas_matrices(gpu_engine *g, gpu_matrix **list)
 {
     int n = 0;
-    list[n++] = &g->output;
+    if (needs_f16_copy(g, &g->output)) list[n++] = &g->output;
     for (int l = 0; l < g->base.m->hp.n_layer; l++) {
         gpu_layer *L = &g->layers[l];
-#define LIST(f) list[n++] = &L->f;
+#define LIST(f) if (needs_f16_copy(g, &L->f)) list[n++] = &L->f;
         LAYER_MATRICES(LIST)
 #undef LIST
     }
@@ -266,13 +273,27 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->d_ff = (hp->n_ff + 31) / 32 * 32;
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
     g->att_splits = gpu_attn_max_splits(cfg->ctx_per_slot);
+    g->fa_q_tokens = gpu_flash_q_tokens(hp->n_head, hp->n_head_kv, hp->head_dim);
     size_t part_rows = (size_t)T * g->att_splits * hp->n_head;
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
+    /* FP32 gate/up only where the feed-forward is not one fused kernel (mmq's or matvec's glu),
+     * the partial sums only where some matrix goes to mmq */
+    bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const gpu_layer *L = &g->layers[l];
+        bool fused = L->w_gate.type == L->w_up.type && (gpu_mmq_serves(&g->k, L->w_gate.wtype, L->w_gate.k) || !g->have_blas);
+        gate_up |= !fused;
+#define ANY_MMQ(mat) any_mmq |= gpu_mmq_serves(&g->k, L->mat.wtype, L->mat.k);
+        LAYER_MATRICES(ANY_MMQ)
+#undef ANY_MMQ
+    }
+    g->mmq_part_bytes = any_mmq ? GPU_MMQ_PART_BYTES : 0;
 
-    /* per-step inputs: tok, pos, slot, seq, rows, lidx, bias, allowed-token masks, block tables
-     * (a step copies the used part up to its masks, none without constrained rows, then the
-     * used rows of the tables) */
+    /* per-step inputs: tok, pos, slot, seq, rows, lidx, attention's token list and flash tiles
+     * (at most one tile per token), bias, allowed-token masks, block tables (a step copies the
+     * used part up to its masks, none without constrained rows, then the used rows of the
+     * tables) */
     gpu_inputs *in = &g->in;
     in->tok = 0;
     in->pos = align_up(in->tok + T * sizeof(int32_t), 64);
@@ -280,7 +301,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     in->seq = align_up(in->slot + T * sizeof(int32_t), 64);
     in->rows = align_up(in->seq + T * sizeof(int32_t), 64);
     in->lidx = align_up(in->rows + R * sizeof(gpu_sample_row), 64);
-    in->bias = align_up(in->lidx + T * sizeof(int32_t), 64);
+    in->dtok = align_up(in->lidx + T * sizeof(int32_t), 64);
+    in->ftiles = align_up(in->dtok + T * sizeof(int32_t), 64);
+    in->bias = align_up(in->ftiles + (size_t)T * 2 * sizeof(int32_t), 64);
     in->mask = align_up(in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias), 64);
     g->mask_words = (hp->n_vocab + 31) / 32;
     in->tables = align_up(in->mask + (size_t)R * g->mask_words * sizeof(uint32_t), 64);
@@ -291,7 +314,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->act_h, (size_t)T * (g->d_embd > g->d_q ? g->d_embd : g->d_q) * sizeof(uint16_t)},
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
-        {&g->gate, (size_t)T * g->d_ff * f}, {&g->up, (size_t)T * g->d_ff * f},
+        {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
+        {&g->mmq_part, g->mmq_part_bytes},
         {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
         {&g->part_o, part_rows * hp->head_dim * f}, {&g->part_ml, part_rows * 2 * f},
         {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
@@ -306,8 +330,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t free_b = 0, total_b = 0;
     CU_CHECK(cu.cuMemGetInfo(&free_b, &total_b), "checking free GPU memory");
     size_t reserve = cfg->vram_reserve_mb * (size_t)(1 << 20);
-    /* FP16 copies of the weights spare every cuBLAS step (prefill, decode batches > 4) from
-     * decoding them again: kept when they fit beside everything else, a pool of what one slot
+    /* F32/BF16 matrices (block-quantised ones need nothing: mmq reads them as they are) get
+     * FP16 copies for cuBLAS when they fit beside everything else, a pool of what one slot
      * per sequence used to reserve (or the pool asked for) and 1 GiB to spare; otherwise one
      * matrix at a time is decoded into a scratch as it is used and the pool gets the rest. */
     size_t pair = 2 * g->block_bytes;
@@ -354,10 +378,10 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
              g->wbytes / MIB, g->kv_bytes / MIB, g->base.kv_blocks, GPU_KV_BLOCK,
              (long long)g->base.kv_blocks * GPU_KV_BLOCK, cfg->n_slots, cfg->ctx_per_slot, act / MIB, free_b / MIB,
              total_b / MIB);
-    if (g->have_blas)
-        log_info("cuda: prompt and batched matmuls read %s", g->w16_bytes ? "resident FP16 weight copies (in the buffers)"
-                                                                          : "weights decoded to FP16 per use (too little "
-                                                                            "memory for resident copies)");
+    if (all_f16)
+        log_info("cuda: prompt and batched matmuls of F32/BF16 weights read %s",
+                 g->w16_bytes ? "resident FP16 weight copies (in the buffers)"
+                              : "weights decoded to FP16 per use (too little memory for resident copies)");
     return 0;
 }
 
@@ -366,7 +390,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
 typedef struct step_plan {
     int n_tokens, n_rows; /* launched (decode: padded to the bucket) */
     int bucket;           /* graph index, -1: eager */
-    int n_split;          /* attention splits: the most any token of the step uses */
+    gpu_attn_plan attn;   /* flash tiles; split-K tokens and the most splits any of them uses */
     int n_lidx;           /* tokens whose logits all come back */
     size_t copy_bytes;    /* inputs up to the used bias entries */
     size_t table_bytes;   /* used rows of the block tables */
@@ -409,7 +433,9 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     unsigned char *h = g->in_h;
     int32_t *tok = (int32_t *)(h + g->in.tok), *pos = (int32_t *)(h + g->in.pos), *slot = (int32_t *)(h + g->in.slot);
     int32_t *seq = (int32_t *)(h + g->in.seq), *tables = (int32_t *)(h + g->in.tables);
-    int32_t *lidx = (int32_t *)(h + g->in.lidx);
+    int32_t *lidx = (int32_t *)(h + g->in.lidx), *dtok = (int32_t *)(h + g->in.dtok);
+    int32_t *ftiles = (int32_t *)(h + g->in.ftiles);
+    const int qt = g->fa_q_tokens;
     const int tw = g->table_width;
     gpu_sample_row *rows = (gpu_sample_row *)(h + g->in.rows);
     gpu_bias *bias = (gpu_bias *)(h + g->in.bias);
@@ -423,7 +449,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     }
     int t = 0, r = 0, nb = 0, nm = 0;
     p->n_lidx = 0;
-    p->n_split = 1;
+    p->attn = (gpu_attn_plan){.n_split = 1, .dec_listed = true};
     for (int i = 0; i < n; i++) {
         const engine_seq *s = &seqs[i];
         if (t + s->n_tokens > g->cap_tokens) {
@@ -437,17 +463,29 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         }
         for (int b = 0; b <= (s->pos + s->n_tokens - 1) / GPU_KV_BLOCK; b++)
             tables[(size_t)i * tw + b] = engine_seq_block(&g->base, s, b);
+        /* Attention: a span of >= 2 tokens as flash tiles of up to qt tokens, cut from its
+         * first token (any cut gives the same result: flash_attn.cuh); a single token (decode)
+         * through split-K, whose split count is per token and not monotone in the key count
+         * (gpu_attn_max_splits). */
+        if (qt > 0 && s->n_tokens >= 2) {
+            for (int j = 0; j < s->n_tokens; j += qt) {
+                ftiles[2 * p->attn.n_tiles] = t + j;
+                ftiles[2 * p->attn.n_tiles + 1] = s->n_tokens - j < qt ? s->n_tokens - j : qt;
+                p->attn.n_tiles++;
+            }
+        } else {
+            for (int j = 0; j < s->n_tokens; j++) {
+                dtok[p->attn.n_dec++] = t + j;
+                int ns = gpu_attn_splits(s->pos + j + 1);
+                if (ns > p->attn.n_split) p->attn.n_split = ns;
+            }
+        }
         for (int j = 0; j < s->n_tokens; j++, t++) {
             tok[t] = s->tokens[j];
             pos[t] = s->pos + j;
             slot[t] = s->slot;
             seq[t] = i;
             if (s->logits && s->logits_all) lidx[p->n_lidx++] = t;
-        }
-        /* Per token: the split count is not monotone in the span (gpu_attn_max_splits). */
-        for (int j = s->pos + 1; j <= s->pos + s->n_tokens; j++) {
-            int ns = gpu_attn_splits(j);
-            if (ns > p->n_split) p->n_split = ns;
         }
         row_of_seq[i] = -1;
         if (!decode && !s->want_token && !(s->logits && !s->logits_all)) continue;
@@ -486,6 +524,8 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         }
         p->n_tokens = p->n_rows = B;
         for (p->bucket = 0; (1 << p->bucket) < B; p->bucket++) {}
+        /* the graph's plan (decode_graph), not the one above: every token, unlisted */
+        p->attn = (gpu_attn_plan){.n_dec = B, .n_split = g->att_splits, .dec_listed = false};
     }
     p->copy_bytes = nm ? g->in.mask + (size_t)nm * g->mask_words * sizeof(uint32_t)
                        : g->in.bias + (size_t)nb * sizeof(gpu_bias);
@@ -515,9 +555,12 @@ static int decode_graph(gpu_engine *g, int b, char *err, size_t errlen)
     if (g->graphs[b]) return 0;
     int B = 1 << b;
     int split = g->att_splits; /* graphs serve every context length */
+    /* every token is a decode token: all of them through split-K in packed order, with no
+     * token list and no flash tiles (the graph holds no step-dependent counts) */
+    gpu_attn_plan ap = {.n_dec = B, .n_split = split, .dec_listed = false};
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
-    int rc = gpu_forward(g, B, B, split, err, errlen);
+    int rc = gpu_forward(g, B, B, &ap, err, errlen);
     CUresult r = cu.cuStreamEndCapture(g->stream, &graph);
     if (rc) {
         if (graph) cu.cuGraphDestroy(graph);
@@ -560,7 +603,7 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
             rc = -1;
         }
     } else if (rc == 0) {
-        rc = gpu_forward(g, p.n_tokens, p.n_rows, p.n_split, err, errlen);
+        rc = gpu_forward(g, p.n_tokens, p.n_rows, &p.attn, err, errlen);
     }
     const size_t V = (size_t)e->m->hp.n_vocab;
     if (rc == 0 && p.n_rows > 0 &&
@@ -656,6 +699,7 @@ static void gpu_destroy(engine *e)
         if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
+                          g->mmq_part,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
                           g->sout,   g->in_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -714,6 +758,7 @@ static int setup(gpu_engine *g, char *err, size_t errlen)
         log_warn("cuda: %s; prompts use the matrix-vector kernels (slower prefill)", berr);
     }
     if (gpu_kernels_load(&g->k, err, errlen)) return -1;
+    CU_CHECK(cu.cuDeviceGetAttribute(&g->n_sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g->dev), "querying the GPU");
     log_info("cuda: %s, uploading %s", name, g->base.m->name);
     if (upload_weights(g, err, errlen)) return -1;
     return alloc_buffers(g, err, errlen);

@@ -6,15 +6,18 @@
  *       h = fp16(rmsnorm(x) * attn_norm)
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
  *       q, k = rmsnorm per head (qwen3), RoPE; K/V block[pos] = k, v            (qkv_post)
- *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence
+ *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence:
+ *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
  *       x += Wo h
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
  *   logits = Wout fp16(rmsnorm(x[rows]) * output_norm);  sample(rows)
  *
- * Matmuls over a few rows (decode) read the quantised weights directly (matvec kernels); over
- * many rows (prefill) the weight is dequantised to FP16 and multiplied by cuBLAS.  Both see
- * FP16 weights and activations, so they agree up to the order of FP32 sums. */
+ * Matmuls read the weights as they are stored: over a few rows (decode) with the matvec
+ * kernels, over more (batched decode, prefill) with the tensor-core mmq kernels, which decode
+ * the quantised blocks into their mma fragments; float-format weights (F16/BF16/F32) go to
+ * cuBLAS.  All see the same FP16 weights and activations, so they agree up to the order of
+ * FP32 sums. */
 #include <math.h>
 #include <stdio.h>
 
@@ -48,8 +51,16 @@ typedef struct matmul_op {
     const char *what;
 } matmul_op;
 
-static bool use_matvec(const gpu_engine *g, int m) { return m <= GPU_MATVEC_MAX_M || !g->have_blas; }
+typedef enum { PATH_MATVEC, PATH_MMQ, PATH_BLAS } matmul_path;
+
+static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
+{
+    if (m > 1 && gpu_mmq_serves(&g->k, w->wtype, w->k)) return PATH_MMQ;
+    if (m <= GPU_MATVEC_MAX_M) return PATH_MATVEC;
+    return g->have_blas ? PATH_BLAS : PATH_MATVEC;
+}
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
+static int pad16(int n) { return (n + 15) & ~15; }
 
 /* matvec_args for outputs [first, first+n) of op, which share one weight format. */
 static matvec_args matvec_args_for(const matmul_op *op, int first, int n)
@@ -79,7 +90,7 @@ static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m,
                        const char *what, char *err, size_t errlen)
 {
     const gpu_matrix *w = o->w;
-    CUdeviceptr w16 = w->h16;
+    CUdeviceptr w16 = w->type == GGML_TYPE_F16 ? w->d : w->h16; /* F16 rows are cuBLAS's form already */
     if (!w16) { /* no resident copy: dequantise into the scratch for this one product */
         w16 = g->wdq;
         if (gpu_dequant_f16(g, w, w16, what, err, errlen)) return -1;
@@ -99,22 +110,64 @@ static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m,
     return 0;
 }
 
+/* Outputs [first, first+n) of op (one weight format) with the mmq kernel; glu: the two
+ * outputs are gate and up, and ff_h gets fp16(silu(gate) * up).  Prefill-sized products take
+ * blocks of fewer activation rows while the grid would not cover the GPU; then the k range is
+ * split over grid z until it does (twice over for decode-sized products, which stream the
+ * weights and want loads in flight everywhere), as far as the partial-sum buffer holds the
+ * splits.  Measured on the H100: a separate reduce launch beat the last split adding the
+ * partials itself, and more, partial waves beat fewer whole ones. */
+static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, char *err, size_t errlen)
+{
+    const gpu_matrix *w = op->out[first].w;
+    matvec_args a = matvec_args_for(op, first, n);
+    int v = op->m > 64 ? 3 : op->m > 32 ? 2 : op->m > 16 ? 1 : 0, rows = 0;
+    for (int i = first; i < first + n; i++) rows += pad16(op->out[i].w->n);
+    /* glu: a block takes GPU_MMQ_ROWS / 2 features of gate and of up */
+    unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);
+    while (op->m > 64 && v > 1 && gx * ceil_div(op->m, 16u << v) < (unsigned)g->n_sm) v--;
+    unsigned gy = ceil_div(op->m, 16u << v);
+    int chunks = w->k / 32, stage = MMQ_KT / 32, stages = (chunks + stage - 1) / stage;
+    int splits = 1, want = (op->m <= 64 ? 2 : 1) * g->n_sm;
+    if ((int)(gx * gy) < want) splits = (want + (int)(gx * gy) - 1) / (int)(gx * gy);
+    if (splits > stages / 2) splits = stages / 2 > 1 ? stages / 2 : 1; /* two stages a split at least */
+    while (splits > 1 && (size_t)splits * op->m * rows * sizeof(float) > g->mmq_part_bytes) splits--;
+    a.split_chunks = (stages + splits - 1) / splits * stage;
+    splits = (chunks + a.split_chunks - 1) / a.split_chunks;
+    a.part = F32(g->mmq_part);
+    a.part_ld = rows;
+    if (glu) a.yh = F16(g->ff_h);
+    const gpu_fn *fn = glu ? &g->k.mmq_glu[w->wtype][v] : &g->k.mmq[w->wtype][v];
+    void *args[] = {&a};
+    if (gpu_launch_smem(fn, (gpu_launch_dims){gx, gy, (unsigned)splits, GPU_MMQ_THREADS}, gpu_mmq_smem(w->type, v), g->stream,
+                        args, op->what, err, errlen))
+        return -1;
+    if (splits > 1) {
+        int is_glu = glu;
+        LAUNCH(g->k.mmq_reduce, ((gpu_launch_dims){ceil_div((size_t)op->m * rows, 256), 1, 1, 256}), op->what, &a,
+               &is_glu, &splits);
+    }
+    return 0;
+}
+
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 {
-    if (!use_matvec(g, op->m)) {
-        for (int i = 0; i < op->n_out; i++)
-            if (blas_matmul(g, &op->out[i], op->x, op->m, op->ldx, op->accumulate, op->what, err, errlen)) return -1;
-        return 0;
-    }
-    int v = matvec_variant(op->m);
     for (int i = 0; i < op->n_out;) { /* runs of outputs with one weight format share a launch */
         int j = i + 1;
         while (j < op->n_out && op->out[j].w->type == op->out[i].w->type) j++;
-        matvec_args a = matvec_args_for(op, i, j - i);
-        int rows = 0;
-        for (int s = i; s < j; s++) rows += op->out[s].w->n;
-        gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
-        LAUNCH(g->k.matvec[op->out[i].w->wtype][v], d, op->what, &a);
+        matmul_path path = path_for(g, op->out[i].w, op->m);
+        if (path == PATH_MMQ) {
+            if (mmq(g, op, i, j - i, false, err, errlen)) return -1;
+        } else if (path == PATH_BLAS) {
+            for (int s = i; s < j; s++)
+                if (blas_matmul(g, &op->out[s], op->x, op->m, op->ldx, op->accumulate, op->what, err, errlen)) return -1;
+        } else {
+            int v = matvec_variant(op->m), rows = 0;
+            matvec_args a = matvec_args_for(op, i, j - i);
+            for (int s = i; s < j; s++) rows += op->out[s].w->n;
+            gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
+            LAUNCH(g->k.matvec[op->out[i].w->wtype][v], d, op->what, &a);
+        }
         i = j;
     }
     return 0;
@@ -125,7 +178,10 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what,
 {
     matmul_op op = {.out = {{&L->w_gate, g->gate, 0, g->d_ff}, {&L->w_up, g->up, 0, g->d_ff}}, .n_out = 2,
                     .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
-    if (use_matvec(g, T) && L->w_gate.type == L->w_up.type) {
+    matmul_path path = path_for(g, &L->w_gate, T);
+    bool same = L->w_gate.type == L->w_up.type;
+    if (same && path == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
+    if (same && path == PATH_MATVEC) {
         int v = matvec_variant(T);
         matvec_args a = matvec_args_for(&op, 0, 2);
         a.yh = F16(g->ff_h);
@@ -157,29 +213,47 @@ static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err
     return 0;
 }
 
-static int attention(gpu_engine *g, int il, int T, int n_split, char *err, size_t errlen)
+/* Prompt spans as flash tiles (tensor cores, straight into act_h), then the listed tokens
+ * (decode) through split-K partials and their combine: see gpu_attn_plan. */
+static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
-    int group = hp->n_head / hp->n_head_kv, gb = 8;
+    if (ap->n_tiles > 0) {
+        flash_args fa = {
+            .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
+            .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
+            .tiles = I32(g->in_d + g->in.ftiles), .out = F16(g->act_h), .n_layer = hp->n_layer, .layer = il,
+            .n_head = hp->n_head, .n_kv = hp->n_head_kv, .table_width = g->table_width,
+            .scale = (float)(M_LOG2E / sqrt((double)hp->head_dim)),
+        };
+        /* pack_step makes tiles only when gpu_flash_q_tokens() allows: head_dim 64 or 128 */
+        const gpu_fn *fn = hp->head_dim == 64 ? &g->k.flash_attn_hd64 : &g->k.flash_attn_hd128;
+        LAUNCH(*fn, ((gpu_launch_dims){(unsigned)ap->n_tiles, (unsigned)hp->n_head_kv, 1, GPU_FA_ROWS / 16 * 32}),
+               "attention", &fa);
+    }
+    if (ap->n_dec == 0) return 0;
+    int group = hp->n_head / hp->n_head_kv, gb = 8, n_split = ap->n_split;
     while (group % gb) gb--;
+    CUdeviceptr list = ap->dec_listed ? g->in_d + g->in.dtok : 0;
     attn_args a = {
         .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
         .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables), .n_layer = hp->n_layer,
         .layer = il, .n_head = hp->n_head, .n_kv = hp->n_head_kv, .table_width = g->table_width,
         .hd = hp->head_dim, .gb = gb, .n_split = n_split,
         .scale = 1.0f / sqrtf((float)hp->head_dim), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
+        .tok_list = list ? I32(list) : NULL,
     };
     const gpu_fn *fn = hp->head_dim == 64 ? &g->k.attn_partial_hd64
                      : hp->head_dim == 128 ? &g->k.attn_partial_hd128 : &g->k.attn_partial;
-    LAUNCH(*fn, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head / gb), (unsigned)n_split, 128}),
-           "attention", &a);
+    unsigned n = (unsigned)ap->n_dec;
+    LAUNCH(*fn, ((gpu_launch_dims){n, (unsigned)(hp->n_head / gb), (unsigned)n_split, 128}), "attention", &a);
     int hd = hp->head_dim, nh = hp->n_head;
-    LAUNCH(g->k.attn_combine, ((gpu_launch_dims){(unsigned)T, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",
-           &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd);
+    LAUNCH(g->k.attn_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",
+           &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd, &list);
     return 0;
 }
 
-static int layer_forward(gpu_engine *g, int il, int T, int n_split, char *err, size_t errlen)
+static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
@@ -201,7 +275,7 @@ static int layer_forward(gpu_engine *g, int il, int T, int n_split, char *err, s
     };
     LAUNCH(g->k.qkv_post, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + hp->n_head_kv), 1, hp->head_dim >= 128 ? 64 : 32}),
            what, &post);
-    if (attention(g, il, T, n_split, err, errlen)) return -1;
+    if (attention(g, il, ap, err, errlen)) return -1;
     matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = g->d_q,
                     .accumulate = true, .what = what};
     if (matmul(g, &wo, err, errlen)) return -1;
@@ -231,7 +305,7 @@ int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t e
     return lm_head(g, g->in_d + g->in.lidx + (size_t)first * sizeof(int32_t), 1, n, err, errlen);
 }
 
-int gpu_forward(gpu_engine *g, int T, int R, int n_split, char *err, size_t errlen)
+int gpu_forward(gpu_engine *g, int T, int R, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
     CUdeviceptr tok = g->in_d + g->in.tok, slot = g->in_d + g->in.slot, pos = g->in_d + g->in.pos;
@@ -242,7 +316,7 @@ int gpu_forward(gpu_engine *g, int T, int R, int n_split, char *err, size_t errl
     LAUNCH(g->k.embed[g->tok_embd.wtype], ((gpu_launch_dims){(unsigned)T, 1, 1, 64}), "embedding",
            &g->tok_embd.d, &rb, &ne, &tok, &g->x);
     for (int il = 0; il < hp->n_layer; il++)
-        if (layer_forward(g, il, T, n_split, err, errlen)) return -1;
+        if (layer_forward(g, il, T, ap, err, errlen)) return -1;
     if (R == 0) return 0;
     int stride = (int)(sizeof(gpu_sample_row) / sizeof(int32_t));
     if (lm_head(g, g->in_d + g->in.rows, stride, R, err, errlen)) return -1;

@@ -12,9 +12,12 @@
 /* Decode steps of up to this many sequences replay a CUDA graph captured for the next power
  * of two. */
 #define GPU_MAX_DECODE_BATCH 64
-/* Matmuls over at most this many rows read the quantised weights (matvec kernels); more rows
- * amortise dequantising the weight to FP16 for cuBLAS's tensor-core GEMM. */
+/* Matmuls over one row use the matvec kernels; over more, block-quantised weights go to the
+ * tensor-core mmq kernels (at 2-4 rows already faster than matvec's FP32 dot products), float
+ * weights to matvec up to GPU_MATVEC_MAX_M rows and to cuBLAS beyond. */
 #define GPU_MATVEC_MAX_M 4
+/* mmq's partial sums when it splits k (batched decode): splits * rows * features * 4 bytes */
+#define GPU_MMQ_PART_BYTES ((size_t)24 << 20)
 #define GPU_BLAS_WORKSPACE (32u << 20) /* preset, so cuBLAS allocates nothing inside graphs */
 #define GPU_N_BUCKETS 7 /* 1 2 4 8 16 32 64 */
 #define GPU_MAX_BIAS_PER_SEQ 1024
@@ -27,7 +30,7 @@ typedef struct gpu_matrix {
     int wtype; /* gpu_wtype_index(type) */
     int k, n;  /* padded inputs per row, outputs */
     size_t row_bytes;
-    CUdeviceptr h16; /* resident FP16 copy [n][k] for cuBLAS, or 0 (dequantised per use) */
+    CUdeviceptr h16; /* F32/BF16 only: resident FP16 copy [n][k] for cuBLAS, or 0 (dequantised per use) */
 } gpu_matrix;
 
 typedef struct gpu_layer {
@@ -38,10 +41,20 @@ typedef struct gpu_layer {
 /* Where each per-step input lives in the staging buffer, copied in two parts so a step moves
  * only what it uses: everything up to the used logit_bias entries (or, with constrained rows,
  * up to their allowed-token masks), and the used rows of the block tables (last).  Decode
- * graphs read these fixed addresses. */
+ * graphs read these fixed addresses.  ftiles (flash tiles, int32 pairs) and dtok (tokens for
+ * the split-K kernel) say how attention takes the step's tokens (gpu_attn_plan). */
 typedef struct gpu_inputs {
-    size_t tok, pos, slot, seq, rows, lidx, bias, mask, tables, bytes;
+    size_t tok, pos, slot, seq, rows, lidx, dtok, ftiles, bias, mask, tables, bytes;
 } gpu_inputs;
+
+/* How attention takes a step's tokens (pack_step): n_tiles flash tiles listed at in.ftiles
+ * (every span of >= 2 tokens, when the shape has a flash kernel), and n_dec tokens through
+ * attn_partial with n_split key splits: those listed at in.dtok, or, when !dec_listed, tokens
+ * 0..n_dec-1 (the decode graphs, which are captured that way). */
+typedef struct gpu_attn_plan {
+    int n_tiles, n_dec, n_split;
+    bool dec_listed;
+} gpu_attn_plan;
 
 typedef struct gpu_engine {
     engine base;
@@ -73,12 +86,16 @@ typedef struct gpu_engine {
     CUdeviceptr x;               /* residual stream, f32 [t][n_embd] */
     CUdeviceptr act_h, ff_h;     /* matmul inputs, f16: normed x / attention out, SwiGLU out */
     CUdeviceptr q, kk, vv;       /* projections, f32 */
-    CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU */
+    CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU (0 when unused) */
+    CUdeviceptr mmq_part;        /* mmq split-k partial sums, mmq_part_bytes */
+    size_t mmq_part_bytes;
+    int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;
     CUdeviceptr w16;             /* FP16 copies of every matrix cuBLAS multiplies, or 0 */
     size_t w16_bytes;
     CUdeviceptr xl_h, logits, work, counts, parts, sout;
     int att_splits;              /* splits the partial buffers hold for cap_tokens queries */
+    int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel */
     size_t wdq_bytes;
 
     /* per-step inputs: pinned host staging + device copy, and results */
@@ -95,10 +112,10 @@ typedef struct gpu_engine {
     char failed[320];
 } gpu_engine;
 
-/* Run the forward pass of n_tokens packed tokens (inputs already in in_d) and sample n_rows
- * logits rows (logits into g->logits, samples into g->sout).  Launches only: no
- * synchronisation, so it can be captured into a graph. */
-int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, int n_split, char *err, size_t errlen);
+/* Run the forward pass of n_tokens packed tokens (inputs already in in_d), attention as ap
+ * says, and sample n_rows logits rows (logits into g->logits, samples into g->sout).
+ * Launches only: no synchronisation, so it can be captured into a graph. */
+int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, const gpu_attn_plan *ap, char *err, size_t errlen);
 /* W -> FP16 row-major [n][k] at dst (the form cuBLAS multiplies); launches only. */
 int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const char *what, char *err,
                     size_t errlen);

@@ -50,6 +50,22 @@ void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, in
 
 /* Names outlive the lookup: they are kept for error messages. */
 static char names[GPU_N_WTYPES][2 * GPU_MATVEC_VARIANTS + 2][24];
+static char mmq_names[GPU_N_WTYPES][2 * GPU_MMQ_VARIANTS][24];
+
+unsigned gpu_mmq_smem(ggml_type t, int v)
+{
+    /* mmq.cuh: mmq_depth stages of raw weight rows and activation rows, then the row pointers */
+    unsigned stages = MMQ_DEPTH(v), bm = 16u << v;
+    return stages * ((unsigned)GPU_MMQ_ROWS * (unsigned)gpu_row_bytes(t, MMQ_KT) + bm * (MMQ_KT + 32) * 2u) +
+           GPU_MMQ_ROWS * (unsigned)sizeof(void *); /* row pointers */
+}
+
+bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim)
+{
+    return wtype >= 0 && k->mmq[wtype][0].f && kdim % MMQ_KT == 0;
+}
+
+static bool is_block_quant(ggml_type t) { return t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16; }
 
 static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_t errlen)
 {
@@ -75,6 +91,17 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         snprintf(em, sizeof names[t][0], "embed_%s", wtypes[t].suffix);
         if (lookup(k, &k->dequant_f16[t], dq, err, errlen) || lookup(k, &k->embed[t], em, err, errlen))
             return -1;
+        for (int v = 0; is_block_quant(wtypes[t].type) && v < GPU_MMQ_VARIANTS; v++) {
+            char *mm = mmq_names[t][v], *mg = mmq_names[t][GPU_MMQ_VARIANTS + v];
+            snprintf(mm, sizeof mmq_names[t][0], "mmq_%s_%d", wtypes[t].suffix, 16 << v);
+            snprintf(mg, sizeof mmq_names[t][0], "mmq_glu_%s_%d", wtypes[t].suffix, 16 << v);
+            if (lookup(k, &k->mmq[t][v], mm, err, errlen) || lookup(k, &k->mmq_glu[t][v], mg, err, errlen)) return -1;
+            /* the larger variants stage more than the default 48 KiB of shared memory */
+            CU_CHECK(cu.cuFuncSetAttribute(k->mmq[t][v].f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           (int)gpu_mmq_smem(wtypes[t].type, v)), mm);
+            CU_CHECK(cu.cuFuncSetAttribute(k->mmq_glu[t][v].f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           (int)gpu_mmq_smem(wtypes[t].type, v)), mg);
+        }
     }
     struct {
         gpu_fn *fn;
@@ -82,9 +109,10 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     } plain[] = {
         {&k->rmsnorm, "rmsnorm"},       {&k->qkv_post, "qkv_post"},
         {&k->hist_store, "hist_store"}, {&k->swiglu, "swiglu"},
-        {&k->add_bias, "add_bias"},
+        {&k->add_bias, "add_bias"},     {&k->mmq_reduce, "mmq_reduce"},
         {&k->attn_partial, "attn_partial"}, {&k->attn_partial_hd64, "attn_partial_hd64"},
         {&k->attn_partial_hd128, "attn_partial_hd128"}, {&k->attn_combine, "attn_combine"},
+        {&k->flash_attn_hd64, "flash_attn_hd64"}, {&k->flash_attn_hd128, "flash_attn_hd128"},
         {&k->sample_prep, "sample_prep"}, {&k->sample_adjust, "sample_adjust"},
         {&k->sample_reduce, "sample_reduce"}, {&k->sample, "sample"},
     };
@@ -102,12 +130,18 @@ void gpu_kernels_unload(gpu_kernels *k)
 int gpu_launch(const gpu_fn *fn, gpu_launch_dims d, CUstream stream, void **args, const char *what,
                char *err, size_t errlen)
 {
-    CUresult r = cu.cuLaunchKernel(fn->f, d.gx, d.gy ? d.gy : 1, d.gz ? d.gz : 1, d.bx, 1, 1, 0,
+    return gpu_launch_smem(fn, d, 0, stream, args, what, err, errlen);
+}
+
+int gpu_launch_smem(const gpu_fn *fn, gpu_launch_dims d, unsigned smem, CUstream stream, void **args,
+                    const char *what, char *err, size_t errlen)
+{
+    CUresult r = cu.cuLaunchKernel(fn->f, d.gx, d.gy ? d.gy : 1, d.gz ? d.gz : 1, d.bx, 1, 1, smem,
                                    stream, args, NULL);
     if (r != CUDA_SUCCESS) {
         char b[160];
-        snprintf(err, errlen, "%s: launching %s (grid %ux%ux%u, block %u): %s", what, fn->name, d.gx,
-                 d.gy ? d.gy : 1, d.gz ? d.gz : 1, d.bx, cuda_api_strerror(r, b, sizeof b));
+        snprintf(err, errlen, "%s: launching %s (grid %ux%ux%u, block %u, %u bytes shared): %s", what, fn->name,
+                 d.gx, d.gy ? d.gy : 1, d.gz ? d.gz : 1, d.bx, smem, cuda_api_strerror(r, b, sizeof b));
         return -1;
     }
     return 0;

@@ -29,15 +29,29 @@ typedef struct gpu_fn {
     const char *name;
 } gpu_fn;
 
+#define GPU_MMQ_VARIANTS 4 /* 16, 32, 64, 128 activation rows per block */
+#define GPU_MMQ_THREADS 256
+#define GPU_MMQ_ROWS 128   /* weight rows per block: 16 per warp (glu: 64 features of gate and up) */
+
 typedef struct gpu_kernels {
     CUmodule module;
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
+    /* tensor-core products on block-quantised weights (f == NULL for float formats, which
+     * go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(variant) */
+    gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
+    gpu_fn mmq_glu[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
+    gpu_fn mmq_reduce;
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, qkv_post, hist_store, swiglu, add_bias;
-    gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_combine, sample_prep, sample_adjust, sample_reduce, sample;
+    gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_combine, flash_attn_hd64, flash_attn_hd128;
+    gpu_fn sample_prep, sample_adjust, sample_reduce, sample;
 } gpu_kernels;
+
+/* Whether the mmq kernels multiply a matrix of format index wtype with kdim inputs per row
+ * (block-quantised, whole 256-input stages). */
+bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim);
 
 /* Load the embedded fatbin into the current context and resolve every kernel. */
 int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen);
@@ -48,9 +62,15 @@ typedef struct gpu_launch_dims {
     unsigned bx;         /* threads per block (1-D blocks) */
 } gpu_launch_dims;
 
+/* Dynamic shared memory of mmq variant v on format t. */
+unsigned gpu_mmq_smem(ggml_type t, int v);
+
 /* Launch fn on stream with the kernel's parameters in args; -1 with "<what>: <kernel>: ..."
  * in err when the launch is refused. */
 int gpu_launch(const gpu_fn *fn, gpu_launch_dims d, CUstream stream, void **args, const char *what,
                char *err, size_t errlen);
+/* ... with smem bytes of dynamic shared memory. */
+int gpu_launch_smem(const gpu_fn *fn, gpu_launch_dims d, unsigned smem, CUstream stream, void **args,
+                    const char *what, char *err, size_t errlen);
 
 #endif

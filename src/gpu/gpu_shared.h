@@ -38,7 +38,17 @@ typedef struct matvec_args {
     unsigned long long row_bytes;
     const gpu_half *x;  /* [m][ldx] */
     gpu_half *yh;       /* glu output [m][ldy of seg 0] */
+    /* mmq only, with a k split (grid z > 1): partial sums [split][m][part_ld], one row per
+     * feature with each segment's features padded to 16 (glu: gate's, then up's) */
+    float *part;
+    int part_ld;
+    int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
 } matvec_args;
+
+/* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in
+ * flight of variant v (16 << v activation rows per block). */
+#define MMQ_KT 256
+#define MMQ_DEPTH(v) ((v) >= 3 ? 2 : 3)
 
 /* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK), laid
  * out [block][layer][kv_head][GPU_KV_BLOCK][hd] so one block (every layer) is one contiguous
@@ -76,7 +86,33 @@ typedef struct attn_args {
     float scale; /* 1/sqrt(hd) */
     float *part_o;  /* [t][n_head][n_split][hd] */
     float *part_ml; /* [t][n_head][n_split][2] */
+    /* grid x index -> packed token, or NULL: token = grid x index (the decode graphs) */
+    const int32_t *tok_list;
 } attn_args;
+
+/* flash_attn_hd<64|128> (kernels/flash_attn.cuh): prompt tokens on the tensor cores.  A tile
+ * is up to gpu_flash_q_tokens() consecutive packed tokens of one sequence with consecutive
+ * positions; grid (tiles, n_kv), GPU_FA_ROWS / 16 warps.  scale = log2(e) / sqrt(hd): the
+ * softmax runs in base 2. */
+#define GPU_FA_ROWS 64 /* (token, query head) rows per block */
+typedef struct flash_args {
+    const float *q; /* [t][n_head][hd] */
+    const gpu_half *kc, *vc;
+    const int32_t *seq, *pos, *tables; /* as in qkv_post_args */
+    const int32_t *tiles;              /* [tile][2]: first packed token, tokens */
+    gpu_half *out;                     /* [t][n_head][hd] */
+    int n_layer, layer, n_head, n_kv, table_width;
+    float scale;
+} flash_args;
+
+/* Tokens per flash tile for this shape (all query heads of a KV group in one block), or 0
+ * when the flash kernel does not apply (another head size, a group over GPU_FA_ROWS heads):
+ * then every token takes attn_partial. */
+static inline GPU_HOST_DEVICE int gpu_flash_q_tokens(int n_head, int n_kv, int hd)
+{
+    if ((hd != 64 && hd != 128) || n_kv <= 0 || n_head % n_kv) return 0;
+    return GPU_FA_ROWS / (n_head / n_kv);
+}
 
 /* Keys per split for a query that sees n_keys keys: a function of n_keys alone, so a token's
  * attention is computed the same way whatever it is batched with.  A multiple of GPU_KV_BLOCK,

@@ -2,7 +2,8 @@
  *   - logits at >= 256 positions (a 200-token prompt, then single-token decode steps) for
  *     every architecture and weight format: top-1 agreement >= 99 %, relative error reported;
  *   - stories260K (a trained model): logits and a 300-token greedy generation;
- *   - 32 concurrent greedy sequences give the tokens each gives alone;
+ *   - 32 concurrent greedy sequences give the tokens each gives alone, and so do sequences
+ *     in mixed prefill + decode steps (split-K only, and flash prompts beside split-K decode);
  *   - a refused step leaves the engine usable; an impossible KV cache is refused with numbers.
  * Skips without a device. */
 #include <setjmp.h>
@@ -334,15 +335,11 @@ static void run_mixed(engine *e, int32_t prompts[MX_NS][MX_PL], int shift, int p
 }
 
 /* Mixed steps, as a server makes them (decode rows ride through the prefill path, batches
- * of every size 1..8 with padding), on a random F32 model shaped like `inferd mkmodel --preset
- * tiny`: first in fresh slots, then again with each sequence in a slot another one has used
- * (nothing is cleared on the GPU: stale keys and history must never be read).  Each sequence
- * must give its solo tokens up to near ties. */
-static void test_mixed_steps_equal_alone(void **state)
+ * of every size 1..8 with padding), on a random F32 model: first in fresh slots, then again
+ * with each sequence in a slot another one has used (nothing is cleared on the GPU: stale keys
+ * and history must never be read).  Each sequence must give its solo tokens up to near ties. */
+static void mixed_case(tiny_spec ts)
 {
-    (void)state;
-    tiny_spec ts = tiny_spec_default();
-    ts.n_vocab = 1024, ts.n_embd = 64, ts.n_head = 4, ts.n_head_kv = 2, ts.n_ff = 128, ts.n_ctx = 128;
     void *image;
     model *m = random_model(ts, &image);
     const int V = m->hp.n_vocab;
@@ -368,6 +365,19 @@ static void test_mixed_steps_equal_alone(void **state)
     free(solo_logits);
     model_free(m);
     free(image);
+}
+
+static void test_mixed_steps_equal_alone(void **state)
+{
+    (void)state;
+    /* shaped like `inferd mkmodel --preset tiny`: head_dim 16, so every token takes split-K */
+    tiny_spec ts = tiny_spec_default();
+    ts.n_vocab = 1024, ts.n_embd = 64, ts.n_head = 4, ts.n_head_kv = 2, ts.n_ff = 128, ts.n_ctx = 128;
+    mixed_case(ts);
+    /* head_dim 64, 4 query heads per KV head: prompts take the flash kernel, decode tokens
+     * split-K, in the same steps */
+    ts.n_embd = 256, ts.n_head = 4, ts.n_head_kv = 1;
+    mixed_case(ts);
 }
 
 static void test_errors_leave_engine_usable(void **state)

@@ -1,7 +1,8 @@
 /* test_gpu_kernels.c - each CUDA kernel against the CPU on fresh random inputs: the quantised
  * matrix-vector kernels (every weight format, every row-count variant, bias and residual),
  * FP16 dequantisation and embedding rows, RMSNorm, RoPE, split-K attention over slots of
- * different lengths, and the sampler against sampling_sample().  Outputs are poisoned (NaN)
+ * different lengths, the tensor-core prompt attention (flash) over spans of every shape, and
+ * the sampler against sampling_sample().  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -65,6 +66,16 @@ static CUdeviceptr poisoned(size_t n)
 {
     float *h = malloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = NAN;
+    CUdeviceptr d = upload(h, n * sizeof *h);
+    free(h);
+    return d;
+}
+
+/* A device buffer of n FP16 values, all NaN. */
+static CUdeviceptr poisoned_half(size_t n)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = 0x7e00;
     CUdeviceptr d = upload(h, n * sizeof *h);
     free(h);
     return d;
@@ -223,6 +234,125 @@ static void test_matvec_all_formats(void **state)
         assert_true(ee < 1e-6);
         cu.cuMemFree(dh), cu.cuMemFree(dt), cu.cuMemFree(de), cu.cuMemFree(dw);
         free(h), free(hf), free(emb), free(eref), free(deq), free(w);
+    }
+}
+
+/* One mmq launch (and mmq_reduce when split) as gpu_forward makes it: variant v for m rows,
+ * k split into chunks of split_chunks (0: one split). */
+static void mmq_launch(ggml_type t, matvec_args *a, int rows, int launch_rows, bool glu, int split_chunks)
+{
+    int wt = gpu_wtype_index(t), v = a->m > 64 ? 3 : a->m > 32 ? 2 : a->m > 16 ? 1 : 0;
+    int chunks = a->k / 32, splits = 1;
+    a->split_chunks = split_chunks ? split_chunks : chunks;
+    splits = (chunks + a->split_chunks - 1) / a->split_chunks;
+    a->part_ld = rows;
+    CUdeviceptr part = 0;
+    if (splits > 1) {
+        part = poisoned((size_t)splits * a->m * rows);
+        a->part = (float *)(uintptr_t)part;
+    }
+    const gpu_fn *fn = glu ? &G.k.mmq_glu[wt][v] : &G.k.mmq[wt][v];
+    assert_non_null(fn->f);
+    void *args[] = {a};
+    int per_block = glu ? GPU_MMQ_ROWS / 2 : GPU_MMQ_ROWS;
+    gpu_launch_dims d = {(unsigned)((launch_rows + per_block - 1) / per_block), (unsigned)((a->m + (16 << v) - 1) / (16 << v)),
+                         (unsigned)splits, GPU_MMQ_THREADS};
+    if (gpu_launch_smem(fn, d, gpu_mmq_smem(t, v), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
+    if (splits > 1) {
+        int is_glu = glu;
+        void *rargs[] = {a, &is_glu, &splits};
+        launch(&G.k.mmq_reduce, (gpu_launch_dims){(unsigned)(((size_t)a->m * rows + 255) / 256), 1, 1, 256}, rargs);
+    }
+    CHECK(cu.cuCtxSynchronize());
+    if (part) cu.cuMemFree(part);
+}
+
+/* The tensor-core kernels on every block-quantised format against the same float64 reference
+ * as the matvec kernels: two segments of 30 and 47 rows (not multiples of 16) with bias and the
+ * residual accumulate for odd M, the gate/up variant, one split and three (the partial sums
+ * and mmq_reduce), M across all four variants and past one block of activation rows. */
+static void test_mmq_all_formats(void **state)
+{
+    (void)state;
+    uint64_t seed = 7;
+    const int K = 768, N = 77, N0 = 30, NG = 38;
+    const int Ms[] = {5, 16, 17, 40, 64, 65, 300};
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
+        ggml_type t = wtypes[ti];
+        int wt = gpu_wtype_index(t);
+        if (!G.k.mmq[wt][0].f) continue; /* float formats: cuBLAS */
+        float *deq = malloc((size_t)K * N * sizeof *deq);
+        void *w = random_matrix(t, K, N, deq, &seed);
+        size_t rb = gpu_row_bytes(t, K);
+        CUdeviceptr dw = upload(w, rb * N), dh = poisoned((size_t)K * N / 2);
+        unsigned long long rbl = rb;
+        int k = K, n = N;
+        void *dargs[] = {&dw, &rbl, &k, &n, &dh};
+        launch(&G.k.dequant_f16[wt], (gpu_launch_dims){(K / 32 * N + 255) / 256, 1, 1, 256}, dargs);
+        uint16_t *h = malloc((size_t)K * N * sizeof *h);
+        float *hf = malloc((size_t)K * N * sizeof *hf);
+        download(h, dh, (size_t)K * N * sizeof *h);
+        for (size_t i = 0; i < (size_t)K * N; i++) hf[i] = quant_f16_to_f32(h[i]);
+        double worst = 0.0, worst_glu = 0.0;
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+            for (int split = 0; split < 2; split++) {
+                int M = Ms[mi], acc = M % 2;
+                float *x = malloc((size_t)M * K * sizeof *x), *y = malloc((size_t)M * N * sizeof *y);
+                float *ref = malloc((size_t)M * N * sizeof *ref), *bias = malloc(N * sizeof *bias);
+                for (int i = 0; i < M * K; i++) x[i] = gpu_test_randf(&seed);
+                for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(&seed);
+                CUdeviceptr dx = upload_half(x, (size_t)M * K), db = upload(bias, N * sizeof *bias);
+                CUdeviceptr dy0 = poisoned((size_t)M * N0), dy1 = poisoned((size_t)M * (N - N0));
+                for (int m = 0; m < M; m++)
+                    for (int nn = 0; nn < N; nn++)
+                        ref[nn < N0 ? m * N0 + nn : M * N0 + m * (N - N0) + (nn - N0)] =
+                            (float)(dot_ref(hf + (size_t)nn * K, x + (size_t)m * K, K) + (acc ? 1.0 + bias[nn] : 0.0));
+                if (acc) {
+                    for (int i = 0; i < M * N; i++) y[i] = 1.0f;
+                    CHECK(cu.cuMemcpyHtoD(dy0, y, (size_t)M * N0 * sizeof *y));
+                    CHECK(cu.cuMemcpyHtoD(dy1, y, (size_t)M * (N - N0) * sizeof *y));
+                }
+                matvec_args a = {.n_seg = 2, .k = K, .m = M, .ldx = K, .accumulate = acc, .row_bytes = rb,
+                                 .x = (const gpu_half *)(uintptr_t)dx};
+                a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, (float *)(uintptr_t)dy0,
+                                        acc ? (const float *)(uintptr_t)db : NULL, N0, N0};
+                a.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * N0, (float *)(uintptr_t)dy1,
+                                        acc ? (const float *)(uintptr_t)db + N0 : NULL, N - N0, N - N0};
+                int rows = 32 + 48; /* 30 and 47 padded to 16 */
+                mmq_launch(t, &a, rows, rows, false, split ? 8 : 0);
+                download(y, dy0, (size_t)M * N0 * sizeof *y);
+                download(y + (size_t)M * N0, dy1, (size_t)M * (N - N0) * sizeof *y);
+                double e = gpu_test_rel_err(y, ref, (size_t)M * N);
+                if (e > worst) worst = e;
+                if (e > 1e-4) fail_msg("mmq %s M=%d split=%d: relative error %.3g", ggml_type_name(t), M, split, e);
+
+                CUdeviceptr dgh = poisoned((size_t)M * NG / 2 + 1);
+                matvec_args ga = a;
+                ga.accumulate = 0;
+                ga.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, NULL, NULL, NG, NG};
+                ga.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * NG, NULL, NULL, NG, NG};
+                ga.yh = (gpu_half *)(uintptr_t)dgh;
+                mmq_launch(t, &ga, 2 * 48, NG, true, split ? 8 : 0);
+                uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
+                float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
+                download(gh, dgh, (size_t)M * NG * sizeof *gh);
+                for (int m = 0; m < M; m++)
+                    for (int nn = 0; nn < NG; nn++) {
+                        double gt = dot_ref(hf + (size_t)nn * K, x + (size_t)m * K, K);
+                        double up = dot_ref(hf + (size_t)(NG + nn) * K, x + (size_t)m * K, K);
+                        gref[m * NG + nn] = (float)(gt / (1.0 + exp(-gt)) * up);
+                        gf[m * NG + nn] = quant_f16_to_f32(gh[m * NG + nn]);
+                    }
+                e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
+                if (e > worst_glu) worst_glu = e;
+                if (e > 2e-3) fail_msg("mmq glu %s M=%d split=%d: relative error %.3g", ggml_type_name(t), M, split, e);
+                cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dgh);
+                free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
+            }
+        print_message("  %-5s mmq rel err %.2e, glu %.2e (M 5..300, one split and three)\n", ggml_type_name(t), worst,
+                      worst_glu);
+        cu.cuMemFree(dw), cu.cuMemFree(dh);
+        free(h), free(hf), free(deq), free(w);
     }
 }
 
@@ -405,6 +535,8 @@ static void attention_case(int hd, const gpu_fn *special)
     CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, nq * sizeof *q);
     CUdeviceptr ds = upload(slot, sizeof slot), dp = upload(pos, sizeof pos);
     CUdeviceptr dtab = upload(tables, (size_t)nb * sizeof *tables);
+    int32_t list[4] = {2, 0, 3, 1}; /* the second launch of each pair reaches the tokens through a list */
+    CUdeviceptr dlist = upload(list, sizeof list);
     const gpu_fn *kernels[2] = {&G.k.attn_partial, special};
     /* the grid may be deeper than the longest query needs: extra splits are empty */
     const int splits[] = {11, 32};
@@ -412,30 +544,34 @@ static void attention_case(int hd, const gpu_fn *special)
         for (int si = 0; si < 2; si++) {
             int ns = splits[si];
             CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
-            CUdeviceptr dout = poisoned(nq / 2);
             int gbs[] = {4, 2};
             for (int gi = 0; gi < 2; gi++) {
+                CUdeviceptr dout = poisoned_half(nq);
                 attn_args a = {.q = (const float *)(uintptr_t)dq, .kc = (const gpu_half *)(uintptr_t)dk,
                                .vc = (const gpu_half *)(uintptr_t)dv, .seq = (const int32_t *)(uintptr_t)ds,
                                .pos = (const int32_t *)(uintptr_t)dp, .tables = (const int32_t *)(uintptr_t)dtab,
                                .n_layer = n_layer, .layer = layer, .n_head = n_head, .n_kv = n_kv,
                                .table_width = tw, .hd = hd, .gb = gbs[gi], .n_split = ns,
-                               .scale = scale, .part_o = (float *)(uintptr_t)po, .part_ml = (float *)(uintptr_t)pml};
+                               .scale = scale, .part_o = (float *)(uintptr_t)po, .part_ml = (float *)(uintptr_t)pml,
+                               .tok_list = gi ? (const int32_t *)(uintptr_t)dlist : NULL};
                 void *aa[] = {&a};
                 launch(kernels[ki], (gpu_launch_dims){T, n_head / gbs[gi], ns, 128}, aa);
                 int nh = n_head, d = hd, nsp = ns;
-                void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d};
+                CUdeviceptr cl = gi ? dlist : 0;
+                void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d, &cl};
                 launch(&G.k.attn_combine, (gpu_launch_dims){T, n_head, 1, 64}, ca);
                 download(outh, dout, nq * 2);
                 for (size_t i = 0; i < nq; i++) out[i] = quant_f16_to_f32(outh[i]);
                 double e = gpu_test_rel_err(out, ref, nq);
-                print_message("  %s hd=%d grid splits=%d heads/block=%d rel err %.2e (fp16 out)\n", kernels[ki]->name,
-                              hd, ns, gbs[gi], e);
+                print_message("  %s hd=%d grid splits=%d heads/block=%d%s rel err %.2e (fp16 out)\n",
+                              kernels[ki]->name, hd, ns, gbs[gi], gi ? " token list" : "", e);
                 assert_true(e < 1e-3);
+                cu.cuMemFree(dout);
             }
-            cu.cuMemFree(po), cu.cuMemFree(pml), cu.cuMemFree(dout);
+            cu.cuMemFree(po), cu.cuMemFree(pml);
         }
     cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
+    cu.cuMemFree(dlist);
     free(kc), free(vc), free(outh), free(q), free(out), free(ref), free(tables);
 }
 
@@ -445,6 +581,139 @@ static void test_attention(void **state)
     attention_case(64, &G.k.attn_partial_hd64);
     attention_case(128, &G.k.attn_partial_hd128);
     attention_case(96, NULL); /* a head size with no specialised kernel */
+}
+
+/* The flash kernel's spans: every length (one token short of / over a 64-row tile, several
+ * tiles, one KV block and more) at every start (a fresh prompt; a chunk after a cached prefix
+ * of 37 keys, mid-block; after 700 keys), each span its own sequence, all in one launch. */
+static const int fa_lens[] = {2, 17, 64, 65, 300};
+static const int fa_starts[] = {0, 37, 700};
+enum { FA_NSPAN = 15 };
+
+/* Flash tiles over the packed spans: pack_step's cut (up to qt tokens from each span's first)
+ * when !vary; else tiles of 1, 8, 15, ... tokens (mod qt) in reverse order -- another tiling
+ * and another block order of the same queries. */
+static int fa_tiles(const int *first, const int *len, int qt, bool vary, int32_t *tiles)
+{
+    int n = 0, k = 0;
+    for (int s = 0; s < FA_NSPAN; s++)
+        for (int j = 0; j < len[s]; n++) {
+            int c = vary ? 1 + (k++ * 7) % qt : qt;
+            if (c > len[s] - j) c = len[s] - j;
+            tiles[2 * n] = first[s] + j;
+            tiles[2 * n + 1] = c;
+            j += c;
+        }
+    for (int i = 0; vary && i < n / 2; i++)
+        for (int e = 0; e < 2; e++) {
+            int32_t x = tiles[2 * i + e];
+            tiles[2 * i + e] = tiles[2 * (n - 1 - i) + e];
+            tiles[2 * (n - 1 - i) + e] = x;
+        }
+    return n;
+}
+
+/* flash_attn_hd<hd> with `group` query heads per KV head (2 KV heads) against the float64
+ * reference, through fragmented block tables, and bit-identical under a second tiling. */
+static void flash_case(int hd, int group, const gpu_fn *fn)
+{
+    uint64_t seed = 1000 + hd + group;
+    const int n_layer = 2, layer = 1, n_kv = 2, n_head = group * n_kv, ctx = 1024;
+    const int tw = ctx / GPU_KV_BLOCK, nb = FA_NSPAN * tw, qt = gpu_flash_q_tokens(n_head, n_kv, hd);
+    assert_true(qt >= 1);
+    int first[FA_NSPAN], len[FA_NSPAN], T = 0;
+    int32_t *seq = malloc((size_t)FA_NSPAN * 300 * sizeof *seq), *pos = malloc((size_t)FA_NSPAN * 300 * sizeof *pos);
+    for (int s = 0; s < FA_NSPAN; s++) {
+        first[s] = T;
+        len[s] = fa_lens[s % 5];
+        for (int j = 0; j < len[s]; j++, T++) {
+            seq[T] = s;
+            pos[T] = fa_starts[s / 5] + j;
+        }
+    }
+    int32_t *tables = scattered_tables(FA_NSPAN, tw);
+    const size_t nq = (size_t)T * n_head * hd, cache_n = (size_t)nb * n_layer * n_kv * GPU_KV_BLOCK * hd;
+    uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2), *outh = malloc(nq * 2), *outh2 = malloc(nq * 2);
+    float *q = malloc(nq * sizeof *q), *out = malloc(nq * sizeof *out), *ref = malloc(nq * sizeof *ref);
+    float *kf = malloc(cache_n * sizeof *kf), *vf = malloc(cache_n * sizeof *vf); /* the caches' values */
+    for (size_t i = 0; i < cache_n; i++) {
+        kc[i] = quant_f32_to_f16(gpu_test_randf(&seed) * 2.0f);
+        vc[i] = quant_f32_to_f16(gpu_test_randf(&seed));
+        kf[i] = quant_f16_to_f32(kc[i]);
+        vf[i] = quant_f16_to_f32(vc[i]);
+    }
+    for (size_t i = 0; i < nq; i++) q[i] = gpu_test_randf(&seed);
+    double *sc = malloc((size_t)ctx * sizeof *sc), *o = malloc((size_t)hd * sizeof *o);
+    const double scale = 1.0 / sqrt((double)hd);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_head; h++) {
+            const int kvh = h / group;
+            const float *qv = q + ((size_t)t * n_head + h) * hd;
+            double mx = -INFINITY, sum = 0.0;
+            for (int j = 0; j <= pos[t]; j++) {
+                size_t at = gpu_kv_offset(tables[seq[t] * tw + j / GPU_KV_BLOCK], n_layer, layer, n_kv, kvh,
+                                          j % GPU_KV_BLOCK, hd);
+                double sv = 0.0;
+                for (int d = 0; d < hd; d++) sv += (double)qv[d] * kf[at + d];
+                sc[j] = sv * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int d = 0; d < hd; d++) o[d] = 0.0;
+            for (int j = 0; j <= pos[t]; j++) {
+                size_t at = gpu_kv_offset(tables[seq[t] * tw + j / GPU_KV_BLOCK], n_layer, layer, n_kv, kvh,
+                                          j % GPU_KV_BLOCK, hd);
+                double p = exp(sc[j] - mx);
+                sum += p;
+                for (int d = 0; d < hd; d++) o[d] += p * vf[at + d];
+            }
+            for (int d = 0; d < hd; d++) ref[((size_t)t * n_head + h) * hd + d] = (float)(o[d] / sum);
+        }
+    CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, nq * sizeof *q);
+    CUdeviceptr ds = upload(seq, (size_t)T * sizeof *seq), dp = upload(pos, (size_t)T * sizeof *pos);
+    CUdeviceptr dtab = upload(tables, (size_t)nb * sizeof *tables);
+    int32_t *tiles = malloc((size_t)T * 2 * sizeof *tiles);
+    for (int vary = 0; vary < 2; vary++) {
+        int n_tiles = fa_tiles(first, len, qt, vary, tiles);
+        CUdeviceptr dt = upload(tiles, (size_t)n_tiles * 2 * sizeof *tiles), dout = poisoned_half(nq);
+        flash_args a = {.q = (const float *)(uintptr_t)dq, .kc = (const gpu_half *)(uintptr_t)dk,
+                        .vc = (const gpu_half *)(uintptr_t)dv, .seq = (const int32_t *)(uintptr_t)ds,
+                        .pos = (const int32_t *)(uintptr_t)dp, .tables = (const int32_t *)(uintptr_t)dtab,
+                        .tiles = (const int32_t *)(uintptr_t)dt, .out = (gpu_half *)(uintptr_t)dout,
+                        .n_layer = n_layer, .layer = layer, .n_head = n_head, .n_kv = n_kv, .table_width = tw,
+                        .scale = (float)(M_LOG2E / sqrt((double)hd))};
+        void *aa[] = {&a};
+        launch(fn, (gpu_launch_dims){(unsigned)n_tiles, (unsigned)n_kv, 1, GPU_FA_ROWS / 16 * 32}, aa);
+        download(vary ? outh2 : outh, dout, nq * 2);
+        cu.cuMemFree(dt), cu.cuMemFree(dout);
+    }
+    for (size_t i = 0; i < nq; i++) out[i] = quant_f16_to_f32(outh[i]);
+    /* per span, so a failure names it */
+    double worst = 0.0;
+    for (int s = 0; s < FA_NSPAN; s++) {
+        size_t off = (size_t)first[s] * n_head * hd, n = (size_t)len[s] * n_head * hd;
+        double e = gpu_test_rel_err(out + off, ref + off, n);
+        if (e > worst) worst = e;
+        if (!(e < 1e-3))
+            fail_msg("%s group %d: span of %d tokens at position %d: relative error %.3g", fn->name, group, len[s],
+                     fa_starts[s / 5], e);
+    }
+    bool same = memcmp(outh, outh2, nq * 2) == 0;
+    print_message("  %s group %d (%d tokens per tile): worst span rel err %.2e (fp16 out), other tiling %s\n",
+                  fn->name, group, qt, worst, same ? "bit-identical" : "DIFFERS");
+    assert_true(same);
+    cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
+    free(kc), free(vc), free(outh), free(outh2), free(q), free(out), free(ref), free(tables), free(seq), free(pos);
+    free(sc), free(o), free(tiles), free(kf), free(vf);
+}
+
+static void test_flash_attention(void **state)
+{
+    (void)state;
+    static const int groups[] = {1, 4, 6, 8};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+        flash_case(64, groups[i], &G.k.flash_attn_hd64);
+        flash_case(128, groups[i], &G.k.flash_attn_hd128);
+    }
 }
 
 /* The GPU sampler against sampling_sample() on the same logits, history and parameters. */
@@ -581,9 +850,11 @@ int main(void)
     if (check_split_bound() != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_formats),
+        cmocka_unit_test(test_mmq_all_formats),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_sampler_matches_cpu),
     };
     if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;

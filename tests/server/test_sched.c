@@ -1301,7 +1301,7 @@ static void check_head_passes(int head_passes, int passes)
     req_spec q[6] = {spec(T("a"), 150, 40), spec(T("b"), 200, 4), spec(T("c"), 20, 4),
                      spec(T("d"), 20, 4),   spec(T("e"), 20, 4),  spec(T("x"), 20, 4)};
     run_all_as_alone(&fx, q, 6);
-    int a_slot, first[6];
+    int a_slot = -1, first[6];
     assert_int_equal(first_step_of(fx.f, q[0].prompt[0], &a_slot), 0);
     for (int i = 1; i < 6; i++) first[i] = first_step_of(fx.f, q[i].prompt[0], NULL);
     int a_last = step_at(fx.f, a_slot, 150 + 40 - 2); /* a feeds its 39th token there */
@@ -1340,7 +1340,7 @@ static void test_preempted_request_keeps_priority(void **state)
     sched_stats st;
     sched_get_stats(fx.s, &st);
     assert_true(st.preemptions >= 1); /* b, when a needed a third block */
-    int a_slot, c_first = first_step_of(fx.f, q[2].prompt[0], NULL);
+    int a_slot = -1, c_first = first_step_of(fx.f, q[2].prompt[0], NULL);
     assert_int_equal(first_step_of(fx.f, q[0].prompt[0], &a_slot), 0);
     /* c had a row and a block from b's preemption on, but waited for b, which fits only once
      * a has ended. */

@@ -1,0 +1,246 @@
+// flash_attn.cuh - causal attention of prompt tokens on the tensor cores (FlashAttention-2
+// style), for head_dim 64 and 128.
+//
+// The packer (pack_step) cuts every span of >= 2 consecutive tokens of one sequence into tiles
+// of at most gpu_flash_q_tokens() tokens; one block takes one tile and one KV head.  The
+// block's M dimension is (token, query head of the KV group) pairs, row r = token r / group,
+// head r % group, so the group's query heads share every K/V tile load (GQA).  FA_WARPS warps
+// own 16 rows each.  K/V come in tiles of FA_KEYS = GPU_KV_BLOCK keys -- exactly one KV block,
+// one contiguous [32][hd] range -- double-buffered through cp.async; per tile each warp forms
+// S = Q K^T and O += P V with mma.m16n8k16 (FP16 in, FP32 accumulate; Q and P each as an FP16
+// hi + lo pair, see split_half2) and updates its rows' online softmax in registers.  The output goes straight to act_h in FP16: no partials.
+//
+// Invariance: a row's arithmetic sees only its own Q, and the K/V tiles 0, 32, 64, ... up to
+// its position, in that order, whatever tile or step it is in.  Keys past a row's position are
+// masked to -inf; a K/V tile wholly past it is then an exact no-op (max unchanged, correction
+// 2^0 = 1, P = 0), which is why a warp may skip such tiles and why a row gives the same bits
+// in any tiling.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 .f16): with g = lane / 4 and c = lane % 4,
+//   A (16x16, row-major) regs {a0a1, a2a3, a4a5, a6a7} = (g, 2c..), (g+8, 2c..), (g, 2c+8..),
+//                                                       (g+8, 2c+8..)
+//   B (16x8, k x n)      regs {b0b1, b2b3}             = (k 2c.., n g), (k 2c+8.., n g)
+//   C (16x8, FP32)       c0,c1 = (g, 2c), (g, 2c+1);  c2,c3 = (g+8, 2c), (g+8, 2c+1)
+// ldmatrix.x4 gives lane l the pair (row l/4, cols 2(l%4)..) of each of four 8x8 matrices
+// whose row addresses lanes 8i..8i+7 supply; .trans gives (rows 2(l%4)..,  col l/4) instead.
+// A K tile row is one key (dims contiguous), so plain ldmatrix yields B of Q K^T; a V tile row
+// is also one key, so ldmatrix.trans yields B of P V.
+#pragma once
+#include "common.cuh"
+#include "mma.cuh"
+#include "../src/gpu/gpu_shared.h"
+
+#define FA_WARPS (GPU_FA_ROWS / 16)
+#define FA_KEYS GPU_KV_BLOCK
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&h;
+}
+
+// Two FP32 values as FP16 pairs hi + lo (lo = what hi's rounding lost, rounded): products of
+// both with FP16 K or V, summed in FP32, carry the FP32 value to about 2^-22, so Q and P lose
+// nothing against the CPU's FP32 attention for the price of a second mma.  (FP16 Q and P
+// alone, 2^-11, moved whole-model top-1 agreement with the CPU measurably.)
+__device__ __forceinline__ void split_half2(float x, float y, uint32_t *hi, uint32_t *lo)
+{
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 hf = __half22float2(h);
+    *hi = *(const uint32_t *)&h;
+    *lo = pack_half2(x - hf.x, y - hf.y);
+}
+
+// Row r of the tile: the FP32 query of (token, head) scaled, as the hi/lo A fragment pairs at
+// dims d, d+1 (zeros for a row past the tile).
+__device__ __forceinline__ void load_q_pair(const float *qrow, int d, float scale, uint32_t *hi, uint32_t *lo)
+{
+    *hi = *lo = 0u;
+    if (!qrow) return;
+    float2 v = *(const float2 *)(qrow + d);
+    split_half2(v.x * scale, v.y * scale, hi, lo);
+}
+
+// Both caches' tile kt (keys 32 kt .. 32 kt + 31, one block) into buffer buf; keys past
+// last_key (not written yet: stale or uninitialised memory, possibly NaN) become zeros, so
+// that P = 0 times them stays 0.
+template <int HD, int STRIDE>
+__device__ __forceinline__ void load_kv_tile(__half (*ks)[STRIDE], __half (*vs)[STRIDE], const flash_args &a,
+                                             const int32_t *table, int kvh, int kt, int last_key)
+{
+    constexpr int CHUNKS = HD / 8; // 16-byte pieces per row
+    const size_t base = gpu_kv_offset(table[kt], a.n_layer, a.layer, a.n_kv, kvh, 0, HD);
+    const __half *kb = a.kc + base, *vb = a.vc + base;
+    static_assert(FA_KEYS * CHUNKS % (FA_WARPS * 32) == 0, "every thread moves the same number of pieces");
+#pragma unroll
+    for (int it = 0; it < FA_KEYS * CHUNKS / (FA_WARPS * 32); it++) {
+        const int i = threadIdx.x + it * FA_WARPS * 32, row = i / CHUNKS, col = (i % CHUNKS) * 8;
+        const int bytes = kt * FA_KEYS + row <= last_key ? 16 : 0;
+        cp_async16(&ks[row][col], kb + row * HD + col, bytes);
+        cp_async16(&vs[row][col], vb + row * HD + col, bytes);
+    }
+}
+
+template <int HD>
+__device__ __forceinline__ void flash_attn_body(const flash_args &a)
+{
+    // +8 halves per row: consecutive rows start 16 bytes apart in the banks, so the eight row
+    // addresses of an ldmatrix hit distinct banks.
+    constexpr int STRIDE = HD + 8, KSTEPS = HD / 16, DTILES = HD / 8;
+    __shared__ __align__(16) __half k_s[2][FA_KEYS][STRIDE];
+    __shared__ __align__(16) __half v_s[2][FA_KEYS][STRIDE];
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int kvh = blockIdx.y, group = a.n_head / a.n_kv;
+    // Tiles in reverse: a span's last tiles see the most keys, and blocks start in grid order,
+    // so the longest run first and the short ones fill the tail.
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int t0 = a.tiles[2 * tile], n_tok = a.tiles[2 * tile + 1];
+    const int n_rows = n_tok * group;
+    const int32_t *table = a.tables + (size_t)a.seq[t0] * a.table_width;
+    const int last_key = a.pos[t0 + n_tok - 1]; // the tile's last token sees keys 0..last_key
+    const int n_kt = last_key / FA_KEYS + 1;
+
+    // This thread's two rows (g and g + 8 of the warp's 16): their positions (a row past the
+    // tile takes last_key, so it stays finite; it is never written) and queries.
+    int row_pos[2];
+    const float *qrow[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = warp * 16 + g + 8 * i;
+        if (r < n_rows) {
+            const int tok = t0 + r / group, h = kvh * group + r % group;
+            row_pos[i] = a.pos[tok];
+            qrow[i] = a.q + ((size_t)tok * a.n_head + h) * HD;
+        } else {
+            row_pos[i] = last_key;
+            qrow[i] = nullptr;
+        }
+    }
+    // The warp's last key: tiles past it are no-ops for all its rows (see the top).
+    const int warp_first = warp * 16;
+    const bool active = warp_first < n_rows;
+    const int warp_last_row = min(n_rows, warp_first + 16) - 1;
+    const int warp_last_key = active ? a.pos[t0 + warp_last_row / group] : -1;
+
+    load_kv_tile<HD, STRIDE>(k_s[0], v_s[0], a, table, kvh, 0, last_key);
+    cp_async_commit();
+
+    uint32_t qf[KSTEPS][4], ql[KSTEPS][4];
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks++) {
+        const int d = ks * 16 + 2 * c;
+        load_q_pair(qrow[0], d, a.scale, &qf[ks][0], &ql[ks][0]);
+        load_q_pair(qrow[1], d, a.scale, &qf[ks][1], &ql[ks][1]);
+        load_q_pair(qrow[0], d + 8, a.scale, &qf[ks][2], &ql[ks][2]);
+        load_q_pair(qrow[1], d + 8, a.scale, &qf[ks][3], &ql[ks][3]);
+    }
+
+    float o[DTILES][4];
+#pragma unroll
+    for (int j = 0; j < DTILES; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    for (int kt = 0; kt < n_kt; kt++) {
+        const int buf = kt & 1;
+        // Prefetch the next tile into the other buffer (freed by the barrier that ended the
+        // previous iteration), then wait for this one.
+        if (kt + 1 < n_kt) load_kv_tile<HD, STRIDE>(k_s[buf ^ 1], v_s[buf ^ 1], a, table, kvh, kt + 1, last_key);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+
+        if (active && kt * FA_KEYS <= warp_last_key) {
+            // S = Q K^T over the tile's 32 keys: 4 n-tiles of 8 keys.
+            float s[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS; ks++) {
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    // matrices: keys 16np + {0-7, 0-7, 8-15, 8-15}, dims 16ks + {0-7, 8-15, 0-7, 8-15}
+                    const int mi = lane >> 3, key = np * 16 + (mi >> 1) * 8 + (lane & 7);
+                    uint32_t b[4];
+                    ldmatrix_x4(b, &k_s[buf][key][ks * 16 + (mi & 1) * 8]);
+                    mma_16816(s[2 * np], qf[ks], b[0], b[1]);
+                    mma_16816(s[2 * np], ql[ks], b[0], b[1]);
+                    mma_16816(s[2 * np + 1], qf[ks], b[2], b[3]);
+                    mma_16816(s[2 * np + 1], ql[ks], b[2], b[3]);
+                }
+            }
+            // Causal mask, then the online softmax per row (in base 2: log2(e) is in the scale).
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = kt * FA_KEYS + j * 8 + 2 * c + (e & 1);
+                    if (key > row_pos[e >> 1]) s[j][e] = -INFINITY;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+                }
+            float corr[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) { // a row's 32 keys are spread over the 4 lanes of a quad
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                const float mn = fmaxf(m[i], mx[i]); // finite: key 0 of tile 0 is never masked
+                // 0 on the first tile; exactly 1 when the max holds (a masked tile is a no-op)
+                corr[i] = mn == m[i] ? 1.0f : exp2f(m[i] - mn);
+                m[i] = mn;
+                l[i] *= corr[i];
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[j][e] = exp2f(s[j][e] - m[e >> 1]);
+                    l[e >> 1] += s[j][e]; // this lane's share; the quad's are summed at the end
+                }
+#pragma unroll
+            for (int j = 0; j < DTILES; j++) {
+                o[j][0] *= corr[0], o[j][1] *= corr[0];
+                o[j][2] *= corr[1], o[j][3] *= corr[1];
+            }
+            // O += P V: P's C fragments are, pairwise, A fragments of keys 16kk..16kk+15.
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t pa[4], pl[4];
+                split_half2(s[2 * kk][0], s[2 * kk][1], &pa[0], &pl[0]);
+                split_half2(s[2 * kk][2], s[2 * kk][3], &pa[1], &pl[1]);
+                split_half2(s[2 * kk + 1][0], s[2 * kk + 1][1], &pa[2], &pl[2]);
+                split_half2(s[2 * kk + 1][2], s[2 * kk + 1][3], &pa[3], &pl[3]);
+#pragma unroll
+                for (int dp = 0; dp < DTILES / 2; dp++) {
+                    // matrices: keys 16kk + {0-7, 8-15, 0-7, 8-15}, dims 16dp + {0-7, 0-7, 8-15, 8-15}
+                    const int mi = lane >> 3, key = kk * 16 + (mi & 1) * 8 + (lane & 7);
+                    uint32_t b[4];
+                    ldmatrix_x4_trans(b, &v_s[buf][key][dp * 16 + (mi >> 1) * 8]);
+                    mma_16816(o[2 * dp], pa, b[0], b[1]);
+                    mma_16816(o[2 * dp], pl, b[0], b[1]);
+                    mma_16816(o[2 * dp + 1], pa, b[2], b[3]);
+                    mma_16816(o[2 * dp + 1], pl, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); // every warp is done with buf before the next iteration refills it
+    }
+    cp_async_wait<0>(); // nothing is pending (the last group is empty), but leave none behind
+
+    // Rows past the tile are not written; a real row has l >= 1 (its max key gives 2^0).
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        const int r = warp * 16 + g + 8 * i;
+        if (r >= n_rows) continue;
+        const float inv = 1.0f / l[i];
+        const int tok = t0 + r / group, h = kvh * group + r % group;
+        __half2 *dst = (__half2 *)(a.out + ((size_t)tok * a.n_head + h) * HD);
+#pragma unroll
+        for (int j = 0; j < DTILES; j++) dst[(j * 8 + 2 * c) / 2] = __floats2half2_rn(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attn_hd64(flash_args a) { flash_attn_body<64>(a); }
+extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attn_hd128(flash_args a) { flash_attn_body<128>(a); }

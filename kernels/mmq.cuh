@@ -1,0 +1,252 @@
+// mmq.cuh - matrix products on the quantised weights with tensor cores, for more activation
+// rows than the matvec kernels serve (batched decode, prefill): y[m][n] (+)= W[n] . x[m].
+//
+// No FP16 copy of W exists anywhere: the GGUF blocks themselves stream into shared memory
+// (cp.async, a pipeline of mmq_depth stages of 256 inputs, with the activations beside them),
+// and each warp decodes its mma fragments from there (load_oct_h: the same FP16 values
+// load_chunk_h gives the matvec kernels).  Only kernels with k % 256 == 0 are launched, so a
+// stage is whole super-blocks (or eight 32-blocks) of every row.
+//
+// The weights are mma's A operand (16 weight rows per warp: the output features), the
+// activations its B operand (8 activation rows per n-tile), so a block of 16 activation rows
+// wastes nothing.  Inside a 32-input chunk the k order is permuted the same way for A and B
+// (the product does not care): lane (g, t) holds inputs 8t..8t+7 of its rows, so a lane's
+// A fragment is one quarter-chunk of two weight rows and its B fragment one 16-byte load.
+//   mma k16 slice 0 of the chunk: logical k {2t, 2t+1, 2t+8, 2t+9} = physical 8t + {0,1,2,3}
+//   mma k16 slice 1:              the same logical k                 = physical 8t + {4,5,6,7}
+//
+// Grid: x over blocks of MMQ_ROWS weight rows (glu: MMQ_ROWS / 2 features of gate and of up,
+// whose warps meet in the epilogue), y over blocks of BM activation rows, z over splits of k.  With one split the epilogue (bias, residual add, or SwiGLU of gate and up)
+// is applied here; with several (a grid too small to fill the GPU), every split writes its
+// partial sums and mmq_reduce adds them in split order, so the result is deterministic.
+#pragma once
+#include "quant.cuh"
+#include "mma.cuh"
+#include "../src/gpu/gpu_shared.h"
+
+#define MMQ_WARPS 8
+#define MMQ_ROWS (16 * MMQ_WARPS)
+#define MMQ_XSTRIDE (MMQ_KT + 32) // halves per staged row: fragment loads free of bank conflicts
+#define MMQ_RB_MAX (8 * 34)       // largest mmq_fmt<T>::bytes (Q8_0)
+
+
+__device__ __forceinline__ int mmq_pad(int n) { return (n + 15) & ~15; }
+
+// Bytes of 256 inputs of a row (one super-block, or eight 32-blocks): a stage of a weight row.
+template <int T> struct mmq_fmt;
+template <> struct mmq_fmt<T_Q4_0> { static constexpr int bytes = 8 * 18; };
+template <> struct mmq_fmt<T_Q8_0> { static constexpr int bytes = 8 * 34; };
+template <> struct mmq_fmt<T_Q4_K> { static constexpr int bytes = 144; };
+template <> struct mmq_fmt<T_Q5_K> { static constexpr int bytes = 176; };
+template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK; };
+
+// Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
+template <int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM >= 128 ? 3 : 0); };
+
+// Warp layout: up to 64 activation rows, 8 warps side by side over the weight rows, 16 rows
+// each; 128 activation rows, 4 x 2 warps, each 32 weight rows (two m16 tiles) by 64 activation
+// rows, so a staged activation fragment feeds two mma (measured on the H100: as fast as 8 x 1
+// with 16 n8 tiles per warp, in fewer shared-memory reads).
+template <int BM> struct mmq_layout {
+    static constexpr int WN = BM >= 128 ? 4 : 8;        // warps along the weight rows
+    static constexpr int TILES = MMQ_ROWS / (16 * WN);  // m16 tiles per warp
+    static constexpr int NJ = BM / 8 / (8 / WN);        // n8 tiles per warp
+};
+
+template <int T, int BM, bool GLU>
+__device__ __forceinline__ void mmq_body(const matvec_args &a)
+{
+    extern __shared__ uint4 mmq_smem[];
+    using L = mmq_layout<BM>;
+    constexpr int NJ = L::NJ, NT = L::TILES, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
+    constexpr int W_STAGE = MMQ_ROWS * RB, X_STAGE = BM * MMQ_XSTRIDE * 2;
+    // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers
+    uint8_t *wsm = (uint8_t *)mmq_smem;
+    __half *xsm = (__half *)(wsm + S * W_STAGE);
+    const uint8_t **rowp = (const uint8_t **)(wsm + S * (W_STAGE + X_STAGE));
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wn = warp % L::WN, wm = warp / L::WN;
+    const int rbase = wn * 16 * NT, mbase = wm * 8 * NJ; // the warp's first block row, activation row
+    const int m0 = blockIdx.y * BM, nchunks = a.k / 32;
+    const int c_begin = blockIdx.z * a.split_chunks, c_end = min(nchunks, c_begin + a.split_chunks);
+
+    // The block's MMQ_ROWS weight rows: padded rows MMQ_ROWS * bx.. across the segments, or
+    // (glu) features 64 * bx.. of gate (rows 0-63) and of up (64-127).  Rows past a segment
+    // read its last row (their results are dropped), so every load stays inside W.
+    for (int r = threadIdx.x; r < MMQ_ROWS; r += blockDim.x) {
+        int s = 0, n = GLU ? (MMQ_ROWS / 2) * blockIdx.x + (r % (MMQ_ROWS / 2)) : MMQ_ROWS * blockIdx.x + r;
+        if (GLU) s = r / (MMQ_ROWS / 2);
+        else
+            while (s < a.n_seg - 1 && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+        rowp[r] = a.seg[s].w + (size_t)min(n, a.seg[s].n - 1) * a.row_bytes;
+    }
+    __syncthreads();
+
+    const int n_stages = (c_end - c_begin + CPS - 1) / CPS;
+    auto load_stage = [&](int st) { // raw weight blocks and activations of stage st into buffer st % S
+        if (st < n_stages) {
+            const int c0 = c_begin + st * CPS;
+            uint8_t *wd = wsm + (st % S) * W_STAGE;
+            const size_t woff = (size_t)(c0 / 8) * RB; // c0 is a multiple of 8: whole super-blocks
+            for (int i = threadIdx.x; i < MMQ_ROWS * (RB / 16); i += blockDim.x) {
+                const int r = i / (RB / 16), p = i % (RB / 16);
+                cp_async16(wd + r * RB + 16 * p, rowp[r] + woff + 16 * p, 16);
+            }
+            __half *xd = xsm + (st % S) * (X_STAGE / 2);
+            for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
+                const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = m0 + r;
+                const bool ok = m < a.m;
+                cp_async16(xd + r * MMQ_XSTRIDE + e, a.x + (size_t)min(m, a.m - 1) * a.ldx + c0 * 32 + e, ok ? 16 : 0);
+            }
+        }
+        cp_async_commit(); // an empty group past the end keeps the wait counts uniform
+    };
+
+    float acc[NT][NJ][4];
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int j = 0; j < NJ; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+#pragma unroll
+    for (int st = 0; st < S - 1; st++) load_stage(st);
+    for (int st = 0; st < n_stages; st++) {
+        cp_async_wait<S - 2>();
+        __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
+        load_stage(st + S - 1);
+        const uint8_t *wst = wsm + (st % S) * W_STAGE;
+        const __half *xb = xsm + (st % S) * (X_STAGE / 2) + (mbase + g) * MMQ_XSTRIDE + 8 * t;
+#pragma unroll
+        for (int cc = 0; cc < CPS; cc++) {
+            uint32_t af[NT][2][4]; // [tile][k16 slice][a0..a3 as pairs]
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const int r = rbase + 16 * i + g;
+                __half2 lo[4], hi[4]; // quarter t of chunk cc of rows r and r + 8
+                load_oct_h<T>(wst + r * RB, cc, t, lo);
+                load_oct_h<T>(wst + (r + 8) * RB, cc, t, hi);
+#pragma unroll
+                for (int sl = 0; sl < 2; sl++) {
+                    af[i][sl][0] = h2_bits(lo[2 * sl]);
+                    af[i][sl][1] = h2_bits(hi[2 * sl]);
+                    af[i][sl][2] = h2_bits(lo[2 * sl + 1]);
+                    af[i][sl][3] = h2_bits(hi[2 * sl + 1]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);
+#pragma unroll
+                for (int i = 0; i < NT; i++) {
+                    mma_16816(acc[i][j], af[i][0], xv.x, xv.y);
+                    mma_16816(acc[i][j], af[i][1], xv.z, xv.w);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // acc[i][j][2h + e]: block row rbase + 16i + g + 8h, activation row m0 + mbase + 8j + 2t + e.
+    const int half_rows = MMQ_ROWS / 2;
+    if (gridDim.z > 1) { // partial sums, in padded rows (glu: gate's, then up's)
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int r = rbase + 16 * i + g + 8 * h, m = m0 + mbase + 8 * j + 2 * t + e;
+                        if (m >= a.m) continue;
+                        const int f = half_rows * blockIdx.x + r % half_rows; // glu: the feature
+                        if (GLU && f >= mmq_pad(a.seg[0].n)) continue;      // (past it: up's rows)
+                        const int prow = GLU ? (r / half_rows) * mmq_pad(a.seg[0].n) + f : MMQ_ROWS * blockIdx.x + r;
+                        if (prow < a.part_ld) a.part[((size_t)blockIdx.z * a.m + m) * a.part_ld + prow] = acc[i][j][2 * h + e];
+                    }
+        return;
+    }
+    const bool gate_warp = GLU && rbase < half_rows;
+    if (GLU) { // the up warps take the gate warps' sums through shared memory
+        float *gs = (float *)mmq_smem; // [half_rows][BM]
+        __syncthreads(); // every warp is done with the stage buffers
+        if (gate_warp)
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+#pragma unroll
+                for (int j = 0; j < NJ; j++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        gs[(rbase + 16 * i + g + 8 * (q >> 1)) * BM + mbase + 8 * j + 2 * t + (q & 1)] = acc[i][j][q];
+        __syncthreads();
+        if (gate_warp) return;
+    }
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int r = rbase + 16 * i + g + 8 * h, mr = mbase + 8 * j + 2 * t + e, m = m0 + mr;
+                    if (m >= a.m) continue;
+                    if (GLU) {
+                        const int rr = r - half_rows, n = half_rows * blockIdx.x + rr;
+                        if (n >= a.seg[0].n) continue;
+                        const float gt = ((const float *)mmq_smem)[rr * BM + mr], up = acc[i][j][2 * h + e];
+                        a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
+                        continue;
+                    }
+                    int s = 0, n = MMQ_ROWS * blockIdx.x + r;
+                    while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+                    if (s >= a.n_seg || n >= a.seg[s].n) continue;
+                    const matvec_seg &sg = a.seg[s];
+                    const float v = acc[i][j][2 * h + e] + (sg.bias ? sg.bias[n] : 0.0f);
+                    float *dst = sg.y + (size_t)m * sg.ldy + n;
+                    *dst = a.accumulate ? *dst + v : v;
+                }
+}
+
+// The splits' partial sums of a.part, added in split order, then the epilogue; one thread per
+// (activation row, padded feature row).
+extern "C" __global__ void mmq_reduce(matvec_args a, int glu, int n_split)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)a.m * a.part_ld) return;
+    const int m = (int)(i / a.part_ld);
+    int n = (int)(i % a.part_ld), s = 0;
+    const size_t stride = (size_t)a.m * a.part_ld;
+    const float *p = a.part + (size_t)m * a.part_ld;
+    if (glu) {
+        const int up_off = mmq_pad(a.seg[0].n);
+        if (n >= a.seg[0].n) return;
+        float gt = 0.0f, up = 0.0f;
+        for (int z = 0; z < n_split; z++) {
+            gt += p[z * stride + n];
+            up += p[z * stride + up_off + n];
+        }
+        a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
+        return;
+    }
+    const int prow = n;
+    while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+    if (s >= a.n_seg || n >= a.seg[s].n) return;
+    float v = 0.0f;
+    for (int z = 0; z < n_split; z++) v += p[z * stride + prow];
+    const matvec_seg &sg = a.seg[s];
+    v += sg.bias ? sg.bias[n] : 0.0f;
+    float *dst = sg.y + (size_t)m * sg.ldy + n;
+    *dst = a.accumulate ? *dst + v : v;
+}
+
+#define MMQ_VARIANT(T, sfx, BM)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_##sfx##_##BM(matvec_args a) \
+    {                                                                                            \
+        mmq_body<T, BM, false>(a);                                                               \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_glu_##sfx##_##BM(matvec_args a) \
+    {                                                                                            \
+        mmq_body<T, BM, true>(a);                                                                \
+    }
+#define MMQ_KERNELS(T, sfx) MMQ_VARIANT(T, sfx, 16) MMQ_VARIANT(T, sfx, 32) MMQ_VARIANT(T, sfx, 64) MMQ_VARIANT(T, sfx, 128)
+FOR_EACH_QUANT_TYPE(MMQ_KERNELS)

@@ -32,6 +32,24 @@
 
 __device__ __forceinline__ int mmq_pad(int n) { return (n + 15) & ~15; }
 
+// The epilogues, shared by the kernel (one split) and mmq_reduce (several): feature n of the
+// gate/up pair into yh; padded row prow (walked to its segment) into y with bias and residual.
+__device__ __forceinline__ void mmq_store_glu(const matvec_args &a, int m, int n, float gt, float up)
+{
+    if (n < a.seg[0].n) a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
+}
+
+__device__ __forceinline__ void mmq_store(const matvec_args &a, int m, int prow, float v)
+{
+    int s = 0, n = prow;
+    while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+    if (s >= a.n_seg || n >= a.seg[s].n) return;
+    const matvec_seg &sg = a.seg[s];
+    v += sg.bias ? sg.bias[n] : 0.0f;
+    float *dst = sg.y + (size_t)m * sg.ldy + n;
+    *dst = a.accumulate ? *dst + v : v;
+}
+
 // Bytes of 256 inputs of a row (one super-block, or eight 32-blocks): a stage of a weight row.
 template <int T> struct mmq_fmt;
 template <> struct mmq_fmt<T_Q4_0> { static constexpr int bytes = 8 * 18; };
@@ -145,66 +163,41 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     }
     cp_async_wait<0>();
 
-    // acc[i][j][2h + e]: block row rbase + 16i + g + 8h, activation row m0 + mbase + 8j + 2t + e.
-    const int half_rows = MMQ_ROWS / 2;
-    if (gridDim.z > 1) { // partial sums, in padded rows (glu: gate's, then up's)
+    // acc[i][j][2h + e]: block row rbase + 16i + g + 8h, activation row m0 + mbase + 8j + 2t + e;
+    // each(f) calls f(block row, activation row within the block, value) for every one of them.
+    auto each = [&](auto &&f) {
 #pragma unroll
         for (int i = 0; i < NT; i++)
 #pragma unroll
             for (int j = 0; j < NJ; j++)
 #pragma unroll
-                for (int h = 0; h < 2; h++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int r = rbase + 16 * i + g + 8 * h, m = m0 + mbase + 8 * j + 2 * t + e;
-                        if (m >= a.m) continue;
-                        const int f = half_rows * blockIdx.x + r % half_rows; // glu: the feature
-                        if (GLU && f >= mmq_pad(a.seg[0].n)) continue;      // (past it: up's rows)
-                        const int prow = GLU ? (r / half_rows) * mmq_pad(a.seg[0].n) + f : MMQ_ROWS * blockIdx.x + r;
-                        if (prow < a.part_ld) a.part[((size_t)blockIdx.z * a.m + m) * a.part_ld + prow] = acc[i][j][2 * h + e];
-                    }
+                for (int q = 0; q < 4; q++) f(rbase + 16 * i + g + 8 * (q >> 1), mbase + 8 * j + 2 * t + (q & 1), acc[i][j][q]);
+    };
+    const int half_rows = MMQ_ROWS / 2;
+    if (gridDim.z > 1) { // partial sums, in padded rows (glu: gate's, then up's)
+        each([&](int r, int mr, float v) {
+            const int m = m0 + mr, f = half_rows * blockIdx.x + r % half_rows; // glu: the feature
+            if (m >= a.m || (GLU && f >= mmq_pad(a.seg[0].n))) return;        // (past it: up's rows)
+            const int prow = GLU ? (r / half_rows) * mmq_pad(a.seg[0].n) + f : MMQ_ROWS * blockIdx.x + r;
+            if (prow < a.part_ld) a.part[((size_t)blockIdx.z * a.m + m) * a.part_ld + prow] = v;
+        });
         return;
     }
-    const bool gate_warp = GLU && rbase < half_rows;
     if (GLU) { // the up warps take the gate warps' sums through shared memory
         float *gs = (float *)mmq_smem; // [half_rows][BM]
+        const bool gate_warp = rbase < half_rows;
         __syncthreads(); // every warp is done with the stage buffers
-        if (gate_warp)
-#pragma unroll
-            for (int i = 0; i < NT; i++)
-#pragma unroll
-                for (int j = 0; j < NJ; j++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++)
-                        gs[(rbase + 16 * i + g + 8 * (q >> 1)) * BM + mbase + 8 * j + 2 * t + (q & 1)] = acc[i][j][q];
+        if (gate_warp) each([&](int r, int mr, float v) { gs[r * BM + mr] = v; });
         __syncthreads();
         if (gate_warp) return;
+        each([&](int r, int mr, float up) {
+            if (m0 + mr < a.m) mmq_store_glu(a, m0 + mr, half_rows * blockIdx.x + r - half_rows, gs[(r - half_rows) * BM + mr], up);
+        });
+        return;
     }
-#pragma unroll
-    for (int i = 0; i < NT; i++)
-#pragma unroll
-        for (int j = 0; j < NJ; j++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int r = rbase + 16 * i + g + 8 * h, mr = mbase + 8 * j + 2 * t + e, m = m0 + mr;
-                    if (m >= a.m) continue;
-                    if (GLU) {
-                        const int rr = r - half_rows, n = half_rows * blockIdx.x + rr;
-                        if (n >= a.seg[0].n) continue;
-                        const float gt = ((const float *)mmq_smem)[rr * BM + mr], up = acc[i][j][2 * h + e];
-                        a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
-                        continue;
-                    }
-                    int s = 0, n = MMQ_ROWS * blockIdx.x + r;
-                    while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
-                    if (s >= a.n_seg || n >= a.seg[s].n) continue;
-                    const matvec_seg &sg = a.seg[s];
-                    const float v = acc[i][j][2 * h + e] + (sg.bias ? sg.bias[n] : 0.0f);
-                    float *dst = sg.y + (size_t)m * sg.ldy + n;
-                    *dst = a.accumulate ? *dst + v : v;
-                }
+    each([&](int r, int mr, float v) {
+        if (m0 + mr < a.m) mmq_store(a, m0 + mr, MMQ_ROWS * blockIdx.x + r, v);
+    });
 }
 
 // The splits' partial sums of a.part, added in split order, then the epilogue; one thread per
@@ -213,30 +206,23 @@ extern "C" __global__ void mmq_reduce(matvec_args a, int glu, int n_split)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)a.m * a.part_ld) return;
-    const int m = (int)(i / a.part_ld);
-    int n = (int)(i % a.part_ld), s = 0;
+    const int m = (int)(i / a.part_ld), n = (int)(i % a.part_ld);
     const size_t stride = (size_t)a.m * a.part_ld;
     const float *p = a.part + (size_t)m * a.part_ld;
     if (glu) {
         const int up_off = mmq_pad(a.seg[0].n);
-        if (n >= a.seg[0].n) return;
+        if (n >= up_off) return;
         float gt = 0.0f, up = 0.0f;
         for (int z = 0; z < n_split; z++) {
             gt += p[z * stride + n];
             up += p[z * stride + up_off + n];
         }
-        a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
+        mmq_store_glu(a, m, n, gt, up);
         return;
     }
-    const int prow = n;
-    while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
-    if (s >= a.n_seg || n >= a.seg[s].n) return;
     float v = 0.0f;
-    for (int z = 0; z < n_split; z++) v += p[z * stride + prow];
-    const matvec_seg &sg = a.seg[s];
-    v += sg.bias ? sg.bias[n] : 0.0f;
-    float *dst = sg.y + (size_t)m * sg.ldy + n;
-    *dst = a.accumulate ? *dst + v : v;
+    for (int z = 0; z < n_split; z++) v += p[z * stride + n];
+    mmq_store(a, m, n, v);
 }
 
 #define MMQ_VARIANT(T, sfx, BM)                                                                  \

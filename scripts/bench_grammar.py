@@ -40,7 +40,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/ from the import below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_serve import HTTPError, Bench, fmt, http_json, http_open, percentile, stream_request  # noqa: E402
+from bench_serve import HTTPError, Bench, fmt, http_json, http_open, percentile, run_cli, stream_request  # noqa: E402
 
 try:
     import jsonschema
@@ -385,14 +385,7 @@ async def main_async(a):
 
 
 def main(argv=None):
-    a = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return asyncio.run(main_async(a))
-    except (OSError, HTTPError, asyncio.TimeoutError) as e:
-        print(f"bench_grammar: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_cli("bench_grammar", parse_args, main_async, argv)
 
 
 if __name__ == "__main__":

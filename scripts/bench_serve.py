@@ -683,15 +683,21 @@ async def main_async(a):
     return 0 if all(s["failed"] == 0 for s in runs) else 1
 
 
-def main(argv=None):
-    a = parse_args(sys.argv[1:] if argv is None else argv)
+def run_cli(name, parse, run_async, argv=None):
+    """A benchmark's entry point: parse argv, run run_async(args); a network failure is exit 2
+    with one line on stderr, ^C exit 130."""
+    a = parse(sys.argv[1:] if argv is None else argv)
     try:
-        return asyncio.run(main_async(a))
+        return asyncio.run(run_async(a))
     except (OSError, HTTPError, asyncio.TimeoutError) as e:
-        print(f"bench_serve: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv=None):
+    return run_cli("bench_serve", parse_args, main_async, argv)
 
 
 if __name__ == "__main__":

@@ -135,114 +135,43 @@ static double dot_ref(const float *w, const float *x, int k)
     return s;
 }
 
-/* Rows [0, 30) and [30, 77) of one matrix as two segments of one launch (with bias and the
- * residual accumulate for odd M), and the gate/up variant on rows [0, 38) / [38, 76). */
-static void test_matvec_all_formats(void **state)
-{
-    (void)state;
-    uint64_t seed = 42;
-    const int K = 768, N = 77, N0 = 30, NG = 38;
-    const int Ms[] = {1, 2, 3, 5, 8, 13, 64};
-    for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
-        ggml_type t = wtypes[ti];
-        float *deq = malloc((size_t)K * N * sizeof *deq);
-        void *w = random_matrix(t, K, N, deq, &seed);
-        size_t rb = gpu_row_bytes(t, K);
-        CUdeviceptr dw = upload(w, rb * N);
-        int wt = gpu_wtype_index(t);
-        assert_true(wt >= 0);
-        /* The FP16 weights (dequant_f16, the cuBLAS path's copy) against the CPU's decode; the
-         * matvec and glu kernels must then form exactly these weights' dot products. */
-        CUdeviceptr dh = poisoned((size_t)K * N / 2);
-        unsigned long long rbl = rb;
-        int k = K, n = N;
-        void *dargs[] = {&dw, &rbl, &k, &n, &dh};
-        launch(&G.k.dequant_f16[wt], (gpu_launch_dims){(K / 32 * N + 255) / 256, 1, 1, 256}, dargs);
-        uint16_t *h = malloc((size_t)K * N * sizeof *h);
-        float *hf = malloc((size_t)K * N * sizeof *hf);
-        download(h, dh, (size_t)K * N * sizeof *h);
-        for (size_t i = 0; i < (size_t)K * N; i++) hf[i] = quant_f16_to_f32(h[i]);
-        double edq = gpu_test_rel_err(hf, deq, (size_t)K * N);
-        double worst = 0.0, worst_glu = 0.0;
-        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-            int M = Ms[mi], acc = M % 2, v = M >= 8 ? 3 : M >= 4 ? 2 : M >= 2 ? 1 : 0;
-            float *x = malloc((size_t)M * K * sizeof *x), *y = malloc((size_t)M * N * sizeof *y);
-            float *ref = malloc((size_t)M * N * sizeof *ref), *bias = malloc(N * sizeof *bias);
-            for (int i = 0; i < M * K; i++) x[i] = gpu_test_randf(&seed);
-            for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(&seed);
-            CUdeviceptr dx = upload_half(x, (size_t)M * K), db = upload(bias, N * sizeof *bias);
-            CUdeviceptr dy0 = poisoned((size_t)M * N0), dy1 = poisoned((size_t)M * (N - N0));
-            for (int m = 0; m < M; m++)
-                for (int n = 0; n < N; n++) /* y laid out as [seg0: M x N0][seg1: M x (N-N0)] */
-                    ref[n < N0 ? m * N0 + n : M * N0 + m * (N - N0) + (n - N0)] =
-                        (float)(dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K) + (acc ? 1.0 + bias[n] : 0.0));
-            if (acc) {
-                for (int i = 0; i < M * N; i++) y[i] = 1.0f;
-                CHECK(cu.cuMemcpyHtoD(dy0, y, (size_t)M * N0 * sizeof *y));
-                CHECK(cu.cuMemcpyHtoD(dy1, y, (size_t)M * (N - N0) * sizeof *y));
-            }
-            matvec_args a = {.n_seg = 2, .k = K, .m = M, .ldx = K, .accumulate = acc, .row_bytes = rb,
-                             .x = (const gpu_half *)(uintptr_t)dx};
-            a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, (float *)(uintptr_t)dy0,
-                                    acc ? (const float *)(uintptr_t)db : NULL, N0, N0};
-            a.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * N0, (float *)(uintptr_t)dy1,
-                                    acc ? (const float *)(uintptr_t)db + N0 : NULL, N - N0, N - N0};
-            void *args[] = {&a};
-            launch(&G.k.matvec[wt][v], (gpu_launch_dims){(unsigned)((M + (1 << v) - 1) >> v), (N + 7) / 8, 1, 256}, args);
-            download(y, dy0, (size_t)M * N0 * sizeof *y);
-            download(y + (size_t)M * N0, dy1, (size_t)M * (N - N0) * sizeof *y);
-            double e = gpu_test_rel_err(y, ref, (size_t)M * N);
-            if (e > worst) worst = e;
-            if (e > 1e-5) fail_msg("matvec %s M=%d: relative error %.3g", ggml_type_name(t), M, e);
+/* The product test's shapes: rows [0, 30) and [30, 77) of one matrix as two segments of one
+ * launch (with bias and the residual accumulate for odd M), and the gate/up variant on rows
+ * [0, 38) / [38, 76). */
+enum { PK = 768, PN = 77, PN0 = 30, PNG = 38 };
 
-            /* glu: yh[m][n] = fp16(silu(gate_n . x_m) * (up_n . x_m)) */
-            CUdeviceptr dgh = poisoned((size_t)M * NG / 2 + 1); /* glu output */
-            matvec_args ga = a;
-            ga.accumulate = 0;
-            ga.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, NULL, NULL, NG, NG};
-            ga.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * NG, NULL, NULL, NG, NG};
-            ga.yh = (gpu_half *)(uintptr_t)dgh;
-            void *gargs[] = {&ga};
-            launch(&G.k.glu[wt][v], (gpu_launch_dims){(unsigned)((M + (1 << v) - 1) >> v), (NG + 7) / 8, 1, 256}, gargs);
-            uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
-            float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
-            download(gh, dgh, (size_t)M * NG * sizeof *gh);
-            for (int m = 0; m < M; m++)
-                for (int n = 0; n < NG; n++) {
-                    double gt = dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K);
-                    double up = dot_ref(hf + (size_t)(NG + n) * K, x + (size_t)m * K, K);
-                    gref[m * NG + n] = (float)(gt / (1.0 + exp(-gt)) * up);
-                    gf[m * NG + n] = quant_f16_to_f32(gh[m * NG + n]);
-                }
-            e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
-            if (e > worst_glu) worst_glu = e;
-            if (e > 2e-3) fail_msg("glu %s M=%d: relative error %.3g", ggml_type_name(t), M, e);
-            cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dgh);
-            free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
-        }
-        int32_t toks[3] = {N - 1, 0, 5};
-        CUdeviceptr dt = upload(toks, sizeof toks), de = poisoned((size_t)3 * K);
-        void *eargs[] = {&dw, &rbl, &k, &dt, &de};
-        launch(&G.k.embed[wt], (gpu_launch_dims){3, 1, 1, 64}, eargs);
-        float *emb = malloc((size_t)3 * K * sizeof *emb), *eref = malloc((size_t)3 * K * sizeof *eref);
-        download(emb, de, (size_t)3 * K * sizeof *emb);
-        for (int i = 0; i < 3; i++) memcpy(eref + (size_t)i * K, deq + (size_t)toks[i] * K, K * sizeof *eref);
-        double ee = gpu_test_rel_err(emb, eref, (size_t)3 * K);
-        print_message("  %-5s matvec rel err %.2e, glu %.2e (M up to 64), dequant->f16 %.2e, embed %.2e\n",
-                      ggml_type_name(t), worst, worst_glu, edq, ee);
-        assert_true(edq < 1e-3);
-        assert_true(ee < 1e-6);
-        cu.cuMemFree(dh), cu.cuMemFree(dt), cu.cuMemFree(de), cu.cuMemFree(dw);
-        free(h), free(hf), free(emb), free(eref), free(deq), free(w);
-    }
+/* One product kernel family under test: launch runs a (segments, or gate/up when glu). */
+typedef struct product_kernel {
+    const char *name;
+    void (*launch)(ggml_type t, matvec_args *a, bool glu, int arg);
+    int arg; /* the family's own knob (mmq: k split chunks) */
+    double tol;
+} product_kernel;
+
+typedef struct product_matrix {
+    ggml_type t;
+    CUdeviceptr dw;
+    size_t rb;
+    const float *hf; /* the FP16 weights the kernels must multiply, as floats */
+} product_matrix;
+
+static void matvec_run(ggml_type t, matvec_args *a, bool glu, int arg)
+{
+    (void)arg;
+    int wt = gpu_wtype_index(t), M = a->m, v = M >= 8 ? 3 : M >= 4 ? 2 : M >= 2 ? 1 : 0;
+    int rows = glu ? a->seg[0].n : a->seg[0].n + a->seg[1].n;
+    void *args[] = {a};
+    launch(glu ? &G.k.glu[wt][v] : &G.k.matvec[wt][v],
+           (gpu_launch_dims){(unsigned)((M + (1 << v) - 1) >> v), (unsigned)(rows + 7) / 8, 1, 256}, args);
 }
 
-/* One mmq launch (and mmq_reduce when split) as gpu_forward makes it: variant v for m rows,
- * k split into chunks of split_chunks (0: one split). */
-static void mmq_launch(ggml_type t, matvec_args *a, int rows, int launch_rows, bool glu, int split_chunks)
+/* One mmq launch as gpu_forward makes it: variant v for m rows, k split into chunks of
+ * split_chunks (0: one split), then mmq_reduce. */
+static void mmq_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
 {
     int wt = gpu_wtype_index(t), v = a->m > 64 ? 3 : a->m > 32 ? 2 : a->m > 16 ? 1 : 0;
-    int chunks = a->k / 32, splits = 1;
+    int chunks = a->k / 32, splits = 1, pad0 = (a->seg[0].n + 15) & ~15, pad1 = (a->seg[1].n + 15) & ~15;
+    int rows = pad0 + pad1, per_block = glu ? GPU_MMQ_ROWS / 2 : GPU_MMQ_ROWS;
     a->split_chunks = split_chunks ? split_chunks : chunks;
     splits = (chunks + a->split_chunks - 1) / a->split_chunks;
     a->part_ld = rows;
@@ -254,9 +183,8 @@ static void mmq_launch(ggml_type t, matvec_args *a, int rows, int launch_rows, b
     const gpu_fn *fn = glu ? &G.k.mmq_glu[wt][v] : &G.k.mmq[wt][v];
     assert_non_null(fn->f);
     void *args[] = {a};
-    int per_block = glu ? GPU_MMQ_ROWS / 2 : GPU_MMQ_ROWS;
-    gpu_launch_dims d = {(unsigned)((launch_rows + per_block - 1) / per_block), (unsigned)((a->m + (16 << v) - 1) / (16 << v)),
-                         (unsigned)splits, GPU_MMQ_THREADS};
+    gpu_launch_dims d = {(unsigned)(((glu ? a->seg[0].n : rows) + per_block - 1) / per_block),
+                         (unsigned)((a->m + (16 << v) - 1) / (16 << v)), (unsigned)splits, GPU_MMQ_THREADS};
     if (gpu_launch_smem(fn, d, gpu_mmq_smem(t, v), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
     if (splits > 1) {
         int is_glu = glu;
@@ -267,92 +195,154 @@ static void mmq_launch(ggml_type t, matvec_args *a, int rows, int launch_rows, b
     if (part) cu.cuMemFree(part);
 }
 
-/* The tensor-core kernels on every block-quantised format against the same float64 reference
- * as the matvec kernels: two segments of 30 and 47 rows (not multiples of 16) with bias and the
- * residual accumulate for odd M, the gate/up variant, one split and three (the partial sums
- * and mmq_reduce), M across all four variants and past one block of activation rows. */
+/* M activation rows through pk: the two-segment product and the gate/up product against a
+ * float64 reference over the FP16 weights; the worst relative errors so far in worst[2]. */
+static void product_case(const product_matrix *pm, int M, const product_kernel *pk, uint64_t *seed, double worst[2])
+{
+    const int K = PK, N = PN, N0 = PN0, NG = PNG, acc = M % 2;
+    const float *hf = pm->hf;
+    float *x = malloc((size_t)M * K * sizeof *x), *y = malloc((size_t)M * N * sizeof *y);
+    float *ref = malloc((size_t)M * N * sizeof *ref), *bias = malloc(N * sizeof *bias);
+    for (int i = 0; i < M * K; i++) x[i] = gpu_test_randf(seed);
+    for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(seed);
+    CUdeviceptr dx = upload_half(x, (size_t)M * K), db = upload(bias, N * sizeof *bias);
+    CUdeviceptr dy0 = poisoned((size_t)M * N0), dy1 = poisoned((size_t)M * (N - N0));
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) /* y laid out as [seg0: M x N0][seg1: M x (N-N0)] */
+            ref[n < N0 ? m * N0 + n : M * N0 + m * (N - N0) + (n - N0)] =
+                (float)(dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K) + (acc ? 1.0 + bias[n] : 0.0));
+    if (acc) {
+        for (int i = 0; i < M * N; i++) y[i] = 1.0f;
+        CHECK(cu.cuMemcpyHtoD(dy0, y, (size_t)M * N0 * sizeof *y));
+        CHECK(cu.cuMemcpyHtoD(dy1, y, (size_t)M * (N - N0) * sizeof *y));
+    }
+    const uint8_t *w = (const uint8_t *)(uintptr_t)pm->dw;
+    matvec_args a = {.n_seg = 2, .k = K, .m = M, .ldx = K, .accumulate = acc, .row_bytes = pm->rb,
+                     .x = (const gpu_half *)(uintptr_t)dx};
+    a.seg[0] = (matvec_seg){w, (float *)(uintptr_t)dy0, acc ? (const float *)(uintptr_t)db : NULL, N0, N0};
+    a.seg[1] = (matvec_seg){w + pm->rb * N0, (float *)(uintptr_t)dy1, acc ? (const float *)(uintptr_t)db + N0 : NULL,
+                            N - N0, N - N0};
+    pk->launch(pm->t, &a, false, pk->arg);
+    download(y, dy0, (size_t)M * N0 * sizeof *y);
+    download(y + (size_t)M * N0, dy1, (size_t)M * (N - N0) * sizeof *y);
+    double e = gpu_test_rel_err(y, ref, (size_t)M * N);
+    if (e > worst[0]) worst[0] = e;
+    if (e > pk->tol) fail_msg("%s %s M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), M, pk->arg, e);
+
+    /* glu: yh[m][n] = fp16(silu(gate_n . x_m) * (up_n . x_m)) */
+    CUdeviceptr dgh = poisoned((size_t)M * NG / 2 + 1);
+    matvec_args ga = a;
+    ga.accumulate = 0;
+    ga.seg[0] = (matvec_seg){w, NULL, NULL, NG, NG};
+    ga.seg[1] = (matvec_seg){w + pm->rb * NG, NULL, NULL, NG, NG};
+    ga.yh = (gpu_half *)(uintptr_t)dgh;
+    pk->launch(pm->t, &ga, true, pk->arg);
+    uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
+    float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
+    download(gh, dgh, (size_t)M * NG * sizeof *gh);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < NG; n++) {
+            double gt = dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K);
+            double up = dot_ref(hf + (size_t)(NG + n) * K, x + (size_t)m * K, K);
+            gref[m * NG + n] = (float)(gt / (1.0 + exp(-gt)) * up);
+            gf[m * NG + n] = quant_f16_to_f32(gh[m * NG + n]);
+        }
+    e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
+    if (e > worst[1]) worst[1] = e;
+    if (e > 2e-3) fail_msg("%s glu %s M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), M, pk->arg, e);
+    cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dgh);
+    free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
+}
+
+/* A random matrix of format t uploaded, and its FP16 weights (dequant_f16, the decode every
+ * kernel shares) checked against the CPU's decode; deq gets the CPU's values. */
+static product_matrix product_matrix_new(ggml_type t, float *deq, uint64_t *seed, double *edq)
+{
+    const int K = PK, N = PN;
+    void *w = random_matrix(t, K, N, deq, seed);
+    product_matrix pm = {.t = t, .rb = gpu_row_bytes(t, K)};
+    pm.dw = upload(w, pm.rb * N);
+    free(w);
+    CUdeviceptr dh = poisoned((size_t)K * N / 2);
+    unsigned long long rbl = pm.rb;
+    int k = K, n = N;
+    void *dargs[] = {&pm.dw, &rbl, &k, &n, &dh};
+    launch(&G.k.dequant_f16[gpu_wtype_index(t)], (gpu_launch_dims){(K / 32 * N + 255) / 256, 1, 1, 256}, dargs);
+    uint16_t *h = malloc((size_t)K * N * sizeof *h);
+    float *hf = malloc((size_t)K * N * sizeof *hf);
+    download(h, dh, (size_t)K * N * sizeof *h);
+    for (size_t i = 0; i < (size_t)K * N; i++) hf[i] = quant_f16_to_f32(h[i]);
+    *edq = gpu_test_rel_err(hf, deq, (size_t)K * N);
+    cu.cuMemFree(dh);
+    free(h);
+    pm.hf = hf;
+    return pm;
+}
+
+static void product_matrix_free(product_matrix *pm)
+{
+    cu.cuMemFree(pm->dw);
+    free((void *)pm->hf);
+}
+
+/* The matvec kernels (1..64 rows) on every format, the dequantiser and the embedding gather. */
+static void test_matvec_all_formats(void **state)
+{
+    (void)state;
+    uint64_t seed = 42;
+    const int K = PK, N = PN;
+    const int Ms[] = {1, 2, 3, 5, 8, 13, 64};
+    const product_kernel pk = {"matvec", matvec_run, 0, 1e-5};
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
+        ggml_type t = wtypes[ti];
+        int wt = gpu_wtype_index(t);
+        assert_true(wt >= 0);
+        float *deq = malloc((size_t)K * N * sizeof *deq);
+        double edq, worst[2] = {0.0, 0.0};
+        product_matrix pm = product_matrix_new(t, deq, &seed, &edq);
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) product_case(&pm, Ms[mi], &pk, &seed, worst);
+        int32_t toks[3] = {N - 1, 0, 5};
+        unsigned long long rbl = pm.rb;
+        int k = K;
+        CUdeviceptr dt = upload(toks, sizeof toks), de = poisoned((size_t)3 * K);
+        void *eargs[] = {&pm.dw, &rbl, &k, &dt, &de};
+        launch(&G.k.embed[wt], (gpu_launch_dims){3, 1, 1, 64}, eargs);
+        float *emb = malloc((size_t)3 * K * sizeof *emb), *eref = malloc((size_t)3 * K * sizeof *eref);
+        download(emb, de, (size_t)3 * K * sizeof *emb);
+        for (int i = 0; i < 3; i++) memcpy(eref + (size_t)i * K, deq + (size_t)toks[i] * K, K * sizeof *eref);
+        double ee = gpu_test_rel_err(emb, eref, (size_t)3 * K);
+        print_message("  %-5s matvec rel err %.2e, glu %.2e (M up to 64), dequant->f16 %.2e, embed %.2e\n",
+                      ggml_type_name(t), worst[0], worst[1], edq, ee);
+        assert_true(edq < 1e-3);
+        assert_true(ee < 1e-6);
+        cu.cuMemFree(dt), cu.cuMemFree(de);
+        product_matrix_free(&pm);
+        free(emb), free(eref), free(deq);
+    }
+}
+
+/* The tensor-core kernels on every block-quantised format against the same reference (the
+ * segments' 30 and 47 rows are not multiples of 16): M across all four variants and past one
+ * block of activation rows, with one split and with three (partial sums and mmq_reduce). */
 static void test_mmq_all_formats(void **state)
 {
     (void)state;
     uint64_t seed = 7;
-    const int K = 768, N = 77, N0 = 30, NG = 38;
-    const int Ms[] = {5, 16, 17, 40, 64, 65, 300};
+    const int Ms[] = {2, 5, 16, 17, 40, 64, 65, 300};
     for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
         ggml_type t = wtypes[ti];
-        int wt = gpu_wtype_index(t);
-        if (!G.k.mmq[wt][0].f) continue; /* float formats: cuBLAS */
-        float *deq = malloc((size_t)K * N * sizeof *deq);
-        void *w = random_matrix(t, K, N, deq, &seed);
-        size_t rb = gpu_row_bytes(t, K);
-        CUdeviceptr dw = upload(w, rb * N), dh = poisoned((size_t)K * N / 2);
-        unsigned long long rbl = rb;
-        int k = K, n = N;
-        void *dargs[] = {&dw, &rbl, &k, &n, &dh};
-        launch(&G.k.dequant_f16[wt], (gpu_launch_dims){(K / 32 * N + 255) / 256, 1, 1, 256}, dargs);
-        uint16_t *h = malloc((size_t)K * N * sizeof *h);
-        float *hf = malloc((size_t)K * N * sizeof *hf);
-        download(h, dh, (size_t)K * N * sizeof *h);
-        for (size_t i = 0; i < (size_t)K * N; i++) hf[i] = quant_f16_to_f32(h[i]);
-        double worst = 0.0, worst_glu = 0.0;
-        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
-            for (int split = 0; split < 2; split++) {
-                int M = Ms[mi], acc = M % 2;
-                float *x = malloc((size_t)M * K * sizeof *x), *y = malloc((size_t)M * N * sizeof *y);
-                float *ref = malloc((size_t)M * N * sizeof *ref), *bias = malloc(N * sizeof *bias);
-                for (int i = 0; i < M * K; i++) x[i] = gpu_test_randf(&seed);
-                for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(&seed);
-                CUdeviceptr dx = upload_half(x, (size_t)M * K), db = upload(bias, N * sizeof *bias);
-                CUdeviceptr dy0 = poisoned((size_t)M * N0), dy1 = poisoned((size_t)M * (N - N0));
-                for (int m = 0; m < M; m++)
-                    for (int nn = 0; nn < N; nn++)
-                        ref[nn < N0 ? m * N0 + nn : M * N0 + m * (N - N0) + (nn - N0)] =
-                            (float)(dot_ref(hf + (size_t)nn * K, x + (size_t)m * K, K) + (acc ? 1.0 + bias[nn] : 0.0));
-                if (acc) {
-                    for (int i = 0; i < M * N; i++) y[i] = 1.0f;
-                    CHECK(cu.cuMemcpyHtoD(dy0, y, (size_t)M * N0 * sizeof *y));
-                    CHECK(cu.cuMemcpyHtoD(dy1, y, (size_t)M * (N - N0) * sizeof *y));
-                }
-                matvec_args a = {.n_seg = 2, .k = K, .m = M, .ldx = K, .accumulate = acc, .row_bytes = rb,
-                                 .x = (const gpu_half *)(uintptr_t)dx};
-                a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, (float *)(uintptr_t)dy0,
-                                        acc ? (const float *)(uintptr_t)db : NULL, N0, N0};
-                a.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * N0, (float *)(uintptr_t)dy1,
-                                        acc ? (const float *)(uintptr_t)db + N0 : NULL, N - N0, N - N0};
-                int rows = 32 + 48; /* 30 and 47 padded to 16 */
-                mmq_launch(t, &a, rows, rows, false, split ? 8 : 0);
-                download(y, dy0, (size_t)M * N0 * sizeof *y);
-                download(y + (size_t)M * N0, dy1, (size_t)M * (N - N0) * sizeof *y);
-                double e = gpu_test_rel_err(y, ref, (size_t)M * N);
-                if (e > worst) worst = e;
-                if (e > 1e-4) fail_msg("mmq %s M=%d split=%d: relative error %.3g", ggml_type_name(t), M, split, e);
-
-                CUdeviceptr dgh = poisoned((size_t)M * NG / 2 + 1);
-                matvec_args ga = a;
-                ga.accumulate = 0;
-                ga.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, NULL, NULL, NG, NG};
-                ga.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dw + rb * NG, NULL, NULL, NG, NG};
-                ga.yh = (gpu_half *)(uintptr_t)dgh;
-                mmq_launch(t, &ga, 2 * 48, NG, true, split ? 8 : 0);
-                uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
-                float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
-                download(gh, dgh, (size_t)M * NG * sizeof *gh);
-                for (int m = 0; m < M; m++)
-                    for (int nn = 0; nn < NG; nn++) {
-                        double gt = dot_ref(hf + (size_t)nn * K, x + (size_t)m * K, K);
-                        double up = dot_ref(hf + (size_t)(NG + nn) * K, x + (size_t)m * K, K);
-                        gref[m * NG + nn] = (float)(gt / (1.0 + exp(-gt)) * up);
-                        gf[m * NG + nn] = quant_f16_to_f32(gh[m * NG + nn]);
-                    }
-                e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
-                if (e > worst_glu) worst_glu = e;
-                if (e > 2e-3) fail_msg("mmq glu %s M=%d split=%d: relative error %.3g", ggml_type_name(t), M, split, e);
-                cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dgh);
-                free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
-            }
-        print_message("  %-5s mmq rel err %.2e, glu %.2e (M 5..300, one split and three)\n", ggml_type_name(t), worst,
-                      worst_glu);
-        cu.cuMemFree(dw), cu.cuMemFree(dh);
-        free(h), free(hf), free(deq), free(w);
+        if (!G.k.mmq[gpu_wtype_index(t)][0].f) continue; /* float formats: cuBLAS */
+        float *deq = malloc((size_t)PK * PN * sizeof *deq);
+        double edq, worst[2] = {0.0, 0.0};
+        product_matrix pm = product_matrix_new(t, deq, &seed, &edq);
+        for (int split = 0; split < 2; split++) {
+            const product_kernel pk = {"mmq", mmq_run, split ? 8 : 0, 1e-4};
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) product_case(&pm, Ms[mi], &pk, &seed, worst);
+        }
+        print_message("  %-5s mmq rel err %.2e, glu %.2e (M 2..300, one split and three)\n", ggml_type_name(t),
+                      worst[0], worst[1]);
+        product_matrix_free(&pm);
+        free(deq);
     }
 }
 

@@ -174,16 +174,6 @@ class GrammarBench(Bench):
                                     "json_schema": {"name": "record", "schema": SCHEMA, "strict": True}}
         return json.dumps(b).encode()
 
-    async def prompts_for(self, n):
-        first = self.next_index
-        self.next_index += n
-        sem = asyncio.Semaphore(8)
-
-        async def one(i):
-            async with sem:
-                return await self.prompts.make(i)
-        return await asyncio.gather(*(one(first + i) for i in range(n)))
-
     async def metrics(self):
         """inferd's /metrics as {name: value} ({} for servers without it)."""
         async def get():

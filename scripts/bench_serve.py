@@ -540,15 +540,19 @@ class Bench:
         self.prompts = Prompts(a, self.root, self.headers, self.model)
         await self.prompts.setup(vocab)
 
-    async def make_bodies(self, n):
+    async def prompts_for(self, n):
+        """The next n prompts (made 8 at a time: token prompts cost a /tokenize each)."""
         first = self.next_index
         self.next_index += n
         sem = asyncio.Semaphore(8)
 
         async def one(i):
             async with sem:
-                return self.body(await self.prompts.make(i))
+                return await self.prompts.make(i)
         return await asyncio.gather(*(one(first + i) for i in range(n)))
+
+    async def make_bodies(self, n):
+        return [self.body(p) for p in await self.prompts_for(n)]
 
     async def run(self, n, concurrency, rate):
         bodies = await self.make_bodies(n)

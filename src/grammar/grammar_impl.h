@@ -2,7 +2,9 @@
  *
  * A grammar is a list of rules; each rule is a run of elements in one array:
  *   alt0 elements, ALT, alt1 elements, ALT, ..., END
- * An element is BYTES (a terminal: one byte out of a 256-bit set) or REF (another rule).
+ * An element is BYTES (a terminal: one byte out of a 256-bit set), REF (another rule) or REP
+ * (another rule repeated lo..hi times: a bounded repetition is one element, and the matcher
+ * keeps the iteration count in the stack frame, so all the copies share one position).
  * Character classes and literals are compiled to UTF-8 byte sequences, so the matcher works
  * on bytes only and a token's bytes are matched exactly, whatever characters they split.
  * A position is an index into the element array; a pushdown stack is a list of positions. */
@@ -15,11 +17,12 @@
 
 #include "grammar.h"
 
-enum { GE_END = 0, GE_ALT = 1, GE_REF = 2, GE_BYTES = 3 };
+enum { GE_END = 0, GE_ALT = 1, GE_REF = 2, GE_BYTES = 3, GE_REP = 4 };
 
 typedef struct gelem {
     uint8_t type;
-    int32_t v; /* REF: rule id; BYTES: byte-set index */
+    uint16_t lo, hi; /* REP: iterations, hi <= GRAMMAR_MAX_REPEAT */
+    int32_t v;       /* REF, REP: rule id; BYTES: byte-set index */
 } gelem;
 
 typedef struct gbyteset {
@@ -40,6 +43,7 @@ struct grammar {
     int32_t *alt_off;   /* rule r's alternative starts: alt_pos[alt_off[r] .. alt_off[r+1]) */
     int32_t *alt_pos;
     int root;
+    uint8_t *nullable; /* per rule: derives the empty string */
     struct grammar_mask_tables *tables; /* lazily built against one vocabulary */
 };
 

@@ -21,6 +21,17 @@
 
 #include "base/hash.h"
 
+/* A frame is a position, plus for a REP element the iterations started so far: coming back to
+ * frame (p, c) means "c iterations of p are done".  Two more kinds exist only in the token-table
+ * walks (below): a relaxed REP frame, whose bounds are lifted and whose count says how many
+ * iterations the walk has started from it, and the exit mark at the bottom of a stack whose
+ * relaxed frame was left after c iterations. */
+#define FR_POS(f) ((f) & ((1 << 18) - 1)) /* GRAMMAR_MAX_ELEMS < 2^18 */
+#define FR_COUNT(f) (((f) >> 18) & 0x3ff) /* GRAMMAR_MAX_REPEAT < 2^10 */
+#define FR_WITH_COUNT(f, c) (((f) & ~(0x3ff << 18)) | (c) << 18)
+#define FR_RELAXED (1 << 28)
+#define FR_EXIT (1 << 29)
+
 /* ---- stack sets --------------------------------------------------------------------------- */
 
 /* Stacks stored back to back as [len, p0, ..., p_{len-1}] (top last), deduplicated. */
@@ -64,6 +75,7 @@ static void sset_add(sset *s, const int32_t *st, int n)
         s->has_empty = true;
         return;
     }
+    if (n == 1 && (st[0] & FR_EXIT)) s->has_empty = true; /* a table walk's exit mark (FR_EXIT): complete */
     if (s->n >= GRAMMAR_MAX_STACKS || n > GRAMMAR_MAX_STACK || s->failed) return;
     if (!s->slots) {
         s->n_slots = 2 * GRAMMAR_MAX_STACKS;
@@ -111,23 +123,51 @@ static bool sset_copy(sset *dst, const sset *src)
 
 /* ---- expansion ---------------------------------------------------------------------------- */
 
-/* tmp[0..n) is the stack below; position p is what comes next.  Adds every stack whose top is
- * a BYTES element reachable without consuming a byte.  Each frame restores the slot of tmp it
+static void expand(const grammar *g, int32_t *tmp, int n, int32_t f, sset *out, int depth);
+
+/* Leaves the relaxed REP frame below which tmp[0..n) lies after c iterations: the exit mark
+ * goes under the stack, so that the count survives whatever the walk pops later. */
+static void expand_relaxed_exit(const grammar *g, const int32_t *tmp, int n, int32_t p, int c, sset *out, int depth)
+{
+    int32_t st[GRAMMAR_MAX_STACK + 2];
+    if (n + 1 >= GRAMMAR_MAX_STACK) return;
+    st[0] = FR_EXIT | c << 18;
+    memcpy(st + 1, tmp, (size_t)n * sizeof *st);
+    expand(g, st, n + 1, p + 1, out, depth + 1);
+}
+
+/* tmp[0..n) is the stack below; frame f is what comes next.  Adds every stack whose top is a
+ * BYTES element reachable without consuming a byte.  Each frame restores the slot of tmp it
  * overwrites, so siblings see the stack they were given.  Left recursion is refused at compile
- * time, so this terminates; depth guards hostile but legal chains. */
-static void expand(const grammar *g, int32_t *tmp, int n, int32_t p, sset *out, int depth)
+ * time and repetition counts are bounded, so this terminates; depth guards hostile but legal
+ * chains. */
+static void expand(const grammar *g, int32_t *tmp, int n, int32_t f, sset *out, int depth)
 {
     if (depth > 4 * GRAMMAR_MAX_STACK || n >= GRAMMAR_MAX_STACK) return;
+    int32_t p = FR_POS(f);
     const gelem *e = &g->elems[p];
     switch (e->type) {
     case GE_BYTES:
         tmp[n] = p;
         sset_add(out, tmp, n + 1);
         return;
+    case GE_REP: {
+        int c = FR_COUNT(f);
+        bool relaxed = f & FR_RELAXED;
+        if ((relaxed || c < e->hi) && c < GRAMMAR_MAX_REPEAT) { /* another iteration */
+            for (int32_t a = g->alt_off[e->v]; a < g->alt_off[e->v + 1]; a++) {
+                tmp[n] = FR_WITH_COUNT(f, c + 1);
+                expand(g, tmp, n + 1, g->alt_pos[a], out, depth + 1);
+            }
+        }
+        if (relaxed) expand_relaxed_exit(g, tmp, n, p, c, out, depth);
+        else if (c >= e->lo) expand(g, tmp, n, p + 1, out, depth + 1);
+        return;
+    }
     case GE_ALT:
     case GE_END: /* the alternative is complete: go on below */
-        if (n == 0) {
-            sset_add(out, tmp, 0);
+        if (n == 0 || (n == 1 && (tmp[0] & FR_EXIT))) { /* complete (an exit mark stays, see sset_add) */
+            sset_add(out, tmp, n);
             return;
         }
         {
@@ -157,7 +197,7 @@ static void advance(const grammar *g, const sset *in, unsigned b, sset *out, int
         int n = in->d[o];
         const int32_t *st = &in->d[o + 1];
         int32_t top = st[n - 1];
-        if (!gbyteset_has(&g->sets[g->elems[top].v], b)) continue;
+        if ((top & FR_EXIT) || !gbyteset_has(&g->sets[g->elems[top].v], b)) continue;
         memcpy(tmp, st, (size_t)(n - 1) * sizeof *tmp);
         expand(g, tmp, n - 1, top + 1, out, 0);
     }
@@ -185,10 +225,44 @@ static uint64_t state_hash(const sset *s)
 #define DSTATE_BYTES_MAX ((size_t)32 << 20)
 #define DS_UNKNOWN (-1) /* a transition not computed yet; also what the out-of-budget id is */
 
+/* What a table walk's state says about its relaxed REP frame (see walk_table): the fewest
+ * iterations started by a path still inside it, and the range of counts after which paths
+ * left it; gap: those counts are not a range. */
+#define RSIG_NONE 0xffff
+typedef struct rsig {
+    uint16_t stay, emin, emax;
+    bool gap;
+} rsig;
+
+static rsig rsig_of(const int32_t *d, size_t len)
+{
+    rsig r = {RSIG_NONE, RSIG_NONE, 0, false};
+    uint64_t seen[(GRAMMAR_MAX_REPEAT >> 6) + 1] = {0};
+    for (size_t o = 0; o < len; o += (size_t)d[o] + 1) {
+        int n = d[o];
+        const int32_t *st = &d[o + 1];
+        if (st[0] & FR_EXIT) {
+            uint16_t c = (uint16_t)FR_COUNT(st[0]);
+            seen[c >> 6] |= 1ull << (c & 63);
+            if (c < r.emin) r.emin = c;
+            if (c > r.emax) r.emax = c;
+            continue;
+        }
+        for (int i = n - 1; i >= 0; i--)
+            if (st[i] & FR_RELAXED) {
+                if (FR_COUNT(st[i]) < r.stay) r.stay = (uint16_t)FR_COUNT(st[i]);
+                break;
+            }
+    }
+    for (int c = r.emin; r.emin != RSIG_NONE && c <= r.emax && !r.gap; c++) r.gap = !(seen[c >> 6] >> (c & 63) & 1);
+    return r;
+}
+
 typedef struct dstate {
     uint64_t hash;
     size_t key_off, key_len; /* the stacks as in sset.d, then has_empty, in the pool */
-    bool alive, has_empty;
+    bool alive, has_empty, has_sig;
+    rsig sig; /* when has_sig */
     int32_t *next; /* 256 successor ids (DS_UNKNOWN: not computed), allocated on first use */
 } dstate;
 
@@ -274,7 +348,8 @@ static int ds_intern(dstates *ds, const sset *s)
     }
     if (s->len) memcpy(ds->pool + ds->pool_len, s->d, s->len * sizeof *s->d); /* the dead set has no d */
     ds->pool[ds->pool_len + s->len] = s->has_empty;
-    ds->s[ds->n] = (dstate){h, ds->pool_len, klen, sset_alive(s), s->has_empty, NULL};
+    ds->s[ds->n] = (dstate){.hash = h, .key_off = ds->pool_len, .key_len = klen, .alive = sset_alive(s),
+                            .has_empty = s->has_empty};
     ds->pool_len += klen;
     ds->bytes += need;
     ds->index[i] = (uint32_t)ds->n + 1;
@@ -310,18 +385,39 @@ static int ds_next(const grammar *g, dstates *ds, int id, unsigned b)
  * the uncertain list is short enough to check at run time.  Tables are shared by every stack
  * with that suffix, across matchers and requests (the grammar cache keeps them). */
 #define UNC_MAX 256           /* uncertain tokens a mask may check against the full stack */
+#define CUM_MAX 16            /* counted tokens: iteration counts kept as masks (see pos_table) */
 #define SUFFIX_MAX 16         /* frames a table key may hold */
 #define TABLES_BYTES_MAX ((size_t)256 << 20) /* per grammar: beyond it the tables start over */
 
+typedef struct cnt_tok {
+    int32_t id;
+    uint16_t stay, emin, emax; /* as in rsig */
+} cnt_tok;
+
+/* A table whose key holds a relaxed REP frame (the topmost REP frame of the suffix, bounds
+ * lifted: see walk_table) serves every iteration count of that frame.  A token whose paths
+ * all stay in the iteration the frame is in is accepted outright; one that starts more
+ * iterations or leaves the repetition is counted: allowed when the concrete frame's counts
+ * admit its paths (stay <= remaining, or an exit count in [needed, remaining]).  Counted tokens
+ * with no exits are kept as cumulative masks by stay count up to CUM_MAX (one copy per mask,
+ * the bulk of a string's tokens), the rest as a list; tokens whose counted paths also escape
+ * the suffix, or whose exit counts are not a range, are checked against the whole stack. */
 typedef struct pos_table {
     uint64_t hash;
     int32_t *key; /* the suffix, bottom first */
     int key_n;
+    int rel;            /* the key's relaxed frame, -1: none */
     uint32_t *acc_bits; /* accepted tokens as a mask when there are many */
     int32_t *acc;       /* else as ids */
     int n_acc;
     int32_t *unc; /* uncertain token ids, in vocabulary order */
     int n_unc;
+    int32_t *amb; /* counted tokens checked against the whole stack */
+    int n_amb;
+    cnt_tok *cnt;
+    int n_cnt;
+    uint32_t *cum; /* n_cum masks: mask s-1 = the counted tokens with stay <= s and no exits */
+    int n_cum;
 } pos_table;
 
 typedef struct cache_entry {
@@ -376,6 +472,9 @@ static void tabs_reset(struct grammar_mask_tables *t)
         free(t->tabs[i].acc_bits);
         free(t->tabs[i].acc);
         free(t->tabs[i].unc);
+        free(t->tabs[i].amb);
+        free(t->tabs[i].cnt);
+        free(t->tabs[i].cum);
     }
     free(t->tabs);
     free(t->tab_index);
@@ -415,6 +514,14 @@ static struct grammar_mask_tables *tables_for(grammar *g, const grammar_vocab *v
     t->v = v;
     g->tables = t;
     return t;
+}
+
+static bool set_bit(uint32_t *mask, int32_t id)
+{
+    uint32_t bit = 1u << (id & 31);
+    bool was = mask[id >> 5] & bit;
+    mask[id >> 5] |= bit;
+    return !was;
 }
 
 static bool list_push(int32_t **list, int *n, int *cap, int32_t id)
@@ -460,11 +567,50 @@ static bool lv_empty(const struct grammar_mask_tables *t, int d)
     return t->memo ? t->ds.s[t->lev[d]].has_empty : t->level[d].has_empty;
 }
 
-/* Walks the sorted vocabulary from the one-stack state [st[0..n)] into pt (see above). */
+static rsig lv_sig(struct grammar_mask_tables *t, int d)
+{
+    if (!t->memo) return rsig_of(t->level[d].d, t->level[d].len);
+    dstate *e = &t->ds.s[t->lev[d]];
+    if (!e->has_sig) {
+        e->sig = rsig_of(t->ds.pool + e->key_off, e->key_len - 1);
+        e->has_sig = true;
+    }
+    return e->sig;
+}
+
+/* Turns pt's counted tokens with no exits into cumulative masks by stay count, when there are
+ * enough of them for masks to be the smaller and faster form; those above CUM_MAX stay listed. */
+static bool build_cum(const grammar_vocab *v, pos_table *pt)
+{
+    int n_plain = 0, top = 0;
+    for (int i = 0; i < pt->n_cnt; i++)
+        if (pt->cnt[i].emin == RSIG_NONE) {
+            n_plain++;
+            if (pt->cnt[i].stay > top) top = pt->cnt[i].stay;
+        }
+    if (n_plain <= v->n_words) return true;
+    pt->n_cum = top < CUM_MAX ? top : CUM_MAX;
+    size_t W = (size_t)v->n_words;
+    if (!(pt->cum = calloc((size_t)pt->n_cum * W, sizeof *pt->cum))) return false;
+    int m = 0;
+    for (int i = 0; i < pt->n_cnt; i++) {
+        const cnt_tok *x = &pt->cnt[i];
+        if (x->emin == RSIG_NONE && x->stay <= pt->n_cum) set_bit(pt->cum + (size_t)(x->stay - 1) * W, x->id);
+        else pt->cnt[m++] = *x;
+    }
+    pt->n_cnt = m;
+    for (int s = 1; s < pt->n_cum; s++)
+        for (size_t i = 0; i < W; i++) pt->cum[s * W + i] |= pt->cum[(s - 1) * W + i];
+    return true;
+}
+
+/* Walks the sorted vocabulary from the one-stack state [st[0..n)] into pt (see above).  With a
+ * relaxed frame in st, the states carry its counts, and a token alive at its end is accepted
+ * when a path did not leave the iteration it started in, counted otherwise. */
 static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n)
 {
     const grammar_vocab *v = t->v;
-    int cap_acc = 0, cap_unc = 0;
+    int cap_acc = 0, cap_unc = 0, cap_amb = 0, cap_cnt = 0;
     if (!lv_start(g, t, st, n)) return false;
     t->esc[0] = false;
     int valid = 0; /* levels 0..valid hold the states of the current token's prefix */
@@ -497,7 +643,21 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
         }
         valid = len;
         if (lv_alive(t, len)) {
-            if (!list_push(&pt->acc, &pt->n_acc, &cap_acc, id)) return false;
+            rsig r = pt->rel >= 0 ? lv_sig(t, len) : (rsig){.stay = 0};
+            if (r.stay == 0) {
+                if (!list_push(&pt->acc, &pt->n_acc, &cap_acc, id)) return false;
+            } else if (t->esc[len] || r.gap) {
+                if (!list_push(&pt->amb, &pt->n_amb, &cap_amb, id)) return false;
+            } else {
+                if (pt->n_cnt == cap_cnt) {
+                    int c = cap_cnt ? cap_cnt * 2 : 64;
+                    cnt_tok *l = realloc(pt->cnt, (size_t)c * sizeof *l);
+                    if (!l) return false;
+                    pt->cnt = l;
+                    cap_cnt = c;
+                }
+                pt->cnt[pt->n_cnt++] = (cnt_tok){id, r.stay, r.emin, r.emax};
+            }
         } else if (t->esc[len]) {
             if (!list_push(&pt->unc, &pt->n_unc, &cap_unc, id)) return false;
         }
@@ -510,7 +670,7 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
         free(pt->acc);
         pt->acc = NULL;
     }
-    return true;
+    return build_cum(v, pt);
 }
 
 static void pos_table_clear(pos_table *pt)
@@ -518,9 +678,13 @@ static void pos_table_clear(pos_table *pt)
     free(pt->acc_bits);
     free(pt->acc);
     free(pt->unc);
-    pt->acc_bits = NULL;
-    pt->acc = pt->unc = NULL;
-    pt->n_acc = pt->n_unc = 0;
+    free(pt->amb);
+    free(pt->cnt);
+    free(pt->cum);
+    pt->acc_bits = pt->cum = NULL;
+    pt->acc = pt->unc = pt->amb = NULL;
+    pt->cnt = NULL;
+    pt->n_acc = pt->n_unc = pt->n_amb = pt->n_cnt = pt->n_cum = 0;
 }
 
 static bool build_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n)
@@ -574,23 +738,19 @@ static pos_table *table_get(const grammar *g, struct grammar_mask_tables *t, con
     memcpy(pt->key, st, (size_t)n * sizeof *st);
     pt->key_n = n;
     pt->hash = h;
+    pt->rel = -1;
+    for (int i = 0; i < n; i++)
+        if (st[i] & FR_RELAXED) pt->rel = i;
     if (!build_table(g, t, pt, st, n)) {
         free(pt->key);
         return NULL;
     }
-    t->tab_bytes += (size_t)n * 4 + (size_t)pt->n_unc * 4 +
-                    (pt->acc_bits ? (size_t)t->v->n_words : (size_t)pt->n_acc) * 4 + sizeof *pt;
+    t->tab_bytes += (size_t)n * 4 + (size_t)(pt->n_unc + pt->n_amb) * 4 + (size_t)pt->n_cnt * sizeof *pt->cnt +
+                    (pt->acc_bits ? (size_t)t->v->n_words : (size_t)pt->n_acc) * 4 +
+                    (size_t)pt->n_cum * (size_t)t->v->n_words * 4 + sizeof *pt;
     t->tab_index[j] = (uint32_t)t->n_tabs + 1;
     t->n_tabs++;
     return pt;
-}
-
-static bool set_bit(uint32_t *mask, int32_t id)
-{
-    uint32_t bit = 1u << (id & 31);
-    bool was = mask[id >> 5] & bit;
-    mask[id >> 5] |= bit;
-    return !was;
 }
 
 /* Whether the token's bytes can be consumed from the single stack st[0..n), on stack sets. */
@@ -610,16 +770,17 @@ static bool check_token(const grammar *g, struct grammar_mask_tables *t, const i
     return true;
 }
 
-/* Adds to mask the uncertain tokens of pt that the whole stack st[0..n) allows; full: the
- * table is the whole stack's, so only the tokens too long to walk can still be allowed. */
-static void check_uncertain(const grammar *g, struct grammar_mask_tables *t, const pos_table *pt, const int32_t *st,
-                           int n, bool full, uint32_t *mask)
+/* Adds to mask the tokens of ids[0..n_ids) that the whole stack st[0..n) allows; full: the
+ * table is the whole stack's, so of its uncertain tokens only those too long to walk can
+ * still be allowed. */
+static void check_tokens(const grammar *g, struct grammar_mask_tables *t, const int32_t *ids, int n_ids,
+                         const int32_t *st, int n, bool full, uint32_t *mask)
 {
     const grammar_vocab *v = t->v;
     int s0 = -1;
     if (t->ds.bytes > DSTATE_BYTES_MAX / 2) ds_reset(&t->ds);
-    for (int i = 0; i < pt->n_unc; i++) {
-        int32_t id = pt->unc[i];
+    for (int i = 0; i < n_ids; i++) {
+        int32_t id = ids[i];
         int len = v->len[id];
         if ((mask[id >> 5] >> (id & 31) & 1u) || (full && len <= TOKEN_MAX_BYTES)) continue;
         const unsigned char *b = v->bytes + v->off[id];
@@ -633,6 +794,36 @@ static void check_uncertain(const grammar *g, struct grammar_mask_tables *t, con
         for (; s >= 0 && k < len && t->ds.s[s].alive; k++) s = ds_next(g, &t->ds, s, b[k]);
         bool ok = s >= 0 ? t->ds.s[s].alive : check_token(g, t, st, n, b, len); /* budget spent */
         if (ok) set_bit(mask, id);
+    }
+}
+
+/* Adds to mask the counted tokens of pt that the concrete REP frame f admits. */
+static void add_counted(const grammar *g, const grammar_vocab *v, const pos_table *pt, int32_t f, uint32_t *mask)
+{
+    const gelem *e = &g->elems[FR_POS(f)];
+    int c = FR_COUNT(f), left = e->hi - c, need = e->lo - c;
+    if (pt->n_cum && left >= 1) {
+        const uint32_t *l = pt->cum + (size_t)((left < pt->n_cum ? left : pt->n_cum) - 1) * (size_t)v->n_words;
+        for (int i = 0; i < v->n_words; i++) mask[i] |= l[i];
+    }
+    for (int i = 0; i < pt->n_cnt; i++) {
+        const cnt_tok *x = &pt->cnt[i];
+        int lo = x->emin > need ? x->emin : need, hi = x->emax < left ? x->emax : left;
+        if (x->stay <= left || (x->emin != RSIG_NONE && lo <= hi)) set_bit(mask, x->id);
+    }
+}
+
+/* The table key for the top k frames of a stack: the topmost REP frame whose element cannot be
+ * empty (so that the walks' counts stay bounded by token lengths) is relaxed. */
+static void table_key(const grammar *g, const int32_t *st, int k, int32_t *key)
+{
+    memcpy(key, st, (size_t)k * sizeof *key);
+    for (int i = k - 1; i >= 0; i--) {
+        const gelem *e = &g->elems[FR_POS(st[i])];
+        if (e->type == GE_REP && !g->nullable[e->v]) {
+            key[i] = FR_POS(st[i]) | FR_RELAXED;
+            return;
+        }
     }
 }
 
@@ -800,9 +991,11 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         pos_table *pt;
         uint8_t *hint = &t->khint[st[sn - 1]];
         int k = *hint > 1 ? (*hint < sn ? *hint : sn) : 1;
+        int32_t key[SUFFIX_MAX];
         for (;; k++) {
-            if (!(pt = table_get(m->g, t, st + sn - k, k))) return 0;
-            if (pt->n_unc <= UNC_MAX || k == sn || k == SUFFIX_MAX) break;
+            table_key(m->g, st + sn - k, k, key);
+            if (!(pt = table_get(m->g, t, key, k))) return 0;
+            if (pt->n_unc + pt->n_amb <= UNC_MAX || k == sn || k == SUFFIX_MAX) break;
         }
         if (k > *hint) *hint = (uint8_t)k;
         if (pt->acc_bits) {
@@ -810,7 +1003,9 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         } else {
             for (int i = 0; i < pt->n_acc; i++) set_bit(mask, pt->acc[i]);
         }
-        check_uncertain(m->g, t, pt, st, sn, k == sn, mask);
+        if (pt->rel >= 0) add_counted(m->g, v, pt, st[sn - k + pt->rel], mask);
+        check_tokens(m->g, t, pt->unc, pt->n_unc, st, sn, k == sn, mask);
+        check_tokens(m->g, t, pt->amb, pt->n_amb, st, sn, false, mask);
     }
     for (int i = 0; i < v->n_words; i++) n += __builtin_popcount(mask[i]);
     if (s->has_empty)

@@ -64,6 +64,8 @@ struct grammar_vocab {
     uint32_t *off;  /* their bytes in `bytes` */
     uint16_t *len;
     uint16_t *lcp;  /* common prefix with the previous sorted token */
+    int32_t *skip;  /* sorted index -> the next one whose lcp is smaller: a walk that finds a
+                     * prefix dead jumps over the tokens that share it in few steps */
     unsigned char *bytes;
     int32_t *rank;  /* id -> index in the sorted order, -1 for control/empty tokens */
     int32_t *eog;

@@ -255,6 +255,16 @@ static rsig rsig_of(const int32_t *d, size_t len)
             }
     }
     for (int c = r.emin; r.emin != RSIG_NONE && c <= r.emax && !r.gap; c++) r.gap = !(seen[c >> 6] >> (c & 63) & 1);
+    /* Exits at most one short of a path that stays (a token ending where an iteration ends can
+     * stay, starting the next one, or leave): allowed exactly when min(stay, emin) iterations
+     * fit.  If that many are left, the stay path or the exit at emin is admitted (the needed
+     * count is never above the remaining one); if fewer are left than stay, the remaining count
+     * is at most emax and an exit in [max(emin, needed), remaining] exists iff emin fits. */
+    if (r.emin != RSIG_NONE && !r.gap && r.stay <= r.emax + 1) {
+        if (r.emin < r.stay) r.stay = r.emin;
+        r.emin = RSIG_NONE;
+        r.emax = 0;
+    }
     return r;
 }
 
@@ -387,6 +397,7 @@ static int ds_next(const grammar *g, dstates *ds, int id, unsigned b)
 #define UNC_MAX 256           /* uncertain tokens a mask may check against the full stack */
 #define CUM_MAX 16            /* counted tokens: iteration counts kept as masks (see pos_table) */
 #define SUFFIX_MAX 16         /* frames a table key may hold */
+#define GROUP_MAX 64          /* stacks one table may serve (key_stacks) */
 #define TABLES_BYTES_MAX ((size_t)256 << 20) /* per grammar: beyond it the tables start over */
 
 typedef struct cnt_tok {
@@ -404,9 +415,9 @@ typedef struct cnt_tok {
  * the suffix, or whose exit counts are not a range, are checked against the whole stack. */
 typedef struct pos_table {
     uint64_t hash;
-    int32_t *key; /* the suffix, bottom first */
+    int32_t *key; /* the suffixes (key_stacks) */
     int key_n;
-    int rel;            /* the key's relaxed frame, -1: none */
+    int rel;            /* the key's relaxed frame, -1: none (an index below the tops) */
     uint32_t *acc_bits; /* accepted tokens as a mask when there are many */
     int32_t *acc;       /* else as ids */
     int n_acc;
@@ -450,6 +461,7 @@ struct grammar_mask_tables {
     sset level[TOKEN_MAX_BYTES + 1];
     bool esc[TOKEN_MAX_BYTES + 1];
     sset one, a, b;
+    sset group; /* fill_mask: the whole stacks of the group being masked */
     int32_t tmp[GRAMMAR_MAX_STACK + 2];
 };
 
@@ -493,6 +505,7 @@ void grammar_tables_free(struct grammar_mask_tables *t)
     free(t->khint);
     for (int i = 0; i <= TOKEN_MAX_BYTES; i++) sset_free(&t->level[i]);
     sset_free(&t->one);
+    sset_free(&t->group);
     sset_free(&t->a);
     sset_free(&t->b);
     free(t);
@@ -539,12 +552,27 @@ static bool list_push(int32_t **list, int *n, int *cap, int32_t id)
 
 /* The walk's levels, on ids (memo) or on stack sets.  A memoized step fails only when the
  * state budget is spent; build_table then redoes the walk without memoization. */
-static bool lv_start(const grammar *g, struct grammar_mask_tables *t, const int32_t *st, int n)
+/* A table key: [-m, the k-1 frames below the tops, the m tops], for a group of m stacks that
+ * differ only in their top frame (a character class leaves one stack per UTF-8 form, all over
+ * the same frames): one table and one check for the group instead of one per stack.  Puts
+ * the key's stacks into out. */
+static void key_stacks(const int32_t *key, int key_n, sset *out)
+{
+    int m = -key[0], below = key_n - 1 - m;
+    int32_t st[SUFFIX_MAX];
+    memcpy(st, key + 1, (size_t)below * sizeof *st);
+    for (int i = 0; i < m; i++) {
+        st[below] = key[1 + below + i];
+        sset_add(out, st, below + 1);
+    }
+}
+
+static bool lv_start(const grammar *g, struct grammar_mask_tables *t, const int32_t *key, int key_n)
 {
     (void)g;
     sset *l0 = t->memo ? &t->one : &t->level[0];
     sset_clear(l0);
-    sset_add(l0, st, n);
+    key_stacks(key, key_n, l0);
     if (!t->memo) return !l0->failed;
     t->lev[0] = ds_intern(&t->ds, l0);
     return t->lev[0] >= 0;
@@ -607,23 +635,18 @@ static bool build_cum(const grammar_vocab *v, pos_table *pt)
 /* Walks the sorted vocabulary from the one-stack state [st[0..n)] into pt (see above).  With a
  * relaxed frame in st, the states carry its counts, and a token alive at its end is accepted
  * when a path did not leave the iteration it started in, counted otherwise. */
-static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n)
+static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *key, int key_n)
 {
     const grammar_vocab *v = t->v;
     int cap_acc = 0, cap_unc = 0, cap_amb = 0, cap_cnt = 0;
-    if (!lv_start(g, t, st, n)) return false;
+    if (!lv_start(g, t, key, key_n)) return false;
     t->esc[0] = false;
     int valid = 0; /* levels 0..valid hold the states of the current token's prefix */
     for (int k = 0; k < v->n_sorted;) {
         int32_t id = v->ids[k];
         const unsigned char *b = v->bytes + v->off[id];
         int len = v->len[id];
-        if (len > TOKEN_MAX_BYTES) { /* too long to walk: decided at run time */
-            if (!list_push(&pt->unc, &pt->n_unc, &cap_unc, id)) return false;
-            valid = 0;
-            k++;
-            continue;
-        }
+        if (len > TOKEN_MAX_BYTES) len = TOKEN_MAX_BYTES; /* the rest is decided at run time */
         int d = v->lcp[k] < valid ? v->lcp[k] : valid;
         bool dead = false;
         for (; d < len; d++) {
@@ -638,11 +661,13 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
             /* every later token with this prefix (bytes 0..d) is rejected too */
             valid = d;
             k++;
-            while (k < v->n_sorted && v->lcp[k] > d) k++;
+            while (k < v->n_sorted && v->lcp[k] > d) k = v->skip[k];
             continue;
         }
         valid = len;
-        if (lv_alive(t, len)) {
+        if (len < v->len[id]) { /* too long to walk to the end, alive so far */
+            if (!list_push(&pt->unc, &pt->n_unc, &cap_unc, id)) return false;
+        } else if (lv_alive(t, len)) {
             rsig r = pt->rel >= 0 ? lv_sig(t, len) : (rsig){.stay = 0};
             if (r.stay == 0) {
                 if (!list_push(&pt->acc, &pt->n_acc, &cap_acc, id)) return false;
@@ -738,9 +763,9 @@ static pos_table *table_get(const grammar *g, struct grammar_mask_tables *t, con
     memcpy(pt->key, st, (size_t)n * sizeof *st);
     pt->key_n = n;
     pt->hash = h;
-    pt->rel = -1;
-    for (int i = 0; i < n; i++)
-        if (st[i] & FR_RELAXED) pt->rel = i;
+    pt->rel = -1; /* as an index into the frames below the tops (key_stacks) */
+    for (int i = 1; i < n + st[0]; i++)
+        if (st[i] & FR_RELAXED) pt->rel = i - 1;
     if (!build_table(g, t, pt, st, n)) {
         free(pt->key);
         return NULL;
@@ -753,13 +778,12 @@ static pos_table *table_get(const grammar *g, struct grammar_mask_tables *t, con
     return pt;
 }
 
-/* Whether the token's bytes can be consumed from the single stack st[0..n), on stack sets. */
-static bool check_token(const grammar *g, struct grammar_mask_tables *t, const int32_t *st, int n,
-                        const unsigned char *b, int len)
+/* Whether the token's bytes can be consumed from the state s0, on stack sets. */
+static bool check_token(const grammar *g, struct grammar_mask_tables *t, const sset *s0, const unsigned char *b,
+                        int len)
 {
     sset *cur = &t->a, *next = &t->b;
-    sset_clear(cur);
-    sset_add(cur, st, n);
+    if (!sset_copy(cur, s0)) return false;
     for (int i = 0; i < len; i++) {
         advance(g, cur, b[i], next, t->tmp);
         if (!sset_alive(next)) return false;
@@ -770,11 +794,11 @@ static bool check_token(const grammar *g, struct grammar_mask_tables *t, const i
     return true;
 }
 
-/* Adds to mask the tokens of ids[0..n_ids) that the whole stack st[0..n) allows; full: the
- * table is the whole stack's, so of its uncertain tokens only those too long to walk can
+/* Adds to mask the tokens of ids[0..n_ids) that the whole stacks of t->group allow; full: the
+ * table is the whole stacks', so of its uncertain tokens only those too long to walk can
  * still be allowed. */
-static void check_tokens(const grammar *g, struct grammar_mask_tables *t, const int32_t *ids, int n_ids,
-                         const int32_t *st, int n, bool full, uint32_t *mask)
+static void check_tokens(const grammar *g, struct grammar_mask_tables *t, const int32_t *ids, int n_ids, bool full,
+                         uint32_t *mask)
 {
     const grammar_vocab *v = t->v;
     int s0 = -1;
@@ -785,14 +809,12 @@ static void check_tokens(const grammar *g, struct grammar_mask_tables *t, const 
         if ((mask[id >> 5] >> (id & 31) & 1u) || (full && len <= TOKEN_MAX_BYTES)) continue;
         const unsigned char *b = v->bytes + v->off[id];
         if (s0 == -1) { /* -2: could not intern, check on stack sets */
-            sset_clear(&t->one);
-            sset_add(&t->one, st, n);
-            s0 = ds_intern(&t->ds, &t->one);
+            s0 = ds_intern(&t->ds, &t->group);
             if (s0 < 0) s0 = -2;
         }
         int s = s0 >= 0 ? s0 : -1, k = 0;
         for (; s >= 0 && k < len && t->ds.s[s].alive; k++) s = ds_next(g, &t->ds, s, b[k]);
-        bool ok = s >= 0 ? t->ds.s[s].alive : check_token(g, t, st, n, b, len); /* budget spent */
+        bool ok = s >= 0 ? t->ds.s[s].alive : check_token(g, t, &t->group, b, len); /* budget spent */
         if (ok) set_bit(mask, id);
     }
 }
@@ -813,18 +835,23 @@ static void add_counted(const grammar *g, const grammar_vocab *v, const pos_tabl
     }
 }
 
-/* The table key for the top k frames of a stack: the topmost REP frame whose element cannot be
- * empty (so that the walks' counts stay bounded by token lengths) is relaxed. */
-static void table_key(const grammar *g, const int32_t *st, int k, int32_t *key)
+/* The table key (key_stacks) for the top k frames of the m stacks of a group, which share
+ * their k-1 frames below the tops st[0..k-1) and have the tops tops[0..m): the topmost REP frame
+ * whose element cannot be empty (so that the walks' counts stay bounded by token lengths) is
+ * relaxed.  Returns the key's length. */
+static int table_key(const grammar *g, const int32_t *st, int k, const int32_t *tops, int m, int32_t *key)
 {
-    memcpy(key, st, (size_t)k * sizeof *key);
-    for (int i = k - 1; i >= 0; i--) {
+    key[0] = -m;
+    memcpy(key + 1, st, (size_t)(k - 1) * sizeof *key);
+    memcpy(key + k, tops, (size_t)m * sizeof *key);
+    for (int i = k - 2; i >= 0; i--) {
         const gelem *e = &g->elems[FR_POS(st[i])];
         if (e->type == GE_REP && !g->nullable[e->v]) {
-            key[i] = FR_POS(st[i]) | FR_RELAXED;
-            return;
+            key[1 + i] = FR_POS(st[i]) | FR_RELAXED;
+            break;
         }
     }
+    return k + m;
 }
 
 /* ---- the matcher ---------------------------------------------------------------------------- */
@@ -968,6 +995,20 @@ static void cache_store(struct grammar_mask_tables *t, const sset *s, uint64_t h
     t->cache_bytes += bytes;
 }
 
+/* Set bits of a mask.  Bit arithmetic rather than __builtin_popcount, which without -mpopcnt
+ * is a libgcc call per word: a 150k-token mask is 4.7k words, counted on every state-cache miss. */
+static int mask_popcount(const uint32_t *mask, int n_words)
+{
+    int n = 0;
+    for (int i = 0; i < n_words; i++) {
+        uint32_t x = mask[i];
+        x = x - ((x >> 1) & 0x55555555u);
+        x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+        n += (int)((((x + (x >> 4)) & 0x0f0f0f0fu) * 0x01010101u) >> 24);
+    }
+    return n;
+}
+
 int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
 {
     const grammar_vocab *v = m->v;
@@ -984,17 +1025,27 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
     if (t->tab_bytes > TABLES_BYTES_MAX) tabs_reset(t);
     int n = 0;
     const sset *s = &m->state;
-    for (size_t o = 0; o < s->len; o += (size_t)s->d[o] + 1) {
+    for (size_t o = 0, next; o < s->len; o = next) {
         int sn = s->d[o];
         const int32_t *st = &s->d[o + 1];
+        /* the group: the stacks after this one that differ from it only in their top */
+        int32_t tops[GROUP_MAX];
+        int n_tops = 0;
+        sset_clear(&t->group);
+        for (next = o; next < s->len && n_tops < GROUP_MAX && s->d[next] == sn &&
+                       !memcmp(&s->d[next + 1], st, (size_t)(sn - 1) * sizeof *st);
+             next += (size_t)sn + 1) {
+            tops[n_tops++] = s->d[next + sn];
+            sset_add(&t->group, &s->d[next + 1], sn);
+        }
         /* the fewest top frames whose table leaves few tokens to check (see above) */
         pos_table *pt;
         uint8_t *hint = &t->khint[st[sn - 1]];
         int k = *hint > 1 ? (*hint < sn ? *hint : sn) : 1;
-        int32_t key[SUFFIX_MAX];
+        int32_t key[1 + SUFFIX_MAX + GROUP_MAX];
         for (;; k++) {
-            table_key(m->g, st + sn - k, k, key);
-            if (!(pt = table_get(m->g, t, key, k))) return 0;
+            int key_n = table_key(m->g, st + sn - k, k, tops, n_tops, key);
+            if (!(pt = table_get(m->g, t, key, key_n))) return 0;
             if (pt->n_unc + pt->n_amb <= UNC_MAX || k == sn || k == SUFFIX_MAX) break;
         }
         if (k > *hint) *hint = (uint8_t)k;
@@ -1004,10 +1055,10 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
             for (int i = 0; i < pt->n_acc; i++) set_bit(mask, pt->acc[i]);
         }
         if (pt->rel >= 0) add_counted(m->g, v, pt, st[sn - k + pt->rel], mask);
-        check_tokens(m->g, t, pt->unc, pt->n_unc, st, sn, k == sn, mask);
-        check_tokens(m->g, t, pt->amb, pt->n_amb, st, sn, false, mask);
+        check_tokens(m->g, t, pt->unc, pt->n_unc, k == sn, mask);
+        check_tokens(m->g, t, pt->amb, pt->n_amb, false, mask);
     }
-    for (int i = 0; i < v->n_words; i++) n += __builtin_popcount(mask[i]);
+    n = mask_popcount(mask, v->n_words);
     if (s->has_empty)
         for (int i = 0; i < v->n_eog; i++) n += set_bit(mask, v->eog[i]);
     cache_store(t, s, h, mask, v->n_words, n);

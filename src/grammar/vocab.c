@@ -25,6 +25,7 @@ void grammar_vocab_free(grammar_vocab *v)
     free(v->off);
     free(v->len);
     free(v->lcp);
+    free(v->skip);
     free(v->bytes);
     free(v->rank);
     free(v->eog);
@@ -50,9 +51,10 @@ grammar_vocab *grammar_vocab_new(const tokenizer *t)
     v->bytes = malloc(total + 1);
     v->ids = malloc((size_t)n * sizeof *v->ids);
     v->lcp = malloc((size_t)n * sizeof *v->lcp);
+    v->skip = malloc((size_t)n * sizeof *v->skip);
     v->rank = malloc((size_t)n * sizeof *v->rank);
     v->eog = malloc((size_t)n * sizeof *v->eog);
-    if (!v->off || !v->len || !v->bytes || !v->ids || !v->lcp || !v->rank || !v->eog) {
+    if (!v->off || !v->len || !v->bytes || !v->ids || !v->lcp || !v->skip || !v->rank || !v->eog) {
         grammar_vocab_free(v);
         return NULL;
     }
@@ -81,6 +83,13 @@ grammar_vocab *grammar_vocab_new(const tokenizer *t)
             while (l < m && v->bytes[v->off[pr] + l] == v->bytes[v->off[id] + l]) l++;
         }
         v->lcp[k] = (uint16_t)l;
+    }
+    /* skip[k]: the first j > k with lcp[j] < lcp[k]; right to left, following the skips
+     * already found over the runs that cannot be it */
+    for (int k = v->n_sorted - 1; k >= 0; k--) {
+        int j = k + 1;
+        while (j < v->n_sorted && v->lcp[j] >= v->lcp[k]) j = v->skip[j];
+        v->skip[k] = j;
     }
     return v;
 }

@@ -367,9 +367,32 @@ static int ds_intern(dstates *ds, const sset *s)
 }
 
 /* The id after byte b from state id; -1 when the budget is spent or memory ran out. */
-static int ds_next(const grammar *g, dstates *ds, int id, unsigned b)
+/* Shifts the counts of the relaxed frames and exit marks in s down by their minimum, which it
+ * returns: a walk's states are then the same whatever the count it has reached (a string's
+ * state after 3 characters is its state after 30), and the walk adds the shifts up itself. */
+static int relax_shift(sset *s)
 {
-    if (ds->s[id].next && ds->s[id].next[b] != DS_UNKNOWN) return ds->s[id].next[b];
+    int lo = 0x3ff;
+    for (size_t i = 0; i < s->len; i += (size_t)s->d[i] + 1)
+        for (int j = 1; j <= s->d[i]; j++)
+            if ((s->d[i + j] & (FR_RELAXED | FR_EXIT)) && FR_COUNT(s->d[i + j]) < lo) lo = FR_COUNT(s->d[i + j]);
+    if (lo == 0x3ff || lo == 0) return 0;
+    for (size_t i = 0; i < s->len; i += (size_t)s->d[i] + 1)
+        for (int j = 1; j <= s->d[i]; j++)
+            if (s->d[i + j] & (FR_RELAXED | FR_EXIT)) s->d[i + j] = FR_WITH_COUNT(s->d[i + j], FR_COUNT(s->d[i + j]) - lo);
+    return lo;
+}
+
+#define DS_ID_BITS 22 /* a memoized transition: successor id, then the shift (relax_shift) */
+
+/* The id after byte b from state id, and in *shift the counts taken off its relaxed frames;
+ * -1 when the budget is spent or memory ran out. */
+static int ds_next(const grammar *g, dstates *ds, int id, unsigned b, int *shift)
+{
+    if (ds->s[id].next && ds->s[id].next[b] != DS_UNKNOWN) {
+        *shift = (int)((uint32_t)ds->s[id].next[b] >> DS_ID_BITS);
+        return ds->s[id].next[b] & ((1 << DS_ID_BITS) - 1);
+    }
     if (!ds->s[id].next) {
         size_t row = 256 * sizeof(int32_t);
         if (ds->bytes + row > DSTATE_BYTES_MAX || !(ds->s[id].next = malloc(row))) return -1;
@@ -379,8 +402,10 @@ static int ds_next(const grammar *g, dstates *ds, int id, unsigned b)
     const dstate *e = &ds->s[id];
     sset view = {.d = ds->pool + e->key_off, .len = e->key_len - 1}; /* advance reads d and len */
     advance(g, &view, b, &ds->scratch, ds->tmp);
+    *shift = relax_shift(&ds->scratch); /* in place: scratch is cleared before its next use */
     int n = ds_intern(ds, &ds->scratch); /* may move ds->s and the pool */
-    if (n >= 0) ds->s[id].next[b] = n;
+    if (n >= (1 << DS_ID_BITS) || *shift > 255) return -1;
+    if (n >= 0) ds->s[id].next[b] = n | *shift << DS_ID_BITS;
     return n;
 }
 
@@ -429,14 +454,19 @@ typedef struct pos_table {
     int n_cnt;
     uint32_t *cum; /* n_cum masks: mask s-1 = the counted tokens with stay <= s and no exits */
     int n_cum;
+    /* the walk stopped once more than UNC_MAX tokens were left to check: the key is too short
+     * to use, and is kept so that later stacks go straight to a longer one */
+    bool partial;
 } pos_table;
 
 typedef struct cache_entry {
     uint64_t hash;
     int32_t *key; /* the state: stacks as in sset.d, then has_empty */
     size_t key_len;
-    uint32_t *mask;
+    uint32_t *mask; /* the mask, or when sparse the allowed ids (most states allow few tokens:
+                     * a list is then smaller, and quicker to store on a miss) */
     int n_allowed;
+    bool sparse;
 } cache_entry;
 
 #define CACHE_BYTES_MAX ((size_t)64 << 20) /* per grammar: beyond it the cache starts over */
@@ -458,6 +488,7 @@ struct grammar_mask_tables {
     /* scratch for the walks: ids when memoizing, stack sets when not */
     bool memo;
     int32_t lev[TOKEN_MAX_BYTES + 1];
+    int shift[TOKEN_MAX_BYTES + 1]; /* what relax_shift took off the counts of lev[d] */
     sset level[TOKEN_MAX_BYTES + 1];
     bool esc[TOKEN_MAX_BYTES + 1];
     sset one, a, b;
@@ -574,13 +605,19 @@ static bool lv_start(const grammar *g, struct grammar_mask_tables *t, const int3
     sset_clear(l0);
     key_stacks(key, key_n, l0);
     if (!t->memo) return !l0->failed;
+    t->shift[0] = 0; /* a key's relaxed frame starts at 0 */
     t->lev[0] = ds_intern(&t->ds, l0);
     return t->lev[0] >= 0;
 }
 
 static bool lv_step(const grammar *g, struct grammar_mask_tables *t, int d, unsigned b)
 {
-    if (t->memo) return (t->lev[d + 1] = ds_next(g, &t->ds, t->lev[d], b)) >= 0;
+    if (t->memo) {
+        int shift;
+        t->lev[d + 1] = ds_next(g, &t->ds, t->lev[d], b, &shift);
+        t->shift[d + 1] = t->shift[d] + shift;
+        return t->lev[d + 1] >= 0;
+    }
     advance(g, &t->level[d], b, &t->level[d + 1], t->tmp);
     return !t->level[d + 1].failed;
 }
@@ -603,7 +640,11 @@ static rsig lv_sig(struct grammar_mask_tables *t, int d)
         e->sig = rsig_of(t->ds.pool + e->key_off, e->key_len - 1);
         e->has_sig = true;
     }
-    return e->sig;
+    rsig r = e->sig;
+    uint16_t sh = (uint16_t)t->shift[d];
+    if (r.stay != RSIG_NONE) r.stay += sh;
+    if (r.emin != RSIG_NONE) r.emin += sh, r.emax += sh;
+    return r;
 }
 
 /* Turns pt's counted tokens with no exits into cumulative masks by stay count, when there are
@@ -632,10 +673,25 @@ static bool build_cum(const grammar_vocab *v, pos_table *pt)
     return true;
 }
 
+static void pos_table_clear(pos_table *pt)
+{
+    free(pt->acc_bits);
+    free(pt->acc);
+    free(pt->unc);
+    free(pt->amb);
+    free(pt->cnt);
+    free(pt->cum);
+    pt->acc_bits = pt->cum = NULL;
+    pt->acc = pt->unc = pt->amb = NULL;
+    pt->cnt = NULL;
+    pt->n_acc = pt->n_unc = pt->n_amb = pt->n_cnt = pt->n_cum = 0;
+}
+
 /* Walks the sorted vocabulary from the one-stack state [st[0..n)] into pt (see above).  With a
  * relaxed frame in st, the states carry its counts, and a token alive at its end is accepted
  * when a path did not leave the iteration it started in, counted otherwise. */
-static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *key, int key_n)
+static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *key, int key_n,
+                       bool may_stop)
 {
     const grammar_vocab *v = t->v;
     int cap_acc = 0, cap_unc = 0, cap_amb = 0, cap_cnt = 0;
@@ -686,6 +742,11 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
         } else if (t->esc[len]) {
             if (!list_push(&pt->unc, &pt->n_unc, &cap_unc, id)) return false;
         }
+        if (may_stop && pt->n_unc + pt->n_amb > UNC_MAX) {
+            pos_table_clear(pt);
+            pt->partial = true;
+            return true;
+        }
         k++;
     }
     if (pt->n_acc > v->n_words) { /* a mask is smaller, and ORs in a few microseconds */
@@ -698,37 +759,33 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
     return build_cum(v, pt);
 }
 
-static void pos_table_clear(pos_table *pt)
-{
-    free(pt->acc_bits);
-    free(pt->acc);
-    free(pt->unc);
-    free(pt->amb);
-    free(pt->cnt);
-    free(pt->cum);
-    pt->acc_bits = pt->cum = NULL;
-    pt->acc = pt->unc = pt->amb = NULL;
-    pt->cnt = NULL;
-    pt->n_acc = pt->n_unc = pt->n_amb = pt->n_cnt = pt->n_cum = 0;
-}
-
-static bool build_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n)
+static bool build_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n,
+                        bool may_stop)
 {
     if (t->ds.bytes > DSTATE_BYTES_MAX / 2) ds_reset(&t->ds);
     t->memo = true;
-    bool ok = walk_table(g, t, pt, st, n);
+    pt->partial = false;
+    bool ok = walk_table(g, t, pt, st, n, may_stop);
     if (!ok) { /* the state budget (or memory) ran out: once more on stack sets */
         pos_table_clear(pt);
         ds_reset(&t->ds);
         t->memo = false;
-        ok = walk_table(g, t, pt, st, n);
+        ok = walk_table(g, t, pt, st, n, may_stop);
         if (!ok) pos_table_clear(pt);
     }
     return ok;
 }
 
-/* The table of the suffix st[0..n), built on first use; NULL when memory ran out. */
-static pos_table *table_get(const grammar *g, struct grammar_mask_tables *t, const int32_t *st, int n)
+static size_t table_bytes(const grammar_vocab *v, const pos_table *pt)
+{
+    return (size_t)pt->key_n * 4 + (size_t)(pt->n_unc + pt->n_amb) * 4 + (size_t)pt->n_cnt * sizeof *pt->cnt +
+           (pt->acc_bits ? (size_t)v->n_words : (size_t)pt->n_acc) * 4 + (size_t)pt->n_cum * (size_t)v->n_words * 4 +
+           sizeof *pt;
+}
+
+/* The table of the key st[0..n), built on first use (may_stop: it may be left partial); NULL
+ * when memory ran out. */
+static pos_table *table_get(const grammar *g, struct grammar_mask_tables *t, const int32_t *st, int n, bool may_stop)
 {
     uint64_t h = hash_bytes(st, (size_t)n * sizeof *st);
     if ((t->n_tabs + 1) * 2 > t->tab_slots) {
@@ -747,7 +804,13 @@ static pos_table *table_get(const grammar *g, struct grammar_mask_tables *t, con
     uint32_t m = (uint32_t)t->tab_slots - 1, j = (uint32_t)h & m;
     for (; t->tab_index[j]; j = (j + 1) & m) {
         pos_table *pt = &t->tabs[t->tab_index[j] - 1];
-        if (pt->hash == h && pt->key_n == n && !memcmp(pt->key, st, (size_t)n * sizeof *st)) return pt;
+        if (pt->hash == h && pt->key_n == n && !memcmp(pt->key, st, (size_t)n * sizeof *st)) {
+            if (pt->partial && !may_stop) { /* needed whole now: once more, to the end */
+                if (!build_table(g, t, pt, st, n, false)) return NULL;
+                t->tab_bytes += table_bytes(t->v, pt);
+            }
+            return pt;
+        }
     }
     if (t->n_tabs == t->cap_tabs) {
         int cap = t->cap_tabs ? t->cap_tabs * 2 : 64;
@@ -766,13 +829,11 @@ static pos_table *table_get(const grammar *g, struct grammar_mask_tables *t, con
     pt->rel = -1; /* as an index into the frames below the tops (key_stacks) */
     for (int i = 1; i < n + st[0]; i++)
         if (st[i] & FR_RELAXED) pt->rel = i - 1;
-    if (!build_table(g, t, pt, st, n)) {
+    if (!build_table(g, t, pt, st, n, may_stop)) {
         free(pt->key);
         return NULL;
     }
-    t->tab_bytes += (size_t)n * 4 + (size_t)(pt->n_unc + pt->n_amb) * 4 + (size_t)pt->n_cnt * sizeof *pt->cnt +
-                    (pt->acc_bits ? (size_t)t->v->n_words : (size_t)pt->n_acc) * 4 +
-                    (size_t)pt->n_cum * (size_t)t->v->n_words * 4 + sizeof *pt;
+    t->tab_bytes += table_bytes(t->v, pt);
     t->tab_index[j] = (uint32_t)t->n_tabs + 1;
     t->n_tabs++;
     return pt;
@@ -813,7 +874,7 @@ static void check_tokens(const grammar *g, struct grammar_mask_tables *t, const 
             if (s0 < 0) s0 = -2;
         }
         int s = s0 >= 0 ? s0 : -1, k = 0;
-        for (; s >= 0 && k < len && t->ds.s[s].alive; k++) s = ds_next(g, &t->ds, s, b[k]);
+        for (int shift; s >= 0 && k < len && t->ds.s[s].alive; k++) s = ds_next(g, &t->ds, s, b[k], &shift);
         bool ok = s >= 0 ? t->ds.s[s].alive : check_token(g, t, &t->group, b, len); /* budget spent */
         if (ok) set_bit(mask, id);
     }
@@ -957,7 +1018,8 @@ static cache_entry *cache_find(struct grammar_mask_tables *t, const sset *s, uin
 static void cache_store(struct grammar_mask_tables *t, const sset *s, uint64_t h, const uint32_t *mask, int n_words,
                         int n_allowed)
 {
-    size_t bytes = (s->len + 1) * sizeof(int32_t) + (size_t)n_words * sizeof(uint32_t);
+    bool sparse = n_allowed < n_words;
+    size_t bytes = (s->len + 1) * sizeof(int32_t) + (size_t)(sparse ? n_allowed : n_words) * sizeof(uint32_t);
     if (t->cache_bytes + bytes > CACHE_BYTES_MAX || (t->cache_n + 1) * 2 > t->cache_slots) {
         int slots = t->cache_slots ? t->cache_slots * 2 : 256;
         if (t->cache_bytes + bytes > CACHE_BYTES_MAX) {
@@ -981,7 +1043,7 @@ static void cache_store(struct grammar_mask_tables *t, const sset *s, uint64_t h
     cache_entry *e = cache_find(t, s, h);
     if (!e || e->mask) return;
     int32_t *key = malloc((s->len + 1) * sizeof *key);
-    uint32_t *mk = malloc((size_t)n_words * sizeof *mk);
+    uint32_t *mk = malloc((size_t)(sparse ? (n_allowed ? n_allowed : 1) : n_words) * sizeof *mk);
     if (!key || !mk) {
         free(key);
         free(mk);
@@ -989,15 +1051,22 @@ static void cache_store(struct grammar_mask_tables *t, const sset *s, uint64_t h
     }
     memcpy(key, s->d, s->len * sizeof *key);
     key[s->len] = s->has_empty;
-    memcpy(mk, mask, (size_t)n_words * sizeof *mk);
-    *e = (cache_entry){h, key, s->len + 1, mk, n_allowed};
+    if (sparse) {
+        int k = 0;
+        for (int i = 0; i < n_words; i++)
+            for (uint32_t w = mask[i]; w; w &= w - 1) mk[k++] = (uint32_t)i * 32 + (uint32_t)__builtin_ctz(w);
+    } else {
+        memcpy(mk, mask, (size_t)n_words * sizeof *mk);
+    }
+    *e = (cache_entry){h, key, s->len + 1, mk, n_allowed, sparse};
     t->cache_n++;
     t->cache_bytes += bytes;
 }
 
-/* Set bits of a mask.  Bit arithmetic rather than __builtin_popcount, which without -mpopcnt
- * is a libgcc call per word: a 150k-token mask is 4.7k words, counted on every state-cache miss. */
-static int mask_popcount(const uint32_t *mask, int n_words)
+/* Set bits of a mask, counted on every state-cache miss (a 150k-token mask is 4.7k words).
+ * __builtin_popcount without -mpopcnt is a libgcc call per word: the instruction is used where
+ * the CPU has it, bit arithmetic elsewhere. */
+static int popcount_sw(const uint32_t *mask, int n_words)
 {
     int n = 0;
     for (int i = 0; i < n_words; i++) {
@@ -1009,6 +1078,22 @@ static int mask_popcount(const uint32_t *mask, int n_words)
     return n;
 }
 
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+__attribute__((target("popcnt"))) static int popcount_hw(const uint32_t *mask, int n_words)
+{
+    int n = 0;
+    for (int i = 0; i < n_words; i++) n += __builtin_popcount(mask[i]);
+    return n;
+}
+
+static int mask_popcount(const uint32_t *mask, int n_words)
+{
+    return __builtin_cpu_supports("popcnt") ? popcount_hw(mask, n_words) : popcount_sw(mask, n_words);
+}
+#else
+static int mask_popcount(const uint32_t *mask, int n_words) { return popcount_sw(mask, n_words); }
+#endif
+
 int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
 {
     const grammar_vocab *v = m->v;
@@ -1019,7 +1104,9 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
     uint64_t h = state_hash(&m->state);
     cache_entry *ce = cache_find(t, &m->state, h);
     if (ce && ce->mask) {
-        memcpy(mask, ce->mask, (size_t)v->n_words * sizeof *mask);
+        if (!ce->sparse) memcpy(mask, ce->mask, (size_t)v->n_words * sizeof *mask);
+        else
+            for (int i = 0; i < ce->n_allowed; i++) set_bit(mask, (int32_t)ce->mask[i]);
         return ce->n_allowed;
     }
     if (t->tab_bytes > TABLES_BYTES_MAX) tabs_reset(t);
@@ -1045,8 +1132,8 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         int32_t key[1 + SUFFIX_MAX + GROUP_MAX];
         for (;; k++) {
             int key_n = table_key(m->g, st + sn - k, k, tops, n_tops, key);
-            if (!(pt = table_get(m->g, t, key, key_n))) return 0;
-            if (pt->n_unc + pt->n_amb <= UNC_MAX || k == sn || k == SUFFIX_MAX) break;
+            if (!(pt = table_get(m->g, t, key, key_n, k < sn && k < SUFFIX_MAX))) return 0;
+            if (!pt->partial) break;
         }
         if (k > *hint) *hint = (uint8_t)k;
         if (pt->acc_bits) {

@@ -72,5 +72,10 @@ struct grammar_vocab {
     int n_eog;
 };
 
+/* A vocabulary from raw bytes (tests; grammar_vocab_new reads a tokenizer): token i is
+ * tokens[i] of lens[i] bytes, lens[i] == 0 for a control token; eog[0..n_eog) end generation. */
+grammar_vocab *grammar_vocab_from_bytes(const char *const *tokens, const int *lens, int n, const int32_t *eog,
+                                        int n_eog);
+
 
 #endif

@@ -34,18 +34,13 @@ void grammar_vocab_free(grammar_vocab *v)
 
 int grammar_vocab_n_words(const grammar_vocab *v) { return v->n_words; }
 
-grammar_vocab *grammar_vocab_new(const tokenizer *t)
+/* Allocates v for n tokens of total bytes in all. */
+static grammar_vocab *vocab_alloc(int n, size_t total)
 {
     grammar_vocab *v = calloc(1, sizeof *v);
     if (!v) return NULL;
-    int n = tokenizer_n_vocab(t);
     v->n_vocab = n;
     v->n_words = (n + 31) / 32;
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        int len = tokenizer_is_control(t, i) ? 0 : tokenizer_token_bytes(t, i, false, NULL, 0);
-        if (len > 0) total += (size_t)len;
-    }
     v->off = malloc((size_t)n * sizeof *v->off);
     v->len = calloc((size_t)n, sizeof *v->len);
     v->bytes = malloc(total + 1);
@@ -58,17 +53,16 @@ grammar_vocab *grammar_vocab_new(const tokenizer *t)
         grammar_vocab_free(v);
         return NULL;
     }
-    size_t at = 0;
-    for (int i = 0; i < n; i++) {
+    return v;
+}
+
+/* Token i's bytes are in place (off, len; len 0: not a normal token): sorts, and links
+ * neighbours by common prefix. */
+static grammar_vocab *vocab_finish(grammar_vocab *v)
+{
+    for (int i = 0; i < v->n_vocab; i++) {
         v->rank[i] = -1;
-        v->off[i] = (uint32_t)at;
-        if (tokenizer_is_eog(t, i)) v->eog[v->n_eog++] = i;
-        if (tokenizer_is_control(t, i)) continue;
-        int len = tokenizer_token_bytes(t, i, false, (char *)v->bytes + at, (int)(total - at));
-        if (len <= 0 || len > 65535) continue;
-        v->len[i] = (uint16_t)len;
-        at += (size_t)len;
-        v->ids[v->n_sorted++] = i;
+        if (v->len[i]) v->ids[v->n_sorted++] = i;
     }
     sort_vocab = v; /* qsort has no context argument in C11; vocabularies are built at start-up */
     qsort(v->ids, (size_t)v->n_sorted, sizeof *v->ids, cmp_tokens);
@@ -94,3 +88,44 @@ grammar_vocab *grammar_vocab_new(const tokenizer *t)
     return v;
 }
 
+grammar_vocab *grammar_vocab_new(const tokenizer *t)
+{
+    int n = tokenizer_n_vocab(t);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        int len = tokenizer_is_control(t, i) ? 0 : tokenizer_token_bytes(t, i, false, NULL, 0);
+        if (len > 0) total += (size_t)len;
+    }
+    grammar_vocab *v = vocab_alloc(n, total);
+    if (!v) return NULL;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        v->off[i] = (uint32_t)at;
+        if (tokenizer_is_eog(t, i)) v->eog[v->n_eog++] = i;
+        if (tokenizer_is_control(t, i)) continue;
+        int len = tokenizer_token_bytes(t, i, false, (char *)v->bytes + at, (int)(total - at));
+        if (len <= 0 || len > 65535) continue;
+        v->len[i] = (uint16_t)len;
+        at += (size_t)len;
+    }
+    return vocab_finish(v);
+}
+
+grammar_vocab *grammar_vocab_from_bytes(const char *const *tokens, const int *lens, int n, const int32_t *eog,
+                                        int n_eog)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += lens[i] > 0 && lens[i] <= 65535 ? (size_t)lens[i] : 0;
+    grammar_vocab *v = vocab_alloc(n, total);
+    if (!v) return NULL;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        v->off[i] = (uint32_t)at;
+        if (lens[i] <= 0 || lens[i] > 65535) continue;
+        memcpy(v->bytes + at, tokens[i], (size_t)lens[i]);
+        v->len[i] = (uint16_t)lens[i];
+        at += (size_t)lens[i];
+    }
+    for (int i = 0; i < n_eog; i++) v->eog[v->n_eog++] = eog[i];
+    return vocab_finish(v);
+}

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/hash.h"
 
@@ -272,7 +273,8 @@ typedef struct dstate {
     uint64_t hash;
     size_t key_off, key_len; /* the stacks as in sset.d, then has_empty, in the pool */
     bool alive, has_empty, has_sig;
-    rsig sig; /* when has_sig */
+    rsig sig;       /* when has_sig */
+    gbyteset first; /* the bytes some stack can take: any other kills the state (unless empty) */
     int32_t *next; /* 256 successor ids (DS_UNKNOWN: not computed), allocated on first use */
 } dstate;
 
@@ -325,7 +327,7 @@ static bool ds_grow_index(dstates *ds)
 }
 
 /* The id of the stack set s, interned if new; -1 when s failed or the budget is spent. */
-static int ds_intern(dstates *ds, const sset *s)
+static int ds_intern(const grammar *g, dstates *ds, const sset *s)
 {
     if (s->failed) return -1;
     uint64_t h = state_hash(s);
@@ -360,6 +362,11 @@ static int ds_intern(dstates *ds, const sset *s)
     ds->pool[ds->pool_len + s->len] = s->has_empty;
     ds->s[ds->n] = (dstate){.hash = h, .key_off = ds->pool_len, .key_len = klen, .alive = sset_alive(s),
                             .has_empty = s->has_empty};
+    for (size_t o = 0; o < s->len; o += (size_t)s->d[o] + 1) {
+        int32_t top = s->d[o + s->d[o]];
+        if (top & FR_EXIT) continue;
+        for (int w = 0; w < 8; w++) ds->s[ds->n].first.w[w] |= g->sets[g->elems[top].v].w[w];
+    }
     ds->pool_len += klen;
     ds->bytes += need;
     ds->index[i] = (uint32_t)ds->n + 1;
@@ -403,10 +410,69 @@ static int ds_next(const grammar *g, dstates *ds, int id, unsigned b, int *shift
     sset view = {.d = ds->pool + e->key_off, .len = e->key_len - 1}; /* advance reads d and len */
     advance(g, &view, b, &ds->scratch, ds->tmp);
     *shift = relax_shift(&ds->scratch); /* in place: scratch is cleared before its next use */
-    int n = ds_intern(ds, &ds->scratch); /* may move ds->s and the pool */
+    int n = ds_intern(g, ds, &ds->scratch); /* may move ds->s and the pool */
     if (n >= (1 << DS_ID_BITS) || *shift > 255) return -1;
     if (n >= 0) ds->s[id].next[b] = n | *shift << DS_ID_BITS;
     return n;
+}
+
+/* ---- arenas ---------------------------------------------------------------------------------- */
+
+/* Tables and cached masks are written once and freed all together, and fresh memory is
+ * dear here: a first touch costs a page fault per 4 KiB (a 150k-token mask is 5 pages, about as
+ * long as computing it).  So they go into chunks mapped with their pages populated in one go,
+ * zeroed, freed with the tables or the cache. */
+#define ARENA_CHUNK ((size_t)4 << 20)
+
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t size;
+} arena_chunk;
+
+typedef struct arena {
+    arena_chunk *head;
+    char *p;
+    size_t left;
+} arena;
+
+static void arena_free(arena *a)
+{
+    for (arena_chunk *c = a->head, *next; c; c = next) {
+        next = c->next;
+        munmap(c, c->size);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+/* n zeroed bytes, 16-aligned; NULL when memory ran out. */
+static void *arena_alloc(arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n > a->left) {
+        size_t size = n + 64 > ARENA_CHUNK ? n + 64 : ARENA_CHUNK;
+        int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MAP_POPULATE
+        flags |= MAP_POPULATE;
+#endif
+        arena_chunk *c = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (c == MAP_FAILED) return NULL;
+        c->next = a->head;
+        c->size = size;
+        a->head = c;
+        a->p = (char *)c + 64;
+        a->left = size - 64;
+    }
+    void *r = a->p;
+    a->p += n;
+    a->left -= n;
+    return r;
+}
+
+static void *arena_dup(arena *a, const void *src, size_t n)
+{
+    void *r = n ? arena_alloc(a, n) : NULL;
+    if (r) memcpy(r, src, n);
+    return r;
 }
 
 /* ---- token tables and the state cache -------------------------------------------------------- */
@@ -484,6 +550,11 @@ struct grammar_mask_tables {
     cache_entry *cache;
     int cache_slots, cache_n;
     size_t cache_bytes;
+    arena tab_mem, cache_mem; /* what tabs and cache point to */
+    /* a walk's lists, kept between walks (their pages stay mapped) and copied into tab_mem */
+    int32_t *w_acc, *w_unc, *w_amb;
+    cnt_tok *w_cnt;
+    int n_wacc, n_wunc, n_wamb, n_wcnt, cap_wacc, cap_wunc, cap_wamb, cap_wcnt;
     dstates ds;
     /* scratch for the walks: ids when memoizing, stack sets when not */
     bool memo;
@@ -498,10 +569,7 @@ struct grammar_mask_tables {
 
 static void cache_reset(struct grammar_mask_tables *t)
 {
-    for (int i = 0; i < t->cache_slots; i++) {
-        free(t->cache[i].key);
-        free(t->cache[i].mask);
-    }
+    arena_free(&t->cache_mem);
     free(t->cache);
     t->cache = NULL;
     t->cache_slots = t->cache_n = 0;
@@ -510,15 +578,7 @@ static void cache_reset(struct grammar_mask_tables *t)
 
 static void tabs_reset(struct grammar_mask_tables *t)
 {
-    for (int i = 0; i < t->n_tabs; i++) {
-        free(t->tabs[i].key);
-        free(t->tabs[i].acc_bits);
-        free(t->tabs[i].acc);
-        free(t->tabs[i].unc);
-        free(t->tabs[i].amb);
-        free(t->tabs[i].cnt);
-        free(t->tabs[i].cum);
-    }
+    arena_free(&t->tab_mem);
     free(t->tabs);
     free(t->tab_index);
     t->tabs = NULL;
@@ -534,6 +594,10 @@ void grammar_tables_free(struct grammar_mask_tables *t)
     tabs_reset(t);
     ds_free(&t->ds);
     free(t->khint);
+    free(t->w_acc);
+    free(t->w_unc);
+    free(t->w_amb);
+    free(t->w_cnt);
     for (int i = 0; i <= TOKEN_MAX_BYTES; i++) sset_free(&t->level[i]);
     sset_free(&t->one);
     sset_free(&t->group);
@@ -600,13 +664,12 @@ static void key_stacks(const int32_t *key, int key_n, sset *out)
 
 static bool lv_start(const grammar *g, struct grammar_mask_tables *t, const int32_t *key, int key_n)
 {
-    (void)g;
     sset *l0 = t->memo ? &t->one : &t->level[0];
     sset_clear(l0);
     key_stacks(key, key_n, l0);
     if (!t->memo) return !l0->failed;
     t->shift[0] = 0; /* a key's relaxed frame starts at 0 */
-    t->lev[0] = ds_intern(&t->ds, l0);
+    t->lev[0] = ds_intern(g, &t->ds, l0);
     return t->lev[0] >= 0;
 }
 
@@ -647,40 +710,52 @@ static rsig lv_sig(struct grammar_mask_tables *t, int d)
     return r;
 }
 
-/* Turns pt's counted tokens with no exits into cumulative masks by stay count, when there are
- * enough of them for masks to be the smaller and faster form; those above CUM_MAX stay listed. */
-static bool build_cum(const grammar_vocab *v, pos_table *pt)
+/* Copies the walk's lists into pt, in tab_mem: accepted tokens as a mask when there are many
+ * (it is then the smaller, and ORs in a few microseconds), counted tokens with no exits as
+ * cumulative masks by stay count when there are enough of them for masks to be the smaller
+ * and faster form (those above CUM_MAX stay listed).  false when memory ran out. */
+static bool table_commit(struct grammar_mask_tables *t, pos_table *pt)
 {
-    int n_plain = 0, top = 0;
-    for (int i = 0; i < pt->n_cnt; i++)
-        if (pt->cnt[i].emin == RSIG_NONE) {
-            n_plain++;
-            if (pt->cnt[i].stay > top) top = pt->cnt[i].stay;
-        }
-    if (n_plain <= v->n_words) return true;
-    pt->n_cum = top < CUM_MAX ? top : CUM_MAX;
+    const grammar_vocab *v = t->v;
     size_t W = (size_t)v->n_words;
-    if (!(pt->cum = calloc((size_t)pt->n_cum * W, sizeof *pt->cum))) return false;
-    int m = 0;
-    for (int i = 0; i < pt->n_cnt; i++) {
-        const cnt_tok *x = &pt->cnt[i];
-        if (x->emin == RSIG_NONE && x->stay <= pt->n_cum) set_bit(pt->cum + (size_t)(x->stay - 1) * W, x->id);
-        else pt->cnt[m++] = *x;
+    arena *a = &t->tab_mem;
+    pt->n_acc = t->n_wacc;
+    if (t->n_wacc > v->n_words) {
+        if (!(pt->acc_bits = arena_alloc(a, W * sizeof *pt->acc_bits))) return false;
+        for (int i = 0; i < t->n_wacc; i++) set_bit(pt->acc_bits, t->w_acc[i]);
+    } else if (t->n_wacc && !(pt->acc = arena_dup(a, t->w_acc, (size_t)t->n_wacc * sizeof *pt->acc))) {
+        return false;
     }
-    pt->n_cnt = m;
-    for (int s = 1; s < pt->n_cum; s++)
-        for (size_t i = 0; i < W; i++) pt->cum[s * W + i] |= pt->cum[(s - 1) * W + i];
+    if ((pt->n_unc = t->n_wunc) && !(pt->unc = arena_dup(a, t->w_unc, (size_t)t->n_wunc * sizeof *pt->unc)))
+        return false;
+    if ((pt->n_amb = t->n_wamb) && !(pt->amb = arena_dup(a, t->w_amb, (size_t)t->n_wamb * sizeof *pt->amb)))
+        return false;
+    int n_plain = 0, top = 0;
+    for (int i = 0; i < t->n_wcnt; i++)
+        if (t->w_cnt[i].emin == RSIG_NONE) {
+            n_plain++;
+            if (t->w_cnt[i].stay > top) top = t->w_cnt[i].stay;
+        }
+    int m = t->n_wcnt;
+    if (n_plain > v->n_words) {
+        pt->n_cum = top < CUM_MAX ? top : CUM_MAX;
+        if (!(pt->cum = arena_alloc(a, (size_t)pt->n_cum * W * sizeof *pt->cum))) return false;
+        m = 0;
+        for (int i = 0; i < t->n_wcnt; i++) {
+            const cnt_tok *x = &t->w_cnt[i];
+            if (x->emin == RSIG_NONE && x->stay <= pt->n_cum) set_bit(pt->cum + (size_t)(x->stay - 1) * W, x->id);
+            else t->w_cnt[m++] = *x;
+        }
+        for (int s = 1; s < pt->n_cum; s++)
+            for (size_t i = 0; i < W; i++) pt->cum[s * W + i] |= pt->cum[(s - 1) * W + i];
+    }
+    if ((pt->n_cnt = m) && !(pt->cnt = arena_dup(a, t->w_cnt, (size_t)m * sizeof *pt->cnt))) return false;
     return true;
 }
 
+/* Empties pt (its lists stay in tab_mem until the tables start over). */
 static void pos_table_clear(pos_table *pt)
 {
-    free(pt->acc_bits);
-    free(pt->acc);
-    free(pt->unc);
-    free(pt->amb);
-    free(pt->cnt);
-    free(pt->cum);
     pt->acc_bits = pt->cum = NULL;
     pt->acc = pt->unc = pt->amb = NULL;
     pt->cnt = NULL;
@@ -694,7 +769,7 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
                        bool may_stop)
 {
     const grammar_vocab *v = t->v;
-    int cap_acc = 0, cap_unc = 0, cap_amb = 0, cap_cnt = 0;
+    t->n_wacc = t->n_wunc = t->n_wamb = t->n_wcnt = 0;
     if (!lv_start(g, t, key, key_n)) return false;
     t->esc[0] = false;
     int valid = 0; /* levels 0..valid hold the states of the current token's prefix */
@@ -706,6 +781,11 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
         int d = v->lcp[k] < valid ? v->lcp[k] : valid;
         bool dead = false;
         for (; d < len; d++) {
+            if (t->memo && !t->esc[d] && !t->ds.s[t->lev[d]].has_empty &&
+                !gbyteset_has(&t->ds.s[t->lev[d]].first, b[d])) { /* dead without computing it */
+                dead = true;
+                break;
+            }
             if (!lv_step(g, t, d, b[d])) return false;
             t->esc[d + 1] = t->esc[d] || lv_empty(t, d);
             if (!lv_alive(t, d + 1) && !t->esc[d + 1]) {
@@ -722,41 +802,34 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
         }
         valid = len;
         if (len < v->len[id]) { /* too long to walk to the end, alive so far */
-            if (!list_push(&pt->unc, &pt->n_unc, &cap_unc, id)) return false;
+            if (!list_push(&t->w_unc, &t->n_wunc, &t->cap_wunc, id)) return false;
         } else if (lv_alive(t, len)) {
             rsig r = pt->rel >= 0 ? lv_sig(t, len) : (rsig){.stay = 0};
             if (r.stay == 0) {
-                if (!list_push(&pt->acc, &pt->n_acc, &cap_acc, id)) return false;
+                if (!list_push(&t->w_acc, &t->n_wacc, &t->cap_wacc, id)) return false;
             } else if (t->esc[len] || r.gap) {
-                if (!list_push(&pt->amb, &pt->n_amb, &cap_amb, id)) return false;
+                if (!list_push(&t->w_amb, &t->n_wamb, &t->cap_wamb, id)) return false;
             } else {
-                if (pt->n_cnt == cap_cnt) {
-                    int c = cap_cnt ? cap_cnt * 2 : 64;
-                    cnt_tok *l = realloc(pt->cnt, (size_t)c * sizeof *l);
+                if (t->n_wcnt == t->cap_wcnt) {
+                    int c = t->cap_wcnt ? t->cap_wcnt * 2 : 64;
+                    cnt_tok *l = realloc(t->w_cnt, (size_t)c * sizeof *l);
                     if (!l) return false;
-                    pt->cnt = l;
-                    cap_cnt = c;
+                    t->w_cnt = l;
+                    t->cap_wcnt = c;
                 }
-                pt->cnt[pt->n_cnt++] = (cnt_tok){id, r.stay, r.emin, r.emax};
+                t->w_cnt[t->n_wcnt++] = (cnt_tok){id, r.stay, r.emin, r.emax};
             }
         } else if (t->esc[len]) {
-            if (!list_push(&pt->unc, &pt->n_unc, &cap_unc, id)) return false;
+            if (!list_push(&t->w_unc, &t->n_wunc, &t->cap_wunc, id)) return false;
         }
-        if (may_stop && pt->n_unc + pt->n_amb > UNC_MAX) {
+        if (may_stop && t->n_wunc + t->n_wamb > UNC_MAX) {
             pos_table_clear(pt);
             pt->partial = true;
             return true;
         }
         k++;
     }
-    if (pt->n_acc > v->n_words) { /* a mask is smaller, and ORs in a few microseconds */
-        pt->acc_bits = calloc((size_t)v->n_words, sizeof *pt->acc_bits);
-        if (!pt->acc_bits) return false;
-        for (int i = 0; i < pt->n_acc; i++) pt->acc_bits[pt->acc[i] >> 5] |= 1u << (pt->acc[i] & 31);
-        free(pt->acc);
-        pt->acc = NULL;
-    }
-    return build_cum(v, pt);
+    return table_commit(t, pt);
 }
 
 static bool build_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n,
@@ -821,18 +894,13 @@ static pos_table *table_get(const grammar *g, struct grammar_mask_tables *t, con
     }
     pos_table *pt = &t->tabs[t->n_tabs];
     memset(pt, 0, sizeof *pt);
-    pt->key = malloc((size_t)n * sizeof *pt->key);
-    if (!pt->key) return NULL;
-    memcpy(pt->key, st, (size_t)n * sizeof *st);
+    if (!(pt->key = arena_dup(&t->tab_mem, st, (size_t)n * sizeof *st))) return NULL;
     pt->key_n = n;
     pt->hash = h;
     pt->rel = -1; /* as an index into the frames below the tops (key_stacks) */
     for (int i = 1; i < n + st[0]; i++)
         if (st[i] & FR_RELAXED) pt->rel = i - 1;
-    if (!build_table(g, t, pt, st, n, may_stop)) {
-        free(pt->key);
-        return NULL;
-    }
+    if (!build_table(g, t, pt, st, n, may_stop)) return NULL;
     t->tab_bytes += table_bytes(t->v, pt);
     t->tab_index[j] = (uint32_t)t->n_tabs + 1;
     t->n_tabs++;
@@ -870,12 +938,17 @@ static void check_tokens(const grammar *g, struct grammar_mask_tables *t, const 
         if ((mask[id >> 5] >> (id & 31) & 1u) || (full && len <= TOKEN_MAX_BYTES)) continue;
         const unsigned char *b = v->bytes + v->off[id];
         if (s0 == -1) { /* -2: could not intern, check on stack sets */
-            s0 = ds_intern(&t->ds, &t->group);
+            s0 = ds_intern(g, &t->ds, &t->group);
             if (s0 < 0) s0 = -2;
         }
         int s = s0 >= 0 ? s0 : -1, k = 0;
-        for (int shift; s >= 0 && k < len && t->ds.s[s].alive; k++) s = ds_next(g, &t->ds, s, b[k], &shift);
-        bool ok = s >= 0 ? t->ds.s[s].alive : check_token(g, t, &t->group, b, len); /* budget spent */
+        bool dead = false;
+        for (int shift; s >= 0 && k < len && !dead; k++) {
+            const dstate *e = &t->ds.s[s];
+            dead = !e->alive || (!e->has_empty && !gbyteset_has(&e->first, b[k]));
+            if (!dead) s = ds_next(g, &t->ds, s, b[k], &shift);
+        }
+        bool ok = dead ? false : s >= 0 ? t->ds.s[s].alive : check_token(g, t, &t->group, b, len); /* budget spent */
         if (ok) set_bit(mask, id);
     }
 }
@@ -1042,13 +1115,9 @@ static void cache_store(struct grammar_mask_tables *t, const sset *s, uint64_t h
     }
     cache_entry *e = cache_find(t, s, h);
     if (!e || e->mask) return;
-    int32_t *key = malloc((s->len + 1) * sizeof *key);
-    uint32_t *mk = malloc((size_t)(sparse ? (n_allowed ? n_allowed : 1) : n_words) * sizeof *mk);
-    if (!key || !mk) {
-        free(key);
-        free(mk);
-        return;
-    }
+    int32_t *key = arena_alloc(&t->cache_mem, (s->len + 1) * sizeof *key);
+    uint32_t *mk = arena_alloc(&t->cache_mem, (size_t)(sparse ? (n_allowed ? n_allowed : 1) : n_words) * sizeof *mk);
+    if (!key || !mk) return;
     memcpy(key, s->d, s->len * sizeof *key);
     key[s->len] = s->has_empty;
     if (sparse) {

@@ -61,12 +61,20 @@ struct grammar_vocab {
     int n_vocab, n_words;
     int n_sorted;
     int32_t *ids;   /* normal tokens in byte order */
-    uint32_t *off;  /* their bytes in `bytes` */
+    uint32_t *off;  /* by id: the token's bytes in `bytes` */
     uint16_t *len;
-    uint16_t *lcp;  /* common prefix with the previous sorted token */
-    int32_t *skip;  /* sorted index -> the next one whose lcp is smaller: a walk that finds a
-                     * prefix dead jumps over the tokens that share it in few steps */
     unsigned char *bytes;
+    /* the sorted tokens as the walks read them, in order (one record and the bytes next to
+     * the previous token's, rather than four arrays read at random by id) */
+    struct grammar_vtok {
+        int32_t id;
+        int32_t skip;  /* the next sorted index whose lcp is smaller: a walk that finds a prefix
+                        * dead jumps over the tokens that share it in few steps */
+        uint32_t off;  /* in sbytes */
+        uint16_t len, lcp; /* lcp: common prefix with the previous sorted token */
+    } *tok;
+    unsigned char *sbytes;
+    int32_t byte_start[257]; /* the sorted tokens that start with byte b: [byte_start[b], [b + 1]) */
     int32_t *rank;  /* id -> index in the sorted order, -1 for control/empty tokens */
     int32_t *eog;
     int n_eog;

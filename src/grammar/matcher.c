@@ -762,6 +762,26 @@ static void pos_table_clear(pos_table *pt)
     pt->n_acc = pt->n_unc = pt->n_amb = pt->n_cnt = pt->n_cum = 0;
 }
 
+/* Files a token that a walk found alive or escaped at its end (or, cut: alive at the most
+ * bytes a walk goes) into the walk's lists; false when memory ran out. */
+static bool classify_token(struct grammar_mask_tables *t, const pos_table *pt, int32_t id, bool cut, int len)
+{
+    if (cut) return list_push(&t->w_unc, &t->n_wunc, &t->cap_wunc, id);
+    if (!lv_alive(t, len)) return !t->esc[len] || list_push(&t->w_unc, &t->n_wunc, &t->cap_wunc, id);
+    rsig r = pt->rel >= 0 ? lv_sig(t, len) : (rsig){.stay = 0};
+    if (r.stay == 0) return list_push(&t->w_acc, &t->n_wacc, &t->cap_wacc, id);
+    if (t->esc[len] || r.gap) return list_push(&t->w_amb, &t->n_wamb, &t->cap_wamb, id);
+    if (t->n_wcnt == t->cap_wcnt) {
+        int c = t->cap_wcnt ? t->cap_wcnt * 2 : 64;
+        cnt_tok *l = realloc(t->w_cnt, (size_t)c * sizeof *l);
+        if (!l) return false;
+        t->w_cnt = l;
+        t->cap_wcnt = c;
+    }
+    t->w_cnt[t->n_wcnt++] = (cnt_tok){id, r.stay, r.emin, r.emax};
+    return true;
+}
+
 /* Walks the sorted vocabulary from the one-stack state [st[0..n)] into pt (see above).  With a
  * relaxed frame in st, the states carry its counts, and a token alive at its end is accepted
  * when a path did not leave the iteration it started in, counted otherwise. */
@@ -772,62 +792,47 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
     t->n_wacc = t->n_wunc = t->n_wamb = t->n_wcnt = 0;
     if (!lv_start(g, t, key, key_n)) return false;
     t->esc[0] = false;
-    int valid = 0; /* levels 0..valid hold the states of the current token's prefix */
-    for (int k = 0; k < v->n_sorted;) {
-        int32_t id = v->ids[k];
-        const unsigned char *b = v->bytes + v->off[id];
-        int len = v->len[id];
-        if (len > TOKEN_MAX_BYTES) len = TOKEN_MAX_BYTES; /* the rest is decided at run time */
-        int d = v->lcp[k] < valid ? v->lcp[k] : valid;
-        bool dead = false;
-        for (; d < len; d++) {
-            if (t->memo && !t->esc[d] && !t->ds.s[t->lev[d]].has_empty &&
-                !gbyteset_has(&t->ds.s[t->lev[d]].first, b[d])) { /* dead without computing it */
-                dead = true;
-                break;
-            }
-            if (!lv_step(g, t, d, b[d])) return false;
-            t->esc[d + 1] = t->esc[d] || lv_empty(t, d);
-            if (!lv_alive(t, d + 1) && !t->esc[d + 1]) {
-                dead = true;
-                break;
-            }
-        }
-        if (dead) {
-            /* every later token with this prefix (bytes 0..d) is rejected too */
-            valid = d;
-            k++;
-            while (k < v->n_sorted && v->lcp[k] > d) k = v->skip[k];
-            continue;
-        }
-        valid = len;
-        if (len < v->len[id]) { /* too long to walk to the end, alive so far */
-            if (!list_push(&t->w_unc, &t->n_wunc, &t->cap_wunc, id)) return false;
-        } else if (lv_alive(t, len)) {
-            rsig r = pt->rel >= 0 ? lv_sig(t, len) : (rsig){.stay = 0};
-            if (r.stay == 0) {
-                if (!list_push(&t->w_acc, &t->n_wacc, &t->cap_wacc, id)) return false;
-            } else if (t->esc[len] || r.gap) {
-                if (!list_push(&t->w_amb, &t->n_wamb, &t->cap_wamb, id)) return false;
-            } else {
-                if (t->n_wcnt == t->cap_wcnt) {
-                    int c = t->cap_wcnt ? t->cap_wcnt * 2 : 64;
-                    cnt_tok *l = realloc(t->w_cnt, (size_t)c * sizeof *l);
-                    if (!l) return false;
-                    t->w_cnt = l;
-                    t->cap_wcnt = c;
+    /* the tokens by first byte: a byte no stack of the start can take kills all of its tokens
+     * at once (when the start cannot pop below the key) */
+    bool by_first = t->memo && !t->ds.s[t->lev[0]].has_empty;
+    for (int b0 = 0; b0 < 256; b0++) {
+        if (by_first && !gbyteset_has(&t->ds.s[t->lev[0]].first, (unsigned)b0)) continue;
+        int valid = 0; /* levels 0..valid hold the states of the current token's prefix */
+        for (int k = v->byte_start[b0]; k < v->byte_start[b0 + 1];) {
+            const struct grammar_vtok *tk = &v->tok[k];
+            const unsigned char *b = v->sbytes + tk->off;
+            int len = tk->len > TOKEN_MAX_BYTES ? TOKEN_MAX_BYTES : tk->len; /* the rest: at run time */
+            int d = tk->lcp < valid ? tk->lcp : valid;
+            bool dead = false;
+            for (; d < len; d++) {
+                if (t->memo && !t->esc[d] && !t->ds.s[t->lev[d]].has_empty &&
+                    !gbyteset_has(&t->ds.s[t->lev[d]].first, b[d])) { /* dead without computing it */
+                    dead = true;
+                    break;
                 }
-                t->w_cnt[t->n_wcnt++] = (cnt_tok){id, r.stay, r.emin, r.emax};
+                if (!lv_step(g, t, d, b[d])) return false;
+                t->esc[d + 1] = t->esc[d] || lv_empty(t, d);
+                if (!lv_alive(t, d + 1) && !t->esc[d + 1]) {
+                    dead = true;
+                    break;
+                }
             }
-        } else if (t->esc[len]) {
-            if (!list_push(&t->w_unc, &t->n_wunc, &t->cap_wunc, id)) return false;
+            if (dead) {
+                /* every later token with this prefix (bytes 0..d) is rejected too */
+                valid = d;
+                k++;
+                while (k < v->n_sorted && v->tok[k].lcp > d) k = v->tok[k].skip;
+                continue;
+            }
+            valid = len;
+            if (!classify_token(t, pt, tk->id, len < tk->len, len)) return false;
+            if (may_stop && t->n_wunc + t->n_wamb > UNC_MAX) {
+                pos_table_clear(pt);
+                pt->partial = true;
+                return true;
+            }
+            k++;
         }
-        if (may_stop && t->n_wunc + t->n_wamb > UNC_MAX) {
-            pos_table_clear(pt);
-            pt->partial = true;
-            return true;
-        }
-        k++;
     }
     return table_commit(t, pt);
 }

@@ -24,8 +24,8 @@ void grammar_vocab_free(grammar_vocab *v)
     free(v->ids);
     free(v->off);
     free(v->len);
-    free(v->lcp);
-    free(v->skip);
+    free(v->tok);
+    free(v->sbytes);
     free(v->bytes);
     free(v->rank);
     free(v->eog);
@@ -45,11 +45,11 @@ static grammar_vocab *vocab_alloc(int n, size_t total)
     v->len = calloc((size_t)n, sizeof *v->len);
     v->bytes = malloc(total + 1);
     v->ids = malloc((size_t)n * sizeof *v->ids);
-    v->lcp = malloc((size_t)n * sizeof *v->lcp);
-    v->skip = malloc((size_t)n * sizeof *v->skip);
+    v->tok = malloc((size_t)n * sizeof *v->tok);
+    v->sbytes = malloc(total + 1);
     v->rank = malloc((size_t)n * sizeof *v->rank);
     v->eog = malloc((size_t)n * sizeof *v->eog);
-    if (!v->off || !v->len || !v->bytes || !v->ids || !v->lcp || !v->skip || !v->rank || !v->eog) {
+    if (!v->off || !v->len || !v->bytes || !v->ids || !v->tok || !v->sbytes || !v->rank || !v->eog) {
         grammar_vocab_free(v);
         return NULL;
     }
@@ -67,23 +67,30 @@ static grammar_vocab *vocab_finish(grammar_vocab *v)
     sort_vocab = v; /* qsort has no context argument in C11; vocabularies are built at start-up */
     qsort(v->ids, (size_t)v->n_sorted, sizeof *v->ids, cmp_tokens);
     sort_vocab = NULL;
+    size_t at = 0;
     for (int k = 0; k < v->n_sorted; k++) {
         int32_t id = v->ids[k];
         v->rank[id] = k;
+        const unsigned char *b = v->bytes + v->off[id];
         int l = 0;
         if (k) {
-            int32_t pr = v->ids[k - 1];
-            int m = v->len[pr] < v->len[id] ? v->len[pr] : v->len[id];
-            while (l < m && v->bytes[v->off[pr] + l] == v->bytes[v->off[id] + l]) l++;
+            const struct grammar_vtok *pr = &v->tok[k - 1];
+            int m = pr->len < v->len[id] ? pr->len : v->len[id];
+            while (l < m && v->sbytes[pr->off + l] == b[l]) l++;
         }
-        v->lcp[k] = (uint16_t)l;
+        v->tok[k] = (struct grammar_vtok){id, 0, (uint32_t)at, v->len[id], (uint16_t)l};
+        memcpy(v->sbytes + at, b, v->len[id]);
+        at += v->len[id];
     }
-    /* skip[k]: the first j > k with lcp[j] < lcp[k]; right to left, following the skips
-     * already found over the runs that cannot be it */
+    /* skip: right to left, following the skips already found over the runs that cannot be it */
     for (int k = v->n_sorted - 1; k >= 0; k--) {
         int j = k + 1;
-        while (j < v->n_sorted && v->lcp[j] >= v->lcp[k]) j = v->skip[j];
-        v->skip[k] = j;
+        while (j < v->n_sorted && v->tok[j].lcp >= v->tok[k].lcp) j = v->tok[j].skip;
+        v->tok[k].skip = j;
+    }
+    for (int b = 0, k = 0; b <= 256; b++) {
+        while (k < v->n_sorted && v->sbytes[v->tok[k].off] < b) k++;
+        v->byte_start[b] = k;
     }
     return v;
 }

@@ -477,14 +477,18 @@ static void *arena_dup(arena *a, const void *src, size_t n)
 
 /* ---- token tables and the state cache -------------------------------------------------------- */
 
-/* A table belongs to a stack suffix (the top k frames of a stack), built by walking the sorted
- * vocabulary from the one-stack state [suffix]: a token is accepted when some path consumes it
- * without emptying the suffix (whatever lies below), rejected when every path dies inside it,
- * and uncertain otherwise (it may pop below the suffix with bytes left).  One frame is often too
- * small: in a character class almost every token of two characters leaves it, so fill_mask
- * takes more frames of the stack (up to the whole stack, which leaves nothing uncertain) until
- * the uncertain list is short enough to check at run time.  Tables are shared by every stack
- * with that suffix, across matchers and requests (the grammar cache keeps them). */
+/* A table belongs to a stack suffix (the top k frames of a stack, or of a group of stacks that
+ * differ only in the top: key_stacks), built by walking the sorted vocabulary from the state
+ * [suffix]: a token is accepted when some path consumes it without emptying the suffix
+ * (whatever lies below), rejected when every path dies inside it, and uncertain otherwise (it
+ * may pop below the suffix with bytes left).  One frame is often too small: in a character
+ * class almost every token of two characters leaves it, so fill_mask takes more frames of the
+ * stack (up to the whole stack, which leaves nothing uncertain) until the uncertain list is
+ * short enough to check at run time.  It starts from one frame every time, the keys found too
+ * short being kept as stubs (pos_table.partial): the fewest frames make the keys that the most
+ * contexts share (a string's table serves the string wherever the grammar uses it).  Tables
+ * are shared by every stack with that suffix, across matchers and requests (the grammar cache
+ * keeps them). */
 #define UNC_MAX 256           /* uncertain tokens a mask may check against the full stack */
 #define CUM_MAX 16            /* counted tokens: iteration counts kept as masks (see pos_table) */
 #define SUFFIX_MAX 16         /* frames a table key may hold */
@@ -539,9 +543,6 @@ typedef struct cache_entry {
 
 struct grammar_mask_tables {
     const grammar_vocab *v;
-    /* per element: the frames a stack with it on top needed last time, so that the next such
-     * stack skips building the smaller tables that would leave too many tokens uncertain */
-    uint8_t *khint;
     pos_table *tabs;
     int n_tabs, cap_tabs;
     uint32_t *tab_index; /* suffix hash -> table + 1 */
@@ -593,7 +594,6 @@ void grammar_tables_free(struct grammar_mask_tables *t)
     cache_reset(t);
     tabs_reset(t);
     ds_free(&t->ds);
-    free(t->khint);
     free(t->w_acc);
     free(t->w_unc);
     free(t->w_amb);
@@ -615,10 +615,6 @@ static struct grammar_mask_tables *tables_for(grammar *g, const grammar_vocab *v
     }
     struct grammar_mask_tables *t = calloc(1, sizeof *t);
     if (!t) return NULL;
-    if (!(t->khint = calloc((size_t)g->n_elems, 1))) {
-        free(t);
-        return NULL;
-    }
     t->v = v;
     g->tables = t;
     return t;
@@ -834,7 +830,8 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
             k++;
         }
     }
-    return table_commit(t, pt);
+    bool okc = table_commit(t, pt);
+    return okc;
 }
 
 static bool build_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n,
@@ -1201,15 +1198,13 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         }
         /* the fewest top frames whose table leaves few tokens to check (see above) */
         pos_table *pt;
-        uint8_t *hint = &t->khint[st[sn - 1]];
-        int k = *hint > 1 ? (*hint < sn ? *hint : sn) : 1;
+        int k = 1;
         int32_t key[1 + SUFFIX_MAX + GROUP_MAX];
         for (;; k++) {
             int key_n = table_key(m->g, st + sn - k, k, tops, n_tops, key);
             if (!(pt = table_get(m->g, t, key, key_n, k < sn && k < SUFFIX_MAX))) return 0;
             if (!pt->partial) break;
         }
-        if (k > *hint) *hint = (uint8_t)k;
         if (pt->acc_bits) {
             for (int i = 0; i < v->n_words; i++) mask[i] |= pt->acc_bits[i];
         } else {

@@ -270,12 +270,13 @@ static rsig rsig_of(const int32_t *d, size_t len)
 }
 
 typedef struct dstate {
+    /* what a walk reads at every byte first, in one cache line: the walks are memory-bound */
+    gbyteset first; /* the bytes some stack can take: any other kills the state (unless empty) */
+    int32_t *next;  /* 256 successor ids (DS_UNKNOWN: not computed), allocated on first use */
+    bool alive, has_empty, has_sig;
+    rsig sig; /* when has_sig */
     uint64_t hash;
     size_t key_off, key_len; /* the stacks as in sset.d, then has_empty, in the pool */
-    bool alive, has_empty, has_sig;
-    rsig sig;       /* when has_sig */
-    gbyteset first; /* the bytes some stack can take: any other kills the state (unless empty) */
-    int32_t *next; /* 256 successor ids (DS_UNKNOWN: not computed), allocated on first use */
 } dstate;
 
 typedef struct dstates {
@@ -489,7 +490,7 @@ static void *arena_dup(arena *a, const void *src, size_t n)
  * contexts share (a string's table serves the string wherever the grammar uses it).  Tables
  * are shared by every stack with that suffix, across matchers and requests (the grammar cache
  * keeps them). */
-#define UNC_MAX 256           /* uncertain tokens a mask may check against the full stack */
+#define UNC_MAX 32            /* uncertain tokens a mask may check against the full stack */
 #define CUM_MAX 16            /* counted tokens: iteration counts kept as masks (see pos_table) */
 #define SUFFIX_MAX 16         /* frames a table key may hold */
 #define GROUP_MAX 64          /* stacks one table may serve (key_stacks) */
@@ -1152,9 +1153,13 @@ static int popcount_sw(const uint32_t *mask, int n_words)
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 __attribute__((target("popcnt"))) static int popcount_hw(const uint32_t *mask, int n_words)
 {
-    int n = 0;
-    for (int i = 0; i < n_words; i++) n += __builtin_popcount(mask[i]);
-    return n;
+    int n = 0, i = 0;
+    for (; i + 2 <= n_words; i += 2) {
+        uint64_t x;
+        memcpy(&x, mask + i, sizeof x);
+        n += __builtin_popcountll(x);
+    }
+    return n + (i < n_words ? __builtin_popcount(mask[i]) : 0);
 }
 
 static int mask_popcount(const uint32_t *mask, int n_words)

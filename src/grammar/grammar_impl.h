@@ -75,6 +75,8 @@ struct grammar_vocab {
     } *tok;
     unsigned char *sbytes;
     int32_t byte_start[257]; /* the sorted tokens that start with byte b: [byte_start[b], [b + 1]) */
+    int32_t *pair_start;     /* by first two bytes: [b0] alone is [ps[0], ps[1]), then b0 b1 is
+                              * [ps[b1 + 1], ps[b1 + 2]), where ps = pair_start + b0 * 257 */
     int32_t *rank;  /* id -> index in the sorted order, -1 for control/empty tokens */
     int32_t *eog;
     int n_eog;

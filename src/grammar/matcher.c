@@ -779,9 +779,58 @@ static bool classify_token(struct grammar_mask_tables *t, const pos_table *pt, i
     return true;
 }
 
-/* Walks the sorted vocabulary from the one-stack state [st[0..n)] into pt (see above).  With a
- * relaxed frame in st, the states carry its counts, and a token alive at its end is accepted
- * when a path did not leave the iteration it started in, counted otherwise. */
+/* Walks the sorted tokens [from, to), which share their first `valid` bytes (levels
+ * 0..valid computed), into the walk's lists.  -1: out of memory or state budget; 1: the table
+ * is left partial (may_stop); 0: done. */
+static int walk_range(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, int from, int to, int valid,
+                      bool may_stop)
+{
+    const grammar_vocab *v = t->v;
+    for (int k = from; k < to;) {
+        const struct grammar_vtok *tk = &v->tok[k];
+        const unsigned char *b = v->sbytes + tk->off;
+        int len = tk->len > TOKEN_MAX_BYTES ? TOKEN_MAX_BYTES : tk->len; /* the rest: at run time */
+        int d = tk->lcp < valid ? tk->lcp : valid;
+        bool dead = false;
+        for (; d < len; d++) {
+            if (t->memo && !t->esc[d] && !t->ds.s[t->lev[d]].has_empty &&
+                !gbyteset_has(&t->ds.s[t->lev[d]].first, b[d])) { /* dead without computing it */
+                dead = true;
+                break;
+            }
+            if (!lv_step(g, t, d, b[d])) return -1;
+            t->esc[d + 1] = t->esc[d] || lv_empty(t, d);
+            if (!lv_alive(t, d + 1) && !t->esc[d + 1]) {
+                dead = true;
+                break;
+            }
+        }
+        if (dead) {
+            /* every later token with this prefix (bytes 0..d) is rejected too */
+            valid = d;
+            k++;
+            while (k < to && v->tok[k].lcp > d) k = v->tok[k].skip;
+            continue;
+        }
+        valid = len;
+        if (!classify_token(t, pt, tk->id, len < tk->len, len)) return -1;
+        if (may_stop && t->n_wunc + t->n_wamb > UNC_MAX) return 1;
+        k++;
+    }
+    return 0;
+}
+
+/* Whether a walk at level d may pass over the tokens whose next byte the state cannot take. */
+static bool lv_filters(const struct grammar_mask_tables *t, int d)
+{
+    return t->memo && !t->esc[d] && !t->ds.s[t->lev[d]].has_empty;
+}
+
+/* Walks the sorted vocabulary from the state [key] into pt (see above).  With a relaxed frame
+ * in the key, the states carry its counts, and a token alive at its end is accepted when a path
+ * did not leave the iteration it started in, counted otherwise.  The first two bytes go by the
+ * vocabulary's ranges: a byte the state cannot take passes over all the tokens under it (after
+ * whitespace, say, only the few bytes that may follow it are walked). */
 static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *key, int key_n,
                        bool may_stop)
 {
@@ -789,50 +838,34 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
     t->n_wacc = t->n_wunc = t->n_wamb = t->n_wcnt = 0;
     if (!lv_start(g, t, key, key_n)) return false;
     t->esc[0] = false;
-    /* the tokens by first byte: a byte no stack of the start can take kills all of its tokens
-     * at once (when the start cannot pop below the key) */
-    bool by_first = t->memo && !t->ds.s[t->lev[0]].has_empty;
+    bool by_first = lv_filters(t, 0);
     for (int b0 = 0; b0 < 256; b0++) {
-        if (by_first && !gbyteset_has(&t->ds.s[t->lev[0]].first, (unsigned)b0)) continue;
-        int valid = 0; /* levels 0..valid hold the states of the current token's prefix */
-        for (int k = v->byte_start[b0]; k < v->byte_start[b0 + 1];) {
-            const struct grammar_vtok *tk = &v->tok[k];
-            const unsigned char *b = v->sbytes + tk->off;
-            int len = tk->len > TOKEN_MAX_BYTES ? TOKEN_MAX_BYTES : tk->len; /* the rest: at run time */
-            int d = tk->lcp < valid ? tk->lcp : valid;
-            bool dead = false;
-            for (; d < len; d++) {
-                if (t->memo && !t->esc[d] && !t->ds.s[t->lev[d]].has_empty &&
-                    !gbyteset_has(&t->ds.s[t->lev[d]].first, b[d])) { /* dead without computing it */
-                    dead = true;
-                    break;
-                }
-                if (!lv_step(g, t, d, b[d])) return false;
-                t->esc[d + 1] = t->esc[d] || lv_empty(t, d);
-                if (!lv_alive(t, d + 1) && !t->esc[d + 1]) {
-                    dead = true;
-                    break;
-                }
+        int lo = v->byte_start[b0], hi = v->byte_start[b0 + 1], r = 0;
+        if (lo == hi || (by_first && !gbyteset_has(&t->ds.s[t->lev[0]].first, (unsigned)b0))) continue;
+        if (!by_first) {
+            r = walk_range(g, t, pt, lo, hi, 0, may_stop);
+        } else {
+            if (!lv_step(g, t, 0, (unsigned)b0)) return false;
+            t->esc[1] = lv_empty(t, 0);
+            if (!lv_alive(t, 1) && !t->esc[1]) continue;
+            if (!lv_filters(t, 1)) {
+                r = walk_range(g, t, pt, lo, hi, 1, may_stop);
+            } else {
+                const int32_t *ps = v->pair_start + b0 * 257; /* [b0] alone, then by second byte */
+                r = walk_range(g, t, pt, ps[0], ps[1], 1, may_stop);
+                for (int b1 = 0; b1 < 256 && !r; b1++)
+                    if (ps[b1 + 1] < ps[b1 + 2] && gbyteset_has(&t->ds.s[t->lev[1]].first, (unsigned)b1))
+                        r = walk_range(g, t, pt, ps[b1 + 1], ps[b1 + 2], 1, may_stop);
             }
-            if (dead) {
-                /* every later token with this prefix (bytes 0..d) is rejected too */
-                valid = d;
-                k++;
-                while (k < v->n_sorted && v->tok[k].lcp > d) k = v->tok[k].skip;
-                continue;
-            }
-            valid = len;
-            if (!classify_token(t, pt, tk->id, len < tk->len, len)) return false;
-            if (may_stop && t->n_wunc + t->n_wamb > UNC_MAX) {
-                pos_table_clear(pt);
-                pt->partial = true;
-                return true;
-            }
-            k++;
+        }
+        if (r < 0) return false;
+        if (r > 0) {
+            pos_table_clear(pt);
+            pt->partial = true;
+            return true;
         }
     }
-    bool okc = table_commit(t, pt);
-    return okc;
+    return table_commit(t, pt);
 }
 
 static bool build_table(const grammar *g, struct grammar_mask_tables *t, pos_table *pt, const int32_t *st, int n,

@@ -26,6 +26,7 @@ void grammar_vocab_free(grammar_vocab *v)
     free(v->len);
     free(v->tok);
     free(v->sbytes);
+    free(v->pair_start);
     free(v->bytes);
     free(v->rank);
     free(v->eog);
@@ -47,9 +48,10 @@ static grammar_vocab *vocab_alloc(int n, size_t total)
     v->ids = malloc((size_t)n * sizeof *v->ids);
     v->tok = malloc((size_t)n * sizeof *v->tok);
     v->sbytes = malloc(total + 1);
+    v->pair_start = malloc((256 * 257 + 1) * sizeof *v->pair_start);
     v->rank = malloc((size_t)n * sizeof *v->rank);
     v->eog = malloc((size_t)n * sizeof *v->eog);
-    if (!v->off || !v->len || !v->bytes || !v->ids || !v->tok || !v->sbytes || !v->rank || !v->eog) {
+    if (!v->off || !v->len || !v->bytes || !v->ids || !v->tok || !v->sbytes || !v->pair_start || !v->rank || !v->eog) {
         grammar_vocab_free(v);
         return NULL;
     }
@@ -91,6 +93,15 @@ static grammar_vocab *vocab_finish(grammar_vocab *v)
     for (int b = 0, k = 0; b <= 256; b++) {
         while (k < v->n_sorted && v->sbytes[v->tok[k].off] < b) k++;
         v->byte_start[b] = k;
+    }
+    /* pair slots: b0 * 257 for the one-byte token b0, b0 * 257 + 1 + b1 for b0 b1 ... */
+    for (int slot = 0, k = 0; slot <= 256 * 257; slot++) {
+        for (; k < v->n_sorted; k++) {
+            const unsigned char *tb = v->sbytes + v->tok[k].off;
+            int ts = tb[0] * 257 + (v->tok[k].len > 1 ? 1 + tb[1] : 0);
+            if (ts >= slot) break;
+        }
+        v->pair_start[slot] = k;
     }
     return v;
 }

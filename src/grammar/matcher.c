@@ -215,6 +215,65 @@ static uint64_t state_hash(const sset *s)
     return hash_bytes(s->d, s->len * sizeof *s->d) ^ (s->has_empty ? 0x9e3779b97f4a7c15ull : 0);
 }
 
+/* ---- arenas ---------------------------------------------------------------------------------- */
+
+/* Tables, cached masks and memoized transitions are written once and freed all together, and
+ * fresh memory is dear here: a first touch costs a page fault per 4 KiB (a 150k-token mask is
+ * 5 pages, about as long as computing it).  So they go into chunks mapped with their pages
+ * populated in one go, zeroed, freed with the tables, the cache or the interned states. */
+#define ARENA_CHUNK ((size_t)4 << 20)
+
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t size;
+} arena_chunk;
+
+typedef struct arena {
+    arena_chunk *head;
+    char *p;
+    size_t left;
+} arena;
+
+static void arena_free(arena *a)
+{
+    for (arena_chunk *c = a->head, *next; c; c = next) {
+        next = c->next;
+        munmap(c, c->size);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+/* n zeroed bytes, 16-aligned; NULL when memory ran out. */
+static void *arena_alloc(arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n > a->left) {
+        size_t size = n + 64 > ARENA_CHUNK ? n + 64 : ARENA_CHUNK;
+        int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MAP_POPULATE
+        flags |= MAP_POPULATE;
+#endif
+        arena_chunk *c = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (c == MAP_FAILED) return NULL;
+        c->next = a->head;
+        c->size = size;
+        a->head = c;
+        a->p = (char *)c + 64;
+        a->left = size - 64;
+    }
+    void *r = a->p;
+    a->p += n;
+    a->left -= n;
+    return r;
+}
+
+static void *arena_dup(arena *a, const void *src, size_t n)
+{
+    void *r = n ? arena_alloc(a, n) : NULL;
+    if (r) memcpy(r, src, n);
+    return r;
+}
+
 /* ---- interned states ------------------------------------------------------------------------ */
 
 /* The walks meet the same stack sets over and over (inside a string the set after 'a' is the
@@ -287,13 +346,14 @@ typedef struct dstates {
     uint32_t *index; /* hash -> id + 1, open addressing */
     int index_slots;
     size_t bytes;
+    arena rows; /* the next arrays */
     sset scratch;
     int32_t tmp[GRAMMAR_MAX_STACK + 2];
 } dstates;
 
 static void ds_reset(dstates *ds)
 {
-    for (int i = 0; i < ds->n; i++) free(ds->s[i].next);
+    arena_free(&ds->rows);
     ds->n = 0;
     ds->pool_len = 0;
     ds->bytes = 0;
@@ -403,7 +463,7 @@ static int ds_next(const grammar *g, dstates *ds, int id, unsigned b, int *shift
     }
     if (!ds->s[id].next) {
         size_t row = 256 * sizeof(int32_t);
-        if (ds->bytes + row > DSTATE_BYTES_MAX || !(ds->s[id].next = malloc(row))) return -1;
+        if (ds->bytes + row > DSTATE_BYTES_MAX || !(ds->s[id].next = arena_alloc(&ds->rows, row))) return -1;
         memset(ds->s[id].next, 0xff, row); /* all DS_UNKNOWN */
         ds->bytes += row;
     }
@@ -415,65 +475,6 @@ static int ds_next(const grammar *g, dstates *ds, int id, unsigned b, int *shift
     if (n >= (1 << DS_ID_BITS) || *shift > 255) return -1;
     if (n >= 0) ds->s[id].next[b] = n | *shift << DS_ID_BITS;
     return n;
-}
-
-/* ---- arenas ---------------------------------------------------------------------------------- */
-
-/* Tables and cached masks are written once and freed all together, and fresh memory is
- * dear here: a first touch costs a page fault per 4 KiB (a 150k-token mask is 5 pages, about as
- * long as computing it).  So they go into chunks mapped with their pages populated in one go,
- * zeroed, freed with the tables or the cache. */
-#define ARENA_CHUNK ((size_t)4 << 20)
-
-typedef struct arena_chunk {
-    struct arena_chunk *next;
-    size_t size;
-} arena_chunk;
-
-typedef struct arena {
-    arena_chunk *head;
-    char *p;
-    size_t left;
-} arena;
-
-static void arena_free(arena *a)
-{
-    for (arena_chunk *c = a->head, *next; c; c = next) {
-        next = c->next;
-        munmap(c, c->size);
-    }
-    memset(a, 0, sizeof *a);
-}
-
-/* n zeroed bytes, 16-aligned; NULL when memory ran out. */
-static void *arena_alloc(arena *a, size_t n)
-{
-    n = (n + 15) & ~(size_t)15;
-    if (n > a->left) {
-        size_t size = n + 64 > ARENA_CHUNK ? n + 64 : ARENA_CHUNK;
-        int flags = MAP_PRIVATE | MAP_ANONYMOUS;
-#ifdef MAP_POPULATE
-        flags |= MAP_POPULATE;
-#endif
-        arena_chunk *c = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
-        if (c == MAP_FAILED) return NULL;
-        c->next = a->head;
-        c->size = size;
-        a->head = c;
-        a->p = (char *)c + 64;
-        a->left = size - 64;
-    }
-    void *r = a->p;
-    a->p += n;
-    a->left -= n;
-    return r;
-}
-
-static void *arena_dup(arena *a, const void *src, size_t n)
-{
-    void *r = n ? arena_alloc(a, n) : NULL;
-    if (r) memcpy(r, src, n);
-    return r;
 }
 
 /* ---- token tables and the state cache -------------------------------------------------------- */

@@ -1,18 +1,25 @@
 /* matcher.c - the pushdown matcher over bytes, the vocabulary and the token masks.
  *
- * A state is a set of stacks of positions (grammar_impl.h).  The top of a non-empty stack is
- * always a BYTES element (stacks are expanded eagerly); the positions below are where to go
- * on when the rule above completes.  An empty stack in the set means the grammar is complete.
+ * A state is a set of stacks of frames (grammar_impl.h; a frame is a position, with an
+ * iteration count for a REP element).  The top of a non-empty stack is always a BYTES element
+ * (stacks are expanded eagerly); the frames below are where to go on when the rule above
+ * completes.  An empty stack in the set means the grammar is complete.
  *
  * Masks.  For a stack, a token is decided by the top frames of the stack alone when, run from
  * those frames, either some path consumes the whole token without leaving them (accepted,
  * whatever lies below), or every path fails before leaving them (rejected).  Only tokens for
  * which some path leaves the frames with bytes left over depend on the stack below.  A table
  * per stack suffix holds the accepted tokens and that uncertain list, built once on first use
- * by walking the sorted vocabulary (tokens that share a prefix share the work) on interned
- * states with memoized transitions; a mask is the union over the state's stacks of accepted
- * plus the uncertain tokens checked against the whole stack.  Whole masks are then cached by
- * state. */
+ * by walking the sorted vocabulary (tokens that share a prefix share the work, and a byte the
+ * state cannot take passes over every token under it) on interned states with memoized
+ * transitions; a mask is the union over the state's stacks of accepted plus the uncertain
+ * tokens checked against the whole stack.  Whole masks are then cached by state.
+ *
+ * Counts.  The suffix's topmost REP frame enters the table's key relaxed: no bounds, counting
+ * the iterations its paths start, so that one table serves all its counts (each count would
+ * otherwise be a key of its own, and a string of maxLength 40 forty tables).  Tokens are then
+ * accepted outright, or counted with the iterations they need (pos_table), which a mask
+ * compares with what the concrete frame has left. */
 #include "grammar_impl.h"
 
 #include <stdio.h>
@@ -32,6 +39,7 @@
 #define FR_WITH_COUNT(f, c) (((f) & ~(0x3ff << 18)) | (c) << 18)
 #define FR_RELAXED (1 << 28)
 #define FR_EXIT (1 << 29)
+_Static_assert(GRAMMAR_MAX_ELEMS < (1 << 18) && GRAMMAR_MAX_REPEAT < 0x3ff, "frame fields too narrow");
 
 /* ---- stack sets --------------------------------------------------------------------------- */
 

@@ -435,15 +435,19 @@ static void check_walks(tvocab *tv, grammar *g, uint64_t seed, int n_walks, int 
                 }
             assert_int_equal(k, n);
             if (step % brute_every == 0) {
+                grammar_matcher *c = grammar_matcher_clone(m); /* a refused token leaves it as it was */
                 for (int id = 0; id < tv->n; id++) {
-                    grammar_matcher *c = grammar_matcher_clone(m);
                     bool ok = grammar_matcher_accept(c, id), got = mask[id >> 5] >> (id & 31) & 1u;
-                    grammar_matcher_free(c);
+                    if (ok) {
+                        grammar_matcher_free(c);
+                        c = grammar_matcher_clone(m);
+                    }
                     if (ok != got)
                         fprintf(stderr, "walk %d step %d token %d (%.*s): reference %d mask %d\n", w, step, id,
                                 tv->len[id], tv->tok[id] ? tv->tok[id] : "", ok, got);
                     assert_int_equal(ok, got);
                 }
+                grammar_matcher_free(c);
             }
             if (!n) break;
             seed = rng_splitmix64(seed);
@@ -523,7 +527,7 @@ static void test_masks_real_vocab(void **state)
             continue;
         }
         found++;
-        check_all(&tv, 2, 60, 9);
+        check_all(&tv, 2, 50, 10);
         tvocab_free(&tv);
     }
     if (!found) skip();

@@ -229,7 +229,8 @@ static uint64_t state_hash(const sset *s)
  * fresh memory is dear here: a first touch costs a page fault per 4 KiB (a 150k-token mask is
  * 5 pages, about as long as computing it).  So they go into chunks mapped with their pages
  * populated in one go, zeroed, freed with the tables, the cache or the interned states. */
-#define ARENA_CHUNK ((size_t)4 << 20)
+#define ARENA_CHUNK_MIN ((size_t)64 << 10) /* the first chunk; each next one twice as big, */
+#define ARENA_CHUNK_MAX ((size_t)4 << 20)  /* up to this: a small grammar maps little */
 
 typedef struct arena_chunk {
     struct arena_chunk *next;
@@ -239,7 +240,7 @@ typedef struct arena_chunk {
 typedef struct arena {
     arena_chunk *head;
     char *p;
-    size_t left;
+    size_t left, next_size;
 } arena;
 
 static void arena_free(arena *a)
@@ -256,7 +257,8 @@ static void *arena_alloc(arena *a, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
     if (n > a->left) {
-        size_t size = n + 64 > ARENA_CHUNK ? n + 64 : ARENA_CHUNK;
+        size_t want = a->next_size ? a->next_size : ARENA_CHUNK_MIN, size = n + 64 > want ? n + 64 : want;
+        a->next_size = want < ARENA_CHUNK_MAX ? want * 2 : ARENA_CHUNK_MAX;
         int flags = MAP_PRIVATE | MAP_ANONYMOUS;
 #ifdef MAP_POPULATE
         flags |= MAP_POPULATE;
@@ -463,12 +465,21 @@ static int relax_shift(sset *s)
 
 /* The id after byte b from state id, and in *shift the counts taken off its relaxed frames;
  * -1 when the budget is spent or memory ran out. */
-static int ds_next(const grammar *g, dstates *ds, int id, unsigned b, int *shift)
+static int ds_next_new(const grammar *g, dstates *ds, int id, unsigned b, int *shift);
+
+static inline int ds_next(const grammar *g, dstates *ds, int id, unsigned b, int *shift)
 {
-    if (ds->s[id].next && ds->s[id].next[b] != DS_UNKNOWN) {
-        *shift = (int)((uint32_t)ds->s[id].next[b] >> DS_ID_BITS);
-        return ds->s[id].next[b] & ((1 << DS_ID_BITS) - 1);
+    const int32_t *next = ds->s[id].next;
+    if (next && next[b] != DS_UNKNOWN) { /* memoized: the walks' common case, kept small */
+        *shift = (int)((uint32_t)next[b] >> DS_ID_BITS);
+        return next[b] & ((1 << DS_ID_BITS) - 1);
     }
+    return ds_next_new(g, ds, id, b, shift);
+}
+
+/* ds_next's transition computed (and memoized). */
+__attribute__((noinline)) static int ds_next_new(const grammar *g, dstates *ds, int id, unsigned b, int *shift)
+{
     if (!ds->s[id].next) {
         size_t row = 256 * sizeof(int32_t);
         if (ds->bytes + row > DSTATE_BYTES_MAX || !(ds->s[id].next = arena_alloc(&ds->rows, row))) return -1;

@@ -461,7 +461,12 @@ static int relax_shift(sset *s)
     return lo;
 }
 
-#define DS_ID_BITS 22 /* a memoized transition: successor id, then the shift (relax_shift) */
+/* A memoized transition: the successor's id, the shift (relax_shift) and whether the successor
+ * is alive, so that a walk reads one record per byte. */
+#define DS_ID_BITS 22
+#define DS_ID(e) ((e) & ((1 << DS_ID_BITS) - 1))
+#define DS_SHIFT(e) (((e) >> DS_ID_BITS) & 0xff)
+#define DS_ALIVE(e) (((e) >> 30) & 1)
 
 /* The id after byte b from state id, and in *shift the counts taken off its relaxed frames;
  * -1 when the budget is spent or memory ran out. */
@@ -471,8 +476,8 @@ static inline int ds_next(const grammar *g, dstates *ds, int id, unsigned b, int
 {
     const int32_t *next = ds->s[id].next;
     if (next && next[b] != DS_UNKNOWN) { /* memoized: the walks' common case, kept small */
-        *shift = (int)((uint32_t)next[b] >> DS_ID_BITS);
-        return next[b] & ((1 << DS_ID_BITS) - 1);
+        *shift = DS_SHIFT(next[b]);
+        return DS_ID(next[b]);
     }
     return ds_next_new(g, ds, id, b, shift);
 }
@@ -492,7 +497,7 @@ __attribute__((noinline)) static int ds_next_new(const grammar *g, dstates *ds, 
     *shift = relax_shift(&ds->scratch); /* in place: scratch is cleared before its next use */
     int n = ds_intern(g, ds, &ds->scratch); /* may move ds->s and the pool */
     if (n >= (1 << DS_ID_BITS) || *shift > 255) return -1;
-    if (n >= 0) ds->s[id].next[b] = n | *shift << DS_ID_BITS;
+    if (n >= 0) ds->s[id].next[b] = n | *shift << DS_ID_BITS | (int32_t)ds->s[n].alive << 30;
     return n;
 }
 
@@ -813,10 +818,27 @@ static int walk_range(const grammar *g, struct grammar_mask_tables *t, pos_table
         int d = tk->lcp < valid ? tk->lcp : valid;
         bool dead = false;
         for (; d < len; d++) {
-            if (t->memo && !t->esc[d] && !t->ds.s[t->lev[d]].has_empty &&
-                !gbyteset_has(&t->ds.s[t->lev[d]].first, b[d])) { /* dead without computing it */
-                dead = true;
-                break;
+            if (t->memo) { /* lv_step, reading the state and its transition once */
+                const dstate *cs = &t->ds.s[t->lev[d]];
+                bool cur_empty = cs->has_empty;
+                int32_t e = cs->next ? cs->next[b[d]] : DS_UNKNOWN;
+                if (e == DS_UNKNOWN) {
+                    if (!t->esc[d] && !cur_empty && !gbyteset_has(&cs->first, b[d])) { /* dead, not computed */
+                        dead = true;
+                        break;
+                    }
+                    int shift, id = ds_next_new(g, &t->ds, t->lev[d], b[d], &shift);
+                    if (id < 0) return -1;
+                    e = id | shift << DS_ID_BITS | (int32_t)t->ds.s[id].alive << 30;
+                }
+                t->lev[d + 1] = DS_ID(e);
+                t->shift[d + 1] = t->shift[d] + DS_SHIFT(e);
+                t->esc[d + 1] = t->esc[d] || cur_empty;
+                if (!DS_ALIVE(e) && !t->esc[d + 1]) {
+                    dead = true;
+                    break;
+                }
+                continue;
             }
             if (!lv_step(g, t, d, b[d])) return -1;
             t->esc[d + 1] = t->esc[d] || lv_empty(t, d);

@@ -638,6 +638,12 @@ static bool parse_rules(parser *p)
 
 /* ---- checks: every rule defined, a root, no left recursion -------------------------------- */
 
+/* Whether the REF or REP element e can match the empty string, given the rules' flags. */
+static bool elem_nullable(const gelem *e, const uint8_t *nullable)
+{
+    return nullable[e->v] || (e->type == GE_REP && e->lo == 0);
+}
+
 /* On success *nullable_out is the per-rule nullable flags (the caller's to free). */
 static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
 {
@@ -653,8 +659,8 @@ static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
         fail(p, "no `root` rule%s", NULL);
         return false;
     }
-    /* Nullable rules by fixpoint: an alternative is nullable when all its elements are REFs to
-     * nullable rules. */
+    /* Nullable rules by fixpoint: an alternative is nullable when all its elements are nullable
+     * REFs or REPs. */
     int n = p->n_rules;
     uint8_t *nullable = calloc((size_t)n, sizeof *nullable);
     uint8_t *mark = calloc((size_t)n, 1);
@@ -681,7 +687,7 @@ static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
                         break;
                     }
                     alt_ok = true;
-                } else if (e->type == GE_BYTES || (!nullable[e->v] && !(e->type == GE_REP && e->lo == 0))) {
+                } else if (e->type == GE_BYTES || !elem_nullable(e, nullable)) {
                     alt_ok = false;
                 }
             }
@@ -705,7 +711,7 @@ static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
             while (*i < b->n && !pushed && ok) {
                 const gelem *e = &b->v[(*i)++];
                 bool was_left = *left, is_ref = e->type == GE_REF || e->type == GE_REP;
-                *left = e->type == GE_ALT || (was_left && is_ref && (nullable[e->v] || (e->type == GE_REP && !e->lo)));
+                *left = e->type == GE_ALT || (was_left && is_ref && elem_nullable(e, nullable));
                 if (!was_left || !is_ref) continue;
                 int t = e->v;
                 if (mark[t] == 1) {

@@ -216,7 +216,7 @@ static bool sset_alive(const sset *s) { return !s->failed && (s->n > 0 || s->has
 
 /* ---- vocabulary ---------------------------------------------------------------------------- */
 
-#define TOKEN_MAX_BYTES 128 /* longer tokens are checked at run time only */
+#define TOKEN_MAX_BYTES 128 /* table walks go this far into a token; one alive so far is checked at run time */
 
 static uint64_t state_hash(const sset *s)
 {
@@ -451,13 +451,15 @@ static int ds_intern(const grammar *g, dstates *ds, const sset *s)
 static int relax_shift(sset *s)
 {
     int lo = 0x3ff;
-    for (size_t i = 0; i < s->len; i += (size_t)s->d[i] + 1)
-        for (int j = 1; j <= s->d[i]; j++)
-            if ((s->d[i + j] & (FR_RELAXED | FR_EXIT)) && FR_COUNT(s->d[i + j]) < lo) lo = FR_COUNT(s->d[i + j]);
-    if (lo == 0x3ff || lo == 0) return 0;
-    for (size_t i = 0; i < s->len; i += (size_t)s->d[i] + 1)
-        for (int j = 1; j <= s->d[i]; j++)
-            if (s->d[i + j] & (FR_RELAXED | FR_EXIT)) s->d[i + j] = FR_WITH_COUNT(s->d[i + j], FR_COUNT(s->d[i + j]) - lo);
+    for (int pass = 0; pass < 2; pass++) { /* the minimum, then the shift */
+        for (size_t i = 0; i < s->len; i += (size_t)s->d[i] + 1)
+            for (int32_t *f = &s->d[i + 1]; f <= &s->d[i + (size_t)s->d[i]]; f++) {
+                if (!(*f & (FR_RELAXED | FR_EXIT))) continue;
+                if (pass) *f = FR_WITH_COUNT(*f, FR_COUNT(*f) - lo);
+                else if (FR_COUNT(*f) < lo) lo = FR_COUNT(*f);
+            }
+        if (lo == 0x3ff || lo == 0) return 0;
+    }
     return lo;
 }
 

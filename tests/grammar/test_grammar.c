@@ -477,9 +477,9 @@ static const char *const REP_SCHEMAS[] = {
     "{\"type\":\"string\",\"minLength\":2,\"maxLength\":5}",
     "{\"type\":\"string\",\"pattern\":\"^[a-c]{2,4}(x[0-9]{1,3}){0,2}$\"}",
     "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":4}",
-    "{\"type\":\"object\",\"properties\":{\"o\":{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"ab\",\"abc\",12]},"
-    "\"s\":{\"type\":\"string\",\"maxLength\":3}},\"required\":[\"k\"]},\"d\":{\"type\":\"string\",\"format\":\"date\"}},"
-    "\"required\":[\"o\"]}",
+    "{\"type\":\"object\",\"properties\":{\"o\":{\"type\":\"object\",\"properties\":{"
+    "\"k\":{\"enum\":[\"ab\",\"abc\",12]},\"s\":{\"type\":\"string\",\"maxLength\":3}},\"required\":[\"k\"]},"
+    "\"d\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"o\"]}",
 };
 static const char *const REP_GBNF[] = {
     "root ::= (\"ab\" [0-9]{1,3}){2,5} \"!\"",

@@ -1,8 +1,10 @@
 /* gbnf.c - GBNF text -> the byte-level rules of grammar_impl.h.
  *
  * Groups, repetitions and character classes become anonymous rules, so every repeated or
- * optional thing is one REF element; repetition uses right recursion (`r ::= x r | `) which
- * the matcher runs without growing its stack (a REF that ends an alternative is a tail call).
+ * optional thing is one REF or REP element.  Unbounded repetition uses right recursion
+ * (`r ::= x r | `), which the matcher runs without growing its stack (a REF that ends an
+ * alternative is a tail call); bounded repetition x{m,n} (n >= 2) is one REP element, not n
+ * copies, so that its positions, and the token tables built for them, do not multiply.
  * Character classes over code points become alternatives of UTF-8 byte-set sequences that
  * accept exactly the encodings of the class (no overlongs, no surrogates). */
 #include "grammar_impl.h"
@@ -48,7 +50,7 @@ static void fail(parser *p, const char *fmt, const char *what)
     snprintf(p->err, p->errlen, "grammar: %s%s", msg, len ? "" : " (at the end)");
 }
 
-static bool push(parser *p, vec_elem *v, uint8_t type, int32_t val)
+static bool push_elem(parser *p, vec_elem *v, gelem e)
 {
     if (p->failed) return false;
     if (++p->total_elems > GRAMMAR_MAX_ELEMS) {
@@ -65,8 +67,13 @@ static bool push(parser *p, vec_elem *v, uint8_t type, int32_t val)
         v->v = n;
         v->cap = cap;
     }
-    v->v[v->n++] = (gelem){type, val};
+    v->v[v->n++] = e;
     return true;
+}
+
+static bool push(parser *p, vec_elem *v, uint8_t type, int32_t val)
+{
+    return push_elem(p, v, (gelem){.type = type, .v = val});
 }
 
 static int new_rule(parser *p, const char *name, size_t len)
@@ -392,7 +399,7 @@ static int wrap_last(parser *p, vec_elem *body, int from)
     int id = new_rule(p, NULL, 0);
     if (id < 0) return -1;
     vec_elem nb = {0};
-    for (int i = from; i < body->n; i++) push(p, &nb, body->v[i].type, body->v[i].v);
+    for (int i = from; i < body->n; i++) push_elem(p, &nb, body->v[i]);
     push(p, &nb, GE_END, 0);
     p->rules[id].body = nb;
     p->total_elems -= body->n - from;
@@ -400,9 +407,15 @@ static int wrap_last(parser *p, vec_elem *body, int from)
     return p->failed ? -1 : id;
 }
 
-/* r{min,max} (max < 0: unbounded) as REF elements appended to body. */
+/* r{min,max} (max < 0: unbounded) appended to body: one REP element for a bounded count of
+ * two or more, REF elements otherwise. */
 static void repeat(parser *p, vec_elem *body, int r, int min, int max)
 {
+    if (max >= 2 || (max < 0 && min >= 2)) {
+        push_elem(p, body, (gelem){.type = GE_REP, .lo = (uint16_t)min, .hi = (uint16_t)(max < 0 ? min : max), .v = r});
+        if (max >= 0) return;
+        min = 0; /* then r* */
+    }
     for (int i = 0; i < min; i++) push(p, body, GE_REF, r);
     if (max < 0) { /* star ::= r star | */
         int star = new_rule(p, NULL, 0);
@@ -625,7 +638,14 @@ static bool parse_rules(parser *p)
 
 /* ---- checks: every rule defined, a root, no left recursion -------------------------------- */
 
-static bool check_rules(parser *p, int *root)
+/* Whether the REF or REP element e can match the empty string, given the rules' flags. */
+static bool elem_nullable(const gelem *e, const uint8_t *nullable)
+{
+    return nullable[e->v] || (e->type == GE_REP && e->lo == 0);
+}
+
+/* On success *nullable_out is the per-rule nullable flags (the caller's to free). */
+static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
 {
     *root = -1;
     for (int i = 0; i < p->n_rules; i++) {
@@ -639,10 +659,10 @@ static bool check_rules(parser *p, int *root)
         fail(p, "no `root` rule%s", NULL);
         return false;
     }
-    /* Nullable rules by fixpoint: an alternative is nullable when all its elements are REFs to
-     * nullable rules. */
+    /* Nullable rules by fixpoint: an alternative is nullable when all its elements are nullable
+     * REFs or REPs. */
     int n = p->n_rules;
-    bool *nullable = calloc((size_t)n, sizeof *nullable);
+    uint8_t *nullable = calloc((size_t)n, sizeof *nullable);
     uint8_t *mark = calloc((size_t)n, 1);
     int *stack = malloc((size_t)n * 3 * sizeof *stack);
     if (!nullable || !mark || !stack) {
@@ -667,7 +687,7 @@ static bool check_rules(parser *p, int *root)
                         break;
                     }
                     alt_ok = true;
-                } else if (e->type == GE_BYTES || !nullable[e->v]) {
+                } else if (e->type == GE_BYTES || !elem_nullable(e, nullable)) {
                     alt_ok = false;
                 }
             }
@@ -690,9 +710,9 @@ static bool check_rules(parser *p, int *root)
             bool pushed = false;
             while (*i < b->n && !pushed && ok) {
                 const gelem *e = &b->v[(*i)++];
-                bool was_left = *left;
-                *left = e->type == GE_ALT || (was_left && e->type == GE_REF && nullable[e->v]);
-                if (!was_left || e->type != GE_REF) continue;
+                bool was_left = *left, is_ref = e->type == GE_REF || e->type == GE_REP;
+                *left = e->type == GE_ALT || (was_left && is_ref && elem_nullable(e, nullable));
+                if (!was_left || !is_ref) continue;
                 int t = e->v;
                 if (mark[t] == 1) {
                     const char *name = p->rules[t].name ? p->rules[t].name : "(a group or repetition)";
@@ -712,13 +732,14 @@ static bool check_rules(parser *p, int *root)
             }
         }
     }
-    free(nullable);
+    if (ok) *nullable_out = nullable;
+    else free(nullable);
     free(mark);
     free(stack);
     return ok;
 }
 
-static grammar *link_grammar(parser *p, int root, char *err, size_t errlen)
+static grammar *link_grammar(parser *p, int root, uint8_t *nullable, char *err, size_t errlen)
 {
     grammar *g = calloc(1, sizeof *g);
     if (!g) goto oom;
@@ -749,9 +770,11 @@ static grammar *link_grammar(parser *p, int root, char *err, size_t errlen)
     g->sets = p->sets;
     g->n_sets = p->n_sets;
     p->sets = NULL;
+    g->nullable = nullable;
     return g;
 oom:
     snprintf(err, errlen, "grammar: out of memory");
+    free(nullable);
     if (g) {
         free(g->elems);
         free(g->alt_off);
@@ -765,6 +788,7 @@ grammar *grammar_from_gbnf(const char *text, size_t len, char *err, size_t errle
 {
     parser p = {.s = text, .end = text + len, .err = err, .errlen = errlen};
     int root = -1;
+    uint8_t *nullable = NULL;
     grammar *g = NULL;
     if (!text || !len) {
         snprintf(err, errlen, "grammar: empty");
@@ -774,7 +798,7 @@ grammar *grammar_from_gbnf(const char *text, size_t len, char *err, size_t errle
         snprintf(err, errlen, "grammar: contains a NUL byte");
         return NULL;
     }
-    if (parse_rules(&p) && check_rules(&p, &root)) g = link_grammar(&p, root, err, errlen);
+    if (parse_rules(&p) && check_rules(&p, &root, &nullable)) g = link_grammar(&p, root, nullable, err, errlen);
     for (int i = 0; i < p.n_rules; i++) {
         free(p.rules[i].name);
         free(p.rules[i].body.v);
@@ -798,5 +822,6 @@ void grammar_unref(grammar *g)
     free(g->sets);
     free(g->alt_off);
     free(g->alt_pos);
+    free(g->nullable);
     free(g);
 }

@@ -8,12 +8,16 @@
  * an allowed-token bitmask (ceil(n_vocab/32) words, bit i%32 of word i/32 = token i) that the
  * engine applies before temperature/top-k/top-p; after it, the sampled token advances it.
  *
- * Masks: for the top frames of a stack (as few as leave a short list of undecided tokens),
- * the tokens whose validity does not depend on the stack below are precomputed once (accepted
- * / rejected within those frames); only the tokens that would pop below them are checked
- * against the whole stack at run time.  Full masks are also cached per matcher state, so a state that recurs
- * (inside a string, between properties) costs a copy.  Control tokens are never allowed,
- * except end-of-generation tokens, which are allowed exactly when the grammar is complete.
+ * Masks: for the top frames of a stack (as few as leave a short list of undecided tokens; the
+ * stacks that differ only in their top share one), the tokens whose validity does not depend
+ * on the stack below are precomputed once (accepted / rejected within those frames); only the
+ * tokens that would pop below them are checked against the whole stack at run time.  A bounded
+ * repetition x{m,n} is one element with its count in the stack, and the precomputed tables
+ * leave out the count of the nearest one: they note how many iterations each token needs, which
+ * each mask compares with the count left, so that one table serves a string of any length so
+ * far.  Full masks are also cached per matcher state, so a state that recurs (inside a string,
+ * between properties) costs a copy.  Control tokens are never allowed, except end-of-generation
+ * tokens, which are allowed exactly when the grammar is complete.
  *
  * Threading: compiling, refs and unrefs are thread-safe.  The masks of one grammar are built
  * into tables the grammar owns, so all matchers of one grammar must be used from one thread

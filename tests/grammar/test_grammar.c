@@ -11,6 +11,7 @@
 
 #include "base/rng.h"
 #include "grammar/grammar.h"
+#include "grammar/grammar_impl.h" /* grammar_vocab_from_bytes */
 #include "model/gguf.h"
 #include "text/tokenizer.h"
 
@@ -309,6 +310,229 @@ static void test_masks_brute_force(void **state)
     close_vocab(&fx);
 }
 
+/* ---- fast masks against a brute-force reference -------------------------------------------- */
+
+/* A vocabulary with its token bytes at hand, for the reference: token i is allowed iff a copy of
+ * the matcher accepts it (the byte matcher run on its bytes; end-of-generation only when the
+ * grammar is complete; control tokens never). */
+typedef struct tvocab {
+    grammar_vocab *v;
+    int n;
+    char **tok;
+    int *len; /* 0: a control token */
+    bool *eog;
+} tvocab;
+
+static void tvocab_free(tvocab *tv)
+{
+    for (int i = 0; i < tv->n; i++) free(tv->tok[i]);
+    free(tv->tok);
+    free(tv->len);
+    free(tv->eog);
+    grammar_vocab_free(tv->v);
+}
+
+static void tvocab_add(tvocab *tv, const char *b, int len)
+{
+    tv->tok[tv->n] = malloc((size_t)len + 1);
+    memcpy(tv->tok[tv->n], b, (size_t)len);
+    tv->len[tv->n++] = len;
+}
+
+/* A small vocabulary that still has what makes masks hard: every byte, JSON punctuation
+ * runs that cross rule ends (`",`, `"}`, `":"`), digit and hex runs longer than a bounded
+ * repetition's rest, whitespace runs, escapes, split UTF-8, tokens longer than the walks go
+ * (over 128 bytes), random pieces, a control token and an end-of-generation token. */
+static void synthetic_vocab(tvocab *tv)
+{
+    static const char *pieces[] = {
+        "\":", "\",", "\"}", "},", "\":\"", ", \"", "{\"", "[\"", "\"]", "\"]}", "\",\"", "\": ", "\": \"", "}}",
+        "\n", "\n\n", "\n  ", "  ", "   ", " \"", " {", "\t", "12", "345", "2024", "-0", "0-", "00", "150", "1.5",
+        "e+", "1e", "ab", "f0a", "dead", "beef", "0a1b2c3d", "-4", "a-b", "name", "age", "id", "true", "false",
+        "null", "admin", "user", "guest", "\"admin\"", "@", "example", ".com", "a@b", "x.y", "T12", ":30", "Z\"",
+        "\xc3\xa9", "\xc3", "\xa9", "\xe6\x97\xa5\xe6\x9c\xac", "\xe6\x97", "\xf0\x9f\x98", "\x80", "\\n", "\\u00e9",
+        "\\u", "\\\"", "\\", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "abcdefghijklm", "street", "city",
+        "zip", "tags", "score", "email", "active", "role", "created", "address", "\"x\"", "xx", "xxx", "b!", "ab12",
+    };
+    int cap = 256 + 200 + 2200;
+    tv->tok = calloc((size_t)cap, sizeof *tv->tok);
+    tv->len = calloc((size_t)cap, sizeof *tv->len);
+    tv->eog = calloc((size_t)cap, sizeof *tv->eog);
+    tv->n = 0;
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        tvocab_add(tv, &c, 1);
+    }
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) tvocab_add(tv, pieces[i], (int)strlen(pieces[i]));
+    char longtok[140];
+    memset(longtok, 'x', sizeof longtok);
+    tvocab_add(tv, longtok, 140);
+    memset(longtok, ' ', sizeof longtok);
+    tvocab_add(tv, longtok, 131);
+    static const char alpha[] = "abcdefx0123456789-.:\"{}[], \n@TZe+\\u";
+    uint64_t seed = 99;
+    for (int i = 0; i < 2000; i++) {
+        char b[16];
+        seed = rng_splitmix64(seed);
+        int len = 2 + (int)(seed % 9);
+        for (int j = 0; j < len; j++) {
+            seed = rng_splitmix64(seed);
+            b[j] = alpha[seed % (sizeof alpha - 1)];
+        }
+        tvocab_add(tv, b, len);
+    }
+    tv->len[tv->n] = 0; /* a control token */
+    tv->tok[tv->n++] = NULL;
+    int32_t eog = tv->n;
+    tv->len[tv->n] = 0;
+    tv->tok[tv->n++] = NULL;
+    tv->eog[eog] = true;
+    tv->v = grammar_vocab_from_bytes((const char *const *)tv->tok, tv->len, tv->n, &eog, 1);
+    assert_non_null(tv->v);
+}
+
+static bool real_vocab(const char *name, tvocab *tv)
+{
+    vocab_fx fx;
+    if (!open_vocab(name, &fx)) return false;
+    int n = tokenizer_n_vocab(fx.t);
+    tv->tok = calloc((size_t)n, sizeof *tv->tok);
+    tv->len = calloc((size_t)n, sizeof *tv->len);
+    tv->eog = calloc((size_t)n, sizeof *tv->eog);
+    tv->n = 0;
+    for (int i = 0; i < n; i++) {
+        char b[1024];
+        int l = tokenizer_is_control(fx.t, i) ? 0 : tokenizer_token_bytes(fx.t, i, false, b, sizeof b);
+        tvocab_add(tv, b, l > 0 ? l : 0);
+        tv->eog[i] = tokenizer_is_eog(fx.t, i);
+    }
+    tv->v = fx.v;
+    fx.v = NULL;
+    close_vocab(&fx);
+    return true;
+}
+
+/* Random walks under g; every brute_every steps the mask must equal the reference's verdict
+ * on every token.  Walks pick uniformly among the allowed tokens, except that they take an
+ * end-of-generation token when one is allowed every other time, so that they finish. */
+static void check_walks(tvocab *tv, grammar *g, uint64_t seed, int n_walks, int max_steps, int brute_every)
+{
+    int W = grammar_vocab_n_words(tv->v);
+    uint32_t *mask = malloc((size_t)W * sizeof *mask);
+    int32_t *allowed = malloc((size_t)tv->n * sizeof *allowed);
+    for (int w = 0; w < n_walks; w++) {
+        grammar_matcher *m = grammar_matcher_new(g, tv->v);
+        assert_non_null(m);
+        for (int step = 0; step < max_steps && !grammar_matcher_is_done(m); step++) {
+            int n = grammar_matcher_fill_mask(m, mask), k = 0;
+            int32_t eog = -1;
+            for (int id = 0; id < tv->n; id++)
+                if (mask[id >> 5] >> (id & 31) & 1u) {
+                    allowed[k++] = id;
+                    if (tv->eog[id]) eog = id;
+                    assert_true(tv->len[id] > 0 || tv->eog[id]); /* control tokens never */
+                    if (tv->eog[id]) assert_true(grammar_matcher_is_complete(m));
+                }
+            assert_int_equal(k, n);
+            if (step % brute_every == 0) {
+                grammar_matcher *c = grammar_matcher_clone(m); /* a refused token leaves it as it was */
+                for (int id = 0; id < tv->n; id++) {
+                    bool ok = grammar_matcher_accept(c, id), got = mask[id >> 5] >> (id & 31) & 1u;
+                    if (ok) {
+                        grammar_matcher_free(c);
+                        c = grammar_matcher_clone(m);
+                    }
+                    if (ok != got)
+                        fprintf(stderr, "walk %d step %d token %d (%.*s): reference %d mask %d\n", w, step, id,
+                                tv->len[id], tv->tok[id] ? tv->tok[id] : "", ok, got);
+                    assert_int_equal(ok, got);
+                }
+                grammar_matcher_free(c);
+            }
+            if (!n) break;
+            seed = rng_splitmix64(seed);
+            int32_t id = eog >= 0 && (seed >> 40) % 2 ? eog : allowed[seed % (uint64_t)n];
+            assert_true(grammar_matcher_accept(m, id));
+        }
+        grammar_matcher_free(m);
+    }
+    free(mask);
+    free(allowed);
+}
+
+/* Schemas and grammars whose masks depend on repetition counts: bounded string lengths,
+ * patterns with {m,n} (nested, with a minimum), formats made of fixed-length runs, enums,
+ * nested objects, arrays with minItems/maxItems, and GBNF with nullable or ambiguous
+ * repeated elements (which the tables must not treat as counted). */
+static const char *const REP_SCHEMAS[] = {
+    "{\"type\":\"object\",\"properties\":{"
+    "\"id\":{\"type\":\"string\",\"format\":\"uuid\"},\"name\":{\"type\":\"string\",\"maxLength\":40},"
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},\"email\":{\"type\":\"string\",\"format\":\"email\"},"
+    "\"active\":{\"type\":\"boolean\"},\"score\":{\"type\":\"number\"},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":12},\"maxItems\":5},"
+    "\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"},\"city\":{\"type\":\"string\"},"
+    "\"zip\":{\"type\":\"string\",\"pattern\":\"[0-9]{5}\"}},\"required\":[\"street\",\"city\"]},"
+    "\"role\":{\"enum\":[\"admin\",\"user\",\"guest\"]},\"created\":{\"type\":\"string\",\"format\":\"date-time\"}},"
+    "\"required\":[\"id\",\"name\",\"age\",\"active\",\"address\",\"role\"]}",
+    "{\"type\":\"string\",\"minLength\":2,\"maxLength\":5}",
+    "{\"type\":\"string\",\"pattern\":\"^[a-c]{2,4}(x[0-9]{1,3}){0,2}$\"}",
+    "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":4}",
+    "{\"type\":\"object\",\"properties\":{\"o\":{\"type\":\"object\",\"properties\":{"
+    "\"k\":{\"enum\":[\"ab\",\"abc\",12]},\"s\":{\"type\":\"string\",\"maxLength\":3}},\"required\":[\"k\"]},"
+    "\"d\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"o\"]}",
+};
+static const char *const REP_GBNF[] = {
+    "root ::= (\"ab\" [0-9]{1,3}){2,5} \"!\"",
+    "root ::= (\"a\"?){2,4} \"b\" [a-f]{3}",
+    "root ::= (\"x\" | \"xx\"){1,6} (\"b\" | \"!\")",
+    "root ::= ([0-9a-f]{2} \"-\"?){3} \"x\"{0,130}",
+};
+
+static void check_all(tvocab *tv, int n_walks, int max_steps, int brute_every)
+{
+    char err[256];
+    for (size_t i = 0; i < sizeof REP_SCHEMAS / sizeof REP_SCHEMAS[0]; i++) {
+        grammar *g = schema_text(REP_SCHEMAS[i], err, sizeof err);
+        if (!g) fprintf(stderr, "schema %zu: %s\n", i, err);
+        assert_non_null(g);
+        check_walks(tv, g, 1000 + i, n_walks, max_steps, brute_every);
+        grammar_unref(g);
+    }
+    for (size_t i = 0; i < sizeof REP_GBNF / sizeof REP_GBNF[0]; i++) {
+        grammar *g = gbnf(REP_GBNF[i]);
+        assert_non_null(g);
+        check_walks(tv, g, 2000 + i, n_walks, max_steps, brute_every);
+        grammar_unref(g);
+    }
+}
+
+static void test_masks_synthetic_vocab(void **state)
+{
+    (void)state;
+    tvocab tv;
+    synthetic_vocab(&tv);
+    check_all(&tv, 12, 120, 1);
+    tvocab_free(&tv);
+}
+
+static void test_masks_real_vocab(void **state)
+{
+    (void)state;
+    static const char *names[] = {"qwen2", "llama-bpe"};
+    int found = 0;
+    for (int i = 0; i < 2; i++) {
+        tvocab tv;
+        if (!real_vocab(names[i], &tv)) {
+            fprintf(stderr, "SKIP part: no %s vocabulary under %s/vocab\n", names[i], shared_dir());
+            continue;
+        }
+        found++;
+        check_all(&tv, 2, 50, 10);
+        tvocab_free(&tv);
+    }
+    if (!found) skip();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -317,6 +541,8 @@ int main(void)
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_choices_regex_builder),
         cmocka_unit_test(test_masks_brute_force),
+        cmocka_unit_test(test_masks_synthetic_vocab),
+        cmocka_unit_test(test_masks_real_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

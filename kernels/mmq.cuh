@@ -59,32 +59,23 @@ template <> struct mmq_fmt<T_Q5_K> { static constexpr int bytes = 176; };
 template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK; };
 
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
-template <int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM >= 128 ? 3 : 0); };
-
-// Warp layout: up to 64 activation rows, 8 warps side by side over the weight rows, 16 rows
-// each; 128 activation rows, 4 x 2 warps, each 32 weight rows (two m16 tiles) by 64 activation
-// rows, so a staged activation fragment feeds two mma (measured on the H100: as fast as 8 x 1
-// with 16 n8 tiles per warp, in fewer shared-memory reads).
-template <int BM> struct mmq_layout {
-    static constexpr int WN = BM >= 128 ? 4 : 8;        // warps along the weight rows
-    static constexpr int TILES = MMQ_ROWS / (16 * WN);  // m16 tiles per warp
-    static constexpr int NJ = BM / 8 / (8 / WN);        // n8 tiles per warp
-};
+template <int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM >= 64 ? 2 : 0); };
 
 template <int T, int BM, bool GLU>
 __device__ __forceinline__ void mmq_body(const matvec_args &a)
 {
     extern __shared__ uint4 mmq_smem[];
-    using L = mmq_layout<BM>;
-    constexpr int NJ = L::NJ, NT = L::TILES, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
+    // 8 warps side by side over the block's weight rows, 16 rows (one m16 tile) each, every
+    // warp over all BM activation rows (NJ n8 tiles).  (Two m16 tiles per warp over half the
+    // activation rows measured no faster.)
+    constexpr int NJ = BM / 8, NT = 1, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
     constexpr int W_STAGE = MMQ_ROWS * RB, X_STAGE = BM * MMQ_XSTRIDE * 2;
     // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers
     uint8_t *wsm = (uint8_t *)mmq_smem;
     __half *xsm = (__half *)(wsm + S * W_STAGE);
     const uint8_t **rowp = (const uint8_t **)(wsm + S * (W_STAGE + X_STAGE));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wn = warp % L::WN, wm = warp / L::WN;
-    const int rbase = wn * 16 * NT, mbase = wm * 8 * NJ; // the warp's first block row, activation row
+    const int rbase = 16 * warp, mbase = 0; // the warp's first block row, activation row
     const int m0 = blockIdx.y * BM, nchunks = a.k / 32;
     const int c_begin = blockIdx.z * a.split_chunks, c_end = min(nchunks, c_begin + a.split_chunks);
 
@@ -234,5 +225,5 @@ extern "C" __global__ void mmq_reduce(matvec_args a, int glu, int n_split)
     {                                                                                            \
         mmq_body<T, BM, true>(a);                                                                \
     }
-#define MMQ_KERNELS(T, sfx) MMQ_VARIANT(T, sfx, 16) MMQ_VARIANT(T, sfx, 32) MMQ_VARIANT(T, sfx, 64) MMQ_VARIANT(T, sfx, 128)
+#define MMQ_KERNELS(T, sfx) MMQ_VARIANT(T, sfx, 16) MMQ_VARIANT(T, sfx, 32) MMQ_VARIANT(T, sfx, 64)
 FOR_EACH_QUANT_TYPE(MMQ_KERNELS)

@@ -121,7 +121,7 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
 {
     const gpu_matrix *w = op->out[first].w;
     matvec_args a = matvec_args_for(op, first, n);
-    int v = op->m > 64 ? 3 : op->m > 32 ? 2 : op->m > 16 ? 1 : 0, rows = 0;
+    int v = op->m > 32 ? 2 : op->m > 16 ? 1 : 0, rows = 0;
     for (int i = first; i < first + n; i++) rows += pad16(op->out[i].w->n);
     /* glu: a block takes GPU_MMQ_ROWS / 2 features of gate and of up */
     unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);

@@ -29,7 +29,7 @@ typedef struct gpu_fn {
     const char *name;
 } gpu_fn;
 
-#define GPU_MMQ_VARIANTS 4 /* 16, 32, 64, 128 activation rows per block */
+#define GPU_MMQ_VARIANTS 3 /* 16, 32, 64 activation rows per block */
 #define GPU_MMQ_THREADS 256
 #define GPU_MMQ_ROWS 128   /* weight rows per block: 16 per warp (glu: 64 features of gate and up) */
 

@@ -169,7 +169,7 @@ static void matvec_run(ggml_type t, matvec_args *a, bool glu, int arg)
  * split_chunks (0: one split), then mmq_reduce. */
 static void mmq_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
 {
-    int wt = gpu_wtype_index(t), v = a->m > 64 ? 3 : a->m > 32 ? 2 : a->m > 16 ? 1 : 0;
+    int wt = gpu_wtype_index(t), v = a->m > 32 ? 2 : a->m > 16 ? 1 : 0;
     int chunks = a->k / 32, splits = 1, pad0 = (a->seg[0].n + 15) & ~15, pad1 = (a->seg[1].n + 15) & ~15;
     int rows = pad0 + pad1, per_block = glu ? GPU_MMQ_ROWS / 2 : GPU_MMQ_ROWS;
     a->split_chunks = split_chunks ? split_chunks : chunks;
@@ -322,7 +322,7 @@ static void test_matvec_all_formats(void **state)
 }
 
 /* The tensor-core kernels on every block-quantised format against the same reference (the
- * segments' 30 and 47 rows are not multiples of 16): M across all four variants and past one
+ * segments' 30 and 47 rows are not multiples of 16): M across all three variants and past one
  * block of activation rows, with one split and with three (partial sums and mmq_reduce). */
 static void test_mmq_all_formats(void **state)
 {

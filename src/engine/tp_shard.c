@@ -77,9 +77,13 @@ int tp_plan_make(const tp_shape *s, int n, tp_plan *out, char *err, size_t errle
     /* Query heads: whole heads per GPU, and the same number on every GPU (attention is the
      * step's critical path; an uneven split would leave the others waiting at the all-reduce). */
     if (s->n_head % n != 0) {
+        char divisors[64] = "";
+        size_t o = 0;
+        for (int d = 1; d <= TP_MAX_GPUS && o < sizeof divisors; d++)
+            if (s->n_head % d == 0) o += (size_t)snprintf(divisors + o, sizeof divisors - o, "%s%d", o ? ", " : "", d);
         snprintf(err, errlen, "tensor parallelism over %d GPUs: the model's %d attention heads do not split into "
-                 "whole heads per GPU (%d GPUs must divide %d; choose one of the divisors up to %d)", n, s->n_head,
-                 n, s->n_head, TP_MAX_GPUS);
+                 "whole heads per GPU (%d does not divide %d; GPU counts that do: %s)", n, s->n_head, n, s->n_head,
+                 divisors);
         return -1;
     }
     int q_per = s->n_head / n, group = s->n_head / s->n_head_kv; /* query heads per KV head */

@@ -161,7 +161,7 @@ static void test_llama8b(void **state)
         assert_int_equal(p.rank[r].ffn.end - p.rank[r].ffn.begin, 1792); /* 7 Q6_K blocks */
         assert_int_equal(p.rank[r].vocab.end - p.rank[r].vocab.begin, 16032);
     }
-    plan_refused(&s, 3, "32 attention heads", NULL);
+    plan_refused(&s, 3, "32 attention heads", "GPU counts that do: 1, 2, 4, 8");
     plan_refused(&s, 6, "32 attention heads", NULL);
     plan_refused(&s, 0, "1 to 8", NULL);
     plan_refused(&s, 9, "1 to 8", NULL);
@@ -224,7 +224,7 @@ static void test_qwen7b(void **state)
     tp_plan p;
     plan_ok(&s, 2, &p);
     assert_int_equal(p.rank[1].kv_heads.begin, 2);
-    plan_refused(&s, 8, "28 attention heads", NULL);
+    plan_refused(&s, 8, "28 attention heads", "GPU counts that do: 1, 2, 4, 7");
     plan_refused(&s, 3, "28 attention heads", NULL);
     /* N=4 (7 heads, 1 KV head a GPU) divides, but 7 x 128 = 896 inputs of a Q4_K attn_output
      * are 3.5 blocks: refused with the reason; with attn_output in Q8_0 it is a valid plan. */

@@ -38,6 +38,7 @@ typedef struct inferd_opts {
     int stream_timeout;     /* seconds of client inactivity while a response is answered */
     int device;             /* engine_device (engine/engine.h) */
     int gpu;                /* CUDA ordinal */
+    int tensor_parallel;    /* GPUs one model is split across (1: today's single-GPU path) */
     char chat_template[64]; /* "" = detect from the model */
     char chat_template_file[OPTS_STR_MAX]; /* "" = the GGUF's own; else a Jinja file that overrides it */
     int reasoning_format;   /* opts_reasoning_format */

@@ -24,6 +24,7 @@
 #include "keyfile.h"
 #include "serve.h"
 #include "engine/engine.h"
+#include "engine/tp_shard.h"
 #include "base/log.h"
 #include "text/chat.h"
 #include "model/model.h"
@@ -200,10 +201,63 @@ static int warm_up(engine *e, const tokenizer *tok, char *err, size_t errlen)
     return rc;
 }
 
+/* --tensor-parallel N before the model is read: what the flags alone rule out. */
+static int tp_check_flags(const inferd_opts *o)
+{
+    if (o->tensor_parallel > 1 && o->device == ENGINE_DEVICE_CPU) {
+        log_error("--tensor-parallel %d splits a model across GPUs, and --device cpu uses none (the CPU backend "
+                  "spreads over cores with --threads): use --device cuda, or --tensor-parallel 1",
+                  o->tensor_parallel);
+        return -1;
+    }
+    return 0;
+}
+
+/* --tensor-parallel N > 1 with the model loaded: the sharding plan and the per-GPU memory it
+ * implies are logged, the GPUs counted, and start-up refused: the multi-GPU engine (a thread and
+ * CUDA context per GPU, NCCL all-reduces in the graphs) is not built yet.  N = 1 never comes
+ * here, so one GPU runs exactly the single-GPU path. */
+static int tp_refuse(const inferd_opts *o, const model *m, int ctx)
+{
+    int n = o->tensor_parallel;
+    char err[512] = "";
+    tp_shape shape;
+    tp_plan plan;
+    tp_shape_from_model(m, 2 /* FP16 K/V, as the CUDA engine caches them */, &shape);
+    if (tp_plan_make(&shape, n, &plan, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return -1;
+    }
+    size_t tokens = (size_t)o->parallel * (size_t)ctx;
+    char b1[32], b2[32];
+    log_info("tensor parallelism over %d GPUs: %d heads / %d KV heads%s, whole model %s of weights, "
+             "KV %.1f KiB/token", n, m->hp.n_head, m->hp.n_head_kv,
+             plan.kv_replicas > 1 ? " (each KV head replicated on the GPUs that read it)" : "",
+             tp_bytes_text((double)plan.total_weight_bytes, b1, sizeof b1),
+             (double)plan.total_kv_bytes_per_token / 1024.0);
+    for (int r = 0; r < n; r++) {
+        char line[256];
+        log_info("  %s; KV cache for %d x %d tokens %s", tp_plan_describe_rank(&plan, r, line, sizeof line),
+                 o->parallel, ctx, tp_bytes_text((double)(plan.rank[r].kv_bytes_per_token * tokens), b2, sizeof b2));
+    }
+    int found = o->device == ENGINE_DEVICE_CPU ? 0 : engine_cuda_device_count(err, sizeof err);
+    if (found < n) {
+        log_error("tensor parallelism over %d GPUs needs %d GPUs and CUDA finds %d%s%s%s; the multi-GPU CUDA engine "
+                  "is not implemented yet either (issue 16): use --tensor-parallel 1", n, n, found,
+                  err[0] ? " (" : "", err, err[0] ? ")" : "");
+        return -1;
+    }
+    log_error("tensor parallelism over %d GPUs: the sharding plan is valid (%d heads per GPU, %s of weights "
+              "on GPU 0) but the multi-GPU CUDA engine is not implemented yet (issue 16): use --tensor-parallel 1",
+              n, m->hp.n_head / n, tp_bytes_text((double)plan.rank[0].weight_bytes, b1, sizeof b1));
+    return -1;
+}
+
 /* Model, tokenizer, engine, scheduler. 0 on success. */
 static int load(serve_state *st, const inferd_opts *o)
 {
     char err[512] = "";
+    if (tp_check_flags(o) != 0) return -1;
     log_info("loading %s", o->model);
     if (!(st->m = model_load(o->model, err, sizeof err))) {
         log_error("cannot load the model: %s", err); /* err starts with the path */
@@ -221,6 +275,7 @@ static int load(serve_state *st, const inferd_opts *o)
     int n_train = st->m->hp.n_ctx_train > 0 ? st->m->hp.n_ctx_train : 4096;
     st->ctx = o->ctx_size > 0 ? o->ctx_size : (n_train < 4096 ? n_train : 4096);
     if (st->ctx > n_train) log_warn("--ctx-size %d exceeds the model's training context %d", st->ctx, n_train);
+    if (o->tensor_parallel > 1 && tp_refuse(o, st->m, st->ctx) != 0) return -1;
     engine_config ec = {
         .n_slots = o->parallel,
         .ctx_per_slot = st->ctx,

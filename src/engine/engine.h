@@ -114,6 +114,10 @@ bool engine_device_parse(const char *name, engine_device *out);
 engine *engine_open(engine_device dev, const model *m, const engine_config *cfg, char *err, size_t errlen);
 /* true when the CUDA backend was built and a GPU answers. */
 bool engine_cuda_available(void);
+/* GPUs the CUDA driver sees; 0 with the reason in err when there is no driver, no GPU or no
+ * CUDA backend in this build (never fails harder than that: tensor parallelism asks it before
+ * anything else touches CUDA). */
+int engine_cuda_device_count(char *err, size_t errlen);
 
 /* The configuration the engine was created with (n_slots, ctx_per_slot, batch budget). */
 const engine_config *engine_get_config(const engine *e);

@@ -38,6 +38,19 @@ bool engine_cuda_available(void)
     return cu.cuDeviceGetCount(&n) == CUDA_SUCCESS && n > 0;
 }
 
+int engine_cuda_device_count(char *err, size_t errlen)
+{
+    int n = 0;
+    if (!cuda_api_load(err, errlen)) return 0;
+    CUresult rc = cu.cuDeviceGetCount(&n);
+    if (rc != CUDA_SUCCESS) {
+        snprintf(err, errlen, "cuDeviceGetCount failed (CUDA error %d)", (int)rc);
+        return 0;
+    }
+    if (n == 0) snprintf(err, errlen, "the CUDA driver sees no GPU");
+    return n;
+}
+
 /* ---- weights ---------------------------------------------------------------------------- */
 
 /* Device bytes a tensor takes: matrices keep their format (float rows padded to 32 inputs),

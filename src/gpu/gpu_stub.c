@@ -12,3 +12,9 @@ engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, 
     snprintf(err, errlen, "this inferd was built without CUDA support (-Dcuda=disabled or no nvcc)");
     return NULL;
 }
+
+int engine_cuda_device_count(char *err, size_t errlen)
+{
+    snprintf(err, errlen, "this inferd was built without CUDA support (-Dcuda=disabled or no nvcc)");
+    return 0;
+}

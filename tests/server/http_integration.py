@@ -1182,6 +1182,43 @@ def case_startup():
     check(any("config:" in str(l.values()) and "parallel=3" in str(l.values()) for l in lines), "config logged")
 
 
+def case_tensor_parallel():
+    """-tp/--tensor-parallel (issue 16): out of range refused by the flag parser; N>1 refused at
+    start-up with the plan logged (cpu device; no GPUs here, or no multi-GPU engine); -tp 1 serves
+    as before."""
+    model = make_model()
+    r = run_bin("-m", model, "--port", str(free_port()), "-tp", "0")
+    check(r.returncode == 2 and "'tensor-parallel': '0' is not an integer in [1, 8]" in r.stderr,
+          f"-tp 0: {r.returncode} {r.stderr[-500:]}")
+    r = run_bin("-m", model, "--port", str(free_port()), "--tensor-parallel", "9")
+    check(r.returncode == 2 and "tensor-parallel" in r.stderr, f"-tp 9: {r.returncode} {r.stderr[-500:]}")
+    r = run_bin("-m", model, "--port", str(free_port()), "-tp", "2", "--device", "cpu")
+    check(r.returncode == 1 and "--tensor-parallel 2 splits a model across GPUs, and --device cpu uses none"
+          in r.stderr, f"-tp 2 on cpu: {r.returncode} {r.stderr[-800:]}")
+    # cuda: the plan is logged, then refused whether or not this host has GPUs (no multi-GPU
+    # engine yet); never a crash.
+    r = run_bin("-m", model, "--port", str(free_port()), "-tp", "2", "--device", "cuda")
+    check(r.returncode == 1 and "GPU 1: heads 2-3, kv heads 1-1" in r.stderr and
+          "multi-GPU CUDA engine is not implemented yet" in r.stderr, f"-tp 2 cuda: {r.returncode} {r.stderr[-800:]}")
+    # the tiny model's 4 heads do not split over 3 GPUs
+    r = run_bin("-m", model, "--port", str(free_port()), "-tp", "3")
+    check(r.returncode == 1 and "4 attention heads do not split" in r.stderr, f"-tp 3: {r.returncode} {r.stderr[-800:]}")
+    conf = os.path.join(TMP, "tp.conf")
+    with open(conf, "w") as f:
+        f.write("tensor-parallel = 2\ndevice = cpu\n")
+    r = run_bin("-m", model, "--port", str(free_port()), "--config", conf)
+    check(r.returncode == 1 and "--tensor-parallel 2" in r.stderr, f"config key: {r.returncode} {r.stderr[-800:]}")
+    body = {"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    with Server(model) as s:
+        st, plain = post(s.port, "/v1/completions", body)
+        check(st == 200, f"default: {st}")
+    with Server(model, "-tp", "1") as s:
+        st, tp1 = post(s.port, "/v1/completions", body)
+        check(st == 200 and tp1["choices"][0]["text"] == plain["choices"][0]["text"],
+              f"-tp 1 changed the greedy text: {tp1} vs {plain}")
+        check("tensor parallelism" not in s.tail(), "-tp 1 logged a plan")
+
+
 def case_prefix():
     """Automatic prefix caching over HTTP: a repeated or extended prompt reads its full 32-token
     blocks from the cache (usage.prompt_tokens_details.cached_tokens), gives the same greedy

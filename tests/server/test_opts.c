@@ -40,6 +40,7 @@ static void test_defaults(void **state)
     assert_int_equal(o.log_format, OPTS_LOG_TEXT);
     assert_true(o.shutdown_timeout == 30.0);
     assert_true(o.metrics);
+    assert_int_equal(o.tensor_parallel, 1); /* one GPU: today's path */
 }
 
 static void test_argv_forms(void **state)
@@ -50,7 +51,8 @@ static void test_argv_forms(void **state)
     const char *args[] = {"-m", "a.gguf", "--port=9000", "-np", "8", "-c", "2048", "--host", "0.0.0.0",
                           "--device", "CPU", "--log-format", "json", "--no-metrics", "--shutdown-timeout",
                           "2.5", "--api-key", "sekret", "--model-alias", "my-model", "--config", "x.conf",
-                          "--chat-template", "chatml", "--log-level=debug", "--threads", "3"};
+                          "--chat-template", "chatml", "--log-level=debug", "--threads", "3",
+                          "-tp", "4"};
     assert_int_equal(parse(&o, args, (int)(sizeof args / sizeof args[0]), err, sizeof err), 0);
     assert_string_equal(o.model, "a.gguf");
     assert_int_equal(o.port, 9000);
@@ -67,6 +69,7 @@ static void test_argv_forms(void **state)
     assert_string_equal(o.chat_template, "chatml");
     assert_int_equal(o.log_level, 0);
     assert_int_equal(o.threads, 3);
+    assert_int_equal(o.tensor_parallel, 4);
 
     const char *bools[] = {"--metrics=false", "--metrics"};
     assert_int_equal(parse(&o, bools, 1, err, sizeof err), 0);
@@ -92,6 +95,8 @@ static void test_argv_errors(void **state)
     expect_error((const char *[]){"--port", "80a"}, 2, "port");
     expect_error((const char *[]){"--port", "70000"}, 2, "port");
     expect_error((const char *[]){"-np", "0"}, 2, "parallel");
+    expect_error((const char *[]){"-tp", "0"}, 2, "'tensor-parallel': '0' is not an integer in [1, 8]");
+    expect_error((const char *[]){"--tensor-parallel", "9"}, 2, "tensor-parallel");
     expect_error((const char *[]){"--device", "tpu"}, 2, "auto|cpu|cuda");
     expect_error((const char *[]){"--log-format=xml"}, 1, "text|json");
     expect_error((const char *[]){"--metrics=maybe"}, 1, "metrics");

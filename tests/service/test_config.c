@@ -72,6 +72,7 @@ static void test_good_file(void **state)
                        "shutdown-timeout = 2.5\n"
                        "api-key = se#cr=et\n"       /* '#' and '=' inside a value */
                        "model-alias =\n"            /* empty string */
+                       "tensor-parallel = 2\n"
                        "device = cpu";              /* no newline at the end */
     assert_int_equal(parse_text(&o, text, err, sizeof err), 0);
     assert_string_equal(o.model, "/models/a b.gguf");
@@ -79,6 +80,7 @@ static void test_good_file(void **state)
     assert_string_equal(o.host, "0.0.0.0");
     assert_int_equal(o.parallel, 8);
     assert_int_equal(o.log_format, OPTS_LOG_JSON);
+    assert_int_equal(o.tensor_parallel, 2);
     assert_false(o.metrics);
     assert_true(o.shutdown_timeout == 2.5);
     assert_string_equal(o.api_key, "se#cr=et");

@@ -27,8 +27,6 @@
 #define MMQ_WARPS 8
 #define MMQ_ROWS (16 * MMQ_WARPS)
 #define MMQ_XSTRIDE (MMQ_KT + 32) // halves per staged row: fragment loads free of bank conflicts
-#define MMQ_RB_MAX (8 * 34)       // largest mmq_fmt<T>::bytes (Q8_0)
-
 
 __device__ __forceinline__ int mmq_pad(int n) { return (n + 15) & ~15; }
 
@@ -59,7 +57,7 @@ template <> struct mmq_fmt<T_Q5_K> { static constexpr int bytes = 176; };
 template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK; };
 
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
-template <int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM >= 64 ? 2 : 0); };
+template <int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM / 32); }; // variant v: BM = 16 << v
 
 template <int T, int BM, bool GLU>
 __device__ __forceinline__ void mmq_body(const matvec_args &a)
@@ -68,14 +66,14 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     // 8 warps side by side over the block's weight rows, 16 rows (one m16 tile) each, every
     // warp over all BM activation rows (NJ n8 tiles).  (Two m16 tiles per warp over half the
     // activation rows measured no faster.)
-    constexpr int NJ = BM / 8, NT = 1, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
+    constexpr int NJ = BM / 8, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
     constexpr int W_STAGE = MMQ_ROWS * RB, X_STAGE = BM * MMQ_XSTRIDE * 2;
     // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers
     uint8_t *wsm = (uint8_t *)mmq_smem;
     __half *xsm = (__half *)(wsm + S * W_STAGE);
     const uint8_t **rowp = (const uint8_t **)(wsm + S * (W_STAGE + X_STAGE));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int rbase = 16 * warp, mbase = 0; // the warp's first block row, activation row
+    const int rbase = 16 * warp; // the warp's first block row
     const int m0 = blockIdx.y * BM, nchunks = a.k / 32;
     const int c_begin = blockIdx.z * a.split_chunks, c_end = min(nchunks, c_begin + a.split_chunks);
 
@@ -111,11 +109,9 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         cp_async_commit(); // an empty group past the end keeps the wait counts uniform
     };
 
-    float acc[NT][NJ][4];
+    float acc[NJ][4];
 #pragma unroll
-    for (int i = 0; i < NT; i++)
-#pragma unroll
-        for (int j = 0; j < NJ; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    for (int j = 0; j < NJ; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
     for (int st = 0; st < S - 1; st++) load_stage(st);
     for (int st = 0; st < n_stages; st++) {
@@ -123,46 +119,38 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
         load_stage(st + S - 1);
         const uint8_t *wst = wsm + (st % S) * W_STAGE;
-        const __half *xb = xsm + (st % S) * (X_STAGE / 2) + (mbase + g) * MMQ_XSTRIDE + 8 * t;
+        const __half *xb = xsm + (st % S) * (X_STAGE / 2) + g * MMQ_XSTRIDE + 8 * t;
+        const uint8_t *w0 = wst + (rbase + g) * RB, *w1 = w0 + 8 * RB; // rows g and g + 8
 #pragma unroll
         for (int cc = 0; cc < CPS; cc++) {
-            uint32_t af[NT][2][4]; // [tile][k16 slice][a0..a3 as pairs]
+            __half2 lo[4], hi[4]; // quarter t of chunk cc of both rows
+            load_oct_h<T>(w0, cc, t, lo);
+            load_oct_h<T>(w1, cc, t, hi);
+            uint32_t af[2][4]; // [k16 slice][a0..a3 as pairs]
 #pragma unroll
-            for (int i = 0; i < NT; i++) {
-                const int r = rbase + 16 * i + g;
-                __half2 lo[4], hi[4]; // quarter t of chunk cc of rows r and r + 8
-                load_oct_h<T>(wst + r * RB, cc, t, lo);
-                load_oct_h<T>(wst + (r + 8) * RB, cc, t, hi);
-#pragma unroll
-                for (int sl = 0; sl < 2; sl++) {
-                    af[i][sl][0] = h2_bits(lo[2 * sl]);
-                    af[i][sl][1] = h2_bits(hi[2 * sl]);
-                    af[i][sl][2] = h2_bits(lo[2 * sl + 1]);
-                    af[i][sl][3] = h2_bits(hi[2 * sl + 1]);
-                }
+            for (int sl = 0; sl < 2; sl++) {
+                af[sl][0] = h2_bits(lo[2 * sl]);
+                af[sl][1] = h2_bits(hi[2 * sl]);
+                af[sl][2] = h2_bits(lo[2 * sl + 1]);
+                af[sl][3] = h2_bits(hi[2 * sl + 1]);
             }
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
                 const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);
-#pragma unroll
-                for (int i = 0; i < NT; i++) {
-                    mma_16816(acc[i][j], af[i][0], xv.x, xv.y);
-                    mma_16816(acc[i][j], af[i][1], xv.z, xv.w);
-                }
+                mma_16816(acc[j], af[0], xv.x, xv.y);
+                mma_16816(acc[j], af[1], xv.z, xv.w);
             }
         }
     }
     cp_async_wait<0>();
 
-    // acc[i][j][2h + e]: block row rbase + 16i + g + 8h, activation row m0 + mbase + 8j + 2t + e;
-    // each(f) calls f(block row, activation row within the block, value) for every one of them.
+    // acc[j][2h + e]: block row rbase + g + 8h, activation row m0 + 8j + 2t + e; each(f) calls
+    // f(block row, activation row within the block, value) for every one of them.
     auto each = [&](auto &&f) {
 #pragma unroll
-        for (int i = 0; i < NT; i++)
+        for (int j = 0; j < NJ; j++)
 #pragma unroll
-            for (int j = 0; j < NJ; j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) f(rbase + 16 * i + g + 8 * (q >> 1), mbase + 8 * j + 2 * t + (q & 1), acc[i][j][q]);
+            for (int q = 0; q < 4; q++) f(rbase + g + 8 * (q >> 1), 8 * j + 2 * t + (q & 1), acc[j][q]);
     };
     const int half_rows = MMQ_ROWS / 2;
     if (gridDim.z > 1) { // partial sums, in padded rows (glu: gate's, then up's)

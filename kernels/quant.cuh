@@ -214,10 +214,8 @@ struct q4k_h {
 };
 
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *(const uint32_t *)&h; }
-__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *(const __half2 *)&u; }
 
-// The chunk's scales as bits of (d2, m2), and the decoder state at chunk c given them.
-__device__ __forceinline__ uint2 q4k_h_scales(const uint8_t *row, int c)
+__device__ __forceinline__ q4k_h q4k_h_setup(const uint8_t *row, int c)
 {
     const uint8_t *b = row + (size_t)(c >> 3) * 144;
     const int s = c & 7;
@@ -226,17 +224,9 @@ __device__ __forceinline__ uint2 q4k_h_scales(const uint8_t *row, int c)
     // Odd sub-blocks use the high nibbles: masked in place they read as 16 q, so the scale
     // takes a 1/16 (exact) and no shift is needed.
     const float d = half_bits_to_float(ld_u16(b)) * sc * ((s & 1) ? 0.0625f : 1.0f);
-    return make_uint2(h2_bits(__float2half2_rn(d)), h2_bits(__float2half2_rn(-half_bits_to_float(ld_u16(b + 2)) * mn)));
+    return {__float2half2_rn(d), __float2half2_rn(-half_bits_to_float(ld_u16(b + 2)) * mn),
+            (s & 1) ? 0x00F000F0u : 0x000F000Fu, b + 16 + 32 * (s >> 1)};
 }
-
-__device__ __forceinline__ q4k_h q4k_h_at(const uint8_t *row, int c, uint2 scales)
-{
-    const int s = c & 7;
-    return {bits_h2(scales.x), bits_h2(scales.y), (s & 1) ? 0x00F000F0u : 0x000F000Fu,
-            row + (size_t)(c >> 3) * 144 + 16 + 32 * (s >> 1)};
-}
-
-__device__ __forceinline__ q4k_h q4k_h_setup(const uint8_t *row, int c) { return q4k_h_at(row, c, q4k_h_scales(row, c)); }
 
 // Four weights (one word of quants) as two FP16 pairs.
 __device__ __forceinline__ void q4k_h_word(const q4k_h &p, uint32_t u, __half2 w[2])
@@ -266,25 +256,15 @@ struct q6k_h {
     const uint8_t *ql, *qh;
 };
 
-// The chunk's scales as bits of (d0, d1), as q4k_h_scales.
-__device__ __forceinline__ uint2 q6k_h_scales(const uint8_t *row, int c)
+__device__ __forceinline__ q6k_h q6k_h_setup(const uint8_t *row, int c)
 {
     const uint8_t *b = row + (size_t)(c >> 3) * GPU_Q6K_BLOCK;
     const int s = c & 7, h = s >> 2, qq = s & 3;
     const uint16_t sc = ld_u16(b + 192 + 8 * h + 2 * qq);
     const float d = half_bits_to_float(ld_u16(b + 208));
-    return make_uint2(h2_bits(__float2half2_rn(d * (float)(int8_t)(sc & 0xFF))),
-                      h2_bits(__float2half2_rn(d * (float)(int8_t)(sc >> 8))));
+    return {__float2half2_rn(d * (float)(int8_t)(sc & 0xFF)), __float2half2_rn(d * (float)(int8_t)(sc >> 8)),
+            (qq >> 1) * 4, 2 * qq, b + 64 * h + 32 * (qq & 1), b + 128 + 32 * h};
 }
-
-__device__ __forceinline__ q6k_h q6k_h_at(const uint8_t *row, int c, uint2 scales)
-{
-    const uint8_t *b = row + (size_t)(c >> 3) * GPU_Q6K_BLOCK;
-    const int s = c & 7, h = s >> 2, qq = s & 3;
-    return {bits_h2(scales.x), bits_h2(scales.y), (qq >> 1) * 4, 2 * qq, b + 64 * h + 32 * (qq & 1), b + 128 + 32 * h};
-}
-
-__device__ __forceinline__ q6k_h q6k_h_setup(const uint8_t *row, int c) { return q6k_h_at(row, c, q6k_h_scales(row, c)); }
 
 // Four weights from one word of low and one word of high bits, with the scale d.
 __device__ __forceinline__ void q6k_h_word(const q6k_h &p, uint32_t lw, uint32_t hw, __half2 d, __half2 w[2])
@@ -312,17 +292,10 @@ template <> __device__ __forceinline__ void load_chunk_h<T_Q6_K>(const uint8_t *
 // ---------------------------------------------------------------------------------------
 // load_oct_h<T>(row, c, o, w): weights 32c + 8o .. 32c + 8o + 7 of a row (o = 0..3) as FP16
 // pairs, bit for bit pairs 4o..4o+3 of load_chunk_h: the quarter of a chunk one lane of the
-// tensor-core kernels (mmq.cuh) feeds to its mma fragments.  Formats without a quarter decoder
-// decode the whole chunk and keep a quarter (correct, four times the work).  Plain loads (not
-// __ldg): mmq decodes from blocks it staged in shared memory.
-template <int T> __device__ __forceinline__ void load_oct_h(const uint8_t *row, int c, int o, __half2 w[4])
-{
-    __half2 all[16];
-    load_chunk_h<T>(row, c, all);
-#pragma unroll
-    for (int i = 0; i < 16; i++)
-        if ((i >> 2) == o) w[i & 3] = all[i]; // predicated moves: no dynamic register index
-}
+// tensor-core kernels (mmq.cuh) feeds to its mma fragments; defined for the block-quantised
+// formats (FOR_EACH_QUANT_TYPE).  Plain loads (not __ldg): mmq decodes from blocks it staged
+// in shared memory.
+template <int T> __device__ void load_oct_h(const uint8_t *row, int c, int o, __half2 w[4]);
 
 template <> __device__ __forceinline__ void load_oct_h<T_Q4_K>(const uint8_t *row, int c, int o, __half2 w[4])
 {

@@ -30,25 +30,24 @@ static int pow2_at_least(int n)
     return p;
 }
 
-bool engine_cuda_available(void)
-{
-    char err[256];
-    int n = 0;
-    if (!cuda_api_load(err, sizeof err)) return false;
-    return cu.cuDeviceGetCount(&n) == CUDA_SUCCESS && n > 0;
-}
-
 int engine_cuda_device_count(char *err, size_t errlen)
 {
     int n = 0;
     if (!cuda_api_load(err, errlen)) return 0;
     CUresult rc = cu.cuDeviceGetCount(&n);
     if (rc != CUDA_SUCCESS) {
-        snprintf(err, errlen, "cuDeviceGetCount failed (CUDA error %d)", (int)rc);
+        char b[160];
+        snprintf(err, errlen, "counting GPUs: %s", cuda_api_strerror(rc, b, sizeof b));
         return 0;
     }
     if (n == 0) snprintf(err, errlen, "the CUDA driver sees no GPU");
     return n;
+}
+
+bool engine_cuda_available(void)
+{
+    char err[256];
+    return engine_cuda_device_count(err, sizeof err) > 0;
 }
 
 /* ---- weights ---------------------------------------------------------------------------- */
@@ -167,8 +166,6 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
     return 0;
 }
 
-/* Every matrix cuBLAS may multiply (the layers' and the LM head; not the embedding table,
- * which is only gathered from), into list (7 per layer + 1).  Returns the count. */
 /* Matrices cuBLAS multiplies from an FP16 copy: F32/BF16 (block-quantised ones go to the mmq
  * kernels, F16 ones are read as they are). */
 static bool needs_f16_copy(const gpu_engine *g, const gpu_matrix *w)
@@ -176,6 +173,9 @@ static bool needs_f16_copy(const gpu_engine *g, const gpu_matrix *w)
     return !gpu_mmq_serves(&g->k, w->wtype, w->k) && w->type != GGML_TYPE_F16;
 }
 
+/* Every matrix cuBLAS multiplies from an FP16 copy (the layers' and the LM head's; not the
+ * embedding table, which is only gathered from), into list (at most 7 per layer + 1).
+ * Returns the count. */
 static int blas_matrices(gpu_engine *g, gpu_matrix **list)
 {
     int n = 0;
@@ -290,13 +290,12 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t part_rows = (size_t)T * g->att_splits * hp->n_head;
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
-    /* FP32 gate/up only where the feed-forward is not one fused kernel (mmq's or matvec's glu),
-     * the partial sums only where some matrix goes to mmq */
+    /* FP32 gate/up only where a step's feed-forward is not one fused kernel (the largest step
+     * decides), the partial sums only where some matrix goes to mmq */
     bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k);
     for (int l = 0; l < hp->n_layer; l++) {
         const gpu_layer *L = &g->layers[l];
-        bool fused = L->w_gate.type == L->w_up.type && (gpu_mmq_serves(&g->k, L->w_gate.wtype, L->w_gate.k) || !g->have_blas);
-        gate_up |= !fused;
+        gate_up |= !gpu_ffn_fused(g, L, T);
 #define ANY_MMQ(mat) any_mmq |= gpu_mmq_serves(&g->k, L->mat.wtype, L->mat.k);
         LAYER_MATRICES(ANY_MMQ)
 #undef ANY_MMQ

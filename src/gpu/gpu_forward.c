@@ -173,15 +173,19 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
     return 0;
 }
 
+bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T)
+{
+    matmul_path path = path_for(g, &L->w_gate, T);
+    return L->w_gate.type == L->w_up.type && (path == PATH_MMQ || path == PATH_MATVEC);
+}
+
 /* ff_h = fp16(silu(Wgate h) * Wup h) */
 static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
     matmul_op op = {.out = {{&L->w_gate, g->gate, 0, g->d_ff}, {&L->w_up, g->up, 0, g->d_ff}}, .n_out = 2,
                     .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
-    matmul_path path = path_for(g, &L->w_gate, T);
-    bool same = L->w_gate.type == L->w_up.type;
-    if (same && path == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
-    if (same && path == PATH_MATVEC) {
+    if (gpu_ffn_fused(g, L, T)) {
+        if (path_for(g, &L->w_gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
         int v = matvec_variant(T);
         matvec_args a = matvec_args_for(&op, 0, 2);
         a.yh = F16(g->ff_h);

@@ -119,6 +119,9 @@ int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, const gpu_attn_plan *ap
 /* W -> FP16 row-major [n][k] at dst (the form cuBLAS multiplies); launches only. */
 int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const char *what, char *err,
                     size_t errlen);
+/* Whether layer L's feed-forward over T rows is one fused kernel (mmq's or matvec's glu); if
+ * not, it needs the FP32 gate/up buffers. */
+bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T);
 /* LM head over n rows of final activations gathered by the int list at in_d + in.lidx + first. */
 int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t errlen);
 

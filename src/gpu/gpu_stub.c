@@ -3,18 +3,20 @@
 
 #include "engine/engine_impl.h"
 
+static const char no_cuda[] = "this inferd was built without CUDA support (-Dcuda=disabled or no nvcc)";
+
 bool engine_cuda_available(void) { return false; }
 
 engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen)
 {
     (void)m;
     (void)cfg;
-    snprintf(err, errlen, "this inferd was built without CUDA support (-Dcuda=disabled or no nvcc)");
+    snprintf(err, errlen, "%s", no_cuda);
     return NULL;
 }
 
 int engine_cuda_device_count(char *err, size_t errlen)
 {
-    snprintf(err, errlen, "this inferd was built without CUDA support (-Dcuda=disabled or no nvcc)");
+    snprintf(err, errlen, "%s", no_cuda);
     return 0;
 }

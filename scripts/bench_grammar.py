@@ -30,7 +30,6 @@ must be a prefix of some JSON text.  Exit status 0 when every request completed 
 constrained output passed, 1 otherwise, 2 on a usage/setup error.  Besides the table, one JSON
 object per measurement is printed on a line of its own (starting with '{').
 """
-import argparse
 import asyncio
 import json
 import os
@@ -40,7 +39,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/ from the import below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_serve import HTTPError, Bench, fmt, http_json, http_open, percentile, run_cli, stream_request  # noqa: E402
+from bench_serve import (HTTPError, Bench, base_parser, fmt, http_json, http_open, percentile, run_cli,  # noqa: E402
+                         stream_request)
 
 try:
     import jsonschema
@@ -269,11 +269,7 @@ def row(s):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    p.add_argument("--base-url", default="http://127.0.0.1:8080/v1", help="the server's OpenAI base URL (default %(default)s)")
-    p.add_argument("--model", help="model name to send (default: the first id of GET /v1/models)")
+    p = base_parser(__doc__)
     p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
     p.add_argument("--concurrency", "-c", default="1,32", help="comma-separated levels (default %(default)s)")
     p.add_argument("--num-requests", "-n", type=int, default=0,

@@ -588,12 +588,19 @@ class Bench:
         return results, duration, peak
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+def base_parser(doc):
+    """An argument parser with the module docstring as help and the options every benchmark
+    against a server takes (--base-url, --model)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+                                epilog="\n\n".join(doc.split("\n\n")[1:]))
     p.add_argument("--base-url", default="http://127.0.0.1:8080/v1", help="the server's OpenAI base URL (default %(default)s)")
     p.add_argument("--model", help="model name to send (default: the first id of GET /v1/models)")
+    return p
+
+
+def parse_args(argv):
+    p = base_parser(__doc__)
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     p.add_argument("--num-requests", "-n", type=int, default=100, help="requests per run (default %(default)s)")
     p.add_argument("--concurrency", "-c", type=int, default=8, help="most requests in flight (default %(default)s)")

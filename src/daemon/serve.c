@@ -240,7 +240,7 @@ static int tp_refuse(const inferd_opts *o, const model *m, int ctx)
         log_info("  %s; KV cache for %d x %d tokens %s", tp_plan_describe_rank(&plan, r, line, sizeof line),
                  o->parallel, ctx, tp_bytes_text((double)(plan.rank[r].kv_bytes_per_token * tokens), b2, sizeof b2));
     }
-    int found = o->device == ENGINE_DEVICE_CPU ? 0 : engine_cuda_device_count(err, sizeof err);
+    int found = engine_cuda_device_count(err, sizeof err); /* --device cpu was refused before the load */
     if (found < n) {
         log_error("tensor parallelism over %d GPUs needs %d GPUs and CUDA finds %d%s%s%s; the multi-GPU CUDA engine "
                   "is not implemented yet either (issue 16): use --tensor-parallel 1", n, n, found,

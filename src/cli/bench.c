@@ -4,10 +4,11 @@
  *  prefill  one sequence of P tokens, fed in chunks of --ubatch tokens per step (the budget
  *           the server uses); tok/s = P / wall time of all chunks (after one untimed
  *           warm-up prompt).
- *  decode   B sequences in B slots, each first given a short prompt (one packed step) and
- *           DECODE_WARMUP decode steps, untimed (a backend may capture a graph per batch
- *           size), then --gen timed steps that each carry one new token for every sequence;
- *           aggregate tok/s = B * gen / wall time of those steps.
+ *  decode   B sequences in B slots, each first given a prompt of --context tokens (default
+ *           DECODE_PROMPT; fed in --ubatch chunks) and DECODE_WARMUP decode steps, untimed (a
+ *           backend may capture a graph per batch size), then --gen timed steps that each
+ *           carry one new token for every sequence; aggregate tok/s = B * gen / wall time of
+ *           those steps.  --context sets how many keys each decode token attends to.
  * Tokens are random ids (seeded), greedy sampling: the values do not change the work done.
  * Each measurement is printed as a table row, then (after the table) as one JSON line that
  * starts with '{', for scripts. */
@@ -30,6 +31,7 @@ typedef struct bench_opts {
     int prompts[MAX_LIST], n_prompts;
     int batches[MAX_LIST], n_batches;
     int n_gen, n_threads, ubatch, reps;
+    int context; /* prompt tokens before the decode steps */
 } bench_opts;
 
 static void usage(FILE *out)
@@ -40,12 +42,13 @@ static void usage(FILE *out)
             "  --prompt LIST   prefill lengths (default 512,2048)\n"
             "  --batch LIST    decode batch sizes (default 1,4,8,16,32,64)\n"
             "  --gen N         timed decode steps per batch size (default 128)\n"
+            "  --context N     prompt tokens of each decode sequence before its timed steps (default 16)\n"
             "  --ubatch N      most tokens per prefill step (default 512)\n"
             "  --reps N        repetitions of each measurement, best kept (default 3)\n"
             "  --threads N     CPU threads (default: all cores)\n");
 }
 
-enum { OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS };
+enum { OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT };
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
@@ -54,11 +57,12 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"prompt", required_argument, NULL, OPT_PROMPT}, {"batch", required_argument, NULL, OPT_BATCH},
         {"gen", required_argument, NULL, OPT_GEN},   {"ubatch", required_argument, NULL, OPT_UBATCH},
         {"reps", required_argument, NULL, OPT_REPS}, {"threads", required_argument, NULL, OPT_THREADS},
+        {"context", required_argument, NULL, OPT_CONTEXT},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (bench_opts){.device = "cpu", .prompts = {512, 2048}, .n_prompts = 2,
                       .batches = {1, 4, 8, 16, 32, 64}, .n_batches = 6, .n_gen = 128,
-                      .ubatch = 512, .reps = 3};
+                      .ubatch = 512, .reps = 3, .context = DECODE_PROMPT};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
@@ -76,6 +80,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case OPT_UBATCH: ok = cli_parse_int(CMD, "--ubatch", optarg, 1, 1 << 20, &o->ubatch); break;
         case OPT_REPS: ok = cli_parse_int(CMD, "--reps", optarg, 1, 1000, &o->reps); break;
         case OPT_THREADS: ok = cli_parse_int(CMD, "--threads", optarg, 1, 1024, &o->n_threads); break;
+        case OPT_CONTEXT: ok = cli_parse_int(CMD, "--context", optarg, 1, 1 << 20, &o->context); break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -159,23 +164,32 @@ static void print_json(const bench_ctx *b, const char *backend)
     }
 }
 
-/* Time one prompt of n tokens in slot 0, chunked by ubatch. Seconds, or -1. */
-static double time_prefill(bench_ctx *b, const int32_t *toks, int n)
+/* Prompt of n tokens into an empty slot, in steps of at most ubatch tokens; the last step
+ * samples into *res.  0, or -1. */
+static int prefill_slot(bench_ctx *b, int slot, const int32_t *toks, int n, engine_result *res)
 {
-    engine_slot_clear(b->e, 0);
-    engine_result res;
-    double t0 = timing_now_s();
+    engine_slot_clear(b->e, slot);
     for (int pos = 0; pos < n; pos += b->o->ubatch) {
         int len = n - pos < b->o->ubatch ? n - pos : b->o->ubatch;
-        engine_seq s = {.slot = 0, .tokens = toks + pos, .n_tokens = len, .pos = pos,
+        engine_seq s = {.slot = slot, .tokens = toks + pos, .n_tokens = len, .pos = pos,
                         .want_token = pos + len == n, .sp = &b->sp};
-        if (engine_step(b->e, &s, 1, &res, b->err, sizeof b->err) != 0) return -1;
+        if (engine_step(b->e, &s, 1, res, b->err, sizeof b->err) != 0) return -1;
     }
+    return 0;
+}
+
+/* Time one prompt of n tokens in slot 0. Seconds, or -1. */
+static double time_prefill(bench_ctx *b, const int32_t *toks, int n)
+{
+    engine_result res;
+    double t0 = timing_now_s();
+    if (prefill_slot(b, 0, toks, n, &res)) return -1;
     return timing_now_s() - t0;
 }
 
-/* B sequences: a short prompt each and DECODE_WARMUP steps (untimed), then n_gen timed
- * steps. Seconds, or -1. */
+/* B sequences: a prompt of --context tokens each and DECODE_WARMUP steps (untimed), then
+ * n_gen timed steps. Seconds, or -1.  Short prompts go in one packed step; longer ones slot
+ * by slot (prompt i starts at token i of toks, so sequences differ). */
 static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
 {
     engine_seq *seqs = calloc((size_t)B, sizeof *seqs);
@@ -186,12 +200,20 @@ static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
         snprintf(b->err, sizeof b->err, "out of memory for batch %d", B);
         goto out;
     }
-    for (int i = 0; i < B; i++) {
-        engine_slot_clear(b->e, i);
-        seqs[i] = (engine_seq){.slot = i, .tokens = prompt + (size_t)i * DECODE_PROMPT,
-                               .n_tokens = DECODE_PROMPT, .pos = 0, .want_token = true, .sp = &b->sp};
+    int ctx = b->o->context;
+    if (ctx == DECODE_PROMPT) {
+        for (int i = 0; i < B; i++) {
+            engine_slot_clear(b->e, i);
+            seqs[i] = (engine_seq){.slot = i, .tokens = prompt + (size_t)i * DECODE_PROMPT,
+                                   .n_tokens = DECODE_PROMPT, .pos = 0, .want_token = true, .sp = &b->sp};
+        }
+        if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
+    } else {
+        for (int i = 0; i < B; i++) {
+            seqs[i] = (engine_seq){.slot = i, .want_token = true, .sp = &b->sp};
+            if (prefill_slot(b, i, prompt + i, ctx, &res[i])) goto out;
+        }
     }
-    if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
     double t0 = 0;
     for (int g = 0; g < DECODE_WARMUP + b->o->n_gen; g++) {
         if (g == DECODE_WARMUP) t0 = timing_now_s();
@@ -199,7 +221,7 @@ static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
             next[i] = res[i].token;
             seqs[i].tokens = &next[i];
             seqs[i].n_tokens = 1;
-            seqs[i].pos = DECODE_PROMPT + g;
+            seqs[i].pos = ctx + g;
         }
         if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
     }
@@ -246,10 +268,15 @@ static void clamp_to_context(bench_opts *o, int n_ctx)
         if (!seen) o->prompts[n++] = p;
     }
     o->n_prompts = n;
-    int gen_max = n_ctx - DECODE_PROMPT - DECODE_WARMUP;
+    int gen_max = n_ctx - o->context - DECODE_WARMUP;
+    if (gen_max < 1) {
+        o->context = n_ctx - DECODE_WARMUP - 1 > 1 ? n_ctx - DECODE_WARMUP - 1 : 1;
+        fprintf(stderr, "inferd bench: --context is beyond the model's context (%d): measuring %d\n", n_ctx, o->context);
+        gen_max = n_ctx - o->context - DECODE_WARMUP;
+    }
     if (o->n_gen > gen_max && gen_max > 0) {
         fprintf(stderr, "inferd bench: %d decode steps after the %d-token prompt and %d warm-up steps are "
-                        "beyond the model's context (%d): measuring %d\n", o->n_gen, DECODE_PROMPT, DECODE_WARMUP,
+                        "beyond the model's context (%d): measuring %d\n", o->n_gen, o->context, DECODE_WARMUP,
                 n_ctx, gen_max);
         o->n_gen = gen_max;
     }
@@ -280,7 +307,8 @@ int cli_bench(int argc, char **argv)
     b.m = m;
     clamp_to_context(&o, m->hp.n_ctx_train);
     int max_p = max_of(o.prompts, o.n_prompts), max_b = max_of(o.batches, o.n_batches);
-    size_t n_toks = (size_t)(max_p > max_b * DECODE_PROMPT ? max_p : max_b * DECODE_PROMPT);
+    size_t n_toks = (size_t)max_b * DECODE_PROMPT + (size_t)o.context; /* decode prompts; see time_decode */
+    if (n_toks < (size_t)max_p) n_toks = (size_t)max_p;
     int32_t *toks = malloc(n_toks * sizeof *toks);
     rc = 1;
     if (!toks) goto fail;
@@ -301,11 +329,11 @@ int cli_bench(int argc, char **argv)
         report(&b, (measurement){"prefill", o.prompts[i], 1, o.prompts[i], s});
     }
     /* Decode: as many slots as the largest batch, each just long enough. */
-    if (!make_engine(&b, max_b, DECODE_PROMPT + DECODE_WARMUP + o.n_gen)) goto fail;
+    if (!make_engine(&b, max_b, o.context + DECODE_WARMUP + o.n_gen)) goto fail;
     for (int i = 0; i < o.n_batches; i++) {
         double s = best_of(o.reps, decode_run, &b, toks, o.batches[i]);
         if (s < 0) goto fail;
-        report(&b, (measurement){"decode", DECODE_PROMPT, o.batches[i], o.batches[i] * o.n_gen, s});
+        report(&b, (measurement){"decode", o.context, o.batches[i], o.batches[i] * o.n_gen, s});
     }
     putchar('\n');
     print_json(&b, engine_name(b.e));

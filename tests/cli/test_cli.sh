@@ -122,6 +122,16 @@ if expect_rc 0 "$bin" bench -m "$model" --prompt 64,2048,512 --batch 1 --gen 600
     [ "$(grep -c '^prefill ' "$tmp/out")" = 2 ] || fail "bench: want the prefill rows 64 and 512 once each"
     expect_grep '^decode +16 +1 +494 ' "$tmp/out" "bench clamped decode row"
 fi
+# --context: decode after a longer prompt (prefilled in --ubatch chunks), clamped like --gen
+if expect_rc 0 "$bin" bench -m "$model" --prompt 32 --batch 1,2 --gen 4 --context 100 --ubatch 32 --reps 1 --threads 1; then
+    expect_grep '^decode +100 +1 +4 ' "$tmp/out" "bench decode row at --context 100"
+    expect_grep '^decode +100 +2 +8 ' "$tmp/out" "bench batch-2 decode row at --context 100"
+fi
+if expect_rc 0 "$bin" bench -m "$model" --prompt 32 --batch 1 --gen 8 --context 600 --reps 1 --threads 1; then
+    expect_grep "context is beyond the model's context \(512\): measuring 509" "$tmp/err" "bench clamps --context"
+    expect_grep '^decode +509 +1 +1 ' "$tmp/out" "bench decode row at the clamped context"
+fi
+expect_rc 2 "$bin" bench -m "$model" --context 0 && expect_grep '--context' "$tmp/err" "bad --context named"
 
 # --- the subcommand line -------------------------------------------------------------------------
 expect_rc 2 "$bin" && expect_grep '^usage: inferd serve' "$tmp/err" "bare inferd prints the usage"

@@ -558,6 +558,46 @@ static int read_template_context(const cJSON *obj, api_request *r, api_error *e)
     return rc;
 }
 
+static int unsupported(api_error *e, const char *param, const char *why)
+{
+    api_error_set(e, 400, INVALID, param, "unsupported_parameter", "Unsupported parameter: '%s' %s", param, why);
+    return -1;
+}
+
+/* Parameters of OpenAI's API that inferd does not implement and that would change the result
+ * if they were ignored: a 400 naming them, unless their value is the one that changes nothing.
+ * (Hints and metadata -- store, metadata, service_tier, prediction, reasoning_effort, ... -- are
+ * accepted and ignored, as is any field OpenAI's API does not have.) */
+static int refuse_unsupported(const cJSON *obj, api_kind kind, int n, api_error *e)
+{
+    if (kind == API_COMPLETIONS) {
+        const cJSON *v = field(obj, "suffix");
+        if (v && !cJSON_IsString(v)) return type_error(e, "suffix", "a string", v);
+        if (v && *v->valuestring) return unsupported(e, "suffix", "(text after the insertion point) is not supported.");
+        v = field(obj, "best_of");
+        if (v && (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)))
+            return type_error(e, "best_of", "an integer", v);
+        if (v && v->valuedouble != n)
+            return unsupported(e, "best_of", "is not supported (candidates are not generated server-side); leave it "
+                                             "out or equal to 'n'.");
+        return 0;
+    }
+    if (field(obj, "functions")) return unsupported(e, "functions", "(the deprecated function-calling API) is not "
+                                                                     "supported; use 'tools'.");
+    if (field(obj, "function_call")) return unsupported(e, "function_call", "(the deprecated function-calling API) is "
+                                                                             "not supported; use 'tool_choice'.");
+    if (field(obj, "audio")) return unsupported(e, "audio", "is not supported: this server produces text only.");
+    if (field(obj, "web_search_options")) return unsupported(e, "web_search_options", "is not supported.");
+    const cJSON *m = field(obj, "modalities"), *x;
+    if (m && !cJSON_IsArray(m)) return type_error(e, "modalities", "an array", m);
+    cJSON_ArrayForEach(x, m) {
+        if (!cJSON_IsString(x)) return type_error(e, "modalities", "an array of strings", m);
+        if (strcmp(x->valuestring, "text"))
+            return unsupported(e, "modalities", "other than [\"text\"] is not supported: this server produces text only.");
+    }
+    return 0;
+}
+
 static int read_completions(const cJSON *obj, int n_vocab, api_request *r, api_error *e)
 {
     if (read_bool(obj, "echo", &r->echo, e)) return -1;
@@ -602,6 +642,7 @@ int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
     }
     int rc = json_strict_check(body, len, obj, err);
     if (rc == 0) rc = read_common(obj, n_vocab, out, err);
+    if (rc == 0) rc = refuse_unsupported(obj, kind, out->n, err);
     if (rc == 0) rc = kind == API_CHAT ? read_chat(obj, out, err) : read_completions(obj, n_vocab, out, err);
     if (rc == 0) rc = api_read_constraint(obj, &out->grammar, err);
     if (rc == 0) out->sp.n_top_logprobs = out->logprobs;

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -301,6 +302,48 @@ static void test_chat_errors(void **state)
         "max_completion_tokens");
 }
 
+/* OpenAI parameters that would change the result if ignored are refused by name; their
+ * neutral values, and hints and metadata, are accepted. */
+static void test_unsupported_parameters(void **state)
+{
+    (void)state;
+    static const char *const refused_chat[][2] = {
+        {"\"functions\":[{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]", "functions"},
+        {"\"function_call\":\"auto\"", "function_call"},
+        {"\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}", "audio"},
+        {"\"modalities\":[\"text\",\"audio\"]", "modalities"},
+        {"\"modalities\":\"text\"", "modalities"},
+        {"\"web_search_options\":{}", "web_search_options"},
+    };
+    char body[512];
+    for (size_t i = 0; i < sizeof refused_chat / sizeof refused_chat[0]; i++) {
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s}", refused_chat[i][0]);
+        bad(API_CHAT, body, 400, refused_chat[i][1]);
+    }
+    api_request r;
+    api_error e;
+    assert_int_equal(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", &r, &e), -1);
+    assert_string_equal(e.code, "unsupported_parameter");
+    assert_non_null(strstr(e.message, "'tools'"));
+    ok(API_CHAT,
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"text\"],\"functions\":null,"
+       "\"store\":false,\"metadata\":{\"a\":\"b\"},\"service_tier\":\"auto\",\"prediction\":{\"type\":\"content\","
+       "\"content\":\"y\"},\"reasoning_effort\":\"low\"}",
+       &r);
+    api_request_free(&r);
+
+    bad(API_COMPLETIONS, "{\"prompt\":\"x\",\"suffix\":\"end\"}", 400, "suffix");
+    bad(API_COMPLETIONS, "{\"prompt\":\"x\",\"suffix\":3}", 400, "suffix");
+    bad(API_COMPLETIONS, "{\"prompt\":\"x\",\"best_of\":2}", 400, "best_of");
+    bad(API_COMPLETIONS, "{\"prompt\":\"x\",\"n\":2,\"best_of\":3}", 400, "best_of");
+    bad(API_COMPLETIONS, "{\"prompt\":\"x\",\"best_of\":1.5}", 400, "best_of");
+    ok(API_COMPLETIONS, "{\"prompt\":\"x\",\"suffix\":\"\",\"n\":2,\"best_of\":2}", &r);
+    assert_int_equal(r.n, 2);
+    api_request_free(&r);
+    ok(API_COMPLETIONS, "{\"prompt\":\"x\",\"suffix\":null,\"best_of\":1}", &r);
+    api_request_free(&r);
+}
+
 static void test_error_set(void **state)
 {
     (void)state;
@@ -320,7 +363,8 @@ int main(void)
         cmocka_unit_test(test_malformed_body),      cmocka_unit_test(test_range_errors),
         cmocka_unit_test(test_nul_and_duplicate_keys),
         cmocka_unit_test(test_type_errors),         cmocka_unit_test(test_chat),
-        cmocka_unit_test(test_chat_errors),         cmocka_unit_test(test_error_set),
+        cmocka_unit_test(test_chat_errors),         cmocka_unit_test(test_unsupported_parameters),
+        cmocka_unit_test(test_error_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -631,17 +631,9 @@ int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
 {
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    /* len + 1 takes in the terminating NUL, so trailing garbage after the JSON is refused. */
-    cJSON *obj = cJSON_ParseWithLengthOpts(body, len + 1, NULL, true);
-    if (!cJSON_IsObject(obj)) {
-        api_error_set(err, 400, INVALID, NULL, NULL,
-                      obj ? "The request body must be a JSON object."
-                          : "We could not parse the JSON body of your request. The body must be valid JSON.");
-        cJSON_Delete(obj);
-        return -1;
-    }
-    int rc = json_strict_check(body, len, obj, err);
-    if (rc == 0) rc = read_common(obj, n_vocab, out, err);
+    cJSON *obj = json_parse_body(body, len, err);
+    if (!obj) return -1;
+    int rc = read_common(obj, n_vocab, out, err);
     if (rc == 0) rc = refuse_unsupported(obj, kind, out->n, err);
     if (rc == 0) rc = kind == API_CHAT ? read_chat(obj, out, err) : read_completions(obj, n_vocab, out, err);
     if (rc == 0) rc = api_read_constraint(obj, &out->grammar, err);

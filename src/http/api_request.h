@@ -14,7 +14,8 @@
 #include "text/chat.h"
 #include "sched/sched.h"
 
-typedef enum api_kind { API_COMPLETIONS = 0, API_CHAT = 1 } api_kind;
+/* API_RESPONSES: /v1/responses, parsed as the chat request api_responses.h translates it to. */
+typedef enum api_kind { API_COMPLETIONS = 0, API_CHAT = 1, API_RESPONSES = 2 } api_kind;
 
 typedef struct api_error {
     int status;       /* HTTP status */

@@ -87,19 +87,7 @@ enum MHD_Result endpoint_model(http_req *hr)
 /* Parse the body as a JSON object or fill e. */
 static cJSON *body_object(http_req *hr, api_error *e)
 {
-    const char *text = hr->body.data ? hr->body.data : "";
-    cJSON *root = cJSON_ParseWithLengthOpts(text, hr->body.len + 1, NULL, true);
-    if (!cJSON_IsObject(root)) {
-        api_error_set(e, 400, "invalid_request_error", NULL, NULL,
-                      "We could not parse the JSON body of your request. The body must be a JSON object.");
-        cJSON_Delete(root);
-        return NULL;
-    }
-    if (json_strict_check(text, hr->body.len, root, e) != 0) {
-        cJSON_Delete(root);
-        return NULL;
-    }
-    return root;
+    return json_parse_body(hr->body.data ? hr->body.data : "", hr->body.len, e);
 }
 
 static bool opt_bool(const cJSON *root, const char *name, bool def)

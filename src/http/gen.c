@@ -18,6 +18,7 @@
 
 #include "base/log.h"
 #include "api_encode.h"
+#include "api_responses.h"
 #include "http_int.h"
 #include "tool_force.h"
 #include "base/timing.h"
@@ -64,6 +65,10 @@ struct gen {
     double t_first_ms; /* timing_now_ms() when the first completion token was taken; 0 = none yet */
     bool client_gone;  /* non-streaming: the client hung up, so cancelled choices mean 499 */
     bool think_in_prompt; /* chat: the rendered prompt ends inside <think> */
+    /* /v1/responses: what the reply repeats of the request, its ids, the event stream */
+    api_resp_req rreq;
+    api_resp_meta rmeta;
+    api_resp_stream rs;
     gen *prev, *next;
 };
 
@@ -187,7 +192,7 @@ static int build_chat_prompt(gen *g, api_error *e)
 static int check_context(gen *g, api_error *e)
 {
     int ctx = g->sv->sm.ctx_per_slot;
-    const char *param = g->req.kind == API_CHAT ? "messages" : "prompt";
+    const char *param = g->req.kind == API_CHAT ? "messages" : g->req.kind == API_RESPONSES ? "input" : "prompt";
     for (int i = 0; i < g->n_prompts; i++) {
         int n = g->prompts[i].n_ids;
         int max = g->req.max_tokens ? g->req.max_tokens : ctx - n; /* chat: up to the context */
@@ -388,6 +393,10 @@ static void emit_chunk(gen *g, const api_choice *ac)
 /* Opening chunks: the assistant role (chat) or the echoed prompt (completions). */
 static void emit_openers(gen *g)
 {
+    if (g->req.kind == API_RESPONSES) { /* response.created, response.in_progress */
+        api_resp_stream_begin(&g->rs, &g->rmeta, &g->out);
+        return;
+    }
     for (int i = 0; i < g->n_ch; i++) {
         gen_choice *c = &g->ch[i];
         api_choice ac = {.index = i, .text = "", .role = g->req.kind == API_CHAT};
@@ -406,6 +415,10 @@ static void stream_output(gen *g, int i, const sched_output *o)
 {
     gen_choice *c = &g->ch[i];
     bool lp = g->req.logprobs >= 0;
+    if (g->req.kind == API_RESPONSES) { /* its end is the last event (stream_close) */
+        api_resp_stream_text(&g->rs, o->text, o->text_len);
+        return;
+    }
     if (o->text_len || (lp && o->n_tokens)) {
         api_choice ac = {.index = i, .text = o->text, .text_len = o->text_len, .tokens = o->tokens,
                          .n_tokens = o->n_tokens, .logprobs = lp, .text_offset = c->text_offset};
@@ -422,6 +435,13 @@ static void stream_output(gen *g, int i, const sched_output *o)
 static void stream_close(gen *g)
 {
     api_error e;
+    if (g->req.kind == API_RESPONSES) { /* one choice; no [DONE] in this protocol */
+        bool failed = failure_of(g, &e);
+        api_usage u = usage_of(g);
+        api_resp_stream_end(&g->rs, g->ch[0].finish == SCHED_FINISH_LENGTH, &u, failed ? &e : NULL);
+        g->out_done = true;
+        return;
+    }
     if (failure_of(g, &e)) {
         char *json = api_error_json(&e);
         if (json) api_sse_data(&g->out, json);
@@ -468,6 +488,12 @@ static void stream_delta(gen *g, int i, const sched_output *o)
     gen_choice *c = &g->ch[i];
     chat_delta *d = &c->delta;
     bool lp = g->req.logprobs >= 0;
+    if (g->req.kind == API_RESPONSES) {
+        api_resp_stream_reasoning(&g->rs, d->reasoning.data, d->reasoning.len);
+        api_resp_stream_text(&g->rs, d->content.data, d->content.len);
+        for (int k = 0; k < d->n_calls; k++) api_resp_stream_call(&g->rs, &d->calls[k]);
+        return;
+    }
     if (d->content.len || d->reasoning.len || (lp && o && o->n_tokens)) {
         api_choice ac = {.index = i, .text = d->content.data ? d->content.data : "", .text_len = d->content.len,
                          .reasoning = d->reasoning.data, .reasoning_len = d->reasoning.len,
@@ -518,7 +544,7 @@ static void parse_output(gen *g, int i, sched_output *o)
     }
     if (g->req.stream) {
         stream_delta(g, i, o);
-        const char *reason = finish_reason_of(c, o->finish);
+        const char *reason = g->req.kind == API_RESPONSES ? NULL : finish_reason_of(c, o->finish);
         if (reason) {
             api_choice ac = {.index = i, .text = "", .finish_reason = reason};
             emit_chunk(g, &ac);
@@ -594,10 +620,22 @@ static enum MHD_Result start_stream(gen *g)
 
 /* ---- whole responses ---------------------------------------------------------------------- */
 
+/* /v1/responses: the one choice as a response object. */
+static enum MHD_Result reply_response(gen *g)
+{
+    const gen_choice *c = &g->ch[0];
+    api_resp_out o = {.text = c->text.data, .text_len = c->text.len, .reasoning = c->reasoning.data,
+                      .reasoning_len = c->reasoning.len, .calls = c->calls.calls, .n_calls = c->calls.n_calls,
+                      .incomplete = c->finish == SCHED_FINISH_LENGTH};
+    api_usage u = usage_of(g);
+    return http_reply_json(g->hr, 200, api_responses_json(&g->rmeta, &o, &u));
+}
+
 static enum MHD_Result reply_whole(gen *g)
 {
     api_error e;
     if (failure_of(g, &e)) return http_reply_error(g->hr, &e);
+    if (g->req.kind == API_RESPONSES) return reply_response(g);
     /* n_ch >= 1 (validated n); the bound also tells the optimiser the size is sane. */
     api_choice *ac = g->n_ch > 0 ? calloc((size_t)g->n_ch, sizeof *ac) : NULL;
     if (!ac) return http_reply_json(g->hr, 500, NULL);
@@ -676,7 +714,8 @@ static gen *gen_new(http_req *hr, api_kind kind)
     g->sv = hr->sv;
     g->req.kind = kind;
     pthread_mutex_init(&g->mu, NULL);
-    snprintf(g->id, sizeof g->id, "%s%016llx%08llx", kind == API_CHAT ? "chatcmpl-" : "cmpl-",
+    snprintf(g->id, sizeof g->id, "%s%016llx%08llx",
+             kind == API_CHAT ? "chatcmpl-" : kind == API_RESPONSES ? "resp_" : "cmpl-",
              (unsigned long long)next_random(), (unsigned long long)(next_random() & 0xffffffffu));
     server *sv = g->sv;
     pthread_mutex_lock(&sv->mu);
@@ -689,33 +728,53 @@ static gen *gen_new(http_req *hr, api_kind kind)
     return g;
 }
 
+/* The body as api_request: /v1/responses bodies through their chat translation, with the
+ * errors of the translated body named as the client sent them. */
+static int parse_request(gen *g, api_kind kind, api_error *e)
+{
+    const http_req *hr = g->hr;
+    const char *body = hr->body.data ? hr->body.data : "";
+    int n_vocab = tokenizer_n_vocab(g->sv->sm.tok);
+    if (kind != API_RESPONSES) return api_request_parse(kind, body, hr->body.len, n_vocab, &g->req, e);
+    char *chat = NULL;
+    if (api_responses_translate(body, hr->body.len, &chat, &g->rreq, e) != 0) return -1;
+    int rc = api_request_parse(API_CHAT, chat, strlen(chat), n_vocab, &g->req, e);
+    free(chat);
+    if (rc != 0) {
+        api_responses_rename_error(e);
+        return -1;
+    }
+    g->req.kind = API_RESPONSES;
+    return 0;
+}
+
 enum MHD_Result gen_start(http_req *hr, api_kind kind)
 {
     gen *g = gen_new(hr, kind);
     if (!g) return http_reply_json(hr, 500, NULL);
     api_error e;
-    const char *body = hr->body.data ? hr->body.data : "";
-    if (api_request_parse(kind, body, hr->body.len, tokenizer_n_vocab(g->sv->sm.tok), &g->req, &e) != 0)
-        return http_reply_error(hr, &e);
-    if (kind == API_CHAT) {
+    if (parse_request(g, kind, &e) != 0) return http_reply_error(hr, &e);
+    bool chat = kind != API_COMPLETIONS;
+    if (chat) {
         bool forced;
         grammar *tg = tool_force_grammar(&g->req, g->sv->sm.syntax, &forced, &e);
         if (forced && !tg) return http_reply_error(hr, &e);
         if (tg) g->req.grammar = tg; /* released with the request */
     }
-    int rc = kind == API_CHAT ? build_chat_prompt(g, &e) : build_completion_prompts(g, &e);
+    int rc = chat ? build_chat_prompt(g, &e) : build_completion_prompts(g, &e);
     if (rc == 0) rc = check_context(g, &e);
     if (rc != 0) return http_reply_error(hr, &e);
     g->meta = (api_meta){.kind = kind, .id = g->id, .model = g->sv->sm.alias,
                          .created = (long long)time(NULL),
                          .usage_null = g->req.stream && g->req.include_usage};
+    g->rmeta = (api_resp_meta){.id = g->id, .model = g->sv->sm.alias, .created = g->meta.created, .rq = &g->rreq};
     g->n_ch = g->n_prompts * g->req.n;
     if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return http_reply_json(hr, 500, NULL);
     for (int i = 0; i < g->n_ch; i++) { /* echo text leads each choice's text */
         gen_prompt *gp = &g->prompts[i / g->req.n];
         if (!g->req.stream && gp->echo) bytebuf_append(&g->ch[i].text, gp->echo, gp->echo_len);
     }
-    if (kind == API_CHAT && start_parsers(g) != 0) return http_reply_json(hr, 500, NULL);
+    if (chat && start_parsers(g) != 0) return http_reply_json(hr, 500, NULL);
     if (submit_all(g, &e) != 0) return http_reply_error(hr, &e);
     log_debug("%s: %d choice(s), prompt %d tokens, stream=%d", g->id, g->n_ch, g->prompts[0].n_ids,
               g->req.stream);
@@ -750,6 +809,8 @@ void gen_finish(gen *g)
     }
     free(g->prompts);
     api_request_free(&g->req);
+    api_resp_req_free(&g->rreq);
+    api_resp_stream_free(&g->rs);
     bytebuf_free(&g->out);
     pthread_mutex_destroy(&g->mu);
     pthread_mutex_lock(&sv->mu);

@@ -76,3 +76,19 @@ int json_strict_check(const char *text, size_t len, const cJSON *root, api_error
     }
     return 0;
 }
+
+cJSON *json_parse_body(const char *body, size_t len, api_error *e)
+{
+    /* len + 1 takes in the terminating NUL, so trailing garbage after the JSON is refused. */
+    cJSON *obj = cJSON_ParseWithLengthOpts(body, len + 1, NULL, true);
+    if (!cJSON_IsObject(obj)) {
+        api_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                      obj ? "The request body must be a JSON object."
+                          : "We could not parse the JSON body of your request. The body must be valid JSON.");
+        cJSON_Delete(obj);
+        return NULL;
+    }
+    if (json_strict_check(body, len, obj, e) == 0) return obj;
+    cJSON_Delete(obj);
+    return NULL;
+}

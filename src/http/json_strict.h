@@ -14,4 +14,8 @@
 /* text[0..len) is the body root was parsed from.  0, or -1 with a 400 in e. */
 int json_strict_check(const char *text, size_t len, const cJSON *root, api_error *e);
 
+/* A request body (body[len] NUL: anything after the JSON value is refused) as one JSON object
+ * that passes json_strict_check; NULL with a 400 in e. */
+cJSON *json_parse_body(const char *body, size_t len, api_error *e);
+
 #endif

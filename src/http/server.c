@@ -32,6 +32,7 @@ struct route {
 
 static enum MHD_Result on_completions(http_req *hr) { return gen_start(hr, API_COMPLETIONS); }
 static enum MHD_Result on_chat(http_req *hr) { return gen_start(hr, API_CHAT); }
+static enum MHD_Result on_responses(http_req *hr) { return gen_start(hr, API_RESPONSES); }
 
 static const route routes[] = {
     {"/health", "GET", endpoint_health, true, false},
@@ -40,6 +41,7 @@ static const route routes[] = {
     {"/v1/models/", "GET", endpoint_model, false, true}, /* prefix: /v1/models/{id} */
     {"/v1/completions", "POST", on_completions, false, true},
     {"/v1/chat/completions", "POST", on_chat, false, true},
+    {"/v1/responses", "POST", on_responses, false, true},
     {"/tokenize", "POST", endpoint_tokenize, false, true},
     {"/detokenize", "POST", endpoint_detokenize, false, true},
 };

@@ -1,8 +1,8 @@
 /* fuzz_request.c - request bodies of /v1/completions and /v1/chat/completions
  * (src/http/api_request.c), then the chat template every parsed chat request goes through.
  *
- * Input: a flag byte (bit 0: chat, bits 1..: vocabulary size choice; '0'/'1' in the seeds),
- * then the JSON body.
+ * Input: a flag byte (bit 0: chat, bits 1..: vocabulary size choice; '0'/'1' in the seeds; bit 7:
+ * a /v1/responses body, see responses_case), then the JSON body.
  *
  * Invariants: a refused body gets a 4xx/5xx OpenAI error with a message and leaves nothing to
  * free; an accepted one holds only values inside the documented ranges (so the scheduler
@@ -11,6 +11,9 @@
 #include "fuzz_common.h"
 
 #include "http/api_request.h"
+#include "http/api_responses.h"
+
+#include <cjson/cJSON.h>
 
 static const int vocab_sizes[] = {1, 2, 256, 32000, 151936};
 
@@ -57,6 +60,65 @@ static void check_accepted(const api_request *r, api_kind kind, int n_vocab)
     }
 }
 
+/* A JSON text that cJSON parses (what every reply body and event must be). */
+static void check_json(const char *s, size_t len)
+{
+    FZ_CHECK(s != NULL);
+    cJSON *v = cJSON_ParseWithLength(s, len);
+    FZ_CHECK(v != NULL);
+    cJSON_Delete(v);
+}
+
+/* /v1/responses: the translation, then the translated body as a chat request; an accepted one
+ * is answered with the input's own bytes as text, reasoning and a call, whole and streamed,
+ * and every body must be valid JSON. */
+static void responses_case(const char *body, size_t len, int n_vocab)
+{
+    char *chat = NULL;
+    api_resp_req rq;
+    api_error e = {0};
+    if (api_responses_translate(body, len, &chat, &rq, &e) != 0) {
+        FZ_CHECK(e.status >= 400 && e.status <= 599 && e.message[0] != 0 && chat == NULL);
+        FZ_CHECK(rq.instructions == NULL && rq.tools == NULL && rq.text == NULL);
+        return;
+    }
+    api_request r;
+    if (api_request_parse(API_CHAT, chat, strlen(chat), n_vocab, &r, &e) != 0) {
+        api_responses_rename_error(&e);
+        FZ_CHECK(e.status >= 400 && strlen(e.param) < sizeof e.param && strlen(e.message) < sizeof e.message);
+    } else {
+        check_accepted(&r, API_CHAT, n_vocab);
+        api_request_free(&r);
+        api_resp_meta m = {.id = "resp_0123456789abcdef01234567", .model = "m", .created = 1, .rq = &rq};
+        chat_tool_call call = {0, "call_1", "f", (char *)body};
+        api_resp_out o = {.text = body, .text_len = len, .reasoning = body, .reasoning_len = len / 2,
+                          .calls = &call, .n_calls = 1, .incomplete = len & 1};
+        api_usage u = {3, 1, 4};
+        char *j = api_responses_json(&m, &o, &u);
+        check_json(j, j ? strlen(j) : 0);
+        free(j);
+        bytebuf out = {0};
+        api_resp_stream s;
+        api_resp_stream_begin(&s, &m, &out);
+        api_resp_stream_reasoning(&s, body, len / 2);
+        api_resp_stream_text(&s, body + len / 2, len - len / 2);
+        api_resp_stream_call(&s, &call);
+        api_resp_stream_end(&s, len & 1, &u, NULL);
+        api_resp_stream_free(&s);
+        FZ_CHECK(bytebuf_ok(&out));
+        for (char *p = out.data; p && (p = strstr(p, "\ndata: ")) != NULL;) { /* each event's data line */
+            p += 7;
+            char *end = strchr(p, '\n');
+            FZ_CHECK(end != NULL);
+            check_json(p, (size_t)(end - p));
+            p = end;
+        }
+        bytebuf_free(&out);
+    }
+    free(chat);
+    api_resp_req_free(&rq);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_in in = {data, size};
@@ -65,6 +127,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int n_vocab = vocab_sizes[(flags >> 1) % (sizeof vocab_sizes / sizeof vocab_sizes[0])];
     /* The server hands the parser a NUL-terminated body (api_request.h). */
     char *body = fz_strndup((const char *)in.p, in.n);
+    if (flags & 0x80) { /* the seeds' '0' and '1' leave it clear */
+        responses_case(body, in.n, n_vocab);
+        free(body);
+        return 0;
+    }
 
     api_request r;
     api_error e = {0};

@@ -1,7 +1,7 @@
 // openai_sdk.mjs - a scripted session through the official OpenAI Node SDK: models, completions,
 // chat, streaming through the SDK's own stream helpers (with include_usage), logprobs, n, typed
-// errors; tools, response_format and reasoning content listed as expected-to-fail until their
-// issues land.
+// errors, tools, response_format, reasoning content, and the Responses API (create, stream,
+// function calls, parse).
 //   usage: node openai_sdk.mjs [PACKAGE]   PACKAGE: 'openai' (the current major, default) or an
 //          npm alias of another major in package.json ('openai-v5', the oldest one promised)
 import assert from 'node:assert/strict';
@@ -10,7 +10,7 @@ import { ISSUE, apiKey, baseURL, finish, pass, xfail } from './harness.mjs';
 
 const pkg = process.argv[2] ?? 'openai';
 const { default: OpenAI } = await import(pkg);
-const { zodResponseFormat, zodFunction } = await import(`${pkg}/helpers/zod`);
+const { zodResponseFormat, zodFunction, zodTextFormat, zodResponsesFunction } = await import(`${pkg}/helpers/zod`);
 const session = `${pkg}@${(await import(`${pkg}/version`)).VERSION}`;
 
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
@@ -163,6 +163,81 @@ await pass('response_format json_schema: chat.completions.parse', async () => {
 await pass('reasoning_content in the message (the template opens <think>)', async () => {
   const r = await client.chat.completions.create({ ...chatArgs, max_tokens: 16, chat_template_kwargs: { enable_thinking: true } });
   assert.equal(typeof r.choices[0].message.reasoning_content, 'string');
+});
+
+// The Responses API (/v1/responses): translated to the chat machinery, so its text equals the
+// chat reply to the same messages; streamed as the typed events the SDK accumulates itself.
+const respArgs = { model, instructions: 'Be brief.', input: 'Hi there', max_output_tokens: 5, temperature: 0, ignore_eos: true };
+
+await pass('responses.create: output_text equals the chat reply', async () => {
+  const r = await client.responses.create(respArgs);
+  assert.equal(r.object, 'response');
+  assert.equal(r.status, 'incomplete');
+  assert.equal(r.incomplete_details?.reason, 'max_output_tokens');
+  assert.equal(r.output[0].type, 'message');
+  assert.equal(r.output_text, chatText);
+  assert.equal(r.usage.output_tokens, 5);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + 5);
+});
+
+await pass('responses.stream: events assembled by the SDK', async () => {
+  const stream = client.responses.stream(respArgs);
+  let text = '';
+  const types = [];
+  stream.on('response.output_text.delta', (e) => { text += e.delta; });
+  stream.on('event', (e) => { types.push(e.type); });
+  const final = await stream.finalResponse();
+  // (openai 5.x does not set output_text on a streamed response: read the message itself)
+  const message = final.output.filter((o) => o.type === 'message').flatMap((o) => o.content);
+  assert.equal(message.map((c) => c.text).join(''), chatText);
+  assert.equal(text, chatText);
+  assert.equal(types[0], 'response.created');
+  assert.equal(types.at(-1), 'response.incomplete');
+  assert.ok(types.includes('response.output_item.added') && types.includes('response.content_part.done'));
+});
+
+await pass('responses: a forced function call, then its output as input', async () => {
+  const tool = zodResponsesFunction({ name: 'get_weather', parameters: z.object({ city: z.string().max(12) }) });
+  const input = [{ role: 'user', content: 'Weather in Paris?' }];
+  const first = await client.responses.create({ ...respArgs, max_output_tokens: 128, input, tools: [tool], tool_choice: 'required' });
+  const call = first.output.find((o) => o.type === 'function_call');
+  assert.equal(call?.name, 'get_weather');
+  assert.equal(typeof JSON.parse(call.arguments).city, 'string');
+  const streamed = client.responses.stream({ ...respArgs, max_output_tokens: 128, input, tools: [tool], tool_choice: { type: 'function', name: 'get_weather' } });
+  let argsDone = null;
+  streamed.on('response.function_call_arguments.done', (e) => { argsDone = e.arguments; });
+  const sf = await streamed.finalResponse();
+  assert.equal(sf.output.find((o) => o.type === 'function_call')?.arguments, argsDone);
+  const answer = await client.responses.create({
+    ...respArgs, max_output_tokens: 8, tools: [tool],
+    input: [...input, call, { type: 'function_call_output', call_id: call.call_id, output: '{"celsius": 21}' }],
+  });
+  assert.equal(typeof answer.output_text, 'string');
+});
+
+await pass('responses.parse: text.format json_schema', async () => {
+  const r = await client.responses.parse({
+    ...respArgs, max_output_tokens: 128, input: 'A city, as JSON.',
+    text: { format: zodTextFormat(z.object({ city: z.string().max(12) }), 'city') },
+  });
+  assert.equal(typeof r.output_parsed?.city, 'string');
+});
+
+await pass('responses: reasoning as a reasoning item (created and streamed)', async () => {
+  const args = { ...respArgs, max_output_tokens: 16, chat_template_kwargs: { enable_thinking: true } };
+  const r = await client.responses.create(args);
+  assert.equal(r.output[0].type, 'reasoning');
+  assert.equal(r.output[0].content[0].type, 'reasoning_text');
+  const final = await client.responses.stream(args).finalResponse();
+  assert.deepEqual(final.output.map((o) => o.type), r.output.map((o) => o.type));
+  assert.equal(final.output[0].content[0].text, r.output[0].content[0].text);
+});
+
+await pass('responses: stored state is refused by name', async () => {
+  await assert.rejects(
+    client.responses.create({ ...respArgs, previous_response_id: 'resp_123' }),
+    (err) => err instanceof OpenAI.BadRequestError && err.param === 'previous_response_id',
+  );
 });
 
 finish(session);

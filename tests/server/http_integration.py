@@ -323,6 +323,57 @@ def case_stream():
         check(sorted(c["index"] for c in finals) == [0, 1], "one finish per choice")
 
 
+def case_responses():
+    """/v1/responses over raw HTTP: the response object, its text equal to the chat reply to the
+    same messages, the streamed events (names, sequence numbers, item order, the final object),
+    a cancelled stream, and refusals named as sent."""
+    with Server(make_model()) as s:
+        base = f"http://127.0.0.1:{s.port}"
+        args = {"instructions": "Be brief.", "input": "Hi", "max_output_tokens": 6, "temperature": 0, "ignore_eos": True}
+        st, r = post(s.port, "/v1/responses", args)
+        check(st == 200 and r["object"] == "response" and r["id"].startswith("resp_"), f"response {st} {r}")
+        check(r["status"] == "incomplete" and r["incomplete_details"] == {"reason": "max_output_tokens"}, f"status {r}")
+        check(r["instructions"] == "Be brief." and r["max_output_tokens"] == 6 and r["store"] is False, f"echo {r}")
+        text = r["output"][0]["content"][0]["text"]
+        u = r["usage"]
+        check(u["output_tokens"] == 6 and u["total_tokens"] == u["input_tokens"] + 6, f"usage {u}")
+        st, chat = post(s.port, "/v1/chat/completions", {"messages": [{"role": "system", "content": "Be brief."},
+                        {"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0, "ignore_eos": True})
+        check(chat["choices"][0]["message"]["content"] == text, "responses and chat give different text")
+        check(u["input_tokens"] == chat["usage"]["prompt_tokens"], "the same prompt")
+
+        raw = curl("-N", f"{base}/v1/responses", "-H", "Content-Type: application/json", "-d",
+                   json.dumps(dict(args, stream=True)))
+        blocks = [b for b in raw.split("\n\n") if b]
+        names, evs = [], []
+        for b in blocks:
+            ev_line, data_line = b.split("\n")
+            check(ev_line.startswith("event: ") and data_line.startswith("data: "), f"event block {b[:120]!r}")
+            names.append(ev_line[7:])
+            evs.append(json.loads(data_line[6:]))
+        check([e["type"] for e in evs] == names, "event: names match the data types")
+        check([e["sequence_number"] for e in evs] == list(range(len(evs))), "sequence numbers 0..n-1")
+        check(names[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                            "response.content_part.added"], f"opening events {names[:4]}")
+        check(names[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                             "response.incomplete"], f"closing events {names[-4:]}")
+        deltas = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+        check(deltas == text, "the streamed deltas differ from the whole response")
+        final = evs[-1]["response"]
+        check(final["output"][0]["content"][0]["text"] == text and final["usage"]["output_tokens"] == 6, f"final {final}")
+        check("[DONE]" not in raw, "no [DONE] in the Responses stream")
+
+        for body, param in ((dict(args, previous_response_id="resp_1"), "previous_response_id"),
+                            (dict(args, max_output_tokens=0), "max_output_tokens"),
+                            ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0]"),
+                            (dict(args, tools=[{"type": "web_search"}]), "tools[0].type"),
+                            ({"instructions": "x"}, "input")):
+            st, b = post(s.port, "/v1/responses", body)
+            check(st == 400 and b["error"]["param"] == param, f"{body}: {st} {b}")
+        st, _, b = request(s.port, "GET", "/v1/responses")
+        check(st == 405, f"GET /v1/responses: {st} {b[:200]}")
+
+
 def case_errors():
     model = make_model()
     with Server(model, "--max-body", "2000", "-c", "64") as s:

@@ -1,0 +1,745 @@
+/* api_responses.c - see api_responses.h.  Translation builds a cJSON chat body; replies are
+ * cJSON trees printed once, like api_encode's. */
+#include "api_responses.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_strict.h"
+
+#define INVALID "invalid_request_error"
+
+/* ---- translation ------------------------------------------------------------------------ */
+
+/* The field `name` of obj, or NULL when absent or null (null means "default"). */
+static const cJSON *field(const cJSON *obj, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
+static int invalid(api_error *e, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int invalid(api_error *e, const char *param, const char *code, const char *fmt, ...)
+{
+    char msg[sizeof e->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    api_error_set(e, 400, INVALID, param, code, "%s", msg);
+    return -1;
+}
+
+static int unsupported(api_error *e, const char *param, const char *why)
+{
+    return invalid(e, param, "unsupported_parameter", "Unsupported parameter: '%s' %s", param, why);
+}
+
+static int oom(api_error *e)
+{
+    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return -1;
+}
+
+static int not_string(api_error *e, const char *param)
+{
+    return invalid(e, param, "invalid_type", "Invalid type for '%s': expected a string.", param);
+}
+
+/* The members of `from` named in keys (those present and not null), copied into `to`. */
+static int copy_keys(const cJSON *from, cJSON *to, const char *const *keys, size_t n, api_error *e)
+{
+    for (size_t k = 0; k < n; k++) {
+        const cJSON *v = field(from, keys[k]);
+        if (v && !cJSON_AddItemToObject(to, keys[k], cJSON_Duplicate(v, true))) return oom(e);
+    }
+    return 0;
+}
+
+/* {"type": "function", "function": {}} (chat's wrapping of a tool, a call, a choice), with
+ * *fn the inner object; NULL when out of memory. */
+static cJSON *function_wrapper(cJSON **fn)
+{
+    cJSON *c = cJSON_CreateObject();
+    *fn = cJSON_CreateObject();
+    if (!c || !*fn || !cJSON_AddStringToObject(c, "type", "function")) {
+        cJSON_Delete(c);
+        cJSON_Delete(*fn);
+        return NULL;
+    }
+    cJSON_AddItemToObject(c, "function", *fn);
+    return c;
+}
+
+/* Nothing is stored here, so whatever names earlier state cannot be honoured. */
+static int refuse_stateful(const cJSON *in, api_error *e)
+{
+    static const char stateless[] = "is not supported: this server stores no responses or conversations; send "
+                                    "the whole conversation in 'input'.";
+    if (field(in, "previous_response_id")) return unsupported(e, "previous_response_id", stateless);
+    if (field(in, "conversation")) return unsupported(e, "conversation", stateless);
+    if (field(in, "prompt")) return unsupported(e, "prompt", "(a stored prompt template) is not supported.");
+    if (cJSON_IsTrue(field(in, "background")))
+        return unsupported(e, "background", "is not supported: responses are streamed or returned, not stored.");
+    if (field(in, "max_tool_calls")) return unsupported(e, "max_tool_calls", "is not supported.");
+    const cJSON *tl = field(in, "top_logprobs");
+    if (tl && !(cJSON_IsNumber(tl) && tl->valuedouble == 0))
+        return unsupported(e, "top_logprobs", "is not supported on /v1/responses; /v1/chat/completions has logprobs.");
+    return 0;
+}
+
+/* Fields that mean the same in a chat request (with inferd's sampling and template
+ * extensions, which the chat endpoint takes too); their values are checked there. */
+static int copy_plain(const cJSON *in, cJSON *out, api_error *e)
+{
+    static const char *const same[] = {"model", "temperature", "top_p", "stream", "user", "parallel_tool_calls",
+                                       "seed", "stop", "top_k", "min_p", "repeat_penalty", "presence_penalty",
+                                       "frequency_penalty", "logit_bias", "ignore_eos", "chat_template_kwargs"};
+    if (copy_keys(in, out, same, sizeof same / sizeof same[0], e)) return -1;
+    const cJSON *mot = field(in, "max_output_tokens");
+    if (mot && !cJSON_AddItemToObject(out, "max_completion_tokens", cJSON_Duplicate(mot, true))) return oom(e);
+    return 0;
+}
+
+static int parts_of(const cJSON *content, const char *param, cJSON *arr, api_error *e);
+
+/* Content parts: text of every kind becomes a chat text part; images, files and audio are
+ * refused (this server has no encoder for them). */
+static int content_of(const cJSON *content, const char *param, cJSON **out, api_error *e)
+{
+    if (cJSON_IsString(content)) {
+        *out = cJSON_CreateString(content->valuestring);
+        return *out ? 0 : oom(e);
+    }
+    if (!cJSON_IsArray(content))
+        return invalid(e, param, "invalid_type", "Invalid type for '%s': expected a string or an array of content parts.",
+                       param);
+    *out = cJSON_CreateArray();
+    if (!*out) return oom(e);
+    if (parts_of(content, param, *out, e) == 0) return 0;
+    cJSON_Delete(*out);
+    *out = NULL;
+    return -1;
+}
+
+/* The parts of content as chat text parts appended to arr. */
+static int parts_of(const cJSON *content, const char *param, cJSON *arr, api_error *e)
+{
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *type = field(part, "type"), *text = field(part, "text");
+        const char *t = cJSON_IsString(type) ? type->valuestring : "";
+        if (!strcmp(t, "input_text") || !strcmp(t, "output_text") || !strcmp(t, "text")) {
+            if (!cJSON_IsString(text)) return invalid(e, param, "invalid_value", "Invalid '%s': a text part needs a string 'text'.", param);
+            cJSON *p = cJSON_CreateObject();
+            if (!p || !cJSON_AddStringToObject(p, "type", "text") || !cJSON_AddStringToObject(p, "text", text->valuestring)) {
+                cJSON_Delete(p);
+                return oom(e);
+            }
+            cJSON_AddItemToArray(arr, p);
+        } else if (!strcmp(t, "refusal")) {
+            continue; /* an earlier refusal says nothing the model needs */
+        } else if (!strcmp(t, "input_image") || !strcmp(t, "input_file") || !strcmp(t, "input_audio")) {
+            return invalid(e, param, "unsupported_parameter", "Invalid '%s': '%s' parts are not supported: this server "
+                           "takes text only.", param, t);
+        } else {
+            return invalid(e, param, "invalid_value", "Invalid '%s': unknown content part type '%.40s'.", param, t);
+        }
+    }
+    return 0;
+}
+
+static cJSON *last_assistant(cJSON *msgs)
+{
+    int n = cJSON_GetArraySize(msgs);
+    cJSON *last = n ? cJSON_GetArrayItem(msgs, n - 1) : NULL;
+    const cJSON *role = last ? cJSON_GetObjectItemCaseSensitive(last, "role") : NULL;
+    return cJSON_IsString(role) && !strcmp(role->valuestring, "assistant") ? last : NULL;
+}
+
+/* A function_call item: a tool call of the assistant turn it follows (or of a new one). */
+static int add_function_call(cJSON *msgs, const cJSON *it, const char *param, api_error *e)
+{
+    const cJSON *id = field(it, "call_id"), *name = field(it, "name"), *args = field(it, "arguments");
+    if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsString(args))
+        return invalid(e, param, "invalid_value",
+                       "Invalid '%s': a function_call item needs string 'call_id', 'name' and 'arguments'.", param);
+    cJSON *m = last_assistant(msgs);
+    if (!m) {
+        if (!(m = cJSON_CreateObject()) || !cJSON_AddStringToObject(m, "role", "assistant") ||
+            !cJSON_AddNullToObject(m, "content")) {
+            cJSON_Delete(m);
+            return oom(e);
+        }
+        cJSON_AddItemToArray(msgs, m);
+    }
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *fn;
+    if (!calls && !(calls = cJSON_AddArrayToObject(m, "tool_calls"))) return oom(e);
+    cJSON *c = function_wrapper(&fn);
+    if (!c) return oom(e);
+    cJSON_AddItemToArray(calls, c);
+    if (!cJSON_AddStringToObject(c, "id", id->valuestring) || !cJSON_AddStringToObject(fn, "name", name->valuestring) ||
+        !cJSON_AddStringToObject(fn, "arguments", args->valuestring))
+        return oom(e);
+    return 0;
+}
+
+/* A function_call_output item: the tool message answering call_id. */
+static int add_call_output(cJSON *msgs, const cJSON *it, const char *param, api_error *e)
+{
+    const cJSON *id = field(it, "call_id"), *output = field(it, "output");
+    if (!cJSON_IsString(id) || !output)
+        return invalid(e, param, "invalid_value",
+                       "Invalid '%s': a function_call_output item needs a string 'call_id' and an 'output'.", param);
+    cJSON *content = NULL;
+    cJSON *m = cJSON_CreateObject();
+    if (!m) return oom(e);
+    cJSON_AddItemToArray(msgs, m);
+    if (content_of(output, param, &content, e)) return -1;
+    if (!cJSON_AddStringToObject(m, "role", "tool") || !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring)) {
+        cJSON_Delete(content);
+        return oom(e);
+    }
+    cJSON_AddItemToObject(m, "content", content);
+    return 0;
+}
+
+static int add_item(cJSON *msgs, const cJSON *it, const char *param, api_error *e)
+{
+    if (!cJSON_IsObject(it)) return invalid(e, param, "invalid_type", "Invalid type for '%s': expected an object.", param);
+    const cJSON *type = field(it, "type");
+    if (type && !cJSON_IsString(type)) return not_string(e, param);
+    const char *t = type ? type->valuestring : "message";
+    if (!strcmp(t, "function_call")) return add_function_call(msgs, it, param, e);
+    if (!strcmp(t, "function_call_output")) return add_call_output(msgs, it, param, e);
+    if (!strcmp(t, "reasoning")) return 0; /* earlier reasoning is not replayed (templates drop it too) */
+    if (!strcmp(t, "item_reference"))
+        return invalid(e, param, "unsupported_parameter", "Invalid '%s': item references are not supported: this "
+                       "server stores nothing to refer to.", param);
+    if (strcmp(t, "message"))
+        return invalid(e, param, "invalid_value", "Invalid '%s': unsupported input item type '%.40s'.", param, t);
+    const cJSON *role = field(it, "role"), *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+    if (!cJSON_IsString(role)) return invalid(e, param, "invalid_value", "Invalid '%s': a message needs a string 'role'.", param);
+    if (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant") && strcmp(role->valuestring, "system") &&
+        strcmp(role->valuestring, "developer"))
+        return invalid(e, param, "invalid_value",
+                       "Invalid '%s': role '%.40s' is not supported; expected 'user', 'assistant', 'system' or 'developer'.",
+                       param, role->valuestring);
+    cJSON *c = NULL;
+    if (content_of(content, param, &c, e)) return -1;
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddStringToObject(m, "role", role->valuestring)) {
+        cJSON_Delete(m);
+        cJSON_Delete(c);
+        return oom(e);
+    }
+    cJSON_AddItemToObject(m, "content", c);
+    cJSON_AddItemToArray(msgs, m);
+    return 0;
+}
+
+/* instructions and input -> messages */
+static int translate_input(const cJSON *in, cJSON *out, api_error *e)
+{
+    cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
+    if (!msgs) return oom(e);
+    const cJSON *ins = field(in, "instructions");
+    if (ins && !cJSON_IsString(ins)) return not_string(e, "instructions");
+    if (ins) {
+        cJSON *m = cJSON_CreateObject();
+        if (!m || !cJSON_AddStringToObject(m, "role", "system") || !cJSON_AddStringToObject(m, "content", ins->valuestring)) {
+            cJSON_Delete(m);
+            return oom(e);
+        }
+        cJSON_AddItemToArray(msgs, m);
+    }
+    const cJSON *input = field(in, "input");
+    if (!input) return invalid(e, "input", "missing_required_parameter", "Missing required parameter: 'input'.");
+    if (cJSON_IsString(input)) {
+        cJSON *m = cJSON_CreateObject();
+        if (!m || !cJSON_AddStringToObject(m, "role", "user") || !cJSON_AddStringToObject(m, "content", input->valuestring)) {
+            cJSON_Delete(m);
+            return oom(e);
+        }
+        cJSON_AddItemToArray(msgs, m);
+        return 0;
+    }
+    if (!cJSON_IsArray(input))
+        return invalid(e, "input", "invalid_type", "Invalid type for 'input': expected a string or an array of items.");
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, input) {
+        char param[32];
+        snprintf(param, sizeof param, "input[%d]", i++);
+        if (add_item(msgs, it, param, e)) return -1;
+    }
+    return 0;
+}
+
+/* Flat function tools -> chat tools; hosted tools (web_search, file_search, ...) need what
+ * this server does not have. */
+static int translate_tools(const cJSON *in, cJSON *out, api_error *e)
+{
+    const cJSON *tools = field(in, "tools");
+    if (!tools) return 0;
+    if (!cJSON_IsArray(tools)) return invalid(e, "tools", "invalid_type", "Invalid type for 'tools': expected an array.");
+    cJSON *ct = cJSON_AddArrayToObject(out, "tools");
+    if (!ct) return oom(e);
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        char param[40];
+        snprintf(param, sizeof param, "tools[%d].type", i++);
+        const cJSON *type = field(t, "type");
+        if (!cJSON_IsString(type)) return not_string(e, param);
+        if (strcmp(type->valuestring, "function"))
+            return invalid(e, param, "unsupported_parameter",
+                           "Invalid '%s': '%.40s' tools are not supported: this server runs function tools only.", param,
+                           type->valuestring);
+        cJSON *fn, *c = function_wrapper(&fn);
+        if (!c) return oom(e);
+        cJSON_AddItemToArray(ct, c);
+        static const char *const keys[] = {"name", "description", "parameters", "strict"};
+        if (copy_keys(t, fn, keys, sizeof keys / sizeof keys[0], e)) return -1;
+    }
+    return 0;
+}
+
+static int translate_tool_choice(const cJSON *in, cJSON *out, api_error *e)
+{
+    const cJSON *tc = field(in, "tool_choice");
+    if (!tc) return 0;
+    if (cJSON_IsString(tc)) return cJSON_AddItemToObject(out, "tool_choice", cJSON_Duplicate(tc, true)) ? 0 : oom(e);
+    const cJSON *type = field(tc, "type"), *name = field(tc, "name");
+    if (!cJSON_IsObject(tc) || !cJSON_IsString(type))
+        return invalid(e, "tool_choice", "invalid_type",
+                       "Invalid type for 'tool_choice': expected 'none', 'auto', 'required' or {\"type\": \"function\", "
+                       "\"name\": ...}.");
+    if (strcmp(type->valuestring, "function"))
+        return invalid(e, "tool_choice", "unsupported_parameter",
+                       "Invalid 'tool_choice': '%.40s' is not supported: this server runs function tools only.",
+                       type->valuestring);
+    if (!cJSON_IsString(name)) return not_string(e, "tool_choice.name");
+    cJSON *fn, *c = function_wrapper(&fn);
+    if (!c) return oom(e);
+    cJSON_AddItemToObject(out, "tool_choice", c);
+    return cJSON_AddStringToObject(fn, "name", name->valuestring) ? 0 : oom(e);
+}
+
+/* text.format -> response_format */
+static int translate_text(const cJSON *in, cJSON *out, api_error *e)
+{
+    const cJSON *text = field(in, "text");
+    if (!text) return 0;
+    if (!cJSON_IsObject(text)) return invalid(e, "text", "invalid_type", "Invalid type for 'text': expected an object.");
+    const cJSON *fmt = field(text, "format");
+    if (!fmt) return 0;
+    const cJSON *type = field(fmt, "type");
+    if (!cJSON_IsObject(fmt) || !cJSON_IsString(type)) return not_string(e, "text.format.type");
+    if (!strcmp(type->valuestring, "text")) return 0;
+    cJSON *rf = cJSON_AddObjectToObject(out, "response_format");
+    if (!rf || !cJSON_AddStringToObject(rf, "type", type->valuestring)) return oom(e);
+    if (!strcmp(type->valuestring, "json_object")) return 0;
+    if (strcmp(type->valuestring, "json_schema"))
+        return invalid(e, "text.format.type", "invalid_value",
+                       "Invalid 'text.format.type': '%.40s'; expected 'text', 'json_object' or 'json_schema'.",
+                       type->valuestring);
+    cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+    if (!js) return oom(e);
+    static const char *const keys[] = {"name", "description", "schema", "strict"};
+    return copy_keys(fmt, js, keys, sizeof keys / sizeof keys[0], e);
+}
+
+/* What the response object repeats, as the client sent it. */
+static int keep_echo(const cJSON *in, api_resp_req *rq, api_error *e)
+{
+    struct {
+        const char *name;
+        char **slot;
+    } echo[] = {{"instructions", &rq->instructions}, {"tools", &rq->tools},     {"tool_choice", &rq->tool_choice},
+                {"text", &rq->text},                 {"metadata", &rq->metadata}, {"user", &rq->user},
+                {"temperature", &rq->temperature},   {"top_p", &rq->top_p},     {"max_output_tokens", &rq->max_output_tokens}};
+    for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++) {
+        const cJSON *v = field(in, echo[i].name);
+        if (v && !(*echo[i].slot = cJSON_PrintUnformatted(v))) return oom(e);
+    }
+    rq->parallel_tool_calls = !cJSON_IsFalse(field(in, "parallel_tool_calls"));
+    return 0;
+}
+
+int api_responses_translate(const char *body, size_t len, char **chat_body, api_resp_req *rq, api_error *e)
+{
+    memset(rq, 0, sizeof *rq);
+    *chat_body = NULL;
+    cJSON *in = json_parse_body(body, len, e);
+    if (!in) return -1;
+    cJSON *out = cJSON_CreateObject();
+    int rc = out ? refuse_stateful(in, e) : oom(e);
+    if (rc == 0) rc = copy_plain(in, out, e);
+    if (rc == 0) rc = translate_input(in, out, e);
+    if (rc == 0) rc = translate_tools(in, out, e);
+    if (rc == 0) rc = translate_tool_choice(in, out, e);
+    if (rc == 0) rc = translate_text(in, out, e);
+    if (rc == 0) rc = keep_echo(in, rq, e);
+    if (rc == 0 && !(*chat_body = cJSON_PrintUnformatted(out))) rc = oom(e);
+    cJSON_Delete(in);
+    cJSON_Delete(out);
+    if (rc) api_resp_req_free(rq);
+    return rc;
+}
+
+void api_resp_req_free(api_resp_req *rq)
+{
+    char **all[] = {&rq->instructions, &rq->tools, &rq->tool_choice, &rq->text, &rq->metadata,
+                    &rq->user, &rq->temperature, &rq->top_p, &rq->max_output_tokens};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        free(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
+/* In e's param and message, `from` (a prefix of the param up to '.' or '[') becomes `to`. */
+static bool rename_param(api_error *e, const char *from, const char *to)
+{
+    size_t n = strlen(from);
+    if (strncmp(e->param, from, n) || (e->param[n] && e->param[n] != '.' && e->param[n] != '['))
+        return false;
+    char old[sizeof e->param + 2], now[sizeof e->param + 2], msg[sizeof e->message];
+    snprintf(old, sizeof old, "'%s", e->param);
+    snprintf(now, sizeof now, "'%s%s", to, e->param + n);
+    char *at = strstr(e->message, old);
+    if (at) {
+        snprintf(msg, sizeof msg, "%.*s%s%s", (int)(at - e->message), e->message, now, at + strlen(old));
+        snprintf(e->message, sizeof e->message, "%s", msg);
+    }
+    snprintf(old, sizeof old, "%s", e->param + n);
+    snprintf(e->param, sizeof e->param, "%s%s", to, old);
+    return true;
+}
+
+void api_responses_rename_error(api_error *e)
+{
+    /* chat indexes count the system message and merge function_call items: the item is not
+     * named, the parameter is */
+    if (!strncmp(e->param, "messages", 8)) {
+        rename_param(e, e->param, "input");
+        return;
+    }
+    if (rename_param(e, "max_completion_tokens", "max_output_tokens")) return;
+    if (rename_param(e, "response_format.json_schema", "text.format")) return;
+    if (rename_param(e, "response_format", "text.format")) return;
+    if (rename_param(e, "tool_choice.function", "tool_choice")) return;
+    const char *f = strncmp(e->param, "tools[", 6) ? NULL : strstr(e->param, "].function");
+    if (f) { /* tools[i].function.x -> tools[i].x: Responses tools are flat */
+        char to[sizeof e->param];
+        snprintf(to, sizeof to, "%.*s%s", (int)(f + 1 - e->param), e->param, f + strlen("].function"));
+        rename_param(e, e->param, to);
+    }
+}
+
+/* ---- replies ------------------------------------------------------------------------------ */
+
+static cJSON *text_string(const char *s, size_t len)
+{
+    char *clean = api_utf8_sanitize(s ? s : "", s ? len : 0, NULL);
+    cJSON *v = clean ? cJSON_CreateString(clean) : NULL;
+    free(clean);
+    return v;
+}
+
+static void add_raw_or(cJSON *o, const char *key, const char *raw, const char *dflt)
+{
+    if (raw) cJSON_AddRawToObject(o, key, raw);
+    else if (dflt) cJSON_AddRawToObject(o, key, dflt);
+    else cJSON_AddNullToObject(o, key);
+}
+
+static cJSON *usage_json(const api_usage *u)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "input_tokens", u->prompt_tokens);
+    cJSON *in = cJSON_AddObjectToObject(o, "input_tokens_details");
+    if (in) cJSON_AddNumberToObject(in, "cached_tokens", u->cached_tokens);
+    cJSON_AddNumberToObject(o, "output_tokens", u->completion_tokens);
+    cJSON *out = cJSON_AddObjectToObject(o, "output_tokens_details");
+    if (out) cJSON_AddNumberToObject(out, "reasoning_tokens", 0);
+    cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    return o;
+}
+
+/* Output items: message (one output_text part), reasoning (one reasoning_text part), call. */
+static cJSON *text_part(const char *type, const char *s, size_t len)
+{
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "type", type);
+    cJSON_AddItemToObject(p, "text", text_string(s, len));
+    if (!strcmp(type, "output_text")) {
+        cJSON_AddArrayToObject(p, "annotations");
+        cJSON_AddArrayToObject(p, "logprobs");
+    }
+    return p;
+}
+
+static cJSON *item(int kind, const char *id, const char *status, const char *s, size_t len, bool with_part)
+{
+    cJSON *it = cJSON_CreateObject();
+    cJSON_AddStringToObject(it, "id", id);
+    cJSON_AddStringToObject(it, "type", kind == 1 ? "message" : "reasoning");
+    if (kind == 2) cJSON_AddArrayToObject(it, "summary");
+    cJSON_AddStringToObject(it, "status", status);
+    if (kind == 1) cJSON_AddStringToObject(it, "role", "assistant");
+    cJSON *content = cJSON_AddArrayToObject(it, "content");
+    if (with_part && content) cJSON_AddItemToArray(content, text_part(kind == 1 ? "output_text" : "reasoning_text", s, len));
+    return it;
+}
+
+static cJSON *call_item(const chat_tool_call *c, const char *status, bool with_args)
+{
+    cJSON *it = cJSON_CreateObject();
+    char id[64];
+    snprintf(id, sizeof id, "fc_%s", c->id && !strncmp(c->id, "call_", 5) ? c->id + 5 : c->id ? c->id : "0");
+    cJSON_AddStringToObject(it, "id", id);
+    cJSON_AddStringToObject(it, "type", "function_call");
+    cJSON_AddStringToObject(it, "status", status);
+    cJSON_AddItemToObject(it, "call_id", text_string(c->id, c->id ? strlen(c->id) : 0));
+    cJSON_AddItemToObject(it, "name", text_string(c->name, c->name ? strlen(c->name) : 0));
+    cJSON_AddItemToObject(it, "arguments", with_args ? text_string(c->arguments, c->arguments ? strlen(c->arguments) : 0)
+                                                     : cJSON_CreateString(""));
+    return it;
+}
+
+/* The response object; output is taken over (NULL: []). */
+static cJSON *response_object(const api_resp_meta *m, const char *status, cJSON *output, const api_usage *u,
+                              bool incomplete, const api_error *err)
+{
+    const api_resp_req *rq = m->rq;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", m->id);
+    cJSON_AddStringToObject(o, "object", "response");
+    cJSON_AddNumberToObject(o, "created_at", (double)m->created);
+    cJSON_AddStringToObject(o, "status", status);
+    cJSON_AddFalseToObject(o, "background");
+    if (err) {
+        cJSON *eo = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(eo, "code", err->code[0] ? err->code : "server_error");
+        cJSON_AddItemToObject(eo, "message", text_string(err->message, strlen(err->message)));
+    } else {
+        cJSON_AddNullToObject(o, "error");
+    }
+    if (incomplete) {
+        cJSON *d = cJSON_AddObjectToObject(o, "incomplete_details");
+        cJSON_AddStringToObject(d, "reason", "max_output_tokens");
+    } else {
+        cJSON_AddNullToObject(o, "incomplete_details");
+    }
+    add_raw_or(o, "instructions", rq->instructions, NULL);
+    add_raw_or(o, "max_output_tokens", rq->max_output_tokens, NULL);
+    add_raw_or(o, "metadata", rq->metadata, "{}");
+    cJSON_AddStringToObject(o, "model", m->model);
+    cJSON_AddItemToObject(o, "output", output ? output : cJSON_CreateArray());
+    cJSON_AddBoolToObject(o, "parallel_tool_calls", rq->parallel_tool_calls);
+    cJSON_AddNullToObject(o, "previous_response_id");
+    cJSON *rs = cJSON_AddObjectToObject(o, "reasoning");
+    cJSON_AddNullToObject(rs, "effort");
+    cJSON_AddNullToObject(rs, "summary");
+    cJSON_AddFalseToObject(o, "store"); /* whatever was asked: nothing is kept */
+    add_raw_or(o, "temperature", rq->temperature, "1");
+    add_raw_or(o, "text", rq->text, "{\"format\":{\"type\":\"text\"}}");
+    add_raw_or(o, "tool_choice", rq->tool_choice, "\"auto\"");
+    add_raw_or(o, "tools", rq->tools, "[]");
+    add_raw_or(o, "top_p", rq->top_p, "1");
+    cJSON_AddStringToObject(o, "truncation", "disabled");
+    if (u) cJSON_AddItemToObject(o, "usage", usage_json(u));
+    else cJSON_AddNullToObject(o, "usage");
+    add_raw_or(o, "user", rq->user, NULL);
+    return o;
+}
+
+static void item_id(char *buf, size_t cap, const char *prefix, const api_resp_meta *m, int index)
+{
+    /* the response id's random part, so item ids are unique across responses too */
+    const char *r = strncmp(m->id, "resp_", 5) ? m->id : m->id + 5;
+    snprintf(buf, cap, "%s_%.32s%02d", prefix, r, index);
+}
+
+char *api_responses_json(const api_resp_meta *m, const api_resp_out *o, const api_usage *u)
+{
+    cJSON *output = cJSON_CreateArray();
+    char id[48];
+    int index = 0;
+    if (o->reasoning_len) {
+        item_id(id, sizeof id, "rs", m, index);
+        cJSON_AddItemToArray(output, item(2, id, "completed", o->reasoning, o->reasoning_len, true));
+        index++;
+    }
+    if (o->text_len || (o->n_calls == 0 && o->reasoning_len == 0)) { /* (as api_resp_stream_end) */
+        item_id(id, sizeof id, "msg", m, index);
+        cJSON_AddItemToArray(output, item(1, id, o->incomplete ? "incomplete" : "completed", o->text, o->text_len, true));
+        index++;
+    }
+    for (int i = 0; i < o->n_calls; i++) cJSON_AddItemToArray(output, call_item(&o->calls[i], "completed", true));
+    cJSON *root = response_object(m, o->incomplete ? "incomplete" : "completed", output, u, o->incomplete, NULL);
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* ---- streams ------------------------------------------------------------------------------ */
+
+/* "event: TYPE\ndata: {...,"type":TYPE,"sequence_number":N}\n\n"; ev is consumed. */
+static void emit(api_resp_stream *s, const char *type, cJSON *ev)
+{
+    if (!ev || !cJSON_AddStringToObject(ev, "type", type) || !cJSON_AddNumberToObject(ev, "sequence_number", s->seq++)) {
+        cJSON_Delete(ev);
+        s->failed = s->out->failed = true;
+        return;
+    }
+    char *json = cJSON_PrintUnformatted(ev);
+    cJSON_Delete(ev);
+    if (!json) {
+        s->failed = s->out->failed = true;
+        return;
+    }
+    bytebuf_printf(s->out, "event: %s\ndata: %s\n\n", type, json);
+    free(json);
+}
+
+static cJSON *at(const api_resp_stream *s, int index)
+{
+    cJSON *ev = cJSON_CreateObject();
+    if (ev && s->open) cJSON_AddStringToObject(ev, "item_id", s->open_id);
+    if (ev) cJSON_AddNumberToObject(ev, "output_index", index);
+    return ev;
+}
+
+static int n_items(const api_resp_stream *s) { return cJSON_GetArraySize(s->done) + (s->open ? 1 : 0); }
+
+void api_resp_stream_begin(api_resp_stream *s, const api_resp_meta *m, bytebuf *out)
+{
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->out = out;
+    s->done = cJSON_CreateArray();
+    if (!s->done) s->failed = out->failed = true;
+    static const char *const first[] = {"response.created", "response.in_progress"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *ev = cJSON_CreateObject();
+        if (ev) cJSON_AddItemToObject(ev, "response", response_object(m, "in_progress", NULL, NULL, false, NULL));
+        emit(s, first[i], ev);
+    }
+}
+
+/* Finishes the open item: its text's .done, its part's .done, the item's .done. */
+static void close_item(api_resp_stream *s, const char *status)
+{
+    if (!s->open) return;
+    bool msg = s->open == 1;
+    const char *text = s->open_text.data ? s->open_text.data : "";
+    size_t len = s->open_text.len;
+    cJSON *ev = at(s, s->open_index);
+    if (ev) cJSON_AddNumberToObject(ev, "content_index", 0);
+    if (ev) cJSON_AddItemToObject(ev, "text", text_string(text, len));
+    if (ev && msg) cJSON_AddArrayToObject(ev, "logprobs");
+    emit(s, msg ? "response.output_text.done" : "response.reasoning_text.done", ev);
+    ev = at(s, s->open_index);
+    if (ev) cJSON_AddNumberToObject(ev, "content_index", 0);
+    if (ev) cJSON_AddItemToObject(ev, "part", text_part(msg ? "output_text" : "reasoning_text", text, len));
+    emit(s, "response.content_part.done", ev);
+    cJSON *done = item(s->open, s->open_id, status, text, len, true);
+    ev = at(s, s->open_index);
+    if (ev) cJSON_DeleteItemFromObject(ev, "item_id"); /* the item itself says it */
+    if (ev) cJSON_AddItemToObject(ev, "item", cJSON_Duplicate(done, true));
+    emit(s, "response.output_item.done", ev);
+    if (done) cJSON_AddItemToArray(s->done, done);
+    s->open = 0;
+    bytebuf_clear(&s->open_text);
+}
+
+/* Opens an item of kind (1 message, 2 reasoning) with its one empty text part. */
+static void open_item(api_resp_stream *s, int kind)
+{
+    close_item(s, "completed");
+    int index = n_items(s);
+    item_id(s->open_id, sizeof s->open_id, kind == 1 ? "msg" : "rs", s->m, index);
+    s->open = kind;
+    s->open_index = index;
+    cJSON *ev = at(s, index);
+    if (ev) cJSON_DeleteItemFromObject(ev, "item_id");
+    if (ev) cJSON_AddItemToObject(ev, "item", item(kind, s->open_id, "in_progress", "", 0, false));
+    emit(s, "response.output_item.added", ev);
+    ev = at(s, index);
+    if (ev) cJSON_AddNumberToObject(ev, "content_index", 0);
+    if (ev) cJSON_AddItemToObject(ev, "part", text_part(kind == 1 ? "output_text" : "reasoning_text", "", 0));
+    emit(s, "response.content_part.added", ev);
+}
+
+/* Delta text into an item of kind, opening it first when needed. */
+static void delta(api_resp_stream *s, int kind, const char *text, size_t len)
+{
+    if (s->failed || len == 0) return;
+    if (s->open != kind) open_item(s, kind);
+    char *clean = api_utf8_sanitize(text, len, &len);
+    if (!clean) {
+        s->failed = s->out->failed = true;
+        return;
+    }
+    bytebuf_append(&s->open_text, clean, len);
+    cJSON *ev = at(s, s->open_index);
+    if (ev) cJSON_AddNumberToObject(ev, "content_index", 0);
+    if (ev) cJSON_AddStringToObject(ev, "delta", clean);
+    if (ev && kind == 1) cJSON_AddArrayToObject(ev, "logprobs");
+    free(clean);
+    emit(s, kind == 1 ? "response.output_text.delta" : "response.reasoning_text.delta", ev);
+}
+
+void api_resp_stream_text(api_resp_stream *s, const char *text, size_t len) { delta(s, 1, text, len); }
+void api_resp_stream_reasoning(api_resp_stream *s, const char *text, size_t len) { delta(s, 2, text, len); }
+
+void api_resp_stream_call(api_resp_stream *s, const chat_tool_call *c)
+{
+    if (s->failed) return;
+    close_item(s, "completed");
+    int index = n_items(s);
+    cJSON *ev = at(s, index);
+    if (ev) cJSON_AddItemToObject(ev, "item", call_item(c, "in_progress", false));
+    emit(s, "response.output_item.added", ev);
+    cJSON *done = call_item(c, "completed", true);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(done, "id"), *args = cJSON_GetObjectItemCaseSensitive(done, "arguments");
+    const char *sid = cJSON_IsString(id) ? id->valuestring : "", *sargs = cJSON_IsString(args) ? args->valuestring : "";
+    static const char *const steps[] = {"response.function_call_arguments.delta", "response.function_call_arguments.done"};
+    for (int k = 0; k < 2; k++) {
+        ev = at(s, index);
+        if (ev) cJSON_AddStringToObject(ev, "item_id", sid);
+        if (ev) cJSON_AddStringToObject(ev, k ? "arguments" : "delta", sargs);
+        emit(s, steps[k], ev);
+    }
+    ev = at(s, index);
+    if (ev) cJSON_AddItemToObject(ev, "item", cJSON_Duplicate(done, true));
+    emit(s, "response.output_item.done", ev);
+    if (done) cJSON_AddItemToArray(s->done, done);
+}
+
+void api_resp_stream_end(api_resp_stream *s, bool incomplete, const api_usage *u, const api_error *err)
+{
+    if (s->failed) return;
+    if (!err && n_items(s) == 0) open_item(s, 1); /* a reply of nothing is one empty message */
+    close_item(s, err ? "incomplete" : incomplete ? "incomplete" : "completed");
+    const char *type = err ? "response.failed" : incomplete ? "response.incomplete" : "response.completed";
+    const char *status = err ? "failed" : incomplete ? "incomplete" : "completed";
+    cJSON *ev = cJSON_CreateObject();
+    cJSON *output = cJSON_Duplicate(s->done, true);
+    if (ev) cJSON_AddItemToObject(ev, "response", response_object(s->m, status, output, u, incomplete && !err, err));
+    else cJSON_Delete(output);
+    emit(s, type, ev);
+}
+
+void api_resp_stream_free(api_resp_stream *s)
+{
+    cJSON_Delete(s->done);
+    s->done = NULL;
+    bytebuf_free(&s->open_text);
+}

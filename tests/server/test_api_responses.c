@@ -1,0 +1,283 @@
+/* test_api_responses.c - /v1/responses without a server: the translation into a chat request
+ * (and that api_request_parse accepts it), errors named as the client sent them, the response
+ * object, and the order and shape of the streamed events. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+
+#include "http/api_responses.h"
+
+/* The chat body of a Responses body (which must translate and then parse as chat). */
+static cJSON *translate(const char *body, api_resp_req *rq)
+{
+    char *chat = NULL;
+    api_error e = {0};
+    if (api_responses_translate(body, strlen(body), &chat, rq, &e) != 0) fail_msg("%s: %s", body, e.message);
+    api_request r;
+    if (api_request_parse(API_CHAT, chat, strlen(chat), 1000, &r, &e) != 0) fail_msg("%s -> %s: %s", body, chat, e.message);
+    api_request_free(&r);
+    cJSON *v = cJSON_Parse(chat);
+    free(chat);
+    assert_non_null(v);
+    return v;
+}
+
+static const char *str_at(const cJSON *o, const char *path)
+{
+    /* "a.b.2.c": object keys and array indexes */
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", path);
+    const cJSON *v = o;
+    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
+        v = (tok[0] >= '0' && tok[0] <= '9') ? cJSON_GetArrayItem(v, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(v, tok);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static void test_translate(void **state)
+{
+    (void)state;
+    api_resp_req rq;
+    cJSON *c = translate("{\"model\":\"m\",\"instructions\":\"Be brief.\",\"input\":\"Hi\",\"max_output_tokens\":7,"
+                         "\"temperature\":0.5,\"store\":true,\"reasoning\":{\"effort\":\"low\"},\"metadata\":{\"k\":\"v\"}}",
+                         &rq);
+    assert_string_equal(str_at(c, "messages.0.role"), "system");
+    assert_string_equal(str_at(c, "messages.0.content"), "Be brief.");
+    assert_string_equal(str_at(c, "messages.1.role"), "user");
+    assert_string_equal(str_at(c, "messages.1.content"), "Hi");
+    assert_int_equal(cJSON_GetObjectItem(c, "max_completion_tokens")->valueint, 7);
+    assert_null(cJSON_GetObjectItem(c, "max_output_tokens"));
+    assert_string_equal(rq.instructions, "\"Be brief.\"");
+    assert_string_equal(rq.metadata, "{\"k\":\"v\"}");
+    assert_string_equal(rq.max_output_tokens, "7");
+    assert_true(rq.parallel_tool_calls);
+    cJSON_Delete(c);
+    api_resp_req_free(&rq);
+
+    /* a turn with a function call and its output, flat tools, a named tool_choice, a schema */
+    c = translate("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"Weather?\"}]},"
+                  "{\"type\":\"reasoning\",\"summary\":[]},"
+                  "{\"type\":\"function_call\",\"call_id\":\"call_9\",\"name\":\"get\",\"arguments\":\"{}\"},"
+                  "{\"type\":\"function_call_output\",\"call_id\":\"call_9\",\"output\":\"21\"},"
+                  "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"21 C\"}]}],"
+                  "\"tools\":[{\"type\":\"function\",\"name\":\"get\",\"parameters\":{\"type\":\"object\"}}],"
+                  "\"tool_choice\":{\"type\":\"function\",\"name\":\"get\"},\"parallel_tool_calls\":false,"
+                  "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"t\",\"schema\":{\"type\":\"object\"},\"strict\":true}}}",
+                  &rq);
+    assert_string_equal(str_at(c, "messages.0.content.0.text"), "Weather?");
+    assert_string_equal(str_at(c, "messages.1.role"), "assistant");
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "messages"), 1), "content")));
+    assert_string_equal(str_at(c, "messages.1.tool_calls.0.id"), "call_9");
+    assert_string_equal(str_at(c, "messages.1.tool_calls.0.function.name"), "get");
+    assert_string_equal(str_at(c, "messages.2.role"), "tool");
+    assert_string_equal(str_at(c, "messages.2.tool_call_id"), "call_9");
+    assert_string_equal(str_at(c, "messages.3.content.0.text"), "21 C");
+    assert_string_equal(str_at(c, "tools.0.function.name"), "get");
+    assert_string_equal(str_at(c, "tool_choice.function.name"), "get");
+    assert_string_equal(str_at(c, "response_format.type"), "json_schema");
+    assert_string_equal(str_at(c, "response_format.json_schema.name"), "t");
+    assert_false(rq.parallel_tool_calls);
+    assert_non_null(strstr(rq.tools, "\"name\":\"get\""));
+    cJSON_Delete(c);
+    api_resp_req_free(&rq);
+}
+
+static void refused(const char *body, const char *param, const char *code)
+{
+    char *chat = NULL;
+    api_resp_req rq;
+    api_error e = {0};
+    assert_int_equal(api_responses_translate(body, strlen(body), &chat, &rq, &e), -1);
+    assert_null(chat);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, param);
+    assert_string_equal(e.code, code);
+    assert_null(rq.instructions);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    refused("{}", "input", "missing_required_parameter");
+    refused("{\"input\":5}", "input", "invalid_type");
+    refused("{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id", "unsupported_parameter");
+    refused("{\"input\":\"x\",\"conversation\":\"c\"}", "conversation", "unsupported_parameter");
+    refused("{\"input\":\"x\",\"background\":true}", "background", "unsupported_parameter");
+    refused("{\"input\":\"x\",\"top_logprobs\":2}", "top_logprobs", "unsupported_parameter");
+    refused("{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type", "unsupported_parameter");
+    refused("{\"input\":\"x\",\"tool_choice\":{\"type\":\"file_search\"}}", "tool_choice", "unsupported_parameter");
+    refused("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}", "input[0]",
+            "unsupported_parameter");
+    refused("{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_1\"}]}", "input[0]", "unsupported_parameter");
+    refused("{\"input\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "input[0]", "invalid_value");
+    refused("{\"input\":[\"x\"],\"model\":\"m\"}", "input[0]", "invalid_type");
+    refused("{\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "input[0]", "invalid_value");
+    refused("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"yaml\"}}}", "text.format.type", "invalid_value");
+    refused("{\"input\":\"x\",\"input\":\"y\"}", "", "duplicate_key"); /* json_strict, as on every route */
+}
+
+static void renamed(const char *param, const char *message, const char *want_param, const char *want_in_message)
+{
+    api_error e;
+    api_error_set(&e, 400, "invalid_request_error", param, "invalid_value", "%s", message);
+    api_responses_rename_error(&e);
+    assert_string_equal(e.param, want_param);
+    if (!strstr(e.message, want_in_message)) fail_msg("'%s' lacks '%s'", e.message, want_in_message);
+}
+
+static void test_rename(void **state)
+{
+    (void)state;
+    renamed("messages[3].content", "Invalid 'messages[3].content': bad.", "input", "Invalid 'input': bad.");
+    renamed("max_completion_tokens", "Invalid value for 'max_completion_tokens': 0.", "max_output_tokens",
+            "'max_output_tokens'");
+    renamed("tools[1].function.parameters", "Invalid 'tools[1].function.parameters': x", "tools[1].parameters",
+            "'tools[1].parameters'");
+    renamed("response_format.json_schema.schema", "Invalid 'response_format.json_schema.schema': y", "text.format.schema",
+            "'text.format.schema'");
+    renamed("tool_choice.function.name", "Invalid 'tool_choice.function.name'.", "tool_choice.name", "'tool_choice.name'");
+    renamed("temperature", "Invalid 'temperature'.", "temperature", "'temperature'");
+}
+
+static const api_resp_req echo = {.instructions = "\"Be brief.\"", .tools = "[{\"type\":\"function\",\"name\":\"f\"}]",
+                                  .parallel_tool_calls = true};
+static const api_resp_meta meta = {.id = "resp_00112233445566778899aabb", .model = "m", .created = 42, .rq = &echo};
+
+static void test_whole_response(void **state)
+{
+    (void)state;
+    chat_tool_call call = {0, "call_abc", "f", "{\"x\":1}"};
+    api_resp_out o = {.text = "hi\xff", .text_len = 3, .reasoning = "think", .reasoning_len = 5, .calls = &call, .n_calls = 1};
+    api_usage u = {10, 4, 6};
+    char *json = api_responses_json(&meta, &o, &u);
+    cJSON *r = cJSON_Parse(json);
+    free(json);
+    assert_non_null(r);
+    assert_string_equal(str_at(r, "object"), "response");
+    assert_string_equal(str_at(r, "status"), "completed");
+    assert_string_equal(str_at(r, "instructions"), "Be brief.");
+    assert_string_equal(str_at(r, "tools.0.name"), "f");
+    assert_string_equal(str_at(r, "output.0.type"), "reasoning");
+    assert_string_equal(str_at(r, "output.0.content.0.text"), "think");
+    assert_string_equal(str_at(r, "output.1.type"), "message");
+    assert_string_equal(str_at(r, "output.1.content.0.text"), "hi\xEF\xBF\xBD"); /* invalid byte -> U+FFFD */
+    assert_string_equal(str_at(r, "output.2.type"), "function_call");
+    assert_string_equal(str_at(r, "output.2.call_id"), "call_abc");
+    assert_string_equal(str_at(r, "output.2.arguments"), "{\"x\":1}");
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "usage"), "total_tokens")->valueint, 16);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(r, "incomplete_details")));
+    cJSON_Delete(r);
+
+    /* cut at max_output_tokens inside the reasoning: the reasoning item only, incomplete */
+    o = (api_resp_out){.reasoning = "th", .reasoning_len = 2, .incomplete = true};
+    json = api_responses_json(&meta, &o, &u);
+    r = cJSON_Parse(json);
+    free(json);
+    assert_string_equal(str_at(r, "status"), "incomplete");
+    assert_string_equal(str_at(r, "incomplete_details.reason"), "max_output_tokens");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(r, "output")), 1);
+    cJSON_Delete(r);
+}
+
+/* The events of out, in order, parsed. */
+static int events(const bytebuf *out, cJSON **ev, int cap)
+{
+    int n = 0;
+    for (const char *p = out->data; p && (p = strstr(p, "event: ")) != NULL && n < cap;) {
+        const char *type = p + 7, *nl = strchr(type, '\n');
+        assert_non_null(nl);
+        assert_memory_equal(nl + 1, "data: ", 6);
+        const char *end = strstr(nl, "\n\n");
+        assert_non_null(end);
+        ev[n] = cJSON_ParseWithLength(nl + 7, (size_t)(end - nl - 7));
+        assert_non_null(ev[n]);
+        assert_true(strncmp(str_at(ev[n], "type"), type, (size_t)(nl - type)) == 0);
+        assert_int_equal(cJSON_GetObjectItem(ev[n], "sequence_number")->valueint, n);
+        n++;
+        p = end;
+    }
+    return n;
+}
+
+static void test_stream(void **state)
+{
+    (void)state;
+    bytebuf out = {0};
+    api_resp_stream s;
+    chat_tool_call call = {0, "call_abc", "f", "{\"x\":1}"};
+    api_usage u = {10, 0, 6};
+    api_resp_stream_begin(&s, &meta, &out);
+    api_resp_stream_reasoning(&s, "thi", 3);
+    api_resp_stream_reasoning(&s, "nk", 2);
+    api_resp_stream_text(&s, "Hel", 3);
+    api_resp_stream_text(&s, "lo", 2);
+    api_resp_stream_call(&s, &call);
+    api_resp_stream_end(&s, false, &u, NULL);
+    api_resp_stream_free(&s);
+    static const char *const want[] = {
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
+        "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done",
+        "response.completed"};
+    enum { N = sizeof want / sizeof want[0] };
+    cJSON *ev[N + 4];
+    assert_int_equal(events(&out, ev, N + 4), N);
+    for (int i = 0; i < N; i++) assert_string_equal(str_at(ev[i], "type"), want[i]);
+    assert_string_equal(str_at(ev[0], "response.status"), "in_progress");
+    assert_int_equal(cJSON_GetObjectItem(ev[4], "output_index")->valueint, 0);
+    assert_string_equal(str_at(ev[6], "text"), "think");
+    assert_int_equal(cJSON_GetObjectItem(ev[11], "output_index")->valueint, 1);
+    assert_string_equal(str_at(ev[13], "text"), "Hello");
+    assert_int_equal(cJSON_GetObjectItem(ev[17], "output_index")->valueint, 2);
+    assert_string_equal(str_at(ev[18], "arguments"), "{\"x\":1}");
+    assert_string_equal(str_at(ev[N - 1], "response.status"), "completed");
+    assert_string_equal(str_at(ev[N - 1], "response.output.1.content.0.text"), "Hello");
+    assert_string_equal(str_at(ev[N - 1], "response.output.2.name"), "f");
+    for (int i = 0; i < N; i++) cJSON_Delete(ev[i]);
+    bytebuf_free(&out);
+
+    /* nothing generated: one empty message; a failure: response.failed with the error */
+    api_resp_stream_begin(&s, &meta, &out);
+    api_resp_stream_end(&s, true, &u, NULL);
+    api_resp_stream_free(&s);
+    int n = events(&out, ev, N);
+    assert_int_equal(n, 8); /* created, in_progress, item/part added, text/part/item done, incomplete */
+    assert_string_equal(str_at(ev[2], "item.type"), "message");
+    assert_string_equal(str_at(ev[7], "type"), "response.incomplete");
+    assert_string_equal(str_at(ev[7], "response.output.0.status"), "incomplete");
+    for (int i = 0; i < n; i++) cJSON_Delete(ev[i]);
+    bytebuf_free(&out);
+
+    api_error err;
+    api_error_set(&err, 500, "server_error", NULL, "engine_error", "Generation failed: boom");
+    api_resp_stream_begin(&s, &meta, &out);
+    api_resp_stream_text(&s, "x", 1);
+    api_resp_stream_end(&s, false, &u, &err);
+    api_resp_stream_free(&s);
+    n = events(&out, ev, N);
+    assert_string_equal(str_at(ev[n - 1], "type"), "response.failed");
+    assert_string_equal(str_at(ev[n - 1], "response.error.code"), "engine_error");
+    for (int i = 0; i < n; i++) cJSON_Delete(ev[i]);
+    bytebuf_free(&out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_translate), cmocka_unit_test(test_refusals), cmocka_unit_test(test_rename),
+        cmocka_unit_test(test_whole_response), cmocka_unit_test(test_stream),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -417,7 +417,9 @@ static bool rename_param(api_error *e, const char *from, const char *to)
         snprintf(e->message, sizeof e->message, "%s", msg);
     }
     snprintf(old, sizeof old, "%s", e->param + n);
-    snprintf(e->param, sizeof e->param, "%s%s", to, old);
+    char param[2 * sizeof e->param];
+    snprintf(param, sizeof param, "%s%s", to, old);
+    snprintf(e->param, sizeof e->param, "%.*s", (int)sizeof e->param - 1, param); /* cut, never overrun */
     return true;
 }
 

@@ -1086,8 +1086,9 @@ def case_node():
 
 
 def case_node_ai():
-    """The Vercel AI SDK through its OpenAI-compatible provider."""
-    return node_session([("vercel_ai.mjs",)], ["ai", "@ai-sdk/openai-compatible"])
+    """The Vercel AI SDK through its OpenAI-compatible provider (chat completions) and through its
+    own OpenAI provider (the Responses API)."""
+    return node_session([("vercel_ai.mjs",), ("vercel_ai_responses.mjs",)], ["ai", "@ai-sdk/openai-compatible", "@ai-sdk/openai"])
 
 
 def case_node_langchain():

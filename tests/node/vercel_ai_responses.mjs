@@ -1,0 +1,80 @@
+// vercel_ai_responses.mjs - the Vercel AI SDK's own OpenAI provider (`@ai-sdk/openai`), whose
+// default model talks to /v1/responses: what people get from `createOpenAI({ baseURL })`
+// pointed at a local server.  generateText, streamText, generateObject, tool calls.
+// The provider passes no inferd extension (ignore_eos), so the synthetic test model may stop
+// early: lengths are checked against the usage, not against maxOutputTokens.
+import assert from 'node:assert/strict';
+import { generateObject, generateText, stepCountIs, streamText, tool } from 'ai';
+import { createOpenAI } from '@ai-sdk/openai';
+import { z } from 'zod';
+import { apiKey, baseURL, finish, modelId, pass } from './harness.mjs';
+
+const openai = createOpenAI({ baseURL, apiKey });
+const model = openai(await modelId()); // the Responses API model
+const common = { model, temperature: 0, maxRetries: 0 };
+const prompt = 'Tell me a story.';
+let text = null;
+
+await pass('generateText (responses)', async () => {
+  const r = await generateText({ ...common, prompt, maxOutputTokens: 6 });
+  assert.equal(typeof r.text, 'string');
+  assert.ok(['length', 'stop'].includes(r.finishReason), r.finishReason);
+  assert.ok(r.usage.outputTokens >= 1 && r.usage.outputTokens <= 6);
+  assert.ok(r.usage.inputTokens > 0);
+  text = r.text;
+});
+
+await pass('streamText (responses events)', async () => {
+  const r = streamText({ ...common, prompt, maxOutputTokens: 6 });
+  let streamed = '';
+  for await (const delta of r.textStream) streamed += delta;
+  assert.equal(streamed, text);
+  assert.equal(await r.text, text);
+  assert.ok((await r.usage).outputTokens >= 1);
+});
+
+await pass('generateText with a system message and a conversation', async () => {
+  const r = await generateText({
+    ...common, maxOutputTokens: 4, system: 'Be brief.',
+    messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Hello.' }, { role: 'user', content: 'More?' }],
+  });
+  assert.equal(typeof r.text, 'string');
+});
+
+await pass('generateObject with a schema (text.format json_schema)', async () => {
+  const r = await generateObject({
+    ...common, maxOutputTokens: 128, prompt: 'A city and its country.',
+    schema: z.object({ city: z.string().max(12), country: z.string().max(12) }),
+  });
+  assert.equal(typeof r.object.city, 'string');
+});
+
+await pass('tool calls, executed, and the next step answers (function_call_output sent back)', async () => {
+  const r = await generateText({
+    ...common, maxOutputTokens: 128, prompt: 'What is the weather in Paris?', toolChoice: 'required',
+    stopWhen: stepCountIs(2),
+    prepareStep: ({ stepNumber }) => (stepNumber > 0 ? { toolChoice: 'none', maxOutputTokens: 8 } : {}),
+    tools: {
+      weather: tool({
+        description: 'The weather in a city',
+        inputSchema: z.object({ city: z.string().max(12) }),
+        execute: async ({ city }) => ({ city, celsius: 21 }),
+      }),
+    },
+  });
+  assert.equal(r.steps.length, 2);
+  const [first] = r.steps;
+  assert.equal(first.toolCalls.length, 1);
+  assert.equal(first.toolCalls[0].toolName, 'weather');
+  assert.equal(typeof first.toolCalls[0].input.city, 'string');
+  assert.equal(first.toolResults[0].output.celsius, 21);
+  assert.equal(r.steps[1].toolCalls.length, 0);
+  assert.equal(typeof r.text, 'string');
+});
+
+await pass('server errors reach the caller', async () => {
+  await assert.rejects(generateText({ ...common, prompt, temperature: 5, maxOutputTokens: 2 }),
+    (err) => err.statusCode === 400 && /temperature/.test(err.message));
+});
+
+finish('vercel-ai-responses');

@@ -1,6 +1,6 @@
 // langchain.mjs - a scripted session through LangChain JS: ChatOpenAI (`@langchain/openai`) with
-// a baseURL: invoke, stream (with usage), batch; bindTools and withStructuredOutput listed as
-// expected-to-fail until their issues land.
+// a baseURL: invoke, stream (with usage), batch, bindTools, withStructuredOutput, and the same
+// model with useResponsesApi (/v1/responses).
 import assert from 'node:assert/strict';
 import { ChatOpenAI } from '@langchain/openai';
 import { HumanMessage, SystemMessage } from '@langchain/core/messages';
@@ -63,6 +63,25 @@ await pass('withStructuredOutput (json_schema)', async () => {
     .withStructuredOutput(z.object({ city: z.string().max(12) }), { name: 'city', method: 'jsonSchema' })
     .invoke('A city, as JSON.');
   assert.equal(typeof r.city, 'string');
+});
+
+// useResponsesApi: the same model over /v1/responses (modelKwargs reach its body too).
+await pass('useResponsesApi: invoke and stream equal the chat-completions reply', async () => {
+  const rllm = chatModel({ useResponsesApi: true });
+  const m = await rllm.invoke(messages);
+  assert.equal(m.text, text);
+  assert.equal(m.usage_metadata.output_tokens, 5);
+  let full = null;
+  for await (const chunk of await rllm.stream(messages)) full = full ? full.concat(chunk) : chunk;
+  assert.equal(full.text, text);
+});
+
+await pass('useResponsesApi: bindTools', async () => {
+  const weather = { name: 'get_weather', description: 'The weather in a city', schema: z.object({ city: z.string().max(12) }) };
+  const m = await chatModel({ maxTokens: 128, useResponsesApi: true }).bindTools([weather], { tool_choice: 'get_weather' })
+    .invoke('What is the weather in Paris?');
+  assert.equal(m.tool_calls.length, 1);
+  assert.equal(m.tool_calls[0].name, 'get_weather');
 });
 
 finish('langchain');

@@ -27,6 +27,12 @@ void api_error_set(api_error *e, int status, const char *type, const char *param
 
 #define INVALID "invalid_request_error"
 
+int api_error_unsupported(api_error *e, const char *param, const char *why)
+{
+    api_error_set(e, 400, INVALID, param, "unsupported_parameter", "Unsupported parameter: '%s' %s", param, why);
+    return -1;
+}
+
 static const char *json_type_name(const cJSON *v)
 {
     if (cJSON_IsString(v)) return "a string";
@@ -45,16 +51,9 @@ static int type_error(api_error *e, const char *param, const char *expected, con
     return -1;
 }
 
-/* The field `name` of obj, or NULL when absent or null (null means "default" in OpenAI's API). */
-static const cJSON *field(const cJSON *obj, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
-    return cJSON_IsNull(v) ? NULL : v;
-}
-
 static int read_bool(const cJSON *obj, const char *name, bool *out, api_error *e)
 {
-    const cJSON *v = field(obj, name);
+    const cJSON *v = json_field(obj, name);
     if (!v) return 0;
     if (!cJSON_IsBool(v)) return type_error(e, name, "a boolean", v);
     *out = cJSON_IsTrue(v);
@@ -70,7 +69,7 @@ typedef struct num_spec {
 
 static int read_num(const cJSON *obj, num_spec s, double *out, bool *present, api_error *e)
 {
-    const cJSON *v = field(obj, s.name);
+    const cJSON *v = json_field(obj, s.name);
     if (present) *present = v != NULL;
     if (!v) return 0;
     if (!cJSON_IsNumber(v))
@@ -125,7 +124,7 @@ static int oom(api_error *e)
 
 static int read_stop(const cJSON *obj, api_request *r, api_error *e)
 {
-    const cJSON *v = field(obj, "stop");
+    const cJSON *v = json_field(obj, "stop");
     if (!v) return 0;
     const cJSON *one[1] = {v};
     int n = 1;
@@ -159,7 +158,7 @@ static int read_stop(const cJSON *obj, api_request *r, api_error *e)
 /* logit_bias: {"token id": bias in [-100, 100]} */
 static int read_logit_bias(const cJSON *obj, int n_vocab, api_request *r, api_error *e)
 {
-    const cJSON *v = field(obj, "logit_bias");
+    const cJSON *v = json_field(obj, "logit_bias");
     if (!v) return 0;
     if (!cJSON_IsObject(v)) return type_error(e, "logit_bias", "an object", v);
     int n = cJSON_GetArraySize(v);
@@ -201,17 +200,17 @@ static int read_common(const cJSON *obj, int n_vocab, api_request *r, api_error 
     r->n = 1;
     r->logprobs = -1;
 
-    const cJSON *model = field(obj, "model");
+    const cJSON *model = json_field(obj, "model");
     if (model && !cJSON_IsString(model)) return type_error(e, "model", "a string", model);
-    const cJSON *user = field(obj, "user");
+    const cJSON *user = json_field(obj, "user");
     if (user && !cJSON_IsString(user)) return type_error(e, "user", "a string", user);
 
     if (read_bool(obj, "stream", &r->stream, e) || read_bool(obj, "ignore_eos", &r->ignore_eos, e))
         return -1;
-    const cJSON *so = field(obj, "stream_options");
+    const cJSON *so = json_field(obj, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) return type_error(e, "stream_options", "an object", so);
-        const cJSON *iu = field(so, "include_usage");
+        const cJSON *iu = json_field(so, "include_usage");
         if (iu && !cJSON_IsBool(iu)) return type_error(e, "stream_options.include_usage", "a boolean", iu);
         r->include_usage = cJSON_IsTrue(iu);
     }
@@ -275,7 +274,7 @@ static int read_text_prompt(const cJSON *s, api_prompt *p, api_error *e)
 /* prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...] */
 static int read_prompts(const cJSON *obj, int n_vocab, api_request *r, api_error *e)
 {
-    const cJSON *v = field(obj, "prompt");
+    const cJSON *v = json_field(obj, "prompt");
     if (!v) {
         api_error_set(e, 400, INVALID, "prompt", "missing_required_parameter",
                       "Missing required parameter: 'prompt'.");
@@ -314,7 +313,7 @@ static int read_content(const cJSON *m, int i, char **out, api_error *e)
 {
     char param[64];
     snprintf(param, sizeof param, "messages[%d].content", i);
-    const cJSON *c = field(m, "content");
+    const cJSON *c = json_field(m, "content");
     *out = NULL;
     if (!c || cJSON_IsNull(c)) return 0;
     if (cJSON_IsString(c)) {
@@ -326,7 +325,7 @@ static int read_content(const cJSON *m, int i, char **out, api_error *e)
     const cJSON *part;
     cJSON_ArrayForEach(part, c)
     {
-        const cJSON *type = field(part, "type"), *text = field(part, "text");
+        const cJSON *type = json_field(part, "type"), *text = json_field(part, "text");
         if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
             !cJSON_IsString(text)) {
             api_error_set(e, 400, INVALID, param, "invalid_value",
@@ -361,7 +360,7 @@ static const char *known_role(const char *role)
  * function.arguments parsed from its JSON string into the object HF templates expect. */
 static int read_tool_calls(const cJSON *m, int i, cJSON *tm, api_error *e)
 {
-    const cJSON *tc = field(m, "tool_calls");
+    const cJSON *tc = json_field(m, "tool_calls");
     char param[96];
     snprintf(param, sizeof param, "messages[%d].tool_calls", i);
     if (!tc || cJSON_IsNull(tc)) return 0;
@@ -373,8 +372,8 @@ static int read_tool_calls(const cJSON *m, int i, cJSON *tm, api_error *e)
     cJSON_ArrayForEach(call, tc)
     {
         snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, j);
-        const cJSON *fn = field(call, "function");
-        const cJSON *name = fn ? field(fn, "name") : NULL, *args = fn ? field(fn, "arguments") : NULL;
+        const cJSON *fn = json_field(call, "function");
+        const cJSON *name = fn ? json_field(fn, "name") : NULL, *args = fn ? json_field(fn, "arguments") : NULL;
         if (!cJSON_IsObject(call) || !cJSON_IsObject(fn) || !cJSON_IsString(name)) {
             api_error_set(e, 400, INVALID, param, "invalid_value",
                           "Invalid '%s': expected {\"id\", \"type\": \"function\", \"function\": {\"name\", "
@@ -403,7 +402,7 @@ static int read_tool_calls(const cJSON *m, int i, cJSON *tm, api_error *e)
 
 static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error *e)
 {
-    const cJSON *v = field(obj, "messages");
+    const cJSON *v = json_field(obj, "messages");
     if (!v) {
         api_error_set(e, 400, INVALID, "messages", "missing_required_parameter",
                       "Missing required parameter: 'messages'.");
@@ -424,7 +423,7 @@ static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error
         char param[64];
         snprintf(param, sizeof param, "messages[%d]", i);
         if (!cJSON_IsObject(m)) return type_error(e, param, "an object", m);
-        const cJSON *role = field(m, "role");
+        const cJSON *role = json_field(m, "role");
         snprintf(param, sizeof param, "messages[%d].role", i);
         if (!cJSON_IsString(role)) {
             api_error_set(e, 400, INVALID, param, role ? "invalid_type" : "missing_required_parameter",
@@ -472,7 +471,7 @@ static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error
 /* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}]. */
 static int read_tools(const cJSON *obj, api_request *r, api_error *e)
 {
-    const cJSON *t = field(obj, "tools");
+    const cJSON *t = json_field(obj, "tools");
     r->parallel_tool_calls = true;
     if (read_bool(obj, "parallel_tool_calls", &r->parallel_tool_calls, e)) return -1;
     if (t && !cJSON_IsNull(t)) {
@@ -488,8 +487,8 @@ static int read_tools(const cJSON *obj, api_request *r, api_error *e)
         {
             char param[64];
             snprintf(param, sizeof param, "tools[%d]", i++);
-            const cJSON *type = field(tool, "type"), *fn = field(tool, "function");
-            const cJSON *name = fn ? field(fn, "name") : NULL, *params = fn ? field(fn, "parameters") : NULL;
+            const cJSON *type = json_field(tool, "type"), *fn = json_field(tool, "function");
+            const cJSON *name = fn ? json_field(fn, "name") : NULL, *params = fn ? json_field(fn, "parameters") : NULL;
             if (!cJSON_IsObject(tool) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 ||
                 !cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0] ||
                 (params && !cJSON_IsObject(params))) {
@@ -502,14 +501,14 @@ static int read_tools(const cJSON *obj, api_request *r, api_error *e)
         r->n_tools = i;
         if (i && !(r->tools_json = cJSON_PrintUnformatted(t))) return oom(e);
     }
-    const cJSON *tc = field(obj, "tool_choice");
+    const cJSON *tc = json_field(obj, "tool_choice");
     if (!tc || cJSON_IsNull(tc)) {
         r->tool_choice = API_TOOL_AUTO;
     } else if (cJSON_IsString(tc) && (strcmp(tc->valuestring, "auto") == 0 || strcmp(tc->valuestring, "none") == 0 ||
                                       strcmp(tc->valuestring, "required") == 0)) {
         r->tool_choice = tc->valuestring[0] == 'a' ? API_TOOL_AUTO : tc->valuestring[0] == 'n' ? API_TOOL_NONE : API_TOOL_REQUIRED;
     } else {
-        const cJSON *fn = field(tc, "function"), *name = fn ? field(fn, "name") : NULL;
+        const cJSON *fn = json_field(tc, "function"), *name = fn ? json_field(fn, "name") : NULL;
         if (!cJSON_IsObject(tc) || !cJSON_IsObject(fn) || !cJSON_IsString(name)) {
             api_error_set(e, 400, INVALID, "tool_choice", "invalid_value",
                           "Invalid 'tool_choice': expected \"none\", \"auto\", \"required\" or {\"type\": "
@@ -519,7 +518,7 @@ static int read_tools(const cJSON *obj, api_request *r, api_error *e)
         r->tool_choice = API_TOOL_NAMED;
         snprintf(r->tool_choice_name, sizeof r->tool_choice_name, "%s", name->valuestring);
         bool found = false;
-        cJSON_ArrayForEach(tc, t) found = found || strcmp(field(field(tc, "function"), "name")->valuestring, name->valuestring) == 0;
+        cJSON_ArrayForEach(tc, t) found = found || strcmp(json_field(json_field(tc, "function"), "name")->valuestring, name->valuestring) == 0;
         if (!found) {
             api_error_set(e, 400, INVALID, "tool_choice", "invalid_value",
                           "Invalid 'tool_choice': no function named '%.60s' in 'tools'.", name->valuestring);
@@ -542,8 +541,8 @@ static int read_template_context(const cJSON *obj, api_request *r, api_error *e)
     int rc = read_messages(obj, r, ctx, e);
     if (rc == 0) rc = read_tools(obj, r, e);
     if (rc == 0 && r->tools_json && r->tool_choice != API_TOOL_NONE)
-        cJSON_AddItemToObject(ctx, "tools", cJSON_Duplicate(field(obj, "tools"), 1));
-    const cJSON *kw = field(obj, "chat_template_kwargs");
+        cJSON_AddItemToObject(ctx, "tools", cJSON_Duplicate(json_field(obj, "tools"), 1));
+    const cJSON *kw = json_field(obj, "chat_template_kwargs");
     if (rc == 0 && kw && !cJSON_IsNull(kw)) {
         if (!cJSON_IsObject(kw)) {
             rc = type_error(e, "chat_template_kwargs", "an object", kw);
@@ -558,42 +557,40 @@ static int read_template_context(const cJSON *obj, api_request *r, api_error *e)
     return rc;
 }
 
-static int unsupported(api_error *e, const char *param, const char *why)
-{
-    api_error_set(e, 400, INVALID, param, "unsupported_parameter", "Unsupported parameter: '%s' %s", param, why);
-    return -1;
-}
-
 /* Parameters of OpenAI's API that inferd does not implement and that would change the result
  * if they were ignored: a 400 naming them, unless their value is the one that changes nothing.
  * (Hints and metadata -- store, metadata, service_tier, prediction, reasoning_effort, ... -- are
  * accepted and ignored, as is any field OpenAI's API does not have.) */
 static int refuse_unsupported(const cJSON *obj, api_kind kind, int n, api_error *e)
 {
+    static const char text_only[] = "is not supported: this server produces text only.";
     if (kind == API_COMPLETIONS) {
-        const cJSON *v = field(obj, "suffix");
+        const cJSON *v = json_field(obj, "suffix");
         if (v && !cJSON_IsString(v)) return type_error(e, "suffix", "a string", v);
-        if (v && *v->valuestring) return unsupported(e, "suffix", "(text after the insertion point) is not supported.");
-        v = field(obj, "best_of");
+        if (v && *v->valuestring)
+            return api_error_unsupported(e, "suffix", "(text after the insertion point) is not supported.");
+        v = json_field(obj, "best_of");
         if (v && (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)))
             return type_error(e, "best_of", "an integer", v);
         if (v && v->valuedouble != n)
-            return unsupported(e, "best_of", "is not supported (candidates are not generated server-side); leave it "
-                                             "out or equal to 'n'.");
+            return api_error_unsupported(e, "best_of", "is not supported (candidates are not generated server-side); "
+                                                       "leave it out or equal to 'n'.");
         return 0;
     }
-    if (field(obj, "functions")) return unsupported(e, "functions", "(the deprecated function-calling API) is not "
-                                                                     "supported; use 'tools'.");
-    if (field(obj, "function_call")) return unsupported(e, "function_call", "(the deprecated function-calling API) is "
-                                                                             "not supported; use 'tool_choice'.");
-    if (field(obj, "audio")) return unsupported(e, "audio", "is not supported: this server produces text only.");
-    if (field(obj, "web_search_options")) return unsupported(e, "web_search_options", "is not supported.");
-    const cJSON *m = field(obj, "modalities"), *x;
+    if (json_field(obj, "functions"))
+        return api_error_unsupported(e, "functions", "(the deprecated function-calling API) is not supported; use 'tools'.");
+    if (json_field(obj, "function_call"))
+        return api_error_unsupported(e, "function_call",
+                                     "(the deprecated function-calling API) is not supported; use 'tool_choice'.");
+    if (json_field(obj, "audio")) return api_error_unsupported(e, "audio", text_only);
+    if (json_field(obj, "web_search_options")) return api_error_unsupported(e, "web_search_options", "is not supported.");
+    const cJSON *m = json_field(obj, "modalities"), *x;
     if (m && !cJSON_IsArray(m)) return type_error(e, "modalities", "an array", m);
     cJSON_ArrayForEach(x, m) {
         if (!cJSON_IsString(x)) return type_error(e, "modalities", "an array of strings", m);
         if (strcmp(x->valuestring, "text"))
-            return unsupported(e, "modalities", "other than [\"text\"] is not supported: this server produces text only.");
+            return api_error_unsupported(e, "modalities", "other than [\"text\"] is not supported: this server "
+                                                          "produces text only.");
     }
     return 0;
 }

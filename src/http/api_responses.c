@@ -14,13 +14,6 @@
 
 /* ---- translation ------------------------------------------------------------------------ */
 
-/* The field `name` of obj, or NULL when absent or null (null means "default"). */
-static const cJSON *field(const cJSON *obj, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
-    return cJSON_IsNull(v) ? NULL : v;
-}
-
 static int invalid(api_error *e, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int invalid(api_error *e, const char *param, const char *code, const char *fmt, ...)
@@ -32,11 +25,6 @@ static int invalid(api_error *e, const char *param, const char *code, const char
     va_end(ap);
     api_error_set(e, 400, INVALID, param, code, "%s", msg);
     return -1;
-}
-
-static int unsupported(api_error *e, const char *param, const char *why)
-{
-    return invalid(e, param, "unsupported_parameter", "Unsupported parameter: '%s' %s", param, why);
 }
 
 static int oom(api_error *e)
@@ -54,7 +42,7 @@ static int not_string(api_error *e, const char *param)
 static int copy_keys(const cJSON *from, cJSON *to, const char *const *keys, size_t n, api_error *e)
 {
     for (size_t k = 0; k < n; k++) {
-        const cJSON *v = field(from, keys[k]);
+        const cJSON *v = json_field(from, keys[k]);
         if (v && !cJSON_AddItemToObject(to, keys[k], cJSON_Duplicate(v, true))) return oom(e);
     }
     return 0;
@@ -80,15 +68,17 @@ static int refuse_stateful(const cJSON *in, api_error *e)
 {
     static const char stateless[] = "is not supported: this server stores no responses or conversations; send "
                                     "the whole conversation in 'input'.";
-    if (field(in, "previous_response_id")) return unsupported(e, "previous_response_id", stateless);
-    if (field(in, "conversation")) return unsupported(e, "conversation", stateless);
-    if (field(in, "prompt")) return unsupported(e, "prompt", "(a stored prompt template) is not supported.");
-    if (cJSON_IsTrue(field(in, "background")))
-        return unsupported(e, "background", "is not supported: responses are streamed or returned, not stored.");
-    if (field(in, "max_tool_calls")) return unsupported(e, "max_tool_calls", "is not supported.");
-    const cJSON *tl = field(in, "top_logprobs");
+    if (json_field(in, "previous_response_id")) return api_error_unsupported(e, "previous_response_id", stateless);
+    if (json_field(in, "conversation")) return api_error_unsupported(e, "conversation", stateless);
+    if (json_field(in, "prompt"))
+        return api_error_unsupported(e, "prompt", "(a stored prompt template) is not supported.");
+    if (cJSON_IsTrue(json_field(in, "background")))
+        return api_error_unsupported(e, "background", "is not supported: responses are streamed or returned, not stored.");
+    if (json_field(in, "max_tool_calls")) return api_error_unsupported(e, "max_tool_calls", "is not supported.");
+    const cJSON *tl = json_field(in, "top_logprobs");
     if (tl && !(cJSON_IsNumber(tl) && tl->valuedouble == 0))
-        return unsupported(e, "top_logprobs", "is not supported on /v1/responses; /v1/chat/completions has logprobs.");
+        return api_error_unsupported(e, "top_logprobs",
+                                     "is not supported on /v1/responses; /v1/chat/completions has logprobs.");
     return 0;
 }
 
@@ -100,7 +90,7 @@ static int copy_plain(const cJSON *in, cJSON *out, api_error *e)
                                        "seed", "stop", "top_k", "min_p", "repeat_penalty", "presence_penalty",
                                        "frequency_penalty", "logit_bias", "ignore_eos", "chat_template_kwargs"};
     if (copy_keys(in, out, same, sizeof same / sizeof same[0], e)) return -1;
-    const cJSON *mot = field(in, "max_output_tokens");
+    const cJSON *mot = json_field(in, "max_output_tokens");
     if (mot && !cJSON_AddItemToObject(out, "max_completion_tokens", cJSON_Duplicate(mot, true))) return oom(e);
     return 0;
 }
@@ -131,7 +121,7 @@ static int parts_of(const cJSON *content, const char *param, cJSON *arr, api_err
 {
     const cJSON *part;
     cJSON_ArrayForEach(part, content) {
-        const cJSON *type = field(part, "type"), *text = field(part, "text");
+        const cJSON *type = json_field(part, "type"), *text = json_field(part, "text");
         const char *t = cJSON_IsString(type) ? type->valuestring : "";
         if (!strcmp(t, "input_text") || !strcmp(t, "output_text") || !strcmp(t, "text")) {
             if (!cJSON_IsString(text)) return invalid(e, param, "invalid_value", "Invalid '%s': a text part needs a string 'text'.", param);
@@ -164,7 +154,7 @@ static cJSON *last_assistant(cJSON *msgs)
 /* A function_call item: a tool call of the assistant turn it follows (or of a new one). */
 static int add_function_call(cJSON *msgs, const cJSON *it, const char *param, api_error *e)
 {
-    const cJSON *id = field(it, "call_id"), *name = field(it, "name"), *args = field(it, "arguments");
+    const cJSON *id = json_field(it, "call_id"), *name = json_field(it, "name"), *args = json_field(it, "arguments");
     if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsString(args))
         return invalid(e, param, "invalid_value",
                        "Invalid '%s': a function_call item needs string 'call_id', 'name' and 'arguments'.", param);
@@ -191,7 +181,7 @@ static int add_function_call(cJSON *msgs, const cJSON *it, const char *param, ap
 /* A function_call_output item: the tool message answering call_id. */
 static int add_call_output(cJSON *msgs, const cJSON *it, const char *param, api_error *e)
 {
-    const cJSON *id = field(it, "call_id"), *output = field(it, "output");
+    const cJSON *id = json_field(it, "call_id"), *output = json_field(it, "output");
     if (!cJSON_IsString(id) || !output)
         return invalid(e, param, "invalid_value",
                        "Invalid '%s': a function_call_output item needs a string 'call_id' and an 'output'.", param);
@@ -211,7 +201,7 @@ static int add_call_output(cJSON *msgs, const cJSON *it, const char *param, api_
 static int add_item(cJSON *msgs, const cJSON *it, const char *param, api_error *e)
 {
     if (!cJSON_IsObject(it)) return invalid(e, param, "invalid_type", "Invalid type for '%s': expected an object.", param);
-    const cJSON *type = field(it, "type");
+    const cJSON *type = json_field(it, "type");
     if (type && !cJSON_IsString(type)) return not_string(e, param);
     const char *t = type ? type->valuestring : "message";
     if (!strcmp(t, "function_call")) return add_function_call(msgs, it, param, e);
@@ -222,7 +212,7 @@ static int add_item(cJSON *msgs, const cJSON *it, const char *param, api_error *
                        "server stores nothing to refer to.", param);
     if (strcmp(t, "message"))
         return invalid(e, param, "invalid_value", "Invalid '%s': unsupported input item type '%.40s'.", param, t);
-    const cJSON *role = field(it, "role"), *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+    const cJSON *role = json_field(it, "role"), *content = cJSON_GetObjectItemCaseSensitive(it, "content");
     if (!cJSON_IsString(role)) return invalid(e, param, "invalid_value", "Invalid '%s': a message needs a string 'role'.", param);
     if (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant") && strcmp(role->valuestring, "system") &&
         strcmp(role->valuestring, "developer"))
@@ -247,7 +237,7 @@ static int translate_input(const cJSON *in, cJSON *out, api_error *e)
 {
     cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
     if (!msgs) return oom(e);
-    const cJSON *ins = field(in, "instructions");
+    const cJSON *ins = json_field(in, "instructions");
     if (ins && !cJSON_IsString(ins)) return not_string(e, "instructions");
     if (ins) {
         cJSON *m = cJSON_CreateObject();
@@ -257,7 +247,7 @@ static int translate_input(const cJSON *in, cJSON *out, api_error *e)
         }
         cJSON_AddItemToArray(msgs, m);
     }
-    const cJSON *input = field(in, "input");
+    const cJSON *input = json_field(in, "input");
     if (!input) return invalid(e, "input", "missing_required_parameter", "Missing required parameter: 'input'.");
     if (cJSON_IsString(input)) {
         cJSON *m = cJSON_CreateObject();
@@ -284,7 +274,7 @@ static int translate_input(const cJSON *in, cJSON *out, api_error *e)
  * this server does not have. */
 static int translate_tools(const cJSON *in, cJSON *out, api_error *e)
 {
-    const cJSON *tools = field(in, "tools");
+    const cJSON *tools = json_field(in, "tools");
     if (!tools) return 0;
     if (!cJSON_IsArray(tools)) return invalid(e, "tools", "invalid_type", "Invalid type for 'tools': expected an array.");
     cJSON *ct = cJSON_AddArrayToObject(out, "tools");
@@ -294,7 +284,7 @@ static int translate_tools(const cJSON *in, cJSON *out, api_error *e)
     cJSON_ArrayForEach(t, tools) {
         char param[40];
         snprintf(param, sizeof param, "tools[%d].type", i++);
-        const cJSON *type = field(t, "type");
+        const cJSON *type = json_field(t, "type");
         if (!cJSON_IsString(type)) return not_string(e, param);
         if (strcmp(type->valuestring, "function"))
             return invalid(e, param, "unsupported_parameter",
@@ -311,10 +301,10 @@ static int translate_tools(const cJSON *in, cJSON *out, api_error *e)
 
 static int translate_tool_choice(const cJSON *in, cJSON *out, api_error *e)
 {
-    const cJSON *tc = field(in, "tool_choice");
+    const cJSON *tc = json_field(in, "tool_choice");
     if (!tc) return 0;
     if (cJSON_IsString(tc)) return cJSON_AddItemToObject(out, "tool_choice", cJSON_Duplicate(tc, true)) ? 0 : oom(e);
-    const cJSON *type = field(tc, "type"), *name = field(tc, "name");
+    const cJSON *type = json_field(tc, "type"), *name = json_field(tc, "name");
     if (!cJSON_IsObject(tc) || !cJSON_IsString(type))
         return invalid(e, "tool_choice", "invalid_type",
                        "Invalid type for 'tool_choice': expected 'none', 'auto', 'required' or {\"type\": \"function\", "
@@ -333,12 +323,12 @@ static int translate_tool_choice(const cJSON *in, cJSON *out, api_error *e)
 /* text.format -> response_format */
 static int translate_text(const cJSON *in, cJSON *out, api_error *e)
 {
-    const cJSON *text = field(in, "text");
+    const cJSON *text = json_field(in, "text");
     if (!text) return 0;
     if (!cJSON_IsObject(text)) return invalid(e, "text", "invalid_type", "Invalid type for 'text': expected an object.");
-    const cJSON *fmt = field(text, "format");
+    const cJSON *fmt = json_field(text, "format");
     if (!fmt) return 0;
-    const cJSON *type = field(fmt, "type");
+    const cJSON *type = json_field(fmt, "type");
     if (!cJSON_IsObject(fmt) || !cJSON_IsString(type)) return not_string(e, "text.format.type");
     if (!strcmp(type->valuestring, "text")) return 0;
     cJSON *rf = cJSON_AddObjectToObject(out, "response_format");
@@ -364,10 +354,10 @@ static int keep_echo(const cJSON *in, api_resp_req *rq, api_error *e)
                 {"text", &rq->text},                 {"metadata", &rq->metadata}, {"user", &rq->user},
                 {"temperature", &rq->temperature},   {"top_p", &rq->top_p},     {"max_output_tokens", &rq->max_output_tokens}};
     for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++) {
-        const cJSON *v = field(in, echo[i].name);
+        const cJSON *v = json_field(in, echo[i].name);
         if (v && !(*echo[i].slot = cJSON_PrintUnformatted(v))) return oom(e);
     }
-    rq->parallel_tool_calls = !cJSON_IsFalse(field(in, "parallel_tool_calls"));
+    rq->parallel_tool_calls = !cJSON_IsFalse(json_field(in, "parallel_tool_calls"));
     return 0;
 }
 

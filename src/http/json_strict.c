@@ -92,3 +92,9 @@ cJSON *json_parse_body(const char *body, size_t len, api_error *e)
     cJSON_Delete(obj);
     return NULL;
 }
+
+const cJSON *json_field(const cJSON *obj, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return cJSON_IsNull(v) ? NULL : v;
+}

@@ -14,6 +14,10 @@
 /* text[0..len) is the body root was parsed from.  0, or -1 with a 400 in e. */
 int json_strict_check(const char *text, size_t len, const cJSON *root, api_error *e);
 
+/* Member `name` of obj, or NULL when it is absent or null (null means "the default" in OpenAI's
+ * API, so a reader treats both alike). */
+const cJSON *json_field(const cJSON *obj, const char *name);
+
 /* A request body (body[len] NUL: anything after the JSON value is refused) as one JSON object
  * that passes json_strict_check; NULL with a 400 in e. */
 cJSON *json_parse_body(const char *body, size_t len, api_error *e);

@@ -143,6 +143,21 @@ static int parts_of(const cJSON *content, const char *param, cJSON *arr, api_err
     return 0;
 }
 
+/* Appends {"role": role, "content": content} to msgs, taking content over; the message, or
+ * NULL (content freed) when out of memory, content == NULL included (a failed create). */
+static cJSON *add_message(cJSON *msgs, const char *role, cJSON *content)
+{
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !content || !cJSON_AddStringToObject(m, "role", role)) {
+        cJSON_Delete(m);
+        cJSON_Delete(content);
+        return NULL;
+    }
+    cJSON_AddItemToObject(m, "content", content);
+    cJSON_AddItemToArray(msgs, m);
+    return m;
+}
+
 static cJSON *last_assistant(cJSON *msgs)
 {
     int n = cJSON_GetArraySize(msgs);
@@ -159,14 +174,7 @@ static int add_function_call(cJSON *msgs, const cJSON *it, const char *param, ap
         return invalid(e, param, "invalid_value",
                        "Invalid '%s': a function_call item needs string 'call_id', 'name' and 'arguments'.", param);
     cJSON *m = last_assistant(msgs);
-    if (!m) {
-        if (!(m = cJSON_CreateObject()) || !cJSON_AddStringToObject(m, "role", "assistant") ||
-            !cJSON_AddNullToObject(m, "content")) {
-            cJSON_Delete(m);
-            return oom(e);
-        }
-        cJSON_AddItemToArray(msgs, m);
-    }
+    if (!m && !(m = add_message(msgs, "assistant", cJSON_CreateNull()))) return oom(e);
     cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *fn;
     if (!calls && !(calls = cJSON_AddArrayToObject(m, "tool_calls"))) return oom(e);
     cJSON *c = function_wrapper(&fn);
@@ -185,16 +193,10 @@ static int add_call_output(cJSON *msgs, const cJSON *it, const char *param, api_
     if (!cJSON_IsString(id) || !output)
         return invalid(e, param, "invalid_value",
                        "Invalid '%s': a function_call_output item needs a string 'call_id' and an 'output'.", param);
-    cJSON *content = NULL;
-    cJSON *m = cJSON_CreateObject();
-    if (!m) return oom(e);
-    cJSON_AddItemToArray(msgs, m);
+    cJSON *content = NULL, *m;
     if (content_of(output, param, &content, e)) return -1;
-    if (!cJSON_AddStringToObject(m, "role", "tool") || !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring)) {
-        cJSON_Delete(content);
+    if (!(m = add_message(msgs, "tool", content)) || !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring))
         return oom(e);
-    }
-    cJSON_AddItemToObject(m, "content", content);
     return 0;
 }
 
@@ -221,15 +223,7 @@ static int add_item(cJSON *msgs, const cJSON *it, const char *param, api_error *
                        param, role->valuestring);
     cJSON *c = NULL;
     if (content_of(content, param, &c, e)) return -1;
-    cJSON *m = cJSON_CreateObject();
-    if (!m || !cJSON_AddStringToObject(m, "role", role->valuestring)) {
-        cJSON_Delete(m);
-        cJSON_Delete(c);
-        return oom(e);
-    }
-    cJSON_AddItemToObject(m, "content", c);
-    cJSON_AddItemToArray(msgs, m);
-    return 0;
+    return add_message(msgs, role->valuestring, c) ? 0 : oom(e);
 }
 
 /* instructions and input -> messages */
@@ -239,25 +233,10 @@ static int translate_input(const cJSON *in, cJSON *out, api_error *e)
     if (!msgs) return oom(e);
     const cJSON *ins = json_field(in, "instructions");
     if (ins && !cJSON_IsString(ins)) return not_string(e, "instructions");
-    if (ins) {
-        cJSON *m = cJSON_CreateObject();
-        if (!m || !cJSON_AddStringToObject(m, "role", "system") || !cJSON_AddStringToObject(m, "content", ins->valuestring)) {
-            cJSON_Delete(m);
-            return oom(e);
-        }
-        cJSON_AddItemToArray(msgs, m);
-    }
+    if (ins && !add_message(msgs, "system", cJSON_CreateString(ins->valuestring))) return oom(e);
     const cJSON *input = json_field(in, "input");
     if (!input) return invalid(e, "input", "missing_required_parameter", "Missing required parameter: 'input'.");
-    if (cJSON_IsString(input)) {
-        cJSON *m = cJSON_CreateObject();
-        if (!m || !cJSON_AddStringToObject(m, "role", "user") || !cJSON_AddStringToObject(m, "content", input->valuestring)) {
-            cJSON_Delete(m);
-            return oom(e);
-        }
-        cJSON_AddItemToArray(msgs, m);
-        return 0;
-    }
+    if (cJSON_IsString(input)) return add_message(msgs, "user", cJSON_CreateString(input->valuestring)) ? 0 : oom(e);
     if (!cJSON_IsArray(input))
         return invalid(e, "input", "invalid_type", "Invalid type for 'input': expected a string or an array of items.");
     int i = 0;
@@ -347,16 +326,11 @@ static int translate_text(const cJSON *in, cJSON *out, api_error *e)
 /* What the response object repeats, as the client sent it. */
 static int keep_echo(const cJSON *in, api_resp_req *rq, api_error *e)
 {
-    struct {
-        const char *name;
-        char **slot;
-    } echo[] = {{"instructions", &rq->instructions}, {"tools", &rq->tools},     {"tool_choice", &rq->tool_choice},
-                {"text", &rq->text},                 {"metadata", &rq->metadata}, {"user", &rq->user},
-                {"temperature", &rq->temperature},   {"top_p", &rq->top_p},     {"max_output_tokens", &rq->max_output_tokens}};
-    for (size_t i = 0; i < sizeof echo / sizeof echo[0]; i++) {
-        const cJSON *v = json_field(in, echo[i].name);
-        if (v && !(*echo[i].slot = cJSON_PrintUnformatted(v))) return oom(e);
-    }
+    const cJSON *v;
+#define KEEP(name)                                                                               \
+    if ((v = json_field(in, #name)) && !(rq->name = cJSON_PrintUnformatted(v))) return oom(e);
+    API_RESP_ECHOED(KEEP)
+#undef KEEP
     rq->parallel_tool_calls = !cJSON_IsFalse(json_field(in, "parallel_tool_calls"));
     return 0;
 }
@@ -384,12 +358,11 @@ int api_responses_translate(const char *body, size_t len, char **chat_body, api_
 
 void api_resp_req_free(api_resp_req *rq)
 {
-    char **all[] = {&rq->instructions, &rq->tools, &rq->tool_choice, &rq->text, &rq->metadata,
-                    &rq->user, &rq->temperature, &rq->top_p, &rq->max_output_tokens};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        free(*all[i]);
-        *all[i] = NULL;
-    }
+#define DROP(name)                                                                               \
+    free(rq->name);                                                                              \
+    rq->name = NULL;
+    API_RESP_ECHOED(DROP)
+#undef DROP
 }
 
 /* In e's param and message, `from` (a prefix of the param up to '.' or '[') becomes `to`. */
@@ -463,6 +436,15 @@ static cJSON *usage_json(const api_usage *u)
     return o;
 }
 
+/* What tells the two text-carrying items apart. */
+static const struct item_kind {
+    const char *type, *part, *id_prefix, *delta_event, *done_event;
+} kinds[] = {
+    [RESP_ITEM_MESSAGE] = {"message", "output_text", "msg", "response.output_text.delta", "response.output_text.done"},
+    [RESP_ITEM_REASONING] = {"reasoning", "reasoning_text", "rs", "response.reasoning_text.delta",
+                             "response.reasoning_text.done"},
+};
+
 /* Output items: message (one output_text part), reasoning (one reasoning_text part), call. */
 static cJSON *text_part(const char *type, const char *s, size_t len)
 {
@@ -476,16 +458,16 @@ static cJSON *text_part(const char *type, const char *s, size_t len)
     return p;
 }
 
-static cJSON *item(int kind, const char *id, const char *status, const char *s, size_t len, bool with_part)
+static cJSON *item(api_resp_item kind, const char *id, const char *status, const char *s, size_t len, bool with_part)
 {
     cJSON *it = cJSON_CreateObject();
     cJSON_AddStringToObject(it, "id", id);
-    cJSON_AddStringToObject(it, "type", kind == 1 ? "message" : "reasoning");
-    if (kind == 2) cJSON_AddArrayToObject(it, "summary");
+    cJSON_AddStringToObject(it, "type", kinds[kind].type);
+    if (kind == RESP_ITEM_REASONING) cJSON_AddArrayToObject(it, "summary");
     cJSON_AddStringToObject(it, "status", status);
-    if (kind == 1) cJSON_AddStringToObject(it, "role", "assistant");
+    if (kind == RESP_ITEM_MESSAGE) cJSON_AddStringToObject(it, "role", "assistant");
     cJSON *content = cJSON_AddArrayToObject(it, "content");
-    if (with_part && content) cJSON_AddItemToArray(content, text_part(kind == 1 ? "output_text" : "reasoning_text", s, len));
+    if (with_part && content) cJSON_AddItemToArray(content, text_part(kinds[kind].part, s, len));
     return it;
 }
 
@@ -505,10 +487,9 @@ static cJSON *call_item(const chat_tool_call *c, const char *status, bool with_a
 }
 
 /* The response object; output is taken over (NULL: []). */
-static cJSON *response_object(const api_resp_meta *m, const char *status, cJSON *output, const api_usage *u,
-                              bool incomplete, const api_error *err)
+static cJSON *response_object(const api_meta *m, const api_resp_req *rq, const char *status, cJSON *output,
+                              const api_usage *u, bool incomplete, const api_error *err)
 {
-    const api_resp_req *rq = m->rq;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", m->id);
     cJSON_AddStringToObject(o, "object", "response");
@@ -551,30 +532,29 @@ static cJSON *response_object(const api_resp_meta *m, const char *status, cJSON 
     return o;
 }
 
-static void item_id(char *buf, size_t cap, const char *prefix, const api_resp_meta *m, int index)
+/* "msg_<the response id's random part><index>": unique across responses too. */
+static void item_id(char *buf, size_t cap, api_resp_item kind, const api_meta *m, int index)
 {
-    /* the response id's random part, so item ids are unique across responses too */
     const char *r = strncmp(m->id, "resp_", 5) ? m->id : m->id + 5;
-    snprintf(buf, cap, "%s_%.32s%02d", prefix, r, index);
+    snprintf(buf, cap, "%s_%.32s%02d", kinds[kind].id_prefix, r, index);
 }
 
-char *api_responses_json(const api_resp_meta *m, const api_resp_out *o, const api_usage *u)
+char *api_responses_json(const api_meta *m, const api_resp_req *rq, const api_resp_out *o, const api_usage *u)
 {
     cJSON *output = cJSON_CreateArray();
     char id[48];
     int index = 0;
     if (o->reasoning_len) {
-        item_id(id, sizeof id, "rs", m, index);
-        cJSON_AddItemToArray(output, item(2, id, "completed", o->reasoning, o->reasoning_len, true));
-        index++;
+        item_id(id, sizeof id, RESP_ITEM_REASONING, m, index++);
+        cJSON_AddItemToArray(output, item(RESP_ITEM_REASONING, id, "completed", o->reasoning, o->reasoning_len, true));
     }
     if (o->text_len || (o->n_calls == 0 && o->reasoning_len == 0)) { /* (as api_resp_stream_end) */
-        item_id(id, sizeof id, "msg", m, index);
-        cJSON_AddItemToArray(output, item(1, id, o->incomplete ? "incomplete" : "completed", o->text, o->text_len, true));
-        index++;
+        item_id(id, sizeof id, RESP_ITEM_MESSAGE, m, index++);
+        cJSON_AddItemToArray(output, item(RESP_ITEM_MESSAGE, id, o->incomplete ? "incomplete" : "completed", o->text,
+                                          o->text_len, true));
     }
     for (int i = 0; i < o->n_calls; i++) cJSON_AddItemToArray(output, call_item(&o->calls[i], "completed", true));
-    cJSON *root = response_object(m, o->incomplete ? "incomplete" : "completed", output, u, o->incomplete, NULL);
+    cJSON *root = response_object(m, rq, o->incomplete ? "incomplete" : "completed", output, u, o->incomplete, NULL);
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return s;
@@ -600,27 +580,37 @@ static void emit(api_resp_stream *s, const char *type, cJSON *ev)
     free(json);
 }
 
-static cJSON *at(const api_resp_stream *s, int index)
+/* A new event about output item index (item_id: NULL when the event carries the item). */
+static cJSON *at(int index, const char *item_id)
 {
     cJSON *ev = cJSON_CreateObject();
-    if (ev && s->open) cJSON_AddStringToObject(ev, "item_id", s->open_id);
+    if (ev && item_id) cJSON_AddStringToObject(ev, "item_id", item_id);
     if (ev) cJSON_AddNumberToObject(ev, "output_index", index);
+    return ev;
+}
+
+/* ... and about its content part 0 */
+static cJSON *at_part(int index, const char *item_id)
+{
+    cJSON *ev = at(index, item_id);
+    if (ev) cJSON_AddNumberToObject(ev, "content_index", 0);
     return ev;
 }
 
 static int n_items(const api_resp_stream *s) { return cJSON_GetArraySize(s->done) + (s->open ? 1 : 0); }
 
-void api_resp_stream_begin(api_resp_stream *s, const api_resp_meta *m, bytebuf *out)
+void api_resp_stream_begin(api_resp_stream *s, const api_meta *m, const api_resp_req *rq, bytebuf *out)
 {
     memset(s, 0, sizeof *s);
     s->m = m;
+    s->rq = rq;
     s->out = out;
     s->done = cJSON_CreateArray();
     if (!s->done) s->failed = out->failed = true;
     static const char *const first[] = {"response.created", "response.in_progress"};
     for (int i = 0; i < 2; i++) {
         cJSON *ev = cJSON_CreateObject();
-        if (ev) cJSON_AddItemToObject(ev, "response", response_object(m, "in_progress", NULL, NULL, false, NULL));
+        if (ev) cJSON_AddItemToObject(ev, "response", response_object(m, rq, "in_progress", NULL, NULL, false, NULL));
         emit(s, first[i], ev);
     }
 }
@@ -629,48 +619,43 @@ void api_resp_stream_begin(api_resp_stream *s, const api_resp_meta *m, bytebuf *
 static void close_item(api_resp_stream *s, const char *status)
 {
     if (!s->open) return;
-    bool msg = s->open == 1;
+    const struct item_kind *k = &kinds[s->open];
     const char *text = s->open_text.data ? s->open_text.data : "";
     size_t len = s->open_text.len;
-    cJSON *ev = at(s, s->open_index);
-    if (ev) cJSON_AddNumberToObject(ev, "content_index", 0);
+    cJSON *ev = at_part(s->open_index, s->open_id);
     if (ev) cJSON_AddItemToObject(ev, "text", text_string(text, len));
-    if (ev && msg) cJSON_AddArrayToObject(ev, "logprobs");
-    emit(s, msg ? "response.output_text.done" : "response.reasoning_text.done", ev);
-    ev = at(s, s->open_index);
-    if (ev) cJSON_AddNumberToObject(ev, "content_index", 0);
-    if (ev) cJSON_AddItemToObject(ev, "part", text_part(msg ? "output_text" : "reasoning_text", text, len));
+    if (ev && s->open == RESP_ITEM_MESSAGE) cJSON_AddArrayToObject(ev, "logprobs");
+    emit(s, k->done_event, ev);
+    ev = at_part(s->open_index, s->open_id);
+    if (ev) cJSON_AddItemToObject(ev, "part", text_part(k->part, text, len));
     emit(s, "response.content_part.done", ev);
     cJSON *done = item(s->open, s->open_id, status, text, len, true);
-    ev = at(s, s->open_index);
-    if (ev) cJSON_DeleteItemFromObject(ev, "item_id"); /* the item itself says it */
+    ev = at(s->open_index, NULL);
     if (ev) cJSON_AddItemToObject(ev, "item", cJSON_Duplicate(done, true));
     emit(s, "response.output_item.done", ev);
     if (done) cJSON_AddItemToArray(s->done, done);
-    s->open = 0;
+    s->open = RESP_ITEM_NONE;
     bytebuf_clear(&s->open_text);
 }
 
-/* Opens an item of kind (1 message, 2 reasoning) with its one empty text part. */
-static void open_item(api_resp_stream *s, int kind)
+/* Opens an item of kind with its one empty text part. */
+static void open_item(api_resp_stream *s, api_resp_item kind)
 {
     close_item(s, "completed");
     int index = n_items(s);
-    item_id(s->open_id, sizeof s->open_id, kind == 1 ? "msg" : "rs", s->m, index);
-    s->open = kind;
-    s->open_index = index;
-    cJSON *ev = at(s, index);
-    if (ev) cJSON_DeleteItemFromObject(ev, "item_id");
+    item_id(s->open_id, sizeof s->open_id, kind, s->m, index);
+    cJSON *ev = at(index, NULL);
     if (ev) cJSON_AddItemToObject(ev, "item", item(kind, s->open_id, "in_progress", "", 0, false));
     emit(s, "response.output_item.added", ev);
-    ev = at(s, index);
-    if (ev) cJSON_AddNumberToObject(ev, "content_index", 0);
-    if (ev) cJSON_AddItemToObject(ev, "part", text_part(kind == 1 ? "output_text" : "reasoning_text", "", 0));
+    ev = at_part(index, s->open_id);
+    if (ev) cJSON_AddItemToObject(ev, "part", text_part(kinds[kind].part, "", 0));
     emit(s, "response.content_part.added", ev);
+    s->open = kind;
+    s->open_index = index;
 }
 
 /* Delta text into an item of kind, opening it first when needed. */
-static void delta(api_resp_stream *s, int kind, const char *text, size_t len)
+static void delta(api_resp_stream *s, api_resp_item kind, const char *text, size_t len)
 {
     if (s->failed || len == 0) return;
     if (s->open != kind) open_item(s, kind);
@@ -680,36 +665,38 @@ static void delta(api_resp_stream *s, int kind, const char *text, size_t len)
         return;
     }
     bytebuf_append(&s->open_text, clean, len);
-    cJSON *ev = at(s, s->open_index);
-    if (ev) cJSON_AddNumberToObject(ev, "content_index", 0);
+    cJSON *ev = at_part(s->open_index, s->open_id);
     if (ev) cJSON_AddStringToObject(ev, "delta", clean);
-    if (ev && kind == 1) cJSON_AddArrayToObject(ev, "logprobs");
+    if (ev && kind == RESP_ITEM_MESSAGE) cJSON_AddArrayToObject(ev, "logprobs");
     free(clean);
-    emit(s, kind == 1 ? "response.output_text.delta" : "response.reasoning_text.delta", ev);
+    emit(s, kinds[kind].delta_event, ev);
 }
 
-void api_resp_stream_text(api_resp_stream *s, const char *text, size_t len) { delta(s, 1, text, len); }
-void api_resp_stream_reasoning(api_resp_stream *s, const char *text, size_t len) { delta(s, 2, text, len); }
+void api_resp_stream_text(api_resp_stream *s, const char *text, size_t len) { delta(s, RESP_ITEM_MESSAGE, text, len); }
+void api_resp_stream_reasoning(api_resp_stream *s, const char *text, size_t len)
+{
+    delta(s, RESP_ITEM_REASONING, text, len);
+}
 
 void api_resp_stream_call(api_resp_stream *s, const chat_tool_call *c)
 {
     if (s->failed) return;
     close_item(s, "completed");
     int index = n_items(s);
-    cJSON *ev = at(s, index);
+    cJSON *ev = at(index, NULL);
     if (ev) cJSON_AddItemToObject(ev, "item", call_item(c, "in_progress", false));
     emit(s, "response.output_item.added", ev);
+    /* the finished item's own id and (sanitized) arguments go into the argument events */
     cJSON *done = call_item(c, "completed", true);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(done, "id"), *args = cJSON_GetObjectItemCaseSensitive(done, "arguments");
     const char *sid = cJSON_IsString(id) ? id->valuestring : "", *sargs = cJSON_IsString(args) ? args->valuestring : "";
     static const char *const steps[] = {"response.function_call_arguments.delta", "response.function_call_arguments.done"};
     for (int k = 0; k < 2; k++) {
-        ev = at(s, index);
-        if (ev) cJSON_AddStringToObject(ev, "item_id", sid);
+        ev = at(index, sid);
         if (ev) cJSON_AddStringToObject(ev, k ? "arguments" : "delta", sargs);
         emit(s, steps[k], ev);
     }
-    ev = at(s, index);
+    ev = at(index, NULL);
     if (ev) cJSON_AddItemToObject(ev, "item", cJSON_Duplicate(done, true));
     emit(s, "response.output_item.done", ev);
     if (done) cJSON_AddItemToArray(s->done, done);
@@ -718,13 +705,13 @@ void api_resp_stream_call(api_resp_stream *s, const chat_tool_call *c)
 void api_resp_stream_end(api_resp_stream *s, bool incomplete, const api_usage *u, const api_error *err)
 {
     if (s->failed) return;
-    if (!err && n_items(s) == 0) open_item(s, 1); /* a reply of nothing is one empty message */
-    close_item(s, err ? "incomplete" : incomplete ? "incomplete" : "completed");
+    if (!err && n_items(s) == 0) open_item(s, RESP_ITEM_MESSAGE); /* a reply of nothing is one empty message */
+    close_item(s, err || incomplete ? "incomplete" : "completed");
     const char *type = err ? "response.failed" : incomplete ? "response.incomplete" : "response.completed";
     const char *status = err ? "failed" : incomplete ? "incomplete" : "completed";
     cJSON *ev = cJSON_CreateObject();
     cJSON *output = cJSON_Duplicate(s->done, true);
-    if (ev) cJSON_AddItemToObject(ev, "response", response_object(s->m, status, output, u, incomplete && !err, err));
+    if (ev) cJSON_AddItemToObject(ev, "response", response_object(s->m, s->rq, status, output, u, incomplete && !err, err));
     else cJSON_Delete(output);
     emit(s, type, ev);
 }

@@ -20,10 +20,14 @@
 #include "base/bytebuf.h"
 #include "text/chat_parse.h"
 
-/* The request's fields a response object repeats, as JSON texts (NULL: the default). */
+/* The request's fields a response object repeats, as the client sent them: JSON texts named
+ * as the fields (NULL: not sent, the response says the default). */
+#define API_RESP_ECHOED(X)                                                                       \
+    X(instructions) X(tools) X(tool_choice) X(text) X(metadata) X(user) X(temperature) X(top_p)   \
+    X(max_output_tokens)
+#define API_RESP_ECHO_MEMBER(name) char *name;
 typedef struct api_resp_req {
-    char *instructions, *tools, *tool_choice, *text, *metadata, *user;
-    char *temperature, *top_p, *max_output_tokens;
+    API_RESP_ECHOED(API_RESP_ECHO_MEMBER)
     bool parallel_tool_calls; /* default true */
 } api_resp_req;
 
@@ -35,13 +39,6 @@ void api_resp_req_free(api_resp_req *rq);
  * (messages -> input, max_completion_tokens -> max_output_tokens, response_format -> text). */
 void api_responses_rename_error(api_error *e);
 
-typedef struct api_resp_meta {
-    const char *id; /* "resp_..." */
-    const char *model;
-    long long created;
-    const api_resp_req *rq;
-} api_resp_meta;
-
 /* The whole reply of a request that was not streamed. */
 typedef struct api_resp_out {
     const char *text, *reasoning;
@@ -51,22 +48,27 @@ typedef struct api_resp_out {
     bool incomplete; /* stopped at max_output_tokens */
 } api_resp_out;
 
-char *api_responses_json(const api_resp_meta *m, const api_resp_out *o, const api_usage *u);
+/* m: the id ("resp_..."), model and time every body of one request shares. */
+char *api_responses_json(const api_meta *m, const api_resp_req *rq, const api_resp_out *o, const api_usage *u);
+
+/* The output items that take text deltas. */
+typedef enum api_resp_item { RESP_ITEM_NONE = 0, RESP_ITEM_MESSAGE, RESP_ITEM_REASONING } api_resp_item;
 
 /* A streamed reply: output items open and close as text, reasoning and calls arrive. */
 typedef struct api_resp_stream {
-    const api_resp_meta *m;
+    const api_meta *m;
+    const api_resp_req *rq;
     bytebuf *out;
-    int seq;         /* sequence_number of the next event */
-    int open;        /* the item taking deltas: 0 none, 1 message, 2 reasoning */
-    int open_index;  /* its output_index */
+    int seq;            /* sequence_number of the next event */
+    api_resp_item open; /* the item taking deltas */
+    int open_index;     /* its output_index */
     char open_id[48];
     bytebuf open_text;  /* its text so far */
     struct cJSON *done; /* the finished items, for the final response object */
     bool failed;        /* out of memory: the stream is cut */
 } api_resp_stream;
 
-void api_resp_stream_begin(api_resp_stream *s, const api_resp_meta *m, bytebuf *out);
+void api_resp_stream_begin(api_resp_stream *s, const api_meta *m, const api_resp_req *rq, bytebuf *out);
 void api_resp_stream_text(api_resp_stream *s, const char *text, size_t len);
 void api_resp_stream_reasoning(api_resp_stream *s, const char *text, size_t len);
 void api_resp_stream_call(api_resp_stream *s, const chat_tool_call *c);

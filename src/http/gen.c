@@ -65,9 +65,8 @@ struct gen {
     double t_first_ms; /* timing_now_ms() when the first completion token was taken; 0 = none yet */
     bool client_gone;  /* non-streaming: the client hung up, so cancelled choices mean 499 */
     bool think_in_prompt; /* chat: the rendered prompt ends inside <think> */
-    /* /v1/responses: what the reply repeats of the request, its ids, the event stream */
+    /* /v1/responses: what the reply repeats of the request, the event stream */
     api_resp_req rreq;
-    api_resp_meta rmeta;
     api_resp_stream rs;
     gen *prev, *next;
 };
@@ -394,7 +393,7 @@ static void emit_chunk(gen *g, const api_choice *ac)
 static void emit_openers(gen *g)
 {
     if (g->req.kind == API_RESPONSES) { /* response.created, response.in_progress */
-        api_resp_stream_begin(&g->rs, &g->rmeta, &g->out);
+        api_resp_stream_begin(&g->rs, &g->meta, &g->rreq, &g->out);
         return;
     }
     for (int i = 0; i < g->n_ch; i++) {
@@ -628,7 +627,7 @@ static enum MHD_Result reply_response(gen *g)
                       .reasoning_len = c->reasoning.len, .calls = c->calls.calls, .n_calls = c->calls.n_calls,
                       .incomplete = c->finish == SCHED_FINISH_LENGTH};
     api_usage u = usage_of(g);
-    return http_reply_json(g->hr, 200, api_responses_json(&g->rmeta, &o, &u));
+    return http_reply_json(g->hr, 200, api_responses_json(&g->meta, &g->rreq, &o, &u));
 }
 
 static enum MHD_Result reply_whole(gen *g)
@@ -767,7 +766,6 @@ enum MHD_Result gen_start(http_req *hr, api_kind kind)
     g->meta = (api_meta){.kind = kind, .id = g->id, .model = g->sv->sm.alias,
                          .created = (long long)time(NULL),
                          .usage_null = g->req.stream && g->req.include_usage};
-    g->rmeta = (api_resp_meta){.id = g->id, .model = g->sv->sm.alias, .created = g->meta.created, .rq = &g->rreq};
     g->n_ch = g->n_prompts * g->req.n;
     if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return http_reply_json(hr, 500, NULL);
     for (int i = 0; i < g->n_ch; i++) { /* echo text leads each choice's text */

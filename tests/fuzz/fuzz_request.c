@@ -89,17 +89,17 @@ static void responses_case(const char *body, size_t len, int n_vocab)
     } else {
         check_accepted(&r, API_CHAT, n_vocab);
         api_request_free(&r);
-        api_resp_meta m = {.id = "resp_0123456789abcdef01234567", .model = "m", .created = 1, .rq = &rq};
+        api_meta m = {.kind = API_RESPONSES, .id = "resp_0123456789abcdef01234567", .model = "m", .created = 1};
         chat_tool_call call = {0, "call_1", "f", (char *)body};
         api_resp_out o = {.text = body, .text_len = len, .reasoning = body, .reasoning_len = len / 2,
                           .calls = &call, .n_calls = 1, .incomplete = len & 1};
         api_usage u = {3, 1, 4};
-        char *j = api_responses_json(&m, &o, &u);
+        char *j = api_responses_json(&m, &rq, &o, &u);
         check_json(j, j ? strlen(j) : 0);
         free(j);
         bytebuf out = {0};
         api_resp_stream s;
-        api_resp_stream_begin(&s, &m, &out);
+        api_resp_stream_begin(&s, &m, &rq, &out);
         api_resp_stream_reasoning(&s, body, len / 2);
         api_resp_stream_text(&s, body + len / 2, len - len / 2);
         api_resp_stream_call(&s, &call);

@@ -147,7 +147,7 @@ static void test_rename(void **state)
 
 static const api_resp_req echo = {.instructions = "\"Be brief.\"", .tools = "[{\"type\":\"function\",\"name\":\"f\"}]",
                                   .parallel_tool_calls = true};
-static const api_resp_meta meta = {.id = "resp_00112233445566778899aabb", .model = "m", .created = 42, .rq = &echo};
+static const api_meta meta = {.kind = API_RESPONSES, .id = "resp_00112233445566778899aabb", .model = "m", .created = 42};
 
 static void test_whole_response(void **state)
 {
@@ -155,7 +155,7 @@ static void test_whole_response(void **state)
     chat_tool_call call = {0, "call_abc", "f", "{\"x\":1}"};
     api_resp_out o = {.text = "hi\xff", .text_len = 3, .reasoning = "think", .reasoning_len = 5, .calls = &call, .n_calls = 1};
     api_usage u = {10, 4, 6};
-    char *json = api_responses_json(&meta, &o, &u);
+    char *json = api_responses_json(&meta, &echo, &o, &u);
     cJSON *r = cJSON_Parse(json);
     free(json);
     assert_non_null(r);
@@ -176,7 +176,7 @@ static void test_whole_response(void **state)
 
     /* cut at max_output_tokens inside the reasoning: the reasoning item only, incomplete */
     o = (api_resp_out){.reasoning = "th", .reasoning_len = 2, .incomplete = true};
-    json = api_responses_json(&meta, &o, &u);
+    json = api_responses_json(&meta, &echo, &o, &u);
     r = cJSON_Parse(json);
     free(json);
     assert_string_equal(str_at(r, "status"), "incomplete");
@@ -212,7 +212,7 @@ static void test_stream(void **state)
     api_resp_stream s;
     chat_tool_call call = {0, "call_abc", "f", "{\"x\":1}"};
     api_usage u = {10, 0, 6};
-    api_resp_stream_begin(&s, &meta, &out);
+    api_resp_stream_begin(&s, &meta, &echo, &out);
     api_resp_stream_reasoning(&s, "thi", 3);
     api_resp_stream_reasoning(&s, "nk", 2);
     api_resp_stream_text(&s, "Hel", 3);
@@ -249,7 +249,7 @@ static void test_stream(void **state)
     bytebuf_free(&out);
 
     /* nothing generated: one empty message; a failure: response.failed with the error */
-    api_resp_stream_begin(&s, &meta, &out);
+    api_resp_stream_begin(&s, &meta, &echo, &out);
     api_resp_stream_end(&s, true, &u, NULL);
     api_resp_stream_free(&s);
     int n = events(&out, ev, N);
@@ -262,7 +262,7 @@ static void test_stream(void **state)
 
     api_error err;
     api_error_set(&err, 500, "server_error", NULL, "engine_error", "Generation failed: boom");
-    api_resp_stream_begin(&s, &meta, &out);
+    api_resp_stream_begin(&s, &meta, &echo, &out);
     api_resp_stream_text(&s, "x", 1);
     api_resp_stream_end(&s, false, &u, &err);
     api_resp_stream_free(&s);

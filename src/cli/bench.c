@@ -187,9 +187,9 @@ static double time_prefill(bench_ctx *b, const int32_t *toks, int n)
     return timing_now_s() - t0;
 }
 
-/* B sequences: a prompt of --context tokens each and DECODE_WARMUP steps (untimed), then
- * n_gen timed steps. Seconds, or -1.  Short prompts go in one packed step; longer ones slot
- * by slot (prompt i starts at token i of toks, so sequences differ). */
+/* B sequences: a prompt of --context tokens each (slot by slot; prompt i starts at token i of
+ * toks, so sequences differ) and DECODE_WARMUP steps, untimed, then n_gen timed steps.
+ * Seconds, or -1. */
 static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
 {
     engine_seq *seqs = calloc((size_t)B, sizeof *seqs);
@@ -201,18 +201,9 @@ static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
         goto out;
     }
     int ctx = b->o->context;
-    if (ctx == DECODE_PROMPT) {
-        for (int i = 0; i < B; i++) {
-            engine_slot_clear(b->e, i);
-            seqs[i] = (engine_seq){.slot = i, .tokens = prompt + (size_t)i * DECODE_PROMPT,
-                                   .n_tokens = DECODE_PROMPT, .pos = 0, .want_token = true, .sp = &b->sp};
-        }
-        if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
-    } else {
-        for (int i = 0; i < B; i++) {
-            seqs[i] = (engine_seq){.slot = i, .want_token = true, .sp = &b->sp};
-            if (prefill_slot(b, i, prompt + i, ctx, &res[i])) goto out;
-        }
+    for (int i = 0; i < B; i++) {
+        seqs[i] = (engine_seq){.slot = i, .want_token = true, .sp = &b->sp};
+        if (prefill_slot(b, i, prompt + i, ctx, &res[i])) goto out;
     }
     double t0 = 0;
     for (int g = 0; g < DECODE_WARMUP + b->o->n_gen; g++) {
@@ -307,7 +298,7 @@ int cli_bench(int argc, char **argv)
     b.m = m;
     clamp_to_context(&o, m->hp.n_ctx_train);
     int max_p = max_of(o.prompts, o.n_prompts), max_b = max_of(o.batches, o.n_batches);
-    size_t n_toks = (size_t)max_b * DECODE_PROMPT + (size_t)o.context; /* decode prompts; see time_decode */
+    size_t n_toks = (size_t)max_b + (size_t)o.context; /* decode prompts; see time_decode */
     if (n_toks < (size_t)max_p) n_toks = (size_t)max_p;
     int32_t *toks = malloc(n_toks * sizeof *toks);
     rc = 1;

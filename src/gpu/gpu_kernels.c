@@ -6,7 +6,7 @@
 
 #include "gpu_shared.h"
 
-/* Emitted by embed_fatbin.py (the fatbin nvcc built from kernels/inferd_kernels.cu). */
+/* Emitted by embed_fatbin.py (the fatbin nvcc built from src/gpu/kernels/inferd_kernels.cu). */
 extern const unsigned char inferd_kernels_fatbin[];
 
 static const struct {

@@ -13,7 +13,7 @@
 
 #include "engine/engine.h"
 #include "model/quant.h"
-#include "tiny_model.h"
+#include "../model/tiny_model.h"
 
 /* ---- the float64 reference: weights dequantised, all arithmetic in double -------------- */
 

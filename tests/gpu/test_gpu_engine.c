@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "../cpu/tiny_model.h"
+#include "../model/tiny_model.h"
 #include "gpu_test_util.h"
 
 #define N_PROMPT 200

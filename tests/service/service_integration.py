@@ -133,7 +133,7 @@ def case_notify():
         wait_for("STATUS=serving", lambda: ns.index("STATUS=serving") is not None, 30)
 
         # watchdog pings (every 200 ms for WATCHDOG_USEC=400000); the wedged-step case is
-        # tests/service/test_heartbeat.c
+        # tests/sched/test_heartbeat.c
         wait_for("2 WATCHDOG=1 pings", lambda: ns.snapshot().count("WATCHDOG=1") >= 2, 60)
         sock = hi.open_stream(port, 1500)
         n = ns.snapshot().count("WATCHDOG=1")

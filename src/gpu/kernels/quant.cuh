@@ -6,7 +6,7 @@
 // Layouts are ggml's (see src/model/quant.h).
 #pragma once
 #include "common.cuh"
-#include "../src/gpu/gpu_shared.h"
+#include "../gpu_shared.h"
 
 enum {
     T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30

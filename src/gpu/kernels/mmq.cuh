@@ -22,7 +22,7 @@
 #pragma once
 #include "quant.cuh"
 #include "mma.cuh"
-#include "../src/gpu/gpu_shared.h"
+#include "../gpu_shared.h"
 
 #define MMQ_WARPS 8
 #define MMQ_ROWS (16 * MMQ_WARPS)

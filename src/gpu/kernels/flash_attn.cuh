@@ -28,7 +28,7 @@
 #pragma once
 #include "common.cuh"
 #include "mma.cuh"
-#include "../src/gpu/gpu_shared.h"
+#include "../gpu_shared.h"
 
 #define FA_WARPS (GPU_FA_ROWS / 16)
 #define FA_KEYS GPU_KV_BLOCK

@@ -5,7 +5,7 @@
 // One block per logits row; only the small gpu_sample_out records go back to the host.
 #pragma once
 #include "common.cuh"
-#include "../src/gpu/gpu_shared.h"
+#include "../gpu_shared.h"
 
 #define SAMPLE_THREADS 1024
 #define SAMPLE_SORT_MAX 4096       // candidates sorted in shared memory

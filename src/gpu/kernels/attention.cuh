@@ -11,7 +11,7 @@
 // share one KV head, and attn_combine merges the partials.
 #pragma once
 #include "common.cuh"
-#include "../src/gpu/gpu_shared.h"
+#include "../gpu_shared.h"
 
 #define ATT_WARPS 4
 #define ATT_GB 8    // most query heads per block (all of one KV group, or a divisor of it)

@@ -8,7 +8,7 @@
 // FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.
 #pragma once
 #include "quant.cuh"
-#include "../src/gpu/gpu_shared.h"
+#include "../gpu_shared.h"
 
 #define MATVEC_WARPS 8
 

@@ -2,7 +2,7 @@
 // post-processing (per-head norm, RoPE, K/V stores through the block tables), SwiGLU and bias.
 #pragma once
 #include "common.cuh"
-#include "../src/gpu/gpu_shared.h"
+#include "../gpu_shared.h"
 
 // Row r of the output = x[row] / rms(x[row]) * w, where row = idx ? idx[r * idx_stride] : r;
 // one block per output row of n.  Written in FP16 to yh (matmul inputs), FP32 to y, or both;

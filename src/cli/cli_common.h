@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 
-#include "engine/engine.h"
+#include "backend/backend.h"
 
 /* Parse a flag value; false with a message on stderr (naming cmd and flag) when malformed
  * or outside [lo, hi]. */

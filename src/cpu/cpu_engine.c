@@ -14,7 +14,8 @@
 #include <unistd.h>
 
 #include "engine/engine_impl.h"
-#include "engine/sampling.h"
+#include "cpu.h"
+#include "sampling.h"
 #include "model/quant.h"
 #include "cpu_ops.h"
 #include "cpu_pool.h"

@@ -24,7 +24,7 @@ typedef struct opt_def {
     const char *help;
 } opt_def;
 
-/* In engine_device order (engine/engine.h). */
+/* In engine_device order (backend/backend.h). */
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const reasoning_names[] = {"auto", "none", "deepseek", NULL};
 static const char *const log_format_names[] = {"text", "json", NULL};

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "engine/engine.h"
+#include "backend/backend.h"
 
 typedef enum opts_log_format { OPTS_LOG_TEXT = 0, OPTS_LOG_JSON } opts_log_format;
 
@@ -36,7 +36,7 @@ typedef struct inferd_opts {
     int max_connections_per_ip; /* 0: no per-address limit */
     int timeout;            /* seconds for a request's head and body (and idle keep-alive) */
     int stream_timeout;     /* seconds of client inactivity while a response is answered */
-    int device;             /* engine_device (engine/engine.h) */
+    int device;             /* engine_device (backend/backend.h) */
     int gpu;                /* CUDA ordinal */
     int tensor_parallel;    /* GPUs one model is split across (1: today's single-GPU path) */
     char chat_template[64]; /* "" = detect from the model */

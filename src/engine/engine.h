@@ -100,24 +100,8 @@ typedef struct engine_config {
     bool verbose;
 } engine_config;
 
-typedef struct engine engine; /* opaque: backends define it in engine_impl.h */
-
-/* Which backend runs the math.  AUTO: CUDA when a usable GPU is present, else the CPU. */
-typedef enum engine_device { ENGINE_DEVICE_AUTO = 0, ENGINE_DEVICE_CPU, ENGINE_DEVICE_CUDA } engine_device;
-
-/* "auto", "cpu" or "cuda"; false for anything else. */
-bool engine_device_parse(const char *name, engine_device *out);
-
-/* Creates an engine for m on dev.  With AUTO a GPU that cannot be used (no driver, too little
- * memory) is logged as a warning and the CPU is used instead; with CPU or CUDA that backend
- * or nothing.  NULL with a message in err when no engine could be made. */
-engine *engine_open(engine_device dev, const model *m, const engine_config *cfg, char *err, size_t errlen);
-/* true when the CUDA backend was built and a GPU answers. */
-bool engine_cuda_available(void);
-/* GPUs the CUDA driver sees; 0 with the reason in err when there is no driver, no GPU or no
- * CUDA backend in this build (never fails harder than that: tensor parallelism asks it before
- * anything else touches CUDA). */
-int engine_cuda_device_count(char *err, size_t errlen);
+/* Opaque: backends define it in engine_impl.h; backend/backend.h opens one. */
+typedef struct engine engine;
 
 /* The configuration the engine was created with (n_slots, ctx_per_slot, batch budget). */
 const engine_config *engine_get_config(const engine *e);

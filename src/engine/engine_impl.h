@@ -1,5 +1,6 @@
 /* engine_impl.h - what a backend implements behind engine.h.  Only engine.c and the backends
- * (cpu/, gpu/) include this: callers see an opaque engine.
+ * (cpu/, gpu/) include this: callers see an opaque engine.  Each backend declares its
+ * constructor in its own header (cpu/cpu.h, gpu/gpu.h); backend/ chooses between them.
  *
  * A backend's own engine struct starts with `engine base;`, so engine.c can dispatch through
  * the vtable and answer engine_get_config without knowing the backend. */
@@ -30,10 +31,5 @@ int engine_kv_blocks_per_seq(const engine *e);
 /* The pool block holding entry `index` of s's block table (its fixed blocks without a table);
  * check_batch has made sure it is in the pool. */
 int32_t engine_seq_block(const engine *e, const engine_seq *s, int index);
-
-/* The backends' constructors; engine_open chooses between them. */
-engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, size_t errlen);
-/* NULL with a message when there is no usable GPU or CUDA support was not built. */
-engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen);
 
 #endif

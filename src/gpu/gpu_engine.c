@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "model/quant.h"
+#include "gpu.h"
 #include "gpu_internal.h"
 
 #define MIB (1024.0 * 1024.0)

@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "engine/engine_impl.h"
+#include "gpu.h"
 
 static const char no_cuda[] = "this inferd was built without CUDA support (-Dcuda=disabled or no nvcc)";
 

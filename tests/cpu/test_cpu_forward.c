@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "engine/engine.h"
+#include "backend/backend.h"
 #include "model/quant.h"
 #include "../model/tiny_model.h"
 

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "base/file.h"
-#include "engine/engine.h"
+#include "backend/backend.h"
 
 #define BOS 1
 #define N_LOGIT_POS 64

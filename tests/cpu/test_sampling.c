@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "engine/sampling.h"
+#include "cpu/sampling.h"
 
 #define V 16
 

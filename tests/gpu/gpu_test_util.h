@@ -8,7 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/engine.h"
+#include "backend/backend.h"
+#include "gpu/gpu.h"
 
 /* What a test program returns when it did not run: meson's "skipped" (its summary then counts
  * it as SKIP, not OK). */

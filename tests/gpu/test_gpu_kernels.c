@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "engine/sampling.h"
+#include "cpu/sampling.h"
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_kernels.h"
 #include "gpu/gpu_shared.h"

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "engine/engine.h"
+#include "backend/backend.h"
 #include "synth/bpe_train.h"
 #include "synth/mkmodel.h"
 #include "synth/words.h"

@@ -1,5 +1,5 @@
 // sampling.cuh - choose each sequence's next token on the GPU, following the CPU reference
-// (src/engine/sampling.h states the order of operations; this mirrors it step by step):
+// (src/cpu/sampling.h states the order of operations; this mirrors it step by step):
 // bias, penalties over the slot's history window, log-softmax at T=1 for logprobs and the
 // top-N alternatives, then greedy argmax or temperature + top_k + top_p + min_p + one draw.
 // One block per logits row; only the small gpu_sample_out records go back to the host.

@@ -1,9 +1,11 @@
-/* engine_open.c - choosing the backend: the one place that knows both constructors, used by
- * the daemon and the CLI tools alike. */
+/* backend.c - choosing the backend: the one place that knows every constructor, used by the
+ * daemon and the CLI tools alike. */
 #include <string.h>
 
 #include "base/log.h"
-#include "engine_impl.h"
+#include "backend.h"
+#include "cpu/cpu.h"
+#include "gpu/gpu.h"
 
 bool engine_device_parse(const char *name, engine_device *out)
 {

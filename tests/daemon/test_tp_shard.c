@@ -1,4 +1,4 @@
-/* test_tp_shard.c - the tensor-parallel sharding arithmetic (engine/tp_shard.h) on the shapes of
+/* test_tp_shard.c - the tensor-parallel sharding arithmetic (daemon/tp_shard.h) on the shapes of
  * real models: every plan is checked against invariants that hold for any correct split
  * (each head, FFN unit and token row owned exactly once; every GPU holds the KV heads its query
  * heads read; the per-GPU bytes add up to the whole plus what is replicated), and the refusals
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "engine/tp_shard.h"
+#include "daemon/tp_shard.h"
 
 /* A Q4_K_M-like file: Q4_K matrices, Q6_K for V, down and the LM head (as llama.cpp's Q4_K_M
  * mostly has them). */

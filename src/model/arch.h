@@ -138,6 +138,8 @@ extern const arch_desc arch_llama, arch_qwen2, arch_qwen3;
 extern const arch_key arch_dense_keys[];
 extern const arch_tensor arch_dense_globals[];
 extern const arch_tensor arch_dense_layer_tensors[];
+#define ARCH_DENSE_LISTS                                                                          \
+    .keys = arch_dense_keys, .globals = arch_dense_globals, .layer_tensors = arch_dense_layer_tensors
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at
  * run time (tests; before any model loads, not thread-safe) and returns its id, or -1 when

@@ -26,27 +26,16 @@ enum { Q_DIM = HEADS * HD, KV_DIM = KV_HEADS * HD };
 
 static const arch_desc toy_postnorm = {
     .name = "toy-postnorm",
-    .keys = arch_dense_keys,
-    .globals = arch_dense_globals,
-    .layer_tensors = arch_dense_layer_tensors,
+    ARCH_DENSE_LISTS,
     .rope = ARCH_ROPE_NORMAL,
     .pattern = {{.norm = ARCH_NORM_SANDWICH, .attn = ARCH_ATTN_FULL, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU},
                 {.norm = ARCH_NORM_POST, .attn = ARCH_ATTN_FULL, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},
     .pattern_len = 2,
 };
 
-/* The same tensors with sliding-window attention on the odd layers, which no CPU block runs
- * yet: the engine must refuse it, not run it as full attention. */
-static const arch_desc toy_sliding = {
-    .name = "toy-sliding",
-    .keys = arch_dense_keys,
-    .globals = arch_dense_globals,
-    .layer_tensors = arch_dense_layer_tensors,
-    .rope = ARCH_ROPE_NORMAL,
-    .pattern = {{.norm = ARCH_NORM_SANDWICH, .attn = ARCH_ATTN_FULL, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU},
-                {.norm = ARCH_NORM_POST, .attn = ARCH_ATTN_SLIDING, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},
-    .pattern_len = 2,
-};
+/* The same with sliding-window attention on the odd layers, which no CPU block runs yet:
+ * the engine must refuse it, not run it as full attention.  Made from the toy in setup. */
+static arch_desc toy_sliding;
 
 /* ---- the weights, kept as written ------------------------------------------------------ */
 
@@ -143,6 +132,30 @@ static model *toy_load(const void *image, size_t size, char *err, size_t errlen)
 {
     gguf_file *f = gguf_open_memory(image, size, err, errlen);
     return f ? model_from_gguf(f, err, errlen) : NULL;
+}
+
+/* The toy as `arch` without `omit`, loaded (the test fails if it is refused). */
+typedef struct loaded {
+    toy t;
+    void *image;
+    model *m;
+} loaded;
+
+static void load(loaded *L, const char *arch, const char *omit)
+{
+    size_t size;
+    char err[512];
+    L->image = toy_build(&L->t, arch, omit, &size);
+    assert_non_null(L->image);
+    L->m = toy_load(L->image, size, err, sizeof err);
+    if (!L->m) fail_msg("load: %s", err);
+}
+
+static void unload(loaded *L)
+{
+    model_free(L->m);
+    free(L->image);
+    toy_free(&L->t);
 }
 
 /* ---- the float64 reference, straight from the formulas --------------------------------- */
@@ -246,51 +259,45 @@ static void reference(const toy *t, const int32_t *tokens, int n, double *logits
 static int setup_registry(void **state)
 {
     (void)state;
+    toy_sliding = toy_postnorm;
+    toy_sliding.name = "toy-sliding";
+    toy_sliding.pattern[1].attn = ARCH_ATTN_SLIDING;
     return arch_register(&toy_postnorm) < 0 || arch_register(&toy_sliding) < 0;
 }
 
 static void test_loads_by_its_recipe(void **state)
 {
     (void)state;
-    toy t;
-    size_t size;
-    char err[512];
-    void *image = toy_build(&t, "toy-postnorm", NULL, &size);
-    assert_non_null(image);
-    model *m = toy_load(image, size, err, sizeof err);
-    if (!m) fail_msg("load: %s", err);
+    loaded L;
+    load(&L, "toy-postnorm", NULL);
+    const model *m = L.m;
     assert_ptr_equal(m->desc, &toy_postnorm);
     assert_string_equal(model_arch_name(m->hp.arch), "toy-postnorm");
     for (int il = 0; il < LAYERS; il++) {
-        const model_layer *L = &m->layers[il];
-        assert_int_equal(L->recipe.norm, il % 2 ? ARCH_NORM_POST : ARCH_NORM_SANDWICH);
-        assert_true((L->attn_norm.data != NULL) == (il % 2 == 0)); /* the pre-norms of sandwich layers only */
-        assert_true((L->ffn_norm.data != NULL) == (il % 2 == 0));
-        assert_non_null(L->attn_post_norm.data);
+        const model_layer *ly = &m->layers[il];
+        assert_int_equal(ly->recipe.norm, il % 2 ? ARCH_NORM_POST : ARCH_NORM_SANDWICH);
+        assert_true((ly->attn_norm.data != NULL) == (il % 2 == 0)); /* the pre-norms of sandwich layers only */
+        assert_true((ly->ffn_norm.data != NULL) == (il % 2 == 0));
+        assert_non_null(ly->attn_post_norm.data);
         char name[64];
         snprintf(name, sizeof name, "blk.%d.post_ffw_norm.weight", il);
-        assert_string_equal(L->ffn_post_norm.name, name);
-        assert_null(L->bq.data);
+        assert_string_equal(ly->ffn_post_norm.name, name);
+        assert_null(ly->bq.data);
     }
     char line[160];
     arch_layer_describe(&m->layers[1].recipe, line, sizeof line);
     assert_string_equal(line, "post-norm, full attention, GLU silu");
-    model_free(m);
-    free(image);
-    toy_free(&t);
+    unload(&L);
 }
 
 static void test_cpu_logits_match_reference(void **state)
 {
     (void)state;
-    toy t;
-    size_t size;
+    loaded L;
+    load(&L, "toy-postnorm", NULL);
     char err[512];
-    void *image = toy_build(&t, "toy-postnorm", NULL, &size);
-    model *m = toy_load(image, size, err, sizeof err);
-    if (!m) fail_msg("load: %s", err);
     engine_config cfg = {.n_slots = 2, .ctx_per_slot = 32, .max_batch_tokens = 32, .n_threads = 2};
-    engine *e = engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err);
+    engine *e = engine_open(ENGINE_DEVICE_CPU, L.m, &cfg, err, sizeof err);
     if (!e) fail_msg("engine: %s", err);
 
     enum { PROMPT = 7, TOTAL = 11 };
@@ -308,7 +315,7 @@ static void test_cpu_logits_match_reference(void **state)
         if (engine_step(e, &s, 1, &r, err, sizeof err) != 0) fail_msg("step: %s", err);
         if (p + n < TOTAL) tokens[p + n] = r.token;
     }
-    reference(&t, tokens, TOTAL, want);
+    reference(&L.t, tokens, TOTAL, want);
     double worst = 0.0;
     for (int p = 0; p < TOTAL; p++) {
         double diff = 0.0, scale = 1e-30;
@@ -323,9 +330,7 @@ static void test_cpu_logits_match_reference(void **state)
     assert_true(worst < 1e-4);
 
     engine_free(e);
-    model_free(m);
-    free(image);
-    toy_free(&t);
+    unload(&L);
 }
 
 static void expect_load_error(const char *omit, const char *fragment)
@@ -347,15 +352,9 @@ static void test_errors_name_the_recipe_tensors(void **state)
     expect_load_error("blk.1.post_ffw_norm.weight", "missing tensor 'blk.1.post_ffw_norm.weight'");
     expect_load_error("blk.2.attn_norm.weight", "missing tensor 'blk.2.attn_norm.weight'");
     /* A post-norm-only layer needs no pre-norm, so that one is not asked for. */
-    toy t;
-    size_t size;
-    char err[512];
-    void *image = toy_build(&t, "toy-postnorm", "blk.1.attn_norm.weight", &size);
-    model *m = toy_load(image, size, err, sizeof err);
-    if (!m) fail_msg("load: %s", err);
-    model_free(m);
-    free(image);
-    toy_free(&t);
+    loaded L;
+    load(&L, "toy-postnorm", "blk.1.attn_norm.weight");
+    unload(&L);
 }
 
 static void test_registry(void **state)
@@ -374,32 +373,22 @@ static void test_registry(void **state)
 static void test_unimplemented_features_refused(void **state)
 {
     (void)state;
-    toy t;
-    size_t size;
+    loaded L;
     char err[512];
-    void *image = toy_build(&t, "toy-postnorm", NULL, &size);
-    model *m = toy_load(image, size, err, sizeof err);
-    if (!m) fail_msg("load: %s", err);
+    load(&L, "toy-postnorm", NULL);
     const arch_features no_post = ARCH_F_PRE_NORM | ARCH_F_ATTN_FULL | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU;
-    assert_int_equal(model_check_features(m, no_post, "test", err, sizeof err), -1);
+    assert_int_equal(model_check_features(L.m, no_post, "test", err, sizeof err), -1);
     assert_string_equal(err, "the test backend does not implement post-norm (layer 0 of toy-postnorm)");
-    assert_int_equal(model_check_features(m, no_post | ARCH_F_POST_NORM, "test", err, sizeof err), 0);
-    model_free(m);
-    free(image);
-
-    toy_free(&t);
+    assert_int_equal(model_check_features(L.m, no_post | ARCH_F_POST_NORM, "test", err, sizeof err), 0);
+    unload(&L);
 
     /* The same weights as the sliding family: they load (the tensors are the same), but the
      * CPU engine does not run sliding windows and says so. */
-    image = toy_build(&t, "toy-sliding", NULL, &size);
-    m = toy_load(image, size, err, sizeof err);
-    if (!m) fail_msg("load: %s", err);
+    load(&L, "toy-sliding", NULL);
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 16, .max_batch_tokens = 16, .n_threads = 1};
-    assert_null(engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err));
+    assert_null(engine_open(ENGINE_DEVICE_CPU, L.m, &cfg, err, sizeof err));
     assert_non_null(strstr(err, "the cpu backend does not implement sliding-window attention (layer 1 of toy-sliding)"));
-    model_free(m);
-    free(image);
-    toy_free(&t);
+    unload(&L);
 }
 
 int main(void)

@@ -4,9 +4,7 @@
 
 const arch_desc arch_llama = {
     .name = "llama",
-    .keys = arch_dense_keys,
-    .globals = arch_dense_globals,
-    .layer_tensors = arch_dense_layer_tensors,
+    ARCH_DENSE_LISTS,
     .rope = ARCH_ROPE_NORMAL,
     .pattern = {{.norm = ARCH_NORM_PRE, .attn = ARCH_ATTN_FULL, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},
     .pattern_len = 1,

@@ -4,9 +4,7 @@
 
 const arch_desc arch_qwen3 = {
     .name = "qwen3",
-    .keys = arch_dense_keys,
-    .globals = arch_dense_globals,
-    .layer_tensors = arch_dense_layer_tensors,
+    ARCH_DENSE_LISTS,
     .rope = ARCH_ROPE_NEOX,
     .pattern = {{.norm = ARCH_NORM_PRE, .attn = ARCH_ATTN_FULL, .attn_extras = ARCH_ATTN_QK_NORM,
                  .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},

@@ -37,6 +37,9 @@ static const arch_desc toy_postnorm = {
  * the engine must refuse it, not run it as full attention.  Made from the toy in setup. */
 static arch_desc toy_sliding;
 
+/* A descriptor with no layer pattern: the loader refuses it, naming the family. */
+static arch_desc toy_broken;
+
 /* ---- the weights, kept as written ------------------------------------------------------ */
 
 typedef struct toy_layer {
@@ -262,7 +265,10 @@ static int setup_registry(void **state)
     toy_sliding = toy_postnorm;
     toy_sliding.name = "toy-sliding";
     toy_sliding.pattern[1].attn = ARCH_ATTN_SLIDING;
-    return arch_register(&toy_postnorm) < 0 || arch_register(&toy_sliding) < 0;
+    toy_broken = toy_postnorm;
+    toy_broken.name = "toy-broken";
+    toy_broken.pattern_len = 0;
+    return arch_register(&toy_postnorm) < 0 || arch_register(&toy_sliding) < 0 || arch_register(&toy_broken) < 0;
 }
 
 static void test_loads_by_its_recipe(void **state)
@@ -333,12 +339,12 @@ static void test_cpu_logits_match_reference(void **state)
     unload(&L);
 }
 
-static void expect_load_error(const char *omit, const char *fragment)
+static void expect_load_error(const char *arch, const char *omit, const char *fragment)
 {
     toy t;
     size_t size;
     char err[512] = "";
-    void *image = toy_build(&t, "toy-postnorm", omit, &size);
+    void *image = toy_build(&t, arch, omit, &size);
     model *m = toy_load(image, size, err, sizeof err);
     assert_null(m);
     if (!strstr(err, fragment)) fail_msg("error '%s' lacks '%s'", err, fragment);
@@ -349,8 +355,9 @@ static void expect_load_error(const char *omit, const char *fragment)
 static void test_errors_name_the_recipe_tensors(void **state)
 {
     (void)state;
-    expect_load_error("blk.1.post_ffw_norm.weight", "missing tensor 'blk.1.post_ffw_norm.weight'");
-    expect_load_error("blk.2.attn_norm.weight", "missing tensor 'blk.2.attn_norm.weight'");
+    expect_load_error("toy-postnorm", "blk.1.post_ffw_norm.weight", "missing tensor 'blk.1.post_ffw_norm.weight'");
+    expect_load_error("toy-postnorm", "blk.2.attn_norm.weight", "missing tensor 'blk.2.attn_norm.weight'");
+    expect_load_error("toy-broken", NULL, "toy-broken: the family's layer pattern has 0 entries (1 to 8)");
     /* A post-norm-only layer needs no pre-norm, so that one is not asked for. */
     loaded L;
     load(&L, "toy-postnorm", "blk.1.attn_norm.weight");
@@ -366,7 +373,7 @@ static void test_registry(void **state)
     assert_null(arch_find("toy", 3));
     char names[256];
     arch_names(names, sizeof names);
-    assert_string_equal(names, "llama, qwen2, qwen3, toy-postnorm, toy-sliding");
+    assert_string_equal(names, "llama, qwen2, qwen3, toy-postnorm, toy-sliding, toy-broken");
 }
 
 /* A backend refuses a feature it lacks, naming it and the layer. */

@@ -181,6 +181,8 @@ static void residual(cpu_engine *e, cpu_block block, const model_tensor *pre, co
     for (size_t i = 0; i < n; i++) e->x[i] += e->xb2[i];
 }
 
+/* One layer: x += post(attention(pre(x))); x += post(ffn(pre(x))), the norms and blocks its
+ * recipe names. */
 static void forward_layer(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];

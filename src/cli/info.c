@@ -1,14 +1,17 @@
 /* info.c - `inferd info MODEL.gguf [--all]`: what a GGUF file holds.
  *
  * Prints the header, every metadata key with its value (long arrays and strings are cut
- * short unless --all) and the tensor table with totals.  Opening validates the whole file,
- * so this is also the quickest way to see why a model is refused. */
+ * short unless --all), the tensor table with totals, and the layer recipe the model's family
+ * gives it (the one the engines compose their forward passes from, model/arch.h).  Opening
+ * validates the whole file and loading it the model, so this is also the quickest way to see
+ * why a model is refused. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "model/gguf.h"
+#include "model/model.h"
 
 #define ARRAY_PREVIEW 8   /* elements shown per array without --all */
 #define STRING_PREVIEW 96 /* bytes shown per string without --all */
@@ -121,6 +124,32 @@ static void print_tensors(const gguf_file *f)
                    ggml_type_supported((ggml_type)t) ? "" : "  (not supported by the engines)");
 }
 
+/* The recipe of every layer, runs of equal layers on one line. */
+static void print_recipe(const char *path)
+{
+    char err[512];
+    model *m = model_load(path, err, sizeof err);
+    if (!m) {
+        printf("model: refused: %s\n", err);
+        return;
+    }
+    const model_hparams *hp = &m->hp;
+    printf("recipe: %s, %d layers, rope %s, output %s\n", m->desc->name, hp->n_layer,
+           m->desc->rope == ARCH_ROPE_NEOX ? "neox" : "normal", hp->tied_output ? "tied to token_embd" : "own");
+    char run[160], next[160];
+    int first = 0;
+    arch_layer_describe(&m->layers[0].recipe, run, sizeof run);
+    for (int il = 1; il <= hp->n_layer; il++) {
+        if (il < hp->n_layer) arch_layer_describe(&m->layers[il].recipe, next, sizeof next);
+        if (il < hp->n_layer && strcmp(next, run) == 0) continue;
+        if (il - 1 == first) printf("  layer %d: %s\n", first, run);
+        else printf("  layers %d-%d: %s\n", first, il - 1, run);
+        first = il;
+        memcpy(run, next, sizeof run);
+    }
+    model_free(m);
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: inferd info MODEL.gguf [--all]\n"
@@ -158,5 +187,6 @@ int cli_info(int argc, char **argv)
     print_metadata(f, all);
     print_tensors(f);
     gguf_close(f);
+    print_recipe(path);
     return 0;
 }

@@ -5,7 +5,9 @@
  * is read once per step).  K/V are kept in float32 in a pool of blocks (engine.h), reached
  * through each sequence's block table; the LM head runs only for the
  * tokens whose logits somebody wants, and the sampler (sampling.h) picks the next token.
- * The math reads top to bottom in forward_layer(); cpu_ops.c has the kernels. */
+ * A layer is composed from its recipe (model/arch.h) in forward_layer(): each residual block
+ * (attention, feed-forward) with the norms its placement asks for, one function per block
+ * variant, read top to bottom; cpu_ops.c has the kernels. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,33 +96,44 @@ static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const m
     cpu_matmul_run(e->pool, &mm);
 }
 
-/* qwen3 normalises every head of q and k on its own before RoPE. */
+/* ---- blocks: one function each, composed by the layer's recipe (model_layer.recipe) ---- */
+
+/* The recipe features this backend runs; engine creation refuses a model needing others. */
+#define CPU_FEATURES                                                                               \
+    (ARCH_F_PRE_NORM | ARCH_F_POST_NORM | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS | ARCH_F_QK_NORM |  \
+     ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
+
+/* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
+static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
+{
+    const int dim = e->base.m->hp.n_embd;
+    for (int t = 0; t < n_tok; t++)
+        cpu_rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, dim, e->base.m->hp.rms_eps);
+}
+
+/* QK norm: every head of q and k normalised on its own before RoPE. */
 static void head_rmsnorm(float *vec, int n_head, int head_dim, const model_tensor *w, float eps)
 {
     for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w->data, head_dim, eps);
 }
 
-static void add_residual(float *x, const float *delta, size_t n)
-{
-    for (size_t i = 0; i < n; i++) x[i] += delta[i];
-}
-
-static void forward_layer(cpu_engine *e, int il, int n_tok)
+/* Full causal attention: xb2 = wo · attend(rope(q), rope(k), v) with q, k, v = w{q,k,v}·xb
+ * (+ bias; heads of q and k normed first when the recipe says so). */
+static void attention_full(cpu_engine *e, int il, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const model_layer *ly = &e->base.m->layers[il];
-    const int dim = hp->n_embd, hd = hp->head_dim;
-
-    /* attention: x += wo · attend(rope(wq·norm(x)), rope(wk·norm(x)), wv·norm(x)) */
-    for (int t = 0; t < n_tok; t++)
-        cpu_rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, ly->attn_norm.data, dim, hp->rms_eps);
-    matmul(e, e->q, e->xb, n_tok, &ly->wq, ly->bq.data ? &ly->bq : NULL);
-    matmul(e, e->k, e->xb, n_tok, &ly->wk, ly->bk.data ? &ly->bk : NULL);
-    matmul(e, e->v, e->xb, n_tok, &ly->wv, ly->bv.data ? &ly->bv : NULL);
+    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS, qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
+    const int hd = hp->head_dim;
+    matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
+    matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
+    matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
     for (int t = 0; t < n_tok; t++) {
         float *q = e->q + (size_t)t * e->q_dim, *k = e->k + (size_t)t * e->kv_dim;
-        if (ly->q_norm.data) head_rmsnorm(q, hp->n_head, hd, &ly->q_norm, hp->rms_eps);
-        if (ly->k_norm.data) head_rmsnorm(k, hp->n_head_kv, hd, &ly->k_norm, hp->rms_eps);
+        if (qk_norm) {
+            head_rmsnorm(q, hp->n_head, hd, &ly->q_norm, hp->rms_eps);
+            head_rmsnorm(k, hp->n_head_kv, hd, &ly->k_norm, hp->rms_eps);
+        }
         cpu_rope_apply(&e->rope, q, hp->n_head, e->tok_pos[t]);
         cpu_rope_apply(&e->rope, k, hp->n_head_kv, e->tok_pos[t]);
         /* K/V of the whole batch go into the cache before any token attends, so a prompt in
@@ -140,16 +153,44 @@ static void forward_layer(cpu_engine *e, int il, int n_tok)
     };
     cpu_attention_run(e->pool, &at);
     matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
-    add_residual(e->x, e->xb2, (size_t)n_tok * dim);
+}
 
-    /* feed-forward: x += w_down · (silu(w_gate·norm(x)) * w_up·norm(x)) */
-    for (int t = 0; t < n_tok; t++)
-        cpu_rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, ly->ffn_norm.data, dim, hp->rms_eps);
+/* Gated feed-forward: xb2 = w_down · (silu(w_gate·xb) * w_up·xb). */
+static void ffn_glu(cpu_engine *e, int il, int n_tok)
+{
+    const model_layer *ly = &e->base.m->layers[il];
     matmul(e, e->hb, e->xb, n_tok, &ly->w_gate, NULL);
     matmul(e, e->hb2, e->xb, n_tok, &ly->w_up, NULL);
-    cpu_swiglu(e->hb, e->hb2, n_tok * hp->n_ff);
+    cpu_swiglu(e->hb, e->hb2, n_tok * e->base.m->hp.n_ff); /* ARCH_ACT_SILU, the one activation run here */
     matmul(e, e->xb2, e->hb, n_tok, &ly->w_down, NULL);
-    add_residual(e->x, e->xb2, (size_t)n_tok * dim);
+}
+
+/* A block reads xb (n_tok rows of n_embd) and leaves its output in xb2. */
+typedef void (*cpu_block)(cpu_engine *e, int il, int n_tok);
+static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_full};
+static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu};
+
+/* x += post(block(pre(x))): pre/post are the norms the placement asks for (NULL: none). */
+static void residual(cpu_engine *e, cpu_block block, const model_tensor *pre, const model_tensor *post, int il,
+                     int n_tok)
+{
+    const size_t n = (size_t)n_tok * e->base.m->hp.n_embd;
+    if (pre) norm_rows(e, e->xb, e->x, pre, n_tok);
+    else memcpy(e->xb, e->x, n * sizeof(float));
+    block(e, il, n_tok);
+    if (post) norm_rows(e, e->xb2, e->xb2, post, n_tok);
+    for (size_t i = 0; i < n; i++) e->x[i] += e->xb2[i];
+}
+
+/* One layer: x += post(attention(pre(x))); x += post(ffn(pre(x))), the norms and blocks its
+ * recipe names. */
+static void forward_layer(cpu_engine *e, int il, int n_tok)
+{
+    const model_layer *ly = &e->base.m->layers[il];
+    const arch_layer *r = &ly->recipe;
+    const bool pre = r->norm != ARCH_NORM_POST, post = r->norm != ARCH_NORM_PRE;
+    residual(e, ATTENTION_BLOCKS[r->attn], pre ? &ly->attn_norm : NULL, post ? &ly->attn_post_norm : NULL, il, n_tok);
+    residual(e, FFN_BLOCKS[r->ffn], pre ? &ly->ffn_norm : NULL, post ? &ly->ffn_post_norm : NULL, il, n_tok);
 }
 
 /* ---- a step -------------------------------------------------------------------------------- */
@@ -365,7 +406,8 @@ static int check_config(const engine_config *cfg, char *err, size_t errlen)
 
 engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, size_t errlen)
 {
-    if (check_config(cfg, err, errlen) != 0) return NULL;
+    if (check_config(cfg, err, errlen) != 0 || model_check_features(m, CPU_FEATURES, "cpu", err, errlen) != 0)
+        return NULL;
     cpu_engine *e = calloc(1, sizeof *e);
     if (!e) {
         snprintf(err, errlen, "out of memory");

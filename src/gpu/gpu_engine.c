@@ -731,8 +731,17 @@ static void gpu_destroy(engine *e)
 
 static const engine_vtable gpu_vtable = {"cuda", gpu_step, gpu_slot_clear, gpu_kv_copy, gpu_destroy};
 
-static int check_model(const model_hparams *hp, char *err, size_t errlen)
+/* The recipe features (model/arch.h) gpu_forward.c runs: pre-norm blocks of full attention
+ * (q/k/v biases and per-head q/k norms are read when the loader bound them, which it does
+ * exactly when the recipe asks) and a SwiGLU feed-forward.  A model needing another is
+ * refused here, by name, rather than run wrong. */
+#define GPU_FEATURES                                                                                  \
+    (ARCH_F_PRE_NORM | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
+
+static int check_model(const model *m, char *err, size_t errlen)
 {
+    const model_hparams *hp = &m->hp;
+    if (model_check_features(m, GPU_FEATURES, "cuda", err, errlen)) return -1;
     if (hp->n_embd % 32 || (hp->n_head * hp->head_dim) % 32) {
         snprintf(err, errlen, "model: n_embd %d and n_head*head_dim %d must be multiples of 32 on the GPU",
                  hp->n_embd, hp->n_head * hp->head_dim);
@@ -749,7 +758,7 @@ static int check_model(const model_hparams *hp, char *err, size_t errlen)
 static int setup(gpu_engine *g, char *err, size_t errlen)
 {
     const engine_config *cfg = &g->base.cfg;
-    if (!cuda_api_load(err, errlen) || check_model(&g->base.m->hp, err, errlen)) return -1;
+    if (!cuda_api_load(err, errlen) || check_model(g->base.m, err, errlen)) return -1;
     int count = 0;
     CU_CHECK(cu.cuDeviceGetCount(&count), "finding GPUs");
     if (cfg->device < 0 || cfg->device >= count) {

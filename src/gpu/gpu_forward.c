@@ -1,11 +1,11 @@
 /* gpu_forward.c - the transformer forward pass on the GPU, top to bottom, over one packed
- * batch of tokens from any number of slots:
+ * batch of tokens from any number of slots, for the recipes gpu_engine.c accepts (GPU_FEATURES):
  *
  *   x = embed(tok)
  *   for each layer:
  *       h = fp16(rmsnorm(x) * attn_norm)
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
- *       q, k = rmsnorm per head (qwen3), RoPE; K/V block[pos] = k, v            (qkv_post)
+ *       q, k = rmsnorm per head (qk norm), RoPE; K/V block[pos] = k, v          (qkv_post)
  *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence:
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
  *       x += Wo h

@@ -9,20 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const ARCH_NAMES[] = {
-    [MODEL_ARCH_LLAMA] = "llama",
-    [MODEL_ARCH_QWEN2] = "qwen2",
-    [MODEL_ARCH_QWEN3] = "qwen3",
-};
-#define N_ARCHS ((int)(sizeof ARCH_NAMES / sizeof ARCH_NAMES[0]))
-
 /* Hyper-parameters beyond this are not a model we could run; refusing them early keeps the
  * size arithmetic below far from overflow even for a hostile file. */
 #define HPARAM_MAX (1 << 24)
 
 const char *model_arch_name(model_arch a)
 {
-    return (int)a >= 0 && (int)a < N_ARCHS ? ARCH_NAMES[a] : "unknown";
+    const arch_desc *d = arch_by_id((int)a);
+    return d ? d->name : "unknown";
 }
 
 /* State of one load: the file, the model being filled, and where errors go. */
@@ -42,9 +36,9 @@ __attribute__((format(printf, 2, 3))) static bool fail(loader *L, const char *fm
     return false;
 }
 
-static void arch_key(const loader *L, const char *suffix, char *key, size_t len)
+static void key_name(const loader *L, const char *suffix, char *key, size_t len)
 {
-    snprintf(key, len, "%s.%s", model_arch_name(L->m->hp.arch), suffix);
+    snprintf(key, len, "%s.%s", L->m->desc->name, suffix);
 }
 
 /* A typed getter found nothing usable: fine only if the key is absent and optional. */
@@ -60,7 +54,7 @@ static bool absent_ok(loader *L, const char *key, bool required, const char *exp
 static bool read_int(loader *L, const char *suffix, bool required, int *out)
 {
     char key[128];
-    arch_key(L, suffix, key, sizeof key);
+    key_name(L, suffix, key, sizeof key);
     int64_t v;
     if (!gguf_get_i64(L->f, key, &v)) return absent_ok(L, key, required, "an integer");
     if (v < 1 || v > HPARAM_MAX) return fail(L, "key '%s' = %lld is out of range [1, %d]", key, (long long)v, HPARAM_MAX);
@@ -72,7 +66,7 @@ static bool read_int(loader *L, const char *suffix, bool required, int *out)
 static bool read_float(loader *L, const char *suffix, bool required, float *out)
 {
     char key[128];
-    arch_key(L, suffix, key, sizeof key);
+    key_name(L, suffix, key, sizeof key);
     float v;
     if (!gguf_get_f32(L->f, key, &v)) return absent_ok(L, key, required, "a number");
     if (!(v > 0.0f) || v > 1e30f) return fail(L, "key '%s' = %g is not a positive number", key, (double)v);
@@ -85,14 +79,16 @@ static bool read_arch(loader *L)
     size_t len;
     const char *s = gguf_get_str(L->f, "general.architecture", &len);
     if (!s) return absent_ok(L, "general.architecture", true, "a string");
-    for (int a = 0; a < N_ARCHS; a++) {
-        if (strlen(ARCH_NAMES[a]) == len && memcmp(ARCH_NAMES[a], s, len) == 0) {
-            L->m->hp.arch = (model_arch)a;
-            return true;
-        }
+    const arch_desc *d = arch_find(s, len);
+    if (d) {
+        L->m->desc = d;
+        L->m->hp.arch = (model_arch)arch_id(d);
+        return true;
     }
+    char names[256];
+    arch_names(names, sizeof names);
     int shown = len > 64 ? 64 : (int)len;
-    return fail(L, "general.architecture '%.*s' is not supported (llama, qwen2, qwen3)", shown, s);
+    return fail(L, "general.architecture '%.*s' is not supported (%s)", shown, s, names);
 }
 
 /* Linear scaling stretches positions; other schemes (yarn, ...) change the frequencies in
@@ -100,7 +96,7 @@ static bool read_arch(loader *L)
 static bool read_rope_scaling(loader *L)
 {
     char key[128];
-    arch_key(L, "rope.scaling.type", key, sizeof key);
+    key_name(L, "rope.scaling.type", key, sizeof key);
     size_t len;
     const char *type = gguf_get_str(L->f, key, &len);
     if (!type || (len == 4 && memcmp(type, "none", 4) == 0)) return true;
@@ -111,27 +107,36 @@ static bool read_rope_scaling(loader *L)
     return read_float(L, "rope.scaling.factor", true, &L->m->hp.rope_scale);
 }
 
+/* The family's keys, in its order; each lands in its model_hparams field. */
+static bool read_keys(loader *L)
+{
+    for (const arch_key *k = L->m->desc->keys; k->suffix; k++) {
+        char *field = (char *)&L->m->hp + k->offset;
+        if (k->kind == ARCH_KEY_INT) {
+            if (k->dflt != 0) *(int *)field = (int)k->dflt;
+            if (!read_int(L, k->suffix, k->required, (int *)field)) return false;
+        } else {
+            if (k->dflt != 0) *(float *)field = k->dflt;
+            if (!read_float(L, k->suffix, k->required, (float *)field)) return false;
+        }
+    }
+    return true;
+}
+
 static bool read_hparams(loader *L)
 {
     model_hparams *hp = &L->m->hp;
     if (!read_arch(L)) return false;
-    hp->rope_base = 10000.0f;
     hp->rope_scale = 1.0f;
-    hp->rope_neox = hp->arch != MODEL_ARCH_LLAMA;
-    if (!read_int(L, "context_length", true, &hp->n_ctx_train) ||
-        !read_int(L, "embedding_length", true, &hp->n_embd) ||
-        !read_int(L, "block_count", true, &hp->n_layer) ||
-        !read_int(L, "feed_forward_length", true, &hp->n_ff) ||
-        !read_int(L, "attention.head_count", true, &hp->n_head))
-        return false;
-    hp->n_head_kv = hp->n_head;
-    hp->head_dim = hp->n_embd / hp->n_head;
-    if (!read_int(L, "attention.head_count_kv", false, &hp->n_head_kv) ||
-        !read_int(L, "attention.key_length", false, &hp->head_dim) ||
-        !read_float(L, "attention.layer_norm_rms_epsilon", true, &hp->rms_eps) ||
-        !read_float(L, "rope.freq_base", false, &hp->rope_base) || !read_rope_scaling(L))
-        return false;
-    const char *arch = model_arch_name(hp->arch);
+    hp->rope_neox = L->m->desc->rope == ARCH_ROPE_NEOX;
+    if (!read_keys(L) || !read_rope_scaling(L)) return false;
+    const char *arch = L->m->desc->name;
+    /* A family's key list must give these (a test's descriptor could forget one). */
+    if (hp->n_ctx_train < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_ff < 1 || hp->n_head < 1 || !(hp->rms_eps > 0))
+        return fail(L, "%s: the family declares no key for one of context_length, embedding_length, block_count, "
+                    "feed_forward_length, attention.head_count, attention.layer_norm_rms_epsilon", arch);
+    if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
+    if (hp->head_dim == 0) hp->head_dim = hp->n_embd / hp->n_head;
     if (hp->n_head % hp->n_head_kv != 0)
         return fail(L, "%s.attention.head_count %d is not a multiple of head_count_kv %d", arch,
                     hp->n_head, hp->n_head_kv);
@@ -187,7 +192,7 @@ static bool bind(loader *L, model_tensor *t, tensor_spec spec)
 }
 
 /* The vocabulary size is whatever token_embd holds; the tokenizer, when present, must agree. */
-static bool bind_embedding(loader *L)
+static bool read_vocab(loader *L)
 {
     model *m = L->m;
     const gguf_tensor *g = gguf_find_tensor(L->f, "token_embd.weight");
@@ -201,74 +206,83 @@ static bool bind_embedding(loader *L)
     int declared = m->hp.n_vocab;
     if (!read_int(L, "vocab_size", false, &declared)) return false;
     if (declared != m->hp.n_vocab)
-        return fail(L, "%s.vocab_size %d does not match token_embd.weight's %d rows",
-                    model_arch_name(m->hp.arch), declared, m->hp.n_vocab);
+        return fail(L, "%s.vocab_size %d does not match token_embd.weight's %d rows", m->desc->name, declared,
+                    m->hp.n_vocab);
     int64_t tok = gguf_find_key(L->f, "tokenizer.ggml.tokens");
     if (tok >= 0 && gguf_kv_type(L->f, tok) == GGUF_VT_ARRAY && gguf_arr_len(L->f, tok) != (uint64_t)m->hp.n_vocab)
         return fail(L, "tokenizer.ggml.tokens has %llu entries but token_embd.weight has %d rows",
                     (unsigned long long)gguf_arr_len(L->f, tok), m->hp.n_vocab);
-    return bind(L, &m->tok_embd, (tensor_spec){"token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, false});
+    return true;
 }
 
-static bool bind_layer(loader *L, int il)
+static int64_t dim_value(const model_hparams *hp, arch_dim d)
 {
-    const model_hparams *hp = &L->m->hp;
-    model_layer *ly = &L->m->layers[il];
-    const int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-    const bool qwen2 = hp->arch == MODEL_ARCH_QWEN2, qwen3 = hp->arch == MODEL_ARCH_QWEN3;
-    /* Biases belong to qwen2 and q/k norms to qwen3: each architecture requires exactly its
-     * own tensors; one it does not use is left unbound (the forward pass would ignore it). */
-    const struct {
-        model_tensor *t;
-        const char *suffix;
-        int64_t ne0, ne1;
-        bool used, f32_only;
-    } table[] = {
-        {&ly->attn_norm, "attn_norm.weight", hp->n_embd, 0, true, true},
-        {&ly->wq, "attn_q.weight", hp->n_embd, q_dim, true, false},
-        {&ly->wk, "attn_k.weight", hp->n_embd, kv_dim, true, false},
-        {&ly->wv, "attn_v.weight", hp->n_embd, kv_dim, true, false},
-        {&ly->wo, "attn_output.weight", q_dim, hp->n_embd, true, false},
-        {&ly->bq, "attn_q.bias", q_dim, 0, qwen2, true},
-        {&ly->bk, "attn_k.bias", kv_dim, 0, qwen2, true},
-        {&ly->bv, "attn_v.bias", kv_dim, 0, qwen2, true},
-        {&ly->q_norm, "attn_q_norm.weight", hp->head_dim, 0, qwen3, true},
-        {&ly->k_norm, "attn_k_norm.weight", hp->head_dim, 0, qwen3, true},
-        {&ly->ffn_norm, "ffn_norm.weight", hp->n_embd, 0, true, true},
-        {&ly->w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, true, false},
-        {&ly->w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, true, false},
-        {&ly->w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, true, false},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (!table[i].used) continue; /* stays zeroed from calloc */
-        char name[96];
-        snprintf(name, sizeof name, "blk.%d.%s", il, table[i].suffix);
-        tensor_spec spec = {name, table[i].ne0, table[i].ne1, true, table[i].f32_only};
-        if (!bind(L, table[i].t, spec)) return false;
+    switch (d) {
+    case ARCH_DIM_NONE: return 0;
+    case ARCH_DIM_EMBD: return hp->n_embd;
+    case ARCH_DIM_Q: return (int64_t)hp->n_head * hp->head_dim;
+    case ARCH_DIM_KV: return (int64_t)hp->n_head_kv * hp->head_dim;
+    case ARCH_DIM_HEAD: return hp->head_dim;
+    case ARCH_DIM_HALF_HEAD: return hp->head_dim / 2;
+    case ARCH_DIM_FF: return hp->n_ff;
+    case ARCH_DIM_VOCAB: return hp->n_vocab;
+    }
+    return -1;
+}
+
+/* Bind the tensors of `list` that the features call for into the struct at base ("blk.N."
+ * before each name when il >= 0); one the features do not call for stays unbound even when
+ * the file has it (the forward pass would not read it). */
+static bool bind_list(loader *L, const arch_tensor *list, arch_features features, int il, void *base)
+{
+    for (const arch_tensor *t = list; t->name; t++) {
+        if ((t->when & features) != t->when) continue;
+        char name[128];
+        if (il >= 0) snprintf(name, sizeof name, "blk.%d.%s", il, t->name);
+        else snprintf(name, sizeof name, "%s", t->name);
+        tensor_spec spec = {name, dim_value(&L->m->hp, t->ne0), dim_value(&L->m->hp, t->ne1), !t->optional, t->f32_only};
+        if (!bind(L, (model_tensor *)((char *)base + t->offset), spec)) return false;
     }
     return true;
+}
+
+/* The fewest tensors a layer of this family needs: a block_count the file cannot back is
+ * refused before the layer table is sized by it. */
+static int64_t min_layer_tensors(const arch_desc *d)
+{
+    int64_t least = INT64_MAX;
+    for (int p = 0; p < d->pattern_len; p++) {
+        arch_features f = arch_layer_features(&d->pattern[p]);
+        int64_t n = 0;
+        for (const arch_tensor *t = d->layer_tensors; t->name; t++) n += !t->optional && (t->when & f) == t->when;
+        if (n < least) least = n;
+    }
+    return least;
 }
 
 static bool bind_tensors(loader *L)
 {
     model *m = L->m;
     const model_hparams *hp = &m->hp;
-    if (!bind_embedding(L) ||
-        !bind(L, &m->output_norm, (tensor_spec){"output_norm.weight", hp->n_embd, 0, true, true}) ||
-        !bind(L, &m->output, (tensor_spec){"output.weight", hp->n_embd, hp->n_vocab, false, false}) ||
-        !bind(L, &m->rope_freqs, (tensor_spec){"rope_freqs.weight", hp->head_dim / 2, 0, false, true}))
-        return false;
+    const arch_desc *d = m->desc;
+    if (d->pattern_len < 1 || d->pattern_len > ARCH_PATTERN_MAX)
+        return fail(L, "%s: the family's layer pattern has %d entries (1 to %d)", d->name, d->pattern_len,
+                    ARCH_PATTERN_MAX);
+    for (int p = 0; p < d->pattern_len; p++)
+        if (!arch_layer_valid(&d->pattern[p])) return fail(L, "%s: layer pattern entry %d is not a recipe", d->name, p);
+    if (!read_vocab(L) || !bind_list(L, d->globals, 0, -1, m)) return false;
     m->hp.tied_output = m->output.data == NULL;
     if (m->hp.tied_output) m->output = m->tok_embd;
-    /* Every layer has at least 9 tensors: a block_count the file cannot back is refused before
-     * the layer table is sized by it. */
-    if ((int64_t)hp->n_layer * 9 > gguf_n_tensors(L->f))
-        return fail(L, "%s.block_count %d needs more tensors than the file's %lld", model_arch_name(hp->arch),
-                    hp->n_layer, (long long)gguf_n_tensors(L->f));
+    if ((int64_t)hp->n_layer * min_layer_tensors(d) > gguf_n_tensors(L->f))
+        return fail(L, "%s.block_count %d needs more tensors than the file's %lld", d->name, hp->n_layer,
+                    (long long)gguf_n_tensors(L->f));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return fail(L, "out of memory for %d layers", hp->n_layer);
-    for (int il = 0; il < hp->n_layer; il++)
-        if (!bind_layer(L, il)) return false;
+    for (int il = 0; il < hp->n_layer; il++) {
+        model_layer *ly = &m->layers[il];
+        ly->recipe = d->pattern[il % d->pattern_len];
+        if (!bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly)) return false;
+    }
     return true;
 }
 
@@ -319,6 +333,19 @@ model *model_load(const char *path, char *err, size_t errlen)
         snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
     }
     return m;
+}
+
+int model_check_features(const model *m, arch_features supported, const char *backend, char *err, size_t errlen)
+{
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        arch_features missing = arch_layer_features(&m->layers[il].recipe) & ~supported;
+        if (missing) {
+            snprintf(err, errlen, "the %s backend does not implement %s (layer %d of %s)", backend,
+                     arch_feature_name(missing & -missing), il, m->desc->name);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 void model_free(model *m)

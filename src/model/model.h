@@ -9,9 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "ggml_types.h"
 #include "gguf.h"
 
+/* The ids of the built-in families in the registry (arch.h); one registered at run time
+ * gets the next free id.  The family itself is data: src/model/arch/<family>.c. */
 typedef enum model_arch {
     MODEL_ARCH_LLAMA = 0, /* Llama 2/3.x, TinyLlama, SmolLM, Mistral */
     MODEL_ARCH_QWEN2 = 1, /* Q/K/V bias, NeoX RoPE */
@@ -30,18 +33,22 @@ typedef struct model_tensor {
     const char *name;
 } model_tensor;
 
+/* A layer: its recipe and the tensors the recipe binds (the others stay zeroed). */
 typedef struct model_layer {
-    model_tensor attn_norm;      /* [n_embd] */
+    arch_layer recipe;
+    model_tensor attn_norm;      /* pre-norm: [n_embd] */
     model_tensor wq, wk, wv, wo; /* [n_embd -> n_head*head_dim], [.. -> n_head_kv*head_dim] x2, [n_head*head_dim -> n_embd] */
-    model_tensor bq, bk, bv;     /* qwen2 only */
-    model_tensor q_norm, k_norm; /* qwen3 only: [head_dim] */
-    model_tensor ffn_norm;       /* [n_embd] */
+    model_tensor bq, bk, bv;     /* qkv bias */
+    model_tensor q_norm, k_norm; /* qk norm: [head_dim] */
+    model_tensor attn_post_norm; /* post-norm: [n_embd] */
+    model_tensor ffn_norm;       /* pre-norm: [n_embd] */
     model_tensor w_gate, w_up;   /* [n_embd -> n_ff] */
     model_tensor w_down;         /* [n_ff -> n_embd] */
+    model_tensor ffn_post_norm;  /* post-norm: [n_embd] */
 } model_layer;
 
 typedef struct model_hparams {
-    model_arch arch;
+    model_arch arch; /* the registry's id of desc */
     int n_vocab;
     int n_ctx_train;
     int n_embd;
@@ -59,6 +66,7 @@ typedef struct model_hparams {
 
 typedef struct model {
     gguf_file *gguf; /* owned */
+    const arch_desc *desc; /* the family: keys, tensors, recipe */
     model_hparams hp;
     char name[128]; /* general.name or file basename */
     model_tensor tok_embd;    /* [n_embd x n_vocab] (row per token) */
@@ -76,5 +84,10 @@ model *model_load(const char *path, char *err, size_t errlen);
 /* Same over an already-open gguf (takes ownership of f, also on failure). */
 model *model_from_gguf(gguf_file *f, char *err, size_t errlen);
 void model_free(model *m);
+
+/* A backend that implements the recipe features `supported` checks a model with this when
+ * its engine is created: -1 and "the <backend> backend does not implement <feature> (layer
+ * N of <family>)" for the first layer that needs another one, else 0. */
+int model_check_features(const model *m, arch_features supported, const char *backend, char *err, size_t errlen);
 
 #endif

@@ -34,6 +34,10 @@ for arch in llama qwen2 qwen3; do
         expect_grep "general.architecture +str +\"$arch\"" "$tmp/out" "info $arch architecture"
         expect_grep "tokenizer.ggml.model +str +\"gpt2\"" "$tmp/out" "info $arch tokenizer"
         expect_grep "tokenizer.chat_template" "$tmp/out" "info $arch chat template"
+        expect_grep "^recipe: $arch, [0-9]+ layers, rope $([ $arch = llama ] && echo normal || echo neox)," \
+            "$tmp/out" "info $arch recipe"
+        extra=$(case $arch in qwen2) echo " \\+ qkv bias" ;; qwen3) echo " \\+ qk norm" ;; esac)
+        expect_grep "^  layers? [0-9-]+: pre-norm, full attention$extra, GLU silu$" "$tmp/out" "info $arch layer recipe"
     }
 done
 model="$tmp/tiny-llama.gguf"

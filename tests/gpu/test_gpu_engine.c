@@ -4,7 +4,8 @@
  *   - stories260K (a trained model): logits and a 300-token greedy generation;
  *   - 32 concurrent greedy sequences give the tokens each gives alone, and so do sequences
  *     in mixed prefill + decode steps (split-K only, and flash prompts beside split-K decode);
- *   - a refused step leaves the engine usable; an impossible KV cache is refused with numbers.
+ *   - a refused step leaves the engine usable; an impossible KV cache is refused with numbers;
+ *   - a recipe feature the GPU does not run (sliding-window attention) is refused by name.
  * Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -419,6 +420,34 @@ static void test_errors_leave_engine_usable(void **state)
     free(image);
 }
 
+/* llama's tensors with a recipe of sliding-window attention, which the GPU does not run: the
+ * CUDA engine must refuse it at creation, naming the feature, not run full attention. */
+static void test_recipe_feature_refused(void **state)
+{
+    (void)state;
+    static const arch_desc sliding = {
+        .name = "toy-gpu-sliding",
+        ARCH_DENSE_LISTS,
+        .rope = ARCH_ROPE_NORMAL,
+        .pattern = {{.norm = ARCH_NORM_PRE, .attn = ARCH_ATTN_SLIDING, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},
+        .pattern_len = 1,
+    };
+    assert_true(arch_register(&sliding) >= 0);
+    tiny_spec s = tiny_spec_default();
+    s.arch = sliding.name, s.n_embd = 64;
+    size_t size;
+    char err[512];
+    void *image = tiny_model_build(&s, &size);
+    model *m = tiny_model_load(image, size, err, sizeof err);
+    if (!m) fail_msg("load: %s", err);
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
+    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
+    print_message("  refused: %s\n", err);
+    assert_non_null(strstr(err, "the cuda backend does not implement sliding-window attention (layer 0 of toy-gpu-sliding)"));
+    model_free(m);
+    free(image);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -427,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_batch_of_32_equals_alone),
         cmocka_unit_test(test_mixed_steps_equal_alone),
         cmocka_unit_test(test_errors_leave_engine_usable),
+        cmocka_unit_test(test_recipe_feature_refused),
     };
     if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,145 @@
+/* arch.c - the family registry, recipe features and their names, and the key and tensor
+ * lists that every dense transformer of the llama line shares (see arch.h). */
+#include "arch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "model.h"
+
+/* ---- the registry ---------------------------------------------------------------------- */
+
+#define ARCH_MAX 16
+
+static const arch_desc *registry[ARCH_MAX] = {
+    [MODEL_ARCH_LLAMA] = &arch_llama,
+    [MODEL_ARCH_QWEN2] = &arch_qwen2,
+    [MODEL_ARCH_QWEN3] = &arch_qwen3,
+};
+static int n_registered = MODEL_ARCH_QWEN3 + 1;
+
+const arch_desc *arch_find(const char *name, size_t len)
+{
+    for (int i = 0; i < n_registered; i++)
+        if (strlen(registry[i]->name) == len && memcmp(registry[i]->name, name, len) == 0) return registry[i];
+    return NULL;
+}
+
+int arch_register(const arch_desc *d)
+{
+    if (n_registered == ARCH_MAX || arch_find(d->name, strlen(d->name))) return -1;
+    registry[n_registered] = d;
+    return n_registered++;
+}
+
+const arch_desc *arch_by_id(int id) { return id >= 0 && id < n_registered ? registry[id] : NULL; }
+
+int arch_id(const arch_desc *d)
+{
+    for (int i = 0; i < n_registered; i++)
+        if (registry[i] == d) return i;
+    return -1;
+}
+
+void arch_names(char *buf, size_t len)
+{
+    size_t n = 0;
+    if (len) buf[0] = '\0';
+    for (int i = 0; i < n_registered && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", registry[i]->name);
+}
+
+/* ---- features ---------------------------------------------------------------------------- */
+
+bool arch_layer_valid(const arch_layer *l)
+{
+    return (unsigned)l->norm <= ARCH_NORM_SANDWICH && (unsigned)l->attn <= ARCH_ATTN_LINEAR &&
+           (unsigned)l->ffn <= ARCH_FFN_MOE && (unsigned)l->act <= ARCH_ACT_GELU_TANH &&
+           (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM)) == 0;
+}
+
+arch_features arch_layer_features(const arch_layer *l)
+{
+    static const arch_features norm[] = {[ARCH_NORM_PRE] = ARCH_F_PRE_NORM, [ARCH_NORM_POST] = ARCH_F_POST_NORM,
+                                         [ARCH_NORM_SANDWICH] = ARCH_F_PRE_NORM | ARCH_F_POST_NORM};
+    static const arch_features attn[] = {[ARCH_ATTN_FULL] = ARCH_F_ATTN_FULL,
+                                         [ARCH_ATTN_SLIDING] = ARCH_F_ATTN_SLIDING,
+                                         [ARCH_ATTN_LINEAR] = ARCH_F_ATTN_LINEAR};
+    static const arch_features ffn[] = {[ARCH_FFN_GLU] = ARCH_F_FFN_GLU, [ARCH_FFN_MOE] = ARCH_F_FFN_MOE};
+    static const arch_features act[] = {[ARCH_ACT_SILU] = ARCH_F_ACT_SILU, [ARCH_ACT_GELU_TANH] = ARCH_F_ACT_GELU_TANH};
+    arch_features f = norm[l->norm] | attn[l->attn] | ffn[l->ffn] | act[l->act];
+    if (l->attn_extras & ARCH_ATTN_QKV_BIAS) f |= ARCH_F_QKV_BIAS;
+    if (l->attn_extras & ARCH_ATTN_QK_NORM) f |= ARCH_F_QK_NORM;
+    return f;
+}
+
+static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
+    "pre-norm", "post-norm", "full attention", "sliding-window attention", "linear-recurrent attention",
+    "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh",
+};
+
+const char *arch_feature_name(arch_features bit)
+{
+    for (int i = 0; i < ARCH_F_COUNT_; i++)
+        if (bit == 1u << i) return FEATURE_NAMES[i];
+    return "?";
+}
+
+void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
+{
+    static const char *const norm[] = {"pre-norm", "post-norm", "sandwich-norm"};
+    static const char *const attn[] = {"full attention", "sliding-window attention", "linear-recurrent attention"};
+    static const char *const ffn[] = {"GLU", "MoE"};
+    static const char *const act[] = {"silu", "gelu-tanh"};
+    snprintf(buf, len, "%s, %s%s%s, %s %s", norm[l->norm], attn[l->attn],
+             l->attn_extras & ARCH_ATTN_QKV_BIAS ? " + qkv bias" : "",
+             l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "", ffn[l->ffn], act[l->act]);
+}
+
+/* ---- what the dense llama line shares ------------------------------------------------- */
+
+#define HP(field) offsetof(model_hparams, field)
+
+/* In the order they were always checked, so the first missing key named stays the same. */
+const arch_key arch_dense_keys[] = {
+    {"context_length", ARCH_KEY_INT, HP(n_ctx_train), true, 0},
+    {"embedding_length", ARCH_KEY_INT, HP(n_embd), true, 0},
+    {"block_count", ARCH_KEY_INT, HP(n_layer), true, 0},
+    {"feed_forward_length", ARCH_KEY_INT, HP(n_ff), true, 0},
+    {"attention.head_count", ARCH_KEY_INT, HP(n_head), true, 0},
+    {"attention.head_count_kv", ARCH_KEY_INT, HP(n_head_kv), false, 0},
+    {"attention.key_length", ARCH_KEY_INT, HP(head_dim), false, 0},
+    {"attention.layer_norm_rms_epsilon", ARCH_KEY_FLOAT, HP(rms_eps), true, 0},
+    {"rope.freq_base", ARCH_KEY_FLOAT, HP(rope_base), false, 10000.0f},
+    {0},
+};
+
+#define G(field) offsetof(model, field)
+const arch_tensor arch_dense_globals[] = {
+    {"token_embd.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, G(tok_embd), 0, false, false},
+    {"output_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, G(output_norm), 0, false, true},
+    {"output.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, G(output), 0, true, false}, /* absent: tied */
+    {"rope_freqs.weight", ARCH_DIM_HALF_HEAD, ARCH_DIM_NONE, G(rope_freqs), 0, true, true},
+    {0},
+};
+
+#define L(field) offsetof(model_layer, field)
+const arch_tensor arch_dense_layer_tensors[] = {
+    {"attn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_norm), ARCH_F_PRE_NORM, false, true},
+    {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, L(wq), 0, false, false},
+    {"attn_k.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, L(wk), 0, false, false},
+    {"attn_v.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, L(wv), 0, false, false},
+    {"attn_output.weight", ARCH_DIM_Q, ARCH_DIM_EMBD, L(wo), 0, false, false},
+    {"attn_q.bias", ARCH_DIM_Q, ARCH_DIM_NONE, L(bq), ARCH_F_QKV_BIAS, false, true},
+    {"attn_k.bias", ARCH_DIM_KV, ARCH_DIM_NONE, L(bk), ARCH_F_QKV_BIAS, false, true},
+    {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, L(bv), ARCH_F_QKV_BIAS, false, true},
+    {"attn_q_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, L(q_norm), ARCH_F_QK_NORM, false, true},
+    {"attn_k_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, L(k_norm), ARCH_F_QK_NORM, false, true},
+    {"post_attention_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_post_norm), ARCH_F_POST_NORM, false, true},
+    {"ffn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_norm), ARCH_F_PRE_NORM, false, true},
+    {"ffn_gate.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, L(w_gate), ARCH_F_FFN_GLU, false, false},
+    {"ffn_up.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, L(w_up), ARCH_F_FFN_GLU, false, false},
+    {"ffn_down.weight", ARCH_DIM_FF, ARCH_DIM_EMBD, L(w_down), ARCH_F_FFN_GLU, false, false},
+    {"post_ffw_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_post_norm), ARCH_F_POST_NORM, false, true},
+    {0},
+};

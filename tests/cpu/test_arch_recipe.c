@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "synth/gguf_write.h"

@@ -141,6 +141,14 @@ extern const arch_tensor arch_dense_layer_tensors[];
 #define ARCH_DENSE_LISTS                                                                          \
     .keys = arch_dense_keys, .globals = arch_dense_globals, .layer_tensors = arch_dense_layer_tensors
 
+/* The ids of the built-in families in the registry (arch.h); one registered at run time
+ * gets the next free id.  The family itself is data: src/model/arch/<family>.c. */
+typedef enum model_arch {
+    MODEL_ARCH_LLAMA = 0, /* Llama 2/3.x, TinyLlama, SmolLM, Mistral */
+    MODEL_ARCH_QWEN2 = 1, /* Q/K/V bias, NeoX RoPE */
+    MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
+} model_arch;
+
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at
  * run time (tests; before any model loads, not thread-safe) and returns its id, or -1 when
  * the name is taken or the table is full. */

@@ -13,14 +13,6 @@
 #include "ggml_types.h"
 #include "gguf.h"
 
-/* The ids of the built-in families in the registry (arch.h); one registered at run time
- * gets the next free id.  The family itself is data: src/model/arch/<family>.c. */
-typedef enum model_arch {
-    MODEL_ARCH_LLAMA = 0, /* Llama 2/3.x, TinyLlama, SmolLM, Mistral */
-    MODEL_ARCH_QWEN2 = 1, /* Q/K/V bias, NeoX RoPE */
-    MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
-} model_arch;
-
 const char *model_arch_name(model_arch a);
 
 /* A 1-D or 2-D weight.  For a matrix, ne0 = input features (row length, contiguous) and

@@ -1,0 +1,53 @@
+/* dense.c - the key and tensor lists every dense transformer of the llama line shares
+ * (ARCH_DENSE_LISTS in arch.h).  Its own file because it binds into model.h's structs, which
+ * include arch.h: the registry (arch.c) stays below the model. */
+#include <stddef.h>
+
+#include "model/arch.h"
+#include "model/model.h"
+
+#define HP(field) offsetof(model_hparams, field)
+
+/* In the order they were always checked, so the first missing key named stays the same. */
+const arch_key arch_dense_keys[] = {
+    {"context_length", ARCH_KEY_INT, HP(n_ctx_train), true, 0},
+    {"embedding_length", ARCH_KEY_INT, HP(n_embd), true, 0},
+    {"block_count", ARCH_KEY_INT, HP(n_layer), true, 0},
+    {"feed_forward_length", ARCH_KEY_INT, HP(n_ff), true, 0},
+    {"attention.head_count", ARCH_KEY_INT, HP(n_head), true, 0},
+    {"attention.head_count_kv", ARCH_KEY_INT, HP(n_head_kv), false, 0},
+    {"attention.key_length", ARCH_KEY_INT, HP(head_dim), false, 0},
+    {"attention.layer_norm_rms_epsilon", ARCH_KEY_FLOAT, HP(rms_eps), true, 0},
+    {"rope.freq_base", ARCH_KEY_FLOAT, HP(rope_base), false, 10000.0f},
+    {0},
+};
+
+#define G(field) offsetof(model, field)
+const arch_tensor arch_dense_globals[] = {
+    {"token_embd.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, G(tok_embd), 0, false, false},
+    {"output_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, G(output_norm), 0, false, true},
+    {"output.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, G(output), 0, true, false}, /* absent: tied */
+    {"rope_freqs.weight", ARCH_DIM_HALF_HEAD, ARCH_DIM_NONE, G(rope_freqs), 0, true, true},
+    {0},
+};
+
+#define L(field) offsetof(model_layer, field)
+const arch_tensor arch_dense_layer_tensors[] = {
+    {"attn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_norm), ARCH_F_PRE_NORM, false, true},
+    {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, L(wq), 0, false, false},
+    {"attn_k.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, L(wk), 0, false, false},
+    {"attn_v.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, L(wv), 0, false, false},
+    {"attn_output.weight", ARCH_DIM_Q, ARCH_DIM_EMBD, L(wo), 0, false, false},
+    {"attn_q.bias", ARCH_DIM_Q, ARCH_DIM_NONE, L(bq), ARCH_F_QKV_BIAS, false, true},
+    {"attn_k.bias", ARCH_DIM_KV, ARCH_DIM_NONE, L(bk), ARCH_F_QKV_BIAS, false, true},
+    {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, L(bv), ARCH_F_QKV_BIAS, false, true},
+    {"attn_q_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, L(q_norm), ARCH_F_QK_NORM, false, true},
+    {"attn_k_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, L(k_norm), ARCH_F_QK_NORM, false, true},
+    {"post_attention_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_post_norm), ARCH_F_POST_NORM, false, true},
+    {"ffn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_norm), ARCH_F_PRE_NORM, false, true},
+    {"ffn_gate.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, L(w_gate), ARCH_F_FFN_GLU, false, false},
+    {"ffn_up.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, L(w_up), ARCH_F_FFN_GLU, false, false},
+    {"ffn_down.weight", ARCH_DIM_FF, ARCH_DIM_EMBD, L(w_down), ARCH_F_FFN_GLU, false, false},
+    {"post_ffw_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_post_norm), ARCH_F_POST_NORM, false, true},
+    {0},
+};

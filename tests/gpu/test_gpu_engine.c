@@ -147,19 +147,27 @@ static void test_logits_every_arch_and_format(void **state)
         for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(archs[a], a, (int)t, false, &seed);
 }
 
-/* A family defined here: llama with sandwich norms (post-norms after each block), which the
- * GPU runs with its existing kernels (gpu_forward.c: residual_add). */
+/* A family defined in a test: llama's keys and tensors, every layer with this norm placement
+ * and attention kind (d: its storage, which the registry keeps). */
+static void register_toy(arch_desc *d, const char *name, arch_norm norm, arch_attn attn)
+{
+    *d = (arch_desc){
+        .name = name,
+        ARCH_DENSE_LISTS,
+        .rope = ARCH_ROPE_NORMAL,
+        .pattern = {{.norm = norm, .attn = attn, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},
+        .pattern_len = 1,
+    };
+    assert_true(arch_register(d) >= 0);
+}
+
+/* llama with sandwich norms (post-norms after each block), which the GPU runs with its
+ * existing kernels (gpu_forward.c: residual_add). */
 static void test_logits_sandwich_norms(void **state)
 {
     (void)state;
-    static const arch_desc sandwich = {
-        .name = "toy-gpu-sandwich",
-        ARCH_DENSE_LISTS,
-        .rope = ARCH_ROPE_NORMAL,
-        .pattern = {{.norm = ARCH_NORM_SANDWICH, .attn = ARCH_ATTN_FULL, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},
-        .pattern_len = 1,
-    };
-    assert_true(arch_register(&sandwich) >= 0);
+    static arch_desc sandwich;
+    register_toy(&sandwich, "toy-gpu-sandwich", ARCH_NORM_SANDWICH, ARCH_ATTN_FULL);
     uint64_t seed = 12;
     for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(sandwich.name, 0, (int)t, true, &seed);
 }
@@ -451,14 +459,8 @@ static void test_errors_leave_engine_usable(void **state)
 static void test_recipe_feature_refused(void **state)
 {
     (void)state;
-    static const arch_desc sliding = {
-        .name = "toy-gpu-sliding",
-        ARCH_DENSE_LISTS,
-        .rope = ARCH_ROPE_NORMAL,
-        .pattern = {{.norm = ARCH_NORM_PRE, .attn = ARCH_ATTN_SLIDING, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},
-        .pattern_len = 1,
-    };
-    assert_true(arch_register(&sliding) >= 0);
+    static arch_desc sliding;
+    register_toy(&sliding, "toy-gpu-sliding", ARCH_NORM_PRE, ARCH_ATTN_SLIDING);
     tiny_spec s = tiny_spec_default();
     s.arch = sliding.name, s.n_embd = 64;
     size_t size;

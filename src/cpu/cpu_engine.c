@@ -100,8 +100,8 @@ static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const m
 
 /* The recipe features this backend runs; engine creation refuses a model needing others. */
 #define CPU_FEATURES                                                                               \
-    (ARCH_F_PRE_NORM | ARCH_F_POST_NORM | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS | ARCH_F_QK_NORM |  \
-     ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
+    (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS |  \
+     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)

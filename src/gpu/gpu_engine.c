@@ -118,7 +118,7 @@ static int upload_vector(uploader *u, CUdeviceptr *dst, const model_tensor *t, c
 }
 
 #define LAYER_MATRICES(X) X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down)
-#define LAYER_VECTORS(X) X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm)
+#define LAYER_VECTORS(X) X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)
 
 static size_t weights_bytes(const model *m)
 {
@@ -293,10 +293,11 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
     /* FP32 gate/up only where a step's feed-forward is not one fused kernel (the largest step
      * decides), the partial sums only where some matrix goes to mmq */
-    bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k);
+    bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k), any_post = false;
     for (int l = 0; l < hp->n_layer; l++) {
         const gpu_layer *L = &g->layers[l];
         gate_up |= !gpu_ffn_fused(g, L, T);
+        any_post |= L->attn_post_norm || L->ffn_post_norm;
 #define ANY_MMQ(mat) any_mmq |= gpu_mmq_serves(&g->k, L->mat.wtype, L->mat.k);
         LAYER_MATRICES(ANY_MMQ)
 #undef ANY_MMQ
@@ -328,6 +329,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
+        {&g->post, any_post ? (size_t)T * g->d_embd * f : 0},
         {&g->mmq_part, g->mmq_part_bytes},
         {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
         {&g->part_o, part_rows * hp->head_dim * f}, {&g->part_ml, part_rows * 2 * f},
@@ -712,7 +714,7 @@ static void gpu_destroy(engine *e)
         if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
-                          g->mmq_part,
+                          g->mmq_part, g->post,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
                           g->sout,   g->in_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -731,12 +733,14 @@ static void gpu_destroy(engine *e)
 
 static const engine_vtable gpu_vtable = {"cuda", gpu_step, gpu_slot_clear, gpu_kv_copy, gpu_destroy};
 
-/* The recipe features (model/arch.h) gpu_forward.c runs: pre-norm blocks of full attention
- * (q/k/v biases and per-head q/k norms are read when the loader bound them, which it does
- * exactly when the recipe asks) and a SwiGLU feed-forward.  A model needing another is
- * refused here, by name, rather than run wrong. */
-#define GPU_FEATURES                                                                                  \
-    (ARCH_F_PRE_NORM | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
+/* The recipe features (model/arch.h) gpu_forward.c runs: pre-norm or sandwich-norm blocks
+ * (not post-norm alone: a block's input is always a norm's FP16 output) of full attention
+ * (q/k/v biases, per-head q/k norms and post-norms are read when the loader bound them, which
+ * it does exactly when the recipe asks) and a SwiGLU feed-forward.  A model needing another
+ * is refused here, by name, rather than run wrong. */
+#define GPU_FEATURES                                                                              \
+    (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | \
+     ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
 
 static int check_model(const model *m, char *err, size_t errlen)
 {

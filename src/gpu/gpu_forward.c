@@ -8,9 +8,10 @@
  *       q, k = rmsnorm per head (qk norm), RoPE; K/V block[pos] = k, v          (qkv_post)
  *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence:
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
- *       x += Wo h
+ *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm)
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
+ *                                        (sandwich norm: normed by ffn_post_norm as above)
  *   logits = Wout fp16(rmsnorm(x[rows]) * output_norm);  sample(rows)
  *
  * Matmuls read the weights as they are stored: over a few rows (decode) with the matvec
@@ -257,6 +258,23 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     return 0;
 }
 
+/* The end of a residual block, whose one-output matmul op reads the block's FP16 result:
+ * x += W h, or in a sandwich-norm layer x += rmsnorm(W h) * post_norm (W h into g->post,
+ * normed in place, then added to x as one row of T * n_embd by add_bias). */
+static int residual_add(gpu_engine *g, matmul_op *op, CUdeviceptr post_norm, int T, char *err, size_t errlen)
+{
+    if (!post_norm) return matmul(g, op, err, errlen);
+    op->out[0].y = g->post;
+    op->accumulate = false;
+    norm_op n = {.x = g->post, .w = post_norm, .y = g->post, .rows = T, .n = g->d_embd};
+    if (matmul(g, op, err, errlen) || rmsnorm(g, &n, op->what, err, errlen)) return -1;
+    int width = T * g->d_embd;
+    size_t total = (size_t)width;
+    LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), op->what, &g->x, &g->post, &width,
+           &total);
+    return 0;
+}
+
 static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
@@ -282,14 +300,14 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     if (attention(g, il, ap, err, errlen)) return -1;
     matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = g->d_q,
                     .accumulate = true, .what = what};
-    if (matmul(g, &wo, err, errlen)) return -1;
+    if (residual_add(g, &wo, L->attn_post_norm, T, err, errlen)) return -1;
 
     snprintf(what, sizeof what, "layer %d feed-forward", il);
     norm_op n2 = {.x = g->x, .w = L->ffn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
     if (rmsnorm(g, &n2, what, err, errlen) || gated_ffn(g, L, T, what, err, errlen)) return -1;
     matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = g->d_ff,
                       .accumulate = true, .what = what};
-    return matmul(g, &down, err, errlen);
+    return residual_add(g, &down, L->ffn_post_norm, T, err, errlen);
 }
 
 /* Final norm + LM head over n rows of x picked by an index list (stride in ints). */

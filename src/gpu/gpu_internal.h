@@ -35,6 +35,7 @@ typedef struct gpu_matrix {
 
 typedef struct gpu_layer {
     CUdeviceptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm; /* F32 vectors or 0 */
+    CUdeviceptr attn_post_norm, ffn_post_norm;                 /* sandwich-norm layers only */
     gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
 } gpu_layer;
 
@@ -87,6 +88,8 @@ typedef struct gpu_engine {
     CUdeviceptr act_h, ff_h;     /* matmul inputs, f16: normed x / attention out, SwiGLU out */
     CUdeviceptr q, kk, vv;       /* projections, f32 */
     CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU (0 when unused) */
+    CUdeviceptr post;            /* sandwich-norm models only: a block's output before its norm and
+                                    residual add, f32 [t][n_embd] (0 when unused) */
     CUdeviceptr mmq_part;        /* mmq split-k partial sums, mmq_part_bytes */
     size_t mmq_part_bytes;
     int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */

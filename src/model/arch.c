@@ -58,8 +58,8 @@ bool arch_layer_valid(const arch_layer *l)
 
 arch_features arch_layer_features(const arch_layer *l)
 {
-    static const arch_features norm[] = {[ARCH_NORM_PRE] = ARCH_F_PRE_NORM, [ARCH_NORM_POST] = ARCH_F_POST_NORM,
-                                         [ARCH_NORM_SANDWICH] = ARCH_F_PRE_NORM | ARCH_F_POST_NORM};
+    static const arch_features norm[] = {[ARCH_NORM_PRE] = ARCH_F_NORM_PRE, [ARCH_NORM_POST] = ARCH_F_NORM_POST,
+                                         [ARCH_NORM_SANDWICH] = ARCH_F_NORM_SANDWICH};
     static const arch_features attn[] = {[ARCH_ATTN_FULL] = ARCH_F_ATTN_FULL,
                                          [ARCH_ATTN_SLIDING] = ARCH_F_ATTN_SLIDING,
                                          [ARCH_ATTN_LINEAR] = ARCH_F_ATTN_LINEAR};
@@ -72,7 +72,7 @@ arch_features arch_layer_features(const arch_layer *l)
 }
 
 static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
-    "pre-norm", "post-norm", "full attention", "sliding-window attention", "linear-recurrent attention",
+    "pre-norm", "post-norm", "sandwich-norm", "full attention", "sliding-window attention", "linear-recurrent attention",
     "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh",
 };
 

@@ -58,18 +58,19 @@ typedef struct arch_layer {
  * declares it implements.  arch_feature_name() names each bit. */
 typedef uint32_t arch_features;
 enum {
-    ARCH_F_PRE_NORM = 1u << 0,
-    ARCH_F_POST_NORM = 1u << 1,
-    ARCH_F_ATTN_FULL = 1u << 2,
-    ARCH_F_ATTN_SLIDING = 1u << 3,
-    ARCH_F_ATTN_LINEAR = 1u << 4,
-    ARCH_F_QKV_BIAS = 1u << 5,
-    ARCH_F_QK_NORM = 1u << 6,
-    ARCH_F_FFN_GLU = 1u << 7,
-    ARCH_F_FFN_MOE = 1u << 8,
-    ARCH_F_ACT_SILU = 1u << 9,
-    ARCH_F_ACT_GELU_TANH = 1u << 10,
-    ARCH_F_COUNT_ = 11,
+    ARCH_F_NORM_PRE = 1u << 0, /* the three placements: one per layer */
+    ARCH_F_NORM_POST = 1u << 1,
+    ARCH_F_NORM_SANDWICH = 1u << 2,
+    ARCH_F_ATTN_FULL = 1u << 3,
+    ARCH_F_ATTN_SLIDING = 1u << 4,
+    ARCH_F_ATTN_LINEAR = 1u << 5,
+    ARCH_F_QKV_BIAS = 1u << 6,
+    ARCH_F_QK_NORM = 1u << 7,
+    ARCH_F_FFN_GLU = 1u << 8,
+    ARCH_F_FFN_MOE = 1u << 9,
+    ARCH_F_ACT_SILU = 1u << 10,
+    ARCH_F_ACT_GELU_TANH = 1u << 11,
+    ARCH_F_COUNT_ = 12,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -88,8 +89,8 @@ typedef enum arch_dim {
 } arch_dim;
 
 /* A tensor: name ("blk.N." is prepended for a layer tensor), shape, where it is bound (a byte
- * offset into model_layer or model) and when it is there: `when` features of the layer's
- * recipe require it (0: always); an optional one may be absent. */
+ * offset into model_layer or model) and when it is there: a layer whose recipe has any of the
+ * `when` features needs it (0: every layer); an optional one may be absent. */
 typedef struct arch_tensor {
     const char *name;
     arch_dim ne0, ne1;
@@ -98,6 +99,8 @@ typedef struct arch_tensor {
     bool optional;
     bool f32_only; /* norms, biases and rope factors are read as plain floats */
 } arch_tensor;
+
+static inline bool arch_tensor_needed(const arch_tensor *t, arch_features f) { return !t->when || (t->when & f); }
 
 /* A hyper-parameter "<arch>.<suffix>": an integer in [1, 2^24] or a positive float, stored
  * at `offset` in model_hparams (an int or a float).  An absent optional key leaves the field

@@ -236,7 +236,7 @@ static int64_t dim_value(const model_hparams *hp, arch_dim d)
 static bool bind_list(loader *L, const arch_tensor *list, arch_features features, int il, void *base)
 {
     for (const arch_tensor *t = list; t->name; t++) {
-        if ((t->when & features) != t->when) continue;
+        if (!arch_tensor_needed(t, features)) continue;
         char name[128];
         if (il >= 0) snprintf(name, sizeof name, "blk.%d.%s", il, t->name);
         else snprintf(name, sizeof name, "%s", t->name);
@@ -254,7 +254,7 @@ static int64_t min_layer_tensors(const arch_desc *d)
     for (int p = 0; p < d->pattern_len; p++) {
         arch_features f = arch_layer_features(&d->pattern[p]);
         int64_t n = 0;
-        for (const arch_tensor *t = d->layer_tensors; t->name; t++) n += !t->optional && (t->when & f) == t->when;
+        for (const arch_tensor *t = d->layer_tensors; t->name; t++) n += !t->optional && arch_tensor_needed(t, f);
         if (n < least) least = n;
     }
     return least;

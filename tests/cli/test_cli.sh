@@ -41,6 +41,12 @@ for arch in llama qwen2 qwen3; do
     }
 done
 model="$tmp/tiny-llama.gguf"
+# A family no descriptor knows (every "llama" renamed, keys included): info still shows the
+# file, then why the model is refused.
+LC_ALL=C sed 's/llama/llamx/g' "$model" >"$tmp/unknown-family.gguf"
+expect_rc 0 "$bin" info "$tmp/unknown-family.gguf" &&
+    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3\)" \
+        "$tmp/out" "info of an unknown family"
 
 # --- generate --------------------------------------------------------------------------------
 if expect_rc 0 "$bin" generate -m "$model" -p "The scheduler packs prompts" -n 12 --temp 0 --threads 1; then

@@ -384,10 +384,13 @@ static void test_unimplemented_features_refused(void **state)
     loaded L;
     char err[512];
     load(&L, "toy-postnorm", NULL);
-    const arch_features no_post = ARCH_F_PRE_NORM | ARCH_F_ATTN_FULL | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU;
+    /* like the GPU's: sandwich norms but not post-norm alone */
+    const arch_features no_post = ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU;
     assert_int_equal(model_check_features(L.m, no_post, "test", err, sizeof err), -1);
-    assert_string_equal(err, "the test backend does not implement post-norm (layer 0 of toy-postnorm)");
-    assert_int_equal(model_check_features(L.m, no_post | ARCH_F_POST_NORM, "test", err, sizeof err), 0);
+    assert_string_equal(err, "the test backend does not implement post-norm (layer 1 of toy-postnorm)");
+    assert_int_equal(model_check_features(L.m, no_post & ~ARCH_F_NORM_SANDWICH, "test", err, sizeof err), -1);
+    assert_string_equal(err, "the test backend does not implement sandwich-norm (layer 0 of toy-postnorm)");
+    assert_int_equal(model_check_features(L.m, no_post | ARCH_F_NORM_POST, "test", err, sizeof err), 0);
     unload(&L);
 
     /* The same weights as the sliding family: they load (the tensors are the same), but the

@@ -1,6 +1,7 @@
 /* test_gpu_engine.c - the CUDA engine end to end against the CPU engine on the same GGUF:
  *   - logits at >= 256 positions (a 200-token prompt, then single-token decode steps) for
  *     every architecture and weight format: top-1 agreement >= 99 %, relative error reported;
+ *     the same for a sandwich-norm family defined in the test;
  *   - stories260K (a trained model): logits and a 300-token greedy generation;
  *   - 32 concurrent greedy sequences give the tokens each gives alone, and so do sequences
  *     in mixed prefill + decode steps (split-K only, and flash prompts beside split-K decode);
@@ -99,43 +100,76 @@ static void check_model_logits(const model *m, const char *label, int n_pos, int
     free_pair(&p);
 }
 
+static const ggml_type TYPES[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                  GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+
+/* A 2-layer model of family `arch` (index a: llama's rope extras on 0, tied output on the
+ * others) in weight type TYPES[t], GPU logits against the CPU's. */
+static void check_arch(const char *arch, int a, int t, bool post_norms, uint64_t *seed)
+{
+    const ggml_type type = TYPES[t];
+    tiny_spec s = tiny_spec_default();
+    s.arch = arch;
+    s.n_vocab = 512;
+    s.n_embd = 256;
+    s.n_layer = 2;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_ff = 512;
+    s.n_ctx = 512;
+    s.wtype = type;
+    s.tied = a > 0;
+    s.rope_freqs = a == 0;
+    s.rope_scale = a == 0 ? 2.0f : 0.0f;
+    s.post_norms = post_norms;
+    s.seed = 100 + (uint64_t)a * 10 + (uint64_t)t;
+    size_t size;
+    void *image = tiny_model_build(&s, &size);
+    assert_non_null(image);
+    char err[512];
+    model *m = tiny_model_load(image, size, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    int32_t tokens[N_POS];
+    for (int i = 0; i < N_POS; i++) tokens[i] = (int32_t)(gpu_test_rng(seed) % (uint64_t)s.n_vocab);
+    char label[64];
+    snprintf(label, sizeof label, "%s %s", arch, ggml_type_name(type));
+    check_model_logits(m, label, N_POS, N_PROMPT, tokens);
+    model_free(m);
+    free(image);
+}
+
 static void test_logits_every_arch_and_format(void **state)
 {
     (void)state;
     static const char *archs[] = {"llama", "qwen2", "qwen3"};
-    static const ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                      GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
-    int32_t tokens[N_POS];
     uint64_t seed = 11;
     for (int a = 0; a < 3; a++)
-        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-            tiny_spec s = tiny_spec_default();
-            s.arch = archs[a];
-            s.n_vocab = 512;
-            s.n_embd = 256;
-            s.n_layer = 2;
-            s.n_head = 4;
-            s.n_head_kv = 2;
-            s.n_ff = 512;
-            s.n_ctx = 512;
-            s.wtype = types[t];
-            s.tied = a > 0;
-            s.rope_freqs = a == 0;
-            s.rope_scale = a == 0 ? 2.0f : 0.0f;
-            s.seed = 100 + a * 10 + t;
-            size_t size;
-            void *image = tiny_model_build(&s, &size);
-            assert_non_null(image);
-            char err[512];
-            model *m = tiny_model_load(image, size, err, sizeof err);
-            if (!m) fail_msg("%s", err);
-            for (int i = 0; i < N_POS; i++) tokens[i] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)s.n_vocab);
-            char label[64];
-            snprintf(label, sizeof label, "%s %s", archs[a], ggml_type_name(types[t]));
-            check_model_logits(m, label, N_POS, N_PROMPT, tokens);
-            model_free(m);
-            free(image);
-        }
+        for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(archs[a], a, (int)t, false, &seed);
+}
+
+/* A family defined in a test: llama's keys and tensors, every layer with this norm placement
+ * and attention kind (d: its storage, which the registry keeps). */
+static void register_toy(arch_desc *d, const char *name, arch_norm norm, arch_attn attn)
+{
+    *d = (arch_desc){
+        .name = name,
+        ARCH_DENSE_LISTS,
+        .rope = ARCH_ROPE_NORMAL,
+        .pattern = {{.norm = norm, .attn = attn, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},
+        .pattern_len = 1,
+    };
+    assert_true(arch_register(d) >= 0);
+}
+
+/* llama with sandwich norms (post-norms after each block), which the GPU runs with its
+ * existing kernels (gpu_forward.c: residual_add). */
+static void test_logits_sandwich_norms(void **state)
+{
+    (void)state;
+    static arch_desc sandwich;
+    register_toy(&sandwich, "toy-gpu-sandwich", ARCH_NORM_SANDWICH, ARCH_ATTN_FULL);
+    uint64_t seed = 12;
+    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(sandwich.name, 0, (int)t, true, &seed);
 }
 
 /* stories260K from the shared folder (or INFERD_SHARED_DIR), NULL when absent. */
@@ -425,14 +459,8 @@ static void test_errors_leave_engine_usable(void **state)
 static void test_recipe_feature_refused(void **state)
 {
     (void)state;
-    static const arch_desc sliding = {
-        .name = "toy-gpu-sliding",
-        ARCH_DENSE_LISTS,
-        .rope = ARCH_ROPE_NORMAL,
-        .pattern = {{.norm = ARCH_NORM_PRE, .attn = ARCH_ATTN_SLIDING, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU}},
-        .pattern_len = 1,
-    };
-    assert_true(arch_register(&sliding) >= 0);
+    static arch_desc sliding;
+    register_toy(&sliding, "toy-gpu-sliding", ARCH_NORM_PRE, ARCH_ATTN_SLIDING);
     tiny_spec s = tiny_spec_default();
     s.arch = sliding.name, s.n_embd = 64;
     size_t size;
@@ -452,6 +480,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_every_arch_and_format),
+        cmocka_unit_test(test_logits_sandwich_norms),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_batch_of_32_equals_alone),
         cmocka_unit_test(test_mixed_steps_equal_alone),

@@ -116,6 +116,10 @@ static void write_layer(builder *b, int il, int head_dim)
     add_tensor(b, NAME("ffn_gate.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
     add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
     add_tensor(b, NAME("ffn_down.weight"), s->wtype, s->n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->n_ff));
+    if (s->post_norms) {
+        add_tensor(b, NAME("post_attention_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 0.5f, 0.2f);
+        add_tensor(b, NAME("post_ffw_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 0.5f, 0.2f);
+    }
 #undef NAME
 }
 

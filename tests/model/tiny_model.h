@@ -18,6 +18,7 @@ typedef struct tiny_spec {
     bool rope_freqs;       /* write rope_freqs.weight */
     float rope_scale;      /* > 0: rope.scaling.type = linear with this factor */
     float rope_base;       /* 0: key not written (default 10000) */
+    bool post_norms;       /* write post_attention_norm and post_ffw_norm (a sandwich-norm family) */
     uint64_t seed;
     /* Sabotage, for loader error tests: */
     const char *omit_tensor; /* leave this tensor out */

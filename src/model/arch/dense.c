@@ -33,7 +33,7 @@ const arch_tensor arch_dense_globals[] = {
 
 #define L(field) offsetof(model_layer, field)
 const arch_tensor arch_dense_layer_tensors[] = {
-    {"attn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_norm), ARCH_F_PRE_NORM, false, true},
+    {"attn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_norm), ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH, false, true},
     {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, L(wq), 0, false, false},
     {"attn_k.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, L(wk), 0, false, false},
     {"attn_v.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, L(wv), 0, false, false},
@@ -43,11 +43,11 @@ const arch_tensor arch_dense_layer_tensors[] = {
     {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, L(bv), ARCH_F_QKV_BIAS, false, true},
     {"attn_q_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, L(q_norm), ARCH_F_QK_NORM, false, true},
     {"attn_k_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, L(k_norm), ARCH_F_QK_NORM, false, true},
-    {"post_attention_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_post_norm), ARCH_F_POST_NORM, false, true},
-    {"ffn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_norm), ARCH_F_PRE_NORM, false, true},
+    {"post_attention_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_post_norm), ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH, false, true},
+    {"ffn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_norm), ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH, false, true},
     {"ffn_gate.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, L(w_gate), ARCH_F_FFN_GLU, false, false},
     {"ffn_up.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, L(w_up), ARCH_F_FFN_GLU, false, false},
     {"ffn_down.weight", ARCH_DIM_FF, ARCH_DIM_EMBD, L(w_down), ARCH_F_FFN_GLU, false, false},
-    {"post_ffw_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_post_norm), ARCH_F_POST_NORM, false, true},
+    {"post_ffw_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_post_norm), ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH, false, true},
     {0},
 };

@@ -17,10 +17,10 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "api_encode.h"
-#include "api_responses.h"
+#include "api/api_encode.h"
+#include "api/api_responses.h"
 #include "http_int.h"
-#include "tool_force.h"
+#include "api/tool_force.h"
 #include "base/timing.h"
 #include "base/rng.h"
 

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "api_request.h"
+#include "api/api_request.h"
 #include "conn_guard.h"
 #include "metrics.h"
 #include "reply.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api_encode.h"
+#include "api/api_encode.h"
 
 enum MHD_Result http_reply(http_req *hr, int status, const char *ctype, char *body, size_t len)
 {

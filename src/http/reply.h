@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "api_request.h"
+#include "api/api_error.h"
 #include "base/bytebuf.h"
 
 typedef struct server server;

@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "api_encode.h"
+#include "api/api_encode.h"
 #include "base/log.h"
 #include "base/timing.h"
 #include "http_guard.h"

@@ -11,7 +11,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "http/api_encode.h"
+#include "api/api_encode.h"
 #include "http/metrics.h"
 
 /* A fake vocabulary: token i is "t<i>", token 7 is a lone UTF-8 lead byte. */

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "api/api_request.h"
+#include "api/api_proto.h"
 #include "conn_guard.h"
 #include "metrics.h"
 #include "reply.h"
@@ -47,7 +47,8 @@ typedef struct gen_summary {
     const char *finish; /* stop, length, cancelled, error; NULL when nothing was generated */
 } gen_summary;
 void gen_summarize(const gen *g, gen_summary *out);
-enum MHD_Result gen_start(http_req *hr, api_kind kind);
+/* A generation route's request, answered in protocol p's shapes. */
+enum MHD_Result gen_start(http_req *hr, const api_protocol *p);
 enum MHD_Result gen_continue(http_req *hr); /* non-streaming request woken up */
 void gen_finish(gen *g);                    /* connection closed: cancel, release, free */
 void gen_resume_all(server *sv);            /* shutdown: wake every suspended connection */

@@ -23,27 +23,24 @@ typedef enum MHD_Result (*route_fn)(http_req *hr);
 struct route {
     const char *path;
     const char *method;
-    route_fn fn;
+    route_fn fn;     /* NULL: a generation, answered in proto's shapes (gen.c) */
     bool open;       /* no API key needed */
     bool needs_model;
+    const api_protocol *proto;
 };
 
 /* ---- routes ------------------------------------------------------------------------------ */
 
-static enum MHD_Result on_completions(http_req *hr) { return gen_start(hr, API_COMPLETIONS); }
-static enum MHD_Result on_chat(http_req *hr) { return gen_start(hr, API_CHAT); }
-static enum MHD_Result on_responses(http_req *hr) { return gen_start(hr, API_RESPONSES); }
-
 static const route routes[] = {
-    {"/health", "GET", endpoint_health, true, false},
-    {"/metrics", "GET", endpoint_metrics, false, false},
-    {"/v1/models", "GET", endpoint_models, false, true},
-    {"/v1/models/", "GET", endpoint_model, false, true}, /* prefix: /v1/models/{id} */
-    {"/v1/completions", "POST", on_completions, false, true},
-    {"/v1/chat/completions", "POST", on_chat, false, true},
-    {"/v1/responses", "POST", on_responses, false, true},
-    {"/tokenize", "POST", endpoint_tokenize, false, true},
-    {"/detokenize", "POST", endpoint_detokenize, false, true},
+    {"/health", "GET", endpoint_health, true, false, NULL},
+    {"/metrics", "GET", endpoint_metrics, false, false, NULL},
+    {"/v1/models", "GET", endpoint_models, false, true, NULL},
+    {"/v1/models/", "GET", endpoint_model, false, true, NULL}, /* prefix: /v1/models/{id} */
+    {"/v1/completions", "POST", NULL, false, true, &proto_completions},
+    {"/v1/chat/completions", "POST", NULL, false, true, &proto_chat},
+    {"/v1/responses", "POST", NULL, false, true, &proto_responses},
+    {"/tokenize", "POST", endpoint_tokenize, false, true, NULL},
+    {"/detokenize", "POST", endpoint_detokenize, false, true, NULL},
 };
 
 static const route *find_route(const server *sv, const char *url)
@@ -195,7 +192,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (hr->have_err) return http_reply_error(hr, &hr->err);
     if (!bytebuf_ok(&hr->body)) return http_reply_json(hr, 500, NULL);
-    return hr->rt->fn(hr);
+    return hr->rt->proto ? gen_start(hr, hr->rt->proto) : hr->rt->fn(hr);
 }
 
 /* The one log line of every finished HTTP request; generations add their id, token counts,

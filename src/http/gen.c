@@ -65,7 +65,8 @@ struct gen {
     bytebuf out;      /* streaming: bytes not yet handed to MHD */
     bool out_done; /* streaming: [DONE] is in out */
     double t_first_ms; /* timing_now_ms() when the first completion token was taken; 0 = none yet */
-    bool client_gone;  /* non-streaming: the client hung up, so cancelled choices mean 499 */
+    bool client_gone;  /* the client hung up, so cancelled choices mean 499 */
+    peer_watch_entry *watch; /* tells us at once when the client hangs up (peer_watch.h) */
     bool think_in_prompt; /* chat: the rendered prompt ends inside <think> */
     gen *prev, *next;
 };
@@ -594,22 +595,33 @@ static enum MHD_Result reply_whole(gen *g)
     return http_reply_json(g->hr, 200, json);
 }
 
-/* MHD does not watch a suspended connection's socket, so a client that hangs up while a
- * non-streamed request generates would keep its slot until max_tokens.  Each wake-up peeks at
- * the socket instead: end-of-file or an error means the client is gone. */
-static bool peer_closed(struct MHD_Connection *conn)
+static int conn_fd(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
-    char byte;
-    ssize_t n = recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return ci ? ci->connect_fd : -1;
 }
 
-static void cancel_all(gen *g)
+/* The client hung up: cancel what still runs, queued, prefilling or generating.  The
+ * cancelled finishes wake the connection once more; its reply then goes nowhere.  Call with
+ * g->mu held. */
+static void client_left(gen *g)
 {
+    if (g->client_gone || g->n_done == g->n_ch) return;
+    log_info("%s: client went away; cancelling", g->id);
+    g->client_gone = true;
+    metrics_count_client_gone(g->sv->metrics);
     for (int i = 0; i < g->n_ch; i++)
         if (g->ch[i].r && g->ch[i].finish == SCHED_FINISH_NONE) sched_req_cancel(g->ch[i].r);
+}
+
+/* The peer watch's notice (its thread): the connection is suspended, or about to be, and MHD
+ * would not see the close until it next writes. */
+static void on_peer_gone(void *ctx)
+{
+    gen *g = ctx;
+    pthread_mutex_lock(&g->mu);
+    client_left(g);
+    pthread_mutex_unlock(&g->mu);
 }
 
 static enum MHD_Result wait_or_reply(gen *g)
@@ -617,11 +629,9 @@ static enum MHD_Result wait_or_reply(gen *g)
     pthread_mutex_lock(&g->mu);
     collect(g);
     bool done = g->n_done == g->n_ch;
-    if (!done && peer_closed(g->hr->conn)) {
-        log_info("%s: client went away; cancelling", g->id);
-        g->client_gone = true;
-        cancel_all(g); /* the cancelled finishes wake us once more; the reply then goes nowhere */
-    }
+    /* the watch's notice, checked again on each wake in case the socket could not be watched */
+    int fd = conn_fd(g->hr->conn);
+    if (!done && fd >= 0 && peer_watch_closed(fd)) client_left(g);
     if (!done) {
         g->suspended = true;
         MHD_suspend_connection(g->hr->conn);
@@ -688,6 +698,10 @@ enum MHD_Result gen_start(http_req *hr, const api_protocol *p)
     }
     if (chat && start_parsers(g) != 0) return http_reply_json(hr, 500, NULL);
     if (submit_all(g, &e) != 0) return reply_error(g, &e);
+    /* From here the connection waits suspended while the requests queue and prefill: a client
+     * that leaves is noticed by the watch, not by the first token's wake-up. */
+    int fd = conn_fd(hr->conn);
+    if (fd >= 0) g->watch = peer_watch_add(g->sv->watch, fd, on_peer_gone, g);
     log_debug("%s: %d choice(s), prompt %d tokens, stream=%d", g->id, g->n_ch, g->prompts[0].n_ids,
               g->req.stream);
     return g->req.stream ? start_stream(g) : wait_or_reply(g);
@@ -696,6 +710,7 @@ enum MHD_Result gen_start(http_req *hr, const api_protocol *p)
 void gen_finish(gen *g)
 {
     server *sv = g->sv;
+    peer_watch_remove(sv->watch, g->watch); /* no notice can run for g after this */
     pthread_mutex_lock(&sv->mu); /* unlink first: gen_resume_all must not see a dying gen */
     if (g->prev) g->prev->next = g->next;
     else sv->gens = g->next;

@@ -11,6 +11,7 @@
 #include "api/api_proto.h"
 #include "conn_guard.h"
 #include "metrics.h"
+#include "peer_watch.h"
 #include "reply.h"
 #include "server.h"
 
@@ -29,6 +30,7 @@ struct server {
     char bos_text[128], eos_text[128];
     metrics *metrics;
     struct conn_guard *guard; /* cuts connections that take too long to send a request */
+    peer_watch *watch;        /* notices generations' clients hanging up while suspended */
     long long started; /* unix time, for /v1/models */
     /* Live generations: counted for server_wait_idle, listed so server_stop can resume any
      * connection still suspended. */

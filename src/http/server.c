@@ -340,8 +340,8 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
         server_stop(sv);
         return NULL;
     }
-    if (!(sv->guard = conn_guard_new(cfg->timeout_s))) {
-        snprintf(err, errlen, "out of memory");
+    if (!(sv->guard = conn_guard_new(cfg->timeout_s)) || !(sv->watch = peer_watch_new())) {
+        snprintf(err, errlen, "out of memory or threads");
         server_stop(sv);
         return NULL;
     }
@@ -406,6 +406,7 @@ void server_stop(server *sv)
         MHD_stop_daemon(sv->d);
     }
     conn_guard_free(sv->guard);
+    peer_watch_free(sv->watch); /* every generation has finished: no entry is left */
     metrics_free(sv->metrics);
     pthread_mutex_destroy(&sv->mu);
     pthread_cond_destroy(&sv->idle);

@@ -9,12 +9,10 @@
  * wake callback flips g->suspended under g->mu and resumes outside it.  A wake that arrives
  * before the suspend finds its output already taken or still queued for the next take, so no
  * token is ever waited for twice and no connection sleeps with output pending. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 

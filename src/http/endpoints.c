@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api_encode.h"
+#include "api/api_encode.h"
 #include "http_int.h"
-#include "json_strict.h"
-#include "tokenize_reply.h"
+#include "api/json_strict.h"
+#include "api/tokenize_reply.h"
 
 enum MHD_Result endpoint_health(http_req *hr)
 {

@@ -1,26 +1,25 @@
-/* gen.c - /v1/completions and /v1/chat/completions: validate, build the prompt, submit one
- * scheduler request per choice, then either wait for all of them (a suspended connection,
- * resumed by the scheduler's wake callback) and answer once, or stream SSE chunks from a
- * chunked response whose reader suspends the connection whenever no output is ready.
+/* gen.c - the generation routes (/v1/completions, /v1/chat/completions, /v1/responses):
+ * validate, build the prompt, submit one scheduler request per choice, then either wait for
+ * all of them (a suspended connection, resumed by the scheduler's wake callback) and answer
+ * once, or stream from a chunked response whose reader suspends the connection whenever no
+ * output is ready.  What the bytes say is the protocol's row (api/api_proto.h): this file
+ * drives every protocol the same way and never asks which one it serves.
  *
  * The suspend/resume handshake: the HTTP thread takes output and suspends under g->mu; the
  * wake callback flips g->suspended under g->mu and resumes outside it.  A wake that arrives
  * before the suspend finds its output already taken or still queued for the next take, so no
  * token is ever waited for twice and no connection sleeps with output pending. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
-#include "api_encode.h"
-#include "api_responses.h"
+#include "api/api_proto.h"
 #include "http_int.h"
-#include "tool_force.h"
+#include "api/tool_force.h"
 #include "base/timing.h"
 #include "base/rng.h"
 
@@ -51,8 +50,9 @@ typedef struct gen_prompt {
 struct gen {
     http_req *hr;
     server *sv;
+    const api_protocol *p; /* the protocol's row: parse, encode */
     api_request req;
-    api_meta meta;
+    api_reply rep;         /* the reply as the row writes it (meta, vocabulary, stream state) */
     char id[48];
     gen_prompt *prompts;
     int n_prompts;
@@ -63,11 +63,9 @@ struct gen {
     bytebuf out;      /* streaming: bytes not yet handed to MHD */
     bool out_done; /* streaming: [DONE] is in out */
     double t_first_ms; /* timing_now_ms() when the first completion token was taken; 0 = none yet */
-    bool client_gone;  /* non-streaming: the client hung up, so cancelled choices mean 499 */
+    bool client_gone;  /* the client hung up, so cancelled choices mean 499 */
+    peer_watch_entry *watch; /* tells us at once when the client hangs up (peer_watch.h) */
     bool think_in_prompt; /* chat: the rendered prompt ends inside <think> */
-    /* /v1/responses: what the reply repeats of the request, the event stream */
-    api_resp_req rreq;
-    api_resp_stream rs;
     gen *prev, *next;
 };
 
@@ -191,7 +189,7 @@ static int build_chat_prompt(gen *g, api_error *e)
 static int check_context(gen *g, api_error *e)
 {
     int ctx = g->sv->sm.ctx_per_slot;
-    const char *param = g->req.kind == API_CHAT ? "messages" : g->req.kind == API_RESPONSES ? "input" : "prompt";
+    const char *param = g->p->prompt_param;
     for (int i = 0; i < g->n_prompts; i++) {
         int n = g->prompts[i].n_ids;
         int max = g->req.max_tokens ? g->req.max_tokens : ctx - n; /* chat: up to the context */
@@ -380,78 +378,28 @@ void gen_summarize(const gen *g, gen_summary *out)
 
 /* ---- streaming ---------------------------------------------------------------------------- */
 
-static void emit_chunk(gen *g, const api_choice *ac)
-{
-    api_vocab v = vocab_of(g);
-    char *json = api_chunk_json(&g->meta, ac, &v);
-    if (json) api_sse_data(&g->out, json);
-    else g->out.failed = true;
-    free(json);
-}
-
-/* Opening chunks: the assistant role (chat) or the echoed prompt (completions). */
+/* The first bytes: each choice's opening (the assistant role, the echoed prompt), or the
+ * protocol's own (response.created). */
 static void emit_openers(gen *g)
 {
-    if (g->req.kind == API_RESPONSES) { /* response.created, response.in_progress */
-        api_resp_stream_begin(&g->rs, &g->meta, &g->rreq, &g->out);
-        return;
-    }
-    for (int i = 0; i < g->n_ch; i++) {
+    api_span echo[API_MAX_CHOICES] = {{0}};
+    for (int i = 0; i < g->n_ch && i < API_MAX_CHOICES; i++) {
         gen_choice *c = &g->ch[i];
-        api_choice ac = {.index = i, .text = "", .role = g->req.kind == API_CHAT};
-        if (g->req.kind == API_COMPLETIONS && g->req.echo) {
-            ac.text = g->prompts[c->prompt].echo;
-            ac.text_len = g->prompts[c->prompt].echo_len;
-        } else if (g->req.kind == API_COMPLETIONS) {
-            continue;
-        }
-        emit_chunk(g, &ac);
-        c->text_offset += ac.text_len;
+        echo[i] = (api_span){g->prompts[c->prompt].echo, g->prompts[c->prompt].echo_len};
+        c->text_offset += echo[i].len;
     }
-}
-
-static void stream_output(gen *g, int i, const sched_output *o)
-{
-    gen_choice *c = &g->ch[i];
-    bool lp = g->req.logprobs >= 0;
-    if (g->req.kind == API_RESPONSES) { /* its end is the last event (stream_close) */
-        api_resp_stream_text(&g->rs, o->text, o->text_len);
-        return;
-    }
-    if (o->text_len || (lp && o->n_tokens)) {
-        api_choice ac = {.index = i, .text = o->text, .text_len = o->text_len, .tokens = o->tokens,
-                         .n_tokens = o->n_tokens, .logprobs = lp, .text_offset = c->text_offset};
-        emit_chunk(g, &ac);
-        c->text_offset += o->text_len;
-    }
-    const char *reason = api_finish_reason(o->finish);
-    if (reason) {
-        api_choice ac = {.index = i, .text = "", .finish_reason = reason};
-        emit_chunk(g, &ac);
-    }
+    g->p->open(&g->rep, echo, g->n_ch);
 }
 
 static void stream_close(gen *g)
 {
     api_error e;
-    if (g->req.kind == API_RESPONSES) { /* one choice; no [DONE] in this protocol */
-        bool failed = failure_of(g, &e);
-        api_usage u = usage_of(g);
-        api_resp_stream_end(&g->rs, g->ch[0].finish == SCHED_FINISH_LENGTH, &u, failed ? &e : NULL);
-        g->out_done = true;
-        return;
-    }
-    if (failure_of(g, &e)) {
-        char *json = api_error_json(&e);
-        if (json) api_sse_data(&g->out, json);
-        free(json);
-    } else if (g->req.include_usage) {
-        api_usage u = usage_of(g);
-        char *json = api_usage_chunk_json(&g->meta, &u);
-        if (json) api_sse_data(&g->out, json);
-        free(json);
-    }
-    api_sse_done(&g->out);
+    bool failed = failure_of(g, &e);
+    api_usage u = usage_of(g);
+    bool truncated = false;
+    for (int i = 0; i < g->n_ch; i++) truncated = truncated || g->ch[i].finish == SCHED_FINISH_LENGTH;
+    api_end end = {.usage = &u, .failed = failed ? &e : NULL, .truncated = truncated};
+    g->p->close(&g->rep, &end);
     g->out_done = true;
 }
 
@@ -480,31 +428,24 @@ static const char *finish_reason_of(const gen_choice *c, sched_finish f)
     return r;
 }
 
-/* Streams what one feed decided: content and reasoning in one chunk, then each completed call
- * as two chunks (its opening with id and name, then its arguments). */
-static void stream_delta(gen *g, int i, const sched_output *o)
+/* Hands one choice's new output to the protocol: as its parser split it when the choice has
+ * one (content, reasoning, the calls it completed), else the text as it came. */
+static void stream_output(gen *g, int i, const sched_output *o)
 {
     gen_choice *c = &g->ch[i];
-    chat_delta *d = &c->delta;
-    bool lp = g->req.logprobs >= 0;
-    if (g->req.kind == API_RESPONSES) {
-        api_resp_stream_reasoning(&g->rs, d->reasoning.data, d->reasoning.len);
-        api_resp_stream_text(&g->rs, d->content.data, d->content.len);
-        for (int k = 0; k < d->n_calls; k++) api_resp_stream_call(&g->rs, &d->calls[k]);
-        return;
+    api_delta d = {.index = i, .text = o->text, .text_len = o->text_len, .text_offset = c->text_offset,
+                   .tokens = o->tokens, .n_tokens = o->n_tokens, .finish_reason = finish_reason_of(c, o->finish)};
+    if (c->cp) {
+        const chat_delta *cd = &c->delta;
+        d.text = cd->content.data;
+        d.text_len = cd->content.len;
+        d.reasoning = cd->reasoning.data;
+        d.reasoning_len = cd->reasoning.len;
+        d.calls = cd->calls;
+        d.n_calls = cd->n_calls;
     }
-    if (d->content.len || d->reasoning.len || (lp && o && o->n_tokens)) {
-        api_choice ac = {.index = i, .text = d->content.data ? d->content.data : "", .text_len = d->content.len,
-                         .reasoning = d->reasoning.data, .reasoning_len = d->reasoning.len,
-                         .tokens = o ? o->tokens : NULL, .n_tokens = o ? o->n_tokens : 0, .logprobs = lp};
-        emit_chunk(g, &ac);
-    }
-    for (int k = 0; k < d->n_calls; k++) {
-        api_choice ac = {.index = i, .text = "", .calls = &d->calls[k], .n_calls = 1};
-        emit_chunk(g, &ac);
-        ac.calls_args = true;
-        emit_chunk(g, &ac);
-    }
+    g->p->delta(&g->rep, &d);
+    c->text_offset += d.text_len;
 }
 
 /* Keeps what one feed decided for the whole reply. */
@@ -542,12 +483,7 @@ static void parse_output(gen *g, int i, sched_output *o)
         return;
     }
     if (g->req.stream) {
-        stream_delta(g, i, o);
-        const char *reason = g->req.kind == API_RESPONSES ? NULL : finish_reason_of(c, o->finish);
-        if (reason) {
-            api_choice ac = {.index = i, .text = "", .finish_reason = reason};
-            emit_chunk(g, &ac);
-        }
+        stream_output(g, i, o);
     } else {
         keep_delta(c);
         if (g->req.logprobs >= 0 && o->n_tokens) push_tokens(c, o);
@@ -619,22 +555,16 @@ static enum MHD_Result start_stream(gen *g)
 
 /* ---- whole responses ---------------------------------------------------------------------- */
 
-/* /v1/responses: the one choice as a response object. */
-static enum MHD_Result reply_response(gen *g)
+/* A refused or failed request, in the protocol's error shape. */
+static enum MHD_Result reply_error(gen *g, const api_error *e)
 {
-    const gen_choice *c = &g->ch[0];
-    api_resp_out o = {.text = c->text.data, .text_len = c->text.len, .reasoning = c->reasoning.data,
-                      .reasoning_len = c->reasoning.len, .calls = c->calls.calls, .n_calls = c->calls.n_calls,
-                      .incomplete = c->finish == SCHED_FINISH_LENGTH};
-    api_usage u = usage_of(g);
-    return http_reply_json(g->hr, 200, api_responses_json(&g->meta, &g->rreq, &o, &u));
+    return http_reply_error_body(g->hr, e, g->p->error(e));
 }
 
 static enum MHD_Result reply_whole(gen *g)
 {
     api_error e;
-    if (failure_of(g, &e)) return http_reply_error(g->hr, &e);
-    if (g->req.kind == API_RESPONSES) return reply_response(g);
+    if (failure_of(g, &e)) return reply_error(g, &e);
     /* n_ch >= 1 (validated n); the bound also tells the optimiser the size is sane. */
     api_choice *ac = g->n_ch > 0 ? calloc((size_t)g->n_ch, sizeof *ac) : NULL;
     if (!ac) return http_reply_json(g->hr, 500, NULL);
@@ -647,40 +577,49 @@ static enum MHD_Result reply_whole(gen *g)
             .tokens = c->tokens,
             .n_tokens = c->n_tokens,
             .logprobs = g->req.logprobs >= 0,
-            .text_offset = g->req.echo ? g->prompts[c->prompt].echo_len : 0,
+            .text_offset = g->prompts[c->prompt].echo_len,
             .finish_reason = finish_reason_of(c, c->finish),
+            /* what the choice's parser split out (none without a parser) */
+            .reasoning = c->reasoning.data,
+            .reasoning_len = c->reasoning.len,
+            .calls = c->calls.calls,
+            .n_calls = c->calls.n_calls,
+            .content_null = c->text.len == 0 && c->calls.n_calls > 0,
         };
-        if (c->cp) {
-            ac[i].reasoning = c->reasoning.data;
-            ac[i].reasoning_len = c->reasoning.len;
-            ac[i].calls = c->calls.calls;
-            ac[i].n_calls = c->calls.n_calls;
-            ac[i].content_null = c->text.len == 0 && c->calls.n_calls > 0;
-        }
     }
     api_usage u = usage_of(g);
-    api_vocab v = vocab_of(g);
-    char *json = api_response_json(&g->meta, ac, g->n_ch, &u, &v);
+    char *json = g->p->whole(&g->rep, ac, g->n_ch, &u);
     free(ac);
     return http_reply_json(g->hr, 200, json);
 }
 
-/* MHD does not watch a suspended connection's socket, so a client that hangs up while a
- * non-streamed request generates would keep its slot until max_tokens.  Each wake-up peeks at
- * the socket instead: end-of-file or an error means the client is gone. */
-static bool peer_closed(struct MHD_Connection *conn)
+static int conn_fd(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
-    char byte;
-    ssize_t n = recv(ci->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return ci ? ci->connect_fd : -1;
 }
 
-static void cancel_all(gen *g)
+/* The client hung up: cancel what still runs, queued, prefilling or generating.  The
+ * cancelled finishes wake the connection once more; its reply then goes nowhere.  Call with
+ * g->mu held. */
+static void client_left(gen *g)
 {
+    if (g->client_gone || g->n_done == g->n_ch) return;
+    log_info("%s: client went away; cancelling", g->id);
+    g->client_gone = true;
+    metrics_count_client_gone(g->sv->metrics);
     for (int i = 0; i < g->n_ch; i++)
         if (g->ch[i].r && g->ch[i].finish == SCHED_FINISH_NONE) sched_req_cancel(g->ch[i].r);
+}
+
+/* The peer watch's notice (its thread): the connection is suspended, or about to be, and MHD
+ * would not see the close until it next writes. */
+static void on_peer_gone(void *ctx)
+{
+    gen *g = ctx;
+    pthread_mutex_lock(&g->mu);
+    client_left(g);
+    pthread_mutex_unlock(&g->mu);
 }
 
 static enum MHD_Result wait_or_reply(gen *g)
@@ -688,11 +627,9 @@ static enum MHD_Result wait_or_reply(gen *g)
     pthread_mutex_lock(&g->mu);
     collect(g);
     bool done = g->n_done == g->n_ch;
-    if (!done && peer_closed(g->hr->conn)) {
-        log_info("%s: client went away; cancelling", g->id);
-        g->client_gone = true;
-        cancel_all(g); /* the cancelled finishes wake us once more; the reply then goes nowhere */
-    }
+    /* the watch's notice, checked again on each wake in case the socket could not be watched */
+    int fd = conn_fd(g->hr->conn);
+    if (!done && fd >= 0 && peer_watch_closed(fd)) client_left(g);
     if (!done) {
         g->suspended = true;
         MHD_suspend_connection(g->hr->conn);
@@ -705,16 +642,16 @@ enum MHD_Result gen_continue(http_req *hr) { return wait_or_reply(hr->g); }
 
 /* ---- life cycle --------------------------------------------------------------------------- */
 
-static gen *gen_new(http_req *hr, api_kind kind)
+static gen *gen_new(http_req *hr, const api_protocol *p)
 {
     gen *g = calloc(1, sizeof *g);
     if (!g) return NULL;
     g->hr = hr;
     g->sv = hr->sv;
-    g->req.kind = kind;
+    g->p = p;
     pthread_mutex_init(&g->mu, NULL);
     snprintf(g->id, sizeof g->id, "%s%016llx%08llx",
-             kind == API_CHAT ? "chatcmpl-" : kind == API_RESPONSES ? "resp_" : "cmpl-",
+             p->id_prefix,
              (unsigned long long)next_random(), (unsigned long long)(next_random() & 0xffffffffu));
     server *sv = g->sv;
     pthread_mutex_lock(&sv->mu);
@@ -727,45 +664,30 @@ static gen *gen_new(http_req *hr, api_kind kind)
     return g;
 }
 
-/* The body as api_request: /v1/responses bodies through their chat translation, with the
- * errors of the translated body named as the client sent them. */
-static int parse_request(gen *g, api_kind kind, api_error *e)
+enum MHD_Result gen_start(http_req *hr, const api_protocol *p)
 {
-    const http_req *hr = g->hr;
-    const char *body = hr->body.data ? hr->body.data : "";
-    int n_vocab = tokenizer_n_vocab(g->sv->sm.tok);
-    if (kind != API_RESPONSES) return api_request_parse(kind, body, hr->body.len, n_vocab, &g->req, e);
-    char *chat = NULL;
-    if (api_responses_translate(body, hr->body.len, &chat, &g->rreq, e) != 0) return -1;
-    int rc = api_request_parse(API_CHAT, chat, strlen(chat), n_vocab, &g->req, e);
-    free(chat);
-    if (rc != 0) {
-        api_responses_rename_error(e);
-        return -1;
-    }
-    g->req.kind = API_RESPONSES;
-    return 0;
-}
-
-enum MHD_Result gen_start(http_req *hr, api_kind kind)
-{
-    gen *g = gen_new(hr, kind);
+    gen *g = gen_new(hr, p);
     if (!g) return http_reply_json(hr, 500, NULL);
     api_error e;
-    if (parse_request(g, kind, &e) != 0) return http_reply_error(hr, &e);
-    bool chat = kind != API_COMPLETIONS;
+    const char *body = hr->body.data ? hr->body.data : "";
+    if (p->parse(body, hr->body.len, tokenizer_n_vocab(g->sv->sm.tok), &g->req, &g->rep.state, &e) != 0)
+        return reply_error(g, &e);
+    bool chat = p->messages;
     if (chat) {
         bool forced;
         grammar *tg = tool_force_grammar(&g->req, g->sv->sm.syntax, &forced, &e);
-        if (forced && !tg) return http_reply_error(hr, &e);
+        if (forced && !tg) return reply_error(g, &e);
         if (tg) g->req.grammar = tg; /* released with the request */
     }
     int rc = chat ? build_chat_prompt(g, &e) : build_completion_prompts(g, &e);
     if (rc == 0) rc = check_context(g, &e);
-    if (rc != 0) return http_reply_error(hr, &e);
-    g->meta = (api_meta){.kind = kind, .id = g->id, .model = g->sv->sm.alias,
-                         .created = (long long)time(NULL),
-                         .usage_null = g->req.stream && g->req.include_usage};
+    if (rc != 0) return reply_error(g, &e);
+    g->rep.rq = &g->req;
+    g->rep.meta = (api_meta){.kind = p->kind, .id = g->id, .model = g->sv->sm.alias,
+                             .created = (long long)time(NULL),
+                             .usage_null = g->req.stream && g->req.include_usage};
+    g->rep.vocab = vocab_of(g);
+    g->rep.out = &g->out;
     g->n_ch = g->n_prompts * g->req.n;
     if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return http_reply_json(hr, 500, NULL);
     for (int i = 0; i < g->n_ch; i++) { /* echo text leads each choice's text */
@@ -773,7 +695,11 @@ enum MHD_Result gen_start(http_req *hr, api_kind kind)
         if (!g->req.stream && gp->echo) bytebuf_append(&g->ch[i].text, gp->echo, gp->echo_len);
     }
     if (chat && start_parsers(g) != 0) return http_reply_json(hr, 500, NULL);
-    if (submit_all(g, &e) != 0) return http_reply_error(hr, &e);
+    if (submit_all(g, &e) != 0) return reply_error(g, &e);
+    /* From here the connection waits suspended while the requests queue and prefill: a client
+     * that leaves is noticed by the watch, not by the first token's wake-up. */
+    int fd = conn_fd(hr->conn);
+    if (fd >= 0) g->watch = peer_watch_add(g->sv->watch, fd, on_peer_gone, g);
     log_debug("%s: %d choice(s), prompt %d tokens, stream=%d", g->id, g->n_ch, g->prompts[0].n_ids,
               g->req.stream);
     return g->req.stream ? start_stream(g) : wait_or_reply(g);
@@ -782,6 +708,7 @@ enum MHD_Result gen_start(http_req *hr, api_kind kind)
 void gen_finish(gen *g)
 {
     server *sv = g->sv;
+    peer_watch_remove(sv->watch, g->watch); /* no notice can run for g after this */
     pthread_mutex_lock(&sv->mu); /* unlink first: gen_resume_all must not see a dying gen */
     if (g->prev) g->prev->next = g->next;
     else sv->gens = g->next;
@@ -807,8 +734,7 @@ void gen_finish(gen *g)
     }
     free(g->prompts);
     api_request_free(&g->req);
-    api_resp_req_free(&g->rreq);
-    api_resp_stream_free(&g->rs);
+    if (g->p->free_state) g->p->free_state(g->rep.state);
     bytebuf_free(&g->out);
     pthread_mutex_destroy(&g->mu);
     pthread_mutex_lock(&sv->mu);

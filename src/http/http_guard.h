@@ -12,7 +12,7 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 
-#include "api_request.h"
+#include "api/api_error.h"
 
 /* The request target as sent (still percent-encoded): 0, or -1 with a 400 in e when it holds
  * an encoded NUL (%00), which the decoded path would silently end at. */

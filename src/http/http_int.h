@@ -8,9 +8,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "api_request.h"
+#include "api/api_proto.h"
 #include "conn_guard.h"
 #include "metrics.h"
+#include "peer_watch.h"
 #include "reply.h"
 #include "server.h"
 
@@ -29,6 +30,7 @@ struct server {
     char bos_text[128], eos_text[128];
     metrics *metrics;
     struct conn_guard *guard; /* cuts connections that take too long to send a request */
+    peer_watch *watch;        /* notices generations' clients hanging up while suspended */
     long long started; /* unix time, for /v1/models */
     /* Live generations: counted for server_wait_idle, listed so server_stop can resume any
      * connection still suspended. */
@@ -47,7 +49,8 @@ typedef struct gen_summary {
     const char *finish; /* stop, length, cancelled, error; NULL when nothing was generated */
 } gen_summary;
 void gen_summarize(const gen *g, gen_summary *out);
-enum MHD_Result gen_start(http_req *hr, api_kind kind);
+/* A generation route's request, answered in protocol p's shapes. */
+enum MHD_Result gen_start(http_req *hr, const api_protocol *p);
 enum MHD_Result gen_continue(http_req *hr); /* non-streaming request woken up */
 void gen_finish(gen *g);                    /* connection closed: cancel, release, free */
 void gen_resume_all(server *sv);            /* shutdown: wake every suspended connection */

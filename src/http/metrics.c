@@ -10,6 +10,7 @@
 
 struct metrics {
     _Atomic uint64_t by_status[STATUS_MAX - STATUS_MIN + 1];
+    _Atomic uint64_t client_gone;
 };
 
 metrics *metrics_new(void) { return calloc(1, sizeof(metrics)); }
@@ -26,6 +27,8 @@ uint64_t metrics_status_count(const metrics *m, int status)
     if (status < STATUS_MIN || status > STATUS_MAX) return 0;
     return atomic_load_explicit(&m->by_status[status - STATUS_MIN], memory_order_relaxed);
 }
+
+void metrics_count_client_gone(metrics *m) { atomic_fetch_add_explicit(&m->client_gone, 1, memory_order_relaxed); }
 
 static void gauge(bytebuf *o, const char *name, const char *help, const char *type, double v)
 {
@@ -54,6 +57,9 @@ void metrics_render(const metrics *m, const metrics_view *v, bytebuf *o)
         uint64_t n = metrics_status_count(m, s);
         if (n) bytebuf_printf(o, "inferd_http_requests_total{code=\"%d\"} %llu\n", s, (unsigned long long)n);
     }
+    gauge(o, "inferd_client_gone_total",
+          "Generations cancelled because their client closed the connection before they finished.", "counter",
+          (double)atomic_load_explicit(&m->client_gone, memory_order_relaxed));
     gauge(o, "inferd_ready", "1 when the model is loaded and requests are served.", "gauge", v->ready);
     const sched_stats *st = v->st;
     if (!st) return;

@@ -16,6 +16,8 @@ void metrics_free(metrics *m);
 /* One finished HTTP request with this status (any route). */
 void metrics_count_status(metrics *m, int status);
 uint64_t metrics_status_count(const metrics *m, int status);
+/* One generation cancelled because its client closed the connection. */
+void metrics_count_client_gone(metrics *m);
 
 /* Prometheus text exposition. st may be NULL while the model is loading. */
 typedef struct metrics_view {

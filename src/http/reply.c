@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api_encode.h"
+#include "api/api_encode.h"
 
 enum MHD_Result http_reply(http_req *hr, int status, const char *ctype, char *body, size_t len)
 {
@@ -39,10 +39,15 @@ enum MHD_Result http_reply_json(http_req *hr, int status, char *json)
     return http_reply(hr, status, "application/json", json, strlen(json));
 }
 
-enum MHD_Result http_reply_error(http_req *hr, const api_error *e)
+enum MHD_Result http_reply_error_body(http_req *hr, const api_error *e, char *json)
 {
     snprintf(hr->error, sizeof hr->error, "%.*s", (int)sizeof hr->error - 1, e->message);
-    return http_reply_json(hr, e->status, api_error_json(e));
+    return http_reply_json(hr, e->status, json);
+}
+
+enum MHD_Result http_reply_error(http_req *hr, const api_error *e)
+{
+    return http_reply_error_body(hr, e, api_error_json(e));
 }
 
 enum MHD_Result http_reply_cjson(http_req *hr, int status, cJSON *root)

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "api_request.h"
+#include "api/api_error.h"
 #include "base/bytebuf.h"
 
 typedef struct server server;
@@ -44,6 +44,9 @@ enum MHD_Result http_reply(http_req *hr, int status, const char *ctype, char *bo
 enum MHD_Result http_reply_json(http_req *hr, int status, char *json);
 /* Queues root printed (and deletes it). */
 enum MHD_Result http_reply_cjson(http_req *hr, int status, cJSON *root);
+/* An OpenAI-shaped error body (api_error_json). */
 enum MHD_Result http_reply_error(http_req *hr, const api_error *e);
+/* e with the body its protocol writes for it (json: ownership passes; NULL -> a 500). */
+enum MHD_Result http_reply_error_body(http_req *hr, const api_error *e, char *json);
 
 #endif

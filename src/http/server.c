@@ -11,7 +11,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "api_encode.h"
+#include "api/api_encode.h"
 #include "base/log.h"
 #include "base/timing.h"
 #include "http_guard.h"
@@ -23,27 +23,24 @@ typedef enum MHD_Result (*route_fn)(http_req *hr);
 struct route {
     const char *path;
     const char *method;
-    route_fn fn;
+    route_fn fn;     /* NULL: a generation, answered in proto's shapes (gen.c) */
     bool open;       /* no API key needed */
     bool needs_model;
+    const api_protocol *proto;
 };
 
 /* ---- routes ------------------------------------------------------------------------------ */
 
-static enum MHD_Result on_completions(http_req *hr) { return gen_start(hr, API_COMPLETIONS); }
-static enum MHD_Result on_chat(http_req *hr) { return gen_start(hr, API_CHAT); }
-static enum MHD_Result on_responses(http_req *hr) { return gen_start(hr, API_RESPONSES); }
-
 static const route routes[] = {
-    {"/health", "GET", endpoint_health, true, false},
-    {"/metrics", "GET", endpoint_metrics, false, false},
-    {"/v1/models", "GET", endpoint_models, false, true},
-    {"/v1/models/", "GET", endpoint_model, false, true}, /* prefix: /v1/models/{id} */
-    {"/v1/completions", "POST", on_completions, false, true},
-    {"/v1/chat/completions", "POST", on_chat, false, true},
-    {"/v1/responses", "POST", on_responses, false, true},
-    {"/tokenize", "POST", endpoint_tokenize, false, true},
-    {"/detokenize", "POST", endpoint_detokenize, false, true},
+    {"/health", "GET", endpoint_health, true, false, NULL},
+    {"/metrics", "GET", endpoint_metrics, false, false, NULL},
+    {"/v1/models", "GET", endpoint_models, false, true, NULL},
+    {"/v1/models/", "GET", endpoint_model, false, true, NULL}, /* prefix: /v1/models/{id} */
+    {"/v1/completions", "POST", NULL, false, true, &proto_completions},
+    {"/v1/chat/completions", "POST", NULL, false, true, &proto_chat},
+    {"/v1/responses", "POST", NULL, false, true, &proto_responses},
+    {"/tokenize", "POST", endpoint_tokenize, false, true, NULL},
+    {"/detokenize", "POST", endpoint_detokenize, false, true, NULL},
 };
 
 static const route *find_route(const server *sv, const char *url)
@@ -195,7 +192,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (hr->have_err) return http_reply_error(hr, &hr->err);
     if (!bytebuf_ok(&hr->body)) return http_reply_json(hr, 500, NULL);
-    return hr->rt->fn(hr);
+    return hr->rt->proto ? gen_start(hr, hr->rt->proto) : hr->rt->fn(hr);
 }
 
 /* The one log line of every finished HTTP request; generations add their id, token counts,
@@ -343,8 +340,8 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
         server_stop(sv);
         return NULL;
     }
-    if (!(sv->guard = conn_guard_new(cfg->timeout_s))) {
-        snprintf(err, errlen, "out of memory");
+    if (!(sv->guard = conn_guard_new(cfg->timeout_s)) || !(sv->watch = peer_watch_new())) {
+        snprintf(err, errlen, "out of memory or threads");
         server_stop(sv);
         return NULL;
     }
@@ -409,6 +406,7 @@ void server_stop(server *sv)
         MHD_stop_daemon(sv->d);
     }
     conn_guard_free(sv->guard);
+    peer_watch_free(sv->watch); /* every generation has finished: no entry is left */
     metrics_free(sv->metrics);
     pthread_mutex_destroy(&sv->mu);
     pthread_cond_destroy(&sv->idle);

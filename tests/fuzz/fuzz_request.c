@@ -1,5 +1,5 @@
 /* fuzz_request.c - request bodies of /v1/completions and /v1/chat/completions
- * (src/http/api_request.c), then the chat template every parsed chat request goes through.
+ * (src/api/api_request.c), then the chat template every parsed chat request goes through.
  *
  * Input: a flag byte (bit 0: chat, bits 1..: vocabulary size choice; '0'/'1' in the seeds; bit 7:
  * a /v1/responses body, see responses_case), then the JSON body.
@@ -10,8 +10,8 @@
  * and every accepted chat request renders in every template family. */
 #include "fuzz_common.h"
 
-#include "http/api_request.h"
-#include "http/api_responses.h"
+#include "api/api_request.h"
+#include "api/api_responses.h"
 
 #include <cjson/cJSON.h>
 

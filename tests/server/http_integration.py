@@ -6,7 +6,7 @@ Node SDK), and stops the server by its PID.  Every wait is bounded.
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
                                        flood shutdown node node_ai node_langchain node_readme stories
                                        startup vocab logprobs0
-                                       framing logs connflood choices tokenize grammar_bench)
+                                       framing logs connflood choices tokenize grammar_bench client_gone)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
 import http.client
 import json
@@ -952,6 +952,87 @@ def case_disconnect():
     log = open(s.log_path).read()
     check(re.search(r"path=/v1/completions status=499 .*client closed", log), "hang-up logged as 499")
     check("path=/v1/completions status=503" not in log, "hang-up logged as 503")
+
+
+def send_request(port, path, body):
+    """Send one POST on a fresh connection without reading the reply; returns the socket."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    data = json.dumps(body).encode()
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+def reset(sock):
+    """Close with SO_LINGER 0: the peer gets a reset, as from a client that was killed."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
+
+
+HERMES_TEMPLATE = """{#- the family's tool-call markup, <tool_call>, names the syntax -#}
+{%- for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}<|im_start|>assistant
+"""
+
+
+def case_client_gone():
+    """Issue 36 item 6: a request whose client has left costs no prefill and stops at once.
+    With one slot held by a long stream, N requests of L prompt tokens queue; their clients
+    reset; once the slot is free nothing of theirs is prefilled (before: N * L tokens, each
+    noticed only at its first token).  A streamed forced tool call, whose output is held back
+    until the call is complete, is cancelled when its client resets (before: it ran on, since
+    nothing was written that could fail).  Waits are bounded (30 s; the generation they cut
+    short would take minutes)."""
+    model = make_model("long.gguf", "--n-ctx", "8192")
+    n, length = 8, 1500
+    with Server(model, "-np", "1", "-c", "8192") as s:
+        blocker = open_stream(s.port, 8000)
+        check(metric(s.port, "inferd_slots_running") == 1, "the slot is busy")
+        before = metric(s.port, "inferd_prompt_tokens_total")
+        socks = []
+        for i in range(n):
+            ids = [10 + (i * 31 + k * 7) % 200 for k in range(length)]
+            socks.append(send_request(s.port, "/v1/completions",
+                                      {"prompt": ids, "max_tokens": 16, "stream": i % 2 == 1}))
+        wait_metric(s.port, "inferd_queue_depth", n)
+        for k in socks:
+            reset(k)
+        wait_metric(s.port, "inferd_client_gone_total", n)
+        blocker.close()
+        wait_metric(s.port, "inferd_slots_running", 0)
+        wait_metric(s.port, "inferd_queue_depth", 0)
+        spent = metric(s.port, "inferd_prompt_tokens_total") - before
+        check(spent < length, f"{spent:.0f} prompt tokens prefilled for {n} clients that had left ({n * length} in all)")
+        text = request(s.port, "GET", "/metrics")[2].decode()
+        check(re.search(r'inferd_requests_finished_total\{reason="cancelled"\} ' + str(n + 1), text),
+              "the left requests and the blocker cancelled")
+        st, b = post(s.port, "/v1/completions", {"prompt": "Still", "max_tokens": 4, "ignore_eos": True})
+        check(st == 200 and b["usage"]["completion_tokens"] == 4, "serving after the resets")
+
+    path = os.path.join(TMP, "hermes.jinja")
+    with open(path, "w") as f:
+        f.write(HERMES_TEMPLATE)
+    long_args = {"type": "object", "properties": {f"p{i}": {"type": "string", "minLength": 1000} for i in range(8)},
+                 "required": [f"p{i}" for i in range(8)]}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": long_args}}]
+    with Server(model, "-np", "1", "-c", "8192", "--chat-template-file", path) as s:
+        sock = send_request(s.port, "/v1/chat/completions",
+                            {"messages": [{"role": "user", "content": "hi"}], "tools": tools,
+                             "tool_choice": "required", "stream": True, "max_tokens": 7000})
+        got = b""
+        while b"data: " not in got:  # the role chunk; then nothing until the call is complete
+            chunk = sock.recv(4096)
+            check(chunk, f"stream closed early: {got!r}")
+            got += chunk
+        check(b" 200 " in got.split(b"\r\n")[0], f"forced call accepted: {got[:200]!r}")
+        wait_metric(s.port, "inferd_slots_running", 1)
+        reset(sock)
+        wait_metric(s.port, "inferd_slots_running", 0)
+        wait_metric(s.port, "inferd_client_gone_total", 1)
+        text = request(s.port, "GET", "/metrics")[2].decode()
+        check(re.search(r'inferd_requests_finished_total\{reason="cancelled"\} 1', text),
+              "the held-back call was cancelled, not run to its end")
 
 
 def case_choices():

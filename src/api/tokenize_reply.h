@@ -3,8 +3,8 @@
  * A cJSON tree costs a few hundred bytes per token, so a 1 MB body of one-byte tokens asked
  * with pieces once took 175 MB to answer; written directly the cost is the reply itself, and
  * pieces (the larger form) are limited to TOKENIZE_MAX_PIECES tokens a request. */
-#ifndef INFERD_HTTP_TOKENIZE_REPLY_H
-#define INFERD_HTTP_TOKENIZE_REPLY_H
+#ifndef INFERD_API_TOKENIZE_REPLY_H
+#define INFERD_API_TOKENIZE_REPLY_H
 
 #include <stdbool.h>
 #include <stdint.h>

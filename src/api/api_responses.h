@@ -9,8 +9,8 @@
  * conversation, background and item references are refused.
  *
  * Pure, like api_request and api_encode: no model, no sockets. */
-#ifndef INFERD_HTTP_API_RESPONSES_H
-#define INFERD_HTTP_API_RESPONSES_H
+#ifndef INFERD_API_RESPONSES_H
+#define INFERD_API_RESPONSES_H
 
 #include <stdbool.h>
 #include <stddef.h>

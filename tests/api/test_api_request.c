@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "http/api_request.h"
+#include "api/api_request.h"
 
 #define N_VOCAB 1000
 

@@ -3,13 +3,13 @@
  *   - a NUL in a string (raw, or \u0000): C strings end there, so a prompt would be cut short
  *     without a word;
  *   - a key given twice in one object: parsers disagree on which one wins. */
-#ifndef INFERD_HTTP_JSON_STRICT_H
-#define INFERD_HTTP_JSON_STRICT_H
+#ifndef INFERD_API_JSON_STRICT_H
+#define INFERD_API_JSON_STRICT_H
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
-#include "api_request.h"
+#include "api_error.h"
 
 /* text[0..len) is the body root was parsed from.  0, or -1 with a 400 in e. */
 int json_strict_check(const char *text, size_t len, const cJSON *root, api_error *e);

@@ -11,7 +11,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "http/api_encode.h"
+#include "api/api_encode.h"
 #include "http/metrics.h"
 
 /* A fake vocabulary: token i is "t<i>", token 7 is a lone UTF-8 lead byte. */
@@ -231,6 +231,7 @@ static void test_metrics(void **state)
     metrics_count_status(m, 200);
     metrics_count_status(m, 429);
     metrics_count_status(m, 9999); /* ignored */
+    metrics_count_client_gone(m);
     assert_int_equal(metrics_status_count(m, 200), 2);
     sched_stats st = {.n_slots = 4, .slots_used = 1, .queue_depth = 3, .prompt_tokens_total = 10,
                       .generated_tokens_total = 20, .kv_tokens_used = 30, .kv_blocks_total = 64,
@@ -248,6 +249,7 @@ static void test_metrics(void **state)
     assert_non_null(strstr(t, "inferd_http_requests_total{code=\"429\"} 1\n"));
     assert_null(strstr(t, "code=\"404\""));
     assert_non_null(strstr(t, "inferd_queue_depth 3\n"));
+    assert_non_null(strstr(t, "inferd_client_gone_total 1\n"));
     assert_non_null(strstr(t, "inferd_slots_running 1\n"));
     assert_non_null(strstr(t, "inferd_kv_tokens_capacity 2048\n")); /* 64 blocks of 32 */
     assert_non_null(strstr(t, "inferd_kv_blocks_used 5\n"));

@@ -4,31 +4,19 @@
  * Pure: no model, no tokenizer, no sockets; the only thing it needs to know about the model is
  * its vocabulary size (token ids in prompts and logit_bias are checked against it).  Fields
  * this server does not know are ignored, as OpenAI's own API does. */
-#ifndef INFERD_HTTP_API_REQUEST_H
-#define INFERD_HTTP_API_REQUEST_H
+#ifndef INFERD_API_REQUEST_H
+#define INFERD_API_REQUEST_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api_error.h"
 #include "text/chat.h"
 #include "sched/sched.h"
 
 /* API_RESPONSES: /v1/responses, parsed as the chat request api_responses.h translates it to. */
 typedef enum api_kind { API_COMPLETIONS = 0, API_CHAT = 1, API_RESPONSES = 2 } api_kind;
-
-typedef struct api_error {
-    int status;       /* HTTP status */
-    const char *type; /* "invalid_request_error", "server_error", ... */
-    char param[64];   /* "" -> null */
-    char code[64];    /* "" -> null */
-    char message[512];
-} api_error;
-
-void api_error_set(api_error *e, int status, const char *type, const char *param,
-                   const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-/* 400 unsupported_parameter: "Unsupported parameter: 'param' why"; returns -1. */
-int api_error_unsupported(api_error *e, const char *param, const char *why);
 
 #define API_MAX_N 128       /* choices per prompt */
 #define API_MAX_CHOICES 256 /* prompts x n */

@@ -3,8 +3,8 @@
  * Pure: token strings (for logprobs) come through an api_vocab callback, so this module can be
  * tested without a model.  Every function returns a malloc'd NUL-terminated string (NULL only
  * when out of memory). */
-#ifndef INFERD_HTTP_API_ENCODE_H
-#define INFERD_HTTP_API_ENCODE_H
+#ifndef INFERD_API_ENCODE_H
+#define INFERD_API_ENCODE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -12,26 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void api_error_set(api_error *e, int status, const char *type, const char *param,
-                   const char *code, const char *fmt, ...)
-{
-    e->status = status;
-    e->type = type;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-}
-
 #define INVALID "invalid_request_error"
-
-int api_error_unsupported(api_error *e, const char *param, const char *why)
-{
-    api_error_set(e, 400, INVALID, param, "unsupported_parameter", "Unsupported parameter: '%s' %s", param, why);
-    return -1;
-}
 
 static const char *json_type_name(const cJSON *v)
 {

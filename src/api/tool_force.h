@@ -2,8 +2,8 @@
  * exactly one call of an offered function (the named one, when named), in the model family's
  * own tool-call markup, whose arguments validate against the function's parameters schema.
  * The reply's parser (text/chat_parse.c) then reads the call back as it would an unforced one. */
-#ifndef INFERD_HTTP_TOOL_FORCE_H
-#define INFERD_HTTP_TOOL_FORCE_H
+#ifndef INFERD_API_TOOL_FORCE_H
+#define INFERD_API_TOOL_FORCE_H
 
 #include "api_request.h"
 #include "grammar/grammar.h"

@@ -12,7 +12,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "http/api_responses.h"
+#include "api/api_responses.h"
 
 /* The chat body of a Responses body (which must translate and then parse as chat). */
 static cJSON *translate(const char *body, api_resp_req *rq)

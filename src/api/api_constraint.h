@@ -4,12 +4,12 @@
  * "schema", "strict"}}, and the extensions: grammar (GBNF, llama-server), json_schema (top
  * level, llama-server), guided_json / guided_regex / guided_choice (vLLM).  At most one of
  * them may constrain a request.  Compiled grammars are cached by their canonical text. */
-#ifndef INFERD_HTTP_API_CONSTRAINT_H
-#define INFERD_HTTP_API_CONSTRAINT_H
+#ifndef INFERD_API_CONSTRAINT_H
+#define INFERD_API_CONSTRAINT_H
 
 #include <cjson/cJSON.h>
 
-#include "api_request.h"
+#include "api_error.h"
 #include "grammar/grammar.h"
 
 /* *out = NULL (unconstrained) or a grammar reference the caller drops with grammar_unref.

@@ -51,6 +51,15 @@ static int type_error(api_error *e, const char *param, const char *expected, con
     return -1;
 }
 
+/* OpenAI's words for an array over its limit. */
+static int too_long(api_error *e, const char *param, int n, int max)
+{
+    api_error_set(e, 400, INVALID, param, "array_above_max_length",
+                  "Invalid '%s': array too long. Expected an array with maximum length %d, but got an array "
+                  "with length %d instead.", param, max, n);
+    return -1;
+}
+
 static int read_bool(const cJSON *obj, const char *name, bool *out, api_error *e)
 {
     const cJSON *v = json_field(obj, name);
@@ -296,8 +305,9 @@ static int read_prompts(const cJSON *obj, int n_vocab, api_request *r, api_error
     }
     if (!(r->prompts = calloc((size_t)n, sizeof *r->prompts))) return oom(e);
     r->n_prompts = n;
-    for (int i = 0; i < n; i++) {
-        const cJSON *it = single ? v : cJSON_GetArrayItem(v, i);
+    /* one walk down the list: indexing a cJSON array walks it from the start each time */
+    const cJSON *it = single ? v : v->child;
+    for (int i = 0; i < n; i++, it = it->next) {
         int rc;
         if (cJSON_IsString(it)) rc = read_text_prompt(it, &r->prompts[i], e);
         else if (cJSON_IsArray(it)) rc = read_ids(it, n_vocab, "prompt", &r->prompts[i], e);
@@ -321,6 +331,8 @@ static int read_content(const cJSON *m, int i, char **out, api_error *e)
         return *out ? 0 : oom(e);
     }
     if (!cJSON_IsArray(c)) return type_error(e, param, "a string or an array of content parts", c);
+    int n_parts = cJSON_GetArraySize(c);
+    if (n_parts > API_MAX_ITEMS) return too_long(e, param, n_parts, API_MAX_ITEMS);
     size_t total = 0;
     const cJSON *part;
     cJSON_ArrayForEach(part, c)
@@ -365,6 +377,8 @@ static int read_tool_calls(const cJSON *m, int i, cJSON *tm, api_error *e)
     snprintf(param, sizeof param, "messages[%d].tool_calls", i);
     if (!tc || cJSON_IsNull(tc)) return 0;
     if (!cJSON_IsArray(tc)) return type_error(e, param, "an array", tc);
+    int n_calls = cJSON_GetArraySize(tc);
+    if (n_calls > API_MAX_ITEMS) return too_long(e, param, n_calls, API_MAX_ITEMS);
     cJSON *out = cJSON_AddArrayToObject(tm, "tool_calls");
     if (!out) return oom(e);
     int j = 0;
@@ -415,11 +429,13 @@ static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error
                       "Invalid 'messages': empty array. Expected an array with minimum length 1.");
         return -1;
     }
+    if (n > API_MAX_ITEMS) return too_long(e, "messages", n, API_MAX_ITEMS);
     if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return oom(e);
     cJSON *tmsgs = cJSON_AddArrayToObject(ctx, "messages");
     if (!tmsgs) return oom(e);
-    for (int i = 0; i < n; i++) {
-        const cJSON *m = cJSON_GetArrayItem(v, i);
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, v) { /* one walk: indexing a cJSON array walks it from the start */
         char param[64];
         snprintf(param, sizeof param, "messages[%d]", i);
         if (!cJSON_IsObject(m)) return type_error(e, param, "an object", m);
@@ -464,6 +480,7 @@ static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error
         r->msgs[r->n_msgs].content = content ? content : dup_n("", 0);
         if (!r->msgs[r->n_msgs].content) return oom(e);
         r->n_msgs++;
+        i++;
     }
     return 0;
 }
@@ -498,8 +515,13 @@ static int read_tools(const cJSON *obj, api_request *r, api_error *e)
                 return -1;
             }
         }
-        r->n_tools = i;
         if (i && !(r->tools_json = cJSON_PrintUnformatted(t))) return oom(e);
+        if (i && !(r->tool_names = calloc((size_t)i, sizeof *r->tool_names))) return oom(e);
+        cJSON_ArrayForEach(tool, t) {
+            const char *name = json_field(json_field(tool, "function"), "name")->valuestring;
+            if (!(r->tool_names[r->n_tools] = dup_n(name, strlen(name)))) return oom(e);
+            r->n_tools++;
+        }
     }
     const cJSON *tc = json_field(obj, "tool_choice");
     if (!tc || cJSON_IsNull(tc)) {
@@ -654,6 +676,8 @@ void api_request_free(api_request *r)
     free(r->bias_vals);
     free(r->tmpl_ctx);
     free(r->tools_json);
+    for (int i = 0; i < r->n_tools; i++) free(r->tool_names[i]);
+    free(r->tool_names);
     grammar_unref(r->grammar);
     api_kind kind = r->kind;
     memset(r, 0, sizeof *r);

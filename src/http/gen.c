@@ -465,8 +465,11 @@ static int start_parsers(gen *g)
     bool tools = g->req.tools_json && g->req.tool_choice != API_TOOL_NONE && sm->syntax != CHAT_SYNTAX_NONE;
     if (!tools && !sm->reasoning) return 0;
     for (int i = 0; i < g->n_ch; i++) {
+        /* the client gets calls to what it offered, one when it asked for no parallel calls */
         chat_parse_opts po = {.syntax = sm->syntax, .tools = tools, .reasoning = sm->reasoning,
-                              .in_reasoning = sm->reasoning && g->think_in_prompt, .id_seed = next_random()};
+                              .in_reasoning = sm->reasoning && g->think_in_prompt, .id_seed = next_random(),
+                              .names = (const char *const *)g->req.tool_names, .n_names = g->req.n_tools,
+                              .max_calls = g->req.parallel_tool_calls ? 0 : 1};
         if (!(g->ch[i].cp = chat_parser_new(&po))) return -1;
     }
     return 0;
@@ -535,7 +538,12 @@ static void parse_output(gen *g, int i, sched_output *o)
     gen_choice *c = &g->ch[i];
     chat_delta_clear(&c->delta);
     int rc = chat_parser_feed(c->cp, o->text ? o->text : "", o->text_len, &c->delta);
-    if (rc == 0 && o->finish != SCHED_FINISH_NONE) rc = chat_parser_finish(c->cp, &c->delta);
+    if (rc == 0 && o->finish != SCHED_FINISH_NONE) {
+        rc = chat_parser_finish(c->cp, &c->delta);
+        if (chat_parser_n_dropped(c->cp))
+            log_info("%s: dropped %d tool call(s) the client cannot use (a function not offered, arguments not a "
+                     "JSON object, or more than parallel_tool_calls allows)", g->id, chat_parser_n_dropped(c->cp));
+    }
     if (rc != 0) {
         c->text.failed = true;
         g->out.failed = g->out.failed || g->req.stream;

@@ -68,6 +68,10 @@ struct gen {
     /* /v1/responses: what the reply repeats of the request, the event stream */
     api_resp_req rreq;
     api_resp_stream rs;
+    /* gen_prepare's outcome, for gen_answer */
+    bool failed;
+    api_error fail;
+    bool answering; /* gen_answer has started the stream or the wait */
     gen *prev, *next;
 };
 
@@ -709,8 +713,6 @@ static enum MHD_Result wait_or_reply(gen *g)
     return done ? reply_whole(g) : MHD_YES;
 }
 
-enum MHD_Result gen_continue(http_req *hr) { return wait_or_reply(hr->g); }
-
 /* ---- life cycle --------------------------------------------------------------------------- */
 
 static gen *gen_new(http_req *hr, api_kind kind)
@@ -755,35 +757,55 @@ static int parse_request(gen *g, api_kind kind, api_error *e)
     return 0;
 }
 
-enum MHD_Result gen_start(http_req *hr, api_kind kind)
+static int out_of_memory(api_error *e)
 {
-    gen *g = gen_new(hr, kind);
-    if (!g) return http_reply_json(hr, 500, NULL);
-    api_error e;
-    if (parse_request(g, kind, &e) != 0) return http_reply_error(hr, &e);
+    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return -1;
+}
+
+/* Everything before the answer: the body parsed, the prompt built, the choices submitted. */
+static int prepare(gen *g, api_kind kind, api_error *e)
+{
+    if (parse_request(g, kind, e) != 0) return -1;
     bool chat = kind != API_COMPLETIONS;
     if (chat) {
         bool forced;
-        grammar *tg = tool_force_grammar(&g->req, g->sv->sm.syntax, &forced, &e);
-        if (forced && !tg) return http_reply_error(hr, &e);
+        grammar *tg = tool_force_grammar(&g->req, g->sv->sm.syntax, &forced, e);
+        if (forced && !tg) return -1;
         if (tg) g->req.grammar = tg; /* released with the request */
     }
-    int rc = chat ? build_chat_prompt(g, &e) : build_completion_prompts(g, &e);
-    if (rc == 0) rc = check_context(g, &e);
-    if (rc != 0) return http_reply_error(hr, &e);
+    int rc = chat ? build_chat_prompt(g, e) : build_completion_prompts(g, e);
+    if (rc == 0) rc = check_context(g, e);
+    if (rc != 0) return -1;
     g->meta = (api_meta){.kind = kind, .id = g->id, .model = g->sv->sm.alias,
                          .created = (long long)time(NULL),
                          .usage_null = g->req.stream && g->req.include_usage};
     g->n_ch = g->n_prompts * g->req.n;
-    if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return http_reply_json(hr, 500, NULL);
+    if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return out_of_memory(e);
     for (int i = 0; i < g->n_ch; i++) { /* echo text leads each choice's text */
         gen_prompt *gp = &g->prompts[i / g->req.n];
         if (!g->req.stream && gp->echo) bytebuf_append(&g->ch[i].text, gp->echo, gp->echo_len);
     }
-    if (chat && start_parsers(g) != 0) return http_reply_json(hr, 500, NULL);
-    if (submit_all(g, &e) != 0) return http_reply_error(hr, &e);
+    if (chat && start_parsers(g) != 0) return out_of_memory(e);
+    if (submit_all(g, e) != 0) return -1;
     log_debug("%s: %d choice(s), prompt %d tokens, stream=%d", g->id, g->n_ch, g->prompts[0].n_ids,
               g->req.stream);
+    return 0;
+}
+
+void gen_prepare(http_req *hr, api_kind kind)
+{
+    gen *g = gen_new(hr, kind);
+    if (g && prepare(g, kind, &g->fail) != 0) g->failed = true;
+}
+
+enum MHD_Result gen_answer(http_req *hr)
+{
+    gen *g = hr->g;
+    if (!g) return http_reply_json(hr, 500, NULL); /* gen_new ran out of memory */
+    if (g->failed) return http_reply_error(hr, &g->fail);
+    if (g->answering) return wait_or_reply(g); /* woken up by the scheduler */
+    g->answering = true;
     return g->req.stream ? start_stream(g) : wait_or_reply(g);
 }
 

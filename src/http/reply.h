@@ -11,6 +11,7 @@
 
 #include "api_request.h"
 #include "base/bytebuf.h"
+#include "base/workq.h"
 
 typedef struct server server;
 typedef struct route route;
@@ -35,6 +36,8 @@ typedef struct http_req {
     api_error err;
     int status;    /* of the queued response (metrics, access log) */
     char error[160]; /* message of an error response, for the access log ("" = none) */
+    bool answering; /* the body is in: the route's prepare half is queued or done */
+    workq_job prep_job; /* the route's prepare half, queued on server.prep */
     gen *g;        /* completions / chat in progress */
 } http_req;
 

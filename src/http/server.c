@@ -26,24 +26,29 @@ struct route {
     route_fn fn;
     bool open;       /* no API key needed */
     bool needs_model;
+    /* The slow half of a route (parsing a body, building a prompt), run on a prep thread while
+     * the connection is suspended, so that MHD's threads never wait on it: however many large
+     * bodies are being parsed, /health and /metrics answer at once.  It calls no MHD function;
+     * fn answers on the connection's thread afterwards.  NULL: fn does it all. */
+    void (*prepare)(http_req *hr);
 };
 
 /* ---- routes ------------------------------------------------------------------------------ */
 
-static enum MHD_Result on_completions(http_req *hr) { return gen_start(hr, API_COMPLETIONS); }
-static enum MHD_Result on_chat(http_req *hr) { return gen_start(hr, API_CHAT); }
-static enum MHD_Result on_responses(http_req *hr) { return gen_start(hr, API_RESPONSES); }
+static void prep_completions(http_req *hr) { gen_prepare(hr, API_COMPLETIONS); }
+static void prep_chat(http_req *hr) { gen_prepare(hr, API_CHAT); }
+static void prep_responses(http_req *hr) { gen_prepare(hr, API_RESPONSES); }
 
 static const route routes[] = {
-    {"/health", "GET", endpoint_health, true, false},
-    {"/metrics", "GET", endpoint_metrics, false, false},
-    {"/v1/models", "GET", endpoint_models, false, true},
-    {"/v1/models/", "GET", endpoint_model, false, true}, /* prefix: /v1/models/{id} */
-    {"/v1/completions", "POST", on_completions, false, true},
-    {"/v1/chat/completions", "POST", on_chat, false, true},
-    {"/v1/responses", "POST", on_responses, false, true},
-    {"/tokenize", "POST", endpoint_tokenize, false, true},
-    {"/detokenize", "POST", endpoint_detokenize, false, true},
+    {"/health", "GET", endpoint_health, true, false, NULL},
+    {"/metrics", "GET", endpoint_metrics, false, false, NULL},
+    {"/v1/models", "GET", endpoint_models, false, true, NULL},
+    {"/v1/models/", "GET", endpoint_model, false, true, NULL}, /* prefix: /v1/models/{id} */
+    {"/v1/completions", "POST", gen_answer, false, true, prep_completions},
+    {"/v1/chat/completions", "POST", gen_answer, false, true, prep_chat},
+    {"/v1/responses", "POST", gen_answer, false, true, prep_responses},
+    {"/tokenize", "POST", endpoint_tokenize, false, true, NULL},
+    {"/detokenize", "POST", endpoint_detokenize, false, true, NULL},
 };
 
 static const route *find_route(const server *sv, const char *url)
@@ -147,6 +152,15 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
     return hr;
 }
 
+/* A prep thread's job: the route's slow half, then the connection goes back to MHD, whose
+ * next call of on_request answers.  hr may be freed as soon as the connection resumes. */
+static void prepare_job(void *arg)
+{
+    http_req *hr = arg;
+    hr->rt->prepare(hr);
+    MHD_resume_connection(hr->conn);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -184,7 +198,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (hr->g) return gen_continue(hr); /* woken up by the scheduler */
+    if (hr->answering) return hr->rt->fn(hr); /* resumed: prepared, or woken by the scheduler */
     /* The whole request is in: from here on it is being answered, which may take as long as
      * generation does, so the head deadline stops and MHD's inactivity timeout gets long. */
     conn_guard_set_busy(sv->guard, conn, true);
@@ -195,7 +209,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (hr->have_err) return http_reply_error(hr, &hr->err);
     if (!bytebuf_ok(&hr->body)) return http_reply_json(hr, 500, NULL);
-    return hr->rt->fn(hr);
+    hr->answering = true;
+    if (!hr->rt->prepare) return hr->rt->fn(hr);
+    /* Suspended before the job is queued, so its resume always follows the suspend. */
+    MHD_suspend_connection(conn);
+    hr->prep_job = (workq_job){.fn = prepare_job, .arg = hr};
+    if (workq_push(sv->prep, &hr->prep_job) != 0) prepare_job(hr); /* the pool is stopping: here, then */
+    return MHD_YES;
 }
 
 /* The one log line of every finished HTTP request; generations add their id, token counts,
@@ -343,7 +363,8 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
         server_stop(sv);
         return NULL;
     }
-    if (!(sv->guard = conn_guard_new(cfg->timeout_s))) {
+    int n_threads = cfg->http_threads > 0 ? cfg->http_threads : 1;
+    if (!(sv->guard = conn_guard_new(cfg->timeout_s)) || !(sv->prep = workq_new(n_threads))) {
         snprintf(err, errlen, "out of memory");
         server_stop(sv);
         return NULL;
@@ -355,7 +376,7 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
     sv->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, sv,
                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: catches the rest */
                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
+                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)n_threads,
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
                              MHD_OPTION_URI_LOG_CALLBACK, on_request_line, sv,
                              MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, sv->guard,
@@ -403,8 +424,10 @@ bool server_wait_idle(server *sv, int timeout_ms)
 void server_stop(server *sv)
 {
     if (!sv) return;
+    /* Queued preparations run to the end and resume their connections first: MHD must not be
+     * stopped with suspended connections. */
+    workq_free(sv->prep);
     if (sv->d) {
-        /* MHD must not be stopped with suspended connections. */
         gen_resume_all(sv);
         MHD_stop_daemon(sv->d);
     }

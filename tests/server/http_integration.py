@@ -1007,6 +1007,50 @@ def case_flood():
               "429s counted")
 
 
+def case_busy():
+    """/health and /metrics answer in < 1 s while eight ~1 MiB bodies are being parsed, rendered and
+    tokenized (issue 36): that work runs on prep threads, never on the threads that accept and
+    answer connections.  --http-threads 2, so the eight bodies keep every prep thread busy for
+    seconds (about 1 s of tokenizing each here, more under a sanitizer).  Four are 1 MiB prompts of
+    letters without spaces (each a 400 for the context once tokenized), four the issue's Responses
+    body of 30,000 items (a 400 for too many items, no longer seconds of an O(n^2) walk)."""
+    rnd = __import__("random").Random(36)
+    letters = "".join(rnd.choice("abcdefghij") for _ in range(1_000_000))
+    chat = {"messages": [{"role": "user", "content": letters}], "max_tokens": 1}
+    items = {"input": [{"role": "user", "content": "x"}] * 30000}
+    with Server(make_model(), "--http-threads", "2") as s:
+        results = [None] * 8
+
+        def one(i):
+            path, body = ("/v1/chat/completions", chat) if i % 2 == 0 else ("/v1/responses", items)
+            try:
+                results[i] = post(s.port, path, body, timeout=240)
+            except Exception as e:  # noqa: BLE001 - reported below
+                results[i] = (0, str(e))
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)  # the bodies are on their way
+        probes = []  # (seconds, status) of each probe made while a body was still unanswered
+        deadline = time.time() + 240
+        while any(t.is_alive() for t in threads) and time.time() < deadline:
+            for path in ("/health", "/metrics"):
+                t0 = time.time()
+                st = request(s.port, "GET", path, timeout=30)[0]
+                if any(t.is_alive() for t in threads):
+                    probes.append((time.time() - t0, st, path))
+            time.sleep(0.1)
+        for t in threads:
+            t.join(timeout=60)
+        codes = [r[0] for r in results]
+        check(codes == [400] * 8, f"every body answered (a 400 each): {results}")
+        check(results[1][1]["error"]["code"] == "array_above_max_length", f"{results[1]}")
+        check(results[0][1]["error"]["code"] == "context_length_exceeded", f"{results[0]}")
+        check(len(probes) >= 4, f"only {len(probes)} probes overlapped the bodies: the test proves nothing")
+        slow = [p for p in probes if p[0] >= 1.0 or p[1] != 200]
+        check(not slow, f"/health or /metrics slow or failing while bodies were parsed: {slow} of {len(probes)}")
+
+
 def case_shutdown():
     model = make_model("long.gguf", "--n-ctx", "8192")
     s = Server(model, "-np", "2", "-c", "8192", "--shutdown-timeout", "60")

@@ -38,6 +38,8 @@ typedef struct http_req {
     char error[160]; /* message of an error response, for the access log ("" = none) */
     bool answering; /* the body is in: the route's prepare half is queued or done */
     workq_job prep_job; /* the route's prepare half, queued on server.prep */
+    bool hold_reply;    /* a handler runs on a prep thread: its reply is made, not queued */
+    struct MHD_Response *held; /* that reply, queued by http_reply_held */
     gen *g;        /* completions / chat in progress */
 } http_req;
 
@@ -48,5 +50,7 @@ enum MHD_Result http_reply_json(http_req *hr, int status, char *json);
 /* Queues root printed (and deletes it). */
 enum MHD_Result http_reply_cjson(http_req *hr, int status, cJSON *root);
 enum MHD_Result http_reply_error(http_req *hr, const api_error *e);
+/* Queues the reply a handler made while hr->hold_reply was set (MHD's thread only). */
+enum MHD_Result http_reply_held(http_req *hr);
 
 #endif

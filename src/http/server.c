@@ -31,6 +31,9 @@ struct route {
      * bodies are being parsed, /health and /metrics answer at once.  It calls no MHD function;
      * fn answers on the connection's thread afterwards.  NULL: fn does it all. */
     void (*prepare)(http_req *hr);
+    /* fn is slow as a whole (it parses and tokenizes a body): it runs on a prep thread with its
+     * reply held, which MHD's thread then queues. */
+    bool off_thread;
 };
 
 /* ---- routes ------------------------------------------------------------------------------ */
@@ -40,15 +43,15 @@ static void prep_chat(http_req *hr) { gen_prepare(hr, API_CHAT); }
 static void prep_responses(http_req *hr) { gen_prepare(hr, API_RESPONSES); }
 
 static const route routes[] = {
-    {"/health", "GET", endpoint_health, true, false, NULL},
-    {"/metrics", "GET", endpoint_metrics, false, false, NULL},
-    {"/v1/models", "GET", endpoint_models, false, true, NULL},
-    {"/v1/models/", "GET", endpoint_model, false, true, NULL}, /* prefix: /v1/models/{id} */
-    {"/v1/completions", "POST", gen_answer, false, true, prep_completions},
-    {"/v1/chat/completions", "POST", gen_answer, false, true, prep_chat},
-    {"/v1/responses", "POST", gen_answer, false, true, prep_responses},
-    {"/tokenize", "POST", endpoint_tokenize, false, true, NULL},
-    {"/detokenize", "POST", endpoint_detokenize, false, true, NULL},
+    {"/health", "GET", endpoint_health, true, false, NULL, false},
+    {"/metrics", "GET", endpoint_metrics, false, false, NULL, false},
+    {"/v1/models", "GET", endpoint_models, false, true, NULL, false},
+    {"/v1/models/", "GET", endpoint_model, false, true, NULL, false}, /* prefix: /v1/models/{id} */
+    {"/v1/completions", "POST", gen_answer, false, true, prep_completions, false},
+    {"/v1/chat/completions", "POST", gen_answer, false, true, prep_chat, false},
+    {"/v1/responses", "POST", gen_answer, false, true, prep_responses, false},
+    {"/tokenize", "POST", endpoint_tokenize, false, true, NULL, true},
+    {"/detokenize", "POST", endpoint_detokenize, false, true, NULL, true},
 };
 
 static const route *find_route(const server *sv, const char *url)
@@ -157,8 +160,20 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
 static void prepare_job(void *arg)
 {
     http_req *hr = arg;
-    hr->rt->prepare(hr);
+    if (hr->rt->prepare) {
+        hr->rt->prepare(hr);
+    } else {
+        hr->hold_reply = true;
+        hr->rt->fn(hr);
+        hr->hold_reply = false;
+    }
     MHD_resume_connection(hr->conn);
+}
+
+/* The answer once the body is in: fn, or the reply an off-thread fn made. */
+static enum MHD_Result answer(http_req *hr)
+{
+    return hr->rt->off_thread ? http_reply_held(hr) : hr->rt->fn(hr);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -198,7 +213,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (hr->answering) return hr->rt->fn(hr); /* resumed: prepared, or woken by the scheduler */
+    if (hr->answering) return answer(hr); /* resumed: prepared, or woken by the scheduler */
     /* The whole request is in: from here on it is being answered, which may take as long as
      * generation does, so the head deadline stops and MHD's inactivity timeout gets long. */
     conn_guard_set_busy(sv->guard, conn, true);
@@ -210,7 +225,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (hr->have_err) return http_reply_error(hr, &hr->err);
     if (!bytebuf_ok(&hr->body)) return http_reply_json(hr, 500, NULL);
     hr->answering = true;
-    if (!hr->rt->prepare) return hr->rt->fn(hr);
+    if (!hr->rt->prepare && !hr->rt->off_thread) return hr->rt->fn(hr);
     /* Suspended before the job is queued, so its resume always follows the suspend. */
     MHD_suspend_connection(conn);
     hr->prep_job = (workq_job){.fn = prepare_job, .arg = hr};
@@ -267,6 +282,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     metrics_count_status(sv->metrics, status);
     log_request(hr, status, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (hr->g) gen_finish(hr->g);
+    if (hr->held) MHD_destroy_response(hr->held);
     bytebuf_free(&hr->body);
     free(hr);
 }

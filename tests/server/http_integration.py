@@ -367,6 +367,8 @@ def case_responses():
                             (dict(args, max_output_tokens=0), "max_output_tokens"),
                             ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0]"),
                             (dict(args, tools=[{"type": "web_search"}]), "tools[0].type"),
+                            ({"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}, "input[0]"),
+                            ({"input": [{"role": "user", "content": "x"}] * 2049}, "input"),
                             ({"instructions": "x"}, "input")):
             st, b = post(s.port, "/v1/responses", body)
             check(st == 400 and b["error"]["param"] == param, f"{body}: {st} {b}")

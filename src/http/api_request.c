@@ -51,8 +51,7 @@ static int type_error(api_error *e, const char *param, const char *expected, con
     return -1;
 }
 
-/* OpenAI's words for an array over its limit. */
-static int too_long(api_error *e, const char *param, int n, int max)
+int api_error_too_long(api_error *e, const char *param, int n, int max)
 {
     api_error_set(e, 400, INVALID, param, "array_above_max_length",
                   "Invalid '%s': array too long. Expected an array with maximum length %d, but got an array "
@@ -332,7 +331,7 @@ static int read_content(const cJSON *m, int i, char **out, api_error *e)
     }
     if (!cJSON_IsArray(c)) return type_error(e, param, "a string or an array of content parts", c);
     int n_parts = cJSON_GetArraySize(c);
-    if (n_parts > API_MAX_ITEMS) return too_long(e, param, n_parts, API_MAX_ITEMS);
+    if (n_parts > API_MAX_ITEMS) return api_error_too_long(e, param, n_parts, API_MAX_ITEMS);
     size_t total = 0;
     const cJSON *part;
     cJSON_ArrayForEach(part, c)
@@ -378,7 +377,7 @@ static int read_tool_calls(const cJSON *m, int i, cJSON *tm, api_error *e)
     if (!tc || cJSON_IsNull(tc)) return 0;
     if (!cJSON_IsArray(tc)) return type_error(e, param, "an array", tc);
     int n_calls = cJSON_GetArraySize(tc);
-    if (n_calls > API_MAX_ITEMS) return too_long(e, param, n_calls, API_MAX_ITEMS);
+    if (n_calls > API_MAX_ITEMS) return api_error_too_long(e, param, n_calls, API_MAX_ITEMS);
     cJSON *out = cJSON_AddArrayToObject(tm, "tool_calls");
     if (!out) return oom(e);
     int j = 0;
@@ -429,7 +428,7 @@ static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error
                       "Invalid 'messages': empty array. Expected an array with minimum length 1.");
         return -1;
     }
-    if (n > API_MAX_ITEMS) return too_long(e, "messages", n, API_MAX_ITEMS);
+    if (n > API_MAX_ITEMS) return api_error_too_long(e, "messages", n, API_MAX_ITEMS);
     if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return oom(e);
     cJSON *tmsgs = cJSON_AddArrayToObject(ctx, "messages");
     if (!tmsgs) return oom(e);

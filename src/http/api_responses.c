@@ -272,9 +272,7 @@ static int translate_input(const cJSON *in, chat_msgs *msgs, api_error *e)
         return invalid(e, "input", "invalid_type", "Invalid type for 'input': expected a string or an array of items.");
     /* the chat request's limit on messages, the instructions being one of them */
     int n = cJSON_GetArraySize(input), max = API_MAX_ITEMS - (ins ? 1 : 0);
-    if (n > max)
-        return invalid(e, "input", "array_above_max_length", "Invalid 'input': array too long. Expected an array with "
-                       "maximum length %d, but got an array with length %d instead.", max, n);
+    if (n > max) return api_error_too_long(e, "input", n, max);
     int i = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, input) {

@@ -23,3 +23,11 @@ int api_error_unsupported(api_error *e, const char *param, const char *why)
                   param, why);
     return -1;
 }
+
+int api_error_too_long(api_error *e, const char *param, int n, int max)
+{
+    api_error_set(e, 400, "invalid_request_error", param, "array_above_max_length",
+                  "Invalid '%s': array too long. Expected an array with maximum length %d, but got an array "
+                  "with length %d instead.", param, max, n);
+    return -1;
+}

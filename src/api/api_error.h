@@ -18,5 +18,7 @@ void api_error_set(api_error *e, int status, const char *type, const char *param
                    const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* 400 unsupported_parameter: "Unsupported parameter: 'param' why"; returns -1. */
 int api_error_unsupported(api_error *e, const char *param, const char *why);
+/* 400 array_above_max_length, in OpenAI's words for an array of n items over max; returns -1. */
+int api_error_too_long(api_error *e, const char *param, int n, int max);
 
 #endif

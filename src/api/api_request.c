@@ -277,8 +277,9 @@ static int read_prompts(const cJSON *obj, int n_vocab, api_request *r, api_error
     }
     if (!(r->prompts = calloc((size_t)n, sizeof *r->prompts))) return oom(e);
     r->n_prompts = n;
-    for (int i = 0; i < n; i++) {
-        const cJSON *it = single ? v : cJSON_GetArrayItem(v, i);
+    /* one walk down the list: indexing a cJSON array walks it from the start each time */
+    const cJSON *it = single ? v : v->child;
+    for (int i = 0; i < n; i++, it = it->next) {
         int rc;
         if (cJSON_IsString(it)) rc = read_text_prompt(it, &r->prompts[i], e);
         else if (cJSON_IsArray(it)) rc = read_ids(it, n_vocab, "prompt", &r->prompts[i], e);
@@ -302,6 +303,8 @@ static int read_content(const cJSON *m, int i, char **out, api_error *e)
         return *out ? 0 : oom(e);
     }
     if (!cJSON_IsArray(c)) return type_error(e, param, "a string or an array of content parts", c);
+    int n_parts = cJSON_GetArraySize(c);
+    if (n_parts > API_MAX_ITEMS) return api_error_too_long(e, param, n_parts, API_MAX_ITEMS);
     size_t total = 0;
     const cJSON *part;
     cJSON_ArrayForEach(part, c)
@@ -346,6 +349,8 @@ static int read_tool_calls(const cJSON *m, int i, cJSON *tm, api_error *e)
     snprintf(param, sizeof param, "messages[%d].tool_calls", i);
     if (!tc || cJSON_IsNull(tc)) return 0;
     if (!cJSON_IsArray(tc)) return type_error(e, param, "an array", tc);
+    int n_calls = cJSON_GetArraySize(tc);
+    if (n_calls > API_MAX_ITEMS) return api_error_too_long(e, param, n_calls, API_MAX_ITEMS);
     cJSON *out = cJSON_AddArrayToObject(tm, "tool_calls");
     if (!out) return oom(e);
     int j = 0;
@@ -396,11 +401,13 @@ static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error
                       "Invalid 'messages': empty array. Expected an array with minimum length 1.");
         return -1;
     }
+    if (n > API_MAX_ITEMS) return api_error_too_long(e, "messages", n, API_MAX_ITEMS);
     if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs))) return oom(e);
     cJSON *tmsgs = cJSON_AddArrayToObject(ctx, "messages");
     if (!tmsgs) return oom(e);
-    for (int i = 0; i < n; i++) {
-        const cJSON *m = cJSON_GetArrayItem(v, i);
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, v) { /* one walk: indexing a cJSON array walks it from the start */
         char param[64];
         snprintf(param, sizeof param, "messages[%d]", i);
         if (!cJSON_IsObject(m)) return type_error(e, param, "an object", m);
@@ -445,6 +452,7 @@ static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error
         r->msgs[r->n_msgs].content = content ? content : dup_n("", 0);
         if (!r->msgs[r->n_msgs].content) return oom(e);
         r->n_msgs++;
+        i++;
     }
     return 0;
 }
@@ -479,8 +487,13 @@ static int read_tools(const cJSON *obj, api_request *r, api_error *e)
                 return -1;
             }
         }
-        r->n_tools = i;
         if (i && !(r->tools_json = cJSON_PrintUnformatted(t))) return oom(e);
+        if (i && !(r->tool_names = calloc((size_t)i, sizeof *r->tool_names))) return oom(e);
+        cJSON_ArrayForEach(tool, t) {
+            const char *name = json_field(json_field(tool, "function"), "name")->valuestring;
+            if (!(r->tool_names[r->n_tools] = dup_n(name, strlen(name)))) return oom(e);
+            r->n_tools++;
+        }
     }
     const cJSON *tc = json_field(obj, "tool_choice");
     if (!tc || cJSON_IsNull(tc)) {
@@ -635,6 +648,8 @@ void api_request_free(api_request *r)
     free(r->bias_vals);
     free(r->tmpl_ctx);
     free(r->tools_json);
+    for (int i = 0; i < r->n_tools; i++) free(r->tool_names[i]);
+    free(r->tool_names);
     grammar_unref(r->grammar);
     api_kind kind = r->kind;
     memset(r, 0, sizeof *r);

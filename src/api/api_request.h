@@ -34,6 +34,10 @@ typedef struct api_prompt {
 typedef enum api_tool_choice { API_TOOL_AUTO = 0, API_TOOL_NONE, API_TOOL_REQUIRED, API_TOOL_NAMED } api_tool_choice;
 
 #define API_MAX_TOOLS 128
+/* Items of one array of a request (messages, content parts, an assistant's tool_calls): each
+ * costs a worker some parsing and the template some rendering, so a body of tiny items is
+ * refused with a 400 instead of keeping a worker busy. */
+#define API_MAX_ITEMS 2048
 
 typedef struct api_request {
     api_kind kind;
@@ -62,6 +66,7 @@ typedef struct api_request {
     char *tmpl_ctx;
     char *tools_json; /* the validated `tools` array as JSON, NULL when none */
     int n_tools;
+    char **tool_names; /* [n_tools]: the offered functions, the only names a reply may call */
     api_tool_choice tool_choice;
     char tool_choice_name[128]; /* API_TOOL_NAMED */
     bool parallel_tool_calls;   /* default true */

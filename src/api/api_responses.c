@@ -143,9 +143,19 @@ static int parts_of(const cJSON *content, const char *param, cJSON *arr, api_err
     return 0;
 }
 
+/* The chat messages a translation builds, with what the items after need of them: the last
+ * one (function_call items join the assistant turn before them) and the call ids so far (a
+ * function_call_output must answer one).  Kept here because indexing a cJSON array walks it
+ * from the start: a body of many items would cost its square. */
+typedef struct chat_msgs {
+    cJSON *arr, *last;
+    const char **call_ids; /* strings of the request, which outlives the translation */
+    int n_call_ids, cap_call_ids;
+} chat_msgs;
+
 /* Appends {"role": role, "content": content} to msgs, taking content over; the message, or
  * NULL (content freed) when out of memory, content == NULL included (a failed create). */
-static cJSON *add_message(cJSON *msgs, const char *role, cJSON *content)
+static cJSON *add_message(chat_msgs *msgs, const char *role, cJSON *content)
 {
     cJSON *m = cJSON_CreateObject();
     if (!m || !content || !cJSON_AddStringToObject(m, "role", role)) {
@@ -154,20 +164,39 @@ static cJSON *add_message(cJSON *msgs, const char *role, cJSON *content)
         return NULL;
     }
     cJSON_AddItemToObject(m, "content", content);
-    cJSON_AddItemToArray(msgs, m);
-    return m;
+    cJSON_AddItemToArray(msgs->arr, m);
+    return msgs->last = m;
 }
 
-static cJSON *last_assistant(cJSON *msgs)
+static cJSON *last_assistant(chat_msgs *msgs)
 {
-    int n = cJSON_GetArraySize(msgs);
-    cJSON *last = n ? cJSON_GetArrayItem(msgs, n - 1) : NULL;
-    const cJSON *role = last ? cJSON_GetObjectItemCaseSensitive(last, "role") : NULL;
-    return cJSON_IsString(role) && !strcmp(role->valuestring, "assistant") ? last : NULL;
+    const cJSON *role = msgs->last ? cJSON_GetObjectItemCaseSensitive(msgs->last, "role") : NULL;
+    return cJSON_IsString(role) && !strcmp(role->valuestring, "assistant") ? msgs->last : NULL;
+}
+
+static bool remember_call(chat_msgs *msgs, const char *id)
+{
+    if (msgs->n_call_ids == msgs->cap_call_ids) {
+        int cap = msgs->cap_call_ids ? 2 * msgs->cap_call_ids : 16;
+        const char **p = realloc(msgs->call_ids, (size_t)cap * sizeof *p);
+        if (!p) return false;
+        msgs->call_ids = p;
+        msgs->cap_call_ids = cap;
+    }
+    msgs->call_ids[msgs->n_call_ids++] = id;
+    return true;
+}
+
+/* Items are at most API_MAX_ITEMS, so this stays a few million comparisons at worst. */
+static bool called(const chat_msgs *msgs, const char *id)
+{
+    for (int i = msgs->n_call_ids - 1; i >= 0; i--)
+        if (!strcmp(msgs->call_ids[i], id)) return true;
+    return false;
 }
 
 /* A function_call item: a tool call of the assistant turn it follows (or of a new one). */
-static int add_function_call(cJSON *msgs, const cJSON *it, const char *param, api_error *e)
+static int add_function_call(chat_msgs *msgs, const cJSON *it, const char *param, api_error *e)
 {
     const cJSON *id = json_field(it, "call_id"), *name = json_field(it, "name"), *args = json_field(it, "arguments");
     if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsString(args))
@@ -181,18 +210,22 @@ static int add_function_call(cJSON *msgs, const cJSON *it, const char *param, ap
     if (!c) return oom(e);
     cJSON_AddItemToArray(calls, c);
     if (!cJSON_AddStringToObject(c, "id", id->valuestring) || !cJSON_AddStringToObject(fn, "name", name->valuestring) ||
-        !cJSON_AddStringToObject(fn, "arguments", args->valuestring))
+        !cJSON_AddStringToObject(fn, "arguments", args->valuestring) || !remember_call(msgs, id->valuestring))
         return oom(e);
     return 0;
 }
 
 /* A function_call_output item: the tool message answering call_id. */
-static int add_call_output(cJSON *msgs, const cJSON *it, const char *param, api_error *e)
+static int add_call_output(chat_msgs *msgs, const cJSON *it, const char *param, api_error *e)
 {
     const cJSON *id = json_field(it, "call_id"), *output = json_field(it, "output");
     if (!cJSON_IsString(id) || !output)
         return invalid(e, param, "invalid_value",
                        "Invalid '%s': a function_call_output item needs a string 'call_id' and an 'output'.", param);
+    /* OpenAI's 400: a result the model never asked for cannot be placed in the conversation */
+    if (!called(msgs, id->valuestring))
+        return invalid(e, param, "invalid_value", "No tool call found for function call output with call_id %.64s.",
+                       id->valuestring);
     cJSON *content = NULL, *m;
     if (content_of(output, param, &content, e)) return -1;
     if (!(m = add_message(msgs, "tool", content)) || !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring))
@@ -200,7 +233,7 @@ static int add_call_output(cJSON *msgs, const cJSON *it, const char *param, api_
     return 0;
 }
 
-static int add_item(cJSON *msgs, const cJSON *it, const char *param, api_error *e)
+static int add_item(chat_msgs *msgs, const cJSON *it, const char *param, api_error *e)
 {
     if (!cJSON_IsObject(it)) return invalid(e, param, "invalid_type", "Invalid type for '%s': expected an object.", param);
     const cJSON *type = json_field(it, "type");
@@ -227,10 +260,8 @@ static int add_item(cJSON *msgs, const cJSON *it, const char *param, api_error *
 }
 
 /* instructions and input -> messages */
-static int translate_input(const cJSON *in, cJSON *out, api_error *e)
+static int translate_input(const cJSON *in, chat_msgs *msgs, api_error *e)
 {
-    cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
-    if (!msgs) return oom(e);
     const cJSON *ins = json_field(in, "instructions");
     if (ins && !cJSON_IsString(ins)) return not_string(e, "instructions");
     if (ins && !add_message(msgs, "system", cJSON_CreateString(ins->valuestring))) return oom(e);
@@ -239,6 +270,9 @@ static int translate_input(const cJSON *in, cJSON *out, api_error *e)
     if (cJSON_IsString(input)) return add_message(msgs, "user", cJSON_CreateString(input->valuestring)) ? 0 : oom(e);
     if (!cJSON_IsArray(input))
         return invalid(e, "input", "invalid_type", "Invalid type for 'input': expected a string or an array of items.");
+    /* the chat request's limit on messages, the instructions being one of them */
+    int n = cJSON_GetArraySize(input), max = API_MAX_ITEMS - (ins ? 1 : 0);
+    if (n > max) return api_error_too_long(e, "input", n, max);
     int i = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, input) {
@@ -344,7 +378,10 @@ int api_responses_translate(const char *body, size_t len, char **chat_body, api_
     cJSON *out = cJSON_CreateObject();
     int rc = out ? refuse_stateful(in, e) : oom(e);
     if (rc == 0) rc = copy_plain(in, out, e);
-    if (rc == 0) rc = translate_input(in, out, e);
+    chat_msgs msgs = {.arr = out ? cJSON_AddArrayToObject(out, "messages") : NULL};
+    if (rc == 0 && !msgs.arr) rc = oom(e);
+    if (rc == 0) rc = translate_input(in, &msgs, e);
+    free(msgs.call_ids);
     if (rc == 0) rc = translate_tools(in, out, e);
     if (rc == 0) rc = translate_tool_choice(in, out, e);
     if (rc == 0) rc = translate_text(in, out, e);

@@ -60,7 +60,7 @@ static const opt_def opt_table[] = {
     STR_("api-key-file", NULL, api_key_file, "",
          "read the API key from the first line of this file (unlike --api-key, not visible in ps)"),
     INT_("threads", "t", threads, "0", 0, 4096, "CPU backend threads (0: all cores)"),
-    INT_("http-threads", NULL, http_threads, "4", 1, 256, "HTTP worker threads (parsing, tokenization)"),
+    INT_("http-threads", NULL, http_threads, "4", 1, 256, "HTTP worker threads, and as many again for parsing and tokenization"),
     INT_("max-connections", NULL, max_connections, "16384", 16, 1 << 20,
          "open HTTP connections in all; more are closed at once (needs as many open files)"),
     INT_("max-connections-per-ip", NULL, max_connections_per_ip, "1024", 0, 1 << 20,

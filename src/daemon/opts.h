@@ -31,7 +31,7 @@ typedef struct inferd_opts {
     char api_key[256];      /* "" = no authentication */
     char api_key_file[OPTS_STR_MAX]; /* "" = none; else api_key is read from it at start */
     int threads;            /* 0 = all cores */
-    int http_threads;       /* libmicrohttpd worker threads */
+    int http_threads;       /* libmicrohttpd worker threads, and as many prep threads */
     int max_connections;    /* open HTTP connections in all */
     int max_connections_per_ip; /* 0: no per-address limit */
     int timeout;            /* seconds for a request's head and body (and idle keep-alive) */

@@ -66,6 +66,10 @@ struct gen {
     bool client_gone;  /* the client hung up, so cancelled choices mean 499 */
     peer_watch_entry *watch; /* tells us at once when the client hangs up (peer_watch.h) */
     bool think_in_prompt; /* chat: the rendered prompt ends inside <think> */
+    /* gen_prepare's outcome, for gen_answer */
+    bool failed;
+    api_error fail;
+    bool answering; /* gen_answer has started the stream or the wait */
     gen *prev, *next;
 };
 
@@ -413,8 +417,11 @@ static int start_parsers(gen *g)
     bool tools = g->req.tools_json && g->req.tool_choice != API_TOOL_NONE && sm->syntax != CHAT_SYNTAX_NONE;
     if (!tools && !sm->reasoning) return 0;
     for (int i = 0; i < g->n_ch; i++) {
+        /* the client gets calls to what it offered, one when it asked for no parallel calls */
         chat_parse_opts po = {.syntax = sm->syntax, .tools = tools, .reasoning = sm->reasoning,
-                              .in_reasoning = sm->reasoning && g->think_in_prompt, .id_seed = next_random()};
+                              .in_reasoning = sm->reasoning && g->think_in_prompt, .id_seed = next_random(),
+                              .names = (const char *const *)g->req.tool_names, .n_names = g->req.n_tools,
+                              .max_calls = g->req.parallel_tool_calls ? 0 : 1};
         if (!(g->ch[i].cp = chat_parser_new(&po))) return -1;
     }
     return 0;
@@ -476,7 +483,12 @@ static void parse_output(gen *g, int i, sched_output *o)
     gen_choice *c = &g->ch[i];
     chat_delta_clear(&c->delta);
     int rc = chat_parser_feed(c->cp, o->text ? o->text : "", o->text_len, &c->delta);
-    if (rc == 0 && o->finish != SCHED_FINISH_NONE) rc = chat_parser_finish(c->cp, &c->delta);
+    if (rc == 0 && o->finish != SCHED_FINISH_NONE) {
+        rc = chat_parser_finish(c->cp, &c->delta);
+        if (chat_parser_n_dropped(c->cp))
+            log_info("%s: dropped %d tool call(s) the client cannot use (a function not offered, arguments not a "
+                     "JSON object, or more than parallel_tool_calls allows)", g->id, chat_parser_n_dropped(c->cp));
+    }
     if (rc != 0) {
         c->text.failed = true;
         g->out.failed = g->out.failed || g->req.stream;
@@ -638,8 +650,6 @@ static enum MHD_Result wait_or_reply(gen *g)
     return done ? reply_whole(g) : MHD_YES;
 }
 
-enum MHD_Result gen_continue(http_req *hr) { return wait_or_reply(hr->g); }
-
 /* ---- life cycle --------------------------------------------------------------------------- */
 
 static gen *gen_new(http_req *hr, const api_protocol *p)
@@ -664,24 +674,30 @@ static gen *gen_new(http_req *hr, const api_protocol *p)
     return g;
 }
 
-enum MHD_Result gen_start(http_req *hr, const api_protocol *p)
+static int out_of_memory(api_error *e)
 {
-    gen *g = gen_new(hr, p);
-    if (!g) return http_reply_json(hr, 500, NULL);
-    api_error e;
+    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return -1;
+}
+
+/* Everything before the answer: the body parsed, the prompt built, the choices submitted.
+ * Runs on a prep thread: no MHD call here. */
+static int prepare(gen *g, api_error *e)
+{
+    const http_req *hr = g->hr;
+    const api_protocol *p = g->p;
     const char *body = hr->body.data ? hr->body.data : "";
-    if (p->parse(body, hr->body.len, tokenizer_n_vocab(g->sv->sm.tok), &g->req, &g->rep.state, &e) != 0)
-        return reply_error(g, &e);
+    if (p->parse(body, hr->body.len, tokenizer_n_vocab(g->sv->sm.tok), &g->req, &g->rep.state, e) != 0) return -1;
     bool chat = p->messages;
     if (chat) {
         bool forced;
-        grammar *tg = tool_force_grammar(&g->req, g->sv->sm.syntax, &forced, &e);
-        if (forced && !tg) return reply_error(g, &e);
+        grammar *tg = tool_force_grammar(&g->req, g->sv->sm.syntax, &forced, e);
+        if (forced && !tg) return -1;
         if (tg) g->req.grammar = tg; /* released with the request */
     }
-    int rc = chat ? build_chat_prompt(g, &e) : build_completion_prompts(g, &e);
-    if (rc == 0) rc = check_context(g, &e);
-    if (rc != 0) return reply_error(g, &e);
+    int rc = chat ? build_chat_prompt(g, e) : build_completion_prompts(g, e);
+    if (rc == 0) rc = check_context(g, e);
+    if (rc != 0) return -1;
     g->rep.rq = &g->req;
     g->rep.meta = (api_meta){.kind = p->kind, .id = g->id, .model = g->sv->sm.alias,
                              .created = (long long)time(NULL),
@@ -689,19 +705,35 @@ enum MHD_Result gen_start(http_req *hr, const api_protocol *p)
     g->rep.vocab = vocab_of(g);
     g->rep.out = &g->out;
     g->n_ch = g->n_prompts * g->req.n;
-    if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return http_reply_json(hr, 500, NULL);
+    if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return out_of_memory(e);
     for (int i = 0; i < g->n_ch; i++) { /* echo text leads each choice's text */
         gen_prompt *gp = &g->prompts[i / g->req.n];
         if (!g->req.stream && gp->echo) bytebuf_append(&g->ch[i].text, gp->echo, gp->echo_len);
     }
-    if (chat && start_parsers(g) != 0) return http_reply_json(hr, 500, NULL);
-    if (submit_all(g, &e) != 0) return reply_error(g, &e);
+    if (chat && start_parsers(g) != 0) return out_of_memory(e);
+    if (submit_all(g, e) != 0) return -1;
+    log_debug("%s: %d choice(s), prompt %d tokens, stream=%d", g->id, g->n_ch, g->prompts[0].n_ids,
+              g->req.stream);
+    return 0;
+}
+
+void gen_prepare(http_req *hr, const api_protocol *p)
+{
+    gen *g = gen_new(hr, p);
+    if (g && prepare(g, &g->fail) != 0) g->failed = true;
+}
+
+enum MHD_Result gen_answer(http_req *hr)
+{
+    gen *g = hr->g;
+    if (!g) return http_reply_json(hr, 500, NULL); /* gen_new ran out of memory */
+    if (g->failed) return reply_error(g, &g->fail);
+    if (g->answering) return wait_or_reply(g); /* woken up by the scheduler */
+    g->answering = true;
     /* From here the connection waits suspended while the requests queue and prefill: a client
      * that leaves is noticed by the watch, not by the first token's wake-up. */
     int fd = conn_fd(hr->conn);
     if (fd >= 0) g->watch = peer_watch_add(g->sv->watch, fd, on_peer_gone, g);
-    log_debug("%s: %d choice(s), prompt %d tokens, stream=%d", g->id, g->n_ch, g->prompts[0].n_ids,
-              g->req.stream);
     return g->req.stream ? start_stream(g) : wait_or_reply(g);
 }
 

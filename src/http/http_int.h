@@ -9,11 +9,12 @@
 #include <stdatomic.h>
 
 #include "api/api_proto.h"
+#include "base/workq.h"
 #include "conn_guard.h"
 #include "metrics.h"
 #include "peer_watch.h"
 #include "reply.h"
-#include "server.h"
+#include "server_types.h"
 
 enum { SERVER_LOADING = 0, SERVER_READY = 1, SERVER_DRAINING = 2 };
 
@@ -29,6 +30,7 @@ struct server {
     server_model sm; /* valid once state != SERVER_LOADING (published by the state store) */
     char bos_text[128], eos_text[128];
     metrics *metrics;
+    workq *prep; /* the prepare half of heavy routes, off MHD's threads (server.c) */
     struct conn_guard *guard; /* cuts connections that take too long to send a request */
     peer_watch *watch;        /* notices generations' clients hanging up while suspended */
     long long started; /* unix time, for /v1/models */
@@ -49,9 +51,13 @@ typedef struct gen_summary {
     const char *finish; /* stop, length, cancelled, error; NULL when nothing was generated */
 } gen_summary;
 void gen_summarize(const gen *g, gen_summary *out);
-/* A generation route's request, answered in protocol p's shapes. */
-enum MHD_Result gen_start(http_req *hr, const api_protocol *p);
-enum MHD_Result gen_continue(http_req *hr); /* non-streaming request woken up */
+/* A generation in two halves.  gen_prepare runs on a prep thread (server.c) while the
+ * connection is suspended: the body parsed by protocol p's row, the prompt rendered and
+ * tokenized, the choices submitted; it calls no MHD function and keeps a failure for the
+ * answer.  gen_answer runs on the connection's thread once it is resumed, and again whenever
+ * the scheduler wakes it: the error in p's shape, the stream, or the wait for a whole reply. */
+void gen_prepare(http_req *hr, const api_protocol *p);
+enum MHD_Result gen_answer(http_req *hr);
 void gen_finish(gen *g);                    /* connection closed: cancel, release, free */
 void gen_resume_all(server *sv);            /* shutdown: wake every suspended connection */
 

@@ -22,7 +22,21 @@ enum MHD_Result http_reply(http_req *hr, int status, const char *ctype, char *bo
      * on the connection may be read as a request. */
     if (hr->close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     hr->status = status;
+    if (hr->hold_reply) { /* on a prep thread: MHD's own thread queues it (http_reply_held) */
+        hr->held = resp;
+        return MHD_YES;
+    }
     enum MHD_Result r = MHD_queue_response(hr->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+enum MHD_Result http_reply_held(http_req *hr)
+{
+    struct MHD_Response *resp = hr->held;
+    if (!resp) return MHD_NO; /* the handler made none: out of memory */
+    hr->held = NULL;
+    enum MHD_Result r = MHD_queue_response(hr->conn, (unsigned)hr->status, resp);
     MHD_destroy_response(resp);
     return r;
 }

@@ -11,6 +11,7 @@
 
 #include "api/api_error.h"
 #include "base/bytebuf.h"
+#include "base/workq.h"
 
 typedef struct server server;
 typedef struct route route;
@@ -35,6 +36,10 @@ typedef struct http_req {
     api_error err;
     int status;    /* of the queued response (metrics, access log) */
     char error[160]; /* message of an error response, for the access log ("" = none) */
+    bool answering; /* the body is in: the route's prepare half is queued or done */
+    workq_job prep_job; /* the route's prepare half, queued on server.prep */
+    bool hold_reply;    /* a handler runs on a prep thread: its reply is made, not queued */
+    struct MHD_Response *held; /* that reply, queued by http_reply_held */
     gen *g;        /* completions / chat in progress */
 } http_req;
 
@@ -48,5 +53,7 @@ enum MHD_Result http_reply_cjson(http_req *hr, int status, cJSON *root);
 enum MHD_Result http_reply_error(http_req *hr, const api_error *e);
 /* e with the body its protocol writes for it (json: ownership passes; NULL -> a 500). */
 enum MHD_Result http_reply_error_body(http_req *hr, const api_error *e, char *json);
+/* Queues the reply a handler made while hr->hold_reply was set (MHD's thread only). */
+enum MHD_Result http_reply_held(http_req *hr);
 
 #endif

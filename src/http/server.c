@@ -23,24 +23,34 @@ typedef enum MHD_Result (*route_fn)(http_req *hr);
 struct route {
     const char *path;
     const char *method;
-    route_fn fn;     /* NULL: a generation, answered in proto's shapes (gen.c) */
+    route_fn fn;
     bool open;       /* no API key needed */
     bool needs_model;
-    const api_protocol *proto;
+    const api_protocol *proto; /* a generation's protocol row (fn is then gen_answer) */
+    /* The slow half of a route (parsing a body, building a prompt), run on a prep thread while
+     * the connection is suspended, so that MHD's threads never wait on it: however many large
+     * bodies are being parsed, /health and /metrics answer at once.  It calls no MHD function;
+     * fn answers on the connection's thread afterwards.  NULL: fn does it all. */
+    void (*prepare)(http_req *hr);
+    /* fn is slow as a whole (it parses and tokenizes a body): it runs on a prep thread with its
+     * reply held, which MHD's thread then queues. */
+    bool off_thread;
 };
 
 /* ---- routes ------------------------------------------------------------------------------ */
 
+static void prep_generation(http_req *hr) { gen_prepare(hr, hr->rt->proto); }
+
 static const route routes[] = {
-    {"/health", "GET", endpoint_health, true, false, NULL},
-    {"/metrics", "GET", endpoint_metrics, false, false, NULL},
-    {"/v1/models", "GET", endpoint_models, false, true, NULL},
-    {"/v1/models/", "GET", endpoint_model, false, true, NULL}, /* prefix: /v1/models/{id} */
-    {"/v1/completions", "POST", NULL, false, true, &proto_completions},
-    {"/v1/chat/completions", "POST", NULL, false, true, &proto_chat},
-    {"/v1/responses", "POST", NULL, false, true, &proto_responses},
-    {"/tokenize", "POST", endpoint_tokenize, false, true, NULL},
-    {"/detokenize", "POST", endpoint_detokenize, false, true, NULL},
+    {"/health", "GET", endpoint_health, true, false, NULL, NULL, false},
+    {"/metrics", "GET", endpoint_metrics, false, false, NULL, NULL, false},
+    {"/v1/models", "GET", endpoint_models, false, true, NULL, NULL, false},
+    {"/v1/models/", "GET", endpoint_model, false, true, NULL, NULL, false}, /* prefix: /v1/models/{id} */
+    {"/v1/completions", "POST", gen_answer, false, true, &proto_completions, prep_generation, false},
+    {"/v1/chat/completions", "POST", gen_answer, false, true, &proto_chat, prep_generation, false},
+    {"/v1/responses", "POST", gen_answer, false, true, &proto_responses, prep_generation, false},
+    {"/tokenize", "POST", endpoint_tokenize, false, true, NULL, NULL, true},
+    {"/detokenize", "POST", endpoint_detokenize, false, true, NULL, NULL, true},
 };
 
 static const route *find_route(const server *sv, const char *url)
@@ -144,6 +154,27 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
     return hr;
 }
 
+/* A prep thread's job: the route's slow half, then the connection goes back to MHD, whose
+ * next call of on_request answers.  hr may be freed as soon as the connection resumes. */
+static void prepare_job(void *arg)
+{
+    http_req *hr = arg;
+    if (hr->rt->prepare) {
+        hr->rt->prepare(hr);
+    } else {
+        hr->hold_reply = true;
+        hr->rt->fn(hr);
+        hr->hold_reply = false;
+    }
+    MHD_resume_connection(hr->conn);
+}
+
+/* The answer once the body is in: fn, or the reply an off-thread fn made. */
+static enum MHD_Result answer(http_req *hr)
+{
+    return hr->rt->off_thread ? http_reply_held(hr) : hr->rt->fn(hr);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -181,7 +212,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (hr->g) return gen_continue(hr); /* woken up by the scheduler */
+    if (hr->answering) return answer(hr); /* resumed: prepared, or woken by the scheduler */
     /* The whole request is in: from here on it is being answered, which may take as long as
      * generation does, so the head deadline stops and MHD's inactivity timeout gets long. */
     conn_guard_set_busy(sv->guard, conn, true);
@@ -192,7 +223,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (hr->have_err) return http_reply_error(hr, &hr->err);
     if (!bytebuf_ok(&hr->body)) return http_reply_json(hr, 500, NULL);
-    return hr->rt->proto ? gen_start(hr, hr->rt->proto) : hr->rt->fn(hr);
+    hr->answering = true;
+    if (!hr->rt->prepare && !hr->rt->off_thread) return hr->rt->fn(hr);
+    /* Suspended before the job is queued, so its resume always follows the suspend. */
+    MHD_suspend_connection(conn);
+    hr->prep_job = (workq_job){.fn = prepare_job, .arg = hr};
+    if (workq_push(sv->prep, &hr->prep_job) != 0) prepare_job(hr); /* the pool is stopping: here, then */
+    return MHD_YES;
 }
 
 /* The one log line of every finished HTTP request; generations add their id, token counts,
@@ -244,6 +281,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     metrics_count_status(sv->metrics, status);
     log_request(hr, status, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (hr->g) gen_finish(hr->g);
+    if (hr->held) MHD_destroy_response(hr->held);
     bytebuf_free(&hr->body);
     free(hr);
 }
@@ -340,7 +378,9 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
         server_stop(sv);
         return NULL;
     }
-    if (!(sv->guard = conn_guard_new(cfg->timeout_s)) || !(sv->watch = peer_watch_new())) {
+    int n_threads = cfg->http_threads > 0 ? cfg->http_threads : 1;
+    if (!(sv->guard = conn_guard_new(cfg->timeout_s)) || !(sv->watch = peer_watch_new()) ||
+        !(sv->prep = workq_new(n_threads))) {
         snprintf(err, errlen, "out of memory or threads");
         server_stop(sv);
         return NULL;
@@ -352,7 +392,7 @@ server *server_start(const server_config *cfg, char *err, size_t errlen)
     sv->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, sv,
                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first: catches the rest */
                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->http_threads > 0 ? cfg->http_threads : 1),
+                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)n_threads,
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
                              MHD_OPTION_URI_LOG_CALLBACK, on_request_line, sv,
                              MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, sv->guard,
@@ -400,8 +440,10 @@ bool server_wait_idle(server *sv, int timeout_ms)
 void server_stop(server *sv)
 {
     if (!sv) return;
+    /* Queued preparations run to the end and resume their connections first: MHD must not be
+     * stopped with suspended connections. */
+    workq_free(sv->prep);
     if (sv->d) {
-        /* MHD must not be stopped with suspended connections. */
         gen_resume_all(sv);
         MHD_stop_daemon(sv->d);
     }

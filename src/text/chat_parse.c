@@ -39,7 +39,9 @@ struct chat_parser {
     bool content_begun; /* content (beyond whitespace) was released */
     bool skip_ws;       /* drop whitespace right after </think> */
     bool bare_json;     /* Llama 3: this call region began with a bare '{' */
-    int n_calls;
+    int n_calls;        /* released to the client */
+    int n_seen;         /* recognised in the reply, dropped ones included (the markup's shape) */
+    int n_dropped;
     uint64_t id_state;
 };
 
@@ -118,6 +120,7 @@ void chat_parser_free(chat_parser *p)
 }
 
 int chat_parser_n_calls(const chat_parser *p) { return p->n_calls; }
+int chat_parser_n_dropped(const chat_parser *p) { return p->n_dropped; }
 
 static const char *bdata(const bytebuf *b) { return b->data ? b->data : ""; }
 
@@ -167,8 +170,36 @@ static void next_id(chat_parser *p, char *id, size_t cap)
     id[o] = 0;
 }
 
-static int add_call(chat_parser *p, chat_delta *d, const char *name, size_t name_len, const char *args, const char *id)
+static bool offered(const chat_parser *p, const char *name, size_t len)
 {
+    if (!p->o.names) return true;
+    for (int i = 0; i < p->o.n_names; i++)
+        if (strlen(p->o.names[i]) == len && memcmp(p->o.names[i], name, len) == 0) return true;
+    return false;
+}
+
+/* The arguments as a client can use them: a JSON object (what a function's parameters are). */
+static bool args_object(const char *args)
+{
+    cJSON *v = cJSON_ParseWithOpts(args, NULL, true); /* nothing may follow the object */
+    bool ok = cJSON_IsObject(v);
+    cJSON_Delete(v);
+    return ok;
+}
+
+/* A recognised call goes to the client only when it can act on it: a function the request
+ * offered (not a made-up one, not a name with markup in it), arguments that parse as a JSON
+ * object, and only the first when parallel calls are off.  Anything else is dropped, markup
+ * and all (it is no content either), and counted.  The id is always ours: a model-written
+ * one could repeat an earlier call's or carry anything.  0, or -1 when memory ran out. */
+static int add_call(chat_parser *p, chat_delta *d, const char *name, size_t name_len, const char *args)
+{
+    p->n_seen++;
+    bytebuf_clear(&p->ws); /* whitespace between calls is markup, not content */
+    if (!offered(p, name, name_len) || !args_object(args) || (p->o.max_calls && p->n_calls >= p->o.max_calls)) {
+        p->n_dropped++;
+        return 0;
+    }
     if (d->n_calls == d->cap_calls) {
         int cap = d->cap_calls ? d->cap_calls * 2 : 4;
         chat_tool_call *c = realloc(d->calls, (size_t)cap * sizeof *c);
@@ -176,11 +207,8 @@ static int add_call(chat_parser *p, chat_delta *d, const char *name, size_t name
         d->calls = c;
         d->cap_calls = cap;
     }
-    char gen[40];
-    if (!id || !*id) {
-        next_id(p, gen, sizeof gen);
-        id = gen;
-    }
+    char id[40];
+    next_id(p, id, sizeof id);
     chat_tool_call *c = &d->calls[d->n_calls];
     c->index = p->n_calls;
     c->id = strdup(id);
@@ -194,7 +222,6 @@ static int add_call(chat_parser *p, chat_delta *d, const char *name, size_t name
     }
     d->n_calls++;
     p->n_calls++;
-    bytebuf_clear(&p->ws); /* whitespace between calls is markup, not content */
     return 0;
 }
 
@@ -204,14 +231,13 @@ static int call_from_json(chat_parser *p, chat_delta *d, const cJSON *o)
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
     if (!args) args = cJSON_GetObjectItemCaseSensitive(o, "parameters");
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
     if (!cJSON_IsObject(o) || !cJSON_IsString(name) || !name->valuestring[0]) return 0;
     char *text = NULL;
     if (!args) text = strdup("{}");
     else if (cJSON_IsString(args)) text = strdup(args->valuestring); /* already JSON text */
     else text = cJSON_PrintUnformatted(args);
     if (!text) return -1;
-    int rc = add_call(p, d, name->valuestring, strlen(name->valuestring), text, cJSON_IsString(id) ? id->valuestring : NULL);
+    int rc = add_call(p, d, name->valuestring, strlen(name->valuestring), text);
     free(text);
     return rc < 0 ? -1 : 1;
 }
@@ -330,7 +356,7 @@ static int step_call(chat_parser *p, chat_delta *d, bool final, bool *progress)
                     cJSON_Delete(args);
                     if (text) {
                         size_t nl = (size_t)(a - s) - i;
-                        int rc = add_call(p, d, s + i, nl, text, NULL);
+                        int rc = add_call(p, d, s + i, nl, text);
                         free(text);
                         if (rc < 0) return -1;
                         bytebuf_consume(&p->buf, e);
@@ -340,7 +366,7 @@ static int step_call(chat_parser *p, chat_delta *d, bool final, bool *progress)
                 }
                 if (!final && (!a || !e)) return 0;
             }
-            if (p->n_calls || !p->bare_json) { /* text after calls, or after the tag */
+            if (p->n_seen || !p->bare_json) { /* text after calls, or after the tag */
                 p->st = ST_CONTENT;
                 *progress = true;
                 return 0;
@@ -386,7 +412,7 @@ static int step_call(chat_parser *p, chat_delta *d, bool final, bool *progress)
                 *progress = true;
                 return 0;
             }
-            int rc = add_call(p, d, name, (size_t)(nl - name), text, NULL);
+            int rc = add_call(p, d, name, (size_t)(nl - name), text);
             free(text);
             if (rc < 0) return -1;
             bytebuf_consume(&p->buf, (size_t)(ce - s) + strlen(DS_CALL_END));
@@ -397,7 +423,7 @@ static int step_call(chat_parser *p, chat_delta *d, bool final, bool *progress)
                                 : memcmp(s + i, DS_CALL_BEGIN, bl) == 0;
         if (final || !maybe) {
             p->st = ST_CONTENT; /* whatever follows is content */
-            if (final && p->n_calls == 0) give_up_call(p, d, n);
+            if (final && p->n_seen == 0) give_up_call(p, d, n);
             *progress = true;
         }
         return 0;
@@ -449,7 +475,7 @@ static int run(chat_parser *p, chat_delta *d, bool final)
                 return 0;
             }
             /* Llama 3 answers a call with bare JSON as its whole reply. */
-            if (p->o.syntax == CHAT_SYNTAX_LLAMA3 && !p->content_begun && p->n_calls == 0) {
+            if (p->o.syntax == CHAT_SYNTAX_LLAMA3 && !p->content_begun && p->n_seen == 0) {
                 size_t i = 0;
                 while (i < n && is_space(s[i])) i++;
                 if (i < n && s[i] == '{') {
@@ -481,7 +507,7 @@ static int run(chat_parser *p, chat_delta *d, bool final)
             }
             put_content(p, s, n - hold, d);
             bytebuf_consume(&p->buf, n - hold);
-            if (final && p->ws.len && p->n_calls == 0) {
+            if (final && p->ws.len && p->n_seen == 0) {
                 bytebuf_append(&d->content, bdata(&p->ws), p->ws.len);
                 bytebuf_clear(&p->ws);
             }

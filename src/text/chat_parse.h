@@ -39,7 +39,13 @@ typedef struct chat_parse_opts {
     bool tools;        /* parse tool calls (the request offered tools and tool_choice is not "none") */
     bool reasoning;    /* split <think>...</think> into reasoning */
     bool in_reasoning; /* the prompt already opened <think> (the reply starts inside it) */
-    uint64_t id_seed;  /* tool-call ids: "call_" + 24 characters derived from it */
+    uint64_t id_seed;  /* tool-call ids: "call_" + 24 characters derived from it (never the model's) */
+    /* What the client may be handed: calls to these names only (NULL: any name), at most
+     * max_calls of them (0: any number; 1 for parallel_tool_calls false).  A call outside these,
+     * or whose arguments are not a JSON object, is dropped (chat_parser_n_dropped). */
+    const char *const *names;
+    int n_names;
+    int max_calls;
 } chat_parse_opts;
 
 typedef struct chat_tool_call {
@@ -68,6 +74,8 @@ int chat_parser_feed(chat_parser *p, const char *s, size_t n, chat_delta *d);
 int chat_parser_finish(chat_parser *p, chat_delta *d);
 /* Tool calls released so far (finish_reason "tool_calls" when > 0). */
 int chat_parser_n_calls(const chat_parser *p);
+/* Calls recognised in the reply but not released (see chat_parse_opts.names). */
+int chat_parser_n_dropped(const chat_parser *p);
 
 /* Forced tool calls (tool_choice "required" or a named function) are enforced by a grammar:
  * this describes what the model must emit for the family, for the grammar engine to compile.

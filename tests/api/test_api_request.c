@@ -302,6 +302,57 @@ static void test_chat_errors(void **state)
         "max_completion_tokens");
 }
 
+/* Arrays over API_MAX_ITEMS are refused before they are walked, in OpenAI's words. */
+static void test_item_limits(void **state)
+{
+    (void)state;
+    static char body[128 * (API_MAX_ITEMS + 2)];
+    api_request r;
+    api_error e;
+    const char *const shapes[][3] = {
+        {"{\"messages\":[", "{\"role\":\"user\",\"content\":\"x\"}", "]}"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[", "{\"type\":\"text\",\"text\":\"x\"}", "]}]}"},
+        {"{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[",
+         "{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}", "]}]}"},
+    };
+    const char *const params[] = {"messages", "messages[0].content", "messages[0].tool_calls"};
+    for (int s = 0; s < 3; s++) {
+        for (int n = API_MAX_ITEMS; n <= API_MAX_ITEMS + 1; n++) {
+            size_t o = (size_t)snprintf(body, sizeof body, "%s", shapes[s][0]);
+            for (int i = 0; i < n; i++) o += (size_t)snprintf(body + o, sizeof body - o, "%s%s", i ? "," : "", shapes[s][1]);
+            snprintf(body + o, sizeof body - o, "%s", shapes[s][2]);
+            assert_true(strlen(body) < sizeof body - 1);
+            if (n == API_MAX_ITEMS) {
+                ok(API_CHAT, body, &r); /* the limit itself is fine */
+                api_request_free(&r);
+                continue;
+            }
+            bad(API_CHAT, body, 400, params[s]);
+            assert_int_equal(parse(API_CHAT, body, &r, &e), -1);
+            assert_string_equal(e.code, "array_above_max_length");
+            assert_non_null(strstr(e.message, "maximum length 2048, but got an array with length 2049"));
+        }
+    }
+}
+
+/* The offered tools' names are kept: a reply may call those and no other. */
+static void test_tool_names(void **state)
+{
+    (void)state;
+    api_request r;
+    ok(API_CHAT,
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"parallel_tool_calls\":false,\"tools\":["
+       "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+       "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":{}}}]}",
+       &r);
+    assert_int_equal(r.n_tools, 2);
+    assert_string_equal(r.tool_names[0], "get_weather");
+    assert_string_equal(r.tool_names[1], "get_time");
+    assert_false(r.parallel_tool_calls);
+    api_request_free(&r);
+    assert_null(r.tool_names);
+}
+
 /* OpenAI parameters that would change the result if ignored are refused by name; their
  * neutral values, and hints and metadata, are accepted. */
 static void test_unsupported_parameters(void **state)
@@ -365,6 +416,8 @@ int main(void)
         cmocka_unit_test(test_type_errors),         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_chat_errors),         cmocka_unit_test(test_unsupported_parameters),
         cmocka_unit_test(test_error_set),
+        cmocka_unit_test(test_item_limits),
+        cmocka_unit_test(test_tool_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -120,6 +120,15 @@ static void test_refusals(void **state)
     refused("{\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "input[0]", "invalid_value");
     refused("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"yaml\"}}}", "text.format.type", "invalid_value");
     refused("{\"input\":\"x\",\"input\":\"y\"}", "", "duplicate_key"); /* json_strict, as on every route */
+    /* a tool result must answer a call made earlier in the input (OpenAI: 400) */
+    refused("{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"21\"}]}", "input[0]",
+            "invalid_value");
+    refused("{\"input\":[{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+            "{\"type\":\"function_call_output\",\"call_id\":\"call_2\",\"output\":\"21\"}]}",
+            "input[1]", "invalid_value");
+    refused("{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"21\"},"
+            "{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"f\",\"arguments\":\"{}\"}]}",
+            "input[0]", "invalid_value"); /* the call must come first */
 }
 
 static void renamed(const char *param, const char *message, const char *want_param, const char *want_in_message)

@@ -18,6 +18,10 @@
 #include "base/rng.h"
 #include "base/timing.h"
 #include "base/utf8.h"
+#include "base/workq.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 static void test_utf8_complete_prefix(void **state)
 {
@@ -203,6 +207,39 @@ static void test_file(void **state)
     rmdir(dir);
 }
 
+typedef struct counted {
+    workq_job job;
+    _Atomic int *runs;
+    pthread_t ran_on;
+} counted;
+
+static void count_one(void *arg)
+{
+    counted *c = arg;
+    c->ran_on = pthread_self();
+    atomic_fetch_add(c->runs, 1);
+}
+
+/* Every job pushed runs exactly once, on a pool thread, and workq_free runs what is still queued
+ * before it returns; a push after that is refused. */
+static void test_workq(void **state)
+{
+    (void)state;
+    enum { N = 200 };
+    static counted jobs[N];
+    _Atomic int runs = 0;
+    workq *q = workq_new(3);
+    assert_non_null(q);
+    for (int i = 0; i < N; i++) {
+        jobs[i] = (counted){.job = {.fn = count_one, .arg = &jobs[i]}, .runs = &runs};
+        assert_int_equal(workq_push(q, &jobs[i].job), 0);
+    }
+    workq_free(q);
+    assert_int_equal(atomic_load(&runs), N);
+    for (int i = 0; i < N; i++) assert_false(pthread_equal(jobs[i].ran_on, pthread_self()));
+    assert_null(workq_new(0));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_rng),
         cmocka_unit_test(test_timing),
         cmocka_unit_test(test_file),
+        cmocka_unit_test(test_workq),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

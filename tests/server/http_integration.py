@@ -367,6 +367,8 @@ def case_responses():
                             (dict(args, max_output_tokens=0), "max_output_tokens"),
                             ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0]"),
                             (dict(args, tools=[{"type": "web_search"}]), "tools[0].type"),
+                            ({"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}, "input[0]"),
+                            ({"input": [{"role": "user", "content": "x"}] * 2049}, "input"),
                             ({"instructions": "x"}, "input")):
             st, b = post(s.port, "/v1/responses", body)
             check(st == 400 and b["error"]["param"] == param, f"{body}: {st} {b}")
@@ -1086,6 +1088,61 @@ def case_flood():
         check(st == 200, "the server keeps serving after a flood")
         check(f'inferd_http_requests_total{{code="429"}} {codes.count(429)}' in request(s.port, "GET", "/metrics")[2].decode(),
               "429s counted")
+
+
+def case_busy():
+    """/health and /metrics answer in < 1 s while eight ~1 MiB bodies are being parsed, rendered and
+    tokenized (issue 36): that work runs on prep threads, never on the threads that accept and
+    answer connections.  --http-threads 2, so the eight bodies keep every prep thread busy for
+    seconds (about 1 s of tokenizing each here, more under a sanitizer).  Three are 1 MiB chat
+    prompts of letters without spaces (a 400 for the context once tokenized), two the same text
+    to /tokenize (200), three the issue's Responses body of 30,000 items (a 400 for too many
+    items, no longer seconds of an O(n^2) walk)."""
+    rnd = __import__("random").Random(36)
+    letters = "".join(rnd.choice("abcdefghij") for _ in range(1_000_000))
+    # encoded once, and the replies parsed only after the probing: this client's own JSON work
+    # (it holds Python's GIL) must not be what delays a probe
+    kinds = [("/v1/chat/completions", {"messages": [{"role": "user", "content": letters}], "max_tokens": 1}, 400),
+             ("/v1/responses", {"input": [{"role": "user", "content": "x"}] * 30000}, 400),
+             ("/tokenize", {"content": letters}, 200)]
+    kinds = [(path, json.dumps(body).encode(), st) for path, body, st in kinds]
+    with Server(make_model(), "--http-threads", "2") as s:
+        results = [None] * 8
+
+        def one(i):
+            path, body, _ = kinds[i % 3]
+            try:
+                st, _, raw = request(s.port, "POST", path, body, timeout=240)
+                results[i] = (st, raw)
+            except Exception as e:  # noqa: BLE001 - reported below
+                results[i] = (0, str(e))
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)  # the bodies are on their way
+        probes = []  # (seconds, status, path) of each probe made while a body was still unanswered
+        deadline = time.time() + 240
+        while any(t.is_alive() for t in threads) and time.time() < deadline:
+            for path in ("/health", "/metrics"):
+                t0 = time.time()
+                try:
+                    st = request(s.port, "GET", path, timeout=30)[0]
+                except OSError as e:  # a probe left unanswered until the head deadline cut it
+                    st = f"{type(e).__name__}"
+                if any(t.is_alive() for t in threads):
+                    probes.append((time.time() - t0, st, path))
+            time.sleep(0.1)
+        for t in threads:
+            t.join(timeout=60)
+        slow = [p for p in probes if p[0] >= 1.0 or p[1] != 200]
+        check(not slow, f"/health or /metrics slow or failing while bodies were parsed: {slow} of {len(probes)}")
+        check(len(probes) >= 4, f"only {len(probes)} probes overlapped the bodies: the test proves nothing")
+        for i, r in enumerate(results):
+            check(r[0] == kinds[i % 3][2], f"body {i} ({kinds[i % 3][0]}): {str(r)[:300]}")
+        results = [(st, json.loads(raw)) for st, raw in results]
+        check(results[0][1]["error"]["code"] == "context_length_exceeded", f"{results[0]}")
+        check(results[1][1]["error"]["code"] == "array_above_max_length", f"{results[1]}")
+        check(len(results[2][1]["tokens"]) > 1000, "the text was tokenized")
 
 
 def case_shutdown():

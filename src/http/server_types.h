@@ -1,0 +1,52 @@
+/* server_types.h - what a server is configured with and what it serves: the types server.h
+ * exports, alone so that the server's own state (http_int.h), which endpoints.c and gen.c
+ * read, does not include the server's functions: server.c calls the endpoints, the endpoints
+ * never call the server. */
+#ifndef INFERD_HTTP_SERVER_TYPES_H
+#define INFERD_HTTP_SERVER_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sched/sched.h"
+#include "text/chat.h"
+#include "text/chat_parse.h"
+#include "text/tokenizer.h"
+
+typedef struct server server;
+
+typedef struct server_config {
+    const char *host;
+    int port;          /* 0: any free port (see server_port) */
+    int http_threads;
+    size_t max_body;
+    unsigned max_connections;        /* open connections in all; more are closed at accept */
+    unsigned max_connections_per_ip; /* 0: no per-address limit */
+    unsigned timeout_s;        /* a request's head and body, and an idle keep-alive connection */
+    unsigned stream_timeout_s; /* inactivity allowed while a response is generated or sent */
+    const char *api_key; /* NULL or "": no authentication */
+    bool metrics;
+} server_config;
+
+/* What /v1/models says about the model (filled by whoever loaded it). */
+typedef struct server_model_card {
+    const char *arch; /* "llama", "qwen2", ... */
+    int n_vocab, n_ctx_train, n_embd;
+    size_t weight_bytes;
+} server_model_card;
+
+/* What the API serves once loaded.  Everything must outlive the server. */
+typedef struct server_model {
+    server_model_card card;
+    const tokenizer *tok;
+    sched *s;
+    chat_template_kind tmpl;   /* the built-in fallback when jinja is NULL */
+    const jinja_tmpl *jinja;   /* the model's own template (or --chat-template-file) */
+    const jinja_tmpl *jinja_tools; /* a tokenizer.chat_template.tool_use variant, used with tools */
+    chat_syntax syntax;        /* its tool-call markup */
+    bool reasoning;            /* split <think> blocks into reasoning_content */
+    const char *alias;
+    int ctx_per_slot;
+} server_model;
+
+#endif

@@ -9,8 +9,10 @@
 // shared memory filled by cp.async (no registers held by loads in flight, no block barrier in
 // the loop).  The M dimension of every mma is the KV group's query heads (rows g < group of 16,
 // the rest zero), so each K/V byte is read once for the whole group (GQA), and per tile a warp
-// forms S = Q K^T and O += P V with mma.m16n8k16 (Q and P as FP16 hi + lo pairs, as in
-// flash_attn.cuh: FP32-grade products) and keeps its rows' online softmax in registers.  At the
+// forms S = Q K^T and O += P V with mma.m16n8k16 (Q and P as FP16 hi + lo pairs: FP32-grade
+// products) and keeps its rows' online softmax in registers, in base 2, by the per-tile steps
+// of flash_attn.cuh (fa_qk_tile, fa_softmax_tile, fa_pv_tile).  The partials' maxima are in
+// base 2 too.  At the
 // end the warps' states merge through shared memory in warp order, and the block writes its
 // split's partial (max, sum, unnormalised output) for attn_decode_combine, or, when the token
 // has a single split (short contexts), the normalised FP16 output itself.  The partials are
@@ -89,6 +91,7 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
 
     // Rows g and g + 8 of the warp's 16: query heads kvh * group + row (zeros past the group).
     uint32_t qf[KSTEPS][4], ql[KSTEPS][4];
+    const float scale2 = a.scale * 1.4426950408889634f; // base-2 scores: log2(e) in the scale
     {
         const float *qrow[2];
 #pragma unroll
@@ -99,10 +102,10 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ks++) {
             const int d = ks * 16 + 2 * c;
-            load_q_pair(qrow[0], d, a.scale, &qf[ks][0], &ql[ks][0]);
-            load_q_pair(qrow[1], d, a.scale, &qf[ks][1], &ql[ks][1]);
-            load_q_pair(qrow[0], d + 8, a.scale, &qf[ks][2], &ql[ks][2]);
-            load_q_pair(qrow[1], d + 8, a.scale, &qf[ks][3], &ql[ks][3]);
+            load_q_pair(qrow[0], d, scale2, &qf[ks][0], &ql[ks][0]);
+            load_q_pair(qrow[1], d, scale2, &qf[ks][1], &ql[ks][1]);
+            load_q_pair(qrow[0], d + 8, scale2, &qf[ks][2], &ql[ks][2]);
+            load_q_pair(qrow[1], d + 8, scale2, &qf[ks][3], &ql[ks][3]);
         }
     }
     float o[DTILES][4];
@@ -118,75 +121,17 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         const ad_tile<HD> *tl = &ring[i % S];
         const int key0 = (kt0 + warp + W * i) * AD_KEYS;
 
-        // S = Q K^T over the block's 32 keys: 4 n-tiles of 8 keys.
+        const auto k_at = [&](int key, int ch) { return &tl->k[ad_off<HD>(key, ch)]; };
+        const auto v_at = [&](int key, int ch) { return &tl->v[ad_off<HD>(key, ch)]; };
         float s[4][4];
+        fa_qk_tile<KSTEPS>(s, qf, ql, k_at);
 #pragma unroll
-        for (int j = 0; j < 4; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        for (int j = 0; j < 4; j++) // keys past the token's last (the block's first never is)
 #pragma unroll
-        for (int ks = 0; ks < KSTEPS; ks++) {
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                // matrices: keys 16np + {0-7, 0-7, 8-15, 8-15}, dims 16ks + {0-7, 8-15, 0-7, 8-15}
-                const int mi = lane >> 3, key = np * 16 + (mi >> 1) * 8 + (lane & 7);
-                uint32_t b[4];
-                ldmatrix_x4(b, &tl->k[ad_off<HD>(key, ks * 2 + (mi & 1))]);
-                mma_16816(s[2 * np], qf[ks], b[0], b[1]);
-                mma_16816(s[2 * np], ql[ks], b[0], b[1]);
-                mma_16816(s[2 * np + 1], qf[ks], b[2], b[3]);
-                mma_16816(s[2 * np + 1], ql[ks], b[2], b[3]);
-            }
-        }
-        // Keys past the token's last, then the online softmax of rows g and g + 8.
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
+            for (int e = 0; e < 4; e++)
                 if (key0 + j * 8 + 2 * c + (e & 1) >= k_end) s[j][e] = -INFINITY;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-            }
-        float corr[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) { // a row's 32 keys are spread over the 4 lanes of a quad
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float mn = fmaxf(m[r], mx[r]); // finite: the block's first key is the token's
-            corr[r] = mn == m[r] ? 1.0f : __expf(m[r] - mn); // 0 on the warp's first block
-            m[r] = mn;
-            l[r] *= corr[r];
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[j][e] = __expf(s[j][e] - m[e >> 1]);
-                l[e >> 1] += s[j][e]; // this lane's share; the quad's are summed at the end
-            }
-#pragma unroll
-        for (int j = 0; j < DTILES; j++) {
-            o[j][0] *= corr[0], o[j][1] *= corr[0];
-            o[j][2] *= corr[1], o[j][3] *= corr[1];
-        }
-        // O += P V: P's C fragments are, pairwise, A fragments of keys 16kk..16kk+15.
-#pragma unroll
-        for (int kk = 0; kk < 2; kk++) {
-            uint32_t pa[4], pl[4];
-            split_half2(s[2 * kk][0], s[2 * kk][1], &pa[0], &pl[0]);
-            split_half2(s[2 * kk][2], s[2 * kk][3], &pa[1], &pl[1]);
-            split_half2(s[2 * kk + 1][0], s[2 * kk + 1][1], &pa[2], &pl[2]);
-            split_half2(s[2 * kk + 1][2], s[2 * kk + 1][3], &pa[3], &pl[3]);
-#pragma unroll
-            for (int dp = 0; dp < DTILES / 2; dp++) {
-                // matrices: keys 16kk + {0-7, 8-15, 0-7, 8-15}, dims 16dp + {0-7, 0-7, 8-15, 8-15}
-                const int mi = lane >> 3, key = kk * 16 + (mi & 1) * 8 + (lane & 7);
-                uint32_t b[4];
-                ldmatrix_x4_trans(b, &tl->v[ad_off<HD>(key, dp * 2 + (mi >> 1))]);
-                mma_16816(o[2 * dp], pa, b[0], b[1]);
-                mma_16816(o[2 * dp], pl, b[0], b[1]);
-                mma_16816(o[2 * dp + 1], pa, b[2], b[3]);
-                mma_16816(o[2 * dp + 1], pl, b[2], b[3]);
-            }
-        }
+        fa_softmax_tile<DTILES>(s, m, l, o);
+        fa_pv_tile<DTILES>(s, o, v_at);
         __syncwarp(); // every lane is done with slot i % S before it is refilled
     }
     cp_async_wait<0>();
@@ -218,7 +163,7 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         float2 osum = make_float2(0.0f, 0.0f);
 #pragma unroll
         for (int w = 0; w < W; w++) { // a warp with no block: m = -inf, l = 0, o = 0
-            const float f = __expf(sm_m[w][row] - mw);
+            const float f = exp2f(sm_m[w][row] - mw);
             lsum += sm_l[w][row] * f;
             osum.x += sm_o[w][row][d] * f;
             osum.y += sm_o[w][row][d + 1] * f;
@@ -260,26 +205,44 @@ extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd128(attn_a
     }
 AD_VARIANT(4, 1)
 AD_VARIANT(2, 2)
-AD_VARIANT(8, 1)
-AD_VARIANT(4, 3)
 
-// out[t][h] from the token's splits (gpu_attn_splits_for(n_keys, max_split) of them, merged in
-// split order); a token with one split was written by attn_decode itself.  Grid (tokens,
-// n_head) as attn_combine.
-extern "C" __global__ void attn_decode_combine(attn_args a)
+// out[t][h] from the token's splits (gpu_attn_splits_for(n_keys, max_split) of them); a token
+// with one split was written by attn_decode itself.  Grid (tokens, n_head) as attn_combine,
+// AD_COMBINE_SG * hd threads: the splits' (max, sum) come into shared memory in one round trip,
+// each split's weight 2^(m_s - M) is computed once, and thread (sg, d) sums dimension d of the
+// splits s = sg mod AD_COMBINE_SG with its loads in flight together, the AD_COMBINE_SG sums then
+// added in order (a fixed order: the result does not depend on the run).  A loop over the
+// splits in one thread is a chain of load latencies (~0.3 us a split).
+#define AD_COMBINE_SG GPU_ATT_DEC_COMBINE_SG
+#define AD_COMBINE_MAX 128 // most splits (GPU_ATT_DEC_SPLIT, gpu_attnbench's sweep)
+static_assert(GPU_ATT_DEC_SPLIT <= AD_COMBINE_MAX, "the combine holds every split's weight");
+extern "C" __global__ void __launch_bounds__(AD_COMBINE_SG * 256) attn_decode_combine(attn_args a)
 {
+    __shared__ float sm_m[AD_COMBINE_MAX], sm_w[AD_COMBINE_MAX], sm_l[AD_COMBINE_MAX];
+    __shared__ float part[AD_COMBINE_SG][256];
     const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x;
     const int ns = gpu_attn_splits_for(a.pos[t] + 1, a.max_split), hd = a.hd;
     if (ns == 1) return;
-    const size_t th = (size_t)blockIdx.x * a.n_head + blockIdx.y, out = ((size_t)t * a.n_head + blockIdx.y) * hd;
-    const float *ml = a.part_ml + th * a.n_split * 2;
-    float mx = -INFINITY;
-    for (int s = 0; s < ns; s++) mx = fmaxf(mx, ml[2 * s]);
-    float lsum = 0.0f;
-    for (int s = 0; s < ns; s++) lsum += ml[2 * s + 1] * __expf(ml[2 * s] - mx);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int s = 0; s < ns; s++) acc += a.part_o[(th * a.n_split + s) * hd + d] * __expf(ml[2 * s] - mx);
-        a.out[out + d] = __float2half_rn(acc / lsum);
+    const int d = threadIdx.x % hd, sg = threadIdx.x / hd;
+    const size_t th = (size_t)blockIdx.x * a.n_head + blockIdx.y;
+    const float *ml = a.part_ml + th * a.n_split * 2, *po = a.part_o + th * a.n_split * hd;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) {
+        sm_m[s] = ml[2 * s];
+        sm_l[s] = ml[2 * s + 1];
     }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int s = 0; s < ns; s++) mx = fmaxf(mx, sm_m[s]);
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) sm_w[s] = exp2f(sm_m[s] - mx);
+    __syncthreads();
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int s = sg; s < ns; s += AD_COMBINE_SG) acc += po[(size_t)s * hd + d] * sm_w[s];
+    part[sg][d] = acc;
+    __syncthreads();
+    if (sg) return;
+    float lsum = 0.0f;
+    for (int s = 0; s < ns; s++) lsum += sm_l[s] * sm_w[s];
+    for (int i = 1; i < AD_COMBINE_SG; i++) acc += part[i][d];
+    a.out[((size_t)t * a.n_head + blockIdx.y) * hd + d] = __float2half_rn(acc / lsum);
 }

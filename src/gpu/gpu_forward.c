@@ -254,7 +254,8 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         if (gpu_launch_smem(fn, (gpu_launch_dims){n, (unsigned)hp->n_head_kv, (unsigned)n_split, GPU_ATT_DEC_WARPS * 32},
                             gpu_attn_decode_smem(hd), g->stream, args, "attention", err, errlen))
             return -1;
-        LAUNCH(g->k.attn_decode_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, hd}), "attention", &a);
+        LAUNCH(g->k.attn_decode_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, GPU_ATT_DEC_COMBINE_SG * hd}), "attention",
+               &a);
         return 0;
     }
     const gpu_fn *fn = hd == 64 ? &g->k.attn_partial_hd64 : hd == 128 ? &g->k.attn_partial_hd128 : &g->k.attn_partial;

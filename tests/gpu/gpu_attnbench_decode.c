@@ -70,7 +70,8 @@ static int dec_launch(dec_bench *b, const dec_variant *v, int layer, char *err, 
                         (unsigned)(v->warps * v->stages * 2 * GPU_KV_BLOCK * HD * 2), b->stream, args, "attnbench",
                         err, errlen))
         return -1;
-    return gpu_launch(&b->k->attn_decode_combine, (gpu_launch_dims){b->B, b->n_head, 1, HD}, b->stream, args,
+    return gpu_launch(&b->k->attn_decode_combine, (gpu_launch_dims){b->B, b->n_head, 1, GPU_ATT_DEC_COMBINE_SG * HD},
+                      b->stream, args,
                       "attnbench", err, errlen);
 }
 
@@ -178,14 +179,12 @@ static void dec_free(dec_bench *b)
 int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, char *err, size_t errlen)
 {
     static dec_variant vs[] = {
+        {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 16, NULL},
         {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 32, NULL},
         {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 64, NULL},
-        {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 128, NULL},
-        {"attn_decode_hd128_w4s1", 4, 1, 64, NULL},
-        {"attn_decode_hd128_w4s1", 4, 1, 128, NULL},
+        {"attn_decode_hd128_w4s1", 4, 1, 32, NULL},
+        {"attn_decode_hd128_w2s2", 2, 2, 32, NULL},
         {"attn_decode_hd128_w2s2", 2, 2, 64, NULL},
-        {"attn_decode_hd128_w8s1", 8, 1, 64, NULL},
-        {"attn_decode_hd128_w4s3", 4, 3, 64, NULL},
     };
     const int nv = (int)(sizeof vs / sizeof vs[0]);
     err[0] = '\0';

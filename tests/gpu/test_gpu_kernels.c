@@ -636,7 +636,7 @@ static void decode_case(int hd, int group)
             void *aa[] = {&a};
             CHECK(cu.cuLaunchKernel(fn->f, T, f.n_kv, ns, GPU_ATT_DEC_WARPS * 32, 1, 1, gpu_attn_decode_smem(hd),
                                     G.stream, aa, NULL));
-            launch(&G.k.attn_decode_combine, (gpu_launch_dims){T, n_head, 1, hd}, aa);
+            launch(&G.k.attn_decode_combine, (gpu_launch_dims){T, n_head, 1, GPU_ATT_DEC_COMBINE_SG * hd}, aa);
             double e = att_fixture_err(&f, dout, outh[listed]);
             print_message("  %s group %d max_split %d%s rel err %.2e (fp16 out)\n", fn->name, group, max_splits[mi],
                           listed ? " token list" : "", e);

@@ -128,7 +128,7 @@ static inline GPU_HOST_DEVICE int gpu_flash_q_tokens(int n_head, int n_kv, int h
  * warp's tile of 32 keys lies in one block. */
 #define ATT_CHUNK_MIN 128
 #define ATT_MAX_SPLIT 32     /* attn_partial's splits */
-#define GPU_ATT_DEC_SPLIT 32 /* attn_decode's (gpu_attnbench decode: 16k-32k keys ran fastest at 32 of 32/64/128) */
+#define GPU_ATT_DEC_SPLIT 32 /* attn_decode's: of 16/32/64/128 the best over both shapes (docs/benchmarks.md) */
 #define GPU_ATT_DEC_COMBINE_SG 4 /* attn_decode_combine's threads: this many x hd */
 static inline GPU_HOST_DEVICE int attn_split_chunk(int n_keys, int max_split)
 {

@@ -286,9 +286,13 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->d_kv = hp->n_head_kv * hp->head_dim;
     g->d_ff = (hp->n_ff + 31) / 32 * 32;
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
-    g->att_splits = gpu_attn_max_splits(cfg->ctx_per_slot);
+    g->att_decode = gpu_attn_decode_serves(hp->n_head, hp->n_head_kv, hp->head_dim);
+    g->att_max_split = g->att_decode ? GPU_ATT_DEC_SPLIT : ATT_MAX_SPLIT;
+    g->att_splits = gpu_attn_max_splits_for(cfg->ctx_per_slot, g->att_max_split);
     g->fa_q_tokens = gpu_flash_q_tokens(hp->n_head, hp->n_head_kv, hp->head_dim);
-    size_t part_rows = (size_t)T * g->att_splits * hp->n_head;
+    /* attn_decode's partials take a row per decode token of a step (one per sequence, as its
+     * shapes have a flash kernel for the rest); attn_partial's one per packed token */
+    size_t part_rows = (size_t)(g->att_decode ? R : T) * g->att_splits * hp->n_head;
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
     /* FP32 gate/up only where a step's feed-forward is not one fused kernel (the largest step
@@ -491,7 +495,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         } else {
             for (int j = 0; j < s->n_tokens; j++) {
                 dtok[p->attn.n_dec++] = t + j;
-                int ns = gpu_attn_splits(s->pos + j + 1);
+                int ns = gpu_attn_splits_for(s->pos + j + 1, g->att_max_split);
                 if (ns > p->attn.n_split) p->attn.n_split = ns;
             }
         }

@@ -237,22 +237,30 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
                "attention", &fa);
     }
     if (ap->n_dec == 0) return 0;
-    int group = hp->n_head / hp->n_head_kv, gb = 8, n_split = ap->n_split;
+    int group = hp->n_head / hp->n_head_kv, gb = 8, n_split = ap->n_split, hd = hp->head_dim, nh = hp->n_head;
     while (group % gb) gb--;
     CUdeviceptr list = ap->dec_listed ? g->in_d + g->in.dtok : 0;
     attn_args a = {
         .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
         .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables), .n_layer = hp->n_layer,
-        .layer = il, .n_head = hp->n_head, .n_kv = hp->n_head_kv, .table_width = g->table_width,
-        .hd = hp->head_dim, .gb = gb, .n_split = n_split,
-        .scale = 1.0f / sqrtf((float)hp->head_dim), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
-        .tok_list = list ? I32(list) : NULL,
+        .layer = il, .n_head = nh, .n_kv = hp->n_head_kv, .table_width = g->table_width,
+        .hd = hd, .gb = gb, .n_split = n_split,
+        .scale = 1.0f / sqrtf((float)hd), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
+        .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .out = F16(g->act_h),
     };
-    const gpu_fn *fn = hp->head_dim == 64 ? &g->k.attn_partial_hd64
-                     : hp->head_dim == 128 ? &g->k.attn_partial_hd128 : &g->k.attn_partial;
     unsigned n = (unsigned)ap->n_dec;
-    LAUNCH(*fn, ((gpu_launch_dims){n, (unsigned)(hp->n_head / gb), (unsigned)n_split, 128}), "attention", &a);
-    int hd = hp->head_dim, nh = hp->n_head;
+    if (g->att_decode) { /* tensor cores, one block per KV head (kernels/attn_decode.cuh) */
+        const gpu_fn *fn = hd == 64 ? &g->k.attn_decode_hd64 : &g->k.attn_decode_hd128;
+        void *args[] = {&a};
+        if (gpu_launch_smem(fn, (gpu_launch_dims){n, (unsigned)hp->n_head_kv, (unsigned)n_split, GPU_ATT_DEC_WARPS * 32},
+                            gpu_attn_decode_smem(hd), g->stream, args, "attention", err, errlen))
+            return -1;
+        LAUNCH(g->k.attn_decode_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, GPU_ATT_DEC_COMBINE_SG * hd}), "attention",
+               &a);
+        return 0;
+    }
+    const gpu_fn *fn = hd == 64 ? &g->k.attn_partial_hd64 : hd == 128 ? &g->k.attn_partial_hd128 : &g->k.attn_partial;
+    LAUNCH(*fn, ((gpu_launch_dims){n, (unsigned)(nh / gb), (unsigned)n_split, 128}), "attention", &a);
     LAUNCH(g->k.attn_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",
            &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd, &list);
     return 0;

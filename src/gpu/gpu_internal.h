@@ -97,7 +97,9 @@ typedef struct gpu_engine {
     CUdeviceptr w16;             /* FP16 copies of every matrix cuBLAS multiplies, or 0 */
     size_t w16_bytes;
     CUdeviceptr xl_h, logits, work, counts, parts, sout;
-    int att_splits;              /* splits the partial buffers hold for cap_tokens queries */
+    int att_splits;              /* splits the partial buffers hold for each decode query */
+    bool att_decode;             /* decode tokens take attn_decode (gpu_attn_decode_serves) */
+    int att_max_split;           /* its key splits (GPU_ATT_DEC_SPLIT), else attn_partial's */
     int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel */
     size_t wdq_bytes;
 

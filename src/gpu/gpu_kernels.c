@@ -113,11 +113,18 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         {&k->attn_partial, "attn_partial"}, {&k->attn_partial_hd64, "attn_partial_hd64"},
         {&k->attn_partial_hd128, "attn_partial_hd128"}, {&k->attn_combine, "attn_combine"},
         {&k->flash_attn_hd64, "flash_attn_hd64"}, {&k->flash_attn_hd128, "flash_attn_hd128"},
+        {&k->attn_decode_hd64, "attn_decode_hd64"}, {&k->attn_decode_hd128, "attn_decode_hd128"},
+        {&k->attn_decode_combine, "attn_decode_combine"},
         {&k->sample_prep, "sample_prep"}, {&k->sample_adjust, "sample_adjust"},
         {&k->sample_reduce, "sample_reduce"}, {&k->sample, "sample"},
     };
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
         if (lookup(k, plain[i].fn, plain[i].name, err, errlen)) return -1;
+    /* attn_decode stages more than the default 48 KiB of shared memory */
+    CU_CHECK(cu.cuFuncSetAttribute(k->attn_decode_hd64.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                   (int)gpu_attn_decode_smem(64)), "attn_decode_hd64");
+    CU_CHECK(cu.cuFuncSetAttribute(k->attn_decode_hd128.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                   (int)gpu_attn_decode_smem(128)), "attn_decode_hd128");
     return 0;
 }
 

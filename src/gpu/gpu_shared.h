@@ -3,6 +3,7 @@
 #ifndef INFERD_GPU_SHARED_H
 #define INFERD_GPU_SHARED_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define GPU_MAX_TOP 20 /* == ENGINE_MAX_TOP_LOGPROBS */
@@ -90,6 +91,11 @@ typedef struct attn_args {
     float *part_ml; /* [t][n_head][n_split][2] */
     /* grid x index -> packed token, or NULL: token = grid x index (the decode graphs) */
     const int32_t *tok_list;
+    /* attn_decode (kernels/attn_decode.cuh) only: its key splits (attn_split_chunk) and the
+     * FP16 output, [t][n_head][hd], written by attn_decode_combine or, for a token of one
+     * split, by attn_decode itself.  Its partials are indexed by grid x, not by t. */
+    int max_split;
+    gpu_half *out;
 } attn_args;
 
 /* flash_attn_hd<64|128> (kernels/flash_attn.cuh): prompt tokens on the tensor cores.  A tile
@@ -116,34 +122,53 @@ static inline GPU_HOST_DEVICE int gpu_flash_q_tokens(int n_head, int n_kv, int h
     return GPU_FA_ROWS / (n_head / n_kv);
 }
 
-/* Keys per split for a query that sees n_keys keys: a function of n_keys alone, so a token's
- * attention is computed the same way whatever it is batched with.  A multiple of GPU_KV_BLOCK,
- * so each warp's tile of 32 keys lies in one block. */
+/* Keys per split for a query that sees n_keys keys, at most max_split splits: a function of
+ * n_keys alone for a given engine (max_split is fixed per kernel), so a token's attention is
+ * computed the same way whatever it is batched with.  A multiple of GPU_KV_BLOCK, so each
+ * warp's tile of 32 keys lies in one block. */
 #define ATT_CHUNK_MIN 128
-#define ATT_MAX_SPLIT 32
-static inline GPU_HOST_DEVICE int attn_chunk(int n_keys)
+#define ATT_MAX_SPLIT 32     /* attn_partial's splits */
+#define GPU_ATT_DEC_SPLIT 32 /* attn_decode's: of 16/32/64/128 the best over both shapes (docs/benchmarks.md) */
+#define GPU_ATT_DEC_COMBINE_SG 4 /* attn_decode_combine's threads: this many x hd */
+static inline GPU_HOST_DEVICE int attn_split_chunk(int n_keys, int max_split)
 {
-    int c = (n_keys + ATT_MAX_SPLIT - 1) / ATT_MAX_SPLIT;
+    int c = (n_keys + max_split - 1) / max_split;
     c = (c + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK * GPU_KV_BLOCK;
     return c < ATT_CHUNK_MIN ? ATT_CHUNK_MIN : c;
 }
+static inline GPU_HOST_DEVICE int attn_chunk(int n_keys) { return attn_split_chunk(n_keys, ATT_MAX_SPLIT); }
 
 /* Key splits (attention grid depth) that a query seeing n_keys keys uses. */
-static inline GPU_HOST_DEVICE int gpu_attn_splits(int n_keys)
+static inline GPU_HOST_DEVICE int gpu_attn_splits_for(int n_keys, int max_split)
 {
-    int c = attn_chunk(n_keys);
+    int c = attn_split_chunk(n_keys, max_split);
     return (n_keys + c - 1) / c;
 }
+static inline GPU_HOST_DEVICE int gpu_attn_splits(int n_keys) { return gpu_attn_splits_for(n_keys, ATT_MAX_SPLIT); }
 
-/* attn_chunk rounds to whole KV blocks, so the splits of a key count are not monotone in it
- * (8,192 keys take 32 splits, 8,320 only 29): a grid sized from the longest span alone can
- * miss a shorter span's last splits.  Every count up to ctx needs at most min(ATT_MAX_SPLIT,
- * ceil(ctx / ATT_CHUNK_MIN)), since a chunk is never under ATT_CHUNK_MIN keys nor under
- * 1/ATT_MAX_SPLIT of its span: the partial buffers and the decode graphs are sized by it. */
-static inline GPU_HOST_DEVICE int gpu_attn_max_splits(int ctx)
+/* attn_split_chunk rounds to whole KV blocks, so the splits of a key count are not monotone
+ * in it (8,192 keys take 32 of 32 splits, 8,320 only 29): a grid sized from the longest span
+ * alone can miss a shorter span's last splits.  Every count up to ctx needs at most
+ * min(max_split, ceil(ctx / ATT_CHUNK_MIN)), since a chunk is never under ATT_CHUNK_MIN keys
+ * nor under 1/max_split of its span: the partial buffers and the decode graphs are sized by it. */
+static inline GPU_HOST_DEVICE int gpu_attn_max_splits_for(int ctx, int max_split)
 {
     int s = (ctx + ATT_CHUNK_MIN - 1) / ATT_CHUNK_MIN;
-    return s < ATT_MAX_SPLIT ? s : ATT_MAX_SPLIT;
+    return s < max_split ? s : max_split;
+}
+static inline GPU_HOST_DEVICE int gpu_attn_max_splits(int ctx) { return gpu_attn_max_splits_for(ctx, ATT_MAX_SPLIT); }
+
+/* attn_decode's block: warps, each streaming its KV blocks through a ring of this many
+ * [32 keys][hd] K + V tiles in dynamic shared memory (gpu_attn_decode_smem bytes). */
+#define GPU_ATT_DEC_WARPS 4
+#define GPU_ATT_DEC_STAGES 2
+#define gpu_attn_decode_smem(hd) ((unsigned)(GPU_ATT_DEC_WARPS * GPU_ATT_DEC_STAGES * 2 * GPU_KV_BLOCK * (hd) * 2))
+
+/* Whether decode tokens take attn_decode (tensor cores; kernels/attn_decode.cuh): head_dim 64
+ * or 128 and at most 16 query heads per KV head (one mma M tile).  Otherwise attn_partial. */
+static inline GPU_HOST_DEVICE bool gpu_attn_decode_serves(int n_head, int n_kv, int hd)
+{
+    return (hd == 64 || hd == 128) && n_kv > 0 && n_head % n_kv == 0 && n_head / n_kv <= 16;
 }
 
 /* One logits row of a step: which packed token it comes from and how to sample it. */

@@ -3,10 +3,13 @@
  * (attn_partial + attn_combine) that took prompts before it, timed, with the largest
  * difference between their FP16 outputs as a cross-check.
  * Usage: gpu_attnbench [tokens [n_head [n_kv [head_dim]]]]   (default 8192 32 8 128: the
- * Llama-3.1-8B shape; exit 77 without a device) */
+ * Llama-3.1-8B shape; exit 77 without a device)
+ *        gpu_attnbench decode [n_head [n_kv]]   decode attention (head_dim 128): see decode.c's
+ * part below (attnbench_decode). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_kernels.h"
@@ -144,9 +147,29 @@ static int time_ms(bench *b, int (*fn)(bench *, char *, size_t), double *ms, cha
     return rc;
 }
 
+int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, char *err, size_t errlen);
+
 int main(int argc, char **argv)
 {
     char err[512];
+    if (argc > 1 && !strcmp(argv[1], "decode")) {
+        gpu_kernels k;
+        CUdevice dev;
+        CUcontext ctx;
+        CUstream stream;
+        if (!cuda_api_load(err, sizeof err) || cu.cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+            cu.cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cu.cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+            cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+            fprintf(stderr, "gpu_attnbench: no usable CUDA device\n");
+            return 77;
+        }
+        if (gpu_kernels_load(&k, err, sizeof err) ||
+            attnbench_decode(&k, stream, argc > 2 ? atoi(argv[2]) : 32, argc > 3 ? atoi(argv[3]) : 8, err, sizeof err)) {
+            fprintf(stderr, "gpu_attnbench: %s\n", err);
+            return 1;
+        }
+        return 0;
+    }
     bench b = {.T = argc > 1 ? atoi(argv[1]) : 8192, .n_head = argc > 2 ? atoi(argv[2]) : 32,
                .n_kv = argc > 3 ? atoi(argv[3]) : 8, .hd = argc > 4 ? atoi(argv[4]) : 128};
     if (b.T < 1 || b.n_kv < 1 || b.n_head < b.n_kv) {

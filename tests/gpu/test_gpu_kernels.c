@@ -1,8 +1,8 @@
 /* test_gpu_kernels.c - each CUDA kernel against the CPU on fresh random inputs: the quantised
  * matrix-vector kernels (every weight format, every row-count variant, bias and residual),
- * FP16 dequantisation and embedding rows, RMSNorm, RoPE, split-K attention over slots of
- * different lengths, the tensor-core prompt attention (flash) over spans of every shape, and
- * the sampler against sampling_sample().  Outputs are poisoned (NaN)
+ * FP16 dequantisation and embedding rows, RMSNorm, RoPE, split-K and tensor-core decode
+ * attention over slots of different lengths, the tensor-core prompt attention (flash) over
+ * spans of every shape, and the sampler against sampling_sample().  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -481,19 +481,27 @@ static void test_qkv_post(void **state)
     free(tables);
 }
 
-/* Attention of 4 query tokens of 3 sequences (lengths 1..701: 1 to 6 key splits) with GQA,
- * at head_dim hd, through fragmented block tables (one block shared), with the generic kernel
- * and the one specialised for hd (when there is one): each against a float64 reference. */
-static void attention_case(int hd, const gpu_fn *special)
+/* 4 query tokens of 3 sequences (lengths 1..701) with GQA at head_dim hd, through fragmented
+ * block tables (one block shared), on the device, and their float64 reference. */
+typedef struct att_fixture {
+    int hd, n_head, n_kv, n_layer, layer, tw, T;
+    size_t nq;
+    float *ref;
+    CUdeviceptr dk, dv, dq, ds, dp, dtab, dlist;
+} att_fixture;
+
+static void att_fixture_init(att_fixture *f, int hd, int n_head, int n_kv)
 {
     uint64_t seed = 99;
-    const int n_layer = 2, layer = 1, n_head = 8, n_kv = 2, ctx = 768, slots = 3, T = 4;
-    const int tw = (ctx + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK, nb = slots * tw;
+    const int ctx = 768, slots = 3, T = 4;
+    *f = (att_fixture){.hd = hd, .n_head = n_head, .n_kv = n_kv, .n_layer = 2, .layer = 1, .T = T,
+                       .tw = (ctx + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK};
+    const int tw = f->tw, nb = slots * tw, n_layer = f->n_layer, layer = f->layer;
     int32_t *tables = scattered_tables(slots, tw);
-    const size_t nq = (size_t)T * n_head * hd;
+    const size_t nq = f->nq = (size_t)T * n_head * hd;
     size_t cache_n = (size_t)nb * n_layer * n_kv * GPU_KV_BLOCK * hd;
-    uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2), *outh = malloc(nq * 2);
-    float *q = malloc(nq * sizeof *q), *out = malloc(nq * sizeof *out), *ref = malloc(nq * sizeof *ref);
+    uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2);
+    float *q = malloc(nq * sizeof *q), *ref = f->ref = malloc(nq * sizeof *ref);
     for (size_t i = 0; i < cache_n; i++) {
         kc[i] = quant_f32_to_f16(gpu_test_randf(&seed) * 2.0f);
         vc[i] = quant_f32_to_f16(gpu_test_randf(&seed));
@@ -522,11 +530,50 @@ static void attention_case(int hd, const gpu_fn *special)
             }
             free(sc);
         }
-    CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, nq * sizeof *q);
-    CUdeviceptr ds = upload(slot, sizeof slot), dp = upload(pos, sizeof pos);
-    CUdeviceptr dtab = upload(tables, (size_t)nb * sizeof *tables);
-    int32_t list[4] = {2, 0, 3, 1}; /* the second launch of each pair reaches the tokens through a list */
-    CUdeviceptr dlist = upload(list, sizeof list);
+    f->dk = upload(kc, cache_n * 2), f->dv = upload(vc, cache_n * 2), f->dq = upload(q, nq * sizeof *q);
+    f->ds = upload(slot, sizeof slot), f->dp = upload(pos, sizeof pos);
+    f->dtab = upload(tables, (size_t)nb * sizeof *tables);
+    int32_t list[4] = {2, 0, 3, 1}; /* launches with a list reach the tokens through it */
+    f->dlist = upload(list, sizeof list);
+    free(kc), free(vc), free(q), free(tables);
+}
+
+static void att_fixture_free(att_fixture *f)
+{
+    cu.cuMemFree(f->dk), cu.cuMemFree(f->dv), cu.cuMemFree(f->dq), cu.cuMemFree(f->ds), cu.cuMemFree(f->dp);
+    cu.cuMemFree(f->dtab), cu.cuMemFree(f->dlist);
+    free(f->ref);
+}
+
+static attn_args att_fixture_args(const att_fixture *f, bool listed)
+{
+    return (attn_args){.q = (const float *)(uintptr_t)f->dq, .kc = (const gpu_half *)(uintptr_t)f->dk,
+                       .vc = (const gpu_half *)(uintptr_t)f->dv, .seq = (const int32_t *)(uintptr_t)f->ds,
+                       .pos = (const int32_t *)(uintptr_t)f->dp, .tables = (const int32_t *)(uintptr_t)f->dtab,
+                       .n_layer = f->n_layer, .layer = f->layer, .n_head = f->n_head, .n_kv = f->n_kv,
+                       .table_width = f->tw, .hd = f->hd, .scale = 1.0f / sqrtf((float)f->hd),
+                       .tok_list = listed ? (const int32_t *)(uintptr_t)f->dlist : NULL};
+}
+
+/* The FP16 output dout against the fixture's reference: its relative error. */
+static double att_fixture_err(const att_fixture *f, CUdeviceptr dout, uint16_t *outh)
+{
+    float *out = malloc(f->nq * sizeof *out);
+    download(outh, dout, f->nq * 2);
+    for (size_t i = 0; i < f->nq; i++) out[i] = quant_f16_to_f32(outh[i]);
+    double e = gpu_test_rel_err(out, f->ref, f->nq);
+    free(out);
+    return e;
+}
+
+/* Split-K attention (1 to 6 key splits), with the generic kernel and the one specialised for
+ * hd (when there is one): each against the float64 reference. */
+static void attention_case(int hd, const gpu_fn *special)
+{
+    att_fixture f;
+    att_fixture_init(&f, hd, 8, 2);
+    const int T = f.T, n_head = f.n_head;
+    uint16_t *outh = malloc(f.nq * 2);
     const gpu_fn *kernels[2] = {&G.k.attn_partial, special};
     /* the grid may be deeper than the longest query needs: extra splits are empty */
     const int splits[] = {11, 32};
@@ -536,23 +583,16 @@ static void attention_case(int hd, const gpu_fn *special)
             CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
             int gbs[] = {4, 2};
             for (int gi = 0; gi < 2; gi++) {
-                CUdeviceptr dout = poisoned_half(nq);
-                attn_args a = {.q = (const float *)(uintptr_t)dq, .kc = (const gpu_half *)(uintptr_t)dk,
-                               .vc = (const gpu_half *)(uintptr_t)dv, .seq = (const int32_t *)(uintptr_t)ds,
-                               .pos = (const int32_t *)(uintptr_t)dp, .tables = (const int32_t *)(uintptr_t)dtab,
-                               .n_layer = n_layer, .layer = layer, .n_head = n_head, .n_kv = n_kv,
-                               .table_width = tw, .hd = hd, .gb = gbs[gi], .n_split = ns,
-                               .scale = scale, .part_o = (float *)(uintptr_t)po, .part_ml = (float *)(uintptr_t)pml,
-                               .tok_list = gi ? (const int32_t *)(uintptr_t)dlist : NULL};
+                CUdeviceptr dout = poisoned_half(f.nq);
+                attn_args a = att_fixture_args(&f, gi);
+                a.gb = gbs[gi], a.n_split = ns, a.part_o = (float *)(uintptr_t)po, a.part_ml = (float *)(uintptr_t)pml;
                 void *aa[] = {&a};
                 launch(kernels[ki], (gpu_launch_dims){T, n_head / gbs[gi], ns, 128}, aa);
                 int nh = n_head, d = hd, nsp = ns;
-                CUdeviceptr cl = gi ? dlist : 0;
+                CUdeviceptr cl = gi ? f.dlist : 0;
                 void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d, &cl};
                 launch(&G.k.attn_combine, (gpu_launch_dims){T, n_head, 1, 64}, ca);
-                download(outh, dout, nq * 2);
-                for (size_t i = 0; i < nq; i++) out[i] = quant_f16_to_f32(outh[i]);
-                double e = gpu_test_rel_err(out, ref, nq);
+                double e = att_fixture_err(&f, dout, outh);
                 print_message("  %s hd=%d grid splits=%d heads/block=%d%s rel err %.2e (fp16 out)\n",
                               kernels[ki]->name, hd, ns, gbs[gi], gi ? " token list" : "", e);
                 assert_true(e < 1e-3);
@@ -560,9 +600,8 @@ static void attention_case(int hd, const gpu_fn *special)
             }
             cu.cuMemFree(po), cu.cuMemFree(pml);
         }
-    cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
-    cu.cuMemFree(dlist);
-    free(kc), free(vc), free(outh), free(q), free(out), free(ref), free(tables);
+    att_fixture_free(&f);
+    free(outh);
 }
 
 static void test_attention(void **state)
@@ -571,6 +610,54 @@ static void test_attention(void **state)
     attention_case(64, &G.k.attn_partial_hd64);
     attention_case(128, &G.k.attn_partial_hd128);
     attention_case(96, NULL); /* a head size with no specialised kernel */
+}
+
+/* attn_decode + attn_decode_combine with `group` query heads per KV head, at max_split 1 (every
+ * token one split: the kernel writes the output), 4 (192-key splits: 1 or 2 blocks per warp,
+ * through the ring), 64 (128-key splits, up to 6), in a grid one split deeper than needed,
+ * with and without a token list: each against the float64 reference, and the list's output
+ * bit-identical to the plain one (a token's result does not depend on its place in the grid). */
+static void decode_case(int hd, int group)
+{
+    att_fixture f;
+    att_fixture_init(&f, hd, 2 * group, 2);
+    const int T = f.T, n_head = f.n_head, ctx = 768;
+    const gpu_fn *fn = hd == 64 ? &G.k.attn_decode_hd64 : &G.k.attn_decode_hd128;
+    uint16_t *outh[2] = {malloc(f.nq * 2), malloc(f.nq * 2)};
+    const int max_splits[] = {1, 4, 64};
+    for (int mi = 0; mi < 3; mi++) {
+        int ns = gpu_attn_max_splits_for(ctx, max_splits[mi]) + 1;
+        CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
+        for (int listed = 0; listed < 2; listed++) {
+            CUdeviceptr dout = poisoned_half(f.nq);
+            attn_args a = att_fixture_args(&f, listed);
+            a.n_split = ns, a.max_split = max_splits[mi], a.out = (gpu_half *)(uintptr_t)dout;
+            a.part_o = (float *)(uintptr_t)po, a.part_ml = (float *)(uintptr_t)pml;
+            void *aa[] = {&a};
+            CHECK(cu.cuLaunchKernel(fn->f, T, f.n_kv, ns, GPU_ATT_DEC_WARPS * 32, 1, 1, gpu_attn_decode_smem(hd),
+                                    G.stream, aa, NULL));
+            launch(&G.k.attn_decode_combine, (gpu_launch_dims){T, n_head, 1, GPU_ATT_DEC_COMBINE_SG * hd}, aa);
+            double e = att_fixture_err(&f, dout, outh[listed]);
+            print_message("  %s group %d max_split %d%s rel err %.2e (fp16 out)\n", fn->name, group, max_splits[mi],
+                          listed ? " token list" : "", e);
+            assert_true(e < 1e-3);
+            cu.cuMemFree(dout);
+        }
+        assert_memory_equal(outh[0], outh[1], f.nq * 2);
+        cu.cuMemFree(po), cu.cuMemFree(pml);
+    }
+    att_fixture_free(&f);
+    free(outh[0]), free(outh[1]);
+}
+
+static void test_decode_attention(void **state)
+{
+    (void)state;
+    const int groups[] = {1, 4, 6, 16};
+    for (int i = 0; i < 4; i++) {
+        decode_case(64, groups[i]);
+        decode_case(128, groups[i]);
+    }
 }
 
 /* The flash kernel's spans: every length (one token short of / over a 64-row tile, several
@@ -818,20 +905,22 @@ static void test_sampler_matches_cpu(void **state)
 }
 
 /* Host arithmetic, no device: the partial buffers and decode graphs are sized by
- * gpu_attn_max_splits(ctx); every span up to ctx must fit in it (a span's split count is not
+ * gpu_attn_max_splits_for(ctx, max_split) (both kernels' max_split); every span up to ctx must fit in it (a span's split count is not
  * monotone, so the longest span alone does not bound it). */
 static int check_split_bound(void)
 {
-    for (int ctx = 1; ctx <= 20000; ctx += (ctx < 600 ? 1 : 37)) {
-        int bound = gpu_attn_max_splits(ctx);
-        for (int n = 1; n <= ctx; n++) {
-            if (gpu_attn_splits(n) > bound) {
-                fprintf(stderr, "FAIL: %d keys take %d splits, more than the bound %d for a context of %d\n", n,
-                        gpu_attn_splits(n), bound, ctx);
-                return 1;
+    const int max_splits[] = {ATT_MAX_SPLIT, GPU_ATT_DEC_SPLIT};
+    for (int mi = 0; mi < 2; mi++)
+        for (int ctx = 1; ctx <= 20000; ctx += (ctx < 600 ? 1 : 37)) {
+            int ms = max_splits[mi], bound = gpu_attn_max_splits_for(ctx, ms);
+            for (int n = 1; n <= ctx; n++) {
+                if (gpu_attn_splits_for(n, ms) > bound) {
+                    fprintf(stderr, "FAIL: %d keys take %d of %d splits, more than the bound %d for a context of %d\n",
+                            n, gpu_attn_splits_for(n, ms), ms, bound, ctx);
+                    return 1;
+                }
             }
         }
-    }
     return 0;
 }
 
@@ -844,6 +933,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_decode_attention),
         cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_sampler_matches_cpu),
     };

@@ -61,6 +61,96 @@ __device__ __forceinline__ void load_q_pair(const float *qrow, int d, float scal
     split_half2(v.x * scale, v.y * scale, hi, lo);
 }
 
+// The per-tile steps of a warp's 16 rows, shared with attn_decode.cuh.  The shared-memory
+// tiles are reached through an address function: addr(key, chunk) is where dims 8 chunk ..
+// 8 chunk + 7 of that key's row lie.
+//
+// S = Q K^T over a tile's 32 keys: 4 n-tiles of 8 keys (Q as hi + lo A fragments).
+template <int KSTEPS, typename Addr>
+__device__ __forceinline__ void fa_qk_tile(float s[4][4], const uint32_t (*qf)[4], const uint32_t (*ql)[4], Addr k_at)
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < 4; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks++) {
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            // matrices: keys 16np + {0-7, 0-7, 8-15, 8-15}, dims 16ks + {0-7, 8-15, 0-7, 8-15}
+            const int mi = lane >> 3, key = np * 16 + (mi >> 1) * 8 + (lane & 7);
+            uint32_t b[4];
+            ldmatrix_x4(b, k_at(key, ks * 2 + (mi & 1)));
+            mma_16816(s[2 * np], qf[ks], b[0], b[1]);
+            mma_16816(s[2 * np], ql[ks], b[0], b[1]);
+            mma_16816(s[2 * np + 1], qf[ks], b[2], b[3]);
+            mma_16816(s[2 * np + 1], ql[ks], b[2], b[3]);
+        }
+    }
+}
+
+// The online softmax of rows g and g + 8 over a tile of S (masked keys at -inf, base-2
+// scores): the running max m, the old state (l, o) scaled by the correction, S turned into P
+// in place, and this lane's share of the row sums added to l (the quad's are summed at the end).
+template <int DTILES>
+__device__ __forceinline__ void fa_softmax_tile(float s[4][4], float m[2], float l[2], float (*o)[4])
+{
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+    float corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) { // a row's 32 keys are spread over the 4 lanes of a quad
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float mn = fmaxf(m[i], mx[i]); // finite: the callers never mask a row's first key
+        // 0 on the first tile; exactly 1 when the max holds (a masked tile is a no-op)
+        corr[i] = mn == m[i] ? 1.0f : exp2f(m[i] - mn);
+        m[i] = mn;
+        l[i] *= corr[i];
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[j][e] = exp2f(s[j][e] - m[e >> 1]);
+            l[e >> 1] += s[j][e];
+        }
+#pragma unroll
+    for (int j = 0; j < DTILES; j++) {
+        o[j][0] *= corr[0], o[j][1] *= corr[0];
+        o[j][2] *= corr[1], o[j][3] *= corr[1];
+    }
+}
+
+// O += P V over the tile's 32 keys: P's C fragments are, pairwise, A fragments of keys
+// 16kk..16kk+15 (as hi + lo pairs).
+template <int DTILES, typename Addr>
+__device__ __forceinline__ void fa_pv_tile(const float s[4][4], float (*o)[4], Addr v_at)
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+        uint32_t pa[4], pl[4];
+        split_half2(s[2 * kk][0], s[2 * kk][1], &pa[0], &pl[0]);
+        split_half2(s[2 * kk][2], s[2 * kk][3], &pa[1], &pl[1]);
+        split_half2(s[2 * kk + 1][0], s[2 * kk + 1][1], &pa[2], &pl[2]);
+        split_half2(s[2 * kk + 1][2], s[2 * kk + 1][3], &pa[3], &pl[3]);
+#pragma unroll
+        for (int dp = 0; dp < DTILES / 2; dp++) {
+            // matrices: keys 16kk + {0-7, 8-15, 0-7, 8-15}, dims 16dp + {0-7, 0-7, 8-15, 8-15}
+            const int mi = lane >> 3, key = kk * 16 + (mi & 1) * 8 + (lane & 7);
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, v_at(key, dp * 2 + (mi >> 1)));
+            mma_16816(o[2 * dp], pa, b[0], b[1]);
+            mma_16816(o[2 * dp], pl, b[0], b[1]);
+            mma_16816(o[2 * dp + 1], pa, b[2], b[3]);
+            mma_16816(o[2 * dp + 1], pl, b[2], b[3]);
+        }
+    }
+}
+
 // Both caches' tile kt (keys 32 kt .. 32 kt + 31, one block) into buffer buf; keys past
 // last_key (not written yet: stale or uninitialised memory, possibly NaN) become zeros, so
 // that P = 0 times them stays 0.
@@ -151,77 +241,18 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
         __syncthreads();
 
         if (active && kt * FA_KEYS <= warp_last_key) {
-            // S = Q K^T over the tile's 32 keys: 4 n-tiles of 8 keys.
+            const auto k_at = [&](int key, int ch) { return &k_s[buf][key][ch * 8]; };
+            const auto v_at = [&](int key, int ch) { return &v_s[buf][key][ch * 8]; };
             float s[4][4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-            for (int ks = 0; ks < KSTEPS; ks++) {
-#pragma unroll
-                for (int np = 0; np < 2; np++) {
-                    // matrices: keys 16np + {0-7, 0-7, 8-15, 8-15}, dims 16ks + {0-7, 8-15, 0-7, 8-15}
-                    const int mi = lane >> 3, key = np * 16 + (mi >> 1) * 8 + (lane & 7);
-                    uint32_t b[4];
-                    ldmatrix_x4(b, &k_s[buf][key][ks * 16 + (mi & 1) * 8]);
-                    mma_16816(s[2 * np], qf[ks], b[0], b[1]);
-                    mma_16816(s[2 * np], ql[ks], b[0], b[1]);
-                    mma_16816(s[2 * np + 1], qf[ks], b[2], b[3]);
-                    mma_16816(s[2 * np + 1], ql[ks], b[2], b[3]);
-                }
-            }
+            fa_qk_tile<KSTEPS>(s, qf, ql, k_at);
             // Causal mask, then the online softmax per row (in base 2: log2(e) is in the scale).
-            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = kt * FA_KEYS + j * 8 + 2 * c + (e & 1);
-                    if (key > row_pos[e >> 1]) s[j][e] = -INFINITY;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
-                }
-            float corr[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) { // a row's 32 keys are spread over the 4 lanes of a quad
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-                mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-                const float mn = fmaxf(m[i], mx[i]); // finite: key 0 of tile 0 is never masked
-                // 0 on the first tile; exactly 1 when the max holds (a masked tile is a no-op)
-                corr[i] = mn == m[i] ? 1.0f : exp2f(m[i] - mn);
-                m[i] = mn;
-                l[i] *= corr[i];
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    s[j][e] = exp2f(s[j][e] - m[e >> 1]);
-                    l[e >> 1] += s[j][e]; // this lane's share; the quad's are summed at the end
-                }
-#pragma unroll
-            for (int j = 0; j < DTILES; j++) {
-                o[j][0] *= corr[0], o[j][1] *= corr[0];
-                o[j][2] *= corr[1], o[j][3] *= corr[1];
-            }
-            // O += P V: P's C fragments are, pairwise, A fragments of keys 16kk..16kk+15.
-#pragma unroll
-            for (int kk = 0; kk < 2; kk++) {
-                uint32_t pa[4], pl[4];
-                split_half2(s[2 * kk][0], s[2 * kk][1], &pa[0], &pl[0]);
-                split_half2(s[2 * kk][2], s[2 * kk][3], &pa[1], &pl[1]);
-                split_half2(s[2 * kk + 1][0], s[2 * kk + 1][1], &pa[2], &pl[2]);
-                split_half2(s[2 * kk + 1][2], s[2 * kk + 1][3], &pa[3], &pl[3]);
-#pragma unroll
-                for (int dp = 0; dp < DTILES / 2; dp++) {
-                    // matrices: keys 16kk + {0-7, 8-15, 0-7, 8-15}, dims 16dp + {0-7, 0-7, 8-15, 8-15}
-                    const int mi = lane >> 3, key = kk * 16 + (mi & 1) * 8 + (lane & 7);
-                    uint32_t b[4];
-                    ldmatrix_x4_trans(b, &v_s[buf][key][dp * 16 + (mi >> 1) * 8]);
-                    mma_16816(o[2 * dp], pa, b[0], b[1]);
-                    mma_16816(o[2 * dp], pl, b[0], b[1]);
-                    mma_16816(o[2 * dp + 1], pa, b[2], b[3]);
-                    mma_16816(o[2 * dp + 1], pl, b[2], b[3]);
-                }
-            }
+                for (int e = 0; e < 4; e++)
+                    if (kt * FA_KEYS + j * 8 + 2 * c + (e & 1) > row_pos[e >> 1]) s[j][e] = -INFINITY;
+            fa_softmax_tile<DTILES>(s, m, l, o);
+            fa_pv_tile<DTILES>(s, o, v_at);
         }
         __syncthreads(); // every warp is done with buf before the next iteration refills it
     }

@@ -10,5 +10,6 @@
 #include "mmq.cuh"
 #include "elementwise.cuh"
 #include "attention.cuh"
+#include "attn_decode.cuh"
 #include "flash_attn.cuh"
 #include "sampling.cuh"

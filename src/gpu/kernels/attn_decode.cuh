@@ -1,0 +1,248 @@
+// attn_decode.cuh - decode attention (one query token over its sequence's FP16 K/V blocks) on
+// the tensor cores, for head_dim 64 and 128 and up to 16 query heads per KV head.
+//
+// Decode attention is a pass over the K/V cache: the kernel has to keep enough bytes in flight
+// to run at memory bandwidth, and do little per byte.  A block takes one token, one KV head
+// and one key split (attn_split_chunk: a function of the token's key count and the engine's
+// fixed max_split only); its W warps stream the split's KV blocks round-robin (warp w takes
+// blocks w, w + W, ...), each through its own S-deep ring of [32 keys][hd] K and V tiles in
+// shared memory filled by cp.async (no registers held by loads in flight, no block barrier in
+// the loop).  The M dimension of every mma is the KV group's query heads (rows g < group of 16,
+// the rest zero), so each K/V byte is read once for the whole group (GQA), and per tile a warp
+// forms S = Q K^T and O += P V with mma.m16n8k16 (Q and P as FP16 hi + lo pairs: FP32-grade
+// products) and keeps its rows' online softmax in registers, in base 2, by the per-tile steps
+// of flash_attn.cuh (fa_qk_tile, fa_softmax_tile, fa_pv_tile).  The partials' maxima are in
+// base 2 too.  At the
+// end the warps' states merge through shared memory in warp order, and the block writes its
+// split's partial (max, sum, unnormalised output) for attn_decode_combine, or, when the token
+// has a single split (short contexts), the normalised FP16 output itself.  The partials are
+// indexed by the grid's token index (not the packed token), so they take room for the decode
+// tokens of a step only: [grid x][n_head][n_split] (max, sum) and [..][hd] outputs.
+//
+// Invariance: a token's result depends on its own query, its key count and max_split only; the
+// merge orders (warps, then splits) are fixed; no atomics.
+//
+// Tiles are stored unpadded, 16-byte chunk c of row r at chunk c ^ (r & 7): the eight row
+// addresses of every ldmatrix then hit distinct banks.
+#pragma once
+#include "common.cuh"
+#include "mma.cuh"
+#include "flash_attn.cuh" // split_half2, load_q_pair
+#include "../gpu_shared.h"
+
+#define AD_KEYS GPU_KV_BLOCK
+
+template <int HD> struct ad_tile {
+    __half k[AD_KEYS * HD], v[AD_KEYS * HD];
+};
+
+template <int HD> __device__ __forceinline__ int ad_off(int row, int chunk)
+{
+    return row * HD + ((chunk ^ (row & 7)) << 3);
+}
+
+// The warp's copy of one KV block (n_valid keys of it are written: the rest become zeros, so
+// stale or uninitialised memory, possibly NaN, never meets P = 0).
+template <int HD>
+__device__ __forceinline__ void ad_load(ad_tile<HD> *t, const __half *kb, const __half *vb, int n_valid, int lane)
+{
+    constexpr int CH = HD / 8;
+#pragma unroll
+    for (int it = 0; it < AD_KEYS * CH / 32; it++) {
+        const int i = lane + 32 * it, row = i / CH, ch = i % CH, o = ad_off<HD>(row, ch);
+        const int bytes = row < n_valid ? 16 : 0;
+        cp_async16(&t->k[o], kb + row * HD + ch * 8, bytes);
+        cp_async16(&t->v[o], vb + row * HD + ch * 8, bytes);
+    }
+}
+
+// Dynamic shared memory of a variant: the warps' tile rings (the merge reuses them).
+#define AD_SMEM(HD, W, S) ((unsigned)((W) * (S) * sizeof(ad_tile<HD>)))
+
+template <int HD, int W, int S>
+__device__ __forceinline__ void attn_decode_body(const attn_args &a)
+{
+    constexpr int KSTEPS = HD / 16, DTILES = HD / 8;
+    static_assert(W * S * sizeof(ad_tile<HD>) >= W * 16 * HD * sizeof(float), "the merge fits in the rings");
+    extern __shared__ __align__(16) unsigned char ad_smem[];
+    __shared__ float sm_m[W][16], sm_l[W][16];
+    ad_tile<HD> *ring = (ad_tile<HD> *)ad_smem + (threadIdx.x >> 5) * S;
+
+    const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int group = a.n_head / a.n_kv;
+    const int n_keys = a.pos[t] + 1, chunk = attn_split_chunk(n_keys, a.max_split);
+    const int k_begin = split * chunk, k_end = min(n_keys, k_begin + chunk);
+    if (k_begin >= n_keys) return; // a split past the token's keys: the combine reads none of it
+    const int32_t *table = a.tables + (size_t)a.seq[t] * a.table_width;
+    const int kt0 = k_begin / AD_KEYS, n_kt = (k_end - k_begin + AD_KEYS - 1) / AD_KEYS;
+    const int n_mine = warp < n_kt ? (n_kt - warp + W - 1) / W : 0;
+
+    auto issue = [&](int i) { // the warp's i-th KV block into ring slot i % S
+        const int kt = kt0 + warp + W * i;
+        const size_t base = gpu_kv_offset(table[kt], a.n_layer, a.layer, a.n_kv, kvh, 0, HD);
+        ad_load<HD>(&ring[i % S], a.kc + base, a.vc + base, min(AD_KEYS, k_end - kt * AD_KEYS), lane);
+    };
+#pragma unroll
+    for (int i = 0; i < S - 1; i++) {
+        if (i < n_mine) issue(i);
+        cp_async_commit();
+    }
+
+    // Rows g and g + 8 of the warp's 16: query heads kvh * group + row (zeros past the group).
+    uint32_t qf[KSTEPS][4], ql[KSTEPS][4];
+    const float scale2 = a.scale * 1.4426950408889634f; // base-2 scores: log2(e) in the scale
+    {
+        const float *qrow[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int r = g + 8 * i;
+            qrow[i] = r < group ? a.q + ((size_t)t * a.n_head + kvh * group + r) * HD : nullptr;
+        }
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ks++) {
+            const int d = ks * 16 + 2 * c;
+            load_q_pair(qrow[0], d, scale2, &qf[ks][0], &ql[ks][0]);
+            load_q_pair(qrow[1], d, scale2, &qf[ks][1], &ql[ks][1]);
+            load_q_pair(qrow[0], d + 8, scale2, &qf[ks][2], &ql[ks][2]);
+            load_q_pair(qrow[1], d + 8, scale2, &qf[ks][3], &ql[ks][3]);
+        }
+    }
+    float o[DTILES][4];
+#pragma unroll
+    for (int j = 0; j < DTILES; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    for (int i = 0; i < n_mine; i++) {
+        if (i + S - 1 < n_mine) issue(i + S - 1);
+        cp_async_commit();
+        cp_async_wait<S - 1>();
+        __syncwarp(); // the other lanes' copies of block i are visible
+        const ad_tile<HD> *tl = &ring[i % S];
+        const int key0 = (kt0 + warp + W * i) * AD_KEYS;
+
+        const auto k_at = [&](int key, int ch) { return &tl->k[ad_off<HD>(key, ch)]; };
+        const auto v_at = [&](int key, int ch) { return &tl->v[ad_off<HD>(key, ch)]; };
+        float s[4][4];
+        fa_qk_tile<KSTEPS>(s, qf, ql, k_at);
+#pragma unroll
+        for (int j = 0; j < 4; j++) // keys past the token's last (the block's first never is)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (key0 + j * 8 + 2 * c + (e & 1) >= k_end) s[j][e] = -INFINITY;
+        fa_softmax_tile<DTILES>(s, m, l, o);
+        fa_pv_tile<DTILES>(s, o, v_at);
+        __syncwarp(); // every lane is done with slot i % S before it is refilled
+    }
+    cp_async_wait<0>();
+    __syncthreads(); // every warp is done with the rings: the merge reuses them
+
+    // Merge the warps' states (warp order), rows < group only.
+    float(*sm_o)[16][HD] = (float(*)[16][HD])ad_smem;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int row = g + 8 * r;
+        if (c == 0) {
+            sm_m[warp][row] = m[r];
+            sm_l[warp][row] = l[r];
+        }
+#pragma unroll
+        for (int j = 0; j < DTILES; j++)
+            *(float2 *)&sm_o[warp][row][j * 8 + 2 * c] = make_float2(o[j][2 * r], o[j][2 * r + 1]);
+    }
+    __syncthreads();
+    const bool single = chunk >= n_keys;
+    for (int idx = threadIdx.x; idx < group * (HD / 2); idx += W * 32) {
+        const int row = idx / (HD / 2), d = 2 * (idx % (HD / 2));
+        float mw = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < W; w++) mw = fmaxf(mw, sm_m[w][row]);
+        float lsum = 0.0f;
+        float2 osum = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int w = 0; w < W; w++) { // a warp with no block: m = -inf, l = 0, o = 0
+            const float f = exp2f(sm_m[w][row] - mw);
+            lsum += sm_l[w][row] * f;
+            osum.x += sm_o[w][row][d] * f;
+            osum.y += sm_o[w][row][d + 1] * f;
+        }
+        const int h = kvh * group + row;
+        if (single) {
+            ((__half2 *)(a.out + ((size_t)t * a.n_head + h) * HD))[d / 2] =
+                __floats2half2_rn(osum.x / lsum, osum.y / lsum);
+            continue;
+        }
+        const size_t part = ((size_t)blockIdx.x * a.n_head + h) * a.n_split + split;
+        *(float2 *)(a.part_o + part * HD + d) = osum;
+        if (d == 0) {
+            a.part_ml[2 * part] = mw;
+            a.part_ml[2 * part + 1] = lsum;
+        }
+    }
+}
+
+// The engine's variant (gpu_shared.h): 4 warps, 2 tiles deep each (128 KiB of shared memory
+// for head_dim 128).
+#define AD_W GPU_ATT_DEC_WARPS
+#define AD_S GPU_ATT_DEC_STAGES
+static_assert(AD_SMEM(128, AD_W, AD_S) == gpu_attn_decode_smem(128), "the host sizes the rings alike");
+extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd64(attn_args a)
+{
+    attn_decode_body<64, AD_W, AD_S>(a);
+}
+extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd128(attn_args a)
+{
+    attn_decode_body<128, AD_W, AD_S>(a);
+}
+
+// Other shapes for gpu_attnbench's sweep (looked up by name there only).
+#define AD_VARIANT(W, S)                                                                       \
+    extern "C" __global__ void __launch_bounds__(W * 32) attn_decode_hd128_w##W##s##S(attn_args a) \
+    {                                                                                          \
+        attn_decode_body<128, W, S>(a);                                                        \
+    }
+AD_VARIANT(4, 1)
+AD_VARIANT(2, 2)
+
+// out[t][h] from the token's splits (gpu_attn_splits_for(n_keys, max_split) of them); a token
+// with one split was written by attn_decode itself.  Grid (tokens, n_head) as attn_combine,
+// AD_COMBINE_SG * hd threads: the splits' (max, sum) come into shared memory in one round trip,
+// each split's weight 2^(m_s - M) is computed once, and thread (sg, d) sums dimension d of the
+// splits s = sg mod AD_COMBINE_SG with its loads in flight together, the AD_COMBINE_SG sums then
+// added in order (a fixed order: the result does not depend on the run).  A loop over the
+// splits in one thread is a chain of load latencies (~0.3 us a split).
+#define AD_COMBINE_SG GPU_ATT_DEC_COMBINE_SG
+#define AD_COMBINE_MAX 128 // most splits (GPU_ATT_DEC_SPLIT, gpu_attnbench's sweep)
+static_assert(GPU_ATT_DEC_SPLIT <= AD_COMBINE_MAX, "the combine holds every split's weight");
+extern "C" __global__ void __launch_bounds__(AD_COMBINE_SG * 256) attn_decode_combine(attn_args a)
+{
+    __shared__ float sm_m[AD_COMBINE_MAX], sm_w[AD_COMBINE_MAX], sm_l[AD_COMBINE_MAX];
+    __shared__ float part[AD_COMBINE_SG][256];
+    const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x;
+    const int ns = gpu_attn_splits_for(a.pos[t] + 1, a.max_split), hd = a.hd;
+    if (ns == 1) return;
+    const int d = threadIdx.x % hd, sg = threadIdx.x / hd;
+    const size_t th = (size_t)blockIdx.x * a.n_head + blockIdx.y;
+    const float *ml = a.part_ml + th * a.n_split * 2, *po = a.part_o + th * a.n_split * hd;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) {
+        sm_m[s] = ml[2 * s];
+        sm_l[s] = ml[2 * s + 1];
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int s = 0; s < ns; s++) mx = fmaxf(mx, sm_m[s]);
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) sm_w[s] = exp2f(sm_m[s] - mx);
+    __syncthreads();
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int s = sg; s < ns; s += AD_COMBINE_SG) acc += po[(size_t)s * hd + d] * sm_w[s];
+    part[sg][d] = acc;
+    __syncthreads();
+    if (sg) return;
+    float lsum = 0.0f;
+    for (int s = 0; s < ns; s++) lsum += sm_l[s] * sm_w[s];
+    for (int i = 1; i < AD_COMBINE_SG; i++) acc += part[i][d];
+    a.out[((size_t)t * a.n_head + blockIdx.y) * hd + d] = __float2half_rn(acc / lsum);
+}

@@ -1,0 +1,236 @@
+/* gpu_attnbench_decode.c - `gpu_attnbench decode`: one layer of decode attention (head_dim 128)
+ * for B = 1 and 8 queries each seeing all of a context of 128, 4,096, 16,384 and 32,768 keys,
+ * its own sequence's blocks: the split-K kernels (attn_partial_hd128 + attn_combine, the old
+ * path) against the tensor-core kernel (attn_decode + attn_decode_combine) in several warp and
+ * ring shapes and max_split values.  Each is timed over a CUDA graph of 30 launches that walk
+ * over enough layers (>= 256 MB of K/V) that the L2 cache holds none of them from the last
+ * pass; the table gives us per layer, the effective K/V read rate (bytes of K and V of the
+ * layer / time) and the largest difference from the old kernel's FP16 output. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/cuda_api.h"
+#include "gpu/gpu_kernels.h"
+#include "gpu/gpu_shared.h"
+#include "model/quant.h"
+
+int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, char *err, size_t errlen);
+
+typedef struct dec_variant {
+    const char *name; /* kernel */
+    int warps, stages, max_split;
+    CUfunction f;
+} dec_variant;
+
+typedef struct dec_bench {
+    gpu_kernels *k;
+    CUstream stream;
+    int B, ctx, n_head, n_kv, n_layer, tw;
+    attn_args a;
+    CUdeviceptr out;
+} dec_bench;
+
+#define HD 128
+#define REPS 30
+
+static uint64_t rng = 7;
+static float rnd(void) /* uniform in [-1, 1) */
+{
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (float)(((z ^ (z >> 31)) >> 40) * 0x1.0p-23 - 1.0);
+}
+
+/* One pass of variant v (NULL: the old kernels) over layer `layer`. */
+static int dec_launch(dec_bench *b, const dec_variant *v, int layer, char *err, size_t errlen)
+{
+    attn_args a = b->a;
+    a.layer = layer;
+    void *args[] = {&a};
+    if (!v) {
+        a.n_split = gpu_attn_max_splits(b->ctx);
+        int gb = b->n_head / b->n_kv, nh = b->n_head, ns = a.n_split, hd = HD;
+        while (gb > 8 || (b->n_head / b->n_kv) % gb) gb--;
+        a.gb = gb;
+        CUdeviceptr list = 0, po = (CUdeviceptr)(uintptr_t)a.part_o, pml = (CUdeviceptr)(uintptr_t)a.part_ml;
+        void *cargs[] = {&po, &pml, &b->out, &nh, &ns, &hd, &list};
+        if (gpu_launch(&b->k->attn_partial_hd128, (gpu_launch_dims){b->B, b->n_head / gb, ns, 128}, b->stream, args,
+                       "attnbench", err, errlen))
+            return -1;
+        return gpu_launch(&b->k->attn_combine, (gpu_launch_dims){b->B, b->n_head, 1, 128}, b->stream, cargs,
+                          "attnbench", err, errlen);
+    }
+    a.max_split = v->max_split;
+    a.n_split = gpu_attn_max_splits_for(b->ctx, v->max_split);
+    gpu_fn fn = {v->f, v->name};
+    if (gpu_launch_smem(&fn, (gpu_launch_dims){b->B, b->n_kv, a.n_split, v->warps * 32},
+                        (unsigned)(v->warps * v->stages * 2 * GPU_KV_BLOCK * HD * 2), b->stream, args, "attnbench",
+                        err, errlen))
+        return -1;
+    return gpu_launch(&b->k->attn_decode_combine, (gpu_launch_dims){b->B, b->n_head, 1, GPU_ATT_DEC_COMBINE_SG * HD},
+                      b->stream, args,
+                      "attnbench", err, errlen);
+}
+
+/* Microseconds per pass: a graph of REPS passes over successive layers, replayed 3 times
+ * after one warm-up replay. */
+static int dec_time(dec_bench *b, const dec_variant *v, double *us, char *err, size_t errlen)
+{
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    CUevent e0 = NULL, e1 = NULL;
+    CU_CHECK(cu.cuStreamBeginCapture(b->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "attnbench: capture");
+    int rc = 0;
+    for (int i = 0; i < REPS && !rc; i++) rc = dec_launch(b, v, i % b->n_layer, err, errlen);
+    CUresult r = cu.cuStreamEndCapture(b->stream, &graph);
+    if (rc) return -1;
+    CU_CHECK(r, "attnbench: capture");
+    r = cu.cuGraphInstantiateWithFlags(&exec, graph, 0);
+    cu.cuGraphDestroy(graph);
+    CU_CHECK(r, "attnbench: instantiating");
+    CU_CHECK(cu.cuEventCreate(&e0, CU_EVENT_DEFAULT), "attnbench: events");
+    CU_CHECK(cu.cuEventCreate(&e1, CU_EVENT_DEFAULT), "attnbench: events");
+    CU_CHECK(cu.cuGraphLaunch(exec, b->stream), "attnbench: replay");
+    CU_CHECK(cu.cuEventRecord(e0, b->stream), "attnbench: events");
+    for (int i = 0; i < 3; i++) CU_CHECK(cu.cuGraphLaunch(exec, b->stream), "attnbench: replay");
+    CU_CHECK(cu.cuEventRecord(e1, b->stream), "attnbench: events");
+    CU_CHECK(cu.cuEventSynchronize(e1), "attnbench: running the kernels");
+    float ms = 0.0f;
+    CU_CHECK(cu.cuEventElapsedTime(&ms, e0, e1), "attnbench: events");
+    *us = ms * 1000.0 / (3.0 * REPS);
+    cu.cuEventDestroy(e0), cu.cuEventDestroy(e1), cu.cuGraphExecDestroy(exec);
+    return 0;
+}
+
+/* Largest |a - b| over n FP16 values (inf when either is not finite). */
+static double max_diff(const uint16_t *x, const uint16_t *y, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double a = quant_f16_to_f32(x[i]), c = quant_f16_to_f32(y[i]);
+        if (!isfinite(a) || !isfinite(c)) return INFINITY;
+        if (fabs(a - c) > m) m = fabs(a - c);
+    }
+    return m;
+}
+
+/* Device buffers for B sequences of ctx keys over n_layer layers; random K/V (a 16 MB random
+ * pattern repeated), q, one token per sequence at position ctx - 1. */
+static int dec_setup(dec_bench *b, char *err, size_t errlen)
+{
+    const size_t layer_bytes = (size_t)b->B * b->ctx * b->n_kv * HD * 2 * 2;
+    b->n_layer = (int)((256u << 20) / layer_bytes) + 1;
+    if (b->n_layer > 32) b->n_layer = 32;
+    b->tw = (b->ctx + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK;
+    const size_t nb = (size_t)b->B * b->tw, cache = nb * b->n_layer * b->n_kv * GPU_KV_BLOCK * HD; /* halves */
+    const size_t pat = 8u << 20, nq = (size_t)b->B * b->n_head * HD;
+    uint16_t *h = malloc(pat * 2);
+    float *q = malloc(nq * sizeof *q);
+    int32_t *ints = malloc(nb * sizeof *ints);
+    if (!h || !q || !ints) {
+        free(h), free(q), free(ints);
+        snprintf(err, errlen, "attnbench: out of host memory");
+        return -1;
+    }
+    CUdeviceptr kc = 0, vc = 0, dq, seq, pos, tab, po, pml;
+    int rc = 0;
+    for (int which = 0; which < 2 && !rc; which++) {
+        for (size_t i = 0; i < pat; i++) h[i] = quant_f32_to_f16(which ? rnd() : 2.0f * rnd());
+        CUdeviceptr *d = which ? &vc : &kc;
+        if (cu.cuMemAlloc(d, cache * 2) != CUDA_SUCCESS) rc = -1;
+        for (size_t off = 0; off < cache && !rc; off += pat)
+            if (cu.cuMemcpyHtoD(*d + off * 2, h, (cache - off < pat ? cache - off : pat) * 2) != CUDA_SUCCESS) rc = -1;
+    }
+    for (size_t i = 0; i < nq; i++) q[i] = rnd();
+    rc = rc || cu.cuMemAlloc(&dq, nq * sizeof *q) || cu.cuMemcpyHtoD(dq, q, nq * sizeof *q);
+    for (int t = 0; t < b->B; t++) ints[t] = t;
+    rc = rc || cu.cuMemAlloc(&seq, b->B * 4) || cu.cuMemcpyHtoD(seq, ints, b->B * 4);
+    for (size_t i = 0; i < nb; i++) ints[i] = (int32_t)i; /* sequence t's block i is block t * tw + i */
+    rc = rc || cu.cuMemAlloc(&tab, nb * 4) || cu.cuMemcpyHtoD(tab, ints, nb * 4);
+    for (int t = 0; t < b->B; t++) ints[t] = b->ctx - 1;
+    rc = rc || cu.cuMemAlloc(&pos, b->B * 4) || cu.cuMemcpyHtoD(pos, ints, b->B * 4);
+    const size_t parts = (size_t)b->B * b->n_head * 128;
+    rc = rc || cu.cuMemAlloc(&po, parts * HD * 4) || cu.cuMemAlloc(&pml, parts * 2 * 4);
+    rc = rc || cu.cuMemAlloc(&b->out, nq * 2);
+    free(h), free(q), free(ints);
+    if (rc) {
+        snprintf(err, errlen, "attnbench: allocating or uploading %zu MB of K/V failed", cache * 4 >> 20);
+        return -1;
+    }
+    b->a = (attn_args){.q = (const float *)(uintptr_t)dq, .kc = (const gpu_half *)(uintptr_t)kc,
+                       .vc = (const gpu_half *)(uintptr_t)vc, .seq = (const int32_t *)(uintptr_t)seq,
+                       .pos = (const int32_t *)(uintptr_t)pos, .tables = (const int32_t *)(uintptr_t)tab,
+                       .n_layer = b->n_layer, .n_head = b->n_head, .n_kv = b->n_kv, .table_width = b->tw,
+                       .hd = HD, .scale = 1.0f / sqrtf((float)HD), .part_o = (float *)(uintptr_t)po,
+                       .part_ml = (float *)(uintptr_t)pml, .out = (gpu_half *)(uintptr_t)b->out};
+    return 0;
+}
+
+static void dec_free(dec_bench *b)
+{
+    const void *p[] = {b->a.q, b->a.kc, b->a.vc, b->a.seq, b->a.pos, b->a.tables, b->a.part_o, b->a.part_ml};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cu.cuMemFree((CUdeviceptr)(uintptr_t)p[i]);
+    cu.cuMemFree(b->out);
+}
+
+int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, char *err, size_t errlen)
+{
+    static dec_variant vs[] = {
+        {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 16, NULL},
+        {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 32, NULL},
+        {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 64, NULL},
+        {"attn_decode_hd128_w4s1", 4, 1, 32, NULL},
+        {"attn_decode_hd128_w2s2", 2, 2, 32, NULL},
+        {"attn_decode_hd128_w2s2", 2, 2, 64, NULL},
+    };
+    const int nv = (int)(sizeof vs / sizeof vs[0]);
+    err[0] = '\0';
+    if (n_kv < 1 || n_head % n_kv || !gpu_attn_decode_serves(n_head, n_kv, HD)) {
+        snprintf(err, errlen, "attnbench: no decode kernel for %d heads over %d kv heads", n_head, n_kv);
+        return -1;
+    }
+    for (int i = 0; i < nv; i++) {
+        CU_CHECK(cu.cuModuleGetFunction(&vs[i].f, k->module, vs[i].name), vs[i].name);
+        CU_CHECK(cu.cuFuncSetAttribute(vs[i].f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       vs[i].warps * vs[i].stages * 2 * GPU_KV_BLOCK * HD * 2),
+                 vs[i].name);
+    }
+    printf("decode attention, %d heads / %d kv heads, head_dim %d: us per layer (K/V GB/s), max |diff| vs old\n",
+           n_head, n_kv, HD);
+    printf("%-3s %6s %18s", "B", "ctx", "old (partial)");
+    for (int i = 0; i < nv; i++)
+        printf(" | w%ds%d/%-3d %19s", vs[i].warps, vs[i].stages, vs[i].max_split, "");
+    printf("\n");
+    const int Bs[] = {1, 8}, ctxs[] = {128, 4096, 16384, 32768};
+    for (int bi = 0; bi < 2; bi++)
+        for (int ci = 0; ci < 4; ci++) {
+            dec_bench b = {.k = k, .stream = stream, .B = Bs[bi], .ctx = ctxs[ci], .n_head = n_head, .n_kv = n_kv};
+            if (dec_setup(&b, err, errlen)) return -1;
+            const size_t nq = (size_t)b.B * n_head * HD;
+            const double bytes = (double)b.B * b.ctx * n_kv * HD * 2 * 2;
+            uint16_t *ref = malloc(nq * 2), *got = malloc(nq * 2);
+            double us;
+            int rc = !ref || !got;
+            rc = rc || dec_launch(&b, NULL, 0, err, errlen) || cu.cuStreamSynchronize(stream) ||
+                 cu.cuMemcpyDtoH(ref, b.out, nq * 2) || dec_time(&b, NULL, &us, err, errlen);
+            if (!rc) printf("%-3d %6d %8.2f (%6.0f)   ", b.B, b.ctx, us, bytes / us / 1e3);
+            for (int i = 0; i < nv && !rc; i++) {
+                rc = cu.cuMemsetD8Async(b.out, 0xff, nq * 2, stream) || dec_launch(&b, &vs[i], 0, err, errlen) ||
+                     cu.cuStreamSynchronize(stream) || cu.cuMemcpyDtoH(got, b.out, nq * 2) ||
+                     dec_time(&b, &vs[i], &us, err, errlen);
+                if (!rc) printf(" | %7.2f (%5.0f) %7.1e", us, bytes / us / 1e3, max_diff(ref, got, nq));
+            }
+            printf("\n");
+            fflush(stdout);
+            free(ref), free(got);
+            dec_free(&b);
+            if (rc) {
+                if (!err[0]) snprintf(err, errlen, "attnbench: a CUDA call failed at B=%d ctx=%d", b.B, b.ctx);
+                return -1;
+            }
+        }
+    return 0;
+}

@@ -799,6 +799,10 @@ grammar *grammar_from_gbnf(const char *text, size_t len, char *err, size_t errle
         return NULL;
     }
     if (parse_rules(&p) && check_rules(&p, &root, &nullable)) g = link_grammar(&p, root, nullable, err, errlen);
+    if (g && !grammar_check_start(g, err, errlen)) {
+        grammar_unref(g);
+        g = NULL;
+    }
     for (int i = 0; i < p.n_rules; i++) {
         free(p.rules[i].name);
         free(p.rules[i].body.v);

@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "base/rng.h"
+#include "base/timing.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_impl.h" /* grammar_vocab_from_bytes */
 #include "model/gguf.h"
@@ -533,6 +535,88 @@ static void test_masks_real_vocab(void **state)
     if (!found) skip();
 }
 
+/* ---- grammars that would take exponential time ------------------------------------------------ */
+
+/* Nested bounded repetitions of something that may be empty (issue 36): each used to take
+ * minutes (9^depth ways to spend empty iterations, enumerated at the start and after every
+ * byte), on the HTTP worker that compiles and on the scheduler thread that masks.  Bound:
+ * the whole test under 60 s of wall time even under a sanitizer on a loaded machine (alarm:
+ * a hang kills the test instead of stalling the suite); each bomb measured in well under a
+ * second here. */
+static const char *const BOMB_REGEXES[] = {
+    "^x((a{0,8}){0,8}){0,8}b$",
+    "x((((((a{0,8}){0,8}){0,8}){0,8}){0,8}){0,8}){0,8}b",
+    "x((a?){0,1000}){0,1000}b",
+};
+
+/* x a^n b in the bomb's language, checked by bytes: inside iff n <= max_a (-1: no limit as
+ * far as this looks). */
+static void check_bomb_language(grammar *g, const char *open, const char *close, int max_a)
+{
+    int ns[] = {0, 1, 7, 63, 511, 512, 513, 700};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        int n = ns[i];
+        char *text = malloc((size_t)n + 16);
+        int len = sprintf(text, "%sx", open);
+        memset(text + len, 'a', (size_t)n);
+        sprintf(text + len + n, "b%s", close);
+        assert_int_equal(matches(g, text), max_a < 0 || n <= max_a);
+        free(text);
+    }
+}
+
+static void test_bombs(void **state)
+{
+    (void)state;
+    alarm(60);
+    double t0 = timing_now_ms();
+    char err[256];
+    tvocab tv;
+    synthetic_vocab(&tv);
+    int max_a[] = {512, -1, -1};
+    for (size_t i = 0; i < sizeof BOMB_REGEXES / sizeof BOMB_REGEXES[0]; i++) {
+        double t = timing_now_ms();
+        grammar *g = grammar_from_regex(BOMB_REGEXES[i], strlen(BOMB_REGEXES[i]), err, sizeof err);
+        if (!g) fprintf(stderr, "regex %s: %s\n", BOMB_REGEXES[i], err);
+        assert_non_null(g);
+        check_bomb_language(g, "", "", max_a[i]);
+        check_walks(&tv, g, 3000 + i, 2, 40, 4);
+        grammar_unref(g);
+        fprintf(stderr, "guided_regex %s: %.0f ms\n", BOMB_REGEXES[i], timing_now_ms() - t);
+    }
+    /* the same as a JSON schema pattern (response_format json_schema) */
+    double t = timing_now_ms();
+    grammar *g = schema_text("{\"type\":\"string\",\"pattern\":\"^x((a{0,8}){0,8}){0,8}b$\"}", err, sizeof err);
+    assert_non_null(g);
+    check_bomb_language(g, "\"", "\"", 512);
+    check_walks(&tv, g, 3100, 2, 40, 4);
+    grammar_unref(g);
+    fprintf(stderr, "json_schema pattern: %.0f ms\n", timing_now_ms() - t);
+    /* and as GBNF (the 40-byte body that pinned an HTTP worker for over ten minutes) */
+    t = timing_now_ms();
+    g = gbnf("root ::= (((\"a\"{0,8}){0,8}){0,8}) \"b\"");
+    assert_non_null(g);
+    assert_true(matches(g, "b"));
+    assert_true(matches(g, "aaaaaaaaaaab"));
+    check_walks(&tv, g, 3200, 2, 40, 4);
+    grammar_unref(g);
+    fprintf(stderr, "gbnf: %.0f ms\n", timing_now_ms() - t);
+    /* Ambiguity that is not repetition: root ::= r1 | r1, r1 ::= r2 | r2, ... r23 ::= "y" has
+     * 2^24 ways to reach its first byte; refused at compile time, as the client's error. */
+    t = timing_now_ms();
+    char text[2048];
+    int len = snprintf(text, sizeof text, "root ::= r1 | r1\n");
+    for (int r = 1; r < 23; r++) len += snprintf(text + len, sizeof text - (size_t)len, "r%d ::= r%d | r%d\n", r, r + 1, r + 1);
+    len += snprintf(text + len, sizeof text - (size_t)len, "r23 ::= \"y\"\n");
+    g = grammar_from_gbnf(text, (size_t)len, err, sizeof err);
+    assert_null(g);
+    assert_non_null(strstr(err, "too ambiguous"));
+    fprintf(stderr, "2^24 derivations: refused in %.0f ms (%s)\n", timing_now_ms() - t, err);
+    tvocab_free(&tv);
+    fprintf(stderr, "bombs: %.0f ms in all (bound: 60 s)\n", timing_now_ms() - t0);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -543,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_masks_brute_force),
         cmocka_unit_test(test_masks_synthetic_vocab),
         cmocka_unit_test(test_masks_real_vocab),
+        cmocka_unit_test(test_bombs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,7 +63,7 @@ grammar *grammar_from_choices(const char *const *choices, int n, char *err, size
  * schema (NULL schema: any JSON value; NULL or "" prefix/suffix: none), e.g. for a model that
  * writes <tool_call>{"name": ..., "arguments": ...}</tool_call>, one alternative per function:
  *   prefix "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ", schema = parameters,
- *   suffix "}\n</tool_call>". */
+ *   suffix "}\n</tool_call>".  Whitespace between the value's JSON tokens is at most one space. */
 typedef struct grammar_builder grammar_builder;
 grammar_builder *grammar_builder_new(void);
 /* false with err set (the schema's error, or out of memory); the builder stays usable. */

@@ -1263,7 +1263,7 @@ static cache_entry *cache_find(struct grammar_mask_tables *t, const sset *s, uin
         cache_entry *e = &t->cache[i];
         if (!e->key && !e->mask) return e;
         if (e->hash == h && e->key_len == s->len + 1 && e->key[s->len] == (int32_t)s->has_empty &&
-            !memcmp(e->key, s->d, s->len * sizeof *s->d))
+            (!s->len || !memcmp(e->key, s->d, s->len * sizeof *s->d))) /* a complete-only state has no d */
             return e;
     }
 }
@@ -1298,7 +1298,7 @@ static void cache_store(struct grammar_mask_tables *t, const sset *s, uint64_t h
     int32_t *key = arena_alloc(&t->cache_mem, (s->len + 1) * sizeof *key);
     uint32_t *mk = arena_alloc(&t->cache_mem, (size_t)(sparse ? (n_allowed ? n_allowed : 1) : n_words) * sizeof *mk);
     if (!key || !mk) return;
-    memcpy(key, s->d, s->len * sizeof *key);
+    if (s->len) memcpy(key, s->d, s->len * sizeof *key);
     key[s->len] = s->has_empty;
     if (sparse) {
         int k = 0;

@@ -617,6 +617,75 @@ static void test_bombs(void **state)
     alarm(0);
 }
 
+/* fill_mask_until: past its deadline a mask is GRAMMAR_MASK_LATER and what was built is kept;
+ * calls with longer deadlines (as the scheduler gives) end with the mask a call without one
+ * makes.  Bounded: at most 24 calls, the last with a deadline of about 8 s. */
+static void test_mask_deadline(void **state)
+{
+    (void)state;
+    tvocab tv;
+    if (!real_vocab("qwen2", &tv)) synthetic_vocab(&tv);
+    int W = grammar_vocab_n_words(tv.v);
+    uint32_t *want = calloc((size_t)W, sizeof *want), *got = calloc((size_t)W, sizeof *got);
+    char err[256];
+    const char *schema = "{\"type\":\"string\",\"maxLength\":40}"; /* inside: most tokens are walked */
+    grammar *g = schema_text(schema, err, sizeof err);
+    assert_non_null(g);
+    grammar_matcher *m = grammar_matcher_new(g, tv.v);
+    assert_true(grammar_matcher_accept_bytes(m, "\"", 1));
+    int n = grammar_matcher_fill_mask_until(m, got, timing_now_ms() - 1); /* already past */
+    assert_int_equal(n, GRAMMAR_MASK_LATER);
+    double slice = 0.001;
+    int tries = 1;
+    for (; n == GRAMMAR_MASK_LATER && tries < 24; tries++, slice *= 2)
+        n = grammar_matcher_fill_mask_until(m, got, timing_now_ms() + slice);
+    assert_true(n > 0);
+    fprintf(stderr, "first mask done in %d slices\n", tries);
+    grammar_matcher_free(m);
+    grammar_unref(g);
+    g = schema_text(schema, err, sizeof err); /* a fresh grammar: tables built in one go */
+    m = grammar_matcher_new(g, tv.v);
+    assert_true(grammar_matcher_accept_bytes(m, "\"", 1));
+    assert_int_equal(grammar_matcher_fill_mask(m, want), n);
+    assert_memory_equal(want, got, (size_t)W * sizeof *want);
+    grammar_matcher_free(m);
+    grammar_unref(g);
+    free(want);
+    free(got);
+    tvocab_free(&tv);
+}
+
+/* Grammars whose only sentence is empty (guided_regex "", guided_choice ["", ""]): the state is
+ * complete with no stack, and its mask is the end-of-generation token alone (issue 36: a null
+ * memcpy there aborted the sanitizer build). */
+static void test_empty_grammars(void **state)
+{
+    (void)state;
+    tvocab tv;
+    synthetic_vocab(&tv);
+    char err[256];
+    const char *empty[] = {"", ""};
+    grammar *gs[] = {grammar_from_regex("", 0, err, sizeof err), grammar_from_choices(empty, 2, err, sizeof err)};
+    uint32_t *mask = calloc((size_t)grammar_vocab_n_words(tv.v), sizeof *mask);
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(gs[i]);
+        for (int k = 0; k < 2; k++) { /* the second time from the mask cache */
+            grammar_matcher *m = grammar_matcher_new(gs[i], tv.v);
+            assert_true(grammar_matcher_is_complete(m));
+            assert_true(grammar_matcher_is_done(m));
+            assert_int_equal(grammar_matcher_fill_mask(m, mask), 1);
+            assert_true(mask[(tv.n - 1) >> 5] >> ((tv.n - 1) & 31) & 1u); /* the last token: eog */
+            grammar_matcher *c = grammar_matcher_clone(m);
+            assert_true(grammar_matcher_accept(c, tv.n - 1));
+            grammar_matcher_free(c);
+            grammar_matcher_free(m);
+        }
+        grammar_unref(gs[i]);
+    }
+    free(mask);
+    tvocab_free(&tv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -627,7 +696,9 @@ int main(void)
         cmocka_unit_test(test_masks_brute_force),
         cmocka_unit_test(test_masks_synthetic_vocab),
         cmocka_unit_test(test_masks_real_vocab),
+        cmocka_unit_test(test_empty_grammars),
         cmocka_unit_test(test_bombs),
+        cmocka_unit_test(test_mask_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

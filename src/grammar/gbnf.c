@@ -707,7 +707,7 @@ static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
      * here rather than found when a sequence has nowhere to go. */
     int n = p->n_rules;
     uint8_t *nullable = calloc((size_t)n, sizeof *nullable);
-    uint8_t *mark = calloc((size_t)n, 1); /* first the productive flags, then the DFS marks */
+    uint8_t *mark = calloc((size_t)n, 1); /* the DFS marks, then the productive flags */
     int *stack = malloc((size_t)n * 3 * sizeof *stack);
     if (!nullable || !mark || !stack) {
         free(nullable);
@@ -717,10 +717,7 @@ static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
         return false;
     }
     rule_fixpoint(p, nullable, elem_nullable_in);
-    rule_fixpoint(p, mark, elem_productive);
-    bool ok = mark[*root];
-    if (!ok) fail(p, "matches no string: every way through `root` needs an empty character class%s", "");
-    memset(mark, 0, (size_t)n);
+    bool ok = true;
     /* Left recursion: a cycle through REFs preceded only by nullable elements.  Iterative DFS
      * (mark 1 = on the path, 2 = done); a frame is (rule, next element, whether that element
      * is at a left position: only nullable REFs before it in its alternative). */
@@ -758,6 +755,12 @@ static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
                 sp -= 3;
             }
         }
+    }
+    if (ok) { /* after the left recursion check, whose message says more */
+        memset(mark, 0, (size_t)n);
+        rule_fixpoint(p, mark, elem_productive);
+        ok = mark[*root];
+        if (!ok) fail(p, "matches no string: every way through `root` needs an empty character class%s", "");
     }
     if (ok) *nullable_out = nullable;
     else free(nullable);

@@ -250,30 +250,28 @@ static const char GRAMMAR_TOO_COMPLEX[] =
 
 static bool req_next_mask(sched *s, sched_req *r)
 {
-    double slice = SCHED_MASK_SLICE_MS * (double)(1 << (r->mask_tries < 6 ? r->mask_tries : 6));
-    if (slice > SCHED_MASK_SLICE_MAX_MS) slice = SCHED_MASK_SLICE_MAX_MS;
+    double slice = SCHED_MASK_SLICE_MS;
+    for (int i = 0; i < r->mask_tries && slice < SCHED_MASK_SLICE_MAX_MS; i++) slice *= 2;
     double t0 = timing_now_ms();
     int n = grammar_matcher_fill_mask_until(r->gm, r->mask, t0 + slice);
     r->mask_pending = n == GRAMMAR_MASK_LATER;
-    if (n > 0 || r->mask_pending) {
-        if (n > 0) {
-            r->mask_tries = 0;
-            r->mask_ms = 0;
-            return true;
-        }
+    if (n > 0) {
+        r->mask_tries = 0;
+        r->mask_ms = 0;
+        return true;
+    }
+    char err[160];
+    if (r->mask_pending) {
         r->mask_tries++;
         r->mask_ms += timing_now_ms() - t0;
         if (r->mask_ms <= SCHED_MASK_TOTAL_MS) return true;
-        char err[160];
         snprintf(err, sizeof err, "the grammar's allowed tokens took more than %.0f s to compute here",
                  SCHED_MASK_TOTAL_MS / 1000);
-        req_finish(s, r, SCHED_FINISH_ERROR, err);
-        return false;
+    } else {
+        snprintf(err, sizeof err, "%s",
+                 n == GRAMMAR_MASK_TOO_COMPLEX ? GRAMMAR_TOO_COMPLEX : "the grammar allows no token of this vocabulary here");
     }
-    req_finish(s, r, SCHED_FINISH_ERROR,
-               n == GRAMMAR_MASK_TOO_COMPLEX
-                   ? GRAMMAR_TOO_COMPLEX
-                   : "the grammar allows no token of this vocabulary here");
+    req_finish(s, r, SCHED_FINISH_ERROR, err);
     return false;
 }
 

@@ -25,7 +25,7 @@ BOMBS = [
     {"guided_regex": "x((((((a{0,8}){0,8}){0,8}){0,8}){0,8}){0,8}){0,8}b"},
     {"grammar": 'root ::= ((("a"{0,8}){0,8}){0,8}) "b"'},
 ]
-PLAIN = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+PLAIN = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0, "ignore_eos": True}
 
 
 def bomb_model():
@@ -36,13 +36,13 @@ def bomb_model():
 
 
 def chat(port, extra, timeout):
-    body = {"messages": [{"role": "user", "content": "go"}], "max_tokens": 48, "temperature": 1.0, "seed": 7}
+    body = {"messages": [{"role": "user", "content": "go"}], "max_tokens": 16, "temperature": 1.0, "seed": 7}
     body.update(extra)
     return post(port, "/v1/chat/completions", body, timeout=timeout)
 
 
 def plain_latency(port, n):
-    """The median of n plain 16-token chats, one after another (each bounded by 60 s)."""
+    """The median of n plain 4-token chats, one after another (each bounded by 60 s)."""
     times = []
     for _ in range(n):
         t0 = time.monotonic()
@@ -53,30 +53,31 @@ def plain_latency(port, n):
 
 
 def case_bombs():
-    """The bombs finish (each within 60 s; they take about a second here) and, while they run,
-    a plain chat's median latency stays under twice its solo median plus 0.5 s (the slack keeps
-    a loaded 2-core machine from failing it; before, the plain chat took 64 s)."""
-    with Server(bomb_model(), "-np", "4") as s:
-        plain_latency(s.port, 2)  # warm-up
-        solo = plain_latency(s.port, 5)
+    """The bombs finish (each within 120 s; they take about a second in a release build) and,
+    while they run, a plain chat's median latency stays under twice its solo median plus 0.5 s
+    (the slack keeps a loaded 2-core machine from failing it; before, the plain chat took 64 s).
+    Three samples each: a sanitizer build over the 151k vocabulary takes seconds per chat."""
+    with Server(bomb_model(), "-np", "8") as s:  # a free slot for the plain chat: no queueing
+        plain_latency(s.port, 1)  # warm-up
+        solo = plain_latency(s.port, 3)
         results = [None] * (2 * len(BOMBS))
 
         def run(i):
             try:
-                results[i] = chat(s.port, BOMBS[i % len(BOMBS)], timeout=60)
+                results[i] = chat(s.port, BOMBS[i % len(BOMBS)], timeout=120)
             except OSError as e:
                 results[i] = e
         threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(results))]
         for t in threads:
             t.start()
         time.sleep(0.2)  # in flight: compiling, masking, decoding
-        loaded = plain_latency(s.port, 5)
+        loaded = plain_latency(s.port, 3)
         for t in threads:
-            t.join(timeout=60)
+            t.join(timeout=120)
         print(f"plain chat median: solo {solo * 1000:.0f} ms, beside {len(results)} bombs {loaded * 1000:.0f} ms")
         check(loaded < 2 * solo + 0.5, f"plain chat beside the bombs: {loaded:.3f} s vs {solo:.3f} s alone")
         for i, r in enumerate(results):
-            check(isinstance(r, tuple), f"bomb {i} did not answer within 60 s: {r!r}")
+            check(isinstance(r, tuple), f"bomb {i} did not answer within 120 s: {r!r}")
             st, b = r
             check(st == 200, f"bomb {i}: {st} {b}")
             ch = b["choices"][0]

@@ -46,6 +46,7 @@ struct sched {
     const tokenizer *tok;
     grammar_vocab *gvocab; /* the tokenizer's bytes for grammar masks */
     int mask_words;
+    double step_mask_ms; /* what masks built since this step began took (req_next_mask) */
     sched_config cfg;
 
     pthread_t thread;
@@ -238,11 +239,14 @@ int sched_mask_words(const sched *s) { return s->mask_words; }
  * which every running request waits for.  So a mask gets a slice of time; one that is not done
  * within it stays pending (what was built is kept), the request sits out the step
  * (plan_step) and tries again the next one with a slice twice as long, so that a mask that
- * needs T ms is done within about 2T and no step waits more than SCHED_MASK_SLICE_MAX_MS
- * for it.  One that is still not done after SCHED_MASK_TOTAL_MS ends its request.
- * false: the request has been finished. */
+ * needs T ms is done within about 2T.  The masks of one step share SCHED_MASK_SLICE_MAX_MS:
+ * once it is spent, the others get SCHED_MASK_SLICE_MIN_MS (enough for a cached mask) and
+ * keep their slice for a later step, so no step waits much more than that for masks however
+ * many requests are building one.  A mask still not done after SCHED_MASK_TOTAL_MS ends its
+ * request.  false: the request has been finished. */
 #define SCHED_MASK_SLICE_MS 2.0
 #define SCHED_MASK_SLICE_MAX_MS 128.0
+#define SCHED_MASK_SLICE_MIN_MS 0.05
 #define SCHED_MASK_TOTAL_MS 20000.0
 
 static const char GRAMMAR_TOO_COMPLEX[] =
@@ -250,10 +254,14 @@ static const char GRAMMAR_TOO_COMPLEX[] =
 
 static bool req_next_mask(sched *s, sched_req *r)
 {
-    double slice = SCHED_MASK_SLICE_MS;
+    double slice = SCHED_MASK_SLICE_MS, left = SCHED_MASK_SLICE_MAX_MS - s->step_mask_ms;
     for (int i = 0; i < r->mask_tries && slice < SCHED_MASK_SLICE_MAX_MS; i++) slice *= 2;
+    bool whole = slice <= left; /* else a cut slice, which does not count as a try */
+    if (!whole) slice = left > SCHED_MASK_SLICE_MIN_MS ? left : SCHED_MASK_SLICE_MIN_MS;
     double t0 = timing_now_ms();
     int n = grammar_matcher_fill_mask_until(r->gm, r->mask, t0 + slice);
+    double spent = timing_now_ms() - t0;
+    s->step_mask_ms += spent;
     r->mask_pending = n == GRAMMAR_MASK_LATER;
     if (n > 0) {
         r->mask_tries = 0;
@@ -262,8 +270,8 @@ static bool req_next_mask(sched *s, sched_req *r)
     }
     char err[160];
     if (r->mask_pending) {
-        r->mask_tries++;
-        r->mask_ms += timing_now_ms() - t0;
+        r->mask_tries += whole;
+        r->mask_ms += spent;
         if (r->mask_ms <= SCHED_MASK_TOTAL_MS) return true;
         snprintf(err, sizeof err, "the grammar's allowed tokens took more than %.0f s to compute here",
                  SCHED_MASK_TOTAL_MS / 1000);
@@ -702,6 +710,7 @@ static bool sched_step(sched *s)
     bool all = s->cancel_all;
     pthread_mutex_unlock(&s->mu);
     drop_cancelled(s, all);
+    s->step_mask_ms = 0;
     /* Running decodes take their blocks before new requests do: admitting a request only to
      * preempt it at once would waste its prefill. */
     reserve_decode_blocks(s);

@@ -19,6 +19,11 @@
  * between properties) costs a copy.  Control tokens are never allowed, except end-of-generation
  * tokens, which are allowed exactly when the grammar is complete.
  *
+ * Bounds: following a grammar is polynomial in nested repetitions and capped per byte (a
+ * grammar whose start is over the cap is refused when compiled; a sequence that meets the cap
+ * later cannot go on: grammar_matcher_too_complex), and a mask can be asked for by a deadline
+ * (grammar_matcher_fill_mask_until), so that no client's grammar holds the thread that masks.
+ *
  * Threading: compiling, refs and unrefs are thread-safe.  The masks of one grammar are built
  * into tables the grammar owns, so all matchers of one grammar must be used from one thread
  * at a time (the scheduler's). */

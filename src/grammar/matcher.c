@@ -1248,6 +1248,7 @@ grammar_matcher *grammar_matcher_clone(const grammar_matcher *m)
     c->g = grammar_ref(m->g);
     c->v = m->v;
     c->ended = m->ended;
+    c->overflow = m->overflow;
     if (!sset_copy(&c->state, &m->state)) {
         grammar_matcher_free(c);
         return NULL;

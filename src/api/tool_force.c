@@ -2,6 +2,7 @@
 #include "tool_force.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +33,21 @@ static bool call_markup(const chat_forced_call *fc, const char *name, bytebuf *p
     return bytebuf_ok(prefix) && bytebuf_ok(suffix);
 }
 
+/* A name the forced call can write: OpenAI's [a-zA-Z0-9_-]{1,64}, with '.' and ':' (names
+ * such as server.tool).  Anything else could be markup in the call's own syntax (a name holding
+ * </tool_call>, or DeepSeek's raw name with a newline and a fence) and end the call early, so a
+ * "required" call would come back as text. */
+#define FORCED_NAME_MAX 64
+
+static bool forced_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > FORCED_NAME_MAX) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && !strchr("_-.:", name[i])) return false;
+    return true;
+}
+
 /* What a forced call is compiled from; e gets the error of a failed compile. */
 typedef struct forced_spec {
     const api_request *r;
@@ -49,7 +65,7 @@ static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
     cJSON_AddStringToObject(any_object, "type", "object");
     grammar_builder *b = grammar_builder_new();
     char err[256] = "";
-    const char *failed = NULL;
+    const char *failed = NULL, *bad_name = NULL;
     int added = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, tools)
@@ -58,6 +74,10 @@ static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsString(name)) continue; /* api_request validated every tool */
         if (r->tool_choice == API_TOOL_NAMED && strcmp(name->valuestring, r->tool_choice_name) != 0) continue;
+        if (!forced_name_ok(name->valuestring)) {
+            bad_name = name->valuestring;
+            break;
+        }
         /* A function without parameters still takes an object of arguments. */
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         if (!params) params = any_object;
@@ -73,7 +93,12 @@ static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
         added++;
     }
     grammar *g = NULL;
-    if (failed) {
+    if (bad_name) {
+        api_error_set(fs->e, 400, "invalid_request_error", "tools", "invalid_value",
+                      "Invalid function name '%.64s': a forced tool call needs a name of letters, digits, '_', "
+                      "'-', '.' and ':' (at most %d).",
+                      bad_name, FORCED_NAME_MAX);
+    } else if (failed) {
         api_error_set(fs->e, err[0] ? 400 : 500, err[0] ? "invalid_request_error" : "server_error", "tools",
                       err[0] ? "invalid_value" : NULL, "The parameters of function '%.64s' cannot be enforced: %s",
                       failed, err[0] ? err : "out of memory");
@@ -82,9 +107,13 @@ static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
         api_error_set(fs->e, 400, "invalid_request_error", "tool_choice", "invalid_value",
                       "tool_choice names no function among the tools.");
     } else if (!(g = grammar_builder_finish(b, err, sizeof err))) {
-        api_error_set(fs->e, 500, "server_error", NULL, NULL, "Building the tool-call grammar failed: %s", err);
+        /* the tools together over a limit of the grammar (rules, elements) are the client's to
+         * fix; only memory is the server's */
+        bool oom = strstr(err, "out of memory") != NULL;
+        api_error_set(fs->e, oom ? 500 : 400, oom ? "server_error" : "invalid_request_error", oom ? NULL : "tools",
+                      oom ? NULL : "invalid_value", "The tools cannot be enforced as one tool-call grammar: %s", err);
     }
-    if (failed || !added) grammar_builder_free(b);
+    if (bad_name || failed || !added) grammar_builder_free(b);
     if (!g) snprintf(errbuf, errlen, "%s", fs->e->message);
     cJSON_Delete(tools);
     cJSON_Delete(any_object);

@@ -9,6 +9,7 @@
  * model is loaded, the engine has run its warm-up steps (CUDA graphs captured) and our own
  * GET /health has answered 200; WATCHDOG=1 from the scheduler's loop; STOPPING=1 on shutdown. */
 #include <errno.h>
+#include <pthread.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -384,9 +385,41 @@ static bool wait_healthy(serve_state *st, const char *host, double timeout_s)
     return false;
 }
 
+/* The drain is bounded by the timeout, but closing the HTTP server waits for its workers, and
+ * nothing interrupts a worker inside a computation (a request's work is bounded, yet a bug or a
+ * missed bound would hold the stop for as long as it runs).  So once a stop has taken the
+ * timeout and this much more, the process exits on its own, saying so. */
+#define SHUTDOWN_GRACE_S 10.0
+
+static void *shutdown_watchdog(void *arg)
+{
+    double limit = *(const double *)arg, until = timing_now_s() + limit;
+    for (double left = limit; left > 0; left = until - timing_now_s()) {
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    log_error("shutdown: not done %.1fs after it began (a worker is still busy): exiting now", limit);
+    _exit(1);
+    return NULL;
+}
+
+static void start_shutdown_watchdog(double timeout_s)
+{
+    static double limit;
+    limit = timeout_s + SHUTDOWN_GRACE_S;
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &a, shutdown_watchdog, &limit);
+    if (rc != 0) log_warn("shutdown: no watchdog thread (%s): the stop waits for every worker", strerror(rc));
+    pthread_attr_destroy(&a);
+}
+
 /* Graceful stop: refuse new work, let running requests finish within the timeout, close. */
 static void serve_close(serve_state *st, double timeout_s)
 {
+    start_shutdown_watchdog(timeout_s);
     if (st->sv) server_begin_shutdown(st->sv);
     if (st->s) {
         sched_begin_shutdown(st->s);

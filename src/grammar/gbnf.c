@@ -644,6 +644,49 @@ static bool elem_nullable(const gelem *e, const uint8_t *nullable)
     return nullable[e->v] || (e->type == GE_REP && e->lo == 0);
 }
 
+/* What an element needs for its alternative to be (nullable:) empty, or (productive:) to match
+ * some string at all, given the rules' flags so far. */
+static bool elem_nullable_in(const parser *p, const gelem *e, const uint8_t *flags)
+{
+    (void)p;
+    return e->type != GE_BYTES && elem_nullable(e, flags);
+}
+
+static bool elem_productive(const parser *p, const gelem *e, const uint8_t *flags)
+{
+    if (e->type != GE_BYTES) return flags[e->v] || (e->type == GE_REP && e->lo == 0);
+    const gbyteset *set = &p->sets[e->v];
+    for (int w = 0; w < 8; w++)
+        if (set->w[w]) return true;
+    return false; /* an empty class: [^\x00-\U0010FFFF] */
+}
+
+/* flags[r] by fixpoint: a rule is flagged when one of its alternatives has every element ok. */
+static void rule_fixpoint(const parser *p, uint8_t *flags, bool (*ok)(const parser *, const gelem *, const uint8_t *))
+{
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int r = 0; r < p->n_rules; r++) {
+            if (flags[r]) continue;
+            const vec_elem *b = &p->rules[r].body;
+            bool alt_ok = true;
+            for (int i = 0; i < b->n; i++) {
+                const gelem *e = &b->v[i];
+                if (e->type == GE_ALT || e->type == GE_END) {
+                    if (alt_ok) {
+                        flags[r] = true;
+                        changed = true;
+                        break;
+                    }
+                    alt_ok = true;
+                } else if (!ok(p, e, flags)) {
+                    alt_ok = false;
+                }
+            }
+        }
+    }
+}
+
 /* On success *nullable_out is the per-rule nullable flags (the caller's to free). */
 static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
 {
@@ -659,11 +702,12 @@ static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
         fail(p, "no `root` rule%s", NULL);
         return false;
     }
-    /* Nullable rules by fixpoint: an alternative is nullable when all its elements are nullable
-     * REFs or REPs. */
+    /* Nullable rules: an alternative is nullable when all its elements are nullable REFs or
+     * REPs.  A grammar whose root matches no string at all is the client's mistake, refused
+     * here rather than found when a sequence has nowhere to go. */
     int n = p->n_rules;
     uint8_t *nullable = calloc((size_t)n, sizeof *nullable);
-    uint8_t *mark = calloc((size_t)n, 1);
+    uint8_t *mark = calloc((size_t)n, 1); /* the DFS marks, then the productive flags */
     int *stack = malloc((size_t)n * 3 * sizeof *stack);
     if (!nullable || !mark || !stack) {
         free(nullable);
@@ -672,31 +716,11 @@ static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
         fail(p, "out of memory%s", NULL);
         return false;
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int r = 0; r < n; r++) {
-            if (nullable[r]) continue;
-            const vec_elem *b = &p->rules[r].body;
-            bool alt_ok = true;
-            for (int i = 0; i < b->n; i++) {
-                const gelem *e = &b->v[i];
-                if (e->type == GE_ALT || e->type == GE_END) {
-                    if (alt_ok) {
-                        nullable[r] = true;
-                        changed = true;
-                        break;
-                    }
-                    alt_ok = true;
-                } else if (e->type == GE_BYTES || !elem_nullable(e, nullable)) {
-                    alt_ok = false;
-                }
-            }
-        }
-    }
+    rule_fixpoint(p, nullable, elem_nullable_in);
+    bool ok = true;
     /* Left recursion: a cycle through REFs preceded only by nullable elements.  Iterative DFS
      * (mark 1 = on the path, 2 = done); a frame is (rule, next element, whether that element
      * is at a left position: only nullable REFs before it in its alternative). */
-    bool ok = true;
     for (int start = 0; start < n && ok; start++) {
         if (mark[start]) continue;
         int sp = 0;
@@ -731,6 +755,12 @@ static bool check_rules(parser *p, int *root, uint8_t **nullable_out)
                 sp -= 3;
             }
         }
+    }
+    if (ok) { /* after the left recursion check, whose message says more */
+        memset(mark, 0, (size_t)n);
+        rule_fixpoint(p, mark, elem_productive);
+        ok = mark[*root];
+        if (!ok) fail(p, "matches no string: every way through `root` needs an empty character class%s", "");
     }
     if (ok) *nullable_out = nullable;
     else free(nullable);
@@ -799,6 +829,10 @@ grammar *grammar_from_gbnf(const char *text, size_t len, char *err, size_t errle
         return NULL;
     }
     if (parse_rules(&p) && check_rules(&p, &root, &nullable)) g = link_grammar(&p, root, nullable, err, errlen);
+    if (g && !grammar_check_start(g, err, errlen)) {
+        grammar_unref(g);
+        g = NULL;
+    }
     for (int i = 0; i < p.n_rules; i++) {
         free(p.rules[i].name);
         free(p.rules[i].body.v);

@@ -19,6 +19,11 @@
  * between properties) costs a copy.  Control tokens are never allowed, except end-of-generation
  * tokens, which are allowed exactly when the grammar is complete.
  *
+ * Bounds: following a grammar is polynomial in nested repetitions and capped per byte (a
+ * grammar whose start is over the cap is refused when compiled; a sequence that meets the cap
+ * later cannot go on: grammar_matcher_too_complex), and a mask can be asked for by a deadline
+ * (grammar_matcher_fill_mask_until), so that no client's grammar holds the thread that masks.
+ *
  * Threading: compiling, refs and unrefs are thread-safe.  The masks of one grammar are built
  * into tables the grammar owns, so all matchers of one grammar must be used from one thread
  * at a time (the scheduler's). */
@@ -63,7 +68,7 @@ grammar *grammar_from_choices(const char *const *choices, int n, char *err, size
  * schema (NULL schema: any JSON value; NULL or "" prefix/suffix: none), e.g. for a model that
  * writes <tool_call>{"name": ..., "arguments": ...}</tool_call>, one alternative per function:
  *   prefix "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ", schema = parameters,
- *   suffix "}\n</tool_call>". */
+ *   suffix "}\n</tool_call>".  Whitespace between the value's JSON tokens is at most one space. */
 typedef struct grammar_builder grammar_builder;
 grammar_builder *grammar_builder_new(void);
 /* false with err set (the schema's error, or out of memory); the builder stays usable. */
@@ -100,6 +105,19 @@ void grammar_matcher_free(grammar_matcher *m);
  * are: 0 means the grammar can go no further with this vocabulary (the caller ends the
  * sequence). */
 int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask);
+/* The same, stopping once timing_now_ms() passes deadline_ms (0: no deadline): then
+ * GRAMMAR_MASK_LATER and mask is not usable; what was built so far is kept, so a later call
+ * goes further (a first mask on a large vocabulary can take tens of milliseconds, and a
+ * hostile grammar much longer; the scheduler gives each a bounded slice per step).
+ * GRAMMAR_MASK_TOO_COMPLEX: the grammar is too ambiguous here to go on (see
+ * grammar_matcher_too_complex). */
+#define GRAMMAR_MASK_LATER (-1)
+#define GRAMMAR_MASK_TOO_COMPLEX (-2)
+int grammar_matcher_fill_mask_until(grammar_matcher *m, uint32_t *mask, double deadline_ms);
+/* Finding the stacks after some byte took more than the matcher's expansion budget (the
+ * grammar is ambiguous enough there to enumerate an exponential number of ways): the
+ * sequence cannot go on, and accept / fill_mask fail from then on. */
+bool grammar_matcher_too_complex(const grammar_matcher *m);
 /* Advances by a sampled token; false (and the matcher unchanged) when the grammar does not
  * allow it.  An end-of-generation token is accepted when the grammar is complete. */
 bool grammar_matcher_accept(grammar_matcher *m, int32_t token);

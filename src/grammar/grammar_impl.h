@@ -56,6 +56,10 @@ struct grammar {
 
 void grammar_tables_free(struct grammar_mask_tables *t);
 
+/* false with err set when the start of g cannot be expanded within the matcher's budget (or
+ * memory ran out): a compiled grammar no matcher could start is refused as the client's error. */
+bool grammar_check_start(const grammar *g, char *err, size_t errlen);
+
 /* Every normal token's bytes, sorted (vocab.c builds it from the tokenizer). */
 struct grammar_vocab {
     int n_vocab, n_words;

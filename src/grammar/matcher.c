@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 
 #include "base/hash.h"
+#include "base/timing.h"
 
 /* A frame is a position, plus for a REP element the iterations started so far: coming back to
  * frame (p, c) means "c iterations of p are done".  Two more kinds exist only in the token-table
@@ -53,7 +54,10 @@ typedef struct sset {
     uint32_t *gen;   /* so that clearing is O(1): advance() clears a set per byte */
     uint32_t cur_gen;
     int n_slots;
-    bool failed; /* out of memory: the set is treated as empty */
+    bool failed;   /* out of memory or over budget: the set is treated as empty */
+    bool overflow; /* failed because its expansion took more than EXPAND_STEPS_MAX steps */
+    bool truncated; /* stacks were dropped at GRAMMAR_MAX_STACKS: the set is a part of the state */
+    int steps;     /* expand() calls that went into the set since it was cleared */
 } sset;
 
 static void sset_clear(sset *s)
@@ -61,7 +65,8 @@ static void sset_clear(sset *s)
     s->len = 0;
     s->n = 0;
     s->has_empty = false;
-    s->failed = false;
+    s->failed = s->overflow = s->truncated = false;
+    s->steps = 0;
     if (++s->cur_gen == 0) { /* wrapped: start over */
         if (s->gen) memset(s->gen, 0, (size_t)s->n_slots * sizeof *s->gen);
         s->cur_gen = 1;
@@ -85,6 +90,7 @@ static void sset_add(sset *s, const int32_t *st, int n)
         return;
     }
     if (n == 1 && (st[0] & FR_EXIT)) s->has_empty = true; /* a table walk's exit mark (FR_EXIT): complete */
+    if (s->n >= GRAMMAR_MAX_STACKS) s->truncated = true;
     if (s->n >= GRAMMAR_MAX_STACKS || n > GRAMMAR_MAX_STACK || s->failed) return;
     if (!s->slots) {
         s->n_slots = 2 * GRAMMAR_MAX_STACKS;
@@ -132,27 +138,47 @@ static bool sset_copy(sset *dst, const sset *src)
 
 /* ---- expansion ---------------------------------------------------------------------------- */
 
-static void expand(const grammar *g, int32_t *tmp, int n, int32_t f, sset *out, int depth);
+/* Expansion is a walk over every path from a frame to the BYTES elements reachable without a
+ * byte, and an ambiguous grammar has many paths to the same stacks: nested repetitions of
+ * something that may be empty, ((a{0,8}){0,8}){0,8}, reach 'a' along every way of spending
+ * empty iterations (9^8 of them at the start).  Two rules keep it polynomial, both exact:
+ * an iteration that ends without a byte since it started is dropped (the same stacks are
+ * reached without it, with fewer iterations spent), and a repetition whose body can be empty
+ * may stop at any count (the iterations missing to its minimum can be empty ones).  What is
+ * left is the grammar's genuine ambiguity, which the set's deduplication does not stop a
+ * hostile grammar from enumerating (rule_i ::= rule_j rule_j over twenty rules is 2^20 paths):
+ * an expansion (all the stacks after one byte) gives up after this many steps, and the set is
+ * marked overflow; compile time refuses a grammar whose start is already over it
+ * (grammar_check_start) and the matcher reports it (grammar_matcher_too_complex). */
+#define EXPAND_STEPS_MAX (1 << 18)
+
+static void expand(const grammar *g, int32_t *tmp, int n, int base, int32_t f, sset *out, int depth);
 
 /* Leaves the relaxed REP frame below which tmp[0..n) lies after c iterations: the exit mark
  * goes under the stack, so that the count survives whatever the walk pops later. */
-static void expand_relaxed_exit(const grammar *g, const int32_t *tmp, int n, int32_t p, int c, sset *out, int depth)
+static void expand_relaxed_exit(const grammar *g, const int32_t *tmp, int n, int base, int32_t p, int c, sset *out,
+                                int depth)
 {
     int32_t st[GRAMMAR_MAX_STACK + 2];
     if (n + 1 >= GRAMMAR_MAX_STACK) return;
     st[0] = FR_EXIT | c << 18;
     memcpy(st + 1, tmp, (size_t)n * sizeof *st);
-    expand(g, st, n + 1, p + 1, out, depth + 1);
+    expand(g, st, n + 1, base + 1, p + 1, out, depth + 1);
 }
 
-/* tmp[0..n) is the stack below; frame f is what comes next.  Adds every stack whose top is a
- * BYTES element reachable without consuming a byte.  Each frame restores the slot of tmp it
- * overwrites, so siblings see the stack they were given.  Left recursion is refused at compile
- * time and repetition counts are bounded, so this terminates; depth guards hostile but legal
- * chains. */
-static void expand(const grammar *g, int32_t *tmp, int n, int32_t f, sset *out, int depth)
+/* tmp[0..n) is the stack below; frame f is what comes next; the frames tmp[0..base) were there
+ * before the last byte (the others were pushed by this expansion).  Adds every stack whose top
+ * is a BYTES element reachable without consuming a byte.  Each frame restores the slot of tmp
+ * it overwrites, so siblings see the stack they were given.  Left recursion is refused at
+ * compile time and repetition counts are bounded, so this terminates; depth guards hostile
+ * but legal chains, and out->steps the work (above). */
+static void expand(const grammar *g, int32_t *tmp, int n, int base, int32_t f, sset *out, int depth)
 {
-    if (depth > 4 * GRAMMAR_MAX_STACK || n >= GRAMMAR_MAX_STACK) return;
+    if (depth > 4 * GRAMMAR_MAX_STACK || n >= GRAMMAR_MAX_STACK || out->failed) return;
+    if (++out->steps > EXPAND_STEPS_MAX) {
+        out->failed = out->overflow = true;
+        return;
+    }
     int32_t p = FR_POS(f);
     const gelem *e = &g->elems[p];
     switch (e->type) {
@@ -166,11 +192,11 @@ static void expand(const grammar *g, int32_t *tmp, int n, int32_t f, sset *out, 
         if ((relaxed || c < e->hi) && c < GRAMMAR_MAX_REPEAT) { /* another iteration */
             for (int32_t a = g->alt_off[e->v]; a < g->alt_off[e->v + 1]; a++) {
                 tmp[n] = FR_WITH_COUNT(f, c + 1);
-                expand(g, tmp, n + 1, g->alt_pos[a], out, depth + 1);
+                expand(g, tmp, n + 1, base, g->alt_pos[a], out, depth + 1);
             }
         }
-        if (relaxed) expand_relaxed_exit(g, tmp, n, p, c, out, depth);
-        else if (c >= e->lo) expand(g, tmp, n, p + 1, out, depth + 1);
+        if (relaxed) expand_relaxed_exit(g, tmp, n, base, p, c, out, depth);
+        else if (c >= e->lo || g->nullable[e->v]) expand(g, tmp, n, base, p + 1, out, depth + 1);
         return;
     }
     case GE_ALT:
@@ -181,7 +207,10 @@ static void expand(const grammar *g, int32_t *tmp, int n, int32_t f, sset *out, 
         }
         {
             int32_t q = tmp[n - 1];
-            expand(g, tmp, n - 1, q, out, depth + 1);
+            /* an iteration pushed by this expansion (count >= 1; a REF's continuation onto a
+             * REP element has count 0) ends here empty: dropped (above) */
+            if (n - 1 >= base && g->elems[FR_POS(q)].type == GE_REP && FR_COUNT(q) >= 1 && !(q & FR_EXIT)) return;
+            expand(g, tmp, n - 1, n - 1 < base ? n - 1 : base, q, out, depth + 1);
             tmp[n - 1] = q;
         }
         return;
@@ -191,7 +220,7 @@ static void expand(const grammar *g, int32_t *tmp, int n, int32_t f, sset *out, 
         int m = g->elems[cont].type <= GE_ALT ? n : n + 1;
         for (int32_t a = g->alt_off[e->v]; a < g->alt_off[e->v + 1]; a++) {
             if (m > n) tmp[n] = cont;
-            expand(g, tmp, m, g->alt_pos[a], out, depth + 1);
+            expand(g, tmp, m, base, g->alt_pos[a], out, depth + 1);
         }
         return;
     }
@@ -208,7 +237,7 @@ static void advance(const grammar *g, const sset *in, unsigned b, sset *out, int
         int32_t top = st[n - 1];
         if ((top & FR_EXIT) || !gbyteset_has(&g->sets[g->elems[top].v], b)) continue;
         memcpy(tmp, st, (size_t)(n - 1) * sizeof *tmp);
-        expand(g, tmp, n - 1, top + 1, out, 0);
+        expand(g, tmp, n - 1, n - 1, top + 1, out, 0);
     }
 }
 
@@ -220,7 +249,8 @@ static bool sset_alive(const sset *s) { return !s->failed && (s->n > 0 || s->has
 
 static uint64_t state_hash(const sset *s)
 {
-    return hash_bytes(s->d, s->len * sizeof *s->d) ^ (s->has_empty ? 0x9e3779b97f4a7c15ull : 0);
+    return hash_bytes(s->d, s->len * sizeof *s->d) ^ (s->has_empty ? 0x9e3779b97f4a7c15ull : 0) ^
+           (s->truncated ? 0xc2b2ae3d27d4eb4full : 0);
 }
 
 /* ---- arenas ---------------------------------------------------------------------------------- */
@@ -343,6 +373,7 @@ typedef struct dstate {
     gbyteset first; /* the bytes some stack can take: any other kills the state (unless empty) */
     int32_t *next;  /* 256 successor ids (DS_UNKNOWN: not computed), allocated on first use */
     bool alive, has_empty, has_sig;
+    bool truncated; /* its stack set was cut at GRAMMAR_MAX_STACKS (a walk cannot decide by it) */
     rsig sig; /* when has_sig */
     uint64_t hash;
     size_t key_off, key_len; /* the stacks as in sset.d, then has_empty, in the pool */
@@ -357,6 +388,7 @@ typedef struct dstates {
     int index_slots;
     size_t bytes;
     arena rows; /* the next arrays */
+    bool overflow; /* an expansion went over EXPAND_STEPS_MAX since the mask began */
     sset scratch;
     int32_t tmp[GRAMMAR_MAX_STACK + 2];
 } dstates;
@@ -408,7 +440,7 @@ static int ds_intern(const grammar *g, dstates *ds, const sset *s)
     for (; ds->index[i]; i = (i + 1) & m) {
         const dstate *e = &ds->s[ds->index[i] - 1];
         const int32_t *k = ds->pool + e->key_off;
-        if (e->hash == h && e->key_len == klen && k[s->len] == (int32_t)s->has_empty &&
+        if (e->hash == h && e->key_len == klen && k[s->len] == (int32_t)(s->has_empty | s->truncated << 1) &&
             (!s->len || !memcmp(k, s->d, s->len * sizeof *k)))
             return (int)ds->index[i] - 1;
     }
@@ -430,9 +462,9 @@ static int ds_intern(const grammar *g, dstates *ds, const sset *s)
         ds->pool_cap = cap;
     }
     if (s->len) memcpy(ds->pool + ds->pool_len, s->d, s->len * sizeof *s->d); /* the dead set has no d */
-    ds->pool[ds->pool_len + s->len] = s->has_empty;
+    ds->pool[ds->pool_len + s->len] = s->has_empty | s->truncated << 1;
     ds->s[ds->n] = (dstate){.hash = h, .key_off = ds->pool_len, .key_len = klen, .alive = sset_alive(s),
-                            .has_empty = s->has_empty};
+                            .has_empty = s->has_empty, .truncated = s->truncated};
     for (size_t o = 0; o < s->len; o += (size_t)s->d[o] + 1) {
         int32_t top = s->d[o + s->d[o]];
         if (top & FR_EXIT) continue;
@@ -469,6 +501,9 @@ static int relax_shift(sset *s)
 #define DS_ID(e) ((e) & ((1 << DS_ID_BITS) - 1))
 #define DS_SHIFT(e) (((e) >> DS_ID_BITS) & 0xff)
 #define DS_ALIVE(e) (((e) >> 30) & 1)
+#define DS_TRUNCATED(e) ((uint32_t)(e) >> 31)
+#define DS_ENTRY(id, shift, st) \
+    ((int32_t)((uint32_t)(id) | (uint32_t)(shift) << DS_ID_BITS | (uint32_t)(st).alive << 30 | (uint32_t)(st).truncated << 31))
 
 /* The id after byte b from state id, and in *shift the counts taken off its relaxed frames;
  * -1 when the budget is spent or memory ran out. */
@@ -496,10 +531,11 @@ __attribute__((noinline)) static int ds_next_new(const grammar *g, dstates *ds, 
     const dstate *e = &ds->s[id];
     sset view = {.d = ds->pool + e->key_off, .len = e->key_len - 1}; /* advance reads d and len */
     advance(g, &view, b, &ds->scratch, ds->tmp);
+    if (ds->scratch.overflow) ds->overflow = true;
     *shift = relax_shift(&ds->scratch); /* in place: scratch is cleared before its next use */
     int n = ds_intern(g, ds, &ds->scratch); /* may move ds->s and the pool */
     if (n >= (1 << DS_ID_BITS) || *shift > 255) return -1;
-    if (n >= 0) ds->s[id].next[b] = n | *shift << DS_ID_BITS | (int32_t)ds->s[n].alive << 30;
+    if (n >= 0) ds->s[id].next[b] = DS_ENTRY(n, *shift, ds->s[n]);
     return n;
 }
 
@@ -591,10 +627,31 @@ struct grammar_mask_tables {
     int shift[TOKEN_MAX_BYTES + 1]; /* what relax_shift took off the counts of lev[d] */
     sset level[TOKEN_MAX_BYTES + 1];
     bool esc[TOKEN_MAX_BYTES + 1];
+    bool trunc[TOKEN_MAX_BYTES + 1]; /* lev[0..d] holds a truncated state */
     sset one, a, b;
     sset group; /* fill_mask: the whole stacks of the group being masked */
     int32_t tmp[GRAMMAR_MAX_STACK + 2];
+    /* fill_mask's time limit (timing_now_ms; 0: none): the walks look at the clock every
+     * CLOCK_EVERY tokens, and once it has passed stop with late set (see build_table) */
+    double deadline_ms;
+    unsigned ticks;
+    bool late;
 };
+
+#define CLOCK_EVERY 64
+
+/* Whether fill_mask's deadline has passed (then late is set, and stays so for this mask). */
+static bool out_of_time(struct grammar_mask_tables *t)
+{
+    /* a walk on stack sets (!memo) may spend a whole expansion on one byte: the clock each token */
+    if (!t->late && t->deadline_ms > 0 && (!t->memo || ++t->ticks % CLOCK_EVERY == 0) &&
+        timing_now_ms() > t->deadline_ms)
+        t->late = true;
+    return t->late;
+}
+
+/* The walks stopped for a reason that a walk on stack sets would not fix. */
+static bool tables_stopped(const struct grammar_mask_tables *t) { return t->late || t->ds.overflow; }
 
 static void cache_reset(struct grammar_mask_tables *t)
 {
@@ -706,6 +763,7 @@ static bool lv_step(const grammar *g, struct grammar_mask_tables *t, int d, unsi
         return t->lev[d + 1] >= 0;
     }
     advance(g, &t->level[d], b, &t->level[d + 1], t->tmp);
+    if (t->level[d + 1].overflow) t->ds.overflow = true;
     return !t->level[d + 1].failed;
 }
 
@@ -814,12 +872,14 @@ static int walk_range(const grammar *g, struct grammar_mask_tables *t, pos_table
 {
     const grammar_vocab *v = t->v;
     for (int k = from; k < to;) {
+        if (out_of_time(t)) return -1;
         const struct grammar_vtok *tk = &v->tok[k];
         const unsigned char *b = v->sbytes + tk->off;
         int len = tk->len > TOKEN_MAX_BYTES ? TOKEN_MAX_BYTES : tk->len; /* the rest: at run time */
         int d = tk->lcp < valid ? tk->lcp : valid;
         bool dead = false;
-        for (; d < len; d++) {
+        bool cut = t->trunc[d];
+        for (; d < len && !cut; d++) {
             if (t->memo) { /* lv_step, reading the state and its transition once */
                 const dstate *cs = &t->ds.s[t->lev[d]];
                 bool cur_empty = cs->has_empty;
@@ -831,11 +891,12 @@ static int walk_range(const grammar *g, struct grammar_mask_tables *t, pos_table
                     }
                     int shift, id = ds_next_new(g, &t->ds, t->lev[d], b[d], &shift);
                     if (id < 0) return -1;
-                    e = id | shift << DS_ID_BITS | (int32_t)t->ds.s[id].alive << 30;
+                    e = DS_ENTRY(id, shift, t->ds.s[id]);
                 }
                 t->lev[d + 1] = DS_ID(e);
                 t->shift[d + 1] = t->shift[d] + DS_SHIFT(e);
                 t->esc[d + 1] = t->esc[d] || cur_empty;
+                if ((t->trunc[d + 1] = DS_TRUNCATED(e))) break;
                 if (!DS_ALIVE(e) && !t->esc[d + 1]) {
                     dead = true;
                     break;
@@ -844,6 +905,7 @@ static int walk_range(const grammar *g, struct grammar_mask_tables *t, pos_table
             }
             if (!lv_step(g, t, d, b[d])) return -1;
             t->esc[d + 1] = t->esc[d] || lv_empty(t, d);
+            if ((t->trunc[d + 1] = t->level[d + 1].truncated)) break;
             if (!lv_alive(t, d + 1) && !t->esc[d + 1]) {
                 dead = true;
                 break;
@@ -854,6 +916,13 @@ static int walk_range(const grammar *g, struct grammar_mask_tables *t, pos_table
             valid = d;
             k++;
             while (k < to && v->tok[k].lcp > d) k = v->tok[k].skip;
+            continue;
+        }
+        if (cut || d < len) { /* a state on the way lost stacks (trunc): decided at run time */
+            valid = cut ? d : d + 1;
+            if (!list_push(&t->w_amb, &t->n_wamb, &t->cap_wamb, tk->id)) return -1;
+            if (may_stop && t->n_wunc + t->n_wamb > UNC_MAX) return 1;
+            k++;
             continue;
         }
         valid = len;
@@ -882,6 +951,7 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
     t->n_wacc = t->n_wunc = t->n_wamb = t->n_wcnt = 0;
     if (!lv_start(g, t, key, key_n)) return false;
     t->esc[0] = false;
+    t->trunc[0] = t->memo ? t->ds.s[t->lev[0]].truncated : t->level[0].truncated;
     bool by_first = lv_filters(t, 0);
     for (int b0 = 0; b0 < 256; b0++) {
         int lo = v->byte_start[b0], hi = v->byte_start[b0 + 1], r = 0;
@@ -891,6 +961,7 @@ static bool walk_table(const grammar *g, struct grammar_mask_tables *t, pos_tabl
         } else {
             if (!lv_step(g, t, 0, (unsigned)b0)) return false;
             t->esc[1] = lv_empty(t, 0);
+            t->trunc[1] = t->trunc[0] || (t->memo ? t->ds.s[t->lev[1]].truncated : t->level[1].truncated);
             if (!lv_alive(t, 1) && !t->esc[1]) continue;
             if (!lv_filters(t, 1)) {
                 r = walk_range(g, t, pt, lo, hi, 1, may_stop);
@@ -919,12 +990,15 @@ static bool build_table(const grammar *g, struct grammar_mask_tables *t, pos_tab
     t->memo = true;
     pt->partial = false;
     bool ok = walk_table(g, t, pt, st, n, may_stop);
-    if (!ok) { /* the state budget (or memory) ran out: once more on stack sets */
+    if (!ok && !tables_stopped(t)) { /* the state budget (or memory) ran out: once more on stack sets */
         pos_table_clear(pt);
         ds_reset(&t->ds);
         t->memo = false;
         ok = walk_table(g, t, pt, st, n, may_stop);
-        if (!ok) pos_table_clear(pt);
+    }
+    if (!ok) { /* to be built again when next needed (the transitions memoized so far stay) */
+        pos_table_clear(pt);
+        pt->partial = true;
     }
     return ok;
 }
@@ -995,6 +1069,7 @@ static bool check_token(const grammar *g, struct grammar_mask_tables *t, const s
     if (!sset_copy(cur, s0)) return false;
     for (int i = 0; i < len; i++) {
         advance(g, cur, b[i], next, t->tmp);
+        if (next->overflow) t->ds.overflow = true;
         if (!sset_alive(next)) return false;
         sset *x = cur;
         cur = next;
@@ -1012,7 +1087,7 @@ static void check_tokens(const grammar *g, struct grammar_mask_tables *t, const 
     const grammar_vocab *v = t->v;
     int s0 = -1;
     if (t->ds.bytes > DSTATE_BYTES_MAX / 2) ds_reset(&t->ds);
-    for (int i = 0; i < n_ids; i++) {
+    for (int i = 0; i < n_ids && !out_of_time(t) && !t->ds.overflow; i++) {
         int32_t id = ids[i];
         int len = v->len[id];
         if ((mask[id >> 5] >> (id & 31) & 1u) || (full && len <= TOKEN_MAX_BYTES)) continue;
@@ -1075,9 +1150,32 @@ struct grammar_matcher {
     const grammar_vocab *v;
     sset state;
     sset scratch, scratch2;
-    bool ended; /* an end-of-generation token was accepted */
+    bool ended;    /* an end-of-generation token was accepted */
+    bool overflow; /* an expansion went over EXPAND_STEPS_MAX (grammar_matcher_too_complex) */
     int32_t tmp[GRAMMAR_MAX_STACK + 2];
 };
+
+/* The stacks at the start of g into out. */
+static void expand_start(const grammar *g, int32_t *tmp, sset *out)
+{
+    const int32_t r = g->root;
+    for (int32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) expand(g, tmp, 0, 0, g->alt_pos[a], out, 0);
+}
+
+bool grammar_check_start(const grammar *g, char *err, size_t errlen)
+{
+    sset s = {0};
+    int32_t tmp[GRAMMAR_MAX_STACK + 2];
+    expand_start(g, tmp, &s);
+    bool ok = !s.failed;
+    if (s.overflow)
+        snprintf(err, errlen, "grammar: too ambiguous: finding where it can start takes more than %d steps",
+                 EXPAND_STEPS_MAX);
+    else if (!ok)
+        snprintf(err, errlen, "grammar: out of memory");
+    sset_free(&s);
+    return ok;
+}
 
 grammar_matcher *grammar_matcher_new(grammar *g, const grammar_vocab *v)
 {
@@ -1085,8 +1183,7 @@ grammar_matcher *grammar_matcher_new(grammar *g, const grammar_vocab *v)
     if (!m) return NULL;
     m->g = grammar_ref(g);
     m->v = v;
-    const int32_t r = g->root;
-    for (int32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) expand(g, m->tmp, 0, g->alt_pos[a], &m->state, 0);
+    expand_start(g, m->tmp, &m->state);
     if (m->state.failed) {
         grammar_matcher_free(m);
         return NULL;
@@ -1105,6 +1202,8 @@ void grammar_matcher_free(grammar_matcher *m)
 }
 
 bool grammar_matcher_is_complete(const grammar_matcher *m) { return m->state.has_empty || m->ended; }
+
+bool grammar_matcher_too_complex(const grammar_matcher *m) { return m->overflow; }
 
 bool grammar_matcher_is_done(const grammar_matcher *m)
 {
@@ -1133,6 +1232,7 @@ bool grammar_matcher_accept_bytes(grammar_matcher *m, const char *bytes, size_t 
     sset *out = &m->scratch, *spare = &m->scratch2;
     for (size_t i = 0; i < len; i++) {
         advance(m->g, a, (unsigned char)bytes[i], out, m->tmp);
+        if (out->overflow) m->overflow = true;
         if (!sset_alive(out)) return false;
         a = out;
         out = spare;
@@ -1148,6 +1248,7 @@ grammar_matcher *grammar_matcher_clone(const grammar_matcher *m)
     c->g = grammar_ref(m->g);
     c->v = m->v;
     c->ended = m->ended;
+    c->overflow = m->overflow;
     if (!sset_copy(&c->state, &m->state)) {
         grammar_matcher_free(c);
         return NULL;
@@ -1163,7 +1264,7 @@ static cache_entry *cache_find(struct grammar_mask_tables *t, const sset *s, uin
         cache_entry *e = &t->cache[i];
         if (!e->key && !e->mask) return e;
         if (e->hash == h && e->key_len == s->len + 1 && e->key[s->len] == (int32_t)s->has_empty &&
-            !memcmp(e->key, s->d, s->len * sizeof *s->d))
+            (!s->len || !memcmp(e->key, s->d, s->len * sizeof *s->d))) /* a complete-only state has no d */
             return e;
     }
 }
@@ -1198,7 +1299,7 @@ static void cache_store(struct grammar_mask_tables *t, const sset *s, uint64_t h
     int32_t *key = arena_alloc(&t->cache_mem, (s->len + 1) * sizeof *key);
     uint32_t *mk = arena_alloc(&t->cache_mem, (size_t)(sparse ? (n_allowed ? n_allowed : 1) : n_words) * sizeof *mk);
     if (!key || !mk) return;
-    memcpy(key, s->d, s->len * sizeof *key);
+    if (s->len) memcpy(key, s->d, s->len * sizeof *key);
     key[s->len] = s->has_empty;
     if (sparse) {
         int k = 0;
@@ -1247,13 +1348,33 @@ static int mask_popcount(const uint32_t *mask, int n_words)
 static int mask_popcount(const uint32_t *mask, int n_words) { return popcount_sw(mask, n_words); }
 #endif
 
+/* What fill_mask returns when its tables stopped short (out of time, over the expansion
+ * budget, or out of memory: no token then). */
+static int mask_stopped(grammar_matcher *m, const struct grammar_mask_tables *t)
+{
+    if (t->ds.overflow) {
+        m->overflow = true;
+        return GRAMMAR_MASK_TOO_COMPLEX;
+    }
+    return t->late ? GRAMMAR_MASK_LATER : 0;
+}
+
 int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
+{
+    int n = grammar_matcher_fill_mask_until(m, mask, 0);
+    return n > 0 ? n : 0;
+}
+
+int grammar_matcher_fill_mask_until(grammar_matcher *m, uint32_t *mask, double deadline_ms)
 {
     const grammar_vocab *v = m->v;
     memset(mask, 0, (size_t)v->n_words * sizeof *mask);
     if (m->ended) return 0;
+    if (m->overflow) return GRAMMAR_MASK_TOO_COMPLEX;
     struct grammar_mask_tables *t = tables_for(m->g, v);
     if (!t) return 0;
+    t->deadline_ms = deadline_ms;
+    t->late = t->ds.overflow = false;
     uint64_t h = state_hash(&m->state);
     cache_entry *ce = cache_find(t, &m->state, h);
     if (ce && ce->mask) {
@@ -1284,7 +1405,7 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         int32_t key[1 + SUFFIX_MAX + GROUP_MAX];
         for (;; k++) {
             int key_n = table_key(m->g, st + sn - k, k, tops, n_tops, key);
-            if (!(pt = table_get(m->g, t, key, key_n, k < sn && k < SUFFIX_MAX))) return 0;
+            if (!(pt = table_get(m->g, t, key, key_n, k < sn && k < SUFFIX_MAX))) return mask_stopped(m, t);
             if (!pt->partial) break;
         }
         if (pt->acc_bits) {
@@ -1295,6 +1416,7 @@ int grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         if (pt->rel >= 0) add_counted(m->g, v, pt, st[sn - k + pt->rel], mask);
         check_tokens(m->g, t, pt->unc, pt->n_unc, k == sn, mask);
         check_tokens(m->g, t, pt->amb, pt->n_amb, false, mask);
+        if (tables_stopped(t)) return mask_stopped(m, t);
     }
     n = mask_popcount(mask, v->n_words);
     if (s->has_empty)

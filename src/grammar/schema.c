@@ -14,9 +14,12 @@
 #define SCHEMA_MAX_RULES 5000
 #define SCHEMA_MAX_ENUM 10000
 
-/* Shared rules, emitted once each. */
+/* Shared rules, emitted once each: whitespace (a tool call's arguments need no layout: at most
+ * a space, since a model left free to spend tokens on whitespace does, a random one hundreds),
+ * then the rest. */
+static const char WS_GBNF[] = "ws ::= | \" \" | \"\\n\" [ \\t]{0,12}\n";
+static const char WS_CALL_GBNF[] = "ws ::= | \" \"\n";
 static const char PRIM_GBNF[] =
-    "ws ::= | \" \" | \"\\n\" [ \\t]{0,12}\n"
     "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
     /* char*: one position for every character (a bounded repetition would make each count a
      * position of its own, each with its token table) */
@@ -684,6 +687,7 @@ char *grammar_schema_to_gbnf(const cJSON *schema, char *err, size_t errlen)
     int r = compile(&c, schema);
     if (r >= 0) {
         bytebuf_printf(&c.out, "root ::= s%d\n", r);
+        bytebuf_puts(&c.out, WS_GBNF);
         bytebuf_puts(&c.out, PRIM_GBNF);
     }
     if (r < 0 || !bytebuf_ok(&c.out)) {
@@ -711,6 +715,7 @@ grammar *grammar_json_object(char *err, size_t errlen)
 {
     bytebuf b = {0};
     bytebuf_puts(&b, "root ::= object\n");
+    bytebuf_puts(&b, WS_GBNF);
     bytebuf_puts(&b, PRIM_GBNF);
     grammar *g = from_text(&b, err, errlen);
     bytebuf_free(&b);
@@ -798,6 +803,7 @@ grammar *grammar_builder_finish(grammar_builder *b, char *err, size_t errlen)
         bytebuf t = {0};
         bytebuf_printf(&t, "root ::=%s\n", b->root.data);
         bytebuf_puts(&t, b->rules.data ? b->rules.data : "");
+        bytebuf_puts(&t, WS_CALL_GBNF);
         bytebuf_puts(&t, PRIM_GBNF);
         g = from_text(&t, err, errlen);
         bytebuf_free(&t);

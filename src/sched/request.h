@@ -34,6 +34,9 @@ struct sched_req {
     bool want_logprobs;
     grammar_matcher *gm; /* structured output, or NULL; scheduler thread only after submit */
     uint32_t *mask;      /* the allowed tokens of the next sample (engine_seq.allowed) */
+    bool mask_pending;   /* the mask is not built yet: the request waits (sched.c, req_next_mask) */
+    int mask_tries;      /* slices the pending mask has had */
+    double mask_ms;      /* and the time they took */
     char id[64];
     sched_wake_fn wake;
     void *wake_ctx;

@@ -46,6 +46,7 @@ struct sched {
     const tokenizer *tok;
     grammar_vocab *gvocab; /* the tokenizer's bytes for grammar masks */
     int mask_words;
+    double step_mask_ms; /* what masks built since this step began took (req_next_mask) */
     sched_config cfg;
 
     pthread_t thread;
@@ -232,13 +233,60 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
 const grammar_vocab *sched_grammar_vocab(const sched *s) { return s->gvocab; }
 int sched_mask_words(const sched *s) { return s->mask_words; }
 
-/* The allowed tokens of a constrained request's next sample.  false: the grammar allows none
- * (the request has been finished). */
+/* The allowed tokens of a constrained request's next sample.  Most masks come from the
+ * grammar's cache in microseconds, but the first one in a new state walks the vocabulary (tens
+ * of milliseconds on a large one) and a hostile grammar's can take far longer, on this thread,
+ * which every running request waits for.  So a mask gets a slice of time; one that is not done
+ * within it stays pending (what was built is kept), the request sits out the step
+ * (plan_step) and tries again the next one with a slice twice as long, so that a mask that
+ * needs T ms is done within about 2T.  The masks of one step share SCHED_MASK_SLICE_MAX_MS:
+ * once it is spent, the others get SCHED_MASK_SLICE_MIN_MS (enough for a cached mask) and
+ * keep their slice for a later step, so no step waits much more than that for masks however
+ * many requests are building one.  A mask still not done after SCHED_MASK_TOTAL_MS ends its
+ * request.  false: the request has been finished. */
+#define SCHED_MASK_SLICE_MS 2.0
+#define SCHED_MASK_SLICE_MAX_MS 128.0
+#define SCHED_MASK_SLICE_MIN_MS 0.05
+#define SCHED_MASK_TOTAL_MS 20000.0
+
+static const char GRAMMAR_TOO_COMPLEX[] =
+    "the grammar is too ambiguous here: following it takes more than the matcher's budget";
+
 static bool req_next_mask(sched *s, sched_req *r)
 {
-    if (grammar_matcher_fill_mask(r->gm, r->mask) > 0) return true;
-    req_finish(s, r, SCHED_FINISH_ERROR, "the grammar allows no token of this vocabulary here");
+    double slice = SCHED_MASK_SLICE_MS, left = SCHED_MASK_SLICE_MAX_MS - s->step_mask_ms;
+    for (int i = 0; i < r->mask_tries && slice < SCHED_MASK_SLICE_MAX_MS; i++) slice *= 2;
+    bool whole = slice <= left; /* else a cut slice, which does not count as a try */
+    if (!whole) slice = left > SCHED_MASK_SLICE_MIN_MS ? left : SCHED_MASK_SLICE_MIN_MS;
+    double t0 = timing_now_ms();
+    int n = grammar_matcher_fill_mask_until(r->gm, r->mask, t0 + slice);
+    double spent = timing_now_ms() - t0;
+    s->step_mask_ms += spent;
+    r->mask_pending = n == GRAMMAR_MASK_LATER;
+    if (n > 0) {
+        r->mask_tries = 0;
+        r->mask_ms = 0;
+        return true;
+    }
+    char err[160];
+    if (r->mask_pending) {
+        r->mask_tries += whole;
+        r->mask_ms += spent;
+        if (r->mask_ms <= SCHED_MASK_TOTAL_MS) return true;
+        snprintf(err, sizeof err, "the grammar's allowed tokens took more than %.0f s to compute here",
+                 SCHED_MASK_TOTAL_MS / 1000);
+    } else {
+        snprintf(err, sizeof err, "%s",
+                 n == GRAMMAR_MASK_TOO_COMPLEX ? GRAMMAR_TOO_COMPLEX : "the grammar allows no token of this vocabulary here");
+    }
+    req_finish(s, r, SCHED_FINISH_ERROR, err);
     return false;
+}
+
+/* Whether r may sample in this step: its mask is built (retried here when pending). */
+static bool req_mask_ready(sched *s, sched_req *r)
+{
+    return !r->gm || !r->mask_pending || (req_next_mask(s, r) && !r->mask_pending);
 }
 
 /* Turns one sampled token into text and decides whether the request ends here. */
@@ -259,7 +307,10 @@ static void req_on_token(sched *s, sched_req *r, const engine_result *res, uint6
         return;
     }
     if (r->gm && !grammar_matcher_accept(r->gm, id)) { /* the mask makes this impossible */
-        req_finish(s, r, SCHED_FINISH_ERROR, "the engine sampled a token outside the grammar");
+        req_finish(s, r, SCHED_FINISH_ERROR,
+                   grammar_matcher_too_complex(r->gm)
+                       ? GRAMMAR_TOO_COMPLEX
+                       : "the engine sampled a token outside the grammar");
         return;
     }
     bool eog = !r->ignore_eos && tokenizer_is_eog(s->tok, id);
@@ -574,7 +625,7 @@ static int plan_step(sched *s)
     for (int k = 0; k < n_slots && budget > 0; k++) {
         int i = (s->decode_rr + k) % n_slots;
         sched_req *r = s->slots[i];
-        if (r && r->has_pending && !prefilling(r)) {
+        if (r && r->has_pending && !prefilling(r) && req_mask_ready(s, r)) {
             plan_add(s, &n, r, &r->last_token, 1, true);
             budget--;
         }
@@ -589,7 +640,9 @@ static int plan_step(sched *s)
         if (!prefilling(r)) continue;
         int target = prefill_target(r), chunk = target - r->n_past;
         if (chunk > budget) chunk = budget;
-        plan_add(s, &n, r, r->toks + r->n_past, chunk, r->n_past + chunk == target && r->n_generated == 0);
+        bool samples = r->n_past + chunk == target && r->n_generated == 0;
+        if (samples && !req_mask_ready(s, r)) continue; /* its first mask is not built yet */
+        plan_add(s, &n, r, r->toks + r->n_past, chunk, samples);
         budget -= chunk;
     }
     return n;
@@ -657,6 +710,7 @@ static bool sched_step(sched *s)
     bool all = s->cancel_all;
     pthread_mutex_unlock(&s->mu);
     drop_cancelled(s, all);
+    s->step_mask_ms = 0;
     /* Running decodes take their blocks before new requests do: admitting a request only to
      * preempt it at once would waste its prefill. */
     reserve_decode_blocks(s);

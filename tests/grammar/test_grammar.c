@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "base/rng.h"
+#include "base/timing.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_impl.h" /* grammar_vocab_from_bytes */
 #include "model/gguf.h"
@@ -533,8 +535,162 @@ static void test_masks_real_vocab(void **state)
     if (!found) skip();
 }
 
-int main(void)
+/* ---- grammars that would take exponential time ------------------------------------------------ */
+
+/* Nested bounded repetitions of something that may be empty (issue 36): each used to take
+ * minutes (9^depth ways to spend empty iterations, enumerated at the start and after every
+ * byte), on the HTTP worker that compiles and on the scheduler thread that masks.  Bound:
+ * the whole test under 60 s of wall time even under a sanitizer on a loaded machine (alarm:
+ * a hang kills the test instead of stalling the suite); each bomb measured in well under a
+ * second here. */
+static const char *const BOMB_REGEXES[] = {
+    "^x((a{0,8}){0,8}){0,8}b$",
+    "x((((((a{0,8}){0,8}){0,8}){0,8}){0,8}){0,8}){0,8}b",
+    "x((a?){0,1000}){0,1000}b",
+};
+
+/* x a^n b in the bomb's language, checked by bytes: inside iff n <= max_a (-1: no limit as
+ * far as this looks, which is 100). */
+static void check_bomb_language(grammar *g, const char *open, const char *close, int max_a)
 {
+    int bounded[] = {0, 1, 7, 63, 511, 512, 513}, unbounded[] = {0, 1, 7, 63, 100};
+    const int *ns = max_a < 0 ? unbounded : bounded;
+    size_t count = max_a < 0 ? sizeof unbounded / sizeof *unbounded : sizeof bounded / sizeof *bounded;
+    for (size_t i = 0; i < count; i++) {
+        int n = ns[i];
+        char *text = malloc((size_t)n + 16);
+        int len = sprintf(text, "%sx", open);
+        memset(text + len, 'a', (size_t)n);
+        sprintf(text + len + n, "b%s", close);
+        assert_int_equal(matches(g, text), max_a < 0 || n <= max_a);
+        free(text);
+    }
+}
+
+static void test_bombs(void **state)
+{
+    (void)state;
+    alarm(60);
+    double t0 = timing_now_ms();
+    char err[256];
+    tvocab tv;
+    synthetic_vocab(&tv);
+    int max_a[] = {512, -1, -1};
+    for (size_t i = 0; i < sizeof BOMB_REGEXES / sizeof BOMB_REGEXES[0]; i++) {
+        double t = timing_now_ms();
+        grammar *g = grammar_from_regex(BOMB_REGEXES[i], strlen(BOMB_REGEXES[i]), err, sizeof err);
+        if (!g) fprintf(stderr, "regex %s: %s\n", BOMB_REGEXES[i], err);
+        assert_non_null(g);
+        check_bomb_language(g, "", "", max_a[i]);
+        check_walks(&tv, g, 3000 + i, 2, 40, 4);
+        grammar_unref(g);
+        fprintf(stderr, "guided_regex %s: %.0f ms\n", BOMB_REGEXES[i], timing_now_ms() - t);
+    }
+    /* the same as a JSON schema pattern (response_format json_schema) */
+    double t = timing_now_ms();
+    grammar *g = schema_text("{\"type\":\"string\",\"pattern\":\"^x((a{0,8}){0,8}){0,8}b$\"}", err, sizeof err);
+    assert_non_null(g);
+    check_bomb_language(g, "\"", "\"", 512);
+    check_walks(&tv, g, 3100, 2, 40, 4);
+    grammar_unref(g);
+    fprintf(stderr, "json_schema pattern: %.0f ms\n", timing_now_ms() - t);
+    /* and as GBNF (the 40-byte body that pinned an HTTP worker for over ten minutes) */
+    t = timing_now_ms();
+    g = gbnf("root ::= (((\"a\"{0,8}){0,8}){0,8}) \"b\"");
+    assert_non_null(g);
+    assert_true(matches(g, "b"));
+    assert_true(matches(g, "aaaaaaaaaaab"));
+    check_walks(&tv, g, 3200, 2, 40, 4);
+    grammar_unref(g);
+    fprintf(stderr, "gbnf: %.0f ms\n", timing_now_ms() - t);
+    /* Ambiguity that is not repetition: root ::= r1 | r1, r1 ::= r2 | r2, ... r23 ::= "y" has
+     * 2^24 ways to reach its first byte; refused at compile time, as the client's error. */
+    t = timing_now_ms();
+    char text[2048];
+    int len = snprintf(text, sizeof text, "root ::= r1 | r1\n");
+    for (int r = 1; r < 23; r++) len += snprintf(text + len, sizeof text - (size_t)len, "r%d ::= r%d | r%d\n", r, r + 1, r + 1);
+    len += snprintf(text + len, sizeof text - (size_t)len, "r23 ::= \"y\"\n");
+    g = grammar_from_gbnf(text, (size_t)len, err, sizeof err);
+    assert_null(g);
+    assert_non_null(strstr(err, "too ambiguous"));
+    fprintf(stderr, "2^24 derivations: refused in %.0f ms (%s)\n", timing_now_ms() - t, err);
+    tvocab_free(&tv);
+    fprintf(stderr, "bombs: %.0f ms in all (bound: 60 s)\n", timing_now_ms() - t0);
+    alarm(0);
+}
+
+/* fill_mask_until: past its deadline a mask is GRAMMAR_MASK_LATER and what was built is kept;
+ * calls with longer deadlines (as the scheduler gives) end with the mask a call without one
+ * makes.  Bounded: at most 24 calls, the last with a deadline of about 8 s. */
+static void test_mask_deadline(void **state)
+{
+    (void)state;
+    tvocab tv;
+    if (!real_vocab("qwen2", &tv)) synthetic_vocab(&tv);
+    int W = grammar_vocab_n_words(tv.v);
+    uint32_t *want = calloc((size_t)W, sizeof *want), *got = calloc((size_t)W, sizeof *got);
+    char err[256];
+    const char *schema = "{\"type\":\"string\",\"maxLength\":40}"; /* inside: most tokens are walked */
+    grammar *g = schema_text(schema, err, sizeof err);
+    assert_non_null(g);
+    grammar_matcher *m = grammar_matcher_new(g, tv.v);
+    assert_true(grammar_matcher_accept_bytes(m, "\"", 1));
+    int n = grammar_matcher_fill_mask_until(m, got, timing_now_ms() - 1); /* already past */
+    assert_int_equal(n, GRAMMAR_MASK_LATER);
+    double slice = 0.001;
+    int tries = 1;
+    for (; n == GRAMMAR_MASK_LATER && tries < 24; tries++, slice *= 2)
+        n = grammar_matcher_fill_mask_until(m, got, timing_now_ms() + slice);
+    assert_true(n > 0);
+    fprintf(stderr, "first mask done in %d slices\n", tries);
+    grammar_matcher_free(m);
+    grammar_unref(g);
+    g = schema_text(schema, err, sizeof err); /* a fresh grammar: tables built in one go */
+    m = grammar_matcher_new(g, tv.v);
+    assert_true(grammar_matcher_accept_bytes(m, "\"", 1));
+    assert_int_equal(grammar_matcher_fill_mask(m, want), n);
+    assert_memory_equal(want, got, (size_t)W * sizeof *want);
+    grammar_matcher_free(m);
+    grammar_unref(g);
+    free(want);
+    free(got);
+    tvocab_free(&tv);
+}
+
+/* Grammars whose only sentence is empty (guided_regex "", guided_choice ["", ""]): the state is
+ * complete with no stack, and its mask is the end-of-generation token alone (issue 36: a null
+ * memcpy there aborted the sanitizer build). */
+static void test_empty_grammars(void **state)
+{
+    (void)state;
+    tvocab tv;
+    synthetic_vocab(&tv);
+    char err[256];
+    const char *empty[] = {"", ""};
+    grammar *gs[] = {grammar_from_regex("", 0, err, sizeof err), grammar_from_choices(empty, 2, err, sizeof err)};
+    uint32_t *mask = calloc((size_t)grammar_vocab_n_words(tv.v), sizeof *mask);
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(gs[i]);
+        for (int k = 0; k < 2; k++) { /* the second time from the mask cache */
+            grammar_matcher *m = grammar_matcher_new(gs[i], tv.v);
+            assert_true(grammar_matcher_is_complete(m));
+            assert_true(grammar_matcher_is_done(m));
+            assert_int_equal(grammar_matcher_fill_mask(m, mask), 1);
+            assert_true(mask[(tv.n - 1) >> 5] >> ((tv.n - 1) & 31) & 1u); /* the last token: eog */
+            grammar_matcher *c = grammar_matcher_clone(m);
+            assert_true(grammar_matcher_accept(c, tv.n - 1));
+            grammar_matcher_free(c);
+            grammar_matcher_free(m);
+        }
+        grammar_unref(gs[i]);
+    }
+    free(mask);
+    tvocab_free(&tv);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. test_bombs: one test by name (a glob) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gbnf_basics),
         cmocka_unit_test(test_gbnf_refusals),
@@ -543,6 +699,9 @@ int main(void)
         cmocka_unit_test(test_masks_brute_force),
         cmocka_unit_test(test_masks_synthetic_vocab),
         cmocka_unit_test(test_masks_real_vocab),
+        cmocka_unit_test(test_empty_grammars),
+        cmocka_unit_test(test_bombs),
+        cmocka_unit_test(test_mask_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

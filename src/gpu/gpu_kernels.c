@@ -9,19 +9,15 @@
 /* Emitted by embed_fatbin.py (the fatbin nvcc built from src/gpu/kernels/inferd_kernels.cu). */
 extern const unsigned char inferd_kernels_fatbin[];
 
-static const struct {
-    ggml_type type;
-    const char *suffix;
-} wtypes[GPU_N_WTYPES] = {
-    {GGML_TYPE_F32, "f32"},   {GGML_TYPE_F16, "f16"},   {GGML_TYPE_BF16, "bf16"},
-    {GGML_TYPE_Q4_0, "q4_0"}, {GGML_TYPE_Q8_0, "q8_0"}, {GGML_TYPE_Q4_K, "q4_k"},
-    {GGML_TYPE_Q5_K, "q5_k"}, {GGML_TYPE_Q6_K, "q6_k"},
-};
+/* The formats of GPU_WEIGHT_TYPES, by index. */
+#define GPU_WT_GGML(TYPE, suffix) GGML_TYPE_##TYPE,
+static const ggml_type wtypes[GPU_N_WTYPES] = {GPU_WEIGHT_TYPES(GPU_WT_GGML)};
+#undef GPU_WT_GGML
 
 int gpu_wtype_index(ggml_type t)
 {
     for (int i = 0; i < GPU_N_WTYPES; i++)
-        if (wtypes[i].type == t) return i;
+        if (wtypes[i] == t) return i;
     return -1;
 }
 
@@ -48,10 +44,6 @@ void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, in
     }
 }
 
-/* Names outlive the lookup: they are kept for error messages. */
-static char names[GPU_N_WTYPES][2 * GPU_MATVEC_VARIANTS + 2][24];
-static char mmq_names[GPU_N_WTYPES][2 * GPU_MMQ_VARIANTS][24];
-
 unsigned gpu_mmq_smem(ggml_type t, int v)
 {
     /* mmq.cuh: mmq_depth stages of raw weight rows and activation rows, then the row pointers */
@@ -65,8 +57,6 @@ bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim)
     return wtype >= 0 && k->mmq[wtype][0].f && kdim % MMQ_KT == 0;
 }
 
-static bool is_block_quant(ggml_type t) { return t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16; }
-
 static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_t errlen)
 {
     fn->name = name;
@@ -74,50 +64,79 @@ static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_
     return 0;
 }
 
+/* A row of the per-format lists of gpu_kernel_names.h: two kernels (the plain product and its
+ * GLU twin, or dequant and embed), their format, and the activation rows per block. */
+typedef struct format_row {
+    const char *name[2];
+    int wtype, rows;
+} format_row;
+#define FORMAT_ROW(a, b, TYPE, rows) {{#a, #b}, GPU_WT_##TYPE, rows},
+#define FORMAT_ROW_NO_ROWS(a, b, TYPE) {{#a, #b}, GPU_WT_##TYPE, 0},
+static const format_row matvec_rows[] = {GPU_MATVEC_KERNELS(FORMAT_ROW)};
+static const format_row dequant_rows[] = {GPU_DEQUANT_KERNELS(FORMAT_ROW_NO_ROWS)};
+static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
+#undef FORMAT_ROW
+#undef FORMAT_ROW_NO_ROWS
+
+/* The variant index of r's activation rows per block when the smallest of n variants has
+ * `first` (1, 2, 4, 8 -> 0..3; 16, 32, 64 -> 0..2); -1 with a message for any other count. */
+static int variant_of(const format_row *r, int first, int n, char *err, size_t errlen)
+{
+    for (int v = 0; v < n; v++)
+        if (r->rows == first << v) return v;
+    snprintf(err, errlen, "loading the kernels: %s: no variant of %d rows", r->name[0], r->rows);
+    return -1;
+}
+
+/* Every format has every matvec, glu, dequant and embed variant: a table with a hole is an
+ * error at load, not a NULL function at the first launch. */
+static int check_complete(const gpu_kernels *k, char *err, size_t errlen)
+{
+    for (int t = 0; t < GPU_N_WTYPES; t++) {
+        bool ok = k->dequant_f16[t].f && k->embed[t].f;
+        for (int v = 0; v < GPU_MATVEC_VARIANTS; v++) ok = ok && k->matvec[t][v].f && k->glu[t][v].f;
+        if (!ok) {
+            snprintf(err, errlen, "loading the kernels: gpu_kernel_names.h lacks a kernel of %s",
+                     ggml_type_name(wtypes[t]));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
 {
     CU_CHECK(cu.cuModuleLoadData(&k->module, inferd_kernels_fatbin), "loading the kernel fatbin");
-    static const int rows[GPU_MATVEC_VARIANTS] = {1, 2, 4, 8};
-    for (int t = 0; t < GPU_N_WTYPES; t++) {
-        for (int v = 0; v < GPU_MATVEC_VARIANTS; v++) {
-            char *mv = names[t][v], *glu = names[t][GPU_MATVEC_VARIANTS + v];
-            snprintf(mv, sizeof names[t][0], "matvec_%s_%d", wtypes[t].suffix, rows[v]);
-            snprintf(glu, sizeof names[t][0], "glu_%s_%d", wtypes[t].suffix, rows[v]);
-            if (lookup(k, &k->matvec[t][v], mv, err, errlen) || lookup(k, &k->glu[t][v], glu, err, errlen))
-                return -1;
-        }
-        char *dq = names[t][2 * GPU_MATVEC_VARIANTS], *em = names[t][2 * GPU_MATVEC_VARIANTS + 1];
-        snprintf(dq, sizeof names[t][0], "dequant_f16_%s", wtypes[t].suffix);
-        snprintf(em, sizeof names[t][0], "embed_%s", wtypes[t].suffix);
-        if (lookup(k, &k->dequant_f16[t], dq, err, errlen) || lookup(k, &k->embed[t], em, err, errlen))
+    for (size_t i = 0; i < sizeof matvec_rows / sizeof matvec_rows[0]; i++) {
+        const format_row *r = &matvec_rows[i];
+        int v = variant_of(r, 1, GPU_MATVEC_VARIANTS, err, errlen);
+        if (v < 0 || lookup(k, &k->matvec[r->wtype][v], r->name[0], err, errlen) ||
+            lookup(k, &k->glu[r->wtype][v], r->name[1], err, errlen))
             return -1;
-        for (int v = 0; is_block_quant(wtypes[t].type) && v < GPU_MMQ_VARIANTS; v++) {
-            char *mm = mmq_names[t][v], *mg = mmq_names[t][GPU_MMQ_VARIANTS + v];
-            snprintf(mm, sizeof mmq_names[t][0], "mmq_%s_%d", wtypes[t].suffix, 16 << v);
-            snprintf(mg, sizeof mmq_names[t][0], "mmq_glu_%s_%d", wtypes[t].suffix, 16 << v);
-            if (lookup(k, &k->mmq[t][v], mm, err, errlen) || lookup(k, &k->mmq_glu[t][v], mg, err, errlen)) return -1;
-            /* the larger variants stage more than the default 48 KiB of shared memory */
-            CU_CHECK(cu.cuFuncSetAttribute(k->mmq[t][v].f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           (int)gpu_mmq_smem(wtypes[t].type, v)), mm);
-            CU_CHECK(cu.cuFuncSetAttribute(k->mmq_glu[t][v].f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           (int)gpu_mmq_smem(wtypes[t].type, v)), mg);
-        }
     }
+    for (size_t i = 0; i < sizeof dequant_rows / sizeof dequant_rows[0]; i++) {
+        const format_row *r = &dequant_rows[i];
+        if (lookup(k, &k->dequant_f16[r->wtype], r->name[0], err, errlen) ||
+            lookup(k, &k->embed[r->wtype], r->name[1], err, errlen))
+            return -1;
+    }
+    for (size_t i = 0; i < sizeof mmq_rows / sizeof mmq_rows[0]; i++) {
+        const format_row *r = &mmq_rows[i];
+        int v = variant_of(r, 16, GPU_MMQ_VARIANTS, err, errlen);
+        if (v < 0) return -1;
+        gpu_fn *mm = &k->mmq[r->wtype][v], *mg = &k->mmq_glu[r->wtype][v];
+        if (lookup(k, mm, r->name[0], err, errlen) || lookup(k, mg, r->name[1], err, errlen)) return -1;
+        /* the larger variants stage more than the default 48 KiB of shared memory */
+        int smem = (int)gpu_mmq_smem(wtypes[r->wtype], v);
+        CU_CHECK(cu.cuFuncSetAttribute(mm->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), mm->name);
+        CU_CHECK(cu.cuFuncSetAttribute(mg->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), mg->name);
+    }
+#define PLAIN_ROW(name) {&k->name, #name},
     struct {
         gpu_fn *fn;
         const char *name;
-    } plain[] = {
-        {&k->rmsnorm, "rmsnorm"},       {&k->qkv_post, "qkv_post"},
-        {&k->hist_store, "hist_store"}, {&k->swiglu, "swiglu"},
-        {&k->add_bias, "add_bias"},     {&k->mmq_reduce, "mmq_reduce"},
-        {&k->attn_partial, "attn_partial"}, {&k->attn_partial_hd64, "attn_partial_hd64"},
-        {&k->attn_partial_hd128, "attn_partial_hd128"}, {&k->attn_combine, "attn_combine"},
-        {&k->flash_attn_hd64, "flash_attn_hd64"}, {&k->flash_attn_hd128, "flash_attn_hd128"},
-        {&k->attn_decode_hd64, "attn_decode_hd64"}, {&k->attn_decode_hd128, "attn_decode_hd128"},
-        {&k->attn_decode_combine, "attn_decode_combine"},
-        {&k->sample_prep, "sample_prep"}, {&k->sample_adjust, "sample_adjust"},
-        {&k->sample_reduce, "sample_reduce"}, {&k->sample, "sample"},
-    };
+    } plain[] = {GPU_PLAIN_KERNELS(PLAIN_ROW)};
+#undef PLAIN_ROW
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
         if (lookup(k, plain[i].fn, plain[i].name, err, errlen)) return -1;
     /* attn_decode stages more than the default 48 KiB of shared memory */
@@ -125,7 +144,7 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
                                    (int)gpu_attn_decode_smem(64)), "attn_decode_hd64");
     CU_CHECK(cu.cuFuncSetAttribute(k->attn_decode_hd128.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                    (int)gpu_attn_decode_smem(128)), "attn_decode_hd128");
-    return 0;
+    return check_complete(k, err, errlen);
 }
 
 void gpu_kernels_unload(gpu_kernels *k)

@@ -7,9 +7,13 @@
 
 #include "model/ggml_types.h"
 #include "cuda_api.h"
+#include "gpu_kernel_names.h"
 
-/* Weight formats the kernels decode, in the order of the tables below. */
-#define GPU_N_WTYPES 8
+/* Weight formats the kernels decode (GPU_WEIGHT_TYPES), in the order of the tables below:
+ * GPU_WT_F32, GPU_WT_F16, ... and their count GPU_N_WTYPES. */
+#define GPU_WT_INDEX(TYPE, suffix) GPU_WT_##TYPE,
+enum { GPU_WEIGHT_TYPES(GPU_WT_INDEX) GPU_N_WTYPES };
+#undef GPU_WT_INDEX
 /* Index of a weight format in the tables, -1 when the kernels do not handle it. */
 int gpu_wtype_index(ggml_type t);
 

@@ -8,6 +8,7 @@
 // FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.
 #pragma once
 #include "quant.cuh"
+#include "../gpu_kernel_names.h"
 #include "../gpu_shared.h"
 
 #define MATVEC_WARPS 8
@@ -110,14 +111,13 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
     }
 }
 
-#define MATVEC_VARIANT(T, sfx, MT)                                                               \
+// One pair per row of GPU_MATVEC_KERNELS (../gpu_kernel_names.h), under the row's names.
+#define MATVEC_KERNELS(matvec_name, glu_name, TYPE, MT)                                          \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        matvec_##sfx##_##MT(matvec_args a) { matvec_body<T, MT>(a); }                            \
+        matvec_name(matvec_args a) { matvec_body<T_##TYPE, MT>(a); }                             \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        glu_##sfx##_##MT(matvec_args a) { glu_body<T, MT>(a); }
-#define MATVEC_KERNELS(T, sfx)                                                                   \
-    MATVEC_VARIANT(T, sfx, 1) MATVEC_VARIANT(T, sfx, 2) MATVEC_VARIANT(T, sfx, 4) MATVEC_VARIANT(T, sfx, 8)
-FOR_EACH_WEIGHT_TYPE(MATVEC_KERNELS)
+        glu_name(matvec_args a) { glu_body<T_##TYPE, MT>(a); }
+GPU_MATVEC_KERNELS(MATVEC_KERNELS)
 
 // W (n rows of k) -> FP16 row-major [n][k], one 32-weight chunk per thread.
 template <int T>
@@ -153,15 +153,16 @@ __device__ __forceinline__ void embed_body(const uint8_t *w, unsigned long long 
     }
 }
 
-#define DEQUANT_KERNELS(T, sfx)                                                                  \
-    extern "C" __global__ void dequant_f16_##sfx(const uint8_t *w, unsigned long long row_bytes, \
-                                                 int k, int n, __half *out)                      \
+// One pair per row of GPU_DEQUANT_KERNELS (../gpu_kernel_names.h), under the row's names.
+#define DEQUANT_KERNELS(dequant_name, embed_name, TYPE)                                          \
+    extern "C" __global__ void dequant_name(const uint8_t *w, unsigned long long row_bytes,      \
+                                            int k, int n, __half *out)                           \
     {                                                                                            \
-        dequant_f16_body<T>(w, row_bytes, k, n, out);                                            \
+        dequant_f16_body<T_##TYPE>(w, row_bytes, k, n, out);                                     \
     }                                                                                            \
-    extern "C" __global__ void embed_##sfx(const uint8_t *w, unsigned long long row_bytes, int k, \
-                                           const int *tok, float *x)                             \
+    extern "C" __global__ void embed_name(const uint8_t *w, unsigned long long row_bytes, int k, \
+                                          const int *tok, float *x)                              \
     {                                                                                            \
-        embed_body<T>(w, row_bytes, k, tok, x);                                                  \
+        embed_body<T_##TYPE>(w, row_bytes, k, tok, x);                                           \
     }
-FOR_EACH_WEIGHT_TYPE(DEQUANT_KERNELS)
+GPU_DEQUANT_KERNELS(DEQUANT_KERNELS)

@@ -22,6 +22,7 @@
 #pragma once
 #include "quant.cuh"
 #include "mma.cuh"
+#include "../gpu_kernel_names.h"
 #include "../gpu_shared.h"
 
 #define MMQ_WARPS 8
@@ -204,14 +205,14 @@ extern "C" __global__ void mmq_reduce(matvec_args a, int glu, int n_split)
     mmq_store(a, m, n, v);
 }
 
-#define MMQ_VARIANT(T, sfx, BM)                                                                  \
-    extern "C" __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_##sfx##_##BM(matvec_args a) \
+// One pair per row of GPU_MMQ_KERNELS (../gpu_kernel_names.h), under the row's names.
+#define MMQ_KERNELS(mmq_name, mmq_glu_name, TYPE, BM)                                            \
+    extern "C" __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_name(matvec_args a)         \
     {                                                                                            \
-        mmq_body<T, BM, false>(a);                                                               \
+        mmq_body<T_##TYPE, BM, false>(a);                                                        \
     }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_glu_##sfx##_##BM(matvec_args a) \
+    extern "C" __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_glu_name(matvec_args a)     \
     {                                                                                            \
-        mmq_body<T, BM, true>(a);                                                                \
+        mmq_body<T_##TYPE, BM, true>(a);                                                         \
     }
-#define MMQ_KERNELS(T, sfx) MMQ_VARIANT(T, sfx, 16) MMQ_VARIANT(T, sfx, 32) MMQ_VARIANT(T, sfx, 64)
-FOR_EACH_QUANT_TYPE(MMQ_KERNELS)
+GPU_MMQ_KERNELS(MMQ_KERNELS)

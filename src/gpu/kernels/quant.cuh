@@ -293,7 +293,7 @@ template <> __device__ __forceinline__ void load_chunk_h<T_Q6_K>(const uint8_t *
 // load_oct_h<T>(row, c, o, w): weights 32c + 8o .. 32c + 8o + 7 of a row (o = 0..3) as FP16
 // pairs, bit for bit pairs 4o..4o+3 of load_chunk_h: the quarter of a chunk one lane of the
 // tensor-core kernels (mmq.cuh) feeds to its mma fragments; defined for the block-quantised
-// formats (FOR_EACH_QUANT_TYPE).  Plain loads (not __ldg): mmq decodes from blocks it staged
+// formats (GPU_MMQ_KERNELS' rows).  Plain loads (not __ldg): mmq decodes from blocks it staged
 // in shared memory.
 template <int T> __device__ void load_oct_h(const uint8_t *row, int c, int o, __half2 w[4]);
 
@@ -361,10 +361,5 @@ template <> __device__ __forceinline__ void load_oct_h<T_Q5_K>(const uint8_t *ro
     }
 }
 
-// Instantiate `MACRO(T, suffix)` for every supported weight format.
-#define FOR_EACH_WEIGHT_TYPE(MACRO)                                                              \
-    MACRO(T_F32, f32) MACRO(T_F16, f16) MACRO(T_BF16, bf16) MACRO(T_Q4_0, q4_0)                  \
-    MACRO(T_Q8_0, q8_0) MACRO(T_Q4_K, q4_k) MACRO(T_Q5_K, q5_k) MACRO(T_Q6_K, q6_k)
-// ... and for the block-quantised ones (the tensor-core kernels; float formats use cuBLAS).
-#define FOR_EACH_QUANT_TYPE(MACRO)                                                               \
-    MACRO(T_Q4_0, q4_0) MACRO(T_Q8_0, q8_0) MACRO(T_Q4_K, q4_k) MACRO(T_Q5_K, q5_k) MACRO(T_Q6_K, q6_k)
+// The kernels instantiated per format are the rows of ../gpu_kernel_names.h (matvec.cuh,
+// mmq.cuh): T_<TYPE> is its TYPE column.

@@ -1,0 +1,108 @@
+/* test_gpu_kernel_names.c - the kernel table (gpu/gpu_kernel_names.h) that the CUDA side
+ * instantiates and the host looks up: every weight format has every variant of every
+ * per-format kernel, each named as the pattern says, no name twice, and each format's TYPE is
+ * the ggml type of its suffix.  Plain C: runs in every build, with or without CUDA. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cmocka.h>
+
+#include "gpu/gpu_kernel_names.h"
+#include "model/ggml_types.h"
+
+typedef struct row {
+    const char *a, *b, *type;
+    int rows;
+} row;
+
+#define WTYPE(TYPE, suffix) {#TYPE, #suffix, GGML_TYPE_##TYPE},
+static const struct {
+    const char *type, *suffix;
+    ggml_type ggml;
+} wtypes[] = {GPU_WEIGHT_TYPES(WTYPE)};
+#define ROW4(a, b, TYPE, rows) {#a, #b, #TYPE, rows},
+#define ROW3(a, b, TYPE) {#a, #b, #TYPE, 0},
+static const row matvec[] = {GPU_MATVEC_KERNELS(ROW4)};
+static const row dequant[] = {GPU_DEQUANT_KERNELS(ROW3)};
+static const row mmq[] = {GPU_MMQ_KERNELS(ROW4)};
+#define PLAIN(name) #name,
+static const char *const plain[] = {GPU_PLAIN_KERNELS(PLAIN)};
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static bool block_quantised(ggml_type t)
+{
+    return t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16;
+}
+
+/* The rows of list for wtype w with `rows` activation rows: exactly one, named fmt_a/fmt_b. */
+static void expect_row(const row *list, size_t n, size_t w, int rows, const char *fmt_a, const char *fmt_b)
+{
+    char a[64], b[64];
+    snprintf(a, sizeof a, fmt_a, wtypes[w].suffix, rows);
+    snprintf(b, sizeof b, fmt_b, wtypes[w].suffix, rows);
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(list[i].type, wtypes[w].type) != 0 || list[i].rows != rows) continue;
+        found++;
+        assert_string_equal(list[i].a, a);
+        assert_string_equal(list[i].b, b);
+    }
+    if (found != 1) fail_msg("%s: %d rows of %d activation rows (want 1)", a, found, rows);
+}
+
+static void test_formats_are_ggml_types(void **state)
+{
+    (void)state;
+    for (size_t w = 0; w < N(wtypes); w++)
+        assert_int_equal(strcasecmp(ggml_type_name(wtypes[w].ggml), wtypes[w].suffix), 0);
+}
+
+static void test_every_format_every_variant(void **state)
+{
+    (void)state;
+    size_t n_quant = 0;
+    for (size_t w = 0; w < N(wtypes); w++) {
+        for (int v = 0; v < 4; v++) expect_row(matvec, N(matvec), w, 1 << v, "matvec_%s_%d", "glu_%s_%d");
+        expect_row(dequant, N(dequant), w, 0, "dequant_f16_%s", "embed_%s");
+        if (!block_quantised(wtypes[w].ggml)) continue;
+        n_quant++;
+        for (int v = 0; v < 3; v++) expect_row(mmq, N(mmq), w, 16 << v, "mmq_%s_%d", "mmq_glu_%s_%d");
+    }
+    /* nothing besides: every row was one of the expected */
+    assert_int_equal(N(matvec), 4 * N(wtypes));
+    assert_int_equal(N(dequant), N(wtypes));
+    assert_int_equal(N(mmq), 3 * n_quant);
+}
+
+static void test_no_name_twice(void **state)
+{
+    (void)state;
+    const char *names[2 * (N(matvec) + N(dequant) + N(mmq)) + N(plain)];
+    size_t n = 0;
+    const row *lists[] = {matvec, dequant, mmq};
+    const size_t sizes[] = {N(matvec), N(dequant), N(mmq)};
+    for (size_t l = 0; l < 3; l++)
+        for (size_t i = 0; i < sizes[l]; i++) {
+            names[n++] = lists[l][i].a;
+            names[n++] = lists[l][i].b;
+        }
+    for (size_t i = 0; i < N(plain); i++) names[n++] = plain[i];
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (strcmp(names[i], names[j]) == 0) fail_msg("kernel %s named twice", names[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_formats_are_ggml_types),
+        cmocka_unit_test(test_every_format_every_variant),
+        cmocka_unit_test(test_no_name_twice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

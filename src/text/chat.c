@@ -268,19 +268,27 @@ static void json_escaped(bytebuf *b, const char *s)
 char *chat_render_jinja(const jinja_tmpl *t, const char *ctx_json, bool add_generation_prompt,
                         const char *bos, const char *eos, char *err, size_t errlen)
 {
-    /* Our variables first: the renderer's JSON reader lets a later duplicate key win. */
+    /* The request's variables first, ours last: the renderer's JSON reader lets a later
+     * duplicate key win, so chat_template_kwargs cannot turn the generation prompt off or
+     * rewrite the special-token texts. */
+    const char *ctx = ctx_json ? ctx_json : "{}";
+    size_t n = strlen(ctx);
+    while (n && (ctx[n - 1] == ' ' || ctx[n - 1] == '\n')) n--;
+    if (!n || ctx[n - 1] != '}') {
+        snprintf(err, errlen, "the template's variables are not a JSON object");
+        return NULL;
+    }
     bytebuf b = {0};
-    bytebuf_puts(&b, add_generation_prompt ? "{\"add_generation_prompt\":true,\"bos_token\":"
-                                           : "{\"add_generation_prompt\":false,\"bos_token\":");
+    bytebuf_append(&b, ctx, n - 1);
+    const char *open = strchr(ctx, '{');
+    bool empty = !open || open + 1 + strspn(open + 1, " \n") == ctx + n - 1;
+    bytebuf_puts(&b, empty ? "" : ",");
+    bytebuf_puts(&b, add_generation_prompt ? "\"add_generation_prompt\":true,\"bos_token\":"
+                                           : "\"add_generation_prompt\":false,\"bos_token\":");
     json_escaped(&b, bos);
     bytebuf_puts(&b, ",\"eos_token\":");
     json_escaped(&b, eos);
-    const char *rest = ctx_json ? ctx_json : "{}";
-    while (*rest == ' ') rest++;
-    if (*rest == '{') rest++;
-    while (*rest == ' ') rest++;
-    if (*rest != '}') bytebuf_puts(&b, ",");
-    bytebuf_puts(&b, rest);
+    bytebuf_puts(&b, "}");
     char *out = NULL;
     if (bytebuf_ok(&b)) out = jinja_render_json(t, b.data, b.len, NULL, NULL, err, errlen);
     else snprintf(err, errlen, "out of memory");

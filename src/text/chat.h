@@ -45,8 +45,8 @@ char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
                   size_t errlen);
 /* Renders the model's own Jinja template.  ctx_json is a JSON object of the request's
  * variables (messages, tools, chat_template_kwargs' members); bos_token, eos_token and
- * add_generation_prompt are added unless it sets them.  NULL with the template's message
- * (raise_exception, a type error, a limit) in err. */
+ * add_generation_prompt are the server's: a member of ctx_json with one of these names is
+ * ignored.  NULL with the template's message (raise_exception, a type error, a limit) in err. */
 char *chat_render_jinja(const jinja_tmpl *t, const char *ctx_json, bool add_generation_prompt,
                         const char *bos, const char *eos, char *err, size_t errlen);
 

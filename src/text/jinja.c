@@ -1375,6 +1375,8 @@ typedef struct rctx {
     size_t max_output;
     uint64_t steps, max_steps;
     int depth, max_depth;
+    struct timespec deadline; /* the render fails past it (checked every 4096 steps) */
+    uint64_t next_clock;      /* the step count at which the clock is read next */
     const struct tm *now;
     int line;
     int loop_ctl;            /* 1: break, 2: continue, pending */
@@ -1395,10 +1397,37 @@ static void rfail(rctx *rc, const char *fmt, ...)
     longjmp(*rc->fail, 1);
 }
 
+static void check_clock(rctx *rc)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec > rc->deadline.tv_sec || (now.tv_sec == rc->deadline.tv_sec && now.tv_nsec > rc->deadline.tv_nsec))
+        rfail(rc, "template evaluation time limit exceeded");
+    rc->next_clock = rc->steps + 4096;
+}
+
 static void step(rctx *rc)
 {
     if (++rc->steps > rc->max_steps)
         rfail(rc, "template evaluation limit exceeded (%llu steps)", (unsigned long long)rc->max_steps);
+    if (rc->steps >= rc->next_clock) check_clock(rc);
+}
+
+/* Work in proportion to bytes compared or searched (one step per 64): a step is one node, but
+ * comparing two 4 MB strings is a million times the work of comparing two short ones, and
+ * a loop of such comparisons must reach the limit as soon as its time does. */
+static void work(rctx *rc, size_t bytes)
+{
+    rc->steps += bytes / 64;
+    step(rc);
+}
+
+/* Enters one level of a recursive walk over a value (equality, order, repr, tojson): a list
+ * nested 100,000 deep is a template's to build but must not overflow the C stack. */
+static void walk_in(rctx *rc, const char *what)
+{
+    step(rc);
+    if (++rc->depth > rc->max_depth) rfail(rc, "value nested too deeply for %s (depth %d)", what, rc->max_depth);
 }
 
 static const char *type_name(val v)
@@ -1472,7 +1501,7 @@ static jdict *dict_new(rctx *rc)
 
 static val *dict_find(rctx *rc, const jdict *d, const char *k, size_t kn)
 {
-    rc->steps += d->n / 16; /* a lookup costs in proportion to the dict */
+    work(rc, d->n * 4 + kn); /* a lookup costs in proportion to the dict */
     for (size_t i = 0; i < d->n; i++)
         if (d->e[i].kn == kn && memcmp(d->e[i].k, k, kn) == 0) return &d->e[i].v;
     return NULL;
@@ -1574,8 +1603,7 @@ static void put_str(rctx *rc, sbuf *b, val v)
 
 static void put_repr(rctx *rc, sbuf *b, val v)
 {
-    step(rc);
-    if (++rc->depth > rc->max_depth) rfail(rc, "value nested too deeply");
+    walk_in(rc, "repr");
     switch (v.t) {
     case V_STR: {
         bool sq = memchr(v.u.s.p, '\'', v.u.s.n) == NULL || memchr(v.u.s.p, '"', v.u.s.n) != NULL;
@@ -1684,8 +1712,7 @@ static int kv_cmp(const void *x, const void *y)
 
 static void json_dump(rctx *rc, sbuf *b, val v, const json_fmt *f, int level)
 {
-    step(rc);
-    if (++rc->depth > rc->max_depth) rfail(rc, "value nested too deeply for tojson");
+    walk_in(rc, "tojson");
     char num[64];
     switch (v.t) {
     case V_NONE: sb_adds(&rc->a, b, "null"); break;
@@ -1754,9 +1781,10 @@ static bool is_num(val v) { return v.t == V_INT || v.t == V_FLOAT || v.t == V_BO
 static double num_f(val v) { return v.t == V_FLOAT ? v.u.f : v.t == V_INT ? (double)v.u.i : v.u.b; }
 static int64_t num_i(val v) { return v.t == V_INT ? v.u.i : v.u.b; }
 
-static bool val_eq(rctx *rc, val a, val b)
+static bool val_eq(rctx *rc, val a, val b);
+
+static bool val_eq_walk(rctx *rc, val a, val b)
 {
-    step(rc);
     if (is_num(a) && is_num(b)) {
         if (a.t == V_FLOAT || b.t == V_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -1764,9 +1792,14 @@ static bool val_eq(rctx *rc, val a, val b)
     if (a.t != b.t) return false;
     switch (a.t) {
     case V_UNDEF: case V_NONE: return true;
-    case V_STR: return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
+    case V_STR:
+        if (a.u.s.n != b.u.s.n) return false;
+        if (a.u.s.p == b.u.s.p) return true;
+        work(rc, a.u.s.n);
+        return memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     case V_LIST:
         if (a.u.l->n != b.u.l->n) return false;
+        if (a.u.l == b.u.l) return true;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!val_eq(rc, a.u.l->v[i], b.u.l->v[i])) return false;
         return true;
@@ -1784,10 +1817,19 @@ static bool val_eq(rctx *rc, val a, val b)
     }
 }
 
-/* <0, 0, >0; a TypeError for values Python cannot order. */
-static int val_cmp(rctx *rc, val a, val b, const char *op)
+static bool val_eq(rctx *rc, val a, val b)
 {
-    step(rc);
+    walk_in(rc, "==");
+    bool r = val_eq_walk(rc, a, b);
+    rc->depth--;
+    return r;
+}
+
+static int val_cmp(rctx *rc, val a, val b, const char *op);
+
+/* <0, 0, >0; a TypeError for values Python cannot order. */
+static int val_cmp_walk(rctx *rc, val a, val b, const char *op)
+{
     if (is_num(a) && is_num(b)) {
         if (a.t == V_FLOAT || b.t == V_FLOAT) {
             double x = num_f(a), y = num_f(b);
@@ -1798,6 +1840,7 @@ static int val_cmp(rctx *rc, val a, val b, const char *op)
     }
     if (a.t == V_STR && b.t == V_STR) {
         size_t n = a.u.s.n < b.u.s.n ? a.u.s.n : b.u.s.n;
+        work(rc, n);
         int c = memcmp(a.u.s.p, b.u.s.p, n);
         return c ? c : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
     }
@@ -1814,6 +1857,14 @@ static int val_cmp(rctx *rc, val a, val b, const char *op)
     return 0;
 }
 
+static int val_cmp(rctx *rc, val a, val b, const char *op)
+{
+    walk_in(rc, op);
+    int r = val_cmp_walk(rc, a, b, op);
+    rc->depth--;
+    return r;
+}
+
 /* ---- strings by code point --------------------------------------------------------------- */
 
 /* Length of the UTF-8 sequence at p (an invalid byte counts as one character). */
@@ -1827,8 +1878,9 @@ static size_t u8_step(const char *p, size_t n)
     return len;
 }
 
-static size_t u8_count(const char *p, size_t n)
+static size_t u8_count(rctx *rc, const char *p, size_t n)
 {
+    work(rc, n * 8); /* a byte at a time: about eight times memcmp's cost */
     size_t c = 0;
     for (size_t i = 0; i < n; i += u8_step(p + i, n - i)) c++;
     return c;
@@ -1837,7 +1889,7 @@ static size_t u8_count(const char *p, size_t n)
 /* The characters of a string as a list of one-character strings. */
 static jlist *str_chars(rctx *rc, str s)
 {
-    jlist *l = list_new(rc, u8_count(s.p, s.n));
+    jlist *l = list_new(rc, u8_count(rc, s.p, s.n));
     size_t k = 0;
     for (size_t i = 0; i < s.n;) {
         size_t m = u8_step(s.p + i, s.n - i);
@@ -1930,6 +1982,7 @@ static val str_replace(rctx *rc, str s, str old, str new, int64_t count)
         return v_strbuf(&b);
     }
     while (i < s.n && (count < 0 || done < count)) {
+        work(rc, s.n - i);
         const char *hit = memmem(s.p + i, s.n - i, old.p, old.n);
         if (!hit) break;
         sb_add(&rc->a, &b, s.p + i, (size_t)(hit - s.p) - i);
@@ -1944,6 +1997,7 @@ static val str_replace(rctx *rc, str s, str old, str new, int64_t count)
 
 static val str_split(rctx *rc, str s, const str *sep, int64_t maxsplit)
 {
+    work(rc, s.n);
     vbuild out = {0};
     size_t i = 0;
     if (!sep) { /* runs of whitespace, no empty strings */
@@ -2115,9 +2169,11 @@ static val slice(rctx *rc, val obj, val lo, val hi, val st)
         *dst = i;
     }
     vbuild out = {0};
-    for (int64_t i = a; step_ > 0 ? i < b : i > b; i += step_) {
+    /* i stays in [-1, n]; a huge step ends the walk instead of overflowing past b */
+    for (int64_t i = a; step_ > 0 ? i < b : i > b;) {
         step(rc);
         vb_push(rc, &out, l->v[i]);
+        if (__builtin_add_overflow(i, step_, &i)) break;
     }
     if (obj.t == V_LIST) return vb_list(rc, &out);
     sbuf s = {0};
@@ -2132,6 +2188,7 @@ static bool contains(rctx *rc, val hay, val needle)
     switch (hay.t) {
     case V_STR:
         if (needle.t != V_STR) rfail(rc, "'in <string>' requires string as left operand, not %s", type_name(needle));
+        work(rc, hay.u.s.n);
         return needle.u.s.n == 0 || memmem(hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n) != NULL;
     case V_LIST:
         for (size_t i = 0; i < hay.u.l->n; i++)
@@ -2265,9 +2322,10 @@ static val call_global(rctx *rc, int fn, args *a)
         } else rfail(rc, "range expected at least 1 argument");
         if (st == 0) rfail(rc, "range() arg 3 must not be zero");
         vbuild out = {0};
-        for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+        for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
             step(rc);
             vb_push(rc, &out, v_int(i));
+            if (__builtin_add_overflow(i, st, &i)) break; /* the next one would pass hi */
         }
         return vb_list(rc, &out);
     }
@@ -2733,7 +2791,7 @@ static val filter_named(rctx *rc, str name, val x, args *a)
     }
     if (IS("length") || IS("count")) {
         switch (x.t) {
-        case V_STR: return v_int((int64_t)u8_count(x.u.s.p, x.u.s.n));
+        case V_STR: return v_int((int64_t)u8_count(rc, x.u.s.p, x.u.s.n));
         case V_LIST: return v_int((int64_t)x.u.l->n);
         case V_DICT: return v_int((int64_t)x.u.d->n);
         case V_UNDEF: return v_int(0);
@@ -2939,7 +2997,7 @@ static val filter_named(rctx *rc, str name, val x, args *a)
     if (IS("center")) {
         str s = to_str(rc, x);
         int64_t w = arg_int(rc, a, 0, "width", 80, "center");
-        size_t len = u8_count(s.p, s.n);
+        size_t len = u8_count(rc, s.p, s.n);
         if (w > 4096) w = 4096;
         if ((int64_t)len >= w) return x.t == V_STR ? x : v_str(s.p, s.n);
         size_t total = (size_t)w - len, left = total / 2 + (total & (size_t)w & 1);
@@ -3071,6 +3129,7 @@ static val call_method(rctx *rc, val obj, str name, args *a)
         if (IS("strip") || IS("lstrip") || IS("rstrip")) {
             val *c = arg(a, 0, NULL);
             str chars = c && c->t == V_STR ? (str){c->u.s.p, c->u.s.n} : (str){0};
+            work(rc, s.n);
             str r = str_strip(s, c && c->t == V_STR ? &chars : NULL, IS("strip") ? 3 : IS("lstrip") ? 1 : 2);
             return v_str(r.p, r.n);
         }
@@ -3094,8 +3153,10 @@ static val call_method(rctx *rc, val obj, str name, args *a)
         if (IS("capitalize")) return str_case(rc, s, 3);
         if (IS("find") || IS("count") || IS("rfind") || IS("index")) {
             str sub = arg_str(rc, a, 0, NULL, "find");
+            /* rfind compares at every position (memmem is linear) */
+            work(rc, IS("rfind") ? s.n * (1 + sub.n / 64) : s.n);
             if (IS("count")) {
-                if (!sub.n) return v_int((int64_t)u8_count(s.p, s.n) + 1);
+                if (!sub.n) return v_int((int64_t)u8_count(rc, s.p, s.n) + 1);
                 int64_t c = 0;
                 for (const char *p = s.p; (p = memmem(p, s.n - (size_t)(p - s.p), sub.p, sub.n)); p += sub.n) c++;
                 return v_int(c);
@@ -3108,7 +3169,7 @@ static val call_method(rctx *rc, val obj, str name, args *a)
                 hit = sub.n ? memmem(s.p, s.n, sub.p, sub.n) : s.p;
             }
             if (!hit && IS("index")) rfail(rc, "substring not found");
-            return v_int(hit ? (int64_t)u8_count(s.p, (size_t)(hit - s.p)) : -1);
+            return v_int(hit ? (int64_t)u8_count(rc, s.p, (size_t)(hit - s.p)) : -1);
         }
         if (IS("join")) {
             args j = {.pos = (val[]){obj}, .npos = 1};
@@ -3411,6 +3472,12 @@ char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_le
     rc->max_output = o.max_output ? o.max_output : 8u << 20;
     rc->max_steps = o.max_steps ? o.max_steps : 10000000u;
     rc->max_depth = o.max_depth > 0 ? o.max_depth : 200;
+    clock_gettime(CLOCK_MONOTONIC, &rc->deadline);
+    unsigned max_ms = o.max_ms ? o.max_ms : 2000;
+    rc->deadline.tv_sec += max_ms / 1000;
+    rc->deadline.tv_nsec += (long)(max_ms % 1000) * 1000000L;
+    if (rc->deadline.tv_nsec >= 1000000000L) rc->deadline.tv_sec++, rc->deadline.tv_nsec -= 1000000000L;
+    rc->next_clock = 4096;
     rc->now = o.now;
     render_job j = {.t = t, .ctx = ctx_json, .ctx_len = ctx_len, .rc = rc};
     render_guarded(&j);

@@ -8,8 +8,9 @@
  *
  * Sandboxed: a template can read only the context it is given and write only its output; no
  * file, no environment, no clock except strftime_now.  Every render is bounded in output
- * size, evaluation steps (loop iterations included), nesting depth and memory, and fails with
- * a message instead of growing without end.
+ * size, evaluation steps (loop iterations and bytes compared or searched included), nesting
+ * depth (of the template and of the values it compares or prints), memory and wall-clock time,
+ * and fails with a message instead of growing without end.
  *
  * A parsed template is immutable: several threads may render it at once. */
 #ifndef INFERD_JINJA_H
@@ -25,7 +26,11 @@ typedef struct jinja_opts {
     size_t max_output;  /* bytes of rendered text (0: 8 MiB) */
     size_t max_memory;  /* bytes of the render's arena (0: 64 MiB) */
     uint64_t max_steps; /* evaluation steps, loop iterations included (0: 10 million) */
-    int max_depth;      /* nesting of expressions, blocks and macro calls (0: 200) */
+    int max_depth;      /* nesting of expressions, blocks, macro calls and of the values that
+                         * ==, <, in, sort, unique, repr and tojson walk (0: 200) */
+    unsigned max_ms;    /* wall-clock milliseconds (0: 2000): steps count bytes compared and
+                         * searched too, so this is a last resort that a template meets only on a
+                         * very slow machine */
     /* strftime_now's clock: NULL = the local time at the call (tests pass a fixed date). */
     const struct tm *now;
 } jinja_opts;

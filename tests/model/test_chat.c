@@ -183,6 +183,33 @@ static void test_names(void **state)
     assert_string_equal(chat_template_name(CHAT_TMPL_COUNT), "unknown");
 }
 
+/* The server's own variables win over the request's (chat_template_kwargs): a client cannot turn
+ * the generation prompt off or rewrite bos_token (issue 36). */
+static void test_jinja_server_variables(void **state)
+{
+    (void)state;
+    static const char src[] = "[{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ x }}]";
+    char err[256];
+    jinja_tmpl *t = jinja_parse(src, sizeof src - 1, err, sizeof err);
+    assert_non_null(t);
+    static const struct {
+        const char *ctx, *want;
+    } cases[] = {
+        {"{\"x\":1,\"bos_token\":\"<evil>\",\"add_generation_prompt\":false,\"eos_token\":\"\"}", "[<s>|</s>|True|1]"},
+        {"{}", "[<s>|</s>|True|]"},
+        {" { } ", "[<s>|</s>|True|]"},
+        {"{\"x\":\"}\"}", "[<s>|</s>|True|}]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = chat_render_jinja(t, cases[i].ctx, true, "<s>", "</s>", err, sizeof err);
+        if (!got) fail_msg("case %zu: %s", i, err);
+        assert_string_equal(got, cases[i].want);
+        free(got);
+    }
+    assert_null(chat_render_jinja(t, "[1]", true, "<s>", "</s>", err, sizeof err));
+    jinja_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,7 +218,7 @@ int main(void)
         cmocka_unit_test(test_gemma),        cmocka_unit_test(test_phi3),
         cmocka_unit_test(test_zephyr),       cmocka_unit_test(test_no_generation_prompt_and_trim),
         cmocka_unit_test(test_unknown_role), cmocka_unit_test(test_detect),
-        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_names),        cmocka_unit_test(test_jinja_server_variables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

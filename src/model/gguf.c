@@ -61,6 +61,7 @@ struct gguf_file {
     const uint8_t *base;
     size_t size;
     bool mapped; /* base came from mmap and must be unmapped */
+    bool copied; /* ... of anonymous memory holding a copy of the file (gguf_load) */
     uint32_t version;
     size_t alignment;
     size_t data_off;
@@ -639,6 +640,87 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen)
     }
     madvise(map, size, MADV_NORMAL);
     return f;
+}
+
+/* Reads the whole regular file at fd into memory of its own, then checks that the file did not
+ * change while it was read (a copy that is half old, half new is refused). */
+static void *read_copy(int fd, const struct stat *st, char *err, size_t errlen)
+{
+    size_t size = (size_t)st->st_size;
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        snprintf(err, errlen, "cannot allocate %zu bytes to read the model into: %s", size, strerror(errno));
+        return NULL;
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    size_t done = 0;
+    while (done < size) {
+        size_t want = size - done < ((size_t)1 << 30) ? size - done : (size_t)1 << 30;
+        ssize_t r = pread(fd, (char *)mem + done, want, (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r < 0) snprintf(err, errlen, "read: %s", strerror(errno));
+            else snprintf(err, errlen, "the file shrank to %zu bytes while it was read (it is being replaced?)", done);
+            munmap(mem, size);
+            return NULL;
+        }
+        done += (size_t)r;
+    }
+    struct stat now;
+    if (fstat(fd, &now) != 0 || now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != st->st_mtim.tv_nsec) {
+        snprintf(err, errlen, "the file changed while it was read (it is being replaced?)");
+        munmap(mem, size);
+        return NULL;
+    }
+    /* The copy is what counts now: the page cache need not hold the file a second time. */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    mprotect(mem, size, PROT_READ);
+    return mem;
+}
+
+gguf_file *gguf_load(const char *path, char *err, size_t errlen)
+{
+    if (errlen) err[0] = '\0';
+    struct stat st;
+    char why[128];
+    int fd = file_open_regular(path, &st, why, sizeof why);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, why);
+        return NULL;
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        snprintf(err, errlen, "%s: empty file (a GGUF header is 24 bytes)", path);
+        return NULL;
+    }
+    void *mem = read_copy(fd, &st, err, errlen);
+    close(fd);
+    if (!mem) {
+        prefix_path(err, errlen, path);
+        return NULL;
+    }
+    gguf_file *f = parse(mem, (size_t)st.st_size, true, err, errlen);
+    if (!f) {
+        prefix_path(err, errlen, path);
+        munmap(mem, (size_t)st.st_size);
+        return NULL;
+    }
+    f->copied = true;
+    return f;
+}
+
+size_t gguf_drop_tensor_data(gguf_file *f)
+{
+    if (!f || !f->copied) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t pg = page > 0 ? (size_t)page : 4096;
+    size_t from = (f->data_off + pg - 1) / pg * pg, to = f->size / pg * pg;
+    if (to <= from) return 0;
+    /* Freed, and unreadable: a late reader faults at once instead of reading zeros. */
+    madvise((void *)(f->base + from), to - from, MADV_DONTNEED);
+    mprotect((void *)(f->base + from), to - from, PROT_NONE);
+    return to - from;
 }
 
 void gguf_close(gguf_file *f)

@@ -1561,6 +1561,39 @@ def case_grammar_bench():
         print(f"grammar_bench: {time.time() - t0:.1f} s")
 
 
+def case_model_file():
+    """The model file changes under the running server (issue 36): overwritten in place, truncated
+    (what `cp new.gguf model.gguf` does first) and deleted.  The server read it into memory of its
+    own at start-up, so it keeps answering, with the same greedy text and the same chat prompt
+    (a mapping of the file read it in place: SIGBUS on truncation, other weights when
+    overwritten)."""
+    path = os.path.join(TMP, "served.gguf")
+    shutil.copyfile(make_model(), path)
+    size = os.path.getsize(path)
+    body = {"prompt": "The quick brown fox", "max_tokens": 12, "temperature": 0}
+    chat = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6, "temperature": 0}
+
+    def answers(s):
+        st, b = post(s.port, "/v1/completions", body)
+        check(st == 200, f"completion status {st}: {b}")
+        st2, c = post(s.port, "/v1/chat/completions", chat)
+        check(st2 == 200, f"chat status {st2}: {c}")
+        return b["choices"][0]["text"], c["choices"][0]["message"]["content"], c["usage"]["prompt_tokens"]
+
+    with Server(path) as s:
+        first = answers(s)
+        with open(path, "r+b") as f:  # in place: every byte after the first kilobyte
+            f.seek(1024)
+            f.write(os.urandom(size - 1024))
+        check(answers(s) == first, "the reply changed after the file was overwritten in place")
+        os.truncate(path, 100)
+        check(answers(s) == first, "the reply changed after the file was truncated")
+        os.unlink(path)
+        check(answers(s) == first, "the reply changed after the file was deleted")
+        check(s.proc.poll() is None, "the server died")
+    print(f"model file overwritten, truncated and deleted under the server: same replies {first!r}")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

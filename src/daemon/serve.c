@@ -328,6 +328,7 @@ static int load(serve_state *st, const inferd_opts *o)
                        .reasoning = o->reasoning_format == OPTS_REASONING_DEEPSEEK ||
                                     (o->reasoning_format == OPTS_REASONING_AUTO &&
                                      (chat_template_thinks(st->tmpl_src) || tokenizer_find(st->tok, "<think>") >= 0)),
+                       .special_in_content = o->special_in_content,
                        .ctx_per_slot = sched_max_context(st->s)};
     {
         sched_stats ss;

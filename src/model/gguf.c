@@ -608,40 +608,6 @@ static void prefix_path(char *err, size_t errlen, const char *path)
     memcpy(err + n - 2, ": ", 2);
 }
 
-gguf_file *gguf_open(const char *path, char *err, size_t errlen)
-{
-    if (errlen) err[0] = '\0';
-    struct stat st;
-    char why[128];
-    int fd = file_open_regular(path, &st, why, sizeof why);
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", path, why);
-        return NULL;
-    }
-    size_t size = (size_t)st.st_size;
-    if (size == 0) {
-        close(fd);
-        snprintf(err, errlen, "%s: empty file (a GGUF header is 24 bytes)", path);
-        return NULL;
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd); /* the mapping keeps the file alive */
-    if (map == MAP_FAILED) {
-        snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno));
-        return NULL;
-    }
-    /* Metadata is read front to back once; tensor data is paged in later by whoever uses it. */
-    madvise(map, size, MADV_SEQUENTIAL);
-    gguf_file *f = parse(map, size, true, err, errlen);
-    if (!f) {
-        prefix_path(err, errlen, path);
-        munmap(map, size);
-        return NULL;
-    }
-    madvise(map, size, MADV_NORMAL);
-    return f;
-}
-
 /* Reads the whole regular file at fd into memory of its own, then checks that the file did not
  * change while it was read (a copy that is half old, half new is refused). */
 static void *read_copy(int fd, const struct stat *st, char *err, size_t errlen)
@@ -679,7 +645,8 @@ static void *read_copy(int fd, const struct stat *st, char *err, size_t errlen)
     return mem;
 }
 
-gguf_file *gguf_load(const char *path, char *err, size_t errlen)
+/* gguf_open (a mapping of the file) and gguf_load (copy: a copy in memory of its own). */
+static gguf_file *open_path(const char *path, bool copy, char *err, size_t errlen)
 {
     if (errlen) err[0] = '\0';
     struct stat st;
@@ -689,26 +656,43 @@ gguf_file *gguf_load(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", path, why);
         return NULL;
     }
-    if (st.st_size == 0) {
+    size_t size = (size_t)st.st_size;
+    if (size == 0) {
         close(fd);
         snprintf(err, errlen, "%s: empty file (a GGUF header is 24 bytes)", path);
         return NULL;
     }
-    void *mem = read_copy(fd, &st, err, errlen);
-    close(fd);
-    if (!mem) {
-        prefix_path(err, errlen, path);
-        return NULL;
+    void *mem;
+    if (copy) {
+        mem = read_copy(fd, &st, err, errlen);
+        close(fd);
+        if (!mem) {
+            prefix_path(err, errlen, path);
+            return NULL;
+        }
+    } else {
+        mem = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd); /* the mapping keeps the file alive */
+        if (mem == MAP_FAILED) {
+            snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno));
+            return NULL;
+        }
+        /* Metadata is read front to back once; tensor data is paged in later by whoever uses it. */
+        madvise(mem, size, MADV_SEQUENTIAL);
     }
-    gguf_file *f = parse(mem, (size_t)st.st_size, true, err, errlen);
+    gguf_file *f = parse(mem, size, true, err, errlen);
     if (!f) {
         prefix_path(err, errlen, path);
-        munmap(mem, (size_t)st.st_size);
+        munmap(mem, size);
         return NULL;
     }
-    f->copied = true;
+    if (!copy) madvise(mem, size, MADV_NORMAL);
+    f->copied = copy;
     return f;
 }
+
+gguf_file *gguf_open(const char *path, char *err, size_t errlen) { return open_path(path, false, err, errlen); }
+gguf_file *gguf_load(const char *path, char *err, size_t errlen) { return open_path(path, true, err, errlen); }
 
 size_t gguf_drop_tensor_data(gguf_file *f)
 {

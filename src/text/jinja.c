@@ -34,13 +34,22 @@ typedef struct arena_chunk {
     max_align_t data[];
 } arena_chunk;
 
+typedef struct marks marks;
+
 typedef struct arena {
     arena_chunk *head;
     size_t total, limit;
     jmp_buf *fail;     /* where an exhausted arena jumps (NULL: return NULL) */
     char *err;         /* the message buffer of the failing call */
     size_t errlen;
+    marks *marks;      /* a render's protected texts (NULL: none followed) */
 } arena;
+
+static void arena_fail(arena *a, const char *msg)
+{
+    snprintf(a->err, a->errlen, "%s", msg);
+    longjmp(*a->fail, 1);
+}
 
 static void arena_free(arena *a)
 {
@@ -84,11 +93,62 @@ static void *arena_alloc(arena *a, size_t n)
     return p;
 }
 
+/* ---- provenance of protected text ---------------------------------------------------------
+ * Where the request's data (the context's strings) holds a text the caller protects (a control
+ * token's, for the chat prompt), the byte range is marked by its address.  Values share bytes
+ * (a slice points into its string), so only a copy needs to carry marks along: every copy of
+ * bytes goes through sb_add, sb_reserve or arena_strdup, which copy the marks of what they copy,
+ * and at the end the marks inside the output say where the request wrote protected text, however
+ * the template cut, joined or escaped it.  Without marks (no protected text in the request, the
+ * usual case) a copy costs one test. */
+typedef struct mark {
+    const char *p;
+    size_t n;
+} mark;
+
+struct marks {
+    mark *v;
+    size_t n, cap;
+    uint64_t *steps; /* the render's step counter: scanning the marks is work */
+};
+
+#define MARKS_MAX ((size_t)1 << 20)
+
+static void marks_add(arena *a, const char *p, size_t n)
+{
+    marks *m = a->marks;
+    if (m->n == m->cap) {
+        if (m->n >= MARKS_MAX) arena_fail(a, "too many protected texts (control tokens) in the request");
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        mark *v = realloc(m->v, cap * sizeof *v);
+        if (!v) arena_fail(a, "out of memory");
+        m->v = v;
+        m->cap = cap;
+    }
+    m->v[m->n++] = (mark){p, n};
+}
+
+/* The marks of src[0..n) are now also at dst (a copy), or only there (move: src is let go). */
+static void marks_copy(arena *a, const char *dst, const char *src, size_t n, bool move)
+{
+    marks *m = a->marks;
+    if (!m || !m->n || !n) return;
+    *m->steps += m->n / 32;
+    for (size_t i = 0, k = m->n; i < k; i++) {
+        const char *p = m->v[i].p;
+        if (p < src || p >= src + n) continue;
+        size_t len = m->v[i].n < (size_t)(src + n - p) ? m->v[i].n : (size_t)(src + n - p);
+        if (move) m->v[i].p = dst + (p - src);
+        else marks_add(a, dst + (p - src), len);
+    }
+}
+
 static char *arena_strdup(arena *a, const char *s, size_t n)
 {
     char *p = arena_alloc(a, n + 1);
     if (n) memcpy(p, s, n);
     p[n] = 0;
+    marks_copy(a, p, s, n, false);
     return p;
 }
 
@@ -105,6 +165,7 @@ static void sb_reserve(arena *a, sbuf *b, size_t more)
     while (cap - b->n < more) cap *= 2;
     char *p = arena_alloc(a, cap);
     if (b->n) memcpy(p, b->p, b->n);
+    marks_copy(a, p, b->p, b->n, true); /* a buffer being built is nobody's value yet */
     b->p = p;
     b->cap = cap;
 }
@@ -113,6 +174,7 @@ static void sb_add(arena *a, sbuf *b, const char *s, size_t n)
 {
     sb_reserve(a, b, n + 1);
     if (n) memcpy(b->p + b->n, s, n);
+    marks_copy(a, b->p + b->n, s, n, false);
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -1383,6 +1445,8 @@ typedef struct rctx {
     const node *caller_body; /* the {% call %} body that caller() renders */
     const node *caller_def;
     frame *caller_scope;
+    const jinja_opts *opts; /* protect_at, trusted */
+    marks marks;
 } rctx;
 
 /* Ends the render with a message: longjmp back to jinja_render (never returns). */
@@ -1609,16 +1673,20 @@ static void put_repr(rctx *rc, sbuf *b, val v)
         bool sq = memchr(v.u.s.p, '\'', v.u.s.n) == NULL || memchr(v.u.s.p, '"', v.u.s.n) != NULL;
         char q = sq ? '\'' : '"';
         sb_addc(&rc->a, b, q);
+        size_t run = 0; /* as in json_string */
         for (size_t i = 0; i < v.u.s.n; i++) {
             unsigned char c = (unsigned char)v.u.s.p[i];
+            if (c >= 0x20 && c != 0x7f && c != '\\' && c != (unsigned char)q) continue;
+            sb_add(&rc->a, b, v.u.s.p + run, i - run);
+            run = i + 1;
             char esc[8];
             if (c == '\\' || c == (unsigned char)q) { sb_addc(&rc->a, b, '\\'); sb_addc(&rc->a, b, (char)c); }
             else if (c == '\n') sb_adds(&rc->a, b, "\\n");
             else if (c == '\r') sb_adds(&rc->a, b, "\\r");
             else if (c == '\t') sb_adds(&rc->a, b, "\\t");
-            else if (c < 0x20 || c == 0x7f) { snprintf(esc, sizeof esc, "\\x%02x", c); sb_adds(&rc->a, b, esc); }
-            else sb_addc(&rc->a, b, (char)c);
+            else { snprintf(esc, sizeof esc, "\\x%02x", c); sb_adds(&rc->a, b, esc); }
         }
+        sb_add(&rc->a, b, v.u.s.p + run, v.u.s.n - run);
         sb_addc(&rc->a, b, q);
         break;
     }
@@ -1672,8 +1740,12 @@ typedef struct json_fmt {
 static void json_string(rctx *rc, sbuf *b, const char *p, size_t n)
 {
     sb_addc(&rc->a, b, '"');
+    size_t run = 0; /* bytes copied as they are go in runs, so that their marks go along */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        sb_add(&rc->a, b, p + run, i - run);
+        run = i + 1;
         char esc[8];
         switch (c) {
         case '"': sb_adds(&rc->a, b, "\\\""); break;
@@ -1684,14 +1756,11 @@ static void json_string(rctx *rc, sbuf *b, const char *p, size_t n)
         case '\b': sb_adds(&rc->a, b, "\\b"); break;
         case '\f': sb_adds(&rc->a, b, "\\f"); break;
         default:
-            if (c < 0x20) {
-                snprintf(esc, sizeof esc, "\\u%04x", c);
-                sb_adds(&rc->a, b, esc);
-            } else {
-                sb_addc(&rc->a, b, (char)c);
-            }
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            sb_adds(&rc->a, b, esc);
         }
     }
+    sb_add(&rc->a, b, p + run, n - run);
     sb_addc(&rc->a, b, '"');
 }
 
@@ -3245,7 +3314,32 @@ typedef struct jparse {
     const char *s;
     size_t n, i;
     int depth;
+    bool trusted; /* inside the value of one of opts->trusted: not the request's */
 } jparse;
+
+/* Marks the protected texts of a string from the request's data (see "provenance"). */
+static void jp_protect(jparse *jp, str s)
+{
+    const jinja_opts *o = jp->rc->opts;
+    if (!o->protect_at || jp->trusted) return;
+    work(jp->rc, s.n);
+    for (size_t i = 0; i < s.n;) {
+        size_t len = o->protect_at(o->protect_ctx, s.p + i, s.n - i);
+        if (len == 0 || len > s.n - i) {
+            i++;
+            continue;
+        }
+        marks_add(&jp->rc->a, s.p + i, len);
+        i += len;
+    }
+}
+
+static bool jp_trusted(const jparse *jp, str key)
+{
+    for (const char *const *t = jp->rc->opts->trusted; jp->depth == 1 && t && *t; t++)
+        if (str_eq(key, *t)) return true;
+    return false;
+}
 
 static void jp_fail(jparse *jp, const char *what)
 {
@@ -3334,7 +3428,11 @@ static val jp_value(jparse *jp)
             jp_ws(jp);
             if (jp->i >= jp->n || jp->s[jp->i] != ':') jp_fail(jp, "expected ':'");
             jp->i++;
+            bool was = jp->trusted;
+            jp->trusted = was || jp_trusted(jp, k);
+            if (!jp->trusted) jp_protect(jp, k);
             dict_set(jp->rc, d, k.p, k.n, jp_value(jp));
+            jp->trusted = was;
             jp_ws(jp);
             if (jp->i < jp->n && jp->s[jp->i] == ',') { jp->i++; continue; }
             if (jp->i < jp->n && jp->s[jp->i] == '}') { jp->i++; break; }
@@ -3356,6 +3454,7 @@ static val jp_value(jparse *jp)
         r = vb_list(jp->rc, &b);
     } else if (c == '"') {
         str s = jp_string(jp);
+        jp_protect(jp, s);
         r = v_str(s.p, s.n);
     } else if (jp->n - jp->i >= 4 && memcmp(jp->s + jp->i, "true", 4) == 0) {
         jp->i += 4;
@@ -3395,13 +3494,47 @@ static val jp_value(jparse *jp)
 
 /* ================================================================================ entry */
 
+static int span_cmp(const void *x, const void *y)
+{
+    const jinja_span *a = x, *b = y;
+    return (a->off > b->off) - (a->off < b->off);
+}
+
+/* The marks inside the output as sorted, merged spans (malloc'd; NULL when none). */
+static jinja_span *output_spans(const rctx *rc, const sbuf *out, size_t *n_spans)
+{
+    *n_spans = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < rc->marks.n; i++) k += rc->marks.v[i].p >= out->p && rc->marks.v[i].p < out->p + out->n;
+    jinja_span *s = k ? malloc(k * sizeof *s) : NULL;
+    if (!s) return NULL;
+    k = 0;
+    for (size_t i = 0; i < rc->marks.n; i++) {
+        const mark *m = &rc->marks.v[i];
+        if (m->p < out->p || m->p >= out->p + out->n) continue;
+        size_t off = (size_t)(m->p - out->p);
+        s[k++] = (jinja_span){off, m->n < out->n - off ? m->n : out->n - off};
+    }
+    qsort(s, k, sizeof *s, span_cmp);
+    size_t w = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (w && s[i].off <= s[w - 1].off + s[w - 1].len) {
+            size_t end = s[i].off + s[i].len;
+            if (end > s[w - 1].off + s[w - 1].len) s[w - 1].len = end - s[w - 1].off;
+        } else {
+            s[w++] = s[i];
+        }
+    }
+    *n_spans = w;
+    return s;
+}
+
 typedef struct render_job {
     const jinja_tmpl *t;
     const char *ctx;
     size_t ctx_len;
     rctx *rc;
-    char *result;
-    size_t out_len;
+    jinja_result *res;
 } render_job;
 
 static void render_run(render_job *j)
@@ -3430,13 +3563,18 @@ static void render_run(render_job *j)
     out.p[0] = 0;
     rc->out = &out;
     exec(rc, j->t->root, top);
-    j->result = malloc(out.n + 1);
-    if (!j->result) {
+    jinja_result *r = j->res;
+    r->protected_at = output_spans(rc, &out, &r->n_protected);
+    r->text = malloc(out.n + 1);
+    if (!r->text || (r->n_protected && !r->protected_at)) {
+        free(r->text);
+        free(r->protected_at);
+        *r = (jinja_result){0};
         snprintf(rc->err, rc->errlen, "out of memory");
         return;
     }
-    memcpy(j->result, out.p, out.n + 1);
-    j->out_len = out.n;
+    memcpy(r->text, out.p, out.n + 1);
+    r->len = out.n;
 }
 
 static void render_guarded(render_job *j)
@@ -3449,22 +3587,22 @@ static void render_guarded(render_job *j)
     render_run(vj);
 }
 
-char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len,
-                        const jinja_opts *opts, size_t *out_len, char *err, size_t errlen)
+int jinja_render(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len, const jinja_opts *opts,
+                 jinja_result *res, char *err, size_t errlen)
 {
     char dummy[1];
     if (!err || !errlen) err = dummy, errlen = sizeof dummy;
     err[0] = 0;
-    if (out_len) *out_len = 0;
+    *res = (jinja_result){0};
     if (!t) {
         snprintf(err, errlen, "no template");
-        return NULL;
+        return -1;
     }
     jinja_opts o = opts ? *opts : (jinja_opts){0};
     rctx *rc = calloc(1, sizeof *rc);
     if (!rc) {
         snprintf(err, errlen, "out of memory");
-        return NULL;
+        return -1;
     }
     rc->a = (arena){.limit = o.max_memory ? o.max_memory : 64u << 20, .err = err, .errlen = errlen};
     rc->err = err;
@@ -3479,10 +3617,25 @@ char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_le
     if (rc->deadline.tv_nsec >= 1000000000L) rc->deadline.tv_sec++, rc->deadline.tv_nsec -= 1000000000L;
     rc->next_clock = 4096;
     rc->now = o.now;
-    render_job j = {.t = t, .ctx = ctx_json, .ctx_len = ctx_len, .rc = rc};
+    rc->opts = &o;
+    rc->marks.steps = &rc->steps;
+    if (o.protect_at) rc->a.marks = &rc->marks;
+    render_job j = {.t = t, .ctx = ctx_json, .ctx_len = ctx_len, .rc = rc, .res = res};
     render_guarded(&j);
     arena_free(&rc->a);
+    free(rc->marks.v);
     free(rc);
-    if (j.result && out_len) *out_len = j.out_len;
-    return j.result;
+    return res->text ? 0 : -1;
+}
+
+char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len,
+                        const jinja_opts *opts, size_t *out_len, char *err, size_t errlen)
+{
+    jinja_opts o = opts ? *opts : (jinja_opts){0};
+    o.protect_at = NULL;
+    jinja_result r;
+    if (out_len) *out_len = 0;
+    if (jinja_render(t, ctx_json, ctx_len, &o, &r, err, errlen) != 0) return NULL;
+    if (out_len) *out_len = r.len;
+    return r.text;
 }

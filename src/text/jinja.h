@@ -33,7 +33,29 @@ typedef struct jinja_opts {
                          * very slow machine */
     /* strftime_now's clock: NULL = the local time at the call (tests pass a fixed date). */
     const struct tm *now;
+    /* Provenance of protected text (jinja_render): when set, every string of the context is
+     * searched with protect_at (the length of a protected text beginning at s[0..n), 0 for
+     * none), except the values of the top-level names in trusted (NULL-terminated: the
+     * caller's own variables), and the render reports where such text ended up in the output,
+     * through whatever the template did with it (concatenation, slicing, tojson...).  A chat
+     * prompt protects control-token texts: those a message wrote are tokenized as text, those
+     * the template itself wrote are control tokens. */
+    size_t (*protect_at)(void *ctx, const char *s, size_t n);
+    void *protect_ctx;
+    const char *const *trusted;
 } jinja_opts;
+
+/* A byte range of a render's output. */
+typedef struct jinja_span {
+    size_t off, len;
+} jinja_span;
+
+typedef struct jinja_result {
+    char *text; /* malloc'd, NUL-terminated */
+    size_t len;
+    jinja_span *protected_at; /* malloc'd, sorted, not overlapping; NULL when none */
+    size_t n_protected;
+} jinja_result;
 
 /* Parses a template source (not necessarily NUL-terminated).  NULL with a message in err
  * ("line N: ...") when the source is not a template this interpreter understands. */
@@ -47,6 +69,10 @@ void jinja_free(jinja_tmpl *t);
  * \"dict\") to str"), a limit, or a context that is not a JSON object.  opts may be NULL. */
 char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len,
                         const jinja_opts *opts, size_t *out_len, char *err, size_t errlen);
+/* The same, with the spans of protected text (opts->protect_at) in the result: 0, or -1 with a
+ * message in err (the result is then empty).  The caller frees res->text and res->protected_at. */
+int jinja_render(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len, const jinja_opts *opts,
+                 jinja_result *res, char *err, size_t errlen);
 
 /* True when the template's source mentions the name as an identifier (e.g. "tools",
  * "enable_thinking"): lets the caller know what a template can use without rendering. */

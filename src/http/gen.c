@@ -178,8 +178,9 @@ static int build_chat_prompt(gen *g, api_error *e)
     g->n_prompts = 1;
     g->prompts = calloc(1, sizeof *g->prompts);
     /* Special tokens written by the template are parsed as such; no BOS is added when the
-     * text already starts with it. */
-    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, len);
+     * text already starts with it (written by the template: a message's BOS text is text). */
+    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, len) ||
+                   (p.n_plain && p.plain[0].off == 0 && tokenizer_add_bos(sv->sm.tok));
     int n = g->prompts ? tokenizer_encode_prompt(sv->sm.tok, text, len, add_bos, p.plain, p.n_plain, &g->prompts[0].ids)
                        : -1;
     chat_prompt_free(&p);

@@ -2296,10 +2296,13 @@ static val arith(rctx *rc, binop op, val a, val b)
         size_t unit = a.t == V_STR ? a.u.s.n : a.u.l->n;
         if (times > 0 && unit && (uint64_t)times > rc->max_output / unit) rfail(rc, "repetition too long");
         if (a.t == V_STR) {
+            /* by doubling: 'x' * 4000000 is 22 copies, not four million */
+            size_t total = times > 0 ? (size_t)times * unit : 0;
             sbuf s = {0};
-            sb_reserve(&rc->a, &s, 1);
+            sb_reserve(&rc->a, &s, total + 1); /* no move below: the copies read s itself */
             s.p[0] = 0;
-            for (int64_t i = 0; i < times; i++) sb_add(&rc->a, &s, a.u.s.p, a.u.s.n);
+            if (total) sb_add(&rc->a, &s, a.u.s.p, a.u.s.n);
+            while (s.n < total) sb_add(&rc->a, &s, s.p, s.n < total - s.n ? s.n : total - s.n);
             return v_strbuf(&s);
         }
         jlist *l = list_new(rc, times > 0 ? (size_t)times * unit : 0);

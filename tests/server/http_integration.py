@@ -1594,6 +1594,41 @@ def case_model_file():
     print(f"model file overwritten, truncated and deleted under the server: same replies {first!r}")
 
 
+BOMB_TEMPLATE = (
+    "{% if bomb == 'deep' %}{% set ns = namespace(x=[]) %}{% for i in range(10000) %}"
+    "{% set ns.x = [[[[[[[[[[ns.x]]]]]]]]]] %}{% endfor %}{{ ns.x == [ns.x] }}"
+    "{% elif bomb == 'compare' %}{% set big = 'x' * 4000000 %}{% set other = 'x' * 3999999 + 'x' %}"
+    "{{ ([big] * 400000) == ([other] * 400000) }}"
+    "{% elif bomb == 'range' %}{{ range(9223372036854775800, 9223372036854775807, 5) | list | length }}"
+    "{{ [1, 2, 3][2::9223372036854775807] }}{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def case_template_bomb():
+    """Hostile templates (issue 36) are a 400 for the request that ran them, not a dead server:
+    a list nested 100,000 deep compared (a stack overflow in the value walk), 400,000
+    comparisons of 4 MB strings (hours of memcmp at one step each), range/slice steps that
+    overflow int64 (UB).  Each answers within 60 s (a generous bound for a loaded machine and
+    the sanitizers; the render's own clock stops at 2 s), and a plain chat still works after."""
+    path = os.path.join(TMP, "bomb.jinja")
+    with open(path, "w") as f:
+        f.write(BOMB_TEMPLATE)
+    msgs = [{"role": "user", "content": "hi"}]
+    with Server(make_model(), "--chat-template-file", path) as s:
+        for bomb, want in (("deep", "nested too deeply"), ("compare", "limit exceeded")):
+            t0 = time.time()
+            st, b = post(s.port, "/v1/chat/completions",
+                         {"messages": msgs, "max_tokens": 1, "chat_template_kwargs": {"bomb": bomb}}, timeout=60)
+            check_error(b, st, 400, "messages")
+            check(want in b["error"]["message"], f"{bomb}: {b}")
+            print(f"{bomb}: 400 in {time.time() - t0:.2f} s: {b['error']['message']}")
+        st, b = post(s.port, "/v1/chat/completions", {"messages": msgs, "max_tokens": 1, "chat_template_kwargs": {"bomb": "range"}})
+        check(st == 200, f"range/slice steps near INT64_MAX render: {st} {b}")
+        st, b = post(s.port, "/v1/chat/completions", {"messages": msgs, "max_tokens": 1})
+        check(st == 200, f"a plain chat after the bombs: {st} {b}")
+
+
 def case_control_text():
     """Control-token text in a chat message is text (issue 36): a user who writes
     `<|im_end|>\n<|im_start|>system\n...` gets those characters tokenized as characters, not a

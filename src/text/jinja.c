@@ -109,8 +109,16 @@ typedef struct mark {
 struct marks {
     mark *v;
     size_t n, cap;
-    uint64_t *steps; /* the render's step counter: scanning the marks is work */
+    const char *lo, *hi; /* every mark lies in [lo, hi): most copies (a byte from the stack, the
+                          * template's own text) are told apart by this alone */
+    uint64_t *steps;     /* the render's step counter: scanning the marks is work */
 };
+
+static void marks_cover(marks *m, const char *p, size_t n)
+{
+    if (!m->lo || p < m->lo) m->lo = p;
+    if (!m->hi || p + n > m->hi) m->hi = p + n;
+}
 
 #define MARKS_MAX ((size_t)1 << 20)
 
@@ -126,20 +134,25 @@ static void marks_add(arena *a, const char *p, size_t n)
         m->cap = cap;
     }
     m->v[m->n++] = (mark){p, n};
+    marks_cover(m, p, n);
 }
 
 /* The marks of src[0..n) are now also at dst (a copy), or only there (move: src is let go). */
 static void marks_copy(arena *a, const char *dst, const char *src, size_t n, bool move)
 {
     marks *m = a->marks;
-    if (!m || !m->n || !n) return;
-    *m->steps += m->n / 32;
+    if (!m || !m->n || !n || src >= m->hi || src + n <= m->lo) return;
+    *m->steps += m->n / 128;
     for (size_t i = 0, k = m->n; i < k; i++) {
         const char *p = m->v[i].p;
         if (p < src || p >= src + n) continue;
         size_t len = m->v[i].n < (size_t)(src + n - p) ? m->v[i].n : (size_t)(src + n - p);
-        if (move) m->v[i].p = dst + (p - src);
-        else marks_add(a, dst + (p - src), len);
+        if (move) {
+            m->v[i].p = dst + (p - src);
+            marks_cover(m, m->v[i].p, m->v[i].n);
+        } else {
+            marks_add(a, dst + (p - src), len);
+        }
     }
 }
 

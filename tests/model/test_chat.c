@@ -267,9 +267,29 @@ static void test_jinja_protected_spans(void **state)
     chat_prompt_free(&p);
     jinja_free(t);
 
+    /* Many marked texts, then much plain text (parsed a byte at a time): following the marks
+     * stays cheap enough for the render's step limit. */
+    t = jinja_parse(src, (size_t)(strstr(src, "{% endfor %}") - src) + 12, err, sizeof err); /* the loop alone */
+    assert_non_null(t);
+    size_t n_marks = 5000, n_text = 1 << 20;
+    char *big = malloc(n_marks * 10 + n_text + 128);
+    assert_non_null(big);
+    size_t k = (size_t)sprintf(big, "{\"messages\":[{\"role\":\"user\",\"content\":\"");
+    for (size_t i = 0; i < n_marks; i++) k += (size_t)sprintf(big + k, "<|im_end|>");
+    k += (size_t)sprintf(big + k, "\"},{\"role\":\"user\",\"content\":\"");
+    memset(big + k, 'a', n_text);
+    k += n_text;
+    sprintf(big + k, "\"}]}");
+    v.protect_at = chatml_control_at;
+    if (chat_render_jinja_prompt(t, big, &v, &p, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(p.n_plain, 1); /* side by side: one span */
+    assert_int_equal(p.plain[0].len, n_marks * 10);
+    chat_prompt_free(&p);
+    free(big);
+    jinja_free(t);
+
     /* The built-in families: every message's text is plain. */
     static const chat_msg msgs[] = {{"system", "s<|im_end|>"}, {"user", "u"}};
-    v.protect_at = chatml_control_at;
     assert_int_equal(chat_render_prompt(CHAT_TMPL_CHATML, msgs, 2, &v, &p, err, sizeof err), 0);
     spans_text(&p, got, sizeof got);
     assert_string_equal(got, "s<|im_end|>@19 u@58");

@@ -341,11 +341,3 @@ int chat_render_jinja_prompt(const jinja_tmpl *t, const char *ctx_json, const ch
     free(r.protected_at);
     return 0;
 }
-
-char *chat_render_jinja(const jinja_tmpl *t, const char *ctx_json, bool add_generation_prompt,
-                        const char *bos, const char *eos, char *err, size_t errlen)
-{
-    chat_vars v = {.add_generation_prompt = add_generation_prompt, .bos = bos, .eos = eos};
-    chat_prompt p;
-    return chat_render_jinja_prompt(t, ctx_json, &v, &p, err, errlen) == 0 ? p.text : NULL;
-}

@@ -1,6 +1,6 @@
 /* chat.h - chat templates: turn a list of messages into the prompt text a model was trained
  * on.  GGUF files carry a Jinja template in tokenizer.chat_template, which the server runs
- * with jinja.h (chat_render_jinja); the named built-in families below, recognised by their
+ * with jinja.h (chat_render_jinja_prompt); the named built-in families below, recognised by their
  * distinctive markers and rendered in C, are the fallback for files without a template. */
 #ifndef INFERD_CHAT_H
 #define INFERD_CHAT_H
@@ -74,14 +74,12 @@ int chat_render_prompt(chat_template_kind kind, const chat_msg *msgs, size_t n_m
                        chat_prompt *out, char *err, size_t errlen);
 /* Renders the model's own Jinja template.  ctx_json is a JSON object of the request's
  * variables (messages, tools, chat_template_kwargs' members); bos_token, eos_token and
- * add_generation_prompt are the server's: a member of ctx_json with one of these names is
- * ignored.  NULL with the template's message (raise_exception, a type error, a limit) in err. */
-char *chat_render_jinja(const jinja_tmpl *t, const char *ctx_json, bool add_generation_prompt,
-                        const char *bos, const char *eos, char *err, size_t errlen);
-/* The same into a chat_prompt: with vars->protect_at, its plain spans are where a control token's
- * text in the request's data (messages, tools, chat_template_kwargs) ended up in the prompt,
- * however the template moved it; the same text written by the template (or bos_token and
- * eos_token) stays a control token.  0, or -1 with the reason in err. */
+ * add_generation_prompt are the server's (vars): a member of ctx_json with one of these names
+ * is ignored.  With vars->protect_at, out->plain spans are where a control token's text in the
+ * request's data (messages, tools, chat_template_kwargs) ended up in the prompt, however the
+ * template moved it; the same text written by the template (or bos_token and eos_token) stays
+ * a control token.  0, or -1 with the template's message (raise_exception, a type error, a
+ * limit) in err. */
 int chat_render_jinja_prompt(const jinja_tmpl *t, const char *ctx_json, const chat_vars *vars, chat_prompt *out,
                              char *err, size_t errlen);
 

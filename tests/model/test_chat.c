@@ -202,12 +202,15 @@ static void test_jinja_server_variables(void **state)
         {"{\"x\":\"}\"}", "[<s>|</s>|True|}]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *got = chat_render_jinja(t, cases[i].ctx, true, "<s>", "</s>", err, sizeof err);
-        if (!got) fail_msg("case %zu: %s", i, err);
-        assert_string_equal(got, cases[i].want);
-        free(got);
+        chat_vars v = {.add_generation_prompt = true, .bos = "<s>", .eos = "</s>"};
+        chat_prompt p;
+        if (chat_render_jinja_prompt(t, cases[i].ctx, &v, &p, err, sizeof err) != 0) fail_msg("case %zu: %s", i, err);
+        assert_string_equal(p.text, cases[i].want);
+        chat_prompt_free(&p);
     }
-    assert_null(chat_render_jinja(t, "[1]", true, "<s>", "</s>", err, sizeof err));
+    chat_vars v = {.add_generation_prompt = true};
+    chat_prompt p;
+    assert_int_equal(chat_render_jinja_prompt(t, "[1]", &v, &p, err, sizeof err), -1);
     jinja_free(t);
 }
 

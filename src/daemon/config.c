@@ -65,19 +65,39 @@ static int parse_line(inferd_opts *o, char *line, int lineno, seen_keys *seen, c
     return opts_set(o, key, value, why, cap);
 }
 
+/* The next line of f into line (its newline dropped, NUL-terminated): its length, -1 at the end
+ * of the file, -2 when it is longer than CONFIG_LINE_MAX.  The length is what was read, so a
+ * NUL byte inside the line is seen (fgets would hide it as an early end of string). */
+static long read_line(FILE *f, char *line)
+{
+    size_t n = 0;
+    int c;
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (n == CONFIG_LINE_MAX) return -2;
+        line[n++] = (char)c;
+    }
+    line[n] = 0;
+    return c == EOF && n == 0 ? -1 : (long)n;
+}
+
 int config_parse_file(inferd_opts *o, FILE *f, const char *name, char *err, size_t errlen)
 {
     seen_keys seen = {{0}};
-    char line[CONFIG_LINE_MAX + 2]; /* + newline + NUL */
+    char buf[CONFIG_LINE_MAX + 1];
     char why[512];
-    for (int lineno = 1; fgets(line, sizeof line, f); lineno++) {
-        size_t n = strlen(line);
-        bool whole = n > 0 && line[n - 1] == '\n';
-        if (!whole && !feof(f)) {
+    long n;
+    for (int lineno = 1; (n = read_line(f, buf)) != -1; lineno++) {
+        if (n == -2) {
             snprintf(err, errlen, "%s:%d: line longer than %d bytes", name, lineno, CONFIG_LINE_MAX);
             return -1;
         }
-        if (whole) line[n - 1] = 0;
+        if (memchr(buf, 0, (size_t)n)) {
+            snprintf(err, errlen, "%s:%d: a NUL byte (the file is not text)", name, lineno);
+            return -1;
+        }
+        /* A UTF-8 byte order mark (what some Windows editors write first) is not part of the key. */
+        char *line = buf;
+        if (lineno == 1 && n >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) line += 3;
         if (parse_line(o, line, lineno, &seen, why, sizeof why) != 0) {
             snprintf(err, errlen, "%s:%d: %s", name, lineno, why);
             return -1;

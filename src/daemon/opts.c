@@ -78,6 +78,9 @@ static const opt_def opt_table[] = {
          "(default: the model's own Jinja template, else detect)"),
     STR_("chat-template-file", NULL, chat_template_file, "",
          "a Jinja chat template file used instead of the model's tokenizer.chat_template"),
+    BOOL_("special-in-content", NULL, special_in_content, "false",
+          "control-token texts (<|im_end|>, <|eot_id|>, ...) in chat messages become control tokens, as only the "
+          "chat template's own may by default (the old behaviour; lets a client open a system turn)"),
     ENUM_("reasoning-format", NULL, reasoning_format, "auto", reasoning_names,
           "<think> blocks: deepseek (to reasoning_content), none (left in content), auto (deepseek when the "
           "template or vocabulary has them)"),

@@ -296,6 +296,11 @@ static int load(serve_state *st, const inferd_opts *o)
         log_error("%s engine: warm-up step failed: %s", engine_name(st->e), err);
         return -1;
     }
+    /* The CUDA engine holds the weights in GPU memory now; the host copy can go. */
+    if (strcmp(engine_name(st->e), "cuda") == 0) {
+        size_t freed = gguf_drop_tensor_data(st->m->gguf);
+        log_info("host copy of the weights released (%.1f MiB): they live on the GPU", (double)freed / (1 << 20));
+    }
     if (signalled(st)) return -1;
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,
@@ -326,6 +331,7 @@ static int load(serve_state *st, const inferd_opts *o)
                        .reasoning = o->reasoning_format == OPTS_REASONING_DEEPSEEK ||
                                     (o->reasoning_format == OPTS_REASONING_AUTO &&
                                      (chat_template_thinks(st->tmpl_src) || tokenizer_find(st->tok, "<think>") >= 0)),
+                       .special_in_content = o->special_in_content,
                        .ctx_per_slot = sched_max_context(st->s)};
     {
         sched_stats ss;

@@ -144,43 +144,48 @@ oom:
 /* The prompt text: the model's Jinja template with the request's variables, or the built-in
  * family for a model without one.  A template that refuses (raise_exception, a type error on
  * these messages) is the client's 400, with the template's own words. */
-static char *render_chat(gen *g, api_error *e)
+static size_t control_at(void *tok, const char *s, size_t n) { return tokenizer_control_at(tok, s, n); }
+
+/* The prompt, with the spans where the messages wrote control-token texts (tokenized as text,
+ * as OpenAI does, unless the operator chose --special-in-content). */
+static int render_chat(gen *g, chat_prompt *p, api_error *e)
 {
     server *sv = g->sv;
     char err[512] = "";
-    char *text;
     bool tools = g->req.tools_json && g->req.tool_choice != API_TOOL_NONE;
     const jinja_tmpl *t = tools && sv->sm.jinja_tools ? sv->sm.jinja_tools : sv->sm.jinja;
+    chat_vars v = {.add_generation_prompt = true, .bos = sv->bos_text, .eos = sv->eos_text};
+    if (!sv->sm.special_in_content) v.protect_at = control_at, v.protect_ctx = (void *)sv->sm.tok;
     if (t) {
-        text = chat_render_jinja(t, g->req.tmpl_ctx, true, sv->bos_text, sv->eos_text, err, sizeof err);
-        if (!text)
-            api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
-                          "The model's chat template refused these messages: %s", err[0] ? err : "no reason given");
-        return text;
-    }
-    text = chat_render(sv->sm.tmpl, g->req.msgs, (size_t)g->req.n_msgs, true, sv->bos_text, sv->eos_text, err,
-                       sizeof err);
-    if (!text)
+        if (chat_render_jinja_prompt(t, g->req.tmpl_ctx, &v, p, err, sizeof err) == 0) return 0;
         api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
-                      "Invalid 'messages': %s", err[0] ? err : "the chat template could not render them");
-    return text;
+                      "The model's chat template refused these messages: %s", err[0] ? err : "no reason given");
+        return -1;
+    }
+    if (chat_render_prompt(sv->sm.tmpl, g->req.msgs, (size_t)g->req.n_msgs, &v, p, err, sizeof err) == 0) return 0;
+    api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
+                  "Invalid 'messages': %s", err[0] ? err : "the chat template could not render them");
+    return -1;
 }
 
 static int build_chat_prompt(gen *g, api_error *e)
 {
     server *sv = g->sv;
-    char *text = render_chat(g, e);
-    if (!text) return -1;
-    size_t len = strlen(text);
+    chat_prompt p;
+    if (render_chat(g, &p, e) != 0) return -1;
+    const char *text = p.text;
+    size_t len = p.len;
     /* A reply that starts inside a <think> the prompt opened (DeepSeek R1 distills). */
     g->think_in_prompt = len >= 8 && (memcmp(text + len - 8, "<think>\n", 8) == 0 || memcmp(text + len - 7, "<think>", 7) == 0);
     g->n_prompts = 1;
     g->prompts = calloc(1, sizeof *g->prompts);
     /* Special tokens written by the template are parsed as such; no BOS is added when the
-     * text already starts with it. */
-    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, len);
-    int n = g->prompts ? tokenizer_encode_alloc(sv->sm.tok, text, len, add_bos, true, &g->prompts[0].ids) : -1;
-    free(text);
+     * text already starts with it (written by the template: a message's BOS text is text). */
+    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, len) ||
+                   (p.n_plain && p.plain[0].off == 0 && tokenizer_add_bos(sv->sm.tok));
+    int n = g->prompts ? tokenizer_encode_prompt(sv->sm.tok, text, len, add_bos, p.plain, p.n_plain, &g->prompts[0].ids)
+                       : -1;
+    chat_prompt_free(&p);
     if (n <= 0) {
         api_error_set(e, 500, "server_error", NULL, NULL, "tokenizing the chat prompt failed");
         return -1;

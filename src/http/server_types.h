@@ -45,6 +45,7 @@ typedef struct server_model {
     const jinja_tmpl *jinja_tools; /* a tokenizer.chat_template.tool_use variant, used with tools */
     chat_syntax syntax;        /* its tool-call markup */
     bool reasoning;            /* split <think> blocks into reasoning_content */
+    bool special_in_content;   /* control-token texts in messages are control tokens (not text) */
     const char *alias;
     int ctx_per_slot;
 } server_model;

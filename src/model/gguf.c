@@ -61,6 +61,7 @@ struct gguf_file {
     const uint8_t *base;
     size_t size;
     bool mapped; /* base came from mmap and must be unmapped */
+    bool copied; /* ... of anonymous memory holding a copy of the file (gguf_load) */
     uint32_t version;
     size_t alignment;
     size_t data_off;
@@ -607,7 +608,45 @@ static void prefix_path(char *err, size_t errlen, const char *path)
     memcpy(err + n - 2, ": ", 2);
 }
 
-gguf_file *gguf_open(const char *path, char *err, size_t errlen)
+/* Reads the whole regular file at fd into memory of its own, then checks that the file did not
+ * change while it was read (a copy that is half old, half new is refused). */
+static void *read_copy(int fd, const struct stat *st, char *err, size_t errlen)
+{
+    size_t size = (size_t)st->st_size;
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        snprintf(err, errlen, "cannot allocate %zu bytes to read the model into: %s", size, strerror(errno));
+        return NULL;
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    size_t done = 0;
+    while (done < size) {
+        size_t want = size - done < ((size_t)1 << 30) ? size - done : (size_t)1 << 30;
+        ssize_t r = pread(fd, (char *)mem + done, want, (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r < 0) snprintf(err, errlen, "read: %s", strerror(errno));
+            else snprintf(err, errlen, "the file shrank to %zu bytes while it was read (it is being replaced?)", done);
+            munmap(mem, size);
+            return NULL;
+        }
+        done += (size_t)r;
+    }
+    struct stat now;
+    if (fstat(fd, &now) != 0 || now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != st->st_mtim.tv_nsec) {
+        snprintf(err, errlen, "the file changed while it was read (it is being replaced?)");
+        munmap(mem, size);
+        return NULL;
+    }
+    /* The copy is what counts now: the page cache need not hold the file a second time. */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    mprotect(mem, size, PROT_READ);
+    return mem;
+}
+
+/* gguf_open (a mapping of the file) and gguf_load (copy: a copy in memory of its own). */
+static gguf_file *open_path(const char *path, bool copy, char *err, size_t errlen)
 {
     if (errlen) err[0] = '\0';
     struct stat st;
@@ -623,22 +662,49 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: empty file (a GGUF header is 24 bytes)", path);
         return NULL;
     }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd); /* the mapping keeps the file alive */
-    if (map == MAP_FAILED) {
-        snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno));
-        return NULL;
+    void *mem;
+    if (copy) {
+        mem = read_copy(fd, &st, err, errlen);
+        close(fd);
+        if (!mem) {
+            prefix_path(err, errlen, path);
+            return NULL;
+        }
+    } else {
+        mem = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd); /* the mapping keeps the file alive */
+        if (mem == MAP_FAILED) {
+            snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno));
+            return NULL;
+        }
+        /* Metadata is read front to back once; tensor data is paged in later by whoever uses it. */
+        madvise(mem, size, MADV_SEQUENTIAL);
     }
-    /* Metadata is read front to back once; tensor data is paged in later by whoever uses it. */
-    madvise(map, size, MADV_SEQUENTIAL);
-    gguf_file *f = parse(map, size, true, err, errlen);
+    gguf_file *f = parse(mem, size, true, err, errlen);
     if (!f) {
         prefix_path(err, errlen, path);
-        munmap(map, size);
+        munmap(mem, size);
         return NULL;
     }
-    madvise(map, size, MADV_NORMAL);
+    if (!copy) madvise(mem, size, MADV_NORMAL);
+    f->copied = copy;
     return f;
+}
+
+gguf_file *gguf_open(const char *path, char *err, size_t errlen) { return open_path(path, false, err, errlen); }
+gguf_file *gguf_load(const char *path, char *err, size_t errlen) { return open_path(path, true, err, errlen); }
+
+size_t gguf_drop_tensor_data(gguf_file *f)
+{
+    if (!f || !f->copied) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t pg = page > 0 ? (size_t)page : 4096;
+    size_t from = (f->data_off + pg - 1) / pg * pg, to = f->size / pg * pg;
+    if (to <= from) return 0;
+    /* Freed, and unreadable: a late reader faults at once instead of reading zeros. */
+    madvise((void *)(f->base + from), to - from, MADV_DONTNEED);
+    mprotect((void *)(f->base + from), to - from, PROT_NONE);
+    return to - from;
 }
 
 void gguf_close(gguf_file *f)

@@ -1,4 +1,4 @@
-/* gguf.h - read-only view of a GGUF file (v2/v3) over mmap (the writer is synth/gguf_write.h).
+/* gguf.h - read-only view of a GGUF file (v2/v3) (the writer is synth/gguf_write.h).
  *
  * The reader validates the whole file up front (gguf_open) so that every accessor below is
  * safe: offsets, lengths and tensor extents have been checked against the mapping, and an
@@ -47,8 +47,19 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file gguf_file;
 
-/* Open + validate. On failure returns NULL and writes a message into err. */
+/* Open + validate a view of the file over mmap: what the file's later changes reach (a
+ * truncation makes a later read of the data SIGBUS), so for tools that read a file once (info,
+ * mkmodel).  On failure returns NULL and writes a message into err. */
 gguf_file *gguf_open(const char *path, char *err, size_t errlen);
+/* The same over a copy of the file in memory of its own (anonymous, read-only), read at once:
+ * what a server uses, so that replacing or truncating the file under a running process changes
+ * nothing it serves.  Refused when the file changes while it is read.  The process's resident
+ * memory is the file's size, as with a fully paged-in mapping; the page cache is let go. */
+gguf_file *gguf_load(const char *path, char *err, size_t errlen);
+/* For an engine that has copied the weights elsewhere (GPU memory): frees the tensor data of a
+ * gguf_load copy and makes it unreadable; metadata stays.  Returns the bytes freed (0 for a
+ * gguf_open view or a buffer). */
+size_t gguf_drop_tensor_data(gguf_file *f);
 /* Same over a caller-owned buffer (tests, fuzzing). The buffer must outlive the gguf_file. */
 gguf_file *gguf_open_memory(const void *data, size_t size, char *err, size_t errlen);
 void gguf_close(gguf_file *f);

@@ -320,7 +320,8 @@ model *model_from_gguf(gguf_file *f, char *err, size_t errlen)
 
 model *model_load(const char *path, char *err, size_t errlen)
 {
-    gguf_file *f = gguf_open(path, err, errlen); /* its errors start with the path already */
+    /* a copy, not a view: a file replaced under a server must not change what it serves */
+    gguf_file *f = gguf_load(path, err, errlen); /* its errors start with the path already */
     if (!f) return NULL;
     model *m = model_from_gguf(f, err, errlen);
     if (!m && errlen > 0) { /* so that every error of model_load starts with the path */

@@ -1,6 +1,7 @@
 /* model.h - a loaded model: architecture hyper-parameters and the weight tensors, bound by
- * name from a validated GGUF file.  Weights are not copied: each model_tensor points into the
- * file mapping in its stored (possibly quantised) form.  Backends read these; nothing here
+ * name from a validated GGUF file.  Weights are not converted: each model_tensor points into the
+ * gguf_file's copy of the file (model_load: gguf_load, which a change to the file on disk
+ * cannot reach) in its stored (possibly quantised) form.  Backends read these; nothing here
  * computes. */
 #ifndef INFERD_MODEL_H
 #define INFERD_MODEL_H

@@ -95,7 +95,23 @@ typedef struct render_ctx {
     size_t n;
     bool gen;
     const char *bos, *eos;
+    bytebuf plain; /* tok_span: where message text went (when vars->protect_at) */
+    bool track;
 } render_ctx;
+
+/* A message's text (trimmed or as it is), its range remembered as plain text. */
+static void put_content(render_ctx *c, const char *s, bool trim)
+{
+    size_t from = c->out.len;
+    if (trim)
+        sb_trimmed(&c->out, s);
+    else
+        sb_cat(&c->out, s, NULL);
+    if (c->track && c->out.len > from) {
+        tok_span sp = {from, c->out.len - from};
+        bytebuf_append(&c->plain, (const char *)&sp, sizeof sp);
+    }
+}
 
 /* Families with one delimited turn per message: prefix(role) content suffix. */
 typedef struct turn_style {
@@ -111,10 +127,7 @@ static void render_turns(render_ctx *c, const turn_style *st, const char *lead)
     for (size_t i = 0; i < c->n; i++) {
         int r = role_parse(c->msgs[i].role);
         sb_cat(&c->out, st->open, st->names[r], st->mid, NULL);
-        if (st->trim)
-            sb_trimmed(&c->out, c->msgs[i].content);
-        else
-            sb_cat(&c->out, c->msgs[i].content, NULL);
+        put_content(c, c->msgs[i].content, st->trim);
         if (st->close_is_eos) sb_cat(&c->out, c->eos, NULL);
         sb_cat(&c->out, st->close, NULL);
     }
@@ -147,10 +160,7 @@ static void render_alternating(render_ctx *c, const alt_style *st)
         int r = role_parse(c->msgs[i].role);
         if (r == ROLE_ASSISTANT) {
             sb_cat(&c->out, st->asst_open, NULL);
-            if (st->trim)
-                sb_trimmed(&c->out, c->msgs[i].content);
-            else
-                sb_cat(&c->out, c->msgs[i].content, NULL);
+            put_content(c, c->msgs[i].content, st->trim);
             sb_cat(&c->out, st->asst_close, st->asst_eos ? c->eos : "", NULL);
             continue;
         }
@@ -160,22 +170,18 @@ static void render_alternating(render_ctx *c, const alt_style *st)
         sb_cat(&c->out, st->user_open, NULL);
         if (first_user && sys) {
             sb_cat(&c->out, st->sys_before, NULL);
-            if (st->trim)
-                sb_trimmed(&c->out, sys);
-            else
-                sb_cat(&c->out, sys, NULL);
+            put_content(c, sys, st->trim);
             sb_cat(&c->out, st->sys_after, NULL);
         }
         first_user = false;
-        if (st->trim)
-            sb_trimmed(&c->out, c->msgs[i].content);
-        else
-            sb_cat(&c->out, c->msgs[i].content, NULL);
+        put_content(c, c->msgs[i].content, st->trim);
         sb_cat(&c->out, st->user_close, NULL);
     }
     if (first_user && sys) { /* only a system message: still show it to the model */
         if (st->bos_each_user) sb_cat(&c->out, c->bos, NULL);
-        sb_cat(&c->out, st->user_open, st->sys_before, sys, st->sys_after, st->user_close, NULL);
+        sb_cat(&c->out, st->user_open, st->sys_before, NULL);
+        put_content(c, sys, false);
+        sb_cat(&c->out, st->sys_after, st->user_close, NULL);
     }
     if (c->gen) sb_cat(&c->out, st->gen, NULL);
 }
@@ -204,27 +210,27 @@ static const alt_style gemma_style = {
     .bos_each_user = false, .sys_before = "", .sys_after = "\n\n",
     .gen = "<start_of_turn>model\n", .trim = true};
 
-char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
-                  bool add_generation_prompt, const char *bos, const char *eos, char *err,
-                  size_t errlen)
+int chat_render_prompt(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs, const chat_vars *v,
+                       chat_prompt *out, char *err, size_t errlen)
 {
+    *out = (chat_prompt){0};
     if ((unsigned)kind >= CHAT_TMPL_COUNT) {
         snprintf(err, errlen, "unknown chat template %d", (int)kind);
-        return NULL;
+        return -1;
     }
     for (size_t i = 0; i < n_msgs; i++) {
         if (role_parse(msgs[i].role) < 0) {
             snprintf(err, errlen, "messages[%zu]: unknown role '%s' (system, user, assistant)",
                      i, msgs[i].role ? msgs[i].role : "(null)");
-            return NULL;
+            return -1;
         }
         if (!msgs[i].content) {
             snprintf(err, errlen, "messages[%zu]: content missing", i);
-            return NULL;
+            return -1;
         }
     }
-    render_ctx c = {.msgs = msgs, .n = n_msgs, .gen = add_generation_prompt,
-                    .bos = bos ? bos : "", .eos = eos ? eos : ""};
+    render_ctx c = {.msgs = msgs, .n = n_msgs, .gen = v->add_generation_prompt,
+                    .bos = v->bos ? v->bos : "", .eos = v->eos ? v->eos : "", .track = v->protect_at != NULL};
     bytebuf_append(&c.out, "", 0); /* an empty rendering is "", not NULL */
     switch (kind) {
     case CHAT_TMPL_CHATML: render_turns(&c, &chatml_style, ""); break;
@@ -236,12 +242,32 @@ char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
     case CHAT_TMPL_GEMMA: render_alternating(&c, &gemma_style); break;
     default: break;
     }
-    if (!bytebuf_ok(&c.out)) {
+    if (!bytebuf_ok(&c.out) || !bytebuf_ok(&c.plain)) {
         bytebuf_free(&c.out);
+        bytebuf_free(&c.plain);
         snprintf(err, errlen, "out of memory rendering the chat template");
-        return NULL;
+        return -1;
     }
-    return bytebuf_take(&c.out, NULL);
+    out->n_plain = c.plain.len / sizeof(tok_span);
+    out->plain = (tok_span *)bytebuf_take(&c.plain, NULL);
+    out->text = bytebuf_take(&c.out, &out->len);
+    return 0;
+}
+
+char *chat_render(chat_template_kind kind, const chat_msg *msgs, size_t n_msgs,
+                  bool add_generation_prompt, const char *bos, const char *eos, char *err,
+                  size_t errlen)
+{
+    chat_vars v = {.add_generation_prompt = add_generation_prompt, .bos = bos, .eos = eos};
+    chat_prompt p;
+    return chat_render_prompt(kind, msgs, n_msgs, &v, &p, err, errlen) == 0 ? p.text : NULL;
+}
+
+void chat_prompt_free(chat_prompt *p)
+{
+    free(p->text);
+    free(p->plain);
+    *p = (chat_prompt){0};
 }
 
 /* ---- the model's Jinja template ---------------------------------------------------------- */
@@ -265,25 +291,53 @@ static void json_escaped(bytebuf *b, const char *s)
     bytebuf_puts(b, "\"");
 }
 
-char *chat_render_jinja(const jinja_tmpl *t, const char *ctx_json, bool add_generation_prompt,
-                        const char *bos, const char *eos, char *err, size_t errlen)
+int chat_render_jinja_prompt(const jinja_tmpl *t, const char *ctx_json, const chat_vars *v, chat_prompt *out,
+                             char *err, size_t errlen)
 {
-    /* Our variables first: the renderer's JSON reader lets a later duplicate key win. */
+    *out = (chat_prompt){0};
+    /* The request's variables first, ours last: the renderer's JSON reader lets a later
+     * duplicate key win, so chat_template_kwargs cannot turn the generation prompt off or
+     * rewrite the special-token texts. */
+    const char *ctx = ctx_json ? ctx_json : "{}";
+    size_t n = strlen(ctx);
+    while (n && (ctx[n - 1] == ' ' || ctx[n - 1] == '\n')) n--;
+    if (!n || ctx[n - 1] != '}') {
+        snprintf(err, errlen, "the template's variables are not a JSON object");
+        return -1;
+    }
     bytebuf b = {0};
-    bytebuf_puts(&b, add_generation_prompt ? "{\"add_generation_prompt\":true,\"bos_token\":"
-                                           : "{\"add_generation_prompt\":false,\"bos_token\":");
-    json_escaped(&b, bos);
+    bytebuf_append(&b, ctx, n - 1);
+    const char *open = strchr(ctx, '{');
+    bool empty = !open || open + 1 + strspn(open + 1, " \n") == ctx + n - 1;
+    bytebuf_puts(&b, empty ? "" : ",");
+    bytebuf_puts(&b, v->add_generation_prompt ? "\"add_generation_prompt\":true,\"bos_token\":"
+                                              : "\"add_generation_prompt\":false,\"bos_token\":");
+    json_escaped(&b, v->bos);
     bytebuf_puts(&b, ",\"eos_token\":");
-    json_escaped(&b, eos);
-    const char *rest = ctx_json ? ctx_json : "{}";
-    while (*rest == ' ') rest++;
-    if (*rest == '{') rest++;
-    while (*rest == ' ') rest++;
-    if (*rest != '}') bytebuf_puts(&b, ",");
-    bytebuf_puts(&b, rest);
-    char *out = NULL;
-    if (bytebuf_ok(&b)) out = jinja_render_json(t, b.data, b.len, NULL, NULL, err, errlen);
-    else snprintf(err, errlen, "out of memory");
+    json_escaped(&b, v->eos);
+    bytebuf_puts(&b, "}");
+    if (!bytebuf_ok(&b)) {
+        bytebuf_free(&b);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* Control-token texts in the request's strings are followed to the output; ours are not. */
+    static const char *const ours[] = {"bos_token", "eos_token", NULL};
+    jinja_opts o = {.protect_at = v->protect_at, .protect_ctx = v->protect_ctx, .trusted = ours};
+    jinja_result r;
+    int rc = jinja_render(t, b.data, b.len, &o, &r, err, errlen);
     bytebuf_free(&b);
-    return out;
+    if (rc != 0) return -1;
+    out->text = r.text;
+    out->len = r.len;
+    out->n_plain = r.n_protected;
+    if (r.n_protected && !(out->plain = malloc(r.n_protected * sizeof *out->plain))) {
+        free(r.protected_at);
+        chat_prompt_free(out);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < r.n_protected; i++) out->plain[i] = (tok_span){r.protected_at[i].off, r.protected_at[i].len};
+    free(r.protected_at);
+    return 0;
 }

@@ -34,13 +34,22 @@ typedef struct arena_chunk {
     max_align_t data[];
 } arena_chunk;
 
+typedef struct marks marks;
+
 typedef struct arena {
     arena_chunk *head;
     size_t total, limit;
     jmp_buf *fail;     /* where an exhausted arena jumps (NULL: return NULL) */
     char *err;         /* the message buffer of the failing call */
     size_t errlen;
+    marks *marks;      /* a render's protected texts (NULL: none followed) */
 } arena;
+
+static void arena_fail(arena *a, const char *msg)
+{
+    snprintf(a->err, a->errlen, "%s", msg);
+    longjmp(*a->fail, 1);
+}
 
 static void arena_free(arena *a)
 {
@@ -84,11 +93,75 @@ static void *arena_alloc(arena *a, size_t n)
     return p;
 }
 
+/* ---- provenance of protected text ---------------------------------------------------------
+ * Where the request's data (the context's strings) holds a text the caller protects (a control
+ * token's, for the chat prompt), the byte range is marked by its address.  Values share bytes
+ * (a slice points into its string), so only a copy needs to carry marks along: every copy of
+ * bytes goes through sb_add, sb_reserve or arena_strdup, which copy the marks of what they copy,
+ * and at the end the marks inside the output say where the request wrote protected text, however
+ * the template cut, joined or escaped it.  Without marks (no protected text in the request, the
+ * usual case) a copy costs one test. */
+typedef struct mark {
+    const char *p;
+    size_t n;
+} mark;
+
+struct marks {
+    mark *v;
+    size_t n, cap;
+    const char *lo, *hi; /* every mark lies in [lo, hi): most copies (a byte from the stack, the
+                          * template's own text) are told apart by this alone */
+    uint64_t *steps;     /* the render's step counter: scanning the marks is work */
+};
+
+static void marks_cover(marks *m, const char *p, size_t n)
+{
+    if (!m->lo || p < m->lo) m->lo = p;
+    if (!m->hi || p + n > m->hi) m->hi = p + n;
+}
+
+#define MARKS_MAX ((size_t)1 << 20)
+
+static void marks_add(arena *a, const char *p, size_t n)
+{
+    marks *m = a->marks;
+    if (m->n == m->cap) {
+        if (m->n >= MARKS_MAX) arena_fail(a, "too many protected texts (control tokens) in the request");
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        mark *v = realloc(m->v, cap * sizeof *v);
+        if (!v) arena_fail(a, "out of memory");
+        m->v = v;
+        m->cap = cap;
+    }
+    m->v[m->n++] = (mark){p, n};
+    marks_cover(m, p, n);
+}
+
+/* The marks of src[0..n) are now also at dst (a copy), or only there (move: src is let go). */
+static void marks_copy(arena *a, const char *dst, const char *src, size_t n, bool move)
+{
+    marks *m = a->marks;
+    if (!m || !m->n || !n || src >= m->hi || src + n <= m->lo) return;
+    *m->steps += m->n / 128;
+    for (size_t i = 0, k = m->n; i < k; i++) {
+        const char *p = m->v[i].p;
+        if (p < src || p >= src + n) continue;
+        size_t len = m->v[i].n < (size_t)(src + n - p) ? m->v[i].n : (size_t)(src + n - p);
+        if (move) {
+            m->v[i].p = dst + (p - src);
+            marks_cover(m, m->v[i].p, m->v[i].n);
+        } else {
+            marks_add(a, dst + (p - src), len);
+        }
+    }
+}
+
 static char *arena_strdup(arena *a, const char *s, size_t n)
 {
     char *p = arena_alloc(a, n + 1);
     if (n) memcpy(p, s, n);
     p[n] = 0;
+    marks_copy(a, p, s, n, false);
     return p;
 }
 
@@ -105,6 +178,7 @@ static void sb_reserve(arena *a, sbuf *b, size_t more)
     while (cap - b->n < more) cap *= 2;
     char *p = arena_alloc(a, cap);
     if (b->n) memcpy(p, b->p, b->n);
+    marks_copy(a, p, b->p, b->n, true); /* a buffer being built is nobody's value yet */
     b->p = p;
     b->cap = cap;
 }
@@ -113,6 +187,7 @@ static void sb_add(arena *a, sbuf *b, const char *s, size_t n)
 {
     sb_reserve(a, b, n + 1);
     if (n) memcpy(b->p + b->n, s, n);
+    marks_copy(a, b->p + b->n, s, n, false);
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -1375,12 +1450,16 @@ typedef struct rctx {
     size_t max_output;
     uint64_t steps, max_steps;
     int depth, max_depth;
+    struct timespec deadline; /* the render fails past it (checked every 4096 steps) */
+    uint64_t next_clock;      /* the step count at which the clock is read next */
     const struct tm *now;
     int line;
     int loop_ctl;            /* 1: break, 2: continue, pending */
     const node *caller_body; /* the {% call %} body that caller() renders */
     const node *caller_def;
     frame *caller_scope;
+    const jinja_opts *opts; /* protect_at, trusted */
+    marks marks;
 } rctx;
 
 /* Ends the render with a message: longjmp back to jinja_render (never returns). */
@@ -1395,10 +1474,37 @@ static void rfail(rctx *rc, const char *fmt, ...)
     longjmp(*rc->fail, 1);
 }
 
+static void check_clock(rctx *rc)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec > rc->deadline.tv_sec || (now.tv_sec == rc->deadline.tv_sec && now.tv_nsec > rc->deadline.tv_nsec))
+        rfail(rc, "template evaluation time limit exceeded");
+    rc->next_clock = rc->steps + 4096;
+}
+
 static void step(rctx *rc)
 {
     if (++rc->steps > rc->max_steps)
         rfail(rc, "template evaluation limit exceeded (%llu steps)", (unsigned long long)rc->max_steps);
+    if (rc->steps >= rc->next_clock) check_clock(rc);
+}
+
+/* Work in proportion to bytes compared or searched (one step per 64): a step is one node, but
+ * comparing two 4 MB strings is a million times the work of comparing two short ones, and
+ * a loop of such comparisons must reach the limit as soon as its time does. */
+static void work(rctx *rc, size_t bytes)
+{
+    rc->steps += bytes / 64;
+    step(rc);
+}
+
+/* Enters one level of a recursive walk over a value (equality, order, repr, tojson): a list
+ * nested 100,000 deep is a template's to build but must not overflow the C stack. */
+static void walk_in(rctx *rc, const char *what)
+{
+    step(rc);
+    if (++rc->depth > rc->max_depth) rfail(rc, "value nested too deeply for %s (depth %d)", what, rc->max_depth);
 }
 
 static const char *type_name(val v)
@@ -1472,7 +1578,7 @@ static jdict *dict_new(rctx *rc)
 
 static val *dict_find(rctx *rc, const jdict *d, const char *k, size_t kn)
 {
-    rc->steps += d->n / 16; /* a lookup costs in proportion to the dict */
+    work(rc, d->n * 4 + kn); /* a lookup costs in proportion to the dict */
     for (size_t i = 0; i < d->n; i++)
         if (d->e[i].kn == kn && memcmp(d->e[i].k, k, kn) == 0) return &d->e[i].v;
     return NULL;
@@ -1574,23 +1680,26 @@ static void put_str(rctx *rc, sbuf *b, val v)
 
 static void put_repr(rctx *rc, sbuf *b, val v)
 {
-    step(rc);
-    if (++rc->depth > rc->max_depth) rfail(rc, "value nested too deeply");
+    walk_in(rc, "repr");
     switch (v.t) {
     case V_STR: {
         bool sq = memchr(v.u.s.p, '\'', v.u.s.n) == NULL || memchr(v.u.s.p, '"', v.u.s.n) != NULL;
         char q = sq ? '\'' : '"';
         sb_addc(&rc->a, b, q);
+        size_t run = 0; /* as in json_string */
         for (size_t i = 0; i < v.u.s.n; i++) {
             unsigned char c = (unsigned char)v.u.s.p[i];
+            if (c >= 0x20 && c != 0x7f && c != '\\' && c != (unsigned char)q) continue;
+            sb_add(&rc->a, b, v.u.s.p + run, i - run);
+            run = i + 1;
             char esc[8];
             if (c == '\\' || c == (unsigned char)q) { sb_addc(&rc->a, b, '\\'); sb_addc(&rc->a, b, (char)c); }
             else if (c == '\n') sb_adds(&rc->a, b, "\\n");
             else if (c == '\r') sb_adds(&rc->a, b, "\\r");
             else if (c == '\t') sb_adds(&rc->a, b, "\\t");
-            else if (c < 0x20 || c == 0x7f) { snprintf(esc, sizeof esc, "\\x%02x", c); sb_adds(&rc->a, b, esc); }
-            else sb_addc(&rc->a, b, (char)c);
+            else { snprintf(esc, sizeof esc, "\\x%02x", c); sb_adds(&rc->a, b, esc); }
         }
+        sb_add(&rc->a, b, v.u.s.p + run, v.u.s.n - run);
         sb_addc(&rc->a, b, q);
         break;
     }
@@ -1644,8 +1753,12 @@ typedef struct json_fmt {
 static void json_string(rctx *rc, sbuf *b, const char *p, size_t n)
 {
     sb_addc(&rc->a, b, '"');
+    size_t run = 0; /* bytes copied as they are go in runs, so that their marks go along */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        sb_add(&rc->a, b, p + run, i - run);
+        run = i + 1;
         char esc[8];
         switch (c) {
         case '"': sb_adds(&rc->a, b, "\\\""); break;
@@ -1656,14 +1769,11 @@ static void json_string(rctx *rc, sbuf *b, const char *p, size_t n)
         case '\b': sb_adds(&rc->a, b, "\\b"); break;
         case '\f': sb_adds(&rc->a, b, "\\f"); break;
         default:
-            if (c < 0x20) {
-                snprintf(esc, sizeof esc, "\\u%04x", c);
-                sb_adds(&rc->a, b, esc);
-            } else {
-                sb_addc(&rc->a, b, (char)c);
-            }
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            sb_adds(&rc->a, b, esc);
         }
     }
+    sb_add(&rc->a, b, p + run, n - run);
     sb_addc(&rc->a, b, '"');
 }
 
@@ -1684,8 +1794,7 @@ static int kv_cmp(const void *x, const void *y)
 
 static void json_dump(rctx *rc, sbuf *b, val v, const json_fmt *f, int level)
 {
-    step(rc);
-    if (++rc->depth > rc->max_depth) rfail(rc, "value nested too deeply for tojson");
+    walk_in(rc, "tojson");
     char num[64];
     switch (v.t) {
     case V_NONE: sb_adds(&rc->a, b, "null"); break;
@@ -1754,9 +1863,10 @@ static bool is_num(val v) { return v.t == V_INT || v.t == V_FLOAT || v.t == V_BO
 static double num_f(val v) { return v.t == V_FLOAT ? v.u.f : v.t == V_INT ? (double)v.u.i : v.u.b; }
 static int64_t num_i(val v) { return v.t == V_INT ? v.u.i : v.u.b; }
 
-static bool val_eq(rctx *rc, val a, val b)
+static bool val_eq(rctx *rc, val a, val b);
+
+static bool val_eq_walk(rctx *rc, val a, val b)
 {
-    step(rc);
     if (is_num(a) && is_num(b)) {
         if (a.t == V_FLOAT || b.t == V_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -1764,9 +1874,14 @@ static bool val_eq(rctx *rc, val a, val b)
     if (a.t != b.t) return false;
     switch (a.t) {
     case V_UNDEF: case V_NONE: return true;
-    case V_STR: return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
+    case V_STR:
+        if (a.u.s.n != b.u.s.n) return false;
+        if (a.u.s.p == b.u.s.p) return true;
+        work(rc, a.u.s.n);
+        return memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     case V_LIST:
         if (a.u.l->n != b.u.l->n) return false;
+        if (a.u.l == b.u.l) return true;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!val_eq(rc, a.u.l->v[i], b.u.l->v[i])) return false;
         return true;
@@ -1784,10 +1899,19 @@ static bool val_eq(rctx *rc, val a, val b)
     }
 }
 
-/* <0, 0, >0; a TypeError for values Python cannot order. */
-static int val_cmp(rctx *rc, val a, val b, const char *op)
+static bool val_eq(rctx *rc, val a, val b)
 {
-    step(rc);
+    walk_in(rc, "==");
+    bool r = val_eq_walk(rc, a, b);
+    rc->depth--;
+    return r;
+}
+
+static int val_cmp(rctx *rc, val a, val b, const char *op);
+
+/* <0, 0, >0; a TypeError for values Python cannot order. */
+static int val_cmp_walk(rctx *rc, val a, val b, const char *op)
+{
     if (is_num(a) && is_num(b)) {
         if (a.t == V_FLOAT || b.t == V_FLOAT) {
             double x = num_f(a), y = num_f(b);
@@ -1798,6 +1922,7 @@ static int val_cmp(rctx *rc, val a, val b, const char *op)
     }
     if (a.t == V_STR && b.t == V_STR) {
         size_t n = a.u.s.n < b.u.s.n ? a.u.s.n : b.u.s.n;
+        work(rc, n);
         int c = memcmp(a.u.s.p, b.u.s.p, n);
         return c ? c : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
     }
@@ -1814,6 +1939,14 @@ static int val_cmp(rctx *rc, val a, val b, const char *op)
     return 0;
 }
 
+static int val_cmp(rctx *rc, val a, val b, const char *op)
+{
+    walk_in(rc, op);
+    int r = val_cmp_walk(rc, a, b, op);
+    rc->depth--;
+    return r;
+}
+
 /* ---- strings by code point --------------------------------------------------------------- */
 
 /* Length of the UTF-8 sequence at p (an invalid byte counts as one character). */
@@ -1827,8 +1960,9 @@ static size_t u8_step(const char *p, size_t n)
     return len;
 }
 
-static size_t u8_count(const char *p, size_t n)
+static size_t u8_count(rctx *rc, const char *p, size_t n)
 {
+    work(rc, n * 8); /* a byte at a time: about eight times memcmp's cost */
     size_t c = 0;
     for (size_t i = 0; i < n; i += u8_step(p + i, n - i)) c++;
     return c;
@@ -1837,7 +1971,7 @@ static size_t u8_count(const char *p, size_t n)
 /* The characters of a string as a list of one-character strings. */
 static jlist *str_chars(rctx *rc, str s)
 {
-    jlist *l = list_new(rc, u8_count(s.p, s.n));
+    jlist *l = list_new(rc, u8_count(rc, s.p, s.n));
     size_t k = 0;
     for (size_t i = 0; i < s.n;) {
         size_t m = u8_step(s.p + i, s.n - i);
@@ -1930,6 +2064,7 @@ static val str_replace(rctx *rc, str s, str old, str new, int64_t count)
         return v_strbuf(&b);
     }
     while (i < s.n && (count < 0 || done < count)) {
+        work(rc, s.n - i);
         const char *hit = memmem(s.p + i, s.n - i, old.p, old.n);
         if (!hit) break;
         sb_add(&rc->a, &b, s.p + i, (size_t)(hit - s.p) - i);
@@ -1944,6 +2079,7 @@ static val str_replace(rctx *rc, str s, str old, str new, int64_t count)
 
 static val str_split(rctx *rc, str s, const str *sep, int64_t maxsplit)
 {
+    work(rc, s.n);
     vbuild out = {0};
     size_t i = 0;
     if (!sep) { /* runs of whitespace, no empty strings */
@@ -2115,9 +2251,11 @@ static val slice(rctx *rc, val obj, val lo, val hi, val st)
         *dst = i;
     }
     vbuild out = {0};
-    for (int64_t i = a; step_ > 0 ? i < b : i > b; i += step_) {
+    /* i stays in [-1, n]; a huge step ends the walk instead of overflowing past b */
+    for (int64_t i = a; step_ > 0 ? i < b : i > b;) {
         step(rc);
         vb_push(rc, &out, l->v[i]);
+        if (__builtin_add_overflow(i, step_, &i)) break;
     }
     if (obj.t == V_LIST) return vb_list(rc, &out);
     sbuf s = {0};
@@ -2132,6 +2270,7 @@ static bool contains(rctx *rc, val hay, val needle)
     switch (hay.t) {
     case V_STR:
         if (needle.t != V_STR) rfail(rc, "'in <string>' requires string as left operand, not %s", type_name(needle));
+        work(rc, hay.u.s.n);
         return needle.u.s.n == 0 || memmem(hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n) != NULL;
     case V_LIST:
         for (size_t i = 0; i < hay.u.l->n; i++)
@@ -2170,10 +2309,13 @@ static val arith(rctx *rc, binop op, val a, val b)
         size_t unit = a.t == V_STR ? a.u.s.n : a.u.l->n;
         if (times > 0 && unit && (uint64_t)times > rc->max_output / unit) rfail(rc, "repetition too long");
         if (a.t == V_STR) {
+            /* by doubling: 'x' * 4000000 is 22 copies, not four million */
+            size_t total = times > 0 ? (size_t)times * unit : 0;
             sbuf s = {0};
-            sb_reserve(&rc->a, &s, 1);
+            sb_reserve(&rc->a, &s, total + 1); /* no move below: the copies read s itself */
             s.p[0] = 0;
-            for (int64_t i = 0; i < times; i++) sb_add(&rc->a, &s, a.u.s.p, a.u.s.n);
+            if (total) sb_add(&rc->a, &s, a.u.s.p, a.u.s.n);
+            while (s.n < total) sb_add(&rc->a, &s, s.p, s.n < total - s.n ? s.n : total - s.n);
             return v_strbuf(&s);
         }
         jlist *l = list_new(rc, times > 0 ? (size_t)times * unit : 0);
@@ -2265,9 +2407,10 @@ static val call_global(rctx *rc, int fn, args *a)
         } else rfail(rc, "range expected at least 1 argument");
         if (st == 0) rfail(rc, "range() arg 3 must not be zero");
         vbuild out = {0};
-        for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+        for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
             step(rc);
             vb_push(rc, &out, v_int(i));
+            if (__builtin_add_overflow(i, st, &i)) break; /* the next one would pass hi */
         }
         return vb_list(rc, &out);
     }
@@ -2733,7 +2876,7 @@ static val filter_named(rctx *rc, str name, val x, args *a)
     }
     if (IS("length") || IS("count")) {
         switch (x.t) {
-        case V_STR: return v_int((int64_t)u8_count(x.u.s.p, x.u.s.n));
+        case V_STR: return v_int((int64_t)u8_count(rc, x.u.s.p, x.u.s.n));
         case V_LIST: return v_int((int64_t)x.u.l->n);
         case V_DICT: return v_int((int64_t)x.u.d->n);
         case V_UNDEF: return v_int(0);
@@ -2939,7 +3082,7 @@ static val filter_named(rctx *rc, str name, val x, args *a)
     if (IS("center")) {
         str s = to_str(rc, x);
         int64_t w = arg_int(rc, a, 0, "width", 80, "center");
-        size_t len = u8_count(s.p, s.n);
+        size_t len = u8_count(rc, s.p, s.n);
         if (w > 4096) w = 4096;
         if ((int64_t)len >= w) return x.t == V_STR ? x : v_str(s.p, s.n);
         size_t total = (size_t)w - len, left = total / 2 + (total & (size_t)w & 1);
@@ -3071,6 +3214,7 @@ static val call_method(rctx *rc, val obj, str name, args *a)
         if (IS("strip") || IS("lstrip") || IS("rstrip")) {
             val *c = arg(a, 0, NULL);
             str chars = c && c->t == V_STR ? (str){c->u.s.p, c->u.s.n} : (str){0};
+            work(rc, s.n);
             str r = str_strip(s, c && c->t == V_STR ? &chars : NULL, IS("strip") ? 3 : IS("lstrip") ? 1 : 2);
             return v_str(r.p, r.n);
         }
@@ -3094,8 +3238,10 @@ static val call_method(rctx *rc, val obj, str name, args *a)
         if (IS("capitalize")) return str_case(rc, s, 3);
         if (IS("find") || IS("count") || IS("rfind") || IS("index")) {
             str sub = arg_str(rc, a, 0, NULL, "find");
+            /* rfind compares at every position (memmem is linear) */
+            work(rc, IS("rfind") ? s.n * (1 + sub.n / 64) : s.n);
             if (IS("count")) {
-                if (!sub.n) return v_int((int64_t)u8_count(s.p, s.n) + 1);
+                if (!sub.n) return v_int((int64_t)u8_count(rc, s.p, s.n) + 1);
                 int64_t c = 0;
                 for (const char *p = s.p; (p = memmem(p, s.n - (size_t)(p - s.p), sub.p, sub.n)); p += sub.n) c++;
                 return v_int(c);
@@ -3108,7 +3254,7 @@ static val call_method(rctx *rc, val obj, str name, args *a)
                 hit = sub.n ? memmem(s.p, s.n, sub.p, sub.n) : s.p;
             }
             if (!hit && IS("index")) rfail(rc, "substring not found");
-            return v_int(hit ? (int64_t)u8_count(s.p, (size_t)(hit - s.p)) : -1);
+            return v_int(hit ? (int64_t)u8_count(rc, s.p, (size_t)(hit - s.p)) : -1);
         }
         if (IS("join")) {
             args j = {.pos = (val[]){obj}, .npos = 1};
@@ -3184,7 +3330,32 @@ typedef struct jparse {
     const char *s;
     size_t n, i;
     int depth;
+    bool trusted; /* inside the value of one of opts->trusted: not the request's */
 } jparse;
+
+/* Marks the protected texts of a string from the request's data (see "provenance"). */
+static void jp_protect(jparse *jp, str s)
+{
+    const jinja_opts *o = jp->rc->opts;
+    if (!o->protect_at || jp->trusted) return;
+    work(jp->rc, s.n);
+    for (size_t i = 0; i < s.n;) {
+        size_t len = o->protect_at(o->protect_ctx, s.p + i, s.n - i);
+        if (len == 0 || len > s.n - i) {
+            i++;
+            continue;
+        }
+        marks_add(&jp->rc->a, s.p + i, len);
+        i += len;
+    }
+}
+
+static bool jp_trusted(const jparse *jp, str key)
+{
+    for (const char *const *t = jp->rc->opts->trusted; jp->depth == 1 && t && *t; t++)
+        if (str_eq(key, *t)) return true;
+    return false;
+}
 
 static void jp_fail(jparse *jp, const char *what)
 {
@@ -3273,7 +3444,11 @@ static val jp_value(jparse *jp)
             jp_ws(jp);
             if (jp->i >= jp->n || jp->s[jp->i] != ':') jp_fail(jp, "expected ':'");
             jp->i++;
+            bool was = jp->trusted;
+            jp->trusted = was || jp_trusted(jp, k);
+            if (!jp->trusted) jp_protect(jp, k);
             dict_set(jp->rc, d, k.p, k.n, jp_value(jp));
+            jp->trusted = was;
             jp_ws(jp);
             if (jp->i < jp->n && jp->s[jp->i] == ',') { jp->i++; continue; }
             if (jp->i < jp->n && jp->s[jp->i] == '}') { jp->i++; break; }
@@ -3295,6 +3470,7 @@ static val jp_value(jparse *jp)
         r = vb_list(jp->rc, &b);
     } else if (c == '"') {
         str s = jp_string(jp);
+        jp_protect(jp, s);
         r = v_str(s.p, s.n);
     } else if (jp->n - jp->i >= 4 && memcmp(jp->s + jp->i, "true", 4) == 0) {
         jp->i += 4;
@@ -3334,13 +3510,47 @@ static val jp_value(jparse *jp)
 
 /* ================================================================================ entry */
 
+static int span_cmp(const void *x, const void *y)
+{
+    const jinja_span *a = x, *b = y;
+    return (a->off > b->off) - (a->off < b->off);
+}
+
+/* The marks inside the output as sorted, merged spans (malloc'd; NULL when none). */
+static jinja_span *output_spans(const rctx *rc, const sbuf *out, size_t *n_spans)
+{
+    *n_spans = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < rc->marks.n; i++) k += rc->marks.v[i].p >= out->p && rc->marks.v[i].p < out->p + out->n;
+    jinja_span *s = k ? malloc(k * sizeof *s) : NULL;
+    if (!s) return NULL;
+    k = 0;
+    for (size_t i = 0; i < rc->marks.n; i++) {
+        const mark *m = &rc->marks.v[i];
+        if (m->p < out->p || m->p >= out->p + out->n) continue;
+        size_t off = (size_t)(m->p - out->p);
+        s[k++] = (jinja_span){off, m->n < out->n - off ? m->n : out->n - off};
+    }
+    qsort(s, k, sizeof *s, span_cmp);
+    size_t w = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (w && s[i].off <= s[w - 1].off + s[w - 1].len) {
+            size_t end = s[i].off + s[i].len;
+            if (end > s[w - 1].off + s[w - 1].len) s[w - 1].len = end - s[w - 1].off;
+        } else {
+            s[w++] = s[i];
+        }
+    }
+    *n_spans = w;
+    return s;
+}
+
 typedef struct render_job {
     const jinja_tmpl *t;
     const char *ctx;
     size_t ctx_len;
     rctx *rc;
-    char *result;
-    size_t out_len;
+    jinja_result *res;
 } render_job;
 
 static void render_run(render_job *j)
@@ -3369,13 +3579,18 @@ static void render_run(render_job *j)
     out.p[0] = 0;
     rc->out = &out;
     exec(rc, j->t->root, top);
-    j->result = malloc(out.n + 1);
-    if (!j->result) {
+    jinja_result *r = j->res;
+    r->protected_at = output_spans(rc, &out, &r->n_protected);
+    r->text = malloc(out.n + 1);
+    if (!r->text || (r->n_protected && !r->protected_at)) {
+        free(r->text);
+        free(r->protected_at);
+        *r = (jinja_result){0};
         snprintf(rc->err, rc->errlen, "out of memory");
         return;
     }
-    memcpy(j->result, out.p, out.n + 1);
-    j->out_len = out.n;
+    memcpy(r->text, out.p, out.n + 1);
+    r->len = out.n;
 }
 
 static void render_guarded(render_job *j)
@@ -3388,22 +3603,22 @@ static void render_guarded(render_job *j)
     render_run(vj);
 }
 
-char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len,
-                        const jinja_opts *opts, size_t *out_len, char *err, size_t errlen)
+int jinja_render(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len, const jinja_opts *opts,
+                 jinja_result *res, char *err, size_t errlen)
 {
     char dummy[1];
     if (!err || !errlen) err = dummy, errlen = sizeof dummy;
     err[0] = 0;
-    if (out_len) *out_len = 0;
+    *res = (jinja_result){0};
     if (!t) {
         snprintf(err, errlen, "no template");
-        return NULL;
+        return -1;
     }
     jinja_opts o = opts ? *opts : (jinja_opts){0};
     rctx *rc = calloc(1, sizeof *rc);
     if (!rc) {
         snprintf(err, errlen, "out of memory");
-        return NULL;
+        return -1;
     }
     rc->a = (arena){.limit = o.max_memory ? o.max_memory : 64u << 20, .err = err, .errlen = errlen};
     rc->err = err;
@@ -3411,11 +3626,32 @@ char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_le
     rc->max_output = o.max_output ? o.max_output : 8u << 20;
     rc->max_steps = o.max_steps ? o.max_steps : 10000000u;
     rc->max_depth = o.max_depth > 0 ? o.max_depth : 200;
+    clock_gettime(CLOCK_MONOTONIC, &rc->deadline);
+    unsigned max_ms = o.max_ms ? o.max_ms : 2000;
+    rc->deadline.tv_sec += max_ms / 1000;
+    rc->deadline.tv_nsec += (long)(max_ms % 1000) * 1000000L;
+    if (rc->deadline.tv_nsec >= 1000000000L) rc->deadline.tv_sec++, rc->deadline.tv_nsec -= 1000000000L;
+    rc->next_clock = 4096;
     rc->now = o.now;
-    render_job j = {.t = t, .ctx = ctx_json, .ctx_len = ctx_len, .rc = rc};
+    rc->opts = &o;
+    rc->marks.steps = &rc->steps;
+    if (o.protect_at) rc->a.marks = &rc->marks;
+    render_job j = {.t = t, .ctx = ctx_json, .ctx_len = ctx_len, .rc = rc, .res = res};
     render_guarded(&j);
     arena_free(&rc->a);
+    free(rc->marks.v);
     free(rc);
-    if (j.result && out_len) *out_len = j.out_len;
-    return j.result;
+    return res->text ? 0 : -1;
+}
+
+char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len,
+                        const jinja_opts *opts, size_t *out_len, char *err, size_t errlen)
+{
+    jinja_opts o = opts ? *opts : (jinja_opts){0};
+    o.protect_at = NULL;
+    jinja_result r;
+    if (out_len) *out_len = 0;
+    if (jinja_render(t, ctx_json, ctx_len, &o, &r, err, errlen) != 0) return NULL;
+    if (out_len) *out_len = r.len;
+    return r.text;
 }

@@ -8,8 +8,9 @@
  *
  * Sandboxed: a template can read only the context it is given and write only its output; no
  * file, no environment, no clock except strftime_now.  Every render is bounded in output
- * size, evaluation steps (loop iterations included), nesting depth and memory, and fails with
- * a message instead of growing without end.
+ * size, evaluation steps (loop iterations and bytes compared or searched included), nesting
+ * depth (of the template and of the values it compares or prints), memory and wall-clock time,
+ * and fails with a message instead of growing without end.
  *
  * A parsed template is immutable: several threads may render it at once. */
 #ifndef INFERD_JINJA_H
@@ -25,10 +26,36 @@ typedef struct jinja_opts {
     size_t max_output;  /* bytes of rendered text (0: 8 MiB) */
     size_t max_memory;  /* bytes of the render's arena (0: 64 MiB) */
     uint64_t max_steps; /* evaluation steps, loop iterations included (0: 10 million) */
-    int max_depth;      /* nesting of expressions, blocks and macro calls (0: 200) */
+    int max_depth;      /* nesting of expressions, blocks, macro calls and of the values that
+                         * ==, <, in, sort, unique, repr and tojson walk (0: 200) */
+    unsigned max_ms;    /* wall-clock milliseconds (0: 2000): steps count bytes compared and
+                         * searched too, so this is a last resort that a template meets only on a
+                         * very slow machine */
     /* strftime_now's clock: NULL = the local time at the call (tests pass a fixed date). */
     const struct tm *now;
+    /* Provenance of protected text (jinja_render): when set, every string of the context is
+     * searched with protect_at (the length of a protected text beginning at s[0..n), 0 for
+     * none), except the values of the top-level names in trusted (NULL-terminated: the
+     * caller's own variables), and the render reports where such text ended up in the output,
+     * through whatever the template did with it (concatenation, slicing, tojson...).  A chat
+     * prompt protects control-token texts: those a message wrote are tokenized as text, those
+     * the template itself wrote are control tokens. */
+    size_t (*protect_at)(void *ctx, const char *s, size_t n);
+    void *protect_ctx;
+    const char *const *trusted;
 } jinja_opts;
+
+/* A byte range of a render's output. */
+typedef struct jinja_span {
+    size_t off, len;
+} jinja_span;
+
+typedef struct jinja_result {
+    char *text; /* malloc'd, NUL-terminated */
+    size_t len;
+    jinja_span *protected_at; /* malloc'd, sorted, not overlapping; NULL when none */
+    size_t n_protected;
+} jinja_result;
 
 /* Parses a template source (not necessarily NUL-terminated).  NULL with a message in err
  * ("line N: ...") when the source is not a template this interpreter understands. */
@@ -42,6 +69,10 @@ void jinja_free(jinja_tmpl *t);
  * \"dict\") to str"), a limit, or a context that is not a JSON object.  opts may be NULL. */
 char *jinja_render_json(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len,
                         const jinja_opts *opts, size_t *out_len, char *err, size_t errlen);
+/* The same, with the spans of protected text (opts->protect_at) in the result: 0, or -1 with a
+ * message in err (the result is then empty).  The caller frees res->text and res->protected_at. */
+int jinja_render(const jinja_tmpl *t, const char *ctx_json, size_t ctx_len, const jinja_opts *opts,
+                 jinja_result *res, char *err, size_t errlen);
 
 /* True when the template's source mentions the name as an identifier (e.g. "tools",
  * "enable_thinking"): lets the caller know what a template can use without rendering. */

@@ -1335,8 +1335,31 @@ static int encode_fragment(const tokenizer *t, const char *s, size_t n, idvec *o
     return rc;
 }
 
-int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
-                     bool parse_special, int32_t *out, int cap)
+size_t tokenizer_control_at(const tokenizer *t, const char *s, size_t n)
+{
+    int32_t id = n ? special_at(t, s, n) : -1;
+    return id >= 0 && t->type[id] == TT_CONTROL ? t->text_len[id] : 0;
+}
+
+/* Where special tokens are matched: everywhere (parse_special), nowhere, or everywhere but at
+ * the start of a control token inside one of the plain spans. */
+typedef struct special_rule {
+    bool parse;
+    const tok_span *plain;
+    size_t n_plain;
+} special_rule;
+
+/* Whether the control/user token id found at offset i may be a token there. */
+static bool special_allowed(const tokenizer *t, const special_rule *r, size_t *k, size_t i, int32_t id)
+{
+    while (*k < r->n_plain && r->plain[*k].off + r->plain[*k].len <= i)
+        (*k)++;
+    bool in_plain = *k < r->n_plain && r->plain[*k].off <= i;
+    return !in_plain || t->type[id] != TT_CONTROL;
+}
+
+static int encode_rule(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                       const special_rule *r, int32_t *out, int cap)
 {
     if (!t || (!text && len > 0) || len > (size_t)UINT32_MAX / 4)
         return -1;
@@ -1346,11 +1369,11 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
 
     /* Text between special tokens is encoded on its own.  Every such fragment starts the text
      * or follows a special token, so SPM gives each one its space prefix (as llama.cpp does). */
-    size_t frag = 0;
+    size_t frag = 0, k = 0;
     int rc = 0;
-    for (size_t i = 0; parse_special && i < len && rc == 0;) {
+    for (size_t i = 0; r->parse && i < len && rc == 0;) {
         int32_t id = special_at(t, text + i, len - i);
-        if (id < 0) {
+        if (id < 0 || !special_allowed(t, r, &k, i, id)) {
             i++;
             continue;
         }
@@ -1371,6 +1394,13 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
     }
     free(v.v);
     return n;
+}
+
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                     bool parse_special, int32_t *out, int cap)
+{
+    special_rule r = {.parse = parse_special};
+    return encode_rule(t, text, len, add_bos, &r, out, cap);
 }
 
 /* ---- decode ------------------------------------------------------------------------------- */
@@ -1489,15 +1519,15 @@ size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, int n, char *buf
     return k.n;
 }
 
-int tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos,
-                           bool parse_special, int32_t **out)
+static int encode_rule_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                             const special_rule *r, int32_t **out)
 {
     *out = NULL;
     /* A token covers at least one byte (plus BOS), so len + 8 fits SPM and BPE alike; the
      * second pass is for a vocabulary that would break that. */
     int cap = (int)(len < (size_t)1 << 28 ? len : (size_t)1 << 28) + 8;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    int n = ids ? tokenizer_encode(t, text, len, add_bos, parse_special, ids, cap) : -1;
+    int n = ids ? encode_rule(t, text, len, add_bos, r, ids, cap) : -1;
     if (n > cap) {
         int32_t *more = realloc(ids, (size_t)n * sizeof *ids);
         if (!more) {
@@ -1505,7 +1535,7 @@ int tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, boo
             return -1;
         }
         ids = more;
-        n = tokenizer_encode(t, text, len, add_bos, parse_special, ids, n);
+        n = encode_rule(t, text, len, add_bos, r, ids, n);
     }
     if (n < 0) {
         free(ids);
@@ -1513,6 +1543,20 @@ int tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, boo
     }
     *out = ids;
     return n;
+}
+
+int tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                           bool parse_special, int32_t **out)
+{
+    special_rule r = {.parse = parse_special};
+    return encode_rule_alloc(t, text, len, add_bos, &r, out);
+}
+
+int tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                            const tok_span *plain, size_t n_plain, int32_t **out)
+{
+    special_rule r = {.parse = true, .plain = plain, .n_plain = n_plain};
+    return encode_rule_alloc(t, text, len, add_bos, &r, out);
 }
 
 char *tokenizer_decode_alloc(const tokenizer *t, const int32_t *ids, int n, size_t *len)

@@ -56,6 +56,21 @@ int32_t tokenizer_find(const tokenizer *t, const char *s);
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
                      bool parse_special, int32_t *out, int cap);
 
+/* A byte range of a text. */
+typedef struct tok_span {
+    size_t off, len;
+} tok_span;
+
+/* tokenizer_encode_alloc with parse_special, except that no control token (<|im_start|>,
+ * <|eot_id|>, ...) begins inside the spans plain[0..n_plain) (sorted by offset, not
+ * overlapping): its text there is encoded as text.  For a chat prompt, whose spans are where the
+ * request's messages wrote such text; user-defined tokens (<think>, <tool_call>) are matched
+ * everywhere, as Hugging Face's tokenizers and llama.cpp match them. */
+int tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                            const tok_span *plain, size_t n_plain, int32_t **out);
+/* The length of the control token's text at s[0..n) (the longest), or 0 when none begins there. */
+size_t tokenizer_control_at(const tokenizer *t, const char *s, size_t n);
+
 /* The raw vocabulary string of a token (as stored, e.g. "▁the" or "Ġthe"). */
 const char *tokenizer_token_text(const tokenizer *t, int32_t id, size_t *len);
 

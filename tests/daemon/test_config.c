@@ -43,16 +43,21 @@ static const char *write_file(const char *name, const char *text)
     return path;
 }
 
-/* Parse text as a config file named "t.conf"; returns the rc, err holds the message. */
-static int parse_text(inferd_opts *o, const char *text, char *err, size_t errlen)
+/* Parse n bytes as a config file named "t.conf"; returns the rc, err holds the message. */
+static int parse_bytes(inferd_opts *o, const char *text, size_t n, char *err, size_t errlen)
 {
-    FILE *f = fmemopen((void *)text, strlen(text), "r");
+    FILE *f = fmemopen((void *)text, n, "r");
     assert_non_null(f);
     opts_defaults(o);
     err[0] = 0;
     int rc = config_parse_file(o, f, "t.conf", err, errlen);
     fclose(f);
     return rc;
+}
+
+static int parse_text(inferd_opts *o, const char *text, char *err, size_t errlen)
+{
+    return parse_bytes(o, text, strlen(text), err, errlen);
 }
 
 static void test_good_file(void **state)
@@ -155,6 +160,28 @@ static void test_long_line(void **state)
     memset(mid + strlen(mid), 'y', 200);
     assert_int_equal(parse_text(&opts, mid, err, sizeof err), -1);
     assert_non_null(strstr(err, "t.conf:1: option 'chat-template': value longer than"));
+}
+
+/* A NUL byte is named as such (it read as "line too long" or cut the line short), and a UTF-8
+ * byte order mark before the first key is not part of the key (it made "unknown key"). */
+static void test_nul_and_bom(void **state)
+{
+    (void)state;
+    inferd_opts o;
+    char err[512];
+    static const char nul[] = "port = 1\nhost = a\0b\n";
+    assert_int_equal(parse_bytes(&o, nul, sizeof nul - 1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "t.conf:2: a NUL byte"));
+    static const char nul_long[] = "port = 1\0\0\0";
+    assert_int_equal(parse_bytes(&o, nul_long, sizeof nul_long - 1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "t.conf:1: a NUL byte"));
+
+    assert_int_equal(parse_text(&o, "\xEF\xBB\xBFport = 8123\nhost = 127.0.0.2\n", err, sizeof err), 0);
+    assert_int_equal(o.port, 8123);
+    assert_string_equal(o.host, "127.0.0.2");
+    /* only at the start of the file */
+    assert_int_equal(parse_text(&o, "port = 1\n\xEF\xBB\xBFhost = x\n", err, sizeof err), -1);
+    assert_non_null(strstr(err, "t.conf:2: unknown key"));
 }
 
 static void test_unreadable(void **state)
@@ -278,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_empty_file),
         cmocka_unit_test(test_bad_lines),
         cmocka_unit_test(test_long_line),
+        cmocka_unit_test(test_nul_and_bom),
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_cli_over_file),
         cmocka_unit_test(test_resolve_errors),

@@ -6,10 +6,23 @@
  *
  * Invariants: a template that does not parse and a render that fails both say why (a
  * non-empty message); a render's output respects max_output and its reported length; the
- * same template renders the same context twice to the same bytes (no hidden state). */
+ * same template renders the same context twice to the same bytes (no hidden state); with
+ * flag 16, the context's "<|...|>" texts are followed (protect_at, as a chat prompt's control
+ * tokens are) and the spans reported lie inside the output, sorted and apart, and the render
+ * is the same text as without. */
 #include "fuzz_common.h"
 
 #include "text/jinja.h"
+
+/* "<|" up to the next "|>" (at most 32 bytes), as a control token's text. */
+static size_t marker_at(void *ctx, const char *s, size_t n)
+{
+    (void)ctx;
+    if (n < 4 || s[0] != '<' || s[1] != '|') return 0;
+    for (size_t i = 2; i + 1 < n && i < 32; i++)
+        if (s[i] == '|' && s[i + 1] == '>') return i + 2;
+    return 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -46,6 +59,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *again = jinja_render_json(t, c, cl ? cl : 2, &o, &n2, err2, sizeof err2);
         FZ_CHECK(again && n2 == n1 && memcmp(again, out, n1) == 0);
         free(again);
+        if (flags & 16) {
+            static const char *const trusted[] = {"bos_token", NULL};
+            o.protect_at = marker_at;
+            o.trusted = trusted;
+            jinja_result r;
+            /* following marks costs steps: a render near the limit may now fail, never differ */
+            if (jinja_render(t, c, cl ? cl : 2, &o, &r, err2, sizeof err2) == 0) {
+                FZ_CHECK(r.len == n1 && memcmp(r.text, out, n1) == 0);
+                for (size_t i = 0; i < r.n_protected; i++) {
+                    FZ_CHECK(r.protected_at[i].len > 0 && r.protected_at[i].off + r.protected_at[i].len <= r.len);
+                    FZ_CHECK(i == 0 || r.protected_at[i].off > r.protected_at[i - 1].off + r.protected_at[i - 1].len);
+                }
+                free(r.text);
+                free(r.protected_at);
+            } else {
+                FZ_CHECK(err2[0] != 0);
+            }
+        }
     }
     free(out);
     jinja_free(t);

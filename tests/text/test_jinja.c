@@ -108,8 +108,9 @@ static void test_shared_vectors(void **state)
     assert_true(passed > 0);
 }
 
-/* Renders src with the JSON context; returns the text or "ERR: message" (static). */
-static const char *render(const char *src, const char *ctx)
+/* Renders src with the JSON context and options (NULL: the defaults); returns the text or
+ * "ERR: message" (static). */
+static const char *render_opts(const char *src, const char *ctx, const jinja_opts *o)
 {
     static char buf[8192];
     char err[512];
@@ -118,13 +119,15 @@ static const char *render(const char *src, const char *ctx)
         snprintf(buf, sizeof buf, "PARSE: %s", err);
         return buf;
     }
-    char *out = jinja_render_json(t, ctx ? ctx : "{}", ctx ? strlen(ctx) : 2, NULL, NULL, err, sizeof err);
+    char *out = jinja_render_json(t, ctx ? ctx : "{}", ctx ? strlen(ctx) : 2, o, NULL, err, sizeof err);
     if (out) snprintf(buf, sizeof buf, "%s", out);
     else snprintf(buf, sizeof buf, "ERR: %s", err);
     free(out);
     jinja_free(t);
     return buf;
 }
+
+static const char *render(const char *src, const char *ctx) { return render_opts(src, ctx, NULL); }
 
 #define R(src, ctx, want) assert_string_equal(render(src, ctx), want)
 #define E(src, ctx) assert_memory_equal(render(src, ctx), "ERR: ", 5)
@@ -174,11 +177,56 @@ static void test_features(void **state)
     R("{{ dict(a=1, b='x') | tojson }} {{ {'a': 1} == {'a': 1} }} {{ [1,2] == [1,2] }} {{ 1 == 1.0 }} {{ 'a' < 'b' }}\n", NULL, "{\"a\": 1, \"b\": \"x\"} True True True True");
 }
 
+/* Hostile templates end in an error, not a dead process or a stuck worker (issue 36): a list
+ * nested 100,000 deep compared (each walk used to recurse once per level and overflow the
+ * stack), comparisons of multi-megabyte strings repeated 400,000 times (a step each, hours of
+ * memcmp), and range/slice steps that overflow int64. */
+static void test_hostile_limits(void **state)
+{
+    (void)state;
+    static const char deep[] = "{% set ns = namespace(x=[]) %}{% for i in range(10000) %}{% set ns.x = [[[[[[[[[[ns.x]]]]]]]]]] %}{% endfor %}";
+    static const char *const walks[] = {"{{ ns.x == [ns.x] }}", "{{ ns.x < [ns.x] }}", "{{ ns.x in [[ns.x]] }}",
+                                        "{{ [ns.x, [ns.x]] | sort }}", "{{ [ns.x, [ns.x]] | unique | list }}",
+                                        "{{ ns.x | tojson }}"};
+    /* a generous clock for a loaded machine and sanitizer builds: the step limit decides */
+    const jinja_opts slow_ok = {.max_ms = 120000};
+    char src[512];
+    for (size_t i = 0; i < sizeof walks / sizeof walks[0]; i++) {
+        snprintf(src, sizeof src, "%s%s", deep, walks[i]);
+        const char *r = render_opts(src, NULL, &slow_ok);
+        print_message("%s -> %.80s\n", walks[i], r);
+        assert_non_null(strstr(r, "nested too deeply"));
+    }
+    /* The same pairs shallow still compare as Python does. */
+    R("{% set x = [[[1]]] %}{{ x == [[[1]]] }} {{ x < [[[2]]] }} {{ x in [[[[1]]]] }}", NULL, "True True True");
+
+    /* 400,000 comparisons of two distinct 4 MB strings: stopped by the work limit (bytes compared
+     * count as steps) in well under a second of memcmp, where one step each let it run for hours;
+     * the same with one string is a pointer comparison and finishes. */
+    const char *r = render_opts("{% set big = 'x' * 4000000 %}{% set other = 'x' * 3999999 + 'x' %}"
+                                "{{ ([big] * 400000) == ([other] * 400000) }}", NULL, &slow_ok);
+    assert_non_null(strstr(r, "evaluation limit exceeded"));
+    assert_string_equal(render_opts("{% set big = 'x' * 4000000 %}{{ ([big] * 400000) == ([big] * 400000) }}", NULL, &slow_ok), "True");
+    r = render_opts("{% set big = 'x' * 4000000 %}{% for i in range(400000) %}{% if big | length == 1 %}{% endif %}{% endfor %}", NULL, &slow_ok);
+    assert_non_null(strstr(r, "evaluation limit exceeded"));
+    r = render_opts("{% set big = 'ab' * 2000000 %}{% for i in range(400000) %}{{ 'zz' in big }}{{ big.rfind('zz') }}{% endfor %}", NULL, &slow_ok);
+    assert_non_null(strstr(r, "evaluation limit exceeded"));
+    /* and the clock: two million loop turns do not fit in a millisecond */
+    const jinja_opts hurry = {.max_ms = 1};
+    assert_string_equal(render_opts("{% for i in range(2000000) %}{% endfor %}", NULL, &hurry), "ERR: line 1: template evaluation time limit exceeded");
+
+    /* range and slice steps near INT64_MAX end the walk where Python's does. */
+    R("{{ range(9223372036854775800, 9223372036854775807, 5) | list }}", NULL, "[9223372036854775800, 9223372036854775805]");
+    R("{{ range(-9223372036854775800, -9223372036854775807, -5) | list }}", NULL, "[-9223372036854775800, -9223372036854775805]");
+    R("{{ [1, 2, 3][2::9223372036854775807] }} {{ 'abc'[1::9223372036854775807] }}", NULL, "[3] b");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_vectors),
         cmocka_unit_test(test_features),
+        cmocka_unit_test(test_hostile_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

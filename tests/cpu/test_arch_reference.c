@@ -10,7 +10,10 @@
  * row by 1e-2 or more).  F16 files: the weights themselves are rounded (llama.cpp: 2e-3), and
  * F16 rounding can flip a near-tied top-k expert choice, which moves that row by ~1e-1: every
  * row within 2e-1 and 90 % of the rows within 1e-2.  Greedy tokens must match wherever the
- * reference's top-1 margin exceeds twice our error on that row (the README's rule). */
+ * reference's top-1 margin exceeds twice our error on that row (the README's rule).
+ *
+ * Also, without ../shared: a qwen3moe file whose router or experts are malformed is refused
+ * at load with an error naming the tensor or key, and a backend without MoE refuses it. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <setjmp.h>
@@ -25,6 +28,7 @@
 
 #include "base/file.h"
 #include "backend/backend.h"
+#include "synth/gguf_write.h"
 
 typedef struct tolerance {
     double every_row;   /* each row's relative error below this */
@@ -267,6 +271,125 @@ static void test_greedy_decode(void **state)
     check_tally(&t, &f->c->tol, "teacher-forced decode");
 }
 
+/* ---- malformed MoE files ---------------------------------------------------------------- */
+
+enum { M_EMBD = 16, M_HEADS = 2, M_HD = 8, M_FF_EXP = 8, M_EXPERTS = 4, M_VOCAB = 10 };
+
+typedef enum moe_fault {
+    FAULT_NONE,
+    FAULT_EXPERTS_2D,    /* ffn_gate_exps stored as one [n_embd, n_ff_exp * n_expert] matrix */
+    FAULT_EXPERT_COUNT,  /* ffn_down_exps with one expert too few */
+    FAULT_ROUTER_SHAPE,  /* ffn_gate_inp with one output too few */
+    FAULT_NO_ROUTER,
+    FAULT_TOO_MANY_USED, /* expert_used_count > expert_count */
+} moe_fault;
+
+static void add_zeros(gguf_writer *w, const char *name, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2)
+{
+    int64_t ne[3] = {ne0, ne1, ne2};
+    size_t n = (size_t)(ne0 * ne1 * ne2);
+    float *v = calloc(n, sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = (float)(i % 7) * 0.01f;
+    gguf_writer_add_tensor(w, name, GGML_TYPE_F32, n_dims, ne, v, n * sizeof *v, false);
+    free(v);
+}
+
+/* A one-layer qwen3moe model (F32) with `fault`, as a loaded model or NULL and the error; the
+ * file's image, which the model reads from, in *image (freed by the caller after the model). */
+static model *moe_model(moe_fault fault, void **image, char *err, size_t errlen)
+{
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "general.architecture", "qwen3moe");
+    const struct {
+        const char *key;
+        uint32_t v;
+    } keys[] = {{"qwen3moe.context_length", 64}, {"qwen3moe.embedding_length", M_EMBD},
+                {"qwen3moe.block_count", 1}, {"qwen3moe.feed_forward_length", 32},
+                {"qwen3moe.attention.head_count", M_HEADS}, {"qwen3moe.attention.key_length", M_HD},
+                {"qwen3moe.expert_count", M_EXPERTS},
+                {"qwen3moe.expert_used_count", fault == FAULT_TOO_MANY_USED ? M_EXPERTS + 1 : 2},
+                {"qwen3moe.expert_feed_forward_length", M_FF_EXP}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) gguf_writer_set_u32(w, keys[i].key, keys[i].v);
+    gguf_writer_set_f32(w, "qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
+    add_zeros(w, "token_embd.weight", 2, M_EMBD, M_VOCAB, 1);
+    add_zeros(w, "output_norm.weight", 1, M_EMBD, 1, 1);
+    add_zeros(w, "blk.0.attn_norm.weight", 1, M_EMBD, 1, 1);
+    add_zeros(w, "blk.0.attn_q.weight", 2, M_EMBD, M_HEADS * M_HD, 1);
+    add_zeros(w, "blk.0.attn_k.weight", 2, M_EMBD, M_HEADS * M_HD, 1);
+    add_zeros(w, "blk.0.attn_v.weight", 2, M_EMBD, M_HEADS * M_HD, 1);
+    add_zeros(w, "blk.0.attn_output.weight", 2, M_HEADS * M_HD, M_EMBD, 1);
+    add_zeros(w, "blk.0.attn_q_norm.weight", 1, M_HD, 1, 1);
+    add_zeros(w, "blk.0.attn_k_norm.weight", 1, M_HD, 1, 1);
+    add_zeros(w, "blk.0.ffn_norm.weight", 1, M_EMBD, 1, 1);
+    if (fault != FAULT_NO_ROUTER)
+        add_zeros(w, "blk.0.ffn_gate_inp.weight", 2, M_EMBD, M_EXPERTS - (fault == FAULT_ROUTER_SHAPE), 1);
+    if (fault == FAULT_EXPERTS_2D) add_zeros(w, "blk.0.ffn_gate_exps.weight", 2, M_EMBD, M_FF_EXP * M_EXPERTS, 1);
+    else add_zeros(w, "blk.0.ffn_gate_exps.weight", 3, M_EMBD, M_FF_EXP, M_EXPERTS);
+    add_zeros(w, "blk.0.ffn_up_exps.weight", 3, M_EMBD, M_FF_EXP, M_EXPERTS);
+    add_zeros(w, "blk.0.ffn_down_exps.weight", 3, M_FF_EXP, M_EMBD, M_EXPERTS - (fault == FAULT_EXPERT_COUNT));
+    size_t size = 0;
+    assert_int_equal(gguf_writer_write_mem(w, image, &size), 0);
+    gguf_writer_free(w);
+    gguf_file *f = gguf_open_memory(*image, size, err, errlen);
+    return f ? model_from_gguf(f, err, errlen) : NULL;
+}
+
+static void expect_refused(moe_fault fault, const char *want)
+{
+    char err[512] = "";
+    void *image = NULL;
+    model *m = moe_model(fault, &image, err, sizeof err);
+    bool loaded = m != NULL;
+    model_free(m);
+    free(image);
+    if (loaded) {
+        fail_msg("fault %d: loaded, expected \"%s\"", (int)fault, want);
+    }
+    if (strcmp(err, want) != 0) fail_msg("fault %d: \"%s\", expected \"%s\"", (int)fault, err, want);
+}
+
+static void test_malformed_moe_refused(void **state)
+{
+    (void)state;
+    expect_refused(FAULT_EXPERTS_2D, "tensor 'blk.0.ffn_gate_exps.weight': expected shape [16, 8, 4] (the last: "
+                                     "experts), found [16, 32]");
+    expect_refused(FAULT_EXPERT_COUNT, "tensor 'blk.0.ffn_down_exps.weight': expected shape [8, 16, 4] (the last: "
+                                       "experts), found [8, 16, 3]");
+    expect_refused(FAULT_ROUTER_SHAPE, "tensor 'blk.0.ffn_gate_inp.weight': expected shape [16, 4], found [16, 3]");
+    expect_refused(FAULT_NO_ROUTER, "missing tensor 'blk.0.ffn_gate_inp.weight'");
+    expect_refused(FAULT_TOO_MANY_USED, "qwen3moe.expert_used_count 5 is more than expert_count 4");
+}
+
+/* The well-formed file loads, runs on the CPU, and a backend without MoE (the GPU's today)
+ * refuses it by name rather than running something else. */
+static void test_moe_backend_features(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    void *image = NULL;
+    model *m = moe_model(FAULT_NONE, &image, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_int_equal(m->hp.n_expert, M_EXPERTS);
+    assert_int_equal(m->layers[0].ffn_down_exps.ne2, M_EXPERTS);
+    model_tensor last = model_tensor_slice(&m->layers[0].ffn_down_exps, M_EXPERTS - 1);
+    assert_ptr_equal(last.data, (const char *)m->layers[0].ffn_down_exps.data +
+                                    (size_t)(M_EXPERTS - 1) * M_EMBD * M_FF_EXP * sizeof(float));
+    arch_features dense = ~(arch_features)(ARCH_F_FFN_MOE | ARCH_F_ROUTER_SOFTMAX_TOPK);
+    assert_int_equal(model_check_features(m, dense, "cuda", err, sizeof err), -1);
+    assert_string_equal(err, "the cuda backend does not implement MoE (layer 0 of qwen3moe)");
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 16, .max_batch_tokens = 16, .n_threads = 1};
+    engine *e = engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("engine: %s", err);
+    int32_t toks[3] = {1, 2, 3};
+    float logits[M_VOCAB];
+    engine_seq s = {.slot = 0, .tokens = toks, .n_tokens = 3, .logits = logits};
+    assert_int_equal(engine_step(e, &s, 1, NULL, err, sizeof err), 0);
+    for (int i = 0; i < M_VOCAB; i++) assert_true(isfinite(logits[i]));
+    engine_free(e);
+    model_free(m);
+    free(image);
+}
+
 int main(void)
 {
     const struct CMUnitTest f32[] = {
@@ -275,5 +398,10 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("qwen3moe F32", f32, setup_f32, teardown);
     failed += cmocka_run_group_tests_name("qwen3moe F16", f32, setup_f16, teardown);
+    const struct CMUnitTest files[] = {
+        cmocka_unit_test(test_malformed_moe_refused),
+        cmocka_unit_test(test_moe_backend_features),
+    };
+    failed += cmocka_run_group_tests_name("qwen3moe files", files, NULL, NULL);
     return failed;
 }

@@ -186,7 +186,8 @@ static int teardown(void **state)
 /* ---- the checks -------------------------------------------------------------------------- */
 
 /* Each prompt in one prefill step (all prompts side by side, one slot each, so the MoE
- * block's expert groups mix tokens of different sequences), every stored row compared. */
+ * block's expert groups mix tokens of different sequences), every stored row compared; and
+ * the last prompt again on its own, bit for bit. */
 static void test_prefill_logits(void **state)
 {
     fixture *f = *state;
@@ -206,6 +207,16 @@ static void test_prefill_logits(void **state)
     }
     char err[256];
     if (engine_step(f->e, seqs, n_prompts, NULL, err, sizeof err) != 0) fail_msg("step: %s", err);
+    /* The last prompt alone gives the same bits as beside the others: a token's experts and
+     * their sum do not depend on which other tokens share its expert groups. */
+    const int last = n_prompts - 1;
+    float *alone = malloc((size_t)seqs[last].n_tokens * f->n_vocab * sizeof(float));
+    engine_slot_clear(f->e, last);
+    engine_seq s = seqs[last];
+    s.logits = alone;
+    if (engine_step(f->e, &s, 1, NULL, err, sizeof err) != 0) fail_msg("step: %s", err);
+    assert_memory_equal(alone, got[last], (size_t)s.n_tokens * f->n_vocab * sizeof(float));
+    free(alone);
     tally t = {0};
     for (int p = 0; p < n_prompts; p++) {
         const cJSON *pr = cJSON_GetArrayItem(prompts, p);

@@ -9,7 +9,12 @@
  * float32 summation order but not for a wrong formula (a wrong expert, weight or norm moves a
  * row by 1e-2 or more).  F16 files: the weights themselves are rounded (llama.cpp: 2e-3), and
  * F16 rounding can flip a near-tied top-k expert choice, which moves that row by ~1e-1: every
- * row within 2e-1 and 90 % of the rows within 1e-2.  Greedy tokens must match wherever the
+ * row within 2e-1 and 90 % of the rows within 1e-2.
+ *
+ * Quantised experts: the F32 file with its experts quantised to Q8_0 / Q4_0 against the same
+ * file holding the dequantised values in F32: the same numbers, so F32 agreement (5e-5) and
+ * identical greedy picks, which a comparison with transformers could not show (quantisation
+ * moves a tiny random model's near-tied expert choices).  Greedy tokens must match wherever the
  * reference's top-1 margin exceeds twice our error on that row (the README's rule).
  *
  * Also, without ../shared: a qwen3moe file whose router or experts are malformed is refused
@@ -28,6 +33,7 @@
 
 #include "base/file.h"
 #include "backend/backend.h"
+#include "model/quant.h"
 #include "synth/gguf_write.h"
 
 typedef struct tolerance {
@@ -142,6 +148,54 @@ static void check_tally(const tally *t, const tolerance *tol, const char *what)
 
 /* ---- fixture ----------------------------------------------------------------------------- */
 
+/* src (an F32 qwen3moe) written again with its ffn_*_exps quantised to `type`, stored as
+ * such or (as_f32) dequantised back to F32, as a model over *image. */
+static model *requantise_experts(const model *src, ggml_type type, bool as_f32, void **image, char *err,
+                                 size_t errlen)
+{
+    const model_hparams *hp = &src->hp;
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "general.architecture", "qwen3moe");
+    const struct {
+        const char *key;
+        int v;
+    } keys[] = {{"qwen3moe.context_length", hp->n_ctx_train}, {"qwen3moe.embedding_length", hp->n_embd},
+                {"qwen3moe.block_count", hp->n_layer}, {"qwen3moe.feed_forward_length", hp->n_ff},
+                {"qwen3moe.attention.head_count", hp->n_head}, {"qwen3moe.attention.head_count_kv", hp->n_head_kv},
+                {"qwen3moe.attention.key_length", hp->head_dim}, {"qwen3moe.expert_count", hp->n_expert},
+                {"qwen3moe.expert_used_count", hp->n_expert_used},
+                {"qwen3moe.expert_feed_forward_length", hp->n_ff_exp}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) gguf_writer_set_u32(w, keys[i].key, (uint32_t)keys[i].v);
+    gguf_writer_set_f32(w, "qwen3moe.attention.layer_norm_rms_epsilon", hp->rms_eps);
+    gguf_writer_set_f32(w, "qwen3moe.rope.freq_base", hp->rope_base);
+    for (int64_t i = 0; i < gguf_n_tensors(src->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(src->gguf, i);
+        if (!strstr(t->name, "_exps.weight")) {
+            gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes, true);
+            continue;
+        }
+        assert_int_equal(t->type, GGML_TYPE_F32);
+        const int64_t rows = t->ne[1] * t->ne[2];
+        const size_t row_bytes = ggml_row_bytes(type, t->ne[0]);
+        char *q = malloc(row_bytes * (size_t)rows);
+        float *back = malloc((size_t)(rows * t->ne[0]) * sizeof *back);
+        for (int64_t r = 0; r < rows; r++) {
+            char *qr = q + (size_t)r * row_bytes;
+            assert_true(quant_quantize_row(type, (const float *)t->data + r * t->ne[0], qr, t->ne[0]) > 0);
+            quant_dequantize_row(type, qr, back + r * t->ne[0], t->ne[0]);
+        }
+        if (as_f32) gguf_writer_add_tensor(w, t->name, GGML_TYPE_F32, t->n_dims, t->ne, back, t->nbytes, false);
+        else gguf_writer_add_tensor(w, t->name, type, t->n_dims, t->ne, q, row_bytes * (size_t)rows, false);
+        free(q), free(back);
+    }
+    size_t size = 0;
+    int rc = gguf_writer_write_mem(w, image, &size);
+    gguf_writer_free(w);
+    assert_int_equal(rc, 0);
+    gguf_file *g = gguf_open_memory(*image, size, err, errlen);
+    return g ? model_from_gguf(g, err, errlen) : NULL;
+}
+
 static int setup(void **state, const ref_case *c)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -172,6 +226,7 @@ static int setup(void **state, const ref_case *c)
 
 static int setup_f32(void **state) { return setup(state, &CASES[0]); }
 static int setup_f16(void **state) { return setup(state, &CASES[1]); }
+
 
 static int teardown(void **state)
 {
@@ -401,6 +456,66 @@ static void test_moe_backend_features(void **state)
     free(image);
 }
 
+/* Every reference prompt's logits from a model, one prefill step each; NULL without ../shared. */
+static float *prompt_logits(const model *m, const cJSON *prompts, size_t *n_floats)
+{
+    char err[256];
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 128, .max_batch_tokens = 128, .n_threads = 2};
+    engine *e = engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("engine: %s", err);
+    size_t total = 0;
+    for (int p = 0; p < cJSON_GetArraySize(prompts); p++)
+        total += (size_t)cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, p), "ids"));
+    float *out = malloc(total * (size_t)m->hp.n_vocab * sizeof *out), *at = out;
+    for (int p = 0; p < cJSON_GetArraySize(prompts); p++) {
+        int n;
+        int32_t *ids = int_array(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, p), "ids"), &n);
+        engine_slot_clear(e, 0);
+        engine_seq s = {.slot = 0, .tokens = ids, .n_tokens = n, .logits = at, .logits_all = true};
+        if (engine_step(e, &s, 1, NULL, err, sizeof err) != 0) fail_msg("step: %s", err);
+        at += (size_t)n * m->hp.n_vocab;
+        free(ids);
+    }
+    engine_free(e);
+    *n_floats = total * (size_t)m->hp.n_vocab;
+    return out;
+}
+
+static void test_quantised_experts(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    const cJSON *prompts = cJSON_GetObjectItem(f->ref, "prompts");
+    const ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char err[256];
+        void *img_q = NULL, *img_f = NULL;
+        model *q = requantise_experts(f->m, types[i], false, &img_q, err, sizeof err);
+        if (!q) fail_msg("%s experts: %s", ggml_type_name(types[i]), err);
+        model *back = requantise_experts(f->m, types[i], true, &img_f, err, sizeof err);
+        if (!back) fail_msg("%s experts as F32: %s", ggml_type_name(types[i]), err);
+        assert_int_equal(q->layers[0].ffn_up_exps.type, types[i]);
+        size_t n, n_back;
+        float *got = prompt_logits(q, prompts, &n), *want = prompt_logits(back, prompts, &n_back);
+        assert_int_equal(n, n_back);
+        tally t = {0};
+        const tolerance tol = CASES[0].tol;
+        int same_top = 0;
+        for (size_t r = 0; r < n / (size_t)f->n_vocab; r++) {
+            row_error e = compare_row(got + r * f->n_vocab, want + r * f->n_vocab, f->n_vocab);
+            tally_row(&t, &tol, e);
+            same_top += e.got_argmax == compare_row(want + r * f->n_vocab, want + r * f->n_vocab, f->n_vocab).got_argmax;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "%s experts vs their F32 values", ggml_type_name(types[i]));
+        check_tally(&t, &tol, what);
+        assert_int_equal(same_top, t.rows);
+        free(got), free(want);
+        model_free(q), model_free(back);
+        free(img_q), free(img_f);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest f32[] = {
@@ -409,6 +524,8 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("qwen3moe F32", f32, setup_f32, teardown);
     failed += cmocka_run_group_tests_name("qwen3moe F16", f32, setup_f16, teardown);
+    const struct CMUnitTest quantised[] = {cmocka_unit_test(test_quantised_experts)};
+    failed += cmocka_run_group_tests_name("qwen3moe quantised experts", quantised, setup_f32, teardown);
     const struct CMUnitTest files[] = {
         cmocka_unit_test(test_malformed_moe_refused),
         cmocka_unit_test(test_moe_backend_features),

@@ -33,6 +33,7 @@
 
 #include "base/file.h"
 #include "backend/backend.h"
+#include "cpu/cpu_ops.h"
 #include "model/quant.h"
 #include "synth/gguf_write.h"
 
@@ -426,6 +427,39 @@ static void test_malformed_moe_refused(void **state)
     expect_refused(FAULT_TOO_MANY_USED, "qwen3moe.expert_used_count 5 is more than expert_count 4");
 }
 
+/* The router on its own: the k most probable experts, ties to the lower id, weights
+ * renormalised over the chosen; k = n_expert keeps the whole softmax. */
+static void test_moe_route(void **state)
+{
+    (void)state;
+    int32_t ids[4];
+    float w[4];
+    float logits[4] = {1.0f, 3.0f, 3.0f, 0.0f};
+    cpu_moe_route(logits, 4, 2, ids, w);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 2);
+    assert_float_equal(w[0], 0.5f, 1e-7f);
+    assert_float_equal(w[1], 0.5f, 1e-7f);
+    float flat[4] = {0};
+    cpu_moe_route(flat, 4, 3, ids, w);
+    for (int j = 0; j < 3; j++) {
+        assert_int_equal(ids[j], j);
+        assert_float_equal(w[j], 1.0f / 3.0f, 1e-7f);
+    }
+    float all[4] = {0.0f, (float)log(3.0), (float)log(2.0), (float)log(4.0)}; /* probabilities 1:3:2:4 */
+    cpu_moe_route(all, 4, 4, ids, w);
+    const int order[4] = {3, 1, 2, 0};
+    const float prob[4] = {0.1f, 0.3f, 0.2f, 0.4f};
+    for (int j = 0; j < 4; j++) {
+        assert_int_equal(ids[j], order[j]);
+        assert_float_equal(w[j], prob[order[j]], 1e-6f);
+    }
+    float one[4] = {0.0f, 5.0f, 1.0f, 2.0f};
+    cpu_moe_route(one, 4, 1, ids, w);
+    assert_int_equal(ids[0], 1);
+    assert_float_equal(w[0], 1.0f, 0.0f); /* one expert takes the whole token */
+}
+
 /* The well-formed file loads, runs on the CPU, and a backend without MoE (the GPU's today)
  * refuses it by name rather than running something else. */
 static void test_moe_backend_features(void **state)
@@ -527,6 +561,7 @@ int main(void)
     const struct CMUnitTest quantised[] = {cmocka_unit_test(test_quantised_experts)};
     failed += cmocka_run_group_tests_name("qwen3moe quantised experts", quantised, setup_f32, teardown);
     const struct CMUnitTest files[] = {
+        cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_malformed_moe_refused),
         cmocka_unit_test(test_moe_backend_features),
     };

@@ -52,7 +52,15 @@ typedef struct cpu_engine {
     float *xb;      /* normed input / attention output, max(n_embd, q_dim) */
     float *xb2;     /* projection output before the residual add, n_embd */
     float *q, *k, *v;
-    float *hb, *hb2; /* FFN gate and up, n_ff */
+    float *hb, *hb2; /* FFN gate and up, max(n_ff, n_ff_exp) */
+    /* MoE (empty for dense models): router logits [tok][n_expert], each token's chosen experts
+     * and weights [tok][n_expert_used], and one expert's group of tokens: their batch index,
+     * weight, gathered inputs and outputs. */
+    float *router;
+    int32_t *moe_ids;
+    float *moe_weights;
+    int *group_tok;
+    float *group_weight, *group_x, *group_y;
     float *scores;   /* attention scratch, n_threads x ctx_per_slot */
     float *logits;   /* LM head rows, n_slots x n_vocab */
     int logits_rows;
@@ -101,7 +109,7 @@ static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const m
 /* The recipe features this backend runs; engine creation refuses a model needing others. */
 #define CPU_FEATURES                                                                               \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS |  \
-     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
+     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU | ARCH_F_ROUTER_SOFTMAX_TOPK)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -165,10 +173,58 @@ static void ffn_glu(cpu_engine *e, int il, int n_tok)
     matmul(e, e->xb2, e->hb, n_tok, &ly->w_down, NULL);
 }
 
+/* One expert's SwiGLU over the tokens gathered for it: group_y = down(silu(gate x) * up x)
+ * for the n rows of group_x. */
+static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
+{
+    const model_tensor gate = model_tensor_slice(&ly->ffn_gate_exps, expert),
+                       up = model_tensor_slice(&ly->ffn_up_exps, expert),
+                       down = model_tensor_slice(&ly->ffn_down_exps, expert);
+    matmul(e, e->hb, e->group_x, n, &gate, NULL);
+    matmul(e, e->hb2, e->group_x, n, &up, NULL);
+    cpu_swiglu(e->hb, e->hb2, n * e->base.m->hp.n_ff_exp);
+    matmul(e, e->group_y, e->hb, n, &down, NULL);
+}
+
+/* Mixture of experts: xb2 = sum over the k experts the router picks for each token of
+ * weight * expert_glu(xb).  Tokens are grouped by expert, so each expert's weights are read
+ * once per step for all the tokens routed to it, and an expert nobody picked is not read at
+ * all.  A token's sum runs over its experts in id order, whatever else is in the batch. */
+static void ffn_moe(cpu_engine *e, int il, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const model_layer *ly = &e->base.m->layers[il];
+    const int dim = hp->n_embd, k = hp->n_expert_used;
+    matmul(e, e->router, e->xb, n_tok, &ly->ffn_gate_inp, NULL);
+    for (int t = 0; t < n_tok; t++) /* ARCH_ROUTER_SOFTMAX_TOPK, the one router run here */
+        cpu_moe_route(e->router + (size_t)t * hp->n_expert, hp->n_expert, k, e->moe_ids + (size_t)t * k,
+                      e->moe_weights + (size_t)t * k);
+    memset(e->xb2, 0, (size_t)n_tok * dim * sizeof(float));
+    for (int x = 0; x < hp->n_expert; x++) {
+        int n = 0;
+        for (int t = 0; t < n_tok; t++) {
+            for (int j = 0; j < k; j++) {
+                if (e->moe_ids[(size_t)t * k + j] != x) continue;
+                e->group_tok[n] = t;
+                e->group_weight[n] = e->moe_weights[(size_t)t * k + j];
+                memcpy(e->group_x + (size_t)n * dim, e->xb + (size_t)t * dim, (size_t)dim * sizeof(float));
+                n++;
+            }
+        }
+        if (n == 0) continue;
+        expert_glu(e, ly, x, n);
+        for (int i = 0; i < n; i++) {
+            float *out = e->xb2 + (size_t)e->group_tok[i] * dim;
+            const float *y = e->group_y + (size_t)i * dim;
+            for (int d = 0; d < dim; d++) out[d] += e->group_weight[i] * y[d];
+        }
+    }
+}
+
 /* A block reads xb (n_tok rows of n_embd) and leaves its output in xb2. */
 typedef void (*cpu_block)(cpu_engine *e, int il, int n_tok);
 static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_full};
-static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu};
+static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe};
 
 /* x += post(block(pre(x))): pre/post are the norms the placement asks for (NULL: none). */
 static void residual(cpu_engine *e, cpu_block block, const model_tensor *pre, const model_tensor *post, int il,
@@ -312,7 +368,8 @@ static void cpu_destroy(engine *base)
     cpu_pool_free(e->pool);
     void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
                     e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
-                    e->hb, e->hb2, e->scores, e->logits, e->sample_scratch};
+                    e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
+                    e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
 }
@@ -448,6 +505,8 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     }
     const size_t kv = mul(n_blocks, kv_block_floats(e));
     const size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
+    const size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    const size_t moe_tok = hp->n_expert ? B : 0; /* the MoE buffers: none for a dense model */
     const buffer_request req[] = {
         {(void **)&e->key_cache, "K cache", kv, sizeof(float)},
         {(void **)&e->value_cache, "V cache", kv, sizeof(float)},
@@ -465,8 +524,15 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->q, "queries", mul(B, (size_t)e->q_dim), sizeof(float)},
         {(void **)&e->k, "keys", mul(B, (size_t)e->kv_dim), sizeof(float)},
         {(void **)&e->v, "values", mul(B, (size_t)e->kv_dim), sizeof(float)},
-        {(void **)&e->hb, "FFN activations", mul(B, (size_t)hp->n_ff), sizeof(float)},
-        {(void **)&e->hb2, "FFN activations", mul(B, (size_t)hp->n_ff), sizeof(float)},
+        {(void **)&e->hb, "FFN activations", mul(B, ff), sizeof(float)},
+        {(void **)&e->hb2, "FFN activations", mul(B, ff), sizeof(float)},
+        {(void **)&e->router, "router logits", mul(moe_tok, (size_t)hp->n_expert), sizeof(float)},
+        {(void **)&e->moe_ids, "expert choices", mul(moe_tok, (size_t)hp->n_expert_used), sizeof(int32_t)},
+        {(void **)&e->moe_weights, "expert weights", mul(moe_tok, (size_t)hp->n_expert_used), sizeof(float)},
+        {(void **)&e->group_tok, "expert groups", moe_tok, sizeof(int)},
+        {(void **)&e->group_weight, "expert groups", moe_tok, sizeof(float)},
+        {(void **)&e->group_x, "expert inputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
+        {(void **)&e->group_y, "expert outputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},
         {(void **)&e->logits, "logits", mul((size_t)e->logits_rows, (size_t)hp->n_vocab), sizeof(float)},
         {&e->sample_scratch, "sampler scratch", sampling_scratch_bytes(hp->n_vocab), 1},

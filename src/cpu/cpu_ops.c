@@ -28,6 +28,24 @@ void cpu_softmax(float *x, int n)
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
+void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weights)
+{
+    cpu_softmax(logits, n_expert);
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) { /* k is small (2..8): k passes beat a sort */
+        int best = -1;
+        for (int x = 0; x < n_expert; x++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= ids[i] == x;
+            if (!taken && (best < 0 || logits[x] > logits[best])) best = x;
+        }
+        ids[j] = best;
+        weights[j] = logits[best];
+        sum += logits[best];
+    }
+    for (int j = 0; j < k; j++) weights[j] /= sum;
+}
+
 void cpu_swiglu(float *x, const float *y, int n)
 {
     for (int i = 0; i < n; i++) x[i] = x[i] * (1.0f / (1.0f + expf(-x[i]))) * y[i];

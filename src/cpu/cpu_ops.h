@@ -18,6 +18,11 @@ void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float e
 /* In-place softmax over n floats. */
 void cpu_softmax(float *x, int n);
 
+/* ARCH_ROUTER_SOFTMAX_TOPK for one token: softmax over the n_expert router logits (in place),
+ * the k most probable experts (ties: the lower id) in ids[0..k), their probabilities
+ * renormalised to sum to 1 in weights[0..k). */
+void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weights);
+
 /* x = silu(x) * y elementwise (SwiGLU's gate). */
 void cpu_swiglu(float *x, const float *y, int n);
 

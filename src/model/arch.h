@@ -37,8 +37,14 @@ enum {
 
 typedef enum arch_ffn {
     ARCH_FFN_GLU = 0, /* down(act(gate x) * up x) */
-    ARCH_FFN_MOE = 1, /* routed experts of GLUs: not run yet */
+    ARCH_FFN_MOE = 1, /* routed experts of GLUs: a router picks k of n_expert per token */
 } arch_ffn;
+
+/* How a MoE block chooses its experts and weighs them (ignored by a GLU block). */
+typedef enum arch_router {
+    ARCH_ROUTER_SOFTMAX_TOPK = 0, /* softmax over all experts, top-k, renormalised (Qwen3-MoE) */
+    /* room: top-k then softmax over the chosen (gpt-oss), sigmoid + bias (DeepSeek-V3, GLM) */
+} arch_router;
 
 typedef enum arch_act {
     ARCH_ACT_SILU = 0,      /* SwiGLU */
@@ -52,6 +58,7 @@ typedef struct arch_layer {
     unsigned attn_extras; /* ARCH_ATTN_* bits */
     arch_ffn ffn;
     arch_act act;
+    arch_router router; /* MoE only */
 } arch_layer;
 
 /* A recipe as a set of features: what a tensor's presence hangs on and what a backend
@@ -70,7 +77,8 @@ enum {
     ARCH_F_FFN_MOE = 1u << 9,
     ARCH_F_ACT_SILU = 1u << 10,
     ARCH_F_ACT_GELU_TANH = 1u << 11,
-    ARCH_F_COUNT_ = 12,
+    ARCH_F_ROUTER_SOFTMAX_TOPK = 1u << 12, /* MoE layers only */
+    ARCH_F_COUNT_ = 13,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -86,14 +94,18 @@ typedef enum arch_dim {
     ARCH_DIM_HALF_HEAD, /* head_dim / 2 */
     ARCH_DIM_FF,       /* n_ff */
     ARCH_DIM_VOCAB,    /* n_vocab (the rows of token_embd) */
+    ARCH_DIM_FF_EXP,   /* n_ff_exp: one expert's hidden width */
+    ARCH_DIM_EXPERT,   /* n_expert: the slices of a 3-D expert tensor, the router's outputs */
 } arch_dim;
 
 /* A tensor: name ("blk.N." is prepended for a layer tensor), shape, where it is bound (a byte
  * offset into model_layer or model) and when it is there: a layer whose recipe has any of the
- * `when` features needs it (0: every layer); an optional one may be absent. */
+ * `when` features needs it (0: every layer); an optional one may be absent.  ne2 is the third
+ * dimension of a 3-D tensor (the experts of ffn_*_exps: one [ne0, ne1] matrix per slice);
+ * ARCH_DIM_NONE for a matrix or a vector. */
 typedef struct arch_tensor {
     const char *name;
-    arch_dim ne0, ne1;
+    arch_dim ne0, ne1, ne2;
     size_t offset; /* of the model_tensor in model_layer (per layer) or model (global) */
     arch_features when;
     bool optional;
@@ -126,6 +138,7 @@ typedef struct arch_desc {
     const char *name; /* general.architecture */
     /* Lists end with an entry whose name (suffix) is NULL. */
     const arch_key *keys;
+    const arch_key *more_keys; /* read after keys; NULL: none (arch_moe_keys: the expert counts) */
     const arch_tensor *globals; /* token_embd.weight first: its rows set n_vocab */
     const arch_tensor *layer_tensors;
     arch_rope rope;
@@ -134,13 +147,14 @@ typedef struct arch_desc {
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
-extern const arch_desc arch_llama, arch_qwen2, arch_qwen3;
+extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
 extern const arch_key arch_dense_keys[];
 extern const arch_tensor arch_dense_globals[];
-extern const arch_tensor arch_dense_layer_tensors[];
+extern const arch_tensor arch_dense_layer_tensors[]; /* with the MoE block's, bound for MoE recipes */
+extern const arch_key arch_moe_keys[];               /* expert_count, expert_used_count, expert width */
 #define ARCH_DENSE_LISTS                                                                          \
     .keys = arch_dense_keys, .globals = arch_dense_globals, .layer_tensors = arch_dense_layer_tensors
 
@@ -150,6 +164,7 @@ typedef enum model_arch {
     MODEL_ARCH_LLAMA = 0, /* Llama 2/3.x, TinyLlama, SmolLM, Mistral */
     MODEL_ARCH_QWEN2 = 1, /* Q/K/V bias, NeoX RoPE */
     MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
+    MODEL_ARCH_QWEN3MOE = 3, /* qwen3's attention, MoE feed-forward */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

@@ -107,10 +107,10 @@ static bool read_rope_scaling(loader *L)
     return read_float(L, "rope.scaling.factor", true, &L->m->hp.rope_scale);
 }
 
-/* The family's keys, in its order; each lands in its model_hparams field. */
-static bool read_keys(loader *L)
+/* A list of the family's keys, in its order; each lands in its model_hparams field. */
+static bool read_keys(loader *L, const arch_key *list)
 {
-    for (const arch_key *k = L->m->desc->keys; k->suffix; k++) {
+    for (const arch_key *k = list; k && k->suffix; k++) {
         char *field = (char *)&L->m->hp + k->offset;
         if (k->kind == ARCH_KEY_INT) {
             if (k->dflt != 0) *(int *)field = (int)k->dflt;
@@ -129,7 +129,8 @@ static bool read_hparams(loader *L)
     if (!read_arch(L)) return false;
     hp->rope_scale = 1.0f;
     hp->rope_neox = L->m->desc->rope == ARCH_ROPE_NEOX;
-    if (!read_keys(L) || !read_rope_scaling(L)) return false;
+    if (!read_keys(L, L->m->desc->keys) || !read_keys(L, L->m->desc->more_keys) || !read_rope_scaling(L))
+        return false;
     const char *arch = L->m->desc->name;
     /* A family's key list must give these (a test's descriptor could forget one). */
     if (hp->n_ctx_train < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_ff < 1 || hp->n_head < 1 || !(hp->rms_eps > 0))
@@ -145,15 +146,16 @@ static bool read_hparams(loader *L)
                     "must be even and >= 2", hp->head_dim, arch);
     if ((int64_t)hp->n_head * hp->head_dim > HPARAM_MAX)
         return fail(L, "%s: head_count %d x head dimension %d is too large", arch, hp->n_head, hp->head_dim);
+    if (hp->n_expert_used > hp->n_expert)
+        return fail(L, "%s.expert_used_count %d is more than expert_count %d", arch, hp->n_expert_used, hp->n_expert);
     return true;
 }
 
-/* Find `name`, check it is [ne0] (ne1 == 0) or [ne0, ne1] (ne0 < 0: any row length, for the
- * embedding whose width sets n_vocab) and of a usable type, and fill *t.  An absent optional
- * tensor leaves *t zeroed. */
+/* Find `name`, check it is [ne0] (ne1 == 0), [ne0, ne1] (ne2 == 0) or [ne0, ne1, ne2] and of a
+ * usable type, and fill *t.  An absent optional tensor leaves *t zeroed. */
 typedef struct tensor_spec {
     const char *name;
-    int64_t ne0, ne1;
+    int64_t ne0, ne1, ne2;
     bool required;
     bool f32_only; /* norms, biases and rope factors are read as plain floats */
 } tensor_spec;
@@ -163,9 +165,9 @@ static bool bind(loader *L, model_tensor *t, tensor_spec spec)
     memset(t, 0, sizeof *t);
     const gguf_tensor *g = gguf_find_tensor(L->f, spec.name);
     if (!g) return spec.required ? fail(L, "missing tensor '%s'", spec.name) : true;
-    int64_t want1 = spec.ne1 == 0 ? 1 : spec.ne1;
-    bool dims_ok = (spec.ne1 == 0 ? g->n_dims == 1 : g->n_dims == 2) && g->ne[2] == 1 && g->ne[3] == 1;
-    if (!dims_ok || g->ne[0] != spec.ne0 || g->ne[1] != want1) {
+    int64_t want1 = spec.ne1 == 0 ? 1 : spec.ne1, want2 = spec.ne2 == 0 ? 1 : spec.ne2;
+    uint32_t want_dims = spec.ne1 == 0 ? 1 : spec.ne2 == 0 ? 2 : 3;
+    if (g->n_dims != want_dims || g->ne[0] != spec.ne0 || g->ne[1] != want1 || g->ne[2] != want2 || g->ne[3] != 1) {
         char found[96];
         int n = snprintf(found, sizeof found, "[%lld", (long long)g->ne[0]);
         for (uint32_t d = 1; d < g->n_dims && d < GGUF_MAX_DIMS && n < (int)sizeof found; d++)
@@ -173,8 +175,11 @@ static bool bind(loader *L, model_tensor *t, tensor_spec spec)
         if (n < (int)sizeof found) snprintf(found + n, sizeof found - (size_t)n, "]");
         if (spec.ne1 == 0)
             return fail(L, "tensor '%s': expected shape [%lld], found %s", spec.name, (long long)spec.ne0, found);
-        return fail(L, "tensor '%s': expected shape [%lld, %lld], found %s", spec.name,
-                    (long long)spec.ne0, (long long)spec.ne1, found);
+        if (spec.ne2 == 0)
+            return fail(L, "tensor '%s': expected shape [%lld, %lld], found %s", spec.name,
+                        (long long)spec.ne0, (long long)spec.ne1, found);
+        return fail(L, "tensor '%s': expected shape [%lld, %lld, %lld] (the last: experts), found %s", spec.name,
+                    (long long)spec.ne0, (long long)spec.ne1, (long long)spec.ne2, found);
     }
     if (spec.f32_only && g->type != GGML_TYPE_F32)
         return fail(L, "tensor '%s': type %s, expected F32", spec.name, ggml_type_name(g->type));
@@ -182,10 +187,10 @@ static bool bind(loader *L, model_tensor *t, tensor_spec spec)
         return fail(L, "tensor '%s': type %s is not supported (F32 F16 BF16 Q4_0 Q8_0 Q4_K Q5_K Q6_K)",
                     spec.name, ggml_type_name(g->type));
     size_t row_bytes = ggml_row_bytes(g->type, g->ne[0]);
-    if (row_bytes == 0 || row_bytes * (size_t)g->ne[1] != g->nbytes)
+    if (row_bytes == 0 || row_bytes * (size_t)g->ne[1] * (size_t)g->ne[2] != g->nbytes)
         return fail(L, "tensor '%s': row length %lld is not a whole number of %s blocks", spec.name,
                     (long long)g->ne[0], ggml_type_name(g->type));
-    *t = (model_tensor){.data = g->data, .type = g->type, .ne0 = g->ne[0], .ne1 = want1,
+    *t = (model_tensor){.data = g->data, .type = g->type, .ne0 = g->ne[0], .ne1 = want1, .ne2 = want2,
                         .row_bytes = row_bytes, .name = g->name};
     L->m->weight_bytes += g->nbytes;
     return true;
@@ -226,6 +231,8 @@ static int64_t dim_value(const model_hparams *hp, arch_dim d)
     case ARCH_DIM_HALF_HEAD: return hp->head_dim / 2;
     case ARCH_DIM_FF: return hp->n_ff;
     case ARCH_DIM_VOCAB: return hp->n_vocab;
+    case ARCH_DIM_FF_EXP: return hp->n_ff_exp;
+    case ARCH_DIM_EXPERT: return hp->n_expert;
     }
     return -1;
 }
@@ -240,7 +247,9 @@ static bool bind_list(loader *L, const arch_tensor *list, arch_features features
         char name[128];
         if (il >= 0) snprintf(name, sizeof name, "blk.%d.%s", il, t->name);
         else snprintf(name, sizeof name, "%s", t->name);
-        tensor_spec spec = {name, dim_value(&L->m->hp, t->ne0), dim_value(&L->m->hp, t->ne1), !t->optional, t->f32_only};
+        const model_hparams *hp = &L->m->hp;
+        tensor_spec spec = {name, dim_value(hp, t->ne0), dim_value(hp, t->ne1), dim_value(hp, t->ne2), !t->optional,
+                            t->f32_only};
         if (!bind(L, (model_tensor *)((char *)base + t->offset), spec)) return false;
     }
     return true;

@@ -16,15 +16,27 @@
 
 const char *model_arch_name(model_arch a);
 
-/* A 1-D or 2-D weight.  For a matrix, ne0 = input features (row length, contiguous) and
- * ne1 = output features (number of rows).  Absent optional tensors have data == NULL. */
+/* A 1-D, 2-D or 3-D weight.  For a matrix, ne0 = input features (row length, contiguous) and
+ * ne1 = output features (number of rows); a 3-D tensor is ne2 such matrices one after the
+ * other (the experts of a MoE layer: model_tensor_slice picks one).  Absent optional tensors
+ * have data == NULL. */
 typedef struct model_tensor {
     const void *data;
     ggml_type type;
     int64_t ne0, ne1;
+    int64_t ne2; /* slices: 1 for a matrix or a vector */
     size_t row_bytes; /* ggml_row_bytes(type, ne0) */
     const char *name;
 } model_tensor;
+
+/* Slice i (< t->ne2) of a 3-D tensor as a matrix of its own. */
+static inline model_tensor model_tensor_slice(const model_tensor *t, int64_t i)
+{
+    model_tensor s = *t;
+    s.data = (const char *)t->data + (size_t)i * (size_t)t->ne1 * t->row_bytes;
+    s.ne2 = 1;
+    return s;
+}
 
 /* A layer: its recipe and the tensors the recipe binds (the others stay zeroed). */
 typedef struct model_layer {
@@ -38,6 +50,9 @@ typedef struct model_layer {
     model_tensor w_gate, w_up;   /* [n_embd -> n_ff] */
     model_tensor w_down;         /* [n_ff -> n_embd] */
     model_tensor ffn_post_norm;  /* post-norm: [n_embd] */
+    model_tensor ffn_gate_inp;   /* MoE router: [n_embd -> n_expert] */
+    model_tensor ffn_gate_exps, ffn_up_exps; /* MoE: n_expert x [n_embd -> n_ff_exp] */
+    model_tensor ffn_down_exps;  /* MoE: n_expert x [n_ff_exp -> n_embd] */
 } model_layer;
 
 typedef struct model_hparams {
@@ -50,6 +65,9 @@ typedef struct model_hparams {
     int n_head_kv;
     int head_dim; /* usually n_embd / n_head; qwen3 states it via attention.key_length */
     int n_ff;
+    int n_expert;      /* MoE (0 otherwise): experts per layer, */
+    int n_expert_used; /* how many run per token (top-k), */
+    int n_ff_exp;      /* and one expert's hidden width */
     float rms_eps;
     float rope_base;      /* rope.freq_base, default 10000 */
     float rope_scale;     /* linear scaling factor (1 = none) from rope.scaling.factor when type=linear */

@@ -45,8 +45,18 @@ model="$tmp/tiny-llama.gguf"
 # file, then why the model is refused.
 LC_ALL=C sed 's/llama/llamx/g' "$model" >"$tmp/unknown-family.gguf"
 expect_rc 0 "$bin" info "$tmp/unknown-family.gguf" &&
-    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3\)" \
+    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3, qwen3moe\)" \
         "$tmp/out" "info of an unknown family"
+# A mixture of experts (../shared/reference, when present): the MoE recipe and its experts.
+moe="${INFERD_SHARED_DIR:-$(dirname "$0")/../../../shared}/reference/qwen3moe.gguf"
+if [ -f "$moe" ]; then
+    expect_rc 0 "$bin" info "$moe" &&
+        expect_grep "^  layers 0-2: pre-norm, full attention \+ qk norm, MoE silu \(softmax top-k router, renormalised\)$" \
+            "$tmp/out" "info qwen3moe layer recipe" &&
+        expect_grep "^  experts: 8 per MoE layer, 2 per token, hidden width 32$" "$tmp/out" "info qwen3moe experts"
+else
+    echo "SKIP: $moe not present (the MoE info check)"
+fi
 
 # --- generate --------------------------------------------------------------------------------
 if expect_rc 0 "$bin" generate -m "$model" -p "The scheduler packs prompts" -n 12 --temp 0 --threads 1; then

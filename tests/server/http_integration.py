@@ -1288,6 +1288,37 @@ def case_stories():
         print(f"stories260K: {text!r}")
 
 
+def case_moe():
+    """A mixture-of-experts model served on the CPU (issue 25): the qwen3moe reference model of
+    ../shared/reference answers /v1/completions for each reference prompt (token ids, no BOS)
+    with exactly transformers' 16 greedy tokens, streamed or not, and /v1/chat/completions
+    answers too (the template is chatml: the file has none)."""
+    model = os.path.join(SHARED, "reference", "qwen3moe.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: {model} not present")
+        return SKIP
+    with open(os.path.join(SHARED, "reference", "qwen3moe.json")) as f:
+        ref = json.load(f)
+    with Server(model, "--device", "cpu") as s:
+        for i, p in enumerate(ref["prompts"]):
+            st, want = post(s.port, "/detokenize", {"tokens": p["greedy"]})
+            check(st == 200, f"/detokenize: {st} {want}")
+            req = {"prompt": p["ids"], "max_tokens": len(p["greedy"]), "temperature": 0}
+            st, b = post(s.port, "/v1/completions", req)
+            check(st == 200, f"prompt {i}: {st} {b}")
+            check(b["usage"]["prompt_tokens"] == len(p["ids"]), f"prompt {i}: {b['usage']}")
+            text = b["choices"][0]["text"]
+            check(text == want["content"], f"prompt {i}: {text!r}, transformers' greedy {want['content']!r}")
+            raw = curl("-N", f"http://127.0.0.1:{s.port}/v1/completions", "-H", "Content-Type: application/json",
+                       "-d", json.dumps({**req, "stream": True}))
+            streamed = "".join(e["choices"][0]["text"] for e in sse_events(raw)[:-1])
+            check(streamed == text, f"prompt {i}: streamed {streamed!r}, whole {text!r}")
+        st, b = post(s.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                     "max_tokens": 8, "temperature": 0})
+        check(st == 200 and b["usage"]["completion_tokens"] >= 1, f"chat: {st} {b}")
+        print(f"qwen3moe: {len(ref['prompts'])} greedy continuations identical to transformers'")
+
+
 def case_vocab():
     """The real vocabularies of ../shared/vocab over tiny random weights (mkmodel --vocab, the
     way a converter pairs a publisher's tokenizer with weights): POST /tokenize gives Hugging

@@ -22,32 +22,45 @@ const arch_key arch_dense_keys[] = {
     {0},
 };
 
+/* A MoE family's: how many experts, how many run per token, and one expert's hidden width. */
+const arch_key arch_moe_keys[] = {
+    {"expert_count", ARCH_KEY_INT, HP(n_expert), true, 0},
+    {"expert_used_count", ARCH_KEY_INT, HP(n_expert_used), true, 0},
+    {"expert_feed_forward_length", ARCH_KEY_INT, HP(n_ff_exp), true, 0},
+    {0},
+};
+
 #define G(field) offsetof(model, field)
 const arch_tensor arch_dense_globals[] = {
-    {"token_embd.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, G(tok_embd), 0, false, false},
-    {"output_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, G(output_norm), 0, false, true},
-    {"output.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, G(output), 0, true, false}, /* absent: tied */
-    {"rope_freqs.weight", ARCH_DIM_HALF_HEAD, ARCH_DIM_NONE, G(rope_freqs), 0, true, true},
+    {"token_embd.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, ARCH_DIM_NONE, G(tok_embd), 0, false, false},
+    {"output_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, G(output_norm), 0, false, true},
+    {"output.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, ARCH_DIM_NONE, G(output), 0, true, false}, /* absent: tied */
+    {"rope_freqs.weight", ARCH_DIM_HALF_HEAD, ARCH_DIM_NONE, ARCH_DIM_NONE, G(rope_freqs), 0, true, true},
     {0},
 };
 
 #define L(field) offsetof(model_layer, field)
 const arch_tensor arch_dense_layer_tensors[] = {
-    {"attn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_norm), ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH, false, true},
-    {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, L(wq), 0, false, false},
-    {"attn_k.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, L(wk), 0, false, false},
-    {"attn_v.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, L(wv), 0, false, false},
-    {"attn_output.weight", ARCH_DIM_Q, ARCH_DIM_EMBD, L(wo), 0, false, false},
-    {"attn_q.bias", ARCH_DIM_Q, ARCH_DIM_NONE, L(bq), ARCH_F_QKV_BIAS, false, true},
-    {"attn_k.bias", ARCH_DIM_KV, ARCH_DIM_NONE, L(bk), ARCH_F_QKV_BIAS, false, true},
-    {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, L(bv), ARCH_F_QKV_BIAS, false, true},
-    {"attn_q_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, L(q_norm), ARCH_F_QK_NORM, false, true},
-    {"attn_k_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, L(k_norm), ARCH_F_QK_NORM, false, true},
-    {"post_attention_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(attn_post_norm), ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH, false, true},
-    {"ffn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_norm), ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH, false, true},
-    {"ffn_gate.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, L(w_gate), ARCH_F_FFN_GLU, false, false},
-    {"ffn_up.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, L(w_up), ARCH_F_FFN_GLU, false, false},
-    {"ffn_down.weight", ARCH_DIM_FF, ARCH_DIM_EMBD, L(w_down), ARCH_F_FFN_GLU, false, false},
-    {"post_ffw_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, L(ffn_post_norm), ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH, false, true},
+    {"attn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_norm), ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH, false, true},
+    {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, ARCH_DIM_NONE, L(wq), 0, false, false},
+    {"attn_k.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, L(wk), 0, false, false},
+    {"attn_v.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, L(wv), 0, false, false},
+    {"attn_output.weight", ARCH_DIM_Q, ARCH_DIM_EMBD, ARCH_DIM_NONE, L(wo), 0, false, false},
+    {"attn_q.bias", ARCH_DIM_Q, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bq), ARCH_F_QKV_BIAS, false, true},
+    {"attn_k.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bk), ARCH_F_QKV_BIAS, false, true},
+    {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bv), ARCH_F_QKV_BIAS, false, true},
+    {"attn_q_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(q_norm), ARCH_F_QK_NORM, false, true},
+    {"attn_k_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(k_norm), ARCH_F_QK_NORM, false, true},
+    {"post_attention_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_post_norm), ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH, false, true},
+    {"ffn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(ffn_norm), ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH, false, true},
+    {"ffn_gate.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, ARCH_DIM_NONE, L(w_gate), ARCH_F_FFN_GLU, false, false},
+    {"ffn_up.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, ARCH_DIM_NONE, L(w_up), ARCH_F_FFN_GLU, false, false},
+    {"ffn_down.weight", ARCH_DIM_FF, ARCH_DIM_EMBD, ARCH_DIM_NONE, L(w_down), ARCH_F_FFN_GLU, false, false},
+    /* MoE: the router [n_embd -> n_expert] and the experts' GLUs, one matrix per slice */
+    {"ffn_gate_inp.weight", ARCH_DIM_EMBD, ARCH_DIM_EXPERT, ARCH_DIM_NONE, L(ffn_gate_inp), ARCH_F_FFN_MOE, false, false},
+    {"ffn_gate_exps.weight", ARCH_DIM_EMBD, ARCH_DIM_FF_EXP, ARCH_DIM_EXPERT, L(ffn_gate_exps), ARCH_F_FFN_MOE, false, false},
+    {"ffn_up_exps.weight", ARCH_DIM_EMBD, ARCH_DIM_FF_EXP, ARCH_DIM_EXPERT, L(ffn_up_exps), ARCH_F_FFN_MOE, false, false},
+    {"ffn_down_exps.weight", ARCH_DIM_FF_EXP, ARCH_DIM_EMBD, ARCH_DIM_EXPERT, L(ffn_down_exps), ARCH_F_FFN_MOE, false, false},
+    {"post_ffw_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(ffn_post_norm), ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH, false, true},
     {0},
 };

@@ -62,7 +62,14 @@ bool ggml_type_supported(ggml_type type)
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16:
     case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1:
     case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K:
+    case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_IQ4_XS:
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
     case GGML_TYPE_Q6_K:

@@ -32,6 +32,51 @@ typedef struct {
 } block_q8_0;
 
 typedef struct {
+    uint8_t d[2];           /* f16 scale */
+    uint8_t m[2];           /* f16 minimum, added: w = d*q + m */
+    uint8_t qs[QK4_0 / 2];  /* nibbles as in Q4_0 */
+} block_q4_1;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qh[4];          /* 5th bit of weight j: bit j of this little-endian word */
+    uint8_t qs[QK4_0 / 2];  /* low 4 bits, nibbles as in Q4_0; w = d*(q-16) */
+} block_q5_0;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t m[2];
+    uint8_t qh[4];
+    uint8_t qs[QK4_0 / 2];  /* w = d*q + m */
+} block_q5_1;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[QK4_0 / 2];  /* nibbles as in Q4_0, indexes into iq4nl_values; w = d*value */
+} block_iq4_nl;
+
+typedef struct {
+    uint8_t scales[QK_K / 16];  /* per 16 weights: low nibble scale, high nibble min */
+    uint8_t qs[QK_K / 4];       /* 2-bit weights */
+    uint8_t d[2];
+    uint8_t dmin[2];
+} block_q2_K;
+
+typedef struct {
+    uint8_t hmask[QK_K / 8];    /* bit i of hmask[l]: weight 32i+l is NOT offset by -4 */
+    uint8_t qs[QK_K / 4];       /* low 2 bits */
+    uint8_t scales[K_SCALE_SIZE]; /* 16 signed 6-bit scales, biased by 32 (see scale_q3_K) */
+    uint8_t d[2];
+} block_q3_K;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t scales_h[2];        /* top 2 bits of the 8 sub-block scales, 2 bits each */
+    uint8_t scales_l[QK_K / 64]; /* low 4 bits, two per byte */
+    uint8_t qs[QK_K / 2];       /* per 32 weights: nibbles as in IQ4_NL */
+} block_iq4_xs;
+
+typedef struct {
     uint8_t d[2];                   /* f16 scale of the 6-bit sub-block scales */
     uint8_t dmin[2];                /* f16 scale of the 6-bit sub-block mins */
     uint8_t scales[K_SCALE_SIZE];   /* 8 scales + 8 mins, 6 bits each (see scale_min_k4) */
@@ -58,6 +103,18 @@ _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
+_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
+_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
+_Static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
+
+/* The 16 levels of IQ4_NL and IQ4_XS: a non-uniform grid, denser near zero where most
+ * weights lie (ggml's kvalues_iq4nl). */
+static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
 
 /* ---------------------------------------------------------------- half precision */
 
@@ -251,6 +308,117 @@ static void decode_q6_K(const uint8_t *restrict blk, float *restrict y)
     }
 }
 
+/* Q4_1 / Q5_1 / Q5_0: the nibble layout of Q4_0; Q5's 5th bit of weight j is bit j of qh. */
+static uint32_t load_u32(const uint8_t p[4])
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static void decode_q4_1(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q4_1 *b = (const block_q4_1 *)blk;
+    const float d = load_f16(b->d), m = load_f16(b->m);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        y[j] = d * (float)(b->qs[j] & 0x0f) + m;
+        y[j + QK4_0 / 2] = d * (float)(b->qs[j] >> 4) + m;
+    }
+}
+
+/* The 32 five-bit q of a Q5_0/Q5_1 block. */
+static void q5_levels(const uint8_t qh4[4], const uint8_t *qs, int q[QK4_0])
+{
+    const uint32_t qh = load_u32(qh4);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        q[j] = (qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
+        q[j + QK4_0 / 2] = (qs[j] >> 4) | (int)(((qh >> (j + QK4_0 / 2)) & 1) << 4);
+    }
+}
+
+static void decode_q5_0(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q5_0 *b = (const block_q5_0 *)blk;
+    const float d = load_f16(b->d);
+    int q[QK4_0];
+    q5_levels(b->qh, b->qs, q);
+    for (int j = 0; j < QK4_0; j++) y[j] = d * (float)(q[j] - 16);
+}
+
+static void decode_q5_1(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q5_1 *b = (const block_q5_1 *)blk;
+    const float d = load_f16(b->d), m = load_f16(b->m);
+    int q[QK4_0];
+    q5_levels(b->qh, b->qs, q);
+    for (int j = 0; j < QK4_0; j++) y[j] = d * (float)q[j] + m;
+}
+
+static void decode_iq4_nl(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq4_nl *b = (const block_iq4_nl *)blk;
+    const float d = load_f16(b->d);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        y[j] = d * (float)iq4nl_values[b->qs[j] & 0x0f];
+        y[j + QK4_0 / 2] = d * (float)iq4nl_values[b->qs[j] >> 4];
+    }
+}
+
+/* Q2_K and Q3_K share the 2-bit layout: weight 128c + 32s + l is bits 2s..2s+1 of
+ * qs[32c + l]; each 16 consecutive weights have their own scale. */
+static int k_low2(const uint8_t *qs, int i)
+{
+    int c = i / 128, s = (i % 128) / 32, l = i % 32;
+    return (qs[32 * c + l] >> (2 * s)) & 3;
+}
+
+static void decode_q2_K(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q2_K *b = (const block_q2_K *)blk;
+    const float d = load_f16(b->d), dmin = load_f16(b->dmin);
+    for (int k = 0; k < QK_K / 16; k++) {
+        const float dl = d * (float)(b->scales[k] & 0x0f), ml = dmin * (float)(b->scales[k] >> 4);
+        for (int i = 16 * k; i < 16 * k + 16; i++) y[i] = dl * (float)k_low2(b->qs, i) - ml;
+    }
+}
+
+/* Scale k (0..15) of Q3_K: low 4 bits from nibble k/8 of byte k%8, top 2 bits from bits
+ * 2(k/4)..2(k/4)+1 of byte 8 + k%4; stored with a bias of 32. */
+static int scale_q3_K(const uint8_t *sc, int k)
+{
+    int lo = (sc[k % 8] >> (4 * (k / 8))) & 0x0f;
+    int hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+static void decode_q3_K(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q3_K *b = (const block_q3_K *)blk;
+    const float d = load_f16(b->d);
+    for (int k = 0; k < QK_K / 16; k++) {
+        const float dl = d * (float)scale_q3_K(b->scales, k);
+        for (int i = 16 * k; i < 16 * k + 16; i++) {
+            int high = (b->hmask[i % 32] >> (i / 32)) & 1;
+            y[i] = dl * (float)(k_low2(b->qs, i) - (high ? 0 : 4));
+        }
+    }
+}
+
+static void decode_iq4_xs(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq4_xs *b = (const block_iq4_xs *)blk;
+    const float d = load_f16(b->d);
+    const int scales_h = b->scales_h[0] | (b->scales_h[1] << 8);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        int ls = ((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
+        const float dl = d * (float)(ls - 32);
+        const uint8_t *qs = b->qs + 16 * ib;
+        float *out = y + 32 * ib;
+        for (int j = 0; j < 16; j++) {
+            out[j] = dl * (float)iq4nl_values[qs[j] & 0x0f];
+            out[j + 16] = dl * (float)iq4nl_values[qs[j] >> 4];
+        }
+    }
+}
+
 /* Float "blocks": the dot product handles float rows in chunks of FLOAT_CHUNK. */
 #define FLOAT_CHUNK 256
 
@@ -358,6 +526,20 @@ float quant_dot_row(ggml_type type, const void *row, const float *x, int64_t n)
         return dot_blocks(decode_q5_K, QK_K, sizeof(block_q5_K), r, x, n / QK_K);
     case GGML_TYPE_Q6_K:
         return dot_blocks(decode_q6_K, QK_K, sizeof(block_q6_K), r, x, n / QK_K);
+    case GGML_TYPE_Q4_1:
+        return dot_blocks(decode_q4_1, QK4_0, sizeof(block_q4_1), r, x, n / QK4_0);
+    case GGML_TYPE_Q5_0:
+        return dot_blocks(decode_q5_0, QK4_0, sizeof(block_q5_0), r, x, n / QK4_0);
+    case GGML_TYPE_Q5_1:
+        return dot_blocks(decode_q5_1, QK4_0, sizeof(block_q5_1), r, x, n / QK4_0);
+    case GGML_TYPE_IQ4_NL:
+        return dot_blocks(decode_iq4_nl, QK4_0, sizeof(block_iq4_nl), r, x, n / QK4_0);
+    case GGML_TYPE_Q2_K:
+        return dot_blocks(decode_q2_K, QK_K, sizeof(block_q2_K), r, x, n / QK_K);
+    case GGML_TYPE_Q3_K:
+        return dot_blocks(decode_q3_K, QK_K, sizeof(block_q3_K), r, x, n / QK_K);
+    case GGML_TYPE_IQ4_XS:
+        return dot_blocks(decode_iq4_xs, QK_K, sizeof(block_iq4_xs), r, x, n / QK_K);
     default: return NAN;
     }
 }
@@ -372,6 +554,13 @@ static block_decoder decoder_of(ggml_type type)
     case GGML_TYPE_Q4_K: return decode_q4_K;
     case GGML_TYPE_Q5_K: return decode_q5_K;
     case GGML_TYPE_Q6_K: return decode_q6_K;
+    case GGML_TYPE_Q4_1: return decode_q4_1;
+    case GGML_TYPE_Q5_0: return decode_q5_0;
+    case GGML_TYPE_Q5_1: return decode_q5_1;
+    case GGML_TYPE_IQ4_NL: return decode_iq4_nl;
+    case GGML_TYPE_Q2_K: return decode_q2_K;
+    case GGML_TYPE_Q3_K: return decode_q3_K;
+    case GGML_TYPE_IQ4_XS: return decode_iq4_xs;
     default: return NULL;
     }
 }

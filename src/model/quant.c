@@ -602,19 +602,25 @@ static int round_clamp(float v, int lo, int hi)
     return (int)r;
 }
 
-static void encode_q4_0(const float *x, uint8_t *blk)
+/* The value of largest magnitude (with its sign). */
+static float signed_amax(const float *x, int n)
 {
-    block_q4_0 *b = (block_q4_0 *)blk;
-    /* The value of largest magnitude maps to q = 0 (-8), which uses the full asymmetric
-     * range [-8, 7] on the side where it matters most. */
     float amax = 0.0f, vmax = 0.0f;
-    for (int j = 0; j < QK4_0; j++) {
+    for (int j = 0; j < n; j++) {
         if (fabsf(x[j]) > amax) {
             amax = fabsf(x[j]);
             vmax = x[j];
         }
     }
-    const float d = store_f16_scale(b->d, vmax / -8.0f);
+    return vmax;
+}
+
+static void encode_q4_0(const float *x, uint8_t *blk)
+{
+    block_q4_0 *b = (block_q4_0 *)blk;
+    /* The value of largest magnitude maps to q = 0 (-8), which uses the full asymmetric
+     * range [-8, 7] on the side where it matters most. */
+    const float d = store_f16_scale(b->d, signed_amax(x, QK4_0) / -8.0f);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < QK4_0 / 2; j++) {
         int lo = round_clamp(x[j] * id + 8.0f, 0, 15);
@@ -746,14 +752,8 @@ static void encode_q5_K(const float *x, uint8_t *blk)
  * unweighted). */
 static float fit_symmetric(const float *x, int n, int nmax)
 {
-    float amax = 0.0f, vmax = 0.0f;
-    for (int i = 0; i < n; i++) {
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            vmax = x[i];
-        }
-    }
-    if (amax == 0.0f) return 0.0f;
+    const float vmax = signed_amax(x, n);
+    if (vmax == 0.0f) return 0.0f;
     float best_scale = vmax / -(float)nmax, best_err = INFINITY;
     for (int step = -9; step <= 9; step++) {
         float iscale = -((float)nmax + 0.1f * step) / vmax;
@@ -809,6 +809,167 @@ static void encode_q6_K(const float *x, uint8_t *blk)
     }
 }
 
+/* Q4_1 / Q5_1: d = (max - min) / nmax with the minimum stored as the offset. */
+static void encode_affine_32(const float *x, int nmax, uint8_t dd[2], uint8_t dm[2], int q[QK4_0])
+{
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < QK4_0; j++) {
+        lo = fminf(lo, x[j]);
+        hi = fmaxf(hi, x[j]);
+    }
+    const float d = store_f16_scale(dd, (hi - lo) / (float)nmax);
+    uint16_t mh = quant_f32_to_f16(lo);
+    dm[0] = (uint8_t)(mh & 0xff);
+    dm[1] = (uint8_t)(mh >> 8);
+    const float m = quant_f16_to_f32(mh);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < QK4_0; j++) q[j] = round_clamp((x[j] - m) * id, 0, nmax);
+}
+
+static void pack_nibbles_32(const int q[QK4_0], uint8_t qs[QK4_0 / 2])
+{
+    for (int j = 0; j < QK4_0 / 2; j++) qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + QK4_0 / 2] & 0x0f) << 4));
+}
+
+static void pack_q5_high(const int q[QK4_0], uint8_t qh[4])
+{
+    uint32_t h = 0;
+    for (int j = 0; j < QK4_0; j++) h |= (uint32_t)((q[j] >> 4) & 1) << j;
+    for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
+}
+
+static void encode_q4_1(const float *x, uint8_t *blk)
+{
+    block_q4_1 *b = (block_q4_1 *)blk;
+    int q[QK4_0];
+    encode_affine_32(x, 15, b->d, b->m, q);
+    pack_nibbles_32(q, b->qs);
+}
+
+static void encode_q5_1(const float *x, uint8_t *blk)
+{
+    block_q5_1 *b = (block_q5_1 *)blk;
+    int q[QK4_0];
+    encode_affine_32(x, 31, b->d, b->m, q);
+    pack_nibbles_32(q, b->qs);
+    pack_q5_high(q, b->qh);
+}
+
+static void encode_q5_0(const float *x, uint8_t *blk)
+{
+    block_q5_0 *b = (block_q5_0 *)blk;
+    /* as Q4_0: the largest magnitude takes the lone extra negative level, q = 0 (-16) */
+    const float d = store_f16_scale(b->d, signed_amax(x, QK4_0) / -16.0f);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int q[QK4_0];
+    for (int j = 0; j < QK4_0; j++) q[j] = round_clamp(x[j] * id + 16.0f, 0, 31);
+    pack_nibbles_32(q, b->qs);
+    pack_q5_high(q, b->qh);
+}
+
+/* Index of the IQ4 grid level nearest to v. */
+static int nearest_iq4(float v)
+{
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabsf(v - (float)iq4nl_values[k]) < fabsf(v - (float)iq4nl_values[best])) best = k;
+    return best;
+}
+
+/* 32 weights onto the grid scaled by d (0 maps everything to the level nearest zero). */
+static void encode_iq4_32(const float *x, float d, uint8_t qs[16])
+{
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int q[QK4_0];
+    for (int j = 0; j < QK4_0; j++) q[j] = nearest_iq4(x[j] * id);
+    pack_nibbles_32(q, qs);
+}
+
+static void encode_iq4_nl(const float *x, uint8_t *blk)
+{
+    block_iq4_nl *b = (block_iq4_nl *)blk;
+    /* the largest magnitude lands on -127, the grid's end */
+    const float d = store_f16_scale(b->d, signed_amax(x, QK4_0) / -127.0f);
+    encode_iq4_32(x, d, b->qs);
+}
+
+static void encode_iq4_xs(const float *x, uint8_t *blk)
+{
+    block_iq4_xs *b = (block_iq4_xs *)blk;
+    float scale[QK_K / 32];
+    for (int ib = 0; ib < QK_K / 32; ib++) scale[ib] = signed_amax(x + 32 * ib, 32) / -127.0f;
+    /* 6-bit sub-block scales in [-32, 31]: the largest maps to -32 */
+    const float d = store_f16_scale(b->d, signed_amax(scale, QK_K / 32) / -32.0f);
+    int scales_h = 0;
+    memset(b->scales_l, 0, sizeof b->scales_l);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        int l = d != 0.0f ? round_clamp(scale[ib] / d, -32, 31) : 0;
+        int ls = l + 32;
+        b->scales_l[ib / 2] |= (uint8_t)((ls & 0x0f) << (4 * (ib % 2)));
+        scales_h |= (ls >> 4) << (2 * ib);
+        encode_iq4_32(x + 32 * ib, d * (float)l, b->qs + 16 * ib);
+    }
+    b->scales_h[0] = (uint8_t)(scales_h & 0xff);
+    b->scales_h[1] = (uint8_t)(scales_h >> 8);
+}
+
+/* The 2-bit layout of Q2_K and Q3_K (see k_low2). */
+static void pack_k_low2(const int q[QK_K], uint8_t qs[QK_K / 4])
+{
+    memset(qs, 0, QK_K / 4);
+    for (int i = 0; i < QK_K; i++) {
+        int c = i / 128, s = (i % 128) / 32, l = i % 32;
+        qs[32 * c + l] |= (uint8_t)((q[i] & 3) << (2 * s));
+    }
+}
+
+static void encode_q2_K(const float *x, uint8_t *blk)
+{
+    block_q2_K *b = (block_q2_K *)blk;
+    float scale[QK_K / 16], offset[QK_K / 16], max_scale = 0.0f, max_offset = 0.0f;
+    for (int k = 0; k < QK_K / 16; k++) {
+        scale[k] = fit_affine(x + 16 * k, 16, 3, &offset[k]);
+        max_scale = fmaxf(max_scale, scale[k]);
+        max_offset = fmaxf(max_offset, offset[k]);
+    }
+    const float d = store_f16_scale(b->d, max_scale / 15.0f);
+    const float dmin = store_f16_scale(b->dmin, max_offset / 15.0f);
+    int q[QK_K];
+    for (int k = 0; k < QK_K / 16; k++) {
+        int sc = d > 0.0f ? round_clamp(scale[k] / d, 0, 15) : 0;
+        int m = dmin > 0.0f ? round_clamp(offset[k] / dmin, 0, 15) : 0;
+        b->scales[k] = (uint8_t)(sc | (m << 4));
+        const float ds = d * (float)sc, dm = dmin * (float)m;
+        for (int i = 16 * k; i < 16 * k + 16; i++)
+            q[i] = ds > 0.0f ? round_clamp((x[i] + dm) / ds, 0, 3) : 0;
+    }
+    pack_k_low2(q, b->qs);
+}
+
+static void encode_q3_K(const float *x, uint8_t *blk)
+{
+    block_q3_K *b = (block_q3_K *)blk;
+    float scale[QK_K / 16];
+    for (int k = 0; k < QK_K / 16; k++) scale[k] = fit_symmetric(x + 16 * k, 16, 4);
+    /* signed 6-bit scales in [-32, 31]: the largest maps to -32 */
+    const float d = store_f16_scale(b->d, signed_amax(scale, QK_K / 16) / -32.0f);
+    int q[QK_K];
+    memset(b->scales, 0, sizeof b->scales);
+    memset(b->hmask, 0, sizeof b->hmask);
+    for (int k = 0; k < QK_K / 16; k++) {
+        int sc = d != 0.0f ? round_clamp(scale[k] / d, -32, 31) : 0;
+        int biased = sc + 32; /* the inverse of scale_q3_K */
+        b->scales[k % 8] |= (uint8_t)((biased & 0x0f) << (4 * (k / 8)));
+        b->scales[8 + k % 4] |= (uint8_t)((biased >> 4) << (2 * (k / 4)));
+        const float ds = d * (float)sc;
+        for (int i = 16 * k; i < 16 * k + 16; i++) {
+            q[i] = (ds != 0.0f ? round_clamp(x[i] / ds, -4, 3) : 0) + 4; /* 0..7 */
+            b->hmask[i % 32] |= (uint8_t)((q[i] >> 2) << (i / 32));
+        }
+    }
+    pack_k_low2(q, b->qs);
+}
+
 size_t quant_quantize_row(ggml_type type, const float *src, void *dst, int64_t n)
 {
     uint8_t *out = dst;
@@ -834,6 +995,13 @@ size_t quant_quantize_row(ggml_type type, const float *src, void *dst, int64_t n
     case GGML_TYPE_Q4_K: encode = encode_q4_K; break;
     case GGML_TYPE_Q5_K: encode = encode_q5_K; break;
     case GGML_TYPE_Q6_K: encode = encode_q6_K; break;
+    case GGML_TYPE_Q4_1: encode = encode_q4_1; break;
+    case GGML_TYPE_Q5_0: encode = encode_q5_0; break;
+    case GGML_TYPE_Q5_1: encode = encode_q5_1; break;
+    case GGML_TYPE_IQ4_NL: encode = encode_iq4_nl; break;
+    case GGML_TYPE_IQ4_XS: encode = encode_iq4_xs; break;
+    case GGML_TYPE_Q2_K: encode = encode_q2_K; break;
+    case GGML_TYPE_Q3_K: encode = encode_q3_K; break;
     default: return 0;
     }
     size_t elems = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);

@@ -289,7 +289,8 @@ static void test_invalid_config(void **state)
     assert_false(mkmodel_preset("gpt-5", &cfg));
     assert_int_equal(mkmodel_ftype_from_name("q4_k_m"), MKMODEL_Q4_K_M);
     assert_int_equal(mkmodel_ftype_from_name("Q8_0"), MKMODEL_Q8_0);
-    assert_int_equal(mkmodel_ftype_from_name("q3_k"), -1);
+    assert_int_equal(mkmodel_ftype_from_name("q3_k"), MKMODEL_Q3_K);
+    assert_int_equal(mkmodel_ftype_from_name("iq2_xxs"), -1);
 }
 
 /* ---- every preset's metadata against the names llama.cpp knows ---------------------------

@@ -454,6 +454,22 @@ static void test_errors_leave_engine_usable(void **state)
     free(image);
 }
 
+/* Builds and loads the tiny model s, asserts the CUDA engine refuses it with a message holding
+ * want, and returns the model (free it, then *image). */
+static model *refused_on_cuda(const tiny_spec *s, void **image, const char *want)
+{
+    size_t size;
+    char err[512];
+    *image = tiny_model_build(s, &size);
+    model *m = tiny_model_load(*image, size, err, sizeof err);
+    if (!m) fail_msg("load: %s", err);
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
+    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
+    print_message("  refused: %s\n", err);
+    assert_non_null(strstr(err, want));
+    return m;
+}
+
 /* llama's tensors with a recipe of sliding-window attention, which the GPU does not run: the
  * CUDA engine must refuse it at creation, naming the feature, not run full attention. */
 static void test_recipe_feature_refused(void **state)
@@ -463,15 +479,9 @@ static void test_recipe_feature_refused(void **state)
     register_toy(&sliding, "toy-gpu-sliding", ARCH_NORM_PRE, ARCH_ATTN_SLIDING);
     tiny_spec s = tiny_spec_default();
     s.arch = sliding.name, s.n_embd = 64;
-    size_t size;
-    char err[512];
-    void *image = tiny_model_build(&s, &size);
-    model *m = tiny_model_load(image, size, err, sizeof err);
-    if (!m) fail_msg("load: %s", err);
-    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
-    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
-    print_message("  refused: %s\n", err);
-    assert_non_null(strstr(err, "the cuda backend does not implement sliding-window attention (layer 0 of toy-gpu-sliding)"));
+    void *image;
+    model *m = refused_on_cuda(
+        &s, &image, "the cuda backend does not implement sliding-window attention (layer 0 of toy-gpu-sliding)");
     model_free(m);
     free(image);
 }
@@ -484,15 +494,10 @@ static void test_format_without_kernels_refused(void **state)
     (void)state;
     tiny_spec s = tiny_spec_default();
     s.wtype = GGML_TYPE_Q4_1;
-    size_t size;
+    void *image;
+    model *m = refused_on_cuda(&s, &image, "tensor token_embd.weight: type Q4_1 has no GPU kernels");
     char err[512];
-    void *image = tiny_model_build(&s, &size);
-    model *m = tiny_model_load(image, size, err, sizeof err);
-    if (!m) fail_msg("load: %s", err);
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
-    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
-    print_message("  refused: %s\n", err);
-    assert_non_null(strstr(err, "tensor token_embd.weight: type Q4_1 has no GPU kernels"));
     engine *e = engine_open(ENGINE_DEVICE_AUTO, m, &cfg, err, sizeof err);
     if (!e) fail_msg("auto: %s", err);
     assert_string_equal(engine_name(e), "cpu");

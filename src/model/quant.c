@@ -111,6 +111,16 @@ _Static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
 _Static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
 _Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 
+typedef struct {
+    uint8_t e;              /* E8M0 shared exponent: the block scales by 2^(e-127) */
+    uint8_t qs[QK4_0 / 2];  /* FP4 (E2M1) codes, nibbles as in Q4_0 */
+} block_mxfp4;
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 layout");
+
+/* The 16 E2M1 values, doubled to be integers (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives);
+ * the scale is halved to match (mxfp4_half_scale). */
+static const int8_t mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 /* The 16 levels of IQ4_NL and IQ4_XS: a non-uniform grid, denser near zero where most
  * weights lie (ggml's kvalues_iq4nl). */
 static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -419,6 +429,23 @@ static void decode_iq4_xs(const uint8_t *restrict blk, float *restrict y)
     }
 }
 
+/* 2^(e-127) / 2, as float bits: e >= 2 is the normal float with exponent e-1; e = 0 and 1 fall
+ * among the float subnormals (2^-128 and 2^-127, ggml's e8m0_to_fp32_half). */
+static float mxfp4_half_scale(uint8_t e)
+{
+    return f32_from_bits(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+static void decode_mxfp4(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_mxfp4 *b = (const block_mxfp4 *)blk;
+    const float d = mxfp4_half_scale(b->e);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        y[j] = d * (float)mxfp4_values[b->qs[j] & 0x0f];
+        y[j + QK4_0 / 2] = d * (float)mxfp4_values[b->qs[j] >> 4];
+    }
+}
+
 /* Float "blocks": the dot product handles float rows in chunks of FLOAT_CHUNK. */
 #define FLOAT_CHUNK 256
 
@@ -540,6 +567,8 @@ float quant_dot_row(ggml_type type, const void *row, const float *x, int64_t n)
         return dot_blocks(decode_q3_K, QK_K, sizeof(block_q3_K), r, x, n / QK_K);
     case GGML_TYPE_IQ4_XS:
         return dot_blocks(decode_iq4_xs, QK_K, sizeof(block_iq4_xs), r, x, n / QK_K);
+    case GGML_TYPE_MXFP4:
+        return dot_blocks(decode_mxfp4, QK4_0, sizeof(block_mxfp4), r, x, n / QK4_0);
     default: return NAN;
     }
 }
@@ -561,6 +590,7 @@ static block_decoder decoder_of(ggml_type type)
     case GGML_TYPE_Q2_K: return decode_q2_K;
     case GGML_TYPE_Q3_K: return decode_q3_K;
     case GGML_TYPE_IQ4_XS: return decode_iq4_xs;
+    case GGML_TYPE_MXFP4: return decode_mxfp4;
     default: return NULL;
     }
 }
@@ -970,6 +1000,31 @@ static void encode_q3_K(const float *x, uint8_t *blk)
     pack_k_low2(q, b->qs);
 }
 
+/* MXFP4: the exponent puts the largest magnitude in [4, 8) times the half scale, i.e. within
+ * the grid's top levels (up to 12 = 6 doubled); each weight takes the nearest of the 16 values. */
+static void encode_mxfp4(const float *x, uint8_t *blk)
+{
+    block_mxfp4 *b = (block_mxfp4 *)blk;
+    float amax = fabsf(signed_amax(x, QK4_0));
+    int e = 0;
+    if (amax > 0.0f && isfinite(amax)) {
+        int exp2;
+        frexpf(amax, &exp2); /* amax = f * 2^exp2, f in [0.5, 1): floor(log2 amax) = exp2 - 1 */
+        e = exp2 - 1 - 2 + 127;
+        e = e < 0 ? 0 : e > 254 ? 254 : e;
+    }
+    b->e = (uint8_t)e;
+    const float d = mxfp4_half_scale(b->e);
+    int q[QK4_0];
+    for (int j = 0; j < QK4_0; j++) {
+        int best = 0;
+        for (int k = 1; k < 16; k++)
+            if (fabsf(d * (float)mxfp4_values[k] - x[j]) < fabsf(d * (float)mxfp4_values[best] - x[j])) best = k;
+        q[j] = best;
+    }
+    pack_nibbles_32(q, b->qs);
+}
+
 size_t quant_quantize_row(ggml_type type, const float *src, void *dst, int64_t n)
 {
     uint8_t *out = dst;
@@ -1002,6 +1057,7 @@ size_t quant_quantize_row(ggml_type type, const float *src, void *dst, int64_t n
     case GGML_TYPE_IQ4_XS: encode = encode_iq4_xs; break;
     case GGML_TYPE_Q2_K: encode = encode_q2_K; break;
     case GGML_TYPE_Q3_K: encode = encode_q3_K; break;
+    case GGML_TYPE_MXFP4: encode = encode_mxfp4; break;
     default: return 0;
     }
     size_t elems = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);

@@ -3,12 +3,13 @@
  * (used by the model generator and by tests).
  *
  * Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
- * IQ4_NL, IQ4_XS.  Block layouts follow ggml:
+ * IQ4_NL, IQ4_XS, MXFP4.  Block layouts follow ggml:
  *   Q4_0  32 w: f16 d; 16 B nibbles (low nibbles = weights 0..15, high = 16..31); w = d*(q-8)
  *   Q4_1  32 w: f16 d, f16 m; nibbles as Q4_0; w = d*q + m
  *   Q5_0  32 w: f16 d; u32 qh (5th bit of weight j = bit j); nibbles as Q4_0; w = d*(q-16)
  *   Q5_1  32 w: f16 d, f16 m; qh as Q5_0; nibbles; w = d*q + m
  *   IQ4_NL 32 w: f16 d; nibbles as Q4_0 indexing a fixed 16-level grid; w = d*grid[q]
+ *   MXFP4 32 w: E8M0 exponent byte e; nibbles as Q4_0, FP4 E2M1 codes; w = 2^(e-127)*fp4[q]
  *   Q8_0  32 w: f16 d; int8 q[32]; w = d*q
  *   Q4_K 256 w: f16 d, f16 dmin, 12 B packed 6-bit scales/mins (8 sub-blocks of 32), 128 B nibbles
  *   Q5_K 256 w: as Q4_K plus 32 B high bits

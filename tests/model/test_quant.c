@@ -554,7 +554,7 @@ static void test_quantize_gaussian(void **state)
         {GGML_TYPE_Q6_K, 2.0e-2}, {GGML_TYPE_Q5_K, 4.0e-2}, {GGML_TYPE_Q4_K, 8.0e-2},
         {GGML_TYPE_Q4_0, 9.5e-2}, {GGML_TYPE_Q5_1, 4.5e-2}, {GGML_TYPE_Q5_0, 5.0e-2},
         {GGML_TYPE_Q4_1, 9.0e-2}, {GGML_TYPE_IQ4_NL, 9.5e-2}, {GGML_TYPE_IQ4_XS, 9.5e-2},
-        {GGML_TYPE_Q3_K, 1.7e-1}, {GGML_TYPE_Q2_K, 3.1e-1},
+        {GGML_TYPE_Q3_K, 1.7e-1}, {GGML_TYPE_Q2_K, 3.1e-1}, {GGML_TYPE_MXFP4, 1.3e-1},
     };
     const int64_t n = 16 * 256;
     float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);

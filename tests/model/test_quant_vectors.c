@@ -4,7 +4,7 @@
  * tests/model/vectors/<type>.bin: N raw blocks, then the N * block_elems floats gguf-py's
  * dequantize gives for them; written by tests/model/vectors/gen_quant_vectors.py (random and
  * edge-case blocks: zero, largest-finite, subnormal and negative scales, all-ones quants, and
- * for Q4_1/Q5_0/Q5_1 blocks from gguf-py's own quantizer). */
+ * for Q4_1/Q5_0/Q5_1/MXFP4 blocks from gguf-py's own quantizer). */
 #include <ctype.h>
 #include <math.h>
 #include <setjmp.h>
@@ -127,13 +127,14 @@ static void test_q2_k(void **state) { (void)state; check_type(GGML_TYPE_Q2_K); }
 static void test_q3_k(void **state) { (void)state; check_type(GGML_TYPE_Q3_K); }
 static void test_iq4_nl(void **state) { (void)state; check_type(GGML_TYPE_IQ4_NL); }
 static void test_iq4_xs(void **state) { (void)state; check_type(GGML_TYPE_IQ4_XS); }
+static void test_mxfp4(void **state) { (void)state; check_type(GGML_TYPE_MXFP4); }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q5_0),   cmocka_unit_test(test_q5_1),
         cmocka_unit_test(test_q2_k), cmocka_unit_test(test_q3_k),   cmocka_unit_test(test_iq4_nl),
-        cmocka_unit_test(test_iq4_xs),
+        cmocka_unit_test(test_iq4_xs), cmocka_unit_test(test_mxfp4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

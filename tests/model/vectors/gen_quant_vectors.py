@@ -3,7 +3,7 @@
 
 For each type, <type>.bin holds N raw blocks followed by the N * block_size float32 values
 gguf-py's dequantize gives for them (both little-endian); the test reads N from the size.
-Blocks come from gguf-py's own quantize where it has one (Q4_1, Q5_0, Q5_1), and otherwise
+Blocks come from gguf-py's own quantize where it has one (Q4_1, Q5_0, Q5_1, MXFP4), and otherwise
 (and in addition) are random bytes with crafted scale fields: ordinary scales, zero scales,
 the largest finite and subnormal halves, negative scales.
 
@@ -96,5 +96,19 @@ for qtype in (T.Q4_1, T.Q5_0, T.Q5_1):
     write(qtype, np.concatenate([quantized_blocks(cls, 16), crafted_blocks(qtype, 24)]))
 for qtype in (T.IQ4_NL,):
     write(qtype, crafted_blocks(qtype, 32))
+
+
+def mxfp4_blocks(n):
+    """MXFP4's scale is one E8M0 byte: exponents across the range, with 0 and 1 (half scales
+    2^-128 and 2^-127, float subnormals) and 2 (the smallest normal); above 250 the largest
+    weight, 12 * 2^(e-128), would overflow."""
+    blocks = rng.integers(0, 256, size=(n, 17), dtype=np.uint8)
+    blocks[:, 0] = rng.integers(100, 151, size=n)
+    blocks[:6, 0] = [0, 1, 2, 127, 200, 250]
+    blocks[6, :] = 0
+    return blocks
+
+
 for qtype in (T.Q2_K, T.Q3_K, T.IQ4_XS):
     write(qtype, crafted_blocks(qtype, 20))
+write(T.MXFP4, np.concatenate([quantized_blocks(quants.MXFP4, 16), mxfp4_blocks(24)]))

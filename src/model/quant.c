@@ -362,14 +362,21 @@ static void decode_q5_1(const uint8_t *restrict blk, float *restrict y)
     for (int j = 0; j < QK4_0; j++) y[j] = d * (float)q[j] + m;
 }
 
+/* 32 weights whose nibbles (laid out as Q4_0's) index a 16-level grid: w = d*grid[q].  IQ4_NL,
+ * IQ4_XS's sub-blocks and MXFP4 differ only in the grid and where d comes from. */
+static inline __attribute__((always_inline)) void
+decode_grid_32(const int8_t grid[16], float d, const uint8_t *qs, float *restrict y)
+{
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        y[j] = d * (float)grid[qs[j] & 0x0f];
+        y[j + QK4_0 / 2] = d * (float)grid[qs[j] >> 4];
+    }
+}
+
 static void decode_iq4_nl(const uint8_t *restrict blk, float *restrict y)
 {
     const block_iq4_nl *b = (const block_iq4_nl *)blk;
-    const float d = load_f16(b->d);
-    for (int j = 0; j < QK4_0 / 2; j++) {
-        y[j] = d * (float)iq4nl_values[b->qs[j] & 0x0f];
-        y[j + QK4_0 / 2] = d * (float)iq4nl_values[b->qs[j] >> 4];
-    }
+    decode_grid_32(iq4nl_values, load_f16(b->d), b->qs, y);
 }
 
 /* Q2_K and Q3_K share the 2-bit layout: weight 128c + 32s + l is bits 2s..2s+1 of
@@ -419,13 +426,7 @@ static void decode_iq4_xs(const uint8_t *restrict blk, float *restrict y)
     const int scales_h = b->scales_h[0] | (b->scales_h[1] << 8);
     for (int ib = 0; ib < QK_K / 32; ib++) {
         int ls = ((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
-        const float dl = d * (float)(ls - 32);
-        const uint8_t *qs = b->qs + 16 * ib;
-        float *out = y + 32 * ib;
-        for (int j = 0; j < 16; j++) {
-            out[j] = dl * (float)iq4nl_values[qs[j] & 0x0f];
-            out[j + 16] = dl * (float)iq4nl_values[qs[j] >> 4];
-        }
+        decode_grid_32(iq4nl_values, d * (float)(ls - 32), b->qs + 16 * ib, y + 32 * ib);
     }
 }
 
@@ -439,11 +440,7 @@ static float mxfp4_half_scale(uint8_t e)
 static void decode_mxfp4(const uint8_t *restrict blk, float *restrict y)
 {
     const block_mxfp4 *b = (const block_mxfp4 *)blk;
-    const float d = mxfp4_half_scale(b->e);
-    for (int j = 0; j < QK4_0 / 2; j++) {
-        y[j] = d * (float)mxfp4_values[b->qs[j] & 0x0f];
-        y[j + QK4_0 / 2] = d * (float)mxfp4_values[b->qs[j] >> 4];
-    }
+    decode_grid_32(mxfp4_values, mxfp4_half_scale(b->e), b->qs, y);
 }
 
 /* Float "blocks": the dot product handles float rows in chunks of FLOAT_CHUNK. */

@@ -746,10 +746,36 @@ static const engine_vtable gpu_vtable = {"cuda", gpu_step, gpu_slot_clear, gpu_k
     (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | \
      ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
 
+/* A matrix in a format without kernels (gpu_kernel_names.h) is refused here, before anything
+ * is allocated or uploaded, naming the first such tensor; --device auto then runs the model on
+ * the CPU, which reads every supported format. */
+static int check_matrix_type(const model_tensor *t, char *err, size_t errlen)
+{
+    if (!t->data || gpu_wtype_index(t->type) >= 0) return 0;
+#define GPU_WT_NAME(TYPE, suffix) " " #TYPE
+    snprintf(err, errlen, "tensor %s: type %s has no GPU kernels (the GPU reads%s); use --device cpu", t->name,
+             ggml_type_name(t->type), GPU_WEIGHT_TYPES(GPU_WT_NAME));
+#undef GPU_WT_NAME
+    return -1;
+}
+
+static int check_weight_types(const model *m, char *err, size_t errlen)
+{
+    if (check_matrix_type(&m->tok_embd, err, errlen) || check_matrix_type(&m->output, err, errlen)) return -1;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+#define CHECK_M(f) if (check_matrix_type(&L->f, err, errlen)) return -1;
+        LAYER_MATRICES(CHECK_M)
+#undef CHECK_M
+    }
+    return 0;
+}
+
 static int check_model(const model *m, char *err, size_t errlen)
 {
     const model_hparams *hp = &m->hp;
     if (model_check_features(m, GPU_FEATURES, "cuda", err, errlen)) return -1;
+    if (check_weight_types(m, err, errlen)) return -1;
     if (hp->n_embd % 32 || (hp->n_head * hp->head_dim) % 32) {
         snprintf(err, errlen, "model: n_embd %d and n_head*head_dim %d must be multiples of 32 on the GPU",
                  hp->n_embd, hp->n_head * hp->head_dim);
@@ -766,7 +792,8 @@ static int check_model(const model *m, char *err, size_t errlen)
 static int setup(gpu_engine *g, char *err, size_t errlen)
 {
     const engine_config *cfg = &g->base.cfg;
-    if (!cuda_api_load(err, errlen) || check_model(g->base.m, err, errlen)) return -1;
+    /* the model first: its refusals say why even where no GPU driver is installed */
+    if (check_model(g->base.m, err, errlen) || !cuda_api_load(err, errlen)) return -1;
     int count = 0;
     CU_CHECK(cu.cuDeviceGetCount(&count), "finding GPUs");
     if (cfg->device < 0 || cfg->device >= count) {

@@ -47,7 +47,7 @@ static const type_traits TRAITS[GGML_TYPE_COUNT] = {
     [GGML_TYPE_BF16] = {"BF16", 1, 2},
     [GGML_TYPE_TQ1_0] = {"TQ1_0", QK_K, 48 + 4 + 2},
     [GGML_TYPE_TQ2_0] = {"TQ2_0", QK_K, 64 + 2},
-    [39] = {"MXFP4", 32, 1 + 16}, /* ggml's GGML_TYPE_MXFP4 (gpt-oss); no enum name here yet */
+    [GGML_TYPE_MXFP4] = {"MXFP4", 32, 1 + 16},
 };
 
 bool ggml_type_known(uint32_t type)
@@ -62,7 +62,15 @@ bool ggml_type_supported(ggml_type type)
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16:
     case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q5_1:
     case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K:
+    case GGML_TYPE_IQ4_NL:
+    case GGML_TYPE_IQ4_XS:
+    case GGML_TYPE_MXFP4:
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
     case GGML_TYPE_Q6_K:

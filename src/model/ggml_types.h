@@ -43,6 +43,7 @@ typedef enum ggml_type {
     GGML_TYPE_BF16 = 30,
     GGML_TYPE_TQ1_0 = 34,
     GGML_TYPE_TQ2_0 = 35,
+    GGML_TYPE_MXFP4 = 39, /* gpt-oss's experts */
     GGML_TYPE_COUNT = 40 /* one past the largest number we know the geometry of */
 } ggml_type;
 
@@ -51,7 +52,9 @@ typedef enum ggml_type {
 /* Geometry of a type known to the GGUF format (even if we cannot compute with it).
  * Returns false for numbers that are not a known type: the file is then refused. */
 bool ggml_type_known(uint32_t type);
-/* Types the engines can compute with: F32 F16 BF16 Q4_0 Q8_0 Q4_K Q5_K Q6_K. */
+/* Types the CPU engine can compute with: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K
+ * Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4.  The GPU engine decodes a subset (gpu_kernel_names.h) and
+ * refuses a model with any other, naming the tensor. */
 bool ggml_type_supported(ggml_type type);
 const char *ggml_type_name(ggml_type type);
 /* Parse "q4_k", "Q4_K", "f16", ... ; returns -1 when unknown. */

@@ -32,6 +32,51 @@ typedef struct {
 } block_q8_0;
 
 typedef struct {
+    uint8_t d[2];           /* f16 scale */
+    uint8_t m[2];           /* f16 minimum, added: w = d*q + m */
+    uint8_t qs[QK4_0 / 2];  /* nibbles as in Q4_0 */
+} block_q4_1;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qh[4];          /* 5th bit of weight j: bit j of this little-endian word */
+    uint8_t qs[QK4_0 / 2];  /* low 4 bits, nibbles as in Q4_0; w = d*(q-16) */
+} block_q5_0;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t m[2];
+    uint8_t qh[4];
+    uint8_t qs[QK4_0 / 2];  /* w = d*q + m */
+} block_q5_1;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[QK4_0 / 2];  /* nibbles as in Q4_0, indexes into iq4nl_values; w = d*value */
+} block_iq4_nl;
+
+typedef struct {
+    uint8_t scales[QK_K / 16];  /* per 16 weights: low nibble scale, high nibble min */
+    uint8_t qs[QK_K / 4];       /* 2-bit weights */
+    uint8_t d[2];
+    uint8_t dmin[2];
+} block_q2_K;
+
+typedef struct {
+    uint8_t hmask[QK_K / 8];    /* bit i of hmask[l]: weight 32i+l is NOT offset by -4 */
+    uint8_t qs[QK_K / 4];       /* low 2 bits */
+    uint8_t scales[K_SCALE_SIZE]; /* 16 signed 6-bit scales, biased by 32 (see scale_q3_K) */
+    uint8_t d[2];
+} block_q3_K;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t scales_h[2];        /* top 2 bits of the 8 sub-block scales, 2 bits each */
+    uint8_t scales_l[QK_K / 64]; /* low 4 bits, two per byte */
+    uint8_t qs[QK_K / 2];       /* per 32 weights: nibbles as in IQ4_NL */
+} block_iq4_xs;
+
+typedef struct {
     uint8_t d[2];                   /* f16 scale of the 6-bit sub-block scales */
     uint8_t dmin[2];                /* f16 scale of the 6-bit sub-block mins */
     uint8_t scales[K_SCALE_SIZE];   /* 8 scales + 8 mins, 6 bits each (see scale_min_k4) */
@@ -58,6 +103,28 @@ _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
+_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
+_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
+_Static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
+
+typedef struct {
+    uint8_t e;              /* E8M0 shared exponent: the block scales by 2^(e-127) */
+    uint8_t qs[QK4_0 / 2];  /* FP4 (E2M1) codes, nibbles as in Q4_0 */
+} block_mxfp4;
+_Static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 layout");
+
+/* The 16 E2M1 values, doubled to be integers (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives);
+ * the scale is halved to match (mxfp4_half_scale). */
+static const int8_t mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* The 16 levels of IQ4_NL and IQ4_XS: a non-uniform grid, denser near zero where most
+ * weights lie (ggml's kvalues_iq4nl). */
+static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
 
 /* ---------------------------------------------------------------- half precision */
 
@@ -251,6 +318,131 @@ static void decode_q6_K(const uint8_t *restrict blk, float *restrict y)
     }
 }
 
+/* Q4_1 / Q5_1 / Q5_0: the nibble layout of Q4_0; Q5's 5th bit of weight j is bit j of qh. */
+static uint32_t load_u32(const uint8_t p[4])
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static void decode_q4_1(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q4_1 *b = (const block_q4_1 *)blk;
+    const float d = load_f16(b->d), m = load_f16(b->m);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        y[j] = d * (float)(b->qs[j] & 0x0f) + m;
+        y[j + QK4_0 / 2] = d * (float)(b->qs[j] >> 4) + m;
+    }
+}
+
+/* The 32 five-bit q of a Q5_0/Q5_1 block. */
+static void q5_levels(const uint8_t qh4[4], const uint8_t *qs, int q[QK4_0])
+{
+    const uint32_t qh = load_u32(qh4);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        q[j] = (qs[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
+        q[j + QK4_0 / 2] = (qs[j] >> 4) | (int)(((qh >> (j + QK4_0 / 2)) & 1) << 4);
+    }
+}
+
+static void decode_q5_0(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q5_0 *b = (const block_q5_0 *)blk;
+    const float d = load_f16(b->d);
+    int q[QK4_0];
+    q5_levels(b->qh, b->qs, q);
+    for (int j = 0; j < QK4_0; j++) y[j] = d * (float)(q[j] - 16);
+}
+
+static void decode_q5_1(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q5_1 *b = (const block_q5_1 *)blk;
+    const float d = load_f16(b->d), m = load_f16(b->m);
+    int q[QK4_0];
+    q5_levels(b->qh, b->qs, q);
+    for (int j = 0; j < QK4_0; j++) y[j] = d * (float)q[j] + m;
+}
+
+/* 32 weights whose nibbles (laid out as Q4_0's) index a 16-level grid: w = d*grid[q].  IQ4_NL,
+ * IQ4_XS's sub-blocks and MXFP4 differ only in the grid and where d comes from. */
+static inline __attribute__((always_inline)) void
+decode_grid_32(const int8_t grid[16], float d, const uint8_t *qs, float *restrict y)
+{
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        y[j] = d * (float)grid[qs[j] & 0x0f];
+        y[j + QK4_0 / 2] = d * (float)grid[qs[j] >> 4];
+    }
+}
+
+static void decode_iq4_nl(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq4_nl *b = (const block_iq4_nl *)blk;
+    decode_grid_32(iq4nl_values, load_f16(b->d), b->qs, y);
+}
+
+/* Q2_K and Q3_K share the 2-bit layout: weight 128c + 32s + l is bits 2s..2s+1 of
+ * qs[32c + l]; each 16 consecutive weights have their own scale. */
+static int k_low2(const uint8_t *qs, int i)
+{
+    int c = i / 128, s = (i % 128) / 32, l = i % 32;
+    return (qs[32 * c + l] >> (2 * s)) & 3;
+}
+
+static void decode_q2_K(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q2_K *b = (const block_q2_K *)blk;
+    const float d = load_f16(b->d), dmin = load_f16(b->dmin);
+    for (int k = 0; k < QK_K / 16; k++) {
+        const float dl = d * (float)(b->scales[k] & 0x0f), ml = dmin * (float)(b->scales[k] >> 4);
+        for (int i = 16 * k; i < 16 * k + 16; i++) y[i] = dl * (float)k_low2(b->qs, i) - ml;
+    }
+}
+
+/* Scale k (0..15) of Q3_K: low 4 bits from nibble k/8 of byte k%8, top 2 bits from bits
+ * 2(k/4)..2(k/4)+1 of byte 8 + k%4; stored with a bias of 32. */
+static int scale_q3_K(const uint8_t *sc, int k)
+{
+    int lo = (sc[k % 8] >> (4 * (k / 8))) & 0x0f;
+    int hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+static void decode_q3_K(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_q3_K *b = (const block_q3_K *)blk;
+    const float d = load_f16(b->d);
+    for (int k = 0; k < QK_K / 16; k++) {
+        const float dl = d * (float)scale_q3_K(b->scales, k);
+        for (int i = 16 * k; i < 16 * k + 16; i++) {
+            int high = (b->hmask[i % 32] >> (i / 32)) & 1;
+            y[i] = dl * (float)(k_low2(b->qs, i) - (high ? 0 : 4));
+        }
+    }
+}
+
+static void decode_iq4_xs(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq4_xs *b = (const block_iq4_xs *)blk;
+    const float d = load_f16(b->d);
+    const int scales_h = b->scales_h[0] | (b->scales_h[1] << 8);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        int ls = ((b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
+        decode_grid_32(iq4nl_values, d * (float)(ls - 32), b->qs + 16 * ib, y + 32 * ib);
+    }
+}
+
+/* 2^(e-127) / 2, as float bits: e >= 2 is the normal float with exponent e-1; e = 0 and 1 fall
+ * among the float subnormals (2^-128 and 2^-127, ggml's e8m0_to_fp32_half). */
+static float mxfp4_half_scale(uint8_t e)
+{
+    return f32_from_bits(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+static void decode_mxfp4(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_mxfp4 *b = (const block_mxfp4 *)blk;
+    decode_grid_32(mxfp4_values, mxfp4_half_scale(b->e), b->qs, y);
+}
+
 /* Float "blocks": the dot product handles float rows in chunks of FLOAT_CHUNK. */
 #define FLOAT_CHUNK 256
 
@@ -358,6 +550,22 @@ float quant_dot_row(ggml_type type, const void *row, const float *x, int64_t n)
         return dot_blocks(decode_q5_K, QK_K, sizeof(block_q5_K), r, x, n / QK_K);
     case GGML_TYPE_Q6_K:
         return dot_blocks(decode_q6_K, QK_K, sizeof(block_q6_K), r, x, n / QK_K);
+    case GGML_TYPE_Q4_1:
+        return dot_blocks(decode_q4_1, QK4_0, sizeof(block_q4_1), r, x, n / QK4_0);
+    case GGML_TYPE_Q5_0:
+        return dot_blocks(decode_q5_0, QK4_0, sizeof(block_q5_0), r, x, n / QK4_0);
+    case GGML_TYPE_Q5_1:
+        return dot_blocks(decode_q5_1, QK4_0, sizeof(block_q5_1), r, x, n / QK4_0);
+    case GGML_TYPE_IQ4_NL:
+        return dot_blocks(decode_iq4_nl, QK4_0, sizeof(block_iq4_nl), r, x, n / QK4_0);
+    case GGML_TYPE_Q2_K:
+        return dot_blocks(decode_q2_K, QK_K, sizeof(block_q2_K), r, x, n / QK_K);
+    case GGML_TYPE_Q3_K:
+        return dot_blocks(decode_q3_K, QK_K, sizeof(block_q3_K), r, x, n / QK_K);
+    case GGML_TYPE_IQ4_XS:
+        return dot_blocks(decode_iq4_xs, QK_K, sizeof(block_iq4_xs), r, x, n / QK_K);
+    case GGML_TYPE_MXFP4:
+        return dot_blocks(decode_mxfp4, QK4_0, sizeof(block_mxfp4), r, x, n / QK4_0);
     default: return NAN;
     }
 }
@@ -372,6 +580,14 @@ static block_decoder decoder_of(ggml_type type)
     case GGML_TYPE_Q4_K: return decode_q4_K;
     case GGML_TYPE_Q5_K: return decode_q5_K;
     case GGML_TYPE_Q6_K: return decode_q6_K;
+    case GGML_TYPE_Q4_1: return decode_q4_1;
+    case GGML_TYPE_Q5_0: return decode_q5_0;
+    case GGML_TYPE_Q5_1: return decode_q5_1;
+    case GGML_TYPE_IQ4_NL: return decode_iq4_nl;
+    case GGML_TYPE_Q2_K: return decode_q2_K;
+    case GGML_TYPE_Q3_K: return decode_q3_K;
+    case GGML_TYPE_IQ4_XS: return decode_iq4_xs;
+    case GGML_TYPE_MXFP4: return decode_mxfp4;
     default: return NULL;
     }
 }
@@ -413,19 +629,25 @@ static int round_clamp(float v, int lo, int hi)
     return (int)r;
 }
 
-static void encode_q4_0(const float *x, uint8_t *blk)
+/* The value of largest magnitude (with its sign). */
+static float signed_amax(const float *x, int n)
 {
-    block_q4_0 *b = (block_q4_0 *)blk;
-    /* The value of largest magnitude maps to q = 0 (-8), which uses the full asymmetric
-     * range [-8, 7] on the side where it matters most. */
     float amax = 0.0f, vmax = 0.0f;
-    for (int j = 0; j < QK4_0; j++) {
+    for (int j = 0; j < n; j++) {
         if (fabsf(x[j]) > amax) {
             amax = fabsf(x[j]);
             vmax = x[j];
         }
     }
-    const float d = store_f16_scale(b->d, vmax / -8.0f);
+    return vmax;
+}
+
+static void encode_q4_0(const float *x, uint8_t *blk)
+{
+    block_q4_0 *b = (block_q4_0 *)blk;
+    /* The value of largest magnitude maps to q = 0 (-8), which uses the full asymmetric
+     * range [-8, 7] on the side where it matters most. */
+    const float d = store_f16_scale(b->d, signed_amax(x, QK4_0) / -8.0f);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < QK4_0 / 2; j++) {
         int lo = round_clamp(x[j] * id + 8.0f, 0, 15);
@@ -557,14 +779,8 @@ static void encode_q5_K(const float *x, uint8_t *blk)
  * unweighted). */
 static float fit_symmetric(const float *x, int n, int nmax)
 {
-    float amax = 0.0f, vmax = 0.0f;
-    for (int i = 0; i < n; i++) {
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            vmax = x[i];
-        }
-    }
-    if (amax == 0.0f) return 0.0f;
+    const float vmax = signed_amax(x, n);
+    if (vmax == 0.0f) return 0.0f;
     float best_scale = vmax / -(float)nmax, best_err = INFINITY;
     for (int step = -9; step <= 9; step++) {
         float iscale = -((float)nmax + 0.1f * step) / vmax;
@@ -620,6 +836,192 @@ static void encode_q6_K(const float *x, uint8_t *blk)
     }
 }
 
+/* Q4_1 / Q5_1: d = (max - min) / nmax with the minimum stored as the offset. */
+static void encode_affine_32(const float *x, int nmax, uint8_t dd[2], uint8_t dm[2], int q[QK4_0])
+{
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < QK4_0; j++) {
+        lo = fminf(lo, x[j]);
+        hi = fmaxf(hi, x[j]);
+    }
+    const float d = store_f16_scale(dd, (hi - lo) / (float)nmax);
+    uint16_t mh = quant_f32_to_f16(lo);
+    dm[0] = (uint8_t)(mh & 0xff);
+    dm[1] = (uint8_t)(mh >> 8);
+    const float m = quant_f16_to_f32(mh);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < QK4_0; j++) q[j] = round_clamp((x[j] - m) * id, 0, nmax);
+}
+
+static void pack_nibbles_32(const int q[QK4_0], uint8_t qs[QK4_0 / 2])
+{
+    for (int j = 0; j < QK4_0 / 2; j++) qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + QK4_0 / 2] & 0x0f) << 4));
+}
+
+static void pack_q5_high(const int q[QK4_0], uint8_t qh[4])
+{
+    uint32_t h = 0;
+    for (int j = 0; j < QK4_0; j++) h |= (uint32_t)((q[j] >> 4) & 1) << j;
+    for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
+}
+
+static void encode_q4_1(const float *x, uint8_t *blk)
+{
+    block_q4_1 *b = (block_q4_1 *)blk;
+    int q[QK4_0];
+    encode_affine_32(x, 15, b->d, b->m, q);
+    pack_nibbles_32(q, b->qs);
+}
+
+static void encode_q5_1(const float *x, uint8_t *blk)
+{
+    block_q5_1 *b = (block_q5_1 *)blk;
+    int q[QK4_0];
+    encode_affine_32(x, 31, b->d, b->m, q);
+    pack_nibbles_32(q, b->qs);
+    pack_q5_high(q, b->qh);
+}
+
+static void encode_q5_0(const float *x, uint8_t *blk)
+{
+    block_q5_0 *b = (block_q5_0 *)blk;
+    /* as Q4_0: the largest magnitude takes the lone extra negative level, q = 0 (-16) */
+    const float d = store_f16_scale(b->d, signed_amax(x, QK4_0) / -16.0f);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int q[QK4_0];
+    for (int j = 0; j < QK4_0; j++) q[j] = round_clamp(x[j] * id + 16.0f, 0, 31);
+    pack_nibbles_32(q, b->qs);
+    pack_q5_high(q, b->qh);
+}
+
+/* Index of the IQ4 grid level nearest to v. */
+static int nearest_iq4(float v)
+{
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabsf(v - (float)iq4nl_values[k]) < fabsf(v - (float)iq4nl_values[best])) best = k;
+    return best;
+}
+
+/* 32 weights onto the grid scaled by d (0 maps everything to the level nearest zero). */
+static void encode_iq4_32(const float *x, float d, uint8_t qs[16])
+{
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int q[QK4_0];
+    for (int j = 0; j < QK4_0; j++) q[j] = nearest_iq4(x[j] * id);
+    pack_nibbles_32(q, qs);
+}
+
+static void encode_iq4_nl(const float *x, uint8_t *blk)
+{
+    block_iq4_nl *b = (block_iq4_nl *)blk;
+    /* the largest magnitude lands on -127, the grid's end */
+    const float d = store_f16_scale(b->d, signed_amax(x, QK4_0) / -127.0f);
+    encode_iq4_32(x, d, b->qs);
+}
+
+static void encode_iq4_xs(const float *x, uint8_t *blk)
+{
+    block_iq4_xs *b = (block_iq4_xs *)blk;
+    float scale[QK_K / 32];
+    for (int ib = 0; ib < QK_K / 32; ib++) scale[ib] = signed_amax(x + 32 * ib, 32) / -127.0f;
+    /* 6-bit sub-block scales in [-32, 31]: the largest maps to -32 */
+    const float d = store_f16_scale(b->d, signed_amax(scale, QK_K / 32) / -32.0f);
+    int scales_h = 0;
+    memset(b->scales_l, 0, sizeof b->scales_l);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        int l = d != 0.0f ? round_clamp(scale[ib] / d, -32, 31) : 0;
+        int ls = l + 32;
+        b->scales_l[ib / 2] |= (uint8_t)((ls & 0x0f) << (4 * (ib % 2)));
+        scales_h |= (ls >> 4) << (2 * ib);
+        encode_iq4_32(x + 32 * ib, d * (float)l, b->qs + 16 * ib);
+    }
+    b->scales_h[0] = (uint8_t)(scales_h & 0xff);
+    b->scales_h[1] = (uint8_t)(scales_h >> 8);
+}
+
+/* The 2-bit layout of Q2_K and Q3_K (see k_low2). */
+static void pack_k_low2(const int q[QK_K], uint8_t qs[QK_K / 4])
+{
+    memset(qs, 0, QK_K / 4);
+    for (int i = 0; i < QK_K; i++) {
+        int c = i / 128, s = (i % 128) / 32, l = i % 32;
+        qs[32 * c + l] |= (uint8_t)((q[i] & 3) << (2 * s));
+    }
+}
+
+static void encode_q2_K(const float *x, uint8_t *blk)
+{
+    block_q2_K *b = (block_q2_K *)blk;
+    float scale[QK_K / 16], offset[QK_K / 16], max_scale = 0.0f, max_offset = 0.0f;
+    for (int k = 0; k < QK_K / 16; k++) {
+        scale[k] = fit_affine(x + 16 * k, 16, 3, &offset[k]);
+        max_scale = fmaxf(max_scale, scale[k]);
+        max_offset = fmaxf(max_offset, offset[k]);
+    }
+    const float d = store_f16_scale(b->d, max_scale / 15.0f);
+    const float dmin = store_f16_scale(b->dmin, max_offset / 15.0f);
+    int q[QK_K];
+    for (int k = 0; k < QK_K / 16; k++) {
+        int sc = d > 0.0f ? round_clamp(scale[k] / d, 0, 15) : 0;
+        int m = dmin > 0.0f ? round_clamp(offset[k] / dmin, 0, 15) : 0;
+        b->scales[k] = (uint8_t)(sc | (m << 4));
+        const float ds = d * (float)sc, dm = dmin * (float)m;
+        for (int i = 16 * k; i < 16 * k + 16; i++)
+            q[i] = ds > 0.0f ? round_clamp((x[i] + dm) / ds, 0, 3) : 0;
+    }
+    pack_k_low2(q, b->qs);
+}
+
+static void encode_q3_K(const float *x, uint8_t *blk)
+{
+    block_q3_K *b = (block_q3_K *)blk;
+    float scale[QK_K / 16];
+    for (int k = 0; k < QK_K / 16; k++) scale[k] = fit_symmetric(x + 16 * k, 16, 4);
+    /* signed 6-bit scales in [-32, 31]: the largest maps to -32 */
+    const float d = store_f16_scale(b->d, signed_amax(scale, QK_K / 16) / -32.0f);
+    int q[QK_K];
+    memset(b->scales, 0, sizeof b->scales);
+    memset(b->hmask, 0, sizeof b->hmask);
+    for (int k = 0; k < QK_K / 16; k++) {
+        int sc = d != 0.0f ? round_clamp(scale[k] / d, -32, 31) : 0;
+        int biased = sc + 32; /* the inverse of scale_q3_K */
+        b->scales[k % 8] |= (uint8_t)((biased & 0x0f) << (4 * (k / 8)));
+        b->scales[8 + k % 4] |= (uint8_t)((biased >> 4) << (2 * (k / 4)));
+        const float ds = d * (float)sc;
+        for (int i = 16 * k; i < 16 * k + 16; i++) {
+            q[i] = (ds != 0.0f ? round_clamp(x[i] / ds, -4, 3) : 0) + 4; /* 0..7 */
+            b->hmask[i % 32] |= (uint8_t)((q[i] >> 2) << (i / 32));
+        }
+    }
+    pack_k_low2(q, b->qs);
+}
+
+/* MXFP4: the exponent puts the largest magnitude in [4, 8) times the half scale, i.e. within
+ * the grid's top levels (up to 12 = 6 doubled); each weight takes the nearest of the 16 values. */
+static void encode_mxfp4(const float *x, uint8_t *blk)
+{
+    block_mxfp4 *b = (block_mxfp4 *)blk;
+    float amax = fabsf(signed_amax(x, QK4_0));
+    int e = 0;
+    if (amax > 0.0f && isfinite(amax)) {
+        int exp2;
+        frexpf(amax, &exp2); /* amax = f * 2^exp2, f in [0.5, 1): floor(log2 amax) = exp2 - 1 */
+        e = exp2 - 1 - 2 + 127;
+        e = e < 0 ? 0 : e > 254 ? 254 : e;
+    }
+    b->e = (uint8_t)e;
+    const float d = mxfp4_half_scale(b->e);
+    int q[QK4_0];
+    for (int j = 0; j < QK4_0; j++) {
+        int best = 0;
+        for (int k = 1; k < 16; k++)
+            if (fabsf(d * (float)mxfp4_values[k] - x[j]) < fabsf(d * (float)mxfp4_values[best] - x[j])) best = k;
+        q[j] = best;
+    }
+    pack_nibbles_32(q, b->qs);
+}
+
 size_t quant_quantize_row(ggml_type type, const float *src, void *dst, int64_t n)
 {
     uint8_t *out = dst;
@@ -645,6 +1047,14 @@ size_t quant_quantize_row(ggml_type type, const float *src, void *dst, int64_t n
     case GGML_TYPE_Q4_K: encode = encode_q4_K; break;
     case GGML_TYPE_Q5_K: encode = encode_q5_K; break;
     case GGML_TYPE_Q6_K: encode = encode_q6_K; break;
+    case GGML_TYPE_Q4_1: encode = encode_q4_1; break;
+    case GGML_TYPE_Q5_0: encode = encode_q5_0; break;
+    case GGML_TYPE_Q5_1: encode = encode_q5_1; break;
+    case GGML_TYPE_IQ4_NL: encode = encode_iq4_nl; break;
+    case GGML_TYPE_IQ4_XS: encode = encode_iq4_xs; break;
+    case GGML_TYPE_Q2_K: encode = encode_q2_K; break;
+    case GGML_TYPE_Q3_K: encode = encode_q3_K; break;
+    case GGML_TYPE_MXFP4: encode = encode_mxfp4; break;
     default: return 0;
     }
     size_t elems = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);

@@ -55,6 +55,7 @@
 
 static const char *const ftype_names[MKMODEL_FTYPE_COUNT] = {
     "f32", "f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m",
+    "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "iq4_nl", "iq4_xs",
 };
 
 int mkmodel_ftype_from_name(const char *name)
@@ -72,8 +73,8 @@ const char *mkmodel_ftype_name(mkmodel_ftype ft)
 uint32_t mkmodel_file_type(mkmodel_ftype ft)
 {
     /* LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q5_K_S 16,
-     * Q6_K 18 */
-    static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0, 1, 7, 2, 14, 16, 18, 15};
+     * Q6_K 18; Q4_1 3, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, IQ4_NL 25, IQ4_XS 30 */
+    static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0, 1, 7, 2, 14, 16, 18, 15, 3, 8, 9, 10, 11, 25, 30};
     return (unsigned)ft < MKMODEL_FTYPE_COUNT ? ids[ft] : 0;
 }
 
@@ -126,8 +127,9 @@ static bool use_more_bits(int i, int n)
 ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int layer)
 {
     static const ggml_type pure[MKMODEL_FTYPE_COUNT] = {
-        GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
-        GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K,
+        GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,   GGML_TYPE_Q4_K,
+        GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,
+        GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
     };
     if (cfg->ftype != MKMODEL_Q4_K_M) return pure[cfg->ftype];
     if (strcmp(role, "output") == 0) return GGML_TYPE_Q6_K;

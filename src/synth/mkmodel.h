@@ -28,6 +28,13 @@ typedef enum mkmodel_ftype {
     MKMODEL_Q5_K,
     MKMODEL_Q6_K,
     MKMODEL_Q4_K_M,
+    MKMODEL_Q4_1,
+    MKMODEL_Q5_0,
+    MKMODEL_Q5_1,
+    MKMODEL_Q2_K,
+    MKMODEL_Q3_K,
+    MKMODEL_IQ4_NL,
+    MKMODEL_IQ4_XS,
     MKMODEL_FTYPE_COUNT
 } mkmodel_ftype;
 

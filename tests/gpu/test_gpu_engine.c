@@ -454,6 +454,22 @@ static void test_errors_leave_engine_usable(void **state)
     free(image);
 }
 
+/* Builds and loads the tiny model s, asserts the CUDA engine refuses it with a message holding
+ * want, and returns the model (free it, then *image). */
+static model *refused_on_cuda(const tiny_spec *s, void **image, const char *want)
+{
+    size_t size;
+    char err[512];
+    *image = tiny_model_build(s, &size);
+    model *m = tiny_model_load(*image, size, err, sizeof err);
+    if (!m) fail_msg("load: %s", err);
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
+    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
+    print_message("  refused: %s\n", err);
+    assert_non_null(strstr(err, want));
+    return m;
+}
+
 /* llama's tensors with a recipe of sliding-window attention, which the GPU does not run: the
  * CUDA engine must refuse it at creation, naming the feature, not run full attention. */
 static void test_recipe_feature_refused(void **state)
@@ -463,15 +479,29 @@ static void test_recipe_feature_refused(void **state)
     register_toy(&sliding, "toy-gpu-sliding", ARCH_NORM_PRE, ARCH_ATTN_SLIDING);
     tiny_spec s = tiny_spec_default();
     s.arch = sliding.name, s.n_embd = 64;
-    size_t size;
+    void *image;
+    model *m = refused_on_cuda(
+        &s, &image, "the cuda backend does not implement sliding-window attention (layer 0 of toy-gpu-sliding)");
+    model_free(m);
+    free(image);
+}
+
+/* A model in a format the CPU reads but the GPU has no kernels for (Q4_1 here): the CUDA engine
+ * refuses it at creation naming the tensor and type, before touching the GPU (so the message is
+ * the same with or without one), and --device auto runs it on the CPU instead. */
+static void test_format_without_kernels_refused(void **state)
+{
+    (void)state;
+    tiny_spec s = tiny_spec_default();
+    s.wtype = GGML_TYPE_Q4_1;
+    void *image;
+    model *m = refused_on_cuda(&s, &image, "tensor token_embd.weight: type Q4_1 has no GPU kernels");
     char err[512];
-    void *image = tiny_model_build(&s, &size);
-    model *m = tiny_model_load(image, size, err, sizeof err);
-    if (!m) fail_msg("load: %s", err);
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
-    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
-    print_message("  refused: %s\n", err);
-    assert_non_null(strstr(err, "the cuda backend does not implement sliding-window attention (layer 0 of toy-gpu-sliding)"));
+    engine *e = engine_open(ENGINE_DEVICE_AUTO, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("auto: %s", err);
+    assert_string_equal(engine_name(e), "cpu");
+    engine_free(e);
     model_free(m);
     free(image);
 }
@@ -487,6 +517,12 @@ int main(void)
         cmocka_unit_test(test_errors_leave_engine_usable),
         cmocka_unit_test(test_recipe_feature_refused),
     };
+    /* refusals decided before the GPU is touched: run them on every machine */
+    const struct CMUnitTest without_device[] = {
+        cmocka_unit_test(test_format_without_kernels_refused),
+    };
+    int failed = cmocka_run_group_tests_name("without a device", without_device, NULL, NULL);
+    if (failed) return failed;
     if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests_name("on the device", tests, NULL, NULL);
 }

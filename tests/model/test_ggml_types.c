@@ -33,7 +33,7 @@ static const geometry EXPECTED[] = {
     {GGML_TYPE_I32, "I32", 1, 4},         {GGML_TYPE_I64, "I64", 1, 8},
     {GGML_TYPE_F64, "F64", 1, 8},         {GGML_TYPE_IQ1_M, "IQ1_M", 256, 56},
     {GGML_TYPE_BF16, "BF16", 1, 2},       {GGML_TYPE_TQ1_0, "TQ1_0", 256, 54},
-    {GGML_TYPE_TQ2_0, "TQ2_0", 256, 66},  {(ggml_type)39, "MXFP4", 32, 17},
+    {GGML_TYPE_TQ2_0, "TQ2_0", 256, 66},  {GGML_TYPE_MXFP4, "MXFP4", 32, 17},
 };
 #define N_EXPECTED (sizeof EXPECTED / sizeof EXPECTED[0])
 
@@ -88,8 +88,10 @@ static void test_names_round_trip_case_insensitively(void **state)
 static void test_supported_set(void **state)
 {
     (void)state;
-    const ggml_type want[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,
-                              GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    const ggml_type want[] = {GGML_TYPE_F32,  GGML_TYPE_F16,    GGML_TYPE_BF16,  GGML_TYPE_Q4_0,
+                              GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,   GGML_TYPE_Q5_1,  GGML_TYPE_Q8_0,
+                              GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,  GGML_TYPE_Q5_K,
+                              GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4};
     int n = 0;
     for (int t = 0; t < GGML_TYPE_COUNT; t++)
         if (ggml_type_supported((ggml_type)t)) {
@@ -98,7 +100,7 @@ static void test_supported_set(void **state)
             assert_true(listed);
             n++;
         }
-    assert_int_equal(n, 8);
+    assert_int_equal(n, (int)(sizeof want / sizeof want[0]));
 }
 
 static void test_row_bytes(void **state)

@@ -1,4 +1,5 @@
-/* gen.c - the generation routes (/v1/completions, /v1/chat/completions, /v1/responses):
+/* gen.c - the generation routes (/v1/completions, /v1/chat/completions, /v1/responses,
+ * /v1/messages):
  * validate, build the prompt, submit one scheduler request per choice, then either wait for
  * all of them (a suspended connection, resumed by the scheduler's wake callback) and answer
  * once, or stream from a chunked response whose reader suspends the connection whenever no

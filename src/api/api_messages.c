@@ -393,25 +393,6 @@ int api_messages_translate(const char *body, size_t len, char **chat_body, api_e
     return rc;
 }
 
-/* e's param (and its mention in the message) from `from` to `to`, when the param starts with
- * from up to '.' or '['. */
-static bool rename_param(api_error *e, const char *from, const char *to)
-{
-    size_t n = strlen(from);
-    if (strncmp(e->param, from, n) || (e->param[n] && e->param[n] != '.' && e->param[n] != '[')) return false;
-    char rest[sizeof e->param], msg[sizeof e->message];
-    snprintf(rest, sizeof rest, "%s", e->param + n);
-    char *at = strstr(e->message, from);
-    if (at) {
-        snprintf(msg, sizeof msg, "%.*s%s%s", (int)(at - e->message), e->message, to, at + n);
-        snprintf(e->message, sizeof e->message, "%s", msg);
-    }
-    char param[2 * sizeof e->param];
-    snprintf(param, sizeof param, "%s%s", to, rest);
-    snprintf(e->param, sizeof e->param, "%.*s", (int)sizeof e->param - 1, param);
-    return true;
-}
-
 void api_messages_rename_error(api_error *e)
 {
     static const char *const pairs[][2] = {
@@ -419,13 +400,13 @@ void api_messages_rename_error(api_error *e)
         {"tool_choice.function", "tool_choice"}, {"chat_template_kwargs.enable_thinking", "thinking"},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
-        if (rename_param(e, pairs[i][0], pairs[i][1])) return;
+        if (api_error_rename(e, pairs[i][0], pairs[i][1])) return;
     const char *f = strncmp(e->param, "tools[", 6) ? NULL : strstr(e->param, "].function.parameters");
     if (f) { /* tools[i].function.parameters -> tools[i].input_schema */
         char from[sizeof e->param], to[sizeof e->param];
         snprintf(from, sizeof from, "%.*s", (int)(f + strlen("].function.parameters") - e->param), e->param);
         snprintf(to, sizeof to, "%.*s].input_schema", (int)(f - e->param), e->param);
-        rename_param(e, from, to);
+        api_error_rename(e, from, to);
     }
 }
 

@@ -335,8 +335,9 @@ static int translate_thinking(const cJSON *in, cJSON *out, api_error *e)
     return cJSON_AddBoolToObject(kw, "enable_thinking", on) ? 0 : no_memory(e);
 }
 
-/* Parameters that ask for what this server does not do, which ignoring would change. */
-static int refuse_unsupported(const cJSON *in, api_error *e)
+/* Parameters that ask for what this server does not do, which ignoring would change.  count:
+ * a count_tokens body, which has no max_tokens. */
+static int refuse_unsupported(const cJSON *in, bool count, api_error *e)
 {
     static const char *const params[] = {"mcp_servers", "container", "context_management"};
     for (size_t i = 0; i < sizeof params / sizeof params[0]; i++)
@@ -346,7 +347,7 @@ static int refuse_unsupported(const cJSON *in, api_error *e)
             return -1;
         }
     const cJSON *mt = json_field(in, "max_tokens");
-    if (!mt) {
+    if (!mt && !count) {
         api_error_set(e, 400, "invalid_request_error", "max_tokens", "missing_required_parameter",
                       "max_tokens: Field required");
         return -1;
@@ -368,20 +369,20 @@ static int copy_plain(const cJSON *in, cJSON *out, api_error *e)
         if (v && !cJSON_AddItemToObject(out, same[k], cJSON_Duplicate(v, true))) return no_memory(e);
     }
     const cJSON *mt = json_field(in, "max_tokens"), *stop = json_field(in, "stop_sequences");
-    if (!cJSON_AddItemToObject(out, "max_completion_tokens", cJSON_Duplicate(mt, true))) return no_memory(e);
+    if (mt && !cJSON_AddItemToObject(out, "max_completion_tokens", cJSON_Duplicate(mt, true))) return no_memory(e);
     if (stop && !cJSON_IsArray(stop)) return bad(e, "stop_sequences", "expected an array of strings");
     if (stop && cJSON_GetArraySize(stop) && !cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(stop, true)))
         return no_memory(e);
     return 0;
 }
 
-int api_messages_translate(const char *body, size_t len, char **chat_body, api_error *e)
+static int translate(const char *body, size_t len, bool count, char **chat_body, api_error *e)
 {
     *chat_body = NULL;
     cJSON *in = json_parse_body(body, len, e);
     if (!in) return -1;
     cJSON *out = cJSON_CreateObject();
-    int rc = out ? refuse_unsupported(in, e) : no_memory(e);
+    int rc = out ? refuse_unsupported(in, count, e) : no_memory(e);
     if (rc == 0) rc = copy_plain(in, out, e);
     if (rc == 0) rc = translate_messages(in, out, e);
     if (rc == 0) rc = translate_tools(in, out, e);
@@ -391,6 +392,16 @@ int api_messages_translate(const char *body, size_t len, char **chat_body, api_e
     cJSON_Delete(in);
     cJSON_Delete(out);
     return rc;
+}
+
+int api_messages_translate(const char *body, size_t len, char **chat_body, api_error *e)
+{
+    return translate(body, len, false, chat_body, e);
+}
+
+int api_messages_translate_count(const char *body, size_t len, char **chat_body, api_error *e)
+{
+    return translate(body, len, true, chat_body, e);
 }
 
 void api_messages_rename_error(api_error *e)

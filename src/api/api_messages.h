@@ -24,6 +24,8 @@
 /* body[len] must be NUL.  0 with *chat_body (malloc'd JSON for api_request_parse(API_CHAT)),
  * or -1 with a 400 naming the Messages parameter (nothing to free). */
 int api_messages_translate(const char *body, size_t len, char **chat_body, api_error *e);
+/* The same for a POST /v1/messages/count_tokens body (max_tokens not required). */
+int api_messages_translate_count(const char *body, size_t len, char **chat_body, api_error *e);
 /* An error api_request_parse found in a translated body, renamed to what the client sent
  * (max_completion_tokens -> max_tokens, stop -> stop_sequences, tools[i].function.parameters
  * -> tools[i].input_schema, ...). */

@@ -145,21 +145,20 @@ oom:
 /* The prompt text: the model's Jinja template with the request's variables, or the built-in
  * family for a model without one.  A template that refuses (raise_exception, a type error on
  * these messages) is the client's 400, with the template's own words. */
-static char *render_chat(gen *g, api_error *e)
+static char *render_chat(const server *sv, const api_request *rq, api_error *e)
 {
-    server *sv = g->sv;
     char err[512] = "";
     char *text;
-    bool tools = g->req.tools_json && g->req.tool_choice != API_TOOL_NONE;
+    bool tools = rq->tools_json && rq->tool_choice != API_TOOL_NONE;
     const jinja_tmpl *t = tools && sv->sm.jinja_tools ? sv->sm.jinja_tools : sv->sm.jinja;
     if (t) {
-        text = chat_render_jinja(t, g->req.tmpl_ctx, true, sv->bos_text, sv->eos_text, err, sizeof err);
+        text = chat_render_jinja(t, rq->tmpl_ctx, true, sv->bos_text, sv->eos_text, err, sizeof err);
         if (!text)
             api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
                           "The model's chat template refused these messages: %s", err[0] ? err : "no reason given");
         return text;
     }
-    text = chat_render(sv->sm.tmpl, g->req.msgs, (size_t)g->req.n_msgs, true, sv->bos_text, sv->eos_text, err,
+    text = chat_render(sv->sm.tmpl, rq->msgs, (size_t)rq->n_msgs, true, sv->bos_text, sv->eos_text, err,
                        sizeof err);
     if (!text)
         api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
@@ -167,27 +166,44 @@ static char *render_chat(gen *g, api_error *e)
     return text;
 }
 
+/* The rendered prompt as tokens: special tokens written by the template are parsed as such; no
+ * BOS is added when the text already starts with it.  The count, or -1 with a 500 in e. */
+static int encode_chat(const server *sv, const char *text, size_t len, int32_t **ids, api_error *e)
+{
+    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, len);
+    int n = tokenizer_encode_alloc(sv->sm.tok, text, len, add_bos, true, ids);
+    if (n <= 0) api_error_set(e, 500, "server_error", NULL, NULL, "tokenizing the chat prompt failed");
+    return n > 0 ? n : -1;
+}
+
 static int build_chat_prompt(gen *g, api_error *e)
 {
-    server *sv = g->sv;
-    char *text = render_chat(g, e);
+    char *text = render_chat(g->sv, &g->req, e);
     if (!text) return -1;
     size_t len = strlen(text);
     /* A reply that starts inside a <think> the prompt opened (DeepSeek R1 distills). */
     g->think_in_prompt = len >= 8 && (memcmp(text + len - 8, "<think>\n", 8) == 0 || memcmp(text + len - 7, "<think>", 7) == 0);
     g->n_prompts = 1;
     g->prompts = calloc(1, sizeof *g->prompts);
-    /* Special tokens written by the template are parsed as such; no BOS is added when the
-     * text already starts with it. */
-    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, len);
-    int n = g->prompts ? tokenizer_encode_alloc(sv->sm.tok, text, len, add_bos, true, &g->prompts[0].ids) : -1;
+    int n = g->prompts ? encode_chat(g->sv, text, len, &g->prompts[0].ids, e) : -1;
     free(text);
-    if (n <= 0) {
-        api_error_set(e, 500, "server_error", NULL, NULL, "tokenizing the chat prompt failed");
+    if (n < 0) {
+        if (!g->prompts) api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         return -1;
     }
     g->prompts[0].n_ids = n;
     return 0;
+}
+
+int gen_prompt_tokens(const server *sv, const api_request *rq, api_error *e)
+{
+    char *text = render_chat(sv, rq, e);
+    if (!text) return -1;
+    int32_t *ids = NULL;
+    int n = encode_chat(sv, text, strlen(text), &ids, e);
+    free(text);
+    free(ids);
+    return n;
 }
 
 /* Resolve max_tokens and refuse what cannot fit a slot before any work is done. */

@@ -26,7 +26,8 @@ struct route {
     route_fn fn;
     bool open;       /* no API key needed */
     bool needs_model;
-    const api_protocol *proto; /* a generation's protocol row (fn is then gen_answer) */
+    const api_protocol *proto; /* a generation's protocol row (fn is then gen_answer when prepare
+                                * is set); also the shape of the route's refusals */
     /* The slow half of a route (parsing a body, building a prompt), run on a prep thread while
      * the connection is suspended, so that MHD's threads never wait on it: however many large
      * bodies are being parsed, /health and /metrics answer at once.  It calls no MHD function;
@@ -53,6 +54,7 @@ static const route routes[] = {
     {"/v1/chat/completions", "POST", gen_answer, false, true, &proto_chat, prep_generation, false, NULL},
     {"/v1/responses", "POST", gen_answer, false, true, &proto_responses, prep_generation, false, NULL},
     {"/v1/messages", "POST", gen_answer, false, true, &proto_messages, prep_generation, false, "x-api-key"},
+    {"/v1/messages/count_tokens", "POST", endpoint_count_tokens, false, true, &proto_messages, NULL, true, "x-api-key"},
     {"/tokenize", "POST", endpoint_tokenize, false, true, NULL, NULL, true, NULL},
     {"/detokenize", "POST", endpoint_detokenize, false, true, NULL, NULL, true, NULL},
 };

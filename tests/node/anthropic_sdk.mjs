@@ -1,7 +1,7 @@
 // anthropic_sdk.mjs - a scripted session through Anthropic's official Node SDK against
 // /v1/messages: messages.create, messages.stream with its text events and finalMessage(),
 // a forced tool call (tool_choice {type: 'tool'}) round trip with tool_result, thinking
-// blocks, stop reasons, x-api-key auth and the SDK's typed errors.
+// blocks, stop reasons, countTokens, x-api-key auth and the SDK's typed errors.
 //   usage: node anthropic_sdk.mjs
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
@@ -115,6 +115,13 @@ await pass('thinking: enabled -> a thinking block (created and streamed)', async
     ...base, messages: [...messages, { role: 'assistant', content: m.content }, { role: 'user', content: 'Go on' }],
   });
   assert.equal(next.content[0].type, 'text');
+});
+
+await pass('messages.countTokens', async () => {
+  const { max_tokens, temperature, ignore_eos, ...countArgs } = base;
+  const c = await client.messages.countTokens({ ...countArgs, messages });
+  const m = await client.messages.create({ ...base, messages });
+  assert.equal(c.input_tokens, m.usage.input_tokens + m.usage.cache_read_input_tokens);
 });
 
 await pass('errors are the SDK typed errors', async () => {

@@ -477,6 +477,17 @@ def case_messages():
                                  (dict(args, mcp_servers=[{"type": "url"}]), "invalid_request_error", "mcp_servers")):
             st, b = post(s.port, "/v1/messages", {k: v for k, v in body.items() if v is not None}, headers=hdr)
             check_anthropic_error(st, b, 400, etype, why)
+        # count_tokens: the same prompt counted, tools included, nothing generated
+        st, c = post(s.port, "/v1/messages/count_tokens", {k: v for k, v in args.items() if k != "max_tokens"},
+                     headers=hdr)
+        check(st == 200 and c == {"input_tokens": u["input_tokens"] + u["cache_read_input_tokens"]}, f"count {st} {c}")
+        st, ct = post(s.port, "/v1/messages/count_tokens", dict(args, tools=[weather]), headers=hdr)
+        check(st == 200 and ct["input_tokens"] > c["input_tokens"], f"count with tools {ct} vs {c}")
+        st, b = post(s.port, "/v1/messages/count_tokens", {"messages": "x"}, headers=hdr)
+        check_anthropic_error(st, b, 400, "invalid_request_error", "messages")
+        st, b = post(s.port, "/v1/messages/count_tokens", {"messages": []})
+        check_anthropic_error(st, b, 401, "authentication_error", "x-api-key")
+
         # refusals before the handler are in the route's shape too
         st, b = post(s.port, "/v1/messages", args, headers={"x-api-key": "wrong"})
         check_anthropic_error(st, b, 401, "authentication_error", "x-api-key")

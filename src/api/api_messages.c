@@ -433,9 +433,10 @@ char *api_messages_error_json(const api_error *e)
                        : e->status == 503 ? "overloaded_error"
                        : e->status >= 500 ? "api_error"
                                           : "invalid_request_error";
-    cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
-    char *msg = api_utf8_sanitize(e->message, strlen(e->message), NULL);
+    cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "type", "error");
+    cJSON *err = cJSON_AddObjectToObject(o, "error");
+    char *msg = api_utf8_sanitize(e->message, strlen(e->message), NULL);
     cJSON_AddStringToObject(err, "type", type);
     cJSON_AddStringToObject(err, "message", msg ? msg : "out of memory");
     free(msg);
@@ -534,17 +535,17 @@ char *api_messages_json(const api_meta *m, const api_msg_out *o, const api_usage
 
 /* ---- streams ------------------------------------------------------------------------------ */
 
-/* "event: TYPE\ndata: {"type":TYPE,...}\n\n"; ev is consumed. */
+/* "event: TYPE\ndata: {"type":"TYPE",...}\n\n", the type first as Anthropic writes it (type is
+ * one of this file's names: nothing to escape); ev is consumed. */
 static void emit(api_msg_stream *s, const char *type, cJSON *ev)
 {
-    char *json = NULL;
-    if (ev && cJSON_AddStringToObject(ev, "type", type)) json = cJSON_PrintUnformatted(ev);
+    char *json = ev ? cJSON_PrintUnformatted(ev) : NULL;
     cJSON_Delete(ev);
     if (!json) {
         s->failed = s->out->failed = true;
         return;
     }
-    bytebuf_printf(s->out, "event: %s\ndata: %s\n\n", type, json);
+    bytebuf_printf(s->out, "event: %s\ndata: {\"type\":\"%s\"%s%s\n\n", type, type, json[1] == '}' ? "" : ",", json + 1);
     free(json);
 }
 

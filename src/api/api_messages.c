@@ -445,9 +445,10 @@ char *api_messages_error_json(const api_error *e)
     return s;
 }
 
-const char *api_messages_stop_reason(const char *finish_reason)
+const char *api_messages_stop_reason(const char *finish_reason, const char *stop_sequence)
 {
     if (!finish_reason) return NULL;
+    if (stop_sequence && !strcmp(finish_reason, "stop")) return "stop_sequence";
     if (!strcmp(finish_reason, "length")) return "max_tokens";
     if (!strcmp(finish_reason, "tool_calls")) return "tool_use";
     return "end_turn";
@@ -504,8 +505,16 @@ static cJSON *usage_json(const api_usage *u)
     return o;
 }
 
+/* stop_sequence: the stop sequence that ended the reply, or null */
+static void add_stop_sequence(cJSON *o, const char *stop_sequence)
+{
+    if (stop_sequence) cJSON_AddItemToObject(o, "stop_sequence", clean_string(stop_sequence, strlen(stop_sequence)));
+    else cJSON_AddNullToObject(o, "stop_sequence");
+}
+
 /* The message object; content is taken over (NULL: []). */
-static cJSON *message_object(const api_meta *m, cJSON *content, const char *stop_reason, const api_usage *u)
+static cJSON *message_object(const api_meta *m, cJSON *content, const char *stop_reason, const char *stop_sequence,
+                             const api_usage *u)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", m->id);
@@ -515,7 +524,7 @@ static cJSON *message_object(const api_meta *m, cJSON *content, const char *stop
     cJSON_AddItemToObject(o, "content", content ? content : cJSON_CreateArray());
     if (stop_reason) cJSON_AddStringToObject(o, "stop_reason", stop_reason);
     else cJSON_AddNullToObject(o, "stop_reason");
-    cJSON_AddNullToObject(o, "stop_sequence");
+    add_stop_sequence(o, stop_sequence);
     cJSON_AddItemToObject(o, "usage", usage_json(u));
     return o;
 }
@@ -527,7 +536,8 @@ char *api_messages_json(const api_meta *m, const api_msg_out *o, const api_usage
     if (o->text_len || (!o->n_calls && !o->thinking_len))
         cJSON_AddItemToArray(content, text_block(MSG_BLOCK_TEXT, o->text, o->text_len));
     for (int i = 0; i < o->n_calls; i++) cJSON_AddItemToArray(content, tool_use_block(&o->calls[i], true));
-    cJSON *root = message_object(m, content, api_messages_stop_reason(o->finish_reason), u);
+    cJSON *root = message_object(m, content, api_messages_stop_reason(o->finish_reason, o->stop_sequence),
+                                 o->stop_sequence, u);
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return s;
@@ -561,7 +571,7 @@ void api_msg_stream_begin(api_msg_stream *s, const api_meta *m, bytebuf *out)
 {
     *s = (api_msg_stream){.m = m, .out = out};
     cJSON *ev = cJSON_CreateObject();
-    if (ev) cJSON_AddItemToObject(ev, "message", message_object(m, NULL, NULL, NULL));
+    if (ev) cJSON_AddItemToObject(ev, "message", message_object(m, NULL, NULL, NULL, NULL));
     emit(s, "message_start", ev);
     emit(s, "ping", cJSON_CreateObject());
 }
@@ -623,7 +633,8 @@ void api_msg_stream_call(api_msg_stream *s, const chat_tool_call *c)
     emit(s, "content_block_stop", at(s->n_blocks - 1));
 }
 
-void api_msg_stream_end(api_msg_stream *s, const char *finish_reason, const api_usage *u, const api_error *err)
+void api_msg_stream_end(api_msg_stream *s, const char *finish_reason, const char *stop_sequence, const api_usage *u,
+                        const api_error *err)
 {
     if (s->failed) return;
     if (err) { /* Anthropic's mid-stream error: an error event, no message_stop */
@@ -639,9 +650,9 @@ void api_msg_stream_end(api_msg_stream *s, const char *finish_reason, const api_
     }
     close_block(s);
     cJSON *ev = cJSON_CreateObject(), *d = cJSON_CreateObject();
-    const char *reason = api_messages_stop_reason(finish_reason ? finish_reason : "stop");
+    const char *reason = api_messages_stop_reason(finish_reason ? finish_reason : "stop", stop_sequence);
     cJSON_AddStringToObject(d, "stop_reason", reason);
-    cJSON_AddNullToObject(d, "stop_sequence");
+    add_stop_sequence(d, stop_sequence);
     if (ev) cJSON_AddItemToObject(ev, "delta", d);
     else cJSON_Delete(d);
     if (ev) cJSON_AddItemToObject(ev, "usage", usage_json(u));

@@ -37,8 +37,8 @@ void api_messages_rename_error(api_error *e);
 char *api_messages_error_json(const api_error *e);
 
 /* "end_turn", "max_tokens", "tool_use" for a chat finish reason ("stop", "length",
- * "tool_calls"). */
-const char *api_messages_stop_reason(const char *finish_reason);
+ * "tool_calls"); "stop_sequence" for "stop" with a stop sequence. */
+const char *api_messages_stop_reason(const char *finish_reason, const char *stop_sequence);
 
 /* The whole reply of a request that was not streamed. */
 typedef struct api_msg_out {
@@ -47,6 +47,7 @@ typedef struct api_msg_out {
     const chat_tool_call *calls;
     int n_calls;
     const char *finish_reason; /* the chat finish reason */
+    const char *stop_sequence; /* the stop sequence that ended it, or NULL */
 } api_msg_out;
 
 /* m: the id ("msg_..."), model and time every body of one request shares. */
@@ -72,6 +73,7 @@ void api_msg_stream_thinking(api_msg_stream *s, const char *text, size_t len);
 void api_msg_stream_call(api_msg_stream *s, const chat_tool_call *c);
 /* The open block's stop, message_delta (stop reason, usage) and message_stop; or, when err,
  * an error event. */
-void api_msg_stream_end(api_msg_stream *s, const char *finish_reason, const api_usage *u, const api_error *err);
+void api_msg_stream_end(api_msg_stream *s, const char *finish_reason, const char *stop_sequence, const api_usage *u,
+                        const api_error *err);
 
 #endif

@@ -46,6 +46,7 @@ typedef struct api_delta {
     const engine_result *tokens; /* with logprobs: the tokens behind the text */
     int n_tokens;
     const char *finish_reason;   /* "stop", "length", "tool_calls"; NULL: the choice goes on */
+    int stop_string;             /* "stop" by a stop string: 1 + its index in the request's stop; else 0 */
 } api_delta;
 
 /* How a stream ends. */

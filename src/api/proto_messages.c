@@ -13,7 +13,14 @@
 typedef struct msg_state {
     api_msg_stream ms;
     const char *finish_reason; /* streaming: the choice's, once it finished */
+    int stop_string;           /* streaming: api_delta.stop_string */
 } msg_state;
+
+/* The stop sequence that ended the reply (stop_string: api_delta's), or NULL. */
+static const char *stop_sequence(const api_request *rq, int stop_string)
+{
+    return stop_string > 0 && stop_string <= rq->n_stop ? rq->stop[stop_string - 1] : NULL;
+}
 
 /* Errors of the translated body are renamed to what the client sent. */
 static int msg_parse(const char *body, size_t len, int n_vocab, api_request *rq, void **state, api_error *e)
@@ -54,14 +61,17 @@ static void msg_delta(api_reply *r, const api_delta *d)
     api_msg_stream_thinking(&st->ms, d->reasoning, d->reasoning_len);
     api_msg_stream_text(&st->ms, d->text, d->text_len);
     for (int k = 0; k < d->n_calls; k++) api_msg_stream_call(&st->ms, &d->calls[k]);
-    if (d->finish_reason) st->finish_reason = d->finish_reason; /* a static string */
+    if (d->finish_reason) { /* a static string */
+        st->finish_reason = d->finish_reason;
+        st->stop_string = d->stop_string;
+    }
 }
 
 /* message_delta, message_stop; or an error event. */
 static void msg_close(api_reply *r, const api_end *end)
 {
     msg_state *st = r->state;
-    api_msg_stream_end(&st->ms, st->finish_reason, end->usage, end->failed);
+    api_msg_stream_end(&st->ms, st->finish_reason, stop_sequence(r->rq, st->stop_string), end->usage, end->failed);
 }
 
 /* One choice (the API has no n). */
@@ -70,7 +80,7 @@ static char *msg_whole(const api_reply *r, const api_choice *ch, int n, const ap
     (void)n;
     api_msg_out o = {.text = ch->text, .text_len = ch->text_len, .thinking = ch->reasoning,
                      .thinking_len = ch->reasoning_len, .calls = ch->calls, .n_calls = ch->n_calls,
-                     .finish_reason = ch->finish_reason};
+                     .finish_reason = ch->finish_reason, .stop_sequence = stop_sequence(r->rq, ch->stop_string)};
     return api_messages_json(&r->meta, &o, u);
 }
 

@@ -32,6 +32,7 @@ typedef struct gen_choice {
     int n_tokens, cap_tokens;
     size_t text_offset; /* bytes of this choice already emitted (logprobs text_offset) */
     sched_finish finish;
+    int stop_string; /* sched_output.stop_string */
     int prompt_tokens, cached_tokens, completion_tokens;
     /* chat: reasoning and tool calls split out of the text (NULL parser: all is content) */
     chat_parser *cp;
@@ -336,6 +337,7 @@ static void record_finish(gen *g, gen_choice *c, const sched_output *o)
     c->completion_tokens = o->completion_tokens;
     if (o->finish == SCHED_FINISH_NONE) return;
     c->finish = o->finish;
+    c->stop_string = o->stop_string;
     if (o->finish == SCHED_FINISH_ERROR) snprintf(c->error, sizeof c->error, "%s", o->error);
     g->n_done++;
 }
@@ -458,7 +460,8 @@ static void stream_output(gen *g, int i, const sched_output *o)
 {
     gen_choice *c = &g->ch[i];
     api_delta d = {.index = i, .text = o->text, .text_len = o->text_len, .text_offset = c->text_offset,
-                   .tokens = o->tokens, .n_tokens = o->n_tokens, .finish_reason = finish_reason_of(c, o->finish)};
+                   .tokens = o->tokens, .n_tokens = o->n_tokens, .finish_reason = finish_reason_of(c, o->finish),
+                   .stop_string = o->stop_string};
     if (c->cp) {
         const chat_delta *cd = &c->delta;
         d.text = cd->content.data;
@@ -608,6 +611,7 @@ static enum MHD_Result reply_whole(gen *g)
             .logprobs = g->req.logprobs >= 0,
             .text_offset = g->prompts[c->prompt].echo_len,
             .finish_reason = finish_reason_of(c, c->finish),
+            .stop_string = c->stop_string,
             /* what the choice's parser split out (none without a parser) */
             .reasoning = c->reasoning.data,
             .reasoning_len = c->reasoning.len,

@@ -212,7 +212,15 @@ static void test_whole(void **state)
     assert_null(at(m, "content.1"));
     assert_string_equal(str_at(m, "stop_reason"), "max_tokens");
     cJSON_Delete(m);
-    assert_string_equal(api_messages_stop_reason("stop"), "end_turn");
+    assert_string_equal(api_messages_stop_reason("stop", NULL), "end_turn");
+    /* a stop sequence ended it */
+    o = (api_msg_out){.text = "ab", .text_len = 2, .finish_reason = "stop", .stop_sequence = "END"};
+    s = api_messages_json(&meta, &o, &u);
+    m = cJSON_Parse(s);
+    free(s);
+    assert_string_equal(str_at(m, "stop_reason"), "stop_sequence");
+    assert_string_equal(str_at(m, "stop_sequence"), "END");
+    cJSON_Delete(m);
 }
 
 /* The events of out, in order, parsed; each "event:" line names its data's type. */
@@ -247,7 +255,7 @@ static void test_stream(void **state)
     api_msg_stream_text(&s, "He", 2);
     api_msg_stream_text(&s, "llo", 3);
     api_msg_stream_call(&s, &call);
-    api_msg_stream_end(&s, "tool_calls", &u, NULL);
+    api_msg_stream_end(&s, "tool_calls", NULL, &u, NULL);
     cJSON *ev[32];
     int n = events(&out, ev, 32);
     static const char *const want[] = {
@@ -279,18 +287,19 @@ static void test_stream(void **state)
 
     /* nothing said: one empty text block; a failure: an error event, no message_stop */
     api_msg_stream_begin(&s, &meta, &out);
-    api_msg_stream_end(&s, "stop", &u, NULL);
+    api_msg_stream_end(&s, "stop", "END", &u, NULL);
     n = events(&out, ev, 32);
     assert_int_equal(n, 6);
     assert_string_equal(str_at(ev[2], "content_block.type"), "text");
-    assert_string_equal(str_at(ev[4], "delta.stop_reason"), "end_turn");
+    assert_string_equal(str_at(ev[4], "delta.stop_reason"), "stop_sequence");
+    assert_string_equal(str_at(ev[4], "delta.stop_sequence"), "END");
     for (int i = 0; i < n; i++) cJSON_Delete(ev[i]);
     bytebuf_free(&out);
     api_error e;
     api_error_set(&e, 500, "server_error", NULL, NULL, "engine failed");
     api_msg_stream_begin(&s, &meta, &out);
     api_msg_stream_text(&s, "x", 1);
-    api_msg_stream_end(&s, NULL, &u, &e);
+    api_msg_stream_end(&s, NULL, NULL, &u, &e);
     n = events(&out, ev, 32);
     assert_string_equal(str_at(ev[n - 1], "type"), "error");
     assert_string_equal(str_at(ev[n - 1], "error.type"), "api_error");

@@ -161,7 +161,7 @@ static void messages_case(const char *body, size_t len, int n_vocab)
         api_msg_stream_thinking(&s, body, len / 2);
         api_msg_stream_text(&s, body + len / 2, len - len / 2);
         api_msg_stream_call(&s, &call);
-        api_msg_stream_end(&s, o.finish_reason, &u, NULL);
+        api_msg_stream_end(&s, o.finish_reason, len & 2 ? body : NULL, &u, NULL);
         check_events(&out);
         bytebuf_free(&out);
     }

@@ -420,6 +420,17 @@ def case_messages():
         check(chat["choices"][0]["message"]["content"] == text, "messages and chat give different text")
         check(u["input_tokens"] + u["cache_read_input_tokens"] == chat["usage"]["prompt_tokens"], "the same prompt")
 
+        # a stop sequence the greedy reply holds ends it there: stop_reason stop_sequence, named
+        seq = text.strip()[-3:]
+        check(len(seq) == 3, f"reply too short for a stop sequence: {text!r}")
+        st, m = post(s.port, "/v1/messages", dict(args, stop_sequences=["zzzq", seq]), headers=hdr)
+        check(st == 200 and m["stop_reason"] == "stop_sequence" and m["stop_sequence"] == seq, f"stop sequence {m}")
+        check(text.startswith(m["content"][0]["text"]) and seq not in m["content"][0]["text"], f"stopped text {m}")
+        raw = curl("-N", f"{base}/v1/messages", "-H", "Content-Type: application/json", "-H", "x-api-key: k3y",
+                   "-d", json.dumps(dict(args, stop_sequences=[seq], stream=True)))
+        md = anthropic_events(raw)[-2][1]
+        check(md["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": seq}, f"streamed stop sequence {md}")
+
         raw = curl("-N", f"{base}/v1/messages", "-H", "Content-Type: application/json", "-H", "x-api-key: k3y",
                    "-H", "anthropic-version: 2023-06-01", "-d", json.dumps(dict(args, stream=True)))
         evs = anthropic_events(raw)

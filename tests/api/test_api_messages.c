@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/api_messages.h"
+#include "json_path.h"
 
 /* The chat body of a Messages body (which must translate and then parse as chat). */
 static cJSON *translate(const char *body)
@@ -29,26 +30,9 @@ static cJSON *translate(const char *body)
     return v;
 }
 
-static const cJSON *at(const cJSON *o, const char *path)
-{
-    /* "a.b.2.c": object keys and array indexes */
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", path);
-    const cJSON *v = o;
-    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
-        v = (tok[0] >= '0' && tok[0] <= '9') ? cJSON_GetArrayItem(v, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(v, tok);
-    return v;
-}
-
-static const char *str_at(const cJSON *o, const char *path)
-{
-    const cJSON *v = at(o, path);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 static double num_at(const cJSON *o, const char *path)
 {
-    const cJSON *v = at(o, path);
+    const cJSON *v = json_at(o, path);
     assert_true(cJSON_IsNumber(v));
     return v->valuedouble;
 }
@@ -89,9 +73,9 @@ static void test_translate(void **state)
     assert_string_equal(str_at(c, "tools.0.function.name"), "get");
     assert_string_equal(str_at(c, "tools.0.function.parameters.type"), "object");
     assert_string_equal(str_at(c, "tool_choice"), "required");
-    assert_true(cJSON_IsFalse(at(c, "parallel_tool_calls")));
-    assert_true(cJSON_IsTrue(at(c, "chat_template_kwargs.enable_thinking")));
-    assert_null(at(c, "metadata"));
+    assert_true(cJSON_IsFalse(json_at(c, "parallel_tool_calls")));
+    assert_true(cJSON_IsTrue(json_at(c, "chat_template_kwargs.enable_thinking")));
+    assert_null(json_at(c, "metadata"));
     cJSON_Delete(c);
 
     c = translate("{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
@@ -100,9 +84,9 @@ static void test_translate(void **state)
                   "\"tools\":[{\"name\":\"get\",\"input_schema\":{\"type\":\"object\"}}],\"thinking\":{\"type\":\"disabled\"}}");
     assert_string_equal(str_at(c, "messages.0.content.0.text"), "Error: ");
     assert_string_equal(str_at(c, "messages.0.content.1.text"), "boom");
-    assert_null(at(c, "messages.1")); /* no empty user message after the result */
+    assert_null(json_at(c, "messages.1")); /* no empty user message after the result */
     assert_string_equal(str_at(c, "tool_choice.function.name"), "get");
-    assert_true(cJSON_IsFalse(at(c, "chat_template_kwargs.enable_thinking")));
+    assert_true(cJSON_IsFalse(json_at(c, "chat_template_kwargs.enable_thinking")));
     cJSON_Delete(c);
 }
 
@@ -197,7 +181,7 @@ static void test_whole(void **state)
     assert_string_equal(str_at(m, "content.2.id"), "toolu_abc");
     assert_string_equal(str_at(m, "content.2.input.city"), "Paris");
     assert_string_equal(str_at(m, "stop_reason"), "tool_use");
-    assert_true(cJSON_IsNull(at(m, "stop_sequence")));
+    assert_true(cJSON_IsNull(json_at(m, "stop_sequence")));
     assert_int_equal((int)num_at(m, "usage.input_tokens"), 6);
     assert_int_equal((int)num_at(m, "usage.cache_read_input_tokens"), 4);
     assert_int_equal((int)num_at(m, "usage.output_tokens"), 6);
@@ -209,7 +193,7 @@ static void test_whole(void **state)
     free(s);
     assert_string_equal(str_at(m, "content.0.type"), "text");
     assert_string_equal(str_at(m, "content.0.text"), "");
-    assert_null(at(m, "content.1"));
+    assert_null(json_at(m, "content.1"));
     assert_string_equal(str_at(m, "stop_reason"), "max_tokens");
     cJSON_Delete(m);
     assert_string_equal(api_messages_stop_reason("stop", NULL), "end_turn");
@@ -221,25 +205,6 @@ static void test_whole(void **state)
     assert_string_equal(str_at(m, "stop_reason"), "stop_sequence");
     assert_string_equal(str_at(m, "stop_sequence"), "END");
     cJSON_Delete(m);
-}
-
-/* The events of out, in order, parsed; each "event:" line names its data's type. */
-static int events(const bytebuf *out, cJSON **ev, int cap)
-{
-    int n = 0;
-    for (const char *p = out->data; p && (p = strstr(p, "event: ")) != NULL && n < cap;) {
-        const char *type = p + 7, *nl = strchr(type, '\n');
-        assert_non_null(nl);
-        assert_memory_equal(nl + 1, "data: ", 6);
-        const char *end = strstr(nl, "\n\n");
-        assert_non_null(end);
-        ev[n] = cJSON_ParseWithLength(nl + 7, (size_t)(end - nl - 7));
-        assert_non_null(ev[n]);
-        assert_true(strncmp(str_at(ev[n], "type"), type, (size_t)(nl - type)) == 0);
-        n++;
-        p = end;
-    }
-    return n;
 }
 
 static void test_stream(void **state)
@@ -257,7 +222,7 @@ static void test_stream(void **state)
     api_msg_stream_call(&s, &call);
     api_msg_stream_end(&s, "tool_calls", NULL, &u, NULL);
     cJSON *ev[32];
-    int n = events(&out, ev, 32);
+    int n = sse_events(&out, ev, 32);
     static const char *const want[] = {
         "message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
         "content_block_stop", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
@@ -265,7 +230,7 @@ static void test_stream(void **state)
     assert_int_equal(n, (int)(sizeof want / sizeof want[0]));
     for (int i = 0; i < n; i++) assert_string_equal(str_at(ev[i], "type"), want[i]);
     assert_string_equal(str_at(ev[0], "message.id"), meta.id);
-    assert_true(cJSON_IsNull(at(ev[0], "message.stop_reason")));
+    assert_true(cJSON_IsNull(json_at(ev[0], "message.stop_reason")));
     assert_string_equal(str_at(ev[2], "content_block.type"), "thinking");
     assert_string_equal(str_at(ev[3], "delta.type"), "thinking_delta");
     assert_string_equal(str_at(ev[4], "delta.thinking"), "nk");
@@ -288,7 +253,7 @@ static void test_stream(void **state)
     /* nothing said: one empty text block; a failure: an error event, no message_stop */
     api_msg_stream_begin(&s, &meta, &out);
     api_msg_stream_end(&s, "stop", "END", &u, NULL);
-    n = events(&out, ev, 32);
+    n = sse_events(&out, ev, 32);
     assert_int_equal(n, 6);
     assert_string_equal(str_at(ev[2], "content_block.type"), "text");
     assert_string_equal(str_at(ev[4], "delta.stop_reason"), "stop_sequence");
@@ -300,7 +265,7 @@ static void test_stream(void **state)
     api_msg_stream_begin(&s, &meta, &out);
     api_msg_stream_text(&s, "x", 1);
     api_msg_stream_end(&s, NULL, NULL, &u, &e);
-    n = events(&out, ev, 32);
+    n = sse_events(&out, ev, 32);
     assert_string_equal(str_at(ev[n - 1], "type"), "error");
     assert_string_equal(str_at(ev[n - 1], "error.type"), "api_error");
     for (int i = 0; i < n; i++) cJSON_Delete(ev[i]);

@@ -48,6 +48,7 @@ typedef struct api_choice {
     int n_calls;
     bool calls_args;        /* chunk: the calls' argument fragments (else their index/id/type/name) */
     bool content_null;      /* message: content is null (the reply was only tool calls) */
+    int stop_string;        /* finish "stop" by a stop string: 1 + its index in the request's stop; else 0 */
 } api_choice;
 
 typedef struct api_usage {

@@ -6,6 +6,8 @@
 #ifndef INFERD_API_ERROR_H
 #define INFERD_API_ERROR_H
 
+#include <stdbool.h>
+
 typedef struct api_error {
     int status;       /* HTTP status */
     const char *type; /* "invalid_request_error", "server_error", ... */
@@ -20,5 +22,8 @@ void api_error_set(api_error *e, int status, const char *type, const char *param
 int api_error_unsupported(api_error *e, const char *param, const char *why);
 /* 400 array_above_max_length, in OpenAI's words for an array of n items over max; returns -1. */
 int api_error_too_long(api_error *e, const char *param, int n, int max);
+/* When e's param starts with `from` (up to '.' or '['), `from` becomes `to` there and in the
+ * message's quoted 'param': an error a translated body earned, named as the client sent it. */
+bool api_error_rename(api_error *e, const char *from, const char *to);
 
 #endif

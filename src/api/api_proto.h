@@ -9,6 +9,7 @@
  *   proto_completions  /v1/completions        proto_completions.c
  *   proto_chat         /v1/chat/completions   proto_chat.c
  *   proto_responses    /v1/responses          proto_responses.c
+ *   proto_messages     /v1/messages           proto_messages.c
  * A new protocol is one file defining its row, its line below and its route in
  * http/server.c. */
 #ifndef INFERD_API_PROTO_H
@@ -45,6 +46,7 @@ typedef struct api_delta {
     const engine_result *tokens; /* with logprobs: the tokens behind the text */
     int n_tokens;
     const char *finish_reason;   /* "stop", "length", "tool_calls"; NULL: the choice goes on */
+    int stop_string;             /* "stop" by a stop string: 1 + its index in the request's stop; else 0 */
 } api_delta;
 
 /* How a stream ends. */
@@ -87,6 +89,7 @@ struct api_protocol {
 extern const api_protocol proto_completions; /* proto_completions.c */
 extern const api_protocol proto_chat;        /* proto_chat.c */
 extern const api_protocol proto_responses;   /* proto_responses.c */
+extern const api_protocol proto_messages;    /* proto_messages.c */
 
 /* What the two OpenAI chat/completions rows share (api_proto.c): a chunk as one SSE event,
  * the end of their streams (an error or the usage chunk, then [DONE]), the choices body. */

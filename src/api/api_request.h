@@ -15,8 +15,9 @@
 #include "text/chat.h"
 #include "sched/sched.h"
 
-/* API_RESPONSES: /v1/responses, parsed as the chat request api_responses.h translates it to. */
-typedef enum api_kind { API_COMPLETIONS = 0, API_CHAT = 1, API_RESPONSES = 2 } api_kind;
+/* API_RESPONSES: /v1/responses, parsed as the chat request api_responses.h translates it to;
+ * API_MESSAGES: Anthropic's /v1/messages, likewise (api_messages.h). */
+typedef enum api_kind { API_COMPLETIONS = 0, API_CHAT = 1, API_RESPONSES = 2, API_MESSAGES = 3 } api_kind;
 
 #define API_MAX_N 128       /* choices per prompt */
 #define API_MAX_CHOICES 256 /* prompts x n */

@@ -402,44 +402,23 @@ void api_resp_req_free(api_resp_req *rq)
 #undef DROP
 }
 
-/* In e's param and message, `from` (a prefix of the param up to '.' or '[') becomes `to`. */
-static bool rename_param(api_error *e, const char *from, const char *to)
-{
-    size_t n = strlen(from);
-    if (strncmp(e->param, from, n) || (e->param[n] && e->param[n] != '.' && e->param[n] != '['))
-        return false;
-    char old[sizeof e->param + 2], now[sizeof e->param + 2], msg[sizeof e->message];
-    snprintf(old, sizeof old, "'%s", e->param);
-    snprintf(now, sizeof now, "'%s%s", to, e->param + n);
-    char *at = strstr(e->message, old);
-    if (at) {
-        snprintf(msg, sizeof msg, "%.*s%s%s", (int)(at - e->message), e->message, now, at + strlen(old));
-        snprintf(e->message, sizeof e->message, "%s", msg);
-    }
-    snprintf(old, sizeof old, "%s", e->param + n);
-    char param[2 * sizeof e->param];
-    snprintf(param, sizeof param, "%s%s", to, old);
-    snprintf(e->param, sizeof e->param, "%.*s", (int)sizeof e->param - 1, param); /* cut, never overrun */
-    return true;
-}
-
 void api_responses_rename_error(api_error *e)
 {
     /* chat indexes count the system message and merge function_call items: the item is not
      * named, the parameter is */
     if (!strncmp(e->param, "messages", 8)) {
-        rename_param(e, e->param, "input");
+        api_error_rename(e, e->param, "input");
         return;
     }
-    if (rename_param(e, "max_completion_tokens", "max_output_tokens")) return;
-    if (rename_param(e, "response_format.json_schema", "text.format")) return;
-    if (rename_param(e, "response_format", "text.format")) return;
-    if (rename_param(e, "tool_choice.function", "tool_choice")) return;
+    if (api_error_rename(e, "max_completion_tokens", "max_output_tokens")) return;
+    if (api_error_rename(e, "response_format.json_schema", "text.format")) return;
+    if (api_error_rename(e, "response_format", "text.format")) return;
+    if (api_error_rename(e, "tool_choice.function", "tool_choice")) return;
     const char *f = strncmp(e->param, "tools[", 6) ? NULL : strstr(e->param, "].function");
     if (f) { /* tools[i].function.x -> tools[i].x: Responses tools are flat */
         char to[sizeof e->param];
         snprintf(to, sizeof to, "%.*s%s", (int)(f + 1 - e->param), e->param, f + strlen("].function"));
-        rename_param(e, e->param, to);
+        api_error_rename(e, e->param, to);
     }
 }
 

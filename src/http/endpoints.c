@@ -3,6 +3,8 @@
  * published model; none waits on the scheduler. */
 #include "endpoints.h"
 
+#include "api/api_messages.h"
+
 #include <cjson/cJSON.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -189,4 +191,30 @@ enum MHD_Result endpoint_detokenize(http_req *hr)
     cJSON_AddStringToObject(out, "content", clean ? clean : "");
     free(clean);
     return http_reply_cjson(hr, 200, out);
+}
+
+/* POST /v1/messages/count_tokens: a Messages body's prompt (its template rendered with its
+ * tools), counted and not generated -> {"input_tokens": N}; errors in Anthropic's shape. */
+enum MHD_Result endpoint_count_tokens(http_req *hr)
+{
+    api_error e;
+    api_request rq;
+    char *chat = NULL;
+    int n = api_messages_translate_count(hr->body.data ? hr->body.data : "", hr->body.len, &chat, &e);
+    if (n == 0) {
+        n = api_request_parse(API_CHAT, chat, strlen(chat), tokenizer_n_vocab(hr->sv->sm.tok), &rq, &e);
+        if (n != 0) api_messages_rename_error(&e);
+    }
+    free(chat);
+    if (n == 0) {
+        n = gen_prompt_tokens(hr->sv, &rq, &e);
+        api_request_free(&rq);
+    }
+    if (n < 0) return http_reply_error_body(hr, &e, api_messages_error_json(&e));
+    cJSON *root = cJSON_CreateObject();
+    if (root && !cJSON_AddNumberToObject(root, "input_tokens", n)) {
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    return root ? http_reply_cjson(hr, 200, root) : http_reply_json(hr, 500, NULL);
 }

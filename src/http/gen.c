@@ -1,4 +1,5 @@
-/* gen.c - the generation routes (/v1/completions, /v1/chat/completions, /v1/responses):
+/* gen.c - the generation routes (/v1/completions, /v1/chat/completions, /v1/responses,
+ * /v1/messages):
  * validate, build the prompt, submit one scheduler request per choice, then either wait for
  * all of them (a suspended connection, resumed by the scheduler's wake callback) and answer
  * once, or stream from a chunked response whose reader suspends the connection whenever no
@@ -31,6 +32,7 @@ typedef struct gen_choice {
     int n_tokens, cap_tokens;
     size_t text_offset; /* bytes of this choice already emitted (logprobs text_offset) */
     sched_finish finish;
+    int stop_string; /* sched_output.stop_string */
     int prompt_tokens, cached_tokens, completion_tokens;
     /* chat: reasoning and tool calls split out of the text (NULL parser: all is content) */
     chat_parser *cp;
@@ -148,50 +150,66 @@ static size_t control_at(void *tok, const char *s, size_t n) { return tokenizer_
 
 /* The prompt, with the spans where the messages wrote control-token texts (tokenized as text,
  * as OpenAI does, unless the operator chose --special-in-content). */
-static int render_chat(gen *g, chat_prompt *p, api_error *e)
+static int render_chat(const server *sv, const api_request *rq, chat_prompt *p, api_error *e)
 {
-    server *sv = g->sv;
     char err[512] = "";
-    bool tools = g->req.tools_json && g->req.tool_choice != API_TOOL_NONE;
+    bool tools = rq->tools_json && rq->tool_choice != API_TOOL_NONE;
     const jinja_tmpl *t = tools && sv->sm.jinja_tools ? sv->sm.jinja_tools : sv->sm.jinja;
     chat_vars v = {.add_generation_prompt = true, .bos = sv->bos_text, .eos = sv->eos_text};
     if (!sv->sm.special_in_content) v.protect_at = control_at, v.protect_ctx = (void *)sv->sm.tok;
     if (t) {
-        if (chat_render_jinja_prompt(t, g->req.tmpl_ctx, &v, p, err, sizeof err) == 0) return 0;
+        if (chat_render_jinja_prompt(t, rq->tmpl_ctx, &v, p, err, sizeof err) == 0) return 0;
         api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
                       "The model's chat template refused these messages: %s", err[0] ? err : "no reason given");
         return -1;
     }
-    if (chat_render_prompt(sv->sm.tmpl, g->req.msgs, (size_t)g->req.n_msgs, &v, p, err, sizeof err) == 0) return 0;
+    if (chat_render_prompt(sv->sm.tmpl, rq->msgs, (size_t)rq->n_msgs, &v, p, err, sizeof err) == 0) return 0;
     api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
                   "Invalid 'messages': %s", err[0] ? err : "the chat template could not render them");
     return -1;
 }
 
+/* The rendered prompt as tokens: special tokens written by the template are parsed as such; no
+ * BOS is added when the text already starts with it (written by the template: a message's BOS
+ * text is text).  The count, or -1 with a 500 in e. */
+static int encode_chat(const server *sv, const chat_prompt *p, int32_t **ids, api_error *e)
+{
+    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, p->text, p->len) ||
+                   (p->n_plain && p->plain[0].off == 0 && tokenizer_add_bos(sv->sm.tok));
+    int n = tokenizer_encode_prompt(sv->sm.tok, p->text, p->len, add_bos, p->plain, p->n_plain, ids);
+    if (n <= 0) api_error_set(e, 500, "server_error", NULL, NULL, "tokenizing the chat prompt failed");
+    return n > 0 ? n : -1;
+}
+
 static int build_chat_prompt(gen *g, api_error *e)
 {
-    server *sv = g->sv;
     chat_prompt p;
-    if (render_chat(g, &p, e) != 0) return -1;
+    if (render_chat(g->sv, &g->req, &p, e) != 0) return -1;
     const char *text = p.text;
     size_t len = p.len;
     /* A reply that starts inside a <think> the prompt opened (DeepSeek R1 distills). */
     g->think_in_prompt = len >= 8 && (memcmp(text + len - 8, "<think>\n", 8) == 0 || memcmp(text + len - 7, "<think>", 7) == 0);
     g->n_prompts = 1;
     g->prompts = calloc(1, sizeof *g->prompts);
-    /* Special tokens written by the template are parsed as such; no BOS is added when the
-     * text already starts with it (written by the template: a message's BOS text is text). */
-    bool add_bos = tokenizer_prompt_bos(sv->sm.tok, text, len) ||
-                   (p.n_plain && p.plain[0].off == 0 && tokenizer_add_bos(sv->sm.tok));
-    int n = g->prompts ? tokenizer_encode_prompt(sv->sm.tok, text, len, add_bos, p.plain, p.n_plain, &g->prompts[0].ids)
-                       : -1;
+    int n = g->prompts ? encode_chat(g->sv, &p, &g->prompts[0].ids, e) : -1;
     chat_prompt_free(&p);
-    if (n <= 0) {
-        api_error_set(e, 500, "server_error", NULL, NULL, "tokenizing the chat prompt failed");
+    if (n < 0) {
+        if (!g->prompts) api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         return -1;
     }
     g->prompts[0].n_ids = n;
     return 0;
+}
+
+int gen_prompt_tokens(const server *sv, const api_request *rq, api_error *e)
+{
+    chat_prompt p;
+    if (render_chat(sv, rq, &p, e) != 0) return -1;
+    int32_t *ids = NULL;
+    int n = encode_chat(sv, &p, &ids, e);
+    chat_prompt_free(&p);
+    free(ids);
+    return n;
 }
 
 /* Resolve max_tokens and refuse what cannot fit a slot before any work is done. */
@@ -324,6 +342,7 @@ static void record_finish(gen *g, gen_choice *c, const sched_output *o)
     c->completion_tokens = o->completion_tokens;
     if (o->finish == SCHED_FINISH_NONE) return;
     c->finish = o->finish;
+    c->stop_string = o->stop_string;
     if (o->finish == SCHED_FINISH_ERROR) snprintf(c->error, sizeof c->error, "%s", o->error);
     g->n_done++;
 }
@@ -446,7 +465,8 @@ static void stream_output(gen *g, int i, const sched_output *o)
 {
     gen_choice *c = &g->ch[i];
     api_delta d = {.index = i, .text = o->text, .text_len = o->text_len, .text_offset = c->text_offset,
-                   .tokens = o->tokens, .n_tokens = o->n_tokens, .finish_reason = finish_reason_of(c, o->finish)};
+                   .tokens = o->tokens, .n_tokens = o->n_tokens, .finish_reason = finish_reason_of(c, o->finish),
+                   .stop_string = o->stop_string};
     if (c->cp) {
         const chat_delta *cd = &c->delta;
         d.text = cd->content.data;
@@ -596,6 +616,7 @@ static enum MHD_Result reply_whole(gen *g)
             .logprobs = g->req.logprobs >= 0,
             .text_offset = g->prompts[c->prompt].echo_len,
             .finish_reason = finish_reason_of(c, c->finish),
+            .stop_string = c->stop_string,
             /* what the choice's parser split out (none without a parser) */
             .reasoning = c->reasoning.data,
             .reasoning_len = c->reasoning.len,

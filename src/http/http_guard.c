@@ -117,14 +117,22 @@ int http_guard_framing(struct MHD_Connection *conn, const char *version, api_err
     return -1;
 }
 
-bool http_guard_bearer(const char *h, const char *key)
+/* given (blanks around it skipped: MHD keeps trailing ones) against key, in constant time in
+ * the key's length. */
+static bool key_matches(const char *given, const char *key)
 {
-    if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return false;
-    const char *given = h + 6;
     while (*given == ' ' || *given == '\t') given++;
     size_t gl = strlen(given), kl = strlen(key);
-    while (gl && (given[gl - 1] == ' ' || given[gl - 1] == '\t')) gl--; /* MHD keeps trailing blanks */
+    while (gl && (given[gl - 1] == ' ' || given[gl - 1] == '\t')) gl--;
     unsigned char diff = (unsigned char)(gl != kl);
     for (size_t i = 0; i < kl; i++) diff |= (unsigned char)(key[i] ^ given[i < gl ? i : 0]);
     return diff == 0 && kl > 0;
 }
+
+bool http_guard_bearer(const char *h, const char *key)
+{
+    if (!h || strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t')) return false;
+    return key_matches(h + 6, key);
+}
+
+bool http_guard_key(const char *h, const char *key) { return h && key_matches(h, key); }

@@ -25,5 +25,7 @@ int http_guard_framing(struct MHD_Connection *conn, const char *version, api_err
 /* true when authorization ("Bearer KEY", the scheme in any case, RFC 9110 §11.1) carries key.
  * Constant time in the key's length, so the key cannot be found byte by byte from timings. */
 bool http_guard_bearer(const char *authorization, const char *key);
+/* The same for a header that carries the key alone (Anthropic's "x-api-key: KEY"). */
+bool http_guard_key(const char *value, const char *key);
 
 #endif

@@ -57,6 +57,9 @@ void gen_summarize(const gen *g, gen_summary *out);
  * answer.  gen_answer runs on the connection's thread once it is resumed, and again whenever
  * the scheduler wakes it: the error in p's shape, the stream, or the wait for a whole reply. */
 void gen_prepare(http_req *hr, const api_protocol *p);
+/* How many tokens the prompt of a parsed chat request is (its template rendered, then
+ * tokenized), or -1 with the error in e: for counting without generating. */
+int gen_prompt_tokens(const server *sv, const api_request *rq, api_error *e);
 enum MHD_Result gen_answer(http_req *hr);
 void gen_finish(gen *g);                    /* connection closed: cancel, release, free */
 void gen_resume_all(server *sv);            /* shutdown: wake every suspended connection */

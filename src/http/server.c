@@ -26,7 +26,8 @@ struct route {
     route_fn fn;
     bool open;       /* no API key needed */
     bool needs_model;
-    const api_protocol *proto; /* a generation's protocol row (fn is then gen_answer) */
+    const api_protocol *proto; /* a generation's protocol row (fn is then gen_answer when prepare
+                                * is set); also the shape of the route's refusals */
     /* The slow half of a route (parsing a body, building a prompt), run on a prep thread while
      * the connection is suspended, so that MHD's threads never wait on it: however many large
      * bodies are being parsed, /health and /metrics answer at once.  It calls no MHD function;
@@ -35,6 +36,9 @@ struct route {
     /* fn is slow as a whole (it parses and tokenizes a body): it runs on a prep thread with its
      * reply held, which MHD's thread then queues. */
     bool off_thread;
+    /* Another header the API key may come in, besides Authorization: Bearer (Anthropic's
+     * clients send x-api-key); NULL: none. */
+    const char *key_header;
 };
 
 /* ---- routes ------------------------------------------------------------------------------ */
@@ -42,15 +46,17 @@ struct route {
 static void prep_generation(http_req *hr) { gen_prepare(hr, hr->rt->proto); }
 
 static const route routes[] = {
-    {"/health", "GET", endpoint_health, true, false, NULL, NULL, false},
-    {"/metrics", "GET", endpoint_metrics, false, false, NULL, NULL, false},
-    {"/v1/models", "GET", endpoint_models, false, true, NULL, NULL, false},
-    {"/v1/models/", "GET", endpoint_model, false, true, NULL, NULL, false}, /* prefix: /v1/models/{id} */
-    {"/v1/completions", "POST", gen_answer, false, true, &proto_completions, prep_generation, false},
-    {"/v1/chat/completions", "POST", gen_answer, false, true, &proto_chat, prep_generation, false},
-    {"/v1/responses", "POST", gen_answer, false, true, &proto_responses, prep_generation, false},
-    {"/tokenize", "POST", endpoint_tokenize, false, true, NULL, NULL, true},
-    {"/detokenize", "POST", endpoint_detokenize, false, true, NULL, NULL, true},
+    {"/health", "GET", endpoint_health, true, false, NULL, NULL, false, NULL},
+    {"/metrics", "GET", endpoint_metrics, false, false, NULL, NULL, false, NULL},
+    {"/v1/models", "GET", endpoint_models, false, true, NULL, NULL, false, NULL},
+    {"/v1/models/", "GET", endpoint_model, false, true, NULL, NULL, false, NULL}, /* prefix: /v1/models/{id} */
+    {"/v1/completions", "POST", gen_answer, false, true, &proto_completions, prep_generation, false, NULL},
+    {"/v1/chat/completions", "POST", gen_answer, false, true, &proto_chat, prep_generation, false, NULL},
+    {"/v1/responses", "POST", gen_answer, false, true, &proto_responses, prep_generation, false, NULL},
+    {"/v1/messages", "POST", gen_answer, false, true, &proto_messages, prep_generation, false, "x-api-key"},
+    {"/v1/messages/count_tokens", "POST", endpoint_count_tokens, false, true, &proto_messages, NULL, true, "x-api-key"},
+    {"/tokenize", "POST", endpoint_tokenize, false, true, NULL, NULL, true, NULL},
+    {"/detokenize", "POST", endpoint_detokenize, false, true, NULL, NULL, true, NULL},
 };
 
 static const route *find_route(const server *sv, const char *url)
@@ -73,7 +79,17 @@ static bool authorized(http_req *hr)
 {
     if (!hr->sv->api_key[0] || (hr->rt && hr->rt->open)) return true;
     const char *h = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return http_guard_bearer(h, hr->sv->api_key);
+    if (http_guard_bearer(h, hr->sv->api_key)) return true;
+    const char *kh = hr->rt ? hr->rt->key_header : NULL;
+    return kh && http_guard_key(MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND, kh), hr->sv->api_key);
+}
+
+/* A refusal before the handler runs, in the shape of the route's protocol (Anthropic's
+ * clients read only theirs). */
+static enum MHD_Result reply_refusal(http_req *hr)
+{
+    const api_protocol *p = hr->rt ? hr->rt->proto : NULL;
+    return p ? http_reply_error_body(hr, &hr->err, p->error(&hr->err)) : http_reply_error(hr, &hr->err);
 }
 
 /* Whether the request announces a body (that replying now would leave unread). */
@@ -97,8 +113,10 @@ static bool head_gate(http_req *hr, const char *url, const char *version)
                       "The request URL contains an encoded NUL byte (%%00).");
     } else if (http_guard_framing(hr->conn, version, e) == 0) {
         if (authorized(hr)) return true;
+        const char *kh = hr->rt ? hr->rt->key_header : NULL;
         api_error_set(e, 401, "invalid_request_error", NULL, "invalid_api_key",
-                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
+                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'%s%s%s.",
+                      kh ? " or '" : "", kh ? kh : "", kh ? ": KEY'" : "");
         hr->close = has_body(hr->conn);
         return false;
     }
@@ -189,14 +207,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         hr->head_done = true;
         hr->method = method;
         hr->url = url;
-        if (!head_gate(hr, url, version)) return http_reply_error(hr, &hr->err);
+        if (!head_gate(hr, url, version)) return reply_refusal(hr);
         hr->have_err = !gate(hr, url, method);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (!hr->have_err && cl && strtoull(cl, NULL, 10) > sv->cfg.max_body) {
             /* Refuse before reading a byte of the body. */
             body_too_large(hr);
             hr->close = true;
-            return http_reply_error(hr, &hr->err);
+            return reply_refusal(hr);
         }
         return MHD_YES;
     }
@@ -221,7 +239,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         body_too_large(hr);
         hr->have_err = true;
     }
-    if (hr->have_err) return http_reply_error(hr, &hr->err);
+    if (hr->have_err) return reply_refusal(hr);
     if (!bytebuf_ok(&hr->body)) return http_reply_json(hr, 500, NULL);
     hr->answering = true;
     if (!hr->rt->prepare && !hr->rt->off_thread) return hr->rt->fn(hr);

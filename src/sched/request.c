@@ -132,6 +132,9 @@ void req_outbox_finish(sched_req *r, sched_finish why, const char *error)
     pthread_mutex_lock(&r->mu);
     r->completion_tokens = r->n_generated;
     r->finish = why;
+    /* the stop strings of sched_params are all non-empty (api_request), so stopstr kept their
+     * order */
+    r->stop_string = why == SCHED_FINISH_STOP && r->out.stop.matched ? r->out.stop.matched_index + 1 : 0;
     if (error) snprintf(r->error, sizeof r->error, "%s", error);
     pthread_mutex_unlock(&r->mu);
 }
@@ -149,6 +152,7 @@ bool sched_req_take(sched_req *r, sched_output *out)
     r->n_tokens = r->cap_tokens = 0;
     if (finish_new) {
         out->finish = r->finish;
+        out->stop_string = r->stop_string;
         r->finish_taken = true;
         if (r->finish == SCHED_FINISH_ERROR) memcpy(out->error, r->error, sizeof out->error);
     }

@@ -66,6 +66,7 @@ struct sched_req {
     int completion_tokens; /* n_generated as published with the outbox */
     int cached_tokens;     /* prompt tokens read from the prefix cache at the first admission */
     sched_finish finish;
+    int stop_string;    /* with finish: 1 + the index of the stop string that ended it; 0: none */
     bool finish_taken;
     char error[256];
 

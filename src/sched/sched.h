@@ -86,6 +86,7 @@ typedef struct sched_output {
                             * n_top is within 0..ENGINE_MAX_TOP_LOGPROBS */
     int n_tokens;
     sched_finish finish; /* != NONE once: this is the last output of the request */
+    int stop_string;     /* finish STOP by a stop string: 1 + its index in sched_params.stop; else 0 */
     int prompt_tokens;
     int cached_tokens; /* of prompt_tokens, read from the prefix cache instead of computed */
     int completion_tokens;

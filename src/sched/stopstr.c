@@ -35,13 +35,17 @@ void stopstr_free(stopstr *m)
     *m = (stopstr){0};
 }
 
-/* Start of the earliest occurrence of any stop string in s[0..n), or n when there is none. */
-static size_t first_match(const stopstr *m, const char *s, size_t n)
+/* Start of the earliest occurrence of any stop string in s[0..n), or n when there is none;
+ * *which: the stop string found there. */
+static size_t first_match(const stopstr *m, const char *s, size_t n, int *which)
 {
     size_t best = n;
     for (int i = 0; i < m->n_stop; i++) {
         const char *hit = memmem(s, n, m->stop[i], m->stop_len[i]);
-        if (hit && (size_t)(hit - s) < best) best = (size_t)(hit - s);
+        if (hit && (size_t)(hit - s) < best) {
+            best = (size_t)(hit - s);
+            *which = i;
+        }
     }
     return best;
 }
@@ -84,7 +88,7 @@ bool stopstr_feed(stopstr *m, const char *text, size_t len, bytebuf *out, bool *
     if (m->held.len == 0) return false;
     /* Everything before the held tail was checked already, so only the tail plus the new
      * text can contain a match (see stopstr.h). */
-    size_t at = first_match(m, m->held.data, m->held.len);
+    size_t at = first_match(m, m->held.data, m->held.len, &m->matched_index);
     if (at < m->held.len) {
         m->matched = true;
         if (!release(m, at, out)) *oom = true;

@@ -25,6 +25,7 @@ typedef struct stopstr {
     int n_stop;
     bytebuf held; /* text not yet released */
     bool matched;
+    int matched_index; /* with matched: which stop string (the order stopstr_init kept) */
 } stopstr;
 
 /* Copies the stop strings (NULL or "" entries are skipped; more than STOPSTR_MAX is an error).

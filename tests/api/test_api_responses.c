@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/api_responses.h"
+#include "json_path.h"
 
 /* The chat body of a Responses body (which must translate and then parse as chat). */
 static cJSON *translate(const char *body, api_resp_req *rq)
@@ -27,17 +28,6 @@ static cJSON *translate(const char *body, api_resp_req *rq)
     free(chat);
     assert_non_null(v);
     return v;
-}
-
-static const char *str_at(const cJSON *o, const char *path)
-{
-    /* "a.b.2.c": object keys and array indexes */
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", path);
-    const cJSON *v = o;
-    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
-        v = (tok[0] >= '0' && tok[0] <= '9') ? cJSON_GetArrayItem(v, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(v, tok);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 static void test_translate(void **state)
@@ -194,23 +184,11 @@ static void test_whole_response(void **state)
     cJSON_Delete(r);
 }
 
-/* The events of out, in order, parsed. */
+/* sse_events, with the Responses API's consecutive sequence numbers checked. */
 static int events(const bytebuf *out, cJSON **ev, int cap)
 {
-    int n = 0;
-    for (const char *p = out->data; p && (p = strstr(p, "event: ")) != NULL && n < cap;) {
-        const char *type = p + 7, *nl = strchr(type, '\n');
-        assert_non_null(nl);
-        assert_memory_equal(nl + 1, "data: ", 6);
-        const char *end = strstr(nl, "\n\n");
-        assert_non_null(end);
-        ev[n] = cJSON_ParseWithLength(nl + 7, (size_t)(end - nl - 7));
-        assert_non_null(ev[n]);
-        assert_true(strncmp(str_at(ev[n], "type"), type, (size_t)(nl - type)) == 0);
-        assert_int_equal(cJSON_GetObjectItem(ev[n], "sequence_number")->valueint, n);
-        n++;
-        p = end;
-    }
+    int n = sse_events(out, ev, cap);
+    for (int i = 0; i < n; i++) assert_int_equal(cJSON_GetObjectItem(ev[i], "sequence_number")->valueint, i);
     return n;
 }
 

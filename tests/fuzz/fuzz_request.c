@@ -2,7 +2,8 @@
  * (src/api/api_request.c), then the chat template every parsed chat request goes through.
  *
  * Input: a flag byte (bit 0: chat, bits 1..: vocabulary size choice; '0'/'1' in the seeds; bit 7:
- * a /v1/responses body, see responses_case), then the JSON body.
+ * a /v1/responses body, see responses_case; bits 7 and 6: a /v1/messages body, see
+ * messages_case), then the JSON body.
  *
  * Invariants: a refused body gets a 4xx/5xx OpenAI error with a message and leaves nothing to
  * free; an accepted one holds only values inside the documented ranges (so the scheduler
@@ -11,6 +12,7 @@
 #include "fuzz_common.h"
 
 #include "api/api_request.h"
+#include "api/api_messages.h"
 #include "api/api_responses.h"
 
 #include <cjson/cJSON.h>
@@ -69,6 +71,19 @@ static void check_json(const char *s, size_t len)
     cJSON_Delete(v);
 }
 
+/* Each event's data line of an SSE body is JSON. */
+static void check_events(const bytebuf *out)
+{
+    FZ_CHECK(bytebuf_ok(out));
+    for (char *p = out->data; p && (p = strstr(p, "\ndata: ")) != NULL;) {
+        p += 7;
+        char *end = strchr(p, '\n');
+        FZ_CHECK(end != NULL);
+        check_json(p, (size_t)(end - p));
+        p = end;
+    }
+}
+
 /* /v1/responses: the translation, then the translated body as a chat request; an accepted one
  * is answered with the input's own bytes as text, reasoning and a call, whole and streamed,
  * and every body must be valid JSON. */
@@ -105,18 +120,52 @@ static void responses_case(const char *body, size_t len, int n_vocab)
         api_resp_stream_call(&s, &call);
         api_resp_stream_end(&s, len & 1, &u, NULL);
         api_resp_stream_free(&s);
-        FZ_CHECK(bytebuf_ok(&out));
-        for (char *p = out.data; p && (p = strstr(p, "\ndata: ")) != NULL;) { /* each event's data line */
-            p += 7;
-            char *end = strchr(p, '\n');
-            FZ_CHECK(end != NULL);
-            check_json(p, (size_t)(end - p));
-            p = end;
-        }
+        check_events(&out);
         bytebuf_free(&out);
     }
     free(chat);
     api_resp_req_free(&rq);
+}
+
+/* /v1/messages: as responses_case, with Anthropic's message object, events and errors. */
+static void messages_case(const char *body, size_t len, int n_vocab)
+{
+    char *chat = NULL;
+    api_error e = {0};
+    if (api_messages_translate(body, len, &chat, &e) != 0) {
+        FZ_CHECK(e.status >= 400 && e.status <= 599 && e.message[0] != 0 && chat == NULL);
+        char *j = api_messages_error_json(&e);
+        check_json(j, j ? strlen(j) : 0);
+        free(j);
+        return;
+    }
+    api_request r;
+    if (api_request_parse(API_CHAT, chat, strlen(chat), n_vocab, &r, &e) != 0) {
+        api_messages_rename_error(&e);
+        FZ_CHECK(e.status >= 400 && strlen(e.param) < sizeof e.param && strlen(e.message) < sizeof e.message);
+    } else {
+        check_accepted(&r, API_CHAT, n_vocab);
+        FZ_CHECK(r.max_tokens >= 1); /* required by the API */
+        api_request_free(&r);
+        api_meta m = {.kind = API_MESSAGES, .id = "msg_0123456789abcdef01234567", .model = "m", .created = 1};
+        chat_tool_call call = {0, "call_1", "f", (char *)body};
+        api_msg_out o = {.text = body, .text_len = len, .thinking = body, .thinking_len = len / 2,
+                         .calls = &call, .n_calls = 1, .finish_reason = len & 1 ? "length" : "tool_calls"};
+        api_usage u = {3, 1, 4};
+        char *j = api_messages_json(&m, &o, &u);
+        check_json(j, j ? strlen(j) : 0);
+        free(j);
+        bytebuf out = {0};
+        api_msg_stream s;
+        api_msg_stream_begin(&s, &m, &out);
+        api_msg_stream_thinking(&s, body, len / 2);
+        api_msg_stream_text(&s, body + len / 2, len - len / 2);
+        api_msg_stream_call(&s, &call);
+        api_msg_stream_end(&s, o.finish_reason, len & 2 ? body : NULL, &u, NULL);
+        check_events(&out);
+        bytebuf_free(&out);
+    }
+    free(chat);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -127,6 +176,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int n_vocab = vocab_sizes[(flags >> 1) % (sizeof vocab_sizes / sizeof vocab_sizes[0])];
     /* The server hands the parser a NUL-terminated body (api_request.h). */
     char *body = fz_strndup((const char *)in.p, in.n);
+    if ((flags & 0xc0) == 0xc0) {
+        messages_case(body, in.n, n_vocab);
+        free(body);
+        return 0;
+    }
     if (flags & 0x80) { /* the seeds' '0' and '1' leave it clear */
         responses_case(body, in.n, n_vocab);
         free(body);

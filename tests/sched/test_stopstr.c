@@ -17,6 +17,7 @@ typedef struct run_result {
     size_t released_after[16];
     bool matched;
     int matched_at; /* index of the piece that completed the stop string, or -1 */
+    int which;      /* stopstr's matched_index, or -1 */
 } run_result;
 
 static void run_pieces(const char *const *stops, int n_stop, const char *const *pieces, int n,
@@ -41,6 +42,7 @@ static void run_pieces(const char *const *stops, int n_stop, const char *const *
     r->out[out.len] = 0;
     assert_true(utf8_valid(r->out, out.len));
     bytebuf_free(&out);
+    r->which = m.matched ? m.matched_index : -1;
     stopstr_free(&m);
 }
 
@@ -131,6 +133,7 @@ static void test_earliest_of_several_stops(void **state)
     run_pieces(stops, 4, pieces, 3, true, &r);
     assert_true(r.matched);
     assert_int_equal(r.matched_at, 1);
+    assert_int_equal(r.which, 1); /* "lo w": the empty and NULL entries are not kept */
     assert_string_equal(r.out, "hel");
 }
 

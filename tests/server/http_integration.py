@@ -376,6 +376,143 @@ def case_responses():
         check(st == 405, f"GET /v1/responses: {st} {b[:200]}")
 
 
+def anthropic_events(raw):
+    """An Anthropic SSE body as [(event name, data)], each name checked against its data's type."""
+    evs = []
+    for b in (b for b in raw.split("\n\n") if b):
+        ev_line, data_line = b.split("\n")
+        check(ev_line.startswith("event: ") and data_line.startswith("data: "), f"event block {b[:120]!r}")
+        data = json.loads(data_line[6:])
+        check(data["type"] == ev_line[7:], f"event {ev_line!r} carries type {data['type']!r}")
+        evs.append((ev_line[7:], data))
+    return evs
+
+
+def check_anthropic_error(st, body, status, etype, in_message):
+    check(st == status, f"status {st}, expected {status}: {body}")
+    check(body["type"] == "error" and set(body["error"]) == {"type", "message"}, f"error shape {body}")
+    check(body["error"]["type"] == etype, f"error type {body['error']['type']!r}, expected {etype!r}")
+    check(in_message in body["error"]["message"], f"{in_message!r} not in {body['error']['message']!r}")
+
+
+def case_messages():
+    """/v1/messages (Anthropic's Messages API) over raw HTTP: the message object, its text equal to
+    the chat reply to the same conversation, the streamed events in Anthropic's order, a forced
+    tool_use and its tool_result round trip (streamed as input_json_delta too), thinking blocks,
+    refusals in Anthropic's error shape, and x-api-key beside Bearer."""
+    template = os.path.join(NODE_DIR, "chat_template.jinja")  # Hermes-style tools, optional <think>
+    with Server(make_model(), "--chat-template-file", template, "--api-key", "k3y") as s:
+        base = f"http://127.0.0.1:{s.port}"
+        hdr = {"x-api-key": "k3y", "anthropic-version": "2023-06-01"}
+        args = {"model": "tiny.gguf", "system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 6, "temperature": 0, "ignore_eos": True, "metadata": {"user_id": "u1"}}
+        st, m = post(s.port, "/v1/messages", args, headers=hdr)
+        check(st == 200 and m["type"] == "message" and m["id"].startswith("msg_") and m["role"] == "assistant",
+              f"message {st} {m}")
+        check(m["stop_reason"] == "max_tokens" and m["stop_sequence"] is None, f"stop {m}")
+        check([b["type"] for b in m["content"]] == ["text"], f"content {m['content']}")
+        text = m["content"][0]["text"]
+        u = m["usage"]
+        check(u["output_tokens"] == 6 and u["input_tokens"] + u["cache_read_input_tokens"] > 0, f"usage {u}")
+        st, chat = post(s.port, "/v1/chat/completions", {"messages": [{"role": "system", "content": "Be brief."},
+                        {"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0, "ignore_eos": True},
+                        headers={"Authorization": "Bearer k3y"})
+        check(chat["choices"][0]["message"]["content"] == text, "messages and chat give different text")
+        check(u["input_tokens"] + u["cache_read_input_tokens"] == chat["usage"]["prompt_tokens"], "the same prompt")
+
+        # a stop sequence the greedy reply holds ends it there: stop_reason stop_sequence, named
+        seq = text.strip()[-3:]
+        check(len(seq) == 3, f"reply too short for a stop sequence: {text!r}")
+        st, m = post(s.port, "/v1/messages", dict(args, stop_sequences=["zzzq", seq]), headers=hdr)
+        check(st == 200 and m["stop_reason"] == "stop_sequence" and m["stop_sequence"] == seq, f"stop sequence {m}")
+        check(text.startswith(m["content"][0]["text"]) and seq not in m["content"][0]["text"], f"stopped text {m}")
+        raw = curl("-N", f"{base}/v1/messages", "-H", "Content-Type: application/json", "-H", "x-api-key: k3y",
+                   "-d", json.dumps(dict(args, stop_sequences=[seq], stream=True)))
+        md = anthropic_events(raw)[-2][1]
+        check(md["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": seq}, f"streamed stop sequence {md}")
+
+        raw = curl("-N", f"{base}/v1/messages", "-H", "Content-Type: application/json", "-H", "x-api-key: k3y",
+                   "-H", "anthropic-version: 2023-06-01", "-d", json.dumps(dict(args, stream=True)))
+        evs = anthropic_events(raw)
+        names = [n for n, _ in evs]
+        check(names[:3] == ["message_start", "ping", "content_block_start"], f"opening events {names[:3]}")
+        check(names[-3:] == ["content_block_stop", "message_delta", "message_stop"], f"closing events {names[-3:]}")
+        check(set(names[3:-3]) == {"content_block_delta"}, f"middle events {names}")
+        deltas = "".join(d["delta"]["text"] for n, d in evs if n == "content_block_delta")
+        check(deltas == text, "the streamed deltas differ from the whole message")
+        md = evs[-2][1]
+        check(md["delta"]["stop_reason"] == "max_tokens" and md["usage"]["output_tokens"] == 6, f"message_delta {md}")
+        check("[DONE]" not in raw, "no [DONE] in the Messages stream")
+
+        # a forced tool call, its tool_result sent back; then the same call streamed
+        weather = {"name": "get_weather", "description": "weather",
+                   "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                                    "required": ["city"]}}
+        ask = [{"role": "user", "content": "Weather in Paris?"}]
+        targs = dict(args, messages=ask, max_tokens=128, tools=[weather],
+                     tool_choice={"type": "tool", "name": "get_weather"})
+        st, m = post(s.port, "/v1/messages", targs, headers=hdr)
+        check(st == 200 and m["stop_reason"] == "tool_use", f"forced call {st} {m}")
+        use = m["content"][-1]
+        check(use["type"] == "tool_use" and use["id"].startswith("toolu_") and use["name"] == "get_weather" and
+              isinstance(use["input"].get("city"), str), f"tool_use {use}")
+        back = dict(args, tools=[weather], max_tokens=4, messages=ask + [
+            {"role": "assistant", "content": m["content"]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"],
+                                          "content": [{"type": "text", "text": "21 C"}]}]}])
+        st, m2 = post(s.port, "/v1/messages", back, headers=hdr)
+        check(st == 200 and m2["content"][0]["type"] == "text" and m2["stop_reason"] == "max_tokens", f"answer {m2}")
+        raw = curl("-N", f"{base}/v1/messages", "-H", "Content-Type: application/json", "-H", "x-api-key: k3y",
+                   "-d", json.dumps(dict(targs, stream=True)))
+        evs = anthropic_events(raw)
+        starts = [d["content_block"] for n, d in evs if n == "content_block_start"]
+        check(starts[-1]["type"] == "tool_use" and starts[-1]["input"] == {}, f"tool_use start {starts}")
+        partial = "".join(d["delta"]["partial_json"] for n, d in evs
+                          if n == "content_block_delta" and d["delta"]["type"] == "input_json_delta")
+        check(json.loads(partial) == use["input"], f"input_json_delta {partial!r} vs {use['input']}")
+        check(evs[-2][1]["delta"]["stop_reason"] == "tool_use", f"streamed stop {evs[-2]}")
+
+        # thinking enabled: the template opens <think>, the reply's thinking is a thinking block
+        st, m = post(s.port, "/v1/messages", dict(args, max_tokens=16, thinking={"type": "enabled", "budget_tokens": 64}),
+                     headers=hdr)
+        check(st == 200 and m["content"][0]["type"] == "thinking" and "signature" in m["content"][0], f"thinking {m}")
+
+        for body, etype, why in ((dict(args, max_tokens=None), "invalid_request_error", "max_tokens"),
+                                 (dict(args, temperature=-1), "invalid_request_error", "temperature"),
+                                 (dict(args, messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}]),
+                                  "invalid_request_error", "image"),
+                                 (dict(args, tools=[{"type": "web_search_20250305", "name": "web_search"}]),
+                                  "invalid_request_error", "web_search_20250305"),
+                                 (dict(args, stop_sequences=["a", "b", "c", "d", "e"]), "invalid_request_error",
+                                  "stop_sequences"),
+                                 (dict(args, mcp_servers=[{"type": "url"}]), "invalid_request_error", "mcp_servers")):
+            st, b = post(s.port, "/v1/messages", {k: v for k, v in body.items() if v is not None}, headers=hdr)
+            check_anthropic_error(st, b, 400, etype, why)
+        # count_tokens: the same prompt counted, tools included, nothing generated
+        st, c = post(s.port, "/v1/messages/count_tokens", {k: v for k, v in args.items() if k != "max_tokens"},
+                     headers=hdr)
+        check(st == 200 and c == {"input_tokens": u["input_tokens"] + u["cache_read_input_tokens"]}, f"count {st} {c}")
+        st, ct = post(s.port, "/v1/messages/count_tokens", dict(args, tools=[weather]), headers=hdr)
+        check(st == 200 and ct["input_tokens"] > c["input_tokens"], f"count with tools {ct} vs {c}")
+        st, b = post(s.port, "/v1/messages/count_tokens", {"messages": "x"}, headers=hdr)
+        check_anthropic_error(st, b, 400, "invalid_request_error", "messages")
+        st, b = post(s.port, "/v1/messages/count_tokens", {"messages": []})
+        check_anthropic_error(st, b, 401, "authentication_error", "x-api-key")
+
+        # refusals before the handler are in the route's shape too
+        st, b = post(s.port, "/v1/messages", args, headers={"x-api-key": "wrong"})
+        check_anthropic_error(st, b, 401, "authentication_error", "x-api-key")
+        st, b = post(s.port, "/v1/messages", args)
+        check_anthropic_error(st, b, 401, "authentication_error", "API key")
+        st, b = post(s.port, "/v1/messages", args, headers={"Authorization": "Bearer k3y"})
+        check(st == 200, f"Bearer on /v1/messages: {st} {b}")
+        st, _, b = request(s.port, "GET", "/v1/messages", headers=hdr)
+        check_anthropic_error(st, json.loads(b), 405, "invalid_request_error", "POST")
+        # x-api-key is this route's: the OpenAI routes take Bearer only
+        st, _, b = request(s.port, "GET", "/v1/models", headers=hdr)
+        check_error(json.loads(b), st, 401, code="invalid_api_key")
+
+
 def case_errors():
     model = make_model()
     with Server(model, "--max-body", "2000", "-c", "64") as s:
@@ -1221,6 +1358,11 @@ def case_node():
     """The OpenAI Node SDK: the newest major for Node 18/20 and the oldest one promised (an npm
     alias)."""
     return node_session([("openai_sdk.mjs", "openai"), ("openai_sdk.mjs", "openai-v5")], ["openai", "openai-v5"])
+
+
+def case_node_anthropic():
+    """Anthropic's Node SDK against /v1/messages."""
+    return node_session([("anthropic_sdk.mjs",)], ["@anthropic-ai/sdk"])
 
 
 def case_node_ai():

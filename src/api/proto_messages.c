@@ -1,0 +1,100 @@
+/* proto_messages.c - the /v1/messages row of the protocol table (api_proto.h): Anthropic's
+ * Messages API.  The body is translated into the chat body that means the same
+ * (api_messages.c) and validated as one; the reply is a `message` object, or streamed as its
+ * typed events; errors are in Anthropic's shape.  The row keeps the event stream's state and
+ * the finish reason the message_delta event reports. */
+#include "api_proto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_messages.h"
+
+typedef struct msg_state {
+    api_msg_stream ms;
+    const char *finish_reason; /* streaming: the choice's, once it finished */
+    int stop_string;           /* streaming: api_delta.stop_string */
+} msg_state;
+
+/* The stop sequence that ended the reply (stop_string: api_delta's), or NULL. */
+static const char *stop_sequence(const api_request *rq, int stop_string)
+{
+    return stop_string > 0 && stop_string <= rq->n_stop ? rq->stop[stop_string - 1] : NULL;
+}
+
+/* Errors of the translated body are renamed to what the client sent. */
+static int msg_parse(const char *body, size_t len, int n_vocab, api_request *rq, void **state, api_error *e)
+{
+    *state = NULL;
+    char *chat = NULL;
+    if (api_messages_translate(body, len, &chat, e) != 0) return -1;
+    int rc = api_request_parse(API_CHAT, chat, strlen(chat), n_vocab, rq, e);
+    free(chat);
+    if (rc != 0) {
+        api_messages_rename_error(e);
+        return -1;
+    }
+    if (!(*state = calloc(1, sizeof(msg_state)))) {
+        api_request_free(rq);
+        api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    rq->kind = API_MESSAGES;
+    return 0;
+}
+
+static void msg_free_state(void *state) { free(state); }
+
+/* message_start, ping */
+static void msg_open(api_reply *r, const api_span *echo, int n_choices)
+{
+    (void)echo;
+    (void)n_choices;
+    msg_state *st = r->state;
+    api_msg_stream_begin(&st->ms, &r->meta, r->out);
+}
+
+/* Blocks open and close as thinking, text and calls arrive. */
+static void msg_delta(api_reply *r, const api_delta *d)
+{
+    msg_state *st = r->state;
+    api_msg_stream_thinking(&st->ms, d->reasoning, d->reasoning_len);
+    api_msg_stream_text(&st->ms, d->text, d->text_len);
+    for (int k = 0; k < d->n_calls; k++) api_msg_stream_call(&st->ms, &d->calls[k]);
+    if (d->finish_reason) { /* a static string */
+        st->finish_reason = d->finish_reason;
+        st->stop_string = d->stop_string;
+    }
+}
+
+/* message_delta, message_stop; or an error event. */
+static void msg_close(api_reply *r, const api_end *end)
+{
+    msg_state *st = r->state;
+    api_msg_stream_end(&st->ms, st->finish_reason, stop_sequence(r->rq, st->stop_string), end->usage, end->failed);
+}
+
+/* One choice (the API has no n). */
+static char *msg_whole(const api_reply *r, const api_choice *ch, int n, const api_usage *u)
+{
+    (void)n;
+    api_msg_out o = {.text = ch->text, .text_len = ch->text_len, .thinking = ch->reasoning,
+                     .thinking_len = ch->reasoning_len, .calls = ch->calls, .n_calls = ch->n_calls,
+                     .finish_reason = ch->finish_reason, .stop_sequence = stop_sequence(r->rq, ch->stop_string)};
+    return api_messages_json(&r->meta, &o, u);
+}
+
+const api_protocol proto_messages = {
+    .name = "messages",
+    .kind = API_MESSAGES,
+    .id_prefix = "msg_",
+    .prompt_param = "messages",
+    .messages = true,
+    .parse = msg_parse,
+    .free_state = msg_free_state,
+    .open = msg_open,
+    .delta = msg_delta,
+    .close = msg_close,
+    .whole = msg_whole,
+    .error = api_messages_error_json,
+};

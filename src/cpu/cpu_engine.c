@@ -163,27 +163,31 @@ static void attention_full(cpu_engine *e, int il, int n_tok)
     matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
 }
 
+/* out = down · (silu(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
+ * them); ARCH_ACT_SILU, the one activation run here. */
+static void swiglu_ffn(cpu_engine *e, float *out, const float *x, int n, const model_tensor *gate,
+                       const model_tensor *up, const model_tensor *down, int n_ff)
+{
+    matmul(e, e->hb, x, n, gate, NULL);
+    matmul(e, e->hb2, x, n, up, NULL);
+    cpu_swiglu(e->hb, e->hb2, n * n_ff);
+    matmul(e, out, e->hb, n, down, NULL);
+}
+
 /* Gated feed-forward: xb2 = w_down · (silu(w_gate·xb) * w_up·xb). */
 static void ffn_glu(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
-    matmul(e, e->hb, e->xb, n_tok, &ly->w_gate, NULL);
-    matmul(e, e->hb2, e->xb, n_tok, &ly->w_up, NULL);
-    cpu_swiglu(e->hb, e->hb2, n_tok * e->base.m->hp.n_ff); /* ARCH_ACT_SILU, the one activation run here */
-    matmul(e, e->xb2, e->hb, n_tok, &ly->w_down, NULL);
+    swiglu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, e->base.m->hp.n_ff);
 }
 
-/* One expert's SwiGLU over the tokens gathered for it: group_y = down(silu(gate x) * up x)
- * for the n rows of group_x. */
+/* One expert's SwiGLU over the tokens gathered for it: group_y for the n rows of group_x. */
 static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
 {
     const model_tensor gate = model_tensor_slice(&ly->ffn_gate_exps, expert),
                        up = model_tensor_slice(&ly->ffn_up_exps, expert),
                        down = model_tensor_slice(&ly->ffn_down_exps, expert);
-    matmul(e, e->hb, e->group_x, n, &gate, NULL);
-    matmul(e, e->hb2, e->group_x, n, &up, NULL);
-    cpu_swiglu(e->hb, e->hb2, n * e->base.m->hp.n_ff_exp);
-    matmul(e, e->group_y, e->hb, n, &down, NULL);
+    swiglu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, e->base.m->hp.n_ff_exp);
 }
 
 /* Mixture of experts: xb2 = sum over the k experts the router picks for each token of

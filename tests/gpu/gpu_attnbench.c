@@ -14,6 +14,7 @@
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_kernels.h"
 #include "gpu/gpu_shared.h"
+#include "gpu_test_util.h"
 #include "model/quant.h"
 
 typedef struct bench {
@@ -25,13 +26,7 @@ typedef struct bench {
 } bench;
 
 static uint64_t rng_state = 1;
-static float randf(void) /* uniform in [-1, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (float)(((z ^ (z >> 31)) >> 40) * 0x1.0p-23 - 1.0);
-}
+static float randf(void) { return gpu_test_randf(&rng_state); } /* uniform in [-1, 1) */
 
 static int upload(CUdeviceptr *d, const void *h, size_t bytes, char *err, size_t errlen)
 {

@@ -14,6 +14,7 @@
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_kernels.h"
 #include "gpu/gpu_shared.h"
+#include "gpu_test_util.h"
 #include "model/quant.h"
 
 int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, char *err, size_t errlen);
@@ -36,13 +37,7 @@ typedef struct dec_bench {
 #define REPS 30
 
 static uint64_t rng = 7;
-static float rnd(void) /* uniform in [-1, 1) */
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (float)(((z ^ (z >> 31)) >> 40) * 0x1.0p-23 - 1.0);
-}
+static float rnd(void) { return gpu_test_randf(&rng); } /* uniform in [-1, 1) */
 
 /* One pass of variant v (NULL: the old kernels) over layer `layer`. */
 static int dec_launch(dec_bench *b, const dec_variant *v, int layer, char *err, size_t errlen)

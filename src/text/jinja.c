@@ -2319,7 +2319,8 @@ static val arith(rctx *rc, binop op, val a, val b)
             return v_strbuf(&s);
         }
         jlist *l = list_new(rc, times > 0 ? (size_t)times * unit : 0);
-        for (int64_t i = 0; i < times; i++) memcpy(l->v + (size_t)i * unit, a.u.l->v, unit * sizeof *l->v);
+        /* [] * n has no storage to copy into (l->v may be NULL) */
+        for (int64_t i = 0; unit && i < times; i++) memcpy(l->v + (size_t)i * unit, a.u.l->v, unit * sizeof *l->v);
         return v_list(l);
     }
     if (op == OP_MUL && (b.t == V_STR || b.t == V_LIST) && (a.t == V_INT || a.t == V_BOOL)) return arith(rc, op, b, a);

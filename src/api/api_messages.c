@@ -3,6 +3,7 @@
 #include "api_messages.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,18 @@ static int refuse_block(const char *type, const char *param, api_error *e)
     return -1;
 }
 
+/* A text block's citations (sent back from a reply of a server that cites documents) point
+ * into documents this server never had: a 400 naming them rather than text without its
+ * sources.  An empty list or null is no citation. */
+static int refuse_citations(const cJSON *b, const char *param, api_error *e)
+{
+    const cJSON *c = json_field(b, "citations");
+    if (!c || (cJSON_IsArray(c) && !cJSON_GetArraySize(c))) return 0;
+    api_error_set(e, 400, "invalid_request_error", param, "unsupported_parameter",
+                  "%s: text blocks with 'citations' are not supported: this server takes no documents to cite.", param);
+    return -1;
+}
+
 /* Text blocks (a tool result's content, the system prompt) as chat text parts; a string as
  * itself. */
 static cJSON *text_content(const cJSON *content, const char *param, api_error *e)
@@ -74,6 +87,10 @@ static cJSON *text_content(const cJSON *content, const char *param, api_error *e
             cJSON_Delete(arr);
             if (cJSON_IsString(type)) refuse_block(type->valuestring, param, e);
             else bad(e, param, "a content block needs a string 'type'");
+            return NULL;
+        }
+        if (refuse_citations(b, param, e)) {
+            cJSON_Delete(arr);
             return NULL;
         }
         if (!cJSON_IsString(text) || !add_text_part(arr, text->valuestring)) {
@@ -173,8 +190,10 @@ static int add_turn(cJSON *msgs, const cJSON *it, const char *param, api_error *
         const cJSON *type = json_field(b, "type"), *s = json_field(b, "text");
         const char *t = cJSON_IsString(type) ? type->valuestring : "";
         if (!strcmp(t, "text")) {
-            rc = !cJSON_IsString(s) ? bad(e, param, "a text block needs a string 'text'")
-                 : add_text_part(text, s->valuestring) ? 0 : no_memory(e);
+            rc = refuse_citations(b, param, e) ? -1
+                 : !cJSON_IsString(s)          ? bad(e, param, "a text block needs a string 'text'")
+                 : add_text_part(text, s->valuestring) ? 0
+                                                       : no_memory(e);
         } else if (!user && !strcmp(t, "tool_use")) {
             rc = add_tool_use(calls, b, param, e);
         } else if (user && !strcmp(t, "tool_result")) {
@@ -316,19 +335,23 @@ static int translate_tool_choice(const cJSON *in, cJSON *out, api_error *e)
 
 /* thinking {"type": "enabled", "budget_tokens": N} or {"type": "disabled"}: the template's
  * enable_thinking switch (Qwen3 and the templates that copied it; a template without one
- * ignores it).  The budget cannot be enforced apart from max_tokens, which bounds it. */
+ * ignores it).  No thinking is "disabled", as on Anthropic's API (a client that did not ask
+ * gets no thinking blocks), unless the body sets chat_template_kwargs.enable_thinking itself.
+ * The budget cannot be enforced apart from max_tokens, which bounds it. */
 static int translate_thinking(const cJSON *in, cJSON *out, api_error *e)
 {
     const cJSON *th = json_field(in, "thinking");
-    if (!th) return 0;
-    const cJSON *type = json_field(th, "type");
-    if (!cJSON_IsObject(th) || !cJSON_IsString(type) ||
-        (strcmp(type->valuestring, "enabled") && strcmp(type->valuestring, "disabled")))
-        return bad(e, "thinking", "expected {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
-    bool on = !strcmp(type->valuestring, "enabled");
-    const cJSON *budget = json_field(th, "budget_tokens");
-    if (on && !cJSON_IsNumber(budget)) return bad(e, "thinking.budget_tokens", "Field required (an integer)");
     cJSON *kw = cJSON_GetObjectItemCaseSensitive(out, "chat_template_kwargs");
+    if (!th && cJSON_IsObject(kw) && cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking")) return 0;
+    const cJSON *type = json_field(th, "type");
+    if (th && (!cJSON_IsObject(th) || !cJSON_IsString(type) ||
+               (strcmp(type->valuestring, "enabled") && strcmp(type->valuestring, "disabled"))))
+        return bad(e, "thinking", "expected {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+    bool on = th && !strcmp(type->valuestring, "enabled");
+    const cJSON *budget = json_field(th, "budget_tokens");
+    if (on && (!cJSON_IsNumber(budget) || !(budget->valuedouble >= 1 && budget->valuedouble <= INT_MAX) ||
+               budget->valuedouble != (double)(int)budget->valuedouble))
+        return bad(e, "thinking.budget_tokens", "Field required (an integer >= 1)");
     if (!kw && !(kw = cJSON_AddObjectToObject(out, "chat_template_kwargs"))) return no_memory(e);
     if (!cJSON_IsObject(kw)) return 0; /* the chat parse names the bad chat_template_kwargs */
     cJSON_DeleteItemFromObjectCaseSensitive(kw, "enable_thinking");
@@ -358,7 +381,8 @@ static int refuse_unsupported(const cJSON *in, bool count, api_error *e)
 }
 
 /* Fields that mean the same in a chat request (with inferd's sampling and template
- * extensions, which the chat endpoint takes too); their values are checked there. */
+ * extensions, which the chat endpoint takes too); their values are checked there.  top_k and
+ * top_p of -1 are "not set" (LangChain's ChatAnthropic sends both in every request). */
 static int copy_plain(const cJSON *in, cJSON *out, api_error *e)
 {
     static const char *const same[] = {"model", "temperature", "top_p", "top_k", "stream", "seed", "min_p",
@@ -366,7 +390,8 @@ static int copy_plain(const cJSON *in, cJSON *out, api_error *e)
                                        "chat_template_kwargs"};
     for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
         const cJSON *v = json_field(in, same[k]);
-        if (v && !cJSON_AddItemToObject(out, same[k], cJSON_Duplicate(v, true))) return no_memory(e);
+        bool unset = !strncmp(same[k], "top_", 4) && cJSON_IsNumber(v) && v->valuedouble == -1;
+        if (v && !unset && !cJSON_AddItemToObject(out, same[k], cJSON_Duplicate(v, true))) return no_memory(e);
     }
     const cJSON *mt = json_field(in, "max_tokens"), *stop = json_field(in, "stop_sequences");
     if (mt && !cJSON_AddItemToObject(out, "max_completion_tokens", cJSON_Duplicate(mt, true))) return no_memory(e);
@@ -567,11 +592,11 @@ static cJSON *at(int index)
     return ev;
 }
 
-void api_msg_stream_begin(api_msg_stream *s, const api_meta *m, bytebuf *out)
+void api_msg_stream_begin(api_msg_stream *s, const api_meta *m, bytebuf *out, const api_usage *u)
 {
     *s = (api_msg_stream){.m = m, .out = out};
     cJSON *ev = cJSON_CreateObject();
-    if (ev) cJSON_AddItemToObject(ev, "message", message_object(m, NULL, NULL, NULL, NULL));
+    if (ev) cJSON_AddItemToObject(ev, "message", message_object(m, NULL, NULL, NULL, u));
     emit(s, "message_start", ev);
     emit(s, "ping", cJSON_CreateObject());
 }

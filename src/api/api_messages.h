@@ -65,8 +65,9 @@ typedef struct api_msg_stream {
     bool failed;        /* out of memory: the stream is cut */
 } api_msg_stream;
 
-/* message_start (and a ping). */
-void api_msg_stream_begin(api_msg_stream *s, const api_meta *m, bytebuf *out);
+/* message_start (and a ping), with the usage Anthropic sends there: the prompt's input_tokens
+ * and cache_read_input_tokens (u: the prompt as admitted; NULL: zeros). */
+void api_msg_stream_begin(api_msg_stream *s, const api_meta *m, bytebuf *out, const api_usage *u);
 void api_msg_stream_text(api_msg_stream *s, const char *text, size_t len);
 void api_msg_stream_thinking(api_msg_stream *s, const char *text, size_t len);
 /* A tool_use block: its start, its input as one input_json_delta, its stop. */

@@ -47,6 +47,7 @@ typedef struct api_delta {
     int n_tokens;
     const char *finish_reason;   /* "stop", "length", "tool_calls"; NULL: the choice goes on */
     int stop_string;             /* "stop" by a stop string: 1 + its index in the request's stop; else 0 */
+    api_usage usage;             /* the choice's so far: its prompt as admitted (cached tokens known) */
 } api_delta;
 
 /* How a stream ends. */

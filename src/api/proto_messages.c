@@ -2,7 +2,11 @@
  * Messages API.  The body is translated into the chat body that means the same
  * (api_messages.c) and validated as one; the reply is a `message` object, or streamed as its
  * typed events; errors are in Anthropic's shape.  The row keeps the event stream's state and
- * the finish reason the message_delta event reports. */
+ * the finish reason the message_delta event reports.
+ *
+ * message_start waits for the first output: Anthropic's carries the prompt's usage
+ * (input_tokens, cache_read_input_tokens), and how much of the prompt the prefix cache held is
+ * known only once the scheduler admitted the request. */
 #include "api_proto.h"
 
 #include <stdlib.h>
@@ -12,6 +16,7 @@
 
 typedef struct msg_state {
     api_msg_stream ms;
+    bool started;              /* message_start went out */
     const char *finish_reason; /* streaming: the choice's, once it finished */
     int stop_string;           /* streaming: api_delta.stop_string */
 } msg_state;
@@ -45,19 +50,29 @@ static int msg_parse(const char *body, size_t len, int n_vocab, api_request *rq,
 
 static void msg_free_state(void *state) { free(state); }
 
-/* message_start, ping */
+/* Nothing yet: message_start waits for the prompt's usage (above). */
 static void msg_open(api_reply *r, const api_span *echo, int n_choices)
 {
+    (void)r;
     (void)echo;
     (void)n_choices;
-    msg_state *st = r->state;
-    api_msg_stream_begin(&st->ms, &r->meta, r->out);
+}
+
+/* message_start and a ping, once: the prompt's usage, no output yet (however many tokens the
+ * first delta brings, which depends on when it was taken). */
+static void start(api_reply *r, msg_state *st, const api_usage *u)
+{
+    if (st->started) return;
+    st->started = true;
+    api_usage prompt = {u ? u->prompt_tokens : 0, u ? u->cached_tokens : 0, 0};
+    api_msg_stream_begin(&st->ms, &r->meta, r->out, &prompt);
 }
 
 /* Blocks open and close as thinking, text and calls arrive. */
 static void msg_delta(api_reply *r, const api_delta *d)
 {
     msg_state *st = r->state;
+    start(r, st, &d->usage);
     api_msg_stream_thinking(&st->ms, d->reasoning, d->reasoning_len);
     api_msg_stream_text(&st->ms, d->text, d->text_len);
     for (int k = 0; k < d->n_calls; k++) api_msg_stream_call(&st->ms, &d->calls[k]);
@@ -71,6 +86,7 @@ static void msg_delta(api_reply *r, const api_delta *d)
 static void msg_close(api_reply *r, const api_end *end)
 {
     msg_state *st = r->state;
+    start(r, st, end->usage); /* a request that failed before its first output */
     api_msg_stream_end(&st->ms, st->finish_reason, stop_sequence(r->rq, st->stop_string), end->usage, end->failed);
 }
 

@@ -218,3 +218,15 @@ enum MHD_Result endpoint_count_tokens(http_req *hr)
     }
     return root ? http_reply_cjson(hr, 200, root) : http_reply_json(hr, 500, NULL);
 }
+
+/* /v1/messages/batches and everything under it: Anthropic's Message Batches API keeps requests
+ * and their results for a day, and this server stores nothing, so each method is a 400 that
+ * names batches (in Anthropic's shape) instead of a 404 a client would read as a wrong URL. */
+enum MHD_Result endpoint_messages_batches(http_req *hr)
+{
+    api_error e;
+    api_error_set(&e, 400, "invalid_request_error", NULL, "unsupported_parameter",
+                  "Message batches (/v1/messages/batches) are not supported: this server stores no requests or "
+                  "results; send each request to /v1/messages.");
+    return http_reply_error_body(hr, &e, api_messages_error_json(&e));
+}

@@ -12,5 +12,6 @@ enum MHD_Result endpoint_model(http_req *hr);      /* GET /v1/models/{id} */
 enum MHD_Result endpoint_tokenize(http_req *hr);   /* POST /tokenize */
 enum MHD_Result endpoint_detokenize(http_req *hr); /* POST /detokenize */
 enum MHD_Result endpoint_count_tokens(http_req *hr); /* POST /v1/messages/count_tokens */
+enum MHD_Result endpoint_messages_batches(http_req *hr); /* /v1/messages/batches[/...]: a 400 */
 
 #endif

@@ -466,7 +466,8 @@ static void stream_output(gen *g, int i, const sched_output *o)
     gen_choice *c = &g->ch[i];
     api_delta d = {.index = i, .text = o->text, .text_len = o->text_len, .text_offset = c->text_offset,
                    .tokens = o->tokens, .n_tokens = o->n_tokens, .finish_reason = finish_reason_of(c, o->finish),
-                   .stop_string = o->stop_string};
+                   .stop_string = o->stop_string,
+                   .usage = {o->prompt_tokens, o->cached_tokens, o->completion_tokens}};
     if (c->cp) {
         const chat_delta *cd = &c->delta;
         d.text = cd->content.data;

@@ -22,7 +22,7 @@ typedef enum MHD_Result (*route_fn)(http_req *hr);
 
 struct route {
     const char *path;
-    const char *method;
+    const char *method; /* NULL: any */
     route_fn fn;
     bool open;       /* no API key needed */
     bool needs_model;
@@ -55,6 +55,9 @@ static const route routes[] = {
     {"/v1/responses", "POST", gen_answer, false, true, &proto_responses, prep_generation, false, NULL},
     {"/v1/messages", "POST", gen_answer, false, true, &proto_messages, prep_generation, false, "x-api-key"},
     {"/v1/messages/count_tokens", "POST", endpoint_count_tokens, false, true, &proto_messages, NULL, true, "x-api-key"},
+    /* Message Batches, every method and sub-path: a 400 naming them (endpoint_messages_batches) */
+    {"/v1/messages/batches", NULL, endpoint_messages_batches, false, false, &proto_messages, NULL, false, "x-api-key"},
+    {"/v1/messages/batches/", NULL, endpoint_messages_batches, false, false, &proto_messages, NULL, false, "x-api-key"},
     {"/tokenize", "POST", endpoint_tokenize, false, true, NULL, NULL, true, NULL},
     {"/detokenize", "POST", endpoint_detokenize, false, true, NULL, NULL, true, NULL},
 };
@@ -134,7 +137,7 @@ static bool gate(http_req *hr, const char *url, const char *method)
                       "Unknown request URL: %.8s %.100s. Please check the URL for typos.", method, url);
         return false;
     }
-    if (strcmp(method, hr->rt->method) != 0) {
+    if (hr->rt->method && strcmp(method, hr->rt->method) != 0) { /* NULL: any method */
         api_error_set(e, 405, "invalid_request_error", NULL, "method_not_allowed",
                       "Method %.8s is not allowed for %s; use %s.", method, hr->rt->path, hr->rt->method);
         return false;

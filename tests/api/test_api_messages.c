@@ -88,6 +88,30 @@ static void test_translate(void **state)
     assert_string_equal(str_at(c, "tool_choice.function.name"), "get");
     assert_true(cJSON_IsFalse(json_at(c, "chat_template_kwargs.enable_thinking")));
     cJSON_Delete(c);
+
+    /* tool_choice auto and none; no thinking asked is thinking disabled (Anthropic's default)
+     * unless chat_template_kwargs says otherwise; text blocks with empty citations are text */
+    static const char tools[] = "\"tools\":[{\"name\":\"get\",\"input_schema\":{\"type\":\"object\"}}]";
+    char b[512];
+    snprintf(b, sizeof b, "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+             "\"text\":\"Hi\",\"citations\":[]}]}],\"tool_choice\":{\"type\":\"none\"},%s}", tools);
+    c = translate(b);
+    assert_string_equal(str_at(c, "tool_choice"), "none");
+    assert_string_equal(str_at(c, "messages.0.content.0.text"), "Hi");
+    assert_true(cJSON_IsFalse(json_at(c, "chat_template_kwargs.enable_thinking")));
+    assert_null(json_at(c, "parallel_tool_calls"));
+    cJSON_Delete(c);
+    snprintf(b, sizeof b, "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+             "\"tool_choice\":{\"type\":\"auto\"},%s,\"chat_template_kwargs\":{\"enable_thinking\":true}}", tools);
+    c = translate(b);
+    assert_string_equal(str_at(c, "tool_choice"), "auto");
+    assert_true(cJSON_IsTrue(json_at(c, "chat_template_kwargs.enable_thinking")));
+    cJSON_Delete(c);
+    /* top_k / top_p -1: not set (LangChain's ChatAnthropic sends them so) */
+    c = translate("{\"max_tokens\":1,\"top_k\":-1,\"top_p\":-1,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}");
+    assert_null(json_at(c, "top_k"));
+    assert_null(json_at(c, "top_p"));
+    cJSON_Delete(c);
 }
 
 /* body is refused at translation or at the chat parse, with a 400 naming param. */
@@ -137,6 +161,25 @@ static void test_refusals(void **state)
     refused(b, "tool_choice.type", "auto");
     snprintf(b, sizeof b, "{\"max_tokens\":5,%s,\"thinking\":{\"type\":\"enabled\"}}", user);
     refused(b, "thinking.budget_tokens", "budget_tokens");
+    snprintf(b, sizeof b, "{\"max_tokens\":5,%s,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1e300}}", user);
+    refused(b, "thinking.budget_tokens", "budget_tokens");
+    /* citations, in a turn and in a tool result; server tool blocks sent back; a search result */
+    refused("{\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"x\","
+            "\"citations\":[{\"type\":\"char_location\",\"cited_text\":\"y\"}]}]}]}",
+            "messages.0", "citations");
+    refused("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
+            "\"t\",\"content\":[{\"type\":\"text\",\"text\":\"x\",\"citations\":[{}]}]}]}]}",
+            "messages.0", "citations");
+    refused("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
+            "\"t\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}]}",
+            "messages.0", "'image'");
+    refused("{\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"server_tool_use\","
+            "\"id\":\"s\",\"name\":\"web_search\",\"input\":{}}]}]}",
+            "messages.0", "server_tool_use");
+    refused("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"search_result\"}]}]}",
+            "messages.0", "search_result");
+    snprintf(b, sizeof b, "{\"max_tokens\":5,%s,\"tools\":[{\"type\":\"bash_20250124\",\"name\":\"bash\"}]}", user);
+    refused(b, "tools.0", "bash_20250124");
 }
 
 static void test_error_shape(void **state)
@@ -213,8 +256,8 @@ static void test_stream(void **state)
     bytebuf out = {0};
     api_msg_stream s;
     chat_tool_call call = {0, "call_abc", "get", "{\"city\":\"Paris\"}"};
-    api_usage u = {10, 0, 6};
-    api_msg_stream_begin(&s, &meta, &out);
+    api_usage u = {10, 0, 6}, at_start = {10, 4, 1};
+    api_msg_stream_begin(&s, &meta, &out, &at_start);
     api_msg_stream_thinking(&s, "thi", 3);
     api_msg_stream_thinking(&s, "nk", 2);
     api_msg_stream_text(&s, "He", 2);
@@ -231,6 +274,10 @@ static void test_stream(void **state)
     for (int i = 0; i < n; i++) assert_string_equal(str_at(ev[i], "type"), want[i]);
     assert_string_equal(str_at(ev[0], "message.id"), meta.id);
     assert_true(cJSON_IsNull(json_at(ev[0], "message.stop_reason")));
+    /* message_start carries the prompt's usage, as Anthropic sends it: cache reads apart */
+    assert_int_equal((int)num_at(ev[0], "message.usage.input_tokens"), 6);
+    assert_int_equal((int)num_at(ev[0], "message.usage.cache_read_input_tokens"), 4);
+    assert_int_equal((int)num_at(ev[0], "message.usage.output_tokens"), 1);
     assert_string_equal(str_at(ev[2], "content_block.type"), "thinking");
     assert_string_equal(str_at(ev[3], "delta.type"), "thinking_delta");
     assert_string_equal(str_at(ev[4], "delta.thinking"), "nk");
@@ -251,7 +298,7 @@ static void test_stream(void **state)
     bytebuf_free(&out);
 
     /* nothing said: one empty text block; a failure: an error event, no message_stop */
-    api_msg_stream_begin(&s, &meta, &out);
+    api_msg_stream_begin(&s, &meta, &out, NULL);
     api_msg_stream_end(&s, "stop", "END", &u, NULL);
     n = sse_events(&out, ev, 32);
     assert_int_equal(n, 6);
@@ -262,7 +309,7 @@ static void test_stream(void **state)
     bytebuf_free(&out);
     api_error e;
     api_error_set(&e, 500, "server_error", NULL, NULL, "engine failed");
-    api_msg_stream_begin(&s, &meta, &out);
+    api_msg_stream_begin(&s, &meta, &out, &u);
     api_msg_stream_text(&s, "x", 1);
     api_msg_stream_end(&s, NULL, NULL, &u, &e);
     n = sse_events(&out, ev, 32);

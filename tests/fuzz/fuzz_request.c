@@ -127,11 +127,16 @@ static void responses_case(const char *body, size_t len, int n_vocab)
     api_resp_req_free(&rq);
 }
 
-/* /v1/messages: as responses_case, with Anthropic's message object, events and errors. */
+/* /v1/messages: as responses_case, with Anthropic's message object, events and errors; and
+ * the same body as /v1/messages/count_tokens reads it (which differs only in not requiring
+ * max_tokens, so it takes whatever /v1/messages takes). */
 static void messages_case(const char *body, size_t len, int n_vocab)
 {
-    char *chat = NULL;
-    api_error e = {0};
+    char *chat = NULL, *count = NULL;
+    api_error e = {0}, ce = {0};
+    int count_rc = api_messages_translate_count(body, len, &count, &ce);
+    FZ_CHECK(count_rc == 0 ? count != NULL : (count == NULL && ce.status >= 400 && ce.message[0] != 0));
+    free(count);
     if (api_messages_translate(body, len, &chat, &e) != 0) {
         FZ_CHECK(e.status >= 400 && e.status <= 599 && e.message[0] != 0 && chat == NULL);
         char *j = api_messages_error_json(&e);
@@ -139,6 +144,7 @@ static void messages_case(const char *body, size_t len, int n_vocab)
         free(j);
         return;
     }
+    FZ_CHECK(count_rc == 0);
     api_request r;
     if (api_request_parse(API_CHAT, chat, strlen(chat), n_vocab, &r, &e) != 0) {
         api_messages_rename_error(&e);
@@ -157,7 +163,7 @@ static void messages_case(const char *body, size_t len, int n_vocab)
         free(j);
         bytebuf out = {0};
         api_msg_stream s;
-        api_msg_stream_begin(&s, &m, &out);
+        api_msg_stream_begin(&s, &m, &out, len & 4 ? &u : NULL);
         api_msg_stream_thinking(&s, body, len / 2);
         api_msg_stream_text(&s, body + len / 2, len - len / 2);
         api_msg_stream_call(&s, &call);

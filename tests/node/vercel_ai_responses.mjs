@@ -4,9 +4,10 @@
 // The provider passes no inferd extension (ignore_eos), so the synthetic test model may stop
 // early: lengths are checked against the usage, not against maxOutputTokens.
 import assert from 'node:assert/strict';
-import { generateObject, generateText, stepCountIs, streamText, tool } from 'ai';
+import { generateObject, generateText, streamText } from 'ai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { z } from 'zod';
+import { twoStepToolCall } from './ai_sdk_tools.mjs';
 import { apiKey, baseURL, finish, modelId, pass } from './harness.mjs';
 
 const openai = createOpenAI({ baseURL, apiKey });
@@ -50,26 +51,7 @@ await pass('generateObject with a schema (text.format json_schema)', async () =>
 });
 
 await pass('tool calls, executed, and the next step answers (function_call_output sent back)', async () => {
-  const r = await generateText({
-    ...common, maxOutputTokens: 128, prompt: 'What is the weather in Paris?', toolChoice: 'required',
-    stopWhen: stepCountIs(2),
-    prepareStep: ({ stepNumber }) => (stepNumber > 0 ? { toolChoice: 'none', maxOutputTokens: 8 } : {}),
-    tools: {
-      weather: tool({
-        description: 'The weather in a city',
-        inputSchema: z.object({ city: z.string().max(12) }),
-        execute: async ({ city }) => ({ city, celsius: 21 }),
-      }),
-    },
-  });
-  assert.equal(r.steps.length, 2);
-  const [first] = r.steps;
-  assert.equal(first.toolCalls.length, 1);
-  assert.equal(first.toolCalls[0].toolName, 'weather');
-  assert.equal(typeof first.toolCalls[0].input.city, 'string');
-  assert.equal(first.toolResults[0].output.celsius, 21);
-  assert.equal(r.steps[1].toolCalls.length, 0);
-  assert.equal(typeof r.text, 'string');
+  await twoStepToolCall(common);
 });
 
 await pass('server errors reach the caller', async () => {

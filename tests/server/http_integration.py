@@ -4,7 +4,7 @@ on a free 127.0.0.1 port with a small model, talks real HTTP (curl, raw sockets,
 Node SDK), and stops the server by its PID.  Every wait is bounded.
 
 usage: http_integration.py CASE      (CASE: api errors auth stream concurrency disconnect
-                                       flood shutdown node node_ai node_langchain node_readme stories
+                                       flood shutdown node node_ai node_langchain node_readme docs_messages stories
                                        startup vocab logprobs0
                                        framing logs connflood choices tokenize grammar_bench client_gone)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
@@ -443,6 +443,21 @@ def case_messages():
         md = evs[-2][1]
         check(md["delta"]["stop_reason"] == "max_tokens" and md["usage"]["output_tokens"] == 6, f"message_delta {md}")
         check("[DONE]" not in raw, "no [DONE] in the Messages stream")
+        # message_start carries the prompt's usage, as Anthropic's does: input_tokens, and the
+        # prefix cache's reads as cache_read_input_tokens (a long system prompt sent twice)
+        ms = evs[0][1]["message"]["usage"]
+        check(ms["input_tokens"] + ms["cache_read_input_tokens"] == chat["usage"]["prompt_tokens"] and
+              ms["cache_creation_input_tokens"] == 0, f"message_start usage {ms}")
+        long_args = dict(args, system="The quick brown fox jumps over the lazy dog. " * 12, stream=True)
+        for attempt in range(2):
+            raw = curl("-N", f"{base}/v1/messages", "-H", "Content-Type: application/json", "-H", "x-api-key: k3y",
+                       "-d", json.dumps(long_args))
+            evs = anthropic_events(raw)
+            ms, md = evs[0][1]["message"]["usage"], evs[-2][1]["usage"]
+            check(ms["input_tokens"] + ms["cache_read_input_tokens"] == md["input_tokens"] + md["cache_read_input_tokens"]
+                  and ms["input_tokens"] + ms["cache_read_input_tokens"] > 64, f"long prompt usage {ms} / {md}")
+        check(ms["cache_read_input_tokens"] >= 32 and md["cache_read_input_tokens"] == ms["cache_read_input_tokens"],
+              f"the repeated prompt's message_start reads the prefix cache: {ms}")
 
         # a forced tool call, its tool_result sent back; then the same call streamed
         weather = {"name": "get_weather", "description": "weather",
@@ -472,10 +487,23 @@ def case_messages():
         check(json.loads(partial) == use["input"], f"input_json_delta {partial!r} vs {use['input']}")
         check(evs[-2][1]["delta"]["stop_reason"] == "tool_use", f"streamed stop {evs[-2]}")
 
-        # thinking enabled: the template opens <think>, the reply's thinking is a thinking block
+        # tool_choice none: tools offered, no call made (the markup is not even parsed for one)
+        st, m = post(s.port, "/v1/messages", dict(targs, max_tokens=8, tool_choice={"type": "none"}), headers=hdr)
+        check(st == 200 and [b["type"] for b in m["content"]] == ["text"] and m["stop_reason"] == "max_tokens",
+              f"tool_choice none {m}")
+
+        # thinking enabled: the template opens <think>, the reply's thinking is a thinking block;
+        # sent back with the next turn it is accepted; without thinking the template does not think
         st, m = post(s.port, "/v1/messages", dict(args, max_tokens=16, thinking={"type": "enabled", "budget_tokens": 64}),
                      headers=hdr)
         check(st == 200 and m["content"][0]["type"] == "thinking" and "signature" in m["content"][0], f"thinking {m}")
+        turns = args["messages"] + [{"role": "assistant", "content": m["content"]}, {"role": "user", "content": "Go on"}]
+        st, m2 = post(s.port, "/v1/messages", dict(args, messages=turns), headers=hdr)
+        check(st == 200 and [b["type"] for b in m2["content"]] == ["text"], f"thinking sent back {m2}")
+        st, c1 = post(s.port, "/v1/messages/count_tokens", dict(args, messages=turns), headers=hdr)
+        st, c2 = post(s.port, "/v1/messages/count_tokens", dict(args, messages=turns, thinking={"type": "enabled",
+                                                                 "budget_tokens": 64}), headers=hdr)
+        check(c2["input_tokens"] > c1["input_tokens"], f"thinking on opens <think> in the prompt: {c1} vs {c2}")
 
         for body, etype, why in ((dict(args, max_tokens=None), "invalid_request_error", "max_tokens"),
                                  (dict(args, temperature=-1), "invalid_request_error", "temperature"),
@@ -485,7 +513,14 @@ def case_messages():
                                   "invalid_request_error", "web_search_20250305"),
                                  (dict(args, stop_sequences=["a", "b", "c", "d", "e"]), "invalid_request_error",
                                   "stop_sequences"),
-                                 (dict(args, mcp_servers=[{"type": "url"}]), "invalid_request_error", "mcp_servers")):
+                                 (dict(args, mcp_servers=[{"type": "url"}]), "invalid_request_error", "mcp_servers"),
+                                 (dict(args, messages=[{"role": "user", "content": [{"type": "document", "source": {
+                                     "type": "text", "media_type": "text/plain", "data": "x"}}]}]),
+                                  "invalid_request_error", "document"),
+                                 (dict(args, messages=[{"role": "assistant", "content": [{"type": "text", "text": "x",
+                                     "citations": [{"type": "char_location", "cited_text": "x"}]}]}]),
+                                  "invalid_request_error", "citations"),
+                                 (dict(args, thinking={"type": "enabled"}), "invalid_request_error", "budget_tokens")):
             st, b = post(s.port, "/v1/messages", {k: v for k, v in body.items() if v is not None}, headers=hdr)
             check_anthropic_error(st, b, 400, etype, why)
         # count_tokens: the same prompt counted, tools included, nothing generated
@@ -508,6 +543,14 @@ def case_messages():
         check(st == 200, f"Bearer on /v1/messages: {st} {b}")
         st, _, b = request(s.port, "GET", "/v1/messages", headers=hdr)
         check_anthropic_error(st, json.loads(b), 405, "invalid_request_error", "POST")
+        # Message Batches: every method and path under them is a 400 that names them
+        for method, path in (("POST", "/v1/messages/batches"), ("GET", "/v1/messages/batches"),
+                             ("GET", "/v1/messages/batches/msgbatch_1/results"),
+                             ("DELETE", "/v1/messages/batches/msgbatch_1")):
+            st, _, b = request(s.port, method, path, {"requests": []} if method == "POST" else None, headers=hdr)
+            check_anthropic_error(st, json.loads(b), 400, "invalid_request_error", "batches")
+        st, _, b = request(s.port, "GET", "/v1/messages/batches")
+        check_anthropic_error(st, json.loads(b), 401, "authentication_error", "x-api-key")
         # x-api-key is this route's: the OpenAI routes take Bearer only
         st, _, b = request(s.port, "GET", "/v1/models", headers=hdr)
         check_error(json.loads(b), st, 401, code="invalid_api_key")
@@ -1361,8 +1404,10 @@ def case_node():
 
 
 def case_node_anthropic():
-    """Anthropic's Node SDK against /v1/messages."""
-    return node_session([("anthropic_sdk.mjs",)], ["@anthropic-ai/sdk"])
+    """The Anthropic clients against /v1/messages: Anthropic's Node SDK, the Vercel AI SDK's
+    Anthropic provider and LangChain's ChatAnthropic, each with the server as its base URL."""
+    return node_session([("anthropic_sdk.mjs",), ("vercel_ai_anthropic.mjs",), ("langchain_anthropic.mjs",)],
+                        ["@anthropic-ai/sdk", "ai", "@ai-sdk/anthropic", "@langchain/anthropic", "@langchain/core"])
 
 
 def case_node_ai():
@@ -1380,7 +1425,7 @@ def case_node_readme():
     """The README's Clients section as written: its js blocks run against a server on the default
     model (scripts/make-default-model), and the README's quoted greedy completion is what the
     OpenAI SDK block prints first."""
-    why = node_missing(["openai", "ai", "@ai-sdk/openai-compatible", "@langchain/openai"])
+    why = node_missing(["openai", "ai", "@ai-sdk/openai-compatible", "@langchain/openai", "@anthropic-ai/sdk"])
     if why:
         print(f"SKIP: {why}")
         return SKIP
@@ -1388,7 +1433,7 @@ def case_node_readme():
     section = readme[readme.index("\n## Clients\n"):]
     section = section[:section.index("\n## ", 1)]
     blocks = re.findall(r"```js\n(.*?)```", section, re.S)
-    check(len(blocks) == 3, f"the Clients section has {len(blocks)} js blocks, expected 3")
+    check(len(blocks) == 4, f"the Clients section has {len(blocks)} js blocks, expected 4")
     quoted = re.search(r'"text":"([^"]*)"', readme[readme.index("What to expect from the default model"):])
     check(quoted, "the README quotes no default-model completion")
     model = os.path.join(TMP, "models", "default.gguf")
@@ -1410,6 +1455,103 @@ def case_node_readme():
             if i == 0:
                 check(r.stdout.splitlines()[0] == quoted.group(1),
                       f"the README quotes {quoted.group(1)!r}, the SDK printed {r.stdout.splitlines()[0]!r}")
+
+
+def md_blocks(text):
+    """A Markdown text's fenced blocks in order, as [(language, body)]."""
+    return re.findall(r"```(\w*)\n(.*?)```", text, re.S)
+
+
+def json_values(text):
+    """The JSON values written one after another in text (curl -s ends none with a newline)."""
+    dec, vals, i = json.JSONDecoder(), [], 0
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i == len(text):
+            return vals
+        v, i = dec.raw_decode(text, i)
+        vals.append(v)
+
+
+def unvary(v):
+    """v with what differs from run to run (ids, timestamps) blanked."""
+    if isinstance(v, dict):
+        return {k: "*" if k in ("id", "created", "created_at") else unvary(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [unvary(x) for x in v]
+    return v
+
+
+def run_doc_commands(port, blocks, where):
+    """Each sh block of blocks run as written (127.0.0.1:8080 made the test server's port) and its
+    output checked against the block right after it, which the docs show as its output: the same
+    JSON values up to ids and times, or, for an event stream, the events shown are the first ones
+    sent.  Returns the outputs."""
+    outs = []
+    for i, (lang, body) in enumerate(blocks):
+        if lang != "sh":
+            continue
+        check(i + 1 < len(blocks) and blocks[i + 1][0] != "sh", f"{where}: sh block {i} shows no output")
+        r = subprocess.run(["bash", "-c", body.replace("127.0.0.1:8080", f"127.0.0.1:{port}")], capture_output=True,
+                           text=True, timeout=120)
+        check(r.returncode == 0, f"{where}: sh block {i} failed:\n{body}\n{r.stderr}")
+        shown = blocks[i + 1][1]
+        if shown.startswith("event: "):
+            got, want = anthropic_events(r.stdout), anthropic_events(shown.strip())
+            check(unvary(got[:len(want)]) == unvary(want),
+                  f"{where}: sh block {i} streams\n{r.stdout[:1500]}\nnot as shown:\n{shown}")
+        else:
+            got, want = json_values(r.stdout), json_values(shown)
+            check(unvary(got) == unvary(want), f"{where}: sh block {i} prints\n{r.stdout}\nnot as shown:\n{shown}")
+        print(f"{where}: sh block {i} prints what it shows")
+        outs.append(r.stdout)
+    check(outs, f"{where}: no sh block")
+    return outs
+
+
+def case_docs_messages():
+    """The Messages API examples as the docs write them: the curl commands of README's and of
+    docs/api-examples.md's Anthropic sections print what those show (up to ids; the README's on the
+    default model, api-examples.md's on stories260K), and api-examples.md's Anthropic SDK block
+    prints the same greedy text.  (README's SDK block runs in node_readme.)"""
+    stories = os.path.join(SHARED, "models", "stories260K.gguf")
+    if not os.path.exists(stories):
+        print(f"SKIP: {stories} not present")
+        return SKIP
+    readme = open(os.path.join(SRC, "README.md")).read()
+    section = readme[readme.index("\n### Anthropic's Messages API\n"):]
+    section = section[:section.index("\n## ")]
+    model = os.path.join(TMP, "models", "default.gguf")
+    subprocess.run(["bash", os.path.join(SRC, "scripts", "make-default-model"), BIN, model], check=True,
+                   stdout=subprocess.DEVNULL, timeout=120)
+    with Server(model) as s:
+        run_doc_commands(s.port, md_blocks(section), "README")
+
+    doc = open(os.path.join(SRC, "docs", "api-examples.md")).read()
+    section = doc[doc.index("\n### Anthropic Messages API\n"):]
+    section = section[:section.index("\n## ")]
+    blocks = md_blocks(section)
+    with Server(stories) as s:
+        first = json_values(run_doc_commands(s.port, blocks, "api-examples.md")[0])[0]
+        js = [b for lang, b in blocks if lang == "js"]
+        check(len(js) == 1, f"api-examples.md's Anthropic section has {len(js)} js blocks, expected 1")
+        why = node_missing(["@anthropic-ai/sdk"])
+        if why:
+            print(f"api-examples.md: the SDK block not run: {why}")
+            return
+        run_dir = os.path.join(TMP, "docs")
+        os.makedirs(run_dir)
+        os.symlink(os.path.join(NODE_DIR, "node_modules"), os.path.join(run_dir, "node_modules"))
+        path = os.path.join(run_dir, "anthropic.mjs")
+        with open(path, "w") as f:
+            f.write(js[0].replace("127.0.0.1:8080", f"127.0.0.1:{s.port}"))
+        r = subprocess.run(["node", path], capture_output=True, timeout=120, text=True)
+        sys.stdout.write(f"--- api-examples.md's Anthropic SDK block:\n{r.stdout}")
+        check(r.returncode == 0, f"the SDK block failed:\n{r.stdout}\n{r.stderr}")
+        lines = r.stdout.splitlines()
+        check(lines[0] == first["content"][0]["text"], f"the SDK printed {lines[0]!r}, curl {first['content'][0]['text']!r}")
+        check(re.match(r"stop: (max_tokens|end_turn)$", lines[-1]), f"the SDK block's last line {lines[-1]!r}")
 
 
 def case_stories():

@@ -16,43 +16,6 @@ typedef uint16_t gpu_half;
 #define GPU_HOST_DEVICE
 #endif
 
-/* matvec_<type>_<rows>: for each segment s, y_s[m][n] (+)= sum_k W_s[n][k] x[m][k] (+ bias_s[n])
- * with W_s rounded to FP16 as the cuBLAS path does (so both paths compute the same products).
- * Segments (Q, K and V of one layer) share the input and the weight format and run in one
- * launch.  glu_<type>_<rows>: y[m][n] = fp16(silu(W_0 x) * (W_1 x)) into yh (gate/up). */
-#define MATVEC_MAX_SEG 3
-/* Q6_K super-blocks are 210 bytes in GGUF, which leaves most of them only 2-byte aligned; on
- * the GPU each is stored in a 224-byte slot (same bytes, zero tail) so every load is 16 bytes. */
-#define GPU_Q6K_BLOCK 224
-typedef struct matvec_seg {
-    const uint8_t *w; /* n rows of row_bytes */
-    float *y;         /* [m][ldy] */
-    const float *bias; /* [n] or NULL */
-    int n, ldy;
-} matvec_seg;
-
-typedef struct matvec_args {
-    matvec_seg seg[MATVEC_MAX_SEG];
-    int n_seg;
-    int k, m, ldx;      /* inputs per row (multiple of 32), activation rows, x row stride */
-    int accumulate;     /* 1: y += W x (residual) */
-    unsigned long long row_bytes;
-    const gpu_half *x;  /* [m][ldx] */
-    gpu_half *yh;       /* glu output [m][ldy of seg 0] */
-    /* mmq only, with a k split (grid z > 1): partial sums [split][m][part_ld], one row per
-     * feature with each segment's features padded to 16 (glu: gate's, then up's) */
-    float *part;
-    int part_ld;
-    int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
-} matvec_args;
-
-/* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in
- * flight of variant v (16 << v activation rows per block): 64-row blocks keep two, so that two
- * blocks (16 warps) fit a multiprocessor -- measured 7-10 % faster on prompts than one block of
- * 128 rows and three stages. */
-#define MMQ_KT 256
-#define MMQ_DEPTH(v) ((v) >= 2 ? 2 : 3)
-
 /* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK), laid
  * out [block][layer][kv_head][GPU_KV_BLOCK][hd] so one block (every layer) is one contiguous
  * range, copied whole for copy-on-write.  Token t belongs to sequence seq[t], whose block
@@ -78,6 +41,63 @@ typedef struct qkv_post_args {
     int neox, n_head, n_kv, hd, n_layer, layer, table_width;
 } qkv_post_args;
 
+
+/* matvec_<type>_<rows>: for each segment s, y_s[m][n] (+)= sum_k W_s[n][k] x[m][k] (+ bias_s[n])
+ * with W_s rounded to FP16 as the cuBLAS path does (so both paths compute the same products).
+ * Segments (Q, K and V of one layer) share the input and the weight format and run in one
+ * launch.  glu_<type>_<rows>: y[m][n] = fp16(silu(W_0 x) * (W_1 x)) into yh (gate/up). */
+#define MATVEC_MAX_SEG 3
+/* Q6_K super-blocks are 210 bytes in GGUF, which leaves most of them only 2-byte aligned; on
+ * the GPU each is stored in a 224-byte slot (same bytes, zero tail) so every load is 16 bytes. */
+#define GPU_Q6K_BLOCK 224
+typedef struct matvec_seg {
+    const uint8_t *w; /* n rows of row_bytes */
+    float *y;         /* [m][ldy] */
+    const float *bias; /* [n] or NULL */
+    int n, ldy;
+} matvec_seg;
+
+enum { MATVEC_Q = 1, MATVEC_K, MATVEC_V };
+typedef struct matvec_args {
+    matvec_seg seg[MATVEC_MAX_SEG];
+    int n_seg;
+    int k, m, ldx;      /* inputs per row (multiple of 32), activation rows, x row stride */
+    int accumulate;     /* 1: y += W x (residual) */
+    unsigned long long row_bytes;
+    const gpu_half *x;  /* [m][ldx] */
+    gpu_half *yh;       /* glu output [m][ldy of seg 0] */
+    /* mmq only, with a k split (grid z > 1): partial sums [split][m][part_ld], one row per
+     * feature with each segment's features padded to 16 (glu: gate's, then up's) */
+    float *part;
+    int part_ld;
+    int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
+    /* matvec/glu with m == 1 only: the RMSNorm before the product fused into it.  When xf is
+     * set, x is not read: each block forms fp16(rmsnorm(xf[0..k)) * norm_w) in its dynamic
+     * shared memory (gpu_matvec_norm_smem(k) bytes) by gpu_rms_threads' order of sums, the
+     * very row the rmsnorm kernel would have written (kernels/elementwise.cuh, rms_scale). */
+    const float *xf, *norm_w;
+    float eps;
+    /* matvec with m == 1 only: qkv_post fused into the QKV product's epilogue (models with no
+     * q/k norm).  post_fused: 0, or the role of segment 0 (MATVEC_Q, _K, _V), segment s's
+     * being post_fused + s (the launch's segments are consecutive outputs of Q, K, V).  A
+     * block's 8 warps take the 4 RoPE pairs of one head (NeoX: features i..i+3 and their
+     * partners i + hd/2), rotate them as qkv_post does (rope_pair) and write Q to y, K and V as
+     * FP16 into the cache (post's fields; its q/k/v pointers are unused). */
+    int post_fused;
+    qkv_post_args post;
+} matvec_args;
+#define gpu_matvec_norm_smem(k) ((unsigned)(k) * 2u)
+#define GPU_MATVEC_NORM_MAX_K 24576 /* k whose row fits the 48 KiB a launch gets unasked */
+
+/* Threads of the rmsnorm kernel for rows of n, and the order of its sums (rms_scale). */
+static inline GPU_HOST_DEVICE int gpu_rms_threads(int n) { return n >= 1024 ? 1024 : n >= 256 ? 256 : 32; }
+
+/* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in
+ * flight of variant v (16 << v activation rows per block): 64-row blocks keep two, so that two
+ * blocks (16 warps) fit a multiprocessor -- measured 7-10 % faster on prompts than one block of
+ * 128 rows and three stages. */
+#define MMQ_KT 256
+#define MMQ_DEPTH(v) ((v) >= 2 ? 2 : 3)
 
 typedef struct attn_args {
     const float *q; /* [t][n_head][hd] */
@@ -128,7 +148,7 @@ static inline GPU_HOST_DEVICE int gpu_flash_q_tokens(int n_head, int n_kv, int h
  * warp's tile of 32 keys lies in one block. */
 #define ATT_CHUNK_MIN 128
 #define ATT_MAX_SPLIT 32     /* attn_partial's splits */
-#define GPU_ATT_DEC_SPLIT 32 /* attn_decode's: of 16/32/64/128 the best over both shapes (docs/benchmarks.md) */
+#define GPU_ATT_DEC_SPLIT 32 /* attn_decode's most: of 16/32/64/128 the best over both shapes (docs/benchmarks.md) */
 #define GPU_ATT_DEC_COMBINE_SG 4 /* attn_decode_combine's threads: this many x hd */
 static inline GPU_HOST_DEVICE int attn_split_chunk(int n_keys, int max_split)
 {
@@ -157,6 +177,18 @@ static inline GPU_HOST_DEVICE int gpu_attn_max_splits_for(int ctx, int max_split
     return s < max_split ? s : max_split;
 }
 static inline GPU_HOST_DEVICE int gpu_attn_max_splits(int ctx) { return gpu_attn_max_splits_for(ctx, ATT_MAX_SPLIT); }
+
+/* attn_decode's splits for an engine: at most GPU_ATT_DEC_SPLIT, and few enough that one token's
+ * blocks (n_kv x splits, one a multiprocessor: 128 KiB of shared memory each) fill one wave of
+ * the n_sm multiprocessors -- the 8B shape's 8 KV heads x 16 on the H100's 132 measured 1-16 %
+ * faster than x 32 from 4k keys up (docs/benchmarks.md).  A constant of the engine, so a
+ * token's result still depends on its own keys only. */
+static inline GPU_HOST_DEVICE int gpu_attn_dec_split_for(int n_sm, int n_kv)
+{
+    int s = GPU_ATT_DEC_SPLIT;
+    while (s > 1 && s * n_kv > n_sm) s /= 2;
+    return s;
+}
 
 /* attn_decode's block: warps, each streaming its KV blocks through a ring of this many
  * [32 keys][hd] K + V tiles in dynamic shared memory (gpu_attn_decode_smem bytes). */

@@ -5,18 +5,16 @@
 #include "../gpu_shared.h"
 
 // Row r of the output = x[row] / rms(x[row]) * w, where row = idx ? idx[r * idx_stride] : r;
-// one block per output row of n.  Written in FP16 to yh (matmul inputs), FP32 to y, or both;
-// y may alias x.
+// one block per output row of n, gpu_rms_threads(n) threads (rms_scale's order of sums: the
+// products that fuse this norm form the same row).  Written in FP16 to yh (matmul inputs), FP32
+// to y, or both; y may alias x.
 extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_stride, const float *w,
                                    float *y, __half *yh, int n, float eps)
 {
     __shared__ float sh[32];
     int src = idx ? idx[(size_t)blockIdx.x * idx_stride] : blockIdx.x;
     const float *xr = x + (size_t)src * n;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = block_sum(ss, sh);
-    float scale = rsqrtf(ss / (float)n + eps);
+    float scale = rms_scale(xr, n, eps, sh);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = xr[i] * scale * w[i];
         if (y) y[(size_t)blockIdx.x * n + i] = v;
@@ -24,20 +22,34 @@ extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_strid
     }
 }
 
-// Rotate the hd/2 pairs of one head vector in place: pair i turns by
-// pos * pos_scale * base^(-2i/hd) / freq_div[i]; NeoX pairs (i, i + hd/2), else (2i, 2i+1).
-__device__ __forceinline__ void rope_head(float *v, int hd, int pos, const qkv_post_args &a)
+// RoPE pair i of a head (the values x0 at its first index, x1 at its second): turned by
+// pos * pos_scale * base^(-2i/hd) / freq_div[i].  The one definition of the rotation, with its
+// products and sums pinned (no contraction left to the compiler): qkv_post and the QKV
+// products that fuse it (matvec.cuh) give the same bits.
+__device__ __forceinline__ float2 rope_pair(float x0, float x1, int i, int pos, const qkv_post_args &a)
 {
     float fp = (float)pos * a.pos_scale;
+    float inv = powf(a.rope_base, -2.0f * (float)i / (float)a.hd);
+    if (a.freq_div) inv /= a.freq_div[i];
+    float s, c;
+    sincosf(fp * inv, &s, &c);
+    return make_float2(__fmaf_rn(x0, c, -__fmul_rn(x1, s)), __fmaf_rn(x0, s, __fmul_rn(x1, c)));
+}
+
+// The two indices of pair i: NeoX pairs (i, i + hd/2), else (2i, 2i+1).
+__device__ __forceinline__ int2 rope_index(int i, int hd, int neox)
+{
+    return neox ? make_int2(i, i + hd / 2) : make_int2(2 * i, 2 * i + 1);
+}
+
+// Rotate the hd/2 pairs of one head vector in place.
+__device__ __forceinline__ void rope_head(float *v, int hd, int pos, const qkv_post_args &a)
+{
     for (int i = threadIdx.x; i < hd / 2; i += blockDim.x) {
-        float inv = powf(a.rope_base, -2.0f * (float)i / (float)hd);
-        if (a.freq_div) inv /= a.freq_div[i];
-        float s, c;
-        sincosf(fp * inv, &s, &c);
-        int ia = a.neox ? i : 2 * i, ib = a.neox ? i + hd / 2 : 2 * i + 1;
-        float x0 = v[ia], x1 = v[ib];
-        v[ia] = x0 * c - x1 * s;
-        v[ib] = x0 * s + x1 * c;
+        const int2 ix = rope_index(i, hd, a.neox);
+        const float2 r = rope_pair(v[ix.x], v[ix.y], i, pos, a);
+        v[ix.x] = r.x;
+        v[ix.y] = r.y;
     }
 }
 

@@ -3,13 +3,14 @@
  *
  *   x = embed(tok)
  *   for each layer:
- *       h = fp16(rmsnorm(x) * attn_norm)         (one-row steps: inside the next matvec's blocks)
+ *       h = fp16(rmsnorm(x) * attn_norm)
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
- *       q, k = rmsnorm per head (qk norm), RoPE; K/V block[pos] = k, v          (qkv_post)
+ *       q, k = rmsnorm per head (qk norm), RoPE; K/V block[pos] = k, v          (qkv_post;
+ *           one token and no qk norm: in the epilogue of the QKV matvec, matvec_rope)
  *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence:
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
  *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm)
- *       h = fp16(rmsnorm(x) * ffn_norm)          (likewise)
+ *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
  *                                        (sandwich norm: normed by ffn_post_norm as above)
  *   logits = Wout fp16(rmsnorm(x[rows]) * output_norm);  sample(rows)
@@ -35,23 +36,6 @@
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
-/* rmsnorm of rows of x (picked by idx when non-zero) into FP16 yh and/or FP32 y. */
-typedef struct norm_op {
-    CUdeviceptr x, idx, w, y, yh;
-    int idx_stride, rows, n;
-} norm_op;
-
-static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err, size_t errlen)
-{
-    float eps = g->base.m->hp.rms_eps;
-    int n = op->n, stride = op->idx_stride;
-    unsigned threads = (unsigned)gpu_rms_threads(n);
-    LAUNCH(g->k.rmsnorm, ((gpu_launch_dims){(unsigned)op->rows, 1, 1, threads}), what, &(CUdeviceptr){op->x},
-           &(CUdeviceptr){op->idx}, &stride, &(CUdeviceptr){op->w}, &(CUdeviceptr){op->y}, &(CUdeviceptr){op->yh}, &n,
-           &eps);
-    return 0;
-}
-
 /* One output of a matmul: y[m][ldy] (+)= W x (+ bias). */
 typedef struct matmul_out {
     const gpu_matrix *w;
@@ -59,36 +43,18 @@ typedef struct matmul_out {
     int ldy;
 } matmul_out;
 
-/* Up to three matrices over the same FP16 input x[m][ldx]; norm, when set, is the RMSNorm
- * that writes x (into x, as its yh) and runs first, in a launch of its own or fused into the
- * products (norm_fused). */
+/* Up to three matrices over the same FP16 input x[m][ldx]. */
 typedef struct matmul_op {
     matmul_out out[MATVEC_MAX_SEG];
     int n_out;
     CUdeviceptr x;
     int m, ldx;
     bool accumulate;
-    const norm_op *norm;
-    const qkv_post_args *post; /* the QKV product of one token: qkv_post in its epilogue */
+    const qkv_post_args *post; /* one token's QKV (m == 1, outputs Q, K, V): qkv_post fused */
     const char *what;
 } matmul_op;
 
 typedef enum { PATH_MATVEC, PATH_MMQ, PATH_BLAS } matmul_path;
-
-/* A one-row product goes to the matvec kernels (path_for), and each of their blocks can form
- * the normed row itself (matvec_args.xf): the norm's launch goes, one of the two per layer on
- * the batch-1 decode path. */
-static bool norm_fused(const matmul_op *op)
-{
-    const norm_op *n = op->norm;
-    return n && op->m == 1 && !n->idx && !n->y && n->rows == 1 && n->n == op->ldx && n->n <= GPU_MATVEC_NORM_MAX_K;
-}
-
-/* op's input: its norm's launch, unless the products fuse it. */
-static int matmul_input(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
-{
-    return op->norm && !norm_fused(op) ? rmsnorm(g, op->norm, op->what, err, errlen) : 0;
-}
 
 static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
 {
@@ -111,28 +77,6 @@ static matvec_args matvec_args_for(const matmul_op *op, int first, int n)
                                 .bias = o->bias ? F32(o->bias) : NULL, .n = o->w->n, .ldy = o->ldy};
     }
     return a;
-}
-
-/* One matvec/glu launch of op: blocks of 8 output features by groups of 1 << v rows, with
- * the fused norm's row in shared memory when op fuses it. */
-static int matvec_launch(gpu_engine *g, const gpu_fn *fn, const matmul_op *op, int first_out, matvec_args *a,
-                         int features, char *err, size_t errlen)
-{
-    int v = matvec_variant(op->m);
-    unsigned smem = 0;
-    if (norm_fused(op)) {
-        a->xf = F32(op->norm->x);
-        a->norm_w = F32(op->norm->w);
-        a->eps = g->base.m->hp.rms_eps;
-        smem = gpu_matvec_norm_smem(a->k);
-    }
-    if (op->post) { /* a->seg[0] is output first_out of Q, K, V */
-        a->post_fused = MATVEC_Q + first_out;
-        a->post = *op->post;
-    }
-    void *args[] = {a};
-    return gpu_launch_smem(fn, (gpu_launch_dims){ceil_div(op->m, 1u << v), ceil_div(features, 8), 1, 256}, smem,
-                           g->stream, args, op->what, err, errlen);
 }
 
 int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const char *what, char *err,
@@ -211,7 +155,6 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
 
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 {
-    if (matmul_input(g, op, err, errlen)) return -1;
     for (int i = 0; i < op->n_out;) { /* runs of outputs with one weight format share a launch */
         int j = i + 1;
         while (j < op->n_out && op->out[j].w->type == op->out[i].w->type) j++;
@@ -222,11 +165,16 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             for (int s = i; s < j; s++)
                 if (blas_matmul(g, &op->out[s], op->x, op->m, op->ldx, op->accumulate, op->what, err, errlen)) return -1;
         } else {
-            int rows = 0;
+            int v = matvec_variant(op->m), rows = 0;
             matvec_args a = matvec_args_for(op, i, j - i);
             for (int s = i; s < j; s++) rows += op->out[s].w->n;
-            if (matvec_launch(g, &g->k.matvec[op->out[i].w->wtype][matvec_variant(op->m)], op, i, &a, rows, err, errlen))
-                return -1;
+            gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
+            if (op->post) { /* m == 1: the matvec path (path_for) */
+                matvec_rope_args r = {.mv = a, .post = *op->post, .role0 = MATVEC_Q + i};
+                LAUNCH(g->k.matvec_rope[op->out[i].w->wtype], d, op->what, &r);
+            } else {
+                LAUNCH(g->k.matvec[op->out[i].w->wtype][v], d, op->what, &a);
+            }
         }
         i = j;
     }
@@ -239,23 +187,41 @@ bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T)
     return L->w_gate.type == L->w_up.type && (path == PATH_MMQ || path == PATH_MATVEC);
 }
 
-/* ff_h = fp16(silu(Wgate h) * Wup h), h = the output of norm */
-static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const norm_op *norm, const char *what, char *err,
-                     size_t errlen)
+/* ff_h = fp16(silu(Wgate h) * Wup h) */
+static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
     matmul_op op = {.out = {{&L->w_gate, g->gate, 0, g->d_ff}, {&L->w_up, g->up, 0, g->d_ff}}, .n_out = 2,
-                    .x = g->act_h, .m = T, .ldx = g->d_embd, .norm = norm, .what = what};
+                    .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
     if (gpu_ffn_fused(g, L, T)) {
-        if (matmul_input(g, &op, err, errlen)) return -1;
         if (path_for(g, &L->w_gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
+        int v = matvec_variant(T);
         matvec_args a = matvec_args_for(&op, 0, 2);
         a.yh = F16(g->ff_h);
-        return matvec_launch(g, &g->k.glu[L->w_gate.wtype][matvec_variant(T)], &op, 0, &a, L->w_gate.n, err, errlen);
+        LAUNCH(g->k.glu[L->w_gate.wtype][v], ((gpu_launch_dims){ceil_div(T, 1u << v), ceil_div(L->w_gate.n, 8), 1, 256}),
+               what, &a);
+        return 0;
     }
     if (matmul(g, &op, err, errlen)) return -1;
     size_t n = (size_t)T * g->d_ff;
     unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
     LAUNCH(g->k.swiglu, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->gate, &g->up, &g->ff_h, &n);
+    return 0;
+}
+
+/* rmsnorm of rows of x (picked by idx when non-zero) into FP16 yh and/or FP32 y. */
+typedef struct norm_op {
+    CUdeviceptr x, idx, w, y, yh;
+    int idx_stride, rows, n;
+} norm_op;
+
+static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err, size_t errlen)
+{
+    float eps = g->base.m->hp.rms_eps;
+    int n = op->n, stride = op->idx_stride;
+    unsigned threads = n >= 1024 ? 1024 : n >= 256 ? 256 : 32;
+    LAUNCH(g->k.rmsnorm, ((gpu_launch_dims){(unsigned)op->rows, 1, 1, threads}), what, &(CUdeviceptr){op->x},
+           &(CUdeviceptr){op->idx}, &stride, &(CUdeviceptr){op->w}, &(CUdeviceptr){op->y}, &(CUdeviceptr){op->yh}, &n,
+           &eps);
     return 0;
 }
 
@@ -332,6 +298,7 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     char what[64];
     snprintf(what, sizeof what, "layer %d attention", il);
     norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
+    if (rmsnorm(g, &n1, what, err, errlen)) return -1;
     qkv_post_args post = {
         .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
         .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(g->kc), .vc = F16(g->vc),
@@ -345,7 +312,7 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
      * matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of one head). */
     bool post_fused = T == 1 && !L->q_norm && !L->k_norm && hp->head_dim % 8 == 0;
     matmul_op qkv = {.out = {{&L->wq, g->q, L->bq, g->d_q}, {&L->wk, g->kk, L->bk, g->d_kv}, {&L->wv, g->vv, L->bv, g->d_kv}},
-                     .n_out = 3, .x = g->act_h, .m = T, .ldx = g->d_embd, .norm = &n1, .post = post_fused ? &post : NULL,
+                     .n_out = 3, .x = g->act_h, .m = T, .ldx = g->d_embd, .post = post_fused ? &post : NULL,
                      .what = what};
     if (matmul(g, &qkv, err, errlen)) return -1;
     if (!post_fused)
@@ -359,7 +326,7 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
 
     snprintf(what, sizeof what, "layer %d feed-forward", il);
     norm_op n2 = {.x = g->x, .w = L->ffn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
-    if (gated_ffn(g, L, T, &n2, what, err, errlen)) return -1;
+    if (rmsnorm(g, &n2, what, err, errlen) || gated_ffn(g, L, T, what, err, errlen)) return -1;
     matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = g->d_ff,
                       .accumulate = true, .what = what};
     return residual_add(g, &down, L->ffn_post_norm, T, err, errlen);

@@ -41,7 +41,6 @@ typedef struct qkv_post_args {
     int neox, n_head, n_kv, hd, n_layer, layer, table_width;
 } qkv_post_args;
 
-
 /* matvec_<type>_<rows>: for each segment s, y_s[m][n] (+)= sum_k W_s[n][k] x[m][k] (+ bias_s[n])
  * with W_s rounded to FP16 as the cuBLAS path does (so both paths compute the same products).
  * Segments (Q, K and V of one layer) share the input and the weight format and run in one
@@ -57,7 +56,6 @@ typedef struct matvec_seg {
     int n, ldy;
 } matvec_seg;
 
-enum { MATVEC_Q = 1, MATVEC_K, MATVEC_V };
 typedef struct matvec_args {
     matvec_seg seg[MATVEC_MAX_SEG];
     int n_seg;
@@ -71,26 +69,20 @@ typedef struct matvec_args {
     float *part;
     int part_ld;
     int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
-    /* matvec/glu with m == 1 only: the RMSNorm before the product fused into it.  When xf is
-     * set, x is not read: each block forms fp16(rmsnorm(xf[0..k)) * norm_w) in its dynamic
-     * shared memory (gpu_matvec_norm_smem(k) bytes) by gpu_rms_threads' order of sums, the
-     * very row the rmsnorm kernel would have written (kernels/elementwise.cuh, rms_scale). */
-    const float *xf, *norm_w;
-    float eps;
-    /* matvec with m == 1 only: qkv_post fused into the QKV product's epilogue (models with no
-     * q/k norm).  post_fused: 0, or the role of segment 0 (MATVEC_Q, _K, _V), segment s's
-     * being post_fused + s (the launch's segments are consecutive outputs of Q, K, V).  A
-     * block's 8 warps take the 4 RoPE pairs of one head (NeoX: features i..i+3 and their
-     * partners i + hd/2), rotate them as qkv_post does (rope_pair) and write Q to y, K and V as
-     * FP16 into the cache (post's fields; its q/k/v pointers are unused). */
-    int post_fused;
-    qkv_post_args post;
 } matvec_args;
-#define gpu_matvec_norm_smem(k) ((unsigned)(k) * 2u)
-#define GPU_MATVEC_NORM_MAX_K 24576 /* k whose row fits the 48 KiB a launch gets unasked */
 
-/* Threads of the rmsnorm kernel for rows of n, and the order of its sums (rms_scale). */
-static inline GPU_HOST_DEVICE int gpu_rms_threads(int n) { return n >= 1024 ? 1024 : n >= 256 ? 256 : 32; }
+/* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for
+ * models with no q/k norm (the batch-1 step: one launch a layer fewer).  Segment s of mv is
+ * role0 + s (MATVEC_Q, _K, _V: the launch's segments are consecutive outputs of Q, K, V), each
+ * a whole number of heads.  A block's 8 warps take the 4 RoPE pairs of one head (NeoX:
+ * features i..i+3 and their partners i + hd/2), rotate them as qkv_post does and write Q to
+ * its y, K and V as FP16 into the cache (post's fields; its q/k/v pointers are unused). */
+enum { MATVEC_Q = 1, MATVEC_K, MATVEC_V };
+typedef struct matvec_rope_args {
+    matvec_args mv;
+    qkv_post_args post;
+    int role0;
+} matvec_rope_args;
 
 /* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in
  * flight of variant v (16 << v activation rows per block): 64-row blocks keep two, so that two

@@ -1,6 +1,7 @@
 /* test_gpu_kernels.c - each CUDA kernel against the CPU on fresh random inputs: the quantised
  * matrix-vector kernels (every weight format, every row-count variant, bias and residual),
- * FP16 dequantisation and embedding rows, RMSNorm, RoPE, split-K and tensor-core decode
+ * FP16 dequantisation and embedding rows, RMSNorm, RoPE (alone and fused into the one-token
+ * QKV product), split-K and tensor-core decode
  * attention over slots of different lengths, the tensor-core prompt attention (flash) over
  * spans of every shape, and the sampler against sampling_sample().  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
@@ -396,83 +397,6 @@ static void test_rmsnorm(void **state)
     cu.cuMemFree(dx), cu.cuMemFree(dw), cu.cuMemFree(dy), cu.cuMemFree(dyh), cu.cuMemFree(didx);
 }
 
-/* The RMSNorm fused into one-row products (matvec_args.xf): the same bits as the rmsnorm
- * kernel's FP16 row multiplied by the unfused kernel, for the matvec (three segments, bias,
- * residual accumulate) and the glu kernel, on rows whose norm the rmsnorm kernel sums over 256
- * threads (k = 768) and over 1024 (k = 2048: the 256-thread products play 4 of its threads
- * each). */
-static void test_matvec_fused_norm(void **state)
-{
-    (void)state;
-    uint64_t seed = 11;
-    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_F16};
-    const int Ks[] = {768, 2048};
-    enum { N = 77, N0 = 30, N1 = 20, NG = 38 };
-    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
-        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-            const int K = Ks[ki];
-            const ggml_type t = types[ti];
-            const int wt = gpu_wtype_index(t);
-            float *deq = malloc((size_t)K * N * sizeof *deq), *x = malloc((size_t)K * sizeof *x);
-            float *nw = malloc((size_t)K * sizeof *nw), bias[N], y[2][N];
-            uint16_t gh[2][NG];
-            void *w = random_matrix(t, K, N, deq, &seed);
-            size_t rb = gpu_row_bytes(t, K);
-            CUdeviceptr dw = upload(w, rb * N);
-            for (int i = 0; i < K; i++) x[i] = gpu_test_randf(&seed) * 4.0f;
-            for (int i = 0; i < K; i++) nw[i] = 1.0f + gpu_test_randf(&seed) * 0.5f;
-            for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(&seed);
-            CUdeviceptr dx = upload(x, (size_t)K * sizeof *x), dnw = upload(nw, (size_t)K * sizeof *nw);
-            CUdeviceptr db = upload(bias, sizeof bias), dxh = poisoned_half((size_t)K);
-            float eps = 1e-6f;
-            int n = K, stride = 0;
-            CUdeviceptr none = 0;
-            void *nargs[] = {&dx, &none, &stride, &dnw, &none, &dxh, &n, &eps};
-            launch(&G.k.rmsnorm, (gpu_launch_dims){1, 1, 1, (unsigned)gpu_rms_threads(K)}, nargs);
-            const uint8_t *wp = (const uint8_t *)(uintptr_t)dw;
-            for (int fused = 0; fused < 2; fused++) {
-                float ones[N];
-                for (int i = 0; i < N; i++) ones[i] = 1.0f;
-                CUdeviceptr dy = upload(ones, sizeof ones), dg = poisoned_half(NG);
-                matvec_args a = {.n_seg = 3, .k = K, .m = 1, .ldx = K, .accumulate = 1, .row_bytes = rb,
-                                 .x = (const gpu_half *)(uintptr_t)dxh};
-                float *yp = (float *)(uintptr_t)dy;
-                const float *bp = (const float *)(uintptr_t)db;
-                a.seg[0] = (matvec_seg){wp, yp, bp, N0, N0};
-                a.seg[1] = (matvec_seg){wp + rb * N0, yp + N0, bp + N0, N1, N1};
-                a.seg[2] = (matvec_seg){wp + rb * (N0 + N1), yp + N0 + N1, NULL, N - N0 - N1, N - N0 - N1};
-                if (fused) {
-                    a.x = NULL; /* must not be read */
-                    a.xf = (const float *)(uintptr_t)dx;
-                    a.norm_w = (const float *)(uintptr_t)dnw;
-                    a.eps = eps;
-                }
-                matvec_args ga = a;
-                ga.n_seg = 2;
-                ga.accumulate = 0;
-                ga.seg[0] = (matvec_seg){wp, NULL, NULL, NG, NG};
-                ga.seg[1] = (matvec_seg){wp + rb * NG, NULL, NULL, NG, NG};
-                ga.yh = (gpu_half *)(uintptr_t)dg;
-                unsigned smem = fused ? gpu_matvec_norm_smem(K) : 0;
-                void *args[] = {&a}, *gargs[] = {&ga};
-                if (gpu_launch_smem(&G.k.matvec[wt][0], (gpu_launch_dims){1, (N + 7) / 8, 1, 256}, smem, G.stream, args,
-                                    "test", err, errlen) ||
-                    gpu_launch_smem(&G.k.glu[wt][0], (gpu_launch_dims){1, (NG + 7) / 8, 1, 256}, smem, G.stream, gargs,
-                                    "test", err, errlen))
-                    fail_msg("%s", err);
-                download(y[fused], dy, sizeof y[fused]);
-                download(gh[fused], dg, sizeof gh[fused]);
-                cu.cuMemFree(dy), cu.cuMemFree(dg);
-            }
-            for (int i = 0; i < N; i++) assert_false(isnan(y[0][i]));
-            if (memcmp(y[0], y[1], sizeof y[0]) || memcmp(gh[0], gh[1], sizeof gh[0]))
-                fail_msg("%s k=%d: the fused norm's product differs from rmsnorm + matvec", ggml_type_name(t), K);
-            cu.cuMemFree(dw), cu.cuMemFree(dx), cu.cuMemFree(dnw), cu.cuMemFree(db), cu.cuMemFree(dxh);
-            free(w), free(deq), free(x), free(nw);
-        }
-    print_message("  fused rmsnorm + matvec/glu: bit-identical to rmsnorm then matvec (Q4_K, Q6_K, F16; k 768, 2048)\n");
-}
-
 /* Block tables of n_seq sequences of width w over a pool of n_seq * w blocks, fragmented: the
  * blocks of one sequence are neither contiguous nor in order, and sequences interleave.
  * Sequence 1 shares sequence 2's first block (a cached prefix read by both). */
@@ -558,7 +482,7 @@ static void test_qkv_post(void **state)
     free(tables);
 }
 
-/* qkv_post fused into the one-token QKV matvec (matvec_args.post_fused): Q, and K and V in
+/* qkv_post fused into the one-token QKV matvec (matvec_rope_<type>): Q, and K and V in
  * the cache, bit-identical to the matvec followed by qkv_post, for NeoX and normal RoPE, head
  * sizes 128 and 64, with biases, as one launch of Q, K, V and as two (Q + K, then V alone: the
  * format split of a Q4_K_M layer). */
@@ -603,17 +527,15 @@ static void test_qkv_fused_post(void **state)
             /* variants 0, 1: one launch of Q, K, V; 2, 3: Q + K, then V */
             const int runs[2][2] = {{0, variant < 2 ? 3 : 2}, {2, variant < 2 ? 0 : 1}};
             for (int r = 0; r < 2 && runs[r][1] > 0; r++) {
-                matvec_args a = {.n_seg = runs[r][1], .k = K, .m = 1, .ldx = K, .row_bytes = rb,
-                                 .x = (const gpu_half *)(uintptr_t)dx};
+                matvec_rope_args ra = {.mv = {.n_seg = runs[r][1], .k = K, .m = 1, .ldx = K, .row_bytes = rb,
+                                              .x = (const gpu_half *)(uintptr_t)dx},
+                                       .post = p, .role0 = MATVEC_Q + runs[r][0]};
                 int rows = 0;
-                for (int i = 0; i < a.n_seg; i++) a.seg[i] = segs[runs[r][0] + i], rows += a.seg[i].n;
-                if (fused) {
-                    a.post_fused = MATVEC_Q + runs[r][0];
-                    a.post = p;
-                }
-                void *args[] = {&a};
-                launch(&G.k.matvec[gpu_wtype_index(GGML_TYPE_Q4_K)][0], (gpu_launch_dims){1, (unsigned)rows / 8, 1, 256},
-                       args);
+                for (int i = 0; i < ra.mv.n_seg; i++) ra.mv.seg[i] = segs[runs[r][0] + i], rows += ra.mv.seg[i].n;
+                void *args[] = {&ra.mv}, *rargs[] = {&ra};
+                const int wt = gpu_wtype_index(GGML_TYPE_Q4_K);
+                launch(fused ? &G.k.matvec_rope[wt] : &G.k.matvec[wt][0], (gpu_launch_dims){1, (unsigned)rows / 8, 1, 256},
+                       fused ? rargs : args);
             }
             if (!fused) {
                 void *args[] = {&p};
@@ -1089,7 +1011,6 @@ int main(void)
         cmocka_unit_test(test_matvec_all_formats),
         cmocka_unit_test(test_mmq_all_formats),
         cmocka_unit_test(test_rmsnorm),
-        cmocka_unit_test(test_matvec_fused_norm),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_qkv_fused_post),
         cmocka_unit_test(test_attention),

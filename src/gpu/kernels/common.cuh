@@ -3,8 +3,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "../gpu_shared.h"
-
 #define WARP 32
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -43,36 +41,6 @@ __device__ __forceinline__ float block_max(float v, float *sh)
     __syncthreads();
     v = lane < nw ? sh[lane] : -INFINITY;
     return warp_max(v);
-}
-
-// rsqrt(mean(x[0..n)^2) + eps) summed in one fixed order whatever the block size: that of
-// VT = gpu_rms_threads(n) threads, thread v summing x[v], x[v + VT], ... in turn, each warp's
-// sums by warp_sum's butterfly, then the VT / 32 warp totals the same way.  A block of fewer
-// threads (at least VT / 4) plays VT / blockDim of those threads each, a block of more leaves
-// the rest idle; so the rmsnorm kernel and the products that fuse it (matvec.cuh) get the same
-// bits.  `sh` holds 32 floats; every thread gets the scale.
-__device__ __forceinline__ float rms_scale(const float *x, int n, float eps, float *sh)
-{
-    const int VT = gpu_rms_threads(n), R = blockDim.x, lane = threadIdx.x & 31;
-    float ss[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) { // every load of the row in flight before the sums
-        const int v = j * R + threadIdx.x;
-        ss[j] = 0.0f;
-        if (v < VT)
-            for (int i = v; i < n; i += VT) ss[j] = fmaf(x[i], x[i], ss[j]);
-    }
-    __syncthreads(); // sh is free (a caller's earlier use of it is over)
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        if (j * R >= VT) break; // uniform over the block
-        const int v = j * R + threadIdx.x;
-        const float s = warp_sum(ss[j]);
-        if (lane == 0 && v < VT) sh[v >> 5] = s;
-    }
-    __syncthreads();
-    const float tot = warp_sum(lane < VT / 32 ? sh[lane] : 0.0f);
-    return rsqrtf(tot / (float)n + eps);
 }
 
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }

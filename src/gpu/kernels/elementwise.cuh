@@ -5,16 +5,18 @@
 #include "../gpu_shared.h"
 
 // Row r of the output = x[row] / rms(x[row]) * w, where row = idx ? idx[r * idx_stride] : r;
-// one block per output row of n, gpu_rms_threads(n) threads (rms_scale's order of sums: the
-// products that fuse this norm form the same row).  Written in FP16 to yh (matmul inputs), FP32
-// to y, or both; y may alias x.
+// one block per output row of n.  Written in FP16 to yh (matmul inputs), FP32 to y, or both;
+// y may alias x.
 extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_stride, const float *w,
                                    float *y, __half *yh, int n, float eps)
 {
     __shared__ float sh[32];
     int src = idx ? idx[(size_t)blockIdx.x * idx_stride] : blockIdx.x;
     const float *xr = x + (size_t)src * n;
-    float scale = rms_scale(xr, n, eps, sh);
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss, sh);
+    float scale = rsqrtf(ss / (float)n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = xr[i] * scale * w[i];
         if (y) y[(size_t)blockIdx.x * n + i] = v;

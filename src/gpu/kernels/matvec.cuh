@@ -8,7 +8,7 @@
 // FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.
 #pragma once
 #include "quant.cuh"
-#include "elementwise.cuh" // rms_scale, rope_pair
+#include "elementwise.cuh" // rope_pair, rope_index
 #include "../gpu_kernel_names.h"
 #include "../gpu_shared.h"
 
@@ -19,15 +19,14 @@
 // the NR rows first (their loads in flight together), then converts each activation chunk
 // once for all NR rows.  Per chunk the sum is formed apart and then added, so a row's result
 // does not depend on MT or NR.
-// x: the activations (a.x, or the block's own normed row: block_input).
 template <int T, int MT, int NR>
-__device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const matvec_args &a, const __half *x,
-                                         int m0, float acc[NR][MT])
+__device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const matvec_args &a, int m0,
+                                         float acc[NR][MT])
 {
     int lane = threadIdx.x & 31;
     const __half *xr[MT];
 #pragma unroll
-    for (int i = 0; i < MT; i++) xr[i] = x + (size_t)min(m0 + i, a.m - 1) * a.ldx;
+    for (int i = 0; i < MT; i++) xr[i] = a.x + (size_t)min(m0 + i, a.m - 1) * a.ldx;
 #pragma unroll
     for (int r = 0; r < NR; r++)
 #pragma unroll
@@ -73,87 +72,69 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
         for (int i = 0; i < MT; i++) acc[r][i] = warp_sum(acc[r][i]);
 }
 
-// The block's activations: a.x, or with the RMSNorm fused (a.xf, one row) the row
-// fp16(rmsnorm(xf) * norm_w) formed in dynamic shared memory by every block -- the sum of
-// squares of a row of at most a few thousand floats, read from L2, costs less than a launch.
-// The warp's weight rows (row_bytes from each of rows[0..nr)) are asked into L2 first, so
-// their DRAM latency passes while the block norms.  Every thread of the block calls this.
-__device__ __forceinline__ const __half *block_input(const matvec_args &a, const uint8_t *const *rows, int nr)
+// matvec_rope (ROPE): the feature that warp w of a block takes.  The host makes every segment
+// a whole number of heads, so a block's 8 features (base o of head h, o a multiple of 8) are 4
+// whole RoPE pairs: for NeoX, warps 0-3 take features 4p..4p+3 of the head (p = o / 8) and
+// warps 4-7 their partners at + hd/2.
+__device__ __forceinline__ int rope_feature(const matvec_rope_args &r, int role, int n)
 {
-    if (!a.xf) return a.x;
-    extern __shared__ __align__(16) __half mv_xs[];
-    __shared__ float sh[32];
-    const int lane = threadIdx.x & 31;
-    for (int r = 0; r < nr; r++)
-        if (rows[r])
-            for (unsigned long long o = 128ull * lane; o < a.row_bytes; o += 128ull * WARP)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(rows[r] + o));
-    const float scale = rms_scale(a.xf, a.k, a.eps, sh);
-    for (int i = threadIdx.x; i < a.k; i += blockDim.x) mv_xs[i] = __float2half_rn(a.xf[i] * scale * a.norm_w[i]);
-    __syncthreads();
-    return mv_xs;
-}
-
-// With qkv_post fused (a.post_fused): the feature that warp w of a block takes.  The host makes
-// every segment a whole number of heads and a block never straddles two, so the block's 8
-// features (base o of head h, o a multiple of 8) are 4 whole RoPE pairs: for NeoX, warps 0-3
-// take features p4..p4+3 of the head (p = o / 8) and warps 4-7 their partners at + hd/2.
-__device__ __forceinline__ int post_feature(const matvec_args &a, int role, int n)
-{
-    if (!a.post_fused || role == MATVEC_V || !a.post.neox) return n;
-    const int hd = a.post.hd, h = n / hd, o = n % hd, w = o % 8, p = o / 8;
+    if (role == MATVEC_V || !r.post.neox) return n;
+    const int hd = r.post.hd, h = n / hd, o = n % hd, w = o % 8, p = o / 8;
     return h * hd + (w < 4 ? 4 * p + w : hd / 2 + 4 * p + w - 4);
 }
 
-// The fused qkv_post of one block (one token; every warp's lane 0 has put its feature's value
-// in res[warp]; n is a feature of the block before pairing): rotate the 4 pairs (Q, K) and write Q to y, K and V as FP16 into the cache
-// row of the token's position, as qkv_post would have.
-__device__ __forceinline__ void post_epilogue(const matvec_args &a, const matvec_seg &sg, int role, int n,
+// matvec_rope's epilogue, qkv_post for one token: every warp's lane 0 has put its feature's
+// value (bias added) in res[warp]; n is the block's feature of warp 0 before the pairing.
+// Rotate the 4 pairs (Q, K) and write Q to y, K and V as FP16 into the cache row of the
+// token's position, as qkv_post would.
+__device__ __forceinline__ void rope_epilogue(const matvec_rope_args &r, const matvec_seg &sg, int role, int n,
                                               const float *res)
 {
-    const qkv_post_args &p = a.post;
-    const int j = threadIdx.x, hd = p.hd, h = n / hd, o = n % hd - n % 8, pos = p.pos[0];
+    const qkv_post_args &p = r.post;
+    const int j = threadIdx.x, hd = p.hd, h = n / hd, o = n % hd, pos = p.pos[0];
     const size_t off = role == MATVEC_Q ? 0
-                                           : gpu_kv_offset(p.tables[(size_t)p.seq[0] * p.table_width + pos / GPU_KV_BLOCK],
-                                                           p.n_layer, p.layer, p.n_kv, h, pos % GPU_KV_BLOCK, hd);
+                                        : gpu_kv_offset(p.tables[(size_t)p.seq[0] * p.table_width + pos / GPU_KV_BLOCK],
+                                                        p.n_layer, p.layer, p.n_kv, h, pos % GPU_KV_BLOCK, hd);
     if (role == MATVEC_V) {
-        if (j < 8) p.vc[off + o + j] = __float2half_rn(res[j]);
+        if (j < MATVEC_WARPS) p.vc[off + o + j] = __float2half_rn(res[j]);
         return;
     }
-    if (j >= 4) return;
+    if (j >= MATVEC_WARPS / 2) return;
     const int i = p.neox ? 4 * (o / 8) + j : o / 2 + j; // the pair
-    const float2 r = rope_pair(p.neox ? res[j] : res[2 * j], p.neox ? res[4 + j] : res[2 * j + 1], i, pos, p);
+    const float2 v = rope_pair(p.neox ? res[j] : res[2 * j], p.neox ? res[4 + j] : res[2 * j + 1], i, pos, p);
     const int2 ix = rope_index(i, hd, p.neox);
     if (role == MATVEC_Q) {
-        sg.y[h * hd + ix.x] = r.x;
-        sg.y[h * hd + ix.y] = r.y;
+        sg.y[h * hd + ix.x] = v.x;
+        sg.y[h * hd + ix.y] = v.y;
     } else {
-        p.kc[off + ix.x] = __float2half_rn(r.x);
-        p.kc[off + ix.y] = __float2half_rn(r.y);
+        p.kc[off + ix.x] = __float2half_rn(v.x);
+        p.kc[off + ix.y] = __float2half_rn(v.y);
     }
 }
 
 // One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
-// fastest, so blocks that share weight rows run together and re-read them from L2.
-template <int T, int MT>
-__device__ __forceinline__ void matvec_body(const matvec_args &a)
+// fastest, so blocks that share weight rows run together and re-read them from L2.  ROPE: the
+// QKV product of one token with qkv_post in its epilogue (matvec_rope_<suffix>; rp its args).
+template <int T, int MT, bool ROPE = false>
+__device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_rope_args *rp = nullptr)
 {
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
     while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
-    const int nu = n; // the feature before post_feature's pairing
-    const int role = a.post_fused + s;
-    if (s < a.n_seg) n = post_feature(a, role, n);
-    const uint8_t *rows[1] = {s < a.n_seg ? a.seg[s].w + (size_t)n * a.row_bytes : nullptr};
-    const __half *x = block_input(a, rows, 1); // before any warp leaves: it holds barriers
-    if (s >= a.n_seg) return;                   // (never with post_fused: whole blocks)
+    if (s >= a.n_seg) return; // (never with ROPE: whole blocks)
     const matvec_seg &sg = a.seg[s];
+    int role = 0, n0 = n - n % MATVEC_WARPS;
+    if constexpr (ROPE) {
+        role = rp->role0 + s;
+        n = rope_feature(*rp, role, n);
+    }
+    const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
     float acc[1][MT];
-    row_dots<T, MT, 1>(rows, a, x, m0, acc);
-    if (MT == 1 && a.post_fused) {
+    row_dots<T, MT, 1>(rows, a, m0, acc);
+    if constexpr (ROPE) {
         __shared__ float res[MATVEC_WARPS];
         if ((threadIdx.x & 31) == 0) res[threadIdx.x >> 5] = acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f);
         __syncthreads();
-        post_epilogue(a, sg, role, nu, res);
+        rope_epilogue(*rp, sg, role, n0, res);
         return;
     }
     if ((threadIdx.x & 31) != 0) return;
@@ -171,13 +152,10 @@ template <int T, int MT>
 __device__ __forceinline__ void glu_body(const matvec_args &a)
 {
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT;
-    const bool mine = n < a.seg[0].n;
-    const uint8_t *rows[2] = {mine ? a.seg[0].w + (size_t)n * a.row_bytes : nullptr,
-                              mine ? a.seg[1].w + (size_t)n * a.row_bytes : nullptr};
-    const __half *x = block_input(a, rows, 2);
-    if (!mine) return;
+    if (n >= a.seg[0].n) return;
+    const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
     float gu[2][MT];
-    row_dots<T, MT, 2>(rows, a, x, m0, gu);
+    row_dots<T, MT, 2>(rows, a, m0, gu);
     if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
@@ -194,6 +172,14 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
         glu_name(matvec_args a) { glu_body<T_##TYPE, MT>(a); }
 GPU_MATVEC_KERNELS(MATVEC_KERNELS)
+
+// One per row of GPU_MATVEC_ROPE_KERNELS: one token's QKV product with qkv_post in its epilogue.
+#define MATVEC_ROPE_KERNEL(name, TYPE)                                                           \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) name(matvec_rope_args r)     \
+    {                                                                                            \
+        matvec_body<T_##TYPE, 1, true>(r.mv, &r);                                                \
+    }
+GPU_MATVEC_ROPE_KERNELS(MATVEC_ROPE_KERNEL)
 
 // W (n rows of k) -> FP16 row-major [n][k], one 32-weight chunk per thread.
 template <int T>

@@ -287,7 +287,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->d_ff = (hp->n_ff + 31) / 32 * 32;
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
     g->att_decode = gpu_attn_decode_serves(hp->n_head, hp->n_head_kv, hp->head_dim);
-    g->att_max_split = g->att_decode ? GPU_ATT_DEC_SPLIT : ATT_MAX_SPLIT;
+    g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, hp->n_head_kv) : ATT_MAX_SPLIT;
     g->att_splits = gpu_attn_max_splits_for(cfg->ctx_per_slot, g->att_max_split);
     g->fa_q_tokens = gpu_flash_q_tokens(hp->n_head, hp->n_head_kv, hp->head_dim);
     /* attn_decode's partials take a row per decode token of a step (one per sequence, as its
@@ -409,6 +409,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
 typedef struct step_plan {
     int n_tokens, n_rows; /* launched (decode: padded to the bucket) */
     int bucket;           /* graph index, -1: eager */
+    bool short_ctx;       /* a decode step whose every token has one key split: graphs[1] */
     gpu_attn_plan attn;   /* flash tiles; split-K tokens and the most splits any of them uses */
     int n_lidx;           /* tokens whose logits all come back */
     size_t copy_bytes;    /* inputs up to the used bias entries */
@@ -524,6 +525,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         row_of_seq[i] = r++;
     }
     p->bucket = -1;
+    p->short_ctx = false;
     p->n_tokens = t;
     p->n_rows = r;
     int table_rows = n;
@@ -544,7 +546,8 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         p->n_tokens = p->n_rows = B;
         for (p->bucket = 0; (1 << p->bucket) < B; p->bucket++) {}
         /* the graph's plan (decode_graph), not the one above: every token, unlisted */
-        p->attn = (gpu_attn_plan){.n_dec = B, .n_split = g->att_splits, .dec_listed = false};
+        p->short_ctx = g->att_decode && p->attn.n_split == 1; /* the padding's position 0 too */
+        p->attn = (gpu_attn_plan){.n_dec = B, .n_split = p->short_ctx ? 1 : g->att_splits, .dec_listed = false};
     }
     p->copy_bytes = nm ? g->in.mask + (size_t)nm * g->mask_words * sizeof(uint32_t)
                        : g->in.bias + (size_t)nb * sizeof(gpu_bias);
@@ -569,11 +572,15 @@ static int upload_history(gpu_engine *g, const engine_seq *seqs, int n, char *er
     return 0;
 }
 
-static int decode_graph(gpu_engine *g, int b, char *err, size_t errlen)
+/* The decode graph of bucket b: for any context (graphs[0][b]: the most splits any position
+ * can take), or short (graphs[1][b]: one split, no combine launch; the tokens' results are
+ * those of the other graph, whose extra splits would exit at once). */
+static int decode_graph(gpu_engine *g, int b, bool short_ctx, char *err, size_t errlen)
 {
-    if (g->graphs[b]) return 0;
+    CUgraphExec *exec = &g->graphs[short_ctx][b];
+    if (*exec) return 0;
     int B = 1 << b;
-    int split = g->att_splits; /* graphs serve every context length */
+    int split = short_ctx ? 1 : g->att_splits;
     /* every token is a decode token: all of them through split-K in packed order, with no
      * token list and no flash tiles (the graph holds no step-dependent counts) */
     gpu_attn_plan ap = {.n_dec = B, .n_split = split, .dec_listed = false};
@@ -586,7 +593,7 @@ static int decode_graph(gpu_engine *g, int b, char *err, size_t errlen)
         return -1;
     }
     CU_CHECK(r, "capturing the decode graph");
-    r = cu.cuGraphInstantiateWithFlags(&g->graphs[b], graph, 0);
+    r = cu.cuGraphInstantiateWithFlags(exec, graph, 0);
     cu.cuGraphDestroy(graph);
     CU_CHECK(r, "instantiating the decode graph");
     if (g->base.cfg.verbose) log_info("cuda: captured the decode graph for batch %d (%d key splits)", B, split);
@@ -616,8 +623,8 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
     }
     if (rc == 0) rc = upload_history(g, seqs, n, err, errlen);
     if (rc == 0 && p.bucket >= 0) {
-        rc = decode_graph(g, p.bucket, err, errlen);
-        if (rc == 0 && cu.cuGraphLaunch(g->graphs[p.bucket], g->stream) != CUDA_SUCCESS) {
+        rc = decode_graph(g, p.bucket, p.short_ctx, err, errlen);
+        if (rc == 0 && cu.cuGraphLaunch(g->graphs[p.short_ctx][p.bucket], g->stream) != CUDA_SUCCESS) {
             snprintf(err, errlen, "step: cuGraphLaunch (decode batch %d) failed", 1 << p.bucket);
             rc = -1;
         }
@@ -714,8 +721,9 @@ static void gpu_destroy(engine *e)
     gpu_engine *g = (gpu_engine *)e;
     if (!g) return;
     if (g->ctx) cu.cuCtxSetCurrent(g->ctx);
-    for (int b = 0; b < GPU_N_BUCKETS; b++)
-        if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < GPU_N_BUCKETS; b++)
+            if (g->graphs[c][b]) cu.cuGraphExecDestroy(g->graphs[c][b]);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
                           g->mmq_part, g->post,

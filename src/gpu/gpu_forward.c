@@ -5,7 +5,8 @@
  *   for each layer:
  *       h = fp16(rmsnorm(x) * attn_norm)
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
- *       q, k = rmsnorm per head (qk norm), RoPE; K/V block[pos] = k, v          (qkv_post)
+ *       q, k = rmsnorm per head (qk norm), RoPE; K/V block[pos] = k, v          (qkv_post;
+ *           one token and no qk norm: in the epilogue of the QKV matvec, matvec_rope)
  *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence:
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
  *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm)
@@ -49,6 +50,7 @@ typedef struct matmul_op {
     CUdeviceptr x;
     int m, ldx;
     bool accumulate;
+    const qkv_post_args *post; /* one token's QKV (m == 1, outputs Q, K, V): qkv_post fused */
     const char *what;
 } matmul_op;
 
@@ -167,7 +169,12 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             matvec_args a = matvec_args_for(op, i, j - i);
             for (int s = i; s < j; s++) rows += op->out[s].w->n;
             gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
-            LAUNCH(g->k.matvec[op->out[i].w->wtype][v], d, op->what, &a);
+            if (op->post) { /* m == 1: the matvec path (path_for) */
+                matvec_rope_args r = {.mv = a, .post = *op->post, .role0 = MATVEC_Q + i};
+                LAUNCH(g->k.matvec_rope[op->out[i].w->wtype], d, op->what, &r);
+            } else {
+                LAUNCH(g->k.matvec[op->out[i].w->wtype][v], d, op->what, &a);
+            }
         }
         i = j;
     }
@@ -255,8 +262,9 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         if (gpu_launch_smem(fn, (gpu_launch_dims){n, (unsigned)hp->n_head_kv, (unsigned)n_split, GPU_ATT_DEC_WARPS * 32},
                             gpu_attn_decode_smem(hd), g->stream, args, "attention", err, errlen))
             return -1;
-        LAUNCH(g->k.attn_decode_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, GPU_ATT_DEC_COMBINE_SG * hd}), "attention",
-               &a);
+        if (n_split > 1) /* with one, every token wrote its own output (a graph of short contexts) */
+            LAUNCH(g->k.attn_decode_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, GPU_ATT_DEC_COMBINE_SG * hd}),
+                   "attention", &a);
         return 0;
     }
     const gpu_fn *fn = hd == 64 ? &g->k.attn_partial_hd64 : hd == 128 ? &g->k.attn_partial_hd128 : &g->k.attn_partial;
@@ -291,9 +299,6 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     snprintf(what, sizeof what, "layer %d attention", il);
     norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
     if (rmsnorm(g, &n1, what, err, errlen)) return -1;
-    matmul_op qkv = {.out = {{&L->wq, g->q, L->bq, g->d_q}, {&L->wk, g->kk, L->bk, g->d_kv}, {&L->wv, g->vv, L->bv, g->d_kv}},
-                     .n_out = 3, .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
-    if (matmul(g, &qkv, err, errlen)) return -1;
     qkv_post_args post = {
         .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
         .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(g->kc), .vc = F16(g->vc),
@@ -303,8 +308,17 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
         .n_kv = hp->n_head_kv, .hd = hp->head_dim, .n_layer = hp->n_layer, .layer = il,
         .table_width = g->table_width,
     };
-    LAUNCH(g->k.qkv_post, ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + hp->n_head_kv), 1, hp->head_dim >= 128 ? 64 : 32}),
-           what, &post);
+    /* One token (the batch-1 step) with no q/k norm: RoPE and the K/V stores in the QKV
+     * matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of one head). */
+    bool post_fused = T == 1 && !L->q_norm && !L->k_norm && hp->head_dim % 8 == 0;
+    matmul_op qkv = {.out = {{&L->wq, g->q, L->bq, g->d_q}, {&L->wk, g->kk, L->bk, g->d_kv}, {&L->wv, g->vv, L->bv, g->d_kv}},
+                     .n_out = 3, .x = g->act_h, .m = T, .ldx = g->d_embd, .post = post_fused ? &post : NULL,
+                     .what = what};
+    if (matmul(g, &qkv, err, errlen)) return -1;
+    if (!post_fused)
+        LAUNCH(g->k.qkv_post,
+               ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + hp->n_head_kv), 1, hp->head_dim >= 128 ? 64 : 32}),
+               what, &post);
     if (attention(g, il, ap, err, errlen)) return -1;
     matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = g->d_q,
                     .accumulate = true, .what = what};

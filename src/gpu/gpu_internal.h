@@ -99,7 +99,7 @@ typedef struct gpu_engine {
     CUdeviceptr xl_h, logits, work, counts, parts, sout;
     int att_splits;              /* splits the partial buffers hold for each decode query */
     bool att_decode;             /* decode tokens take attn_decode (gpu_attn_decode_serves) */
-    int att_max_split;           /* its key splits (GPU_ATT_DEC_SPLIT), else attn_partial's */
+    int att_max_split;           /* its key splits (gpu_attn_dec_split_for), else attn_partial's */
     int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel */
     size_t wdq_bytes;
 
@@ -111,7 +111,9 @@ typedef struct gpu_engine {
     int mask_words; /* ceil(n_vocab / 32): one row of gpu_inputs.mask */
     int *row_of_seq; /* per sequence of the step (cap_rows): its logits row, or -1 */
 
-    CUgraphExec graphs[GPU_N_BUCKETS];
+    /* decode graphs per batch bucket: [0] for any context, [1] for steps whose every token
+     * sees keys of one split (attn_decode writes its output, no combine; att_decode only) */
+    CUgraphExec graphs[2][GPU_N_BUCKETS];
     /* Set by the first CUDA failure inside a step: the context is then unusable, and every
      * later step reports ENGINE_FATAL with this message. */
     char failed[320];

@@ -54,6 +54,12 @@
     X(matvec_q6_k_4, glu_q6_k_4, Q6_K, 4) \
     X(matvec_q6_k_8, glu_q6_k_8, Q6_K, 8)
 
+/* One-row QKV products with qkv_post in the epilogue (matvec_rope_args), every format:
+ * X(matvec_rope_<suffix>, TYPE) */
+#define GPU_MATVEC_ROPE_KERNELS(X) \
+    X(matvec_rope_f32, F32) X(matvec_rope_f16, F16) X(matvec_rope_bf16, BF16) X(matvec_rope_q4_0, Q4_0) \
+    X(matvec_rope_q8_0, Q8_0) X(matvec_rope_q4_k, Q4_K) X(matvec_rope_q5_k, Q5_K) X(matvec_rope_q6_k, Q6_K)
+
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */
 #define GPU_DEQUANT_KERNELS(X) \

@@ -74,6 +74,9 @@ typedef struct format_row {
 #define FORMAT_ROW_NO_ROWS(a, b, TYPE) {{#a, #b}, GPU_WT_##TYPE, 0},
 static const format_row matvec_rows[] = {GPU_MATVEC_KERNELS(FORMAT_ROW)};
 static const format_row dequant_rows[] = {GPU_DEQUANT_KERNELS(FORMAT_ROW_NO_ROWS)};
+#define FORMAT_ROW_ONE(a, TYPE) {{#a, NULL}, GPU_WT_##TYPE, 1},
+static const format_row rope_rows[] = {GPU_MATVEC_ROPE_KERNELS(FORMAT_ROW_ONE)};
+#undef FORMAT_ROW_ONE
 static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
 #undef FORMAT_ROW
 #undef FORMAT_ROW_NO_ROWS
@@ -93,7 +96,7 @@ static int variant_of(const format_row *r, int first, int n, char *err, size_t e
 static int check_complete(const gpu_kernels *k, char *err, size_t errlen)
 {
     for (int t = 0; t < GPU_N_WTYPES; t++) {
-        bool ok = k->dequant_f16[t].f && k->embed[t].f;
+        bool ok = k->dequant_f16[t].f && k->embed[t].f && k->matvec_rope[t].f;
         for (int v = 0; v < GPU_MATVEC_VARIANTS; v++) ok = ok && k->matvec[t][v].f && k->glu[t][v].f;
         if (!ok) {
             snprintf(err, errlen, "loading the kernels: gpu_kernel_names.h lacks a kernel of %s",
@@ -114,6 +117,8 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
             lookup(k, &k->glu[r->wtype][v], r->name[1], err, errlen))
             return -1;
     }
+    for (size_t i = 0; i < sizeof rope_rows / sizeof rope_rows[0]; i++)
+        if (lookup(k, &k->matvec_rope[rope_rows[i].wtype], rope_rows[i].name[0], err, errlen)) return -1;
     for (size_t i = 0; i < sizeof dequant_rows / sizeof dequant_rows[0]; i++) {
         const format_row *r = &dequant_rows[i];
         if (lookup(k, &k->dequant_f16[r->wtype], r->name[0], err, errlen) ||

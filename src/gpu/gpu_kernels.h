@@ -41,6 +41,7 @@ typedef struct gpu_kernels {
     CUmodule module;
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
+    gpu_fn matvec_rope[GPU_N_WTYPES]; /* one-row QKV with qkv_post fused (matvec_rope_args) */
     /* tensor-core products on block-quantised weights (f == NULL for float formats, which
      * go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];

@@ -16,6 +16,31 @@ typedef uint16_t gpu_half;
 #define GPU_HOST_DEVICE
 #endif
 
+/* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK), laid
+ * out [block][layer][kv_head][GPU_KV_BLOCK][hd] so one block (every layer) is one contiguous
+ * range, copied whole for copy-on-write.  Token t belongs to sequence seq[t], whose block
+ * table is tables[seq[t] * table_width ...]: position p is row p % GPU_KV_BLOCK of block
+ * tables[...][p / GPU_KV_BLOCK]. */
+#define GPU_KV_BLOCK 32
+static inline GPU_HOST_DEVICE size_t gpu_kv_offset(int32_t block, int n_layer, int layer, int n_kv, int kvh, int row,
+                                                   int hd)
+{
+    return ((((size_t)block * n_layer + layer) * n_kv + kvh) * GPU_KV_BLOCK + row) * hd;
+}
+
+/* qkv_post: per token, per-head RMSNorm of q and k (qwen3), RoPE, and the K/V stores through
+ * the token's block table (the packed prefill's scatter).  Grid (tokens, n_head + n_kv). */
+typedef struct qkv_post_args {
+    float *q, *k;
+    const float *v;
+    const float *q_norm, *k_norm; /* [hd] or NULL */
+    gpu_half *kc, *vc;
+    const int32_t *seq, *pos, *tables;
+    const float *freq_div; /* [hd/2] or NULL */
+    float rope_base, pos_scale, eps;
+    int neox, n_head, n_kv, hd, n_layer, layer, table_width;
+} qkv_post_args;
+
 /* matvec_<type>_<rows>: for each segment s, y_s[m][n] (+)= sum_k W_s[n][k] x[m][k] (+ bias_s[n])
  * with W_s rounded to FP16 as the cuBLAS path does (so both paths compute the same products).
  * Segments (Q, K and V of one layer) share the input and the weight format and run in one
@@ -46,38 +71,25 @@ typedef struct matvec_args {
     int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
 } matvec_args;
 
+/* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for
+ * models with no q/k norm (the batch-1 step: one launch a layer fewer).  Segment s of mv is
+ * role0 + s (MATVEC_Q, _K, _V: the launch's segments are consecutive outputs of Q, K, V), each
+ * a whole number of heads.  A block's 8 warps take the 4 RoPE pairs of one head (NeoX:
+ * features i..i+3 and their partners i + hd/2), rotate them as qkv_post does and write Q to
+ * its y, K and V as FP16 into the cache (post's fields; its q/k/v pointers are unused). */
+enum { MATVEC_Q = 1, MATVEC_K, MATVEC_V };
+typedef struct matvec_rope_args {
+    matvec_args mv;
+    qkv_post_args post;
+    int role0;
+} matvec_rope_args;
+
 /* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in
  * flight of variant v (16 << v activation rows per block): 64-row blocks keep two, so that two
  * blocks (16 warps) fit a multiprocessor -- measured 7-10 % faster on prompts than one block of
  * 128 rows and three stages. */
 #define MMQ_KT 256
 #define MMQ_DEPTH(v) ((v) >= 2 ? 2 : 3)
-
-/* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK), laid
- * out [block][layer][kv_head][GPU_KV_BLOCK][hd] so one block (every layer) is one contiguous
- * range, copied whole for copy-on-write.  Token t belongs to sequence seq[t], whose block
- * table is tables[seq[t] * table_width ...]: position p is row p % GPU_KV_BLOCK of block
- * tables[...][p / GPU_KV_BLOCK]. */
-#define GPU_KV_BLOCK 32
-static inline GPU_HOST_DEVICE size_t gpu_kv_offset(int32_t block, int n_layer, int layer, int n_kv, int kvh, int row,
-                                                   int hd)
-{
-    return ((((size_t)block * n_layer + layer) * n_kv + kvh) * GPU_KV_BLOCK + row) * hd;
-}
-
-/* qkv_post: per token, per-head RMSNorm of q and k (qwen3), RoPE, and the K/V stores through
- * the token's block table (the packed prefill's scatter).  Grid (tokens, n_head + n_kv). */
-typedef struct qkv_post_args {
-    float *q, *k;
-    const float *v;
-    const float *q_norm, *k_norm; /* [hd] or NULL */
-    gpu_half *kc, *vc;
-    const int32_t *seq, *pos, *tables;
-    const float *freq_div; /* [hd/2] or NULL */
-    float rope_base, pos_scale, eps;
-    int neox, n_head, n_kv, hd, n_layer, layer, table_width;
-} qkv_post_args;
-
 
 typedef struct attn_args {
     const float *q; /* [t][n_head][hd] */
@@ -128,7 +140,7 @@ static inline GPU_HOST_DEVICE int gpu_flash_q_tokens(int n_head, int n_kv, int h
  * warp's tile of 32 keys lies in one block. */
 #define ATT_CHUNK_MIN 128
 #define ATT_MAX_SPLIT 32     /* attn_partial's splits */
-#define GPU_ATT_DEC_SPLIT 32 /* attn_decode's: of 16/32/64/128 the best over both shapes (docs/benchmarks.md) */
+#define GPU_ATT_DEC_SPLIT 32 /* attn_decode's most: of 16/32/64/128 the best over both shapes (docs/benchmarks.md) */
 #define GPU_ATT_DEC_COMBINE_SG 4 /* attn_decode_combine's threads: this many x hd */
 static inline GPU_HOST_DEVICE int attn_split_chunk(int n_keys, int max_split)
 {
@@ -157,6 +169,18 @@ static inline GPU_HOST_DEVICE int gpu_attn_max_splits_for(int ctx, int max_split
     return s < max_split ? s : max_split;
 }
 static inline GPU_HOST_DEVICE int gpu_attn_max_splits(int ctx) { return gpu_attn_max_splits_for(ctx, ATT_MAX_SPLIT); }
+
+/* attn_decode's splits for an engine: at most GPU_ATT_DEC_SPLIT, and few enough that one token's
+ * blocks (n_kv x splits, one a multiprocessor: 128 KiB of shared memory each) fill one wave of
+ * the n_sm multiprocessors -- the 8B shape's 8 KV heads x 16 on the H100's 132 measured 1-16 %
+ * faster than x 32 from 4k keys up (docs/benchmarks.md).  A constant of the engine, so a
+ * token's result still depends on its own keys only. */
+static inline GPU_HOST_DEVICE int gpu_attn_dec_split_for(int n_sm, int n_kv)
+{
+    int s = GPU_ATT_DEC_SPLIT;
+    while (s > 1 && s * n_kv > n_sm) s /= 2;
+    return s;
+}
 
 /* attn_decode's block: warps, each streaming its KV blocks through a ring of this many
  * [32 keys][hd] K + V tiles in dynamic shared memory (gpu_attn_decode_smem bytes). */

@@ -1,6 +1,7 @@
 /* test_gpu_kernels.c - each CUDA kernel against the CPU on fresh random inputs: the quantised
  * matrix-vector kernels (every weight format, every row-count variant, bias and residual),
- * FP16 dequantisation and embedding rows, RMSNorm, RoPE, split-K and tensor-core decode
+ * FP16 dequantisation and embedding rows, RMSNorm, RoPE (alone and fused into the one-token
+ * QKV product), split-K and tensor-core decode
  * attention over slots of different lengths, the tensor-core prompt attention (flash) over
  * spans of every shape, and the sampler against sampling_sample().  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
@@ -481,6 +482,85 @@ static void test_qkv_post(void **state)
     free(tables);
 }
 
+/* qkv_post fused into the one-token QKV matvec (matvec_rope_<type>): Q, and K and V in
+ * the cache, bit-identical to the matvec followed by qkv_post, for NeoX and normal RoPE, head
+ * sizes 128 and 64, with biases, as one launch of Q, K, V and as two (Q + K, then V alone: the
+ * format split of a Q4_K_M layer). */
+static void test_qkv_fused_post(void **state)
+{
+    (void)state;
+    uint64_t seed = 21;
+    enum { K = 768, NH = 4, NKV = 2, NL = 3, LAYER = 1, CTX = 4100, SLOTS = 3 };
+    enum { TW = (CTX + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK, NB = SLOTS * TW };
+    int32_t *tables = scattered_tables(SLOTS, TW);
+    CUdeviceptr dtab = upload(tables, (size_t)NB * sizeof *tables);
+    for (int variant = 0; variant < 4; variant++) {
+        const int hd = variant & 1 ? 64 : 128, neox = variant >> 1, nq = NH * hd, nkv = NKV * hd, N = nq + 2 * nkv;
+        int32_t pos = variant % 2 ? 4095 : 300, seq = variant % 3;
+        float *deq = malloc((size_t)K * N * sizeof *deq), *x = malloc(K * sizeof *x), *bias = malloc(N * sizeof *bias);
+        float div[64];
+        void *w = random_matrix(GGML_TYPE_Q4_K, K, N, deq, &seed);
+        size_t rb = gpu_row_bytes(GGML_TYPE_Q4_K, K), cache_n = (size_t)NB * NL * NKV * GPU_KV_BLOCK * hd;
+        for (int i = 0; i < K; i++) x[i] = gpu_test_randf(&seed);
+        for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(&seed);
+        for (int i = 0; i < hd / 2; i++) div[i] = 1.0f + (float)i / 16.0f;
+        CUdeviceptr dw = upload(w, rb * N), dx = upload_half(x, K), db = upload(bias, N * sizeof *bias);
+        CUdeviceptr dpos = upload(&pos, sizeof pos), dseq = upload(&seq, sizeof seq), ddiv = upload(div, sizeof div);
+        float q[2][NH * 128];
+        uint16_t kv[2][2][NKV * 128];
+        for (int fused = 0; fused < 2; fused++) {
+            CUdeviceptr dq = poisoned((size_t)nq), dk = poisoned((size_t)nkv), dv = poisoned((size_t)nkv), dkc, dvc;
+            CHECK(cu.cuMemAlloc(&dkc, cache_n * 2));
+            CHECK(cu.cuMemAlloc(&dvc, cache_n * 2));
+            qkv_post_args p = {.q = (float *)(uintptr_t)dq, .k = (float *)(uintptr_t)dk, .v = (const float *)(uintptr_t)dv,
+                               .kc = (gpu_half *)(uintptr_t)dkc, .vc = (gpu_half *)(uintptr_t)dvc,
+                               .seq = (const int32_t *)(uintptr_t)dseq, .pos = (const int32_t *)(uintptr_t)dpos,
+                               .tables = (const int32_t *)(uintptr_t)dtab,
+                               .freq_div = neox ? NULL : (const float *)(uintptr_t)ddiv, .rope_base = 10000.0f,
+                               .pos_scale = 1.0f, .eps = 1e-6f, .neox = neox, .n_head = NH, .n_kv = NKV, .hd = hd,
+                               .n_layer = NL, .layer = LAYER, .table_width = TW};
+            const uint8_t *wp = (const uint8_t *)(uintptr_t)dw;
+            const float *bp = (const float *)(uintptr_t)db;
+            matvec_seg segs[3] = {{wp, p.q, bp, nq, nq},
+                                  {wp + rb * nq, p.k, bp + nq, nkv, nkv},
+                                  {wp + rb * (nq + nkv), (float *)(uintptr_t)dv, bp + nq + nkv, nkv, nkv}};
+            /* variants 0, 1: one launch of Q, K, V; 2, 3: Q + K, then V */
+            const int runs[2][2] = {{0, variant < 2 ? 3 : 2}, {2, variant < 2 ? 0 : 1}};
+            for (int r = 0; r < 2 && runs[r][1] > 0; r++) {
+                matvec_rope_args ra = {.mv = {.n_seg = runs[r][1], .k = K, .m = 1, .ldx = K, .row_bytes = rb,
+                                              .x = (const gpu_half *)(uintptr_t)dx},
+                                       .post = p, .role0 = MATVEC_Q + runs[r][0]};
+                int rows = 0;
+                for (int i = 0; i < ra.mv.n_seg; i++) ra.mv.seg[i] = segs[runs[r][0] + i], rows += ra.mv.seg[i].n;
+                void *args[] = {&ra.mv}, *rargs[] = {&ra};
+                const int wt = gpu_wtype_index(GGML_TYPE_Q4_K);
+                launch(fused ? &G.k.matvec_rope[wt] : &G.k.matvec[wt][0], (gpu_launch_dims){1, (unsigned)rows / 8, 1, 256},
+                       fused ? rargs : args);
+            }
+            if (!fused) {
+                void *args[] = {&p};
+                launch(&G.k.qkv_post, (gpu_launch_dims){1, NH + NKV, 1, hd >= 128 ? 64 : 32}, args);
+            }
+            download(q[fused], dq, (size_t)nq * sizeof(float));
+            for (int h = 0; h < NKV; h++) {
+                size_t off = gpu_kv_offset(tables[seq * TW + pos / GPU_KV_BLOCK], NL, LAYER, NKV, h, pos % GPU_KV_BLOCK, hd);
+                CHECK(cu.cuMemcpyDtoH(kv[fused][0] + h * hd, dkc + off * 2, (size_t)hd * 2));
+                CHECK(cu.cuMemcpyDtoH(kv[fused][1] + h * hd, dvc + off * 2, (size_t)hd * 2));
+            }
+            cu.cuMemFree(dq), cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dkc), cu.cuMemFree(dvc);
+        }
+        for (int i = 0; i < nq; i++) assert_false(isnan(q[0][i]));
+        if (memcmp(q[0], q[1], (size_t)nq * sizeof(float)) || memcmp(kv[0][0], kv[1][0], (size_t)nkv * 2) ||
+            memcmp(kv[0][1], kv[1][1], (size_t)nkv * 2))
+            fail_msg("hd %d %s: the fused epilogue differs from matvec + qkv_post", hd, neox ? "neox" : "normal");
+        cu.cuMemFree(dw), cu.cuMemFree(dx), cu.cuMemFree(db), cu.cuMemFree(dpos), cu.cuMemFree(dseq), cu.cuMemFree(ddiv);
+        free(w), free(deq), free(x), free(bias);
+    }
+    cu.cuMemFree(dtab);
+    free(tables);
+    print_message("  qkv_post fused into the QKV matvec: bit-identical (normal and NeoX RoPE, hd 128 and 64)\n");
+}
+
 /* 4 query tokens of 3 sequences (lengths 1..701) with GQA at head_dim hd, through fragmented
  * block tables (one block shared), on the device, and their float64 reference. */
 typedef struct att_fixture {
@@ -932,6 +1012,7 @@ int main(void)
         cmocka_unit_test(test_mmq_all_formats),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_qkv_post),
+        cmocka_unit_test(test_qkv_fused_post),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_decode_attention),
         cmocka_unit_test(test_flash_attention),

@@ -24,20 +24,34 @@ extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_strid
     }
 }
 
-// Rotate the hd/2 pairs of one head vector in place: pair i turns by
-// pos * pos_scale * base^(-2i/hd) / freq_div[i]; NeoX pairs (i, i + hd/2), else (2i, 2i+1).
-__device__ __forceinline__ void rope_head(float *v, int hd, int pos, const qkv_post_args &a)
+// RoPE pair i of a head (the values x0 at its first index, x1 at its second): turned by
+// pos * pos_scale * base^(-2i/hd) / freq_div[i].  The one definition of the rotation, with its
+// products and sums pinned (no contraction left to the compiler): qkv_post and the QKV
+// products that fuse it (matvec.cuh) give the same bits.
+__device__ __forceinline__ float2 rope_pair(float x0, float x1, int i, int pos, const qkv_post_args &a)
 {
     float fp = (float)pos * a.pos_scale;
+    float inv = powf(a.rope_base, -2.0f * (float)i / (float)a.hd);
+    if (a.freq_div) inv /= a.freq_div[i];
+    float s, c;
+    sincosf(fp * inv, &s, &c);
+    return make_float2(__fmaf_rn(x0, c, -__fmul_rn(x1, s)), __fmaf_rn(x0, s, __fmul_rn(x1, c)));
+}
+
+// The two indices of pair i: NeoX pairs (i, i + hd/2), else (2i, 2i+1).
+__device__ __forceinline__ int2 rope_index(int i, int hd, int neox)
+{
+    return neox ? make_int2(i, i + hd / 2) : make_int2(2 * i, 2 * i + 1);
+}
+
+// Rotate the hd/2 pairs of one head vector in place.
+__device__ __forceinline__ void rope_head(float *v, int hd, int pos, const qkv_post_args &a)
+{
     for (int i = threadIdx.x; i < hd / 2; i += blockDim.x) {
-        float inv = powf(a.rope_base, -2.0f * (float)i / (float)hd);
-        if (a.freq_div) inv /= a.freq_div[i];
-        float s, c;
-        sincosf(fp * inv, &s, &c);
-        int ia = a.neox ? i : 2 * i, ib = a.neox ? i + hd / 2 : 2 * i + 1;
-        float x0 = v[ia], x1 = v[ib];
-        v[ia] = x0 * c - x1 * s;
-        v[ib] = x0 * s + x1 * c;
+        const int2 ix = rope_index(i, hd, a.neox);
+        const float2 r = rope_pair(v[ix.x], v[ix.y], i, pos, a);
+        v[ix.x] = r.x;
+        v[ix.y] = r.y;
     }
 }
 

@@ -8,6 +8,7 @@
 // FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.
 #pragma once
 #include "quant.cuh"
+#include "elementwise.cuh" // rope_pair, rope_index
 #include "../gpu_kernel_names.h"
 #include "../gpu_shared.h"
 
@@ -71,18 +72,71 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
         for (int i = 0; i < MT; i++) acc[r][i] = warp_sum(acc[r][i]);
 }
 
+// matvec_rope (ROPE): the feature that warp w of a block takes.  The host makes every segment
+// a whole number of heads, so a block's 8 features (base o of head h, o a multiple of 8) are 4
+// whole RoPE pairs: for NeoX, warps 0-3 take features 4p..4p+3 of the head (p = o / 8) and
+// warps 4-7 their partners at + hd/2.
+__device__ __forceinline__ int rope_feature(const matvec_rope_args &r, int role, int n)
+{
+    if (role == MATVEC_V || !r.post.neox) return n;
+    const int hd = r.post.hd, h = n / hd, o = n % hd, w = o % 8, p = o / 8;
+    return h * hd + (w < 4 ? 4 * p + w : hd / 2 + 4 * p + w - 4);
+}
+
+// matvec_rope's epilogue, qkv_post for one token: every warp's lane 0 has put its feature's
+// value (bias added) in res[warp]; n is the block's feature of warp 0 before the pairing.
+// Rotate the 4 pairs (Q, K) and write Q to y, K and V as FP16 into the cache row of the
+// token's position, as qkv_post would.
+__device__ __forceinline__ void rope_epilogue(const matvec_rope_args &r, const matvec_seg &sg, int role, int n,
+                                              const float *res)
+{
+    const qkv_post_args &p = r.post;
+    const int j = threadIdx.x, hd = p.hd, h = n / hd, o = n % hd, pos = p.pos[0];
+    const size_t off = role == MATVEC_Q ? 0
+                                        : gpu_kv_offset(p.tables[(size_t)p.seq[0] * p.table_width + pos / GPU_KV_BLOCK],
+                                                        p.n_layer, p.layer, p.n_kv, h, pos % GPU_KV_BLOCK, hd);
+    if (role == MATVEC_V) {
+        if (j < MATVEC_WARPS) p.vc[off + o + j] = __float2half_rn(res[j]);
+        return;
+    }
+    if (j >= MATVEC_WARPS / 2) return;
+    const int i = p.neox ? 4 * (o / 8) + j : o / 2 + j; // the pair
+    const float2 v = rope_pair(p.neox ? res[j] : res[2 * j], p.neox ? res[4 + j] : res[2 * j + 1], i, pos, p);
+    const int2 ix = rope_index(i, hd, p.neox);
+    if (role == MATVEC_Q) {
+        sg.y[h * hd + ix.x] = v.x;
+        sg.y[h * hd + ix.y] = v.y;
+    } else {
+        p.kc[off + ix.x] = __float2half_rn(v.x);
+        p.kc[off + ix.y] = __float2half_rn(v.y);
+    }
+}
+
 // One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
-// fastest, so blocks that share weight rows run together and re-read them from L2.
-template <int T, int MT>
-__device__ __forceinline__ void matvec_body(const matvec_args &a)
+// fastest, so blocks that share weight rows run together and re-read them from L2.  ROPE: the
+// QKV product of one token with qkv_post in its epilogue (matvec_rope_<suffix>; rp its args).
+template <int T, int MT, bool ROPE = false>
+__device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_rope_args *rp = nullptr)
 {
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
     while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
-    if (s >= a.n_seg) return;
+    if (s >= a.n_seg) return; // (never with ROPE: whole blocks)
     const matvec_seg &sg = a.seg[s];
+    int role = 0, n0 = n - n % MATVEC_WARPS;
+    if constexpr (ROPE) {
+        role = rp->role0 + s;
+        n = rope_feature(*rp, role, n);
+    }
     const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
     float acc[1][MT];
     row_dots<T, MT, 1>(rows, a, m0, acc);
+    if constexpr (ROPE) {
+        __shared__ float res[MATVEC_WARPS];
+        if ((threadIdx.x & 31) == 0) res[threadIdx.x >> 5] = acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f);
+        __syncthreads();
+        rope_epilogue(*rp, sg, role, n0, res);
+        return;
+    }
     if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
@@ -118,6 +172,14 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
         glu_name(matvec_args a) { glu_body<T_##TYPE, MT>(a); }
 GPU_MATVEC_KERNELS(MATVEC_KERNELS)
+
+// One per row of GPU_MATVEC_ROPE_KERNELS: one token's QKV product with qkv_post in its epilogue.
+#define MATVEC_ROPE_KERNEL(name, TYPE)                                                           \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) name(matvec_rope_args r)     \
+    {                                                                                            \
+        matvec_body<T_##TYPE, 1, true>(r.mv, &r);                                                \
+    }
+GPU_MATVEC_ROPE_KERNELS(MATVEC_ROPE_KERNEL)
 
 // W (n rows of k) -> FP16 row-major [n][k], one 32-weight chunk per thread.
 template <int T>

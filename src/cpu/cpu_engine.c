@@ -8,6 +8,7 @@
  * A layer is composed from its recipe (model/arch.h) in forward_layer(): each residual block
  * (attention, feed-forward) with the norms its placement asks for, one function per block
  * variant, read top to bottom; cpu_ops.c has the kernels. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,7 +31,6 @@
 typedef struct cpu_engine {
     engine base; /* first: engine.c sees only this */
     cpu_pool *pool;
-    cpu_rope rope;
     int q_dim, kv_dim;
 
     /* K and V as [block][layer][row][kv_dim]; per row (slot), the tokens fed so far. */
@@ -93,7 +93,10 @@ static void embed_tokens(cpu_engine *e, int n_tok)
     const model_tensor *emb = &e->base.m->tok_embd;
     for (int t = 0; t < n_tok; t++) {
         const char *row = (const char *)emb->data + (size_t)e->tok_id[t] * emb->row_bytes;
-        quant_dequantize_row(emb->type, row, e->x + (size_t)t * emb->ne0, emb->ne0);
+        float *x = e->x + (size_t)t * emb->ne0;
+        quant_dequantize_row(emb->type, row, x, emb->ne0);
+        if (e->base.m->desc->embed_scale)
+            for (int64_t i = 0; i < emb->ne0; i++) x[i] *= e->base.m->hp.embd_scale;
     }
 }
 
@@ -108,8 +111,9 @@ static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const m
 
 /* The recipe features this backend runs; engine creation refuses a model needing others. */
 #define CPU_FEATURES                                                                               \
-    (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS |  \
-     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU | ARCH_F_ROUTER_SOFTMAX_TOPK)
+    (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING |  \
+     ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU |                \
+     ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -125,14 +129,17 @@ static void head_rmsnorm(float *vec, int n_head, int head_dim, const model_tenso
     for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w->data, head_dim, eps);
 }
 
-/* Full causal attention: xb2 = wo · attend(rope(q), rope(k), v) with q, k, v = w{q,k,v}·xb
- * (+ bias; heads of q and k normed first when the recipe says so). */
-static void attention_full(cpu_engine *e, int il, int n_tok)
+/* Causal softmax attention, full or over the layer's sliding window (model_layer.window):
+ * xb2 = wo · attend(rope(q), rope(k), v) with q, k, v = w{q,k,v}·xb (+ bias; heads of q and k
+ * normed first when the recipe says so), RoPE with the layer's base and scaling. */
+static void attention_softmax(cpu_engine *e, int il, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const model_layer *ly = &e->base.m->layers[il];
     const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS, qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
     const int hd = hp->head_dim;
+    const cpu_rope rope = {.head_dim = hd, .neox = hp->rope_neox, .base = ly->rope_base, .scale = ly->rope_scale,
+                           .freq_div = e->base.m->rope_freqs.data};
     matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
     matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
     matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
@@ -142,8 +149,8 @@ static void attention_full(cpu_engine *e, int il, int n_tok)
             head_rmsnorm(q, hp->n_head, hd, &ly->q_norm, hp->rms_eps);
             head_rmsnorm(k, hp->n_head_kv, hd, &ly->k_norm, hp->rms_eps);
         }
-        cpu_rope_apply(&e->rope, q, hp->n_head, e->tok_pos[t]);
-        cpu_rope_apply(&e->rope, k, hp->n_head_kv, e->tok_pos[t]);
+        cpu_rope_apply(&rope, q, hp->n_head, e->tok_pos[t]);
+        cpu_rope_apply(&rope, k, hp->n_head_kv, e->tok_pos[t]);
         /* K/V of the whole batch go into the cache before any token attends, so a prompt in
          * one step sees exactly what it would see fed token by token. */
         size_t at = kv_token_index(e, t, il);
@@ -157,37 +164,39 @@ static void attention_full(cpu_engine *e, int il, int n_tok)
         .block_stride = (long)kv_block_floats(e), .tables = e->tables, .table_width = e->table_width,
         .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .window = ly->window, .score_div = sqrtf(hp->attn_scalar),
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
     };
     cpu_attention_run(e->pool, &at);
     matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
 }
 
-/* out = down · (silu(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
- * them); ARCH_ACT_SILU, the one activation run here. */
-static void swiglu_ffn(cpu_engine *e, float *out, const float *x, int n, const model_tensor *gate,
-                       const model_tensor *up, const model_tensor *down, int n_ff)
+/* out = down · (act(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
+ * them): SwiGLU or GeGLU as the layer's recipe says. */
+static void glu_ffn(cpu_engine *e, float *out, const float *x, int n, const model_tensor *gate,
+                    const model_tensor *up, const model_tensor *down, int n_ff, arch_act act)
 {
     matmul(e, e->hb, x, n, gate, NULL);
     matmul(e, e->hb2, x, n, up, NULL);
-    cpu_swiglu(e->hb, e->hb2, n * n_ff);
+    if (act == ARCH_ACT_GELU_TANH) cpu_geglu(e->hb, e->hb2, n * n_ff);
+    else cpu_swiglu(e->hb, e->hb2, n * n_ff);
     matmul(e, out, e->hb, n, down, NULL);
 }
 
-/* Gated feed-forward: xb2 = w_down · (silu(w_gate·xb) * w_up·xb). */
+/* Gated feed-forward: xb2 = w_down · (act(w_gate·xb) * w_up·xb). */
 static void ffn_glu(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
-    swiglu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, e->base.m->hp.n_ff);
+    glu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, e->base.m->hp.n_ff, ly->recipe.act);
 }
 
-/* One expert's SwiGLU over the tokens gathered for it: group_y for the n rows of group_x. */
+/* One expert's GLU over the tokens gathered for it: group_y for the n rows of group_x. */
 static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
 {
     const model_tensor gate = model_tensor_slice(&ly->ffn_gate_exps, expert),
                        up = model_tensor_slice(&ly->ffn_up_exps, expert),
                        down = model_tensor_slice(&ly->ffn_down_exps, expert);
-    swiglu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, e->base.m->hp.n_ff_exp);
+    glu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, e->base.m->hp.n_ff_exp, ly->recipe.act);
 }
 
 /* Mixture of experts: xb2 = sum over the k experts the router picks for each token of
@@ -227,7 +236,8 @@ static void ffn_moe(cpu_engine *e, int il, int n_tok)
 
 /* A block reads xb (n_tok rows of n_embd) and leaves its output in xb2. */
 typedef void (*cpu_block)(cpu_engine *e, int il, int n_tok);
-static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_full};
+static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_softmax,
+                                             [ARCH_ATTN_SLIDING] = attention_softmax};
 static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe};
 
 /* x += post(block(pre(x))): pre/post are the norms the placement asks for (NULL: none). */
@@ -328,6 +338,7 @@ static void lm_head(cpu_engine *e, const engine_seq *seqs, int n_out, engine_res
             cpu_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)e->out_tok[first + r] * dim,
                         m->output_norm.data, dim, m->hp.rms_eps);
         matmul(e, e->logits, e->xb, n, &m->output, NULL);
+        if (m->hp.logit_softcap > 0) cpu_softcap(e->logits, n * m->hp.n_vocab, m->hp.logit_softcap);
         for (int r = 0; r < n; r++) {
             int seq = e->out_seq[first + r];
             deliver_row(e, &seqs[seq], e->out_tok[first + r], e->logits + (size_t)r * m->hp.n_vocab,
@@ -478,8 +489,6 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     e->base = (engine){.vt = &CPU_VTABLE, .m = m, .cfg = *cfg};
     e->q_dim = hp->n_head * hp->head_dim;
     e->kv_dim = hp->n_head_kv * hp->head_dim;
-    e->rope = (cpu_rope){.head_dim = hp->head_dim, .neox = hp->rope_neox, .base = hp->rope_base,
-                         .scale = hp->rope_scale, .freq_div = m->rope_freqs.data};
     int n_threads = cfg->n_threads;
     if (n_threads == 0) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);

@@ -14,8 +14,9 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_QWEN2] = &arch_qwen2,
     [MODEL_ARCH_QWEN3] = &arch_qwen3,
     [MODEL_ARCH_QWEN3MOE] = &arch_qwen3moe,
+    [MODEL_ARCH_GEMMA3] = &arch_gemma3,
 };
-static int n_registered = MODEL_ARCH_QWEN3MOE + 1;
+static int n_registered = MODEL_ARCH_GEMMA3 + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {

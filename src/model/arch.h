@@ -24,7 +24,8 @@ typedef enum arch_norm {
 
 typedef enum arch_attn {
     ARCH_ATTN_FULL = 0,    /* causal softmax attention over every earlier position */
-    ARCH_ATTN_SLIDING = 1, /* the same over a window (Gemma, gpt-oss): not run yet */
+    ARCH_ATTN_SLIDING = 1, /* the same over the last `window` positions (Gemma, gpt-oss): query
+                            * i sees keys j with i - j < window (attention.sliding_window) */
     ARCH_ATTN_LINEAR = 2,  /* a linear-recurrent layer (gated DeltaNet): not run yet */
 } arch_attn;
 
@@ -48,7 +49,8 @@ typedef enum arch_router {
 
 typedef enum arch_act {
     ARCH_ACT_SILU = 0,      /* SwiGLU */
-    ARCH_ACT_GELU_TANH = 1, /* GeGLU (Gemma): not run yet */
+    ARCH_ACT_GELU_TANH = 1, /* GeGLU (Gemma): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), the
+                             * exact formula (transformers' gelu_pytorch_tanh), no table */
 } arch_act;
 
 /* One layer's recipe. */
@@ -129,6 +131,14 @@ typedef struct arch_key {
 
 typedef enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1 } arch_rope;
 
+/* How a sliding layer's RoPE differs from a full one's. */
+typedef enum arch_swa_rope {
+    ARCH_SWA_ROPE_SAME = 0,  /* the same frequencies and scaling (gpt-oss) */
+    ARCH_SWA_ROPE_LOCAL = 1, /* its own base (rope.freq_base_swa), no position scaling (Gemma 3) */
+} arch_swa_rope;
+
+struct model_hparams;
+
 #define ARCH_PATTERN_MAX 8
 
 /* A family.  Layer il runs pattern[il % pattern_len]: one entry for today's uniform stacks;
@@ -144,10 +154,16 @@ typedef struct arch_desc {
     arch_rope rope;
     arch_layer pattern[ARCH_PATTERN_MAX];
     int pattern_len;
+    /* Family facts outside the layer recipe (zero: the llama line's). */
+    arch_swa_rope swa_rope;
+    bool embed_scale; /* token embeddings times sqrt(n_embd) (Gemma) */
+    /* query_pre_attn_scalar when the file does not say it (scores are divided by its square
+     * root); NULL: head_dim. */
+    float (*attn_scalar)(const struct model_hparams *hp);
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
-extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe;
+extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -155,6 +171,8 @@ extern const arch_key arch_dense_keys[];
 extern const arch_tensor arch_dense_globals[];
 extern const arch_tensor arch_dense_layer_tensors[]; /* with the MoE block's, bound for MoE recipes */
 extern const arch_key arch_moe_keys[];               /* expert_count, expert_used_count, expert width */
+extern const arch_key arch_swa_keys[];  /* attention.sliding_window (required), rope.freq_base_swa,
+                                         * final_logit_softcapping */
 #define ARCH_DENSE_LISTS                                                                          \
     .keys = arch_dense_keys, .globals = arch_dense_globals, .layer_tensors = arch_dense_layer_tensors
 
@@ -165,6 +183,7 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN2 = 1, /* Q/K/V bias, NeoX RoPE */
     MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
     MODEL_ARCH_QWEN3MOE = 3, /* qwen3's attention, MoE feed-forward */
+    MODEL_ARCH_GEMMA3 = 4,   /* 5 sliding : 1 full, sandwich norms, GeGLU, softcapped logits */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

@@ -4,6 +4,7 @@
  * without checking again; nothing here computes. */
 #include "model.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,29 @@ static bool read_hparams(loader *L)
         return fail(L, "%s: head_count %d x head dimension %d is too large", arch, hp->n_head, hp->head_dim);
     if (hp->n_expert_used > hp->n_expert)
         return fail(L, "%s.expert_used_count %d is more than expert_count %d", arch, hp->n_expert_used, hp->n_expert);
+    const arch_desc *d = L->m->desc;
+    hp->embd_scale = d->embed_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->attn_scalar = d->attn_scalar ? d->attn_scalar(hp) : (float)hp->head_dim;
+    if (hp->rope_base_swa == 0) hp->rope_base_swa = hp->rope_base;
+    return true;
+}
+
+/* A layer's window and RoPE from its recipe and the hyper-parameters. */
+static bool layer_attention(loader *L, model_layer *ly, int il)
+{
+    const model_hparams *hp = &L->m->hp;
+    ly->window = 0;
+    ly->rope_base = hp->rope_base;
+    ly->rope_scale = hp->rope_scale;
+    if (ly->recipe.attn != ARCH_ATTN_SLIDING) return true;
+    if (hp->n_swa < 1)
+        return fail(L, "layer %d of %s is a sliding-window layer but %s.attention.sliding_window is not set", il,
+                    L->m->desc->name, L->m->desc->name);
+    ly->window = hp->n_swa;
+    if (L->m->desc->swa_rope == ARCH_SWA_ROPE_LOCAL) {
+        ly->rope_base = hp->rope_base_swa;
+        ly->rope_scale = 1.0f;
+    }
     return true;
 }
 
@@ -290,7 +314,8 @@ static bool bind_tensors(loader *L)
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *ly = &m->layers[il];
         ly->recipe = d->pattern[il % d->pattern_len];
-        if (!bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly)) return false;
+        if (!layer_attention(L, ly, il) || !bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly))
+            return false;
     }
     return true;
 }

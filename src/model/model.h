@@ -41,6 +41,10 @@ static inline model_tensor model_tensor_slice(const model_tensor *t, int64_t i)
 /* A layer: its recipe and the tensors the recipe binds (the others stay zeroed). */
 typedef struct model_layer {
     arch_layer recipe;
+    /* What the recipe and the hyper-parameters make of this layer: the positions it attends
+     * to (0: all; a sliding layer: its last `window`) and its RoPE. */
+    int window;
+    float rope_base, rope_scale;
     model_tensor attn_norm;      /* pre-norm: [n_embd] */
     model_tensor wq, wk, wv, wo; /* [n_embd -> n_head*head_dim], [.. -> n_head_kv*head_dim] x2, [n_head*head_dim -> n_embd] */
     model_tensor bq, bk, bv;     /* qkv bias */
@@ -73,6 +77,11 @@ typedef struct model_hparams {
     float rope_scale;     /* linear scaling factor (1 = none) from rope.scaling.factor when type=linear */
     bool rope_neox;       /* rotate halves (qwen) instead of adjacent pairs (llama) */
     bool tied_output;     /* output.weight absent: LM head is token_embd */
+    int n_swa;            /* attention.sliding_window: a sliding layer's window (0: none) */
+    float rope_base_swa;  /* rope.freq_base_swa: a sliding layer's base (ARCH_SWA_ROPE_LOCAL) */
+    float logit_softcap;  /* final_logit_softcapping: logits = c * tanh(logits / c) (0: none) */
+    float embd_scale;     /* token embeddings times this (1, or sqrt(n_embd): Gemma) */
+    float attn_scalar;    /* query_pre_attn_scalar: scores are q.k / sqrt(this) (default head_dim) */
 } model_hparams;
 
 typedef struct model {

@@ -3,6 +3,9 @@
  * transformers' float64 logits (README.md there): every stored prompt position after one
  * prefill step, and the 16 greedy tokens by teacher-forced decode, one token per step.
  *
+ * Files: qwen3moe (F32 and F16) and gemma3 (sliding windows of 8 under 17-70-token prompts,
+ * GeGLU, soft-capped logits, the two RoPE bases).
+ *
  * Tolerances.  F32 files: 5e-5 relative (a row's max |diff| over its max |reference|), the
  * bound the kit's README calls safe for an F32 implementation; llama.cpp lands at 8.5e-7 on
  * qwen3moe and transformers' own float32 run at 1.3e-6, so 5e-5 leaves room for a different
@@ -51,6 +54,7 @@ typedef struct ref_case {
 static const ref_case CASES[] = {
     {"qwen3moe.gguf", "qwen3moe.json", {5e-5, 5e-5, 1.0}},
     {"qwen3moe-f16.gguf", "qwen3moe.json", {2e-1, 1e-2, 0.9}},
+    {"gemma3.gguf", "gemma3.json", {5e-5, 5e-5, 1.0}},
 };
 
 typedef struct fixture {
@@ -227,6 +231,7 @@ static int setup(void **state, const ref_case *c)
 
 static int setup_f32(void **state) { return setup(state, &CASES[0]); }
 static int setup_f16(void **state) { return setup(state, &CASES[1]); }
+static int setup_gemma3(void **state) { return setup(state, &CASES[2]); }
 
 
 static int teardown(void **state)
@@ -558,6 +563,7 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("qwen3moe F32", f32, setup_f32, teardown);
     failed += cmocka_run_group_tests_name("qwen3moe F16", f32, setup_f16, teardown);
+    failed += cmocka_run_group_tests_name("gemma3 F32", f32, setup_gemma3, teardown);
     const struct CMUnitTest quantised[] = {cmocka_unit_test(test_quantised_experts)};
     failed += cmocka_run_group_tests_name("qwen3moe quantised experts", quantised, setup_f32, teardown);
     const struct CMUnitTest files[] = {

@@ -30,6 +30,16 @@ const arch_key arch_moe_keys[] = {
     {0},
 };
 
+/* A family with sliding-window layers: the window (a sliding layer without one is not a
+ * model), the local RoPE base (absent: the global one) and the final logit soft-cap (absent:
+ * none). */
+const arch_key arch_swa_keys[] = {
+    {"attention.sliding_window", ARCH_KEY_INT, HP(n_swa), true, 0},
+    {"rope.freq_base_swa", ARCH_KEY_FLOAT, HP(rope_base_swa), false, 0},
+    {"final_logit_softcapping", ARCH_KEY_FLOAT, HP(logit_softcap), false, 0},
+    {0},
+};
+
 #define G(field) offsetof(model, field)
 const arch_tensor arch_dense_globals[] = {
     {"token_embd.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, ARCH_DIM_NONE, G(tok_embd), 0, false, false},

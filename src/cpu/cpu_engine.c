@@ -61,6 +61,9 @@ typedef struct cpu_engine {
     float *moe_weights;
     int *group_tok;
     float *group_weight, *group_x, *group_y;
+    /* Per-layer embeddings (Gemma 4; empty otherwise): each token's inputs of every layer
+     * [tok][n_layer * n_embd_ple], and one layer's gate [tok][n_embd_ple]. */
+    float *ple, *ple_gate;
     float *scores;   /* attention scratch, n_threads x ctx_per_slot */
     float *logits;   /* LM head rows, n_slots x n_vocab */
     int logits_rows;
@@ -88,18 +91,6 @@ static size_t kv_token_index(const cpu_engine *e, int t, int layer)
 
 /* ---- forward pass ------------------------------------------------------------------------ */
 
-static void embed_tokens(cpu_engine *e, int n_tok)
-{
-    const model_tensor *emb = &e->base.m->tok_embd;
-    for (int t = 0; t < n_tok; t++) {
-        const char *row = (const char *)emb->data + (size_t)e->tok_id[t] * emb->row_bytes;
-        float *x = e->x + (size_t)t * emb->ne0;
-        quant_dequantize_row(emb->type, row, x, emb->ne0);
-        if (e->base.m->desc->embed_scale)
-            for (int64_t i = 0; i < emb->ne0; i++) x[i] *= e->base.m->hp.embd_scale;
-    }
-}
-
 static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const model_tensor *w,
                    const model_tensor *bias)
 {
@@ -107,13 +98,46 @@ static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const m
     cpu_matmul_run(e->pool, &mm);
 }
 
+static void embed_rows(const model_tensor *emb, const int32_t *ids, int n_tok, float *out, float scale)
+{
+    for (int t = 0; t < n_tok; t++) {
+        float *x = out + (size_t)t * emb->ne0;
+        quant_dequantize_row(emb->type, (const char *)emb->data + (size_t)ids[t] * emb->row_bytes, x, emb->ne0);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < emb->ne0; i++) x[i] *= scale;
+    }
+}
+
+/* Gemma 4's per-layer inputs: ple[t] = (rmsnorm(proj·x[t] / sqrt(n_embd)) * proj_norm, per layer,
+ * + the token's per-layer embeddings * sqrt(n_embd_ple)) / sqrt(2), x the scaled embeddings. */
+static void per_layer_inputs(cpu_engine *e, int n_tok)
+{
+    const model *m = e->base.m;
+    const int P = m->hp.n_embd_ple, all = P * m->hp.n_layer;
+    embed_rows(&m->ple_tok_embd, e->tok_id, n_tok, e->hb, sqrtf((float)P));
+    matmul(e, e->ple, e->x, n_tok, &m->ple_model_proj, NULL);
+    const float proj_scale = 1.0f / sqrtf((float)m->hp.n_embd), input_scale = (float)M_SQRT1_2;
+    for (size_t i = 0; i < (size_t)n_tok * all; i++) e->ple[i] *= proj_scale;
+    for (size_t r = 0; r < (size_t)n_tok * m->hp.n_layer; r++)
+        cpu_rmsnorm(e->ple + r * P, e->ple + r * P, m->ple_proj_norm.data, P, m->hp.rms_eps);
+    for (size_t i = 0; i < (size_t)n_tok * all; i++) e->ple[i] = (e->ple[i] + e->hb[i]) * input_scale;
+}
+
+static void embed_tokens(cpu_engine *e, int n_tok)
+{
+    const model *m = e->base.m;
+    embed_rows(&m->tok_embd, e->tok_id, n_tok, e->x, m->desc->embed_scale ? m->hp.embd_scale : 1.0f);
+    if (m->hp.n_embd_ple > 0) per_layer_inputs(e, n_tok);
+}
+
+
 /* ---- blocks: one function each, composed by the layer's recipe (model_layer.recipe) ---- */
 
 /* The recipe features this backend runs; engine creation refuses a model needing others. */
 #define CPU_FEATURES                                                                               \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING |  \
      ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU |                \
-     ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK)
+     ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_V_NORM)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -123,47 +147,61 @@ static void norm_rows(const cpu_engine *e, float *out, const float *x, const mod
         cpu_rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, dim, e->base.m->hp.rms_eps);
 }
 
-/* QK norm: every head of q and k normalised on its own before RoPE. */
-static void head_rmsnorm(float *vec, int n_head, int head_dim, const model_tensor *w, float eps)
+/* QK (and V) norm: every head normalised on its own (w NULL: no weight). */
+static void head_rmsnorm(float *vec, int n_head, int head_dim, const float *w, float eps)
 {
-    for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w->data, head_dim, eps);
+    for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w, head_dim, eps);
+}
+
+/* This batch's K and V of layer il, stored through the block tables: k = rope(norm(wk·xb)),
+ * v = wv·xb (+ bias; normed without a weight when the recipe says so).  The whole batch goes
+ * into the cache before any token attends, so a prompt in one step sees exactly what it would
+ * see fed token by token. */
+static void store_kv(cpu_engine *e, int il, int n_tok, const cpu_rope *rope)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const model_layer *ly = &e->base.m->layers[il];
+    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS;
+    const int hd = ly->head_dim, kv_w = ly->n_head_kv * hd;
+    matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
+    matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
+    for (int t = 0; t < n_tok; t++) {
+        float *k = e->k + (size_t)t * kv_w, *v = e->v + (size_t)t * kv_w;
+        if (ly->recipe.attn_extras & ARCH_ATTN_QK_NORM) head_rmsnorm(k, ly->n_head_kv, hd, ly->k_norm.data, hp->rms_eps);
+        if (ly->recipe.attn_extras & ARCH_ATTN_V_NORM) head_rmsnorm(v, ly->n_head_kv, hd, NULL, hp->rms_eps);
+        cpu_rope_apply(rope, k, ly->n_head_kv, e->tok_pos[t]);
+        size_t at = kv_token_index(e, t, il);
+        memcpy(e->key_cache + at, k, (size_t)kv_w * sizeof(float));
+        memcpy(e->value_cache + at, v, (size_t)kv_w * sizeof(float));
+    }
 }
 
 /* Causal softmax attention, full or over the layer's sliding window (model_layer.window):
- * xb2 = wo · attend(rope(q), rope(k), v) with q, k, v = w{q,k,v}·xb (+ bias; heads of q and k
- * normed first when the recipe says so), RoPE with the layer's base and scaling. */
+ * xb2 = wo · attend(rope(q), K, V) with q = wq·xb (+ bias; its heads normed first when the
+ * recipe says so), RoPE with the layer's base, scaling and factors, over the K/V of this layer
+ * or, in a KV-shared layer, of its kv_source (which computed them earlier in this step). */
 static void attention_softmax(cpu_engine *e, int il, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const model_layer *ly = &e->base.m->layers[il];
-    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS, qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
-    const int hd = hp->head_dim;
+    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS;
+    const int hd = ly->head_dim, q_w = hp->n_head * hd;
     const cpu_rope rope = {.head_dim = hd, .neox = hp->rope_neox, .base = ly->rope_base, .scale = ly->rope_scale,
-                           .freq_div = e->base.m->rope_freqs.data};
+                           .freq_div = ly->rope_freqs};
     matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
-    matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
-    matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
     for (int t = 0; t < n_tok; t++) {
-        float *q = e->q + (size_t)t * e->q_dim, *k = e->k + (size_t)t * e->kv_dim;
-        if (qk_norm) {
-            head_rmsnorm(q, hp->n_head, hd, &ly->q_norm, hp->rms_eps);
-            head_rmsnorm(k, hp->n_head_kv, hd, &ly->k_norm, hp->rms_eps);
-        }
+        float *q = e->q + (size_t)t * q_w;
+        if (ly->recipe.attn_extras & ARCH_ATTN_QK_NORM) head_rmsnorm(q, hp->n_head, hd, ly->q_norm.data, hp->rms_eps);
         cpu_rope_apply(&rope, q, hp->n_head, e->tok_pos[t]);
-        cpu_rope_apply(&rope, k, hp->n_head_kv, e->tok_pos[t]);
-        /* K/V of the whole batch go into the cache before any token attends, so a prompt in
-         * one step sees exactly what it would see fed token by token. */
-        size_t at = kv_token_index(e, t, il);
-        memcpy(e->key_cache + at, k, (size_t)e->kv_dim * sizeof(float));
-        memcpy(e->value_cache + at, e->v + (size_t)t * e->kv_dim, (size_t)e->kv_dim * sizeof(float));
     }
-    size_t layer_base = kv_index(e, 0, il, 0);
+    if (ly->kv_source == il) store_kv(e, il, n_tok, &rope);
+    size_t layer_base = kv_index(e, 0, ly->kv_source, 0);
     cpu_attention at = {
         .out = e->xb, .q = e->q,
         .key_cache = e->key_cache + layer_base, .value_cache = e->value_cache + layer_base,
-        .block_stride = (long)kv_block_floats(e), .tables = e->tables, .table_width = e->table_width,
-        .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
-        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .block_stride = (long)kv_block_floats(e), .row_stride = e->kv_dim, .tables = e->tables,
+        .table_width = e->table_width, .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
+        .n_head = hp->n_head, .n_head_kv = ly->n_head_kv, .head_dim = hd,
         .window = ly->window, .score_div = sqrtf(hp->attn_scalar),
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
     };
@@ -187,7 +225,7 @@ static void glu_ffn(cpu_engine *e, float *out, const float *x, int n, const mode
 static void ffn_glu(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
-    glu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, e->base.m->hp.n_ff, ly->recipe.act);
+    glu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, ly->n_ff, ly->recipe.act);
 }
 
 /* One expert's GLU over the tokens gathered for it: group_y for the n rows of group_x. */
@@ -252,6 +290,24 @@ static void residual(cpu_engine *e, cpu_block block, const model_tensor *pre, co
     for (size_t i = 0; i < n; i++) e->x[i] += e->xb2[i];
 }
 
+/* Gemma 4's per-layer embedding of layer il: x += rmsnorm(proj · (gelu(gate · x) * ple[il])) *
+ * post_norm. */
+static void per_layer_embedding(cpu_engine *e, int il, int n_tok)
+{
+    const model *m = e->base.m;
+    const model_layer *ly = &m->layers[il];
+    const int P = m->hp.n_embd_ple, dim = m->hp.n_embd;
+    matmul(e, e->ple_gate, e->x, n_tok, &ly->ple_gate, NULL);
+    cpu_gelu(e->ple_gate, n_tok * P);
+    for (int t = 0; t < n_tok; t++) {
+        const float *in = e->ple + ((size_t)t * m->hp.n_layer + il) * P;
+        for (int i = 0; i < P; i++) e->ple_gate[(size_t)t * P + i] *= in[i];
+    }
+    matmul(e, e->xb2, e->ple_gate, n_tok, &ly->ple_proj, NULL);
+    norm_rows(e, e->xb2, e->xb2, &ly->ple_post_norm, n_tok);
+    for (size_t i = 0; i < (size_t)n_tok * dim; i++) e->x[i] += e->xb2[i];
+}
+
 /* One layer: x += post(attention(pre(x))); x += post(ffn(pre(x))), the norms and blocks its
  * recipe names. */
 static void forward_layer(cpu_engine *e, int il, int n_tok)
@@ -261,6 +317,11 @@ static void forward_layer(cpu_engine *e, int il, int n_tok)
     const bool pre = r->norm != ARCH_NORM_POST, post = r->norm != ARCH_NORM_PRE;
     residual(e, ATTENTION_BLOCKS[r->attn], pre ? &ly->attn_norm : NULL, post ? &ly->attn_post_norm : NULL, il, n_tok);
     residual(e, FFN_BLOCKS[r->ffn], pre ? &ly->ffn_norm : NULL, post ? &ly->ffn_post_norm : NULL, il, n_tok);
+    if (e->base.m->hp.n_embd_ple > 0) per_layer_embedding(e, il, n_tok);
+    if (ly->out_scale.data) {
+        const float s = *(const float *)ly->out_scale.data;
+        for (size_t i = 0; i < (size_t)n_tok * e->base.m->hp.n_embd; i++) e->x[i] *= s;
+    }
 }
 
 /* ---- a step -------------------------------------------------------------------------------- */
@@ -384,7 +445,7 @@ static void cpu_destroy(engine *base)
     void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
                     e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
-                    e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y};
+                    e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->ple, e->ple_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
 }
@@ -487,8 +548,12 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     }
     const model_hparams *hp = &m->hp;
     e->base = (engine){.vt = &CPU_VTABLE, .m = m, .cfg = *cfg};
-    e->q_dim = hp->n_head * hp->head_dim;
-    e->kv_dim = hp->n_head_kv * hp->head_dim;
+    /* the widest layer's: Gemma 4's full layers have their own head_dim and kv heads */
+    for (int il = 0; il < hp->n_layer; il++) {
+        const model_layer *ly = &m->layers[il];
+        if (hp->n_head * ly->head_dim > e->q_dim) e->q_dim = hp->n_head * ly->head_dim;
+        if (ly->n_head_kv * ly->head_dim > e->kv_dim) e->kv_dim = ly->n_head_kv * ly->head_dim;
+    }
     int n_threads = cfg->n_threads;
     if (n_threads == 0) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -518,8 +583,10 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     }
     const size_t kv = mul(n_blocks, kv_block_floats(e));
     const size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
-    const size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    if ((size_t)hp->n_embd_ple * hp->n_layer > ff) ff = (size_t)hp->n_embd_ple * hp->n_layer; /* per_layer_inputs */
     const size_t moe_tok = hp->n_expert ? B : 0; /* the MoE buffers: none for a dense model */
+    const size_t ple_tok = hp->n_embd_ple ? B : 0;
     const buffer_request req[] = {
         {(void **)&e->key_cache, "K cache", kv, sizeof(float)},
         {(void **)&e->value_cache, "V cache", kv, sizeof(float)},
@@ -546,6 +613,8 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->group_weight, "expert groups", moe_tok, sizeof(float)},
         {(void **)&e->group_x, "expert inputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
         {(void **)&e->group_y, "expert outputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
+        {(void **)&e->ple, "per-layer inputs", mul(ple_tok, (size_t)hp->n_embd_ple * hp->n_layer), sizeof(float)},
+        {(void **)&e->ple_gate, "per-layer gates", mul(ple_tok, (size_t)hp->n_embd_ple), sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},
         {(void **)&e->logits, "logits", mul((size_t)e->logits_rows, (size_t)hp->n_vocab), sizeof(float)},
         {&e->sample_scratch, "sampler scratch", sampling_scratch_bytes(hp->n_vocab), 1},

@@ -12,7 +12,10 @@ void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float e
     float ss = 0.0f;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
+    if (weight)
+        for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
+    else
+        for (int i = 0; i < n; i++) out[i] = scale * x[i];
 }
 
 void cpu_softmax(float *x, int n)
@@ -51,10 +54,21 @@ void cpu_swiglu(float *x, const float *y, int n)
     for (int i = 0; i < n; i++) x[i] = x[i] * (1.0f / (1.0f + expf(-x[i]))) * y[i];
 }
 
-void cpu_geglu(float *x, const float *y, int n)
+/* The exact tanh GELU (transformers' gelu_pytorch_tanh). */
+static float gelu_tanh(float x)
 {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
-    for (int i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + tanhf(c * (x[i] + 0.044715f * x[i] * x[i] * x[i]))) * y[i];
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+void cpu_geglu(float *x, const float *y, int n)
+{
+    for (int i = 0; i < n; i++) x[i] = gelu_tanh(x[i]) * y[i];
+}
+
+void cpu_gelu(float *x, int n)
+{
+    for (int i = 0; i < n; i++) x[i] = gelu_tanh(x[i]);
 }
 
 void cpu_softcap(float *x, int n, float cap)
@@ -111,7 +125,7 @@ void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
 static size_t kv_row(const cpu_attention *at, const int32_t *table, int j)
 {
     return (size_t)table[j / ENGINE_KV_BLOCK] * (size_t)at->block_stride +
-           (size_t)(j % ENGINE_KV_BLOCK) * (size_t)(at->n_head_kv * at->head_dim);
+           (size_t)(j % ENGINE_KV_BLOCK) * (size_t)at->row_stride;
 }
 
 static void attention_items(void *ctx, int begin, int end, int thread)

@@ -12,7 +12,7 @@
 #include "model/model.h"
 #include "cpu_pool.h"
 
-/* out = x / rms(x) * weight over n floats (out may alias x). */
+/* out = x / rms(x) * weight over n floats (weight NULL: 1; out may alias x). */
 void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
 
 /* In-place softmax over n floats. */
@@ -29,6 +29,9 @@ void cpu_swiglu(float *x, const float *y, int n);
 /* x = gelu_tanh(x) * y elementwise (GeGLU's gate): the exact tanh formula, as transformers'
  * gelu_pytorch_tanh (no lookup table). */
 void cpu_geglu(float *x, const float *y, int n);
+
+/* x = gelu_tanh(x) elementwise (Gemma 4's per-layer embedding gate). */
+void cpu_gelu(float *x, int n);
 
 /* x = cap * tanh(x / cap) elementwise (Gemma's final logit soft-cap). */
 void cpu_softcap(float *x, int n, float cap);
@@ -69,6 +72,7 @@ typedef struct cpu_attention {
     const float *q;   /* [n_tok][n_head * head_dim] */
     const float *key_cache, *value_cache; /* this layer's row 0 of block 0 */
     long block_stride; /* floats between blocks in the caches */
+    int row_stride;    /* floats between positions in a block (>= n_head_kv * head_dim) */
     const int32_t *tables;
     int table_width;
     int n_tok;

@@ -784,6 +784,18 @@ static int check_model(const model *m, char *err, size_t errlen)
 {
     const model_hparams *hp = &m->hp;
     if (model_check_features(m, GPU_FEATURES, "cuda", err, errlen)) return -1;
+    /* Gemma 4's parts outside the recipe: per-layer shapes and embeddings, shared K/V, layer
+     * scalars.  (Its v norm already refuses it; this keeps any other family that uses them
+     * from running without them.) */
+    for (int l = 0; l < hp->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        if (L->head_dim != hp->head_dim || L->n_head_kv != hp->n_head_kv || L->n_ff != hp->n_ff ||
+            L->kv_source != l || L->out_scale.data || hp->n_embd_ple) {
+            snprintf(err, errlen, "the cuda backend does not implement per-layer shapes, shared K/V, per-layer "
+                     "embeddings or layer scalars (layer %d of %s)", l, m->desc->name);
+            return -1;
+        }
+    }
     if (check_weight_types(m, err, errlen)) return -1;
     if (hp->n_embd % 32 || (hp->n_head * hp->head_dim) % 32) {
         snprintf(err, errlen, "model: n_embd %d and n_head*head_dim %d must be multiples of 32 on the GPU",

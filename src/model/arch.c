@@ -15,8 +15,9 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_QWEN3] = &arch_qwen3,
     [MODEL_ARCH_QWEN3MOE] = &arch_qwen3moe,
     [MODEL_ARCH_GEMMA3] = &arch_gemma3,
+    [MODEL_ARCH_GEMMA4] = &arch_gemma4,
 };
-static int n_registered = MODEL_ARCH_GEMMA3 + 1;
+static int n_registered = MODEL_ARCH_GEMMA4 + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {
@@ -56,7 +57,7 @@ bool arch_layer_valid(const arch_layer *l)
     return (unsigned)l->norm <= ARCH_NORM_SANDWICH && (unsigned)l->attn <= ARCH_ATTN_LINEAR &&
            (unsigned)l->ffn <= ARCH_FFN_MOE && (unsigned)l->act <= ARCH_ACT_GELU_TANH &&
            (unsigned)l->router <= ARCH_ROUTER_SOFTMAX_TOPK &&
-           (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM)) == 0;
+           (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM | ARCH_ATTN_V_NORM)) == 0;
 }
 
 arch_features arch_layer_features(const arch_layer *l)
@@ -71,13 +72,14 @@ arch_features arch_layer_features(const arch_layer *l)
     arch_features f = norm[l->norm] | attn[l->attn] | ffn[l->ffn] | act[l->act];
     if (l->attn_extras & ARCH_ATTN_QKV_BIAS) f |= ARCH_F_QKV_BIAS;
     if (l->attn_extras & ARCH_ATTN_QK_NORM) f |= ARCH_F_QK_NORM;
+    if (l->attn_extras & ARCH_ATTN_V_NORM) f |= ARCH_F_V_NORM;
     if (l->ffn == ARCH_FFN_MOE) f |= ARCH_F_ROUTER_SOFTMAX_TOPK; /* the one router kind so far */
     return f;
 }
 
 static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
     "pre-norm", "post-norm", "sandwich-norm", "full attention", "sliding-window attention", "linear-recurrent attention",
-    "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh", "softmax top-k router",
+    "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh", "softmax top-k router", "v norm",
 };
 
 const char *arch_feature_name(arch_features bit)
@@ -94,8 +96,9 @@ void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
     static const char *const ffn[] = {"GLU", "MoE"};
     static const char *const act[] = {"silu", "gelu-tanh"};
     static const char *const router[] = {" (softmax top-k router, renormalised)"};
-    snprintf(buf, len, "%s, %s%s%s, %s %s%s", norm[l->norm], attn[l->attn],
+    snprintf(buf, len, "%s, %s%s%s%s, %s %s%s", norm[l->norm], attn[l->attn],
              l->attn_extras & ARCH_ATTN_QKV_BIAS ? " + qkv bias" : "",
-             l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "", ffn[l->ffn], act[l->act],
+             l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "",
+             l->attn_extras & ARCH_ATTN_V_NORM ? " + v norm" : "", ffn[l->ffn], act[l->act],
              l->ffn == ARCH_FFN_MOE ? router[l->router] : "");
 }

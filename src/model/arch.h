@@ -33,6 +33,7 @@ typedef enum arch_attn {
 enum {
     ARCH_ATTN_QKV_BIAS = 1u << 0, /* attn_{q,k,v}.bias added after the projections (qwen2) */
     ARCH_ATTN_QK_NORM = 1u << 1,  /* each head of q and k RMS-normed before RoPE (qwen3) */
+    ARCH_ATTN_V_NORM = 1u << 2,   /* each head of v RMS-normed, no weight (Gemma 4) */
     /* room: output bias, partial RoPE, attention sinks, output gate */
 };
 
@@ -80,7 +81,8 @@ enum {
     ARCH_F_ACT_SILU = 1u << 10,
     ARCH_F_ACT_GELU_TANH = 1u << 11,
     ARCH_F_ROUTER_SOFTMAX_TOPK = 1u << 12, /* MoE layers only */
-    ARCH_F_COUNT_ = 13,
+    ARCH_F_V_NORM = 1u << 13,
+    ARCH_F_COUNT_ = 14,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -98,7 +100,12 @@ typedef enum arch_dim {
     ARCH_DIM_VOCAB,    /* n_vocab (the rows of token_embd) */
     ARCH_DIM_FF_EXP,   /* n_ff_exp: one expert's hidden width */
     ARCH_DIM_EXPERT,   /* n_expert: the slices of a 3-D expert tensor, the router's outputs */
+    ARCH_DIM_ONE,      /* 1 (a per-layer scalar) */
+    ARCH_DIM_PLE,      /* n_embd_ple: one layer's share of the per-layer embeddings */
+    ARCH_DIM_PLE_ALL,  /* n_embd_ple * n_layer */
 } arch_dim;
+/* In a layer tensor, Q, KV, HEAD, HALF_HEAD and FF are the layer's own (model_layer: head_dim,
+ * n_head_kv, n_ff), which differ between layers in Gemma 4. */
 
 /* A tensor: name ("blk.N." is prepended for a layer tensor), shape, where it is bound (a byte
  * offset into model_layer or model) and when it is there: a layer whose recipe has any of the
@@ -116,17 +123,20 @@ typedef struct arch_tensor {
 
 static inline bool arch_tensor_needed(const arch_tensor *t, arch_features f) { return !t->when || (t->when & f); }
 
-/* A hyper-parameter "<arch>.<suffix>": an integer in [1, 2^24] or a positive float, stored
- * at `offset` in model_hparams (an int or a float).  An absent optional key leaves the field
- * as it is: dflt when non-zero, else the loader's derivation (head_count_kv = head_count,
- * key_length = embedding_length / head_count). */
-typedef enum arch_key_kind { ARCH_KEY_INT, ARCH_KEY_FLOAT } arch_key_kind;
+/* A hyper-parameter "<arch>.<suffix>": an integer in [1, 2^24] (COUNT: [0, 2^24]) or a positive
+ * float, stored at `offset` in model_hparams (an int or a float).  An absent optional key
+ * leaves the field as it is: dflt when non-zero, else the loader's derivation (head_count_kv =
+ * head_count, key_length = embedding_length / head_count).  An integer key with a layer_offset
+ * may also be an array of one value per layer (Gemma 4's feed_forward_length, head_count_kv):
+ * each layer's lands in model_layer at layer_offset, the largest in model_hparams. */
+typedef enum arch_key_kind { ARCH_KEY_INT, ARCH_KEY_FLOAT, ARCH_KEY_COUNT } arch_key_kind;
 typedef struct arch_key {
     const char *suffix;
     arch_key_kind kind;
     size_t offset;
     bool required;
     float dflt;
+    size_t layer_offset; /* 0: one value for all layers */
 } arch_key;
 
 typedef enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1 } arch_rope;
@@ -160,10 +170,13 @@ typedef struct arch_desc {
     /* query_pre_attn_scalar when the file does not say it (scores are divided by its square
      * root); NULL: head_dim. */
     float (*attn_scalar)(const struct model_hparams *hp);
+    /* A key of one bool per layer (Gemma 4's attention.sliding_window_pattern): layer il runs
+     * pattern[0] where it is true, pattern[1] where false, instead of pattern[il % len]. */
+    const char *pattern_key;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
-extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3;
+extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -184,6 +197,7 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
     MODEL_ARCH_QWEN3MOE = 3, /* qwen3's attention, MoE feed-forward */
     MODEL_ARCH_GEMMA3 = 4,   /* 5 sliding : 1 full, sandwich norms, GeGLU, softcapped logits */
+    MODEL_ARCH_GEMMA4 = 5,   /* gemma3's line + per-layer embeddings, shared KV, per-layer shapes */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

@@ -61,6 +61,7 @@ typedef struct cpu_engine {
     float *moe_weights;
     int *group_tok;
     float *group_weight, *group_x, *group_y;
+    float *moe_in, *moe_out; /* experts beside a dense MLP: their input and summed output [tok][n_embd] */
     /* Per-layer embeddings (Gemma 4; empty otherwise): each token's inputs of every layer
      * [tok][n_layer * n_embd_ple], and one layer's gate [tok][n_embd_ple]. */
     float *ple, *ple_gate;
@@ -137,7 +138,8 @@ static void embed_tokens(cpu_engine *e, int n_tok)
 #define CPU_FEATURES                                                                               \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING |  \
      ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU |                \
-     ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_V_NORM)
+     ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_V_NORM | ARCH_F_FFN_GLU_MOE |              \
+     ARCH_F_ROUTER_SCALED)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -154,7 +156,8 @@ static void head_rmsnorm(float *vec, int n_head, int head_dim, const float *w, f
 }
 
 /* This batch's K and V of layer il, stored through the block tables: k = rope(norm(wk·xb)),
- * v = wv·xb (+ bias; normed without a weight when the recipe says so).  The whole batch goes
+ * v = wv·xb, or wk·xb in a layer without wv (+ bias; normed without a weight when the recipe
+ * says so).  The whole batch goes
  * into the cache before any token attends, so a prompt in one step sees exactly what it would
  * see fed token by token. */
 static void store_kv(cpu_engine *e, int il, int n_tok, const cpu_rope *rope)
@@ -164,7 +167,8 @@ static void store_kv(cpu_engine *e, int il, int n_tok, const cpu_rope *rope)
     const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS;
     const int hd = ly->head_dim, kv_w = ly->n_head_kv * hd;
     matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
-    matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
+    if (ly->wv.data) matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
+    else memcpy(e->v, e->k, (size_t)n_tok * kv_w * sizeof(float)); /* attention_k_eq_v: V is the K projection */
     for (int t = 0; t < n_tok; t++) {
         float *k = e->k + (size_t)t * kv_w, *v = e->v + (size_t)t * kv_w;
         if (ly->recipe.attn_extras & ARCH_ATTN_QK_NORM) head_rmsnorm(k, ly->n_head_kv, hd, ly->k_norm.data, hp->rms_eps);
@@ -228,29 +232,33 @@ static void ffn_glu(cpu_engine *e, int il, int n_tok)
     glu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, ly->n_ff, ly->recipe.act);
 }
 
-/* One expert's GLU over the tokens gathered for it: group_y for the n rows of group_x. */
+/* One expert's GLU over the tokens gathered for it: group_y for the n rows of group_x.  Its
+ * gate and up are two matrices, or the two halves of one (ffn_gate_up_exps: gate rows first). */
 static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
 {
-    const model_tensor gate = model_tensor_slice(&ly->ffn_gate_exps, expert),
-                       up = model_tensor_slice(&ly->ffn_up_exps, expert),
-                       down = model_tensor_slice(&ly->ffn_down_exps, expert);
-    glu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, e->base.m->hp.n_ff_exp, ly->recipe.act);
+    const int n_ff = e->base.m->hp.n_ff_exp;
+    model_tensor gate, up;
+    if (ly->ffn_gate_up_exps.data) {
+        gate = up = model_tensor_slice(&ly->ffn_gate_up_exps, expert);
+        gate.ne1 = up.ne1 = n_ff;
+        up.data = (const char *)up.data + (size_t)n_ff * up.row_bytes;
+    } else {
+        gate = model_tensor_slice(&ly->ffn_gate_exps, expert);
+        up = model_tensor_slice(&ly->ffn_up_exps, expert);
+    }
+    const model_tensor down = model_tensor_slice(&ly->ffn_down_exps, expert);
+    glu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, n_ff, ly->recipe.act);
 }
 
-/* Mixture of experts: xb2 = sum over the k experts the router picks for each token of
- * weight * expert_glu(xb).  Tokens are grouped by expert, so each expert's weights are read
- * once per step for all the tokens routed to it, and an expert nobody picked is not read at
- * all.  A token's sum runs over its experts in id order, whatever else is in the batch. */
-static void ffn_moe(cpu_engine *e, int il, int n_tok)
+/* out = sum over each token's routed experts (moe_ids, moe_weights) of weight *
+ * expert_glu(in).  Tokens are grouped by expert, so each expert's weights are read once per
+ * step for all the tokens routed to it, and an expert nobody picked is not read at all.  A
+ * token's sum runs over its experts in id order, whatever else is in the batch. */
+static void moe_sum(cpu_engine *e, const model_layer *ly, const float *in, float *out, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
-    const model_layer *ly = &e->base.m->layers[il];
     const int dim = hp->n_embd, k = hp->n_expert_used;
-    matmul(e, e->router, e->xb, n_tok, &ly->ffn_gate_inp, NULL);
-    for (int t = 0; t < n_tok; t++) /* ARCH_ROUTER_SOFTMAX_TOPK, the one router run here */
-        cpu_moe_route(e->router + (size_t)t * hp->n_expert, hp->n_expert, k, e->moe_ids + (size_t)t * k,
-                      e->moe_weights + (size_t)t * k);
-    memset(e->xb2, 0, (size_t)n_tok * dim * sizeof(float));
+    memset(out, 0, (size_t)n_tok * dim * sizeof(float));
     for (int x = 0; x < hp->n_expert; x++) {
         int n = 0;
         for (int t = 0; t < n_tok; t++) {
@@ -258,25 +266,74 @@ static void ffn_moe(cpu_engine *e, int il, int n_tok)
                 if (e->moe_ids[(size_t)t * k + j] != x) continue;
                 e->group_tok[n] = t;
                 e->group_weight[n] = e->moe_weights[(size_t)t * k + j];
-                memcpy(e->group_x + (size_t)n * dim, e->xb + (size_t)t * dim, (size_t)dim * sizeof(float));
+                memcpy(e->group_x + (size_t)n * dim, in + (size_t)t * dim, (size_t)dim * sizeof(float));
                 n++;
             }
         }
         if (n == 0) continue;
         expert_glu(e, ly, x, n);
         for (int i = 0; i < n; i++) {
-            float *out = e->xb2 + (size_t)e->group_tok[i] * dim;
+            float *o = out + (size_t)e->group_tok[i] * dim;
             const float *y = e->group_y + (size_t)i * dim;
-            for (int d = 0; d < dim; d++) out[d] += e->group_weight[i] * y[d];
+            for (int d = 0; d < dim; d++) o[d] += e->group_weight[i] * y[d];
         }
     }
+}
+
+/* Each token's experts and weights from the router's logits of `in` (ARCH_ROUTER_SOFTMAX_TOPK;
+ * ARCH_ROUTER_SCALED's input scaling is done by the caller, its expert scales here). */
+static void moe_route(cpu_engine *e, const model_layer *ly, const float *in, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const int k = hp->n_expert_used;
+    matmul(e, e->router, in, n_tok, &ly->ffn_gate_inp, NULL);
+    for (int t = 0; t < n_tok; t++) {
+        int32_t *ids = e->moe_ids + (size_t)t * k;
+        float *w = e->moe_weights + (size_t)t * k;
+        cpu_moe_route(e->router + (size_t)t * hp->n_expert, hp->n_expert, k, ids, w);
+        if (ly->expert_scale.data)
+            for (int j = 0; j < k; j++) w[j] *= ((const float *)ly->expert_scale.data)[ids[j]];
+    }
+}
+
+/* Mixture of experts: xb2 = the routed experts' weighted sum over xb. */
+static void ffn_moe(cpu_engine *e, int il, int n_tok)
+{
+    const model_layer *ly = &e->base.m->layers[il];
+    moe_route(e, ly, e->xb, n_tok);
+    moe_sum(e, ly, e->xb, e->xb2, n_tok);
+}
+
+/* Gemma 4's experts beside the dense MLP: xb2 = post_1(glu(xb)) + post_2(experts(pre_2(x)))
+ * with xb the block's normed input and x the residual stream; the router reads
+ * rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale. */
+static void ffn_glu_moe(cpu_engine *e, int il, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const model_layer *ly = &e->base.m->layers[il];
+    const int dim = hp->n_embd;
+    ffn_glu(e, il, n_tok);
+    norm_rows(e, e->xb2, e->xb2, &ly->ffn_post_norm_1, n_tok);
+    const float inv_sqrt_dim = 1.0f / sqrtf((float)dim);
+    const float *scale = ly->router_scale.data;
+    for (int t = 0; t < n_tok; t++) {
+        float *r = e->moe_out + (size_t)t * dim;
+        cpu_rmsnorm(r, e->x + (size_t)t * dim, NULL, dim, hp->rms_eps);
+        for (int d = 0; d < dim; d++) r[d] = r[d] * inv_sqrt_dim * scale[d];
+    }
+    moe_route(e, ly, e->moe_out, n_tok);
+    norm_rows(e, e->moe_in, e->x, &ly->ffn_pre_norm_2, n_tok);
+    moe_sum(e, ly, e->moe_in, e->moe_out, n_tok);
+    norm_rows(e, e->moe_out, e->moe_out, &ly->ffn_post_norm_2, n_tok);
+    for (size_t i = 0; i < (size_t)n_tok * dim; i++) e->xb2[i] += e->moe_out[i];
 }
 
 /* A block reads xb (n_tok rows of n_embd) and leaves its output in xb2. */
 typedef void (*cpu_block)(cpu_engine *e, int il, int n_tok);
 static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_softmax,
                                              [ARCH_ATTN_SLIDING] = attention_softmax};
-static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe};
+static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe,
+                                       [ARCH_FFN_GLU_MOE] = ffn_glu_moe};
 
 /* x += post(block(pre(x))): pre/post are the norms the placement asks for (NULL: none). */
 static void residual(cpu_engine *e, cpu_block block, const model_tensor *pre, const model_tensor *post, int il,
@@ -445,7 +502,7 @@ static void cpu_destroy(engine *base)
     void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
                     e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
-                    e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->ple, e->ple_gate};
+                    e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->ple, e->ple_gate, e->moe_in, e->moe_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
 }
@@ -613,6 +670,8 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->group_weight, "expert groups", moe_tok, sizeof(float)},
         {(void **)&e->group_x, "expert inputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
         {(void **)&e->group_y, "expert outputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
+        {(void **)&e->moe_in, "expert inputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
+        {(void **)&e->moe_out, "expert sums", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
         {(void **)&e->ple, "per-layer inputs", mul(ple_tok, (size_t)hp->n_embd_ple * hp->n_layer), sizeof(float)},
         {(void **)&e->ple_gate, "per-layer gates", mul(ple_tok, (size_t)hp->n_embd_ple), sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},

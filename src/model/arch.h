@@ -40,11 +40,16 @@ enum {
 typedef enum arch_ffn {
     ARCH_FFN_GLU = 0, /* down(act(gate x) * up x) */
     ARCH_FFN_MOE = 1, /* routed experts of GLUs: a router picks k of n_expert per token */
+    ARCH_FFN_GLU_MOE = 2, /* Gemma 4 26B-A4B: the dense GLU and routed experts side by side,
+                           * each normed after (post_ffw_norm_1 / _2), the experts' input by
+                           * pre_ffw_norm_2, summed before the block's post-norm */
 } arch_ffn;
 
 /* How a MoE block chooses its experts and weighs them (ignored by a GLU block). */
 typedef enum arch_router {
     ARCH_ROUTER_SOFTMAX_TOPK = 0, /* softmax over all experts, top-k, renormalised (Qwen3-MoE) */
+    ARCH_ROUTER_SCALED = 1,       /* Gemma 4: the same over logits of rmsnorm(x) / sqrt(n_embd) *
+                                   * ffn_gate_inp.scale, each weight times its expert's scale */
     /* room: top-k then softmax over the chosen (gpt-oss), sigmoid + bias (DeepSeek-V3, GLM) */
 } arch_router;
 
@@ -82,7 +87,9 @@ enum {
     ARCH_F_ACT_GELU_TANH = 1u << 11,
     ARCH_F_ROUTER_SOFTMAX_TOPK = 1u << 12, /* MoE layers only */
     ARCH_F_V_NORM = 1u << 13,
-    ARCH_F_COUNT_ = 14,
+    ARCH_F_FFN_GLU_MOE = 1u << 14,
+    ARCH_F_ROUTER_SCALED = 1u << 15,
+    ARCH_F_COUNT_ = 16,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -103,6 +110,7 @@ typedef enum arch_dim {
     ARCH_DIM_ONE,      /* 1 (a per-layer scalar) */
     ARCH_DIM_PLE,      /* n_embd_ple: one layer's share of the per-layer embeddings */
     ARCH_DIM_PLE_ALL,  /* n_embd_ple * n_layer */
+    ARCH_DIM_FF_EXP2,  /* 2 * n_ff_exp: an expert's gate and up rows in one matrix */
 } arch_dim;
 /* In a layer tensor, Q, KV, HEAD, HALF_HEAD and FF are the layer's own (model_layer: head_dim,
  * n_head_kv, n_ff), which differ between layers in Gemma 4. */
@@ -173,6 +181,11 @@ typedef struct arch_desc {
     /* A key of one bool per layer (Gemma 4's attention.sliding_window_pattern): layer il runs
      * pattern[0] where it is true, pattern[1] where false, instead of pattern[il % len]. */
     const char *pattern_key;
+    /* A family whose experts are optional (Gemma 4: the 26B-A4B): the pattern when the file
+     * sets expert_count (NULL: none); and whether a layer without attn_v takes V from the K
+     * projection (Gemma 4's attention_k_eq_v). */
+    const arch_layer *moe_pattern;
+    bool v_from_k;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */

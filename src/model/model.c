@@ -213,6 +213,10 @@ static bool read_hparams(loader *L)
     const arch_desc *d = L->m->desc;
     bool moe = false;
     for (int p = 0; p < d->pattern_len && p < ARCH_PATTERN_MAX; p++) moe |= d->pattern[p].ffn == ARCH_FFN_MOE;
+    moe |= d->moe_pattern != NULL;
+    if (d->moe_pattern && hp->n_expert > 0 && (hp->n_expert_used < 1 || hp->n_ff_exp < 1))
+        return fail(L, "%s.expert_count is %d but expert_used_count or expert_feed_forward_length is not set", arch,
+                    hp->n_expert);
     if (hp->n_expert > 0 && !moe)
         return fail(L, "%s.expert_count is %d: the %s family's mixture-of-experts block is not implemented", arch,
                     hp->n_expert, arch);
@@ -254,8 +258,9 @@ static bool layer_keys(loader *L, const arch_key *list, int il)
 static bool layer_recipe(loader *L, model_layer *ly, int il)
 {
     const arch_desc *d = L->m->desc;
+    const arch_layer *pattern = d->moe_pattern && L->m->hp.n_expert > 0 ? d->moe_pattern : d->pattern;
     if (!d->pattern_key) {
-        ly->recipe = d->pattern[il % d->pattern_len];
+        ly->recipe = pattern[il % d->pattern_len];
         return true;
     }
     int max;
@@ -264,7 +269,7 @@ static bool layer_recipe(loader *L, model_layer *ly, int il)
     if (arr == -1) return fail(L, "missing key '%s.%s' (one bool per layer)", d->name, d->pattern_key);
     int64_t sliding;
     arr_int(L->f, arr, (uint64_t)il, &sliding);
-    ly->recipe = d->pattern[sliding ? 0 : 1];
+    ly->recipe = pattern[sliding ? 0 : 1];
     return true;
 }
 
@@ -316,7 +321,7 @@ static bool layer_complete(loader *L, const model_layer *ly, int il)
     const bool own_kv = ly->kv_source == il, ple = L->m->hp.n_embd_ple > 0;
     const bool qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
-        bool wanted = i < 2 ? own_kv : i == 2 ? own_kv && qk_norm : ple;
+        bool wanted = i == 0 ? own_kv : i == 1 ? own_kv && !L->m->desc->v_from_k : i == 2 ? own_kv && qk_norm : ple;
         if (wanted && !need[i]->data) return fail(L, "missing tensor 'blk.%d.%s'", il, names[i]);
     }
     return true;
@@ -409,6 +414,7 @@ static int64_t dim_value(const model_hparams *hp, const model_layer *ly, arch_di
     case ARCH_DIM_ONE: return 1;
     case ARCH_DIM_PLE: return hp->n_embd_ple;
     case ARCH_DIM_PLE_ALL: return (int64_t)hp->n_embd_ple * hp->n_layer;
+    case ARCH_DIM_FF_EXP2: return 2 * (int64_t)hp->n_ff_exp;
     }
     return -1;
 }

@@ -63,6 +63,10 @@ typedef struct model_layer {
     model_tensor ffn_gate_inp;   /* MoE router: [n_embd -> n_expert] */
     model_tensor ffn_gate_exps, ffn_up_exps; /* MoE: n_expert x [n_embd -> n_ff_exp] */
     model_tensor ffn_down_exps;  /* MoE: n_expert x [n_ff_exp -> n_embd] */
+    model_tensor ffn_gate_up_exps; /* GLU beside MoE: n_expert x [n_embd -> 2 n_ff_exp] (gate rows, up rows) */
+    model_tensor router_scale;   /* [n_embd]: ffn_gate_inp.scale */
+    model_tensor expert_scale;   /* [n_expert]: ffn_down_exps.scale */
+    model_tensor ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2; /* [n_embd] each */
     model_tensor out_scale;      /* [1]: the residual stream times this after the layer, or absent */
     model_tensor ple_gate;       /* per-layer embeddings: [n_embd -> n_embd_ple], */
     model_tensor ple_proj;       /* [n_embd_ple -> n_embd], */

@@ -6,7 +6,8 @@
  * Files: qwen3moe (F32 and F16), gemma3 (sliding windows of 8 under 17-70-token prompts,
  * GeGLU, soft-capped logits, the two RoPE bases) and gemma4 (per-layer embeddings, KV shared
  * by the last three layers, full layers with their own head_dim and FFN width, proportional
- * RoPE through rope_freqs, V norm, layer scalars).
+ * RoPE through rope_freqs, V norm, layer scalars) and gemma4_moe (experts beside the dense
+ * MLP with a scaled router and expert scales, V from the K projection).
  *
  * Tolerances.  F32 files: 5e-5 relative (a row's max |diff| over its max |reference|), the
  * bound the kit's README calls safe for an F32 implementation; llama.cpp lands at 8.5e-7 on
@@ -58,6 +59,7 @@ static const ref_case CASES[] = {
     {"qwen3moe-f16.gguf", "qwen3moe.json", {2e-1, 1e-2, 0.9}},
     {"gemma3.gguf", "gemma3.json", {5e-5, 5e-5, 1.0}},
     {"gemma4.gguf", "gemma4.json", {5e-5, 5e-5, 1.0}},
+    {"gemma4_moe.gguf", "gemma4_moe.json", {5e-5, 5e-5, 1.0}},
 };
 
 typedef struct fixture {
@@ -263,6 +265,7 @@ static int setup_f32(void **state) { return setup(state, &CASES[0]); }
 static int setup_f16(void **state) { return setup(state, &CASES[1]); }
 static int setup_gemma3(void **state) { return setup(state, &CASES[2]); }
 static int setup_gemma4(void **state) { return setup(state, &CASES[3]); }
+static int setup_gemma4_moe(void **state) { return setup(state, &CASES[4]); }
 
 
 static int teardown(void **state)
@@ -516,22 +519,26 @@ static void test_moe_backend_features(void **state)
     free(image);
 }
 
-/* Gemma 4's 26B-A4B shape (gemma4_moe.gguf: experts beside the dense MLP) is not run yet: it
- * is refused at load by name, not run as the dense model it also holds. */
-static void test_gemma4_moe_refused(void **state)
+/* Gemma 4's 26B-A4B shape (gemma4_moe.gguf): every layer runs experts beside its dense MLP,
+ * the full layers take V from the K projection (no attn_v) and have one kv head; a backend
+ * without that block refuses it by name. */
+static void test_gemma4_moe_layers(void **state)
 {
-    (void)state;
-    const char *env = getenv("INFERD_SHARED_DIR");
-    char path[1200], err[256] = "";
-    snprintf(path, sizeof path, "%s/reference/gemma4_moe.gguf", env && *env ? env : INFERD_SHARED_DIR);
-    FILE *f = fopen(path, "rb");
-    if (!f) skip();
-    fclose(f);
-    model *m = model_load(path, err, sizeof err);
-    model_free(m);
-    assert_null(m);
-    assert_non_null(strstr(err, "gemma4.expert_count is 8: the gemma4 family's mixture-of-experts block is not "
-                                "implemented"));
+    fixture *f = *state;
+    if (!f->ref) skip();
+    const model *m = f->m;
+    assert_int_equal(m->hp.n_expert, 8);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *ly = &m->layers[il];
+        const bool full = ly->recipe.attn == ARCH_ATTN_FULL;
+        assert_int_equal(ly->recipe.ffn, ARCH_FFN_GLU_MOE);
+        assert_int_equal(ly->wv.data == NULL, full);
+        assert_int_equal(ly->n_head_kv, full ? 1 : 2);
+        assert_non_null(ly->ffn_gate_up_exps.data);
+    }
+    char err[256];
+    assert_int_equal(model_check_features(m, ~(arch_features)ARCH_F_FFN_GLU_MOE, "test", err, sizeof err), -1);
+    assert_string_equal(err, "the test backend does not implement GLU beside MoE (layer 0 of gemma4)");
 }
 
 /* ---- gemma4 files with a fault: the loader names the key or tensor ----------------------- */
@@ -695,13 +702,18 @@ int main(void)
         cmocka_unit_test(test_gemma4_files),
     };
     failed += cmocka_run_group_tests_name("gemma4 F32", gemma4, setup_gemma4, teardown);
+    const struct CMUnitTest gemma4_moe[] = {
+        cmocka_unit_test(test_prefill_logits),
+        cmocka_unit_test(test_greedy_decode),
+        cmocka_unit_test(test_gemma4_moe_layers),
+    };
+    failed += cmocka_run_group_tests_name("gemma4_moe F32", gemma4_moe, setup_gemma4_moe, teardown);
     const struct CMUnitTest quantised[] = {cmocka_unit_test(test_quantised_experts)};
     failed += cmocka_run_group_tests_name("qwen3moe quantised experts", quantised, setup_f32, teardown);
     const struct CMUnitTest files[] = {
         cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_malformed_moe_refused),
         cmocka_unit_test(test_moe_backend_features),
-        cmocka_unit_test(test_gemma4_moe_refused),
     };
     failed += cmocka_run_group_tests_name("qwen3moe files", files, NULL, NULL);
     return failed;

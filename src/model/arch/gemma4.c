@@ -12,8 +12,9 @@
  *   - per-layer embeddings (the E models): a token table and a projection of the embeddings,
  *     gated into the residual after each layer;
  *   - layer_output_scale: the residual stream times a scalar after each layer.
- * Norm weights are used as stored (the converter adds nothing).  The 26B-A4B's MoE block
- * beside the dense MLP is not implemented: a file with experts is refused at load. */
+ * Norm weights are used as stored (the converter adds nothing).  With expert_count set (the
+ * 26B-A4B) every layer runs experts beside its dense MLP (ARCH_FFN_GLU_MOE, moe_pattern) and a
+ * layer without attn_v takes V from the K projection (attention_k_eq_v). */
 #include <stddef.h>
 
 #include "model/arch.h"
@@ -37,7 +38,10 @@ static const arch_key gemma4_keys[] = {
     {"final_logit_softcapping", ARCH_KEY_FLOAT, HP(logit_softcap), false, 0, 0},
     {"attention.shared_kv_layers", ARCH_KEY_COUNT, HP(n_kv_shared), false, 0, 0},
     {"embedding_length_per_layer_input", ARCH_KEY_COUNT, HP(n_embd_ple), false, 0, 0},
-    {"expert_count", ARCH_KEY_COUNT, HP(n_expert), false, 0, 0}, /* refused when set */
+    /* the 26B-A4B: experts beside the dense MLP when expert_count is set */
+    {"expert_count", ARCH_KEY_COUNT, HP(n_expert), false, 0, 0},
+    {"expert_used_count", ARCH_KEY_COUNT, HP(n_expert_used), false, 0, 0},
+    {"expert_feed_forward_length", ARCH_KEY_COUNT, HP(n_ff_exp), false, 0, 0},
     {0},
 };
 
@@ -55,7 +59,8 @@ static const arch_tensor gemma4_globals[] = {
 };
 
 /* attn_k, attn_v and attn_k_norm are absent from the KV-shared layers: optional here, the
- * loader requires them of every layer that computes its own K/V. */
+ * loader requires them of every layer that computes its own K/V (attn_v not: a layer without
+ * it takes V from the K projection, the 26B-A4B's full layers). */
 static const arch_tensor gemma4_layer_tensors[] = {
     {"attn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, LY(attn_norm), 0, false, true},
     {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, ARCH_DIM_NONE, LY(wq), 0, false, false},
@@ -74,6 +79,15 @@ static const arch_tensor gemma4_layer_tensors[] = {
     {"inp_gate.weight", ARCH_DIM_EMBD, ARCH_DIM_PLE, ARCH_DIM_NONE, LY(ple_gate), 0, true, false},
     {"proj.weight", ARCH_DIM_PLE, ARCH_DIM_EMBD, ARCH_DIM_NONE, LY(ple_proj), 0, true, false},
     {"post_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, LY(ple_post_norm), 0, true, true},
+    /* the experts beside the dense MLP (ARCH_FFN_GLU_MOE) */
+    {"ffn_gate_inp.weight", ARCH_DIM_EMBD, ARCH_DIM_EXPERT, ARCH_DIM_NONE, LY(ffn_gate_inp), ARCH_F_FFN_GLU_MOE, false, false},
+    {"ffn_gate_inp.scale", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, LY(router_scale), ARCH_F_FFN_GLU_MOE, false, true},
+    {"ffn_gate_up_exps.weight", ARCH_DIM_EMBD, ARCH_DIM_FF_EXP2, ARCH_DIM_EXPERT, LY(ffn_gate_up_exps), ARCH_F_FFN_GLU_MOE, false, false},
+    {"ffn_down_exps.weight", ARCH_DIM_FF_EXP, ARCH_DIM_EMBD, ARCH_DIM_EXPERT, LY(ffn_down_exps), ARCH_F_FFN_GLU_MOE, false, false},
+    {"ffn_down_exps.scale", ARCH_DIM_EXPERT, ARCH_DIM_NONE, ARCH_DIM_NONE, LY(expert_scale), ARCH_F_FFN_GLU_MOE, false, true},
+    {"pre_ffw_norm_2.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, LY(ffn_pre_norm_2), ARCH_F_FFN_GLU_MOE, false, true},
+    {"post_ffw_norm_1.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, LY(ffn_post_norm_1), ARCH_F_FFN_GLU_MOE, false, true},
+    {"post_ffw_norm_2.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, LY(ffn_post_norm_2), ARCH_F_FFN_GLU_MOE, false, true},
     {0},
 };
 
@@ -83,9 +97,12 @@ static float gemma4_attn_scalar(const model_hparams *hp)
     return 1.0f; /* scores are q.k as they are: the q and k norms set their scale */
 }
 
-#define GEMMA4_LAYER(kind)                                                                         \
+#define GEMMA4_LAYER(kind, ffn_kind)                                                               \
     {.norm = ARCH_NORM_SANDWICH, .attn = kind, .attn_extras = ARCH_ATTN_QK_NORM | ARCH_ATTN_V_NORM, \
-     .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_GELU_TANH}
+     .ffn = ffn_kind, .act = ARCH_ACT_GELU_TANH, .router = ARCH_ROUTER_SCALED}
+
+static const arch_layer gemma4_moe_pattern[] = {GEMMA4_LAYER(ARCH_ATTN_SLIDING, ARCH_FFN_GLU_MOE),
+                                                GEMMA4_LAYER(ARCH_ATTN_FULL, ARCH_FFN_GLU_MOE)};
 
 const arch_desc arch_gemma4 = {
     .name = "gemma4",
@@ -93,10 +110,12 @@ const arch_desc arch_gemma4 = {
     .globals = gemma4_globals,
     .layer_tensors = gemma4_layer_tensors,
     .rope = ARCH_ROPE_NEOX,
-    .pattern = {GEMMA4_LAYER(ARCH_ATTN_SLIDING), GEMMA4_LAYER(ARCH_ATTN_FULL)},
+    .pattern = {GEMMA4_LAYER(ARCH_ATTN_SLIDING, ARCH_FFN_GLU), GEMMA4_LAYER(ARCH_ATTN_FULL, ARCH_FFN_GLU)},
     .pattern_len = 2,
     .swa_rope = ARCH_SWA_ROPE_LOCAL,
     .embed_scale = true,
     .attn_scalar = gemma4_attn_scalar,
     .pattern_key = "attention.sliding_window_pattern",
+    .moe_pattern = gemma4_moe_pattern,
+    .v_from_k = true,
 };

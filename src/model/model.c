@@ -228,30 +228,33 @@ static bool read_hparams(loader *L)
     if ((int64_t)hp->n_embd_ple * hp->n_layer > HPARAM_MAX)
         return fail(L, "%s.embedding_length_per_layer_input %d x %d layers is too large", arch, hp->n_embd_ple,
                     hp->n_layer);
+    int max;
+    if (d->pattern_key && layer_array(L, d->pattern_key, 0, &max) == -2) return false; /* checked once */
     hp->embd_scale = d->embed_scale ? sqrtf((float)hp->n_embd) : 1.0f;
     hp->attn_scalar = d->attn_scalar ? d->attn_scalar(hp) : (float)hp->head_dim;
     if (hp->rope_base_swa == 0) hp->rope_base_swa = hp->rope_base;
     return true;
 }
 
-/* Layer il's value of a per-layer key (array or scalar: the hyper-parameter then). */
-static bool layer_key(loader *L, const arch_key *k, int il)
+/* Element il of "<arch>.<suffix>" when it is an array (layer_array checked it when the keys
+ * were read), else false. */
+static bool layer_element(loader *L, const char *suffix, int il, int64_t *v)
 {
-    int *field = (int *)((char *)&L->m->layers[il] + k->layer_offset);
-    *field = *(const int *)((const char *)&L->m->hp + k->offset);
-    int max;
-    int64_t arr = layer_array(L, k->suffix, k->kind == ARCH_KEY_COUNT ? 0 : 1, &max);
-    if (arr == -2) return false;
-    int64_t v;
-    if (arr >= 0 && arr_int(L->f, arr, (uint64_t)il, &v)) *field = (int)v;
-    return true;
+    char key[128];
+    key_name(L, suffix, key, sizeof key);
+    int64_t i = gguf_find_key(L->f, key);
+    return i >= 0 && gguf_kv_type(L->f, i) == GGUF_VT_ARRAY && arr_int(L->f, i, (uint64_t)il, v);
 }
 
-static bool layer_keys(loader *L, const arch_key *list, int il)
+/* Layer il's values of the per-layer keys of list (an array's element, or the scalar). */
+static void layer_keys(loader *L, const arch_key *list, int il)
 {
-    for (const arch_key *k = list; k && k->suffix; k++)
-        if (k->layer_offset && !layer_key(L, k, il)) return false;
-    return true;
+    for (const arch_key *k = list; k && k->suffix; k++) {
+        if (!k->layer_offset) continue;
+        int *field = (int *)((char *)&L->m->layers[il] + k->layer_offset);
+        int64_t v;
+        *field = layer_element(L, k->suffix, il, &v) ? (int)v : *(const int *)((const char *)&L->m->hp + k->offset);
+    }
 }
 
 /* Layer il's recipe: pattern[il % len], or from the family's per-layer bool key. */
@@ -263,12 +266,9 @@ static bool layer_recipe(loader *L, model_layer *ly, int il)
         ly->recipe = pattern[il % d->pattern_len];
         return true;
     }
-    int max;
-    int64_t arr = layer_array(L, d->pattern_key, 0, &max);
-    if (arr == -2) return false;
-    if (arr == -1) return fail(L, "missing key '%s.%s' (one bool per layer)", d->name, d->pattern_key);
     int64_t sliding;
-    arr_int(L->f, arr, (uint64_t)il, &sliding);
+    if (!layer_element(L, d->pattern_key, il, &sliding))
+        return fail(L, "missing key '%s.%s' (one bool per layer)", d->name, d->pattern_key);
     ly->recipe = pattern[sliding ? 0 : 1];
     return true;
 }
@@ -477,7 +477,9 @@ static bool bind_tensors(loader *L)
     if (!m->layers) return fail(L, "out of memory for %d layers", hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *ly = &m->layers[il];
-        if (!layer_keys(L, d->keys, il) || !layer_keys(L, d->more_keys, il) || !layer_recipe(L, ly, il) || !layer_attention(L, ly, il) ||
+        layer_keys(L, d->keys, il);
+        layer_keys(L, d->more_keys, il);
+        if (!layer_recipe(L, ly, il) || !layer_attention(L, ly, il) ||
             !bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly) || !layer_complete(L, ly, il))
             return false;
     }

@@ -131,7 +131,6 @@ static void embed_tokens(cpu_engine *e, int n_tok)
     if (m->hp.n_embd_ple > 0) per_layer_inputs(e, n_tok);
 }
 
-
 /* ---- blocks: one function each, composed by the layer's recipe (model_layer.recipe) ---- */
 
 /* The recipe features this backend runs; engine creation refuses a model needing others. */
@@ -157,9 +156,8 @@ static void head_rmsnorm(float *vec, int n_head, int head_dim, const float *w, f
 
 /* This batch's K and V of layer il, stored through the block tables: k = rope(norm(wk·xb)),
  * v = wv·xb, or wk·xb in a layer without wv (+ bias; normed without a weight when the recipe
- * says so).  The whole batch goes
- * into the cache before any token attends, so a prompt in one step sees exactly what it would
- * see fed token by token. */
+ * says so).  The whole batch goes into the cache before any token attends, so a prompt in one
+ * step sees exactly what it would see fed token by token. */
 static void store_kv(cpu_engine *e, int il, int n_tok, const cpu_rope *rope)
 {
     const model_hparams *hp = &e->base.m->hp;

@@ -69,19 +69,36 @@ static bool read_int(loader *L, const char *suffix, bool required, int *out)
     return read_int_from(L, suffix, required, 1, out);
 }
 
-/* Element j of an array key of integers or bools (index i); false for another type. */
+/* Element j of an array key of integers or bools (index i); false for another type.  The
+ * metadata section packs values without alignment: each is copied out, never dereferenced. */
 static bool arr_int(const gguf_file *f, int64_t i, uint64_t j, int64_t *v)
 {
-    const void *d = gguf_arr_data(f, i);
-    switch (gguf_arr_type(f, i)) {
-    case GGUF_VT_UINT8: case GGUF_VT_BOOL: *v = ((const uint8_t *)d)[j]; return true;
-    case GGUF_VT_INT8: *v = ((const int8_t *)d)[j]; return true;
-    case GGUF_VT_UINT16: *v = ((const uint16_t *)d)[j]; return true;
-    case GGUF_VT_INT16: *v = ((const int16_t *)d)[j]; return true;
-    case GGUF_VT_UINT32: *v = ((const uint32_t *)d)[j]; return true;
-    case GGUF_VT_INT32: *v = ((const int32_t *)d)[j]; return true;
-    case GGUF_VT_UINT64: *v = (int64_t)((const uint64_t *)d)[j]; return true;
-    case GGUF_VT_INT64: *v = ((const int64_t *)d)[j]; return true;
+    const unsigned char *d = gguf_arr_data(f, i);
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
+    } x;
+    static const size_t width[] = {[GGUF_VT_UINT8] = 1, [GGUF_VT_INT8] = 1,  [GGUF_VT_UINT16] = 2,
+                                   [GGUF_VT_INT16] = 2, [GGUF_VT_UINT32] = 4, [GGUF_VT_INT32] = 4,
+                                   [GGUF_VT_BOOL] = 1,  [GGUF_VT_UINT64] = 8, [GGUF_VT_INT64] = 8};
+    const gguf_vtype t = gguf_arr_type(f, i);
+    if ((size_t)t >= sizeof width / sizeof width[0] || width[t] == 0) return false;
+    memcpy(&x, d + j * width[t], width[t]);
+    switch (t) {
+    case GGUF_VT_UINT8: case GGUF_VT_BOOL: *v = x.u8; return true;
+    case GGUF_VT_INT8: *v = x.i8; return true;
+    case GGUF_VT_UINT16: *v = x.u16; return true;
+    case GGUF_VT_INT16: *v = x.i16; return true;
+    case GGUF_VT_UINT32: *v = x.u32; return true;
+    case GGUF_VT_INT32: *v = x.i32; return true;
+    case GGUF_VT_UINT64: *v = (int64_t)x.u64; return true;
+    case GGUF_VT_INT64: *v = x.i64; return true;
     default: return false;
     }
 }

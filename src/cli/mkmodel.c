@@ -17,7 +17,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: inferd mkmodel -o OUT.gguf [options]\n"
             "  --preset NAME   tiny (default) | small | qwen2.5-1.5b | llama-3.1-8b | qwen3-0.6b\n"
-            "  --arch A        llama | qwen2 | qwen3 (overrides the preset's architecture)\n"
+            "                  | gemma-3-12b | gemma-3-27b\n"
+            "  --arch A        llama | qwen2 | qwen3 | gemma3 (overrides the preset's architecture)\n"
             "  --type T        f32 | f16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
             "                  | q5_k | q6_k | iq4_nl | iq4_xs | q4_k_m\n"
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N --n-vocab N\n"
@@ -48,6 +49,7 @@ static int arch_from_name(const char *s)
     if (strcmp(s, "llama") == 0) return MODEL_ARCH_LLAMA;
     if (strcmp(s, "qwen2") == 0) return MODEL_ARCH_QWEN2;
     if (strcmp(s, "qwen3") == 0) return MODEL_ARCH_QWEN3;
+    if (strcmp(s, "gemma3") == 0) return MODEL_ARCH_GEMMA3;
     return -1;
 }
 
@@ -97,7 +99,7 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_PRESET: break;
         case OPT_ARCH:
             if ((arch = arch_from_name(optarg)) < 0) {
-                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3)\n", optarg);
+                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3)\n", optarg);
                 return 2;
             }
             break;

@@ -8,6 +8,7 @@
  * A layer is composed from its recipe (model/arch.h) in forward_layer(): each residual block
  * (attention, feed-forward) with the norms its placement asks for, one function per block
  * variant, read top to bottom; cpu_ops.c has the kernels. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,7 +31,6 @@
 typedef struct cpu_engine {
     engine base; /* first: engine.c sees only this */
     cpu_pool *pool;
-    cpu_rope rope;
     int q_dim, kv_dim;
 
     /* K and V as [block][layer][row][kv_dim]; per row (slot), the tokens fed so far. */
@@ -61,6 +61,10 @@ typedef struct cpu_engine {
     float *moe_weights;
     int *group_tok;
     float *group_weight, *group_x, *group_y;
+    float *moe_in, *moe_out; /* experts beside a dense MLP: their input and summed output [tok][n_embd] */
+    /* Per-layer embeddings (Gemma 4; empty otherwise): each token's inputs of every layer
+     * [tok][n_layer * n_embd_ple], and one layer's gate [tok][n_embd_ple]. */
+    float *ple, *ple_gate;
     float *scores;   /* attention scratch, n_threads x ctx_per_slot */
     float *logits;   /* LM head rows, n_slots x n_vocab */
     int logits_rows;
@@ -88,15 +92,6 @@ static size_t kv_token_index(const cpu_engine *e, int t, int layer)
 
 /* ---- forward pass ------------------------------------------------------------------------ */
 
-static void embed_tokens(cpu_engine *e, int n_tok)
-{
-    const model_tensor *emb = &e->base.m->tok_embd;
-    for (int t = 0; t < n_tok; t++) {
-        const char *row = (const char *)emb->data + (size_t)e->tok_id[t] * emb->row_bytes;
-        quant_dequantize_row(emb->type, row, e->x + (size_t)t * emb->ne0, emb->ne0);
-    }
-}
-
 static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const model_tensor *w,
                    const model_tensor *bias)
 {
@@ -104,12 +99,46 @@ static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const m
     cpu_matmul_run(e->pool, &mm);
 }
 
+static void embed_rows(const model_tensor *emb, const int32_t *ids, int n_tok, float *out, float scale)
+{
+    for (int t = 0; t < n_tok; t++) {
+        float *x = out + (size_t)t * emb->ne0;
+        quant_dequantize_row(emb->type, (const char *)emb->data + (size_t)ids[t] * emb->row_bytes, x, emb->ne0);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < emb->ne0; i++) x[i] *= scale;
+    }
+}
+
+/* Gemma 4's per-layer inputs: ple[t] = (rmsnorm(proj·x[t] / sqrt(n_embd)) * proj_norm, per layer,
+ * + the token's per-layer embeddings * sqrt(n_embd_ple)) / sqrt(2), x the scaled embeddings. */
+static void per_layer_inputs(cpu_engine *e, int n_tok)
+{
+    const model *m = e->base.m;
+    const int P = m->hp.n_embd_ple, all = P * m->hp.n_layer;
+    embed_rows(&m->ple_tok_embd, e->tok_id, n_tok, e->hb, sqrtf((float)P));
+    matmul(e, e->ple, e->x, n_tok, &m->ple_model_proj, NULL);
+    const float proj_scale = 1.0f / sqrtf((float)m->hp.n_embd), input_scale = (float)M_SQRT1_2;
+    for (size_t i = 0; i < (size_t)n_tok * all; i++) e->ple[i] *= proj_scale;
+    for (size_t r = 0; r < (size_t)n_tok * m->hp.n_layer; r++)
+        cpu_rmsnorm(e->ple + r * P, e->ple + r * P, m->ple_proj_norm.data, P, m->hp.rms_eps);
+    for (size_t i = 0; i < (size_t)n_tok * all; i++) e->ple[i] = (e->ple[i] + e->hb[i]) * input_scale;
+}
+
+static void embed_tokens(cpu_engine *e, int n_tok)
+{
+    const model *m = e->base.m;
+    embed_rows(&m->tok_embd, e->tok_id, n_tok, e->x, m->desc->embed_scale ? m->hp.embd_scale : 1.0f);
+    if (m->hp.n_embd_ple > 0) per_layer_inputs(e, n_tok);
+}
+
 /* ---- blocks: one function each, composed by the layer's recipe (model_layer.recipe) ---- */
 
 /* The recipe features this backend runs; engine creation refuses a model needing others. */
 #define CPU_FEATURES                                                                               \
-    (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS |  \
-     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU | ARCH_F_ROUTER_SOFTMAX_TOPK)
+    (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING |  \
+     ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU |                \
+     ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_V_NORM | ARCH_F_FFN_GLU_MOE |              \
+     ARCH_F_ROUTER_SCALED)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -119,91 +148,115 @@ static void norm_rows(const cpu_engine *e, float *out, const float *x, const mod
         cpu_rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, dim, e->base.m->hp.rms_eps);
 }
 
-/* QK norm: every head of q and k normalised on its own before RoPE. */
-static void head_rmsnorm(float *vec, int n_head, int head_dim, const model_tensor *w, float eps)
+/* QK (and V) norm: every head normalised on its own (w NULL: no weight). */
+static void head_rmsnorm(float *vec, int n_head, int head_dim, const float *w, float eps)
 {
-    for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w->data, head_dim, eps);
+    for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w, head_dim, eps);
 }
 
-/* Full causal attention: xb2 = wo · attend(rope(q), rope(k), v) with q, k, v = w{q,k,v}·xb
- * (+ bias; heads of q and k normed first when the recipe says so). */
-static void attention_full(cpu_engine *e, int il, int n_tok)
+/* This batch's K and V of layer il, stored through the block tables: k = rope(norm(wk·xb)),
+ * v = wv·xb, or wk·xb in a layer without wv (+ bias; normed without a weight when the recipe
+ * says so).  The whole batch goes into the cache before any token attends, so a prompt in one
+ * step sees exactly what it would see fed token by token. */
+static void store_kv(cpu_engine *e, int il, int n_tok, const cpu_rope *rope)
 {
     const model_hparams *hp = &e->base.m->hp;
     const model_layer *ly = &e->base.m->layers[il];
-    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS, qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
-    const int hd = hp->head_dim;
-    matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
+    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS;
+    const int hd = ly->head_dim, kv_w = ly->n_head_kv * hd;
     matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
-    matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
+    if (ly->wv.data) matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
+    else memcpy(e->v, e->k, (size_t)n_tok * kv_w * sizeof(float)); /* attention_k_eq_v: V is the K projection */
     for (int t = 0; t < n_tok; t++) {
-        float *q = e->q + (size_t)t * e->q_dim, *k = e->k + (size_t)t * e->kv_dim;
-        if (qk_norm) {
-            head_rmsnorm(q, hp->n_head, hd, &ly->q_norm, hp->rms_eps);
-            head_rmsnorm(k, hp->n_head_kv, hd, &ly->k_norm, hp->rms_eps);
-        }
-        cpu_rope_apply(&e->rope, q, hp->n_head, e->tok_pos[t]);
-        cpu_rope_apply(&e->rope, k, hp->n_head_kv, e->tok_pos[t]);
-        /* K/V of the whole batch go into the cache before any token attends, so a prompt in
-         * one step sees exactly what it would see fed token by token. */
+        float *k = e->k + (size_t)t * kv_w, *v = e->v + (size_t)t * kv_w;
+        if (ly->recipe.attn_extras & ARCH_ATTN_QK_NORM) head_rmsnorm(k, ly->n_head_kv, hd, ly->k_norm.data, hp->rms_eps);
+        if (ly->recipe.attn_extras & ARCH_ATTN_V_NORM) head_rmsnorm(v, ly->n_head_kv, hd, NULL, hp->rms_eps);
+        cpu_rope_apply(rope, k, ly->n_head_kv, e->tok_pos[t]);
         size_t at = kv_token_index(e, t, il);
-        memcpy(e->key_cache + at, k, (size_t)e->kv_dim * sizeof(float));
-        memcpy(e->value_cache + at, e->v + (size_t)t * e->kv_dim, (size_t)e->kv_dim * sizeof(float));
+        memcpy(e->key_cache + at, k, (size_t)kv_w * sizeof(float));
+        memcpy(e->value_cache + at, v, (size_t)kv_w * sizeof(float));
     }
-    size_t layer_base = kv_index(e, 0, il, 0);
+}
+
+/* Causal softmax attention, full or over the layer's sliding window (model_layer.window):
+ * xb2 = wo · attend(rope(q), K, V) with q = wq·xb (+ bias; its heads normed first when the
+ * recipe says so), RoPE with the layer's base, scaling and factors, over the K/V of this layer
+ * or, in a KV-shared layer, of its kv_source (which computed them earlier in this step). */
+static void attention_softmax(cpu_engine *e, int il, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const model_layer *ly = &e->base.m->layers[il];
+    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS;
+    const int hd = ly->head_dim, q_w = hp->n_head * hd;
+    const cpu_rope rope = {.head_dim = hd, .neox = hp->rope_neox, .base = ly->rope_base, .scale = ly->rope_scale,
+                           .freq_div = ly->rope_freqs};
+    matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
+    for (int t = 0; t < n_tok; t++) {
+        float *q = e->q + (size_t)t * q_w;
+        if (ly->recipe.attn_extras & ARCH_ATTN_QK_NORM) head_rmsnorm(q, hp->n_head, hd, ly->q_norm.data, hp->rms_eps);
+        cpu_rope_apply(&rope, q, hp->n_head, e->tok_pos[t]);
+    }
+    if (ly->kv_source == il) store_kv(e, il, n_tok, &rope);
+    size_t layer_base = kv_index(e, 0, ly->kv_source, 0);
     cpu_attention at = {
         .out = e->xb, .q = e->q,
         .key_cache = e->key_cache + layer_base, .value_cache = e->value_cache + layer_base,
-        .block_stride = (long)kv_block_floats(e), .tables = e->tables, .table_width = e->table_width,
-        .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
-        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .block_stride = (long)kv_block_floats(e), .row_stride = e->kv_dim, .tables = e->tables,
+        .table_width = e->table_width, .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
+        .n_head = hp->n_head, .n_head_kv = ly->n_head_kv, .head_dim = hd,
+        .window = ly->window, .score_div = sqrtf(hp->attn_scalar),
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
     };
     cpu_attention_run(e->pool, &at);
     matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
 }
 
-/* out = down · (silu(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
- * them); ARCH_ACT_SILU, the one activation run here. */
-static void swiglu_ffn(cpu_engine *e, float *out, const float *x, int n, const model_tensor *gate,
-                       const model_tensor *up, const model_tensor *down, int n_ff)
+/* out = down · (act(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
+ * them): SwiGLU or GeGLU as the layer's recipe says. */
+static void glu_ffn(cpu_engine *e, float *out, const float *x, int n, const model_tensor *gate,
+                    const model_tensor *up, const model_tensor *down, int n_ff, arch_act act)
 {
     matmul(e, e->hb, x, n, gate, NULL);
     matmul(e, e->hb2, x, n, up, NULL);
-    cpu_swiglu(e->hb, e->hb2, n * n_ff);
+    if (act == ARCH_ACT_GELU_TANH) cpu_geglu(e->hb, e->hb2, n * n_ff);
+    else cpu_swiglu(e->hb, e->hb2, n * n_ff);
     matmul(e, out, e->hb, n, down, NULL);
 }
 
-/* Gated feed-forward: xb2 = w_down · (silu(w_gate·xb) * w_up·xb). */
+/* Gated feed-forward: xb2 = w_down · (act(w_gate·xb) * w_up·xb). */
 static void ffn_glu(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
-    swiglu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, e->base.m->hp.n_ff);
+    glu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, ly->n_ff, ly->recipe.act);
 }
 
-/* One expert's SwiGLU over the tokens gathered for it: group_y for the n rows of group_x. */
+/* One expert's GLU over the tokens gathered for it: group_y for the n rows of group_x.  Its
+ * gate and up are two matrices, or the two halves of one (ffn_gate_up_exps: gate rows first). */
 static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
 {
-    const model_tensor gate = model_tensor_slice(&ly->ffn_gate_exps, expert),
-                       up = model_tensor_slice(&ly->ffn_up_exps, expert),
-                       down = model_tensor_slice(&ly->ffn_down_exps, expert);
-    swiglu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, e->base.m->hp.n_ff_exp);
+    const int n_ff = e->base.m->hp.n_ff_exp;
+    model_tensor gate, up;
+    if (ly->ffn_gate_up_exps.data) {
+        gate = up = model_tensor_slice(&ly->ffn_gate_up_exps, expert);
+        gate.ne1 = up.ne1 = n_ff;
+        up.data = (const char *)up.data + (size_t)n_ff * up.row_bytes;
+    } else {
+        gate = model_tensor_slice(&ly->ffn_gate_exps, expert);
+        up = model_tensor_slice(&ly->ffn_up_exps, expert);
+    }
+    const model_tensor down = model_tensor_slice(&ly->ffn_down_exps, expert);
+    glu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, n_ff, ly->recipe.act);
 }
 
-/* Mixture of experts: xb2 = sum over the k experts the router picks for each token of
- * weight * expert_glu(xb).  Tokens are grouped by expert, so each expert's weights are read
- * once per step for all the tokens routed to it, and an expert nobody picked is not read at
- * all.  A token's sum runs over its experts in id order, whatever else is in the batch. */
-static void ffn_moe(cpu_engine *e, int il, int n_tok)
+/* out = sum over each token's routed experts (moe_ids, moe_weights) of weight *
+ * expert_glu(in).  Tokens are grouped by expert, so each expert's weights are read once per
+ * step for all the tokens routed to it, and an expert nobody picked is not read at all.  A
+ * token's sum runs over its experts in id order, whatever else is in the batch. */
+static void moe_sum(cpu_engine *e, const model_layer *ly, const float *in, float *out, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
-    const model_layer *ly = &e->base.m->layers[il];
     const int dim = hp->n_embd, k = hp->n_expert_used;
-    matmul(e, e->router, e->xb, n_tok, &ly->ffn_gate_inp, NULL);
-    for (int t = 0; t < n_tok; t++) /* ARCH_ROUTER_SOFTMAX_TOPK, the one router run here */
-        cpu_moe_route(e->router + (size_t)t * hp->n_expert, hp->n_expert, k, e->moe_ids + (size_t)t * k,
-                      e->moe_weights + (size_t)t * k);
-    memset(e->xb2, 0, (size_t)n_tok * dim * sizeof(float));
+    memset(out, 0, (size_t)n_tok * dim * sizeof(float));
     for (int x = 0; x < hp->n_expert; x++) {
         int n = 0;
         for (int t = 0; t < n_tok; t++) {
@@ -211,24 +264,74 @@ static void ffn_moe(cpu_engine *e, int il, int n_tok)
                 if (e->moe_ids[(size_t)t * k + j] != x) continue;
                 e->group_tok[n] = t;
                 e->group_weight[n] = e->moe_weights[(size_t)t * k + j];
-                memcpy(e->group_x + (size_t)n * dim, e->xb + (size_t)t * dim, (size_t)dim * sizeof(float));
+                memcpy(e->group_x + (size_t)n * dim, in + (size_t)t * dim, (size_t)dim * sizeof(float));
                 n++;
             }
         }
         if (n == 0) continue;
         expert_glu(e, ly, x, n);
         for (int i = 0; i < n; i++) {
-            float *out = e->xb2 + (size_t)e->group_tok[i] * dim;
+            float *o = out + (size_t)e->group_tok[i] * dim;
             const float *y = e->group_y + (size_t)i * dim;
-            for (int d = 0; d < dim; d++) out[d] += e->group_weight[i] * y[d];
+            for (int d = 0; d < dim; d++) o[d] += e->group_weight[i] * y[d];
         }
     }
 }
 
+/* Each token's experts and weights from the router's logits of `in` (ARCH_ROUTER_SOFTMAX_TOPK;
+ * ARCH_ROUTER_SCALED's input scaling is done by the caller, its expert scales here). */
+static void moe_route(cpu_engine *e, const model_layer *ly, const float *in, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const int k = hp->n_expert_used;
+    matmul(e, e->router, in, n_tok, &ly->ffn_gate_inp, NULL);
+    for (int t = 0; t < n_tok; t++) {
+        int32_t *ids = e->moe_ids + (size_t)t * k;
+        float *w = e->moe_weights + (size_t)t * k;
+        cpu_moe_route(e->router + (size_t)t * hp->n_expert, hp->n_expert, k, ids, w);
+        if (ly->expert_scale.data)
+            for (int j = 0; j < k; j++) w[j] *= ((const float *)ly->expert_scale.data)[ids[j]];
+    }
+}
+
+/* Mixture of experts: xb2 = the routed experts' weighted sum over xb. */
+static void ffn_moe(cpu_engine *e, int il, int n_tok)
+{
+    const model_layer *ly = &e->base.m->layers[il];
+    moe_route(e, ly, e->xb, n_tok);
+    moe_sum(e, ly, e->xb, e->xb2, n_tok);
+}
+
+/* Gemma 4's experts beside the dense MLP: xb2 = post_1(glu(xb)) + post_2(experts(pre_2(x)))
+ * with xb the block's normed input and x the residual stream; the router reads
+ * rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale. */
+static void ffn_glu_moe(cpu_engine *e, int il, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const model_layer *ly = &e->base.m->layers[il];
+    const int dim = hp->n_embd;
+    ffn_glu(e, il, n_tok);
+    norm_rows(e, e->xb2, e->xb2, &ly->ffn_post_norm_1, n_tok);
+    const float inv_sqrt_dim = 1.0f / sqrtf((float)dim);
+    const float *scale = ly->router_scale.data;
+    for (int t = 0; t < n_tok; t++) {
+        float *r = e->moe_out + (size_t)t * dim;
+        cpu_rmsnorm(r, e->x + (size_t)t * dim, NULL, dim, hp->rms_eps);
+        for (int d = 0; d < dim; d++) r[d] = r[d] * inv_sqrt_dim * scale[d];
+    }
+    moe_route(e, ly, e->moe_out, n_tok);
+    norm_rows(e, e->moe_in, e->x, &ly->ffn_pre_norm_2, n_tok);
+    moe_sum(e, ly, e->moe_in, e->moe_out, n_tok);
+    norm_rows(e, e->moe_out, e->moe_out, &ly->ffn_post_norm_2, n_tok);
+    for (size_t i = 0; i < (size_t)n_tok * dim; i++) e->xb2[i] += e->moe_out[i];
+}
+
 /* A block reads xb (n_tok rows of n_embd) and leaves its output in xb2. */
 typedef void (*cpu_block)(cpu_engine *e, int il, int n_tok);
-static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_full};
-static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe};
+static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_softmax,
+                                             [ARCH_ATTN_SLIDING] = attention_softmax};
+static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe,
+                                       [ARCH_FFN_GLU_MOE] = ffn_glu_moe};
 
 /* x += post(block(pre(x))): pre/post are the norms the placement asks for (NULL: none). */
 static void residual(cpu_engine *e, cpu_block block, const model_tensor *pre, const model_tensor *post, int il,
@@ -242,6 +345,24 @@ static void residual(cpu_engine *e, cpu_block block, const model_tensor *pre, co
     for (size_t i = 0; i < n; i++) e->x[i] += e->xb2[i];
 }
 
+/* Gemma 4's per-layer embedding of layer il: x += rmsnorm(proj · (gelu(gate · x) * ple[il])) *
+ * post_norm. */
+static void per_layer_embedding(cpu_engine *e, int il, int n_tok)
+{
+    const model *m = e->base.m;
+    const model_layer *ly = &m->layers[il];
+    const int P = m->hp.n_embd_ple, dim = m->hp.n_embd;
+    matmul(e, e->ple_gate, e->x, n_tok, &ly->ple_gate, NULL);
+    cpu_gelu(e->ple_gate, n_tok * P);
+    for (int t = 0; t < n_tok; t++) {
+        const float *in = e->ple + ((size_t)t * m->hp.n_layer + il) * P;
+        for (int i = 0; i < P; i++) e->ple_gate[(size_t)t * P + i] *= in[i];
+    }
+    matmul(e, e->xb2, e->ple_gate, n_tok, &ly->ple_proj, NULL);
+    norm_rows(e, e->xb2, e->xb2, &ly->ple_post_norm, n_tok);
+    for (size_t i = 0; i < (size_t)n_tok * dim; i++) e->x[i] += e->xb2[i];
+}
+
 /* One layer: x += post(attention(pre(x))); x += post(ffn(pre(x))), the norms and blocks its
  * recipe names. */
 static void forward_layer(cpu_engine *e, int il, int n_tok)
@@ -251,6 +372,11 @@ static void forward_layer(cpu_engine *e, int il, int n_tok)
     const bool pre = r->norm != ARCH_NORM_POST, post = r->norm != ARCH_NORM_PRE;
     residual(e, ATTENTION_BLOCKS[r->attn], pre ? &ly->attn_norm : NULL, post ? &ly->attn_post_norm : NULL, il, n_tok);
     residual(e, FFN_BLOCKS[r->ffn], pre ? &ly->ffn_norm : NULL, post ? &ly->ffn_post_norm : NULL, il, n_tok);
+    if (e->base.m->hp.n_embd_ple > 0) per_layer_embedding(e, il, n_tok);
+    if (ly->out_scale.data) {
+        const float s = *(const float *)ly->out_scale.data;
+        for (size_t i = 0; i < (size_t)n_tok * e->base.m->hp.n_embd; i++) e->x[i] *= s;
+    }
 }
 
 /* ---- a step -------------------------------------------------------------------------------- */
@@ -328,6 +454,7 @@ static void lm_head(cpu_engine *e, const engine_seq *seqs, int n_out, engine_res
             cpu_rmsnorm(e->xb + (size_t)r * dim, e->x + (size_t)e->out_tok[first + r] * dim,
                         m->output_norm.data, dim, m->hp.rms_eps);
         matmul(e, e->logits, e->xb, n, &m->output, NULL);
+        if (m->hp.logit_softcap > 0) cpu_softcap(e->logits, n * m->hp.n_vocab, m->hp.logit_softcap);
         for (int r = 0; r < n; r++) {
             int seq = e->out_seq[first + r];
             deliver_row(e, &seqs[seq], e->out_tok[first + r], e->logits + (size_t)r * m->hp.n_vocab,
@@ -373,7 +500,7 @@ static void cpu_destroy(engine *base)
     void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
                     e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
-                    e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y};
+                    e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->ple, e->ple_gate, e->moe_in, e->moe_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
 }
@@ -476,10 +603,12 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     }
     const model_hparams *hp = &m->hp;
     e->base = (engine){.vt = &CPU_VTABLE, .m = m, .cfg = *cfg};
-    e->q_dim = hp->n_head * hp->head_dim;
-    e->kv_dim = hp->n_head_kv * hp->head_dim;
-    e->rope = (cpu_rope){.head_dim = hp->head_dim, .neox = hp->rope_neox, .base = hp->rope_base,
-                         .scale = hp->rope_scale, .freq_div = m->rope_freqs.data};
+    /* the widest layer's: Gemma 4's full layers have their own head_dim and kv heads */
+    for (int il = 0; il < hp->n_layer; il++) {
+        const model_layer *ly = &m->layers[il];
+        if (hp->n_head * ly->head_dim > e->q_dim) e->q_dim = hp->n_head * ly->head_dim;
+        if (ly->n_head_kv * ly->head_dim > e->kv_dim) e->kv_dim = ly->n_head_kv * ly->head_dim;
+    }
     int n_threads = cfg->n_threads;
     if (n_threads == 0) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -509,8 +638,10 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     }
     const size_t kv = mul(n_blocks, kv_block_floats(e));
     const size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
-    const size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    if ((size_t)hp->n_embd_ple * hp->n_layer > ff) ff = (size_t)hp->n_embd_ple * hp->n_layer; /* per_layer_inputs */
     const size_t moe_tok = hp->n_expert ? B : 0; /* the MoE buffers: none for a dense model */
+    const size_t ple_tok = hp->n_embd_ple ? B : 0;
     const buffer_request req[] = {
         {(void **)&e->key_cache, "K cache", kv, sizeof(float)},
         {(void **)&e->value_cache, "V cache", kv, sizeof(float)},
@@ -537,6 +668,10 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->group_weight, "expert groups", moe_tok, sizeof(float)},
         {(void **)&e->group_x, "expert inputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
         {(void **)&e->group_y, "expert outputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
+        {(void **)&e->moe_in, "expert inputs", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
+        {(void **)&e->moe_out, "expert sums", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
+        {(void **)&e->ple, "per-layer inputs", mul(ple_tok, (size_t)hp->n_embd_ple * hp->n_layer), sizeof(float)},
+        {(void **)&e->ple_gate, "per-layer gates", mul(ple_tok, (size_t)hp->n_embd_ple), sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},
         {(void **)&e->logits, "logits", mul((size_t)e->logits_rows, (size_t)hp->n_vocab), sizeof(float)},
         {&e->sample_scratch, "sampler scratch", sampling_scratch_bytes(hp->n_vocab), 1},

@@ -12,7 +12,10 @@ void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float e
     float ss = 0.0f;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
+    if (weight)
+        for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
+    else
+        for (int i = 0; i < n; i++) out[i] = scale * x[i];
 }
 
 void cpu_softmax(float *x, int n)
@@ -49,6 +52,28 @@ void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weig
 void cpu_swiglu(float *x, const float *y, int n)
 {
     for (int i = 0; i < n; i++) x[i] = x[i] * (1.0f / (1.0f + expf(-x[i]))) * y[i];
+}
+
+/* The exact tanh GELU (transformers' gelu_pytorch_tanh). */
+static float gelu_tanh(float x)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+void cpu_geglu(float *x, const float *y, int n)
+{
+    for (int i = 0; i < n; i++) x[i] = gelu_tanh(x[i]) * y[i];
+}
+
+void cpu_gelu(float *x, int n)
+{
+    for (int i = 0; i < n; i++) x[i] = gelu_tanh(x[i]);
+}
+
+void cpu_softcap(float *x, int n, float cap)
+{
+    for (int i = 0; i < n; i++) x[i] = tanhf(x[i] / cap) * cap;
 }
 
 static void matmul_rows(void *ctx, int begin, int end, int thread)
@@ -100,7 +125,7 @@ void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
 static size_t kv_row(const cpu_attention *at, const int32_t *table, int j)
 {
     return (size_t)table[j / ENGINE_KV_BLOCK] * (size_t)at->block_stride +
-           (size_t)(j % ENGINE_KV_BLOCK) * (size_t)(at->n_head_kv * at->head_dim);
+           (size_t)(j % ENGINE_KV_BLOCK) * (size_t)at->row_stride;
 }
 
 static void attention_items(void *ctx, int begin, int end, int thread)
@@ -108,25 +133,25 @@ static void attention_items(void *ctx, int begin, int end, int thread)
     const cpu_attention *at = ctx;
     const int hd = at->head_dim, q_dim = at->n_head * hd;
     const int group = at->n_head / at->n_head_kv;
-    const float sqrt_hd = sqrtf((float)hd);
     float *att = at->scores + (size_t)thread * at->scores_stride;
     for (int item = begin; item < end; item++) {
         int t = item / at->n_head, h = item % at->n_head;
         const float *q = at->q + (size_t)t * q_dim + (size_t)h * hd;
         const int32_t *table = at->tables + (size_t)at->seq[t] * at->table_width;
         const size_t head = (size_t)(h / group) * hd;
-        int n_pos = at->pos[t] + 1;
+        const int first = at->window && at->pos[t] >= at->window ? at->pos[t] - at->window + 1 : 0;
+        const int n_pos = at->pos[t] + 1 - first;
         for (int j = 0; j < n_pos; j++) {
-            const float *k = at->key_cache + kv_row(at, table, j) + head;
+            const float *k = at->key_cache + kv_row(at, table, first + j) + head;
             float score = 0.0f;
             for (int i = 0; i < hd; i++) score += q[i] * k[i];
-            att[j] = score / sqrt_hd;
+            att[j] = score / at->score_div;
         }
         cpu_softmax(att, n_pos);
         float *out = at->out + (size_t)t * q_dim + (size_t)h * hd;
         for (int i = 0; i < hd; i++) out[i] = 0.0f;
         for (int j = 0; j < n_pos; j++) {
-            const float *v = at->value_cache + kv_row(at, table, j) + head;
+            const float *v = at->value_cache + kv_row(at, table, first + j) + head;
             for (int i = 0; i < hd; i++) out[i] += att[j] * v[i];
         }
     }
@@ -135,7 +160,10 @@ static void attention_items(void *ctx, int begin, int end, int thread)
 void cpu_attention_run(cpu_pool *pool, const cpu_attention *at)
 {
     int64_t work = 0; /* query-key products */
-    for (int t = 0; t < at->n_tok; t++) work += (int64_t)(at->pos[t] + 1) * at->n_head * at->head_dim;
+    for (int t = 0; t < at->n_tok; t++) {
+        int n_pos = at->window && at->pos[t] >= at->window ? at->window : at->pos[t] + 1;
+        work += (int64_t)n_pos * at->n_head * at->head_dim;
+    }
     if (work < PARALLEL_MIN_WORK)
         attention_items((void *)at, 0, at->n_tok * at->n_head, 0);
     else

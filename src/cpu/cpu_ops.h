@@ -12,7 +12,7 @@
 #include "model/model.h"
 #include "cpu_pool.h"
 
-/* out = x / rms(x) * weight over n floats (out may alias x). */
+/* out = x / rms(x) * weight over n floats (weight NULL: 1; out may alias x). */
 void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
 
 /* In-place softmax over n floats. */
@@ -25,6 +25,16 @@ void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weig
 
 /* x = silu(x) * y elementwise (SwiGLU's gate). */
 void cpu_swiglu(float *x, const float *y, int n);
+
+/* x = gelu_tanh(x) * y elementwise (GeGLU's gate): the exact tanh formula, as transformers'
+ * gelu_pytorch_tanh (no lookup table). */
+void cpu_geglu(float *x, const float *y, int n);
+
+/* x = gelu_tanh(x) elementwise (Gemma 4's per-layer embedding gate). */
+void cpu_gelu(float *x, int n);
+
+/* x = cap * tanh(x / cap) elementwise (Gemma's final logit soft-cap). */
+void cpu_softcap(float *x, int n, float cap);
 
 /* out[t][r] = dot(w row r, x[t]) (+ bias[r]) for t < n_tok, r < w->ne1; rows of x are
  * w->ne0 floats apart, rows of out w->ne1 floats apart.  Parallel over weight rows, with all
@@ -51,7 +61,8 @@ typedef struct cpu_rope {
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos);
 
 /* Causal grouped-query attention of a batch of tokens over their sequences' K/V blocks.
- * Token t at position pos[t] of sequence seq[t] attends to positions 0..pos[t], position p
+ * Token t at position pos[t] of sequence seq[t] attends to positions 0..pos[t] (a sliding
+ * layer: pos[t]-window+1..pos[t]; the positions before are never read), position p
  * being row p % ENGINE_KV_BLOCK of block tables[seq[t] * table_width + p / ENGINE_KV_BLOCK];
  * their K/V must already be in the cache.  The sums run over positions in order whatever the
  * blocks, so a token's result does not depend on where its K/V live.  Parallel over (token,
@@ -61,11 +72,14 @@ typedef struct cpu_attention {
     const float *q;   /* [n_tok][n_head * head_dim] */
     const float *key_cache, *value_cache; /* this layer's row 0 of block 0 */
     long block_stride; /* floats between blocks in the caches */
+    int row_stride;    /* floats between positions in a block (>= n_head_kv * head_dim) */
     const int32_t *tables;
     int table_width;
     int n_tok;
     const int *seq, *pos;
     int n_head, n_head_kv, head_dim;
+    int window;        /* 0: every earlier position; else the last `window` */
+    float score_div;   /* scores are q.k / score_div (sqrt(head_dim), or of query_pre_attn_scalar) */
     float *scores;    /* n_threads * scores_stride floats of scratch */
     int scores_stride; /* >= the largest pos + 1 */
 } cpu_attention;

@@ -161,6 +161,10 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         LAYER_MATRICES(UP_M) LAYER_VECTORS(UP_V)
 #undef UP_M
 #undef UP_V
+        G->window = L->window;
+        G->rope_base = L->rope_base;
+        G->rope_scale = L->rope_scale;
+        G->geglu = L->recipe.act == ARCH_ACT_GELU_TANH;
         if (g->base.cfg.verbose && (l + 1) % 8 == 0)
             log_info("cuda: uploaded layers %d/%d (%.0f MiB)", l + 1, m->hp.n_layer, u.off / MIB);
     }
@@ -288,6 +292,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
     g->att_decode = gpu_attn_decode_serves(hp->n_head, hp->n_head_kv, hp->head_dim);
     g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, hp->n_head_kv) : ATT_MAX_SPLIT;
+    for (int l = 0; l < hp->n_layer; l++)
+        if (g->base.m->layers[l].window) g->att_window = g->base.m->layers[l].window; /* one per model (n_swa) */
     g->att_splits = gpu_attn_max_splits_for(cfg->ctx_per_slot, g->att_max_split);
     g->fa_q_tokens = gpu_flash_q_tokens(hp->n_head, hp->n_head_kv, hp->head_dim);
     /* attn_decode's partials take a row per decode token of a step (one per sequence, as its
@@ -497,6 +503,9 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             for (int j = 0; j < s->n_tokens; j++) {
                 dtok[p->attn.n_dec++] = t + j;
                 int ns = gpu_attn_splits_for(s->pos + j + 1, g->att_max_split);
+                if (ns > p->attn.n_split) p->attn.n_split = ns;
+                /* a sliding layer splits its shorter span: not monotone either, so both count */
+                ns = gpu_attn_splits_for(gpu_attn_span(s->pos + j, g->att_window), g->att_max_split);
                 if (ns > p->attn.n_split) p->attn.n_split = ns;
             }
         }
@@ -751,8 +760,8 @@ static const engine_vtable gpu_vtable = {"cuda", gpu_step, gpu_slot_clear, gpu_k
  * it does exactly when the recipe asks) and a SwiGLU feed-forward.  A model needing another
  * is refused here, by name, rather than run wrong. */
 #define GPU_FEATURES                                                                              \
-    (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | \
-     ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
+    (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING | ARCH_F_QKV_BIAS | \
+     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH)
 
 /* A matrix in a format without kernels (gpu_kernel_names.h) is refused here, before anything
  * is allocated or uploaded, naming the first such tensor; --device auto then runs the model on
@@ -783,6 +792,18 @@ static int check_model(const model *m, char *err, size_t errlen)
 {
     const model_hparams *hp = &m->hp;
     if (model_check_features(m, GPU_FEATURES, "cuda", err, errlen)) return -1;
+    /* Gemma 4's parts outside the recipe: per-layer shapes and embeddings, shared K/V, layer
+     * scalars.  (Its v norm already refuses it; this keeps any other family that uses them
+     * from running without them.) */
+    for (int l = 0; l < hp->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        if (L->head_dim != hp->head_dim || L->n_head_kv != hp->n_head_kv || L->n_ff != hp->n_ff ||
+            L->kv_source != l || L->out_scale.data || hp->n_embd_ple) {
+            snprintf(err, errlen, "the cuda backend does not implement per-layer shapes, shared K/V, per-layer "
+                     "embeddings or layer scalars (layer %d of %s)", l, m->desc->name);
+            return -1;
+        }
+    }
     if (check_weight_types(m, err, errlen)) return -1;
     if (hp->n_embd % 32 || (hp->n_head * hp->head_dim) % 32) {
         snprintf(err, errlen, "model: n_embd %d and n_head*head_dim %d must be multiples of 32 on the GPU",

@@ -1,19 +1,23 @@
 /* gpu_forward.c - the transformer forward pass on the GPU, top to bottom, over one packed
  * batch of tokens from any number of slots, for the recipes gpu_engine.c accepts (GPU_FEATURES):
  *
- *   x = embed(tok)
+ *   x = embed(tok)                                      (Gemma: times sqrt(n_embd))
  *   for each layer:
  *       h = fp16(rmsnorm(x) * attn_norm)
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
- *       q, k = rmsnorm per head (qk norm), RoPE; K/V block[pos] = k, v          (qkv_post;
- *           one token and no qk norm: in the epilogue of the QKV matvec, matvec_rope)
- *       h = fp16(softmax(q K^T / sqrt(hd)) V) over keys 0..pos of the token's sequence:
+ *       q, k = rmsnorm per head (qk norm), RoPE (the layer's base and scaling);
+ *           K/V block[pos] = k, v               (qkv_post; one token and no qk norm: in the
+ *           epilogue of the QKV matvec, matvec_rope)
+ *       h = fp16(softmax(q K^T / sqrt(query_pre_attn_scalar)) V) over keys 0..pos of the
+ *           token's sequence (a sliding layer: its window only, see gpu_attn_first_key):
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
  *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm)
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
+ *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
  *                                        (sandwich norm: normed by ffn_post_norm as above)
- *   logits = Wout fp16(rmsnorm(x[rows]) * output_norm);  sample(rows)
+ *   logits = Wout fp16(rmsnorm(x[rows]) * output_norm)   (Gemma: cap * tanh(logits / cap))
+ *   sample(rows)
  *
  * Matmuls read the weights as they are stored: over a few rows (decode) with the matvec
  * kernels, over more (batched decode, prefill) with the tensor-core mmq kernels, which decode
@@ -181,13 +185,14 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
     return 0;
 }
 
+/* The fused kernels (glu_*, mmq_glu_*) apply SiLU; a GeGLU layer takes the unfused path. */
 bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T)
 {
     matmul_path path = path_for(g, &L->w_gate, T);
-    return L->w_gate.type == L->w_up.type && (path == PATH_MMQ || path == PATH_MATVEC);
+    return !L->geglu && L->w_gate.type == L->w_up.type && (path == PATH_MMQ || path == PATH_MATVEC);
 }
 
-/* ff_h = fp16(silu(Wgate h) * Wup h) */
+/* ff_h = fp16(act(Wgate h) * Wup h), act silu or gelu_tanh */
 static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
     matmul_op op = {.out = {{&L->w_gate, g->gate, 0, g->d_ff}, {&L->w_up, g->up, 0, g->d_ff}}, .n_out = 2,
@@ -204,7 +209,8 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what,
     if (matmul(g, &op, err, errlen)) return -1;
     size_t n = (size_t)T * g->d_ff;
     unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
-    LAUNCH(g->k.swiglu, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->gate, &g->up, &g->ff_h, &n);
+    const gpu_fn *act = L->geglu ? &g->k.geglu : &g->k.swiglu;
+    LAUNCH(*act, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->gate, &g->up, &g->ff_h, &n);
     return 0;
 }
 
@@ -230,13 +236,14 @@ static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err
 static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
+    const int window = g->layers[il].window;
     if (ap->n_tiles > 0) {
         flash_args fa = {
             .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
             .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
             .tiles = I32(g->in_d + g->in.ftiles), .out = F16(g->act_h), .n_layer = hp->n_layer, .layer = il,
-            .n_head = hp->n_head, .n_kv = hp->n_head_kv, .table_width = g->table_width,
-            .scale = (float)(M_LOG2E / sqrt((double)hp->head_dim)),
+            .n_head = hp->n_head, .n_kv = hp->n_head_kv, .table_width = g->table_width, .window = window,
+            .scale = (float)(M_LOG2E / sqrt((double)hp->attn_scalar)),
         };
         /* pack_step makes tiles only when gpu_flash_q_tokens() allows: head_dim 64 or 128 */
         const gpu_fn *fn = hp->head_dim == 64 ? &g->k.flash_attn_hd64 : &g->k.flash_attn_hd128;
@@ -251,8 +258,8 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
         .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables), .n_layer = hp->n_layer,
         .layer = il, .n_head = nh, .n_kv = hp->n_head_kv, .table_width = g->table_width,
-        .hd = hd, .gb = gb, .n_split = n_split,
-        .scale = 1.0f / sqrtf((float)hd), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
+        .hd = hd, .gb = gb, .n_split = n_split, .window = window,
+        .scale = 1.0f / sqrtf(hp->attn_scalar), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
         .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .out = F16(g->act_h),
     };
     unsigned n = (unsigned)ap->n_dec;
@@ -303,8 +310,8 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
         .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
         .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(g->kc), .vc = F16(g->vc),
         .seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
-        .freq_div = g->rope_freqs ? F32(g->rope_freqs) : NULL, .rope_base = hp->rope_base,
-        .pos_scale = 1.0f / hp->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
+        .freq_div = g->rope_freqs ? F32(g->rope_freqs) : NULL, .rope_base = L->rope_base,
+        .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
         .n_kv = hp->n_head_kv, .hd = hp->head_dim, .n_layer = hp->n_layer, .layer = il,
         .table_width = g->table_width,
     };
@@ -332,6 +339,15 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     return residual_add(g, &down, L->ffn_post_norm, T, err, errlen);
 }
 
+/* x *= s over n floats: the embeddings' scale, the logits' soft-cap (cap = s). */
+static int scale_op(gpu_engine *g, const gpu_fn *fn, CUdeviceptr x, size_t n, float s, const char *what, char *err,
+                    size_t errlen)
+{
+    unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
+    LAUNCH(*fn, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &x, &n, &s);
+    return 0;
+}
+
 /* Final norm + LM head over n rows of x picked by an index list (stride in ints). */
 static int lm_head(gpu_engine *g, CUdeviceptr idx, int stride, int n, char *err, size_t errlen)
 {
@@ -341,7 +357,10 @@ static int lm_head(gpu_engine *g, CUdeviceptr idx, int stride, int n, char *err,
     if (rmsnorm(g, &no, "LM head", err, errlen)) return -1;
     matmul_op op = {.out = {{&g->output, g->logits, 0, hp->n_vocab}}, .n_out = 1, .x = g->xl_h, .m = n,
                     .ldx = g->d_embd, .what = "LM head"};
-    return matmul(g, &op, err, errlen);
+    if (matmul(g, &op, err, errlen)) return -1;
+    if (hp->logit_softcap > 0)
+        return scale_op(g, &g->k.softcap, g->logits, (size_t)n * hp->n_vocab, hp->logit_softcap, "LM head", err, errlen);
+    return 0;
 }
 
 int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t errlen)
@@ -359,6 +378,9 @@ int gpu_forward(gpu_engine *g, int T, int R, const gpu_attn_plan *ap, char *err,
            &tok, &slot, &pos, &T);
     LAUNCH(g->k.embed[g->tok_embd.wtype], ((gpu_launch_dims){(unsigned)T, 1, 1, 64}), "embedding",
            &g->tok_embd.d, &rb, &ne, &tok, &g->x);
+    if (g->base.m->desc->embed_scale &&
+        scale_op(g, &g->k.scale_f32, g->x, (size_t)T * ne, hp->embd_scale, "embedding", err, errlen))
+        return -1;
     for (int il = 0; il < hp->n_layer; il++)
         if (layer_forward(g, il, T, ap, err, errlen)) return -1;
     if (R == 0) return 0;

@@ -37,6 +37,10 @@ typedef struct gpu_layer {
     CUdeviceptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm; /* F32 vectors or 0 */
     CUdeviceptr attn_post_norm, ffn_post_norm;                 /* sandwich-norm layers only */
     gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    /* from the model_layer: its window (0: full), RoPE and activation */
+    int window;
+    float rope_base, rope_scale;
+    bool geglu;
 } gpu_layer;
 
 /* Where each per-step input lives in the staging buffer, copied in two parts so a step moves
@@ -100,6 +104,7 @@ typedef struct gpu_engine {
     int att_splits;              /* splits the partial buffers hold for each decode query */
     bool att_decode;             /* decode tokens take attn_decode (gpu_attn_decode_serves) */
     int att_max_split;           /* its key splits (gpu_attn_dec_split_for), else attn_partial's */
+    int att_window;              /* the sliding layers' window (their key spans split apart), 0: none */
     int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel */
     size_t wdq_bytes;
 

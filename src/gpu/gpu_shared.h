@@ -98,7 +98,8 @@ typedef struct attn_args {
     int n_layer, layer, n_head, n_kv, table_width, hd;
     int gb;      /* query heads per block (a divisor of n_head/n_kv, at most 8) */
     int n_split; /* grid z: key ranges per query (split-K), enough for the longest */
-    float scale; /* 1/sqrt(hd) */
+    int window;  /* the layer's sliding window, 0: full (gpu_attn_first_key) */
+    float scale; /* 1/sqrt(hd), or of query_pre_attn_scalar */
     float *part_o;  /* [t][n_head][n_split][hd] */
     float *part_ml; /* [t][n_head][n_split][2] */
     /* grid x index -> packed token, or NULL: token = grid x index (the decode graphs) */
@@ -122,8 +123,25 @@ typedef struct flash_args {
     const int32_t *tiles;              /* [tile][2]: first packed token, tokens */
     gpu_half *out;                     /* [t][n_head][hd] */
     int n_layer, layer, n_head, n_kv, table_width;
+    int window; /* the layer's sliding window, 0: full (gpu_attn_first_key) */
     float scale;
 } flash_args;
+
+/* The keys a query at position pos sees: first..pos, first = 0 or, in a layer with a sliding
+ * window, pos - window + 1.  The kernels walk them from gpu_attn_key0, first rounded down to
+ * a KV block (a tile of 32 keys stays in one block), and mask the keys before first; the
+ * blocks before key0 are never read.  So a sliding layer's decode reads its window and at
+ * most one block more, whatever the context. */
+static inline GPU_HOST_DEVICE int gpu_attn_first_key(int pos, int window)
+{
+    return window > 0 && pos >= window ? pos - window + 1 : 0;
+}
+static inline GPU_HOST_DEVICE int gpu_attn_key0(int pos, int window)
+{
+    return gpu_attn_first_key(pos, window) / GPU_KV_BLOCK * GPU_KV_BLOCK;
+}
+/* The keys walked for a query at pos (from key0): what the key splits are cut from. */
+static inline GPU_HOST_DEVICE int gpu_attn_span(int pos, int window) { return pos + 1 - gpu_attn_key0(pos, window); }
 
 /* Tokens per flash tile for this shape (all query heads of a KV group in one block), or 0
  * when the flash kernel does not apply (another head size, a group over GPU_FA_ROWS heads):

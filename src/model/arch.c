@@ -14,8 +14,10 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_QWEN2] = &arch_qwen2,
     [MODEL_ARCH_QWEN3] = &arch_qwen3,
     [MODEL_ARCH_QWEN3MOE] = &arch_qwen3moe,
+    [MODEL_ARCH_GEMMA3] = &arch_gemma3,
+    [MODEL_ARCH_GEMMA4] = &arch_gemma4,
 };
-static int n_registered = MODEL_ARCH_QWEN3MOE + 1;
+static int n_registered = MODEL_ARCH_GEMMA4 + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {
@@ -53,9 +55,9 @@ void arch_names(char *buf, size_t len)
 bool arch_layer_valid(const arch_layer *l)
 {
     return (unsigned)l->norm <= ARCH_NORM_SANDWICH && (unsigned)l->attn <= ARCH_ATTN_LINEAR &&
-           (unsigned)l->ffn <= ARCH_FFN_MOE && (unsigned)l->act <= ARCH_ACT_GELU_TANH &&
-           (unsigned)l->router <= ARCH_ROUTER_SOFTMAX_TOPK &&
-           (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM)) == 0;
+           (unsigned)l->ffn <= ARCH_FFN_GLU_MOE && (unsigned)l->act <= ARCH_ACT_GELU_TANH &&
+           (unsigned)l->router <= ARCH_ROUTER_SCALED &&
+           (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM | ARCH_ATTN_V_NORM)) == 0;
 }
 
 arch_features arch_layer_features(const arch_layer *l)
@@ -65,18 +67,23 @@ arch_features arch_layer_features(const arch_layer *l)
     static const arch_features attn[] = {[ARCH_ATTN_FULL] = ARCH_F_ATTN_FULL,
                                          [ARCH_ATTN_SLIDING] = ARCH_F_ATTN_SLIDING,
                                          [ARCH_ATTN_LINEAR] = ARCH_F_ATTN_LINEAR};
-    static const arch_features ffn[] = {[ARCH_FFN_GLU] = ARCH_F_FFN_GLU, [ARCH_FFN_MOE] = ARCH_F_FFN_MOE};
+    static const arch_features ffn[] = {[ARCH_FFN_GLU] = ARCH_F_FFN_GLU, [ARCH_FFN_MOE] = ARCH_F_FFN_MOE,
+                                        [ARCH_FFN_GLU_MOE] = ARCH_F_FFN_GLU_MOE};
+    static const arch_features router[] = {[ARCH_ROUTER_SOFTMAX_TOPK] = ARCH_F_ROUTER_SOFTMAX_TOPK,
+                                           [ARCH_ROUTER_SCALED] = ARCH_F_ROUTER_SCALED};
     static const arch_features act[] = {[ARCH_ACT_SILU] = ARCH_F_ACT_SILU, [ARCH_ACT_GELU_TANH] = ARCH_F_ACT_GELU_TANH};
     arch_features f = norm[l->norm] | attn[l->attn] | ffn[l->ffn] | act[l->act];
     if (l->attn_extras & ARCH_ATTN_QKV_BIAS) f |= ARCH_F_QKV_BIAS;
     if (l->attn_extras & ARCH_ATTN_QK_NORM) f |= ARCH_F_QK_NORM;
-    if (l->ffn == ARCH_FFN_MOE) f |= ARCH_F_ROUTER_SOFTMAX_TOPK; /* the one router kind so far */
+    if (l->attn_extras & ARCH_ATTN_V_NORM) f |= ARCH_F_V_NORM;
+    if (l->ffn != ARCH_FFN_GLU) f |= router[l->router];
     return f;
 }
 
 static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
     "pre-norm", "post-norm", "sandwich-norm", "full attention", "sliding-window attention", "linear-recurrent attention",
-    "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh", "softmax top-k router",
+    "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh", "softmax top-k router", "v norm",
+    "GLU beside MoE", "scaled softmax top-k router",
 };
 
 const char *arch_feature_name(arch_features bit)
@@ -90,11 +97,13 @@ void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
 {
     static const char *const norm[] = {"pre-norm", "post-norm", "sandwich-norm"};
     static const char *const attn[] = {"full attention", "sliding-window attention", "linear-recurrent attention"};
-    static const char *const ffn[] = {"GLU", "MoE"};
+    static const char *const ffn[] = {"GLU", "MoE", "GLU beside MoE"};
     static const char *const act[] = {"silu", "gelu-tanh"};
-    static const char *const router[] = {" (softmax top-k router, renormalised)"};
-    snprintf(buf, len, "%s, %s%s%s, %s %s%s", norm[l->norm], attn[l->attn],
+    static const char *const router[] = {" (softmax top-k router, renormalised)",
+                                         " (scaled softmax top-k router, renormalised, expert scales)"};
+    snprintf(buf, len, "%s, %s%s%s%s, %s %s%s", norm[l->norm], attn[l->attn],
              l->attn_extras & ARCH_ATTN_QKV_BIAS ? " + qkv bias" : "",
-             l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "", ffn[l->ffn], act[l->act],
-             l->ffn == ARCH_FFN_MOE ? router[l->router] : "");
+             l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "",
+             l->attn_extras & ARCH_ATTN_V_NORM ? " + v norm" : "", ffn[l->ffn], act[l->act],
+             l->ffn != ARCH_FFN_GLU ? router[l->router] : "");
 }

@@ -24,7 +24,8 @@ typedef enum arch_norm {
 
 typedef enum arch_attn {
     ARCH_ATTN_FULL = 0,    /* causal softmax attention over every earlier position */
-    ARCH_ATTN_SLIDING = 1, /* the same over a window (Gemma, gpt-oss): not run yet */
+    ARCH_ATTN_SLIDING = 1, /* the same over the last `window` positions (Gemma, gpt-oss): query
+                            * i sees keys j with i - j < window (attention.sliding_window) */
     ARCH_ATTN_LINEAR = 2,  /* a linear-recurrent layer (gated DeltaNet): not run yet */
 } arch_attn;
 
@@ -32,23 +33,30 @@ typedef enum arch_attn {
 enum {
     ARCH_ATTN_QKV_BIAS = 1u << 0, /* attn_{q,k,v}.bias added after the projections (qwen2) */
     ARCH_ATTN_QK_NORM = 1u << 1,  /* each head of q and k RMS-normed before RoPE (qwen3) */
+    ARCH_ATTN_V_NORM = 1u << 2,   /* each head of v RMS-normed, no weight (Gemma 4) */
     /* room: output bias, partial RoPE, attention sinks, output gate */
 };
 
 typedef enum arch_ffn {
     ARCH_FFN_GLU = 0, /* down(act(gate x) * up x) */
     ARCH_FFN_MOE = 1, /* routed experts of GLUs: a router picks k of n_expert per token */
+    ARCH_FFN_GLU_MOE = 2, /* Gemma 4 26B-A4B: the dense GLU and routed experts side by side,
+                           * each normed after (post_ffw_norm_1 / _2), the experts' input by
+                           * pre_ffw_norm_2, summed before the block's post-norm */
 } arch_ffn;
 
 /* How a MoE block chooses its experts and weighs them (ignored by a GLU block). */
 typedef enum arch_router {
     ARCH_ROUTER_SOFTMAX_TOPK = 0, /* softmax over all experts, top-k, renormalised (Qwen3-MoE) */
+    ARCH_ROUTER_SCALED = 1,       /* Gemma 4: the same over logits of rmsnorm(x) / sqrt(n_embd) *
+                                   * ffn_gate_inp.scale, each weight times its expert's scale */
     /* room: top-k then softmax over the chosen (gpt-oss), sigmoid + bias (DeepSeek-V3, GLM) */
 } arch_router;
 
 typedef enum arch_act {
     ARCH_ACT_SILU = 0,      /* SwiGLU */
-    ARCH_ACT_GELU_TANH = 1, /* GeGLU (Gemma): not run yet */
+    ARCH_ACT_GELU_TANH = 1, /* GeGLU (Gemma): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), the
+                             * exact formula (transformers' gelu_pytorch_tanh), no table */
 } arch_act;
 
 /* One layer's recipe. */
@@ -78,7 +86,10 @@ enum {
     ARCH_F_ACT_SILU = 1u << 10,
     ARCH_F_ACT_GELU_TANH = 1u << 11,
     ARCH_F_ROUTER_SOFTMAX_TOPK = 1u << 12, /* MoE layers only */
-    ARCH_F_COUNT_ = 13,
+    ARCH_F_V_NORM = 1u << 13,
+    ARCH_F_FFN_GLU_MOE = 1u << 14,
+    ARCH_F_ROUTER_SCALED = 1u << 15,
+    ARCH_F_COUNT_ = 16,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -96,7 +107,13 @@ typedef enum arch_dim {
     ARCH_DIM_VOCAB,    /* n_vocab (the rows of token_embd) */
     ARCH_DIM_FF_EXP,   /* n_ff_exp: one expert's hidden width */
     ARCH_DIM_EXPERT,   /* n_expert: the slices of a 3-D expert tensor, the router's outputs */
+    ARCH_DIM_ONE,      /* 1 (a per-layer scalar) */
+    ARCH_DIM_PLE,      /* n_embd_ple: one layer's share of the per-layer embeddings */
+    ARCH_DIM_PLE_ALL,  /* n_embd_ple * n_layer */
+    ARCH_DIM_FF_EXP2,  /* 2 * n_ff_exp: an expert's gate and up rows in one matrix */
 } arch_dim;
+/* In a layer tensor, Q, KV, HEAD, HALF_HEAD and FF are the layer's own (model_layer: head_dim,
+ * n_head_kv, n_ff), which differ between layers in Gemma 4. */
 
 /* A tensor: name ("blk.N." is prepended for a layer tensor), shape, where it is bound (a byte
  * offset into model_layer or model) and when it is there: a layer whose recipe has any of the
@@ -114,20 +131,31 @@ typedef struct arch_tensor {
 
 static inline bool arch_tensor_needed(const arch_tensor *t, arch_features f) { return !t->when || (t->when & f); }
 
-/* A hyper-parameter "<arch>.<suffix>": an integer in [1, 2^24] or a positive float, stored
- * at `offset` in model_hparams (an int or a float).  An absent optional key leaves the field
- * as it is: dflt when non-zero, else the loader's derivation (head_count_kv = head_count,
- * key_length = embedding_length / head_count). */
-typedef enum arch_key_kind { ARCH_KEY_INT, ARCH_KEY_FLOAT } arch_key_kind;
+/* A hyper-parameter "<arch>.<suffix>": an integer in [1, 2^24] (COUNT: [0, 2^24]) or a positive
+ * float, stored at `offset` in model_hparams (an int or a float).  An absent optional key
+ * leaves the field as it is: dflt when non-zero, else the loader's derivation (head_count_kv =
+ * head_count, key_length = embedding_length / head_count).  An integer key with a layer_offset
+ * may also be an array of one value per layer (Gemma 4's feed_forward_length, head_count_kv):
+ * each layer's lands in model_layer at layer_offset, the largest in model_hparams. */
+typedef enum arch_key_kind { ARCH_KEY_INT, ARCH_KEY_FLOAT, ARCH_KEY_COUNT } arch_key_kind;
 typedef struct arch_key {
     const char *suffix;
     arch_key_kind kind;
     size_t offset;
     bool required;
     float dflt;
+    size_t layer_offset; /* 0: one value for all layers */
 } arch_key;
 
 typedef enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1 } arch_rope;
+
+/* How a sliding layer's RoPE differs from a full one's. */
+typedef enum arch_swa_rope {
+    ARCH_SWA_ROPE_SAME = 0,  /* the same frequencies and scaling (gpt-oss) */
+    ARCH_SWA_ROPE_LOCAL = 1, /* its own base (rope.freq_base_swa), no position scaling (Gemma 3) */
+} arch_swa_rope;
+
+struct model_hparams;
 
 #define ARCH_PATTERN_MAX 8
 
@@ -144,10 +172,24 @@ typedef struct arch_desc {
     arch_rope rope;
     arch_layer pattern[ARCH_PATTERN_MAX];
     int pattern_len;
+    /* Family facts outside the layer recipe (zero: the llama line's). */
+    arch_swa_rope swa_rope;
+    bool embed_scale; /* token embeddings times sqrt(n_embd) (Gemma) */
+    /* query_pre_attn_scalar when the file does not say it (scores are divided by its square
+     * root); NULL: head_dim. */
+    float (*attn_scalar)(const struct model_hparams *hp);
+    /* A key of one bool per layer (Gemma 4's attention.sliding_window_pattern): layer il runs
+     * pattern[0] where it is true, pattern[1] where false, instead of pattern[il % len]. */
+    const char *pattern_key;
+    /* A family whose experts are optional (Gemma 4: the 26B-A4B): the pattern when the file
+     * sets expert_count (NULL: none); and whether a layer without attn_v takes V from the K
+     * projection (Gemma 4's attention_k_eq_v). */
+    const arch_layer *moe_pattern;
+    bool v_from_k;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
-extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe;
+extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -155,6 +197,8 @@ extern const arch_key arch_dense_keys[];
 extern const arch_tensor arch_dense_globals[];
 extern const arch_tensor arch_dense_layer_tensors[]; /* with the MoE block's, bound for MoE recipes */
 extern const arch_key arch_moe_keys[];               /* expert_count, expert_used_count, expert width */
+extern const arch_key arch_swa_keys[];  /* attention.sliding_window (required), rope.freq_base_swa,
+                                         * final_logit_softcapping */
 #define ARCH_DENSE_LISTS                                                                          \
     .keys = arch_dense_keys, .globals = arch_dense_globals, .layer_tensors = arch_dense_layer_tensors
 
@@ -165,6 +209,8 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN2 = 1, /* Q/K/V bias, NeoX RoPE */
     MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
     MODEL_ARCH_QWEN3MOE = 3, /* qwen3's attention, MoE feed-forward */
+    MODEL_ARCH_GEMMA3 = 4,   /* 5 sliding : 1 full, sandwich norms, GeGLU, softcapped logits */
+    MODEL_ARCH_GEMMA4 = 5,   /* gemma3's line + per-layer embeddings, shared KV, per-layer shapes */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

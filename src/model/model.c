@@ -4,6 +4,7 @@
  * without checking again; nothing here computes. */
 #include "model.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,17 +50,88 @@ static bool absent_ok(loader *L, const char *key, bool required, const char *exp
     return true;
 }
 
-/* "<arch>.<suffix>" as an integer in [1, HPARAM_MAX]; *out keeps its default when the key is
- * absent and !required. */
-static bool read_int(loader *L, const char *suffix, bool required, int *out)
+/* "<arch>.<suffix>" as an integer in [lo, HPARAM_MAX] (lo: 1, or 0 for a count); *out keeps
+ * its default when the key is absent and !required. */
+static bool read_int_from(loader *L, const char *suffix, bool required, int64_t lo, int *out)
 {
     char key[128];
     key_name(L, suffix, key, sizeof key);
     int64_t v;
     if (!gguf_get_i64(L->f, key, &v)) return absent_ok(L, key, required, "an integer");
-    if (v < 1 || v > HPARAM_MAX) return fail(L, "key '%s' = %lld is out of range [1, %d]", key, (long long)v, HPARAM_MAX);
+    if (v < lo || v > HPARAM_MAX)
+        return fail(L, "key '%s' = %lld is out of range [%lld, %d]", key, (long long)v, (long long)lo, HPARAM_MAX);
     *out = (int)v;
     return true;
+}
+
+static bool read_int(loader *L, const char *suffix, bool required, int *out)
+{
+    return read_int_from(L, suffix, required, 1, out);
+}
+
+/* Element j of an array key of integers or bools (index i); false for another type.  The
+ * metadata section packs values without alignment: each is copied out, never dereferenced. */
+static bool arr_int(const gguf_file *f, int64_t i, uint64_t j, int64_t *v)
+{
+    const unsigned char *d = gguf_arr_data(f, i);
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
+    } x;
+    static const size_t width[] = {[GGUF_VT_UINT8] = 1, [GGUF_VT_INT8] = 1,  [GGUF_VT_UINT16] = 2,
+                                   [GGUF_VT_INT16] = 2, [GGUF_VT_UINT32] = 4, [GGUF_VT_INT32] = 4,
+                                   [GGUF_VT_BOOL] = 1,  [GGUF_VT_UINT64] = 8, [GGUF_VT_INT64] = 8};
+    const gguf_vtype t = gguf_arr_type(f, i);
+    if ((size_t)t >= sizeof width / sizeof width[0] || width[t] == 0) return false;
+    memcpy(&x, d + j * width[t], width[t]);
+    switch (t) {
+    case GGUF_VT_UINT8: case GGUF_VT_BOOL: *v = x.u8; return true;
+    case GGUF_VT_INT8: *v = x.i8; return true;
+    case GGUF_VT_UINT16: *v = x.u16; return true;
+    case GGUF_VT_INT16: *v = x.i16; return true;
+    case GGUF_VT_UINT32: *v = x.u32; return true;
+    case GGUF_VT_INT32: *v = x.i32; return true;
+    case GGUF_VT_UINT64: *v = (int64_t)x.u64; return true;
+    case GGUF_VT_INT64: *v = x.i64; return true;
+    default: return false;
+    }
+}
+
+/* The key "<arch>.<suffix>" when it is an array: its index, after checking that it holds one
+ * integer (or bool) in [lo, HPARAM_MAX] per layer; -1 when it is not an array (or absent);
+ * -2 (and the error) when it is a bad one.  *max gets its largest value. */
+static int64_t layer_array(loader *L, const char *suffix, int64_t lo, int *max)
+{
+    char key[128];
+    key_name(L, suffix, key, sizeof key);
+    int64_t i = gguf_find_key(L->f, key);
+    if (i < 0 || gguf_kv_type(L->f, i) != GGUF_VT_ARRAY) return -1;
+    if (gguf_arr_len(L->f, i) != (uint64_t)L->m->hp.n_layer) {
+        fail(L, "key '%s' has %llu entries, expected one per layer (%d)", key,
+             (unsigned long long)gguf_arr_len(L->f, i), L->m->hp.n_layer);
+        return -2;
+    }
+    *max = 0;
+    for (uint64_t j = 0; j < gguf_arr_len(L->f, i); j++) {
+        int64_t v;
+        if (!arr_int(L->f, i, j, &v)) {
+            fail(L, "key '%s' is an array of the wrong type: expected integers", key);
+            return -2;
+        }
+        if (v < lo || v > HPARAM_MAX) {
+            fail(L, "key '%s'[%llu] = %lld is out of range [%lld, %d]", key, (unsigned long long)j, (long long)v,
+                 (long long)lo, HPARAM_MAX);
+            return -2;
+        }
+        if (v > *max) *max = (int)v;
+    }
+    return i;
 }
 
 /* "<arch>.<suffix>" as a positive finite float; keeps the default when absent. */
@@ -112,9 +184,16 @@ static bool read_keys(loader *L, const arch_key *list)
 {
     for (const arch_key *k = list; k && k->suffix; k++) {
         char *field = (char *)&L->m->hp + k->offset;
+        if (k->layer_offset) { /* one per layer: the largest here, each in its layer later */
+            int64_t arr = layer_array(L, k->suffix, k->kind == ARCH_KEY_COUNT ? 0 : 1, (int *)field);
+            if (arr == -2) return false;
+            if (arr >= 0) continue;
+        }
         if (k->kind == ARCH_KEY_INT) {
             if (k->dflt != 0) *(int *)field = (int)k->dflt;
             if (!read_int(L, k->suffix, k->required, (int *)field)) return false;
+        } else if (k->kind == ARCH_KEY_COUNT) {
+            if (!read_int_from(L, k->suffix, k->required, 0, (int *)field)) return false;
         } else {
             if (k->dflt != 0) *(float *)field = k->dflt;
             if (!read_float(L, k->suffix, k->required, (float *)field)) return false;
@@ -148,6 +227,120 @@ static bool read_hparams(loader *L)
         return fail(L, "%s: head_count %d x head dimension %d is too large", arch, hp->n_head, hp->head_dim);
     if (hp->n_expert_used > hp->n_expert)
         return fail(L, "%s.expert_used_count %d is more than expert_count %d", arch, hp->n_expert_used, hp->n_expert);
+    const arch_desc *d = L->m->desc;
+    bool moe = false;
+    for (int p = 0; p < d->pattern_len && p < ARCH_PATTERN_MAX; p++) moe |= d->pattern[p].ffn == ARCH_FFN_MOE;
+    moe |= d->moe_pattern != NULL;
+    if (d->moe_pattern && hp->n_expert > 0 && (hp->n_expert_used < 1 || hp->n_ff_exp < 1))
+        return fail(L, "%s.expert_count is %d but expert_used_count or expert_feed_forward_length is not set", arch,
+                    hp->n_expert);
+    if (hp->n_expert > 0 && !moe)
+        return fail(L, "%s.expert_count is %d: the %s family's mixture-of-experts block is not implemented", arch,
+                    hp->n_expert, arch);
+    if (hp->n_kv_shared >= hp->n_layer)
+        return fail(L, "%s.attention.shared_kv_layers %d leaves no layer computing K/V (of %d)", arch,
+                    hp->n_kv_shared, hp->n_layer);
+    if (hp->head_dim_swa % 2 != 0 || (int64_t)hp->n_head * hp->head_dim_swa > HPARAM_MAX)
+        return fail(L, "%s.attention.key_length_swa %d must be even and fit", arch, hp->head_dim_swa);
+    if ((int64_t)hp->n_embd_ple * hp->n_layer > HPARAM_MAX)
+        return fail(L, "%s.embedding_length_per_layer_input %d x %d layers is too large", arch, hp->n_embd_ple,
+                    hp->n_layer);
+    int max;
+    if (d->pattern_key && layer_array(L, d->pattern_key, 0, &max) == -2) return false; /* checked once */
+    hp->embd_scale = d->embed_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->attn_scalar = d->attn_scalar ? d->attn_scalar(hp) : (float)hp->head_dim;
+    if (hp->rope_base_swa == 0) hp->rope_base_swa = hp->rope_base;
+    return true;
+}
+
+/* Element il of "<arch>.<suffix>" when it is an array (layer_array checked it when the keys
+ * were read), else false. */
+static bool layer_element(loader *L, const char *suffix, int il, int64_t *v)
+{
+    char key[128];
+    key_name(L, suffix, key, sizeof key);
+    int64_t i = gguf_find_key(L->f, key);
+    return i >= 0 && gguf_kv_type(L->f, i) == GGUF_VT_ARRAY && arr_int(L->f, i, (uint64_t)il, v);
+}
+
+/* Layer il's values of the per-layer keys of list (an array's element, or the scalar). */
+static void layer_keys(loader *L, const arch_key *list, int il)
+{
+    for (const arch_key *k = list; k && k->suffix; k++) {
+        if (!k->layer_offset) continue;
+        int *field = (int *)((char *)&L->m->layers[il] + k->layer_offset);
+        int64_t v;
+        *field = layer_element(L, k->suffix, il, &v) ? (int)v : *(const int *)((const char *)&L->m->hp + k->offset);
+    }
+}
+
+/* Layer il's recipe: pattern[il % len], or from the family's per-layer bool key. */
+static bool layer_recipe(loader *L, model_layer *ly, int il)
+{
+    const arch_desc *d = L->m->desc;
+    const arch_layer *pattern = d->moe_pattern && L->m->hp.n_expert > 0 ? d->moe_pattern : d->pattern;
+    if (!d->pattern_key) {
+        ly->recipe = pattern[il % d->pattern_len];
+        return true;
+    }
+    int64_t sliding;
+    if (!layer_element(L, d->pattern_key, il, &sliding))
+        return fail(L, "missing key '%s.%s' (one bool per layer)", d->name, d->pattern_key);
+    ly->recipe = pattern[sliding ? 0 : 1];
+    return true;
+}
+
+/* A layer's shapes, window, RoPE and KV source from its recipe and the hyper-parameters. */
+static bool layer_attention(loader *L, model_layer *ly, int il)
+{
+    const model_hparams *hp = &L->m->hp;
+    ly->head_dim = hp->head_dim;
+    ly->n_head_kv = ly->n_head_kv ? ly->n_head_kv : hp->n_head_kv;
+    ly->n_ff = ly->n_ff ? ly->n_ff : hp->n_ff;
+    if (hp->n_head % ly->n_head_kv != 0)
+        return fail(L, "layer %d: %d heads are not a multiple of its %d kv heads", il, hp->n_head, ly->n_head_kv);
+    ly->window = 0;
+    ly->rope_base = hp->rope_base;
+    ly->rope_scale = hp->rope_scale;
+    ly->rope_freqs = L->m->rope_freqs.data;
+    ly->kv_source = il;
+    const int first_shared = hp->n_layer - hp->n_kv_shared;
+    for (int j = first_shared - 1; il >= first_shared && j >= 0; j--) {
+        if (L->m->layers[j].recipe.attn == ly->recipe.attn) {
+            ly->kv_source = j;
+            break;
+        }
+    }
+    if (il >= first_shared && ly->kv_source == il)
+        return fail(L, "layer %d shares K/V but no earlier layer has its kind of attention", il);
+    if (ly->recipe.attn != ARCH_ATTN_SLIDING) return true;
+    if (hp->head_dim_swa) ly->head_dim = hp->head_dim_swa;
+    if (hp->n_swa < 1)
+        return fail(L, "layer %d of %s is a sliding-window layer but %s.attention.sliding_window is not set", il,
+                    L->m->desc->name, L->m->desc->name);
+    ly->window = hp->n_swa;
+    if (L->m->desc->swa_rope == ARCH_SWA_ROPE_LOCAL) {
+        ly->rope_base = hp->rope_base_swa;
+        ly->rope_scale = 1.0f;
+        ly->rope_freqs = NULL; /* the file's factors are the full layers' */
+    }
+    return true;
+}
+
+/* What optional entries of a family's lists are not optional for this layer: its own K/V
+ * (unless it shares an earlier layer's) and the per-layer embeddings' tensors when the file
+ * has them. */
+static bool layer_complete(loader *L, const model_layer *ly, int il)
+{
+    const model_tensor *need[] = {&ly->wk, &ly->wv, &ly->k_norm, &ly->ple_gate, &ly->ple_proj, &ly->ple_post_norm};
+    static const char *const names[] = {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight", "inp_gate.weight",
+                                        "proj.weight", "post_norm.weight"};
+    const bool own_kv = ly->kv_source == il, ple = L->m->hp.n_embd_ple > 0;
+    const bool qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        bool wanted = i == 0 ? own_kv : i == 1 ? own_kv && !L->m->desc->v_from_k : i == 2 ? own_kv && qk_norm : ple;
+        if (wanted && !need[i]->data) return fail(L, "missing tensor 'blk.%d.%s'", il, names[i]);
+    }
     return true;
 }
 
@@ -220,19 +413,25 @@ static bool read_vocab(loader *L)
     return true;
 }
 
-static int64_t dim_value(const model_hparams *hp, arch_dim d)
+/* A dimension's size; a layer's own shapes for a layer tensor (ly), the model's for a global. */
+static int64_t dim_value(const model_hparams *hp, const model_layer *ly, arch_dim d)
 {
+    const int64_t hd = ly ? ly->head_dim : hp->head_dim, kv = ly ? ly->n_head_kv : hp->n_head_kv;
     switch (d) {
     case ARCH_DIM_NONE: return 0;
     case ARCH_DIM_EMBD: return hp->n_embd;
-    case ARCH_DIM_Q: return (int64_t)hp->n_head * hp->head_dim;
-    case ARCH_DIM_KV: return (int64_t)hp->n_head_kv * hp->head_dim;
-    case ARCH_DIM_HEAD: return hp->head_dim;
-    case ARCH_DIM_HALF_HEAD: return hp->head_dim / 2;
-    case ARCH_DIM_FF: return hp->n_ff;
+    case ARCH_DIM_Q: return (int64_t)hp->n_head * hd;
+    case ARCH_DIM_KV: return kv * hd;
+    case ARCH_DIM_HEAD: return hd;
+    case ARCH_DIM_HALF_HEAD: return hd / 2;
+    case ARCH_DIM_FF: return ly ? ly->n_ff : hp->n_ff;
     case ARCH_DIM_VOCAB: return hp->n_vocab;
     case ARCH_DIM_FF_EXP: return hp->n_ff_exp;
     case ARCH_DIM_EXPERT: return hp->n_expert;
+    case ARCH_DIM_ONE: return 1;
+    case ARCH_DIM_PLE: return hp->n_embd_ple;
+    case ARCH_DIM_PLE_ALL: return (int64_t)hp->n_embd_ple * hp->n_layer;
+    case ARCH_DIM_FF_EXP2: return 2 * (int64_t)hp->n_ff_exp;
     }
     return -1;
 }
@@ -248,8 +447,9 @@ static bool bind_list(loader *L, const arch_tensor *list, arch_features features
         if (il >= 0) snprintf(name, sizeof name, "blk.%d.%s", il, t->name);
         else snprintf(name, sizeof name, "%s", t->name);
         const model_hparams *hp = &L->m->hp;
-        tensor_spec spec = {name, dim_value(hp, t->ne0), dim_value(hp, t->ne1), dim_value(hp, t->ne2), !t->optional,
-                            t->f32_only};
+        const model_layer *ly = il >= 0 ? base : NULL;
+        tensor_spec spec = {name, dim_value(hp, ly, t->ne0), dim_value(hp, ly, t->ne1), dim_value(hp, ly, t->ne2),
+                            !t->optional, t->f32_only};
         if (!bind(L, (model_tensor *)((char *)base + t->offset), spec)) return false;
     }
     return true;
@@ -280,6 +480,11 @@ static bool bind_tensors(loader *L)
     for (int p = 0; p < d->pattern_len; p++)
         if (!arch_layer_valid(&d->pattern[p])) return fail(L, "%s: layer pattern entry %d is not a recipe", d->name, p);
     if (!read_vocab(L) || !bind_list(L, d->globals, 0, -1, m)) return false;
+    if (hp->n_embd_ple > 0 && (!m->ple_tok_embd.data || !m->ple_model_proj.data || !m->ple_proj_norm.data))
+        return fail(L, "missing tensor '%s' (%s.embedding_length_per_layer_input is %d)",
+                    !m->ple_tok_embd.data ? "per_layer_token_embd.weight"
+                    : !m->ple_model_proj.data ? "per_layer_model_proj.weight" : "per_layer_proj_norm.weight",
+                    d->name, hp->n_embd_ple);
     m->hp.tied_output = m->output.data == NULL;
     if (m->hp.tied_output) m->output = m->tok_embd;
     if ((int64_t)hp->n_layer * min_layer_tensors(d) > gguf_n_tensors(L->f))
@@ -289,8 +494,11 @@ static bool bind_tensors(loader *L)
     if (!m->layers) return fail(L, "out of memory for %d layers", hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *ly = &m->layers[il];
-        ly->recipe = d->pattern[il % d->pattern_len];
-        if (!bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly)) return false;
+        layer_keys(L, d->keys, il);
+        layer_keys(L, d->more_keys, il);
+        if (!layer_recipe(L, ly, il) || !layer_attention(L, ly, il) ||
+            !bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly) || !layer_complete(L, ly, il))
+            return false;
     }
     return true;
 }

@@ -41,6 +41,16 @@ static inline model_tensor model_tensor_slice(const model_tensor *t, int64_t i)
 /* A layer: its recipe and the tensors the recipe binds (the others stay zeroed). */
 typedef struct model_layer {
     arch_layer recipe;
+    /* What the recipe and the hyper-parameters make of this layer: the positions it attends
+     * to (0: all; a sliding layer: its last `window`) and its RoPE. */
+    int window;
+    float rope_base, rope_scale;
+    const float *rope_freqs; /* the model's rope_freqs, or NULL where this layer does without */
+    /* Its shapes (the model's, except in Gemma 4: a full layer's head_dim, kv heads and FFN
+     * width may differ from a sliding one's) and the layer whose K/V it attends to: itself,
+     * or, past the first n_layer - n_kv_shared layers, the last earlier one of its kind. */
+    int head_dim, n_head_kv, n_ff;
+    int kv_source;
     model_tensor attn_norm;      /* pre-norm: [n_embd] */
     model_tensor wq, wk, wv, wo; /* [n_embd -> n_head*head_dim], [.. -> n_head_kv*head_dim] x2, [n_head*head_dim -> n_embd] */
     model_tensor bq, bk, bv;     /* qkv bias */
@@ -53,6 +63,14 @@ typedef struct model_layer {
     model_tensor ffn_gate_inp;   /* MoE router: [n_embd -> n_expert] */
     model_tensor ffn_gate_exps, ffn_up_exps; /* MoE: n_expert x [n_embd -> n_ff_exp] */
     model_tensor ffn_down_exps;  /* MoE: n_expert x [n_ff_exp -> n_embd] */
+    model_tensor ffn_gate_up_exps; /* GLU beside MoE: n_expert x [n_embd -> 2 n_ff_exp] (gate rows, up rows) */
+    model_tensor router_scale;   /* [n_embd]: ffn_gate_inp.scale */
+    model_tensor expert_scale;   /* [n_expert]: ffn_down_exps.scale */
+    model_tensor ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2; /* [n_embd] each */
+    model_tensor out_scale;      /* [1]: the residual stream times this after the layer, or absent */
+    model_tensor ple_gate;       /* per-layer embeddings: [n_embd -> n_embd_ple], */
+    model_tensor ple_proj;       /* [n_embd_ple -> n_embd], */
+    model_tensor ple_post_norm;  /* [n_embd] */
 } model_layer;
 
 typedef struct model_hparams {
@@ -73,6 +91,14 @@ typedef struct model_hparams {
     float rope_scale;     /* linear scaling factor (1 = none) from rope.scaling.factor when type=linear */
     bool rope_neox;       /* rotate halves (qwen) instead of adjacent pairs (llama) */
     bool tied_output;     /* output.weight absent: LM head is token_embd */
+    int n_swa;            /* attention.sliding_window: a sliding layer's window (0: none) */
+    float rope_base_swa;  /* rope.freq_base_swa: a sliding layer's base (ARCH_SWA_ROPE_LOCAL) */
+    float logit_softcap;  /* final_logit_softcapping: logits = c * tanh(logits / c) (0: none) */
+    float embd_scale;     /* token embeddings times this (1, or sqrt(n_embd): Gemma) */
+    float attn_scalar;    /* query_pre_attn_scalar: scores are q.k / sqrt(this) (default head_dim) */
+    int head_dim_swa;     /* attention.key_length_swa: a sliding layer's head_dim (0: head_dim) */
+    int n_kv_shared;      /* attention.shared_kv_layers: the last layers reuse earlier K/V */
+    int n_embd_ple;       /* embedding_length_per_layer_input: per-layer embeddings (0: none) */
 } model_hparams;
 
 typedef struct model {
@@ -84,6 +110,9 @@ typedef struct model {
     model_tensor output_norm; /* [n_embd] */
     model_tensor output;      /* [n_embd -> n_vocab]; == tok_embd when tied */
     model_tensor rope_freqs;  /* optional [head_dim/2] F32 divisors (Llama 3.1 rope scaling) */
+    /* Gemma 4's per-layer embeddings (n_embd_ple > 0): a token table [n_embd_ple * n_layer x
+     * n_vocab], a projection of the embeddings [n_embd -> n_embd_ple * n_layer] and its norm */
+    model_tensor ple_tok_embd, ple_model_proj, ple_proj_norm;
     model_layer *layers;      /* n_layer */
     size_t weight_bytes;      /* sum of all tensor bytes used */
 } model;

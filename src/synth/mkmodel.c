@@ -84,6 +84,7 @@ void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
     cfg->arch = arch;
     cfg->tied_output = arch != MODEL_ARCH_LLAMA;
     cfg->head_dim = 0;
+    if (arch == MODEL_ARCH_GEMMA3 && cfg->n_swa == 0) cfg->n_swa = 1024, cfg->rope_base_swa = 10000.0f;
 }
 
 static const struct preset {
@@ -91,15 +92,23 @@ static const struct preset {
     mkmodel_config c;
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
-              false, MKMODEL_F32, 1, 0, NULL, false}},
+              false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
-               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false}},
+               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
-                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false}},
+                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
-                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false}},
+                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
-                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false}},
+                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0}},
+    /* Gemma 3 (google/gemma-3-{12b,27b}-it config.json): window 1024, local base 10000, the
+     * global layers' base 1M with linear scaling 8, no final soft-cap (Gemma 2 had one). */
+    {"gemma-3-12b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-12B", 3840, 48, 16, 8, 15360, 131072,
+                     262144, 256, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
+                     10000.0f, 8.0f}},
+    {"gemma-3-27b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-27B", 5376, 62, 32, 16, 21504, 131072,
+                     262144, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
+                     10000.0f, 8.0f}},
 };
 
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
@@ -332,14 +341,16 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
             add_spec(&l, il, "bias", "attn_k.bias", kv_dim, 0, bias_std);
             add_spec(&l, il, "bias", "attn_v.bias", kv_dim, 0, bias_std);
         }
-        if (c->arch == MODEL_ARCH_QWEN3) {
+        if (c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3) {
             add_spec(&l, il, "norm", "attn_q_norm.weight", hd, 0, 0);
             add_spec(&l, il, "norm", "attn_k_norm.weight", hd, 0, 0);
         }
+        if (c->arch == MODEL_ARCH_GEMMA3) add_spec(&l, il, "norm", "post_attention_norm.weight", c->n_embd, 0, 0);
         add_spec(&l, il, "norm", "ffn_norm.weight", c->n_embd, 0, 0);
         add_matrix(&l, il, "ffn_gate", c->n_embd, c->n_ff);
         add_matrix(&l, il, "ffn_up", c->n_embd, c->n_ff);
         add_matrix(&l, il, "ffn_down", c->n_ff, c->n_embd);
+        if (c->arch == MODEL_ARCH_GEMMA3) add_spec(&l, il, "norm", "post_ffw_norm.weight", c->n_embd, 0, 0);
     }
     return l.n;
 }
@@ -664,8 +675,14 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
                  c->n_vocab, min_vocab);
         return -1;
     }
-    if ((unsigned)c->ftype >= MKMODEL_FTYPE_COUNT || (unsigned)c->arch > MODEL_ARCH_QWEN3) {
+    const bool known_arch = c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2 ||
+                            c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3;
+    if ((unsigned)c->ftype >= MKMODEL_FTYPE_COUNT || !known_arch) {
         snprintf(err, errlen, "unknown weight type or architecture");
+        return -1;
+    }
+    if (c->arch == MODEL_ARCH_GEMMA3 && (c->n_swa < 1 || c->n_swa > 1 << 24)) {
+        snprintf(err, errlen, "gemma3: sliding window %d out of range 1..%d", c->n_swa, 1 << 24);
         return -1;
     }
     return 0;
@@ -703,6 +720,16 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
     set_arch_u32(w, c, "rope.dimension_count", head_dim_of(c));
     set_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->rms_eps);
     set_arch_f32(w, c, "rope.freq_base", c->rope_base);
+    if (c->n_swa > 0) {
+        set_arch_u32(w, c, "attention.sliding_window", c->n_swa);
+        set_arch_f32(w, c, "rope.freq_base_swa", c->rope_base_swa > 0 ? c->rope_base_swa : c->rope_base);
+    }
+    if (c->rope_scale > 0) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", model_arch_name(c->arch));
+        gguf_writer_set_str(w, key, "linear");
+        set_arch_f32(w, c, "rope.scaling.factor", c->rope_scale);
+    }
 }
 
 /* A vector (norm weight or bias) as F32, copied into the writer. */

@@ -3,6 +3,12 @@
  * transformers' float64 logits (README.md there): every stored prompt position after one
  * prefill step, and the 16 greedy tokens by teacher-forced decode, one token per step.
  *
+ * Files: qwen3moe (F32 and F16), gemma3 (sliding windows of 8 under 17-70-token prompts,
+ * GeGLU, soft-capped logits, the two RoPE bases) and gemma4 (per-layer embeddings, KV shared
+ * by the last three layers, full layers with their own head_dim and FFN width, proportional
+ * RoPE through rope_freqs, V norm, layer scalars) and gemma4_moe (experts beside the dense
+ * MLP with a scaled router and expert scales, V from the K projection).
+ *
  * Tolerances.  F32 files: 5e-5 relative (a row's max |diff| over its max |reference|), the
  * bound the kit's README calls safe for an F32 implementation; llama.cpp lands at 8.5e-7 on
  * qwen3moe and transformers' own float32 run at 1.3e-6, so 5e-5 leaves room for a different
@@ -51,6 +57,9 @@ typedef struct ref_case {
 static const ref_case CASES[] = {
     {"qwen3moe.gguf", "qwen3moe.json", {5e-5, 5e-5, 1.0}},
     {"qwen3moe-f16.gguf", "qwen3moe.json", {2e-1, 1e-2, 0.9}},
+    {"gemma3.gguf", "gemma3.json", {5e-5, 5e-5, 1.0}},
+    {"gemma4.gguf", "gemma4.json", {5e-5, 5e-5, 1.0}},
+    {"gemma4_moe.gguf", "gemma4_moe.json", {5e-5, 5e-5, 1.0}},
 };
 
 typedef struct fixture {
@@ -149,6 +158,42 @@ static void check_tally(const tally *t, const tolerance *tol, const char *what)
 
 /* ---- fixture ----------------------------------------------------------------------------- */
 
+/* "<arch>.<suffix>" = v for each of keys (u32). */
+typedef struct int_key {
+    const char *suffix;
+    int v;
+} int_key;
+
+static void set_int_keys(gguf_writer *w, const char *arch, const int_key *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.%s", arch, keys[i].suffix);
+        gguf_writer_set_u32(w, key, (uint32_t)keys[i].v);
+    }
+}
+
+/* The writer's file (w freed) as a model over *image, or NULL and the loader's error. */
+static model *writer_model(gguf_writer *w, void **image, char *err, size_t errlen)
+{
+    size_t size = 0;
+    int rc = gguf_writer_write_mem(w, image, &size);
+    gguf_writer_free(w);
+    assert_int_equal(rc, 0);
+    gguf_file *g = gguf_open_memory(*image, size, err, errlen);
+    return g ? model_from_gguf(g, err, errlen) : NULL;
+}
+
+/* A faulty file's model (NULL expected) and the loader's error against want. */
+static void check_refused(model *m, void *image, int fault, const char *err, const char *want)
+{
+    bool loaded = m != NULL;
+    model_free(m);
+    free(image);
+    if (loaded) fail_msg("fault %d: loaded, expected \"%s\"", fault, want);
+    if (strcmp(err, want) != 0) fail_msg("fault %d: \"%s\", expected \"%s\"", fault, err, want);
+}
+
 /* src (an F32 qwen3moe) written again with its ffn_*_exps quantised to `type`, stored as
  * such or (as_f32) dequantised back to F32, as a model over *image. */
 static model *requantise_experts(const model *src, ggml_type type, bool as_f32, void **image, char *err,
@@ -157,16 +202,12 @@ static model *requantise_experts(const model *src, ggml_type type, bool as_f32, 
     const model_hparams *hp = &src->hp;
     gguf_writer *w = gguf_writer_new();
     gguf_writer_set_str(w, "general.architecture", "qwen3moe");
-    const struct {
-        const char *key;
-        int v;
-    } keys[] = {{"qwen3moe.context_length", hp->n_ctx_train}, {"qwen3moe.embedding_length", hp->n_embd},
-                {"qwen3moe.block_count", hp->n_layer}, {"qwen3moe.feed_forward_length", hp->n_ff},
-                {"qwen3moe.attention.head_count", hp->n_head}, {"qwen3moe.attention.head_count_kv", hp->n_head_kv},
-                {"qwen3moe.attention.key_length", hp->head_dim}, {"qwen3moe.expert_count", hp->n_expert},
-                {"qwen3moe.expert_used_count", hp->n_expert_used},
-                {"qwen3moe.expert_feed_forward_length", hp->n_ff_exp}};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) gguf_writer_set_u32(w, keys[i].key, (uint32_t)keys[i].v);
+    const int_key keys[] = {{"context_length", hp->n_ctx_train}, {"embedding_length", hp->n_embd},
+                            {"block_count", hp->n_layer}, {"feed_forward_length", hp->n_ff},
+                            {"attention.head_count", hp->n_head}, {"attention.head_count_kv", hp->n_head_kv},
+                            {"attention.key_length", hp->head_dim}, {"expert_count", hp->n_expert},
+                            {"expert_used_count", hp->n_expert_used}, {"expert_feed_forward_length", hp->n_ff_exp}};
+    set_int_keys(w, "qwen3moe", keys, sizeof keys / sizeof keys[0]);
     gguf_writer_set_f32(w, "qwen3moe.attention.layer_norm_rms_epsilon", hp->rms_eps);
     gguf_writer_set_f32(w, "qwen3moe.rope.freq_base", hp->rope_base);
     for (int64_t i = 0; i < gguf_n_tensors(src->gguf); i++) {
@@ -189,12 +230,7 @@ static model *requantise_experts(const model *src, ggml_type type, bool as_f32, 
         else gguf_writer_add_tensor(w, t->name, type, t->n_dims, t->ne, q, row_bytes * (size_t)rows, false);
         free(q), free(back);
     }
-    size_t size = 0;
-    int rc = gguf_writer_write_mem(w, image, &size);
-    gguf_writer_free(w);
-    assert_int_equal(rc, 0);
-    gguf_file *g = gguf_open_memory(*image, size, err, errlen);
-    return g ? model_from_gguf(g, err, errlen) : NULL;
+    return writer_model(w, image, err, errlen);
 }
 
 static int setup(void **state, const ref_case *c)
@@ -227,6 +263,9 @@ static int setup(void **state, const ref_case *c)
 
 static int setup_f32(void **state) { return setup(state, &CASES[0]); }
 static int setup_f16(void **state) { return setup(state, &CASES[1]); }
+static int setup_gemma3(void **state) { return setup(state, &CASES[2]); }
+static int setup_gemma4(void **state) { return setup(state, &CASES[3]); }
+static int setup_gemma4_moe(void **state) { return setup(state, &CASES[4]); }
 
 
 static int teardown(void **state)
@@ -394,11 +433,7 @@ static model *moe_model(moe_fault fault, void **image, char *err, size_t errlen)
     else add_zeros(w, "blk.0.ffn_gate_exps.weight", 3, M_EMBD, M_FF_EXP, M_EXPERTS);
     add_zeros(w, "blk.0.ffn_up_exps.weight", 3, M_EMBD, M_FF_EXP, M_EXPERTS);
     add_zeros(w, "blk.0.ffn_down_exps.weight", 3, M_FF_EXP, M_EMBD, M_EXPERTS - (fault == FAULT_EXPERT_COUNT));
-    size_t size = 0;
-    assert_int_equal(gguf_writer_write_mem(w, image, &size), 0);
-    gguf_writer_free(w);
-    gguf_file *f = gguf_open_memory(*image, size, err, errlen);
-    return f ? model_from_gguf(f, err, errlen) : NULL;
+    return writer_model(w, image, err, errlen);
 }
 
 static void expect_refused(moe_fault fault, const char *want)
@@ -406,13 +441,7 @@ static void expect_refused(moe_fault fault, const char *want)
     char err[512] = "";
     void *image = NULL;
     model *m = moe_model(fault, &image, err, sizeof err);
-    bool loaded = m != NULL;
-    model_free(m);
-    free(image);
-    if (loaded) {
-        fail_msg("fault %d: loaded, expected \"%s\"", (int)fault, want);
-    }
-    if (strcmp(err, want) != 0) fail_msg("fault %d: \"%s\", expected \"%s\"", (int)fault, err, want);
+    check_refused(m, image, (int)fault, err, want);
 }
 
 static void test_malformed_moe_refused(void **state)
@@ -490,6 +519,114 @@ static void test_moe_backend_features(void **state)
     free(image);
 }
 
+/* Gemma 4's 26B-A4B shape (gemma4_moe.gguf): every layer runs experts beside its dense MLP,
+ * the full layers take V from the K projection (no attn_v) and have one kv head; a backend
+ * without that block refuses it by name. */
+static void test_gemma4_moe_layers(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    const model *m = f->m;
+    assert_int_equal(m->hp.n_expert, 8);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *ly = &m->layers[il];
+        const bool full = ly->recipe.attn == ARCH_ATTN_FULL;
+        assert_int_equal(ly->recipe.ffn, ARCH_FFN_GLU_MOE);
+        assert_int_equal(ly->wv.data == NULL, full);
+        assert_int_equal(ly->n_head_kv, full ? 1 : 2);
+        assert_non_null(ly->ffn_gate_up_exps.data);
+    }
+    char err[256];
+    assert_int_equal(model_check_features(m, ~(arch_features)ARCH_F_FFN_GLU_MOE, "test", err, sizeof err), -1);
+    assert_string_equal(err, "the test backend does not implement GLU beside MoE (layer 0 of gemma4)");
+}
+
+/* ---- gemma4 files with a fault: the loader names the key or tensor ----------------------- */
+
+typedef enum g4_fault {
+    G4_NONE,
+    G4_SHORT_ARRAY, /* feed_forward_length with one entry too few */
+    G4_NO_OWN_K,    /* blk.0 computes its own K/V but has no attn_k */
+    G4_NO_PLE,      /* per-layer embeddings declared, their token table absent */
+} g4_fault;
+
+/* src (the reference gemma4) written again from its hyper-parameters with `fault`. */
+static model *gemma4_variant(const model *src, g4_fault fault, void **image, char *err, size_t errlen)
+{
+    const model_hparams *hp = &src->hp;
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "general.architecture", "gemma4");
+    const int_key keys[] = {{"context_length", hp->n_ctx_train}, {"embedding_length", hp->n_embd},
+                            {"block_count", hp->n_layer}, {"attention.head_count", hp->n_head},
+                            {"attention.head_count_kv", hp->n_head_kv}, {"attention.key_length", hp->head_dim},
+                            {"attention.key_length_swa", hp->head_dim_swa}, {"attention.sliding_window", hp->n_swa},
+                            {"attention.shared_kv_layers", hp->n_kv_shared},
+                            {"embedding_length_per_layer_input", hp->n_embd_ple}};
+    set_int_keys(w, "gemma4", keys, sizeof keys / sizeof keys[0]);
+    gguf_writer_set_f32(w, "gemma4.attention.layer_norm_rms_epsilon", hp->rms_eps);
+    gguf_writer_set_f32(w, "gemma4.rope.freq_base", hp->rope_base);
+    gguf_writer_set_f32(w, "gemma4.rope.freq_base_swa", hp->rope_base_swa);
+    gguf_writer_set_f32(w, "gemma4.final_logit_softcapping", hp->logit_softcap);
+    int32_t ff[64];
+    uint8_t sliding[64];
+    assert_true(hp->n_layer <= 64);
+    for (int il = 0; il < hp->n_layer; il++) {
+        ff[il] = src->layers[il].n_ff;
+        sliding[il] = src->layers[il].recipe.attn == ARCH_ATTN_SLIDING;
+    }
+    gguf_writer_set_arr_i32(w, "gemma4.feed_forward_length", ff, (size_t)hp->n_layer - (fault == G4_SHORT_ARRAY));
+    gguf_writer_set_raw(w, "gemma4.attention.sliding_window_pattern", GGUF_VT_ARRAY, GGUF_VT_BOOL, sliding,
+                        (uint64_t)hp->n_layer);
+    for (int64_t i = 0; i < gguf_n_tensors(src->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(src->gguf, i);
+        if ((fault == G4_NO_OWN_K && strcmp(t->name, "blk.0.attn_k.weight") == 0) ||
+            (fault == G4_NO_PLE && strcmp(t->name, "per_layer_token_embd.weight") == 0))
+            continue;
+        gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes, true);
+    }
+    return writer_model(w, image, err, errlen);
+}
+
+static void expect_gemma4_refused(const model *src, g4_fault fault, const char *want)
+{
+    char err[512] = "";
+    void *image = NULL;
+    model *m = gemma4_variant(src, fault, &image, err, sizeof err);
+    check_refused(m, image, (int)fault, err, want);
+}
+
+/* The file rewritten from what the loader read loads to the same per-layer shapes (the arrays
+ * and the bool pattern read back); each fault is refused by name. */
+static void test_gemma4_files(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    char err[512] = "";
+    void *image = NULL;
+    model *m = gemma4_variant(f->m, G4_NONE, &image, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *a = &m->layers[il], *b = &f->m->layers[il];
+        assert_int_equal(a->n_ff, b->n_ff);
+        assert_int_equal(a->head_dim, b->head_dim);
+        assert_int_equal(a->kv_source, b->kv_source);
+        assert_int_equal(a->recipe.attn, b->recipe.attn);
+    }
+    /* the reference's shapes: full layers 2 and 5 (head_dim 32), the last three share K/V */
+    assert_int_equal(m->layers[2].head_dim, 32);
+    assert_int_equal(m->layers[1].head_dim, 16);
+    assert_int_equal(m->layers[5].kv_source, 2);
+    assert_int_equal(m->layers[4].kv_source, 1);
+    assert_int_equal(m->layers[3].n_ff, 128);
+    model_free(m);
+    free(image);
+    expect_gemma4_refused(f->m, G4_SHORT_ARRAY,
+                          "key 'gemma4.feed_forward_length' has 5 entries, expected one per layer (6)");
+    expect_gemma4_refused(f->m, G4_NO_OWN_K, "missing tensor 'blk.0.attn_k.weight'");
+    expect_gemma4_refused(f->m, G4_NO_PLE, "missing tensor 'per_layer_token_embd.weight' "
+                                           "(gemma4.embedding_length_per_layer_input is 16)");
+}
+
 /* Every reference prompt's logits from a model, one prefill step each; NULL without ../shared. */
 static float *prompt_logits(const model *m, const cJSON *prompts, size_t *n_floats)
 {
@@ -558,6 +695,19 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("qwen3moe F32", f32, setup_f32, teardown);
     failed += cmocka_run_group_tests_name("qwen3moe F16", f32, setup_f16, teardown);
+    failed += cmocka_run_group_tests_name("gemma3 F32", f32, setup_gemma3, teardown);
+    const struct CMUnitTest gemma4[] = {
+        cmocka_unit_test(test_prefill_logits),
+        cmocka_unit_test(test_greedy_decode),
+        cmocka_unit_test(test_gemma4_files),
+    };
+    failed += cmocka_run_group_tests_name("gemma4 F32", gemma4, setup_gemma4, teardown);
+    const struct CMUnitTest gemma4_moe[] = {
+        cmocka_unit_test(test_prefill_logits),
+        cmocka_unit_test(test_greedy_decode),
+        cmocka_unit_test(test_gemma4_moe_layers),
+    };
+    failed += cmocka_run_group_tests_name("gemma4_moe F32", gemma4_moe, setup_gemma4_moe, teardown);
     const struct CMUnitTest quantised[] = {cmocka_unit_test(test_quantised_experts)};
     failed += cmocka_run_group_tests_name("qwen3moe quantised experts", quantised, setup_f32, teardown);
     const struct CMUnitTest files[] = {

@@ -6,7 +6,9 @@
  *   - 32 concurrent greedy sequences give the tokens each gives alone, and so do sequences
  *     in mixed prefill + decode steps (split-K only, and flash prompts beside split-K decode);
  *   - a refused step leaves the engine usable; an impossible KV cache is refused with numbers;
- *   - a recipe feature the GPU does not run (sliding-window attention) is refused by name.
+ *   - gemma3 (sliding windows crossed by the prompt and the decode, GeGLU, soft-cap, embedding
+ *     scale, two RoPE bases): a synthetic one in every format, and ../shared/reference's;
+ *   - a recipe feature the GPU does not run (linear-recurrent attention) is refused by name.
  * Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -104,8 +106,9 @@ static const ggml_type TYPES[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16
                                   GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
 
 /* A 2-layer model of family `arch` (index a: llama's rope extras on 0, tied output on the
- * others) in weight type TYPES[t], GPU logits against the CPU's. */
-static void check_arch(const char *arch, int a, int t, bool post_norms, uint64_t *seed)
+ * others) in weight type TYPES[t], GPU logits against the CPU's; n_swa > 0: gemma3's keys
+ * with that window (6 layers then: 5 sliding, 1 full). */
+static void check_arch(const char *arch, int a, int t, bool post_norms, int n_swa, uint64_t *seed)
 {
     const ggml_type type = TYPES[t];
     tiny_spec s = tiny_spec_default();
@@ -122,6 +125,8 @@ static void check_arch(const char *arch, int a, int t, bool post_norms, uint64_t
     s.rope_freqs = a == 0;
     s.rope_scale = a == 0 ? 2.0f : 0.0f;
     s.post_norms = post_norms;
+    s.n_swa = n_swa;
+    if (n_swa) s.n_layer = 6;
     s.seed = 100 + (uint64_t)a * 10 + (uint64_t)t;
     size_t size;
     void *image = tiny_model_build(&s, &size);
@@ -144,7 +149,7 @@ static void test_logits_every_arch_and_format(void **state)
     static const char *archs[] = {"llama", "qwen2", "qwen3"};
     uint64_t seed = 11;
     for (int a = 0; a < 3; a++)
-        for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(archs[a], a, (int)t, false, &seed);
+        for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(archs[a], a, (int)t, false, 0, &seed);
 }
 
 /* A family defined in a test: llama's keys and tensors, every layer with this norm placement
@@ -169,15 +174,15 @@ static void test_logits_sandwich_norms(void **state)
     static arch_desc sandwich;
     register_toy(&sandwich, "toy-gpu-sandwich", ARCH_NORM_SANDWICH, ARCH_ATTN_FULL);
     uint64_t seed = 12;
-    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(sandwich.name, 0, (int)t, true, &seed);
+    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(sandwich.name, 0, (int)t, true, 0, &seed);
 }
 
-/* stories260K from the shared folder (or INFERD_SHARED_DIR), NULL when absent. */
-static model *load_stories(void)
+/* A model of the shared folder (or INFERD_SHARED_DIR) by its path there, NULL when absent. */
+static model *load_shared(const char *rel)
 {
     const char *dir = getenv("INFERD_SHARED_DIR");
     char path[1024], err[512];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir ? dir : INFERD_SHARED_DIR);
+    snprintf(path, sizeof path, "%s/%s", dir ? dir : INFERD_SHARED_DIR, rel);
     FILE *f = fopen(path, "rb");
     if (!f) {
         print_message("  SKIP: %s not found\n", path);
@@ -187,6 +192,25 @@ static model *load_stories(void)
     model *m = model_load(path, err, sizeof err);
     if (!m) fail_msg("%s: %s", path, err);
     return m;
+}
+
+static model *load_stories(void) { return load_shared("models/stories260K.gguf"); }
+
+/* gemma3 with a window of 48 (head_dim 64: flash tiles for the 200-token prompt and the
+ * tensor-core decode, both walking from the window's block with its first keys masked), then
+ * the tiny reference model of ../shared/reference (head_dim 32: split-K everywhere, window 8)
+ * on 288 random tokens. */
+static void test_logits_gemma3(void **state)
+{
+    (void)state;
+    uint64_t seed = 13;
+    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch("gemma3", 1, (int)t, true, 48, &seed);
+    model *m = load_shared("reference/gemma3.gguf");
+    if (!m) return;
+    int32_t tokens[N_POS];
+    for (int i = 0; i < N_POS; i++) tokens[i] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+    check_model_logits(m, "reference gemma3", N_POS, N_PROMPT, tokens);
+    model_free(m);
 }
 
 /* Greedy generation of n tokens after `prompt` in slot 0, one decode step at a time; the
@@ -470,18 +494,18 @@ static model *refused_on_cuda(const tiny_spec *s, void **image, const char *want
     return m;
 }
 
-/* llama's tensors with a recipe of sliding-window attention, which the GPU does not run: the
+/* llama's tensors with a recipe of linear-recurrent attention, which the GPU does not run: the
  * CUDA engine must refuse it at creation, naming the feature, not run full attention. */
 static void test_recipe_feature_refused(void **state)
 {
     (void)state;
-    static arch_desc sliding;
-    register_toy(&sliding, "toy-gpu-sliding", ARCH_NORM_PRE, ARCH_ATTN_SLIDING);
+    static arch_desc linear;
+    register_toy(&linear, "toy-gpu-linear", ARCH_NORM_PRE, ARCH_ATTN_LINEAR);
     tiny_spec s = tiny_spec_default();
-    s.arch = sliding.name, s.n_embd = 64;
+    s.arch = linear.name, s.n_embd = 64;
     void *image;
     model *m = refused_on_cuda(
-        &s, &image, "the cuda backend does not implement sliding-window attention (layer 0 of toy-gpu-sliding)");
+        &s, &image, "the cuda backend does not implement linear-recurrent attention (layer 0 of toy-gpu-linear)");
     model_free(m);
     free(image);
 }
@@ -511,6 +535,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_every_arch_and_format),
         cmocka_unit_test(test_logits_sandwich_norms),
+        cmocka_unit_test(test_logits_gemma3),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_batch_of_32_equals_alone),
         cmocka_unit_test(test_mixed_steps_equal_alone),

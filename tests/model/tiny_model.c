@@ -83,6 +83,11 @@ static void write_hparams(builder *b)
     if (s->head_dim) set_u32(b, "attention.key_length", (uint32_t)s->head_dim);
     set_f32(b, "attention.layer_norm_rms_epsilon", 1e-5f);
     if (s->rope_base > 0) set_f32(b, "rope.freq_base", s->rope_base);
+    if (s->n_swa > 0) {
+        set_u32(b, "attention.sliding_window", (uint32_t)s->n_swa);
+        set_f32(b, "rope.freq_base_swa", 10000.0f);
+        set_f32(b, "final_logit_softcapping", 50.0f);
+    }
     if (s->rope_scale > 0) {
         char key[96];
         snprintf(key, sizeof key, "%s.rope.scaling.type", s->arch);
@@ -108,7 +113,7 @@ static void write_layer(builder *b, int il, int head_dim)
         add_tensor(b, NAME("attn_k.bias"), GGML_TYPE_F32, kv_dim, 1, 0.0f, 0.3f);
         add_tensor(b, NAME("attn_v.bias"), GGML_TYPE_F32, kv_dim, 1, 0.0f, 0.3f);
     }
-    if (strcmp(s->arch, "qwen3") == 0) {
+    if (strcmp(s->arch, "qwen3") == 0 || strcmp(s->arch, "gemma3") == 0) {
         add_tensor(b, NAME("attn_q_norm.weight"), GGML_TYPE_F32, head_dim, 1, 1.0f, 0.2f);
         add_tensor(b, NAME("attn_k_norm.weight"), GGML_TYPE_F32, head_dim, 1, 1.0f, 0.2f);
     }

@@ -10,7 +10,7 @@
 #include "model/model.h"
 
 typedef struct tiny_spec {
-    const char *arch; /* "llama", "qwen2", "qwen3" (or anything, to test refusal) */
+    const char *arch; /* "llama", "qwen2", "qwen3", "gemma3" (or anything, to test refusal) */
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
     int head_dim;          /* 0: not written (loader derives n_embd / n_head) */
     ggml_type wtype;       /* matrices incl. token_embd and output */
@@ -19,6 +19,8 @@ typedef struct tiny_spec {
     float rope_scale;      /* > 0: rope.scaling.type = linear with this factor */
     float rope_base;       /* 0: key not written (default 10000) */
     bool post_norms;       /* write post_attention_norm and post_ffw_norm (a sandwich-norm family) */
+    int n_swa;             /* > 0: attention.sliding_window, rope.freq_base_swa 10000 and a
+                            * final_logit_softcapping of 50 (gemma3) */
     uint64_t seed;
     /* Sabotage, for loader error tests: */
     const char *omit_tensor; /* leave this tensor out */

@@ -139,8 +139,8 @@ static void check_model(const char *path, const mkmodel_config *cfg)
 static void test_tiny_all_archs_and_types(void **state)
 {
     (void)state;
-    const model_arch archs[] = {MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3};
-    for (size_t a = 0; a < 3; a++) {
+    const model_arch archs[] = {MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3};
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         for (int ft = 0; ft < MKMODEL_FTYPE_COUNT; ft++) {
             for (int wide = 0; wide < 2; wide++) {
                 mkmodel_config cfg;
@@ -162,6 +162,11 @@ static void test_tiny_all_archs_and_types(void **state)
                     char err[256];
                     model *m = model_load(path, err, sizeof err);
                     assert_non_null(m);
+                    if (archs[a] == MODEL_ARCH_GEMMA3) { /* five sliding layers to one full */
+                        assert_int_equal(m->layers[0].window, 1024);
+                        assert_int_equal(m->layers[1].recipe.attn, ARCH_ATTN_SLIDING);
+                        assert_non_null(m->layers[1].ffn_post_norm.data);
+                    }
                     assert_int_equal(m->layers[0].wq.type, mkmodel_tensor_type(&cfg, "attn_q", 0));
                     assert_int_equal(m->layers[1].w_down.type, mkmodel_tensor_type(&cfg, "ffn_down", 1));
                     model_free(m);
@@ -319,7 +324,7 @@ static const struct {
 };
 /* general.architecture values of the presets' families (llama-arch.cpp); qwen3 is newer than
  * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says. */
-static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3"};
+static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {

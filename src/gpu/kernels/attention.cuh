@@ -2,8 +2,9 @@
 // blocks, on the CUDA cores: decode tokens (spans of one token), and every token of a shape
 // the tensor-core kernel (flash_attn.cuh, prompt spans) does not cover.
 //
-// Every query token t (sequence s, position p) attends keys 0..p of s, read through s's block
-// table; its own K/V (and those of earlier tokens of the same prompt) were stored by qkv_post
+// Every query token t (sequence s, position p) attends keys 0..p of s (a sliding layer:
+// gpu_attn_first_key(p, window)..p, walked from gpu_attn_key0 and the keys before the first
+// masked), read through s's block table; its own K/V (and those of earlier tokens of the same prompt) were stored by qkv_post
 // before this runs.  The grid runs over a token list (or all tokens: the decode graphs).
 // Keys are split into n_split ranges (split-K, so a decode step with few tokens still fills
 // the GPU on long contexts; the split length depends only on the query's own key count, see
@@ -37,8 +38,9 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
     const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x, h0 = blockIdx.y * a.gb, split = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = HD ? HD : a.hd, gb = a.gb;
     const int kvh = h0 / (a.n_head / a.n_kv);
-    const int n_keys = a.pos[t] + 1, chunk = attn_chunk(n_keys);
-    const int k_begin = split * chunk, k_end = min(n_keys, k_begin + chunk);
+    const int n_keys = a.pos[t] + 1, first = gpu_attn_first_key(a.pos[t], a.window);
+    const int key0 = gpu_attn_key0(a.pos[t], a.window), chunk = attn_chunk(n_keys - key0);
+    const int k_begin = key0 + split * chunk, k_end = min(n_keys, k_begin + chunk);
     const int32_t *table = a.tables + (size_t)a.seq[t] * a.table_width;
 
     // The block's query heads are contiguous: gb * hd floats, loaded 4 at a time (hd % 4 == 0).
@@ -60,14 +62,17 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
         for (int i = 0; i < PAIRS; i++) o[g][i] = make_float2(0.0f, 0.0f);
     }
     for (int ts = k_begin + 32 * warp; ts < k_end; ts += 32 * ATT_WARPS) {
+        // Key j is this lane's; the tile's first key is the only one that can precede first, and
+        // the tile holds first, so no tile is wholly masked (m stays finite after the first).
         const int j = ts + lane, n_valid = min(32, k_end - ts);
+        const bool seen = j < k_end && j >= first;
         // The tile's block: row r of it is key ts + r.
         const size_t tile = gpu_kv_offset(table[ts / GPU_KV_BLOCK], a.n_layer, a.layer, a.n_kv, kvh, 0, hd);
         const __half *kb = a.kc + tile, *vb = a.vc + tile;
         float s[ATT_GB];
 #pragma unroll
         for (int g = 0; g < ATT_GB; g++) s[g] = 0.0f;
-        if (j < k_end) {
+        if (seen) {
             const uint4 *kr = (const uint4 *)(kb + (size_t)lane * hd);
 #pragma unroll 16 // a whole 128-dim K row in flight per lane
             for (int d8 = 0; d8 < hd / 8; d8++) {
@@ -94,10 +99,10 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
 #pragma unroll
         for (int g = 0; g < ATT_GB; g++) {
             if (g >= gb) break;
-            float sv = j < k_end ? s[g] : -INFINITY;
+            float sv = seen ? s[g] : -INFINITY;
             float mn = fmaxf(m[g], warp_max(sv));
             float corr = __expf(m[g] - mn); // 0 on the first tile (m = -inf)
-            p[g] = j < k_end ? __expf(sv - mn) : 0.0f;
+            p[g] = seen ? __expf(sv - mn) : 0.0f;
             l[g] = l[g] * corr + warp_sum(p[g]);
             m[g] = mn;
 #pragma unroll

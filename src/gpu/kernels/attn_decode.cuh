@@ -71,8 +71,11 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
     const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int group = a.n_head / a.n_kv;
-    const int n_keys = a.pos[t] + 1, chunk = attn_split_chunk(n_keys, a.max_split);
-    const int k_begin = split * chunk, k_end = min(n_keys, k_begin + chunk);
+    // Keys key0..pos (a sliding layer: from its window's block; those before first masked).
+    const int n_keys = a.pos[t] + 1, first = gpu_attn_first_key(a.pos[t], a.window);
+    const int key0 = gpu_attn_key0(a.pos[t], a.window), span = n_keys - key0;
+    const int chunk = attn_split_chunk(span, a.max_split);
+    const int k_begin = key0 + split * chunk, k_end = min(n_keys, k_begin + chunk);
     if (k_begin >= n_keys) return; // a split past the token's keys: the combine reads none of it
     const int32_t *table = a.tables + (size_t)a.seq[t] * a.table_width;
     const int kt0 = k_begin / AD_KEYS, n_kt = (k_end - k_begin + AD_KEYS - 1) / AD_KEYS;
@@ -119,17 +122,19 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         cp_async_wait<S - 1>();
         __syncwarp(); // the other lanes' copies of block i are visible
         const ad_tile<HD> *tl = &ring[i % S];
-        const int key0 = (kt0 + warp + W * i) * AD_KEYS;
+        const int tile0 = (kt0 + warp + W * i) * AD_KEYS;
 
         const auto k_at = [&](int key, int ch) { return &tl->k[ad_off<HD>(key, ch)]; };
         const auto v_at = [&](int key, int ch) { return &tl->v[ad_off<HD>(key, ch)]; };
         float s[4][4];
         fa_qk_tile<KSTEPS>(s, qf, ql, k_at);
 #pragma unroll
-        for (int j = 0; j < 4; j++) // keys past the token's last (the block's first never is)
+        for (int j = 0; j < 4; j++) // keys past the token's last, or before its window's first
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                if (key0 + j * 8 + 2 * c + (e & 1) >= k_end) s[j][e] = -INFINITY;
+            for (int e = 0; e < 4; e++) {
+                const int key = tile0 + j * 8 + 2 * c + (e & 1);
+                if (key >= k_end || key < first) s[j][e] = -INFINITY;
+            }
         fa_softmax_tile<DTILES>(s, m, l, o);
         fa_pv_tile<DTILES>(s, o, v_at);
         __syncwarp(); // every lane is done with slot i % S before it is refilled
@@ -153,7 +158,7 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
             *(float2 *)&sm_o[warp][row][j * 8 + 2 * c] = make_float2(o[j][2 * r], o[j][2 * r + 1]);
     }
     __syncthreads();
-    const bool single = chunk >= n_keys;
+    const bool single = chunk >= span;
     for (int idx = threadIdx.x; idx < group * (HD / 2); idx += W * 32) {
         const int row = idx / (HD / 2), d = 2 * (idx % (HD / 2));
         float mw = -INFINITY;
@@ -206,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd128(attn_a
 AD_VARIANT(4, 1)
 AD_VARIANT(2, 2)
 
-// out[t][h] from the token's splits (gpu_attn_splits_for(n_keys, max_split) of them); a token
+// out[t][h] from the token's splits (gpu_attn_splits_for(its span, max_split) of them); a token
 // with one split was written by attn_decode itself.  Grid (tokens, n_head) as attn_combine,
 // AD_COMBINE_SG * hd threads: the splits' (max, sum) come into shared memory in one round trip,
 // each split's weight 2^(m_s - M) is computed once, and thread (sg, d) sums dimension d of the
@@ -221,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(AD_COMBINE_SG * 256) attn_decode_co
     __shared__ float sm_m[AD_COMBINE_MAX], sm_w[AD_COMBINE_MAX], sm_l[AD_COMBINE_MAX];
     __shared__ float part[AD_COMBINE_SG][256];
     const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x;
-    const int ns = gpu_attn_splits_for(a.pos[t] + 1, a.max_split), hd = a.hd;
+    const int ns = gpu_attn_splits_for(gpu_attn_span(a.pos[t], a.window), a.max_split), hd = a.hd;
     if (ns == 1) return;
     const int d = threadIdx.x % hd, sg = threadIdx.x / hd;
     const size_t th = (size_t)blockIdx.x * a.n_head + blockIdx.y;

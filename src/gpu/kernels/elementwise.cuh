@@ -108,6 +108,29 @@ extern "C" __global__ void swiglu(const float *g, const float *u, __half *out, s
     }
 }
 
+// out = fp16(gelu_tanh(g) * u) over n elements (GeGLU, Gemma): the exact tanh formula, as the
+// CPU's cpu_geglu and transformers' gelu_pytorch_tanh.
+extern "C" __global__ void geglu(const float *g, const float *u, __half *out, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = g[i];
+        out[i] = __float2half_rn(0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i]);
+    }
+}
+
+// x = cap * tanh(x / cap) over n elements (Gemma's soft-capped logits).
+extern "C" __global__ void softcap(float *x, size_t n, float cap)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = tanhf(x[i] / cap) * cap;
+}
+
+// x *= s over n elements (Gemma's embeddings times sqrt(n_embd)).
+extern "C" __global__ void scale_f32(float *x, size_t n, float s)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
+}
+
 // y[r][i] += bias[i] for rows of n.
 extern "C" __global__ void add_bias(float *y, const float *bias, int n, size_t total)
 {

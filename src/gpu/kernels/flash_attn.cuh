@@ -104,17 +104,20 @@ __device__ __forceinline__ void fa_softmax_tile(float s[4][4], float m[2], float
     for (int i = 0; i < 2; i++) { // a row's 32 keys are spread over the 4 lanes of a quad
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        const float mn = fmaxf(m[i], mx[i]); // finite: the callers never mask a row's first key
+        const float mn = fmaxf(m[i], mx[i]);
         // 0 on the first tile; exactly 1 when the max holds (a masked tile is a no-op)
         corr[i] = mn == m[i] ? 1.0f : exp2f(m[i] - mn);
         m[i] = mn;
         l[i] *= corr[i];
     }
+    // A row whose keys so far are all masked (a sliding window's row in a tile before its
+    // window) keeps m = -inf: its scores become 0, not exp2(-inf + inf) = NaN.
+    const float base[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            s[j][e] = exp2f(s[j][e] - m[e >> 1]);
+            s[j][e] = exp2f(s[j][e] - base[e >> 1]);
             l[e >> 1] += s[j][e];
         }
 #pragma unroll
@@ -190,10 +193,13 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     const int32_t *table = a.tables + (size_t)a.seq[t0] * a.table_width;
     const int last_key = a.pos[t0 + n_tok - 1]; // the tile's last token sees keys 0..last_key
     const int n_kt = last_key / FA_KEYS + 1;
+    // A sliding layer: the tile's first token sees keys from its window's first on, the later
+    // ones from later still (masked per row); the blocks before are not read.
+    const int kt_first = gpu_attn_key0(a.pos[t0], a.window) / FA_KEYS;
 
     // This thread's two rows (g and g + 8 of the warp's 16): their positions (a row past the
     // tile takes last_key, so it stays finite; it is never written) and queries.
-    int row_pos[2];
+    int row_pos[2], row_first[2];
     const float *qrow[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -206,6 +212,7 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
             row_pos[i] = last_key;
             qrow[i] = nullptr;
         }
+        row_first[i] = gpu_attn_first_key(row_pos[i], a.window);
     }
     // The warp's last key: tiles past it are no-ops for all its rows (see the top).
     const int warp_first = warp * 16;
@@ -213,7 +220,7 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     const int warp_last_row = min(n_rows, warp_first + 16) - 1;
     const int warp_last_key = active ? a.pos[t0 + warp_last_row / group] : -1;
 
-    load_kv_tile<HD, STRIDE>(k_s[0], v_s[0], a, table, kvh, 0, last_key);
+    load_kv_tile<HD, STRIDE>(k_s[kt_first & 1], v_s[kt_first & 1], a, table, kvh, kt_first, last_key);
     cp_async_commit();
 
     uint32_t qf[KSTEPS][4], ql[KSTEPS][4];
@@ -231,7 +238,7 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     for (int j = 0; j < DTILES; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    for (int kt = 0; kt < n_kt; kt++) {
+    for (int kt = kt_first; kt < n_kt; kt++) {
         const int buf = kt & 1;
         // Prefetch the next tile into the other buffer (freed by the barrier that ended the
         // previous iteration), then wait for this one.
@@ -245,12 +252,15 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
             const auto v_at = [&](int key, int ch) { return &v_s[buf][key][ch * 8]; };
             float s[4][4];
             fa_qk_tile<KSTEPS>(s, qf, ql, k_at);
-            // Causal mask, then the online softmax per row (in base 2: log2(e) is in the scale).
+            // Causal mask (and the window's start), then the online softmax per row (in base 2:
+            // log2(e) is in the scale).
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (kt * FA_KEYS + j * 8 + 2 * c + (e & 1) > row_pos[e >> 1]) s[j][e] = -INFINITY;
+                for (int e = 0; e < 4; e++) {
+                    const int key = kt * FA_KEYS + j * 8 + 2 * c + (e & 1);
+                    if (key > row_pos[e >> 1] || key < row_first[e >> 1]) s[j][e] = -INFINITY;
+                }
             fa_softmax_tile<DTILES>(s, m, l, o);
             fa_pv_tile<DTILES>(s, o, v_at);
         }

@@ -124,11 +124,35 @@ static int upload_vector(uploader *u, CUdeviceptr *dst, const model_tensor *t, c
     return 0;
 }
 
-/* The matrices of a layer that the ordinary products read (the MoE router among them), and
- * the 3-D expert tensors that only the MoE kernels read. */
-#define LAYER_MATRICES(X) X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down) X(ffn_gate_inp)
+/* The matrices of a layer that the ordinary products read, and the 3-D expert tensors that
+ * only the MoE kernels read (the router, ffn_gate_inp, goes up in F32: upload_router). */
+#define LAYER_MATRICES(X) X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down)
 #define EXPERT_MATRICES(X) X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps)
-#define N_LAYER_MATRICES 8
+#define N_LAYER_MATRICES 7
+/* A MoE layer's router as F32 rows [n_expert][n_embd] whatever its format (moe_router reads
+ * it in FP32: kernels/moe.cuh says why); absent: 0. */
+static size_t router_bytes(const model_tensor *t) { return t->data ? (size_t)t->ne0 * t->ne1 * sizeof(float) : 0; }
+
+static int upload_router(uploader *u, CUdeviceptr *dst, const model_tensor *t, char *err, size_t errlen)
+{
+    *dst = 0;
+    if (!t->data) return 0;
+    size_t n = (size_t)t->ne0, rows = (size_t)t->ne1;
+    float *tmp = malloc(n * rows * sizeof *tmp);
+    if (!tmp) {
+        snprintf(err, errlen, "%s: out of host memory", t->name);
+        return -1;
+    }
+    for (size_t r = 0; r < rows; r++)
+        quant_dequantize_row(t->type, (const char *)t->data + r * t->row_bytes, tmp + r * n, (int64_t)n);
+    *dst = u->g->wbuf + u->off;
+    CUresult rc = cu.cuMemcpyHtoD(*dst, tmp, n * rows * sizeof *tmp);
+    free(tmp);
+    CU_CHECK(rc, t->name);
+    u->off += align_up(n * rows * sizeof(float), DEV_ALIGN);
+    return 0;
+}
+
 #define LAYER_VECTORS(X) X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)
 
 static size_t weights_bytes(const model *m)
@@ -141,6 +165,7 @@ static size_t weights_bytes(const model *m)
 #define ADD_M(f) b += align_up(matrix_bytes(&L->f), DEV_ALIGN);
 #define ADD_V(f) b += align_up(vector_bytes(&L->f), DEV_ALIGN);
         LAYER_MATRICES(ADD_M) EXPERT_MATRICES(ADD_M) LAYER_VECTORS(ADD_V)
+        b += align_up(router_bytes(&L->ffn_gate_inp), DEV_ALIGN);
 #undef ADD_M
 #undef ADD_V
     }
@@ -170,6 +195,7 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
 #define UP_M(f) if (upload_matrix(&u, &G->f, &L->f, err, errlen)) return -1;
 #define UP_V(f) if (upload_vector(&u, &G->f, &L->f, err, errlen)) return -1;
         LAYER_MATRICES(UP_M) EXPERT_MATRICES(UP_M) LAYER_VECTORS(UP_V)
+        if (upload_router(&u, &G->router, &L->ffn_gate_inp, err, errlen)) return -1;
 #undef UP_M
 #undef UP_V
         if (g->base.cfg.verbose && (l + 1) % 8 == 0)
@@ -357,6 +383,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
         {&g->post, any_post ? (size_t)T * g->d_embd * f : 0},
         {&g->mmq_part, g->mmq_part_bytes},
+        {&g->moe_xf, (size_t)(any_moe ? T : 0) * g->d_embd * f},
         {&g->moe_logits, (size_t)(any_moe ? T : 0) * hp->n_expert * f}, {&g->moe_ids, moe_n * sizeof(int32_t)},
         {&g->moe_w, moe_n * f}, {&g->moe_sorted, moe_n * sizeof(int32_t)}, {&g->moe_pos, moe_n * sizeof(int32_t)},
         {&g->moe_tiles, moe_tiles * 3 * sizeof(int32_t)}, {&g->moe_h, moe_n * g->d_ff_exp * sizeof(uint16_t)},
@@ -744,7 +771,7 @@ static void gpu_destroy(engine *e)
         if (g->graphs[b]) cu.cuGraphExecDestroy(g->graphs[b]);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
-                          g->mmq_part, g->post,     g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
+                          g->mmq_part, g->post,     g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
                           g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
                           g->sout,   g->in_d};

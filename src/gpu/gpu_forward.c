@@ -322,7 +322,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
     const gpu_matrix *gate = &L->ffn_gate_exps, *up = &L->ffn_up_exps, *down = &L->ffn_down_exps;
     CUdeviceptr x = g->act_h + (size_t)t0 * d * sizeof(uint16_t), logits = g->moe_logits + (size_t)t0 * ne * sizeof(float);
     void *route[] = {&logits, &ne, &k, &g->moe_ids, &g->moe_w};
-    if (gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 128}, (unsigned)(ne * sizeof(float)),
+    if (gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, (unsigned)(ne * sizeof(float)),
                         g->stream, route, what, err, errlen))
         return -1;
     CUdeviceptr pos = 0; /* moe_combine's entry -> row of moe_y: identity, or the grouping's */
@@ -365,14 +365,13 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
 }
 
 /* The MoE feed-forward of T rows of act_h (recipe ARCH_FFN_MOE, router ARCH_ROUTER_SOFTMAX_TOPK):
- * the router's logits for every row (an ordinary matmul), then chunks of moe_chunk tokens; x
- * += the result, or in a sandwich-norm layer its post-normed form. */
+ * the router's logits for every row (in FP32, from moe_xf), then chunks of moe_chunk tokens;
+ * x += the result, or in a sandwich-norm layer its post-normed form. */
 static int ffn_moe(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
-    const int ne = g->base.m->hp.n_expert;
-    matmul_op r = {.out = {{&L->ffn_gate_inp, g->moe_logits, 0, ne}}, .n_out = 1, .x = g->act_h, .m = T,
-                   .ldx = g->d_embd, .what = what};
-    if (matmul(g, &r, err, errlen)) return -1;
+    int ne = g->base.m->hp.n_expert;
+    gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, 8), 1, 256};
+    LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &g->d_embd, &ne, &T, &g->moe_logits);
     CUdeviceptr dst = L->ffn_post_norm ? g->post : g->x;
     for (int t0 = 0; t0 < T; t0 += g->moe_chunk) {
         int n = T - t0 < g->moe_chunk ? T - t0 : g->moe_chunk;
@@ -409,9 +408,10 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     if (residual_add(g, &wo, L->attn_post_norm, T, err, errlen)) return -1;
 
     snprintf(what, sizeof what, "layer %d feed-forward", il);
-    norm_op n2 = {.x = g->x, .w = L->ffn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
+    bool moe = g->base.m->layers[il].recipe.ffn == ARCH_FFN_MOE; /* the router reads the norm in FP32 too */
+    norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd};
     if (rmsnorm(g, &n2, what, err, errlen)) return -1;
-    if (g->base.m->layers[il].recipe.ffn == ARCH_FFN_MOE) return ffn_moe(g, L, T, what, err, errlen);
+    if (moe) return ffn_moe(g, L, T, what, err, errlen);
     if (gated_ffn(g, L, T, what, err, errlen)) return -1;
     matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = g->d_ff,
                       .accumulate = true, .what = what};

@@ -105,6 +105,6 @@
     X(attn_partial_hd128) X(attn_combine) X(flash_attn_hd64) X(flash_attn_hd128) \
     X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_combine)               \
     X(sample_prep) X(sample_adjust) X(sample_reduce) X(sample)                  \
-    X(moe_route) X(moe_sort) X(moe_combine)
+    X(moe_router) X(moe_route) X(moe_sort) X(moe_combine)
 
 #endif

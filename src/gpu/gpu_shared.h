@@ -70,6 +70,7 @@ typedef struct moe_mv_args {
  * takes a longer step's MoE layers in chunks of tokens.  Its shared memory holds the ids and
  * the experts' offsets: (entries + experts) * 4 bytes, at most 48 KiB. */
 #define GPU_MOE_MAX_ENTRIES 8192
+#define GPU_MOE_ROUTER_TOKENS 8 /* moe_router's tokens per block (kernels/moe.cuh) */
 #define GPU_MOE_MAX_EXPERTS 2048
 
 /* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in

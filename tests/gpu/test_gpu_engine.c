@@ -75,18 +75,23 @@ typedef struct agreement {
     double top1;    /* fraction of positions with the same argmax */
     double max_rel; /* worst per-position ||gpu - cpu|| / ||cpu|| */
     int over;       /* positions over REL_BOUND */
+    char where[160]; /* the first of them and of the top-1 differences: "p12 p200* ..." (*: top-1) */
 } agreement;
 
 static agreement compare_logits(const float *gpu, const float *cpu, int n_pos, int V)
 {
-    agreement a = {0.0, 0.0, 0};
+    agreement a = {0.0, 0.0, 0, ""};
+    size_t len = 0;
     int same = 0;
     for (int p = 0; p < n_pos; p++) {
         const float *g = gpu + (size_t)p * V, *c = cpu + (size_t)p * V;
-        same += argmax(g, V) == argmax(c, V);
+        bool top1 = argmax(g, V) == argmax(c, V);
+        same += top1;
         double e = gpu_test_rel_err(g, c, (size_t)V);
         if (e > a.max_rel) a.max_rel = e;
         a.over += e > REL_BOUND;
+        if ((e > REL_BOUND || !top1) && len + 12 < sizeof a.where)
+            len += (size_t)snprintf(a.where + len, sizeof a.where - len, " p%d%s", p, top1 ? "" : "*");
     }
     a.top1 = (double)same / n_pos;
     return a;
@@ -105,8 +110,8 @@ static void check_logits_within(const model *m, const char *label, int n_pos, in
     run_logits(p.gpu, 1, tokens, n_pos, n_prompt, lg, V);
     run_logits(p.cpu, 1, tokens, n_pos, n_prompt, lc, V);
     agreement a = compare_logits(lg, lc, n_pos, V);
-    print_message("  %-24s %d positions: top-1 agreement %.2f %%, max relative logit error %.2e (%d over %.0e)\n",
-                  label, n_pos, 100.0 * a.top1, a.max_rel, a.over, REL_BOUND);
+    print_message("  %-24s %d positions: top-1 agreement %.2f %%, max relative logit error %.2e (%d over %.0e%s%s)\n",
+                  label, n_pos, 100.0 * a.top1, a.max_rel, a.over, REL_BOUND, a.where[0] ? ":" : "", a.where);
     assert_true(a.top1 >= 0.99);
     assert_true(a.over <= max_over);
     free(lg);
@@ -442,10 +447,10 @@ static void test_mixed_steps_equal_alone(void **state)
 
 /* ---- mixture of experts (qwen3moe) ---- */
 
-/* A router whose top choices nearly tie may pick another expert on the GPU (FP16 activations)
- * than on the CPU: that token's logits then differ by more than rounding.  At most this many
- * positions of N_POS may. */
-#define MOE_MAX_OVER 3
+/* A router whose k-th and (k+1)-th choices nearly tie may pick another expert on the GPU (FP16
+ * activations) than on the CPU: that token's logits then differ by more than rounding (its
+ * top-1 still agrees, as asserted).  At most this many positions of N_POS (5 %) may. */
+#define MOE_MAX_OVER (N_POS / 20)
 
 /* Logits of a qwen3moe file of ../shared/reference (F16 and F32: 8 experts, top 2, head_dim
  * 32, experts 32 wide: every product through the entry-per-block kernels). */
@@ -475,15 +480,16 @@ static void test_moe_reference_files(void **state)
 }
 
 /* A qwen3moe model made by mkmodel (as `inferd mkmodel --arch qwen3moe`) in format ft: 2 layers
- * of 16 experts 256 wide, 4 per token, head_dim 64.  Block-quantised experts go through the
- * grouped mmq launches for prompts and batches and the entry-per-block kernels for one token. */
-static model *moe_mkmodel(mkmodel_ftype ft)
+ * of n_expert experts 256 wide, k per token, head_dim 64.  Block-quantised experts go through
+ * the grouped mmq launches for prompts and batches and the entry-per-block kernels for one
+ * token. */
+static model *moe_mkmodel(mkmodel_ftype ft, int n_expert, int k)
 {
     mkmodel_config cfg;
     assert_true(mkmodel_preset("tiny", &cfg));
     mkmodel_set_arch(&cfg, MODEL_ARCH_QWEN3MOE);
     cfg.n_embd = 256, cfg.n_layer = 2, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.n_ff = 1024, cfg.n_vocab = 512;
-    cfg.n_ctx = 512, cfg.n_expert = 16, cfg.n_expert_used = 4, cfg.n_ff_exp = 256, cfg.ftype = ft, cfg.seed = 5;
+    cfg.n_ctx = 512, cfg.n_expert = n_expert, cfg.n_expert_used = k, cfg.n_ff_exp = 256, cfg.ftype = ft, cfg.seed = 5;
     char path[] = "/tmp/inferd-gpu-moe-XXXXXX.gguf", err[512];
     int fd = mkstemps(path, 5);
     assert_true(fd >= 0);
@@ -496,32 +502,38 @@ static model *moe_mkmodel(mkmodel_ftype ft)
     model *m = model_load(path, err, sizeof err);
     unlink(path);
     if (!m) fail_msg("model_load: %s", err);
-    assert_int_equal(m->hp.n_expert, 16);
+    assert_int_equal(m->hp.n_expert, n_expert);
     return m;
 }
 
+/* Every format, 8 experts, 2 per token (the reference's shape); then every expert chosen (8
+ * of 8): no choice can flip, so the experts' products (grouped and per entry) must agree with
+ * the CPU as a dense model's do, every position within REL_BOUND. */
 static void test_moe_mkmodel_formats(void **state)
 {
     (void)state;
     static const mkmodel_ftype fts[] = {MKMODEL_Q4_K_M, MKMODEL_Q8_0, MKMODEL_Q6_K, MKMODEL_Q4_0, MKMODEL_F16};
     uint64_t seed = 31;
-    for (size_t i = 0; i < sizeof fts / sizeof fts[0]; i++) {
-        model *m = moe_mkmodel(fts[i]);
-        int32_t tokens[N_POS];
-        for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
-        char label[64];
-        snprintf(label, sizeof label, "qwen3moe %s", mkmodel_ftype_name(fts[i]));
-        check_logits_within(m, label, N_POS, N_PROMPT, tokens, MOE_MAX_OVER);
-        model_free(m);
-    }
+    for (int all = 0; all < 2; all++)
+        for (size_t i = 0; i < sizeof fts / sizeof fts[0]; i++) {
+            if (all && i >= 2) break; /* the two mmq shapes of Q4_K_M (Q4_K + Q6_K) and Q8_0 */
+            model *m = moe_mkmodel(fts[i], 8, all ? 8 : 2);
+            int32_t tokens[N_POS];
+            for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+            char label[64];
+            snprintf(label, sizeof label, "qwen3moe %s %s", mkmodel_ftype_name(fts[i]), all ? "8/8" : "2/8");
+            check_logits_within(m, label, N_POS, N_PROMPT, tokens, all ? 0 : MOE_MAX_OVER);
+            model_free(m);
+        }
 }
 
 /* Batched MoE (the grouped launches, captured in the decode graph of 32) against one sequence
- * at a time (the entry-per-block kernels). */
+ * at a time (the entry-per-block kernels): 16 experts, 4 per token, so the batch's tiles
+ * cover many experts. */
 static void test_moe_batch_of_32_equals_alone(void **state)
 {
     (void)state;
-    model *m = moe_mkmodel(MKMODEL_Q4_K_M);
+    model *m = moe_mkmodel(MKMODEL_Q4_K_M, 16, 4);
     batch_of_32(m);
     model_free(m);
 }

@@ -2,8 +2,11 @@
 // the experts' products over only the chosen experts' slices, and the weighted combine.  The
 // expert ids never leave the GPU, so a MoE layer is launches alone (decode graphs capture it).
 //
+//   moe_router     the router's logits in FP32, from the normed activations before their FP16
+//                  rounding and the router's weights in F32: a choice between experts whose
+//                  scores nearly tie is then the CPU's, up to the residual stream's own rounding
 //   moe_route      softmax over the router's logits, the top k (ties to the lower id), their
-//                  weights renormalised: ids[t][j], weights[t][j] (one block per token)
+//                  weights renormalised: ids[t][j], weights[t][j] (one warp per token)
 //   moe_glu_*      decode (a few tokens): h[e] = fp16(silu(Wgate_x h) * Wup_x h) for every entry
 //   moe_matvec_*   e = (token, choice j) of expert x = ids[e]; y[e] = Wdown_x h[e]
 //   moe_sort       larger batches: the entries grouped by expert (stable, in entry order) and
@@ -19,107 +22,116 @@
 #include "../gpu_kernel_names.h"
 #include "../gpu_shared.h"
 
-// One block per token, blockDim.x threads over the experts.
+// logits[t][e] = x[t] . w[e] over n inputs (a multiple of 4); grid (ceil(T / MOE_ROUTER_TOKENS),
+// ceil(n_expert / 8)), 8 warps: a warp per expert over MOE_ROUTER_TOKENS tokens, so the
+// expert's row is read once for them.  A token's sum runs the same way whatever its batch.
+#define MOE_ROUTER_TOKENS GPU_MOE_ROUTER_TOKENS
+extern "C" __global__ void moe_router(const float *x, const float *w, int n, int n_expert, int T, float *logits)
+{
+    const int e = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31, t0 = blockIdx.x * MOE_ROUTER_TOKENS;
+    if (e >= n_expert) return;
+    const float *wr = w + (size_t)e * n;
+    float acc[MOE_ROUTER_TOKENS];
+#pragma unroll
+    for (int j = 0; j < MOE_ROUTER_TOKENS; j++) acc[j] = 0.0f;
+    for (int i = lane * 4; i < n; i += 128) {
+        const float4 wv = *(const float4 *)(wr + i);
+#pragma unroll
+        for (int j = 0; j < MOE_ROUTER_TOKENS; j++) {
+            const float4 xv = *(const float4 *)(x + (size_t)min(t0 + j, T - 1) * n + i);
+            acc[j] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MOE_ROUTER_TOKENS; j++) {
+        const float v = warp_sum(acc[j]);
+        if (lane == 0 && t0 + j < T) logits[(size_t)(t0 + j) * n_expert + e] = v;
+    }
+}
+
+// One warp per token (blockDim.x == 32): the probabilities in shared memory, each of the k
+// passes an argmax over the lanes' strided experts and a shuffle reduction (no block barrier:
+// the k passes are on the decode step's critical path, once per layer).
 extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, int32_t *ids, float *weights)
 {
-    __shared__ float sh[32];
-    __shared__ float best_v[32];
-    __shared__ int best_i[32];
     extern __shared__ float prob[]; // [n_expert]
+    const int lane = threadIdx.x;
     const float *l = logits + (size_t)blockIdx.x * n_expert;
     float mx = -INFINITY;
-    for (int x = threadIdx.x; x < n_expert; x += blockDim.x) mx = fmaxf(mx, l[x]);
-    mx = block_max(mx, sh);
+    for (int x = lane; x < n_expert; x += 32) mx = fmaxf(mx, l[x]);
+    mx = warp_max(mx);
     float s = 0.0f;
-    for (int x = threadIdx.x; x < n_expert; x += blockDim.x) {
+    for (int x = lane; x < n_expert; x += 32) {
         prob[x] = expf(l[x] - mx);
         s += prob[x];
     }
-    s = block_sum(s, sh);
-    for (int x = threadIdx.x; x < n_expert; x += blockDim.x) prob[x] /= s;
-    __syncthreads();
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    s = warp_sum(s);
+    for (int x = lane; x < n_expert; x += 32) prob[x] /= s;
+    __syncwarp();
     float chosen_sum = 0.0f;
     for (int j = 0; j < k; j++) {
         float bv = -1.0f; // probabilities are >= 0; taken ones are set to -1
         int bi = INT_MAX;
-        for (int x = threadIdx.x; x < n_expert; x += blockDim.x)
+        for (int x = lane; x < n_expert; x += 32)
             if (prob[x] > bv) bv = prob[x], bi = x; // x ascends: the lower id wins a tie
+#pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
         }
-        if (lane == 0) best_v[w] = bv, best_i[w] = bi;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int i = 1; i < nw; i++)
-                if (best_v[i] > best_v[0] || (best_v[i] == best_v[0] && best_i[i] < best_i[0]))
-                    best_v[0] = best_v[i], best_i[0] = best_i[i];
-            if (best_i[0] >= n_expert) best_i[0] = j, best_v[0] = 0.0f; // NaN logits: any valid id, never past the experts
-            ids[(size_t)blockIdx.x * k + j] = best_i[0];
-            weights[(size_t)blockIdx.x * k + j] = best_v[0];
-            chosen_sum += best_v[0];
-            prob[best_i[0]] = -1.0f;
+        if (bi >= n_expert) bi = j, bv = 0.0f; // NaN logits: any valid id, never past the experts
+        chosen_sum += bv;
+        if (lane == 0) {
+            ids[(size_t)blockIdx.x * k + j] = bi;
+            weights[(size_t)blockIdx.x * k + j] = bv;
+            prob[bi] = -1.0f;
         }
-        __syncthreads();
+        __syncwarp();
     }
-    if (threadIdx.x == 0)
-        for (int j = 0; j < k; j++) weights[(size_t)blockIdx.x * k + j] /= chosen_sum;
+    __syncwarp();
+    for (int j = lane; j < k; j += 32) weights[(size_t)blockIdx.x * k + j] /= chosen_sum;
 }
 
-// Entry e of the grid's x: its expert's rows of w0 (and w1) against its activation row.
-template <int T, int NR>
-__device__ __forceinline__ void moe_row_dots(const moe_mv_args &a, int e, int n, float acc[NR][1])
+// Entry e = grid x, feature n = the warp's: the dot products of expert ids[e]'s row n of w0
+// (and, GLU, of w1) with the entry's activation row, then the warp's lane 0 stores
+// fp16(silu(w0 x) * (w1 x)) in yh (GLU) or w0 x in y.
+template <int T, bool GLU>
+__device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
 {
+    constexpr int NR = GLU ? 2 : 1;
+    const int e = blockIdx.x, n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5);
+    if (n >= a.n) return;
     const size_t xoff = (size_t)a.ids[e] * a.expert_bytes + (size_t)n * a.row_bytes;
     const uint8_t *rows[NR];
     rows[0] = a.w0 + xoff;
-    if (NR > 1) rows[NR - 1] = a.w1 + xoff;
+    if (GLU) rows[NR - 1] = a.w1 + xoff;
     matvec_args m = {};
     m.k = a.k;
     m.m = 1;
     m.ldx = a.ldx;
     m.x = a.x + (size_t)(e / a.x_div) * a.ldx;
+    float acc[NR][1];
     row_dots<T, 1, NR>(rows, m, 0, acc);
-}
-
-template <int T>
-__device__ __forceinline__ void moe_glu_body(const moe_mv_args &a)
-{
-    const int e = blockIdx.x, n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5);
-    if (n >= a.n) return;
-    float gu[2][1];
-    moe_row_dots<T, 2>(a, e, n, gu);
-    if ((threadIdx.x & 31) == 0) {
-        const float g = gu[0][0];
-        a.yh[(size_t)e * a.ldy + n] = __float2half_rn(g / (1.0f + __expf(-g)) * gu[1][0]);
-    }
-}
-
-template <int T>
-__device__ __forceinline__ void moe_matvec_body(const moe_mv_args &a)
-{
-    const int e = blockIdx.x, n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5);
-    if (n >= a.n) return;
-    float acc[1][1];
-    moe_row_dots<T, 1>(a, e, n, acc);
-    if ((threadIdx.x & 31) == 0) a.y[(size_t)e * a.ldy + n] = acc[0][0];
+    if ((threadIdx.x & 31) != 0) return;
+    const float g = acc[0][0];
+    if (GLU) a.yh[(size_t)e * a.ldy + n] = __float2half_rn(g / (1.0f + __expf(-g)) * acc[NR - 1][0]);
+    else a.y[(size_t)e * a.ldy + n] = g;
 }
 
 // One pair per row of GPU_MOE_KERNELS (../gpu_kernel_names.h), under the row's names.
 #define MOE_KERNELS(glu_name, matvec_name, TYPE)                                                 \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) glu_name(moe_mv_args a)      \
     {                                                                                            \
-        moe_glu_body<T_##TYPE>(a);                                                               \
+        moe_entry_body<T_##TYPE, true>(a);                                                       \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) matvec_name(moe_mv_args a)   \
     {                                                                                            \
-        moe_matvec_body<T_##TYPE>(a);                                                            \
+        moe_entry_body<T_##TYPE, false>(a);                                                      \
     }
 GPU_MOE_KERNELS(MOE_KERNELS)
 
-// One block: the n entries' expert ids (n <= GPU_MOE_SORT_MAX) grouped by expert, stable.
+// One block: the n entries' expert ids (n <= GPU_MOE_MAX_ENTRIES) grouped by expert, stable.
 // sorted[s] = the entry at sorted position s, pos[e] = the sorted position of entry e, and the
 // tile list: (expert, first, end) per tile of at most bm sorted positions of one expert,
 // padded with expert -1 up to max_tiles.  A warp per expert counts and ranks its entries with

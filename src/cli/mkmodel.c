@@ -17,11 +17,13 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: inferd mkmodel -o OUT.gguf [options]\n"
             "  --preset NAME   tiny (default) | small | qwen2.5-1.5b | llama-3.1-8b | qwen3-0.6b\n"
-            "                  | gemma-3-12b | gemma-3-27b\n"
-            "  --arch A        llama | qwen2 | qwen3 | gemma3 (overrides the preset's architecture)\n"
+            "                  | gemma-3-12b | gemma-3-27b | qwen3-30b-a3b (MoE: 128 experts, 8 per token)\n"
+            "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe (overrides the preset's\n"
+            "                  architecture; qwen3moe: 8 experts of n-ff/4, 2 per token)\n"
             "  --type T        f32 | f16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
             "                  | q5_k | q6_k | iq4_nl | iq4_xs | q4_k_m\n"
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N --n-vocab N\n"
+            "  --n-expert N --n-expert-used N --n-ff-exp N   (qwen3moe: experts, per token, width)\n"
             "  --seed N        weight seed (default 1)\n"
             "  --corpus-dir D  tokenizer training text: D/README.md + D/src (default: the source tree)\n"
             "  --vocab F.gguf  copy the tokenizer (tokenizer.* keys) of F instead; n-vocab follows it\n"
@@ -50,9 +52,11 @@ static int arch_from_name(const char *s)
     if (strcmp(s, "qwen2") == 0) return MODEL_ARCH_QWEN2;
     if (strcmp(s, "qwen3") == 0) return MODEL_ARCH_QWEN3;
     if (strcmp(s, "gemma3") == 0) return MODEL_ARCH_GEMMA3;
+    if (strcmp(s, "qwen3moe") == 0) return MODEL_ARCH_QWEN3MOE;
     return -1;
 }
 
+enum { N_DIMS = 10 }; /* --n-embd .. --n-ff-exp, in the order of the option table */
 enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_VOCAB, OPT_WORDS, OPT_DIM0 };
 
 int cli_mkmodel(int argc, char **argv)
@@ -73,6 +77,9 @@ int cli_mkmodel(int argc, char **argv)
         {"n-ff", required_argument, NULL, OPT_DIM0 + 4},
         {"n-ctx", required_argument, NULL, OPT_DIM0 + 5},
         {"n-vocab", required_argument, NULL, OPT_DIM0 + 6},
+        {"n-expert", required_argument, NULL, OPT_DIM0 + 7},
+        {"n-expert-used", required_argument, NULL, OPT_DIM0 + 8},
+        {"n-ff-exp", required_argument, NULL, OPT_DIM0 + 9},
         {"words", required_argument, NULL, OPT_WORDS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -90,7 +97,7 @@ int cli_mkmodel(int argc, char **argv)
     const char *out = NULL, *corpus_dir = INFERD_SOURCE_DIR, *words = NULL;
     int arch = -1, ftype = -1;
     unsigned long long seed = 1;
-    int dims[7] = {0};
+    int dims[N_DIMS] = {0};
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
@@ -99,7 +106,7 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_PRESET: break;
         case OPT_ARCH:
             if ((arch = arch_from_name(optarg)) < 0) {
-                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3)\n", optarg);
+                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe)\n", optarg);
                 return 2;
             }
             break;
@@ -125,7 +132,7 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_WORDS: words = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
-            if (c >= OPT_DIM0 && c < OPT_DIM0 + 7) {
+            if (c >= OPT_DIM0 && c < OPT_DIM0 + N_DIMS) {
                 if (!parse_int(opts[8 + c - OPT_DIM0].name, optarg, &dims[c - OPT_DIM0])) return 2;
                 break;
             }
@@ -141,9 +148,9 @@ int cli_mkmodel(int argc, char **argv)
     if (arch >= 0 && arch != (int)cfg.arch) mkmodel_set_arch(&cfg, (model_arch)arch);
     if (ftype >= 0) cfg.ftype = (mkmodel_ftype)ftype;
     cfg.seed = seed;
-    int *fields[7] = {&cfg.n_embd, &cfg.n_layer, &cfg.n_head, &cfg.n_head_kv,
-                      &cfg.n_ff, &cfg.n_ctx, &cfg.n_vocab};
-    for (int i = 0; i < 7; i++)
+    int *fields[N_DIMS] = {&cfg.n_embd, &cfg.n_layer, &cfg.n_head, &cfg.n_head_kv, &cfg.n_ff,
+                           &cfg.n_ctx, &cfg.n_vocab, &cfg.n_expert, &cfg.n_expert_used, &cfg.n_ff_exp};
+    for (int i = 0; i < N_DIMS; i++)
         if (dims[i]) *fields[i] = dims[i];
     if (dims[0] || dims[2]) cfg.head_dim = 0; /* derived again from the new sizes */
     char err[256];

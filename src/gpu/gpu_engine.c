@@ -57,7 +57,8 @@ bool engine_cuda_available(void)
  * vectors become F32. */
 static size_t matrix_bytes(const model_tensor *t)
 {
-    return (size_t)t->ne1 * gpu_row_bytes(t->type, (int)((t->ne0 + 31) / 32 * 32));
+    if (!t->data) return 0;
+    return (size_t)t->ne1 * (size_t)t->ne2 * gpu_row_bytes(t->type, (int)((t->ne0 + 31) / 32 * 32));
 }
 static size_t vector_bytes(const model_tensor *t) { return t->data ? (size_t)t->ne0 * sizeof(float) : 0; }
 
@@ -66,8 +67,12 @@ typedef struct uploader {
     size_t off;
 } uploader;
 
+/* A matrix, or a 3-D expert tensor as ne2 matrices of ne1 rows; an absent one stays d == 0. */
 static int upload_matrix(uploader *u, gpu_matrix *dst, const model_tensor *t, char *err, size_t errlen)
 {
+    memset(dst, 0, sizeof *dst);
+    dst->wtype = -1;
+    if (!t->data) return 0;
     dst->type = t->type;
     dst->wtype = gpu_wtype_index(t->type);
     dst->n = (int)t->ne1;
@@ -79,8 +84,10 @@ static int upload_matrix(uploader *u, gpu_matrix *dst, const model_tensor *t, ch
         return -1;
     }
     dst->row_bytes = gpu_row_bytes(t->type, dst->k);
+    dst->n_expert = (int)t->ne2;
+    dst->expert_bytes = (size_t)dst->n * dst->row_bytes;
     dst->d = u->g->wbuf + u->off;
-    size_t bytes = matrix_bytes(t);
+    size_t bytes = matrix_bytes(t), rows = (size_t)t->ne1 * (size_t)t->ne2;
     if (dst->row_bytes == t->row_bytes) {
         CU_CHECK(cu.cuMemcpyHtoD(dst->d, t->data, bytes), t->name);
     } else { /* the kernels' layout: float rows padded to 32 inputs, Q6_K blocks in 16-byte slots */
@@ -89,7 +96,7 @@ static int upload_matrix(uploader *u, gpu_matrix *dst, const model_tensor *t, ch
             snprintf(err, errlen, "%s: out of host memory repacking rows", t->name);
             return -1;
         }
-        gpu_pack_rows(t->type, dst->k, t->data, t->row_bytes, (int)t->ne0, tmp, (size_t)t->ne1);
+        gpu_pack_rows(t->type, dst->k, t->data, t->row_bytes, (int)t->ne0, tmp, rows);
         CUresult rc = cu.cuMemcpyHtoD(dst->d, tmp, bytes);
         free(tmp);
         CU_CHECK(rc, t->name);
@@ -117,7 +124,35 @@ static int upload_vector(uploader *u, CUdeviceptr *dst, const model_tensor *t, c
     return 0;
 }
 
+/* The matrices of a layer that the ordinary products read, and the 3-D expert tensors that
+ * only the MoE kernels read (the router, ffn_gate_inp, goes up in F32: upload_router). */
 #define LAYER_MATRICES(X) X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down)
+#define EXPERT_MATRICES(X) X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps)
+#define N_LAYER_MATRICES 7
+/* A MoE layer's router as F32 rows [n_expert][n_embd] whatever its format (moe_router reads
+ * it in FP32: kernels/moe.cuh says why); absent: 0. */
+static size_t router_bytes(const model_tensor *t) { return t->data ? (size_t)t->ne0 * t->ne1 * sizeof(float) : 0; }
+
+static int upload_router(uploader *u, CUdeviceptr *dst, const model_tensor *t, char *err, size_t errlen)
+{
+    *dst = 0;
+    if (!t->data) return 0;
+    size_t n = (size_t)t->ne0, rows = (size_t)t->ne1;
+    float *tmp = malloc(n * rows * sizeof *tmp);
+    if (!tmp) {
+        snprintf(err, errlen, "%s: out of host memory", t->name);
+        return -1;
+    }
+    for (size_t r = 0; r < rows; r++)
+        quant_dequantize_row(t->type, (const char *)t->data + r * t->row_bytes, tmp + r * n, (int64_t)n);
+    *dst = u->g->wbuf + u->off;
+    CUresult rc = cu.cuMemcpyHtoD(*dst, tmp, n * rows * sizeof *tmp);
+    free(tmp);
+    CU_CHECK(rc, t->name);
+    u->off += align_up(n * rows * sizeof(float), DEV_ALIGN);
+    return 0;
+}
+
 #define LAYER_VECTORS(X) X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)
 
 static size_t weights_bytes(const model *m)
@@ -129,7 +164,8 @@ static size_t weights_bytes(const model *m)
         const model_layer *L = &m->layers[l];
 #define ADD_M(f) b += align_up(matrix_bytes(&L->f), DEV_ALIGN);
 #define ADD_V(f) b += align_up(vector_bytes(&L->f), DEV_ALIGN);
-        LAYER_MATRICES(ADD_M) LAYER_VECTORS(ADD_V)
+        LAYER_MATRICES(ADD_M) EXPERT_MATRICES(ADD_M) LAYER_VECTORS(ADD_V)
+        b += align_up(router_bytes(&L->ffn_gate_inp), DEV_ALIGN);
 #undef ADD_M
 #undef ADD_V
     }
@@ -158,7 +194,8 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         gpu_layer *G = &g->layers[l];
 #define UP_M(f) if (upload_matrix(&u, &G->f, &L->f, err, errlen)) return -1;
 #define UP_V(f) if (upload_vector(&u, &G->f, &L->f, err, errlen)) return -1;
-        LAYER_MATRICES(UP_M) LAYER_VECTORS(UP_V)
+        LAYER_MATRICES(UP_M) EXPERT_MATRICES(UP_M) LAYER_VECTORS(UP_V)
+        if (upload_router(&u, &G->router, &L->ffn_gate_inp, err, errlen)) return -1;
 #undef UP_M
 #undef UP_V
         G->window = L->window;
@@ -175,11 +212,12 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
  * kernels, F16 ones are read as they are). */
 static bool needs_f16_copy(const gpu_engine *g, const gpu_matrix *w)
 {
-    return !gpu_mmq_serves(&g->k, w->wtype, w->k) && w->type != GGML_TYPE_F16;
+    return w->d && !gpu_mmq_serves(&g->k, w->wtype, w->k) && w->type != GGML_TYPE_F16;
 }
 
 /* Every matrix cuBLAS multiplies from an FP16 copy (the layers' and the LM head's; not the
- * embedding table, which is only gathered from), into list (at most 7 per layer + 1).
+ * embedding table, which is only gathered from, nor the experts, which only the MoE kernels
+ * read), into list (at most N_LAYER_MATRICES per layer + 1).
  * Returns the count. */
 static int blas_matrices(gpu_engine *g, gpu_matrix **list)
 {
@@ -200,7 +238,7 @@ static size_t f16_bytes(const gpu_matrix *w) { return align_up((size_t)w->n * w-
  * the resident copies). */
 static void blas_sizes(gpu_engine *g, size_t *largest, size_t *total)
 {
-    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * 7 + 1) * sizeof *list);
+    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * N_LAYER_MATRICES + 1) * sizeof *list);
     *largest = *total = 0;
     if (!list) return;
     int n = blas_matrices(g, list);
@@ -216,7 +254,7 @@ static void blas_sizes(gpu_engine *g, size_t *largest, size_t *total)
  * one kernel does both), so cuBLAS steps read FP16 weights without re-decoding them. */
 static int make_resident_f16(gpu_engine *g, char *err, size_t errlen)
 {
-    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * 7 + 1) * sizeof *list);
+    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * N_LAYER_MATRICES + 1) * sizeof *list);
     if (!list) {
         snprintf(err, errlen, "out of host memory");
         return -1;
@@ -304,13 +342,23 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     /* FP32 gate/up only where a step's feed-forward is not one fused kernel (the largest step
      * decides), the partial sums only where some matrix goes to mmq */
     bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k), any_post = false;
+    bool any_moe = false;
     for (int l = 0; l < hp->n_layer; l++) {
         const gpu_layer *L = &g->layers[l];
-        gate_up |= !gpu_ffn_fused(g, L, T);
+        gate_up |= L->w_gate.d && !gpu_ffn_fused(g, L, T);
         any_post |= L->attn_post_norm || L->ffn_post_norm;
+        any_moe |= L->ffn_gate_exps.d != 0;
 #define ANY_MMQ(mat) any_mmq |= gpu_mmq_serves(&g->k, L->mat.wtype, L->mat.k);
-        LAYER_MATRICES(ANY_MMQ)
+        LAYER_MATRICES(ANY_MMQ) EXPERT_MATRICES(ANY_MMQ)
 #undef ANY_MMQ
+    }
+    /* MoE: a step's tokens in chunks of moe_chunk, moe_sort's most entries at a time */
+    size_t moe_n = 0, moe_tiles = 0;
+    if (any_moe) {
+        g->moe_chunk = GPU_MOE_MAX_ENTRIES / hp->n_expert_used < T ? GPU_MOE_MAX_ENTRIES / hp->n_expert_used : T;
+        g->d_ff_exp = (hp->n_ff_exp + 31) / 32 * 32;
+        moe_n = (size_t)g->moe_chunk * hp->n_expert_used;
+        moe_tiles = (moe_n + 15) / 16 + (size_t)hp->n_expert; /* the smallest tiles, 16 rows */
     }
     g->mmq_part_bytes = any_mmq ? GPU_MMQ_PART_BYTES : 0;
 
@@ -341,6 +389,11 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
         {&g->post, any_post ? (size_t)T * g->d_embd * f : 0},
         {&g->mmq_part, g->mmq_part_bytes},
+        {&g->moe_xf, (size_t)(any_moe ? T : 0) * g->d_embd * f},
+        {&g->moe_logits, (size_t)(any_moe ? T : 0) * hp->n_expert * f}, {&g->moe_ids, moe_n * sizeof(int32_t)},
+        {&g->moe_w, moe_n * f}, {&g->moe_sorted, moe_n * sizeof(int32_t)}, {&g->moe_pos, moe_n * sizeof(int32_t)},
+        {&g->moe_tiles, moe_tiles * 3 * sizeof(int32_t)}, {&g->moe_h, moe_n * g->d_ff_exp * sizeof(uint16_t)},
+        {&g->moe_y, moe_n * g->d_embd * f},
         {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
         {&g->part_o, part_rows * hp->head_dim * f}, {&g->part_ml, part_rows * 2 * f},
         {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
@@ -735,7 +788,8 @@ static void gpu_destroy(engine *e)
             if (g->graphs[c][b]) cu.cuGraphExecDestroy(g->graphs[c][b]);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
-                          g->mmq_part, g->post,
+                          g->mmq_part, g->post,     g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
+                          g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
                           g->sout,   g->in_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -757,11 +811,13 @@ static const engine_vtable gpu_vtable = {"cuda", gpu_step, gpu_slot_clear, gpu_k
 /* The recipe features (model/arch.h) gpu_forward.c runs: pre-norm or sandwich-norm blocks
  * (not post-norm alone: a block's input is always a norm's FP16 output) of full attention
  * (q/k/v biases, per-head q/k norms and post-norms are read when the loader bound them, which
- * it does exactly when the recipe asks) and a SwiGLU feed-forward.  A model needing another
+ * it does exactly when the recipe asks) and a SwiGLU feed-forward, dense or a mixture of
+ * SwiGLU experts behind the softmax top-k router (kernels/moe.cuh).  A model needing another
  * is refused here, by name, rather than run wrong. */
 #define GPU_FEATURES                                                                              \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING | ARCH_F_QKV_BIAS | \
-     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH)
+     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ACT_SILU |      \
+     ARCH_F_ACT_GELU_TANH)
 
 /* A matrix in a format without kernels (gpu_kernel_names.h) is refused here, before anything
  * is allocated or uploaded, naming the first such tensor; --device auto then runs the model on
@@ -782,8 +838,20 @@ static int check_weight_types(const model *m, char *err, size_t errlen)
     for (int l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
 #define CHECK_M(f) if (check_matrix_type(&L->f, err, errlen)) return -1;
-        LAYER_MATRICES(CHECK_M)
+        LAYER_MATRICES(CHECK_M) EXPERT_MATRICES(CHECK_M)
 #undef CHECK_M
+        /* moe_glu_* decodes gate and up rows with one block decoder */
+        if (L->ffn_gate_exps.data && L->ffn_gate_exps.type != L->ffn_up_exps.type) {
+            snprintf(err, errlen, "tensors %s (%s) and %s (%s): the GPU needs one format for an expert's gate and up",
+                     L->ffn_gate_exps.name, ggml_type_name(L->ffn_gate_exps.type), L->ffn_up_exps.name,
+                     ggml_type_name(L->ffn_up_exps.type));
+            return -1;
+        }
+    }
+    if (m->hp.n_expert > GPU_MOE_MAX_EXPERTS) {
+        snprintf(err, errlen, "model: %d experts per layer; the GPU groups at most %d", m->hp.n_expert,
+                 GPU_MOE_MAX_EXPERTS);
+        return -1;
     }
     return 0;
 }

@@ -15,6 +15,7 @@
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
  *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
+ *            or, MoE: x += sum over the router's top k experts e of w_e Wdown_e fp16(silu(Wgate_e h) * Wup_e h)
  *                                        (sandwich norm: normed by ffn_post_norm as above)
  *   logits = Wout fp16(rmsnorm(x[rows]) * output_norm)   (Gemma: cap * tanh(logits / cap))
  *   sample(rows)
@@ -117,6 +118,39 @@ static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m,
     return 0;
 }
 
+/* One mmq launch of a over a->m activation rows and `rows` padded weight rows, on grid
+ * gx x gy of variant v (plus its k splits and their reduce). */
+typedef struct mmq_grid {
+    unsigned gx, gy;
+    int v, rows;
+    bool glu;
+} mmq_grid;
+
+static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_grid gr, const char *what, char *err,
+                      size_t errlen)
+{
+    int chunks = w->k / 32, stage = MMQ_KT / 32, stages = (chunks + stage - 1) / stage;
+    int splits = 1, want = (a->m <= 64 ? 2 : 1) * g->n_sm, blocks = (int)(gr.gx * gr.gy);
+    if (blocks < want) splits = (want + blocks - 1) / blocks;
+    if (splits > stages / 2) splits = stages / 2 > 1 ? stages / 2 : 1; /* two stages a split at least */
+    while (splits > 1 && (size_t)splits * a->m * gr.rows * sizeof(float) > g->mmq_part_bytes) splits--;
+    a->split_chunks = (stages + splits - 1) / splits * stage;
+    splits = (chunks + a->split_chunks - 1) / a->split_chunks;
+    a->part = F32(g->mmq_part);
+    a->part_ld = gr.rows;
+    const gpu_fn *fn = gr.glu ? &g->k.mmq_glu[w->wtype][gr.v] : &g->k.mmq[w->wtype][gr.v];
+    void *args[] = {a};
+    if (gpu_launch_smem(fn, (gpu_launch_dims){gr.gx, gr.gy, (unsigned)splits, GPU_MMQ_THREADS},
+                        gpu_mmq_smem(w->type, gr.v), g->stream, args, what, err, errlen))
+        return -1;
+    if (splits > 1) {
+        int is_glu = gr.glu;
+        LAUNCH(g->k.mmq_reduce, ((gpu_launch_dims){ceil_div((size_t)a->m * gr.rows, 256), 1, 1, 256}), what, a,
+               &is_glu, &splits);
+    }
+    return 0;
+}
+
 /* Outputs [first, first+n) of op (one weight format) with the mmq kernel; glu: the two
  * outputs are gate and up, and ff_h gets fp16(silu(gate) * up).  Prefill-sized products take
  * blocks of fewer activation rows while the grid would not cover the GPU; then the k range is
@@ -133,28 +167,9 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     /* glu: a block takes GPU_MMQ_ROWS / 2 features of gate and of up */
     unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);
     while (op->m > 64 && v > 1 && gx * ceil_div(op->m, 16u << v) < (unsigned)g->n_sm) v--;
-    unsigned gy = ceil_div(op->m, 16u << v);
-    int chunks = w->k / 32, stage = MMQ_KT / 32, stages = (chunks + stage - 1) / stage;
-    int splits = 1, want = (op->m <= 64 ? 2 : 1) * g->n_sm;
-    if ((int)(gx * gy) < want) splits = (want + (int)(gx * gy) - 1) / (int)(gx * gy);
-    if (splits > stages / 2) splits = stages / 2 > 1 ? stages / 2 : 1; /* two stages a split at least */
-    while (splits > 1 && (size_t)splits * op->m * rows * sizeof(float) > g->mmq_part_bytes) splits--;
-    a.split_chunks = (stages + splits - 1) / splits * stage;
-    splits = (chunks + a.split_chunks - 1) / a.split_chunks;
-    a.part = F32(g->mmq_part);
-    a.part_ld = rows;
     if (glu) a.yh = F16(g->ff_h);
-    const gpu_fn *fn = glu ? &g->k.mmq_glu[w->wtype][v] : &g->k.mmq[w->wtype][v];
-    void *args[] = {&a};
-    if (gpu_launch_smem(fn, (gpu_launch_dims){gx, gy, (unsigned)splits, GPU_MMQ_THREADS}, gpu_mmq_smem(w->type, v), g->stream,
-                        args, op->what, err, errlen))
-        return -1;
-    if (splits > 1) {
-        int is_glu = glu;
-        LAUNCH(g->k.mmq_reduce, ((gpu_launch_dims){ceil_div((size_t)op->m * rows, 256), 1, 1, 256}), op->what, &a,
-               &is_glu, &splits);
-    }
-    return 0;
+    mmq_grid gr = {gx, ceil_div(op->m, 16u << v), v, rows, glu};
+    return mmq_launch(g, &a, w, gr, op->what, err, errlen);
 }
 
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
@@ -281,21 +296,103 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     return 0;
 }
 
+/* x += rmsnorm(post) * post_norm over T rows: the end of a sandwich-norm block whose output
+ * (before its norm) is in g->post; normed in place, then added to x as one row of
+ * T * n_embd by add_bias. */
+static int add_post_normed(gpu_engine *g, CUdeviceptr post_norm, int T, const char *what, char *err, size_t errlen)
+{
+    norm_op n = {.x = g->post, .w = post_norm, .y = g->post, .rows = T, .n = g->d_embd};
+    if (rmsnorm(g, &n, what, err, errlen)) return -1;
+    int width = T * g->d_embd;
+    size_t total = (size_t)width;
+    LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), what, &g->x, &g->post, &width, &total);
+    return 0;
+}
+
 /* The end of a residual block, whose one-output matmul op reads the block's FP16 result:
- * x += W h, or in a sandwich-norm layer x += rmsnorm(W h) * post_norm (W h into g->post,
- * normed in place, then added to x as one row of T * n_embd by add_bias). */
+ * x += W h, or in a sandwich-norm layer x += rmsnorm(W h) * post_norm (W h into g->post). */
 static int residual_add(gpu_engine *g, matmul_op *op, CUdeviceptr post_norm, int T, char *err, size_t errlen)
 {
     if (!post_norm) return matmul(g, op, err, errlen);
     op->out[0].y = g->post;
     op->accumulate = false;
-    norm_op n = {.x = g->post, .w = post_norm, .y = g->post, .rows = T, .n = g->d_embd};
-    if (matmul(g, op, err, errlen) || rmsnorm(g, &n, op->what, err, errlen)) return -1;
-    int width = T * g->d_embd;
-    size_t total = (size_t)width;
-    LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), op->what, &g->x, &g->post, &width,
-           &total);
+    if (matmul(g, op, err, errlen)) return -1;
+    return add_post_normed(g, post_norm, T, op->what, err, errlen);
+}
+
+#define U8(p) ((const uint8_t *)(uintptr_t)(p))
+
+/* The chosen experts of a chunk of n tokens (rows t0.. of act_h), whose router logits are in
+ * moe_logits: moe_route picks each token's k experts and weights, then every entry (token,
+ * choice) goes through its expert's SwiGLU and down projection, and moe_combine adds the
+ * weighted outputs into rows t0.. of dst (or writes them: !accumulate).  A few tokens (decode)
+ * take the entry-per-block matvec kernels, which read only the chosen experts' rows; more
+ * take one grouped mmq launch per product over tiles of one expert's entries (moe_sort groups
+ * them), so an expert's weights stream once for all its tokens. */
+static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdeviceptr dst, bool accumulate,
+                     const char *what, char *err, size_t errlen)
+{
+    const model_hparams *hp = &g->base.m->hp;
+    int k = hp->n_expert_used, ne = hp->n_expert, N = n * k, d = g->d_embd, acc = accumulate;
+    const gpu_matrix *gate = &L->ffn_gate_exps, *up = &L->ffn_up_exps, *down = &L->ffn_down_exps;
+    CUdeviceptr x = g->act_h + (size_t)t0 * d * sizeof(uint16_t), logits = g->moe_logits + (size_t)t0 * ne * sizeof(float);
+    void *route[] = {&logits, &ne, &k, &g->moe_ids, &g->moe_w};
+    if (gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, (unsigned)(ne * sizeof(float)),
+                        g->stream, route, what, err, errlen))
+        return -1;
+    CUdeviceptr pos = 0; /* moe_combine's entry -> row of moe_y: identity, or the grouping's */
+    bool grouped = n > GPU_MATVEC_MAX_M && gpu_mmq_serves(&g->k, gate->wtype, gate->k) &&
+                   gpu_mmq_serves(&g->k, down->wtype, down->k);
+    if (!grouped) {
+        moe_mv_args a = {.w0 = U8(gate->d), .w1 = U8(up->d), .expert_bytes = gate->expert_bytes,
+                         .row_bytes = gate->row_bytes, .ids = I32(g->moe_ids), .x = F16(x), .x_div = k, .ldx = d,
+                         .k = gate->k, .n = gate->n, .ldy = g->d_ff_exp, .yh = F16(g->moe_h)};
+        LAUNCH(g->k.moe_glu[gate->wtype], ((gpu_launch_dims){(unsigned)N, ceil_div(gate->n, 8), 1, 256}), what, &a);
+        moe_mv_args b = {.w0 = U8(down->d), .expert_bytes = down->expert_bytes, .row_bytes = down->row_bytes,
+                         .ids = I32(g->moe_ids), .x = F16(g->moe_h), .x_div = 1, .ldx = g->d_ff_exp, .k = down->k,
+                         .n = down->n, .ldy = d, .y = F32(g->moe_y)};
+        LAUNCH(g->k.moe_matvec[down->wtype], ((gpu_launch_dims){(unsigned)N, ceil_div(down->n, 8), 1, 256}), what, &b);
+    } else {
+        /* tiles of 16/32/64 entries, by the mean entries of an expert */
+        int per = N / ne, v = per > 32 ? 2 : per > 16 ? 1 : 0, bm = 16 << v, tiles = (N + bm - 1) / bm + ne;
+        void *sort[] = {&g->moe_ids, &N, &ne, &bm, &tiles, &g->moe_sorted, &g->moe_pos, &g->moe_tiles};
+        if (gpu_launch_smem(&g->k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, (unsigned)((N + ne) * sizeof(int32_t)),
+                            g->stream, sort, what, err, errlen))
+            return -1;
+        matvec_args a = {.n_seg = 2, .k = gate->k, .m = N, .ldx = d, .row_bytes = gate->row_bytes, .x = F16(x),
+                         .yh = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_rows = I32(g->moe_sorted), .x_div = k,
+                         .expert_bytes = gate->expert_bytes};
+        a.seg[0] = (matvec_seg){.w = U8(gate->d), .n = gate->n, .ldy = g->d_ff_exp};
+        a.seg[1] = (matvec_seg){.w = U8(up->d), .n = up->n, .ldy = g->d_ff_exp};
+        mmq_grid ga = {ceil_div(gate->n, GPU_MMQ_ROWS / 2), (unsigned)tiles, v, 2 * pad16(gate->n), true};
+        if (mmq_launch(g, &a, gate, ga, what, err, errlen)) return -1;
+        matvec_args b = {.n_seg = 1, .k = down->k, .m = N, .ldx = g->d_ff_exp, .row_bytes = down->row_bytes,
+                         .x = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_div = 1, .expert_bytes = down->expert_bytes};
+        b.seg[0] = (matvec_seg){.w = U8(down->d), .y = F32(g->moe_y), .n = down->n, .ldy = d};
+        mmq_grid gb = {ceil_div(pad16(down->n), GPU_MMQ_ROWS), (unsigned)tiles, v, pad16(down->n), false};
+        if (mmq_launch(g, &b, down, gb, what, err, errlen)) return -1;
+        pos = g->moe_pos;
+    }
+    CUdeviceptr out = dst + (size_t)t0 * d * sizeof(float);
+    LAUNCH(g->k.moe_combine, ((gpu_launch_dims){(unsigned)n, 1, 1, 256}), what, &out, &g->moe_y, &g->moe_w, &pos, &k,
+           &d, &acc);
     return 0;
+}
+
+/* The MoE feed-forward of T rows of act_h (recipe ARCH_FFN_MOE, router ARCH_ROUTER_SOFTMAX_TOPK):
+ * the router's logits for every row (in FP32, from moe_xf), then chunks of moe_chunk tokens;
+ * x += the result, or in a sandwich-norm layer its post-normed form. */
+static int ffn_moe(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
+{
+    int ne = g->base.m->hp.n_expert;
+    gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, 8), 1, 256};
+    LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &g->d_embd, &ne, &T, &g->moe_logits);
+    CUdeviceptr dst = L->ffn_post_norm ? g->post : g->x;
+    for (int t0 = 0; t0 < T; t0 += g->moe_chunk) {
+        int n = T - t0 < g->moe_chunk ? T - t0 : g->moe_chunk;
+        if (moe_chunk(g, L, t0, n, dst, !L->ffn_post_norm, what, err, errlen)) return -1;
+    }
+    return L->ffn_post_norm ? add_post_normed(g, L->ffn_post_norm, T, what, err, errlen) : 0;
 }
 
 static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
@@ -332,8 +429,11 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     if (residual_add(g, &wo, L->attn_post_norm, T, err, errlen)) return -1;
 
     snprintf(what, sizeof what, "layer %d feed-forward", il);
-    norm_op n2 = {.x = g->x, .w = L->ffn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
-    if (rmsnorm(g, &n2, what, err, errlen) || gated_ffn(g, L, T, what, err, errlen)) return -1;
+    bool moe = g->base.m->layers[il].recipe.ffn == ARCH_FFN_MOE; /* the router reads the norm in FP32 too */
+    norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd};
+    if (rmsnorm(g, &n2, what, err, errlen)) return -1;
+    if (moe) return ffn_moe(g, L, T, what, err, errlen);
+    if (gated_ffn(g, L, T, what, err, errlen)) return -1;
     matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = g->d_ff,
                       .accumulate = true, .what = what};
     return residual_add(g, &down, L->ffn_post_norm, T, err, errlen);

@@ -31,12 +31,16 @@ typedef struct gpu_matrix {
     int k, n;  /* padded inputs per row, outputs */
     size_t row_bytes;
     CUdeviceptr h16; /* F32/BF16 only: resident FP16 copy [n][k] for cuBLAS, or 0 (dequantised per use) */
+    int n_expert;    /* a MoE layer's 3-D expert tensor: n_expert matrices one after the other, */
+    size_t expert_bytes; /* expert_bytes apart (n * row_bytes); 1 and the whole matrix otherwise */
 } gpu_matrix;
 
 typedef struct gpu_layer {
     CUdeviceptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm; /* F32 vectors or 0 */
     CUdeviceptr attn_post_norm, ffn_post_norm;                 /* sandwich-norm layers only */
-    gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down; /* absent ones (d == 0) per the recipe */
+    CUdeviceptr router; /* MoE: the router (ffn_gate_inp) in F32, [n_expert][n_embd], or 0 */
+    gpu_matrix ffn_gate_exps, ffn_up_exps, ffn_down_exps; /* MoE: the experts (3-D) */
     /* from the model_layer: its window (0: full), RoPE and activation */
     int window;
     float rope_base, rope_scale;
@@ -95,6 +99,13 @@ typedef struct gpu_engine {
     CUdeviceptr post;            /* sandwich-norm models only: a block's output before its norm and
                                     residual add, f32 [t][n_embd] (0 when unused) */
     CUdeviceptr mmq_part;        /* mmq split-k partial sums, mmq_part_bytes */
+    /* MoE layers only (0 otherwise), for moe_chunk tokens at a time (moe_chunk * k entries):
+     * the normed activations in f32 [cap_tokens][n_embd] (the router's input), router
+     * logits f32 [cap_tokens][n_expert], the chosen ids and weights [entries], the
+     * grouping (sorted entries, each entry's sorted position, the tiles), the experts' SwiGLU
+     * output f16 [entries][d_ff_exp] and down output f32 [entries][n_embd] */
+    CUdeviceptr moe_xf, moe_logits, moe_ids, moe_w, moe_sorted, moe_pos, moe_tiles, moe_h, moe_y;
+    int moe_chunk, d_ff_exp;
     size_t mmq_part_bytes;
     int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;

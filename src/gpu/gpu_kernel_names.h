@@ -72,6 +72,18 @@
     X(dequant_f16_q5_k, embed_q5_k, Q5_K) \
     X(dequant_f16_q6_k, embed_q6_k, Q6_K)
 
+/* The mixture-of-experts products over the chosen experts' slices (kernels/moe.cuh), every
+ * format: X(moe_glu_<suffix>, moe_matvec_<suffix>, TYPE) */
+#define GPU_MOE_KERNELS(X) \
+    X(moe_glu_f32, moe_matvec_f32, F32)    \
+    X(moe_glu_f16, moe_matvec_f16, F16)    \
+    X(moe_glu_bf16, moe_matvec_bf16, BF16) \
+    X(moe_glu_q4_0, moe_matvec_q4_0, Q4_0) \
+    X(moe_glu_q8_0, moe_matvec_q8_0, Q8_0) \
+    X(moe_glu_q4_k, moe_matvec_q4_k, Q4_K) \
+    X(moe_glu_q5_k, moe_matvec_q5_k, Q5_K) \
+    X(moe_glu_q6_k, moe_matvec_q6_k, Q6_K)
+
 /* Tensor-core products on the quantised blocks, the block-quantised formats (float formats
  * use cuBLAS), 16, 32 and 64 activation rows per block:
  * X(mmq_<suffix>_<rows>, mmq_glu_<suffix>_<rows>, TYPE, rows) */
@@ -98,6 +110,7 @@
     X(add_bias) X(mmq_reduce) X(attn_partial) X(attn_partial_hd64)               \
     X(attn_partial_hd128) X(attn_combine) X(flash_attn_hd64) X(flash_attn_hd128) \
     X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_combine)               \
-    X(sample_prep) X(sample_adjust) X(sample_reduce) X(sample)
+    X(sample_prep) X(sample_adjust) X(sample_reduce) X(sample)                  \
+    X(moe_router) X(moe_route) X(moe_sort) X(moe_combine)
 
 #endif

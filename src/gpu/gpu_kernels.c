@@ -78,6 +78,7 @@ static const format_row dequant_rows[] = {GPU_DEQUANT_KERNELS(FORMAT_ROW_NO_ROWS
 static const format_row rope_rows[] = {GPU_MATVEC_ROPE_KERNELS(FORMAT_ROW_ONE)};
 #undef FORMAT_ROW_ONE
 static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
+static const format_row moe_rows[] = {GPU_MOE_KERNELS(FORMAT_ROW_NO_ROWS)};
 #undef FORMAT_ROW
 #undef FORMAT_ROW_NO_ROWS
 
@@ -91,12 +92,13 @@ static int variant_of(const format_row *r, int first, int n, char *err, size_t e
     return -1;
 }
 
-/* Every format has every matvec, glu, dequant and embed variant: a table with a hole is an
+/* Every format has every matvec, glu, dequant, embed and MoE variant: a table with a hole is an
  * error at load, not a NULL function at the first launch. */
 static int check_complete(const gpu_kernels *k, char *err, size_t errlen)
 {
     for (int t = 0; t < GPU_N_WTYPES; t++) {
-        bool ok = k->dequant_f16[t].f && k->embed[t].f && k->matvec_rope[t].f;
+        bool ok = k->dequant_f16[t].f && k->embed[t].f && k->matvec_rope[t].f && k->moe_glu[t].f &&
+                  k->moe_matvec[t].f;
         for (int v = 0; v < GPU_MATVEC_VARIANTS; v++) ok = ok && k->matvec[t][v].f && k->glu[t][v].f;
         if (!ok) {
             snprintf(err, errlen, "loading the kernels: gpu_kernel_names.h lacks a kernel of %s",
@@ -123,6 +125,12 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         const format_row *r = &dequant_rows[i];
         if (lookup(k, &k->dequant_f16[r->wtype], r->name[0], err, errlen) ||
             lookup(k, &k->embed[r->wtype], r->name[1], err, errlen))
+            return -1;
+    }
+    for (size_t i = 0; i < sizeof moe_rows / sizeof moe_rows[0]; i++) {
+        const format_row *r = &moe_rows[i];
+        if (lookup(k, &k->moe_glu[r->wtype], r->name[0], err, errlen) ||
+            lookup(k, &k->moe_matvec[r->wtype], r->name[1], err, errlen))
             return -1;
     }
     for (size_t i = 0; i < sizeof mmq_rows / sizeof mmq_rows[0]; i++) {

@@ -55,6 +55,10 @@ typedef struct gpu_kernels {
      * gpu_attn_decode_smem(hd) bytes of dynamic shared memory */
     gpu_fn attn_decode_hd64, attn_decode_hd128, attn_decode_combine;
     gpu_fn sample_prep, sample_adjust, sample_reduce, sample;
+    /* mixture of experts (kernels/moe.cuh): [type] products over the chosen experts' slices,
+     * the router, the grouping by expert, the weighted combine */
+    gpu_fn moe_glu[GPU_N_WTYPES], moe_matvec[GPU_N_WTYPES];
+    gpu_fn moe_router, moe_route, moe_sort, moe_combine;
 } gpu_kernels;
 
 /* Whether the mmq kernels multiply a matrix of format index wtype with kdim inputs per row

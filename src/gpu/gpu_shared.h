@@ -69,6 +69,14 @@ typedef struct matvec_args {
     float *part;
     int part_ld;
     int split_chunks;   /* 32-input chunks per split: a multiple of MMQ_KT / 32 */
+    /* mmq only, the grouped launch of a MoE layer (kernels/moe.cuh): grid y walks tiles
+     * [3] = (expert, first row, end row) instead of blocks of rows (expert -1: nothing to
+     * do), each segment's weights offset by expert * expert_bytes; activation row m is read
+     * from row x_rows[m] / x_div of x when x_rows is set (a token's k entries share its row). */
+    const int32_t *tiles;
+    const int32_t *x_rows;
+    int x_div;
+    unsigned long long expert_bytes;
 } matvec_args;
 
 /* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for
@@ -83,6 +91,25 @@ typedef struct matvec_rope_args {
     qkv_post_args post;
     int role0;
 } matvec_rope_args;
+
+/* moe_glu_<type> / moe_matvec_<type> (kernels/moe.cuh): one block row per entry e (a token's
+ * j-th choice), over expert ids[e]'s slice of the 3-D weights (w0: gate or down, w1: up):
+ * glu: yh[e][n] = fp16(silu(W0 x) * (W1 x)), matvec: y[e][n] = W0 x, x = row e / x_div. */
+typedef struct moe_mv_args {
+    const uint8_t *w0, *w1;
+    unsigned long long expert_bytes, row_bytes;
+    const int32_t *ids;
+    const gpu_half *x;
+    int x_div, ldx, k, n, ldy;
+    gpu_half *yh;
+    float *y;
+} moe_mv_args;
+/* moe_sort groups at most this many entries (tokens x k) in one launch; the forward pass
+ * takes a longer step's MoE layers in chunks of tokens.  Its shared memory holds the ids and
+ * the experts' offsets: (entries + experts) * 4 bytes, at most 48 KiB. */
+#define GPU_MOE_MAX_ENTRIES 8192
+#define GPU_MOE_ROUTER_TOKENS 8 /* moe_router's tokens per block (kernels/moe.cuh) */
+#define GPU_MOE_MAX_EXPERTS 2048
 
 /* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in
  * flight of variant v (16 << v activation rows per block): 64-row blocks keep two, so that two

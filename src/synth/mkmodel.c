@@ -15,9 +15,10 @@
  * for benchmarks and loaders, not for output quality.
  *
  * Q4_K_M follows llama.cpp's llama_tensor_get_type for that file type, re-derived:
+ *   - the MoE router (ffn_gate_inp) stays F32, as llama.cpp's quantiser leaves it;
  *   - output.weight -> Q6_K; token_embd.weight -> Q6_K only when it is also the LM head
  *     (tied output), else Q4_K;
- *   - attn_v and ffn_down -> Q6_K in the layers where use_more_bits(i, n) holds:
+ *   - attn_v and ffn_down (ffn_down_exps too) -> Q6_K in the layers where use_more_bits(i, n) holds:
  *     i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2; Q4_K elsewhere;
  *   - every other matrix Q4_K; norms and biases F32.
  * The single-type --type values are "pure": every matrix gets that type.
@@ -85,6 +86,11 @@ void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
     cfg->tied_output = arch != MODEL_ARCH_LLAMA;
     cfg->head_dim = 0;
     if (arch == MODEL_ARCH_GEMMA3 && cfg->n_swa == 0) cfg->n_swa = 1024, cfg->rope_base_swa = 10000.0f;
+    if (arch == MODEL_ARCH_QWEN3MOE && cfg->n_expert == 0) {
+        cfg->n_expert = 8;
+        cfg->n_expert_used = 2;
+        cfg->n_ff_exp = cfg->n_ff / 4 > 0 ? cfg->n_ff / 4 : 1;
+    }
 }
 
 static const struct preset {
@@ -92,23 +98,27 @@ static const struct preset {
     mkmodel_config c;
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
-              false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0}},
+              false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
-               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0}},
+               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
-                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0}},
+                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
-                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0}},
+                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
-                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0}},
+                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0}},
     /* Gemma 3 (google/gemma-3-{12b,27b}-it config.json): window 1024, local base 10000, the
      * global layers' base 1M with linear scaling 8, no final soft-cap (Gemma 2 had one). */
     {"gemma-3-12b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-12B", 3840, 48, 16, 8, 15360, 131072,
                      262144, 256, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
-                     10000.0f, 8.0f}},
+                     10000.0f, 8.0f, 0, 0, 0}},
     {"gemma-3-27b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-27B", 5376, 62, 32, 16, 21504, 131072,
                      262144, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
-                     10000.0f, 8.0f}},
+                     10000.0f, 8.0f, 0, 0, 0}},
+    /* Qwen3-30B-A3B (and Qwen3-Coder-30B-A3B): 128 experts of 768, 8 per token */
+    {"qwen3-30b-a3b", {MODEL_ARCH_QWEN3MOE, "synthetic Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 40960,
+                       151936, 128, 1000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f,
+                       0.0f, 128, 8, 768}},
 };
 
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
@@ -135,6 +145,7 @@ static bool use_more_bits(int i, int n)
 
 ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int layer)
 {
+    if (strcmp(role, "ffn_gate_inp") == 0) return GGML_TYPE_F32; /* llama.cpp never quantises the router */
     static const ggml_type pure[MKMODEL_FTYPE_COUNT] = {
         GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,   GGML_TYPE_Q4_K,
         GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,
@@ -143,7 +154,7 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
     if (cfg->ftype != MKMODEL_Q4_K_M) return pure[cfg->ftype];
     if (strcmp(role, "output") == 0) return GGML_TYPE_Q6_K;
     if (strcmp(role, "token_embd") == 0) return cfg->tied_output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
-    if ((strcmp(role, "attn_v") == 0 || strcmp(role, "ffn_down") == 0) &&
+    if ((strcmp(role, "attn_v") == 0 || strncmp(role, "ffn_down", 8) == 0) && /* ffn_down_exps too */
         use_more_bits(layer, cfg->n_layer))
         return GGML_TYPE_Q6_K;
     return GGML_TYPE_Q4_K;
@@ -282,6 +293,7 @@ typedef struct tensor_spec {
     const char *role; /* for the Q4_K_M rule */
     int layer;        /* -1 outside the blocks */
     int64_t ne0, ne1; /* ne1 = 0: a vector */
+    int64_t ne2;      /* > 1: a 3-D tensor of ne2 matrices (a MoE layer's experts) */
     float std;        /* N(0, std); 0 = all ones (norm weights) */
 } tensor_spec;
 
@@ -303,6 +315,7 @@ static void add_spec(tensor_list *l, int layer, const char *role, const char *su
         s->layer = layer;
         s->ne0 = ne0;
         s->ne1 = ne1;
+        s->ne2 = 1;
         s->std = std;
     }
     l->n++;
@@ -314,6 +327,13 @@ static void add_matrix(tensor_list *l, int layer, const char *role, int64_t ne0,
     char suffix[48];
     snprintf(suffix, sizeof suffix, "%s.weight", role);
     add_spec(l, layer, role, suffix, ne0, ne1, 1.0f / sqrtf((float)ne0));
+}
+
+/* A MoE layer's 3-D expert tensor: ne2 matrices of [ne0 -> ne1] ("ffn_gate_exps.weight"). */
+static void add_experts(tensor_list *l, int layer, const char *role, int64_t ne0, int64_t ne1, int64_t ne2)
+{
+    add_matrix(l, layer, role, ne0, ne1);
+    if (l->specs) l->specs[l->n - 1].ne2 = ne2;
 }
 
 static int head_dim_of(const mkmodel_config *c)
@@ -341,12 +361,19 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
             add_spec(&l, il, "bias", "attn_k.bias", kv_dim, 0, bias_std);
             add_spec(&l, il, "bias", "attn_v.bias", kv_dim, 0, bias_std);
         }
-        if (c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3) {
+        if (c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3 || c->arch == MODEL_ARCH_QWEN3MOE) {
             add_spec(&l, il, "norm", "attn_q_norm.weight", hd, 0, 0);
             add_spec(&l, il, "norm", "attn_k_norm.weight", hd, 0, 0);
         }
         if (c->arch == MODEL_ARCH_GEMMA3) add_spec(&l, il, "norm", "post_attention_norm.weight", c->n_embd, 0, 0);
         add_spec(&l, il, "norm", "ffn_norm.weight", c->n_embd, 0, 0);
+        if (c->arch == MODEL_ARCH_QWEN3MOE) {
+            add_matrix(&l, il, "ffn_gate_inp", c->n_embd, c->n_expert);
+            add_experts(&l, il, "ffn_gate_exps", c->n_embd, c->n_ff_exp, c->n_expert);
+            add_experts(&l, il, "ffn_up_exps", c->n_embd, c->n_ff_exp, c->n_expert);
+            add_experts(&l, il, "ffn_down_exps", c->n_ff_exp, c->n_embd, c->n_expert);
+            continue;
+        }
         add_matrix(&l, il, "ffn_gate", c->n_embd, c->n_ff);
         add_matrix(&l, il, "ffn_up", c->n_embd, c->n_ff);
         add_matrix(&l, il, "ffn_down", c->n_ff, c->n_embd);
@@ -676,13 +703,21 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
         return -1;
     }
     const bool known_arch = c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2 ||
-                            c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3;
+                            c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3 ||
+                            c->arch == MODEL_ARCH_QWEN3MOE;
     if ((unsigned)c->ftype >= MKMODEL_FTYPE_COUNT || !known_arch) {
         snprintf(err, errlen, "unknown weight type or architecture");
         return -1;
     }
     if (c->arch == MODEL_ARCH_GEMMA3 && (c->n_swa < 1 || c->n_swa > 1 << 24)) {
         snprintf(err, errlen, "gemma3: sliding window %d out of range 1..%d", c->n_swa, 1 << 24);
+        return -1;
+    }
+    if (c->arch == MODEL_ARCH_QWEN3MOE &&
+        (c->n_expert < 1 || c->n_expert > 4096 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
+         c->n_ff_exp < 1 || c->n_ff_exp > 4 * MAX_DIM)) {
+        snprintf(err, errlen, "experts: %d of width %d, %d per token: want 1..4096 experts, 1..experts per token",
+                 c->n_expert, c->n_ff_exp, c->n_expert_used);
         return -1;
     }
     return 0;
@@ -730,6 +765,11 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
         gguf_writer_set_str(w, key, "linear");
         set_arch_f32(w, c, "rope.scaling.factor", c->rope_scale);
     }
+    if (c->arch == MODEL_ARCH_QWEN3MOE) {
+        set_arch_u32(w, c, "expert_count", c->n_expert);
+        set_arch_u32(w, c, "expert_used_count", c->n_expert_used);
+        set_arch_u32(w, c, "expert_feed_forward_length", c->n_ff_exp);
+    }
 }
 
 /* A vector (norm weight or bias) as F32, copied into the writer. */
@@ -771,6 +811,7 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     int64_t max_row = (int64_t)cfg->n_ff > cfg->n_embd ? cfg->n_ff : cfg->n_embd;
     int64_t q_dim = (int64_t)cfg->n_head * head_dim_of(cfg);
     if (q_dim > max_row) max_row = q_dim;
+    if (cfg->arch == MODEL_ARCH_QWEN3MOE && cfg->n_ff_exp > max_row) max_row = cfg->n_ff_exp;
     gen_shared g = {.seed = cfg->seed, .cur_row = -1, .xrow = malloc((size_t)max_row * sizeof(float)),
                     .row = malloc((size_t)max_row * sizeof(float))};
     /* --words: which rows of the LM head are whole words (the tokenizer says) */
@@ -782,7 +823,7 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     }
     list_tensors(cfg, specs);
     int64_t n_params = 0;
-    for (int i = 0; i < n; i++) n_params += specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1);
+    for (int i = 0; i < n; i++) n_params += specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1) * specs[i].ne2;
     bool reuse = cfg->reuse_rows > 0 || (cfg->reuse_rows == 0 && n_params > LARGE_MODEL_PARAMS);
 
     if (write_metadata(w, cfg, corpus, corpus_len, word_rows, err, errlen) != 0) goto out;
@@ -798,7 +839,7 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
         }
         ggml_type type = row_fallback(mkmodel_tensor_type(cfg, s->role, s->layer), s->ne0);
         gens[i] = (tensor_gen){.g = &g, .id = (uint64_t)i, .type = type, .ne0 = s->ne0,
-                               .ne1 = s->ne1, .std = s->std, .row_bytes = ggml_row_bytes(type, s->ne0),
+                               .ne1 = s->ne1 * s->ne2, .std = s->std, .row_bytes = ggml_row_bytes(type, s->ne0),
                                .word_rows = strcmp(s->role, lm_head) == 0 ? word_rows : NULL};
         if (reuse && !(gens[i].pool = pool_get(&g, type, s->ne0, s->std))) {
             snprintf(err, errlen, "cannot prepare rows of type %s for tensor %s", ggml_type_name(type), s->name);
@@ -811,8 +852,8 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
                 goto out;
             }
         }
-        int64_t ne[2] = {s->ne0, s->ne1};
-        gguf_writer_add_tensor_fill(w, s->name, type, 2, ne, tensor_fill, &gens[i]);
+        int64_t ne[3] = {s->ne0, s->ne1, s->ne2}; /* rows of every expert, one after the other */
+        gguf_writer_add_tensor_fill(w, s->name, type, strstr(s->role, "_exps") ? 3 : 2, ne, tensor_fill, &gens[i]);
     }
     rc = gguf_writer_write_file(w, path, err, errlen);
 out:

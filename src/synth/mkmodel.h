@@ -63,17 +63,21 @@ typedef struct mkmodel_config {
      * (rope.freq_base_swa) and the full layers' linear RoPE scaling (0: none). */
     int n_swa;
     float rope_base_swa, rope_scale;
+    /* qwen3moe: experts per layer, chosen per token, and one expert's hidden width (the
+     * mixture replaces the dense feed-forward; n_ff is then only the metadata key). */
+    int n_expert, n_expert_used, n_ff_exp;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b",
- * "gemma-3-12b", "gemma-3-27b".
+ * "gemma-3-12b", "gemma-3-27b", "qwen3-30b-a3b" (qwen3moe: 128 experts, 8 per token).
  * Returns false for an unknown name. */
 bool mkmodel_preset(const char *name, mkmodel_config *cfg);
 /* The i-th preset's name (0, 1, ...), NULL past the last. */
 const char *mkmodel_preset_name(int i);
 /* Switch cfg to another architecture, keeping its sizes (qwen: tied output, NeoX RoPE
  * implied by the arch, bias/norm tensors; qwen3 head_dim from n_embd/n_head; gemma3: its
- * sandwich and QK norms, a window of 1024 with local base 10000 unless cfg has one). */
+ * sandwich and QK norms, a window of 1024 with local base 10000 unless cfg has one; qwen3moe:
+ * 8 experts of n_ff / 4, 2 per token, unless cfg has experts already). */
 void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch);
 int mkmodel_ftype_from_name(const char *name); /* "f32".."q4_k_m"; -1 when unknown */
 const char *mkmodel_ftype_name(mkmodel_ftype ft);

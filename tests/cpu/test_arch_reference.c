@@ -489,8 +489,8 @@ static void test_moe_route(void **state)
     assert_float_equal(w[0], 1.0f, 0.0f); /* one expert takes the whole token */
 }
 
-/* The well-formed file loads, runs on the CPU, and a backend without MoE (the GPU's today)
- * refuses it by name rather than running something else. */
+/* The well-formed file loads, runs on the CPU, and a backend without MoE (a feature set
+ * lacking it) refuses it by name rather than running something else. */
 static void test_moe_backend_features(void **state)
 {
     (void)state;

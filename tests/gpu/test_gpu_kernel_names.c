@@ -31,6 +31,7 @@ static const row dequant[] = {GPU_DEQUANT_KERNELS(ROW3)};
 #define ROW2(a, TYPE) {#a, "", #TYPE, 1},
 static const row rope[] = {GPU_MATVEC_ROPE_KERNELS(ROW2)};
 static const row mmq[] = {GPU_MMQ_KERNELS(ROW4)};
+static const row moe[] = {GPU_MOE_KERNELS(ROW3)};
 #define PLAIN(name) #name,
 static const char *const plain[] = {GPU_PLAIN_KERNELS(PLAIN)};
 
@@ -72,6 +73,7 @@ static void test_every_format_every_variant(void **state)
         for (int v = 0; v < 4; v++) expect_row(matvec, N(matvec), w, 1 << v, "matvec_%s_%d", "glu_%s_%d");
         expect_row(dequant, N(dequant), w, 0, "dequant_f16_%s", "embed_%s");
         expect_row(rope, N(rope), w, 1, "matvec_rope_%s", "");
+        expect_row(moe, N(moe), w, 0, "moe_glu_%s", "moe_matvec_%s");
         if (!block_quantised(wtypes[w].ggml)) continue;
         n_quant++;
         for (int v = 0; v < 3; v++) expect_row(mmq, N(mmq), w, 16 << v, "mmq_%s_%d", "mmq_glu_%s_%d");
@@ -80,17 +82,18 @@ static void test_every_format_every_variant(void **state)
     assert_int_equal(N(matvec), 4 * N(wtypes));
     assert_int_equal(N(dequant), N(wtypes));
     assert_int_equal(N(rope), N(wtypes));
+    assert_int_equal(N(moe), N(wtypes));
     assert_int_equal(N(mmq), 3 * n_quant);
 }
 
 static void test_no_name_twice(void **state)
 {
     (void)state;
-    const char *names[2 * (N(matvec) + N(dequant) + N(mmq)) + N(rope) + N(plain)];
+    const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe)) + N(rope) + N(plain)];
     size_t n = 0;
-    const row *lists[] = {matvec, dequant, mmq};
-    const size_t sizes[] = {N(matvec), N(dequant), N(mmq)};
-    for (size_t l = 0; l < 3; l++)
+    const row *lists[] = {matvec, dequant, mmq, moe};
+    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe)};
+    for (size_t l = 0; l < 4; l++)
         for (size_t i = 0; i < sizes[l]; i++) {
             names[n++] = lists[l][i].a;
             names[n++] = lists[l][i].b;

@@ -177,6 +177,53 @@ static void test_tiny_all_archs_and_types(void **state)
     }
 }
 
+/* qwen3moe (--arch qwen3moe, the qwen3-30b-a3b preset's family): the experts as 3-D tensors of
+ * the requested count and width, the router F32 as llama.cpp leaves it, Q4_K_M's ffn_down rule
+ * on the experts' down projections, and a CPU step through the mixture. */
+static void test_qwen3moe(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    mkmodel_set_arch(&cfg, MODEL_ARCH_QWEN3MOE);
+    assert_int_equal(cfg.n_expert, 8); /* set_arch's defaults */
+    assert_int_equal(cfg.n_expert_used, 2);
+    cfg.n_embd = 256, cfg.n_ff = 1024, cfg.n_layer = 8, cfg.n_expert = 4, cfg.n_ff_exp = 256;
+    cfg.ftype = MKMODEL_Q4_K_M;
+    char path[256], err[256];
+    write_model(&cfg, "tiny-qwen3moe.gguf", path, sizeof path);
+    check_model(path, &cfg);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_int_equal(m->hp.n_expert, 4);
+    assert_int_equal(m->hp.n_expert_used, 2);
+    assert_int_equal(m->hp.n_ff_exp, 256);
+    for (int il = 0; il < cfg.n_layer; il++) {
+        const model_layer *L = &m->layers[il];
+        assert_null(L->w_gate.data);
+        assert_int_equal(L->ffn_gate_inp.type, GGML_TYPE_F32);
+        assert_int_equal(L->ffn_gate_exps.ne2, 4);
+        assert_int_equal(L->ffn_gate_exps.ne1, 256);
+        assert_int_equal(L->ffn_up_exps.type, GGML_TYPE_Q4_K);
+        assert_int_equal(L->ffn_down_exps.type, mkmodel_tensor_type(&cfg, "ffn_down", il));
+    }
+    assert_int_equal(m->layers[0].ffn_down_exps.type, GGML_TYPE_Q6_K); /* use_more_bits(0, 8) */
+    assert_int_equal(m->layers[2].ffn_down_exps.type, GGML_TYPE_Q4_K);
+    model_free(m);
+    unlink(path);
+    /* the preset: Qwen3-30B-A3B's shape */
+    assert_true(mkmodel_preset("qwen3-30b-a3b", &cfg));
+    assert_int_equal(cfg.arch, MODEL_ARCH_QWEN3MOE);
+    assert_int_equal(cfg.n_layer, 48);
+    assert_int_equal(cfg.n_expert, 128);
+    assert_int_equal(cfg.n_expert_used, 8);
+    assert_int_equal(cfg.n_ff_exp, 768);
+    assert_int_equal(cfg.ftype, MKMODEL_Q4_K_M);
+    cfg.n_expert_used = 129;
+    assert_int_equal(mkmodel_write(&cfg, corpus, corpus_len, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "experts"));
+}
+
 static void test_q4_k_m_rule(void **state)
 {
     (void)state;
@@ -324,7 +371,7 @@ static const struct {
 };
 /* general.architecture values of the presets' families (llama-arch.cpp); qwen3 is newer than
  * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says. */
-static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3"};
+static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {
@@ -619,6 +666,7 @@ int main(void)
         cmocka_unit_test(test_words),
         cmocka_unit_test(test_preset_metadata_llamacpp_names),
         cmocka_unit_test(test_q4_k_m_rule),
+        cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_invalid_config),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_q4_k_m_file_and_reused_rows),

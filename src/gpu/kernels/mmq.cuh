@@ -16,7 +16,8 @@
 //   mma k16 slice 1:              the same logical k                 = physical 8t + {4,5,6,7}
 //
 // Grid: x over blocks of MMQ_ROWS weight rows (glu: MMQ_ROWS / 2 features of gate and of up,
-// whose warps meet in the epilogue), y over blocks of BM activation rows, z over splits of k.  With one split the epilogue (bias, residual add, or SwiGLU of gate and up)
+// whose warps meet in the epilogue), y over blocks of BM activation rows (a MoE layer's
+// grouped launch: over tiles of one expert's rows, matvec_args.tiles), z over splits of k.  With one split the epilogue (bias, residual add, or SwiGLU of gate and up)
 // is applied here; with several (a grid too small to fill the GPU), every split writes its
 // partial sums and mmq_reduce adds them in split order, so the result is deterministic.
 #pragma once
@@ -75,7 +76,16 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     const uint8_t **rowp = (const uint8_t **)(wsm + S * (W_STAGE + X_STAGE));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int rbase = 16 * warp; // the warp's first block row
-    const int m0 = blockIdx.y * BM, nchunks = a.k / 32;
+    int m0 = blockIdx.y * BM, m_end = a.m;
+    size_t wexp = 0; // a grouped MoE launch: the tile's expert, its rows
+    if (a.tiles) {
+        const int32_t *tl = a.tiles + 3 * blockIdx.y;
+        if (tl[0] < 0) return; // the whole block: no barrier is skipped by part of it
+        wexp = (size_t)tl[0] * a.expert_bytes;
+        m0 = tl[1];
+        m_end = tl[2];
+    }
+    const int nchunks = a.k / 32;
     const int c_begin = blockIdx.z * a.split_chunks, c_end = min(nchunks, c_begin + a.split_chunks);
 
     // The block's MMQ_ROWS weight rows: padded rows MMQ_ROWS * bx.. across the segments, or
@@ -86,7 +96,7 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         if (GLU) s = r / (MMQ_ROWS / 2);
         else
             while (s < a.n_seg - 1 && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
-        rowp[r] = a.seg[s].w + (size_t)min(n, a.seg[s].n - 1) * a.row_bytes;
+        rowp[r] = a.seg[s].w + wexp + (size_t)min(n, a.seg[s].n - 1) * a.row_bytes;
     }
     __syncthreads();
 
@@ -102,9 +112,9 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
             }
             __half *xd = xsm + (st % S) * (X_STAGE / 2);
             for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
-                const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = m0 + r;
-                const bool ok = m < a.m;
-                cp_async16(xd + r * MMQ_XSTRIDE + e, a.x + (size_t)min(m, a.m - 1) * a.ldx + c0 * 32 + e, ok ? 16 : 0);
+                const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = min(m0 + r, m_end - 1);
+                const int xr = a.x_rows ? a.x_rows[m] / a.x_div : m;
+                cp_async16(xd + r * MMQ_XSTRIDE + e, a.x + (size_t)xr * a.ldx + c0 * 32 + e, m0 + r < m_end ? 16 : 0);
             }
         }
         cp_async_commit(); // an empty group past the end keeps the wait counts uniform
@@ -157,7 +167,7 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     if (gridDim.z > 1) { // partial sums, in padded rows (glu: gate's, then up's)
         each([&](int r, int mr, float v) {
             const int m = m0 + mr, f = half_rows * blockIdx.x + r % half_rows; // glu: the feature
-            if (m >= a.m || (GLU && f >= mmq_pad(a.seg[0].n))) return;        // (past it: up's rows)
+            if (m >= m_end || (GLU && f >= mmq_pad(a.seg[0].n))) return;        // (past it: up's rows)
             const int prow = GLU ? (r / half_rows) * mmq_pad(a.seg[0].n) + f : MMQ_ROWS * blockIdx.x + r;
             if (prow < a.part_ld) a.part[((size_t)blockIdx.z * a.m + m) * a.part_ld + prow] = v;
         });
@@ -171,12 +181,12 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         __syncthreads();
         if (gate_warp) return;
         each([&](int r, int mr, float up) {
-            if (m0 + mr < a.m) mmq_store_glu(a, m0 + mr, half_rows * blockIdx.x + r - half_rows, gs[(r - half_rows) * BM + mr], up);
+            if (m0 + mr < m_end) mmq_store_glu(a, m0 + mr, half_rows * blockIdx.x + r - half_rows, gs[(r - half_rows) * BM + mr], up);
         });
         return;
     }
     each([&](int r, int mr, float v) {
-        if (m0 + mr < a.m) mmq_store(a, m0 + mr, MMQ_ROWS * blockIdx.x + r, v);
+        if (m0 + mr < m_end) mmq_store(a, m0 + mr, MMQ_ROWS * blockIdx.x + r, v);
     });
 }
 

@@ -1,0 +1,198 @@
+// moe.cuh - the mixture-of-experts feed-forward (qwen3moe): the router's choice on the device,
+// the experts' products over only the chosen experts' slices, and the weighted combine.  The
+// expert ids never leave the GPU, so a MoE layer is launches alone (decode graphs capture it).
+//
+//   moe_router     the router's logits in FP32, from the normed activations before their FP16
+//                  rounding and the router's weights in F32: a choice between experts whose
+//                  scores nearly tie is then the CPU's, up to the residual stream's own rounding
+//   moe_route      softmax over the router's logits, the top k (ties to the lower id), their
+//                  weights renormalised: ids[t][j], weights[t][j] (one warp per token)
+//   moe_glu_*      decode (a few tokens): h[e] = fp16(silu(Wgate_x h) * Wup_x h) for every entry
+//   moe_matvec_*   e = (token, choice j) of expert x = ids[e]; y[e] = Wdown_x h[e]
+//   moe_sort       larger batches: the entries grouped by expert (stable, in entry order) and
+//                  the tiles of at most bm entries of one expert that the grouped mmq launch
+//                  takes (matvec_args.tiles)
+//   moe_combine    x[t] (+)= sum_j weights[t][j] * y[row of entry (t, j)], j in order
+//
+// Each entry's products depend on its own row alone, so a token's result does not depend on
+// the batch it travels in (up to the mmq path's k splits, as for the dense matmuls).
+#pragma once
+#include "common.cuh"
+#include "matvec.cuh"
+#include "../gpu_kernel_names.h"
+#include "../gpu_shared.h"
+
+// logits[t][e] = x[t] . w[e] over n inputs (a multiple of 4); grid (ceil(T / MOE_ROUTER_TOKENS),
+// ceil(n_expert / 8)), 8 warps: a warp per expert over MOE_ROUTER_TOKENS tokens, so the
+// expert's row is read once for them.  A token's sum runs the same way whatever its batch.
+#define MOE_ROUTER_TOKENS GPU_MOE_ROUTER_TOKENS
+extern "C" __global__ void moe_router(const float *x, const float *w, int n, int n_expert, int T, float *logits)
+{
+    const int e = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31, t0 = blockIdx.x * MOE_ROUTER_TOKENS;
+    if (e >= n_expert) return;
+    const float *wr = w + (size_t)e * n;
+    float acc[MOE_ROUTER_TOKENS];
+#pragma unroll
+    for (int j = 0; j < MOE_ROUTER_TOKENS; j++) acc[j] = 0.0f;
+    for (int i = lane * 4; i < n; i += 128) {
+        const float4 wv = *(const float4 *)(wr + i);
+#pragma unroll
+        for (int j = 0; j < MOE_ROUTER_TOKENS; j++) {
+            const float4 xv = *(const float4 *)(x + (size_t)min(t0 + j, T - 1) * n + i);
+            acc[j] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MOE_ROUTER_TOKENS; j++) {
+        const float v = warp_sum(acc[j]);
+        if (lane == 0 && t0 + j < T) logits[(size_t)(t0 + j) * n_expert + e] = v;
+    }
+}
+
+// One warp per token (blockDim.x == 32): the probabilities in shared memory, each of the k
+// passes an argmax over the lanes' strided experts and a shuffle reduction (no block barrier:
+// the k passes are on the decode step's critical path, once per layer).
+extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, int32_t *ids, float *weights)
+{
+    extern __shared__ float prob[]; // [n_expert]
+    const int lane = threadIdx.x;
+    const float *l = logits + (size_t)blockIdx.x * n_expert;
+    float mx = -INFINITY;
+    for (int x = lane; x < n_expert; x += 32) mx = fmaxf(mx, l[x]);
+    mx = warp_max(mx);
+    float s = 0.0f;
+    for (int x = lane; x < n_expert; x += 32) {
+        prob[x] = expf(l[x] - mx);
+        s += prob[x];
+    }
+    s = warp_sum(s);
+    for (int x = lane; x < n_expert; x += 32) prob[x] /= s;
+    __syncwarp();
+    float chosen_sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float bv = -1.0f; // probabilities are >= 0; taken ones are set to -1
+        int bi = INT_MAX;
+        for (int x = lane; x < n_expert; x += 32)
+            if (prob[x] > bv) bv = prob[x], bi = x; // x ascends: the lower id wins a tie
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        if (bi >= n_expert) bi = j, bv = 0.0f; // NaN logits: any valid id, never past the experts
+        chosen_sum += bv;
+        if (lane == 0) {
+            ids[(size_t)blockIdx.x * k + j] = bi;
+            weights[(size_t)blockIdx.x * k + j] = bv;
+            prob[bi] = -1.0f;
+        }
+        __syncwarp();
+    }
+    __syncwarp();
+    for (int j = lane; j < k; j += 32) weights[(size_t)blockIdx.x * k + j] /= chosen_sum;
+}
+
+// Entry e = grid x, feature n = the warp's: the dot products of expert ids[e]'s row n of w0
+// (and, GLU, of w1) with the entry's activation row, then the warp's lane 0 stores
+// fp16(silu(w0 x) * (w1 x)) in yh (GLU) or w0 x in y.
+template <int T, bool GLU>
+__device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
+{
+    constexpr int NR = GLU ? 2 : 1;
+    const int e = blockIdx.x, n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5);
+    if (n >= a.n) return;
+    const size_t xoff = (size_t)a.ids[e] * a.expert_bytes + (size_t)n * a.row_bytes;
+    const uint8_t *rows[NR];
+    rows[0] = a.w0 + xoff;
+    if (GLU) rows[NR - 1] = a.w1 + xoff;
+    matvec_args m = {};
+    m.k = a.k;
+    m.m = 1;
+    m.ldx = a.ldx;
+    m.x = a.x + (size_t)(e / a.x_div) * a.ldx;
+    float acc[NR][1];
+    row_dots<T, 1, NR>(rows, m, 0, acc);
+    if ((threadIdx.x & 31) != 0) return;
+    const float g = acc[0][0];
+    if (GLU) a.yh[(size_t)e * a.ldy + n] = __float2half_rn(g / (1.0f + __expf(-g)) * acc[NR - 1][0]);
+    else a.y[(size_t)e * a.ldy + n] = g;
+}
+
+// One pair per row of GPU_MOE_KERNELS (../gpu_kernel_names.h), under the row's names.
+#define MOE_KERNELS(glu_name, matvec_name, TYPE)                                                 \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) glu_name(moe_mv_args a)      \
+    {                                                                                            \
+        moe_entry_body<T_##TYPE, true>(a);                                                       \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) matvec_name(moe_mv_args a)   \
+    {                                                                                            \
+        moe_entry_body<T_##TYPE, false>(a);                                                      \
+    }
+GPU_MOE_KERNELS(MOE_KERNELS)
+
+// One block: the n entries' expert ids (n <= GPU_MOE_MAX_ENTRIES) grouped by expert, stable.
+// sorted[s] = the entry at sorted position s, pos[e] = the sorted position of entry e, and the
+// tile list: (expert, first, end) per tile of at most bm sorted positions of one expert,
+// padded with expert -1 up to max_tiles.  A warp per expert counts and ranks its entries with
+// ballots over the ids in shared memory, so the order never depends on timing.
+extern "C" __global__ void moe_sort(const int32_t *ids, int n, int n_expert, int bm, int max_tiles,
+                                    int32_t *sorted, int32_t *pos, int32_t *tiles)
+{
+    extern __shared__ int32_t sm[]; // ids [n], then counts / offsets [n_expert]
+    int32_t *sid = sm, *off = sm + n;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sid[i] = ids[i];
+    __syncthreads();
+    for (int x = w; x < n_expert; x += nw) {
+        int c = 0;
+        for (int b = 0; b < n; b += 32) c += __popc(__ballot_sync(0xffffffffu, b + lane < n && sid[b + lane] == x));
+        if (lane == 0) off[x] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) { // counts -> offsets, and the tiles
+        int o = 0, nt = 0;
+        for (int x = 0; x < n_expert; x++) {
+            const int c = off[x];
+            for (int f = 0; f < c && nt < max_tiles; f += bm, nt++) {
+                tiles[3 * nt] = x;
+                tiles[3 * nt + 1] = o + f;
+                tiles[3 * nt + 2] = o + min(c, f + bm);
+            }
+            off[x] = o;
+            o += c;
+        }
+        for (; nt < max_tiles; nt++) tiles[3 * nt] = -1;
+    }
+    __syncthreads();
+    for (int x = w; x < n_expert; x += nw) {
+        int r = off[x];
+        for (int b = 0; b < n; b += 32) {
+            const bool mine = b + lane < n && sid[b + lane] == x;
+            const unsigned m = __ballot_sync(0xffffffffu, mine);
+            if (mine) {
+                const int s = r + __popc(m & ((1u << lane) - 1u));
+                sorted[s] = b + lane;
+                pos[b + lane] = s;
+            }
+            r += __popc(m);
+        }
+    }
+}
+
+// x[t][d] (+)= sum_j weights[t*k + j] * y[row][d], row = pos ? pos[t*k + j] : t*k + j; one
+// block per token.
+extern "C" __global__ void moe_combine(float *x, const float *y, const float *weights, const int32_t *pos, int k,
+                                       int n, int accumulate)
+{
+    const int t = blockIdx.x;
+    for (int d = threadIdx.x; d < n; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int e = t * k + j, row = pos ? pos[e] : e;
+            acc += weights[e] * y[(size_t)row * n + d];
+        }
+        float *dst = x + (size_t)t * n + d;
+        *dst = accumulate ? *dst + acc : acc;
+    }
+}

@@ -79,10 +79,10 @@ void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm)
 
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
 {
-    const int half = r->head_dim / 2;
+    const int rot = r->n_rot ? r->n_rot : r->head_dim, half = rot / 2;
     const float p = (float)pos / r->scale;
     for (int i = 0; i < half; i++) {
-        float freq = 1.0f / powf(r->base, (float)(2 * i) / (float)r->head_dim);
+        float freq = 1.0f / powf(r->base, (float)(2 * i) / (float)rot);
         if (r->freq_div) freq /= r->freq_div[i];
         float angle = p * freq, c = cosf(angle), s = sinf(angle);
         /* Element pair that this frequency turns: adjacent (llama) or half a head apart. */
@@ -140,4 +140,75 @@ void cpu_attention_run(cpu_pool *pool, const cpu_attention *at)
         attention_items((void *)at, 0, at->n_tok * at->n_head, 0);
     else
         cpu_pool_run(pool, attention_items, (void *)at, at->n_tok * at->n_head);
+}
+
+void cpu_conv1d_step(float *x, float *window, const float *w, int chan, int taps)
+{
+    for (int c = 0; c < chan; c++) {
+        const float *wc = w + (size_t)c * taps;
+        float acc = 0.0f;
+        for (int j = 0; j < taps - 1; j++) acc += wc[j] * window[(size_t)j * chan + c];
+        acc += wc[taps - 1] * x[c];
+        for (int j = 0; j + 1 < taps - 1; j++) window[(size_t)j * chan + c] = window[(size_t)(j + 1) * chan + c];
+        if (taps > 1) window[(size_t)(taps - 2) * chan + c] = x[c];
+        x[c] = acc / (1.0f + expf(-acc));
+    }
+}
+
+void cpu_l2norm(float *x, int n)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const float inv = 1.0f / sqrtf(ss + 1e-6f);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* One v head of one sequence through its tokens. */
+static void delta_head(const cpu_delta *dr, int seq, int h, float *kv)
+{
+    const int d = dr->d, per_k = dr->v_heads / dr->k_heads;
+    const int kh = dr->grouped ? h / per_k : h % dr->k_heads;
+    float *S = dr->state + (size_t)dr->seq_state[seq] * (size_t)dr->slot_stride + (size_t)dr->layer_off +
+               (size_t)h * d * d;
+    for (int t = dr->seq_first[seq]; t < dr->seq_first[seq] + dr->seq_tokens[seq]; t++) {
+        const float *row = dr->qkv + (size_t)t * (size_t)dr->stride;
+        const float *q = row + dr->q_off + (size_t)kh * d, *k = row + dr->k_off + (size_t)kh * d;
+        const float *v = row + dr->v_off + (size_t)h * d;
+        const float decay = dr->decay[(size_t)t * dr->v_heads + h], beta = dr->beta[(size_t)t * dr->v_heads + h];
+        for (int j = 0; j < d; j++) kv[j] = 0.0f;
+        for (int i = 0; i < d; i++) { /* S = decay S, and kv = S^T k of the decayed state */
+            float *Si = S + (size_t)i * d;
+            for (int j = 0; j < d; j++) {
+                Si[j] *= decay;
+                kv[j] += Si[j] * k[i];
+            }
+        }
+        for (int j = 0; j < d; j++) kv[j] = beta * (v[j] - kv[j]); /* now the update's delta */
+        float *o = dr->out + (size_t)t * dr->v_heads * d + (size_t)h * d;
+        for (int j = 0; j < d; j++) o[j] = 0.0f;
+        for (int i = 0; i < d; i++) {
+            float *Si = S + (size_t)i * d;
+            for (int j = 0; j < d; j++) {
+                Si[j] += k[i] * kv[j];
+                o[j] += Si[j] * q[i];
+            }
+        }
+    }
+}
+
+static void delta_items(void *ctx, int begin, int end, int thread)
+{
+    const cpu_delta *dr = ctx;
+    for (int item = begin; item < end; item++)
+        delta_head(dr, item / dr->v_heads, item % dr->v_heads, dr->scratch + (size_t)thread * dr->d);
+}
+
+void cpu_delta_run(cpu_pool *pool, const cpu_delta *dr)
+{
+    int64_t n_tok = 0;
+    for (int s = 0; s < dr->n_seqs; s++) n_tok += dr->seq_tokens[s];
+    if (n_tok * dr->v_heads * dr->d * dr->d * 2 < PARALLEL_MIN_WORK)
+        delta_items((void *)dr, 0, dr->n_seqs * dr->v_heads, 0);
+    else
+        cpu_pool_run(pool, delta_items, (void *)dr, dr->n_seqs * dr->v_heads);
 }

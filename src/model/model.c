@@ -123,19 +123,55 @@ static bool read_keys(loader *L, const arch_key *list)
     return true;
 }
 
+/* Every feature of the family's layer pattern. */
+static arch_features pattern_features(const arch_desc *d)
+{
+    arch_features f = 0;
+    for (int p = 0; p < d->pattern_len && p < ARCH_PATTERN_MAX; p++)
+        if (arch_layer_valid(&d->pattern[p])) f |= arch_layer_features(&d->pattern[p]);
+    return f;
+}
+
+/* Gated DeltaNet's shapes: v heads share the q/k heads evenly (v head h reads q/k head
+ * h mod group_count), a v head is as wide as a q/k head, and the family's pattern is the
+ * file's full_attention_interval. */
+static bool check_ssm(loader *L)
+{
+    const model_hparams *hp = &L->m->hp;
+    const char *arch = L->m->desc->name;
+    if (hp->ssm_vheads % hp->ssm_groups != 0)
+        return fail(L, "%s.ssm.time_step_rank %d (v heads) is not a multiple of ssm.group_count %d", arch,
+                    hp->ssm_vheads, hp->ssm_groups);
+    if ((int64_t)hp->ssm_vheads * hp->ssm_state != hp->ssm_inner)
+        return fail(L, "%s.ssm.inner_size %d is not ssm.time_step_rank %d x ssm.state_size %d", arch, hp->ssm_inner,
+                    hp->ssm_vheads, hp->ssm_state);
+    if ((int64_t)hp->ssm_vheads * hp->ssm_state * hp->ssm_state > HPARAM_MAX || hp->ssm_conv > 64)
+        return fail(L, "%s: the DeltaNet state (%d v heads of %d x %d, conv kernel %d) is too large", arch,
+                    hp->ssm_vheads, hp->ssm_state, hp->ssm_state, hp->ssm_conv);
+    if (hp->full_attn_interval != L->m->desc->pattern_len)
+        return fail(L, "%s.full_attention_interval %d: this family's layer pattern repeats every %d layers", arch,
+                    hp->full_attn_interval, L->m->desc->pattern_len);
+    return true;
+}
+
 static bool read_hparams(loader *L)
 {
     model_hparams *hp = &L->m->hp;
     if (!read_arch(L)) return false;
     hp->rope_scale = 1.0f;
     hp->rope_neox = L->m->desc->rope == ARCH_ROPE_NEOX;
-    if (!read_keys(L, L->m->desc->keys) || !read_keys(L, L->m->desc->more_keys) || !read_rope_scaling(L))
-        return false;
+    hp->ssm_grouped = L->m->desc->ssm_heads == ARCH_SSM_GROUPED;
+    if (!read_keys(L, L->m->desc->keys)) return false;
+    for (int i = 0; i < ARCH_KEY_LISTS_MAX && L->m->desc->more_keys[i]; i++)
+        if (!read_keys(L, L->m->desc->more_keys[i])) return false;
+    if (!read_rope_scaling(L)) return false;
     const char *arch = L->m->desc->name;
     /* A family's key list must give these (a test's descriptor could forget one). */
-    if (hp->n_ctx_train < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_ff < 1 || hp->n_head < 1 || !(hp->rms_eps > 0))
+    if (hp->n_ctx_train < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_head < 1 || !(hp->rms_eps > 0))
         return fail(L, "%s: the family declares no key for one of context_length, embedding_length, block_count, "
-                    "feed_forward_length, attention.head_count, attention.layer_norm_rms_epsilon", arch);
+                    "attention.head_count, attention.layer_norm_rms_epsilon", arch);
+    if (hp->n_ff < 1 && (pattern_features(L->m->desc) & ARCH_F_FFN_GLU))
+        return fail(L, "missing key '%s.feed_forward_length'", arch);
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
     if (hp->head_dim == 0) hp->head_dim = hp->n_embd / hp->n_head;
     if (hp->n_head % hp->n_head_kv != 0)
@@ -148,7 +184,11 @@ static bool read_hparams(loader *L)
         return fail(L, "%s: head_count %d x head dimension %d is too large", arch, hp->n_head, hp->head_dim);
     if (hp->n_expert_used > hp->n_expert)
         return fail(L, "%s.expert_used_count %d is more than expert_count %d", arch, hp->n_expert_used, hp->n_expert);
-    return true;
+    if (hp->n_rot == 0) hp->n_rot = hp->head_dim;
+    if (hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim)
+        return fail(L, "%s.rope.dimension_count %d must be even and at most the head dimension %d", arch, hp->n_rot,
+                    hp->head_dim);
+    return (pattern_features(L->m->desc) & ARCH_F_ATTN_LINEAR) ? check_ssm(L) : true;
 }
 
 /* Find `name`, check it is [ne0] (ne1 == 0), [ne0, ne1] (ne2 == 0) or [ne0, ne1, ne2] and of a
@@ -233,6 +273,15 @@ static int64_t dim_value(const model_hparams *hp, arch_dim d)
     case ARCH_DIM_VOCAB: return hp->n_vocab;
     case ARCH_DIM_FF_EXP: return hp->n_ff_exp;
     case ARCH_DIM_EXPERT: return hp->n_expert;
+    case ARCH_DIM_ONE: return 1;
+    case ARCH_DIM_Q_GATE: return 2 * (int64_t)hp->n_head * hp->head_dim;
+    case ARCH_DIM_FF_SHEXP: return hp->n_ff_shexp;
+    case ARCH_DIM_SSM_CONV: return hp->ssm_conv;
+    case ARCH_DIM_SSM_CHAN: return 2 * (int64_t)hp->ssm_groups * hp->ssm_state + hp->ssm_inner;
+    case ARCH_DIM_SSM_INNER: return hp->ssm_inner;
+    case ARCH_DIM_SSM_VHEADS: return hp->ssm_vheads;
+    case ARCH_DIM_SSM_VHEADS2: return 2 * (int64_t)hp->ssm_vheads;
+    case ARCH_DIM_SSM_VHEAD: return hp->ssm_vheads ? hp->ssm_inner / hp->ssm_vheads : 0;
     }
     return -1;
 }

@@ -261,7 +261,8 @@ static int fake_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
 
 static void fake_destroy(engine *e) { (void)e; }
 
-static const engine_vtable fake_vt = {"fake", fake_step, fake_slot_clear, fake_kv_copy, fake_destroy};
+static const engine_vtable fake_vt = {
+    .name = "fake", .step = fake_step, .slot_clear = fake_slot_clear, .kv_copy = fake_kv_copy, .destroy = fake_destroy};
 
 /* ---- fixture ------------------------------------------------------------------------- */
 

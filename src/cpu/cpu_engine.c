@@ -68,7 +68,7 @@ typedef struct cpu_engine {
      * the conv window [(taps-1) x ssm_chan] then the delta state [v heads x d x d]; the
      * positions each slot holds; each layer's index among the linear ones (-1: full).  Per
      * sequence of the step its first token, token count and state slot.  Activations: the
-     * q/k/v channels (conv input, then output), the output gate z, beta and decay per v head
+     * q/k/v channels (conv input, then output), the output gate z, beta and log decay per v head
      * (raw projections in ssm_raw), the delta rule's scratch. */
     float *state;
     int *state_len;
@@ -76,7 +76,7 @@ typedef struct cpu_engine {
     size_t conv_floats, layer_floats, slot_floats;
     int ssm_chan;
     int *seq_first, *seq_tokens, *seq_state, n_step_seqs;
-    float *ssm_mix, *ssm_z, *ssm_beta, *ssm_decay, *ssm_raw, *delta_scratch;
+    float *ssm_mix, *ssm_z, *ssm_beta, *ssm_g, *ssm_raw, *delta_scratch;
     /* Gated attention: the [query | gate] projection of each head; the shared expert's gate. */
     float *qg;
     float *shexp_gate;
@@ -224,14 +224,14 @@ static float *layer_state(const cpu_engine *e, int slot, int lin)
     return e->state + (size_t)slot * e->slot_floats + (size_t)lin * e->layer_floats;
 }
 
-/* Per token and v head: beta = sigmoid(b), decay = exp(A * softplus(a + dt_bias)), from the
+/* Per token and v head: beta = sigmoid(b), g = A * softplus(a + dt_bias) (the decay is exp(g)), from the
  * separate projections (qwen35) or the fused one (qwen3next: per k head its v heads' b, then
  * their a). */
 static void ssm_beta_decay(cpu_engine *e, const model_layer *ly, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const int nv = hp->ssm_vheads, per_k = nv / hp->ssm_groups;
-    float *b = e->ssm_beta, *a = e->ssm_decay; /* the raw projections first, in place after */
+    float *b = e->ssm_beta, *a = e->ssm_g; /* the raw projections first, in place after */
     if (ly->ssm_ba.data) {
         matmul(e, e->ssm_raw, e->xb, n_tok, &ly->ssm_ba, NULL);
         for (int t = 0; t < n_tok; t++) {
@@ -251,7 +251,7 @@ static void ssm_beta_decay(cpu_engine *e, const model_layer *ly, int n_tok)
             const size_t i = (size_t)t * nv + h;
             const float x = a[i] + dt[h], softplus = x > 20.0f ? x : log1pf(expf(x)); /* torch's threshold */
             b[i] = 1.0f / (1.0f + expf(-b[i]));
-            a[i] = expf(A[h] * softplus);
+            a[i] = A[h] * softplus; /* the log of the decay */
         }
     }
 }
@@ -282,7 +282,7 @@ static void attention_linear(cpu_engine *e, int il, int n_tok)
     }
     cpu_delta dr = {
         .out = e->xb, .qkv = e->ssm_mix, .stride = chan, .q_off = 0, .k_off = (long)nk * d,
-        .v_off = 2 * (long)nk * d, .beta = e->ssm_beta, .decay = e->ssm_decay, .state = e->state,
+        .v_off = 2 * (long)nk * d, .beta = e->ssm_beta, .g = e->ssm_g, .state = e->state,
         .slot_stride = (long)e->slot_floats, .layer_off = (long)((size_t)lin * e->layer_floats + e->conv_floats),
         .seq_first = e->seq_first, .seq_tokens = e->seq_tokens, .seq_state = e->seq_state,
         .n_seqs = e->n_step_seqs, .v_heads = nv, .k_heads = nk, .d = d, .grouped = hp->ssm_grouped,
@@ -555,7 +555,7 @@ static void cpu_destroy(engine *base)
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
                     e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->state,
                     e->state_len, e->lin_index, e->seq_first, e->seq_tokens, e->seq_state, e->ssm_mix,
-                    e->ssm_z, e->ssm_beta, e->ssm_decay, e->ssm_raw, e->delta_scratch, e->qg, e->shexp_gate};
+                    e->ssm_z, e->ssm_beta, e->ssm_g, e->ssm_raw, e->delta_scratch, e->qg, e->shexp_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
 }
@@ -754,9 +754,10 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->ssm_mix, "DeltaNet channels", mul(lin_tok, (size_t)e->ssm_chan), sizeof(float)},
         {(void **)&e->ssm_z, "DeltaNet gates", mul(lin_tok, (size_t)hp->ssm_inner), sizeof(float)},
         {(void **)&e->ssm_beta, "DeltaNet betas", mul(lin_tok, nv), sizeof(float)},
-        {(void **)&e->ssm_decay, "DeltaNet decays", mul(lin_tok, nv), sizeof(float)},
+        {(void **)&e->ssm_g, "DeltaNet log decays", mul(lin_tok, nv), sizeof(float)},
         {(void **)&e->ssm_raw, "DeltaNet projections", mul(lin_tok, 2 * nv), sizeof(float)},
-        {(void **)&e->delta_scratch, "DeltaNet scratch", mul((size_t)n_threads, (size_t)hp->ssm_state), sizeof(float)},
+        {(void **)&e->delta_scratch, "DeltaNet scratch", mul((size_t)n_threads, (size_t)cpu_delta_scratch(hp->ssm_state, 0)),
+         sizeof(float)},
         {(void **)&e->qg, "query gates", gated ? mul(B, 2 * (size_t)e->q_dim) : 0, sizeof(float)},
         {(void **)&e->shexp_gate, "shared expert gates", hp->n_ff_shexp ? B : 0, sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},

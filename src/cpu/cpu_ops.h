@@ -61,25 +61,34 @@ void cpu_conv1d_step(float *x, float *window, const float *w, int chan, int taps
 void cpu_l2norm(float *x, int n);
 
 /* The gated delta rule over a batch: per sequence and v head h, for its tokens in order,
- *     S = decay S;  S += k (beta (v - S^T k))^T;  o = S^T q
+ *     S = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q
  * with S [d][d] (k index, v index) the head's state, q and k the (normed, q scaled) vectors of
- * the q/k head it reads (h mod k_heads, or h / (v_heads / k_heads) when grouped).  q, k and v
- * of token t are at t * stride + q_off / k_off / v_off (+ head * d); o goes to out [t][v heads
- * x d].  Sequences' tokens are contiguous runs; their states are at state + slot *
- * slot_stride + layer_off.  Parallel over (sequence, v head): each runs its tokens in order,
- * so a token's result does not depend on the batch. */
+ * the q/k head it reads (h mod k_heads, or h / (v_heads / k_heads) when grouped), g <= 0 the
+ * log of the decay.  q, k and v of token t are at t * stride + q_off / k_off / v_off (+ head *
+ * d); o goes to out [t][v heads x d].  Sequences' tokens are contiguous runs; their states are
+ * at state + slot * slot_stride + layer_off.  Parallel over (sequence, v head): each runs its
+ * tokens in order, so a token's result does not depend on the batch.
+ *
+ * chunk 0: token by token, the exact recurrence (what the engine runs: a prompt split into
+ * any pieces gives the same bits).  chunk > 0: the chunked parallel form (flash-linear-
+ * attention's WY / UT transform, transformers' torch_chunk_gated_delta_rule) over chunks of
+ * that many tokens: per chunk the in-chunk interactions as small matrix products and one
+ * state update, the same sums in another order (float rounding apart); the CPU reference of
+ * the GPU's chunked prefill.  scratch: n_threads * cpu_delta_scratch(d, chunk) floats. */
 typedef struct cpu_delta {
     float *out;
     const float *qkv;
     long stride, q_off, k_off, v_off;
-    const float *beta, *decay; /* [n_tok][v_heads] */
+    const float *beta, *g; /* [n_tok][v_heads] */
     float *state;
     long slot_stride, layer_off;
     const int *seq_first, *seq_tokens, *seq_state;
     int n_seqs, v_heads, k_heads, d;
     bool grouped;
-    float *scratch; /* n_threads * d floats */
+    int chunk;
+    float *scratch;
 } cpu_delta;
+long cpu_delta_scratch(int d, int chunk);
 void cpu_delta_run(cpu_pool *pool, const cpu_delta *dr);
 
 /* Causal grouped-query attention of a batch of tokens over their sequences' K/V blocks.

@@ -154,6 +154,25 @@ static bool check_ssm(loader *L)
     return true;
 }
 
+/* A multi-token-prediction head (Qwen3.5, Qwen3-Next, GLM, DeepSeek files keep it): its
+ * nextn_predict_layers blocks are counted in block_count after the layers that run.  Nothing
+ * uses them yet (speculative decoding will), so they are left unbound: the model runs the
+ * first block_count - nextn_predict_layers layers. */
+static bool read_mtp(loader *L)
+{
+    model_hparams *hp = &L->m->hp;
+    char key[128];
+    key_name(L, "nextn_predict_layers", key, sizeof key);
+    int64_t v;
+    if (!gguf_get_i64(L->f, key, &v)) return absent_ok(L, key, false, "an integer");
+    if (v < 0 || v >= hp->n_layer)
+        return fail(L, "key '%s' = %lld: block_count %d must keep at least one layer besides them", key, (long long)v,
+                    hp->n_layer);
+    hp->n_mtp = (int)v;
+    hp->n_layer -= hp->n_mtp;
+    return true;
+}
+
 static bool read_hparams(loader *L)
 {
     model_hparams *hp = &L->m->hp;
@@ -170,6 +189,7 @@ static bool read_hparams(loader *L)
     if (hp->n_ctx_train < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_head < 1 || !(hp->rms_eps > 0))
         return fail(L, "%s: the family declares no key for one of context_length, embedding_length, block_count, "
                     "attention.head_count, attention.layer_norm_rms_epsilon", arch);
+    if (!read_mtp(L)) return false;
     if (hp->n_ff < 1 && (pattern_features(L->m->desc) & ARCH_F_FFN_GLU))
         return fail(L, "missing key '%s.feed_forward_length'", arch);
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;

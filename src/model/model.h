@@ -87,6 +87,7 @@ typedef struct model_hparams {
      * full attention (the family's pattern length). */
     int ssm_conv, ssm_state, ssm_groups, ssm_vheads, ssm_inner;
     int full_attn_interval;
+    int n_mtp;         /* nextn_predict_layers: MTP blocks stored after the n_layer that run (not bound) */
     bool ssm_grouped;  /* v head h reads q/k head h / (v heads / k heads), else h mod k heads */
     float rms_eps;
     float rope_base;      /* rope.freq_base, default 10000 */

@@ -18,7 +18,12 @@
  * reference's top-1 margin exceeds twice our error on that row (the README's rule).
  *
  * Also, without ../shared: a qwen3moe file whose router or experts are malformed is refused
- * at load with an error naming the tensor or key, and a backend without MoE refuses it. */
+ * at load with an error naming the tensor or key, and a backend without MoE refuses it; a
+ * qwen35 file with wrong DeltaNet shapes likewise, and one with an MTP block loads.
+ *
+ * The hybrid families (qwen35, qwen35moe, qwen3next: gated DeltaNet) also: a prompt prefilled
+ * in pieces of any length gives the bits of one piece; a state snapshot restored into another
+ * slot continues exactly; a step that would rewind a recurrent state is refused. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <setjmp.h>
@@ -558,6 +563,138 @@ static void test_quantised_experts(void **state)
     }
 }
 
+/* ---- malformed hybrid files ------------------------------------------------------------ */
+
+enum { H_EMBD = 16, H_HEADS = 2, H_HD = 8, H_FF = 24, H_STATE = 8, H_VHEADS = 2, H_INNER = H_VHEADS * H_STATE,
+       H_CHAN = 2 * H_STATE + H_INNER, H_LAYERS = 4 };
+
+typedef enum hybrid_fault {
+    HF_NONE,
+    HF_INTERVAL, /* full_attention_interval 3: not the family's pattern */
+    HF_INNER,    /* ssm.inner_size not v heads x state size */
+    HF_NO_CONV,  /* blk.0.ssm_conv1d.weight missing */
+    HF_ODD_ROT,  /* rope.dimension_count 5 */
+    HF_MTP,      /* one MTP block after the four layers (nextn_predict_layers 1) */
+} hybrid_fault;
+
+/* A four-layer qwen35 model (F32; one q/k head, two v heads) with `fault`, as a loaded model
+ * or NULL and the error; its image in *image (freed by the caller after the model). */
+static model *hybrid_model(hybrid_fault fault, void **image, char *err, size_t errlen)
+{
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "general.architecture", "qwen35");
+    const struct {
+        const char *key;
+        uint32_t v;
+    } keys[] = {{"qwen35.context_length", 64}, {"qwen35.embedding_length", H_EMBD},
+                {"qwen35.block_count", H_LAYERS + (fault == HF_MTP)}, {"qwen35.feed_forward_length", H_FF},
+                {"qwen35.attention.head_count", H_HEADS}, {"qwen35.attention.head_count_kv", 1},
+                {"qwen35.attention.key_length", H_HD}, {"qwen35.ssm.conv_kernel", 4},
+                {"qwen35.ssm.state_size", H_STATE}, {"qwen35.ssm.group_count", 1},
+                {"qwen35.ssm.time_step_rank", H_VHEADS}, {"qwen35.ssm.inner_size", fault == HF_INNER ? 24 : H_INNER},
+                {"qwen35.full_attention_interval", fault == HF_INTERVAL ? 3 : 4},
+                {"qwen35.rope.dimension_count", fault == HF_ODD_ROT ? 5 : 4},
+                {"qwen35.nextn_predict_layers", fault == HF_MTP}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) gguf_writer_set_u32(w, keys[i].key, keys[i].v);
+    gguf_writer_set_f32(w, "qwen35.attention.layer_norm_rms_epsilon", 1e-6f);
+    add_zeros(w, "token_embd.weight", 2, H_EMBD, M_VOCAB, 1);
+    add_zeros(w, "output_norm.weight", 1, H_EMBD, 1, 1);
+    char name[64];
+#define LAYER_TENSOR(il, suffix, dims, a, b)                                                                         \
+    (snprintf(name, sizeof name, "blk.%d.%s", il, suffix), add_zeros(w, name, dims, a, b, 1))
+    for (int il = 0; il < H_LAYERS; il++) {
+        LAYER_TENSOR(il, "attn_norm.weight", 1, H_EMBD, 1);
+        LAYER_TENSOR(il, "post_attention_norm.weight", 1, H_EMBD, 1);
+        LAYER_TENSOR(il, "ffn_gate.weight", 2, H_EMBD, H_FF);
+        LAYER_TENSOR(il, "ffn_up.weight", 2, H_EMBD, H_FF);
+        LAYER_TENSOR(il, "ffn_down.weight", 2, H_FF, H_EMBD);
+        if (il == 3) {
+            LAYER_TENSOR(il, "attn_q.weight", 2, H_EMBD, 2 * H_HEADS * H_HD);
+            LAYER_TENSOR(il, "attn_k.weight", 2, H_EMBD, H_HD);
+            LAYER_TENSOR(il, "attn_v.weight", 2, H_EMBD, H_HD);
+            LAYER_TENSOR(il, "attn_output.weight", 2, H_HEADS * H_HD, H_EMBD);
+            LAYER_TENSOR(il, "attn_q_norm.weight", 1, H_HD, 1);
+            LAYER_TENSOR(il, "attn_k_norm.weight", 1, H_HD, 1);
+            continue;
+        }
+        LAYER_TENSOR(il, "attn_qkv.weight", 2, H_EMBD, H_CHAN);
+        LAYER_TENSOR(il, "attn_gate.weight", 2, H_EMBD, H_INNER);
+        if (!(fault == HF_NO_CONV && il == 0)) LAYER_TENSOR(il, "ssm_conv1d.weight", 2, 4, H_CHAN);
+        LAYER_TENSOR(il, "ssm_a", 1, H_VHEADS, 1);
+        LAYER_TENSOR(il, "ssm_dt.bias", 1, H_VHEADS, 1);
+        LAYER_TENSOR(il, "ssm_beta.weight", 2, H_EMBD, H_VHEADS);
+        LAYER_TENSOR(il, "ssm_alpha.weight", 2, H_EMBD, H_VHEADS);
+        LAYER_TENSOR(il, "ssm_norm.weight", 1, H_STATE, 1);
+        LAYER_TENSOR(il, "ssm_out.weight", 2, H_INNER, H_EMBD);
+    }
+    if (fault == HF_MTP) { /* some of an MTP block: never bound */
+        LAYER_TENSOR(H_LAYERS, "nextn.eh_proj.weight", 2, 2 * H_EMBD, H_EMBD);
+        LAYER_TENSOR(H_LAYERS, "attn_norm.weight", 1, H_EMBD, 1);
+    }
+#undef LAYER_TENSOR
+    size_t size = 0;
+    assert_int_equal(gguf_writer_write_mem(w, image, &size), 0);
+    gguf_writer_free(w);
+    gguf_file *f = gguf_open_memory(*image, size, err, errlen);
+    return f ? model_from_gguf(f, err, errlen) : NULL;
+}
+
+static void expect_hybrid_refused(hybrid_fault fault, const char *want)
+{
+    char err[512] = "";
+    void *image = NULL;
+    model *m = hybrid_model(fault, &image, err, sizeof err);
+    bool loaded = m != NULL;
+    model_free(m);
+    free(image);
+    if (loaded) fail_msg("fault %d: loaded, expected \"%s\"", (int)fault, want);
+    if (strcmp(err, want) != 0) fail_msg("fault %d: \"%s\", expected \"%s\"", (int)fault, err, want);
+}
+
+/* The last logits of tokens 1..5 through the CPU engine. */
+static void hybrid_logits(const model *m, float *logits)
+{
+    char err[256];
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 16, .max_batch_tokens = 16, .n_threads = 1};
+    engine *e = engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("engine: %s", err);
+    int32_t toks[5] = {1, 2, 3, 4, 5};
+    engine_seq s = {.slot = 0, .tokens = toks, .n_tokens = 5, .logits = logits};
+    assert_int_equal(engine_step(e, &s, 1, NULL, err, sizeof err), 0);
+    engine_free(e);
+}
+
+/* A hybrid file whose DeltaNet shapes or layer pattern are wrong is refused at load with the
+ * key or tensor named; one with an MTP block loads, runs the layers before it and gives the
+ * logits of the same file without it. */
+static void test_malformed_hybrid_refused(void **state)
+{
+    (void)state;
+    expect_hybrid_refused(HF_INTERVAL, "qwen35.full_attention_interval 3: this family's layer pattern repeats every 4 "
+                                       "layers");
+    expect_hybrid_refused(HF_INNER, "qwen35.ssm.inner_size 24 is not ssm.time_step_rank 2 x ssm.state_size 8");
+    expect_hybrid_refused(HF_NO_CONV, "missing tensor 'blk.0.ssm_conv1d.weight'");
+    expect_hybrid_refused(HF_ODD_ROT, "qwen35.rope.dimension_count 5 must be even and at most the head dimension 8");
+    char err[512] = "";
+    void *img = NULL, *img_mtp = NULL;
+    model *m = hybrid_model(HF_NONE, &img, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    model *mtp = hybrid_model(HF_MTP, &img_mtp, err, sizeof err);
+    if (!mtp) fail_msg("with an MTP block: %s", err);
+    assert_int_equal(mtp->hp.n_layer, H_LAYERS);
+    assert_int_equal(mtp->hp.n_mtp, 1);
+    assert_int_equal(m->layers[0].recipe.attn, ARCH_ATTN_LINEAR);
+    assert_int_equal(m->layers[3].recipe.attn, ARCH_ATTN_FULL);
+    assert_int_equal(m->hp.n_rot, 4);
+    float a[M_VOCAB], b[M_VOCAB];
+    hybrid_logits(m, a);
+    hybrid_logits(mtp, b);
+    assert_memory_equal(a, b, sizeof a);
+    for (int i = 0; i < M_VOCAB; i++) assert_true(isfinite(a[i]));
+    model_free(m), model_free(mtp);
+    free(img), free(img_mtp);
+}
+
 /* ---- hybrid models: the recurrent state across steps ------------------------------------ */
 
 /* The longest prompt (70 tokens: past a conv window and a 64-token chunk) prefilled in
@@ -664,8 +801,9 @@ int main(void)
         cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_malformed_moe_refused),
         cmocka_unit_test(test_moe_backend_features),
+        cmocka_unit_test(test_malformed_hybrid_refused),
     };
-    failed += cmocka_run_group_tests_name("qwen3moe files", files, NULL, NULL);
+    failed += cmocka_run_group_tests_name("qwen3moe and qwen35 files", files, NULL, NULL);
     const struct CMUnitTest hybrid[] = {
         cmocka_unit_test(test_prefill_logits),
         cmocka_unit_test(test_greedy_decode),

@@ -554,8 +554,9 @@ static void cpu_destroy(engine *base)
                     e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
                     e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->state,
-                    e->state_len, e->lin_index, e->seq_first, e->seq_tokens, e->seq_state, e->ssm_mix,
-                    e->ssm_z, e->ssm_beta, e->ssm_g, e->ssm_raw, e->delta_scratch, e->qg, e->shexp_gate};
+                    e->state_len, e->lin_index, e->kv_layer, e->seq_first, e->seq_tokens, e->seq_state,
+                    e->ssm_mix, e->ssm_z, e->ssm_beta, e->ssm_g, e->ssm_raw, e->delta_scratch, e->qg,
+                    e->shexp_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
 }

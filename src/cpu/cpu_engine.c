@@ -460,7 +460,8 @@ static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_
         e->seq_tokens[i] = s->n_tokens;
         e->seq_state[i] = engine_seq_state(s);
         if (e->state) { /* a sequence at position 0 starts from the zero state */
-            if (s->pos == 0) memset(e->state + (size_t)e->seq_state[i] * e->slot_floats, 0, e->slot_floats * sizeof(float));
+            float *state = e->state + (size_t)e->seq_state[i] * e->slot_floats;
+            if (s->pos == 0) memset(state, 0, e->slot_floats * sizeof(float));
             e->state_len[e->seq_state[i]] = s->pos + s->n_tokens;
         }
     }
@@ -757,8 +758,8 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->ssm_beta, "DeltaNet betas", mul(lin_tok, nv), sizeof(float)},
         {(void **)&e->ssm_g, "DeltaNet log decays", mul(lin_tok, nv), sizeof(float)},
         {(void **)&e->ssm_raw, "DeltaNet projections", mul(lin_tok, 2 * nv), sizeof(float)},
-        {(void **)&e->delta_scratch, "DeltaNet scratch", mul((size_t)n_threads, (size_t)cpu_delta_scratch(hp->ssm_state, 0)),
-         sizeof(float)},
+        {(void **)&e->delta_scratch, "DeltaNet scratch",
+         mul((size_t)n_threads, (size_t)cpu_delta_scratch(hp->ssm_state, 0)), sizeof(float)},
         {(void **)&e->qg, "query gates", gated ? mul(B, 2 * (size_t)e->q_dim) : 0, sizeof(float)},
         {(void **)&e->shexp_gate, "shared expert gates", hp->n_ff_shexp ? B : 0, sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},

@@ -87,7 +87,8 @@ int statecache_lookup(statecache *c, const int32_t *tokens, int max_tokens, int 
     int best = -1;
     for (int i = 0; i < c->n_slots; i++) {
         const slot *s = &c->slots[i];
-        if (s->state != SLOT_SNAPSHOT || s->n_tokens > max_tokens || (best >= 0 && s->n_tokens <= c->slots[best].n_tokens))
+        if (s->state != SLOT_SNAPSHOT || s->n_tokens > max_tokens ||
+            (best >= 0 && s->n_tokens <= c->slots[best].n_tokens))
             continue;
         if (memcmp(s->tokens, tokens, (size_t)s->n_tokens * sizeof *tokens) == 0) best = i;
     }

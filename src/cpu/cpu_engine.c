@@ -521,8 +521,10 @@ static int cpu_step(engine *base, const engine_seq *seqs, int n_seqs, engine_res
 static void cpu_slot_clear(engine *base, int slot)
 {
     cpu_engine *e = (cpu_engine *)base;
-    e->slot_len[slot] = 0; /* K/V beyond slot_len are never read, so nothing else to wipe */
-    if (e->state && slot < e->base.n_states) e->state_len[slot] = 0; /* the row's own state (no table) */
+    /* K/V beyond slot_len are never read, so nothing else to wipe.  State slots are not rows:
+     * the scheduler hands them out (a snapshot may sit in the slot of a row's number), and a
+     * step at position 0 restarts one. */
+    e->slot_len[slot] = 0;
 }
 
 static int cpu_kv_copy(engine *base, int dst, int src, char *err, size_t errlen)

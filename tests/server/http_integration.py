@@ -1487,13 +1487,35 @@ def case_hybrid():
                 continue
             p = ref["prompts"][3]
             turn = p["ids"] + p["greedy"][:15]
-            st, b = post(s.port, "/v1/completions", {"prompt": turn, "max_tokens": 1, "temperature": 0,
-                                                     "logprobs": 1})
-            check(st == 200, f"next turn: {st} {b}")
-            cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
-            check(cached == 64, f"next turn: {cached} tokens cached, want 64 (the prompt's state snapshot)")
-            st, want = post(s.port, "/detokenize", {"tokens": p["greedy"][15:16]})
-            check(b["choices"][0]["text"] == want["content"], f"next turn: {b['choices'][0]['text']!r}, want {want}")
+
+            def next_turn(when):
+                st, b = post(s.port, "/v1/completions", {"prompt": turn, "max_tokens": 1, "temperature": 0})
+                check(st == 200, f"next turn {when}: {st} {b}")
+                cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+                check(cached == 64, f"next turn {when}: {cached} tokens cached, want 64 (the prompt's state snapshot)")
+                st, want = post(s.port, "/detokenize", {"tokens": p["greedy"][15:16]})
+                check(b["choices"][0]["text"] == want["content"], f"next turn {when}: {b['choices'][0]['text']!r}, "
+                      f"want {want}")
+            next_turn("after the prompt")
+            # the four prompts at once, twice over (rows, state slots and snapshots in use side
+            # by side, each row finishing while others' snapshots sit in the pool): each gives
+            # transformers' greedy tokens
+            results = {}
+
+            def one(k):
+                q = ref["prompts"][k % 4]
+                results[k] = post(s.port, "/v1/completions", {"prompt": q["ids"], "max_tokens": len(q["greedy"]),
+                                                              "temperature": 0, "ignore_eos": True})
+            threads = [threading.Thread(target=one, args=(k,)) for k in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            for k in range(8):
+                st, want = post(s.port, "/detokenize", {"tokens": ref["prompts"][k % 4]["greedy"]})
+                st, b = results.get(k, (0, None))
+                check(st == 200 and b["choices"][0]["text"] == want["content"], f"concurrent {k}: {st} {b}")
+            next_turn("after concurrent requests")
             check(metric(s.port, "inferd_state_slots_running") == 0, "no state slot held when idle")
             check(metric(s.port, "inferd_state_snapshots") >= 1, "snapshots kept")
             print(f"{name}: the next turn hit 64 cached tokens and gave transformers' next greedy token")

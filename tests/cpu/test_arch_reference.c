@@ -374,6 +374,27 @@ static void add_zeros(gguf_writer *w, const char *name, uint32_t n_dims, int64_t
     free(v);
 }
 
+/* The writer's file as a model, or NULL and the error; the image, which the model reads from,
+ * in *image (freed by the caller after the model). */
+static model *load_written(gguf_writer *w, void **image, char *err, size_t errlen)
+{
+    size_t size = 0;
+    assert_int_equal(gguf_writer_write_mem(w, image, &size), 0);
+    gguf_writer_free(w);
+    gguf_file *f = gguf_open_memory(*image, size, err, errlen);
+    return f ? model_from_gguf(f, err, errlen) : NULL;
+}
+
+/* A file made with a fault was refused with exactly `want`. */
+static void check_refused(model *m, void *image, int fault, const char *err, const char *want)
+{
+    bool loaded = m != NULL;
+    model_free(m);
+    free(image);
+    if (loaded) fail_msg("fault %d: loaded, expected \"%s\"", fault, want);
+    if (strcmp(err, want) != 0) fail_msg("fault %d: \"%s\", expected \"%s\"", fault, err, want);
+}
+
 /* A one-layer qwen3moe model (F32) with `fault`, as a loaded model or NULL and the error; the
  * file's image, which the model reads from, in *image (freed by the caller after the model). */
 static model *moe_model(moe_fault fault, void **image, char *err, size_t errlen)
@@ -407,11 +428,7 @@ static model *moe_model(moe_fault fault, void **image, char *err, size_t errlen)
     else add_zeros(w, "blk.0.ffn_gate_exps.weight", 3, M_EMBD, M_FF_EXP, M_EXPERTS);
     add_zeros(w, "blk.0.ffn_up_exps.weight", 3, M_EMBD, M_FF_EXP, M_EXPERTS);
     add_zeros(w, "blk.0.ffn_down_exps.weight", 3, M_FF_EXP, M_EMBD, M_EXPERTS - (fault == FAULT_EXPERT_COUNT));
-    size_t size = 0;
-    assert_int_equal(gguf_writer_write_mem(w, image, &size), 0);
-    gguf_writer_free(w);
-    gguf_file *f = gguf_open_memory(*image, size, err, errlen);
-    return f ? model_from_gguf(f, err, errlen) : NULL;
+    return load_written(w, image, err, errlen);
 }
 
 static void expect_refused(moe_fault fault, const char *want)
@@ -419,13 +436,7 @@ static void expect_refused(moe_fault fault, const char *want)
     char err[512] = "";
     void *image = NULL;
     model *m = moe_model(fault, &image, err, sizeof err);
-    bool loaded = m != NULL;
-    model_free(m);
-    free(image);
-    if (loaded) {
-        fail_msg("fault %d: loaded, expected \"%s\"", (int)fault, want);
-    }
-    if (strcmp(err, want) != 0) fail_msg("fault %d: \"%s\", expected \"%s\"", (int)fault, err, want);
+    check_refused(m, image, (int)fault, err, want);
 }
 
 static void test_malformed_moe_refused(void **state)
@@ -632,11 +643,7 @@ static model *hybrid_model(hybrid_fault fault, void **image, char *err, size_t e
         LAYER_TENSOR(H_LAYERS, "attn_norm.weight", 1, H_EMBD, 1);
     }
 #undef LAYER_TENSOR
-    size_t size = 0;
-    assert_int_equal(gguf_writer_write_mem(w, image, &size), 0);
-    gguf_writer_free(w);
-    gguf_file *f = gguf_open_memory(*image, size, err, errlen);
-    return f ? model_from_gguf(f, err, errlen) : NULL;
+    return load_written(w, image, err, errlen);
 }
 
 static void expect_hybrid_refused(hybrid_fault fault, const char *want)
@@ -644,11 +651,7 @@ static void expect_hybrid_refused(hybrid_fault fault, const char *want)
     char err[512] = "";
     void *image = NULL;
     model *m = hybrid_model(fault, &image, err, sizeof err);
-    bool loaded = m != NULL;
-    model_free(m);
-    free(image);
-    if (loaded) fail_msg("fault %d: loaded, expected \"%s\"", (int)fault, want);
-    if (strcmp(err, want) != 0) fail_msg("fault %d: \"%s\", expected \"%s\"", (int)fault, err, want);
+    check_refused(m, image, (int)fault, err, want);
 }
 
 /* The last logits of tokens 1..5 through the CPU engine. */

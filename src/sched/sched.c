@@ -208,6 +208,7 @@ static void release_memory(sched *s, sched_req *r)
     if (r->state >= 0) statecache_put(s->states, r->state);
     r->state = -1;
     r->snap_slot = -1;
+    r->share_at = 0;
 }
 
 /* Ends a request: frees its slot (in this very step), publishes the finish, logs, and drops
@@ -472,8 +473,8 @@ enum { PLACE_OK, PLACE_WAIT, PLACE_FAILED, PLACE_FATAL };
  * snapshot (statecache.h) at a block boundary, shorter than the prompt (its last position is
  * always computed, for its logits: no copy-on-write).  A prompt whose cached blocks reach
  * further than its longest snapshot falls back to that snapshot (the blocks past it are
- * given back and recomputed); without one it is computed from position 0.  r also takes a
- * state slot, the snapshot copied into it. */
+ * given back and recomputed, and a snapshot is taken at their end this time); without one it is
+ * computed from position 0.  r also takes a state slot, the snapshot copied into it. */
 static int place_hybrid(sched *s, sched_req *r, int *start, char *err, size_t errlen)
 {
     int target = prefill_target(r), hit = 0, snap = -1, at = 0;
@@ -481,6 +482,9 @@ static int place_hybrid(sched *s, sched_req *r, int *start, char *err, size_t er
         hit = kvcache_match(s->kv, &r->kv, r->toks, target - 1);
         snap = hit > 0 ? statecache_lookup(s->states, r->toks, hit, &at) : -1;
         if (snap < 0) at = 0;
+        /* Blocks past the snapshot: others computed that prefix too (a shared system prompt),
+         * so this request leaves a snapshot at its end for the ones after it. */
+        r->share_at = hit > at ? hit : 0;
         if (at < hit) {
             kvcache_release(s->kv, &r->kv);
             if (at > 0) kvcache_match(s->kv, &r->kv, r->toks, at); /* the chain is there: at positions */
@@ -692,10 +696,12 @@ static int plan_step(sched *s)
         if (!prefilling(r)) continue;
         int target = prefill_target(r), chunk = target - r->n_past;
         if (chunk > budget) chunk = budget;
-        /* A hybrid's chunk stops at the prompt's last block boundary, where its state is
-         * snapshotted (seq_done) for prompts that share the prefix: the next turn of a chat. */
-        int boundary = target / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK;
-        if (s->states && r->n_past < boundary && r->n_past + chunk > boundary) chunk = boundary - r->n_past;
+        /* A hybrid's chunk stops where its state is snapshotted (seq_done) for prompts that
+         * share the prefix: the prompt's last block boundary (the next turn of a chat) and the
+         * end of a prefix found shared (a system prompt). */
+        const int cuts[2] = {r->share_at, target / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK};
+        for (int c = 0; c < 2 && s->states; c++)
+            if (r->n_past < cuts[c] && r->n_past + chunk > cuts[c]) chunk = cuts[c] - r->n_past;
         bool samples = r->n_past + chunk == target && r->n_generated == 0;
         if (samples && !req_mask_ready(s, r)) continue; /* its first mask is not built yet */
         plan_add(s, &n, r, r->toks + r->n_past, chunk, samples);
@@ -705,14 +711,16 @@ static int plan_step(sched *s)
 }
 
 /* r's state after its first n_past tokens (a block boundary) becomes a snapshot that later
- * prompts with the same prefix start from.  A sequence keeps at most two: its prompt's (the
- * last boundary of the prompt, where plan_step cuts its prefill) and its latest decode one,
+ * prompts with the same prefix start from.  A sequence keeps at most three: its prompt's (the
+ * last boundary of the prompt, where plan_step cuts its prefill), the end of a prefix it was
+ * found to share (place_hybrid: share_at) and its latest decode one,
  * which replaces the one before, so a long generation does not fill the cache with its
  * own past.  A failed copy only loses the snapshot. */
 static void snapshot_state(sched *s, sched_req *r, bool decode)
 {
     if (decode && r->snap_slot >= 0) statecache_drop(s->states, r->snap_slot, r->toks, r->snap_tokens);
-    if (!decode && r->n_past != prefill_target(r) / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK) return;
+    if (!decode && r->n_past != prefill_target(r) / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK && r->n_past != r->share_at)
+        return;
     int slot = statecache_snapshot(s->states, r->toks, r->n_past);
     if (slot < 0) return;
     char err[256];

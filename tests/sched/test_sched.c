@@ -1356,6 +1356,32 @@ static void test_hybrid_prefix_snapshots(void **state)
     fx_stop(&fx);
 }
 
+/* A system prompt shared by requests that differ after it: the first leaves no snapshot there
+ * (its prompt's is further on), the second finds the shared blocks without one, computes them
+ * and leaves a snapshot at their end (its prefill cut there), and the third starts from it. */
+static void test_hybrid_shared_system_prompt(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_hybrid(&fx, 2, MAX_CTX, 48, 8, 0, 0, 4);
+    const char *const users[3] = {"a", "b", "c"};
+    const int cached[3] = {0, 0, 64};
+    for (int i = 0; i < 3; i++) {
+        req_spec q = convo(104, 4); /* 64 tokens of system prompt, then 40 of the user's own */
+        for (int j = 64; j < 104; j++) q.prompt[j] = T(users[i]);
+        char want[2048];
+        cold_text(&q, want, sizeof want);
+        int log_from = fx.f->n_log;
+        client c;
+        run_one(&fx, &q, &c);
+        assert_string_equal(c.text, want);
+        assert_int_equal(c.last.cached_tokens, cached[i]);
+        if (i == 1) assert_true(logged_at(fx.f, log_from, 64, q.prompt[64])); /* its prefill cut at 64 */
+        client_destroy(&c);
+    }
+    fx_stop(&fx);
+}
+
 /* Thousands of requests on a hybrid model with a KV pool too small for its rows (so running
  * requests are preempted), a quarter cancelled at once and a quarter while they run, prompts
  * sharing prefixes (so snapshots are made, hit and evicted): afterwards no state slot is held
@@ -1533,6 +1559,7 @@ int main(void)
         cmocka_unit_test(test_prefix_cache_eviction),
         cmocka_unit_test(test_preemption_and_resume),
         cmocka_unit_test(test_hybrid_prefix_snapshots),
+        cmocka_unit_test(test_hybrid_shared_system_prompt),
         cmocka_unit_test(test_hybrid_state_slots_never_leak),
         cmocka_unit_test(test_short_requests_pass_a_head_that_does_not_fit),
         cmocka_unit_test(test_preempted_request_keeps_priority),

@@ -36,6 +36,8 @@ typedef struct cpu_engine {
     /* K and V as [block][layer][row][kv_dim]; per row (slot), the tokens fed so far. */
     float *key_cache, *value_cache;
     int n_blocks, table_width; /* pool blocks; blocks of one sequence's table */
+    int n_kv_layers; /* layers with K/V (full attention); kv_layer[il] is layer il's index among them */
+    int *kv_layer;
     int32_t *history; /* [slot][ctx_per_slot] */
     int *slot_len;    /* tokens of history */
 
@@ -65,21 +67,39 @@ typedef struct cpu_engine {
     /* Per-layer embeddings (Gemma 4; empty otherwise): each token's inputs of every layer
      * [tok][n_layer * n_embd_ple], and one layer's gate [tok][n_embd_ple]. */
     float *ple, *ple_gate;
+    /* Hybrid models (empty otherwise).  The recurrent state: per state slot, per linear layer
+     * the conv window [(taps-1) x ssm_chan] then the delta state [v heads x d x d]; the
+     * positions each slot holds; each layer's index among the linear ones (-1: full).  Per
+     * sequence of the step its first token, token count and state slot.  Activations: the
+     * q/k/v channels (conv input, then output), the output gate z, beta and log decay per v head
+     * (raw projections in ssm_raw), the delta rule's scratch. */
+    float *state;
+    int *state_len;
+    int *lin_index;
+    size_t conv_floats, layer_floats, slot_floats;
+    int ssm_chan;
+    int *seq_first, *seq_tokens, *seq_state, n_step_seqs;
+    float *ssm_mix, *ssm_z, *ssm_beta, *ssm_g, *ssm_raw, *delta_scratch;
+    /* Gated attention: the [query | gate] projection of each head; the shared expert's gate. */
+    float *qg;
+    float *shexp_gate;
     float *scores;   /* attention scratch, n_threads x ctx_per_slot */
     float *logits;   /* LM head rows, n_slots x n_vocab */
     int logits_rows;
     void *sample_scratch;
 } cpu_engine;
 
+/* Only full-attention layers keep K/V: a block holds n_kv_layers of them. */
 static size_t kv_block_floats(const cpu_engine *e)
 {
-    return (size_t)e->base.m->hp.n_layer * ENGINE_KV_BLOCK * (size_t)e->kv_dim;
+    return (size_t)e->n_kv_layers * ENGINE_KV_BLOCK * (size_t)e->kv_dim;
 }
 
-/* Offset of (block, layer, row) in the K/V caches. */
-static size_t kv_index(const cpu_engine *e, int32_t block, int layer, int row)
+/* Offset of (block, layer il, row) in the K/V caches. */
+static size_t kv_index(const cpu_engine *e, int32_t block, int il, int row)
 {
-    return (size_t)block * kv_block_floats(e) + ((size_t)layer * ENGINE_KV_BLOCK + (size_t)row) * (size_t)e->kv_dim;
+    return (size_t)block * kv_block_floats(e) +
+           ((size_t)e->kv_layer[il] * ENGINE_KV_BLOCK + (size_t)row) * (size_t)e->kv_dim;
 }
 
 /* Where token t's K/V go: its sequence's block of its position. */
@@ -138,7 +158,8 @@ static void embed_tokens(cpu_engine *e, int n_tok)
     (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING |  \
      ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU |                \
      ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_V_NORM | ARCH_F_FFN_GLU_MOE |              \
-     ARCH_F_ROUTER_SCALED)
+     ARCH_F_ROUTER_SCALED | ARCH_F_ATTN_LINEAR | ARCH_F_ATTN_OUT_GATE | ARCH_F_ROPE_PARTIAL |              \
+     ARCH_F_SHARED_EXPERT)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -152,6 +173,30 @@ static void norm_rows(const cpu_engine *e, float *out, const float *x, const mod
 static void head_rmsnorm(float *vec, int n_head, int head_dim, const float *w, float eps)
 {
     for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w, head_dim, eps);
+}
+
+/* An output-gated layer's wq gives [query | gate] per head: the queries go to q, the gates
+ * stay in qg for gate_heads. */
+static void split_query_gate(cpu_engine *e, int n_tok)
+{
+    const int hd = e->base.m->hp.head_dim;
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < e->base.m->hp.n_head; h++)
+            memcpy(e->q + (size_t)t * e->q_dim + (size_t)h * hd, e->qg + (size_t)t * 2 * e->q_dim + (size_t)h * 2 * hd,
+                   (size_t)hd * sizeof(float));
+}
+
+/* out *= sigmoid(gate), head by head (ARCH_ATTN_OUT_GATE). */
+static void gate_heads(cpu_engine *e, int n_tok)
+{
+    const int hd = e->base.m->hp.head_dim;
+    for (int t = 0; t < n_tok; t++) {
+        for (int h = 0; h < e->base.m->hp.n_head; h++) {
+            float *out = e->xb + (size_t)t * e->q_dim + (size_t)h * hd;
+            const float *gate = e->qg + (size_t)t * 2 * e->q_dim + (size_t)h * 2 * hd + hd;
+            for (int i = 0; i < hd; i++) out[i] *= 1.0f / (1.0f + expf(-gate[i]));
+        }
+    }
 }
 
 /* This batch's K and V of layer il, stored through the block tables: k = rope(norm(wk·xb)),
@@ -186,11 +231,17 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const model_layer *ly = &e->base.m->layers[il];
-    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS;
+    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS, gated = ly->recipe.attn_extras & ARCH_ATTN_OUT_GATE;
     const int hd = ly->head_dim, q_w = hp->n_head * hd;
-    const cpu_rope rope = {.head_dim = hd, .neox = hp->rope_neox, .base = ly->rope_base, .scale = ly->rope_scale,
-                           .freq_div = ly->rope_freqs};
-    matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
+    const int n_rot = ly->recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL ? hp->n_rot : hd;
+    const cpu_rope rope = {.head_dim = hd, .n_rot = n_rot, .neox = hp->rope_neox, .base = ly->rope_base,
+                           .scale = ly->rope_scale, .freq_div = ly->rope_freqs};
+    if (gated) {
+        matmul(e, e->qg, e->xb, n_tok, &ly->wq, NULL);
+        split_query_gate(e, n_tok);
+    } else {
+        matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
+    }
     for (int t = 0; t < n_tok; t++) {
         float *q = e->q + (size_t)t * q_w;
         if (ly->recipe.attn_extras & ARCH_ATTN_QK_NORM) head_rmsnorm(q, hp->n_head, hd, ly->q_norm.data, hp->rms_eps);
@@ -208,7 +259,91 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
     };
     cpu_attention_run(e->pool, &at);
+    if (gated) gate_heads(e, n_tok);
     matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
+}
+
+/* The first float of state slot `slot`'s linear layer `lin` (its conv window; the delta
+ * state follows at conv_floats). */
+static float *layer_state(const cpu_engine *e, int slot, int lin)
+{
+    return e->state + (size_t)slot * e->slot_floats + (size_t)lin * e->layer_floats;
+}
+
+/* Per token and v head: beta = sigmoid(b), g = A * softplus(a + dt_bias) (the decay is exp(g)), from the
+ * separate projections (qwen35) or the fused one (qwen3next: per k head its v heads' b, then
+ * their a). */
+static void ssm_beta_decay(cpu_engine *e, const model_layer *ly, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const int nv = hp->ssm_vheads, per_k = nv / hp->ssm_groups;
+    float *b = e->ssm_beta, *a = e->ssm_g; /* the raw projections first, in place after */
+    if (ly->ssm_ba.data) {
+        matmul(e, e->ssm_raw, e->xb, n_tok, &ly->ssm_ba, NULL);
+        for (int t = 0; t < n_tok; t++) {
+            for (int h = 0; h < nv; h++) {
+                const float *group = e->ssm_raw + (size_t)t * 2 * nv + (size_t)(h / per_k) * 2 * per_k;
+                b[(size_t)t * nv + h] = group[h % per_k];
+                a[(size_t)t * nv + h] = group[per_k + h % per_k];
+            }
+        }
+    } else {
+        matmul(e, b, e->xb, n_tok, &ly->ssm_beta, NULL);
+        matmul(e, a, e->xb, n_tok, &ly->ssm_alpha, NULL);
+    }
+    const float *A = ly->ssm_a.data, *dt = ly->ssm_dt.data;
+    for (int t = 0; t < n_tok; t++) {
+        for (int h = 0; h < nv; h++) {
+            const size_t i = (size_t)t * nv + h;
+            const float x = a[i] + dt[h], softplus = x > 20.0f ? x : log1pf(expf(x)); /* torch's threshold */
+            b[i] = 1.0f / (1.0f + expf(-b[i]));
+            a[i] = A[h] * softplus; /* the log of the decay */
+        }
+    }
+}
+
+/* Gated DeltaNet: xb2 = out · (rmsnorm(delta_rule(q, k, v)) * silu(z)) where [q k v] =
+ * silu(causal conv1d(w_qkv·xb)) with q and k L2-normed per head (q also / sqrt(d)) and
+ * z = w_gate·xb.  The conv window and the delta state of the token's sequence carry over
+ * from its previous step (its state slot), so a prompt split over steps gives what one step
+ * gives. */
+static void attention_linear(cpu_engine *e, int il, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const model_layer *ly = &e->base.m->layers[il];
+    const int lin = e->lin_index[il], chan = e->ssm_chan, d = hp->ssm_state, nk = hp->ssm_groups,
+              nv = hp->ssm_vheads;
+    matmul(e, e->ssm_mix, e->xb, n_tok, &ly->ssm_qkv, NULL);
+    matmul(e, e->ssm_z, e->xb, n_tok, &ly->ssm_gate, NULL);
+    ssm_beta_decay(e, ly, n_tok);
+    const float q_scale = 1.0f / sqrtf((float)d);
+    for (int s = 0; s < e->n_step_seqs; s++) {
+        float *window = layer_state(e, e->seq_state[s], lin);
+        for (int t = e->seq_first[s]; t < e->seq_first[s] + e->seq_tokens[s]; t++) {
+            float *x = e->ssm_mix + (size_t)t * chan;
+            cpu_conv1d_step(x, window, ly->ssm_conv1d.data, chan, hp->ssm_conv);
+            for (int h = 0; h < 2 * nk; h++) cpu_l2norm(x + (size_t)h * d, d); /* q heads, then k heads */
+            for (int i = 0; i < nk * d; i++) x[i] *= q_scale;
+        }
+    }
+    cpu_delta dr = {
+        .out = e->xb, .qkv = e->ssm_mix, .stride = chan, .q_off = 0, .k_off = (long)nk * d,
+        .v_off = 2 * (long)nk * d, .beta = e->ssm_beta, .g = e->ssm_g, .state = e->state,
+        .slot_stride = (long)e->slot_floats, .layer_off = (long)((size_t)lin * e->layer_floats + e->conv_floats),
+        .seq_first = e->seq_first, .seq_tokens = e->seq_tokens, .seq_state = e->seq_state,
+        .n_seqs = e->n_step_seqs, .v_heads = nv, .k_heads = nk, .d = d, .grouped = hp->ssm_grouped,
+        .scratch = e->delta_scratch,
+    };
+    cpu_delta_run(e->pool, &dr);
+    for (int t = 0; t < n_tok; t++) {
+        for (int h = 0; h < nv; h++) {
+            float *o = e->xb + (size_t)t * hp->ssm_inner + (size_t)h * d;
+            const float *z = e->ssm_z + (size_t)t * hp->ssm_inner + (size_t)h * d;
+            cpu_rmsnorm(o, o, ly->ssm_norm.data, d, hp->rms_eps);
+            for (int i = 0; i < d; i++) o[i] *= z[i] / (1.0f + expf(-z[i]));
+        }
+    }
+    matmul(e, e->xb2, e->xb, n_tok, &ly->ssm_out, NULL);
 }
 
 /* out = down · (act(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
@@ -246,6 +381,22 @@ static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
     }
     const model_tensor down = model_tensor_slice(&ly->ffn_down_exps, expert);
     glu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, n_ff, ly->recipe.act);
+}
+
+/* The shared expert every token runs beside its routed ones: xb2 += sigmoid(gate_inp_shexp·xb)
+ * * shexp_glu(xb), added after the routed experts' sum. */
+static void shared_expert(cpu_engine *e, const model_layer *ly, int n_tok)
+{
+    const int dim = e->base.m->hp.n_embd;
+    matmul(e, e->shexp_gate, e->xb, n_tok, &ly->ffn_gate_inp_shexp, NULL);
+    glu_ffn(e, e->group_y, e->xb, n_tok, &ly->ffn_gate_shexp, &ly->ffn_up_shexp, &ly->ffn_down_shexp,
+            e->base.m->hp.n_ff_shexp, ARCH_ACT_SILU);
+    for (int t = 0; t < n_tok; t++) {
+        const float g = 1.0f / (1.0f + expf(-e->shexp_gate[t]));
+        float *out = e->xb2 + (size_t)t * dim;
+        const float *y = e->group_y + (size_t)t * dim;
+        for (int d = 0; d < dim; d++) out[d] += g * y[d];
+    }
 }
 
 /* out = sum over each token's routed experts (moe_ids, moe_weights) of weight *
@@ -294,12 +445,13 @@ static void moe_route(cpu_engine *e, const model_layer *ly, const float *in, int
     }
 }
 
-/* Mixture of experts: xb2 = the routed experts' weighted sum over xb. */
+/* Mixture of experts: xb2 = the routed experts' weighted sum over xb (+ the shared expert). */
 static void ffn_moe(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
     moe_route(e, ly, e->xb, n_tok);
     moe_sum(e, ly, e->xb, e->xb2, n_tok);
+    if (ly->recipe.ffn_extras & ARCH_FFN_SHARED_EXPERT) shared_expert(e, ly, n_tok);
 }
 
 /* Gemma 4's experts beside the dense MLP: xb2 = post_1(glu(xb)) + post_2(experts(pre_2(x)))
@@ -329,7 +481,8 @@ static void ffn_glu_moe(cpu_engine *e, int il, int n_tok)
 /* A block reads xb (n_tok rows of n_embd) and leaves its output in xb2. */
 typedef void (*cpu_block)(cpu_engine *e, int il, int n_tok);
 static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_softmax,
-                                             [ARCH_ATTN_SLIDING] = attention_softmax};
+                                             [ARCH_ATTN_SLIDING] = attention_softmax,
+                                             [ARCH_ATTN_LINEAR] = attention_linear};
 static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe,
                                        [ARCH_FFN_GLU_MOE] = ffn_glu_moe};
 
@@ -390,6 +543,12 @@ static int check_positions(const cpu_engine *e, const engine_seq *seqs, int n_se
                      seqs[i].pos, seqs[i].slot, e->slot_len[seqs[i].slot]);
             return -1;
         }
+        const int st = engine_seq_state(&seqs[i]);
+        if (e->state && seqs[i].pos != 0 && seqs[i].pos != e->state_len[st]) {
+            snprintf(err, errlen, "seq %d: starts at position %d but its state slot %d holds the state after %d "
+                     "(a recurrent state cannot rewind)", i, seqs[i].pos, st, e->state_len[st]);
+            return -1;
+        }
     }
     return 0;
 }
@@ -422,7 +581,16 @@ static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_
             }
         }
         e->slot_len[s->slot] = s->pos + s->n_tokens;
+        e->seq_first[i] = n_tok - s->n_tokens;
+        e->seq_tokens[i] = s->n_tokens;
+        e->seq_state[i] = engine_seq_state(s);
+        if (e->state) { /* a sequence at position 0 starts from the zero state */
+            float *state = e->state + (size_t)e->seq_state[i] * e->slot_floats;
+            if (s->pos == 0) memset(state, 0, e->slot_floats * sizeof(float));
+            e->state_len[e->seq_state[i]] = s->pos + s->n_tokens;
+        }
     }
+    e->n_step_seqs = n_seqs;
     return n_tok;
 }
 
@@ -479,7 +647,10 @@ static int cpu_step(engine *base, const engine_seq *seqs, int n_seqs, engine_res
 static void cpu_slot_clear(engine *base, int slot)
 {
     cpu_engine *e = (cpu_engine *)base;
-    e->slot_len[slot] = 0; /* K/V beyond slot_len are never read, so nothing else to wipe */
+    /* K/V beyond slot_len are never read, so nothing else to wipe.  State slots are not rows:
+     * the scheduler hands them out (a snapshot may sit in the slot of a row's number), and a
+     * step at position 0 restarts one. */
+    e->slot_len[slot] = 0;
 }
 
 static int cpu_kv_copy(engine *base, int dst, int src, char *err, size_t errlen)
@@ -493,6 +664,17 @@ static int cpu_kv_copy(engine *base, int dst, int src, char *err, size_t errlen)
     return 0;
 }
 
+static int cpu_state_copy(engine *base, int dst, int src, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    cpu_engine *e = (cpu_engine *)base;
+    memcpy(e->state + (size_t)dst * e->slot_floats, e->state + (size_t)src * e->slot_floats,
+           e->slot_floats * sizeof(float));
+    e->state_len[dst] = e->state_len[src];
+    return 0;
+}
+
 static void cpu_destroy(engine *base)
 {
     cpu_engine *e = (cpu_engine *)base;
@@ -500,7 +682,10 @@ static void cpu_destroy(engine *base)
     void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
                     e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
-                    e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->ple, e->ple_gate, e->moe_in, e->moe_out};
+                    e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->ple, e->ple_gate,
+                    e->moe_in, e->moe_out, e->state, e->state_len, e->lin_index, e->kv_layer, e->seq_first,
+                    e->seq_tokens, e->seq_state, e->ssm_mix, e->ssm_z, e->ssm_beta, e->ssm_g, e->ssm_raw,
+                    e->delta_scratch, e->qg, e->shexp_gate};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
 }
@@ -510,6 +695,7 @@ static const engine_vtable CPU_VTABLE = {
     .step = cpu_step,
     .slot_clear = cpu_slot_clear,
     .kv_copy = cpu_kv_copy,
+    .state_copy = cpu_state_copy,
     .destroy = cpu_destroy,
 };
 
@@ -585,6 +771,10 @@ static int check_config(const engine_config *cfg, char *err, size_t errlen)
             return -1;
         }
     }
+    if (cfg->n_states < 0 || cfg->n_states > CFG_MAX) {
+        snprintf(err, errlen, "engine config: n_states = %d is out of range [0, %d]", cfg->n_states, CFG_MAX);
+        return -1;
+    }
     if (cfg->n_threads < 0 || cfg->n_threads > 1024) {
         snprintf(err, errlen, "engine config: n_threads = %d is out of range [0, 1024]", cfg->n_threads);
         return -1;
@@ -621,12 +811,27 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     if (e->logits_rows > cfg->max_batch_tokens) e->logits_rows = cfg->max_batch_tokens;
 
     const size_t B = (size_t)cfg->max_batch_tokens, slots = (size_t)cfg->n_slots, ctx = (size_t)cfg->ctx_per_slot;
+    size_t n_lin = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        n_lin += m->layers[il].recipe.attn == ARCH_ATTN_LINEAR;
+        e->n_kv_layers += m->layers[il].recipe.attn != ARCH_ATTN_LINEAR;
+    }
+    /* A hybrid's recurrent state, per slot and linear layer: the conv window, then the
+     * delta state (v heads of d x d). */
+    const size_t n_states = n_lin ? (size_t)(cfg->n_states ? cfg->n_states : cfg->n_slots) : 0;
+    if (n_lin) {
+        e->ssm_chan = 2 * hp->ssm_groups * hp->ssm_state + hp->ssm_inner;
+        e->conv_floats = (size_t)(hp->ssm_conv - 1) * (size_t)e->ssm_chan;
+        e->layer_floats = e->conv_floats + (size_t)hp->ssm_vheads * hp->ssm_state * hp->ssm_state;
+        e->slot_floats = n_lin * e->layer_floats;
+    }
     e->table_width = (cfg->ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
     /* The pool: a memory budget when given, else what one slot per sequence used to hold, so
      * the default takes no more memory than before and sharing only adds capacity. */
     size_t n_blocks = mul(slots, (size_t)e->table_width);
     if (cfg->kv_cache_mb) {
         size_t block_bytes = 2 * kv_block_floats(e) * sizeof(float);
+        if (block_bytes == 0) block_bytes = 1; /* no full-attention layer: blocks hold nothing */
         n_blocks = mul(cfg->kv_cache_mb, (size_t)1 << 20) / block_bytes;
         if (n_blocks < 1 || n_blocks > CFG_MAX) {
             snprintf(err, errlen, "--kv-cache-size %zu MiB holds %zu KV blocks of %d tokens (%.2f MiB each); "
@@ -637,9 +842,14 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         }
     }
     const size_t kv = mul(n_blocks, kv_block_floats(e));
-    const size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
+    size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
+    if ((size_t)hp->ssm_inner > wide) wide = (size_t)hp->ssm_inner;
     size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    if ((size_t)hp->n_ff_shexp > ff) ff = (size_t)hp->n_ff_shexp;
     if ((size_t)hp->n_embd_ple * hp->n_layer > ff) ff = (size_t)hp->n_embd_ple * hp->n_layer; /* per_layer_inputs */
+    bool gated = false;
+    for (int il = 0; il < hp->n_layer; il++) gated |= (m->layers[il].recipe.attn_extras & ARCH_ATTN_OUT_GATE) != 0;
+    const size_t lin_tok = n_lin ? B : 0, nv = (size_t)hp->ssm_vheads;
     const size_t moe_tok = hp->n_expert ? B : 0; /* the MoE buffers: none for a dense model */
     const size_t ple_tok = hp->n_embd_ple ? B : 0;
     const buffer_request req[] = {
@@ -672,6 +882,22 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->moe_out, "expert sums", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
         {(void **)&e->ple, "per-layer inputs", mul(ple_tok, (size_t)hp->n_embd_ple * hp->n_layer), sizeof(float)},
         {(void **)&e->ple_gate, "per-layer gates", mul(ple_tok, (size_t)hp->n_embd_ple), sizeof(float)},
+        {(void **)&e->kv_layer, "layer table", (size_t)hp->n_layer, sizeof(int)},
+        {(void **)&e->lin_index, "layer table", (size_t)hp->n_layer, sizeof(int)},
+        {(void **)&e->state, "recurrent states", mul(n_states, e->slot_floats), sizeof(float)},
+        {(void **)&e->state_len, "state table", n_states, sizeof(int)},
+        {(void **)&e->seq_first, "batch sequences", slots, sizeof(int)},
+        {(void **)&e->seq_tokens, "batch sequences", slots, sizeof(int)},
+        {(void **)&e->seq_state, "batch sequences", slots, sizeof(int)},
+        {(void **)&e->ssm_mix, "DeltaNet channels", mul(lin_tok, (size_t)e->ssm_chan), sizeof(float)},
+        {(void **)&e->ssm_z, "DeltaNet gates", mul(lin_tok, (size_t)hp->ssm_inner), sizeof(float)},
+        {(void **)&e->ssm_beta, "DeltaNet betas", mul(lin_tok, nv), sizeof(float)},
+        {(void **)&e->ssm_g, "DeltaNet log decays", mul(lin_tok, nv), sizeof(float)},
+        {(void **)&e->ssm_raw, "DeltaNet projections", mul(lin_tok, 2 * nv), sizeof(float)},
+        {(void **)&e->delta_scratch, "DeltaNet scratch",
+         mul((size_t)n_threads, (size_t)cpu_delta_scratch(hp->ssm_state, 0)), sizeof(float)},
+        {(void **)&e->qg, "query gates", gated ? mul(B, 2 * (size_t)e->q_dim) : 0, sizeof(float)},
+        {(void **)&e->shexp_gate, "shared expert gates", hp->n_ff_shexp ? B : 0, sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},
         {(void **)&e->logits, "logits", mul((size_t)e->logits_rows, (size_t)hp->n_vocab), sizeof(float)},
         {&e->sample_scratch, "sampler scratch", sampling_scratch_bytes(hp->n_vocab), 1},
@@ -687,6 +913,18 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     }
     e->n_blocks = (int)n_blocks;
     e->base.kv_blocks = e->n_blocks;
+    for (int il = 0, kv = 0, lin = 0; il < hp->n_layer; il++) {
+        const bool linear = m->layers[il].recipe.attn == ARCH_ATTN_LINEAR;
+        e->kv_layer[il] = linear ? -1 : kv++;
+        e->lin_index[il] = linear ? lin++ : -1;
+    }
+    if (n_lin) {
+        e->base.n_states = (int)n_states;
+        e->base.state_bytes = e->slot_floats * sizeof(float);
+    } else {
+        free(e->state); /* calloc'd one float for the empty request: no state without linear layers */
+        e->state = NULL;
+    }
     e->pool = cpu_pool_create(n_threads);
     if (!e->pool) {
         snprintf(err, errlen, "cannot start %d CPU worker threads", n_threads);

@@ -104,10 +104,10 @@ void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm)
 
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
 {
-    const int half = r->head_dim / 2;
+    const int rot = r->n_rot ? r->n_rot : r->head_dim, half = rot / 2;
     const float p = (float)pos / r->scale;
     for (int i = 0; i < half; i++) {
-        float freq = 1.0f / powf(r->base, (float)(2 * i) / (float)r->head_dim);
+        float freq = 1.0f / powf(r->base, (float)(2 * i) / (float)rot);
         if (r->freq_div) freq /= r->freq_div[i];
         float angle = p * freq, c = cosf(angle), s = sinf(angle);
         /* Element pair that this frequency turns: adjacent (llama) or half a head apart. */
@@ -168,4 +168,175 @@ void cpu_attention_run(cpu_pool *pool, const cpu_attention *at)
         attention_items((void *)at, 0, at->n_tok * at->n_head, 0);
     else
         cpu_pool_run(pool, attention_items, (void *)at, at->n_tok * at->n_head);
+}
+
+void cpu_conv1d_step(float *x, float *window, const float *w, int chan, int taps)
+{
+    for (int c = 0; c < chan; c++) {
+        const float *wc = w + (size_t)c * taps;
+        float acc = 0.0f;
+        for (int j = 0; j < taps - 1; j++) acc += wc[j] * window[(size_t)j * chan + c];
+        acc += wc[taps - 1] * x[c];
+        for (int j = 0; j + 1 < taps - 1; j++) window[(size_t)j * chan + c] = window[(size_t)(j + 1) * chan + c];
+        if (taps > 1) window[(size_t)(taps - 2) * chan + c] = x[c];
+        x[c] = acc / (1.0f + expf(-acc));
+    }
+}
+
+void cpu_l2norm(float *x, int n)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const float inv = 1.0f / sqrtf(ss + 1e-6f);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+long cpu_delta_scratch(int d, int chunk) { return chunk ? (long)chunk * (2 + chunk + 3 * (long)d) : d; }
+
+/* The head's state, q/k head and the rows of token t (delta_head, delta_head_chunked). */
+static float *head_state(const cpu_delta *dr, int seq, int h)
+{
+    return dr->state + (size_t)dr->seq_state[seq] * (size_t)dr->slot_stride + (size_t)dr->layer_off +
+           (size_t)h * dr->d * dr->d;
+}
+
+static int k_head_of(const cpu_delta *dr, int h)
+{
+    const int per_k = dr->v_heads / dr->k_heads;
+    return dr->grouped ? h / per_k : h % dr->k_heads;
+}
+
+static const float *token_vec(const cpu_delta *dr, int t, long off, int head)
+{
+    return dr->qkv + (size_t)t * (size_t)dr->stride + (size_t)off + (size_t)head * dr->d;
+}
+
+/* One v head of one sequence through its tokens, one at a time. */
+static void delta_head(const cpu_delta *dr, int seq, int h, float *kv)
+{
+    const int d = dr->d, kh = k_head_of(dr, h);
+    float *S = head_state(dr, seq, h);
+    for (int t = dr->seq_first[seq]; t < dr->seq_first[seq] + dr->seq_tokens[seq]; t++) {
+        const float *q = token_vec(dr, t, dr->q_off, kh), *k = token_vec(dr, t, dr->k_off, kh);
+        const float *v = token_vec(dr, t, dr->v_off, h);
+        const float decay = expf(dr->g[(size_t)t * dr->v_heads + h]), beta = dr->beta[(size_t)t * dr->v_heads + h];
+        for (int j = 0; j < d; j++) kv[j] = 0.0f;
+        for (int i = 0; i < d; i++) { /* S = decay S, and kv = S^T k of the decayed state */
+            float *Si = S + (size_t)i * d;
+            for (int j = 0; j < d; j++) {
+                Si[j] *= decay;
+                kv[j] += Si[j] * k[i];
+            }
+        }
+        for (int j = 0; j < d; j++) kv[j] = beta * (v[j] - kv[j]); /* now the update's delta */
+        float *o = dr->out + (size_t)t * dr->v_heads * d + (size_t)h * d;
+        for (int j = 0; j < d; j++) o[j] = 0.0f;
+        for (int i = 0; i < d; i++) {
+            float *Si = S + (size_t)i * d;
+            for (int j = 0; j < d; j++) {
+                Si[j] += k[i] * kv[j];
+                o[j] += Si[j] * q[i];
+            }
+        }
+    }
+}
+
+static float dot(const float *a, const float *b, int n)
+{
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* One chunk of n tokens from token t0 with the state S0 it starts from.  G: the cumulative log
+ * decay; T: (I - A)^-1 - I for A[a][b] = -beta_a (k_a . k_b) exp(G_a - G_b), b < a, by forward
+ * substitution (the UT transform); then U = (I + T) beta v and W = (I + T) beta exp(G) k, the
+ * chunk's new values v_new = U - W S0, its outputs exp(G_a) q_a S0 + sum over b <= a of
+ * (q_a . k_b) exp(G_a - G_b) v_new_b, and the state after it,
+ * S0 exp(G_last) + sum over b of k_b exp(G_last - G_b) v_new_b^T. */
+static void delta_chunk(const cpu_delta *dr, int h, int t0, int n, float *S, float *scratch)
+{
+    const int d = dr->d, C = dr->chunk, kh = k_head_of(dr, h);
+    float *G = scratch, *row = G + C, *T = row + C, *U = T + (size_t)C * C, *W = U + (size_t)C * d,
+          *Vn = W + (size_t)C * d;
+    const float *g = dr->g + h, *beta = dr->beta + h;
+    float acc = 0.0f;
+    for (int a = 0; a < n; a++) G[a] = acc += g[(size_t)(t0 + a) * dr->v_heads];
+    for (int a = 0; a < n; a++) {
+        const float *ka = token_vec(dr, t0 + a, dr->k_off, kh);
+        const float ba = beta[(size_t)(t0 + a) * dr->v_heads];
+        for (int b = 0; b < a; b++)
+            row[b] = -ba * dot(ka, token_vec(dr, t0 + b, dr->k_off, kh), d) * expf(G[a] - G[b]);
+        for (int b = 0; b < a; b++) { /* T[a][b] = A[a][b] + sum over b < m < a of A[a][m] T[m][b] */
+            float t = row[b];
+            for (int m = b + 1; m < a; m++) t += row[m] * T[(size_t)m * C + b];
+            T[(size_t)a * C + b] = t;
+        }
+    }
+    for (int a = 0; a < n; a++) {
+        float *u = U + (size_t)a * d, *w = W + (size_t)a * d;
+        for (int j = 0; j < d; j++) u[j] = w[j] = 0.0f;
+        for (int b = 0; b <= a; b++) {
+            const float c = b == a ? 1.0f : T[(size_t)a * C + b], bb = beta[(size_t)(t0 + b) * dr->v_heads] * c;
+            const float *vb = token_vec(dr, t0 + b, dr->v_off, h), *kb = token_vec(dr, t0 + b, dr->k_off, kh);
+            const float eg = bb * expf(G[b]);
+            for (int j = 0; j < d; j++) {
+                u[j] += bb * vb[j];
+                w[j] += eg * kb[j];
+            }
+        }
+        float *vn = Vn + (size_t)a * d;
+        for (int j = 0; j < d; j++) vn[j] = u[j];
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) vn[j] -= w[i] * S[(size_t)i * d + j];
+    }
+    for (int a = 0; a < n; a++) {
+        const float *qa = token_vec(dr, t0 + a, dr->q_off, kh);
+        float *o = dr->out + (size_t)(t0 + a) * dr->v_heads * d + (size_t)h * d;
+        const float ea = expf(G[a]);
+        for (int j = 0; j < d; j++) o[j] = 0.0f;
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) o[j] += qa[i] * S[(size_t)i * d + j];
+        for (int j = 0; j < d; j++) o[j] *= ea;
+        for (int b = 0; b <= a; b++) {
+            const float c = dot(qa, token_vec(dr, t0 + b, dr->k_off, kh), d) * expf(G[a] - G[b]);
+            for (int j = 0; j < d; j++) o[j] += c * Vn[(size_t)b * d + j];
+        }
+    }
+    const float last = G[n - 1], el = expf(last);
+    for (int i = 0; i < d * d; i++) S[i] *= el;
+    for (int b = 0; b < n; b++) {
+        const float *kb = token_vec(dr, t0 + b, dr->k_off, kh);
+        const float e = expf(last - G[b]);
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) S[(size_t)i * d + j] += kb[i] * e * Vn[(size_t)b * d + j];
+    }
+}
+
+static void delta_head_chunked(const cpu_delta *dr, int seq, int h, float *scratch)
+{
+    float *S = head_state(dr, seq, h);
+    const int end = dr->seq_first[seq] + dr->seq_tokens[seq];
+    for (int t0 = dr->seq_first[seq]; t0 < end; t0 += dr->chunk)
+        delta_chunk(dr, h, t0, end - t0 < dr->chunk ? end - t0 : dr->chunk, S, scratch);
+}
+
+static void delta_items(void *ctx, int begin, int end, int thread)
+{
+    const cpu_delta *dr = ctx;
+    float *scratch = dr->scratch + (size_t)thread * (size_t)cpu_delta_scratch(dr->d, dr->chunk);
+    for (int item = begin; item < end; item++) {
+        if (dr->chunk) delta_head_chunked(dr, item / dr->v_heads, item % dr->v_heads, scratch);
+        else delta_head(dr, item / dr->v_heads, item % dr->v_heads, scratch);
+    }
+}
+
+void cpu_delta_run(cpu_pool *pool, const cpu_delta *dr)
+{
+    int64_t n_tok = 0;
+    for (int s = 0; s < dr->n_seqs; s++) n_tok += dr->seq_tokens[s];
+    if (n_tok * dr->v_heads * dr->d * dr->d * 2 < PARALLEL_MIN_WORK)
+        delta_items((void *)dr, 0, dr->n_seqs * dr->v_heads, 0);
+    else
+        cpu_pool_run(pool, delta_items, (void *)dr, dr->n_seqs * dr->v_heads);
 }

@@ -48,17 +48,58 @@ typedef struct cpu_matmul {
 } cpu_matmul;
 void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm);
 
-/* Rotary position embedding of one token's heads (n_head * head_dim floats), in place.
- * Pair i (i < head_dim/2) turns by pos / scale * base^(-2i/head_dim) / freq_div[i]; pairs are
- * (2i, 2i+1) normally and (i, i + head_dim/2) in the NeoX layout. */
+/* Rotary position embedding of one token's heads (n_head * head_dim floats), in place, over
+ * the first n_rot dimensions of each head (partial RoPE; the rest pass unchanged).  Pair i
+ * (i < n_rot/2) turns by pos / scale * base^(-2i/n_rot) / freq_div[i]; pairs are (2i, 2i+1)
+ * normally and (i, i + n_rot/2) in the NeoX layout. */
 typedef struct cpu_rope {
     int head_dim;
+    int n_rot; /* 0: head_dim */
     bool neox;
     float base;
     float scale;          /* linear position scaling, 1 = none */
     const float *freq_div; /* head_dim/2 divisors (rope_freqs) or NULL */
 } cpu_rope;
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos);
+
+/* Gated DeltaNet, one token of its causal depthwise conv1d: x (chan floats) becomes
+ * silu(sum over taps j of w[c][j] * input at t - taps + 1 + j), w [chan][taps]; window holds
+ * the taps - 1 inputs before x (oldest first) and moves on by one. */
+void cpu_conv1d_step(float *x, float *window, const float *w, int chan, int taps);
+
+/* x / sqrt(sum x^2 + 1e-6) over n floats, in place (transformers' l2norm, eps inside). */
+void cpu_l2norm(float *x, int n);
+
+/* The gated delta rule over a batch: per sequence and v head h, for its tokens in order,
+ *     S = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q
+ * with S [d][d] (k index, v index) the head's state, q and k the (normed, q scaled) vectors of
+ * the q/k head it reads (h mod k_heads, or h / (v_heads / k_heads) when grouped), g <= 0 the
+ * log of the decay.  q, k and v of token t are at t * stride + q_off / k_off / v_off (+ head *
+ * d); o goes to out [t][v heads x d].  Sequences' tokens are contiguous runs; their states are
+ * at state + slot * slot_stride + layer_off.  Parallel over (sequence, v head): each runs its
+ * tokens in order, so a token's result does not depend on the batch.
+ *
+ * chunk 0: token by token, the exact recurrence (what the engine runs: a prompt split into
+ * any pieces gives the same bits).  chunk > 0: the chunked parallel form (flash-linear-
+ * attention's WY / UT transform, transformers' torch_chunk_gated_delta_rule) over chunks of
+ * that many tokens: per chunk the in-chunk interactions as small matrix products and one
+ * state update, the same sums in another order (float rounding apart); the CPU reference of
+ * the GPU's chunked prefill.  scratch: n_threads * cpu_delta_scratch(d, chunk) floats. */
+typedef struct cpu_delta {
+    float *out;
+    const float *qkv;
+    long stride, q_off, k_off, v_off;
+    const float *beta, *g; /* [n_tok][v_heads] */
+    float *state;
+    long slot_stride, layer_off;
+    const int *seq_first, *seq_tokens, *seq_state;
+    int n_seqs, v_heads, k_heads, d;
+    bool grouped;
+    int chunk;
+    float *scratch;
+} cpu_delta;
+long cpu_delta_scratch(int d, int chunk);
+void cpu_delta_run(cpu_pool *pool, const cpu_delta *dr);
 
 /* Causal grouped-query attention of a batch of tokens over their sequences' K/V blocks.
  * Token t at position pos[t] of sequence seq[t] attends to positions 0..pos[t] (a sliding

@@ -191,8 +191,8 @@ static int warm_up(engine *e, const tokenizer *tok, char *err, size_t errlen)
         n = b < n_slots ? b : n_slots;
         for (int i = 0; i < n; i++) {
             blocks[i] = i % n_blocks; /* a pool smaller than n_slots blocks: shared, the values are not used */
-            seqs[i] = (engine_seq){.slot = i, .tokens = &token, .n_tokens = 1, .blocks = &blocks[i], .want_token = true,
-                                   .sp = &sp};
+            seqs[i] = (engine_seq){.slot = i, .tokens = &token, .n_tokens = 1, .blocks = &blocks[i], .state = i,
+                                   .want_token = true, .sp = &sp};
         }
         rc = engine_step(e, seqs, n, res, err, errlen);
         for (int i = 0; i < n; i++) engine_slot_clear(e, i);
@@ -286,10 +286,15 @@ static int load(serve_state *st, const inferd_opts *o)
         .n_threads = o->threads,
         .device = o->gpu,
         .kv_cache_mb = (size_t)o->kv_cache_size,
+        /* a hybrid model's recurrent states: one per row, as many again for prefix snapshots */
+        .n_states = 2 * o->parallel,
         .verbose = o->log_level == LOG_DEBUG,
     };
     notify_status("starting the engine (%d sequences of up to %d tokens)", o->parallel, st->ctx);
     if (!(st->e = create_engine(o, st->m, &ec))) return -1;
+    if (engine_state_slots(st->e) > 0)
+        log_info("recurrent state: %d slots of %.2f MiB (%d rows + %d prefix snapshots)", engine_state_slots(st->e),
+                 (double)engine_state_bytes(st->e) / 1048576.0, o->parallel, engine_state_slots(st->e) - o->parallel);
     if (signalled(st)) return -1;
     notify_status("warming up the %s engine", engine_name(st->e));
     if (warm_up(st->e, st->tok, err, sizeof err) != 0) {

@@ -30,6 +30,8 @@ int32_t engine_seq_block(const engine *e, const engine_seq *s, int index)
     return s->blocks ? s->blocks[index] : s->slot * engine_kv_blocks_per_seq(e) + index;
 }
 
+int engine_seq_state(const engine_seq *s) { return s->blocks ? s->state : s->slot; }
+
 /* Every block the sequence reaches must be in the pool; a NULL table needs the row's fixed
  * blocks to exist. */
 static int check_blocks(const engine *e, const engine_seq *s, int i, char *err, size_t errlen)
@@ -73,9 +75,18 @@ static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char
             }
         }
         if (check_blocks(e, s, i, err, errlen) != 0) return ENGINE_EINVAL;
+        const int st = engine_seq_state(s);
+        if (e->n_states && (st < 0 || st >= e->n_states)) {
+            snprintf(err, errlen, "seq %d: state slot %d out of range [0,%d)", i, st, e->n_states);
+            return ENGINE_EINVAL;
+        }
         for (int k = 0; k < i; k++) {
             if (seqs[k].slot == s->slot) {
                 snprintf(err, errlen, "seq %d: slot %d appears twice in one step", i, s->slot);
+                return ENGINE_EINVAL;
+            }
+            if (e->n_states && engine_seq_state(&seqs[k]) == st) {
+                snprintf(err, errlen, "seq %d: state slot %d appears twice in one step", i, st);
                 return ENGINE_EINVAL;
             }
         }
@@ -115,6 +126,24 @@ int engine_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
     if (dst == src) return 0;
     return e->vt->kv_copy(e, dst, src, err, errlen);
 }
+
+int engine_state_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    if (!e->n_states || !e->vt->state_copy) {
+        snprintf(err, errlen, "state copy: %s has no recurrent state", e->m->desc->name);
+        return ENGINE_EINVAL;
+    }
+    if (dst < 0 || dst >= e->n_states || src < 0 || src >= e->n_states) {
+        snprintf(err, errlen, "state copy %d -> %d: slot outside the pool of %d", src, dst, e->n_states);
+        return ENGINE_EINVAL;
+    }
+    if (dst == src) return 0;
+    return e->vt->state_copy(e, dst, src, err, errlen);
+}
+
+size_t engine_state_bytes(const engine *e) { return e->state_bytes; }
+
+int engine_state_slots(const engine *e) { return e->n_states; }
 
 int engine_kv_blocks(const engine *e) { return e->kv_blocks; }
 

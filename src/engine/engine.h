@@ -11,6 +11,15 @@
  * sequences share a block (a cached prefix), is the caller's business: the engine never
  * allocates blocks and only ever writes the positions a step carries.
  *
+ * Hybrid models (a layer recipe with gated DeltaNet layers, engine_state_bytes() > 0) also
+ * keep, per sequence, a recurrent state that is not a list of positions: conv and delta
+ * state of every linear layer.  The engine holds a pool of state slots (engine_config
+ * n_states); which slot a sequence uses, and which slots hold snapshots of a prefix, is the
+ * caller's business, as with KV blocks.  A state slot holds the state after some number of
+ * positions: a step at position 0 starts it afresh, a step at any other position must start
+ * exactly where the slot's state ends (else ENGINE_EINVAL: a recurrence cannot rewind), and
+ * engine_state_copy copies one slot (state and length) into another.
+ *
  * The engine keeps each row's token history (every token fed at positions 0..pos+n-1) so
  * that repetition penalties need nothing from the caller; a sequence whose first positions
  * come from cached blocks brings them in `history`.  Sampling randomness is a pure function
@@ -61,6 +70,9 @@ typedef struct engine_seq {
      * blocks of ctx_per_slot), for tools that run one sequence per row over a pool of at least
      * n_slots*B blocks (the default CPU pool).  Blocks before pos's are only read. */
     const int32_t *blocks;
+    /* Hybrid models: the state slot (0..n_states-1) holding this sequence's recurrent state.
+     * Used with a block table; without one (blocks NULL) the row's own slot `slot` is. */
+    int state;
     /* Tokens at positions 0..pos-1, needed when the row's history is shorter than pos (the
      * prefix came from cached blocks, or the sequence was recomputed in another row).  NULL:
      * the row was fed them. */
@@ -97,6 +109,8 @@ typedef struct engine_config {
      * (what one slot per sequence used to reserve), the GPU backend the free memory left after
      * weights, buffers and vram_reserve_mb. */
     size_t kv_cache_mb;
+    /* Recurrent-state slots of a hybrid model (ignored by others): 0 takes n_slots. */
+    int n_states;
     bool verbose;
 } engine_config;
 
@@ -127,6 +141,14 @@ void engine_slot_clear(engine *e, int slot);
  * writes into a block that others share or that the prefix cache holds.  0, ENGINE_EINVAL
  * (ids out of range) or ENGINE_FATAL. */
 int engine_kv_copy(engine *e, int dst, int src, char *err, size_t errlen);
+/* Hybrid models: copies state slot src (its state and the positions it holds) into dst: a
+ * snapshot of a prefix, or one restored.  0 or ENGINE_EINVAL (ids out of range, or a model
+ * without recurrent state). */
+int engine_state_copy(engine *e, int dst, int src, char *err, size_t errlen);
+/* Bytes of one state slot: 0 for a model without recurrent layers. */
+size_t engine_state_bytes(const engine *e);
+/* State slots in the pool (0 for a model without recurrent layers). */
+int engine_state_slots(const engine *e);
 void engine_free(engine *e);
 const char *engine_name(const engine *e);
 

@@ -16,6 +16,8 @@ typedef struct engine_vtable {
                 char *err, size_t errlen);
     void (*slot_clear)(engine *e, int slot);
     int (*kv_copy)(engine *e, int dst, int src, char *err, size_t errlen); /* ids checked */
+    /* NULL for a backend without recurrent state; ids checked */
+    int (*state_copy)(engine *e, int dst, int src, char *err, size_t errlen);
     void (*destroy)(engine *e);
 } engine_vtable;
 
@@ -24,6 +26,8 @@ struct engine {
     const model *m;
     engine_config cfg;
     int kv_blocks; /* the pool's blocks, set by the backend's constructor */
+    int n_states;  /* recurrent-state slots (0: the model has none), set likewise */
+    size_t state_bytes; /* of one slot */
 };
 
 /* Blocks a sequence of ctx_per_slot positions spans (the width of a block table). */
@@ -31,5 +35,7 @@ int engine_kv_blocks_per_seq(const engine *e);
 /* The pool block holding entry `index` of s's block table (its fixed blocks without a table);
  * check_batch has made sure it is in the pool. */
 int32_t engine_seq_block(const engine *e, const engine_seq *s, int index);
+/* The state slot s uses (hybrid models): its `state` with a block table, else its row. */
+int engine_seq_state(const engine_seq *s);
 
 #endif

@@ -806,7 +806,8 @@ static void gpu_destroy(engine *e)
     free(g);
 }
 
-static const engine_vtable gpu_vtable = {"cuda", gpu_step, gpu_slot_clear, gpu_kv_copy, gpu_destroy};
+static const engine_vtable gpu_vtable = {
+    .name = "cuda", .step = gpu_step, .slot_clear = gpu_slot_clear, .kv_copy = gpu_kv_copy, .destroy = gpu_destroy};
 
 /* The recipe features (model/arch.h) gpu_forward.c runs: pre-norm or sandwich-norm blocks
  * (not post-norm alone: a block's input is always a norm's FP16 output) of full attention

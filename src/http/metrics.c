@@ -79,6 +79,12 @@ void metrics_render(const metrics *m, const metrics_view *v, bytebuf *o)
     gauge(o, "inferd_kv_blocks_cached", "KV blocks unreferenced but kept by the prefix cache (evictable).", "gauge",
           st->kv_blocks_cached);
     gauge(o, "inferd_kv_blocks_free", "KV blocks holding nothing.", "gauge", st->kv_blocks_free);
+    gauge(o, "inferd_state_slots_total", "Recurrent-state slots of a hybrid model (0 for others).", "gauge",
+          st->state_slots_total);
+    gauge(o, "inferd_state_slots_running", "Recurrent-state slots held by running sequences.", "gauge",
+          st->state_slots_running);
+    gauge(o, "inferd_state_snapshots", "Recurrent-state slots holding a prefix snapshot (evictable).", "gauge",
+          st->state_snapshots);
     gauge(o, "inferd_prefix_cache_lookup_tokens_total", "Prompt tokens looked up in the prefix cache.", "counter",
           (double)st->prefix_lookup_tokens);
     gauge(o, "inferd_prefix_cache_hit_tokens_total", "Prompt tokens read from the prefix cache instead of computed.",

@@ -16,8 +16,11 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_QWEN3MOE] = &arch_qwen3moe,
     [MODEL_ARCH_GEMMA3] = &arch_gemma3,
     [MODEL_ARCH_GEMMA4] = &arch_gemma4,
+    [MODEL_ARCH_QWEN35] = &arch_qwen35,
+    [MODEL_ARCH_QWEN35MOE] = &arch_qwen35moe,
+    [MODEL_ARCH_QWEN3NEXT] = &arch_qwen3next,
 };
-static int n_registered = MODEL_ARCH_GEMMA4 + 1;
+static int n_registered = MODEL_ARCH_QWEN3NEXT + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {
@@ -57,7 +60,9 @@ bool arch_layer_valid(const arch_layer *l)
     return (unsigned)l->norm <= ARCH_NORM_SANDWICH && (unsigned)l->attn <= ARCH_ATTN_LINEAR &&
            (unsigned)l->ffn <= ARCH_FFN_GLU_MOE && (unsigned)l->act <= ARCH_ACT_GELU_TANH &&
            (unsigned)l->router <= ARCH_ROUTER_SCALED &&
-           (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM | ARCH_ATTN_V_NORM)) == 0;
+           (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM | ARCH_ATTN_V_NORM |
+                                         ARCH_ATTN_OUT_GATE | ARCH_ATTN_ROPE_PARTIAL)) == 0 &&
+           (l->ffn_extras & ~(unsigned)ARCH_FFN_SHARED_EXPERT) == 0;
 }
 
 arch_features arch_layer_features(const arch_layer *l)
@@ -76,14 +81,17 @@ arch_features arch_layer_features(const arch_layer *l)
     if (l->attn_extras & ARCH_ATTN_QKV_BIAS) f |= ARCH_F_QKV_BIAS;
     if (l->attn_extras & ARCH_ATTN_QK_NORM) f |= ARCH_F_QK_NORM;
     if (l->attn_extras & ARCH_ATTN_V_NORM) f |= ARCH_F_V_NORM;
+    if (l->attn_extras & ARCH_ATTN_OUT_GATE) f |= ARCH_F_ATTN_OUT_GATE;
+    if (l->attn_extras & ARCH_ATTN_ROPE_PARTIAL) f |= ARCH_F_ROPE_PARTIAL;
     if (l->ffn != ARCH_FFN_GLU) f |= router[l->router];
+    if (l->ffn_extras & ARCH_FFN_SHARED_EXPERT) f |= ARCH_F_SHARED_EXPERT;
     return f;
 }
 
 static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
-    "pre-norm", "post-norm", "sandwich-norm", "full attention", "sliding-window attention", "linear-recurrent attention",
+    "pre-norm", "post-norm", "sandwich-norm", "full attention", "sliding-window attention", "gated DeltaNet linear attention",
     "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh", "softmax top-k router", "v norm",
-    "GLU beside MoE", "scaled softmax top-k router",
+    "GLU beside MoE", "scaled softmax top-k router", "attention output gate", "partial RoPE", "shared expert",
 };
 
 const char *arch_feature_name(arch_features bit)
@@ -96,14 +104,17 @@ const char *arch_feature_name(arch_features bit)
 void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
 {
     static const char *const norm[] = {"pre-norm", "post-norm", "sandwich-norm"};
-    static const char *const attn[] = {"full attention", "sliding-window attention", "linear-recurrent attention"};
+    static const char *const attn[] = {"full attention", "sliding-window attention", "gated DeltaNet"};
     static const char *const ffn[] = {"GLU", "MoE", "GLU beside MoE"};
     static const char *const act[] = {"silu", "gelu-tanh"};
     static const char *const router[] = {" (softmax top-k router, renormalised)",
                                          " (scaled softmax top-k router, renormalised, expert scales)"};
-    snprintf(buf, len, "%s, %s%s%s%s, %s %s%s", norm[l->norm], attn[l->attn],
+    snprintf(buf, len, "%s, %s%s%s%s%s%s, %s %s%s%s", norm[l->norm], attn[l->attn],
              l->attn_extras & ARCH_ATTN_QKV_BIAS ? " + qkv bias" : "",
              l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "",
-             l->attn_extras & ARCH_ATTN_V_NORM ? " + v norm" : "", ffn[l->ffn], act[l->act],
-             l->ffn != ARCH_FFN_GLU ? router[l->router] : "");
+             l->attn_extras & ARCH_ATTN_V_NORM ? " + v norm" : "",
+             l->attn_extras & ARCH_ATTN_OUT_GATE ? " + output gate" : "",
+             l->attn_extras & ARCH_ATTN_ROPE_PARTIAL ? " + partial RoPE" : "", ffn[l->ffn], act[l->act],
+             l->ffn != ARCH_FFN_GLU ? router[l->router] : "",
+             l->ffn_extras & ARCH_FFN_SHARED_EXPERT ? " + sigmoid-gated shared expert" : "");
 }

@@ -26,7 +26,7 @@ typedef enum arch_attn {
     ARCH_ATTN_FULL = 0,    /* causal softmax attention over every earlier position */
     ARCH_ATTN_SLIDING = 1, /* the same over the last `window` positions (Gemma, gpt-oss): query
                             * i sees keys j with i - j < window (attention.sliding_window) */
-    ARCH_ATTN_LINEAR = 2,  /* a linear-recurrent layer (gated DeltaNet): not run yet */
+    ARCH_ATTN_LINEAR = 2,  /* gated DeltaNet (Qwen3.5, Qwen3-Next): a recurrent state, no KV */
 } arch_attn;
 
 /* Extras of an attention block (bits). */
@@ -34,7 +34,9 @@ enum {
     ARCH_ATTN_QKV_BIAS = 1u << 0, /* attn_{q,k,v}.bias added after the projections (qwen2) */
     ARCH_ATTN_QK_NORM = 1u << 1,  /* each head of q and k RMS-normed before RoPE (qwen3) */
     ARCH_ATTN_V_NORM = 1u << 2,   /* each head of v RMS-normed, no weight (Gemma 4) */
-    /* room: output bias, partial RoPE, attention sinks, output gate */
+    ARCH_ATTN_OUT_GATE = 1u << 3, /* attn_q gives [query | gate] per head; out *= sigmoid(gate) */
+    ARCH_ATTN_ROPE_PARTIAL = 1u << 4, /* RoPE turns the first rope.dimension_count of a head */
+    /* room: output bias, attention sinks */
 };
 
 typedef enum arch_ffn {
@@ -53,6 +55,11 @@ typedef enum arch_router {
     /* room: top-k then softmax over the chosen (gpt-oss), sigmoid + bias (DeepSeek-V3, GLM) */
 } arch_router;
 
+/* Extras of a feed-forward block (bits). */
+enum {
+    ARCH_FFN_SHARED_EXPERT = 1u << 0, /* MoE: + sigmoid(gate_inp_shexp·x) * the shared expert's GLU */
+};
+
 typedef enum arch_act {
     ARCH_ACT_SILU = 0,      /* SwiGLU */
     ARCH_ACT_GELU_TANH = 1, /* GeGLU (Gemma): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), the
@@ -65,6 +72,7 @@ typedef struct arch_layer {
     arch_attn attn;
     unsigned attn_extras; /* ARCH_ATTN_* bits */
     arch_ffn ffn;
+    unsigned ffn_extras; /* ARCH_FFN_* bits */
     arch_act act;
     arch_router router; /* MoE only */
 } arch_layer;
@@ -89,7 +97,10 @@ enum {
     ARCH_F_V_NORM = 1u << 13,
     ARCH_F_FFN_GLU_MOE = 1u << 14,
     ARCH_F_ROUTER_SCALED = 1u << 15,
-    ARCH_F_COUNT_ = 16,
+    ARCH_F_ATTN_OUT_GATE = 1u << 16,
+    ARCH_F_ROPE_PARTIAL = 1u << 17,
+    ARCH_F_SHARED_EXPERT = 1u << 18,
+    ARCH_F_COUNT_ = 19,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -107,10 +118,19 @@ typedef enum arch_dim {
     ARCH_DIM_VOCAB,    /* n_vocab (the rows of token_embd) */
     ARCH_DIM_FF_EXP,   /* n_ff_exp: one expert's hidden width */
     ARCH_DIM_EXPERT,   /* n_expert: the slices of a 3-D expert tensor, the router's outputs */
-    ARCH_DIM_ONE,      /* 1 (a per-layer scalar) */
+    ARCH_DIM_ONE,      /* 1 (a per-layer scalar; a [n, 1] matrix: the shared expert's gate) */
     ARCH_DIM_PLE,      /* n_embd_ple: one layer's share of the per-layer embeddings */
     ARCH_DIM_PLE_ALL,  /* n_embd_ple * n_layer */
     ARCH_DIM_FF_EXP2,  /* 2 * n_ff_exp: an expert's gate and up rows in one matrix */
+    ARCH_DIM_Q_GATE,   /* 2 * n_head * head_dim: query and output gate of every head */
+    ARCH_DIM_FF_SHEXP, /* n_ff_shexp: the shared expert's hidden width */
+    /* gated DeltaNet (ssm.* keys): */
+    ARCH_DIM_SSM_CONV,  /* conv_kernel: taps of the causal conv1d */
+    ARCH_DIM_SSM_CHAN,  /* 2 * group_count * state_size + inner_size: q, k and v channels */
+    ARCH_DIM_SSM_INNER, /* inner_size = time_step_rank v heads x their width */
+    ARCH_DIM_SSM_VHEADS, /* time_step_rank: v heads */
+    ARCH_DIM_SSM_VHEADS2, /* 2 * time_step_rank: beta and alpha fused (qwen3next) */
+    ARCH_DIM_SSM_VHEAD, /* inner_size / time_step_rank: one v head's width */
 } arch_dim;
 /* In a layer tensor, Q, KV, HEAD, HALF_HEAD and FF are the layer's own (model_layer: head_dim,
  * n_head_kv, n_ff), which differ between layers in Gemma 4. */
@@ -155,9 +175,15 @@ typedef enum arch_swa_rope {
     ARCH_SWA_ROPE_LOCAL = 1, /* its own base (rope.freq_base_swa), no position scaling (Gemma 3) */
 } arch_swa_rope;
 
+/* Which q/k head a gated DeltaNet's v head h reads when there are r = v heads / k heads of
+ * them per k head: h mod k_heads (tiled: the converter reorders Qwen3.5's v heads so) or h / r
+ * (grouped: Qwen3-Next, as trained). */
+typedef enum arch_ssm_heads { ARCH_SSM_TILED = 0, ARCH_SSM_GROUPED = 1 } arch_ssm_heads;
+
 struct model_hparams;
 
 #define ARCH_PATTERN_MAX 8
+#define ARCH_KEY_LISTS_MAX 4
 
 /* A family.  Layer il runs pattern[il % pattern_len]: one entry for today's uniform stacks;
  * Gemma 3's five sliding layers to one full, or Qwen3.5's three linear to one full, are a
@@ -166,10 +192,13 @@ typedef struct arch_desc {
     const char *name; /* general.architecture */
     /* Lists end with an entry whose name (suffix) is NULL. */
     const arch_key *keys;
-    const arch_key *more_keys; /* read after keys; NULL: none (arch_moe_keys: the expert counts) */
+    /* Read after keys, in order, up to a NULL: arch_moe_keys (the expert counts),
+     * arch_shexp_keys (the shared expert's width), arch_hybrid_keys (gated DeltaNet). */
+    const arch_key *more_keys[ARCH_KEY_LISTS_MAX];
     const arch_tensor *globals; /* token_embd.weight first: its rows set n_vocab */
     const arch_tensor *layer_tensors;
     arch_rope rope;
+    arch_ssm_heads ssm_heads; /* families with gated DeltaNet layers */
     arch_layer pattern[ARCH_PATTERN_MAX];
     int pattern_len;
     /* Family facts outside the layer recipe (zero: the llama line's). */
@@ -189,7 +218,8 @@ typedef struct arch_desc {
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
-extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4;
+extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4, arch_qwen35,
+    arch_qwen35moe, arch_qwen3next;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -199,6 +229,23 @@ extern const arch_tensor arch_dense_layer_tensors[]; /* with the MoE block's, bo
 extern const arch_key arch_moe_keys[];               /* expert_count, expert_used_count, expert width */
 extern const arch_key arch_swa_keys[];  /* attention.sliding_window (required), rope.freq_base_swa,
                                          * final_logit_softcapping */
+extern const arch_key arch_shexp_keys[];             /* expert_shared_feed_forward_length */
+/* ssm.{conv_kernel,state_size,group_count,time_step_rank,inner_size}, rope.dimension_count,
+ * full_attention_interval (arch/hybrid.c) */
+extern const arch_key arch_hybrid_keys[];
+extern const arch_tensor arch_qwen35_layer_tensors[], arch_qwen3next_layer_tensors[];
+/* The hybrid recipe (three gated-DeltaNet layers, then one gated full attention with QK norm
+ * and partial RoPE) with a given FFN block: a family's .pattern and .pattern_len. */
+#define ARCH_HYBRID_PATTERN(ffn_kind, ffn_bits)                                                      \
+    .pattern = {ARCH_HYBRID_LINEAR(ffn_kind, ffn_bits), ARCH_HYBRID_LINEAR(ffn_kind, ffn_bits),       \
+                ARCH_HYBRID_LINEAR(ffn_kind, ffn_bits),                                              \
+                {.norm = ARCH_NORM_PRE, .attn = ARCH_ATTN_FULL,                                      \
+                 .attn_extras = ARCH_ATTN_QK_NORM | ARCH_ATTN_OUT_GATE | ARCH_ATTN_ROPE_PARTIAL,      \
+                 .ffn = ffn_kind, .ffn_extras = ffn_bits, .act = ARCH_ACT_SILU}},                    \
+    .pattern_len = 4
+#define ARCH_HYBRID_LINEAR(ffn_kind, ffn_bits)                                                       \
+    {.norm = ARCH_NORM_PRE, .attn = ARCH_ATTN_LINEAR, .ffn = ffn_kind, .ffn_extras = ffn_bits,       \
+     .act = ARCH_ACT_SILU}
 #define ARCH_DENSE_LISTS                                                                          \
     .keys = arch_dense_keys, .globals = arch_dense_globals, .layer_tensors = arch_dense_layer_tensors
 
@@ -211,6 +258,9 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN3MOE = 3, /* qwen3's attention, MoE feed-forward */
     MODEL_ARCH_GEMMA3 = 4,   /* 5 sliding : 1 full, sandwich norms, GeGLU, softcapped logits */
     MODEL_ARCH_GEMMA4 = 5,   /* gemma3's line + per-layer embeddings, shared KV, per-layer shapes */
+    MODEL_ARCH_QWEN35 = 6,    /* 3 gated-DeltaNet layers : 1 gated full attention, GLU */
+    MODEL_ARCH_QWEN35MOE = 7, /* the same with MoE + a shared expert */
+    MODEL_ARCH_QWEN3NEXT = 8, /* qwen35moe's layers, beta and alpha fused in one projection */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

@@ -202,19 +202,75 @@ static bool read_keys(loader *L, const arch_key *list)
     return true;
 }
 
+/* Every feature of the family's layer pattern. */
+static arch_features pattern_features(const arch_desc *d)
+{
+    arch_features f = 0;
+    for (int p = 0; p < d->pattern_len && p < ARCH_PATTERN_MAX; p++)
+        if (arch_layer_valid(&d->pattern[p])) f |= arch_layer_features(&d->pattern[p]);
+    return f;
+}
+
+/* Gated DeltaNet's shapes: v heads share the q/k heads evenly (v head h reads q/k head
+ * h mod group_count), a v head is as wide as a q/k head, and the family's pattern is the
+ * file's full_attention_interval. */
+static bool check_ssm(loader *L)
+{
+    const model_hparams *hp = &L->m->hp;
+    const char *arch = L->m->desc->name;
+    if (hp->ssm_vheads % hp->ssm_groups != 0)
+        return fail(L, "%s.ssm.time_step_rank %d (v heads) is not a multiple of ssm.group_count %d", arch,
+                    hp->ssm_vheads, hp->ssm_groups);
+    if ((int64_t)hp->ssm_vheads * hp->ssm_state != hp->ssm_inner)
+        return fail(L, "%s.ssm.inner_size %d is not ssm.time_step_rank %d x ssm.state_size %d", arch, hp->ssm_inner,
+                    hp->ssm_vheads, hp->ssm_state);
+    if ((int64_t)hp->ssm_vheads * hp->ssm_state * hp->ssm_state > HPARAM_MAX || hp->ssm_conv > 64)
+        return fail(L, "%s: the DeltaNet state (%d v heads of %d x %d, conv kernel %d) is too large", arch,
+                    hp->ssm_vheads, hp->ssm_state, hp->ssm_state, hp->ssm_conv);
+    if (hp->full_attn_interval != L->m->desc->pattern_len)
+        return fail(L, "%s.full_attention_interval %d: this family's layer pattern repeats every %d layers", arch,
+                    hp->full_attn_interval, L->m->desc->pattern_len);
+    return true;
+}
+
+/* A multi-token-prediction head (Qwen3.5, Qwen3-Next, GLM, DeepSeek files keep it): its
+ * nextn_predict_layers blocks are counted in block_count after the layers that run.  Nothing
+ * uses them yet (speculative decoding will), so they are left unbound: the model runs the
+ * first block_count - nextn_predict_layers layers. */
+static bool read_mtp(loader *L)
+{
+    model_hparams *hp = &L->m->hp;
+    char key[128];
+    key_name(L, "nextn_predict_layers", key, sizeof key);
+    int64_t v;
+    if (!gguf_get_i64(L->f, key, &v)) return absent_ok(L, key, false, "an integer");
+    if (v < 0 || v >= hp->n_layer)
+        return fail(L, "key '%s' = %lld: block_count %d must keep at least one layer besides them", key, (long long)v,
+                    hp->n_layer);
+    hp->n_mtp = (int)v;
+    hp->n_layer -= hp->n_mtp;
+    return true;
+}
+
 static bool read_hparams(loader *L)
 {
     model_hparams *hp = &L->m->hp;
     if (!read_arch(L)) return false;
     hp->rope_scale = 1.0f;
     hp->rope_neox = L->m->desc->rope == ARCH_ROPE_NEOX;
-    if (!read_keys(L, L->m->desc->keys) || !read_keys(L, L->m->desc->more_keys) || !read_rope_scaling(L))
-        return false;
+    hp->ssm_grouped = L->m->desc->ssm_heads == ARCH_SSM_GROUPED;
+    if (!read_keys(L, L->m->desc->keys)) return false;
+    for (int i = 0; i < ARCH_KEY_LISTS_MAX && L->m->desc->more_keys[i]; i++)
+        if (!read_keys(L, L->m->desc->more_keys[i])) return false;
+    if (!read_rope_scaling(L)) return false;
     const char *arch = L->m->desc->name;
     /* A family's key list must give these (a test's descriptor could forget one). */
-    if (hp->n_ctx_train < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_ff < 1 || hp->n_head < 1 || !(hp->rms_eps > 0))
+    if (hp->n_ctx_train < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_head < 1 || !(hp->rms_eps > 0))
         return fail(L, "%s: the family declares no key for one of context_length, embedding_length, block_count, "
-                    "feed_forward_length, attention.head_count, attention.layer_norm_rms_epsilon", arch);
+                    "attention.head_count, attention.layer_norm_rms_epsilon", arch);
+    if (!read_mtp(L)) return false;
+    if (hp->n_ff < 1 && (pattern_features(L->m->desc) & ARCH_F_FFN_GLU))
+        return fail(L, "missing key '%s.feed_forward_length'", arch);
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
     if (hp->head_dim == 0) hp->head_dim = hp->n_embd / hp->n_head;
     if (hp->n_head % hp->n_head_kv != 0)
@@ -250,7 +306,11 @@ static bool read_hparams(loader *L)
     hp->embd_scale = d->embed_scale ? sqrtf((float)hp->n_embd) : 1.0f;
     hp->attn_scalar = d->attn_scalar ? d->attn_scalar(hp) : (float)hp->head_dim;
     if (hp->rope_base_swa == 0) hp->rope_base_swa = hp->rope_base;
-    return true;
+    if (hp->n_rot == 0) hp->n_rot = hp->head_dim;
+    if (hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim)
+        return fail(L, "%s.rope.dimension_count %d must be even and at most the head dimension %d", arch, hp->n_rot,
+                    hp->head_dim);
+    return (pattern_features(L->m->desc) & ARCH_F_ATTN_LINEAR) ? check_ssm(L) : true;
 }
 
 /* Element il of "<arch>.<suffix>" when it is an array (layer_array checked it when the keys
@@ -335,7 +395,7 @@ static bool layer_complete(loader *L, const model_layer *ly, int il)
     const model_tensor *need[] = {&ly->wk, &ly->wv, &ly->k_norm, &ly->ple_gate, &ly->ple_proj, &ly->ple_post_norm};
     static const char *const names[] = {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight", "inp_gate.weight",
                                         "proj.weight", "post_norm.weight"};
-    const bool own_kv = ly->kv_source == il, ple = L->m->hp.n_embd_ple > 0;
+    const bool own_kv = ly->kv_source == il && ly->recipe.attn != ARCH_ATTN_LINEAR, ple = L->m->hp.n_embd_ple > 0;
     const bool qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
         bool wanted = i == 0 ? own_kv : i == 1 ? own_kv && !L->m->desc->v_from_k : i == 2 ? own_kv && qk_norm : ple;
@@ -432,6 +492,14 @@ static int64_t dim_value(const model_hparams *hp, const model_layer *ly, arch_di
     case ARCH_DIM_PLE: return hp->n_embd_ple;
     case ARCH_DIM_PLE_ALL: return (int64_t)hp->n_embd_ple * hp->n_layer;
     case ARCH_DIM_FF_EXP2: return 2 * (int64_t)hp->n_ff_exp;
+    case ARCH_DIM_Q_GATE: return 2 * (int64_t)hp->n_head * hp->head_dim;
+    case ARCH_DIM_FF_SHEXP: return hp->n_ff_shexp;
+    case ARCH_DIM_SSM_CONV: return hp->ssm_conv;
+    case ARCH_DIM_SSM_CHAN: return 2 * (int64_t)hp->ssm_groups * hp->ssm_state + hp->ssm_inner;
+    case ARCH_DIM_SSM_INNER: return hp->ssm_inner;
+    case ARCH_DIM_SSM_VHEADS: return hp->ssm_vheads;
+    case ARCH_DIM_SSM_VHEADS2: return 2 * (int64_t)hp->ssm_vheads;
+    case ARCH_DIM_SSM_VHEAD: return hp->ssm_vheads ? hp->ssm_inner / hp->ssm_vheads : 0;
     }
     return -1;
 }
@@ -495,7 +563,7 @@ static bool bind_tensors(loader *L)
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *ly = &m->layers[il];
         layer_keys(L, d->keys, il);
-        layer_keys(L, d->more_keys, il);
+        for (int j = 0; j < ARCH_KEY_LISTS_MAX && d->more_keys[j]; j++) layer_keys(L, d->more_keys[j], il);
         if (!layer_recipe(L, ly, il) || !layer_attention(L, ly, il) ||
             !bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly) || !layer_complete(L, ly, il))
             return false;

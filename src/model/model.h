@@ -71,6 +71,18 @@ typedef struct model_layer {
     model_tensor ple_gate;       /* per-layer embeddings: [n_embd -> n_embd_ple], */
     model_tensor ple_proj;       /* [n_embd_ple -> n_embd], */
     model_tensor ple_post_norm;  /* [n_embd] */
+    model_tensor ffn_gate_inp_shexp; /* shared expert's gate: [n_embd -> 1] */
+    model_tensor ffn_gate_shexp, ffn_up_shexp; /* shared expert: [n_embd -> n_ff_shexp] */
+    model_tensor ffn_down_shexp; /* [n_ff_shexp -> n_embd] */
+    /* gated DeltaNet (ARCH_ATTN_LINEAR): qkv = [n_embd -> ssm channels] (q and k of group_count
+     * heads of state_size, v of time_step_rank heads), the output gate z [n_embd -> inner],
+     * the conv1d [conv_kernel taps x channels], per v head the decay's A (ssm_a = -exp(A_log))
+     * and dt bias, beta and alpha projections [n_embd -> v heads] (qwen3next: fused in ssm_ba
+     * [n_embd -> 2 x v heads], per k head its v heads' betas then alphas), the gated norm
+     * [v head width] and the output projection [inner -> n_embd]. */
+    model_tensor ssm_qkv, ssm_gate, ssm_conv1d, ssm_a, ssm_dt;
+    model_tensor ssm_alpha, ssm_beta, ssm_ba;
+    model_tensor ssm_norm, ssm_out;
 } model_layer;
 
 typedef struct model_hparams {
@@ -86,6 +98,15 @@ typedef struct model_hparams {
     int n_expert;      /* MoE (0 otherwise): experts per layer, */
     int n_expert_used; /* how many run per token (top-k), */
     int n_ff_exp;      /* and one expert's hidden width */
+    int n_ff_shexp;    /* the shared expert's hidden width (0: none) */
+    int n_rot;         /* dimensions of a head that RoPE turns (rope.dimension_count; head_dim) */
+    /* gated DeltaNet (0 without linear layers): conv taps, the width of a q/k head (= a v
+     * head's), q/k heads, v heads, their total width; every full_attn_interval-th layer is
+     * full attention (the family's pattern length). */
+    int ssm_conv, ssm_state, ssm_groups, ssm_vheads, ssm_inner;
+    int full_attn_interval;
+    int n_mtp;         /* nextn_predict_layers: MTP blocks stored after the n_layer that run (not bound) */
+    bool ssm_grouped;  /* v head h reads q/k head h / (v heads / k heads), else h mod k heads */
     float rms_eps;
     float rope_base;      /* rope.freq_base, default 10000 */
     float rope_scale;     /* linear scaling factor (1 = none) from rope.scaling.factor when type=linear */

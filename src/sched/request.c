@@ -93,6 +93,8 @@ sched_req *req_new(sched *s, const sched_params *p, sched_wake_fn wake, void *wa
     r->wake = wake;
     r->wake_ctx = wake_ctx;
     r->slot = -1;
+    r->state = -1;
+    r->snap_slot = -1;
     r->t_submit = uv_hrtime();
     atomic_init(&r->refs, 2); /* the HTTP side's and the scheduler's */
     atomic_init(&r->cancelled, false);

@@ -49,6 +49,9 @@ struct sched_req {
                       * n_prompt + max_tokens), so a preempted request can be recomputed */
     int n_toks;
     kv_seq kv;       /* its block table while running */
+    int state;       /* hybrid models: its recurrent-state slot while running; -1 */
+    int snap_slot, snap_tokens; /* its latest decode snapshot (statecache_drop); -1, 0 */
+    int share_at; /* a prefix it shares with cached blocks but no snapshot: one is taken there; 0 */
     bool started;    /* admitted once: its text pipeline runs (kept across preemptions) */
     int passed;      /* later requests admitted past it while it was the oldest waiting (admit) */
     int n_generated;

@@ -37,6 +37,7 @@
 #include "base/log.h"
 #include "base/timing.h"
 #include "request.h"
+#include "statecache.h"
 #include "stats.h"
 
 
@@ -79,6 +80,7 @@ struct sched {
     sched_req **seq_req; /* request of seqs[i] */
     sched_req **prefill; /* plan_step / running_by_age scratch */
     kvcache *kv;         /* the engine's KV blocks: tables, prefix cache */
+    statecache *states;  /* a hybrid model's recurrent-state slots and snapshots; NULL otherwise */
     int max_ctx;         /* sched_max_context */
     int decode_rr;       /* round-robin start when decodes alone exceed the budget */
     uint64_t admit_counter;
@@ -192,13 +194,28 @@ static void publish_kv_counts(sched *s)
     s->stats.kv_blocks_used = kc.used;
     s->stats.kv_blocks_cached = kc.cached;
     s->stats.kv_blocks_free = kc.free;
+    if (s->states) {
+        statecache_counts sc = statecache_count(s->states);
+        s->stats.state_slots_running = sc.running;
+        s->stats.state_snapshots = sc.snapshots;
+    }
+}
+
+/* r leaves its row (finished or preempted): its blocks and its state slot go back. */
+static void release_memory(sched *s, sched_req *r)
+{
+    if (r->kv.blocks) kvcache_release(s->kv, &r->kv); /* full blocks stay cached for others */
+    if (r->state >= 0) statecache_put(s->states, r->state);
+    r->state = -1;
+    r->snap_slot = -1;
+    r->share_at = 0;
 }
 
 /* Ends a request: frees its slot (in this very step), publishes the finish, logs, and drops
  * the scheduler's reference. */
 static void req_finish(sched *s, sched_req *r, sched_finish why, const char *error)
 {
-    if (r->kv.blocks) kvcache_release(s->kv, &r->kv); /* full blocks stay cached for others */
+    release_memory(s, r);
     pthread_mutex_lock(&s->mu);
     publish_kv_counts(s);
     s->stats.requests_finished[why]++;
@@ -413,7 +430,7 @@ static int running_by_age(sched *s)
 static void preempt(sched *s, sched_req *r)
 {
     log_info("request %s: preempted at %d tokens (KV blocks ran out), to be recomputed", r->id, r->n_past);
-    kvcache_release(s->kv, &r->kv);
+    release_memory(s, r);
     engine_slot_clear(s->e, r->slot);
     s->slots[r->slot] = NULL;
     r->slot = -1;
@@ -451,6 +468,43 @@ static void reserve_decode_blocks(sched *s)
 
 enum { PLACE_OK, PLACE_WAIT, PLACE_FAILED, PLACE_FATAL };
 
+/* place_blocks for a hybrid model: cached K/V are only usable with the recurrent state at
+ * their end, so the prefix reused is the longest one that has both: cached blocks and a state
+ * snapshot (statecache.h) at a block boundary, shorter than the prompt (its last position is
+ * always computed, for its logits: no copy-on-write).  A prompt whose cached blocks reach
+ * further than its longest snapshot falls back to that snapshot (the blocks past it are
+ * given back and recomputed, and a snapshot is taken at their end this time); without one it is
+ * computed from position 0.  r also takes a state slot, the snapshot copied into it. */
+static int place_hybrid(sched *s, sched_req *r, int *start, char *err, size_t errlen)
+{
+    int target = prefill_target(r), hit = 0, snap = -1, at = 0;
+    if (!s->cfg.no_prefix_cache) {
+        hit = kvcache_match(s->kv, &r->kv, r->toks, target - 1);
+        snap = hit > 0 ? statecache_lookup(s->states, r->toks, hit, &at) : -1;
+        if (snap < 0) at = 0;
+        /* Blocks past the snapshot: others computed that prefix too (a shared system prompt),
+         * so this request leaves a snapshot at its end for the ones after it. */
+        r->share_at = hit > at ? hit : 0;
+        if (at < hit) {
+            kvcache_release(s->kv, &r->kv);
+            if (at > 0) kvcache_match(s->kv, &r->kv, r->toks, at); /* the chain is there: at positions */
+        }
+    }
+    *start = at;
+    if (!kvcache_grow(s->kv, &r->kv, target + 1)) {
+        kvcache_release(s->kv, &r->kv);
+        return PLACE_WAIT;
+    }
+    r->state = statecache_take(s->states); /* a row is free, so a slot is (statecache_create) */
+    int rc = r->state < 0 ? ENGINE_EINVAL : snap >= 0 ? engine_state_copy(s->e, r->state, snap, err, errlen) : 0;
+    if (r->state < 0) snprintf(err, errlen, "no recurrent-state slot left for a free row");
+    if (rc != 0) {
+        release_memory(s, r);
+        return rc == ENGINE_FATAL ? PLACE_FATAL : PLACE_FAILED;
+    }
+    return PLACE_OK;
+}
+
 /* Gives r (a waiting request) blocks for what it must compute plus its next token: the longest
  * cached prefix first, fresh blocks for the rest.  A prompt that is cached whole still
  * computes its last position (its logits are the first sample), in a private copy of the last
@@ -461,6 +515,7 @@ static int place_blocks(sched *s, sched_req *r, int *start, char *err, size_t er
         snprintf(err, errlen, "out of memory for the request's block table");
         return PLACE_FAILED;
     }
+    if (s->states) return place_hybrid(s, r, start, err, errlen);
     int target = prefill_target(r);
     int hit = s->cfg.no_prefix_cache ? 0 : kvcache_match(s->kv, &r->kv, r->toks, target);
     *start = hit == target && r->n_generated == 0 ? target - 1 : hit;
@@ -607,6 +662,7 @@ static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int 
         .n_tokens = n_tokens,
         .pos = r->n_past,
         .blocks = r->kv.blocks,
+        .state = r->state,
         .history = r->toks,
         .want_token = want,
         .sp = &r->sp,
@@ -640,12 +696,40 @@ static int plan_step(sched *s)
         if (!prefilling(r)) continue;
         int target = prefill_target(r), chunk = target - r->n_past;
         if (chunk > budget) chunk = budget;
+        /* A hybrid's chunk stops where its state is snapshotted (seq_done) for prompts that
+         * share the prefix: the prompt's last block boundary (the next turn of a chat) and the
+         * end of a prefix found shared (a system prompt). */
+        const int cuts[2] = {r->share_at, target / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK};
+        for (int c = 0; c < 2 && s->states; c++)
+            if (r->n_past < cuts[c] && r->n_past + chunk > cuts[c]) chunk = cuts[c] - r->n_past;
         bool samples = r->n_past + chunk == target && r->n_generated == 0;
         if (samples && !req_mask_ready(s, r)) continue; /* its first mask is not built yet */
         plan_add(s, &n, r, r->toks + r->n_past, chunk, samples);
         budget -= chunk;
     }
     return n;
+}
+
+/* r's state after its first n_past tokens (a block boundary) becomes a snapshot that later
+ * prompts with the same prefix start from.  A sequence keeps at most three: its prompt's (the
+ * last boundary of the prompt, where plan_step cuts its prefill), the end of a prefix it was
+ * found to share (place_hybrid: share_at) and its latest decode one,
+ * which replaces the one before, so a long generation does not fill the cache with its
+ * own past.  A failed copy only loses the snapshot. */
+static void snapshot_state(sched *s, sched_req *r, bool decode)
+{
+    if (decode && r->snap_slot >= 0) statecache_drop(s->states, r->snap_slot, r->toks, r->snap_tokens);
+    if (!decode && r->n_past != prefill_target(r) / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK && r->n_past != r->share_at)
+        return;
+    int slot = statecache_snapshot(s->states, r->toks, r->n_past);
+    if (slot < 0) return;
+    char err[256];
+    if (engine_state_copy(s->e, slot, r->state, err, sizeof err) != 0) {
+        statecache_drop(s->states, slot, r->toks, r->n_past);
+        log_warn("request %s: state snapshot at %d tokens failed: %s", r->id, r->n_past, err);
+        return;
+    }
+    if (decode) r->snap_slot = slot, r->snap_tokens = r->n_past;
 }
 
 /* Applies the outcome of seqs[i] (already computed by the engine). */
@@ -656,6 +740,7 @@ static void seq_done(sched *s, int i, uint64_t now)
     r->n_past += q->n_tokens;
     if (!s->cfg.no_prefix_cache) kvcache_commit(s->kv, &r->kv, r->toks, r->n_past); /* full blocks: shareable */
     bool decode = q->tokens == &r->last_token;
+    if (s->states && !s->cfg.no_prefix_cache && r->n_past % ENGINE_KV_BLOCK == 0) snapshot_state(s, r, decode);
     if (decode) r->has_pending = false;
     pthread_mutex_lock(&s->mu);
     s->kv_used += (uint64_t)q->n_tokens;
@@ -812,6 +897,7 @@ static void sched_free_memory(sched *s)
     free(s->seq_req);
     free(s->prefill);
     kvcache_free(s->kv);
+    statecache_free(s->states);
     output_scratch_free(&s->scratch);
     grammar_vocab_free(s->gvocab);
     free(s);
@@ -856,6 +942,21 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     s->max_ctx = (int64_t)kv_blocks * ENGINE_KV_BLOCK < cfg->ctx_per_slot ? kv_blocks * ENGINE_KV_BLOCK
                                                                           : cfg->ctx_per_slot;
     s->stats.kv_blocks_total = s->stats.kv_blocks_free = kv_blocks;
+    /* A hybrid model: one state slot per row, the rest hold prefix snapshots. */
+    int n_states = engine_state_slots(e);
+    if (n_states > 0 && n_states < cfg->n_slots) {
+        snprintf(err, errlen, "sched: the engine has %d recurrent-state slots for %d rows", n_states, cfg->n_slots);
+        kvcache_free(s->kv);
+        free(s);
+        return NULL;
+    }
+    if (n_states > 0 && !(s->states = statecache_create(n_states, n_states - cfg->n_slots))) {
+        snprintf(err, errlen, "sched: out of memory");
+        kvcache_free(s->kv);
+        free(s);
+        return NULL;
+    }
+    s->stats.state_slots_total = n_states;
     s->e = e;
     s->tok = tok;
     s->cfg = *cfg;

@@ -160,6 +160,8 @@ typedef struct sched_stats {
     uint64_t requests_finished[5]; /* by sched_finish */
     uint64_t kv_tokens_used;       /* positions held by running sequences now */
     int kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free; /* see kvcache.h */
+    /* Hybrid models' recurrent-state slots (statecache.h; all 0 for other models). */
+    int state_slots_total, state_slots_running, state_snapshots;
     uint64_t prefix_lookup_tokens; /* prompt tokens looked up in the prefix cache at admission */
     uint64_t prefix_hit_tokens;    /* of which read from cached blocks instead of computed */
     uint64_t preemptions;          /* running sequences sent back to wait for KV blocks */

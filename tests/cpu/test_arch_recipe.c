@@ -37,7 +37,7 @@ static const arch_desc toy_postnorm = {
 /* The same with linear-recurrent attention on the odd layers, which no CPU block runs yet:
  * the engine must refuse it, not run it as full attention; and with sliding-window layers
  * but no key for the window, which the loader refuses.  Made from the toy in setup. */
-static arch_desc toy_linear, toy_sliding;
+static arch_desc toy_sliding;
 
 /* A descriptor with no layer pattern: the loader refuses it, naming the family. */
 static arch_desc toy_broken;
@@ -264,16 +264,13 @@ static void reference(const toy *t, const int32_t *tokens, int n, double *logits
 static int setup_registry(void **state)
 {
     (void)state;
-    toy_linear = toy_postnorm;
-    toy_linear.name = "toy-linear";
-    toy_linear.pattern[1].attn = ARCH_ATTN_LINEAR;
     toy_sliding = toy_postnorm;
     toy_sliding.name = "toy-sliding";
     toy_sliding.pattern[1].attn = ARCH_ATTN_SLIDING;
     toy_broken = toy_postnorm;
     toy_broken.name = "toy-broken";
     toy_broken.pattern_len = 0;
-    return arch_register(&toy_postnorm) < 0 || arch_register(&toy_linear) < 0 || arch_register(&toy_sliding) < 0 ||
+    return arch_register(&toy_postnorm) < 0 || arch_register(&toy_sliding) < 0 ||
            arch_register(&toy_broken) < 0;
 }
 
@@ -379,7 +376,8 @@ static void test_registry(void **state)
     assert_null(arch_find("toy", 3));
     char names[256];
     arch_names(names, sizeof names);
-    assert_string_equal(names, "llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, toy-postnorm, toy-linear, toy-sliding, toy-broken");
+    assert_string_equal(names, "llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, toy-postnorm, "
+                               "toy-sliding, toy-broken");
 }
 
 /* A backend refuses a feature it lacks, naming it and the layer. */
@@ -396,14 +394,6 @@ static void test_unimplemented_features_refused(void **state)
     assert_int_equal(model_check_features(L.m, no_post & ~ARCH_F_NORM_SANDWICH, "test", err, sizeof err), -1);
     assert_string_equal(err, "the test backend does not implement sandwich-norm (layer 0 of toy-postnorm)");
     assert_int_equal(model_check_features(L.m, no_post | ARCH_F_NORM_POST, "test", err, sizeof err), 0);
-    unload(&L);
-
-    /* The same weights as the linear family: they load (the tensors are the same), but the
-     * CPU engine does not run linear-recurrent layers and says so. */
-    load(&L, "toy-linear", NULL);
-    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 16, .max_batch_tokens = 16, .n_threads = 1};
-    assert_null(engine_open(ENGINE_DEVICE_CPU, L.m, &cfg, err, sizeof err));
-    assert_non_null(strstr(err, "the cpu backend does not implement linear-recurrent attention (layer 1 of toy-linear)"));
     unload(&L);
 
     /* A sliding layer needs its window: a family without the key is refused at load. */

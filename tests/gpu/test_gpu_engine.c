@@ -12,7 +12,7 @@
  *     mkmodel-made ones in block-quantised formats, logits as above (a router's near tie may
  *     pick another expert on the GPU: a few positions may then differ more), and 32
  *     concurrent sequences of one as each alone;
- *   - a recipe feature the GPU does not run (linear-recurrent attention) is refused by name.
+ *   - a recipe feature the GPU does not run (gated DeltaNet linear attention) is refused by name.
  * Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -628,7 +628,7 @@ static void test_recipe_feature_refused(void **state)
     s.arch = linear.name, s.n_embd = 64;
     void *image;
     model *m = refused_on_cuda(
-        &s, &image, "the cuda backend does not implement linear-recurrent attention (layer 0 of toy-gpu-linear)");
+        &s, &image, "the cuda backend does not implement gated DeltaNet linear attention (layer 0 of toy-gpu-linear)");
     model_free(m);
     free(image);
 }

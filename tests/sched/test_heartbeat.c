@@ -104,7 +104,8 @@ static int wedge_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
     return 0;
 }
 
-static const engine_vtable wedge_vt = {"wedge", wedge_step, wedge_slot_clear, wedge_kv_copy, wedge_destroy};
+static const engine_vtable wedge_vt = {
+    .name = "wedge", .step = wedge_step, .slot_clear = wedge_slot_clear, .kv_copy = wedge_kv_copy, .destroy = wedge_destroy};
 
 /* ---- the hook -------------------------------------------------------------------------- */
 

@@ -109,6 +109,7 @@ static int32_t T(const char *piece)
 
 #define MAX_SLOTS 8
 #define MAX_CTX 256
+#define MAX_STATES (2 * MAX_SLOTS)
 #define MAX_BLOCKS 64
 #define BLK ENGINE_KV_BLOCK
 #define MAX_LOG 4096
@@ -148,6 +149,12 @@ typedef struct fake_engine {
     int32_t fatal;  /* a step carrying this token reports ENGINE_FATAL; -1: never */
     int delay_us;
 
+    /* A hybrid model (n_states > 0): each state slot's positions and a hash of the tokens it
+     * took in, which must be the hash of the sequence's own tokens before its position. */
+    int state_len[MAX_STATES];
+    uint32_t state_hash[MAX_STATES];
+    int state_mismatch;
+
     pthread_mutex_t mu; /* guards what tests read or set while the scheduler runs */
     pthread_cond_t cv;
     bool paused;
@@ -171,6 +178,42 @@ static int32_t fake_next(const fake_engine *f, int n)
     for (int i = 0; i < n; i++) hash = (hash ^ (uint32_t)h[i]) * 16777619u;
     static const char *const letters[] = {"a", "b", "c", "d", "e", "x", "y", "z"};
     return T(letters[hash % 8]);
+}
+
+static uint32_t fnv(uint32_t h, const int32_t *t, int n)
+{
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)t[i]) * 16777619u;
+    return h;
+}
+
+/* A hybrid's state slots, as the CPU engine keeps them: a step continues a slot exactly where
+ * it ends (or restarts it at 0), and the slot must then hold the sequence's own prefix. */
+static int fake_check_state(fake_engine *f, const engine_seq *q, char *err, size_t errlen)
+{
+    int st = engine_seq_state(q);
+    if (q->pos != 0 && q->pos != f->state_len[st]) {
+        snprintf(err, errlen, "state slot %d holds %d positions, the sequence starts at %d", st, f->state_len[st],
+                 q->pos);
+        return -1;
+    }
+    if (q->pos != 0 && fnv(2166136261u, q->history, q->pos) != f->state_hash[st]) f->state_mismatch++;
+    return 0;
+}
+
+static void fake_advance_state(fake_engine *f, const engine_seq *q)
+{
+    int st = engine_seq_state(q);
+    f->state_hash[st] = fnv(q->pos ? f->state_hash[st] : 2166136261u, q->tokens, q->n_tokens);
+    f->state_len[st] = q->pos + q->n_tokens;
+}
+
+static int fake_state_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    fake_engine *f = (fake_engine *)e;
+    f->state_len[dst] = f->state_len[src];
+    f->state_hash[dst] = f->state_hash[src];
+    return 0;
 }
 
 static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
@@ -201,6 +244,7 @@ static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_resul
             snprintf(err, errlen, "slot %d: no block table", q->slot);
             return -1;
         }
+        if (f->base.n_states && fake_check_state(f, q, err, errlen) != 0) return -1;
         for (int j = 0; j < q->n_tokens; j++)
             if (q->tokens[j] == f->poison) {
                 snprintf(err, errlen, "poison token in slot %d", q->slot);
@@ -212,6 +256,7 @@ static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_resul
     }
     for (int i = 0; i < n_seqs; i++) { /* the scatter: K/V of every new token into its block */
         const engine_seq *q = &seqs[i];
+        if (f->base.n_states) fake_advance_state(f, q);
         for (int j = 0; j < q->n_tokens; j++) {
             int p = q->pos + j;
             f->kv[q->blocks[p / BLK]][p % BLK] = q->tokens[j];
@@ -261,7 +306,9 @@ static int fake_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
 
 static void fake_destroy(engine *e) { (void)e; }
 
-static const engine_vtable fake_vt = {"fake", fake_step, fake_slot_clear, fake_kv_copy, fake_destroy};
+static const engine_vtable fake_vt = {
+    .name = "fake", .step = fake_step, .slot_clear = fake_slot_clear, .kv_copy = fake_kv_copy,
+    .state_copy = fake_state_copy, .destroy = fake_destroy};
 
 /* ---- fixture ------------------------------------------------------------------------- */
 
@@ -280,10 +327,11 @@ static void fx_on_fatal(void *ctx, const char *error)
     atomic_fetch_add(&fx->fatal_calls, 1);
 }
 
-/* A scheduler over a fake engine with a pool of kv_blocks blocks (0: one context per slot) and
- * sched_config.max_head_passes = head_passes. */
-static void fx_start_admit(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks,
-                           int head_passes)
+/* A scheduler over a fake engine with a pool of kv_blocks blocks (0: one context per slot),
+ * sched_config.max_head_passes = head_passes and n_states recurrent-state slots (0: not a
+ * hybrid model). */
+static void fx_start_hybrid(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks,
+                            int head_passes, int n_states)
 {
     if (!kv_blocks) kv_blocks = n_slots * ((ctx + BLK - 1) / BLK);
     assert_true(n_slots <= MAX_SLOTS && ctx <= MAX_CTX && kv_blocks <= MAX_BLOCKS);
@@ -292,7 +340,8 @@ static void fx_start_admit(fixture *fx, int n_slots, int ctx, int max_batch, int
     f->m.hp.n_vocab = N_VOCAB;
     f->base = (engine){.vt = &fake_vt, .m = &f->m,
                        .cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch},
-                       .kv_blocks = kv_blocks};
+                       .kv_blocks = kv_blocks, .n_states = n_states, .state_bytes = n_states ? 64 : 0};
+    assert_true(n_states <= MAX_STATES);
     f->poison = f->fatal = -1;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv, NULL);
@@ -305,6 +354,12 @@ static void fx_start_admit(fixture *fx, int n_slots, int ctx, int max_batch, int
     char err[256];
     fx->s = sched_create(&f->base, g_tok, &fx->cfg, err, sizeof err);
     if (!fx->s) fail_msg("sched_create: %s", err);
+}
+
+static void fx_start_admit(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks,
+                           int head_passes)
+{
+    fx_start_hybrid(fx, n_slots, ctx, max_batch, queue_size, kv_blocks, head_passes, 0);
 }
 
 static void fx_start_pool(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks)
@@ -321,6 +376,7 @@ static void fx_stop(fixture *fx)
 {
     sched_destroy(fx->s);
     assert_int_equal(fx->f->kv_mismatch, 0); /* every sequence read exactly its own tokens */
+    assert_int_equal(fx->f->state_mismatch, 0); /* and continued exactly its own state */
     pthread_mutex_destroy(&fx->f->mu);
     pthread_cond_destroy(&fx->f->cv);
     free(fx->f);
@@ -1254,6 +1310,137 @@ static void test_preemption_and_resume(void **state)
     fx_stop(&fx);
 }
 
+/* ---- hybrid models: recurrent-state slots -------------------------------------------- */
+
+/* A hybrid model's prefix cache reuses cached blocks only with a state snapshot at their end.
+ * A 130-token conversation is prefilled in chunks cut at its last block boundary (128), where
+ * its state is kept; run again it starts at 128.  A prompt that follows its first 180 tokens
+ * (its prompt and 50 of its reply) has cached blocks up to 160 but snapshots only at 128 (the
+ * prompt's) and 192 (the reply's latest): it falls back to 128.  Every run gives the text of a
+ * cold one, and the fake engine checks that each step continues its state slot exactly with
+ * the sequence's own tokens (fx_stop). */
+static void test_hybrid_prefix_snapshots(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_hybrid(&fx, 2, MAX_CTX, 48, 8, 0, 0, 4); /* 2 rows, 2 snapshots */
+    req_spec a = convo(130, 70);
+    a.logprobs = true;
+    char want[2048];
+    cold_text(&a, want, sizeof want);
+    client c;
+    int32_t reply[256];
+    for (int run = 0; run < 2; run++) {
+        int log_from = fx.f->n_log;
+        run_one(&fx, &a, &c);
+        assert_string_equal(c.text, want);
+        assert_int_equal(c.last.cached_tokens, run ? 128 : 0);
+        assert_true(logged_at(fx.f, log_from, 128, a.prompt[128])); /* the chunk was cut there, or started there */
+        memcpy(reply, c.token_ids, sizeof reply);
+        client_destroy(&c);
+    }
+    req_spec g = convo(190, 20);
+    memcpy(g.prompt + 130, reply, 50 * sizeof *reply);
+    for (int i = 180; i < 190; i++) g.prompt[i] = T("O");
+    cold_text(&g, want, sizeof want);
+    run_one(&fx, &g, &c);
+    assert_string_equal(c.text, want);
+    assert_int_equal(c.last.cached_tokens, 128);
+    client_destroy(&c);
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.state_slots_total, 4);
+    assert_int_equal(st.state_slots_running, 0);
+    assert_true(st.state_snapshots >= 1 && st.state_snapshots <= 2);
+    assert_int_equal(st.prefix_hit_tokens, 128 + 128);
+    fx_stop(&fx);
+}
+
+/* A system prompt shared by requests that differ after it: the first leaves no snapshot there
+ * (its prompt's is further on), the second finds the shared blocks without one, computes them
+ * and leaves a snapshot at their end (its prefill cut there), and the third starts from it. */
+static void test_hybrid_shared_system_prompt(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_hybrid(&fx, 2, MAX_CTX, 48, 8, 0, 0, 4);
+    const char *const users[3] = {"a", "b", "c"};
+    const int cached[3] = {0, 0, 64};
+    for (int i = 0; i < 3; i++) {
+        req_spec q = convo(104, 4); /* 64 tokens of system prompt, then 40 of the user's own */
+        for (int j = 64; j < 104; j++) q.prompt[j] = T(users[i]);
+        char want[2048];
+        cold_text(&q, want, sizeof want);
+        int log_from = fx.f->n_log;
+        client c;
+        run_one(&fx, &q, &c);
+        assert_string_equal(c.text, want);
+        assert_int_equal(c.last.cached_tokens, cached[i]);
+        if (i == 1) assert_true(logged_at(fx.f, log_from, 64, q.prompt[64])); /* its prefill cut at 64 */
+        client_destroy(&c);
+    }
+    fx_stop(&fx);
+}
+
+/* Thousands of requests on a hybrid model with a KV pool too small for its rows (so running
+ * requests are preempted), a quarter cancelled at once and a quarter while they run, prompts
+ * sharing prefixes (so snapshots are made, hit and evicted): afterwards no state slot is held
+ * by anyone, the snapshots stay within their bound, and no request failed.  Bounded: at most
+ * 120 s of polling in all (it takes a few seconds). */
+static void test_hybrid_state_slots_never_leak(void **state)
+{
+    (void)state;
+    enum { TOTAL = 3000, IN_FLIGHT = 24 };
+    fixture fx;
+    fx_start_hybrid(&fx, 4, MAX_CTX, 64, IN_FLIGHT, 20, 0, 8); /* 20 blocks: 640 positions for 4 rows */
+    static client cl[IN_FLIGHT];
+    sched_req *rq[IN_FLIGHT] = {0};
+    bool cancel_running[IN_FLIGHT] = {0};
+    int submitted = 0, done = 0, polls = 0;
+    uint64_t rng = 12345;
+    while (done < TOTAL) {
+        for (int k = 0; k < IN_FLIGHT; k++) {
+            if (!rq[k] && submitted < TOTAL) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                int n = 10 + (int)(rng >> 33) % 140, max = 1 + (int)(rng >> 45) % 80;
+                req_spec q = convo(n, max);
+                if (submitted % 3 == 0) q.prompt[n - 1] = T("O"); /* a tail of its own */
+                client_init(&cl[k]);
+                assert_int_equal(submit(&fx, &q, &cl[k], &rq[k]), SCHED_OK);
+                if (submitted % 4 == 1) sched_req_cancel(rq[k]);
+                cancel_running[k] = submitted % 4 == 2;
+                submitted++;
+                continue;
+            }
+            if (!rq[k]) continue;
+            if (cancel_running[k] && cl[k].len > 0) sched_req_cancel(rq[k]);
+            if (client_poll(&cl[k], rq[k])) {
+                assert_int_not_equal(cl[k].finish, SCHED_FINISH_ERROR);
+                sched_req_release(rq[k]);
+                client_destroy(&cl[k]);
+                rq[k] = NULL;
+                done++;
+            }
+        }
+        usleep(200);
+        if (++polls > 600000) fail_msg("%d of %d requests finished in 120 s", done, TOTAL);
+    }
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    print_message("  %d requests: %llu preemptions, %llu cancelled, %llu prefix tokens hit, %d snapshots kept\n", TOTAL,
+                  (unsigned long long)st.preemptions, (unsigned long long)st.requests_finished[SCHED_FINISH_CANCELLED],
+                  (unsigned long long)st.prefix_hit_tokens, st.state_snapshots);
+    assert_true(st.preemptions > 0);
+    assert_true(st.requests_finished[SCHED_FINISH_CANCELLED] > 0);
+    assert_true(st.prefix_hit_tokens > 0);
+    assert_int_equal(st.requests_finished[SCHED_FINISH_ERROR], 0);
+    assert_int_equal(st.slots_used, 0);
+    assert_int_equal(st.state_slots_running, 0);
+    assert_true(st.state_snapshots <= 4);
+    assert_int_equal(st.kv_blocks_used, 0);
+    fx_stop(&fx);
+}
+
 /* Index of the first logged step that carries position pos of slot `slot`. */
 static int step_at(const fake_engine *f, int slot, int pos)
 {
@@ -1371,6 +1558,9 @@ int main(void)
         cmocka_unit_test(test_prefix_cache_hits_at_every_boundary),
         cmocka_unit_test(test_prefix_cache_eviction),
         cmocka_unit_test(test_preemption_and_resume),
+        cmocka_unit_test(test_hybrid_prefix_snapshots),
+        cmocka_unit_test(test_hybrid_shared_system_prompt),
+        cmocka_unit_test(test_hybrid_state_slots_never_leak),
         cmocka_unit_test(test_short_requests_pass_a_head_that_does_not_fit),
         cmocka_unit_test(test_preempted_request_keeps_priority),
     };

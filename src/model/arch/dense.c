@@ -13,7 +13,7 @@ const arch_key arch_dense_keys[] = {
     {"context_length", ARCH_KEY_INT, HP(n_ctx_train), true, 0, 0},
     {"embedding_length", ARCH_KEY_INT, HP(n_embd), true, 0, 0},
     {"block_count", ARCH_KEY_INT, HP(n_layer), true, 0, 0},
-    {"feed_forward_length", ARCH_KEY_INT, HP(n_ff), true, 0, 0},
+    {"feed_forward_length", ARCH_KEY_INT, HP(n_ff), false, 0, 0}, /* required by GLU layers (model.c) */
     {"attention.head_count", ARCH_KEY_INT, HP(n_head), true, 0, 0},
     {"attention.head_count_kv", ARCH_KEY_INT, HP(n_head_kv), false, 0, 0},
     {"attention.key_length", ARCH_KEY_INT, HP(head_dim), false, 0, 0},

@@ -22,7 +22,7 @@ static float gemma3_attn_scalar(const model_hparams *hp)
 const arch_desc arch_gemma3 = {
     .name = "gemma3",
     ARCH_DENSE_LISTS,
-    .more_keys = arch_swa_keys,
+    .more_keys = {arch_swa_keys},
     .rope = ARCH_ROPE_NEOX,
     .pattern = {GEMMA3_SLIDING, GEMMA3_SLIDING, GEMMA3_SLIDING, GEMMA3_SLIDING, GEMMA3_SLIDING,
                 {.norm = ARCH_NORM_SANDWICH, .attn = ARCH_ATTN_FULL, .attn_extras = ARCH_ATTN_QK_NORM,

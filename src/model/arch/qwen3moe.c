@@ -8,7 +8,7 @@
 const arch_desc arch_qwen3moe = {
     .name = "qwen3moe",
     ARCH_DENSE_LISTS,
-    .more_keys = arch_moe_keys,
+    .more_keys = {arch_moe_keys},
     .rope = ARCH_ROPE_NEOX,
     .pattern = {{.norm = ARCH_NORM_PRE, .attn = ARCH_ATTN_FULL, .attn_extras = ARCH_ATTN_QK_NORM,
                  .ffn = ARCH_FFN_MOE, .act = ARCH_ACT_SILU, .router = ARCH_ROUTER_SOFTMAX_TOPK}},

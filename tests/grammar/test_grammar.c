@@ -142,6 +142,24 @@ static void test_schema(void **state)
     assert_false(matches(g, "007"));
     grammar_unref(g);
 
+    /* zod 4's z.number().int(): the safe-integer range is no bound (issue 33: the Agents SDK's
+     * tools); one side kept when the other is the safe bound */
+    g = schema_text("{\"type\":\"integer\",\"minimum\":-9007199254740991,\"maximum\":9007199254740991}", err, sizeof err);
+    assert_non_null(g);
+    assert_true(matches(g, "-12") && matches(g, "0") && matches(g, "123456789"));
+    grammar_unref(g);
+    g = schema_text("{\"type\":\"integer\",\"minimum\":1,\"maximum\":9007199254740991}", err, sizeof err);
+    assert_non_null(g);
+    assert_true(matches(g, "1") && matches(g, "99999"));
+    assert_false(matches(g, "0") || matches(g, "-3"));
+    grammar_unref(g);
+    /* as a tools array printed by cJSON and read back writes it (15 digits) */
+    g = schema_text("{\"type\":\"integer\",\"minimum\":-9.00719925474099e+15,\"maximum\":9.00719925474099e+15}", err, sizeof err);
+    assert_non_null(g);
+    assert_true(matches(g, "-12"));
+    grammar_unref(g);
+    assert_null(schema_text("{\"type\":\"integer\",\"minimum\":0,\"maximum\":5e15}", err, sizeof err));
+
     g = schema_text("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}(x|yz)?$\"}", err, sizeof err);
     assert_non_null(g);
     assert_true(matches(g, "\"AB-123\""));

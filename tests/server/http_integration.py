@@ -1376,6 +1376,41 @@ def case_node_langchain():
     return node_session([("langchain.mjs",)], ["@langchain/openai", "@langchain/core"])
 
 
+AGENTS_DIR = os.path.join(NODE_DIR, "agents")
+
+
+def agent_session(scripts, packages):
+    """Run agent-framework sessions (tests/node/agents/SCRIPT [ARGS], their own npm project)
+    against the real Qwen2.5 vocabulary over tiny random weights, served once with the official
+    Qwen2.5 and once with the official Qwen3 chat template (../shared/chat/templates), as issue
+    33 tried them."""
+    missing = [p for p in packages if not os.path.isdir(os.path.join(AGENTS_DIR, "node_modules", p))]
+    if missing:
+        print(f"SKIP: {', '.join(missing)} not installed (cd tests/node/agents && npm ci)")
+        return SKIP
+    why = node_missing([])
+    vocab = os.path.join(SHARED, "vocab", "ggml-vocab-qwen2.gguf")
+    if why or not os.path.exists(vocab):
+        print(f"SKIP: {why or vocab + ' not present'}")
+        return SKIP
+    model = make_model("qwen2-vocab.gguf", "--vocab", vocab)
+    for tmpl in ("qwen2.5", "qwen3"):
+        path = os.path.join(SHARED, "chat", "templates", f"{tmpl}.jinja")
+        with Server(model, "--api-key", "sdk-key", "--chat-template-file", path) as s:
+            env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key",
+                       INFERD_TEMPLATE=tmpl)
+            for script, *args in scripts:
+                r = subprocess.run(["node", os.path.join(AGENTS_DIR, script), *args], env=env, capture_output=True,
+                                   timeout=240, text=True)
+                sys.stdout.write(f"[{tmpl}] " + r.stdout)
+                check(r.returncode == 0, f"[{tmpl}] {script} {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
+
+
+def case_node_agents():
+    """The OpenAI Agents SDK in its Responses and Chat Completions modes (issue 33)."""
+    return agent_session([("openai_agents.mjs", "responses"), ("openai_agents.mjs", "chat")], ["@openai/agents"])
+
+
 def case_node_readme():
     """The README's Clients section as written: its js blocks run against a server on the default
     model (scripts/make-default-model), and the README's quoted greedy completion is what the

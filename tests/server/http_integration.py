@@ -1411,6 +1411,16 @@ def case_node_agents():
     return agent_session([("openai_agents.mjs", "responses"), ("openai_agents.mjs", "chat")], ["@openai/agents"])
 
 
+def case_node_langgraph():
+    """LangGraph's createReactAgent on ChatOpenAI (issue 33)."""
+    return agent_session([("langgraph.mjs",)], ["@langchain/langgraph", "@langchain/openai"])
+
+
+def case_node_instructor():
+    """Instructor JS, JSON_SCHEMA mode (issue 33)."""
+    return agent_session([("instructor.mjs",)], ["@instructor-ai/instructor"])
+
+
 def case_node_readme():
     """The README's Clients section as written: its js blocks run against a server on the default
     model (scripts/make-default-model), and the README's quoted greedy completion is what the

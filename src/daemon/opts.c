@@ -89,6 +89,9 @@ static const opt_def opt_table[] = {
     BOOL_("always-include-usage", NULL, always_include_usage, "false",
           "streamed chat completions end with a usage chunk even when the client sent no stream_options "
           "(for operators who bill or monitor by usage)"),
+    INT_("default-max-tokens", NULL, default_max_tokens, "0", 0, 1 << 30,
+         "completion tokens of a chat or Responses request that sets no limit (llama-server's --n-predict; "
+         "0: up to the context)"),
     ENUM_("hosted-tools", NULL, hosted_tools, "ignore", hosted_tools_names,
           "Responses tools only OpenAI can run (web_search, file_search, code_interpreter, computer use, "
           "image_generation, mcp): ignore (set aside, logged, named in the x-inferd-ignored-tools header) or "

@@ -50,6 +50,7 @@ typedef struct inferd_opts {
     bool metrics;           /* serve /metrics */
     bool always_include_usage; /* streamed chats end with usage even without stream_options */
     int hosted_tools;       /* opts_hosted_tools */
+    int default_max_tokens; /* a request's completion limit when it sets none; 0: up to the context */
     char config[OPTS_STR_MAX];
 } inferd_opts;
 

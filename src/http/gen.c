@@ -218,6 +218,10 @@ static int check_context(gen *g, api_error *e)
 {
     int ctx = g->sv->sm.ctx_per_slot;
     const char *param = g->p->prompt_param;
+    /* --default-max-tokens: the limit of a chat that sets none (agents such as the Codex CLI never
+     * do), never more than the context leaves; completions have OpenAI's 16 already */
+    int def = g->sv->cfg.default_max_tokens, room = g->n_prompts ? ctx - g->prompts[0].n_ids : 0;
+    if (!g->req.max_tokens && def > 0 && room > 0) g->req.max_tokens = def < room ? def : room;
     for (int i = 0; i < g->n_prompts; i++) {
         int n = g->prompts[i].n_ids;
         int max = g->req.max_tokens ? g->req.max_tokens : ctx - n; /* chat: up to the context */

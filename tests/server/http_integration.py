@@ -1411,6 +1411,42 @@ def case_node_agents():
     return agent_session([("openai_agents.mjs", "responses"), ("openai_agents.mjs", "chat")], ["@openai/agents"])
 
 
+def case_node_codex():
+    """`codex exec` (the Codex CLI's npm package ships its binary) with a custom Responses
+    provider: its first request -- instructions, a namespace tool, the hosted web_search --
+    is accepted and answered (issue 33: it was a 400).  The model is random and never says
+    EOS, so --default-max-tokens bounds the reply, and codex reports the length cut as its only
+    error: the turn reaches the model's text, which it prints."""
+    codex = os.path.join(AGENTS_DIR, "node_modules", ".bin", "codex")
+    vocab = os.path.join(SHARED, "vocab", "ggml-vocab-qwen2.gguf")
+    if not os.path.exists(codex) or not os.path.exists(vocab):
+        print("SKIP: @openai/codex not installed (cd tests/node/agents && npm ci) or no Qwen2 vocabulary")
+        return SKIP
+    # its instructions and tools are ~8.4k tokens: a context that holds them
+    model = make_model("qwen2-vocab-32k.gguf", "--vocab", vocab, "--n-ctx", "16384")
+    for tmpl in ("qwen2.5", "qwen3"):
+        path = os.path.join(SHARED, "chat", "templates", f"{tmpl}.jinja")
+        with Server(model, "--api-key", "sdk-key", "--chat-template-file", path, "-c", "16384",
+                    "--default-max-tokens", "8") as s:
+            home, work = os.path.join(TMP, f"codex-home-{tmpl}"), os.path.join(TMP, f"codex-work-{tmpl}")
+            os.makedirs(home)
+            os.makedirs(work)
+            provider = ('{name="inferd",base_url="http://127.0.0.1:%d/v1",wire_api="responses",env_key="INFERD_API_KEY"}'
+                        % s.port)
+            r = subprocess.run([codex, "exec", "--skip-git-repo-check", "-c", "model_provider=inferd", "-c",
+                                "model_providers.inferd=" + provider, "-m", "model", "Say hi."],
+                               cwd=work, env=dict(os.environ, CODEX_HOME=home, INFERD_API_KEY="sdk-key"),
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=280)
+            out = r.stdout + r.stderr
+            sys.stdout.write(f"[{tmpl}] codex exec rc {r.returncode}:\n{out[-600:]}\n")
+            log = s.tail()
+            check(re.search(r"path=/v1/responses status=200 .*completion_tokens=8", log),
+                  f"[{tmpl}] codex's request was not answered:\n{log}\n{out}")
+            check("ignoring hosted tools this server cannot run: web_search" in log, f"[{tmpl}] {log}")
+            errors = [l for l in out.splitlines() if l.startswith("ERROR")]
+            check(errors and all("max_output_tokens" in l for l in errors), f"[{tmpl}] codex errors {errors}")
+
+
 def case_node_langgraph():
     """LangGraph's createReactAgent on ChatOpenAI (issue 33)."""
     return agent_session([("langgraph.mjs",)], ["@langchain/langgraph", "@langchain/openai"])
@@ -1887,7 +1923,12 @@ def case_agents():
             check(st == 200, f"{tmpl}: namespace round trip {st} {b}")
             log = s.tail()
             check("ignoring hosted tools this server cannot run: web_search" in log, f"{tmpl}: no log line:\n{log}")
-    with Server(model, "--hosted-tools", "refuse") as s:
+    with Server(model, "--hosted-tools", "refuse", "--default-max-tokens", "5") as s:
+        # --default-max-tokens: the limit of a chat that sets none; one that sets its own keeps it
+        st, b = post(s.port, "/v1/chat/completions", {"messages": ask, "ignore_eos": True})
+        check(st == 200 and b["usage"]["completion_tokens"] == 5, f"--default-max-tokens: {b.get('usage')}")
+        st, b = post(s.port, "/v1/chat/completions", {"messages": ask, "ignore_eos": True, "max_tokens": 7})
+        check(st == 200 and b["usage"]["completion_tokens"] == 7, f"max_tokens beside it: {b.get('usage')}")
         st, b = post(s.port, "/v1/responses", {"input": "x", "tools": [{"type": "web_search"}]})
         check_error(b, st, 400, "tools")
         check("web_search" in b["error"]["message"], f"--hosted-tools refuse names them: {b}")

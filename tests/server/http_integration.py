@@ -1493,6 +1493,38 @@ def case_node_readme():
                       f"the README quotes {quoted.group(1)!r}, the SDK printed {r.stdout.splitlines()[0]!r}")
 
 
+def case_readme_curl():
+    """The README's curl examples as written (issue 33 item 8), against a server on the default
+    model: the greedy completion answers byte for byte what the README quotes (its id and time
+    aside), and the tool-call example answers a call with finish_reason "tool_calls"."""
+    readme = open(os.path.join(SRC, "README.md")).read()
+    model = os.path.join(TMP, "models", "default.gguf")
+    subprocess.run(["bash", os.path.join(SRC, "scripts", "make-default-model"), BIN, model], check=True,
+                   stdout=subprocess.DEVNULL, timeout=120)
+    use = readme[readme.index("\n## Use it\n"):]
+    use_block = re.search(r"```sh\n(.*?)```", use, re.S).group(1)
+    quoted = re.search(r"```\n(\{\"id\":\"cmpl-.*?\})\n```", use, re.S).group(1)
+    tools = readme[readme.index("\n## Chat templates, tools and reasoning\n"):]
+    tool_block = re.search(r"```sh\n(.*?)```", tools, re.S).group(1)
+    check("max_tokens" in tool_block, "the README's tool-call example sets max_tokens")
+    with Server(model) as s:
+        def run(block):
+            r = subprocess.run(["bash", "-c", block.replace("127.0.0.1:8080", f"127.0.0.1:{s.port}")],
+                               capture_output=True, text=True, timeout=120)
+            check(r.returncode == 0, f"README block failed: {block}\n{r.stderr}")
+            return r.stdout
+        out = run(use_block)
+        first = out[:out.index("data: ")] if "data: " in out else out
+        pattern = "^" + re.escape(quoted).replace(r"\.\.\.", ".*?") + "$"
+        check(re.match(pattern, first.strip()), f"the README quotes\n{quoted}\nthe server answered\n{first}")
+        check(out.rstrip().endswith("data: [DONE]"), f"the README's stream ends with [DONE]: {out[-200:]!r}")
+        reply = json.loads(run(tool_block))
+        ch = reply["choices"][0]
+        check(ch["finish_reason"] == "tool_calls" and ch["message"]["content"] is None and
+              ch["message"]["tool_calls"][0]["function"]["name"] == "get_weather", f"the README's tool call: {reply}")
+        check("city" in json.loads(ch["message"]["tool_calls"][0]["function"]["arguments"]), f"{reply}")
+
+
 def case_stories():
     model = os.path.join(SHARED, "models", "stories260K.gguf")
     if not os.path.exists(model):

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/tool_force.h"
+#include "../grammar/grammar_matches.h"
 
 #define N_VOCAB 1000
 
@@ -36,14 +37,6 @@ static void parse(api_request *r, const char *members)
     if (api_request_parse(API_CHAT, body, strlen(body), N_VOCAB, r, &e) != 0) fail_msg("parse: %s", e.message);
 }
 
-static bool matches(grammar *g, const char *text)
-{
-    grammar_matcher *m = grammar_matcher_new(g, NULL);
-    assert_non_null(m);
-    bool ok = grammar_matcher_accept_bytes(m, text, strlen(text)) && grammar_matcher_is_complete(m);
-    grammar_matcher_free(m);
-    return ok;
-}
 
 static void test_forced_with_format(void **state)
 {

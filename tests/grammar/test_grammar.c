@@ -16,6 +16,7 @@
 #include "grammar/grammar_impl.h" /* grammar_vocab_from_bytes */
 #include "model/gguf.h"
 #include "text/tokenizer.h"
+#include "grammar_matches.h"
 
 static const char *shared_dir(void)
 {
@@ -32,14 +33,6 @@ static grammar *gbnf(const char *text)
 }
 
 /* Whether text is a complete sentence of g (bytes only, no vocabulary). */
-static bool matches(grammar *g, const char *text)
-{
-    grammar_matcher *m = grammar_matcher_new(g, NULL);
-    assert_non_null(m);
-    bool ok = grammar_matcher_accept_bytes(m, text, strlen(text)) && grammar_matcher_is_complete(m);
-    grammar_matcher_free(m);
-    return ok;
-}
 
 
 static grammar *schema_text(const char *json, char *err, size_t errlen)

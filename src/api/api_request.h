@@ -61,7 +61,7 @@ typedef struct api_request {
     chat_msg *msgs; /* chat: role points to a static string, content is owned */
     int n_msgs;
     /* chat, for the model's own Jinja template: a JSON object with "messages" as Hugging Face
-     * templates expect them (content parts joined into text, developer -> system, assistant
+     * templates expect them (content parts joined into text, content null as "", developer -> system, assistant
      * tool_calls[].function.arguments parsed from their JSON strings into objects), "tools"
      * (unless tool_choice is "none") and the members of chat_template_kwargs. */
     char *tmpl_ctx;

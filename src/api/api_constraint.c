@@ -57,15 +57,19 @@ static grammar *make_choices(const void *a, char *err, size_t n)
     return g;
 }
 
-static grammar *schema_grammar(const cJSON *schema, char *err, size_t errlen)
+/* The schema's grammar; *text keeps the schema's canonical text (for a tool-call grammar that
+ * offers this answer as its other alternative: tool_force.h). */
+static grammar *schema_grammar(const cJSON *schema, char **text, char *err, size_t errlen)
 {
-    char *text = cJSON_PrintUnformatted(schema);
-    if (!text) {
+    if (!(*text = cJSON_PrintUnformatted(schema))) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    grammar *g = api_constraint_cached('S', text, strlen(text), make_schema, schema, err, errlen);
-    free(text);
+    grammar *g = api_constraint_cached('S', *text, strlen(*text), make_schema, schema, err, errlen);
+    if (!g) {
+        free(*text);
+        *text = NULL;
+    }
     return g;
 }
 
@@ -75,14 +79,29 @@ static int refuse(api_error *e, const char *param, const char *msg)
     return -1;
 }
 
-static int read_response_format(const cJSON *rf, grammar **out, api_error *e, char *err, size_t errlen)
+static int read_response_format(const cJSON *rf, grammar **out, char **schema_text, api_error *e, char *err,
+                                size_t errlen)
 {
     if (!cJSON_IsObject(rf)) return refuse(e, "response_format", "expected an object.");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
     if (!cJSON_IsString(type)) return refuse(e, "response_format.type", "expected 'text', 'json_object' or 'json_schema'.");
     if (!strcmp(type->valuestring, "text")) return 0;
     if (!strcmp(type->valuestring, "json_object")) {
+        /* {"type": "json_object", "schema": {...}}: llama-server's form (Instructor's JSON_SCHEMA
+         * mode sends it), so the schema is honoured, not only "some object" */
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(rf, "schema");
+        if (schema && !cJSON_IsNull(schema)) {
+            if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+                return refuse(e, "response_format.schema", "expected a JSON schema object.");
+            *out = schema_grammar(schema, schema_text, err, errlen);
+            return *out ? 0 : refuse(e, "response_format.schema", err);
+        }
         *out = api_constraint_cached('O', "", 0, make_object, NULL, err, errlen);
+        if (*out && !(*schema_text = strdup("{\"type\":\"object\"}"))) {
+            grammar_unref(*out);
+            *out = NULL;
+            snprintf(err, errlen, "out of memory");
+        }
         return *out ? 0 : refuse(e, "response_format", err);
     }
     if (strcmp(type->valuestring, "json_schema"))
@@ -96,13 +115,14 @@ static int read_response_format(const cJSON *rf, grammar **out, api_error *e, ch
     if (!schema) schema = cJSON_GetObjectItemCaseSensitive(rf, "schema"); /* a common shortcut */
     if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
         return refuse(e, "response_format.json_schema.schema", "expected a JSON schema object.");
-    *out = schema_grammar(schema, err, errlen);
+    *out = schema_grammar(schema, schema_text, err, errlen);
     return *out ? 0 : refuse(e, "response_format.json_schema.schema", err);
 }
 
-int api_read_constraint(const cJSON *obj, grammar **out, api_error *e)
+int api_read_constraint(const cJSON *obj, grammar **out, char **schema_text, api_error *e)
 {
     *out = NULL;
+    *schema_text = NULL;
     static const char *const fields[] = {"response_format", "grammar", "json_schema", "guided_json", "guided_regex",
                                          "guided_choice"};
     const char *given = NULL;
@@ -124,7 +144,7 @@ int api_read_constraint(const cJSON *obj, grammar **out, api_error *e)
     if (!given) return 0;
     char err[400] = "";
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, given);
-    if (!strcmp(given, "response_format")) return read_response_format(v, out, e, err, sizeof err);
+    if (!strcmp(given, "response_format")) return read_response_format(v, out, schema_text, e, err, sizeof err);
     if (!strcmp(given, "grammar")) {
         if (!cJSON_IsString(v)) return refuse(e, "grammar", "expected a GBNF string.");
         *out = api_constraint_cached('G', v->valuestring, strlen(v->valuestring), make_gbnf, v->valuestring, err, sizeof err);
@@ -135,7 +155,7 @@ int api_read_constraint(const cJSON *obj, grammar **out, api_error *e)
             cJSON_Delete(parsed);
             return refuse(e, given, "expected a JSON schema object.");
         }
-        *out = schema_grammar(v, err, sizeof err);
+        *out = schema_grammar(v, schema_text, err, sizeof err);
         cJSON_Delete(parsed);
     } else if (!strcmp(given, "guided_regex")) {
         if (!cJSON_IsString(v)) return refuse(e, "guided_regex", "expected a string.");

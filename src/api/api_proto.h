@@ -75,6 +75,9 @@ struct api_protocol {
     /* body[len] is NUL.  0 with *rq (and the row's *state) filled, or -1 with e (nothing to free). */
     int (*parse)(const char *body, size_t len, int n_vocab, api_request *rq, void **state, api_error *e);
     void (*free_state)(void *state);
+    /* An error found after parse (the chat template, the tool-call grammar) renamed to the
+     * fields the client sent (Responses: response_format -> text.format); NULL: as it is. */
+    void (*rename_error)(api_error *e);
     /* Streaming: the first bytes (echo[i]: what choice i repeats of its prompt), one choice's
      * new output, the last bytes. */
     void (*open)(api_reply *r, const api_span *echo, int n_choices);

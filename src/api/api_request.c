@@ -441,7 +441,10 @@ static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error
         cJSON_AddItemToArray(tmsgs, tm);
         cJSON_ReplaceItemInObjectCaseSensitive(tm, "role", cJSON_CreateString(known));
         cJSON_DeleteItemFromObjectCaseSensitive(tm, "content");
-        cJSON_AddItemToObject(tm, "content", content ? cJSON_CreateString(content) : cJSON_CreateNull());
+        /* An assistant turn that only calls tools (content null, as the OpenAI SDKs send it)
+         * reaches the template with content "", as llama.cpp passes it: templates test or
+         * iterate the content ("'<think>' in content") and None raises there. */
+        cJSON_AddItemToObject(tm, "content", cJSON_CreateString(content ? content : ""));
         cJSON_DeleteItemFromObjectCaseSensitive(tm, "tool_calls");
         if (assistant && read_tool_calls(m, i, tm, e) != 0) {
             free(content);
@@ -627,7 +630,7 @@ int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
     int rc = read_common(obj, n_vocab, out, err);
     if (rc == 0) rc = refuse_unsupported(obj, kind, out->n, err);
     if (rc == 0) rc = kind == API_CHAT ? read_chat(obj, out, err) : read_completions(obj, n_vocab, out, err);
-    if (rc == 0) rc = api_read_constraint(obj, &out->grammar, err);
+    if (rc == 0) rc = api_read_constraint(obj, &out->grammar, &out->format_schema, err);
     if (rc == 0) out->sp.n_top_logprobs = out->logprobs;
     cJSON_Delete(obj);
     if (rc != 0) api_request_free(out);
@@ -651,6 +654,7 @@ void api_request_free(api_request *r)
     for (int i = 0; i < r->n_tools; i++) free(r->tool_names[i]);
     free(r->tool_names);
     grammar_unref(r->grammar);
+    free(r->format_schema);
     api_kind kind = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = kind;

@@ -61,7 +61,7 @@ typedef struct api_request {
     chat_msg *msgs; /* chat: role points to a static string, content is owned */
     int n_msgs;
     /* chat, for the model's own Jinja template: a JSON object with "messages" as Hugging Face
-     * templates expect them (content parts joined into text, developer -> system, assistant
+     * templates expect them (content parts joined into text, content null as "", developer -> system, assistant
      * tool_calls[].function.arguments parsed from their JSON strings into objects), "tools"
      * (unless tool_choice is "none") and the members of chat_template_kwargs. */
     char *tmpl_ctx;
@@ -71,7 +71,9 @@ typedef struct api_request {
     api_tool_choice tool_choice;
     char tool_choice_name[128]; /* API_TOOL_NAMED */
     bool parallel_tool_calls;   /* default true */
+    const char *ignored_tools; /* Responses: the hosted tools set aside ("web_search, mcp"); the row's */
     struct grammar *grammar; /* structured output (api_constraint.h), or NULL; a reference */
+    char *format_schema;     /* the JSON schema the answer must match, when grammar is one (else NULL) */
 } api_request;
 
 /* body[len] must be NUL (the parser refuses anything after the JSON value).

@@ -209,7 +209,12 @@ static int add_function_call(chat_msgs *msgs, const cJSON *it, const char *param
     cJSON *c = function_wrapper(&fn);
     if (!c) return oom(e);
     cJSON_AddItemToArray(calls, c);
-    if (!cJSON_AddStringToObject(c, "id", id->valuestring) || !cJSON_AddStringToObject(fn, "name", name->valuestring) ||
+    /* a call of a namespace's function: named as the model was offered it, "ns.name" */
+    const cJSON *ns = json_field(it, "namespace");
+    char full[256];
+    snprintf(full, sizeof full, "%s%s%s", cJSON_IsString(ns) ? ns->valuestring : "", cJSON_IsString(ns) ? "." : "",
+             name->valuestring);
+    if (!cJSON_AddStringToObject(c, "id", id->valuestring) || !cJSON_AddStringToObject(fn, "name", full) ||
         !cJSON_AddStringToObject(fn, "arguments", args->valuestring) || !remember_call(msgs, id->valuestring))
         return oom(e);
     return 0;
@@ -283,9 +288,87 @@ static int translate_input(const cJSON *in, chat_msgs *msgs, api_error *e)
     return 0;
 }
 
-/* Flat function tools -> chat tools; hosted tools (web_search, file_search, ...) need what
- * this server does not have. */
-static int translate_tools(const cJSON *in, cJSON *out, api_error *e)
+/* Hosted tools: OpenAI runs them on its side (a search engine, a vector store, a sandbox, a
+ * computer, an image model, a remote MCP server), so a client may offer them to any Responses
+ * server; this one has none of them.  Prefixes of their types, which carry dates
+ * (web_search_preview_2025_03_11, computer_use_preview). */
+static bool hosted_tool(const char *type)
+{
+    static const char *const hosted[] = {"web_search", "file_search", "code_interpreter", "computer",
+                                         "image_generation", "mcp"};
+    for (size_t i = 0; i < sizeof hosted / sizeof hosted[0]; i++)
+        if (!strncmp(type, hosted[i], strlen(hosted[i]))) return true;
+    return false;
+}
+
+/* Notes a hosted tool set aside: its type joins rq->ignored_tools ("web_search, mcp"). */
+static int note_ignored(api_resp_req *rq, const char *type, api_error *e)
+{
+    size_t have = rq->ignored_tools ? strlen(rq->ignored_tools) : 0, add = strlen(type);
+    for (const char *p = rq->ignored_tools; p && *p;) { /* each named once */
+        size_t n = strcspn(p, ",");
+        if (n == add && !memcmp(p, type, n)) return 0;
+        p += n + (p[n] ? 2 : 0);
+    }
+    char *p = realloc(rq->ignored_tools, have + add + 3);
+    if (!p) return oom(e);
+    snprintf(p + have, add + 3, "%s%s", have ? ", " : "", type);
+    rq->ignored_tools = p;
+    return 0;
+}
+
+/* One flat function tool -> a chat tool named prefix + its name (prefix "ns." inside the
+ * namespace ns). */
+static int add_function_tool(cJSON *ct, const cJSON *t, const char *prefix, api_error *e)
+{
+    cJSON *fn, *c = function_wrapper(&fn);
+    if (!c) return oom(e);
+    cJSON_AddItemToArray(ct, c);
+    static const char *const keys[] = {"description", "parameters", "strict"};
+    if (copy_keys(t, fn, keys, sizeof keys / sizeof keys[0], e)) return -1;
+    const cJSON *name = json_field(t, "name");
+    if (!cJSON_IsString(name)) return copy_keys(t, fn, (const char *const[]){"name"}, 1, e); /* api_request names it */
+    size_t n = strlen(prefix) + strlen(name->valuestring) + 1;
+    char *full = malloc(n);
+    if (!full) return oom(e);
+    snprintf(full, n, "%s%s", prefix, name->valuestring);
+    bool ok = cJSON_AddStringToObject(fn, "name", full) != NULL;
+    free(full);
+    return ok ? 0 : oom(e);
+}
+
+/* A namespace tool {"type": "namespace", "name": ns, "tools": [function tools]} is its
+ * functions, each offered to the model as "ns.name" (how OpenAI's models see a namespace's
+ * functions); a call of one goes back as {"name": name, "namespace": ns}. */
+static int add_namespace(cJSON *ct, const cJSON *t, const char *param, api_resp_req *rq, api_error *e)
+{
+    const cJSON *ns = json_field(t, "name"), *tools = json_field(t, "tools"), *sub;
+    if (!cJSON_IsString(ns) || !ns->valuestring[0] || strchr(ns->valuestring, '.') || !cJSON_IsArray(tools))
+        return invalid(e, param, "invalid_value",
+                       "Invalid '%s': a namespace tool needs a 'name' (without '.') and an array of function 'tools'.",
+                       param);
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "%.150s.", ns->valuestring);
+    cJSON_ArrayForEach(sub, tools) {
+        const cJSON *type = json_field(sub, "type");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            return invalid(e, param, "unsupported_parameter",
+                           "Invalid '%s': a namespace's tools must be function tools.", param);
+        if (add_function_tool(ct, sub, prefix, e)) return -1;
+    }
+    if (!rq) return 0;
+    size_t have = rq->namespaces ? strlen(rq->namespaces) : 0, add = strlen(prefix);
+    char *p = realloc(rq->namespaces, have + add + 1);
+    if (!p) return oom(e);
+    memcpy(p + have, prefix, add + 1); /* "a.b." : each name with its dot */
+    rq->namespaces = p;
+    return 0;
+}
+
+/* Flat function tools -> chat tools, namespace tools -> their functions; hosted tools (which
+ * need what this server does not have) are set aside, named in rq->ignored_tools; other types
+ * are refused. */
+static int translate_tools(const cJSON *in, cJSON *out, api_resp_req *rq, api_error *e)
 {
     const cJSON *tools = json_field(in, "tools");
     if (!tools) return 0;
@@ -299,16 +382,17 @@ static int translate_tools(const cJSON *in, cJSON *out, api_error *e)
         snprintf(param, sizeof param, "tools[%d].type", i++);
         const cJSON *type = json_field(t, "type");
         if (!cJSON_IsString(type)) return not_string(e, param);
-        if (strcmp(type->valuestring, "function"))
+        int rc;
+        if (!strcmp(type->valuestring, "function")) rc = add_function_tool(ct, t, "", e);
+        else if (!strcmp(type->valuestring, "namespace")) rc = add_namespace(ct, t, param, rq, e);
+        else if (hosted_tool(type->valuestring)) rc = note_ignored(rq, type->valuestring, e);
+        else
             return invalid(e, param, "unsupported_parameter",
                            "Invalid '%s': '%.40s' tools are not supported: this server runs function tools only.", param,
                            type->valuestring);
-        cJSON *fn, *c = function_wrapper(&fn);
-        if (!c) return oom(e);
-        cJSON_AddItemToArray(ct, c);
-        static const char *const keys[] = {"name", "description", "parameters", "strict"};
-        if (copy_keys(t, fn, keys, sizeof keys / sizeof keys[0], e)) return -1;
+        if (rc) return -1;
     }
+    if (!cJSON_GetArraySize(ct)) cJSON_DeleteItemFromObjectCaseSensitive(out, "tools"); /* hosted ones only */
     return 0;
 }
 
@@ -382,7 +466,7 @@ int api_responses_translate(const char *body, size_t len, char **chat_body, api_
     if (rc == 0 && !msgs.arr) rc = oom(e);
     if (rc == 0) rc = translate_input(in, &msgs, e);
     free(msgs.call_ids);
-    if (rc == 0) rc = translate_tools(in, out, e);
+    if (rc == 0) rc = translate_tools(in, out, rq, e);
     if (rc == 0) rc = translate_tool_choice(in, out, e);
     if (rc == 0) rc = translate_text(in, out, e);
     if (rc == 0) rc = keep_echo(in, rq, e);
@@ -400,6 +484,9 @@ void api_resp_req_free(api_resp_req *rq)
     rq->name = NULL;
     API_RESP_ECHOED(DROP)
 #undef DROP
+    free(rq->namespaces);
+    free(rq->ignored_tools);
+    rq->namespaces = rq->ignored_tools = NULL;
 }
 
 void api_responses_rename_error(api_error *e)
@@ -487,7 +574,26 @@ static cJSON *item(api_resp_item kind, const char *id, const char *status, const
     return it;
 }
 
-static cJSON *call_item(const chat_tool_call *c, const char *status, bool with_args)
+/* The function a call names, split back into its namespace when the request offered it inside
+ * one (namespaces: "a.b." as add_namespace keeps them); *ns_len 0 when it is a plain function. */
+static const char *call_name(const api_resp_req *rq, const char *name, size_t *ns_len)
+{
+    *ns_len = 0;
+    const char *dot = name ? strchr(name, '.') : NULL;
+    if (!dot || !rq || !rq->namespaces) return name;
+    size_t n = (size_t)(dot - name) + 1;
+    for (const char *p = rq->namespaces; *p;) {
+        const char *end = strchr(p, '.');
+        if ((size_t)(end - p) + 1 == n && !memcmp(p, name, n)) {
+            *ns_len = n - 1;
+            return dot + 1;
+        }
+        p = end + 1;
+    }
+    return name;
+}
+
+static cJSON *call_item(const api_resp_req *rq, const chat_tool_call *c, const char *status, bool with_args)
 {
     cJSON *it = cJSON_CreateObject();
     char id[64];
@@ -496,7 +602,10 @@ static cJSON *call_item(const chat_tool_call *c, const char *status, bool with_a
     cJSON_AddStringToObject(it, "type", "function_call");
     cJSON_AddStringToObject(it, "status", status);
     cJSON_AddItemToObject(it, "call_id", text_string(c->id, c->id ? strlen(c->id) : 0));
-    cJSON_AddItemToObject(it, "name", text_string(c->name, c->name ? strlen(c->name) : 0));
+    size_t ns_len;
+    const char *name = call_name(rq, c->name, &ns_len);
+    cJSON_AddItemToObject(it, "name", text_string(name, name ? strlen(name) : 0));
+    if (ns_len) cJSON_AddItemToObject(it, "namespace", text_string(c->name, ns_len));
     cJSON_AddItemToObject(it, "arguments", with_args ? text_string(c->arguments, c->arguments ? strlen(c->arguments) : 0)
                                                      : cJSON_CreateString(""));
     return it;
@@ -569,7 +678,7 @@ char *api_responses_json(const api_meta *m, const api_resp_req *rq, const api_re
         cJSON_AddItemToArray(output, item(RESP_ITEM_MESSAGE, id, o->incomplete ? "incomplete" : "completed", o->text,
                                           o->text_len, true));
     }
-    for (int i = 0; i < o->n_calls; i++) cJSON_AddItemToArray(output, call_item(&o->calls[i], "completed", true));
+    for (int i = 0; i < o->n_calls; i++) cJSON_AddItemToArray(output, call_item(rq, &o->calls[i], "completed", true));
     cJSON *root = response_object(m, rq, o->incomplete ? "incomplete" : "completed", output, u, o->incomplete, NULL);
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
@@ -700,10 +809,10 @@ void api_resp_stream_call(api_resp_stream *s, const chat_tool_call *c)
     close_item(s, "completed");
     int index = n_items(s);
     cJSON *ev = at(index, NULL);
-    if (ev) cJSON_AddItemToObject(ev, "item", call_item(c, "in_progress", false));
+    if (ev) cJSON_AddItemToObject(ev, "item", call_item(s->rq, c, "in_progress", false));
     emit(s, "response.output_item.added", ev);
     /* the finished item's own id and (sanitized) arguments go into the argument events */
-    cJSON *done = call_item(c, "completed", true);
+    cJSON *done = call_item(s->rq, c, "completed", true);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(done, "id"), *args = cJSON_GetObjectItemCaseSensitive(done, "arguments");
     const char *sid = cJSON_IsString(id) ? id->valuestring : "", *sargs = cJSON_IsString(args) ? args->valuestring : "";
     static const char *const steps[] = {"response.function_call_arguments.delta", "response.function_call_arguments.done"};

@@ -2,8 +2,10 @@
  *
  * A request is translated into the chat-completions body that means the same (instructions
  * -> a system message, input items -> messages, function_call / function_call_output items ->
- * assistant tool_calls / tool messages, flat function tools -> chat tools, text.format ->
- * response_format), which api_request_parse then validates like any chat request; the reply
+ * assistant tool_calls / tool messages, flat function tools -> chat tools, a namespace tool ->
+ * its functions named "ns.name", text.format -> response_format; hosted tools -- web_search,
+ * file_search, code_interpreter, computer use, image_generation, mcp -- are set aside and
+ * named in api_resp_req.ignored_tools), which api_request_parse then validates like any chat request; the reply
  * is written as a response object, or streamed as the typed events the OpenAI SDKs accumulate
  * (response.created ... response.completed).  Nothing is stored: previous_response_id,
  * conversation, background and item references are refused.
@@ -29,6 +31,8 @@
 typedef struct api_resp_req {
     API_RESP_ECHOED(API_RESP_ECHO_MEMBER)
     bool parallel_tool_calls; /* default true */
+    char *namespaces;    /* the namespace tools' names, each with its dot: "a.b." (NULL: none) */
+    char *ignored_tools; /* the hosted tools set aside: "web_search, mcp" (NULL: none) */
 } api_resp_req;
 
 /* body[len] must be NUL.  0 with *chat_body (malloc'd JSON for api_request_parse(API_CHAT))

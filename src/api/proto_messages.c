@@ -108,6 +108,7 @@ const api_protocol proto_messages = {
     .messages = true,
     .parse = msg_parse,
     .free_state = msg_free_state,
+    .rename_error = api_messages_rename_error,
     .open = msg_open,
     .delta = msg_delta,
     .close = msg_close,

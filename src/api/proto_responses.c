@@ -37,6 +37,7 @@ static int resp_parse(const char *body, size_t len, int n_vocab, api_request *rq
         return -1;
     }
     rq->kind = API_RESPONSES;
+    rq->ignored_tools = st->rq.ignored_tools; /* lives in the row's state, freed after rq */
     *state = st;
     return 0;
 }
@@ -94,6 +95,7 @@ const api_protocol proto_responses = {
     .messages = true,
     .parse = resp_parse,
     .free_state = resp_free_state,
+    .rename_error = api_responses_rename_error,
     .open = resp_open,
     .delta = resp_delta,
     .close = resp_close,

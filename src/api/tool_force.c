@@ -48,14 +48,18 @@ static bool forced_name_ok(const char *name)
     return true;
 }
 
-/* What a forced call is compiled from; e gets the error of a failed compile. */
+/* What a forced call is compiled from; e gets the error of a failed compile.  answer: the
+ * schema of a text answer offered beside the calls (tool_choice auto), NULL when a call is
+ * forced. */
 typedef struct forced_spec {
     const api_request *r;
     chat_forced_call fc;
+    const cJSON *answer;
     api_error *e;
 } forced_spec;
 
-/* api_constraint_cached's make(): one alternative per offered (or the named) function. */
+/* api_constraint_cached's make(): one alternative per offered (or the named) function, and the
+ * schema's answer when there is one. */
 static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
 {
     const forced_spec *fs = arg;
@@ -92,8 +96,14 @@ static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
         }
         added++;
     }
+    bool answer_failed = false;
+    if (!bad_name && !failed && added && fs->answer)
+        answer_failed = !grammar_builder_add(b, NULL, fs->answer, NULL, err, sizeof err);
     grammar *g = NULL;
-    if (bad_name) {
+    if (answer_failed) {
+        api_error_set(fs->e, 400, "invalid_request_error", "response_format", "invalid_value",
+                      "The response format cannot be enforced beside the tools: %s", err[0] ? err : "out of memory");
+    } else if (bad_name) {
         api_error_set(fs->e, 400, "invalid_request_error", "tools", "invalid_value",
                       "Invalid function name '%.64s': a forced tool call needs a name of letters, digits, '_', "
                       "'-', '.' and ':' (at most %d).",
@@ -113,44 +123,61 @@ static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
         api_error_set(fs->e, oom ? 500 : 400, oom ? "server_error" : "invalid_request_error", oom ? NULL : "tools",
                       oom ? NULL : "invalid_value", "The tools cannot be enforced as one tool-call grammar: %s", err);
     }
-    if (bad_name || failed || !added) grammar_builder_free(b);
+    if (answer_failed || bad_name || failed || !added) grammar_builder_free(b);
     if (!g) snprintf(errbuf, errlen, "%s", fs->e->message);
     cJSON_Delete(tools);
     cJSON_Delete(any_object);
     return g;
 }
 
-grammar *tool_force_grammar(const api_request *r, chat_syntax syntax, bool *forced, api_error *e)
+/* Which grammar the request's tools call for: a forced call (tool_choice required or named),
+ * a call or the schema's answer (tool_choice auto beside a JSON-schema response format), or
+ * none (the request's own constraint, if any, stands). */
+static bool wants_tool_grammar(const api_request *r)
 {
-    *forced = false;
-    if (!r->tools_json || (r->tool_choice != API_TOOL_REQUIRED && r->tool_choice != API_TOOL_NAMED)) return NULL;
-    *forced = true;
+    if (!r->tools_json || r->tool_choice == API_TOOL_NONE) return false;
+    return r->tool_choice != API_TOOL_AUTO || r->format_schema;
+}
+
+int tool_force_apply(api_request *r, chat_syntax syntax, api_error *e)
+{
+    if (!wants_tool_grammar(r)) return 0;
+    bool forced = r->tool_choice != API_TOOL_AUTO;
     forced_spec fs = {.r = r, .e = e};
     if (!chat_forced_call_shape(syntax, &fs.fc)) {
+        if (!forced) return 0; /* no call can be parsed out either: the format covers the reply */
         api_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
                       "This model's chat template shows no tool-call syntax this server knows, so a tool call "
                       "cannot be forced; use tool_choice \"auto\".");
-        return NULL;
+        return -1;
     }
-    if (r->grammar) {
-        api_error_set(e, 400, "invalid_request_error", "tool_choice", "invalid_value",
-                      "tool_choice \"required\" or a named function cannot be combined with response_format.");
-        return NULL;
+    /* A forced turn is a call: the response format is for the text answer of a later turn (as
+     * OpenAI's API takes the pair), so it does not enter this grammar. */
+    cJSON *answer = NULL;
+    if (!forced && !(answer = cJSON_Parse(r->format_schema))) {
+        api_error_set(e, 500, "server_error", NULL, NULL, "out of memory building the tool-call grammar");
+        return -1;
     }
+    fs.answer = answer;
     /* Cached like every other grammar, so an agent that resends the same tools reuses the
      * compiled grammar and the token tables built for it on earlier requests. */
     bytebuf key = {0};
-    bytebuf_printf(&key, "%d\n%d\n%s\n%s", (int)syntax, (int)r->tool_choice,
-                   r->tool_choice == API_TOOL_NAMED ? r->tool_choice_name : "", r->tools_json);
-    if (!bytebuf_ok(&key)) {
-        bytebuf_free(&key);
+    bytebuf_printf(&key, "%d\n%d\n%s\n%s\n%s", (int)syntax, (int)r->tool_choice,
+                   r->tool_choice == API_TOOL_NAMED ? r->tool_choice_name : "", r->tools_json,
+                   forced ? "" : r->format_schema);
+    grammar *g = NULL;
+    if (bytebuf_ok(&key)) {
+        /* The cache's own failure (memory for the key) calls no build_forced to say why. */
         api_error_set(e, 500, "server_error", NULL, NULL, "out of memory building the tool-call grammar");
-        return NULL;
+        char err[256];
+        g = api_constraint_cached('T', key.data, key.len, build_forced, &fs, err, sizeof err);
+    } else {
+        api_error_set(e, 500, "server_error", NULL, NULL, "out of memory building the tool-call grammar");
     }
-    /* The cache's own failure (memory for the key) calls no build_forced to say why. */
-    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory building the tool-call grammar");
-    char err[256];
-    grammar *g = api_constraint_cached('T', key.data, key.len, build_forced, &fs, err, sizeof err);
     bytebuf_free(&key);
-    return g;
+    cJSON_Delete(answer);
+    if (!g) return -1;
+    grammar_unref(r->grammar);
+    r->grammar = g;
+    return 0;
 }

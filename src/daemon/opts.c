@@ -28,6 +28,8 @@ typedef struct opt_def {
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const reasoning_names[] = {"auto", "none", "deepseek", NULL};
 static const char *const log_format_names[] = {"text", "json", NULL};
+/* In opts_hosted_tools order. */
+static const char *const hosted_tools_names[] = {"ignore", "refuse", NULL};
 /* Same order as log_level in log.h. */
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
 
@@ -84,6 +86,16 @@ static const opt_def opt_table[] = {
     ENUM_("reasoning-format", NULL, reasoning_format, "auto", reasoning_names,
           "<think> blocks: deepseek (to reasoning_content), none (left in content), auto (deepseek when the "
           "template or vocabulary has them)"),
+    BOOL_("always-include-usage", NULL, always_include_usage, "false",
+          "streamed chat completions end with a usage chunk even when the client sent no stream_options "
+          "(for operators who bill or monitor by usage)"),
+    INT_("default-max-tokens", NULL, default_max_tokens, "0", 0, 1 << 30,
+         "completion tokens of a chat or Responses request that sets no limit (llama-server's --n-predict; "
+         "0: up to the context)"),
+    ENUM_("hosted-tools", NULL, hosted_tools, "ignore", hosted_tools_names,
+          "Responses tools only OpenAI can run (web_search, file_search, code_interpreter, computer use, "
+          "image_generation, mcp): ignore (set aside, logged, named in the x-inferd-ignored-tools header) or "
+          "refuse (a 400)"),
     ENUM_("log-level", NULL, log_level, "info", log_level_names, "debug, info, warn, error"),
     ENUM_("log-format", NULL, log_format, "text", log_format_names, "text or json (one object per line)"),
     STR_("log-file", NULL, log_file, "", "log to this file instead of stderr"),

@@ -48,11 +48,17 @@ typedef struct inferd_opts {
     char log_file[OPTS_STR_MAX];
     double shutdown_timeout; /* seconds */
     bool metrics;           /* serve /metrics */
+    bool always_include_usage; /* streamed chats end with usage even without stream_options */
+    int hosted_tools;       /* opts_hosted_tools */
+    int default_max_tokens; /* a request's completion limit when it sets none; 0: up to the context */
     char config[OPTS_STR_MAX];
 } inferd_opts;
 
 /* --reasoning-format: auto splits <think> blocks when the template or vocabulary has them. */
 typedef enum opts_reasoning_format { OPTS_REASONING_AUTO = 0, OPTS_REASONING_NONE, OPTS_REASONING_DEEPSEEK } opts_reasoning_format;
+
+/* --hosted-tools: what a request offering tools only OpenAI can run (web_search, ...) gets. */
+typedef enum opts_hosted_tools { OPTS_HOSTED_IGNORE = 0, OPTS_HOSTED_REFUSE } opts_hosted_tools;
 
 /* Fill every field with its table default. */
 void opts_defaults(inferd_opts *o);

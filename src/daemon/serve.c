@@ -505,7 +505,10 @@ int serve_main(int argc, char **argv)
                         .max_body = (size_t)o.max_body, .api_key = o.api_key, .metrics = o.metrics,
                         .max_connections = (unsigned)o.max_connections,
                         .max_connections_per_ip = (unsigned)o.max_connections_per_ip,
-                        .timeout_s = (unsigned)o.timeout, .stream_timeout_s = (unsigned)o.stream_timeout};
+                        .timeout_s = (unsigned)o.timeout, .stream_timeout_s = (unsigned)o.stream_timeout,
+                        .always_include_usage = o.always_include_usage,
+                        .refuse_hosted_tools = o.hosted_tools == OPTS_HOSTED_REFUSE,
+                        .default_max_tokens = o.default_max_tokens};
     if (!(st.sv = server_start(&sc, err, sizeof err))) {
         log_error("%s", err);
         close_loop(&st);

@@ -196,6 +196,15 @@ static bool integer_rule(sc *c, bytebuf *b, const cJSON *s)
     const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minimum"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maximum");
     const cJSON *emn = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum"),
                 *emx = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
+    /* JavaScript's safe-integer range, +-(2^53 - 1) (zod 4 writes it for every
+     * z.number().int(), so the OpenAI Agents SDK's tools carry it), is no bound: a bound at or
+     * past it is dropped.  9e15, not 2^53 - 1: cJSON prints 15 digits (-9.00719925474099e+15),
+     * so the bound has lost its last digit when a tools array was printed and read back. */
+    const double safe = 9.0e15;
+    if (mn && cJSON_IsNumber(mn) && mn->valuedouble <= -safe) mn = NULL;
+    if (emn && cJSON_IsNumber(emn) && emn->valuedouble <= -safe) emn = NULL;
+    if (mx && cJSON_IsNumber(mx) && mx->valuedouble >= safe) mx = NULL;
+    if (emx && cJSON_IsNumber(emx) && emx->valuedouble >= safe) emx = NULL;
     bool has_lo = mn || emn, has_hi = mx || emx;
     if (!has_lo && !has_hi) {
         bytebuf_puts(b, " int");

@@ -150,7 +150,7 @@ static size_t control_at(void *tok, const char *s, size_t n) { return tokenizer_
 
 /* The prompt, with the spans where the messages wrote control-token texts (tokenized as text,
  * as OpenAI does, unless the operator chose --special-in-content). */
-static int render_chat(const server *sv, const api_request *rq, chat_prompt *p, api_error *e)
+static int render_chat(const server *sv, const api_request *rq, const char *param, chat_prompt *p, api_error *e)
 {
     char err[512] = "";
     bool tools = rq->tools_json && rq->tool_choice != API_TOOL_NONE;
@@ -159,13 +159,14 @@ static int render_chat(const server *sv, const api_request *rq, chat_prompt *p, 
     if (!sv->sm.special_in_content) v.protect_at = control_at, v.protect_ctx = (void *)sv->sm.tok;
     if (t) {
         if (chat_render_jinja_prompt(t, rq->tmpl_ctx, &v, p, err, sizeof err) == 0) return 0;
-        api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
-                      "The model's chat template refused these messages: %s", err[0] ? err : "no reason given");
+        /* param: the field the client sent its conversation in (Responses: input) */
+        api_error_set(e, 400, "invalid_request_error", param, "invalid_value",
+                      "The model's chat template refused these %s: %s", param, err[0] ? err : "no reason given");
         return -1;
     }
     if (chat_render_prompt(sv->sm.tmpl, rq->msgs, (size_t)rq->n_msgs, &v, p, err, sizeof err) == 0) return 0;
-    api_error_set(e, 400, "invalid_request_error", "messages", "invalid_value",
-                  "Invalid 'messages': %s", err[0] ? err : "the chat template could not render them");
+    api_error_set(e, 400, "invalid_request_error", param, "invalid_value",
+                  "Invalid '%s': %s", param, err[0] ? err : "the chat template could not render them");
     return -1;
 }
 
@@ -184,7 +185,7 @@ static int encode_chat(const server *sv, const chat_prompt *p, int32_t **ids, ap
 static int build_chat_prompt(gen *g, api_error *e)
 {
     chat_prompt p;
-    if (render_chat(g->sv, &g->req, &p, e) != 0) return -1;
+    if (render_chat(g->sv, &g->req, g->p->prompt_param, &p, e) != 0) return -1;
     const char *text = p.text;
     size_t len = p.len;
     /* A reply that starts inside a <think> the prompt opened (DeepSeek R1 distills). */
@@ -204,7 +205,7 @@ static int build_chat_prompt(gen *g, api_error *e)
 int gen_prompt_tokens(const server *sv, const api_request *rq, api_error *e)
 {
     chat_prompt p;
-    if (render_chat(sv, rq, &p, e) != 0) return -1;
+    if (render_chat(sv, rq, "messages", &p, e) != 0) return -1;
     int32_t *ids = NULL;
     int n = encode_chat(sv, &p, &ids, e);
     chat_prompt_free(&p);
@@ -217,6 +218,10 @@ static int check_context(gen *g, api_error *e)
 {
     int ctx = g->sv->sm.ctx_per_slot;
     const char *param = g->p->prompt_param;
+    /* --default-max-tokens: the limit of a chat that sets none (agents such as the Codex CLI never
+     * do), never more than the context leaves; completions have OpenAI's 16 already */
+    int def = g->sv->cfg.default_max_tokens, room = g->n_prompts ? ctx - g->prompts[0].n_ids : 0;
+    if (!g->req.max_tokens && def > 0 && room > 0) g->req.max_tokens = def < room ? def : room;
     for (int i = 0; i < g->n_prompts; i++) {
         int n = g->prompts[i].n_ids;
         int max = g->req.max_tokens ? g->req.max_tokens : ctx - n; /* chat: up to the context */
@@ -510,7 +515,8 @@ static void parse_output(gen *g, int i, sched_output *o)
     chat_delta_clear(&c->delta);
     int rc = chat_parser_feed(c->cp, o->text ? o->text : "", o->text_len, &c->delta);
     if (rc == 0 && o->finish != SCHED_FINISH_NONE) {
-        rc = chat_parser_finish(c->cp, &c->delta);
+        /* cut by max_tokens inside a call: a partial call, never its markup as content */
+        rc = o->finish == SCHED_FINISH_LENGTH ? chat_parser_cut(c->cp, &c->delta) : chat_parser_finish(c->cp, &c->delta);
         if (chat_parser_n_dropped(c->cp))
             log_info("%s: dropped %d tool call(s) the client cannot use (a function not offered, arguments not a "
                      "JSON object, or more than parallel_tool_calls allows)", g->id, chat_parser_n_dropped(c->cp));
@@ -585,6 +591,7 @@ static enum MHD_Result start_stream(gen *g)
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (g->hr->ignored_tools) MHD_add_response_header(resp, HTTP_HEADER_IGNORED_TOOLS, g->hr->ignored_tools);
     g->hr->status = 200;
     enum MHD_Result r = MHD_queue_response(g->hr->conn, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
@@ -707,6 +714,22 @@ static int out_of_memory(api_error *e)
     return -1;
 }
 
+/* Hosted tools (web_search, ...) the request offered: a 400 under --hosted-tools refuse, else
+ * set aside with a log line and a header naming them, so that an agent whose defaults include
+ * one (the Codex CLI) still runs, and its operator can see what its model was not offered. */
+static int hosted_tools(gen *g, api_error *e)
+{
+    if (g->sv->cfg.refuse_hosted_tools) {
+        api_error_set(e, 400, "invalid_request_error", "tools", "unsupported_parameter",
+                      "Hosted tools are not supported by this server: %s (it runs function tools only).",
+                      g->req.ignored_tools);
+        return -1;
+    }
+    log_info("%s: ignoring hosted tools this server cannot run: %s", g->id, g->req.ignored_tools);
+    g->hr->ignored_tools = g->req.ignored_tools;
+    return 0;
+}
+
 /* Everything before the answer: the body parsed, the prompt built, the choices submitted.
  * Runs on a prep thread: no MHD call here. */
 static int prepare(gen *g, api_error *e)
@@ -716,19 +739,21 @@ static int prepare(gen *g, api_error *e)
     const char *body = hr->body.data ? hr->body.data : "";
     if (p->parse(body, hr->body.len, tokenizer_n_vocab(g->sv->sm.tok), &g->req, &g->rep.state, e) != 0) return -1;
     bool chat = p->messages;
-    if (chat) {
-        bool forced;
-        grammar *tg = tool_force_grammar(&g->req, g->sv->sm.syntax, &forced, e);
-        if (forced && !tg) return -1;
-        if (tg) g->req.grammar = tg; /* released with the request */
-    }
-    int rc = chat ? build_chat_prompt(g, e) : build_completion_prompts(g, e);
+    if (g->req.ignored_tools && hosted_tools(g, e) != 0) return -1;
+    int rc = chat ? tool_force_apply(&g->req, g->sv->sm.syntax, e) : 0;
+    if (rc == 0) rc = chat ? build_chat_prompt(g, e) : build_completion_prompts(g, e);
     if (rc == 0) rc = check_context(g, e);
-    if (rc != 0) return -1;
+    if (rc != 0) {
+        if (p->rename_error) p->rename_error(e);
+        return -1;
+    }
     g->rep.rq = &g->req;
     g->rep.meta = (api_meta){.kind = p->kind, .id = g->id, .model = g->sv->sm.alias,
                              .created = (long long)time(NULL),
                              .usage_null = g->req.stream && g->req.include_usage};
+    /* --always-include-usage: as if every streamed request had asked for it (vLLM's
+     * --enable-force-include-usage), for clients that never send stream_options */
+    if (g->sv->cfg.always_include_usage && g->req.stream) g->req.include_usage = g->rep.meta.usage_null = true;
     g->rep.vocab = vocab_of(g);
     g->rep.out = &g->out;
     g->n_ch = g->n_prompts * g->req.n;

@@ -18,6 +18,7 @@ enum MHD_Result http_reply(http_req *hr, int status, const char *ctype, char *bo
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == 405 && hr->route_method) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, hr->route_method);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (hr->ignored_tools) MHD_add_response_header(resp, HTTP_HEADER_IGNORED_TOOLS, hr->ignored_tools);
     /* A body left unread, or a head that could be framed two ways: nothing after this reply
      * on the connection may be read as a request. */
     if (hr->close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");

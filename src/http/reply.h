@@ -18,6 +18,9 @@ typedef struct route route;
 typedef struct gen gen;
 
 /* One HTTP request (MHD's per-request context). */
+/* Names the hosted tools a request offered that the server set aside (--hosted-tools ignore). */
+#define HTTP_HEADER_IGNORED_TOOLS "x-inferd-ignored-tools"
+
 typedef struct http_req {
     server *sv;
     struct MHD_Connection *conn;
@@ -41,6 +44,7 @@ typedef struct http_req {
     bool hold_reply;    /* a handler runs on a prep thread: its reply is made, not queued */
     struct MHD_Response *held; /* that reply, queued by http_reply_held */
     gen *g;        /* completions / chat in progress */
+    const char *ignored_tools; /* hosted tools a generation set aside: its x-inferd-ignored-tools header */
 } http_req;
 
 /* Queues body (malloc'd; ownership passes) with its content type. */

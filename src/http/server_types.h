@@ -26,6 +26,9 @@ typedef struct server_config {
     unsigned stream_timeout_s; /* inactivity allowed while a response is generated or sent */
     const char *api_key; /* NULL or "": no authentication */
     bool metrics;
+    bool always_include_usage; /* streamed chats end with usage without stream_options (--always-include-usage) */
+    bool refuse_hosted_tools;  /* a 400 for hosted tools (web_search, ...) instead of setting them aside */
+    int default_max_tokens;    /* a chat request's completion limit when it sets none (0: up to the context) */
 } server_config;
 
 /* What /v1/models says about the model (filled by whoever loaded it). */

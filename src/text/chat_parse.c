@@ -192,11 +192,13 @@ static bool args_object(const char *args)
  * object, and only the first when parallel calls are off.  Anything else is dropped, markup
  * and all (it is no content either), and counted.  The id is always ours: a model-written
  * one could repeat an earlier call's or carry anything.  0, or -1 when memory ran out. */
-static int add_call(chat_parser *p, chat_delta *d, const char *name, size_t name_len, const char *args)
+static int add_call_as(chat_parser *p, chat_delta *d, const char *name, size_t name_len, const char *args,
+                       bool partial)
 {
     p->n_seen++;
     bytebuf_clear(&p->ws); /* whitespace between calls is markup, not content */
-    if (!offered(p, name, name_len) || !args_object(args) || (p->o.max_calls && p->n_calls >= p->o.max_calls)) {
+    if (!offered(p, name, name_len) || (!partial && !args_object(args)) ||
+        (p->o.max_calls && p->n_calls >= p->o.max_calls)) {
         p->n_dropped++;
         return 0;
     }
@@ -223,6 +225,11 @@ static int add_call(chat_parser *p, chat_delta *d, const char *name, size_t name
     d->n_calls++;
     p->n_calls++;
     return 0;
+}
+
+static int add_call(chat_parser *p, chat_delta *d, const char *name, size_t name_len, const char *args)
+{
+    return add_call_as(p, d, name, name_len, args, false);
 }
 
 /* One call object {"name": ..., "arguments"|"parameters": ...}: 1 added, 0 not a call, -1 oom. */
@@ -540,4 +547,91 @@ int chat_parser_finish(chat_parser *p, chat_delta *d)
 {
     if (run(p, d, true) < 0) return -1;
     return check(p, d);
+}
+
+/* ---- a reply cut inside a call ------------------------------------------------------------ */
+
+static size_t skip_space(const char *s, size_t n, size_t i)
+{
+    while (i < n && is_space(s[i])) i++;
+    return i;
+}
+
+/* The JSON string starting at s[i] ('"'), decoded into *out (malloc'd); its end, 0 when it is
+ * not complete. */
+static size_t json_string_at(const char *s, size_t n, size_t i, char **out)
+{
+    *out = NULL;
+    if (i >= n || s[i] != '"') return 0;
+    bool esc = false;
+    for (size_t j = i + 1; j < n; j++) {
+        if (esc) esc = false;
+        else if (s[j] == '\\') esc = true;
+        else if (s[j] == '"') {
+            cJSON *v = cJSON_ParseWithLength(s + i, j + 1 - i);
+            if (cJSON_IsString(v)) *out = strdup(v->valuestring);
+            cJSON_Delete(v);
+            return *out ? j + 1 : 0;
+        }
+    }
+    return 0;
+}
+
+/* After `"key"` at or past s[i] (the first such key), the offset just past its ':' and
+ * whitespace; 0 when absent. */
+static size_t after_key(const char *s, size_t n, size_t i, const char *key)
+{
+    size_t kl = strlen(key);
+    const char *k = i < n ? memmem(s + i, n - i, key, kl) : NULL;
+    if (!k) return 0;
+    size_t j = skip_space(s, n, (size_t)(k - s) + kl);
+    if (j >= n || s[j] != ':') return 0;
+    return skip_space(s, n, j + 1);
+}
+
+/* The open call in buf, as far as it was written: its name (complete, or nothing is released)
+ * and its arguments so far (possibly not yet valid JSON).  0, or -1 when memory ran out. */
+static int release_partial(chat_parser *p, chat_delta *d)
+{
+    const char *s = bdata(&p->buf);
+    size_t n = p->buf.len, a = 0;
+    char *name = NULL;
+    if (p->o.syntax == CHAT_SYNTAX_DEEPSEEK_V3) { /* <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{ */
+        const char *sep = memmem(s, n, DS_SEP, strlen(DS_SEP));
+        const char *nl = sep ? memchr(sep, '\n', n - (size_t)(sep - s)) : NULL;
+        const char *brace = nl ? memchr(nl, '{', n - (size_t)(nl - s)) : NULL;
+        if (nl) name = strndup(sep + strlen(DS_SEP), (size_t)(nl - sep) - strlen(DS_SEP));
+        a = brace ? (size_t)(brace - s) : n;
+    } else if (p->o.syntax == CHAT_SYNTAX_MISTRAL && (a = after_key(s, n, 0, "\"name\"")) == 0 &&
+               memmem(s, n, MISTRAL_ARGS, strlen(MISTRAL_ARGS))) { /* name[ARGS]{... */
+        const char *args = memmem(s, n, MISTRAL_ARGS, strlen(MISTRAL_ARGS));
+        size_t i = skip_space(s, n, 0);
+        name = strndup(s + i, (size_t)(args - s) - i);
+        a = (size_t)(args - s) + strlen(MISTRAL_ARGS);
+    } else { /* {"name": "NAME", "arguments"|"parameters": {... */
+        size_t v = after_key(s, n, 0, "\"name\"");
+        size_t e = v ? json_string_at(s, n, v, &name) : 0;
+        if (e) {
+            a = after_key(s, n, e, p->o.syntax == CHAT_SYNTAX_LLAMA3 ? "\"parameters\"" : "\"arguments\"");
+            if (!a) a = n; /* cut before its arguments began */
+        }
+    }
+    int rc = 0;
+    if (name && name[0]) {
+        bytebuf args = {0};
+        bytebuf_append(&args, s + a, n - a);
+        rc = bytebuf_ok(&args) ? add_call_as(p, d, name, strlen(name), bdata(&args), true) : -1;
+        bytebuf_free(&args);
+    }
+    free(name);
+    bytebuf_clear(&p->buf);
+    p->st = ST_CONTENT;
+    return rc;
+}
+
+int chat_parser_cut(chat_parser *p, chat_delta *d)
+{
+    if (run(p, d, false) < 0) return -1; /* the complete calls before it go out as usual */
+    if (p->st == ST_CALL && release_partial(p, d) < 0) return -1;
+    return chat_parser_finish(p, d);
 }

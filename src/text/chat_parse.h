@@ -72,6 +72,11 @@ void chat_parser_free(chat_parser *p);
 /* 0, or -1 when memory ran out. */
 int chat_parser_feed(chat_parser *p, const char *s, size_t n, chat_delta *d);
 int chat_parser_finish(chat_parser *p, chat_delta *d);
+/* The same for a reply cut short (max_tokens): a call still being written is released as a
+ * partial call -- its name, and its arguments as far as they were written, which may not be
+ * complete JSON -- so that the client sees a call cut off (finish_reason "length"), never its
+ * markup as content.  A call cut before its name was complete is dropped. */
+int chat_parser_cut(chat_parser *p, chat_delta *d);
 /* Tool calls released so far (finish_reason "tool_calls" when > 0). */
 int chat_parser_n_calls(const chat_parser *p);
 /* Calls recognised in the reply but not released (see chat_parse_opts.names). */

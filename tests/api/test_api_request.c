@@ -9,7 +9,13 @@
 
 #include <cmocka.h>
 
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <time.h>
+
 #include "api/api_request.h"
+#include "base/file.h"
+#include "text/jinja.h"
 
 #define N_VOCAB 1000
 
@@ -406,6 +412,131 @@ static void test_error_set(void **state)
     assert_string_equal(e.message, "busy 3");
 }
 
+/* Issue 33: an assistant turn with content null (the OpenAI SDKs' tool round trip) reaches the
+ * template with content "", as llama.cpp passes it.  Every template of ../shared/chat renders
+ * the shared null-content conversation as it renders the same with "" (Qwen3's raised
+ * "argument of type 'NoneType' is not iterable"); a template that refuses the conversation for
+ * another reason (Gemma 3's role alternation) still refuses it. */
+static void test_null_content_templates(void **state)
+{
+    (void)state;
+    const char *shared = getenv("INFERD_SHARED_DIR") && *getenv("INFERD_SHARED_DIR") ? getenv("INFERD_SHARED_DIR")
+                                                                                       : INFERD_SHARED_DIR;
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/chat/vectors.json", shared);
+    char *json = file_read_all(path, (size_t)1 << 30, NULL, err, sizeof err);
+    if (!json) skip();
+    cJSON *v = cJSON_Parse(json);
+    free(json);
+    const cJSON *conv = NULL, *c, *tmpl;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(v, "conversations"))
+        if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "id")), "tools-roundtrip-null-content")) conv = c;
+    assert_non_null(conv);
+    /* the body as an OpenAI client sends it: arguments as JSON strings, content null */
+    cJSON *body = cJSON_CreateObject(), *msgs = cJSON_Duplicate(cJSON_GetObjectItem(conv, "messages"), 1), *m;
+    cJSON *blank = cJSON_Duplicate(msgs, 1); /* the same with content "" (what the template must see) */
+    cJSON_ArrayForEach(m, blank) if (cJSON_IsNull(cJSON_GetObjectItem(m, "content")))
+        cJSON_ReplaceItemInObject(m, "content", cJSON_CreateString(""));
+    bool had_null = false;
+    cJSON_ArrayForEach(m, msgs) {
+        had_null = had_null || cJSON_IsNull(cJSON_GetObjectItem(m, "content"));
+        cJSON *tc;
+        cJSON_ArrayForEach(tc, cJSON_GetObjectItem(m, "tool_calls")) {
+            cJSON *fn = cJSON_GetObjectItem(tc, "function");
+            char *args = cJSON_PrintUnformatted(cJSON_GetObjectItem(fn, "arguments"));
+            cJSON_ReplaceItemInObject(fn, "arguments", cJSON_CreateString(args));
+            free(args);
+        }
+    }
+    assert_true(had_null);
+    cJSON_AddItemToObject(body, "messages", msgs);
+    cJSON_AddItemToObject(body, "tools", cJSON_Duplicate(cJSON_GetObjectItem(conv, "tools"), 1));
+    char *text = cJSON_PrintUnformatted(body);
+    api_request r;
+    ok(API_CHAT, text, &r);
+    free(text);
+    int rendered = 0;
+    cJSON_ArrayForEach(tmpl, cJSON_GetObjectItem(v, "expected")) {
+        snprintf(path, sizeof path, "%s/chat/templates/%s.jinja", shared, tmpl->string);
+        size_t len;
+        char *src = file_read_all(path, (size_t)1 << 24, &len, err, sizeof err);
+        assert_non_null(src);
+        jinja_tmpl *t = jinja_parse(src, len, err, sizeof err);
+        assert_non_null(t);
+        /* the request's context, and the blank conversation's, with the template's tokens */
+        cJSON *ctx = cJSON_Parse(r.tmpl_ctx), *want_ctx = cJSON_CreateObject(), *it;
+        cJSON_AddItemToObject(want_ctx, "messages", cJSON_Duplicate(blank, 1));
+        cJSON_AddItemToObject(want_ctx, "tools", cJSON_Duplicate(cJSON_GetObjectItem(conv, "tools"), 1));
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(tmpl, "special_tokens")) {
+            cJSON_AddItemToObject(ctx, it->string, cJSON_Duplicate(it, 1));
+            cJSON_AddItemToObject(want_ctx, it->string, cJSON_Duplicate(it, 1));
+        }
+        cJSON_AddTrueToObject(ctx, "add_generation_prompt");
+        cJSON_AddTrueToObject(want_ctx, "add_generation_prompt");
+        char *a = cJSON_PrintUnformatted(ctx), *b = cJSON_PrintUnformatted(want_ctx);
+        struct tm now = {.tm_year = 126, .tm_mon = 0, .tm_mday = 15, .tm_hour = 12};
+        jinja_opts o = {.now = &now};
+        char err2[512] = "";
+        char *got = jinja_render_json(t, a, strlen(a), &o, NULL, err, sizeof err);
+        char *want = jinja_render_json(t, b, strlen(b), &o, NULL, err2, sizeof err2);
+        print_message("%-12s %s\n", tmpl->string, got ? "renders" : err);
+        assert_null(strstr(got ? got : err, "NoneType"));
+        if (want) {
+            assert_non_null(got);
+            assert_string_equal(got, want);
+            rendered++;
+        } else {
+            assert_null(got);
+            assert_string_equal(err, err2);
+        }
+        free(got);
+        free(want);
+        free(a);
+        free(b);
+        cJSON_Delete(ctx);
+        cJSON_Delete(want_ctx);
+        jinja_free(t);
+        free(src);
+        if (!strcmp(tmpl->string, "qwen3")) assert_true(want != NULL); /* the issue's template renders now */
+    }
+    assert_true(rendered >= 3);
+    api_request_free(&r);
+    cJSON_Delete(blank);
+    cJSON_Delete(body);
+    cJSON_Delete(v);
+}
+
+/* response_format json_object with a schema (llama-server's form, Instructor's JSON_SCHEMA
+ * mode) is that schema; without one, any object.  format_schema keeps it for the tools. */
+static void test_json_object_schema(void **state)
+{
+    (void)state;
+    api_request r;
+    ok(API_CHAT,
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\","
+       "\"schema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"]}}}",
+       &r);
+    assert_non_null(r.grammar);
+    assert_string_equal(r.format_schema, "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"]}");
+    grammar_matcher *mt = grammar_matcher_new(r.grammar, NULL);
+    assert_true(grammar_matcher_accept_bytes(mt, "{\"n\": 3}", 8) && grammar_matcher_is_complete(mt));
+    grammar_matcher_free(mt);
+    mt = grammar_matcher_new(r.grammar, NULL);
+    assert_false(grammar_matcher_accept_bytes(mt, "{\"m\"", 4)); /* the schema, not any object */
+    grammar_matcher_free(mt);
+    api_request_free(&r);
+    ok(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", &r);
+    assert_string_equal(r.format_schema, "{\"type\":\"object\"}");
+    api_request_free(&r);
+    ok(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"guided_regex\":\"a+\"}", &r);
+    assert_null(r.format_schema); /* a regex is no JSON answer */
+    api_request_free(&r);
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\",\"schema\":3}}",
+        400, "response_format.schema");
+    bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\",\"schema\":{\"type\":\"object\",\"if\":{}}}}",
+        400, "response_format.schema");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -418,6 +549,8 @@ int main(void)
         cmocka_unit_test(test_error_set),
         cmocka_unit_test(test_item_limits),
         cmocka_unit_test(test_tool_names),
+        cmocka_unit_test(test_null_content_templates),
+        cmocka_unit_test(test_json_object_schema),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

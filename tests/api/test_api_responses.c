@@ -100,7 +100,11 @@ static void test_refusals(void **state)
     refused("{\"input\":\"x\",\"conversation\":\"c\"}", "conversation", "unsupported_parameter");
     refused("{\"input\":\"x\",\"background\":true}", "background", "unsupported_parameter");
     refused("{\"input\":\"x\",\"top_logprobs\":2}", "top_logprobs", "unsupported_parameter");
-    refused("{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type", "unsupported_parameter");
+    refused("{\"input\":\"x\",\"tools\":[{\"type\":\"local_shell\"}]}", "tools[0].type", "unsupported_parameter");
+    refused("{\"input\":\"x\",\"tools\":[{\"type\":\"namespace\",\"name\":\"a.b\",\"tools\":[]}]}", "tools[0].type",
+            "invalid_value");
+    refused("{\"input\":\"x\",\"tools\":[{\"type\":\"namespace\",\"name\":\"ns\",\"tools\":[{\"type\":\"web_search\"}]}]}",
+            "tools[0].type", "unsupported_parameter");
     refused("{\"input\":\"x\",\"tool_choice\":{\"type\":\"file_search\"}}", "tool_choice", "unsupported_parameter");
     refused("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}", "input[0]",
             "unsupported_parameter");
@@ -184,6 +188,57 @@ static void test_whole_response(void **state)
     cJSON_Delete(r);
 }
 
+/* Issue 33 (the Codex CLI's first request): hosted tools are set aside and named; a namespace
+ * tool is its functions, offered as "ns.name", and a call of one goes back with its namespace. */
+static void test_hosted_and_namespace(void **state)
+{
+    (void)state;
+    api_resp_req rq;
+    cJSON *c = translate("{\"tools\":[{\"type\":\"web_search_preview\"},{\"type\":\"web_search\"},{\"type\":\"function\",\"name\":\"f\"},"
+                         "{\"type\":\"mcp\",\"server_label\":\"s\",\"server_url\":\"https://x\"},{\"type\":\"web_search\"},"
+                         "{\"type\":\"namespace\",\"name\":\"collab\",\"description\":\"Agents.\",\"tools\":["
+                         "{\"type\":\"function\",\"name\":\"spawn\",\"parameters\":{\"type\":\"object\"}},"
+                         "{\"type\":\"function\",\"name\":\"wait\"}]},"
+                         "{\"type\":\"file_search\",\"vector_store_ids\":[\"v\"]},{\"type\":\"code_interpreter\"},"
+                         "{\"type\":\"computer_use_preview\"},{\"type\":\"image_generation\"},"
+                         "{\"type\":\"web_search_preview_2025_03_11\"}],"
+                         "\"input\":[{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"spawn\",\"namespace\":\"collab\","
+                         "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"ok\"}]}",
+                         &rq);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(c, "tools")), 3);
+    assert_string_equal(str_at(c, "tools.0.function.name"), "f");
+    assert_string_equal(str_at(c, "tools.1.function.name"), "collab.spawn");
+    assert_string_equal(str_at(c, "tools.2.function.name"), "collab.wait");
+    assert_string_equal(str_at(c, "messages.0.tool_calls.0.function.name"), "collab.spawn");
+    assert_string_equal(rq.ignored_tools, "web_search_preview, web_search, mcp, file_search, code_interpreter, computer_use_preview, "
+                                          "image_generation, web_search_preview_2025_03_11");
+    assert_string_equal(rq.namespaces, "collab.");
+    cJSON_Delete(c);
+
+    /* the calls as the response writes them */
+    chat_tool_call calls[] = {{0, "call_a", "collab.spawn", "{}"}, {1, "call_b", "f", "{}"},
+                              {2, "call_c", "other.x", "{}"}};
+    api_resp_out o = {.calls = calls, .n_calls = 3};
+    api_usage u = {1, 0, 1};
+    char *json = api_responses_json(&meta, &rq, &o, &u);
+    cJSON *r = cJSON_Parse(json);
+    free(json);
+    assert_string_equal(str_at(r, "output.0.name"), "spawn");
+    assert_string_equal(str_at(r, "output.0.namespace"), "collab");
+    assert_string_equal(str_at(r, "output.1.name"), "f");
+    assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "output"), 1), "namespace"));
+    assert_string_equal(str_at(r, "output.2.name"), "other.x"); /* a dotted name of no namespace stays whole */
+    cJSON_Delete(r);
+    api_resp_req_free(&rq);
+
+    /* hosted tools alone: the chat request has no tools */
+    c = translate("{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", &rq);
+    assert_null(cJSON_GetObjectItem(c, "tools"));
+    assert_string_equal(rq.ignored_tools, "web_search");
+    cJSON_Delete(c);
+    api_resp_req_free(&rq);
+}
+
 /* sse_events, with the Responses API's consecutive sequence numbers checked. */
 static int events(const bytebuf *out, cJSON **ev, int cap)
 {
@@ -265,6 +320,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_translate), cmocka_unit_test(test_refusals), cmocka_unit_test(test_rename),
         cmocka_unit_test(test_whole_response), cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_hosted_and_namespace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

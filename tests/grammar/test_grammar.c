@@ -16,6 +16,7 @@
 #include "grammar/grammar_impl.h" /* grammar_vocab_from_bytes */
 #include "model/gguf.h"
 #include "text/tokenizer.h"
+#include "grammar_matches.h"
 
 static const char *shared_dir(void)
 {
@@ -32,14 +33,6 @@ static grammar *gbnf(const char *text)
 }
 
 /* Whether text is a complete sentence of g (bytes only, no vocabulary). */
-static bool matches(grammar *g, const char *text)
-{
-    grammar_matcher *m = grammar_matcher_new(g, NULL);
-    assert_non_null(m);
-    bool ok = grammar_matcher_accept_bytes(m, text, strlen(text)) && grammar_matcher_is_complete(m);
-    grammar_matcher_free(m);
-    return ok;
-}
 
 
 static grammar *schema_text(const char *json, char *err, size_t errlen)
@@ -141,6 +134,24 @@ static void test_schema(void **state)
     }
     assert_false(matches(g, "007"));
     grammar_unref(g);
+
+    /* zod 4's z.number().int(): the safe-integer range is no bound (issue 33: the Agents SDK's
+     * tools); one side kept when the other is the safe bound */
+    g = schema_text("{\"type\":\"integer\",\"minimum\":-9007199254740991,\"maximum\":9007199254740991}", err, sizeof err);
+    assert_non_null(g);
+    assert_true(matches(g, "-12") && matches(g, "0") && matches(g, "123456789"));
+    grammar_unref(g);
+    g = schema_text("{\"type\":\"integer\",\"minimum\":1,\"maximum\":9007199254740991}", err, sizeof err);
+    assert_non_null(g);
+    assert_true(matches(g, "1") && matches(g, "99999"));
+    assert_false(matches(g, "0") || matches(g, "-3"));
+    grammar_unref(g);
+    /* as a tools array printed by cJSON and read back writes it (15 digits) */
+    g = schema_text("{\"type\":\"integer\",\"minimum\":-9.00719925474099e+15,\"maximum\":9.00719925474099e+15}", err, sizeof err);
+    assert_non_null(g);
+    assert_true(matches(g, "-12"));
+    grammar_unref(g);
+    assert_null(schema_text("{\"type\":\"integer\",\"minimum\":0,\"maximum\":5e15}", err, sizeof err));
 
     g = schema_text("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}(x|yz)?$\"}", err, sizeof err);
     assert_non_null(g);

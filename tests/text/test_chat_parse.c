@@ -229,10 +229,58 @@ static void test_repair(void **state)
     chat_delta_free(&d);
 }
 
+/* A reply cut by max_tokens, fed byte by byte then cut: what chat_parser_cut releases. */
+static void check_cut(chat_syntax syn, const char *text, const char *content, const char *calls)
+{
+    static const char *const names[] = {"get_weather", "search"};
+    chat_parse_opts o = {.syntax = syn, .tools = true, .id_seed = 7, .names = names, .n_names = 2};
+    result r;
+    memset(&r, 0, sizeof r);
+    chat_parser *p = chat_parser_new(&o);
+    assert_non_null(p);
+    chat_delta d = {0};
+    for (size_t i = 0; text[i]; i++) {
+        assert_int_equal(chat_parser_feed(p, text + i, 1, &d), 0);
+        absorb(&r, &d);
+    }
+    assert_int_equal(chat_parser_cut(p, &d), 0);
+    absorb(&r, &d);
+    chat_parser_free(p);
+    chat_delta_free(&d);
+    assert_string_equal(r.content, content);
+    assert_string_equal(r.calls, calls);
+}
+
+/* Issue 33: a call cut short stays a (partial) call -- its name, its arguments as written --
+ * and its markup never becomes content; a cut before the name is complete drops the call. */
+static void test_cut_in_call(void **state)
+{
+    (void)state;
+    check_cut(CHAT_SYNTAX_HERMES, "Let me look. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os",
+              "Let me look.", "0:get_weather:{\"city\": \"Os;");
+    check_cut(CHAT_SYNTAX_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arg", "", "0:get_weather:;");
+    check_cut(CHAT_SYNTAX_HERMES, "<tool_call>\n{\"name\": \"get_wea", "", "");
+    check_cut(CHAT_SYNTAX_HERMES, "<tool_call>", "", "");
+    check_cut(CHAT_SYNTAX_HERMES, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {", "", ""); /* not offered */
+    /* complete calls before the cut go out whole */
+    check_cut(CHAT_SYNTAX_HERMES,
+              "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": 1}}\n</tool_call>\n<tool_call>\n"
+              "{\"name\": \"get_weather\", \"arguments\": {\"c",
+              "", "0:search:{\"q\":1};1:get_weather:{\"c;");
+    check_cut(CHAT_SYNTAX_LLAMA3, "{\"name\": \"search\", \"parameters\": {\"q\": \"x", "", "0:search:{\"q\": \"x;");
+    check_cut(CHAT_SYNTAX_MISTRAL, "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"q", "", "0:search:{\"q;");
+    check_cut(CHAT_SYNTAX_MISTRAL, "[TOOL_CALLS]search[ARGS]{\"q", "", "0:search:{\"q;");
+    check_cut(CHAT_SYNTAX_DEEPSEEK_V3,
+              "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{\"q\": ", "",
+              "0:search:{\"q\": ;");
+    /* cut in plain content: as chat_parser_finish */
+    check_cut(CHAT_SYNTAX_HERMES, "Just text", "Just text", "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_repair),
+        cmocka_unit_test(test_repair),          cmocka_unit_test(test_cut_in_call),
         cmocka_unit_test(test_hermes),   cmocka_unit_test(test_llama3),    cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_deepseek_v3), cmocka_unit_test(test_reasoning), cmocka_unit_test(test_detect_and_shape),
     };

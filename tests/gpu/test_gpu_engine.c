@@ -100,8 +100,13 @@ static void check_model_logits(const model *m, const char *label, int n_pos, int
     free_pair(&p);
 }
 
-static const ggml_type TYPES[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                  GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+static const ggml_type TYPES[] = {
+    GGML_TYPE_F32,    GGML_TYPE_F16,     GGML_TYPE_BF16,   GGML_TYPE_Q8_0,    GGML_TYPE_Q4_0,
+    GGML_TYPE_Q4_K,   GGML_TYPE_Q5_K,    GGML_TYPE_Q6_K,   GGML_TYPE_Q4_1,    GGML_TYPE_Q5_0,
+    GGML_TYPE_Q5_1,   GGML_TYPE_IQ4_NL,  GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,    GGML_TYPE_IQ4_XS,
+    GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,  GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S,
+    GGML_TYPE_IQ1_S,  GGML_TYPE_IQ1_M,
+};
 
 /* A 2-layer model of family `arch` (index a: llama's rope extras on 0, tied output on the
  * others) in weight type TYPES[t], GPU logits against the CPU's. */
@@ -486,16 +491,16 @@ static void test_recipe_feature_refused(void **state)
     free(image);
 }
 
-/* A model in a format the CPU reads but the GPU has no kernels for (Q4_1 here): the CUDA engine
+/* A model in a format the CPU reads but the GPU has no kernels for (MXFP4 here): the CUDA engine
  * refuses it at creation naming the tensor and type, before touching the GPU (so the message is
  * the same with or without one), and --device auto runs it on the CPU instead. */
 static void test_format_without_kernels_refused(void **state)
 {
     (void)state;
     tiny_spec s = tiny_spec_default();
-    s.wtype = GGML_TYPE_Q4_1;
+    s.wtype = GGML_TYPE_MXFP4;
     void *image;
-    model *m = refused_on_cuda(&s, &image, "tensor token_embd.weight: type Q4_1 has no GPU kernels");
+    model *m = refused_on_cuda(&s, &image, "tensor token_embd.weight: type MXFP4 has no GPU kernels");
     char err[512];
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
     engine *e = engine_open(ENGINE_DEVICE_AUTO, m, &cfg, err, sizeof err);

@@ -10,12 +10,15 @@
  * Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "../model/tiny_model.h"
+#include "synth/mkmodel.h"
 #include "gpu_test_util.h"
 
 #define N_PROMPT 200
@@ -143,13 +146,46 @@ static void check_arch(const char *arch, int a, int t, bool post_norms, uint64_t
     free(image);
 }
 
+/* Every family in the first 8 formats; the formats after them (decoded by the same kernels
+ * whatever the family) on llama, which keeps the test inside its time bound. */
+#define N_FAMILY_TYPES 8
+
 static void test_logits_every_arch_and_format(void **state)
 {
     (void)state;
     static const char *archs[] = {"llama", "qwen2", "qwen3"};
     uint64_t seed = 11;
     for (int a = 0; a < 3; a++)
-        for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(archs[a], a, (int)t, false, &seed);
+        for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++)
+            if (a == 0 || t < N_FAMILY_TYPES) check_arch(archs[a], a, (int)t, false, &seed);
+}
+
+/* mkmodel's UD-style mixes (a type per tensor role and layer, K and IQ types together in one
+ * model): GPU logits against the CPU's on the file mkmodel writes. */
+static void test_logits_ud_mixes(void **state)
+{
+    (void)state;
+    static const mkmodel_ftype mixes[] = {MKMODEL_UD_Q2_K_XL, MKMODEL_UD_IQ1_S};
+    static const char text[] = "the quick brown fox jumps over the lazy dog, again and again and again";
+    uint64_t seed = 23;
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
+        mkmodel_config cfg;
+        assert_true(mkmodel_preset("tiny", &cfg));
+        cfg.n_embd = 256;
+        cfg.n_ff = 512;
+        cfg.n_layer = 3;
+        cfg.ftype = mixes[i];
+        char path[64], err[512];
+        snprintf(path, sizeof path, "/tmp/inferd-gpu-ud-%ld-%zu.gguf", (long)getpid(), i);
+        if (mkmodel_write(&cfg, text, sizeof text - 1, path, err, sizeof err)) fail_msg("%s", err);
+        model *m = model_load(path, err, sizeof err);
+        unlink(path);
+        if (!m) fail_msg("%s", err);
+        int32_t tokens[N_POS];
+        for (int p = 0; p < N_POS; p++) tokens[p] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)cfg.n_vocab);
+        check_model_logits(m, mkmodel_ftype_name(cfg.ftype), N_POS, N_PROMPT, tokens);
+        model_free(m);
+    }
 }
 
 /* A family defined in a test: llama's keys and tensors, every layer with this norm placement
@@ -515,6 +551,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_every_arch_and_format),
+        cmocka_unit_test(test_logits_ud_mixes),
         cmocka_unit_test(test_logits_sandwich_norms),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_batch_of_32_equals_alone),

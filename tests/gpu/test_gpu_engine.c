@@ -19,6 +19,7 @@
 
 #include "../model/tiny_model.h"
 #include "synth/mkmodel.h"
+#include "gpu/gpu_kernel_names.h"
 #include "gpu_test_util.h"
 
 #define N_PROMPT 200
@@ -103,13 +104,10 @@ static void check_model_logits(const model *m, const char *label, int n_pos, int
     free_pair(&p);
 }
 
-static const ggml_type TYPES[] = {
-    GGML_TYPE_F32,    GGML_TYPE_F16,     GGML_TYPE_BF16,   GGML_TYPE_Q8_0,    GGML_TYPE_Q4_0,
-    GGML_TYPE_Q4_K,   GGML_TYPE_Q5_K,    GGML_TYPE_Q6_K,   GGML_TYPE_Q4_1,    GGML_TYPE_Q5_0,
-    GGML_TYPE_Q5_1,   GGML_TYPE_IQ4_NL,  GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,    GGML_TYPE_IQ4_XS,
-    GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,  GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S,
-    GGML_TYPE_IQ1_S,  GGML_TYPE_IQ1_M,
-};
+/* Every format the GPU reads (gpu_kernel_names.h). */
+#define GPU_TEST_WTYPE(TYPE, suffix) GGML_TYPE_##TYPE,
+static const ggml_type TYPES[] = {GPU_WEIGHT_TYPES(GPU_TEST_WTYPE)};
+#undef GPU_TEST_WTYPE
 
 /* A 2-layer model of family `arch` (index a: llama's rope extras on 0, tied output on the
  * others) in weight type TYPES[t], GPU logits against the CPU's. */
@@ -146,8 +144,8 @@ static void check_arch(const char *arch, int a, int t, bool post_norms, uint64_t
     free(image);
 }
 
-/* Every family in the first 8 formats; the formats after them (decoded by the same kernels
- * whatever the family) on llama, which keeps the test inside its time bound. */
+/* Every family in the first 8 formats (F32 .. Q6_K); the formats after them (decoded by the
+ * same kernels whatever the family) on llama, which keeps the test inside its time bound. */
 #define N_FAMILY_TYPES 8
 
 static void test_logits_every_arch_and_format(void **state)

@@ -15,6 +15,7 @@
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_kernels.h"
 #include "gpu/gpu_shared.h"
+#include "gpu/gpu_kernel_names.h"
 #include "gpu_test_util.h"
 #include "model/quant.h"
 
@@ -92,13 +93,10 @@ static void launch(const gpu_fn *fn, gpu_launch_dims d, void **args)
     if (gpu_launch(fn, d, G.stream, args, "test", err, errlen)) fail_msg("%s", err);
 }
 
-static const ggml_type wtypes[] = {
-    GGML_TYPE_F32,     GGML_TYPE_F16,    GGML_TYPE_BF16,   GGML_TYPE_Q4_0,    GGML_TYPE_Q8_0,
-    GGML_TYPE_Q4_K,    GGML_TYPE_Q5_K,   GGML_TYPE_Q6_K,   GGML_TYPE_Q4_1,    GGML_TYPE_Q5_0,
-    GGML_TYPE_Q5_1,    GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,    GGML_TYPE_IQ4_XS,
-    GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,  GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ3_S,
-    GGML_TYPE_IQ1_S,   GGML_TYPE_IQ1_M,
-};
+/* Every format the GPU reads (gpu_kernel_names.h). */
+#define GPU_TEST_WTYPE(TYPE, suffix) GGML_TYPE_##TYPE,
+static const ggml_type wtypes[] = {GPU_WEIGHT_TYPES(GPU_TEST_WTYPE)};
+#undef GPU_TEST_WTYPE
 
 /* n rows of k random weights in format t, in the kernels' layout (gpu_row_bytes(t, k) per
  * row, as the engine uploads them); also their dequantised values. */

@@ -1287,6 +1287,18 @@ static float grid_elem(const iq_grid *g, int r, int j)
     return g->is_signed ? (float)(int8_t)b : (float)b;
 }
 
+/* The level index of value v (one of tb's levels). */
+static int level_index(const iq_table *tb, float v)
+{
+    int k = 0;
+    while (k < tb->n_levels - 1 && tb->level[k] != v) k++;
+    return k;
+}
+
+/* Tabulates near[]: for every code, the row with the least squared distance.  Distances split
+ * in halves of the width: a row's and a code's halves are each one of HN = L^(width/2) level
+ * patterns, and half[a * HN + b] is the distance between patterns a and b, so a (code, row)
+ * pair costs two lookups (this runs once per process, also in the sanitizer builds). */
 static void build_iq_table(const iq_grid *g, iq_table *tb)
 {
     tb->width = g->g64 ? 8 : 4;
@@ -1301,15 +1313,32 @@ static void build_iq_table(const iq_grid *g, iq_table *tb)
             tb->level[k] = v;
             tb->n_levels++;
         }
-    tb->n_codes = 1;
-    for (int j = 0; j < tb->width; j++) tb->n_codes *= tb->n_levels;
+    const int L = tb->n_levels, hw = tb->width / 2;
+    int hn = 1;
+    for (int j = 0; j < hw; j++) hn *= L;
+    tb->n_codes = hn * hn;
+    static float half[IQ_MAX_CODES];      /* hn * hn <= 81 * 81; only used under the once */
+    static uint16_t row_lo[2048], row_hi[2048];
+    for (int a = 0; a < hn; a++)
+        for (int b = 0; b < hn; b++) {
+            float e = 0.0f;
+            for (int j = 0, x = a, y = b; j < hw; j++, x /= L, y /= L) {
+                const float diff = tb->level[x % L] - tb->level[y % L];
+                e += diff * diff;
+            }
+            half[a * hn + b] = e;
+        }
+    for (int r = 0; r < g->rows; r++) {
+        int code = 0;
+        for (int j = tb->width - 1; j >= 0; j--) code = code * L + level_index(tb, grid_elem(g, r, j));
+        row_lo[r] = (uint16_t)(code % hn);
+        row_hi[r] = (uint16_t)(code / hn);
+    }
     for (int code = 0; code < tb->n_codes; code++) {
-        float t[8];
-        for (int j = 0, c = code; j < tb->width; j++, c /= tb->n_levels) t[j] = tb->level[c % tb->n_levels];
+        const float *lo = half + (code % hn) * hn, *hi = half + (code / hn) * hn;
         float best_err = INFINITY;
         for (int r = 0; r < g->rows; r++) {
-            float e = 0.0f;
-            for (int j = 0; j < tb->width; j++) e += (grid_elem(g, r, j) - t[j]) * (grid_elem(g, r, j) - t[j]);
+            const float e = lo[row_lo[r]] + hi[row_hi[r]];
             if (e < best_err) {
                 best_err = e;
                 tb->near[code] = (uint16_t)r;

@@ -16,7 +16,11 @@
  * numbers). */
 #define GPU_WEIGHT_TYPES(X) \
     X(F32, f32) X(F16, f16) X(BF16, bf16) X(Q4_0, q4_0)   \
-    X(Q8_0, q8_0) X(Q4_K, q4_k) X(Q5_K, q5_k) X(Q6_K, q6_k)
+    X(Q8_0, q8_0) X(Q4_K, q4_k) X(Q5_K, q5_k) X(Q6_K, q6_k) \
+    X(Q4_1, q4_1) X(Q5_0, q5_0) X(Q5_1, q5_1) X(IQ4_NL, iq4_nl) \
+    X(Q2_K, q2_k) X(Q3_K, q3_k) X(IQ4_XS, iq4_xs) X(IQ2_XXS, iq2_xxs) \
+    X(IQ2_XS, iq2_xs) X(IQ2_S, iq2_s) X(IQ3_XXS, iq3_xxs) X(IQ3_S, iq3_s) \
+    X(IQ1_S, iq1_s) X(IQ1_M, iq1_m)
 
 /* One-row products, every format, 1, 2, 4 and 8 activation rows per block:
  * X(matvec_<suffix>_<rows>, glu_<suffix>_<rows>, TYPE, rows) */
@@ -52,13 +56,73 @@
     X(matvec_q6_k_1, glu_q6_k_1, Q6_K, 1) \
     X(matvec_q6_k_2, glu_q6_k_2, Q6_K, 2) \
     X(matvec_q6_k_4, glu_q6_k_4, Q6_K, 4) \
-    X(matvec_q6_k_8, glu_q6_k_8, Q6_K, 8)
+    X(matvec_q6_k_8, glu_q6_k_8, Q6_K, 8) \
+    X(matvec_q4_1_1, glu_q4_1_1, Q4_1, 1) \
+    X(matvec_q4_1_2, glu_q4_1_2, Q4_1, 2) \
+    X(matvec_q4_1_4, glu_q4_1_4, Q4_1, 4) \
+    X(matvec_q4_1_8, glu_q4_1_8, Q4_1, 8) \
+    X(matvec_q5_0_1, glu_q5_0_1, Q5_0, 1) \
+    X(matvec_q5_0_2, glu_q5_0_2, Q5_0, 2) \
+    X(matvec_q5_0_4, glu_q5_0_4, Q5_0, 4) \
+    X(matvec_q5_0_8, glu_q5_0_8, Q5_0, 8) \
+    X(matvec_q5_1_1, glu_q5_1_1, Q5_1, 1) \
+    X(matvec_q5_1_2, glu_q5_1_2, Q5_1, 2) \
+    X(matvec_q5_1_4, glu_q5_1_4, Q5_1, 4) \
+    X(matvec_q5_1_8, glu_q5_1_8, Q5_1, 8) \
+    X(matvec_iq4_nl_1, glu_iq4_nl_1, IQ4_NL, 1) \
+    X(matvec_iq4_nl_2, glu_iq4_nl_2, IQ4_NL, 2) \
+    X(matvec_iq4_nl_4, glu_iq4_nl_4, IQ4_NL, 4) \
+    X(matvec_iq4_nl_8, glu_iq4_nl_8, IQ4_NL, 8) \
+    X(matvec_q2_k_1, glu_q2_k_1, Q2_K, 1) \
+    X(matvec_q2_k_2, glu_q2_k_2, Q2_K, 2) \
+    X(matvec_q2_k_4, glu_q2_k_4, Q2_K, 4) \
+    X(matvec_q2_k_8, glu_q2_k_8, Q2_K, 8) \
+    X(matvec_q3_k_1, glu_q3_k_1, Q3_K, 1) \
+    X(matvec_q3_k_2, glu_q3_k_2, Q3_K, 2) \
+    X(matvec_q3_k_4, glu_q3_k_4, Q3_K, 4) \
+    X(matvec_q3_k_8, glu_q3_k_8, Q3_K, 8) \
+    X(matvec_iq4_xs_1, glu_iq4_xs_1, IQ4_XS, 1) \
+    X(matvec_iq4_xs_2, glu_iq4_xs_2, IQ4_XS, 2) \
+    X(matvec_iq4_xs_4, glu_iq4_xs_4, IQ4_XS, 4) \
+    X(matvec_iq4_xs_8, glu_iq4_xs_8, IQ4_XS, 8) \
+    X(matvec_iq2_xxs_1, glu_iq2_xxs_1, IQ2_XXS, 1) \
+    X(matvec_iq2_xxs_2, glu_iq2_xxs_2, IQ2_XXS, 2) \
+    X(matvec_iq2_xxs_4, glu_iq2_xxs_4, IQ2_XXS, 4) \
+    X(matvec_iq2_xxs_8, glu_iq2_xxs_8, IQ2_XXS, 8) \
+    X(matvec_iq2_xs_1, glu_iq2_xs_1, IQ2_XS, 1) \
+    X(matvec_iq2_xs_2, glu_iq2_xs_2, IQ2_XS, 2) \
+    X(matvec_iq2_xs_4, glu_iq2_xs_4, IQ2_XS, 4) \
+    X(matvec_iq2_xs_8, glu_iq2_xs_8, IQ2_XS, 8) \
+    X(matvec_iq2_s_1, glu_iq2_s_1, IQ2_S, 1) \
+    X(matvec_iq2_s_2, glu_iq2_s_2, IQ2_S, 2) \
+    X(matvec_iq2_s_4, glu_iq2_s_4, IQ2_S, 4) \
+    X(matvec_iq2_s_8, glu_iq2_s_8, IQ2_S, 8) \
+    X(matvec_iq3_xxs_1, glu_iq3_xxs_1, IQ3_XXS, 1) \
+    X(matvec_iq3_xxs_2, glu_iq3_xxs_2, IQ3_XXS, 2) \
+    X(matvec_iq3_xxs_4, glu_iq3_xxs_4, IQ3_XXS, 4) \
+    X(matvec_iq3_xxs_8, glu_iq3_xxs_8, IQ3_XXS, 8) \
+    X(matvec_iq3_s_1, glu_iq3_s_1, IQ3_S, 1) \
+    X(matvec_iq3_s_2, glu_iq3_s_2, IQ3_S, 2) \
+    X(matvec_iq3_s_4, glu_iq3_s_4, IQ3_S, 4) \
+    X(matvec_iq3_s_8, glu_iq3_s_8, IQ3_S, 8) \
+    X(matvec_iq1_s_1, glu_iq1_s_1, IQ1_S, 1) \
+    X(matvec_iq1_s_2, glu_iq1_s_2, IQ1_S, 2) \
+    X(matvec_iq1_s_4, glu_iq1_s_4, IQ1_S, 4) \
+    X(matvec_iq1_s_8, glu_iq1_s_8, IQ1_S, 8) \
+    X(matvec_iq1_m_1, glu_iq1_m_1, IQ1_M, 1) \
+    X(matvec_iq1_m_2, glu_iq1_m_2, IQ1_M, 2) \
+    X(matvec_iq1_m_4, glu_iq1_m_4, IQ1_M, 4) \
+    X(matvec_iq1_m_8, glu_iq1_m_8, IQ1_M, 8)
 
 /* One-row QKV products with qkv_post in the epilogue (matvec_rope_args), every format:
  * X(matvec_rope_<suffix>, TYPE) */
 #define GPU_MATVEC_ROPE_KERNELS(X) \
     X(matvec_rope_f32, F32) X(matvec_rope_f16, F16) X(matvec_rope_bf16, BF16) X(matvec_rope_q4_0, Q4_0) \
-    X(matvec_rope_q8_0, Q8_0) X(matvec_rope_q4_k, Q4_K) X(matvec_rope_q5_k, Q5_K) X(matvec_rope_q6_k, Q6_K)
+    X(matvec_rope_q8_0, Q8_0) X(matvec_rope_q4_k, Q4_K) X(matvec_rope_q5_k, Q5_K) X(matvec_rope_q6_k, Q6_K) \
+    X(matvec_rope_q4_1, Q4_1) X(matvec_rope_q5_0, Q5_0) X(matvec_rope_q5_1, Q5_1) X(matvec_rope_iq4_nl, IQ4_NL) \
+    X(matvec_rope_q2_k, Q2_K) X(matvec_rope_q3_k, Q3_K) X(matvec_rope_iq4_xs, IQ4_XS) X(matvec_rope_iq2_xxs, IQ2_XXS) \
+    X(matvec_rope_iq2_xs, IQ2_XS) X(matvec_rope_iq2_s, IQ2_S) X(matvec_rope_iq3_xxs, IQ3_XXS) X(matvec_rope_iq3_s, IQ3_S) \
+    X(matvec_rope_iq1_s, IQ1_S) X(matvec_rope_iq1_m, IQ1_M)
 
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */
@@ -70,7 +134,21 @@
     X(dequant_f16_q8_0, embed_q8_0, Q8_0) \
     X(dequant_f16_q4_k, embed_q4_k, Q4_K) \
     X(dequant_f16_q5_k, embed_q5_k, Q5_K) \
-    X(dequant_f16_q6_k, embed_q6_k, Q6_K)
+    X(dequant_f16_q6_k, embed_q6_k, Q6_K) \
+    X(dequant_f16_q4_1, embed_q4_1, Q4_1) \
+    X(dequant_f16_q5_0, embed_q5_0, Q5_0) \
+    X(dequant_f16_q5_1, embed_q5_1, Q5_1) \
+    X(dequant_f16_iq4_nl, embed_iq4_nl, IQ4_NL) \
+    X(dequant_f16_q2_k, embed_q2_k, Q2_K) \
+    X(dequant_f16_q3_k, embed_q3_k, Q3_K) \
+    X(dequant_f16_iq4_xs, embed_iq4_xs, IQ4_XS) \
+    X(dequant_f16_iq2_xxs, embed_iq2_xxs, IQ2_XXS) \
+    X(dequant_f16_iq2_xs, embed_iq2_xs, IQ2_XS) \
+    X(dequant_f16_iq2_s, embed_iq2_s, IQ2_S) \
+    X(dequant_f16_iq3_xxs, embed_iq3_xxs, IQ3_XXS) \
+    X(dequant_f16_iq3_s, embed_iq3_s, IQ3_S) \
+    X(dequant_f16_iq1_s, embed_iq1_s, IQ1_S) \
+    X(dequant_f16_iq1_m, embed_iq1_m, IQ1_M)
 
 /* The mixture-of-experts products over the chosen experts' slices (kernels/moe.cuh), every
  * format: X(moe_glu_<suffix>, moe_matvec_<suffix>, TYPE) */
@@ -82,7 +160,21 @@
     X(moe_glu_q8_0, moe_matvec_q8_0, Q8_0) \
     X(moe_glu_q4_k, moe_matvec_q4_k, Q4_K) \
     X(moe_glu_q5_k, moe_matvec_q5_k, Q5_K) \
-    X(moe_glu_q6_k, moe_matvec_q6_k, Q6_K)
+    X(moe_glu_q6_k, moe_matvec_q6_k, Q6_K) \
+    X(moe_glu_q4_1, moe_matvec_q4_1, Q4_1) \
+    X(moe_glu_q5_0, moe_matvec_q5_0, Q5_0) \
+    X(moe_glu_q5_1, moe_matvec_q5_1, Q5_1) \
+    X(moe_glu_iq4_nl, moe_matvec_iq4_nl, IQ4_NL) \
+    X(moe_glu_q2_k, moe_matvec_q2_k, Q2_K) \
+    X(moe_glu_q3_k, moe_matvec_q3_k, Q3_K) \
+    X(moe_glu_iq4_xs, moe_matvec_iq4_xs, IQ4_XS) \
+    X(moe_glu_iq2_xxs, moe_matvec_iq2_xxs, IQ2_XXS) \
+    X(moe_glu_iq2_xs, moe_matvec_iq2_xs, IQ2_XS) \
+    X(moe_glu_iq2_s, moe_matvec_iq2_s, IQ2_S) \
+    X(moe_glu_iq3_xxs, moe_matvec_iq3_xxs, IQ3_XXS) \
+    X(moe_glu_iq3_s, moe_matvec_iq3_s, IQ3_S) \
+    X(moe_glu_iq1_s, moe_matvec_iq1_s, IQ1_S) \
+    X(moe_glu_iq1_m, moe_matvec_iq1_m, IQ1_M)
 
 /* Tensor-core products on the quantised blocks, the block-quantised formats (float formats
  * use cuBLAS), 16, 32 and 64 activation rows per block:
@@ -102,7 +194,49 @@
     X(mmq_q5_k_64, mmq_glu_q5_k_64, Q5_K, 64) \
     X(mmq_q6_k_16, mmq_glu_q6_k_16, Q6_K, 16) \
     X(mmq_q6_k_32, mmq_glu_q6_k_32, Q6_K, 32) \
-    X(mmq_q6_k_64, mmq_glu_q6_k_64, Q6_K, 64)
+    X(mmq_q6_k_64, mmq_glu_q6_k_64, Q6_K, 64) \
+    X(mmq_q4_1_16, mmq_glu_q4_1_16, Q4_1, 16) \
+    X(mmq_q4_1_32, mmq_glu_q4_1_32, Q4_1, 32) \
+    X(mmq_q4_1_64, mmq_glu_q4_1_64, Q4_1, 64) \
+    X(mmq_q5_0_16, mmq_glu_q5_0_16, Q5_0, 16) \
+    X(mmq_q5_0_32, mmq_glu_q5_0_32, Q5_0, 32) \
+    X(mmq_q5_0_64, mmq_glu_q5_0_64, Q5_0, 64) \
+    X(mmq_q5_1_16, mmq_glu_q5_1_16, Q5_1, 16) \
+    X(mmq_q5_1_32, mmq_glu_q5_1_32, Q5_1, 32) \
+    X(mmq_q5_1_64, mmq_glu_q5_1_64, Q5_1, 64) \
+    X(mmq_iq4_nl_16, mmq_glu_iq4_nl_16, IQ4_NL, 16) \
+    X(mmq_iq4_nl_32, mmq_glu_iq4_nl_32, IQ4_NL, 32) \
+    X(mmq_iq4_nl_64, mmq_glu_iq4_nl_64, IQ4_NL, 64) \
+    X(mmq_q2_k_16, mmq_glu_q2_k_16, Q2_K, 16) \
+    X(mmq_q2_k_32, mmq_glu_q2_k_32, Q2_K, 32) \
+    X(mmq_q2_k_64, mmq_glu_q2_k_64, Q2_K, 64) \
+    X(mmq_q3_k_16, mmq_glu_q3_k_16, Q3_K, 16) \
+    X(mmq_q3_k_32, mmq_glu_q3_k_32, Q3_K, 32) \
+    X(mmq_q3_k_64, mmq_glu_q3_k_64, Q3_K, 64) \
+    X(mmq_iq4_xs_16, mmq_glu_iq4_xs_16, IQ4_XS, 16) \
+    X(mmq_iq4_xs_32, mmq_glu_iq4_xs_32, IQ4_XS, 32) \
+    X(mmq_iq4_xs_64, mmq_glu_iq4_xs_64, IQ4_XS, 64) \
+    X(mmq_iq2_xxs_16, mmq_glu_iq2_xxs_16, IQ2_XXS, 16) \
+    X(mmq_iq2_xxs_32, mmq_glu_iq2_xxs_32, IQ2_XXS, 32) \
+    X(mmq_iq2_xxs_64, mmq_glu_iq2_xxs_64, IQ2_XXS, 64) \
+    X(mmq_iq2_xs_16, mmq_glu_iq2_xs_16, IQ2_XS, 16) \
+    X(mmq_iq2_xs_32, mmq_glu_iq2_xs_32, IQ2_XS, 32) \
+    X(mmq_iq2_xs_64, mmq_glu_iq2_xs_64, IQ2_XS, 64) \
+    X(mmq_iq2_s_16, mmq_glu_iq2_s_16, IQ2_S, 16) \
+    X(mmq_iq2_s_32, mmq_glu_iq2_s_32, IQ2_S, 32) \
+    X(mmq_iq2_s_64, mmq_glu_iq2_s_64, IQ2_S, 64) \
+    X(mmq_iq3_xxs_16, mmq_glu_iq3_xxs_16, IQ3_XXS, 16) \
+    X(mmq_iq3_xxs_32, mmq_glu_iq3_xxs_32, IQ3_XXS, 32) \
+    X(mmq_iq3_xxs_64, mmq_glu_iq3_xxs_64, IQ3_XXS, 64) \
+    X(mmq_iq3_s_16, mmq_glu_iq3_s_16, IQ3_S, 16) \
+    X(mmq_iq3_s_32, mmq_glu_iq3_s_32, IQ3_S, 32) \
+    X(mmq_iq3_s_64, mmq_glu_iq3_s_64, IQ3_S, 64) \
+    X(mmq_iq1_s_16, mmq_glu_iq1_s_16, IQ1_S, 16) \
+    X(mmq_iq1_s_32, mmq_glu_iq1_s_32, IQ1_S, 32) \
+    X(mmq_iq1_s_64, mmq_glu_iq1_s_64, IQ1_S, 64) \
+    X(mmq_iq1_m_16, mmq_glu_iq1_m_16, IQ1_M, 16) \
+    X(mmq_iq1_m_32, mmq_glu_iq1_m_32, IQ1_M, 32) \
+    X(mmq_iq1_m_64, mmq_glu_iq1_m_64, IQ1_M, 64)
 
 /* The kernels of no weight format (gpu_kernels' field of the same name): X(name) */
 #define GPU_PLAIN_KERNELS(X) \

@@ -53,7 +53,7 @@ typedef enum ggml_type {
  * Returns false for numbers that are not a known type: the file is then refused. */
 bool ggml_type_known(uint32_t type);
 /* Types the CPU engine can compute with: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K
- * Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4.  The GPU engine decodes a subset (gpu_kernel_names.h) and
+ * Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 IQ3_S IQ3_XXS IQ2_S IQ2_XS IQ2_XXS IQ1_M IQ1_S.  The GPU engine decodes a subset (gpu_kernel_names.h) and
  * refuses a model with any other, naming the tensor. */
 bool ggml_type_supported(ggml_type type);
 const char *ggml_type_name(ggml_type type);

@@ -437,7 +437,8 @@ static bool bind(loader *L, model_tensor *t, tensor_spec spec)
     if (spec.f32_only && g->type != GGML_TYPE_F32)
         return fail(L, "tensor '%s': type %s, expected F32", spec.name, ggml_type_name(g->type));
     if (!ggml_type_supported(g->type))
-        return fail(L, "tensor '%s': type %s is not supported (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4)",
+        return fail(L, "tensor '%s': type %s is not supported (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K "
+                       "Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 IQ3_S IQ3_XXS IQ2_S IQ2_XS IQ2_XXS IQ1_M IQ1_S)",
                     spec.name, ggml_type_name(g->type));
     size_t row_bytes = ggml_row_bytes(g->type, g->ne[0]);
     if (row_bytes == 0 || row_bytes * (size_t)g->ne[1] * (size_t)g->ne[2] != g->nbytes)

@@ -14,7 +14,10 @@
  */
 #include "quant.h"
 
+#include "quant_grids.h"
+
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #define QK4_0 32
@@ -110,6 +113,64 @@ _Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
 _Static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
 _Static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
 _Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
+
+/* The IQ types: 256 weights per super-block, in groups of 8 (IQ3: 4) that index a lookup grid
+ * (quant_grids.h, decoded from gguf-py's constants); signs apart (IQ2, IQ3) or in the grid
+ * (IQ1).  w = db * grid[index][j] * sign, db a sub-block scale of the f16 d. */
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[QK_K / 4];   /* per 32 w: 4 grid bytes, then a u32 of 4 7-bit sign indices and a
+                             * 4-bit scale (top); db = d*(0.5+ls)/4 */
+} block_iq2_xxs;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[QK_K / 4];   /* per 8 w: u16 = 9-bit grid index | 7-bit sign index << 9 */
+    uint8_t scales[QK_K / 32]; /* per 16 w, a nibble: db = d*(0.5+ls)/4 */
+} block_iq2_xs;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[QK_K / 8];   /* low 8 bits of each 8 w's 10-bit grid index */
+    uint8_t signs[QK_K / 8]; /* one bit per weight */
+    uint8_t qh[QK_K / 32];  /* per 32 w: the 4 indices' top 2 bits */
+    uint8_t scales[QK_K / 32]; /* per 16 w, a nibble: db = d*(0.5+ls)/4 */
+} block_iq2_s;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[QK_K / 4];   /* per 4 w: an 8-bit grid index */
+    uint8_t sas[QK_K / 8];  /* per 32 w: u32 of 4 7-bit sign indices and a 4-bit scale (top);
+                             * db = d*(0.5+ls)/2 */
+} block_iq3_xxs;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[QK_K / 4];   /* low 8 bits of each 4 w's 9-bit grid index */
+    uint8_t qh[QK_K / 32];  /* bit l of qh[ib]: the 9th bit of index 8ib+l */
+    uint8_t signs[QK_K / 8]; /* one bit per weight */
+    uint8_t scales[QK_K / 64]; /* per 32 w, a nibble: db = d*(1+2ls) */
+} block_iq3_s;
+
+typedef struct {
+    uint8_t d[2];
+    uint8_t qs[QK_K / 8];   /* low 8 bits of each 8 w's 11-bit grid index */
+    uint8_t qh[QK_K / 16];  /* per 32 w, u16: 4 x 3 index bits, 3-bit scale (12..14), delta sign (15) */
+} block_iq1_s;
+
+typedef struct {
+    uint8_t qs[QK_K / 8];   /* as IQ1_S */
+    uint8_t qh[QK_K / 16];  /* per 8 w a nibble: 3 index bits, delta sign (bit 3) */
+    uint8_t scales[QK_K / 32]; /* 4 u16: 4 3-bit scales (per 16 w) each, and d's nibbles on top */
+} block_iq1_m;
+
+_Static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs layout");
+_Static_assert(sizeof(block_iq2_xs) == 74, "block_iq2_xs layout");
+_Static_assert(sizeof(block_iq2_s) == 82, "block_iq2_s layout");
+_Static_assert(sizeof(block_iq3_xxs) == 98, "block_iq3_xxs layout");
+_Static_assert(sizeof(block_iq3_s) == 110, "block_iq3_s layout");
+_Static_assert(sizeof(block_iq1_s) == 50, "block_iq1_s layout");
+_Static_assert(sizeof(block_iq1_m) == 56, "block_iq1_m layout");
 
 typedef struct {
     uint8_t e;              /* E8M0 shared exponent: the block scales by 2^(e-127) */
@@ -443,6 +504,150 @@ static void decode_mxfp4(const uint8_t *restrict blk, float *restrict y)
     decode_grid_32(mxfp4_values, mxfp4_half_scale(b->e), b->qs, y);
 }
 
+/* ---- the IQ types: groups of 8 (IQ3: 4) weights, each a row of a lookup grid.  Grid rows
+ * pack one element per byte (quant_grids.h); the arithmetic is gguf-py's, in its order. */
+
+static uint16_t load_u16(const uint8_t p[2])
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+/* 8 weights: db * magnitude j of the grid row * (bit j of signs ? -1 : 1). */
+static inline __attribute__((always_inline)) void
+decode_signed_8(float db, uint64_t grid, uint8_t signs, float *restrict y)
+{
+    for (int j = 0; j < 8; j++)
+        y[j] = db * (float)(uint8_t)(grid >> (8 * j)) * ((signs >> j) & 1 ? -1.0f : 1.0f);
+}
+
+/* IQ3's 4-magnitude rows, two of them under one byte of signs. */
+static inline __attribute__((always_inline)) void
+decode_signed_4x2(float db, uint32_t g1, uint32_t g2, uint8_t signs, float *restrict y)
+{
+    decode_signed_8(db, (uint64_t)g1 | ((uint64_t)g2 << 32), signs, y);
+}
+
+static void decode_iq2_xxs(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq2_xxs *b = (const block_iq2_xxs *)blk;
+    const float d = load_f16(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const uint8_t *q = b->qs + 8 * ib;
+        const uint32_t aux = load_u32(q + 4);
+        const float db = d * (0.5f + (float)(aux >> 28)) * 0.25f;
+        for (int l = 0; l < 4; l++)
+            decode_signed_8(db, iq2xxs_grid[q[l]], ksigns_iq2xs[(aux >> (7 * l)) & 127],
+                            y + 32 * ib + 8 * l);
+    }
+}
+
+static void decode_iq2_xs(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq2_xs *b = (const block_iq2_xs *)blk;
+    const float d = load_f16(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const float db[2] = {d * (0.5f + (float)(b->scales[ib] & 0x0f)) * 0.25f,
+                             d * (0.5f + (float)(b->scales[ib] >> 4)) * 0.25f};
+        for (int l = 0; l < 4; l++) {
+            const uint16_t q = load_u16(b->qs + 2 * (4 * ib + l));
+            decode_signed_8(db[l / 2], iq2xs_grid[q & 511], ksigns_iq2xs[q >> 9], y + 32 * ib + 8 * l);
+        }
+    }
+}
+
+static void decode_iq2_s(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq2_s *b = (const block_iq2_s *)blk;
+    const float d = load_f16(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const float db[2] = {d * (0.5f + (float)(b->scales[ib] & 0x0f)) * 0.25f,
+                             d * (0.5f + (float)(b->scales[ib] >> 4)) * 0.25f};
+        for (int l = 0; l < 4; l++) {
+            const int idx = b->qs[4 * ib + l] | (((b->qh[ib] >> (2 * l)) & 3) << 8);
+            decode_signed_8(db[l / 2], iq2s_grid[idx], b->signs[4 * ib + l], y + 32 * ib + 8 * l);
+        }
+    }
+}
+
+static void decode_iq3_xxs(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq3_xxs *b = (const block_iq3_xxs *)blk;
+    const float d = load_f16(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const uint32_t aux = load_u32(b->sas + 4 * ib);
+        const float db = d * (0.5f + (float)(aux >> 28)) * 0.5f;
+        const uint8_t *q = b->qs + 8 * ib;
+        for (int l = 0; l < 4; l++)
+            decode_signed_4x2(db, iq3xxs_grid[q[2 * l]], iq3xxs_grid[q[2 * l + 1]],
+                              ksigns_iq2xs[(aux >> (7 * l)) & 127], y + 32 * ib + 8 * l);
+    }
+}
+
+static void decode_iq3_s(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq3_s *b = (const block_iq3_s *)blk;
+    const float d = load_f16(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const float db = d * (float)(1 + 2 * ((b->scales[ib / 2] >> (4 * (ib % 2))) & 0x0f));
+        const uint8_t *q = b->qs + 8 * ib;
+        for (int l = 0; l < 4; l++) {
+            const int i1 = q[2 * l] | (((b->qh[ib] >> (2 * l)) & 1) << 8);
+            const int i2 = q[2 * l + 1] | (((b->qh[ib] >> (2 * l + 1)) & 1) << 8);
+            decode_signed_4x2(db, iq3s_grid[i1], iq3s_grid[i2], b->signs[4 * ib + l], y + 32 * ib + 8 * l);
+        }
+    }
+}
+
+/* 8 weights of IQ1: dl * (grid value in {-1, 0, 1} + delta). */
+static inline __attribute__((always_inline)) void
+decode_iq1_8(float dl, float delta, uint64_t grid, float *restrict y)
+{
+    for (int j = 0; j < 8; j++) y[j] = dl * ((float)(int8_t)(uint8_t)(grid >> (8 * j)) + delta);
+}
+
+#define IQ1_DELTA 0.125f
+
+static void decode_iq1_s(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq1_s *b = (const block_iq1_s *)blk;
+    const float d = load_f16(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const uint16_t qh = load_u16(b->qh + 2 * ib);
+        const float dl = d * (float)(2 * ((qh >> 12) & 7) + 1);
+        const float delta = qh & 0x8000 ? -IQ1_DELTA : IQ1_DELTA;
+        for (int l = 0; l < 4; l++) {
+            const int idx = b->qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8);
+            decode_iq1_8(dl, delta, iq1s_grid[idx], y + 32 * ib + 8 * l);
+        }
+    }
+}
+
+/* IQ1_M's f16 d is spread over the top nibbles of its four scale words. */
+static float iq1m_d(const uint16_t sc[4])
+{
+    const uint16_t h = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
+                                  (sc[3] & 0xf000));
+    return quant_f16_to_f32(h);
+}
+
+static void decode_iq1_m(const uint8_t *restrict blk, float *restrict y)
+{
+    const block_iq1_m *b = (const block_iq1_m *)blk;
+    uint16_t sc[4];
+    for (int k = 0; k < 4; k++) sc[k] = load_u16(b->scales + 2 * k);
+    const float d = iq1m_d(sc);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const int shift = 6 * (ib % 2);
+        const float dl[2] = {d * (float)(2 * ((sc[ib / 2] >> shift) & 7) + 1),
+                             d * (float)(2 * ((sc[ib / 2] >> (shift + 3)) & 7) + 1)};
+        for (int l = 0; l < 4; l++) {
+            const int nib = (b->qh[2 * ib + l / 2] >> (4 * (l % 2))) & 0x0f;
+            const int idx = b->qs[4 * ib + l] | ((nib & 7) << 8);
+            decode_iq1_8(dl[l / 2], nib & 8 ? -IQ1_DELTA : IQ1_DELTA, iq1s_grid[idx], y + 32 * ib + 8 * l);
+        }
+    }
+}
+
 /* Float "blocks": the dot product handles float rows in chunks of FLOAT_CHUNK. */
 #define FLOAT_CHUNK 256
 
@@ -566,6 +771,20 @@ float quant_dot_row(ggml_type type, const void *row, const float *x, int64_t n)
         return dot_blocks(decode_iq4_xs, QK_K, sizeof(block_iq4_xs), r, x, n / QK_K);
     case GGML_TYPE_MXFP4:
         return dot_blocks(decode_mxfp4, QK4_0, sizeof(block_mxfp4), r, x, n / QK4_0);
+    case GGML_TYPE_IQ2_XXS:
+        return dot_blocks(decode_iq2_xxs, QK_K, sizeof(block_iq2_xxs), r, x, n / QK_K);
+    case GGML_TYPE_IQ2_XS:
+        return dot_blocks(decode_iq2_xs, QK_K, sizeof(block_iq2_xs), r, x, n / QK_K);
+    case GGML_TYPE_IQ2_S:
+        return dot_blocks(decode_iq2_s, QK_K, sizeof(block_iq2_s), r, x, n / QK_K);
+    case GGML_TYPE_IQ3_XXS:
+        return dot_blocks(decode_iq3_xxs, QK_K, sizeof(block_iq3_xxs), r, x, n / QK_K);
+    case GGML_TYPE_IQ3_S:
+        return dot_blocks(decode_iq3_s, QK_K, sizeof(block_iq3_s), r, x, n / QK_K);
+    case GGML_TYPE_IQ1_S:
+        return dot_blocks(decode_iq1_s, QK_K, sizeof(block_iq1_s), r, x, n / QK_K);
+    case GGML_TYPE_IQ1_M:
+        return dot_blocks(decode_iq1_m, QK_K, sizeof(block_iq1_m), r, x, n / QK_K);
     default: return NAN;
     }
 }
@@ -588,6 +807,13 @@ static block_decoder decoder_of(ggml_type type)
     case GGML_TYPE_Q3_K: return decode_q3_K;
     case GGML_TYPE_IQ4_XS: return decode_iq4_xs;
     case GGML_TYPE_MXFP4: return decode_mxfp4;
+    case GGML_TYPE_IQ2_XXS: return decode_iq2_xxs;
+    case GGML_TYPE_IQ2_XS: return decode_iq2_xs;
+    case GGML_TYPE_IQ2_S: return decode_iq2_s;
+    case GGML_TYPE_IQ3_XXS: return decode_iq3_xxs;
+    case GGML_TYPE_IQ3_S: return decode_iq3_s;
+    case GGML_TYPE_IQ1_S: return decode_iq1_s;
+    case GGML_TYPE_IQ1_M: return decode_iq1_m;
     default: return NULL;
     }
 }
@@ -1022,6 +1248,388 @@ static void encode_mxfp4(const float *x, uint8_t *blk)
     pack_nibbles_32(q, b->qs);
 }
 
+/* ---- IQ encoders: a reference quantiser that writes the formats (not llama-quantize's
+ * importance-weighted search).  Per sub-block the scale maps the largest magnitude onto the
+ * grid's largest level; per group each weight's sign is kept (XXS/XS: with an even count of
+ * negatives, the weight of least magnitude giving way) and the grid row nearest (least
+ * squares) to the magnitudes is found by exhaustive search. */
+
+typedef struct iq_grid {
+    const uint64_t *g64; /* rows of 8 bytes, or */
+    const uint32_t *g32; /* rows of 4 */
+    int rows;
+    bool is_signed;      /* int8 elements (IQ1), else unsigned magnitudes */
+} iq_grid;
+
+/* Finding the nearest of up to 2048 rows by exhaustive search costs ~10 us a weight, too slow
+ * for mkmodel.  Instead each element is rounded to the nearest of the grid's few levels (3 or
+ * 8), and the resulting code (its level indices as base-L digits, 3^8 or 8^4 of them) looks up
+ * the grid row nearest to it, tabulated once per grid (~0.1 s for all of them together). */
+#define IQ_GRIDS 6
+#define IQ_MAX_CODES 6561 /* 3^8 >= 8^4 */
+typedef struct iq_table {
+    float level[8];
+    int n_levels, width, n_codes;
+    uint16_t near[IQ_MAX_CODES];
+} iq_table;
+
+static const iq_grid IQ_GRID[IQ_GRIDS] = {
+    {iq2xxs_grid, NULL, 256, false}, {iq2xs_grid, NULL, 512, false}, {iq2s_grid, NULL, 1024, false},
+    {NULL, iq3xxs_grid, 256, false}, {NULL, iq3s_grid, 512, false},  {iq1s_grid, NULL, 2048, true},
+};
+enum { IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S, IQ1S };
+static iq_table iq_tables[IQ_GRIDS];
+static pthread_once_t iq_tables_once = PTHREAD_ONCE_INIT;
+
+static float grid_elem(const iq_grid *g, int r, int j)
+{
+    const uint8_t b = g->g64 ? (uint8_t)(g->g64[r] >> (8 * j)) : (uint8_t)(g->g32[r] >> (8 * j));
+    return g->is_signed ? (float)(int8_t)b : (float)b;
+}
+
+/* The level index of value v (one of tb's levels). */
+static int level_index(const iq_table *tb, float v)
+{
+    int k = 0;
+    while (k < tb->n_levels - 1 && tb->level[k] != v) k++;
+    return k;
+}
+
+/* Tabulates near[]: for every code, the row with the least squared distance.  Distances split
+ * in halves of the width: a row's and a code's halves are each one of HN = L^(width/2) level
+ * patterns, and half[a * HN + b] is the distance between patterns a and b, so a (code, row)
+ * pair costs two lookups (this runs once per process, also in the sanitizer builds). */
+static void build_iq_table(const iq_grid *g, iq_table *tb)
+{
+    tb->width = g->g64 ? 8 : 4;
+    tb->n_levels = 0;
+    for (int r = 0; r < g->rows; r++) /* the distinct element values, ascending */
+        for (int j = 0; j < tb->width; j++) {
+            const float v = grid_elem(g, r, j);
+            int k = 0;
+            while (k < tb->n_levels && tb->level[k] < v) k++;
+            if (k < tb->n_levels && tb->level[k] == v) continue;
+            memmove(tb->level + k + 1, tb->level + k, sizeof(float) * (size_t)(tb->n_levels - k));
+            tb->level[k] = v;
+            tb->n_levels++;
+        }
+    const int L = tb->n_levels, hw = tb->width / 2;
+    int hn = 1;
+    for (int j = 0; j < hw; j++) hn *= L;
+    tb->n_codes = hn * hn;
+    static float half[IQ_MAX_CODES];      /* hn * hn <= 81 * 81; only used under the once */
+    static uint16_t row_lo[2048], row_hi[2048];
+    for (int a = 0; a < hn; a++)
+        for (int b = 0; b < hn; b++) {
+            float e = 0.0f;
+            for (int j = 0, x = a, y = b; j < hw; j++, x /= L, y /= L) {
+                const float diff = tb->level[x % L] - tb->level[y % L];
+                e += diff * diff;
+            }
+            half[a * hn + b] = e;
+        }
+    for (int r = 0; r < g->rows; r++) {
+        int code = 0;
+        for (int j = tb->width - 1; j >= 0; j--) code = code * L + level_index(tb, grid_elem(g, r, j));
+        row_lo[r] = (uint16_t)(code % hn);
+        row_hi[r] = (uint16_t)(code / hn);
+    }
+    for (int code = 0; code < tb->n_codes; code++) {
+        const float *lo = half + (code % hn) * hn, *hi = half + (code / hn) * hn;
+        float best_err = INFINITY;
+        for (int r = 0; r < g->rows; r++) {
+            const float e = lo[row_lo[r]] + hi[row_hi[r]];
+            if (e < best_err) {
+                best_err = e;
+                tb->near[code] = (uint16_t)r;
+            }
+        }
+    }
+}
+
+static void build_iq_tables(void)
+{
+    for (int i = 0; i < IQ_GRIDS; i++) build_iq_table(&IQ_GRID[i], &iq_tables[i]);
+}
+
+/* Squared distance of row r (+ offset) to t. */
+static float row_err(int grid, int r, const float *t, float offset)
+{
+    float e = 0.0f;
+    for (int j = 0; j < iq_tables[grid].width; j++) {
+        const float diff = grid_elem(&IQ_GRID[grid], r, j) + offset - t[j];
+        e += diff * diff;
+    }
+    return e;
+}
+
+/* The grid row for t (8 or 4 elements, by the grid's width) with offset added to every
+ * element; *err its squared distance.  Candidates: the row tabulated for the per-element
+ * nearest levels, and those for each one element moved to its second-nearest level. */
+static int grid_nearest(int grid, const float *t, float offset, float *err)
+{
+    pthread_once(&iq_tables_once, build_iq_tables);
+    const iq_table *tb = &iq_tables[grid];
+    int code = 0, pow = 1, near1[8], near2[8], place[8];
+    for (int j = 0; j < tb->width; j++, pow *= tb->n_levels) {
+        int k1 = 0, k2 = -1; /* the nearest level and the next */
+        for (int l = 1; l < tb->n_levels; l++) {
+            const float dl = fabsf(tb->level[l] + offset - t[j]);
+            if (dl < fabsf(tb->level[k1] + offset - t[j])) {
+                k2 = k1;
+                k1 = l;
+            } else if (k2 < 0 || dl < fabsf(tb->level[k2] + offset - t[j])) {
+                k2 = l;
+            }
+        }
+        near1[j] = k1;
+        near2[j] = k2;
+        place[j] = pow;
+        code += k1 * pow;
+    }
+    int best = tb->near[code];
+    float best_err = row_err(grid, best, t, offset);
+    for (int j = 0; j < tb->width; j++) {
+        const int r = tb->near[code + (near2[j] - near1[j]) * place[j]];
+        const float e = row_err(grid, r, t, offset);
+        if (e < best_err) {
+            best_err = e;
+            best = r;
+        }
+    }
+    *err = best_err;
+    return best;
+}
+
+static float amax_of(const float *x, int n)
+{
+    return fabsf(signed_amax(x, n));
+}
+
+/* A sub-block scale db = d * (a + b*l), l in [0, lmax]: the l nearest to s. */
+static int sub_scale(float s, float d, float a, float b, int lmax)
+{
+    return d > 0.0f ? round_clamp((s / d - a) / b, 0, lmax) : 0;
+}
+
+/* 8 weights under the scale db: their sign bits (an even number if `even`) and the grid rows
+ * (one of 8, or two of 4) nearest to their magnitudes. */
+static uint8_t encode_signed_8(int g, const float *x, float db, bool even, int idx[2])
+{
+    uint8_t signs = 0;
+    int least = 0;
+    for (int j = 0; j < 8; j++) {
+        if (x[j] < 0.0f) signs |= (uint8_t)(1u << j);
+        if (fabsf(x[j]) < fabsf(x[least])) least = j;
+    }
+    float t[8];
+    for (int j = 0; j < 8; j++) t[j] = db > 0.0f ? fabsf(x[j]) / db : 0.0f;
+    if (even && __builtin_popcount(signs) % 2) {
+        signs ^= (uint8_t)(1u << least); /* its magnitude now counts against it: aim for 0 */
+        t[least] = 0.0f;
+    }
+    float err;
+    idx[0] = grid_nearest(g, t, 0.0f, &err);
+    idx[1] = IQ_GRID[g].g64 ? 0 : grid_nearest(g, t + 4, 0.0f, &err);
+    return signs;
+}
+
+/* The f16 d of a super-block whose sub-blocks want the scales s[0..n) with db = d*(a + b*l):
+ * the largest maps to l = lmax. */
+static float iq_super_scale(uint8_t dd[2], const float *s, int n, float a, float b, int lmax)
+{
+    float smax = 0.0f;
+    for (int i = 0; i < n; i++) smax = fmaxf(smax, s[i]);
+    return store_f16_scale(dd, smax / (a + b * (float)lmax));
+}
+
+/* The wanted scale of each of the n sub-blocks of `len` weights: amax / top. */
+static void wanted_scales(const float *x, int n, int len, float top, float *s)
+{
+    for (int i = 0; i < n; i++) s[i] = amax_of(x + len * i, len) / top;
+}
+
+static void store_u16(uint8_t p[2], uint16_t v)
+{
+    p[0] = (uint8_t)(v & 0xff);
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void store_u32(uint8_t p[4], uint32_t v)
+{
+    for (int k = 0; k < 4; k++) p[k] = (uint8_t)(v >> (8 * k));
+}
+
+/* IQ2_XXS and IQ3_XXS: per 32 weights a u32 of four 7-bit sign indices and a 4-bit scale l
+ * (db = d * (a + b*l)), and the grid bytes of its 4 (IQ3: 8) rows, each kind at its stride. */
+typedef struct xxs_layout {
+    int grid;
+    float top, a, b; /* the grid's largest level; the scale's a and b */
+    uint8_t *idx, *aux;
+    int idx_stride, aux_stride;
+} xxs_layout;
+
+static void encode_xxs(const float *x, uint8_t dd[2], const xxs_layout *o)
+{
+    float s[QK_K / 32];
+    wanted_scales(x, QK_K / 32, 32, o->top, s);
+    const float d = iq_super_scale(dd, s, QK_K / 32, o->a, o->b, 15);
+    const int per8 = IQ_GRID[o->grid].g64 ? 1 : 2; /* rows per group of 8 */
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const int ls = sub_scale(s[ib], d, o->a, o->b, 15);
+        const float db = d * (o->a + o->b * (float)ls);
+        uint32_t aux = (uint32_t)ls << 28;
+        for (int l = 0; l < 4; l++) {
+            int idx[2];
+            aux |= (uint32_t)(encode_signed_8(o->grid, x + 32 * ib + 8 * l, db, true, idx) & 127) << (7 * l);
+            for (int h = 0; h < per8; h++) o->idx[o->idx_stride * ib + per8 * l + h] = (uint8_t)idx[h];
+        }
+        store_u32(o->aux + o->aux_stride * ib, aux);
+    }
+}
+
+static void encode_iq2_xxs(const float *x, uint8_t *blk)
+{
+    block_iq2_xxs *b = (block_iq2_xxs *)blk;
+    encode_xxs(x, b->d, &(xxs_layout){IQ2XXS, 43.0f, 0.125f, 0.25f, b->qs, b->qs + 4, 8, 8});
+}
+
+static void encode_iq3_xxs(const float *x, uint8_t *blk)
+{
+    block_iq3_xxs *b = (block_iq3_xxs *)blk;
+    encode_xxs(x, b->d, &(xxs_layout){IQ3XXS, 62.0f, 0.25f, 0.5f, b->qs, b->sas, 8, 4});
+}
+
+/* IQ2_XS and IQ2_S: a nibble scale per 16 weights, two per byte. */
+static float iq2_scales16(const float *x, uint8_t dd[2], uint8_t scales[QK_K / 32], float db[QK_K / 16])
+{
+    float s[QK_K / 16];
+    wanted_scales(x, QK_K / 16, 16, 43.0f, s);
+    const float d = iq_super_scale(dd, s, QK_K / 16, 0.125f, 0.25f, 15);
+    memset(scales, 0, QK_K / 32);
+    for (int k = 0; k < QK_K / 16; k++) {
+        const int ls = sub_scale(s[k], d, 0.125f, 0.25f, 15);
+        scales[k / 2] |= (uint8_t)(ls << (4 * (k % 2)));
+        db[k] = d * (0.5f + (float)ls) * 0.25f;
+    }
+    return d;
+}
+
+static void encode_iq2_xs(const float *x, uint8_t *blk)
+{
+    block_iq2_xs *b = (block_iq2_xs *)blk;
+    float db[QK_K / 16];
+    iq2_scales16(x, b->d, b->scales, db);
+    for (int g = 0; g < QK_K / 8; g++) {
+        int idx[2];
+        const uint8_t signs = encode_signed_8(IQ2XS, x + 8 * g, db[g / 2], true, idx);
+        store_u16(b->qs + 2 * g, (uint16_t)(idx[0] | ((signs & 127) << 9)));
+    }
+}
+
+static void encode_iq2_s(const float *x, uint8_t *blk)
+{
+    block_iq2_s *b = (block_iq2_s *)blk;
+    float db[QK_K / 16];
+    iq2_scales16(x, b->d, b->scales, db);
+    memset(b->qh, 0, sizeof b->qh);
+    for (int g = 0; g < QK_K / 8; g++) {
+        int idx[2];
+        b->signs[g] = encode_signed_8(IQ2S, x + 8 * g, db[g / 2], false, idx);
+        b->qs[g] = (uint8_t)(idx[0] & 0xff);
+        b->qh[g / 4] |= (uint8_t)((idx[0] >> 8) << (2 * (g % 4)));
+    }
+}
+
+static void encode_iq3_s(const float *x, uint8_t *blk)
+{
+    block_iq3_s *b = (block_iq3_s *)blk;
+    float s[QK_K / 32];
+    wanted_scales(x, QK_K / 32, 32, 15.0f, s);
+    const float d = iq_super_scale(b->d, s, QK_K / 32, 1.0f, 2.0f, 15);
+    memset(b->qh, 0, sizeof b->qh);
+    memset(b->scales, 0, sizeof b->scales);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const int ls = sub_scale(s[ib], d, 1.0f, 2.0f, 15);
+        b->scales[ib / 2] |= (uint8_t)(ls << (4 * (ib % 2)));
+        const float db = d * (float)(1 + 2 * ls);
+        for (int l = 0; l < 4; l++) {
+            int idx[2];
+            b->signs[4 * ib + l] = encode_signed_8(IQ3S, x + 32 * ib + 8 * l, db, false, idx);
+            for (int h = 0; h < 2; h++) {
+                b->qs[8 * ib + 2 * l + h] = (uint8_t)(idx[h] & 0xff);
+                b->qh[ib] |= (uint8_t)((idx[h] >> 8) << (2 * l + h));
+            }
+        }
+    }
+}
+
+/* 8 IQ1 weights under dl: the grid row and delta sign (+1/8 or -1/8) nearest to x / dl.
+ * Returns the row; *neg the delta's sign. */
+static int encode_iq1_8(const float *x, float dl, bool *neg)
+{
+    float t[8], err_pos, err_neg;
+    for (int j = 0; j < 8; j++) t[j] = dl > 0.0f ? x[j] / dl : 0.0f;
+    const int pos = grid_nearest(IQ1S, t, IQ1_DELTA, &err_pos);
+    const int ng = grid_nearest(IQ1S, t, -IQ1_DELTA, &err_neg);
+    *neg = err_neg < err_pos;
+    return *neg ? ng : pos;
+}
+
+/* IQ1_S has one delta per 32 weights: the sign whose 4 groups fit better. */
+static void encode_iq1_s(const float *x, uint8_t *blk)
+{
+    block_iq1_s *b = (block_iq1_s *)blk;
+    float s[QK_K / 32];
+    wanted_scales(x, QK_K / 32, 32, 1.0f + IQ1_DELTA, s);
+    const float d = iq_super_scale(b->d, s, QK_K / 32, 1.0f, 2.0f, 7);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const int ls = sub_scale(s[ib], d, 1.0f, 2.0f, 7);
+        const float dl = d * (float)(2 * ls + 1);
+        int idx[2][4];
+        float err[2] = {0.0f, 0.0f};
+        for (int sgn = 0; sgn < 2; sgn++)
+            for (int l = 0; l < 4; l++) {
+                float t[8], e;
+                for (int j = 0; j < 8; j++) t[j] = dl > 0.0f ? x[32 * ib + 8 * l + j] / dl : 0.0f;
+                idx[sgn][l] = grid_nearest(IQ1S, t, sgn ? -IQ1_DELTA : IQ1_DELTA, &e);
+                err[sgn] += e;
+            }
+        const int sgn = err[1] < err[0];
+        uint16_t qh = (uint16_t)((ls << 12) | (sgn << 15));
+        for (int l = 0; l < 4; l++) {
+            b->qs[4 * ib + l] = (uint8_t)(idx[sgn][l] & 0xff);
+            qh |= (uint16_t)((idx[sgn][l] >> 8) << (3 * l));
+        }
+        store_u16(b->qh + 2 * ib, qh);
+    }
+}
+
+static void encode_iq1_m(const float *x, uint8_t *blk)
+{
+    block_iq1_m *b = (block_iq1_m *)blk;
+    float s[QK_K / 16];
+    uint8_t dd[2];
+    wanted_scales(x, QK_K / 16, 16, 1.0f + IQ1_DELTA, s);
+    const float d = iq_super_scale(dd, s, QK_K / 16, 1.0f, 2.0f, 7);
+    const uint16_t dh = load_u16(dd);
+    uint16_t sc[4] = {0, 0, 0, 0};
+    memset(b->qh, 0, sizeof b->qh);
+    for (int k = 0; k < QK_K / 16; k++) { /* scale k: bits 3(k%4).. of word k/4 */
+        const int ls = sub_scale(s[k], d, 1.0f, 2.0f, 7);
+        sc[k / 4] |= (uint16_t)(ls << (3 * (k % 4)));
+        const float dl = d * (float)(2 * ls + 1);
+        for (int h = 0; h < 2; h++) {
+            const int g = 2 * k + h; /* group of 8: index 4ib + l */
+            bool neg;
+            const int idx = encode_iq1_8(x + 8 * g, dl, &neg);
+            b->qs[g] = (uint8_t)(idx & 0xff);
+            b->qh[g / 2] |= (uint8_t)((((idx >> 8) & 7) | (neg ? 8 : 0)) << (4 * (g % 2)));
+        }
+    }
+    for (int k = 0; k < 4; k++) store_u16(b->scales + 2 * k, (uint16_t)(sc[k] | (((dh >> (4 * k)) & 0xf) << 12)));
+}
+
 size_t quant_quantize_row(ggml_type type, const float *src, void *dst, int64_t n)
 {
     uint8_t *out = dst;
@@ -1055,6 +1663,13 @@ size_t quant_quantize_row(ggml_type type, const float *src, void *dst, int64_t n
     case GGML_TYPE_Q2_K: encode = encode_q2_K; break;
     case GGML_TYPE_Q3_K: encode = encode_q3_K; break;
     case GGML_TYPE_MXFP4: encode = encode_mxfp4; break;
+    case GGML_TYPE_IQ2_XXS: encode = encode_iq2_xxs; break;
+    case GGML_TYPE_IQ2_XS: encode = encode_iq2_xs; break;
+    case GGML_TYPE_IQ2_S: encode = encode_iq2_s; break;
+    case GGML_TYPE_IQ3_XXS: encode = encode_iq3_xxs; break;
+    case GGML_TYPE_IQ3_S: encode = encode_iq3_s; break;
+    case GGML_TYPE_IQ1_S: encode = encode_iq1_s; break;
+    case GGML_TYPE_IQ1_M: encode = encode_iq1_m; break;
     default: return 0;
     }
     size_t elems = ggml_type_block_elems(type), bb = ggml_type_block_bytes(type);

@@ -3,7 +3,8 @@
  * (used by the model generator and by tests).
  *
  * Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
- * IQ4_NL, IQ4_XS, MXFP4.  Block layouts follow ggml:
+ * IQ4_NL, IQ4_XS, MXFP4, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_M, IQ1_S.  Block layouts
+ * follow ggml:
  *   Q4_0  32 w: f16 d; 16 B nibbles (low nibbles = weights 0..15, high = 16..31); w = d*(q-8)
  *   Q4_1  32 w: f16 d, f16 m; nibbles as Q4_0; w = d*q + m
  *   Q5_0  32 w: f16 d; u32 qh (5th bit of weight j = bit j); nibbles as Q4_0; w = d*(q-16)
@@ -20,6 +21,11 @@
  *               w = d*(sc-32)*(q - (high bit ? 0 : 4))
  *   IQ4_XS 256 w: f16 d, 8 six-bit scales (2 B high bits, 4 B low nibbles), 128 B nibbles
  *               per 32 w as IQ4_NL; w = d*(sc-32)*grid[q]
+ *   IQ2_XXS/IQ2_XS/IQ2_S/IQ3_XXS/IQ3_S/IQ1_S/IQ1_M 256 w: groups of 8 (IQ3: 4) weights index
+ *               a lookup grid (quant_grids.h, from gguf-py's constants) under 3- or 4-bit
+ *               sub-block scales of an f16 d; signs per weight, or 7 bits per 8 with the 8th
+ *               their parity (ksigns), or (IQ1) in the grid with a +-1/8 delta.  The fields are
+ *               described at the block structs in quant.c.
  * Every decoder does ggml's dequantize_row_* arithmetic, so results are bit-identical to it and
  * to gguf-py's reference (tests/model/test_quant_vectors.c checks them against its output).
  */

@@ -21,6 +21,7 @@
  *   - attn_v and ffn_down (ffn_down_exps too) -> Q6_K in the layers where use_more_bits(i, n) holds:
  *     i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2; Q4_K elsewhere;
  *   - every other matrix Q4_K; norms and biases F32.
+ * UD_Q2_K_XL and UD_IQ1_S mimic unsloth's dynamic mixes (see ud_type).
  * The single-type --type values are "pure": every matrix gets that type.
  * A matrix whose row length is not a multiple of the type's block falls back (as llama.cpp
  * does, but within the types our engines support): K-quants -> Q8_0, then -> F16. */
@@ -57,6 +58,8 @@
 static const char *const ftype_names[MKMODEL_FTYPE_COUNT] = {
     "f32", "f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m",
     "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "iq4_nl", "iq4_xs",
+    "iq3_s", "iq3_xxs", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m", "iq1_s", "mxfp4",
+    "ud_q2_k_xl", "ud_iq1_s",
 };
 
 int mkmodel_ftype_from_name(const char *name)
@@ -74,8 +77,11 @@ const char *mkmodel_ftype_name(mkmodel_ftype ft)
 uint32_t mkmodel_file_type(mkmodel_ftype ft)
 {
     /* LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q5_K_S 16,
-     * Q6_K 18; Q4_1 3, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, IQ4_NL 25, IQ4_XS 30 */
-    static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0, 1, 7, 2, 14, 16, 18, 15, 3, 8, 9, 10, 11, 25, 30};
+     * Q6_K 18; Q4_1 3, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, IQ4_NL 25, IQ4_XS 30; IQ3_S 26,
+     * IQ3_XXS 23, IQ2_S 28, IQ2_XS 20, IQ2_XXS 19, IQ1_M 31, IQ1_S 24, MXFP4_MOE 38; the UD
+     * mixes under their base type (as unsloth's files are: Q2_K 10, IQ1_S 24) */
+    static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0,  1,  7,  2,  14, 16, 18, 15, 3,  8,  9,  10, 11,
+                                                      25, 30, 26, 23, 28, 20, 19, 31, 24, 38, 10, 24};
     return (unsigned)ft < MKMODEL_FTYPE_COUNT ? ids[ft] : 0;
 }
 
@@ -143,6 +149,28 @@ static bool use_more_bits(int i, int n)
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
+/* The UD-style mixes keep the bits where the error hurts most and starve the bulk (the FFN's
+ * gate and up, most of the parameters): output Q6_K, token_embd Q4_K, attention at 4-6 bits,
+ * ffn_down a step above gate/up, and the first and last layers' FFN a step
+ * up again.  UD-Q2_K_XL: gate/up Q2_K, down Q3_K; UD-IQ1_S: gate/up IQ1_S, down IQ2_XXS,
+ * attention IQ4_XS / IQ3_S, the ends IQ2_S and IQ3_XXS. */
+static ggml_type ud_type(const mkmodel_config *cfg, const char *role, int layer)
+{
+    const bool iq1 = cfg->ftype == MKMODEL_UD_IQ1_S;
+    if (strcmp(role, "output") == 0) return GGML_TYPE_Q6_K;
+    if (strcmp(role, "token_embd") == 0) return GGML_TYPE_Q4_K;
+    const bool ends = layer == 0 || layer == cfg->n_layer - 1;
+    if (strcmp(role, "attn_v") == 0)
+        return use_more_bits(layer, cfg->n_layer) ? GGML_TYPE_Q6_K : iq1 ? GGML_TYPE_IQ4_XS : GGML_TYPE_Q5_K;
+    if (strcmp(role, "attn_q") == 0 || strcmp(role, "attn_k") == 0)
+        return iq1 ? GGML_TYPE_IQ3_S : GGML_TYPE_Q4_K;
+    if (strcmp(role, "attn_output") == 0) return iq1 ? GGML_TYPE_IQ3_XXS : GGML_TYPE_IQ4_XS;
+    if (strcmp(role, "ffn_down") == 0)
+        return ends ? (iq1 ? GGML_TYPE_IQ3_XXS : GGML_TYPE_IQ4_XS) : iq1 ? GGML_TYPE_IQ2_XXS : GGML_TYPE_Q3_K;
+    /* ffn_gate, ffn_up */
+    return ends ? (iq1 ? GGML_TYPE_IQ2_S : GGML_TYPE_Q3_K) : iq1 ? GGML_TYPE_IQ1_S : GGML_TYPE_Q2_K;
+}
+
 ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int layer)
 {
     if (strcmp(role, "ffn_gate_inp") == 0) return GGML_TYPE_F32; /* llama.cpp never quantises the router */
@@ -150,7 +178,10 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
         GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,   GGML_TYPE_Q4_K,
         GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,
         GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+        GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_XXS,
+        GGML_TYPE_IQ1_M, GGML_TYPE_IQ1_S, GGML_TYPE_MXFP4,
     };
+    if (cfg->ftype == MKMODEL_UD_Q2_K_XL || cfg->ftype == MKMODEL_UD_IQ1_S) return ud_type(cfg, role, layer);
     if (cfg->ftype != MKMODEL_Q4_K_M) return pure[cfg->ftype];
     if (strcmp(role, "output") == 0) return GGML_TYPE_Q6_K;
     if (strcmp(role, "token_embd") == 0) return cfg->tied_output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;

@@ -18,7 +18,8 @@
 #include "model/model.h"
 #include "gguf_write.h"
 
-/* Weight formats: one ggml type for every matrix, or llama.cpp's Q4_K_M mix. */
+/* Weight formats: one ggml type for every matrix, llama.cpp's Q4_K_M mix, or a UD-style mix
+ * (a type per tensor role and layer, as unsloth's "dynamic" files have). */
 typedef enum mkmodel_ftype {
     MKMODEL_F32 = 0,
     MKMODEL_F16,
@@ -35,6 +36,16 @@ typedef enum mkmodel_ftype {
     MKMODEL_Q3_K,
     MKMODEL_IQ4_NL,
     MKMODEL_IQ4_XS,
+    MKMODEL_IQ3_S,
+    MKMODEL_IQ3_XXS,
+    MKMODEL_IQ2_S,
+    MKMODEL_IQ2_XS,
+    MKMODEL_IQ2_XXS,
+    MKMODEL_IQ1_M,
+    MKMODEL_IQ1_S,
+    MKMODEL_MXFP4,
+    MKMODEL_UD_Q2_K_XL, /* mixes in the manner of unsloth's dynamic quants (mkmodel.c) */
+    MKMODEL_UD_IQ1_S,
     MKMODEL_FTYPE_COUNT
 } mkmodel_ftype;
 
@@ -84,7 +95,7 @@ const char *mkmodel_ftype_name(mkmodel_ftype ft);
 /* GGUF general.file_type (llama.cpp's LLAMA_FTYPE numbering). */
 uint32_t mkmodel_file_type(mkmodel_ftype ft);
 
-/* The tensor type of one matrix under cfg->ftype (Q4_K_M: llama.cpp's rule), before the
+/* The tensor type of one matrix under cfg->ftype (Q4_K_M: llama.cpp's rule; UD: mkmodel.c's), before the
  * row-length fallback.  layer is -1 for token_embd / output.  Exposed for tests. */
 ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int layer);
 

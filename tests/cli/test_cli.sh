@@ -129,7 +129,7 @@ expect_rc 1 "$bin" generate -m "$tmp/missing.gguf" -p "x" && expect_grep 'missin
 expect_rc 2 "$bin" generate -m "$model" && expect_grep '-p TEXT' "$tmp/err" "generate without prompt"
 expect_rc 2 "$bin" generate -m "$model" -p x --temp abc && expect_grep '--temp' "$tmp/err" "bad --temp named"
 expect_rc 1 "$bin" generate -m "$model" -p x --device tpu && expect_grep 'tpu' "$tmp/err" "bad device named"
-expect_rc 2 "$bin" mkmodel -o "$tmp/x.gguf" --type iq2_xxs && expect_grep 'iq2_xxs' "$tmp/err" "bad type named"
+expect_rc 2 "$bin" mkmodel -o "$tmp/x.gguf" --type tq1_0 && expect_grep 'tq1_0' "$tmp/err" "bad type named"
 expect_rc 2 "$bin" mkmodel -o "$tmp/x.gguf" --preset huge && expect_grep 'huge' "$tmp/err" "bad preset named"
 expect_rc 1 "$bin" mkmodel -o "$tmp/x.gguf" --n-head-kv 3 && expect_grep 'n-head-kv' "$tmp/err" "bad head split named"
 [ -e "$tmp/x.gguf" ] && fail "a refused mkmodel left a file"

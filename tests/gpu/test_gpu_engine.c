@@ -16,16 +16,19 @@
  * Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include <unistd.h>
 
 #include "../model/tiny_model.h"
-#include "gpu_test_util.h"
 #include "synth/mkmodel.h"
+#include "gpu/gpu_kernel_names.h"
+#include "gpu_test_util.h"
 
 #define N_PROMPT 200
 #define N_POS 288
@@ -126,8 +129,10 @@ static void check_model_logits(const model *m, const char *label, int n_pos, int
     check_logits_within(m, label, n_pos, n_prompt, tokens, 0);
 }
 
-static const ggml_type TYPES[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                                  GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+/* Every format the GPU reads (gpu_kernel_names.h). */
+#define GPU_TEST_WTYPE(TYPE, suffix) GGML_TYPE_##TYPE,
+static const ggml_type TYPES[] = {GPU_WEIGHT_TYPES(GPU_TEST_WTYPE)};
+#undef GPU_TEST_WTYPE
 
 /* A 2-layer model of family `arch` (index a: llama's rope extras on 0, tied output on the
  * others) in weight type TYPES[t], GPU logits against the CPU's; n_swa > 0: gemma3's keys
@@ -167,13 +172,46 @@ static void check_arch(const char *arch, int a, int t, bool post_norms, int n_sw
     free(image);
 }
 
+/* Every family in the first 8 formats (F32 .. Q6_K); the formats after them (decoded by the
+ * same kernels whatever the family) on llama, which keeps the test inside its time bound. */
+#define N_FAMILY_TYPES 8
+
 static void test_logits_every_arch_and_format(void **state)
 {
     (void)state;
     static const char *archs[] = {"llama", "qwen2", "qwen3"};
     uint64_t seed = 11;
     for (int a = 0; a < 3; a++)
-        for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(archs[a], a, (int)t, false, 0, &seed);
+        for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++)
+            if (a == 0 || t < N_FAMILY_TYPES) check_arch(archs[a], a, (int)t, false, 0, &seed);
+}
+
+/* mkmodel's UD-style mixes (a type per tensor role and layer, K and IQ types together in one
+ * model): GPU logits against the CPU's on the file mkmodel writes. */
+static void test_logits_ud_mixes(void **state)
+{
+    (void)state;
+    static const mkmodel_ftype mixes[] = {MKMODEL_UD_Q2_K_XL, MKMODEL_UD_IQ1_S};
+    static const char text[] = "the quick brown fox jumps over the lazy dog, again and again and again";
+    uint64_t seed = 23;
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
+        mkmodel_config cfg;
+        assert_true(mkmodel_preset("tiny", &cfg));
+        cfg.n_embd = 256;
+        cfg.n_ff = 512;
+        cfg.n_layer = 3;
+        cfg.ftype = mixes[i];
+        char path[64], err[512];
+        snprintf(path, sizeof path, "/tmp/inferd-gpu-ud-%ld-%zu.gguf", (long)getpid(), i);
+        if (mkmodel_write(&cfg, text, sizeof text - 1, path, err, sizeof err)) fail_msg("%s", err);
+        model *m = model_load(path, err, sizeof err);
+        unlink(path);
+        if (!m) fail_msg("%s", err);
+        int32_t tokens[N_POS];
+        for (int p = 0; p < N_POS; p++) tokens[p] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)cfg.n_vocab);
+        check_model_logits(m, mkmodel_ftype_name(cfg.ftype), N_POS, N_PROMPT, tokens);
+        model_free(m);
+    }
 }
 
 /* A family defined in a test: llama's keys and tensors, every layer with this norm placement
@@ -228,7 +266,7 @@ static void test_logits_gemma3(void **state)
 {
     (void)state;
     uint64_t seed = 13;
-    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch("gemma3", 1, (int)t, true, 48, &seed);
+    for (size_t t = 0; t < N_FAMILY_TYPES; t++) check_arch("gemma3", 1, (int)t, true, 48, &seed);
     model *m = load_shared("reference/gemma3.gguf");
     if (!m) return;
     int32_t tokens[N_POS];
@@ -633,16 +671,16 @@ static void test_recipe_feature_refused(void **state)
     free(image);
 }
 
-/* A model in a format the CPU reads but the GPU has no kernels for (Q4_1 here): the CUDA engine
+/* A model in a format the CPU reads but the GPU has no kernels for (MXFP4 here): the CUDA engine
  * refuses it at creation naming the tensor and type, before touching the GPU (so the message is
  * the same with or without one), and --device auto runs it on the CPU instead. */
 static void test_format_without_kernels_refused(void **state)
 {
     (void)state;
     tiny_spec s = tiny_spec_default();
-    s.wtype = GGML_TYPE_Q4_1;
+    s.wtype = GGML_TYPE_MXFP4;
     void *image;
-    model *m = refused_on_cuda(&s, &image, "tensor token_embd.weight: type Q4_1 has no GPU kernels");
+    model *m = refused_on_cuda(&s, &image, "tensor token_embd.weight: type MXFP4 has no GPU kernels");
     char err[512];
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
     engine *e = engine_open(ENGINE_DEVICE_AUTO, m, &cfg, err, sizeof err);
@@ -659,6 +697,7 @@ int main(int argc, char **argv)
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_every_arch_and_format),
+        cmocka_unit_test(test_logits_ud_mixes),
         cmocka_unit_test(test_logits_sandwich_norms),
         cmocka_unit_test(test_logits_gemma3),
         cmocka_unit_test(test_stories260k),

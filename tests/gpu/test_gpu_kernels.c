@@ -16,6 +16,7 @@
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_kernels.h"
 #include "gpu/gpu_shared.h"
+#include "gpu/gpu_kernel_names.h"
 #include "gpu_test_util.h"
 #include "model/quant.h"
 
@@ -93,8 +94,10 @@ static void launch(const gpu_fn *fn, gpu_launch_dims d, void **args)
     if (gpu_launch(fn, d, G.stream, args, "test", err, errlen)) fail_msg("%s", err);
 }
 
-static const ggml_type wtypes[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q4_0,
-                                   GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+/* Every format the GPU reads (gpu_kernel_names.h). */
+#define GPU_TEST_WTYPE(TYPE, suffix) GGML_TYPE_##TYPE,
+static const ggml_type wtypes[] = {GPU_WEIGHT_TYPES(GPU_TEST_WTYPE)};
+#undef GPU_TEST_WTYPE
 
 /* n rows of k random weights in format t, in the kernels' layout (gpu_row_bytes(t, k) per
  * row, as the engine uploads them); also their dequantised values. */
@@ -312,7 +315,7 @@ static void test_matvec_all_formats(void **state)
         download(emb, de, (size_t)3 * K * sizeof *emb);
         for (int i = 0; i < 3; i++) memcpy(eref + (size_t)i * K, deq + (size_t)toks[i] * K, K * sizeof *eref);
         double ee = gpu_test_rel_err(emb, eref, (size_t)3 * K);
-        print_message("  %-5s matvec rel err %.2e, glu %.2e (M up to 64), dequant->f16 %.2e, embed %.2e\n",
+        print_message("  %-7s matvec rel err %.2e, glu %.2e (M up to 64), dequant->f16 %.2e, embed %.2e\n",
                       ggml_type_name(t), worst[0], worst[1], edq, ee);
         assert_true(edq < 1e-3);
         assert_true(ee < 1e-6);
@@ -340,7 +343,7 @@ static void test_mmq_all_formats(void **state)
             const product_kernel pk = {"mmq", mmq_run, split ? 8 : 0, 1e-4};
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) product_case(&pm, Ms[mi], &pk, &seed, worst);
         }
-        print_message("  %-5s mmq rel err %.2e, glu %.2e (M 2..300, one split and three)\n", ggml_type_name(t),
+        print_message("  %-7s mmq rel err %.2e, glu %.2e (M 2..300, one split and three)\n", ggml_type_name(t),
                       worst[0], worst[1]);
         product_matrix_free(&pm);
         free(deq);

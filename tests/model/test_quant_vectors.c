@@ -4,7 +4,8 @@
  * tests/model/vectors/<type>.bin: N raw blocks, then the N * block_elems floats gguf-py's
  * dequantize gives for them; written by tests/model/vectors/gen_quant_vectors.py (random and
  * edge-case blocks: zero, largest-finite, subnormal and negative scales, all-ones quants, and
- * for Q4_1/Q5_0/Q5_1/MXFP4 blocks from gguf-py's own quantizer). */
+ * for Q4_1/Q5_0/Q5_1/MXFP4 blocks from gguf-py's own quantizer; the IQ1/IQ2/IQ3 types' random
+ * bytes reach grid rows, sign patterns and sub-block scales across their ranges). */
 #include <ctype.h>
 #include <math.h>
 #include <setjmp.h>
@@ -128,13 +129,22 @@ static void test_q3_k(void **state) { (void)state; check_type(GGML_TYPE_Q3_K); }
 static void test_iq4_nl(void **state) { (void)state; check_type(GGML_TYPE_IQ4_NL); }
 static void test_iq4_xs(void **state) { (void)state; check_type(GGML_TYPE_IQ4_XS); }
 static void test_mxfp4(void **state) { (void)state; check_type(GGML_TYPE_MXFP4); }
+static void test_iq2_xxs(void **state) { (void)state; check_type(GGML_TYPE_IQ2_XXS); }
+static void test_iq2_xs(void **state) { (void)state; check_type(GGML_TYPE_IQ2_XS); }
+static void test_iq2_s(void **state) { (void)state; check_type(GGML_TYPE_IQ2_S); }
+static void test_iq3_xxs(void **state) { (void)state; check_type(GGML_TYPE_IQ3_XXS); }
+static void test_iq3_s(void **state) { (void)state; check_type(GGML_TYPE_IQ3_S); }
+static void test_iq1_s(void **state) { (void)state; check_type(GGML_TYPE_IQ1_S); }
+static void test_iq1_m(void **state) { (void)state; check_type(GGML_TYPE_IQ1_M); }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q5_0),   cmocka_unit_test(test_q5_1),
         cmocka_unit_test(test_q2_k), cmocka_unit_test(test_q3_k),   cmocka_unit_test(test_iq4_nl),
-        cmocka_unit_test(test_iq4_xs), cmocka_unit_test(test_mxfp4),
+        cmocka_unit_test(test_iq4_xs), cmocka_unit_test(test_mxfp4),  cmocka_unit_test(test_iq2_xxs),
+        cmocka_unit_test(test_iq2_xs), cmocka_unit_test(test_iq2_s),  cmocka_unit_test(test_iq3_xxs),
+        cmocka_unit_test(test_iq3_s), cmocka_unit_test(test_iq1_s),   cmocka_unit_test(test_iq1_m),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -135,13 +135,17 @@ static void check_model(const char *path, const mkmodel_config *cfg)
 }
 
 /* tiny for each architecture and each weight type; the K-quant types also with rows long
- * enough (256) for K blocks, tiny's own 64-wide rows taking the Q8_0 fallback. */
+ * enough (256) for K blocks, tiny's own 64-wide rows taking the Q8_0 fallback.  The types
+ * from IQ3_S on (the IQ and MXFP4 formats and the UD mixes: encoders and decoders the
+ * architecture does not touch) on llama only, which keeps the test inside its time bound
+ * in the sanitizer build. */
 static void test_tiny_all_archs_and_types(void **state)
 {
     (void)state;
     const model_arch archs[] = {MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_GEMMA3};
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         for (int ft = 0; ft < MKMODEL_FTYPE_COUNT; ft++) {
+            if (archs[a] != MODEL_ARCH_LLAMA && ft >= MKMODEL_IQ3_S) continue;
             for (int wide = 0; wide < 2; wide++) {
                 mkmodel_config cfg;
                 assert_true(mkmodel_preset("tiny", &cfg));
@@ -343,7 +347,9 @@ static void test_invalid_config(void **state)
     assert_int_equal(mkmodel_ftype_from_name("q4_k_m"), MKMODEL_Q4_K_M);
     assert_int_equal(mkmodel_ftype_from_name("Q8_0"), MKMODEL_Q8_0);
     assert_int_equal(mkmodel_ftype_from_name("q3_k"), MKMODEL_Q3_K);
-    assert_int_equal(mkmodel_ftype_from_name("iq2_xxs"), -1);
+    assert_int_equal(mkmodel_ftype_from_name("iq2_xxs"), MKMODEL_IQ2_XXS);
+    assert_int_equal(mkmodel_ftype_from_name("ud_q2_k_xl"), MKMODEL_UD_Q2_K_XL);
+    assert_int_equal(mkmodel_ftype_from_name("tq1_0"), -1);
 }
 
 /* ---- every preset's metadata against the names llama.cpp knows ---------------------------
@@ -615,11 +621,17 @@ static void test_types_agree_with_f32(void **state)
         /* measured (x86-64 gcc): q8_0 24 .9995, q4_0 11 .887, q4_k 17 .950, q6_k 21 .996, q4_1 14
          * .926, q5_0 17 .975, q5_1 19 .980, iq4_nl 13 .929, iq4_xs 12 .926, q3_k 8 .731, q2_k 1
          * .476: tiny's random logits are full of near-ties, so top-1 falls fast with the bits
-         * (q2_k's is chance), while a format bug would leave no correlation at all. */
+         * (q2_k's is chance), while a format bug would leave no correlation at all.  mxfp4 11
+         * .872, iq3_s 9 .774, iq3_xxs 5 .668, iq2_s 3 .526, iq2_xs 0 .334, iq2_xxs 1 .309,
+         * ud_q2_k_xl 13 .926, ud_iq1_s 7 .758.  The IQ1 types (1.5 bits, no importance matrix)
+         * leave tiny's logits uncorrelated (~0): not a test; test_quant bounds their error. */
         {MKMODEL_Q8_0, 22, 0.999}, {MKMODEL_Q4_0, 7, 0.85},    {MKMODEL_Q4_K, 12, 0.92},
         {MKMODEL_Q6_K, 17, 0.99},  {MKMODEL_Q4_1, 9, 0.88},    {MKMODEL_Q5_0, 12, 0.94},
         {MKMODEL_Q5_1, 14, 0.95},  {MKMODEL_IQ4_NL, 8, 0.88},  {MKMODEL_IQ4_XS, 8, 0.88},
-        {MKMODEL_Q3_K, 4, 0.6},    {MKMODEL_Q2_K, 0, 0.3},
+        {MKMODEL_Q3_K, 4, 0.6},    {MKMODEL_Q2_K, 0, 0.3},     {MKMODEL_MXFP4, 7, 0.83},
+        {MKMODEL_IQ3_S, 4, 0.7},   {MKMODEL_IQ3_XXS, 2, 0.6},  {MKMODEL_IQ2_S, 1, 0.45},
+        {MKMODEL_IQ2_XS, 0, 0.28}, {MKMODEL_IQ2_XXS, 0, 0.25}, {MKMODEL_UD_Q2_K_XL, 8, 0.88},
+        {MKMODEL_UD_IQ1_S, 3, 0.68},
     };
     mkmodel_config cfg;
     assert_true(mkmodel_preset("tiny", &cfg));

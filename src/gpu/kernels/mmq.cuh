@@ -51,12 +51,33 @@ __device__ __forceinline__ void mmq_store(const matvec_args &a, int m, int prow,
 }
 
 // Bytes of 256 inputs of a row (one super-block, or eight 32-blocks): a stage of a weight row.
-template <int T> struct mmq_fmt;
+// (quant_oct.cuh's formats: oct_bytes.)
+template <int T> struct mmq_fmt { static constexpr int bytes = oct_bytes<T>::n; };
 template <> struct mmq_fmt<T_Q4_0> { static constexpr int bytes = 8 * 18; };
 template <> struct mmq_fmt<T_Q8_0> { static constexpr int bytes = 8 * 34; };
 template <> struct mmq_fmt<T_Q4_K> { static constexpr int bytes = 144; };
 template <> struct mmq_fmt<T_Q5_K> { static constexpr int bytes = 176; };
 template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK; };
+
+// Raw blocks of 256 inputs of each of the block's weight rows into a stage buffer: 16-byte
+// asynchronous copies where a row's stage is a multiple of 16 bytes, 4-byte ones where it is a
+// multiple of 4 (Q2_K, IQ4_XS, IQ1_M), else plain 16-bit copies (Q3_K's 110-byte super-blocks
+// and most IQ ones are only 2-byte aligned as they lie in the file).  The copies complete
+// before the stage is read as the asynchronous ones do: behind the __syncthreads that opens
+// the iteration reading it.
+template <int RB>
+__device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *const *rowp, size_t woff)
+{
+    constexpr int UNIT = RB % 16 == 0 ? 16 : RB % 4 == 0 ? 4 : 2, PER_ROW = RB / UNIT;
+    for (int i = threadIdx.x; i < MMQ_ROWS * PER_ROW; i += blockDim.x) {
+        const int r = i / PER_ROW, p = i % PER_ROW;
+        uint8_t *dst = wd + r * RB + UNIT * p;
+        const uint8_t *src = rowp[r] + woff + UNIT * p;
+        if constexpr (UNIT == 16) cp_async16(dst, src, 16);
+        else if constexpr (UNIT == 4) cp_async4(dst, src);
+        else *(uint16_t *)dst = ld_u16(src);
+    }
+}
 
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
 template <int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM / 32); }; // variant v: BM = 16 << v
@@ -105,11 +126,8 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         if (st < n_stages) {
             const int c0 = c_begin + st * CPS;
             uint8_t *wd = wsm + (st % S) * W_STAGE;
-            const size_t woff = (size_t)(c0 / 8) * RB; // c0 is a multiple of 8: whole super-blocks
-            for (int i = threadIdx.x; i < MMQ_ROWS * (RB / 16); i += blockDim.x) {
-                const int r = i / (RB / 16), p = i % (RB / 16);
-                cp_async16(wd + r * RB + 16 * p, rowp[r] + woff + 16 * p, 16);
-            }
+            // c0 is a multiple of 8: whole super-blocks
+            mmq_stage_weights<RB>(wd, rowp, (size_t)(c0 / 8) * RB);
             __half *xd = xsm + (st % S) * (X_STAGE / 2);
             for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
                 const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = min(m0 + r, m_end - 1);

@@ -363,3 +363,6 @@ template <> __device__ __forceinline__ void load_oct_h<T_Q5_K>(const uint8_t *ro
 
 // The kernels instantiated per format are the rows of ../gpu_kernel_names.h (matvec.cuh,
 // mmq.cuh): T_<TYPE> is its TYPE column.
+
+// The formats decoded eight weights at a time (Q4_1 .. IQ1_M): their own file.
+#include "quant_oct.cuh"

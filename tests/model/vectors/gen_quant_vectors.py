@@ -5,7 +5,8 @@ For each type, <type>.bin holds N raw blocks followed by the N * block_size floa
 gguf-py's dequantize gives for them (both little-endian); the test reads N from the size.
 Blocks come from gguf-py's own quantize where it has one (Q4_1, Q5_0, Q5_1, MXFP4), and otherwise
 (and in addition) are random bytes with crafted scale fields: ordinary scales, zero scales,
-the largest finite and subnormal halves, negative scales.
+the largest finite and subnormal halves, negative scales.  The IQ1/IQ2/IQ3 types have no
+quantizer in gguf-py: random bytes reach grid rows, sign patterns and sub-block scales across their ranges.
 
 Usage: gen_quant_vectors.py PATH/TO/llama.cpp/gguf-py [OUTDIR]
 (gguf-py is inside ../shared/peers/llama.cpp-*.tar.gz; needs numpy.)  The outputs are committed,
@@ -27,6 +28,7 @@ rng = np.random.default_rng(20261125)
 HALF_FIELDS = {
     T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.IQ4_NL: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.IQ4_XS: [0],
+    T.IQ2_XXS: [0], T.IQ2_XS: [0], T.IQ2_S: [0], T.IQ3_XXS: [0], T.IQ3_S: [0], T.IQ1_S: [0],
 }
 # Halves to plant: zero, the largest finite (+/-), the smallest subnormal, a subnormal, a
 # negative ordinary value.
@@ -112,3 +114,23 @@ def mxfp4_blocks(n):
 for qtype in (T.Q2_K, T.Q3_K, T.IQ4_XS):
     write(qtype, crafted_blocks(qtype, 20))
 write(T.MXFP4, np.concatenate([quantized_blocks(quants.MXFP4, 16), mxfp4_blocks(24)]))
+
+
+def iq1_m_blocks(n):
+    """IQ1_M keeps its f16 d in the top nibbles of its four scale words (bytes 48..55, nibble k
+    of d in word k): random and special halves planted there, the other bits random."""
+    blocks = rng.integers(0, 256, size=(n, 56), dtype=np.uint8)
+    halves = random_half(n)
+    halves[:len(SPECIAL_HALVES)] = SPECIAL_HALVES
+    words = blocks[:, 48:56].copy().view(np.uint16)
+    for k in range(4):
+        words[:, k] = (words[:, k] & 0x0FFF) | (((halves >> (4 * k)) & 0xF) << 12)
+    blocks[:, 48:56] = words.view(np.uint8)
+    blocks[-1, :48] = 0xFF  # every index and delta bit set
+    return blocks
+
+
+# (after the others, so that their vectors stay as they were)
+for qtype in (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S):
+    write(qtype, crafted_blocks(qtype, 48))
+write(T.IQ1_M, iq1_m_blocks(48))

@@ -218,6 +218,11 @@ static bool check_ssm(loader *L)
 {
     const model_hparams *hp = &L->m->hp;
     const char *arch = L->m->desc->name;
+    /* a family or file without them (zero) is refused here, before anything divides by them */
+    if (hp->ssm_groups < 1 || hp->ssm_vheads < 1 || hp->ssm_state < 1 || hp->ssm_conv < 1)
+        return fail(L, "%s: gated DeltaNet layers need ssm.group_count, ssm.time_step_rank, ssm.state_size and "
+                    "ssm.conv_kernel of at least 1 (%d, %d, %d, %d)", arch, hp->ssm_groups, hp->ssm_vheads,
+                    hp->ssm_state, hp->ssm_conv);
     if (hp->ssm_vheads % hp->ssm_groups != 0)
         return fail(L, "%s.ssm.time_step_rank %d (v heads) is not a multiple of ssm.group_count %d", arch,
                     hp->ssm_vheads, hp->ssm_groups);

@@ -37,7 +37,7 @@ static const arch_desc toy_postnorm = {
 /* The same with linear-recurrent attention on the odd layers, which no CPU block runs yet:
  * the engine must refuse it, not run it as full attention; and with sliding-window layers
  * but no key for the window, which the loader refuses.  Made from the toy in setup. */
-static arch_desc toy_sliding;
+static arch_desc toy_linear, toy_sliding;
 
 /* A descriptor with no layer pattern: the loader refuses it, naming the family. */
 static arch_desc toy_broken;
@@ -264,13 +264,16 @@ static void reference(const toy *t, const int32_t *tokens, int n, double *logits
 static int setup_registry(void **state)
 {
     (void)state;
+    toy_linear = toy_postnorm;
+    toy_linear.name = "toy-linear";
+    toy_linear.pattern[1].attn = ARCH_ATTN_LINEAR;
     toy_sliding = toy_postnorm;
     toy_sliding.name = "toy-sliding";
     toy_sliding.pattern[1].attn = ARCH_ATTN_SLIDING;
     toy_broken = toy_postnorm;
     toy_broken.name = "toy-broken";
     toy_broken.pattern_len = 0;
-    return arch_register(&toy_postnorm) < 0 || arch_register(&toy_sliding) < 0 ||
+    return arch_register(&toy_postnorm) < 0 || arch_register(&toy_linear) < 0 || arch_register(&toy_sliding) < 0 ||
            arch_register(&toy_broken) < 0;
 }
 
@@ -361,6 +364,8 @@ static void test_errors_name_the_recipe_tensors(void **state)
     expect_load_error("toy-postnorm", "blk.1.post_ffw_norm.weight", "missing tensor 'blk.1.post_ffw_norm.weight'");
     expect_load_error("toy-postnorm", "blk.2.attn_norm.weight", "missing tensor 'blk.2.attn_norm.weight'");
     expect_load_error("toy-broken", NULL, "toy-broken: the family's layer pattern has 0 entries (1 to 8)");
+    /* gated DeltaNet layers in a family without the ssm keys: refused, never divided by zero */
+    expect_load_error("toy-linear", NULL, "toy-linear: gated DeltaNet layers need ssm.group_count");
     /* A post-norm-only layer needs no pre-norm, so that one is not asked for. */
     loaded L;
     load(&L, "toy-postnorm", "blk.1.attn_norm.weight");
@@ -377,7 +382,7 @@ static void test_registry(void **state)
     char names[256];
     arch_names(names, sizeof names);
     assert_string_equal(names, "llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, toy-postnorm, "
-                               "toy-sliding, toy-broken");
+                               "toy-linear, toy-sliding, toy-broken");
 }
 
 /* A backend refuses a feature it lacks, naming it and the layer. */

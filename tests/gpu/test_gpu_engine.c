@@ -655,20 +655,20 @@ static model *refused_on_cuda(const tiny_spec *s, void **image, const char *want
     return m;
 }
 
-/* llama's tensors with a recipe of linear-recurrent attention, which the GPU does not run: the
- * CUDA engine must refuse it at creation, naming the feature, not run full attention. */
+/* A recipe feature the GPU does not run: ../shared/reference's qwen35 (gated DeltaNet layers)
+ * loads, and the CUDA engine refuses it at creation, naming the feature and the layer, rather
+ * than run its layers as full attention. */
 static void test_recipe_feature_refused(void **state)
 {
     (void)state;
-    static arch_desc linear;
-    register_toy(&linear, "toy-gpu-linear", ARCH_NORM_PRE, ARCH_ATTN_LINEAR);
-    tiny_spec s = tiny_spec_default();
-    s.arch = linear.name, s.n_embd = 64;
-    void *image;
-    model *m = refused_on_cuda(
-        &s, &image, "the cuda backend does not implement gated DeltaNet linear attention (layer 0 of toy-gpu-linear)");
+    model *m = load_shared("reference/qwen3_5.gguf");
+    if (!m) return;
+    char err[512];
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
+    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
+    print_message("  refused: %s\n", err);
+    assert_non_null(strstr(err, "the cuda backend does not implement gated DeltaNet linear attention (layer 0 of qwen35)"));
     model_free(m);
-    free(image);
 }
 
 /* A model in a format the CPU reads but the GPU has no kernels for (MXFP4 here): the CUDA engine

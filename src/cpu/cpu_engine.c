@@ -43,6 +43,7 @@ typedef struct cpu_engine {
      * ([seq][table_width], at most n_slots sequences per step). */
     int32_t *tok_id;
     int *tok_seq, *tok_pos;
+    int *tok_keys; /* bidirectional attention: the length of each token's sequence */
     int32_t *tables;
     int *out_tok; /* batch token of each LM-head row */
     int *out_seq; /* its sequence */
@@ -88,12 +89,24 @@ static size_t kv_token_index(const cpu_engine *e, int t, int layer)
 
 /* ---- forward pass ------------------------------------------------------------------------ */
 
+/* x[t] = the token's embedding row; an encoder adds its position's and token type 0's rows
+ * (one segment: what an embedding request is) and LayerNorms the sum. */
 static void embed_tokens(cpu_engine *e, int n_tok)
 {
-    const model_tensor *emb = &e->base.m->tok_embd;
+    const model *m = e->base.m;
+    const model_tensor *emb = &m->tok_embd;
+    const int dim = (int)emb->ne0;
     for (int t = 0; t < n_tok; t++) {
-        const char *row = (const char *)emb->data + (size_t)e->tok_id[t] * emb->row_bytes;
-        quant_dequantize_row(emb->type, row, e->x + (size_t)t * emb->ne0, emb->ne0);
+        float *x = e->x + (size_t)t * dim;
+        quant_dequantize_row(emb->type, (const char *)emb->data + (size_t)e->tok_id[t] * emb->row_bytes, x, dim);
+        if (!m->hp.encoder) continue;
+        float *add = e->xb;
+        quant_dequantize_row(m->pos_embd.type, (const char *)m->pos_embd.data + (size_t)e->tok_pos[t] * m->pos_embd.row_bytes,
+                             add, dim);
+        for (int i = 0; i < dim; i++) x[i] += add[i];
+        quant_dequantize_row(m->tok_types.type, m->tok_types.data, add, dim);
+        for (int i = 0; i < dim; i++) x[i] += add[i];
+        cpu_layernorm(x, x, m->embd_norm.data, m->embd_norm_b.data, dim, m->hp.rms_eps);
     }
 }
 
@@ -109,7 +122,8 @@ static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const m
 /* The recipe features this backend runs; engine creation refuses a model needing others. */
 #define CPU_FEATURES                                                                               \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS |  \
-     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU | ARCH_F_ROUTER_SOFTMAX_TOPK)
+     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU | ARCH_F_ROUTER_SOFTMAX_TOPK |        \
+     ARCH_F_NORM_POST_LN | ARCH_F_ATTN_OUT_BIAS | ARCH_F_ATTN_BIDIR | ARCH_F_FFN_MLP | ARCH_F_ACT_GELU_ERF)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -125,13 +139,17 @@ static void head_rmsnorm(float *vec, int n_head, int head_dim, const model_tenso
     for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w->data, head_dim, eps);
 }
 
-/* Full causal attention: xb2 = wo · attend(rope(q), rope(k), v) with q, k, v = w{q,k,v}·xb
- * (+ bias; heads of q and k normed first when the recipe says so). */
+/* Full attention: xb2 = wo · attend(rope(q), rope(k), v) (+ output bias) with q, k, v =
+ * w{q,k,v}·xb (+ bias; heads of q and k normed first when the recipe says so); causal, or over
+ * the whole sequence for a bidirectional encoder; no RoPE for a family of absolute
+ * positions. */
 static void attention_full(cpu_engine *e, int il, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const model_layer *ly = &e->base.m->layers[il];
-    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS, qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
+    const unsigned extras = ly->recipe.attn_extras;
+    const bool bias = extras & ARCH_ATTN_QKV_BIAS, qk_norm = extras & ARCH_ATTN_QK_NORM;
+    const bool rope = e->base.m->desc->rope != ARCH_ROPE_NONE;
     const int hd = hp->head_dim;
     matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
     matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
@@ -142,8 +160,10 @@ static void attention_full(cpu_engine *e, int il, int n_tok)
             head_rmsnorm(q, hp->n_head, hd, &ly->q_norm, hp->rms_eps);
             head_rmsnorm(k, hp->n_head_kv, hd, &ly->k_norm, hp->rms_eps);
         }
-        cpu_rope_apply(&e->rope, q, hp->n_head, e->tok_pos[t]);
-        cpu_rope_apply(&e->rope, k, hp->n_head_kv, e->tok_pos[t]);
+        if (rope) {
+            cpu_rope_apply(&e->rope, q, hp->n_head, e->tok_pos[t]);
+            cpu_rope_apply(&e->rope, k, hp->n_head_kv, e->tok_pos[t]);
+        }
         /* K/V of the whole batch go into the cache before any token attends, so a prompt in
          * one step sees exactly what it would see fed token by token. */
         size_t at = kv_token_index(e, t, il);
@@ -158,9 +178,10 @@ static void attention_full(cpu_engine *e, int il, int n_tok)
         .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
+        .n_keys = extras & ARCH_ATTN_BIDIR ? e->tok_keys : NULL,
     };
     cpu_attention_run(e->pool, &at);
-    matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
+    matmul(e, e->xb2, e->xb, n_tok, &ly->wo, extras & ARCH_ATTN_OUT_BIAS ? &ly->bo : NULL);
 }
 
 /* out = down · (silu(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
@@ -179,6 +200,16 @@ static void ffn_glu(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
     swiglu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, e->base.m->hp.n_ff);
+}
+
+/* Plain MLP with biases: xb2 = w_down · gelu(w_up·xb + b_up) + b_down (ARCH_ACT_GELU_ERF, the
+ * one activation an MLP runs here). */
+static void ffn_mlp(cpu_engine *e, int il, int n_tok)
+{
+    const model_layer *ly = &e->base.m->layers[il];
+    matmul(e, e->hb, e->xb, n_tok, &ly->w_up, &ly->b_up);
+    cpu_gelu_erf(e->hb, n_tok * e->base.m->hp.n_ff);
+    matmul(e, e->xb2, e->hb, n_tok, &ly->w_down, &ly->b_down);
 }
 
 /* One expert's SwiGLU over the tokens gathered for it: group_y for the n rows of group_x. */
@@ -228,7 +259,22 @@ static void ffn_moe(cpu_engine *e, int il, int n_tok)
 /* A block reads xb (n_tok rows of n_embd) and leaves its output in xb2. */
 typedef void (*cpu_block)(cpu_engine *e, int il, int n_tok);
 static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_full};
-static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe};
+static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe, [ARCH_FFN_MLP] = ffn_mlp};
+
+/* BERT's post-LN residual: x = LayerNorm(x + block(x)) with the norm's weight and bias. */
+static void residual_post_ln(cpu_engine *e, cpu_block block, const model_tensor *w, const model_tensor *b, int il,
+                             int n_tok)
+{
+    const int dim = e->base.m->hp.n_embd;
+    memcpy(e->xb, e->x, (size_t)n_tok * dim * sizeof(float));
+    block(e, il, n_tok);
+    for (int t = 0; t < n_tok; t++) {
+        float *x = e->x + (size_t)t * dim;
+        const float *y = e->xb2 + (size_t)t * dim;
+        for (int i = 0; i < dim; i++) x[i] += y[i];
+        cpu_layernorm(x, x, w->data, b->data, dim, e->base.m->hp.rms_eps);
+    }
+}
 
 /* x += post(block(pre(x))): pre/post are the norms the placement asks for (NULL: none). */
 static void residual(cpu_engine *e, cpu_block block, const model_tensor *pre, const model_tensor *post, int il,
@@ -248,6 +294,11 @@ static void forward_layer(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
     const arch_layer *r = &ly->recipe;
+    if (r->norm == ARCH_NORM_POST_LN) {
+        residual_post_ln(e, ATTENTION_BLOCKS[r->attn], &ly->attn_out_norm, &ly->attn_out_norm_b, il, n_tok);
+        residual_post_ln(e, FFN_BLOCKS[r->ffn], &ly->ffn_out_norm, &ly->ffn_out_norm_b, il, n_tok);
+        return;
+    }
     const bool pre = r->norm != ARCH_NORM_POST, post = r->norm != ARCH_NORM_PRE;
     residual(e, ATTENTION_BLOCKS[r->attn], pre ? &ly->attn_norm : NULL, post ? &ly->attn_post_norm : NULL, il, n_tok);
     residual(e, FFN_BLOCKS[r->ffn], pre ? &ly->ffn_norm : NULL, post ? &ly->ffn_post_norm : NULL, il, n_tok);
@@ -287,6 +338,7 @@ static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_
             e->tok_id[n_tok] = s->tokens[j];
             e->tok_seq[n_tok] = i;
             e->tok_pos[n_tok] = s->pos + j;
+            e->tok_keys[n_tok] = s->pos + s->n_tokens;
             hist[s->pos + j] = s->tokens[j];
             bool last = j == s->n_tokens - 1;
             if ((last && (s->want_token || s->logits)) || (s->logits && s->logits_all)) {
@@ -336,6 +388,23 @@ static void lm_head(cpu_engine *e, const engine_seq *seqs, int n_out, engine_res
     }
 }
 
+/* The final hidden states of the sequences that ask: x after the output norm (RMSNorm), or
+ * as it is for a family without one (an encoder's last LayerNorm is its layers' own). */
+static void deliver_hidden(cpu_engine *e, const engine_seq *seqs, int n_seqs)
+{
+    const model *m = e->base.m;
+    const int dim = m->hp.n_embd;
+    for (int i = 0, t = 0; i < n_seqs; t += seqs[i].n_tokens, i++) {
+        if (!seqs[i].hidden) continue;
+        for (int j = 0; j < seqs[i].n_tokens; j++) {
+            float *out = seqs[i].hidden + (size_t)j * dim;
+            const float *x = e->x + (size_t)(t + j) * dim;
+            if (m->output_norm.data) cpu_rmsnorm(out, x, m->output_norm.data, dim, m->hp.rms_eps);
+            else memcpy(out, x, (size_t)dim * sizeof(float));
+        }
+    }
+}
+
 static int cpu_step(engine *base, const engine_seq *seqs, int n_seqs, engine_result *results, char *err,
                     size_t errlen)
 {
@@ -345,6 +414,7 @@ static int cpu_step(engine *base, const engine_seq *seqs, int n_seqs, engine_res
     int n_tok = plan_batch(e, seqs, n_seqs, &n_out);
     embed_tokens(e, n_tok);
     for (int il = 0; il < base->m->hp.n_layer; il++) forward_layer(e, il, n_tok);
+    deliver_hidden(e, seqs, n_seqs);
     lm_head(e, seqs, n_out, results);
     return 0;
 }
@@ -371,7 +441,7 @@ static void cpu_destroy(engine *base)
     cpu_engine *e = (cpu_engine *)base;
     cpu_pool_free(e->pool);
     void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
-                    e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
+                    e->tables, e->tok_pos, e->tok_keys, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
                     e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -520,6 +590,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->tok_seq, "batch sequences", B, sizeof(int)},
         {(void **)&e->tables, "block tables", mul(slots, (size_t)e->table_width), sizeof(int32_t)},
         {(void **)&e->tok_pos, "batch positions", B, sizeof(int)},
+        {(void **)&e->tok_keys, "batch sequence lengths", B, sizeof(int)},
         {(void **)&e->out_tok, "LM head rows", B, sizeof(int)},
         {(void **)&e->out_seq, "LM head sequences", B, sizeof(int)},
         {(void **)&e->x, "residual stream", mul(B, (size_t)hp->n_embd), sizeof(float)},

@@ -15,6 +15,13 @@
 /* out = x / rms(x) * weight over n floats (out may alias x). */
 void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
 
+/* out = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias over n floats (out may alias x):
+ * a LayerNorm (bert), its moments summed in double. */
+void cpu_layernorm(float *out, const float *x, const float *weight, const float *bias, int n, float eps);
+
+/* x = x * Phi(x), the exact (erf) GELU, elementwise. */
+void cpu_gelu_erf(float *x, int n);
+
 /* In-place softmax over n floats. */
 void cpu_softmax(float *x, int n);
 
@@ -50,7 +57,7 @@ typedef struct cpu_rope {
 } cpu_rope;
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos);
 
-/* Causal grouped-query attention of a batch of tokens over their sequences' K/V blocks.
+/* Grouped-query attention (causal unless n_keys says otherwise) of a batch of tokens over their sequences' K/V blocks.
  * Token t at position pos[t] of sequence seq[t] attends to positions 0..pos[t], position p
  * being row p % ENGINE_KV_BLOCK of block tables[seq[t] * table_width + p / ENGINE_KV_BLOCK];
  * their K/V must already be in the cache.  The sums run over positions in order whatever the
@@ -67,7 +74,10 @@ typedef struct cpu_attention {
     const int *seq, *pos;
     int n_head, n_head_kv, head_dim;
     float *scores;    /* n_threads * scores_stride floats of scratch */
-    int scores_stride; /* >= the largest pos + 1 */
+    int scores_stride; /* >= the largest pos + 1 (the largest n_keys) */
+    /* NULL: causal.  Else token t attends to positions 0..n_keys[t]-1, the whole sequence
+     * (bidirectional encoders), its K/V all in the cache before the call. */
+    const int *n_keys;
 } cpu_attention;
 void cpu_attention_run(cpu_pool *pool, const cpu_attention *at);
 

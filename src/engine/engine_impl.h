@@ -24,6 +24,12 @@ struct engine {
     const model *m;
     engine_config cfg;
     int kv_blocks; /* the pool's blocks, set by the backend's constructor */
+    /* engine.c's scratch for embedding sequences (grown on first use, freed by engine_free):
+     * the batch as the backend sees it (hidden / logits pointed here), the hidden states and
+     * the logits rows of RANK sequences. */
+    engine_seq *emb_seqs;
+    float *emb_hidden, *emb_logits;
+    size_t emb_seqs_cap, emb_hidden_cap, emb_logits_cap;
 };
 
 /* Blocks a sequence of ctx_per_slot positions spans (the width of a block table). */

@@ -20,6 +20,9 @@ typedef enum arch_norm {
     ARCH_NORM_PRE = 0,      /* llama: norm the block's input */
     ARCH_NORM_POST = 1,     /* OLMo 2: norm the block's output before the add */
     ARCH_NORM_SANDWICH = 2, /* Gemma 2/3: both */
+    /* BERT's post-LN: x = LayerNorm(x + block(x)) with weight and bias, after the add (the
+     * block's input is x as it is) */
+    ARCH_NORM_POST_LN = 3,
 } arch_norm;
 
 typedef enum arch_attn {
@@ -32,12 +35,15 @@ typedef enum arch_attn {
 enum {
     ARCH_ATTN_QKV_BIAS = 1u << 0, /* attn_{q,k,v}.bias added after the projections (qwen2) */
     ARCH_ATTN_QK_NORM = 1u << 1,  /* each head of q and k RMS-normed before RoPE (qwen3) */
+    ARCH_ATTN_OUT_BIAS = 1u << 2, /* attn_output.bias (bert) */
+    ARCH_ATTN_BIDIR = 1u << 3,    /* every token attends to the whole sequence (encoders) */
     /* room: output bias, partial RoPE, attention sinks, output gate */
 };
 
 typedef enum arch_ffn {
     ARCH_FFN_GLU = 0, /* down(act(gate x) * up x) */
     ARCH_FFN_MOE = 1, /* routed experts of GLUs: a router picks k of n_expert per token */
+    ARCH_FFN_MLP = 2, /* down(act(up x + b_up)) + b_down, no gate (bert) */
 } arch_ffn;
 
 /* How a MoE block chooses its experts and weighs them (ignored by a GLU block). */
@@ -49,6 +55,7 @@ typedef enum arch_router {
 typedef enum arch_act {
     ARCH_ACT_SILU = 0,      /* SwiGLU */
     ARCH_ACT_GELU_TANH = 1, /* GeGLU (Gemma): not run yet */
+    ARCH_ACT_GELU_ERF = 2,  /* the exact GELU, x * Phi(x) (bert) */
 } arch_act;
 
 /* One layer's recipe. */
@@ -78,7 +85,12 @@ enum {
     ARCH_F_ACT_SILU = 1u << 10,
     ARCH_F_ACT_GELU_TANH = 1u << 11,
     ARCH_F_ROUTER_SOFTMAX_TOPK = 1u << 12, /* MoE layers only */
-    ARCH_F_COUNT_ = 13,
+    ARCH_F_NORM_POST_LN = 1u << 13,
+    ARCH_F_ATTN_OUT_BIAS = 1u << 14,
+    ARCH_F_ATTN_BIDIR = 1u << 15,
+    ARCH_F_FFN_MLP = 1u << 16,
+    ARCH_F_ACT_GELU_ERF = 1u << 17,
+    ARCH_F_COUNT_ = 18,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -96,6 +108,8 @@ typedef enum arch_dim {
     ARCH_DIM_VOCAB,    /* n_vocab (the rows of token_embd) */
     ARCH_DIM_FF_EXP,   /* n_ff_exp: one expert's hidden width */
     ARCH_DIM_EXPERT,   /* n_expert: the slices of a 3-D expert tensor, the router's outputs */
+    ARCH_DIM_CTX,      /* n_ctx_train: the rows of an absolute position table */
+    ARCH_DIM_TOKEN_TYPES, /* n_token_types: the rows of bert's token-type table */
 } arch_dim;
 
 /* A tensor: name ("blk.N." is prepended for a layer tensor), shape, where it is bound (a byte
@@ -127,7 +141,8 @@ typedef struct arch_key {
     float dflt;
 } arch_key;
 
-typedef enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1 } arch_rope;
+/* ARCH_ROPE_NONE: no rotary embedding; positions come from an absolute table (bert). */
+typedef enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1, ARCH_ROPE_NONE = 2 } arch_rope;
 
 #define ARCH_PATTERN_MAX 8
 
@@ -144,10 +159,13 @@ typedef struct arch_desc {
     arch_rope rope;
     arch_layer pattern[ARCH_PATTERN_MAX];
     int pattern_len;
+    /* An encoder: no LM head (it answers embeddings only), its own embedding stage (absolute
+     * positions, token types, a LayerNorm) and no output norm. */
+    bool encoder;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
-extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe;
+extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_bert;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -165,6 +183,7 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN2 = 1, /* Q/K/V bias, NeoX RoPE */
     MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
     MODEL_ARCH_QWEN3MOE = 3, /* qwen3's attention, MoE feed-forward */
+    MODEL_ARCH_BERT = 4,     /* encoder: bidirectional, post-LN, absolute positions (bge, MiniLM) */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

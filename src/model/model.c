@@ -123,6 +123,32 @@ static bool read_keys(loader *L, const arch_key *list)
     return true;
 }
 
+/* <arch>.pooling_type: an embedding model says how its sentence vector is made (0..4, as
+ * engine_pooling); absent: -1.  An encoder also needs its token-type count (bert: 2). */
+static bool read_pooling(loader *L)
+{
+    model_hparams *hp = &L->m->hp;
+    char key[128];
+    key_name(L, "pooling_type", key, sizeof key);
+    int64_t v;
+    hp->pooling = -1;
+    if (gguf_get_i64(L->f, key, &v)) {
+        if (v < 0 || v > 4) return fail(L, "key '%s' = %lld is not a pooling type (0 none, 1 mean, 2 cls, 3 last, 4 rank)",
+                                        key, (long long)v);
+        hp->pooling = (int)v;
+    } else if (!absent_ok(L, key, false, "an integer")) {
+        return false;
+    }
+    hp->encoder = L->m->desc->encoder;
+    if (!hp->encoder) return true;
+    hp->n_token_types = 2;
+    if (gguf_get_i64(L->f, "tokenizer.ggml.token_type_count", &v)) {
+        if (v < 1 || v > 1024) return fail(L, "key 'tokenizer.ggml.token_type_count' = %lld is out of range [1, 1024]", (long long)v);
+        hp->n_token_types = (int)v;
+    }
+    return true;
+}
+
 static bool read_hparams(loader *L)
 {
     model_hparams *hp = &L->m->hp;
@@ -146,6 +172,7 @@ static bool read_hparams(loader *L)
                     "must be even and >= 2", hp->head_dim, arch);
     if ((int64_t)hp->n_head * hp->head_dim > HPARAM_MAX)
         return fail(L, "%s: head_count %d x head dimension %d is too large", arch, hp->n_head, hp->head_dim);
+    if (!read_pooling(L)) return false;
     if (hp->n_expert_used > hp->n_expert)
         return fail(L, "%s.expert_used_count %d is more than expert_count %d", arch, hp->n_expert_used, hp->n_expert);
     return true;
@@ -233,6 +260,8 @@ static int64_t dim_value(const model_hparams *hp, arch_dim d)
     case ARCH_DIM_VOCAB: return hp->n_vocab;
     case ARCH_DIM_FF_EXP: return hp->n_ff_exp;
     case ARCH_DIM_EXPERT: return hp->n_expert;
+    case ARCH_DIM_CTX: return hp->n_ctx_train;
+    case ARCH_DIM_TOKEN_TYPES: return hp->n_token_types;
     }
     return -1;
 }
@@ -280,7 +309,7 @@ static bool bind_tensors(loader *L)
     for (int p = 0; p < d->pattern_len; p++)
         if (!arch_layer_valid(&d->pattern[p])) return fail(L, "%s: layer pattern entry %d is not a recipe", d->name, p);
     if (!read_vocab(L) || !bind_list(L, d->globals, 0, -1, m)) return false;
-    m->hp.tied_output = m->output.data == NULL;
+    m->hp.tied_output = m->output.data == NULL && !d->encoder;
     if (m->hp.tied_output) m->output = m->tok_embd;
     if ((int64_t)hp->n_layer * min_layer_tensors(d) > gguf_n_tensors(L->f))
         return fail(L, "%s.block_count %d needs more tensors than the file's %lld", d->name, hp->n_layer,

@@ -53,6 +53,10 @@ typedef struct model_layer {
     model_tensor ffn_gate_inp;   /* MoE router: [n_embd -> n_expert] */
     model_tensor ffn_gate_exps, ffn_up_exps; /* MoE: n_expert x [n_embd -> n_ff_exp] */
     model_tensor ffn_down_exps;  /* MoE: n_expert x [n_ff_exp -> n_embd] */
+    model_tensor bo;             /* attention output bias: [n_embd] */
+    model_tensor b_up, b_down;   /* MLP biases: [n_ff], [n_embd] */
+    model_tensor attn_out_norm, attn_out_norm_b; /* post-LN after attention: weight, bias [n_embd] */
+    model_tensor ffn_out_norm, ffn_out_norm_b;   /* post-LN after the MLP */
 } model_layer;
 
 typedef struct model_hparams {
@@ -73,6 +77,11 @@ typedef struct model_hparams {
     float rope_scale;     /* linear scaling factor (1 = none) from rope.scaling.factor when type=linear */
     bool rope_neox;       /* rotate halves (qwen) instead of adjacent pairs (llama) */
     bool tied_output;     /* output.weight absent: LM head is token_embd */
+    bool encoder;         /* the family is an encoder (arch_desc.encoder): no LM head */
+    int n_token_types;    /* bert: rows of token_types.weight */
+    /* <arch>.pooling_type (engine_pooling's values): how the model's embeddings are pooled;
+     * -1 when the file does not say (a decoder made for text) */
+    int pooling;
 } model_hparams;
 
 typedef struct model {
@@ -84,6 +93,9 @@ typedef struct model {
     model_tensor output_norm; /* [n_embd] */
     model_tensor output;      /* [n_embd -> n_vocab]; == tok_embd when tied */
     model_tensor rope_freqs;  /* optional [head_dim/2] F32 divisors (Llama 3.1 rope scaling) */
+    /* encoders (bert): absolute positions [n_embd x n_ctx_train], token types [n_embd x
+     * n_token_types] and the LayerNorm of their sum (weight, bias) */
+    model_tensor pos_embd, tok_types, embd_norm, embd_norm_b;
     model_layer *layers;      /* n_layer */
     size_t weight_bytes;      /* sum of all tensor bytes used */
 } model;

@@ -48,6 +48,12 @@ typedef struct server_model {
     bool special_in_content;   /* control-token texts in messages are control tokens (not text) */
     const char *alias;
     int ctx_per_slot;
+    /* An embedding server (--pooling, or the GGUF's pooling_type): /v1/embeddings (or, with
+     * rank, /v1/rerank) and no completions; -1: a text model, which refuses them.  Rank
+     * scores the last token's logits of rank_ids (Qwen3-Reranker's "yes" against "no"). */
+    int pooling;
+    int32_t rank_ids[2];
+    int max_batch_tokens; /* the longest input an embedding may have (it runs in one step) */
 } server_model;
 
 #endif

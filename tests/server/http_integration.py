@@ -8,13 +8,16 @@ usage: http_integration.py CASE      (CASE: api errors auth stream concurrency d
                                        startup vocab logprobs0
                                        framing logs connflood choices tokenize grammar_bench client_gone)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
+import base64
 import http.client
 import json
+import math
 import os
 import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -1978,6 +1981,118 @@ def case_control_text():
         got = prompt_tokens(s.port, inj)
         check(got == rest + len(as_control), f"--special-in-content: {got}, want {rest + len(as_control)}")
         print(f"--special-in-content: {got} prompt tokens = the markers as control tokens")
+
+
+def unit_norm(v):
+    return math.sqrt(sum(x * x for x in v))
+
+
+def case_embeddings():
+    """/v1/embeddings (issue 29) on a decoder served with --pooling last (Qwen3-Embedding's
+    pooling): every input form (a string, strings, token ids, arrays of them) gives unit vectors
+    of the model's width, the same input the same vector whatever its batch, base64 the same
+    float32 bytes, dimensions a renormalised prefix; usage.prompt_tokens counts the inputs'
+    tokens; bad fields, an input longer than one step and completions are clear 400s; a text
+    server refuses /v1/embeddings and /v1/rerank."""
+    model = make_model()
+    with Server(model, "--pooling", "last", "--batch-tokens", "64") as s:
+        st, one = post(s.port, "/v1/embeddings", {"input": "hello world", "model": "x"})
+        check(st == 200 and one["object"] == "list" and len(one["data"]) == 1, f"one: {st} {one}")
+        v = one["data"][0]["embedding"]
+        check(len(v) >= 8 and abs(unit_norm(v) - 1) < 1e-5, f"width {len(v)}, norm {unit_norm(v)}")
+        st, tk = post(s.port, "/tokenize", {"content": "hello world", "add_special": True})
+        check(st == 200, f"/tokenize: {st} {tk}")
+        check(one["usage"] == {"prompt_tokens": len(tk["tokens"]), "total_tokens": len(tk["tokens"])},
+              f"usage {one['usage']}, tokens {tk['tokens']}")
+        st, many = post(s.port, "/v1/embeddings", {"input": ["fn main", "hello world", tk["tokens"], [5, 6, 7]]})
+        check(st == 200 and [d["index"] for d in many["data"]] == [0, 1, 2, 3], f"many: {st} {many}")
+        same = [many["data"][1]["embedding"], many["data"][2]["embedding"]]
+        check(all(max(abs(a - b) for a, b in zip(x, v)) < 1e-6 for x in same),
+              "the same input (as text, as its token ids) gave another vector beside other inputs")
+        check(max(abs(a - b) for a, b in zip(many["data"][0]["embedding"], v)) > 1e-3, "different inputs, same vector")
+        st, ids = post(s.port, "/v1/embeddings", {"input": [5, 6, 7]})
+        check(st == 200 and ids["usage"]["prompt_tokens"] == 3, f"token ids: {st} {ids}")
+        st, b64 = post(s.port, "/v1/embeddings", {"input": "hello world", "encoding_format": "base64"})
+        raw = base64.b64decode(b64["data"][0]["embedding"])
+        floats = struct.unpack(f"<{len(raw) // 4}f", raw)
+        check(st == 200 and len(floats) == len(v) and all(abs(a - b) < 1e-7 for a, b in zip(floats, v)),
+              f"base64: {st} {len(floats)} floats")
+        st, cut = post(s.port, "/v1/embeddings", {"input": "hello world", "dimensions": 8})
+        w = cut["data"][0]["embedding"]
+        n8 = unit_norm(v[:8])
+        check(st == 200 and len(w) == 8 and abs(unit_norm(w) - 1) < 1e-5 and
+              all(abs(a - b / n8) < 1e-5 for a, b in zip(w, v[:8])), f"dimensions 8: {st} {w}")
+        for body, param in [({"input": "x", "dimensions": len(v) + 1}, "dimensions"),
+                            ({"input": "x", "dimensions": 0}, "dimensions"),
+                            ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+                            ({"input": []}, "input"), ({"input": ""}, "input"), ({}, "input"),
+                            ({"input": [1.5]}, "input"), ({"input": {"a": 1}}, "input"),
+                            ({"input": ["x"] * 300}, "input"),
+                            ({"input": list(range(5, 75))}, "input")]:  # 70 tokens > --batch-tokens 64
+            st, b = post(s.port, "/v1/embeddings", body)
+            check_error(b, st, 400, param)
+        for path, body in [("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                           ("/v1/completions", {"prompt": "hi"}), ("/v1/rerank", {"query": "q", "documents": ["d"]})]:
+            st, b = post(s.port, path, body)
+            check_error(b, st, 400, "model", "model_not_supported")
+        # concurrent inputs, each whole in its own step's batch: the same vectors as alone
+        results = [None] * 8
+        def one_req(i):
+            results[i] = post(s.port, "/v1/embeddings", {"input": ["hello world", "fn main"]})
+        threads = [threading.Thread(target=one_req, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        for st, b in results:
+            check(st == 200 and max(abs(a - c) for a, c in zip(b["data"][0]["embedding"], v)) < 1e-6,
+                  f"concurrent: {st}")
+    with Server(model) as s:
+        for path, body in [("/v1/embeddings", {"input": "hi"}), ("/v1/rerank", {"query": "q", "documents": ["d"]})]:
+            st, b = post(s.port, path, body)
+            check_error(b, st, 400, "model", "model_not_supported")
+    print(f"embeddings: width {len(v)}, every input form, base64, dimensions, refusals")
+
+
+def case_rerank():
+    """/v1/rerank and /rerank (issue 29) with --pooling rank on a model whose vocabulary has
+    'yes' and 'no' (the tiny model with a words vocabulary): results sorted by relevance_score
+    in (0, 1), each with its index, top_n and return_documents honoured; the same document
+    scores the same in any request; bad fields are 400s; a model without the two words is
+    refused at start-up with a clear error."""
+    words = os.path.join(TMP, "words.txt")
+    with open(words, "w") as f:
+        f.write("yes no the query document answer web search relevant passage\n" * 4)
+    model = make_model("words.gguf", "--words", words)
+    with Server(model, "--pooling", "rank") as s:
+        docs = ["yes document", {"text": "no answer"}, "web search", "the passage"]
+        st, b = post(s.port, "/v1/rerank", {"query": "the query", "documents": docs})
+        check(st == 200, f"rerank: {st} {b}")
+        res = b["results"]
+        scores = [r["relevance_score"] for r in res]
+        check(sorted(r["index"] for r in res) == [0, 1, 2, 3] and scores == sorted(scores, reverse=True) and
+              all(0 < x < 1 for x in scores), f"results {res}")
+        check("document" not in res[0] and b["usage"]["prompt_tokens"] > 0, f"defaults: {b}")
+        st, top = post(s.port, "/rerank", {"query": "the query", "documents": docs, "top_n": 2,
+                                           "return_documents": True})
+        check(st == 200 and [r["index"] for r in top["results"]] == [r["index"] for r in res[:2]], f"top_n: {top}")
+        for r in top["results"]:
+            d = docs[r["index"]]
+            check(r["document"]["text"] == (d if isinstance(d, str) else d["text"]), f"document {r}")
+            check(abs(r["relevance_score"] - next(x["relevance_score"] for x in res if x["index"] == r["index"])) < 1e-6,
+                  "a document's score changed with its request")
+        for body, param in [({"documents": ["d"]}, "query"), ({"query": "q"}, "documents"),
+                            ({"query": "q", "documents": []}, "documents"), ({"query": "", "documents": ["d"]}, "query"),
+                            ({"query": "q", "documents": [1]}, "documents[0]"),
+                            ({"query": "q", "documents": ["d"], "top_n": 0}, "top_n"),
+                            ({"query": "q", "documents": ["d"], "return_documents": "yes"}, "return_documents")]:
+            st, b = post(s.port, "/v1/rerank", body)
+            check_error(b, st, 400, param)
+        st, b = post(s.port, "/v1/embeddings", {"input": "x"})
+        check_error(b, st, 400, "model", "model_not_supported")
+    r = run_bin("-m", make_model(), "--host", "127.0.0.1", "--port", str(free_port()), "--pooling", "rank", timeout=60)
+    check(r.returncode != 0 and "'yes' and 'no'" in r.stderr, f"no yes/no tokens: rc {r.returncode} {r.stderr[-400:]}")
+    print(f"rerank: {len(res)} documents sorted, top_n, return_documents, refusals")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

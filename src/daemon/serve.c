@@ -393,7 +393,9 @@ static int load(serve_state *st, const inferd_opts *o)
                        .special_in_content = o->special_in_content,
                        .ctx_per_slot = sched_max_context(st->s),
                        .pooling = pooling, .rank_ids = {rank_ids[0], rank_ids[1]},
-                       .max_batch_tokens = o->batch_tokens};
+                       /* an encoder's positions end at its table (bert: n_ctx_train) */
+                       .max_batch_tokens = hp->encoder && hp->n_ctx_train < o->batch_tokens ? hp->n_ctx_train
+                                                                                           : o->batch_tokens};
     {
         sched_stats ss;
         sched_get_stats(st->s, &ss);

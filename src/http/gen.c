@@ -132,9 +132,17 @@ static int build_completion_prompts(gen *g, api_error *e)
             ap->ids = NULL;
         }
         if (gp->n_ids == 0) {
-            api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_value",
-                          "Invalid 'prompt': it encodes to no tokens.");
+            api_error_set(e, 400, "invalid_request_error", g->p->prompt_param, "invalid_value",
+                          "Invalid '%s': it encodes to no tokens.", g->p->prompt_param);
             return -1;
+        }
+        if (ap->text && is_embedding(g->p) && tokenizer_add_eos(tok) && gp->ids[gp->n_ids - 1] != tokenizer_eos(tok)) {
+            /* an input to embed is tokenized as /tokenize's add_special does: with EOS when the
+             * vocabulary asks (BERT's [SEP]; Qwen3-Embedding's last-token pooling reads it) */
+            int32_t *more = realloc(gp->ids, ((size_t)gp->n_ids + 1) * sizeof *more);
+            if (!more) goto oom;
+            gp->ids = more;
+            gp->ids[gp->n_ids++] = tokenizer_eos(tok);
         }
         if (g->req.echo) {
             gp->echo = ap->text ? strdup(ap->text) : tokenizer_decode_alloc(tok, gp->ids, gp->n_ids, &gp->echo_len);

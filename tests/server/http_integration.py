@@ -2054,6 +2054,40 @@ def case_embeddings():
     print(f"embeddings: width {len(v)}, every input form, base64, dimensions, refusals")
 
 
+def case_bert():
+    """A BERT encoder served (issue 29): ../shared/reference/bert.gguf answers /v1/embeddings for
+    each reference prompt (token ids) with transformers' L2-normalised mean pooling (cosine >=
+    0.99999, 1e-4 relative); a text input is WordPiece-tokenized with [CLS] ... [SEP]; completions
+    are refused, and an input past its 128 positions is a 400."""
+    model = os.path.join(SHARED, "reference", "bert.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: {model} not present")
+        return SKIP
+    with open(os.path.join(SHARED, "reference", "bert.json")) as f:
+        ref = json.load(f)
+    with Server(model, "--device", "cpu") as s:
+        st, b = post(s.port, "/v1/embeddings", {"input": [p["ids"] for p in ref["prompts"]]})
+        check(st == 200 and len(b["data"]) == len(ref["prompts"]), f"embeddings: {st} {b}")
+        for p, d in zip(ref["prompts"], b["data"]):
+            want = struct.unpack(f"<{len(base64.b64decode(p['pooled_l2_b64'])) // 4}f", base64.b64decode(p["pooled_l2_b64"]))
+            got = d["embedding"]
+            cos = sum(a * c for a, c in zip(got, want)) / (unit_norm(got) * unit_norm(want))
+            rel = max(abs(a - c) for a, c in zip(got, want)) / max(abs(c) for c in want)
+            check(len(got) == len(want) and cos >= 0.99999 and rel < 1e-4, f"prompt {d['index']}: cos {cos}, rel {rel}")
+        st, tk = post(s.port, "/tokenize", {"content": "hello world", "add_special": True})
+        check(st == 200 and tk["tokens"][0] == 2 and tk["tokens"][-1] == 3, f"/tokenize: {st} {tk}")
+        st, b = post(s.port, "/v1/embeddings", {"input": "hello world"})
+        check(st == 200 and b["usage"]["prompt_tokens"] == len(tk["tokens"]), f"text: {st} {b}")
+        st, b2 = post(s.port, "/v1/embeddings", {"input": tk["tokens"]})
+        check(max(abs(a - c) for a, c in zip(b["data"][0]["embedding"], b2["data"][0]["embedding"])) < 1e-6,
+              "the text and its /tokenize ids embed differently")
+        st, b = post(s.port, "/v1/embeddings", {"input": [5] * 200})
+        check_error(b, st, 400, "input")
+        st, b = post(s.port, "/v1/completions", {"prompt": "hi"})
+        check_error(b, st, 400, "model", "model_not_supported")
+    print(f"bert: {len(ref['prompts'])} reference embeddings, WordPiece text input")
+
+
 def case_rerank():
     """/v1/rerank and /rerank (issue 29) with --pooling rank on a model whose vocabulary has
     'yes' and 'no' (the tiny model with a words vocabulary): results sorted by relevance_score

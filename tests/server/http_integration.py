@@ -1338,9 +1338,10 @@ def node_missing(packages):
     return None
 
 
-def node_session(scripts, packages):
+def node_session(scripts, packages, serve_args=None):
     """Run Node client sessions (tests/node/SCRIPT [ARGS]) against one server with an API key.
-    scripts: [(script, args...)]; packages: the npm packages they need (SKIP when absent)."""
+    scripts: [(script, args...)]; packages: the npm packages they need (SKIP when absent);
+    serve_args: the server's flags (default: the chat template below)."""
     why = node_missing(packages)
     if why:
         print(f"SKIP: {why}")
@@ -1348,7 +1349,9 @@ def node_session(scripts, packages):
     # A Hermes-style template with an optional thinking block (tests/node/chat_template.jinja):
     # tool calls (forced ones through the grammar) and reasoning_content run end to end.
     template = os.path.join(NODE_DIR, "chat_template.jinja")
-    with Server(make_model(), "--api-key", "sdk-key", "--chat-template-file", template) as s:
+    if serve_args is None:
+        serve_args = ["--chat-template-file", template]
+    with Server(make_model(), "--api-key", "sdk-key", *serve_args) as s:
         env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key")
         for script, *args in scripts:
             r = subprocess.run(["node", os.path.join(NODE_DIR, script), *args], env=env, capture_output=True,
@@ -1372,6 +1375,13 @@ def case_node_ai():
     """The Vercel AI SDK through its OpenAI-compatible provider (chat completions) and through its
     own OpenAI provider (the Responses API)."""
     return node_session([("vercel_ai.mjs",), ("vercel_ai_responses.mjs",)], ["ai", "@ai-sdk/openai-compatible", "@ai-sdk/openai"])
+
+
+def case_node_embeddings():
+    """/v1/embeddings through the OpenAI SDK (float, base64), the AI SDK (embed, embedMany) and
+    LangChain's OpenAIEmbeddings, on a server with --pooling last (issue 29)."""
+    return node_session([("embeddings.mjs",)], ["openai", "ai", "@ai-sdk/openai-compatible", "@langchain/openai"],
+                        ["--pooling", "last"])
 
 
 def case_node_langchain():

@@ -294,9 +294,10 @@ static int pick_pooling(const inferd_opts *o, const serve_state *st, int32_t ran
                  m->desc->name);
         pooling = ENGINE_POOL_MEAN;
     }
+    const bool text = m->hp.pooling < 0 && !m->hp.encoder; /* a text model: it keeps generating */
     if (pooling != ENGINE_POOL_RANK) {
-        if (pooling >= 0) log_info("serving embeddings (/v1/embeddings, pooling %s); completions are refused",
-                                   engine_pooling_name((engine_pooling)pooling));
+        if (pooling >= 0) log_info("serving embeddings (/v1/embeddings, pooling %s)%s", engine_pooling_name((engine_pooling)pooling),
+                                   text ? " beside completions" : "; completions are refused (an embedding model)");
         return pooling;
     }
     if (m->hp.encoder) {
@@ -309,7 +310,8 @@ static int pick_pooling(const inferd_opts *o, const serve_state *st, int32_t ran
         log_error("--pooling rank scores the tokens 'yes' and 'no' (Qwen3-Reranker), which this vocabulary lacks");
         return -2;
     }
-    log_info("serving rerank (/v1/rerank: the last token's 'yes' against 'no'); completions are refused");
+    log_info("serving rerank (/v1/rerank: the last token's 'yes' against 'no')%s",
+             text ? " beside completions" : "; completions are refused (a reranker)");
     return pooling;
 }
 
@@ -393,6 +395,7 @@ static int load(serve_state *st, const inferd_opts *o)
                        .special_in_content = o->special_in_content,
                        .ctx_per_slot = sched_max_context(st->s),
                        .pooling = pooling, .rank_ids = {rank_ids[0], rank_ids[1]},
+                       .text = hp->pooling < 0 && !hp->encoder,
                        /* an encoder's positions end at its table (bert: n_ctx_train) */
                        .max_batch_tokens = hp->encoder && hp->n_ctx_train < o->batch_tokens ? hp->n_ctx_train
                                                                                            : o->batch_tokens};

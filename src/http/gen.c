@@ -729,7 +729,9 @@ static gen *gen_new(http_req *hr, const api_protocol *p)
 
 static bool is_embedding(const api_protocol *p) { return p->kind == API_EMBEDDINGS || p->kind == API_RERANK; }
 
-/* A server serves either text or its model's embeddings (or rerank scores), and says so. */
+/* An embedding model's server answers embeddings (or rerank) only; a text model's answers
+ * completions, and embeddings or rerank too when started with --pooling.  Each refusal says
+ * which. */
 static int check_model_serves(const gen *g, api_error *e)
 {
     const int pooling = g->sv->sm.pooling;
@@ -748,7 +750,7 @@ static int check_model_serves(const gen *g, api_error *e)
                       pooling < 0 ? "generates text" : "serves embeddings (/v1/embeddings)");
         return -1;
     }
-    if (!is_embedding(g->p) && pooling >= 0) {
+    if (!is_embedding(g->p) && !g->sv->sm.text) {
         api_error_set(e, 400, "invalid_request_error", "model", "model_not_supported",
                       "This server's model %s (pooling %s): it answers %s, not %s.",
                       pooling == ENGINE_POOL_RANK ? "is a reranker" : "is an embedding model",

@@ -91,15 +91,15 @@ static const struct preset {
     mkmodel_config c;
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
-              false, MKMODEL_F32, 1, 0, NULL, false}},
+              false, MKMODEL_F32, 1, 0, NULL, false, 0}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
-               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false}},
+               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
-                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false}},
+                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
-                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false}},
+                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
-                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false}},
+                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0}},
 };
 
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
@@ -703,6 +703,7 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
     set_arch_u32(w, c, "rope.dimension_count", head_dim_of(c));
     set_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->rms_eps);
     set_arch_f32(w, c, "rope.freq_base", c->rope_base);
+    if (c->pooling > 0) set_arch_u32(w, c, "pooling_type", c->pooling - 1);
 }
 
 /* A vector (norm weight or bias) as F32, copied into the writer. */

@@ -59,6 +59,9 @@ typedef struct mkmodel_config {
      * is its most frequent lowercase words, one token each, and the LM head favours them, so
      * that the random output reads as words (the README's default model). */
     bool words;
+    /* An embedding model: <arch>.pooling_type written as this value minus 1 (engine_pooling:
+     * 1 none, 2 mean, 3 cls, 4 last, 5 rank); 0: not written (a text model). */
+    int pooling;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b".

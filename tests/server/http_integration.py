@@ -1998,12 +1998,13 @@ def unit_norm(v):
 
 
 def case_embeddings():
-    """/v1/embeddings (issue 29) on a decoder served with --pooling last (Qwen3-Embedding's
+    """/v1/embeddings (issue 29) on a text decoder served with --pooling last (Qwen3-Embedding's
     pooling): every input form (a string, strings, token ids, arrays of them) gives unit vectors
-    of the model's width, the same input the same vector whatever its batch, base64 the same
-    float32 bytes, dimensions a renormalised prefix; usage.prompt_tokens counts the inputs'
-    tokens; bad fields, an input longer than one step and completions are clear 400s; a text
-    server refuses /v1/embeddings and /v1/rerank."""
+    of the model's width, the same input the same vector whatever its batch (beside streaming
+    chats on the same server), base64 the same float32 bytes, dimensions a renormalised prefix;
+    usage.prompt_tokens counts the inputs' tokens; bad fields and an input longer than one step
+    are clear 400s.  A model whose file declares a pooling (mkmodel --pooling) refuses
+    completions; a text server without --pooling refuses /v1/embeddings and /v1/rerank."""
     model = make_model()
     with Server(model, "--pooling", "last", "--batch-tokens", "64") as s:
         st, one = post(s.port, "/v1/embeddings", {"input": "hello world", "model": "x"})
@@ -2041,15 +2042,17 @@ def case_embeddings():
                             ({"input": list(range(5, 75))}, "input")]:  # 70 tokens > --batch-tokens 64
             st, b = post(s.port, "/v1/embeddings", body)
             check_error(b, st, 400, param)
-        for path, body in [("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
-                           ("/v1/completions", {"prompt": "hi"}), ("/v1/rerank", {"query": "q", "documents": ["d"]})]:
-            st, b = post(s.port, path, body)
-            check_error(b, st, 400, "model", "model_not_supported")
-        # concurrent inputs, each whole in its own step's batch: the same vectors as alone
-        results = [None] * 8
+        st, b = post(s.port, "/v1/rerank", {"query": "q", "documents": ["d"]})
+        check_error(b, st, 400, "model", "model_not_supported")
+        # concurrent inputs beside streaming chats (one server, the same batches): the same
+        # vectors as alone, and the chats run to their length
+        results, chats = [None] * 8, [None] * 2
         def one_req(i):
             results[i] = post(s.port, "/v1/embeddings", {"input": ["hello world", "fn main"]})
-        threads = [threading.Thread(target=one_req, args=(i,)) for i in range(8)]
+        def one_chat(i):
+            chats[i] = post(s.port, "/v1/completions", {"prompt": "fn main", "max_tokens": 24, "ignore_eos": True})
+        threads = [threading.Thread(target=one_chat, args=(i,)) for i in range(2)]
+        threads += [threading.Thread(target=one_req, args=(i,)) for i in range(8)]
         for t in threads:
             t.start()
         for t in threads:
@@ -2057,6 +2060,15 @@ def case_embeddings():
         for st, b in results:
             check(st == 200 and max(abs(a - c) for a, c in zip(b["data"][0]["embedding"], v)) < 1e-6,
                   f"concurrent: {st}")
+        for st, b in chats:
+            check(st == 200 and b["usage"]["completion_tokens"] == 24, f"chat beside embeddings: {st} {b}")
+    with Server(make_model("embed.gguf", "--pooling", "last")) as s:  # an embedding model
+        st, b = post(s.port, "/v1/embeddings", {"input": "hello world"})
+        check(st == 200 and abs(unit_norm(b["data"][0]["embedding"]) - 1) < 1e-5, f"embedding model: {st} {b}")
+        for path, body in [("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                           ("/v1/completions", {"prompt": "hi"}), ("/v1/rerank", {"query": "q", "documents": ["d"]})]:
+            st, b = post(s.port, path, body)
+            check_error(b, st, 400, "model", "model_not_supported")
     with Server(model) as s:
         for path, body in [("/v1/embeddings", {"input": "hi"}), ("/v1/rerank", {"query": "q", "documents": ["d"]})]:
             st, b = post(s.port, path, body)

@@ -582,7 +582,7 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
      * BPE does what the pre-tokenizer's entry says. */
     bool v;
     t->add_bos_from_key = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &v);
-    t->add_bos = (t->add_bos_from_key ? v : spm || pi->add_bos) && t->bos >= 0;
+    t->add_bos = (t->add_bos_from_key ? v : spm || kind == TOK_WPM || (pi && pi->add_bos)) && t->bos >= 0;
     t->add_eos_from_key = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &v);
     t->add_eos = (t->add_eos_from_key && v) && t->eos >= 0;
     t->add_space_prefix = get_bool(f, "tokenizer.ggml.add_space_prefix", spm);
@@ -640,7 +640,7 @@ size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap)
             snprintf(why, sizeof why, "tokenizer.ggml.add_bos_token");
         else
             snprintf(why, sizeof why, "no tokenizer.ggml.add_bos_token: default for %s%s%s",
-                     pre ? "pre-tokenizer '" : "SPM", pre ? pre : "", pre ? "'" : "");
+                     pre ? "pre-tokenizer '" : t->kind == TOK_WPM ? "WordPiece" : "SPM", pre ? pre : "", pre ? "'" : "");
         snprintf(bos, sizeof bos, "BOS %.*s %s to text prompts (%s)", (int)(len > 40 ? 40 : len),
                  text, t->add_bos ? "added" : "not added", why);
     }

@@ -1443,17 +1443,25 @@ def case_stories():
         print(f"stories260K: {text!r}")
 
 
+def reference_kit(name):
+    """../shared/reference/NAME.gguf and its NAME.json (parsed), or (None, None) with a SKIP line
+    when the kit is absent."""
+    model = os.path.join(SHARED, "reference", f"{name}.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: {model} not present")
+        return None, None
+    with open(os.path.join(SHARED, "reference", f"{name}.json")) as f:
+        return model, json.load(f)
+
+
 def case_moe():
     """A mixture-of-experts model served on the CPU (issue 25): the qwen3moe reference model of
     ../shared/reference answers /v1/completions for each reference prompt (token ids, no BOS)
     with exactly transformers' 16 greedy tokens, streamed or not, and /v1/chat/completions
     answers too (the template is chatml: the file has none)."""
-    model = os.path.join(SHARED, "reference", "qwen3moe.gguf")
-    if not os.path.exists(model):
-        print(f"SKIP: {model} not present")
+    model, ref = reference_kit("qwen3moe")
+    if not model:
         return SKIP
-    with open(os.path.join(SHARED, "reference", "qwen3moe.json")) as f:
-        ref = json.load(f)
     with Server(model, "--device", "cpu") as s:
         for i, p in enumerate(ref["prompts"]):
             st, want = post(s.port, "/detokenize", {"tokens": p["greedy"]})
@@ -2081,12 +2089,9 @@ def case_bert():
     each reference prompt (token ids) with transformers' L2-normalised mean pooling (cosine >=
     0.99999, 1e-4 relative); a text input is WordPiece-tokenized with [CLS] ... [SEP]; completions
     are refused, and an input past its 128 positions is a 400."""
-    model = os.path.join(SHARED, "reference", "bert.gguf")
-    if not os.path.exists(model):
-        print(f"SKIP: {model} not present")
+    model, ref = reference_kit("bert")
+    if not model:
         return SKIP
-    with open(os.path.join(SHARED, "reference", "bert.json")) as f:
-        ref = json.load(f)
     with Server(model, "--device", "cpu") as s:
         st, b = post(s.port, "/v1/embeddings", {"input": [p["ids"] for p in ref["prompts"]]})
         check(st == 200 and len(b["data"]) == len(ref["prompts"]), f"embeddings: {st} {b}")

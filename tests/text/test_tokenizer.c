@@ -363,6 +363,23 @@ static void test_hf_texts(void **state)
     assert_true(checked > 0);
 }
 
+/* The tokenizer of the GGUF w describes (w is freed); a load error fails the test, naming what. */
+static tokenizer *tokenizer_from_writer(gguf_writer *w, const char *what)
+{
+    void *mem;
+    size_t size;
+    char err[256];
+    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
+    gguf_writer_free(w);
+    gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
+    assert_non_null(f);
+    tokenizer *t = tokenizer_load(f, err, sizeof err);
+    if (!t) fail_msg("%s: %s", what, err);
+    gguf_close(f); /* the tokenizer keeps copies of what it read */
+    free(mem);
+    return t;
+}
+
 /* ---- WordPiece (BERT) -------------------------------------------------------------------- */
 
 /* BERT's vocabulary as llama.cpp's converter writes it: word-initial pieces with "\u2581", the
@@ -386,14 +403,7 @@ static void test_wordpiece(void **state)
     gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 1);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", true);
-    void *mem;
-    size_t size;
-    char err[256];
-    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
-    gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
-    assert_non_null(f);
-    tokenizer *t = tokenizer_load(f, err, sizeof err);
-    if (!t) fail_msg("%s", err);
+    tokenizer *t = tokenizer_from_writer(w, "bert");
     assert_true(tokenizer_add_bos(t) && tokenizer_add_eos(t));
     char desc[128];
     tokenizer_describe(t, desc, sizeof desc);
@@ -426,9 +436,6 @@ static void test_wordpiece(void **state)
     tokenizer_decode(t, words, 6, out, sizeof out);
     assert_string_equal(out, "hello , worlds"); /* as llama.cpp joins WordPiece pieces */
     tokenizer_free(t);
-    gguf_close(f);
-    free(mem);
-    gguf_writer_free(w);
 }
 
 /* ---- BOS/EOS defaults -------------------------------------------------------------------- */
@@ -450,20 +457,7 @@ static tokenizer *bpe_with(const char *pre, int add_bos)
     gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 4);
     if (add_bos >= 0)
         gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
-    void *mem;
-    size_t size;
-    char err[256];
-    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
-    gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
-    assert_non_null(f);
-    tokenizer *t = tokenizer_load(f, err, sizeof err);
-    if (!t)
-        print_error("pre %s: %s\n", pre ? pre : "(none)", err);
-    assert_non_null(t);
-    gguf_close(f);
-    free(mem);
-    gguf_writer_free(w);
-    return t;
+    return tokenizer_from_writer(w, pre ? pre : "(no pre)");
 }
 
 static void test_bos_defaults(void **state)
@@ -1066,10 +1060,16 @@ static void test_load_refusals(void **state)
     char err[256];
 
     gguf_writer *w = gguf_writer_new();
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "t5");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
     assert_null(load_mem(w, err, sizeof err));
-    assert_non_null(strstr(err, "'bert' is not supported"));
+    assert_non_null(strstr(err, "'t5' is not supported"));
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "bert"); /* WordPiece: no merges, no scores needed */
+    tokenizer *wp = load_mem(w, err, sizeof err);
+    if (!wp) fail_msg("bert: %s", err);
+    int32_t one[4];
+    assert_int_equal(tokenizer_encode(wp, "ab b", 4, false, false, one, 4), 0 + 2); /* "ab" "b" (no \u2581 forms: [UNK]s) */
+    tokenizer_free(wp);
 
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     assert_null(load_mem(w, err, sizeof err)); /* no merges */

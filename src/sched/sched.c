@@ -677,10 +677,11 @@ static void seq_done(sched *s, int i, uint64_t now)
     s->kv_used += (uint64_t)q->n_tokens;
     if (!decode) s->stats.prompt_tokens_total += (uint64_t)q->n_tokens;
     pthread_mutex_unlock(&s->mu);
-    if (q->want_token) req_on_token(s, r, &s->results[i], now);
     if (r->embed) { /* done in its one step: its row and blocks go back now */
         if (!r->t_first) r->t_first = now;
         req_finish(s, r, SCHED_FINISH_STOP, NULL);
+    } else if (q->want_token) {
+        req_on_token(s, r, &s->results[i], now); /* may finish r, and free it */
     }
 }
 

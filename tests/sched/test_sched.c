@@ -329,6 +329,7 @@ static void fx_stop(fixture *fx)
     assert_int_equal(fx->f->kv_mismatch, 0); /* every sequence read exactly its own tokens */
     pthread_mutex_destroy(&fx->f->mu);
     pthread_cond_destroy(&fx->f->cv);
+    engine_free(&fx->f->base); /* engine.c's embedding scratch (fake_destroy frees nothing) */
     free(fx->f);
 }
 

@@ -396,9 +396,10 @@ static void deliver_hidden(cpu_engine *e, const engine_seq *seqs, int n_seqs)
     const int dim = m->hp.n_embd;
     for (int i = 0, t = 0; i < n_seqs; t += seqs[i].n_tokens, i++) {
         if (!seqs[i].hidden) continue;
-        for (int j = 0; j < seqs[i].n_tokens; j++) {
+        int first, rows = engine_hidden_rows(&seqs[i], &first);
+        for (int j = 0; j < rows; j++) {
             float *out = seqs[i].hidden + (size_t)j * dim;
-            const float *x = e->x + (size_t)(t + j) * dim;
+            const float *x = e->x + (size_t)(t + first + j) * dim;
             if (m->output_norm.data) cpu_rmsnorm(out, x, m->output_norm.data, dim, m->hp.rms_eps);
             else memcpy(out, x, (size_t)dim * sizeof(float));
         }

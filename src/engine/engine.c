@@ -143,6 +143,10 @@ static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char
             }
         }
         if (check_embed(e, s, i, err, errlen) != 0) return ENGINE_EINVAL;
+        if (s->hidden_row < 0 || s->hidden_row > s->n_tokens) {
+            snprintf(err, errlen, "seq %d: hidden_row %d outside its %d tokens", i, s->hidden_row, s->n_tokens);
+            return ENGINE_EINVAL;
+        }
         if (s->want_token && !s->sp) {
             snprintf(err, errlen, "seq %d: wants a token but has no sampling parameters", i);
             return ENGINE_EINVAL;
@@ -192,7 +196,7 @@ static void pool_one(const engine *e, const engine_seq *s, const float *hidden, 
             for (int t = 0; t < n; t++) v += hidden[(size_t)t * d + j];
             v /= n;
         } else {
-            v = hidden[(size_t)(em->pooling == ENGINE_POOL_CLS ? 0 : n - 1) * d + j];
+            v = hidden[j]; /* cls / last: the one row step_embed asked for */
         }
         em->out[j] = (float)v;
         norm += v * v;
@@ -200,6 +204,14 @@ static void pool_one(const engine *e, const engine_seq *s, const float *hidden, 
     if (!em->normalize || norm <= 0) return;
     double inv = 1.0 / sqrt(norm);
     for (int j = 0; j < d; j++) em->out[j] = (float)(em->out[j] * inv);
+}
+
+/* The hidden rows an embedding's pooling reads: every token's for none and mean, one for cls
+ * and last. */
+static int embed_rows(const engine_seq *s)
+{
+    engine_pooling p = s->embed->pooling;
+    return p == ENGINE_POOL_NONE || p == ENGINE_POOL_MEAN ? s->n_tokens : 1;
 }
 
 /* A batch with embedding sequences: the backend sees a copy whose embed sequences bring their
@@ -212,7 +224,7 @@ static int step_embed(engine *e, const engine_seq *seqs, int n_seqs, engine_resu
     for (int i = 0; i < n_seqs; i++) {
         if (!seqs[i].embed) continue;
         if (seqs[i].embed->pooling == ENGINE_POOL_RANK) n_logits += (size_t)e->m->hp.n_vocab;
-        else n_hidden += (size_t)seqs[i].n_tokens * e->m->hp.n_embd;
+        else n_hidden += (size_t)embed_rows(&seqs[i]) * e->m->hp.n_embd;
     }
     if (!grow((void **)&e->emb_seqs, &e->emb_seqs_cap, (size_t)n_seqs, sizeof *e->emb_seqs) ||
         !grow((void **)&e->emb_hidden, &e->emb_hidden_cap, n_hidden, sizeof(float)) ||
@@ -230,7 +242,9 @@ static int step_embed(engine *e, const engine_seq *seqs, int n_seqs, engine_resu
             at_l += (size_t)e->m->hp.n_vocab;
         } else {
             q->hidden = e->emb_hidden + at_h;
-            at_h += (size_t)q->n_tokens * e->m->hp.n_embd;
+            /* cls and last read one row: the backend brings back only that one */
+            q->hidden_row = q->embed->pooling == ENGINE_POOL_CLS ? 1 : q->embed->pooling == ENGINE_POOL_LAST ? q->n_tokens : 0;
+            at_h += (size_t)embed_rows(q) * e->m->hp.n_embd;
         }
     }
     int rc = e->vt->step(e, e->emb_seqs, n_seqs, results, err, errlen);
@@ -238,7 +252,8 @@ static int step_embed(engine *e, const engine_seq *seqs, int n_seqs, engine_resu
     for (int i = 0; i < n_seqs; i++) {
         const engine_seq *q = &e->emb_seqs[i];
         if (!q->embed) continue;
-        if (seqs[i].hidden && q->hidden) memcpy(seqs[i].hidden, q->hidden, (size_t)q->n_tokens * e->m->hp.n_embd * sizeof(float));
+        int first, rows = engine_hidden_rows(q, &first);
+        if (seqs[i].hidden && q->hidden) memcpy(seqs[i].hidden, q->hidden, (size_t)rows * e->m->hp.n_embd * sizeof(float));
         pool_one(e, q, q->hidden, q->logits);
     }
     return 0;

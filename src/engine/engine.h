@@ -107,9 +107,11 @@ typedef struct engine_seq {
      * but are worth nothing afterwards (the caller frees them: no decode follows). */
     const engine_embed *embed;
     /* Optional: receives the final hidden state (after the output norm, where the family has
-     * one) of every new token, n_tokens * n_embd floats: what pooling reads.  engine.c points
-     * it at its own scratch for an embed sequence. */
+     * one) of every new token, n_tokens * n_embd floats: what pooling reads; with hidden_row
+     * k > 0 only token k-1's (n_embd floats: what cls/last pooling needs, so a GPU copies one
+     * row back, not all).  engine.c points it at its own scratch for an embed sequence. */
     float *hidden;
+    int hidden_row;
 } engine_seq;
 
 typedef struct engine_result {

@@ -32,6 +32,13 @@ struct engine {
     size_t emb_seqs_cap, emb_hidden_cap, emb_logits_cap;
 };
 
+/* The rows of s's new tokens that s->hidden receives: n of them from token *first. */
+static inline int engine_hidden_rows(const engine_seq *s, int *first)
+{
+    *first = s->hidden_row > 0 ? s->hidden_row - 1 : 0;
+    return s->hidden_row > 0 ? 1 : s->n_tokens;
+}
+
 /* Blocks a sequence of ctx_per_slot positions spans (the width of a block table). */
 int engine_kv_blocks_per_seq(const engine *e);
 /* The pool block holding entry `index` of s's block table (its fixed blocks without a table);

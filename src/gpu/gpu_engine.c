@@ -658,9 +658,10 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
      * LM heads above, and copied back; the rows are packed in sequence order. */
     for (int i = 0, t = 0; rc == 0 && i < n; t += seqs[i].n_tokens, i++) {
         if (!seqs[i].hidden) continue;
-        size_t bytes = (size_t)seqs[i].n_tokens * g->d_embd * sizeof(float);
-        rc = gpu_forward_hidden_rows(g, t, seqs[i].n_tokens, err, errlen);
-        if (rc == 0 && cu.cuMemcpyDtoHAsync(seqs[i].hidden, g->x + (size_t)t * g->d_embd * sizeof(float), bytes,
+        int first, rows = engine_hidden_rows(&seqs[i], &first);
+        size_t bytes = (size_t)rows * g->d_embd * sizeof(float);
+        rc = gpu_forward_hidden_rows(g, t + first, rows, err, errlen);
+        if (rc == 0 && cu.cuMemcpyDtoHAsync(seqs[i].hidden, g->x + (size_t)(t + first) * g->d_embd * sizeof(float), bytes,
                                             g->stream) != CUDA_SUCCESS) {
             snprintf(err, errlen, "step: copying the hidden states of seq %d back failed", i);
             rc = -1;

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -570,6 +571,30 @@ static void test_embeddings_match_cpu(void **state)
     free(image);
 }
 
+/* The GPU refuses an encoder (bert) by name, before touching a device; auto falls back to the
+ * CPU, which runs it. */
+static void test_encoder_refused(void **state)
+{
+    (void)state;
+    const char *env = getenv("INFERD_SHARED_DIR");
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/reference/bert.gguf", env && *env ? env : INFERD_SHARED_DIR);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) {
+        print_message("skipping: %s\n", err); /* ../shared absent */
+        skip();
+    }
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
+    assert_null(e);
+    if (!strstr(err, "bert") || !strstr(err, "encoder")) fail_msg("refusal: %s", err);
+    e = engine_open(ENGINE_DEVICE_AUTO, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("auto: %s", err);
+    assert_string_equal(engine_name(e), "cpu");
+    engine_free(e);
+    model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +610,7 @@ int main(void)
     /* refusals decided before the GPU is touched: run them on every machine */
     const struct CMUnitTest without_device[] = {
         cmocka_unit_test(test_format_without_kernels_refused),
+        cmocka_unit_test(test_encoder_refused),
     };
     int failed = cmocka_run_group_tests_name("without a device", without_device, NULL, NULL);
     if (failed) return failed;

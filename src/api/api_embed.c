@@ -194,7 +194,7 @@ static cJSON *embedding_value(const api_request *rq, const float *v, size_t n, i
         char *s = base64_of((const unsigned char *)v, n * sizeof(float));
         out = s ? cJSON_CreateString(s) : NULL;
         free(s);
-    } else if (width > 0 && n > (size_t)width) { /* every token's state: one array per token */
+    } else if (width > 0) { /* every token's state (pooling none): one array per token */
         out = cJSON_CreateArray();
         for (size_t t = 0; out && t < n / (size_t)width; t++)
             cJSON_AddItemToArray(out, cJSON_CreateFloatArray(v + t * (size_t)width, width));

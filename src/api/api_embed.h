@@ -25,8 +25,8 @@ int api_rerank_parse(const char *body, size_t len, int n_vocab, api_request *rq,
 
 /* {"object":"list","data":[{"object":"embedding","index","embedding"}],"model","usage"}: each
  * choice's embedding (n floats; the first rq->dimensions of them renormalised when asked),
- * as numbers or base64 of little-endian float32; a per-token embedding (pooling none) of
- * width `width` as one array per token. */
+ * as numbers or base64 of little-endian float32; width > 0: per-token embeddings (pooling
+ * none) of that width, one array per token (base64: all of them, flat). */
 char *api_embeddings_json(const api_request *rq, const api_meta *m, const api_choice *ch, int n,
                           const api_usage *u, int width);
 /* {"id","model","object":"list","results":[{"index","relevance_score","document"}],"usage"}:

@@ -65,7 +65,7 @@ typedef struct api_reply {
     api_vocab vocab;
     bytebuf *out; /* streaming: the bytes for the client */
     void *state;  /* the row's own, made by its parse (NULL when it keeps none) */
-    int embd_width; /* embeddings: the model's hidden width (a per-token embedding's row) */
+    int embd_width; /* embeddings with pooling none: the model's width (one row per token); else 0 */
 } api_reply;
 
 struct api_protocol {

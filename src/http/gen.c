@@ -825,7 +825,7 @@ static int prepare(gen *g, api_error *e)
                              .usage_null = g->req.stream && g->req.include_usage};
     g->rep.vocab = vocab_of(g);
     g->rep.out = &g->out;
-    g->rep.embd_width = g->sv->sm.card.n_embd;
+    g->rep.embd_width = g->sv->sm.pooling == ENGINE_POOL_NONE ? g->sv->sm.card.n_embd : 0;
     g->n_ch = g->n_prompts * g->req.n;
     if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return out_of_memory(e);
     for (int i = 0; i < g->n_ch; i++) { /* echo text leads each choice's text */

@@ -111,7 +111,7 @@ static void test_embeddings_json(void **state)
     const float *vecs[2] = {a, b};
     const size_t lens[2] = {4, 4};
     api_request rq = {.kind = API_EMBEDDINGS};
-    cJSON *root = embeddings_of(&rq, vecs, lens, 2, 4);
+    cJSON *root = embeddings_of(&rq, vecs, lens, 2, 0);
     const cJSON *data = cJSON_GetObjectItem(root, "data");
     assert_int_equal(cJSON_GetArraySize(data), 2);
     const cJSON *d1 = cJSON_GetArrayItem(data, 1);
@@ -123,14 +123,14 @@ static void test_embeddings_json(void **state)
     cJSON_Delete(root);
 
     rq.base64 = true; /* the float32 bytes: 0.5 = 00 00 00 3f, -0.5 = 00 00 00 bf */
-    root = embeddings_of(&rq, vecs, lens, 1, 4);
+    root = embeddings_of(&rq, vecs, lens, 1, 0);
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "data"), 0), "embedding")->valuestring,
                         "AAAAPwAAAL8AAAA/AAAAPw==");
     cJSON_Delete(root);
 
     rq.base64 = false; /* Matryoshka: the first 2 of b, renormalised */
     rq.dimensions = 2;
-    root = embeddings_of(&rq, vecs + 1, lens, 1, 4);
+    root = embeddings_of(&rq, vecs + 1, lens, 1, 0);
     v = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "data"), 0), "embedding");
     assert_int_equal(cJSON_GetArraySize(v), 2);
     double n = sqrt(0.1 * 0.1 + 0.2 * 0.2);

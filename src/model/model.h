@@ -38,6 +38,18 @@ static inline model_tensor model_tensor_slice(const model_tensor *t, int64_t i)
     return s;
 }
 
+/* The rows of a family's layer tensor list (arch_tensor) that every attention block of the
+ * dense line and of bert has: the q/k/v/output projections and, with ARCH_F_QKV_BIAS, the
+ * q/k/v biases (arch/dense.c, arch/bert.c). */
+#define ARCH_ATTN_PROJECTIONS                                                                                     \
+    {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, ARCH_DIM_NONE, offsetof(model_layer, wq), 0, false, false},      \
+    {"attn_k.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, offsetof(model_layer, wk), 0, false, false},     \
+    {"attn_v.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, offsetof(model_layer, wv), 0, false, false},     \
+    {"attn_output.weight", ARCH_DIM_Q, ARCH_DIM_EMBD, ARCH_DIM_NONE, offsetof(model_layer, wo), 0, false, false}, \
+    {"attn_q.bias", ARCH_DIM_Q, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, bq), ARCH_F_QKV_BIAS, false, true}, \
+    {"attn_k.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, bk), ARCH_F_QKV_BIAS, false, true}, \
+    {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, bv), ARCH_F_QKV_BIAS, false, true}
+
 /* A layer: its recipe and the tensors the recipe binds (the others stay zeroed). */
 typedef struct model_layer {
     arch_layer recipe;

@@ -32,13 +32,7 @@ static const arch_tensor bert_globals[] = {
 
 #define L(field) offsetof(model_layer, field)
 static const arch_tensor bert_layer_tensors[] = {
-    {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, ARCH_DIM_NONE, L(wq), 0, false, false},
-    {"attn_k.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, L(wk), 0, false, false},
-    {"attn_v.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, L(wv), 0, false, false},
-    {"attn_output.weight", ARCH_DIM_Q, ARCH_DIM_EMBD, ARCH_DIM_NONE, L(wo), 0, false, false},
-    {"attn_q.bias", ARCH_DIM_Q, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bq), ARCH_F_QKV_BIAS, false, true},
-    {"attn_k.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bk), ARCH_F_QKV_BIAS, false, true},
-    {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bv), ARCH_F_QKV_BIAS, false, true},
+    ARCH_ATTN_PROJECTIONS,
     {"attn_output.bias", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bo), ARCH_F_ATTN_OUT_BIAS, false, true},
     {"attn_output_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_out_norm), ARCH_F_NORM_POST_LN, false, true},
     {"attn_output_norm.bias", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_out_norm_b), ARCH_F_NORM_POST_LN, false, true},

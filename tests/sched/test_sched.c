@@ -1405,7 +1405,7 @@ static void test_hybrid_state_slots_never_leak(void **state)
     (void)state;
     enum { TOTAL = 3000, IN_FLIGHT = 24 };
     fixture fx;
-    fx_start_hybrid(&fx, 4, MAX_CTX, 64, IN_FLIGHT, 20, 0, 8); /* 20 blocks: 640 positions for 4 rows */
+    fx_start_hybrid(&fx, 4, MAX_CTX, 64, IN_FLIGHT, 12, 0, 8); /* 12 blocks: 384 positions for 4 rows */
     static client cl[IN_FLIGHT];
     sched_req *rq[IN_FLIGHT] = {0};
     bool cancel_running[IN_FLIGHT] = {0};

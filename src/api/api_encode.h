@@ -49,6 +49,8 @@ typedef struct api_choice {
     bool calls_args;        /* chunk: the calls' argument fragments (else their index/id/type/name) */
     bool content_null;      /* message: content is null (the reply was only tool calls) */
     int stop_string;        /* finish "stop" by a stop string: 1 + its index in the request's stop; else 0 */
+    const float *embedding; /* embeddings / rerank: the pooled answer (n_embedding floats) */
+    size_t n_embedding;
 } api_choice;
 
 typedef struct api_usage {

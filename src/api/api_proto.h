@@ -10,6 +10,8 @@
  *   proto_chat         /v1/chat/completions   proto_chat.c
  *   proto_responses    /v1/responses          proto_responses.c
  *   proto_messages     /v1/messages           proto_messages.c
+ *   proto_embeddings   /v1/embeddings         proto_embeddings.c (no stream: parse, whole, error)
+ *   proto_rerank       /v1/rerank, /rerank    proto_rerank.c (likewise)
  * A new protocol is one file defining its row, its line below and its route in
  * http/server.c. */
 #ifndef INFERD_API_PROTO_H
@@ -64,6 +66,7 @@ typedef struct api_reply {
     api_vocab vocab;
     bytebuf *out; /* streaming: the bytes for the client */
     void *state;  /* the row's own, made by its parse (NULL when it keeps none) */
+    int embd_width; /* embeddings with pooling none: the model's width (one row per token); else 0 */
 } api_reply;
 
 struct api_protocol {
@@ -79,7 +82,8 @@ struct api_protocol {
      * fields the client sent (Responses: response_format -> text.format); NULL: as it is. */
     void (*rename_error)(api_error *e);
     /* Streaming: the first bytes (echo[i]: what choice i repeats of its prompt), one choice's
-     * new output, the last bytes. */
+     * new output, the last bytes.  NULL for a row that never streams (embeddings, rerank:
+     * their parse never sets stream). */
     void (*open)(api_reply *r, const api_span *echo, int n_choices);
     void (*delta)(api_reply *r, const api_delta *d);
     void (*close)(api_reply *r, const api_end *end);
@@ -94,6 +98,8 @@ extern const api_protocol proto_completions; /* proto_completions.c */
 extern const api_protocol proto_chat;        /* proto_chat.c */
 extern const api_protocol proto_responses;   /* proto_responses.c */
 extern const api_protocol proto_messages;    /* proto_messages.c */
+extern const api_protocol proto_embeddings;  /* proto_embeddings.c */
+extern const api_protocol proto_rerank;      /* proto_rerank.c */
 
 /* What the two OpenAI chat/completions rows share (api_proto.c): a chunk as one SSE event,
  * the end of their streams (an error or the usage chunk, then [DONE]), the choices body. */

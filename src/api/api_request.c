@@ -221,7 +221,7 @@ static int read_ids(const cJSON *arr, int n_vocab, const char *param, api_prompt
 {
     int n = cJSON_GetArraySize(arr);
     if (n == 0) {
-        api_error_set(e, 400, INVALID, param, "invalid_value", "Invalid '%s': the prompt is empty.", param);
+        api_error_set(e, 400, INVALID, param, "invalid_value", "Invalid '%s': it is empty.", param);
         return -1;
     }
     if (!(p->ids = malloc((size_t)n * sizeof *p->ids))) return oom(e);
@@ -240,11 +240,11 @@ static int read_ids(const cJSON *arr, int n_vocab, const char *param, api_prompt
     return 0;
 }
 
-static int read_text_prompt(const cJSON *s, api_prompt *p, api_error *e)
+static int read_text_prompt(const cJSON *s, const char *param, api_prompt *p, api_error *e)
 {
     size_t len = strlen(s->valuestring);
     if (len == 0) {
-        api_error_set(e, 400, INVALID, "prompt", "invalid_value", "Invalid 'prompt': the prompt is empty.");
+        api_error_set(e, 400, INVALID, param, "invalid_value", "Invalid '%s': it is empty.", param);
         return -1;
     }
     if (!(p->text = dup_n(s->valuestring, len))) return oom(e);
@@ -252,27 +252,25 @@ static int read_text_prompt(const cJSON *s, api_prompt *p, api_error *e)
     return 0;
 }
 
-/* prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...] */
-static int read_prompts(const cJSON *obj, int n_vocab, api_request *r, api_error *e)
+/* prompt (or input): "text" | ["text", ...] | [id, ...] | [[id, ...], ...] */
+int api_request_read_prompts(const cJSON *obj, const char *field, int n_vocab, api_request *r, api_error *e)
 {
-    const cJSON *v = json_field(obj, "prompt");
+    const cJSON *v = json_field(obj, field);
     if (!v) {
-        api_error_set(e, 400, INVALID, "prompt", "missing_required_parameter",
-                      "Missing required parameter: 'prompt'.");
+        api_error_set(e, 400, INVALID, field, "missing_required_parameter", "Missing required parameter: '%s'.", field);
         return -1;
     }
     const char *expect = "a string, an array of strings, an array of tokens or an array of token arrays";
     bool single = cJSON_IsString(v) || (cJSON_IsArray(v) && cJSON_IsNumber(cJSON_GetArrayItem(v, 0)));
-    if (!cJSON_IsString(v) && !cJSON_IsArray(v)) return type_error(e, "prompt", expect, v);
+    if (!cJSON_IsString(v) && !cJSON_IsArray(v)) return type_error(e, field, expect, v);
     int n = single ? 1 : cJSON_GetArraySize(v);
     if (n == 0) {
-        api_error_set(e, 400, INVALID, "prompt", "invalid_value", "Invalid 'prompt': the prompt is empty.");
+        api_error_set(e, 400, INVALID, field, "invalid_value", "Invalid '%s': it is empty.", field);
         return -1;
     }
     if ((long)n * r->n > API_MAX_CHOICES) {
-        api_error_set(e, 400, INVALID, "prompt", "invalid_value",
-                      "Invalid 'prompt': %d prompts x n=%d exceeds %d choices per request.", n, r->n,
-                      API_MAX_CHOICES);
+        api_error_set(e, 400, INVALID, field, "invalid_value",
+                      "Invalid '%s': %d items x n=%d exceeds %d per request.", field, n, r->n, API_MAX_CHOICES);
         return -1;
     }
     if (!(r->prompts = calloc((size_t)n, sizeof *r->prompts))) return oom(e);
@@ -281,9 +279,9 @@ static int read_prompts(const cJSON *obj, int n_vocab, api_request *r, api_error
     const cJSON *it = single ? v : v->child;
     for (int i = 0; i < n; i++, it = it->next) {
         int rc;
-        if (cJSON_IsString(it)) rc = read_text_prompt(it, &r->prompts[i], e);
-        else if (cJSON_IsArray(it)) rc = read_ids(it, n_vocab, "prompt", &r->prompts[i], e);
-        else rc = type_error(e, "prompt", expect, it);
+        if (cJSON_IsString(it)) rc = read_text_prompt(it, field, &r->prompts[i], e);
+        else if (cJSON_IsArray(it)) rc = read_ids(it, n_vocab, field, &r->prompts[i], e);
+        else rc = type_error(e, field, expect, it);
         if (rc != 0) return -1;
     }
     return 0;
@@ -599,7 +597,7 @@ static int read_completions(const cJSON *obj, int n_vocab, api_request *r, api_e
     if (read_int(obj, (num_spec){"logprobs", 0, ENGINE_MAX_TOP_LOGPROBS, false, true}, &lp, e)) return -1;
     r->logprobs = lp;
     if (r->max_tokens == 0) r->max_tokens = 16; /* OpenAI's default for completions */
-    return read_prompts(obj, n_vocab, r, e);
+    return api_request_read_prompts(obj, "prompt", n_vocab, r, e);
 }
 
 static int read_chat(const cJSON *obj, api_request *r, api_error *e)
@@ -653,6 +651,8 @@ void api_request_free(api_request *r)
     free(r->tools_json);
     for (int i = 0; i < r->n_tools; i++) free(r->tool_names[i]);
     free(r->tool_names);
+    for (int i = 0; r->documents && i < r->n_prompts; i++) free(r->documents[i]);
+    free(r->documents);
     grammar_unref(r->grammar);
     free(r->format_schema);
     api_kind kind = r->kind;

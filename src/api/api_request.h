@@ -17,7 +17,16 @@
 
 /* API_RESPONSES: /v1/responses, parsed as the chat request api_responses.h translates it to;
  * API_MESSAGES: Anthropic's /v1/messages, likewise (api_messages.h). */
-typedef enum api_kind { API_COMPLETIONS = 0, API_CHAT = 1, API_RESPONSES = 2, API_MESSAGES = 3 } api_kind;
+/* API_EMBEDDINGS, API_RERANK: /v1/embeddings and /v1/rerank (api_embed.h): every prompt is one
+ * input to embed, or one (query, document) pair to score; nothing is generated. */
+typedef enum api_kind {
+    API_COMPLETIONS = 0,
+    API_CHAT = 1,
+    API_RESPONSES = 2,
+    API_MESSAGES = 3,
+    API_EMBEDDINGS = 4,
+    API_RERANK = 5,
+} api_kind;
 
 #define API_MAX_N 128       /* choices per prompt */
 #define API_MAX_CHOICES 256 /* prompts x n */
@@ -74,6 +83,12 @@ typedef struct api_request {
     const char *ignored_tools; /* Responses: the hosted tools set aside ("web_search, mcp"); the row's */
     struct grammar *grammar; /* structured output (api_constraint.h), or NULL; a reference */
     char *format_schema;     /* the JSON schema the answer must match, when grammar is one (else NULL) */
+    /* embeddings and rerank (api_embed.c) */
+    int dimensions;         /* embeddings: 0, or the leading dimensions kept (renormalised) */
+    bool base64;            /* embeddings: encoding_format "base64" */
+    int top_n;              /* rerank: the best results kept (0: all) */
+    bool return_documents;  /* rerank: each result carries its document's text */
+    char **documents;       /* rerank: the documents' texts [n_prompts] */
 } api_request;
 
 /* body[len] must be NUL (the parser refuses anything after the JSON value).
@@ -82,5 +97,10 @@ typedef struct api_request {
 int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
                       api_request *out, api_error *err);
 void api_request_free(api_request *r);
+
+/* `field` of obj as prompts: "text" | ["text", ...] | [id, ...] | [[id, ...], ...], into
+ * r->prompts (at most API_MAX_CHOICES / r->n of them).  0, or -1 with e naming the field. */
+struct cJSON;
+int api_request_read_prompts(const struct cJSON *obj, const char *field, int n_vocab, api_request *r, api_error *e);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "base/timing.h"
 #include "cli.h"
+#include "engine/engine.h"
 #include "synth/mkmodel.h"
 
 #define CORPUS_MAX_BYTES (1u << 20)
@@ -30,7 +31,8 @@ static void usage(FILE *out)
             "  --vocab F.gguf  copy the tokenizer (tokenizer.* keys) of F instead; n-vocab follows it\n"
             "  --words FILE    a vocabulary of FILE's most frequent lowercase words, one token each, and\n"
             "                  an LM head that favours them: the random output reads as words\n"
-            "  --name S        general.name\n");
+            "  --name S        general.name\n"
+            "  --pooling P     an embedding model: pooling_type P (none, mean, cls, last, rank)\n");
 }
 
 /* Parses a positive int flag value into *out; false (with a message) otherwise. */
@@ -58,7 +60,7 @@ static int arch_from_name(const char *s)
 }
 
 enum { N_DIMS = 10 }; /* --n-embd .. --n-ff-exp, in the order of the option table */
-enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_VOCAB, OPT_WORDS, OPT_DIM0 };
+enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_VOCAB, OPT_WORDS, OPT_POOLING, OPT_DIM0 };
 
 int cli_mkmodel(int argc, char **argv)
 {
@@ -82,6 +84,7 @@ int cli_mkmodel(int argc, char **argv)
         {"n-expert-used", required_argument, NULL, OPT_DIM0 + 8},
         {"n-ff-exp", required_argument, NULL, OPT_DIM0 + 9},
         {"words", required_argument, NULL, OPT_WORDS},
+        {"pooling", required_argument, NULL, OPT_POOLING},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -131,6 +134,12 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_NAME: snprintf(cfg.name, sizeof cfg.name, "%s", optarg); break;
         case OPT_VOCAB: cfg.vocab = optarg; break;
         case OPT_WORDS: words = optarg; break;
+        case OPT_POOLING:
+            if ((cfg.pooling = engine_pooling_parse(optarg) + 1) == 0) {
+                fprintf(stderr, "inferd mkmodel: --pooling: '%s' is none of none, mean, cls, last, rank\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default:
             if (c >= OPT_DIM0 && c < OPT_DIM0 + N_DIMS) {

@@ -45,6 +45,7 @@ typedef struct cpu_engine {
      * ([seq][table_width], at most n_slots sequences per step). */
     int32_t *tok_id;
     int *tok_seq, *tok_pos;
+    int *tok_keys; /* bidirectional attention: the length of each token's sequence */
     int32_t *tables;
     int *out_tok; /* batch token of each LM-head row */
     int *out_seq; /* its sequence */
@@ -144,11 +145,25 @@ static void per_layer_inputs(cpu_engine *e, int n_tok)
     for (size_t i = 0; i < (size_t)n_tok * all; i++) e->ple[i] = (e->ple[i] + e->hb[i]) * input_scale;
 }
 
+/* x[t] = the token's embedding row (times Gemma's scale; Gemma 4's per-layer inputs beside);
+ * an encoder adds its position's and token type 0's rows (one segment: what an embedding
+ * request is) and LayerNorms the sum. */
 static void embed_tokens(cpu_engine *e, int n_tok)
 {
     const model *m = e->base.m;
     embed_rows(&m->tok_embd, e->tok_id, n_tok, e->x, m->desc->embed_scale ? m->hp.embd_scale : 1.0f);
     if (m->hp.n_embd_ple > 0) per_layer_inputs(e, n_tok);
+    if (!m->hp.encoder) return;
+    const int dim = m->hp.n_embd;
+    for (int t = 0; t < n_tok; t++) {
+        float *x = e->x + (size_t)t * dim, *add = e->xb;
+        quant_dequantize_row(m->pos_embd.type, (const char *)m->pos_embd.data + (size_t)e->tok_pos[t] * m->pos_embd.row_bytes,
+                             add, dim);
+        for (int i = 0; i < dim; i++) x[i] += add[i];
+        quant_dequantize_row(m->tok_types.type, m->tok_types.data, add, dim);
+        for (int i = 0; i < dim; i++) x[i] += add[i];
+        cpu_layernorm(x, x, m->embd_norm.data, m->embd_norm_b.data, dim, m->hp.rms_eps);
+    }
 }
 
 /* ---- blocks: one function each, composed by the layer's recipe (model_layer.recipe) ---- */
@@ -159,7 +174,8 @@ static void embed_tokens(cpu_engine *e, int n_tok)
      ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU |                \
      ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_V_NORM | ARCH_F_FFN_GLU_MOE |              \
      ARCH_F_ROUTER_SCALED | ARCH_F_ATTN_LINEAR | ARCH_F_ATTN_OUT_GATE | ARCH_F_ROPE_PARTIAL |              \
-     ARCH_F_SHARED_EXPERT)
+     ARCH_F_SHARED_EXPERT | ARCH_F_NORM_POST_LN | ARCH_F_ATTN_OUT_BIAS | ARCH_F_ATTN_BIDIR | ARCH_F_FFN_MLP | \
+     ARCH_F_ACT_GELU_ERF)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -216,7 +232,7 @@ static void store_kv(cpu_engine *e, int il, int n_tok, const cpu_rope *rope)
         float *k = e->k + (size_t)t * kv_w, *v = e->v + (size_t)t * kv_w;
         if (ly->recipe.attn_extras & ARCH_ATTN_QK_NORM) head_rmsnorm(k, ly->n_head_kv, hd, ly->k_norm.data, hp->rms_eps);
         if (ly->recipe.attn_extras & ARCH_ATTN_V_NORM) head_rmsnorm(v, ly->n_head_kv, hd, NULL, hp->rms_eps);
-        cpu_rope_apply(rope, k, ly->n_head_kv, e->tok_pos[t]);
+        if (e->base.m->desc->rope != ARCH_ROPE_NONE) cpu_rope_apply(rope, k, ly->n_head_kv, e->tok_pos[t]);
         size_t at = kv_token_index(e, t, il);
         memcpy(e->key_cache + at, k, (size_t)kv_w * sizeof(float));
         memcpy(e->value_cache + at, v, (size_t)kv_w * sizeof(float));
@@ -231,7 +247,8 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const model_layer *ly = &e->base.m->layers[il];
-    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS, gated = ly->recipe.attn_extras & ARCH_ATTN_OUT_GATE;
+    const unsigned extras = ly->recipe.attn_extras;
+    const bool bias = extras & ARCH_ATTN_QKV_BIAS, gated = extras & ARCH_ATTN_OUT_GATE;
     const int hd = ly->head_dim, q_w = hp->n_head * hd;
     const int n_rot = ly->recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL ? hp->n_rot : hd;
     const cpu_rope rope = {.head_dim = hd, .n_rot = n_rot, .neox = hp->rope_neox, .base = ly->rope_base,
@@ -245,7 +262,7 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
     for (int t = 0; t < n_tok; t++) {
         float *q = e->q + (size_t)t * q_w;
         if (ly->recipe.attn_extras & ARCH_ATTN_QK_NORM) head_rmsnorm(q, hp->n_head, hd, ly->q_norm.data, hp->rms_eps);
-        cpu_rope_apply(&rope, q, hp->n_head, e->tok_pos[t]);
+        if (e->base.m->desc->rope != ARCH_ROPE_NONE) cpu_rope_apply(&rope, q, hp->n_head, e->tok_pos[t]);
     }
     if (ly->kv_source == il) store_kv(e, il, n_tok, &rope);
     size_t layer_base = kv_index(e, 0, ly->kv_source, 0);
@@ -257,10 +274,11 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
         .n_head = hp->n_head, .n_head_kv = ly->n_head_kv, .head_dim = hd,
         .window = ly->window, .score_div = sqrtf(hp->attn_scalar),
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
+        .n_keys = extras & ARCH_ATTN_BIDIR ? e->tok_keys : NULL,
     };
     cpu_attention_run(e->pool, &at);
     if (gated) gate_heads(e, n_tok);
-    matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
+    matmul(e, e->xb2, e->xb, n_tok, &ly->wo, extras & ARCH_ATTN_OUT_BIAS ? &ly->bo : NULL);
 }
 
 /* The first float of state slot `slot`'s linear layer `lin` (its conv window; the delta
@@ -300,6 +318,16 @@ static void ssm_beta_decay(cpu_engine *e, const model_layer *ly, int n_tok)
             a[i] = A[h] * softplus; /* the log of the decay */
         }
     }
+}
+
+/* Plain MLP with biases: xb2 = w_down · gelu(w_up·xb + b_up) + b_down (ARCH_ACT_GELU_ERF, the
+ * one activation an MLP runs here). */
+static void ffn_mlp(cpu_engine *e, int il, int n_tok)
+{
+    const model_layer *ly = &e->base.m->layers[il];
+    matmul(e, e->hb, e->xb, n_tok, &ly->w_up, &ly->b_up);
+    cpu_gelu_erf(e->hb, n_tok * e->base.m->hp.n_ff);
+    matmul(e, e->xb2, e->hb, n_tok, &ly->w_down, &ly->b_down);
 }
 
 /* Gated DeltaNet: xb2 = out · (rmsnorm(delta_rule(q, k, v)) * silu(z)) where [q k v] =
@@ -484,7 +512,22 @@ static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_softma
                                              [ARCH_ATTN_SLIDING] = attention_softmax,
                                              [ARCH_ATTN_LINEAR] = attention_linear};
 static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe,
-                                       [ARCH_FFN_GLU_MOE] = ffn_glu_moe};
+                                       [ARCH_FFN_GLU_MOE] = ffn_glu_moe, [ARCH_FFN_MLP] = ffn_mlp};
+
+/* BERT's post-LN residual: x = LayerNorm(x + block(x)) with the norm's weight and bias. */
+static void residual_post_ln(cpu_engine *e, cpu_block block, const model_tensor *w, const model_tensor *b, int il,
+                             int n_tok)
+{
+    const int dim = e->base.m->hp.n_embd;
+    memcpy(e->xb, e->x, (size_t)n_tok * dim * sizeof(float));
+    block(e, il, n_tok);
+    for (int t = 0; t < n_tok; t++) {
+        float *x = e->x + (size_t)t * dim;
+        const float *y = e->xb2 + (size_t)t * dim;
+        for (int i = 0; i < dim; i++) x[i] += y[i];
+        cpu_layernorm(x, x, w->data, b->data, dim, e->base.m->hp.rms_eps);
+    }
+}
 
 /* x += post(block(pre(x))): pre/post are the norms the placement asks for (NULL: none). */
 static void residual(cpu_engine *e, cpu_block block, const model_tensor *pre, const model_tensor *post, int il,
@@ -522,6 +565,11 @@ static void forward_layer(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
     const arch_layer *r = &ly->recipe;
+    if (r->norm == ARCH_NORM_POST_LN) {
+        residual_post_ln(e, ATTENTION_BLOCKS[r->attn], &ly->attn_out_norm, &ly->attn_out_norm_b, il, n_tok);
+        residual_post_ln(e, FFN_BLOCKS[r->ffn], &ly->ffn_out_norm, &ly->ffn_out_norm_b, il, n_tok);
+        return;
+    }
     const bool pre = r->norm != ARCH_NORM_POST, post = r->norm != ARCH_NORM_PRE;
     residual(e, ATTENTION_BLOCKS[r->attn], pre ? &ly->attn_norm : NULL, post ? &ly->attn_post_norm : NULL, il, n_tok);
     residual(e, FFN_BLOCKS[r->ffn], pre ? &ly->ffn_norm : NULL, post ? &ly->ffn_post_norm : NULL, il, n_tok);
@@ -572,6 +620,7 @@ static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_
             e->tok_id[n_tok] = s->tokens[j];
             e->tok_seq[n_tok] = i;
             e->tok_pos[n_tok] = s->pos + j;
+            e->tok_keys[n_tok] = s->pos + s->n_tokens;
             hist[s->pos + j] = s->tokens[j];
             bool last = j == s->n_tokens - 1;
             if ((last && (s->want_token || s->logits)) || (s->logits && s->logits_all)) {
@@ -631,6 +680,24 @@ static void lm_head(cpu_engine *e, const engine_seq *seqs, int n_out, engine_res
     }
 }
 
+/* The final hidden states of the sequences that ask: x after the output norm (RMSNorm), or
+ * as it is for a family without one (an encoder's last LayerNorm is its layers' own). */
+static void deliver_hidden(cpu_engine *e, const engine_seq *seqs, int n_seqs)
+{
+    const model *m = e->base.m;
+    const int dim = m->hp.n_embd;
+    for (int i = 0, t = 0; i < n_seqs; t += seqs[i].n_tokens, i++) {
+        if (!seqs[i].hidden) continue;
+        int first, rows = engine_hidden_rows(&seqs[i], &first);
+        for (int j = 0; j < rows; j++) {
+            float *out = seqs[i].hidden + (size_t)j * dim;
+            const float *x = e->x + (size_t)(t + first + j) * dim;
+            if (m->output_norm.data) cpu_rmsnorm(out, x, m->output_norm.data, dim, m->hp.rms_eps);
+            else memcpy(out, x, (size_t)dim * sizeof(float));
+        }
+    }
+}
+
 static int cpu_step(engine *base, const engine_seq *seqs, int n_seqs, engine_result *results, char *err,
                     size_t errlen)
 {
@@ -640,6 +707,7 @@ static int cpu_step(engine *base, const engine_seq *seqs, int n_seqs, engine_res
     int n_tok = plan_batch(e, seqs, n_seqs, &n_out);
     embed_tokens(e, n_tok);
     for (int il = 0; il < base->m->hp.n_layer; il++) forward_layer(e, il, n_tok);
+    deliver_hidden(e, seqs, n_seqs);
     lm_head(e, seqs, n_out, results);
     return 0;
 }
@@ -680,7 +748,7 @@ static void cpu_destroy(engine *base)
     cpu_engine *e = (cpu_engine *)base;
     cpu_pool_free(e->pool);
     void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
-                    e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
+                    e->tables, e->tok_pos, e->tok_keys, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
                     e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->ple, e->ple_gate,
                     e->moe_in, e->moe_out, e->state, e->state_len, e->lin_index, e->kv_layer, e->seq_first,
@@ -861,6 +929,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->tok_seq, "batch sequences", B, sizeof(int)},
         {(void **)&e->tables, "block tables", mul(slots, (size_t)e->table_width), sizeof(int32_t)},
         {(void **)&e->tok_pos, "batch positions", B, sizeof(int)},
+        {(void **)&e->tok_keys, "batch sequence lengths", B, sizeof(int)},
         {(void **)&e->out_tok, "LM head rows", B, sizeof(int)},
         {(void **)&e->out_seq, "LM head sequences", B, sizeof(int)},
         {(void **)&e->x, "residual stream", mul(B, (size_t)hp->n_embd), sizeof(float)},

@@ -18,6 +18,21 @@ void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float e
         for (int i = 0; i < n; i++) out[i] = scale * x[i];
 }
 
+void cpu_layernorm(float *out, const float *x, const float *weight, const float *bias, int n, float eps)
+{
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    double scale = 1.0 / sqrt(var / n + (double)eps);
+    for (int i = 0; i < n; i++) out[i] = (float)(((double)x[i] - mean) * scale) * weight[i] + bias[i];
+}
+
+void cpu_gelu_erf(float *x, int n)
+{
+    for (int i = 0; i < n; i++) x[i] = (float)(0.5 * x[i] * (1.0 + erf(x[i] * M_SQRT1_2)));
+}
+
 void cpu_softmax(float *x, int n)
 {
     float max = x[0];
@@ -139,8 +154,9 @@ static void attention_items(void *ctx, int begin, int end, int thread)
         const float *q = at->q + (size_t)t * q_dim + (size_t)h * hd;
         const int32_t *table = at->tables + (size_t)at->seq[t] * at->table_width;
         const size_t head = (size_t)(h / group) * hd;
+        const int end = at->n_keys ? at->n_keys[t] : at->pos[t] + 1; /* keys before end */
         const int first = at->window && at->pos[t] >= at->window ? at->pos[t] - at->window + 1 : 0;
-        const int n_pos = at->pos[t] + 1 - first;
+        const int n_pos = end - first;
         for (int j = 0; j < n_pos; j++) {
             const float *k = at->key_cache + kv_row(at, table, first + j) + head;
             float score = 0.0f;
@@ -161,8 +177,9 @@ void cpu_attention_run(cpu_pool *pool, const cpu_attention *at)
 {
     int64_t work = 0; /* query-key products */
     for (int t = 0; t < at->n_tok; t++) {
-        int n_pos = at->window && at->pos[t] >= at->window ? at->window : at->pos[t] + 1;
-        work += (int64_t)n_pos * at->n_head * at->head_dim;
+        const int end = at->n_keys ? at->n_keys[t] : at->pos[t] + 1;
+        const int first = at->window && at->pos[t] >= at->window ? at->pos[t] - at->window + 1 : 0;
+        work += (int64_t)(end - first) * at->n_head * at->head_dim;
     }
     if (work < PARALLEL_MIN_WORK)
         attention_items((void *)at, 0, at->n_tok * at->n_head, 0);

@@ -15,6 +15,13 @@
 /* out = x / rms(x) * weight over n floats (weight NULL: 1; out may alias x). */
 void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
 
+/* out = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias over n floats (out may alias x):
+ * a LayerNorm (bert), its moments summed in double. */
+void cpu_layernorm(float *out, const float *x, const float *weight, const float *bias, int n, float eps);
+
+/* x = x * Phi(x), the exact (erf) GELU, elementwise. */
+void cpu_gelu_erf(float *x, int n);
+
 /* In-place softmax over n floats. */
 void cpu_softmax(float *x, int n);
 
@@ -101,7 +108,7 @@ typedef struct cpu_delta {
 long cpu_delta_scratch(int d, int chunk);
 void cpu_delta_run(cpu_pool *pool, const cpu_delta *dr);
 
-/* Causal grouped-query attention of a batch of tokens over their sequences' K/V blocks.
+/* Grouped-query attention (causal unless n_keys says otherwise) of a batch of tokens over their sequences' K/V blocks.
  * Token t at position pos[t] of sequence seq[t] attends to positions 0..pos[t] (a sliding
  * layer: pos[t]-window+1..pos[t]; the positions before are never read), position p
  * being row p % ENGINE_KV_BLOCK of block tables[seq[t] * table_width + p / ENGINE_KV_BLOCK];
@@ -122,7 +129,10 @@ typedef struct cpu_attention {
     int window;        /* 0: every earlier position; else the last `window` */
     float score_div;   /* scores are q.k / score_div (sqrt(head_dim), or of query_pre_attn_scalar) */
     float *scores;    /* n_threads * scores_stride floats of scratch */
-    int scores_stride; /* >= the largest pos + 1 */
+    int scores_stride; /* >= the largest pos + 1 (the largest n_keys) */
+    /* NULL: causal.  Else token t attends to positions 0..n_keys[t]-1, the whole sequence
+     * (bidirectional encoders), its K/V all in the cache before the call. */
+    const int *n_keys;
 } cpu_attention;
 void cpu_attention_run(cpu_pool *pool, const cpu_attention *at);
 

@@ -30,6 +30,8 @@ static const char *const reasoning_names[] = {"auto", "none", "deepseek", NULL};
 static const char *const log_format_names[] = {"text", "json", NULL};
 /* In opts_hosted_tools order. */
 static const char *const hosted_tools_names[] = {"ignore", "refuse", NULL};
+/* "model", then engine_pooling's names in its order (index - 1) */
+static const char *const pooling_names[] = {"model", "none", "mean", "cls", "last", "rank", NULL};
 /* Same order as log_level in log.h. */
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
 
@@ -102,6 +104,9 @@ static const opt_def opt_table[] = {
     FLT_("shutdown-timeout", NULL, shutdown_timeout, "30", 0, 86400,
          "seconds running requests may take to finish after SIGTERM/SIGINT"),
     BOOL_("metrics", NULL, metrics, "true", "serve Prometheus metrics on /metrics (--no-metrics: off)"),
+    ENUM_("pooling", NULL, pooling, "model", pooling_names,
+          "serve embeddings (/v1/embeddings) pooled so, or rerank (/v1/rerank) with rank: none, mean, cls, last, "
+          "rank; model: as the GGUF's pooling_type says (absent: a text model, no embeddings)"),
     BOOL_("prefix-cache", NULL, prefix_cache, "true",
           "reuse the KV blocks of prompt prefixes computed before (--no-prefix-cache: off, for comparisons)"),
     STR_("config", NULL, config, "",

@@ -43,6 +43,7 @@ typedef struct inferd_opts {
     char chat_template[64]; /* "" = detect from the model */
     char chat_template_file[OPTS_STR_MAX]; /* "" = the GGUF's own; else a Jinja file that overrides it */
     int reasoning_format;   /* opts_reasoning_format */
+    int pooling;            /* 0: the model's pooling_type; else engine_pooling + 1 (--pooling) */
     int log_level;          /* log_level */
     int log_format;         /* opts_log_format */
     char log_file[OPTS_STR_MAX];

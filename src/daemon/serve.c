@@ -182,7 +182,11 @@ static int warm_up(engine *e, const tokenizer *tok, char *err, size_t errlen)
     engine_seq *seqs = calloc((size_t)n_slots, sizeof *seqs);
     engine_result *res = calloc((size_t)n_slots, sizeof *res);
     int32_t *blocks = calloc((size_t)n_slots, sizeof *blocks);
-    int rc = seqs && res && blocks ? 0 : -1;
+    /* an encoder has no token to sample: it warms up on embeddings */
+    const bool encoder = !engine_has_lm_head(e);
+    float *pooled = encoder ? calloc((size_t)n_slots * engine_embed_floats(e, ENGINE_POOL_MEAN, 1), sizeof *pooled) : NULL;
+    engine_embed *em = encoder ? calloc((size_t)n_slots, sizeof *em) : NULL;
+    int rc = seqs && res && blocks && (!encoder || (pooled && em)) ? 0 : -1;
     if (rc) snprintf(err, errlen, "out of memory");
     sampling_params sp;
     sampling_params_default(&sp);
@@ -192,7 +196,11 @@ static int warm_up(engine *e, const tokenizer *tok, char *err, size_t errlen)
         for (int i = 0; i < n; i++) {
             blocks[i] = i % n_blocks; /* a pool smaller than n_slots blocks: shared, the values are not used */
             seqs[i] = (engine_seq){.slot = i, .tokens = &token, .n_tokens = 1, .blocks = &blocks[i], .state = i,
-                                   .want_token = true, .sp = &sp};
+                                   .want_token = !encoder, .sp = &sp};
+            if (encoder) {
+                em[i] = (engine_embed){.pooling = ENGINE_POOL_MEAN, .out = pooled + (size_t)i * engine_embed_floats(e, ENGINE_POOL_MEAN, 1)};
+                seqs[i].embed = &em[i];
+            }
         }
         rc = engine_step(e, seqs, n, res, err, errlen);
         for (int i = 0; i < n; i++) engine_slot_clear(e, i);
@@ -201,6 +209,8 @@ static int warm_up(engine *e, const tokenizer *tok, char *err, size_t errlen)
     free(seqs);
     free(res);
     free(blocks);
+    free(pooled);
+    free(em);
     return rc;
 }
 
@@ -257,6 +267,54 @@ static int tp_refuse(const inferd_opts *o, const model *m, int ctx)
 }
 
 /* Model, tokenizer, engine, scheduler. 0 on success. */
+
+/* The token of a one-word answer: the word itself (Qwen's "yes"), else as a word after a space
+ * in a byte-level or SentencePiece vocabulary; -1 when none. */
+static int32_t answer_token(const tokenizer *tok, const char *word)
+{
+    static const char *const forms[] = {"%s", "\xc4\xa0%s", "\xe2\x96\x81%s"}; /* x, "Gx" (byte-level), "_x" (SPM) */
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char text[32];
+        snprintf(text, sizeof text, forms[i], word);
+        int32_t id = tokenizer_find(tok, text);
+        if (id >= 0) return id;
+    }
+    return -1;
+}
+
+/* What the server answers: embeddings pooled as --pooling or the GGUF's pooling_type says, or
+ * rerank scores (rank: the LM head's "yes" against "no", as Qwen3-Reranker's card scores); -1
+ * for a text model; below -1 (logged) for a combination that cannot work. */
+static int pick_pooling(const inferd_opts *o, const serve_state *st, int32_t rank_ids[2])
+{
+    const model *m = st->m;
+    int pooling = o->pooling > 0 ? o->pooling - 1 : m->hp.pooling;
+    if (pooling < 0 && m->hp.encoder) {
+        log_warn("%s has no pooling_type: its embeddings are the mean of its hidden states (--pooling to choose)",
+                 m->desc->name);
+        pooling = ENGINE_POOL_MEAN;
+    }
+    const bool text = m->hp.pooling < 0 && !m->hp.encoder; /* a text model: it keeps generating */
+    if (pooling != ENGINE_POOL_RANK) {
+        if (pooling >= 0) log_info("serving embeddings (/v1/embeddings, pooling %s)%s", engine_pooling_name((engine_pooling)pooling),
+                                   text ? " beside completions" : "; completions are refused (an embedding model)");
+        return pooling;
+    }
+    if (m->hp.encoder) {
+        log_error("--pooling rank: %s is an encoder; a cross-encoder's classifier head is not implemented", m->desc->name);
+        return -2;
+    }
+    rank_ids[0] = answer_token(st->tok, "yes");
+    rank_ids[1] = answer_token(st->tok, "no");
+    if (rank_ids[0] < 0 || rank_ids[1] < 0) {
+        log_error("--pooling rank scores the tokens 'yes' and 'no' (Qwen3-Reranker), which this vocabulary lacks");
+        return -2;
+    }
+    log_info("serving rerank (/v1/rerank: the last token's 'yes' against 'no')%s",
+             text ? " beside completions" : "; completions are refused (a reranker)");
+    return pooling;
+}
+
 static int load(serve_state *st, const inferd_opts *o)
 {
     char err[512] = "";
@@ -325,6 +383,9 @@ static int load(serve_state *st, const inferd_opts *o)
         return -1;
     }
     if (pick_template(o, st) != 0) return -1;
+    int32_t rank_ids[2] = {-1, -1};
+    int pooling = pick_pooling(o, st, rank_ids);
+    if (pooling < -1) return -1;
     snprintf(st->alias, sizeof st->alias, "%s", o->model_alias[0] ? o->model_alias : basename_of(o->model));
     const model_hparams *hp = &st->m->hp;
     server_model sm = {.card = {.arch = model_arch_name(hp->arch), .n_vocab = hp->n_vocab,
@@ -337,7 +398,12 @@ static int load(serve_state *st, const inferd_opts *o)
                                     (o->reasoning_format == OPTS_REASONING_AUTO &&
                                      (chat_template_thinks(st->tmpl_src) || tokenizer_find(st->tok, "<think>") >= 0)),
                        .special_in_content = o->special_in_content,
-                       .ctx_per_slot = sched_max_context(st->s)};
+                       .ctx_per_slot = sched_max_context(st->s),
+                       .pooling = pooling, .rank_ids = {rank_ids[0], rank_ids[1]},
+                       .text = hp->pooling < 0 && !hp->encoder,
+                       /* an encoder's positions end at its table (bert: n_ctx_train) */
+                       .max_batch_tokens = hp->encoder && hp->n_ctx_train < o->batch_tokens ? hp->n_ctx_train
+                                                                                           : o->batch_tokens};
     {
         sched_stats ss;
         sched_get_stats(st->s, &ss);

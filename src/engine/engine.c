@@ -2,7 +2,10 @@
  * would otherwise repeat, then dispatch through the backend's vtable. */
 #include "engine_impl.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 void sampling_params_default(sampling_params *sp)
 {
@@ -44,6 +47,66 @@ static int check_blocks(const engine *e, const engine_seq *s, int i, char *err, 
                      (int)id, b, e->kv_blocks, s->blocks ? "" : " (no block table: the row's fixed blocks)");
             return ENGINE_EINVAL;
         }
+    }
+    return 0;
+}
+
+static const char *const POOLING_NAMES[ENGINE_POOL_COUNT] = {"none", "mean", "cls", "last", "rank"};
+
+const char *engine_pooling_name(engine_pooling p)
+{
+    return (unsigned)p < ENGINE_POOL_COUNT ? POOLING_NAMES[p] : "unknown";
+}
+
+int engine_pooling_parse(const char *name)
+{
+    for (int i = 0; i < ENGINE_POOL_COUNT; i++)
+        if (strcmp(name, POOLING_NAMES[i]) == 0) return i;
+    return -1;
+}
+
+bool engine_has_lm_head(const engine *e) { return !e->m->hp.encoder; }
+
+size_t engine_embed_floats(const engine *e, engine_pooling pooling, int n_tokens)
+{
+    if (pooling == ENGINE_POOL_RANK) return 1;
+    size_t d = (size_t)e->m->hp.n_embd;
+    return pooling == ENGINE_POOL_NONE ? d * (size_t)(n_tokens > 0 ? n_tokens : 0) : d;
+}
+
+/* An embedding comes whole and wants nothing else; an encoder (no LM head, attention over
+ * the whole sequence) runs nothing but whole sequences that want their hidden states. */
+static int check_embed(const engine *e, const engine_seq *s, int i, char *err, size_t errlen)
+{
+    const engine_embed *em = s->embed;
+    if (em) {
+        if (s->pos != 0 || s->want_token || s->logits || !em->out || (unsigned)em->pooling >= ENGINE_POOL_COUNT) {
+            snprintf(err, errlen, "seq %d: an embedding is one whole sequence from position 0 with an output, "
+                     "a known pooling, and no token or logits wanted", i);
+            return ENGINE_EINVAL;
+        }
+        if (em->pooling == ENGINE_POOL_RANK) {
+            if (!engine_has_lm_head(e)) {
+                snprintf(err, errlen, "seq %d: rank pooling needs an LM head, which %s has not", i, e->m->desc->name);
+                return ENGINE_EINVAL;
+            }
+            for (int k = 0; k < 2; k++) {
+                if (em->rank_ids[k] < 0 || em->rank_ids[k] >= e->m->hp.n_vocab) {
+                    snprintf(err, errlen, "seq %d: rank token id %d out of vocabulary", i, (int)em->rank_ids[k]);
+                    return ENGINE_EINVAL;
+                }
+            }
+        }
+    }
+    if (e->m->pos_embd.data && s->pos + s->n_tokens > e->m->hp.n_ctx_train) { /* an absolute position table */
+        snprintf(err, errlen, "seq %d: %d tokens, more than the %d positions of %s's position table", i,
+                 s->pos + s->n_tokens, e->m->hp.n_ctx_train, e->m->desc->name);
+        return ENGINE_EINVAL;
+    }
+    if (!engine_has_lm_head(e) && (s->want_token || s->logits || s->pos != 0 || !(em || s->hidden))) {
+        snprintf(err, errlen, "seq %d: %s is an encoder: it runs whole sequences for their hidden states only", i,
+                 e->m->desc->name);
+        return ENGINE_EINVAL;
     }
     return 0;
 }
@@ -90,6 +153,11 @@ static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char
                 return ENGINE_EINVAL;
             }
         }
+        if (check_embed(e, s, i, err, errlen) != 0) return ENGINE_EINVAL;
+        if (s->hidden_row < 0 || s->hidden_row > s->n_tokens) {
+            snprintf(err, errlen, "seq %d: hidden_row %d outside its %d tokens", i, s->hidden_row, s->n_tokens);
+            return ENGINE_EINVAL;
+        }
         if (s->want_token && !s->sp) {
             snprintf(err, errlen, "seq %d: wants a token but has no sampling parameters", i);
             return ENGINE_EINVAL;
@@ -104,11 +172,111 @@ static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char
     return 0;
 }
 
+/* Grows *buf to hold n elements of size elem; false when memory ran out. */
+static bool grow(void **buf, size_t *cap, size_t n, size_t elem)
+{
+    if (n <= *cap) return true;
+    void *p = realloc(*buf, n * elem);
+    if (!p) return false;
+    *buf = p;
+    *cap = n;
+    return true;
+}
+
+/* The pooled answer of one embedding sequence from its hidden states (rows of n_embd) or, for
+ * RANK, its last token's logits.  Sums in double, in token order: the same bits whatever the
+ * batch or the backend that produced the rows. */
+static void pool_one(const engine *e, const engine_seq *s, const float *hidden, const float *logits)
+{
+    const engine_embed *em = s->embed;
+    const int d = e->m->hp.n_embd, n = s->n_tokens;
+    if (em->pooling == ENGINE_POOL_RANK) {
+        double z = (double)logits[em->rank_ids[0]] - (double)logits[em->rank_ids[1]];
+        em->out[0] = (float)(1.0 / (1.0 + exp(-z)));
+        return;
+    }
+    if (em->pooling == ENGINE_POOL_NONE) {
+        memcpy(em->out, hidden, (size_t)n * d * sizeof(float));
+        return;
+    }
+    double norm = 0;
+    for (int j = 0; j < d; j++) {
+        double v;
+        if (em->pooling == ENGINE_POOL_MEAN) {
+            v = 0;
+            for (int t = 0; t < n; t++) v += hidden[(size_t)t * d + j];
+            v /= n;
+        } else {
+            v = hidden[j]; /* cls / last: the one row step_embed asked for */
+        }
+        em->out[j] = (float)v;
+        norm += v * v;
+    }
+    if (!em->normalize || norm <= 0) return;
+    double inv = 1.0 / sqrt(norm);
+    for (int j = 0; j < d; j++) em->out[j] = (float)(em->out[j] * inv);
+}
+
+/* The hidden rows an embedding's pooling reads: every token's for none and mean, one for cls
+ * and last. */
+static int embed_rows(const engine_seq *s)
+{
+    engine_pooling p = s->embed->pooling;
+    return p == ENGINE_POOL_NONE || p == ENGINE_POOL_MEAN ? s->n_tokens : 1;
+}
+
+/* A batch with embedding sequences: the backend sees a copy whose embed sequences bring their
+ * hidden states (or, for RANK, their last logits) into engine.c's scratch, pooled after the
+ * step.  Backends thus implement only `hidden`, and pooling is one code for all of them. */
+static int step_embed(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results, char *err,
+                      size_t errlen)
+{
+    size_t n_hidden = 0, n_logits = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (!seqs[i].embed) continue;
+        if (seqs[i].embed->pooling == ENGINE_POOL_RANK) n_logits += (size_t)e->m->hp.n_vocab;
+        else n_hidden += (size_t)embed_rows(&seqs[i]) * e->m->hp.n_embd;
+    }
+    if (!grow((void **)&e->emb_seqs, &e->emb_seqs_cap, (size_t)n_seqs, sizeof *e->emb_seqs) ||
+        !grow((void **)&e->emb_hidden, &e->emb_hidden_cap, n_hidden, sizeof(float)) ||
+        !grow((void **)&e->emb_logits, &e->emb_logits_cap, n_logits, sizeof(float))) {
+        snprintf(err, errlen, "out of memory for the embeddings of a step");
+        return ENGINE_EINVAL;
+    }
+    size_t at_h = 0, at_l = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        engine_seq *q = &e->emb_seqs[i];
+        *q = seqs[i];
+        if (!q->embed) continue;
+        if (q->embed->pooling == ENGINE_POOL_RANK) {
+            q->logits = e->emb_logits + at_l;
+            at_l += (size_t)e->m->hp.n_vocab;
+        } else {
+            q->hidden = e->emb_hidden + at_h;
+            /* cls and last read one row: the backend brings back only that one */
+            q->hidden_row = q->embed->pooling == ENGINE_POOL_CLS ? 1 : q->embed->pooling == ENGINE_POOL_LAST ? q->n_tokens : 0;
+            at_h += (size_t)embed_rows(q) * e->m->hp.n_embd;
+        }
+    }
+    int rc = e->vt->step(e, e->emb_seqs, n_seqs, results, err, errlen);
+    if (rc != 0) return rc;
+    for (int i = 0; i < n_seqs; i++) {
+        const engine_seq *q = &e->emb_seqs[i];
+        if (!q->embed) continue;
+        int first, rows = engine_hidden_rows(q, &first);
+        if (seqs[i].hidden && q->hidden) memcpy(seqs[i].hidden, q->hidden, (size_t)rows * e->m->hp.n_embd * sizeof(float));
+        pool_one(e, q, q->hidden, q->logits);
+    }
+    return 0;
+}
+
 int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results, char *err,
                 size_t errlen)
 {
     if (n_seqs <= 0) return 0;
     if (check_batch(e, seqs, n_seqs, err, errlen) != 0) return ENGINE_EINVAL;
+    for (int i = 0; i < n_seqs; i++)
+        if (seqs[i].embed) return step_embed(e, seqs, n_seqs, results, err, errlen);
     return e->vt->step(e, seqs, n_seqs, results, err, errlen);
 }
 
@@ -149,7 +317,11 @@ int engine_kv_blocks(const engine *e) { return e->kv_blocks; }
 
 void engine_free(engine *e)
 {
-    if (e) e->vt->destroy(e);
+    if (!e) return;
+    free(e->emb_seqs);
+    free(e->emb_hidden);
+    free(e->emb_logits);
+    e->vt->destroy(e);
 }
 
 const char *engine_name(const engine *e) { return e->vt->name; }

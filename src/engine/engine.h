@@ -60,6 +60,31 @@ void sampling_params_default(sampling_params *sp); /* greedy, no penalties, no l
  * straddles two blocks; small enough that a prefix cache loses at most 31 tokens per prompt. */
 #define ENGINE_KV_BLOCK 32
 
+/* How an embedding sequence's final hidden states become its answer; the values are those of
+ * GGUF's <arch>.pooling_type (model_hparams.pooling). */
+typedef enum engine_pooling {
+    ENGINE_POOL_NONE = 0, /* every token's state, one after the other */
+    ENGINE_POOL_MEAN = 1, /* their mean (sentence-transformers, bge, all-MiniLM) */
+    ENGINE_POOL_CLS = 2,  /* the first token's */
+    ENGINE_POOL_LAST = 3, /* the last token's (decoder embedders: Qwen3-Embedding) */
+    /* A relevance score from the LM head at the last token: sigmoid(logit[rank_ids[0]] -
+     * logit[rank_ids[1]]), the softmax of the pair (Qwen3-Reranker's "yes" against "no"). */
+    ENGINE_POOL_RANK = 4,
+} engine_pooling;
+#define ENGINE_POOL_COUNT 5
+
+/* "none", "mean", "cls", "last", "rank"; engine_pooling_parse: -1 for another name. */
+const char *engine_pooling_name(engine_pooling p);
+int engine_pooling_parse(const char *name);
+
+/* A sequence's request for its pooled final hidden state instead of a token. */
+typedef struct engine_embed {
+    engine_pooling pooling;
+    bool normalize;      /* L2-normalise the pooled vector (not RANK, not NONE) */
+    int32_t rank_ids[2]; /* RANK: the tokens whose logits are compared (yes, no) */
+    float *out;          /* engine_embed_floats() floats */
+} engine_embed;
+
 typedef struct engine_seq {
     int slot;     /* the sequence's row: where its token history is kept */
     const int32_t *tokens;
@@ -88,6 +113,17 @@ typedef struct engine_seq {
      * last token, or of every new token (n_tokens * n_vocab) when logits_all. */
     float *logits;
     bool logits_all;
+    /* Prefill-only embedding: non-NULL asks for the sequence's pooled final hidden state
+     * (engine_embed) instead of a token.  The whole sequence comes in this one step (pos 0,
+     * no want_token), so an encoder attends over all of it; its K/V are written to its blocks
+     * but are worth nothing afterwards (the caller frees them: no decode follows). */
+    const engine_embed *embed;
+    /* Optional: receives the final hidden state (after the output norm, where the family has
+     * one) of every new token, n_tokens * n_embd floats: what pooling reads; with hidden_row
+     * k > 0 only token k-1's (n_embd floats: what cls/last pooling needs, so a GPU copies one
+     * row back, not all).  engine.c points it at its own scratch for an embed sequence. */
+    float *hidden;
+    int hidden_row;
 } engine_seq;
 
 typedef struct engine_result {
@@ -122,6 +158,12 @@ const engine_config *engine_get_config(const engine *e);
 /* Blocks in the KV pool (ids 0..n-1), each ENGINE_KV_BLOCK positions. */
 int engine_kv_blocks(const engine *e);
 const model *engine_model(const engine *e);
+/* Floats an embedding of n_tokens tokens writes to engine_embed.out: n_embd (n_tokens * n_embd
+ * for NONE, 1 for RANK). */
+size_t engine_embed_floats(const engine *e, engine_pooling pooling, int n_tokens);
+/* Whether the model can answer ENGINE_POOL_RANK / produce tokens at all: an encoder (bert)
+ * has no LM head. */
+bool engine_has_lm_head(const engine *e);
 
 /* engine_step's return when the backend can run no further step: a fault on the device (an
  * illegal address, a failed launch or copy) leaves its CUDA context unusable, and every later

@@ -28,7 +28,20 @@ struct engine {
     int kv_blocks; /* the pool's blocks, set by the backend's constructor */
     int n_states;  /* recurrent-state slots (0: the model has none), set likewise */
     size_t state_bytes; /* of one slot */
+    /* engine.c's scratch for embedding sequences (grown on first use, freed by engine_free):
+     * the batch as the backend sees it (hidden / logits pointed here), the hidden states and
+     * the logits rows of RANK sequences. */
+    engine_seq *emb_seqs;
+    float *emb_hidden, *emb_logits;
+    size_t emb_seqs_cap, emb_hidden_cap, emb_logits_cap;
 };
+
+/* The rows of s's new tokens that s->hidden receives: n of them from token *first. */
+static inline int engine_hidden_rows(const engine_seq *s, int *first)
+{
+    *first = s->hidden_row > 0 ? s->hidden_row - 1 : 0;
+    return s->hidden_row > 0 ? 1 : s->n_tokens;
+}
 
 /* Blocks a sequence of ctx_per_slot positions spans (the width of a block table). */
 int engine_kv_blocks_per_seq(const engine *e);

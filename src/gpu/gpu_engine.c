@@ -723,6 +723,19 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
             j += c;
         }
     }
+    /* Final hidden states (embeddings): normed in place in x, which nothing reads after the
+     * LM heads above, and copied back; the rows are packed in sequence order. */
+    for (int i = 0, t = 0; rc == 0 && i < n; t += seqs[i].n_tokens, i++) {
+        if (!seqs[i].hidden) continue;
+        int first, rows = engine_hidden_rows(&seqs[i], &first);
+        size_t bytes = (size_t)rows * g->d_embd * sizeof(float);
+        rc = gpu_forward_hidden_rows(g, t + first, rows, err, errlen);
+        if (rc == 0 && cu.cuMemcpyDtoHAsync(seqs[i].hidden, g->x + (size_t)(t + first) * g->d_embd * sizeof(float), bytes,
+                                            g->stream) != CUDA_SUCCESS) {
+            snprintf(err, errlen, "step: copying the hidden states of seq %d back failed", i);
+            rc = -1;
+        }
+    }
     CUresult sr = cu.cuStreamSynchronize(g->stream);
     if (rc == 0 && sr != CUDA_SUCCESS) {
         char b[160];
@@ -860,6 +873,11 @@ static int check_weight_types(const model *m, char *err, size_t errlen)
 static int check_model(const model *m, char *err, size_t errlen)
 {
     const model_hparams *hp = &m->hp;
+    if (hp->encoder) {
+        snprintf(err, errlen, "the cuda backend does not run %s (an encoder: bidirectional attention, post-LN); "
+                 "serve it with --device cpu", m->desc->name);
+        return -1;
+    }
     if (model_check_features(m, GPU_FEATURES, "cuda", err, errlen)) return -1;
     /* Gemma 4's parts outside the recipe: per-layer shapes and embeddings, shared K/V, layer
      * scalars.  (Its v norm already refuses it; this keeps any other family that uses them

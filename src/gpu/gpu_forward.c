@@ -468,6 +468,13 @@ int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t e
     return lm_head(g, g->in_d + g->in.lidx + (size_t)first * sizeof(int32_t), 1, n, err, errlen);
 }
 
+int gpu_forward_hidden_rows(gpu_engine *g, int first, int n, char *err, size_t errlen)
+{
+    CUdeviceptr rows = g->x + (size_t)first * g->d_embd * sizeof(float);
+    norm_op no = {.x = rows, .w = g->output_norm, .y = rows, .rows = n, .n = g->base.m->hp.n_embd};
+    return rmsnorm(g, &no, "hidden states", err, errlen);
+}
+
 int gpu_forward(gpu_engine *g, int T, int R, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;

@@ -147,5 +147,8 @@ int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const c
 bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T);
 /* LM head over n rows of final activations gathered by the int list at in_d + in.lidx + first. */
 int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t errlen);
+/* The output norm over n rows of x from row `first`, in place (FP32): a sequence's final
+ * hidden states (engine_seq.hidden), after every LM head of the step has read x. */
+int gpu_forward_hidden_rows(gpu_engine *g, int first, int n, char *err, size_t errlen);
 
 #endif

@@ -40,6 +40,8 @@ typedef struct gen_choice {
     bytebuf reasoning;  /* non-streaming: the whole reasoning */
     chat_delta calls;   /* non-streaming: every tool call (only its calls are used) */
     char error[256];
+    float *emb;         /* embeddings / rerank: the answer, taken with the finish */
+    size_t n_emb;
 } gen_choice;
 
 typedef struct gen_prompt {
@@ -72,8 +74,11 @@ struct gen {
     bool failed;
     api_error fail;
     bool answering; /* gen_answer has started the stream or the wait */
+    engine_embed emb; /* embeddings / rerank: how every choice is pooled */
     gen *prev, *next;
 };
+
+static bool is_embedding(const api_protocol *p);
 
 /* ---- ids and seeds ------------------------------------------------------------------------ */
 
@@ -127,9 +132,17 @@ static int build_completion_prompts(gen *g, api_error *e)
             ap->ids = NULL;
         }
         if (gp->n_ids == 0) {
-            api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_value",
-                          "Invalid 'prompt': it encodes to no tokens.");
+            api_error_set(e, 400, "invalid_request_error", g->p->prompt_param, "invalid_value",
+                          "Invalid '%s': it encodes to no tokens.", g->p->prompt_param);
             return -1;
+        }
+        if (ap->text && is_embedding(g->p) && tokenizer_add_eos(tok) && gp->ids[gp->n_ids - 1] != tokenizer_eos(tok)) {
+            /* an input to embed is tokenized as /tokenize's add_special does: with EOS when the
+             * vocabulary asks (BERT's [SEP]; Qwen3-Embedding's last-token pooling reads it) */
+            int32_t *more = realloc(gp->ids, ((size_t)gp->n_ids + 1) * sizeof *more);
+            if (!more) goto oom;
+            gp->ids = more;
+            gp->ids[gp->n_ids++] = tokenizer_eos(tok);
         }
         if (g->req.echo) {
             gp->echo = ap->text ? strdup(ap->text) : tokenizer_decode_alloc(tok, gp->ids, gp->n_ids, &gp->echo_len);
@@ -302,6 +315,7 @@ static int submit_all(gen *g, api_error *e)
             .id = g->id,
             .reserved = true,
             .grammar = rq->grammar, /* compiled once, shared by every choice */
+            .embed = is_embedding(g->p) ? &g->emb : NULL,
         };
         /* n choices of one prompt must differ: each gets its own seed. */
         p.sp.seed = rq->has_seed ? rq->sp.seed + (uint64_t)(i % per_prompt) : next_random();
@@ -550,6 +564,11 @@ static void collect(gen *g)
             bytebuf_append(&c->text, o.text ? o.text : "", o.text_len);
             if (g->req.logprobs >= 0 && o.n_tokens) push_tokens(c, &o);
         }
+        if (o.embedding) { /* the choice keeps the answer */
+            c->emb = o.embedding;
+            c->n_emb = o.n_embedding;
+            o.embedding = NULL;
+        }
         record_finish(g, c, &o);
         sched_output_clear(&o);
     }
@@ -631,7 +650,13 @@ static enum MHD_Result reply_whole(gen *g)
             .calls = c->calls.calls,
             .n_calls = c->calls.n_calls,
             .content_null = c->text.len == 0 && c->calls.n_calls > 0,
+            .embedding = c->emb,
+            .n_embedding = c->n_emb,
         };
+        if (is_embedding(g->p) && !c->emb) { /* a finish without its answer: memory ran out */
+            free(ac);
+            return http_reply_json(g->hr, 500, NULL);
+        }
     }
     api_usage u = usage_of(g);
     char *json = g->p->whole(&g->rep, ac, g->n_ch, &u);
@@ -708,6 +733,74 @@ static gen *gen_new(http_req *hr, const api_protocol *p)
     return g;
 }
 
+/* ---- embeddings and rerank ---------------------------------------------------------------- */
+
+static bool is_embedding(const api_protocol *p) { return p->kind == API_EMBEDDINGS || p->kind == API_RERANK; }
+
+/* An embedding model's server answers embeddings (or rerank) only; a text model's answers
+ * completions, and embeddings or rerank too when started with --pooling.  Each refusal says
+ * which. */
+static int check_model_serves(const gen *g, api_error *e)
+{
+    const int pooling = g->sv->sm.pooling;
+    const api_kind k = g->p->kind;
+    if (k == API_EMBEDDINGS && (pooling < 0 || pooling == ENGINE_POOL_RANK)) {
+        api_error_set(e, 400, "invalid_request_error", "model", "model_not_supported",
+                      "This server's model does not serve embeddings: it %s. Start inferd on an embedding model, "
+                      "or with --pooling mean, cls or last.",
+                      pooling < 0 ? "generates text" : "is a reranker (/v1/rerank)");
+        return -1;
+    }
+    if (k == API_RERANK && pooling != ENGINE_POOL_RANK) {
+        api_error_set(e, 400, "invalid_request_error", "model", "model_not_supported",
+                      "This server's model does not rerank: it %s. Start inferd with --pooling rank on a reranker "
+                      "such as Qwen3-Reranker.",
+                      pooling < 0 ? "generates text" : "serves embeddings (/v1/embeddings)");
+        return -1;
+    }
+    if (!is_embedding(g->p) && !g->sv->sm.text) {
+        api_error_set(e, 400, "invalid_request_error", "model", "model_not_supported",
+                      "This server's model %s (pooling %s): it answers %s, not %s.",
+                      pooling == ENGINE_POOL_RANK ? "is a reranker" : "is an embedding model",
+                      engine_pooling_name((engine_pooling)pooling),
+                      pooling == ENGINE_POOL_RANK ? "/v1/rerank" : "/v1/embeddings", g->p->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Each input runs whole in one step: at most --batch-tokens (an encoder: its positions); the
+ * dimensions asked for are at most the model's; and how every input is pooled. */
+static int check_embedding(gen *g, api_error *e)
+{
+    const server_model *sm = &g->sv->sm;
+    const char *param = g->p->prompt_param;
+    for (int i = 0; i < g->n_prompts; i++) {
+        if (g->prompts[i].n_ids > sm->max_batch_tokens) {
+            api_error_set(e, 400, "invalid_request_error", param, "context_length_exceeded",
+                          "Invalid '%s': item %d has %d tokens, more than the %d one input may have here (each "
+                          "runs whole in one batch: --batch-tokens).", param, i, g->prompts[i].n_ids,
+                          sm->max_batch_tokens);
+            return -1;
+        }
+    }
+    const int d = g->req.dimensions;
+    if (d && sm->pooling == ENGINE_POOL_NONE) {
+        api_error_set(e, 400, "invalid_request_error", "dimensions", "invalid_value",
+                      "Invalid 'dimensions': this server returns every token's embedding (pooling none), which is "
+                      "not truncated.");
+        return -1;
+    }
+    if (d > sm->card.n_embd) {
+        api_error_set(e, 400, "invalid_request_error", "dimensions", "invalid_value",
+                      "Invalid 'dimensions': %d is more than this model's %d.", d, sm->card.n_embd);
+        return -1;
+    }
+    g->emb = (engine_embed){.pooling = (engine_pooling)sm->pooling, .normalize = sm->pooling != ENGINE_POOL_NONE,
+                            .rank_ids = {sm->rank_ids[0], sm->rank_ids[1]}};
+    return 0;
+}
+
 static int out_of_memory(api_error *e)
 {
     api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -737,12 +830,14 @@ static int prepare(gen *g, api_error *e)
     const http_req *hr = g->hr;
     const api_protocol *p = g->p;
     const char *body = hr->body.data ? hr->body.data : "";
+    if (check_model_serves(g, e) != 0) return -1;
     if (p->parse(body, hr->body.len, tokenizer_n_vocab(g->sv->sm.tok), &g->req, &g->rep.state, e) != 0) return -1;
     bool chat = p->messages;
     if (g->req.ignored_tools && hosted_tools(g, e) != 0) return -1;
     int rc = chat ? tool_force_apply(&g->req, g->sv->sm.syntax, e) : 0;
     if (rc == 0) rc = chat ? build_chat_prompt(g, e) : build_completion_prompts(g, e);
     if (rc == 0) rc = check_context(g, e);
+    if (rc == 0 && is_embedding(p)) rc = check_embedding(g, e);
     if (rc != 0) {
         if (p->rename_error) p->rename_error(e);
         return -1;
@@ -756,6 +851,7 @@ static int prepare(gen *g, api_error *e)
     if (g->sv->cfg.always_include_usage && g->req.stream) g->req.include_usage = g->rep.meta.usage_null = true;
     g->rep.vocab = vocab_of(g);
     g->rep.out = &g->out;
+    g->rep.embd_width = g->sv->sm.pooling == ENGINE_POOL_NONE ? g->sv->sm.card.n_embd : 0;
     g->n_ch = g->n_prompts * g->req.n;
     if (!(g->ch = calloc((size_t)g->n_ch, sizeof *g->ch))) return out_of_memory(e);
     for (int i = 0; i < g->n_ch; i++) { /* echo text leads each choice's text */
@@ -810,6 +906,7 @@ void gen_finish(gen *g)
         chat_delta_free(&c->delta);
         chat_delta_free(&c->calls);
         bytebuf_free(&c->reasoning);
+        free(c->emb);
     }
     free(g->ch);
     for (int i = 0; i < g->n_prompts; i++) {

@@ -54,6 +54,9 @@ static const route routes[] = {
     {"/v1/chat/completions", "POST", gen_answer, false, true, &proto_chat, prep_generation, false, NULL},
     {"/v1/responses", "POST", gen_answer, false, true, &proto_responses, prep_generation, false, NULL},
     {"/v1/messages", "POST", gen_answer, false, true, &proto_messages, prep_generation, false, "x-api-key"},
+    {"/v1/embeddings", "POST", gen_answer, false, true, &proto_embeddings, prep_generation, false, NULL},
+    {"/v1/rerank", "POST", gen_answer, false, true, &proto_rerank, prep_generation, false, NULL},
+    {"/rerank", "POST", gen_answer, false, true, &proto_rerank, prep_generation, false, NULL},
     {"/v1/messages/count_tokens", "POST", endpoint_count_tokens, false, true, &proto_messages, NULL, true, "x-api-key"},
     /* Message Batches, every method and sub-path: a 400 naming them (endpoint_messages_batches) */
     {"/v1/messages/batches", NULL, endpoint_messages_batches, false, false, &proto_messages, NULL, false, "x-api-key"},

@@ -51,6 +51,15 @@ typedef struct server_model {
     bool special_in_content;   /* control-token texts in messages are control tokens (not text) */
     const char *alias;
     int ctx_per_slot;
+    /* How /v1/embeddings pools (--pooling, else the GGUF's pooling_type), or with rank what
+     * /v1/rerank scores: the last token's logits of rank_ids (Qwen3-Reranker's "yes" against
+     * "no"); -1: neither is served.  An embedding model (its file declares a pooling, or an
+     * encoder) generates nothing (text false); a text model given --pooling serves both, its
+     * embeddings packed into the same batches as its chats. */
+    int pooling;
+    bool text;
+    int32_t rank_ids[2];
+    int max_batch_tokens; /* the longest input an embedding may have (it runs in one step) */
 } server_model;
 
 #endif

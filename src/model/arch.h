@@ -20,6 +20,9 @@ typedef enum arch_norm {
     ARCH_NORM_PRE = 0,      /* llama: norm the block's input */
     ARCH_NORM_POST = 1,     /* OLMo 2: norm the block's output before the add */
     ARCH_NORM_SANDWICH = 2, /* Gemma 2/3: both */
+    /* BERT's post-LN: x = LayerNorm(x + block(x)) with weight and bias, after the add (the
+     * block's input is x as it is) */
+    ARCH_NORM_POST_LN = 3,
 } arch_norm;
 
 typedef enum arch_attn {
@@ -36,7 +39,9 @@ enum {
     ARCH_ATTN_V_NORM = 1u << 2,   /* each head of v RMS-normed, no weight (Gemma 4) */
     ARCH_ATTN_OUT_GATE = 1u << 3, /* attn_q gives [query | gate] per head; out *= sigmoid(gate) */
     ARCH_ATTN_ROPE_PARTIAL = 1u << 4, /* RoPE turns the first rope.dimension_count of a head */
-    /* room: output bias, attention sinks */
+    ARCH_ATTN_OUT_BIAS = 1u << 5, /* attn_output.bias (bert) */
+    ARCH_ATTN_BIDIR = 1u << 6,    /* every token attends to the whole sequence (encoders) */
+    /* room: attention sinks */
 };
 
 typedef enum arch_ffn {
@@ -45,6 +50,7 @@ typedef enum arch_ffn {
     ARCH_FFN_GLU_MOE = 2, /* Gemma 4 26B-A4B: the dense GLU and routed experts side by side,
                            * each normed after (post_ffw_norm_1 / _2), the experts' input by
                            * pre_ffw_norm_2, summed before the block's post-norm */
+    ARCH_FFN_MLP = 3, /* down(act(up x + b_up)) + b_down, no gate (bert) */
 } arch_ffn;
 
 /* How a MoE block chooses its experts and weighs them (ignored by a GLU block). */
@@ -64,6 +70,7 @@ typedef enum arch_act {
     ARCH_ACT_SILU = 0,      /* SwiGLU */
     ARCH_ACT_GELU_TANH = 1, /* GeGLU (Gemma): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), the
                              * exact formula (transformers' gelu_pytorch_tanh), no table */
+    ARCH_ACT_GELU_ERF = 2,  /* the exact GELU, x * Phi(x) (bert) */
 } arch_act;
 
 /* One layer's recipe. */
@@ -100,7 +107,12 @@ enum {
     ARCH_F_ATTN_OUT_GATE = 1u << 16,
     ARCH_F_ROPE_PARTIAL = 1u << 17,
     ARCH_F_SHARED_EXPERT = 1u << 18,
-    ARCH_F_COUNT_ = 19,
+    ARCH_F_NORM_POST_LN = 1u << 19,
+    ARCH_F_ATTN_OUT_BIAS = 1u << 20,
+    ARCH_F_ATTN_BIDIR = 1u << 21,
+    ARCH_F_FFN_MLP = 1u << 22,
+    ARCH_F_ACT_GELU_ERF = 1u << 23,
+    ARCH_F_COUNT_ = 24,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -131,6 +143,8 @@ typedef enum arch_dim {
     ARCH_DIM_SSM_VHEADS, /* time_step_rank: v heads */
     ARCH_DIM_SSM_VHEADS2, /* 2 * time_step_rank: beta and alpha fused (qwen3next) */
     ARCH_DIM_SSM_VHEAD, /* inner_size / time_step_rank: one v head's width */
+    ARCH_DIM_CTX,      /* n_ctx_train: the rows of an absolute position table */
+    ARCH_DIM_TOKEN_TYPES, /* n_token_types: the rows of bert's token-type table */
 } arch_dim;
 /* In a layer tensor, Q, KV, HEAD, HALF_HEAD and FF are the layer's own (model_layer: head_dim,
  * n_head_kv, n_ff), which differ between layers in Gemma 4. */
@@ -167,7 +181,8 @@ typedef struct arch_key {
     size_t layer_offset; /* 0: one value for all layers */
 } arch_key;
 
-typedef enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1 } arch_rope;
+/* ARCH_ROPE_NONE: no rotary embedding; positions come from an absolute table (bert). */
+typedef enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1, ARCH_ROPE_NONE = 2 } arch_rope;
 
 /* How a sliding layer's RoPE differs from a full one's. */
 typedef enum arch_swa_rope {
@@ -215,11 +230,14 @@ typedef struct arch_desc {
      * projection (Gemma 4's attention_k_eq_v). */
     const arch_layer *moe_pattern;
     bool v_from_k;
+    /* An encoder: no LM head (it answers embeddings only), its own embedding stage (absolute
+     * positions, token types, a LayerNorm) and no output norm. */
+    bool encoder;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
 extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4, arch_qwen35,
-    arch_qwen35moe, arch_qwen3next;
+    arch_qwen35moe, arch_qwen3next, arch_bert;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -261,6 +279,7 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN35 = 6,    /* 3 gated-DeltaNet layers : 1 gated full attention, GLU */
     MODEL_ARCH_QWEN35MOE = 7, /* the same with MoE + a shared expert */
     MODEL_ARCH_QWEN3NEXT = 8, /* qwen35moe's layers, beta and alpha fused in one projection */
+    MODEL_ARCH_BERT = 9,     /* encoder: bidirectional, post-LN, absolute positions (bge, MiniLM) */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

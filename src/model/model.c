@@ -257,6 +257,32 @@ static bool read_mtp(loader *L)
     return true;
 }
 
+/* <arch>.pooling_type: an embedding model says how its sentence vector is made (0..4, as
+ * engine_pooling); absent: -1.  An encoder also needs its token-type count (bert: 2). */
+static bool read_pooling(loader *L)
+{
+    model_hparams *hp = &L->m->hp;
+    char key[128];
+    key_name(L, "pooling_type", key, sizeof key);
+    int64_t v;
+    hp->pooling = -1;
+    if (gguf_get_i64(L->f, key, &v)) {
+        if (v < 0 || v > 4) return fail(L, "key '%s' = %lld is not a pooling type (0 none, 1 mean, 2 cls, 3 last, 4 rank)",
+                                        key, (long long)v);
+        hp->pooling = (int)v;
+    } else if (!absent_ok(L, key, false, "an integer")) {
+        return false;
+    }
+    hp->encoder = L->m->desc->encoder;
+    if (!hp->encoder) return true;
+    hp->n_token_types = 2;
+    if (gguf_get_i64(L->f, "tokenizer.ggml.token_type_count", &v)) {
+        if (v < 1 || v > 1024) return fail(L, "key 'tokenizer.ggml.token_type_count' = %lld is out of range [1, 1024]", (long long)v);
+        hp->n_token_types = (int)v;
+    }
+    return true;
+}
+
 static bool read_hparams(loader *L)
 {
     model_hparams *hp = &L->m->hp;
@@ -286,6 +312,7 @@ static bool read_hparams(loader *L)
                     "must be even and >= 2", hp->head_dim, arch);
     if ((int64_t)hp->n_head * hp->head_dim > HPARAM_MAX)
         return fail(L, "%s: head_count %d x head dimension %d is too large", arch, hp->n_head, hp->head_dim);
+    if (!read_pooling(L)) return false;
     if (hp->n_expert_used > hp->n_expert)
         return fail(L, "%s.expert_used_count %d is more than expert_count %d", arch, hp->n_expert_used, hp->n_expert);
     const arch_desc *d = L->m->desc;
@@ -506,6 +533,8 @@ static int64_t dim_value(const model_hparams *hp, const model_layer *ly, arch_di
     case ARCH_DIM_SSM_VHEADS: return hp->ssm_vheads;
     case ARCH_DIM_SSM_VHEADS2: return 2 * (int64_t)hp->ssm_vheads;
     case ARCH_DIM_SSM_VHEAD: return hp->ssm_vheads ? hp->ssm_inner / hp->ssm_vheads : 0;
+    case ARCH_DIM_CTX: return hp->n_ctx_train;
+    case ARCH_DIM_TOKEN_TYPES: return hp->n_token_types;
     }
     return -1;
 }
@@ -559,7 +588,7 @@ static bool bind_tensors(loader *L)
                     !m->ple_tok_embd.data ? "per_layer_token_embd.weight"
                     : !m->ple_model_proj.data ? "per_layer_model_proj.weight" : "per_layer_proj_norm.weight",
                     d->name, hp->n_embd_ple);
-    m->hp.tied_output = m->output.data == NULL;
+    m->hp.tied_output = m->output.data == NULL && !d->encoder;
     if (m->hp.tied_output) m->output = m->tok_embd;
     if ((int64_t)hp->n_layer * min_layer_tensors(d) > gguf_n_tensors(L->f))
         return fail(L, "%s.block_count %d needs more tensors than the file's %lld", d->name, hp->n_layer,

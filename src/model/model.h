@@ -38,6 +38,18 @@ static inline model_tensor model_tensor_slice(const model_tensor *t, int64_t i)
     return s;
 }
 
+/* The rows of a family's layer tensor list (arch_tensor) that every attention block of the
+ * dense line and of bert has: the q/k/v/output projections and, with ARCH_F_QKV_BIAS, the
+ * q/k/v biases (arch/dense.c, arch/bert.c). */
+#define ARCH_ATTN_PROJECTIONS                                                                                     \
+    {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, ARCH_DIM_NONE, offsetof(model_layer, wq), 0, false, false},      \
+    {"attn_k.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, offsetof(model_layer, wk), 0, false, false},     \
+    {"attn_v.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, offsetof(model_layer, wv), 0, false, false},     \
+    {"attn_output.weight", ARCH_DIM_Q, ARCH_DIM_EMBD, ARCH_DIM_NONE, offsetof(model_layer, wo), 0, false, false}, \
+    {"attn_q.bias", ARCH_DIM_Q, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, bq), ARCH_F_QKV_BIAS, false, true}, \
+    {"attn_k.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, bk), ARCH_F_QKV_BIAS, false, true}, \
+    {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, bv), ARCH_F_QKV_BIAS, false, true}
+
 /* A layer: its recipe and the tensors the recipe binds (the others stay zeroed). */
 typedef struct model_layer {
     arch_layer recipe;
@@ -83,6 +95,10 @@ typedef struct model_layer {
     model_tensor ssm_qkv, ssm_gate, ssm_conv1d, ssm_a, ssm_dt;
     model_tensor ssm_alpha, ssm_beta, ssm_ba;
     model_tensor ssm_norm, ssm_out;
+    model_tensor bo;             /* attention output bias: [n_embd] */
+    model_tensor b_up, b_down;   /* MLP biases: [n_ff], [n_embd] */
+    model_tensor attn_out_norm, attn_out_norm_b; /* post-LN after attention: weight, bias [n_embd] */
+    model_tensor ffn_out_norm, ffn_out_norm_b;   /* post-LN after the MLP */
 } model_layer;
 
 typedef struct model_hparams {
@@ -120,6 +136,11 @@ typedef struct model_hparams {
     int head_dim_swa;     /* attention.key_length_swa: a sliding layer's head_dim (0: head_dim) */
     int n_kv_shared;      /* attention.shared_kv_layers: the last layers reuse earlier K/V */
     int n_embd_ple;       /* embedding_length_per_layer_input: per-layer embeddings (0: none) */
+    bool encoder;         /* the family is an encoder (arch_desc.encoder): no LM head */
+    int n_token_types;    /* bert: rows of token_types.weight */
+    /* <arch>.pooling_type (engine_pooling's values): how the model's embeddings are pooled;
+     * -1 when the file does not say (a decoder made for text) */
+    int pooling;
 } model_hparams;
 
 typedef struct model {
@@ -134,6 +155,9 @@ typedef struct model {
     /* Gemma 4's per-layer embeddings (n_embd_ple > 0): a token table [n_embd_ple * n_layer x
      * n_vocab], a projection of the embeddings [n_embd -> n_embd_ple * n_layer] and its norm */
     model_tensor ple_tok_embd, ple_model_proj, ple_proj_norm;
+    /* encoders (bert): absolute positions [n_embd x n_ctx_train], token types [n_embd x
+     * n_token_types] and the LayerNorm of their sum (weight, bias) */
+    model_tensor pos_embd, tok_types, embd_norm, embd_norm_b;
     model_layer *layers;      /* n_layer */
     size_t weight_bytes;      /* sum of all tensor bytes used */
 } model;

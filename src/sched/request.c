@@ -11,6 +11,7 @@ void sched_output_clear(sched_output *o)
 {
     free(o->text);
     free(o->tokens);
+    free(o->embedding);
     memset(o, 0, sizeof *o);
 }
 
@@ -25,6 +26,7 @@ void req_free(sched_req *r)
     free(r->bias_vals);
     grammar_matcher_free(r->gm);
     free(r->mask);
+    free(r->emb);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->wake_mu);
     free(r);
@@ -157,6 +159,11 @@ bool sched_req_take(sched_req *r, sched_output *out)
         out->stop_string = r->stop_string;
         r->finish_taken = true;
         if (r->finish == SCHED_FINISH_ERROR) memcpy(out->error, r->error, sizeof out->error);
+        if (r->finish == SCHED_FINISH_STOP && r->emb) { /* the embedding goes with its finish */
+            out->embedding = r->emb;
+            out->n_embedding = r->n_emb;
+            r->emb = NULL;
+        }
     }
     out->prompt_tokens = r->n_prompt;
     out->cached_tokens = r->cached_tokens;

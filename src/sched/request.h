@@ -33,6 +33,8 @@ struct sched_req {
     bool ignore_eos;
     bool want_logprobs;
     grammar_matcher *gm; /* structured output, or NULL; scheduler thread only after submit */
+    bool embed;          /* prefill-only: em says how to pool (em.out = emb below) */
+    engine_embed em;
     uint32_t *mask;      /* the allowed tokens of the next sample (engine_seq.allowed) */
     bool mask_pending;   /* the mask is not built yet: the request waits (sched.c, req_next_mask) */
     int mask_tries;      /* slices the pending mask has had */
@@ -72,6 +74,8 @@ struct sched_req {
     int stop_string;    /* with finish: 1 + the index of the stop string that ended it; 0: none */
     bool finish_taken;
     char error[256];
+    float *emb; /* the embedding, written by the engine, handed over with the finish */
+    size_t n_emb;
 
     pthread_mutex_t wake_mu;
     bool released; /* guarded by wake_mu */

@@ -133,6 +133,8 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
     if (p->max_tokens < 1) return SCHED_E_INVALID;
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= tokenizer_n_vocab(s->tok)) return SCHED_E_INVALID;
+    if (p->embed && p->n_prompt > s->cfg.max_batch_tokens) return SCHED_E_TOO_LONG; /* runs in one step */
+    if (p->embed && (unsigned)p->embed->pooling >= ENGINE_POOL_COUNT) return SCHED_E_INVALID;
 
     /* Cheap refusals first, so an overloaded server does not copy prompts it will drop. */
     pthread_mutex_lock(&s->mu);
@@ -142,6 +144,16 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
 
     sched_req *r = req_new(s, p, wake, wake_ctx);
     if (!r) return SCHED_E_INVALID;
+    if (p->embed) {
+        r->embed = true;
+        r->em = *p->embed;
+        r->n_emb = engine_embed_floats(s->e, r->em.pooling, p->n_prompt);
+        r->em.out = r->emb = malloc(r->n_emb * sizeof(float));
+        if (!r->emb) {
+            req_free(r);
+            return SCHED_E_INVALID;
+        }
+    }
 
     pthread_mutex_lock(&s->mu);
     rc = room_for(s, 1, p->reserved); /* again: other threads may have filled the queue meanwhile */
@@ -517,9 +529,11 @@ static int place_blocks(sched *s, sched_req *r, int *start, char *err, size_t er
     }
     if (s->states) return place_hybrid(s, r, start, err, errlen);
     int target = prefill_target(r);
-    int hit = s->cfg.no_prefix_cache ? 0 : kvcache_match(s->kv, &r->kv, r->toks, target);
+    /* an embedding computes its whole prompt (an encoder's K/V are no causal prefix) and no
+     * token follows it */
+    int hit = s->cfg.no_prefix_cache || r->embed ? 0 : kvcache_match(s->kv, &r->kv, r->toks, target);
     *start = hit == target && r->n_generated == 0 ? target - 1 : hit;
-    if (!kvcache_grow(s->kv, &r->kv, target + 1)) {
+    if (!kvcache_grow(s->kv, &r->kv, target + !r->embed)) {
         kvcache_release(s->kv, &r->kv);
         return PLACE_WAIT;
     }
@@ -549,11 +563,11 @@ static int place_blocks(sched *s, sched_req *r, int *start, char *err, size_t er
  * up to that block's end match. */
 static bool prefix_in_flight(sched *s, const sched_req *r)
 {
-    if (s->cfg.no_prefix_cache) return false;
+    if (s->cfg.no_prefix_cache || r->embed) return false; /* embeddings neither read nor fill the cache */
     int target = prefill_target(r);
     for (int i = 0; i < s->cfg.n_slots; i++) {
         const sched_req *q = s->slots[i];
-        if (!q) continue;
+        if (!q || q->embed) continue;
         int n = target < q->n_toks ? target : q->n_toks;
         int need = (q->n_past / ENGINE_KV_BLOCK + 1) * ENGINE_KV_BLOCK; /* end of q's first uncomputed block */
         if (need <= n && !memcmp(q->toks, r->toks, (size_t)need * sizeof *r->toks)) return true;
@@ -667,6 +681,7 @@ static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int 
         .want_token = want,
         .sp = &r->sp,
         .allowed = want ? r->mask : NULL,
+        .embed = r->embed ? &r->em : NULL,
     };
     s->seq_req[*n] = r;
     (*n)++;
@@ -695,6 +710,7 @@ static int plan_step(sched *s)
         sched_req *r = s->prefill[k];
         if (!prefilling(r)) continue;
         int target = prefill_target(r), chunk = target - r->n_past;
+        if (r->embed && chunk > budget) continue; /* whole or not at all: it waits a step */
         if (chunk > budget) chunk = budget;
         /* A hybrid's chunk stops where its state is snapshotted (seq_done) for prompts that
          * share the prefix: the prompt's last block boundary (the next turn of a chat) and the
@@ -702,7 +718,7 @@ static int plan_step(sched *s)
         const int cuts[2] = {r->share_at, target / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK};
         for (int c = 0; c < 2 && s->states; c++)
             if (r->n_past < cuts[c] && r->n_past + chunk > cuts[c]) chunk = cuts[c] - r->n_past;
-        bool samples = r->n_past + chunk == target && r->n_generated == 0;
+        bool samples = r->n_past + chunk == target && r->n_generated == 0 && !r->embed;
         if (samples && !req_mask_ready(s, r)) continue; /* its first mask is not built yet */
         plan_add(s, &n, r, r->toks + r->n_past, chunk, samples);
         budget -= chunk;
@@ -738,7 +754,7 @@ static void seq_done(sched *s, int i, uint64_t now)
     const engine_seq *q = &s->seqs[i];
     sched_req *r = s->seq_req[i];
     r->n_past += q->n_tokens;
-    if (!s->cfg.no_prefix_cache) kvcache_commit(s->kv, &r->kv, r->toks, r->n_past); /* full blocks: shareable */
+    if (!s->cfg.no_prefix_cache && !r->embed) kvcache_commit(s->kv, &r->kv, r->toks, r->n_past); /* full blocks: shareable */
     bool decode = q->tokens == &r->last_token;
     if (s->states && !s->cfg.no_prefix_cache && r->n_past % ENGINE_KV_BLOCK == 0) snapshot_state(s, r, decode);
     if (decode) r->has_pending = false;
@@ -746,7 +762,12 @@ static void seq_done(sched *s, int i, uint64_t now)
     s->kv_used += (uint64_t)q->n_tokens;
     if (!decode) s->stats.prompt_tokens_total += (uint64_t)q->n_tokens;
     pthread_mutex_unlock(&s->mu);
-    if (q->want_token) req_on_token(s, r, &s->results[i], now);
+    if (r->embed) { /* done in its one step: its row and blocks go back now */
+        if (!r->t_first) r->t_first = now;
+        req_finish(s, r, SCHED_FINISH_STOP, NULL);
+    } else if (q->want_token) {
+        req_on_token(s, r, &s->results[i], now); /* may finish r, and free it */
+    }
 }
 
 /* A failed step leaves every slot untouched (engine.h), so each sequence can be retried on

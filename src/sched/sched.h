@@ -75,6 +75,14 @@ typedef struct sched_params {
      * takes its own reference and matcher; choices share the grammar); the request ends
      * ("stop") when the grammar is complete and nothing can follow.  NULL: unconstrained. */
     grammar *grammar;
+    /* Prefill-only (embeddings, rerank): non-NULL asks for the prompt's pooled final hidden
+     * state (its pooling, normalize and rank_ids; `out` is ignored: the scheduler keeps its
+     * own) instead of a completion.  The prompt runs whole in one step, packed with the other
+     * requests' prompt chunks and decodes, in a row it holds for that step only; its KV
+     * blocks go back to the pool at once (never cached: an encoder's K/V are not a causal
+     * prefix).  max_tokens, sampling, stop strings and grammar are ignored.  A prompt longer
+     * than max_batch_tokens can never run: SCHED_E_TOO_LONG. */
+    const engine_embed *embed;
 } sched_params;
 
 
@@ -91,6 +99,10 @@ typedef struct sched_output {
     int cached_tokens; /* of prompt_tokens, read from the prefix cache instead of computed */
     int completion_tokens;
     char error[256]; /* when finish == SCHED_FINISH_ERROR */
+    /* an embedding request's answer, with its finish (STOP): engine_embed_floats() floats,
+     * malloc'd */
+    float *embedding;
+    size_t n_embedding;
 } sched_output;
 
 void sched_output_clear(sched_output *o); /* frees text/tokens, zeroes */

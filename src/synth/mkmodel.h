@@ -77,6 +77,9 @@ typedef struct mkmodel_config {
     /* qwen3moe: experts per layer, chosen per token, and one expert's hidden width (the
      * mixture replaces the dense feed-forward; n_ff is then only the metadata key). */
     int n_expert, n_expert_used, n_ff_exp;
+    /* An embedding model: <arch>.pooling_type written as this value minus 1 (engine_pooling:
+     * 1 none, 2 mean, 3 cls, 4 last, 5 rank); 0: not written (a text model). */
+    int pooling;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b",

@@ -1,4 +1,5 @@
-/* tokenizer.c - SPM and byte-level BPE tokenizers over a GGUF's tokenizer.ggml.* metadata.
+/* tokenizer.c - SPM, byte-level BPE and WordPiece tokenizers over a GGUF's tokenizer.ggml.*
+ * metadata.  (WordPiece, BERT's, is no merge engine: wpm_encode below.)
  *
  * Both families share one merge engine: the text becomes a doubly linked list of symbols and
  * a max-heap of candidate adjacent pairs; the best pair is merged, its neighbours re-offered,
@@ -29,7 +30,7 @@ static int decode_char(const char *s, size_t n, uint32_t *cp)
     return *cp == UTF8_INVALID ? 1 : len;
 }
 
-enum { TOK_SPM, TOK_BPE };
+enum { TOK_SPM, TOK_BPE, TOK_WPM };
 
 /* tokenizer.ggml.token_type values */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
@@ -90,6 +91,8 @@ struct tokenizer {
 
     int32_t bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos, add_space_prefix, ignore_merges, nfc;
+    bool lowercase; /* WordPiece: tokenizer.ggml.normalizer.lowercase */
+    int max_token_len; /* WordPiece: the longest token text, in bytes (its longest match) */
     /* For tokenizer_describe: the pre-tokenizer entry (BPE) and whether the add_bos/add_eos
      * flags came from the GGUF or from the defaults. */
     const pre_info *pre_info;
@@ -483,7 +486,7 @@ static void build_byte_ids(tokenizer *t)
     for (int b = 0; b < 256; b++) {
         char buf[8];
         int n;
-        if (t->kind == TOK_SPM) {
+        if (t->kind != TOK_BPE) {
             n = snprintf(buf, sizeof buf, "<0x%02X>", b);
         } else {
             uint32_t cp = gpt2_byte_cp(b);
@@ -532,10 +535,12 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
         kind = TOK_SPM;
     else if (str_eq(model, mlen, "gpt2"))
         kind = TOK_BPE;
+    else if (str_eq(model, mlen, "bert"))
+        kind = TOK_WPM;
     else {
         set_err(err, errlen,
-                "tokenizer: tokenizer.ggml.model '%.*s' is not supported (only 'llama' = SPM and "
-                "'gpt2' = byte-level BPE)",
+                "tokenizer: tokenizer.ggml.model '%.*s' is not supported ('llama' = SPM, 'gpt2' = byte-level "
+                "BPE, 'bert' = WordPiece)",
                 (int)(mlen > 64 ? 64 : mlen), model);
         return NULL;
     }
@@ -577,11 +582,14 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
      * BPE does what the pre-tokenizer's entry says. */
     bool v;
     t->add_bos_from_key = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &v);
-    t->add_bos = (t->add_bos_from_key ? v : spm || pi->add_bos) && t->bos >= 0;
+    t->add_bos = (t->add_bos_from_key ? v : spm || kind == TOK_WPM || (pi && pi->add_bos)) && t->bos >= 0;
     t->add_eos_from_key = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &v);
     t->add_eos = (t->add_eos_from_key && v) && t->eos >= 0;
     t->add_space_prefix = get_bool(f, "tokenizer.ggml.add_space_prefix", spm);
     t->ignore_merges = pi && pi->ignore_merges;
+    t->lowercase = kind == TOK_WPM && get_bool(f, "tokenizer.ggml.normalizer.lowercase", true);
+    for (int32_t i = 0; i < n; i++)
+        if ((int)t->text_len[i] > t->max_token_len) t->max_token_len = (int)t->text_len[i];
     t->nfc = pi && pi->nfc;
     mark_eog(t);
     return t;
@@ -620,7 +628,7 @@ size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap)
 {
     const char *pre = t->pre_info ? t->pre_info->name : NULL;
     char kind[96], bos[160];
-    snprintf(kind, sizeof kind, "%s, %d tokens%s%s%s", t->kind == TOK_SPM ? "SPM" : "byte-level BPE",
+    snprintf(kind, sizeof kind, "%s, %d tokens%s%s%s", t->kind == TOK_SPM ? "SPM" : t->kind == TOK_WPM ? "WordPiece" : "byte-level BPE",
              (int)t->n_vocab, pre ? ", pre-tokenizer '" : "", pre ? pre : "", pre ? "'" : "");
     if (t->bos < 0) {
         snprintf(bos, sizeof bos, "no BOS token");
@@ -632,7 +640,7 @@ size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap)
             snprintf(why, sizeof why, "tokenizer.ggml.add_bos_token");
         else
             snprintf(why, sizeof why, "no tokenizer.ggml.add_bos_token: default for %s%s%s",
-                     pre ? "pre-tokenizer '" : "SPM", pre ? pre : "", pre ? "'" : "");
+                     pre ? "pre-tokenizer '" : t->kind == TOK_WPM ? "WordPiece" : "SPM", pre ? pre : "", pre ? "'" : "");
         snprintf(bos, sizeof bos, "BOS %.*s %s to text prompts (%s)", (int)(len > 40 ? 40 : len),
                  text, t->add_bos ? "added" : "not added", why);
     }
@@ -1318,8 +1326,80 @@ bool tokenizer_prompt_bos(const tokenizer *t, const char *text, size_t len)
     return t->add_bos && !(text && len > 0 && special_at(t, text, len) == t->bos);
 }
 
+/* ---- WordPiece (BERT) ------------------------------------------------------------------------
+ * As BERT's BasicTokenizer and llama.cpp's WPM: whitespace separates words; every punctuation
+ * character (and ASCII symbol, and CJK ideograph) is a word of its own; control characters and
+ * U+FFFD are dropped; letters are lowercased when the normalizer says so.  Each word, as
+ * "\u2581word" (how converters store a word-initial piece; "##" continuations lose the "##"),
+ * is covered greedily by the longest vocabulary token at each point; a word that cannot be
+ * covered whole is [UNK]. */
+
+static bool wpm_alone(uint32_t cp, unsigned f)
+{
+    return (f & UCP_PUNCT) || (cp < 0x7F && (f & UCP_SYMBOL)) || (cp >= 0x4E00 && cp <= 0x9FFF) ||
+           (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2FA1F) || (cp >= 0xF900 && cp <= 0xFAFF);
+}
+
+/* Lowercase of cp: ASCII, Latin-1, Greek and Cyrillic capitals (what BERT vocabularies hold). */
+static uint32_t wpm_lower(uint32_t cp)
+{
+    if ((cp >= 'A' && cp <= 'Z') || (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) || (cp >= 0x391 && cp <= 0x3AB) ||
+        (cp >= 0x410 && cp <= 0x42F))
+        return cp + 32;
+    if (cp >= 0x400 && cp <= 0x40F) return cp + 80;
+    return cp;
+}
+
+static int wpm_word(const tokenizer *t, const char *w, size_t n, idvec *out)
+{
+    size_t start = out->n;
+    for (size_t i = 0; i < n;) {
+        size_t j = n - i > (size_t)t->max_token_len ? i + (size_t)t->max_token_len : n;
+        int32_t id = -1;
+        for (; j > i && (id = lookup(t, w + i, j - i)) < 0; j--) {}
+        if (id < 0) { /* the word cannot be covered: one [UNK] for all of it */
+            out->n = start;
+            idvec_push(out, t->unk >= 0 ? t->unk : 0);
+            return 0;
+        }
+        idvec_push(out, id);
+        i = j;
+    }
+    return 0;
+}
+
+static int wpm_encode(const tokenizer *t, const char *s, size_t n, idvec *out)
+{
+    char *word = malloc(n * 2 + 8); /* "\u2581" + each character lowercased (at most 4 bytes for 4) */
+    if (!word) return -1;
+    size_t len = 0;
+    for (size_t i = 0; i <= n;) {
+        uint32_t cp = 0;
+        int cl = i < n ? decode_char(s + i, n - i, &cp) : 0;
+        unsigned f = i < n ? unicode_flags(cp) : UCP_SPACE;
+        bool alone = i < n && wpm_alone(cp, f);
+        if ((f & UCP_SPACE) || alone) { /* the word so far ends */
+            if (len) wpm_word(t, word, len, out);
+            len = 0;
+        }
+        if (i < n && !(f & UCP_SPACE) && !(f & UCP_CONTROL) && cp != 0 && cp != 0xFFFD && cp != UTF8_INVALID) {
+            if (!len) memcpy(word, "\xE2\x96\x81", 3), len = 3;
+            len += (size_t)utf8_encode(t->lowercase ? wpm_lower(cp) : cp, word + len);
+            if (alone) {
+                wpm_word(t, word, len, out);
+                len = 0;
+            }
+        }
+        i += cl ? (size_t)cl : 1;
+    }
+    free(word);
+    return out->oom ? -1 : 0;
+}
+
 static int encode_fragment(const tokenizer *t, const char *s, size_t n, idvec *out)
 {
+    if (t->kind == TOK_WPM)
+        return wpm_encode(t, s, n, out);
     if (t->kind == TOK_SPM)
         return spm_encode(t, s, n, t->add_space_prefix, out);
     if (!t->nfc)
@@ -1462,7 +1542,7 @@ static void render_token(const tokenizer *t, int32_t id, bool render_special, si
         sink_put(k, s, n); /* added tokens are stored as written */
         return;
     }
-    if (t->kind == TOK_SPM) {
+    if (t->kind != TOK_BPE) { /* SPM's bytes and both's "\u2581" word starts */
         if (type == TT_BYTE && n == 6 && hex_digit(s[3]) >= 0 && hex_digit(s[4]) >= 0) {
             char b = (char)(hex_digit(s[3]) * 16 + hex_digit(s[4]));
             sink_put(k, &b, 1);
@@ -1503,7 +1583,7 @@ int tokenizer_token_bytes(const tokenizer *t, int32_t id, bool render_special, c
 
 static bool strips_prefix(const tokenizer *t)
 {
-    return t->kind == TOK_SPM && t->add_space_prefix;
+    return (t->kind == TOK_SPM && t->add_space_prefix) || t->kind == TOK_WPM;
 }
 
 size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, int n, char *buf, size_t cap)

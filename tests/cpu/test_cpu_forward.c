@@ -501,6 +501,73 @@ static void test_paged_prefix_hit_bit_identical(void **state)
     unload(&L);
 }
 
+/* Decoder embeddings (Qwen3-Embedding's last-token pooling, normalised; Qwen3-Reranker's
+ * yes/no score) against the CPU engine's own hidden states: the final-norm rows that `hidden`
+ * returns are what the LM head reads (its logits are W_out times them), and each pooling is
+ * that arithmetic on them, also with a chat prompt packed into the same step. */
+static void test_decoder_embeddings(void **state)
+{
+    (void)state;
+    tiny_spec s = tiny_spec_default();
+    s.arch = "qwen3";
+    s.head_dim = 16;
+    loaded L = load_engine(&s, 2);
+    const int n = 18, d = L.m->hp.n_embd, V = L.m->hp.n_vocab; /* 7 + 3 x 18 tokens fit the budget of 64 */
+    int32_t toks[18], chat[7];
+    random_tokens(toks, n, V, 11);
+    random_tokens(chat, 7, V, 12);
+    float *hidden = malloc((size_t)n * d * sizeof(float)), *logits = malloc((size_t)n * V * sizeof(float));
+    char err[256];
+    engine_seq hs = {.slot = 0, .tokens = toks, .n_tokens = n, .hidden = hidden, .logits = logits, .logits_all = true};
+    if (engine_step(L.e, &hs, 1, NULL, err, sizeof err) != 0) fail_msg("step: %s", err);
+    const model_tensor *out = &L.m->output;
+    float *row = malloc((size_t)d * sizeof(float));
+    for (int t = 0; t < n; t++) { /* logits = W_out · hidden */
+        for (int v = 0; v < V; v++) {
+            quant_dequantize_row(out->type, (const char *)out->data + (size_t)v * out->row_bytes, row, d);
+            double z = 0;
+            for (int i = 0; i < d; i++) z += (double)row[i] * hidden[(size_t)t * d + i];
+            assert_true(fabs(z - logits[(size_t)t * V + v]) <= 1e-4 * (1 + fabs(z)));
+        }
+    }
+    /* last (normalised), mean and rank beside a chat prompt that samples */
+    float last[64], mean[64], score;
+    assert_true(d <= 64);
+    engine_embed e_last = {.pooling = ENGINE_POOL_LAST, .normalize = true, .out = last};
+    engine_embed e_mean = {.pooling = ENGINE_POOL_MEAN, .out = mean};
+    engine_embed e_rank = {.pooling = ENGINE_POOL_RANK, .rank_ids = {3, 5}, .out = &score};
+    sampling_params sp;
+    sampling_params_default(&sp);
+    engine_seq seqs[4] = {
+        {.slot = 0, .tokens = chat, .n_tokens = 7, .want_token = true, .sp = &sp},
+        {.slot = 1, .tokens = toks, .n_tokens = n, .embed = &e_last},
+        {.slot = 2, .tokens = toks, .n_tokens = n, .embed = &e_mean},
+        {.slot = 3, .tokens = toks, .n_tokens = n, .embed = &e_rank},
+    };
+    engine_result res[4];
+    if (engine_step(L.e, seqs, 4, res, err, sizeof err) != 0) fail_msg("step: %s", err);
+    assert_true(res[0].token >= 0 && res[0].token < V);
+    double norm = 0;
+    for (int i = 0; i < d; i++) norm += (double)hidden[(size_t)(n - 1) * d + i] * hidden[(size_t)(n - 1) * d + i];
+    for (int i = 0; i < d; i++) {
+        double m = 0;
+        for (int t = 0; t < n; t++) m += hidden[(size_t)t * d + i];
+        assert_true(fabs(last[i] - hidden[(size_t)(n - 1) * d + i] / sqrt(norm)) <= 1e-6);
+        assert_true(fabs(mean[i] - m / n) <= 1e-5 * (1 + fabs(m / n)));
+    }
+    double z = (double)logits[(size_t)(n - 1) * V + 3] - logits[(size_t)(n - 1) * V + 5];
+    assert_true(fabs(score - 1.0 / (1.0 + exp(-z))) <= 1e-6);
+    /* an embedding is a whole sequence: one that continues a row is refused, the engine usable */
+    engine_seq bad = {.slot = 1, .tokens = toks, .n_tokens = 2, .pos = 3, .embed = &e_last};
+    assert_int_equal(engine_step(L.e, &bad, 1, NULL, err, sizeof err), ENGINE_EINVAL);
+    assert_non_null(strstr(err, "embedding"));
+    engine_embed e_bad = {.pooling = ENGINE_POOL_RANK, .rank_ids = {3, V}, .out = &score};
+    bad = (engine_seq){.slot = 1, .tokens = toks, .n_tokens = 2, .embed = &e_bad};
+    assert_int_equal(engine_step(L.e, &bad, 1, NULL, err, sizeof err), ENGINE_EINVAL);
+    free(row), free(hidden), free(logits);
+    unload(&L);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -510,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_engine_sampling),
         cmocka_unit_test(test_config_refused),
         cmocka_unit_test(test_paged_prefix_hit_bit_identical),
+        cmocka_unit_test(test_decoder_embeddings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

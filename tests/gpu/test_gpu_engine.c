@@ -14,6 +14,7 @@
  *     concurrent sequences of one as each alone;
  *   - a recipe feature the GPU does not run (gated DeltaNet linear attention) is refused by name.
  * Skips without a device. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -691,6 +692,93 @@ static void test_format_without_kernels_refused(void **state)
     free(image);
 }
 
+/* Embeddings (engine_seq.embed): four sequences of different lengths in one step, each pooling
+ * on both engines; the GPU's pooled vectors within cosine 0.9999 of the CPU's, the rank score
+ * (a sigmoid of a logit difference) within 1e-2.  The GPU's hidden states are the FP32 output
+ * norm of its residual stream: the same math as the CPU's, through FP16 matmul inputs. */
+static double cosine(const float *a, const float *b, size_t n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / sqrt(aa * bb);
+}
+
+static void run_embeddings(engine *e, const int32_t *tokens, const int *lens, const engine_pooling *pool, int ns,
+                           float *out, size_t stride)
+{
+    engine_seq seqs[4];
+    engine_embed em[4];
+    char err[512];
+    for (int i = 0, at = 0; i < ns; at += lens[i], i++) {
+        em[i] = (engine_embed){.pooling = pool[i], .normalize = pool[i] != ENGINE_POOL_NONE, .rank_ids = {3, 5},
+                               .out = out + (size_t)i * stride};
+        seqs[i] = (engine_seq){.slot = i, .tokens = tokens + at, .n_tokens = lens[i], .embed = &em[i]};
+    }
+    if (engine_step(e, seqs, ns, NULL, err, sizeof err)) fail_msg("%s embeddings: %s", engine_name(e), err);
+}
+
+static void test_embeddings_match_cpu(void **state)
+{
+    (void)state;
+    tiny_spec s = tiny_spec_default();
+    s.arch = "qwen3";
+    s.n_vocab = 512, s.n_embd = 256, s.n_layer = 2, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 512, s.n_ctx = 512;
+    s.wtype = GGML_TYPE_Q8_0;
+    void *image;
+    model *m = random_model(s, &image);
+    engine_config cfg = {.n_slots = 4, .ctx_per_slot = 256, .max_batch_tokens = 512};
+    pair p = make_pair(m, &cfg);
+    const int lens[4] = {1, 17, 130, 64};
+    const engine_pooling pool[4] = {ENGINE_POOL_LAST, ENGINE_POOL_MEAN, ENGINE_POOL_NONE, ENGINE_POOL_RANK};
+    int32_t tokens[212];
+    uint64_t seed = 7;
+    for (int i = 0; i < 212; i++) tokens[i] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)s.n_vocab);
+    const size_t stride = (size_t)130 * s.n_embd;
+    float *cpu = calloc(4 * stride, sizeof *cpu), *gpu = calloc(4 * stride, sizeof *gpu);
+    assert_non_null(cpu);
+    assert_non_null(gpu);
+    run_embeddings(p.cpu, tokens, lens, pool, 4, cpu, stride);
+    run_embeddings(p.gpu, tokens, lens, pool, 4, gpu, stride);
+    for (int i = 0; i < 3; i++) {
+        size_t rows = pool[i] == ENGINE_POOL_NONE ? (size_t)lens[i] : 1;
+        for (size_t r = 0; r < rows; r++) {
+            double c = cosine(gpu + i * stride + r * s.n_embd, cpu + i * stride + r * s.n_embd, (size_t)s.n_embd);
+            if (!(c >= 0.9999)) fail_msg("seq %d (%s) row %zu: cosine %.6f < 0.9999", i, engine_pooling_name(pool[i]), r, c);
+        }
+    }
+    float d = fabsf(gpu[3 * stride] - cpu[3 * stride]);
+    if (!(d <= 1e-2f)) fail_msg("rank score: gpu %g cpu %g", (double)gpu[3 * stride], (double)cpu[3 * stride]);
+    free(cpu);
+    free(gpu);
+    free_pair(&p);
+    model_free(m);
+    free(image);
+}
+
+/* The GPU refuses an encoder (bert) by name, before touching a device; auto falls back to the
+ * CPU, which runs it. */
+static void test_encoder_refused(void **state)
+{
+    (void)state;
+    const char *env = getenv("INFERD_SHARED_DIR");
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/reference/bert.gguf", env && *env ? env : INFERD_SHARED_DIR);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) {
+        print_message("skipping: %s\n", err); /* ../shared absent */
+        skip();
+    }
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
+    assert_null(e);
+    if (!strstr(err, "bert") || !strstr(err, "encoder")) fail_msg("refusal: %s", err);
+    e = engine_open(ENGINE_DEVICE_AUTO, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("auto: %s", err);
+    assert_string_equal(engine_name(e), "cpu");
+    engine_free(e);
+    model_free(m);
+}
+
 /* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_moe*"). */
 int main(int argc, char **argv)
 {
@@ -708,10 +796,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_moe_batch_of_32_equals_alone),
         cmocka_unit_test(test_errors_leave_engine_usable),
         cmocka_unit_test(test_recipe_feature_refused),
+        cmocka_unit_test(test_embeddings_match_cpu),
     };
     /* refusals decided before the GPU is touched: run them on every machine */
     const struct CMUnitTest without_device[] = {
         cmocka_unit_test(test_format_without_kernels_refused),
+        cmocka_unit_test(test_encoder_refused),
     };
     int failed = cmocka_run_group_tests_name("without a device", without_device, NULL, NULL);
     if (failed) return failed;

@@ -7,6 +7,7 @@
  * every read is also checked against the sequence's own tokens (kv_mismatch).  It records every batch
  * it receives so the tests can check what the scheduler planned, and it can be paused (to
  * line up submissions deterministically), slowed down, or made to fail on a "poison" token. */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <setjmp.h>
@@ -108,6 +109,7 @@ static int32_t T(const char *piece)
 /* ---- the fake engine ----------------------------------------------------------------- */
 
 #define MAX_SLOTS 8
+#define FAKE_EMBD 4 /* the fake model's hidden width */
 #define MAX_CTX 256
 #define MAX_STATES (2 * MAX_SLOTS)
 #define MAX_BLOCKS 64
@@ -274,6 +276,9 @@ static int fake_step(engine *e, const engine_seq *seqs, int n_seqs, engine_resul
             f->seen[p] = f->kv[q->blocks[p / BLK]][p % BLK];
             if (f->seen[p] != f->hist[q->slot][p]) f->kv_mismatch++;
         }
+        /* hidden states (an embedding's): every dimension of a row holds its token id */
+        for (int j = 0; q->hidden && j < q->n_tokens; j++)
+            for (int d = 0; d < FAKE_EMBD; d++) q->hidden[(size_t)j * FAKE_EMBD + d] = (float)q->tokens[j];
         if (!q->want_token) continue;
         int32_t next = fake_next(f, n);
         results[i] = (engine_result){.token = next, .logprob = -0.25f};
@@ -338,6 +343,7 @@ static void fx_start_hybrid(fixture *fx, int n_slots, int ctx, int max_batch, in
     fake_engine *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->m.hp.n_vocab = N_VOCAB;
+    f->m.hp.n_embd = FAKE_EMBD;
     f->base = (engine){.vt = &fake_vt, .m = &f->m,
                        .cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch},
                        .kv_blocks = kv_blocks, .n_states = n_states, .state_bytes = n_states ? 64 : 0};
@@ -379,6 +385,7 @@ static void fx_stop(fixture *fx)
     assert_int_equal(fx->f->state_mismatch, 0); /* and continued exactly its own state */
     pthread_mutex_destroy(&fx->f->mu);
     pthread_cond_destroy(&fx->f->cv);
+    engine_free(&fx->f->base); /* engine.c's embedding scratch (fake_destroy frees nothing) */
     free(fx->f);
 }
 
@@ -421,6 +428,8 @@ typedef struct client {
     sched_output last;
     int n_tokens;
     int32_t token_ids[256];
+    float emb[FAKE_EMBD]; /* an embedding request's answer */
+    size_t n_emb;
 } client;
 
 static void client_wake(void *ctx)
@@ -465,6 +474,10 @@ static bool client_poll(client *c, sched_req *r)
             c->last = o;
             c->last.text = NULL;
             c->last.tokens = NULL;
+            c->last.embedding = NULL;
+            assert_true(o.n_embedding <= FAKE_EMBD);
+            if (o.n_embedding) memcpy(c->emb, o.embedding, o.n_embedding * sizeof(float));
+            c->n_emb = o.n_embedding;
         }
         sched_output_clear(&o);
         if (done) return true;
@@ -1537,6 +1550,72 @@ static void test_preempted_request_keeps_priority(void **state)
     fx_stop(&fx);
 }
 
+/* Embedding requests are prefill-only: each runs whole in one step, packed beside a running
+ * chat's decodes and another prompt, holds its row for that step only, and gives back its
+ * blocks uncached; its answer (the mean of the fake's hidden rows: the mean token id) comes
+ * with its finish.  One longer than the step budget could never run: SCHED_E_TOO_LONG. */
+static void test_embeddings_are_prefill_only(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 3, 64, 16, 4);
+    req_spec chat = spec(T("a"), 3, 12);
+    client cc, ce[2];
+    sched_req *rc, *re[2];
+    client_init(&cc);
+    assert_int_equal(submit(&fx, &chat, &cc, &rc), SCHED_OK);
+    fx_wait_steps(&fx, 1);
+    engine_embed em = {.pooling = ENGINE_POOL_MEAN};
+    req_spec eq[2] = {spec(T("b"), 5, 1), spec(T("c"), 9, 1)};
+    for (int i = 0; i < 2; i++) {
+        client_init(&ce[i]);
+        sched_params p = {.prompt = eq[i].prompt, .n_prompt = eq[i].n_prompt, .max_tokens = 1, .embed = &em};
+        sampling_params_default(&p.sp);
+        assert_int_equal(sched_submit(fx.s, &p, client_wake, &ce[i], &re[i]), SCHED_OK);
+    }
+    req_spec big = spec(T("d"), 17, 1);
+    sched_params pb = {.prompt = big.prompt, .n_prompt = big.n_prompt, .max_tokens = 1, .embed = &em};
+    sampling_params_default(&pb.sp);
+    sched_req *rb = NULL;
+    assert_int_equal(sched_submit(fx.s, &pb, NULL, NULL, &rb), SCHED_E_TOO_LONG);
+    for (int i = 0; i < 2; i++) {
+        client_wait(&ce[i], re[i]);
+        assert_int_equal(ce[i].finish, SCHED_FINISH_STOP);
+        assert_int_equal(ce[i].n_emb, FAKE_EMBD);
+        double mean = 0;
+        for (int j = 0; j < eq[i].n_prompt; j++) mean += eq[i].prompt[j];
+        mean /= eq[i].n_prompt;
+        for (int d = 0; d < FAKE_EMBD; d++) assert_true(fabs(ce[i].emb[d] - mean) < 1e-4);
+        assert_int_equal(ce[i].len, 0); /* no text */
+        sched_req_release(re[i]);
+    }
+    client_wait(&cc, rc);
+    sched_req_release(rc);
+    const fake_engine *f = fx.f;
+    for (int i = 0; i < 2; i++) { /* one step, whole, wanting no token, beside a's decode */
+        int slot = -1, first = first_step_of(f, eq[i].prompt[0], &slot), seen = 0;
+        assert_true(first >= 0);
+        for (int s = 0; s < f->n_log; s++)
+            for (int j = 0; j < f->log[s].n_seqs; j++) {
+                const logged_seq *q = &f->log[s].seqs[j];
+                if (q->first != eq[i].prompt[0] || q->pos != 0) continue;
+                seen++;
+                assert_int_equal(q->n_tokens, eq[i].n_prompt);
+                assert_false(q->want);
+            }
+        assert_int_equal(seen, 1);
+        assert_true(f->log[first].n_seqs >= 2); /* packed with other work */
+        assert_true(f->clears[slot] >= 1);      /* the row was let go after its step */
+    }
+    sched_stats st;
+    sched_get_stats(fx.s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_true(st.kv_blocks_cached <= 1); /* the chat's, never an embedding's */
+    client_destroy(&cc);
+    for (int i = 0; i < 2; i++) client_destroy(&ce[i]);
+    fx_stop(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1563,6 +1642,7 @@ int main(void)
         cmocka_unit_test(test_hybrid_state_slots_never_leak),
         cmocka_unit_test(test_short_requests_pass_a_head_that_does_not_fit),
         cmocka_unit_test(test_preempted_request_keeps_priority),
+        cmocka_unit_test(test_embeddings_are_prefill_only),
     };
     return cmocka_run_group_tests(tests, build_tokenizer, free_tokenizer);
 }

@@ -8,13 +8,16 @@ usage: http_integration.py CASE      (CASE: api errors auth stream concurrency d
                                        startup vocab logprobs0
                                        framing logs connflood choices tokenize grammar_bench client_gone)
 Exit 0 = pass, 77 = skipped (meson's convention), anything else = failure."""
+import base64
 import http.client
 import json
+import math
 import os
 import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -1378,9 +1381,10 @@ def node_missing(packages):
     return None
 
 
-def node_session(scripts, packages):
+def node_session(scripts, packages, serve_args=None):
     """Run Node client sessions (tests/node/SCRIPT [ARGS]) against one server with an API key.
-    scripts: [(script, args...)]; packages: the npm packages they need (SKIP when absent)."""
+    scripts: [(script, args...)]; packages: the npm packages they need (SKIP when absent);
+    serve_args: the server's flags (default: the chat template below)."""
     why = node_missing(packages)
     if why:
         print(f"SKIP: {why}")
@@ -1388,7 +1392,9 @@ def node_session(scripts, packages):
     # A Hermes-style template with an optional thinking block (tests/node/chat_template.jinja):
     # tool calls (forced ones through the grammar) and reasoning_content run end to end.
     template = os.path.join(NODE_DIR, "chat_template.jinja")
-    with Server(make_model(), "--api-key", "sdk-key", "--chat-template-file", template) as s:
+    if serve_args is None:
+        serve_args = ["--chat-template-file", template]
+    with Server(make_model(), "--api-key", "sdk-key", *serve_args) as s:
         env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key")
         for script, *args in scripts:
             r = subprocess.run(["node", os.path.join(NODE_DIR, script), *args], env=env, capture_output=True,
@@ -1414,6 +1420,13 @@ def case_node_ai():
     """The Vercel AI SDK through its OpenAI-compatible provider (chat completions) and through its
     own OpenAI provider (the Responses API)."""
     return node_session([("vercel_ai.mjs",), ("vercel_ai_responses.mjs",)], ["ai", "@ai-sdk/openai-compatible", "@ai-sdk/openai"])
+
+
+def case_node_embeddings():
+    """/v1/embeddings through the OpenAI SDK (float, base64), the AI SDK (embed, embedMany) and
+    LangChain's OpenAIEmbeddings, on a server with --pooling last (issue 29)."""
+    return node_session([("embeddings.mjs",)], ["openai", "ai", "@ai-sdk/openai-compatible", "@langchain/openai"],
+                        ["--pooling", "last"])
 
 
 def case_node_langchain():
@@ -1708,6 +1721,17 @@ def serve_reference_greedy(s, name):
     check(st == 200 and b["usage"]["completion_tokens"] >= 1, f"{name} chat: {st} {b}")
     print(f"{name}: {len(ref['prompts'])} greedy continuations identical to transformers'")
     return ref
+
+
+def reference_kit(name):
+    """../shared/reference/NAME.gguf and its NAME.json (parsed), or (None, None) with a SKIP line
+    when the kit is absent."""
+    model = os.path.join(SHARED, "reference", f"{name}.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: {model} not present")
+        return None, None
+    with open(os.path.join(SHARED, "reference", f"{name}.json")) as f:
+        return model, json.load(f)
 
 
 def case_moe():
@@ -2471,6 +2495,161 @@ def case_control_text():
         got = prompt_tokens(s.port, inj)
         check(got == rest + len(as_control), f"--special-in-content: {got}, want {rest + len(as_control)}")
         print(f"--special-in-content: {got} prompt tokens = the markers as control tokens")
+
+
+def unit_norm(v):
+    return math.sqrt(sum(x * x for x in v))
+
+
+def case_embeddings():
+    """/v1/embeddings (issue 29) on a text decoder served with --pooling last (Qwen3-Embedding's
+    pooling): every input form (a string, strings, token ids, arrays of them) gives unit vectors
+    of the model's width, the same input the same vector whatever its batch (beside streaming
+    chats on the same server), base64 the same float32 bytes, dimensions a renormalised prefix;
+    usage.prompt_tokens counts the inputs' tokens; bad fields and an input longer than one step
+    are clear 400s.  A model whose file declares a pooling (mkmodel --pooling) refuses
+    completions; a text server without --pooling refuses /v1/embeddings and /v1/rerank."""
+    model = make_model()
+    with Server(model, "--pooling", "last", "--batch-tokens", "64") as s:
+        st, one = post(s.port, "/v1/embeddings", {"input": "hello world", "model": "x"})
+        check(st == 200 and one["object"] == "list" and len(one["data"]) == 1, f"one: {st} {one}")
+        v = one["data"][0]["embedding"]
+        check(len(v) >= 8 and abs(unit_norm(v) - 1) < 1e-5, f"width {len(v)}, norm {unit_norm(v)}")
+        st, tk = post(s.port, "/tokenize", {"content": "hello world", "add_special": True})
+        check(st == 200, f"/tokenize: {st} {tk}")
+        check(one["usage"] == {"prompt_tokens": len(tk["tokens"]), "total_tokens": len(tk["tokens"])},
+              f"usage {one['usage']}, tokens {tk['tokens']}")
+        st, many = post(s.port, "/v1/embeddings", {"input": ["fn main", "hello world", tk["tokens"], [5, 6, 7]]})
+        check(st == 200 and [d["index"] for d in many["data"]] == [0, 1, 2, 3], f"many: {st} {many}")
+        same = [many["data"][1]["embedding"], many["data"][2]["embedding"]]
+        check(all(max(abs(a - b) for a, b in zip(x, v)) < 1e-6 for x in same),
+              "the same input (as text, as its token ids) gave another vector beside other inputs")
+        check(max(abs(a - b) for a, b in zip(many["data"][0]["embedding"], v)) > 1e-3, "different inputs, same vector")
+        st, ids = post(s.port, "/v1/embeddings", {"input": [5, 6, 7]})
+        check(st == 200 and ids["usage"]["prompt_tokens"] == 3, f"token ids: {st} {ids}")
+        st, b64 = post(s.port, "/v1/embeddings", {"input": "hello world", "encoding_format": "base64"})
+        raw = base64.b64decode(b64["data"][0]["embedding"])
+        floats = struct.unpack(f"<{len(raw) // 4}f", raw)
+        check(st == 200 and len(floats) == len(v) and all(abs(a - b) < 1e-7 for a, b in zip(floats, v)),
+              f"base64: {st} {len(floats)} floats")
+        st, cut = post(s.port, "/v1/embeddings", {"input": "hello world", "dimensions": 8})
+        w = cut["data"][0]["embedding"]
+        n8 = unit_norm(v[:8])
+        check(st == 200 and len(w) == 8 and abs(unit_norm(w) - 1) < 1e-5 and
+              all(abs(a - b / n8) < 1e-5 for a, b in zip(w, v[:8])), f"dimensions 8: {st} {w}")
+        for body, param in [({"input": "x", "dimensions": len(v) + 1}, "dimensions"),
+                            ({"input": "x", "dimensions": 0}, "dimensions"),
+                            ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+                            ({"input": []}, "input"), ({"input": ""}, "input"), ({}, "input"),
+                            ({"input": [1.5]}, "input"), ({"input": {"a": 1}}, "input"),
+                            ({"input": ["x"] * 300}, "input"),
+                            ({"input": list(range(5, 75))}, "input")]:  # 70 tokens > --batch-tokens 64
+            st, b = post(s.port, "/v1/embeddings", body)
+            check_error(b, st, 400, param)
+        st, b = post(s.port, "/v1/rerank", {"query": "q", "documents": ["d"]})
+        check_error(b, st, 400, "model", "model_not_supported")
+        # concurrent inputs beside streaming chats (one server, the same batches): the same
+        # vectors as alone, and the chats run to their length
+        results, chats = [None] * 8, [None] * 2
+        def one_req(i):
+            results[i] = post(s.port, "/v1/embeddings", {"input": ["hello world", "fn main"]})
+        def one_chat(i):
+            chats[i] = post(s.port, "/v1/completions", {"prompt": "fn main", "max_tokens": 24, "ignore_eos": True})
+        threads = [threading.Thread(target=one_chat, args=(i,)) for i in range(2)]
+        threads += [threading.Thread(target=one_req, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        for st, b in results:
+            check(st == 200 and max(abs(a - c) for a, c in zip(b["data"][0]["embedding"], v)) < 1e-6,
+                  f"concurrent: {st}")
+        for st, b in chats:
+            check(st == 200 and b["usage"]["completion_tokens"] == 24, f"chat beside embeddings: {st} {b}")
+    with Server(make_model("embed.gguf", "--pooling", "last")) as s:  # an embedding model
+        st, b = post(s.port, "/v1/embeddings", {"input": "hello world"})
+        check(st == 200 and abs(unit_norm(b["data"][0]["embedding"]) - 1) < 1e-5, f"embedding model: {st} {b}")
+        for path, body in [("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                           ("/v1/completions", {"prompt": "hi"}), ("/v1/rerank", {"query": "q", "documents": ["d"]})]:
+            st, b = post(s.port, path, body)
+            check_error(b, st, 400, "model", "model_not_supported")
+    with Server(model) as s:
+        for path, body in [("/v1/embeddings", {"input": "hi"}), ("/v1/rerank", {"query": "q", "documents": ["d"]})]:
+            st, b = post(s.port, path, body)
+            check_error(b, st, 400, "model", "model_not_supported")
+    print(f"embeddings: width {len(v)}, every input form, base64, dimensions, refusals")
+
+
+def case_bert():
+    """A BERT encoder served (issue 29): ../shared/reference/bert.gguf answers /v1/embeddings for
+    each reference prompt (token ids) with transformers' L2-normalised mean pooling (cosine >=
+    0.99999, 1e-4 relative); a text input is WordPiece-tokenized with [CLS] ... [SEP]; completions
+    are refused, and an input past its 128 positions is a 400."""
+    model, ref = reference_kit("bert")
+    if not model:
+        return SKIP
+    with Server(model, "--device", "cpu") as s:
+        st, b = post(s.port, "/v1/embeddings", {"input": [p["ids"] for p in ref["prompts"]]})
+        check(st == 200 and len(b["data"]) == len(ref["prompts"]), f"embeddings: {st} {b}")
+        for p, d in zip(ref["prompts"], b["data"]):
+            want = struct.unpack(f"<{len(base64.b64decode(p['pooled_l2_b64'])) // 4}f", base64.b64decode(p["pooled_l2_b64"]))
+            got = d["embedding"]
+            cos = sum(a * c for a, c in zip(got, want)) / (unit_norm(got) * unit_norm(want))
+            rel = max(abs(a - c) for a, c in zip(got, want)) / max(abs(c) for c in want)
+            check(len(got) == len(want) and cos >= 0.99999 and rel < 1e-4, f"prompt {d['index']}: cos {cos}, rel {rel}")
+        st, tk = post(s.port, "/tokenize", {"content": "hello world", "add_special": True})
+        check(st == 200 and tk["tokens"][0] == 2 and tk["tokens"][-1] == 3, f"/tokenize: {st} {tk}")
+        st, b = post(s.port, "/v1/embeddings", {"input": "hello world"})
+        check(st == 200 and b["usage"]["prompt_tokens"] == len(tk["tokens"]), f"text: {st} {b}")
+        st, b2 = post(s.port, "/v1/embeddings", {"input": tk["tokens"]})
+        check(max(abs(a - c) for a, c in zip(b["data"][0]["embedding"], b2["data"][0]["embedding"])) < 1e-6,
+              "the text and its /tokenize ids embed differently")
+        st, b = post(s.port, "/v1/embeddings", {"input": [5] * 200})
+        check_error(b, st, 400, "input")
+        st, b = post(s.port, "/v1/completions", {"prompt": "hi"})
+        check_error(b, st, 400, "model", "model_not_supported")
+    print(f"bert: {len(ref['prompts'])} reference embeddings, WordPiece text input")
+
+
+def case_rerank():
+    """/v1/rerank and /rerank (issue 29) with --pooling rank on a model whose vocabulary has
+    'yes' and 'no' (the tiny model with a words vocabulary): results sorted by relevance_score
+    in (0, 1), each with its index, top_n and return_documents honoured; the same document
+    scores the same in any request; bad fields are 400s; a model without the two words is
+    refused at start-up with a clear error."""
+    words = os.path.join(TMP, "words.txt")
+    with open(words, "w") as f:
+        f.write("yes no the query document answer web search relevant passage\n" * 4)
+    model = make_model("words.gguf", "--words", words)
+    with Server(model, "--pooling", "rank") as s:
+        docs = ["yes document", {"text": "no answer"}, "web search", "the passage"]
+        st, b = post(s.port, "/v1/rerank", {"query": "the query", "documents": docs})
+        check(st == 200, f"rerank: {st} {b}")
+        res = b["results"]
+        scores = [r["relevance_score"] for r in res]
+        check(sorted(r["index"] for r in res) == [0, 1, 2, 3] and scores == sorted(scores, reverse=True) and
+              all(0 < x < 1 for x in scores), f"results {res}")
+        check("document" not in res[0] and b["usage"]["prompt_tokens"] > 0, f"defaults: {b}")
+        st, top = post(s.port, "/rerank", {"query": "the query", "documents": docs, "top_n": 2,
+                                           "return_documents": True})
+        check(st == 200 and [r["index"] for r in top["results"]] == [r["index"] for r in res[:2]], f"top_n: {top}")
+        for r in top["results"]:
+            d = docs[r["index"]]
+            check(r["document"]["text"] == (d if isinstance(d, str) else d["text"]), f"document {r}")
+            check(abs(r["relevance_score"] - next(x["relevance_score"] for x in res if x["index"] == r["index"])) < 1e-6,
+                  "a document's score changed with its request")
+        for body, param in [({"documents": ["d"]}, "query"), ({"query": "q"}, "documents"),
+                            ({"query": "q", "documents": []}, "documents"), ({"query": "", "documents": ["d"]}, "query"),
+                            ({"query": "q", "documents": [1]}, "documents[0]"),
+                            ({"query": "q", "documents": ["d"], "top_n": 0}, "top_n"),
+                            ({"query": "q", "documents": ["d"], "return_documents": "yes"}, "return_documents")]:
+            st, b = post(s.port, "/v1/rerank", body)
+            check_error(b, st, 400, param)
+        st, b = post(s.port, "/v1/embeddings", {"input": "x"})
+        check_error(b, st, 400, "model", "model_not_supported")
+    r = run_bin("-m", make_model(), "--host", "127.0.0.1", "--port", str(free_port()), "--pooling", "rank", timeout=60)
+    check(r.returncode != 0 and "'yes' and 'no'" in r.stderr, f"no yes/no tokens: rc {r.returncode} {r.stderr[-400:]}")
+    print(f"rerank: {len(res)} documents sorted, top_n, return_documents, refusals")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

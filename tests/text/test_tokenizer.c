@@ -363,6 +363,81 @@ static void test_hf_texts(void **state)
     assert_true(checked > 0);
 }
 
+/* The tokenizer of the GGUF w describes (w is freed); a load error fails the test, naming what. */
+static tokenizer *tokenizer_from_writer(gguf_writer *w, const char *what)
+{
+    void *mem;
+    size_t size;
+    char err[256];
+    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
+    gguf_writer_free(w);
+    gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
+    assert_non_null(f);
+    tokenizer *t = tokenizer_load(f, err, sizeof err);
+    if (!t) fail_msg("%s: %s", what, err);
+    gguf_close(f); /* the tokenizer keeps copies of what it read */
+    free(mem);
+    return t;
+}
+
+/* ---- WordPiece (BERT) -------------------------------------------------------------------- */
+
+/* BERT's vocabulary as llama.cpp's converter writes it: word-initial pieces with "\u2581", the
+ * "##" continuations without it.  Expectations are what transformers' BertTokenizer (lowercase)
+ * gives for the same vocabulary. */
+static void test_wordpiece(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "\u2581hello", "\u2581world",
+                                       "\u2581un", "aff", "able", "\u2581!", "\u2581,", "s", "\u2581the",
+                                       "\u2581\u00e9t\u00e9", "\u2581\u4e2d", "\u2581$"};
+    const int n_toks = (int)(sizeof toks / sizeof toks[0]);
+    int32_t types[sizeof toks / sizeof toks[0]];
+    for (int i = 0; i < n_toks; i++) types[i] = i < 5 ? 3 : 1;
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n_toks);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n_toks);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 3);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 1);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", true);
+    tokenizer *t = tokenizer_from_writer(w, "bert");
+    assert_true(tokenizer_add_bos(t) && tokenizer_add_eos(t));
+    char desc[128];
+    tokenizer_describe(t, desc, sizeof desc);
+    assert_non_null(strstr(desc, "WordPiece"));
+    static const struct {
+        const char *text;
+        int32_t ids[8];
+        int n;
+    } cases[] = {
+        {"Hello, World!", {2, 5, 11, 6, 10}, 5},          /* lowercased, punctuation split off */
+        {"unaffable", {2, 7, 8, 9}, 4},                  /* greedy longest pieces */
+        {"  hellos\tthe\n", {2, 5, 12, 13}, 4},          /* continuation; any whitespace separates */
+        {"xyz hello qhello", {2, 1, 5, 1}, 4},           /* a word not covered whole is one [UNK] */
+        {"hel\x01lo", {2, 5}, 2},                        /* control characters are dropped */
+        {"\u00c9T\u00c9 \u4e2d$", {2, 14, 15, 16}, 4},   /* Latin-1 capitals lowercased; CJK, ASCII symbols alone */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n;
+        int32_t *ids = encode(t, cases[c].text, strlen(cases[c].text), true, true, &n);
+        if (n != cases[c].n || memcmp(ids, cases[c].ids, (size_t)n * sizeof *ids) != 0) {
+            print_error("case %zu '%s': %d ids:", c, cases[c].text, n);
+            for (int i = 0; i < n; i++) print_error(" %d", (int)ids[i]);
+            print_error("\n");
+            fail();
+        }
+        free(ids);
+    }
+    const int32_t words[] = {2, 5, 11, 6, 12, 3};
+    char out[64];
+    tokenizer_decode(t, words, 6, out, sizeof out);
+    assert_string_equal(out, "hello , worlds"); /* as llama.cpp joins WordPiece pieces */
+    tokenizer_free(t);
+}
+
 /* ---- BOS/EOS defaults -------------------------------------------------------------------- */
 
 /* A small BPE vocabulary with BOS/EOS tokens; add_bos < 0 leaves the key out. */
@@ -382,20 +457,7 @@ static tokenizer *bpe_with(const char *pre, int add_bos)
     gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 4);
     if (add_bos >= 0)
         gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
-    void *mem;
-    size_t size;
-    char err[256];
-    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
-    gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
-    assert_non_null(f);
-    tokenizer *t = tokenizer_load(f, err, sizeof err);
-    if (!t)
-        print_error("pre %s: %s\n", pre ? pre : "(none)", err);
-    assert_non_null(t);
-    gguf_close(f);
-    free(mem);
-    gguf_writer_free(w);
-    return t;
+    return tokenizer_from_writer(w, pre ? pre : "(no pre)");
 }
 
 static void test_bos_defaults(void **state)
@@ -998,10 +1060,16 @@ static void test_load_refusals(void **state)
     char err[256];
 
     gguf_writer *w = gguf_writer_new();
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "t5");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
     assert_null(load_mem(w, err, sizeof err));
-    assert_non_null(strstr(err, "'bert' is not supported"));
+    assert_non_null(strstr(err, "'t5' is not supported"));
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "bert"); /* WordPiece: no merges, no scores needed */
+    tokenizer *wp = load_mem(w, err, sizeof err);
+    if (!wp) fail_msg("bert: %s", err);
+    int32_t one[4];
+    assert_int_equal(tokenizer_encode(wp, "ab b", 4, false, false, one, 4), 0 + 2); /* "ab" "b" (no \u2581 forms: [UNK]s) */
+    tokenizer_free(wp);
 
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     assert_null(load_mem(w, err, sizeof err)); /* no merges */
@@ -1094,6 +1162,7 @@ int main(void)
         cmocka_unit_test(test_vocab_vectors_without_gguf),
         cmocka_unit_test(test_hf_texts),
         cmocka_unit_test(test_bos_defaults),
+        cmocka_unit_test(test_wordpiece),
         cmocka_unit_test(test_prompt_bos_once),
         cmocka_unit_test(test_nfc),
         cmocka_unit_test(test_roundtrip),

@@ -52,13 +52,7 @@ const arch_tensor arch_dense_globals[] = {
 #define L(field) offsetof(model_layer, field)
 const arch_tensor arch_dense_layer_tensors[] = {
     {"attn_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_norm), ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH, false, true},
-    {"attn_q.weight", ARCH_DIM_EMBD, ARCH_DIM_Q, ARCH_DIM_NONE, L(wq), 0, false, false},
-    {"attn_k.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, L(wk), 0, false, false},
-    {"attn_v.weight", ARCH_DIM_EMBD, ARCH_DIM_KV, ARCH_DIM_NONE, L(wv), 0, false, false},
-    {"attn_output.weight", ARCH_DIM_Q, ARCH_DIM_EMBD, ARCH_DIM_NONE, L(wo), 0, false, false},
-    {"attn_q.bias", ARCH_DIM_Q, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bq), ARCH_F_QKV_BIAS, false, true},
-    {"attn_k.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bk), ARCH_F_QKV_BIAS, false, true},
-    {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bv), ARCH_F_QKV_BIAS, false, true},
+    ARCH_ATTN_PROJECTIONS,
     {"attn_q_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(q_norm), ARCH_F_QK_NORM, false, true},
     {"attn_k_norm.weight", ARCH_DIM_HEAD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(k_norm), ARCH_F_QK_NORM, false, true},
     {"post_attention_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_post_norm), ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH, false, true},

@@ -113,7 +113,8 @@ static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const m
 #define CPU_FEATURES                                                                               \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING |  \
      ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU |                \
-     ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK)
+     ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_O_BIAS | ARCH_F_ATTN_SINKS | ARCH_F_FFN_BIAS |    \
+     ARCH_F_ACT_SWIGLU_CLAMP | ARCH_F_ROUTER_TOPK_SOFTMAX)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -130,8 +131,9 @@ static void head_rmsnorm(float *vec, int n_head, int head_dim, const model_tenso
 }
 
 /* Causal softmax attention, full or over the layer's sliding window (model_layer.window):
- * xb2 = wo · attend(rope(q), rope(k), v) with q, k, v = w{q,k,v}·xb (+ bias; heads of q and k
- * normed first when the recipe says so), RoPE with the layer's base and scaling. */
+ * xb2 = wo · attend(rope(q), rope(k), v) (+ output bias) with q, k, v = w{q,k,v}·xb (+ bias;
+ * heads of q and k normed first when the recipe says so), RoPE with the layer's base and
+ * scaling (and the model's YaRN), each head's sink logit in its softmax when it has one. */
 static void attention_softmax(cpu_engine *e, int il, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
@@ -139,7 +141,9 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
     const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS, qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
     const int hd = hp->head_dim;
     const cpu_rope rope = {.head_dim = hd, .neox = hp->rope_neox, .base = ly->rope_base, .scale = ly->rope_scale,
-                           .freq_div = e->base.m->rope_freqs.data};
+                           .freq_div = e->base.m->rope_freqs.data, .yarn_factor = hp->yarn_factor,
+                           .yarn_low = hp->yarn_low, .yarn_high = hp->yarn_high,
+                           .yarn_attn_factor = hp->yarn_attn_factor};
     matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
     matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
     matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
@@ -165,42 +169,71 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
         .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .window = ly->window, .score_div = sqrtf(hp->attn_scalar),
+        .sinks = ly->recipe.attn_extras & ARCH_ATTN_SINKS ? ly->attn_sinks.data : NULL,
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
     };
     cpu_attention_run(e->pool, &at);
-    matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
+    matmul(e, e->xb2, e->xb, n_tok, &ly->wo, ly->recipe.attn_extras & ARCH_ATTN_O_BIAS ? &ly->bo : NULL);
 }
 
+/* A GLU's weights: gate and up [n_embd -> n_ff], down [n_ff -> n_embd], their biases (NULL:
+ * none) and the activation. */
+typedef struct glu_weights {
+    model_tensor gate, up, down;
+    const float *gate_b, *up_b, *down_b;
+    int n_ff;
+    arch_act act;
+} glu_weights;
+
 /* out = down · (act(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
- * them): SwiGLU or GeGLU as the layer's recipe says. */
-static void glu_ffn(cpu_engine *e, float *out, const float *x, int n, const model_tensor *gate,
-                    const model_tensor *up, const model_tensor *down, int n_ff, arch_act act)
+ * them): SwiGLU, GeGLU or the clamped SwiGLU as the layer's recipe says. */
+static void glu_ffn(cpu_engine *e, float *out, const float *x, int n, const glu_weights *g)
 {
-    matmul(e, e->hb, x, n, gate, NULL);
-    matmul(e, e->hb2, x, n, up, NULL);
-    if (act == ARCH_ACT_GELU_TANH) cpu_geglu(e->hb, e->hb2, n * n_ff);
-    else cpu_swiglu(e->hb, e->hb2, n * n_ff);
-    matmul(e, out, e->hb, n, down, NULL);
+    cpu_matmul gate = {.out = e->hb, .x = x, .n_tok = n, .w = &g->gate, .bias = g->gate_b},
+               up = {.out = e->hb2, .x = x, .n_tok = n, .w = &g->up, .bias = g->up_b};
+    cpu_matmul_run(e->pool, &gate);
+    cpu_matmul_run(e->pool, &up);
+    if (g->act == ARCH_ACT_GELU_TANH) cpu_geglu(e->hb, e->hb2, n * g->n_ff);
+    else if (g->act == ARCH_ACT_SWIGLU_CLAMP) cpu_swiglu_clamp(e->hb, e->hb2, n * g->n_ff);
+    else cpu_swiglu(e->hb, e->hb2, n * g->n_ff);
+    cpu_matmul down = {.out = out, .x = e->hb, .n_tok = n, .w = &g->down, .bias = g->down_b};
+    cpu_matmul_run(e->pool, &down);
 }
 
 /* Gated feed-forward: xb2 = w_down · (act(w_gate·xb) * w_up·xb). */
 static void ffn_glu(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
-    glu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, e->base.m->hp.n_ff, ly->recipe.act);
+    const glu_weights g = {.gate = ly->w_gate, .up = ly->w_up, .down = ly->w_down, .n_ff = e->base.m->hp.n_ff,
+                           .act = ly->recipe.act};
+    glu_ffn(e, e->xb2, e->xb, n_tok, &g);
+}
+
+/* Row `expert` of a [width, n_expert] bias, or NULL when the layer has no expert biases. */
+static const float *expert_bias(const model_layer *ly, const model_tensor *b, int expert)
+{
+    if (!(ly->recipe.ffn_extras & ARCH_FFN_BIAS)) return NULL;
+    return (const float *)b->data + (size_t)expert * (size_t)b->ne0;
 }
 
 /* One expert's GLU over the tokens gathered for it: group_y for the n rows of group_x. */
 static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
 {
-    const model_tensor gate = model_tensor_slice(&ly->ffn_gate_exps, expert),
-                       up = model_tensor_slice(&ly->ffn_up_exps, expert),
-                       down = model_tensor_slice(&ly->ffn_down_exps, expert);
-    glu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, e->base.m->hp.n_ff_exp, ly->recipe.act);
+    const glu_weights g = {
+        .gate = model_tensor_slice(&ly->ffn_gate_exps, expert),
+        .up = model_tensor_slice(&ly->ffn_up_exps, expert),
+        .down = model_tensor_slice(&ly->ffn_down_exps, expert),
+        .gate_b = expert_bias(ly, &ly->ffn_gate_exps_b, expert),
+        .up_b = expert_bias(ly, &ly->ffn_up_exps_b, expert),
+        .down_b = expert_bias(ly, &ly->ffn_down_exps_b, expert),
+        .n_ff = e->base.m->hp.n_ff_exp,
+        .act = ly->recipe.act,
+    };
+    glu_ffn(e, e->group_y, e->group_x, n, &g);
 }
 
 /* Mixture of experts: xb2 = sum over the k experts the router picks for each token of
- * weight * expert_glu(xb).  Tokens are grouped by expert, so each expert's weights are read
+ * weight * expert_glu(xb), the router (+ its bias) as the recipe names it.  Tokens are grouped by expert, so each expert's weights are read
  * once per step for all the tokens routed to it, and an expert nobody picked is not read at
  * all.  A token's sum runs over its experts in id order, whatever else is in the batch. */
 static void ffn_moe(cpu_engine *e, int il, int n_tok)
@@ -208,10 +241,15 @@ static void ffn_moe(cpu_engine *e, int il, int n_tok)
     const model_hparams *hp = &e->base.m->hp;
     const model_layer *ly = &e->base.m->layers[il];
     const int dim = hp->n_embd, k = hp->n_expert_used;
-    matmul(e, e->router, e->xb, n_tok, &ly->ffn_gate_inp, NULL);
-    for (int t = 0; t < n_tok; t++) /* ARCH_ROUTER_SOFTMAX_TOPK, the one router run here */
-        cpu_moe_route(e->router + (size_t)t * hp->n_expert, hp->n_expert, k, e->moe_ids + (size_t)t * k,
-                      e->moe_weights + (size_t)t * k);
+    matmul(e, e->router, e->xb, n_tok, &ly->ffn_gate_inp,
+           ly->recipe.ffn_extras & ARCH_FFN_BIAS ? &ly->ffn_gate_inp_b : NULL);
+    for (int t = 0; t < n_tok; t++) {
+        float *logits = e->router + (size_t)t * hp->n_expert;
+        int32_t *ids = e->moe_ids + (size_t)t * k;
+        float *weights = e->moe_weights + (size_t)t * k;
+        if (ly->recipe.router == ARCH_ROUTER_TOPK_SOFTMAX) cpu_moe_route_topk_softmax(logits, hp->n_expert, k, ids, weights);
+        else cpu_moe_route(logits, hp->n_expert, k, ids, weights);
+    }
     memset(e->xb2, 0, (size_t)n_tok * dim * sizeof(float));
     for (int x = 0; x < hp->n_expert; x++) {
         int n = 0;

@@ -15,8 +15,9 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_QWEN3] = &arch_qwen3,
     [MODEL_ARCH_QWEN3MOE] = &arch_qwen3moe,
     [MODEL_ARCH_GEMMA3] = &arch_gemma3,
+    [MODEL_ARCH_GPTOSS] = &arch_gptoss,
 };
-static int n_registered = MODEL_ARCH_GEMMA3 + 1;
+static int n_registered = MODEL_ARCH_GPTOSS + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {
@@ -54,9 +55,10 @@ void arch_names(char *buf, size_t len)
 bool arch_layer_valid(const arch_layer *l)
 {
     return (unsigned)l->norm <= ARCH_NORM_SANDWICH && (unsigned)l->attn <= ARCH_ATTN_LINEAR &&
-           (unsigned)l->ffn <= ARCH_FFN_MOE && (unsigned)l->act <= ARCH_ACT_GELU_TANH &&
-           (unsigned)l->router <= ARCH_ROUTER_SOFTMAX_TOPK &&
-           (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM)) == 0;
+           (unsigned)l->ffn <= ARCH_FFN_MOE && (unsigned)l->act <= ARCH_ACT_SWIGLU_CLAMP &&
+           (unsigned)l->router <= ARCH_ROUTER_TOPK_SOFTMAX &&
+           (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM | ARCH_ATTN_O_BIAS | ARCH_ATTN_SINKS)) == 0 &&
+           (l->ffn_extras & ~(unsigned)ARCH_FFN_BIAS) == 0 && (!l->ffn_extras || l->ffn == ARCH_FFN_MOE);
 }
 
 arch_features arch_layer_features(const arch_layer *l)
@@ -67,17 +69,24 @@ arch_features arch_layer_features(const arch_layer *l)
                                          [ARCH_ATTN_SLIDING] = ARCH_F_ATTN_SLIDING,
                                          [ARCH_ATTN_LINEAR] = ARCH_F_ATTN_LINEAR};
     static const arch_features ffn[] = {[ARCH_FFN_GLU] = ARCH_F_FFN_GLU, [ARCH_FFN_MOE] = ARCH_F_FFN_MOE};
-    static const arch_features act[] = {[ARCH_ACT_SILU] = ARCH_F_ACT_SILU, [ARCH_ACT_GELU_TANH] = ARCH_F_ACT_GELU_TANH};
+    static const arch_features act[] = {[ARCH_ACT_SILU] = ARCH_F_ACT_SILU, [ARCH_ACT_GELU_TANH] = ARCH_F_ACT_GELU_TANH,
+                                        [ARCH_ACT_SWIGLU_CLAMP] = ARCH_F_ACT_SWIGLU_CLAMP};
+    static const arch_features router[] = {[ARCH_ROUTER_SOFTMAX_TOPK] = ARCH_F_ROUTER_SOFTMAX_TOPK,
+                                           [ARCH_ROUTER_TOPK_SOFTMAX] = ARCH_F_ROUTER_TOPK_SOFTMAX};
     arch_features f = norm[l->norm] | attn[l->attn] | ffn[l->ffn] | act[l->act];
     if (l->attn_extras & ARCH_ATTN_QKV_BIAS) f |= ARCH_F_QKV_BIAS;
     if (l->attn_extras & ARCH_ATTN_QK_NORM) f |= ARCH_F_QK_NORM;
-    if (l->ffn == ARCH_FFN_MOE) f |= ARCH_F_ROUTER_SOFTMAX_TOPK; /* the one router kind so far */
+    if (l->attn_extras & ARCH_ATTN_O_BIAS) f |= ARCH_F_O_BIAS;
+    if (l->attn_extras & ARCH_ATTN_SINKS) f |= ARCH_F_ATTN_SINKS;
+    if (l->ffn_extras & ARCH_FFN_BIAS) f |= ARCH_F_FFN_BIAS;
+    if (l->ffn == ARCH_FFN_MOE) f |= router[l->router];
     return f;
 }
 
 static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
     "pre-norm", "post-norm", "sandwich-norm", "full attention", "sliding-window attention", "linear-recurrent attention",
-    "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh", "softmax top-k router",
+    "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh", "softmax top-k router", "output bias",
+    "attention sinks", "expert biases", "clamped swiglu", "top-k softmax router",
 };
 
 const char *arch_feature_name(arch_features bit)
@@ -92,10 +101,12 @@ void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
     static const char *const norm[] = {"pre-norm", "post-norm", "sandwich-norm"};
     static const char *const attn[] = {"full attention", "sliding-window attention", "linear-recurrent attention"};
     static const char *const ffn[] = {"GLU", "MoE"};
-    static const char *const act[] = {"silu", "gelu-tanh"};
-    static const char *const router[] = {" (softmax top-k router, renormalised)"};
-    snprintf(buf, len, "%s, %s%s%s, %s %s%s", norm[l->norm], attn[l->attn],
+    static const char *const act[] = {"silu", "gelu-tanh", "clamped swiglu"};
+    static const char *const router[] = {" (softmax top-k router, renormalised)", " (top-k router, softmax over the k)"};
+    snprintf(buf, len, "%s, %s%s%s%s%s, %s %s%s%s", norm[l->norm], attn[l->attn],
              l->attn_extras & ARCH_ATTN_QKV_BIAS ? " + qkv bias" : "",
-             l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "", ffn[l->ffn], act[l->act],
-             l->ffn == ARCH_FFN_MOE ? router[l->router] : "");
+             l->attn_extras & ARCH_ATTN_O_BIAS ? " + output bias" : "",
+             l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "",
+             l->attn_extras & ARCH_ATTN_SINKS ? " + sinks" : "", ffn[l->ffn], act[l->act],
+             l->ffn == ARCH_FFN_MOE ? router[l->router] : "", l->ffn_extras & ARCH_FFN_BIAS ? " + biases" : "");
 }

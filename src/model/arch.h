@@ -33,7 +33,16 @@ typedef enum arch_attn {
 enum {
     ARCH_ATTN_QKV_BIAS = 1u << 0, /* attn_{q,k,v}.bias added after the projections (qwen2) */
     ARCH_ATTN_QK_NORM = 1u << 1,  /* each head of q and k RMS-normed before RoPE (qwen3) */
-    /* room: output bias, partial RoPE, attention sinks, output gate */
+    ARCH_ATTN_O_BIAS = 1u << 2,   /* attn_output.bias added after the output projection (gpt-oss) */
+    ARCH_ATTN_SINKS = 1u << 3,    /* attn_sinks: a learned logit per head joins each softmax's
+                                   * denominator (takes probability mass, adds no value: gpt-oss) */
+    /* room: partial RoPE, output gate */
+};
+
+/* Extras of a feed-forward block (bits). */
+enum {
+    ARCH_FFN_BIAS = 1u << 0, /* MoE: a bias on the router (ffn_gate_inp.bias) and on each expert's
+                              * gate, up and down projections (ffn_*_exps.bias: gpt-oss) */
 };
 
 typedef enum arch_ffn {
@@ -44,13 +53,17 @@ typedef enum arch_ffn {
 /* How a MoE block chooses its experts and weighs them (ignored by a GLU block). */
 typedef enum arch_router {
     ARCH_ROUTER_SOFTMAX_TOPK = 0, /* softmax over all experts, top-k, renormalised (Qwen3-MoE) */
-    /* room: top-k then softmax over the chosen (gpt-oss), sigmoid + bias (DeepSeek-V3, GLM) */
+    ARCH_ROUTER_TOPK_SOFTMAX = 1, /* top-k of the logits, softmax over those k (gpt-oss) */
+    /* room: sigmoid + bias (DeepSeek-V3, GLM) */
 } arch_router;
 
 typedef enum arch_act {
     ARCH_ACT_SILU = 0,      /* SwiGLU */
     ARCH_ACT_GELU_TANH = 1, /* GeGLU (Gemma): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), the
                              * exact formula (transformers' gelu_pytorch_tanh), no table */
+    ARCH_ACT_SWIGLU_CLAMP = 2, /* gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7),
+                                * (u + 1) * g * sigmoid(1.702 g); the constants are the model's
+                                * (swiglu_limit, alpha) and not in the GGUF */
 } arch_act;
 
 /* One layer's recipe. */
@@ -59,6 +72,7 @@ typedef struct arch_layer {
     arch_attn attn;
     unsigned attn_extras; /* ARCH_ATTN_* bits */
     arch_ffn ffn;
+    unsigned ffn_extras; /* ARCH_FFN_BIAS */
     arch_act act;
     arch_router router; /* MoE only */
 } arch_layer;
@@ -80,7 +94,12 @@ enum {
     ARCH_F_ACT_SILU = 1u << 10,
     ARCH_F_ACT_GELU_TANH = 1u << 11,
     ARCH_F_ROUTER_SOFTMAX_TOPK = 1u << 12, /* MoE layers only */
-    ARCH_F_COUNT_ = 13,
+    ARCH_F_O_BIAS = 1u << 13,
+    ARCH_F_ATTN_SINKS = 1u << 14,
+    ARCH_F_FFN_BIAS = 1u << 15,
+    ARCH_F_ACT_SWIGLU_CLAMP = 1u << 16,
+    ARCH_F_ROUTER_TOPK_SOFTMAX = 1u << 17,
+    ARCH_F_COUNT_ = 18,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -98,6 +117,7 @@ typedef enum arch_dim {
     ARCH_DIM_VOCAB,    /* n_vocab (the rows of token_embd) */
     ARCH_DIM_FF_EXP,   /* n_ff_exp: one expert's hidden width */
     ARCH_DIM_EXPERT,   /* n_expert: the slices of a 3-D expert tensor, the router's outputs */
+    ARCH_DIM_HEADS,    /* n_head (attention sinks: one logit per head) */
 } arch_dim;
 
 /* A tensor: name ("blk.N." is prepended for a layer tensor), shape, where it is bound (a byte
@@ -137,6 +157,15 @@ typedef enum arch_swa_rope {
     ARCH_SWA_ROPE_LOCAL = 1, /* its own base (rope.freq_base_swa), no position scaling (Gemma 3) */
 } arch_swa_rope;
 
+/* Whether a family's files may use YaRN RoPE scaling (rope.scaling.type "yarn"), and how its
+ * correction range is taken.  A family without it refuses such a file at load. */
+typedef enum arch_yarn {
+    ARCH_YARN_NONE = 0,
+    ARCH_YARN_UNROUNDED = 1, /* the range from beta_fast/beta_slow used as computed, not floored
+                              * and ceiled (transformers' truncate=false: gpt-oss; ggml always
+                              * rounds it) */
+} arch_yarn;
+
 struct model_hparams;
 
 #define ARCH_PATTERN_MAX 8
@@ -156,6 +185,7 @@ typedef struct arch_desc {
     int pattern_len;
     /* Family facts outside the layer recipe (zero: the llama line's). */
     arch_swa_rope swa_rope;
+    arch_yarn yarn;
     bool embed_scale; /* token embeddings times sqrt(n_embd) (Gemma) */
     /* query_pre_attn_scalar when the file does not say it (scores are divided by its square
      * root); NULL: head_dim. */
@@ -163,7 +193,7 @@ typedef struct arch_desc {
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
-extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3;
+extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gptoss;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -184,6 +214,7 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
     MODEL_ARCH_QWEN3MOE = 3, /* qwen3's attention, MoE feed-forward */
     MODEL_ARCH_GEMMA3 = 4,   /* 5 sliding : 1 full, sandwich norms, GeGLU, softcapped logits */
+    MODEL_ARCH_GPTOSS = 5,   /* sliding/full, attention sinks, YaRN, biased MoE, clamped SwiGLU */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

@@ -3,8 +3,10 @@
  * transformers' float64 logits (README.md there): every stored prompt position after one
  * prefill step, and the 16 greedy tokens by teacher-forced decode, one token per step.
  *
- * Files: qwen3moe (F32 and F16) and gemma3 (sliding windows of 8 under 17-70-token prompts,
- * GeGLU, soft-capped logits, the two RoPE bases).
+ * Files: qwen3moe (F32 and F16), gemma3 (sliding windows of 8 under 17-70-token prompts,
+ * GeGLU, soft-capped logits, the two RoPE bases) and gpt-oss (F32, and its experts in MXFP4
+ * holding the same numbers: attention sinks, sliding/full layers, YaRN with the unrounded
+ * range, q/k/v/o biases, the biased top-k-softmax router, expert biases, clamped SwiGLU).
  *
  * Tolerances.  F32 files: 5e-5 relative (a row's max |diff| over its max |reference|), the
  * bound the kit's README calls safe for an F32 implementation; llama.cpp lands at 8.5e-7 on
@@ -55,6 +57,8 @@ static const ref_case CASES[] = {
     {"qwen3moe.gguf", "qwen3moe.json", {5e-5, 5e-5, 1.0}},
     {"qwen3moe-f16.gguf", "qwen3moe.json", {2e-1, 1e-2, 0.9}},
     {"gemma3.gguf", "gemma3.json", {5e-5, 5e-5, 1.0}},
+    {"gpt-oss.gguf", "gpt-oss.json", {5e-5, 5e-5, 1.0}},
+    {"gpt-oss-mxfp4.gguf", "gpt-oss.json", {5e-5, 5e-5, 1.0}}, /* MXFP4 experts holding the F32 numbers */
 };
 
 typedef struct fixture {
@@ -232,6 +236,8 @@ static int setup(void **state, const ref_case *c)
 static int setup_f32(void **state) { return setup(state, &CASES[0]); }
 static int setup_f16(void **state) { return setup(state, &CASES[1]); }
 static int setup_gemma3(void **state) { return setup(state, &CASES[2]); }
+static int setup_gptoss(void **state) { return setup(state, &CASES[3]); }
+static int setup_gptoss_mxfp4(void **state) { return setup(state, &CASES[4]); }
 
 
 static int teardown(void **state)
@@ -465,6 +471,72 @@ static void test_moe_route(void **state)
     assert_float_equal(w[0], 1.0f, 0.0f); /* one expert takes the whole token */
 }
 
+/* gpt-oss's router: the k largest logits (ties: the lower id), softmax over those k only. */
+static void test_moe_route_topk_softmax(void **state)
+{
+    (void)state;
+    int32_t ids[3];
+    float w[3];
+    const float logits[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+    cpu_moe_route_topk_softmax(logits, 5, 3, ids, w);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 3);
+    assert_int_equal(ids[2], 4);
+    const double z = 2 * exp(2.0) + exp(1.0); /* the other experts take no share */
+    assert_float_equal(w[0], exp(2.0) / z, 1e-6);
+    assert_float_equal(w[1], exp(2.0) / z, 1e-6);
+    assert_float_equal(w[2], exp(1.0) / z, 1e-6);
+    cpu_moe_route_topk_softmax(logits, 5, 1, ids, w);
+    assert_int_equal(ids[0], 1);
+    assert_float_equal(w[0], 1.0f, 0.0f);
+}
+
+/* gpt-oss's clamped SwiGLU: (clamp(up, -7, 7) + 1) * g * sigmoid(1.702 g), g = min(gate, 7). */
+static void test_swiglu_clamp(void **state)
+{
+    (void)state;
+    float gate[4] = {1.0f, 9.0f, -2.0f, 0.0f};
+    const float up[4] = {0.5f, 10.0f, -8.0f, 3.0f};
+    cpu_swiglu_clamp(gate, up, 4);
+    const double g[4] = {1.0, 7.0, -2.0, 0.0}, u[4] = {0.5, 7.0, -7.0, 3.0};
+    for (int i = 0; i < 4; i++)
+        assert_float_equal(gate[i], (u[i] + 1) * g[i] / (1 + exp(-1.702 * g[i])), 1e-5);
+}
+
+/* The gpt-oss file's recipe as the loader leaves it: even layers sliding (window 8), odd
+ * full; YaRN's range unrounded (README: 2.02..4.35 for head_dim 16, where ggml's rounding
+ * would give 2..5) and its attention factor; sinks, biases and the expert biases bound; and a
+ * backend without sinks and the biased router (the GPU's today) refuses it by name. */
+static void test_gptoss_recipe(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    const model *m = f->m;
+    assert_string_equal(m->desc->name, "gpt-oss");
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *ly = &m->layers[il];
+        assert_int_equal(ly->recipe.attn, il % 2 ? ARCH_ATTN_FULL : ARCH_ATTN_SLIDING);
+        assert_int_equal(ly->window, il % 2 ? 0 : 8);
+        assert_int_equal(ly->attn_sinks.ne0, m->hp.n_head);
+        assert_int_equal(ly->ffn_down_exps_b.ne0, m->hp.n_embd);
+        assert_int_equal(ly->ffn_down_exps_b.ne1, m->hp.n_expert);
+        assert_non_null(ly->bo.data);
+        assert_non_null(ly->ffn_gate_inp_b.data);
+    }
+    assert_float_equal(m->hp.yarn_factor, 32.0f, 0.0f);
+    assert_float_equal(m->hp.yarn_low, 2.0232, 1e-3);
+    assert_float_equal(m->hp.yarn_high, 4.3495, 1e-3);
+    assert_float_equal(m->hp.yarn_attn_factor, 0.1 * log(32.0) + 1.0, 1e-6);
+    char err[256];
+    const arch_features gpu_like = ~(arch_features)(ARCH_F_ATTN_SINKS | ARCH_F_O_BIAS | ARCH_F_FFN_MOE |
+                                                    ARCH_F_FFN_BIAS | ARCH_F_ACT_SWIGLU_CLAMP |
+                                                    ARCH_F_ROUTER_TOPK_SOFTMAX);
+    assert_int_equal(model_check_features(m, gpu_like, "cuda", err, sizeof err), -1);
+    assert_string_equal(err, "the cuda backend does not implement MoE (layer 0 of gpt-oss)");
+    assert_int_equal(model_check_features(m, gpu_like | ARCH_F_FFN_MOE, "cuda", err, sizeof err), -1);
+    assert_string_equal(err, "the cuda backend does not implement output bias (layer 0 of gpt-oss)");
+}
+
 /* The well-formed file loads, runs on the CPU, and a backend without MoE (the GPU's today)
  * refuses it by name rather than running something else. */
 static void test_moe_backend_features(void **state)
@@ -564,10 +636,19 @@ int main(void)
     int failed = cmocka_run_group_tests_name("qwen3moe F32", f32, setup_f32, teardown);
     failed += cmocka_run_group_tests_name("qwen3moe F16", f32, setup_f16, teardown);
     failed += cmocka_run_group_tests_name("gemma3 F32", f32, setup_gemma3, teardown);
+    const struct CMUnitTest gptoss[] = {
+        cmocka_unit_test(test_gptoss_recipe),
+        cmocka_unit_test(test_prefill_logits),
+        cmocka_unit_test(test_greedy_decode),
+    };
+    failed += cmocka_run_group_tests_name("gpt-oss F32", gptoss, setup_gptoss, teardown);
+    failed += cmocka_run_group_tests_name("gpt-oss MXFP4 experts", gptoss, setup_gptoss_mxfp4, teardown);
     const struct CMUnitTest quantised[] = {cmocka_unit_test(test_quantised_experts)};
     failed += cmocka_run_group_tests_name("qwen3moe quantised experts", quantised, setup_f32, teardown);
     const struct CMUnitTest files[] = {
         cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_moe_route_topk_softmax),
+        cmocka_unit_test(test_swiglu_clamp),
         cmocka_unit_test(test_malformed_moe_refused),
         cmocka_unit_test(test_moe_backend_features),
     };

@@ -537,6 +537,91 @@ static void test_gptoss_recipe(void **state)
     assert_string_equal(err, "the cuda backend does not implement output bias (layer 0 of gpt-oss)");
 }
 
+/* The gpt-oss file written again with its scalar keys (one string key replaced when `key` is
+ * set) and its tensors, less the one named `drop` and with the one named `shrink` one row
+ * short, loaded as a model: NULL and the error when the loader refuses it. */
+typedef struct gptoss_edit {
+    const char *key, *value; /* a string key's new value */
+    const char *drop, *shrink;
+} gptoss_edit;
+
+static model *edited_gptoss(const model *src, gptoss_edit ed, void **image, char *err, size_t errlen)
+{
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(src->gguf); i++) {
+        const char *key = gguf_kv_key(src->gguf, i);
+        int64_t iv;
+        double fv;
+        size_t len;
+        const char *sv;
+        if (ed.key && strcmp(key, ed.key) == 0) gguf_writer_set_str(w, key, ed.value);
+        else if (gguf_kv_type(src->gguf, i) == GGUF_VT_FLOAT32 && gguf_kv_f64(src->gguf, i, &fv))
+            gguf_writer_set_f32(w, key, (float)fv);
+        else if ((sv = gguf_kv_str(src->gguf, i, &len)) != NULL) {
+            char *copy = strndup(sv, len);
+            gguf_writer_set_str(w, key, copy);
+            free(copy);
+        } else if (gguf_kv_type(src->gguf, i) != GGUF_VT_ARRAY && gguf_kv_i64(src->gguf, i, &iv))
+            gguf_writer_set_u32(w, key, (uint32_t)iv);
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(src->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(src->gguf, i);
+        if (ed.drop && strcmp(t->name, ed.drop) == 0) continue;
+        int64_t ne[GGUF_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof ne);
+        size_t bytes = t->nbytes;
+        if (ed.shrink && strcmp(t->name, ed.shrink) == 0) {
+            bytes -= bytes / (size_t)ne[t->n_dims - 1];
+            ne[t->n_dims - 1]--;
+        }
+        gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, bytes, true);
+    }
+    size_t size = 0;
+    int rc = gguf_writer_write_mem(w, image, &size);
+    gguf_writer_free(w);
+    assert_int_equal(rc, 0);
+    gguf_file *g = gguf_open_memory(*image, size, err, errlen);
+    return g ? model_from_gguf(g, err, errlen) : NULL;
+}
+
+static void expect_gptoss_refused(const model *src, gptoss_edit ed, const char *want)
+{
+    char err[512] = "";
+    void *image = NULL;
+    model *m = edited_gptoss(src, ed, &image, err, sizeof err);
+    bool loaded = m != NULL;
+    model_free(m);
+    free(image);
+    if (loaded) fail_msg("loaded, expected \"%s\"", want);
+    if (strcmp(err, want) != 0) fail_msg("\"%s\", expected \"%s\"", err, want);
+}
+
+/* A gpt-oss file missing its sinks or an expert bias, with an expert bias or MXFP4 expert
+ * tensor of the wrong shape, or with a RoPE scaling it does not declare, is refused at load
+ * naming the tensor or key; the unedited copy loads (the edits are what is refused). */
+static void test_gptoss_malformed(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    char err[512];
+    void *image = NULL;
+    model *same = edited_gptoss(f->m, (gptoss_edit){0}, &image, err, sizeof err);
+    if (!same) fail_msg("the unedited copy: %s", err);
+    model_free(same);
+    free(image);
+    expect_gptoss_refused(f->m, (gptoss_edit){.drop = "blk.2.attn_sinks.weight"},
+                          "missing tensor 'blk.2.attn_sinks.weight'");
+    expect_gptoss_refused(f->m, (gptoss_edit){.drop = "blk.1.ffn_up_exps.bias"},
+                          "missing tensor 'blk.1.ffn_up_exps.bias'");
+    expect_gptoss_refused(f->m, (gptoss_edit){.shrink = "blk.0.ffn_down_exps.bias"},
+                          "tensor 'blk.0.ffn_down_exps.bias': expected shape [64, 8], found [64, 7]");
+    expect_gptoss_refused(f->m, (gptoss_edit){.shrink = "blk.3.ffn_gate_exps.weight"},
+                          "tensor 'blk.3.ffn_gate_exps.weight': expected shape [64, 64, 8] (the last: experts), "
+                          "found [64, 64, 7]");
+    expect_gptoss_refused(f->m, (gptoss_edit){.key = "gpt-oss.rope.scaling.type", .value = "longrope"},
+                          "key 'gpt-oss.rope.scaling.type' = 'longrope' is not supported (none, linear, yarn)");
+}
+
 /* The well-formed file loads, runs on the CPU, and a backend without MoE (the GPU's today)
  * refuses it by name rather than running something else. */
 static void test_moe_backend_features(void **state)
@@ -638,6 +723,7 @@ int main(void)
     failed += cmocka_run_group_tests_name("gemma3 F32", f32, setup_gemma3, teardown);
     const struct CMUnitTest gptoss[] = {
         cmocka_unit_test(test_gptoss_recipe),
+        cmocka_unit_test(test_gptoss_malformed),
         cmocka_unit_test(test_prefill_logits),
         cmocka_unit_test(test_greedy_decode),
     };

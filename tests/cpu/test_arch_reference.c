@@ -157,6 +157,18 @@ static void check_tally(const tally *t, const tolerance *tol, const char *what)
 
 /* ---- fixture ----------------------------------------------------------------------------- */
 
+/* The file w describes, written to memory (*image, freed by the caller after the model) and
+ * loaded: the model, or NULL and the loader's error.  Frees w. */
+static model *written_model(gguf_writer *w, void **image, char *err, size_t errlen)
+{
+    size_t size = 0;
+    int rc = gguf_writer_write_mem(w, image, &size);
+    gguf_writer_free(w);
+    assert_int_equal(rc, 0);
+    gguf_file *g = gguf_open_memory(*image, size, err, errlen);
+    return g ? model_from_gguf(g, err, errlen) : NULL;
+}
+
 /* src (an F32 qwen3moe) written again with its ffn_*_exps quantised to `type`, stored as
  * such or (as_f32) dequantised back to F32, as a model over *image. */
 static model *requantise_experts(const model *src, ggml_type type, bool as_f32, void **image, char *err,
@@ -197,12 +209,7 @@ static model *requantise_experts(const model *src, ggml_type type, bool as_f32, 
         else gguf_writer_add_tensor(w, t->name, type, t->n_dims, t->ne, q, row_bytes * (size_t)rows, false);
         free(q), free(back);
     }
-    size_t size = 0;
-    int rc = gguf_writer_write_mem(w, image, &size);
-    gguf_writer_free(w);
-    assert_int_equal(rc, 0);
-    gguf_file *g = gguf_open_memory(*image, size, err, errlen);
-    return g ? model_from_gguf(g, err, errlen) : NULL;
+    return written_model(w, image, err, errlen);
 }
 
 static int setup(void **state, const ref_case *c)
@@ -576,12 +583,7 @@ static model *edited_gptoss(const model *src, gptoss_edit ed, void **image, char
         }
         gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, bytes, true);
     }
-    size_t size = 0;
-    int rc = gguf_writer_write_mem(w, image, &size);
-    gguf_writer_free(w);
-    assert_int_equal(rc, 0);
-    gguf_file *g = gguf_open_memory(*image, size, err, errlen);
-    return g ? model_from_gguf(g, err, errlen) : NULL;
+    return written_model(w, image, err, errlen);
 }
 
 static void expect_gptoss_refused(const model *src, gptoss_edit ed, const char *want)

@@ -175,7 +175,8 @@ static void embed_tokens(cpu_engine *e, int n_tok)
      ARCH_F_ACT_GELU_TANH | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_V_NORM | ARCH_F_FFN_GLU_MOE |              \
      ARCH_F_ROUTER_SCALED | ARCH_F_ATTN_LINEAR | ARCH_F_ATTN_OUT_GATE | ARCH_F_ROPE_PARTIAL |              \
      ARCH_F_SHARED_EXPERT | ARCH_F_NORM_POST_LN | ARCH_F_ATTN_OUT_BIAS | ARCH_F_ATTN_BIDIR | ARCH_F_FFN_MLP | \
-     ARCH_F_ACT_GELU_ERF)
+     ARCH_F_ACT_GELU_ERF | ARCH_F_ATTN_SINKS | ARCH_F_FFN_BIAS | ARCH_F_ACT_SWIGLU_CLAMP |                \
+     ARCH_F_ROUTER_TOPK_SOFTMAX)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -240,9 +241,10 @@ static void store_kv(cpu_engine *e, int il, int n_tok, const cpu_rope *rope)
 }
 
 /* Causal softmax attention, full or over the layer's sliding window (model_layer.window):
- * xb2 = wo · attend(rope(q), K, V) with q = wq·xb (+ bias; its heads normed first when the
- * recipe says so), RoPE with the layer's base, scaling and factors, over the K/V of this layer
- * or, in a KV-shared layer, of its kv_source (which computed them earlier in this step). */
+ * xb2 = wo · attend(rope(q), K, V) (+ output bias) with q = wq·xb (+ bias; its heads normed
+ * first when the recipe says so), RoPE with the layer's base, scaling and factors (and the
+ * model's YaRN), over the K/V of this layer or, in a KV-shared layer, of its kv_source (which
+ * computed them earlier in this step); each head's sink logit in its softmax when it has one. */
 static void attention_softmax(cpu_engine *e, int il, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
@@ -252,7 +254,9 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
     const int hd = ly->head_dim, q_w = hp->n_head * hd;
     const int n_rot = ly->recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL ? hp->n_rot : hd;
     const cpu_rope rope = {.head_dim = hd, .n_rot = n_rot, .neox = hp->rope_neox, .base = ly->rope_base,
-                           .scale = ly->rope_scale, .freq_div = ly->rope_freqs};
+                           .scale = ly->rope_scale, .freq_div = ly->rope_freqs, .yarn_factor = hp->yarn_factor,
+                           .yarn_low = hp->yarn_low, .yarn_high = hp->yarn_high,
+                           .yarn_attn_factor = hp->yarn_attn_factor};
     if (gated) {
         matmul(e, e->qg, e->xb, n_tok, &ly->wq, NULL);
         split_query_gate(e, n_tok);
@@ -273,6 +277,7 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
         .table_width = e->table_width, .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
         .n_head = hp->n_head, .n_head_kv = ly->n_head_kv, .head_dim = hd,
         .window = ly->window, .score_div = sqrtf(hp->attn_scalar),
+        .sinks = extras & ARCH_ATTN_SINKS ? ly->attn_sinks.data : NULL,
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
         .n_keys = extras & ARCH_ATTN_BIDIR ? e->tok_keys : NULL,
     };
@@ -374,23 +379,44 @@ static void attention_linear(cpu_engine *e, int il, int n_tok)
     matmul(e, e->xb2, e->xb, n_tok, &ly->ssm_out, NULL);
 }
 
+/* A GLU's weights: gate and up [n_embd -> n_ff], down [n_ff -> n_embd], their biases (NULL:
+ * none) and the activation. */
+typedef struct glu_weights {
+    model_tensor gate, up, down;
+    const float *gate_b, *up_b, *down_b;
+    int n_ff;
+    arch_act act;
+} glu_weights;
+
 /* out = down · (act(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
- * them): SwiGLU or GeGLU as the layer's recipe says. */
-static void glu_ffn(cpu_engine *e, float *out, const float *x, int n, const model_tensor *gate,
-                    const model_tensor *up, const model_tensor *down, int n_ff, arch_act act)
+ * them): SwiGLU, GeGLU or the clamped SwiGLU as the layer's recipe says. */
+static void glu_ffn(cpu_engine *e, float *out, const float *x, int n, const glu_weights *g)
 {
-    matmul(e, e->hb, x, n, gate, NULL);
-    matmul(e, e->hb2, x, n, up, NULL);
-    if (act == ARCH_ACT_GELU_TANH) cpu_geglu(e->hb, e->hb2, n * n_ff);
-    else cpu_swiglu(e->hb, e->hb2, n * n_ff);
-    matmul(e, out, e->hb, n, down, NULL);
+    cpu_matmul gate = {.out = e->hb, .x = x, .n_tok = n, .w = &g->gate, .bias = g->gate_b},
+               up = {.out = e->hb2, .x = x, .n_tok = n, .w = &g->up, .bias = g->up_b};
+    cpu_matmul_run(e->pool, &gate);
+    cpu_matmul_run(e->pool, &up);
+    if (g->act == ARCH_ACT_GELU_TANH) cpu_geglu(e->hb, e->hb2, n * g->n_ff);
+    else if (g->act == ARCH_ACT_SWIGLU_CLAMP) cpu_swiglu_clamp(e->hb, e->hb2, n * g->n_ff);
+    else cpu_swiglu(e->hb, e->hb2, n * g->n_ff);
+    cpu_matmul down = {.out = out, .x = e->hb, .n_tok = n, .w = &g->down, .bias = g->down_b};
+    cpu_matmul_run(e->pool, &down);
 }
 
 /* Gated feed-forward: xb2 = w_down · (act(w_gate·xb) * w_up·xb). */
 static void ffn_glu(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
-    glu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, ly->n_ff, ly->recipe.act);
+    const glu_weights g = {.gate = ly->w_gate, .up = ly->w_up, .down = ly->w_down, .n_ff = ly->n_ff,
+                           .act = ly->recipe.act};
+    glu_ffn(e, e->xb2, e->xb, n_tok, &g);
+}
+
+/* Row `expert` of a [width, n_expert] bias, or NULL when the layer has no expert biases. */
+static const float *expert_bias(const model_layer *ly, const model_tensor *b, int expert)
+{
+    if (!(ly->recipe.ffn_extras & ARCH_FFN_BIAS)) return NULL;
+    return (const float *)b->data + (size_t)expert * (size_t)b->ne0;
 }
 
 /* One expert's GLU over the tokens gathered for it: group_y for the n rows of group_x.  Its
@@ -407,8 +433,14 @@ static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
         gate = model_tensor_slice(&ly->ffn_gate_exps, expert);
         up = model_tensor_slice(&ly->ffn_up_exps, expert);
     }
-    const model_tensor down = model_tensor_slice(&ly->ffn_down_exps, expert);
-    glu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, n_ff, ly->recipe.act);
+    const glu_weights g = {
+        .gate = gate, .up = up, .down = model_tensor_slice(&ly->ffn_down_exps, expert),
+        .gate_b = expert_bias(ly, &ly->ffn_gate_exps_b, expert),
+        .up_b = expert_bias(ly, &ly->ffn_up_exps_b, expert),
+        .down_b = expert_bias(ly, &ly->ffn_down_exps_b, expert),
+        .n_ff = n_ff, .act = ly->recipe.act,
+    };
+    glu_ffn(e, e->group_y, e->group_x, n, &g);
 }
 
 /* The shared expert every token runs beside its routed ones: xb2 += sigmoid(gate_inp_shexp·xb)
@@ -417,8 +449,9 @@ static void shared_expert(cpu_engine *e, const model_layer *ly, int n_tok)
 {
     const int dim = e->base.m->hp.n_embd;
     matmul(e, e->shexp_gate, e->xb, n_tok, &ly->ffn_gate_inp_shexp, NULL);
-    glu_ffn(e, e->group_y, e->xb, n_tok, &ly->ffn_gate_shexp, &ly->ffn_up_shexp, &ly->ffn_down_shexp,
-            e->base.m->hp.n_ff_shexp, ARCH_ACT_SILU);
+    const glu_weights g = {.gate = ly->ffn_gate_shexp, .up = ly->ffn_up_shexp, .down = ly->ffn_down_shexp,
+                           .n_ff = e->base.m->hp.n_ff_shexp, .act = ARCH_ACT_SILU};
+    glu_ffn(e, e->group_y, e->xb, n_tok, &g);
     for (int t = 0; t < n_tok; t++) {
         const float g = 1.0f / (1.0f + expf(-e->shexp_gate[t]));
         float *out = e->xb2 + (size_t)t * dim;
@@ -457,17 +490,19 @@ static void moe_sum(cpu_engine *e, const model_layer *ly, const float *in, float
     }
 }
 
-/* Each token's experts and weights from the router's logits of `in` (ARCH_ROUTER_SOFTMAX_TOPK;
- * ARCH_ROUTER_SCALED's input scaling is done by the caller, its expert scales here). */
+/* Each token's experts and weights from the router's logits of `in` (+ its bias): softmax then
+ * top-k (ARCH_ROUTER_SOFTMAX_TOPK; ARCH_ROUTER_SCALED's input scaling is done by the caller,
+ * its expert scales here) or top-k then softmax (ARCH_ROUTER_TOPK_SOFTMAX). */
 static void moe_route(cpu_engine *e, const model_layer *ly, const float *in, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const int k = hp->n_expert_used;
-    matmul(e, e->router, in, n_tok, &ly->ffn_gate_inp, NULL);
+    matmul(e, e->router, in, n_tok, &ly->ffn_gate_inp, ly->recipe.ffn_extras & ARCH_FFN_BIAS ? &ly->ffn_gate_inp_b : NULL);
     for (int t = 0; t < n_tok; t++) {
         int32_t *ids = e->moe_ids + (size_t)t * k;
-        float *w = e->moe_weights + (size_t)t * k;
-        cpu_moe_route(e->router + (size_t)t * hp->n_expert, hp->n_expert, k, ids, w);
+        float *w = e->moe_weights + (size_t)t * k, *logits = e->router + (size_t)t * hp->n_expert;
+        if (ly->recipe.router == ARCH_ROUTER_TOPK_SOFTMAX) cpu_moe_route_topk_softmax(logits, hp->n_expert, k, ids, w);
+        else cpu_moe_route(logits, hp->n_expert, k, ids, w);
         if (ly->expert_scale.data)
             for (int j = 0; j < k; j++) w[j] *= ((const float *)ly->expert_scale.data)[ids[j]];
     }

@@ -46,22 +46,34 @@ void cpu_softmax(float *x, int n)
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
+/* The k largest of n values (ties: the lower index) into ids[0..k), largest first. */
+static void top_k(const float *v, int n, int k, int32_t *ids)
+{
+    for (int j = 0; j < k; j++) { /* k is small (2..8): k passes beat a sort */
+        int best = -1;
+        for (int x = 0; x < n; x++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= ids[i] == x;
+            if (!taken && (best < 0 || v[x] > v[best])) best = x;
+        }
+        ids[j] = best;
+    }
+}
+
 void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weights)
 {
     cpu_softmax(logits, n_expert);
+    top_k(logits, n_expert, k, ids);
     float sum = 0.0f;
-    for (int j = 0; j < k; j++) { /* k is small (2..8): k passes beat a sort */
-        int best = -1;
-        for (int x = 0; x < n_expert; x++) {
-            bool taken = false;
-            for (int i = 0; i < j; i++) taken |= ids[i] == x;
-            if (!taken && (best < 0 || logits[x] > logits[best])) best = x;
-        }
-        ids[j] = best;
-        weights[j] = logits[best];
-        sum += logits[best];
-    }
+    for (int j = 0; j < k; j++) sum += weights[j] = logits[ids[j]];
     for (int j = 0; j < k; j++) weights[j] /= sum;
+}
+
+void cpu_moe_route_topk_softmax(const float *logits, int n_expert, int k, int32_t *ids, float *weights)
+{
+    top_k(logits, n_expert, k, ids);
+    for (int j = 0; j < k; j++) weights[j] = logits[ids[j]];
+    cpu_softmax(weights, k);
 }
 
 void cpu_swiglu(float *x, const float *y, int n)
@@ -84,6 +96,15 @@ void cpu_geglu(float *x, const float *y, int n)
 void cpu_gelu(float *x, int n)
 {
     for (int i = 0; i < n; i++) x[i] = gelu_tanh(x[i]);
+}
+
+void cpu_swiglu_clamp(float *x, const float *y, int n)
+{
+    const float limit = 7.0f, alpha = 1.702f; /* gpt-oss's swiglu_limit and alpha */
+    for (int i = 0; i < n; i++) {
+        float g = fminf(x[i], limit), u = fminf(fmaxf(y[i], -limit), limit);
+        x[i] = (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
+    }
 }
 
 void cpu_softcap(float *x, int n, float cap)
@@ -121,10 +142,15 @@ void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
 {
     const int rot = r->n_rot ? r->n_rot : r->head_dim, half = rot / 2;
     const float p = (float)pos / r->scale;
+    const float mscale = r->yarn_factor > 0 ? r->yarn_attn_factor : 1.0f;
     for (int i = 0; i < half; i++) {
         float freq = 1.0f / powf(r->base, (float)(2 * i) / (float)rot);
+        if (r->yarn_factor > 0) {
+            float ramp = fminf(fmaxf(((float)i - r->yarn_low) / (r->yarn_high - r->yarn_low), 0.0f), 1.0f);
+            freq = freq / r->yarn_factor * ramp + freq * (1.0f - ramp);
+        }
         if (r->freq_div) freq /= r->freq_div[i];
-        float angle = p * freq, c = cosf(angle), s = sinf(angle);
+        float angle = p * freq, c = cosf(angle) * mscale, s = sinf(angle) * mscale;
         /* Element pair that this frequency turns: adjacent (llama) or half a head apart. */
         int a = r->neox ? i : 2 * i, b = r->neox ? i + half : 2 * i + 1;
         for (int h = 0; h < n_head; h++) {
@@ -141,6 +167,21 @@ static size_t kv_row(const cpu_attention *at, const int32_t *table, int j)
 {
     return (size_t)table[j / ENGINE_KV_BLOCK] * (size_t)at->block_stride +
            (size_t)(j % ENGINE_KV_BLOCK) * (size_t)at->row_stride;
+}
+
+/* Softmax of x[0..n) with one more logit, `sink`, in the denominator: the sink takes its
+ * share of the probability and adds no value. */
+static void softmax_with_sink(float *x, int n, float sink)
+{
+    float max = sink;
+    for (int i = 0; i < n; i++)
+        if (x[i] > max) max = x[i];
+    float sum = expf(sink - max);
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
 static void attention_items(void *ctx, int begin, int end, int thread)
@@ -163,7 +204,8 @@ static void attention_items(void *ctx, int begin, int end, int thread)
             for (int i = 0; i < hd; i++) score += q[i] * k[i];
             att[j] = score / at->score_div;
         }
-        cpu_softmax(att, n_pos);
+        if (at->sinks) softmax_with_sink(att, n_pos, at->sinks[h]);
+        else cpu_softmax(att, n_pos);
         float *out = at->out + (size_t)t * q_dim + (size_t)h * hd;
         for (int i = 0; i < hd; i++) out[i] = 0.0f;
         for (int j = 0; j < n_pos; j++) {

@@ -30,6 +30,10 @@ void cpu_softmax(float *x, int n);
  * renormalised to sum to 1 in weights[0..k). */
 void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weights);
 
+/* ARCH_ROUTER_TOPK_SOFTMAX for one token: the k largest router logits (ties: the lower id) in
+ * ids[0..k), the softmax over those k alone in weights[0..k). */
+void cpu_moe_route_topk_softmax(const float *logits, int n_expert, int k, int32_t *ids, float *weights);
+
 /* x = silu(x) * y elementwise (SwiGLU's gate). */
 void cpu_swiglu(float *x, const float *y, int n);
 
@@ -39,6 +43,10 @@ void cpu_geglu(float *x, const float *y, int n);
 
 /* x = gelu_tanh(x) elementwise (Gemma 4's per-layer embedding gate). */
 void cpu_gelu(float *x, int n);
+
+/* ARCH_ACT_SWIGLU_CLAMP: x = (clamp(y, -7, 7) + 1) * g * sigmoid(1.702 g) with g = min(x, 7),
+ * elementwise (gpt-oss's expert activation; x the gate, y the up projection). */
+void cpu_swiglu_clamp(float *x, const float *y, int n);
 
 /* x = cap * tanh(x / cap) elementwise (Gemma's final logit soft-cap). */
 void cpu_softcap(float *x, int n, float cap);
@@ -57,8 +65,10 @@ void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm);
 
 /* Rotary position embedding of one token's heads (n_head * head_dim floats), in place, over
  * the first n_rot dimensions of each head (partial RoPE; the rest pass unchanged).  Pair i
- * (i < n_rot/2) turns by pos / scale * base^(-2i/n_rot) / freq_div[i]; pairs are (2i, 2i+1)
- * normally and (i, i + n_rot/2) in the NeoX layout. */
+ * (i < n_rot/2) turns by pos / scale * f_i / freq_div[i], f_i = base^(-2i/n_rot); pairs are
+ * (2i, 2i+1) normally and (i, i + n_rot/2) in the NeoX layout.  With YaRN (yarn_factor > 0) f_i
+ * becomes f_i * (1 - r) + f_i / yarn_factor * r, r = clamp((i - low) / (high - low), 0, 1), and
+ * cos/sin are times yarn_attn_factor (model_hparams). */
 typedef struct cpu_rope {
     int head_dim;
     int n_rot; /* 0: head_dim */
@@ -66,6 +76,7 @@ typedef struct cpu_rope {
     float base;
     float scale;          /* linear position scaling, 1 = none */
     const float *freq_div; /* head_dim/2 divisors (rope_freqs) or NULL */
+    float yarn_factor, yarn_low, yarn_high, yarn_attn_factor; /* yarn_factor 0: no YaRN */
 } cpu_rope;
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos);
 
@@ -128,6 +139,7 @@ typedef struct cpu_attention {
     int n_head, n_head_kv, head_dim;
     int window;        /* 0: every earlier position; else the last `window` */
     float score_div;   /* scores are q.k / score_div (sqrt(head_dim), or of query_pre_attn_scalar) */
+    const float *sinks; /* [n_head] logits that join each softmax's denominator, or NULL */
     float *scores;    /* n_threads * scores_stride floats of scratch */
     int scores_stride; /* >= the largest pos + 1 (the largest n_keys) */
     /* NULL: causal.  Else token t attends to positions 0..n_keys[t]-1, the whole sequence

@@ -20,8 +20,9 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_QWEN35MOE] = &arch_qwen35moe,
     [MODEL_ARCH_QWEN3NEXT] = &arch_qwen3next,
     [MODEL_ARCH_BERT] = &arch_bert,
+    [MODEL_ARCH_GPTOSS] = &arch_gptoss,
 };
-static int n_registered = MODEL_ARCH_BERT + 1;
+static int n_registered = MODEL_ARCH_GPTOSS + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {
@@ -59,12 +60,13 @@ void arch_names(char *buf, size_t len)
 bool arch_layer_valid(const arch_layer *l)
 {
     return (unsigned)l->norm <= ARCH_NORM_POST_LN && (unsigned)l->attn <= ARCH_ATTN_LINEAR &&
-           (unsigned)l->ffn <= ARCH_FFN_MLP && (unsigned)l->act <= ARCH_ACT_GELU_ERF &&
-           (unsigned)l->router <= ARCH_ROUTER_SCALED &&
+           (unsigned)l->ffn <= ARCH_FFN_MLP && (unsigned)l->act <= ARCH_ACT_SWIGLU_CLAMP &&
+           (unsigned)l->router <= ARCH_ROUTER_TOPK_SOFTMAX &&
            (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM | ARCH_ATTN_V_NORM |
                                          ARCH_ATTN_OUT_GATE | ARCH_ATTN_ROPE_PARTIAL | ARCH_ATTN_OUT_BIAS |
-                                         ARCH_ATTN_BIDIR)) == 0 &&
-           (l->ffn_extras & ~(unsigned)ARCH_FFN_SHARED_EXPERT) == 0;
+                                         ARCH_ATTN_BIDIR | ARCH_ATTN_SINKS)) == 0 &&
+           (l->ffn_extras & ~(unsigned)(ARCH_FFN_SHARED_EXPERT | ARCH_FFN_BIAS)) == 0 &&
+           (!(l->ffn_extras & ARCH_FFN_BIAS) || l->ffn == ARCH_FFN_MOE);
 }
 
 arch_features arch_layer_features(const arch_layer *l)
@@ -78,9 +80,11 @@ arch_features arch_layer_features(const arch_layer *l)
     static const arch_features ffn[] = {[ARCH_FFN_GLU] = ARCH_F_FFN_GLU, [ARCH_FFN_MOE] = ARCH_F_FFN_MOE,
                                         [ARCH_FFN_GLU_MOE] = ARCH_F_FFN_GLU_MOE, [ARCH_FFN_MLP] = ARCH_F_FFN_MLP};
     static const arch_features router[] = {[ARCH_ROUTER_SOFTMAX_TOPK] = ARCH_F_ROUTER_SOFTMAX_TOPK,
-                                           [ARCH_ROUTER_SCALED] = ARCH_F_ROUTER_SCALED};
+                                           [ARCH_ROUTER_SCALED] = ARCH_F_ROUTER_SCALED,
+                                           [ARCH_ROUTER_TOPK_SOFTMAX] = ARCH_F_ROUTER_TOPK_SOFTMAX};
     static const arch_features act[] = {[ARCH_ACT_SILU] = ARCH_F_ACT_SILU, [ARCH_ACT_GELU_TANH] = ARCH_F_ACT_GELU_TANH,
-                                        [ARCH_ACT_GELU_ERF] = ARCH_F_ACT_GELU_ERF};
+                                        [ARCH_ACT_GELU_ERF] = ARCH_F_ACT_GELU_ERF,
+                                        [ARCH_ACT_SWIGLU_CLAMP] = ARCH_F_ACT_SWIGLU_CLAMP};
     arch_features f = norm[l->norm] | attn[l->attn] | ffn[l->ffn] | act[l->act];
     if (l->attn_extras & ARCH_ATTN_QKV_BIAS) f |= ARCH_F_QKV_BIAS;
     if (l->attn_extras & ARCH_ATTN_QK_NORM) f |= ARCH_F_QK_NORM;
@@ -89,8 +93,10 @@ arch_features arch_layer_features(const arch_layer *l)
     if (l->attn_extras & ARCH_ATTN_ROPE_PARTIAL) f |= ARCH_F_ROPE_PARTIAL;
     if (l->attn_extras & ARCH_ATTN_OUT_BIAS) f |= ARCH_F_ATTN_OUT_BIAS;
     if (l->attn_extras & ARCH_ATTN_BIDIR) f |= ARCH_F_ATTN_BIDIR;
+    if (l->attn_extras & ARCH_ATTN_SINKS) f |= ARCH_F_ATTN_SINKS;
     if (l->ffn == ARCH_FFN_MOE || l->ffn == ARCH_FFN_GLU_MOE) f |= router[l->router];
     if (l->ffn_extras & ARCH_FFN_SHARED_EXPERT) f |= ARCH_F_SHARED_EXPERT;
+    if (l->ffn_extras & ARCH_FFN_BIAS) f |= ARCH_F_FFN_BIAS;
     return f;
 }
 
@@ -99,6 +105,7 @@ static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
     "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh", "softmax top-k router", "v norm",
     "GLU beside MoE", "scaled softmax top-k router", "attention output gate", "partial RoPE", "shared expert",
     "post-LN (LayerNorm after the add)", "attention output bias", "bidirectional attention", "MLP", "gelu-erf",
+    "attention sinks", "expert biases", "clamped swiglu", "top-k softmax router",
 };
 
 const char *arch_feature_name(arch_features bit)
@@ -113,17 +120,20 @@ void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
     static const char *const norm[] = {"pre-norm", "post-norm", "sandwich-norm", "post-LN"};
     static const char *const attn[] = {"full attention", "sliding-window attention", "gated DeltaNet"};
     static const char *const ffn[] = {"GLU", "MoE", "GLU beside MoE", "MLP"};
-    static const char *const act[] = {"silu", "gelu-tanh", "gelu-erf"};
+    static const char *const act[] = {"silu", "gelu-tanh", "gelu-erf", "clamped swiglu"};
     static const char *const router[] = {" (softmax top-k router, renormalised)",
-                                         " (scaled softmax top-k router, renormalised, expert scales)"};
-    snprintf(buf, len, "%s, %s%s%s%s%s%s%s%s, %s %s%s%s", norm[l->norm],
+                                         " (scaled softmax top-k router, renormalised, expert scales)",
+                                         " (top-k router, softmax over the k)"};
+    snprintf(buf, len, "%s, %s%s%s%s%s%s%s%s%s, %s %s%s%s%s", norm[l->norm],
              l->attn_extras & ARCH_ATTN_BIDIR ? "bidirectional " : "", attn[l->attn],
              l->attn_extras & ARCH_ATTN_QKV_BIAS ? " + qkv bias" : "",
              l->attn_extras & ARCH_ATTN_OUT_BIAS ? " + output bias" : "",
              l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "",
              l->attn_extras & ARCH_ATTN_V_NORM ? " + v norm" : "",
              l->attn_extras & ARCH_ATTN_OUT_GATE ? " + output gate" : "",
-             l->attn_extras & ARCH_ATTN_ROPE_PARTIAL ? " + partial RoPE" : "", ffn[l->ffn], act[l->act],
+             l->attn_extras & ARCH_ATTN_ROPE_PARTIAL ? " + partial RoPE" : "",
+             l->attn_extras & ARCH_ATTN_SINKS ? " + sinks" : "", ffn[l->ffn], act[l->act],
              l->ffn == ARCH_FFN_MOE || l->ffn == ARCH_FFN_GLU_MOE ? router[l->router] : "",
-             l->ffn_extras & ARCH_FFN_SHARED_EXPERT ? " + sigmoid-gated shared expert" : "");
+             l->ffn_extras & ARCH_FFN_SHARED_EXPERT ? " + sigmoid-gated shared expert" : "",
+             l->ffn_extras & ARCH_FFN_BIAS ? " + biases" : "");
 }

@@ -39,9 +39,11 @@ enum {
     ARCH_ATTN_V_NORM = 1u << 2,   /* each head of v RMS-normed, no weight (Gemma 4) */
     ARCH_ATTN_OUT_GATE = 1u << 3, /* attn_q gives [query | gate] per head; out *= sigmoid(gate) */
     ARCH_ATTN_ROPE_PARTIAL = 1u << 4, /* RoPE turns the first rope.dimension_count of a head */
-    ARCH_ATTN_OUT_BIAS = 1u << 5, /* attn_output.bias (bert) */
+    ARCH_ATTN_OUT_BIAS = 1u << 5, /* attn_output.bias added after the output projection (bert,
+                                   * gpt-oss) */
     ARCH_ATTN_BIDIR = 1u << 6,    /* every token attends to the whole sequence (encoders) */
-    /* room: attention sinks */
+    ARCH_ATTN_SINKS = 1u << 7,    /* attn_sinks: a learned logit per head joins each softmax's
+                                   * denominator (takes probability mass, adds no value: gpt-oss) */
 };
 
 typedef enum arch_ffn {
@@ -58,12 +60,15 @@ typedef enum arch_router {
     ARCH_ROUTER_SOFTMAX_TOPK = 0, /* softmax over all experts, top-k, renormalised (Qwen3-MoE) */
     ARCH_ROUTER_SCALED = 1,       /* Gemma 4: the same over logits of rmsnorm(x) / sqrt(n_embd) *
                                    * ffn_gate_inp.scale, each weight times its expert's scale */
-    /* room: top-k then softmax over the chosen (gpt-oss), sigmoid + bias (DeepSeek-V3, GLM) */
+    ARCH_ROUTER_TOPK_SOFTMAX = 2, /* top-k of the logits, softmax over those k (gpt-oss) */
+    /* room: sigmoid + bias (DeepSeek-V3, GLM) */
 } arch_router;
 
 /* Extras of a feed-forward block (bits). */
 enum {
     ARCH_FFN_SHARED_EXPERT = 1u << 0, /* MoE: + sigmoid(gate_inp_shexp·x) * the shared expert's GLU */
+    ARCH_FFN_BIAS = 1u << 1, /* MoE: a bias on the router (ffn_gate_inp.bias) and on each expert's
+                              * gate, up and down projections (ffn_*_exps.bias: gpt-oss) */
 };
 
 typedef enum arch_act {
@@ -71,6 +76,9 @@ typedef enum arch_act {
     ARCH_ACT_GELU_TANH = 1, /* GeGLU (Gemma): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), the
                              * exact formula (transformers' gelu_pytorch_tanh), no table */
     ARCH_ACT_GELU_ERF = 2,  /* the exact GELU, x * Phi(x) (bert) */
+    ARCH_ACT_SWIGLU_CLAMP = 3, /* gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7),
+                                * (u + 1) * g * sigmoid(1.702 g); the constants are the model's
+                                * (swiglu_limit, alpha) and not in the GGUF */
 } arch_act;
 
 /* One layer's recipe. */
@@ -112,7 +120,11 @@ enum {
     ARCH_F_ATTN_BIDIR = 1u << 21,
     ARCH_F_FFN_MLP = 1u << 22,
     ARCH_F_ACT_GELU_ERF = 1u << 23,
-    ARCH_F_COUNT_ = 24,
+    ARCH_F_ATTN_SINKS = 1u << 24,
+    ARCH_F_FFN_BIAS = 1u << 25,
+    ARCH_F_ACT_SWIGLU_CLAMP = 1u << 26,
+    ARCH_F_ROUTER_TOPK_SOFTMAX = 1u << 27,
+    ARCH_F_COUNT_ = 28,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -145,6 +157,7 @@ typedef enum arch_dim {
     ARCH_DIM_SSM_VHEAD, /* inner_size / time_step_rank: one v head's width */
     ARCH_DIM_CTX,      /* n_ctx_train: the rows of an absolute position table */
     ARCH_DIM_TOKEN_TYPES, /* n_token_types: the rows of bert's token-type table */
+    ARCH_DIM_HEADS,    /* n_head (attention sinks: one logit per head) */
 } arch_dim;
 /* In a layer tensor, Q, KV, HEAD, HALF_HEAD and FF are the layer's own (model_layer: head_dim,
  * n_head_kv, n_ff), which differ between layers in Gemma 4. */
@@ -194,6 +207,14 @@ typedef enum arch_swa_rope {
  * them per k head: h mod k_heads (tiled: the converter reorders Qwen3.5's v heads so) or h / r
  * (grouped: Qwen3-Next, as trained). */
 typedef enum arch_ssm_heads { ARCH_SSM_TILED = 0, ARCH_SSM_GROUPED = 1 } arch_ssm_heads;
+/* Whether a family's files may use YaRN RoPE scaling (rope.scaling.type "yarn"), and how its
+ * correction range is taken.  A family without it refuses such a file at load. */
+typedef enum arch_yarn {
+    ARCH_YARN_NONE = 0,
+    ARCH_YARN_UNROUNDED = 1, /* the range from beta_fast/beta_slow used as computed, not floored
+                              * and ceiled (transformers' truncate=false: gpt-oss; ggml always
+                              * rounds it) */
+} arch_yarn;
 
 struct model_hparams;
 
@@ -218,6 +239,7 @@ typedef struct arch_desc {
     int pattern_len;
     /* Family facts outside the layer recipe (zero: the llama line's). */
     arch_swa_rope swa_rope;
+    arch_yarn yarn;
     bool embed_scale; /* token embeddings times sqrt(n_embd) (Gemma) */
     /* query_pre_attn_scalar when the file does not say it (scores are divided by its square
      * root); NULL: head_dim. */
@@ -237,7 +259,7 @@ typedef struct arch_desc {
 
 /* The built-in families (src/model/arch/<family>.c). */
 extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4, arch_qwen35,
-    arch_qwen35moe, arch_qwen3next, arch_bert;
+    arch_qwen35moe, arch_qwen3next, arch_bert, arch_gptoss;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -280,6 +302,7 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN35MOE = 7, /* the same with MoE + a shared expert */
     MODEL_ARCH_QWEN3NEXT = 8, /* qwen35moe's layers, beta and alpha fused in one projection */
     MODEL_ARCH_BERT = 9,     /* encoder: bidirectional, post-LN, absolute positions (bge, MiniLM) */
+    MODEL_ARCH_GPTOSS = 10,   /* sliding/full, attention sinks, YaRN, biased MoE, clamped SwiGLU */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

@@ -163,8 +163,35 @@ static bool read_arch(loader *L)
     return fail(L, "general.architecture '%.*s' is not supported (%s)", shown, s, names);
 }
 
-/* Linear scaling stretches positions; other schemes (yarn, ...) change the frequencies in
- * ways this engine does not implement, so they are refused rather than silently ignored. */
+/* YaRN's correction range (transformers' _compute_yarn_parameters): the pair index at which a
+ * frequency turns `rotations` times over the original context, for beta_fast (low) and
+ * beta_slow (high), kept inside [0, head_dim - 1]. */
+static double yarn_corr_dim(double rotations, int head_dim, double base, double n_ctx_orig)
+{
+    return head_dim * log(n_ctx_orig / (rotations * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+static bool read_yarn(loader *L)
+{
+    model_hparams *hp = &L->m->hp;
+    float n_orig = 0, beta_fast = 32.0f, beta_slow = 1.0f;
+    if (!read_float(L, "rope.scaling.factor", true, &hp->yarn_factor) ||
+        !read_float(L, "rope.scaling.original_context_length", true, &n_orig) ||
+        !read_float(L, "rope.scaling.yarn_beta_fast", false, &beta_fast) ||
+        !read_float(L, "rope.scaling.yarn_beta_slow", false, &beta_slow))
+        return false;
+    double low = yarn_corr_dim(beta_fast, hp->head_dim, hp->rope_base, n_orig);
+    double high = yarn_corr_dim(beta_slow, hp->head_dim, hp->rope_base, n_orig);
+    hp->yarn_low = low > 0 ? (float)low : 0;
+    hp->yarn_high = high < hp->head_dim - 1 ? (float)high : (float)(hp->head_dim - 1);
+    if (hp->yarn_high == hp->yarn_low) hp->yarn_high += 0.001f; /* transformers' guard */
+    hp->yarn_attn_factor = hp->yarn_factor > 1 ? 0.1f * logf(hp->yarn_factor) + 1.0f : 1.0f;
+    return true;
+}
+
+/* Linear scaling stretches positions; YaRN (for a family that declares it) blends the
+ * frequencies; other schemes change them in ways this engine does not implement, so they are
+ * refused rather than silently ignored. */
 static bool read_rope_scaling(loader *L)
 {
     char key[128];
@@ -172,9 +199,11 @@ static bool read_rope_scaling(loader *L)
     size_t len;
     const char *type = gguf_get_str(L->f, key, &len);
     if (!type || (len == 4 && memcmp(type, "none", 4) == 0)) return true;
+    bool yarn = L->m->desc->yarn != ARCH_YARN_NONE;
+    if (yarn && len == 4 && memcmp(type, "yarn", 4) == 0) return read_yarn(L);
     if (!(len == 6 && memcmp(type, "linear", 6) == 0)) {
         int shown = len > 32 ? 32 : (int)len;
-        return fail(L, "key '%s' = '%.*s' is not supported (none, linear)", key, shown, type);
+        return fail(L, "key '%s' = '%.*s' is not supported (none, linear%s)", key, shown, type, yarn ? ", yarn" : "");
     }
     return read_float(L, "rope.scaling.factor", true, &L->m->hp.rope_scale);
 }
@@ -293,7 +322,6 @@ static bool read_hparams(loader *L)
     if (!read_keys(L, L->m->desc->keys)) return false;
     for (int i = 0; i < ARCH_KEY_LISTS_MAX && L->m->desc->more_keys[i]; i++)
         if (!read_keys(L, L->m->desc->more_keys[i])) return false;
-    if (!read_rope_scaling(L)) return false;
     const char *arch = L->m->desc->name;
     /* A family's key list must give these (a test's descriptor could forget one). */
     if (hp->n_ctx_train < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_head < 1 || !(hp->rms_eps > 0))
@@ -315,6 +343,7 @@ static bool read_hparams(loader *L)
     if (!read_pooling(L)) return false;
     if (hp->n_expert_used > hp->n_expert)
         return fail(L, "%s.expert_used_count %d is more than expert_count %d", arch, hp->n_expert_used, hp->n_expert);
+    if (!read_rope_scaling(L)) return false; /* after head_dim: YaRN's range is in its pairs */
     const arch_desc *d = L->m->desc;
     bool moe = false;
     for (int p = 0; p < d->pattern_len && p < ARCH_PATTERN_MAX; p++) moe |= d->pattern[p].ffn == ARCH_FFN_MOE;
@@ -535,6 +564,7 @@ static int64_t dim_value(const model_hparams *hp, const model_layer *ly, arch_di
     case ARCH_DIM_SSM_VHEAD: return hp->ssm_vheads ? hp->ssm_inner / hp->ssm_vheads : 0;
     case ARCH_DIM_CTX: return hp->n_ctx_train;
     case ARCH_DIM_TOKEN_TYPES: return hp->n_token_types;
+    case ARCH_DIM_HEADS: return hp->n_head;
     }
     return -1;
 }

@@ -66,6 +66,7 @@ typedef struct model_layer {
     model_tensor attn_norm;      /* pre-norm: [n_embd] */
     model_tensor wq, wk, wv, wo; /* [n_embd -> n_head*head_dim], [.. -> n_head_kv*head_dim] x2, [n_head*head_dim -> n_embd] */
     model_tensor bq, bk, bv;     /* qkv bias */
+    model_tensor attn_sinks;     /* attention sinks: [n_head] logits */
     model_tensor q_norm, k_norm; /* qk norm: [head_dim] */
     model_tensor attn_post_norm; /* post-norm: [n_embd] */
     model_tensor ffn_norm;       /* pre-norm: [n_embd] */
@@ -99,6 +100,9 @@ typedef struct model_layer {
     model_tensor b_up, b_down;   /* MLP biases: [n_ff], [n_embd] */
     model_tensor attn_out_norm, attn_out_norm_b; /* post-LN after attention: weight, bias [n_embd] */
     model_tensor ffn_out_norm, ffn_out_norm_b;   /* post-LN after the MLP */
+    /* ARCH_FFN_BIAS: the router's [n_expert] and, one row per expert, [n_ff_exp] (gate, up) and
+     * [n_embd] (down) */
+    model_tensor ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
 } model_layer;
 
 typedef struct model_hparams {
@@ -126,6 +130,10 @@ typedef struct model_hparams {
     float rms_eps;
     float rope_base;      /* rope.freq_base, default 10000 */
     float rope_scale;     /* linear scaling factor (1 = none) from rope.scaling.factor when type=linear */
+    /* YaRN (rope.scaling.type yarn; yarn_factor 0: none): pair i's frequency blends from
+     * f_i (below yarn_low) to f_i / yarn_factor (above yarn_high), linear in i between, and
+     * cos/sin are times yarn_attn_factor (0.1 ln(factor) + 1) */
+    float yarn_factor, yarn_low, yarn_high, yarn_attn_factor;
     bool rope_neox;       /* rotate halves (qwen) instead of adjacent pairs (llama) */
     bool tied_output;     /* output.weight absent: LM head is token_embd */
     int n_swa;            /* attention.sliding_window: a sliding layer's window (0: none) */

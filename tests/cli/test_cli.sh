@@ -45,7 +45,7 @@ model="$tmp/tiny-llama.gguf"
 # file, then why the model is refused.
 LC_ALL=C sed 's/llama/llamx/g' "$model" >"$tmp/unknown-family.gguf"
 expect_rc 0 "$bin" info "$tmp/unknown-family.gguf" &&
-    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, bert\)" \
+    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, bert, gpt-oss\)" \
         "$tmp/out" "info of an unknown family"
 # A mixture of experts (../shared/reference, when present): the MoE recipe and its experts.
 moe="${INFERD_SHARED_DIR:-$(dirname "$0")/../../../shared}/reference/qwen3moe.gguf"

@@ -7,7 +7,9 @@
  * GeGLU, soft-capped logits, the two RoPE bases) and gemma4 (per-layer embeddings, KV shared
  * by the last three layers, full layers with their own head_dim and FFN width, proportional
  * RoPE through rope_freqs, V norm, layer scalars) and gemma4_moe (experts beside the dense
- * MLP with a scaled router and expert scales, V from the K projection).
+ * MLP with a scaled router and expert scales, V from the K projection); and gpt-oss (F32, and
+ * its experts in MXFP4 holding the same numbers: attention sinks, sliding/full layers, YaRN with the unrounded
+ * range, q/k/v/o biases, the biased top-k-softmax router, expert biases, clamped SwiGLU).
  *
  * Tolerances.  F32 files: 5e-5 relative (a row's max |diff| over its max |reference|), the
  * bound the kit's README calls safe for an F32 implementation; llama.cpp lands at 8.5e-7 on
@@ -73,6 +75,8 @@ static const ref_case CASES[] = {
     /* the BERT encoder: hidden states and sentence embeddings within 1e-4 relative (issue 29's
      * target; llama.cpp, with its tanh GELU, lands at 3.9e-4) */
     {"bert.gguf", "bert.json", {1e-4, 1e-4, 1.0}},
+    {"gpt-oss.gguf", "gpt-oss.json", {5e-5, 5e-5, 1.0}},
+    {"gpt-oss-mxfp4.gguf", "gpt-oss.json", {5e-5, 5e-5, 1.0}}, /* MXFP4 experts holding the F32 numbers */
 };
 
 typedef struct fixture {
@@ -283,6 +287,8 @@ static int setup_qwen35(void **state) { return setup(state, &CASES[5]); }
 static int setup_qwen35moe(void **state) { return setup(state, &CASES[6]); }
 static int setup_qwen3next(void **state) { return setup(state, &CASES[7]); }
 static int setup_bert(void **state) { return setup(state, &CASES[8]); }
+static int setup_gptoss(void **state) { return setup(state, &CASES[9]); }
+static int setup_gptoss_mxfp4(void **state) { return setup(state, &CASES[10]); }
 
 
 static int teardown(void **state)
@@ -504,6 +510,152 @@ static void test_moe_route(void **state)
     cpu_moe_route(one, 4, 1, ids, w);
     assert_int_equal(ids[0], 1);
     assert_float_equal(w[0], 1.0f, 0.0f); /* one expert takes the whole token */
+}
+
+/* gpt-oss's router: the k largest logits (ties: the lower id), softmax over those k only. */
+static void test_moe_route_topk_softmax(void **state)
+{
+    (void)state;
+    int32_t ids[3];
+    float w[3];
+    const float logits[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+    cpu_moe_route_topk_softmax(logits, 5, 3, ids, w);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 3);
+    assert_int_equal(ids[2], 4);
+    const double z = 2 * exp(2.0) + exp(1.0); /* the other experts take no share */
+    assert_float_equal(w[0], exp(2.0) / z, 1e-6);
+    assert_float_equal(w[1], exp(2.0) / z, 1e-6);
+    assert_float_equal(w[2], exp(1.0) / z, 1e-6);
+    cpu_moe_route_topk_softmax(logits, 5, 1, ids, w);
+    assert_int_equal(ids[0], 1);
+    assert_float_equal(w[0], 1.0f, 0.0f);
+}
+
+/* gpt-oss's clamped SwiGLU: (clamp(up, -7, 7) + 1) * g * sigmoid(1.702 g), g = min(gate, 7). */
+static void test_swiglu_clamp(void **state)
+{
+    (void)state;
+    float gate[4] = {1.0f, 9.0f, -2.0f, 0.0f};
+    const float up[4] = {0.5f, 10.0f, -8.0f, 3.0f};
+    cpu_swiglu_clamp(gate, up, 4);
+    const double g[4] = {1.0, 7.0, -2.0, 0.0}, u[4] = {0.5, 7.0, -7.0, 3.0};
+    for (int i = 0; i < 4; i++)
+        assert_float_equal(gate[i], (u[i] + 1) * g[i] / (1 + exp(-1.702 * g[i])), 1e-5);
+}
+
+/* The gpt-oss file's recipe as the loader leaves it: even layers sliding (window 8), odd
+ * full; YaRN's range unrounded (README: 2.02..4.35 for head_dim 16, where ggml's rounding
+ * would give 2..5) and its attention factor; sinks, biases and the expert biases bound; and a
+ * backend without sinks and the biased router (the GPU's today) refuses it by name. */
+static void test_gptoss_recipe(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    const model *m = f->m;
+    assert_string_equal(m->desc->name, "gpt-oss");
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *ly = &m->layers[il];
+        assert_int_equal(ly->recipe.attn, il % 2 ? ARCH_ATTN_FULL : ARCH_ATTN_SLIDING);
+        assert_int_equal(ly->window, il % 2 ? 0 : 8);
+        assert_int_equal(ly->attn_sinks.ne0, m->hp.n_head);
+        assert_int_equal(ly->ffn_down_exps_b.ne0, m->hp.n_embd);
+        assert_int_equal(ly->ffn_down_exps_b.ne1, m->hp.n_expert);
+        assert_non_null(ly->bo.data);
+        assert_non_null(ly->ffn_gate_inp_b.data);
+    }
+    assert_float_equal(m->hp.yarn_factor, 32.0f, 0.0f);
+    assert_float_equal(m->hp.yarn_low, 2.0232, 1e-3);
+    assert_float_equal(m->hp.yarn_high, 4.3495, 1e-3);
+    assert_float_equal(m->hp.yarn_attn_factor, 0.1 * log(32.0) + 1.0, 1e-6);
+    char err[256];
+    const arch_features gpu_like = ~(arch_features)(ARCH_F_ATTN_SINKS | ARCH_F_ATTN_OUT_BIAS | ARCH_F_FFN_MOE |
+                                                    ARCH_F_FFN_BIAS | ARCH_F_ACT_SWIGLU_CLAMP |
+                                                    ARCH_F_ROUTER_TOPK_SOFTMAX);
+    assert_int_equal(model_check_features(m, gpu_like, "cuda", err, sizeof err), -1);
+    assert_string_equal(err, "the cuda backend does not implement MoE (layer 0 of gpt-oss)");
+    assert_int_equal(model_check_features(m, gpu_like | ARCH_F_FFN_MOE, "cuda", err, sizeof err), -1);
+    assert_string_equal(err, "the cuda backend does not implement attention output bias (layer 0 of gpt-oss)");
+}
+
+/* The gpt-oss file written again with its scalar keys (one string key replaced when `key` is
+ * set) and its tensors, less the one named `drop` and with the one named `shrink` one row
+ * short, loaded as a model: NULL and the error when the loader refuses it. */
+typedef struct gptoss_edit {
+    const char *key, *value; /* a string key's new value */
+    const char *drop, *shrink;
+} gptoss_edit;
+
+static model *edited_gptoss(const model *src, gptoss_edit ed, void **image, char *err, size_t errlen)
+{
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(src->gguf); i++) {
+        const char *key = gguf_kv_key(src->gguf, i);
+        int64_t iv;
+        double fv;
+        size_t len;
+        const char *sv;
+        if (ed.key && strcmp(key, ed.key) == 0) gguf_writer_set_str(w, key, ed.value);
+        else if (gguf_kv_type(src->gguf, i) == GGUF_VT_FLOAT32 && gguf_kv_f64(src->gguf, i, &fv))
+            gguf_writer_set_f32(w, key, (float)fv);
+        else if ((sv = gguf_kv_str(src->gguf, i, &len)) != NULL) {
+            char *copy = strndup(sv, len);
+            gguf_writer_set_str(w, key, copy);
+            free(copy);
+        } else if (gguf_kv_type(src->gguf, i) != GGUF_VT_ARRAY && gguf_kv_i64(src->gguf, i, &iv))
+            gguf_writer_set_u32(w, key, (uint32_t)iv);
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(src->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(src->gguf, i);
+        if (ed.drop && strcmp(t->name, ed.drop) == 0) continue;
+        int64_t ne[GGUF_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof ne);
+        size_t bytes = t->nbytes;
+        if (ed.shrink && strcmp(t->name, ed.shrink) == 0) {
+            bytes -= bytes / (size_t)ne[t->n_dims - 1];
+            ne[t->n_dims - 1]--;
+        }
+        gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, bytes, true);
+    }
+    return writer_model(w, image, err, errlen);
+}
+
+static void expect_gptoss_refused(const model *src, gptoss_edit ed, const char *want)
+{
+    char err[512] = "";
+    void *image = NULL;
+    model *m = edited_gptoss(src, ed, &image, err, sizeof err);
+    bool loaded = m != NULL;
+    model_free(m);
+    free(image);
+    if (loaded) fail_msg("loaded, expected \"%s\"", want);
+    if (strcmp(err, want) != 0) fail_msg("\"%s\", expected \"%s\"", err, want);
+}
+
+/* A gpt-oss file missing its sinks or an expert bias, with an expert bias or MXFP4 expert
+ * tensor of the wrong shape, or with a RoPE scaling it does not declare, is refused at load
+ * naming the tensor or key; the unedited copy loads (the edits are what is refused). */
+static void test_gptoss_malformed(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    char err[512];
+    void *image = NULL;
+    model *same = edited_gptoss(f->m, (gptoss_edit){0}, &image, err, sizeof err);
+    if (!same) fail_msg("the unedited copy: %s", err);
+    model_free(same);
+    free(image);
+    expect_gptoss_refused(f->m, (gptoss_edit){.drop = "blk.2.attn_sinks.weight"},
+                          "missing tensor 'blk.2.attn_sinks.weight'");
+    expect_gptoss_refused(f->m, (gptoss_edit){.drop = "blk.1.ffn_up_exps.bias"},
+                          "missing tensor 'blk.1.ffn_up_exps.bias'");
+    expect_gptoss_refused(f->m, (gptoss_edit){.shrink = "blk.0.ffn_down_exps.bias"},
+                          "tensor 'blk.0.ffn_down_exps.bias': expected shape [64, 8], found [64, 7]");
+    expect_gptoss_refused(f->m, (gptoss_edit){.shrink = "blk.3.ffn_gate_exps.weight"},
+                          "tensor 'blk.3.ffn_gate_exps.weight': expected shape [64, 64, 8] (the last: experts), "
+                          "found [64, 64, 7]");
+    expect_gptoss_refused(f->m, (gptoss_edit){.key = "gpt-oss.rope.scaling.type", .value = "longrope"},
+                          "key 'gpt-oss.rope.scaling.type' = 'longrope' is not supported (none, linear, yarn)");
 }
 
 /* The well-formed file loads, runs on the CPU, and a backend without MoE (a feature set
@@ -1020,10 +1172,20 @@ int main(void)
         cmocka_unit_test(test_gemma4_moe_layers),
     };
     failed += cmocka_run_group_tests_name("gemma4_moe F32", gemma4_moe, setup_gemma4_moe, teardown);
+    const struct CMUnitTest gptoss[] = {
+        cmocka_unit_test(test_gptoss_recipe),
+        cmocka_unit_test(test_gptoss_malformed),
+        cmocka_unit_test(test_prefill_logits),
+        cmocka_unit_test(test_greedy_decode),
+    };
+    failed += cmocka_run_group_tests_name("gpt-oss F32", gptoss, setup_gptoss, teardown);
+    failed += cmocka_run_group_tests_name("gpt-oss MXFP4 experts", gptoss, setup_gptoss_mxfp4, teardown);
     const struct CMUnitTest quantised[] = {cmocka_unit_test(test_quantised_experts)};
     failed += cmocka_run_group_tests_name("qwen3moe quantised experts", quantised, setup_f32, teardown);
     const struct CMUnitTest files[] = {
         cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_moe_route_topk_softmax),
+        cmocka_unit_test(test_swiglu_clamp),
         cmocka_unit_test(test_malformed_moe_refused),
         cmocka_unit_test(test_moe_backend_features),
         cmocka_unit_test(test_malformed_hybrid_refused),

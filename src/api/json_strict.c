@@ -1,6 +1,7 @@
 /* json_strict.c - see json_strict.h. */
 #include "json_strict.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,19 @@ static const char *duplicate_key(const cJSON *v, bool *oom)
     return NULL;
 }
 
+/* The first number under v that overflows a double (cJSON reads 1e400 as infinity, and
+ * printing it again, as the Responses and Messages translations do, writes null: the value
+ * would silently become "unset"), or NULL. */
+static const cJSON *non_finite(const cJSON *v)
+{
+    if (cJSON_IsNumber(v)) return isfinite(v->valuedouble) ? NULL : v;
+    for (const cJSON *c = cJSON_IsObject(v) || cJSON_IsArray(v) ? v->child : NULL; c; c = c->next) {
+        const cJSON *bad = non_finite(c);
+        if (bad) return bad;
+    }
+    return NULL;
+}
+
 int json_strict_check(const char *text, size_t len, const cJSON *root, api_error *e)
 {
     if (has_nul(text, len)) {
@@ -72,6 +86,13 @@ int json_strict_check(const char *text, size_t len, const cJSON *root, api_error
     if (dup) {
         api_error_set(e, 400, "invalid_request_error", NULL, "duplicate_key",
                       "The request body gives the key '%.60s' more than once in one object.", dup);
+        return -1;
+    }
+    const cJSON *big = non_finite(root);
+    if (big) {
+        api_error_set(e, 400, "invalid_request_error", big->string, "invalid_value",
+                      "The request body holds a number beyond the range of a double%s%.60s%s.",
+                      big->string ? " (key '" : "", big->string ? big->string : "", big->string ? "')" : "");
         return -1;
     }
     return 0;

@@ -11,7 +11,8 @@
 
 #include "api_error.h"
 
-/* text[0..len) is the body root was parsed from.  0, or -1 with a 400 in e. */
+/* text[0..len) is the body root was parsed from: no NUL in it, no key twice in one object, no
+ * number beyond the range of a double.  0, or -1 with a 400 in e. */
 int json_strict_check(const char *text, size_t len, const cJSON *root, api_error *e);
 
 /* Member `name` of obj, or NULL when it is absent or null (null means "the default" in OpenAI's

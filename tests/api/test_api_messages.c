@@ -143,6 +143,10 @@ static void test_refusals(void **state)
     snprintf(b, sizeof b, "{\"max_tokens\":0,%s}", user);
     refused(b, "max_tokens", "max_tokens");
     refused("{\"max_tokens\":5}", "messages", "messages");
+    /* a number beyond a double would be printed as null in the chat body (silently unset) */
+    refused("{\"max_tokens\":1e400,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", "max_tokens", "range");
+    refused("{\"max_tokens\":5,\"temperature\":-1e999,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+            "temperature", "range");
     refused("{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages.0", "role");
     refused("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}",
             "messages.0", "'image'");

@@ -172,7 +172,7 @@ static void test_malformed_body(void **state)
 }
 
 /* What cJSON accepts but the server would read differently: a NUL that C strings end at, a
- * key given twice (parsers disagree on which wins). */
+ * key given twice (parsers disagree on which wins), a number too large for a double. */
 static void test_nul_and_duplicate_keys(void **state)
 {
     (void)state;
@@ -186,6 +186,9 @@ static void test_nul_and_duplicate_keys(void **state)
     bad(API_COMPLETIONS, "{\"prompt\":\"a\",\"prompt\":\"b\"}", 400, NULL);
     bad(API_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":1,\"6\":2,\"5\":-1}}", 400, NULL);
     bad(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"role\":\"system\",\"content\":\"x\"}]}", 400, NULL);
+    /* a number beyond a double (cJSON reads infinity), named by its key, anywhere in the body */
+    bad(API_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":1e400}", 400, "max_tokens");
+    bad(API_COMPLETIONS, "{\"prompt\":[1,2,-1e999]}", 400, NULL);
     /* an escaped backslash before u0000 is the text \u0000, not a NUL; equal values in
      * different objects are not duplicates */
     ok(API_COMPLETIONS, "{\"prompt\":\"a\\\\u0000\"}", &r);

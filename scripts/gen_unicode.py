@@ -3,7 +3,8 @@
 
 Reads UnicodeData.txt (Debian package `unicode-data`, /usr/share/unicode/UnicodeData.txt) and
 writes a sorted table of code point ranges, each with the class bits the tokenizers' pre-split
-rules need (\\p{L}, \\p{N}, \\p{P}, \\p{S}, \\p{M}, \\s, controls).  Unassigned code points get 0.
+rules need (\\p{L}, \\p{N}, \\p{P}, \\p{S}, \\p{M}, \\s, controls, and upper (Lu, Lt) and lower
+(Ll) letters).  Unassigned code points get 0.
 
 Usage: scripts/gen_unicode.py [UnicodeData.txt] > src/text/unicode_data.c
        scripts/gen_unicode.py --nfc > src/text/unicode_nfc_data.c
@@ -19,7 +20,7 @@ import sys
 import unicodedata
 
 # Must match the UCP_* bits in src/text/unicode.h.
-LETTER, NUMBER, PUNCT, SYMBOL, MARK, SPACE, CONTROL = 1, 2, 4, 8, 16, 32, 64
+LETTER, NUMBER, PUNCT, SYMBOL, MARK, SPACE, CONTROL, UPPER, LOWER = 1, 2, 4, 8, 16, 32, 64, 128, 256
 
 MAJOR = {"L": LETTER, "N": NUMBER, "P": PUNCT, "S": SYMBOL, "M": MARK, "C": CONTROL, "Z": 0}
 
@@ -53,6 +54,10 @@ def class_bits(cat):
     if cat is None:
         return 0
     bits = MAJOR[cat[0]]
+    if cat in ("Lu", "Lt"):  # the gpt-4o pre-tokenizer splits letters by case
+        bits |= UPPER
+    if cat == "Ll":
+        bits |= LOWER
     if cat[0] == "Z":
         bits |= SPACE
     if cat in ("Cs", "Co", "Cn"):  # surrogates/private use are not "control" for our purposes
@@ -185,7 +190,7 @@ def main():
         out.write("    {0x%05X, 0x%05X, %d},\n" % (lo, hi, fl))
     out.write("};\n")
     out.write("const size_t unicode_n_ranges = sizeof(unicode_ranges) / sizeof(unicode_ranges[0]);\n\n")
-    out.write("const uint8_t unicode_latin1[256] = {\n")
+    out.write("const uint16_t unicode_latin1[256] = {\n")
     for row in range(0, 256, 16):
         out.write("    " + ", ".join("%d" % flags[c] for c in range(row, row + 16)) + ",\n")
     out.write("};\n")

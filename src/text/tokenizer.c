@@ -41,6 +41,7 @@ typedef enum pre_kind {
     PRE_LLAMA3,
     PRE_QWEN2,
     PRE_QWEN35,
+    PRE_GPT4O,
     PRE_DEEPSEEK_LLM,
     PRE_FALCON,
     PRE_STARCODER,
@@ -279,6 +280,9 @@ static const pre_info pre_infos[] = {
     {"stablelm2", PRE_QWEN2, false, false, false},
     {"hunyuan", PRE_QWEN2, false, false, false},
     {"qwen35", PRE_QWEN35, false, false, false},
+    {"gpt-4o", PRE_GPT4O, false, false, false},
+    {"o200k", PRE_GPT4O, false, false, false},
+    {"llama4", PRE_GPT4O, false, false, false},
     {"deepseek-llm", PRE_DEEPSEEK_LLM, false, false, false},
     {"falcon", PRE_FALCON, false, false, false},
     {"starcoder", PRE_STARCODER, false, false, false},
@@ -858,7 +862,7 @@ static int spm_encode(const tokenizer *t, const char *s, size_t n, bool prefix, 
 
 typedef struct cptext {
     uint32_t *cp;
-    uint8_t *fl;
+    uint16_t *fl;
     uint32_t *off; /* byte offset of each code point, plus the end */
     size_t n;
     /* memo of the last whitespace run, so that "\s+$" stays linear on long runs */
@@ -935,7 +939,7 @@ static size_t run_in(const cptext *c, size_t i, size_t end, bool (*in)(uint32_t)
 /* 's|'t|'re|'ve|'m|'ll|'d (ASCII case-insensitively for the Llama 3 family) */
 static size_t match_contraction(const cptext *c, size_t i, size_t end, bool icase)
 {
-    if (c->cp[i] != '\'' || i + 1 >= end)
+    if (i + 1 >= end || c->cp[i] != '\'')
         return 0;
     uint32_t a = c->cp[i + 1], b = i + 2 < end ? c->cp[i + 2] : 0;
     if (icase) {
@@ -1018,6 +1022,74 @@ static size_t match_qwen2(cptext *c, size_t i, size_t end)
 static size_t match_qwen35(cptext *c, size_t i, size_t end)
 {
     return match_llama3_like(c, i, end, 1, L_ | UCP_MARK);
+}
+
+/* gpt-4o / o200k (gpt-oss, GPT-4o's tokenizer): letters split by case, so "HelloWorld" is
+ * two pieces, and a contraction stays on its word:
+ *   [^\r\n\p{L}\p{N}]?UPPER*LOWER+CONTRACTION?|[^\r\n\p{L}\p{N}]?UPPER+LOWER*CONTRACTION?|
+ *   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with UPPER = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], LOWER = [\p{Ll}\p{Lm}\p{Lo}\p{M}] and
+ * CONTRACTION = (?i:'s|'t|'re|'ve|'m|'ll|'d).  Lm, Lo and marks are in both classes. */
+#define O200K_UPPER(f) (((f) & UCP_MARK) || (((f) & L_) && !((f) & UCP_LOWER)))
+#define O200K_LOWER(f) (((f) & UCP_MARK) || (((f) & L_) && !((f) & UCP_UPPER)))
+
+static size_t run_upper(const cptext *c, size_t i, size_t end)
+{
+    size_t j = i;
+    while (j < end && O200K_UPPER(c->fl[j]))
+        j++;
+    return j - i;
+}
+
+static size_t run_lower(const cptext *c, size_t i, size_t end)
+{
+    size_t j = i;
+    while (j < end && O200K_LOWER(c->fl[j]))
+        j++;
+    return j - i;
+}
+
+/* UPPER*LOWER+ (lower_required) or UPPER+LOWER* at i, as a backtracking regex matches them:
+ * the longest UPPER run, giving back from its end until LOWER+ can follow. */
+static size_t match_cased_word(const cptext *c, size_t i, size_t end, bool lower_required)
+{
+    size_t up = run_upper(c, i, end);
+    if (!lower_required)
+        return up ? up + run_lower(c, i + up, end) : 0;
+    for (size_t k = up + 1; k-- > 0;) {
+        size_t low = run_lower(c, i + k, end);
+        if (low)
+            return k + low;
+    }
+    return 0;
+}
+
+static size_t match_gpt4o(cptext *c, size_t i, size_t end)
+{
+    unsigned f = c->fl[i];
+    bool prefix = !(f & (L_ | N_)) && !is_crlf(c->cp[i]) && i + 1 < end;
+    for (int alt = 0; alt < 2; alt++) {
+        /* with the optional prefix character first, then without it */
+        for (size_t p = prefix ? 1 : 0; p != (size_t)-1; p--) {
+            size_t n = match_cased_word(c, i + p, end, alt == 0);
+            if (n)
+                return p + n + match_contraction(c, i + p + n, end, true);
+        }
+    }
+    if (f & N_)
+        return run_of(c, i, i + 3 < end ? i + 3 : end, N_);
+    size_t j = i + (c->cp[i] == ' ' && i + 1 < end && is_other(c->fl[i + 1], L_));
+    if (is_other(c->fl[j], L_)) {
+        j += run_of_other(c, j, end, L_);
+        while (j < end && (is_crlf(c->cp[j]) || c->cp[j] == '/'))
+            j++;
+        return j - i;
+    }
+    size_t n = run_of(c, i, end, S_);
+    for (size_t k = i + n; k > i; k--)
+        if (is_crlf(c->cp[k - 1]))
+            return k - i;
+    return match_space_run(c, i, end);
 }
 
 static bool is_falcon_punct_extra(uint32_t cp, bool backtick)
@@ -1183,6 +1255,8 @@ static pre_stages stages_for(pre_kind k)
         return (pre_stages){{match_qwen2}, 1};
     case PRE_QWEN35:
         return (pre_stages){{match_qwen35}, 1};
+    case PRE_GPT4O:
+        return (pre_stages){{match_gpt4o}, 1};
     case PRE_DEEPSEEK_LLM:
         return (pre_stages){{match_crlf, match_deepseek_letters, match_deepseek_punct,
                              match_trailing_space, match_deepseek_cjk, match_numbers}, 6};
@@ -1219,10 +1293,24 @@ static void split_stage(cptext *c, const spanvec *in, match_fn fn, spanvec *out)
     }
 }
 
+/* The pieces of c by pre-tokenizer k, in *a (b: scratch). */
+static int pre_split(pre_kind k, cptext *c, spanvec *a, spanvec *b)
+{
+    span_push(a, 0, c->n);
+    pre_stages st = stages_for(k);
+    for (int s = 0; s < st.n; s++) {
+        split_stage(c, a, st.fn[s], b);
+        spanvec tmp = *a;
+        *a = *b;
+        *b = tmp;
+    }
+    return a->oom || b->oom ? -1 : 0;
+}
+
 static int cptext_init(cptext *c, const char *s, size_t n)
 {
     c->cp = malloc((n + 1) * sizeof *c->cp);
-    c->fl = malloc(n + 1);
+    c->fl = malloc((n + 1) * sizeof *c->fl);
     c->off = malloc((n + 1) * sizeof *c->off);
     if (!c->cp || !c->fl || !c->off)
         return -1;
@@ -1231,7 +1319,7 @@ static int cptext_init(cptext *c, const char *s, size_t n)
         uint32_t cp;
         int len = decode_char(s + i, n - i, &cp);
         c->cp[k] = cp;
-        c->fl[k] = (uint8_t)unicode_flags(cp); /* an invalid byte is "other", like U+FFFD */
+        c->fl[k] = (uint16_t)unicode_flags(cp); /* an invalid byte is "other", like U+FFFD */
         c->off[k] = (uint32_t)i;
         k++;
         i += (size_t)len;
@@ -1270,15 +1358,7 @@ static int bpe_encode(const tokenizer *t, const char *s, size_t n, idvec *out)
     if (cptext_init(&c, s, n) < 0 || !m.sym || (t->ignore_merges && !scratch))
         goto done;
 
-    span_push(&a, 0, c.n);
-    pre_stages st = stages_for(t->pre);
-    for (int k = 0; k < st.n; k++) {
-        split_stage(&c, &a, st.fn[k], &b);
-        spanvec tmp = a;
-        a = b;
-        b = tmp;
-    }
-    if (a.oom || b.oom)
+    if (pre_split(t->pre, &c, &a, &b) < 0)
         goto done;
 
     for (size_t p = 0; p < a.n && !m.oom; p++) {
@@ -1693,4 +1773,25 @@ int detok_flush(detok_stream *s, char *out, int cap)
     int w = cap > 0 ? (int)utf8_copy_valid(s->pending, (size_t)s->n_pending, out, (size_t)cap) : 0;
     s->n_pending = 0;
     return w;
+}
+
+int tokenizer_pre_split(const char *pre, const char *text, size_t len, size_t **ends)
+{
+    *ends = NULL;
+    const pre_info *info = find_pre(pre, strlen(pre));
+    if (!info)
+        return -1;
+    cptext c = {0};
+    spanvec a = {0}, b = {0};
+    int n = -1;
+    if (cptext_init(&c, text, len) == 0 && pre_split(info->kind, &c, &a, &b) == 0 && a.n <= INT_MAX &&
+        (*ends = malloc((a.n + 1) * sizeof **ends)) != NULL) {
+        for (size_t p = 0; p < a.n; p++)
+            (*ends)[p] = c.off[a.v[p].hi];
+        n = (int)a.n;
+    }
+    cptext_free(&c);
+    free(a.v);
+    free(b.v);
+    return n;
 }

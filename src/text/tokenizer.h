@@ -81,6 +81,12 @@ int tokenizer_token_bytes(const tokenizer *t, int32_t id, bool render_special, c
 
 /* Decode a whole sequence into buf (NUL-terminated when it fits); returns the byte length.
  * SPM: the leading space of the first token is dropped when skip_leading_space. */
+/* The pre-tokenizer named `pre` (a tokenizer.ggml.pre value) applied to text[0..len): the
+ * number of pieces, each one's end as a byte offset in *ends (malloc'd; the caller frees), or
+ * -1 for a name this tokenizer does not know or out of memory.  What the BPE merges then run
+ * over, piece by piece: tests check it against the regex it implements. */
+int tokenizer_pre_split(const char *pre, const char *text, size_t len, size_t **ends);
+
 size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, int n, char *buf, size_t cap);
 
 /* The same two into memory of their own: tokenizer_encode_alloc returns the count and a

@@ -17,16 +17,18 @@ enum {
     UCP_MARK = 16,    /* \p{M} */
     UCP_SPACE = 32,   /* \s: the White_Space property */
     UCP_CONTROL = 64, /* Cc, Cf */
+    UCP_UPPER = 128,  /* Lu, Lt (with UCP_LETTER) */
+    UCP_LOWER = 256,  /* Ll (with UCP_LETTER); a letter with neither is Lm or Lo */
 };
 
 typedef struct unicode_range {
     uint32_t lo, hi;
-    uint8_t flags;
+    uint16_t flags;
 } unicode_range;
 
 extern const unicode_range unicode_ranges[];
 extern const size_t unicode_n_ranges;
-extern const uint8_t unicode_latin1[256];
+extern const uint16_t unicode_latin1[256];
 
 /* NFC tables (unicode_nfc_data.c). */
 typedef struct unicode_ccc_range {

@@ -1155,12 +1155,55 @@ static void test_load_speed(void **state)
     free(merges);
 }
 
+/* gpt-4o / o200k (gpt-oss, Llama 4): the pieces tokenizer_pre_split makes, against the
+ * regex itself run by Python's `regex` module over 115 texts (scripts/gen_pre_splits.py ->
+ * tests/text/data/pre_gpt4o.json): case splits, contractions on their word, marks and Lm/Lo
+ * on both sides of a case change, digit triples, slashes after punctuation, line breaks. */
+static void test_pre_split_gpt4o(void **state)
+{
+    (void)state;
+    char err[256];
+    size_t len = 0;
+    char *json = file_read_all(INFERD_SOURCE_DIR "/tests/text/data/pre_gpt4o.json", (size_t)1 << 20, &len, err,
+                               sizeof err);
+    if (!json) fail_msg("%s", err);
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    free(json);
+    const cJSON *cases = cJSON_GetObjectItem(root, "cases");
+    assert_true(cJSON_GetArraySize(cases) > 100);
+    int checked = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases)
+    {
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(c, "ends");
+        size_t *ends = NULL;
+        int n = tokenizer_pre_split("gpt-4o", text, strlen(text), &ends);
+        bool same = n == cJSON_GetArraySize(want);
+        for (int i = 0; same && i < n; i++) same = ends[i] == (size_t)cJSON_GetArrayItem(want, i)->valuedouble;
+        if (!same) {
+            char got[512] = "";
+            for (int i = 0, k = 0; i < n && k < 480; i++) k += snprintf(got + k, sizeof got - (size_t)k, " %zu", ends[i]);
+            free(ends);
+            fail_msg("\"%s\": pieces end at%s; the regex's: %s", text, got, cJSON_PrintUnformatted(want));
+        }
+        free(ends);
+        checked++;
+    }
+    assert_int_equal(checked, cJSON_GetArraySize(cases));
+    cJSON_Delete(root);
+    size_t *ends = NULL;
+    assert_int_equal(tokenizer_pre_split("no-such-pre", "x", 1, &ends), -1);
+    assert_null(ends);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vocab_vectors),
         cmocka_unit_test(test_vocab_vectors_without_gguf),
         cmocka_unit_test(test_hf_texts),
+        cmocka_unit_test(test_pre_split_gpt4o),
         cmocka_unit_test(test_bos_defaults),
         cmocka_unit_test(test_wordpiece),
         cmocka_unit_test(test_prompt_bos_once),

@@ -20,7 +20,7 @@
     X(Q4_1, q4_1) X(Q5_0, q5_0) X(Q5_1, q5_1) X(IQ4_NL, iq4_nl) \
     X(Q2_K, q2_k) X(Q3_K, q3_k) X(IQ4_XS, iq4_xs) X(IQ2_XXS, iq2_xxs) \
     X(IQ2_XS, iq2_xs) X(IQ2_S, iq2_s) X(IQ3_XXS, iq3_xxs) X(IQ3_S, iq3_s) \
-    X(IQ1_S, iq1_s) X(IQ1_M, iq1_m)
+    X(IQ1_S, iq1_s) X(IQ1_M, iq1_m) X(MXFP4, mxfp4)
 
 /* One-row products, every format, 1, 2, 4 and 8 activation rows per block:
  * X(matvec_<suffix>_<rows>, glu_<suffix>_<rows>, TYPE, rows) */
@@ -112,7 +112,11 @@
     X(matvec_iq1_m_1, glu_iq1_m_1, IQ1_M, 1) \
     X(matvec_iq1_m_2, glu_iq1_m_2, IQ1_M, 2) \
     X(matvec_iq1_m_4, glu_iq1_m_4, IQ1_M, 4) \
-    X(matvec_iq1_m_8, glu_iq1_m_8, IQ1_M, 8)
+    X(matvec_iq1_m_8, glu_iq1_m_8, IQ1_M, 8) \
+    X(matvec_mxfp4_1, glu_mxfp4_1, MXFP4, 1) \
+    X(matvec_mxfp4_2, glu_mxfp4_2, MXFP4, 2) \
+    X(matvec_mxfp4_4, glu_mxfp4_4, MXFP4, 4) \
+    X(matvec_mxfp4_8, glu_mxfp4_8, MXFP4, 8)
 
 /* One-row QKV products with qkv_post in the epilogue (matvec_rope_args), every format:
  * X(matvec_rope_<suffix>, TYPE) */
@@ -122,7 +126,7 @@
     X(matvec_rope_q4_1, Q4_1) X(matvec_rope_q5_0, Q5_0) X(matvec_rope_q5_1, Q5_1) X(matvec_rope_iq4_nl, IQ4_NL) \
     X(matvec_rope_q2_k, Q2_K) X(matvec_rope_q3_k, Q3_K) X(matvec_rope_iq4_xs, IQ4_XS) X(matvec_rope_iq2_xxs, IQ2_XXS) \
     X(matvec_rope_iq2_xs, IQ2_XS) X(matvec_rope_iq2_s, IQ2_S) X(matvec_rope_iq3_xxs, IQ3_XXS) X(matvec_rope_iq3_s, IQ3_S) \
-    X(matvec_rope_iq1_s, IQ1_S) X(matvec_rope_iq1_m, IQ1_M)
+    X(matvec_rope_iq1_s, IQ1_S) X(matvec_rope_iq1_m, IQ1_M) X(matvec_rope_mxfp4, MXFP4)
 
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */
@@ -148,7 +152,8 @@
     X(dequant_f16_iq3_xxs, embed_iq3_xxs, IQ3_XXS) \
     X(dequant_f16_iq3_s, embed_iq3_s, IQ3_S) \
     X(dequant_f16_iq1_s, embed_iq1_s, IQ1_S) \
-    X(dequant_f16_iq1_m, embed_iq1_m, IQ1_M)
+    X(dequant_f16_iq1_m, embed_iq1_m, IQ1_M) \
+    X(dequant_f16_mxfp4, embed_mxfp4, MXFP4)
 
 /* The mixture-of-experts products over the chosen experts' slices (kernels/moe.cuh), every
  * format: X(moe_glu_<suffix>, moe_matvec_<suffix>, TYPE) */
@@ -174,7 +179,8 @@
     X(moe_glu_iq3_xxs, moe_matvec_iq3_xxs, IQ3_XXS) \
     X(moe_glu_iq3_s, moe_matvec_iq3_s, IQ3_S) \
     X(moe_glu_iq1_s, moe_matvec_iq1_s, IQ1_S) \
-    X(moe_glu_iq1_m, moe_matvec_iq1_m, IQ1_M)
+    X(moe_glu_iq1_m, moe_matvec_iq1_m, IQ1_M) \
+    X(moe_glu_mxfp4, moe_matvec_mxfp4, MXFP4)
 
 /* Tensor-core products on the quantised blocks, the block-quantised formats (float formats
  * use cuBLAS), 16, 32 and 64 activation rows per block:
@@ -236,7 +242,10 @@
     X(mmq_iq1_s_64, mmq_glu_iq1_s_64, IQ1_S, 64) \
     X(mmq_iq1_m_16, mmq_glu_iq1_m_16, IQ1_M, 16) \
     X(mmq_iq1_m_32, mmq_glu_iq1_m_32, IQ1_M, 32) \
-    X(mmq_iq1_m_64, mmq_glu_iq1_m_64, IQ1_M, 64)
+    X(mmq_iq1_m_64, mmq_glu_iq1_m_64, IQ1_M, 64) \
+    X(mmq_mxfp4_16, mmq_glu_mxfp4_16, MXFP4, 16) \
+    X(mmq_mxfp4_32, mmq_glu_mxfp4_32, MXFP4, 32) \
+    X(mmq_mxfp4_64, mmq_glu_mxfp4_64, MXFP4, 64)
 
 /* The kernels of no weight format (gpu_kernels' field of the same name): X(name) */
 #define GPU_PLAIN_KERNELS(X) \

@@ -1,13 +1,14 @@
 // quant_oct.cuh - the weight formats decoded eight weights ("an oct") at a time: Q4_1, Q5_0,
-// Q5_1, IQ4_NL (32-weight blocks), Q2_K, Q3_K, IQ4_XS and the grid formats IQ2_XXS, IQ2_XS,
+// Q5_1, IQ4_NL, MXFP4 (32-weight blocks), Q2_K, Q3_K, IQ4_XS and the grid formats IQ2_XXS, IQ2_XS,
 // IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (256-weight super-blocks).
 //
 // Each format has one decoder, load_oct<T>(row, c, o, w): weights 32c + 8o .. 32c + 8o + 7 of a
 // row in FP32, with the CPU's arithmetic (src/model/quant.c; the layouts are described at its
 // block structs).  load_chunk<T> is four of them and load_oct_h<T> one rounded to FP16 pairs,
 // so the matvec kernels, the FP16 dequantiser, the embedding gather and mmq all read the same
-// values.  The blocks are read as they lie in the GGUF file: their sizes (18..136 bytes) leave
-// fields only 2-byte aligned, so every load is of a byte or a 16-bit word, from global memory
+// values.  The blocks are read as they lie in the GGUF file: their sizes (17..136 bytes) leave
+// fields only 2-byte aligned (MXFP4's 17-byte blocks: not even that, so it reads bytes only),
+// so every load is of a byte or a 16-bit word, from global memory
 // or from mmq's shared-memory stage alike.  The IQ lookup grids live in device memory (the
 // tables of src/model/quant_grids.h, generated from gguf-py's constants).
 #pragma once
@@ -18,7 +19,8 @@
 
 enum {
     T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q2_K = 10, T_Q3_K = 11, T_IQ2_XXS = 16, T_IQ2_XS = 17,
-    T_IQ3_XXS = 18, T_IQ1_S = 19, T_IQ4_NL = 20, T_IQ3_S = 21, T_IQ2_S = 22, T_IQ4_XS = 23, T_IQ1_M = 29
+    T_IQ3_XXS = 18, T_IQ1_S = 19, T_IQ4_NL = 20, T_IQ3_S = 21, T_IQ2_S = 22, T_IQ4_XS = 23, T_IQ1_M = 29,
+    T_MXFP4 = 39
 };
 
 // The 16 levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl).
@@ -83,11 +85,27 @@ __device__ __forceinline__ void iq4_oct(float d, const uint8_t *qs, int o, float
     for (int k = 0; k < 8; k++) w[k] = d * (float)iq4nl_levels[(p[k] >> sh) & 0xF];
 }
 
+// The 16 E2M1 values of MXFP4, doubled to integers (quant.c's mxfp4_values; the scale is halved).
+static __device__ const int8_t mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 // IQ4_NL: {f16 d; qs[16]}.
 template <> __device__ __forceinline__ void load_oct<T_IQ4_NL>(const uint8_t *row, int c, int o, float w[8])
 {
     const uint8_t *b = row + (size_t)c * 18;
     iq4_oct(half_bits_to_float(ld_u16(b)), b + 2, o, w);
+}
+
+// MXFP4: {u8 e (E8M0); qs[16] (E2M1 codes)}: w = 2^(e-127)/2 * doubled value.  The half
+// scale as float bits: e >= 2 the normal float of exponent e-1, e = 0 and 1 subnormals
+// (quant.c's mxfp4_half_scale).
+template <> __device__ __forceinline__ void load_oct<T_MXFP4>(const uint8_t *row, int c, int o, float w[8])
+{
+    const uint8_t *b = row + (size_t)c * 17, *p = b + 1 + 8 * (o & 1);
+    const uint32_t e = b[0];
+    const float d = __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+    const int sh = (o >> 1) * 4;
+#pragma unroll
+    for (int k = 0; k < 8; k++) w[k] = d * (float)mxfp4_levels[(p[k] >> sh) & 0xF];
 }
 
 // ---- 256-weight super-blocks: chunk c is sub-block s = c & 7 of super-block c >> 3.
@@ -250,6 +268,7 @@ OCT_FORMAT(T_Q4_1)
 OCT_FORMAT(T_Q5_0)
 OCT_FORMAT(T_Q5_1)
 OCT_FORMAT(T_IQ4_NL)
+OCT_FORMAT(T_MXFP4)
 OCT_FORMAT(T_Q2_K)
 OCT_FORMAT(T_Q3_K)
 OCT_FORMAT(T_IQ4_XS)
@@ -268,6 +287,7 @@ template <> struct oct_bytes<T_Q4_1> { static constexpr int n = 8 * 20; };
 template <> struct oct_bytes<T_Q5_0> { static constexpr int n = 8 * 22; };
 template <> struct oct_bytes<T_Q5_1> { static constexpr int n = 8 * 24; };
 template <> struct oct_bytes<T_IQ4_NL> { static constexpr int n = 8 * 18; };
+template <> struct oct_bytes<T_MXFP4> { static constexpr int n = 8 * 17; };
 template <> struct oct_bytes<T_Q2_K> { static constexpr int n = 84; };
 template <> struct oct_bytes<T_Q3_K> { static constexpr int n = 110; };
 template <> struct oct_bytes<T_IQ4_XS> { static constexpr int n = 136; };

@@ -8,63 +8,17 @@
 // FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.
 #pragma once
 #include "quant.cuh"
-#include "mma.cuh" // cp_async16
 #include "elementwise.cuh" // rope_pair, rope_index
 #include "../gpu_kernel_names.h"
 #include "../gpu_shared.h"
 
 #define MATVEC_WARPS 8
 
-// The products of one lane's chunk c (its NR rows' weights decoded in wh) with the MT
-// activation rows, added to acc.  Per chunk the sum is formed apart and then added, so a row's
-// result does not depend on MT or NR.
-template <int MT, int NR>
-__device__ __forceinline__ void chunk_dots(const __half2 wh[NR][16], const __half *const xr[MT], int c, float acc[NR][MT])
-{
-    float w[NR][32];
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            float2 f = __half22float2(wh[r][i]);
-            w[r][2 * i] = f.x;
-            w[r][2 * i + 1] = f.y;
-        }
-#pragma unroll
-    for (int i = 0; i < MT; i++) {
-        const uint4 *xp = (const uint4 *)(xr[i] + 32 * c);
-        float s[NR];
-#pragma unroll
-        for (int r = 0; r < NR; r++) s[r] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            uint4 v = xp[j];
-            const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float2 f = __half22float2(h[e]);
-#pragma unroll
-                for (int r = 0; r < NR; r++) s[r] += w[r][8 * j + 2 * e] * f.x + w[r][8 * j + 2 * e + 1] * f.y;
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < NR; r++) acc[r][i] += s[r];
-    }
-}
-
-// Ring depth of the staged row_dots: passes of 32 chunks a warp has in flight (NR = 2 rows
-// take 3, so that a block of Q6_K gate/up rows stays under 48 KiB of static shared memory).
-template <int NR> struct stage_depth { static constexpr int S = NR == 1 ? 4 : 3; };
-
 // Dot products of NR weight rows (the same features of NR matrices) with MT activation rows;
-// one warp, lanes striding over the rows' 32-weight chunks (lane l takes chunks l, l + 32, ...)
-// and summing in that order, then over the warp.
-//
-// Q4_K and Q6_K rows (stage_fmt) are first copied into a per-warp ring of shared memory with
-// cp.async, S passes of 32 chunks ahead: the loads in flight hold no registers, so a warp keeps
-// S x 4 super-blocks a row in flight (a whole 4,096-input row at once) where loading into
-// registers allowed one pass (and more loads per lane cost resident warps: docs/benchmarks.md).
-// Only the warp's own lanes touch its ring, so __syncwarp orders it and warps may return early.
+// one warp, lanes striding over the rows' 32-weight chunks.  Each lane decodes its chunk of
+// the NR rows first (their loads in flight together), then converts each activation chunk
+// once for all NR rows.  Per chunk the sum is formed apart and then added, so a row's result
+// does not depend on MT or NR.
 template <int T, int MT, int NR>
 __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const matvec_args &a, int m0,
                                          float acc[NR][MT])
@@ -78,42 +32,38 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
 #pragma unroll
         for (int i = 0; i < MT; i++) acc[r][i] = 0.0f;
     const int nchunks = a.k / 32;
-    if constexpr (stage_fmt<T>::SB > 0) {
-        constexpr int SLOT = 4 * stage_fmt<T>::SB, S = stage_depth<NR>::S;
-        __shared__ __align__(16) uint8_t ring[MATVEC_WARPS][S][NR][SLOT];
-        uint8_t(*my)[NR][SLOT] = ring[threadIdx.x >> 5];
-        const int passes = (nchunks + WARP - 1) / WARP, row_bytes = (int)a.row_bytes;
-        auto issue = [&](int p) { // pass p's super-blocks of every row into slot p % S; one group
-            if (p < passes) {
-                const int off = p * SLOT, bytes = min(SLOT, row_bytes - off);
+    for (int c = lane; c < nchunks; c += WARP) {
+        __half2 wh[NR][16];
 #pragma unroll
-                for (int r = 0; r < NR; r++)
-                    for (int o = 16 * lane; o < bytes; o += 16 * WARP) cp_async16(&my[p % S][r][o], rows[r] + off + o, 16);
+        for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], c, wh[r]);
+        float w[NR][32];
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                float2 f = __half22float2(wh[r][i]);
+                w[r][2 * i] = f.x;
+                w[r][2 * i + 1] = f.y;
             }
-            cp_async_commit();
-        };
 #pragma unroll
-        for (int p = 0; p < S; p++) issue(p);
-        for (int p = 0; p < passes; p++) {
-            cp_async_wait<S - 1>();
-            __syncwarp();
-            const int c = p * WARP + lane;
-            if (c < nchunks) {
-                __half2 wh[NR][16];
+        for (int i = 0; i < MT; i++) {
+            const uint4 *xp = (const uint4 *)(xr[i] + 32 * c);
+            float s[NR];
 #pragma unroll
-                for (int r = 0; r < NR; r++) stage_chunk_h<T>(my[p % S][r], lane, wh[r]);
-                chunk_dots<MT, NR>(wh, xr, c, acc);
+            for (int r = 0; r < NR; r++) s[r] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint4 v = xp[j];
+                const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float2 f = __half22float2(h[e]);
+#pragma unroll
+                    for (int r = 0; r < NR; r++) s[r] += w[r][8 * j + 2 * e] * f.x + w[r][8 * j + 2 * e + 1] * f.y;
+                }
             }
-            __syncwarp();
-            issue(p + S);
-        }
-        cp_async_wait<0>(); // the trailing groups are empty; leave none behind
-    } else {
-        for (int c = lane; c < nchunks; c += WARP) {
-            __half2 wh[NR][16];
 #pragma unroll
-            for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], c, wh[r]);
-            chunk_dots<MT, NR>(wh, xr, c, acc);
+            for (int r = 0; r < NR; r++) acc[r][i] += s[r];
         }
     }
 #pragma unroll

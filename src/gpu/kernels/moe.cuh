@@ -108,7 +108,6 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
     if (GLU) rows[NR - 1] = a.w1 + xoff;
     matvec_args m = {};
     m.k = a.k;
-    m.row_bytes = a.row_bytes; // the staged row_dots copies row_bytes of each row
     m.m = 1;
     m.ldx = a.ldx;
     m.x = a.x + (size_t)(e / a.x_div) * a.ldx;

@@ -236,29 +236,17 @@ __device__ __forceinline__ void q4k_h_word(const q4k_h &p, uint32_t u, __half2 w
     w[1] = __hfma2(__hsub2(quants_1024(u, 0x4342, p.mask), k1024), p.d2, p.m2);
 }
 
-// 16 bytes of weights: through the read-only cache from global memory (NC), or a plain load
-// (weights that the matvec staged in shared memory).
-template <bool NC> __device__ __forceinline__ uint4 ld16(const void *p)
-{
-    if constexpr (NC) return __ldg((const uint4 *)p);
-    else return *(const uint4 *)p;
-}
-
-template <bool NC> __device__ __forceinline__ void q4k_chunk_h(const uint8_t *row, int c, __half2 w[16])
+template <> __device__ __forceinline__ void load_chunk_h<T_Q4_K>(const uint8_t *row, int c, __half2 w[16])
 {
     const q4k_h p = q4k_h_setup(row, c);
+    const uint4 *qp = (const uint4 *)p.qs;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        uint4 v = ld16<NC>(p.qs + 16 * i);
+        uint4 v = __ldg(qp + i);
         const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) q4k_h_word(p, u[j], &w[8 * i + 2 * j]);
     }
-}
-
-template <> __device__ __forceinline__ void load_chunk_h<T_Q4_K>(const uint8_t *row, int c, __half2 w[16])
-{
-    q4k_chunk_h<true>(row, c, w);
 }
 
 // Q6_K: sub-block s = c & 7 lies in half h = s >> 2, quarter qq = s & 3 (see load_chunk).
@@ -288,35 +276,17 @@ __device__ __forceinline__ void q6k_h_word(const q6k_h &p, uint32_t lw, uint32_t
     w[1] = __hmul2(__hsub2(quants_1024(q, 0x4342, 0x00FF00FFu), k1056), d);
 }
 
-template <bool NC> __device__ __forceinline__ void q6k_chunk_h(const uint8_t *row, int c, __half2 w[16])
+template <> __device__ __forceinline__ void load_chunk_h<T_Q6_K>(const uint8_t *row, int c, __half2 w[16])
 {
     const q6k_h p = q6k_h_setup(row, c);
+    const uint4 *qlp = (const uint4 *)p.ql, *qhp = (const uint4 *)p.qh;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        uint4 lo = ld16<NC>(p.ql + 16 * i), hi = ld16<NC>(p.qh + 16 * i);
+        uint4 lo = __ldg(qlp + i), hi = __ldg(qhp + i);
         const uint32_t lw[4] = {lo.x, lo.y, lo.z, lo.w}, hw[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) q6k_h_word(p, lw[j], hw[j], i == 0 ? p.d0 : p.d1, &w[8 * i + 2 * j]);
     }
-}
-
-template <> __device__ __forceinline__ void load_chunk_h<T_Q6_K>(const uint8_t *row, int c, __half2 w[16])
-{
-    q6k_chunk_h<true>(row, c, w);
-}
-
-// The formats whose one-row products (matvec.cuh's row_dots) stage the weights in shared
-// memory: 32 chunks (one pass of a warp's lanes) are 4 super-blocks of SB bytes, and every
-// super-block is 16-byte aligned, so cp.async copies them whole.  stage_chunk_h decodes chunk
-// c of a staged run of super-blocks with the same instructions as load_chunk_h (same bits).
-template <int T> struct stage_fmt { static constexpr int SB = 0; };
-template <> struct stage_fmt<T_Q4_K> { static constexpr int SB = 144; };
-template <> struct stage_fmt<T_Q6_K> { static constexpr int SB = GPU_Q6K_BLOCK; };
-
-template <int T> __device__ __forceinline__ void stage_chunk_h(const uint8_t *sb, int c, __half2 w[16])
-{
-    if constexpr (T == T_Q4_K) q4k_chunk_h<false>(sb, c, w);
-    else q6k_chunk_h<false>(sb, c, w);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -250,8 +250,8 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         G->d_kv = L->n_head_kv * L->head_dim;
         G->d_ff = (L->n_ff + 31) / 32 * 32;
         G->kv_own = L->kv_source == l;
-        G->out_scale = 0.0f;
-        if (L->out_scale.data) quant_dequantize_row(L->out_scale.type, L->out_scale.data, &G->out_scale, 1);
+        G->has_out_scale = L->out_scale.data != NULL;
+        if (G->has_out_scale) quant_dequantize_row(L->out_scale.type, L->out_scale.data, &G->out_scale, 1);
         if (g->base.cfg.verbose && (l + 1) % 8 == 0)
             log_info("cuda: uploaded layers %d/%d (%.0f MiB)", l + 1, m->hp.n_layer, u.off / MIB);
     }
@@ -541,8 +541,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, kvb}}, wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
     if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen)) return -1;
     place_layer_kv(g, n_blocks);
-    if (
-        alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen) ||
+    if (alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen) ||
         alloc_all(wq, 2, "allocating FP16 weights", g->stream, err, errlen))
         return -1;
     if (g->w16_bytes && make_resident_f16(g, err, errlen)) return -1;

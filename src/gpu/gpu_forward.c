@@ -581,7 +581,7 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     }
     if (rc) return -1;
     if (hp->n_embd_ple > 0 && per_layer_embedding(g, L, il, T, err, errlen)) return -1;
-    if (L->out_scale != 0.0f)
+    if (L->has_out_scale)
         return scale_op(g, &g->k.scale_f32, g->x, (size_t)T * hp->n_embd, L->out_scale, "layer output scale", err, errlen);
     return 0;
 }

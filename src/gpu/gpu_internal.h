@@ -59,7 +59,8 @@ typedef struct gpu_layer {
     /* its shapes (Gemma 4's full and sliding layers differ): head_dim, kv heads, the q and k/v
      * row widths, the FFN width padded to 32 */
     int hd, n_kv, d_q, d_kv, d_ff;
-    float out_scale; /* the residual stream times this after the layer (layer_output_scale), 0: none */
+    bool has_out_scale; /* layer_output_scale: the residual stream times out_scale after the layer */
+    float out_scale;
     /* the K/V this layer attends to: its own region of the caches, or its kv_source's (Gemma 4's
      * shared K/V: kv_own false, no K/V computed); each region [block][n_kv][GPU_KV_BLOCK][hd] */
     CUdeviceptr kc, vc;

@@ -800,7 +800,9 @@ static void decode_through(engine *e, const int32_t *blocks, const int32_t *toke
  * decode with each layer's own head_dim), window 48 crossed by the 200-token prompt and the
  * decode, per-layer embeddings 32 wide, the last 3 of 6 layers reading earlier K/V with FFNs
  * twice as wide; in F32, F16 and the block formats of 32 (Q8_0, Q4_0: mmq where rows are 256
- * wide).  GPU logits against the CPU's, and 32 concurrent sequences as each alone (Q8_0). */
+ * wide).  GPU logits against the CPU's, and 32 concurrent sequences as each alone (Q8_0).  Its
+ * tied head puts many logits near the soft-cap (as the synthetic gemma3's): a check of the
+ * kernels' paths and shapes; the reference files above are the sharper check of the math. */
 static void test_logits_gemma4_synthetic(void **state)
 {
     (void)state;

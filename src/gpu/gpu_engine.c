@@ -126,15 +126,35 @@ static int upload_vector(uploader *u, CUdeviceptr *dst, const model_tensor *t, c
 
 /* The matrices of a layer that the ordinary products read, and the 3-D expert tensors that
  * only the MoE kernels read (the router, ffn_gate_inp, goes up in F32: upload_router). */
-#define LAYER_MATRICES(X) X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down)
-#define EXPERT_MATRICES(X) X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps)
-#define N_LAYER_MATRICES 7
+#define LAYER_MATRICES(X) X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down) X(ple_gate) X(ple_proj)
+#define EXPERT_MATRICES(X) X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps) X(ffn_gate_up_exps)
+#define N_LAYER_MATRICES 9
 /* A MoE layer's router as F32 rows [n_expert][n_embd] whatever its format (moe_router reads
  * it in FP32: kernels/moe.cuh says why); absent: 0. */
 static size_t router_bytes(const model_tensor *t) { return t->data ? (size_t)t->ne0 * t->ne1 * sizeof(float) : 0; }
 
-static int upload_router(uploader *u, CUdeviceptr *dst, const model_tensor *t, char *err, size_t errlen)
+/* Gemma 4's scaled router (ARCH_ROUTER_SCALED) reads rmsnorm(x) / sqrt(n_embd) *
+ * ffn_gate_inp.scale: the scale goes into the router's columns here, so the GPU's router reads
+ * the unweighted norm as the softmax router reads its normed input. */
+static int fold_router_scale(const model_layer *L, int n_embd, float *w, size_t rows, char *err, size_t errlen)
 {
+    if (!L->router_scale.data) return 0;
+    float *scale = malloc((size_t)n_embd * sizeof *scale);
+    if (!scale) {
+        snprintf(err, errlen, "%s: out of host memory", L->router_scale.name);
+        return -1;
+    }
+    quant_dequantize_row(L->router_scale.type, L->router_scale.data, scale, n_embd);
+    const float inv_sqrt_dim = 1.0f / sqrtf((float)n_embd);
+    for (size_t r = 0; r < rows; r++)
+        for (int d = 0; d < n_embd; d++) w[r * (size_t)n_embd + d] *= scale[d] * inv_sqrt_dim;
+    free(scale);
+    return 0;
+}
+
+static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, char *err, size_t errlen)
+{
+    const model_tensor *t = &L->ffn_gate_inp;
     *dst = 0;
     if (!t->data) return 0;
     size_t n = (size_t)t->ne0, rows = (size_t)t->ne1;
@@ -145,6 +165,10 @@ static int upload_router(uploader *u, CUdeviceptr *dst, const model_tensor *t, c
     }
     for (size_t r = 0; r < rows; r++)
         quant_dequantize_row(t->type, (const char *)t->data + r * t->row_bytes, tmp + r * n, (int64_t)n);
+    if (fold_router_scale(L, (int)n, tmp, rows, err, errlen)) {
+        free(tmp);
+        return -1;
+    }
     *dst = u->g->wbuf + u->off;
     CUresult rc = cu.cuMemcpyHtoD(*dst, tmp, n * rows * sizeof *tmp);
     free(tmp);
@@ -153,12 +177,20 @@ static int upload_router(uploader *u, CUdeviceptr *dst, const model_tensor *t, c
     return 0;
 }
 
-#define LAYER_VECTORS(X) X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)
+#define LAYER_VECTORS(X)                                                                                 \
+    X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)      \
+    X(ple_post_norm) X(expert_scale) X(ffn_pre_norm_2) X(ffn_post_norm_1) X(ffn_post_norm_2)
+#define GLOBAL_MATRICES(X) X(tok_embd) X(ple_tok_embd) X(ple_model_proj)
+#define GLOBAL_VECTORS(X) X(output_norm) X(rope_freqs) X(ple_proj_norm)
 
 static size_t weights_bytes(const model *m)
 {
-    size_t b = align_up(matrix_bytes(&m->tok_embd), DEV_ALIGN) + align_up(vector_bytes(&m->output_norm), DEV_ALIGN) +
-               align_up(vector_bytes(&m->rope_freqs), DEV_ALIGN);
+    size_t b = 0;
+#define ADD_GM(f) b += align_up(matrix_bytes(&m->f), DEV_ALIGN);
+#define ADD_GV(f) b += align_up(vector_bytes(&m->f), DEV_ALIGN);
+    GLOBAL_MATRICES(ADD_GM) GLOBAL_VECTORS(ADD_GV)
+#undef ADD_GM
+#undef ADD_GV
     if (m->output.data != m->tok_embd.data) b += align_up(matrix_bytes(&m->output), DEV_ALIGN);
     for (int l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
@@ -183,10 +215,11 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         return -1;
     }
     uploader u = {g, 0};
-    if (upload_matrix(&u, &g->tok_embd, &m->tok_embd, err, errlen) ||
-        upload_vector(&u, &g->output_norm, &m->output_norm, err, errlen) ||
-        upload_vector(&u, &g->rope_freqs, &m->rope_freqs, err, errlen))
-        return -1;
+#define UP_GM(f) if (upload_matrix(&u, &g->f, &m->f, err, errlen)) return -1;
+#define UP_GV(f) if (upload_vector(&u, &g->f, &m->f, err, errlen)) return -1;
+    GLOBAL_MATRICES(UP_GM) GLOBAL_VECTORS(UP_GV)
+#undef UP_GM
+#undef UP_GV
     if (m->output.data == m->tok_embd.data) g->output = g->tok_embd;
     else if (upload_matrix(&u, &g->output, &m->output, err, errlen)) return -1;
     for (int l = 0; l < m->hp.n_layer; l++) {
@@ -195,13 +228,30 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
 #define UP_M(f) if (upload_matrix(&u, &G->f, &L->f, err, errlen)) return -1;
 #define UP_V(f) if (upload_vector(&u, &G->f, &L->f, err, errlen)) return -1;
         LAYER_MATRICES(UP_M) EXPERT_MATRICES(UP_M) LAYER_VECTORS(UP_V)
-        if (upload_router(&u, &G->router, &L->ffn_gate_inp, err, errlen)) return -1;
+        if (upload_router(&u, &G->router, L, err, errlen)) return -1;
 #undef UP_M
 #undef UP_V
+        if (G->ffn_gate_up_exps.d) { /* gate and up: the two halves of each expert's rows */
+            gpu_matrix half = G->ffn_gate_up_exps;
+            half.n /= 2;
+            G->ffn_gate_exps = half;
+            half.d += (size_t)half.n * half.row_bytes;
+            G->ffn_up_exps = half;
+        }
         G->window = L->window;
         G->rope_base = L->rope_base;
         G->rope_scale = L->rope_scale;
+        G->rope_freqs = L->rope_freqs ? g->rope_freqs : 0;
         G->geglu = L->recipe.act == ARCH_ACT_GELU_TANH;
+        G->v_norm = L->recipe.attn_extras & ARCH_ATTN_V_NORM;
+        G->hd = L->head_dim;
+        G->n_kv = L->n_head_kv;
+        G->d_q = m->hp.n_head * L->head_dim;
+        G->d_kv = L->n_head_kv * L->head_dim;
+        G->d_ff = (L->n_ff + 31) / 32 * 32;
+        G->kv_own = L->kv_source == l;
+        G->has_out_scale = L->out_scale.data != NULL;
+        if (G->has_out_scale) quant_dequantize_row(L->out_scale.type, L->out_scale.data, &G->out_scale, 1);
         if (g->base.cfg.verbose && (l + 1) % 8 == 0)
             log_info("cuda: uploaded layers %d/%d (%.0f MiB)", l + 1, m->hp.n_layer, u.off / MIB);
     }
@@ -217,12 +267,13 @@ static bool needs_f16_copy(const gpu_engine *g, const gpu_matrix *w)
 
 /* Every matrix cuBLAS multiplies from an FP16 copy (the layers' and the LM head's; not the
  * embedding table, which is only gathered from, nor the experts, which only the MoE kernels
- * read), into list (at most N_LAYER_MATRICES per layer + 1).
+ * read), into list (at most N_LAYER_MATRICES per layer + 2).
  * Returns the count. */
 static int blas_matrices(gpu_engine *g, gpu_matrix **list)
 {
     int n = 0;
     if (needs_f16_copy(g, &g->output)) list[n++] = &g->output;
+    if (needs_f16_copy(g, &g->ple_model_proj)) list[n++] = &g->ple_model_proj;
     for (int l = 0; l < g->base.m->hp.n_layer; l++) {
         gpu_layer *L = &g->layers[l];
 #define LIST(f) if (needs_f16_copy(g, &L->f)) list[n++] = &L->f;
@@ -238,7 +289,7 @@ static size_t f16_bytes(const gpu_matrix *w) { return align_up((size_t)w->n * w-
  * the resident copies). */
 static void blas_sizes(gpu_engine *g, size_t *largest, size_t *total)
 {
-    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * N_LAYER_MATRICES + 1) * sizeof *list);
+    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * N_LAYER_MATRICES + 2) * sizeof *list);
     *largest = *total = 0;
     if (!list) return;
     int n = blas_matrices(g, list);
@@ -254,7 +305,7 @@ static void blas_sizes(gpu_engine *g, size_t *largest, size_t *total)
  * one kernel does both), so cuBLAS steps read FP16 weights without re-decoding them. */
 static int make_resident_f16(gpu_engine *g, char *err, size_t errlen)
 {
-    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * N_LAYER_MATRICES + 1) * sizeof *list);
+    gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * N_LAYER_MATRICES + 2) * sizeof *list);
     if (!list) {
         snprintf(err, errlen, "out of host memory");
         return -1;
@@ -288,10 +339,38 @@ static int alloc_all(const alloc_req *req, int n, const char *what, CUstream s, 
     return 0;
 }
 
-/* Bytes of one KV block in one of the two caches (every layer). */
-static size_t kv_block_bytes(const model_hparams *hp)
+/* Bytes of one KV block of layer L in one of the two caches. */
+static size_t layer_block_bytes(const gpu_layer *L)
 {
-    return (size_t)hp->n_layer * hp->n_head_kv * GPU_KV_BLOCK * (size_t)hp->head_dim * sizeof(uint16_t);
+    return (size_t)L->n_kv * GPU_KV_BLOCK * (size_t)L->hd * sizeof(uint16_t);
+}
+
+/* Bytes of one KV block in one of the two caches: every layer that computes its own K/V. */
+static size_t kv_block_bytes(const gpu_engine *g)
+{
+    size_t b = 0;
+    for (int l = 0; l < g->base.m->hp.n_layer; l++)
+        if (g->layers[l].kv_own) b += layer_block_bytes(&g->layers[l]);
+    return b;
+}
+
+/* Each layer's region of the caches for n_blocks + 1 blocks: its own, one after the other, or
+ * (shared K/V) its kv_source's. */
+static void place_layer_kv(gpu_engine *g, size_t n_blocks)
+{
+    const model *m = g->base.m;
+    size_t off = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        gpu_layer *L = &g->layers[l];
+        if (!L->kv_own) {
+            L->kc = g->layers[m->layers[l].kv_source].kc;
+            L->vc = g->layers[m->layers[l].kv_source].vc;
+            continue;
+        }
+        L->kc = g->kc + off;
+        L->vc = g->vc + off;
+        off += (n_blocks + 1) * layer_block_bytes(L);
+    }
 }
 
 /* The pool's blocks: --kv-cache-size when given; else what free memory leaves after the
@@ -316,24 +395,34 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->cap_tokens = T;
     g->cap_rows = R;
     g->table_width = (cfg->ctx_per_slot + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK;
-    g->block_bytes = kv_block_bytes(hp);
+    g->block_bytes = kv_block_bytes(g);
     g->row_of_seq = malloc((size_t)R * sizeof *g->row_of_seq);
     g->hist_len = calloc((size_t)cfg->n_slots + 1, sizeof *g->hist_len);
     if (!g->row_of_seq || !g->hist_len) {
         snprintf(err, errlen, "out of host memory");
         return -1;
     }
+    /* the widest layer's rows; attention's kernels and splits those every layer's shape takes */
     g->d_embd = hp->n_embd;
-    g->d_q = hp->n_head * hp->head_dim;
-    g->d_kv = hp->n_head_kv * hp->head_dim;
-    g->d_ff = (hp->n_ff + 31) / 32 * 32;
+    g->d_q = g->d_kv = g->d_ff = 0;
+    g->att_decode = true;
+    g->fa_q_tokens = GPU_FA_ROWS;
+    int hd_max = 0, n_kv_max = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const gpu_layer *L = &g->layers[l];
+        if (L->d_q > g->d_q) g->d_q = L->d_q;
+        if (L->d_kv > g->d_kv) g->d_kv = L->d_kv;
+        if (L->d_ff > g->d_ff) g->d_ff = L->d_ff;
+        if (L->hd > hd_max) hd_max = L->hd;
+        if (L->n_kv > n_kv_max) n_kv_max = L->n_kv;
+        g->att_decode &= gpu_attn_decode_serves(hp->n_head, L->n_kv, L->hd);
+        int qt = gpu_flash_q_tokens(hp->n_head, L->n_kv, L->hd);
+        if (qt < g->fa_q_tokens) g->fa_q_tokens = qt;
+        if (L->window) g->att_window = L->window; /* one per model (n_swa) */
+    }
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
-    g->att_decode = gpu_attn_decode_serves(hp->n_head, hp->n_head_kv, hp->head_dim);
-    g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, hp->n_head_kv) : ATT_MAX_SPLIT;
-    for (int l = 0; l < hp->n_layer; l++)
-        if (g->base.m->layers[l].window) g->att_window = g->base.m->layers[l].window; /* one per model (n_swa) */
+    g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, n_kv_max) : ATT_MAX_SPLIT;
     g->att_splits = gpu_attn_max_splits_for(cfg->ctx_per_slot, g->att_max_split);
-    g->fa_q_tokens = gpu_flash_q_tokens(hp->n_head, hp->n_head_kv, hp->head_dim);
     /* attn_decode's partials take a row per decode token of a step (one per sequence, as its
      * shapes have a flash kernel for the rest); attn_partial's one per packed token */
     size_t part_rows = (size_t)(g->att_decode ? R : T) * g->att_splits * hp->n_head;
@@ -342,12 +431,14 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     /* FP32 gate/up only where a step's feed-forward is not one fused kernel (the largest step
      * decides), the partial sums only where some matrix goes to mmq */
     bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k), any_post = false;
-    bool any_moe = false;
+    bool any_moe = false, moe_geglu = false, moe_beside = false, ple = hp->n_embd_ple > 0;
     for (int l = 0; l < hp->n_layer; l++) {
         const gpu_layer *L = &g->layers[l];
         gate_up |= L->w_gate.d && !gpu_ffn_fused(g, L, T);
-        any_post |= L->attn_post_norm || L->ffn_post_norm;
+        any_post |= L->attn_post_norm || L->ffn_post_norm || ple;
         any_moe |= L->ffn_gate_exps.d != 0;
+        moe_geglu |= L->ffn_gate_exps.d && L->geglu;
+        moe_beside |= L->ffn_gate_exps.d && L->w_gate.d;
 #define ANY_MMQ(mat) any_mmq |= gpu_mmq_serves(&g->k, L->mat.wtype, L->mat.k);
         LAYER_MATRICES(ANY_MMQ) EXPERT_MATRICES(ANY_MMQ)
 #undef ANY_MMQ
@@ -360,6 +451,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         moe_n = (size_t)g->moe_chunk * hp->n_expert_used;
         moe_tiles = (moe_n + 15) / 16 + (size_t)hp->n_expert; /* the smallest tiles, 16 rows */
     }
+    size_t ple_all = ple ? (size_t)T * hp->n_layer * hp->n_embd_ple : 0;
+    g->ple_ld = (hp->n_embd_ple + 31) / 32 * 32;
     g->mmq_part_bytes = any_mmq ? GPU_MMQ_PART_BYTES : 0;
 
     /* per-step inputs: tok, pos, slot, seq, rows, lidx, attention's token list and flash tiles
@@ -394,8 +487,12 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->moe_w, moe_n * f}, {&g->moe_sorted, moe_n * sizeof(int32_t)}, {&g->moe_pos, moe_n * sizeof(int32_t)},
         {&g->moe_tiles, moe_tiles * 3 * sizeof(int32_t)}, {&g->moe_h, moe_n * g->d_ff_exp * sizeof(uint16_t)},
         {&g->moe_y, moe_n * g->d_embd * f},
+        {&g->moe_g, moe_geglu ? moe_n * g->d_ff_exp * f : 0}, {&g->moe_u, moe_geglu ? moe_n * g->d_ff_exp * f : 0},
+        {&g->moe_out, moe_beside ? (size_t)T * g->d_embd * f : 0},
+        {&g->ple, ple_all * f}, {&g->ple_tok, ple_all * f}, {&g->ple_g, ple ? (size_t)T * hp->n_embd_ple * f : 0},
+        {&g->ple_h, ple ? (size_t)T * g->ple_ld * sizeof(uint16_t) : 0},
         {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
-        {&g->part_o, part_rows * hp->head_dim * f}, {&g->part_ml, part_rows * 2 * f},
+        {&g->part_o, part_rows * hd_max * f}, {&g->part_ml, part_rows * 2 * f},
         {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
         {&g->counts, R * V * sizeof(int32_t)}, {&g->parts, (size_t)R * GPU_SAMPLE_PARTS * 3 * f},
         {&g->sout, (size_t)R * sizeof(gpu_sample_out)},
@@ -426,13 +523,15 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     if (n_blocks > (1 << 24)) n_blocks = 1 << 24; /* block ids are int32 */
     g->kv_bytes = (n_blocks + 1) * pair;
     if (!n_blocks || g->kv_bytes + act + reserve > free_b) {
+        int kv_layers = 0;
+        for (int l = 0; l < hp->n_layer; l++) kv_layers += g->layers[l].kv_own;
         snprintf(err, errlen,
                  "not enough GPU memory for a KV pool of %zu tokens (%s; %.2f MiB per %d-token block "
-                 "of %d layers x %d kv heads x %d dims x K,V fp16%s) + buffers %.0f MiB + reserve %zu MiB: "
+                 "of %d layers x up to %d kv heads x %d dims x K,V fp16%s) + buffers %.0f MiB + reserve %zu MiB: "
                  "%.0f MiB free after %.0f MiB of weights; lower -c/--ctx-size or -np/--parallel, or raise "
                  "--kv-cache-size",
                  min_blocks * GPU_KV_BLOCK, cfg->kv_cache_mb ? "at least one block" : "one -c request", pair / MIB,
-                 GPU_KV_BLOCK, hp->n_layer, hp->n_head_kv, hp->head_dim,
+                 GPU_KV_BLOCK, kv_layers, n_kv_max, hd_max,
                  cfg->kv_cache_mb ? ", --kv-cache-size" : "", act / MIB, cfg->vram_reserve_mb, free_b / MIB,
                  g->wbytes / MIB);
         return -1;
@@ -440,8 +539,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->base.kv_blocks = (int)n_blocks;
     size_t kvb = g->kv_bytes / 2;
     alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, kvb}}, wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
-    if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen) ||
-        alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen) ||
+    if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen)) return -1;
+    place_layer_kv(g, n_blocks);
+    if (alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen) ||
         alloc_all(wq, 2, "allocating FP16 weights", g->stream, err, errlen))
         return -1;
     if (g->w16_bytes && make_resident_f16(g, err, errlen)) return -1;
@@ -769,8 +869,8 @@ static void gpu_slot_clear(engine *e, int slot)
     ((gpu_engine *)e)->hist_len[slot] = 0;
 }
 
-/* Copy-on-write of one block (both caches, every layer: one contiguous range each), ordered
- * on the compute stream before any later step. */
+/* Copy-on-write of one block (both caches, every layer with K/V of its own: one range per
+ * layer and cache), ordered on the compute stream before any later step. */
 static int gpu_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
 {
     gpu_engine *g = (gpu_engine *)e;
@@ -778,10 +878,14 @@ static int gpu_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
         snprintf(err, errlen, "the GPU failed in an earlier step (%s); restart the server", g->failed);
         return ENGINE_FATAL;
     }
-    size_t bb = g->block_bytes, d = (size_t)dst * bb, sr = (size_t)src * bb;
     CUresult r = cu.cuCtxSetCurrent(g->ctx);
-    if (r == CUDA_SUCCESS) r = cu.cuMemcpyDtoDAsync(g->kc + d, g->kc + sr, bb, g->stream);
-    if (r == CUDA_SUCCESS) r = cu.cuMemcpyDtoDAsync(g->vc + d, g->vc + sr, bb, g->stream);
+    for (int l = 0; l < e->m->hp.n_layer && r == CUDA_SUCCESS; l++) {
+        const gpu_layer *L = &g->layers[l];
+        if (!L->kv_own) continue;
+        size_t bb = layer_block_bytes(L), d = (size_t)dst * bb, sr = (size_t)src * bb;
+        r = cu.cuMemcpyDtoDAsync(L->kc + d, L->kc + sr, bb, g->stream);
+        if (r == CUDA_SUCCESS) r = cu.cuMemcpyDtoDAsync(L->vc + d, L->vc + sr, bb, g->stream);
+    }
     if (r != CUDA_SUCCESS) {
         char b[160];
         snprintf(err, errlen, "copying KV block %d to %d: %s", src, dst, cuda_api_strerror(r, b, sizeof b));
@@ -802,7 +906,8 @@ static void gpu_destroy(engine *e)
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
                           g->mmq_part, g->post,     g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
-                          g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y,
+                          g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y, g->moe_g, g->moe_u, g->moe_out,
+                          g->ple, g->ple_tok, g->ple_g, g->ple_h,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
                           g->sout,   g->in_d};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -830,8 +935,8 @@ static const engine_vtable gpu_vtable = {
  * is refused here, by name, rather than run wrong. */
 #define GPU_FEATURES                                                                              \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING | ARCH_F_QKV_BIAS | \
-     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ACT_SILU |      \
-     ARCH_F_ACT_GELU_TANH)
+     ARCH_F_QK_NORM | ARCH_F_V_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_FFN_GLU_MOE |                \
+     ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH)
 
 /* A matrix in a format without kernels (gpu_kernel_names.h) is refused here, before anything
  * is allocated or uploaded, naming the first such tensor; --device auto then runs the model on
@@ -848,7 +953,9 @@ static int check_matrix_type(const model_tensor *t, char *err, size_t errlen)
 
 static int check_weight_types(const model *m, char *err, size_t errlen)
 {
-    if (check_matrix_type(&m->tok_embd, err, errlen) || check_matrix_type(&m->output, err, errlen)) return -1;
+    if (check_matrix_type(&m->tok_embd, err, errlen) || check_matrix_type(&m->output, err, errlen) ||
+        check_matrix_type(&m->ple_tok_embd, err, errlen) || check_matrix_type(&m->ple_model_proj, err, errlen))
+        return -1;
     for (int l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
 #define CHECK_M(f) if (check_matrix_type(&L->f, err, errlen)) return -1;
@@ -879,28 +986,27 @@ static int check_model(const model *m, char *err, size_t errlen)
         return -1;
     }
     if (model_check_features(m, GPU_FEATURES, "cuda", err, errlen)) return -1;
-    /* Gemma 4's parts outside the recipe: per-layer shapes and embeddings, shared K/V, layer
-     * scalars.  (Its v norm already refuses it; this keeps any other family that uses them
-     * from running without them.) */
+    if (check_weight_types(m, err, errlen)) return -1;
+    /* the per-layer embeddings' token rows are gathered whole: no padding inside a row */
+    if (hp->n_embd_ple && (hp->n_layer * hp->n_embd_ple) % 32) {
+        snprintf(err, errlen, "model: per-layer embeddings %d x %d layers must be a multiple of 32 wide on the GPU",
+                 hp->n_embd_ple, hp->n_layer);
+        return -1;
+    }
+    /* every layer's own shape (Gemma 4's full layers have their own head_dim and kv heads) */
     for (int l = 0; l < hp->n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        if (L->head_dim != hp->head_dim || L->n_head_kv != hp->n_head_kv || L->n_ff != hp->n_ff ||
-            L->kv_source != l || L->out_scale.data || hp->n_embd_ple) {
-            snprintf(err, errlen, "the cuda backend does not implement per-layer shapes, shared K/V, per-layer "
-                     "embeddings or layer scalars (layer %d of %s)", l, m->desc->name);
+        if (hp->n_embd % 32 || (hp->n_head * L->head_dim) % 32) {
+            snprintf(err, errlen, "model: n_embd %d and n_head*head_dim %d (layer %d) must be multiples of 32 on the GPU",
+                     hp->n_embd, hp->n_head * L->head_dim, l);
             return -1;
         }
-    }
-    if (check_weight_types(m, err, errlen)) return -1;
-    if (hp->n_embd % 32 || (hp->n_head * hp->head_dim) % 32) {
-        snprintf(err, errlen, "model: n_embd %d and n_head*head_dim %d must be multiples of 32 on the GPU",
-                 hp->n_embd, hp->n_head * hp->head_dim);
-        return -1;
-    }
-    if (hp->head_dim > 256 || hp->head_dim % 8 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv) {
-        snprintf(err, errlen, "model: head_dim %d / heads %d / kv heads %d not supported on the GPU", hp->head_dim,
-                 hp->n_head, hp->n_head_kv);
-        return -1;
+        if ((L->head_dim > 256 && L->head_dim != 512) || L->head_dim % 8 || L->n_head_kv <= 0 ||
+            hp->n_head % L->n_head_kv) {
+            snprintf(err, errlen, "model: head_dim %d / heads %d / kv heads %d (layer %d) not supported on the GPU "
+                     "(head_dim a multiple of 8 up to 256, or 512)", L->head_dim, hp->n_head, L->n_head_kv, l);
+            return -1;
+        }
     }
     return 0;
 }

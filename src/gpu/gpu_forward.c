@@ -2,12 +2,15 @@
  * batch of tokens from any number of slots, for the recipes gpu_engine.c accepts (GPU_FEATURES):
  *
  *   x = embed(tok)                                      (Gemma: times sqrt(n_embd))
- *   for each layer:
+ *   (Gemma 4 E models: every layer's per-layer inputs, per_layer_inputs)
+ *   for each layer (its own head_dim, kv heads and FFN width):
  *       h = fp16(rmsnorm(x) * attn_norm)
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
- *       q, k = rmsnorm per head (qk norm), RoPE (the layer's base and scaling);
- *           K/V block[pos] = k, v               (qkv_post; one token and no qk norm: in the
- *           epilogue of the QKV matvec, matvec_rope)
+ *           (no Wv: v = Wk h; a layer sharing another's K/V: q alone)
+ *       q, k = rmsnorm per head (qk norm), RoPE (the layer's base, scaling and factors),
+ *           v = rmsnorm per head (v norm);
+ *           K/V block[pos] = k, v in the layer's region of the caches (qkv_post; one token and
+ *           no q/k/v norm: in the epilogue of the QKV matvec, matvec_rope)
  *       h = fp16(softmax(q K^T / sqrt(query_pre_attn_scalar)) V) over keys 0..pos of the
  *           token's sequence (a sliding layer: its window only, see gpu_attn_first_key):
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
@@ -17,6 +20,8 @@
  *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
  *            or, MoE: x += sum over the router's top k experts e of w_e Wdown_e fp16(silu(Wgate_e h) * Wup_e h)
  *                                        (sandwich norm: normed by ffn_post_norm as above)
+ *            or, Gemma 4's 26B-A4B: the GeGLU and GeGLU experts side by side (ffn_glu_moe)
+ *       (Gemma 4: x += its per-layer embedding; x *= layer_output_scale)
  *   logits = Wout fp16(rmsnorm(x[rows]) * output_norm)   (Gemma: cap * tanh(logits / cap))
  *   sample(rows)
  *
@@ -207,10 +212,10 @@ bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T)
     return !L->geglu && L->w_gate.type == L->w_up.type && (path == PATH_MMQ || path == PATH_MATVEC);
 }
 
-/* ff_h = fp16(act(Wgate h) * Wup h), act silu or gelu_tanh */
+/* ff_h = fp16(act(Wgate h) * Wup h), act silu or gelu_tanh; rows of the layer's own width */
 static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
-    matmul_op op = {.out = {{&L->w_gate, g->gate, 0, g->d_ff}, {&L->w_up, g->up, 0, g->d_ff}}, .n_out = 2,
+    matmul_op op = {.out = {{&L->w_gate, g->gate, 0, L->d_ff}, {&L->w_up, g->up, 0, L->d_ff}}, .n_out = 2,
                     .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
     if (gpu_ffn_fused(g, L, T)) {
         if (path_for(g, &L->w_gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
@@ -222,7 +227,7 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what,
         return 0;
     }
     if (matmul(g, &op, err, errlen)) return -1;
-    size_t n = (size_t)T * g->d_ff;
+    size_t n = (size_t)T * L->d_ff;
     unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
     const gpu_fn *act = L->geglu ? &g->k.geglu : &g->k.swiglu;
     LAUNCH(*act, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->gate, &g->up, &g->ff_h, &n);
@@ -251,28 +256,31 @@ static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err
 static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
-    const int window = g->layers[il].window;
+    const gpu_layer *L = &g->layers[il];
+    const int window = L->window;
+    /* the layer's own region of the caches (or its kv_source's): one layer of blocks there */
     if (ap->n_tiles > 0) {
         flash_args fa = {
-            .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
+            .q = F32(g->q), .kc = F16(L->kc), .vc = F16(L->vc), .seq = I32(g->in_d + g->in.seq),
             .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
-            .tiles = I32(g->in_d + g->in.ftiles), .out = F16(g->act_h), .n_layer = hp->n_layer, .layer = il,
-            .n_head = hp->n_head, .n_kv = hp->n_head_kv, .table_width = g->table_width, .window = window,
+            .tiles = I32(g->in_d + g->in.ftiles), .out = F16(g->act_h), .n_layer = 1, .layer = 0,
+            .n_head = hp->n_head, .n_kv = L->n_kv, .table_width = g->table_width, .window = window,
             .scale = (float)(M_LOG2E / sqrt((double)hp->attn_scalar)),
         };
-        /* pack_step makes tiles only when gpu_flash_q_tokens() allows: head_dim 64 or 128 */
-        const gpu_fn *fn = hp->head_dim == 64 ? &g->k.flash_attn_hd64 : &g->k.flash_attn_hd128;
-        LAUNCH(*fn, ((gpu_launch_dims){(unsigned)ap->n_tiles, (unsigned)hp->n_head_kv, 1, GPU_FA_ROWS / 16 * 32}),
+        /* pack_step makes tiles only when gpu_flash_q_tokens() allows every layer: head_dim 64 or 128 */
+        const gpu_fn *fn = L->hd == 64 ? &g->k.flash_attn_hd64 : &g->k.flash_attn_hd128;
+        LAUNCH(*fn, ((gpu_launch_dims){(unsigned)ap->n_tiles, (unsigned)L->n_kv, 1, GPU_FA_ROWS / 16 * 32}),
                "attention", &fa);
     }
     if (ap->n_dec == 0) return 0;
-    int group = hp->n_head / hp->n_head_kv, gb = 8, n_split = ap->n_split, hd = hp->head_dim, nh = hp->n_head;
+    int group = hp->n_head / L->n_kv, gb = L->hd > 256 ? GPU_ATT_GB_HD512 : 8, n_split = ap->n_split, hd = L->hd;
+    int nh = hp->n_head;
     while (group % gb) gb--;
     CUdeviceptr list = ap->dec_listed ? g->in_d + g->in.dtok : 0;
     attn_args a = {
-        .q = F32(g->q), .kc = F16(g->kc), .vc = F16(g->vc), .seq = I32(g->in_d + g->in.seq),
-        .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables), .n_layer = hp->n_layer,
-        .layer = il, .n_head = nh, .n_kv = hp->n_head_kv, .table_width = g->table_width,
+        .q = F32(g->q), .kc = F16(L->kc), .vc = F16(L->vc), .seq = I32(g->in_d + g->in.seq),
+        .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables), .n_layer = 1,
+        .layer = 0, .n_head = nh, .n_kv = L->n_kv, .table_width = g->table_width,
         .hd = hd, .gb = gb, .n_split = n_split, .window = window,
         .scale = 1.0f / sqrtf(hp->attn_scalar), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
         .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .out = F16(g->act_h),
@@ -281,7 +289,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     if (g->att_decode) { /* tensor cores, one block per KV head (kernels/attn_decode.cuh) */
         const gpu_fn *fn = hd == 64 ? &g->k.attn_decode_hd64 : &g->k.attn_decode_hd128;
         void *args[] = {&a};
-        if (gpu_launch_smem(fn, (gpu_launch_dims){n, (unsigned)hp->n_head_kv, (unsigned)n_split, GPU_ATT_DEC_WARPS * 32},
+        if (gpu_launch_smem(fn, (gpu_launch_dims){n, (unsigned)L->n_kv, (unsigned)n_split, GPU_ATT_DEC_WARPS * 32},
                             gpu_attn_decode_smem(hd), g->stream, args, "attention", err, errlen))
             return -1;
         if (n_split > 1) /* with one, every token wrote its own output (a graph of short contexts) */
@@ -289,7 +297,10 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
                    "attention", &a);
         return 0;
     }
-    const gpu_fn *fn = hd == 64 ? &g->k.attn_partial_hd64 : hd == 128 ? &g->k.attn_partial_hd128 : &g->k.attn_partial;
+    const gpu_fn *fn = hd == 64    ? &g->k.attn_partial_hd64
+                       : hd == 128 ? &g->k.attn_partial_hd128
+                       : hd == 512 ? &g->k.attn_partial_hd512
+                                   : &g->k.attn_partial;
     LAUNCH(*fn, ((gpu_launch_dims){n, (unsigned)(nh / gb), (unsigned)n_split, 128}), "attention", &a);
     LAUNCH(g->k.attn_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",
            &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd, &list);
@@ -336,18 +347,30 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
     int k = hp->n_expert_used, ne = hp->n_expert, N = n * k, d = g->d_embd, acc = accumulate;
     const gpu_matrix *gate = &L->ffn_gate_exps, *up = &L->ffn_up_exps, *down = &L->ffn_down_exps;
     CUdeviceptr x = g->act_h + (size_t)t0 * d * sizeof(uint16_t), logits = g->moe_logits + (size_t)t0 * ne * sizeof(float);
-    void *route[] = {&logits, &ne, &k, &g->moe_ids, &g->moe_w};
+    void *route[] = {&logits, &ne, &k, &(CUdeviceptr){L->expert_scale}, &g->moe_ids, &g->moe_w};
     if (gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, (unsigned)(ne * sizeof(float)),
                         g->stream, route, what, err, errlen))
         return -1;
     CUdeviceptr pos = 0; /* moe_combine's entry -> row of moe_y: identity, or the grouping's */
-    bool grouped = n > GPU_MATVEC_MAX_M && gpu_mmq_serves(&g->k, gate->wtype, gate->k) &&
+    /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's */
+    bool grouped = n > GPU_MATVEC_MAX_M && !L->geglu && gpu_mmq_serves(&g->k, gate->wtype, gate->k) &&
                    gpu_mmq_serves(&g->k, down->wtype, down->k);
     if (!grouped) {
         moe_mv_args a = {.w0 = U8(gate->d), .w1 = U8(up->d), .expert_bytes = gate->expert_bytes,
                          .row_bytes = gate->row_bytes, .ids = I32(g->moe_ids), .x = F16(x), .x_div = k, .ldx = d,
                          .k = gate->k, .n = gate->n, .ldy = g->d_ff_exp, .yh = F16(g->moe_h)};
-        LAUNCH(g->k.moe_glu[gate->wtype], ((gpu_launch_dims){(unsigned)N, ceil_div(gate->n, 8), 1, 256}), what, &a);
+        gpu_launch_dims per_entry = {(unsigned)N, ceil_div(gate->n, 8), 1, 256};
+        if (L->geglu) { /* gate and up as two products, then fp16(gelu_tanh(gate) * up) */
+            a.y = F32(g->moe_g);
+            LAUNCH(g->k.moe_matvec[gate->wtype], per_entry, what, &a);
+            a.w0 = U8(up->d), a.y = F32(g->moe_u);
+            LAUNCH(g->k.moe_matvec[up->wtype], per_entry, what, &a);
+            size_t total = (size_t)N * g->d_ff_exp;
+            LAUNCH(g->k.geglu, ((gpu_launch_dims){ceil_div(total, 256) < 4096 ? ceil_div(total, 256) : 4096, 1, 1, 256}),
+                   what, &g->moe_g, &g->moe_u, &g->moe_h, &total);
+        } else {
+            LAUNCH(g->k.moe_glu[gate->wtype], per_entry, what, &a);
+        }
         moe_mv_args b = {.w0 = U8(down->d), .expert_bytes = down->expert_bytes, .row_bytes = down->row_bytes,
                          .ids = I32(g->moe_ids), .x = F16(g->moe_h), .x_div = 1, .ldx = g->d_ff_exp, .k = down->k,
                          .n = down->n, .ldy = d, .y = F32(g->moe_y)};
@@ -379,23 +402,129 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
     return 0;
 }
 
-/* The MoE feed-forward of T rows of act_h (recipe ARCH_FFN_MOE, router ARCH_ROUTER_SOFTMAX_TOPK):
- * the router's logits for every row (in FP32, from moe_xf), then chunks of moe_chunk tokens;
- * x += the result, or in a sandwich-norm layer its post-normed form. */
-static int ffn_moe(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
+/* x *= s over n floats: the embeddings' scale, the logits' soft-cap (cap = s). */
+static int scale_op(gpu_engine *g, const gpu_fn *fn, CUdeviceptr x, size_t n, float s, const char *what, char *err,
+                    size_t errlen)
+{
+    unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
+    LAUNCH(*fn, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &x, &n, &s);
+    return 0;
+}
+
+/* The MoE feed-forward of T rows of act_h (recipe ARCH_FFN_MOE, router ARCH_ROUTER_SOFTMAX_TOPK;
+ * or the experts of ARCH_FFN_GLU_MOE): the router's logits for every row (in FP32, from moe_xf),
+ * then chunks of moe_chunk tokens into dst (accumulate: added). */
+static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst, bool accumulate, const char *what,
+                       char *err, size_t errlen)
 {
     int ne = g->base.m->hp.n_expert;
     gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, 8), 1, 256};
     LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &g->d_embd, &ne, &T, &g->moe_logits);
-    CUdeviceptr dst = L->ffn_post_norm ? g->post : g->x;
     for (int t0 = 0; t0 < T; t0 += g->moe_chunk) {
         int n = T - t0 < g->moe_chunk ? T - t0 : g->moe_chunk;
-        if (moe_chunk(g, L, t0, n, dst, !L->ffn_post_norm, what, err, errlen)) return -1;
+        if (moe_chunk(g, L, t0, n, dst, accumulate, what, err, errlen)) return -1;
     }
+    return 0;
+}
+
+/* x += the experts' sum, or in a sandwich-norm layer its post-normed form. */
+static int ffn_moe(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
+{
+    CUdeviceptr dst = L->ffn_post_norm ? g->post : g->x;
+    if (moe_experts(g, L, T, dst, !L->ffn_post_norm, what, err, errlen)) return -1;
     return L->ffn_post_norm ? add_post_normed(g, L->ffn_post_norm, T, what, err, errlen) : 0;
 }
 
-static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
+/* y += z over T rows of n_embd (add_bias over one row of T * n_embd). */
+static int add_rows(gpu_engine *g, CUdeviceptr y, CUdeviceptr z, int T, const char *what, char *err, size_t errlen)
+{
+    int width = T * g->d_embd;
+    size_t total = (size_t)width;
+    LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), what, &y, &z, &width, &total);
+    return 0;
+}
+
+/* Gemma 4's experts beside the dense GLU (ARCH_FFN_GLU_MOE), on act_h = fp16(rmsnorm(x) *
+ * ffn_norm): post = rmsnorm(glu(act_h)) * post_1 + rmsnorm(experts(rmsnorm(x) * pre_2)) * post_2,
+ * the experts chosen by the scaled router from rmsnorm(x) (its scales folded into the router's
+ * weights: upload_router), then x += rmsnorm(post) * ffn_post_norm. */
+static int ffn_glu_moe(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
+{
+    if (gated_ffn(g, L, T, what, err, errlen)) return -1;
+    matmul_op down = {.out = {{&L->w_down, g->post, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = L->d_ff,
+                      .what = what};
+    norm_op post1 = {.x = g->post, .w = L->ffn_post_norm_1, .y = g->post, .rows = T, .n = g->d_embd};
+    norm_op router = {.x = g->x, .y = g->moe_xf, .rows = T, .n = g->d_embd};
+    norm_op pre2 = {.x = g->x, .w = L->ffn_pre_norm_2, .yh = g->act_h, .rows = T, .n = g->d_embd};
+    norm_op post2 = {.x = g->moe_out, .w = L->ffn_post_norm_2, .y = g->moe_out, .rows = T, .n = g->d_embd};
+    if (matmul(g, &down, err, errlen) || rmsnorm(g, &post1, what, err, errlen) ||
+        rmsnorm(g, &router, what, err, errlen) || rmsnorm(g, &pre2, what, err, errlen) ||
+        moe_experts(g, L, T, g->moe_out, false, what, err, errlen) || rmsnorm(g, &post2, what, err, errlen) ||
+        add_rows(g, g->post, g->moe_out, T, what, err, errlen))
+        return -1;
+    return add_post_normed(g, L->ffn_post_norm, T, what, err, errlen);
+}
+
+/* act_h = fp16(x) over T rows: the residual stream as a matmul input, unnormed. */
+static int residual_to_f16(gpu_engine *g, int T, const char *what, char *err, size_t errlen)
+{
+    size_t n = (size_t)T * g->d_embd;
+    LAUNCH(g->k.to_f16, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}), what, &g->x,
+           &g->act_h, &n);
+    return 0;
+}
+
+/* Gemma 4's per-layer inputs of the step's tokens, from their scaled embeddings in x:
+ * ple[t][l] = (rmsnorm(W_proj x[t] / sqrt(n_embd)) * proj_norm + ple_tok[tok][l] * sqrt(P)) / sqrt(2)
+ * for every layer l, P wide each (cpu_engine.c: per_layer_inputs). */
+static int per_layer_inputs(gpu_engine *g, int T, char *err, size_t errlen)
+{
+    const model_hparams *hp = &g->base.m->hp;
+    const char *what = "per-layer embeddings";
+    int all = hp->n_layer * hp->n_embd_ple;
+    size_t n = (size_t)T * all;
+    unsigned long long rb = g->ple_tok_embd.row_bytes;
+    if (residual_to_f16(g, T, what, err, errlen)) return -1;
+    matmul_op proj = {.out = {{&g->ple_model_proj, g->ple, 0, all}}, .n_out = 1, .x = g->act_h, .m = T,
+                      .ldx = g->d_embd, .what = what};
+    norm_op nrm = {.x = g->ple, .w = g->ple_proj_norm, .y = g->ple, .rows = T * hp->n_layer, .n = hp->n_embd_ple};
+    if (matmul(g, &proj, err, errlen) ||
+        scale_op(g, &g->k.scale_f32, g->ple, n, 1.0f / sqrtf((float)hp->n_embd), what, err, errlen) ||
+        rmsnorm(g, &nrm, what, err, errlen))
+        return -1;
+    LAUNCH(g->k.embed[g->ple_tok_embd.wtype], ((gpu_launch_dims){(unsigned)T, 1, 1, 64}), what, &g->ple_tok_embd.d,
+           &rb, &g->ple_tok_embd.k, &(CUdeviceptr){g->in_d + g->in.tok}, &g->ple_tok);
+    if (scale_op(g, &g->k.scale_f32, g->ple_tok, n, sqrtf((float)hp->n_embd_ple), what, err, errlen)) return -1;
+    int width = (int)n;
+    LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(n, 256), 1, 1, 256}), what, &g->ple, &g->ple_tok, &width, &n);
+    return scale_op(g, &g->k.scale_f32, g->ple, n, (float)M_SQRT1_2, what, err, errlen);
+}
+
+/* Gemma 4's per-layer embedding after layer il: x += rmsnorm(W_proj fp16(gelu(W_gate x) *
+ * ple[t][il])) * post_norm (cpu_engine.c: per_layer_embedding). */
+static int per_layer_embedding(gpu_engine *g, const gpu_layer *L, int il, int T, char *err, size_t errlen)
+{
+    const model_hparams *hp = &g->base.m->hp;
+    const int P = hp->n_embd_ple, ld_ple = hp->n_layer * P;
+    const char *what = "per-layer embedding";
+    if (residual_to_f16(g, T, what, err, errlen)) return -1;
+    matmul_op gate = {.out = {{&L->ple_gate, g->ple_g, 0, P}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = g->d_embd,
+                      .what = what};
+    if (matmul(g, &gate, err, errlen)) return -1;
+    CUdeviceptr in = g->ple + (size_t)il * P * sizeof(float);
+    size_t total = (size_t)T * P;
+    LAUNCH(g->k.geglu_rows, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), what, &g->ple_g, &(int){P}, &in,
+           &(int){ld_ple}, &g->ple_h, &g->ple_ld, &(int){P}, &T);
+    matmul_op proj = {.out = {{&L->ple_proj, g->post, 0, g->d_embd}}, .n_out = 1, .x = g->ple_h, .m = T,
+                      .ldx = g->ple_ld, .what = what};
+    if (matmul(g, &proj, err, errlen)) return -1;
+    return add_post_normed(g, L->ple_post_norm, T, what, err, errlen);
+}
+
+/* x += post(attention(pre(x))) of layer il: the q/k/v products (K/V only in a layer that keeps
+ * its own: Gemma 4's shared layers read their kv_source's; a layer without wv takes V from the K
+ * projection), qkv_post, attention over the layer's region of the caches, the output product. */
+static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
@@ -405,46 +534,55 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     if (rmsnorm(g, &n1, what, err, errlen)) return -1;
     qkv_post_args post = {
         .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
-        .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(g->kc), .vc = F16(g->vc),
+        .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(L->kc), .vc = F16(L->vc),
         .seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
-        .freq_div = g->rope_freqs ? F32(g->rope_freqs) : NULL, .rope_base = L->rope_base,
+        .freq_div = L->rope_freqs ? F32(L->rope_freqs) : NULL, .rope_base = L->rope_base,
         .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
-        .n_kv = hp->n_head_kv, .hd = hp->head_dim, .n_layer = hp->n_layer, .layer = il,
-        .table_width = g->table_width,
+        .n_kv = L->n_kv, .hd = L->hd, .n_layer = 1, .layer = 0, .table_width = g->table_width, .v_norm = L->v_norm,
     };
-    /* One token (the batch-1 step) with no q/k norm: RoPE and the K/V stores in the QKV
+    /* One token (the batch-1 step) with no q/k/v norm: RoPE and the K/V stores in the QKV
      * matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of one head). */
-    bool post_fused = T == 1 && !L->q_norm && !L->k_norm && hp->head_dim % 8 == 0;
-    matmul_op qkv = {.out = {{&L->wq, g->q, L->bq, g->d_q}, {&L->wk, g->kk, L->bk, g->d_kv}, {&L->wv, g->vv, L->bv, g->d_kv}},
-                     .n_out = 3, .x = g->act_h, .m = T, .ldx = g->d_embd, .post = post_fused ? &post : NULL,
-                     .what = what};
+    bool post_fused = T == 1 && !L->q_norm && !L->k_norm && !L->v_norm && L->kv_own && L->wv.d && L->hd % 8 == 0;
+    const gpu_matrix *wv = L->wv.d ? &L->wv : &L->wk; /* no wv: V is the K projection (v_from_k) */
+    matmul_op qkv = {.out = {{&L->wq, g->q, L->bq, L->d_q}, {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
+                     .n_out = L->kv_own ? 3 : 1, .x = g->act_h, .m = T, .ldx = g->d_embd,
+                     .post = post_fused ? &post : NULL, .what = what};
     if (matmul(g, &qkv, err, errlen)) return -1;
     if (!post_fused)
         LAUNCH(g->k.qkv_post,
-               ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + hp->n_head_kv), 1, hp->head_dim >= 128 ? 64 : 32}),
+               ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + (L->kv_own ? L->n_kv : 0)), 1, L->hd >= 128 ? 64 : 32}),
                what, &post);
     if (attention(g, il, ap, err, errlen)) return -1;
-    matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = g->d_q,
+    matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = L->d_q,
                     .accumulate = true, .what = what};
-    if (residual_add(g, &wo, L->attn_post_norm, T, err, errlen)) return -1;
-
-    snprintf(what, sizeof what, "layer %d feed-forward", il);
-    bool moe = g->base.m->layers[il].recipe.ffn == ARCH_FFN_MOE; /* the router reads the norm in FP32 too */
-    norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd};
-    if (rmsnorm(g, &n2, what, err, errlen)) return -1;
-    if (moe) return ffn_moe(g, L, T, what, err, errlen);
-    if (gated_ffn(g, L, T, what, err, errlen)) return -1;
-    matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = g->d_ff,
-                      .accumulate = true, .what = what};
-    return residual_add(g, &down, L->ffn_post_norm, T, err, errlen);
+    return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
 }
 
-/* x *= s over n floats: the embeddings' scale, the logits' soft-cap (cap = s). */
-static int scale_op(gpu_engine *g, const gpu_fn *fn, CUdeviceptr x, size_t n, float s, const char *what, char *err,
-                    size_t errlen)
+static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
-    unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
-    LAUNCH(*fn, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &x, &n, &s);
+    const model_hparams *hp = &g->base.m->hp;
+    const gpu_layer *L = &g->layers[il];
+    if (attention_block(g, il, T, ap, err, errlen)) return -1;
+    char what[64];
+    snprintf(what, sizeof what, "layer %d feed-forward", il);
+    const arch_ffn ffn = g->base.m->layers[il].recipe.ffn;
+    bool moe = ffn == ARCH_FFN_MOE; /* the router reads the norm in FP32 too */
+    norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd};
+    if (rmsnorm(g, &n2, what, err, errlen)) return -1;
+    int rc;
+    if (moe) {
+        rc = ffn_moe(g, L, T, what, err, errlen);
+    } else if (ffn == ARCH_FFN_GLU_MOE) {
+        rc = ffn_glu_moe(g, L, T, what, err, errlen);
+    } else {
+        matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = L->d_ff,
+                          .accumulate = true, .what = what};
+        rc = gated_ffn(g, L, T, what, err, errlen) || residual_add(g, &down, L->ffn_post_norm, T, err, errlen) ? -1 : 0;
+    }
+    if (rc) return -1;
+    if (hp->n_embd_ple > 0 && per_layer_embedding(g, L, il, T, err, errlen)) return -1;
+    if (L->has_out_scale)
+        return scale_op(g, &g->k.scale_f32, g->x, (size_t)T * hp->n_embd, L->out_scale, "layer output scale", err, errlen);
     return 0;
 }
 
@@ -488,6 +626,7 @@ int gpu_forward(gpu_engine *g, int T, int R, const gpu_attn_plan *ap, char *err,
     if (g->base.m->desc->embed_scale &&
         scale_op(g, &g->k.scale_f32, g->x, (size_t)T * ne, hp->embd_scale, "embedding", err, errlen))
         return -1;
+    if (hp->n_embd_ple > 0 && per_layer_inputs(g, T, err, errlen)) return -1;
     for (int il = 0; il < hp->n_layer; il++)
         if (layer_forward(g, il, T, ap, err, errlen)) return -1;
     if (R == 0) return 0;

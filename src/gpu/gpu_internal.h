@@ -39,12 +39,32 @@ typedef struct gpu_layer {
     CUdeviceptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm; /* F32 vectors or 0 */
     CUdeviceptr attn_post_norm, ffn_post_norm;                 /* sandwich-norm layers only */
     gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down; /* absent ones (d == 0) per the recipe */
-    CUdeviceptr router; /* MoE: the router (ffn_gate_inp) in F32, [n_expert][n_embd], or 0 */
-    gpu_matrix ffn_gate_exps, ffn_up_exps, ffn_down_exps; /* MoE: the experts (3-D) */
-    /* from the model_layer: its window (0: full), RoPE and activation */
+    gpu_matrix ple_gate, ple_proj; /* Gemma 4's per-layer embedding: [n_embd -> P], [P -> n_embd] */
+    CUdeviceptr ple_post_norm;
+    CUdeviceptr router; /* MoE: the router (ffn_gate_inp) in F32, [n_expert][n_embd], or 0; the
+                           scaled router (Gemma 4) with ffn_gate_inp.scale / sqrt(n_embd) folded in */
+    /* MoE: the experts (3-D); Gemma 4's fused ffn_gate_up_exps is uploaded once and gate and
+     * up are views of its two halves (an expert's rows: gate's, then up's; expert_bytes the
+     * pair's) */
+    gpu_matrix ffn_gate_exps, ffn_up_exps, ffn_down_exps, ffn_gate_up_exps;
+    /* Gemma 4's experts beside the dense GLU (ARCH_FFN_GLU_MOE): each expert's output scale
+     * [n_expert], the experts' input norm and the two branches' output norms */
+    CUdeviceptr expert_scale, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2;
+    /* from the model_layer: its window (0: full), RoPE (rope_freqs: the model's factors, or 0
+     * where this layer does without) and activation */
     int window;
     float rope_base, rope_scale;
-    bool geglu;
+    CUdeviceptr rope_freqs;
+    bool geglu, v_norm;
+    /* its shapes (Gemma 4's full and sliding layers differ): head_dim, kv heads, the q and k/v
+     * row widths, the FFN width padded to 32 */
+    int hd, n_kv, d_q, d_kv, d_ff;
+    bool has_out_scale; /* layer_output_scale: the residual stream times out_scale after the layer */
+    float out_scale;
+    /* the K/V this layer attends to: its own region of the caches, or its kv_source's (Gemma 4's
+     * shared K/V: kv_own false, no K/V computed); each region [block][n_kv][GPU_KV_BLOCK][hd] */
+    CUdeviceptr kc, vc;
+    bool kv_own;
 } gpu_layer;
 
 /* Where each per-step input lives in the staging buffer, copied in two parts so a step moves
@@ -80,12 +100,18 @@ typedef struct gpu_engine {
     gpu_layer *layers;
     gpu_matrix tok_embd, output;
     CUdeviceptr output_norm, rope_freqs;
+    /* Gemma 4's per-layer embeddings (n_embd_ple > 0): the token table [n_vocab][n_layer * P],
+     * the projection of the embeddings and its norm [P] */
+    gpu_matrix ple_tok_embd, ple_model_proj;
+    CUdeviceptr ple_proj_norm;
 
     /* KV block pool: kv_blocks + 1 blocks (the last takes decode padding's writes), and the
      * token history per row: n_slots + 1 rows (the last for padding).  hist_len: how many of
-     * a row's history entries the device holds for its current sequence. */
+     * a row's history entries the device holds for its current sequence.  Each layer that
+     * computes K/V has its own region of kc and vc (gpu_layer.kc/vc: blocks of its own shape),
+     * so one block is a range per layer. */
     CUdeviceptr kc, vc, hist;
-    size_t kv_bytes, block_bytes; /* both caches; one block of one cache */
+    size_t kv_bytes, block_bytes; /* both caches; one block of one cache, every layer */
     int table_width;              /* blocks of one sequence's table */
     int *hist_len;
 
@@ -106,6 +132,14 @@ typedef struct gpu_engine {
      * output f16 [entries][d_ff_exp] and down output f32 [entries][n_embd] */
     CUdeviceptr moe_xf, moe_logits, moe_ids, moe_w, moe_sorted, moe_pos, moe_tiles, moe_h, moe_y;
     int moe_chunk, d_ff_exp;
+    /* GeGLU experts (Gemma 4) only: the chosen experts' gate and up in f32 [entries][d_ff_exp],
+     * and the experts' sum before its norm, f32 [cap_tokens][n_embd] */
+    CUdeviceptr moe_g, moe_u, moe_out;
+    /* per-layer embeddings only: every layer's inputs f32 [cap_tokens][n_layer * P], the token
+     * table's rows f32 (same shape), one layer's gate f32 [cap_tokens][P] and its gelu(gate) *
+     * input f16 [cap_tokens][ple_ld] (ple_ld: P padded to 32, the padding kept zero) */
+    CUdeviceptr ple, ple_tok, ple_g, ple_h;
+    int ple_ld;
     size_t mmq_part_bytes;
     int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;

@@ -16,11 +16,13 @@ typedef uint16_t gpu_half;
 #define GPU_HOST_DEVICE
 #endif
 
-/* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK), laid
- * out [block][layer][kv_head][GPU_KV_BLOCK][hd] so one block (every layer) is one contiguous
- * range, copied whole for copy-on-write.  Token t belongs to sequence seq[t], whose block
+/* The K/V caches are a pool of blocks of GPU_KV_BLOCK positions (== ENGINE_KV_BLOCK).  Each
+ * layer that computes K/V has its own region of them (gpu_layer.kc / vc), laid out
+ * [block][kv_head][GPU_KV_BLOCK][hd] in the layer's own shape (Gemma 4's full and sliding
+ * layers differ): the engine passes the region with n_layer 1, layer 0; the formula's layer
+ * terms serve the kernel tests' layouts.  Token t belongs to sequence seq[t], whose block
  * table is tables[seq[t] * table_width ...]: position p is row p % GPU_KV_BLOCK of block
- * tables[...][p / GPU_KV_BLOCK]. */
+ * tables[...][p / GPU_KV_BLOCK] in every layer's region. */
 #define GPU_KV_BLOCK 32
 static inline GPU_HOST_DEVICE size_t gpu_kv_offset(int32_t block, int n_layer, int layer, int n_kv, int kvh, int row,
                                                    int hd)
@@ -29,7 +31,9 @@ static inline GPU_HOST_DEVICE size_t gpu_kv_offset(int32_t block, int n_layer, i
 }
 
 /* qkv_post: per token, per-head RMSNorm of q and k (qwen3), RoPE, and the K/V stores through
- * the token's block table (the packed prefill's scatter).  Grid (tokens, n_head + n_kv). */
+ * the token's block table (the packed prefill's scatter).  Grid (tokens, n_head + n_kv), or
+ * (tokens, n_head) in a layer that reads another layer's K/V (Gemma 4's shared K/V): queries
+ * only. */
 typedef struct qkv_post_args {
     float *q, *k;
     const float *v;
@@ -39,6 +43,7 @@ typedef struct qkv_post_args {
     const float *freq_div; /* [hd/2] or NULL */
     float rope_base, pos_scale, eps;
     int neox, n_head, n_kv, hd, n_layer, layer, table_width;
+    int v_norm; /* 1: each head of v RMS-normed without a weight before its store (Gemma 4) */
 } qkv_post_args;
 
 /* matvec_<type>_<rows>: for each segment s, y_s[m][n] (+)= sum_k W_s[n][k] x[m][k] (+ bias_s[n])
@@ -118,12 +123,14 @@ typedef struct moe_mv_args {
 #define MMQ_KT 256
 #define MMQ_DEPTH(v) ((v) >= 2 ? 2 : 3)
 
+#define GPU_ATT_GB_HD512 4 /* attn_partial_hd512's most query heads per block */
 typedef struct attn_args {
     const float *q; /* [t][n_head][hd] */
     const gpu_half *kc, *vc;
     const int32_t *seq, *pos, *tables; /* as in qkv_post_args */
     int n_layer, layer, n_head, n_kv, table_width, hd;
-    int gb;      /* query heads per block (a divisor of n_head/n_kv, at most 8) */
+    int gb;      /* query heads per block (a divisor of n_head/n_kv, at most 8; at head_dim 512
+                    at most GPU_ATT_GB_HD512) */
     int n_split; /* grid z: key ranges per query (split-K), enough for the longest */
     int window;  /* the layer's sliding window, 0: full (gpu_attn_first_key) */
     float scale; /* 1/sqrt(hd), or of query_pre_attn_scalar */

@@ -8,6 +8,11 @@
  *   - a refused step leaves the engine usable; an impossible KV cache is refused with numbers;
  *   - gemma3 (sliding windows crossed by the prompt and the decode, GeGLU, soft-cap, embedding
  *     scale, two RoPE bases): a synthetic one in every format, and ../shared/reference's;
+ *   - gemma4 (per-layer embeddings, KV shared between layers, per-layer head_dim / kv heads / FFN
+ *     width, V norm, layer scalars) and gemma4_moe (experts beside the dense GLU behind the scaled
+ *     router, V from the K projection): ../shared/reference's files, logits as above, 32
+ *     concurrent sequences as each alone, and a copied block (copy-on-write: each layer's own
+ *     region of the caches) read as the original;
  *   - qwen3moe (mixture of experts): the reference files of ../shared/reference (F16, F32) and
  *     mkmodel-made ones in block-quantised formats, logits as above (a router's near tie may
  *     pick another expert on the GPU: a few positions may then differ more), and 32
@@ -765,6 +770,89 @@ static void test_encoder_refused(void **state)
     model_free(m);
 }
 
+/* ---- gemma4 ---- */
+
+/* Decode one token at pos 40 of a 40-token prompt read through `blocks`: its logits. */
+static void decode_through(engine *e, const int32_t *blocks, const int32_t *tokens, float *logits)
+{
+    char err[512];
+    engine_seq s = {.slot = 0, .tokens = tokens + 40, .n_tokens = 1, .pos = 40, .blocks = blocks,
+                    .history = tokens, .logits = logits};
+    if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("decode through blocks: %s", err);
+}
+
+/* A synthetic gemma4 (tiny_model) whose shapes take the fast kernels: sliding layers head_dim
+ * 64 with 2 kv heads, full ones 128 with 1 (flash tiles of 16 tokens for both, the tensor-core
+ * decode with each layer's own head_dim), window 48 crossed by the 200-token prompt and the
+ * decode, per-layer embeddings 32 wide, the last 3 of 6 layers reading earlier K/V with FFNs
+ * twice as wide; in F32, F16 and the block formats of 32 (Q8_0, Q4_0: mmq where rows are 256
+ * wide).  GPU logits against the CPU's, and 32 concurrent sequences as each alone (Q8_0).  Its
+ * tied head puts many logits near the soft-cap (as the synthetic gemma3's): a check of the
+ * kernels' paths and shapes; the reference files above are the sharper check of the math. */
+static void test_logits_gemma4_synthetic(void **state)
+{
+    (void)state;
+    static const ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    uint64_t seed = 15;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        tiny_spec s = tiny_spec_default();
+        s.arch = "gemma4";
+        s.n_vocab = 512, s.n_embd = 256, s.n_layer = 6, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 512, s.n_ctx = 512;
+        s.n_swa = 48, s.g4_head_dim_full = 128, s.g4_n_kv_full = 1, s.g4_ple = 32, s.g4_kv_shared = 3;
+        s.tied = true, s.wtype = types[t], s.seed = 300 + t;
+        void *image;
+        model *m = random_model(s, &image);
+        int32_t tokens[N_POS];
+        for (int i = 0; i < N_POS; i++) tokens[i] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)s.n_vocab);
+        char label[64];
+        snprintf(label, sizeof label, "gemma4 %s", ggml_type_name(types[t]));
+        check_model_logits(m, label, N_POS, N_PROMPT, tokens);
+        if (types[t] == GGML_TYPE_Q8_0) batch_of_32(m);
+        model_free(m);
+        free(image);
+    }
+}
+
+/* The reference gemma4 files of ../shared/reference (F32; head_dim 16 on sliding and 32 on full
+ * layers: split-K everywhere; the dense file's last 3 layers read earlier layers' K/V, the MoE
+ * file's full layers have 1 kv head and V from the K projection): GPU logits against the CPU's
+ * over 288 random tokens (a window of 8 crossed all along), 32 concurrent greedy sequences as
+ * each alone, and a prompt's blocks copied (engine_kv_copy) then read in place of the originals
+ * give the same logits bit for bit. */
+static void test_logits_gemma4(void **state)
+{
+    (void)state;
+    static const char *files[] = {"reference/gemma4.gguf", "reference/gemma4_moe.gguf"};
+    uint64_t seed = 14;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        model *m = load_shared(files[i]);
+        if (!m) continue;
+        int32_t tokens[N_POS];
+        for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+        check_logits_within(m, files[i], N_POS, N_PROMPT, tokens, m->hp.n_expert ? MOE_MAX_OVER : 0);
+        batch_of_32(m);
+
+        char err[512];
+        engine_config cfg = {.n_slots = 1, .ctx_per_slot = 64, .max_batch_tokens = 64, .kv_cache_mb = 1};
+        engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
+        if (!e) fail_msg("%s", err);
+        assert_true(engine_kv_blocks(e) >= 4);
+        const int32_t orig[2] = {0, 1}, copy[2] = {2, 3};
+        engine_seq s = {.slot = 0, .tokens = tokens, .n_tokens = 40, .pos = 0, .blocks = orig};
+        if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("prompt: %s", err);
+        if (engine_kv_copy(e, 2, 0, err, sizeof err) || engine_kv_copy(e, 3, 1, err, sizeof err)) fail_msg("%s", err);
+        const size_t V = (size_t)m->hp.n_vocab;
+        float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
+        decode_through(e, orig, tokens, a);
+        decode_through(e, copy, tokens, b);
+        assert_memory_equal(a, b, V * sizeof *a);
+        print_message("  %s: a copied prompt's blocks give the original's logits bit for bit\n", files[i]);
+        free(a), free(b);
+        engine_free(e);
+        model_free(m);
+    }
+}
+
 /* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_moe*"). */
 int main(int argc, char **argv)
 {
@@ -774,6 +862,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_logits_ud_mixes),
         cmocka_unit_test(test_logits_sandwich_norms),
         cmocka_unit_test(test_logits_gemma3),
+        cmocka_unit_test(test_logits_gemma4),
+        cmocka_unit_test(test_logits_gemma4_synthetic),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_batch_of_32_equals_alone),
         cmocka_unit_test(test_mixed_steps_equal_alone),

@@ -412,7 +412,8 @@ static int32_t *scattered_tables(int n_seq, int w)
     return t;
 }
 
-/* qkv_post: per-head norm (qwen3) + RoPE of q and k, and the K/V stores through block tables. */
+/* qkv_post: per-head norm (qwen3) + RoPE of q and k, and the K/V stores through block tables;
+ * the second variant also norms v's heads without a weight (Gemma 4's V norm). */
 static void test_qkv_post(void **state)
 {
     (void)state;
@@ -433,7 +434,7 @@ static void test_qkv_post(void **state)
     CUdeviceptr dpos = upload(pos, sizeof pos), dslot = upload(slot, sizeof slot);
     CUdeviceptr dtab = upload(tables, (size_t)NB * sizeof *tables);
     CUdeviceptr dqn = upload(qn, sizeof qn), dkn = upload(kn, sizeof kn), ddiv = upload(div, sizeof div);
-    for (int variant = 0; variant < 2; variant++) { /* 0: llama (normal, divisors), 1: qwen3 (neox, norms) */
+    for (int variant = 0; variant < 2; variant++) { /* 0: llama (normal, divisors), 1: qwen3 (neox, norms) + v norm */
         int neox = variant;
         CUdeviceptr dq = upload(q, sizeof q), dk = upload(k, sizeof k), dv = upload(v, sizeof v);
         qkv_post_args a = {.q = (float *)(uintptr_t)dq, .k = (float *)(uintptr_t)dk, .v = (const float *)(uintptr_t)dv,
@@ -444,14 +445,15 @@ static void test_qkv_post(void **state)
                            .tables = (const int32_t *)(uintptr_t)dtab,
                            .freq_div = variant ? NULL : (const float *)(uintptr_t)ddiv, .rope_base = 500000.0f,
                            .pos_scale = 0.5f, .eps = 1e-6f, .neox = neox, .n_head = NH, .n_kv = NKV, .hd = HD,
-                           .n_layer = NL, .layer = LAYER, .table_width = TW};
+                           .n_layer = NL, .layer = LAYER, .table_width = TW, .v_norm = variant};
         void *args[] = {&a};
         launch(&G.k.qkv_post, (gpu_launch_dims){T, NH + NKV, 1, 64}, args);
         float qo[T * NH * HD], qref[T * NH * HD], ko[T * NKV * HD], kref[T * NKV * HD], vo[T * NKV * HD];
-        float ones[HD / 2];
-        for (int i = 0; i < HD / 2; i++) ones[i] = 1.0f;
+        float vref[T * NKV * HD], ones[HD];
+        for (int i = 0; i < HD; i++) ones[i] = 1.0f;
         memcpy(qref, q, sizeof q);
         memcpy(kref, k, sizeof k);
+        memcpy(vref, v, sizeof v);
         for (int t = 0; t < T; t++) {
             for (int h = 0; h < NH; h++) {
                 if (variant) ref_norm(qref + (t * NH + h) * HD, HD, qn, 1e-6);
@@ -459,6 +461,7 @@ static void test_qkv_post(void **state)
             }
             for (int h = 0; h < NKV; h++) {
                 if (variant) ref_norm(kref + (t * NKV + h) * HD, HD, kn, 1e-6);
+                if (variant) ref_norm(vref + (t * NKV + h) * HD, HD, ones, 1e-6);
                 ref_rope(kref + (t * NKV + h) * HD, HD, pos[t], 500000.0, 0.5, variant ? ones : div, neox);
                 for (int which = 0; which < 2; which++) {
                     uint16_t hbuf[HD];
@@ -472,9 +475,9 @@ static void test_qkv_post(void **state)
         }
         download(qo, dq, sizeof qo);
         double eq = gpu_test_rel_err(qo, qref, T * NH * HD), ek = gpu_test_rel_err(ko, kref, T * NKV * HD);
-        double ev = gpu_test_rel_err(vo, v, T * NKV * HD);
+        double ev = gpu_test_rel_err(vo, vref, T * NKV * HD);
         print_message("  qkv_post (%s) rel err q %.2e, cached k %.2e, cached v %.2e\n",
-                      variant ? "neox + q/k norm" : "normal + rope_freqs", eq, ek, ev);
+                      variant ? "neox + q/k/v norm" : "normal + rope_freqs", eq, ek, ev);
         assert_true(eq < 1e-3); /* float angles at position 4095 */
         assert_true(ek < 2e-3);
         assert_true(ev < 1e-3);
@@ -649,15 +652,15 @@ static double att_fixture_err(const att_fixture *f, CUdeviceptr dout, uint16_t *
     return e;
 }
 
-/* Split-K attention (1 to 6 key splits), with the generic kernel and the one specialised for
- * hd (when there is one): each against the float64 reference. */
+/* Split-K attention (1 to 6 key splits), with the generic kernel (head_dim up to 256) and the
+ * one specialised for hd (when there is one): each against the float64 reference. */
 static void attention_case(int hd, const gpu_fn *special)
 {
     att_fixture f;
     att_fixture_init(&f, hd, 8, 2);
     const int T = f.T, n_head = f.n_head;
     uint16_t *outh = malloc(f.nq * 2);
-    const gpu_fn *kernels[2] = {&G.k.attn_partial, special};
+    const gpu_fn *kernels[2] = {hd <= 256 ? &G.k.attn_partial : special, hd <= 256 ? special : NULL};
     /* the grid may be deeper than the longest query needs: extra splits are empty */
     const int splits[] = {11, 32};
     for (int ki = 0; ki < 2 && kernels[ki]; ki++)
@@ -693,6 +696,7 @@ static void test_attention(void **state)
     attention_case(64, &G.k.attn_partial_hd64);
     attention_case(128, &G.k.attn_partial_hd128);
     attention_case(96, NULL); /* a head size with no specialised kernel */
+    attention_case(512, &G.k.attn_partial_hd512); /* Gemma 4's global layers: 4 heads a block at most */
 }
 
 /* attn_decode + attn_decode_combine with `group` query heads per KV head, at max_split 1 (every
@@ -1007,8 +1011,10 @@ static int check_split_bound(void)
     return 0;
 }
 
-int main(void)
+/* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_attention"). */
+int main(int argc, char **argv)
 {
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
     if (check_split_bound() != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_formats),

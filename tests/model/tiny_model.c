@@ -96,6 +96,83 @@ static void write_hparams(builder *b)
     }
 }
 
+/* gemma4's layer il: sliding unless il % 3 == 2; its own K/V unless one of the last
+ * g4_kv_shared. */
+static bool g4_sliding(int il) { return il % 3 != 2; }
+static bool g4_own_kv(const tiny_spec *s, int il) { return il < s->n_layer - s->g4_kv_shared; }
+static int g4_n_ff(const tiny_spec *s, int il) { return g4_own_kv(s, il) ? s->n_ff : 2 * s->n_ff; }
+
+/* gemma4's keys over write_hparams' (a key set twice keeps the later value): arrays of kv heads,
+ * FFN widths and the sliding pattern. */
+static void write_gemma4_hparams(builder *b)
+{
+    const tiny_spec *s = b->s;
+    int32_t kv[64], ff[64];
+    uint8_t sliding[64];
+    for (int il = 0; il < s->n_layer && il < 64; il++) {
+        sliding[il] = g4_sliding(il);
+        kv[il] = sliding[il] ? s->n_head_kv : s->g4_n_kv_full;
+        ff[il] = g4_n_ff(s, il);
+    }
+    gguf_writer_set_arr_i32(b->w, "gemma4.attention.head_count_kv", kv, (size_t)s->n_layer);
+    gguf_writer_set_arr_i32(b->w, "gemma4.feed_forward_length", ff, (size_t)s->n_layer);
+    gguf_writer_set_raw(b->w, "gemma4.attention.sliding_window_pattern", GGUF_VT_ARRAY, GGUF_VT_BOOL, sliding,
+                        (size_t)s->n_layer);
+    set_u32(b, "attention.key_length", (uint32_t)s->g4_head_dim_full);
+    set_u32(b, "attention.key_length_swa", (uint32_t)(s->n_embd / s->n_head));
+    set_u32(b, "attention.shared_kv_layers", (uint32_t)s->g4_kv_shared);
+    if (s->g4_ple) set_u32(b, "embedding_length_per_layer_input", (uint32_t)s->g4_ple);
+    set_f32(b, "rope.freq_base", 1000000.0f);
+}
+
+static void write_gemma4_globals(builder *b)
+{
+    const tiny_spec *s = b->s;
+    const int half = s->g4_head_dim_full / 2, all = s->n_layer * s->g4_ple;
+    float *freqs = malloc((size_t)half * sizeof *freqs); /* proportional RoPE: a quarter of the pairs turn */
+    for (int i = 0; i < half; i++) freqs[i] = i < half / 4 ? 1.0f : 1e30f;
+    int64_t ne[1] = {half};
+    gguf_writer_add_tensor(b->w, "rope_freqs.weight", GGML_TYPE_F32, 1, ne, freqs, (size_t)half * sizeof *freqs, false);
+    free(freqs);
+    if (!s->g4_ple) return;
+    add_tensor(b, "per_layer_token_embd.weight", s->wtype, all, s->n_vocab, 0.0f, 1.0f);
+    add_tensor(b, "per_layer_model_proj.weight", s->wtype, s->n_embd, all, 0.0f, 2.0f / sqrtf((float)s->n_embd));
+    add_tensor(b, "per_layer_proj_norm.weight", GGML_TYPE_F32, s->g4_ple, 1, 1.0f, 0.2f);
+}
+
+static void write_gemma4_layer(builder *b, int il)
+{
+    const tiny_spec *s = b->s;
+    const bool sliding = g4_sliding(il), own = g4_own_kv(s, il);
+    const int hd = sliding ? s->n_embd / s->n_head : s->g4_head_dim_full;
+    const int q_dim = s->n_head * hd, kv_dim = (sliding ? s->n_head_kv : s->g4_n_kv_full) * hd, n_ff = g4_n_ff(s, il);
+    const float wscale = 1.0f / sqrtf((float)s->n_embd);
+    char name[96];
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+    add_tensor(b, NAME("attn_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
+    add_tensor(b, NAME("attn_q.weight"), s->wtype, s->n_embd, q_dim, 0.0f, 2 * wscale);
+    add_tensor(b, NAME("attn_q_norm.weight"), GGML_TYPE_F32, hd, 1, 1.0f, 0.2f);
+    if (own) {
+        add_tensor(b, NAME("attn_k.weight"), s->wtype, s->n_embd, kv_dim, 0.0f, 2 * wscale);
+        add_tensor(b, NAME("attn_v.weight"), s->wtype, s->n_embd, kv_dim, 0.0f, 2 * wscale);
+        add_tensor(b, NAME("attn_k_norm.weight"), GGML_TYPE_F32, hd, 1, 1.0f, 0.2f);
+    }
+    add_tensor(b, NAME("attn_output.weight"), s->wtype, q_dim, s->n_embd, 0.0f, 1.0f / sqrtf((float)q_dim));
+    add_tensor(b, NAME("post_attention_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 0.5f, 0.2f);
+    add_tensor(b, NAME("ffn_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
+    add_tensor(b, NAME("ffn_gate.weight"), s->wtype, s->n_embd, n_ff, 0.0f, 2 * wscale);
+    add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, n_ff, 0.0f, 2 * wscale);
+    add_tensor(b, NAME("ffn_down.weight"), s->wtype, n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)n_ff));
+    add_tensor(b, NAME("post_ffw_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 0.5f, 0.2f);
+    add_tensor(b, NAME("layer_output_scale.weight"), GGML_TYPE_F32, 1, 1, 0.9f, 0.05f);
+    if (s->g4_ple) {
+        add_tensor(b, NAME("inp_gate.weight"), s->wtype, s->n_embd, s->g4_ple, 0.0f, 2 * wscale);
+        add_tensor(b, NAME("proj.weight"), s->wtype, s->g4_ple, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->g4_ple));
+        add_tensor(b, NAME("post_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 0.5f, 0.2f);
+    }
+#undef NAME
+}
+
 static void write_layer(builder *b, int il, int head_dim)
 {
     const tiny_spec *s = b->s;
@@ -136,8 +213,17 @@ void *tiny_model_build(const tiny_spec *s, size_t *size)
     add_tensor(&b, "token_embd.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f);
     add_tensor(&b, "output_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
     if (!s->tied) add_tensor(&b, "output.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f / sqrtf((float)s->n_embd));
-    if (s->rope_freqs) add_tensor(&b, "rope_freqs.weight", GGML_TYPE_F32, head_dim / 2, 1, 2.5f, 1.5f);
-    for (int il = 0; il < s->n_layer; il++) write_layer(&b, il, head_dim);
+    const bool g4 = strcmp(s->arch, "gemma4") == 0;
+    if (g4) {
+        write_gemma4_hparams(&b);
+        write_gemma4_globals(&b);
+    } else if (s->rope_freqs) {
+        add_tensor(&b, "rope_freqs.weight", GGML_TYPE_F32, head_dim / 2, 1, 2.5f, 1.5f);
+    }
+    for (int il = 0; il < s->n_layer; il++) {
+        if (g4) write_gemma4_layer(&b, il);
+        else write_layer(&b, il, head_dim);
+    }
     void *image = NULL;
     if (gguf_writer_write_mem(b.w, &image, size) != 0) image = NULL;
     gguf_writer_free(b.w);

@@ -10,7 +10,7 @@
 #include "model/model.h"
 
 typedef struct tiny_spec {
-    const char *arch; /* "llama", "qwen2", "qwen3", "gemma3" (or anything, to test refusal) */
+    const char *arch; /* "llama", "qwen2", "qwen3", "gemma3", "gemma4" (or anything, to test refusal) */
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
     int head_dim;          /* 0: not written (loader derives n_embd / n_head) */
     ggml_type wtype;       /* matrices incl. token_embd and output */
@@ -21,6 +21,11 @@ typedef struct tiny_spec {
     bool post_norms;       /* write post_attention_norm and post_ffw_norm (a sandwich-norm family) */
     int n_swa;             /* > 0: attention.sliding_window, rope.freq_base_swa 10000 and a
                             * final_logit_softcapping of 50 (gemma3) */
+    /* gemma4 only: layers 2 sliding (head_dim, n_head_kv, window n_swa) : 1 full (this head_dim
+     * and kv heads), per-layer embeddings g4_ple wide (0: none), the last g4_kv_shared layers
+     * reading earlier layers' K/V with FFNs twice as wide; sandwich norms, QK and V norms, layer
+     * scalars and rope_freqs always */
+    int g4_head_dim_full, g4_n_kv_full, g4_ple, g4_kv_shared;
     uint64_t seed;
     /* Sabotage, for loader error tests: */
     const char *omit_tensor; /* leave this tensor out */

@@ -19,9 +19,11 @@
 #define ATT_PAIRS 4 // head_dim up to 256: dimension pairs lane + 32*i per lane
 
 // PAIRS is how many dimension pairs a lane owns: ATT_PAIRS in the generic kernel (any head_dim
-// up to 256), or exactly hd/64 in the kernels for head_dim 64 and 128.  Fewer registers per V
+// up to 256), or exactly hd/64 in the kernels for head_dim 64, 128 and 512.  Fewer registers per V
 // row then let more rows be in flight (VU); the arithmetic and its order are the same in every
-// variant, so a token's attention does not depend on which one ran.
+// variant, so a token's attention does not depend on which one ran.  GB: the most query heads
+// a block takes (ATT_GB; 4 at head_dim 512, Gemma 4's global layers, so the block's queries
+// and partial outputs fit the static shared memory).
 
 // Each warp takes tiles of 32 keys, each inside one KV block (GPU_KV_BLOCK == 32 and the
 // split starts are multiples of it): lane l scores key (tile + l) against the block's query
@@ -29,12 +31,13 @@
 // reduction per head, then the warp accumulates P.V with each lane owning dimension pairs
 // (coalesced V rows).  So a key costs no serial reduction, and loads of a tile overlap.
 // HD: the head dimension when fixed at compile time (64, 128), 0 in the generic kernel.
-template <int PAIRS, int VU, int HD>
+template <int PAIRS, int VU, int HD, int GB = ATT_GB>
 __device__ __forceinline__ void attn_partial_body(const attn_args &a)
 {
-    __shared__ float q_s[ATT_GB][256];
-    __shared__ float sm_m[ATT_WARPS][ATT_GB], sm_l[ATT_WARPS][ATT_GB];
-    __shared__ float2 sm_o[ATT_WARPS][ATT_GB][ATT_PAIRS * 32];
+    constexpr int QW = PAIRS > ATT_PAIRS ? 64 * PAIRS : 256; // a query row's floats
+    __shared__ float q_s[GB][QW];
+    __shared__ float sm_m[ATT_WARPS][GB], sm_l[ATT_WARPS][GB];
+    __shared__ float2 sm_o[ATT_WARPS][GB][(PAIRS > ATT_PAIRS ? PAIRS : ATT_PAIRS) * 32];
     const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x, h0 = blockIdx.y * a.gb, split = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = HD ? HD : a.hd, gb = a.gb;
     const int kvh = h0 / (a.n_head / a.n_kv);
@@ -52,10 +55,10 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
     }
     __syncthreads();
 
-    float m[ATT_GB], l[ATT_GB];
-    float2 o[ATT_GB][PAIRS];
+    float m[GB], l[GB];
+    float2 o[GB][PAIRS];
 #pragma unroll
-    for (int g = 0; g < ATT_GB; g++) {
+    for (int g = 0; g < GB; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
 #pragma unroll
@@ -69,9 +72,9 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
         // The tile's block: row r of it is key ts + r.
         const size_t tile = gpu_kv_offset(table[ts / GPU_KV_BLOCK], a.n_layer, a.layer, a.n_kv, kvh, 0, hd);
         const __half *kb = a.kc + tile, *vb = a.vc + tile;
-        float s[ATT_GB];
+        float s[GB];
 #pragma unroll
-        for (int g = 0; g < ATT_GB; g++) s[g] = 0.0f;
+        for (int g = 0; g < GB; g++) s[g] = 0.0f;
         if (seen) {
             const uint4 *kr = (const uint4 *)(kb + (size_t)lane * hd);
 #pragma unroll 16 // a whole 128-dim K row in flight per lane
@@ -86,7 +89,7 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
                     kf[2 * e + 1] = f.y;
                 }
 #pragma unroll
-                for (int g = 0; g < ATT_GB; g++) {
+                for (int g = 0; g < GB; g++) {
                     if (g < gb) {
                         const float *qg = &q_s[g][8 * d8];
 #pragma unroll
@@ -95,9 +98,9 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
                 }
             }
         }
-        float p[ATT_GB];
+        float p[GB];
 #pragma unroll
-        for (int g = 0; g < ATT_GB; g++) {
+        for (int g = 0; g < GB; g++) {
             if (g >= gb) break;
             float sv = seen ? s[g] : -INFINITY;
             float mn = fmaxf(m[g], warp_max(sv));
@@ -121,7 +124,7 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
                 v[i] = pi < hd / 2 ? __half22float2(vr[pi]) : make_float2(0.0f, 0.0f);
             }
 #pragma unroll
-            for (int g = 0; g < ATT_GB; g++) {
+            for (int g = 0; g < GB; g++) {
                 if (g >= gb) break;
                 float pk = __shfl_sync(0xffffffffu, p[g], kk);
 #pragma unroll
@@ -134,7 +137,7 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
     }
     // Merge the warps' states through shared memory, then write this split's partial.
 #pragma unroll
-    for (int g = 0; g < ATT_GB; g++) {
+    for (int g = 0; g < GB; g++) {
         if (g >= gb) break;
         if (lane == 0) {
             sm_m[warp][g] = m[g];
@@ -179,6 +182,10 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd64(a
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd128(attn_args a)
 {
     attn_partial_body<2, 16, 128>(a);
+}
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd512(attn_args a)
+{
+    attn_partial_body<8, 8, 512, GPU_ATT_GB_HD512>(a);
 }
 
 // out[t][h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s, in FP16 (the input of the

@@ -4,9 +4,9 @@
 #include "common.cuh"
 #include "../gpu_shared.h"
 
-// Row r of the output = x[row] / rms(x[row]) * w, where row = idx ? idx[r * idx_stride] : r;
-// one block per output row of n.  Written in FP16 to yh (matmul inputs), FP32 to y, or both;
-// y may alias x.
+// Row r of the output = x[row] / rms(x[row]) * w (w NULL: no weight), where row = idx ?
+// idx[r * idx_stride] : r; one block per output row of n.  Written in FP16 to yh (matmul
+// inputs), FP32 to y, or both; y may alias x.
 extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_stride, const float *w,
                                    float *y, __half *yh, int n, float eps)
 {
@@ -18,7 +18,7 @@ extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_strid
     ss = block_sum(ss, sh);
     float scale = rsqrtf(ss / (float)n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i] * scale * w[i];
+        float v = w ? xr[i] * scale * w[i] : xr[i] * scale;
         if (y) y[(size_t)blockIdx.x * n + i] = v;
         if (yh) yh[(size_t)blockIdx.x * n + i] = __float2half_rn(v);
     }
@@ -85,9 +85,15 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
     int32_t block = a.tables[(size_t)a.seq[t] * a.table_width + pos / GPU_KV_BLOCK];
     size_t off = gpu_kv_offset(block, a.n_layer, a.layer, a.n_kv, kh, pos % GPU_KV_BLOCK, a.hd);
     const float *vv = a.v + ((size_t)t * a.n_kv + kh) * a.hd;
+    float vs = 1.0f; // V norm: the head's RMS scale, applied as it is stored (the CPU's order)
+    if (a.v_norm) {
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < a.hd; i += blockDim.x) ss += vv[i] * vv[i];
+        vs = rsqrtf(block_sum(ss, sh) / (float)a.hd + a.eps);
+    }
     for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
         a.kc[off + i] = __float2half_rn(v[i]);
-        a.vc[off + i] = __float2half_rn(vv[i]);
+        a.vc[off + i] = __float2half_rn(a.v_norm ? vv[i] * vs : vv[i]);
     }
 }
 
@@ -116,6 +122,29 @@ extern "C" __global__ void geglu(const float *g, const float *u, __half *out, si
         float x = g[i];
         out[i] = __float2half_rn(0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[i]);
     }
+}
+
+// out[r][i] = fp16(gelu_tanh(g[r][i]) * u[r][i]) for rows of n, g and out ld_g / ld_out apart
+// and u ld_u apart (Gemma 4's per-layer embedding gate: u is one layer's slice of each token's
+// per-layer inputs).  Columns of out past n are left as they are.
+extern "C" __global__ void geglu_rows(const float *g, int ld_g, const float *u, int ld_u, __half *out, int ld_out,
+                                      int n, int rows)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < (size_t)rows * n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / n, i = e % n;
+        const float x = g[r * ld_g + i];
+        out[r * ld_out + i] =
+            __float2half_rn(0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * u[r * ld_u + i]);
+    }
+}
+
+// out = fp16(x) over n elements (the residual stream as a matmul input: Gemma 4's per-layer
+// embeddings read it unnormed).
+extern "C" __global__ void to_f16(const float *x, __half *out, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __float2half_rn(x[i]);
 }
 
 // x = cap * tanh(x / cap) over n elements (Gemma's soft-capped logits).

@@ -6,7 +6,8 @@
 //                  rounding and the router's weights in F32: a choice between experts whose
 //                  scores nearly tie is then the CPU's, up to the residual stream's own rounding
 //   moe_route      softmax over the router's logits, the top k (ties to the lower id), their
-//                  weights renormalised: ids[t][j], weights[t][j] (one warp per token)
+//                  weights renormalised (Gemma 4: then times the expert's scale): ids[t][j],
+//                  weights[t][j] (one warp per token)
 //   moe_glu_*      decode (a few tokens): h[e] = fp16(silu(Wgate_x h) * Wup_x h) for every entry
 //   moe_matvec_*   e = (token, choice j) of expert x = ids[e]; y[e] = Wdown_x h[e]
 //   moe_sort       larger batches: the entries grouped by expert (stable, in entry order) and
@@ -52,7 +53,8 @@ extern "C" __global__ void moe_router(const float *x, const float *w, int n, int
 // One warp per token (blockDim.x == 32): the probabilities in shared memory, each of the k
 // passes an argmax over the lanes' strided experts and a shuffle reduction (no block barrier:
 // the k passes are on the decode step's critical path, once per layer).
-extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, int32_t *ids, float *weights)
+extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, const float *expert_scale, int32_t *ids,
+                                     float *weights)
 {
     extern __shared__ float prob[]; // [n_expert]
     const int lane = threadIdx.x;
@@ -90,7 +92,11 @@ extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, i
         __syncwarp();
     }
     __syncwarp();
-    for (int j = lane; j < k; j += 32) weights[(size_t)blockIdx.x * k + j] /= chosen_sum;
+    for (int j = lane; j < k; j += 32) {
+        float w = weights[(size_t)blockIdx.x * k + j] / chosen_sum;
+        if (expert_scale) w *= expert_scale[ids[(size_t)blockIdx.x * k + j]];
+        weights[(size_t)blockIdx.x * k + j] = w;
+    }
 }
 
 // Entry e = grid x, feature n = the warp's: the dot products of expert ids[e]'s row n of w0

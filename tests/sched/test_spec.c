@@ -384,11 +384,12 @@ static void test_rejection_sampling_distribution(void **state)
     sampling_params_default(&sp);
     sp.temperature = T;
     engine_result samples[2], last;
+    engine_slot_clear(f->e, 0);
+    engine_seq prompt = {.slot = 0, .tokens = ctx, .n_tokens = n - 1};
+    assert_int_equal(engine_step(f->e, &prompt, 1, NULL, err, sizeof err), 0);
     for (int seed = 0; seed < N; seed++) {
         sp.seed = (uint64_t)seed * 7919u + 17u;
-        engine_slot_clear(f->e, 0);
-        engine_seq prompt = {.slot = 0, .tokens = ctx, .n_tokens = n - 1};
-        assert_int_equal(engine_step(f->e, &prompt, 1, NULL, err, sizeof err), 0);
+        /* each verification rewinds to the prompt's end (its K/V stay): a rollback every time */
         int32_t feed[2] = {ctx[n - 1], draft};
         engine_seq verify = {.slot = 0, .tokens = feed, .n_tokens = 2, .pos = n - 1, .want_token = true, .sp = &sp,
                              .n_sample = 2, .sampled = samples};

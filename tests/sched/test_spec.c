@@ -251,7 +251,7 @@ static void test_greedy_identical(void **state)
     if (!f->e) skip();
     job jobs[N_PROMPTS];
     for (int i = 0; i < N_PROMPTS; i++)
-        jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 60 + 10 * (i % 4), .no_spec = i % 5 == 4};
+        jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 40 + 8 * (i % 4), .no_spec = i % 5 == 4};
     assert_true(compare(f, jobs, N_PROMPTS, "greedy") > 0);
 }
 
@@ -264,7 +264,7 @@ static void test_greedy_stop_strings(void **state)
     if (!f->e) skip();
     job jobs[N_PROMPTS];
     outcome *plain = calloc(N_PROMPTS, sizeof *plain);
-    for (int i = 0; i < N_PROMPTS; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 60};
+    for (int i = 0; i < N_PROMPTS; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 48};
     sched_stats st;
     run_jobs(f, SCHED_SPEC_OFF, jobs, N_PROMPTS, plain, &st);
     static char stops[N_PROMPTS][16];
@@ -300,11 +300,11 @@ static void test_sampled_identical(void **state)
 {
     fixture *f = *state;
     if (!f->e) skip();
-    job jobs[16];
-    for (int i = 0; i < 16; i++)
-        jobs[i] = (job){.prompt = PROMPTS[i % N_PROMPTS], .max_tokens = 50, .temperature = i % 2 ? 0.7f : 1.0f,
+    job jobs[10];
+    for (int i = 0; i < 10; i++)
+        jobs[i] = (job){.prompt = PROMPTS[i % N_PROMPTS], .max_tokens = 40, .temperature = i % 2 ? 0.7f : 1.0f,
                         .seed = 1000 + (uint64_t)i};
-    compare(f, jobs, 16, "sampled");
+    compare(f, jobs, 10, "sampled");
 }
 
 /* ---- the acceptance rule keeps the distribution ------------------------------------------ */
@@ -354,7 +354,7 @@ static void test_rejection_sampling_distribution(void **state)
 {
     fixture *f = *state;
     if (!f->e) skip();
-    const int V = f->m->hp.n_vocab, N = 3000;
+    const int V = f->m->hp.n_vocab, N = 2000;
     const float T = 1.0f;
     int32_t ctx[CTX];
     const char *text = "Once upon a time, there was a little";

@@ -160,15 +160,16 @@ typedef struct job {
     const char *stop;
     grammar *g;
     bool no_spec;
+    bool ignore_eos;
 } job;
 
 /* Runs every job at once through a scheduler over the fixture's engine; the outcomes in o. */
-static void run_jobs(fixture *f, sched_spec spec, const job *jobs, int n, outcome *o, sched_stats *st)
+static void run_jobs(fixture *f, engine *e, sched_spec spec, const job *jobs, int n, outcome *o, sched_stats *st)
 {
     sched_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .queue_size = 64,
                         .spec = spec, .draft_max = DRAFT_MAX};
     char err[256];
-    sched *s = sched_create(f->e, f->tok, &cfg, err, sizeof err);
+    sched *s = sched_create(e, f->tok, &cfg, err, sizeof err);
     if (!s) fail_msg("sched_create: %s", err);
     sched_req **r = calloc((size_t)n, sizeof *r);
     int32_t ids[CTX];
@@ -179,7 +180,8 @@ static void run_jobs(fixture *f, sched_spec spec, const job *jobs, int n, outcom
         int n_ids = tokenizer_encode(f->tok, jobs[i].prompt, strlen(jobs[i].prompt), true, false, ids, CTX);
         assert_true(n_ids > 0 && n_ids + jobs[i].max_tokens <= CTX);
         sched_params p = {.prompt = ids, .n_prompt = n_ids, .max_tokens = jobs[i].max_tokens,
-                          .want_logprobs = true, .grammar = jobs[i].g, .no_speculative = jobs[i].no_spec};
+                          .want_logprobs = true, .grammar = jobs[i].g, .no_speculative = jobs[i].no_spec,
+                          .ignore_eos = jobs[i].ignore_eos};
         sampling_params_default(&p.sp);
         p.sp.temperature = jobs[i].temperature;
         p.sp.seed = jobs[i].seed;
@@ -211,13 +213,14 @@ static void assert_same(const outcome *a, const outcome *b, const char *what, in
     }
 }
 
-/* Runs jobs without and with speculation, checks every output equal; returns the drafts accepted. */
-static uint64_t compare(fixture *f, const job *jobs, int n, const char *what)
+/* Runs jobs without and with speculation on engine e, checks every output equal; returns the
+ * speculative run's statistics. */
+static sched_stats compare_on(fixture *f, engine *e, const job *jobs, int n, const char *what)
 {
     outcome *off = calloc((size_t)n, sizeof *off), *on = calloc((size_t)n, sizeof *on);
     sched_stats st_off, st_on;
-    run_jobs(f, SCHED_SPEC_OFF, jobs, n, off, &st_off);
-    run_jobs(f, SCHED_SPEC_NGRAM, jobs, n, on, &st_on);
+    run_jobs(f, e, SCHED_SPEC_OFF, jobs, n, off, &st_off);
+    run_jobs(f, e, SCHED_SPEC_NGRAM, jobs, n, on, &st_on);
     for (int i = 0; i < n; i++) assert_same(&off[i], &on[i], what, i);
     assert_int_equal(st_off.spec_draft_tokens, 0);
     assert_true(st_on.spec_accepted_tokens <= st_on.spec_draft_tokens);
@@ -226,7 +229,12 @@ static uint64_t compare(fixture *f, const job *jobs, int n, const char *what)
                   (unsigned long long)st_on.spec_accepted_tokens, (unsigned long long)st_on.spec_draft_tokens);
     free(off);
     free(on);
-    return st_on.spec_accepted_tokens;
+    return st_on;
+}
+
+static uint64_t compare(fixture *f, const job *jobs, int n, const char *what)
+{
+    return compare_on(f, f->e, jobs, n, what).spec_accepted_tokens;
 }
 
 static const char *const PROMPTS[] = {
@@ -266,7 +274,7 @@ static void test_greedy_stop_strings(void **state)
     outcome *plain = calloc(N_PROMPTS, sizeof *plain);
     for (int i = 0; i < N_PROMPTS; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 48};
     sched_stats st;
-    run_jobs(f, SCHED_SPEC_OFF, jobs, N_PROMPTS, plain, &st);
+    run_jobs(f, f->e, SCHED_SPEC_OFF, jobs, N_PROMPTS, plain, &st);
     static char stops[N_PROMPTS][16];
     int n_stopping = 0;
     for (int i = 0; i < N_PROMPTS; i++) {
@@ -294,6 +302,29 @@ static void test_greedy_grammar(void **state)
     for (int i = 0; i < 6; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 60, .g = g};
     compare(f, jobs, 6, "grammar");
     grammar_unref(g);
+}
+
+/* A KV pool of 1 MiB (25 blocks) for four rows of ~225 tokens (8 blocks each): running requests are
+ * preempted and recomputed, drafts' blocks are taken only when free and given back after each
+ * verification, and the outputs still equal those of decoding without drafts. */
+static void test_greedy_preempted(void **state)
+{
+    fixture *f = *state;
+    if (!f->e) skip();
+    engine_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
+                         .max_draft = DRAFT_MAX, .kv_cache_mb = 1};
+    char err[256];
+    engine *small = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
+    if (!small) fail_msg("engine: %s", err);
+    job jobs[6];
+    for (int i = 0; i < 6; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 200, .ignore_eos = true};
+    sched_stats st = compare_on(f, small, jobs, 6, "preempted");
+    print_message("preempted: %d KV blocks, %llu preemptions\n", engine_kv_blocks(small),
+                  (unsigned long long)st.preemptions);
+    assert_true(st.preemptions > 0);
+    assert_true(st.spec_accepted_tokens > 0);
+    assert_int_equal(st.kv_blocks_used, 0); /* every block back once all finished */
+    engine_free(small);
 }
 
 static void test_sampled_identical(void **state)
@@ -467,6 +498,7 @@ int main(void)
         cmocka_unit_test(test_greedy_identical),
         cmocka_unit_test(test_greedy_stop_strings),
         cmocka_unit_test(test_greedy_grammar),
+        cmocka_unit_test(test_greedy_preempted),
         cmocka_unit_test(test_sampled_identical),
         cmocka_unit_test(test_rejection_sampling_distribution),
         cmocka_unit_test(test_refusals),

@@ -186,7 +186,9 @@ static int read_common(const cJSON *obj, int n_vocab, api_request *r, api_error 
     const cJSON *user = json_field(obj, "user");
     if (user && !cJSON_IsString(user)) return type_error(e, "user", "a string", user);
 
-    if (read_bool(obj, "stream", &r->stream, e) || read_bool(obj, "ignore_eos", &r->ignore_eos, e))
+    r->speculative = true; /* the server's --speculative decides; false opts this request out */
+    if (read_bool(obj, "stream", &r->stream, e) || read_bool(obj, "ignore_eos", &r->ignore_eos, e) ||
+        read_bool(obj, "speculative", &r->speculative, e))
         return -1;
     const cJSON *so = json_field(obj, "stream_options");
     if (so) {

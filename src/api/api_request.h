@@ -55,6 +55,7 @@ typedef struct api_request {
     bool include_usage; /* stream_options.include_usage */
     bool echo;          /* completions */
     bool ignore_eos;
+    bool speculative; /* "speculative": false opts out of the server's speculative decoding */
     int n;
     int max_tokens; /* 0: not given (completions: 16; chat: up to the context) */
     int logprobs;   /* -1: none; else how many alternatives per token */

@@ -9,6 +9,13 @@
  *           backend may capture a graph per batch size), then --gen timed steps that each
  *           carry one new token for every sequence; aggregate tok/s = B * gen / wall time of
  *           those steps.  --context sets how many keys each decode token attends to.
+ *  verify   (--draft K) the decode test's steps as speculative decoding's verifications: each
+ *           sequence feeds its token and K drafted ones and samples all K + 1 positions, then
+ *           moves on by one position (every draft rejected: the rollback).  What a verification
+ *           costs does not depend on what it accepts, so the row's tok/s is that of every draft
+ *           accepted (K + 1 tokens per sequence and step), and the lines after the table give the
+ *           tok/s at acceptance rates 0, 1/4, 1/2, 3/4 and 1 (1 + rate x K tokens per step)
+ *           beside the plain decode's.
  * Tokens are random ids (seeded), greedy sampling: the values do not change the work done.
  * Each measurement is printed as a table row, then (after the table) as one JSON line that
  * starts with '{', for scripts. */
@@ -32,6 +39,7 @@ typedef struct bench_opts {
     int batches[MAX_LIST], n_batches;
     int n_gen, n_threads, ubatch, reps;
     int context; /* prompt tokens before the decode steps */
+    int draft;   /* verify test: drafted tokens per sequence and step (0: no verify test) */
 } bench_opts;
 
 static void usage(FILE *out)
@@ -45,10 +53,11 @@ static void usage(FILE *out)
             "  --context N     prompt tokens of each decode sequence before its timed steps (default 16)\n"
             "  --ubatch N      most tokens per prefill step (default 512)\n"
             "  --reps N        repetitions of each measurement, best kept (default 3)\n"
+            "  --draft K       also time speculative verification of K drafted tokens per sequence (default 0: off)\n"
             "  --threads N     CPU threads (default: all cores)\n");
 }
 
-enum { OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT };
+enum { OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT, OPT_DRAFT };
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
@@ -57,7 +66,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"prompt", required_argument, NULL, OPT_PROMPT}, {"batch", required_argument, NULL, OPT_BATCH},
         {"gen", required_argument, NULL, OPT_GEN},   {"ubatch", required_argument, NULL, OPT_UBATCH},
         {"reps", required_argument, NULL, OPT_REPS}, {"threads", required_argument, NULL, OPT_THREADS},
-        {"context", required_argument, NULL, OPT_CONTEXT},
+        {"context", required_argument, NULL, OPT_CONTEXT}, {"draft", required_argument, NULL, OPT_DRAFT},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (bench_opts){.device = "cpu", .prompts = {512, 2048}, .n_prompts = 2,
@@ -81,6 +90,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case OPT_REPS: ok = cli_parse_int(CMD, "--reps", optarg, 1, 1000, &o->reps); break;
         case OPT_THREADS: ok = cli_parse_int(CMD, "--threads", optarg, 1, 1024, &o->n_threads); break;
         case OPT_CONTEXT: ok = cli_parse_int(CMD, "--context", optarg, 1, 1 << 20, &o->context); break;
+        case OPT_DRAFT: ok = cli_parse_int(CMD, "--draft", optarg, 0, 64, &o->draft); break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -122,7 +132,7 @@ typedef struct bench_ctx {
     const model *m;
     engine *e;
     sampling_params sp;
-    measurement done[2 * MAX_LIST];
+    measurement done[3 * MAX_LIST];
     int n_done;
     char err[512];
 } bench_ctx;
@@ -188,30 +198,35 @@ static double time_prefill(bench_ctx *b, const int32_t *toks, int n)
 }
 
 /* B sequences: a prompt of --context tokens each (slot by slot; prompt i starts at token i of
- * toks, so sequences differ) and DECODE_WARMUP steps, untimed, then n_gen timed steps.
- * Seconds, or -1. */
-static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
+ * toks, so sequences differ) and DECODE_WARMUP steps, untimed, then n_gen timed steps, each
+ * feeding every sequence its token and K drafts (K > 0: a verification of all K + 1, after
+ * which the sequence moves on by one position).  Seconds, or -1. */
+static double time_decode(bench_ctx *b, int B, const int32_t *prompt, int K)
 {
     engine_seq *seqs = calloc((size_t)B, sizeof *seqs);
     engine_result *res = calloc((size_t)B, sizeof *res);
-    int32_t *next = calloc((size_t)B, sizeof *next);
+    engine_result *sampled = calloc((size_t)B * (K + 1), sizeof *sampled);
+    int32_t *next = calloc((size_t)B * (K + 1), sizeof *next);
     double secs = -1;
-    if (!seqs || !res || !next) {
+    if (!seqs || !res || !next || !sampled) {
         snprintf(b->err, sizeof b->err, "out of memory for batch %d", B);
         goto out;
     }
     int ctx = b->o->context;
     for (int i = 0; i < B; i++) {
-        seqs[i] = (engine_seq){.slot = i, .want_token = true, .sp = &b->sp};
+        seqs[i] = (engine_seq){.slot = i, .want_token = true, .sp = &b->sp, .n_sample = K + 1,
+                               .sampled = sampled + (size_t)i * (K + 1)};
         if (prefill_slot(b, i, prompt + i, ctx, &res[i])) goto out;
     }
     double t0 = 0;
     for (int g = 0; g < DECODE_WARMUP + b->o->n_gen; g++) {
         if (g == DECODE_WARMUP) t0 = timing_now_s();
         for (int i = 0; i < B; i++) {
-            next[i] = res[i].token;
-            seqs[i].tokens = &next[i];
-            seqs[i].n_tokens = 1;
+            int32_t *feed = next + (size_t)i * (K + 1);
+            feed[0] = res[i].token;
+            for (int k = 1; k <= K; k++) feed[k] = prompt[(i + g + k) % (ctx + B)]; /* drafts: any tokens */
+            seqs[i].tokens = feed;
+            seqs[i].n_tokens = K + 1;
             seqs[i].pos = ctx + g;
         }
         if (engine_step(b->e, seqs, B, res, b->err, sizeof b->err) != 0) goto out;
@@ -220,6 +235,7 @@ static double time_decode(bench_ctx *b, int B, const int32_t *prompt)
 out:
     free(seqs);
     free(res);
+    free(sampled);
     free(next);
     return secs;
 }
@@ -237,7 +253,25 @@ static double best_of(int reps, double (*run)(bench_ctx *, const int32_t *, int)
     return best;
 }
 
-static double decode_run(bench_ctx *b, const int32_t *toks, int B) { return time_decode(b, B, toks); }
+static double decode_run(bench_ctx *b, const int32_t *toks, int B) { return time_decode(b, B, toks, 0); }
+static double verify_run(bench_ctx *b, const int32_t *toks, int B) { return time_decode(b, B, toks, b->o->draft); }
+
+/* The verify rows against the decode rows of the same batch: tok/s at a few acceptance rates. */
+static void print_acceptance(const bench_ctx *b)
+{
+    const int K = b->o->draft;
+    for (int i = 0; i < b->n_done; i++) {
+        const measurement *v = &b->done[i], *d = NULL;
+        if (strcmp(v->test, "verify") != 0) continue;
+        for (int j = 0; j < b->n_done; j++)
+            if (!strcmp(b->done[j].test, "decode") && b->done[j].batch == v->batch) d = &b->done[j];
+        printf("verify batch %d, %d drafts: decode %.1f tok/s; at acceptance", v->batch, K, d ? tok_per_s(d) : 0.0);
+        for (int q = 0; q <= 4; q++) /* tokens per step and sequence: 1 + rate x K */
+            printf(" %.2f: %.1f (%.2f tok/step)", q / 4.0, v->secs > 0 ? v->batch * b->o->n_gen * (1 + q / 4.0 * K) / v->secs : 0.0,
+                   1 + q / 4.0 * K);
+        putchar('\n');
+    }
+}
 
 /* Creates the engine for one phase (slots x context), replacing the previous one. */
 /* Lengths beyond the model's context (the default 2048-token prefill on a 512-token model) are
@@ -259,11 +293,11 @@ static void clamp_to_context(bench_opts *o, int n_ctx)
         if (!seen) o->prompts[n++] = p;
     }
     o->n_prompts = n;
-    int gen_max = n_ctx - o->context - DECODE_WARMUP;
+    int gen_max = n_ctx - o->context - DECODE_WARMUP - o->draft; /* a verification reaches K positions further */
     if (gen_max < 1) {
         o->context = n_ctx - DECODE_WARMUP - 1 > 1 ? n_ctx - DECODE_WARMUP - 1 : 1;
         fprintf(stderr, "inferd bench: --context is beyond the model's context (%d): measuring %d\n", n_ctx, o->context);
-        gen_max = n_ctx - o->context - DECODE_WARMUP;
+        gen_max = n_ctx - o->context - DECODE_WARMUP - o->draft;
     }
     if (o->n_gen > gen_max && gen_max > 0) {
         fprintf(stderr, "inferd bench: %d decode steps after the %d-token prompt and %d warm-up steps are "
@@ -277,8 +311,9 @@ static bool make_engine(bench_ctx *b, int n_slots, int ctx)
 {
     if (b->e) engine_free(b->e);
     engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = b->o->ubatch,
-                         .n_threads = b->o->n_threads};
+                         .n_threads = b->o->n_threads, .max_draft = b->o->draft};
     if (cfg.max_batch_tokens < n_slots * DECODE_PROMPT) cfg.max_batch_tokens = n_slots * DECODE_PROMPT;
+    if (cfg.max_batch_tokens < n_slots * (1 + b->o->draft)) cfg.max_batch_tokens = n_slots * (1 + b->o->draft);
     b->e = cli_engine_open(b->m, b->o->device, &cfg, b->err, sizeof b->err);
     return b->e != NULL;
 }
@@ -320,13 +355,22 @@ int cli_bench(int argc, char **argv)
         report(&b, (measurement){"prefill", o.prompts[i], 1, o.prompts[i], s});
     }
     /* Decode: as many slots as the largest batch, each just long enough. */
-    if (!make_engine(&b, max_b, o.context + DECODE_WARMUP + o.n_gen)) goto fail;
+    if (!make_engine(&b, max_b, o.context + DECODE_WARMUP + o.n_gen + o.draft)) goto fail;
     for (int i = 0; i < o.n_batches; i++) {
         double s = best_of(o.reps, decode_run, &b, toks, o.batches[i]);
         if (s < 0) goto fail;
         report(&b, (measurement){"decode", o.context, o.batches[i], o.batches[i] * o.n_gen, s});
     }
+    for (int i = 0; o.draft > 0 && i < o.n_batches; i++) {
+        double s = best_of(o.reps, verify_run, &b, toks, o.batches[i]);
+        if (s < 0) goto fail;
+        report(&b, (measurement){"verify", o.context, o.batches[i], o.batches[i] * o.n_gen * (1 + o.draft), s});
+    }
     putchar('\n');
+    if (o.draft > 0) {
+        print_acceptance(&b);
+        putchar('\n');
+    }
     print_json(&b, engine_name(b.e));
     rc = 0;
 fail:

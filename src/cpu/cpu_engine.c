@@ -657,8 +657,8 @@ static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_
             e->tok_pos[n_tok] = s->pos + j;
             e->tok_keys[n_tok] = s->pos + s->n_tokens;
             hist[s->pos + j] = s->tokens[j];
-            bool last = j == s->n_tokens - 1;
-            if ((last && (s->want_token || s->logits)) || (s->logits && s->logits_all)) {
+            bool last = j == s->n_tokens - 1, verified = s->want_token && j >= s->n_tokens - s->n_sample;
+            if ((last && (s->want_token || s->logits)) || verified || (s->logits && s->logits_all)) {
                 e->out_tok[*n_out] = n_tok;
                 e->out_seq[*n_out] = i;
                 (*n_out)++;
@@ -678,7 +678,8 @@ static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_
     return n_tok;
 }
 
-/* Hand one row of logits to its sequence: copy it out if asked, sample if it is the last. */
+/* Hand one row of logits to its sequence: copy it out if asked, sample if it is the last (or,
+ * verifying drafts, one of the last n_sample: each as a one-token step there would). */
 static void deliver_row(cpu_engine *e, const engine_seq *s, int tok, float *logits, engine_result *result)
 {
     const int n_vocab = e->base.m->hp.n_vocab;
@@ -687,12 +688,19 @@ static void deliver_row(cpu_engine *e, const engine_seq *s, int tok, float *logi
         float *dst = s->logits + (s->logits_all ? (size_t)j * n_vocab : 0);
         memcpy(dst, logits, (size_t)n_vocab * sizeof(float));
     }
-    if (j != s->n_tokens - 1 || !s->want_token) return;
+    const int n_sample = s->n_sample > 1 ? s->n_sample : 1, k = j - (s->n_tokens - n_sample);
+    if (k < 0 || !s->want_token) return;
     const int32_t *hist = e->history + (size_t)s->slot * e->base.cfg.ctx_per_slot;
+    const size_t words = ((size_t)n_vocab + 31) / 32;
     sampling_input in = {.logits = logits, .n_vocab = n_vocab, .history = hist,
-                         .n_history = s->pos + s->n_tokens, .position = s->pos + s->n_tokens, .sp = s->sp,
-                         .allowed = s->allowed};
-    sampling_sample(&in, e->sample_scratch, result);
+                         .n_history = s->pos + j + 1, .position = s->pos + j + 1, .sp = s->sp,
+                         .allowed = s->allowed ? s->allowed + (size_t)k * words : NULL};
+    if (n_sample == 1) {
+        sampling_sample(&in, e->sample_scratch, result);
+        return;
+    }
+    sampling_sample(&in, e->sample_scratch, &s->sampled[k]);
+    if (k == n_sample - 1 && result) *result = s->sampled[k];
 }
 
 /* Final norm + LM head for the rows somebody wants, logits_rows rows at a time. */
@@ -910,7 +918,8 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     /* LM-head rows per pass: one per slot covers every sampled token in one pass; a few more
      * let logits_all requests (tests, tools) share a pass over the output weights.  A step
      * never has more rows than tokens, so max_batch_tokens caps it. */
-    e->logits_rows = cfg->n_slots > LOGITS_MIN_ROWS ? cfg->n_slots : LOGITS_MIN_ROWS;
+    const int sample_rows = cfg->n_slots * (1 + (cfg->max_draft > 0 ? cfg->max_draft : 0)); /* verification */
+    e->logits_rows = sample_rows > LOGITS_MIN_ROWS ? sample_rows : LOGITS_MIN_ROWS;
     if (e->logits_rows > cfg->max_batch_tokens) e->logits_rows = cfg->max_batch_tokens;
 
     const size_t B = (size_t)cfg->max_batch_tokens, slots = (size_t)cfg->n_slots, ctx = (size_t)cfg->ctx_per_slot;

@@ -32,6 +32,8 @@ static const char *const log_format_names[] = {"text", "json", NULL};
 static const char *const hosted_tools_names[] = {"ignore", "refuse", NULL};
 /* "model", then engine_pooling's names in its order (index - 1) */
 static const char *const pooling_names[] = {"model", "none", "mean", "cls", "last", "rank", NULL};
+/* In opts_speculative order. */
+static const char *const speculative_names[] = {"off", "ngram", "draft", "mtp", NULL};
 /* Same order as log_level in log.h. */
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
 
@@ -109,6 +111,11 @@ static const opt_def opt_table[] = {
           "rank; model: as the GGUF's pooling_type says (absent: a text model, no embeddings)"),
     BOOL_("prefix-cache", NULL, prefix_cache, "true",
           "reuse the KV blocks of prompt prefixes computed before (--no-prefix-cache: off, for comparisons)"),
+    ENUM_("speculative", NULL, speculative, "off", speculative_names,
+          "speculative decoding: ngram (drafts from the request's own tokens, verified in the same step: the "
+          "output is unchanged) or off; draft and mtp are not built yet"),
+    INT_("draft-max", NULL, draft_max, "8", 1, 32,
+         "most tokens one request drafts per decode step under --speculative (fewer as its drafts are rejected)"),
     STR_("config", NULL, config, "",
          "configuration file (key = value lines, keys are the long flag names); command-line flags win"),
 };

@@ -319,6 +319,12 @@ static int load(serve_state *st, const inferd_opts *o)
 {
     char err[512] = "";
     if (tp_check_flags(o) != 0) return -1;
+    if (o->speculative == OPTS_SPEC_DRAFT || o->speculative == OPTS_SPEC_MTP) {
+        log_error("--speculative %s: not built yet (issue 31); ngram and off are",
+                  o->speculative == OPTS_SPEC_DRAFT ? "draft" : "mtp");
+        return -1;
+    }
+    const bool spec = o->speculative == OPTS_SPEC_NGRAM;
     log_info("loading %s", o->model);
     if (!(st->m = model_load(o->model, err, sizeof err))) {
         log_error("cannot load the model: %s", err); /* err starts with the path */
@@ -346,6 +352,7 @@ static int load(serve_state *st, const inferd_opts *o)
         .kv_cache_mb = (size_t)o->kv_cache_size,
         /* a hybrid model's recurrent states: one per row, as many again for prefix snapshots */
         .n_states = 2 * o->parallel,
+        .max_draft = spec ? o->draft_max : 0,
         .verbose = o->log_level == LOG_DEBUG,
     };
     notify_status("starting the engine (%d sequences of up to %d tokens)", o->parallel, st->ctx);
@@ -369,6 +376,7 @@ static int load(serve_state *st, const inferd_opts *o)
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,
                        .max_head_passes = o->max_head_passes,
                        .no_prefix_cache = !o->prefix_cache,
+                       .spec = spec ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF, .draft_max = o->draft_max,
                        .on_fatal = engine_fatal, .on_fatal_ctx = st};
     /* systemd wants a ping at least every WATCHDOG_USEC; ping twice as often. */
     uint64_t wd_usec = notify_watchdog_usec(), wd_ms = wd_usec / 2000;

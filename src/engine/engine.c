@@ -158,6 +158,13 @@ static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char
             snprintf(err, errlen, "seq %d: hidden_row %d outside its %d tokens", i, s->hidden_row, s->n_tokens);
             return ENGINE_EINVAL;
         }
+        if (s->n_sample < 0 || (s->n_sample > 1 && (!s->want_token || !s->sampled || s->n_sample > s->n_tokens ||
+                                                    s->n_sample > 1 + e->cfg.max_draft || s->logits || s->embed))) {
+            snprintf(err, errlen, "seq %d: %d samples need a token wanted, a results array, at most its %d tokens "
+                     "and at most 1 + max_draft (%d), and no logits or embedding", i, s->n_sample, s->n_tokens,
+                     1 + e->cfg.max_draft);
+            return ENGINE_EINVAL;
+        }
         if (s->want_token && !s->sp) {
             snprintf(err, errlen, "seq %d: wants a token but has no sampling parameters", i);
             return ENGINE_EINVAL;
@@ -278,6 +285,13 @@ int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *re
     for (int i = 0; i < n_seqs; i++)
         if (seqs[i].embed) return step_embed(e, seqs, n_seqs, results, err, errlen);
     return e->vt->step(e, seqs, n_seqs, results, err, errlen);
+}
+
+int engine_verify_accept(const int32_t *draft, int n_draft, const engine_result *samples)
+{
+    int a = 0;
+    while (a < n_draft && samples[a].token == draft[a]) a++;
+    return a;
 }
 
 void engine_slot_clear(engine *e, int slot)

@@ -85,6 +85,14 @@ typedef struct engine_embed {
     float *out;          /* engine_embed_floats() floats */
 } engine_embed;
 
+typedef struct engine_result {
+    int32_t token;
+    float logprob; /* log-softmax of the chosen token over the (biased, penalised) logits at T=1 */
+    int n_top;
+    int32_t top_ids[ENGINE_MAX_TOP_LOGPROBS];
+    float top_logprobs[ENGINE_MAX_TOP_LOGPROBS];
+} engine_result;
+
 typedef struct engine_seq {
     int slot;     /* the sequence's row: where its token history is kept */
     const int32_t *tokens;
@@ -109,6 +117,19 @@ typedef struct engine_seq {
      * be sampled.  Applied before everything else (sampling.h, step 0); the caller makes sure
      * at least one token is allowed. */
     const uint32_t *allowed;
+    /* Speculative verification (with want_token): sample at each of the last n_sample new
+     * tokens, not only at the last (0 or 1: the last only; at most n_tokens and
+     * 1 + engine_config.max_draft).  The sequence brings its pending token and n_sample - 1
+     * drafted ones after it; the sample after new token j is drawn exactly as a one-token step
+     * there would draw it (penalties over the history up to j, randomness of (seed, its
+     * position)), so the caller accepts drafts while they equal the samples (engine_verify_accept).
+     * `sampled` receives the n_sample results in order (results[i] also gets the last one);
+     * `allowed`, when given, holds n_sample masks of ceil(n_vocab/32) words one after the
+     * other, mask j for the sample after new token n_tokens - n_sample + j.  Rollback of the
+     * rejected positions is the caller's: a later step simply starts at an earlier position
+     * (K/V past a sequence's length are never read; the token history rewinds). */
+    int n_sample;
+    engine_result *sampled;
     /* Optional (tests/tools): when non-NULL, receives the raw logits (n_vocab floats) of the
      * last token, or of every new token (n_tokens * n_vocab) when logits_all. */
     float *logits;
@@ -126,14 +147,6 @@ typedef struct engine_seq {
     int hidden_row;
 } engine_seq;
 
-typedef struct engine_result {
-    int32_t token;
-    float logprob; /* log-softmax of the chosen token over the (biased, penalised) logits at T=1 */
-    int n_top;
-    int32_t top_ids[ENGINE_MAX_TOP_LOGPROBS];
-    float top_logprobs[ENGINE_MAX_TOP_LOGPROBS];
-} engine_result;
-
 typedef struct engine_config {
     int n_slots;     /* most sequences in one step (rows) */
     int ctx_per_slot;/* most positions of one sequence (a request's context), not a reservation */
@@ -147,6 +160,9 @@ typedef struct engine_config {
     size_t kv_cache_mb;
     /* Recurrent-state slots of a hybrid model (ignored by others): 0 takes n_slots. */
     int n_states;
+    /* Most drafted tokens one sequence verifies in a step (engine_seq.n_sample - 1): the GPU
+     * sizes its sampling rows for n_slots * (1 + max_draft).  0: no speculation. */
+    int max_draft;
     bool verbose;
 } engine_config;
 
@@ -177,6 +193,18 @@ bool engine_has_lm_head(const engine *e);
  * before the step, so its sequences can be retried apart); or ENGINE_FATAL. */
 int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
                 char *err, size_t errlen);
+/* Speculative acceptance for a drafter whose proposal is one token per position (n-gram,
+ * prompt lookup: q a point mass on the draft): how many of the n_draft drafts are accepted
+ * given the n_draft + 1 samples of a verification step (engine_seq.sampled); the caller then
+ * takes samples[0..accepted], accepted + 1 tokens (the last is the correction or the bonus).
+ * For greedy rows this is the longest prefix where the target's argmax equals the draft.  For
+ * sampled rows it is the rejection-sampling rule: the target's sample x' ~ p is the draft x
+ * with probability p(x), the acceptance probability min(1, p(x)/q(x)) for q = 1 at x; when it
+ * is not, x' is distributed as p restricted to the other tokens and renormalised, which is
+ * max(0, p - q) normalised, the rule's residual.  Since a sample is a pure function of (seed,
+ * position), the accepted tokens are those non-speculative decoding draws wherever the backend's
+ * logits of a position do not depend on how many tokens its step carried (the CPU's). */
+int engine_verify_accept(const int32_t *draft, int n_draft, const engine_result *samples);
 /* Forget a row's token history (the next sequence in it starts afresh). */
 void engine_slot_clear(engine *e, int slot);
 /* Copies every layer's K/V of block src into block dst: copy-on-write, before a sequence

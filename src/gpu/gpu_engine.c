@@ -392,6 +392,11 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     int max_bucket = pow2_at_least(cfg->n_slots < GPU_MAX_DECODE_BATCH ? cfg->n_slots : GPU_MAX_DECODE_BATCH);
     int T = cfg->max_batch_tokens > max_bucket ? cfg->max_batch_tokens : max_bucket;
     int R = cfg->n_slots > max_bucket ? cfg->n_slots : max_bucket;
+    /* speculative verification samples up to 1 + max_draft rows of a sequence (never more rows
+     * than a step has tokens) */
+    long verify_rows = (long)cfg->n_slots * (1 + (cfg->max_draft > 0 ? cfg->max_draft : 0));
+    if (verify_rows > T) verify_rows = T;
+    if (verify_rows > R) R = (int)verify_rows;
     g->cap_tokens = T;
     g->cap_rows = R;
     g->table_width = (cfg->ctx_per_slot + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK;
@@ -575,12 +580,14 @@ typedef struct step_plan {
     size_t table_bytes;   /* used rows of the block tables */
 } step_plan;
 
-static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, int bias_off, int mask_row)
+/* The sampling row of s's new token j (packed row token_index): it samples the token after
+ * it, over the history up to it. */
+static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, int j, int bias_off, int mask_row)
 {
     memset(r, 0, sizeof *r);
     r->token_index = token_index;
     r->slot = s->slot;
-    r->hist_end = s->pos + s->n_tokens;
+    r->hist_end = s->pos + j + 1;
     r->want = s->want_token;
     r->n_top = -1;
     r->temperature = 0.0f;
@@ -676,15 +683,25 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             snprintf(err, errlen, "seq %d: %d logit_bias entries, at most %d", i, nbias, GPU_MAX_BIAS_PER_SEQ);
             return -1;
         }
-        int mask_row = -1;
-        if (s->want_token && s->allowed) {
-            mask_row = nm++;
-            memcpy(mask + (size_t)mask_row * g->mask_words, s->allowed, (size_t)g->mask_words * sizeof *mask);
+        /* one row per sample: the last token's, or a verification's last n_sample (their masks
+         * one after the other, their bias entries shared) */
+        const int n_sample = s->want_token && s->n_sample > 1 ? s->n_sample : 1;
+        if (r + n_sample > g->cap_rows) {
+            snprintf(err, errlen, "step samples more than %d rows", g->cap_rows);
+            return -1;
         }
-        fill_row(&rows[r], s, t - 1, nb, mask_row);
+        for (int k = 0; k < n_sample; k++) {
+            int mask_row = -1, j = s->n_tokens - n_sample + k;
+            if (s->want_token && s->allowed) {
+                mask_row = nm++;
+                memcpy(mask + (size_t)mask_row * g->mask_words, s->allowed + (size_t)k * g->mask_words,
+                       (size_t)g->mask_words * sizeof *mask);
+            }
+            fill_row(&rows[r], s, t - s->n_tokens + j, j, nb, mask_row);
+            row_of_seq[i] = r++;
+        }
         for (int b = 0; b < nbias; b++) bias[nb + b] = (gpu_bias){s->sp->bias_ids[b], s->sp->bias_vals[b]};
         nb += nbias;
-        row_of_seq[i] = r++;
     }
     p->bucket = -1;
     p->short_ctx = false;
@@ -760,6 +777,17 @@ static int decode_graph(gpu_engine *g, int b, bool short_ctx, char *err, size_t 
     CU_CHECK(r, "instantiating the decode graph");
     if (g->base.cfg.verbose) log_info("cuda: captured the decode graph for batch %d (%d key splits)", B, split);
     return 0;
+}
+
+static void copy_result(engine_result *res, const gpu_sample_out *o)
+{
+    res->token = o->token;
+    res->logprob = o->logprob;
+    res->n_top = o->n_top;
+    for (int k = 0; k < o->n_top && k < ENGINE_MAX_TOP_LOGPROBS; k++) {
+        res->top_ids[k] = o->top_ids[k];
+        res->top_logprobs[k] = o->top_logprobs[k];
+    }
 }
 
 static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *results, char *err, size_t errlen)
@@ -845,15 +873,9 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
     }
     for (int i = 0; rc == 0 && i < n; i++) {
         if (!seqs[i].want_token) continue;
-        const gpu_sample_out *o = &g->out_h[row_of_seq[i]];
-        engine_result *res = &results[i];
-        res->token = o->token;
-        res->logprob = o->logprob;
-        res->n_top = o->n_top;
-        for (int k = 0; k < o->n_top && k < ENGINE_MAX_TOP_LOGPROBS; k++) {
-            res->top_ids[k] = o->top_ids[k];
-            res->top_logprobs[k] = o->top_logprobs[k];
-        }
+        copy_result(&results[i], &g->out_h[row_of_seq[i]]);
+        for (int k = 0; seqs[i].n_sample > 1 && k < seqs[i].n_sample; k++) /* a verification's rows end at row_of_seq */
+            copy_result(&seqs[i].sampled[k], &g->out_h[row_of_seq[i] - (seqs[i].n_sample - 1) + k]);
     }
     if (rc != 0) {
         snprintf(g->failed, sizeof g->failed, "%s", err);

@@ -311,6 +311,7 @@ static int submit_all(gen *g, api_error *e)
             .sp = rq->sp,
             .n_stop = rq->n_stop,
             .ignore_eos = rq->ignore_eos,
+            .no_speculative = !rq->speculative,
             .want_logprobs = rq->logprobs >= 0,
             .id = g->id,
             .reserved = true,

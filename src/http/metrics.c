@@ -93,6 +93,12 @@ void metrics_render(const metrics *m, const metrics_view *v, bytebuf *o)
           st->prefix_lookup_tokens ? (double)st->prefix_hit_tokens / (double)st->prefix_lookup_tokens : 0.0);
     gauge(o, "inferd_preemptions_total", "Running sequences sent back to wait (KV blocks ran out).", "counter",
           (double)st->preemptions);
+    gauge(o, "inferd_spec_draft_tokens_total", "Tokens drafted and verified by speculative decoding.", "counter",
+          (double)st->spec_draft_tokens);
+    gauge(o, "inferd_spec_accepted_tokens_total", "Drafted tokens the target model accepted.", "counter",
+          (double)st->spec_accepted_tokens);
+    gauge(o, "inferd_spec_verify_steps_total", "Decode steps of a sequence that verified drafted tokens.", "counter",
+          (double)st->spec_verifies);
     static const char *const finish_names[5] = {"none", "stop", "length", "cancelled", "error"};
     bytebuf_puts(o, "# HELP inferd_requests_finished_total Choices finished, by reason.\n"
                  "# TYPE inferd_requests_finished_total counter\n");

@@ -255,3 +255,11 @@ void kvcache_release(kvcache *c, kv_seq *q)
     q->n_blocks = q->n_hashed = 0;
     q->key = 0;
 }
+
+void kvcache_truncate(kvcache *c, kv_seq *q, int n_tokens)
+{
+    int keep = n_tokens > 0 ? (n_tokens + B - 1) / B : 0;
+    if (keep < q->n_hashed) keep = q->n_hashed; /* an indexed block holds committed positions only */
+    for (int i = q->n_blocks - 1; i >= keep; i--) block_unref(c, q->blocks[i]);
+    if (keep < q->n_blocks) q->n_blocks = keep;
+}

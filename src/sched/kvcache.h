@@ -67,6 +67,11 @@ int kvcache_cow(kvcache *c, kv_seq *q, int index, int32_t *src);
 /* q's positions 0..n_tokens-1 hold the K/V of tokens[0..n_tokens-1]: indexes its blocks that
  * became full.  A block whose content is already indexed under another block stays private. */
 void kvcache_commit(kvcache *c, kv_seq *q, const int32_t *tokens, int n_tokens);
+/* Rollback after speculative verification: q keeps only the blocks covering positions
+ * 0..n_tokens-1 (never fewer than its committed ones); the blocks past them, which held the
+ * K/V of rejected drafts, go back (the deepest first).  Positions past n_tokens in the last
+ * kept block are simply written again by the sequence's next step. */
+void kvcache_truncate(kvcache *c, kv_seq *q, int n_tokens);
 /* Drops q's references (the deepest block first, so a chain is evicted from its tail) and
  * empties q.  Indexed blocks nobody uses any more stay cached. */
 void kvcache_release(kvcache *c, kv_seq *q);

@@ -59,6 +59,9 @@ struct sched_req {
     int n_generated;
     int32_t last_token; /* sampled, not yet fed back */
     bool has_pending;   /* last_token must be fed in the next step */
+    bool speculate;     /* drafts tokens (the server speculates and the request did not opt out) */
+    int spec_k;         /* the most tokens its next draft may have (adapts: sched.c spec_adapt) */
+    int spec_pause;     /* decode steps left without drafting after repeated misses */
     uint64_t admit_seq; /* FIFO order among admitted requests for prefill */
     output out;         /* the text pipeline */
     uint64_t t_submit, t_first, t_last; /* uv_hrtime ns */

@@ -36,6 +36,7 @@
 
 #include "base/log.h"
 #include "base/timing.h"
+#include "ngram.h"
 #include "request.h"
 #include "statecache.h"
 #include "stats.h"
@@ -85,6 +86,12 @@ struct sched {
     int decode_rr;       /* round-robin start when decodes alone exceed the budget */
     uint64_t admit_counter;
     output_scratch scratch; /* the text pipeline's buffers, shared by every request */
+    /* Speculative decoding, per row (cfg.draft_max + 1 entries each): the tokens a
+     * verification feeds (the pending one, then the drafts), its samples, and its masks
+     * (mask_words each while built, then packed to the engine's width). */
+    int32_t *spec_tokens;
+    engine_result *spec_samples;
+    uint32_t *spec_masks;
 };
 
 /* ---- submit side (HTTP threads) ---------------------------------------------------- */
@@ -144,6 +151,8 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
 
     sched_req *r = req_new(s, p, wake, wake_ctx);
     if (!r) return SCHED_E_INVALID;
+    r->speculate = s->cfg.spec != SCHED_SPEC_OFF && !p->no_speculative && !p->embed;
+    r->spec_k = s->cfg.draft_max;
     if (p->embed) {
         r->embed = true;
         r->em = *p->embed;
@@ -668,6 +677,119 @@ static void admit(sched *s)
     }
 }
 
+/* ---- speculative decoding ---------------------------------------------------------------- */
+
+/* Decode steps a request drafts nothing after a one-token draft was rejected again: n-gram
+ * drafts of text that does not repeat cost a wider step and buy nothing. */
+#define SPEC_PAUSE_STEPS 16
+
+static size_t spec_width(const sched *s) { return (size_t)s->cfg.draft_max + 1; }
+static int32_t *spec_row_tokens(sched *s, int row) { return s->spec_tokens + (size_t)row * spec_width(s); }
+
+/* A constrained request's drafts are verified under the grammar's masks at every position:
+ * mask 0 is its own (ready), mask j+1 the grammar's after drafts 0..j, built on a clone of its
+ * matcher.  The draft ends before a token the grammar refuses, one after which it is done
+ * (the request ends there), or one whose next mask is not built within a slice (masks usually
+ * come from the grammar's cache in microseconds).  Returns the drafts kept; the masks end up
+ * packed at the engine's width. */
+static int spec_masks(sched *s, sched_req *r, const int32_t *draft, int k)
+{
+    const size_t mw = (size_t)s->mask_words, ew = ((size_t)engine_model(s->e)->hp.n_vocab + 31) / 32;
+    uint32_t *masks = s->spec_masks + (size_t)r->slot * spec_width(s) * mw;
+    memcpy(masks, r->mask, mw * sizeof *masks);
+    grammar_matcher *gm = grammar_matcher_clone(r->gm);
+    double t0 = timing_now_ms();
+    int kept = 0;
+    while (gm && kept < k) {
+        const uint32_t d = (uint32_t)draft[kept], *m = masks + (size_t)kept * mw;
+        if (!(m[d / 32] >> (d % 32) & 1u) || !grammar_matcher_accept(gm, (int32_t)d) || grammar_matcher_is_done(gm) ||
+            grammar_matcher_fill_mask_until(gm, masks + (size_t)(kept + 1) * mw, t0 + SCHED_MASK_SLICE_MS) <= 0)
+            break;
+        kept++;
+    }
+    grammar_matcher_free(gm);
+    s->step_mask_ms += timing_now_ms() - t0;
+    for (int j = 1; j <= kept && ew < mw; j++) memmove(masks + (size_t)j * ew, masks + (size_t)j * mw, ew * sizeof *masks);
+    return kept;
+}
+
+/* The drafts r's decode verifies in this step, written after its pending token in its row's
+ * buffer, at most `room` of them (the step's token budget).  0: a plain decode.  Never more
+ * than the request can still take (max_tokens, the context) nor than blocks are free for: a
+ * draft never preempts anybody. */
+static int spec_draft(sched *s, sched_req *r, int room)
+{
+    if (!r->speculate) return 0;
+    if (r->spec_pause > 0) {
+        r->spec_pause--;
+        return 0;
+    }
+    int k = r->spec_k;
+    const int tokens_left = r->max_tokens - r->n_generated - 1; /* a verification yields up to k + 1 */
+    const int ctx_left = s->max_ctx - r->n_past - 1;            /* it feeds positions n_past..n_past+k */
+    if (k > tokens_left) k = tokens_left;
+    if (k > ctx_left) k = ctx_left;
+    if (k > room) k = room;
+    int32_t *row = spec_row_tokens(s, r->slot);
+    row[0] = r->last_token;
+    k = ngram_draft(r->toks, r->n_toks, k, row + 1);
+    if (k > 0 && r->gm) k = spec_masks(s, r, row + 1, k);
+    if (k > 0 && !kvcache_grow(s->kv, &r->kv, r->n_past + 1 + k)) k = 0;
+    return k;
+}
+
+/* Makes the planned decode q of r a verification of its k drafts. */
+static void spec_verify(sched *s, engine_seq *q, const sched_req *r, int k)
+{
+    q->n_sample = k + 1;
+    q->sampled = s->spec_samples + (size_t)r->slot * spec_width(s);
+    q->allowed = r->gm ? s->spec_masks + (size_t)r->slot * spec_width(s) * s->mask_words : NULL;
+}
+
+/* Adaptive draft length, per request: all drafts accepted doubles it (up to draft_max), fewer
+ * than half halves it, and a one-token draft rejected pauses drafting for SPEC_PAUSE_STEPS. */
+static void spec_adapt(const sched *s, sched_req *r, int n_draft, int accepted)
+{
+    if (accepted == n_draft) {
+        r->spec_k = 2 * r->spec_k < s->cfg.draft_max ? 2 * r->spec_k : s->cfg.draft_max;
+    } else if (2 * accepted < n_draft) {
+        if (r->spec_k == 1) r->spec_pause = SPEC_PAUSE_STEPS;
+        else r->spec_k /= 2;
+    }
+}
+
+/* Applies a verification: the accepted drafts and the token after them go through the text
+ * pipeline one by one, exactly as decodes would have delivered them (a stop string, the end
+ * of the grammar, max_tokens or an end-of-generation token ends the request at that token),
+ * then the rejected positions' blocks go back (kvcache_truncate). */
+static void spec_done(sched *s, int i, uint64_t now)
+{
+    const engine_seq *q = &s->seqs[i];
+    sched_req *r = s->seq_req[i];
+    const int row = r->slot, n_draft = q->n_sample - 1, n_past0 = r->n_past;
+    const int accepted = engine_verify_accept(q->tokens + 1, n_draft, q->sampled);
+    pthread_mutex_lock(&s->mu);
+    s->stats.spec_verifies++;
+    s->stats.spec_draft_tokens += (uint64_t)n_draft;
+    s->stats.spec_accepted_tokens += (uint64_t)accepted;
+    pthread_mutex_unlock(&s->mu);
+    spec_adapt(s, r, n_draft, accepted);
+    /* the accepted positions' tokens, ahead of req_on_token (which writes the same), so that
+     * the full blocks among them are committed even if the request ends on the way */
+    memcpy(r->toks + n_past0 + 1, q->tokens + 1, (size_t)accepted * sizeof *r->toks);
+    if (!s->cfg.no_prefix_cache) kvcache_commit(s->kv, &r->kv, r->toks, n_past0 + accepted + 1);
+    r->has_pending = false;
+    for (int j = 0; j <= accepted; j++) {
+        r->n_past = n_past0 + j + 1; /* position n_past0 + j holds its token's K/V */
+        pthread_mutex_lock(&s->mu);
+        s->kv_used++;
+        pthread_mutex_unlock(&s->mu);
+        req_on_token(s, r, &q->sampled[j], now);
+        if (s->slots[row] != r) return; /* finished (and maybe freed) at this token */
+    }
+    kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
+}
+
 static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int n_tokens, bool want)
 {
     s->seqs[*n] = (engine_seq){
@@ -697,8 +819,11 @@ static int plan_step(sched *s)
         int i = (s->decode_rr + k) % n_slots;
         sched_req *r = s->slots[i];
         if (r && r->has_pending && !prefilling(r) && req_mask_ready(s, r)) {
-            plan_add(s, &n, r, &r->last_token, 1, true);
-            budget--;
+            /* drafts leave a token of the budget to every slot still to come */
+            int drafts = spec_draft(s, r, budget - 1 - (n_slots - 1 - k));
+            plan_add(s, &n, r, drafts ? spec_row_tokens(s, i) : &r->last_token, 1 + drafts, true);
+            if (drafts) spec_verify(s, &s->seqs[n - 1], r, drafts);
+            budget -= 1 + drafts;
         }
     }
     s->decode_rr = (s->decode_rr + 1) % n_slots;
@@ -753,6 +878,10 @@ static void seq_done(sched *s, int i, uint64_t now)
 {
     const engine_seq *q = &s->seqs[i];
     sched_req *r = s->seq_req[i];
+    if (q->n_sample > 1) {
+        spec_done(s, i, now);
+        return;
+    }
     r->n_past += q->n_tokens;
     if (!s->cfg.no_prefix_cache && !r->embed) kvcache_commit(s->kv, &r->kv, r->toks, r->n_past); /* full blocks: shareable */
     bool decode = q->tokens == &r->last_token;
@@ -917,6 +1046,9 @@ static void sched_free_memory(sched *s)
     free(s->results);
     free(s->seq_req);
     free(s->prefill);
+    free(s->spec_tokens);
+    free(s->spec_samples);
+    free(s->spec_masks);
     kvcache_free(s->kv);
     statecache_free(s->states);
     output_scratch_free(&s->scratch);
@@ -995,6 +1127,26 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     if (!s->slots || !s->seqs || !s->results || !s->seq_req || !s->prefill || !s->kv || !s->gvocab) {
         snprintf(err, errlen, "sched: out of memory");
         goto fail;
+    }
+    if (cfg->spec != SCHED_SPEC_OFF) {
+        if (cfg->draft_max < 1 || cfg->draft_max > ec->max_draft) {
+            snprintf(err, errlen, "sched: draft_max %d outside 1..%d (the engine's max_draft)", cfg->draft_max,
+                     ec->max_draft);
+            goto fail;
+        }
+        if (s->states) {
+            snprintf(err, errlen, "speculative decoding is not available for %s: its recurrent state cannot be "
+                     "rolled back past a rejected draft yet (run with --speculative off)", engine_model(e)->desc->name);
+            goto fail;
+        }
+        size_t w = n * spec_width(s);
+        s->spec_tokens = malloc(w * sizeof *s->spec_tokens);
+        s->spec_samples = malloc(w * sizeof *s->spec_samples);
+        s->spec_masks = malloc(w * (size_t)s->mask_words * sizeof *s->spec_masks);
+        if (!s->spec_tokens || !s->spec_samples || !s->spec_masks) {
+            snprintf(err, errlen, "sched: out of memory");
+            goto fail;
+        }
     }
     int rc = uv_loop_init(&s->loop);
     if (rc != 0) {

@@ -24,6 +24,12 @@
 typedef struct sched sched;
 typedef struct sched_req sched_req;
 
+/* Speculative decoding: what drafts the tokens each decode step verifies (sched.c). */
+typedef enum sched_spec {
+    SCHED_SPEC_OFF = 0, /* one token per decode step */
+    SCHED_SPEC_NGRAM,   /* prompt lookup over the sequence's own tokens (ngram.h) */
+} sched_spec;
+
 typedef struct sched_config {
     int n_slots;          /* must equal the engine's */
     int ctx_per_slot;     /* must equal the engine's */
@@ -34,6 +40,15 @@ typedef struct sched_config {
      * may be admitted while the oldest waiting one cannot be yet, at most this many times for
      * one oldest request; then admission waits for it.  0: n_slots; < 0: strict FIFO. */
     int max_head_passes;
+    /* Speculative decoding: a decode step of a request that speculates feeds its pending token
+     * and up to draft_max drafted ones (at most the engine's max_draft) and keeps the drafts the
+     * target's own samples confirm (engine_verify_accept), so the output is the one decoding
+     * without drafts gives.  The draft length adapts per request: it shrinks when drafts are
+     * rejected, pauses after repeated misses, and grows back when they are accepted.  Refused
+     * (sched_create fails) for a model with recurrent state, which cannot roll back a rejected
+     * draft yet. */
+    sched_spec spec;
+    int draft_max;
     /* Optional liveness hook (the systemd watchdog): called on the scheduler thread every
      * heartbeat_ms (0 = never) by a timer of the scheduler's own loop, so the calls stop
      * while an engine step is wedged.  The scheduler knows nothing of what it does. */
@@ -83,6 +98,7 @@ typedef struct sched_params {
      * prefix).  max_tokens, sampling, stop strings and grammar are ignored.  A prompt longer
      * than max_batch_tokens can never run: SCHED_E_TOO_LONG. */
     const engine_embed *embed;
+    bool no_speculative; /* opts out of the server's speculative decoding ("speculative": false) */
 } sched_params;
 
 
@@ -177,6 +193,9 @@ typedef struct sched_stats {
     uint64_t prefix_lookup_tokens; /* prompt tokens looked up in the prefix cache at admission */
     uint64_t prefix_hit_tokens;    /* of which read from cached blocks instead of computed */
     uint64_t preemptions;          /* running sequences sent back to wait for KV blocks */
+    uint64_t spec_verifies;        /* decodes that verified drafted tokens */
+    uint64_t spec_draft_tokens;    /* tokens drafted and verified */
+    uint64_t spec_accepted_tokens; /* of which accepted (each verify also yields one token of its own) */
     sched_hist ttft;               /* submit -> first token text available */
     sched_hist itl;                /* between consecutive sampled tokens of a request */
 } sched_stats;

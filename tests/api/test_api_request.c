@@ -79,7 +79,7 @@ static void test_completion_all_fields(void **state)
        "\"n\":3,\"stream\":true,\"stream_options\":{\"include_usage\":true},\"stop\":[\"x\",\"\",\"yz\"],"
        "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repeat_penalty\":1.1,"
        "\"logit_bias\":{\"5\":-100,\"999\":2.5},\"logprobs\":3,\"echo\":true,\"seed\":42,\"user\":\"u\","
-       "\"ignore_eos\":true,\"some_future_field\":{\"a\":[1,2]}}",
+       "\"ignore_eos\":true,\"speculative\":false,\"some_future_field\":{\"a\":[1,2]}}",
        &r);
     assert_int_equal(r.max_tokens, 7);
     assert_true(r.sp.temperature == 0.0f);
@@ -109,6 +109,7 @@ static void test_completion_all_fields(void **state)
     assert_true(r.has_seed);
     assert_int_equal(r.sp.seed, 42);
     assert_true(r.ignore_eos);
+    assert_false(r.speculative);
     api_request_free(&r);
 }
 
@@ -118,6 +119,7 @@ static void test_prompt_forms(void **state)
     api_request r;
     ok(API_COMPLETIONS, "{\"prompt\":[\"one\",\"two\"]}", &r);
     assert_int_equal(r.n_prompts, 2);
+    assert_true(r.speculative); /* unless the request opts out, the server's --speculative decides */
     assert_string_equal(r.prompts[1].text, "two");
     api_request_free(&r);
 
@@ -243,6 +245,7 @@ static void test_type_errors(void **state)
         {"{\"prompt\":\"a\",\"model\":7}", "model"},
         {"{\"prompt\":\"a\",\"user\":[]}", "user"},
         {"{\"prompt\":\"a\",\"ignore_eos\":0}", "ignore_eos"},
+        {"{\"prompt\":\"a\",\"speculative\":\"no\"}", "speculative"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad(API_COMPLETIONS, cases[i].body, 400, cases[i].param);
     api_request r;

@@ -104,6 +104,14 @@ assert rows[3]["batch"] == 3 and rows[3]["n_tokens"] == 12, rows
 ' || fail "bench JSON lines"
     fi
 fi
+# speculative verification rows (--draft): one per batch, K + 1 tokens per sequence and step,
+# and the tok/s at each acceptance rate beside the decode's
+if expect_rc 0 "$bin" bench -m "$model" --prompt 32 --batch 1,3 --gen 4 --ubatch 16 --threads 1 --reps 1 --draft 3; then
+    expect_grep '^verify +16 +3 +48 ' "$tmp/out" "bench verify row"
+    expect_grep '^verify batch 3, 3 drafts: decode [0-9.]+ tok/s; at acceptance 0.00: [0-9.]+ \(1.00 tok/step\).* 1.00: [0-9.]+ \(4.00 tok/step\)' \
+        "$tmp/out" "bench acceptance line"
+    [ "$(grep -c '^{"test":"verify"' "$tmp/out")" = 2 ] || fail "bench: want 2 verify JSON lines"
+fi
 
 # --- scripts/make-default-model ----------------------------------------------------------------
 out="$tmp/models/default.gguf"

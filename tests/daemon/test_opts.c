@@ -120,7 +120,7 @@ static void test_opts_set_every_key(void **state)
         const char *k = opts_name(i);
         assert_non_null(k);
         /* Every key accepts some value: try the usual shapes until one fits. */
-        static const char *const tries[] = {"1", "100", "true", "cpu", "json", "info", "x", "deepseek", "refuse", "mean"};
+        static const char *const tries[] = {"1", "100", "true", "cpu", "json", "info", "x", "deepseek", "refuse", "mean", "ngram"};
         int rc = -1;
         for (size_t t = 0; t < sizeof tries / sizeof tries[0] && rc != 0; t++) rc = opts_set(&o, k, tries[t], err, sizeof err);
         if (rc != 0) fail_msg("config key '%s' accepts none of the sample values: %s", k, err);

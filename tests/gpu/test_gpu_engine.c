@@ -330,6 +330,72 @@ static float top2_gap(const float *l, int n)
     return a - b;
 }
 
+/* Speculative verification on each backend: greedy decoding walked by verification steps
+ * whose drafts are the plain run's own continuation with every third draft wrong (so steps
+ * both accept and reject, and each rolls back), must give the plain run's tokens.  On the GPU
+ * a verification's attention runs as flash tiles, a decode's through split-K: a token may
+ * only differ where the plain run had a near tie (top-2 gap below 1e-3), and the walk stops
+ * comparing there. */
+static void verify_walk(engine *e, const int32_t *prompt, const int32_t *plain, const float *plain_logits, int n)
+{
+    enum { K = 6 };
+    char err[512];
+    sampling_params sp;
+    sampling_params_default(&sp);
+    const int V = engine_model(e)->hp.n_vocab;
+    int32_t got[512], feed[K + 1];
+    engine_result samples[K + 1], last;
+    engine_slot_clear(e, 0);
+    engine_seq s = {.slot = 0, .tokens = prompt, .n_tokens = 1, .want_token = true, .sp = &sp};
+    if (engine_step(e, &s, 1, &last, err, sizeof err)) fail_msg("%s: %s", engine_name(e), err);
+    got[0] = last.token;
+    int have = 1, steps = 0, accepted = 0;
+    while (have < n) {
+        int k = n - have - 1 < K ? n - have - 1 : K;
+        feed[0] = got[have - 1];
+        for (int j = 1; j <= k; j++) feed[j] = (have + j) % 3 == 0 ? (plain[have + j - 1] + 1) % V : plain[have + j - 1];
+        s = (engine_seq){.slot = 0, .tokens = feed, .n_tokens = k + 1, .pos = have, .want_token = true, .sp = &sp,
+                         .n_sample = k + 1, .sampled = samples};
+        if (engine_step(e, &s, 1, &last, err, sizeof err)) fail_msg("%s verify: %s", engine_name(e), err);
+        if (k == 0) samples[0] = last; /* a plain decode: its one sample comes in the result */
+        int a = engine_verify_accept(feed + 1, k, samples);
+        for (int j = 0; j <= a && have < n; j++) got[have++] = samples[j].token;
+        accepted += a;
+        steps++;
+        for (int t = have - a - 1; t < have; t++) {
+            if (got[t] == plain[t]) continue;
+            float gap = top2_gap(plain_logits + (size_t)t * V, V);
+            print_message("  %s verify: token %d is %d, decoding gave %d (top-2 gap %g)\n", engine_name(e), t, got[t],
+                          plain[t], gap);
+            assert_true(gap < 1e-3f);
+            return;
+        }
+    }
+    print_message("  %s verify: %d tokens in %d steps (%d drafts accepted), as decoded\n", engine_name(e), n, steps,
+                  accepted);
+}
+
+static void test_verify_equals_decode(void **state)
+{
+    (void)state;
+    model *m = load_stories();
+    if (!m) skip();
+    engine_config cfg = {.n_slots = 2, .ctx_per_slot = 512, .max_batch_tokens = 512, .n_threads = 2, .max_draft = 6};
+    pair p = make_pair(m, &cfg);
+    enum { N = 200 };
+    const int32_t bos = 1;
+    int32_t plain[N];
+    float *logits = malloc((size_t)N * m->hp.n_vocab * sizeof *logits);
+    engine *both[2] = {p.cpu, p.gpu};
+    for (int b = 0; b < 2; b++) {
+        greedy(both[b], &bos, 1, N, plain, logits);
+        verify_walk(both[b], &bos, plain, logits, N);
+    }
+    free(logits);
+    free_pair(&p);
+    model_free(m);
+}
+
 /* Sequences run together against the same ones run alone (alone/together: ns x gen tokens;
  * solo_logits: the logits each solo token was chosen from).  A greedy choice may only differ
  * where the solo run had a near tie: top-2 gap below 1e-3 of the logit scale.  Prints every
@@ -865,6 +931,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_logits_gemma4),
         cmocka_unit_test(test_logits_gemma4_synthetic),
         cmocka_unit_test(test_stories260k),
+        cmocka_unit_test(test_verify_equals_decode),
         cmocka_unit_test(test_batch_of_32_equals_alone),
         cmocka_unit_test(test_mixed_steps_equal_alone),
         cmocka_unit_test(test_moe_reference_files),

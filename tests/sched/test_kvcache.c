@@ -1,6 +1,6 @@
 /* test_kvcache.c - the KV block allocator and prefix cache alone: block states and counts,
  * hits at every boundary, LRU eviction from a chain's tail, copy-on-write, fragmented reuse,
- * and that a hash match is verified against the tokens. */
+ * that a hash match is verified against the tokens, and the rollback of speculative drafts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -261,6 +261,37 @@ static void test_fragmented_reuse(void **state)
     kvcache_free(c);
 }
 
+/* Speculative rollback: a sequence that grew for drafts gives back the blocks past the
+ * positions it kept, never a committed (indexed) one, and the freed blocks serve others. */
+static void test_truncate_after_drafts(void **state)
+{
+    (void)state;
+    kvcache *c = kvcache_create(8, 8, 0);
+    int32_t t[4 * B];
+    tokens(t, 4 * B, 5);
+    kv_seq q;
+    run_seq(c, &q, t, B + 3); /* one full committed block, one partial */
+    assert_int_equal(q.n_hashed, 1);
+    assert_true(kvcache_grow(c, &q, 3 * B + 2)); /* a verification reaching into a fourth block */
+    assert_int_equal(q.n_blocks, 4);
+    assert_counts(c, 4, 0, 4);
+    kvcache_truncate(c, &q, B + 5); /* few drafts accepted: two blocks kept */
+    assert_int_equal(q.n_blocks, 2);
+    assert_counts(c, 2, 0, 6);
+    kvcache_truncate(c, &q, 2 * B); /* exactly two blocks: nothing changes */
+    assert_int_equal(q.n_blocks, 2);
+    kvcache_truncate(c, &q, 1); /* never below the committed block */
+    assert_int_equal(q.n_blocks, 1);
+    assert_int_equal(q.n_hashed, 1);
+    assert_counts(c, 1, 0, 7);
+    assert_true(kvcache_grow(c, &q, 2 * B + 1)); /* grows again from there */
+    assert_int_equal(q.n_blocks, 3);
+    kvcache_release(c, &q);
+    assert_counts(c, 0, 1, 7); /* the committed block stays cached */
+    kv_seq_free(&q);
+    kvcache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_lru_eviction_order),
         cmocka_unit_test(test_copy_on_write),
         cmocka_unit_test(test_fragmented_reuse),
+        cmocka_unit_test(test_truncate_after_drafts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2652,6 +2652,44 @@ def case_rerank():
     print(f"rerank: {len(res)} documents sorted, top_n, return_documents, refusals")
 
 
+def case_speculative():
+    """--speculative ngram on stories260K: greedy completions of repetitive prompts are those of
+    a server without it, the per-request opt-out too; /metrics counts drafted and accepted
+    tokens; draft and mtp are refused at startup as not built yet."""
+    model = os.path.join(SHARED, "models", "stories260K.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: {model} not present")
+        return SKIP
+    prompts = ["The cat sat on the mat. The dog sat on the mat. The bird sat on the",
+               "Once upon a time, there was a little girl named Lily. Once upon a time, there was a",
+               "A big dog ran. A big dog jumped. A big dog"]
+    bodies = [{"prompt": p, "max_tokens": 48, "temperature": 0, "logprobs": 1} for p in prompts]
+    with Server(model) as s:
+        plain = [post(s.port, "/v1/completions", b)[1]["choices"][0] for b in bodies]
+        check(metric(s.port, "inferd_spec_draft_tokens_total") == 0, "drafts without --speculative")
+    with Server(model, "--speculative", "ngram", "--draft-max", "6") as s:
+        for b, want in zip(bodies, plain):
+            st, got = post(s.port, "/v1/completions", b)
+            check(st == 200, f"{st} {got}")
+            ch = got["choices"][0]
+            check(ch["text"] == want["text"], f"speculative text {ch['text']!r}, plain {want['text']!r}")
+            check(ch["logprobs"]["tokens"] == want["logprobs"]["tokens"], "tokens differ")
+            check(all(abs(a - b) < 1e-5 for a, b in zip(ch["logprobs"]["token_logprobs"],
+                                                       want["logprobs"]["token_logprobs"])), "logprobs differ")
+        drafted = metric(s.port, "inferd_spec_draft_tokens_total")
+        accepted = metric(s.port, "inferd_spec_accepted_tokens_total")
+        check(drafted > 0 and 0 < accepted <= drafted, f"drafted {drafted}, accepted {accepted}")
+        st, got = post(s.port, "/v1/completions", dict(bodies[0], speculative=False))
+        check(st == 200 and got["choices"][0]["text"] == plain[0]["text"], f"opt-out: {st} {got}")
+        check(metric(s.port, "inferd_spec_draft_tokens_total") == drafted, "an opted-out request drafted")
+        st, b = post(s.port, "/v1/completions", dict(bodies[0], speculative="no"))
+        check_error(b, st, 400, "speculative")
+    for mode in ("draft", "mtp"):
+        r = run_bin("-m", model, "--host", "127.0.0.1", "--port", str(free_port()), "--speculative", mode, timeout=60)
+        check(r.returncode != 0 and "not built yet" in r.stderr, f"--speculative {mode}: rc {r.returncode} {r.stderr[-400:]}")
+    print(f"speculative: {accepted:.0f} of {drafted:.0f} drafted tokens accepted, outputs unchanged")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ typedef struct cpu_engine {
     float *xb;      /* normed input / attention output, max(n_embd, q_dim) */
     float *xb2;     /* projection output before the residual add, n_embd */
     float *q, *k, *v;
-    float *hb, *hb2; /* FFN gate and up, max(n_ff, n_ff_exp) */
+    float *qkv;      /* a fused projection's output, q_dim + 2 kv_dim (empty unless fused) */
+    float *hb, *hb2; /* FFN gate and up, the widest GLU's (twice n_ff when fused) */
     /* MoE (empty for dense models): router logits [tok][n_expert], each token's chosen experts
      * and weights [tok][n_expert_used], and one expert's group of tokens: their batch index,
      * weight, gathered inputs and outputs. */
@@ -109,7 +110,9 @@ static void matmul(cpu_engine *e, float *out, const float *x, int n_tok, const m
 /* The recipe features this backend runs; engine creation refuses a model needing others. */
 #define CPU_FEATURES                                                                               \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_POST | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS |  \
-     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU | ARCH_F_ROUTER_SOFTMAX_TOPK)
+     ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_ACT_SILU | ARCH_F_ROUTER_SOFTMAX_TOPK |         \
+     ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP | ARCH_F_ROUTER_SIGMOID_BIAS | ARCH_F_SHARED_EXPERT |           \
+     ARCH_F_ROPE_PARTIAL | ARCH_F_ROPE_LONGROPE)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -125,17 +128,34 @@ static void head_rmsnorm(float *vec, int n_head, int head_dim, const model_tenso
     for (int h = 0; h < n_head; h++) cpu_rmsnorm(vec + (size_t)h * head_dim, vec + (size_t)h * head_dim, w->data, head_dim, eps);
 }
 
-/* Full causal attention: xb2 = wo · attend(rope(q), rope(k), v) with q, k, v = w{q,k,v}·xb
- * (+ bias; heads of q and k normed first when the recipe says so). */
+/* q, k, v = w{q,k,v}·xb (+ bias), or split from the rows of one fused wqkv·xb. */
+static void project_qkv(cpu_engine *e, const model_layer *ly, int n_tok)
+{
+    if (ly->recipe.attn_extras & ARCH_ATTN_FUSED_QKV) {
+        const size_t q = (size_t)e->q_dim, kv = (size_t)e->kv_dim, w = q + 2 * kv;
+        matmul(e, e->qkv, e->xb, n_tok, &ly->wqkv, NULL);
+        for (size_t t = 0; t < (size_t)n_tok; t++) {
+            memcpy(e->q + t * q, e->qkv + t * w, q * sizeof(float));
+            memcpy(e->k + t * kv, e->qkv + t * w + q, kv * sizeof(float));
+            memcpy(e->v + t * kv, e->qkv + t * w + q + kv, kv * sizeof(float));
+        }
+        return;
+    }
+    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS;
+    matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
+    matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
+    matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
+}
+
+/* Full causal attention: xb2 = wo · attend(rope(q), rope(k), v) with q, k, v from
+ * project_qkv (heads of q and k normed first when the recipe says so). */
 static void attention_full(cpu_engine *e, int il, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const model_layer *ly = &e->base.m->layers[il];
-    const bool bias = ly->recipe.attn_extras & ARCH_ATTN_QKV_BIAS, qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
+    const bool qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
     const int hd = hp->head_dim;
-    matmul(e, e->q, e->xb, n_tok, &ly->wq, bias ? &ly->bq : NULL);
-    matmul(e, e->k, e->xb, n_tok, &ly->wk, bias ? &ly->bk : NULL);
-    matmul(e, e->v, e->xb, n_tok, &ly->wv, bias ? &ly->bv : NULL);
+    project_qkv(e, ly, n_tok);
     for (int t = 0; t < n_tok; t++) {
         float *q = e->q + (size_t)t * e->q_dim, *k = e->k + (size_t)t * e->kv_dim;
         if (qk_norm) {
@@ -174,11 +194,22 @@ static void swiglu_ffn(cpu_engine *e, float *out, const float *x, int n, const m
     matmul(e, out, e->hb, n, down, NULL);
 }
 
-/* Gated feed-forward: xb2 = w_down · (silu(w_gate·xb) * w_up·xb). */
+/* Gated feed-forward: xb2 = w_down · (silu(w_gate·xb) * w_up·xb); with gate and up fused,
+ * each row of w_up·xb is [gate | up], n_ff each. */
 static void ffn_glu(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
-    swiglu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, e->base.m->hp.n_ff);
+    const size_t n_ff = (size_t)e->base.m->hp.n_ff;
+    if (!(ly->recipe.ffn_extras & ARCH_FFN_FUSED_GATE_UP)) {
+        swiglu_ffn(e, e->xb2, e->xb, n_tok, &ly->w_gate, &ly->w_up, &ly->w_down, (int)n_ff);
+        return;
+    }
+    matmul(e, e->hb2, e->xb, n_tok, &ly->w_up, NULL);
+    for (size_t t = 0; t < (size_t)n_tok; t++) {
+        memcpy(e->hb + t * n_ff, e->hb2 + t * 2 * n_ff, n_ff * sizeof(float));
+        cpu_swiglu(e->hb + t * n_ff, e->hb2 + t * 2 * n_ff + n_ff, (int)n_ff);
+    }
+    matmul(e, e->xb2, e->hb, n_tok, &ly->w_down, NULL);
 }
 
 /* One expert's SwiGLU over the tokens gathered for it: group_y for the n rows of group_x. */
@@ -188,6 +219,16 @@ static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
                        up = model_tensor_slice(&ly->ffn_up_exps, expert),
                        down = model_tensor_slice(&ly->ffn_down_exps, expert);
     swiglu_ffn(e, e->group_y, e->group_x, n, &gate, &up, &down, e->base.m->hp.n_ff_exp);
+}
+
+/* ARCH_FFN_SHARED_EXPERT: xb2 += the shared expert's SwiGLU of xb, every token, unscaled
+ * (GLM-4.5; Qwen3-Next's sigmoid-gated one is another flag). */
+static void shared_expert(cpu_engine *e, const model_layer *ly, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    swiglu_ffn(e, e->group_y, e->xb, n_tok, &ly->ffn_gate_shexp, &ly->ffn_up_shexp, &ly->ffn_down_shexp,
+               hp->n_ff_exp * hp->n_expert_shared);
+    for (size_t i = 0; i < (size_t)n_tok * hp->n_embd; i++) e->xb2[i] += e->group_y[i];
 }
 
 /* Mixture of experts: xb2 = sum over the k experts the router picks for each token of
@@ -200,9 +241,15 @@ static void ffn_moe(cpu_engine *e, int il, int n_tok)
     const model_layer *ly = &e->base.m->layers[il];
     const int dim = hp->n_embd, k = hp->n_expert_used;
     matmul(e, e->router, e->xb, n_tok, &ly->ffn_gate_inp, NULL);
-    for (int t = 0; t < n_tok; t++) /* ARCH_ROUTER_SOFTMAX_TOPK, the one router run here */
-        cpu_moe_route(e->router + (size_t)t * hp->n_expert, hp->n_expert, k, e->moe_ids + (size_t)t * k,
-                      e->moe_weights + (size_t)t * k);
+    const cpu_sigmoid_router sigmoid = {.bias = ly->exp_probs_b.data, .n_expert = hp->n_expert, .k = k,
+                                        .scale = hp->expert_weights_scale};
+    for (int t = 0; t < n_tok; t++) {
+        float *logits = e->router + (size_t)t * hp->n_expert;
+        int32_t *ids = e->moe_ids + (size_t)t * k;
+        float *weights = e->moe_weights + (size_t)t * k;
+        if (ly->recipe.router == ARCH_ROUTER_SIGMOID_BIAS) cpu_moe_route_sigmoid(&sigmoid, logits, ids, weights);
+        else cpu_moe_route(logits, hp->n_expert, k, ids, weights);
+    }
     memset(e->xb2, 0, (size_t)n_tok * dim * sizeof(float));
     for (int x = 0; x < hp->n_expert; x++) {
         int n = 0;
@@ -223,6 +270,7 @@ static void ffn_moe(cpu_engine *e, int il, int n_tok)
             for (int d = 0; d < dim; d++) out[d] += e->group_weight[i] * y[d];
         }
     }
+    if (ly->recipe.ffn_extras & ARCH_FFN_SHARED_EXPERT) shared_expert(e, ly, n_tok);
 }
 
 /* A block reads xb (n_tok rows of n_embd) and leaves its output in xb2. */
@@ -371,7 +419,7 @@ static void cpu_destroy(engine *base)
     cpu_engine *e = (cpu_engine *)base;
     cpu_pool_free(e->pool);
     void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
-                    e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
+                    e->tables, e->tok_pos, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v, e->qkv,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
                     e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -478,8 +526,15 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     e->base = (engine){.vt = &CPU_VTABLE, .m = m, .cfg = *cfg};
     e->q_dim = hp->n_head * hp->head_dim;
     e->kv_dim = hp->n_head_kv * hp->head_dim;
-    e->rope = (cpu_rope){.head_dim = hp->head_dim, .neox = hp->rope_neox, .base = hp->rope_base,
-                         .scale = hp->rope_scale, .freq_div = m->rope_freqs.data};
+    /* LongRoPE: the short factors serve contexts up to the original one, the long ones a
+     * longer context (chosen once for the engine's context, as llama.cpp does). */
+    const bool long_ctx = hp->n_ctx_orig && cfg->ctx_per_slot > hp->n_ctx_orig;
+    const model_tensor *factors = long_ctx && m->rope_factors_long.data    ? &m->rope_factors_long
+                                  : m->rope_factors_short.data ? &m->rope_factors_short
+                                                               : &m->rope_freqs;
+    e->rope = (cpu_rope){.head_dim = hp->head_dim, .n_rot = hp->n_rot, .attn_factor = hp->rope_attn_factor,
+                         .neox = hp->rope_neox, .base = hp->rope_base, .scale = hp->rope_scale,
+                         .freq_div = factors->data};
     int n_threads = cfg->n_threads;
     if (n_threads == 0) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -509,7 +564,16 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     }
     const size_t kv = mul(n_blocks, kv_block_floats(e));
     const size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
-    const size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    bool fused_qkv = false, fused_gate_up = false;
+    for (int il = 0; il < hp->n_layer; il++) {
+        fused_qkv |= (m->layers[il].recipe.attn_extras & ARCH_ATTN_FUSED_QKV) != 0;
+        fused_gate_up |= (m->layers[il].recipe.ffn_extras & ARCH_FFN_FUSED_GATE_UP) != 0;
+    }
+    const size_t shexp = (size_t)hp->n_ff_exp * (size_t)hp->n_expert_shared;
+    size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    if (shexp > ff) ff = shexp;
+    if (fused_gate_up) ff = 2 * (size_t)hp->n_ff > ff ? 2 * (size_t)hp->n_ff : ff;
+    const size_t qkv = fused_qkv ? (size_t)e->q_dim + 2 * (size_t)e->kv_dim : 0;
     const size_t moe_tok = hp->n_expert ? B : 0; /* the MoE buffers: none for a dense model */
     const buffer_request req[] = {
         {(void **)&e->key_cache, "K cache", kv, sizeof(float)},
@@ -528,6 +592,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->q, "queries", mul(B, (size_t)e->q_dim), sizeof(float)},
         {(void **)&e->k, "keys", mul(B, (size_t)e->kv_dim), sizeof(float)},
         {(void **)&e->v, "values", mul(B, (size_t)e->kv_dim), sizeof(float)},
+        {(void **)&e->qkv, "fused qkv", mul(B, qkv), sizeof(float)},
         {(void **)&e->hb, "FFN activations", mul(B, ff), sizeof(float)},
         {(void **)&e->hb2, "FFN activations", mul(B, ff), sizeof(float)},
         {(void **)&e->router, "router logits", mul(moe_tok, (size_t)hp->n_expert), sizeof(float)},

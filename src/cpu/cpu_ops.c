@@ -28,22 +28,42 @@ void cpu_softmax(float *x, int n)
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
+/* The k largest of score[x] + (bias ? bias[x] : 0) into ids, ties to the lower id. */
+static void top_k(const float *score, const float *bias, int n, int k, int32_t *ids)
+{
+    for (int j = 0; j < k; j++) { /* k is small (2..8): k passes beat a sort */
+        int best = -1;
+        float best_v = 0.0f;
+        for (int x = 0; x < n; x++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= ids[i] == x;
+            float v = score[x] + (bias ? bias[x] : 0.0f);
+            if (!taken && (best < 0 || v > best_v)) best = x, best_v = v;
+        }
+        ids[j] = best;
+    }
+}
+
+/* weights[j] = score[ids[j]] * scale / their sum. */
+static void renormalise(const float *score, const int32_t *ids, int k, float scale, float *weights)
+{
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += weights[j] = score[ids[j]];
+    for (int j = 0; j < k; j++) weights[j] = weights[j] / sum * scale;
+}
+
 void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weights)
 {
     cpu_softmax(logits, n_expert);
-    float sum = 0.0f;
-    for (int j = 0; j < k; j++) { /* k is small (2..8): k passes beat a sort */
-        int best = -1;
-        for (int x = 0; x < n_expert; x++) {
-            bool taken = false;
-            for (int i = 0; i < j; i++) taken |= ids[i] == x;
-            if (!taken && (best < 0 || logits[x] > logits[best])) best = x;
-        }
-        ids[j] = best;
-        weights[j] = logits[best];
-        sum += logits[best];
-    }
-    for (int j = 0; j < k; j++) weights[j] /= sum;
+    top_k(logits, NULL, n_expert, k, ids);
+    renormalise(logits, ids, k, 1.0f, weights);
+}
+
+void cpu_moe_route_sigmoid(const cpu_sigmoid_router *r, float *logits, int32_t *ids, float *weights)
+{
+    for (int x = 0; x < r->n_expert; x++) logits[x] = 1.0f / (1.0f + expf(-logits[x]));
+    top_k(logits, r->bias, r->n_expert, r->k, ids);
+    renormalise(logits, ids, r->k, r->scale, weights);
 }
 
 void cpu_swiglu(float *x, const float *y, int n)
@@ -79,12 +99,12 @@ void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm)
 
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
 {
-    const int half = r->head_dim / 2;
+    const int half = r->n_rot / 2;
     const float p = (float)pos / r->scale;
     for (int i = 0; i < half; i++) {
-        float freq = 1.0f / powf(r->base, (float)(2 * i) / (float)r->head_dim);
+        float freq = 1.0f / powf(r->base, (float)(2 * i) / (float)r->n_rot);
         if (r->freq_div) freq /= r->freq_div[i];
-        float angle = p * freq, c = cosf(angle), s = sinf(angle);
+        float angle = p * freq, c = cosf(angle) * r->attn_factor, s = sinf(angle) * r->attn_factor;
         /* Element pair that this frequency turns: adjacent (llama) or half a head apart. */
         int a = r->neox ? i : 2 * i, b = r->neox ? i + half : 2 * i + 1;
         for (int h = 0; h < n_head; h++) {

@@ -23,6 +23,16 @@ void cpu_softmax(float *x, int n);
  * renormalised to sum to 1 in weights[0..k). */
 void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weights);
 
+/* ARCH_ROUTER_SIGMOID_BIAS for one token: scores = sigmoid(logits) (in place), the k experts
+ * of the highest score + bias[x] (ties: the lower id) in ids[0..k), their unbiased scores
+ * renormalised to sum to 1 and times scale in weights[0..k). */
+typedef struct cpu_sigmoid_router {
+    const float *bias; /* [n_expert]: only chooses */
+    int n_expert, k;
+    float scale;
+} cpu_sigmoid_router;
+void cpu_moe_route_sigmoid(const cpu_sigmoid_router *r, float *logits, int32_t *ids, float *weights);
+
 /* x = silu(x) * y elementwise (SwiGLU's gate). */
 void cpu_swiglu(float *x, const float *y, int n);
 
@@ -38,15 +48,18 @@ typedef struct cpu_matmul {
 } cpu_matmul;
 void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm);
 
-/* Rotary position embedding of one token's heads (n_head * head_dim floats), in place.
- * Pair i (i < head_dim/2) turns by pos / scale * base^(-2i/head_dim) / freq_div[i]; pairs are
- * (2i, 2i+1) normally and (i, i + head_dim/2) in the NeoX layout. */
+/* Rotary position embedding of one token's heads (n_head * head_dim floats), in place, over
+ * the first n_rot dims of each head (the rest pass through).  Pair i (i < n_rot/2) turns by
+ * pos / scale * base^(-2i/n_rot) / freq_div[i], its cos and sin times attn_factor; pairs are
+ * (2i, 2i+1) normally and (i, i + n_rot/2) in the NeoX layout. */
 typedef struct cpu_rope {
     int head_dim;
+    int n_rot;         /* even, <= head_dim */
+    float attn_factor; /* 1 = none (LongRoPE's scaling) */
     bool neox;
     float base;
     float scale;          /* linear position scaling, 1 = none */
-    const float *freq_div; /* head_dim/2 divisors (rope_freqs) or NULL */
+    const float *freq_div; /* n_rot/2 divisors (rope_freqs, LongRoPE factors) or NULL */
 } cpu_rope;
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos);
 

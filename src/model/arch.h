@@ -32,7 +32,8 @@ typedef enum arch_attn {
 enum {
     ARCH_ATTN_QKV_BIAS = 1u << 0, /* attn_{q,k,v}.bias added after the projections (qwen2) */
     ARCH_ATTN_QK_NORM = 1u << 1,  /* each head of q and k RMS-normed before RoPE (qwen3) */
-    /* room: output bias, partial RoPE, attention sinks, output gate */
+    ARCH_ATTN_FUSED_QKV = 1u << 2, /* one attn_qkv matrix, rows q then k then v (phi3) */
+    /* room: output bias, attention sinks, output gate */
 };
 
 typedef enum arch_ffn {
@@ -40,10 +41,19 @@ typedef enum arch_ffn {
     ARCH_FFN_MOE = 1, /* routed experts of GLUs: a router picks k of n_expert per token */
 } arch_ffn;
 
+/* Extras of a feed-forward block (bits). */
+enum {
+    ARCH_FFN_FUSED_GATE_UP = 1u << 0, /* GLU: one ffn_up matrix of 2*n_ff rows, gate then up (phi3) */
+    ARCH_FFN_SHARED_EXPERT = 1u << 1, /* MoE: plus an always-on GLU ffn_*_shexp, added unscaled (GLM-4.5) */
+};
+
 /* How a MoE block chooses its experts and weighs them (ignored by a GLU block). */
 typedef enum arch_router {
     ARCH_ROUTER_SOFTMAX_TOPK = 0, /* softmax over all experts, top-k, renormalised (Qwen3-MoE) */
-    /* room: top-k then softmax over the chosen (gpt-oss), sigmoid + bias (DeepSeek-V3, GLM) */
+    /* sigmoid scores; the top-k of scores + exp_probs_b (the bias only chooses), their scores
+     * renormalised and times expert_weights_scale (GLM-4.5; DeepSeek-V3 adds expert groups) */
+    ARCH_ROUTER_SIGMOID_BIAS = 1,
+    /* room: top-k then softmax over the chosen (gpt-oss) */
 } arch_router;
 
 typedef enum arch_act {
@@ -59,6 +69,7 @@ typedef struct arch_layer {
     arch_ffn ffn;
     arch_act act;
     arch_router router; /* MoE only */
+    unsigned ffn_extras; /* ARCH_FFN_* bits */
 } arch_layer;
 
 /* A recipe as a set of features: what a tensor's presence hangs on and what a backend
@@ -78,7 +89,15 @@ enum {
     ARCH_F_ACT_SILU = 1u << 10,
     ARCH_F_ACT_GELU_TANH = 1u << 11,
     ARCH_F_ROUTER_SOFTMAX_TOPK = 1u << 12, /* MoE layers only */
-    ARCH_F_COUNT_ = 13,
+    ARCH_F_FUSED_QKV = 1u << 13,
+    ARCH_F_FUSED_GATE_UP = 1u << 14,
+    ARCH_F_ROUTER_SIGMOID_BIAS = 1u << 15,
+    ARCH_F_SHARED_EXPERT = 1u << 16,
+    /* From the hyper-parameters, not the recipe (model_layer_features): RoPE over fewer dims
+     * than head_dim, and LongRoPE's per-pair factors with its attention factor. */
+    ARCH_F_ROPE_PARTIAL = 1u << 17,
+    ARCH_F_ROPE_LONGROPE = 1u << 18,
+    ARCH_F_COUNT_ = 19,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -96,6 +115,10 @@ typedef enum arch_dim {
     ARCH_DIM_VOCAB,    /* n_vocab (the rows of token_embd) */
     ARCH_DIM_FF_EXP,   /* n_ff_exp: one expert's hidden width */
     ARCH_DIM_EXPERT,   /* n_expert: the slices of a 3-D expert tensor, the router's outputs */
+    ARCH_DIM_QKV,      /* (n_head + 2 * n_head_kv) * head_dim: a fused attn_qkv */
+    ARCH_DIM_FF2,      /* 2 * n_ff: a fused gate and up */
+    ARCH_DIM_FF_SHEXP, /* n_ff_exp * n_expert_shared: the shared expert's hidden width */
+    ARCH_DIM_HALF_ROT, /* n_rot / 2: one RoPE factor per rotated pair */
 } arch_dim;
 
 /* A tensor: name ("blk.N." is prepended for a layer tensor), shape, where it is bound (a byte
@@ -125,6 +148,7 @@ typedef struct arch_key {
     size_t offset;
     bool required;
     float dflt;
+    bool zero_ok; /* an integer that may be 0 (a count of optional layers) */
 } arch_key;
 
 typedef enum arch_rope { ARCH_ROPE_NORMAL = 0, ARCH_ROPE_NEOX = 1 } arch_rope;
@@ -139,15 +163,19 @@ typedef struct arch_desc {
     /* Lists end with an entry whose name (suffix) is NULL. */
     const arch_key *keys;
     const arch_key *more_keys; /* read after keys; NULL: none (arch_moe_keys: the expert counts) */
+    const arch_key *family_keys; /* read last; NULL: none (the family's own) */
     const arch_tensor *globals; /* token_embd.weight first: its rows set n_vocab */
     const arch_tensor *layer_tensors;
     arch_rope rope;
     arch_layer pattern[ARCH_PATTERN_MAX];
     int pattern_len;
+    /* The first hp.n_dense_lead layers run this instead of the pattern (GLM-4.5, DeepSeek-V3:
+     * dense feed-forward before the MoE layers); unused while that count is 0. */
+    arch_layer leading;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
-extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe;
+extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_phi3, arch_glm4moe;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -165,6 +193,8 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN2 = 1, /* Q/K/V bias, NeoX RoPE */
     MODEL_ARCH_QWEN3 = 2, /* per-head Q/K RMSNorm, no bias, NeoX RoPE */
     MODEL_ARCH_QWEN3MOE = 3, /* qwen3's attention, MoE feed-forward */
+    MODEL_ARCH_PHI3 = 4,     /* fused QKV and gate/up, partial LongRoPE */
+    MODEL_ARCH_GLM4MOE = 5,  /* GLM-4.5: dense lead, sigmoid-routed MoE + shared expert */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

@@ -51,13 +51,15 @@ static bool absent_ok(loader *L, const char *key, bool required, const char *exp
 
 /* "<arch>.<suffix>" as an integer in [1, HPARAM_MAX]; *out keeps its default when the key is
  * absent and !required. */
-static bool read_int(loader *L, const char *suffix, bool required, int *out)
+static bool read_int(loader *L, const char *suffix, bool required, bool zero_ok, int *out)
 {
     char key[128];
     key_name(L, suffix, key, sizeof key);
     int64_t v;
+    const int least = zero_ok ? 0 : 1;
     if (!gguf_get_i64(L->f, key, &v)) return absent_ok(L, key, required, "an integer");
-    if (v < 1 || v > HPARAM_MAX) return fail(L, "key '%s' = %lld is out of range [1, %d]", key, (long long)v, HPARAM_MAX);
+    if (v < least || v > HPARAM_MAX)
+        return fail(L, "key '%s' = %lld is out of range [%d, %d]", key, (long long)v, least, HPARAM_MAX);
     *out = (int)v;
     return true;
 }
@@ -114,7 +116,7 @@ static bool read_keys(loader *L, const arch_key *list)
         char *field = (char *)&L->m->hp + k->offset;
         if (k->kind == ARCH_KEY_INT) {
             if (k->dflt != 0) *(int *)field = (int)k->dflt;
-            if (!read_int(L, k->suffix, k->required, (int *)field)) return false;
+            if (!read_int(L, k->suffix, k->required, k->zero_ok, (int *)field)) return false;
         } else {
             if (k->dflt != 0) *(float *)field = k->dflt;
             if (!read_float(L, k->suffix, k->required, (float *)field)) return false;
@@ -128,8 +130,11 @@ static bool read_hparams(loader *L)
     model_hparams *hp = &L->m->hp;
     if (!read_arch(L)) return false;
     hp->rope_scale = 1.0f;
+    hp->rope_attn_factor = 1.0f;
+    hp->expert_weights_scale = 1.0f;
     hp->rope_neox = L->m->desc->rope == ARCH_ROPE_NEOX;
-    if (!read_keys(L, L->m->desc->keys) || !read_keys(L, L->m->desc->more_keys) || !read_rope_scaling(L))
+    if (!read_keys(L, L->m->desc->keys) || !read_keys(L, L->m->desc->more_keys) ||
+        !read_keys(L, L->m->desc->family_keys) || !read_rope_scaling(L))
         return false;
     const char *arch = L->m->desc->name;
     /* A family's key list must give these (a test's descriptor could forget one). */
@@ -148,6 +153,18 @@ static bool read_hparams(loader *L)
         return fail(L, "%s: head_count %d x head dimension %d is too large", arch, hp->n_head, hp->head_dim);
     if (hp->n_expert_used > hp->n_expert)
         return fail(L, "%s.expert_used_count %d is more than expert_count %d", arch, hp->n_expert_used, hp->n_expert);
+    if (hp->n_rot == 0) hp->n_rot = hp->head_dim;
+    if (hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim)
+        return fail(L, "%s.rope.dimension_count %d must be even and at most the head dimension %d", arch, hp->n_rot,
+                    hp->head_dim);
+    /* NextN layers (GLM-4.5's multi-token prediction) follow the model's own; without
+     * speculative decoding they are not run, as llama.cpp does. */
+    if (hp->n_nextn >= hp->n_layer)
+        return fail(L, "%s.nextn_predict_layers %d leaves no layer of block_count %d", arch, hp->n_nextn, hp->n_layer);
+    hp->n_layer -= hp->n_nextn;
+    if (hp->n_dense_lead > hp->n_layer)
+        return fail(L, "%s.leading_dense_block_count %d is more than block_count %d", arch, hp->n_dense_lead,
+                    hp->n_layer);
     return true;
 }
 
@@ -209,7 +226,7 @@ static bool read_vocab(loader *L)
     /* Optional, but a declared size that disagrees with the tensor means a damaged or
      * mis-converted file: refuse it rather than serve with whichever one we guessed. */
     int declared = m->hp.n_vocab;
-    if (!read_int(L, "vocab_size", false, &declared)) return false;
+    if (!read_int(L, "vocab_size", false, false, &declared)) return false;
     if (declared != m->hp.n_vocab)
         return fail(L, "%s.vocab_size %d does not match token_embd.weight's %d rows", m->desc->name, declared,
                     m->hp.n_vocab);
@@ -233,6 +250,10 @@ static int64_t dim_value(const model_hparams *hp, arch_dim d)
     case ARCH_DIM_VOCAB: return hp->n_vocab;
     case ARCH_DIM_FF_EXP: return hp->n_ff_exp;
     case ARCH_DIM_EXPERT: return hp->n_expert;
+    case ARCH_DIM_QKV: return (int64_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
+    case ARCH_DIM_FF2: return 2 * (int64_t)hp->n_ff;
+    case ARCH_DIM_FF_SHEXP: return (int64_t)hp->n_ff_exp * hp->n_expert_shared;
+    case ARCH_DIM_HALF_ROT: return hp->n_rot / 2;
     }
     return -1;
 }
@@ -257,11 +278,11 @@ static bool bind_list(loader *L, const arch_tensor *list, arch_features features
 
 /* The fewest tensors a layer of this family needs: a block_count the file cannot back is
  * refused before the layer table is sized by it. */
-static int64_t min_layer_tensors(const arch_desc *d)
+static int64_t min_layer_tensors(const arch_desc *d, bool leading)
 {
     int64_t least = INT64_MAX;
-    for (int p = 0; p < d->pattern_len; p++) {
-        arch_features f = arch_layer_features(&d->pattern[p]);
+    for (int p = leading ? -1 : 0; p < d->pattern_len; p++) {
+        arch_features f = arch_layer_features(p < 0 ? &d->leading : &d->pattern[p]);
         int64_t n = 0;
         for (const arch_tensor *t = d->layer_tensors; t->name; t++) n += !t->optional && arch_tensor_needed(t, f);
         if (n < least) least = n;
@@ -279,17 +300,18 @@ static bool bind_tensors(loader *L)
                     ARCH_PATTERN_MAX);
     for (int p = 0; p < d->pattern_len; p++)
         if (!arch_layer_valid(&d->pattern[p])) return fail(L, "%s: layer pattern entry %d is not a recipe", d->name, p);
+    if (hp->n_dense_lead && !arch_layer_valid(&d->leading)) return fail(L, "%s: the leading layers' recipe is not one", d->name);
     if (!read_vocab(L) || !bind_list(L, d->globals, 0, -1, m)) return false;
     m->hp.tied_output = m->output.data == NULL;
     if (m->hp.tied_output) m->output = m->tok_embd;
-    if ((int64_t)hp->n_layer * min_layer_tensors(d) > gguf_n_tensors(L->f))
+    if ((int64_t)hp->n_layer * min_layer_tensors(d, hp->n_dense_lead > 0) > gguf_n_tensors(L->f))
         return fail(L, "%s.block_count %d needs more tensors than the file's %lld", d->name, hp->n_layer,
                     (long long)gguf_n_tensors(L->f));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return fail(L, "out of memory for %d layers", hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *ly = &m->layers[il];
-        ly->recipe = d->pattern[il % d->pattern_len];
+        ly->recipe = il < hp->n_dense_lead ? d->leading : d->pattern[il % d->pattern_len];
         if (!bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly)) return false;
     }
     return true;
@@ -345,10 +367,19 @@ model *model_load(const char *path, char *err, size_t errlen)
     return m;
 }
 
+arch_features model_layer_features(const model *m, int il)
+{
+    arch_features f = arch_layer_features(&m->layers[il].recipe);
+    if (m->hp.n_rot < m->hp.head_dim) f |= ARCH_F_ROPE_PARTIAL;
+    if (m->rope_factors_short.data || m->rope_factors_long.data || m->hp.rope_attn_factor != 1.0f)
+        f |= ARCH_F_ROPE_LONGROPE;
+    return f;
+}
+
 int model_check_features(const model *m, arch_features supported, const char *backend, char *err, size_t errlen)
 {
     for (int il = 0; il < m->hp.n_layer; il++) {
-        arch_features missing = arch_layer_features(&m->layers[il].recipe) & ~supported;
+        arch_features missing = model_layer_features(m, il) & ~supported;
         if (missing) {
             snprintf(err, errlen, "the %s backend does not implement %s (layer %d of %s)", backend,
                      arch_feature_name(missing & -missing), il, m->desc->name);

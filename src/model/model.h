@@ -43,16 +43,20 @@ typedef struct model_layer {
     arch_layer recipe;
     model_tensor attn_norm;      /* pre-norm: [n_embd] */
     model_tensor wq, wk, wv, wo; /* [n_embd -> n_head*head_dim], [.. -> n_head_kv*head_dim] x2, [n_head*head_dim -> n_embd] */
+    model_tensor wqkv;           /* fused qkv: [n_embd -> q rows, k rows, v rows] instead of wq, wk, wv */
     model_tensor bq, bk, bv;     /* qkv bias */
     model_tensor q_norm, k_norm; /* qk norm: [head_dim] */
     model_tensor attn_post_norm; /* post-norm: [n_embd] */
     model_tensor ffn_norm;       /* pre-norm: [n_embd] */
-    model_tensor w_gate, w_up;   /* [n_embd -> n_ff] */
+    model_tensor w_gate, w_up;   /* [n_embd -> n_ff]; fused gate/up: w_up alone, [n_embd -> 2*n_ff] */
     model_tensor w_down;         /* [n_ff -> n_embd] */
     model_tensor ffn_post_norm;  /* post-norm: [n_embd] */
     model_tensor ffn_gate_inp;   /* MoE router: [n_embd -> n_expert] */
     model_tensor ffn_gate_exps, ffn_up_exps; /* MoE: n_expert x [n_embd -> n_ff_exp] */
     model_tensor ffn_down_exps;  /* MoE: n_expert x [n_ff_exp -> n_embd] */
+    model_tensor exp_probs_b;    /* sigmoid router: [n_expert] bias for choosing experts only */
+    model_tensor ffn_gate_shexp, ffn_up_shexp; /* shared expert: [n_embd -> n_ff_exp*n_expert_shared] */
+    model_tensor ffn_down_shexp; /* [n_ff_exp*n_expert_shared -> n_embd] */
 } model_layer;
 
 typedef struct model_hparams {
@@ -68,6 +72,13 @@ typedef struct model_hparams {
     int n_expert;      /* MoE (0 otherwise): experts per layer, */
     int n_expert_used; /* how many run per token (top-k), */
     int n_ff_exp;      /* and one expert's hidden width */
+    int n_expert_shared;        /* shared experts (their GLU is n_ff_exp times this wide) */
+    float expert_weights_scale; /* sigmoid router: the chosen weights times this (1 = none) */
+    int n_dense_lead;           /* layers before the MoE ones that run desc->leading */
+    int n_nextn;                /* NextN (MTP) layers at the end of the file: not run, not counted in n_layer */
+    int n_rot;                  /* RoPE turns the first n_rot dims of a head (default head_dim) */
+    int n_ctx_orig;             /* LongRoPE: the context the short factors are for */
+    float rope_attn_factor;     /* LongRoPE: cos and sin times this (1 = none) */
     float rms_eps;
     float rope_base;      /* rope.freq_base, default 10000 */
     float rope_scale;     /* linear scaling factor (1 = none) from rope.scaling.factor when type=linear */
@@ -84,6 +95,7 @@ typedef struct model {
     model_tensor output_norm; /* [n_embd] */
     model_tensor output;      /* [n_embd -> n_vocab]; == tok_embd when tied */
     model_tensor rope_freqs;  /* optional [head_dim/2] F32 divisors (Llama 3.1 rope scaling) */
+    model_tensor rope_factors_short, rope_factors_long; /* LongRoPE (phi3): [n_rot/2] divisors */
     model_layer *layers;      /* n_layer */
     size_t weight_bytes;      /* sum of all tensor bytes used */
 } model;
@@ -100,5 +112,8 @@ void model_free(model *m);
  * its engine is created: -1 and "the <backend> backend does not implement <feature> (layer
  * N of <family>)" for the first layer that needs another one, else 0. */
 int model_check_features(const model *m, arch_features supported, const char *backend, char *err, size_t errlen);
+/* What layer il needs: its recipe's features and those the hyper-parameters add
+ * (ARCH_F_ROPE_PARTIAL, ARCH_F_ROPE_LONGROPE). */
+arch_features model_layer_features(const model *m, int il);
 
 #endif

@@ -17,6 +17,11 @@
  * moves a tiny random model's near-tied expert choices).  Greedy tokens must match wherever the
  * reference's top-1 margin exceeds twice our error on that row (the README's rule).
  *
+ * Families: qwen3moe (F32, F16), mistral (the llama arch with head_dim != n_embd/n_head), phi3
+ * (fused qkv and gate/up, partial LongRoPE; also: the long factors take over past the original
+ * context) and glm4moe (dense first layer, sigmoid router with selection bias, shared expert,
+ * partial RoPE).  What the GPU backend's feature set accepts of them is checked too.
+ *
  * Also, without ../shared: a qwen3moe file whose router or experts are malformed is refused
  * at load with an error naming the tensor or key, and a backend without MoE refuses it. */
 #include <cjson/cJSON.h>
@@ -34,6 +39,7 @@
 #include "base/file.h"
 #include "backend/backend.h"
 #include "cpu/cpu_ops.h"
+#include "gpu/gpu.h"
 #include "model/quant.h"
 #include "synth/gguf_write.h"
 
@@ -48,9 +54,13 @@ typedef struct ref_case {
     tolerance tol;
 } ref_case;
 
+#define F32_TOL {5e-5, 5e-5, 1.0}
 static const ref_case CASES[] = {
-    {"qwen3moe.gguf", "qwen3moe.json", {5e-5, 5e-5, 1.0}},
+    {"qwen3moe.gguf", "qwen3moe.json", F32_TOL},
     {"qwen3moe-f16.gguf", "qwen3moe.json", {2e-1, 1e-2, 0.9}},
+    {"mistral.gguf", "mistral.json", F32_TOL}, /* llama arch, head_dim 32 != 64/4 */
+    {"phi3.gguf", "phi3.json", F32_TOL},       /* fused qkv and gate/up, partial LongRoPE */
+    {"glm4moe.gguf", "glm4moe.json", F32_TOL}, /* dense lead, sigmoid router, shared expert */
 };
 
 typedef struct fixture {
@@ -227,6 +237,9 @@ static int setup(void **state, const ref_case *c)
 
 static int setup_f32(void **state) { return setup(state, &CASES[0]); }
 static int setup_f16(void **state) { return setup(state, &CASES[1]); }
+static int setup_mistral(void **state) { return setup(state, &CASES[2]); }
+static int setup_phi3(void **state) { return setup(state, &CASES[3]); }
+static int setup_glm4moe(void **state) { return setup(state, &CASES[4]); }
 
 
 static int teardown(void **state)
@@ -460,6 +473,95 @@ static void test_moe_route(void **state)
     assert_float_equal(w[0], 1.0f, 0.0f); /* one expert takes the whole token */
 }
 
+/* The sigmoid router (GLM-4.5): the bias moves the choice but not the weights, which are the
+ * chosen sigmoid scores renormalised and scaled. */
+static void test_moe_route_sigmoid(void **state)
+{
+    (void)state;
+    int32_t ids[2];
+    float w[2];
+    const float bias[4] = {0.0f, 0.0f, 10.0f, 0.0f};
+    float logits[4] = {2.0f, 1.0f, -1.0f, 0.0f};
+    cpu_sigmoid_router r = {.bias = bias, .n_expert = 4, .k = 2, .scale = 2.5f};
+    cpu_moe_route_sigmoid(&r, logits, ids, w);
+    assert_int_equal(ids[0], 2); /* chosen by its bias alone */
+    assert_int_equal(ids[1], 0);
+    const double s2 = 1 / (1 + exp(1.0)), s0 = 1 / (1 + exp(-2.0));
+    assert_float_equal(w[0], 2.5 * s2 / (s2 + s0), 1e-6);
+    assert_float_equal(w[1], 2.5 * s0 / (s2 + s0), 1e-6);
+    float ties[4] = {0};
+    r.bias = NULL;
+    r.scale = 1.0f;
+    cpu_moe_route_sigmoid(&r, ties, ids, w);
+    assert_int_equal(ids[0], 0); /* ties: the lower id */
+    assert_int_equal(ids[1], 1);
+    assert_float_equal(w[0], 0.5f, 1e-7f);
+}
+
+/* What the GPU backend accepts (GPU_FEATURES, checked without CUDA): mistral needs nothing
+ * new (head_dim != n_embd/n_head is already served); phi3 and glm4moe are refused by the
+ * feature they need first. */
+static void test_gpu_features(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file, *refusal;
+    } cases[] = {
+        {"mistral.gguf", NULL},
+        {"phi3.gguf", "the cuda backend does not implement fused qkv (layer 0 of phi3)"},
+        {"glm4moe.gguf", "the cuda backend does not implement partial RoPE (layer 0 of glm4moe)"},
+        {"qwen3moe.gguf", "the cuda backend does not implement MoE (layer 0 of qwen3moe)"},
+    };
+    const char *env = getenv("INFERD_SHARED_DIR");
+    const char *dir = env && *env ? env : INFERD_SHARED_DIR;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1200], err[512] = "";
+        snprintf(path, sizeof path, "%s/reference/%s", dir, cases[i].file);
+        model *m = model_load(path, err, sizeof err);
+        if (!m) {
+            print_message("skipping %s: %s\n", cases[i].file, err);
+            continue;
+        }
+        int rc = model_check_features(m, GPU_FEATURES, "cuda", err, sizeof err);
+        if (cases[i].refusal) {
+            assert_int_equal(rc, -1);
+            assert_string_equal(err, cases[i].refusal);
+        } else if (rc != 0) {
+            fail_msg("%s: %s", cases[i].file, err);
+        }
+        model_free(m);
+    }
+}
+
+/* LongRoPE: an engine whose context is beyond rope.scaling.original_context_length (4096)
+ * turns by the long factors; up to it, by the short ones the reference was made with. */
+static void test_longrope_factors(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    assert_non_null(f->m->rope_factors_long.data);
+    assert_int_equal(f->m->hp.n_ctx_orig, 4096);
+    const cJSON *prompts = cJSON_GetObjectItem(f->ref, "prompts");
+    int n;
+    int32_t *ids = int_array(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, 1), "ids"), &n);
+    float *at[3];
+    const int ctx[3] = {128, 4096, 4104};
+    char err[256];
+    for (int i = 0; i < 3; i++) {
+        engine_config cfg = {.n_slots = 1, .ctx_per_slot = ctx[i], .max_batch_tokens = 64, .n_threads = 1};
+        engine *e = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
+        if (!e) fail_msg("engine: %s", err);
+        at[i] = malloc((size_t)f->n_vocab * sizeof(float));
+        engine_seq s = {.slot = 0, .tokens = ids, .n_tokens = n, .logits = at[i]};
+        if (engine_step(e, &s, 1, NULL, err, sizeof err) != 0) fail_msg("step: %s", err);
+        engine_free(e);
+    }
+    assert_memory_equal(at[0], at[1], (size_t)f->n_vocab * sizeof(float));
+    assert_true(compare_row(at[2], at[0], f->n_vocab).abs > 1e-3);
+    for (int i = 0; i < 3; i++) free(at[i]);
+    free(ids);
+}
+
 /* The well-formed file loads, runs on the CPU, and a backend without MoE (the GPU's today)
  * refuses it by name rather than running something else. */
 static void test_moe_backend_features(void **state)
@@ -558,10 +660,17 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("qwen3moe F32", f32, setup_f32, teardown);
     failed += cmocka_run_group_tests_name("qwen3moe F16", f32, setup_f16, teardown);
+    failed += cmocka_run_group_tests_name("mistral F32", f32, setup_mistral, teardown);
+    failed += cmocka_run_group_tests_name("phi3 F32", f32, setup_phi3, teardown);
+    const struct CMUnitTest longrope[] = {cmocka_unit_test(test_longrope_factors)};
+    failed += cmocka_run_group_tests_name("phi3 LongRoPE", longrope, setup_phi3, teardown);
+    failed += cmocka_run_group_tests_name("glm4moe F32", f32, setup_glm4moe, teardown);
     const struct CMUnitTest quantised[] = {cmocka_unit_test(test_quantised_experts)};
     failed += cmocka_run_group_tests_name("qwen3moe quantised experts", quantised, setup_f32, teardown);
     const struct CMUnitTest files[] = {
         cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_moe_route_sigmoid),
+        cmocka_unit_test(test_gpu_features),
         cmocka_unit_test(test_malformed_moe_refused),
         cmocka_unit_test(test_moe_backend_features),
     };

@@ -10,23 +10,24 @@
 
 /* In the order they were always checked, so the first missing key named stays the same. */
 const arch_key arch_dense_keys[] = {
-    {"context_length", ARCH_KEY_INT, HP(n_ctx_train), true, 0},
-    {"embedding_length", ARCH_KEY_INT, HP(n_embd), true, 0},
-    {"block_count", ARCH_KEY_INT, HP(n_layer), true, 0},
-    {"feed_forward_length", ARCH_KEY_INT, HP(n_ff), true, 0},
-    {"attention.head_count", ARCH_KEY_INT, HP(n_head), true, 0},
-    {"attention.head_count_kv", ARCH_KEY_INT, HP(n_head_kv), false, 0},
-    {"attention.key_length", ARCH_KEY_INT, HP(head_dim), false, 0},
-    {"attention.layer_norm_rms_epsilon", ARCH_KEY_FLOAT, HP(rms_eps), true, 0},
-    {"rope.freq_base", ARCH_KEY_FLOAT, HP(rope_base), false, 10000.0f},
+    {"context_length", ARCH_KEY_INT, HP(n_ctx_train), true, 0, false},
+    {"embedding_length", ARCH_KEY_INT, HP(n_embd), true, 0, false},
+    {"block_count", ARCH_KEY_INT, HP(n_layer), true, 0, false},
+    {"feed_forward_length", ARCH_KEY_INT, HP(n_ff), true, 0, false},
+    {"attention.head_count", ARCH_KEY_INT, HP(n_head), true, 0, false},
+    {"attention.head_count_kv", ARCH_KEY_INT, HP(n_head_kv), false, 0, false},
+    {"attention.key_length", ARCH_KEY_INT, HP(head_dim), false, 0, false},
+    {"attention.layer_norm_rms_epsilon", ARCH_KEY_FLOAT, HP(rms_eps), true, 0, false},
+    {"rope.freq_base", ARCH_KEY_FLOAT, HP(rope_base), false, 10000.0f, false},
+    {"rope.dimension_count", ARCH_KEY_INT, HP(n_rot), false, 0, false},
     {0},
 };
 
 /* A MoE family's: how many experts, how many run per token, and one expert's hidden width. */
 const arch_key arch_moe_keys[] = {
-    {"expert_count", ARCH_KEY_INT, HP(n_expert), true, 0},
-    {"expert_used_count", ARCH_KEY_INT, HP(n_expert_used), true, 0},
-    {"expert_feed_forward_length", ARCH_KEY_INT, HP(n_ff_exp), true, 0},
+    {"expert_count", ARCH_KEY_INT, HP(n_expert), true, 0, false},
+    {"expert_used_count", ARCH_KEY_INT, HP(n_expert_used), true, 0, false},
+    {"expert_feed_forward_length", ARCH_KEY_INT, HP(n_ff_exp), true, 0, false},
     {0},
 };
 

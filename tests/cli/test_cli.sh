@@ -45,7 +45,7 @@ model="$tmp/tiny-llama.gguf"
 # file, then why the model is refused.
 LC_ALL=C sed 's/llama/llamx/g' "$model" >"$tmp/unknown-family.gguf"
 expect_rc 0 "$bin" info "$tmp/unknown-family.gguf" &&
-    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3, qwen3moe\)" \
+    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3, qwen3moe, phi3, glm4moe\)" \
         "$tmp/out" "info of an unknown family"
 # A mixture of experts (../shared/reference, when present): the MoE recipe and its experts.
 moe="${INFERD_SHARED_DIR:-$(dirname "$0")/../../../shared}/reference/qwen3moe.gguf"
@@ -53,9 +53,20 @@ if [ -f "$moe" ]; then
     expect_rc 0 "$bin" info "$moe" &&
         expect_grep "^  layers 0-2: pre-norm, full attention \+ qk norm, MoE silu \(softmax top-k router, renormalised\)$" \
             "$tmp/out" "info qwen3moe layer recipe" &&
-        expect_grep "^  experts: 8 per MoE layer, 2 per token, hidden width 32$" "$tmp/out" "info qwen3moe experts"
+        expect_grep "^  experts: 8 per MoE layer, 2 per token, hidden width 32, 0 shared$" "$tmp/out" "info qwen3moe experts"
 else
     echo "SKIP: $moe not present (the MoE info check)"
+fi
+# GLM-4.5: a dense first layer, then sigmoid-routed MoE layers with a shared expert; partial RoPE.
+glm="${INFERD_SHARED_DIR:-$(dirname "$0")/../../../shared}/reference/glm4moe.gguf"
+if [ -f "$glm" ]; then
+    expect_rc 0 "$bin" info "$glm" &&
+        expect_grep "^  layer 0: pre-norm, full attention \+ qkv bias \+ qk norm, GLU silu$" "$tmp/out" "info glm4moe dense lead" &&
+        expect_grep "^  layers 1-2: pre-norm, full attention \+ qkv bias \+ qk norm, MoE silu \(sigmoid router \+ selection bias, renormalised, scaled\) \+ shared expert$" \
+            "$tmp/out" "info glm4moe MoE layers" &&
+        expect_grep "^  rope: the first 16 of 32 dims of each head$" "$tmp/out" "info glm4moe partial rope"
+else
+    echo "SKIP: $glm not present (the glm4moe info check)"
 fi
 
 # --- generate --------------------------------------------------------------------------------

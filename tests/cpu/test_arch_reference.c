@@ -362,6 +362,7 @@ typedef enum moe_fault {
     FAULT_ROUTER_SHAPE,  /* ffn_gate_inp with one output too few */
     FAULT_NO_ROUTER,
     FAULT_TOO_MANY_USED, /* expert_used_count > expert_count */
+    FAULT_ROT_DIMS,      /* rope.dimension_count wider than a head */
 } moe_fault;
 
 static void add_zeros(gguf_writer *w, const char *name, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2)
@@ -388,7 +389,8 @@ static model *moe_model(moe_fault fault, void **image, char *err, size_t errlen)
                 {"qwen3moe.attention.head_count", M_HEADS}, {"qwen3moe.attention.key_length", M_HD},
                 {"qwen3moe.expert_count", M_EXPERTS},
                 {"qwen3moe.expert_used_count", fault == FAULT_TOO_MANY_USED ? M_EXPERTS + 1 : 2},
-                {"qwen3moe.expert_feed_forward_length", M_FF_EXP}};
+                {"qwen3moe.expert_feed_forward_length", M_FF_EXP},
+                {"qwen3moe.rope.dimension_count", fault == FAULT_ROT_DIMS ? M_HD + 2 : M_HD}};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) gguf_writer_set_u32(w, keys[i].key, keys[i].v);
     gguf_writer_set_f32(w, "qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
     add_zeros(w, "token_embd.weight", 2, M_EMBD, M_VOCAB, 1);
@@ -438,6 +440,7 @@ static void test_malformed_moe_refused(void **state)
     expect_refused(FAULT_ROUTER_SHAPE, "tensor 'blk.0.ffn_gate_inp.weight': expected shape [16, 4], found [16, 3]");
     expect_refused(FAULT_NO_ROUTER, "missing tensor 'blk.0.ffn_gate_inp.weight'");
     expect_refused(FAULT_TOO_MANY_USED, "qwen3moe.expert_used_count 5 is more than expert_count 4");
+    expect_refused(FAULT_ROT_DIMS, "qwen3moe.rope.dimension_count 10 must be even and at most the head dimension 8");
 }
 
 /* The router on its own: the k most probable experts, ties to the lower id, weights

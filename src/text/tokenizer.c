@@ -272,6 +272,7 @@ static const pre_info pre_infos[] = {
     {"dbrx", PRE_LLAMA3, false, false, false},
     {"smaug-bpe", PRE_LLAMA3, false, false, false},
     {"chatglm-bpe", PRE_LLAMA3, false, false, false},
+    {"glm4", PRE_LLAMA3, false, false, false}, /* GLM-4.5: llama.cpp's CHATGLM4, as chatglm-bpe */
     {"qwen2", PRE_QWEN2, false, false, true},
     {"qwen2.5", PRE_QWEN2, false, false, true},
     {"qwen-2.5", PRE_QWEN2, false, false, true},

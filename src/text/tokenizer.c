@@ -44,6 +44,7 @@ typedef enum pre_kind {
     PRE_DEEPSEEK_LLM,
     PRE_FALCON,
     PRE_STARCODER,
+    PRE_TEKKEN,
 } pre_kind;
 
 /* A tokenizer.ggml.pre name: the split rules it stands for and what the reference
@@ -280,6 +281,7 @@ static const pre_info pre_infos[] = {
     {"stablelm2", PRE_QWEN2, false, false, false},
     {"hunyuan", PRE_QWEN2, false, false, false},
     {"qwen35", PRE_QWEN35, false, false, false},
+    {"tekken", PRE_TEKKEN, true, true, false}, /* Mistral Nemo, Small 3.x, Devstral, Ministral */
     {"deepseek-llm", PRE_DEEPSEEK_LLM, false, false, false},
     {"falcon", PRE_FALCON, false, false, false},
     {"starcoder", PRE_STARCODER, false, false, false},
@@ -975,6 +977,26 @@ static size_t match_gpt2(cptext *c, size_t i, size_t end)
     return match_space_run(c, i, end);
 }
 
+/*  ?[^\s LETTERS \p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+, with '/' among the characters
+ * after the run when `slash` (Tekken): what the Llama 3 line's rules try after words and
+ * digits. */
+static size_t match_symbols_or_space(const cptext *c, size_t i, size_t end, unsigned letters, bool slash)
+{
+    size_t j = i + (c->cp[i] == ' ' && i + 1 < end && is_other(c->fl[i + 1], letters));
+    if (is_other(c->fl[j], letters)) {
+        j += run_of_other(c, j, end, letters);
+        while (j < end && (is_crlf(c->cp[j]) || (slash && c->cp[j] == '/')))
+            j++;
+        return j - i;
+    }
+    /* whitespace: \s*[\r\n]+ ends at the last line break of the run, if it has one */
+    size_t n = run_of(c, i, end, S_);
+    for (size_t k = i + n; k > i; k--)
+        if (is_crlf(c->cp[k - 1]))
+            return k - i;
+    return match_space_run(c, i, end);
+}
+
 /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?LETTERS+|\p{N}{1,max}|
  *  ?[^\s LETTERS \p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  * LETTERS is \p{L} (Llama 3, Qwen2) or [\p{L}\p{M}] (Qwen3.5). */
@@ -991,19 +1013,63 @@ static size_t match_llama3_like(const cptext *c, size_t i, size_t end, size_t ma
         return 1 + run_of(c, i + 1, end, letters);
     if (f & N_) /* bounded: measuring the whole run at every 3rd digit would be quadratic */
         return run_of(c, i, i + max_digits < end ? i + max_digits : end, N_);
-    size_t j = i + (c->cp[i] == ' ' && i + 1 < end && is_other(c->fl[i + 1], letters));
-    if (is_other(c->fl[j], letters)) {
-        j += run_of_other(c, j, end, letters);
-        while (j < end && is_crlf(c->cp[j]))
-            j++;
-        return j - i;
+    return match_symbols_or_space(c, i, end, letters, false);
+}
+
+/* Tekken's two letter classes: [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (not_case UCP_CASE_LOWER) and
+ * [\p{Ll}\p{Lm}\p{Lo}\p{M}] (not_case UCP_CASE_UPPER): marks and the letters of the other
+ * case class or none. */
+static bool tekken_in(const cptext *c, size_t j, unsigned not_case)
+{
+    return (c->fl[j] & UCP_MARK) || ((c->fl[j] & L_) && !(unicode_case(c->cp[j]) & not_case));
+}
+
+static size_t tekken_run(const cptext *c, size_t i, size_t end, unsigned not_case)
+{
+    size_t j = i;
+    while (j < end && tekken_in(c, j, not_case))
+        j++;
+    return j - i;
+}
+
+/* UPPER*LOWER+ at i, or 0: when no LOWER follows the UPPER run, the regex gives back UPPER
+ * characters until the last one that is also LOWER (Lm, Lo, a mark), which LOWER+ takes. */
+static size_t tekken_word_lower(const cptext *c, size_t i, size_t end)
+{
+    size_t u = tekken_run(c, i, end, UCP_CASE_LOWER), l = tekken_run(c, i + u, end, UCP_CASE_UPPER);
+    if (l)
+        return u + l;
+    for (size_t k = u; k > 0; k--)
+        if (tekken_in(c, i + k - 1, UCP_CASE_UPPER))
+            return k;
+    return 0;
+}
+
+/* UPPER+LOWER* at i, or 0. */
+static size_t tekken_word_upper(const cptext *c, size_t i, size_t end)
+{
+    size_t u = tekken_run(c, i, end, UCP_CASE_LOWER);
+    return u ? u + tekken_run(c, i + u, end, UCP_CASE_UPPER) : 0;
+}
+
+/* Tekken (Mistral's tokenizer.json; llama.cpp approximates the case classes by ASCII):
+ * [^\r\n\p{L}\p{N}]?UPPER*LOWER+|[^\r\n\p{L}\p{N}]?UPPER+LOWER*|\p{N}|
+ *  ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Each word alternative is tried with its optional first character, then without. */
+static size_t match_tekken(cptext *c, size_t i, size_t end)
+{
+    const bool lead = !(c->fl[i] & (L_ | N_)) && !is_crlf(c->cp[i]);
+    size_t (*const word[2])(const cptext *, size_t, size_t) = {tekken_word_lower, tekken_word_upper};
+    for (int w = 0; w < 2; w++) {
+        size_t n = lead ? word[w](c, i + 1, end) : 0;
+        if (n)
+            return 1 + n;
+        if ((n = word[w](c, i, end)))
+            return n;
     }
-    /* whitespace: \s*[\r\n]+ ends at the last line break of the run, if it has one */
-    n = run_of(c, i, end, S_);
-    for (size_t k = i + n; k > i; k--)
-        if (is_crlf(c->cp[k - 1]))
-            return k - i;
-    return match_space_run(c, i, end);
+    if (c->fl[i] & N_)
+        return 1;
+    return match_symbols_or_space(c, i, end, L_, true);
 }
 
 static size_t match_llama3(cptext *c, size_t i, size_t end)
@@ -1184,6 +1250,8 @@ static pre_stages stages_for(pre_kind k)
         return (pre_stages){{match_qwen2}, 1};
     case PRE_QWEN35:
         return (pre_stages){{match_qwen35}, 1};
+    case PRE_TEKKEN:
+        return (pre_stages){{match_tekken}, 1};
     case PRE_DEEPSEEK_LLM:
         return (pre_stages){{match_crlf, match_deepseek_letters, match_deepseek_punct,
                              match_trailing_space, match_deepseek_cjk, match_numbers}, 6};
@@ -1258,6 +1326,43 @@ static int32_t lookup_byte_level(const tokenizer *t, const char *s, size_t n, ch
     return lookup(t, scratch, k);
 }
 
+/* The pre-tokenizer's pieces of c in *a (b: scratch), 0; -1 when out of memory. */
+static int pre_split(const tokenizer *t, cptext *c, spanvec *a, spanvec *b)
+{
+    span_push(a, 0, c->n);
+    pre_stages st = stages_for(t->pre);
+    for (int k = 0; k < st.n; k++) {
+        split_stage(c, a, st.fn[k], b);
+        spanvec tmp = *a;
+        *a = *b;
+        *b = tmp;
+    }
+    return a->oom || b->oom ? -1 : 0;
+}
+
+int tokenizer_pre_split(const tokenizer *t, const char *text, size_t len, tok_span **pieces)
+{
+    *pieces = NULL;
+    if (t->kind != TOK_BPE)
+        return -1;
+    cptext c = {0};
+    spanvec a = {0}, b = {0};
+    int n = -1;
+    if (len > 0 && (cptext_init(&c, text, len) < 0 || pre_split(t, &c, &a, &b) < 0))
+        goto done;
+    *pieces = malloc((a.n ? a.n : 1) * sizeof **pieces);
+    if (!*pieces)
+        goto done;
+    for (size_t p = 0; p < a.n; p++)
+        (*pieces)[p] = (tok_span){c.off[a.v[p].lo], c.off[a.v[p].hi] - c.off[a.v[p].lo]};
+    n = (int)a.n;
+done:
+    cptext_free(&c);
+    free(a.v);
+    free(b.v);
+    return n;
+}
+
 static int bpe_encode(const tokenizer *t, const char *s, size_t n, idvec *out)
 {
     if (n == 0)
@@ -1271,15 +1376,7 @@ static int bpe_encode(const tokenizer *t, const char *s, size_t n, idvec *out)
     if (cptext_init(&c, s, n) < 0 || !m.sym || (t->ignore_merges && !scratch))
         goto done;
 
-    span_push(&a, 0, c.n);
-    pre_stages st = stages_for(t->pre);
-    for (int k = 0; k < st.n; k++) {
-        split_stage(&c, &a, st.fn[k], &b);
-        spanvec tmp = a;
-        a = b;
-        b = tmp;
-    }
-    if (a.oom || b.oom)
+    if (pre_split(t, &c, &a, &b) < 0)
         goto done;
 
     for (size_t p = 0; p < a.n && !m.oom; p++) {

@@ -71,6 +71,11 @@ int tokenizer_encode_prompt(const tokenizer *t, const char *text, size_t len, bo
 /* The length of the control token's text at s[0..n) (the longest), or 0 when none begins there. */
 size_t tokenizer_control_at(const tokenizer *t, const char *s, size_t n);
 
+/* The pieces a byte-level BPE vocabulary's pre-tokenizer (tokenizer.ggml.pre) splits text into
+ * before merging, as byte spans in order in *pieces (malloc'd; the caller frees it): their
+ * count, or -1 (out of memory, or not a BPE vocabulary).  For tests and debugging. */
+int tokenizer_pre_split(const tokenizer *t, const char *text, size_t len, tok_span **pieces);
+
 /* The raw vocabulary string of a token (as stored, e.g. "▁the" or "Ġthe"). */
 const char *tokenizer_token_text(const tokenizer *t, int32_t id, size_t *len);
 

@@ -34,6 +34,12 @@ unsigned unicode_flags(uint32_t cp)
     return k < 0 ? 0 : unicode_ranges[k].flags;
 }
 
+unsigned unicode_case(uint32_t cp)
+{
+    ptrdiff_t k = range_find(unicode_case_ranges, unicode_n_case_ranges, sizeof *unicode_case_ranges, cp);
+    return k < 0 ? 0 : unicode_case_ranges[k].flags;
+}
+
 
 /* ---- NFC -----------------------------------------------------------------------------------
  * UAX #15: decompose every character fully (canonical mappings only), sort each run of

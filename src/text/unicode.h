@@ -1,6 +1,7 @@
 /* unicode.h - the little Unicode the tokenizers need beyond UTF-8 itself (base/utf8.h):
  * general-category classes per code point, from tables generated out of UnicodeData.txt
- * (scripts/gen_unicode.py -> unicode_data.c), and NFC normalization (scripts/gen_unicode.py
+ * (scripts/gen_unicode.py -> unicode_data.c), letter case (--case -> unicode_case_data.c), and
+ * NFC normalization (scripts/gen_unicode.py
  * --nfc -> unicode_nfc_data.c). */
 #ifndef INFERD_UNICODE_H
 #define INFERD_UNICODE_H
@@ -58,6 +59,13 @@ extern const size_t unicode_n_nfc_touch;
 
 /* UCP_* bits of cp (0 for unassigned, out-of-range or UTF8_INVALID). */
 unsigned unicode_flags(uint32_t cp);
+
+/* The case class of a letter (unicode_case_data.c, scripts/gen_unicode.py --case): Lu and Lt
+ * are upper, Ll lower; Lm, Lo and every other code point neither (0). */
+enum { UCP_CASE_UPPER = 1, UCP_CASE_LOWER = 2 };
+extern const unicode_range unicode_case_ranges[];
+extern const size_t unicode_n_case_ranges;
+unsigned unicode_case(uint32_t cp);
 
 /* NFC (canonical decomposition, canonical ordering, canonical composition) of the UTF-8 text
  * s[0..n).  Bytes that are not valid UTF-8 are kept as they are and block composition across

@@ -136,9 +136,16 @@ static void print_recipe(const char *path)
     const model_hparams *hp = &m->hp;
     printf("recipe: %s, %d layers, rope %s, output %s\n", m->desc->name, hp->n_layer,
            m->desc->rope == ARCH_ROPE_NEOX ? "neox" : "normal", hp->tied_output ? "tied to token_embd" : "own");
-    if (hp->n_expert)
-        printf("  experts: %d per MoE layer, %d per token, hidden width %d\n", hp->n_expert, hp->n_expert_used,
+    if (hp->n_rot < hp->head_dim) printf("  rope: the first %d of %d dims of each head\n", hp->n_rot, hp->head_dim);
+    if (m->rope_factors_short.data || m->rope_factors_long.data)
+        printf("  rope: LongRoPE factors (long past %d tokens), attention factor %g\n", hp->n_ctx_orig,
+               (double)hp->rope_attn_factor);
+    if (hp->n_expert) {
+        printf("  experts: %d per MoE layer, %d per token, hidden width %d", hp->n_expert, hp->n_expert_used,
                hp->n_ff_exp);
+        if (hp->n_ff_shexp) printf(", shared expert width %d", hp->n_ff_shexp);
+        printf("\n");
+    }
     char run[160], next[160];
     int first = 0;
     arch_layer_describe(&m->layers[0].recipe, run, sizeof run);

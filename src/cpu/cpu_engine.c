@@ -176,7 +176,8 @@ static void embed_tokens(cpu_engine *e, int n_tok)
      ARCH_F_ROUTER_SCALED | ARCH_F_ATTN_LINEAR | ARCH_F_ATTN_OUT_GATE | ARCH_F_ROPE_PARTIAL |              \
      ARCH_F_SHARED_EXPERT | ARCH_F_NORM_POST_LN | ARCH_F_ATTN_OUT_BIAS | ARCH_F_ATTN_BIDIR | ARCH_F_FFN_MLP | \
      ARCH_F_ACT_GELU_ERF | ARCH_F_ATTN_SINKS | ARCH_F_FFN_BIAS | ARCH_F_ACT_SWIGLU_CLAMP |                \
-     ARCH_F_ROUTER_TOPK_SOFTMAX)
+     ARCH_F_ROUTER_TOPK_SOFTMAX | ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP | ARCH_F_ROUTER_SIGMOID_BIAS |       \
+     ARCH_F_ROPE_LONGROPE)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -254,9 +255,10 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
     const int hd = ly->head_dim, q_w = hp->n_head * hd;
     const int n_rot = ly->recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL ? hp->n_rot : hd;
     const cpu_rope rope = {.head_dim = hd, .n_rot = n_rot, .neox = hp->rope_neox, .base = ly->rope_base,
-                           .scale = ly->rope_scale, .freq_div = ly->rope_freqs, .yarn_factor = hp->yarn_factor,
-                           .yarn_low = hp->yarn_low, .yarn_high = hp->yarn_high,
-                           .yarn_attn_factor = hp->yarn_attn_factor};
+                           .scale = ly->rope_scale,
+                           .freq_div = model_rope_freqs(e->base.m, ly, e->base.cfg.ctx_per_slot),
+                           .attn_factor = hp->rope_attn_factor, .yarn_factor = hp->yarn_factor,
+                           .yarn_low = hp->yarn_low, .yarn_high = hp->yarn_high};
     if (gated) {
         matmul(e, e->qg, e->xb, n_tok, &ly->wq, NULL);
         split_query_gate(e, n_tok);
@@ -426,9 +428,9 @@ static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
     const int n_ff = e->base.m->hp.n_ff_exp;
     model_tensor gate, up;
     if (ly->ffn_gate_up_exps.data) {
-        gate = up = model_tensor_slice(&ly->ffn_gate_up_exps, expert);
-        gate.ne1 = up.ne1 = n_ff;
-        up.data = (const char *)up.data + (size_t)n_ff * up.row_bytes;
+        const model_tensor both = model_tensor_slice(&ly->ffn_gate_up_exps, expert);
+        gate = model_tensor_rows(&both, 0, n_ff);
+        up = model_tensor_rows(&both, n_ff, n_ff);
     } else {
         gate = model_tensor_slice(&ly->ffn_gate_exps, expert);
         up = model_tensor_slice(&ly->ffn_up_exps, expert);
@@ -443,17 +445,19 @@ static void expert_glu(cpu_engine *e, const model_layer *ly, int expert, int n)
     glu_ffn(e, e->group_y, e->group_x, n, &g);
 }
 
-/* The shared expert every token runs beside its routed ones: xb2 += sigmoid(gate_inp_shexp·xb)
- * * shexp_glu(xb), added after the routed experts' sum. */
+/* The shared expert every token runs beside its routed ones: xb2 += shexp_glu(xb), times
+ * sigmoid(gate_inp_shexp·xb) when the recipe gates it (ARCH_FFN_SHEXP_GATE: Qwen; GLM adds it
+ * as it is), after the routed experts' sum. */
 static void shared_expert(cpu_engine *e, const model_layer *ly, int n_tok)
 {
     const int dim = e->base.m->hp.n_embd;
-    matmul(e, e->shexp_gate, e->xb, n_tok, &ly->ffn_gate_inp_shexp, NULL);
+    const bool gated = ly->recipe.ffn_extras & ARCH_FFN_SHEXP_GATE;
+    if (gated) matmul(e, e->shexp_gate, e->xb, n_tok, &ly->ffn_gate_inp_shexp, NULL);
     const glu_weights g = {.gate = ly->ffn_gate_shexp, .up = ly->ffn_up_shexp, .down = ly->ffn_down_shexp,
                            .n_ff = e->base.m->hp.n_ff_shexp, .act = ARCH_ACT_SILU};
     glu_ffn(e, e->group_y, e->xb, n_tok, &g);
     for (int t = 0; t < n_tok; t++) {
-        const float g = 1.0f / (1.0f + expf(-e->shexp_gate[t]));
+        const float g = gated ? 1.0f / (1.0f + expf(-e->shexp_gate[t])) : 1.0f;
         float *out = e->xb2 + (size_t)t * dim;
         const float *y = e->group_y + (size_t)t * dim;
         for (int d = 0; d < dim; d++) out[d] += g * y[d];
@@ -492,16 +496,20 @@ static void moe_sum(cpu_engine *e, const model_layer *ly, const float *in, float
 
 /* Each token's experts and weights from the router's logits of `in` (+ its bias): softmax then
  * top-k (ARCH_ROUTER_SOFTMAX_TOPK; ARCH_ROUTER_SCALED's input scaling is done by the caller,
- * its expert scales here) or top-k then softmax (ARCH_ROUTER_TOPK_SOFTMAX). */
+ * its expert scales here), top-k then softmax (ARCH_ROUTER_TOPK_SOFTMAX), or sigmoid scores
+ * chosen with the selection bias (ARCH_ROUTER_SIGMOID_BIAS). */
 static void moe_route(cpu_engine *e, const model_layer *ly, const float *in, int n_tok)
 {
     const model_hparams *hp = &e->base.m->hp;
     const int k = hp->n_expert_used;
+    const cpu_sigmoid_router sigmoid = {.bias = ly->exp_probs_b.data, .n_expert = hp->n_expert, .k = k,
+                                        .scale = hp->expert_weights_scale};
     matmul(e, e->router, in, n_tok, &ly->ffn_gate_inp, ly->recipe.ffn_extras & ARCH_FFN_BIAS ? &ly->ffn_gate_inp_b : NULL);
     for (int t = 0; t < n_tok; t++) {
         int32_t *ids = e->moe_ids + (size_t)t * k;
         float *w = e->moe_weights + (size_t)t * k, *logits = e->router + (size_t)t * hp->n_expert;
         if (ly->recipe.router == ARCH_ROUTER_TOPK_SOFTMAX) cpu_moe_route_topk_softmax(logits, hp->n_expert, k, ids, w);
+        else if (ly->recipe.router == ARCH_ROUTER_SIGMOID_BIAS) cpu_moe_route_sigmoid(&sigmoid, logits, ids, w);
         else cpu_moe_route(logits, hp->n_expert, k, ids, w);
         if (ly->expert_scale.data)
             for (int j = 0; j < k; j++) w[j] *= ((const float *)ly->expert_scale.data)[ids[j]];

@@ -46,32 +46,48 @@ void cpu_softmax(float *x, int n)
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
-/* The k largest of n values (ties: the lower index) into ids[0..k), largest first. */
-static void top_k(const float *v, int n, int k, int32_t *ids)
+/* The k largest of v[x] + (bias ? bias[x] : 0) over n values (ties: the lower index) into
+ * ids[0..k), largest first. */
+static void top_k(const float *v, const float *bias, int n, int k, int32_t *ids)
 {
     for (int j = 0; j < k; j++) { /* k is small (2..8): k passes beat a sort */
         int best = -1;
+        float best_v = 0.0f;
         for (int x = 0; x < n; x++) {
             bool taken = false;
             for (int i = 0; i < j; i++) taken |= ids[i] == x;
-            if (!taken && (best < 0 || v[x] > v[best])) best = x;
+            const float vx = v[x] + (bias ? bias[x] : 0.0f);
+            if (!taken && (best < 0 || vx > best_v)) best = x, best_v = vx;
         }
         ids[j] = best;
     }
 }
 
+/* weights[j] = v[ids[j]] / their sum * scale. */
+static void renormalise(const float *v, const int32_t *ids, int k, float scale, float *weights)
+{
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) sum += weights[j] = v[ids[j]];
+    for (int j = 0; j < k; j++) weights[j] = weights[j] / sum * scale;
+}
+
 void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weights)
 {
     cpu_softmax(logits, n_expert);
-    top_k(logits, n_expert, k, ids);
-    float sum = 0.0f;
-    for (int j = 0; j < k; j++) sum += weights[j] = logits[ids[j]];
-    for (int j = 0; j < k; j++) weights[j] /= sum;
+    top_k(logits, NULL, n_expert, k, ids);
+    renormalise(logits, ids, k, 1.0f, weights);
+}
+
+void cpu_moe_route_sigmoid(const cpu_sigmoid_router *r, float *logits, int32_t *ids, float *weights)
+{
+    for (int x = 0; x < r->n_expert; x++) logits[x] = 1.0f / (1.0f + expf(-logits[x]));
+    top_k(logits, r->bias, r->n_expert, r->k, ids);
+    renormalise(logits, ids, r->k, r->scale, weights);
 }
 
 void cpu_moe_route_topk_softmax(const float *logits, int n_expert, int k, int32_t *ids, float *weights)
 {
-    top_k(logits, n_expert, k, ids);
+    top_k(logits, NULL, n_expert, k, ids);
     for (int j = 0; j < k; j++) weights[j] = logits[ids[j]];
     cpu_softmax(weights, k);
 }
@@ -142,7 +158,7 @@ void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos)
 {
     const int rot = r->n_rot ? r->n_rot : r->head_dim, half = rot / 2;
     const float p = (float)pos / r->scale;
-    const float mscale = r->yarn_factor > 0 ? r->yarn_attn_factor : 1.0f;
+    const float mscale = r->attn_factor != 0.0f ? r->attn_factor : 1.0f;
     for (int i = 0; i < half; i++) {
         float freq = 1.0f / powf(r->base, (float)(2 * i) / (float)rot);
         if (r->yarn_factor > 0) {

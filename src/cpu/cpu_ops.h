@@ -34,6 +34,16 @@ void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weig
  * ids[0..k), the softmax over those k alone in weights[0..k). */
 void cpu_moe_route_topk_softmax(const float *logits, int n_expert, int k, int32_t *ids, float *weights);
 
+/* ARCH_ROUTER_SIGMOID_BIAS for one token: scores = sigmoid(logits) (in place), the k experts
+ * of the highest score + bias[x] (ties: the lower id) in ids[0..k), their unbiased scores
+ * renormalised to sum to 1 and times scale in weights[0..k). */
+typedef struct cpu_sigmoid_router {
+    const float *bias; /* [n_expert]: only chooses (NULL: none) */
+    int n_expert, k;
+    float scale;
+} cpu_sigmoid_router;
+void cpu_moe_route_sigmoid(const cpu_sigmoid_router *r, float *logits, int32_t *ids, float *weights);
+
 /* x = silu(x) * y elementwise (SwiGLU's gate). */
 void cpu_swiglu(float *x, const float *y, int n);
 
@@ -65,18 +75,19 @@ void cpu_matmul_run(cpu_pool *pool, const cpu_matmul *mm);
 
 /* Rotary position embedding of one token's heads (n_head * head_dim floats), in place, over
  * the first n_rot dimensions of each head (partial RoPE; the rest pass unchanged).  Pair i
- * (i < n_rot/2) turns by pos / scale * f_i / freq_div[i], f_i = base^(-2i/n_rot); pairs are
- * (2i, 2i+1) normally and (i, i + n_rot/2) in the NeoX layout.  With YaRN (yarn_factor > 0) f_i
- * becomes f_i * (1 - r) + f_i / yarn_factor * r, r = clamp((i - low) / (high - low), 0, 1), and
- * cos/sin are times yarn_attn_factor (model_hparams). */
+ * (i < n_rot/2) turns by pos / scale * f_i / freq_div[i], f_i = base^(-2i/n_rot), its cos and
+ * sin times attn_factor; pairs are (2i, 2i+1) normally and (i, i + n_rot/2) in the NeoX layout.
+ * With YaRN (yarn_factor > 0) f_i becomes f_i * (1 - r) + f_i / yarn_factor * r,
+ * r = clamp((i - low) / (high - low), 0, 1) (model_hparams). */
 typedef struct cpu_rope {
     int head_dim;
     int n_rot; /* 0: head_dim */
     bool neox;
     float base;
     float scale;          /* linear position scaling, 1 = none */
-    const float *freq_div; /* head_dim/2 divisors (rope_freqs) or NULL */
-    float yarn_factor, yarn_low, yarn_high, yarn_attn_factor; /* yarn_factor 0: no YaRN */
+    const float *freq_div; /* n_rot/2 divisors (rope_freqs, LongRoPE's factors) or NULL */
+    float attn_factor;     /* YaRN's or LongRoPE's (model_hparams.rope_attn_factor); 0 is taken as 1 */
+    float yarn_factor, yarn_low, yarn_high; /* yarn_factor 0: no YaRN */
 } cpu_rope;
 void cpu_rope_apply(const cpu_rope *r, float *vec, int n_head, int pos);
 

@@ -949,17 +949,6 @@ static void gpu_destroy(engine *e)
 static const engine_vtable gpu_vtable = {
     .name = "cuda", .step = gpu_step, .slot_clear = gpu_slot_clear, .kv_copy = gpu_kv_copy, .destroy = gpu_destroy};
 
-/* The recipe features (model/arch.h) gpu_forward.c runs: pre-norm or sandwich-norm blocks
- * (not post-norm alone: a block's input is always a norm's FP16 output) of full attention
- * (q/k/v biases, per-head q/k norms and post-norms are read when the loader bound them, which
- * it does exactly when the recipe asks) and a SwiGLU feed-forward, dense or a mixture of
- * SwiGLU experts behind the softmax top-k router (kernels/moe.cuh).  A model needing another
- * is refused here, by name, rather than run wrong. */
-#define GPU_FEATURES                                                                              \
-    (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING | ARCH_F_QKV_BIAS | \
-     ARCH_F_QK_NORM | ARCH_F_V_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_FFN_GLU_MOE |                \
-     ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH)
-
 /* A matrix in a format without kernels (gpu_kernel_names.h) is refused here, before anything
  * is allocated or uploaded, naming the first such tensor; --device auto then runs the model on
  * the CPU, which reads every supported format. */

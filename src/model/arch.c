@@ -7,7 +7,7 @@
 
 /* ---- the registry ---------------------------------------------------------------------- */
 
-#define ARCH_MAX 16
+#define ARCH_MAX 24
 
 static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_LLAMA] = &arch_llama,
@@ -21,8 +21,10 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_QWEN3NEXT] = &arch_qwen3next,
     [MODEL_ARCH_BERT] = &arch_bert,
     [MODEL_ARCH_GPTOSS] = &arch_gptoss,
+    [MODEL_ARCH_PHI3] = &arch_phi3,
+    [MODEL_ARCH_GLM4MOE] = &arch_glm4moe,
 };
-static int n_registered = MODEL_ARCH_GPTOSS + 1;
+static int n_registered = MODEL_ARCH_GLM4MOE + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {
@@ -61,12 +63,16 @@ bool arch_layer_valid(const arch_layer *l)
 {
     return (unsigned)l->norm <= ARCH_NORM_POST_LN && (unsigned)l->attn <= ARCH_ATTN_LINEAR &&
            (unsigned)l->ffn <= ARCH_FFN_MLP && (unsigned)l->act <= ARCH_ACT_SWIGLU_CLAMP &&
-           (unsigned)l->router <= ARCH_ROUTER_TOPK_SOFTMAX &&
+           (unsigned)l->router <= ARCH_ROUTER_SIGMOID_BIAS &&
            (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM | ARCH_ATTN_V_NORM |
                                          ARCH_ATTN_OUT_GATE | ARCH_ATTN_ROPE_PARTIAL | ARCH_ATTN_OUT_BIAS |
-                                         ARCH_ATTN_BIDIR | ARCH_ATTN_SINKS)) == 0 &&
-           (l->ffn_extras & ~(unsigned)(ARCH_FFN_SHARED_EXPERT | ARCH_FFN_BIAS)) == 0 &&
-           (!(l->ffn_extras & ARCH_FFN_BIAS) || l->ffn == ARCH_FFN_MOE);
+                                         ARCH_ATTN_BIDIR | ARCH_ATTN_SINKS | ARCH_ATTN_FUSED_QKV |
+                                         ARCH_ATTN_ROPE_LONGROPE)) == 0 &&
+           (l->ffn_extras & ~(unsigned)(ARCH_FFN_SHARED_EXPERT | ARCH_FFN_BIAS | ARCH_FFN_SHEXP_GATE |
+                                        ARCH_FFN_FUSED_GATE_UP)) == 0 &&
+           (!(l->ffn_extras & ARCH_FFN_BIAS) || l->ffn == ARCH_FFN_MOE) &&
+           (!(l->ffn_extras & ARCH_FFN_SHEXP_GATE) || (l->ffn_extras & ARCH_FFN_SHARED_EXPERT)) &&
+           (!(l->ffn_extras & ARCH_FFN_FUSED_GATE_UP) || l->ffn == ARCH_FFN_GLU);
 }
 
 arch_features arch_layer_features(const arch_layer *l)
@@ -81,7 +87,8 @@ arch_features arch_layer_features(const arch_layer *l)
                                         [ARCH_FFN_GLU_MOE] = ARCH_F_FFN_GLU_MOE, [ARCH_FFN_MLP] = ARCH_F_FFN_MLP};
     static const arch_features router[] = {[ARCH_ROUTER_SOFTMAX_TOPK] = ARCH_F_ROUTER_SOFTMAX_TOPK,
                                            [ARCH_ROUTER_SCALED] = ARCH_F_ROUTER_SCALED,
-                                           [ARCH_ROUTER_TOPK_SOFTMAX] = ARCH_F_ROUTER_TOPK_SOFTMAX};
+                                           [ARCH_ROUTER_TOPK_SOFTMAX] = ARCH_F_ROUTER_TOPK_SOFTMAX,
+                                           [ARCH_ROUTER_SIGMOID_BIAS] = ARCH_F_ROUTER_SIGMOID_BIAS};
     static const arch_features act[] = {[ARCH_ACT_SILU] = ARCH_F_ACT_SILU, [ARCH_ACT_GELU_TANH] = ARCH_F_ACT_GELU_TANH,
                                         [ARCH_ACT_GELU_ERF] = ARCH_F_ACT_GELU_ERF,
                                         [ARCH_ACT_SWIGLU_CLAMP] = ARCH_F_ACT_SWIGLU_CLAMP};
@@ -94,9 +101,12 @@ arch_features arch_layer_features(const arch_layer *l)
     if (l->attn_extras & ARCH_ATTN_OUT_BIAS) f |= ARCH_F_ATTN_OUT_BIAS;
     if (l->attn_extras & ARCH_ATTN_BIDIR) f |= ARCH_F_ATTN_BIDIR;
     if (l->attn_extras & ARCH_ATTN_SINKS) f |= ARCH_F_ATTN_SINKS;
+    if (l->attn_extras & ARCH_ATTN_FUSED_QKV) f |= ARCH_F_FUSED_QKV;
+    if (l->attn_extras & ARCH_ATTN_ROPE_LONGROPE) f |= ARCH_F_ROPE_LONGROPE;
     if (l->ffn == ARCH_FFN_MOE || l->ffn == ARCH_FFN_GLU_MOE) f |= router[l->router];
     if (l->ffn_extras & ARCH_FFN_SHARED_EXPERT) f |= ARCH_F_SHARED_EXPERT;
     if (l->ffn_extras & ARCH_FFN_BIAS) f |= ARCH_F_FFN_BIAS;
+    if (l->ffn_extras & ARCH_FFN_FUSED_GATE_UP) f |= ARCH_F_FUSED_GATE_UP;
     return f;
 }
 
@@ -105,7 +115,8 @@ static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
     "qkv bias", "qk norm", "GLU", "MoE", "silu", "gelu-tanh", "softmax top-k router", "v norm",
     "GLU beside MoE", "scaled softmax top-k router", "attention output gate", "partial RoPE", "shared expert",
     "post-LN (LayerNorm after the add)", "attention output bias", "bidirectional attention", "MLP", "gelu-erf",
-    "attention sinks", "expert biases", "clamped swiglu", "top-k softmax router",
+    "attention sinks", "expert biases", "clamped swiglu", "top-k softmax router", "fused qkv", "fused gate/up",
+    "sigmoid router with selection bias", "LongRoPE",
 };
 
 const char *arch_feature_name(arch_features bit)
@@ -123,17 +134,24 @@ void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
     static const char *const act[] = {"silu", "gelu-tanh", "gelu-erf", "clamped swiglu"};
     static const char *const router[] = {" (softmax top-k router, renormalised)",
                                          " (scaled softmax top-k router, renormalised, expert scales)",
-                                         " (top-k router, softmax over the k)"};
-    snprintf(buf, len, "%s, %s%s%s%s%s%s%s%s%s, %s %s%s%s%s", norm[l->norm],
+                                         " (top-k router, softmax over the k)",
+                                         " (sigmoid router + selection bias, renormalised, scaled)"};
+    const unsigned shexp = l->ffn_extras & (ARCH_FFN_SHARED_EXPERT | ARCH_FFN_SHEXP_GATE);
+    snprintf(buf, len, "%s, %s%s%s%s%s%s%s%s%s%s%s, %s %s%s%s%s%s", norm[l->norm],
              l->attn_extras & ARCH_ATTN_BIDIR ? "bidirectional " : "", attn[l->attn],
+             l->attn_extras & ARCH_ATTN_FUSED_QKV ? " + fused qkv" : "",
              l->attn_extras & ARCH_ATTN_QKV_BIAS ? " + qkv bias" : "",
              l->attn_extras & ARCH_ATTN_OUT_BIAS ? " + output bias" : "",
              l->attn_extras & ARCH_ATTN_QK_NORM ? " + qk norm" : "",
              l->attn_extras & ARCH_ATTN_V_NORM ? " + v norm" : "",
              l->attn_extras & ARCH_ATTN_OUT_GATE ? " + output gate" : "",
              l->attn_extras & ARCH_ATTN_ROPE_PARTIAL ? " + partial RoPE" : "",
+             l->attn_extras & ARCH_ATTN_ROPE_LONGROPE ? " + LongRoPE" : "",
              l->attn_extras & ARCH_ATTN_SINKS ? " + sinks" : "", ffn[l->ffn], act[l->act],
+             l->ffn_extras & ARCH_FFN_FUSED_GATE_UP ? " (fused gate/up)" : "",
              l->ffn == ARCH_FFN_MOE || l->ffn == ARCH_FFN_GLU_MOE ? router[l->router] : "",
-             l->ffn_extras & ARCH_FFN_SHARED_EXPERT ? " + sigmoid-gated shared expert" : "",
+             shexp == (ARCH_FFN_SHARED_EXPERT | ARCH_FFN_SHEXP_GATE) ? " + sigmoid-gated shared expert"
+             : shexp                                                 ? " + shared expert"
+                                                                     : "",
              l->ffn_extras & ARCH_FFN_BIAS ? " + biases" : "");
 }

@@ -44,7 +44,15 @@ enum {
     ARCH_ATTN_BIDIR = 1u << 6,    /* every token attends to the whole sequence (encoders) */
     ARCH_ATTN_SINKS = 1u << 7,    /* attn_sinks: a learned logit per head joins each softmax's
                                    * denominator (takes probability mass, adds no value: gpt-oss) */
+    ARCH_ATTN_FUSED_QKV = 1u << 8, /* one attn_qkv matrix, rows q then k then v (phi3); the
+                                    * loader binds wq, wk, wv as its row ranges */
+    ARCH_ATTN_ROPE_LONGROPE = 1u << 9, /* LongRoPE (phi3): per-pair factors, short or long by the
+                                        * engine's context, and cos/sin times its attention factor */
 };
+/* The loader adds ARCH_ATTN_ROPE_PARTIAL to any rotary layer of a file whose
+ * rope.dimension_count is below the head dimension, and ARCH_ATTN_ROPE_LONGROPE where the file
+ * has LongRoPE factors: a family need not declare what its files say, and a backend that
+ * lacks either refuses the file by name. */
 
 typedef enum arch_ffn {
     ARCH_FFN_GLU = 0, /* down(act(gate x) * up x) */
@@ -61,14 +69,22 @@ typedef enum arch_router {
     ARCH_ROUTER_SCALED = 1,       /* Gemma 4: the same over logits of rmsnorm(x) / sqrt(n_embd) *
                                    * ffn_gate_inp.scale, each weight times its expert's scale */
     ARCH_ROUTER_TOPK_SOFTMAX = 2, /* top-k of the logits, softmax over those k (gpt-oss) */
-    /* room: sigmoid + bias (DeepSeek-V3, GLM) */
+    /* sigmoid scores; the top-k of scores + exp_probs_b (the bias only chooses), their scores
+     * renormalised and times expert_weights_scale (GLM-4.5; DeepSeek-V3 adds expert groups) */
+    ARCH_ROUTER_SIGMOID_BIAS = 3,
 } arch_router;
 
 /* Extras of a feed-forward block (bits). */
 enum {
-    ARCH_FFN_SHARED_EXPERT = 1u << 0, /* MoE: + sigmoid(gate_inp_shexp·x) * the shared expert's GLU */
+    ARCH_FFN_SHARED_EXPERT = 1u << 0, /* MoE: + the shared expert's GLU (ffn_*_shexp, n_ff_shexp
+                                       * wide), every token, after the routed experts' sum */
     ARCH_FFN_BIAS = 1u << 1, /* MoE: a bias on the router (ffn_gate_inp.bias) and on each expert's
                               * gate, up and down projections (ffn_*_exps.bias: gpt-oss) */
+    ARCH_FFN_SHEXP_GATE = 1u << 2, /* the shared expert's output times sigmoid(gate_inp_shexp·x)
+                                    * (Qwen; without it, added as it is: GLM-4.5).  Part of the
+                                    * ARCH_F_SHARED_EXPERT feature: a backend runs both or neither */
+    ARCH_FFN_FUSED_GATE_UP = 1u << 3, /* GLU: one ffn_up of 2*n_ff rows, gate then up (phi3); the
+                                       * loader binds w_gate and w_up as its halves */
 };
 
 typedef enum arch_act {
@@ -124,7 +140,11 @@ enum {
     ARCH_F_FFN_BIAS = 1u << 25,
     ARCH_F_ACT_SWIGLU_CLAMP = 1u << 26,
     ARCH_F_ROUTER_TOPK_SOFTMAX = 1u << 27,
-    ARCH_F_COUNT_ = 28,
+    ARCH_F_FUSED_QKV = 1u << 28,
+    ARCH_F_FUSED_GATE_UP = 1u << 29,
+    ARCH_F_ROUTER_SIGMOID_BIAS = 1u << 30,
+    ARCH_F_ROPE_LONGROPE = 1u << 31, /* the last bit: a 33rd feature makes arch_features 64-bit */
+    ARCH_F_COUNT_ = 32,
 };
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
@@ -147,7 +167,8 @@ typedef enum arch_dim {
     ARCH_DIM_PLE_ALL,  /* n_embd_ple * n_layer */
     ARCH_DIM_FF_EXP2,  /* 2 * n_ff_exp: an expert's gate and up rows in one matrix */
     ARCH_DIM_Q_GATE,   /* 2 * n_head * head_dim: query and output gate of every head */
-    ARCH_DIM_FF_SHEXP, /* n_ff_shexp: the shared expert's hidden width */
+    ARCH_DIM_FF_SHEXP, /* n_ff_shexp: the shared expert's hidden width (its own key, or
+                        * n_ff_exp * expert_shared_count: model.c) */
     /* gated DeltaNet (ssm.* keys): */
     ARCH_DIM_SSM_CONV,  /* conv_kernel: taps of the causal conv1d */
     ARCH_DIM_SSM_CHAN,  /* 2 * group_count * state_size + inner_size: q, k and v channels */
@@ -158,6 +179,9 @@ typedef enum arch_dim {
     ARCH_DIM_CTX,      /* n_ctx_train: the rows of an absolute position table */
     ARCH_DIM_TOKEN_TYPES, /* n_token_types: the rows of bert's token-type table */
     ARCH_DIM_HEADS,    /* n_head (attention sinks: one logit per head) */
+    ARCH_DIM_QKV,      /* (n_head + 2 * n_head_kv) * head_dim: a fused attn_qkv */
+    ARCH_DIM_FF2,      /* 2 * n_ff: a fused gate and up */
+    ARCH_DIM_HALF_ROT, /* n_rot / 2: one RoPE factor per rotated pair (LongRoPE) */
 } arch_dim;
 /* In a layer tensor, Q, KV, HEAD, HALF_HEAD and FF are the layer's own (model_layer: head_dim,
  * n_head_kv, n_ff), which differ between layers in Gemma 4. */
@@ -229,7 +253,8 @@ typedef struct arch_desc {
     /* Lists end with an entry whose name (suffix) is NULL. */
     const arch_key *keys;
     /* Read after keys, in order, up to a NULL: arch_moe_keys (the expert counts),
-     * arch_shexp_keys (the shared expert's width), arch_hybrid_keys (gated DeltaNet). */
+     * arch_shexp_keys (the shared expert's width), arch_hybrid_keys (gated DeltaNet), a
+     * family's own. */
     const arch_key *more_keys[ARCH_KEY_LISTS_MAX];
     const arch_tensor *globals; /* token_embd.weight first: its rows set n_vocab */
     const arch_tensor *layer_tensors;
@@ -255,11 +280,15 @@ typedef struct arch_desc {
     /* An encoder: no LM head (it answers embeddings only), its own embedding stage (absolute
      * positions, token types, a LayerNorm) and no output norm. */
     bool encoder;
+    /* The first leading_dense_block_count layers (hp.n_dense_lead) run this instead of the
+     * pattern (GLM-4.5, DeepSeek-V3: dense feed-forward before the MoE layers); unused while
+     * that count is 0. */
+    arch_layer leading;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
 extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4, arch_qwen35,
-    arch_qwen35moe, arch_qwen3next, arch_bert, arch_gptoss;
+    arch_qwen35moe, arch_qwen3next, arch_bert, arch_gptoss, arch_phi3, arch_glm4moe;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -270,7 +299,7 @@ extern const arch_key arch_moe_keys[];               /* expert_count, expert_use
 extern const arch_key arch_swa_keys[];  /* attention.sliding_window (required), rope.freq_base_swa,
                                          * final_logit_softcapping */
 extern const arch_key arch_shexp_keys[];             /* expert_shared_feed_forward_length */
-/* ssm.{conv_kernel,state_size,group_count,time_step_rank,inner_size}, rope.dimension_count,
+/* ssm.{conv_kernel,state_size,group_count,time_step_rank,inner_size},
  * full_attention_interval (arch/hybrid.c) */
 extern const arch_key arch_hybrid_keys[];
 extern const arch_tensor arch_qwen35_layer_tensors[], arch_qwen3next_layer_tensors[];
@@ -303,6 +332,8 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN3NEXT = 8, /* qwen35moe's layers, beta and alpha fused in one projection */
     MODEL_ARCH_BERT = 9,     /* encoder: bidirectional, post-LN, absolute positions (bge, MiniLM) */
     MODEL_ARCH_GPTOSS = 10,   /* sliding/full, attention sinks, YaRN, biased MoE, clamped SwiGLU */
+    MODEL_ARCH_PHI3 = 11,     /* fused QKV and gate/up, partial LongRoPE */
+    MODEL_ARCH_GLM4MOE = 12,  /* GLM-4.5: dense lead, sigmoid-routed MoE + shared expert */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

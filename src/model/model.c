@@ -185,7 +185,7 @@ static bool read_yarn(loader *L)
     hp->yarn_low = low > 0 ? (float)low : 0;
     hp->yarn_high = high < hp->head_dim - 1 ? (float)high : (float)(hp->head_dim - 1);
     if (hp->yarn_high == hp->yarn_low) hp->yarn_high += 0.001f; /* transformers' guard */
-    hp->yarn_attn_factor = hp->yarn_factor > 1 ? 0.1f * logf(hp->yarn_factor) + 1.0f : 1.0f;
+    hp->rope_attn_factor = hp->yarn_factor > 1 ? 0.1f * logf(hp->yarn_factor) + 1.0f : 1.0f;
     return true;
 }
 
@@ -317,6 +317,8 @@ static bool read_hparams(loader *L)
     model_hparams *hp = &L->m->hp;
     if (!read_arch(L)) return false;
     hp->rope_scale = 1.0f;
+    hp->rope_attn_factor = 1.0f;
+    hp->expert_weights_scale = 1.0f;
     hp->rope_neox = L->m->desc->rope == ARCH_ROPE_NEOX;
     hp->ssm_grouped = L->m->desc->ssm_heads == ARCH_SSM_GROUPED;
     if (!read_keys(L, L->m->desc->keys)) return false;
@@ -328,7 +330,17 @@ static bool read_hparams(loader *L)
         return fail(L, "%s: the family declares no key for one of context_length, embedding_length, block_count, "
                     "attention.head_count, attention.layer_norm_rms_epsilon", arch);
     if (!read_mtp(L)) return false;
-    if (hp->n_ff < 1 && (pattern_features(L->m->desc) & ARCH_F_FFN_GLU))
+    if (hp->n_dense_lead > hp->n_layer)
+        return fail(L, "%s.leading_dense_block_count %d is more than block_count %d", arch, hp->n_dense_lead,
+                    hp->n_layer);
+    if (hp->n_expert_shared > 0 && hp->n_ff_shexp == 0) { /* GLM: the shared experts as one GLU */
+        if ((int64_t)hp->n_ff_exp * hp->n_expert_shared > HPARAM_MAX)
+            return fail(L, "%s.expert_shared_count %d x expert_feed_forward_length %d is too large", arch,
+                        hp->n_expert_shared, hp->n_ff_exp);
+        hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
+    }
+    const arch_features lead = hp->n_dense_lead ? arch_layer_features(&L->m->desc->leading) : 0;
+    if (hp->n_ff < 1 && ((pattern_features(L->m->desc) | lead) & ARCH_F_FFN_GLU))
         return fail(L, "missing key '%s.feed_forward_length'", arch);
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
     if (hp->head_dim == 0) hp->head_dim = hp->n_embd / hp->n_head;
@@ -395,11 +407,16 @@ static void layer_keys(loader *L, const arch_key *list, int il)
     }
 }
 
-/* Layer il's recipe: pattern[il % len], or from the family's per-layer bool key. */
+/* Layer il's recipe: the leading one for the first n_dense_lead layers, else pattern[il % len],
+ * or from the family's per-layer bool key. */
 static bool layer_recipe(loader *L, model_layer *ly, int il)
 {
     const arch_desc *d = L->m->desc;
     const arch_layer *pattern = d->moe_pattern && L->m->hp.n_expert > 0 ? d->moe_pattern : d->pattern;
+    if (il < L->m->hp.n_dense_lead) {
+        ly->recipe = d->leading;
+        return true;
+    }
     if (!d->pattern_key) {
         ly->recipe = pattern[il % d->pattern_len];
         return true;
@@ -411,10 +428,14 @@ static bool layer_recipe(loader *L, model_layer *ly, int il)
     return true;
 }
 
-/* A layer's shapes, window, RoPE and KV source from its recipe and the hyper-parameters. */
+/* A layer's shapes, window, RoPE and KV source from its recipe and the hyper-parameters; a
+ * rotary layer's recipe gains ARCH_ATTN_ROPE_PARTIAL where the file's rope.dimension_count is
+ * below its head dimension and ARCH_ATTN_ROPE_LONGROPE where the file has LongRoPE factors or
+ * its attention factor (the short factors are then its divisors: model_rope_freqs). */
 static bool layer_attention(loader *L, model_layer *ly, int il)
 {
     const model_hparams *hp = &L->m->hp;
+    const model *m = L->m;
     ly->head_dim = hp->head_dim;
     ly->n_head_kv = ly->n_head_kv ? ly->n_head_kv : hp->n_head_kv;
     ly->n_ff = ly->n_ff ? ly->n_ff : hp->n_ff;
@@ -424,6 +445,13 @@ static bool layer_attention(loader *L, model_layer *ly, int il)
     ly->rope_base = hp->rope_base;
     ly->rope_scale = hp->rope_scale;
     ly->rope_freqs = L->m->rope_freqs.data;
+    const bool rotary = ly->recipe.attn != ARCH_ATTN_LINEAR && m->desc->rope != ARCH_ROPE_NONE;
+    if (rotary && hp->n_rot < ly->head_dim) ly->recipe.attn_extras |= ARCH_ATTN_ROPE_PARTIAL;
+    if (rotary && (m->rope_factors_short.data || m->rope_factors_long.data ||
+                   (hp->rope_attn_factor != 1.0f && hp->yarn_factor == 0))) {
+        ly->recipe.attn_extras |= ARCH_ATTN_ROPE_LONGROPE;
+        ly->rope_freqs = m->rope_factors_short.data;
+    }
     ly->kv_source = il;
     const int first_shared = hp->n_layer - hp->n_kv_shared;
     for (int j = first_shared - 1; il >= first_shared && j >= 0; j--) {
@@ -448,20 +476,38 @@ static bool layer_attention(loader *L, model_layer *ly, int il)
     return true;
 }
 
+/* A fused matrix's parts as the tensors the forward pass reads: wq, wk and wv the row ranges of
+ * attn_qkv, w_gate and w_up the two halves of a fused ffn_up (gate first).  The rows are the
+ * same bytes, so each part's products are the ones the separate matrices would give. */
+static void layer_split_fused(const model_hparams *hp, model_layer *ly)
+{
+    if (ly->wqkv.data) {
+        const int64_t q = (int64_t)hp->n_head * ly->head_dim, kv = (int64_t)ly->n_head_kv * ly->head_dim;
+        ly->wq = model_tensor_rows(&ly->wqkv, 0, q);
+        ly->wk = model_tensor_rows(&ly->wqkv, q, kv);
+        ly->wv = model_tensor_rows(&ly->wqkv, q + kv, kv);
+    }
+    if (ly->w_gate_up.data) {
+        ly->w_gate = model_tensor_rows(&ly->w_gate_up, 0, ly->n_ff);
+        ly->w_up = model_tensor_rows(&ly->w_gate_up, ly->n_ff, ly->n_ff);
+    }
+}
+
 /* What optional entries of a family's lists are not optional for this layer: its own K/V
- * (unless it shares an earlier layer's) and the per-layer embeddings' tensors when the file
- * has them. */
+ * (unless it shares an earlier layer's), the per-layer embeddings' tensors when the file
+ * has them, and the shared expert's gate when the recipe gates it. */
 static bool layer_complete(loader *L, const model_layer *ly, int il)
 {
-    const model_tensor *need[] = {&ly->wk, &ly->wv, &ly->k_norm, &ly->ple_gate, &ly->ple_proj, &ly->ple_post_norm};
+    const model_tensor *need[] = {&ly->wk, &ly->wv, &ly->k_norm, &ly->ple_gate, &ly->ple_proj, &ly->ple_post_norm,
+                                  &ly->ffn_gate_inp_shexp};
     static const char *const names[] = {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight", "inp_gate.weight",
-                                        "proj.weight", "post_norm.weight"};
+                                        "proj.weight", "post_norm.weight", "ffn_gate_inp_shexp.weight"};
     const bool own_kv = ly->kv_source == il && ly->recipe.attn != ARCH_ATTN_LINEAR, ple = L->m->hp.n_embd_ple > 0;
     const bool qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
-    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
-        bool wanted = i == 0 ? own_kv : i == 1 ? own_kv && !L->m->desc->v_from_k : i == 2 ? own_kv && qk_norm : ple;
-        if (wanted && !need[i]->data) return fail(L, "missing tensor 'blk.%d.%s'", il, names[i]);
-    }
+    const bool wanted[] = {own_kv, own_kv && !L->m->desc->v_from_k, own_kv && qk_norm, ple, ple, ple,
+                           ly->recipe.ffn_extras & ARCH_FFN_SHEXP_GATE};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (wanted[i] && !need[i]->data) return fail(L, "missing tensor 'blk.%d.%s'", il, names[i]);
     return true;
 }
 
@@ -565,6 +611,9 @@ static int64_t dim_value(const model_hparams *hp, const model_layer *ly, arch_di
     case ARCH_DIM_CTX: return hp->n_ctx_train;
     case ARCH_DIM_TOKEN_TYPES: return hp->n_token_types;
     case ARCH_DIM_HEADS: return hp->n_head;
+    case ARCH_DIM_QKV: return (int64_t)hp->n_head * hd + 2 * kv * hd;
+    case ARCH_DIM_FF2: return 2 * (int64_t)(ly ? ly->n_ff : hp->n_ff);
+    case ARCH_DIM_HALF_ROT: return hp->n_rot / 2;
     }
     return -1;
 }
@@ -588,13 +637,14 @@ static bool bind_list(loader *L, const arch_tensor *list, arch_features features
     return true;
 }
 
-/* The fewest tensors a layer of this family needs: a block_count the file cannot back is
- * refused before the layer table is sized by it. */
-static int64_t min_layer_tensors(const arch_desc *d)
+/* The fewest tensors a layer of this family needs (its leading recipe's too when the file has
+ * leading layers): a block_count the file cannot back is refused before the layer table is
+ * sized by it. */
+static int64_t min_layer_tensors(const arch_desc *d, bool leading)
 {
     int64_t least = INT64_MAX;
-    for (int p = 0; p < d->pattern_len; p++) {
-        arch_features f = arch_layer_features(&d->pattern[p]);
+    for (int p = leading ? -1 : 0; p < d->pattern_len; p++) {
+        arch_features f = arch_layer_features(p < 0 ? &d->leading : &d->pattern[p]);
         int64_t n = 0;
         for (const arch_tensor *t = d->layer_tensors; t->name; t++) n += !t->optional && arch_tensor_needed(t, f);
         if (n < least) least = n;
@@ -612,6 +662,7 @@ static bool bind_tensors(loader *L)
                     ARCH_PATTERN_MAX);
     for (int p = 0; p < d->pattern_len; p++)
         if (!arch_layer_valid(&d->pattern[p])) return fail(L, "%s: layer pattern entry %d is not a recipe", d->name, p);
+    if (hp->n_dense_lead && !arch_layer_valid(&d->leading)) return fail(L, "%s: the leading layers' recipe is not one", d->name);
     if (!read_vocab(L) || !bind_list(L, d->globals, 0, -1, m)) return false;
     if (hp->n_embd_ple > 0 && (!m->ple_tok_embd.data || !m->ple_model_proj.data || !m->ple_proj_norm.data))
         return fail(L, "missing tensor '%s' (%s.embedding_length_per_layer_input is %d)",
@@ -620,7 +671,7 @@ static bool bind_tensors(loader *L)
                     d->name, hp->n_embd_ple);
     m->hp.tied_output = m->output.data == NULL && !d->encoder;
     if (m->hp.tied_output) m->output = m->tok_embd;
-    if ((int64_t)hp->n_layer * min_layer_tensors(d) > gguf_n_tensors(L->f))
+    if ((int64_t)hp->n_layer * min_layer_tensors(d, hp->n_dense_lead > 0) > gguf_n_tensors(L->f))
         return fail(L, "%s.block_count %d needs more tensors than the file's %lld", d->name, hp->n_layer,
                     (long long)gguf_n_tensors(L->f));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
@@ -630,8 +681,10 @@ static bool bind_tensors(loader *L)
         layer_keys(L, d->keys, il);
         for (int j = 0; j < ARCH_KEY_LISTS_MAX && d->more_keys[j]; j++) layer_keys(L, d->more_keys[j], il);
         if (!layer_recipe(L, ly, il) || !layer_attention(L, ly, il) ||
-            !bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly) || !layer_complete(L, ly, il))
+            !bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly))
             return false;
+        layer_split_fused(hp, ly);
+        if (!layer_complete(L, ly, il)) return false;
     }
     return true;
 }
@@ -705,4 +758,12 @@ void model_free(model *m)
     gguf_close(m->gguf);
     free(m->layers);
     free(m);
+}
+
+const float *model_rope_freqs(const model *m, const model_layer *ly, int n_ctx)
+{
+    const bool long_ctx = m->hp.n_ctx_orig > 0 && n_ctx > m->hp.n_ctx_orig;
+    if ((ly->recipe.attn_extras & ARCH_ATTN_ROPE_LONGROPE) && long_ctx && m->rope_factors_long.data)
+        return m->rope_factors_long.data;
+    return ly->rope_freqs;
 }

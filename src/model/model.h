@@ -29,6 +29,15 @@ typedef struct model_tensor {
     const char *name;
 } model_tensor;
 
+/* Rows [first, first + n) of a matrix as a matrix of its own (a fused tensor's parts). */
+static inline model_tensor model_tensor_rows(const model_tensor *t, int64_t first, int64_t n)
+{
+    model_tensor r = *t;
+    r.data = (const char *)t->data + (size_t)first * t->row_bytes;
+    r.ne1 = n;
+    return r;
+}
+
 /* Slice i (< t->ne2) of a 3-D tensor as a matrix of its own. */
 static inline model_tensor model_tensor_slice(const model_tensor *t, int64_t i)
 {
@@ -65,12 +74,14 @@ typedef struct model_layer {
     int kv_source;
     model_tensor attn_norm;      /* pre-norm: [n_embd] */
     model_tensor wq, wk, wv, wo; /* [n_embd -> n_head*head_dim], [.. -> n_head_kv*head_dim] x2, [n_head*head_dim -> n_embd] */
+    model_tensor wqkv;           /* ARCH_ATTN_FUSED_QKV: [n_embd -> q, k, v rows]; wq, wk, wv are its row ranges */
     model_tensor bq, bk, bv;     /* qkv bias */
     model_tensor attn_sinks;     /* attention sinks: [n_head] logits */
     model_tensor q_norm, k_norm; /* qk norm: [head_dim] */
     model_tensor attn_post_norm; /* post-norm: [n_embd] */
     model_tensor ffn_norm;       /* pre-norm: [n_embd] */
     model_tensor w_gate, w_up;   /* [n_embd -> n_ff] */
+    model_tensor w_gate_up;      /* ARCH_FFN_FUSED_GATE_UP: [n_embd -> 2 n_ff]; w_gate, w_up are its halves */
     model_tensor w_down;         /* [n_ff -> n_embd] */
     model_tensor ffn_post_norm;  /* post-norm: [n_embd] */
     model_tensor ffn_gate_inp;   /* MoE router: [n_embd -> n_expert] */
@@ -84,7 +95,8 @@ typedef struct model_layer {
     model_tensor ple_gate;       /* per-layer embeddings: [n_embd -> n_embd_ple], */
     model_tensor ple_proj;       /* [n_embd_ple -> n_embd], */
     model_tensor ple_post_norm;  /* [n_embd] */
-    model_tensor ffn_gate_inp_shexp; /* shared expert's gate: [n_embd -> 1] */
+    model_tensor ffn_gate_inp_shexp; /* shared expert's gate (ARCH_FFN_SHEXP_GATE): [n_embd -> 1] */
+    model_tensor exp_probs_b;    /* ARCH_ROUTER_SIGMOID_BIAS: [n_expert], chooses experts only */
     model_tensor ffn_gate_shexp, ffn_up_shexp; /* shared expert: [n_embd -> n_ff_shexp] */
     model_tensor ffn_down_shexp; /* [n_ff_shexp -> n_embd] */
     /* gated DeltaNet (ARCH_ATTN_LINEAR): qkv = [n_embd -> ssm channels] (q and k of group_count
@@ -118,7 +130,10 @@ typedef struct model_hparams {
     int n_expert;      /* MoE (0 otherwise): experts per layer, */
     int n_expert_used; /* how many run per token (top-k), */
     int n_ff_exp;      /* and one expert's hidden width */
-    int n_ff_shexp;    /* the shared expert's hidden width (0: none) */
+    int n_ff_shexp;    /* the shared expert's hidden width (0: none): its own key (Qwen), or */
+    int n_expert_shared; /* n_ff_exp x expert_shared_count, the shared experts fused in one GLU (GLM) */
+    float expert_weights_scale; /* ARCH_ROUTER_SIGMOID_BIAS: the chosen weights times this (1 = none) */
+    int n_dense_lead;  /* leading_dense_block_count: layers that run desc->leading (0: none) */
     int n_rot;         /* dimensions of a head that RoPE turns (rope.dimension_count; head_dim) */
     /* gated DeltaNet (0 without linear layers): conv taps, the width of a q/k head (= a v
      * head's), q/k heads, v heads, their total width; every full_attn_interval-th layer is
@@ -132,8 +147,11 @@ typedef struct model_hparams {
     float rope_scale;     /* linear scaling factor (1 = none) from rope.scaling.factor when type=linear */
     /* YaRN (rope.scaling.type yarn; yarn_factor 0: none): pair i's frequency blends from
      * f_i (below yarn_low) to f_i / yarn_factor (above yarn_high), linear in i between, and
-     * cos/sin are times yarn_attn_factor (0.1 ln(factor) + 1) */
-    float yarn_factor, yarn_low, yarn_high, yarn_attn_factor;
+     * cos/sin are times rope_attn_factor, 0.1 ln(factor) + 1 */
+    float yarn_factor, yarn_low, yarn_high;
+    /* cos and sin times this (1 = none): YaRN's, or LongRoPE's rope.scaling.attn_factor */
+    float rope_attn_factor;
+    int n_ctx_orig; /* LongRoPE: the context its short factors are for (longer: the long ones) */
     bool rope_neox;       /* rotate halves (qwen) instead of adjacent pairs (llama) */
     bool tied_output;     /* output.weight absent: LM head is token_embd */
     int n_swa;            /* attention.sliding_window: a sliding layer's window (0: none) */
@@ -160,6 +178,7 @@ typedef struct model {
     model_tensor output_norm; /* [n_embd] */
     model_tensor output;      /* [n_embd -> n_vocab]; == tok_embd when tied */
     model_tensor rope_freqs;  /* optional [head_dim/2] F32 divisors (Llama 3.1 rope scaling) */
+    model_tensor rope_factors_short, rope_factors_long; /* LongRoPE (phi3): [n_rot/2] divisors */
     /* Gemma 4's per-layer embeddings (n_embd_ple > 0): a token table [n_embd_ple * n_layer x
      * n_vocab], a projection of the embeddings [n_embd -> n_embd_ple * n_layer] and its norm */
     model_tensor ple_tok_embd, ple_model_proj, ple_proj_norm;
@@ -182,5 +201,11 @@ void model_free(model *m);
  * its engine is created: -1 and "the <backend> backend does not implement <feature> (layer
  * N of <family>)" for the first layer that needs another one, else 0. */
 int model_check_features(const model *m, arch_features supported, const char *backend, char *err, size_t errlen);
+
+/* The RoPE divisors layer ly turns by in an engine of n_ctx positions per sequence: LongRoPE's
+ * long factors past its original context, else the layer's own (model_layer.rope_freqs: the
+ * model's rope_freqs, LongRoPE's short factors, or NULL); llama.cpp chooses so, once per
+ * context. */
+const float *model_rope_freqs(const model *m, const model_layer *ly, int n_ctx);
 
 #endif

@@ -45,6 +45,7 @@ typedef enum pre_kind {
     PRE_DEEPSEEK_LLM,
     PRE_FALCON,
     PRE_STARCODER,
+    PRE_TEKKEN,
 } pre_kind;
 
 /* A tokenizer.ggml.pre name: the split rules it stands for and what the reference
@@ -273,6 +274,7 @@ static const pre_info pre_infos[] = {
     {"dbrx", PRE_LLAMA3, false, false, false},
     {"smaug-bpe", PRE_LLAMA3, false, false, false},
     {"chatglm-bpe", PRE_LLAMA3, false, false, false},
+    {"glm4", PRE_LLAMA3, false, false, false}, /* GLM-4.5: llama.cpp's CHATGLM4, as chatglm-bpe */
     {"qwen2", PRE_QWEN2, false, false, true},
     {"qwen2.5", PRE_QWEN2, false, false, true},
     {"qwen-2.5", PRE_QWEN2, false, false, true},
@@ -283,6 +285,7 @@ static const pre_info pre_infos[] = {
     {"gpt-4o", PRE_GPT4O, false, false, false},
     {"o200k", PRE_GPT4O, false, false, false},
     {"llama4", PRE_GPT4O, false, false, false},
+    {"tekken", PRE_TEKKEN, true, true, false}, /* Mistral Nemo, Small 3.x, Devstral, Ministral */
     {"deepseek-llm", PRE_DEEPSEEK_LLM, false, false, false},
     {"falcon", PRE_FALCON, false, false, false},
     {"starcoder", PRE_STARCODER, false, false, false},
@@ -978,6 +981,26 @@ static size_t match_gpt2(cptext *c, size_t i, size_t end)
     return match_space_run(c, i, end);
 }
 
+/*  ?[^\s LETTERS \p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+, with '/' among the characters
+ * after the run when `slash` (Tekken): what the Llama 3 line's rules try after words and
+ * digits. */
+static size_t match_symbols_or_space(const cptext *c, size_t i, size_t end, unsigned letters, bool slash)
+{
+    size_t j = i + (c->cp[i] == ' ' && i + 1 < end && is_other(c->fl[i + 1], letters));
+    if (is_other(c->fl[j], letters)) {
+        j += run_of_other(c, j, end, letters);
+        while (j < end && (is_crlf(c->cp[j]) || (slash && c->cp[j] == '/')))
+            j++;
+        return j - i;
+    }
+    /* whitespace: \s*[\r\n]+ ends at the last line break of the run, if it has one */
+    size_t n = run_of(c, i, end, S_);
+    for (size_t k = i + n; k > i; k--)
+        if (is_crlf(c->cp[k - 1]))
+            return k - i;
+    return match_space_run(c, i, end);
+}
+
 /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?LETTERS+|\p{N}{1,max}|
  *  ?[^\s LETTERS \p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  * LETTERS is \p{L} (Llama 3, Qwen2) or [\p{L}\p{M}] (Qwen3.5). */
@@ -994,19 +1017,7 @@ static size_t match_llama3_like(const cptext *c, size_t i, size_t end, size_t ma
         return 1 + run_of(c, i + 1, end, letters);
     if (f & N_) /* bounded: measuring the whole run at every 3rd digit would be quadratic */
         return run_of(c, i, i + max_digits < end ? i + max_digits : end, N_);
-    size_t j = i + (c->cp[i] == ' ' && i + 1 < end && is_other(c->fl[i + 1], letters));
-    if (is_other(c->fl[j], letters)) {
-        j += run_of_other(c, j, end, letters);
-        while (j < end && is_crlf(c->cp[j]))
-            j++;
-        return j - i;
-    }
-    /* whitespace: \s*[\r\n]+ ends at the last line break of the run, if it has one */
-    n = run_of(c, i, end, S_);
-    for (size_t k = i + n; k > i; k--)
-        if (is_crlf(c->cp[k - 1]))
-            return k - i;
-    return match_space_run(c, i, end);
+    return match_symbols_or_space(c, i, end, letters, false);
 }
 
 static size_t match_llama3(cptext *c, size_t i, size_t end)
@@ -1024,19 +1035,21 @@ static size_t match_qwen35(cptext *c, size_t i, size_t end)
     return match_llama3_like(c, i, end, 1, L_ | UCP_MARK);
 }
 
-/* gpt-4o / o200k (gpt-oss, GPT-4o's tokenizer): letters split by case, so "HelloWorld" is
- * two pieces, and a contraction stays on its word:
- *   [^\r\n\p{L}\p{N}]?UPPER*LOWER+CONTRACTION?|[^\r\n\p{L}\p{N}]?UPPER+LOWER*CONTRACTION?|
- *   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
- * with UPPER = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], LOWER = [\p{Ll}\p{Lm}\p{Lo}\p{M}] and
- * CONTRACTION = (?i:'s|'t|'re|'ve|'m|'ll|'d).  Lm, Lo and marks are in both classes. */
-#define O200K_UPPER(f) (((f) & UCP_MARK) || (((f) & L_) && !((f) & UCP_LOWER)))
-#define O200K_LOWER(f) (((f) & UCP_MARK) || (((f) & L_) && !((f) & UCP_UPPER)))
+/* The case-split pre-tokenizers, gpt-4o / o200k (gpt-oss, Llama 4) and Tekken (Mistral):
+ *   [^\r\n\p{L}\p{N}]?UPPER*LOWER+SUFFIX|[^\r\n\p{L}\p{N}]?UPPER+LOWER*SUFFIX|\p{N}{1,D}|
+ *    ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with UPPER = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and LOWER = [\p{Ll}\p{Lm}\p{Lo}\p{M}] (Lm, Lo and
+ * marks are in both), so "HelloWorld" is two pieces.  gpt-4o: SUFFIX = (?i:'s|'t|'re|'ve|'m|'ll|'d)?
+ * (a contraction stays on its word), D = 3; Tekken: no suffix, D = 1.  The classes are Unicode's
+ * (UCP_UPPER / UCP_LOWER), as Hugging Face's regex has them; llama.cpp approximates them by
+ * ASCII ([^a-z] / [^A-Z]). */
+#define CASED_UPPER(f) (((f) & UCP_MARK) || (((f) & L_) && !((f) & UCP_LOWER)))
+#define CASED_LOWER(f) (((f) & UCP_MARK) || (((f) & L_) && !((f) & UCP_UPPER)))
 
 static size_t run_upper(const cptext *c, size_t i, size_t end)
 {
     size_t j = i;
-    while (j < end && O200K_UPPER(c->fl[j]))
+    while (j < end && CASED_UPPER(c->fl[j]))
         j++;
     return j - i;
 }
@@ -1044,7 +1057,7 @@ static size_t run_upper(const cptext *c, size_t i, size_t end)
 static size_t run_lower(const cptext *c, size_t i, size_t end)
 {
     size_t j = i;
-    while (j < end && O200K_LOWER(c->fl[j]))
+    while (j < end && CASED_LOWER(c->fl[j]))
         j++;
     return j - i;
 }
@@ -1064,7 +1077,7 @@ static size_t match_cased_word(const cptext *c, size_t i, size_t end, bool lower
     return 0;
 }
 
-static size_t match_gpt4o(cptext *c, size_t i, size_t end)
+static size_t match_cased(cptext *c, size_t i, size_t end, bool contractions, size_t max_digits)
 {
     unsigned f = c->fl[i];
     bool prefix = !(f & (L_ | N_)) && !is_crlf(c->cp[i]) && i + 1 < end;
@@ -1073,23 +1086,22 @@ static size_t match_gpt4o(cptext *c, size_t i, size_t end)
         for (size_t p = prefix ? 1 : 0; p != (size_t)-1; p--) {
             size_t n = match_cased_word(c, i + p, end, alt == 0);
             if (n)
-                return p + n + match_contraction(c, i + p + n, end, true);
+                return p + n + (contractions ? match_contraction(c, i + p + n, end, true) : 0);
         }
     }
     if (f & N_)
-        return run_of(c, i, i + 3 < end ? i + 3 : end, N_);
-    size_t j = i + (c->cp[i] == ' ' && i + 1 < end && is_other(c->fl[i + 1], L_));
-    if (is_other(c->fl[j], L_)) {
-        j += run_of_other(c, j, end, L_);
-        while (j < end && (is_crlf(c->cp[j]) || c->cp[j] == '/'))
-            j++;
-        return j - i;
-    }
-    size_t n = run_of(c, i, end, S_);
-    for (size_t k = i + n; k > i; k--)
-        if (is_crlf(c->cp[k - 1]))
-            return k - i;
-    return match_space_run(c, i, end);
+        return run_of(c, i, i + max_digits < end ? i + max_digits : end, N_);
+    return match_symbols_or_space(c, i, end, L_, true);
+}
+
+static size_t match_gpt4o(cptext *c, size_t i, size_t end)
+{
+    return match_cased(c, i, end, true, 3);
+}
+
+static size_t match_tekken(cptext *c, size_t i, size_t end)
+{
+    return match_cased(c, i, end, false, 1);
 }
 
 static bool is_falcon_punct_extra(uint32_t cp, bool backtick)
@@ -1257,6 +1269,8 @@ static pre_stages stages_for(pre_kind k)
         return (pre_stages){{match_qwen35}, 1};
     case PRE_GPT4O:
         return (pre_stages){{match_gpt4o}, 1};
+    case PRE_TEKKEN:
+        return (pre_stages){{match_tekken}, 1};
     case PRE_DEEPSEEK_LLM:
         return (pre_stages){{match_crlf, match_deepseek_letters, match_deepseek_punct,
                              match_trailing_space, match_deepseek_cjk, match_numbers}, 6};

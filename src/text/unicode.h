@@ -61,6 +61,7 @@ extern const size_t unicode_n_nfc_touch;
 /* UCP_* bits of cp (0 for unassigned, out-of-range or UTF8_INVALID). */
 unsigned unicode_flags(uint32_t cp);
 
+
 /* NFC (canonical decomposition, canonical ordering, canonical composition) of the UTF-8 text
  * s[0..n).  Bytes that are not valid UTF-8 are kept as they are and block composition across
  * them.  Returns 0 with *out = NULL when s is already in NFC (the common case: no allocation),

@@ -45,18 +45,35 @@ model="$tmp/tiny-llama.gguf"
 # file, then why the model is refused.
 LC_ALL=C sed 's/llama/llamx/g' "$model" >"$tmp/unknown-family.gguf"
 expect_rc 0 "$bin" info "$tmp/unknown-family.gguf" &&
-    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, bert, gpt-oss\)" \
+    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, bert, gpt-oss, phi3, glm4moe\)" \
         "$tmp/out" "info of an unknown family"
-# A mixture of experts (../shared/reference, when present): the MoE recipe and its experts.
-moe="${INFERD_SHARED_DIR:-$(dirname "$0")/../../../shared}/reference/qwen3moe.gguf"
-if [ -f "$moe" ]; then
-    expect_rc 0 "$bin" info "$moe" &&
-        expect_grep "^  layers 0-2: pre-norm, full attention \+ qk norm, MoE silu \(softmax top-k router, renormalised\)$" \
-            "$tmp/out" "info qwen3moe layer recipe" &&
-        expect_grep "^  experts: 8 per MoE layer, 2 per token, hidden width 32$" "$tmp/out" "info qwen3moe experts"
-else
-    echo "SKIP: $moe not present (the MoE info check)"
-fi
+# The reference models (../shared/reference, when present): `inferd info` of FILE must print
+# a line matching each PATTERN.
+reference_info() { # FILE PATTERN...
+    local file="${INFERD_SHARED_DIR:-$(dirname "$0")/../../../shared}/reference/$1"
+    shift
+    if [ ! -f "$file" ]; then
+        echo "SKIP: $file not present (its info check)"
+        return
+    fi
+    expect_rc 0 "$bin" info "$file" || return
+    local pattern
+    for pattern in "$@"; do expect_grep "$pattern" "$tmp/out" "info $(basename "$file")"; done
+}
+# A mixture of experts: the MoE recipe and its experts.
+reference_info qwen3moe.gguf \
+    "^  layers 0-2: pre-norm, full attention \+ qk norm, MoE silu \(softmax top-k router, renormalised\)$" \
+    "^  experts: 8 per MoE layer, 2 per token, hidden width 32$"
+# GLM-4.5: a dense first layer, then sigmoid-routed MoE layers with a shared expert; partial RoPE.
+reference_info glm4moe.gguf \
+    "^  layer 0: pre-norm, full attention \+ qkv bias \+ qk norm \+ partial RoPE, GLU silu$" \
+    "^  layers 1-2: pre-norm, full attention \+ qkv bias \+ qk norm \+ partial RoPE, MoE silu \(sigmoid router \+ selection bias, renormalised, scaled\) \+ shared expert$" \
+    "^  rope: the first 16 of 32 dims of each head$" \
+    "^  experts: 8 per MoE layer, 2 per token, hidden width 32, shared expert width 32$"
+# Phi-3: fused tensors, partial RoPE and LongRoPE, which the loader reads from the file.
+reference_info phi3.gguf \
+    "^  layers 0-2: pre-norm, full attention \+ fused qkv \+ partial RoPE \+ LongRoPE, GLU silu \(fused gate/up\)$" \
+    "^  rope: LongRoPE factors \(long past 4096 tokens\), attention factor 1.19024$"
 
 # --- generate --------------------------------------------------------------------------------
 if expect_rc 0 "$bin" generate -m "$model" -p "The scheduler packs prompts" -n 12 --temp 0 --threads 1; then

@@ -460,6 +460,67 @@ static tokenizer *bpe_with(const char *pre, int add_bos)
     return tokenizer_from_writer(w, pre ? pre : "(no pre)");
 }
 
+/* Tekken (Mistral Nemo, Small 3.x, Devstral): its pre-tokenizer's pieces against those of its
+ * tokenizer.json regex, with Unicode's case classes (Lu/Lt upper, Ll lower, Lm/Lo and marks
+ * both), as Python's `regex` module splits these texts (UCP_UPPER / UCP_LOWER in unicode_data.c)
+ * (tests/text/gen_tekken_pieces.py writes this table).  Upper runs before lower ones stay
+ * one word ("HELLOworld"), a title-case digraph starts one, every digit is its own piece,
+ * '/' and line breaks end a symbol run, and there are no contractions. */
+static void test_tekken_pieces(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        size_t lens[16]; /* the pieces' byte lengths, 0-terminated */
+    } cases[] = {
+        {"Hello World", {5, 6, 0}},
+        {"HELLOworld and iPhone", {10, 4, 2, 5, 0}},
+        {"ABC def GHI", {3, 4, 4, 0}},
+        {"McDonald's don't I'M", {2, 6, 2, 4, 2, 2, 2, 0}},
+        {"\303\211ric caf\303\251 \303\221AND\303\232 stra\303\237e", {5, 6, 8, 8, 0}},
+        {"\307\205emal \307\204EMAL \307\206emal", {6, 7, 7, 0}},
+        {"\312\260ello a\312\260\312\260", {6, 6, 0}},
+        {"e\314\201E\314\201 \314\201x", {3, 3, 4, 0}},
+        {"\346\227\245\346\234\254\350\252\236\343\201\256\343\203\206\343\202\255\343\202\271\343\203\210", {24, 0}},
+        {"\354\225\210\353\205\225\355\225\230\354\204\270\354\232\224 \354\204\270\352\263\204", {15, 7, 0}},
+        {"\331\205\330\261\330\255\330\250\330\247 \330\250\330\247\331\204\330\271\330\247\331\204\331\205", {10, 15, 0}},
+        {"\340\244\250\340\244\256\340\244\270\340\245\215\340\244\244\340\245\207 \340\244\246\340\245\201\340\244\250\340\244\277\340\244\257\340\244\276", {18, 19, 0}},
+        {"12345 3.14 x2y", {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1, 0}},
+        {"x/y//z\012", {1, 2, 2, 1, 1, 0}},
+        {" !!!/\012\012", {7, 0}},
+        {"a   b\012\012  c  ", {1, 2, 2, 2, 1, 2, 2, 0}},
+        {"line\015\012next\015\012\015\012", {4, 2, 4, 4, 0}},
+        {"foo/bar.baz\077q=1", {3, 4, 4, 2, 1, 1, 0}},
+        {"\360\237\221\213 hi \360\237\216\211\360\237\216\211", {4, 3, 9, 0}},
+        {"\011Tab\302\240nbsp \343\200\200wide", {4, 6, 1, 7, 0}},
+        {"\316\221\316\222\316\223 \316\261\316\262\316\263 \316\243\316\257\317\203\317\205\317\206\316\277\317\202", {6, 7, 15, 0}},
+        {"\307\210ubljana \307\211", {9, 3, 0}},
+        {"  leading and trailing  ", {1, 8, 4, 9, 2, 0}},
+        {"(x+y)*z == \042done\042", {2, 2, 2, 1, 3, 2, 4, 1, 0}},
+    };
+    tokenizer *t = bpe_with("tekken", -1);
+    assert_true(tokenizer_add_bos(t)); /* llama.cpp's default for tekken */
+    tokenizer_free(t);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t *ends = NULL;
+        int n = tokenizer_pre_split("tekken", cases[i].text, strlen(cases[i].text), &ends);
+        int want = 0;
+        while (cases[i].lens[want]) want++;
+        size_t off = 0;
+        bool same = n == want;
+        for (int p = 0; same && p < n; p++) {
+            off += cases[i].lens[p];
+            same = ends[p] == off;
+        }
+        if (!same) {
+            for (int p = 0, lo = 0; p < n; lo = (int)ends[p], p++)
+                print_message("  piece %d: \"%.*s\"\n", p, (int)ends[p] - lo, cases[i].text + lo);
+            fail_msg("case %zu: %d pieces, expected %d", i, n, want);
+        }
+        free(ends);
+    }
+}
+
 static void test_bos_defaults(void **state)
 {
     (void)state;
@@ -470,7 +531,7 @@ static void test_bos_defaults(void **state)
     } cases[] = {
         {"llama-bpe", true}, {"llama3", true}, {"llama-v3", true}, {"falcon3", true},
         {"qwen2", false},    {"gpt-2", false}, {"gpt2", false},    {"dbrx", false},
-        {"smaug-bpe", false}, {"deepseek-llm", false}, {"starcoder", false}, {NULL, false},
+        {"smaug-bpe", false}, {"deepseek-llm", false}, {"starcoder", false}, {"glm4", false}, {"tekken", true}, {NULL, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tokenizer *t = bpe_with(cases[i].pre, -1);
@@ -1205,6 +1266,7 @@ int main(void)
         cmocka_unit_test(test_hf_texts),
         cmocka_unit_test(test_pre_split_gpt4o),
         cmocka_unit_test(test_bos_defaults),
+        cmocka_unit_test(test_tekken_pieces),
         cmocka_unit_test(test_wordpiece),
         cmocka_unit_test(test_prompt_bos_once),
         cmocka_unit_test(test_nfc),

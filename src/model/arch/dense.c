@@ -19,6 +19,8 @@ const arch_key arch_dense_keys[] = {
     {"attention.key_length", ARCH_KEY_INT, HP(head_dim), false, 0, 0},
     {"attention.layer_norm_rms_epsilon", ARCH_KEY_FLOAT, HP(rms_eps), true, 0, 0},
     {"rope.freq_base", ARCH_KEY_FLOAT, HP(rope_base), false, 10000.0f, 0},
+    /* below head_dim: RoPE turns that many dims of each head (ARCH_ATTN_ROPE_PARTIAL) */
+    {"rope.dimension_count", ARCH_KEY_INT, HP(n_rot), false, 0, 0},
     {0},
 };
 

@@ -22,7 +22,6 @@ const arch_key arch_hybrid_keys[] = {
     {"ssm.group_count", ARCH_KEY_INT, HP(ssm_groups), true, 0, 0},
     {"ssm.time_step_rank", ARCH_KEY_INT, HP(ssm_vheads), true, 0, 0},
     {"ssm.inner_size", ARCH_KEY_INT, HP(ssm_inner), true, 0, 0},
-    {"rope.dimension_count", ARCH_KEY_INT, HP(n_rot), false, 0, 0},
     {"full_attention_interval", ARCH_KEY_INT, HP(full_attn_interval), false, 4, 0},
     {0},
 };

@@ -10,5 +10,5 @@ const arch_desc arch_qwen35moe = {
     .globals = arch_dense_globals,
     .layer_tensors = arch_qwen35_layer_tensors,
     .rope = ARCH_ROPE_NEOX,
-    ARCH_HYBRID_PATTERN(ARCH_FFN_MOE, ARCH_FFN_SHARED_EXPERT),
+    ARCH_HYBRID_PATTERN(ARCH_FFN_MOE, ARCH_FFN_SHARED_EXPERT | ARCH_FFN_SHEXP_GATE),
 };

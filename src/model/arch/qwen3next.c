@@ -13,5 +13,5 @@ const arch_desc arch_qwen3next = {
     .layer_tensors = arch_qwen3next_layer_tensors,
     .rope = ARCH_ROPE_NEOX,
     .ssm_heads = ARCH_SSM_GROUPED,
-    ARCH_HYBRID_PATTERN(ARCH_FFN_MOE, ARCH_FFN_SHARED_EXPERT),
+    ARCH_HYBRID_PATTERN(ARCH_FFN_MOE, ARCH_FFN_SHARED_EXPERT | ARCH_FFN_SHEXP_GATE),
 };

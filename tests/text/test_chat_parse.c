@@ -132,6 +132,17 @@ static void run_split(const chat_parse_opts *o, const char *text, const size_t *
     run_pieces(o, text, cuts, n, false, r, NULL);
 }
 
+/* run_pieces fed byte by byte. */
+static void run_bytes(const chat_parse_opts *o, const char *text, bool cut, result *r, streamed *st)
+{
+    size_t len = strlen(text);
+    size_t *cuts = malloc(len * sizeof *cuts);
+    assert_non_null(cuts);
+    for (size_t k = 1; k < len; k++) cuts[k - 1] = k;
+    run_pieces(o, text, cuts, (int)len - 1, cut, r, st);
+    free(cuts);
+}
+
 /* Random cut points (a fixed generator: the same every run). */
 static int random_cuts(const char *text, unsigned seed, size_t *cuts)
 {
@@ -403,13 +414,9 @@ static chat_parse_opts stream_opts(chat_syntax syn)
 static void check_streamed(chat_syntax syn, const char *text, const char *calls, const size_t *opens, int min_fragments)
 {
     chat_parse_opts o = stream_opts(syn);
-    size_t len = strlen(text);
-    size_t *cuts = malloc(len * sizeof *cuts);
-    for (size_t k = 1; k < len; k++) cuts[k - 1] = k;
     streamed st;
     result r, whole;
-    run_pieces(&o, text, cuts, (int)len - 1, false, &r, &st);
-    free(cuts);
+    run_bytes(&o, text, false, &r, &st);
     o.stream_calls = false;
     run_split(&o, text, NULL, 0, &whole);
     assert_string_equal(whole.calls, calls);
@@ -533,12 +540,8 @@ static void test_json_reprint(void **state)
 static void check_cut_streamed(chat_syntax syn, const char *text, const char *content, const char *calls)
 {
     chat_parse_opts o = stream_opts(syn);
-    size_t len = strlen(text);
-    size_t *cuts = malloc(len * sizeof *cuts);
-    for (size_t k = 1; k < len; k++) cuts[k - 1] = k;
     result r;
-    run_pieces(&o, text, cuts, (int)len - 1, true, &r, NULL);
-    free(cuts);
+    run_bytes(&o, text, true, &r, NULL);
     assert_string_equal(r.content, content);
     assert_string_equal(r.calls, calls);
 }
@@ -569,12 +572,7 @@ static void test_stream_broken(void **state)
     (void)state;
     result r;
     chat_parse_opts o = stream_opts(CHAT_SYNTAX_HERMES);
-    const char *text = "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": 1 2}}\n</tool_call>after";
-    size_t len = strlen(text);
-    size_t *cuts = malloc(len * sizeof *cuts);
-    for (size_t k = 1; k < len; k++) cuts[k - 1] = k;
-    run_pieces(&o, text, cuts, (int)len - 1, false, &r, NULL);
-    free(cuts);
+    run_bytes(&o, "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": 1 2}}\n</tool_call>after", false, &r, NULL);
     assert_string_equal(r.calls, "0:search:{\"q\":1;");
     assert_string_equal(r.content, "after");
 }

@@ -161,8 +161,8 @@ static void add_logprobs(cJSON *o, const api_meta *m, const api_choice *ch, cons
                                                                   : completion_logprobs(ch, v));
 }
 
-/* tool_calls: whole ({id, type, function: {name, arguments}}), or in a chunk either the
- * opening of each call (index, id, type, name, empty arguments) or its argument fragment. */
+/* tool_calls: whole ({id, type, function: {name, arguments}}), or in a chunk a piece of each
+ * call: its index, on its first piece its id, type and name, and its argument fragment. */
 static void add_tool_calls(cJSON *o, const api_choice *ch, bool chunk)
 {
     if (!ch->n_calls) return;
@@ -172,14 +172,13 @@ static void add_tool_calls(cJSON *o, const api_choice *ch, bool chunk)
         cJSON *it = cJSON_CreateObject();
         cJSON_AddItemToArray(arr, it);
         if (chunk) cJSON_AddNumberToObject(it, "index", c->index);
-        if (!chunk || !ch->calls_args) {
+        if (c->id) {
             add_text(it, "id", c->id, strlen(c->id));
             cJSON_AddStringToObject(it, "type", "function");
         }
         cJSON *fn = cJSON_AddObjectToObject(it, "function");
-        if (!chunk || !ch->calls_args) add_text(fn, "name", c->name, strlen(c->name));
-        if (!chunk || ch->calls_args) add_text(fn, "arguments", c->arguments, strlen(c->arguments));
-        else cJSON_AddStringToObject(fn, "arguments", "");
+        if (c->name) add_text(fn, "name", c->name, strlen(c->name));
+        add_text(fn, "arguments", c->arguments ? c->arguments : "", c->arguments ? strlen(c->arguments) : 0);
     }
 }
 

@@ -44,9 +44,10 @@ typedef struct api_choice {
     /* chat: the reply as chat_parse split it */
     const char *reasoning;  /* reasoning_content (NULL/0: none) */
     size_t reasoning_len;
-    const chat_tool_call *calls; /* message: every call; chunk: the calls this chunk opens or continues */
+    /* message: every call; chunk: pieces of calls (chat_tool_call: a call's first piece has
+     * its id and name, every piece an argument fragment) */
+    const chat_tool_call *calls;
     int n_calls;
-    bool calls_args;        /* chunk: the calls' argument fragments (else their index/id/type/name) */
     bool content_null;      /* message: content is null (the reply was only tool calls) */
     int stop_string;        /* finish "stop" by a stop string: 1 + its index in the request's stop; else 0 */
     const float *embedding; /* embeddings / rerank: the pooled answer (n_embedding floats) */

@@ -643,19 +643,20 @@ void api_msg_stream_thinking(api_msg_stream *s, const char *text, size_t len)
 void api_msg_stream_call(api_msg_stream *s, const chat_tool_call *c)
 {
     if (s->failed) return;
-    start_block(s, tool_use_block(c, false));
-    /* the input as the client will parse it: the arguments re-printed from their object */
-    cJSON *input = tool_use_block(c, true);
-    char *json = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(input, "input"));
-    cJSON_Delete(input);
-    cJSON *ev = at(s->n_blocks - 1), *d = cJSON_CreateObject();
-    cJSON_AddStringToObject(d, "type", "input_json_delta");
-    cJSON_AddStringToObject(d, "partial_json", json ? json : "{}");
-    free(json);
-    if (ev) cJSON_AddItemToObject(ev, "delta", d);
-    else cJSON_Delete(d);
-    emit(s, "content_block_delta", ev);
-    emit(s, "content_block_stop", at(s->n_blocks - 1));
+    if (c->id) {
+        start_block(s, tool_use_block(c, false));
+        s->open = MSG_BLOCK_TOOL_USE;
+    }
+    if (s->open != MSG_BLOCK_TOOL_USE) return; /* a piece of no open call: nothing to add it to */
+    if (c->arguments && c->arguments[0]) {
+        cJSON *ev = at(s->n_blocks - 1), *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "type", "input_json_delta");
+        cJSON_AddItemToObject(d, "partial_json", clean_string(c->arguments, strlen(c->arguments)));
+        if (ev) cJSON_AddItemToObject(ev, "delta", d);
+        else cJSON_Delete(d);
+        emit(s, "content_block_delta", ev);
+    }
+    if (c->last) close_block(s);
 }
 
 void api_msg_stream_end(api_msg_stream *s, const char *finish_reason, const char *stop_sequence, const api_usage *u,

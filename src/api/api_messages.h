@@ -54,7 +54,7 @@ typedef struct api_msg_out {
 char *api_messages_json(const api_meta *m, const api_msg_out *o, const api_usage *u);
 
 /* The content blocks that take text deltas. */
-typedef enum api_msg_block { MSG_BLOCK_NONE = 0, MSG_BLOCK_TEXT, MSG_BLOCK_THINKING } api_msg_block;
+typedef enum api_msg_block { MSG_BLOCK_NONE = 0, MSG_BLOCK_TEXT, MSG_BLOCK_THINKING, MSG_BLOCK_TOOL_USE } api_msg_block;
 
 /* A streamed reply: content blocks open and close as thinking, text and calls arrive. */
 typedef struct api_msg_stream {
@@ -70,7 +70,8 @@ typedef struct api_msg_stream {
 void api_msg_stream_begin(api_msg_stream *s, const api_meta *m, bytebuf *out, const api_usage *u);
 void api_msg_stream_text(api_msg_stream *s, const char *text, size_t len);
 void api_msg_stream_thinking(api_msg_stream *s, const char *text, size_t len);
-/* A tool_use block: its start, its input as one input_json_delta, its stop. */
+/* A piece of a call (chat_parse.h): its first starts a tool_use block (id, name), each
+ * argument fragment is an input_json_delta, its last stops the block. */
 void api_msg_stream_call(api_msg_stream *s, const chat_tool_call *c);
 /* The open block's stop, message_delta (stop reason, usage) and message_stop; or, when err,
  * an error event. */

@@ -43,7 +43,7 @@ typedef struct api_delta {
     size_t text_offset;      /* bytes of this choice's text written before (echo included) */
     const char *reasoning;
     size_t reasoning_len;
-    const chat_tool_call *calls; /* the calls this output completed */
+    const chat_tool_call *calls; /* pieces of calls (chat_parse.h: whole calls unless streamed) */
     int n_calls;
     const engine_result *tokens; /* with logprobs: the tokens behind the text */
     int n_tokens;

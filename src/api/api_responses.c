@@ -741,10 +741,34 @@ void api_resp_stream_begin(api_resp_stream *s, const api_meta *m, const api_resp
     }
 }
 
+/* Finishes an open function_call: its arguments' .done, the item's .done. */
+static void close_call(api_resp_stream *s, const char *status)
+{
+    chat_tool_call c = {.id = s->call_id, .name = s->call_name, .arguments = s->open_text.data ? s->open_text.data : ""};
+    cJSON *done = call_item(s->rq, &c, status, true);
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(done, "arguments");
+    cJSON *ev = at(s->open_index, s->open_id);
+    if (ev) cJSON_AddStringToObject(ev, "arguments", cJSON_IsString(args) ? args->valuestring : "");
+    emit(s, "response.function_call_arguments.done", ev);
+    ev = at(s->open_index, NULL);
+    if (ev) cJSON_AddItemToObject(ev, "item", cJSON_Duplicate(done, true));
+    emit(s, "response.output_item.done", ev);
+    if (done) cJSON_AddItemToArray(s->done, done);
+    free(s->call_id);
+    free(s->call_name);
+    s->call_id = s->call_name = NULL;
+}
+
 /* Finishes the open item: its text's .done, its part's .done, the item's .done. */
 static void close_item(api_resp_stream *s, const char *status)
 {
     if (!s->open) return;
+    if (s->open == RESP_ITEM_CALL) {
+        close_call(s, status);
+        s->open = RESP_ITEM_NONE;
+        bytebuf_clear(&s->open_text);
+        return;
+    }
     const struct item_kind *k = &kinds[s->open];
     const char *text = s->open_text.data ? s->open_text.data : "";
     size_t len = s->open_text.len;
@@ -804,28 +828,39 @@ void api_resp_stream_reasoning(api_resp_stream *s, const char *text, size_t len)
     delta(s, RESP_ITEM_REASONING, text, len);
 }
 
+/* A call's first piece opens its item (arguments ""); fragments go out as they come. */
 void api_resp_stream_call(api_resp_stream *s, const chat_tool_call *c)
 {
     if (s->failed) return;
-    close_item(s, "completed");
-    int index = n_items(s);
-    cJSON *ev = at(index, NULL);
-    if (ev) cJSON_AddItemToObject(ev, "item", call_item(s->rq, c, "in_progress", false));
-    emit(s, "response.output_item.added", ev);
-    /* the finished item's own id and (sanitized) arguments go into the argument events */
-    cJSON *done = call_item(s->rq, c, "completed", true);
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(done, "id"), *args = cJSON_GetObjectItemCaseSensitive(done, "arguments");
-    const char *sid = cJSON_IsString(id) ? id->valuestring : "", *sargs = cJSON_IsString(args) ? args->valuestring : "";
-    static const char *const steps[] = {"response.function_call_arguments.delta", "response.function_call_arguments.done"};
-    for (int k = 0; k < 2; k++) {
-        ev = at(index, sid);
-        if (ev) cJSON_AddStringToObject(ev, k ? "arguments" : "delta", sargs);
-        emit(s, steps[k], ev);
+    if (c->id) {
+        close_item(s, "completed");
+        int index = n_items(s);
+        cJSON *added = call_item(s->rq, c, "in_progress", false);
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(added, "id");
+        snprintf(s->open_id, sizeof s->open_id, "%s", cJSON_IsString(id) ? id->valuestring : "");
+        cJSON *ev = at(index, NULL);
+        if (ev) cJSON_AddItemToObject(ev, "item", added);
+        else cJSON_Delete(added);
+        emit(s, "response.output_item.added", ev);
+        s->call_id = strdup(c->id);
+        s->call_name = strdup(c->name ? c->name : "");
+        if (!s->call_id || !s->call_name) s->failed = s->out->failed = true;
+        s->open = RESP_ITEM_CALL;
+        s->open_index = index;
     }
-    ev = at(index, NULL);
-    if (ev) cJSON_AddItemToObject(ev, "item", cJSON_Duplicate(done, true));
-    emit(s, "response.output_item.done", ev);
-    if (done) cJSON_AddItemToArray(s->done, done);
+    if (s->open != RESP_ITEM_CALL) return; /* a piece of no open call: nothing to add it to */
+    size_t len = c->arguments ? strlen(c->arguments) : 0;
+    char *clean = len ? api_utf8_sanitize(c->arguments, len, &len) : NULL;
+    if (clean) {
+        bytebuf_append(&s->open_text, clean, len);
+        cJSON *ev = at(s->open_index, s->open_id);
+        if (ev) cJSON_AddStringToObject(ev, "delta", clean);
+        emit(s, "response.function_call_arguments.delta", ev);
+    } else if (len) {
+        s->failed = s->out->failed = true;
+    }
+    free(clean);
+    if (c->last) close_item(s, "completed");
 }
 
 void api_resp_stream_end(api_resp_stream *s, bool incomplete, const api_usage *u, const api_error *err)
@@ -844,6 +879,9 @@ void api_resp_stream_end(api_resp_stream *s, bool incomplete, const api_usage *u
 
 void api_resp_stream_free(api_resp_stream *s)
 {
+    free(s->call_id);
+    free(s->call_name);
+    s->call_id = s->call_name = NULL;
     cJSON_Delete(s->done);
     s->done = NULL;
     bytebuf_free(&s->open_text);

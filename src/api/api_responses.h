@@ -55,8 +55,8 @@ typedef struct api_resp_out {
 /* m: the id ("resp_..."), model and time every body of one request shares. */
 char *api_responses_json(const api_meta *m, const api_resp_req *rq, const api_resp_out *o, const api_usage *u);
 
-/* The output items that take text deltas. */
-typedef enum api_resp_item { RESP_ITEM_NONE = 0, RESP_ITEM_MESSAGE, RESP_ITEM_REASONING } api_resp_item;
+/* The output items that take deltas: text, reasoning, a function call's arguments. */
+typedef enum api_resp_item { RESP_ITEM_NONE = 0, RESP_ITEM_MESSAGE, RESP_ITEM_REASONING, RESP_ITEM_CALL } api_resp_item;
 
 /* A streamed reply: output items open and close as text, reasoning and calls arrive. */
 typedef struct api_resp_stream {
@@ -67,7 +67,8 @@ typedef struct api_resp_stream {
     api_resp_item open; /* the item taking deltas */
     int open_index;     /* its output_index */
     char open_id[48];
-    bytebuf open_text;  /* its text so far */
+    bytebuf open_text;  /* its text (a call: its arguments) so far */
+    char *call_id, *call_name; /* a function_call item: the call's */
     struct cJSON *done; /* the finished items, for the final response object */
     bool failed;        /* out of memory: the stream is cut */
 } api_resp_stream;
@@ -75,6 +76,8 @@ typedef struct api_resp_stream {
 void api_resp_stream_begin(api_resp_stream *s, const api_meta *m, const api_resp_req *rq, bytebuf *out);
 void api_resp_stream_text(api_resp_stream *s, const char *text, size_t len);
 void api_resp_stream_reasoning(api_resp_stream *s, const char *text, size_t len);
+/* A piece of a call (chat_parse.h): its first opens a function_call item, each fragment is a
+ * response.function_call_arguments.delta, its last closes the item. */
 void api_resp_stream_call(api_resp_stream *s, const chat_tool_call *c);
 /* The last event: response.completed, response.incomplete, or response.failed with err. */
 void api_resp_stream_end(api_resp_stream *s, bool incomplete, const api_usage *u, const api_error *err);

@@ -19,8 +19,8 @@ static void chatcmpl_open(api_reply *r, const api_span *echo, int n_choices)
     }
 }
 
-/* Content and reasoning in one chunk, then each completed call as two chunks (its opening
- * with id and name, then its arguments), then the finish. */
+/* Content and reasoning in one chunk, then a chunk per piece of a call (its first with id and
+ * name, each with the arguments' next fragment, chat_parse.h), then the finish. */
 static void chatcmpl_delta(api_reply *r, const api_delta *d)
 {
     bool lp = r->rq->logprobs >= 0;
@@ -31,9 +31,8 @@ static void chatcmpl_delta(api_reply *r, const api_delta *d)
         api_proto_chunk(r, &ac);
     }
     for (int k = 0; k < d->n_calls; k++) {
+        if (!d->calls[k].id && !d->calls[k].arguments[0]) continue; /* a bare last piece: nothing to say */
         api_choice ac = {.index = d->index, .text = "", .calls = &d->calls[k], .n_calls = 1};
-        api_proto_chunk(r, &ac);
-        ac.calls_args = true;
         api_proto_chunk(r, &ac);
     }
     api_proto_finish_chunk(r, d);

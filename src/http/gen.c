@@ -465,7 +465,8 @@ static int start_parsers(gen *g)
         chat_parse_opts po = {.syntax = sm->syntax, .tools = tools, .reasoning = sm->reasoning,
                               .in_reasoning = sm->reasoning && g->think_in_prompt, .id_seed = next_random(),
                               .names = (const char *const *)g->req.tool_names, .n_names = g->req.n_tools,
-                              .max_calls = g->req.parallel_tool_calls ? 0 : 1};
+                              .max_calls = g->req.parallel_tool_calls ? 0 : 1,
+                              .stream_calls = g->req.stream};
         if (!(g->ch[i].cp = chat_parser_new(&po))) return -1;
     }
     return 0;

@@ -6,10 +6,19 @@
  * (inside <think>), CONTENT, CALL (inside a family's tool-call markup).  Holding back works as
  * in sched/stopstr.c: the longest tail that is a proper prefix of a marker stays in the buffer.
  * Whitespace between content and calls is held too and dropped when a call follows, so that a
- * reply of calls alone has content null. */
+ * reply of calls alone has content null.
+ *
+ * Streamed calls (stream_calls): the CALL state still decides, as above, when a call is
+ * complete and what it is; ahead of that, a look-ahead (preview) reads the call region while
+ * it waits -- the call object's header, then its arguments through json_reprint -- and opens
+ * the call and releases argument fragments as they are decided.  When the CALL state then
+ * completes the call (add_call_as, matched by the call's ordinal in the region), only the
+ * rest of its arguments goes out. */
 #include "chat_parse.h"
 
 #include "base/rng.h"
+#include "base/utf8.h"
+#include "json_reprint.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -31,6 +40,26 @@
 
 typedef enum pstate { ST_START, ST_REASON, ST_CONTENT, ST_CALL } pstate;
 
+/* The look-ahead of a streamed call region: where it stands. */
+typedef enum pview {
+    PV_SEEK,    /* the region's first call: an object, an array of them, or the family's own shape */
+    PV_ELEM,    /* before a call object (in an array: before its ',') */
+    PV_HEADER,  /* {"name": "NAME", "arguments"|"parameters": { -- not yet all there */
+    PV_MISTRAL, /* NAME[ARGS]{ */
+    PV_DS,      /* <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{ */
+    PV_ARGS,    /* the open call's arguments, re-printed as they come */
+    PV_AFTER,   /* the arguments ended: the next object of an array */
+    PV_OFF      /* nothing more to read ahead in this region (the CALL state decides) */
+} pview;
+
+/* A call opened ahead of its end. */
+typedef struct live_call {
+    int ord;      /* which call object of the region it is */
+    int index;    /* its index as released */
+    bytebuf sent; /* its argument fragments so far */
+    bool closed;  /* its last piece went out */
+} live_call;
+
 struct chat_parser {
     chat_parse_opts o;
     pstate st;
@@ -43,6 +72,18 @@ struct chat_parser {
     int n_seen;         /* recognised in the reply, dropped ones included (the markup's shape) */
     int n_dropped;
     uint64_t id_state;
+    /* stream_calls: the look-ahead of the region in buf (reset whenever the CALL state consumes) */
+    pview pv;
+    size_t pv_pos;   /* how far into buf it has read */
+    size_t pv_obj;   /* where the call object being read starts */
+    bool pv_array;   /* the region is an array of call objects */
+    bool pv_comma;   /* array: a ',' comes before the next object */
+    int pv_ord;      /* the call object's ordinal in the region */
+    int step_ord;    /* calls the CALL state completed in the region */
+    json_reprint rp; /* the open call's arguments */
+    bytebuf pv_out;  /* re-printed arguments not yet released (an incomplete UTF-8 tail) */
+    live_call *live; /* the calls opened in the region */
+    int n_live, cap_live;
 };
 
 static const char *const syntax_names[CHAT_SYNTAX_COUNT] = {"none", "hermes", "llama3", "mistral", "deepseek-v3"};
@@ -116,6 +157,9 @@ void chat_parser_free(chat_parser *p)
     if (!p) return;
     bytebuf_free(&p->buf);
     bytebuf_free(&p->ws);
+    bytebuf_free(&p->pv_out);
+    for (int i = 0; i < p->n_live; i++) bytebuf_free(&p->live[i].sent);
+    free(p->live);
     free(p);
 }
 
@@ -187,42 +231,106 @@ static bool args_object(const char *args)
     return ok;
 }
 
+/* A new entry at the end of d (its strings NULL), or NULL when memory ran out. */
+static chat_tool_call *new_entry(chat_delta *d)
+{
+    if (d->n_calls == d->cap_calls) {
+        int cap = d->cap_calls ? d->cap_calls * 2 : 4;
+        chat_tool_call *c = realloc(d->calls, (size_t)cap * sizeof *c);
+        if (!c) return NULL;
+        d->calls = c;
+        d->cap_calls = cap;
+    }
+    chat_tool_call *c = &d->calls[d->n_calls++];
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+/* The entry a piece of streamed call index goes into: the last entry when it is a piece of
+ * the same call that is not its last (one feed's pieces of a call are one), else a new one.
+ * NULL when memory ran out. */
+static chat_tool_call *piece(chat_delta *d, int index)
+{
+    chat_tool_call *c = d->n_calls ? &d->calls[d->n_calls - 1] : NULL;
+    if (c && c->index == index && !c->last) return c;
+    if (!(c = new_entry(d))) return NULL;
+    c->index = index;
+    if (!(c->arguments = strdup(""))) d->n_calls--;
+    return c->arguments ? c : NULL;
+}
+
+/* Appends s[0..n) to a piece's arguments; -1 when memory ran out. */
+static int append_args(chat_tool_call *c, const char *s, size_t n)
+{
+    if (!n) return 0;
+    size_t have = strlen(c->arguments);
+    char *a = realloc(c->arguments, have + n + 1);
+    if (!a) return -1;
+    memcpy(a + have, s, n);
+    a[have + n] = 0;
+    c->arguments = a;
+    return 0;
+}
+
+/* A call the client may be handed (before its arguments are known): a function it offered,
+ * within parallel_tool_calls. */
+static bool admitted(const chat_parser *p, const char *name, size_t len)
+{
+    return offered(p, name, len) && !(p->o.max_calls && p->n_calls >= p->o.max_calls);
+}
+
+/* The call opened ahead of its end as the ord-th call object of the region, or NULL. */
+static live_call *live_at(chat_parser *p, int ord)
+{
+    for (int i = 0; i < p->n_live; i++)
+        if (p->live[i].ord == ord) return &p->live[i];
+    return NULL;
+}
+
+/* An opened call's last piece: the rest of its arguments (args: the whole call's, as a
+ * non-streamed reply has them; the fragments sent are their prefix).  -1 when out of memory. */
+static int close_live(chat_delta *d, live_call *lc, const char *args)
+{
+    size_t sent = lc->sent.len, len = strlen(args);
+    bool prefix = sent <= len && memcmp(bdata(&lc->sent), args, sent) == 0;
+    chat_tool_call *c = piece(d, lc->index);
+    if (!c || (prefix && append_args(c, args + sent, len - sent) < 0)) return -1;
+    c->last = true;
+    lc->closed = true;
+    return 0;
+}
+
 /* A recognised call goes to the client only when it can act on it: a function the request
  * offered (not a made-up one, not a name with markup in it), arguments that parse as a JSON
  * object, and only the first when parallel calls are off.  Anything else is dropped, markup
  * and all (it is no content either), and counted.  The id is always ours: a model-written
- * one could repeat an earlier call's or carry anything.  0, or -1 when memory ran out. */
+ * one could repeat an earlier call's or carry anything.  A call opened ahead of its end
+ * (stream_calls) was admitted then and gets the rest of its arguments.  0, or -1 when memory
+ * ran out. */
 static int add_call_as(chat_parser *p, chat_delta *d, const char *name, size_t name_len, const char *args,
                        bool partial)
 {
     p->n_seen++;
     bytebuf_clear(&p->ws); /* whitespace between calls is markup, not content */
-    if (!offered(p, name, name_len) || (!partial && !args_object(args)) ||
-        (p->o.max_calls && p->n_calls >= p->o.max_calls)) {
+    live_call *lc = p->o.stream_calls ? live_at(p, p->step_ord++) : NULL;
+    if (lc) return close_live(d, lc, args);
+    if (!admitted(p, name, name_len) || (!partial && !args_object(args))) {
         p->n_dropped++;
         return 0;
     }
-    if (d->n_calls == d->cap_calls) {
-        int cap = d->cap_calls ? d->cap_calls * 2 : 4;
-        chat_tool_call *c = realloc(d->calls, (size_t)cap * sizeof *c);
-        if (!c) return -1;
-        d->calls = c;
-        d->cap_calls = cap;
-    }
     char id[40];
     next_id(p, id, sizeof id);
-    chat_tool_call *c = &d->calls[d->n_calls];
-    c->index = p->n_calls;
-    c->id = strdup(id);
-    c->name = strndup(name, name_len);
-    c->arguments = strdup(args);
+    chat_tool_call *c = new_entry(d);
+    if (!c) return -1;
+    *c = (chat_tool_call){.index = p->n_calls, .id = strdup(id), .name = strndup(name, name_len),
+                          .arguments = strdup(args), .last = true};
     if (!c->id || !c->name || !c->arguments) {
         free(c->id);
         free(c->name);
         free(c->arguments);
+        d->n_calls--;
         return -1;
     }
-    d->n_calls++;
     p->n_calls++;
     return 0;
 }
@@ -291,10 +399,11 @@ static int calls_from_text(chat_parser *p, chat_delta *d, const char *s, size_t 
     return rc < 0 ? -1 : added;
 }
 
-/* Releases buf[0..k) as content when a call region turned out not to be one. */
+/* Releases buf[0..k) as content when a call region turned out not to be one -- unless a
+ * call in it was already opened (stream_calls): then its markup is dropped. */
 static void give_up_call(chat_parser *p, chat_delta *d, size_t k)
 {
-    put_content(p, bdata(&p->buf), k, d);
+    if (!p->n_live) put_content(p, bdata(&p->buf), k, d);
     bytebuf_consume(&p->buf, k);
     p->st = ST_CONTENT;
 }
@@ -442,6 +551,9 @@ static int step_call(chat_parser *p, chat_delta *d, bool final, bool *progress)
     }
 }
 
+static int preview(chat_parser *p, chat_delta *d);
+static int end_region_step(chat_parser *p, chat_delta *d, bool cut);
+
 static int run(chat_parser *p, chat_delta *d, bool final)
 {
     for (int guard = 0; guard < 1 << 20; guard++) {
@@ -523,7 +635,8 @@ static int run(chat_parser *p, chat_delta *d, bool final)
         case ST_CALL: {
             bool progress;
             if (step_call(p, d, final, &progress) < 0) return -1;
-            if (!progress) return 0;
+            if (!progress) return p->o.stream_calls ? preview(p, d) : 0; /* waiting: read ahead */
+            if (p->o.stream_calls && end_region_step(p, d, false) < 0) return -1;
             continue;
         }
         }
@@ -533,7 +646,10 @@ static int run(chat_parser *p, chat_delta *d, bool final)
 
 static int check(const chat_parser *p, const chat_delta *d)
 {
-    return bytebuf_ok(&p->buf) && bytebuf_ok(&p->ws) && bytebuf_ok(&d->content) && bytebuf_ok(&d->reasoning) ? 0 : -1;
+    return bytebuf_ok(&p->buf) && bytebuf_ok(&p->ws) && bytebuf_ok(&p->pv_out) && bytebuf_ok(&d->content) &&
+                   bytebuf_ok(&d->reasoning)
+               ? 0
+               : -1;
 }
 
 int chat_parser_feed(chat_parser *p, const char *s, size_t n, chat_delta *d)
@@ -557,24 +673,29 @@ static size_t skip_space(const char *s, size_t n, size_t i)
     return i;
 }
 
+/* The end (exclusive) of the JSON string starting at s[i] ('"'), 0 when it is not closed. */
+static size_t string_end(const char *s, size_t n, size_t i)
+{
+    bool esc = false;
+    for (size_t j = i + 1; j < n; j++) {
+        if (esc) esc = false;
+        else if (s[j] == '\\') esc = true;
+        else if (s[j] == '"') return j + 1;
+    }
+    return 0;
+}
+
 /* The JSON string starting at s[i] ('"'), decoded into *out (malloc'd); its end, 0 when it is
  * not complete. */
 static size_t json_string_at(const char *s, size_t n, size_t i, char **out)
 {
     *out = NULL;
-    if (i >= n || s[i] != '"') return 0;
-    bool esc = false;
-    for (size_t j = i + 1; j < n; j++) {
-        if (esc) esc = false;
-        else if (s[j] == '\\') esc = true;
-        else if (s[j] == '"') {
-            cJSON *v = cJSON_ParseWithLength(s + i, j + 1 - i);
-            if (cJSON_IsString(v)) *out = strdup(v->valuestring);
-            cJSON_Delete(v);
-            return *out ? j + 1 : 0;
-        }
-    }
-    return 0;
+    size_t e = i < n && s[i] == '"' ? string_end(s, n, i) : 0;
+    if (!e) return 0;
+    cJSON *v = cJSON_ParseWithLength(s + i, e - i);
+    if (cJSON_IsString(v)) *out = strdup(v->valuestring);
+    cJSON_Delete(v);
+    return *out ? e : 0;
 }
 
 /* After `"key"` at or past s[i] (the first such key), the offset just past its ':' and
@@ -632,6 +753,211 @@ static int release_partial(chat_parser *p, chat_delta *d)
 int chat_parser_cut(chat_parser *p, chat_delta *d)
 {
     if (run(p, d, false) < 0) return -1; /* the complete calls before it go out as usual */
-    if (p->st == ST_CALL && release_partial(p, d) < 0) return -1;
+    if (p->st == ST_CALL) {
+        /* a call already opened ends where it was cut; else the open call is found now */
+        if (p->n_live ? end_region_step(p, d, true) < 0 : release_partial(p, d) < 0) return -1;
+        bytebuf_clear(&p->buf);
+        p->st = ST_CONTENT;
+    }
     return chat_parser_finish(p, d);
+}
+
+/* ---- streamed calls: reading a call region ahead of its end ------------------------------- */
+
+/* 1: s[*i..n) starts with lit (and *i moves past it); 0: it may still (too short to tell);
+ * -1: it does not. */
+static int expect_lit(const char *s, size_t n, size_t *i, const char *lit)
+{
+    size_t l = strlen(lit), have = n - *i < l ? n - *i : l;
+    if (memcmp(s + *i, lit, have) != 0) return -1;
+    if (have < l) return 0;
+    *i += l;
+    return 1;
+}
+
+/* The call object at s[i] ('{') as far as its arguments: {"name": "NAME", "arguments"|
+ * "parameters": {.  1 with *name (malloc'd) and *args (the offset of the arguments' '{'), 0
+ * while it may still be, -1 when it is written otherwise (the call then goes out whole). */
+static int call_header(const char *s, size_t n, size_t i, char **name, size_t *args)
+{
+    static const char *const keys[] = {"\"arguments\"", "\"parameters\""};
+    *name = NULL;
+    i = skip_space(s, n, i + 1);
+    int m = expect_lit(s, n, &i, "\"name\"");
+    if (m == 1) i = skip_space(s, n, i), m = expect_lit(s, n, &i, ":");
+    if (m == 1) {
+        i = skip_space(s, n, i);
+        size_t e = i < n && s[i] == '"' ? string_end(s, n, i) : 0;
+        m = e ? (json_string_at(s, n, i, name) ? 1 : -1) : i == n || s[i] == '"' ? 0 : -1;
+        if (m == 1) i = skip_space(s, n, e), m = expect_lit(s, n, &i, ",");
+    }
+    if (m == 1) {
+        i = skip_space(s, n, i);
+        size_t at = i;
+        int a = expect_lit(s, n, &i, keys[0]), b = a == 1 ? 1 : expect_lit(s, n, &at, keys[1]);
+        if (b == 1 && a != 1) i = at;
+        m = a == 1 || b == 1 ? 1 : a == 0 || b == 0 ? 0 : -1;
+    }
+    if (m == 1) i = skip_space(s, n, i), m = expect_lit(s, n, &i, ":");
+    if (m == 1) i = skip_space(s, n, i), m = expect_lit(s, n, &i, "{");
+    if (m == 1) *args = i - 1;
+    else free(*name), *name = NULL;
+    return m;
+}
+
+/* Opens a call ahead of its end when the client may be handed it: its first piece (id and
+ * name), and the arguments at buf[args] to read.  -1 when memory ran out. */
+static int open_call(chat_parser *p, chat_delta *d, const char *name, size_t len, size_t args)
+{
+    if (!admitted(p, name, len)) {
+        p->pv = PV_AFTER; /* the CALL state drops it */
+        return 0;
+    }
+    if (p->n_live == p->cap_live) {
+        int cap = p->cap_live ? p->cap_live * 2 : 4;
+        live_call *l = realloc(p->live, (size_t)cap * sizeof *l);
+        if (!l) return -1;
+        p->live = l;
+        p->cap_live = cap;
+    }
+    char id[40];
+    next_id(p, id, sizeof id);
+    chat_tool_call *c = piece(d, p->n_calls);
+    if (!c || !(c->id = strdup(id)) || !(c->name = strndup(name, len))) return -1;
+    p->live[p->n_live++] = (live_call){.ord = p->pv_ord, .index = p->n_calls++};
+    json_reprint_init(&p->rp);
+    p->pv_pos = args;
+    p->pv = PV_ARGS;
+    return 0;
+}
+
+/* Reads the open call's arguments on and releases what is decided (whole characters). */
+static int read_args(chat_parser *p, chat_delta *d)
+{
+    live_call *lc = &p->live[p->n_live - 1];
+    p->pv_pos += json_reprint_feed(&p->rp, bdata(&p->buf) + p->pv_pos, p->buf.len - p->pv_pos, &p->pv_out);
+    size_t k = utf8_complete_prefix(bdata(&p->pv_out), p->pv_out.len);
+    if (k) {
+        chat_tool_call *c = piece(d, lc->index);
+        if (!c || append_args(c, bdata(&p->pv_out), k) < 0 || !bytebuf_append(&lc->sent, bdata(&p->pv_out), k)) return -1;
+        bytebuf_consume(&p->pv_out, k);
+    }
+    if (json_reprint_done(&p->rp)) p->pv = PV_AFTER;
+    else if (json_reprint_failed(&p->rp)) p->pv = PV_OFF; /* not JSON: the CALL state decides */
+    return 0;
+}
+
+/* Reads ahead in the call region while the CALL state waits for its end.  The shapes it
+ * follows are the ones step_call reads, in the same places. */
+static int preview(chat_parser *p, chat_delta *d)
+{
+    for (;;) {
+        const char *s = bdata(&p->buf);
+        size_t n = p->buf.len, i = p->pv_pos;
+        char *name = NULL;
+        size_t args = 0;
+        int m;
+        switch (p->pv) {
+        case PV_SEEK:
+            while (i < n && (is_space(s[i]) || (s[i] == ';' && p->o.syntax != CHAT_SYNTAX_HERMES))) i++;
+            if (i == n) return 0;
+            p->pv_pos = i;
+            if (p->o.syntax == CHAT_SYNTAX_DEEPSEEK_V3) p->pv = PV_DS;
+            else if (s[i] == '[') p->pv_array = true, p->pv_pos = i + 1, p->pv = PV_ELEM;
+            else if (s[i] == '{') p->pv = PV_ELEM;
+            else p->pv = p->o.syntax == CHAT_SYNTAX_MISTRAL ? PV_MISTRAL : PV_OFF;
+            continue;
+        case PV_ELEM:
+            i = skip_space(s, n, i);
+            if (i == n) return 0;
+            if (p->pv_comma) {
+                p->pv_comma = false;
+                p->pv_pos = i + 1;
+                if (s[i] != ',') p->pv = PV_OFF;
+                continue;
+            }
+            p->pv_obj = i;
+            p->pv = s[i] == '{' ? PV_HEADER : PV_OFF;
+            continue;
+        case PV_HEADER:
+            m = call_header(s, n, p->pv_obj, &name, &args);
+            if (m == 0) return 0;
+            if (m < 0) {
+                p->pv = PV_AFTER; /* written otherwise: it goes out whole */
+                continue;
+            }
+            m = open_call(p, d, name, strlen(name), args);
+            free(name);
+            if (m < 0) return -1;
+            continue;
+        case PV_MISTRAL: { /* NAME[ARGS]{ */
+            const char *a = memmem(s + i, n - i, MISTRAL_ARGS, strlen(MISTRAL_ARGS));
+            args = a ? (size_t)(a - s) + strlen(MISTRAL_ARGS) : n;
+            if (args == n) return 0;
+            if (s[args] != '{') p->pv = PV_OFF;
+            else if (open_call(p, d, s + i, (size_t)(a - s) - i, args) < 0) return -1;
+            if (p->pv == PV_AFTER) p->pv = PV_OFF; /* one call per region step */
+            continue;
+        }
+        case PV_DS: { /* <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{ */
+            if ((m = expect_lit(s, n, &i, DS_CALL_BEGIN)) == 0) return 0;
+            if (m < 0) {
+                p->pv = PV_OFF;
+                continue;
+            }
+            const char *sep = memmem(s + i, n - i, DS_SEP, strlen(DS_SEP));
+            const char *nm = sep ? sep + strlen(DS_SEP) : NULL;
+            const char *nl = nm ? memchr(nm, '\n', n - (size_t)(nm - s)) : NULL;
+            const char *brace = nl ? memchr(nl, '{', n - (size_t)(nl - s)) : NULL;
+            if (!brace) return 0;
+            if (open_call(p, d, nm, (size_t)(nl - nm), (size_t)(brace - s)) < 0) return -1;
+            if (p->pv == PV_AFTER) p->pv = PV_OFF;
+            continue;
+        }
+        case PV_ARGS:
+            if (read_args(p, d) < 0) return -1;
+            if (p->pv == PV_ARGS) return 0;
+            continue;
+        case PV_AFTER: { /* an array's next object comes after this one's end */
+            size_t e = p->pv_array ? json_end(s, n, p->pv_obj) : 0;
+            if (!p->pv_array) p->pv = PV_OFF;
+            if (!e) return 0;
+            p->pv_pos = e;
+            p->pv_ord++;
+            p->pv_comma = true;
+            p->pv = PV_ELEM;
+            continue;
+        }
+        case PV_OFF: return 0;
+        }
+    }
+}
+
+/* The CALL state consumed (a call completed, or the region ended): calls opened in the region
+ * and not closed by it end here -- cut: with what was held of their arguments, as written --
+ * and the look-ahead starts over.  -1 when memory ran out. */
+static int end_region_step(chat_parser *p, chat_delta *d, bool cut)
+{
+    int rc = 0;
+    for (int i = 0; i < p->n_live; i++) {
+        live_call *lc = &p->live[i];
+        if (!lc->closed) {
+            chat_tool_call *c = piece(d, lc->index);
+            size_t held_len = 0;
+            const char *held = json_reprint_held(&p->rp, &held_len);
+            bool reading = p->pv == PV_ARGS && i == p->n_live - 1;
+            if (!c || (reading && append_args(c, bdata(&p->pv_out), p->pv_out.len) < 0) ||
+                (reading && cut && append_args(c, held, held_len) < 0))
+                rc = -1;
+            else c->last = true;
+        }
+        bytebuf_free(&lc->sent);
+    }
+    p->n_live = 0;
+    p->pv = PV_SEEK;
+    p->pv_pos = p->pv_obj = 0;
+    p->pv_array = p->pv_comma = false;
+    p->pv_ord = p->step_ord = 0;
+    bytebuf_clear(&p->pv_out);
+    return rc;
 }

@@ -5,8 +5,10 @@
  * Streaming: feed the text pieces as the detokenizer releases them; each feed appends to a
  * chat_delta what is now decided.  Text that may be the start of a marker ("<tool", "[TOOL_")
  * is held back until the next piece decides it, as stop strings are, so raw markup never
- * reaches content; a tool call is released whole once its closing markup (or the end of its
- * JSON) arrives.  chat_parser_finish releases what is still held at the end of generation.
+ * reaches content.  A tool call is released whole once its closing markup (or the end of its
+ * JSON) arrives -- or, with chat_parse_opts.stream_calls, as it is written: its id and name
+ * first, then its arguments in fragments (see chat_tool_call).  chat_parser_finish releases
+ * what is still held at the end of generation.
  *
  * Pure text processing: no model, no sockets; the same output split at any byte boundary
  * gives the same concatenated result. */
@@ -46,16 +48,32 @@ typedef struct chat_parse_opts {
     const char *const *names;
     int n_names;
     int max_calls;
+    /* Release each call as it is written rather than whole (a streamed reply).  A call opens
+     * once its name is complete and its arguments object has begun -- in every family: the
+     * call object's "name" written first and its "arguments"/"parameters" right after
+     * (Hermes, Llama 3, Mistral's JSON), Mistral's name[ARGS]{, DeepSeek's name line and
+     * ```json {.  A call written otherwise (the arguments first, or as a JSON string) is
+     * released whole when it completes, as without this flag.  The fragments re-print the
+     * model's JSON as the whole call's arguments are printed, so they add up to exactly the
+     * arguments a non-streamed reply has.  What cannot be taken back: a call whose JSON breaks
+     * after it opened ends there (its markup is dropped, never content), where a non-streamed
+     * reply would drop it or give it back as text. */
+    bool stream_calls;
 } chat_parse_opts;
 
+/* A tool call, or (stream_calls) one piece of one: the first piece of a call carries its id
+ * and name, later pieces NULL for both; arguments is the piece's fragment ("" when none), and
+ * the fragments of one index, in order, concatenate to the call's arguments.  last marks the
+ * call's final piece.  Without stream_calls every entry is a whole call (last true). */
 typedef struct chat_tool_call {
     int index; /* 0, 1, ... in the order of the reply */
     char *id;
     char *name;
-    char *arguments; /* JSON text */
+    char *arguments; /* JSON text (or its next fragment) */
+    bool last;
 } chat_tool_call;
 
-/* What one feed decided: text to append to content and reasoning, calls completed. */
+/* What one feed decided: text to append to content and reasoning, calls (or call pieces). */
 typedef struct chat_delta {
     bytebuf content, reasoning;
     chat_tool_call *calls;
@@ -75,9 +93,10 @@ int chat_parser_finish(chat_parser *p, chat_delta *d);
 /* The same for a reply cut short (max_tokens): a call still being written is released as a
  * partial call -- its name, and its arguments as far as they were written, which may not be
  * complete JSON -- so that the client sees a call cut off (finish_reason "length"), never its
- * markup as content.  A call cut before its name was complete is dropped. */
+ * markup as content.  A call cut before its name was complete is dropped.  (stream_calls: a
+ * call already open gets its last piece: what was held of its arguments, as written.) */
 int chat_parser_cut(chat_parser *p, chat_delta *d);
-/* Tool calls released so far (finish_reason "tool_calls" when > 0). */
+/* Tool calls released (or opened) so far (finish_reason "tool_calls" when > 0). */
 int chat_parser_n_calls(const chat_parser *p);
 /* Calls recognised in the reply but not released (see chat_parse_opts.names). */
 int chat_parser_n_dropped(const chat_parser *p);

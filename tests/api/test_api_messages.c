@@ -211,7 +211,7 @@ static const api_meta meta = {.kind = API_MESSAGES, .id = "msg_00112233445566778
 static void test_whole(void **state)
 {
     (void)state;
-    chat_tool_call call = {0, "call_abc", "get", "{\"city\":\"Paris\"}"};
+    chat_tool_call call = {0, "call_abc", "get", "{\"city\":\"Paris\"}", true};
     api_usage u = {10, 4, 6};
     api_msg_out o = {.text = "Sure.", .text_len = 5, .thinking = "hm", .thinking_len = 2, .calls = &call, .n_calls = 1,
                      .finish_reason = "tool_calls"};
@@ -259,7 +259,7 @@ static void test_stream(void **state)
     (void)state;
     bytebuf out = {0};
     api_msg_stream s;
-    chat_tool_call call = {0, "call_abc", "get", "{\"city\":\"Paris\"}"};
+    chat_tool_call call = {0, "call_abc", "get", "{\"city\":\"Paris\"}", true};
     api_usage u = {10, 0, 6}, at_start = {10, 4, 1};
     api_msg_stream_begin(&s, &meta, &out, &at_start);
     api_msg_stream_thinking(&s, "thi", 3);
@@ -323,11 +323,38 @@ static void test_stream(void **state)
     bytebuf_free(&out);
 }
 
+/* A streamed call in pieces (chat_parse.h): the tool_use block starts with its id and name,
+ * each fragment is an input_json_delta, the last stops the block. */
+static void test_stream_call_pieces(void **state)
+{
+    (void)state;
+    bytebuf out = {0};
+    api_msg_stream s;
+    chat_tool_call pieces[] = {{0, "call_abc", "get", "", false}, {0, NULL, NULL, "{\"city\":", false},
+                               {0, NULL, NULL, "\"Paris\"}", true}};
+    api_usage u = {10, 0, 6};
+    api_msg_stream_begin(&s, &meta, &out, &u);
+    for (int i = 0; i < 3; i++) api_msg_stream_call(&s, &pieces[i]);
+    api_msg_stream_end(&s, "tool_calls", NULL, &u, NULL);
+    cJSON *ev[32];
+    int n = sse_events(&out, ev, 32);
+    static const char *const want[] = {"message_start", "ping", "content_block_start", "content_block_delta",
+                                       "content_block_delta", "content_block_stop", "message_delta", "message_stop"};
+    assert_int_equal(n, (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < n; i++) assert_string_equal(str_at(ev[i], "type"), want[i]);
+    assert_string_equal(str_at(ev[2], "content_block.id"), "toolu_abc");
+    assert_string_equal(str_at(ev[2], "content_block.name"), "get");
+    assert_string_equal(str_at(ev[3], "delta.partial_json"), "{\"city\":");
+    assert_string_equal(str_at(ev[4], "delta.partial_json"), "\"Paris\"}");
+    for (int i = 0; i < n; i++) cJSON_Delete(ev[i]);
+    bytebuf_free(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_translate), cmocka_unit_test(test_refusals), cmocka_unit_test(test_error_shape),
-        cmocka_unit_test(test_whole), cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_whole), cmocka_unit_test(test_stream), cmocka_unit_test(test_stream_call_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

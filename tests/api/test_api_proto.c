@@ -84,12 +84,18 @@ static void test_chat_stream(void **state)
     api_span echo[2] = {{0}};
     f.p->open(&f.rep, echo, 2);
     assert_int_equal(count(&f, "\"role\":\"assistant\""), 2);
-    chat_tool_call call = {.index = 0, .id = "call_1", .name = "f", .arguments = "{}"};
+    chat_tool_call call = {.index = 0, .id = "call_1", .name = "f", .arguments = "{}", .last = true};
     api_delta d = {.index = 0, .text = "ok", .text_len = 2, .calls = &call, .n_calls = 1, .finish_reason = "tool_calls"};
     f.p->delta(&f.rep, &d);
-    /* content, the call's opening, its arguments, the finish */
-    assert_int_equal(count(&f, "data: "), 2 + 4);
+    /* content, the call (a whole one: id, name and arguments in one piece), the finish */
+    assert_int_equal(count(&f, "data: "), 2 + 3);
     assert_int_equal(count(&f, "\"name\":\"f\""), 1);
+    /* a streamed call's pieces: its opening with id and name, then fragments alone */
+    chat_tool_call pieces[] = {{.index = 1, .id = "call_2", .name = "g", .arguments = "{\"a\""},
+                               {.index = 1, .arguments = ":1}", .last = true}};
+    f.p->delta(&f.rep, &(api_delta){.index = 0, .calls = pieces, .n_calls = 2});
+    assert_int_equal(count(&f, "{\"index\":1,\"id\":\"call_2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{\\\"a\\\"\"}}"), 1);
+    assert_int_equal(count(&f, "\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\":1}\"}}]"), 1);
     assert_int_equal(count(&f, "\"finish_reason\":\"tool_calls\""), 1);
     api_usage u = {.prompt_tokens = 3, .completion_tokens = 4};
     f.p->close(&f.rep, &(api_end){.usage = &u});

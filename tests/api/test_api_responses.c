@@ -155,7 +155,7 @@ static const api_meta meta = {.kind = API_RESPONSES, .id = "resp_001122334455667
 static void test_whole_response(void **state)
 {
     (void)state;
-    chat_tool_call call = {0, "call_abc", "f", "{\"x\":1}"};
+    chat_tool_call call = {0, "call_abc", "f", "{\"x\":1}", true};
     api_resp_out o = {.text = "hi\xff", .text_len = 3, .reasoning = "think", .reasoning_len = 5, .calls = &call, .n_calls = 1};
     api_usage u = {10, 4, 6};
     char *json = api_responses_json(&meta, &echo, &o, &u);
@@ -216,8 +216,8 @@ static void test_hosted_and_namespace(void **state)
     cJSON_Delete(c);
 
     /* the calls as the response writes them */
-    chat_tool_call calls[] = {{0, "call_a", "collab.spawn", "{}"}, {1, "call_b", "f", "{}"},
-                              {2, "call_c", "other.x", "{}"}};
+    chat_tool_call calls[] = {{0, "call_a", "collab.spawn", "{}", true}, {1, "call_b", "f", "{}", true},
+                              {2, "call_c", "other.x", "{}", true}};
     api_resp_out o = {.calls = calls, .n_calls = 3};
     api_usage u = {1, 0, 1};
     char *json = api_responses_json(&meta, &rq, &o, &u);
@@ -252,7 +252,7 @@ static void test_stream(void **state)
     (void)state;
     bytebuf out = {0};
     api_resp_stream s;
-    chat_tool_call call = {0, "call_abc", "f", "{\"x\":1}"};
+    chat_tool_call call = {0, "call_abc", "f", "{\"x\":1}", true};
     api_usage u = {10, 0, 6};
     api_resp_stream_begin(&s, &meta, &echo, &out);
     api_resp_stream_reasoning(&s, "thi", 3);
@@ -315,11 +315,45 @@ static void test_stream(void **state)
     bytebuf_free(&out);
 }
 
+/* A streamed call in pieces (chat_parse.h): the item opens with its name and empty arguments,
+ * each fragment is an arguments delta, the last closes it with the whole arguments. */
+static void test_stream_call_pieces(void **state)
+{
+    (void)state;
+    bytebuf out = {0};
+    api_resp_stream s;
+    chat_tool_call pieces[] = {{0, "call_abc", "f", "{\"x\"", false}, {0, NULL, NULL, ":1", false}, {0, NULL, NULL, "}", true}};
+    api_usage u = {10, 0, 6};
+    api_resp_stream_begin(&s, &meta, &echo, &out);
+    for (int i = 0; i < 3; i++) api_resp_stream_call(&s, &pieces[i]);
+    api_resp_stream_end(&s, false, &u, NULL);
+    api_resp_stream_free(&s);
+    static const char *const want[] = {
+        "response.created", "response.in_progress", "response.output_item.added",
+        "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta", "response.function_call_arguments.done", "response.output_item.done",
+        "response.completed"};
+    enum { N = sizeof want / sizeof want[0] };
+    cJSON *ev[N + 4];
+    assert_int_equal(events(&out, ev, N + 4), N);
+    for (int i = 0; i < N; i++) assert_string_equal(str_at(ev[i], "type"), want[i]);
+    assert_string_equal(str_at(ev[2], "item.name"), "f");
+    assert_string_equal(str_at(ev[2], "item.arguments"), "");
+    assert_string_equal(str_at(ev[3], "delta"), "{\"x\"");
+    assert_string_equal(str_at(ev[4], "delta"), ":1");
+    assert_string_equal(str_at(ev[3], "item_id"), str_at(ev[2], "item.id"));
+    assert_string_equal(str_at(ev[6], "arguments"), "{\"x\":1}");
+    assert_string_equal(str_at(ev[7], "item.arguments"), "{\"x\":1}");
+    assert_string_equal(str_at(ev[N - 1], "response.output.0.arguments"), "{\"x\":1}");
+    for (int i = 0; i < N; i++) cJSON_Delete(ev[i]);
+    bytebuf_free(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_translate), cmocka_unit_test(test_refusals), cmocka_unit_test(test_rename),
-        cmocka_unit_test(test_whole_response), cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_whole_response), cmocka_unit_test(test_stream), cmocka_unit_test(test_stream_call_pieces),
         cmocka_unit_test(test_hosted_and_namespace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

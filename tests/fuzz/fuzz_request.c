@@ -105,7 +105,7 @@ static void responses_case(const char *body, size_t len, int n_vocab)
         check_accepted(&r, API_CHAT, n_vocab);
         api_request_free(&r);
         api_meta m = {.kind = API_RESPONSES, .id = "resp_0123456789abcdef01234567", .model = "m", .created = 1};
-        chat_tool_call call = {0, "call_1", "f", (char *)body};
+        chat_tool_call call = {0, "call_1", "f", (char *)body, true};
         api_resp_out o = {.text = body, .text_len = len, .reasoning = body, .reasoning_len = len / 2,
                           .calls = &call, .n_calls = 1, .incomplete = len & 1};
         api_usage u = {3, 1, 4};
@@ -154,7 +154,7 @@ static void messages_case(const char *body, size_t len, int n_vocab)
         FZ_CHECK(r.max_tokens >= 1); /* required by the API */
         api_request_free(&r);
         api_meta m = {.kind = API_MESSAGES, .id = "msg_0123456789abcdef01234567", .model = "m", .created = 1};
-        chat_tool_call call = {0, "call_1", "f", (char *)body};
+        chat_tool_call call = {0, "call_1", "f", (char *)body, true};
         api_msg_out o = {.text = body, .text_len = len, .thinking = body, .thinking_len = len / 2,
                          .calls = &call, .n_calls = 1, .finish_reason = len & 1 ? "length" : "tool_calls"};
         api_usage u = {3, 1, 4};

@@ -122,16 +122,25 @@ await pass('errors are the SDK typed errors', async () => {
 const weather = zodFunction({ name: 'get_weather', parameters: z.object({ city: z.string().max(12) }) });
 
 await pass('tools: a forced call, assembled by the stream helper', async () => {
-  const stream = client.chat.completions.stream({
-    ...chatArgs, max_tokens: 128, messages: [{ role: 'user', content: 'Weather in Paris?' }],
-    tools: [weather], tool_choice: { type: 'function', function: { name: 'get_weather' } },
-  });
-  let done = null;
-  stream.on('tool_calls.function.arguments.done', (e) => { done = e; });
-  const final = await stream.finalChatCompletion();
-  assert.equal(final.choices[0].finish_reason, 'tool_calls');
-  assert.equal(done?.name, 'get_weather');
-  assert.equal(typeof done.parsed_arguments.city, 'string');
+  // The arguments stream as the model writes them, not held back for one fragment (issue 33).
+  // Fragments go out per take of the server's output, and on a loaded machine one take can
+  // hold them all: so up to 6 streams, until one comes in more than one fragment.
+  let fragments = 0;
+  for (let attempt = 0; attempt < 6 && fragments < 2; attempt++) {
+    const stream = client.chat.completions.stream({
+      ...chatArgs, max_tokens: 128, messages: [{ role: 'user', content: 'Weather in Paris?' }],
+      tools: [weather], tool_choice: { type: 'function', function: { name: 'get_weather' } },
+    });
+    let done = null;
+    fragments = 0;
+    stream.on('tool_calls.function.arguments.delta', () => { fragments++; });
+    stream.on('tool_calls.function.arguments.done', (e) => { done = e; });
+    const final = await stream.finalChatCompletion();
+    assert.equal(final.choices[0].finish_reason, 'tool_calls');
+    assert.equal(done?.name, 'get_weather');
+    assert.equal(typeof done.parsed_arguments.city, 'string');
+  }
+  assert.ok(fragments > 1, `the arguments came in ${fragments} fragment(s), 6 times`);
 });
 
 await pass('tools round trip: forced call -> tool message -> answer', async () => {

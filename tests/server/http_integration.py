@@ -2690,6 +2690,116 @@ def case_speculative():
     print(f"speculative: {accepted:.0f} of {drafted:.0f} drafted tokens accepted, outputs unchanged")
 
 
+ATTEMPTS = 6  # streams tried until one shows 2+ fragments (case_stream_tools says why)
+SEARCH_PARAMS = {"type": "object", "properties": {"query": {"type": "string", "minLength": 24, "maxLength": 60}},
+                 "required": ["query"], "additionalProperties": False}
+
+
+def chat_call_pieces(raw):
+    """A streamed chat reply's tool_calls deltas, in order, and its finish reason and content."""
+    pieces, finish, content = [], None, ""
+    for ev in sse_events(raw.decode()):
+        if ev == "[DONE]":
+            continue
+        for ch in ev["choices"]:
+            pieces += ch["delta"].get("tool_calls") or []
+            content += ch["delta"].get("content") or ""
+            finish = ch.get("finish_reason") or finish
+    return pieces, finish, content
+
+
+def check_call_pieces(pieces, what):
+    """A call's deltas as clients fold them: the first with id, type and name, the rest only
+    argument fragments; the fragments and their concatenation."""
+    check(pieces and pieces[0]["index"] == 0 and pieces[0].get("id", "").startswith("call_") and
+          pieces[0].get("type") == "function" and pieces[0]["function"].get("name") == "search", f"{what}: first {pieces[:1]}")
+    check(all(p["index"] == 0 and "id" not in p and "name" not in p["function"] for p in pieces[1:]),
+          f"{what}: later pieces {pieces[1:4]}")
+    frags = [p["function"].get("arguments", "") for p in pieces]
+    return [f for f in frags if f], "".join(frags)
+
+
+def case_stream_tools():
+    """Issue 33 item 7: a streamed tool call goes out as it is written -- its id and name first,
+    then its arguments in fragments that add up to the non-streamed reply's arguments -- on
+    /v1/chat/completions, /v1/responses (function_call_arguments.delta) and /v1/messages
+    (input_json_delta); a call cut by max_tokens stays a partial call with finish "length",
+    never markup as content.  The real Qwen2.5 vocabulary and template, a forced call.
+    Fragments go out per take of the scheduler's output, and on a loaded machine one take can
+    hold every token of the arguments: so each stream is tried up to ATTEMPTS times until one
+    comes in 2 fragments or more (every attempt checked whole)."""
+    vocab = os.path.join(SHARED, "vocab", "ggml-vocab-qwen2.gguf")
+    if not os.path.exists(vocab):
+        print(f"SKIP: {vocab} not present")
+        return SKIP
+    model = make_model("qwen2-vocab.gguf", "--vocab", vocab)
+    path = os.path.join(SHARED, "chat", "templates", "qwen2.5.jinja")
+    ask = [{"role": "user", "content": "Search the web for rain boots."}]
+    search = {"name": "search", "description": "Searches the web.", "parameters": SEARCH_PARAMS}
+    with Server(model, "--chat-template-file", path) as s:
+        body = {"messages": ask, "tools": AGENT_TOOLS + [{"type": "function", "function": search}], "max_tokens": 80,
+                "temperature": 0, "tool_choice": {"type": "function", "function": {"name": "search"}}}
+        st, whole = post(s.port, "/v1/chat/completions", body)
+        check(st == 200 and whole["choices"][0]["finish_reason"] == "tool_calls", f"whole {st} {whole}")
+        args = whole["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+        n_tokens = whole["usage"]["completion_tokens"]
+        for _ in range(ATTEMPTS):
+            st, _, raw = request(s.port, "POST", "/v1/chat/completions", dict(body, stream=True))
+            pieces, finish, content = chat_call_pieces(raw)
+            frags, joined = check_call_pieces(pieces, "chat")
+            check(finish == "tool_calls" and content == "", f"chat: finish {finish} content {content!r}")
+            check(joined == args, f"chat: fragments {joined!r} vs the whole reply's {args!r}")
+            if len(frags) >= 2:
+                break
+        check(len(frags) >= 2, f"chat: the arguments came in {len(frags)} fragment(s) {ATTEMPTS} times: {frags}")
+
+        # cut by max_tokens inside the arguments: a partial call, "length", no markup
+        cut = dict(body, stream=True, max_tokens=n_tokens - 4)
+        st, _, raw = request(s.port, "POST", "/v1/chat/completions", cut)
+        pieces, finish, content = chat_call_pieces(raw)
+        _, partial = check_call_pieces(pieces, "cut")
+        check(finish == "length" and content == "" and "<tool_call>" not in raw.decode(), f"cut: {finish} {content!r}")
+        check(partial and partial != args and args.startswith(partial), f"cut: partial {partial!r} of {args!r}")
+        print(f"chat: {len(frags)} fragments of {args}; cut at {n_tokens - 4} tokens: {partial}")
+
+        # /v1/responses: the item opens with the name, its arguments come as deltas
+        rbody = {"input": ask[0]["content"], "tools": [dict(search, type="function")], "max_output_tokens": 80,
+                 "temperature": 0, "tool_choice": {"type": "function", "name": "search"}, "stream": True}
+        for _ in range(ATTEMPTS):
+            st, _, raw = request(s.port, "POST", "/v1/responses", rbody)
+            evs = anthropic_events(raw.decode())
+            names = [n for n, _ in evs]
+            added = [d["item"] for n, d in evs if n == "response.output_item.added" and d["item"]["type"] == "function_call"]
+            check(added and added[0]["name"] == "search" and added[0]["arguments"] == "", f"responses: added {added}")
+            deltas = [d["delta"] for n, d in evs if n == "response.function_call_arguments.delta"]
+            done = [d["arguments"] for n, d in evs if n == "response.function_call_arguments.done"]
+            check(names.index("response.output_item.added") < names.index("response.function_call_arguments.delta"),
+                  f"{names}")
+            final = [o for o in evs[-1][1]["response"]["output"] if o["type"] == "function_call"]
+            check(done == ["".join(deltas)] and final[0]["arguments"] == done[0] and "query" in json.loads(done[0]),
+                  f"responses: deltas {deltas} done {done} final {final}")
+            if len(deltas) >= 2:
+                break
+        check(len(deltas) >= 2, f"responses: {len(deltas)} argument delta(s) {ATTEMPTS} times")
+
+        # /v1/messages: the tool_use block starts with id and name, input_json_delta fragments
+        mbody = {"model": "m", "max_tokens": 80, "temperature": 0, "messages": ask, "stream": True,
+                 "tools": [{"name": "search", "description": "Searches the web.", "input_schema": SEARCH_PARAMS}],
+                 "tool_choice": {"type": "tool", "name": "search"}}
+        for _ in range(ATTEMPTS):
+            st, _, raw = request(s.port, "POST", "/v1/messages", mbody)
+            evs = anthropic_events(raw.decode())
+            starts = [d["content_block"] for n, d in evs if n == "content_block_start"]
+            parts = [d["delta"]["partial_json"] for n, d in evs
+                     if n == "content_block_delta" and d["delta"]["type"] == "input_json_delta"]
+            check(starts[-1]["type"] == "tool_use" and starts[-1]["id"].startswith("toolu_") and
+                  starts[-1]["name"] == "search", f"messages: start {starts}")
+            check("query" in json.loads("".join(parts)), f"messages: {parts}")
+            if len(parts) >= 2:
+                break
+        check(len(parts) >= 2, f"messages: {len(parts)} input_json_delta(s) {ATTEMPTS} times")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "text/chat_parse.h"
+#include "text/json_reprint.h"
 
 typedef struct result {
     char content[4096], reasoning[4096], calls[4096]; /* calls: "index:name:args;" */
@@ -32,27 +35,128 @@ static void absorb(result *r, chat_delta *d)
     chat_delta_clear(d);
 }
 
-/* Feeds text in pieces cut at the given offsets (cuts[0..n) ascending). */
-static void run_split(const chat_parse_opts *o, const char *text, const size_t *cuts, int n, result *r)
+/* A streamed reply's calls (stream_calls) folded as a client folds them, checking what the
+ * pieces promise: a call's first piece has our id and its name, later ones neither, nothing
+ * follows its last, indexes open in order 0, 1, ... */
+#define MAX_STREAMED 8
+typedef struct streamed {
+    int n;                    /* calls opened */
+    char name[MAX_STREAMED][64];
+    char args[MAX_STREAMED][1024];
+    int fragments[MAX_STREAMED]; /* pieces with a non-empty fragment */
+    bool last[MAX_STREAMED];
+    size_t opened_at[MAX_STREAMED]; /* bytes fed when the call opened */
+} streamed;
+
+static void absorb_pieces(streamed *st, const chat_delta *d, size_t fed)
+{
+    for (int i = 0; i < d->n_calls; i++) {
+        const chat_tool_call *c = &d->calls[i];
+        assert_true(c->index >= 0 && c->index < MAX_STREAMED && c->index <= st->n);
+        if (c->id) {
+            assert_int_equal(c->index, st->n); /* a new call, the next index */
+            assert_int_equal(strncmp(c->id, "call_", 5), 0);
+            assert_int_equal(strlen(c->id), 29);
+            assert_non_null(c->name);
+            snprintf(st->name[st->n], sizeof st->name[0], "%s", c->name);
+            st->opened_at[st->n] = fed;
+            st->n++;
+        } else {
+            assert_true(c->index < st->n);
+            assert_null(c->name);
+        }
+        assert_false(st->last[c->index]); /* nothing after the last piece */
+        assert_non_null(c->arguments);
+        if (c->arguments[0]) st->fragments[c->index]++;
+        strncat(st->args[c->index], c->arguments, sizeof st->args[0] - strlen(st->args[c->index]) - 1);
+        st->last[c->index] = c->last;
+    }
+}
+
+/* The folded calls as "index:name:args;" (every call must have had its last piece). */
+static void streamed_calls(const streamed *st, char *out, size_t cap)
+{
+    out[0] = 0;
+    for (int i = 0; i < st->n; i++) {
+        char one[1200];
+        assert_true(st->last[i]);
+        snprintf(one, sizeof one, "%d:%s:%s;", i, st->name[i], st->args[i]);
+        strncat(out, one, cap - strlen(out) - 1);
+    }
+}
+
+/* Content and reasoning of a delta into r (its calls left to absorb_pieces), then cleared. */
+static void absorb_text(result *r, chat_delta *d)
+{
+    strncat(r->content, d->content.data ? d->content.data : "", sizeof r->content - strlen(r->content) - 1);
+    strncat(r->reasoning, d->reasoning.data ? d->reasoning.data : "", sizeof r->reasoning - strlen(r->reasoning) - 1);
+    chat_delta_clear(d);
+}
+
+/* Feeds text in pieces cut at the given offsets (cuts[0..n) ascending); with stream_calls the
+ * pieces are folded (st, when given, keeps them) into r->calls.  cut: chat_parser_cut at the
+ * end instead of chat_parser_finish. */
+static void run_pieces(const chat_parse_opts *o, const char *text, const size_t *cuts, int n, bool cut, result *r,
+                       streamed *st)
 {
     memset(r, 0, sizeof *r);
+    streamed own;
+    if (!st) st = &own;
+    memset(st, 0, sizeof *st);
     chat_parser *p = chat_parser_new(o);
     assert_non_null(p);
     chat_delta d = {0};
     size_t at = 0, len = strlen(text);
-    for (int i = 0; i <= n; i++) {
+    for (int i = 0; i <= n + 1; i++) {
         size_t end = i < n ? cuts[i] : len;
-        assert_int_equal(chat_parser_feed(p, text + at, end - at, &d), 0);
-        absorb(r, &d);
+        if (i <= n) assert_int_equal(chat_parser_feed(p, text + at, end - at, &d), 0);
+        else assert_int_equal(cut ? chat_parser_cut(p, &d) : chat_parser_finish(p, &d), 0);
+        if (o->stream_calls) {
+            absorb_pieces(st, &d, end);
+            absorb_text(r, &d);
+        } else {
+            absorb(r, &d);
+        }
         at = end;
     }
-    assert_int_equal(chat_parser_finish(p, &d), 0);
-    absorb(r, &d);
+    if (o->stream_calls) {
+        streamed_calls(st, r->calls, sizeof r->calls);
+        assert_int_equal(chat_parser_n_calls(p), st->n);
+    }
     chat_parser_free(p);
     chat_delta_free(&d);
 }
 
-static void check_opts(chat_parse_opts o, const char *text, const char *content, const char *reasoning_text,
+static void run_split(const chat_parse_opts *o, const char *text, const size_t *cuts, int n, result *r)
+{
+    run_pieces(o, text, cuts, n, false, r, NULL);
+}
+
+/* run_pieces fed byte by byte. */
+static void run_bytes(const chat_parse_opts *o, const char *text, bool cut, result *r, streamed *st)
+{
+    size_t len = strlen(text);
+    size_t *cuts = malloc(len * sizeof *cuts);
+    assert_non_null(cuts);
+    for (size_t k = 1; k < len; k++) cuts[k - 1] = k;
+    run_pieces(o, text, cuts, (int)len - 1, cut, r, st);
+    free(cuts);
+}
+
+/* Random cut points (a fixed generator: the same every run). */
+static int random_cuts(const char *text, unsigned seed, size_t *cuts)
+{
+    size_t len = strlen(text), at = 0;
+    int n = 0;
+    for (;;) {
+        seed = seed * 1103515245u + 12345u;
+        at += 1 + (seed >> 16) % 7;
+        if (at >= len) return n;
+        cuts[n++] = at;
+    }
+}
+
+static void check_mode(chat_parse_opts o, const char *text, const char *content, const char *reasoning_text,
                        const char *calls)
 {
     result whole, r;
@@ -70,10 +174,27 @@ static void check_opts(chat_parse_opts o, const char *text, const char *content,
     size_t *cuts = malloc(len * sizeof *cuts); /* byte by byte */
     for (size_t k = 1; k < len; k++) cuts[k - 1] = k;
     run_split(&o, text, cuts, (int)len - 1, &r);
-    free(cuts);
     assert_string_equal(r.content, content);
     assert_string_equal(r.reasoning, reasoning_text);
     assert_string_equal(r.calls, calls);
+    for (unsigned seed = 1; seed <= 20; seed++) { /* random pieces of 1..7 bytes */
+        int n = random_cuts(text, seed, cuts);
+        run_split(&o, text, cuts, n, &r);
+        if (strcmp(r.content, content) || strcmp(r.reasoning, reasoning_text) || strcmp(r.calls, calls))
+            fail_msg("seed %u of %s:\n content [%s]\n calls [%s]", seed, text, r.content, r.calls);
+    }
+    free(cuts);
+}
+
+/* Whole calls, and streamed (stream_calls): the same content, reasoning and calls however the
+ * text is split -- a streamed call's fragments add up to the whole call's arguments. */
+static void check_opts(chat_parse_opts o, const char *text, const char *content, const char *reasoning_text,
+                       const char *calls)
+{
+    o.stream_calls = false;
+    check_mode(o, text, content, reasoning_text, calls);
+    o.stream_calls = true;
+    check_mode(o, text, content, reasoning_text, calls);
 }
 
 static void check(chat_syntax syn, bool tools, bool reasoning, bool in_reasoning, const char *text,
@@ -277,12 +398,193 @@ static void test_cut_in_call(void **state)
     check_cut(CHAT_SYNTAX_HERMES, "Just text", "Just text", "");
 }
 
+/* ---- streamed calls (stream_calls, issue 33) ------------------------------------------------ */
+
+static const char *const stream_names[] = {"get_weather", "search"};
+
+static chat_parse_opts stream_opts(chat_syntax syn)
+{
+    return (chat_parse_opts){.syntax = syn, .tools = true, .id_seed = 7, .names = stream_names, .n_names = 2,
+                             .stream_calls = true};
+}
+
+/* Fed byte by byte: the calls come out as the whole reply has them, each opened (id, name)
+ * when the byte that begins its arguments arrived (opens[i]: that byte's offset in text),
+ * each in at least min_fragments fragments. */
+static void check_streamed(chat_syntax syn, const char *text, const char *calls, const size_t *opens, int min_fragments)
+{
+    chat_parse_opts o = stream_opts(syn);
+    streamed st;
+    result r, whole;
+    run_bytes(&o, text, false, &r, &st);
+    o.stream_calls = false;
+    run_split(&o, text, NULL, 0, &whole);
+    assert_string_equal(whole.calls, calls);
+    assert_string_equal(r.calls, calls);
+    assert_string_equal(r.content, "");
+    for (int i = 0; i < st.n; i++) {
+        if (st.fragments[i] < min_fragments) fail_msg("call %d of %s: %d fragments", i, text, st.fragments[i]);
+        if (st.opened_at[i] != opens[i] + 1) fail_msg("call %d of %s opened at %zu, not %zu", i, text, st.opened_at[i], opens[i] + 1);
+    }
+}
+
+/* The offset of the k-th (0-based) occurrence of needle in text. */
+static size_t nth(const char *text, const char *needle, int k)
+{
+    const char *at = text - 1;
+    for (int i = 0; i <= k; i++) at = strstr(at + 1, needle);
+    assert_non_null(at);
+    return (size_t)(at - text);
+}
+
+static void test_stream_families(void **state)
+{
+    (void)state;
+    const char *h = "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"umbrellas in Paris\", \"limit\": 10}}\n</tool_call>\n"
+                    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    size_t ho[2] = {nth(h, "{\"query", 0), nth(h, "{\"city", 0)};
+    check_streamed(CHAT_SYNTAX_HERMES, h, "0:search:{\"query\":\"umbrellas in Paris\",\"limit\":10};1:get_weather:{\"city\":\"Paris\"};", ho, 5);
+
+    const char *l = "{\"name\": \"search\", \"parameters\": {\"query\": \"rain gear\"}}";
+    size_t lo[1] = {nth(l, "{\"query", 0)};
+    check_streamed(CHAT_SYNTAX_LLAMA3, l, "0:search:{\"query\":\"rain gear\"};", lo, 5);
+    const char *lt = "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"query\": \"x}\"}}";
+    size_t lto[1] = {nth(lt, "{\"query", 0)};
+    check_streamed(CHAT_SYNTAX_LLAMA3, lt, "0:search:{\"query\":\"x}\"};", lto, 5);
+
+    const char *m = "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\": \"boots\"}}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]";
+    size_t mo[2] = {nth(m, "{\"query", 0), nth(m, "{\"city", 0)};
+    check_streamed(CHAT_SYNTAX_MISTRAL, m, "0:search:{\"query\":\"boots\"};1:get_weather:{\"city\":\"Oslo\"};", mo, 5);
+    const char *mn = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}";
+    size_t mno[1] = {nth(mn, "{", 0)};
+    check_streamed(CHAT_SYNTAX_MISTRAL, mn, "0:get_weather:{\"city\":\"Paris\"};", mno, 5);
+
+    const char *ds = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n"
+                     "<｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{\"query\": \"umbrella\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    size_t dso[2] = {nth(ds, "{", 0), nth(ds, "{", 1)};
+    check_streamed(CHAT_SYNTAX_DEEPSEEK_V3, ds, "0:get_weather:{\"city\":\"Paris\"};1:search:{\"query\":\"umbrella\"};", dso, 5);
+}
+
+/* The fragments are the whole call's arguments to the byte: cJSON's print of what the model
+ * wrote (spaces gone, escapes and numbers as cJSON prints them), however the text is split. */
+static void test_stream_reprint(void **state)
+{
+    (void)state;
+    static const char *const args[] = {
+        "{ \"a\" : [ 1 , 2.50 , -0.0 , 1e2 , 12345678901234567890 , true , false , null ] }",
+        "{\"s\": \"caf\\u00e9 \\/ \\\"q\\\" \\n\\t \\ud83d\\ude00 \\u0001 tab\\tend\", \"k\\u00e9y\": {}}",
+        "{\"raw\": \"line\nbreak é 😀\", \"nested\": {\"x\": [[], [{}], {\"y\": -1.5E-3}]}}",
+        "{\"cut\": \"a\\u0000b\", \"after\": 1}",
+        "{}",
+    };
+    for (size_t i = 0; i < sizeof args / sizeof *args; i++) {
+        cJSON *v = cJSON_Parse(args[i]);
+        assert_non_null(v);
+        char *printed = cJSON_PrintUnformatted(v);
+        cJSON_Delete(v);
+        char text[1024], calls[1200];
+        snprintf(text, sizeof text, "<tool_call>\n{\"name\": \"search\", \"arguments\": %s}\n</tool_call>", args[i]);
+        snprintf(calls, sizeof calls, "0:search:%s;", printed);
+        check_opts(stream_opts(CHAT_SYNTAX_HERMES), text, "", "", calls);
+        free(printed);
+    }
+}
+
+/* The re-printer alone: what cJSON prints, byte by byte; where the value ends; refusals. */
+static void test_json_reprint(void **state)
+{
+    (void)state;
+    static const char *const good[] = {"{\"a\": [1, {\"b\": null}], \"c\": \"\\u00e9\"}", "[ ]", "\"x\\\\y\"", "-12.5e3 ", "true,"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        const char *t = good[i];
+        json_reprint r;
+        json_reprint_init(&r);
+        bytebuf out = {0};
+        size_t used = 0, len = strlen(t);
+        for (size_t k = 0; k < len && !json_reprint_done(&r); k++) used += json_reprint_feed(&r, t + k, 1, &out);
+        assert_true(json_reprint_done(&r));
+        const char *end = NULL;
+        cJSON *v = cJSON_ParseWithOpts(t, &end, false);
+        char *want = cJSON_PrintUnformatted(v);
+        assert_string_equal(out.data, want);
+        assert_int_equal(used, len - (t[len - 1] == ' ' || t[len - 1] == ',')); /* the byte that ended it is not read */
+        free(want);
+        cJSON_Delete(v);
+        bytebuf_free(&out);
+    }
+    static const char *const bad[] = {"{\"a\":1,}", "{\"a\" 1}", "[1 2]", "{\"a\":tru}", "\"\\ud800x\"", "\"\\q\"", "{\"a\"}", "]"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        json_reprint r;
+        json_reprint_init(&r);
+        bytebuf out = {0};
+        json_reprint_feed(&r, bad[i], strlen(bad[i]), &out);
+        if (!json_reprint_failed(&r)) fail_msg("accepted %s", bad[i]);
+        assert_null(cJSON_Parse(bad[i]));
+        bytebuf_free(&out);
+    }
+    /* what is held when the text stops inside a number */
+    json_reprint r;
+    json_reprint_init(&r);
+    bytebuf out = {0};
+    json_reprint_feed(&r, "{\"n\": 12", 8, &out);
+    size_t held_len;
+    const char *held = json_reprint_held(&r, &held_len);
+    assert_int_equal(held_len, 2);
+    assert_memory_equal(held, "12", 2);
+    assert_string_equal(out.data, "{\"n\":");
+    bytebuf_free(&out);
+}
+
+/* A streamed call cut by max_tokens: it stays a call, ends with what was held of its
+ * arguments (a number, an escape, as written), its markup never content. */
+static void check_cut_streamed(chat_syntax syn, const char *text, const char *content, const char *calls)
+{
+    chat_parse_opts o = stream_opts(syn);
+    result r;
+    run_bytes(&o, text, true, &r, NULL);
+    assert_string_equal(r.content, content);
+    assert_string_equal(r.calls, calls);
+}
+
+static void test_stream_cut(void **state)
+{
+    (void)state;
+    check_cut_streamed(CHAT_SYNTAX_HERMES, "Let me look. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os",
+                       "Let me look.", "0:get_weather:{\"city\":\"Os;");
+    check_cut_streamed(CHAT_SYNTAX_HERMES, "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": 12", "", "0:search:{\"q\":12;");
+    check_cut_streamed(CHAT_SYNTAX_HERMES, "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"a\\u00", "",
+                       "0:search:{\"q\":\"a\\u00;");
+    /* before the arguments began: the call as chat_parser_cut finds it */
+    check_cut_streamed(CHAT_SYNTAX_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arg", "", "0:get_weather:;");
+    check_cut_streamed(CHAT_SYNTAX_HERMES, "<tool_call>\n{\"name\": \"get_wea", "", "");
+    check_cut_streamed(CHAT_SYNTAX_HERMES, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {\"a", "", "");
+    check_cut_streamed(CHAT_SYNTAX_MISTRAL,
+                       "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"q\": 1}}, {\"name\": \"get_weather\", \"arguments\": {\"c", "",
+                       "0:search:{\"q\":1};1:get_weather:{\"c;");
+    check_cut_streamed(CHAT_SYNTAX_DEEPSEEK_V3,
+                       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{\"q\": ", "", "0:search:{\"q\":;");
+    check_cut_streamed(CHAT_SYNTAX_LLAMA3, "{\"name\": \"search\", \"parameters\": {\"q\": [tr", "", "0:search:{\"q\":[tr;");
+}
+
+/* A streamed call whose JSON breaks after it opened ends there; its markup is not content. */
+static void test_stream_broken(void **state)
+{
+    (void)state;
+    result r;
+    chat_parse_opts o = stream_opts(CHAT_SYNTAX_HERMES);
+    run_bytes(&o, "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": 1 2}}\n</tool_call>after", false, &r, NULL);
+    assert_string_equal(r.calls, "0:search:{\"q\":1;");
+    assert_string_equal(r.content, "after");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_repair),          cmocka_unit_test(test_cut_in_call),
         cmocka_unit_test(test_hermes),   cmocka_unit_test(test_llama3),    cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_deepseek_v3), cmocka_unit_test(test_reasoning), cmocka_unit_test(test_detect_and_shape),
+        cmocka_unit_test(test_stream_families), cmocka_unit_test(test_stream_reprint), cmocka_unit_test(test_json_reprint),
+        cmocka_unit_test(test_stream_cut), cmocka_unit_test(test_stream_broken),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -129,6 +129,7 @@ static const char *set_fingerprint(serve_state *st, const inferd_opts *o)
                      model_arch_name(st->m->hp.arch), st->m->weight_bytes, st->m->hp.n_vocab);
     uint64_t h = hash_bytes(what, (size_t)n < sizeof what ? (size_t)n : sizeof what - 1);
     snprintf(st->fingerprint, sizeof st->fingerprint, "fp_%016llx_det", (unsigned long long)h);
+    log_info("deterministic serving: batch-invariant kernels, system_fingerprint %s", st->fingerprint);
     return st->fingerprint;
 }
 

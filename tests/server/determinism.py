@@ -9,7 +9,8 @@ each greedy and seeded at temperature > 0) three times under different loads:
   together  all 2N at once on server A: batches of up to -np rows, whole prompts from the cache
             (a prompt of whole blocks recomputes only its last token)
   mixed     server B (--no-prefix-cache, -b 16: every prompt prefilled in chunks of 16 beside the
-            others' decode rows, fewer slots than requests so they queue), all 2N at once, staggered,
+            others' decode rows, fewer slots than requests so they queue, a KV pool small enough
+            that running sequences are preempted and recomputed), all 2N at once, staggered,
             with long noise requests in between
 
 and asserts every request's choice (text, tokens, token_logprobs, top_logprobs) is the same in
@@ -22,6 +23,7 @@ usage: determinism.py CASE        CASE: cpu (the tiny model, CI)
                                         | control (the gpu case without --deterministic: reports
                                           how many requests differ, asserts nothing about them)
 env: INFERD_DET_MODEL (a GGUF; default: mkmodel's tiny), INFERD_DET_PROMPTS (N, default 16),
+     INFERD_DET_KV_MB (server B's --kv-cache-size, default 1),
      INFERD_DET_TOKENS (tokens generated per request, default 12), INFERD_DET_SLOTS (server A's
      -np, default 2N).  Exit 0 = pass, 77 = skipped.  Every wait is bounded: requests 300 s each,
      a run's threads 600 s together."""
@@ -39,6 +41,9 @@ from http_integration import Server, check, make_model, post, request  # noqa: E
 N = int(os.environ.get("INFERD_DET_PROMPTS", "16"))
 GEN = int(os.environ.get("INFERD_DET_TOKENS", "12"))
 SLOTS = int(os.environ.get("INFERD_DET_SLOTS", str(2 * N)))
+# Server B's KV pool in MiB: small enough that its sequences outgrow it and are preempted
+# (recomputed later), large enough for any one request.
+KV_MB = os.environ.get("INFERD_DET_KV_MB", "1")
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches "
          "under pale moonlight and the river keeps its own counsel about stones and time").split()
 
@@ -190,12 +195,14 @@ def det_session(model, deterministic):
             check(b["choices"][0]["text"] == runs["alone"][1]["text"], "choice 0 of n=2 differs from n=1")
     noise = [{"prompt": " ".join(WORDS * 8), "max_tokens": 2 * GEN, "temperature": 1.0, "ignore_eos": True}
              for _ in range(max(2, N // 4))]
-    slots_b = str(max(2, SLOTS // 3))
-    with Server(model, "-np", slots_b, "-c", ctx, "-b", "16", "--no-prefix-cache", "--queue-size", "1024", *flag,
-                ready_s=600) as b:
+    slots_b = str(max(2, SLOTS // 2))  # fewer than the requests: they queue
+    with Server(model, "-np", slots_b, "-c", ctx, "-b", "16", "--no-prefix-cache", "--queue-size", "1024",
+                "--kv-cache-size", KV_MB, *flag, ready_s=600) as b:
         t0 = time.time()
         runs["mixed"] = run_all(b.port, reqs, together=True, stagger_s=0.05, noise=noise)
-        print(f"server B (-b 16, -np {slots_b}, no prefix cache, {len(noise)} noise requests): {time.time() - t0:.1f} s")
+        preempted = hi.metric(b.port, "inferd_preemptions_total")
+        print(f"server B (-b 16, -np {slots_b}, no prefix cache, --kv-cache-size {KV_MB}, {len(noise)} noise "
+              f"requests): {time.time() - t0:.1f} s, {preempted:.0f} preemptions")
         check(all(r["cached"] == 0 for r in runs["mixed"]), "server B read cached blocks")
     differ = compare(runs, reqs, strict=deterministic)
     greedy_texts = {r["text"] for r, q in zip(runs["alone"], reqs) if q["temperature"] == 0}

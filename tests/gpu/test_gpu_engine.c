@@ -547,7 +547,8 @@ static void det_generate(engine *e, int32_t prompts[DET_NS][DET_MAXP], const int
                 for (int p0 = 0; p0 < plen[i] - 1; p0 += chunk) {
                     int n = plen[i] - 1 - p0 < chunk ? plen[i] - 1 - p0 : chunk;
                     engine_seq c = {.slot = i, .tokens = prompts[i] + p0, .n_tokens = n, .pos = p0, .sp = &sp[i]};
-                    det_step(e, &c, 1, NULL, "chunk");
+                    engine_result none;
+                    det_step(e, &c, 1, &none, "chunk");
                 }
             if (g == 0 && chunk > 0) seqs[i] = (engine_seq){.slot = i, .tokens = prompts[i] + plen[i] - 1, .n_tokens = 1,
                                                .pos = plen[i] - 1, .want_token = true, .sp = &sp[i], .logits = lg};

@@ -32,6 +32,7 @@ typedef struct bench_opts {
     int batches[MAX_LIST], n_batches;
     int n_gen, n_threads, ubatch, reps;
     int context; /* prompt tokens before the decode steps */
+    bool deterministic; /* engine_config.deterministic: measures what --deterministic costs */
 } bench_opts;
 
 static void usage(FILE *out)
@@ -45,10 +46,11 @@ static void usage(FILE *out)
             "  --context N     prompt tokens of each decode sequence before its timed steps (default 16)\n"
             "  --ubatch N      most tokens per prefill step (default 512)\n"
             "  --reps N        repetitions of each measurement, best kept (default 3)\n"
-            "  --threads N     CPU threads (default: all cores)\n");
+            "  --threads N     CPU threads (default: all cores)\n"
+            "  --deterministic the batch-invariant kernels of serve --deterministic\n");
 }
 
-enum { OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT };
+enum { OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT, OPT_DETERMINISTIC };
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
@@ -57,7 +59,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"prompt", required_argument, NULL, OPT_PROMPT}, {"batch", required_argument, NULL, OPT_BATCH},
         {"gen", required_argument, NULL, OPT_GEN},   {"ubatch", required_argument, NULL, OPT_UBATCH},
         {"reps", required_argument, NULL, OPT_REPS}, {"threads", required_argument, NULL, OPT_THREADS},
-        {"context", required_argument, NULL, OPT_CONTEXT},
+        {"context", required_argument, NULL, OPT_CONTEXT}, {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (bench_opts){.device = "cpu", .prompts = {512, 2048}, .n_prompts = 2,
@@ -81,6 +83,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case OPT_REPS: ok = cli_parse_int(CMD, "--reps", optarg, 1, 1000, &o->reps); break;
         case OPT_THREADS: ok = cli_parse_int(CMD, "--threads", optarg, 1, 1024, &o->n_threads); break;
         case OPT_CONTEXT: ok = cli_parse_int(CMD, "--context", optarg, 1, 1 << 20, &o->context); break;
+        case OPT_DETERMINISTIC: o->deterministic = true; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -159,8 +162,9 @@ static void print_json(const bench_ctx *b, const char *backend)
         printf("{\"test\":\"%s\",\"model\":\"", r->test);
         json_str(b->m->name);
         printf("\",\"backend\":\"%s\",\"weight_bytes\":%zu,\"n_prompt\":%d,\"batch\":%d,"
-               "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f}\n",
-               backend, b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r));
+               "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f,\"deterministic\":%s}\n",
+               backend, b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r),
+               b->o->deterministic ? "true" : "false");
     }
 }
 
@@ -277,7 +281,7 @@ static bool make_engine(bench_ctx *b, int n_slots, int ctx)
 {
     if (b->e) engine_free(b->e);
     engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = b->o->ubatch,
-                         .n_threads = b->o->n_threads};
+                         .n_threads = b->o->n_threads, .deterministic = b->o->deterministic};
     if (cfg.max_batch_tokens < n_slots * DECODE_PROMPT) cfg.max_batch_tokens = n_slots * DECODE_PROMPT;
     b->e = cli_engine_open(b->m, b->o->device, &cfg, b->err, sizeof b->err);
     return b->e != NULL;

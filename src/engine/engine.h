@@ -147,6 +147,11 @@ typedef struct engine_config {
     size_t kv_cache_mb;
     /* Recurrent-state slots of a hybrid model (ignored by others): 0 takes n_slots. */
     int n_states;
+    /* --deterministic: every kernel computes a sequence's rows in an order that does not depend
+     * on the batch (its size, the row's place, the prompt's chunking, prefix-cache hits), so a
+     * request's tokens and logprobs are bit-identical whatever else runs (docs/determinism.md).
+     * The CPU backend's kernels are row-wise already; the GPU one takes fixed paths. */
+    bool deterministic;
     bool verbose;
 } engine_config;
 

@@ -461,9 +461,13 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
     g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, n_kv_max) : ATT_MAX_SPLIT;
     g->att_splits = gpu_attn_max_splits_for(cfg->ctx_per_slot, g->att_max_split);
+    g->det = cfg->deterministic;
+    /* deterministic: a prompt's rows take the decode kernel too, so the last prompt row (which
+     * samples) is computed as it is when a prefix-cache hit or a chunk boundary leaves it alone */
+    if (g->det) g->fa_q_tokens = 0;
     /* attn_decode's partials take a row per decode token of a step (one per sequence, as its
      * shapes have a flash kernel for the rest); attn_partial's one per packed token */
-    size_t part_rows = (size_t)(g->att_decode ? R : T) * g->att_splits * hp->n_head;
+    size_t part_rows = (size_t)(g->att_decode && g->fa_q_tokens ? R : T) * g->att_splits * hp->n_head;
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
     /* FP32 gate/up only where a step's feed-forward is not one fused kernel (the largest step

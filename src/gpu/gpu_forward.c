@@ -74,8 +74,12 @@ typedef struct matmul_op {
 
 typedef enum { PATH_MATVEC, PATH_MMQ, PATH_BLAS } matmul_path;
 
+/* Deterministic: the same kernel for every m (mmq, whose per-element k order is its stages'
+ * and not the tile's, or else matvec, whose row sums do not depend on MT), never cuBLAS (its
+ * algorithm, and so its sums, is its own choice per shape). */
 static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
 {
+    if (g->det) return gpu_mmq_serves(&g->k, w->wtype, w->k) ? PATH_MMQ : PATH_MATVEC;
     if (m > 1 && gpu_mmq_serves(&g->k, w->wtype, w->k)) return PATH_MMQ;
     if (m <= GPU_MATVEC_MAX_M) return PATH_MATVEC;
     return g->have_blas ? PATH_BLAS : PATH_MATVEC;
@@ -139,14 +143,42 @@ typedef struct mmq_grid {
     bool glu;
 } mmq_grid;
 
+/* Stages of MMQ_KT inputs in a product over k, and the most splits of them: two a split. */
+static int mmq_stages(int k) { return (k / 32 + MMQ_KT / 32 - 1) / (MMQ_KT / 32); }
+static int mmq_cap_splits(int splits, int stages)
+{
+    return splits > stages / 2 ? (stages / 2 > 1 ? stages / 2 : 1) : splits;
+}
+
+/* The deterministic engine's k splits of a weight whose grid has gx blocks of weight rows: the
+ * decode-sized rule (two blocks per multiprocessor) for one grid row, whatever the number of
+ * activation rows, so every row of every step sums the same k ranges in the same order. */
+static int mmq_det_splits(const gpu_engine *g, unsigned gx, int k)
+{
+    int want = 2 * g->n_sm, splits = (int)gx < want ? (want + (int)gx - 1) / (int)gx : 1;
+    return mmq_cap_splits(splits, mmq_stages(k));
+}
+
+/* Activation rows whose partial sums fit mmq_part with `splits` splits of `rows` rows. */
+static int mmq_det_rows(const gpu_engine *g, int splits, int rows)
+{
+    if (splits <= 1) return 1 << 30;
+    size_t per = (size_t)splits * rows * sizeof(float), n = g->mmq_part_bytes / per;
+    return n > 0 ? (int)n : 1;
+}
+
 static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_grid gr, const char *what, char *err,
                       size_t errlen)
 {
-    int chunks = w->k / 32, stage = MMQ_KT / 32, stages = (chunks + stage - 1) / stage;
+    int chunks = w->k / 32, stage = MMQ_KT / 32, stages = mmq_stages(w->k);
     int splits = 1, want = (a->m <= 64 ? 2 : 1) * g->n_sm, blocks = (int)(gr.gx * gr.gy);
-    if (blocks < want) splits = (want + blocks - 1) / blocks;
-    if (splits > stages / 2) splits = stages / 2 > 1 ? stages / 2 : 1; /* two stages a split at least */
-    while (splits > 1 && (size_t)splits * a->m * gr.rows * sizeof(float) > g->mmq_part_bytes) splits--;
+    if (g->det) {
+        splits = mmq_det_splits(g, gr.gx, w->k); /* the callers keep a->m within mmq_det_rows */
+    } else {
+        if (blocks < want) splits = (want + blocks - 1) / blocks;
+        splits = mmq_cap_splits(splits, stages);
+        while (splits > 1 && (size_t)splits * a->m * gr.rows * sizeof(float) > g->mmq_part_bytes) splits--;
+    }
     a->split_chunks = (stages + splits - 1) / splits * stage;
     splits = (chunks + a->split_chunks - 1) / a->split_chunks;
     a->part = F32(g->mmq_part);
@@ -181,8 +213,24 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);
     while (op->m > 64 && v > 1 && gx * ceil_div(op->m, 16u << v) < (unsigned)g->n_sm) v--;
     if (glu) a.yh = F16(g->ff_h);
-    mmq_grid gr = {gx, ceil_div(op->m, 16u << v), v, rows, glu};
-    return mmq_launch(g, &a, w, gr, op->what, err, errlen);
+    if (!g->det) {
+        mmq_grid gr = {gx, ceil_div(op->m, 16u << v), v, rows, glu};
+        return mmq_launch(g, &a, w, gr, op->what, err, errlen);
+    }
+    /* deterministic: the splits are fixed, so the rows go in runs whose partials fit */
+    int run = mmq_det_rows(g, mmq_det_splits(g, gx, w->k), rows);
+    for (int m0 = 0; m0 < op->m; m0 += run) {
+        matvec_args r = a;
+        r.m = op->m - m0 < run ? op->m - m0 : run;
+        r.x = a.x + (size_t)m0 * a.ldx;
+        for (int s = 0; s < r.n_seg; s++)
+            if (r.seg[s].y) r.seg[s].y = a.seg[s].y + (size_t)m0 * a.seg[s].ldy;
+        if (glu) r.yh = a.yh + (size_t)m0 * a.seg[0].ldy;
+        int rv = r.m > 32 ? 2 : r.m > 16 ? 1 : 0; /* the tile height changes no row's sums */
+        mmq_grid gr = {gx, ceil_div(r.m, 16u << rv), rv, rows, glu};
+        if (mmq_launch(g, &r, w, gr, op->what, err, errlen)) return -1;
+    }
+    return 0;
 }
 
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
@@ -368,8 +416,9 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
                         g->stream, route, what, err, errlen))
         return -1;
     CUdeviceptr pos = 0; /* moe_combine's entry -> row of moe_y: identity, or the grouping's */
-    /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's */
-    bool grouped = n > GPU_MATVEC_MAX_M && !L->geglu && gpu_mmq_serves(&g->k, gate->wtype, gate->k) &&
+    /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's.
+     * Deterministic: the grouped launches for any count (per-entry GeGLU for any count too) */
+    bool grouped = (n > GPU_MATVEC_MAX_M || g->det) && !L->geglu && gpu_mmq_serves(&g->k, gate->wtype, gate->k) &&
                    gpu_mmq_serves(&g->k, down->wtype, down->k);
     if (!grouped) {
         moe_mv_args a = {.w0 = U8(gate->d), .w1 = U8(up->d), .expert_bytes = gate->expert_bytes,
@@ -436,8 +485,18 @@ static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst
     int ne = g->base.m->hp.n_expert;
     gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, 8), 1, 256};
     LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &g->d_embd, &ne, &T, &g->moe_logits);
-    for (int t0 = 0; t0 < T; t0 += g->moe_chunk) {
-        int n = T - t0 < g->moe_chunk ? T - t0 : g->moe_chunk;
+    int chunk = g->moe_chunk;
+    if (g->det) { /* the grouped products' fixed splits: as many entries as their partials hold */
+        const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
+        unsigned gx_gate = ceil_div(gate->n, GPU_MMQ_ROWS / 2), gx_down = ceil_div(pad16(down->n), GPU_MMQ_ROWS);
+        int e_gate = mmq_det_rows(g, mmq_det_splits(g, gx_gate, gate->k), 2 * pad16(gate->n));
+        int e_down = mmq_det_rows(g, mmq_det_splits(g, gx_down, down->k), pad16(down->n));
+        int fit = (e_gate < e_down ? e_gate : e_down) / g->base.m->hp.n_expert_used;
+        if (fit < 1) fit = 1;
+        if (fit < chunk) chunk = fit;
+    }
+    for (int t0 = 0; t0 < T; t0 += chunk) {
+        int n = T - t0 < chunk ? T - t0 : chunk;
         if (moe_chunk(g, L, t0, n, dst, accumulate, what, err, errlen)) return -1;
     }
     return 0;
@@ -559,9 +618,9 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     };
     /* One token (the batch-1 step) with no q/k/v norm, gate or partial RoPE: RoPE and the K/V
      * stores in the QKV matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of
-     * one head). */
-    bool post_fused = T == 1 && !L->q_norm && !L->k_norm && !L->v_norm && !L->gated && !L->n_rot && L->kv_own &&
-                      L->wv.d && L->hd % 8 == 0;
+     * one head); never under det, where every row count takes qkv_post. */
+    bool post_fused = T == 1 && !g->det && !L->q_norm && !L->k_norm && !L->v_norm && !L->gated && !L->n_rot &&
+                      L->kv_own && L->wv.d && L->hd % 8 == 0;
     const gpu_matrix *wv = L->wv.d ? &L->wv : &L->wk; /* no wv: V is the K projection (v_from_k) */
     matmul_op qkv = {.out = {{&L->wq, L->gated ? g->qg : g->q, L->bq, L->gated ? 2 * L->d_q : L->d_q},
                              {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
@@ -617,7 +676,9 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
     LAUNCH(g->k.ssm_qk_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk), 1, 32}), what, &g->ssm_mix, &chan, &d,
            &nk);
     gpu_launch_dims per_seq = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32};
-    if (ap->n_chunks) { /* a prompt step: the chunked form (kernels/deltanet.cuh) */
+    /* a prompt step: the chunked form (kernels/deltanet.cuh), whose sums depend on where the
+     * chunks fall; deterministic: the exact recurrence, token by token, for every step */
+    if (ap->n_chunks && !g->det) {
         CUdeviceptr chunks = g->in_d + g->in.schunk;
         gpu_launch_dims per_chunk = {(unsigned)ap->n_chunks, (unsigned)nv, 1, 256};
         LAUNCH(g->k.delta_chunk_prep, per_chunk, what, &sa, &chunks, &g->ssm_u, &g->ssm_w, &g->ssm_gc);

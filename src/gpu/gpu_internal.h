@@ -177,7 +177,12 @@ typedef struct gpu_engine {
     bool att_decode;             /* decode tokens take attn_decode (gpu_attn_decode_serves) */
     int att_max_split;           /* its key splits (gpu_attn_dec_split_for), else attn_partial's */
     int att_window;              /* the sliding layers' window (their key spans split apart), 0: none */
-    int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel */
+    int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel
+                                    (nor under det: every token takes the split-K decode kernel) */
+    /* engine_config.deterministic: one matmul path for every row count (mmq where it serves the
+     * weight format, else matvec; never cuBLAS), k splits fixed per weight shape, no fused
+     * one-token epilogues, no flash tiles: a row's sums then never depend on the batch. */
+    bool det;
     size_t wdq_bytes;
 
     /* per-step inputs: pinned host staging + device copy, and results */

@@ -20,6 +20,8 @@
  *   - the hybrid families (qwen35, qwen35moe, qwen3next of ../shared/reference: gated DeltaNet,
  *     gated attention, shared expert) as above; their recurrent state through a prompt in
  *     pieces and a snapshot resumed by another sequence;
+ *   - --deterministic (det_check.h): dense Q4_K and F16, qwen3moe, the hybrids and gemma4 /
+ *     gemma4_moe alone, together and with chunked prompts, bit for bit;
  *   - a recipe feature the GPU does not run (gpt-oss's) is refused by name.
  * Skips without a device. */
 #include <math.h>
@@ -34,6 +36,7 @@
 
 #include <unistd.h>
 
+#include "../model/det_check.h"
 #include "../model/tiny_model.h"
 #include "synth/mkmodel.h"
 #include "gpu/gpu_kernel_names.h"
@@ -516,6 +519,26 @@ static void test_mixed_steps_equal_alone(void **state)
     mixed_case(ts);
 }
 
+/* ---- --deterministic (issue 32): det_case in ../model/det_check.h ---- */
+
+/* Dense: head_dim 64 and 4 query heads per KV head (a shape whose prompts would take the flash
+ * kernel by default), Q4_K (mmq) and F16 (matvec for every row count under the flag). */
+static void test_deterministic_bit_identical(void **state)
+{
+    (void)state;
+    tiny_spec s = tiny_spec_default();
+    s.n_vocab = 512, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 1, s.n_ff = 512, s.n_ctx = 128;
+    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_F16};
+    for (int t = 0; t < 2; t++) {
+        void *image;
+        s.wtype = types[t];
+        model *m = random_model(s, &image);
+        det_case(m, ENGINE_DEVICE_CUDA);
+        model_free(m);
+        free(image);
+    }
+}
+
 /* ---- mixture of experts (qwen3moe) ---- */
 
 /* A router whose k-th and (k+1)-th choices nearly tie may pick another expert on the GPU (FP16
@@ -596,6 +619,15 @@ static void test_moe_mkmodel_formats(void **state)
             check_logits_within(m, label, N_POS, N_PROMPT, tokens, all ? 0 : MOE_MAX_OVER);
             model_free(m);
         }
+}
+
+/* --deterministic on qwen3moe: the grouped launches for every token count. */
+static void test_moe_deterministic_bit_identical(void **state)
+{
+    (void)state;
+    model *m = moe_mkmodel(MKMODEL_Q4_K_M, 16, 4);
+    det_case(m, ENGINE_DEVICE_CUDA);
+    model_free(m);
 }
 
 /* Batched MoE (the grouped launches, captured in the decode graph of 32) against one sequence
@@ -682,6 +714,27 @@ static void test_hybrid_reference_files(void **state)
         uint64_t seed = 41 + i;
         for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
         check_logits_within(m, files[i] + 10, N_POS, N_PROMPT, tokens, i ? MOE_MAX_OVER : 0);
+        model_free(m);
+        ran++;
+    }
+    if (!ran) skip();
+}
+
+/* --deterministic on the families with their own GPU paths (../shared/reference's): the hybrids
+ * (gated DeltaNet through the exact recurrence for every step, gated attention, partial RoPE,
+ * shared expert) and Gemma 4 (per-layer shapes and K/V regions, shared K/V, V norm, per-layer
+ * embeddings, GeGLU experts beside the dense GLU), as det_case checks the dense models. */
+static void test_reference_deterministic_bit_identical(void **state)
+{
+    (void)state;
+    static const char *files[] = {"reference/qwen3_5.gguf", "reference/qwen3_5_moe.gguf", "reference/qwen3_next.gguf",
+                                  "reference/gemma4.gguf", "reference/gemma4_moe.gguf"};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        model *m = load_shared(files[i]);
+        if (!m) continue;
+        print_message("  %s\n", files[i]);
+        det_case(m, ENGINE_DEVICE_CUDA);
         model_free(m);
         ran++;
     }
@@ -956,13 +1009,16 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_batch_of_32_equals_alone),
         cmocka_unit_test(test_mixed_steps_equal_alone),
+        cmocka_unit_test(test_deterministic_bit_identical),
         cmocka_unit_test(test_moe_reference_files),
         cmocka_unit_test(test_moe_mkmodel_formats),
         cmocka_unit_test(test_moe_batch_of_32_equals_alone),
+        cmocka_unit_test(test_moe_deterministic_bit_identical),
         cmocka_unit_test(test_errors_leave_engine_usable),
         cmocka_unit_test(test_recipe_feature_refused),
         cmocka_unit_test(test_hybrid_reference_files),
         cmocka_unit_test(test_hybrid_state_pieces_and_snapshot),
+        cmocka_unit_test(test_reference_deterministic_bit_identical),
         cmocka_unit_test(test_embeddings_match_cpu),
     };
     /* refusals decided before the GPU is touched: run them on every machine */

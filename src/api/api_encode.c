@@ -220,7 +220,8 @@ static cJSON *envelope(const api_meta *m, bool chunk)
                                                                       : "chat.completion");
     cJSON_AddNumberToObject(root, "created", (double)m->created);
     cJSON_AddStringToObject(root, "model", m->model);
-    cJSON_AddNullToObject(root, "system_fingerprint");
+    if (m->fingerprint) cJSON_AddStringToObject(root, "system_fingerprint", m->fingerprint);
+    else cJSON_AddNullToObject(root, "system_fingerprint");
     return root;
 }
 

@@ -27,6 +27,7 @@ typedef struct api_meta {
     const char *id; /* "cmpl-..." / "chatcmpl-..." */
     const char *model;
     long long created;
+    const char *fingerprint; /* system_fingerprint, NULL: null */
     bool usage_null; /* streaming with include_usage: every chunk carries "usage": null */
 } api_meta;
 

@@ -40,6 +40,7 @@ typedef struct bench_opts {
     int n_gen, n_threads, ubatch, reps;
     int context; /* prompt tokens before the decode steps */
     int draft;   /* verify test: drafted tokens per sequence and step (0: no verify test) */
+    bool deterministic; /* engine_config.deterministic: measures what --deterministic costs */
 } bench_opts;
 
 static void usage(FILE *out)
@@ -54,10 +55,14 @@ static void usage(FILE *out)
             "  --ubatch N      most tokens per prefill step (default 512)\n"
             "  --reps N        repetitions of each measurement, best kept (default 3)\n"
             "  --draft K       also time speculative verification of K drafted tokens per sequence (default 0: off)\n"
-            "  --threads N     CPU threads (default: all cores)\n");
+            "  --threads N     CPU threads (default: all cores)\n"
+            "  --deterministic the batch-invariant kernels of serve --deterministic\n");
 }
 
-enum { OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT, OPT_DRAFT };
+enum {
+    OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT, OPT_DRAFT,
+    OPT_DETERMINISTIC
+};
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
@@ -67,6 +72,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"gen", required_argument, NULL, OPT_GEN},   {"ubatch", required_argument, NULL, OPT_UBATCH},
         {"reps", required_argument, NULL, OPT_REPS}, {"threads", required_argument, NULL, OPT_THREADS},
         {"context", required_argument, NULL, OPT_CONTEXT}, {"draft", required_argument, NULL, OPT_DRAFT},
+        {"context", required_argument, NULL, OPT_CONTEXT}, {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (bench_opts){.device = "cpu", .prompts = {512, 2048}, .n_prompts = 2,
@@ -91,6 +97,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case OPT_THREADS: ok = cli_parse_int(CMD, "--threads", optarg, 1, 1024, &o->n_threads); break;
         case OPT_CONTEXT: ok = cli_parse_int(CMD, "--context", optarg, 1, 1 << 20, &o->context); break;
         case OPT_DRAFT: ok = cli_parse_int(CMD, "--draft", optarg, 0, 64, &o->draft); break;
+        case OPT_DETERMINISTIC: o->deterministic = true; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -169,8 +176,9 @@ static void print_json(const bench_ctx *b, const char *backend)
         printf("{\"test\":\"%s\",\"model\":\"", r->test);
         json_str(b->m->name);
         printf("\",\"backend\":\"%s\",\"weight_bytes\":%zu,\"n_prompt\":%d,\"batch\":%d,"
-               "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f}\n",
-               backend, b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r));
+               "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f,\"deterministic\":%s}\n",
+               backend, b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r),
+               b->o->deterministic ? "true" : "false");
     }
 }
 
@@ -311,7 +319,8 @@ static bool make_engine(bench_ctx *b, int n_slots, int ctx)
 {
     if (b->e) engine_free(b->e);
     engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = b->o->ubatch,
-                         .n_threads = b->o->n_threads, .max_draft = b->o->draft};
+                         .n_threads = b->o->n_threads, .max_draft = b->o->draft,
+                         .deterministic = b->o->deterministic};
     if (cfg.max_batch_tokens < n_slots * DECODE_PROMPT) cfg.max_batch_tokens = n_slots * DECODE_PROMPT;
     if (cfg.max_batch_tokens < n_slots * (1 + b->o->draft)) cfg.max_batch_tokens = n_slots * (1 + b->o->draft);
     b->e = cli_engine_open(b->m, b->o->device, &cfg, b->err, sizeof b->err);

@@ -109,6 +109,10 @@ static const opt_def opt_table[] = {
     ENUM_("pooling", NULL, pooling, "model", pooling_names,
           "serve embeddings (/v1/embeddings) pooled so, or rerank (/v1/rerank) with rank: none, mean, cls, last, "
           "rank; model: as the GGUF's pooling_type says (absent: a text model, no embeddings)"),
+    BOOL_("deterministic", NULL, deterministic, "false",
+          "a request's tokens and logprobs do not depend on what else runs (batch, chunking, prefix-cache "
+          "hits): fixed batch-invariant kernels, some speed for it (docs/determinism.md); responses carry a "
+          "system_fingerprint ending in _det"),
     BOOL_("prefix-cache", NULL, prefix_cache, "true",
           "reuse the KV blocks of prompt prefixes computed before (--no-prefix-cache: off, for comparisons)"),
     ENUM_("speculative", NULL, speculative, "off", speculative_names,

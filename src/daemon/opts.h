@@ -24,6 +24,7 @@ typedef struct inferd_opts {
     int ctx_size;           /* most tokens of one request; 0 = min(model context, 4096) */
     int kv_cache_size;      /* MiB of KV blocks; 0 = CPU: parallel x ctx_size tokens, GPU: free memory */
     bool prefix_cache;      /* automatic prefix caching */
+    bool deterministic;     /* batch-invariant kernels (engine_config.deterministic) */
     bool special_in_content; /* control-token texts in chat messages become control tokens */
     int batch_tokens;
     int queue_size;

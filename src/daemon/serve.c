@@ -38,6 +38,7 @@
 #include "http/server.h"
 #include "base/timing.h"
 #include "base/file.h"
+#include "base/hash.h"
 #include "text/chat_parse.h"
 #include "text/jinja.h"
 
@@ -54,6 +55,7 @@ typedef struct serve_state {
     engine *e;
     sched *s;
     char alias[OPTS_STR_MAX];
+    char fingerprint[64]; /* --deterministic: system_fingerprint (set_fingerprint) */
     int ctx;
     chat_template_kind tmpl;
     jinja_tmpl *jinja, *jinja_tools;
@@ -113,6 +115,22 @@ static const char *basename_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;
+}
+
+/* --deterministic: "fp_" and a hash of what the guarantee is stated for (this build, the
+ * backend, the model file's architecture and size), then "_det"; NULL without the flag, so the
+ * responses' system_fingerprint stays null.  A client that sees the same fingerprint may expect
+ * the same tokens for the same request (docs/determinism.md: the GPU model counts too). */
+static const char *set_fingerprint(serve_state *st, const inferd_opts *o)
+{
+    if (!o->deterministic) return NULL;
+    char what[512];
+    int n = snprintf(what, sizeof what, "%s|%s|%s|%zu|%d", INFERD_VERSION, engine_name(st->e),
+                     model_arch_name(st->m->hp.arch), st->m->weight_bytes, st->m->hp.n_vocab);
+    uint64_t h = hash_bytes(what, (size_t)n < sizeof what ? (size_t)n : sizeof what - 1);
+    snprintf(st->fingerprint, sizeof st->fingerprint, "fp_%016llx_det", (unsigned long long)h);
+    log_info("deterministic serving: batch-invariant kernels, system_fingerprint %s", st->fingerprint);
+    return st->fingerprint;
 }
 
 /* Reads a --chat-template-file (bounded: a template is text, not a model). */
@@ -353,6 +371,7 @@ static int load(serve_state *st, const inferd_opts *o)
         /* a hybrid model's recurrent states: one per row, as many again for prefix snapshots */
         .n_states = 2 * o->parallel,
         .max_draft = spec ? o->draft_max : 0,
+        .deterministic = o->deterministic,
         .verbose = o->log_level == LOG_DEBUG,
     };
     notify_status("starting the engine (%d sequences of up to %d tokens)", o->parallel, st->ctx);
@@ -400,6 +419,7 @@ static int load(serve_state *st, const inferd_opts *o)
                                 .n_ctx_train = hp->n_ctx_train, .n_embd = hp->n_embd,
                                 .weight_bytes = st->m->weight_bytes},
                        .tok = st->tok, .s = st->s, .tmpl = st->tmpl, .alias = st->alias,
+                       .fingerprint = set_fingerprint(st, o),
                        .jinja = st->jinja, .jinja_tools = st->jinja_tools,
                        .syntax = chat_syntax_detect(st->jinja ? st->tmpl_src : NULL),
                        .reasoning = o->reasoning_format == OPTS_REASONING_DEEPSEEK ||

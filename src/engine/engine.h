@@ -163,6 +163,11 @@ typedef struct engine_config {
     /* Most drafted tokens one sequence verifies in a step (engine_seq.n_sample - 1): the GPU
      * sizes its sampling rows for n_slots * (1 + max_draft).  0: no speculation. */
     int max_draft;
+    /* --deterministic: every kernel computes a sequence's rows in an order that does not depend
+     * on the batch (its size, the row's place, the prompt's chunking, prefix-cache hits), so a
+     * request's tokens and logprobs are bit-identical whatever else runs (docs/determinism.md).
+     * The CPU backend's kernels are row-wise already; the GPU one takes fixed paths. */
+    bool deterministic;
     bool verbose;
 } engine_config;
 

@@ -126,11 +126,15 @@ static int upload_vector(uploader *u, CUdeviceptr *dst, const model_tensor *t, c
 
 /* The matrices of a layer that the ordinary products read, and the 3-D expert tensors that
  * only the MoE kernels read (the router, ffn_gate_inp, goes up in F32: upload_router). */
-#define LAYER_MATRICES(X) X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down) X(ple_gate) X(ple_proj)
+#define LAYER_MATRICES(X)                                                                                   \
+    X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down) X(ple_gate) X(ple_proj) X(ffn_gate_shexp) X(ffn_up_shexp) \
+    X(ffn_down_shexp) X(ssm_qkv) X(ssm_gate) X(ssm_beta) X(ssm_alpha) X(ssm_ba) X(ssm_out)
 #define EXPERT_MATRICES(X) X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps) X(ffn_gate_up_exps)
-#define N_LAYER_MATRICES 9
-/* A MoE layer's router as F32 rows [n_expert][n_embd] whatever its format (moe_router reads
- * it in FP32: kernels/moe.cuh says why); absent: 0. */
+#define N_LAYER_MATRICES 18
+/* Matrices read as F32 rows whatever their format: a MoE layer's router [n_expert][n_embd]
+ * and the shared expert's gate [1][n_embd] (moe_router reads them in FP32: kernels/moe.cuh
+ * says why), the DeltaNet's conv taps [chan][taps]; absent: 0. */
+#define F32_MATRICES(X) X(router, ffn_gate_inp) X(ffn_gate_inp_shexp, ffn_gate_inp_shexp) X(ssm_conv1d, ssm_conv1d)
 static size_t router_bytes(const model_tensor *t) { return t->data ? (size_t)t->ne0 * t->ne1 * sizeof(float) : 0; }
 
 /* Gemma 4's scaled router (ARCH_ROUTER_SCALED) reads rmsnorm(x) / sqrt(n_embd) *
@@ -152,9 +156,10 @@ static int fold_router_scale(const model_layer *L, int n_embd, float *w, size_t 
     return 0;
 }
 
-static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, char *err, size_t errlen)
+/* One of layer L's F32_MATRICES, t, as F32 rows (the router with its scale folded in). */
+static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, const model_tensor *t, char *err,
+                         size_t errlen)
 {
-    const model_tensor *t = &L->ffn_gate_inp;
     *dst = 0;
     if (!t->data) return 0;
     size_t n = (size_t)t->ne0, rows = (size_t)t->ne1;
@@ -165,7 +170,7 @@ static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, ch
     }
     for (size_t r = 0; r < rows; r++)
         quant_dequantize_row(t->type, (const char *)t->data + r * t->row_bytes, tmp + r * n, (int64_t)n);
-    if (fold_router_scale(L, (int)n, tmp, rows, err, errlen)) {
+    if (t == &L->ffn_gate_inp && fold_router_scale(L, (int)n, tmp, rows, err, errlen)) {
         free(tmp);
         return -1;
     }
@@ -179,7 +184,8 @@ static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, ch
 
 #define LAYER_VECTORS(X)                                                                                 \
     X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)      \
-    X(ple_post_norm) X(expert_scale) X(ffn_pre_norm_2) X(ffn_post_norm_1) X(ffn_post_norm_2)
+    X(ple_post_norm) X(expert_scale) X(ffn_pre_norm_2) X(ffn_post_norm_1) X(ffn_post_norm_2) X(ssm_a) X(ssm_dt) \
+    X(ssm_norm)
 #define GLOBAL_MATRICES(X) X(tok_embd) X(ple_tok_embd) X(ple_model_proj)
 #define GLOBAL_VECTORS(X) X(output_norm) X(rope_freqs) X(ple_proj_norm)
 
@@ -196,10 +202,11 @@ static size_t weights_bytes(const model *m)
         const model_layer *L = &m->layers[l];
 #define ADD_M(f) b += align_up(matrix_bytes(&L->f), DEV_ALIGN);
 #define ADD_V(f) b += align_up(vector_bytes(&L->f), DEV_ALIGN);
-        LAYER_MATRICES(ADD_M) EXPERT_MATRICES(ADD_M) LAYER_VECTORS(ADD_V)
-        b += align_up(router_bytes(&L->ffn_gate_inp), DEV_ALIGN);
+#define ADD_R(gf, mf) b += align_up(router_bytes(&L->mf), DEV_ALIGN);
+        LAYER_MATRICES(ADD_M) EXPERT_MATRICES(ADD_M) LAYER_VECTORS(ADD_V) F32_MATRICES(ADD_R)
 #undef ADD_M
 #undef ADD_V
+#undef ADD_R
     }
     return b;
 }
@@ -220,6 +227,7 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
     GLOBAL_MATRICES(UP_GM) GLOBAL_VECTORS(UP_GV)
 #undef UP_GM
 #undef UP_GV
+    int n_lin = 0;
     if (m->output.data == m->tok_embd.data) g->output = g->tok_embd;
     else if (upload_matrix(&u, &g->output, &m->output, err, errlen)) return -1;
     for (int l = 0; l < m->hp.n_layer; l++) {
@@ -227,10 +235,11 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         gpu_layer *G = &g->layers[l];
 #define UP_M(f) if (upload_matrix(&u, &G->f, &L->f, err, errlen)) return -1;
 #define UP_V(f) if (upload_vector(&u, &G->f, &L->f, err, errlen)) return -1;
-        LAYER_MATRICES(UP_M) EXPERT_MATRICES(UP_M) LAYER_VECTORS(UP_V)
-        if (upload_router(&u, &G->router, L, err, errlen)) return -1;
+#define UP_R(gf, mf) if (upload_router(&u, &G->gf, L, &L->mf, err, errlen)) return -1;
+        LAYER_MATRICES(UP_M) EXPERT_MATRICES(UP_M) LAYER_VECTORS(UP_V) F32_MATRICES(UP_R)
 #undef UP_M
 #undef UP_V
+#undef UP_R
         if (G->ffn_gate_up_exps.d) { /* gate and up: the two halves of each expert's rows */
             gpu_matrix half = G->ffn_gate_up_exps;
             half.n /= 2;
@@ -238,6 +247,12 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
             half.d += (size_t)half.n * half.row_bytes;
             G->ffn_up_exps = half;
         }
+        /* states for the linear layers only; K/V regions (place_layer_kv) for the attention
+         * layers only */
+        bool linear = L->recipe.attn == ARCH_ATTN_LINEAR;
+        G->lin = linear ? n_lin++ : -1;
+        G->gated = (L->recipe.attn_extras & ARCH_ATTN_OUT_GATE) != 0;
+        G->n_rot = L->recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL ? m->hp.n_rot : 0;
         G->window = L->window;
         G->rope_base = L->rope_base;
         G->rope_scale = L->rope_scale;
@@ -248,8 +263,10 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         G->n_kv = L->n_head_kv;
         G->d_q = m->hp.n_head * L->head_dim;
         G->d_kv = L->n_head_kv * L->head_dim;
-        G->d_ff = (L->n_ff + 31) / 32 * 32;
-        G->kv_own = L->kv_source == l;
+        /* the shared expert's GLU runs through the dense FFN's buffers */
+        int n_ff = L->ffn_gate_inp_shexp.data && m->hp.n_ff_shexp > L->n_ff ? m->hp.n_ff_shexp : L->n_ff;
+        G->d_ff = (n_ff + 31) / 32 * 32;
+        G->kv_own = L->kv_source == l && !linear;
         G->has_out_scale = L->out_scale.data != NULL;
         if (G->has_out_scale) quant_dequantize_row(L->out_scale.type, L->out_scale.data, &G->out_scale, 1);
         if (g->base.cfg.verbose && (l + 1) % 8 == 0)
@@ -345,7 +362,8 @@ static size_t layer_block_bytes(const gpu_layer *L)
     return (size_t)L->n_kv * GPU_KV_BLOCK * (size_t)L->hd * sizeof(uint16_t);
 }
 
-/* Bytes of one KV block in one of the two caches: every layer that computes its own K/V. */
+/* Bytes of one KV block in one of the two caches: every layer that computes its own K/V (not
+ * the shared-K/V layers, not the linear layers). */
 static size_t kv_block_bytes(const gpu_engine *g)
 {
     size_t b = 0;
@@ -355,13 +373,14 @@ static size_t kv_block_bytes(const gpu_engine *g)
 }
 
 /* Each layer's region of the caches for n_blocks + 1 blocks: its own, one after the other, or
- * (shared K/V) its kv_source's. */
+ * (shared K/V) its kv_source's; a linear layer has none. */
 static void place_layer_kv(gpu_engine *g, size_t n_blocks)
 {
     const model *m = g->base.m;
     size_t off = 0;
     for (int l = 0; l < m->hp.n_layer; l++) {
         gpu_layer *L = &g->layers[l];
+        if (L->lin >= 0) continue;
         if (!L->kv_own) {
             L->kc = g->layers[m->layers[l].kv_source].kc;
             L->vc = g->layers[m->layers[l].kv_source].vc;
@@ -371,6 +390,24 @@ static void place_layer_kv(gpu_engine *g, size_t n_blocks)
         L->vc = g->vc + off;
         off += (n_blocks + 1) * layer_block_bytes(L);
     }
+}
+
+/* A hybrid model's recurrent-state slots (engine_config.n_states, 0: one per row) and their
+ * layout (gpu_internal.h); 0 slots for a model without linear layers. */
+static int plan_states(gpu_engine *g)
+{
+    const model_hparams *hp = &g->base.m->hp;
+    int n_lin = 0;
+    for (int l = 0; l < hp->n_layer; l++) n_lin += g->layers[l].lin >= 0;
+    if (!n_lin) return 0;
+    g->ssm_chan = 2 * hp->ssm_groups * hp->ssm_state + hp->ssm_inner;
+    g->conv_floats = (size_t)(hp->ssm_conv - 1) * (size_t)g->ssm_chan;
+    g->layer_floats = g->conv_floats + (size_t)hp->ssm_vheads * hp->ssm_state * hp->ssm_state;
+    g->slot_floats = (size_t)n_lin * g->layer_floats;
+    g->base.n_states = g->base.cfg.n_states ? g->base.cfg.n_states : g->base.cfg.n_slots;
+    g->base.state_bytes = g->slot_floats * sizeof(float);
+    g->state_len = calloc((size_t)g->base.n_states, sizeof *g->state_len);
+    return g->state_len ? 0 : -1;
 }
 
 /* The pool's blocks: --kv-cache-size when given; else what free memory leaves after the
@@ -403,7 +440,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->block_bytes = kv_block_bytes(g);
     g->row_of_seq = malloc((size_t)R * sizeof *g->row_of_seq);
     g->hist_len = calloc((size_t)cfg->n_slots + 1, sizeof *g->hist_len);
-    if (!g->row_of_seq || !g->hist_len) {
+    if (!g->row_of_seq || !g->hist_len || plan_states(g)) {
         snprintf(err, errlen, "out of host memory");
         return -1;
     }
@@ -417,7 +454,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         const gpu_layer *L = &g->layers[l];
         if (L->d_q > g->d_q) g->d_q = L->d_q;
         if (L->d_kv > g->d_kv) g->d_kv = L->d_kv;
-        if (L->d_ff > g->d_ff) g->d_ff = L->d_ff;
+        if (L->d_ff > g->d_ff) g->d_ff = L->d_ff; /* with the shared expert's */
+        if (L->lin >= 0) continue;                /* a linear layer has no attention */
         if (L->hd > hd_max) hd_max = L->hd;
         if (L->n_kv > n_kv_max) n_kv_max = L->n_kv;
         g->att_decode &= gpu_attn_decode_serves(hp->n_head, L->n_kv, L->hd);
@@ -428,18 +466,26 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
     g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, n_kv_max) : ATT_MAX_SPLIT;
     g->att_splits = gpu_attn_max_splits_for(cfg->ctx_per_slot, g->att_max_split);
+    g->det = cfg->deterministic;
+    /* deterministic: a prompt's rows take the decode kernel too, so the last prompt row (which
+     * samples) is computed as it is when a prefix-cache hit or a chunk boundary leaves it alone */
+    if (g->det) g->fa_q_tokens = 0;
     /* attn_decode's partials take a row per decode token of a step (one per sequence, as its
      * shapes have a flash kernel for the rest); attn_partial's one per packed token */
-    size_t part_rows = (size_t)(g->att_decode ? R : T) * g->att_splits * hp->n_head;
+    size_t part_rows = (size_t)(g->att_decode && g->fa_q_tokens ? R : T) * g->att_splits * hp->n_head;
     size_t largest = 0, all_f16 = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16);
     /* FP32 gate/up only where a step's feed-forward is not one fused kernel (the largest step
      * decides), the partial sums only where some matrix goes to mmq */
     bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k), any_post = false;
     bool any_moe = false, moe_geglu = false, moe_beside = false, ple = hp->n_embd_ple > 0;
+    bool any_gated = false, any_shexp = false;
     for (int l = 0; l < hp->n_layer; l++) {
         const gpu_layer *L = &g->layers[l];
         gate_up |= L->w_gate.d && !gpu_ffn_fused(g, L, T);
+        gate_up |= L->ffn_gate_shexp.d && !gpu_glu_fused(g, &L->ffn_gate_shexp, &L->ffn_up_shexp, false, T);
+        any_gated |= L->gated;
+        any_shexp |= L->ffn_gate_inp_shexp != 0;
         any_post |= L->attn_post_norm || L->ffn_post_norm || ple;
         any_moe |= L->ffn_gate_exps.d != 0;
         moe_geglu |= L->ffn_gate_exps.d && L->geglu;
@@ -459,6 +505,11 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t ple_all = ple ? (size_t)T * hp->n_layer * hp->n_embd_ple : 0;
     g->ple_ld = (hp->n_embd_ple + 31) / 32 * 32;
     g->mmq_part_bytes = any_mmq ? GPU_MMQ_PART_BYTES : 0;
+    /* hybrids: the states (one spare slot for decode padding) and the DeltaNet's activations;
+     * act_h also carries the DeltaNet's gated output into Wout */
+    size_t ns = g->base.n_states ? (size_t)g->base.n_states + 1 : 0, lin_t = g->base.n_states ? (size_t)T : 0;
+    size_t act_w = (size_t)(g->d_embd > g->d_q ? g->d_embd : g->d_q);
+    if (lin_t && (size_t)hp->ssm_inner > act_w) act_w = (size_t)hp->ssm_inner;
 
     /* per-step inputs: tok, pos, slot, seq, rows, lidx, attention's token list and flash tiles
      * (at most one tile per token), bias, allowed-token masks, block tables (a step copies the
@@ -473,7 +524,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     in->lidx = align_up(in->rows + R * sizeof(gpu_sample_row), 64);
     in->dtok = align_up(in->lidx + T * sizeof(int32_t), 64);
     in->ftiles = align_up(in->dtok + T * sizeof(int32_t), 64);
-    in->bias = align_up(in->ftiles + (size_t)T * 2 * sizeof(int32_t), 64);
+    in->sseq = align_up(in->ftiles + (size_t)T * 2 * sizeof(int32_t), 64);
+    in->schunk = align_up(in->sseq + (size_t)R * sizeof(gpu_ssm_seq), 64);
+    in->bias = align_up(in->schunk + (size_t)(T / GPU_SSM_CHUNK + R + 1) * sizeof(gpu_ssm_seq), 64);
     in->mask = align_up(in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias), 64);
     g->mask_words = (hp->n_vocab + 31) / 32;
     in->tables = align_up(in->mask + (size_t)R * g->mask_words * sizeof(uint32_t), 64);
@@ -481,7 +534,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
 
     alloc_req req[] = {
         {&g->x, (size_t)T * g->d_embd * f},
-        {&g->act_h, (size_t)T * (g->d_embd > g->d_q ? g->d_embd : g->d_q) * sizeof(uint16_t)},
+        {&g->act_h, (size_t)T * act_w * sizeof(uint16_t)},
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
@@ -503,6 +556,14 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->sout, (size_t)R * sizeof(gpu_sample_out)},
         {&g->in_d, in->bytes},
         {&g->hist, (size_t)(cfg->n_slots + 1) * cfg->ctx_per_slot * sizeof(int32_t)},
+        {&g->state, ns * g->slot_floats * f},
+        {&g->ssm_mix, lin_t * g->ssm_chan * f}, {&g->ssm_z, lin_t * hp->ssm_inner * f},
+        {&g->ssm_b, lin_t * hp->ssm_vheads * f}, {&g->ssm_g, lin_t * hp->ssm_vheads * f},
+        {&g->ssm_raw, lin_t * 2 * hp->ssm_vheads * f}, {&g->ssm_o, lin_t * hp->ssm_inner * f},
+        {&g->ssm_u, lin_t * hp->ssm_inner * f}, {&g->ssm_w, lin_t * hp->ssm_inner * f},
+        {&g->ssm_gc, lin_t * hp->ssm_vheads * f},
+        {&g->qg, any_gated ? (size_t)T * 2 * g->d_q * f : 0},
+        {&g->sh_logit, any_shexp ? (size_t)T * f : 0}, {&g->sh_y, any_shexp ? (size_t)T * g->d_embd * f : 0},
     };
     size_t act = 0;
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) act += req[i].bytes;
@@ -561,6 +622,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
              g->wbytes / MIB, g->kv_bytes / MIB, g->base.kv_blocks, GPU_KV_BLOCK,
              (long long)g->base.kv_blocks * GPU_KV_BLOCK, cfg->n_slots, cfg->ctx_per_slot, act / MIB, free_b / MIB,
              total_b / MIB);
+    if (g->base.n_states)
+        log_info("cuda: %d recurrent-state slots of %.2f MiB (in the buffers)", g->base.n_states,
+                 g->base.state_bytes / MIB);
     if (all_f16)
         log_info("cuda: prompt and batched matmuls of F32/BF16 weights read %s",
                  g->w16_bytes ? "resident FP16 weight copies (in the buffers)"
@@ -624,6 +688,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     const int qt = g->fa_q_tokens;
     const int tw = g->table_width;
     gpu_sample_row *rows = (gpu_sample_row *)(h + g->in.rows);
+    gpu_ssm_seq *sseq = (gpu_ssm_seq *)(h + g->in.sseq), *schunk = (gpu_ssm_seq *)(h + g->in.schunk);
     gpu_bias *bias = (gpu_bias *)(h + g->in.bias);
     uint32_t *mask = (uint32_t *)(h + g->in.mask);
     bool decode = n <= GPU_MAX_DECODE_BATCH;
@@ -633,9 +698,17 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         snprintf(err, errlen, "step has %d sequences, more than %d", n, g->cap_rows);
         return -1;
     }
+    for (int i = 0; i < n && g->base.n_states; i++) {
+        const int st = engine_seq_state(&seqs[i]);
+        if (seqs[i].pos != 0 && seqs[i].pos != g->state_len[st]) {
+            snprintf(err, errlen, "seq %d: starts at position %d but its state slot %d holds the state after %d "
+                     "(a recurrent state cannot rewind)", i, seqs[i].pos, st, g->state_len[st]);
+            return -1;
+        }
+    }
     int t = 0, r = 0, nb = 0, nm = 0;
     p->n_lidx = 0;
-    p->attn = (gpu_attn_plan){.n_split = 1, .dec_listed = true};
+    p->attn = (gpu_attn_plan){.n_split = 1, .dec_listed = true, .n_ssm = n};
     for (int i = 0; i < n; i++) {
         const engine_seq *s = &seqs[i];
         if (t + s->n_tokens > g->cap_tokens) {
@@ -669,6 +742,10 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
                 if (ns > p->attn.n_split) p->attn.n_split = ns;
             }
         }
+        sseq[i] = (gpu_ssm_seq){.first = t, .n = s->n_tokens, .state = engine_seq_state(s)};
+        for (int j = 0; j < s->n_tokens; j += GPU_SSM_CHUNK)
+            schunk[p->attn.n_chunks++] = (gpu_ssm_seq){.first = t + j, .n = s->n_tokens - j < GPU_SSM_CHUNK ? s->n_tokens - j : GPU_SSM_CHUNK,
+                                                       .state = sseq[i].state};
         for (int j = 0; j < s->n_tokens; j++, t++) {
             tok[t] = s->tokens[j];
             pos[t] = s->pos + j;
@@ -716,6 +793,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             pos[t] = 0;
             slot[t] = g->base.cfg.n_slots;
             seq[t] = t;
+            sseq[t] = (gpu_ssm_seq){.first = t, .n = 1, .state = g->base.n_states}; /* the spare slot */
             tables[(size_t)t * tw] = g->base.kv_blocks;
             memset(&rows[t], 0, sizeof rows[t]);
             rows[t].token_index = t;
@@ -726,11 +804,25 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         for (p->bucket = 0; (1 << p->bucket) < B; p->bucket++) {}
         /* the graph's plan (decode_graph), not the one above: every token, unlisted */
         p->short_ctx = g->att_decode && p->attn.n_split == 1; /* the padding's position 0 too */
-        p->attn = (gpu_attn_plan){.n_dec = B, .n_split = p->short_ctx ? 1 : g->att_splits, .dec_listed = false};
+        p->attn = (gpu_attn_plan){.n_dec = B, .n_split = p->short_ctx ? 1 : g->att_splits, .dec_listed = false,
+                                  .n_ssm = B};
     }
     p->copy_bytes = nm ? g->in.mask + (size_t)nm * g->mask_words * sizeof(uint32_t)
                        : g->in.bias + (size_t)nb * sizeof(gpu_bias);
     p->table_bytes = (size_t)table_rows * tw * sizeof(int32_t);
+    for (int i = 0; i < n && g->base.n_states; i++) g->state_len[engine_seq_state(&seqs[i])] = seqs[i].pos + seqs[i].n_tokens;
+    return 0;
+}
+
+/* A sequence at position 0 starts from the zero state (its slot may hold another's): cleared
+ * on the stream, before the step that reads it. */
+static int reset_states(gpu_engine *g, const engine_seq *seqs, int n, char *err, size_t errlen)
+{
+    const size_t bytes = g->base.state_bytes;
+    for (int i = 0; i < n && g->base.n_states; i++)
+        if (seqs[i].pos == 0)
+            CU_CHECK(cu.cuMemsetD8Async(g->state + (size_t)engine_seq_state(&seqs[i]) * bytes, 0, bytes, g->stream),
+                     "step: clearing a state slot");
     return 0;
 }
 
@@ -762,7 +854,7 @@ static int decode_graph(gpu_engine *g, int b, bool short_ctx, char *err, size_t 
     int split = short_ctx ? 1 : g->att_splits;
     /* every token is a decode token: all of them through split-K in packed order, with no
      * token list and no flash tiles (the graph holds no step-dependent counts) */
-    gpu_attn_plan ap = {.n_dec = B, .n_split = split, .dec_listed = false};
+    gpu_attn_plan ap = {.n_dec = B, .n_split = split, .dec_listed = false, .n_ssm = B};
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
     int rc = gpu_forward(g, B, B, &ap, err, errlen);
@@ -812,6 +904,7 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
         rc = -1;
     }
     if (rc == 0) rc = upload_history(g, seqs, n, err, errlen);
+    if (rc == 0) rc = reset_states(g, seqs, n, err, errlen);
     if (rc == 0 && p.bucket >= 0) {
         rc = decode_graph(g, p.bucket, p.short_ctx, err, errlen);
         if (rc == 0 && cu.cuGraphLaunch(g->graphs[p.short_ctx][p.bucket], g->stream) != CUDA_SUCCESS) {
@@ -917,6 +1010,29 @@ static int gpu_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
     return 0;
 }
 
+/* A state slot copied whole (a snapshot of a prefix, or one restored), ordered on the compute
+ * stream like gpu_kv_copy. */
+static int gpu_state_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    gpu_engine *g = (gpu_engine *)e;
+    if (g->failed[0]) {
+        snprintf(err, errlen, "the GPU failed in an earlier step (%s); restart the server", g->failed);
+        return ENGINE_FATAL;
+    }
+    size_t bytes = e->state_bytes;
+    CUresult r = cu.cuCtxSetCurrent(g->ctx);
+    if (r == CUDA_SUCCESS)
+        r = cu.cuMemcpyDtoDAsync(g->state + (size_t)dst * bytes, g->state + (size_t)src * bytes, bytes, g->stream);
+    if (r != CUDA_SUCCESS) {
+        char b[160];
+        snprintf(err, errlen, "copying state slot %d to %d: %s", src, dst, cuda_api_strerror(r, b, sizeof b));
+        snprintf(g->failed, sizeof g->failed, "%s", err);
+        return ENGINE_FATAL;
+    }
+    g->state_len[dst] = g->state_len[src];
+    return 0;
+}
+
 static void gpu_destroy(engine *e)
 {
     gpu_engine *g = (gpu_engine *)e;
@@ -931,7 +1047,8 @@ static void gpu_destroy(engine *e)
                           g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y, g->moe_g, g->moe_u, g->moe_out,
                           g->ple, g->ple_tok, g->ple_g, g->ple_h,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
-                          g->sout,   g->in_d};
+                          g->sout,   g->in_d, g->state, g->ssm_mix, g->ssm_z, g->ssm_b, g->ssm_g, g->ssm_raw,
+                          g->ssm_o,  g->qg,   g->sh_logit, g->sh_y, g->ssm_u, g->ssm_w, g->ssm_gc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cu.cuMemFree(bufs[i]);
     if (g->in_h) cu.cuMemFreeHost(g->in_h);
@@ -943,11 +1060,13 @@ static void gpu_destroy(engine *e)
     free(g->layers);
     free(g->row_of_seq);
     free(g->hist_len);
+    free(g->state_len);
     free(g);
 }
 
 static const engine_vtable gpu_vtable = {
-    .name = "cuda", .step = gpu_step, .slot_clear = gpu_slot_clear, .kv_copy = gpu_kv_copy, .destroy = gpu_destroy};
+    .name = "cuda", .step = gpu_step, .slot_clear = gpu_slot_clear, .kv_copy = gpu_kv_copy,
+    .state_copy = gpu_state_copy, .destroy = gpu_destroy};
 
 /* A matrix in a format without kernels (gpu_kernel_names.h) is refused here, before anything
  * is allocated or uploaded, naming the first such tensor; --device auto then runs the model on
@@ -997,6 +1116,16 @@ static int check_model(const model *m, char *err, size_t errlen)
         return -1;
     }
     if (model_check_features(m, GPU_FEATURES, "cuda", err, errlen)) return -1;
+    /* The shared expert the GPU runs is Qwen's sigmoid-gated one; GLM's ungated one has no
+     * feature bit apart from it (ARCH_FFN_SHEXP_GATE is an extra of ARCH_F_SHARED_EXPERT). */
+    for (int il = 0; il < hp->n_layer; il++) {
+        const unsigned x = m->layers[il].recipe.ffn_extras;
+        if ((x & ARCH_FFN_SHARED_EXPERT) && !(x & ARCH_FFN_SHEXP_GATE)) {
+            snprintf(err, errlen, "the cuda backend does not implement an ungated shared expert (layer %d of %s)", il,
+                     m->desc->name);
+            return -1;
+        }
+    }
     if (check_weight_types(m, err, errlen)) return -1;
     /* the per-layer embeddings' token rows are gathered whole: no padding inside a row */
     if (hp->n_embd_ple && (hp->n_layer * hp->n_embd_ple) % 32) {
@@ -1018,6 +1147,21 @@ static int check_model(const model *m, char *err, size_t errlen)
                      "(head_dim a multiple of 8 up to 256, or 512)", L->head_dim, hp->n_head, L->n_head_kv, l);
             return -1;
         }
+        if ((L->recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL) && (hp->n_rot % 2 || hp->n_rot > L->head_dim)) {
+            snprintf(err, errlen, "model: rope.dimension_count %d of heads of %d (layer %d) not supported on the GPU",
+                     hp->n_rot, L->head_dim, l);
+            return -1;
+        }
+    }
+    bool linear = false;
+    for (int l = 0; l < hp->n_layer; l++) linear |= m->layers[l].recipe.attn == ARCH_ATTN_LINEAR;
+    /* the DeltaNet kernels' bounds (kernels/deltanet.cuh), and Wout's input rows in whole
+     * 32-input chunks (a padded tail would read the next row) */
+    if (linear && (hp->ssm_conv > GPU_SSM_MAX_TAPS || hp->ssm_state > GPU_SSM_MAX_D || hp->ssm_inner % 32)) {
+        snprintf(err, errlen, "model: gated DeltaNet with %d conv taps, state_size %d, inner_size %d is not supported "
+                 "on the GPU (at most %d taps and %d, inner_size a multiple of 32)", hp->ssm_conv, hp->ssm_state,
+                 hp->ssm_inner, GPU_SSM_MAX_TAPS, GPU_SSM_MAX_D);
+        return -1;
     }
     return 0;
 }

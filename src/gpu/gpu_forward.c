@@ -15,10 +15,18 @@
  *           token's sequence (a sliding layer: its window only, see gpu_attn_first_key):
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
  *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm)
+ *           (gated attention: Wq gives [q | gate] per head, h *= sigmoid(gate) before Wo;
+ *            partial RoPE turns the first n_rot dimensions of a head)
+ *       or, a gated DeltaNet layer (attention_linear):
+ *           [q k v] = silu(conv1d(Wqkv h)) over the sequence's conv window, q and k L2-normed,
+ *           z = Wgate h, beta = sigmoid(Wb h), g = A softplus(Wa h + dt_bias);
+ *           o = delta rule over the sequence's state slot (token by token in decode graphs,
+ *           chunks of 64 in prompt steps); x += Wout fp16(rmsnorm(o) * w * silu(z))
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
  *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
  *            or, MoE: x += sum over the router's top k experts e of w_e Wdown_e fp16(silu(Wgate_e h) * Wup_e h)
+ *                 (+ sigmoid(w_shexp . h) * the shared expert's GLU, where the family has one)
  *                                        (sandwich norm: normed by ffn_post_norm as above)
  *            or, Gemma 4's 26B-A4B: the GeGLU and GeGLU experts side by side (ffn_glu_moe)
  *       (Gemma 4: x += its per-layer embedding; x *= layer_output_scale)
@@ -66,8 +74,12 @@ typedef struct matmul_op {
 
 typedef enum { PATH_MATVEC, PATH_MMQ, PATH_BLAS } matmul_path;
 
+/* Deterministic: the same kernel for every m (mmq, whose per-element k order is its stages'
+ * and not the tile's, or else matvec, whose row sums do not depend on MT), never cuBLAS (its
+ * algorithm, and so its sums, is its own choice per shape). */
 static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
 {
+    if (g->det) return gpu_mmq_serves(&g->k, w->wtype, w->k) ? PATH_MMQ : PATH_MATVEC;
     if (m > 1 && gpu_mmq_serves(&g->k, w->wtype, w->k)) return PATH_MMQ;
     if (m <= GPU_MATVEC_MAX_M) return PATH_MATVEC;
     return g->have_blas ? PATH_BLAS : PATH_MATVEC;
@@ -131,14 +143,42 @@ typedef struct mmq_grid {
     bool glu;
 } mmq_grid;
 
+/* Stages of MMQ_KT inputs in a product over k, and the most splits of them: two a split. */
+static int mmq_stages(int k) { return (k / 32 + MMQ_KT / 32 - 1) / (MMQ_KT / 32); }
+static int mmq_cap_splits(int splits, int stages)
+{
+    return splits > stages / 2 ? (stages / 2 > 1 ? stages / 2 : 1) : splits;
+}
+
+/* The deterministic engine's k splits of a weight whose grid has gx blocks of weight rows: the
+ * decode-sized rule (two blocks per multiprocessor) for one grid row, whatever the number of
+ * activation rows, so every row of every step sums the same k ranges in the same order. */
+static int mmq_det_splits(const gpu_engine *g, unsigned gx, int k)
+{
+    int want = 2 * g->n_sm, splits = (int)gx < want ? (want + (int)gx - 1) / (int)gx : 1;
+    return mmq_cap_splits(splits, mmq_stages(k));
+}
+
+/* Activation rows whose partial sums fit mmq_part with `splits` splits of `rows` rows. */
+static int mmq_det_rows(const gpu_engine *g, int splits, int rows)
+{
+    if (splits <= 1) return 1 << 30;
+    size_t per = (size_t)splits * rows * sizeof(float), n = g->mmq_part_bytes / per;
+    return n > 0 ? (int)n : 1;
+}
+
 static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_grid gr, const char *what, char *err,
                       size_t errlen)
 {
-    int chunks = w->k / 32, stage = MMQ_KT / 32, stages = (chunks + stage - 1) / stage;
+    int chunks = w->k / 32, stage = MMQ_KT / 32, stages = mmq_stages(w->k);
     int splits = 1, want = (a->m <= 64 ? 2 : 1) * g->n_sm, blocks = (int)(gr.gx * gr.gy);
-    if (blocks < want) splits = (want + blocks - 1) / blocks;
-    if (splits > stages / 2) splits = stages / 2 > 1 ? stages / 2 : 1; /* two stages a split at least */
-    while (splits > 1 && (size_t)splits * a->m * gr.rows * sizeof(float) > g->mmq_part_bytes) splits--;
+    if (g->det) {
+        splits = mmq_det_splits(g, gr.gx, w->k); /* the callers keep a->m within mmq_det_rows */
+    } else {
+        if (blocks < want) splits = (want + blocks - 1) / blocks;
+        splits = mmq_cap_splits(splits, stages);
+        while (splits > 1 && (size_t)splits * a->m * gr.rows * sizeof(float) > g->mmq_part_bytes) splits--;
+    }
     a->split_chunks = (stages + splits - 1) / splits * stage;
     splits = (chunks + a->split_chunks - 1) / a->split_chunks;
     a->part = F32(g->mmq_part);
@@ -173,8 +213,24 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);
     while (op->m > 64 && v > 1 && gx * ceil_div(op->m, 16u << v) < (unsigned)g->n_sm) v--;
     if (glu) a.yh = F16(g->ff_h);
-    mmq_grid gr = {gx, ceil_div(op->m, 16u << v), v, rows, glu};
-    return mmq_launch(g, &a, w, gr, op->what, err, errlen);
+    if (!g->det) {
+        mmq_grid gr = {gx, ceil_div(op->m, 16u << v), v, rows, glu};
+        return mmq_launch(g, &a, w, gr, op->what, err, errlen);
+    }
+    /* deterministic: the splits are fixed, so the rows go in runs whose partials fit */
+    int run = mmq_det_rows(g, mmq_det_splits(g, gx, w->k), rows);
+    for (int m0 = 0; m0 < op->m; m0 += run) {
+        matvec_args r = a;
+        r.m = op->m - m0 < run ? op->m - m0 : run;
+        r.x = a.x + (size_t)m0 * a.ldx;
+        for (int s = 0; s < r.n_seg; s++)
+            if (r.seg[s].y) r.seg[s].y = a.seg[s].y + (size_t)m0 * a.seg[s].ldy;
+        if (glu) r.yh = a.yh + (size_t)m0 * a.seg[0].ldy;
+        int rv = r.m > 32 ? 2 : r.m > 16 ? 1 : 0; /* the tile height changes no row's sums */
+        mmq_grid gr = {gx, ceil_div(r.m, 16u << rv), rv, rows, glu};
+        if (mmq_launch(g, &r, w, gr, op->what, err, errlen)) return -1;
+    }
+    return 0;
 }
 
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
@@ -206,30 +262,38 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 }
 
 /* The fused kernels (glu_*, mmq_glu_*) apply SiLU; a GeGLU layer takes the unfused path. */
-bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T)
+bool gpu_glu_fused(const gpu_engine *g, const gpu_matrix *gate, const gpu_matrix *up, bool geglu, int T)
 {
-    matmul_path path = path_for(g, &L->w_gate, T);
-    return !L->geglu && L->w_gate.type == L->w_up.type && (path == PATH_MMQ || path == PATH_MATVEC);
+    matmul_path path = path_for(g, gate, T);
+    return !geglu && gate->type == up->type && (path == PATH_MMQ || path == PATH_MATVEC);
 }
 
-/* ff_h = fp16(act(Wgate h) * Wup h), act silu or gelu_tanh; rows of the layer's own width */
-static int gated_ffn(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
+bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T)
 {
-    matmul_op op = {.out = {{&L->w_gate, g->gate, 0, L->d_ff}, {&L->w_up, g->up, 0, L->d_ff}}, .n_out = 2,
+    return gpu_glu_fused(g, &L->w_gate, &L->w_up, L->geglu, T);
+}
+
+/* ff_h = fp16(act(gate h) * up h), act silu or gelu_tanh, in rows of the layer's own width:
+ * the dense FFN's matrices, or (shexp) the shared expert's */
+static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const char *what, char *err, size_t errlen)
+{
+    const gpu_matrix *gate = shexp ? &L->ffn_gate_shexp : &L->w_gate, *up = shexp ? &L->ffn_up_shexp : &L->w_up;
+    const bool geglu = !shexp && L->geglu;
+    matmul_op op = {.out = {{gate, g->gate, 0, L->d_ff}, {up, g->up, 0, L->d_ff}}, .n_out = 2,
                     .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
-    if (gpu_ffn_fused(g, L, T)) {
-        if (path_for(g, &L->w_gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
+    if (gpu_glu_fused(g, gate, up, geglu, T)) {
+        if (path_for(g, gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
         int v = matvec_variant(T);
         matvec_args a = matvec_args_for(&op, 0, 2);
         a.yh = F16(g->ff_h);
-        LAUNCH(g->k.glu[L->w_gate.wtype][v], ((gpu_launch_dims){ceil_div(T, 1u << v), ceil_div(L->w_gate.n, 8), 1, 256}),
+        LAUNCH(g->k.glu[gate->wtype][v], ((gpu_launch_dims){ceil_div(T, 1u << v), ceil_div(gate->n, 8), 1, 256}),
                what, &a);
         return 0;
     }
     if (matmul(g, &op, err, errlen)) return -1;
     size_t n = (size_t)T * L->d_ff;
     unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
-    const gpu_fn *act = L->geglu ? &g->k.geglu : &g->k.swiglu;
+    const gpu_fn *act = geglu ? &g->k.geglu : &g->k.swiglu;
     LAUNCH(*act, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->gate, &g->up, &g->ff_h, &n);
     return 0;
 }
@@ -352,8 +416,9 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
                         g->stream, route, what, err, errlen))
         return -1;
     CUdeviceptr pos = 0; /* moe_combine's entry -> row of moe_y: identity, or the grouping's */
-    /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's */
-    bool grouped = n > GPU_MATVEC_MAX_M && !L->geglu && gpu_mmq_serves(&g->k, gate->wtype, gate->k) &&
+    /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's.
+     * Deterministic: the grouped launches for any count (per-entry GeGLU for any count too) */
+    bool grouped = (n > GPU_MATVEC_MAX_M || g->det) && !L->geglu && gpu_mmq_serves(&g->k, gate->wtype, gate->k) &&
                    gpu_mmq_serves(&g->k, down->wtype, down->k);
     if (!grouped) {
         moe_mv_args a = {.w0 = U8(gate->d), .w1 = U8(up->d), .expert_bytes = gate->expert_bytes,
@@ -420,8 +485,18 @@ static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst
     int ne = g->base.m->hp.n_expert;
     gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, 8), 1, 256};
     LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &g->d_embd, &ne, &T, &g->moe_logits);
-    for (int t0 = 0; t0 < T; t0 += g->moe_chunk) {
-        int n = T - t0 < g->moe_chunk ? T - t0 : g->moe_chunk;
+    int chunk = g->moe_chunk;
+    if (g->det) { /* the grouped products' fixed splits: as many entries as their partials hold */
+        const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
+        unsigned gx_gate = ceil_div(gate->n, GPU_MMQ_ROWS / 2), gx_down = ceil_div(pad16(down->n), GPU_MMQ_ROWS);
+        int e_gate = mmq_det_rows(g, mmq_det_splits(g, gx_gate, gate->k), 2 * pad16(gate->n));
+        int e_down = mmq_det_rows(g, mmq_det_splits(g, gx_down, down->k), pad16(down->n));
+        int fit = (e_gate < e_down ? e_gate : e_down) / g->base.m->hp.n_expert_used;
+        if (fit < 1) fit = 1;
+        if (fit < chunk) chunk = fit;
+    }
+    for (int t0 = 0; t0 < T; t0 += chunk) {
+        int n = T - t0 < chunk ? T - t0 : chunk;
         if (moe_chunk(g, L, t0, n, dst, accumulate, what, err, errlen)) return -1;
     }
     return 0;
@@ -450,7 +525,7 @@ static int add_rows(gpu_engine *g, CUdeviceptr y, CUdeviceptr z, int T, const ch
  * weights: upload_router), then x += rmsnorm(post) * ffn_post_norm. */
 static int ffn_glu_moe(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
-    if (gated_ffn(g, L, T, what, err, errlen)) return -1;
+    if (gated_ffn(g, L, false, T, what, err, errlen)) return -1;
     matmul_op down = {.out = {{&L->w_down, g->post, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = L->d_ff,
                       .what = what};
     norm_op post1 = {.x = g->post, .w = L->ffn_post_norm_1, .y = g->post, .rows = T, .n = g->d_embd};
@@ -521,9 +596,123 @@ static int per_layer_embedding(gpu_engine *g, const gpu_layer *L, int il, int T,
     return add_post_normed(g, L->ple_post_norm, T, what, err, errlen);
 }
 
-/* x += post(attention(pre(x))) of layer il: the q/k/v products (K/V only in a layer that keeps
- * its own: Gemma 4's shared layers read their kv_source's; a layer without wv takes V from the K
- * projection), qkv_post, attention over the layer's region of the caches, the output product. */
+/* Softmax attention of layer il over the normed act_h: x += post(Wo attend(q, K, V)).  The
+ * q/k/v products (K/V only in a layer that keeps its own: Gemma 4's shared layers read their
+ * kv_source's; a layer without wv takes V from the K projection), qkv_post (q/k norms, RoPE,
+ * v norm, the K/V stores), attention over the layer's region of the caches, the output
+ * product.  A gated layer's Wq gives [query | gate] per head into qg: the queries go to q, and
+ * the attention's output is gated by sigmoid(gate) before Wo (ARCH_ATTN_OUT_GATE). */
+static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, const char *what, char *err,
+                             size_t errlen)
+{
+    const model_hparams *hp = &g->base.m->hp;
+    const gpu_layer *L = &g->layers[il];
+    qkv_post_args post = {
+        .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
+        .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(L->kc), .vc = F16(L->vc),
+        .seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
+        .freq_div = L->rope_freqs ? F32(L->rope_freqs) : NULL, .rope_base = L->rope_base,
+        .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
+        .n_kv = L->n_kv, .hd = L->hd, .n_layer = 1, .layer = 0, .table_width = g->table_width, .v_norm = L->v_norm,
+        .n_rot = L->n_rot,
+    };
+    /* One token (the batch-1 step) with no q/k/v norm, gate or partial RoPE: RoPE and the K/V
+     * stores in the QKV matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of
+     * one head); never under det, where every row count takes qkv_post. */
+    bool post_fused = T == 1 && !g->det && !L->q_norm && !L->k_norm && !L->v_norm && !L->gated && !L->n_rot &&
+                      L->kv_own && L->wv.d && L->hd % 8 == 0;
+    const gpu_matrix *wv = L->wv.d ? &L->wv : &L->wk; /* no wv: V is the K projection (v_from_k) */
+    matmul_op qkv = {.out = {{&L->wq, L->gated ? g->qg : g->q, L->bq, L->gated ? 2 * L->d_q : L->d_q},
+                             {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
+                     .n_out = L->kv_own ? 3 : 1, .x = g->act_h, .m = T, .ldx = g->d_embd,
+                     .post = post_fused ? &post : NULL, .what = what};
+    if (matmul(g, &qkv, err, errlen)) return -1;
+    size_t nq = (size_t)T * L->d_q;
+    int hd = L->hd;
+    unsigned blocks = ceil_div(nq, 256) < 4096 ? ceil_div(nq, 256) : 4096;
+    if (L->gated) LAUNCH(g->k.split_qgate, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->qg, &g->q, &hd, &nq);
+    if (!post_fused)
+        LAUNCH(g->k.qkv_post,
+               ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + (L->kv_own ? L->n_kv : 0)), 1, L->hd >= 128 ? 64 : 32}),
+               what, &post);
+    if (attention(g, il, ap, err, errlen)) return -1;
+    if (L->gated) LAUNCH(g->k.gate_heads, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->act_h, &g->qg, &hd, &nq);
+    matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = L->d_q,
+                    .accumulate = true, .what = what};
+    return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
+}
+
+/* Gated DeltaNet over the normed act_h (kernels/deltanet.cuh): [q k v] = silu(conv1d(Wqkv h))
+ * with q and k L2-normed per head, z = Wgate h, beta and the decay from their projections,
+ * the delta rule through each sequence's tokens from its state slot (in.sseq), and
+ * x += Wout fp16(rmsnorm(o) * w * silu(z)). */
+static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, const char *what, char *err,
+                            size_t errlen)
+{
+    const model_hparams *hp = &g->base.m->hp;
+    const gpu_layer *L = &g->layers[il];
+    int nv = hp->ssm_vheads, nk = hp->ssm_groups, d = hp->ssm_state, chan = g->ssm_chan, fused = L->ssm_ba.d != 0;
+    matmul_op proj = {.out = {{&L->ssm_qkv, g->ssm_mix, 0, chan}, {&L->ssm_gate, g->ssm_z, 0, hp->ssm_inner},
+                              fused ? (matmul_out){&L->ssm_ba, g->ssm_raw, 0, 2 * nv} : (matmul_out){&L->ssm_beta, g->ssm_b, 0, nv}},
+                      .n_out = 3, .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
+    if (matmul(g, &proj, err, errlen)) return -1;
+    if (!fused) {
+        matmul_op alpha = {.out = {{&L->ssm_alpha, g->ssm_g, 0, nv}}, .n_out = 1, .x = g->act_h, .m = T,
+                           .ldx = g->d_embd, .what = what};
+        if (matmul(g, &alpha, err, errlen)) return -1;
+    }
+    int n = T * nv;
+    LAUNCH(g->k.ssm_gates, ((gpu_launch_dims){ceil_div((size_t)n, 256), 1, 1, 256}), what, &g->ssm_b, &g->ssm_g,
+           &g->ssm_raw, &fused, &nv, &nk, &(CUdeviceptr){L->ssm_a}, &(CUdeviceptr){L->ssm_dt}, &n);
+    const long long conv_off = (long long)L->lin * (long long)g->layer_floats;
+    ssm_args sa = {
+        .seqs = (const gpu_ssm_seq *)(uintptr_t)(g->in_d + g->in.sseq), .mix = F32(g->ssm_mix), .state = F32(g->state),
+        .out = F32(g->ssm_o), .conv_w = F32(L->ssm_conv1d), .beta = F32(g->ssm_b), .g = F32(g->ssm_g),
+        .slot_stride = (long long)g->slot_floats, .conv_off = conv_off,
+        .delta_off = conv_off + (long long)g->conv_floats, .chan = chan, .taps = hp->ssm_conv, .d = d, .k_heads = nk,
+        .v_heads = nv, .grouped = hp->ssm_grouped,
+    };
+    LAUNCH(g->k.ssm_conv, ((gpu_launch_dims){(unsigned)ap->n_ssm, ceil_div((size_t)chan, 128), 1, 128}), what, &sa);
+    LAUNCH(g->k.ssm_qk_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk), 1, 32}), what, &g->ssm_mix, &chan, &d,
+           &nk);
+    gpu_launch_dims per_seq = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32};
+    /* a prompt step: the chunked form (kernels/deltanet.cuh), whose sums depend on where the
+     * chunks fall; deterministic: the exact recurrence, token by token, for every step */
+    if (ap->n_chunks && !g->det) {
+        CUdeviceptr chunks = g->in_d + g->in.schunk;
+        gpu_launch_dims per_chunk = {(unsigned)ap->n_chunks, (unsigned)nv, 1, 256};
+        LAUNCH(g->k.delta_chunk_prep, per_chunk, what, &sa, &chunks, &g->ssm_u, &g->ssm_w, &g->ssm_gc);
+        LAUNCH(g->k.delta_chunk_state, per_seq, what, &sa, &g->ssm_u, &g->ssm_w, &g->ssm_gc);
+        LAUNCH(g->k.delta_chunk_out, per_chunk, what, &sa, &chunks, &g->ssm_u, &g->ssm_gc);
+    } else {
+        LAUNCH(g->k.delta_rule, per_seq, what, &sa);
+    }
+    float eps = hp->rms_eps;
+    LAUNCH(g->k.ssm_out_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32}), what, &g->ssm_o, &g->ssm_z,
+           &(CUdeviceptr){L->ssm_norm}, &g->act_h, &d, &nv, &eps);
+    matmul_op out = {.out = {{&L->ssm_out, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T,
+                     .ldx = hp->ssm_inner, .accumulate = true, .what = what};
+    return matmul(g, &out, err, errlen);
+}
+
+/* The shared expert of a MoE layer beside its routed ones (which already added theirs):
+ * x += sigmoid(w_gate_inp_shexp . h) * Wdown_shexp fp16(silu(Wgate_shexp h) * Wup_shexp h), the
+ * gate's logit in FP32 from moe_xf as the router's. */
+static int shared_expert(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
+{
+    int one = 1;
+    LAUNCH(g->k.moe_router, ((gpu_launch_dims){ceil_div(T, GPU_MOE_ROUTER_TOKENS), 1, 1, 256}), what, &g->moe_xf,
+           &(CUdeviceptr){L->ffn_gate_inp_shexp}, &g->d_embd, &one, &T, &g->sh_logit);
+    if (gated_ffn(g, L, true, T, what, err, errlen)) return -1;
+    matmul_op down = {.out = {{&L->ffn_down_shexp, g->sh_y, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
+                      .ldx = L->d_ff, .what = what};
+    if (matmul(g, &down, err, errlen)) return -1;
+    LAUNCH(g->k.shexp_add, ((gpu_launch_dims){(unsigned)T, 1, 1, 256}), what, &g->x, &g->sh_y, &g->sh_logit, &g->d_embd);
+    return 0;
+}
+
+/* x += the attention block of layer il over h = fp16(rmsnorm(x) * attn_norm): softmax
+ * attention, or a linear layer's gated DeltaNet. */
 static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
@@ -532,30 +721,7 @@ static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap
     snprintf(what, sizeof what, "layer %d attention", il);
     norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
     if (rmsnorm(g, &n1, what, err, errlen)) return -1;
-    qkv_post_args post = {
-        .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
-        .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(L->kc), .vc = F16(L->vc),
-        .seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
-        .freq_div = L->rope_freqs ? F32(L->rope_freqs) : NULL, .rope_base = L->rope_base,
-        .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
-        .n_kv = L->n_kv, .hd = L->hd, .n_layer = 1, .layer = 0, .table_width = g->table_width, .v_norm = L->v_norm,
-    };
-    /* One token (the batch-1 step) with no q/k/v norm: RoPE and the K/V stores in the QKV
-     * matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of one head). */
-    bool post_fused = T == 1 && !L->q_norm && !L->k_norm && !L->v_norm && L->kv_own && L->wv.d && L->hd % 8 == 0;
-    const gpu_matrix *wv = L->wv.d ? &L->wv : &L->wk; /* no wv: V is the K projection (v_from_k) */
-    matmul_op qkv = {.out = {{&L->wq, g->q, L->bq, L->d_q}, {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
-                     .n_out = L->kv_own ? 3 : 1, .x = g->act_h, .m = T, .ldx = g->d_embd,
-                     .post = post_fused ? &post : NULL, .what = what};
-    if (matmul(g, &qkv, err, errlen)) return -1;
-    if (!post_fused)
-        LAUNCH(g->k.qkv_post,
-               ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + (L->kv_own ? L->n_kv : 0)), 1, L->hd >= 128 ? 64 : 32}),
-               what, &post);
-    if (attention(g, il, ap, err, errlen)) return -1;
-    matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = L->d_q,
-                    .accumulate = true, .what = what};
-    return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
+    return (L->lin >= 0 ? attention_linear : attention_softmax)(g, il, T, ap, what, err, errlen);
 }
 
 static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
@@ -572,12 +738,13 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     int rc;
     if (moe) {
         rc = ffn_moe(g, L, T, what, err, errlen);
+        if (rc == 0 && L->ffn_gate_inp_shexp) rc = shared_expert(g, L, T, what, err, errlen);
     } else if (ffn == ARCH_FFN_GLU_MOE) {
         rc = ffn_glu_moe(g, L, T, what, err, errlen);
     } else {
         matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = L->d_ff,
                           .accumulate = true, .what = what};
-        rc = gated_ffn(g, L, T, what, err, errlen) || residual_add(g, &down, L->ffn_post_norm, T, err, errlen) ? -1 : 0;
+        rc = gated_ffn(g, L, false, T, what, err, errlen) || residual_add(g, &down, L->ffn_post_norm, T, err, errlen) ? -1 : 0;
     }
     if (rc) return -1;
     if (hp->n_embd_ple > 0 && per_layer_embedding(g, L, il, T, err, errlen)) return -1;

@@ -50,19 +50,30 @@ typedef struct gpu_layer {
     /* Gemma 4's experts beside the dense GLU (ARCH_FFN_GLU_MOE): each expert's output scale
      * [n_expert], the experts' input norm and the two branches' output norms */
     CUdeviceptr expert_scale, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2;
+    /* the hybrid families: the shared expert (its gate in F32, [1][n_embd], or 0) and the
+     * gated DeltaNet's projections, conv taps (F32 [chan][taps]), A, dt bias and output norm */
+    gpu_matrix ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+    CUdeviceptr ffn_gate_inp_shexp;
+    gpu_matrix ssm_qkv, ssm_gate, ssm_beta, ssm_alpha, ssm_ba, ssm_out;
+    CUdeviceptr ssm_conv1d, ssm_a, ssm_dt, ssm_norm;
     /* from the model_layer: its window (0: full), RoPE (rope_freqs: the model's factors, or 0
      * where this layer does without) and activation */
     int window;
     float rope_base, rope_scale;
     CUdeviceptr rope_freqs;
     bool geglu, v_norm;
+    bool gated; /* attn_q gives [query | gate] per head (ARCH_ATTN_OUT_GATE) */
+    int n_rot;  /* partial RoPE's dimensions, 0: the whole head */
+    int lin;    /* its index among the linear layers' states, -1: an attention layer */
     /* its shapes (Gemma 4's full and sliding layers differ): head_dim, kv heads, the q and k/v
-     * row widths, the FFN width padded to 32 */
+     * row widths, the FFN width padded to 32 (the wider of the dense FFN's and the shared
+     * expert's: both run through the same buffers) */
     int hd, n_kv, d_q, d_kv, d_ff;
     bool has_out_scale; /* layer_output_scale: the residual stream times out_scale after the layer */
     float out_scale;
     /* the K/V this layer attends to: its own region of the caches, or its kv_source's (Gemma 4's
-     * shared K/V: kv_own false, no K/V computed); each region [block][n_kv][GPU_KV_BLOCK][hd] */
+     * shared K/V: kv_own false, no K/V computed); each region [block][n_kv][GPU_KV_BLOCK][hd].
+     * A linear (gated DeltaNet) layer has none: kv_own false, kc = vc = 0. */
     CUdeviceptr kc, vc;
     bool kv_own;
 } gpu_layer;
@@ -73,7 +84,7 @@ typedef struct gpu_layer {
  * graphs read these fixed addresses.  ftiles (flash tiles, int32 pairs) and dtok (tokens for
  * the split-K kernel) say how attention takes the step's tokens (gpu_attn_plan). */
 typedef struct gpu_inputs {
-    size_t tok, pos, slot, seq, rows, lidx, dtok, ftiles, bias, mask, tables, bytes;
+    size_t tok, pos, slot, seq, rows, lidx, dtok, ftiles, sseq, schunk, bias, mask, tables, bytes;
 } gpu_inputs;
 
 /* How attention takes a step's tokens (pack_step): n_tiles flash tiles listed at in.ftiles
@@ -83,6 +94,10 @@ typedef struct gpu_inputs {
 typedef struct gpu_attn_plan {
     int n_tiles, n_dec, n_split;
     bool dec_listed;
+    int n_ssm; /* sequences listed at in.sseq for the linear (gated DeltaNet) layers */
+    /* their chunks of GPU_SSM_CHUNK tokens listed at in.schunk: the chunked delta rule (a
+     * prompt step); 0: token by token (the decode graphs) */
+    int n_chunks;
 } gpu_attn_plan;
 
 typedef struct gpu_engine {
@@ -111,7 +126,7 @@ typedef struct gpu_engine {
      * computes K/V has its own region of kc and vc (gpu_layer.kc/vc: blocks of its own shape),
      * so one block is a range per layer. */
     CUdeviceptr kc, vc, hist;
-    size_t kv_bytes, block_bytes; /* both caches; one block of one cache, every layer */
+    size_t kv_bytes, block_bytes; /* both caches; one block of one cache, every layer with K/V */
     int table_width;              /* blocks of one sequence's table */
     int *hist_len;
 
@@ -141,6 +156,18 @@ typedef struct gpu_engine {
     CUdeviceptr ple, ple_tok, ple_g, ple_h;
     int ple_ld;
     size_t mmq_part_bytes;
+    /* Hybrid models (0 otherwise).  The recurrent states: n_states + 1 slots (the last takes
+     * decode padding's updates) of slot_floats, per linear layer the conv window
+     * [(taps-1) x ssm_chan] then the delta states [v heads][d][d] (the CPU engine's layout);
+     * state_len: the positions each slot holds (host).  Activations: the q/k/v channels, the
+     * output gate z, beta and log decay per v head (raw: qwen3next's fused projection), the
+     * delta rule's output; a gated attention's [query | gate] rows; the shared expert's gate
+     * logits and output. */
+    CUdeviceptr state;
+    size_t slot_floats, layer_floats, conv_floats;
+    int ssm_chan, *state_len;
+    CUdeviceptr ssm_mix, ssm_z, ssm_b, ssm_g, ssm_raw, ssm_o, qg, sh_logit, sh_y;
+    CUdeviceptr ssm_u, ssm_w, ssm_gc; /* the chunked form's U (then v_new), W, cumulative decay */
     int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;
     CUdeviceptr w16;             /* FP16 copies of every matrix cuBLAS multiplies, or 0 */
@@ -150,7 +177,12 @@ typedef struct gpu_engine {
     bool att_decode;             /* decode tokens take attn_decode (gpu_attn_decode_serves) */
     int att_max_split;           /* its key splits (gpu_attn_dec_split_for), else attn_partial's */
     int att_window;              /* the sliding layers' window (their key spans split apart), 0: none */
-    int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel */
+    int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel
+                                    (nor under det: every token takes the split-K decode kernel) */
+    /* engine_config.deterministic: one matmul path for every row count (mmq where it serves the
+     * weight format, else matvec; never cuBLAS), k splits fixed per weight shape, no fused
+     * one-token epilogues, no flash tiles: a row's sums then never depend on the batch. */
+    bool det;
     size_t wdq_bytes;
 
     /* per-step inputs: pinned host staging + device copy, and results */
@@ -179,6 +211,8 @@ int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const c
 /* Whether layer L's feed-forward over T rows is one fused kernel (mmq's or matvec's glu); if
  * not, it needs the FP32 gate/up buffers. */
 bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T);
+/* ... for any gate and up pair (a shared expert's). */
+bool gpu_glu_fused(const gpu_engine *g, const gpu_matrix *gate, const gpu_matrix *up, bool geglu, int T);
 /* LM head over n rows of final activations gathered by the int list at in_d + in.lidx + first. */
 int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t errlen);
 /* The output norm over n rows of x from row `first`, in place (FP32): a sequence's final

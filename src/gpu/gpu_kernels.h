@@ -59,6 +59,10 @@ typedef struct gpu_kernels {
      * the router, the grouping by expert, the weighted combine */
     gpu_fn moe_glu[GPU_N_WTYPES], moe_matvec[GPU_N_WTYPES];
     gpu_fn moe_router, moe_route, moe_sort, moe_combine;
+    /* the hybrid families (kernels/deltanet.cuh): gated DeltaNet, the attention's output gate,
+     * the shared expert's gated add */
+    gpu_fn ssm_conv, ssm_qk_norm, ssm_gates, delta_rule, ssm_out_norm, split_qgate, gate_heads, shexp_add;
+    gpu_fn delta_chunk_prep, delta_chunk_state, delta_chunk_out; /* prompts: the chunked form */
 } gpu_kernels;
 
 /* Whether the mmq kernels multiply a matrix of format index wtype with kdim inputs per row

@@ -44,7 +44,34 @@ typedef struct qkv_post_args {
     float rope_base, pos_scale, eps;
     int neox, n_head, n_kv, hd, n_layer, layer, table_width;
     int v_norm; /* 1: each head of v RMS-normed without a weight before its store (Gemma 4) */
+    /* dimensions of a head that RoPE turns (partial RoPE: the first n_rot; frequencies over
+     * n_rot, NeoX pairs (i, i + n_rot/2)); 0: hd */
+    int n_rot;
 } qkv_post_args;
+
+/* Gated DeltaNet (kernels/deltanet.cuh).  One sequence of a step: its first packed token, its
+ * token count and its recurrent-state slot. */
+typedef struct gpu_ssm_seq {
+    int32_t first, n, state;
+} gpu_ssm_seq;
+
+#define GPU_SSM_MAX_TAPS 8  /* conv kernel taps */
+#define GPU_SSM_MAX_D 256   /* q/k/v head width (state_size) */
+#define GPU_SSM_WARPS 8     /* delta_rule: rows of the state split over 8 warps */
+#define GPU_SSM_CHUNK 64    /* tokens per chunk of the chunked prefill */
+
+/* One linear layer over a step's sequences.  mix [t][chan] holds the q, k and v channels
+ * (q heads at 0, k heads at k_heads*d, v heads at 2*k_heads*d); a state slot holds, per linear
+ * layer, the conv window [(taps-1) x chan] at conv_off then the delta states [v heads][d][d]
+ * (S[i][j]: k index i, v index j) at delta_off, slot_stride floats per slot. */
+typedef struct ssm_args {
+    const gpu_ssm_seq *seqs;
+    float *mix, *state, *out; /* out: [t][v_heads * d], the delta rule's */
+    const float *conv_w;      /* [chan][taps] */
+    const float *beta, *g;    /* [t][v_heads]: sigmoid(b), log of the decay */
+    long long slot_stride, conv_off, delta_off;
+    int chan, taps, d, k_heads, v_heads, grouped;
+} ssm_args;
 
 /* matvec_<type>_<rows>: for each segment s, y_s[m][n] (+)= sum_k W_s[n][k] x[m][k] (+ bias_s[n])
  * with W_s rounded to FP16 as the cuBLAS path does (so both paths compute the same products).

@@ -62,6 +62,10 @@ static cJSON *model_object(const server *sv)
     cJSON_AddNumberToObject(meta, "size", (double)card->weight_bytes);
     cJSON_AddStringToObject(meta, "chat_template", sv->sm.jinja ? "jinja" : chat_template_name(sv->sm.tmpl));
     cJSON_AddStringToObject(meta, "tool_call_syntax", chat_syntax_name(sv->sm.syntax));
+    /* --deterministic, and the fingerprint a client compares with its responses' */
+    cJSON_AddBoolToObject(meta, "deterministic", sv->sm.fingerprint != NULL);
+    if (sv->sm.fingerprint) cJSON_AddStringToObject(meta, "system_fingerprint", sv->sm.fingerprint);
+    else cJSON_AddNullToObject(meta, "system_fingerprint");
     return o;
 }
 

@@ -845,7 +845,7 @@ static int prepare(gen *g, api_error *e)
         return -1;
     }
     g->rep.rq = &g->req;
-    g->rep.meta = (api_meta){.kind = p->kind, .id = g->id, .model = g->sv->sm.alias,
+    g->rep.meta = (api_meta){.kind = p->kind, .id = g->id, .model = g->sv->sm.alias, .fingerprint = g->sv->sm.fingerprint,
                              .created = (long long)time(NULL),
                              .usage_null = g->req.stream && g->req.include_usage};
     /* --always-include-usage: as if every streamed request had asked for it (vLLM's

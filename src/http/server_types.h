@@ -50,6 +50,9 @@ typedef struct server_model {
     bool reasoning;            /* split <think> blocks into reasoning_content */
     bool special_in_content;   /* control-token texts in messages are control tokens (not text) */
     const char *alias;
+    /* --deterministic: the responses' system_fingerprint, which names what the guarantee holds
+     * for (build, backend, model) and ends in "_det"; NULL: not deterministic (null in JSON) */
+    const char *fingerprint;
     int ctx_per_slot;
     /* How /v1/embeddings pools (--pooling, else the GGUF's pooling_type), or with rank what
      * /v1/rerank scores: the last token's logits of rank_ids (Qwen3-Reranker's "yes" against

@@ -104,27 +104,33 @@ static const struct preset {
     mkmodel_config c;
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
-              false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0}},
+              false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
-               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0}},
+               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
-                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0}},
+                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
-                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0}},
+                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
-                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0}},
+                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     /* Gemma 3 (google/gemma-3-{12b,27b}-it config.json): window 1024, local base 10000, the
      * global layers' base 1M with linear scaling 8, no final soft-cap (Gemma 2 had one). */
     {"gemma-3-12b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-12B", 3840, 48, 16, 8, 15360, 131072,
                      262144, 256, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
-                     10000.0f, 8.0f, 0, 0, 0, 0}},
+                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"gemma-3-27b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-27B", 5376, 62, 32, 16, 21504, 131072,
                      262144, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
-                     10000.0f, 8.0f, 0, 0, 0, 0}},
+                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     /* Qwen3-30B-A3B (and Qwen3-Coder-30B-A3B): 128 experts of 768, 8 per token */
     {"qwen3-30b-a3b", {MODEL_ARCH_QWEN3MOE, "synthetic Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 40960,
                        151936, 128, 1000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f,
-                       0.0f, 128, 8, 768, 0}},
+                       0.0f, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0}},
+    /* Qwen3.5-9B (qwen35): 8 of its 32 layers gated attention (16 heads of 256, 4 KV heads,
+     * RoPE on a quarter of each head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v
+     * heads of 128, conv of 4) */
+    {"qwen3.5-9b", {MODEL_ARCH_QWEN35, "synthetic Qwen3.5-9B", 4096, 32, 16, 4, 12288, 262144, 248320, 256,
+                    10000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f, 0.0f, 0, 0, 0, 0,
+                    4, 128, 16, 32, 4096, 64}},
 };
 
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
@@ -174,6 +180,7 @@ static ggml_type ud_type(const mkmodel_config *cfg, const char *role, int layer)
 ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int layer)
 {
     if (strcmp(role, "ffn_gate_inp") == 0) return GGML_TYPE_F32; /* llama.cpp never quantises the router */
+    if (strcmp(role, "ssm_conv1d") == 0) return GGML_TYPE_F32;   /* read as plain floats (arch/hybrid.c) */
     static const ggml_type pure[MKMODEL_FTYPE_COUNT] = {
         GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,   GGML_TYPE_Q4_K,
         GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,
@@ -372,6 +379,38 @@ static int head_dim_of(const mkmodel_config *c)
     return c->head_dim > 0 ? c->head_dim : c->n_embd / c->n_head;
 }
 
+/* One qwen35 layer (arch/hybrid.c's names): every fourth gated attention ([query | gate] per
+ * head, qk norm), the others gated DeltaNet (A = -exp(N(0, 0.5)) so that every decay is below
+ * 1); then the GLU, whose norm the converter calls post_attention_norm. */
+static void list_hybrid_layer(tensor_list *l, const mkmodel_config *c, int il)
+{
+    const int64_t hd = head_dim_of(c), q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
+    const int64_t chan = 2 * (int64_t)c->ssm_groups * c->ssm_state + c->ssm_inner;
+    add_spec(l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
+    if (il % 4 == 3) {
+        add_matrix(l, il, "attn_q", c->n_embd, 2 * q_dim);
+        add_matrix(l, il, "attn_k", c->n_embd, kv_dim);
+        add_matrix(l, il, "attn_v", c->n_embd, kv_dim);
+        add_matrix(l, il, "attn_output", q_dim, c->n_embd);
+        add_spec(l, il, "norm", "attn_q_norm.weight", hd, 0, 0);
+        add_spec(l, il, "norm", "attn_k_norm.weight", hd, 0, 0);
+    } else {
+        add_matrix(l, il, "attn_qkv", c->n_embd, chan);
+        add_matrix(l, il, "attn_gate", c->n_embd, c->ssm_inner);
+        add_matrix(l, il, "ssm_conv1d", c->ssm_conv, chan);
+        add_spec(l, il, "ssm_a", "ssm_a", c->ssm_vheads, 0, 0.5f);
+        add_spec(l, il, "bias", "ssm_dt.bias", c->ssm_vheads, 0, 0.5f);
+        add_spec(l, il, "norm", "ssm_norm.weight", c->ssm_state, 0, 0);
+        add_matrix(l, il, "ssm_beta", c->n_embd, c->ssm_vheads);
+        add_matrix(l, il, "ssm_alpha", c->n_embd, c->ssm_vheads);
+        add_matrix(l, il, "ssm_out", c->ssm_inner, c->n_embd);
+    }
+    add_spec(l, il, "norm", "post_attention_norm.weight", c->n_embd, 0, 0);
+    add_matrix(l, il, "ffn_gate", c->n_embd, c->n_ff);
+    add_matrix(l, il, "ffn_up", c->n_embd, c->n_ff);
+    add_matrix(l, il, "ffn_down", c->n_ff, c->n_embd);
+}
+
 /* The tensors of cfg in file order (specs may be NULL to count them); returns the count. */
 static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
 {
@@ -382,6 +421,10 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
     add_spec(&l, -1, "norm", "output_norm.weight", c->n_embd, 0, 0);
     if (!c->tied_output) add_matrix(&l, -1, "output", c->n_embd, c->n_vocab);
     for (int il = 0; il < c->n_layer; il++) {
+        if (c->arch == MODEL_ARCH_QWEN35) {
+            list_hybrid_layer(&l, c, il);
+            continue;
+        }
         add_spec(&l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
         add_matrix(&l, il, "attn_q", c->n_embd, q_dim);
         add_matrix(&l, il, "attn_k", c->n_embd, kv_dim);
@@ -735,13 +778,22 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
     }
     const bool known_arch = c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2 ||
                             c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3 ||
-                            c->arch == MODEL_ARCH_QWEN3MOE;
+                            c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_QWEN35;
     if ((unsigned)c->ftype >= MKMODEL_FTYPE_COUNT || !known_arch) {
         snprintf(err, errlen, "unknown weight type or architecture");
         return -1;
     }
     if (c->arch == MODEL_ARCH_GEMMA3 && (c->n_swa < 1 || c->n_swa > 1 << 24)) {
         snprintf(err, errlen, "gemma3: sliding window %d out of range 1..%d", c->n_swa, 1 << 24);
+        return -1;
+    }
+    if (c->arch == MODEL_ARCH_QWEN35 &&
+        (c->ssm_conv < 2 || c->ssm_conv > 8 || c->ssm_state < 1 || c->ssm_groups < 1 || c->ssm_vheads < 1 ||
+         c->ssm_vheads % c->ssm_groups || c->ssm_inner != c->ssm_vheads * c->ssm_state || c->ssm_inner > MAX_DIM ||
+         c->n_rot < 0 || c->n_rot % 2 || c->n_rot > hd)) {
+        snprintf(err, errlen, "qwen35: DeltaNet of %d taps, %d q/k heads and %d v heads of %d (inner %d), RoPE on %d "
+                 "of %d: want 2..8 taps, v heads a multiple of q/k heads, inner = v heads x width",
+                 c->ssm_conv, c->ssm_groups, c->ssm_vheads, c->ssm_state, c->ssm_inner, c->n_rot, hd);
         return -1;
     }
     if (c->arch == MODEL_ARCH_QWEN3MOE &&
@@ -783,7 +835,7 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
     set_arch_u32(w, c, "attention.head_count_kv", c->n_head_kv);
     set_arch_u32(w, c, "attention.key_length", head_dim_of(c));
     set_arch_u32(w, c, "attention.value_length", head_dim_of(c));
-    set_arch_u32(w, c, "rope.dimension_count", head_dim_of(c));
+    set_arch_u32(w, c, "rope.dimension_count", c->n_rot ? c->n_rot : head_dim_of(c));
     set_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->rms_eps);
     set_arch_f32(w, c, "rope.freq_base", c->rope_base);
     if (c->n_swa > 0) {
@@ -802,6 +854,14 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
         set_arch_u32(w, c, "expert_feed_forward_length", c->n_ff_exp);
     }
     if (c->pooling > 0) set_arch_u32(w, c, "pooling_type", c->pooling - 1);
+    if (c->arch == MODEL_ARCH_QWEN35) {
+        set_arch_u32(w, c, "ssm.conv_kernel", c->ssm_conv);
+        set_arch_u32(w, c, "ssm.state_size", c->ssm_state);
+        set_arch_u32(w, c, "ssm.group_count", c->ssm_groups);
+        set_arch_u32(w, c, "ssm.time_step_rank", c->ssm_vheads);
+        set_arch_u32(w, c, "ssm.inner_size", c->ssm_inner);
+        set_arch_u32(w, c, "full_attention_interval", 4);
+    }
 }
 
 /* A vector (norm weight or bias) as F32, copied into the writer. */
@@ -813,6 +873,8 @@ static int add_vector(gguf_writer *w, const tensor_spec *s, uint64_t seed, uint6
         fill_normal(stream_of(seed, id, 0), v, s->ne0, s->std);
     else
         for (int64_t i = 0; i < s->ne0; i++) v[i] = 1.0f;
+    if (strcmp(s->role, "ssm_a") == 0) /* a DeltaNet's A = -exp(A_log): every decay below 1 */
+        for (int64_t i = 0; i < s->ne0; i++) v[i] = -expf(v[i]);
     gguf_writer_add_tensor(w, s->name, GGML_TYPE_F32, 1, &s->ne0, v, (size_t)s->ne0 * sizeof *v, false);
     free(v);
     return 0;
@@ -844,6 +906,7 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     int64_t q_dim = (int64_t)cfg->n_head * head_dim_of(cfg);
     if (q_dim > max_row) max_row = q_dim;
     if (cfg->arch == MODEL_ARCH_QWEN3MOE && cfg->n_ff_exp > max_row) max_row = cfg->n_ff_exp;
+    if (cfg->arch == MODEL_ARCH_QWEN35 && cfg->ssm_inner > max_row) max_row = cfg->ssm_inner;
     gen_shared g = {.seed = cfg->seed, .cur_row = -1, .xrow = malloc((size_t)max_row * sizeof(float)),
                     .row = malloc((size_t)max_row * sizeof(float))};
     /* --words: which rows of the LM head are whole words (the tokenizer says) */

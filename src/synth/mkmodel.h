@@ -80,10 +80,15 @@ typedef struct mkmodel_config {
     /* An embedding model: <arch>.pooling_type written as this value minus 1 (engine_pooling:
      * 1 none, 2 mean, 3 cls, 4 last, 5 rank); 0: not written (a text model). */
     int pooling;
+    /* qwen35 (hybrid): the gated DeltaNet's conv taps, q/k/v head width (state_size), q/k heads
+     * (group_count), v heads (time_step_rank) and v width (inner_size = v heads x state_size);
+     * the attention layers' RoPE dimensions (rope.dimension_count; 0: the whole head). */
+    int ssm_conv, ssm_state, ssm_groups, ssm_vheads, ssm_inner, n_rot;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b",
- * "gemma-3-12b", "gemma-3-27b", "qwen3-30b-a3b" (qwen3moe: 128 experts, 8 per token).
+ * "gemma-3-12b", "gemma-3-27b", "qwen3-30b-a3b" (qwen3moe: 128 experts, 8 per token),
+ * "qwen3.5-9b" (qwen35: 3 gated DeltaNet layers to 1 gated attention).
  * Returns false for an unknown name. */
 bool mkmodel_preset(const char *name, mkmodel_config *cfg);
 /* The i-th preset's name (0, 1, ...), NULL past the last. */

@@ -128,6 +128,22 @@ static void test_chat_response(void **state)
     cJSON_Delete(o);
 }
 
+/* --deterministic: the fingerprint the server was started with, else null (OpenAI's shape). */
+static void test_system_fingerprint(void **state)
+{
+    (void)state;
+    api_meta m = {.kind = API_CHAT, .id = "c", .model = "tiny", .created = 5, .fingerprint = "fp_0123456789abcdef_det"};
+    api_choice ch = {.index = 0, .text = "x", .text_len = 1, .finish_reason = "stop"};
+    api_usage u = {.prompt_tokens = 1, .completion_tokens = 1};
+    cJSON *o = parsed(api_response_json(&m, &ch, 1, &u, &vocab));
+    assert_string_equal(get(o, "system_fingerprint", NULL)->valuestring, "fp_0123456789abcdef_det");
+    cJSON_Delete(o);
+    m.fingerprint = NULL;
+    o = parsed(api_response_json(&m, &ch, 1, &u, &vocab));
+    assert_true(cJSON_IsNull(get(o, "system_fingerprint", NULL)));
+    cJSON_Delete(o);
+}
+
 static void test_chat_chunks(void **state)
 {
     (void)state;
@@ -283,7 +299,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_json),  cmocka_unit_test(test_completion_response),
-        cmocka_unit_test(test_chat_response), cmocka_unit_test(test_chat_chunks),
+        cmocka_unit_test(test_chat_response), cmocka_unit_test(test_system_fingerprint),
+        cmocka_unit_test(test_chat_chunks),
         cmocka_unit_test(test_completion_chunk), cmocka_unit_test(test_sse),
         cmocka_unit_test(test_utf8_sanitize), cmocka_unit_test(test_metrics),
     };

@@ -17,7 +17,12 @@
  *     mkmodel-made ones in block-quantised formats, logits as above (a router's near tie may
  *     pick another expert on the GPU: a few positions may then differ more), and 32
  *     concurrent sequences of one as each alone;
- *   - a recipe feature the GPU does not run (gated DeltaNet linear attention) is refused by name.
+ *   - the hybrid families (qwen35, qwen35moe, qwen3next of ../shared/reference: gated DeltaNet,
+ *     gated attention, shared expert) as above; their recurrent state through a prompt in
+ *     pieces and a snapshot resumed by another sequence;
+ *   - --deterministic (det_check.h): dense Q4_K and F16, qwen3moe, the hybrids and gemma4 /
+ *     gemma4_moe alone, together and with chunked prompts, bit for bit;
+ *   - a recipe feature the GPU does not run (gpt-oss's) is refused by name.
  * Skips without a device. */
 #include <math.h>
 #include <setjmp.h>
@@ -31,6 +36,7 @@
 
 #include <unistd.h>
 
+#include "../model/det_check.h"
 #include "../model/tiny_model.h"
 #include "synth/mkmodel.h"
 #include "gpu/gpu_kernel_names.h"
@@ -590,6 +596,26 @@ static void test_mixed_steps_equal_alone(void **state)
     mixed_case(ts);
 }
 
+/* ---- --deterministic (issue 32): det_case in ../model/det_check.h ---- */
+
+/* Dense: head_dim 64 and 4 query heads per KV head (a shape whose prompts would take the flash
+ * kernel by default), Q4_K (mmq) and F16 (matvec for every row count under the flag). */
+static void test_deterministic_bit_identical(void **state)
+{
+    (void)state;
+    tiny_spec s = tiny_spec_default();
+    s.n_vocab = 512, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 1, s.n_ff = 512, s.n_ctx = 128;
+    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_F16};
+    for (int t = 0; t < 2; t++) {
+        void *image;
+        s.wtype = types[t];
+        model *m = random_model(s, &image);
+        det_case(m, ENGINE_DEVICE_CUDA);
+        model_free(m);
+        free(image);
+    }
+}
+
 /* ---- mixture of experts (qwen3moe) ---- */
 
 /* A router whose k-th and (k+1)-th choices nearly tie may pick another expert on the GPU (FP16
@@ -672,6 +698,15 @@ static void test_moe_mkmodel_formats(void **state)
         }
 }
 
+/* --deterministic on qwen3moe: the grouped launches for every token count. */
+static void test_moe_deterministic_bit_identical(void **state)
+{
+    (void)state;
+    model *m = moe_mkmodel(MKMODEL_Q4_K_M, 16, 4);
+    det_case(m, ENGINE_DEVICE_CUDA);
+    model_free(m);
+}
+
 /* Batched MoE (the grouped launches, captured in the decode graph of 32) against one sequence
  * at a time (the entry-per-block kernels): 16 experts, 4 per token, so the batch's tiles
  * cover many experts. */
@@ -722,19 +757,126 @@ static void test_errors_leave_engine_usable(void **state)
     free(image);
 }
 
-/* A recipe feature the GPU does not run: ../shared/reference's qwen35 (gated DeltaNet layers)
- * loads, and the CUDA engine refuses it at creation, naming the feature and the layer, rather
- * than run its layers as full attention. */
+/* A recipe feature the GPU does not run: ../shared/reference's gpt-oss (attention output
+ * bias, sinks, expert biases, clamped SwiGLU, the top-k softmax router) loads, and the CUDA
+ * engine refuses it at creation, naming the first such feature and the layer, rather than run
+ * its layers without it. */
 static void test_recipe_feature_refused(void **state)
 {
     (void)state;
-    model *m = load_shared("reference/qwen3_5.gguf");
+    model *m = load_shared("reference/gpt-oss.gguf");
     if (!m) return;
     char err[512];
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
     assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
     print_message("  refused: %s\n", err);
-    assert_non_null(strstr(err, "the cuda backend does not implement gated DeltaNet linear attention (layer 0 of qwen35)"));
+    assert_non_null(strstr(err, "the cuda backend does not implement attention output bias (layer 0 of gpt-oss)"));
+    model_free(m);
+}
+
+/* The hybrid families of ../shared/reference (gated DeltaNet layers with conv windows and
+ * recurrent states, gated attention with partial RoPE; the MoE ones with a shared expert):
+ * GPU logits against the CPU's over a 200-token prompt (longer than a conv window and a
+ * 64-token chunk) and 88 decode steps, as above (the MoE files' router near ties as for
+ * qwen3moe). */
+static void test_hybrid_reference_files(void **state)
+{
+    (void)state;
+    static const char *files[] = {"reference/qwen3_5.gguf", "reference/qwen3_5_moe.gguf", "reference/qwen3_next.gguf"};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        model *m = load_shared(files[i]);
+        if (!m) continue;
+        int32_t tokens[N_POS];
+        uint64_t seed = 41 + i;
+        for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+        check_logits_within(m, files[i] + 10, N_POS, N_PROMPT, tokens, i ? MOE_MAX_OVER : 0);
+        model_free(m);
+        ran++;
+    }
+    if (!ran) skip();
+}
+
+/* --deterministic on the families with their own GPU paths (../shared/reference's): the hybrids
+ * (gated DeltaNet through the exact recurrence for every step, gated attention, partial RoPE,
+ * shared expert) and Gemma 4 (per-layer shapes and K/V regions, shared K/V, V norm, per-layer
+ * embeddings, GeGLU experts beside the dense GLU), as det_case checks the dense models. */
+static void test_reference_deterministic_bit_identical(void **state)
+{
+    (void)state;
+    static const char *files[] = {"reference/qwen3_5.gguf", "reference/qwen3_5_moe.gguf", "reference/qwen3_next.gguf",
+                                  "reference/gemma4.gguf", "reference/gemma4_moe.gguf"};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        model *m = load_shared(files[i]);
+        if (!m) continue;
+        print_message("  %s\n", files[i]);
+        det_case(m, ENGINE_DEVICE_CUDA);
+        model_free(m);
+        ran++;
+    }
+    if (!ran) skip();
+}
+
+/* One step of seq on e (a block table and a state slot), its last logits into out. */
+static void step_logits(engine *e, engine_seq s, float *out)
+{
+    char err[512];
+    s.logits = out;
+    if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("step at %d: %s", s.pos, err);
+}
+
+/* A hybrid's recurrent state on the GPU: a prompt fed in pieces (39 + 1 + 96 + 64 tokens: a
+ * decode-shaped piece among them) ends with the logits of one whole step, and a snapshot of
+ * the state after 96 tokens (engine_state_copy), resumed by another sequence over the same
+ * prefix blocks, gives the first sequence's logits bit for bit. */
+static void test_hybrid_state_pieces_and_snapshot(void **state)
+{
+    (void)state;
+    model *m = load_shared("reference/qwen3_5.gguf");
+    if (!m) skip();
+    const int V = m->hp.n_vocab, N = 200;
+    int32_t tokens[200];
+    uint64_t seed = 77;
+    for (int t = 0; t < N; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)V);
+    char err[512];
+    engine_config cfg = {.n_slots = 2, .ctx_per_slot = 256, .max_batch_tokens = 256, .kv_cache_mb = 64, .n_states = 4};
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("cuda engine: %s", err);
+    assert_int_equal(engine_state_slots(e), 4);
+    assert_true(engine_state_bytes(e) > 0);
+    float *whole = malloc((size_t)V * sizeof *whole), *pieces = malloc((size_t)V * sizeof *pieces);
+    float *resumed = malloc((size_t)V * sizeof *resumed);
+    const int32_t blocks_a[8] = {0, 1, 2, 3, 4, 5, 6, 7}, blocks_b[8] = {0, 1, 2, 13, 14, 15, 16, 17};
+    step_logits(e, (engine_seq){.slot = 0, .tokens = tokens, .n_tokens = N, .blocks = blocks_a, .state = 0}, whole);
+    static const int cut[] = {0, 39, 40, 136, 200};
+    for (int c = 0; c < 4; c++) {
+        engine_seq s = {.slot = 0, .tokens = tokens + cut[c], .n_tokens = cut[c + 1] - cut[c], .pos = cut[c],
+                        .blocks = blocks_a, .state = 2};
+        step_logits(e, s, pieces);
+    }
+    double rel = gpu_test_rel_err(pieces, whole, (size_t)V);
+    print_message("  qwen35 prompt in 4 pieces vs one step: rel err %.2e, top-1 %d vs %d\n", rel, argmax(pieces, V),
+                  argmax(whole, V));
+    assert_int_equal(argmax(pieces, V), argmax(whole, V));
+    assert_true(rel < 1e-3);
+    /* snapshot after 96 tokens of sequence A (state 0), A goes on; B resumes the snapshot */
+    step_logits(e, (engine_seq){.slot = 0, .tokens = tokens, .n_tokens = 96, .blocks = blocks_a, .state = 0}, whole);
+    if (engine_state_copy(e, 3, 0, err, sizeof err)) fail_msg("state copy: %s", err);
+    step_logits(e, (engine_seq){.slot = 0, .tokens = tokens + 96, .n_tokens = N - 96, .pos = 96, .blocks = blocks_a,
+                                .state = 0}, whole);
+    step_logits(e, (engine_seq){.slot = 1, .tokens = tokens + 96, .n_tokens = N - 96, .pos = 96, .blocks = blocks_b,
+                                .state = 3, .history = tokens}, resumed);
+    assert_memory_equal(whole, resumed, (size_t)V * sizeof *whole);
+    /* a state slot cannot rewind: a step from a position other than its end is refused */
+    engine_seq bad = {.slot = 1, .tokens = tokens, .n_tokens = 1, .pos = 50, .blocks = blocks_b, .state = 3,
+                      .history = tokens};
+    assert_int_equal(engine_step(e, &bad, 1, NULL, err, sizeof err), ENGINE_EINVAL);
+    print_message("  refused: %s\n", err);
+    free(whole);
+    free(pieces);
+    free(resumed);
+    engine_free(e);
     model_free(m);
 }
 
@@ -951,11 +1093,16 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_verify_equals_decode),
         cmocka_unit_test(test_batch_of_32_equals_alone),
         cmocka_unit_test(test_mixed_steps_equal_alone),
+        cmocka_unit_test(test_deterministic_bit_identical),
         cmocka_unit_test(test_moe_reference_files),
         cmocka_unit_test(test_moe_mkmodel_formats),
         cmocka_unit_test(test_moe_batch_of_32_equals_alone),
+        cmocka_unit_test(test_moe_deterministic_bit_identical),
         cmocka_unit_test(test_errors_leave_engine_usable),
         cmocka_unit_test(test_recipe_feature_refused),
+        cmocka_unit_test(test_hybrid_reference_files),
+        cmocka_unit_test(test_hybrid_state_pieces_and_snapshot),
+        cmocka_unit_test(test_reference_deterministic_bit_identical),
         cmocka_unit_test(test_embeddings_match_cpu),
     };
     /* refusals decided before the GPU is touched: run them on every machine */

@@ -228,6 +228,43 @@ static void test_qwen3moe(void **state)
     assert_non_null(strstr(err, "experts"));
 }
 
+/* qwen35 (the qwen3.5-9b preset, scaled down): every fourth layer gated attention with partial
+ * RoPE, the others gated DeltaNet with F32 conv taps and A < 0 (every decay below 1), and a CPU
+ * step through them; the preset keeps Qwen3.5-9B's shape; an inner width other than v heads x
+ * state size is refused. */
+static void test_qwen35(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("qwen3.5-9b", &cfg));
+    assert_int_equal(cfg.arch, MODEL_ARCH_QWEN35);
+    assert_int_equal(cfg.n_layer, 32);
+    assert_int_equal(cfg.head_dim, 256);
+    assert_int_equal(cfg.ssm_inner, cfg.ssm_vheads * cfg.ssm_state);
+    cfg.n_embd = 256, cfg.n_layer = 4, cfg.n_head = 2, cfg.n_head_kv = 1, cfg.head_dim = 64, cfg.n_rot = 16;
+    cfg.n_ff = 512, cfg.n_vocab = 512, cfg.n_ctx = 512;
+    cfg.ssm_state = 32, cfg.ssm_groups = 2, cfg.ssm_vheads = 4, cfg.ssm_inner = 128;
+    char path[256], err[256];
+    write_model(&cfg, "tiny-qwen35.gguf", path, sizeof path);
+    check_model(path, &cfg);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_int_equal(m->hp.n_rot, 16);
+    assert_int_equal(m->hp.ssm_inner, 128);
+    for (int il = 0; il < cfg.n_layer; il++) {
+        const model_layer *L = &m->layers[il];
+        assert_int_equal(L->recipe.attn, il % 4 == 3 ? ARCH_ATTN_FULL : ARCH_ATTN_LINEAR);
+        if (il % 4 == 3) continue;
+        assert_int_equal(L->ssm_conv1d.type, GGML_TYPE_F32);
+        for (int h = 0; h < cfg.ssm_vheads; h++) assert_true(((const float *)L->ssm_a.data)[h] < 0.0f);
+    }
+    model_free(m);
+    unlink(path);
+    cfg.ssm_inner = 96;
+    assert_int_equal(mkmodel_write(&cfg, corpus, corpus_len, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "inner"));
+}
+
 static void test_q4_k_m_rule(void **state)
 {
     (void)state;
@@ -376,8 +413,9 @@ static const struct {
     {"exaone", false},       {"chameleon", true},    {"minerva-7b", false},  {"megrez", false},
 };
 /* general.architecture values of the presets' families (llama-arch.cpp); qwen3 is newer than
- * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says. */
-static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe"};
+ * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says (nor
+ * qwen35, newer still). */
+static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {
@@ -679,6 +717,7 @@ int main(void)
         cmocka_unit_test(test_preset_metadata_llamacpp_names),
         cmocka_unit_test(test_q4_k_m_rule),
         cmocka_unit_test(test_qwen3moe),
+        cmocka_unit_test(test_qwen35),
         cmocka_unit_test(test_invalid_config),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_q4_k_m_file_and_reused_rows),

@@ -24,6 +24,9 @@ extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_strid
     }
 }
 
+// Dimensions of a head that RoPE turns: all, or the first n_rot (partial RoPE).
+__device__ __forceinline__ int rope_dims(const qkv_post_args &a) { return a.n_rot ? a.n_rot : a.hd; }
+
 // RoPE pair i of a head (the values x0 at its first index, x1 at its second): turned by
 // pos * pos_scale * base^(-2i/hd) / freq_div[i].  The one definition of the rotation, with its
 // products and sums pinned (no contraction left to the compiler): qkv_post and the QKV
@@ -31,7 +34,7 @@ extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_strid
 __device__ __forceinline__ float2 rope_pair(float x0, float x1, int i, int pos, const qkv_post_args &a)
 {
     float fp = (float)pos * a.pos_scale;
-    float inv = powf(a.rope_base, -2.0f * (float)i / (float)a.hd);
+    float inv = powf(a.rope_base, -2.0f * (float)i / (float)rope_dims(a));
     if (a.freq_div) inv /= a.freq_div[i];
     float s, c;
     sincosf(fp * inv, &s, &c);
@@ -44,11 +47,12 @@ __device__ __forceinline__ int2 rope_index(int i, int hd, int neox)
     return neox ? make_int2(i, i + hd / 2) : make_int2(2 * i, 2 * i + 1);
 }
 
-// Rotate the hd/2 pairs of one head vector in place.
-__device__ __forceinline__ void rope_head(float *v, int hd, int pos, const qkv_post_args &a)
+// Rotate the rope_dims/2 pairs of one head vector in place (the rest stays as it is).
+__device__ __forceinline__ void rope_head(float *v, int pos, const qkv_post_args &a)
 {
-    for (int i = threadIdx.x; i < hd / 2; i += blockDim.x) {
-        const int2 ix = rope_index(i, hd, a.neox);
+    const int nr = rope_dims(a);
+    for (int i = threadIdx.x; i < nr / 2; i += blockDim.x) {
+        const int2 ix = rope_index(i, nr, a.neox);
         const float2 r = rope_pair(v[ix.x], v[ix.y], i, pos, a);
         v[ix.x] = r.x;
         v[ix.y] = r.y;
@@ -79,7 +83,7 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
     float *v = is_q ? a.q + ((size_t)t * a.n_head + h) * a.hd : a.k + ((size_t)t * a.n_kv + kh) * a.hd;
     const float *nw = is_q ? a.q_norm : a.k_norm;
     if (nw) norm_head(v, a.hd, nw, a.eps, sh);
-    rope_head(v, a.hd, pos, a);
+    rope_head(v, pos, a);
     if (is_q) return;
     __syncthreads();
     int32_t block = a.tables[(size_t)a.seq[t] * a.table_width + pos / GPU_KV_BLOCK];

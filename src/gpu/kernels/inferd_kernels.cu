@@ -14,3 +14,4 @@
 #include "attn_decode.cuh"
 #include "flash_attn.cuh"
 #include "sampling.cuh"
+#include "deltanet.cuh"

@@ -701,10 +701,9 @@ static void test_moe_route_sigmoid(void **state)
 }
 
 /* What the GPU backend accepts (GPU_FEATURES, checked without CUDA): mistral and qwen3moe
- * need nothing new (head_dim != n_embd/n_head is already served, partial RoPE since the
- * hybrids); phi3 and glm4moe are refused by the feature they need first, and each of their
- * features by name when the ones before it are granted (`granted`).  (glm4moe's ungated shared
- * expert is refused by the CUDA engine itself, having no feature bit: gpu_engine.c.) */
+ * need nothing new (head_dim != n_embd/n_head is already served); phi3 and glm4moe are
+ * refused by the feature they need first, and each of their features by name when the ones
+ * before it are granted (`granted`). */
 static void test_gpu_features(void **state)
 {
     (void)state;
@@ -715,11 +714,16 @@ static void test_gpu_features(void **state)
     } cases[] = {
         {"mistral.gguf", 0, NULL},
         {"qwen3moe.gguf", 0, NULL},
-        {"phi3.gguf", 0, "the cuda backend does not implement fused qkv (layer 0 of phi3)"},
-        {"phi3.gguf", ARCH_F_FUSED_QKV, "the cuda backend does not implement fused gate/up (layer 0 of phi3)"},
-        {"phi3.gguf", ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP,
+        {"phi3.gguf", 0, "the cuda backend does not implement partial RoPE (layer 0 of phi3)"},
+        {"phi3.gguf", ARCH_F_ROPE_PARTIAL, "the cuda backend does not implement fused qkv (layer 0 of phi3)"},
+        {"phi3.gguf", ARCH_F_ROPE_PARTIAL | ARCH_F_FUSED_QKV,
+         "the cuda backend does not implement fused gate/up (layer 0 of phi3)"},
+        {"phi3.gguf", ARCH_F_ROPE_PARTIAL | ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP,
          "the cuda backend does not implement LongRoPE (layer 0 of phi3)"},
-        {"glm4moe.gguf", 0, "the cuda backend does not implement sigmoid router with selection bias (layer 1 of glm4moe)"},
+        {"glm4moe.gguf", 0, "the cuda backend does not implement partial RoPE (layer 0 of glm4moe)"},
+        {"glm4moe.gguf", ARCH_F_ROPE_PARTIAL, "the cuda backend does not implement shared expert (layer 1 of glm4moe)"},
+        {"glm4moe.gguf", ARCH_F_ROPE_PARTIAL | ARCH_F_SHARED_EXPERT,
+         "the cuda backend does not implement sigmoid router with selection bias (layer 1 of glm4moe)"},
     };
     const char *env = getenv("INFERD_SHARED_DIR");
     const char *dir = env && *env ? env : INFERD_SHARED_DIR;
@@ -773,8 +777,8 @@ static void test_longrope_factors(void **state)
 
 /* A file of a family that does not declare partial RoPE, whose rope.dimension_count is below
  * the head dimension: the loader marks its layers so (the CPU turns the first n_rot dims, as
- * llama.cpp does), a backend without partial RoPE refuses it by name (the GPU has it, since
- * the hybrids), and the CPU runs it; a file without the key turns whole heads. */
+ * llama.cpp does), a backend without partial RoPE (the GPU's GPU_FEATURES) refuses it by
+ * name, and the CPU runs it; a file without the key turns whole heads. */
 static void test_partial_rope_from_file(void **state)
 {
     (void)state;
@@ -784,9 +788,7 @@ static void test_partial_rope_from_file(void **state)
     if (!m) fail_msg("%s", err);
     assert_int_equal(m->hp.n_rot, M_HD / 2);
     assert_true(m->layers[0].recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL);
-    assert_int_equal(model_check_features(m, GPU_FEATURES, "cuda", err, sizeof err), 0);
-    assert_int_equal(model_check_features(m, GPU_FEATURES & ~(arch_features)ARCH_F_ROPE_PARTIAL, "cuda", err, sizeof err),
-                     -1);
+    assert_int_equal(model_check_features(m, GPU_FEATURES, "cuda", err, sizeof err), -1);
     assert_string_equal(err, "the cuda backend does not implement partial RoPE (layer 0 of qwen3moe)");
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 16, .max_batch_tokens = 16, .n_threads = 1};
     engine *e = engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err);

@@ -1752,7 +1752,7 @@ def case_hybrid():
     greedy tokens.  Then the next turn of the 70-token prompt (the prompt and 15 of its greedy
     tokens) reuses the prefix up to its state snapshot at the prompt's last block boundary (64
     tokens cached) and samples transformers' 16th greedy token; /metrics shows no state slot
-    held once it is done.  Without a GPU, --device cuda fails for want of one, not of DeltaNet."""
+    held once it is done.  --device cuda refuses the file by name."""
     names = ["qwen3_5", "qwen3_5_moe", "qwen3_next"]
     if not all(os.path.exists(os.path.join(SHARED, "reference", f"{n}.gguf")) for n in names):
         print("SKIP: the hybrid reference models are not present")
@@ -1796,13 +1796,13 @@ def case_hybrid():
             check(metric(s.port, "inferd_state_slots_running") == 0, "no state slot held when idle")
             check(metric(s.port, "inferd_state_snapshots") >= 1, "snapshots kept")
             print(f"{name}: the next turn hit 64 cached tokens and gave transformers' next greedy token")
-    # --device cuda: the CUDA backend runs the hybrids (tests/gpu/test_gpu_engine.c compares them
-    # with the CPU on a GPU), so where there is no GPU the file is not what fails: the missing
-    # driver is (or a build without CUDA says so).
-    if not os.path.exists("/dev/nvidiactl"):
-        r = run_bin("-m", os.path.join(SHARED, "reference", "qwen3_5.gguf"), "--port", str(free_port()), "--device", "cuda")
-        check(r.returncode == 1 and "DeltaNet" not in r.stderr and "CUDA" in r.stderr,
-              f"--device cuda: {r.returncode} {r.stderr[-800:]}")
+    # --device cuda: the CUDA backend's hybrid path is built but not yet enabled (it misses the
+    # top-1 target: gpu.h), so it refuses the file by the feature and the family's name before it
+    # looks for a GPU (a build without CUDA says so instead).
+    r = run_bin("-m", os.path.join(SHARED, "reference", "qwen3_5.gguf"), "--port", str(free_port()), "--device", "cuda")
+    refusal = "the cuda backend does not implement gated DeltaNet linear attention (layer 0 of qwen35)"
+    check(r.returncode == 1 and (refusal in r.stderr or "built without CUDA support" in r.stderr),
+          f"--device cuda: {r.returncode} {r.stderr[-800:]}")
 
 
 def case_vocab():

@@ -1169,7 +1169,12 @@ def case_client_gone():
     until the call is complete, is cancelled when its client resets (before: it ran on, since
     nothing was written that could fail).  Waits are bounded (30 s; the generation they cut
     short would take minutes)."""
-    model = make_model("long.gguf", "--n-ctx", "8192")
+    # A model wide enough that the blocker's 8,000 tokens and the forced call's 7,000 take tens of
+    # seconds: neither can end on its own before the test's resets are seen, however loaded the
+    # machine (on the 64-wide test model a whole 8 x 1,000-character call took 4 s, and a loaded
+    # CI machine once let it finish before the reset).
+    model = make_model("slow.gguf", "--n-ctx", "8192", "--n-embd", "512", "--n-layer", "8", "--n-head", "8",
+                       "--n-head-kv", "8", "--n-ff", "1536", "--type", "q8_0")
     n, length = 8, 1500
     with Server(model, "-np", "1", "-c", "8192") as s:
         blocker = open_stream(s.port, 8000)
@@ -1198,8 +1203,9 @@ def case_client_gone():
     path = os.path.join(TMP, "hermes.jinja")
     with open(path, "w") as f:
         f.write(HERMES_TEMPLATE)
-    long_args = {"type": "object", "properties": {f"p{i}": {"type": "string", "minLength": 1000} for i in range(8)},
-                 "required": [f"p{i}" for i in range(8)]}
+    # 64 x 1,000 characters: more than 7,000 tokens can write
+    long_args = {"type": "object", "properties": {f"p{i}": {"type": "string", "minLength": 1000} for i in range(64)},
+                 "required": [f"p{i}" for i in range(64)]}
     tools = [{"type": "function", "function": {"name": "f", "parameters": long_args}}]
     with Server(model, "-np", "1", "-c", "8192", "--chat-template-file", path) as s:
         sock = send_request(s.port, "/v1/chat/completions",

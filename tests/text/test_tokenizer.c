@@ -1166,7 +1166,7 @@ static void test_load_refusals(void **state)
     gguf_writer_free(w);
 }
 
-/* A 150k-token BPE vocabulary with 150k merges loads fast. */
+/* A 150k-token BPE vocabulary with 150k merges loads without anything quadratic. */
 static void test_load_speed(void **state)
 {
     (void)state;
@@ -1204,7 +1204,10 @@ static void test_load_speed(void **state)
         tokenizer_free(t);
     }
     print_message("150k vocab + 150k merges: tokenizer_load %.1f ms (best of 3)\n", best);
-    assert_true(best < 1000); /* generous for sanitizer builds; ~tens of ms in release */
+    /* Not a speed target (those live in benchmarks): a guard against a quadratic load only.
+     * ~tens of ms in release; a loaded 2-core machine running the sanitizer build took 1.2 s,
+     * while anything quadratic in 150k entries (2e10 steps) takes minutes. */
+    assert_true(best < 20000);
     gguf_close(f);
     free(mem);
     gguf_writer_free(w);

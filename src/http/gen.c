@@ -454,12 +454,13 @@ static void stream_close(gen *g)
 /* ---- chat replies through chat_parse -------------------------------------------------------- */
 
 /* A parser per choice when the reply may hold tool calls (tools offered, the family's markup
- * known) or <think> blocks. */
+ * known) or <think> blocks, and always for a family whose every reply is structured by its
+ * markup (Harmony's channels). */
 static int start_parsers(gen *g)
 {
     const server_model *sm = &g->sv->sm;
     bool tools = g->req.tools_json && g->req.tool_choice != API_TOOL_NONE && sm->syntax != CHAT_SYNTAX_NONE;
-    if (!tools && !sm->reasoning) return 0;
+    if (!tools && !sm->reasoning && !chat_syntax_structured(sm->syntax)) return 0;
     for (int i = 0; i < g->n_ch; i++) {
         /* the client gets calls to what it offered, one when it asked for no parallel calls */
         chat_parse_opts po = {.syntax = sm->syntax, .tools = tools, .reasoning = sm->reasoning,

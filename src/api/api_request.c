@@ -660,6 +660,25 @@ int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
     return rc;
 }
 
+char *api_tmpl_ctx_describe_tools(const char *ctx_json)
+{
+    cJSON *ctx = cJSON_Parse(ctx_json), *t;
+    if (!cJSON_IsObject(ctx)) {
+        cJSON_Delete(ctx);
+        return NULL;
+    }
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(ctx, "tools")) {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        if (cJSON_IsObject(fn) && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "description"))) {
+            cJSON_DeleteItemFromObjectCaseSensitive(fn, "description"); /* a null one too */
+            cJSON_AddStringToObject(fn, "description", "");
+        }
+    }
+    char *s = cJSON_PrintUnformatted(ctx);
+    cJSON_Delete(ctx);
+    return s;
+}
+
 void api_request_free(api_request *r)
 {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);

@@ -171,7 +171,11 @@ static int render_chat(const server *sv, const api_request *rq, const char *para
     chat_vars v = {.add_generation_prompt = true, .bos = sv->bos_text, .eos = sv->eos_text};
     if (!sv->sm.special_in_content) v.protect_at = control_at, v.protect_ctx = (void *)sv->sm.tok;
     if (t) {
-        if (chat_render_jinja_prompt(t, rq->tmpl_ctx, &v, p, err, sizeof err) == 0) return 0;
+        /* Harmony: tools without a description, which gpt-oss's template would refuse */
+        char *ctx = tools && sv->sm.syntax == CHAT_SYNTAX_HARMONY ? api_tmpl_ctx_describe_tools(rq->tmpl_ctx) : NULL;
+        int rc = chat_render_jinja_prompt(t, ctx ? ctx : rq->tmpl_ctx, &v, p, err, sizeof err);
+        free(ctx);
+        if (rc == 0) return 0;
         /* param: the field the client sent its conversation in (Responses: input) */
         api_error_set(e, 400, "invalid_request_error", param, "invalid_value",
                       "The model's chat template refused these %s: %s", param, err[0] ? err : "no reason given");

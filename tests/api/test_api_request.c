@@ -570,6 +570,16 @@ static void test_harmony_context(void **state)
     assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 0), "thinking"));
     cJSON_Delete(ctx);
     api_request_free(&r);
+    /* tools without a description get "" for gpt-oss's template; one with a description keeps it */
+    char *described = api_tmpl_ctx_describe_tools(
+        "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"description\":\"G.\"}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"h\",\"description\":null}}],\"x\":1}");
+    assert_string_equal(described, "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"\"}},"
+                                    "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"description\":\"G.\"}},"
+                                    "{\"type\":\"function\",\"function\":{\"name\":\"h\",\"description\":\"\"}}],\"x\":1}");
+    free(described);
+    assert_null(api_tmpl_ctx_describe_tools("[1]"));
     ok(API_CHAT, "{\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"reasoning_effort\":\"low\"},"
                  "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", &r);
     ctx = cJSON_Parse(r.tmpl_ctx);

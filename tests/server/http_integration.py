@@ -1387,10 +1387,11 @@ def node_missing(packages):
     return None
 
 
-def node_session(scripts, packages, serve_args=None):
+def node_session(scripts, packages, serve_args=None, model=None):
     """Run Node client sessions (tests/node/SCRIPT [ARGS]) against one server with an API key.
     scripts: [(script, args...)]; packages: the npm packages they need (SKIP when absent);
-    serve_args: the server's flags (default: the chat template below)."""
+    serve_args: the server's flags (default: the chat template below); model: the file served
+    (default: the tiny synthetic one)."""
     why = node_missing(packages)
     if why:
         print(f"SKIP: {why}")
@@ -1400,7 +1401,7 @@ def node_session(scripts, packages, serve_args=None):
     template = os.path.join(NODE_DIR, "chat_template.jinja")
     if serve_args is None:
         serve_args = ["--chat-template-file", template]
-    with Server(make_model(), "--api-key", "sdk-key", *serve_args) as s:
+    with Server(model or make_model(), "--api-key", "sdk-key", *serve_args) as s:
         env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key")
         for script, *args in scripts:
             r = subprocess.run(["node", os.path.join(NODE_DIR, script), *args], env=env, capture_output=True,
@@ -1413,6 +1414,19 @@ def case_node():
     """The OpenAI Node SDK: the newest major for Node 18/20 and the oldest one promised (an npm
     alias)."""
     return node_session([("openai_sdk.mjs", "openai"), ("openai_sdk.mjs", "openai-v5")], ["openai", "openai-v5"])
+
+
+def case_node_harmony():
+    """The OpenAI Node SDK against a gpt-oss model in the Harmony format (issue 25):
+    ../shared/reference's gpt-oss file and gpt-oss's published template; reasoning and calls
+    forced (tests/node/harmony.mjs says how)."""
+    model = os.path.join(SHARED, "reference", "gpt-oss.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: {model} not present")
+        return SKIP
+    template = os.path.join(SRC, "tests", "text", "data", "gpt-oss.jinja")
+    return node_session([("harmony.mjs",)], ["openai", "zod"], ["--device", "cpu", "--chat-template-file", template],
+                        model=model)
 
 
 def case_node_anthropic():

@@ -115,6 +115,8 @@ static size_t held_tail(const char *s, size_t n, const char *const *m)
 
 /* ---- calls ------------------------------------------------------------------------------- */
 
+static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
 /* Releases the open call's re-printed arguments: whole characters, or (all) everything. */
 static int release_args(chat_delta *d, struct harmony *h, bool all)
 {
@@ -136,7 +138,7 @@ static int call_body(chat_parser *p, chat_delta *d, const char *s, size_t n)
         if (!p->o.stream_calls) return 0;
         const char *b = bdata(&h->body);
         size_t i = 0;
-        while (i < h->body.len && strchr(" \t\r\n", b[i])) i++;
+        while (i < h->body.len && is_space(b[i])) i++;
         if (i == h->body.len || b[i] != '{' || !chat_call_admitted(p, h->name, strlen(h->name))) return 0;
         char id[40];
         chat_call_id(p, id, sizeof id);
@@ -192,8 +194,6 @@ typedef struct hheader {
     size_t role_len, channel_len, to_len;
     bool to_done; /* the recipient's name is followed by something (it is complete) */
 } hheader;
-
-static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 /* The end of the word at s[i]: a space or the next marker ends it. */
 static size_t word_end(const char *s, size_t n, size_t i)

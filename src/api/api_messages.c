@@ -387,7 +387,7 @@ static int copy_plain(const cJSON *in, cJSON *out, api_error *e)
 {
     static const char *const same[] = {"model", "temperature", "top_p", "top_k", "stream", "seed", "min_p",
                                        "repeat_penalty", "presence_penalty", "frequency_penalty", "ignore_eos",
-                                       "speculative", "chat_template_kwargs"};
+                                       "speculative", "chat_template_kwargs", "grammar"};
     for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
         const cJSON *v = json_field(in, same[k]);
         bool unset = !strncmp(same[k], "top_", 4) && cJSON_IsNumber(v) && v->valuedouble == -1;

@@ -386,6 +386,19 @@ static int read_tool_calls(const cJSON *m, int i, cJSON *tm, api_error *e)
     return 0;
 }
 
+/* An assistant turn's reasoning_content reaches the template as `thinking` too, the name
+ * gpt-oss's (Harmony) template reads it by, unless the turn has its own -- or it calls tools
+ * and has content as well: that template takes one text as the analysis before a call and
+ * refuses both, so the content is what it gets (other templates read neither name).  0, or
+ * -1 when memory ran out. */
+static int thinking_too(cJSON *tm, const char *content)
+{
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(tm, "reasoning_content");
+    if (!cJSON_IsString(rc) || !rc->valuestring[0] || cJSON_GetObjectItemCaseSensitive(tm, "thinking")) return 0;
+    if (cJSON_GetObjectItemCaseSensitive(tm, "tool_calls") && content && content[0]) return 0;
+    return cJSON_AddStringToObject(tm, "thinking", rc->valuestring) ? 0 : -1;
+}
+
 static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error *e)
 {
     const cJSON *v = json_field(obj, "messages");
@@ -449,6 +462,10 @@ static int read_messages(const cJSON *obj, api_request *r, cJSON *ctx, api_error
         if (assistant && read_tool_calls(m, i, tm, e) != 0) {
             free(content);
             return -1;
+        }
+        if (assistant && thinking_too(tm, content) != 0) {
+            free(content);
+            return oom(e);
         }
         /* The built-in templates know three roles: a tool result reads as a user turn. */
         r->msgs[r->n_msgs].role = strcmp(known, "tool") == 0 ? "user" : known;
@@ -549,6 +566,12 @@ static int read_template_context(const cJSON *obj, api_request *r, api_error *e)
                 cJSON_AddItemToObject(ctx, it->string, cJSON_Duplicate(it, 1));
         }
     }
+    /* reasoning_effort (OpenAI's "low" / "medium" / "high") is a template variable, unless
+     * chat_template_kwargs sets one: gpt-oss's template writes it into the system message */
+    const cJSON *effort = json_field(obj, "reasoning_effort");
+    if (rc == 0 && cJSON_IsString(effort) && !cJSON_GetObjectItemCaseSensitive(ctx, "reasoning_effort") &&
+        !cJSON_AddStringToObject(ctx, "reasoning_effort", effort->valuestring))
+        rc = oom(e);
     if (rc == 0 && !(r->tmpl_ctx = cJSON_PrintUnformatted(ctx))) rc = oom(e);
     cJSON_Delete(ctx);
     return rc;
@@ -556,7 +579,7 @@ static int read_template_context(const cJSON *obj, api_request *r, api_error *e)
 
 /* Parameters of OpenAI's API that inferd does not implement and that would change the result
  * if they were ignored: a 400 naming them, unless their value is the one that changes nothing.
- * (Hints and metadata -- store, metadata, service_tier, prediction, reasoning_effort, ... -- are
+ * (Hints and metadata -- store, metadata, service_tier, prediction, ... -- are
  * accepted and ignored, as is any field OpenAI's API does not have.) */
 static int refuse_unsupported(const cJSON *obj, api_kind kind, int n, api_error *e)
 {
@@ -635,6 +658,25 @@ int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
     cJSON_Delete(obj);
     if (rc != 0) api_request_free(out);
     return rc;
+}
+
+char *api_tmpl_ctx_describe_tools(const char *ctx_json)
+{
+    cJSON *ctx = cJSON_Parse(ctx_json), *t;
+    if (!cJSON_IsObject(ctx)) {
+        cJSON_Delete(ctx);
+        return NULL;
+    }
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(ctx, "tools")) {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        if (cJSON_IsObject(fn) && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "description"))) {
+            cJSON_DeleteItemFromObjectCaseSensitive(fn, "description"); /* a null one too */
+            cJSON_AddStringToObject(fn, "description", "");
+        }
+    }
+    char *s = cJSON_PrintUnformatted(ctx);
+    cJSON_Delete(ctx);
+    return s;
 }
 
 void api_request_free(api_request *r)

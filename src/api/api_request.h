@@ -98,6 +98,11 @@ typedef struct api_request {
 int api_request_parse(api_kind kind, const char *body, size_t len, int n_vocab,
                       api_request *out, api_error *err);
 void api_request_free(api_request *r);
+/* The template context ctx_json with every tool function given a "description" ("" where it had
+ * none): gpt-oss's template writes "// " + description and, as Python's jinja2 does, refuses a
+ * tool without one, where OpenAI's API takes such tools (the SDKs' zod helpers send none).
+ * Malloc'd, or NULL when memory ran out or ctx_json is not an object. */
+char *api_tmpl_ctx_describe_tools(const char *ctx_json);
 
 /* `field` of obj as prompts: "text" | ["text", ...] | [id, ...] | [[id, ...], ...], into
  * r->prompts (at most API_MAX_CHOICES / r->n of them).  0, or -1 with e naming the field. */

@@ -89,10 +89,13 @@ static int copy_plain(const cJSON *in, cJSON *out, api_error *e)
     static const char *const same[] = {"model", "temperature", "top_p", "stream", "user", "parallel_tool_calls",
                                        "seed", "stop", "top_k", "min_p", "repeat_penalty", "presence_penalty",
                                        "frequency_penalty", "logit_bias", "ignore_eos", "speculative",
-                                       "chat_template_kwargs"};
+                                       "chat_template_kwargs", "grammar"};
     if (copy_keys(in, out, same, sizeof same / sizeof same[0], e)) return -1;
     const cJSON *mot = json_field(in, "max_output_tokens");
     if (mot && !cJSON_AddItemToObject(out, "max_completion_tokens", cJSON_Duplicate(mot, true))) return oom(e);
+    /* reasoning.effort is chat's reasoning_effort (a template variable: gpt-oss's reads it) */
+    const cJSON *effort = json_field(json_field(in, "reasoning"), "effort");
+    if (cJSON_IsString(effort) && !cJSON_AddStringToObject(out, "reasoning_effort", effort->valuestring)) return oom(e);
     return 0;
 }
 

@@ -14,6 +14,8 @@
  *   Llama 3      {"name": "NAME", "parameters": ARGS}
  *   Mistral      [TOOL_CALLS][{"name": "NAME", "arguments": ARGS}]
  *   DeepSeek V3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```...
+ *   Harmony      <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS (then <|call|>,
+ *                an end-of-generation token: the grammar, complete, allows only those)
  * The name goes through cJSON, so whatever a client named its function, the JSON is valid. */
 static bool call_markup(const chat_forced_call *fc, const char *name, bytebuf *prefix, bytebuf *suffix)
 {
@@ -27,7 +29,7 @@ static bool call_markup(const chat_forced_call *fc, const char *name, bytebuf *p
         cJSON_free(quoted);
         bytebuf_puts(suffix, fc->array ? "}]" : "}");
     } else {
-        bytebuf_printf(prefix, "%s\n```json\n", name);
+        bytebuf_printf(prefix, "%s%s", name, fc->after_name);
     }
     bytebuf_puts(suffix, fc->suffix);
     return bytebuf_ok(prefix) && bytebuf_ok(suffix);

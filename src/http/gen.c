@@ -171,7 +171,11 @@ static int render_chat(const server *sv, const api_request *rq, const char *para
     chat_vars v = {.add_generation_prompt = true, .bos = sv->bos_text, .eos = sv->eos_text};
     if (!sv->sm.special_in_content) v.protect_at = control_at, v.protect_ctx = (void *)sv->sm.tok;
     if (t) {
-        if (chat_render_jinja_prompt(t, rq->tmpl_ctx, &v, p, err, sizeof err) == 0) return 0;
+        /* Harmony: tools without a description, which gpt-oss's template would refuse */
+        char *ctx = tools && sv->sm.syntax == CHAT_SYNTAX_HARMONY ? api_tmpl_ctx_describe_tools(rq->tmpl_ctx) : NULL;
+        int rc = chat_render_jinja_prompt(t, ctx ? ctx : rq->tmpl_ctx, &v, p, err, sizeof err);
+        free(ctx);
+        if (rc == 0) return 0;
         /* param: the field the client sent its conversation in (Responses: input) */
         api_error_set(e, 400, "invalid_request_error", param, "invalid_value",
                       "The model's chat template refused these %s: %s", param, err[0] ? err : "no reason given");
@@ -454,12 +458,13 @@ static void stream_close(gen *g)
 /* ---- chat replies through chat_parse -------------------------------------------------------- */
 
 /* A parser per choice when the reply may hold tool calls (tools offered, the family's markup
- * known) or <think> blocks. */
+ * known) or <think> blocks, and always for a family whose every reply is structured by its
+ * markup (Harmony's channels). */
 static int start_parsers(gen *g)
 {
     const server_model *sm = &g->sv->sm;
     bool tools = g->req.tools_json && g->req.tool_choice != API_TOOL_NONE && sm->syntax != CHAT_SYNTAX_NONE;
-    if (!tools && !sm->reasoning) return 0;
+    if (!tools && !sm->reasoning && !chat_syntax_structured(sm->syntax)) return 0;
     for (int i = 0; i < g->n_ch; i++) {
         /* the client gets calls to what it offered, one when it asked for no parallel calls */
         chat_parse_opts po = {.syntax = sm->syntax, .tools = tools, .reasoning = sm->reasoning,

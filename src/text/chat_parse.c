@@ -15,10 +15,10 @@
  * completes the call (add_call_as, matched by the call's ordinal in the region), only the
  * rest of its arguments goes out. */
 #include "chat_parse.h"
+#include "chat_parse_int.h"
 
 #include "base/rng.h"
 #include "base/utf8.h"
-#include "json_reprint.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -37,60 +37,15 @@
 #define DS_CALL_BEGIN "<｜tool▁call▁begin｜>"
 #define DS_CALL_END "<｜tool▁call▁end｜>"
 #define DS_SEP "<｜tool▁sep｜>"
+#define HARMONY_CHANNEL "<|channel|>"
 
-typedef enum pstate { ST_START, ST_REASON, ST_CONTENT, ST_CALL } pstate;
-
-/* The look-ahead of a streamed call region: where it stands. */
-typedef enum pview {
-    PV_SEEK,    /* the region's first call: an object, an array of them, or the family's own shape */
-    PV_ELEM,    /* before a call object (in an array: before its ',') */
-    PV_HEADER,  /* {"name": "NAME", "arguments"|"parameters": { -- not yet all there */
-    PV_MISTRAL, /* NAME[ARGS]{ */
-    PV_DS,      /* <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{ */
-    PV_ARGS,    /* the open call's arguments, re-printed as they come */
-    PV_AFTER,   /* the arguments ended: the next object of an array */
-    PV_OFF      /* nothing more to read ahead in this region (the CALL state decides) */
-} pview;
-
-/* A call opened ahead of its end. */
-typedef struct live_call {
-    int ord;      /* which call object of the region it is */
-    int index;    /* its index as released */
-    bytebuf sent; /* its argument fragments so far */
-    bool closed;  /* its last piece went out */
-} live_call;
-
-struct chat_parser {
-    chat_parse_opts o;
-    pstate st;
-    bytebuf buf;        /* text not yet released */
-    bytebuf ws;         /* whitespace held between content and a possible call */
-    bool content_begun; /* content (beyond whitespace) was released */
-    bool skip_ws;       /* drop whitespace right after </think> */
-    bool bare_json;     /* Llama 3: this call region began with a bare '{' */
-    int n_calls;        /* released to the client */
-    int n_seen;         /* recognised in the reply, dropped ones included (the markup's shape) */
-    int n_dropped;
-    uint64_t id_state;
-    /* stream_calls: the look-ahead of the region in buf (reset whenever the CALL state consumes) */
-    pview pv;
-    size_t pv_pos;   /* how far into buf it has read */
-    size_t pv_obj;   /* where the call object being read starts */
-    bool pv_array;   /* the region is an array of call objects */
-    bool pv_comma;   /* array: a ',' comes before the next object */
-    int pv_ord;      /* the call object's ordinal in the region */
-    int step_ord;    /* calls the CALL state completed in the region */
-    json_reprint rp; /* the open call's arguments */
-    bytebuf pv_out;  /* re-printed arguments not yet released (an incomplete UTF-8 tail) */
-    live_call *live; /* the calls opened in the region */
-    int n_live, cap_live;
-};
-
-static const char *const syntax_names[CHAT_SYNTAX_COUNT] = {"none", "hermes", "llama3", "mistral", "deepseek-v3"};
+static const char *const syntax_names[CHAT_SYNTAX_COUNT] = {"none", "hermes", "llama3", "mistral", "deepseek-v3",
+                                                                  "harmony"};
 
 chat_syntax chat_syntax_detect(const char *src)
 {
     if (!src) return CHAT_SYNTAX_NONE;
+    if (strstr(src, HARMONY_CHANNEL)) return CHAT_SYNTAX_HARMONY; /* before the others: it is a whole format */
     if (strstr(src, HERMES_OPEN)) return CHAT_SYNTAX_HERMES;
     if (strstr(src, "tool▁calls▁begin")) return CHAT_SYNTAX_DEEPSEEK_V3;
     if (strstr(src, MISTRAL_OPEN)) return CHAT_SYNTAX_MISTRAL;
@@ -100,18 +55,29 @@ chat_syntax chat_syntax_detect(const char *src)
 
 const char *chat_syntax_name(chat_syntax s) { return (unsigned)s < CHAT_SYNTAX_COUNT ? syntax_names[s] : "unknown"; }
 
-bool chat_template_thinks(const char *src) { return src && strstr(src, THINK_OPEN) != NULL; }
+bool chat_template_thinks(const char *src)
+{
+    return src && (strstr(src, THINK_OPEN) != NULL || strstr(src, HARMONY_CHANNEL) != NULL);
+}
+
+bool chat_syntax_structured(chat_syntax s) { return s == CHAT_SYNTAX_HARMONY; }
 
 bool chat_forced_call_shape(chat_syntax s, chat_forced_call *out)
 {
     switch (s) {
-    case CHAT_SYNTAX_HERMES: *out = (chat_forced_call){HERMES_OPEN "\n", "\n" HERMES_CLOSE, "arguments", false}; return true;
-    case CHAT_SYNTAX_LLAMA3: *out = (chat_forced_call){"", "", "parameters", false}; return true;
-    case CHAT_SYNTAX_MISTRAL: *out = (chat_forced_call){MISTRAL_OPEN, "", "arguments", true}; return true;
+    case CHAT_SYNTAX_HERMES: *out = (chat_forced_call){HERMES_OPEN "\n", "\n" HERMES_CLOSE, "arguments", false, NULL}; return true;
+    case CHAT_SYNTAX_LLAMA3: *out = (chat_forced_call){"", "", "parameters", false, NULL}; return true;
+    case CHAT_SYNTAX_MISTRAL: *out = (chat_forced_call){MISTRAL_OPEN, "", "arguments", true, NULL}; return true;
     case CHAT_SYNTAX_DEEPSEEK_V3:
         /* DeepSeek writes the name in markup, not in JSON: prefix ends before the name. */
         *out = (chat_forced_call){DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP, "\n```" DS_CALL_END DS_CALLS_END,
-                                  NULL, false};
+                                  NULL, false, "\n```json\n"};
+        return true;
+    case CHAT_SYNTAX_HARMONY:
+        /* the reply's first message: the prompt wrote <|start|>assistant; <|call|> ends
+         * generation, so no suffix (the grammar then allows only end-of-generation tokens) */
+        *out = (chat_forced_call){HARMONY_CHANNEL "commentary to=functions.", "", NULL, false,
+                                  " <|constrain|>json<|message|>"};
         return true;
     default: return false;
     }
@@ -149,12 +115,17 @@ chat_parser *chat_parser_new(const chat_parse_opts *o)
     p->o = *o;
     p->st = o->reasoning ? (o->in_reasoning ? ST_REASON : ST_START) : ST_CONTENT;
     p->id_state = o->id_seed;
+    if (o->syntax == CHAT_SYNTAX_HARMONY && harmony_new(p) < 0) {
+        free(p);
+        return NULL;
+    }
     return p;
 }
 
 void chat_parser_free(chat_parser *p)
 {
     if (!p) return;
+    harmony_free(p);
     bytebuf_free(&p->buf);
     bytebuf_free(&p->ws);
     bytebuf_free(&p->pv_out);
@@ -169,7 +140,7 @@ int chat_parser_n_dropped(const chat_parser *p) { return p->n_dropped; }
 static const char *bdata(const bytebuf *b) { return b->data ? b->data : ""; }
 
 /* Longest tail of s[0..n) that is a proper prefix of marker m. */
-static size_t tail_prefix(const char *s, size_t n, const char *m)
+size_t chat_tail_prefix(const char *s, size_t n, const char *m)
 {
     size_t ml = strlen(m);
     for (size_t k = ml - 1 < n ? ml - 1 : n; k > 0; k--)
@@ -203,7 +174,7 @@ static void put_content(chat_parser *p, const char *s, size_t n, chat_delta *d)
     bytebuf_append(&p->ws, s + k, n - k);
 }
 
-static void next_id(chat_parser *p, char *id, size_t cap)
+void chat_call_id(chat_parser *p, char *id, size_t cap)
 {
     static const char al[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     snprintf(id, cap, "call_");
@@ -249,7 +220,7 @@ static chat_tool_call *new_entry(chat_delta *d)
 /* The entry a piece of streamed call index goes into: the last entry when it is a piece of
  * the same call that is not its last (one feed's pieces of a call are one), else a new one.
  * NULL when memory ran out. */
-static chat_tool_call *piece(chat_delta *d, int index)
+chat_tool_call *chat_call_piece(chat_delta *d, int index)
 {
     chat_tool_call *c = d->n_calls ? &d->calls[d->n_calls - 1] : NULL;
     if (c && c->index == index && !c->last) return c;
@@ -260,7 +231,7 @@ static chat_tool_call *piece(chat_delta *d, int index)
 }
 
 /* Appends s[0..n) to a piece's arguments; -1 when memory ran out. */
-static int append_args(chat_tool_call *c, const char *s, size_t n)
+int chat_call_append(chat_tool_call *c, const char *s, size_t n)
 {
     if (!n) return 0;
     size_t have = strlen(c->arguments);
@@ -274,7 +245,7 @@ static int append_args(chat_tool_call *c, const char *s, size_t n)
 
 /* A call the client may be handed (before its arguments are known): a function it offered,
  * within parallel_tool_calls. */
-static bool admitted(const chat_parser *p, const char *name, size_t len)
+bool chat_call_admitted(const chat_parser *p, const char *name, size_t len)
 {
     return offered(p, name, len) && !(p->o.max_calls && p->n_calls >= p->o.max_calls);
 }
@@ -293,8 +264,8 @@ static int close_live(chat_delta *d, live_call *lc, const char *args)
 {
     size_t sent = lc->sent.len, len = strlen(args);
     bool prefix = sent <= len && memcmp(bdata(&lc->sent), args, sent) == 0;
-    chat_tool_call *c = piece(d, lc->index);
-    if (!c || (prefix && append_args(c, args + sent, len - sent) < 0)) return -1;
+    chat_tool_call *c = chat_call_piece(d, lc->index);
+    if (!c || (prefix && chat_call_append(c, args + sent, len - sent) < 0)) return -1;
     c->last = true;
     lc->closed = true;
     return 0;
@@ -307,19 +278,19 @@ static int close_live(chat_delta *d, live_call *lc, const char *args)
  * one could repeat an earlier call's or carry anything.  A call opened ahead of its end
  * (stream_calls) was admitted then and gets the rest of its arguments.  0, or -1 when memory
  * ran out. */
-static int add_call_as(chat_parser *p, chat_delta *d, const char *name, size_t name_len, const char *args,
+int chat_call_add(chat_parser *p, chat_delta *d, const char *name, size_t name_len, const char *args,
                        bool partial)
 {
     p->n_seen++;
     bytebuf_clear(&p->ws); /* whitespace between calls is markup, not content */
     live_call *lc = p->o.stream_calls ? live_at(p, p->step_ord++) : NULL;
     if (lc) return close_live(d, lc, args);
-    if (!admitted(p, name, name_len) || (!partial && !args_object(args))) {
+    if (!chat_call_admitted(p, name, name_len) || (!partial && !args_object(args))) {
         p->n_dropped++;
         return 0;
     }
     char id[40];
-    next_id(p, id, sizeof id);
+    chat_call_id(p, id, sizeof id);
     chat_tool_call *c = new_entry(d);
     if (!c) return -1;
     *c = (chat_tool_call){.index = p->n_calls, .id = strdup(id), .name = strndup(name, name_len),
@@ -337,7 +308,7 @@ static int add_call_as(chat_parser *p, chat_delta *d, const char *name, size_t n
 
 static int add_call(chat_parser *p, chat_delta *d, const char *name, size_t name_len, const char *args)
 {
-    return add_call_as(p, d, name, name_len, args, false);
+    return chat_call_add(p, d, name, name_len, args, false);
 }
 
 /* One call object {"name": ..., "arguments"|"parameters": ...}: 1 added, 0 not a call, -1 oom. */
@@ -582,7 +553,7 @@ static int run(chat_parser *p, chat_delta *d, bool final)
                 p->skip_ws = true;
                 continue;
             }
-            size_t hold = final ? 0 : tail_prefix(s, n, THINK_CLOSE);
+            size_t hold = final ? 0 : chat_tail_prefix(s, n, THINK_CLOSE);
             bytebuf_append(&d->reasoning, s, n - hold);
             bytebuf_consume(&p->buf, n - hold);
             return 0;
@@ -621,7 +592,7 @@ static int run(chat_parser *p, chat_delta *d, bool final)
             }
             size_t hold = 0;
             for (int k = 0; m[k] && !final; k++) {
-                size_t h = tail_prefix(s, n, m[k]);
+                size_t h = chat_tail_prefix(s, n, m[k]);
                 if (h > hold) hold = h;
             }
             put_content(p, s, n - hold, d);
@@ -655,13 +626,13 @@ static int check(const chat_parser *p, const chat_delta *d)
 int chat_parser_feed(chat_parser *p, const char *s, size_t n, chat_delta *d)
 {
     bytebuf_append(&p->buf, s, n);
-    if (run(p, d, false) < 0) return -1;
+    if ((p->hm ? harmony_feed(p, d) : run(p, d, false)) < 0) return -1;
     return check(p, d);
 }
 
 int chat_parser_finish(chat_parser *p, chat_delta *d)
 {
-    if (run(p, d, true) < 0) return -1;
+    if ((p->hm ? harmony_finish(p, d, false) : run(p, d, true)) < 0) return -1;
     return check(p, d);
 }
 
@@ -741,7 +712,7 @@ static int release_partial(chat_parser *p, chat_delta *d)
     if (name && name[0]) {
         bytebuf args = {0};
         bytebuf_append(&args, s + a, n - a);
-        rc = bytebuf_ok(&args) ? add_call_as(p, d, name, strlen(name), bdata(&args), true) : -1;
+        rc = bytebuf_ok(&args) ? chat_call_add(p, d, name, strlen(name), bdata(&args), true) : -1;
         bytebuf_free(&args);
     }
     free(name);
@@ -752,6 +723,7 @@ static int release_partial(chat_parser *p, chat_delta *d)
 
 int chat_parser_cut(chat_parser *p, chat_delta *d)
 {
+    if (p->hm) return harmony_finish(p, d, true) < 0 ? -1 : check(p, d);
     if (run(p, d, false) < 0) return -1; /* the complete calls before it go out as usual */
     if (p->st == ST_CALL) {
         /* a call already opened ends where it was cut; else the open call is found now */
@@ -809,7 +781,7 @@ static int call_header(const char *s, size_t n, size_t i, char **name, size_t *a
  * name), and the arguments at buf[args] to read.  -1 when memory ran out. */
 static int open_call(chat_parser *p, chat_delta *d, const char *name, size_t len, size_t args)
 {
-    if (!admitted(p, name, len)) {
+    if (!chat_call_admitted(p, name, len)) {
         p->pv = PV_AFTER; /* the CALL state drops it */
         return 0;
     }
@@ -821,8 +793,8 @@ static int open_call(chat_parser *p, chat_delta *d, const char *name, size_t len
         p->cap_live = cap;
     }
     char id[40];
-    next_id(p, id, sizeof id);
-    chat_tool_call *c = piece(d, p->n_calls);
+    chat_call_id(p, id, sizeof id);
+    chat_tool_call *c = chat_call_piece(d, p->n_calls);
     if (!c || !(c->id = strdup(id)) || !(c->name = strndup(name, len))) return -1;
     p->live[p->n_live++] = (live_call){.ord = p->pv_ord, .index = p->n_calls++};
     json_reprint_init(&p->rp);
@@ -838,8 +810,8 @@ static int read_args(chat_parser *p, chat_delta *d)
     p->pv_pos += json_reprint_feed(&p->rp, bdata(&p->buf) + p->pv_pos, p->buf.len - p->pv_pos, &p->pv_out);
     size_t k = utf8_complete_prefix(bdata(&p->pv_out), p->pv_out.len);
     if (k) {
-        chat_tool_call *c = piece(d, lc->index);
-        if (!c || append_args(c, bdata(&p->pv_out), k) < 0 || !bytebuf_append(&lc->sent, bdata(&p->pv_out), k)) return -1;
+        chat_tool_call *c = chat_call_piece(d, lc->index);
+        if (!c || chat_call_append(c, bdata(&p->pv_out), k) < 0 || !bytebuf_append(&lc->sent, bdata(&p->pv_out), k)) return -1;
         bytebuf_consume(&p->pv_out, k);
     }
     if (json_reprint_done(&p->rp)) p->pv = PV_AFTER;
@@ -942,12 +914,12 @@ static int end_region_step(chat_parser *p, chat_delta *d, bool cut)
     for (int i = 0; i < p->n_live; i++) {
         live_call *lc = &p->live[i];
         if (!lc->closed) {
-            chat_tool_call *c = piece(d, lc->index);
+            chat_tool_call *c = chat_call_piece(d, lc->index);
             size_t held_len = 0;
             const char *held = json_reprint_held(&p->rp, &held_len);
             bool reading = p->pv == PV_ARGS && i == p->n_live - 1;
-            if (!c || (reading && append_args(c, bdata(&p->pv_out), p->pv_out.len) < 0) ||
-                (reading && cut && append_args(c, held, held_len) < 0))
+            if (!c || (reading && chat_call_append(c, bdata(&p->pv_out), p->pv_out.len) < 0) ||
+                (reading && cut && chat_call_append(c, held, held_len) < 0))
                 rc = -1;
             else c->last = true;
         }

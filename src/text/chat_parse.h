@@ -10,6 +10,10 @@
  * first, then its arguments in fragments (see chat_tool_call).  chat_parser_finish releases
  * what is still held at the end of generation.
  *
+ * Harmony (gpt-oss, harmony.c) is a format of its own: the reply is a sequence of messages, each
+ * a header (channel, recipient) and a body; analysis goes to reasoning, final and commentary
+ * without a recipient to content, a message to functions.NAME is a call of NAME (see harmony.c).
+ *
  * Pure text processing: no model, no sockets; the same output split at any byte boundary
  * gives the same concatenated result. */
 #ifndef INFERD_CHAT_PARSE_H
@@ -27,14 +31,19 @@ typedef enum chat_syntax {
     CHAT_SYNTAX_LLAMA3,      /* Llama 3.x: a bare {"name", "parameters"} reply, or after <|python_tag|> */
     CHAT_SYNTAX_MISTRAL,     /* [TOOL_CALLS][{"name", "arguments"}, ...] or [TOOL_CALLS]name[ARGS]{...} */
     CHAT_SYNTAX_DEEPSEEK_V3, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name ```json ...``` */
+    CHAT_SYNTAX_HARMONY,     /* gpt-oss: messages on channels, <|channel|>analysis<|message|>...<|end|>,
+                              * calls <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...} */
     CHAT_SYNTAX_COUNT
 } chat_syntax;
 
 /* The family's tool-call syntax, recognised from the markup its chat template writes. */
 chat_syntax chat_syntax_detect(const char *template_src);
 const char *chat_syntax_name(chat_syntax s);
-/* True when the template writes <think> blocks (reasoning models). */
+/* True when the template writes <think> blocks or Harmony's analysis channel (reasoning models). */
 bool chat_template_thinks(const char *template_src);
+/* True when every reply of the family is structured by its markup (Harmony's channels), not
+ * only its tool calls and reasoning: such a reply always goes through a parser. */
+bool chat_syntax_structured(chat_syntax s);
 
 typedef struct chat_parse_opts {
     chat_syntax syntax;
@@ -106,10 +115,13 @@ int chat_parser_n_dropped(const chat_parser *p);
  * prefix / suffix: the literal markup around the call(s); names: the allowed function names;
  * the arguments of each must validate against its parameters schema (JSON text, "{}" when
  * absent).  The body between prefix and suffix is the family's call object:
- * {"name": <one of names>, "<args_key>": <object matching the schema of that name>}. */
+ * {"name": <one of names>, "<args_key>": <object matching the schema of that name>}, or, for a
+ * family that writes the name in markup (args_key NULL: DeepSeek, Harmony), the name, then
+ * after_name, then the arguments object. */
 typedef struct chat_forced_call {
     const char *prefix, *suffix, *args_key;
-    bool array; /* Mistral: a JSON array of call objects */
+    bool array;             /* Mistral: a JSON array of call objects */
+    const char *after_name; /* args_key NULL: the markup between the name and the arguments */
 } chat_forced_call;
 
 /* The markup of a family's forced call; false when the family has none (CHAT_SYNTAX_NONE). */

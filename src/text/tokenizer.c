@@ -77,6 +77,7 @@ struct tokenizer {
     float *score;
     uint8_t *type;
     uint8_t *eog;
+    uint8_t *shown; /* control tokens whose text output keeps (Harmony's markup); NULL: none */
 
     int32_t *map;      /* text -> id hash table (-1 = empty) */
     uint32_t map_mask;
@@ -504,6 +505,34 @@ static void build_byte_ids(tokenizer *t)
     }
 }
 
+/* Harmony (gpt-oss's o200k_harmony vocabulary, recognised by its control tokens <|channel|> and
+ * <|message|>): <|end|> ends a message, not the turn -- the reply goes on with the next message
+ * -- while <|return|> (the answer is done) and <|call|> (a tool must run) end generation, as
+ * llama.cpp has them; and the markup tokens are the reply's structure (which channel, which
+ * recipient), so output text keeps them for the reply's parser (text/harmony.c), as llama.cpp
+ * keeps them.  They stay control tokens otherwise: never matched in a message's text, never
+ * allowed by a grammar.  0, or -1 when memory ran out. */
+static int mark_harmony(tokenizer *t)
+{
+    static const char *const markup[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", NULL};
+    static const char *const ends[] = {"<|return|>", "<|call|>", NULL};
+    int32_t ch = lookup(t, "<|channel|>", 11), msg = lookup(t, "<|message|>", 11);
+    if (ch < 0 || msg < 0 || t->type[ch] != TT_CONTROL || t->type[msg] != TT_CONTROL) return 0;
+    if (!(t->shown = calloc((size_t)t->n_vocab, 1))) return -1;
+    for (int k = 0; markup[k]; k++) {
+        int32_t id = lookup(t, markup[k], strlen(markup[k]));
+        if (id < 0 || t->type[id] != TT_CONTROL) continue;
+        t->shown[id] = 1;
+        t->eog[id] = 0;
+        if (t->eot == id) t->eot = -1;
+    }
+    for (int k = 0; ends[k]; k++) {
+        int32_t id = lookup(t, ends[k], strlen(ends[k]));
+        if (id >= 0) t->eog[id] = 1;
+    }
+    return 0;
+}
+
 static void mark_eog(tokenizer *t)
 {
     /* Chat models end a turn with one of these even when the GGUF names only the EOS. */
@@ -599,6 +628,10 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
         if ((int)t->text_len[i] > t->max_token_len) t->max_token_len = (int)t->text_len[i];
     t->nfc = pi && pi->nfc;
     mark_eog(t);
+    if (mark_harmony(t) < 0) {
+        set_err(err, errlen, "tokenizer: out of memory");
+        goto fail;
+    }
     return t;
 fail:
     tokenizer_free(t);
@@ -615,6 +648,7 @@ void tokenizer_free(tokenizer *t)
     free(t->score);
     free(t->type);
     free(t->eog);
+    free(t->shown);
     free(t->map);
     free(t->pairs);
     free(t->special);
@@ -1628,7 +1662,7 @@ static void render_token(const tokenizer *t, int32_t id, bool render_special, si
     size_t n = t->text_len[id];
     int type = t->type[id];
     if (type == TT_CONTROL || type == TT_UNKNOWN) {
-        if (render_special)
+        if (render_special || (t->shown && t->shown[id]))
             sink_put(k, s, n);
         return;
     }

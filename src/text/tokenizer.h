@@ -44,7 +44,8 @@ bool tokenizer_normalizes_nfc(const tokenizer *t);
 /* One line for the start-up log: kind, pre-tokenizer, whether BOS/EOS are added and why,
  * NFC.  Returns the length it needed (snprintf-style). */
 size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap);
-/* End of generation: EOS, EOT and any other token the vocabulary marks as ending a turn. */
+/* End of generation: EOS, EOT and any other token the vocabulary marks as ending a turn (a
+ * Harmony vocabulary, gpt-oss's: <|return|> and <|call|>, not <|end|>, which ends a message). */
 bool tokenizer_is_eog(const tokenizer *t, int32_t id);
 /* Control/special tokens (not rendered in output text). */
 bool tokenizer_is_control(const tokenizer *t, int32_t id);
@@ -75,7 +76,9 @@ size_t tokenizer_control_at(const tokenizer *t, const char *s, size_t n);
 const char *tokenizer_token_text(const tokenizer *t, int32_t id, size_t *len);
 
 /* The bytes a token stands for in output text: SPM U+2581 -> ' ', <0xNN> -> byte NN,
- * byte-level BPE mapping undone; control tokens give "" unless render_special.  Returns the
+ * byte-level BPE mapping undone; control tokens give "" unless render_special, except the
+ * markup of a Harmony vocabulary (<|start|>, <|channel|>, <|message|>, <|constrain|>, <|end|>),
+ * which is the reply's structure and stays in output text (and in tokenizer_decode).  Returns the
  * number of bytes (may exceed cap: then only cap were written); -1 for an invalid id. */
 int tokenizer_token_bytes(const tokenizer *t, int32_t id, bool render_special, char *buf, int cap);
 

@@ -543,6 +543,51 @@ static void test_json_object_schema(void **state)
         400, "response_format.schema");
 }
 
+
+/* What gpt-oss's template reads: an assistant turn's reasoning_content as `thinking` too (not
+ * beside content in a turn that calls tools: that template refuses both), reasoning_effort as
+ * a variable (chat_template_kwargs' own wins). */
+static void test_harmony_context(void **state)
+{
+    (void)state;
+    api_request r;
+    ok(API_CHAT,
+       "{\"reasoning_effort\":\"high\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
+       "{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"r1\"},"
+       "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"r2\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\","
+       "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+       "{\"role\":\"assistant\",\"content\":\"pre\",\"reasoning_content\":\"r3\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\","
+       "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+       "{\"role\":\"assistant\",\"content\":\"x\",\"reasoning_content\":\"r4\",\"thinking\":\"own\"}]}",
+       &r);
+    cJSON *ctx = cJSON_Parse(r.tmpl_ctx);
+    const cJSON *m = cJSON_GetObjectItem(ctx, "messages");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ctx, "reasoning_effort")), "high");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 1), "thinking")), "r1");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 2), "thinking")), "r2");
+    assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 3), "thinking"));
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 4), "thinking")), "own");
+    assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 0), "thinking"));
+    cJSON_Delete(ctx);
+    api_request_free(&r);
+    /* tools without a description get "" for gpt-oss's template; one with a description keeps it */
+    char *described = api_tmpl_ctx_describe_tools(
+        "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"description\":\"G.\"}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"h\",\"description\":null}}],\"x\":1}");
+    assert_string_equal(described, "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"\"}},"
+                                    "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"description\":\"G.\"}},"
+                                    "{\"type\":\"function\",\"function\":{\"name\":\"h\",\"description\":\"\"}}],\"x\":1}");
+    free(described);
+    assert_null(api_tmpl_ctx_describe_tools("[1]"));
+    ok(API_CHAT, "{\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"reasoning_effort\":\"low\"},"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", &r);
+    ctx = cJSON_Parse(r.tmpl_ctx);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ctx, "reasoning_effort")), "low");
+    cJSON_Delete(ctx);
+    api_request_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -557,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_tool_names),
         cmocka_unit_test(test_null_content_templates),
         cmocka_unit_test(test_json_object_schema),
+        cmocka_unit_test(test_harmony_context),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,6 +43,7 @@ static void test_translate(void **state)
     assert_string_equal(str_at(c, "messages.1.content"), "Hi");
     assert_int_equal(cJSON_GetObjectItem(c, "max_completion_tokens")->valueint, 7);
     assert_null(cJSON_GetObjectItem(c, "max_output_tokens"));
+    assert_string_equal(str_at(c, "reasoning_effort"), "low"); /* a template variable (gpt-oss's) */
     assert_string_equal(rq.instructions, "\"Be brief.\"");
     assert_string_equal(rq.metadata, "{\"k\":\"v\"}");
     assert_string_equal(rq.max_output_tokens, "7");

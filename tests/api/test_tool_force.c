@@ -145,12 +145,41 @@ static void test_left_alone(void **state)
     api_request_free(&r);
 }
 
+
+/* Harmony (gpt-oss): the call in its markup -- the recipient in the channel header, the JSON
+ * content type, the arguments; no suffix (<|call|> ends generation) -- and the name in
+ * markup, never a look-alike. */
+static void test_harmony(void **state)
+{
+    (void)state;
+    char members[2048];
+    api_request r;
+    api_error e = {0};
+    snprintf(members, sizeof members, "%s,\"tool_choice\":\"required\"", TOOLS);
+    parse(&r, members);
+    assert_int_equal(tool_force_apply(&r, CHAT_SYNTAX_HARMONY, &e), 0);
+    assert_true(matches(r.grammar, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}"));
+    assert_true(matches(r.grammar, "<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"q\": \"x\"}"));
+    assert_false(matches(r.grammar, "<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"city\": \"Oslo\"}"));
+    assert_false(matches(r.grammar, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}<|call|>"));
+    assert_false(matches(r.grammar, "<|channel|>final<|message|>{\"city\": \"Oslo\"}"));
+    api_request_free(&r);
+    /* auto beside a format: the call, or the answer as the whole reply (read back as content) */
+    snprintf(members, sizeof members, "%s,%s", TOOLS, FORMAT);
+    parse(&r, members);
+    assert_int_equal(tool_force_apply(&r, CHAT_SYNTAX_HARMONY, &e), 0);
+    assert_true(matches(r.grammar, ANSWER));
+    assert_true(matches(r.grammar, "<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"q\": \"x\"}"));
+    api_request_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forced_with_format),
         cmocka_unit_test(test_auto_with_format),
         cmocka_unit_test(test_left_alone),
+        cmocka_unit_test(test_harmony),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

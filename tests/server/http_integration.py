@@ -1387,10 +1387,11 @@ def node_missing(packages):
     return None
 
 
-def node_session(scripts, packages, serve_args=None):
+def node_session(scripts, packages, serve_args=None, model=None):
     """Run Node client sessions (tests/node/SCRIPT [ARGS]) against one server with an API key.
     scripts: [(script, args...)]; packages: the npm packages they need (SKIP when absent);
-    serve_args: the server's flags (default: the chat template below)."""
+    serve_args: the server's flags (default: the chat template below); model: the file served
+    (default: the tiny synthetic one)."""
     why = node_missing(packages)
     if why:
         print(f"SKIP: {why}")
@@ -1400,7 +1401,7 @@ def node_session(scripts, packages, serve_args=None):
     template = os.path.join(NODE_DIR, "chat_template.jinja")
     if serve_args is None:
         serve_args = ["--chat-template-file", template]
-    with Server(make_model(), "--api-key", "sdk-key", *serve_args) as s:
+    with Server(model or make_model(), "--api-key", "sdk-key", *serve_args) as s:
         env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key")
         for script, *args in scripts:
             r = subprocess.run(["node", os.path.join(NODE_DIR, script), *args], env=env, capture_output=True,
@@ -1413,6 +1414,19 @@ def case_node():
     """The OpenAI Node SDK: the newest major for Node 18/20 and the oldest one promised (an npm
     alias)."""
     return node_session([("openai_sdk.mjs", "openai"), ("openai_sdk.mjs", "openai-v5")], ["openai", "openai-v5"])
+
+
+def case_node_harmony():
+    """The OpenAI Node SDK against a gpt-oss model in the Harmony format (issue 25):
+    ../shared/reference's gpt-oss file and gpt-oss's published template; reasoning and calls
+    forced (tests/node/harmony.mjs says how)."""
+    model = os.path.join(SHARED, "reference", "gpt-oss.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: {model} not present")
+        return SKIP
+    template = os.path.join(SRC, "tests", "text", "data", "gpt-oss.jinja")
+    return node_session([("harmony.mjs",)], ["openai", "zod"], ["--device", "cpu", "--chat-template-file", template],
+                        model=model)
 
 
 def case_node_anthropic():
@@ -2805,6 +2819,118 @@ def case_stream_tools():
             if len(parts) >= 2:
                 break
         check(len(parts) >= 2, f"messages: {len(parts)} input_json_delta(s) {ATTEMPTS} times")
+
+
+HARMONY_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
+                   "additionalProperties": False}}}
+# A reply in Harmony markup forced by a GBNF grammar (the random weights would never write one):
+# an analysis message, then the final one.  The grammar spells the markers in plain text
+# tokens (a grammar never allows control tokens); the text the parser reads is the same.
+HARMONY_GRAMMAR = ('root ::= "<|channel|>analysis<|message|>" [a-z]{3,8} '
+                   '"<|end|><|start|>assistant<|channel|>final<|message|>" [a-z]{3,8}')
+
+
+def case_harmony():
+    """gpt-oss's Harmony format served (issue 25): ../shared/reference's gpt-oss model (its
+    vocabulary has Harmony's markup tokens) with gpt-oss's published template
+    (tests/text/data/gpt-oss.jinja).  A reply forced by a grammar into analysis + final comes
+    back as reasoning and content on chat, Responses and Messages, streamed and not, no markup
+    anywhere; a forced call (tool_choice required) is written in Harmony's call markup and comes
+    back as a tool call on all three (streamed: id and name first, then the arguments); the tool
+    round trip (the call in the history, reasoning_content and content both, the tool's result)
+    renders; a tool result with no call before it is the template's 400."""
+    model = os.path.join(SHARED, "reference", "gpt-oss.gguf")
+    if not os.path.exists(model):
+        print(f"SKIP: {model} not present")
+        return SKIP
+    template = os.path.join(SRC, "tests", "text", "data", "gpt-oss.jinja")
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    word = re.compile(r"^[a-z]{3,8}$")
+    with Server(model, "--device", "cpu", "--chat-template-file", template) as s:
+        st, models = request(s.port, "GET", "/v1/models")[0], json.loads(request(s.port, "GET", "/v1/models")[2])
+        meta = models["data"][0].get("meta", {})
+        check(meta.get("tool_call_syntax") == "harmony", f"/v1/models meta {meta}")
+
+        # channels: analysis -> reasoning_content, final -> content
+        body = {"messages": ask, "max_tokens": 160, "temperature": 0, "grammar": HARMONY_GRAMMAR}
+        st, b = post(s.port, "/v1/chat/completions", body)
+        check(st == 200, f"chat {st} {b}")
+        msg, plain_prompt = b["choices"][0]["message"], b["usage"]["prompt_tokens"]
+        check(word.match(msg.get("reasoning_content") or "") and word.match(msg.get("content") or ""), f"chat: {msg}")
+        check(b["choices"][0]["finish_reason"] == "stop", f"chat finish {b['choices'][0]}")
+        st, _, raw = request(s.port, "POST", "/v1/chat/completions", dict(body, stream=True))
+        content = reasoning = ""
+        for ev in sse_events(raw.decode()):
+            if ev != "[DONE]":
+                for ch in ev["choices"]:
+                    content += ch["delta"].get("content") or ""
+                    reasoning += ch["delta"].get("reasoning_content") or ""
+        check((content, reasoning) == (msg["content"], msg["reasoning_content"]),
+              f"streamed chat: {content!r} {reasoning!r} vs {msg}")
+        check("<|" not in raw.decode(), f"markup in the stream: {raw[:400]!r}")
+        print(f"chat: reasoning {reasoning!r}, content {content!r}")
+
+        rbody = {"input": ask[0]["content"], "max_output_tokens": 160, "temperature": 0, "grammar": HARMONY_GRAMMAR}
+        st, r = post(s.port, "/v1/responses", rbody)
+        check(st == 200, f"responses {st} {r}")
+        kinds = [o["type"] for o in r["output"]]
+        check(kinds == ["reasoning", "message"], f"responses output {r['output']}")
+        check(word.match(r["output"][0]["content"][0]["text"]) and word.match(r["output"][1]["content"][0]["text"]),
+              f"responses: {r['output']}")
+        st, _, raw = request(s.port, "POST", "/v1/responses", dict(rbody, stream=True))
+        evs = anthropic_events(raw.decode())
+        rs = "".join(d["delta"] for n, d in evs if n == "response.reasoning_text.delta")
+        tx = "".join(d["delta"] for n, d in evs if n == "response.output_text.delta")
+        check(word.match(rs) and word.match(tx) and "<|" not in raw.decode(), f"streamed responses: {rs!r} {tx!r}")
+
+        mbody = {"model": "m", "max_tokens": 160, "temperature": 0, "messages": ask, "grammar": HARMONY_GRAMMAR}
+        st, m = post(s.port, "/v1/messages", mbody)
+        check(st == 200, f"messages {st} {m}")
+        check([c["type"] for c in m["content"]] == ["thinking", "text"] and word.match(m["content"][0]["thinking"]) and
+              word.match(m["content"][1]["text"]), f"messages: {m['content']}")
+
+        # a forced call: Harmony's call markup, read back as a call
+        tbody = {"messages": ask, "tools": [HARMONY_WEATHER], "tool_choice": "required", "max_tokens": 200, "temperature": 0}
+        st, b = post(s.port, "/v1/chat/completions", tbody)
+        check(st == 200 and b["choices"][0]["finish_reason"] == "tool_calls", f"forced call {st} {b}")
+        msg = b["choices"][0]["message"]
+        call = msg["tool_calls"][0]
+        args = json.loads(call["function"]["arguments"])
+        check(call["function"]["name"] == "get_weather" and set(args) == {"city"} and isinstance(args["city"], str) and
+              msg["content"] is None, f"forced call: {msg}")
+        content, calls, finish, _, _ = stream_choice(s.port, tbody)
+        check(finish == "tool_calls" and content == "" and calls[0]["function"]["name"] == "get_weather" and
+              calls[0]["function"]["arguments"] == call["function"]["arguments"], f"streamed call: {calls} {content!r}")
+        print(f"forced call: {call['function']}")
+        st, r = post(s.port, "/v1/responses", {"input": ask[0]["content"], "max_output_tokens": 200, "temperature": 0,
+                                               "tools": [dict(HARMONY_WEATHER["function"], type="function")],
+                                               "tool_choice": "required"})
+        fc = [o for o in r["output"] if o["type"] == "function_call"]
+        check(st == 200 and fc and fc[0]["name"] == "get_weather" and "city" in json.loads(fc[0]["arguments"]),
+              f"responses call {st} {r}")
+        st, m = post(s.port, "/v1/messages", {"model": "m", "max_tokens": 200, "temperature": 0, "messages": ask,
+                                              "tools": [{"name": "get_weather", "description": "Weather.",
+                                                         "input_schema": HARMONY_WEATHER["function"]["parameters"]}],
+                                              "tool_choice": {"type": "any"}})
+        tu = [c for c in m["content"] if c["type"] == "tool_use"]
+        check(st == 200 and m["stop_reason"] == "tool_use" and tu and tu[0]["name"] == "get_weather" and
+              "city" in tu[0]["input"], f"messages call {st} {m}")
+
+        # the round trip: the call and the tool's result re-rendered by the template (with
+        # reasoning_content beside the content: the template would refuse both as `thinking`)
+        for assistant in ({"role": "assistant", "content": None, "tool_calls": msg["tool_calls"]},
+                          {"role": "assistant", "content": "Checking.", "reasoning_content": "Need weather.",
+                           "tool_calls": msg["tool_calls"]},
+                          {"role": "assistant", "content": None, "reasoning_content": "Need weather.",
+                           "tool_calls": msg["tool_calls"]}):
+            history = ask + [assistant, {"role": "tool", "tool_call_id": call["id"], "content": "{\"temp\": 21}"}]
+            st, b2 = post(s.port, "/v1/chat/completions", dict(body, messages=history))
+            check(st == 200 and b2["usage"]["prompt_tokens"] > plain_prompt + 20, f"round trip {st} {b2}")
+        st, e = post(s.port, "/v1/chat/completions", dict(body, messages=ask + [{"role": "tool", "content": "x"}]))
+        check_error(e, st, 400)
+        check("no previous assistant message with a tool call" in e["error"]["message"], f"template refusal {e}")
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

@@ -278,12 +278,21 @@ static void test_detect_and_shape(void **state)
     assert_int_equal(chat_syntax_detect("[TOOL_CALLS]"), CHAT_SYNTAX_MISTRAL);
     assert_int_equal(chat_syntax_detect("<｜tool▁calls▁begin｜>"), CHAT_SYNTAX_DEEPSEEK_V3);
     assert_int_equal(chat_syntax_detect(NULL), CHAT_SYNTAX_NONE);
+    assert_int_equal(chat_syntax_detect("{{- '<|start|>assistant<|channel|>final<|message|>' }}"), CHAT_SYNTAX_HARMONY);
+    assert_true(chat_syntax_structured(CHAT_SYNTAX_HARMONY));
+    assert_false(chat_syntax_structured(CHAT_SYNTAX_HERMES));
     assert_true(chat_template_thinks("<think>"));
+    assert_true(chat_template_thinks("<|channel|>analysis"));
     chat_forced_call fc;
     assert_true(chat_forced_call_shape(CHAT_SYNTAX_HERMES, &fc));
     assert_string_equal(fc.prefix, "<tool_call>\n");
     assert_string_equal(fc.args_key, "arguments");
     assert_false(chat_forced_call_shape(CHAT_SYNTAX_NONE, &fc));
+    assert_true(chat_forced_call_shape(CHAT_SYNTAX_HARMONY, &fc));
+    assert_string_equal(fc.prefix, "<|channel|>commentary to=functions.");
+    assert_null(fc.args_key);
+    assert_string_equal(fc.after_name, " <|constrain|>json<|message|>");
+    assert_string_equal(fc.suffix, "");
 }
 
 /* Only calls a client can act on are released (issue 36): a function it offered (not a made-up
@@ -577,6 +586,161 @@ static void test_stream_broken(void **state)
     assert_string_equal(r.content, "after");
 }
 
+
+/* ---- Harmony (gpt-oss) ---------------------------------------------------------------------- */
+
+/* The prompt ends with <|start|>assistant: a reply begins inside its first message's header.
+ * <|return|> and <|call|> end generation (the tokenizer stops there), so a recorded reply
+ * usually ends without them; written as text they end their message too. */
+#define HM_ANALYSIS "<|channel|>analysis<|message|>"
+#define HM_NEXT "<|end|><|start|>assistant"
+#define HM_CALL(name) "<|channel|>commentary to=functions." name " <|constrain|>json<|message|>"
+
+static void check_harmony(bool tools, bool reasoning, const char *text, const char *content, const char *reasoning_text,
+                          const char *calls)
+{
+    check(CHAT_SYNTAX_HARMONY, tools, reasoning, false, text, content, reasoning_text, calls);
+}
+
+static void test_harmony_channels(void **state)
+{
+    (void)state;
+    /* analysis then final, as gpt-oss answers */
+    check_harmony(false, true, HM_ANALYSIS "User asks 2+2. Simple: 4." HM_NEXT "<|channel|>final<|message|>2 + 2 = 4.",
+                  "2 + 2 = 4.", "User asks 2+2. Simple: 4.", "");
+    /* <|return|> written as text ends the reply: nothing after it is read */
+    check_harmony(true, true, HM_ANALYSIS "Short." HM_NEXT "<|channel|>final<|message|>Yes.<|return|><|start|>user<|message|>more",
+                  "Yes.", "Short.", "");
+    /* several analysis messages, UTF-8 split anywhere, a final message with markup-like text */
+    check_harmony(false, true, HM_ANALYSIS "Étape 1 😀" HM_NEXT HM_ANALYSIS "étape 2" HM_NEXT "<|channel|>final<|message|>a <| b < c |> d",
+                  "a <| b < c |> d", "Étape 1 😀étape 2", "");
+    /* the model re-opening its own turn, and the stray commentary before analysis gpt-oss-20b writes */
+    check_harmony(false, true, "<|start|>assistant<|channel|>commentary to=assistant<|channel|>analysis<|message|>think" HM_NEXT
+                  "<|channel|>final<|message|>ok", "ok", "think", "");
+    /* no channel, and commentary without a recipient (a preamble): content */
+    check_harmony(false, true, "<|message|>plain" HM_NEXT "<|channel|>commentary<|message|> and more", "plain and more", "", "");
+    /* an unknown channel is not the answer: reasoning (content when reasoning is off) */
+    check_harmony(false, true, "<|channel|>scratch<|message|>hidden" HM_NEXT "<|channel|>final<|message|>shown", "shown", "hidden", "");
+    check_harmony(false, false, "<|channel|>scratch<|message|>hidden" HM_NEXT "<|channel|>final<|message|>shown", "hiddenshown", "", "");
+    /* --reasoning-format none: the analysis message stays in content with its markup (as llama.cpp) */
+    check_harmony(false, false, HM_ANALYSIS "think" HM_NEXT "<|channel|>final<|message|>done",
+                  HM_ANALYSIS "think<|end|>done", "", "");
+    /* a reply with no header (a grammar forced raw JSON, or a model that skipped it): content */
+    check_harmony(true, true, "{\"answer\": 42}", "{\"answer\": 42}", "", "");
+    check_harmony(false, true, "to be or not", "to be or not", "", "");
+    /* the next message opened without <|end|> */
+    check_harmony(false, true, HM_ANALYSIS "a<|channel|>final<|message|>b", "b", "a", "");
+}
+
+static void test_harmony_calls(void **state)
+{
+    (void)state;
+    /* the recipient after the channel (what gpt-oss writes), analysis first, <|call|> as text or not */
+    check_harmony(true, true, HM_ANALYSIS "Need the weather." HM_NEXT HM_CALL("get_weather") "{\"city\": \"Paris\", \"unit\": \"celsius\"}",
+                  "", "Need the weather.", "0:get_weather:{\"city\":\"Paris\",\"unit\":\"celsius\"};");
+    check_harmony(true, true, HM_CALL("get_weather") "{\"city\":\"Paris\"}<|call|>", "", "", "0:get_weather:{\"city\":\"Paris\"};");
+    /* the recipient in the role header (as the template renders calls), and first in the reply */
+    check_harmony(true, true, HM_ANALYSIS "x" HM_NEXT " to=functions.search<|channel|>commentary json<|message|>{\"query\": \"umbrella\"}<|call|>",
+                  "", "x", "0:search:{\"query\":\"umbrella\"};");
+    check_harmony(true, false, " to=functions.search<|channel|>commentary json<|message|>{\"query\": \"x}\"}", "", "",
+                  "0:search:{\"query\":\"x}\"};");
+    /* a preamble, then the call */
+    check_harmony(true, true, "<|channel|>commentary<|message|>Let me check." HM_NEXT HM_CALL("get_weather") "{\"city\": \"Oslo\"}",
+                  "Let me check.", "", "0:get_weather:{\"city\":\"Oslo\"};");
+    /* parallel calls: Harmony ends generation at <|call|>, but written as text the next call is read */
+    check_harmony(true, true, HM_CALL("get_weather") "{\"city\": \"Paris\"}<|call|><|start|>assistant" HM_CALL("search") "{\"query\": \"rain\"}<|call|>",
+                  "", "", "0:get_weather:{\"city\":\"Paris\"};1:search:{\"query\":\"rain\"};");
+    /* JSON with anything after it: the value is the arguments */
+    check_harmony(true, true, HM_CALL("f") "{\"a\": [1, 2.5, null]}  \n", "", "", "0:f:{\"a\":[1,2.5,null]};");
+    /* no tools offered, not JSON, not an object, no name: no call, no content */
+    check_harmony(false, true, HM_CALL("get_weather") "{\"city\": \"Paris\"}", "", "", "");
+    check_harmony(true, true, HM_CALL("f") "city=Paris" HM_NEXT "<|channel|>final<|message|>ok", "ok", "", "");
+    check_harmony(true, true, HM_CALL("f") "[1, 2]", "", "", "");
+    check_harmony(true, true, "<|channel|>commentary to= json<|message|>{}", "", "", "");
+}
+
+static void test_harmony_gate(void **state)
+{
+    (void)state;
+    /* built-in tools (browser, python) and functions not offered are dropped; one call without
+     * parallel calls */
+    chat_parse_opts o = repair_opts(CHAT_SYNTAX_HARMONY, 0);
+    o.reasoning = true;
+    check_opts(o, "<|channel|>analysis to=browser.search code<|message|>{\"query\": \"x\"}" HM_NEXT HM_CALL("delete_files") "{}" HM_NEXT
+                  HM_CALL("get_weather") "{\"city\": \"Rome\"}",
+               "", "", "0:get_weather:{\"city\":\"Rome\"};");
+    o = repair_opts(CHAT_SYNTAX_HARMONY, 1);
+    check_opts(o, HM_CALL("search_docs") "{}<|call|>" HM_CALL("get_weather") "{}", "", "", "0:search_docs:{};");
+    /* another party's turn written by the model is not the assistant's */
+    check_opts(o, "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{\"t\": 20}" HM_NEXT
+                  "<|channel|>final<|message|>done",
+               "done", "", "");
+    chat_parser *p = chat_parser_new(&o);
+    chat_delta d = {0};
+    const char *text = HM_CALL("nope") "{}<|call|>" HM_CALL("get_weather") "5";
+    assert_int_equal(chat_parser_feed(p, text, strlen(text), &d), 0);
+    assert_int_equal(chat_parser_finish(p, &d), 0);
+    assert_int_equal(chat_parser_n_calls(p), 0);
+    assert_int_equal(chat_parser_n_dropped(p), 2);
+    chat_parser_free(p);
+    chat_delta_free(&d);
+}
+
+/* Malformed markup never reaches content or reasoning, whatever the split: headers that never
+ * end, markers cut off by the end of the reply, over-long headers. */
+static void test_harmony_malformed(void **state)
+{
+    (void)state;
+    check_harmony(true, true, "<|channel|>final", "", "", "");
+    check_harmony(true, true, HM_ANALYSIS "think" HM_NEXT "<|channel|>fin", "", "think", "");
+    check_harmony(true, true, "<|channel|>final<|message|>Hello <|en", "Hello ", "", "");
+    check_harmony(true, true, "<|chan", "", "", "");
+    check_harmony(true, true, "<|channel|>final<|end|>after", "after", "", "");
+    char text[2048], *w = text;
+    w += sprintf(w, "<|channel|>");
+    for (int i = 0; i < 600; i++) *w++ = 'a';
+    sprintf(w, "<|message|>x" HM_NEXT "<|channel|>final<|message|>ok");
+    check_harmony(true, true, text, "ok", "", "");
+    /* every prefix of a reply, finished there: no marker text, whole or in part, in content or
+     * reasoning */
+    const char *reply = HM_ANALYSIS "a" HM_NEXT "<|channel|>commentary<|message|>b" HM_NEXT HM_CALL("get_weather")
+                        "{\"city\": \"<|x\"}<|call|><|start|>assistant<|channel|>final<|message|>c<|return|>";
+    chat_parse_opts o = {.syntax = CHAT_SYNTAX_HARMONY, .tools = true, .reasoning = true, .id_seed = 7};
+    for (size_t k = 0; k <= strlen(reply); k++) {
+        char cut[512];
+        snprintf(cut, sizeof cut, "%.*s", (int)k, reply);
+        result r;
+        run_split(&o, cut, NULL, 0, &r);
+        if (strstr(r.content, "<|") || strstr(r.reasoning, "<|")) fail_msg("prefix %zu: [%s] [%s]", k, r.content, r.reasoning);
+    }
+}
+
+static void test_harmony_stream(void **state)
+{
+    (void)state;
+    const char *t = HM_CALL("get_weather") "{\"city\": \"Paris\", \"days\": [1, 2, 3]}";
+    size_t opens[1] = {nth(t, "{", 0)};
+    check_streamed(CHAT_SYNTAX_HARMONY, t, "0:get_weather:{\"city\":\"Paris\",\"days\":[1,2,3]};", opens, 5);
+    const char *two = HM_CALL("search") "{\"query\": \"boots\"}<|call|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Oslo\"}";
+    size_t opens2[2] = {nth(two, "{", 0), nth(two, "{", 1)};
+    check_streamed(CHAT_SYNTAX_HARMONY, two, "0:search:{\"query\":\"boots\"};1:get_weather:{\"city\":\"Oslo\"};", opens2, 5);
+    /* cut by max_tokens: a call stays a (partial) call; cut in its header after the name, a call
+     * without arguments; cut inside the name, none */
+    check_cut(CHAT_SYNTAX_HARMONY, "<|channel|>commentary<|message|>Looking." HM_NEXT HM_CALL("get_weather") "{\"city\": \"Os",
+              "Looking.", "0:get_weather:{\"city\": \"Os;");
+    check_cut(CHAT_SYNTAX_HARMONY, "<|channel|>commentary to=functions.get_weather <|constr", "", "0:get_weather:;");
+    check_cut(CHAT_SYNTAX_HARMONY, "<|channel|>commentary to=functions.get_wea", "", "");
+    check_cut(CHAT_SYNTAX_HARMONY, "<|channel|>final<|message|>Just text", "Just text", "");
+    check_cut_streamed(CHAT_SYNTAX_HARMONY, HM_CALL("search") "{\"q\": 12", "", "0:search:{\"q\":12;");
+    check_cut_streamed(CHAT_SYNTAX_HARMONY, HM_CALL("get_weather") "{\"city\": \"Os", "", "0:get_weather:{\"city\":\"Os;");
+    /* a streamed call whose JSON breaks ends there; what follows its message is read on */
+    result r;
+    chat_parse_opts o = stream_opts(CHAT_SYNTAX_HARMONY);
+    run_bytes(&o, HM_CALL("search") "{\"q\": 1 2}" HM_NEXT "<|channel|>final<|message|>after", false, &r, NULL);
+    assert_string_equal(r.calls, "0:search:{\"q\":1;");
+    assert_string_equal(r.content, "after");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +749,8 @@ int main(void)
         cmocka_unit_test(test_deepseek_v3), cmocka_unit_test(test_reasoning), cmocka_unit_test(test_detect_and_shape),
         cmocka_unit_test(test_stream_families), cmocka_unit_test(test_stream_reprint), cmocka_unit_test(test_json_reprint),
         cmocka_unit_test(test_stream_cut), cmocka_unit_test(test_stream_broken),
+        cmocka_unit_test(test_harmony_channels), cmocka_unit_test(test_harmony_calls), cmocka_unit_test(test_harmony_gate),
+        cmocka_unit_test(test_harmony_malformed), cmocka_unit_test(test_harmony_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -221,12 +221,57 @@ static void test_hostile_limits(void **state)
     R("{{ [1, 2, 3][2::9223372036854775807] }} {{ 'abc'[1::9223372036854775807] }}", NULL, "[3] b");
 }
 
+
+/* gpt-oss's published chat template (the Harmony format: system and developer messages, tools as
+ * a TypeScript namespace, analysis before a call, a tool's result as functions.NAME, built-in
+ * tools, reasoning_effort, its refusals) over data/gpt-oss-vectors.json, byte for byte against
+ * Python jinja2's renderings (gen_gpt_oss_vectors.py). */
+static void test_gpt_oss_template(void **state)
+{
+    (void)state;
+    const char *srcdir = getenv("INFERD_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/text/data/gpt-oss.jinja", srcdir && *srcdir ? srcdir : INFERD_SOURCE_DIR);
+    size_t src_len;
+    char *src = read_file(path, &src_len), err[512];
+    assert_non_null(src);
+    jinja_tmpl *t = jinja_parse(src, src_len, err, sizeof err);
+    if (!t) fail_msg("gpt-oss.jinja: %s", err);
+    snprintf(path, sizeof path, "%s/tests/text/data/gpt-oss-vectors.json", srcdir && *srcdir ? srcdir : INFERD_SOURCE_DIR);
+    char *json = read_file(path, NULL);
+    cJSON *v = cJSON_Parse(json);
+    assert_non_null(v);
+    int n_conv = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(v, "conversations")) {
+        char *ctx = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "context"));
+        jinja_opts o = {.now = &vector_now};
+        size_t n;
+        char *out = jinja_render_json(t, ctx, strlen(ctx), &o, &n, err, sizeof err);
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "id"));
+        const char *want = cJSON_GetStringValue(cJSON_GetObjectItem(c, "text"));
+        const char *want_err = cJSON_GetStringValue(cJSON_GetObjectItem(c, "error"));
+        if (want && !(out && n == strlen(want) && memcmp(out, want, n) == 0))
+            fail_msg("%s:\n  want: %s\n  got:  %s", id, want, out ? out : err);
+        if (want_err && (out || !strstr(err, want_err))) fail_msg("%s: want the refusal %s, got %s", id, want_err, out ? out : err);
+        free(out);
+        free(ctx);
+        n_conv++;
+    }
+    assert_true(n_conv >= 9);
+    cJSON_Delete(v);
+    free(json);
+    jinja_free(t);
+    free(src);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_vectors),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_hostile_limits),
+        cmocka_unit_test(test_gpt_oss_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

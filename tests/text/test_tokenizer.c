@@ -1261,6 +1261,53 @@ static void test_pre_split_gpt4o(void **state)
     assert_null(ends);
 }
 
+
+/* A Harmony vocabulary (gpt-oss's o200k_harmony; here the tiny one of ../shared/reference's
+ * gpt-oss model, converted by llama.cpp): <|end|> ends a message, not generation; <|return|>
+ * ends it; the markup tokens are control tokens that output text keeps (the reply's parser
+ * reads them), while a message's text still cannot become one. */
+static void test_harmony_vocab(void **state)
+{
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/reference/gpt-oss.gguf", shared_dir());
+    vocab v;
+    if (!open_vocab(path, &v)) {
+        print_message("skipping: %s not found\n", path);
+        skip();
+    }
+    const tokenizer *t = v.tok;
+    int32_t end = tokenizer_find(t, "<|end|>"), ret = tokenizer_find(t, "<|return|>"), ch = tokenizer_find(t, "<|channel|>");
+    int32_t msg = tokenizer_find(t, "<|message|>"), start = tokenizer_find(t, "<|start|>"), im_end = tokenizer_find(t, "<|im_end|>");
+    assert_true(end >= 0 && ret >= 0 && ch >= 0 && msg >= 0 && start >= 0);
+    assert_false(tokenizer_is_eog(t, end));
+    assert_true(tokenizer_is_eog(t, ret));
+    assert_true(tokenizer_is_eog(t, tokenizer_eos(t)));
+    assert_true(tokenizer_is_eog(t, im_end)); /* not Harmony's: as before */
+    assert_true(tokenizer_is_control(t, ch) && tokenizer_is_control(t, end));
+    /* output text keeps the markup, not the other control tokens */
+    int32_t ids[] = {ch, tokenizer_find(t, "a"), msg, tokenizer_find(t, "b"), end, start, im_end, ret};
+    char out[128];
+    size_t n = tokenizer_decode(t, ids, 8, out, sizeof out);
+    assert_int_equal(n, strlen("<|channel|>a<|message|>b<|end|><|start|>"));
+    assert_string_equal(out, "<|channel|>a<|message|>b<|end|><|start|>");
+    detok_stream ds;
+    detok_init(&ds, t, false);
+    char piece[64];
+    assert_int_equal(detok_feed(&ds, ch, piece, sizeof piece), 11);
+    assert_memory_equal(piece, "<|channel|>", 11);
+    assert_int_equal(detok_feed(&ds, im_end, piece, sizeof piece), 0);
+    /* a message's "<|channel|>" is text; the template's is the control token */
+    int32_t *enc = NULL;
+    tok_span plain = {0, 11};
+    int k = tokenizer_encode_prompt(t, "<|channel|><|channel|>", 22, false, &plain, 1, &enc);
+    assert_true(k > 2);
+    assert_int_equal(enc[k - 1], ch);
+    for (int i = 0; i < k - 1; i++) assert_int_not_equal(enc[i], ch);
+    free(enc);
+    tokenizer_free(v.tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1281,6 +1328,7 @@ int main(void)
         cmocka_unit_test(test_hostile_input),
         cmocka_unit_test(test_load_refusals),
         cmocka_unit_test(test_load_speed),
+        cmocka_unit_test(test_harmony_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,7 @@ typedef struct fixture {
     tokenizer *tok;
     engine *e;
     engine *self_draft; /* stories260K again, as its own draft model (N_SLOTS rows, no max_draft) */
+    int draft_min;      /* sched_config.draft_min of the speculative runs (0 but in one test) */
     char path[1200];    /* stories260K's */
 } fixture;
 
@@ -192,7 +193,8 @@ static void run_jobs(fixture *f, engine *e, sched_spec spec, engine *draft, cons
                      sched_stats *st)
 {
     sched_config cfg = {.n_slots = engine_get_config(e)->n_slots, .ctx_per_slot = CTX, .max_batch_tokens = 256,
-                        .queue_size = 64, .spec = spec, .draft_max = DRAFT_MAX, .draft = draft};
+                        .queue_size = 64, .spec = spec, .draft_max = DRAFT_MAX, .draft = draft,
+                        .draft_min = f->draft_min};
     char err[256];
     sched *s = sched_create(e, f->tok, &cfg, err, sizeof err);
     if (!s) fail_msg("sched_create: %s", err);
@@ -503,16 +505,24 @@ static void greedy_jobs(job *jobs, int n, int max_tokens)
 /* stories260K as its own draft: outputs equal decoding without drafts at batch sizes 4 and 1,
  * and every greedy draft is accepted (the draft's argmax is the target's: the CPU's logits of
  * a position do not depend on the step that computes them), which is a check of the draft's
- * K/V bookkeeping at every step. */
+ * K/V bookkeeping at every step.  Prompts come twice, so the target reads later ones from its
+ * prefix cache while the draft model computes them whole.  With --draft-min 3 no verification
+ * carries fewer than 3 drafts. */
 static void test_draft_self_greedy(void **state)
 {
     fixture *f = *state;
     if (!f->e) skip();
     job jobs[N_PROMPTS];
     greedy_jobs(jobs, N_PROMPTS, 40);
+    for (int i = 0; i < N_PROMPTS; i++) jobs[i].prompt = PROMPTS[i % (N_PROMPTS / 2)];
     sched_stats st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, f->self_draft, jobs, N_PROMPTS, "self draft, 4 rows");
     assert_true(st.spec_draft_tokens > 0);
     assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
+    assert_true(st.prefix_hit_tokens > 0);
+    f->draft_min = 3;
+    st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, f->self_draft, jobs, N_PROMPTS, "self draft, draft-min 3");
+    f->draft_min = 0;
+    assert_true(st.spec_verifies > 0 && st.spec_draft_tokens >= 3 * st.spec_verifies);
     engine *t1 = open_engine(f->m, 1, DRAFT_MAX), *d1 = open_engine(f->m, 1, 0);
     st = compare_spec(f, t1, SCHED_SPEC_DRAFT, d1, jobs, 5, "self draft, 1 row");
     assert_true(st.spec_draft_tokens > 0);

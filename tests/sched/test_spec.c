@@ -1,5 +1,6 @@
 /* test_spec.c - speculative decoding (n-gram and draft-model drafts, verification in the step,
- * acceptance, rollback) on the CPU engine over a real trained model (stories260K):
+ * acceptance, rollback) on the CPU engine over a real trained model (stories260K); built twice,
+ * test_spec (n-gram, acceptance) and test_spec_draft (-DSPEC_DRAFT_MODEL: the draft model):
  *   - the drafters alone (ngram_draft) and behind the proposer seam (proposer.h): the draft
  *     model's drafts are its greedy continuation, batched over rows, after rollbacks and
  *     resets;
@@ -91,6 +92,7 @@ static int teardown(void **state)
     return 0;
 }
 
+#ifndef SPEC_DRAFT_MODEL
 /* ---- the drafter ------------------------------------------------------------------------ */
 
 static void test_ngram_draft(void **state)
@@ -115,6 +117,8 @@ static void test_ngram_draft(void **state)
     assert_int_equal(ngram_draft(b, 5, 0, d), 0);
     assert_int_equal(ngram_draft(b, 1, 4, d), 0);
 }
+
+#endif
 
 /* ---- one request's whole output --------------------------------------------------------- */
 
@@ -263,6 +267,7 @@ static sched_stats compare_spec(fixture *f, engine *e, sched_spec spec, engine *
     return st_on;
 }
 
+#ifndef SPEC_DRAFT_MODEL
 static sched_stats compare_on(fixture *f, engine *e, const job *jobs, int n, const char *what)
 {
     return compare_spec(f, e, SCHED_SPEC_NGRAM, NULL, jobs, n, what);
@@ -272,6 +277,8 @@ static uint64_t compare(fixture *f, const job *jobs, int n, const char *what)
 {
     return compare_on(f, f->e, jobs, n, what).spec_accepted_tokens;
 }
+
+#endif
 
 static const char *const PROMPTS[] = {
     "Once upon a time, there was a little girl named Lily. Lily liked to play. Once upon a time, there was a",
@@ -289,6 +296,7 @@ static const char *const PROMPTS[] = {
 };
 #define N_PROMPTS ((int)(sizeof PROMPTS / sizeof PROMPTS[0]))
 
+#ifndef SPEC_DRAFT_MODEL
 static void test_greedy_identical(void **state)
 {
     fixture *f = *state;
@@ -374,6 +382,9 @@ static void test_sampled_identical(void **state)
     compare(f, jobs, 10, "sampled");
 }
 
+#endif
+
+#ifdef SPEC_DRAFT_MODEL
 /* ---- the proposer seam ------------------------------------------------------------------ */
 
 /* The greedy continuation of toks[0..n-1] on engine e (row 0, cleared): k tokens into out. */
@@ -694,6 +705,9 @@ static void test_draft_refusals(void **state)
     model_free(om);
 }
 
+#endif
+
+#ifndef SPEC_DRAFT_MODEL
 /* ---- the acceptance rule keeps the distribution ------------------------------------------ */
 
 /* The chi-square statistic of counts against probabilities p (n_samples draws), bins with an
@@ -847,10 +861,15 @@ static void test_refusals(void **state)
     model_free(hm);
 }
 
+#endif
+
+/* Two executables of this file (meson.build): the n-gram and acceptance tests, and with
+ * SPEC_DRAFT_MODEL the draft model's, each under its own time bound (the sanitizer build runs
+ * each in minutes on a loaded machine). */
 int main(void)
 {
+#ifdef SPEC_DRAFT_MODEL
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ngram_draft),
         cmocka_unit_test(test_proposer_ngram),
         cmocka_unit_test(test_proposer_draft_model),
         cmocka_unit_test(test_draft_self_greedy),
@@ -858,6 +877,10 @@ int main(void)
         cmocka_unit_test(test_draft_other_model),
         cmocka_unit_test(test_draft_cancel),
         cmocka_unit_test(test_draft_refusals),
+    };
+#else
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ngram_draft),
         cmocka_unit_test(test_greedy_identical),
         cmocka_unit_test(test_greedy_stop_strings),
         cmocka_unit_test(test_greedy_grammar),
@@ -866,5 +889,6 @@ int main(void)
         cmocka_unit_test(test_rejection_sampling_distribution),
         cmocka_unit_test(test_refusals),
     };
+#endif
     return cmocka_run_group_tests(tests, setup, teardown);
 }

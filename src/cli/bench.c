@@ -153,7 +153,8 @@ typedef struct bench_ctx {
     sampling_params sp;
     measurement done[4 * MAX_LIST];
     int n_done;
-    char draft_name[256]; /* the draft rows' model (time_draft_model) */
+    char draft_name[256]; /* the draft rows' model (time_draft_model) and its weights */
+    size_t draft_weight_bytes;
     char err[512];
 } bench_ctx;
 
@@ -187,10 +188,11 @@ static void print_json(const bench_ctx *b, const char *backend)
     for (int i = 0; i < b->n_done; i++) {
         const measurement *r = &b->done[i];
         printf("{\"test\":\"%s\",\"model\":\"", r->test);
-        json_str(strcmp(r->test, "draft") ? b->m->name : b->draft_name);
+        const bool draft = !strcmp(r->test, "draft");
+        json_str(draft ? b->draft_name : b->m->name);
         printf("\",\"backend\":\"%s\",\"weight_bytes\":%zu,\"n_prompt\":%d,\"batch\":%d,"
                "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f,\"deterministic\":%s}\n",
-               backend, b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r),
+               backend, draft ? b->draft_weight_bytes : b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r),
                b->o->deterministic ? "true" : "false");
     }
 }
@@ -362,6 +364,7 @@ static int time_draft_model(bench_ctx *b, const int32_t *toks)
     if (!dm) return -1;
     d.m = dm;
     snprintf(b->draft_name, sizeof b->draft_name, "%s", dm->name);
+    b->draft_weight_bytes = dm->weight_bytes;
     if (dm->hp.n_vocab != b->m->hp.n_vocab) {
         snprintf(b->err, sizeof b->err, "--model-draft %s has a vocabulary of %d tokens, the model %d", o->draft_model,
                  dm->hp.n_vocab, b->m->hp.n_vocab);

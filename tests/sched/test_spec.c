@@ -549,6 +549,28 @@ static void test_draft_self_greedy(void **state)
     engine_free(t1);
 }
 
+/* Preemption under draft-model speculation (the KV pool of test_greedy_preempted): a preempted
+ * request is recomputed, perhaps in another row, whose draft K/V start afresh; outputs equal,
+ * every greedy draft accepted, every block back. */
+static void test_draft_preempted(void **state)
+{
+    fixture *f = *state;
+    if (!f->e) skip();
+    engine_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
+                         .max_draft = DRAFT_MAX, .kv_cache_mb = 1};
+    char err[256];
+    engine *small = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
+    if (!small) fail_msg("engine: %s", err);
+    job jobs[6];
+    for (int i = 0; i < 6; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 200, .ignore_eos = true};
+    sched_stats st = compare_spec(f, small, SCHED_SPEC_DRAFT, f->self_draft, jobs, 6, "self draft, preempted");
+    assert_true(st.preemptions > 0);
+    assert_true(st.spec_draft_tokens > 0);
+    assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
+    assert_int_equal(st.kv_blocks_used, 0);
+    engine_free(small);
+}
+
 /* The draft rows under stop strings, a grammar, sampling, and max_tokens that end requests
  * inside a draft. */
 static void test_draft_self_mixed(void **state)
@@ -878,6 +900,7 @@ int main(void)
         cmocka_unit_test(test_proposer_draft_model),
         cmocka_unit_test(test_draft_self_greedy),
         cmocka_unit_test(test_draft_self_mixed),
+        cmocka_unit_test(test_draft_preempted),
         cmocka_unit_test(test_draft_other_model),
         cmocka_unit_test(test_draft_cancel),
         cmocka_unit_test(test_draft_refusals),

@@ -538,7 +538,7 @@ static void test_draft_self_greedy(void **state)
     assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
     assert_true(st.prefix_hit_tokens > 0);
     f->draft_min = 3;
-    st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, f->self_draft, jobs, N_PROMPTS, "self draft, draft-min 3");
+    st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, f->self_draft, jobs, N_PROMPTS / 2, "self draft, draft-min 3");
     f->draft_min = 0;
     assert_true(st.spec_verifies > 0 && st.spec_draft_tokens >= 3 * st.spec_verifies);
     engine *t1 = open_engine(f->m, 1, DRAFT_MAX), *d1 = open_engine(f->m, 1, 0);
@@ -561,9 +561,9 @@ static void test_draft_preempted(void **state)
     char err[256];
     engine *small = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
     if (!small) fail_msg("engine: %s", err);
-    job jobs[6];
-    for (int i = 0; i < 6; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 200, .ignore_eos = true};
-    sched_stats st = compare_spec(f, small, SCHED_SPEC_DRAFT, f->self_draft, jobs, 6, "self draft, preempted");
+    job jobs[5];
+    for (int i = 0; i < 5; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 200, .ignore_eos = true};
+    sched_stats st = compare_spec(f, small, SCHED_SPEC_DRAFT, f->self_draft, jobs, 5, "self draft, preempted");
     assert_true(st.preemptions > 0);
     assert_true(st.spec_draft_tokens > 0);
     assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
@@ -613,10 +613,10 @@ static void test_draft_other_model(void **state)
     assert_non_null(dt);
     assert_true(tokenizer_compatible(f->tok, dt, err, sizeof err));
     engine *d4 = open_engine(dm, N_SLOTS, 0);
-    job jobs[10];
-    greedy_jobs(jobs, 10, 30);
-    for (int i = 6; i < 10; i++) jobs[i].temperature = 0.9f, jobs[i].seed = 5 + (uint64_t)i;
-    sched_stats st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, d4, jobs, 10, "random draft, 4 rows");
+    job jobs[8];
+    greedy_jobs(jobs, 8, 30);
+    for (int i = 5; i < 8; i++) jobs[i].temperature = 0.9f, jobs[i].seed = 5 + (uint64_t)i;
+    sched_stats st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, d4, jobs, 8, "random draft, 4 rows");
     assert_true(st.spec_draft_tokens > 0);
     engine *t1 = open_engine(f->m, 1, DRAFT_MAX), *d1 = open_engine(dm, 1, 0);
     compare_spec(f, t1, SCHED_SPEC_DRAFT, d1, jobs, 4, "random draft, 1 row");

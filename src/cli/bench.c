@@ -16,6 +16,11 @@
  *           accepted (K + 1 tokens per sequence and step), and the lines after the table give the
  *           tok/s at acceptance rates 0, 1/4, 1/2, 3/4 and 1 (1 + rate x K tokens per step)
  *           beside the plain decode's.
+ *  draft    (--draft K --model-draft FILE) the draft model's side of speculative decoding: the
+ *           decode test on the draft model, B sequences one token per step, which is what each
+ *           of the K rounds of drafting costs; the lines after the table then count a
+ *           speculative step as K draft steps plus one verification and give its tok/s at the
+ *           same acceptance rates.
  * Tokens are random ids (seeded), greedy sampling: the values do not change the work done.
  * Each measurement is printed as a table row, then (after the table) as one JSON line that
  * starts with '{', for scripts. */
@@ -40,6 +45,7 @@ typedef struct bench_opts {
     int n_gen, n_threads, ubatch, reps;
     int context; /* prompt tokens before the decode steps */
     int draft;   /* verify test: drafted tokens per sequence and step (0: no verify test) */
+    const char *draft_model; /* draft test: the draft model (--model-draft), or NULL */
     bool deterministic; /* engine_config.deterministic: measures what --deterministic costs */
 } bench_opts;
 
@@ -55,13 +61,14 @@ static void usage(FILE *out)
             "  --ubatch N      most tokens per prefill step (default 512)\n"
             "  --reps N        repetitions of each measurement, best kept (default 3)\n"
             "  --draft K       also time speculative verification of K drafted tokens per sequence (default 0: off)\n"
+            "  --model-draft F with --draft: also time drafting with the draft model F (same vocabulary)\n"
             "  --threads N     CPU threads (default: all cores)\n"
             "  --deterministic the batch-invariant kernels of serve --deterministic\n");
 }
 
 enum {
     OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT, OPT_DRAFT,
-    OPT_DETERMINISTIC
+    OPT_DETERMINISTIC, OPT_MODEL_DRAFT
 };
 
 static int parse_args(int argc, char **argv, bench_opts *o)
@@ -72,7 +79,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"gen", required_argument, NULL, OPT_GEN},   {"ubatch", required_argument, NULL, OPT_UBATCH},
         {"reps", required_argument, NULL, OPT_REPS}, {"threads", required_argument, NULL, OPT_THREADS},
         {"context", required_argument, NULL, OPT_CONTEXT}, {"draft", required_argument, NULL, OPT_DRAFT},
-        {"context", required_argument, NULL, OPT_CONTEXT}, {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
+        {"model-draft", required_argument, NULL, OPT_MODEL_DRAFT}, {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (bench_opts){.device = "cpu", .prompts = {512, 2048}, .n_prompts = 2,
@@ -98,10 +105,15 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case OPT_CONTEXT: ok = cli_parse_int(CMD, "--context", optarg, 1, 1 << 20, &o->context); break;
         case OPT_DRAFT: ok = cli_parse_int(CMD, "--draft", optarg, 0, 64, &o->draft); break;
         case OPT_DETERMINISTIC: o->deterministic = true; break;
+        case OPT_MODEL_DRAFT: o->draft_model = optarg; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
         if (!ok) return 2;
+    }
+    if (o->draft_model && o->draft < 1) {
+        fprintf(stderr, "inferd bench: --model-draft times drafting K tokens: give --draft K too\n");
+        return 2;
     }
     if (!o->model_path || optind != argc) {
         fprintf(stderr, "inferd bench: %s\n", o->model_path ? "unexpected argument" : "-m MODEL.gguf is required");
@@ -139,8 +151,10 @@ typedef struct bench_ctx {
     const model *m;
     engine *e;
     sampling_params sp;
-    measurement done[3 * MAX_LIST];
+    measurement done[4 * MAX_LIST];
     int n_done;
+    char draft_name[256]; /* the draft rows' model (time_draft_model) and its weights */
+    size_t draft_weight_bytes;
     char err[512];
 } bench_ctx;
 
@@ -174,10 +188,11 @@ static void print_json(const bench_ctx *b, const char *backend)
     for (int i = 0; i < b->n_done; i++) {
         const measurement *r = &b->done[i];
         printf("{\"test\":\"%s\",\"model\":\"", r->test);
-        json_str(b->m->name);
+        const bool draft = !strcmp(r->test, "draft");
+        json_str(draft ? b->draft_name : b->m->name);
         printf("\",\"backend\":\"%s\",\"weight_bytes\":%zu,\"n_prompt\":%d,\"batch\":%d,"
                "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f,\"deterministic\":%s}\n",
-               backend, b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r),
+               backend, draft ? b->draft_weight_bytes : b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r),
                b->o->deterministic ? "true" : "false");
     }
 }
@@ -264,20 +279,32 @@ static double best_of(int reps, double (*run)(bench_ctx *, const int32_t *, int)
 static double decode_run(bench_ctx *b, const int32_t *toks, int B) { return time_decode(b, B, toks, 0); }
 static double verify_run(bench_ctx *b, const int32_t *toks, int B) { return time_decode(b, B, toks, b->o->draft); }
 
-/* The verify rows against the decode rows of the same batch: tok/s at a few acceptance rates. */
+/* The measurement of `test` at batch B, or NULL. */
+static const measurement *find_done(const bench_ctx *b, const char *test, int B)
+{
+    for (int j = 0; j < b->n_done; j++)
+        if (!strcmp(b->done[j].test, test) && b->done[j].batch == B) return &b->done[j];
+    return NULL;
+}
+
+/* The verify rows against the decode rows of the same batch: tok/s at a few acceptance rates;
+ * with a draft row, a speculative step costs K of its steps too. */
 static void print_acceptance(const bench_ctx *b)
 {
-    const int K = b->o->draft;
+    const int K = b->o->draft, G = b->o->n_gen;
     for (int i = 0; i < b->n_done; i++) {
-        const measurement *v = &b->done[i], *d = NULL;
+        const measurement *v = &b->done[i];
         if (strcmp(v->test, "verify") != 0) continue;
-        for (int j = 0; j < b->n_done; j++)
-            if (!strcmp(b->done[j].test, "decode") && b->done[j].batch == v->batch) d = &b->done[j];
-        printf("verify batch %d, %d drafts: decode %.1f tok/s; at acceptance", v->batch, K, d ? tok_per_s(d) : 0.0);
-        for (int q = 0; q <= 4; q++) /* tokens per step and sequence: 1 + rate x K */
-            printf(" %.2f: %.1f (%.2f tok/step)", q / 4.0, v->secs > 0 ? v->batch * b->o->n_gen * (1 + q / 4.0 * K) / v->secs : 0.0,
-                   1 + q / 4.0 * K);
-        putchar('\n');
+        const measurement *d = find_done(b, "decode", v->batch), *dr = find_done(b, "draft", v->batch);
+        for (int with_draft = 0; with_draft <= (dr != NULL); with_draft++) {
+            double step_s = v->secs / G + (with_draft ? K * dr->secs / G : 0); /* one speculative step */
+            printf("verify batch %d, %d drafts%s: decode %.1f tok/s; at acceptance", v->batch, K,
+                   with_draft ? " by the draft model" : "", d ? tok_per_s(d) : 0.0);
+            for (int q = 0; q <= 4; q++) /* tokens per step and sequence: 1 + rate x K */
+                printf(" %.2f: %.1f (%.2f tok/step)", q / 4.0, step_s > 0 ? v->batch * (1 + q / 4.0 * K) / step_s : 0.0,
+                       1 + q / 4.0 * K);
+            putchar('\n');
+        }
     }
 }
 
@@ -325,6 +352,41 @@ static bool make_engine(bench_ctx *b, int n_slots, int ctx)
     if (cfg.max_batch_tokens < n_slots * (1 + b->o->draft)) cfg.max_batch_tokens = n_slots * (1 + b->o->draft);
     b->e = cli_engine_open(b->m, b->o->device, &cfg, b->err, sizeof b->err);
     return b->e != NULL;
+}
+
+/* The draft rows: the decode test on the draft model at every batch size, into b's table. */
+static int time_draft_model(bench_ctx *b, const int32_t *toks)
+{
+    const bench_opts *o = b->o;
+    bench_ctx d = {.o = o, .sp = b->sp};
+    model *dm = model_load(o->draft_model, b->err, sizeof b->err);
+    int rc = -1;
+    if (!dm) return -1;
+    d.m = dm;
+    snprintf(b->draft_name, sizeof b->draft_name, "%s", dm->name);
+    b->draft_weight_bytes = dm->weight_bytes;
+    if (dm->hp.n_vocab != b->m->hp.n_vocab) {
+        snprintf(b->err, sizeof b->err, "--model-draft %s has a vocabulary of %d tokens, the model %d", o->draft_model,
+                 dm->hp.n_vocab, b->m->hp.n_vocab);
+        goto out;
+    }
+    if (!make_engine(&d, max_of(o->batches, o->n_batches), o->context + DECODE_WARMUP + o->n_gen)) {
+        snprintf(b->err, sizeof b->err, "draft model: %.400s", d.err);
+        goto out;
+    }
+    for (int i = 0; i < o->n_batches; i++) {
+        double s = best_of(o->reps, decode_run, &d, toks, o->batches[i]);
+        if (s < 0) {
+            snprintf(b->err, sizeof b->err, "draft model: %.400s", d.err);
+            goto out;
+        }
+        report(b, (measurement){"draft", o->context, o->batches[i], o->batches[i] * o->n_gen, s});
+    }
+    rc = 0;
+out:
+    if (d.e) engine_free(d.e);
+    model_free(dm);
+    return rc;
 }
 
 int cli_bench(int argc, char **argv)
@@ -375,12 +437,18 @@ int cli_bench(int argc, char **argv)
         if (s < 0) goto fail;
         report(&b, (measurement){"verify", o.context, o.batches[i], o.batches[i] * o.n_gen * (1 + o.draft), s});
     }
+    const char *backend = engine_name(b.e); /* a static name */
+    if (o.draft_model) { /* the draft model's engine alone on the device, as the model's was */
+        engine_free(b.e);
+        b.e = NULL;
+        if (time_draft_model(&b, toks) != 0) goto fail;
+    }
     putchar('\n');
     if (o.draft > 0) {
         print_acceptance(&b);
         putchar('\n');
     }
-    print_json(&b, engine_name(b.e));
+    print_json(&b, backend);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "inferd bench: %s\n", toks ? b.err : "out of memory");

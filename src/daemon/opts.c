@@ -116,10 +116,18 @@ static const opt_def opt_table[] = {
     BOOL_("prefix-cache", NULL, prefix_cache, "true",
           "reuse the KV blocks of prompt prefixes computed before (--no-prefix-cache: off, for comparisons)"),
     ENUM_("speculative", NULL, speculative, "off", speculative_names,
-          "speculative decoding: ngram (drafts from the request's own tokens, verified in the same step: the "
-          "output is unchanged) or off; draft and mtp are not built yet"),
+          "speculative decoding: ngram (drafts from the request's own tokens), draft (a draft model of the same "
+          "vocabulary, --model-draft; CPU engine) or off; drafts are verified in the same step, so the output is "
+          "unchanged; mtp is not built yet"),
     INT_("draft-max", NULL, draft_max, "8", 1, 32,
          "most tokens one request drafts per decode step under --speculative (fewer as its drafts are rejected)"),
+    INT_("draft-min", NULL, draft_min, "0", 0, 32,
+         "a draft shorter than this is not verified: the request decodes one token instead"),
+    FLT_("draft-p-min", NULL, draft_p_min, "0", 0, 1,
+         "--speculative draft: a draft stops before a token the draft model gives less than this probability "
+         "(0: drafts run to their length)"),
+    STR_("model-draft", "md", model_draft, "",
+         "--speculative draft: the draft model, a smaller GGUF with the target's vocabulary (checked at start)"),
     STR_("config", NULL, config, "",
          "configuration file (key = value lines, keys are the long flag names); command-line flags win"),
 };

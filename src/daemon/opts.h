@@ -55,6 +55,9 @@ typedef struct inferd_opts {
     int default_max_tokens; /* a request's completion limit when it sets none; 0: up to the context */
     int speculative;        /* opts_speculative */
     int draft_max;          /* most tokens drafted per request and step */
+    int draft_min;          /* shorter drafts are not verified */
+    double draft_p_min;     /* --speculative draft: stop a draft below this draft-model probability */
+    char model_draft[OPTS_STR_MAX]; /* --speculative draft: the draft model's GGUF */
     char config[OPTS_STR_MAX];
 } inferd_opts;
 
@@ -64,7 +67,7 @@ typedef enum opts_reasoning_format { OPTS_REASONING_AUTO = 0, OPTS_REASONING_NON
 /* --hosted-tools: what a request offering tools only OpenAI can run (web_search, ...) gets. */
 typedef enum opts_hosted_tools { OPTS_HOSTED_IGNORE = 0, OPTS_HOSTED_REFUSE } opts_hosted_tools;
 
-/* --speculative: who drafts the tokens a decode step verifies (draft and mtp: not built yet). */
+/* --speculative: who drafts the tokens a decode step verifies (mtp: not built yet). */
 typedef enum opts_speculative { OPTS_SPEC_OFF = 0, OPTS_SPEC_NGRAM, OPTS_SPEC_DRAFT, OPTS_SPEC_MTP } opts_speculative;
 
 /* Fill every field with its table default. */

@@ -53,6 +53,11 @@ typedef struct serve_state {
     model *m;
     tokenizer *tok;
     engine *e;
+    /* --speculative draft: the draft model, its tokenizer (compared with the target's) and
+     * its engine; NULL otherwise */
+    model *draft_m;
+    tokenizer *draft_tok;
+    engine *draft_e;
     sched *s;
     char alias[OPTS_STR_MAX];
     char fingerprint[64]; /* --deterministic: system_fingerprint (set_fingerprint) */
@@ -333,16 +338,64 @@ static int pick_pooling(const inferd_opts *o, const serve_state *st, int32_t ran
     return pooling;
 }
 
+/* --speculative draft: the draft model beside the target (whose engine runs already), its
+ * tokenizer checked against the target's, and a CPU engine for it with the target's rows.
+ * The CUDA engine is refused: two engines on one GPU would have to split its memory (each
+ * takes what is free), which is not built nor verified yet. */
+static int load_draft(serve_state *st, const inferd_opts *o)
+{
+    char err[512] = "";
+    if (strcmp(engine_name(st->e), "cpu") != 0) {
+        log_error("--speculative draft runs on the CPU engine only for now (the %s engine would share its device's "
+                  "memory with a second model: not built yet); use --device cpu, or --speculative ngram",
+                  engine_name(st->e));
+        return -1;
+    }
+    log_info("loading the draft model %s", o->model_draft);
+    if (!(st->draft_m = model_load(o->model_draft, err, sizeof err))) {
+        log_error("cannot load the draft model: %s", err);
+        return -1;
+    }
+    if (!(st->draft_tok = tokenizer_load(st->draft_m->gguf, err, sizeof err))) {
+        log_error("cannot load the tokenizer of the draft model %s: %s", o->model_draft, err);
+        return -1;
+    }
+    if (!tokenizer_compatible(st->tok, st->draft_tok, err, sizeof err)) {
+        log_error("--model-draft %s cannot draft for %s: the tokenizers differ: %s", o->model_draft, o->model, err);
+        return -1;
+    }
+    const engine_config *tc = engine_get_config(st->e);
+    engine_config dc = {.n_slots = tc->n_slots, .ctx_per_slot = tc->ctx_per_slot,
+                        .max_batch_tokens = tc->max_batch_tokens, .n_threads = o->threads,
+                        .deterministic = o->deterministic, .verbose = o->log_level == LOG_DEBUG};
+    if (!(st->draft_e = engine_open(ENGINE_DEVICE_CPU, st->draft_m, &dc, err, sizeof err))) {
+        log_error("draft model engine: %s", err);
+        return -1;
+    }
+    int n_train = st->draft_m->hp.n_ctx_train;
+    if (n_train > 0 && n_train < st->ctx)
+        log_warn("the draft model's training context %d is shorter than --ctx-size %d: drafts past it will mostly "
+                 "be rejected (the output is unchanged)", n_train, st->ctx);
+    log_info("speculative decoding: draft model %s (%s, %.1f MiB of weights), up to %d tokens per step",
+             o->model_draft, st->draft_m->desc->name, (double)st->draft_m->weight_bytes / 1048576.0, o->draft_max);
+    return 0;
+}
+
 static int load(serve_state *st, const inferd_opts *o)
 {
     char err[512] = "";
     if (tp_check_flags(o) != 0) return -1;
-    if (o->speculative == OPTS_SPEC_DRAFT || o->speculative == OPTS_SPEC_MTP) {
-        log_error("--speculative %s: not built yet (issue 31); ngram and off are",
-                  o->speculative == OPTS_SPEC_DRAFT ? "draft" : "mtp");
+    if (o->speculative == OPTS_SPEC_MTP) {
+        log_error("--speculative mtp: not built yet (issue 31); ngram, draft and off are");
         return -1;
     }
-    const bool spec = o->speculative == OPTS_SPEC_NGRAM;
+    if (o->speculative == OPTS_SPEC_DRAFT && !o->model_draft[0]) {
+        log_error("--speculative draft needs --model-draft FILE (a smaller model of the same vocabulary)");
+        return -1;
+    }
+    if (o->speculative != OPTS_SPEC_DRAFT && o->model_draft[0])
+        log_warn("--model-draft is read only with --speculative draft: %s is not loaded", o->model_draft);
+    const bool spec = o->speculative == OPTS_SPEC_NGRAM || o->speculative == OPTS_SPEC_DRAFT;
     log_info("loading %s", o->model);
     if (!(st->m = model_load(o->model, err, sizeof err))) {
         log_error("cannot load the model: %s", err); /* err starts with the path */
@@ -390,12 +443,15 @@ static int load(serve_state *st, const inferd_opts *o)
         size_t freed = gguf_drop_tensor_data(st->m->gguf);
         log_info("host copy of the weights released (%.1f MiB): they live on the GPU", (double)freed / (1 << 20));
     }
+    if (o->speculative == OPTS_SPEC_DRAFT && load_draft(st, o) != 0) return -1;
     if (signalled(st)) return -1;
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,
                        .max_head_passes = o->max_head_passes,
                        .no_prefix_cache = !o->prefix_cache,
-                       .spec = spec ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF, .draft_max = o->draft_max,
+                       .spec = !spec ? SCHED_SPEC_OFF : st->draft_e ? SCHED_SPEC_DRAFT : SCHED_SPEC_NGRAM,
+                       .draft_max = o->draft_max, .draft_min = o->draft_min, .draft = st->draft_e,
+                       .draft_p_min = (float)o->draft_p_min,
                        .on_fatal = engine_fatal, .on_fatal_ctx = st};
     /* systemd wants a ping at least every WATCHDOG_USEC; ping twice as often. */
     uint64_t wd_usec = notify_watchdog_usec(), wd_ms = wd_usec / 2000;
@@ -535,8 +591,11 @@ static void serve_close(serve_state *st, double timeout_s)
     server_stop(st->sv);
     sched_destroy(st->s);
     if (st->e) engine_free(st->e);
+    if (st->draft_e) engine_free(st->draft_e);
     tokenizer_free(st->tok);
+    tokenizer_free(st->draft_tok);
     model_free(st->m);
+    model_free(st->draft_m);
     jinja_free(st->jinja);
     jinja_free(st->jinja_tools);
     free(st->tmpl_src);

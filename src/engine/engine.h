@@ -199,7 +199,7 @@ bool engine_has_lm_head(const engine *e);
 int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
                 char *err, size_t errlen);
 /* Speculative acceptance for a drafter whose proposal is one token per position (n-gram,
- * prompt lookup: q a point mass on the draft): how many of the n_draft drafts are accepted
+ * prompt lookup, a draft model's argmax: q a point mass on the draft): how many of the n_draft drafts are accepted
  * given the n_draft + 1 samples of a verification step (engine_seq.sampled); the caller then
  * takes samples[0..accepted], accepted + 1 tokens (the last is the correction or the bonus).
  * For greedy rows this is the longest prefix where the target's argmax equals the draft.  For

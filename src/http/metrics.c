@@ -49,6 +49,15 @@ static void histogram(bytebuf *o, const char *name, const char *help, const sche
                 (unsigned long long)cum, name, h->sum_ms / 1000.0, name, (unsigned long long)h->n);
 }
 
+/* A counter with one line per drafter (sched_spec, off excluded). */
+static void by_proposer(bytebuf *o, const char *name, const char *help, const uint64_t *counts)
+{
+    bytebuf_printf(o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (int i = SCHED_SPEC_OFF + 1; i < SCHED_SPEC_COUNT; i++)
+        bytebuf_printf(o, "%s{proposer=\"%s\"} %llu\n", name, sched_spec_name((sched_spec)i),
+                       (unsigned long long)counts[i]);
+}
+
 void metrics_render(const metrics *m, const metrics_view *v, bytebuf *o)
 {
     bytebuf_puts(o, "# HELP inferd_http_requests_total HTTP requests answered, by status code.\n"
@@ -99,6 +108,10 @@ void metrics_render(const metrics *m, const metrics_view *v, bytebuf *o)
           (double)st->spec_accepted_tokens);
     gauge(o, "inferd_spec_verify_steps_total", "Decode steps of a sequence that verified drafted tokens.", "counter",
           (double)st->spec_verifies);
+    by_proposer(o, "inferd_spec_proposer_draft_tokens_total", "Tokens drafted and verified, by proposer (--speculative).",
+                st->spec_proposer_draft);
+    by_proposer(o, "inferd_spec_proposer_accepted_tokens_total", "Drafted tokens accepted, by proposer (--speculative).",
+                st->spec_proposer_accepted);
     static const char *const finish_names[5] = {"none", "stop", "length", "cancelled", "error"};
     bytebuf_puts(o, "# HELP inferd_requests_finished_total Choices finished, by reason.\n"
                  "# TYPE inferd_requests_finished_total counter\n");

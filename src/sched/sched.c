@@ -36,7 +36,7 @@
 
 #include "base/log.h"
 #include "base/timing.h"
-#include "ngram.h"
+#include "proposer.h"
 #include "request.h"
 #include "statecache.h"
 #include "stats.h"
@@ -92,6 +92,9 @@ struct sched {
     int32_t *spec_tokens;
     engine_result *spec_samples;
     uint32_t *spec_masks;
+    proposer *prop;           /* the drafter (cfg.spec), NULL when off */
+    proposer_row *spec_rows;  /* plan_step's drafting rows, n_slots */
+    int *spec_seq;            /* the planned decode of spec_rows[i] */
 };
 
 /* ---- submit side (HTTP threads) ---------------------------------------------------- */
@@ -589,6 +592,7 @@ static void admit_into(sched *s, sched_req *r, int row, int start)
 {
     r->slot = row;
     r->n_past = start;
+    if (s->prop) proposer_reset(s->prop, row); /* whatever drafted for the row's last occupant is stale */
     if (!r->started) { /* a preempted request keeps its text pipeline and its age */
         r->started = true;
         r->admit_seq = s->admit_counter++;
@@ -713,29 +717,29 @@ static int spec_masks(sched *s, sched_req *r, const int32_t *draft, int k)
     return kept;
 }
 
-/* The drafts r's decode verifies in this step, written after its pending token in its row's
- * buffer, at most `room` of them (the step's token budget).  0: a plain decode.  Never more
- * than the request can still take (max_tokens, the context) nor than blocks are free for: a
- * draft never preempts anybody. */
-static int spec_draft(sched *s, sched_req *r, int room)
+/* The most drafts r's decode may verify in this step, at most `room` of them (the step's
+ * token budget).  0: a plain decode.  Never more than the request can still take (max_tokens,
+ * the context). */
+static int spec_cap(sched *s, const sched_req *r, int room)
 {
-    if (!r->speculate) return 0;
-    if (r->spec_pause > 0) {
-        r->spec_pause--;
-        return 0;
-    }
     int k = r->spec_k;
     const int tokens_left = r->max_tokens - r->n_generated - 1; /* a verification yields up to k + 1 */
     const int ctx_left = s->max_ctx - r->n_past - 1;            /* it feeds positions n_past..n_past+k */
     if (k > tokens_left) k = tokens_left;
     if (k > ctx_left) k = ctx_left;
     if (k > room) k = room;
-    int32_t *row = spec_row_tokens(s, r->slot);
-    row[0] = r->last_token;
-    k = ngram_draft(r->toks, r->n_toks, k, row + 1);
-    if (k > 0 && r->gm) k = spec_masks(s, r, row + 1, k);
-    if (k > 0 && !kvcache_grow(s->kv, &r->kv, r->n_past + 1 + k)) k = 0;
-    return k;
+    return k > 0 ? k : 0;
+}
+
+/* Whether r's decode in this step asks the proposer for drafts (r->spec_pause counts down). */
+static bool spec_wanted(sched_req *r)
+{
+    if (!r->speculate) return false;
+    if (r->spec_pause > 0) {
+        r->spec_pause--;
+        return false;
+    }
+    return true;
 }
 
 /* Makes the planned decode q of r a verification of its k drafts. */
@@ -772,6 +776,8 @@ static void spec_done(sched *s, int i, uint64_t now)
     s->stats.spec_verifies++;
     s->stats.spec_draft_tokens += (uint64_t)n_draft;
     s->stats.spec_accepted_tokens += (uint64_t)accepted;
+    s->stats.spec_proposer_draft[s->cfg.spec] += (uint64_t)n_draft;
+    s->stats.spec_proposer_accepted[s->cfg.spec] += (uint64_t)accepted;
     pthread_mutex_unlock(&s->mu);
     spec_adapt(s, r, n_draft, accepted);
     /* the accepted positions' tokens, ahead of req_on_token (which writes the same), so that
@@ -788,6 +794,7 @@ static void spec_done(sched *s, int i, uint64_t now)
         if (s->slots[row] != r) return; /* finished (and maybe freed) at this token */
     }
     kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
+    proposer_keep(s->prop, row, r->n_toks - 1); /* all but the new pending token stand */
 }
 
 static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int n_tokens, bool want)
@@ -809,24 +816,57 @@ static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int 
     (*n)++;
 }
 
+/* The drafts of the step's speculating decodes (spec_rows, planned as plain decodes), all asked
+ * of the proposer at once; each row's drafts are then cut by draft_min, the grammar and the
+ * free blocks (a draft never preempts anybody), and its decode becomes their verification.
+ * The proposer forgets the drafts that are not verified.  Returns the budget the rows were
+ * given (spec_cap) but do not use. */
+static int spec_plan(sched *s, int n_rows)
+{
+    proposer_draft(s->prop, s->spec_rows, n_rows);
+    int unused = 0;
+    for (int i = 0; i < n_rows; i++) {
+        const proposer_row *row = &s->spec_rows[i];
+        engine_seq *q = &s->seqs[s->spec_seq[i]];
+        sched_req *r = s->seq_req[s->spec_seq[i]];
+        int k = row->n_draft < s->cfg.draft_min ? 0 : row->n_draft;
+        if (k > 0 && r->gm) k = spec_masks(s, r, row->draft, k);
+        if (k > 0 && !kvcache_grow(s->kv, &r->kv, r->n_past + 1 + k)) k = 0;
+        proposer_keep(s->prop, r->slot, r->n_toks + k);
+        unused += row->k_max - k;
+        if (k == 0) continue;
+        q->tokens = spec_row_tokens(s, r->slot); /* the pending token, then row->draft */
+        q->n_tokens = 1 + k;
+        spec_verify(s, q, r, k);
+    }
+    return unused;
+}
+
 /* The step's batch: a decode token for every slot past its prompt first (so running streams
  * never stall behind a long prompt), then prompt chunks, oldest admission first, in what is
  * left of the token budget. */
 static int plan_step(sched *s)
 {
-    int n = 0, budget = s->cfg.max_batch_tokens, n_slots = s->cfg.n_slots;
+    int n = 0, budget = s->cfg.max_batch_tokens, n_slots = s->cfg.n_slots, n_rows = 0;
     for (int k = 0; k < n_slots && budget > 0; k++) {
         int i = (s->decode_rr + k) % n_slots;
         sched_req *r = s->slots[i];
         if (r && r->has_pending && !prefilling(r) && req_mask_ready(s, r)) {
+            plan_add(s, &n, r, &r->last_token, 1, true);
+            budget--;
             /* drafts leave a token of the budget to every slot still to come */
-            int drafts = spec_draft(s, r, budget - 1 - (n_slots - 1 - k));
-            plan_add(s, &n, r, drafts ? spec_row_tokens(s, i) : &r->last_token, 1 + drafts, true);
-            if (drafts) spec_verify(s, &s->seqs[n - 1], r, drafts);
-            budget -= 1 + drafts;
+            int cap = spec_wanted(r) ? spec_cap(s, r, budget - (n_slots - 1 - k)) : 0;
+            if (cap == 0) continue;
+            int32_t *row = spec_row_tokens(s, i);
+            row[0] = r->last_token;
+            s->spec_rows[n_rows] = (proposer_row){.slot = i, .toks = r->toks, .n_toks = r->n_toks, .k_max = cap,
+                                                  .sp = &r->sp, .allowed = r->gm ? r->mask : NULL, .draft = row + 1};
+            s->spec_seq[n_rows++] = n - 1;
+            budget -= cap;
         }
     }
     s->decode_rr = (s->decode_rr + 1) % n_slots;
+    if (n_rows > 0) budget += spec_plan(s, n_rows);
 
     /* Prompts (or recomputations) still to prefill, oldest admission first; the last chunk of
      * a prompt samples, that of a recomputation does not (its pending token decodes next). */
@@ -1049,11 +1089,50 @@ static void sched_free_memory(sched *s)
     free(s->spec_tokens);
     free(s->spec_samples);
     free(s->spec_masks);
+    free(s->spec_rows);
+    free(s->spec_seq);
+    proposer_free(s->prop);
     kvcache_free(s->kv);
     statecache_free(s->states);
     output_scratch_free(&s->scratch);
     grammar_vocab_free(s->gvocab);
     free(s);
+}
+
+const char *sched_spec_name(sched_spec spec)
+{
+    static const char *const names[SCHED_SPEC_COUNT] = {"off", "ngram", "draft"};
+    return (unsigned)spec < SCHED_SPEC_COUNT ? names[spec] : "unknown";
+}
+
+/* The drafter cfg->spec names; NULL with a message in err. */
+static proposer *make_proposer(const sched *s, const sched_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->spec == SCHED_SPEC_NGRAM) {
+        proposer *p = proposer_ngram_new();
+        if (!p) snprintf(err, errlen, "sched: out of memory");
+        return p;
+    }
+    if (cfg->spec != SCHED_SPEC_DRAFT) {
+        snprintf(err, errlen, "sched: unknown speculative mode %d", (int)cfg->spec);
+        return NULL;
+    }
+    if (!cfg->draft) {
+        snprintf(err, errlen, "speculative decoding with a draft model needs the draft model's engine");
+        return NULL;
+    }
+    const engine_config *dc = engine_get_config(cfg->draft);
+    const int nv = engine_model(s->e)->hp.n_vocab, dv = engine_model(cfg->draft)->hp.n_vocab;
+    if (dc->n_slots != cfg->n_slots || dc->ctx_per_slot != cfg->ctx_per_slot) {
+        snprintf(err, errlen, "the draft engine has %d rows of %d positions; the target %d of %d", dc->n_slots,
+                 dc->ctx_per_slot, cfg->n_slots, cfg->ctx_per_slot);
+        return NULL;
+    }
+    if (dv != nv) {
+        snprintf(err, errlen, "the draft model's vocabulary has %d tokens, the target's %d", dv, nv);
+        return NULL;
+    }
+    return proposer_draft_model_new(cfg->draft, cfg->draft_p_min, err, errlen);
 }
 
 sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, char *err,
@@ -1139,11 +1218,14 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
                      "rolled back past a rejected draft yet (run with --speculative off)", engine_model(e)->desc->name);
             goto fail;
         }
+        if (!(s->prop = make_proposer(s, cfg, err, errlen))) goto fail;
         size_t w = n * spec_width(s);
         s->spec_tokens = malloc(w * sizeof *s->spec_tokens);
         s->spec_samples = malloc(w * sizeof *s->spec_samples);
         s->spec_masks = malloc(w * (size_t)s->mask_words * sizeof *s->spec_masks);
-        if (!s->spec_tokens || !s->spec_samples || !s->spec_masks) {
+        s->spec_rows = malloc(n * sizeof *s->spec_rows);
+        s->spec_seq = malloc(n * sizeof *s->spec_seq);
+        if (!s->spec_tokens || !s->spec_samples || !s->spec_masks || !s->spec_rows || !s->spec_seq) {
             snprintf(err, errlen, "sched: out of memory");
             goto fail;
         }

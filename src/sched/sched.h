@@ -28,7 +28,11 @@ typedef struct sched_req sched_req;
 typedef enum sched_spec {
     SCHED_SPEC_OFF = 0, /* one token per decode step */
     SCHED_SPEC_NGRAM,   /* prompt lookup over the sequence's own tokens (ngram.h) */
+    SCHED_SPEC_DRAFT,   /* a draft model of the same vocabulary (sched_config.draft, draftmodel.c) */
 } sched_spec;
+#define SCHED_SPEC_COUNT 3
+
+const char *sched_spec_name(sched_spec spec); /* "off", "ngram", "draft" */
 
 typedef struct sched_config {
     int n_slots;          /* must equal the engine's */
@@ -46,9 +50,17 @@ typedef struct sched_config {
      * without drafts gives.  The draft length adapts per request: it shrinks when drafts are
      * rejected, pauses after repeated misses, and grows back when they are accepted.  Refused
      * (sched_create fails) for a model with recurrent state, which cannot roll back a rejected
-     * draft yet. */
+     * draft yet.  Either drafter sits behind one seam (proposer.h). */
     sched_spec spec;
     int draft_max;
+    int draft_min; /* a draft shorter than this is not verified (the row decodes plainly); 0: any */
+    /* SCHED_SPEC_DRAFT: the draft model's engine, with this engine's n_slots and ctx_per_slot,
+     * a vocabulary of the same size (the caller compares the tokenizers: tokenizer_compatible)
+     * and every row's fixed blocks in its KV pool.  It stays the caller's (freed after
+     * sched_destroy).  draft_p_min: a row's draft stops before a token the draft model gives
+     * less than this probability (0: never). */
+    engine *draft;
+    float draft_p_min;
     /* Optional liveness hook (the systemd watchdog): called on the scheduler thread every
      * heartbeat_ms (0 = never) by a timer of the scheduler's own loop, so the calls stop
      * while an engine step is wedged.  The scheduler knows nothing of what it does. */
@@ -196,6 +208,8 @@ typedef struct sched_stats {
     uint64_t spec_verifies;        /* decodes that verified drafted tokens */
     uint64_t spec_draft_tokens;    /* tokens drafted and verified */
     uint64_t spec_accepted_tokens; /* of which accepted (each verify also yields one token of its own) */
+    /* the same two by proposer (sched_spec): only the configured one moves */
+    uint64_t spec_proposer_draft[SCHED_SPEC_COUNT], spec_proposer_accepted[SCHED_SPEC_COUNT];
     sched_hist ttft;               /* submit -> first token text available */
     sched_hist itl;                /* between consecutive sampled tokens of a request */
 } sched_stats;

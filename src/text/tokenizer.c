@@ -702,6 +702,46 @@ bool tokenizer_is_control(const tokenizer *t, int32_t id)
     return id >= 0 && id < t->n_vocab && (t->type[id] == TT_CONTROL || t->type[id] == TT_UNKNOWN);
 }
 
+/* The special token id of a or b whose kind or text differs; -1 when none. */
+static int32_t special_mismatch(const tokenizer *a, const tokenizer *b)
+{
+    for (int32_t id = 0; id < a->n_vocab; id++) {
+        bool ca = tokenizer_is_control(a, id), cb = tokenizer_is_control(b, id);
+        if (!ca && !cb) continue;
+        if (ca != cb || a->text_len[id] != b->text_len[id] ||
+            memcmp(tok_text(a, id), tok_text(b, id), a->text_len[id]) != 0)
+            return id;
+    }
+    return -1;
+}
+
+bool tokenizer_compatible(const tokenizer *a, const tokenizer *b, char *why, size_t cap)
+{
+    if (a->n_vocab != b->n_vocab) {
+        snprintf(why, cap, "the target's vocabulary has %d tokens, the draft's %d", a->n_vocab, b->n_vocab);
+        return false;
+    }
+    const struct {
+        const char *name;
+        int32_t ta, tb;
+    } ids[] = {{"BOS", a->bos, b->bos}, {"EOS", a->eos, b->eos}, {"EOT", a->eot, b->eot},
+               {"adds BOS", a->add_bos, b->add_bos}};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        if (ids[i].ta == ids[i].tb) continue;
+        snprintf(why, cap, "%s differs: target %d, draft %d", ids[i].name, (int)ids[i].ta, (int)ids[i].tb);
+        return false;
+    }
+    int32_t id = special_mismatch(a, b);
+    if (id >= 0) {
+        snprintf(why, cap, "special token %d differs: target %s \"%.*s\", draft %s \"%.*s\"", (int)id,
+                 tokenizer_is_control(a, id) ? "control" : "normal", (int)(a->text_len[id] < 64 ? a->text_len[id] : 64),
+                 tok_text(a, id), tokenizer_is_control(b, id) ? "control" : "normal",
+                 (int)(b->text_len[id] < 64 ? b->text_len[id] : 64), tok_text(b, id));
+        return false;
+    }
+    return true;
+}
+
 int32_t tokenizer_find(const tokenizer *t, const char *s)
 {
     return s ? lookup(t, s, strlen(s)) : -1;

@@ -49,6 +49,11 @@ size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap);
 bool tokenizer_is_eog(const tokenizer *t, int32_t id);
 /* Control/special tokens (not rendered in output text). */
 bool tokenizer_is_control(const tokenizer *t, int32_t id);
+/* Whether b drafts for a: speculative decoding's draft model must propose the token ids the
+ * target reads.  The same vocabulary size, the same BOS, EOS and EOT ids and BOS rule, and the
+ * same text and kind at every special (control) token of either.  false with what differs in
+ * why (one line naming the first difference; a is called "target", b "draft"). */
+bool tokenizer_compatible(const tokenizer *a, const tokenizer *b, char *why, size_t cap);
 /* Id of a token whose text is exactly s (e.g. "<|im_start|>"), or -1. */
 int32_t tokenizer_find(const tokenizer *t, const char *s);
 

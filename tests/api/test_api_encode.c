@@ -253,6 +253,8 @@ static void test_metrics(void **state)
                       .generated_tokens_total = 20, .kv_tokens_used = 30, .kv_blocks_total = 64,
                       .kv_blocks_used = 5, .kv_blocks_cached = 7, .kv_blocks_free = 52, .prefix_lookup_tokens = 400,
                       .prefix_hit_tokens = 100, .preemptions = 2};
+    st.spec_proposer_draft[SCHED_SPEC_DRAFT] = 9;
+    st.spec_proposer_accepted[SCHED_SPEC_DRAFT] = 6;
     st.ttft.counts[0] = 1;
     st.ttft.counts[SCHED_HIST_BUCKETS] = 2;
     st.ttft.n = 3;
@@ -274,6 +276,10 @@ static void test_metrics(void **state)
     assert_non_null(strstr(t, "inferd_prefix_cache_hit_tokens_total 100\n"));
     assert_non_null(strstr(t, "inferd_prefix_cache_hit_ratio 0.25\n"));
     assert_non_null(strstr(t, "inferd_preemptions_total 2\n"));
+    assert_non_null(strstr(t, "inferd_spec_proposer_draft_tokens_total{proposer=\"draft\"} 9\n"));
+    assert_non_null(strstr(t, "inferd_spec_proposer_accepted_tokens_total{proposer=\"draft\"} 6\n"));
+    assert_non_null(strstr(t, "inferd_spec_proposer_draft_tokens_total{proposer=\"ngram\"} 0\n"));
+    assert_null(strstr(t, "proposer=\"off\""));
     assert_non_null(strstr(t, "inferd_prompt_tokens_total 10\n"));
     assert_non_null(strstr(t, "inferd_generated_tokens_total 20\n"));
     assert_non_null(strstr(t, "# TYPE inferd_time_to_first_token_seconds histogram\n"));

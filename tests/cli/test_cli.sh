@@ -129,6 +129,16 @@ if expect_rc 0 "$bin" bench -m "$model" --prompt 32 --batch 1,3 --gen 4 --ubatch
         "$tmp/out" "bench acceptance line"
     [ "$(grep -c '^{"test":"verify"' "$tmp/out")" = 2 ] || fail "bench: want 2 verify JSON lines"
 fi
+# with a draft model (the model as its own): draft rows, and the acceptance line that counts
+# K draft steps per speculative step; --model-draft without --draft is a usage error
+if expect_rc 0 "$bin" bench -m "$model" --prompt 32 --batch 1,3 --gen 4 --ubatch 16 --threads 1 --reps 1 --draft 3 \
+        --model-draft "$model"; then
+    expect_grep '^draft +16 +3 +12 ' "$tmp/out" "bench draft row"
+    expect_grep '^verify batch 3, 3 drafts by the draft model: decode [0-9.]+ tok/s; at acceptance 0.00: [0-9.]+ \(1.00 tok/step\)' \
+        "$tmp/out" "bench draft acceptance line"
+    [ "$(grep -c '^{"test":"draft","model":"inferd-tiny"' "$tmp/out")" = 2 ] || fail "bench: want 2 draft JSON lines"
+fi
+expect_rc 2 "$bin" bench -m "$model" --model-draft "$model" && expect_grep 'give --draft K' "$tmp/err" "--model-draft without --draft"
 
 # --- scripts/make-default-model ----------------------------------------------------------------
 out="$tmp/models/default.gguf"

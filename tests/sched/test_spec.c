@@ -1,6 +1,13 @@
-/* test_spec.c - speculative decoding (n-gram drafts, verification in the step, acceptance,
- * rollback) on the CPU engine over a real trained model (stories260K):
- *   - the drafter alone (ngram_draft);
+/* test_spec.c - speculative decoding (n-gram and draft-model drafts, verification in the step,
+ * acceptance, rollback) on the CPU engine over a real trained model (stories260K); built twice,
+ * test_spec (n-gram, acceptance) and test_spec_draft (-DSPEC_DRAFT_MODEL: the draft model):
+ *   - the drafters alone (ngram_draft) and behind the proposer seam (proposer.h): the draft
+ *     model's drafts are its greedy continuation, batched over rows, after rollbacks and
+ *     resets;
+ *   - a draft model (stories260K as its own draft: every greedy draft accepted; a random model
+ *     of the same vocabulary: few) gives the outputs of decoding without drafts, greedy and
+ *     sampled, at batch sizes 1 and 4, with stop strings, grammars and a cancelled neighbour;
+ *     mismatched tokenizers and engines are refused;
  *   - greedy requests give the tokens, text, finish and logprobs of decoding without drafts,
  *     over many prompts in one continuous batch where speculating and non-speculating
  *     requests share steps, with stop strings and with a grammar, and drafts are accepted;
@@ -11,6 +18,7 @@
  *     so the outcome is fixed, not flaky). */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,12 +27,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "backend/backend.h"
 #include "grammar/grammar.h"
 #include "sched/ngram.h"
+#include "sched/proposer.h"
+#include "synth/mkmodel.h"
 #include "sched/sched.h"
 #include "text/tokenizer.h"
 
@@ -37,29 +48,43 @@ typedef struct fixture {
     model *m;
     tokenizer *tok;
     engine *e;
+    engine *self_draft; /* stories260K again, as its own draft model (N_SLOTS rows, no max_draft) */
+    int draft_min;      /* sched_config.draft_min of the speculative runs (0 but in one test) */
+    char path[1200];    /* stories260K's */
 } fixture;
+
+/* An engine of m with n rows of CTX positions: a target (max_draft DRAFT_MAX) or a draft (0). */
+static engine *open_engine(const model *m, int n, int max_draft)
+{
+    engine_config cfg = {.n_slots = n, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
+                         .max_draft = max_draft};
+    char err[256];
+    engine *e = engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("engine: %s", err);
+    return e;
+}
 
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     *state = f;
     const char *env = getenv("INFERD_SHARED_DIR");
-    char path[1200], err[256];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", env && *env ? env : INFERD_SHARED_DIR);
-    if (!(f->m = model_load(path, err, sizeof err))) {
-        print_message("skipping: cannot load %s: %s\n", path, err);
+    char err[256];
+    snprintf(f->path, sizeof f->path, "%s/models/stories260K.gguf", env && *env ? env : INFERD_SHARED_DIR);
+    if (!(f->m = model_load(f->path, err, sizeof err))) {
+        print_message("skipping: cannot load %s: %s\n", f->path, err);
         return 0;
     }
     if (!(f->tok = tokenizer_load(f->m->gguf, err, sizeof err))) fail_msg("tokenizer: %s", err);
-    engine_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
-                         .max_draft = DRAFT_MAX};
-    if (!(f->e = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err))) fail_msg("engine: %s", err);
+    f->e = open_engine(f->m, N_SLOTS, DRAFT_MAX);
+    f->self_draft = open_engine(f->m, N_SLOTS, 0);
     return 0;
 }
 
 static int teardown(void **state)
 {
     fixture *f = *state;
+    if (f->self_draft) engine_free(f->self_draft);
     engine_free(f->e);
     tokenizer_free(f->tok);
     model_free(f->m);
@@ -67,6 +92,7 @@ static int teardown(void **state)
     return 0;
 }
 
+#ifndef SPEC_DRAFT_MODEL
 /* ---- the drafter ------------------------------------------------------------------------ */
 
 static void test_ngram_draft(void **state)
@@ -91,6 +117,8 @@ static void test_ngram_draft(void **state)
     assert_int_equal(ngram_draft(b, 5, 0, d), 0);
     assert_int_equal(ngram_draft(b, 1, 4, d), 0);
 }
+
+#endif
 
 /* ---- one request's whole output --------------------------------------------------------- */
 
@@ -163,11 +191,14 @@ typedef struct job {
     bool ignore_eos;
 } job;
 
-/* Runs every job at once through a scheduler over the fixture's engine; the outcomes in o. */
-static void run_jobs(fixture *f, engine *e, sched_spec spec, const job *jobs, int n, outcome *o, sched_stats *st)
+/* Runs every job at once through a scheduler over engine e (and draft, for SCHED_SPEC_DRAFT);
+ * the outcomes in o. */
+static void run_jobs(fixture *f, engine *e, sched_spec spec, engine *draft, const job *jobs, int n, outcome *o,
+                     sched_stats *st)
 {
-    sched_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .queue_size = 64,
-                        .spec = spec, .draft_max = DRAFT_MAX};
+    sched_config cfg = {.n_slots = engine_get_config(e)->n_slots, .ctx_per_slot = CTX, .max_batch_tokens = 256,
+                        .queue_size = 64, .spec = spec, .draft_max = DRAFT_MAX, .draft = draft,
+                        .draft_min = f->draft_min};
     char err[256];
     sched *s = sched_create(e, f->tok, &cfg, err, sizeof err);
     if (!s) fail_msg("sched_create: %s", err);
@@ -204,7 +235,7 @@ static void assert_same(const outcome *a, const outcome *b, const char *what, in
 {
     if (a->n != b->n || memcmp(a->ids, b->ids, (size_t)a->n * sizeof *a->ids) != 0 || a->len != b->len ||
         memcmp(a->text, b->text, a->len) != 0 || a->finish != b->finish || a->stop_string != b->stop_string)
-        fail_msg("%s, job %d: speculative output differs:\n  off   (%d tokens, %s): %.*s\n  ngram (%d tokens, %s): %.*s",
+        fail_msg("%s, job %d: speculative output differs:\n  off (%d tokens, %s): %.*s\n  on  (%d tokens, %s): %.*s",
                  what, i, a->n, sched_finish_name(a->finish), (int)a->len, a->text, b->n, sched_finish_name(b->finish),
                  (int)b->len, b->text);
     for (int t = 0; t < a->n; t++) {
@@ -213,29 +244,41 @@ static void assert_same(const outcome *a, const outcome *b, const char *what, in
     }
 }
 
-/* Runs jobs without and with speculation on engine e, checks every output equal; returns the
- * speculative run's statistics. */
-static sched_stats compare_on(fixture *f, engine *e, const job *jobs, int n, const char *what)
+/* Runs jobs without and with speculation (spec, drafted by `draft` for SCHED_SPEC_DRAFT) on
+ * engine e, checks every output equal; returns the speculative run's statistics. */
+static sched_stats compare_spec(fixture *f, engine *e, sched_spec spec, engine *draft, const job *jobs, int n,
+                                const char *what)
 {
     outcome *off = calloc((size_t)n, sizeof *off), *on = calloc((size_t)n, sizeof *on);
     sched_stats st_off, st_on;
-    run_jobs(f, e, SCHED_SPEC_OFF, jobs, n, off, &st_off);
-    run_jobs(f, e, SCHED_SPEC_NGRAM, jobs, n, on, &st_on);
+    run_jobs(f, e, SCHED_SPEC_OFF, NULL, jobs, n, off, &st_off);
+    run_jobs(f, e, spec, draft, jobs, n, on, &st_on);
     for (int i = 0; i < n; i++) assert_same(&off[i], &on[i], what, i);
     assert_int_equal(st_off.spec_draft_tokens, 0);
     assert_true(st_on.spec_accepted_tokens <= st_on.spec_draft_tokens);
     print_message("%s: %d requests, %llu steps without drafts, %llu with; %llu of %llu drafted tokens accepted\n", what,
                   n, (unsigned long long)st_off.steps, (unsigned long long)st_on.steps,
                   (unsigned long long)st_on.spec_accepted_tokens, (unsigned long long)st_on.spec_draft_tokens);
+    /* the per-proposer counters are the totals' */
+    assert_int_equal(st_on.spec_proposer_draft[spec], st_on.spec_draft_tokens);
+    assert_int_equal(st_on.spec_proposer_accepted[spec], st_on.spec_accepted_tokens);
     free(off);
     free(on);
     return st_on;
+}
+
+#ifndef SPEC_DRAFT_MODEL
+static sched_stats compare_on(fixture *f, engine *e, const job *jobs, int n, const char *what)
+{
+    return compare_spec(f, e, SCHED_SPEC_NGRAM, NULL, jobs, n, what);
 }
 
 static uint64_t compare(fixture *f, const job *jobs, int n, const char *what)
 {
     return compare_on(f, f->e, jobs, n, what).spec_accepted_tokens;
 }
+
+#endif
 
 static const char *const PROMPTS[] = {
     "Once upon a time, there was a little girl named Lily. Lily liked to play. Once upon a time, there was a",
@@ -253,6 +296,17 @@ static const char *const PROMPTS[] = {
 };
 #define N_PROMPTS ((int)(sizeof PROMPTS / sizeof PROMPTS[0]))
 
+/* A grammar of sentences from a few of the stories' words: drafts often leave it. */
+static grammar *words_grammar(void)
+{
+    char err[256];
+    static const char re[] = "( (the|a|cat|dog|sat|on|mat|big|ran|and)){4,40}\\.";
+    grammar *g = grammar_from_regex(re, strlen(re), err, sizeof err);
+    if (!g) fail_msg("grammar: %s", err);
+    return g;
+}
+
+#ifndef SPEC_DRAFT_MODEL
 static void test_greedy_identical(void **state)
 {
     fixture *f = *state;
@@ -274,7 +328,7 @@ static void test_greedy_stop_strings(void **state)
     outcome *plain = calloc(N_PROMPTS, sizeof *plain);
     for (int i = 0; i < N_PROMPTS; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 48};
     sched_stats st;
-    run_jobs(f, f->e, SCHED_SPEC_OFF, jobs, N_PROMPTS, plain, &st);
+    run_jobs(f, f->e, SCHED_SPEC_OFF, NULL, jobs, N_PROMPTS, plain, &st);
     static char stops[N_PROMPTS][16];
     int n_stopping = 0;
     for (int i = 0; i < N_PROMPTS; i++) {
@@ -294,10 +348,7 @@ static void test_greedy_grammar(void **state)
 {
     fixture *f = *state;
     if (!f->e) skip();
-    char err[256];
-    static const char re[] = "( (the|a|cat|dog|sat|on|mat|big|ran|and)){4,40}\\.";
-    grammar *g = grammar_from_regex(re, strlen(re), err, sizeof err);
-    if (!g) fail_msg("grammar: %s", err);
+    grammar *g = words_grammar();
     job jobs[6];
     for (int i = 0; i < 6; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 60, .g = g};
     compare(f, jobs, 6, "grammar");
@@ -338,6 +389,351 @@ static void test_sampled_identical(void **state)
     compare(f, jobs, 10, "sampled");
 }
 
+#endif
+
+#ifdef SPEC_DRAFT_MODEL
+/* ---- the proposer seam ------------------------------------------------------------------ */
+
+/* The greedy continuation of toks[0..n-1] on engine e (row 0, cleared): k tokens into out. */
+static void greedy_after(engine *e, const int32_t *toks, int n, int k, int32_t *out)
+{
+    sampling_params sp;
+    sampling_params_default(&sp);
+    char err[256];
+    engine_result res;
+    engine_slot_clear(e, 0);
+    engine_seq q = {.slot = 0, .tokens = toks, .n_tokens = n, .pos = 0, .want_token = true, .sp = &sp};
+    for (int j = 0; j < k; j++) {
+        if (engine_step(e, &q, 1, &res, err, sizeof err) != 0) fail_msg("step: %s", err);
+        out[j] = res.token;
+        q = (engine_seq){.slot = 0, .tokens = &out[j], .n_tokens = 1, .pos = n + j, .want_token = true, .sp = &sp};
+    }
+    engine_slot_clear(e, 0);
+}
+
+static int encode(const fixture *f, const char *text, int32_t *ids, int cap)
+{
+    int n = tokenizer_encode(f->tok, text, strlen(text), true, false, ids, cap);
+    assert_true(n > 0 && n <= cap);
+    return n;
+}
+
+/* The n-gram proposer through the seam is ngram_draft, row by row; it keeps no state. */
+static void test_proposer_ngram(void **state)
+{
+    (void)state;
+    proposer *p = proposer_ngram_new();
+    assert_non_null(p);
+    assert_string_equal(proposer_name(p), "ngram");
+    const int32_t a[] = {7, 8, 9, 1, 2, 3, 4, 9, 5, 6, 7, 8, 9}, b[] = {1, 2, 3, 4};
+    int32_t da[8], db[8], want[8];
+    sampling_params sp;
+    sampling_params_default(&sp);
+    proposer_row rows[2] = {{.slot = 0, .toks = a, .n_toks = 13, .k_max = 4, .sp = &sp, .draft = da},
+                            {.slot = 1, .toks = b, .n_toks = 4, .k_max = 8, .sp = &sp, .draft = db, .n_draft = 5}};
+    proposer_draft(p, rows, 2);
+    assert_int_equal(rows[0].n_draft, ngram_draft(a, 13, 4, want));
+    assert_memory_equal(da, want, 4 * sizeof *da);
+    assert_int_equal(rows[1].n_draft, 0); /* no match: reset to 0 whatever it held */
+    proposer_keep(p, 0, 3);
+    proposer_reset(p, 1);
+    proposer_free(p);
+}
+
+/* The draft-model proposer (stories260K drafting for itself): a row's drafts are the greedy
+ * continuation of its tokens; rows draft together as they would alone; after proposer_keep
+ * rolls a row back past rejected drafts and a correction follows, the drafts continue the new
+ * sequence; after proposer_reset another sequence takes the row; p_min cuts drafts short. */
+static void test_proposer_draft_model(void **state)
+{
+    fixture *f = *state;
+    if (!f->e) skip();
+    char err[256];
+    proposer *p = proposer_draft_model_new(f->self_draft, 0, err, sizeof err);
+    if (!p) fail_msg("proposer: %s", err);
+    assert_string_equal(proposer_name(p), "draft");
+    sampling_params sp;
+    sampling_params_default(&sp);
+    enum { K = 5 };
+    int32_t t0[CTX], t1[CTX], g0[K + 1], g1[K + 1], d0[K], d1[K], want[K];
+    int n0 = encode(f, PROMPTS[0], t0, CTX - 16), n1 = encode(f, PROMPTS[1], t1, CTX - 16);
+    /* each row's pending token is the prompt's first greedy token; the drafts the rest */
+    greedy_after(f->e, t0, n0, K + 1, g0);
+    greedy_after(f->e, t1, n1, K + 1, g1);
+    t0[n0++] = g0[0];
+    t1[n1++] = g1[0];
+    proposer_row rows[2] = {{.slot = 2, .toks = t0, .n_toks = n0, .k_max = K, .sp = &sp, .draft = d0},
+                            {.slot = 1, .toks = t1, .n_toks = n1, .k_max = K, .sp = &sp, .draft = d1}};
+    proposer_reset(p, 2);
+    proposer_reset(p, 1);
+    proposer_draft(p, rows, 2);
+    assert_int_equal(rows[0].n_draft, K);
+    assert_int_equal(rows[1].n_draft, K);
+    assert_memory_equal(d0, g0 + 1, K * sizeof *d0);
+    assert_memory_equal(d1, g1 + 1, K * sizeof *d1);
+
+    /* row 2: two drafts accepted, the third rejected for another token (a correction) */
+    proposer_keep(p, 2, n0 + 2);
+    memcpy(t0 + n0, d0, 2 * sizeof *t0);
+    n0 += 2;
+    t0[n0++] = (g0[3] + 1) % f->m->hp.n_vocab;
+    greedy_after(f->e, t0, n0, K, want);
+    rows[0].n_toks = n0;
+    proposer_draft(p, rows, 1);
+    assert_int_equal(rows[0].n_draft, K);
+    assert_memory_equal(d0, want, K * sizeof *d0);
+
+    /* row 1 gets another sequence: row 2's first one, from its prompt */
+    proposer_reset(p, 1);
+    rows[1] = (proposer_row){.slot = 1, .toks = t0, .n_toks = n0, .k_max = 3, .sp = &sp, .draft = d1};
+    proposer_draft(p, &rows[1], 1);
+    assert_int_equal(rows[1].n_draft, 3);
+    assert_memory_equal(d1, want, 3 * sizeof *d1);
+    proposer_free(p);
+
+    /* p_min: each kept draft had at least that probability, so drafts are prefixes of the
+     * uncut ones, and a high bar cuts some short */
+    p = proposer_draft_model_new(f->self_draft, 0.9f, err, sizeof err);
+    if (!p) fail_msg("proposer: %s", err);
+    int cut = 0;
+    for (int i = 0; i < N_PROMPTS; i++) {
+        int32_t t[CTX], g[K + 1], d[K];
+        int n = encode(f, PROMPTS[i], t, CTX - 16);
+        greedy_after(f->e, t, n, K + 1, g);
+        t[n++] = g[0];
+        proposer_row row = {.slot = 0, .toks = t, .n_toks = n, .k_max = K, .sp = &sp, .draft = d};
+        proposer_reset(p, 0);
+        proposer_draft(p, &row, 1);
+        assert_memory_equal(d, g + 1, (size_t)row.n_draft * sizeof *d);
+        cut += row.n_draft < K;
+    }
+    print_message("p_min 0.9: %d of %d drafts cut short\n", cut, N_PROMPTS);
+    assert_true(cut > 0);
+    proposer_free(p);
+}
+
+/* ---- draft-model speculation in the scheduler ------------------------------------------- */
+
+static void greedy_jobs(job *jobs, int n, int max_tokens)
+{
+    for (int i = 0; i < n; i++)
+        jobs[i] = (job){.prompt = PROMPTS[i % N_PROMPTS], .max_tokens = max_tokens + 4 * (i % 5), .no_spec = i % 5 == 4};
+}
+
+/* stories260K as its own draft: outputs equal decoding without drafts at batch sizes 4 and 1,
+ * and every greedy draft is accepted (the draft's argmax is the target's: the CPU's logits of
+ * a position do not depend on the step that computes them), which is a check of the draft's
+ * K/V bookkeeping at every step.  Prompts come twice, so the target reads later ones from its
+ * prefix cache while the draft model computes them whole.  With --draft-min 3 no verification
+ * carries fewer than 3 drafts. */
+static void test_draft_self_greedy(void **state)
+{
+    fixture *f = *state;
+    if (!f->e) skip();
+    job jobs[N_PROMPTS];
+    greedy_jobs(jobs, N_PROMPTS, 40);
+    for (int i = 0; i < N_PROMPTS; i++) jobs[i].prompt = PROMPTS[i % (N_PROMPTS / 2)];
+    sched_stats st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, f->self_draft, jobs, N_PROMPTS, "self draft, 4 rows");
+    assert_true(st.spec_draft_tokens > 0);
+    assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
+    assert_true(st.prefix_hit_tokens > 0);
+    f->draft_min = 3;
+    st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, f->self_draft, jobs, N_PROMPTS / 2, "self draft, draft-min 3");
+    f->draft_min = 0;
+    assert_true(st.spec_verifies > 0 && st.spec_draft_tokens >= 3 * st.spec_verifies);
+    engine *t1 = open_engine(f->m, 1, DRAFT_MAX), *d1 = open_engine(f->m, 1, 0);
+    st = compare_spec(f, t1, SCHED_SPEC_DRAFT, d1, jobs, 5, "self draft, 1 row");
+    assert_true(st.spec_draft_tokens > 0);
+    assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
+    engine_free(d1);
+    engine_free(t1);
+}
+
+/* Preemption under draft-model speculation (the KV pool of test_greedy_preempted): a preempted
+ * request is recomputed, perhaps in another row, whose draft K/V start afresh; outputs equal,
+ * every greedy draft accepted, every block back. */
+static void test_draft_preempted(void **state)
+{
+    fixture *f = *state;
+    if (!f->e) skip();
+    engine_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
+                         .max_draft = DRAFT_MAX, .kv_cache_mb = 1};
+    char err[256];
+    engine *small = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
+    if (!small) fail_msg("engine: %s", err);
+    job jobs[5];
+    for (int i = 0; i < 5; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 200, .ignore_eos = true};
+    sched_stats st = compare_spec(f, small, SCHED_SPEC_DRAFT, f->self_draft, jobs, 5, "self draft, preempted");
+    assert_true(st.preemptions > 0);
+    assert_true(st.spec_draft_tokens > 0);
+    assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
+    assert_int_equal(st.kv_blocks_used, 0);
+    engine_free(small);
+}
+
+/* The draft rows under stop strings, a grammar, sampling, and max_tokens that end requests
+ * inside a draft. */
+static void test_draft_self_mixed(void **state)
+{
+    fixture *f = *state;
+    if (!f->e) skip();
+    grammar *g = words_grammar();
+    static const char *const stops[] = {" the", "ed", ".", " a"};
+    job jobs[12];
+    for (int i = 0; i < 12; i++) {
+        jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 7 + 5 * i};
+        if (i % 4 == 0) jobs[i].stop = stops[(i / 4) % 4];
+        if (i % 4 == 1) jobs[i].g = g;
+        if (i % 4 == 2) jobs[i].temperature = 0.8f, jobs[i].seed = 77 + (uint64_t)i;
+    }
+    sched_stats st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, f->self_draft, jobs, 12, "self draft, mixed");
+    assert_true(st.spec_accepted_tokens > 0);
+    grammar_unref(g);
+}
+
+/* A random model of stories260K's vocabulary (mkmodel --vocab) drafts: its drafts are mostly
+ * rejected, every rejection rolls both K/V back, and the outputs are still those without
+ * drafts, greedy and sampled, at batch sizes 4 and 1. */
+static void test_draft_other_model(void **state)
+{
+    fixture *f = *state;
+    if (!f->e) skip();
+    char err[256], path[64];
+    snprintf(path, sizeof path, "/tmp/test_spec_draft_%d.gguf", (int)getpid());
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    cfg.vocab = f->path;
+    cfg.n_vocab = mkmodel_vocab_size(f->path, err, sizeof err);
+    assert_true(cfg.n_vocab == f->m->hp.n_vocab);
+    if (mkmodel_write(&cfg, "x", 1, path, err, sizeof err) != 0) fail_msg("mkmodel: %s", err);
+    model *dm = model_load(path, err, sizeof err);
+    unlink(path);
+    if (!dm) fail_msg("draft model: %s", err);
+    tokenizer *dt = tokenizer_load(dm->gguf, err, sizeof err);
+    assert_non_null(dt);
+    assert_true(tokenizer_compatible(f->tok, dt, err, sizeof err));
+    engine *d4 = open_engine(dm, N_SLOTS, 0);
+    job jobs[8];
+    greedy_jobs(jobs, 8, 30);
+    for (int i = 5; i < 8; i++) jobs[i].temperature = 0.9f, jobs[i].seed = 5 + (uint64_t)i;
+    sched_stats st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, d4, jobs, 8, "random draft, 4 rows");
+    assert_true(st.spec_draft_tokens > 0);
+    engine *t1 = open_engine(f->m, 1, DRAFT_MAX), *d1 = open_engine(dm, 1, 0);
+    compare_spec(f, t1, SCHED_SPEC_DRAFT, d1, jobs, 4, "random draft, 1 row");
+    engine_free(d1);
+    engine_free(t1);
+    engine_free(d4);
+    tokenizer_free(dt);
+    model_free(dm);
+}
+
+typedef struct canceller {
+    _Atomic(sched_req *) r;
+    int wakes; /* the scheduler thread's */
+} canceller;
+
+/* Cancels at the third wake: after the first token and two decodes, which verify drafts. */
+static void cancel_on_wake(void *ctx)
+{
+    canceller *c = ctx;
+    sched_req *r = atomic_load(&c->r);
+    if (r && ++c->wakes >= 3) sched_req_cancel(r);
+}
+
+/* A request cancelled while it speculates: its row goes to the next request, whose output is
+ * still the one without drafts (the draft model's row starts afresh). */
+static void test_draft_cancel(void **state)
+{
+    fixture *f = *state;
+    if (!f->e) skip();
+    engine *t1 = open_engine(f->m, 1, DRAFT_MAX), *d1 = open_engine(f->m, 1, 0);
+    job after = {.prompt = PROMPTS[2], .max_tokens = 40};
+    outcome plain;
+    sched_stats st;
+    run_jobs(f, t1, SCHED_SPEC_OFF, NULL, &after, 1, &plain, &st);
+    sched_config cfg = {.n_slots = 1, .ctx_per_slot = CTX, .max_batch_tokens = 256, .queue_size = 4,
+                        .spec = SCHED_SPEC_DRAFT, .draft_max = DRAFT_MAX, .draft = d1};
+    char err[256];
+    sched *s = sched_create(t1, f->tok, &cfg, err, sizeof err);
+    if (!s) fail_msg("sched_create: %s", err);
+    int32_t ids[CTX];
+    sched_params p = {.prompt = ids, .n_prompt = encode(f, PROMPTS[0], ids, CTX / 2), .max_tokens = 200,
+                      .ignore_eos = true};
+    sampling_params_default(&p.sp);
+    /* cancelled from its own wake callback (the scheduler thread) while it generates */
+    canceller c = {.r = NULL};
+    sched_req *r;
+    assert_int_equal(sched_submit(s, &p, cancel_on_wake, &c, &r), SCHED_OK);
+    atomic_store(&c.r, r);
+    sched_output out = {0};
+    sched_finish fin = SCHED_FINISH_NONE;
+    for (time_t deadline = time(NULL) + 60; fin == SCHED_FINISH_NONE; sched_output_clear(&out)) {
+        if (time(NULL) > deadline) fail_msg("no finish within 60 s");
+        if (sched_req_take(r, &out)) fin = out.finish;
+        if (out.completion_tokens > 100) sched_req_cancel(r); /* the wakes came before c.r was set */
+    }
+    assert_int_equal(fin, SCHED_FINISH_CANCELLED);
+    sched_req_release(r);
+    outcome o;
+    memset(&o, 0, sizeof o);
+    pthread_mutex_init(&o.mu, NULL);
+    pthread_cond_init(&o.cv, NULL);
+    p = (sched_params){.prompt = ids, .n_prompt = encode(f, after.prompt, ids, CTX / 2), .max_tokens = after.max_tokens,
+                       .want_logprobs = true};
+    sampling_params_default(&p.sp);
+    p.sp.n_top_logprobs = 2;
+    assert_int_equal(sched_submit(s, &p, on_wake, &o, &r), SCHED_OK);
+    collect(&o, r);
+    sched_req_release(r);
+    sched_get_stats(s, &st);
+    sched_destroy(s);
+    assert_same(&plain, &o, "after a cancel", 0);
+    assert_int_equal(st.requests_finished[SCHED_FINISH_CANCELLED], 1);
+    assert_true(st.spec_draft_tokens > 0);
+    pthread_mutex_destroy(&o.mu);
+    pthread_cond_destroy(&o.cv);
+    engine_free(d1);
+    engine_free(t1);
+}
+
+/* Draft mode without a draft engine, with one of other rows, and a draft model whose tokenizer
+ * differs (mkmodel's own, learned from text) are refused, saying what differs. */
+static void test_draft_refusals(void **state)
+{
+    fixture *f = *state;
+    if (!f->e) skip();
+    char err[256], path[64];
+    sched_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .queue_size = 4,
+                        .spec = SCHED_SPEC_DRAFT, .draft_max = DRAFT_MAX};
+    assert_null(sched_create(f->e, f->tok, &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "draft model"));
+    engine *d1 = open_engine(f->m, 1, 0);
+    cfg.draft = d1;
+    assert_null(sched_create(f->e, f->tok, &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "rows"));
+    engine_free(d1);
+
+    snprintf(path, sizeof path, "/tmp/test_spec_other_%d.gguf", (int)getpid());
+    mkmodel_config mc;
+    assert_true(mkmodel_preset("tiny", &mc));
+    static const char corpus[] = "the cat sat on the mat and the dog ran to the big red ball";
+    if (mkmodel_write(&mc, corpus, sizeof corpus - 1, path, err, sizeof err) != 0) fail_msg("mkmodel: %s", err);
+    model *om = model_load(path, err, sizeof err);
+    unlink(path);
+    if (!om) fail_msg("model: %s", err);
+    tokenizer *ot = tokenizer_load(om->gguf, err, sizeof err);
+    assert_non_null(ot);
+    assert_false(tokenizer_compatible(f->tok, ot, err, sizeof err));
+    print_message("refused: %s\n", err);
+    assert_non_null(strstr(err, "vocabulary"));
+    assert_true(tokenizer_compatible(f->tok, f->tok, err, sizeof err));
+    tokenizer_free(ot);
+    model_free(om);
+}
+
+#endif
+
+#ifndef SPEC_DRAFT_MODEL
 /* ---- the acceptance rule keeps the distribution ------------------------------------------ */
 
 /* The chi-square statistic of counts against probabilities p (n_samples draws), bins with an
@@ -491,8 +887,25 @@ static void test_refusals(void **state)
     model_free(hm);
 }
 
+#endif
+
+/* Two executables of this file (meson.build): the n-gram and acceptance tests, and with
+ * SPEC_DRAFT_MODEL the draft model's, each under its own time bound (the sanitizer build runs
+ * each in minutes on a loaded machine). */
 int main(void)
 {
+#ifdef SPEC_DRAFT_MODEL
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_proposer_ngram),
+        cmocka_unit_test(test_proposer_draft_model),
+        cmocka_unit_test(test_draft_self_greedy),
+        cmocka_unit_test(test_draft_self_mixed),
+        cmocka_unit_test(test_draft_preempted),
+        cmocka_unit_test(test_draft_other_model),
+        cmocka_unit_test(test_draft_cancel),
+        cmocka_unit_test(test_draft_refusals),
+    };
+#else
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ngram_draft),
         cmocka_unit_test(test_greedy_identical),
@@ -503,5 +916,6 @@ int main(void)
         cmocka_unit_test(test_rejection_sampling_distribution),
         cmocka_unit_test(test_refusals),
     };
+#endif
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2674,9 +2674,12 @@ def case_rerank():
 
 
 def case_speculative():
-    """--speculative ngram on stories260K: greedy completions of repetitive prompts are those of
-    a server without it, the per-request opt-out too; /metrics counts drafted and accepted
-    tokens; draft and mtp are refused at startup as not built yet."""
+    """--speculative ngram and draft on stories260K: greedy completions of repetitive prompts are
+    those of a server without it, the per-request opt-out too; /metrics counts drafted and
+    accepted tokens, in all and by proposer.  The draft model: stories260K as its own draft
+    (every greedy draft accepted) and a random model made with its vocabulary (mkmodel --vocab),
+    with 1 and 3 requests at once; a draft model whose tokenizer differs, draft without
+    --model-draft, and mtp are refused at startup."""
     model = os.path.join(SHARED, "models", "stories260K.gguf")
     if not os.path.exists(model):
         print(f"SKIP: {model} not present")
@@ -2685,30 +2688,81 @@ def case_speculative():
                "Once upon a time, there was a little girl named Lily. Once upon a time, there was a",
                "A big dog ran. A big dog jumped. A big dog"]
     bodies = [{"prompt": p, "max_tokens": 48, "temperature": 0, "logprobs": 1} for p in prompts]
+
+    def same(ch, want):
+        check(ch["text"] == want["text"], f"speculative text {ch['text']!r}, plain {want['text']!r}")
+        check(ch["logprobs"]["tokens"] == want["logprobs"]["tokens"], "tokens differ")
+        check(all(abs(a - b) < 1e-5 for a, b in zip(ch["logprobs"]["token_logprobs"],
+                                                   want["logprobs"]["token_logprobs"])), "logprobs differ")
+
+    def serve_all(s, together):
+        """The bodies' first choices: one request at a time, or all at once (threads)."""
+        if not together:
+            return [post(s.port, "/v1/completions", b) for b in bodies]
+        out = [None] * len(bodies)
+
+        def one(i):
+            out[i] = post(s.port, "/v1/completions", bodies[i])
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        check(all(out), "a request did not answer within 300 s")
+        return out
+
     with Server(model) as s:
         plain = [post(s.port, "/v1/completions", b)[1]["choices"][0] for b in bodies]
         check(metric(s.port, "inferd_spec_draft_tokens_total") == 0, "drafts without --speculative")
     with Server(model, "--speculative", "ngram", "--draft-max", "6") as s:
-        for b, want in zip(bodies, plain):
-            st, got = post(s.port, "/v1/completions", b)
+        for (st, got), want in zip(serve_all(s, False), plain):
             check(st == 200, f"{st} {got}")
-            ch = got["choices"][0]
-            check(ch["text"] == want["text"], f"speculative text {ch['text']!r}, plain {want['text']!r}")
-            check(ch["logprobs"]["tokens"] == want["logprobs"]["tokens"], "tokens differ")
-            check(all(abs(a - b) < 1e-5 for a, b in zip(ch["logprobs"]["token_logprobs"],
-                                                       want["logprobs"]["token_logprobs"])), "logprobs differ")
+            same(got["choices"][0], want)
         drafted = metric(s.port, "inferd_spec_draft_tokens_total")
         accepted = metric(s.port, "inferd_spec_accepted_tokens_total")
         check(drafted > 0 and 0 < accepted <= drafted, f"drafted {drafted}, accepted {accepted}")
+        check(metric(s.port, 'inferd_spec_proposer_draft_tokens_total{proposer="ngram"}') == drafted and
+              metric(s.port, 'inferd_spec_proposer_draft_tokens_total{proposer="draft"}') == 0, "by proposer")
         st, got = post(s.port, "/v1/completions", dict(bodies[0], speculative=False))
         check(st == 200 and got["choices"][0]["text"] == plain[0]["text"], f"opt-out: {st} {got}")
         check(metric(s.port, "inferd_spec_draft_tokens_total") == drafted, "an opted-out request drafted")
         st, b = post(s.port, "/v1/completions", dict(bodies[0], speculative="no"))
         check_error(b, st, 400, "speculative")
-    for mode in ("draft", "mtp"):
-        r = run_bin("-m", model, "--host", "127.0.0.1", "--port", str(free_port()), "--speculative", mode, timeout=60)
-        check(r.returncode != 0 and "not built yet" in r.stderr, f"--speculative {mode}: rc {r.returncode} {r.stderr[-400:]}")
-    print(f"speculative: {accepted:.0f} of {drafted:.0f} drafted tokens accepted, outputs unchanged")
+    if "cuda" in SERVE_ARGS:  # the draft model runs on the CPU engine only: refused by name on the GPU
+        r = run_bin("-m", model, "--host", "127.0.0.1", "--port", str(free_port()), *SERVE_ARGS, "--speculative",
+                    "draft", "--model-draft", model, timeout=120)
+        check(r.returncode != 0 and "CPU engine only" in r.stderr, f"draft on cuda: rc {r.returncode} {r.stderr[-400:]}")
+        print(f"speculative: ngram {accepted:.0f} of {drafted:.0f} drafted tokens accepted; draft refused on cuda")
+        return
+    rand_draft = os.path.join(TMP, "stories-vocab-draft.gguf")
+    subprocess.run([BIN, "mkmodel", "--preset", "tiny", "--vocab", model, "-o", rand_draft], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    report = []
+    for draft, parallel in ((model, "1"), (model, "3"), (rand_draft, "3")):
+        with Server(model, "--speculative", "draft", "--model-draft", draft, "--draft-max", "5", "-np", parallel) as s:
+            for (st, got), want in zip(serve_all(s, parallel != "1"), plain):
+                check(st == 200, f"{st} {got}")
+                same(got["choices"][0], want)
+            d_drafted = metric(s.port, 'inferd_spec_proposer_draft_tokens_total{proposer="draft"}')
+            d_accepted = metric(s.port, 'inferd_spec_proposer_accepted_tokens_total{proposer="draft"}')
+            check(d_drafted > 0 and d_drafted == metric(s.port, "inferd_spec_draft_tokens_total"), f"drafted {d_drafted}")
+            check(metric(s.port, 'inferd_spec_proposer_draft_tokens_total{proposer="ngram"}') == 0, "ngram moved")
+            if draft == model:  # its own draft: every greedy draft is the target's argmax
+                check(d_accepted == d_drafted, f"self draft: {d_accepted} of {d_drafted} accepted")
+            else:
+                check(0 <= d_accepted <= d_drafted, f"{d_accepted} of {d_drafted}")
+            report.append(f"{os.path.basename(draft)} x{parallel}: {d_accepted:.0f}/{d_drafted:.0f}")
+    other = make_model()  # mkmodel's own tokenizer, learned from text
+    r = run_bin("-m", model, "--host", "127.0.0.1", "--port", str(free_port()), "--speculative", "draft",
+                "--model-draft", other, timeout=60)
+    check(r.returncode != 0 and "tokenizers differ" in r.stderr and "vocabulary" in r.stderr,
+          f"mismatched draft: rc {r.returncode} {r.stderr[-400:]}")
+    r = run_bin("-m", model, "--host", "127.0.0.1", "--port", str(free_port()), "--speculative", "draft", timeout=60)
+    check(r.returncode != 0 and "--model-draft" in r.stderr, f"draft without a model: rc {r.returncode} {r.stderr[-400:]}")
+    r = run_bin("-m", model, "--host", "127.0.0.1", "--port", str(free_port()), "--speculative", "mtp", timeout=60)
+    check(r.returncode != 0 and "not built yet" in r.stderr, f"--speculative mtp: rc {r.returncode} {r.stderr[-400:]}")
+    print(f"speculative: ngram {accepted:.0f} of {drafted:.0f} drafted tokens accepted; draft model "
+          f"{', '.join(report)}; outputs unchanged")
 
 
 ATTEMPTS = 6  # streams tried until one shows 2+ fragments (case_stream_tools says why)

@@ -1443,14 +1443,14 @@ def case_node_langchain():
 AGENTS_DIR = os.path.join(NODE_DIR, "agents")
 
 
-def agent_session(scripts, packages):
-    """Run agent-framework sessions (tests/node/agents/SCRIPT [ARGS], their own npm project)
-    against the real Qwen2.5 vocabulary over tiny random weights, served once with the official
-    Qwen2.5 and once with the official Qwen3 chat template (../shared/chat/templates), as issue
-    33 tried them."""
-    missing = [p for p in packages if not os.path.isdir(os.path.join(AGENTS_DIR, "node_modules", p))]
+def agent_session(scripts, packages, project=AGENTS_DIR, serve_args=()):
+    """Run agent-framework sessions (PROJECT/SCRIPT [ARGS]; PROJECT is their own npm project,
+    tests/node/agents unless given) against the real Qwen2.5 vocabulary over tiny random weights,
+    served (with serve_args) once with the official Qwen2.5 and once with the official Qwen3 chat
+    template (../shared/chat/templates), as issue 33 tried them."""
+    missing = [p for p in packages if not os.path.isdir(os.path.join(project, "node_modules", p))]
     if missing:
-        print(f"SKIP: {', '.join(missing)} not installed (cd tests/node/agents && npm ci)")
+        print(f"SKIP: {', '.join(missing)} not installed (cd {os.path.relpath(project, SRC)} && npm ci)")
         return SKIP
     why = node_missing([])
     vocab = os.path.join(SHARED, "vocab", "ggml-vocab-qwen2.gguf")
@@ -1460,11 +1460,11 @@ def agent_session(scripts, packages):
     model = make_model("qwen2-vocab.gguf", "--vocab", vocab)
     for tmpl in ("qwen2.5", "qwen3"):
         path = os.path.join(SHARED, "chat", "templates", f"{tmpl}.jinja")
-        with Server(model, "--api-key", "sdk-key", "--chat-template-file", path) as s:
+        with Server(model, "--api-key", "sdk-key", "--chat-template-file", path, *serve_args) as s:
             env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key",
                        INFERD_TEMPLATE=tmpl)
             for script, *args in scripts:
-                r = subprocess.run(["node", os.path.join(AGENTS_DIR, script), *args], env=env, capture_output=True,
+                r = subprocess.run(["node", os.path.join(project, script), *args], env=env, capture_output=True,
                                    timeout=240, text=True)
                 sys.stdout.write(f"[{tmpl}] " + r.stdout)
                 check(r.returncode == 0, f"[{tmpl}] {script} {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
@@ -1519,6 +1519,16 @@ def case_node_langgraph():
 def case_node_instructor():
     """Instructor JS, JSON_SCHEMA mode (issue 33)."""
     return agent_session([("instructor.mjs",)], ["@instructor-ai/instructor"])
+
+
+MASTRA_DIR = os.path.join(NODE_DIR, "mastra")
+
+
+def case_node_mastra():
+    """A Mastra Agent with tools + structuredOutput, generated and streamed (issue 33), on a
+    server with --always-include-usage (Mastra never sends stream_options)."""
+    return agent_session([("mastra.mjs",)], ["@mastra/core", "@ai-sdk/openai-compatible"], MASTRA_DIR,
+                         ["--always-include-usage"])
 
 
 def case_node_readme():

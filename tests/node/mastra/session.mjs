@@ -1,0 +1,120 @@
+// session.mjs - a Mastra Agent (@mastra/core) pointed at inferd, through the AI SDK's
+// OpenAI-compatible provider and through Mastra's own model router ({ id, url, apiKey }): two
+// tools, a forced first call (toolChoice; prepareStep hands the choice back to the model after
+// it), the tool's result sent back in the next step, and structuredOutput, generated and
+// streamed (issue 33: tools + structuredOutput sent tool_choice with response_format, a 400;
+// content null broke the Qwen3 template; Mastra never asks for stream usage, so the server runs
+// with --always-include-usage and the streams report it).
+//
+// Mastra 0.x and 1.x are separate npm projects (v0/, v1/: 1.x needs Node 22); each one's
+// mastra.mjs imports its own packages and runs this session with them.
+import assert from 'node:assert/strict';
+import { apiKey, baseURL, finish, modelId, pass } from '../harness.mjs';
+import { answerBias, toolLog } from '../agents/common.mjs';
+
+/**
+ * Run the session. deps: { Agent, createTool, createOpenAICompatible, z } from the project's
+ * packages, toolInput(args) the tool's input from what Mastra passes execute (0.x: the input
+ * under .context, 1.x: the input itself) and version, for the log lines.
+ */
+export async function mastraSession({ Agent, createTool, createOpenAICompatible, z, toolInput, version }) {
+  const name = await modelId();
+  const bias = await answerBias();
+  assert.ok(Object.keys(bias).length > 0, 'no single token for "{"');
+
+  // The provider is named "inferd" both ways, so providerOptions.inferd reaches the request.
+  const models = {
+    'openai-compatible': createOpenAICompatible({ name: 'inferd', baseURL, apiKey, supportsStructuredOutputs: true })(name),
+    router: { id: `inferd/${name}`, url: baseURL, apiKey },
+  };
+
+  const getWeather = createTool({
+    id: 'get_weather',
+    description: 'Current weather of a city.',
+    inputSchema: z.object({ city: z.string().max(12) }),
+    execute: async (arg) => {
+      const { city } = toolInput(arg);
+      toolLog.push(['get_weather', city]);
+      return `sunny, 21 C in ${city}`;
+    },
+  });
+  const add = createTool({
+    id: 'add',
+    description: 'Adds two integers.',
+    inputSchema: z.object({ a: z.number().int(), b: z.number().int() }),
+    execute: async (arg) => {
+      const { a, b } = toolInput(arg);
+      toolLog.push(['add', a, b]);
+      return String(a + b);
+    },
+  });
+  const Final = z.object({ answer: z.string().max(20) });
+
+  function agent(model) {
+    return new Agent({
+      name: 'weather',
+      instructions: 'Answer with the weather. Use the tools.',
+      model,
+      tools: { get_weather: getWeather, add },
+    });
+  }
+
+  // The first step is forced (a call by grammar); afterwards tools + auto + the response format
+  // is "a call or the schema's answer", and the bias toward '{' picks the answer.
+  function options(toolChoice, seed) {
+    return {
+      maxSteps: 4,
+      toolChoice,
+      prepareStep: ({ stepNumber }) => ({ toolChoice: stepNumber === 0 ? toolChoice : 'auto' }),
+      structuredOutput: { schema: Final },
+      modelSettings: { temperature: 0.8, maxOutputTokens: 80, maxRetries: 0 },
+      providerOptions: { inferd: { seed, logit_bias: bias } },
+    };
+  }
+
+  /** The tools this run called: at least one, get_weather first when it was the forced one. */
+  function checkCalls(before, choice) {
+    const called = toolLog.slice(before);
+    assert.ok(called.length >= 1, 'the forced first call ran a tool');
+    if (typeof choice !== 'string') assert.equal(called[0][0], choice.toolName);
+    for (const [tool, ...args] of called) {
+      if (tool === 'get_weather') assert.ok(typeof args[0] === 'string' && args[0].length <= 12, `city ${args[0]}`);
+      else assert.ok(Number.isInteger(args[0]) && Number.isInteger(args[1]), `add ${args}`);
+    }
+  }
+
+  let seed = 1;
+  for (const [via, model] of Object.entries(models)) {
+    const a = agent(model);
+    for (const choice of ['required', { type: 'tool', toolName: 'get_weather' }]) {
+      const label = `${via}, forced first call (${typeof choice === 'string' ? choice : choice.toolName})`;
+      await pass(`generate: ${label}, structuredOutput`, async () => {
+        const before = toolLog.length;
+        const r = await a.generate('What is the weather in Oslo?', options(choice, seed++));
+        checkCalls(before, choice);
+        assert.ok(r.steps.length >= 2, `steps ${r.steps.length}`);
+        const results = r.steps.flatMap((s) => s.toolResults ?? s.content.filter((c) => c.type === 'tool-result'));
+        assert.ok(results.length >= 1, 'a tool result in the steps');
+        assert.equal(r.steps.at(-1).finishReason, 'stop');
+        assert.equal(typeof r.object.answer, 'string');
+        assert.ok(r.object.answer.length <= 20);
+      });
+      await pass(`stream: ${label}, structuredOutput, usage`, async () => {
+        const before = toolLog.length;
+        const s = await a.stream('Weather in Oslo, please.', options(choice, seed++));
+        const kinds = new Set();
+        for await (const chunk of s.fullStream) kinds.add(chunk.type);
+        checkCalls(before, choice);
+        for (const k of ['tool-call', 'tool-result', 'step-finish', 'object-result', 'finish']) assert.ok(kinds.has(k), `chunks ${[...kinds]}`);
+        const obj = await s.object;
+        assert.equal(typeof obj.answer, 'string');
+        // two requests' usage (the call, then the answer), which the server only sends because
+        // of --always-include-usage
+        const usage = await s.totalUsage;
+        assert.ok(usage.inputTokens > 0 && usage.outputTokens > 0, `usage ${JSON.stringify(usage)}`);
+      });
+    }
+  }
+
+  finish(`mastra ${version} (${process.env.INFERD_TEMPLATE ?? ''})`);
+}

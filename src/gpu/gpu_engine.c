@@ -534,7 +534,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
 
     alloc_req req[] = {
         {&g->x, (size_t)T * g->d_embd * f},
-        {&g->act_h, (size_t)T * act_w * sizeof(uint16_t)},
+        {&g->act_h, (size_t)T * act_w * sizeof(uint16_t)}, {&g->act_lo, lin_t * g->d_embd * sizeof(uint16_t)},
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
@@ -1041,7 +1041,7 @@ static void gpu_destroy(engine *e)
     for (int c = 0; c < 2; c++)
         for (int b = 0; b < GPU_N_BUCKETS; b++)
             if (g->graphs[c][b]) cu.cuGraphExecDestroy(g->graphs[c][b]);
-    CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->ff_h,
+    CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->act_lo, g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
                           g->mmq_part, g->post,     g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
                           g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y, g->moe_g, g->moe_u, g->moe_out,

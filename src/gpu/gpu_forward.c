@@ -298,9 +298,10 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
     return 0;
 }
 
-/* rmsnorm of rows of x (picked by idx when non-zero) into FP16 yh and/or FP32 y. */
+/* rmsnorm of rows of x (picked by idx when non-zero) into FP16 yh and/or FP32 y (ylo: yh's
+ * rounding remainder, kernels/elementwise.cuh). */
 typedef struct norm_op {
-    CUdeviceptr x, idx, w, y, yh;
+    CUdeviceptr x, idx, w, y, yh, ylo;
     int idx_stride, rows, n;
 } norm_op;
 
@@ -310,8 +311,8 @@ static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err
     int n = op->n, stride = op->idx_stride;
     unsigned threads = n >= 1024 ? 1024 : n >= 256 ? 256 : 32;
     LAUNCH(g->k.rmsnorm, ((gpu_launch_dims){(unsigned)op->rows, 1, 1, threads}), what, &(CUdeviceptr){op->x},
-           &(CUdeviceptr){op->idx}, &stride, &(CUdeviceptr){op->w}, &(CUdeviceptr){op->y}, &(CUdeviceptr){op->yh}, &n,
-           &eps);
+           &(CUdeviceptr){op->idx}, &stride, &(CUdeviceptr){op->w}, &(CUdeviceptr){op->y}, &(CUdeviceptr){op->yh},
+           &(CUdeviceptr){op->ylo}, &n, &eps);
     return 0;
 }
 
@@ -656,6 +657,14 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
                               fused ? (matmul_out){&L->ssm_ba, g->ssm_raw, 0, 2 * nv} : (matmul_out){&L->ssm_beta, g->ssm_b, 0, nv}},
                       .n_out = 3, .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
     if (matmul(g, &proj, err, errlen)) return -1;
+    /* q, k, v and z read h to about 22 bits: + the products over act_lo, h's FP16 remainder.
+     * FP16 h alone moved the reference hybrids' top-1 against the CPU by 1-4 % (the CPU with
+     * the GPU's roundings emulated gives the H100's figures; with these inputs in FP32, >= 99.3
+     * %): the conv, the 16-wide L2 norms and the state carry its error on, a MoE router flip
+     * with it.  One more pass over Wqkv and Wgate per linear layer. */
+    matmul_op rest = {.out = {proj.out[0], proj.out[1]}, .n_out = 2, .x = g->act_lo, .m = T, .ldx = g->d_embd,
+                      .accumulate = true, .what = what};
+    if (matmul(g, &rest, err, errlen)) return -1;
     if (!fused) {
         matmul_op alpha = {.out = {{&L->ssm_alpha, g->ssm_g, 0, nv}}, .n_out = 1, .x = g->act_h, .m = T,
                            .ldx = g->d_embd, .what = what};
@@ -719,7 +728,8 @@ static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap
     const gpu_layer *L = &g->layers[il];
     char what[64];
     snprintf(what, sizeof what, "layer %d attention", il);
-    norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .rows = T, .n = hp->n_embd};
+    norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .ylo = L->lin >= 0 ? g->act_lo : 0, .rows = T,
+                  .n = hp->n_embd};
     if (rmsnorm(g, &n1, what, err, errlen)) return -1;
     return (L->lin >= 0 ? attention_linear : attention_softmax)(g, il, T, ap, what, err, errlen);
 }

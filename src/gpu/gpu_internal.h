@@ -135,6 +135,7 @@ typedef struct gpu_engine {
     int d_embd, d_q, d_kv, d_ff; /* row widths (d_ff padded to 32) */
     CUdeviceptr x;               /* residual stream, f32 [t][n_embd] */
     CUdeviceptr act_h, ff_h;     /* matmul inputs, f16: normed x / attention out, SwiGLU out */
+    CUdeviceptr act_lo;          /* a linear layer's normed x less act_h, f16 (attention_linear) */
     CUdeviceptr q, kk, vv;       /* projections, f32 */
     CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU (0 when unused) */
     CUdeviceptr post;            /* sandwich-norm models only: a block's output before its norm and

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "cpu/cpu_ops.h"
+#include "delta_util.h"
 
 enum { D = 16, KH = 2, VH = 4, CHAN = 2 * KH * D + VH * D, TOK = 150 + 37, THREADS = 2 };
 
@@ -26,26 +27,20 @@ typedef struct inputs {
     float state0[2 * VH * D * D];
 } inputs;
 
-static float uniform(uint64_t *s) /* [0, 1) */
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)(*s >> 40) / (float)(1u << 24);
-}
-
 static void make_inputs(inputs *in)
 {
     uint64_t s = 42;
     for (int t = 0; t < TOK; t++) {
         float *row = in->qkv + (size_t)t * CHAN;
-        for (int c = 0; c < CHAN; c++) row[c] = 2 * uniform(&s) - 1;
+        for (int c = 0; c < CHAN; c++) row[c] = 2 * delta_uniform(&s) - 1;
         for (int h = 0; h < 2 * KH; h++) cpu_l2norm(row + h * D, D); /* q and k are L2-normed */
         for (int i = 0; i < KH * D; i++) row[i] *= 0.25f;          /* q / sqrt(d) */
         for (int h = 0; h < VH; h++) {
-            in->beta[t * VH + h] = uniform(&s);
-            in->g[t * VH + h] = -2 * uniform(&s);
+            in->beta[t * VH + h] = delta_uniform(&s);
+            in->g[t * VH + h] = -2 * delta_uniform(&s);
         }
     }
-    for (size_t i = 0; i < sizeof in->state0 / sizeof *in->state0; i++) in->state0[i] = 0.5f * (2 * uniform(&s) - 1);
+    for (size_t i = 0; i < sizeof in->state0 / sizeof *in->state0; i++) in->state0[i] = 0.5f * (2 * delta_uniform(&s) - 1);
 }
 
 /* Runs the rule over both sequences (tokens [0, 150) and [150, 187), state slots 1 and 0). */
@@ -62,16 +57,6 @@ static void run(cpu_pool *pool, const inputs *in, bool grouped, int chunk, float
     free(scratch);
 }
 
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double diff = 0, big = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-        big = fmax(big, fabs((double)b[i]));
-    }
-    return diff / big;
-}
-
 static void test_chunked_equals_recurrence(void **state)
 {
     (void)state;
@@ -85,7 +70,7 @@ static void test_chunked_equals_recurrence(void **state)
         double worst = 0;
         for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
             run(pool, &in, grouped, chunks[c], out, st);
-            double e_out = rel_diff(out, out_ref, TOK * VH * D), e_st = rel_diff(st, st_ref, 2 * VH * D * D);
+            double e_out = delta_rel_diff(out, out_ref, TOK * VH * D), e_st = delta_rel_diff(st, st_ref, 2 * VH * D * D);
             if (e_out > 1e-4 || e_st > 1e-4)
                 fail_msg("%s heads, chunks of %d: outputs %.2e, states %.2e from the recurrence",
                          grouped ? "grouped" : "tiled", chunks[c], e_out, e_st);
@@ -95,7 +80,7 @@ static void test_chunked_equals_recurrence(void **state)
                       grouped ? "grouped" : "tiled", worst, sizeof chunks / sizeof chunks[0]);
         /* a wrong head order is caught: the other order's outputs are far off */
         run(pool, &in, !grouped, 0, out, st);
-        assert_true(rel_diff(out, out_ref, TOK * VH * D) > 1e-2);
+        assert_true(delta_rel_diff(out, out_ref, TOK * VH * D) > 1e-2);
     }
     cpu_pool_free(pool);
 }

@@ -3,7 +3,8 @@
  * FP16 dequantisation and embedding rows, RMSNorm, RoPE (alone and fused into the one-token
  * QKV product), split-K and tensor-core decode
  * attention over slots of different lengths, the tensor-core prompt attention (flash) over
- * spans of every shape, and the sampler against sampling_sample().  Outputs are poisoned (NaN)
+ * spans of every shape, the sampler against sampling_sample(), and the gated DeltaNet's conv,
+ * chunked prompt form and decode recurrence against the CPU engine's.  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,12 +13,14 @@
 
 #include <cmocka.h>
 
+#include "cpu/cpu_ops.h"
 #include "cpu/sampling.h"
 #include "gpu/cuda_api.h"
 #include "gpu/gpu_kernels.h"
 #include "gpu/gpu_shared.h"
 #include "gpu/gpu_kernel_names.h"
 #include "gpu_test_util.h"
+#include "../cpu/delta_util.h"
 #include "model/quant.h"
 
 typedef struct gpu_ctx {
@@ -375,8 +378,8 @@ static void test_rmsnorm(void **state)
     uint64_t seed = 7;
     enum { ROWS = 5, N = 384 };
     float x[ROWS * N], w[N], y[ROWS * N], ref[ROWS * N];
-    uint16_t yh[ROWS * N];
-    float yhf[ROWS * N];
+    uint16_t yh[ROWS * N], ylo[ROWS * N];
+    float yhf[ROWS * N], ysplit[ROWS * N];
     for (int i = 0; i < ROWS * N; i++) x[i] = gpu_test_randf(&seed) * 3.0f;
     for (int i = 0; i < N; i++) w[i] = 1.0f + gpu_test_randf(&seed) * 0.5f;
     int32_t idx[ROWS] = {4, 0, 2, 2, 1}; /* rows picked by index, as the LM head does */
@@ -386,18 +389,25 @@ static void test_rmsnorm(void **state)
         ref_norm(ref + r * N, N, w, eps);
     }
     CUdeviceptr dx = upload(x, sizeof x), dw = upload(w, sizeof w), dy = poisoned(ROWS * N);
-    CUdeviceptr dyh = poisoned(ROWS * N / 2), didx = upload(idx, sizeof idx);
+    CUdeviceptr dyh = poisoned_half(ROWS * N), dylo = poisoned_half(ROWS * N), didx = upload(idx, sizeof idx);
     int n = N, stride = 1;
-    void *a[] = {&dx, &didx, &stride, &dw, &dy, &dyh, &n, &eps};
+    void *a[] = {&dx, &didx, &stride, &dw, &dy, &dyh, &dylo, &n, &eps};
     launch(&G.k.rmsnorm, (gpu_launch_dims){ROWS, 1, 1, 256}, a);
     download(y, dy, sizeof y);
     download(yh, dyh, sizeof yh);
-    for (int i = 0; i < ROWS * N; i++) yhf[i] = quant_f16_to_f32(yh[i]);
+    download(ylo, dylo, sizeof ylo);
+    for (int i = 0; i < ROWS * N; i++) {
+        yhf[i] = quant_f16_to_f32(yh[i]);
+        ysplit[i] = yhf[i] + quant_f16_to_f32(ylo[i]); /* what a product over yh plus one over ylo reads */
+    }
     double e = gpu_test_rel_err(y, ref, ROWS * N), eh = gpu_test_rel_err(yhf, ref, ROWS * N);
-    print_message("  rmsnorm rel err %.2e (fp32 out), %.2e (fp16 out)\n", e, eh);
+    double es = gpu_test_rel_err(ysplit, y, ROWS * N); /* 2^-22 at most per value */
+    print_message("  rmsnorm rel err %.2e (fp32 out), %.2e (fp16 out); fp16 + its remainder within %.2e of fp32\n", e,
+                  eh, es);
     assert_true(e < 1e-5);
     assert_true(eh < 1e-3);
-    cu.cuMemFree(dx), cu.cuMemFree(dw), cu.cuMemFree(dy), cu.cuMemFree(dyh), cu.cuMemFree(didx);
+    assert_true(es < 1e-6);
+    cu.cuMemFree(dx), cu.cuMemFree(dw), cu.cuMemFree(dy), cu.cuMemFree(dyh), cu.cuMemFree(dylo), cu.cuMemFree(didx);
 }
 
 /* Block tables of n_seq sequences of width w over a pool of n_seq * w blocks, fragmented: the
@@ -991,6 +1001,189 @@ static void test_sampler_matches_cpu(void **state)
     free(masks), free(zeros), free(scratch), free(row), free(logits);
 }
 
+/* The gated DeltaNet kernels (kernels/deltanet.cuh) as gpu_forward.c's attention_linear runs
+ * them, against the CPU engine's (cpu_conv1d_step, cpu_l2norm, cpu_delta_run's exact
+ * recurrence): sequences packed into one prompt step (ssm_conv, ssm_qk_norm, then the chunked
+ * form: delta_chunk_prep, delta_chunk_state, delta_chunk_out over pack_step's chunk list), then
+ * decode steps of one token each (delta_rule, as in the decode graphs) from the conv windows
+ * and delta states the prompt left in their slots.  Lengths 1, 63, 64, 65, 70, 128, 130 alone
+ * and packed (sequences starting mid-batch and mid-chunk), d 16 with 4 v heads over 2 k heads
+ * (../shared/reference's files) and d 128 (the real models, 4 blocks of 32 state columns), weak
+ * decays and correlated keys; every step's outputs and the states after it within 2e-4 of the
+ * largest value (tests/cpu/test_deltanet_port.c, the same kernels ported to C, is within 2e-6;
+ * a wrong chunk boundary, decay or state hand-over moves them by 1e-2 and more). */
+enum { DN_TAPS = 4, DN_MAX_SEQ = 4 };
+
+typedef struct dn_shape {
+    int d, kh, vh, grouped;
+} dn_shape;
+
+typedef struct dn_case {
+    dn_shape sh;
+    int chan, n_seq, n_tok;
+    long long conv_floats, slot_floats;
+    float *raw, *beta, *g, *conv_w; /* raw [t][chan]: the projection before the conv */
+} dn_case;
+
+static void dn_case_init(dn_case *c, dn_shape sh, int n_seq, int n_tok, uint64_t *seed)
+{
+    *c = (dn_case){.sh = sh, .n_seq = n_seq, .n_tok = n_tok};
+    c->chan = 2 * sh.kh * sh.d + sh.vh * sh.d;
+    c->conv_floats = (long long)(DN_TAPS - 1) * c->chan;
+    c->slot_floats = c->conv_floats + (long long)sh.vh * sh.d * sh.d;
+    c->raw = malloc((size_t)n_tok * c->chan * sizeof(float));
+    c->beta = malloc((size_t)n_tok * sh.vh * sizeof(float));
+    c->g = malloc((size_t)n_tok * sh.vh * sizeof(float));
+    c->conv_w = malloc((size_t)c->chan * DN_TAPS * sizeof(float));
+    for (int i = 0; i < c->chan * DN_TAPS; i++) c->conv_w[i] = 0.5f * gpu_test_randf(seed);
+    for (int t = 0; t < n_tok; t++)
+        for (int ch = 0; ch < c->chan; ch++) { /* keys share a direction: the UT transform's hard case */
+            const bool key = ch >= sh.kh * sh.d && ch < 2 * sh.kh * sh.d;
+            c->raw[(size_t)t * c->chan + ch] = gpu_test_randf(seed) + (key ? 1.5f * (float)((ch % 5) - 2) : 0.0f);
+        }
+    for (int i = 0; i < n_tok * sh.vh; i++) {
+        c->beta[i] = 0.5f + 0.5f * gpu_test_randf(seed);
+        c->g[i] = -0.025f * (1.0f + gpu_test_randf(seed)); /* weak decay: the state remembers far back */
+    }
+}
+
+static void dn_case_free(dn_case *c)
+{
+    free(c->raw), free(c->beta), free(c->g), free(c->conv_w);
+}
+
+/* One step on the CPU: sequence i's n[i] tokens from packed token first[i], state slot i. */
+static cpu_pool *dn_pool; /* one thread: the scratch is one thread's */
+
+static void dn_cpu_step(const dn_case *c, float *mix, float *state, const int *first, const int *n, float *out)
+{
+    const dn_shape *sh = &c->sh;
+    static const int slots[DN_MAX_SEQ] = {0, 1, 2, 3};
+    for (int s = 0; s < c->n_seq; s++)
+        for (int t = first[s]; t < first[s] + n[s]; t++) {
+            float *x = mix + (size_t)t * c->chan;
+            cpu_conv1d_step(x, state + (size_t)s * c->slot_floats, c->conv_w, c->chan, DN_TAPS);
+            for (int h = 0; h < 2 * sh->kh; h++) cpu_l2norm(x + (size_t)h * sh->d, sh->d);
+            for (int i = 0; i < sh->kh * sh->d; i++) x[i] /= sqrtf((float)sh->d);
+        }
+    float *scratch = malloc((size_t)cpu_delta_scratch(sh->d, 0) * sizeof(float));
+    cpu_delta dr = {.out = out, .qkv = mix, .stride = c->chan, .q_off = 0, .k_off = (long)sh->kh * sh->d,
+                    .v_off = 2L * sh->kh * sh->d, .beta = c->beta, .g = c->g, .state = state,
+                    .slot_stride = (long)c->slot_floats, .layer_off = (long)c->conv_floats, .seq_first = first,
+                    .seq_tokens = n, .seq_state = slots, .n_seqs = c->n_seq, .v_heads = sh->vh, .k_heads = sh->kh,
+                    .d = sh->d, .grouped = sh->grouped, .chunk = 0, .scratch = scratch};
+    cpu_delta_run(dn_pool, &dr);
+    free(scratch);
+}
+
+/* The same step on the GPU, launched as attention_linear launches it (chunked: a prompt step). */
+static void dn_gpu_step(const dn_case *c, CUdeviceptr dmix, CUdeviceptr dstate, CUdeviceptr dout, const int *first,
+                        const int *n, bool chunked)
+{
+    const dn_shape *sh = &c->sh;
+    gpu_ssm_seq seqs[DN_MAX_SEQ] = {{0}}, chunks[DN_MAX_SEQ * 4] = {{0}};
+    int n_chunks = 0;
+    for (int i = 0; i < c->n_seq; i++) { /* pack_step's lists */
+        seqs[i] = (gpu_ssm_seq){.first = first[i], .n = n[i], .state = i};
+        for (int j = 0; j < n[i]; j += GPU_SSM_CHUNK)
+            chunks[n_chunks++] = (gpu_ssm_seq){.first = first[i] + j,
+                                               .n = n[i] - j < GPU_SSM_CHUNK ? n[i] - j : GPU_SSM_CHUNK, .state = i};
+    }
+    CUdeviceptr dseqs = upload(seqs, sizeof seqs), dchunks = upload(chunks, sizeof chunks);
+    CUdeviceptr dbeta = upload(c->beta, (size_t)c->n_tok * sh->vh * sizeof(float));
+    CUdeviceptr dg = upload(c->g, (size_t)c->n_tok * sh->vh * sizeof(float));
+    CUdeviceptr dw = upload(c->conv_w, (size_t)c->chan * DN_TAPS * sizeof(float));
+    ssm_args sa = {.seqs = (const gpu_ssm_seq *)(uintptr_t)dseqs, .mix = (float *)(uintptr_t)dmix,
+                   .state = (float *)(uintptr_t)dstate, .out = (float *)(uintptr_t)dout,
+                   .conv_w = (const float *)(uintptr_t)dw, .beta = (const float *)(uintptr_t)dbeta,
+                   .g = (const float *)(uintptr_t)dg, .slot_stride = c->slot_floats, .conv_off = 0,
+                   .delta_off = c->conv_floats, .chan = c->chan, .taps = DN_TAPS, .d = sh->d, .k_heads = sh->kh,
+                   .v_heads = sh->vh, .grouped = sh->grouped};
+    int chan = c->chan, d = sh->d, kh = sh->kh, lo = first[0], hi = first[c->n_seq - 1] + n[c->n_seq - 1];
+    CUdeviceptr step_mix = dmix + (size_t)lo * chan * sizeof(float); /* this step's tokens */
+    launch(&G.k.ssm_conv, (gpu_launch_dims){(unsigned)c->n_seq, (unsigned)((chan + 127) / 128), 1, 128}, (void *[]){&sa});
+    launch(&G.k.ssm_qk_norm, (gpu_launch_dims){(unsigned)(hi - lo), (unsigned)(2 * kh), 1, 32},
+           (void *[]){&step_mix, &chan, &d, &kh});
+    gpu_launch_dims per_seq = {(unsigned)c->n_seq, (unsigned)sh->vh, (unsigned)((d + 31) / 32), GPU_SSM_WARPS * 32};
+    if (chunked) {
+        const size_t sz = (size_t)c->n_tok * sh->vh * sh->d;
+        CUdeviceptr U = poisoned(sz), W = poisoned(sz), Gc = poisoned((size_t)c->n_tok * sh->vh);
+        gpu_launch_dims per_chunk = {(unsigned)n_chunks, (unsigned)sh->vh, 1, 256};
+        launch(&G.k.delta_chunk_prep, per_chunk, (void *[]){&sa, &dchunks, &U, &W, &Gc});
+        launch(&G.k.delta_chunk_state, per_seq, (void *[]){&sa, &U, &W, &Gc});
+        launch(&G.k.delta_chunk_out, per_chunk, (void *[]){&sa, &dchunks, &U, &Gc});
+        CHECK(cu.cuStreamSynchronize(G.stream));
+        cu.cuMemFree(U), cu.cuMemFree(W), cu.cuMemFree(Gc);
+    } else {
+        launch(&G.k.delta_rule, per_seq, (void *[]){&sa});
+    }
+    CHECK(cu.cuStreamSynchronize(G.stream));
+    cu.cuMemFree(dseqs), cu.cuMemFree(dchunks), cu.cuMemFree(dbeta), cu.cuMemFree(dg), cu.cuMemFree(dw);
+}
+
+/* A prompt step of sequences n[0..n_seq) packed, then `decode` steps of one token each. */
+static double delta_case(dn_shape sh, const int *n, int n_seq, int decode, uint64_t *seed)
+{
+    int prompt = 0;
+    for (int i = 0; i < n_seq; i++) prompt += n[i];
+    dn_case c;
+    dn_case_init(&c, sh, n_seq, prompt + decode * n_seq, seed);
+    const size_t mix_n = (size_t)c.n_tok * c.chan, out_n = (size_t)c.n_tok * sh.vh * sh.d;
+    const size_t st_n = (size_t)n_seq * c.slot_floats;
+    float *mix = malloc(mix_n * sizeof *mix), *state = malloc(st_n * sizeof *state);
+    float *out = malloc(out_n * sizeof *out), *gout = malloc(out_n * sizeof *gout), *gmix = malloc(mix_n * sizeof *gmix);
+    float *gstate = malloc(st_n * sizeof *gstate);
+    memcpy(mix, c.raw, mix_n * sizeof *mix);
+    for (size_t i = 0; i < st_n; i++) state[i] = 0.1f * gpu_test_randf(seed); /* a state from earlier steps */
+    CUdeviceptr dmix = upload(c.raw, mix_n * sizeof(float)), dstate = upload(state, st_n * sizeof(float));
+    CUdeviceptr dout = poisoned(out_n);
+    int first[DN_MAX_SEQ], len[DN_MAX_SEQ], t = 0;
+    for (int i = 0; i < n_seq; i++) first[i] = t, len[i] = n[i], t += n[i];
+    double worst = 0;
+    for (int step = 0; step <= decode; step++) {
+        if (step)
+            for (int i = 0; i < n_seq; i++) first[i] = t++, len[i] = 1;
+        const int lo = first[0], hi = first[n_seq - 1] + len[n_seq - 1];
+        dn_cpu_step(&c, mix, state, first, len, out);
+        dn_gpu_step(&c, dmix, dstate, dout, first, len, step == 0);
+        download(gout, dout, out_n * sizeof(float));
+        download(gmix, dmix, mix_n * sizeof(float));
+        download(gstate, dstate, st_n * sizeof(float));
+        const size_t o0 = (size_t)lo * sh.vh * sh.d, on = (size_t)(hi - lo) * sh.vh * sh.d;
+        const double e_mix = delta_rel_diff(gmix + (size_t)lo * c.chan, mix + (size_t)lo * c.chan, (size_t)(hi - lo) * c.chan);
+        const double e_out = delta_rel_diff(gout + o0, out + o0, on), e_st = delta_rel_diff(gstate, state, st_n);
+        if (e_mix > 2e-4 || e_out > 2e-4 || e_st > 2e-4)
+            fail_msg("d %d %s, %d seqs (first %d tokens), %s step %d: conv + norm %.2e, outputs %.2e, states %.2e",
+                     sh.d, sh.grouped ? "grouped" : "tiled", n_seq, n[0], step ? "decode" : "prompt", step, e_mix,
+                     e_out, e_st);
+        worst = fmax(worst, fmax(e_mix, fmax(e_out, e_st)));
+    }
+    cu.cuMemFree(dmix), cu.cuMemFree(dstate), cu.cuMemFree(dout);
+    free(mix), free(state), free(out), free(gout), free(gmix), free(gstate);
+    dn_case_free(&c);
+    return worst;
+}
+
+static void test_delta_rule(void **state)
+{
+    (void)state;
+    static const int lengths[] = {1, 63, 64, 65, 70, 128, 130};
+    static const int packs[][DN_MAX_SEQ] = {{70, 1, 130, 65}, {1, 64, 63, 128}, {5, 130, 1, 1}};
+    const dn_shape shapes[] = {{16, 2, 4, 0}, {16, 2, 4, 1}, {128, 1, 2, 0}};
+    uint64_t seed = 2026;
+    dn_pool = cpu_pool_create(1);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        double worst = 0;
+        for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++)
+            worst = fmax(worst, delta_case(shapes[s], &lengths[i], 1, 3, &seed));
+        for (size_t i = 0; i < sizeof packs / sizeof packs[0]; i++)
+            worst = fmax(worst, delta_case(shapes[s], packs[i], DN_MAX_SEQ, 2, &seed));
+        print_message("  delta rule d %d %s: chunked prompt + decode within %.2e of the CPU's recurrence\n",
+                      shapes[s].d, shapes[s].grouped ? "grouped" : "tiled", worst);
+    }
+    cpu_pool_free(dn_pool);
+}
+
 /* Host arithmetic, no device: the partial buffers and decode graphs are sized by
  * gpu_attn_max_splits_for(ctx, max_split) (both kernels' max_split); every span up to ctx must fit in it (a span's split count is not
  * monotone, so the longest span alone does not bound it). */
@@ -1026,6 +1219,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_decode_attention),
         cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_sampler_matches_cpu),
+        cmocka_unit_test(test_delta_rule),
     };
     if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;
     return cmocka_run_group_tests(tests, setup_ctx, teardown_ctx);

@@ -9,7 +9,7 @@
  *     holds more sliding blocks than its ring, and every block is back at the end;
  *   - the same with speculative decoding (drafts verified and rolled back in both pools);
  *   - prefix-cache hits on prompts longer than the window (a chat's next turn; a whole prompt
- *     cached, copy-on-write in both pools);
+ *     cached, copy-on-write in both pools), and a hit cut short where its window was evicted;
  *   - preemption when the full pool runs short. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -308,6 +308,38 @@ static void test_prefix_hits(void **state)
     assert_int_equal(b[2].cached, 224 - 1); /* whole: the last position is recomputed, in copies */
 }
 
+/* A hit whose window was evicted: after six long sequences cycled the sliding pool many times
+ * over, the first one's prompt and early reply are still in the full pool (a hit of 4 blocks
+ * there) but their window's sliding blocks are long gone, so the hit is cut to a prefix whose
+ * window is still cached (none here): fewer positions read from the cache, the same tokens. */
+static void test_window_evicted(void **state)
+{
+    fixture *f = *state;
+    if (!f->m) skip();
+    job jobs[N_JOBS];
+    make_jobs(f, jobs, 600);
+    outcome a[N_JOBS], b[N_JOBS], a1, b1;
+    run_stats rs;
+    static int32_t turn[165];
+    for (int pass = 0; pass < 2; pass++) {
+        sched *s = open_sched(f, pass ? f->swa : f->plain, SCHED_SPEC_OFF);
+        run_on(f, s, jobs, N_JOBS, pass ? b : a, &rs);
+        /* the first job's prompt (5 tokens) and 150 of its reply, then 10 new tokens */
+        memcpy(turn, g_prompts[0], 5 * sizeof *turn);
+        memcpy(turn + 5, a[0].ids, 150 * sizeof *turn);
+        memcpy(turn + 155, g_prompts[1], 10 * sizeof *turn);
+        const job next = {.prompt = turn, .n_prompt = 165, .max_tokens = 100};
+        run_on(f, s, &next, 1, pass ? &b1 : &a1, &rs);
+        sched_destroy(s);
+    }
+    assert_same(f, a, b, N_JOBS, "before the next turn");
+    assert_same(f, &a1, &b1, 1, "window evicted");
+    print_message("%s: the next turn read %d prompt tokens from the cache without the pool, %d with it (its "
+                  "window evicted)\n", f->name, a1.cached, b1.cached);
+    assert_int_equal(a1.cached, 4 * ENGINE_KV_BLOCK);
+    assert_true(b1.cached < a1.cached);
+}
+
 /* A full pool of a few dozen blocks for six rows of up to ~700 tokens (22 blocks each): running
  * sequences are preempted and recomputed (mostly from the prefix cache, sliding windows
  * included), and the tokens are still those without the sliding pool and without preemption. */
@@ -342,6 +374,7 @@ static void test_preemption(void **state)
 #define MODEL_TESTS(setup)                                                          \
     cmocka_unit_test_setup_teardown(test_long_decode, setup, teardown),            \
         cmocka_unit_test_setup_teardown(test_prefix_hits, setup, teardown),        \
+        cmocka_unit_test_setup_teardown(test_window_evicted, setup, teardown),     \
         cmocka_unit_test_setup_teardown(test_preemption, setup, teardown)
 
 int main(void)

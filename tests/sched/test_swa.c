@@ -237,7 +237,7 @@ static void make_jobs(const fixture *f, job *jobs, int max_tokens)
     }
 }
 
-/* Six sequences decoding 600 tokens each (19+ blocks) past a window of 8, in one batch, with
+/* Six sequences decoding 400 tokens each (13+ blocks) past a window of 8, in one batch, with
  * a sliding pool of 6 blocks per row: without freeing it would run out after 6 blocks each. */
 static void test_long_decode(void **state)
 {
@@ -246,9 +246,9 @@ static void test_long_decode(void **state)
     const int window = engine_kv_swa_window(f->swa), ring = engine_kv_swa_ring(f->swa);
     assert_int_equal(engine_kv_blocks_swa(f->plain), 0);
     assert_true(window > 0 && window < 2 * ENGINE_KV_BLOCK);
-    assert_true(engine_kv_blocks_swa(f->swa) < N_JOBS * (5 + 600) / ENGINE_KV_BLOCK); /* what they need without freeing */
+    assert_true(engine_kv_blocks_swa(f->swa) < N_JOBS * (5 + 400) / ENGINE_KV_BLOCK); /* what they need without freeing */
     job jobs[N_JOBS];
-    make_jobs(f, jobs, 600);
+    make_jobs(f, jobs, 400);
     outcome a[N_JOBS], b[N_JOBS];
     run_stats ra, rb;
     run_jobs(f, f->plain, SCHED_SPEC_OFF, jobs, N_JOBS, a, &ra);
@@ -261,7 +261,7 @@ static void test_long_decode(void **state)
     assert_int_equal(rb.end.kv_blocks_used, 0);
     print_message("%s: window %d, sliding pool %d blocks (ring %d), at most %d in use for %d sequences of up to %d tokens; "
                   "a sequence of %d tokens holds %zu bytes of K/V (%zu without the pool)\n",
-                  f->name, window, engine_kv_blocks_swa(f->swa), ring, rb.swa_used_max, N_JOBS, 670, CTX,
+                  f->name, window, engine_kv_blocks_swa(f->swa), ring, rb.swa_used_max, N_JOBS, 470, CTX,
                   engine_kv_seq_bytes(f->swa, CTX), engine_kv_seq_bytes(f->plain, CTX));
     /* speculative decoding: drafts' sliding blocks taken and given back with the full ones */
     run_jobs(f, f->swa, SCHED_SPEC_NGRAM, jobs, N_JOBS, b, &rb);
@@ -317,7 +317,7 @@ static void test_window_evicted(void **state)
     fixture *f = *state;
     if (!f->m) skip();
     job jobs[N_JOBS];
-    make_jobs(f, jobs, 600);
+    make_jobs(f, jobs, 400);
     outcome a[N_JOBS], b[N_JOBS], a1, b1;
     run_stats rs;
     static int32_t turn[165];

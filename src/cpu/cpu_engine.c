@@ -33,11 +33,16 @@ typedef struct cpu_engine {
     cpu_pool *pool;
     int q_dim, kv_dim;
 
-    /* K and V as [block][layer][row][kv_dim]; per row (slot), the tokens fed so far. */
-    float *key_cache, *value_cache;
-    int n_blocks, table_width; /* pool blocks; blocks of one sequence's table */
-    int n_kv_layers; /* layers with K/V (full attention); kv_layer[il] is layer il's index among them */
+    /* K and V as [block][layer][row][kv_dim]; per row (slot), the tokens fed so far.  A model
+     * with sliding-window layers keeps theirs in a second pool of the same layout (key_swa,
+     * value_swa; engine.h), unless the config asks for one pool. */
+    float *key_cache, *value_cache, *key_swa, *value_swa;
+    int n_blocks, n_blocks_swa, table_width; /* pool blocks; blocks of one sequence's table */
+    /* Layers with K/V (all but linear ones) in each pool; kv_layer[il] is layer il's index
+     * among those of its pool, kv_swa[il] whether that pool is the sliding one. */
+    int n_kv_layers, n_swa_layers;
     int *kv_layer;
+    bool *kv_swa;
     int32_t *history; /* [slot][ctx_per_slot] */
     int *slot_len;    /* tokens of history */
 
@@ -46,7 +51,7 @@ typedef struct cpu_engine {
     int32_t *tok_id;
     int *tok_seq, *tok_pos;
     int *tok_keys; /* bidirectional attention: the length of each token's sequence */
-    int32_t *tables;
+    int32_t *tables, *tables_swa;
     int *out_tok; /* batch token of each LM-head row */
     int *out_seq; /* its sequence */
 
@@ -90,24 +95,27 @@ typedef struct cpu_engine {
     void *sample_scratch;
 } cpu_engine;
 
-/* Only full-attention layers keep K/V: a block holds n_kv_layers of them. */
-static size_t kv_block_floats(const cpu_engine *e)
+/* Only attention layers keep K/V: a block of a pool holds its layers' (swa: the sliding pool). */
+static size_t kv_block_floats(const cpu_engine *e, bool swa)
 {
-    return (size_t)e->n_kv_layers * ENGINE_KV_BLOCK * (size_t)e->kv_dim;
+    return (size_t)(swa ? e->n_swa_layers : e->n_kv_layers) * ENGINE_KV_BLOCK * (size_t)e->kv_dim;
 }
 
-/* Offset of (block, layer il, row) in the K/V caches. */
+/* Offset of (block, layer il, row) in the K/V caches of layer il's pool. */
 static size_t kv_index(const cpu_engine *e, int32_t block, int il, int row)
 {
-    return (size_t)block * kv_block_floats(e) +
+    return (size_t)block * kv_block_floats(e, e->kv_swa[il]) +
            ((size_t)e->kv_layer[il] * ENGINE_KV_BLOCK + (size_t)row) * (size_t)e->kv_dim;
 }
+
+/* The block tables of layer il's pool, [seq][table_width]. */
+static int32_t *kv_tables(const cpu_engine *e, int il) { return e->kv_swa[il] ? e->tables_swa : e->tables; }
 
 /* Where token t's K/V go: its sequence's block of its position. */
 static size_t kv_token_index(const cpu_engine *e, int t, int layer)
 {
     int p = e->tok_pos[t];
-    int32_t block = e->tables[(size_t)e->tok_seq[t] * e->table_width + p / ENGINE_KV_BLOCK];
+    int32_t block = kv_tables(e, layer)[(size_t)e->tok_seq[t] * e->table_width + p / ENGINE_KV_BLOCK];
     return kv_index(e, block, layer, p % ENGINE_KV_BLOCK);
 }
 
@@ -236,8 +244,8 @@ static void store_kv(cpu_engine *e, int il, int n_tok, const cpu_rope *rope)
         if (ly->recipe.attn_extras & ARCH_ATTN_V_NORM) head_rmsnorm(v, ly->n_head_kv, hd, NULL, hp->rms_eps);
         if (e->base.m->desc->rope != ARCH_ROPE_NONE) cpu_rope_apply(rope, k, ly->n_head_kv, e->tok_pos[t]);
         size_t at = kv_token_index(e, t, il);
-        memcpy(e->key_cache + at, k, (size_t)kv_w * sizeof(float));
-        memcpy(e->value_cache + at, v, (size_t)kv_w * sizeof(float));
+        memcpy((e->kv_swa[il] ? e->key_swa : e->key_cache) + at, k, (size_t)kv_w * sizeof(float));
+        memcpy((e->kv_swa[il] ? e->value_swa : e->value_cache) + at, v, (size_t)kv_w * sizeof(float));
     }
 }
 
@@ -271,11 +279,14 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
         if (e->base.m->desc->rope != ARCH_ROPE_NONE) cpu_rope_apply(&rope, q, hp->n_head, e->tok_pos[t]);
     }
     if (ly->kv_source == il) store_kv(e, il, n_tok, &rope);
-    size_t layer_base = kv_index(e, 0, ly->kv_source, 0);
+    const int src = ly->kv_source;
+    const bool swa = e->kv_swa[src];
+    size_t layer_base = kv_index(e, 0, src, 0);
     cpu_attention at = {
         .out = e->xb, .q = e->q,
-        .key_cache = e->key_cache + layer_base, .value_cache = e->value_cache + layer_base,
-        .block_stride = (long)kv_block_floats(e), .row_stride = e->kv_dim, .tables = e->tables,
+        .key_cache = (swa ? e->key_swa : e->key_cache) + layer_base,
+        .value_cache = (swa ? e->value_swa : e->value_cache) + layer_base,
+        .block_stride = (long)kv_block_floats(e, swa), .row_stride = e->kv_dim, .tables = kv_tables(e, src),
         .table_width = e->table_width, .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
         .n_head = hp->n_head, .n_head_kv = ly->n_head_kv, .head_dim = hd,
         .window = ly->window, .score_div = sqrtf(hp->attn_scalar),
@@ -657,8 +668,13 @@ static int plan_batch(cpu_engine *e, const engine_seq *seqs, int n_seqs, int *n_
         int32_t *hist = e->history + (size_t)s->slot * e->base.cfg.ctx_per_slot;
         int have = e->slot_len[s->slot];
         if (have < s->pos) memcpy(hist + have, s->history + have, (size_t)(s->pos - have) * sizeof *hist);
-        for (int b = 0; b <= (s->pos + s->n_tokens - 1) / ENGINE_KV_BLOCK; b++)
-            e->tables[(size_t)i * e->table_width + b] = engine_seq_block(&e->base, s, b);
+        const int last = (s->pos + s->n_tokens - 1) / ENGINE_KV_BLOCK;
+        for (int b = 0; b <= last; b++) e->tables[(size_t)i * e->table_width + b] = engine_seq_block(&e->base, s, b);
+        if (e->n_blocks_swa) { /* the sliding table from the window of the first query on (engine.h) */
+            int32_t *row = e->tables_swa + (size_t)i * e->table_width;
+            const int first = engine_swa_first_block(s->pos, e->base.swa_window);
+            for (int b = 0; b <= last; b++) row[b] = b < first ? -1 : engine_seq_block_swa(&e->base, s, b);
+        }
         for (int j = 0; j < s->n_tokens; j++, n_tok++) {
             e->tok_id[n_tok] = s->tokens[j];
             e->tok_seq[n_tok] = i;
@@ -772,14 +788,28 @@ static void cpu_slot_clear(engine *base, int slot)
     e->slot_len[slot] = 0;
 }
 
+/* Copies block src of one pool (its K and V caches, blocks of n floats) into block dst. */
+static void copy_block(float *key, float *value, size_t n, int dst, int src)
+{
+    memcpy(key + (size_t)dst * n, key + (size_t)src * n, n * sizeof(float));
+    memcpy(value + (size_t)dst * n, value + (size_t)src * n, n * sizeof(float));
+}
+
 static int cpu_kv_copy(engine *base, int dst, int src, char *err, size_t errlen)
 {
     (void)err;
     (void)errlen;
     cpu_engine *e = (cpu_engine *)base;
-    size_t n = kv_block_floats(e);
-    memcpy(e->key_cache + (size_t)dst * n, e->key_cache + (size_t)src * n, n * sizeof(float));
-    memcpy(e->value_cache + (size_t)dst * n, e->value_cache + (size_t)src * n, n * sizeof(float));
+    copy_block(e->key_cache, e->value_cache, kv_block_floats(e, false), dst, src);
+    return 0;
+}
+
+static int cpu_kv_copy_swa(engine *base, int dst, int src, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    cpu_engine *e = (cpu_engine *)base;
+    copy_block(e->key_swa, e->value_swa, kv_block_floats(e, true), dst, src);
     return 0;
 }
 
@@ -798,7 +828,7 @@ static void cpu_destroy(engine *base)
 {
     cpu_engine *e = (cpu_engine *)base;
     cpu_pool_free(e->pool);
-    void *bufs[] = {e->key_cache, e->value_cache, e->history, e->slot_len, e->tok_id, e->tok_seq,
+    void *bufs[] = {e->key_cache, e->value_cache, e->key_swa, e->value_swa, e->kv_swa, e->tables_swa, e->history, e->slot_len, e->tok_id, e->tok_seq,
                     e->tables, e->tok_pos, e->tok_keys, e->out_tok, e->out_seq, e->x, e->xb, e->xb2, e->q, e->k, e->v,
                     e->hb, e->hb2, e->scores, e->logits, e->sample_scratch, e->router, e->moe_ids,
                     e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->ple, e->ple_gate,
@@ -814,6 +844,7 @@ static const engine_vtable CPU_VTABLE = {
     .step = cpu_step,
     .slot_clear = cpu_slot_clear,
     .kv_copy = cpu_kv_copy,
+    .kv_copy_swa = cpu_kv_copy_swa,
     .state_copy = cpu_state_copy,
     .destroy = cpu_destroy,
 };
@@ -901,6 +932,24 @@ static int check_config(const engine_config *cfg, char *err, size_t errlen)
     return 0;
 }
 
+/* The window of the sliding layers' own pool (docs/sliding-kv.md), 0 for none: the model has no
+ * sliding layer, the config asks for one pool, a layer without a window reads a sliding
+ * layer's K/V (it needs them all), or a row's ring of sliding blocks (a window plus a step's
+ * tokens) would be no smaller than its whole table (nothing to save). */
+static int swa_pool_window(const model *m, const engine_config *cfg, int table_width)
+{
+    if (cfg->no_swa_pool) return 0;
+    int window = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *ly = &m->layers[il];
+        if (ly->recipe.attn == ARCH_ATTN_LINEAR || m->layers[ly->kv_source].window == 0) continue;
+        if (ly->window == 0) return 0;
+        if (ly->window > window) window = ly->window;
+    }
+    const int ring = (window + cfg->max_batch_tokens + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1;
+    return window > 0 && ring < table_width ? window : 0;
+}
+
 engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, size_t errlen)
 {
     if (check_config(cfg, err, errlen) != 0 || model_check_features(m, CPU_FEATURES, "cpu", err, errlen) != 0)
@@ -931,10 +980,14 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     if (e->logits_rows > cfg->max_batch_tokens) e->logits_rows = cfg->max_batch_tokens;
 
     const size_t B = (size_t)cfg->max_batch_tokens, slots = (size_t)cfg->n_slots, ctx = (size_t)cfg->ctx_per_slot;
+    e->table_width = (cfg->ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+    const int window = swa_pool_window(m, cfg, e->table_width);
     size_t n_lin = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         n_lin += m->layers[il].recipe.attn == ARCH_ATTN_LINEAR;
-        e->n_kv_layers += m->layers[il].recipe.attn != ARCH_ATTN_LINEAR;
+        const bool kv = m->layers[il].recipe.attn != ARCH_ATTN_LINEAR, swa = kv && window && m->layers[il].window;
+        e->n_swa_layers += swa;
+        e->n_kv_layers += kv && !swa;
     }
     /* A hybrid's recurrent state, per slot and linear layer: the conv window, then the
      * delta state (v heads of d x d). */
@@ -945,23 +998,30 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         e->layer_floats = e->conv_floats + (size_t)hp->ssm_vheads * hp->ssm_state * hp->ssm_state;
         e->slot_floats = n_lin * e->layer_floats;
     }
-    e->table_width = (cfg->ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
-    /* The pool: a memory budget when given, else what one slot per sequence used to hold, so
-     * the default takes no more memory than before and sharing only adds capacity. */
+    /* The sliding pool: every row's ring (a window plus a step's tokens, what a NULL table uses
+     * and the most one sequence holds at once) and as many windows again for the prefix cache
+     * (kvcache.h keeps freed sliding blocks there until they are needed). */
+    const size_t ring = window ? (size_t)(window + cfg->max_batch_tokens + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1 : 0;
+    const size_t n_swa = mul(slots, ring + (window ? (size_t)(window + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1 : 0));
+    const size_t swa_bytes = mul(n_swa, 2 * kv_block_floats(e, true) * sizeof(float));
+    /* The pool: a memory budget when given (less the sliding pool), else what one slot per
+     * sequence used to hold, so the default takes no more memory than before and sharing only
+     * adds capacity. */
     size_t n_blocks = mul(slots, (size_t)e->table_width);
     if (cfg->kv_cache_mb) {
-        size_t block_bytes = 2 * kv_block_floats(e) * sizeof(float);
+        size_t block_bytes = 2 * kv_block_floats(e, false) * sizeof(float);
         if (block_bytes == 0) block_bytes = 1; /* no full-attention layer: blocks hold nothing */
-        n_blocks = mul(cfg->kv_cache_mb, (size_t)1 << 20) / block_bytes;
+        size_t budget = mul(cfg->kv_cache_mb, (size_t)1 << 20);
+        n_blocks = budget > swa_bytes ? (budget - swa_bytes) / block_bytes : 0;
         if (n_blocks < 1 || n_blocks > CFG_MAX) {
-            snprintf(err, errlen, "--kv-cache-size %zu MiB holds %zu KV blocks of %d tokens (%.2f MiB each); "
-                     "it must hold 1 to %d", cfg->kv_cache_mb, n_blocks, ENGINE_KV_BLOCK,
-                     (double)block_bytes / 1048576.0, CFG_MAX);
+            snprintf(err, errlen, "--kv-cache-size %zu MiB holds %zu KV blocks of %d tokens (%.2f MiB each) "
+                     "beside the sliding layers' %.2f MiB; it must hold 1 to %d", cfg->kv_cache_mb, n_blocks,
+                     ENGINE_KV_BLOCK, (double)block_bytes / 1048576.0, (double)swa_bytes / 1048576.0, CFG_MAX);
             cpu_destroy(&e->base);
             return NULL;
         }
     }
-    const size_t kv = mul(n_blocks, kv_block_floats(e));
+    const size_t kv = mul(n_blocks, kv_block_floats(e, false)), kv_swa = mul(n_swa, kv_block_floats(e, true));
     size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
     if ((size_t)hp->ssm_inner > wide) wide = (size_t)hp->ssm_inner;
     size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
@@ -975,6 +1035,10 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     const buffer_request req[] = {
         {(void **)&e->key_cache, "K cache", kv, sizeof(float)},
         {(void **)&e->value_cache, "V cache", kv, sizeof(float)},
+        {(void **)&e->key_swa, "sliding K cache", kv_swa, sizeof(float)},
+        {(void **)&e->value_swa, "sliding V cache", kv_swa, sizeof(float)},
+        {(void **)&e->tables_swa, "sliding block tables", window ? mul(slots, (size_t)e->table_width) : 0, sizeof(int32_t)},
+        {(void **)&e->kv_swa, "layer table", (size_t)hp->n_layer, sizeof(bool)},
         {(void **)&e->history, "token history", mul(slots, ctx), sizeof(int32_t)},
         {(void **)&e->slot_len, "slot table", slots, sizeof(int)},
         {(void **)&e->tok_id, "batch tokens", B, sizeof(int32_t)},
@@ -1027,16 +1091,22 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         cpu_destroy(&e->base);
         return NULL;
     }
-    if (n_blocks > CFG_MAX) { /* block ids are ints: only reachable with a machine of petabytes */
+    if (n_blocks > CFG_MAX || n_swa > CFG_MAX) { /* block ids are ints: only reachable with a machine of petabytes */
         snprintf(err, errlen, "%zu KV blocks, more than %d (lower -np or -c)", n_blocks, CFG_MAX);
         cpu_destroy(&e->base);
         return NULL;
     }
     e->n_blocks = (int)n_blocks;
+    e->n_blocks_swa = (int)n_swa; /* below n_blocks x the sliding share: a ring is less than a table */
     e->base.kv_blocks = e->n_blocks;
-    for (int il = 0, kv = 0, lin = 0; il < hp->n_layer; il++) {
+    e->base.kv_blocks_swa = e->n_blocks_swa;
+    e->base.swa_window = window;
+    e->base.kv_block_bytes = 2 * kv_block_floats(e, false) * sizeof(float);
+    e->base.kv_block_bytes_swa = 2 * kv_block_floats(e, true) * sizeof(float);
+    for (int il = 0, kv = 0, swa = 0, lin = 0; il < hp->n_layer; il++) {
         const bool linear = m->layers[il].recipe.attn == ARCH_ATTN_LINEAR;
-        e->kv_layer[il] = linear ? -1 : kv++;
+        e->kv_swa[il] = !linear && window && m->layers[il].window;
+        e->kv_layer[il] = linear ? -1 : e->kv_swa[il] ? swa++ : kv++;
         e->lin_index[il] = linear ? lin++ : -1;
     }
     if (n_lin) {

@@ -495,6 +495,13 @@ static int load(serve_state *st, const inferd_opts *o)
                  "automatic prefix caching %s",
                  ss.kv_blocks_total, ENGINE_KV_BLOCK, (long long)ss.kv_blocks_total * ENGINE_KV_BLOCK, o->parallel,
                  sm.ctx_per_slot, o->prefix_cache ? "on" : "off");
+        if (ss.kv_swa_blocks_total) /* docs/sliding-kv.md: the sliding layers keep only their window */
+            log_info("KV cache: the sliding-window layers' own pool: %d blocks (window %d); a sequence of %d tokens "
+                     "holds %.1f MiB of K/V (%.1f MiB with every layer's K/V kept)",
+                     ss.kv_swa_blocks_total, engine_kv_swa_window(st->e), sm.ctx_per_slot,
+                     (double)engine_kv_seq_bytes(st->e, sm.ctx_per_slot) / 1048576.0,
+                     (double)((size_t)(sm.ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK *
+                              (engine_kv_block_bytes(st->e) + engine_kv_block_bytes_swa(st->e))) / 1048576.0);
     }
     server_set_ready(st->sv, &sm);
     return 0;

@@ -33,6 +33,12 @@ int32_t engine_seq_block(const engine *e, const engine_seq *s, int index)
     return s->blocks ? s->blocks[index] : s->slot * engine_kv_blocks_per_seq(e) + index;
 }
 
+int32_t engine_seq_block_swa(const engine *e, const engine_seq *s, int index)
+{
+    const int ring = engine_kv_swa_ring(e);
+    return s->blocks_swa ? s->blocks_swa[index] : s->slot * ring + index % ring;
+}
+
 int engine_seq_state(const engine_seq *s) { return s->blocks ? s->state : s->slot; }
 
 /* Every block the sequence reaches must be in the pool; a NULL table needs the row's fixed
@@ -45,6 +51,16 @@ static int check_blocks(const engine *e, const engine_seq *s, int i, char *err, 
         if (id < 0 || id >= e->kv_blocks) {
             snprintf(err, errlen, "seq %d: KV block %d (entry %d of its table) is not in the pool of %d%s", i,
                      (int)id, b, e->kv_blocks, s->blocks ? "" : " (no block table: the row's fixed blocks)");
+            return ENGINE_EINVAL;
+        }
+    }
+    if (!e->kv_blocks_swa) return 0;
+    /* the sliding table: from the window of the step's first query on */
+    for (int b = engine_swa_first_block(s->pos, e->swa_window); b <= last; b++) {
+        int32_t id = engine_seq_block_swa(e, s, b);
+        if (id < 0 || id >= e->kv_blocks_swa) {
+            snprintf(err, errlen, "seq %d: sliding KV block %d (entry %d of its sliding table) is not in the pool of %d%s",
+                     i, (int)id, b, e->kv_blocks_swa, s->blocks_swa ? "" : " (no sliding table: the row's ring)");
             return ENGINE_EINVAL;
         }
     }
@@ -299,14 +315,30 @@ void engine_slot_clear(engine *e, int slot)
     if (slot >= 0 && slot < e->cfg.n_slots) e->vt->slot_clear(e, slot);
 }
 
-int engine_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
+/* A block copy in a pool of n blocks (what: "" or "sliding ") through the backend's fn. */
+static int kv_copy_in(engine *e, int (*fn)(engine *, int, int, char *, size_t), int n, const char *what, int dst,
+                      int src, char *err, size_t errlen)
 {
-    if (dst < 0 || dst >= e->kv_blocks || src < 0 || src >= e->kv_blocks) {
-        snprintf(err, errlen, "KV copy %d -> %d: block outside the pool of %d", src, dst, e->kv_blocks);
+    if (!n || !fn) {
+        snprintf(err, errlen, "%sKV copy: the engine has no such pool", what);
+        return ENGINE_EINVAL;
+    }
+    if (dst < 0 || dst >= n || src < 0 || src >= n) {
+        snprintf(err, errlen, "%sKV copy %d -> %d: block outside the pool of %d", what, src, dst, n);
         return ENGINE_EINVAL;
     }
     if (dst == src) return 0;
-    return e->vt->kv_copy(e, dst, src, err, errlen);
+    return fn(e, dst, src, err, errlen);
+}
+
+int engine_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    return kv_copy_in(e, e->vt->kv_copy, e->kv_blocks, "", dst, src, err, errlen);
+}
+
+int engine_kv_copy_swa(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    return kv_copy_in(e, e->vt->kv_copy_swa, e->kv_blocks_swa, "sliding ", dst, src, err, errlen);
 }
 
 int engine_state_copy(engine *e, int dst, int src, char *err, size_t errlen)
@@ -328,6 +360,27 @@ size_t engine_state_bytes(const engine *e) { return e->state_bytes; }
 int engine_state_slots(const engine *e) { return e->n_states; }
 
 int engine_kv_blocks(const engine *e) { return e->kv_blocks; }
+
+int engine_kv_blocks_swa(const engine *e) { return e->kv_blocks_swa; }
+
+int engine_kv_swa_window(const engine *e) { return e->kv_blocks_swa ? e->swa_window : 0; }
+
+int engine_kv_swa_ring(const engine *e)
+{
+    if (!e->kv_blocks_swa) return 0;
+    return (e->swa_window + e->cfg.max_batch_tokens + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1;
+}
+
+size_t engine_kv_block_bytes(const engine *e) { return e->kv_block_bytes; }
+
+size_t engine_kv_block_bytes_swa(const engine *e) { return e->kv_blocks_swa ? e->kv_block_bytes_swa : 0; }
+
+size_t engine_kv_seq_bytes(const engine *e, int n_tokens)
+{
+    size_t full = (size_t)(n_tokens + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK * e->kv_block_bytes;
+    if (!e->kv_blocks_swa) return full;
+    return full + (size_t)engine_swa_blocks_held(n_tokens, e->swa_window) * e->kv_block_bytes_swa;
+}
 
 void engine_free(engine *e)
 {

@@ -11,6 +11,13 @@
  * sequences share a block (a cached prefix), is the caller's business: the engine never
  * allocates blocks and only ever writes the positions a step carries.
  *
+ * Sliding-window models (layers with model_layer.window > 0: gemma3, gemma4, gpt-oss) may have a
+ * second pool for those layers' K/V (engine_kv_blocks_swa() > 0; 0: every layer's K/V are in
+ * the one pool, as for any other model).  A sequence then has a second block table,
+ * engine_seq.blocks_swa, indexed like `blocks`; a query at position p of a sliding layer reads
+ * only keys from engine_swa_first_key(p, window) on, so the entries of blocks wholly before the
+ * window of a step's first query may be -1: the caller frees them (docs/sliding-kv.md).
+ *
  * Hybrid models (a layer recipe with gated DeltaNet layers, engine_state_bytes() > 0) also
  * keep, per sequence, a recurrent state that is not a list of positions: conv and delta
  * state of every linear layer.  The engine holds a pool of state slots (engine_config
@@ -103,6 +110,11 @@ typedef struct engine_seq {
      * blocks of ctx_per_slot), for tools that run one sequence per row over a pool of at least
      * n_slots*B blocks (the default CPU pool).  Blocks before pos's are only read. */
     const int32_t *blocks;
+    /* With a sliding pool (engine_kv_blocks_swa() > 0): the sliding layers' blocks of the same
+     * positions, ids in that pool; entries before engine_swa_first_block(pos, window) are not
+     * read (-1 allowed).  NULL: the row's own ring of engine_kv_swa_ring() blocks of that pool
+     * (block slot * ring + index % ring), enough for one sequence per row fed in order. */
+    const int32_t *blocks_swa;
     /* Hybrid models: the state slot (0..n_states-1) holding this sequence's recurrent state.
      * Used with a block table; without one (blocks NULL) the row's own slot `slot` is. */
     int state;
@@ -168,6 +180,10 @@ typedef struct engine_config {
      * request's tokens and logprobs are bit-identical whatever else runs (docs/determinism.md).
      * The CPU backend's kernels are row-wise already; the GPU one takes fixed paths. */
     bool deterministic;
+    /* A model with sliding-window layers: keep their K/V in the one pool with the other
+     * layers' (no sliding pool, engine_kv_blocks_swa() 0), as before docs/sliding-kv.md: the
+     * baseline the tests compare freeing against. */
+    bool no_swa_pool;
     bool verbose;
 } engine_config;
 
@@ -178,6 +194,37 @@ typedef struct engine engine;
 const engine_config *engine_get_config(const engine *e);
 /* Blocks in the KV pool (ids 0..n-1), each ENGINE_KV_BLOCK positions. */
 int engine_kv_blocks(const engine *e);
+/* Blocks in the sliding layers' pool (ids 0..n-1); 0: the model has no separate sliding pool
+ * (no sliding layers, the backend keeps none, or no_swa_pool) and blocks_swa is ignored. */
+int engine_kv_blocks_swa(const engine *e);
+/* The widest sliding window of the layers in the sliding pool (0 without one). */
+int engine_kv_swa_window(const engine *e);
+/* Sliding blocks a row's NULL blocks_swa ring holds: enough for a window plus a step's tokens,
+ * ceil((window + max_batch_tokens) / ENGINE_KV_BLOCK) + 1 (0 without a sliding pool). */
+int engine_kv_swa_ring(const engine *e);
+/* Bytes of one block of each pool (the sliding one's 0 without it). */
+size_t engine_kv_block_bytes(const engine *e);
+size_t engine_kv_block_bytes_swa(const engine *e);
+/* K/V bytes a sequence of n_tokens positions holds while it decodes: its full-pool blocks plus,
+ * with a sliding pool, the sliding blocks of its next query's window (engine_swa_blocks_held). */
+size_t engine_kv_seq_bytes(const engine *e, int n_tokens);
+
+/* The first key a query at position pos reads in a layer of window `window` (0: all). */
+static inline int engine_swa_first_key(int pos, int window)
+{
+    return window > 0 && pos >= window ? pos - window + 1 : 0;
+}
+/* The first block (table entry) that queries at positions >= pos read. */
+static inline int engine_swa_first_block(int pos, int window)
+{
+    return engine_swa_first_key(pos, window) / ENGINE_KV_BLOCK;
+}
+/* Sliding blocks a sequence of n_tokens positions holds between decode steps: those from its
+ * next query's window on (position n_tokens) through the block of that position. */
+static inline int engine_swa_blocks_held(int n_tokens, int window)
+{
+    return n_tokens / ENGINE_KV_BLOCK - engine_swa_first_block(n_tokens, window) + 1;
+}
 const model *engine_model(const engine *e);
 /* Floats an embedding of n_tokens tokens writes to engine_embed.out: n_embd (n_tokens * n_embd
  * for NONE, 1 for RANK). */
@@ -216,6 +263,8 @@ void engine_slot_clear(engine *e, int slot);
  * writes into a block that others share or that the prefix cache holds.  0, ENGINE_EINVAL
  * (ids out of range) or ENGINE_FATAL. */
 int engine_kv_copy(engine *e, int dst, int src, char *err, size_t errlen);
+/* The same in the sliding pool (ENGINE_EINVAL without one). */
+int engine_kv_copy_swa(engine *e, int dst, int src, char *err, size_t errlen);
 /* Hybrid models: copies state slot src (its state and the positions it holds) into dst: a
  * snapshot of a prefix, or one restored.  0 or ENGINE_EINVAL (ids out of range, or a model
  * without recurrent state). */

@@ -16,6 +16,8 @@ typedef struct engine_vtable {
                 char *err, size_t errlen);
     void (*slot_clear)(engine *e, int slot);
     int (*kv_copy)(engine *e, int dst, int src, char *err, size_t errlen); /* ids checked */
+    /* NULL for a backend without a sliding pool; ids checked */
+    int (*kv_copy_swa)(engine *e, int dst, int src, char *err, size_t errlen);
     /* NULL for a backend without recurrent state; ids checked */
     int (*state_copy)(engine *e, int dst, int src, char *err, size_t errlen);
     void (*destroy)(engine *e);
@@ -26,6 +28,9 @@ struct engine {
     const model *m;
     engine_config cfg;
     int kv_blocks; /* the pool's blocks, set by the backend's constructor */
+    /* The sliding layers' pool (0: none), its window and each pool's block bytes, likewise. */
+    int kv_blocks_swa, swa_window;
+    size_t kv_block_bytes, kv_block_bytes_swa;
     int n_states;  /* recurrent-state slots (0: the model has none), set likewise */
     size_t state_bytes; /* of one slot */
     /* engine.c's scratch for embedding sequences (grown on first use, freed by engine_free):
@@ -48,6 +53,8 @@ int engine_kv_blocks_per_seq(const engine *e);
 /* The pool block holding entry `index` of s's block table (its fixed blocks without a table);
  * check_batch has made sure it is in the pool. */
 int32_t engine_seq_block(const engine *e, const engine_seq *s, int index);
+/* The same in the sliding pool (the row's ring without blocks_swa). */
+int32_t engine_seq_block_swa(const engine *e, const engine_seq *s, int index);
 /* The state slot s uses (hybrid models): its `state` with a block table, else its row. */
 int engine_seq_state(const engine_seq *s);
 

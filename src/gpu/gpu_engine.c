@@ -603,6 +603,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         return -1;
     }
     g->base.kv_blocks = (int)n_blocks;
+    g->base.kv_block_bytes = pair; /* no sliding pool yet (docs/sliding-kv.md): kv_blocks_swa stays 0 */
     size_t kvb = g->kv_bytes / 2;
     alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, kvb}}, wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
     if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen)) return -1;

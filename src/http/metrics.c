@@ -88,6 +88,13 @@ void metrics_render(const metrics *m, const metrics_view *v, bytebuf *o)
     gauge(o, "inferd_kv_blocks_cached", "KV blocks unreferenced but kept by the prefix cache (evictable).", "gauge",
           st->kv_blocks_cached);
     gauge(o, "inferd_kv_blocks_free", "KV blocks holding nothing.", "gauge", st->kv_blocks_free);
+    gauge(o, "inferd_kv_swa_blocks_total", "Blocks in the sliding-window layers' KV pool (0: the model has none).",
+          "gauge", st->kv_swa_blocks_total);
+    gauge(o, "inferd_kv_swa_blocks_used", "Sliding KV blocks held by running sequences (their windows).", "gauge",
+          st->kv_swa_blocks_used);
+    gauge(o, "inferd_kv_swa_blocks_cached", "Sliding KV blocks let go but kept by the prefix cache (evictable).",
+          "gauge", st->kv_swa_blocks_cached);
+    gauge(o, "inferd_kv_swa_blocks_free", "Sliding KV blocks holding nothing.", "gauge", st->kv_swa_blocks_free);
     gauge(o, "inferd_state_slots_total", "Recurrent-state slots of a hybrid model (0 for others).", "gauge",
           st->state_slots_total);
     gauge(o, "inferd_state_slots_running", "Recurrent-state slots held by running sequences.", "gauge",

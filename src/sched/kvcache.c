@@ -223,12 +223,14 @@ int kvcache_cow(kvcache *c, kv_seq *q, int index, int32_t *src)
     if (fresh == NONE) return -1;
     q->blocks[index] = fresh;
     *src = old;
+    /* a hashed block's parent is the key before it, even where that block is gone (-1) */
+    const uint64_t parent = c->b[old].parent;
     /* The old block stays as it is until its next fresh use, which comes after the caller's
      * copy (the scheduler copies at once; a GPU copy is ordered before any later step). */
     block_unref(c, old);
     if (q->n_hashed > index) {
         q->n_hashed = index;
-        q->key = index > 0 ? c->b[q->blocks[index - 1]].key : 0;
+        q->key = parent;
     }
     return 1;
 }
@@ -238,6 +240,11 @@ void kvcache_commit(kvcache *c, kv_seq *q, const int32_t *tokens, int n_tokens)
     while (q->n_hashed < q->n_blocks && (q->n_hashed + 1) * B <= n_tokens) {
         int32_t id = q->blocks[q->n_hashed];
         const int32_t *t = tokens + (size_t)q->n_hashed * B;
+        if (id == NONE) { /* a sliding block already let go: the chain's key goes on */
+            q->key = block_key(c, q->key, t);
+            q->n_hashed++;
+            continue;
+        }
         kv_block *k = &c->b[id];
         if (!k->indexed) { /* an indexed block's key is its bucket: never rewritten */
             k->parent = q->key;
@@ -251,7 +258,8 @@ void kvcache_commit(kvcache *c, kv_seq *q, const int32_t *tokens, int n_tokens)
 
 void kvcache_release(kvcache *c, kv_seq *q)
 {
-    for (int i = q->n_blocks - 1; i >= 0; i--) block_unref(c, q->blocks[i]);
+    for (int i = q->n_blocks - 1; i >= 0; i--)
+        if (q->blocks[i] != NONE) block_unref(c, q->blocks[i]);
     q->n_blocks = q->n_hashed = 0;
     q->key = 0;
 }
@@ -260,6 +268,56 @@ void kvcache_truncate(kvcache *c, kv_seq *q, int n_tokens)
 {
     int keep = n_tokens > 0 ? (n_tokens + B - 1) / B : 0;
     if (keep < q->n_hashed) keep = q->n_hashed; /* an indexed block holds committed positions only */
-    for (int i = q->n_blocks - 1; i >= keep; i--) block_unref(c, q->blocks[i]);
+    for (int i = q->n_blocks - 1; i >= keep; i--)
+        if (q->blocks[i] != NONE) block_unref(c, q->blocks[i]);
     if (keep < q->n_blocks) q->n_blocks = keep;
+}
+
+void kvcache_drop_before(kvcache *c, kv_seq *q, int first)
+{
+    if (first > q->n_blocks) first = q->n_blocks;
+    for (int i = 0; i < first; i++) { /* the oldest first: the first evicted of those indexed */
+        if (q->blocks[i] == NONE) continue;
+        block_unref(c, q->blocks[i]);
+        q->blocks[i] = NONE;
+    }
+}
+
+int kvcache_held(const kv_seq *q)
+{
+    int n = 0;
+    for (int i = 0; i < q->n_blocks; i++) n += q->blocks[i] != NONE;
+    return n;
+}
+
+/* The first block of the window that a prefix of `end` positions must still have: what the
+ * query at its last position reads (a hit may recompute that position, engine.h). */
+static int window_first_block(int end, int window)
+{
+    return engine_swa_first_block(end - 1, window);
+}
+
+int kvcache_match_window(kvcache *c, kv_seq *q, const int32_t *tokens, int n_tokens, int window)
+{
+    int n = n_tokens / B < c->max_per_seq ? n_tokens / B : c->max_per_seq;
+    int best = 0, run = 0; /* run: the first block of the latest run of cached blocks */
+    uint64_t key = 0;
+    for (int i = 0; i < n; i++) {
+        const int32_t *t = tokens + (size_t)i * B;
+        if (index_find(c, key, t) == NONE) run = i + 1;
+        else if (run <= window_first_block((i + 1) * B, window)) best = i + 1;
+        key = block_key(c, key, t);
+    }
+    const int first = best ? window_first_block(best * B, window) : 0;
+    key = 0;
+    for (int i = 0; i < best; i++) {
+        const int32_t *t = tokens + (size_t)i * B;
+        int32_t id = i >= first ? index_find(c, key, t) : NONE; /* found in the first pass */
+        if (id != NONE) block_ref(c, id);
+        q->blocks[i] = id;
+        key = block_key(c, key, t);
+    }
+    q->n_blocks = q->n_hashed = best;
+    q->key = best ? key : 0;
+    return best * B;
 }

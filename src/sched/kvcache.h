@@ -17,7 +17,13 @@
  * collision cannot hand a sequence someone else's K/V.  Only full blocks are ever indexed,
  * and a sequence never writes into a block before its own end, so an indexed block is never
  * written again; the one exception, a sequence that must recompute the last position of a
- * fully cached prompt to get its logits, asks for copy-on-write (kvcache_cow) first. */
+ * fully cached prompt to get its logits, asks for copy-on-write (kvcache_cow) first.
+ *
+ * The scheduler keeps a second instance for a model's sliding-window layers (engine.h:
+ * engine_kv_blocks_swa).  There a table's blocks before the window of the sequence's next
+ * query are let go as it advances (kvcache_drop_before; their entries become -1), and a block
+ * let go that is indexed stays cached like any other, so the windows of recent prefixes stay
+ * findable until their blocks are needed (kvcache_match_window). */
 #ifndef INFERD_SCHED_KVCACHE_H
 #define INFERD_SCHED_KVCACHE_H
 
@@ -30,7 +36,7 @@ typedef struct kvcache kvcache;
 
 /* One sequence's block table: blocks[i] holds positions [i*B, (i+1)*B). */
 typedef struct kv_seq {
-    int32_t *blocks; /* capacity: the cache's max_blocks_per_seq */
+    int32_t *blocks; /* capacity: the cache's max_blocks_per_seq; -1: let go (kvcache_drop_before) */
     int n_blocks;
     int n_hashed;  /* leading blocks whose key is known (matched or committed) */
     uint64_t key;  /* key of block n_hashed-1 (0 before the first) */
@@ -75,5 +81,16 @@ void kvcache_truncate(kvcache *c, kv_seq *q, int n_tokens);
 /* Drops q's references (the deepest block first, so a chain is evicted from its tail) and
  * empties q.  Indexed blocks nobody uses any more stay cached. */
 void kvcache_release(kvcache *c, kv_seq *q);
+
+/* Sliding pools: q lets go of its blocks 0..first-1 (their entries become -1), the oldest
+ * first; indexed ones stay cached. */
+void kvcache_drop_before(kvcache *c, kv_seq *q, int first);
+/* Blocks q holds (its entries that are not -1). */
+int kvcache_held(const kv_seq *q);
+/* Sliding pools: q must be empty.  The longest prefix of tokens[0..n_tokens) (whole blocks)
+ * whose window is cached: every block from engine_swa_first_block(end - 1, window) to its end
+ * is indexed under the chain of tokens.  q takes those blocks (the entries before them -1),
+ * committed up to there; returns the positions covered (0: none). */
+int kvcache_match_window(kvcache *c, kv_seq *q, const int32_t *tokens, int n_tokens, int window);
 
 #endif

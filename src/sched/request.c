@@ -22,6 +22,7 @@ void req_free(sched_req *r)
     free(r->tokens);
     free(r->toks);
     kv_seq_free(&r->kv); /* the scheduler gave its blocks back when the request finished */
+    kv_seq_free(&r->kv_swa);
     free(r->bias_ids);
     free(r->bias_vals);
     grammar_matcher_free(r->gm);

@@ -51,6 +51,7 @@ struct sched_req {
                       * n_prompt + max_tokens), so a preempted request can be recomputed */
     int n_toks;
     kv_seq kv;       /* its block table while running */
+    kv_seq kv_swa;   /* its sliding-layer table (a model with a sliding pool) */
     int state;       /* hybrid models: its recurrent-state slot while running; -1 */
     int snap_slot, snap_tokens; /* its latest decode snapshot (statecache_drop); -1, 0 */
     int share_at; /* a prefix it shares with cached blocks but no snapshot: one is taken there; 0 */

@@ -81,6 +81,10 @@ struct sched {
     sched_req **seq_req; /* request of seqs[i] */
     sched_req **prefill; /* plan_step / running_by_age scratch */
     kvcache *kv;         /* the engine's KV blocks: tables, prefix cache */
+    /* The engine's sliding-layer pool (engine_kv_blocks_swa; NULL without one) and its window:
+     * a request's blocks before its next query's window are let go (docs/sliding-kv.md). */
+    kvcache *kv_swa;
+    int swa_window;
     statecache *states;  /* a hybrid model's recurrent-state slots and snapshots; NULL otherwise */
     int max_ctx;         /* sched_max_context */
     int decode_rr;       /* round-robin start when decodes alone exceed the budget */
@@ -218,6 +222,12 @@ static void publish_kv_counts(sched *s)
     s->stats.kv_blocks_used = kc.used;
     s->stats.kv_blocks_cached = kc.cached;
     s->stats.kv_blocks_free = kc.free;
+    if (s->kv_swa) {
+        kvcache_counts sc = kvcache_count(s->kv_swa);
+        s->stats.kv_swa_blocks_used = sc.used;
+        s->stats.kv_swa_blocks_cached = sc.cached;
+        s->stats.kv_swa_blocks_free = sc.free;
+    }
     if (s->states) {
         statecache_counts sc = statecache_count(s->states);
         s->stats.state_slots_running = sc.running;
@@ -225,10 +235,20 @@ static void publish_kv_counts(sched *s)
     }
 }
 
+/* r's blocks go back to both pools. */
+static void release_blocks(sched *s, sched_req *r)
+{
+    if (r->kv.blocks) kvcache_release(s->kv, &r->kv); /* full blocks stay cached for others */
+    if (r->kv_swa.blocks) { /* the oldest first: the latest window is the last evicted */
+        kvcache_drop_before(s->kv_swa, &r->kv_swa, r->kv_swa.n_blocks);
+        kvcache_release(s->kv_swa, &r->kv_swa);
+    }
+}
+
 /* r leaves its row (finished or preempted): its blocks and its state slot go back. */
 static void release_memory(sched *s, sched_req *r)
 {
-    if (r->kv.blocks) kvcache_release(s->kv, &r->kv); /* full blocks stay cached for others */
+    release_blocks(s, r);
     if (r->state >= 0) statecache_put(s->states, r->state);
     r->state = -1;
     r->snap_slot = -1;
@@ -470,6 +490,32 @@ static void preempt(sched *s, sched_req *r)
     r->n_past = 0;
 }
 
+/* r's tables cover positions 0..n_tokens-1: full blocks, and sliding ones from the window on
+ * (those before it were let go, kvcache_drop_before).  False when either pool is short; the
+ * full table may have grown then. */
+static bool grow_blocks(sched *s, sched_req *r, int n_tokens)
+{
+    return kvcache_grow(s->kv, &r->kv, n_tokens) && (!s->kv_swa || kvcache_grow(s->kv_swa, &r->kv_swa, n_tokens));
+}
+
+/* r's positions 0..n_tokens-1 are computed: its full blocks among them go into the prefix
+ * index of each pool (before the sliding ones out of the window are let go, so those stay
+ * cached). */
+static void commit_blocks(sched *s, sched_req *r, int n_tokens)
+{
+    if (s->cfg.no_prefix_cache) return;
+    kvcache_commit(s->kv, &r->kv, r->toks, n_tokens);
+    if (s->kv_swa) kvcache_commit(s->kv_swa, &r->kv_swa, r->toks, n_tokens);
+}
+
+/* After r's positions up to n_past are computed and committed: its sliding blocks that end
+ * before the first key of its next query (position n_past) go back.  A decoding sequence so
+ * holds engine_swa_blocks_held() of them. */
+static void drop_out_of_window(sched *s, sched_req *r)
+{
+    if (s->kv_swa) kvcache_drop_before(s->kv_swa, &r->kv_swa, engine_swa_first_block(r->n_past, s->swa_window));
+}
+
 /* Every running sequence about to decode needs a block for its next position.  When the pool
  * runs dry, the most recently admitted running sequence is preempted, until the request
  * asking fits or is itself the one preempted: the oldest always progresses. */
@@ -479,7 +525,7 @@ static void reserve_decode_blocks(sched *s)
     for (int k = 0; k < n; k++) {
         sched_req *r = s->prefill[k];
         if (!r || !r->has_pending || prefilling(r)) continue;
-        while (!kvcache_grow(s->kv, &r->kv, r->n_past + 1)) {
+        while (!grow_blocks(s, r, r->n_past + 1)) {
             int v = n - 1;
             while (!s->prefill[v]) v--; /* r itself is there: the loop ends */
             sched_req *victim = s->prefill[v];
@@ -529,13 +575,41 @@ static int place_hybrid(sched *s, sched_req *r, int *start, char *err, size_t er
     return PLACE_OK;
 }
 
+/* A hit on a model with a sliding pool: the sliding layers' K/V of the hit's window must still
+ * be cached too (kvcache_match_window), else the positions after it cannot be computed.  The
+ * hit is cut to the longest prefix that has both, and the full blocks past it go back (they
+ * are recomputed).  r's sliding table gets that window's blocks. */
+static int match_window(sched *s, sched_req *r, int hit)
+{
+    int at = kvcache_match_window(s->kv_swa, &r->kv_swa, r->toks, hit, s->swa_window);
+    if (at < hit) {
+        kvcache_release(s->kv, &r->kv);
+        if (at > 0) kvcache_match(s->kv, &r->kv, r->toks, at); /* the chain is there: at positions */
+    }
+    return at;
+}
+
+/* Copy-on-write of entry `index` of r's table in one pool (swa: the sliding one). */
+static int place_cow(sched *s, sched_req *r, bool swa, int index, char *err, size_t errlen)
+{
+    kv_seq *q = swa ? &r->kv_swa : &r->kv;
+    int32_t src;
+    int cow = kvcache_cow(swa ? s->kv_swa : s->kv, q, index, &src);
+    if (cow <= 0) return cow < 0 ? PLACE_WAIT : PLACE_OK;
+    int rc = swa ? engine_kv_copy_swa(s->e, q->blocks[index], src, err, errlen)
+                 : engine_kv_copy(s->e, q->blocks[index], src, err, errlen);
+    return rc == 0 ? PLACE_OK : rc == ENGINE_FATAL ? PLACE_FATAL : PLACE_FAILED;
+}
+
 /* Gives r (a waiting request) blocks for what it must compute plus its next token: the longest
  * cached prefix first, fresh blocks for the rest.  A prompt that is cached whole still
  * computes its last position (its logits are the first sample), in a private copy of the last
- * block (copy-on-write).  PLACE_WAIT: too few blocks now, r keeps nothing. */
+ * block (copy-on-write).  PLACE_WAIT: too few blocks now, r keeps nothing.  Sliding blocks
+ * past the hit's window are taken chunk by chunk as the prompt is computed (plan_step). */
 static int place_blocks(sched *s, sched_req *r, int *start, char *err, size_t errlen)
 {
-    if (!r->kv.blocks && !kv_seq_init(&r->kv, s->kv)) {
+    if ((!r->kv.blocks && !kv_seq_init(&r->kv, s->kv)) ||
+        (s->kv_swa && !r->kv_swa.blocks && !kv_seq_init(&r->kv_swa, s->kv_swa))) {
         snprintf(err, errlen, "out of memory for the request's block table");
         return PLACE_FAILED;
     }
@@ -544,25 +618,17 @@ static int place_blocks(sched *s, sched_req *r, int *start, char *err, size_t er
     /* an embedding computes its whole prompt (an encoder's K/V are no causal prefix) and no
      * token follows it */
     int hit = s->cfg.no_prefix_cache || r->embed ? 0 : kvcache_match(s->kv, &r->kv, r->toks, target);
+    if (hit > 0 && s->kv_swa) hit = match_window(s, r, hit);
     *start = hit == target && r->n_generated == 0 ? target - 1 : hit;
     if (!kvcache_grow(s->kv, &r->kv, target + !r->embed)) {
-        kvcache_release(s->kv, &r->kv);
+        release_blocks(s, r);
         return PLACE_WAIT;
     }
-    if (*start < hit) {
-        int32_t src;
-        int cow = kvcache_cow(s->kv, &r->kv, *start / ENGINE_KV_BLOCK, &src);
-        if (cow < 0) {
-            kvcache_release(s->kv, &r->kv);
-            return PLACE_WAIT;
-        }
-        int rc = cow ? engine_kv_copy(s->e, r->kv.blocks[*start / ENGINE_KV_BLOCK], src, err, errlen) : 0;
-        if (rc != 0) {
-            kvcache_release(s->kv, &r->kv);
-            return rc == ENGINE_FATAL ? PLACE_FATAL : PLACE_FAILED;
-        }
-    }
-    return PLACE_OK;
+    int rc = PLACE_OK;
+    for (int swa = 0; swa <= (s->kv_swa != NULL) && *start < hit && rc == PLACE_OK; swa++)
+        rc = place_cow(s, r, swa, *start / ENGINE_KV_BLOCK, err, errlen);
+    if (rc != PLACE_OK) release_blocks(s, r);
+    return rc;
 }
 
 /* Whether r shares full blocks with a running request that has not computed them yet.  Blocks
@@ -783,7 +849,7 @@ static void spec_done(sched *s, int i, uint64_t now)
     /* the accepted positions' tokens, ahead of req_on_token (which writes the same), so that
      * the full blocks among them are committed even if the request ends on the way */
     memcpy(r->toks + n_past0 + 1, q->tokens + 1, (size_t)accepted * sizeof *r->toks);
-    if (!s->cfg.no_prefix_cache) kvcache_commit(s->kv, &r->kv, r->toks, n_past0 + accepted + 1);
+    commit_blocks(s, r, n_past0 + accepted + 1);
     r->has_pending = false;
     for (int j = 0; j <= accepted; j++) {
         r->n_past = n_past0 + j + 1; /* position n_past0 + j holds its token's K/V */
@@ -794,6 +860,8 @@ static void spec_done(sched *s, int i, uint64_t now)
         if (s->slots[row] != r) return; /* finished (and maybe freed) at this token */
     }
     kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
+    if (s->kv_swa) kvcache_truncate(s->kv_swa, &r->kv_swa, r->n_past + 1);
+    drop_out_of_window(s, r);
     proposer_keep(s->prop, row, r->n_toks - 1); /* all but the new pending token stand */
 }
 
@@ -805,6 +873,7 @@ static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int 
         .n_tokens = n_tokens,
         .pos = r->n_past,
         .blocks = r->kv.blocks,
+        .blocks_swa = s->kv_swa ? r->kv_swa.blocks : NULL,
         .state = r->state,
         .history = r->toks,
         .want_token = want,
@@ -831,7 +900,11 @@ static int spec_plan(sched *s, int n_rows)
         sched_req *r = s->seq_req[s->spec_seq[i]];
         int k = row->n_draft < s->cfg.draft_min ? 0 : row->n_draft;
         if (k > 0 && r->gm) k = spec_masks(s, r, row->draft, k);
-        if (k > 0 && !kvcache_grow(s->kv, &r->kv, r->n_past + 1 + k)) k = 0;
+        if (k > 0 && !grow_blocks(s, r, r->n_past + 1 + k)) { /* the blocks it did get go back */
+            kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
+            if (s->kv_swa) kvcache_truncate(s->kv_swa, &r->kv_swa, r->n_past + 1);
+            k = 0;
+        }
         proposer_keep(s->prop, r->slot, r->n_toks + k);
         unused += row->k_max - k;
         if (k == 0) continue;
@@ -885,6 +958,8 @@ static int plan_step(sched *s)
             if (r->n_past < cuts[c] && r->n_past + chunk > cuts[c]) chunk = cuts[c] - r->n_past;
         bool samples = r->n_past + chunk == target && r->n_generated == 0 && !r->embed;
         if (samples && !req_mask_ready(s, r)) continue; /* its first mask is not built yet */
+        /* the chunk's sliding blocks (never short: the pool has every row's ring, engine.h) */
+        if (s->kv_swa && !kvcache_grow(s->kv_swa, &r->kv_swa, r->n_past + chunk)) continue;
         plan_add(s, &n, r, r->toks + r->n_past, chunk, samples);
         budget -= chunk;
     }
@@ -923,7 +998,8 @@ static void seq_done(sched *s, int i, uint64_t now)
         return;
     }
     r->n_past += q->n_tokens;
-    if (!s->cfg.no_prefix_cache && !r->embed) kvcache_commit(s->kv, &r->kv, r->toks, r->n_past); /* full blocks: shareable */
+    if (!r->embed) commit_blocks(s, r, r->n_past);
+    drop_out_of_window(s, r);
     bool decode = q->tokens == &r->last_token;
     if (s->states && !s->cfg.no_prefix_cache && r->n_past % ENGINE_KV_BLOCK == 0) snapshot_state(s, r, decode);
     if (decode) r->has_pending = false;
@@ -1093,6 +1169,7 @@ static void sched_free_memory(sched *s)
     free(s->spec_seq);
     proposer_free(s->prop);
     kvcache_free(s->kv);
+    kvcache_free(s->kv_swa);
     statecache_free(s->states);
     output_scratch_free(&s->scratch);
     grammar_vocab_free(s->gvocab);
@@ -1174,6 +1251,19 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     s->max_ctx = (int64_t)kv_blocks * ENGINE_KV_BLOCK < cfg->ctx_per_slot ? kv_blocks * ENGINE_KV_BLOCK
                                                                           : cfg->ctx_per_slot;
     s->stats.kv_blocks_total = s->stats.kv_blocks_free = kv_blocks;
+    /* The sliding layers' pool, bookkeeping as the full one's.  A hybrid's state snapshots and
+     * sliding windows would both gate a hit: no family has both, so it is refused. */
+    const int swa_blocks = engine_kv_blocks_swa(e);
+    const bool hybrid = engine_state_slots(e) > 0;
+    if (swa_blocks > 0 && (hybrid || !(s->kv_swa = kvcache_create(swa_blocks, per_seq, 0)))) {
+        snprintf(err, errlen, "%s", hybrid ? "sched: a model with both recurrent state and a sliding-window pool is "
+                                             "not supported" : "sched: out of memory");
+        kvcache_free(s->kv);
+        free(s);
+        return NULL;
+    }
+    s->swa_window = engine_kv_swa_window(e);
+    s->stats.kv_swa_blocks_total = s->stats.kv_swa_blocks_free = swa_blocks;
     /* A hybrid model: one state slot per row, the rest hold prefix snapshots. */
     int n_states = engine_state_slots(e);
     if (n_states > 0 && n_states < cfg->n_slots) {

@@ -200,6 +200,8 @@ typedef struct sched_stats {
     uint64_t requests_finished[5]; /* by sched_finish */
     uint64_t kv_tokens_used;       /* positions held by running sequences now */
     int kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free; /* see kvcache.h */
+    /* The sliding layers' pool (engine_kv_blocks_swa; all 0 without one), counted alike. */
+    int kv_swa_blocks_total, kv_swa_blocks_used, kv_swa_blocks_cached, kv_swa_blocks_free;
     /* Hybrid models' recurrent-state slots (statecache.h; all 0 for other models). */
     int state_slots_total, state_slots_running, state_snapshots;
     uint64_t prefix_lookup_tokens; /* prompt tokens looked up in the prefix cache at admission */

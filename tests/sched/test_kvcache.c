@@ -1,6 +1,7 @@
 /* test_kvcache.c - the KV block allocator and prefix cache alone: block states and counts,
  * hits at every boundary, LRU eviction from a chain's tail, copy-on-write, fragmented reuse,
- * that a hash match is verified against the tokens, and the rollback of speculative drafts. */
+ * that a hash match is verified against the tokens, and the rollback of speculative drafts; the
+ * sliding-window instance: blocks let go as positions leave the window, windows found again. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -292,6 +293,114 @@ static void test_truncate_after_drafts(void **state)
     kvcache_free(c);
 }
 
+/* A sliding instance (window 40) over 10 blocks: a sequence decoding 400 positions (13 blocks)
+ * holds only its window's blocks, the ones let go stay cached (committed first), and a later
+ * sequence finds the latest windows again. */
+#define WINDOW 40
+static void test_sliding_decode(void **state)
+{
+    (void)state;
+    kvcache *c = kvcache_create(10, 16, 0);
+    int32_t t[400];
+    tokens(t, 400, 7);
+    kv_seq q;
+    assert_true(kv_seq_init(&q, c));
+    for (int n = 1; n <= 399; n++) { /* position n-1 computed, position n next */
+        assert_true(kvcache_grow(c, &q, n + 1)); /* never short: at most 3 blocks held */
+        kvcache_commit(c, &q, t, n);
+        kvcache_drop_before(c, &q, engine_swa_first_block(n, WINDOW));
+        assert_int_equal(kvcache_held(&q), engine_swa_blocks_held(n, WINDOW));
+        assert_true(kvcache_held(&q) <= (WINDOW + B - 1) / B + 1);
+        for (int i = 0; i < engine_swa_first_block(n, WINDOW); i++) assert_int_equal(q.blocks[i], -1);
+    }
+    assert_int_equal(q.n_hashed, 399 / B);
+    kvcache_counts k = kvcache_count(c);
+    assert_int_equal(k.used, kvcache_held(&q));
+    assert_int_equal(k.used + k.cached + k.free, 10);
+    assert_true(k.cached >= 7); /* committed blocks let go are kept, not freed */
+    kvcache_drop_before(c, &q, q.n_blocks);
+    kvcache_release(c, &q);
+    assert_counts(c, 0, 9, 1); /* block 12 was never full, so never indexed: free */
+
+    /* A prompt of the same 400 tokens: the longest end whose window (blocks from
+     * engine_swa_first_block(end - 1)) is cached: 12 blocks (384), its window blocks 10 and 11. */
+    kv_seq r;
+    assert_true(kv_seq_init(&r, c));
+    int hit = kvcache_match_window(c, &r, t, 400, WINDOW);
+    assert_int_equal(hit, 12 * B);
+    assert_int_equal(r.n_blocks, 12);
+    assert_int_equal(r.n_hashed, 12);
+    const int first = engine_swa_first_block(hit - 1, WINDOW);
+    for (int i = 0; i < 12; i++) assert_true(i < first ? r.blocks[i] == -1 : r.blocks[i] >= 0);
+    assert_int_equal(kvcache_count(c).used, 12 - first);
+    /* recomputing the last position: copy-on-write of block 11, its chain's key taken from the
+     * copied block's parent; after the copy the sequence commits on */
+    int32_t src = -1;
+    assert_int_equal(kvcache_cow(c, &r, 11, &src), 1);
+    assert_true(src >= 0 && r.blocks[11] != src);
+    assert_int_equal(r.n_hashed, 11);
+    kvcache_commit(c, &r, t, 12 * B);
+    assert_int_equal(r.n_hashed, 12); /* the copy is a private duplicate of an indexed block */
+    kvcache_drop_before(c, &r, r.n_blocks);
+    kvcache_release(c, &r);
+    assert_int_equal(kvcache_count(c).used, 0);
+
+    /* A shorter prompt ending inside the first blocks: their windows were evicted (the pool of
+     * 10 recycled blocks 0..2), and one whose tokens differ finds nothing. */
+    assert_int_equal(kvcache_match_window(c, &r, t, 2 * B, WINDOW), 0);
+    assert_int_equal(r.n_blocks, 0);
+    int32_t other[400];
+    tokens(other, 400, 8);
+    assert_int_equal(kvcache_match_window(c, &r, other, 400, WINDOW), 0);
+
+    /* Fresh blocks for another sequence evict the cached windows, oldest first: once all ten
+     * are taken, nothing is found. */
+    kv_seq big;
+    assert_true(kv_seq_init(&big, c));
+    assert_true(kvcache_grow(c, &big, 10 * B));
+    assert_int_equal(kvcache_match_window(c, &r, t, 400, WINDOW), 0);
+    kvcache_release(c, &big);
+    kv_seq_free(&big);
+    kv_seq_free(&r);
+    kv_seq_free(&q);
+    kvcache_free(c);
+}
+
+/* Copy-on-write where the block before is let go (-1): the chain goes on from the copied
+ * block's parent key, so the sequence's next blocks are indexed under the right prefix. */
+static void test_sliding_cow_after_gap(void **state)
+{
+    (void)state;
+    kvcache *c = kvcache_create(12, 8, 0);
+    int32_t t[4 * B];
+    tokens(t, 4 * B, 3);
+    kv_seq q, r, u;
+    run_seq(c, &q, t, 3 * B);
+    kvcache_drop_before(c, &q, 2); /* blocks 0 and 1 let go, cached */
+    kvcache_drop_before(c, &q, q.n_blocks);
+    kvcache_release(c, &q);
+    assert_true(kv_seq_init(&r, c));
+    assert_int_equal(kvcache_match_window(c, &r, t, 3 * B, 8), 3 * B); /* window: block 2 only */
+    assert_int_equal(r.blocks[0], -1);
+    assert_int_equal(r.blocks[1], -1);
+    int32_t src;
+    assert_int_equal(kvcache_cow(c, &r, 2, &src), 1);
+    assert_int_equal(r.n_hashed, 2);
+    assert_true(kvcache_grow(c, &r, 4 * B));
+    kvcache_commit(c, &r, t, 4 * B); /* blocks 2 (a duplicate) and 3 (new) */
+    assert_int_equal(r.n_hashed, 4);
+    kvcache_drop_before(c, &r, 3);
+    kvcache_release(c, &r);
+    /* block 3 was indexed under the true chain: a window ending at 4 blocks is found */
+    assert_true(kv_seq_init(&u, c));
+    assert_int_equal(kvcache_match_window(c, &u, t, 4 * B, 8), 4 * B);
+    kvcache_release(c, &u);
+    kv_seq_free(&u);
+    kv_seq_free(&r);
+    kv_seq_free(&q);
+    kvcache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +412,8 @@ int main(void)
         cmocka_unit_test(test_copy_on_write),
         cmocka_unit_test(test_fragmented_reuse),
         cmocka_unit_test(test_truncate_after_drafts),
+        cmocka_unit_test(test_sliding_decode),
+        cmocka_unit_test(test_sliding_cow_after_gap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -306,6 +306,9 @@ typedef struct arch_desc {
      * pattern (GLM-4.5, DeepSeek-V3: dense feed-forward before the MoE layers); unused while
      * that count is 0. */
     arch_layer leading;
+    /* A file without expert_weights_norm does not renormalise its chosen experts' weights
+     * (DeepSeek V2, as llama.cpp reads it); otherwise they are renormalised. */
+    bool expert_weights_raw;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */

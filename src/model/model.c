@@ -325,6 +325,7 @@ static bool read_routing(loader *L)
     char key[128];
     key_name(L, "expert_weights_norm", key, sizeof key);
     int64_t norm;
+    hp->expert_weights_norm = !L->m->desc->expert_weights_raw;
     if (gguf_find_key(L->f, key) >= 0 && !gguf_get_bool(L->f, key, &hp->expert_weights_norm)) {
         if (!gguf_get_i64(L->f, key, &norm) || norm < 0 || norm > 1)
             return fail(L, "key '%s' has the wrong type: expected a bool", key);

@@ -604,6 +604,7 @@ typedef struct gptoss_edit {
     const char *key, *value; /* a string key's new value */
     const char *drop, *shrink;
     const char *as; /* the dropped tensor is written under this name instead */
+    const char *drop_key;
 } gptoss_edit;
 
 static model *edited_gptoss(const model *src, gptoss_edit ed, void **image, char *err, size_t errlen)
@@ -615,6 +616,7 @@ static model *edited_gptoss(const model *src, gptoss_edit ed, void **image, char
         double fv;
         size_t len;
         const char *sv;
+        if (ed.drop_key && strcmp(key, ed.drop_key) == 0) continue;
         if (ed.key && strcmp(key, ed.key) == 0) gguf_writer_set_str(w, key, ed.value);
         else if (gguf_kv_type(src->gguf, i) == GGUF_VT_FLOAT32 && gguf_kv_f64(src->gguf, i, &fv))
             gguf_writer_set_f32(w, key, (float)fv);
@@ -1382,6 +1384,34 @@ static void test_deepseek_malformed(void **state)
     expect_edits_refused(f->m, cases, sizeof cases / sizeof cases[0]);
 }
 
+/* What the file's routing keys decide: without expert_gating_func the router is V2's softmax
+ * (llama.cpp's reading), without expert_weights_norm the weights are not renormalised; and
+ * without key_length_mla the attention keys are read as the older per-head ones, which this
+ * file's tensors do not fit (refused naming the first). */
+static void test_deepseek_routing_keys(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    char err[512];
+    void *image = NULL;
+    model *m = edited_gptoss(f->m, (gptoss_edit){.drop_key = "deepseek2.expert_gating_func"}, &image, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_int_equal(m->layers[1].recipe.router, ARCH_ROUTER_SOFTMAX_TOPK);
+    assert_null(m->layers[1].exp_probs_b.data); /* the bias is the sigmoid router's */
+    model_free(m);
+    free(image);
+    m = edited_gptoss(f->m, (gptoss_edit){.drop_key = "deepseek2.expert_weights_norm"}, &image, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_false(m->hp.expert_weights_norm);
+    model_free(m);
+    free(image);
+    static const refused_edit cases[] = {
+        {{.drop_key = "deepseek2.attention.key_length_mla"},
+         "tensor 'blk.0.attn_q_b.weight': expected shape [32, 160], found [32, 96]"},
+    };
+    expect_edits_refused(f->m, cases, sizeof cases / sizeof cases[0]);
+}
+
 /* DeepSeek's routers on their own: V3's groups (a group scores its two best biased scores,
  * the experts outside the kept groups count 0), V2's softmax with groups by best score,
  * without renormalisation, scaled. */
@@ -1450,6 +1480,7 @@ int main(void)
     const struct CMUnitTest deepseek[] = {
         cmocka_unit_test(test_deepseek_recipe),
         cmocka_unit_test(test_deepseek_malformed),
+        cmocka_unit_test(test_deepseek_routing_keys),
         cmocka_unit_test(test_prefill_logits),
         cmocka_unit_test(test_greedy_decode),
         cmocka_unit_test(test_prefill_in_pieces),

@@ -14,9 +14,9 @@
  * Feed-forward: dense SwiGLU in the first leading layers, then experts routed by softmax (V2)
  * or sigmoid scores with a selection bias (V3: expert_gating_func 2), within the best
  * expert groups (expert_group_count / expert_group_used_count: ARCH_FFN_EXPERT_GROUPS),
- * renormalised when expert_weights_norm, times expert_weights_scale; plus the shared experts
- * (expert_shared_count of them fused in one GLU), ungated.  The norm before the feed-forward is
- * ffn_norm.  An MTP block at the end (nextn_predict_layers) is not run (model.c). */
+ * renormalised when expert_weights_norm (absent: not, as V2), times expert_weights_scale; plus
+ * the shared experts (expert_shared_count of them fused in one GLU), ungated.  The norm before
+ * the feed-forward is ffn_norm.  An MTP block at the end (nextn_predict_layers) is not run (model.c). */
 #include <stddef.h>
 
 #include "model/arch.h"
@@ -87,4 +87,5 @@ const arch_desc arch_deepseek2 = {
     .pattern_len = 1,
     .yarn = ARCH_YARN_MSCALE,
     .leading = {MLA_ATTN, .ffn = ARCH_FFN_GLU, .act = ARCH_ACT_SILU},
+    .expert_weights_raw = true,
 };

@@ -124,6 +124,21 @@ static void print_tensors(const gguf_file *f)
                    ggml_type_supported((ggml_type)t) ? "" : "  (not supported by the engines)");
 }
 
+/* Latent attention's shapes and what its cache costs per token (every layer keeps the latent
+ * and the RoPE key) beside what full K/V of every head would: DeepSeek-V3 (61 layers, kv_lora
+ * 512, rope 64, 128 heads of 192 + 128) keeps 35,136 values per token instead of 2,498,560. */
+static void print_latent(const model_hparams *hp)
+{
+    const long long latent = (long long)hp->n_layer * (hp->kv_lora_rank + hp->n_rot);
+    const long long full = (long long)hp->n_layer * hp->n_head * (hp->mla_nope + hp->n_rot + hp->mla_v);
+    printf("  attention: latent (MLA), q_lora_rank %d, kv_lora_rank %d, heads of %d + %d (RoPE) key and %d value\n",
+           hp->q_lora_rank, hp->kv_lora_rank, hp->mla_nope, hp->n_rot, hp->mla_v);
+    printf("  KV cache per token: %lld values (%d layers x (%d latent + %d RoPE key)), %lld bytes in F32 and %lld "
+           "in F16; full K/V would be %lld values (%d heads x (%d + %d)), %lld bytes in F16: %.1fx more\n",
+           latent, hp->n_layer, hp->kv_lora_rank, hp->n_rot, latent * 4, latent * 2, full, hp->n_head,
+           hp->mla_nope + hp->n_rot, hp->mla_v, full * 2, (double)full / (double)latent);
+}
+
 /* The recipe of every layer, runs of equal layers on one line. */
 static void print_recipe(const char *path)
 {
@@ -136,10 +151,11 @@ static void print_recipe(const char *path)
     const model_hparams *hp = &m->hp;
     printf("recipe: %s, %d layers, rope %s, output %s\n", m->desc->name, hp->n_layer,
            m->desc->rope == ARCH_ROPE_NEOX ? "neox" : "normal", hp->tied_output ? "tied to token_embd" : "own");
-    if (hp->n_rot < hp->head_dim) printf("  rope: the first %d of %d dims of each head\n", hp->n_rot, hp->head_dim);
+    if (hp->n_rot < hp->head_dim && !hp->kv_lora_rank) printf("  rope: the first %d of %d dims of each head\n", hp->n_rot, hp->head_dim);
     if (m->rope_factors_short.data || m->rope_factors_long.data)
         printf("  rope: LongRoPE factors (long past %d tokens), attention factor %g\n", hp->n_ctx_orig,
                (double)hp->rope_attn_factor);
+    if (hp->kv_lora_rank) print_latent(hp);
     if (hp->n_expert) {
         printf("  experts: %d per MoE layer, %d per token, hidden width %d", hp->n_expert, hp->n_expert_used,
                hp->n_ff_exp);

@@ -35,8 +35,10 @@ typedef struct cpu_engine {
 
     /* K and V as [block][layer][row][kv_dim]; per row (slot), the tokens fed so far.  A model
      * with sliding-window layers keeps theirs in a second pool of the same layout (key_swa,
-     * value_swa; engine.h), unless the config asks for one pool. */
+     * value_swa; engine.h), unless the config asks for one pool.  A model of latent attention
+     * (latent_kv) keeps one cache, its rows [latent | RoPE key], and no V. */
     float *key_cache, *value_cache, *key_swa, *value_swa;
+    bool latent_kv;
     int n_blocks, n_blocks_swa, table_width; /* pool blocks; blocks of one sequence's table */
     /* Layers with K/V (all but linear ones) in each pool; kv_layer[il] is layer il's index
      * among those of its pool, kv_swa[il] whether that pool is the sliding one. */
@@ -89,6 +91,11 @@ typedef struct cpu_engine {
     /* Gated attention: the [query | gate] projection of each head; the shared expert's gate. */
     float *qg;
     float *shexp_gate;
+    /* Latent attention (empty otherwise): every head's query [tok][n_head x (nope + rope)],
+     * one head's gathered inputs and outputs of its per-head projections, the attention's
+     * output in latent space [tok][n_head x (kv_lora + rope)]; the router's group scratch. */
+    float *mla_q, *mla_in, *mla_out, *mla_att;
+    float *router_choice;
     float *scores;   /* attention scratch, n_threads x ctx_per_slot */
     float *logits;   /* LM head rows, n_slots x n_vocab */
     int logits_rows;
@@ -185,7 +192,7 @@ static void embed_tokens(cpu_engine *e, int n_tok)
      ARCH_F_SHARED_EXPERT | ARCH_F_NORM_POST_LN | ARCH_F_ATTN_OUT_BIAS | ARCH_F_ATTN_BIDIR | ARCH_F_FFN_MLP | \
      ARCH_F_ACT_GELU_ERF | ARCH_F_ATTN_SINKS | ARCH_F_FFN_BIAS | ARCH_F_ACT_SWIGLU_CLAMP |                \
      ARCH_F_ROUTER_TOPK_SOFTMAX | ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP | ARCH_F_ROUTER_SIGMOID_BIAS |       \
-     ARCH_F_ROPE_LONGROPE)
+     ARCH_F_ROPE_LONGROPE | ARCH_F_ATTN_MLA | ARCH_F_EXPERT_GROUPS)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -297,6 +304,93 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
     cpu_attention_run(e->pool, &at);
     if (gated) gate_heads(e, n_tok);
     matmul(e, e->xb2, e->xb, n_tok, &ly->wo, extras & ARCH_ATTN_OUT_BIAS ? &ly->bo : NULL);
+}
+
+/* out[t] = w · in[t] for one head of n_tok tokens, w a head's slice of a per-head tensor:
+ * the head's in_w floats at in_off of each row of `in` (in_stride apart) are gathered, and the
+ * w->ne1 results land at out_off of each row of `out` (out_stride apart). */
+typedef struct head_proj {
+    const model_tensor *w;
+    int head;
+    const float *in;
+    int in_stride, in_off;
+    float *out;
+    int out_stride, out_off;
+} head_proj;
+
+static void head_matmul(cpu_engine *e, const head_proj *p, int n_tok)
+{
+    const model_tensor w = model_tensor_slice(p->w, p->head);
+    const int in_w = (int)w.ne0, out_w = (int)w.ne1;
+    for (int t = 0; t < n_tok; t++)
+        memcpy(e->mla_in + (size_t)t * in_w, p->in + (size_t)t * p->in_stride + p->in_off, (size_t)in_w * sizeof(float));
+    matmul(e, e->mla_out, e->mla_in, n_tok, &w, NULL);
+    for (int t = 0; t < n_tok; t++)
+        memcpy(p->out + (size_t)t * p->out_stride + p->out_off, e->mla_out + (size_t)t * out_w,
+               (size_t)out_w * sizeof(float));
+}
+
+/* Multi-head latent attention (DeepSeek), in the absorbed form for prompts and decode alike:
+ * the cache row of a token is [c | rope(k_rope)] with [c | k_rope] = wkv_a·xb and c RMS-normed
+ * (kv_lora + rope floats per token and layer, whatever the head count), and each head's
+ * query is taken into that space, [wk_b_h · q_nope | rope(q_rope)], so its scores against the
+ * rows are q_nope·k_nope + q_rope·k_rope of the expanded form; the softmax-weighted sum of the
+ * rows' latent parts times wv_b_h is the head's value output, and xb2 = wo · the heads'.
+ * q = wq_b·rmsnorm(wq_a·xb) (or wq·xb), heads [nope | rope].  Scores times mscale^2 /
+ * sqrt(nope + rope) (YaRN's mscale).  The sums of the rows' RoPE parts the shared attention
+ * kernel also makes are not used. */
+static void attention_mla(cpu_engine *e, int il, int n_tok)
+{
+    const model_hparams *hp = &e->base.m->hp;
+    const model_layer *ly = &e->base.m->layers[il];
+    const int H = hp->n_head, nope = hp->mla_nope, rot = hp->n_rot, lat = hp->kv_lora_rank, v_w = hp->mla_v;
+    const int qk = nope + rot, row = lat + rot;
+    const cpu_rope rope = {.head_dim = rot, .n_rot = rot, .neox = hp->rope_neox, .base = ly->rope_base,
+                           .scale = ly->rope_scale, .attn_factor = hp->rope_attn_factor,
+                           .yarn_factor = hp->yarn_factor, .yarn_low = hp->yarn_low, .yarn_high = hp->yarn_high};
+    if (ly->wq_a.data) {
+        matmul(e, e->mla_in, e->xb, n_tok, &ly->wq_a, NULL);
+        for (int t = 0; t < n_tok; t++)
+            cpu_rmsnorm(e->mla_in + (size_t)t * hp->q_lora_rank, e->mla_in + (size_t)t * hp->q_lora_rank,
+                        ly->q_a_norm.data, hp->q_lora_rank, hp->rms_eps);
+        matmul(e, e->mla_q, e->mla_in, n_tok, &ly->wq_b, NULL);
+    } else {
+        matmul(e, e->mla_q, e->xb, n_tok, &ly->wq, NULL);
+    }
+    matmul(e, e->k, e->xb, n_tok, &ly->wkv_a, NULL);
+    for (int t = 0; t < n_tok; t++) {
+        float *k = e->k + (size_t)t * row;
+        cpu_rmsnorm(k, k, ly->kv_a_norm.data, lat, hp->rms_eps);
+        cpu_rope_apply(&rope, k + lat, 1, e->tok_pos[t]);
+        memcpy(e->key_cache + kv_token_index(e, t, il), k, (size_t)row * sizeof(float));
+    }
+    for (int h = 0; h < H; h++) {
+        const head_proj absorb = {.w = &ly->wk_b, .head = h, .in = e->mla_q, .in_stride = H * qk, .in_off = h * qk,
+                                  .out = e->q, .out_stride = H * row, .out_off = h * row};
+        head_matmul(e, &absorb, n_tok);
+    }
+    for (int t = 0; t < n_tok; t++) {
+        for (int h = 0; h < H; h++) {
+            float *q_rot = e->q + (size_t)t * H * row + (size_t)h * row + lat;
+            memcpy(q_rot, e->mla_q + (size_t)t * H * qk + (size_t)h * qk + nope, (size_t)rot * sizeof(float));
+            cpu_rope_apply(&rope, q_rot, 1, e->tok_pos[t]);
+        }
+    }
+    const float *cache = e->key_cache + kv_index(e, 0, il, 0);
+    cpu_attention at = {
+        .out = e->mla_att, .q = e->q, .key_cache = cache, .value_cache = cache,
+        .block_stride = (long)kv_block_floats(e, false), .row_stride = e->kv_dim, .tables = e->tables,
+        .table_width = e->table_width, .n_tok = n_tok, .seq = e->tok_seq, .pos = e->tok_pos,
+        .n_head = H, .n_head_kv = 1, .head_dim = row, .score_div = sqrtf((float)qk) / hp->attn_mscale2,
+        .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
+    };
+    cpu_attention_run(e->pool, &at);
+    for (int h = 0; h < H; h++) {
+        const head_proj value = {.w = &ly->wv_b, .head = h, .in = e->mla_att, .in_stride = H * row,
+                                 .in_off = h * row, .out = e->xb, .out_stride = H * v_w, .out_off = h * v_w};
+        head_matmul(e, &value, n_tok);
+    }
+    matmul(e, e->xb2, e->xb, n_tok, &ly->wo, NULL);
 }
 
 /* The first float of state slot `slot`'s linear layer `lin` (its conv window; the delta
@@ -513,14 +607,22 @@ static void moe_route(cpu_engine *e, const model_layer *ly, const float *in, int
 {
     const model_hparams *hp = &e->base.m->hp;
     const int k = hp->n_expert_used;
-    const cpu_sigmoid_router sigmoid = {.bias = ly->exp_probs_b.data, .n_expert = hp->n_expert, .k = k,
-                                        .scale = hp->expert_weights_scale};
+    /* the scored router: sigmoid (+ bias), or DeepSeek V2's softmax where the file asks for what
+     * the plain softmax top-k does not do (groups, no renormalisation, a scale) */
+    const bool grouped = ly->recipe.ffn_extras & ARCH_FFN_EXPERT_GROUPS;
+    const bool sigmoid = ly->recipe.router == ARCH_ROUTER_SIGMOID_BIAS;
+    const bool softmax_scored = ly->recipe.router == ARCH_ROUTER_SOFTMAX_TOPK &&
+                                (grouped || !hp->expert_weights_norm || hp->expert_weights_scale != 1.0f);
+    const cpu_score_router scored = {.bias = ly->exp_probs_b.data, .n_expert = hp->n_expert, .k = k,
+                                     .scale = hp->expert_weights_scale, .softmax = !sigmoid,
+                                     .raw = !hp->expert_weights_norm, .n_group = grouped ? hp->n_expert_groups : 0,
+                                     .topk_group = hp->n_group_used, .choice = e->router_choice};
     matmul(e, e->router, in, n_tok, &ly->ffn_gate_inp, ly->recipe.ffn_extras & ARCH_FFN_BIAS ? &ly->ffn_gate_inp_b : NULL);
     for (int t = 0; t < n_tok; t++) {
         int32_t *ids = e->moe_ids + (size_t)t * k;
         float *w = e->moe_weights + (size_t)t * k, *logits = e->router + (size_t)t * hp->n_expert;
         if (ly->recipe.router == ARCH_ROUTER_TOPK_SOFTMAX) cpu_moe_route_topk_softmax(logits, hp->n_expert, k, ids, w);
-        else if (ly->recipe.router == ARCH_ROUTER_SIGMOID_BIAS) cpu_moe_route_sigmoid(&sigmoid, logits, ids, w);
+        else if (sigmoid || softmax_scored) cpu_moe_route_scored(&scored, logits, ids, w);
         else cpu_moe_route(logits, hp->n_expert, k, ids, w);
         if (ly->expert_scale.data)
             for (int j = 0; j < k; j++) w[j] *= ((const float *)ly->expert_scale.data)[ids[j]];
@@ -564,7 +666,8 @@ static void ffn_glu_moe(cpu_engine *e, int il, int n_tok)
 typedef void (*cpu_block)(cpu_engine *e, int il, int n_tok);
 static const cpu_block ATTENTION_BLOCKS[] = {[ARCH_ATTN_FULL] = attention_softmax,
                                              [ARCH_ATTN_SLIDING] = attention_softmax,
-                                             [ARCH_ATTN_LINEAR] = attention_linear};
+                                             [ARCH_ATTN_LINEAR] = attention_linear,
+                                             [ARCH_ATTN_MLA] = attention_mla};
 static const cpu_block FFN_BLOCKS[] = {[ARCH_FFN_GLU] = ffn_glu, [ARCH_FFN_MOE] = ffn_moe,
                                        [ARCH_FFN_GLU_MOE] = ffn_glu_moe, [ARCH_FFN_MLP] = ffn_mlp};
 
@@ -789,10 +892,11 @@ static void cpu_slot_clear(engine *base, int slot)
 }
 
 /* Copies block src of one pool (its K and V caches, blocks of n floats) into block dst. */
+/* value NULL: a latent cache, whose rows are all in key */
 static void copy_block(float *key, float *value, size_t n, int dst, int src)
 {
     memcpy(key + (size_t)dst * n, key + (size_t)src * n, n * sizeof(float));
-    memcpy(value + (size_t)dst * n, value + (size_t)src * n, n * sizeof(float));
+    if (value) memcpy(value + (size_t)dst * n, value + (size_t)src * n, n * sizeof(float));
 }
 
 static int cpu_kv_copy(engine *base, int dst, int src, char *err, size_t errlen)
@@ -800,7 +904,7 @@ static int cpu_kv_copy(engine *base, int dst, int src, char *err, size_t errlen)
     (void)err;
     (void)errlen;
     cpu_engine *e = (cpu_engine *)base;
-    copy_block(e->key_cache, e->value_cache, kv_block_floats(e, false), dst, src);
+    copy_block(e->key_cache, e->latent_kv ? NULL : e->value_cache, kv_block_floats(e, false), dst, src);
     return 0;
 }
 
@@ -834,7 +938,8 @@ static void cpu_destroy(engine *base)
                     e->moe_weights, e->group_tok, e->group_weight, e->group_x, e->group_y, e->ple, e->ple_gate,
                     e->moe_in, e->moe_out, e->state, e->state_len, e->lin_index, e->kv_layer, e->seq_first,
                     e->seq_tokens, e->seq_state, e->ssm_mix, e->ssm_z, e->ssm_beta, e->ssm_g, e->ssm_raw,
-                    e->delta_scratch, e->qg, e->shexp_gate};
+                    e->delta_scratch, e->qg, e->shexp_gate, e->mla_q, e->mla_in, e->mla_out, e->mla_att,
+                    e->router_choice};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
 }
@@ -988,6 +1093,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         const bool kv = m->layers[il].recipe.attn != ARCH_ATTN_LINEAR, swa = kv && window && m->layers[il].window;
         e->n_swa_layers += swa;
         e->n_kv_layers += kv && !swa;
+        e->latent_kv |= m->layers[il].recipe.attn == ARCH_ATTN_MLA; /* the family's layers all are */
     }
     /* A hybrid's recurrent state, per slot and linear layer: the conv window, then the
      * delta state (v heads of d x d). */
@@ -1009,7 +1115,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
      * adds capacity. */
     size_t n_blocks = mul(slots, (size_t)e->table_width);
     if (cfg->kv_cache_mb) {
-        size_t block_bytes = 2 * kv_block_floats(e, false) * sizeof(float);
+        size_t block_bytes = (e->latent_kv ? 1 : 2) * kv_block_floats(e, false) * sizeof(float);
         if (block_bytes == 0) block_bytes = 1; /* no full-attention layer: blocks hold nothing */
         size_t budget = mul(cfg->kv_cache_mb, (size_t)1 << 20);
         n_blocks = budget > swa_bytes ? (budget - swa_bytes) / block_bytes : 0;
@@ -1024,6 +1130,12 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     const size_t kv = mul(n_blocks, kv_block_floats(e, false)), kv_swa = mul(n_swa, kv_block_floats(e, true));
     size_t wide = (size_t)(hp->n_embd > e->q_dim ? hp->n_embd : e->q_dim);
     if ((size_t)hp->ssm_inner > wide) wide = (size_t)hp->ssm_inner;
+    if ((size_t)hp->n_head * hp->mla_v > wide) wide = (size_t)hp->n_head * hp->mla_v; /* latent attention's output */
+    const size_t mla_tok = e->latent_kv ? B : 0;
+    size_t mla_in = (size_t)hp->q_lora_rank, mla_out = (size_t)hp->kv_lora_rank;
+    if ((size_t)hp->mla_nope > mla_in) mla_in = (size_t)hp->mla_nope;
+    if ((size_t)hp->kv_lora_rank > mla_in) mla_in = (size_t)hp->kv_lora_rank;
+    if ((size_t)hp->mla_v > mla_out) mla_out = (size_t)hp->mla_v;
     size_t ff = (size_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
     if ((size_t)hp->n_ff_shexp > ff) ff = (size_t)hp->n_ff_shexp;
     if ((size_t)hp->n_embd_ple * hp->n_layer > ff) ff = (size_t)hp->n_embd_ple * hp->n_layer; /* per_layer_inputs */
@@ -1034,7 +1146,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     const size_t ple_tok = hp->n_embd_ple ? B : 0;
     const buffer_request req[] = {
         {(void **)&e->key_cache, "K cache", kv, sizeof(float)},
-        {(void **)&e->value_cache, "V cache", kv, sizeof(float)},
+        {(void **)&e->value_cache, "V cache", e->latent_kv ? 0 : kv, sizeof(float)},
         {(void **)&e->key_swa, "sliding K cache", kv_swa, sizeof(float)},
         {(void **)&e->value_swa, "sliding V cache", kv_swa, sizeof(float)},
         {(void **)&e->tables_swa, "sliding block tables", window ? mul(slots, (size_t)e->table_width) : 0, sizeof(int32_t)},
@@ -1083,6 +1195,13 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
          mul((size_t)n_threads, (size_t)cpu_delta_scratch(hp->ssm_state, 0)), sizeof(float)},
         {(void **)&e->qg, "query gates", gated ? mul(B, 2 * (size_t)e->q_dim) : 0, sizeof(float)},
         {(void **)&e->shexp_gate, "shared expert gates", hp->n_ff_shexp ? B : 0, sizeof(float)},
+        {(void **)&e->mla_q, "latent attention queries", mul(mla_tok, (size_t)hp->n_head * (hp->mla_nope + hp->n_rot)),
+         sizeof(float)},
+        {(void **)&e->mla_in, "latent attention inputs", mul(mla_tok, mla_in), sizeof(float)},
+        {(void **)&e->mla_out, "latent attention outputs", mul(mla_tok, mla_out), sizeof(float)},
+        {(void **)&e->mla_att, "latent attention sums", mul(mla_tok, (size_t)e->q_dim), sizeof(float)},
+        {(void **)&e->router_choice, "router groups", hp->n_expert ? (size_t)hp->n_expert + hp->n_expert_groups : 0,
+         sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},
         {(void **)&e->logits, "logits", mul((size_t)e->logits_rows, (size_t)hp->n_vocab), sizeof(float)},
         {&e->sample_scratch, "sampler scratch", sampling_scratch_bytes(hp->n_vocab), 1},
@@ -1101,7 +1220,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     e->base.kv_blocks = e->n_blocks;
     e->base.kv_blocks_swa = e->n_blocks_swa;
     e->base.swa_window = window;
-    e->base.kv_block_bytes = 2 * kv_block_floats(e, false) * sizeof(float);
+    e->base.kv_block_bytes = (e->latent_kv ? 1 : 2) * kv_block_floats(e, false) * sizeof(float);
     e->base.kv_block_bytes_swa = 2 * kv_block_floats(e, true) * sizeof(float);
     for (int il = 0, kv = 0, swa = 0, lin = 0; il < hp->n_layer; il++) {
         const bool linear = m->layers[il].recipe.attn == ARCH_ATTN_LINEAR;

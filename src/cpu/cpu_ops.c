@@ -78,11 +78,51 @@ void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weig
     renormalise(logits, ids, k, 1.0f, weights);
 }
 
-void cpu_moe_route_sigmoid(const cpu_sigmoid_router *r, float *logits, int32_t *ids, float *weights)
+/* A group's score over its n biased scores v: the sum of its two best, or its best (max_only). */
+static float group_score(const float *v, int n, bool max_only)
 {
-    for (int x = 0; x < r->n_expert; x++) logits[x] = 1.0f / (1.0f + expf(-logits[x]));
-    top_k(logits, r->bias, r->n_expert, r->k, ids);
-    renormalise(logits, ids, r->k, r->scale, weights);
+    float first = v[0], second = -INFINITY;
+    for (int i = 1; i < n; i++) {
+        if (v[i] > first) second = first, first = v[i];
+        else if (v[i] > second) second = v[i];
+    }
+    return max_only || n < 2 ? first : first + second;
+}
+
+/* choice[x] = scores[x] + bias[x] inside the topk_group best groups, 0 outside.  The group
+ * scores sit after the n_expert choices; a kept group's is set to -inf as it is taken (the
+ * scores are finite), so the next pass takes the best of the rest. */
+static void group_mask(const cpu_score_router *r, const float *scores)
+{
+    const int per = r->n_expert / r->n_group;
+    float *best = r->choice + r->n_expert;
+    for (int x = 0; x < r->n_expert; x++) r->choice[x] = scores[x] + (r->bias ? r->bias[x] : 0.0f);
+    for (int g = 0; g < r->n_group; g++) best[g] = group_score(r->choice + (size_t)g * per, per, r->softmax);
+    for (int j = 0; j < r->topk_group; j++) {
+        int top = 0;
+        for (int g = 1; g < r->n_group; g++)
+            if (best[g] > best[top]) top = g;
+        best[top] = -INFINITY;
+    }
+    for (int g = 0; g < r->n_group; g++)
+        if (best[g] != -INFINITY)
+            for (int x = g * per; x < (g + 1) * per; x++) r->choice[x] = 0.0f;
+}
+
+void cpu_moe_route_scored(const cpu_score_router *r, float *logits, int32_t *ids, float *weights)
+{
+    if (r->softmax) cpu_softmax(logits, r->n_expert);
+    else
+        for (int x = 0; x < r->n_expert; x++) logits[x] = 1.0f / (1.0f + expf(-logits[x]));
+    if (r->n_group > 1) {
+        group_mask(r, logits);
+        top_k(r->choice, NULL, r->n_expert, r->k, ids);
+    } else {
+        top_k(logits, r->bias, r->n_expert, r->k, ids);
+    }
+    if (r->raw)
+        for (int j = 0; j < r->k; j++) weights[j] = logits[ids[j]] * r->scale;
+    else renormalise(logits, ids, r->k, r->scale, weights);
 }
 
 void cpu_moe_route_topk_softmax(const float *logits, int n_expert, int k, int32_t *ids, float *weights)

@@ -34,15 +34,22 @@ void cpu_moe_route(float *logits, int n_expert, int k, int32_t *ids, float *weig
  * ids[0..k), the softmax over those k alone in weights[0..k). */
 void cpu_moe_route_topk_softmax(const float *logits, int n_expert, int k, int32_t *ids, float *weights);
 
-/* ARCH_ROUTER_SIGMOID_BIAS for one token: scores = sigmoid(logits) (in place), the k experts
- * of the highest score + bias[x] (ties: the lower id) in ids[0..k), their unbiased scores
- * renormalised to sum to 1 and times scale in weights[0..k). */
-typedef struct cpu_sigmoid_router {
+/* ARCH_ROUTER_SIGMOID_BIAS, and DeepSeek's routers, for one token: scores = sigmoid(logits)
+ * (softmax: softmax(logits)) in place, the k experts of the highest score + bias[x] (ties: the
+ * lower id) in ids[0..k), their unbiased scores renormalised to sum to 1 (unless raw) and
+ * times scale in weights[0..k).  With n_group > 1 groups (ARCH_FFN_EXPERT_GROUPS) only the
+ * experts of the topk_group best groups compete, the others counting as 0 (transformers'
+ * masked_fill); a group scores the sum of its two best biased scores, or with softmax its
+ * best score (DeepSeek V3's and V2's rules; ties: the lower group). */
+typedef struct cpu_score_router {
     const float *bias; /* [n_expert]: only chooses (NULL: none) */
     int n_expert, k;
     float scale;
-} cpu_sigmoid_router;
-void cpu_moe_route_sigmoid(const cpu_sigmoid_router *r, float *logits, int32_t *ids, float *weights);
+    bool softmax, raw;
+    int n_group, topk_group;
+    float *choice; /* n_expert + n_group floats of scratch when n_group > 1 */
+} cpu_score_router;
+void cpu_moe_route_scored(const cpu_score_router *r, float *logits, int32_t *ids, float *weights);
 
 /* x = silu(x) * y elementwise (SwiGLU's gate). */
 void cpu_swiglu(float *x, const float *y, int n);

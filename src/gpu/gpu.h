@@ -16,7 +16,8 @@
  * and a SwiGLU or GeGLU feed-forward, dense, a mixture of
  * experts behind the softmax top-k router (kernels/moe.cuh) or Gemma 4's scaled one, or both
  * side by side.  A model needing another (fused qkv or gate/up, partial RoPE, LongRoPE, the
- * sigmoid router, the hybrids' layers below, ...) is refused when the engine is created, by
+ * sigmoid router, DeepSeek's latent attention and expert groups, the hybrids' layers below,
+ * ...) is refused when the engine is created, by
  * name, rather than run wrong; so is an ungated shared expert (glm4moe), which has no feature
  * bit of its own (gpu_engine.c: check_model).  Here, not in gpu_engine.c, so that builds without
  * CUDA can test what the GPU accepts. */

@@ -23,8 +23,9 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_GPTOSS] = &arch_gptoss,
     [MODEL_ARCH_PHI3] = &arch_phi3,
     [MODEL_ARCH_GLM4MOE] = &arch_glm4moe,
+    [MODEL_ARCH_DEEPSEEK2] = &arch_deepseek2,
 };
-static int n_registered = MODEL_ARCH_GLM4MOE + 1;
+static int n_registered = MODEL_ARCH_DEEPSEEK2 + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {
@@ -61,7 +62,7 @@ void arch_names(char *buf, size_t len)
 
 bool arch_layer_valid(const arch_layer *l)
 {
-    return (unsigned)l->norm <= ARCH_NORM_POST_LN && (unsigned)l->attn <= ARCH_ATTN_LINEAR &&
+    return (unsigned)l->norm <= ARCH_NORM_POST_LN && (unsigned)l->attn <= ARCH_ATTN_MLA &&
            (unsigned)l->ffn <= ARCH_FFN_MLP && (unsigned)l->act <= ARCH_ACT_SWIGLU_CLAMP &&
            (unsigned)l->router <= ARCH_ROUTER_SIGMOID_BIAS &&
            (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM | ARCH_ATTN_V_NORM |
@@ -69,7 +70,8 @@ bool arch_layer_valid(const arch_layer *l)
                                          ARCH_ATTN_BIDIR | ARCH_ATTN_SINKS | ARCH_ATTN_FUSED_QKV |
                                          ARCH_ATTN_ROPE_LONGROPE)) == 0 &&
            (l->ffn_extras & ~(unsigned)(ARCH_FFN_SHARED_EXPERT | ARCH_FFN_BIAS | ARCH_FFN_SHEXP_GATE |
-                                        ARCH_FFN_FUSED_GATE_UP)) == 0 &&
+                                        ARCH_FFN_FUSED_GATE_UP | ARCH_FFN_EXPERT_GROUPS)) == 0 &&
+           (!(l->ffn_extras & ARCH_FFN_EXPERT_GROUPS) || l->ffn == ARCH_FFN_MOE) &&
            (!(l->ffn_extras & ARCH_FFN_BIAS) || l->ffn == ARCH_FFN_MOE) &&
            (!(l->ffn_extras & ARCH_FFN_SHEXP_GATE) || (l->ffn_extras & ARCH_FFN_SHARED_EXPERT)) &&
            (!(l->ffn_extras & ARCH_FFN_FUSED_GATE_UP) || l->ffn == ARCH_FFN_GLU);
@@ -82,7 +84,8 @@ arch_features arch_layer_features(const arch_layer *l)
                                          [ARCH_NORM_POST_LN] = ARCH_F_NORM_POST_LN};
     static const arch_features attn[] = {[ARCH_ATTN_FULL] = ARCH_F_ATTN_FULL,
                                          [ARCH_ATTN_SLIDING] = ARCH_F_ATTN_SLIDING,
-                                         [ARCH_ATTN_LINEAR] = ARCH_F_ATTN_LINEAR};
+                                         [ARCH_ATTN_LINEAR] = ARCH_F_ATTN_LINEAR,
+                                         [ARCH_ATTN_MLA] = ARCH_F_ATTN_MLA};
     static const arch_features ffn[] = {[ARCH_FFN_GLU] = ARCH_F_FFN_GLU, [ARCH_FFN_MOE] = ARCH_F_FFN_MOE,
                                         [ARCH_FFN_GLU_MOE] = ARCH_F_FFN_GLU_MOE, [ARCH_FFN_MLP] = ARCH_F_FFN_MLP};
     static const arch_features router[] = {[ARCH_ROUTER_SOFTMAX_TOPK] = ARCH_F_ROUTER_SOFTMAX_TOPK,
@@ -107,6 +110,7 @@ arch_features arch_layer_features(const arch_layer *l)
     if (l->ffn_extras & ARCH_FFN_SHARED_EXPERT) f |= ARCH_F_SHARED_EXPERT;
     if (l->ffn_extras & ARCH_FFN_BIAS) f |= ARCH_F_FFN_BIAS;
     if (l->ffn_extras & ARCH_FFN_FUSED_GATE_UP) f |= ARCH_F_FUSED_GATE_UP;
+    if (l->ffn_extras & ARCH_FFN_EXPERT_GROUPS) f |= ARCH_F_EXPERT_GROUPS;
     return f;
 }
 
@@ -116,20 +120,21 @@ static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
     "GLU beside MoE", "scaled softmax top-k router", "attention output gate", "partial RoPE", "shared expert",
     "post-LN (LayerNorm after the add)", "attention output bias", "bidirectional attention", "MLP", "gelu-erf",
     "attention sinks", "expert biases", "clamped swiglu", "top-k softmax router", "fused qkv", "fused gate/up",
-    "sigmoid router with selection bias", "LongRoPE",
+    "sigmoid router with selection bias", "LongRoPE", "multi-head latent attention", "grouped expert selection",
 };
 
 const char *arch_feature_name(arch_features bit)
 {
     for (int i = 0; i < ARCH_F_COUNT_; i++)
-        if (bit == 1u << i) return FEATURE_NAMES[i];
+        if (bit == ARCH_F_(i)) return FEATURE_NAMES[i];
     return "?";
 }
 
 void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
 {
     static const char *const norm[] = {"pre-norm", "post-norm", "sandwich-norm", "post-LN"};
-    static const char *const attn[] = {"full attention", "sliding-window attention", "gated DeltaNet"};
+    static const char *const attn[] = {"full attention", "sliding-window attention", "gated DeltaNet",
+                                       "multi-head latent attention"};
     static const char *const ffn[] = {"GLU", "MoE", "GLU beside MoE", "MLP"};
     static const char *const act[] = {"silu", "gelu-tanh", "gelu-erf", "clamped swiglu"};
     static const char *const router[] = {" (softmax top-k router, renormalised)",
@@ -137,7 +142,7 @@ void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
                                          " (top-k router, softmax over the k)",
                                          " (sigmoid router + selection bias, renormalised, scaled)"};
     const unsigned shexp = l->ffn_extras & (ARCH_FFN_SHARED_EXPERT | ARCH_FFN_SHEXP_GATE);
-    snprintf(buf, len, "%s, %s%s%s%s%s%s%s%s%s%s%s, %s %s%s%s%s%s", norm[l->norm],
+    snprintf(buf, len, "%s, %s%s%s%s%s%s%s%s%s%s%s, %s %s%s%s%s%s%s", norm[l->norm],
              l->attn_extras & ARCH_ATTN_BIDIR ? "bidirectional " : "", attn[l->attn],
              l->attn_extras & ARCH_ATTN_FUSED_QKV ? " + fused qkv" : "",
              l->attn_extras & ARCH_ATTN_QKV_BIAS ? " + qkv bias" : "",
@@ -150,6 +155,7 @@ void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
              l->attn_extras & ARCH_ATTN_SINKS ? " + sinks" : "", ffn[l->ffn], act[l->act],
              l->ffn_extras & ARCH_FFN_FUSED_GATE_UP ? " (fused gate/up)" : "",
              l->ffn == ARCH_FFN_MOE || l->ffn == ARCH_FFN_GLU_MOE ? router[l->router] : "",
+             l->ffn_extras & ARCH_FFN_EXPERT_GROUPS ? " + expert groups" : "",
              shexp == (ARCH_FFN_SHARED_EXPERT | ARCH_FFN_SHEXP_GATE) ? " + sigmoid-gated shared expert"
              : shexp                                                 ? " + shared expert"
                                                                      : "",

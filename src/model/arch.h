@@ -30,6 +30,10 @@ typedef enum arch_attn {
     ARCH_ATTN_SLIDING = 1, /* the same over the last `window` positions (Gemma, gpt-oss): query
                             * i sees keys j with i - j < window (attention.sliding_window) */
     ARCH_ATTN_LINEAR = 2,  /* gated DeltaNet (Qwen3.5, Qwen3-Next): a recurrent state, no KV */
+    /* multi-head latent attention (DeepSeek V2/V3, Kimi K2): K and V of every head come from
+     * one per-token latent (kv_lora_rank, RMS-normed) through per-head up-projections, plus a
+     * decoupled RoPE key shared by the heads; the cache keeps the latent and that key only */
+    ARCH_ATTN_MLA = 3,
 } arch_attn;
 
 /* Extras of an attention block (bits). */
@@ -85,6 +89,10 @@ enum {
                                     * ARCH_F_SHARED_EXPERT feature: a backend runs both or neither */
     ARCH_FFN_FUSED_GATE_UP = 1u << 3, /* GLU: one ffn_up of 2*n_ff rows, gate then up (phi3); the
                                        * loader binds w_gate and w_up as its halves */
+    /* MoE: the experts are in expert_group_count groups and a token chooses among those of its
+     * expert_group_used_count best groups only (DeepSeek V3: a group scores the sum of its two
+     * best biased scores; V2: its best score).  The loader adds it where the file has groups. */
+    ARCH_FFN_EXPERT_GROUPS = 1u << 4,
 };
 
 typedef enum arch_act {
@@ -110,42 +118,43 @@ typedef struct arch_layer {
 
 /* A recipe as a set of features: what a tensor's presence hangs on and what a backend
  * declares it implements.  arch_feature_name() names each bit. */
-typedef uint32_t arch_features;
-enum {
-    ARCH_F_NORM_PRE = 1u << 0, /* the three placements: one per layer */
-    ARCH_F_NORM_POST = 1u << 1,
-    ARCH_F_NORM_SANDWICH = 1u << 2,
-    ARCH_F_ATTN_FULL = 1u << 3,
-    ARCH_F_ATTN_SLIDING = 1u << 4,
-    ARCH_F_ATTN_LINEAR = 1u << 5,
-    ARCH_F_QKV_BIAS = 1u << 6,
-    ARCH_F_QK_NORM = 1u << 7,
-    ARCH_F_FFN_GLU = 1u << 8,
-    ARCH_F_FFN_MOE = 1u << 9,
-    ARCH_F_ACT_SILU = 1u << 10,
-    ARCH_F_ACT_GELU_TANH = 1u << 11,
-    ARCH_F_ROUTER_SOFTMAX_TOPK = 1u << 12, /* MoE layers only */
-    ARCH_F_V_NORM = 1u << 13,
-    ARCH_F_FFN_GLU_MOE = 1u << 14,
-    ARCH_F_ROUTER_SCALED = 1u << 15,
-    ARCH_F_ATTN_OUT_GATE = 1u << 16,
-    ARCH_F_ROPE_PARTIAL = 1u << 17,
-    ARCH_F_SHARED_EXPERT = 1u << 18,
-    ARCH_F_NORM_POST_LN = 1u << 19,
-    ARCH_F_ATTN_OUT_BIAS = 1u << 20,
-    ARCH_F_ATTN_BIDIR = 1u << 21,
-    ARCH_F_FFN_MLP = 1u << 22,
-    ARCH_F_ACT_GELU_ERF = 1u << 23,
-    ARCH_F_ATTN_SINKS = 1u << 24,
-    ARCH_F_FFN_BIAS = 1u << 25,
-    ARCH_F_ACT_SWIGLU_CLAMP = 1u << 26,
-    ARCH_F_ROUTER_TOPK_SOFTMAX = 1u << 27,
-    ARCH_F_FUSED_QKV = 1u << 28,
-    ARCH_F_FUSED_GATE_UP = 1u << 29,
-    ARCH_F_ROUTER_SIGMOID_BIAS = 1u << 30,
-    ARCH_F_ROPE_LONGROPE = 1u << 31, /* the last bit: a 33rd feature makes arch_features 64-bit */
-    ARCH_F_COUNT_ = 32,
-};
+typedef uint64_t arch_features;
+#define ARCH_F_(n) ((arch_features)1 << (n))
+#define ARCH_F_NORM_PRE ARCH_F_(0) /* the three placements: one per layer */
+#define ARCH_F_NORM_POST ARCH_F_(1)
+#define ARCH_F_NORM_SANDWICH ARCH_F_(2)
+#define ARCH_F_ATTN_FULL ARCH_F_(3)
+#define ARCH_F_ATTN_SLIDING ARCH_F_(4)
+#define ARCH_F_ATTN_LINEAR ARCH_F_(5)
+#define ARCH_F_QKV_BIAS ARCH_F_(6)
+#define ARCH_F_QK_NORM ARCH_F_(7)
+#define ARCH_F_FFN_GLU ARCH_F_(8)
+#define ARCH_F_FFN_MOE ARCH_F_(9)
+#define ARCH_F_ACT_SILU ARCH_F_(10)
+#define ARCH_F_ACT_GELU_TANH ARCH_F_(11)
+#define ARCH_F_ROUTER_SOFTMAX_TOPK ARCH_F_(12) /* MoE layers only */
+#define ARCH_F_V_NORM ARCH_F_(13)
+#define ARCH_F_FFN_GLU_MOE ARCH_F_(14)
+#define ARCH_F_ROUTER_SCALED ARCH_F_(15)
+#define ARCH_F_ATTN_OUT_GATE ARCH_F_(16)
+#define ARCH_F_ROPE_PARTIAL ARCH_F_(17)
+#define ARCH_F_SHARED_EXPERT ARCH_F_(18)
+#define ARCH_F_NORM_POST_LN ARCH_F_(19)
+#define ARCH_F_ATTN_OUT_BIAS ARCH_F_(20)
+#define ARCH_F_ATTN_BIDIR ARCH_F_(21)
+#define ARCH_F_FFN_MLP ARCH_F_(22)
+#define ARCH_F_ACT_GELU_ERF ARCH_F_(23)
+#define ARCH_F_ATTN_SINKS ARCH_F_(24)
+#define ARCH_F_FFN_BIAS ARCH_F_(25)
+#define ARCH_F_ACT_SWIGLU_CLAMP ARCH_F_(26)
+#define ARCH_F_ROUTER_TOPK_SOFTMAX ARCH_F_(27)
+#define ARCH_F_FUSED_QKV ARCH_F_(28)
+#define ARCH_F_FUSED_GATE_UP ARCH_F_(29)
+#define ARCH_F_ROUTER_SIGMOID_BIAS ARCH_F_(30)
+#define ARCH_F_ROPE_LONGROPE ARCH_F_(31)
+#define ARCH_F_ATTN_MLA ARCH_F_(32)      /* multi-head latent attention (DeepSeek): the cache holds a latent */
+#define ARCH_F_EXPERT_GROUPS ARCH_F_(33) /* the router keeps the best expert groups first (DeepSeek) */
+#define ARCH_F_COUNT_ 34
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
 const char *arch_feature_name(arch_features bit);
@@ -182,6 +191,14 @@ typedef enum arch_dim {
     ARCH_DIM_QKV,      /* (n_head + 2 * n_head_kv) * head_dim: a fused attn_qkv */
     ARCH_DIM_FF2,      /* 2 * n_ff: a fused gate and up */
     ARCH_DIM_HALF_ROT, /* n_rot / 2: one RoPE factor per rotated pair (LongRoPE) */
+    /* multi-head latent attention (model_hparams' mla_*): */
+    ARCH_DIM_Q_LORA,   /* q_lora_rank: the compressed query */
+    ARCH_DIM_MLA_Q,    /* n_head * (qk_nope + n_rot): every head's query, its RoPE part last */
+    ARCH_DIM_KV_LORA,  /* kv_lora_rank: the latent */
+    ARCH_DIM_KV_A,     /* kv_lora_rank + n_rot: the latent and the RoPE key, one cache row */
+    ARCH_DIM_MLA_NOPE, /* qk_nope: a head's key/query part without RoPE */
+    ARCH_DIM_MLA_V,    /* a head's value width */
+    ARCH_DIM_MLA_O,    /* n_head * value width: the attention output */
 } arch_dim;
 /* In a layer tensor, Q, KV, HEAD, HALF_HEAD and FF are the layer's own (model_layer: head_dim,
  * n_head_kv, n_ff), which differ between layers in Gemma 4. */
@@ -238,6 +255,11 @@ typedef enum arch_yarn {
     ARCH_YARN_UNROUNDED = 1, /* the range from beta_fast/beta_slow used as computed, not floored
                               * and ceiled (transformers' truncate=false: gpt-oss; ggml always
                               * rounds it) */
+    /* DeepSeek's: the range floored and ceiled (transformers' default truncate=true, ggml),
+     * over the rotated dimensions; cos and sin unscaled (DeepSeek's mscale equals its
+     * mscale_all_dim); the attention scores times mscale^2, mscale = 1 +
+     * rope.scaling.yarn_log_multiplier * ln(factor) */
+    ARCH_YARN_MSCALE = 2,
 } arch_yarn;
 
 struct model_hparams;
@@ -284,11 +306,14 @@ typedef struct arch_desc {
      * pattern (GLM-4.5, DeepSeek-V3: dense feed-forward before the MoE layers); unused while
      * that count is 0. */
     arch_layer leading;
+    /* A file without expert_weights_norm does not renormalise its chosen experts' weights
+     * (DeepSeek V2, as llama.cpp reads it); otherwise they are renormalised. */
+    bool expert_weights_raw;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
 extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4, arch_qwen35,
-    arch_qwen35moe, arch_qwen3next, arch_bert, arch_gptoss, arch_phi3, arch_glm4moe;
+    arch_qwen35moe, arch_qwen3next, arch_bert, arch_gptoss, arch_phi3, arch_glm4moe, arch_deepseek2;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -334,6 +359,7 @@ typedef enum model_arch {
     MODEL_ARCH_GPTOSS = 10,   /* sliding/full, attention sinks, YaRN, biased MoE, clamped SwiGLU */
     MODEL_ARCH_PHI3 = 11,     /* fused QKV and gate/up, partial LongRoPE */
     MODEL_ARCH_GLM4MOE = 12,  /* GLM-4.5: dense lead, sigmoid-routed MoE + shared expert */
+    MODEL_ARCH_DEEPSEEK2 = 13, /* DeepSeek V2/V3, Kimi K2: latent attention, grouped MoE routing */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

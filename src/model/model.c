@@ -171,21 +171,34 @@ static double yarn_corr_dim(double rotations, int head_dim, double base, double 
     return head_dim * log(n_ctx_orig / (rotations * 2.0 * M_PI)) / (2.0 * log(base));
 }
 
+/* ARCH_YARN_UNROUNDED (gpt-oss): the range as computed over the head, cos and sin times
+ * 0.1 ln(factor) + 1.  ARCH_YARN_MSCALE (DeepSeek): the range floored and ceiled over the
+ * rotated dimensions, cos and sin as they are, the scores times mscale^2 instead. */
 static bool read_yarn(loader *L)
 {
     model_hparams *hp = &L->m->hp;
+    const bool mscale = L->m->desc->yarn == ARCH_YARN_MSCALE;
     float n_orig = 0, beta_fast = 32.0f, beta_slow = 1.0f;
     if (!read_float(L, "rope.scaling.factor", true, &hp->yarn_factor) ||
         !read_float(L, "rope.scaling.original_context_length", true, &n_orig) ||
         !read_float(L, "rope.scaling.yarn_beta_fast", false, &beta_fast) ||
-        !read_float(L, "rope.scaling.yarn_beta_slow", false, &beta_slow))
+        !read_float(L, "rope.scaling.yarn_beta_slow", false, &beta_slow) ||
+        (mscale && !read_float(L, "rope.scaling.yarn_log_multiplier", false, &hp->yarn_log_mul)))
         return false;
-    double low = yarn_corr_dim(beta_fast, hp->head_dim, hp->rope_base, n_orig);
-    double high = yarn_corr_dim(beta_slow, hp->head_dim, hp->rope_base, n_orig);
+    const int dim = mscale && hp->n_rot ? hp->n_rot : hp->head_dim;
+    double low = yarn_corr_dim(beta_fast, dim, hp->rope_base, n_orig);
+    double high = yarn_corr_dim(beta_slow, dim, hp->rope_base, n_orig);
+    if (mscale) low = floor(low), high = ceil(high);
     hp->yarn_low = low > 0 ? (float)low : 0;
-    hp->yarn_high = high < hp->head_dim - 1 ? (float)high : (float)(hp->head_dim - 1);
+    hp->yarn_high = high < dim - 1 ? (float)high : (float)(dim - 1);
     if (hp->yarn_high == hp->yarn_low) hp->yarn_high += 0.001f; /* transformers' guard */
-    hp->rope_attn_factor = hp->yarn_factor > 1 ? 0.1f * logf(hp->yarn_factor) + 1.0f : 1.0f;
+    const float m = hp->yarn_factor > 1 ? 0.1f * logf(hp->yarn_factor) + 1.0f : 1.0f;
+    if (!mscale) {
+        hp->rope_attn_factor = m;
+        return true;
+    }
+    const float ms = hp->yarn_factor > 1 ? 1.0f + hp->yarn_log_mul * logf(hp->yarn_factor) : 1.0f;
+    hp->attn_mscale2 = ms * ms;
     return true;
 }
 
@@ -267,6 +280,70 @@ static bool check_ssm(loader *L)
     return true;
 }
 
+/* Multi-head latent attention's shapes.  llama.cpp's converter declares the attention as one
+ * head shared by all: key_length = kv_lora_rank + n_rot (the cache row), value_length =
+ * kv_lora_rank, the per-head sizes in key_length_mla / value_length_mla; without those keys
+ * (an older file) key_length and value_length are the per-head sizes.  Either way the model's
+ * head_dim becomes the cache row and n_head_kv 1. */
+static bool check_mla(loader *L)
+{
+    model_hparams *hp = &L->m->hp;
+    const char *arch = L->m->desc->name;
+    if (hp->n_rot < 2 || hp->n_rot % 2 != 0)
+        return fail(L, "%s: latent attention needs an even rope.dimension_count (the RoPE key's width), found %d",
+                    arch, hp->n_rot);
+    const bool split = hp->key_length_mla > 0;
+    const int qk = split ? hp->key_length_mla : hp->head_dim, v = split ? hp->value_length_mla : hp->value_length;
+    if (qk <= hp->n_rot)
+        return fail(L, "%s.attention.%s %d must be more than rope.dimension_count %d", arch,
+                    split ? "key_length_mla" : "key_length", qk, hp->n_rot);
+    if (v < 1)
+        return fail(L, "missing key '%s.attention.%s'", arch, split ? "value_length_mla" : "value_length");
+    if (split && hp->head_dim && hp->head_dim != hp->kv_lora_rank + hp->n_rot)
+        return fail(L, "%s.attention.key_length %d is not kv_lora_rank %d + rope.dimension_count %d", arch,
+                    hp->head_dim, hp->kv_lora_rank, hp->n_rot);
+    if (split && hp->value_length && hp->value_length != hp->kv_lora_rank)
+        return fail(L, "%s.attention.value_length %d is not kv_lora_rank %d", arch, hp->value_length,
+                    hp->kv_lora_rank);
+    if ((int64_t)hp->n_head * (qk + v) > HPARAM_MAX || (int64_t)hp->kv_lora_rank + hp->n_rot > HPARAM_MAX)
+        return fail(L, "%s: %d heads of %d + %d (kv_lora_rank %d) are too large", arch, hp->n_head, qk, v,
+                    hp->kv_lora_rank);
+    hp->mla_nope = qk - hp->n_rot;
+    hp->mla_v = v;
+    hp->head_dim = hp->kv_lora_rank + hp->n_rot;
+    hp->n_head_kv = 1;
+    return true;
+}
+
+/* How the file's MoE routes: the scoring function (expert_gating_func: 1 softmax, 2 sigmoid;
+ * absent: the family's recipe), whether the chosen weights are renormalised
+ * (expert_weights_norm) and the expert groups. */
+static bool read_routing(loader *L)
+{
+    model_hparams *hp = &L->m->hp;
+    const char *arch = L->m->desc->name;
+    char key[128];
+    key_name(L, "expert_weights_norm", key, sizeof key);
+    int64_t norm;
+    hp->expert_weights_norm = !L->m->desc->expert_weights_raw;
+    if (gguf_find_key(L->f, key) >= 0 && !gguf_get_bool(L->f, key, &hp->expert_weights_norm)) {
+        if (!gguf_get_i64(L->f, key, &norm) || norm < 0 || norm > 1)
+            return fail(L, "key '%s' has the wrong type: expected a bool", key);
+        hp->expert_weights_norm = norm == 1;
+    }
+    if (hp->expert_gating > 2)
+        return fail(L, "%s.expert_gating_func %d is not one of 1 (softmax) and 2 (sigmoid)", arch, hp->expert_gating);
+    if (hp->n_expert_groups <= 1) return true;
+    const int per_group = hp->n_expert / hp->n_expert_groups;
+    if (hp->n_expert % hp->n_expert_groups != 0 || hp->n_group_used < 1 || hp->n_group_used > hp->n_expert_groups)
+        return fail(L, "%s: %d experts in expert_group_count %d groups, expert_group_used_count %d kept: not a "
+                    "grouping", arch, hp->n_expert, hp->n_expert_groups, hp->n_group_used);
+    if (hp->n_expert_used > per_group * hp->n_group_used || (hp->expert_gating == 2 && per_group < 2))
+        return fail(L, "%s.expert_used_count %d does not fit %d kept groups of %d experts", arch,
+                    hp->n_expert_used, hp->n_group_used, per_group);
+    return true;
+}
+
 /* A multi-token-prediction head (Qwen3.5, Qwen3-Next, GLM, DeepSeek files keep it): its
  * nextn_predict_layers blocks are counted in block_count after the layers that run.  Nothing
  * uses them yet (speculative decoding will), so they are left unbound: the model runs the
@@ -319,6 +396,8 @@ static bool read_hparams(loader *L)
     hp->rope_scale = 1.0f;
     hp->rope_attn_factor = 1.0f;
     hp->expert_weights_scale = 1.0f;
+    hp->expert_weights_norm = true;
+    hp->attn_mscale2 = 1.0f;
     hp->rope_neox = L->m->desc->rope == ARCH_ROPE_NEOX;
     hp->ssm_grouped = L->m->desc->ssm_heads == ARCH_SSM_GROUPED;
     if (!read_keys(L, L->m->desc->keys)) return false;
@@ -342,6 +421,8 @@ static bool read_hparams(loader *L)
     const arch_features lead = hp->n_dense_lead ? arch_layer_features(&L->m->desc->leading) : 0;
     if (hp->n_ff < 1 && ((pattern_features(L->m->desc) | lead) & ARCH_F_FFN_GLU))
         return fail(L, "missing key '%s.feed_forward_length'", arch);
+    if ((pattern_features(L->m->desc) & ARCH_F_ATTN_MLA) && !check_mla(L)) return false;
+    if (hp->n_expert > 0 && !read_routing(L)) return false;
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
     if (hp->head_dim == 0) hp->head_dim = hp->n_embd / hp->n_head;
     if (hp->n_head % hp->n_head_kv != 0)
@@ -412,13 +493,18 @@ static void layer_keys(loader *L, const arch_key *list, int il)
 static bool layer_recipe(loader *L, model_layer *ly, int il)
 {
     const arch_desc *d = L->m->desc;
-    const arch_layer *pattern = d->moe_pattern && L->m->hp.n_expert > 0 ? d->moe_pattern : d->pattern;
-    if (il < L->m->hp.n_dense_lead) {
+    const model_hparams *hp = &L->m->hp;
+    const arch_layer *pattern = d->moe_pattern && hp->n_expert > 0 ? d->moe_pattern : d->pattern;
+    if (il < hp->n_dense_lead) {
         ly->recipe = d->leading;
         return true;
     }
     if (!d->pattern_key) {
         ly->recipe = pattern[il % d->pattern_len];
+        /* the file's scoring function and expert groups, where it states them */
+        if (ly->recipe.ffn == ARCH_FFN_MOE && hp->expert_gating)
+            ly->recipe.router = hp->expert_gating == 2 ? ARCH_ROUTER_SIGMOID_BIAS : ARCH_ROUTER_SOFTMAX_TOPK;
+        if (ly->recipe.ffn == ARCH_FFN_MOE && hp->n_expert_groups > 1) ly->recipe.ffn_extras |= ARCH_FFN_EXPERT_GROUPS;
         return true;
     }
     int64_t sliding;
@@ -445,7 +531,9 @@ static bool layer_attention(loader *L, model_layer *ly, int il)
     ly->rope_base = hp->rope_base;
     ly->rope_scale = hp->rope_scale;
     ly->rope_freqs = L->m->rope_freqs.data;
-    const bool rotary = ly->recipe.attn != ARCH_ATTN_LINEAR && m->desc->rope != ARCH_ROPE_NONE;
+    /* latent attention turns its RoPE key and query parts whole: never partial */
+    const bool rotary = ly->recipe.attn != ARCH_ATTN_LINEAR && ly->recipe.attn != ARCH_ATTN_MLA &&
+                        m->desc->rope != ARCH_ROPE_NONE;
     if (rotary && hp->n_rot < ly->head_dim) ly->recipe.attn_extras |= ARCH_ATTN_ROPE_PARTIAL;
     if (rotary && (m->rope_factors_short.data || m->rope_factors_long.data ||
                    (hp->rope_attn_factor != 1.0f && hp->yarn_factor == 0))) {
@@ -493,6 +581,31 @@ static void layer_split_fused(const model_hparams *hp, model_layer *ly)
     }
 }
 
+/* A latent-attention layer's query: the q LoRA pair when q_lora_rank is set, else attn_q; and
+ * its split K/V up-projections (a file with the fused attn_kv_b of llama.cpp's older
+ * converter is refused by that name: the absorbed form here needs the split per head). */
+static bool mla_complete(loader *L, const model_layer *ly, int il)
+{
+    const bool lora = L->m->hp.q_lora_rank > 0;
+    const model_tensor *need[] = {&ly->wq_a, &ly->q_a_norm, &ly->wq_b, &ly->wq};
+    static const char *const names[] = {"attn_q_a.weight", "attn_q_a_norm.weight", "attn_q_b.weight", "attn_q.weight"};
+    const bool wanted[] = {lora, lora, lora, !lora};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        if (wanted[i] && !need[i]->data) return fail(L, "missing tensor 'blk.%d.%s'", il, names[i]);
+        if (!wanted[i] && need[i]->data)
+            return fail(L, "tensor 'blk.%d.%s' is there but %s.attention.q_lora_rank is %d", il, names[i],
+                        L->m->desc->name, L->m->hp.q_lora_rank);
+    }
+    char fused[64];
+    snprintf(fused, sizeof fused, "blk.%d.attn_kv_b.weight", il);
+    if ((!ly->wk_b.data || !ly->wv_b.data) && gguf_find_tensor(L->f, fused))
+        return fail(L, "tensor '%s': the fused K/V up-projection (llama.cpp's converter before the split into "
+                    "attn_k_b and attn_v_b) is not supported; convert the model again", fused);
+    if (!ly->wk_b.data) return fail(L, "missing tensor 'blk.%d.attn_k_b.weight'", il);
+    if (!ly->wv_b.data) return fail(L, "missing tensor 'blk.%d.attn_v_b.weight'", il);
+    return true;
+}
+
 /* What optional entries of a family's lists are not optional for this layer: its own K/V
  * (unless it shares an earlier layer's), the per-layer embeddings' tensors when the file
  * has them, and the shared expert's gate when the recipe gates it. */
@@ -502,6 +615,7 @@ static bool layer_complete(loader *L, const model_layer *ly, int il)
                                   &ly->ffn_gate_inp_shexp};
     static const char *const names[] = {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight", "inp_gate.weight",
                                         "proj.weight", "post_norm.weight", "ffn_gate_inp_shexp.weight"};
+    if (ly->recipe.attn == ARCH_ATTN_MLA) return mla_complete(L, ly, il);
     const bool own_kv = ly->kv_source == il && ly->recipe.attn != ARCH_ATTN_LINEAR, ple = L->m->hp.n_embd_ple > 0;
     const bool qk_norm = ly->recipe.attn_extras & ARCH_ATTN_QK_NORM;
     const bool wanted[] = {own_kv, own_kv && !L->m->desc->v_from_k, own_kv && qk_norm, ple, ple, ple,
@@ -516,6 +630,7 @@ static bool layer_complete(loader *L, const model_layer *ly, int il)
 typedef struct tensor_spec {
     const char *name;
     int64_t ne0, ne1, ne2;
+    const char *slices; /* what the third dimension counts: "experts", "heads" */
     bool required;
     bool f32_only; /* norms, biases and rope factors are read as plain floats */
 } tensor_spec;
@@ -538,8 +653,8 @@ static bool bind(loader *L, model_tensor *t, tensor_spec spec)
         if (spec.ne2 == 0)
             return fail(L, "tensor '%s': expected shape [%lld, %lld], found %s", spec.name,
                         (long long)spec.ne0, (long long)spec.ne1, found);
-        return fail(L, "tensor '%s': expected shape [%lld, %lld, %lld] (the last: experts), found %s", spec.name,
-                    (long long)spec.ne0, (long long)spec.ne1, (long long)spec.ne2, found);
+        return fail(L, "tensor '%s': expected shape [%lld, %lld, %lld] (the last: %s), found %s", spec.name,
+                    (long long)spec.ne0, (long long)spec.ne1, (long long)spec.ne2, spec.slices, found);
     }
     if (spec.f32_only && g->type != GGML_TYPE_F32)
         return fail(L, "tensor '%s': type %s, expected F32", spec.name, ggml_type_name(g->type));
@@ -614,6 +729,13 @@ static int64_t dim_value(const model_hparams *hp, const model_layer *ly, arch_di
     case ARCH_DIM_QKV: return (int64_t)hp->n_head * hd + 2 * kv * hd;
     case ARCH_DIM_FF2: return 2 * (int64_t)(ly ? ly->n_ff : hp->n_ff);
     case ARCH_DIM_HALF_ROT: return hp->n_rot / 2;
+    case ARCH_DIM_Q_LORA: return hp->q_lora_rank;
+    case ARCH_DIM_MLA_Q: return (int64_t)hp->n_head * (hp->mla_nope + hp->n_rot);
+    case ARCH_DIM_KV_LORA: return hp->kv_lora_rank;
+    case ARCH_DIM_KV_A: return (int64_t)hp->kv_lora_rank + hp->n_rot;
+    case ARCH_DIM_MLA_NOPE: return hp->mla_nope;
+    case ARCH_DIM_MLA_V: return hp->mla_v;
+    case ARCH_DIM_MLA_O: return (int64_t)hp->n_head * hp->mla_v;
     }
     return -1;
 }
@@ -631,7 +753,7 @@ static bool bind_list(loader *L, const arch_tensor *list, arch_features features
         const model_hparams *hp = &L->m->hp;
         const model_layer *ly = il >= 0 ? base : NULL;
         tensor_spec spec = {name, dim_value(hp, ly, t->ne0), dim_value(hp, ly, t->ne1), dim_value(hp, ly, t->ne2),
-                            !t->optional, t->f32_only};
+                            t->ne2 == ARCH_DIM_HEADS ? "heads" : "experts", !t->optional, t->f32_only};
         if (!bind(L, (model_tensor *)((char *)base + t->offset), spec)) return false;
     }
     return true;

@@ -115,6 +115,13 @@ typedef struct model_layer {
     /* ARCH_FFN_BIAS: the router's [n_expert] and, one row per expert, [n_ff_exp] (gate, up) and
      * [n_embd] (down) */
     model_tensor ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
+    /* multi-head latent attention (ARCH_ATTN_MLA): the query through a low-rank pair
+     * wq_a [n_embd -> q_lora], q_a_norm [q_lora], wq_b [q_lora -> n_head x (nope + rope)] (or
+     * wq when q_lora_rank is 0); wkv_a [n_embd -> kv_lora + rope] gives the latent (normed by
+     * kv_a_norm [kv_lora]) and the RoPE key; per head, wk_b [nope -> kv_lora] (a query's nope
+     * part into latent space: the transpose of the key up-projection) and wv_b [kv_lora ->
+     * v width] (the value up-projection), n_head slices each; wo [n_head x v width -> n_embd]. */
+    model_tensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b;
 } model_layer;
 
 typedef struct model_hparams {
@@ -134,6 +141,23 @@ typedef struct model_hparams {
     int n_expert_shared; /* n_ff_exp x expert_shared_count, the shared experts fused in one GLU (GLM) */
     float expert_weights_scale; /* ARCH_ROUTER_SIGMOID_BIAS: the chosen weights times this (1 = none) */
     int n_dense_lead;  /* leading_dense_block_count: layers that run desc->leading (0: none) */
+    /* How a MoE router's file says it scores (expert_gating_func: 0 the family's, 1 softmax,
+     * 2 sigmoid), whether it renormalises the chosen weights (expert_weights_norm, default
+     * yes) and its expert groups (expert_group_count; 0 or 1: none) of which a token keeps
+     * the best n_group_used. */
+    int expert_gating;
+    bool expert_weights_norm;
+    int n_expert_groups, n_group_used;
+    /* Multi-head latent attention (0 without): the compressed query's and the latent's
+     * widths, a head's query/key part without RoPE (mla_nope; n_rot more dims turn) and its
+     * value width; attention.key_length_mla / value_length_mla as the file gives them.  With
+     * MLA, head_dim is kv_lora_rank + n_rot (one cache row: the latent and the RoPE key) and
+     * n_head_kv is 1 (the heads share it). */
+    int q_lora_rank, kv_lora_rank, mla_nope, mla_v;
+    int key_length_mla, value_length_mla, value_length;
+    /* ARCH_YARN_MSCALE: rope.scaling.yarn_log_multiplier, and the scores' factor mscale^2 it
+     * makes (1 = none) */
+    float yarn_log_mul, attn_mscale2;
     int n_rot;         /* dimensions of a head that RoPE turns (rope.dimension_count; head_dim) */
     /* gated DeltaNet (0 without linear layers): conv taps, the width of a q/k head (= a v
      * head's), q/k heads, v heads, their total width; every full_attn_interval-th layer is

@@ -87,6 +87,7 @@ static const ref_case CASES[] = {
     {"mistral.gguf", "mistral.json", F32_TOL}, /* llama arch, head_dim 32 != 64/4 */
     {"phi3.gguf", "phi3.json", F32_TOL},       /* fused qkv and gate/up, partial LongRoPE */
     {"glm4moe.gguf", "glm4moe.json", F32_TOL}, /* dense lead, sigmoid router, shared expert */
+    {"deepseek_v3.gguf", "deepseek_v3.json", F32_TOL}, /* latent attention, grouped sigmoid router */
 };
 
 typedef struct fixture {
@@ -302,6 +303,7 @@ static int setup_gptoss_mxfp4(void **state) { return setup(state, &CASES[10]); }
 static int setup_mistral(void **state) { return setup(state, &CASES[11]); }
 static int setup_phi3(void **state) { return setup(state, &CASES[12]); }
 static int setup_glm4moe(void **state) { return setup(state, &CASES[13]); }
+static int setup_deepseek(void **state) { return setup(state, &CASES[14]); }
 
 
 static int teardown(void **state)
@@ -601,6 +603,8 @@ static void test_gptoss_recipe(void **state)
 typedef struct gptoss_edit {
     const char *key, *value; /* a string key's new value */
     const char *drop, *shrink;
+    const char *as; /* the dropped tensor is written under this name instead */
+    const char *drop_key;
 } gptoss_edit;
 
 static model *edited_gptoss(const model *src, gptoss_edit ed, void **image, char *err, size_t errlen)
@@ -612,6 +616,7 @@ static model *edited_gptoss(const model *src, gptoss_edit ed, void **image, char
         double fv;
         size_t len;
         const char *sv;
+        if (ed.drop_key && strcmp(key, ed.drop_key) == 0) continue;
         if (ed.key && strcmp(key, ed.key) == 0) gguf_writer_set_str(w, key, ed.value);
         else if (gguf_kv_type(src->gguf, i) == GGUF_VT_FLOAT32 && gguf_kv_f64(src->gguf, i, &fv))
             gguf_writer_set_f32(w, key, (float)fv);
@@ -624,7 +629,8 @@ static model *edited_gptoss(const model *src, gptoss_edit ed, void **image, char
     }
     for (int64_t i = 0; i < gguf_n_tensors(src->gguf); i++) {
         const gguf_tensor *t = gguf_tensor_at(src->gguf, i);
-        if (ed.drop && strcmp(t->name, ed.drop) == 0) continue;
+        const bool dropped = ed.drop && strcmp(t->name, ed.drop) == 0;
+        if (dropped && !ed.as) continue;
         int64_t ne[GGUF_MAX_DIMS];
         memcpy(ne, t->ne, sizeof ne);
         size_t bytes = t->nbytes;
@@ -632,7 +638,7 @@ static model *edited_gptoss(const model *src, gptoss_edit ed, void **image, char
             bytes -= bytes / (size_t)ne[t->n_dims - 1];
             ne[t->n_dims - 1]--;
         }
-        gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, bytes, true);
+        gguf_writer_add_tensor(w, dropped ? ed.as : t->name, t->type, t->n_dims, ne, t->data, bytes, true);
     }
     return writer_model(w, image, err, errlen);
 }
@@ -649,30 +655,41 @@ static void expect_gptoss_refused(const model *src, gptoss_edit ed, const char *
     if (strcmp(err, want) != 0) fail_msg("\"%s\", expected \"%s\"", err, want);
 }
 
+/* Each edit of src refused with its error, after the unedited copy loads (so the edits are
+ * what is refused). */
+typedef struct refused_edit {
+    gptoss_edit edit;
+    const char *want;
+} refused_edit;
+
+static void expect_edits_refused(const model *src, const refused_edit *cases, size_t n)
+{
+    char err[512];
+    void *image = NULL;
+    model *same = edited_gptoss(src, (gptoss_edit){0}, &image, err, sizeof err);
+    if (!same) fail_msg("the unedited copy: %s", err);
+    model_free(same);
+    free(image);
+    for (size_t i = 0; i < n; i++) expect_gptoss_refused(src, cases[i].edit, cases[i].want);
+}
+
 /* A gpt-oss file missing its sinks or an expert bias, with an expert bias or MXFP4 expert
  * tensor of the wrong shape, or with a RoPE scaling it does not declare, is refused at load
- * naming the tensor or key; the unedited copy loads (the edits are what is refused). */
+ * naming the tensor or key. */
 static void test_gptoss_malformed(void **state)
 {
     fixture *f = *state;
     if (!f->ref) skip();
-    char err[512];
-    void *image = NULL;
-    model *same = edited_gptoss(f->m, (gptoss_edit){0}, &image, err, sizeof err);
-    if (!same) fail_msg("the unedited copy: %s", err);
-    model_free(same);
-    free(image);
-    expect_gptoss_refused(f->m, (gptoss_edit){.drop = "blk.2.attn_sinks.weight"},
-                          "missing tensor 'blk.2.attn_sinks.weight'");
-    expect_gptoss_refused(f->m, (gptoss_edit){.drop = "blk.1.ffn_up_exps.bias"},
-                          "missing tensor 'blk.1.ffn_up_exps.bias'");
-    expect_gptoss_refused(f->m, (gptoss_edit){.shrink = "blk.0.ffn_down_exps.bias"},
-                          "tensor 'blk.0.ffn_down_exps.bias': expected shape [64, 8], found [64, 7]");
-    expect_gptoss_refused(f->m, (gptoss_edit){.shrink = "blk.3.ffn_gate_exps.weight"},
-                          "tensor 'blk.3.ffn_gate_exps.weight': expected shape [64, 64, 8] (the last: experts), "
-                          "found [64, 64, 7]");
-    expect_gptoss_refused(f->m, (gptoss_edit){.key = "gpt-oss.rope.scaling.type", .value = "longrope"},
-                          "key 'gpt-oss.rope.scaling.type' = 'longrope' is not supported (none, linear, yarn)");
+    static const refused_edit cases[] = {
+        {{.drop = "blk.2.attn_sinks.weight"}, "missing tensor 'blk.2.attn_sinks.weight'"},
+        {{.drop = "blk.1.ffn_up_exps.bias"}, "missing tensor 'blk.1.ffn_up_exps.bias'"},
+        {{.shrink = "blk.0.ffn_down_exps.bias"}, "tensor 'blk.0.ffn_down_exps.bias': expected shape [64, 8], found [64, 7]"},
+        {{.shrink = "blk.3.ffn_gate_exps.weight"},
+         "tensor 'blk.3.ffn_gate_exps.weight': expected shape [64, 64, 8] (the last: experts), found [64, 64, 7]"},
+        {{.key = "gpt-oss.rope.scaling.type", .value = "longrope"},
+         "key 'gpt-oss.rope.scaling.type' = 'longrope' is not supported (none, linear, yarn)"},
+    };
+    expect_edits_refused(f->m, cases, sizeof cases / sizeof cases[0]);
 }
 
 /* The sigmoid router (GLM-4.5): the bias moves the choice but not the weights, which are the
@@ -684,8 +701,8 @@ static void test_moe_route_sigmoid(void **state)
     float w[2];
     const float bias[4] = {0.0f, 0.0f, 10.0f, 0.0f};
     float logits[4] = {2.0f, 1.0f, -1.0f, 0.0f};
-    cpu_sigmoid_router r = {.bias = bias, .n_expert = 4, .k = 2, .scale = 2.5f};
-    cpu_moe_route_sigmoid(&r, logits, ids, w);
+    cpu_score_router r = {.bias = bias, .n_expert = 4, .k = 2, .scale = 2.5f};
+    cpu_moe_route_scored(&r, logits, ids, w);
     assert_int_equal(ids[0], 2); /* chosen by its bias alone */
     assert_int_equal(ids[1], 0);
     const double s2 = 1 / (1 + exp(1.0)), s0 = 1 / (1 + exp(-2.0));
@@ -694,7 +711,7 @@ static void test_moe_route_sigmoid(void **state)
     float ties[4] = {0};
     r.bias = NULL;
     r.scale = 1.0f;
-    cpu_moe_route_sigmoid(&r, ties, ids, w);
+    cpu_moe_route_scored(&r, ties, ids, w);
     assert_int_equal(ids[0], 0); /* ties: the lower id */
     assert_int_equal(ids[1], 1);
     assert_float_equal(w[0], 0.5f, 1e-7f);
@@ -724,6 +741,12 @@ static void test_gpu_features(void **state)
         {"glm4moe.gguf", ARCH_F_ROPE_PARTIAL, "the cuda backend does not implement shared expert (layer 1 of glm4moe)"},
         {"glm4moe.gguf", ARCH_F_ROPE_PARTIAL | ARCH_F_SHARED_EXPERT,
          "the cuda backend does not implement sigmoid router with selection bias (layer 1 of glm4moe)"},
+        /* refused by name, so --device auto runs it on the CPU */
+        {"deepseek_v3.gguf", 0, "the cuda backend does not implement multi-head latent attention (layer 0 of deepseek2)"},
+        {"deepseek_v3.gguf", ARCH_F_ATTN_MLA,
+         "the cuda backend does not implement shared expert (layer 1 of deepseek2)"},
+        {"deepseek_v3.gguf", ARCH_F_ATTN_MLA | ARCH_F_SHARED_EXPERT | ARCH_F_ROUTER_SIGMOID_BIAS,
+         "the cuda backend does not implement grouped expert selection (layer 1 of deepseek2)"},
     };
     const char *env = getenv("INFERD_SHARED_DIR");
     const char *dir = env && *env ? env : INFERD_SHARED_DIR;
@@ -1296,6 +1319,130 @@ static void test_bert_embeddings(void **state)
     for (int p = 0; p < n_prompts; p++) free(ids[p]), free(hidden[p]), free(mean[p]), free(l2[p]);
 }
 
+/* ---- deepseek2: multi-head latent attention ----------------------------------------------- */
+
+/* The recipe and shapes the loader makes of the reference file (llama.cpp's converter's MLA
+ * keys: key_length 40 = kv_lora 32 + rope 8, value_length 32, key_length_mla 24 = nope 16 +
+ * rope 8, value_length_mla 16), and what the engine keeps per token: one row of kv_lora +
+ * rope floats per layer, no V cache. */
+static void test_deepseek_recipe(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    const model_hparams *hp = &f->m->hp;
+    assert_int_equal(hp->kv_lora_rank, 32);
+    assert_int_equal(hp->q_lora_rank, 32);
+    assert_int_equal(hp->mla_nope, 16);
+    assert_int_equal(hp->n_rot, 8);
+    assert_int_equal(hp->mla_v, 16);
+    assert_int_equal(hp->head_dim, 40); /* the cache row */
+    assert_int_equal(hp->n_head_kv, 1);
+    assert_int_equal(hp->n_dense_lead, 1);
+    assert_int_equal(hp->n_expert_groups, 4);
+    assert_int_equal(hp->n_group_used, 2);
+    assert_true(hp->expert_weights_norm);
+    const double ms = 1 + 0.1 * log(40.0);
+    assert_float_equal(hp->attn_mscale2, ms * ms, 1e-5);
+    assert_float_equal(hp->rope_attn_factor, 1.0, 0); /* cos and sin unscaled */
+    assert_float_equal(hp->yarn_low, 1, 0);             /* floor(1.31..) */
+    assert_float_equal(hp->yarn_high, 3, 0);            /* ceil(2.81..) */
+    char d[256];
+    arch_layer_describe(&f->m->layers[0].recipe, d, sizeof d);
+    assert_string_equal(d, "pre-norm, multi-head latent attention, GLU silu");
+    arch_layer_describe(&f->m->layers[1].recipe, d, sizeof d);
+    assert_string_equal(d, "pre-norm, multi-head latent attention, MoE silu (sigmoid router + selection bias, "
+                           "renormalised, scaled) + expert groups + shared expert");
+    /* one cache of 40 floats per token and layer: a 16-token block of 3 layers */
+    const engine_config cfg = {.n_slots = 1, .ctx_per_slot = 64, .max_batch_tokens = 64, .n_threads = 1,
+                               .kv_cache_mb = 1};
+    char err[256];
+    engine *e = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
+    if (!e) fail_msg("%s", err);
+    assert_int_equal(engine_kv_blocks(e), (1 << 20) / (3 * ENGINE_KV_BLOCK * 40 * 4));
+    engine_free(e);
+}
+
+/* A deepseek2 file missing an MLA tensor, with one of the wrong shape, or with the fused K/V
+ * up-projection of llama.cpp's older converter, is refused naming it. */
+static void test_deepseek_malformed(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    static const refused_edit cases[] = {
+        {{.drop = "blk.1.attn_kv_a_mqa.weight"}, "missing tensor 'blk.1.attn_kv_a_mqa.weight'"},
+        {{.drop = "blk.0.attn_q_a_norm.weight"}, "missing tensor 'blk.0.attn_q_a_norm.weight'"},
+        {{.drop = "blk.2.attn_v_b.weight"}, "missing tensor 'blk.2.attn_v_b.weight'"},
+        {{.shrink = "blk.2.attn_k_b.weight"},
+         "tensor 'blk.2.attn_k_b.weight': expected shape [16, 32, 4] (the last: heads), found [16, 32, 3]"},
+        {{.shrink = "blk.0.attn_kv_a_norm.weight"}, "tensor 'blk.0.attn_kv_a_norm.weight': expected shape [32], found [31]"},
+        {{.shrink = "blk.1.attn_q_b.weight"}, "tensor 'blk.1.attn_q_b.weight': expected shape [32, 96], found [32, 95]"},
+        {{.drop = "blk.1.exp_probs_b.bias"}, "missing tensor 'blk.1.exp_probs_b.bias'"},
+        {{.drop = "blk.0.attn_k_b.weight", .as = "blk.0.attn_kv_b.weight"},
+         "tensor 'blk.0.attn_kv_b.weight': the fused K/V up-projection (llama.cpp's converter before the split into "
+         "attn_k_b and attn_v_b) is not supported; convert the model again"},
+    };
+    expect_edits_refused(f->m, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* What the file's routing keys decide: without expert_gating_func the router is V2's softmax
+ * (llama.cpp's reading), without expert_weights_norm the weights are not renormalised; and
+ * without key_length_mla the attention keys are read as the older per-head ones, which this
+ * file's tensors do not fit (refused naming the first). */
+static void test_deepseek_routing_keys(void **state)
+{
+    fixture *f = *state;
+    if (!f->ref) skip();
+    char err[512];
+    void *image = NULL;
+    model *m = edited_gptoss(f->m, (gptoss_edit){.drop_key = "deepseek2.expert_gating_func"}, &image, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_int_equal(m->layers[1].recipe.router, ARCH_ROUTER_SOFTMAX_TOPK);
+    assert_null(m->layers[1].exp_probs_b.data); /* the bias is the sigmoid router's */
+    model_free(m);
+    free(image);
+    m = edited_gptoss(f->m, (gptoss_edit){.drop_key = "deepseek2.expert_weights_norm"}, &image, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_false(m->hp.expert_weights_norm);
+    model_free(m);
+    free(image);
+    static const refused_edit cases[] = {
+        {{.drop_key = "deepseek2.attention.key_length_mla"},
+         "tensor 'blk.0.attn_q_b.weight': expected shape [32, 160], found [32, 96]"},
+    };
+    expect_edits_refused(f->m, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* DeepSeek's routers on their own: V3's groups (a group scores its two best biased scores,
+ * the experts outside the kept groups count 0), V2's softmax with groups by best score,
+ * without renormalisation, scaled. */
+static void test_moe_route_grouped(void **state)
+{
+    (void)state;
+    int32_t ids[2];
+    float w[2], choice[8 + 4];
+    /* 4 groups of 2; sigmoid(0) = 0.5 everywhere, the bias decides: group 3 (0.3 + 0.3) and
+     * group 0 (0.9 + 0.5) are kept, not group 1 (1.0 + 0.3: expert 2's best score is outside) */
+    const float bias[8] = {0.4f, 0.0f, 0.5f, -0.2f, 0.0f, 0.0f, 0.3f, 0.3f};
+    float logits[8] = {0};
+    cpu_score_router r = {.bias = bias, .n_expert = 8, .k = 2, .scale = 2.5f, .n_group = 4, .topk_group = 2,
+                          .choice = choice};
+    cpu_moe_route_scored(&r, logits, ids, w);
+    assert_int_equal(ids[0], 0); /* 0.9 */
+    assert_int_equal(ids[1], 6); /* 0.8 (ties with 7: the lower id); expert 2's 1.0 is outside */
+    assert_float_equal(w[0], 1.25f, 1e-6f);
+    assert_float_equal(w[1], 1.25f, 1e-6f);
+    /* softmax, group by best score, raw weights times 16 (DeepSeek-V2) */
+    float l2[8] = {0.0f, 0.0f, 3.0f, 0.0f, 0.0f, 2.0f, 0.0f, 2.5f};
+    cpu_score_router v2 = {.n_expert = 8, .k = 2, .scale = 16.0f, .softmax = true, .raw = true, .n_group = 4,
+                           .topk_group = 1, .choice = choice};
+    cpu_moe_route_scored(&v2, l2, ids, w);
+    double z = 5 + exp(3.0) + exp(2.0) + exp(2.5);
+    assert_int_equal(ids[0], 2); /* group 1 alone is kept */
+    assert_int_equal(ids[1], 3);
+    assert_float_equal(w[0], 16 * exp(3.0) / z, 1e-5);
+    assert_float_equal(w[1], 16 * 1 / z, 1e-5);
+}
+
 int main(void)
 {
     const struct CMUnitTest f32[] = {
@@ -1330,6 +1477,15 @@ int main(void)
     const struct CMUnitTest longrope[] = {cmocka_unit_test(test_longrope_factors)};
     failed += cmocka_run_group_tests_name("phi3 LongRoPE", longrope, setup_phi3, teardown);
     failed += cmocka_run_group_tests_name("glm4moe F32", f32, setup_glm4moe, teardown);
+    const struct CMUnitTest deepseek[] = {
+        cmocka_unit_test(test_deepseek_recipe),
+        cmocka_unit_test(test_deepseek_malformed),
+        cmocka_unit_test(test_deepseek_routing_keys),
+        cmocka_unit_test(test_prefill_logits),
+        cmocka_unit_test(test_greedy_decode),
+        cmocka_unit_test(test_prefill_in_pieces),
+    };
+    failed += cmocka_run_group_tests_name("deepseek_v3 F32", deepseek, setup_deepseek, teardown);
     const struct CMUnitTest quantised[] = {cmocka_unit_test(test_quantised_experts)};
     failed += cmocka_run_group_tests_name("qwen3moe quantised experts", quantised, setup_f32, teardown);
     const struct CMUnitTest files[] = {
@@ -1337,6 +1493,7 @@ int main(void)
         cmocka_unit_test(test_moe_route_topk_softmax),
         cmocka_unit_test(test_swiglu_clamp),
         cmocka_unit_test(test_moe_route_sigmoid),
+        cmocka_unit_test(test_moe_route_grouped),
         cmocka_unit_test(test_gpu_features),
         cmocka_unit_test(test_malformed_moe_refused),
         cmocka_unit_test(test_moe_backend_features),

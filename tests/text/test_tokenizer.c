@@ -1,7 +1,11 @@
 /* test_tokenizer.c - SPM and BPE tokenizers against llama.cpp's published vocab test vectors
  * and Hugging Face's ids for hf-texts.json (every vocabulary found in shared/vocab), BOS/EOS
  * defaults, NFC, the stories260K reference prompt, round trips, streaming detokenization,
- * special tokens and hostile input. */
+ * special tokens and hostile input.
+ *
+ * With --npm-vocab DIR IDS.json (tests/text/vocab/run.py) it checks instead the vocabularies
+ * made from npm packages' tokenizer.json files (Tekken, Gemma 3) against the reference ids in
+ * IDS.json: every text with and without added specials, decoded back, round trips. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +31,19 @@ static const char *shared_dir(void)
 {
     const char *d = getenv("INFERD_SHARED_DIR");
     return d && *d ? d : INFERD_SHARED_DIR;
+}
+
+/* The vocabularies made from npm packages (--npm-vocab): their folder and reference ids. */
+static const char *npm_vocab_dir, *npm_ids_path;
+
+/* Where the ggml-vocab-NAME.gguf files are: shared/vocab, or the npm vocabularies' folder. */
+static const char *vocab_dir(void)
+{
+    static char path[512];
+    if (npm_vocab_dir)
+        return npm_vocab_dir;
+    snprintf(path, sizeof path, "%s/vocab", shared_dir());
+    return path;
 }
 
 /* ---- the vocabularies in shared/vocab ----------------------------------------------------
@@ -79,9 +96,7 @@ static int list_vocabs(void)
     if (n_vocab_list >= 0)
         return n_vocab_list;
     n_vocab_list = 0;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/vocab", shared_dir());
-    DIR *d = opendir(path);
+    DIR *d = opendir(vocab_dir());
     if (!d)
         return 0;
     static const char prefix[] = "ggml-vocab-";
@@ -139,7 +154,7 @@ static bool open_vocab(const char *path, vocab *v)
 static bool open_named_vocab(const char *name, vocab *v)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", vocab_dir(), name);
     return open_vocab(path, v);
 }
 
@@ -175,9 +190,9 @@ static int run_vectors(const char *name, const tokenizer *t, int *n_cases)
 {
     char path[1024];
     size_t inp_len, out_len;
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.inp", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.inp", vocab_dir(), name);
     char *inp = read_file(path, &inp_len);
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.out", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.out", vocab_dir(), name);
     char *out = read_file(path, &out_len);
     assert_non_null(inp);
     assert_non_null(out);
@@ -228,7 +243,7 @@ static void test_vocab_vectors(void **state)
     (void)state;
     int total = 0, total_ok = 0, n_tested = 0;
     if (list_vocabs() == 0) {
-        print_message("no ggml-vocab-* files under %s/vocab\n", shared_dir());
+        print_message("no ggml-vocab-* files under %s\n", vocab_dir());
         skip();
     }
     for (int k = 0; k < n_vocab_list; k++) {
@@ -278,6 +293,7 @@ static void test_vocab_vectors_without_gguf(void **state)
  * Llama 3, nothing for Qwen2), which is /tokenize with add_special. */
 
 static cJSON *load_json(const char *rel);
+static cJSON *load_json_path(const char *path);
 
 /* The ids /tokenize gives for text: encode, then EOS where the vocabulary adds it. */
 static int32_t *encode_like_tokenize(const tokenizer *t, const char *s, bool add_special, int *n)
@@ -306,14 +322,27 @@ static void print_ids(const char *what, const int32_t *ids, int n)
     print_error("\n");
 }
 
-static void test_hf_texts(void **state)
+/* A text decodes back to itself from its reference ids when none of them is a control token
+ * (those render as nothing). */
+static bool check_decodes_back(const char *name, const tokenizer *t, const char *text, const int32_t *ids, int n)
 {
-    (void)state;
-    cJSON *j = load_json("vocab/hf-texts.json");
-    if (!j) {
-        print_message("no %s/vocab/hf-texts.json\n", shared_dir());
-        skip();
-    }
+    for (int i = 0; i < n; i++)
+        if (tokenizer_is_control(t, ids[i]))
+            return true;
+    size_t len;
+    char *back = decode(t, ids, n, &len);
+    bool same = len == strlen(text) && memcmp(back, text, len) == 0;
+    if (!same)
+        print_error("%s: '%s' decodes back to '%s'\n", name, text, back);
+    free(back);
+    return same;
+}
+
+/* Every vocabulary of j's "expected" whose GGUF is in vocab_dir(): each text's ids with and
+ * without added specials, and (with decode_back) the text decoded from its ids.  Returns the
+ * number of vocabularies checked. */
+static int check_reference_ids(const cJSON *j, bool decode_back)
+{
     const cJSON *texts = cJSON_GetObjectItem(j, "texts"), *vocabs = cJSON_GetObjectItem(j, "expected");
     int n_texts = cJSON_GetArraySize(texts), checked = 0, bad = 0, n_vocabs = 0;
     assert_true(n_texts > 0);
@@ -322,14 +351,14 @@ static void test_hf_texts(void **state)
     {
         vocab v;
         if (!open_named_vocab(ve->string, &v)) {
-            print_message("SKIPPED hf-texts for %s: no ggml-vocab-%s.gguf\n", ve->string, ve->string);
+            print_message("SKIPPED reference ids for %s: no ggml-vocab-%s.gguf\n", ve->string, ve->string);
             continue;
         }
         const cJSON *want_plain = cJSON_GetObjectItem(ve, "ids");
         const cJSON *want_special = cJSON_GetObjectItem(ve, "ids_add_special");
         assert_int_equal(cJSON_GetArraySize(want_plain), n_texts);
         assert_int_equal(cJSON_GetArraySize(want_special), n_texts);
-        int ok = 0;
+        int ok = 0, back_bad = 0;
         for (int i = 0; i < n_texts; i++) {
             const char *text = cJSON_GetStringValue(cJSON_GetArrayItem(texts, i));
             assert_non_null(text);
@@ -339,9 +368,10 @@ static void test_hf_texts(void **state)
                 const cJSON *want = cJSON_GetArrayItem(sp ? want_special : want_plain, i);
                 if (ids_equal(got, n, want)) {
                     ok++;
+                    back_bad += decode_back && !sp && !check_decodes_back(ve->string, v.tok, text, got, n);
                 } else {
                     char *w = cJSON_PrintUnformatted(want);
-                    print_error("%s hf-texts[%d]%s mismatch: '%s'\n  want: %s\n", ve->string, i,
+                    print_error("%s text %d%s mismatch: '%s'\n  want: %s\n", ve->string, i,
                                 sp ? " (add_special)" : "", text, w);
                     print_ids("got", got, n);
                     free(w);
@@ -351,16 +381,45 @@ static void test_hf_texts(void **state)
                 free(got);
             }
         }
-        print_message("hf-texts %-10s %3d/%3d match (%d texts, with and without added specials)\n",
-                      ve->string, ok, 2 * n_texts, n_texts);
+        print_message("reference ids %-10s %3d/%3d match (%d texts, with and without added specials; "
+                      "n_vocab %d, load %.0f ms)\n", ve->string, ok, 2 * n_texts, n_texts, tokenizer_n_vocab(v.tok),
+                      v.load_ms);
+        if (decode_back)
+            print_message("  %s: %d of the matching texts do not decode back\n", ve->string, back_bad);
+        bad += back_bad;
         n_vocabs++;
         tokenizer_free(v.tok);
     }
+    assert_int_equal(bad, 0);
+    assert_true(n_vocabs == 0 || checked > 0);
+    return n_vocabs;
+}
+
+/* --npm-vocab: the reference ids of the vocabularies made from npm packages (every one of
+ * them must be there: tests/text/vocab/run.py made them). */
+static void test_npm_reference_ids(void **state)
+{
+    (void)state;
+    cJSON *j = load_json_path(npm_ids_path);
+    if (!j)
+        fail_msg("cannot read %s", npm_ids_path);
+    int n_vocabs = check_reference_ids(j, true);
+    assert_int_equal(n_vocabs, cJSON_GetArraySize(cJSON_GetObjectItem(j, "expected")));
+    cJSON_Delete(j);
+}
+
+static void test_hf_texts(void **state)
+{
+    (void)state;
+    cJSON *j = load_json("vocab/hf-texts.json");
+    if (!j) {
+        print_message("no %s/vocab/hf-texts.json\n", shared_dir());
+        skip();
+    }
+    int n_vocabs = check_reference_ids(j, false);
     cJSON_Delete(j);
     if (n_vocabs == 0)
         skip();
-    assert_int_equal(bad, 0);
-    assert_true(checked > 0);
 }
 
 /* The tokenizer of the GGUF w describes (w is freed); a load error fails the test, naming what. */
@@ -756,7 +815,7 @@ static void for_each_vocab(void (*fn)(const char *name, const tokenizer *t, void
         n++;
     }
     if (n == 0) {
-        print_message("no ggml-vocab-*.gguf under %s/vocab\n", shared_dir());
+        print_message("no ggml-vocab-*.gguf under %s\n", vocab_dir());
         skip();
     }
 }
@@ -776,17 +835,23 @@ static void test_roundtrip(void **state)
 
 /* ---- stories260K: the reference prompt -------------------------------------------------- */
 
-static cJSON *load_json(const char *rel)
+static cJSON *load_json_path(const char *path)
 {
-    char path[1024];
     size_t len;
-    snprintf(path, sizeof path, "%s/%s", shared_dir(), rel);
     char *txt = read_file(path, &len);
     if (!txt)
         return NULL;
     cJSON *j = cJSON_ParseWithLength(txt, len);
     free(txt);
     return j;
+}
+
+/* A JSON file under the shared folder. */
+static cJSON *load_json(const char *rel)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", shared_dir(), rel);
+    return load_json_path(path);
 }
 
 static bool open_stories(vocab *v)
@@ -1258,8 +1323,22 @@ static void test_pre_split_gpt4o(void **state)
     assert_null(ends);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--npm-vocab") == 0) {
+        npm_vocab_dir = argv[2];
+        npm_ids_path = argv[3];
+        const struct CMUnitTest npm_tests[] = {
+            cmocka_unit_test(test_npm_reference_ids),
+            cmocka_unit_test(test_roundtrip),
+            cmocka_unit_test(test_hostile_input),
+        };
+        return cmocka_run_group_tests_name("npm vocabularies", npm_tests, NULL, NULL);
+    }
+    if (argc != 1) {
+        fprintf(stderr, "usage: %s [--npm-vocab DIR IDS.json]\n", argv[0]);
+        return 2;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vocab_vectors),
         cmocka_unit_test(test_vocab_vectors_without_gguf),

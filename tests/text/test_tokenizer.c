@@ -519,6 +519,178 @@ static tokenizer *bpe_with(const char *pre, int add_bos)
     return tokenizer_from_writer(w, pre ? pre : "(no pre)");
 }
 
+/* ---- SentencePiece-style BPE (tokenizer.ggml.model "gemma4") ---------------------------- */
+
+/* A writer holding Gemma's layout: <pad> <eos> <bos> <unk>, the 256 <0xNN> byte tokens, then
+ * the given tokens (their types in types, 0 = normal); scores -1000 as the converter writes. */
+static gguf_writer *spbpe_writer(const char *const *toks, const int32_t *types, int n_toks)
+{
+    int n = 4 + 256 + n_toks;
+    char **all = malloc((size_t)n * sizeof *all);
+    int32_t *type = malloc((size_t)n * sizeof *type);
+    float *score = malloc((size_t)n * sizeof *score);
+    assert_true(all && type && score);
+    static const char *const head[] = {"<pad>", "<eos>", "<bos>", "<unk>"};
+    for (int i = 0; i < n; i++) {
+        char buf[16];
+        if (i < 4)
+            snprintf(buf, sizeof buf, "%s", head[i]);
+        else if (i < 260)
+            snprintf(buf, sizeof buf, "<0x%02X>", i - 4);
+        all[i] = strdup(i < 260 ? buf : toks[i - 260]);
+        type[i] = i < 4 ? 3 : i < 260 ? 6 : (types && types[i - 260] ? types[i - 260] : 1);
+        score[i] = -1000.0f;
+    }
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gemma4");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)all, (uint64_t)n);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)n);
+    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", score, (uint64_t)n);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 3);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    for (int i = 0; i < n; i++)
+        free(all[i]);
+    free(all);
+    free(type);
+    free(score);
+    return w;
+}
+
+/* Spaces become U+2581, merges go by rank (not by the scores, all equal), a character the
+ * vocabulary lacks becomes its <0xNN> bytes, a user-defined token is matched in the text,
+ * <bos> is always added (as llama.cpp does for Gemma 4), and decoding gives the text back. */
+static void test_spbpe(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"\u2581", "h", "e", "l", "o", "w", "r", "d", "ll", "he", "hell", "hello",
+                                       "\u2581w", "or", "\u2581wor", "\u2581worl", "\u2581world", "el", "\n\n"};
+    static const int32_t types[] = {[18] = 4}; /* "\n\n": user-defined */
+    enum { FIRST = 260 };                       /* the id of toks[0] */
+    /* "e l" is listed after "l l": "hell" comes from he + ll, never from h + el + l */
+    static const char *const merges[] = {"l l", "h e", "he ll", "hell o", "\u2581 w", "o r", "\u2581w or",
+                                         "\u2581wor l", "\u2581worl d", "e l"};
+    gguf_writer *w = spbpe_writer(toks, types, 19);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 10);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    tokenizer *t = tokenizer_from_writer(w, "gemma4");
+    assert_true(tokenizer_add_bos(t)); /* the key said false */
+    char desc[256];
+    tokenizer_describe(t, desc, sizeof desc);
+    assert_non_null(strstr(desc, "SentencePiece-style BPE"));
+    static const struct {
+        const char *text;
+        int32_t ids[12];
+        int n;
+    } cases[] = {
+        {"hello world", {FIRST + 11, FIRST + 16}, 2},
+        {"hell", {FIRST + 10}, 1},
+        {" world", {FIRST + 16}, 1},
+        {"h\xC3\xA9llo", {FIRST + 1, 4 + 0xC3, 4 + 0xA9, FIRST + 8, FIRST + 4}, 5},
+        {"hello\n\nworld", {FIRST + 11, FIRST + 18, FIRST + 5, FIRST + 13, FIRST + 3, FIRST + 7}, 6},
+        {"<bos>hello", {2, FIRST + 11}, 2},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n;
+        int32_t *ids = encode(t, cases[c].text, strlen(cases[c].text), false, true, &n);
+        if (n != cases[c].n || memcmp(ids, cases[c].ids, (size_t)n * sizeof *ids) != 0) {
+            print_ids("got", ids, n);
+            fail_msg("case %zu '%s'", c, cases[c].text);
+        }
+        if (c < 5) { /* the ones without a control token decode back */
+            size_t len;
+            char *back = decode(t, ids, n, &len);
+            assert_int_equal(len, strlen(cases[c].text));
+            assert_memory_equal(back, cases[c].text, len);
+            free(back);
+        }
+        free(ids);
+    }
+    tokenizer_free(t);
+
+    /* merges are required, as for byte-level BPE */
+    char err[256];
+    void *mem;
+    size_t size;
+    w = spbpe_writer(toks, types, 19);
+    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
+    gguf_writer_free(w);
+    gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
+    assert_null(tokenizer_load(f, err, sizeof err));
+    assert_non_null(strstr(err, "tokenizer.ggml.merges is missing"));
+    gguf_close(f);
+    free(mem);
+}
+
+/* Special tokens are found in the text by one lookup per distinct length: thousands of them
+ * sharing a first byte (Gemma's 6,300 starting with '<') cost no more than a few.  The bound
+ * (5 s for 1M lookups, ~0.1 s here) is for a loaded machine and sanitizers; comparing each
+ * token in turn, as before, is 6 billion comparisons. */
+static void test_many_specials(void **state)
+{
+    (void)state;
+    enum { N_UNUSED = 6000 };
+    char **toks = malloc((N_UNUSED + 2) * sizeof *toks);
+    int32_t *types = malloc((N_UNUSED + 2) * sizeof *types);
+    assert_true(toks && types);
+    for (int i = 0; i < N_UNUSED; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "<unused%d>", i);
+        toks[i] = strdup(buf);
+        types[i] = i % 2 ? 4 : 3; /* user-defined and control alike */
+    }
+    toks[N_UNUSED] = strdup("<");
+    toks[N_UNUSED + 1] = strdup("<<");
+    types[N_UNUSED] = types[N_UNUSED + 1] = 0;
+    static const char *const merges[] = {"< <"};
+    gguf_writer *w = spbpe_writer((const char *const *)toks, types, N_UNUSED + 2);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    tokenizer *t = tokenizer_from_writer(w, "many specials");
+    const int32_t first = 260, lt = first + N_UNUSED;
+
+    /* longest match first: <unused12> is not <unused1> + "2>" */
+    const char *text = "<unused12><unused1><<unused5999>x";
+    int n;
+    int32_t *ids = encode(t, text, strlen(text), false, true, &n);
+    const int32_t want[] = {first + 12, first + 1, lt, first + 5999, 4 + 'x'};
+    assert_int_equal(n, 5);
+    assert_memory_equal(ids, want, sizeof want);
+    free(ids);
+    ids = encode(t, text, strlen(text), false, false, &n); /* not parsed: plain text */
+    assert_true(n > 5);
+    free(ids);
+
+    /* The lookup itself, at every position of 1 MB of '<' (the encoder does this too); each
+     * took 6,000 comparisons before. */
+    size_t big = 1 << 20, found = 0;
+    char *lts = malloc(big);
+    assert_non_null(lts);
+    memset(lts, '<', big);
+    double t0 = now_ms();
+    for (size_t i = 0; i < big; i++)
+        found += tokenizer_control_at(t, lts + i, big - i);
+    double ms = now_ms() - t0;
+    print_message("1 MB of '<' against %d special tokens starting with '<': %.0f ms of lookups\n", N_UNUSED, ms);
+    assert_int_equal(found, 0);
+    assert_true(ms < 5000);
+    memcpy(lts + big - 12, "<unused5999>", 12); /* user-defined: not a control token */
+    memcpy(lts + big - 24, "<unused5996>", 12);
+    assert_int_equal(tokenizer_control_at(t, lts + big - 24, 24), 12);
+    assert_int_equal(tokenizer_control_at(t, lts + big - 12, 12), 0);
+    ids = encode(t, lts + big - 65536, 65536, false, true, &n);
+    assert_int_equal(n, (65536 - 24) / 2 + 2);
+    assert_int_equal(ids[0], lt + 1);
+    assert_int_equal(ids[n - 1], first + 5999);
+    free(ids);
+    free(lts);
+    tokenizer_free(t);
+    for (int i = 0; i < N_UNUSED + 2; i++)
+        free(toks[i]);
+    free(toks);
+    free(types);
+}
+
 /* Tekken (Mistral Nemo, Small 3.x, Devstral): its pre-tokenizer's pieces against those of its
  * tokenizer.json regex, with Unicode's case classes (Lu/Lt upper, Ll lower, Lm/Lo and marks
  * both), as Python's `regex` module splits these texts (UCP_UPPER / UCP_LOWER in unicode_data.c)
@@ -1346,6 +1518,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pre_split_gpt4o),
         cmocka_unit_test(test_bos_defaults),
         cmocka_unit_test(test_tekken_pieces),
+        cmocka_unit_test(test_spbpe),
+        cmocka_unit_test(test_many_specials),
         cmocka_unit_test(test_wordpiece),
         cmocka_unit_test(test_prompt_bos_once),
         cmocka_unit_test(test_nfc),

@@ -439,6 +439,39 @@ static tokenizer *tokenizer_from_writer(gguf_writer *w, const char *what)
     return t;
 }
 
+/* A text and the ids it must encode to (parse_special on). */
+typedef struct enc_case {
+    const char *text;
+    int32_t ids[12];
+    int n;
+} enc_case;
+
+/* The ids of c->text (with BOS when bos), failing the test unless they are c's; the caller
+ * frees them. */
+static int32_t *expect_ids(const tokenizer *t, const enc_case *c, bool bos, int *n)
+{
+    int32_t *ids = encode(t, c->text, strlen(c->text), bos, true, n);
+    if (*n != c->n || memcmp(ids, c->ids, (size_t)*n * sizeof *ids) != 0) {
+        print_ids("got", ids, *n);
+        fail_msg("'%s': %d ids, expected %d", c->text, *n, c->n);
+    }
+    return ids;
+}
+
+/* A writer holding a vocabulary: its kind, tokens and types, and the BOS/EOS/unknown ids. */
+static gguf_writer *vocab_writer(const char *model, const char *const *toks, const int32_t *types, int n,
+                                 const int32_t special[3])
+{
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", model);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)special[0]);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)special[1]);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)special[2]);
+    return w;
+}
+
 /* ---- WordPiece (BERT) -------------------------------------------------------------------- */
 
 /* BERT's vocabulary as llama.cpp's converter writes it: word-initial pieces with "\u2581", the
@@ -453,13 +486,7 @@ static void test_wordpiece(void **state)
     const int n_toks = (int)(sizeof toks / sizeof toks[0]);
     int32_t types[sizeof toks / sizeof toks[0]];
     for (int i = 0; i < n_toks; i++) types[i] = i < 5 ? 3 : 1;
-    gguf_writer *w = gguf_writer_new();
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n_toks);
-    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n_toks);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 3);
-    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 1);
+    gguf_writer *w = vocab_writer("bert", toks, types, n_toks, (const int32_t[3]){2, 3, 1});
     gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", true);
     tokenizer *t = tokenizer_from_writer(w, "bert");
@@ -467,11 +494,7 @@ static void test_wordpiece(void **state)
     char desc[128];
     tokenizer_describe(t, desc, sizeof desc);
     assert_non_null(strstr(desc, "WordPiece"));
-    static const struct {
-        const char *text;
-        int32_t ids[8];
-        int n;
-    } cases[] = {
+    static const enc_case cases[] = {
         {"Hello, World!", {2, 5, 11, 6, 10}, 5},          /* lowercased, punctuation split off */
         {"unaffable", {2, 7, 8, 9}, 4},                  /* greedy longest pieces */
         {"  hellos\tthe\n", {2, 5, 12, 13}, 4},          /* continuation; any whitespace separates */
@@ -481,14 +504,7 @@ static void test_wordpiece(void **state)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int n;
-        int32_t *ids = encode(t, cases[c].text, strlen(cases[c].text), true, true, &n);
-        if (n != cases[c].n || memcmp(ids, cases[c].ids, (size_t)n * sizeof *ids) != 0) {
-            print_error("case %zu '%s': %d ids:", c, cases[c].text, n);
-            for (int i = 0; i < n; i++) print_error(" %d", (int)ids[i]);
-            print_error("\n");
-            fail();
-        }
-        free(ids);
+        free(expect_ids(t, &cases[c], true, &n));
     }
     const int32_t words[] = {2, 5, 11, 6, 12, 3};
     char out[64];
@@ -541,14 +557,8 @@ static gguf_writer *spbpe_writer(const char *const *toks, const int32_t *types, 
         type[i] = i < 4 ? 3 : i < 260 ? 6 : (types && types[i - 260] ? types[i - 260] : 1);
         score[i] = -1000.0f;
     }
-    gguf_writer *w = gguf_writer_new();
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "gemma4");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)all, (uint64_t)n);
-    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)n);
+    gguf_writer *w = vocab_writer("gemma4", (const char *const *)all, type, n, (const int32_t[3]){2, 1, 3});
     gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", score, (uint64_t)n);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 1);
-    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 3);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", false);
     for (int i = 0; i < n; i++)
         free(all[i]);
@@ -579,11 +589,7 @@ static void test_spbpe(void **state)
     char desc[256];
     tokenizer_describe(t, desc, sizeof desc);
     assert_non_null(strstr(desc, "SentencePiece-style BPE"));
-    static const struct {
-        const char *text;
-        int32_t ids[12];
-        int n;
-    } cases[] = {
+    static const enc_case cases[] = {
         {"hello world", {FIRST + 11, FIRST + 16}, 2},
         {"hell", {FIRST + 10}, 1},
         {" world", {FIRST + 16}, 1},
@@ -593,11 +599,7 @@ static void test_spbpe(void **state)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int n;
-        int32_t *ids = encode(t, cases[c].text, strlen(cases[c].text), false, true, &n);
-        if (n != cases[c].n || memcmp(ids, cases[c].ids, (size_t)n * sizeof *ids) != 0) {
-            print_ids("got", ids, n);
-            fail_msg("case %zu '%s'", c, cases[c].text);
-        }
+        int32_t *ids = expect_ids(t, &cases[c], false, &n);
         if (c < 5) { /* the ones without a control token decode back */
             size_t len;
             char *back = decode(t, ids, n, &len);

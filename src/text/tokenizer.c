@@ -1,13 +1,16 @@
-/* tokenizer.c - SPM, byte-level BPE and WordPiece tokenizers over a GGUF's tokenizer.ggml.*
- * metadata.  (WordPiece, BERT's, is no merge engine: wpm_encode below.)
+/* tokenizer.c - SPM, byte-level BPE, SentencePiece-style BPE and WordPiece tokenizers over a
+ * GGUF's tokenizer.ggml.* metadata.  (WordPiece, BERT's, is no merge engine: wpm_encode below.)
  *
- * Both families share one merge engine: the text becomes a doubly linked list of symbols and
+ * The others share one merge engine: the text becomes a doubly linked list of symbols and
  * a max-heap of candidate adjacent pairs; the best pair is merged, its neighbours re-offered,
  * until no candidate is left.  They differ only in what a "candidate" is:
  *   SPM: two symbols whose concatenated text is a vocabulary token; best = highest score.
  *   BPE: two tokens listed in tokenizer.ggml.merges; best = lowest rank (earliest merge).
- * BPE first cuts the text into pieces with the pre-tokenizer named by tokenizer.ggml.pre (the
- * reference regexes are hand-written as matchers below) and merges within each piece only. */
+ * Byte-level BPE first cuts the text into pieces with the pre-tokenizer named by
+ * tokenizer.ggml.pre (the reference regexes are hand-written as matchers below) and merges
+ * within each piece only.  SentencePiece-style BPE (tokenizer.ggml.model "gemma4": Gemma's
+ * tokenizer.json) lays the text out as SPM does (spaces as U+2581, one symbol per character,
+ * <0xNN> tokens for characters the vocabulary lacks) and merges by rank as BPE does. */
 #include "tokenizer.h"
 
 #include <limits.h>
@@ -30,7 +33,7 @@ static int decode_char(const char *s, size_t n, uint32_t *cp)
     return *cp == UTF8_INVALID ? 1 : len;
 }
 
-enum { TOK_SPM, TOK_BPE, TOK_WPM };
+enum { TOK_SPM, TOK_BPE, TOK_WPM, TOK_SPBPE };
 
 /* tokenizer.ggml.token_type values */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
@@ -88,9 +91,14 @@ struct tokenizer {
     int32_t byte_id[256];
     int16_t cp_to_byte[324]; /* BPE: inverse of GPT-2's byte -> code point map, -1 elsewhere */
 
-    /* Control and user-defined tokens by first byte, longest first (for parse_special). */
-    int32_t *special;
-    uint32_t special_start[257];
+    /* Control and user-defined tokens (for parse_special): their own text -> id table, and
+     * by first byte the distinct lengths they have, longest first.  A match at a position is
+     * then one lookup per length, not one comparison per token: Gemma has 6,300 such tokens
+     * starting with '<'. */
+    int32_t *spec_map;
+    uint32_t spec_mask;
+    uint32_t *spec_lens;
+    uint32_t spec_len_start[257];
 
     int32_t bos, eos, eot, eom, unk, pad;
     bool add_bos, add_eos, add_space_prefix, ignore_merges, nfc;
@@ -143,17 +151,23 @@ static uint32_t table_size(size_t n)
     return cap;
 }
 
-static int32_t lookup(const tokenizer *t, const char *s, size_t n)
+/* The id of text s[0..n) in a text -> id table (t->map or t->spec_map), or -1. */
+static int32_t find_text(const tokenizer *t, const int32_t *map, uint32_t mask, const char *s, size_t n)
 {
     if (n == 0)
         return -1;
-    for (uint32_t i = (uint32_t)hash_bytes(s, n) & t->map_mask;; i = (i + 1) & t->map_mask) {
-        int32_t id = t->map[i];
+    for (uint32_t i = (uint32_t)hash_bytes(s, n) & mask;; i = (i + 1) & mask) {
+        int32_t id = map[i];
         if (id < 0)
             return -1;
         if (t->text_len[id] == n && memcmp(t->arena + t->text_off[id], s, n) == 0)
             return id;
     }
+}
+
+static int32_t lookup(const tokenizer *t, const char *s, size_t n)
+{
+    return find_text(t, t->map, t->map_mask, s, n);
 }
 
 static const pair_slot *find_pair(const tokenizer *t, int32_t a, int32_t b)
@@ -470,21 +484,38 @@ static int build_specials(tokenizer *t)
     size_t n = 0;
     for (int32_t i = 0; i < t->n_vocab; i++)
         n += (t->type[i] == TT_CONTROL || t->type[i] == TT_USER) && t->text_len[i] > 0;
-    t->special = malloc((n ? n : 1) * sizeof *t->special);
-    if (!t->special)
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    t->spec_mask = table_size(n) - 1;
+    t->spec_map = malloc(((size_t)t->spec_mask + 1) * sizeof *t->spec_map);
+    t->spec_lens = malloc((n ? n : 1) * sizeof *t->spec_lens);
+    if (!ids || !t->spec_map || !t->spec_lens) {
+        free(ids);
         return -1;
+    }
+    memset(t->spec_map, 0xFF, ((size_t)t->spec_mask + 1) * sizeof *t->spec_map);
     n = 0;
     for (int32_t i = 0; i < t->n_vocab; i++)
         if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER) && t->text_len[i] > 0)
-            t->special[n++] = i;
-    qsort_r(t->special, n, sizeof *t->special, cmp_special, t);
-    size_t j = 0;
-    for (int c = 0; c <= 256; c++) {
-        while (j < n && (unsigned char)tok_text(t, t->special[j])[0] < c)
-            j++;
-        t->special_start[c] = (uint32_t)j;
+            ids[n++] = i;
+    qsort_r(ids, n, sizeof *ids, cmp_special, t);
+    size_t n_lens = 0, j = 0;
+    for (int c = 0; c < 256; c++) {
+        t->spec_len_start[c] = (uint32_t)n_lens;
+        for (; j < n && (unsigned char)tok_text(t, ids[j])[0] == c; j++) {
+            uint32_t len = t->text_len[ids[j]];
+            if (n_lens == t->spec_len_start[c] || t->spec_lens[n_lens - 1] != len)
+                t->spec_lens[n_lens++] = len;
+            /* a repeated text keeps its lowest id (sorted first) */
+            const char *s = tok_text(t, ids[j]);
+            uint32_t h = (uint32_t)hash_bytes(s, len) & t->spec_mask;
+            while (t->spec_map[h] >= 0 && !(t->text_len[t->spec_map[h]] == len && memcmp(tok_text(t, t->spec_map[h]), s, len) == 0))
+                h = (h + 1) & t->spec_mask;
+            if (t->spec_map[h] < 0)
+                t->spec_map[h] = ids[j];
+        }
     }
-    t->special_start[256] = (uint32_t)n;
+    t->spec_len_start[256] = (uint32_t)n_lens;
+    free(ids);
     return 0;
 }
 
@@ -573,10 +604,12 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
         kind = TOK_BPE;
     else if (str_eq(model, mlen, "bert"))
         kind = TOK_WPM;
+    else if (str_eq(model, mlen, "gemma4"))
+        kind = TOK_SPBPE;
     else {
         set_err(err, errlen,
                 "tokenizer: tokenizer.ggml.model '%.*s' is not supported ('llama' = SPM, 'gpt2' = byte-level "
-                "BPE, 'bert' = WordPiece)",
+                "BPE, 'gemma4' = SentencePiece-style BPE, 'bert' = WordPiece)",
                 (int)(mlen > 64 ? 64 : mlen), model);
         return NULL;
     }
@@ -597,7 +630,8 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
     t->kind = kind;
     t->pre = pi ? pi->kind : PRE_DEFAULT;
     t->pre_info = pi;
-    if (load_vocab(t, f, err, errlen) < 0 || (kind == TOK_BPE && load_merges(t, f, err, errlen) < 0))
+    if (load_vocab(t, f, err, errlen) < 0 ||
+        ((kind == TOK_BPE || kind == TOK_SPBPE) && load_merges(t, f, err, errlen) < 0))
         goto fail;
     if (build_specials(t) < 0) {
         set_err(err, errlen, "tokenizer: out of memory");
@@ -619,6 +653,9 @@ tokenizer *tokenizer_load(const gguf_file *f, char *err, size_t errlen)
     bool v;
     t->add_bos_from_key = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &v);
     t->add_bos = (t->add_bos_from_key ? v : spm || kind == TOK_WPM || (pi && pi->add_bos)) && t->bos >= 0;
+    /* Gemma 4 always starts with <bos>, whatever the key says (llama.cpp overrides it too). */
+    if (kind == TOK_SPBPE)
+        t->add_bos = t->bos >= 0;
     t->add_eos_from_key = gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &v);
     t->add_eos = (t->add_eos_from_key && v) && t->eos >= 0;
     t->add_space_prefix = get_bool(f, "tokenizer.ggml.add_space_prefix", spm);
@@ -651,7 +688,8 @@ void tokenizer_free(tokenizer *t)
     free(t->shown);
     free(t->map);
     free(t->pairs);
-    free(t->special);
+    free(t->spec_map);
+    free(t->spec_lens);
     free(t);
 }
 
@@ -669,7 +707,9 @@ size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap)
 {
     const char *pre = t->pre_info ? t->pre_info->name : NULL;
     char kind[96], bos[160];
-    snprintf(kind, sizeof kind, "%s, %d tokens%s%s%s", t->kind == TOK_SPM ? "SPM" : t->kind == TOK_WPM ? "WordPiece" : "byte-level BPE",
+    static const char *const kind_names[] = {[TOK_SPM] = "SPM", [TOK_BPE] = "byte-level BPE", [TOK_WPM] = "WordPiece",
+                                             [TOK_SPBPE] = "SentencePiece-style BPE"};
+    snprintf(kind, sizeof kind, "%s, %d tokens%s%s%s", kind_names[t->kind],
              (int)t->n_vocab, pre ? ", pre-tokenizer '" : "", pre ? pre : "", pre ? "'" : "");
     if (t->bos < 0) {
         snprintf(bos, sizeof bos, "no BOS token");
@@ -681,7 +721,7 @@ size_t tokenizer_describe(const tokenizer *t, char *buf, size_t cap)
             snprintf(why, sizeof why, "tokenizer.ggml.add_bos_token");
         else
             snprintf(why, sizeof why, "no tokenizer.ggml.add_bos_token: default for %s%s%s",
-                     pre ? "pre-tokenizer '" : t->kind == TOK_WPM ? "WordPiece" : "SPM", pre ? pre : "", pre ? "'" : "");
+                     pre ? "pre-tokenizer '" : kind_names[t->kind], pre ? pre : "", pre ? "'" : "");
         snprintf(bos, sizeof bos, "BOS %.*s %s to text prompts (%s)", (int)(len > 40 ? 40 : len),
                  text, t->add_bos ? "added" : "not added", why);
     }
@@ -866,8 +906,8 @@ static void make_symbols(merger *m, int32_t first, uint32_t off, uint32_t end, b
     }
 }
 
-/* Emit the merged symbols of a run: SPM characters with no token fall back to <0xNN> byte
- * tokens, and to the unknown token when even those are missing. */
+/* Emit the merged symbols of a run: SPM (and SentencePiece-style BPE) characters with no
+ * token fall back to <0xNN> byte tokens, and to the unknown token when even those are missing. */
 static void emit_run(merger *m, int32_t first, idvec *out)
 {
     const tokenizer *t = m->t;
@@ -878,7 +918,7 @@ static void emit_run(merger *m, int32_t first, idvec *out)
             continue;
         }
         for (uint32_t k = 0; k < s->len; k++) {
-            int32_t b = t->kind == TOK_SPM ? t->byte_id[(unsigned char)m->buf[s->off + k]] : -1;
+            int32_t b = t->kind != TOK_BPE ? t->byte_id[(unsigned char)m->buf[s->off + k]] : -1;
             if (b >= 0)
                 idvec_push(out, b);
             else if (t->unk >= 0)
@@ -1480,10 +1520,9 @@ done:
 static int32_t special_at(const tokenizer *t, const char *s, size_t n)
 {
     unsigned char c = (unsigned char)s[0];
-    for (uint32_t k = t->special_start[c]; k < t->special_start[c + 1]; k++) {
-        int32_t id = t->special[k];
-        size_t len = t->text_len[id];
-        if (len <= n && memcmp(tok_text(t, id), s, len) == 0)
+    for (uint32_t k = t->spec_len_start[c]; k < t->spec_len_start[c + 1]; k++) {
+        int32_t id = t->spec_lens[k] <= n ? find_text(t, t->spec_map, t->spec_mask, s, t->spec_lens[k]) : -1;
+        if (id >= 0)
             return id;
     }
     return -1;
@@ -1568,7 +1607,7 @@ static int encode_fragment(const tokenizer *t, const char *s, size_t n, idvec *o
 {
     if (t->kind == TOK_WPM)
         return wpm_encode(t, s, n, out);
-    if (t->kind == TOK_SPM)
+    if (t->kind == TOK_SPM || t->kind == TOK_SPBPE) /* the same layout; offer_pair differs */
         return spm_encode(t, s, n, t->add_space_prefix, out);
     if (!t->nfc)
         return bpe_encode(t, s, n, out);

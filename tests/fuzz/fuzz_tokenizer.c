@@ -2,8 +2,9 @@
  * (special-token parsing on and off), and detokenize arbitrary id sequences, out-of-range
  * ids included, through the whole-sequence decoder and the streaming one the scheduler uses.
  *
- * Vocabularies are loaded once: the shared GGUFs (stories260K and llama.cpp's vocab files,
- * from $INFERD_SHARED_DIR or the compiled-in ../shared) when present, and always two that
+ * Vocabularies are loaded once: the shared GGUFs (stories260K, llama.cpp's vocab files and the
+ * tiny gemma4 and mistral references' tokenizers, from $INFERD_SHARED_DIR or the compiled-in
+ * ../shared) when present, and always two that
  * the project's model generator makes (llama and qwen2 families, trained on its built-in
  * text so they are the same on every machine).
  *
@@ -28,7 +29,7 @@
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 
-#define FZ_MAX_VOCABS 12
+#define FZ_MAX_VOCABS 16
 
 typedef struct fz_vocab {
     tokenizer *t;
@@ -106,6 +107,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         "vocab/ggml-vocab-falcon.gguf",     "vocab/ggml-vocab-starcoder.gguf",
         "vocab/ggml-vocab-phi-3.gguf",      "vocab/ggml-vocab-llama-bpe.gguf",
         "vocab/ggml-vocab-qwen2.gguf",
+        "reference/gemma4.gguf",            /* SentencePiece-style BPE (tokenizer.ggml.model gemma4) */
+        "reference/mistral.gguf",           /* byte-level BPE with the Tekken pre-tokenizer */
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[1024];

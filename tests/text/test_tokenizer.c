@@ -1,7 +1,11 @@
 /* test_tokenizer.c - SPM and BPE tokenizers against llama.cpp's published vocab test vectors
  * and Hugging Face's ids for hf-texts.json (every vocabulary found in shared/vocab), BOS/EOS
  * defaults, NFC, the stories260K reference prompt, round trips, streaming detokenization,
- * special tokens and hostile input. */
+ * special tokens and hostile input.
+ *
+ * With --npm-vocab DIR IDS.json (tests/text/vocab/run.py) it checks instead the vocabularies
+ * made from npm packages' tokenizer.json files (Tekken, Gemma 3) against the reference ids in
+ * IDS.json: every text with and without added specials, decoded back, round trips. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +31,19 @@ static const char *shared_dir(void)
 {
     const char *d = getenv("INFERD_SHARED_DIR");
     return d && *d ? d : INFERD_SHARED_DIR;
+}
+
+/* The vocabularies made from npm packages (--npm-vocab): their folder and reference ids. */
+static const char *npm_vocab_dir, *npm_ids_path;
+
+/* Where the ggml-vocab-NAME.gguf files are: shared/vocab, or the npm vocabularies' folder. */
+static const char *vocab_dir(void)
+{
+    static char path[512];
+    if (npm_vocab_dir)
+        return npm_vocab_dir;
+    snprintf(path, sizeof path, "%s/vocab", shared_dir());
+    return path;
 }
 
 /* ---- the vocabularies in shared/vocab ----------------------------------------------------
@@ -79,9 +96,7 @@ static int list_vocabs(void)
     if (n_vocab_list >= 0)
         return n_vocab_list;
     n_vocab_list = 0;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/vocab", shared_dir());
-    DIR *d = opendir(path);
+    DIR *d = opendir(vocab_dir());
     if (!d)
         return 0;
     static const char prefix[] = "ggml-vocab-";
@@ -139,7 +154,7 @@ static bool open_vocab(const char *path, vocab *v)
 static bool open_named_vocab(const char *name, vocab *v)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", vocab_dir(), name);
     return open_vocab(path, v);
 }
 
@@ -175,9 +190,9 @@ static int run_vectors(const char *name, const tokenizer *t, int *n_cases)
 {
     char path[1024];
     size_t inp_len, out_len;
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.inp", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.inp", vocab_dir(), name);
     char *inp = read_file(path, &inp_len);
-    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf.out", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.out", vocab_dir(), name);
     char *out = read_file(path, &out_len);
     assert_non_null(inp);
     assert_non_null(out);
@@ -228,7 +243,7 @@ static void test_vocab_vectors(void **state)
     (void)state;
     int total = 0, total_ok = 0, n_tested = 0;
     if (list_vocabs() == 0) {
-        print_message("no ggml-vocab-* files under %s/vocab\n", shared_dir());
+        print_message("no ggml-vocab-* files under %s\n", vocab_dir());
         skip();
     }
     for (int k = 0; k < n_vocab_list; k++) {
@@ -278,6 +293,7 @@ static void test_vocab_vectors_without_gguf(void **state)
  * Llama 3, nothing for Qwen2), which is /tokenize with add_special. */
 
 static cJSON *load_json(const char *rel);
+static cJSON *load_json_path(const char *path);
 
 /* The ids /tokenize gives for text: encode, then EOS where the vocabulary adds it. */
 static int32_t *encode_like_tokenize(const tokenizer *t, const char *s, bool add_special, int *n)
@@ -306,14 +322,27 @@ static void print_ids(const char *what, const int32_t *ids, int n)
     print_error("\n");
 }
 
-static void test_hf_texts(void **state)
+/* A text decodes back to itself from its reference ids when none of them is a control token
+ * (those render as nothing). */
+static bool check_decodes_back(const char *name, const tokenizer *t, const char *text, const int32_t *ids, int n)
 {
-    (void)state;
-    cJSON *j = load_json("vocab/hf-texts.json");
-    if (!j) {
-        print_message("no %s/vocab/hf-texts.json\n", shared_dir());
-        skip();
-    }
+    for (int i = 0; i < n; i++)
+        if (tokenizer_is_control(t, ids[i]))
+            return true;
+    size_t len;
+    char *back = decode(t, ids, n, &len);
+    bool same = len == strlen(text) && memcmp(back, text, len) == 0;
+    if (!same)
+        print_error("%s: '%s' decodes back to '%s'\n", name, text, back);
+    free(back);
+    return same;
+}
+
+/* Every vocabulary of j's "expected" whose GGUF is in vocab_dir(): each text's ids with and
+ * without added specials, and (with decode_back) the text decoded from its ids.  Returns the
+ * number of vocabularies checked. */
+static int check_reference_ids(const cJSON *j, bool decode_back)
+{
     const cJSON *texts = cJSON_GetObjectItem(j, "texts"), *vocabs = cJSON_GetObjectItem(j, "expected");
     int n_texts = cJSON_GetArraySize(texts), checked = 0, bad = 0, n_vocabs = 0;
     assert_true(n_texts > 0);
@@ -322,14 +351,14 @@ static void test_hf_texts(void **state)
     {
         vocab v;
         if (!open_named_vocab(ve->string, &v)) {
-            print_message("SKIPPED hf-texts for %s: no ggml-vocab-%s.gguf\n", ve->string, ve->string);
+            print_message("SKIPPED reference ids for %s: no ggml-vocab-%s.gguf\n", ve->string, ve->string);
             continue;
         }
         const cJSON *want_plain = cJSON_GetObjectItem(ve, "ids");
         const cJSON *want_special = cJSON_GetObjectItem(ve, "ids_add_special");
         assert_int_equal(cJSON_GetArraySize(want_plain), n_texts);
         assert_int_equal(cJSON_GetArraySize(want_special), n_texts);
-        int ok = 0;
+        int ok = 0, back_bad = 0;
         for (int i = 0; i < n_texts; i++) {
             const char *text = cJSON_GetStringValue(cJSON_GetArrayItem(texts, i));
             assert_non_null(text);
@@ -339,9 +368,10 @@ static void test_hf_texts(void **state)
                 const cJSON *want = cJSON_GetArrayItem(sp ? want_special : want_plain, i);
                 if (ids_equal(got, n, want)) {
                     ok++;
+                    back_bad += decode_back && !sp && !check_decodes_back(ve->string, v.tok, text, got, n);
                 } else {
                     char *w = cJSON_PrintUnformatted(want);
-                    print_error("%s hf-texts[%d]%s mismatch: '%s'\n  want: %s\n", ve->string, i,
+                    print_error("%s text %d%s mismatch: '%s'\n  want: %s\n", ve->string, i,
                                 sp ? " (add_special)" : "", text, w);
                     print_ids("got", got, n);
                     free(w);
@@ -351,16 +381,45 @@ static void test_hf_texts(void **state)
                 free(got);
             }
         }
-        print_message("hf-texts %-10s %3d/%3d match (%d texts, with and without added specials)\n",
-                      ve->string, ok, 2 * n_texts, n_texts);
+        print_message("reference ids %-10s %3d/%3d match (%d texts, with and without added specials; "
+                      "n_vocab %d, load %.0f ms)\n", ve->string, ok, 2 * n_texts, n_texts, tokenizer_n_vocab(v.tok),
+                      v.load_ms);
+        if (decode_back)
+            print_message("  %s: %d of the matching texts do not decode back\n", ve->string, back_bad);
+        bad += back_bad;
         n_vocabs++;
         tokenizer_free(v.tok);
     }
+    assert_int_equal(bad, 0);
+    assert_true(n_vocabs == 0 || checked > 0);
+    return n_vocabs;
+}
+
+/* --npm-vocab: the reference ids of the vocabularies made from npm packages (every one of
+ * them must be there: tests/text/vocab/run.py made them). */
+static void test_npm_reference_ids(void **state)
+{
+    (void)state;
+    cJSON *j = load_json_path(npm_ids_path);
+    if (!j)
+        fail_msg("cannot read %s", npm_ids_path);
+    int n_vocabs = check_reference_ids(j, true);
+    assert_int_equal(n_vocabs, cJSON_GetArraySize(cJSON_GetObjectItem(j, "expected")));
+    cJSON_Delete(j);
+}
+
+static void test_hf_texts(void **state)
+{
+    (void)state;
+    cJSON *j = load_json("vocab/hf-texts.json");
+    if (!j) {
+        print_message("no %s/vocab/hf-texts.json\n", shared_dir());
+        skip();
+    }
+    int n_vocabs = check_reference_ids(j, false);
     cJSON_Delete(j);
     if (n_vocabs == 0)
         skip();
-    assert_int_equal(bad, 0);
-    assert_true(checked > 0);
 }
 
 /* The tokenizer of the GGUF w describes (w is freed); a load error fails the test, naming what. */
@@ -380,6 +439,39 @@ static tokenizer *tokenizer_from_writer(gguf_writer *w, const char *what)
     return t;
 }
 
+/* A text and the ids it must encode to (parse_special on). */
+typedef struct enc_case {
+    const char *text;
+    int32_t ids[12];
+    int n;
+} enc_case;
+
+/* The ids of c->text (with BOS when bos), failing the test unless they are c's; the caller
+ * frees them. */
+static int32_t *expect_ids(const tokenizer *t, const enc_case *c, bool bos, int *n)
+{
+    int32_t *ids = encode(t, c->text, strlen(c->text), bos, true, n);
+    if (*n != c->n || memcmp(ids, c->ids, (size_t)*n * sizeof *ids) != 0) {
+        print_ids("got", ids, *n);
+        fail_msg("'%s': %d ids, expected %d", c->text, *n, c->n);
+    }
+    return ids;
+}
+
+/* A writer holding a vocabulary: its kind, tokens and types, and the BOS/EOS/unknown ids. */
+static gguf_writer *vocab_writer(const char *model, const char *const *toks, const int32_t *types, int n,
+                                 const int32_t special[3])
+{
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", model);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)special[0]);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)special[1]);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)special[2]);
+    return w;
+}
+
 /* ---- WordPiece (BERT) -------------------------------------------------------------------- */
 
 /* BERT's vocabulary as llama.cpp's converter writes it: word-initial pieces with "\u2581", the
@@ -394,13 +486,7 @@ static void test_wordpiece(void **state)
     const int n_toks = (int)(sizeof toks / sizeof toks[0]);
     int32_t types[sizeof toks / sizeof toks[0]];
     for (int i = 0; i < n_toks; i++) types[i] = i < 5 ? 3 : 1;
-    gguf_writer *w = gguf_writer_new();
-    gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n_toks);
-    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n_toks);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 3);
-    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 1);
+    gguf_writer *w = vocab_writer("bert", toks, types, n_toks, (const int32_t[3]){2, 3, 1});
     gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", true);
     tokenizer *t = tokenizer_from_writer(w, "bert");
@@ -408,11 +494,7 @@ static void test_wordpiece(void **state)
     char desc[128];
     tokenizer_describe(t, desc, sizeof desc);
     assert_non_null(strstr(desc, "WordPiece"));
-    static const struct {
-        const char *text;
-        int32_t ids[8];
-        int n;
-    } cases[] = {
+    static const enc_case cases[] = {
         {"Hello, World!", {2, 5, 11, 6, 10}, 5},          /* lowercased, punctuation split off */
         {"unaffable", {2, 7, 8, 9}, 4},                  /* greedy longest pieces */
         {"  hellos\tthe\n", {2, 5, 12, 13}, 4},          /* continuation; any whitespace separates */
@@ -422,14 +504,7 @@ static void test_wordpiece(void **state)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int n;
-        int32_t *ids = encode(t, cases[c].text, strlen(cases[c].text), true, true, &n);
-        if (n != cases[c].n || memcmp(ids, cases[c].ids, (size_t)n * sizeof *ids) != 0) {
-            print_error("case %zu '%s': %d ids:", c, cases[c].text, n);
-            for (int i = 0; i < n; i++) print_error(" %d", (int)ids[i]);
-            print_error("\n");
-            fail();
-        }
-        free(ids);
+        free(expect_ids(t, &cases[c], true, &n));
     }
     const int32_t words[] = {2, 5, 11, 6, 12, 3};
     char out[64];
@@ -458,6 +533,164 @@ static tokenizer *bpe_with(const char *pre, int add_bos)
     if (add_bos >= 0)
         gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
     return tokenizer_from_writer(w, pre ? pre : "(no pre)");
+}
+
+/* ---- SentencePiece-style BPE (tokenizer.ggml.model "gemma4") ---------------------------- */
+
+/* A writer holding Gemma's layout: <pad> <eos> <bos> <unk>, the 256 <0xNN> byte tokens, then
+ * the given tokens (their types in types, 0 = normal); scores -1000 as the converter writes. */
+static gguf_writer *spbpe_writer(const char *const *toks, const int32_t *types, int n_toks)
+{
+    int n = 4 + 256 + n_toks;
+    char **all = malloc((size_t)n * sizeof *all);
+    int32_t *type = malloc((size_t)n * sizeof *type);
+    float *score = malloc((size_t)n * sizeof *score);
+    assert_true(all && type && score);
+    static const char *const head[] = {"<pad>", "<eos>", "<bos>", "<unk>"};
+    for (int i = 0; i < n; i++) {
+        char buf[16];
+        if (i < 4)
+            snprintf(buf, sizeof buf, "%s", head[i]);
+        else if (i < 260)
+            snprintf(buf, sizeof buf, "<0x%02X>", i - 4);
+        all[i] = strdup(i < 260 ? buf : toks[i - 260]);
+        type[i] = i < 4 ? 3 : i < 260 ? 6 : (types && types[i - 260] ? types[i - 260] : 1);
+        score[i] = -1000.0f;
+    }
+    gguf_writer *w = vocab_writer("gemma4", (const char *const *)all, type, n, (const int32_t[3]){2, 1, 3});
+    gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", score, (uint64_t)n);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    for (int i = 0; i < n; i++)
+        free(all[i]);
+    free(all);
+    free(type);
+    free(score);
+    return w;
+}
+
+/* Spaces become U+2581, merges go by rank (not by the scores, all equal), a character the
+ * vocabulary lacks becomes its <0xNN> bytes, a user-defined token is matched in the text,
+ * <bos> is always added (as llama.cpp does for Gemma 4), and decoding gives the text back. */
+static void test_spbpe(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"\u2581", "h", "e", "l", "o", "w", "r", "d", "ll", "he", "hell", "hello",
+                                       "\u2581w", "or", "\u2581wor", "\u2581worl", "\u2581world", "el", "\n\n"};
+    static const int32_t types[] = {[18] = 4}; /* "\n\n": user-defined */
+    enum { FIRST = 260 };                       /* the id of toks[0] */
+    /* "e l" is listed after "l l": "hell" comes from he + ll, never from h + el + l */
+    static const char *const merges[] = {"l l", "h e", "he ll", "hell o", "\u2581 w", "o r", "\u2581w or",
+                                         "\u2581wor l", "\u2581worl d", "e l"};
+    gguf_writer *w = spbpe_writer(toks, types, 19);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 10);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    tokenizer *t = tokenizer_from_writer(w, "gemma4");
+    assert_true(tokenizer_add_bos(t)); /* the key said false */
+    char desc[256];
+    tokenizer_describe(t, desc, sizeof desc);
+    assert_non_null(strstr(desc, "SentencePiece-style BPE"));
+    static const enc_case cases[] = {
+        {"hello world", {FIRST + 11, FIRST + 16}, 2},
+        {"hell", {FIRST + 10}, 1},
+        {" world", {FIRST + 16}, 1},
+        {"h\xC3\xA9llo", {FIRST + 1, 4 + 0xC3, 4 + 0xA9, FIRST + 8, FIRST + 4}, 5},
+        {"hello\n\nworld", {FIRST + 11, FIRST + 18, FIRST + 5, FIRST + 13, FIRST + 3, FIRST + 7}, 6},
+        {"<bos>hello", {2, FIRST + 11}, 2},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n;
+        int32_t *ids = expect_ids(t, &cases[c], false, &n);
+        if (c < 5) { /* the ones without a control token decode back */
+            size_t len;
+            char *back = decode(t, ids, n, &len);
+            assert_int_equal(len, strlen(cases[c].text));
+            assert_memory_equal(back, cases[c].text, len);
+            free(back);
+        }
+        free(ids);
+    }
+    tokenizer_free(t);
+
+    /* merges are required, as for byte-level BPE */
+    char err[256];
+    void *mem;
+    size_t size;
+    w = spbpe_writer(toks, types, 19);
+    assert_int_equal(gguf_writer_write_mem(w, &mem, &size), 0);
+    gguf_writer_free(w);
+    gguf_file *f = gguf_open_memory(mem, size, err, sizeof err);
+    assert_null(tokenizer_load(f, err, sizeof err));
+    assert_non_null(strstr(err, "tokenizer.ggml.merges is missing"));
+    gguf_close(f);
+    free(mem);
+}
+
+/* Special tokens are found in the text by one lookup per distinct length: thousands of them
+ * sharing a first byte (Gemma's 6,300 starting with '<') cost no more than a few.  The bound
+ * (15 s for 1M lookups, ~0.1-0.3 s here: a guard against the old cost, not a speed target) is for a loaded machine and sanitizers; comparing each
+ * token in turn, as before, is 6 billion comparisons. */
+static void test_many_specials(void **state)
+{
+    (void)state;
+    enum { N_UNUSED = 6000 };
+    char **toks = malloc((N_UNUSED + 2) * sizeof *toks);
+    int32_t *types = malloc((N_UNUSED + 2) * sizeof *types);
+    assert_true(toks && types);
+    for (int i = 0; i < N_UNUSED; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "<unused%d>", i);
+        toks[i] = strdup(buf);
+        types[i] = i % 2 ? 4 : 3; /* user-defined and control alike */
+    }
+    toks[N_UNUSED] = strdup("<");
+    toks[N_UNUSED + 1] = strdup("<<");
+    types[N_UNUSED] = types[N_UNUSED + 1] = 0;
+    static const char *const merges[] = {"< <"};
+    gguf_writer *w = spbpe_writer((const char *const *)toks, types, N_UNUSED + 2);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    tokenizer *t = tokenizer_from_writer(w, "many specials");
+    const int32_t first = 260, lt = first + N_UNUSED;
+
+    /* longest match first: <unused12> is not <unused1> + "2>" */
+    const char *text = "<unused12><unused1><<unused5999>x";
+    int n;
+    int32_t *ids = encode(t, text, strlen(text), false, true, &n);
+    const int32_t want[] = {first + 12, first + 1, lt, first + 5999, 4 + 'x'};
+    assert_int_equal(n, 5);
+    assert_memory_equal(ids, want, sizeof want);
+    free(ids);
+    ids = encode(t, text, strlen(text), false, false, &n); /* not parsed: plain text */
+    assert_true(n > 5);
+    free(ids);
+
+    /* The lookup itself, at every position of 1 MB of '<' (the encoder does this too); each
+     * took 6,000 comparisons before. */
+    size_t big = 1 << 20, found = 0;
+    char *lts = malloc(big);
+    assert_non_null(lts);
+    memset(lts, '<', big);
+    double t0 = now_ms();
+    for (size_t i = 0; i < big; i++)
+        found += tokenizer_control_at(t, lts + i, big - i);
+    double ms = now_ms() - t0;
+    print_message("1 MB of '<' against %d special tokens starting with '<': %.0f ms of lookups\n", N_UNUSED, ms);
+    assert_int_equal(found, 0);
+    assert_true(ms < 15000);
+    memcpy(lts + big - 12, "<unused5999>", 12); /* user-defined: not a control token */
+    memcpy(lts + big - 24, "<unused5996>", 12);
+    assert_int_equal(tokenizer_control_at(t, lts + big - 24, 24), 12);
+    assert_int_equal(tokenizer_control_at(t, lts + big - 12, 12), 0);
+    ids = encode(t, lts + big - 65536, 65536, false, true, &n);
+    assert_int_equal(n, (65536 - 24) / 2 + 2);
+    assert_int_equal(ids[0], lt + 1);
+    assert_int_equal(ids[n - 1], first + 5999);
+    free(ids);
+    free(lts);
+    tokenizer_free(t);
+    for (int i = 0; i < N_UNUSED + 2; i++)
+        free(toks[i]);
+    free(toks);
+    free(types);
 }
 
 /* Tekken (Mistral Nemo, Small 3.x, Devstral): its pre-tokenizer's pieces against those of its
@@ -756,7 +989,7 @@ static void for_each_vocab(void (*fn)(const char *name, const tokenizer *t, void
         n++;
     }
     if (n == 0) {
-        print_message("no ggml-vocab-*.gguf under %s/vocab\n", shared_dir());
+        print_message("no ggml-vocab-*.gguf under %s\n", vocab_dir());
         skip();
     }
 }
@@ -776,17 +1009,23 @@ static void test_roundtrip(void **state)
 
 /* ---- stories260K: the reference prompt -------------------------------------------------- */
 
-static cJSON *load_json(const char *rel)
+static cJSON *load_json_path(const char *path)
 {
-    char path[1024];
     size_t len;
-    snprintf(path, sizeof path, "%s/%s", shared_dir(), rel);
     char *txt = read_file(path, &len);
     if (!txt)
         return NULL;
     cJSON *j = cJSON_ParseWithLength(txt, len);
     free(txt);
     return j;
+}
+
+/* A JSON file under the shared folder. */
+static cJSON *load_json(const char *rel)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", shared_dir(), rel);
+    return load_json_path(path);
 }
 
 static bool open_stories(vocab *v)
@@ -1308,8 +1547,22 @@ static void test_harmony_vocab(void **state)
     tokenizer_free(v.tok);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--npm-vocab") == 0) {
+        npm_vocab_dir = argv[2];
+        npm_ids_path = argv[3];
+        const struct CMUnitTest npm_tests[] = {
+            cmocka_unit_test(test_npm_reference_ids),
+            cmocka_unit_test(test_roundtrip),
+            cmocka_unit_test(test_hostile_input),
+        };
+        return cmocka_run_group_tests_name("npm vocabularies", npm_tests, NULL, NULL);
+    }
+    if (argc != 1) {
+        fprintf(stderr, "usage: %s [--npm-vocab DIR IDS.json]\n", argv[0]);
+        return 2;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vocab_vectors),
         cmocka_unit_test(test_vocab_vectors_without_gguf),
@@ -1317,6 +1570,8 @@ int main(void)
         cmocka_unit_test(test_pre_split_gpt4o),
         cmocka_unit_test(test_bos_defaults),
         cmocka_unit_test(test_tekken_pieces),
+        cmocka_unit_test(test_spbpe),
+        cmocka_unit_test(test_many_specials),
         cmocka_unit_test(test_wordpiece),
         cmocka_unit_test(test_prompt_bos_once),
         cmocka_unit_test(test_nfc),

@@ -9,7 +9,9 @@ import { z } from 'zod';
 export function weatherTool(run = true) {
   return tool({
     description: 'The weather in a city',
-    inputSchema: z.object({ city: z.string().max(12) }),
+    // The model's strings are bounded by an ASCII pattern, not .max(): zod counts UTF-16 units where
+    // JSON Schema's maxLength (what the grammar enforces) counts characters.
+    inputSchema: z.object({ city: z.string().regex(/^[A-Za-z ]{1,12}$/) }),
     ...(run && { execute: async ({ city }) => ({ city, celsius: 21 }) }),
   });
 }

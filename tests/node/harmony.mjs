@@ -21,7 +21,9 @@ const grammar = 'root ::= "<|channel|>analysis<|message|>" [a-z]{3,8} '
   + '"<|end|><|start|>assistant<|channel|>final<|message|>" [a-z]{3,8}';
 const word = /^[a-z]{3,8}$/;
 const args = { model, messages: ask, max_tokens: 160, temperature: 0, grammar };
-const weather = zodFunction({ name: 'get_weather', parameters: z.object({ city: z.string().max(12) }) });
+// The model's strings are bounded by an ASCII pattern, not .max(): zod counts UTF-16 units where
+// JSON Schema's maxLength (what the grammar enforces) counts characters.
+const weather = zodFunction({ name: 'get_weather', parameters: z.object({ city: z.string().regex(/^[A-Za-z ]{1,12}$/) }) });
 
 await pass('chat: analysis as reasoning_content, final as content', async () => {
   const r = await client.chat.completions.create(args);
@@ -84,7 +86,7 @@ await pass('responses: a reasoning item, then the message', async () => {
 });
 
 await pass('responses: a forced function call, streamed', async () => {
-  const tool = zodResponsesFunction({ name: 'get_weather', parameters: z.object({ city: z.string().max(12) }) });
+  const tool = zodResponsesFunction({ name: 'get_weather', parameters: z.object({ city: z.string().regex(/^[A-Za-z ]{1,12}$/) }) });
   const stream = client.responses.stream({
     model, input: ask[0].content, max_output_tokens: 200, temperature: 0, tools: [tool], tool_choice: 'required',
   });

@@ -119,7 +119,9 @@ await pass('errors are the SDK typed errors', async () => {
 });
 
 // Strings are bounded so that a random-weight model, forced by the grammar, finishes them.
-const weather = zodFunction({ name: 'get_weather', parameters: z.object({ city: z.string().max(12) }) });
+// The model's strings are bounded by an ASCII pattern, not .max(): zod counts UTF-16 units where
+// JSON Schema's maxLength (what the grammar enforces) counts characters.
+const weather = zodFunction({ name: 'get_weather', parameters: z.object({ city: z.string().regex(/^[A-Za-z ]{1,12}$/) }) });
 
 await pass('tools: a forced call, assembled by the stream helper', async () => {
   // The arguments stream as the model writes them, not held back for one fragment (issue 33).
@@ -164,7 +166,7 @@ await pass('tools round trip: forced call -> tool message -> answer', async () =
 await pass('response_format json_schema: chat.completions.parse', async () => {
   const r = await client.chat.completions.parse({
     ...chatArgs, max_tokens: 128, messages: [{ role: 'user', content: 'A city, as JSON.' }],
-    response_format: zodResponseFormat(z.object({ city: z.string().max(12) }), 'city'),
+    response_format: zodResponseFormat(z.object({ city: z.string().regex(/^[A-Za-z ]{1,12}$/) }), 'city'),
   });
   assert.equal(typeof r.choices[0].message.parsed?.city, 'string');
 });
@@ -206,7 +208,7 @@ await pass('responses.stream: events assembled by the SDK', async () => {
 });
 
 await pass('responses: a forced function call, then its output as input', async () => {
-  const tool = zodResponsesFunction({ name: 'get_weather', parameters: z.object({ city: z.string().max(12) }) });
+  const tool = zodResponsesFunction({ name: 'get_weather', parameters: z.object({ city: z.string().regex(/^[A-Za-z ]{1,12}$/) }) });
   const input = [{ role: 'user', content: 'Weather in Paris?' }];
   const first = await client.responses.create({ ...respArgs, max_output_tokens: 128, input, tools: [tool], tool_choice: 'required' });
   const call = first.output.find((o) => o.type === 'function_call');
@@ -227,7 +229,7 @@ await pass('responses: a forced function call, then its output as input', async 
 await pass('responses.parse: text.format json_schema', async () => {
   const r = await client.responses.parse({
     ...respArgs, max_output_tokens: 128, input: 'A city, as JSON.',
-    text: { format: zodTextFormat(z.object({ city: z.string().max(12) }), 'city') },
+    text: { format: zodTextFormat(z.object({ city: z.string().regex(/^[A-Za-z ]{1,12}$/) }), 'city') },
   });
   assert.equal(typeof r.output_parsed?.city, 'string');
 });

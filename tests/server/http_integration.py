@@ -1475,7 +1475,9 @@ def agent_session(scripts, packages, project=AGENTS_DIR, serve_args=(), node="no
     if why or not os.path.exists(vocab):
         print(f"SKIP: {why or vocab + ' not present'}")
         return SKIP
-    model = make_model("qwen2-vocab.gguf", "--vocab", vocab)
+    # a context with room for the frameworks' tool and schema prompts (an agent with two tools and
+    # an outputType is ~440 tokens on the Qwen2.5 template)
+    model = make_model("qwen2-vocab-2k.gguf", "--vocab", vocab, "--n-ctx", "2048")
     for tmpl in ("qwen2.5", "qwen3"):
         path = os.path.join(SHARED, "chat", "templates", f"{tmpl}.jinja")
         with Server(model, "--api-key", "sdk-key", "--chat-template-file", path, *serve_args) as s:
@@ -2447,7 +2449,9 @@ def case_grammar_bench():
         check(got == want and len(rows) == 4, f"one JSON line per level and mode: {sorted(got)}")
         for x in rows:
             check(x["completed"] == 3 and x["failed"] == 0 and x["invalid"] == 0, f"row {x}")
-            check(x["output_tok_s"] > 0 and x["tpot_ms_p50"] and x["tpot_ms_p99"] >= x["tpot_ms_p50"], f"rates {x}")
+            # a p50 gap of 0.0 ms is real: a loaded client reads several tokens' chunks at once
+            check(x["output_tok_s"] > 0 and x["tpot_ms_p50"] is not None and x["tpot_ms_p99"] >= x["tpot_ms_p50"] >= 0,
+                  f"rates {x}")
             check(x["model"] and sum(x["finish_reasons"].values()) == 3, f"model/finish reasons {x}")
             check(x["server_itl_ms_mean"], f"the server's ITL from /metrics {x}")
             if x["mode"] == "constrained":

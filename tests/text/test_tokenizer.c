@@ -627,8 +627,9 @@ static void test_spbpe(void **state)
 
 /* Special tokens are found in the text by one lookup per distinct length: thousands of them
  * sharing a first byte (Gemma's 6,300 starting with '<') cost no more than a few.  The bound
- * (15 s for 1M lookups, ~0.1-0.3 s here: a guard against the old cost, not a speed target) is for a loaded machine and sanitizers; comparing each
- * token in turn, as before, is 6 billion comparisons. */
+ * (15 s for 1M lookups, ~0.1-0.3 s here) is a guard against the old cost, not a speed target:
+ * generous for a loaded machine and sanitizers; comparing each token in turn, as before, is
+ * 6 billion comparisons. */
 static void test_many_specials(void **state)
 {
     (void)state;

@@ -20,8 +20,10 @@ const llm = new ChatOpenAI({
 const getWeather = tool(async ({ city }) => {
   toolLog.push(['get_weather', city]);
   return `sunny in ${city}`;
-}, { name: 'get_weather', description: 'Current weather of a city.', schema: z.object({ city: z.string().max(12) }) });
-const Final = z.object({ answer: z.string().max(20) });
+// The model's strings are bounded by an ASCII pattern, not .max(): zod counts UTF-16 units where
+// JSON Schema's maxLength (what the grammar enforces) counts characters.
+}, { name: 'get_weather', description: 'Current weather of a city.', schema: z.object({ city: z.string().regex(/^[A-Za-z ]{1,12}$/) }) });
+const Final = z.object({ answer: z.string().regex(/^[A-Za-z ]{1,20}$/) });
 const agent = createReactAgent({ llm, tools: [getWeather], responseFormat: Final });
 
 const history = () => [

@@ -19,7 +19,9 @@ const model = mode === 'chat' ? new OpenAIChatCompletionsModel(client, name) : n
 const getWeather = tool({
   name: 'get_weather',
   description: 'Current weather of a city.',
-  parameters: z.object({ city: z.string().max(12) }),
+  // The model's strings are bounded by an ASCII pattern, not .max(): zod counts UTF-16 units where
+  // JSON Schema's maxLength (what the grammar enforces) counts characters.
+  parameters: z.object({ city: z.string().regex(/^[A-Za-z ]{1,12}$/) }),
   execute: async ({ city }) => {
     toolLog.push(['get_weather', city]);
     return `sunny, 21 C in ${city}`;
@@ -34,7 +36,7 @@ const add = tool({
     return String(a + b);
   },
 });
-const Final = z.object({ answer: z.string().max(20) });
+const Final = z.object({ answer: z.string().regex(/^[A-Za-z ]{1,20}$/) });
 
 function agent(toolChoice, seed, bias) {
   return new Agent({

@@ -306,6 +306,18 @@ static grammar *words_grammar(void)
     return g;
 }
 
+/* An engine whose KV pool is 1 MiB (25 blocks): four rows of ~225 tokens (8 blocks each) do not
+ * fit, so running requests are preempted. */
+static engine *open_small_pool(const model *m)
+{
+    engine_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
+                         .max_draft = DRAFT_MAX, .kv_cache_mb = 1};
+    char err[256];
+    engine *e = engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("engine: %s", err);
+    return e;
+}
+
 #ifndef SPEC_DRAFT_MODEL
 static void test_greedy_identical(void **state)
 {
@@ -362,11 +374,7 @@ static void test_greedy_preempted(void **state)
 {
     fixture *f = *state;
     if (!f->e) skip();
-    engine_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
-                         .max_draft = DRAFT_MAX, .kv_cache_mb = 1};
-    char err[256];
-    engine *small = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
-    if (!small) fail_msg("engine: %s", err);
+    engine *small = open_small_pool(f->m);
     job jobs[6];
     for (int i = 0; i < 6; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 200, .ignore_eos = true};
     sched_stats st = compare_on(f, small, jobs, 6, "preempted");
@@ -556,11 +564,7 @@ static void test_draft_preempted(void **state)
 {
     fixture *f = *state;
     if (!f->e) skip();
-    engine_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
-                         .max_draft = DRAFT_MAX, .kv_cache_mb = 1};
-    char err[256];
-    engine *small = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
-    if (!small) fail_msg("engine: %s", err);
+    engine *small = open_small_pool(f->m);
     job jobs[5];
     for (int i = 0; i < 5; i++) jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 200, .ignore_eos = true};
     sched_stats st = compare_spec(f, small, SCHED_SPEC_DRAFT, f->self_draft, jobs, 5, "self draft, preempted");

@@ -765,7 +765,8 @@ static void test_bos_defaults(void **state)
     } cases[] = {
         {"llama-bpe", true}, {"llama3", true}, {"llama-v3", true}, {"falcon3", true},
         {"qwen2", false},    {"gpt-2", false}, {"gpt2", false},    {"dbrx", false},
-        {"smaug-bpe", false}, {"deepseek-llm", false}, {"starcoder", false}, {"glm4", false}, {"tekken", true}, {NULL, false},
+        {"smaug-bpe", false}, {"deepseek-llm", false}, {"deepseek-v3", false}, {"starcoder", false}, {"glm4", false},
+        {"tekken", true}, {NULL, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tokenizer *t = bpe_with(cases[i].pre, -1);

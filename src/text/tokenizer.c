@@ -46,6 +46,7 @@ typedef enum pre_kind {
     PRE_QWEN35,
     PRE_GPT4O,
     PRE_DEEPSEEK_LLM,
+    PRE_DEEPSEEK3,
     PRE_FALCON,
     PRE_STARCODER,
     PRE_TEKKEN,
@@ -302,6 +303,9 @@ static const pre_info pre_infos[] = {
     {"llama4", PRE_GPT4O, false, false, false},
     {"tekken", PRE_TEKKEN, true, true, false}, /* Mistral Nemo, Small 3.x, Devstral, Ministral */
     {"deepseek-llm", PRE_DEEPSEEK_LLM, false, false, false},
+    {"deepseek-v3", PRE_DEEPSEEK3, false, false, false}, /* DeepSeek V3, R1 */
+    {"hunyuan-dense", PRE_DEEPSEEK3, false, false, false},
+    {"joyai-llm", PRE_DEEPSEEK3, false, false, false},
     {"falcon", PRE_FALCON, false, false, false},
     {"starcoder", PRE_STARCODER, false, false, false},
     {"refact", PRE_STARCODER, false, false, false},
@@ -1078,6 +1082,17 @@ static size_t match_space_run(const cptext *c, size_t i, size_t end)
     return (i + n == end || n == 1) ? n : n - 1;
 }
 
+/* \s*[\r\n]+|\s+(?!\S)|\s+ at a whitespace position: \s*[\r\n]+ ends at the last line break
+ * of the run, if it has one. */
+static size_t match_breaks_or_space(const cptext *c, size_t i, size_t end)
+{
+    size_t n = run_of(c, i, end, S_);
+    for (size_t k = i + n; k > i; k--)
+        if (is_crlf(c->cp[k - 1]))
+            return k - i;
+    return match_space_run(c, i, end);
+}
+
 /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 static size_t match_gpt2(cptext *c, size_t i, size_t end)
 {
@@ -1107,12 +1122,7 @@ static size_t match_symbols_or_space(const cptext *c, size_t i, size_t end, unsi
             j++;
         return j - i;
     }
-    /* whitespace: \s*[\r\n]+ ends at the last line break of the run, if it has one */
-    size_t n = run_of(c, i, end, S_);
-    for (size_t k = i + n; k > i; k--)
-        if (is_crlf(c->cp[k - 1]))
-            return k - i;
-    return match_space_run(c, i, end);
+    return match_breaks_or_space(c, i, end);
 }
 
 /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?LETTERS+|\p{N}{1,max}|
@@ -1352,6 +1362,57 @@ static size_t match_deepseek_cjk(cptext *c, size_t i, size_t end)
     return run_in(c, i, end, is_deepseek_cjk);
 }
 
+/* \p{N}{1,3} */
+static size_t match_number_triple(cptext *c, size_t i, size_t end)
+{
+    return (c->fl[i] & N_) ? run_of(c, i, i + 3 < end ? i + 3 : end, N_) : 0;
+}
+
+/* [一-龥぀-ゟ゠-ヿ]: CJK ideographs, hiragana, katakana */
+static bool is_deepseek3_cjk(uint32_t cp)
+{
+    static const cp_range r[] = {{0x3040, 0x309F}, {0x30A0, 0x30FF}, {0x4E00, 0x9FA5}};
+    return in_ranges(cp, r, sizeof r / sizeof r[0]);
+}
+
+static size_t match_deepseek3_cjk(cptext *c, size_t i, size_t end)
+{
+    return run_in(c, i, end, is_deepseek3_cjk);
+}
+
+static bool is_ascii_punct(uint32_t cp)
+{
+    return cp < 0x80 && (unicode_flags(cp) & (UCP_PUNCT | UCP_SYMBOL));
+}
+
+static bool is_ascii_letter(uint32_t cp)
+{
+    return (cp | 32) >= 'a' && (cp | 32) <= 'z';
+}
+
+/* DeepSeek V3's third split regex, tried in this order:
+ *   [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+    one ASCII punctuation mark and ASCII letters
+ *   [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+                   a word, with a space (or mark...) before it
+ *    ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+      punctuation, line breaks, spaces
+ * A mark is in both classes of the word rule, so a word starting with one is just the run. */
+static size_t match_deepseek3(cptext *c, size_t i, size_t end)
+{
+    const unsigned word = L_ | UCP_MARK, punct = UCP_PUNCT | UCP_SYMBOL;
+    unsigned f = c->fl[i];
+    if (is_ascii_punct(c->cp[i]) && i + 1 < end && is_ascii_letter(c->cp[i + 1]))
+        return 1 + run_in(c, i + 1, end, is_ascii_letter);
+    if (f & word)
+        return run_of(c, i, end, word);
+    if (!(f & punct) && !is_crlf(c->cp[i]) && i + 1 < end && (c->fl[i + 1] & word))
+        return 1 + run_of(c, i + 1, end, word);
+    size_t j = i + (c->cp[i] == ' ' && i + 1 < end && (c->fl[i + 1] & punct));
+    if (c->fl[j] & punct) {
+        j += run_of(c, j, end, punct);
+        return j - i + run_in(c, j, end, is_crlf);
+    }
+    return (f & S_) ? match_breaks_or_space(c, i, end) : 0;
+}
+
 /* \s+$ : the whitespace run from i must reach the end of the piece.  Tried at every position of
  * a long run, so the run's extent is remembered instead of rescanned. */
 static size_t match_trailing_space(cptext *c, size_t i, size_t end)
@@ -1388,6 +1449,8 @@ static pre_stages stages_for(pre_kind k)
     case PRE_DEEPSEEK_LLM:
         return (pre_stages){{match_crlf, match_deepseek_letters, match_deepseek_punct,
                              match_trailing_space, match_deepseek_cjk, match_numbers}, 6};
+    case PRE_DEEPSEEK3:
+        return (pre_stages){{match_number_triple, match_deepseek3_cjk, match_deepseek3}, 3};
     case PRE_FALCON:
         return (pre_stages){{match_punct_falcon, match_gpt2, match_3digits}, 3};
     case PRE_STARCODER:

@@ -5,7 +5,7 @@
  *        written as U+2581, a leading space added to the text, byte fallback tokens <0xNN>.
  *   BPE  (tokenizer.ggml.model = "gpt2"): byte-level BPE; the text is first split by the
  *        pre-tokenizer named in tokenizer.ggml.pre (gpt2, llama3/llama-bpe, qwen2, deepseek-llm,
- *        falcon, starcoder, ...), then each piece is merged by merge rank.  The Qwen2
+ *        deepseek-v3, falcon, starcoder, ...), then each piece is merged by merge rank.  The Qwen2
  *        pre-tokenizers normalize the text to NFC first, as Qwen's own tokenizer does.
  * Special/control tokens are matched in the text only when parse_special is true.
  *

@@ -3,7 +3,7 @@
  * ids included, through the whole-sequence decoder and the streaming one the scheduler uses.
  *
  * Vocabularies are loaded once: the shared GGUFs (stories260K, llama.cpp's vocab files and the
- * tiny gemma4 and mistral references' tokenizers, from $INFERD_SHARED_DIR or the compiled-in
+ * tiny gemma4, mistral and deepseek_v3 references' tokenizers, from $INFERD_SHARED_DIR or the compiled-in
  * ../shared) when present, and always two that
  * the project's model generator makes (llama and qwen2 families, trained on its built-in
  * text so they are the same on every machine).
@@ -109,6 +109,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         "vocab/ggml-vocab-qwen2.gguf",
         "reference/gemma4.gguf",            /* SentencePiece-style BPE (tokenizer.ggml.model gemma4) */
         "reference/mistral.gguf",           /* byte-level BPE with the Tekken pre-tokenizer */
+        "reference/deepseek_v3.gguf",       /* byte-level BPE with the deepseek-v3 pre-tokenizer */
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[1024];

@@ -765,7 +765,8 @@ static void test_bos_defaults(void **state)
     } cases[] = {
         {"llama-bpe", true}, {"llama3", true}, {"llama-v3", true}, {"falcon3", true},
         {"qwen2", false},    {"gpt-2", false}, {"gpt2", false},    {"dbrx", false},
-        {"smaug-bpe", false}, {"deepseek-llm", false}, {"starcoder", false}, {"glm4", false}, {"tekken", true}, {NULL, false},
+        {"smaug-bpe", false}, {"deepseek-llm", false}, {"deepseek-v3", false}, {"starcoder", false}, {"glm4", false},
+        {"tekken", true}, {NULL, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tokenizer *t = bpe_with(cases[i].pre, -1);
@@ -1459,17 +1460,14 @@ static void test_load_speed(void **state)
     free(merges);
 }
 
-/* gpt-4o / o200k (gpt-oss, Llama 4): the pieces tokenizer_pre_split makes, against the
- * regex itself run by Python's `regex` module over 115 texts (scripts/gen_pre_splits.py ->
- * tests/text/data/pre_gpt4o.json): case splits, contractions on their word, marks and Lm/Lo
- * on both sides of a case change, digit triples, slashes after punctuation, line breaks. */
-static void test_pre_split_gpt4o(void **state)
+/* The pieces tokenizer_pre_split makes by pre-tokenizer `pre`, against those of the reference
+ * regexes run by Python's `regex` module (scripts/gen_pre_splits.py -> tests/text/data/<file>). */
+static void check_pre_split_file(const char *pre, const char *file)
 {
-    (void)state;
-    char err[256];
+    char err[256], path[1024];
     size_t len = 0;
-    char *json = file_read_all(INFERD_SOURCE_DIR "/tests/text/data/pre_gpt4o.json", (size_t)1 << 20, &len, err,
-                               sizeof err);
+    snprintf(path, sizeof path, "%s/tests/text/data/%s", INFERD_SOURCE_DIR, file);
+    char *json = file_read_all(path, (size_t)1 << 20, &len, err, sizeof err);
     if (!json) fail_msg("%s", err);
     cJSON *root = cJSON_ParseWithLength(json, len);
     free(json);
@@ -1482,7 +1480,7 @@ static void test_pre_split_gpt4o(void **state)
         const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
         const cJSON *want = cJSON_GetObjectItem(c, "ends");
         size_t *ends = NULL;
-        int n = tokenizer_pre_split("gpt-4o", text, strlen(text), &ends);
+        int n = tokenizer_pre_split(pre, text, strlen(text), &ends);
         bool same = n == cJSON_GetArraySize(want);
         for (int i = 0; same && i < n; i++) same = ends[i] == (size_t)cJSON_GetArrayItem(want, i)->valuedouble;
         if (!same) {
@@ -1496,9 +1494,57 @@ static void test_pre_split_gpt4o(void **state)
     }
     assert_int_equal(checked, cJSON_GetArraySize(cases));
     cJSON_Delete(root);
+}
+
+/* gpt-4o / o200k (gpt-oss, Llama 4), over 115 texts: case splits, contractions on their word,
+ * marks and Lm/Lo on both sides of a case change, digit triples, slashes after punctuation,
+ * line breaks. */
+static void test_pre_split_gpt4o(void **state)
+{
+    (void)state;
+    check_pre_split_file("gpt-4o", "pre_gpt4o.json");
     size_t *ends = NULL;
     assert_int_equal(tokenizer_pre_split("no-such-pre", "x", 1, &ends), -1);
     assert_null(ends);
+}
+
+/* deepseek-v3 (DeepSeek V3, R1), over 139 texts: its three regexes in sequence (digit triples,
+ * then CJK ideograph and kana runs, then the rest), so "漢字kanji" and "12ab34" split at every
+ * class change; one ASCII punctuation mark before ASCII letters (".com", "'s") but not before
+ * others (".é"); a mark or space before a word; full-width forms, emoji, NEL, controls. */
+static void test_pre_split_deepseek_v3(void **state)
+{
+    (void)state;
+    check_pre_split_file("deepseek-v3", "pre_deepseek_v3.json");
+}
+
+/* ../shared/reference's DeepSeek V3 model (a 384-token vocabulary converted by llama.cpp,
+ * tokenizer.ggml.pre = "deepseek-v3") loads, and its text round-trips through its tokens. */
+static void test_deepseek_v3_vocab(void **state)
+{
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/reference/deepseek_v3.gguf", shared_dir());
+    FILE *probe = fopen(path, "rb");
+    if (!probe) {
+        print_message("skipping: %s not found\n", path);
+        skip();
+    }
+    fclose(probe);
+    vocab v;
+    assert_true(open_vocab(path, &v)); /* it was refused: "pre-tokenizer ... is not supported" */
+    const char *text = "Hello, world! 東京 123456 .com\n";
+    int32_t *ids = NULL;
+    int n = tokenizer_encode_alloc(v.tok, text, strlen(text), false, false, &ids);
+    assert_true(n > 0);
+    size_t len = 0;
+    char *back = tokenizer_decode_alloc(v.tok, ids, n, &len);
+    assert_non_null(back);
+    assert_int_equal(len, strlen(text));
+    assert_memory_equal(back, text, len);
+    free(back);
+    free(ids);
+    tokenizer_free(v.tok);
 }
 
 
@@ -1569,6 +1615,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_vocab_vectors_without_gguf),
         cmocka_unit_test(test_hf_texts),
         cmocka_unit_test(test_pre_split_gpt4o),
+        cmocka_unit_test(test_pre_split_deepseek_v3),
+        cmocka_unit_test(test_deepseek_v3_vocab),
         cmocka_unit_test(test_bos_defaults),
         cmocka_unit_test(test_tekken_pieces),
         cmocka_unit_test(test_spbpe),

@@ -1,5 +1,5 @@
 // make_vectors.mjs - reference ids for the published vocabularies that npm packages carry
-// (Mistral Nemo's Tekken, Gemma 3's), from their tokenizer.json through Hugging Face's
+// (Mistral Nemo's Tekken, DeepSeek V3's, Gemma 3's), from their tokenizer.json through Hugging Face's
 // tokenizers.js (@huggingface/tokenizers, the tokenizers of transformers.js), over the shared
 // texts: ../shared/vocab/hf-texts.json, llama.cpp's .inp test texts and the few
 // vocabulary-specific ones below.  Writes tests/text/vocab/npm-vocab-ids.json, which the
@@ -54,7 +54,15 @@ const out = {
 for (const v of VOCABS) {
     const dir = pkgDir(v.package);
     const jsonText = readFileSync(join(dir, 'models', 'tokenizer.json'));
-    const tok = new Tokenizer(JSON.parse(jsonText), JSON.parse(readFileSync(join(dir, 'models', 'tokenizer_config.json'), 'utf8')));
+    const cfg = JSON.parse(readFileSync(join(dir, 'models', 'tokenizer_config.json'), 'utf8'));
+    const tok = new Tokenizer(JSON.parse(jsonText), cfg);
+    // transformers' LlamaTokenizerFast (DeepSeek V3's class) rewrites the post-processor to put
+    // BOS first when tokenizer_config.json says add_bos_token; tokenizers.js keeps tokenizer.json's
+    // (DeepSeek V3's adds nothing), so BOS is put first here as transformers would.
+    const bos = typeof cfg.bos_token === 'object' && cfg.bos_token ? cfg.bos_token.content : cfg.bos_token;
+    const bosId = cfg.add_bos_token === true && typeof bos === 'string' ? tok.token_to_id(bos) : undefined;
+    const addBos = bosId !== undefined && tok.encode('x').ids[0] !== bosId;
+    const encodeAddSpecial = (t) => (addBos ? [bosId, ...tok.encode(t).ids] : tok.encode(t).ids);
     out.sources[v.name] = {
         package: v.package,
         version: pkgVersion(v.package),
@@ -67,7 +75,7 @@ for (const v of VOCABS) {
     for (const t of texts) {
         const a = tok.encode(t, { add_special_tokens: false }).ids;
         ids.push(a);
-        idsAdd.push(tok.encode(t).ids);
+        idsAdd.push(encodeAddSpecial(t));
         roundTrip += (a.length ? tok.decode(a) : '') === t;
     }
     out.expected[v.name] = { ids, ids_add_special: idsAdd };

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """run.py - the tokenizer test over published vocabularies that npm packages carry (Tekken,
-Gemma 3; tests/text/vocab/vocabs.json): makes each one's vocab GGUF from the installed
+DeepSeek V3, Gemma 3; tests/text/vocab/vocabs.json): makes each one's vocab GGUF from the installed
 package's tokenizer.json with vocab_gguf.py (kept in the build folder, remade when the package
 or the script changes), then runs test_tokenizer --npm-vocab against the reference ids in
 npm-vocab-ids.json.

@@ -11,6 +11,8 @@ KIND tekken: byte-level BPE as TextModel._set_vocab_gpt2 writes it: tokenizer.gg
   every id's text (added tokens included), types from get_vocab_base (special added tokens
   CONTROL, other added USER_DEFINED, the rest NORMAL), and SpecialVocab's merges, special ids,
   add_bos/add_eos and chat template.
+KIND deepseek-v3: the same, with pre "deepseek-v3" (DeepseekV2Model.set_vocab is
+  _set_vocab_gpt2; DeepSeek V3's hash is named "deepseek-v3") and architecture deepseek2.
 KIND gemma: SentencePiece-style BPE (U+2581 for spaces, byte fallback) as
   Gemma4Model.set_vocab writes it: tokenizer.ggml.model "gemma4", LlamaHfVocab's tokens and
   scores (-1000), SpecialVocab's merges and ids, add_space_prefix false, add_bos true.  Token
@@ -113,7 +115,10 @@ def looks_special(text):
             or (text.startswith('<｜') and text.endswith('｜>')) or (text.startswith('<unused') and text.endswith('>')))
 
 
-def tekken_tokens(tok):
+GPT2_ARCH = {'tekken': 'llama', 'deepseek-v3': 'deepseek2'}  # byte-level BPE kinds: their architecture
+
+
+def gpt2_tokens(tok):
     """TextModel.get_vocab_base over tokenizer.json: every id's text and type."""
     vocab = dict(tok['model']['vocab'])
     added = {a['content']: a for a in tok['added_tokens']}
@@ -161,15 +166,15 @@ def gemma_tokens(tok, cfg):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ('tekken', 'gemma'):
+    if len(sys.argv) != 4 or sys.argv[1] not in ('tekken', 'deepseek-v3', 'gemma'):
         sys.exit(__doc__)
     kind, pkg, out = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     tok = json.loads((pkg / 'models' / 'tokenizer.json').read_text(encoding='utf-8'))
     cfg = json.loads((pkg / 'models' / 'tokenizer_config.json').read_text(encoding='utf-8'))
     merges, ids, add = special_vocab(tok, cfg)
-    if kind == 'tekken':
-        tokens, types = tekken_tokens(tok)
-        kv = [('general.architecture', 'llama'), ('tokenizer.ggml.model', 'gpt2'), ('tokenizer.ggml.pre', 'tekken')]
+    if kind in GPT2_ARCH:
+        tokens, types = gpt2_tokens(tok)
+        kv = [('general.architecture', GPT2_ARCH[kind]), ('tokenizer.ggml.model', 'gpt2'), ('tokenizer.ggml.pre', kind)]
     else:
         tokens, types = gemma_tokens(tok, cfg)
         kv = [('general.architecture', 'gemma4'), ('tokenizer.ggml.model', 'gemma4'),

@@ -24,19 +24,16 @@
 #define GPU_FEATURES                                                                              \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING | ARCH_F_QKV_BIAS | \
      ARCH_F_QK_NORM | ARCH_F_V_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_FFN_GLU_MOE |                \
-     ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH)
+     ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH | GPU_HYBRID_FEATURES)
 
-/* The hybrid families' features: gpu_forward.c has their path (kernels/deltanet.cuh), but it is
- * not in GPU_FEATURES yet, so the CUDA engine refuses them by name and --device auto runs them on
- * the CPU: on the H100 (2026-11-26) it missed the top-1 target against the CPU (qwen3_5 98.96 %,
- * qwen3_5_moe 96.18 % with a run of wrong positions 67-96, qwen3_next 97.92 %; target 99 %).
- * Not a kernel error: the delta rule kernels ported to C match the CPU's recurrence to 2e-6
- * (tests/cpu/test_deltanet_port.c), and the CPU engine with the GPU's FP16 rounding of matmul
- * weights and inputs gives the same agreement with the plain CPU (qwen3_5_moe 96.18 %, first
- * wrong at 67, qwen3_next 97.92 %); with the DeltaNet's q/k/v and z projections reading their input in FP32
- * it gives >= 99.31 % on all three.  attention_linear now reads it to about 22 bits (act_h plus
- * its FP16 remainder act_lo), unmeasured on a device yet.  Adding them to GPU_FEATURES enables
- * it, and test_gpu_engine's hybrid tests then run. */
+/* The hybrid families' features (kernels/deltanet.cuh, gated attention with partial RoPE, the
+ * sigmoid-gated shared expert), in GPU_FEATURES since 2026-11-26: on the H100 the GPU's top-1
+ * agreement with the CPU first missed 99 % (qwen3_5 98.96 %, qwen3_5_moe 96.18 %, qwen3_next
+ * 97.92 %); not a kernel error (the delta rule kernels ported to C match the CPU's recurrence
+ * to 2e-6, tests/cpu/test_deltanet_port.c) but the FP16 input of the DeltaNet's q/k/v and z
+ * projections.  attention_linear now reads that input to about 22 bits (act_h plus its FP16
+ * remainder act_lo, one more pass over Wqkv and Wgate): 99.31 / 99.65 / 99.31 % on the H100,
+ * compute-sanitizer clean (test_gpu_engine test_hybrid_*, gpu-check memcheck). */
 #define GPU_HYBRID_FEATURES (ARCH_F_ATTN_LINEAR | ARCH_F_ATTN_OUT_GATE | ARCH_F_ROPE_PARTIAL | ARCH_F_SHARED_EXPERT)
 
 /* NULL with a message when there is no usable GPU or CUDA support was not built. */

@@ -731,21 +731,17 @@ static void test_gpu_features(void **state)
     } cases[] = {
         {"mistral.gguf", 0, NULL},
         {"qwen3moe.gguf", 0, NULL},
-        {"phi3.gguf", 0, "the cuda backend does not implement partial RoPE (layer 0 of phi3)"},
-        {"phi3.gguf", ARCH_F_ROPE_PARTIAL, "the cuda backend does not implement fused qkv (layer 0 of phi3)"},
-        {"phi3.gguf", ARCH_F_ROPE_PARTIAL | ARCH_F_FUSED_QKV,
-         "the cuda backend does not implement fused gate/up (layer 0 of phi3)"},
-        {"phi3.gguf", ARCH_F_ROPE_PARTIAL | ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP,
+        /* partial RoPE and the shared expert came with the hybrids' GPU path */
+        {"phi3.gguf", 0, "the cuda backend does not implement fused qkv (layer 0 of phi3)"},
+        {"phi3.gguf", ARCH_F_FUSED_QKV, "the cuda backend does not implement fused gate/up (layer 0 of phi3)"},
+        {"phi3.gguf", ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP,
          "the cuda backend does not implement LongRoPE (layer 0 of phi3)"},
-        {"glm4moe.gguf", 0, "the cuda backend does not implement partial RoPE (layer 0 of glm4moe)"},
-        {"glm4moe.gguf", ARCH_F_ROPE_PARTIAL, "the cuda backend does not implement shared expert (layer 1 of glm4moe)"},
-        {"glm4moe.gguf", ARCH_F_ROPE_PARTIAL | ARCH_F_SHARED_EXPERT,
-         "the cuda backend does not implement sigmoid router with selection bias (layer 1 of glm4moe)"},
+        {"glm4moe.gguf", 0, "the cuda backend does not implement sigmoid router with selection bias (layer 1 of glm4moe)"},
         /* refused by name, so --device auto runs it on the CPU */
         {"deepseek_v3.gguf", 0, "the cuda backend does not implement multi-head latent attention (layer 0 of deepseek2)"},
         {"deepseek_v3.gguf", ARCH_F_ATTN_MLA,
-         "the cuda backend does not implement shared expert (layer 1 of deepseek2)"},
-        {"deepseek_v3.gguf", ARCH_F_ATTN_MLA | ARCH_F_SHARED_EXPERT | ARCH_F_ROUTER_SIGMOID_BIAS,
+         "the cuda backend does not implement sigmoid router with selection bias (layer 1 of deepseek2)"},
+        {"deepseek_v3.gguf", ARCH_F_ATTN_MLA | ARCH_F_ROUTER_SIGMOID_BIAS,
          "the cuda backend does not implement grouped expert selection (layer 1 of deepseek2)"},
     };
     const char *env = getenv("INFERD_SHARED_DIR");
@@ -800,8 +796,8 @@ static void test_longrope_factors(void **state)
 
 /* A file of a family that does not declare partial RoPE, whose rope.dimension_count is below
  * the head dimension: the loader marks its layers so (the CPU turns the first n_rot dims, as
- * llama.cpp does), a backend without partial RoPE (the GPU's GPU_FEATURES) refuses it by
- * name, and the CPU runs it; a file without the key turns whole heads. */
+ * llama.cpp does; so does the GPU, GPU_FEATURES has it), a backend without partial RoPE refuses
+ * it by name, and the CPU runs it; a file without the key turns whole heads. */
 static void test_partial_rope_from_file(void **state)
 {
     (void)state;
@@ -811,7 +807,8 @@ static void test_partial_rope_from_file(void **state)
     if (!m) fail_msg("%s", err);
     assert_int_equal(m->hp.n_rot, M_HD / 2);
     assert_true(m->layers[0].recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL);
-    assert_int_equal(model_check_features(m, GPU_FEATURES, "cuda", err, sizeof err), -1);
+    assert_int_equal(model_check_features(m, GPU_FEATURES, "cuda", err, sizeof err), 0);
+    assert_int_equal(model_check_features(m, GPU_FEATURES & ~ARCH_F_ROPE_PARTIAL, "cuda", err, sizeof err), -1);
     assert_string_equal(err, "the cuda backend does not implement partial RoPE (layer 0 of qwen3moe)");
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 16, .max_batch_tokens = 16, .n_threads = 1};
     engine *e = engine_open(ENGINE_DEVICE_CPU, m, &cfg, err, sizeof err);
@@ -1226,8 +1223,9 @@ static void test_state_snapshot(void **state)
     free(want), free(got), free(ids);
 }
 
-/* The GPU backend runs none of the hybrid layers yet: it refuses the file by the feature and
- * the family's name at engine creation (its feature set, as gpu_engine.c declares it). */
+/* A backend without the hybrid layers (a feature set lacking them, as the GPU's was before
+ * they were verified there) refuses the file by the feature and the family's name at engine
+ * creation, so --device auto runs it on the CPU. */
 static void test_hybrid_refused_without_deltanet(void **state)
 {
     fixture *f = *state;

@@ -787,8 +787,8 @@ static void test_recipe_feature_refused(void **state)
  * GPU logits against the CPU's over a 200-token prompt (longer than a conv window and a
  * 64-token chunk) and 88 decode steps, as above (the MoE files' router near ties as for
  * qwen3moe). */
-/* The hybrids' GPU path is built but not enabled (gpu.h: GPU_HYBRID_FEATURES): their tests run
- * once it is in GPU_FEATURES. */
+/* The hybrids' features are in GPU_FEATURES (gpu.h: GPU_HYBRID_FEATURES); a build that takes
+ * them out again skips these tests saying so. */
 static bool hybrid_gpu_enabled(void)
 {
     if ((GPU_FEATURES & GPU_HYBRID_FEATURES) == GPU_HYBRID_FEATURES) return true;

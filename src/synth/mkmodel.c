@@ -861,6 +861,14 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
         set_arch_u32(w, c, "ssm.time_step_rank", c->ssm_vheads);
         set_arch_u32(w, c, "ssm.inner_size", c->ssm_inner);
         set_arch_u32(w, c, "full_attention_interval", 4);
+        /* the multimodal RoPE sections of the rotated pairs (Qwen3.5-9B: 64 dims, [11, 11, 10]);
+         * text gives every section the same position, so they change nothing here, but
+         * llama.cpp refuses a qwen35 file without the key */
+        const int pairs = (c->n_rot ? c->n_rot : head_dim_of(c)) / 2, s01 = (pairs + 2) / 3;
+        const int32_t sections[4] = {s01, s01, pairs - 2 * s01, 0};
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.dimension_sections", model_arch_name(c->arch));
+        gguf_writer_set_arr_i32(w, key, sections, 4);
     }
 }
 

@@ -1863,13 +1863,13 @@ def case_hybrid():
             check(metric(s.port, "inferd_state_slots_running") == 0, "no state slot held when idle")
             check(metric(s.port, "inferd_state_snapshots") >= 1, "snapshots kept")
             print(f"{name}: the next turn hit 64 cached tokens and gave transformers' next greedy token")
-    # --device cuda: the CUDA backend's hybrid path is built but not yet enabled (it misses the
-    # top-1 target: gpu.h), so it refuses the file by the feature and the family's name before it
-    # looks for a GPU (a build without CUDA says so instead).
-    r = run_bin("-m", os.path.join(SHARED, "reference", "qwen3_5.gguf"), "--port", str(free_port()), "--device", "cuda")
-    refusal = "the cuda backend does not implement gated DeltaNet linear attention (layer 0 of qwen35)"
-    check(r.returncode == 1 and (refusal in r.stderr or "built without CUDA support" in r.stderr),
-          f"--device cuda: {r.returncode} {r.stderr[-800:]}")
+    # --device cuda: the CUDA backend runs the hybrids (gpu.h), so on a machine without a GPU
+    # (this test's) it fails for want of one, never by refusing the family; a machine with one
+    # is left to test_gpu_engine (this would start serving).
+    if not cuda_device_present():
+        r = run_bin("-m", os.path.join(SHARED, "reference", "qwen3_5.gguf"), "--port", str(free_port()), "--device", "cuda")
+        check(r.returncode == 1 and "does not implement" not in r.stderr and
+              ("GPU" in r.stderr or "CUDA" in r.stderr), f"--device cuda: {r.returncode} {r.stderr[-800:]}")
 
 
 def case_vocab():
@@ -1924,6 +1924,10 @@ def case_vocab():
             print(f"{name}: {2 * len(hf['texts'])} /tokenize results match; {logged[0].strip()}")
         ran += 1
     return 0 if ran else SKIP
+
+
+def cuda_device_present():
+    return os.path.exists("/dev/nvidia0")
 
 
 def run_bin(*args, timeout=60):

@@ -825,9 +825,10 @@ static void test_hybrid_reference_files(void **state)
 static void test_reference_deterministic_bit_identical(void **state)
 {
     (void)state;
-    /* (the hybrids, once their GPU path is enabled, need det_check to give each run fresh state
-     * slots: a recurrent state cannot rewind to a sequence's start as a KV block table can) */
-    static const char *files[] = {"reference/gemma4.gguf", "reference/gemma4_moe.gguf"};
+    /* the hybrids too: every run starts its sequences at position 0, which starts their state
+     * slots afresh (the DeltaNet's exact recurrence under the flag, chunked prompts included) */
+    static const char *files[] = {"reference/gemma4.gguf", "reference/gemma4_moe.gguf", "reference/qwen3_5.gguf",
+                                  "reference/qwen3_5_moe.gguf", "reference/qwen3_next.gguf"};
     int ran = 0;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         model *m = load_shared(files[i]);

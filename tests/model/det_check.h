@@ -59,7 +59,7 @@ static void det_generate(engine *e, int32_t prompts[DET_NS][DET_MAXP], const int
             toks[i][g] = res[i].token;
             out->res[i][g] = res[i];
         }
-        if (chunk > 0) continue;
+        if (chunk != 0) continue; /* (alone: each row's step above was its whole step) */
         det_step(e, seqs, DET_NS, res, "together");
         for (int i = 0; i < DET_NS; i++) {
             toks[i][g] = res[i].token;

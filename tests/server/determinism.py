@@ -19,6 +19,7 @@ documented rule for n > 1 (choice i of a request with seed s samples as a reques
 s + i does).
 
 usage: determinism.py CASE        CASE: cpu (the tiny model, CI)
+                                        | cpu_hybrid (../shared/reference/qwen3_5.gguf, CI)
                                         | gpu (INFERD_DET_MODEL, INFERD_TEST_SERVE_ARGS="--device cuda")
                                         | control (the gpu case without --deterministic: reports
                                           how many requests differ, asserts nothing about them)
@@ -221,6 +222,16 @@ def case_cpu():
     det_session(model_path(), True)
 
 
+def case_cpu_hybrid():
+    """The same on a hybrid (gated DeltaNet) reference file: state slots instead of K/V for three
+    layers of four, prefix hits through state snapshots."""
+    path = os.path.join(hi.SHARED, "reference", "qwen3_5.gguf")
+    if not os.path.exists(path):
+        print(f"SKIP: {path} not found")
+        return hi.SKIP
+    det_session(os.environ.get("INFERD_DET_MODEL") or path, True)
+
+
 def case_gpu():
     if "cuda" not in hi.SERVE_ARGS:
         print("SKIP: the gpu case runs with INFERD_TEST_SERVE_ARGS=--device cuda")
@@ -233,4 +244,4 @@ def case_control():
 
 
 if __name__ == "__main__":
-    hi.main({"cpu": case_cpu, "gpu": case_gpu, "control": case_control})
+    hi.main({"cpu": case_cpu, "cpu_hybrid": case_cpu_hybrid, "gpu": case_gpu, "control": case_control})

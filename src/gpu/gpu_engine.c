@@ -510,6 +510,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t ns = g->base.n_states ? (size_t)g->base.n_states + 1 : 0, lin_t = g->base.n_states ? (size_t)T : 0;
     size_t act_w = (size_t)(g->d_embd > g->d_q ? g->d_embd : g->d_q);
     if (lin_t && (size_t)hp->ssm_inner > act_w) act_w = (size_t)hp->ssm_inner;
+    /* the dp4a products' one row of inputs: n_embd (QKV, gate/up, LM head), d_q (O), d_ff (down) */
+    g->dp4a = !g->det && !any_moe && !g->base.n_states;
+    size_t q8_k = g->dp4a ? (act_w > (size_t)g->d_ff ? act_w : (size_t)g->d_ff) : 0;
 
     /* per-step inputs: tok, pos, slot, seq, rows, lidx, attention's token list and flash tiles
      * (at most one tile per token), bias, allowed-token masks, block tables (a step copies the
@@ -536,6 +539,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->x, (size_t)T * g->d_embd * f},
         {&g->act_h, (size_t)T * act_w * sizeof(uint16_t)}, {&g->act_lo, lin_t * g->d_embd * sizeof(uint16_t)},
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
+        {&g->xq, 2 * q8_k}, {&g->xd, q8_k / 32 * 2 * f}, /* q and lo (kernels/common.cuh) */
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
         {&g->post, any_post ? (size_t)T * g->d_embd * f : 0},
@@ -1049,7 +1053,7 @@ static void gpu_destroy(engine *e)
                           g->ple, g->ple_tok, g->ple_g, g->ple_h,
                           g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
                           g->sout,   g->in_d, g->state, g->ssm_mix, g->ssm_z, g->ssm_b, g->ssm_g, g->ssm_raw,
-                          g->ssm_o,  g->qg,   g->sh_logit, g->sh_y, g->ssm_u, g->ssm_w, g->ssm_gc};
+                          g->ssm_o,  g->qg,   g->sh_logit, g->sh_y, g->ssm_u, g->ssm_w, g->ssm_gc, g->xq, g->xd};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cu.cuMemFree(bufs[i]);
     if (g->in_h) cu.cuMemFreeHost(g->in_h);

@@ -69,6 +69,7 @@ typedef struct matmul_op {
     int m, ldx;
     bool accumulate;
     const qkv_post_args *post; /* one token's QKV (m == 1, outputs Q, K, V): qkv_post fused */
+    bool x_q8;                 /* x's q8 row is in xq/xd already (the norm before: norm_q8) */
     const char *what;
 } matmul_op;
 
@@ -84,6 +85,41 @@ static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
     if (m <= GPU_MATVEC_MAX_M) return PATH_MATVEC;
     return g->have_blas ? PATH_BLAS : PATH_MATVEC;
 }
+/* The batch-1 products over q8 activations (kernels/dot_q8.cuh) where the engine allows them
+ * and the format has them.  Their inputs come from the RMSNorm before them at no launch of its
+ * own (norm_q8); with INFERD_GPU_DP4A_ALL the others (attention output into Wo, SwiGLU output
+ * into Wdown) are quantised by a quantize_q8 launch of their own, else they stay on the FP16
+ * kernels (meson option gpu_dp4a: the launch costs about what the faster product saves on
+ * the small shapes). */
+#ifndef INFERD_GPU_DP4A_ALL
+#define INFERD_GPU_DP4A_ALL 1
+#endif
+static bool use_dp4a(const gpu_engine *g, const matmul_op *op, const gpu_matrix *w)
+{
+    return g->dp4a && op->m == 1 && (op->x_q8 || INFERD_GPU_DP4A_ALL) && gpu_dp4a_serves(&g->k, w->wtype, w->k);
+}
+
+/* Whether a norm of T rows of n makes the q8 row for the product after it (norm_op.q8 and
+ * matmul_op.x_q8 of that product, so both ask the same question). */
+static bool norm_q8(const gpu_engine *g, int T, int n)
+{
+    return g->dp4a && T == 1 && n % 256 == 0;
+}
+
+/* a's q8 row for a dp4a product over op->x: the norm's, or quantised here (once per op). */
+static int dp4a_input(gpu_engine *g, const matmul_op *op, bool *ready, matvec_args *a, char *err, size_t errlen)
+{
+    if (!op->x_q8 && !*ready) {
+        int k = a->k;
+        LAUNCH(g->k.quantize_q8, ((gpu_launch_dims){ceil_div(k, 256), 1, 1, 256}), op->what, &(CUdeviceptr){op->x}, &k,
+               &g->xq, &g->xd);
+    }
+    *ready = true;
+    a->xq = (const int8_t *)(uintptr_t)g->xq;
+    a->xd = F32(g->xd);
+    return 0;
+}
+
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
 static int pad16(int n) { return (n + 15) & ~15; }
 
@@ -235,6 +271,7 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
 
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 {
+    bool q8_ready = false;
     for (int i = 0; i < op->n_out;) { /* runs of outputs with one weight format share a launch */
         int j = i + 1;
         while (j < op->n_out && op->out[j].w->type == op->out[i].w->type) j++;
@@ -249,11 +286,14 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             matvec_args a = matvec_args_for(op, i, j - i);
             for (int s = i; s < j; s++) rows += op->out[s].w->n;
             gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
+            const int t = op->out[i].w->wtype;
+            const bool q8 = use_dp4a(g, op, op->out[i].w);
+            if (q8 && dp4a_input(g, op, &q8_ready, &a, err, errlen)) return -1;
             if (op->post) { /* m == 1: the matvec path (path_for) */
                 matvec_rope_args r = {.mv = a, .post = *op->post, .role0 = MATVEC_Q + i};
-                LAUNCH(g->k.matvec_rope[op->out[i].w->wtype], d, op->what, &r);
+                LAUNCH(*(q8 ? &g->k.matvec_rope_dp4a[t] : &g->k.matvec_rope[t]), d, op->what, &r);
             } else {
-                LAUNCH(g->k.matvec[op->out[i].w->wtype][v], d, op->what, &a);
+                LAUNCH(*(q8 ? &g->k.matvec_dp4a[t] : &g->k.matvec[t][v]), d, op->what, &a);
             }
         }
         i = j;
@@ -280,14 +320,16 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
     const gpu_matrix *gate = shexp ? &L->ffn_gate_shexp : &L->w_gate, *up = shexp ? &L->ffn_up_shexp : &L->w_up;
     const bool geglu = !shexp && L->geglu;
     matmul_op op = {.out = {{gate, g->gate, 0, L->d_ff}, {up, g->up, 0, L->d_ff}}, .n_out = 2,
-                    .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
+                    .x = g->act_h, .m = T, .ldx = g->d_embd, .x_q8 = !shexp && norm_q8(g, T, g->d_embd), .what = what};
     if (gpu_glu_fused(g, gate, up, geglu, T)) {
         if (path_for(g, gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
         int v = matvec_variant(T);
         matvec_args a = matvec_args_for(&op, 0, 2);
         a.yh = F16(g->ff_h);
-        LAUNCH(g->k.glu[gate->wtype][v], ((gpu_launch_dims){ceil_div(T, 1u << v), ceil_div(gate->n, 8), 1, 256}),
-               what, &a);
+        bool q8 = use_dp4a(g, &op, gate), ready = false;
+        if (q8 && dp4a_input(g, &op, &ready, &a, err, errlen)) return -1;
+        LAUNCH(*(q8 ? &g->k.glu_dp4a[gate->wtype] : &g->k.glu[gate->wtype][v]),
+               ((gpu_launch_dims){ceil_div(T, 1u << v), ceil_div(gate->n, 8), 1, 256}), what, &a);
         return 0;
     }
     if (matmul(g, &op, err, errlen)) return -1;
@@ -303,16 +345,18 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
 typedef struct norm_op {
     CUdeviceptr x, idx, w, y, yh, ylo;
     int idx_stride, rows, n;
+    bool q8; /* yh also as the q8 row in xq/xd (norm_q8: one row) */
 } norm_op;
 
+/* (rmsnorm takes the first nine arguments; rmsnorm_q8 the q8 row's two more) */
 static int rmsnorm(gpu_engine *g, const norm_op *op, const char *what, char *err, size_t errlen)
 {
     float eps = g->base.m->hp.rms_eps;
     int n = op->n, stride = op->idx_stride;
     unsigned threads = n >= 1024 ? 1024 : n >= 256 ? 256 : 32;
-    LAUNCH(g->k.rmsnorm, ((gpu_launch_dims){(unsigned)op->rows, 1, 1, threads}), what, &(CUdeviceptr){op->x},
-           &(CUdeviceptr){op->idx}, &stride, &(CUdeviceptr){op->w}, &(CUdeviceptr){op->y}, &(CUdeviceptr){op->yh},
-           &(CUdeviceptr){op->ylo}, &n, &eps);
+    LAUNCH(*(op->q8 ? &g->k.rmsnorm_q8 : &g->k.rmsnorm), ((gpu_launch_dims){(unsigned)op->rows, 1, 1, threads}), what,
+           &(CUdeviceptr){op->x}, &(CUdeviceptr){op->idx}, &stride, &(CUdeviceptr){op->w}, &(CUdeviceptr){op->y},
+           &(CUdeviceptr){op->yh}, &(CUdeviceptr){op->ylo}, &n, &eps, &g->xq, &g->xd);
     return 0;
 }
 
@@ -626,7 +670,7 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     matmul_op qkv = {.out = {{&L->wq, L->gated ? g->qg : g->q, L->bq, L->gated ? 2 * L->d_q : L->d_q},
                              {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
                      .n_out = L->kv_own ? 3 : 1, .x = g->act_h, .m = T, .ldx = g->d_embd,
-                     .post = post_fused ? &post : NULL, .what = what};
+                     .post = post_fused ? &post : NULL, .x_q8 = norm_q8(g, T, g->d_embd), .what = what};
     if (matmul(g, &qkv, err, errlen)) return -1;
     size_t nq = (size_t)T * L->d_q;
     int hd = L->hd;
@@ -729,7 +773,7 @@ static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap
     char what[64];
     snprintf(what, sizeof what, "layer %d attention", il);
     norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .ylo = L->lin >= 0 ? g->act_lo : 0, .rows = T,
-                  .n = hp->n_embd};
+                  .n = hp->n_embd, .q8 = norm_q8(g, T, hp->n_embd)};
     if (rmsnorm(g, &n1, what, err, errlen)) return -1;
     return (L->lin >= 0 ? attention_linear : attention_softmax)(g, il, T, ap, what, err, errlen);
 }
@@ -743,7 +787,8 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     snprintf(what, sizeof what, "layer %d feed-forward", il);
     const arch_ffn ffn = g->base.m->layers[il].recipe.ffn;
     bool moe = ffn == ARCH_FFN_MOE; /* the router reads the norm in FP32 too */
-    norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd};
+    norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd,
+                  .q8 = norm_q8(g, T, hp->n_embd)};
     if (rmsnorm(g, &n2, what, err, errlen)) return -1;
     int rc;
     if (moe) {
@@ -768,10 +813,10 @@ static int lm_head(gpu_engine *g, CUdeviceptr idx, int stride, int n, char *err,
 {
     const model_hparams *hp = &g->base.m->hp;
     norm_op no = {.x = g->x, .idx = idx, .idx_stride = stride, .w = g->output_norm, .yh = g->xl_h, .rows = n,
-                  .n = hp->n_embd};
+                  .n = hp->n_embd, .q8 = norm_q8(g, n, hp->n_embd)};
     if (rmsnorm(g, &no, "LM head", err, errlen)) return -1;
     matmul_op op = {.out = {{&g->output, g->logits, 0, hp->n_vocab}}, .n_out = 1, .x = g->xl_h, .m = n,
-                    .ldx = g->d_embd, .what = "LM head"};
+                    .ldx = g->d_embd, .x_q8 = no.q8, .what = "LM head"};
     if (matmul(g, &op, err, errlen)) return -1;
     if (hp->logit_softcap > 0)
         return scale_op(g, &g->k.softcap, g->logits, (size_t)n * hp->n_vocab, hp->logit_softcap, "LM head", err, errlen);

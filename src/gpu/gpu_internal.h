@@ -184,6 +184,13 @@ typedef struct gpu_engine {
      * weight format, else matvec; never cuBLAS), k splits fixed per weight shape, no fused
      * one-token epilogues, no flash tiles: a row's sums then never depend on the batch. */
     bool det;
+    /* One-row products over q8 activations (kernels/dot_q8.cuh) for the formats that have them:
+     * not under det (batch sizes would then differ by more than the order of sums), nor in
+     * MoE or hybrid models (a router's or DeltaNet's input read to 8 bits moves their choices
+     * and state).  xq, xd: the row quantised (int8 per input and its int8 remainder, a (scale,
+     * sum) pair per 32: kernels/common.cuh q8_block_store), by rmsnorm_q8 or quantize_q8. */
+    bool dp4a;
+    CUdeviceptr xq, xd;
     size_t wdq_bytes;
 
     /* per-step inputs: pinned host staging + device copy, and results */

@@ -128,6 +128,13 @@
     X(matvec_rope_iq2_xs, IQ2_XS) X(matvec_rope_iq2_s, IQ2_S) X(matvec_rope_iq3_xxs, IQ3_XXS) X(matvec_rope_iq3_s, IQ3_S) \
     X(matvec_rope_iq1_s, IQ1_S) X(matvec_rope_iq1_m, IQ1_M) X(matvec_rope_mxfp4, MXFP4)
 
+/* One-row products over q8 activations on the integer units (kernels/dot_q8.cuh), the formats
+ * they are written for (the batch-1 step's Q4_K_M matrices): plain, GLU, QKV with qkv_post:
+ * X(matvec_dp4a_<suffix>, glu_dp4a_<suffix>, matvec_rope_dp4a_<suffix>, TYPE) */
+#define GPU_MATVEC_DP4A_KERNELS(X) \
+    X(matvec_dp4a_q4_k, glu_dp4a_q4_k, matvec_rope_dp4a_q4_k, Q4_K) \
+    X(matvec_dp4a_q6_k, glu_dp4a_q6_k, matvec_rope_dp4a_q6_k, Q6_K)
+
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */
 #define GPU_DEQUANT_KERNELS(X) \
@@ -249,7 +256,7 @@
 
 /* The kernels of no weight format (gpu_kernels' field of the same name): X(name) */
 #define GPU_PLAIN_KERNELS(X) \
-    X(rmsnorm) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(softcap) X(scale_f32) \
+    X(rmsnorm) X(rmsnorm_q8) X(quantize_q8) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(softcap) X(scale_f32) \
     X(add_bias) X(mmq_reduce) X(attn_partial) X(attn_partial_hd64)               \
     X(attn_partial_hd128) X(attn_partial_hd512) X(attn_combine) X(flash_attn_hd64) X(flash_attn_hd128) \
     X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_combine)               \

@@ -57,6 +57,11 @@ bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim)
     return wtype >= 0 && k->mmq[wtype][0].f && kdim % MMQ_KT == 0;
 }
 
+bool gpu_dp4a_serves(const gpu_kernels *k, int wtype, int kdim)
+{
+    return wtype >= 0 && k->matvec_dp4a[wtype].f && kdim % 256 == 0;
+}
+
 static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_t errlen)
 {
     fn->name = name;
@@ -65,9 +70,10 @@ static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_
 }
 
 /* A row of the per-format lists of gpu_kernel_names.h: two kernels (the plain product and its
- * GLU twin, or dequant and embed), their format, and the activation rows per block. */
+ * GLU twin, or dequant and embed; the dp4a rows' third: their QKV product), their format, and
+ * the activation rows per block. */
 typedef struct format_row {
-    const char *name[2];
+    const char *name[3];
     int wtype, rows;
 } format_row;
 #define FORMAT_ROW(a, b, TYPE, rows) {{#a, #b}, GPU_WT_##TYPE, rows},
@@ -77,6 +83,9 @@ static const format_row dequant_rows[] = {GPU_DEQUANT_KERNELS(FORMAT_ROW_NO_ROWS
 #define FORMAT_ROW_ONE(a, TYPE) {{#a, NULL}, GPU_WT_##TYPE, 1},
 static const format_row rope_rows[] = {GPU_MATVEC_ROPE_KERNELS(FORMAT_ROW_ONE)};
 #undef FORMAT_ROW_ONE
+#define FORMAT_ROW_DP4A(a, b, c, TYPE) {{#a, #b, #c}, GPU_WT_##TYPE, 1},
+static const format_row dp4a_rows[] = {GPU_MATVEC_DP4A_KERNELS(FORMAT_ROW_DP4A)};
+#undef FORMAT_ROW_DP4A
 static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
 static const format_row moe_rows[] = {GPU_MOE_KERNELS(FORMAT_ROW_NO_ROWS)};
 #undef FORMAT_ROW
@@ -121,6 +130,13 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     }
     for (size_t i = 0; i < sizeof rope_rows / sizeof rope_rows[0]; i++)
         if (lookup(k, &k->matvec_rope[rope_rows[i].wtype], rope_rows[i].name[0], err, errlen)) return -1;
+    for (size_t i = 0; i < sizeof dp4a_rows / sizeof dp4a_rows[0]; i++) {
+        const format_row *r = &dp4a_rows[i];
+        if (lookup(k, &k->matvec_dp4a[r->wtype], r->name[0], err, errlen) ||
+            lookup(k, &k->glu_dp4a[r->wtype], r->name[1], err, errlen) ||
+            lookup(k, &k->matvec_rope_dp4a[r->wtype], r->name[2], err, errlen))
+            return -1;
+    }
     for (size_t i = 0; i < sizeof dequant_rows / sizeof dequant_rows[0]; i++) {
         const format_row *r = &dequant_rows[i];
         if (lookup(k, &k->dequant_f16[r->wtype], r->name[0], err, errlen) ||

@@ -42,6 +42,9 @@ typedef struct gpu_kernels {
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn matvec_rope[GPU_N_WTYPES]; /* one-row QKV with qkv_post fused (matvec_rope_args) */
+    /* one-row products over q8 activations (kernels/dot_q8.cuh; f == NULL for the formats
+     * without): plain, GLU, QKV with qkv_post */
+    gpu_fn matvec_dp4a[GPU_N_WTYPES], glu_dp4a[GPU_N_WTYPES], matvec_rope_dp4a[GPU_N_WTYPES];
     /* tensor-core products on block-quantised weights (f == NULL for float formats, which
      * go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
@@ -49,7 +52,7 @@ typedef struct gpu_kernels {
     gpu_fn mmq_reduce;
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
-    gpu_fn rmsnorm, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, softcap, scale_f32, add_bias;
+    gpu_fn rmsnorm, rmsnorm_q8, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, softcap, scale_f32, add_bias;
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_combine, flash_attn_hd64, flash_attn_hd128;
     /* decode tokens on the tensor cores (gpu_attn_decode_serves): GPU_ATT_DEC_WARPS warps,
      * gpu_attn_decode_smem(hd) bytes of dynamic shared memory */
@@ -68,6 +71,10 @@ typedef struct gpu_kernels {
 /* Whether the mmq kernels multiply a matrix of format index wtype with kdim inputs per row
  * (block-quantised, whole 256-input stages). */
 bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim);
+
+/* Whether the dp4a kernels multiply a matrix of format index wtype with kdim inputs per row
+ * (their formats, whole 256-input super-blocks). */
+bool gpu_dp4a_serves(const gpu_kernels *k, int wtype, int kdim);
 
 /* Load the embedded fatbin into the current context and resolve every kernel. */
 int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen);

@@ -109,6 +109,10 @@ typedef struct matvec_args {
     const int32_t *x_rows;
     int x_div;
     unsigned long long expert_bytes;
+    /* the dp4a kernels only (kernels/matvec_q8.cuh, one activation row): x quantised per 32
+     * inputs, xq[k] int8 and xd[k / 32] (scale, sum) pairs */
+    const int8_t *xq;
+    const float *xd;
 } matvec_args;
 
 /* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for

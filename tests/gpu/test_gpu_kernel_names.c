@@ -31,6 +31,11 @@ static const row dequant[] = {GPU_DEQUANT_KERNELS(ROW3)};
 #define ROW2(a, TYPE) {#a, "", #TYPE, 1},
 static const row rope[] = {GPU_MATVEC_ROPE_KERNELS(ROW2)};
 static const row mmq[] = {GPU_MMQ_KERNELS(ROW4)};
+/* the dp4a rows name three kernels: the QKV one is checked from dp4a_rope */
+#define DP4A(a, b, c, TYPE) {#a, #b, #TYPE, 1},
+#define DP4A_ROPE(a, b, c, TYPE) {#c, "", #TYPE, 1},
+static const row dp4a[] = {GPU_MATVEC_DP4A_KERNELS(DP4A)};
+static const row dp4a_rope[] = {GPU_MATVEC_DP4A_KERNELS(DP4A_ROPE)};
 static const row moe[] = {GPU_MOE_KERNELS(ROW3)};
 #define PLAIN(name) #name,
 static const char *const plain[] = {GPU_PLAIN_KERNELS(PLAIN)};
@@ -86,19 +91,39 @@ static void test_every_format_every_variant(void **state)
     assert_int_equal(N(mmq), 3 * n_quant);
 }
 
+/* The dp4a list covers only the formats it is written for: each at most once, named for it,
+ * and block-quantised (kernels/dot_q8.cuh reads super-blocks). */
+static void test_dp4a_rows(void **state)
+{
+    (void)state;
+    size_t found = 0;
+    for (size_t w = 0; w < N(wtypes); w++) {
+        bool listed = false;
+        for (size_t i = 0; i < N(dp4a); i++) listed |= strcmp(dp4a[i].type, wtypes[w].type) == 0;
+        if (!listed) continue;
+        found++;
+        assert_true(block_quantised(wtypes[w].ggml));
+        expect_row(dp4a, N(dp4a), w, 1, "matvec_dp4a_%s", "glu_dp4a_%s");
+        expect_row(dp4a_rope, N(dp4a_rope), w, 1, "matvec_rope_dp4a_%s", "");
+    }
+    assert_int_equal(found, N(dp4a));
+    assert_true(found >= 2); /* Q4_K and Q6_K, the batch-1 step's Q4_K_M formats */
+}
+
 static void test_no_name_twice(void **state)
 {
     (void)state;
-    const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe)) + N(rope) + N(plain)];
+    const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a)) + N(rope) + N(dp4a_rope) + N(plain)];
     size_t n = 0;
-    const row *lists[] = {matvec, dequant, mmq, moe};
-    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe)};
-    for (size_t l = 0; l < 4; l++)
+    const row *lists[] = {matvec, dequant, mmq, moe, dp4a};
+    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a)};
+    for (size_t l = 0; l < 5; l++)
         for (size_t i = 0; i < sizes[l]; i++) {
             names[n++] = lists[l][i].a;
             names[n++] = lists[l][i].b;
         }
     for (size_t i = 0; i < N(rope); i++) names[n++] = rope[i].a;
+    for (size_t i = 0; i < N(dp4a_rope); i++) names[n++] = dp4a_rope[i].a;
     for (size_t i = 0; i < N(plain); i++) names[n++] = plain[i];
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++)
@@ -110,6 +135,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formats_are_ggml_types),
         cmocka_unit_test(test_every_format_every_variant),
+        cmocka_unit_test(test_dp4a_rows),
         cmocka_unit_test(test_no_name_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -353,6 +353,151 @@ static void test_mmq_all_formats(void **state)
     }
 }
 
+/* The q8 row of the FP16 row dx (k inputs) from quantize_q8, into fresh buffers: xq the q and
+ * their remainders lo (2k bytes, filled with -128 first, a value q8 never takes), xd the
+ * (d, sum) pairs (NaN first): unwritten entries show. */
+static void quantize_row(CUdeviceptr dx, int k, CUdeviceptr *dq, CUdeviceptr *dd)
+{
+    CHECK(cu.cuMemAlloc(dq, 2 * (size_t)k));
+    CHECK(cu.cuMemsetD8Async(*dq, 0x80, 2 * (size_t)k, G.stream));
+    *dd = poisoned((size_t)k / 16);
+    void *args[] = {&dx, &k, dq, dd};
+    launch(&G.k.quantize_q8, (gpu_launch_dims){(unsigned)(k + 255) / 256, 1, 1, 256}, args);
+}
+
+/* The q8 row of x (the FP16 values) as designed: per block of 32, d = max|x| / 127, every
+ * |x - d q| within d / 2 (to FP32 rounding), and the pair's sum that of x; in the q8x2 build
+ * (meson gpu_dp4a_act) |x - d (q + lo / 254)| within d / 508. */
+static void check_q8_row(const float *x, int k, CUdeviceptr dq, CUdeviceptr dd)
+{
+    int8_t *q = malloc(2 * (size_t)k), *lo = q + k;
+    float *ds = malloc((size_t)k / 16 * sizeof *ds);
+    download(q, dq, 2 * (size_t)k);
+    download(ds, dd, (size_t)k / 16 * sizeof *ds);
+    for (int b = 0; b < k / 32; b++) {
+        double amax = 0.0, sum = 0.0, mag = 0.0;
+        for (int i = 32 * b; i < 32 * b + 32; i++) {
+            amax = fmax(amax, fabs(x[i]));
+            sum += x[i];
+            mag += fabs(x[i]);
+        }
+        const double d = ds[2 * b];
+        assert_true(fabs(d - amax / 127.0) <= 1e-6 * amax);
+        assert_true(fabs(ds[2 * b + 1] - sum) <= 1e-6 * mag + 1e-30);
+        for (int i = 32 * b; i < 32 * b + 32; i++) {
+            assert_true(q[i] >= -127);
+            if (fabs(x[i] - d * q[i]) > 0.5 * d * (1.0 + 1e-5)) fail_msg("q8 input %d: %g as %d x %g", i, x[i], q[i], d);
+            assert_true(!INFERD_GPU_DP4A_LO || lo[i] >= -127);
+            if (INFERD_GPU_DP4A_LO && fabs(x[i] - d * (q[i] + lo[i] / 254.0)) > d * (1.0 / 508.0 + 2e-5))
+                fail_msg("q8x2 input %d: %g as (%d + %d / 254) x %g", i, x[i], q[i], lo[i], d);
+        }
+    }
+    free(q);
+    free(ds);
+}
+
+static double dot_exact(const float *w, const float *x, int k)
+{
+    double s = 0.0;
+    for (int i = 0; i < k; i++) s += (double)w[i] * x[i];
+    return s;
+}
+
+/* One dp4a case of format t, k inputs: random weights; activations q 2^-e per block (exact
+ * in q8) or uniform in [-1, 1).  The two-segment product (bias, residual accumulate) and the
+ * gate/up product against float64 over the exact weights: *err_mv / *err_glu. */
+static void dp4a_case(ggml_type t, int K, bool exact, uint64_t *seed, double *err_mv, double *err_glu)
+{
+    const int N = PN, N0 = PN0, NG = PNG, wt = gpu_wtype_index(t);
+    float *deq = malloc((size_t)K * N * sizeof *deq), *x = malloc((size_t)K * sizeof *x);
+    float *bias = malloc(N * sizeof *bias), *y = malloc(N * sizeof *y), *ref = malloc(N * sizeof *ref);
+    void *w = random_matrix(t, K, N, deq, seed);
+    const size_t rb = gpu_row_bytes(t, K);
+    for (int b = 0; b < K / 32; b++) {
+        const int e = 3 + (int)(gpu_test_rng(seed) % 4), big = (int)(gpu_test_rng(seed) % 32);
+        for (int i = 0; i < 32; i++) {
+            int q = (int)(gpu_test_rng(seed) % 255) - 127;
+            if (i == big) q = q < 0 ? -127 : 127;
+            x[32 * b + i] = exact ? ldexpf((float)q, -e) : gpu_test_randf(seed);
+        }
+    }
+    for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(seed), y[i] = 1.0f;
+    CUdeviceptr dw = upload(w, rb * N), dx = upload_half(x, (size_t)K), db = upload(bias, N * sizeof *bias);
+    CUdeviceptr dy = upload(y, N * sizeof *y), dq, dd;
+    quantize_row(dx, K, &dq, &dd);
+    check_q8_row(x, K, dq, dd);
+    const uint8_t *wp = (const uint8_t *)(uintptr_t)dw;
+    float *yp = (float *)(uintptr_t)dy;
+    const float *bp = (const float *)(uintptr_t)db;
+    matvec_args a = {.n_seg = 2, .k = K, .m = 1, .ldx = K, .accumulate = 1, .row_bytes = rb,
+                     .x = (const gpu_half *)(uintptr_t)dx, .xq = (const int8_t *)(uintptr_t)dq,
+                     .xd = (const float *)(uintptr_t)dd};
+    a.seg[0] = (matvec_seg){wp, yp, bp, N0, N0};
+    a.seg[1] = (matvec_seg){wp + rb * N0, yp + N0, bp + N0, N - N0, N - N0};
+    void *args[] = {&a};
+    launch(&G.k.matvec_dp4a[wt], (gpu_launch_dims){1, (N + 7) / 8, 1, 256}, args);
+    download(y, dy, N * sizeof *y);
+    for (int n = 0; n < N; n++) ref[n] = (float)(dot_exact(deq + (size_t)n * K, x, K) + 1.0 + bias[n]);
+    *err_mv = gpu_test_rel_err(y, ref, (size_t)N);
+
+    CUdeviceptr dgh = poisoned_half((size_t)NG);
+    a.accumulate = 0;
+    a.seg[0] = (matvec_seg){wp, NULL, NULL, NG, NG};
+    a.seg[1] = (matvec_seg){wp + rb * NG, NULL, NULL, NG, NG};
+    a.yh = (gpu_half *)(uintptr_t)dgh;
+    launch(&G.k.glu_dp4a[wt], (gpu_launch_dims){1, (NG + 7) / 8, 1, 256}, args);
+    uint16_t gh[PNG];
+    float gf[PNG], gref[PNG];
+    download(gh, dgh, sizeof gh);
+    for (int n = 0; n < NG; n++) {
+        double g = dot_exact(deq + (size_t)n * K, x, K), u = dot_exact(deq + (size_t)(NG + n) * K, x, K);
+        gref[n] = (float)(g / (1.0 + exp(-g)) * u);
+        gf[n] = quant_f16_to_f32(gh[n]);
+    }
+    *err_glu = gpu_test_rel_err(gf, gref, (size_t)NG);
+    cu.cuMemFree(dw), cu.cuMemFree(dx), cu.cuMemFree(db), cu.cuMemFree(dy), cu.cuMemFree(dq), cu.cuMemFree(dd);
+    cu.cuMemFree(dgh);
+    free(w), free(deq), free(x), free(bias), free(y), free(ref);
+}
+
+/* The dp4a products (matvec_dp4a_<type>, glu_dp4a_<type>: every format that has them) over
+ * quantize_q8's activations, K = 768 (12 units of 64 weights: fewer than a warp's lanes) and
+ * 4352 (68: lanes doing 2 and 3).  Each case checks the q8 row itself (check_q8_row), then:
+ * - activations q 2^-e, which q8 holds exactly: the integer products, the scales and Q4_K's
+ *   mins must give the float64 product over the exact weights to FP32 rounding (1e-5, as the
+ *   FP16 kernels are held to), GLU to its FP16 output (2e-3);
+ * - uniform activations: the q8 rounding, within +-max|x| / 254 of each block's inputs, moves
+ *   a product by ~0.4 % (Q6_K) to ~0.8 % (Q4_K, whose d sc q products all have one sign within
+ *   a sub-block), the GLU more where silu(gate) is near 0.  Emulated on the CPU over 300 seeds
+ *   of these shapes: at most 1.9e-2 (product) and 3.2e-2 (GLU), so the bounds of the q8 build
+ *   are 4e-2 and 8e-2.  The q8x2 build's remainders leave 1/254 of that rounding: emulated over
+ *   240 cases at most 8.4e-5 and 1.5e-4, bounds 5e-4 and 1e-3.  A dropped unit or a misplaced
+ *   scale costs tens of %. */
+static void test_matvec_dp4a(void **state)
+{
+    (void)state;
+    uint64_t seed = 77;
+    const int Ks[] = {768, 4352};
+    int formats = 0;
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
+        const ggml_type t = wtypes[ti];
+        if (!gpu_dp4a_serves(&G.k, gpu_wtype_index(t), 256)) continue;
+        formats++;
+        for (int ki = 0; ki < 2; ki++)
+            for (int exact = 1; exact >= 0; exact--) {
+                double emv, eglu;
+                dp4a_case(t, Ks[ki], exact, &seed, &emv, &eglu);
+                print_message("  %-5s dp4a K=%d %s activations: matvec rel err %.2e, glu %.2e\n", ggml_type_name(t),
+                              Ks[ki], exact ? "q8-exact" : "uniform", emv, eglu);
+                const double tol_mv = exact ? 1e-5 : INFERD_GPU_DP4A_LO ? 5e-4 : 4e-2;
+                const double tol_glu = exact ? 2e-3 : INFERD_GPU_DP4A_LO ? 1e-3 : 8e-2;
+                if (emv > tol_mv || eglu > tol_glu)
+                    fail_msg("%s dp4a K=%d: relative error %.3g / glu %.3g", ggml_type_name(t), Ks[ki], emv, eglu);
+            }
+    }
+    assert_true(formats >= 2); /* Q4_K and Q6_K at least */
+}
+
 static void ref_norm(float *v, int n, const float *w, double eps)
 {
     double ss = 0.0;
@@ -407,6 +552,34 @@ static void test_rmsnorm(void **state)
     assert_true(e < 1e-5);
     assert_true(eh < 1e-3);
     assert_true(es < 1e-6);
+
+    /* rmsnorm_q8: the same outputs, and each row's q8 form bit for bit quantize_q8's over the
+     * FP16 row (both quantise through q8_block_store: the dp4a products' inputs do not depend
+     * on which kernel made them) */
+    CUdeviceptr dq8, dd8, dyh8 = poisoned_half(ROWS * N);
+    CHECK(cu.cuMemAlloc(&dq8, 2 * ROWS * N)); /* per row: N q, then N lo */
+    dd8 = poisoned(ROWS * N / 16);
+    void *a8[] = {&dx, &didx, &stride, &dw, &dy, &dyh8, &dylo, &n, &eps, &dq8, &dd8};
+    launch(&G.k.rmsnorm_q8, (gpu_launch_dims){ROWS, 1, 1, 256}, a8);
+    uint16_t yh8[ROWS * N];
+    int8_t q8[2 * ROWS * N], qr[2 * N];
+    float d8[ROWS * N / 16], dr[N / 16];
+    download(yh8, dyh8, sizeof yh8);
+    download(q8, dq8, sizeof q8);
+    download(d8, dd8, sizeof d8);
+    assert_memory_equal(yh8, yh, sizeof yh);
+    for (int r = 0; r < ROWS; r++) {
+        CUdeviceptr dqr, ddr;
+        quantize_row(dyh + (size_t)r * N * sizeof(uint16_t), N, &dqr, &ddr);
+        download(qr, dqr, sizeof qr);
+        download(dr, ddr, sizeof dr);
+        check_q8_row(yhf + r * N, N, dqr, ddr);
+        assert_memory_equal(q8 + 2 * r * N, qr, INFERD_GPU_DP4A_LO ? sizeof qr : N);
+        assert_memory_equal(d8 + r * N / 16, dr, sizeof dr);
+        cu.cuMemFree(dqr), cu.cuMemFree(ddr);
+    }
+    print_message("  rmsnorm_q8: FP16 row as rmsnorm's, q8 rows bit-identical to quantize_q8's\n");
+    cu.cuMemFree(dq8), cu.cuMemFree(dd8), cu.cuMemFree(dyh8);
     cu.cuMemFree(dx), cu.cuMemFree(dw), cu.cuMemFree(dy), cu.cuMemFree(dyh), cu.cuMemFree(dylo), cu.cuMemFree(didx);
 }
 
@@ -498,10 +671,10 @@ static void test_qkv_post(void **state)
     free(tables);
 }
 
-/* qkv_post fused into the one-token QKV matvec (matvec_rope_<type>): Q, and K and V in
- * the cache, bit-identical to the matvec followed by qkv_post, for NeoX and normal RoPE, head
- * sizes 128 and 64, with biases, as one launch of Q, K, V and as two (Q + K, then V alone: the
- * format split of a Q4_K_M layer). */
+/* qkv_post fused into the one-token QKV matvec (matvec_rope_<type>, and matvec_rope_dp4a_<type>
+ * over q8 activations): Q, and K and V in the cache, bit-identical to the matvec (matvec_dp4a)
+ * followed by qkv_post, for NeoX and normal RoPE, head sizes 128 and 64, with biases, as one
+ * launch of Q, K, V and as two (Q + K, then V alone: the format split of a Q4_K_M layer). */
 static void test_qkv_fused_post(void **state)
 {
     (void)state;
@@ -522,59 +695,70 @@ static void test_qkv_fused_post(void **state)
         for (int i = 0; i < hd / 2; i++) div[i] = 1.0f + (float)i / 16.0f;
         CUdeviceptr dw = upload(w, rb * N), dx = upload_half(x, K), db = upload(bias, N * sizeof *bias);
         CUdeviceptr dpos = upload(&pos, sizeof pos), dseq = upload(&seq, sizeof seq), ddiv = upload(div, sizeof div);
-        float q[2][NH * 128];
-        uint16_t kv[2][2][NKV * 128];
-        for (int fused = 0; fused < 2; fused++) {
-            CUdeviceptr dq = poisoned((size_t)nq), dk = poisoned((size_t)nkv), dv = poisoned((size_t)nkv), dkc, dvc;
-            CHECK(cu.cuMemAlloc(&dkc, cache_n * 2));
-            CHECK(cu.cuMemAlloc(&dvc, cache_n * 2));
-            qkv_post_args p = {.q = (float *)(uintptr_t)dq, .k = (float *)(uintptr_t)dk, .v = (const float *)(uintptr_t)dv,
-                               .kc = (gpu_half *)(uintptr_t)dkc, .vc = (gpu_half *)(uintptr_t)dvc,
-                               .seq = (const int32_t *)(uintptr_t)dseq, .pos = (const int32_t *)(uintptr_t)dpos,
-                               .tables = (const int32_t *)(uintptr_t)dtab,
-                               .freq_div = neox ? NULL : (const float *)(uintptr_t)ddiv, .rope_base = 10000.0f,
-                               .pos_scale = 1.0f, .eps = 1e-6f, .neox = neox, .n_head = NH, .n_kv = NKV, .hd = hd,
-                               .n_layer = NL, .layer = LAYER, .table_width = TW};
-            const uint8_t *wp = (const uint8_t *)(uintptr_t)dw;
-            const float *bp = (const float *)(uintptr_t)db;
-            matvec_seg segs[3] = {{wp, p.q, bp, nq, nq},
-                                  {wp + rb * nq, p.k, bp + nq, nkv, nkv},
-                                  {wp + rb * (nq + nkv), (float *)(uintptr_t)dv, bp + nq + nkv, nkv, nkv}};
-            /* variants 0, 1: one launch of Q, K, V; 2, 3: Q + K, then V */
-            const int runs[2][2] = {{0, variant < 2 ? 3 : 2}, {2, variant < 2 ? 0 : 1}};
-            for (int r = 0; r < 2 && runs[r][1] > 0; r++) {
-                matvec_rope_args ra = {.mv = {.n_seg = runs[r][1], .k = K, .m = 1, .ldx = K, .row_bytes = rb,
-                                              .x = (const gpu_half *)(uintptr_t)dx},
-                                       .post = p, .role0 = MATVEC_Q + runs[r][0]};
-                int rows = 0;
-                for (int i = 0; i < ra.mv.n_seg; i++) ra.mv.seg[i] = segs[runs[r][0] + i], rows += ra.mv.seg[i].n;
-                void *args[] = {&ra.mv}, *rargs[] = {&ra};
-                const int wt = gpu_wtype_index(GGML_TYPE_Q4_K);
-                launch(fused ? &G.k.matvec_rope[wt] : &G.k.matvec[wt][0], (gpu_launch_dims){1, (unsigned)rows / 8, 1, 256},
-                       fused ? rargs : args);
+        CUdeviceptr dxq, dxd;
+        quantize_row(dx, K, &dxq, &dxd);
+        for (int dp4a = 0; dp4a < 2; dp4a++) {
+            float q[2][NH * 128];
+            uint16_t kv[2][2][NKV * 128];
+            for (int fused = 0; fused < 2; fused++) {
+                CUdeviceptr dq = poisoned((size_t)nq), dk = poisoned((size_t)nkv), dv = poisoned((size_t)nkv), dkc, dvc;
+                CHECK(cu.cuMemAlloc(&dkc, cache_n * 2));
+                CHECK(cu.cuMemAlloc(&dvc, cache_n * 2));
+                qkv_post_args p = {.q = (float *)(uintptr_t)dq, .k = (float *)(uintptr_t)dk, .v = (const float *)(uintptr_t)dv,
+                                   .kc = (gpu_half *)(uintptr_t)dkc, .vc = (gpu_half *)(uintptr_t)dvc,
+                                   .seq = (const int32_t *)(uintptr_t)dseq, .pos = (const int32_t *)(uintptr_t)dpos,
+                                   .tables = (const int32_t *)(uintptr_t)dtab,
+                                   .freq_div = neox ? NULL : (const float *)(uintptr_t)ddiv, .rope_base = 10000.0f,
+                                   .pos_scale = 1.0f, .eps = 1e-6f, .neox = neox, .n_head = NH, .n_kv = NKV, .hd = hd,
+                                   .n_layer = NL, .layer = LAYER, .table_width = TW};
+                const uint8_t *wp = (const uint8_t *)(uintptr_t)dw;
+                const float *bp = (const float *)(uintptr_t)db;
+                matvec_seg segs[3] = {{wp, p.q, bp, nq, nq},
+                                      {wp + rb * nq, p.k, bp + nq, nkv, nkv},
+                                      {wp + rb * (nq + nkv), (float *)(uintptr_t)dv, bp + nq + nkv, nkv, nkv}};
+                /* variants 0, 1: one launch of Q, K, V; 2, 3: Q + K, then V */
+                const int runs[2][2] = {{0, variant < 2 ? 3 : 2}, {2, variant < 2 ? 0 : 1}};
+                for (int r = 0; r < 2 && runs[r][1] > 0; r++) {
+                    matvec_rope_args ra = {.mv = {.n_seg = runs[r][1], .k = K, .m = 1, .ldx = K, .row_bytes = rb,
+                                                  .x = (const gpu_half *)(uintptr_t)dx,
+                                                  .xq = (const int8_t *)(uintptr_t)dxq,
+                                                  .xd = (const float *)(uintptr_t)dxd},
+                                           .post = p, .role0 = MATVEC_Q + runs[r][0]};
+                    int rows = 0;
+                    for (int i = 0; i < ra.mv.n_seg; i++) ra.mv.seg[i] = segs[runs[r][0] + i], rows += ra.mv.seg[i].n;
+                    void *args[] = {&ra.mv}, *rargs[] = {&ra};
+                    const int wt = gpu_wtype_index(GGML_TYPE_Q4_K);
+                    const gpu_fn *plain = dp4a ? &G.k.matvec_dp4a[wt] : &G.k.matvec[wt][0];
+                    const gpu_fn *with_post = dp4a ? &G.k.matvec_rope_dp4a[wt] : &G.k.matvec_rope[wt];
+                    launch(fused ? with_post : plain, (gpu_launch_dims){1, (unsigned)rows / 8, 1, 256},
+                           fused ? rargs : args);
+                }
+                if (!fused) {
+                    void *args[] = {&p};
+                    launch(&G.k.qkv_post, (gpu_launch_dims){1, NH + NKV, 1, hd >= 128 ? 64 : 32}, args);
+                }
+                download(q[fused], dq, (size_t)nq * sizeof(float));
+                for (int h = 0; h < NKV; h++) {
+                    size_t off = gpu_kv_offset(tables[seq * TW + pos / GPU_KV_BLOCK], NL, LAYER, NKV, h, pos % GPU_KV_BLOCK, hd);
+                    CHECK(cu.cuMemcpyDtoH(kv[fused][0] + h * hd, dkc + off * 2, (size_t)hd * 2));
+                    CHECK(cu.cuMemcpyDtoH(kv[fused][1] + h * hd, dvc + off * 2, (size_t)hd * 2));
+                }
+                cu.cuMemFree(dq), cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dkc), cu.cuMemFree(dvc);
             }
-            if (!fused) {
-                void *args[] = {&p};
-                launch(&G.k.qkv_post, (gpu_launch_dims){1, NH + NKV, 1, hd >= 128 ? 64 : 32}, args);
-            }
-            download(q[fused], dq, (size_t)nq * sizeof(float));
-            for (int h = 0; h < NKV; h++) {
-                size_t off = gpu_kv_offset(tables[seq * TW + pos / GPU_KV_BLOCK], NL, LAYER, NKV, h, pos % GPU_KV_BLOCK, hd);
-                CHECK(cu.cuMemcpyDtoH(kv[fused][0] + h * hd, dkc + off * 2, (size_t)hd * 2));
-                CHECK(cu.cuMemcpyDtoH(kv[fused][1] + h * hd, dvc + off * 2, (size_t)hd * 2));
-            }
-            cu.cuMemFree(dq), cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dkc), cu.cuMemFree(dvc);
+            for (int i = 0; i < nq; i++) assert_false(isnan(q[0][i]));
+            if (memcmp(q[0], q[1], (size_t)nq * sizeof(float)) || memcmp(kv[0][0], kv[1][0], (size_t)nkv * 2) ||
+                memcmp(kv[0][1], kv[1][1], (size_t)nkv * 2))
+                fail_msg("hd %d %s%s: the fused epilogue differs from matvec + qkv_post", hd, neox ? "neox" : "normal",
+                         dp4a ? " dp4a" : "");
         }
-        for (int i = 0; i < nq; i++) assert_false(isnan(q[0][i]));
-        if (memcmp(q[0], q[1], (size_t)nq * sizeof(float)) || memcmp(kv[0][0], kv[1][0], (size_t)nkv * 2) ||
-            memcmp(kv[0][1], kv[1][1], (size_t)nkv * 2))
-            fail_msg("hd %d %s: the fused epilogue differs from matvec + qkv_post", hd, neox ? "neox" : "normal");
+        cu.cuMemFree(dxq), cu.cuMemFree(dxd);
         cu.cuMemFree(dw), cu.cuMemFree(dx), cu.cuMemFree(db), cu.cuMemFree(dpos), cu.cuMemFree(dseq), cu.cuMemFree(ddiv);
         free(w), free(deq), free(x), free(bias);
     }
     cu.cuMemFree(dtab);
     free(tables);
-    print_message("  qkv_post fused into the QKV matvec: bit-identical (normal and NeoX RoPE, hd 128 and 64)\n");
+    print_message("  qkv_post fused into the QKV matvec (FP16 and dp4a): bit-identical (normal and NeoX RoPE, hd 128 "
+                  "and 64)\n");
 }
 
 /* 4 query tokens of 3 sequences (lengths 1..701) with GQA at head_dim hd, through fragmented
@@ -1212,6 +1396,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_formats),
         cmocka_unit_test(test_mmq_all_formats),
+        cmocka_unit_test(test_matvec_dp4a),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_qkv_fused_post),

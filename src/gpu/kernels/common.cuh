@@ -47,3 +47,23 @@ __device__ __forceinline__ float half_bits_to_float(uint16_t h) { return __half2
 
 // Loads of 16-bit fields from blocks that are only 2-byte aligned (Q4_0, Q8_0, Q6_K).
 __device__ __forceinline__ uint16_t ld_u16(const uint8_t *p) { return *(const uint16_t *)p; }
+
+// The q8 activations of the dp4a matvecs (dot_q8.cuh): inputs in blocks of 32, each input as
+// the int8 q = rint(v / d), d = max|v| / 127, and the block as the pair (d, sum of v).  With
+// DOT_Q8_LO (the default build) also lo = rint((v - d q) / (d / 254)), the rounding
+// remainder in 8 bits more: v = d (q + lo / 254) to within d / 508, about FP16's precision
+// instead of 8 bits'.  One warp per block, lane i holding input i: the max and the sum over
+// shuffles in a fixed order, so the same inputs give the same bits wherever they are
+// quantised (no atomics).
+#ifndef DOT_Q8_LO
+#define DOT_Q8_LO 1
+#endif
+__device__ __forceinline__ void q8_block_store(float v, int8_t *q, int8_t *lo, float *ds)
+{
+    const float amax = warp_max(fabsf(v)), sum = warp_sum(v), d = amax * (1.0f / 127.0f);
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int qi = max(-127, min(127, __float2int_rn(v * inv)));
+    q[threadIdx.x & 31] = (int8_t)qi;
+    if (DOT_Q8_LO) lo[threadIdx.x & 31] = (int8_t)max(-127, min(127, __float2int_rn((v - d * (float)qi) * inv * 254.0f)));
+    if ((threadIdx.x & 31) == 0) *(float2 *)ds = make_float2(d, sum);
+}

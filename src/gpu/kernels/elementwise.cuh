@@ -9,8 +9,12 @@
 // inputs), FP32 to y, or both; y may alias x.  ylo (NULL: none) gets what yh's rounding left
 // out, fp16(v - yh): a product over yh plus one over ylo reads v to about 22 bits, not 11 (the
 // gated DeltaNet's input projection: gpu_forward.c attention_linear).
-extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_stride, const float *w,
-                                   float *y, __half *yh, __half *ylo, int n, float eps)
+// Q8: the FP16 row also as the dp4a matvecs' q8 activations (q8_block_store; n a multiple
+// of 32, so every warp of the loop holds one whole block): the decode step's norm then
+// quantises its row for the next matvec at no launch of its own.
+template <bool Q8>
+__device__ __forceinline__ void rmsnorm_body(const float *x, const int *idx, int idx_stride, const float *w, float *y,
+                                             __half *yh, __half *ylo, int n, float eps, int8_t *xq, float *xd)
 {
     __shared__ float sh[32];
     int src = idx ? idx[(size_t)blockIdx.x * idx_stride] : blockIdx.x;
@@ -25,7 +29,24 @@ extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_strid
         const __half h = __float2half_rn(v);
         if (yh) yh[(size_t)blockIdx.x * n + i] = h;
         if (ylo) ylo[(size_t)blockIdx.x * n + i] = __float2half_rn(v - __half2float(h));
+        if constexpr (Q8) { // row r's q8 form: q at xq + 2nr, lo n bytes on (dot_q8.cuh)
+            const size_t b = (size_t)blockIdx.x * n + (i & ~31);
+            int8_t *q = xq + (size_t)blockIdx.x * n + b;
+            q8_block_store(__half2float(h), q, q + n, xd + 2 * (b / 32));
+        }
     }
+}
+
+extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_stride, const float *w,
+                                   float *y, __half *yh, __half *ylo, int n, float eps)
+{
+    rmsnorm_body<false>(x, idx, idx_stride, w, y, yh, ylo, n, eps, nullptr, nullptr);
+}
+
+extern "C" __global__ void rmsnorm_q8(const float *x, const int *idx, int idx_stride, const float *w, float *y,
+                                      __half *yh, __half *ylo, int n, float eps, int8_t *xq, float *xd)
+{
+    rmsnorm_body<true>(x, idx, idx_stride, w, y, yh, ylo, n, eps, xq, xd);
 }
 
 // Dimensions of a head that RoPE turns: all, or the first n_rot (partial RoPE).

@@ -5,9 +5,13 @@
 //
 // Weights are decoded to FP16 by load_chunk_h and activations arrive in FP16, exactly as the
 // cuBLAS path sees them: both paths then form the same products, and only the order of the
-// FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.
+// FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.  The
+// one exception: the dp4a kernels (matvec_dp4a_*, glu_dp4a_*, matvec_rope_dp4a_*; dot_q8.cuh),
+// which the batch-1 step of a dense model takes for Q4_K/Q6_K, multiply the exact weights with
+// the activations rounded to 8 bits (never under --deterministic).
 #pragma once
 #include "quant.cuh"
+#include "dot_q8.cuh"
 #include "elementwise.cuh" // rope_pair, rope_index
 #include "../gpu_kernel_names.h"
 #include "../gpu_shared.h"
@@ -72,6 +76,17 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
         for (int i = 0; i < MT; i++) acc[r][i] = warp_sum(acc[r][i]);
 }
 
+// The dot products of a block's rows: the FP16 decode, or (Q8, one activation row) the
+// integer products with the q8 row of dot_q8.cuh.
+template <int T, int MT, int NR, bool Q8>
+__device__ __forceinline__ void dots(const uint8_t *const rows[NR], const matvec_args &a, int m0, float acc[NR][MT])
+{
+    if constexpr (Q8)
+        row_dots_q8<T, NR>(rows, a, acc);
+    else
+        row_dots<T, MT, NR>(rows, a, m0, acc);
+}
+
 // matvec_rope (ROPE): the feature that warp w of a block takes.  The host makes every segment
 // a whole number of heads, so a block's 8 features (base o of head h, o a multiple of 8) are 4
 // whole RoPE pairs: for NeoX, warps 0-3 take features 4p..4p+3 of the head (p = o / 8) and
@@ -115,7 +130,8 @@ __device__ __forceinline__ void rope_epilogue(const matvec_rope_args &r, const m
 // One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
 // fastest, so blocks that share weight rows run together and re-read them from L2.  ROPE: the
 // QKV product of one token with qkv_post in its epilogue (matvec_rope_<suffix>; rp its args).
-template <int T, int MT, bool ROPE = false>
+// Q8: the dp4a products (matvec_dp4a_<suffix>, matvec_rope_dp4a_<suffix>).
+template <int T, int MT, bool ROPE = false, bool Q8 = false>
 __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_rope_args *rp = nullptr)
 {
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
@@ -129,7 +145,7 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     }
     const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
     float acc[1][MT];
-    row_dots<T, MT, 1>(rows, a, m0, acc);
+    dots<T, MT, 1, Q8>(rows, a, m0, acc);
     if constexpr (ROPE) {
         __shared__ float res[MATVEC_WARPS];
         if ((threadIdx.x & 31) == 0) res[threadIdx.x >> 5] = acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f);
@@ -148,14 +164,14 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
 }
 
 // Gate and up rows n of segments 0 and 1: yh[m][n] = fp16(silu(gate) * up).
-template <int T, int MT>
+template <int T, int MT, bool Q8 = false>
 __device__ __forceinline__ void glu_body(const matvec_args &a)
 {
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT;
     if (n >= a.seg[0].n) return;
     const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
     float gu[2][MT];
-    row_dots<T, MT, 2>(rows, a, m0, gu);
+    dots<T, MT, 2, Q8>(rows, a, m0, gu);
     if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
@@ -180,6 +196,18 @@ GPU_MATVEC_KERNELS(MATVEC_KERNELS)
         matvec_body<T_##TYPE, 1, true>(r.mv, &r);                                                \
     }
 GPU_MATVEC_ROPE_KERNELS(MATVEC_ROPE_KERNEL)
+
+// One triple per row of GPU_MATVEC_DP4A_KERNELS: the one-row products over q8 activations.
+#define MATVEC_DP4A_KERNELS(matvec_name, glu_name, rope_name, TYPE)                              \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+        matvec_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, true>(a); }                 \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+        glu_name(matvec_args a) { glu_body<T_##TYPE, 1, true>(a); }                              \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) rope_name(matvec_rope_args r) \
+    {                                                                                            \
+        matvec_body<T_##TYPE, 1, true, true>(r.mv, &r);                                          \
+    }
+GPU_MATVEC_DP4A_KERNELS(MATVEC_DP4A_KERNELS)
 
 // W (n rows of k) -> FP16 row-major [n][k], one 32-weight chunk per thread.
 template <int T>

@@ -22,7 +22,12 @@
  *     pieces and a snapshot resumed by another sequence;
  *   - --deterministic (det_check.h): dense Q4_K and F16, qwen3moe, the hybrids and gemma4 /
  *     gemma4_moe alone, together and with chunked prompts, bit for bit;
- *   - a recipe feature the GPU does not run (gpt-oss's) is refused by name.
+ *   - gpt-oss (attention sinks in every attention kernel, the output bias, YaRN, the biased
+ *     top-k-then-softmax router, expert biases, the clamped SwiGLU; MXFP4 experts): the reference
+ *     files of ../shared/reference (head_dim 16: split-K attention, per-entry experts) and a
+ *     mkmodel-made MXFP4 one (head_dim 64: flash tiles and attn_decode, the grouped mmq launches),
+ *     logits as qwen3moe's, 32 concurrent sequences as each alone;
+ *   - a recipe feature the GPU does not run (phi3's fused qkv) is refused by name.
  * Skips without a device. */
 #include <math.h>
 #include <setjmp.h>
@@ -765,20 +770,90 @@ static void test_errors_leave_engine_usable(void **state)
     free(image);
 }
 
-/* A recipe feature the GPU does not run: ../shared/reference's gpt-oss (attention output
- * bias, sinks, expert biases, clamped SwiGLU, the top-k softmax router) loads, and the CUDA
- * engine refuses it at creation, naming the first such feature and the layer, rather than run
- * its layers without it. */
+/* A recipe feature the GPU does not run: ../shared/reference's phi3 (partial LongRoPE, fused
+ * qkv and gate/up) loads, and the CUDA engine refuses it at creation, naming the first such
+ * feature and the layer, rather than run its layers without it. */
 static void test_recipe_feature_refused(void **state)
 {
     (void)state;
-    model *m = load_shared("reference/gpt-oss.gguf");
+    model *m = load_shared("reference/phi3.gguf");
     if (!m) return;
     char err[512];
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
     assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
     print_message("  refused: %s\n", err);
-    assert_non_null(strstr(err, "the cuda backend does not implement attention output bias (layer 0 of gpt-oss)"));
+    assert_non_null(strstr(err, "the cuda backend does not implement partial RoPE (layer 0 of phi3)"));
+    model_free(m);
+}
+
+/* ---- gpt-oss ---- */
+
+/* The gpt-oss files of ../shared/reference (F32, and its experts in MXFP4: 4 layers alternating
+ * a window of 8 and full attention, head_dim 16, sinks, YaRN x32, 8 experts of 64, top 2, the
+ * clamped SwiGLU's limit reached): GPU logits against the CPU's over a 200-token prompt and 88
+ * decode steps (the router's near ties as qwen3moe's), then 32 concurrent greedy sequences of
+ * the F32 file as each alone. */
+static void test_gptoss_reference_files(void **state)
+{
+    (void)state;
+    static const char *files[] = {"reference/gpt-oss.gguf", "reference/gpt-oss-mxfp4.gguf"};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        model *m = load_shared(files[i]);
+        if (!m) continue;
+        int32_t tokens[N_POS];
+        uint64_t seed = 41 + i;
+        for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+        check_logits_within(m, files[i], N_POS, N_PROMPT, tokens, MOE_MAX_OVER);
+        if (i == 0) batch_of_32(m);
+        model_free(m);
+        ran++;
+    }
+    if (!ran) skip();
+}
+
+/* A gpt-oss model made by mkmodel (as `inferd mkmodel --arch gpt-oss --type mxfp4`): 2 layers
+ * (a window of 128, then full), 8 query heads of 64 over 2 KV heads (flash tiles for prompts,
+ * attn_decode for decode tokens), 16 experts of 256, 4 per token, in MXFP4 (the grouped mmq
+ * launches for prompts and batches, the entry-per-block kernels for one token), the other
+ * matrices Q8_0. */
+static model *gptoss_mkmodel(void)
+{
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    mkmodel_set_arch(&cfg, MODEL_ARCH_GPTOSS);
+    cfg.n_embd = 256, cfg.n_layer = 2, cfg.n_head = 8, cfg.n_head_kv = 2, cfg.head_dim = 64, cfg.n_ff = 256;
+    cfg.n_vocab = 512, cfg.n_ctx = 512, cfg.n_expert = 16, cfg.n_expert_used = 4, cfg.n_ff_exp = 256;
+    cfg.ftype = MKMODEL_MXFP4, cfg.seed = 7;
+    char path[] = "/tmp/inferd-gpu-gptoss-XXXXXX.gguf", err[512];
+    int fd = mkstemps(path, 5);
+    assert_true(fd >= 0);
+    close(fd);
+    size_t len = 0;
+    char *corpus = mkmodel_corpus("/nonexistent", 1 << 16, &len);
+    int rc = mkmodel_write(&cfg, corpus, len, path, err, sizeof err);
+    free(corpus);
+    if (rc != 0) fail_msg("mkmodel_write: %s", err);
+    model *m = model_load(path, err, sizeof err);
+    unlink(path);
+    if (!m) fail_msg("model_load: %s", err);
+    assert_int_equal(m->layers[0].window, 128);
+    assert_int_equal(m->layers[0].ffn_gate_exps.type, GGML_TYPE_MXFP4);
+    return m;
+}
+
+/* Its logits against the CPU's over 288 positions (past the window of 128), then 32
+ * concurrent greedy sequences as each alone (the grouped launches, captured in the decode
+ * graph of 32, against the entry-per-block kernels). */
+static void test_gptoss_mkmodel(void **state)
+{
+    (void)state;
+    model *m = gptoss_mkmodel();
+    int32_t tokens[N_POS];
+    uint64_t seed = 51;
+    for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+    check_logits_within(m, "gpt-oss mkmodel mxfp4", N_POS, N_PROMPT, tokens, MOE_MAX_OVER);
+    batch_of_32(m);
     model_free(m);
 }
 
@@ -1123,6 +1198,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_moe_deterministic_bit_identical),
         cmocka_unit_test(test_errors_leave_engine_usable),
         cmocka_unit_test(test_recipe_feature_refused),
+        cmocka_unit_test(test_gptoss_reference_files),
+        cmocka_unit_test(test_gptoss_mkmodel),
         cmocka_unit_test(test_hybrid_reference_files),
         cmocka_unit_test(test_hybrid_state_pieces_and_snapshot),
         cmocka_unit_test(test_reference_deterministic_bit_identical),

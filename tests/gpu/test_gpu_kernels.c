@@ -686,7 +686,8 @@ static void attention_case(int hd, const gpu_fn *special)
                 launch(kernels[ki], (gpu_launch_dims){T, n_head / gbs[gi], ns, 128}, aa);
                 int nh = n_head, d = hd, nsp = ns;
                 CUdeviceptr cl = gi ? f.dlist : 0;
-                void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d, &cl};
+                CUdeviceptr no_sinks = 0;
+                void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d, &cl, &no_sinks};
                 launch(&G.k.attn_combine, (gpu_launch_dims){T, n_head, 1, 64}, ca);
                 double e = att_fixture_err(&f, dout, outh);
                 print_message("  %s hd=%d grid splits=%d heads/block=%d%s rel err %.2e (fp16 out)\n",

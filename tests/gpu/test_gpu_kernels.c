@@ -3,8 +3,9 @@
  * FP16 dequantisation and embedding rows, RMSNorm, RoPE (alone and fused into the one-token
  * QKV product), split-K and tensor-core decode
  * attention over slots of different lengths, the tensor-core prompt attention (flash) over
- * spans of every shape (each attention kernel also with gpt-oss's sinks), the sampler against sampling_sample(), and the gated DeltaNet's conv,
- * chunked prompt form and decode recurrence against the CPU engine's.  Outputs are poisoned (NaN)
+ * spans of every shape (each attention kernel also with gpt-oss's sinks), the sampler against
+ * sampling_sample(), and the gated DeltaNet's conv, chunked prompt form and decode recurrence
+ * against the CPU engine's.  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>

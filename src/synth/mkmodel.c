@@ -530,15 +530,17 @@ static const family llama3_family = {
 };
 
 /* gpt-oss's Harmony markup (o200k_harmony's specials) and a short Harmony template: messages
- * as <|start|>role<|message|>text<|end|>, the reply opened with <|start|>assistant (the
- * published template's shape without its system preamble and tool declarations). */
+ * as <|start|>role<|message|>text<|end|>, an assistant's on the final channel, the reply opened
+ * with <|start|>assistant (the published template's shape without its system preamble and tool
+ * declarations; its channel markup is what marks a template as Harmony's). */
 static const family harmony_family = {
     "gpt-4o",
     {"<|endoftext|>", "<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|return|>", "<|call|>",
      "<|constrain|>"},
     8, 0, 5, 5, 0, false,
-    "{% for message in messages %}{{ '<|start|>' + message['role'] + '<|message|>' + message['content'] + "
-    "'<|end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}",
+    "{% for message in messages %}{{ '<|start|>' + message['role'] }}{% if message['role'] == 'assistant' %}"
+    "{{ '<|channel|>final' }}{% endif %}{{ '<|message|>' + message['content'] + '<|end|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}",
 };
 
 enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_UNUSED = 5 };

@@ -17,6 +17,7 @@
 #include "synth/bpe_train.h"
 #include "synth/mkmodel.h"
 #include "synth/words.h"
+#include "text/chat_parse.h"
 #include "text/tokenizer.h"
 
 static char tmpdir[64];
@@ -287,6 +288,12 @@ static void test_gptoss(void **state)
     model *m = model_load(path, err, sizeof err);
     if (!m) fail_msg("%s", err);
     assert_true(m->hp.yarn_factor == 32.0f);
+    size_t tlen;
+    const char *tmpl = gguf_get_str(m->gguf, "tokenizer.chat_template", &tlen);
+    assert_non_null(tmpl);
+    char *tmpl_z = strndup(tmpl, tlen);
+    assert_int_equal(chat_syntax_detect(tmpl_z), CHAT_SYNTAX_HARMONY); /* served in Harmony's format */
+    free(tmpl_z);
     assert_true(m->hp.rope_attn_factor > 1.0f); /* YaRN's mscale */
     assert_int_equal(m->hp.n_expert, 4);
     for (int il = 0; il < cfg.n_layer; il++) {

@@ -14,6 +14,7 @@
  *       h = fp16(softmax(q K^T / sqrt(query_pre_attn_scalar)) V) over keys 0..pos of the
  *           token's sequence (a sliding layer: its window only, see gpu_attn_first_key):
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
+ *           (gpt-oss: each head's sink logit in the softmax's denominator; Wo h + bo below)
  *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm)
  *           (gated attention: Wq gives [q | gate] per head, h *= sigmoid(gate) before Wo;
  *            partial RoPE turns the first n_rot dimensions of a head)
@@ -26,6 +27,8 @@
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
  *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
  *            or, MoE: x += sum over the router's top k experts e of w_e Wdown_e fp16(silu(Wgate_e h) * Wup_e h)
+ *                 (gpt-oss: the router's bias, softmax over the chosen logits, each expert's
+ *                  biases, the clamped SwiGLU: glu_act)
  *                 (+ sigmoid(w_shexp . h) * the shared expert's GLU, where the family has one)
  *                                        (sandwich norm: normed by ffn_post_norm as above)
  *            or, Gemma 4's 26B-A4B: the GeGLU and GeGLU experts side by side (ffn_glu_moe)
@@ -486,7 +489,8 @@ static int scale_op(gpu_engine *g, const gpu_fn *fn, CUdeviceptr x, size_t n, fl
     return 0;
 }
 
-/* The MoE feed-forward of T rows of act_h (recipe ARCH_FFN_MOE, router ARCH_ROUTER_SOFTMAX_TOPK;
+/* The MoE feed-forward of T rows of act_h (recipe ARCH_FFN_MOE, router ARCH_ROUTER_SOFTMAX_TOPK or
+ * gpt-oss's ARCH_ROUTER_TOPK_SOFTMAX, with its bias;
  * or the experts of ARCH_FFN_GLU_MOE): the router's logits for every row (in FP32, from moe_xf),
  * then chunks of moe_chunk tokens into dst (accumulate: added). */
 static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst, bool accumulate, const char *what,

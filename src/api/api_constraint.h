@@ -21,7 +21,8 @@ int api_read_constraint(const cJSON *obj, grammar **out, char **schema_text, api
 
 /* The grammar cached under kind + text (a grammar reference), else make(arg) compiled and
  * cached; NULL with err on a compile error.  kind tells the sources apart ('S' schema, 'G'
- * GBNF, 'R' regex, 'C' choices, 'O' json_object, 'T' forced tool calls). */
+ * GBNF, 'R' regex, 'C' choices, 'O' json_object, 'T' forced tool calls, 'A' a schema's answer
+ * behind its family's answer markup: tool_force.h). */
 grammar *api_constraint_cached(char kind, const char *text, size_t len,
                                grammar *(*make)(const void *, char *, size_t), const void *arg, char *err,
                                size_t errlen);

@@ -57,6 +57,7 @@ typedef struct forced_spec {
     const api_request *r;
     chat_forced_call fc;
     const cJSON *answer;
+    const char *answer_prefix; /* chat_answer_prefix: the markup before the answer */
     api_error *e;
 } forced_spec;
 
@@ -100,7 +101,7 @@ static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
     }
     bool answer_failed = false;
     if (!bad_name && !failed && added && fs->answer)
-        answer_failed = !grammar_builder_add(b, NULL, fs->answer, NULL, err, sizeof err);
+        answer_failed = !grammar_builder_add(b, fs->answer_prefix, fs->answer, NULL, err, sizeof err);
     grammar *g = NULL;
     if (answer_failed) {
         api_error_set(fs->e, 400, "invalid_request_error", "response_format", "invalid_value",
@@ -132,6 +133,49 @@ static grammar *build_forced(const void *arg, char *errbuf, size_t errlen)
     return g;
 }
 
+/* api_constraint_cached's make() for a schema's answer alone behind the family's answer
+ * markup (no tools to offer beside it). */
+static grammar *build_answer(const void *arg, char *errbuf, size_t errlen)
+{
+    const forced_spec *fs = arg;
+    grammar_builder *b = grammar_builder_new();
+    if (!b || !grammar_builder_add(b, fs->answer_prefix, fs->answer, NULL, errbuf, errlen)) {
+        if (!b) snprintf(errbuf, errlen, "out of memory");
+        grammar_builder_free(b);
+        return NULL;
+    }
+    return grammar_builder_finish(b, errbuf, errlen);
+}
+
+/* A schema-constrained answer with no tool grammar, on a family whose answer opens with
+ * markup (Harmony's final channel): r->grammar becomes the markup, then the schema's JSON, so
+ * the reply parses as the final channel's content and the model writes the header it was
+ * trained to write before an answer.  Other families keep the schema's grammar as it is. */
+static int answer_markup_apply(api_request *r, chat_syntax syntax, api_error *e)
+{
+    forced_spec fs = {.r = r, .answer_prefix = chat_answer_prefix(syntax), .e = e};
+    if (!r->format_schema || !fs.answer_prefix[0]) return 0;
+    cJSON *answer = cJSON_Parse(r->format_schema);
+    bytebuf key = {0};
+    bytebuf_printf(&key, "%d\n%s", (int)syntax, r->format_schema);
+    grammar *g = NULL;
+    char err[256] = "out of memory";
+    if (answer && bytebuf_ok(&key)) {
+        fs.answer = answer;
+        g = api_constraint_cached('A', key.data, key.len, build_answer, &fs, err, sizeof err);
+    }
+    bytebuf_free(&key);
+    cJSON_Delete(answer);
+    if (!g) {
+        /* the schema compiled alone (api_constraint), so only memory fails here */
+        api_error_set(e, 500, "server_error", NULL, NULL, "building the answer's grammar: %s", err);
+        return -1;
+    }
+    grammar_unref(r->grammar);
+    r->grammar = g;
+    return 0;
+}
+
 /* Which grammar the request's tools call for: a forced call (tool_choice required or named),
  * a call or the schema's answer (tool_choice auto beside a JSON-schema response format), or
  * none (the request's own constraint, if any, stands). */
@@ -143,9 +187,9 @@ static bool wants_tool_grammar(const api_request *r)
 
 int tool_force_apply(api_request *r, chat_syntax syntax, api_error *e)
 {
-    if (!wants_tool_grammar(r)) return 0;
+    if (!wants_tool_grammar(r)) return answer_markup_apply(r, syntax, e);
     bool forced = r->tool_choice != API_TOOL_AUTO;
-    forced_spec fs = {.r = r, .e = e};
+    forced_spec fs = {.r = r, .answer_prefix = chat_answer_prefix(syntax), .e = e};
     if (!chat_forced_call_shape(syntax, &fs.fc)) {
         if (!forced) return 0; /* no call can be parsed out either: the format covers the reply */
         api_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",

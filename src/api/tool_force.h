@@ -7,7 +7,10 @@
  *   tool_choice "auto" with a JSON-schema response format (json_schema, json_object,
  *     guided_json): one call, or the answer the schema describes, so that the format never
  *     makes a call impossible.
- * The reply's parser (text/chat_parse.c) then reads a call back as it would an unforced one. */
+ * The reply's parser (text/chat_parse.c) then reads a call back as it would an unforced one.
+ * A schema's answer (beside the calls, or alone: a JSON-schema response format with no tools)
+ * opens with the family's answer markup (chat_answer_prefix: Harmony's
+ * <|channel|>final<|message|>), so a gpt-oss reply is its final channel's content. */
 #ifndef INFERD_API_TOOL_FORCE_H
 #define INFERD_API_TOOL_FORCE_H
 
@@ -15,9 +18,10 @@
 #include "grammar/grammar.h"
 #include "text/chat_parse.h"
 
-/* Replaces r->grammar with the grammar above when r calls for one (else leaves it: no tools,
- * tool_choice none, or auto without a JSON-schema format; auto when the family has no markup
- * this server knows).  0, or -1 with e: 400 when a call is forced and the family has no
+/* Replaces r->grammar with the grammar above when r calls for one, or with the answer markup
+ * then the schema on a family that has answer markup (else leaves it: no tools, tool_choice
+ * none, or auto without a JSON-schema format; auto when the family has no markup this server
+ * knows).  0, or -1 with e: 400 when a call is forced and the family has no
  * tool-call markup, or a parameters schema (the error names the function) or the format's
  * schema cannot be compiled beside the calls; 500 when memory ran out. */
 int tool_force_apply(api_request *r, chat_syntax syntax, api_error *e);

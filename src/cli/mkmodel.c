@@ -19,13 +19,16 @@ static void usage(FILE *out)
             "usage: inferd mkmodel -o OUT.gguf [options]\n"
             "  --preset NAME   tiny (default) | small | qwen2.5-1.5b | llama-3.1-8b | qwen3-0.6b\n"
             "                  | gemma-3-12b | gemma-3-27b | qwen3-30b-a3b (MoE: 128 experts, 8 per token)\n"
-            "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe (overrides the preset's\n"
-            "                  architecture; qwen3moe: 8 experts of n-ff/4, 2 per token)\n"
+            "                  | qwen3.5-9b | gpt-oss-20b (32 MXFP4 experts, 4 per token, window 128, YaRN x32)\n"
+            "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe | gpt-oss (overrides the preset's\n"
+            "                  architecture; qwen3moe, gpt-oss: 8 experts of n-ff/4, 2 per token; gpt-oss:\n"
+            "                  window 128, YaRN x32 over 4096, Harmony's markup tokens; with --type mxfp4\n"
+            "                  only its experts are MXFP4, the other matrices Q8_0)\n"
             "  --type T        f32 | f16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
             "                  | q5_k | q6_k | iq4_nl | iq4_xs | iq3_s | iq3_xxs | iq2_s | iq2_xs\n"
             "                  | iq2_xxs | iq1_m | iq1_s | mxfp4 | q4_k_m | ud_q2_k_xl | ud_iq1_s\n"
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N --n-vocab N\n"
-            "  --n-expert N --n-expert-used N --n-ff-exp N   (qwen3moe: experts, per token, width)\n"
+            "  --n-expert N --n-expert-used N --n-ff-exp N   (qwen3moe, gpt-oss: experts, per token, width)\n"
             "  --seed N        weight seed (default 1)\n"
             "  --corpus-dir D  tokenizer training text: D/README.md + D/src (default: the source tree)\n"
             "  --vocab F.gguf  copy the tokenizer (tokenizer.* keys) of F instead; n-vocab follows it\n"
@@ -56,6 +59,7 @@ static int arch_from_name(const char *s)
     if (strcmp(s, "qwen3") == 0) return MODEL_ARCH_QWEN3;
     if (strcmp(s, "gemma3") == 0) return MODEL_ARCH_GEMMA3;
     if (strcmp(s, "qwen3moe") == 0) return MODEL_ARCH_QWEN3MOE;
+    if (strcmp(s, "gpt-oss") == 0) return MODEL_ARCH_GPTOSS;
     return -1;
 }
 
@@ -110,7 +114,7 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_PRESET: break;
         case OPT_ARCH:
             if ((arch = arch_from_name(optarg)) < 0) {
-                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe)\n", optarg);
+                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss)\n", optarg);
                 return 2;
             }
             break;

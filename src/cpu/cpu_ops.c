@@ -156,7 +156,7 @@ void cpu_gelu(float *x, int n)
 
 void cpu_swiglu_clamp(float *x, const float *y, int n)
 {
-    const float limit = 7.0f, alpha = 1.702f; /* gpt-oss's swiglu_limit and alpha */
+    const float limit = ARCH_SWIGLU_CLAMP_LIMIT, alpha = ARCH_SWIGLU_CLAMP_ALPHA; /* gpt-oss's swiglu_limit and alpha */
     for (int i = 0; i < n; i++) {
         float g = fminf(x[i], limit), u = fminf(fmaxf(y[i], -limit), limit);
         x[i] = (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));

@@ -15,7 +15,9 @@
  * loader bound them, which it does exactly when the recipe asks; per-head v norms: Gemma 4)
  * and a SwiGLU or GeGLU feed-forward, dense, a mixture of
  * experts behind the softmax top-k router (kernels/moe.cuh) or Gemma 4's scaled one, or both
- * side by side.  A model needing another (fused qkv or gate/up, partial RoPE, LongRoPE, the
+ * side by side.  gpt-oss's extras too: attention sinks in every attention kernel, the output
+ * projection's bias, YaRN RoPE (qkv_post_args), the top-k-then-softmax router with its bias,
+ * the experts' biases and their clamped SwiGLU (in the experts only: check_model).  A model needing another (fused qkv or gate/up, partial RoPE, LongRoPE, the
  * sigmoid router, DeepSeek's latent attention and expert groups, the hybrids' layers below,
  * ...) is refused when the engine is created, by
  * name, rather than run wrong; so is an ungated shared expert (glm4moe), which has no feature
@@ -24,7 +26,9 @@
 #define GPU_FEATURES                                                                              \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING | ARCH_F_QKV_BIAS | \
      ARCH_F_QK_NORM | ARCH_F_V_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_FFN_GLU_MOE |                \
-     ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH | GPU_HYBRID_FEATURES)
+     ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH |            \
+     ARCH_F_ATTN_OUT_BIAS | ARCH_F_ATTN_SINKS | ARCH_F_FFN_BIAS | ARCH_F_ACT_SWIGLU_CLAMP | ARCH_F_ROUTER_TOPK_SOFTMAX | \
+     GPU_HYBRID_FEATURES)
 
 /* The hybrid families' features (kernels/deltanet.cuh, gated attention with partial RoPE, the
  * sigmoid-gated shared expert), in GPU_FEATURES since 2026-11-26: on the H100 the GPU's top-1

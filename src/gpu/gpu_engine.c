@@ -133,8 +133,11 @@ static int upload_vector(uploader *u, CUdeviceptr *dst, const model_tensor *t, c
 #define N_LAYER_MATRICES 18
 /* Matrices read as F32 rows whatever their format: a MoE layer's router [n_expert][n_embd]
  * and the shared expert's gate [1][n_embd] (moe_router reads them in FP32: kernels/moe.cuh
- * says why), the DeltaNet's conv taps [chan][taps]; absent: 0. */
-#define F32_MATRICES(X) X(router, ffn_gate_inp) X(ffn_gate_inp_shexp, ffn_gate_inp_shexp) X(ssm_conv1d, ssm_conv1d)
+ * says why), the DeltaNet's conv taps [chan][taps], the experts' biases [n_expert][width];
+ * absent: 0. */
+#define F32_MATRICES(X)                                                                                   \
+    X(router, ffn_gate_inp) X(ffn_gate_inp_shexp, ffn_gate_inp_shexp) X(ssm_conv1d, ssm_conv1d)              \
+    X(ffn_gate_exps_b, ffn_gate_exps_b) X(ffn_up_exps_b, ffn_up_exps_b) X(ffn_down_exps_b, ffn_down_exps_b)
 static size_t router_bytes(const model_tensor *t) { return t->data ? (size_t)t->ne0 * t->ne1 * sizeof(float) : 0; }
 
 /* Gemma 4's scaled router (ARCH_ROUTER_SCALED) reads rmsnorm(x) / sqrt(n_embd) *
@@ -185,7 +188,7 @@ static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, co
 #define LAYER_VECTORS(X)                                                                                 \
     X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)      \
     X(ple_post_norm) X(expert_scale) X(ffn_pre_norm_2) X(ffn_post_norm_1) X(ffn_post_norm_2) X(ssm_a) X(ssm_dt) \
-    X(ssm_norm)
+    X(ssm_norm) X(bo) X(attn_sinks) X(ffn_gate_inp_b)
 #define GLOBAL_MATRICES(X) X(tok_embd) X(ple_tok_embd) X(ple_model_proj)
 #define GLOBAL_VECTORS(X) X(output_norm) X(rope_freqs) X(ple_proj_norm)
 
@@ -258,6 +261,13 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         G->rope_scale = L->rope_scale;
         G->rope_freqs = L->rope_freqs ? g->rope_freqs : 0;
         G->geglu = L->recipe.act == ARCH_ACT_GELU_TANH;
+        G->swiglu_clamp = L->recipe.act == ARCH_ACT_SWIGLU_CLAMP;
+        G->topk_first = L->recipe.router == ARCH_ROUTER_TOPK_SOFTMAX;
+        /* the biases and sinks the CPU engine reads only where the recipe asks */
+        if (!(L->recipe.attn_extras & ARCH_ATTN_OUT_BIAS)) G->bo = 0;
+        if (!(L->recipe.attn_extras & ARCH_ATTN_SINKS)) G->attn_sinks = 0;
+        if (!(L->recipe.ffn_extras & ARCH_FFN_BIAS))
+            G->ffn_gate_inp_b = G->ffn_gate_exps_b = G->ffn_up_exps_b = G->ffn_down_exps_b = 0;
         G->v_norm = L->recipe.attn_extras & ARCH_ATTN_V_NORM;
         G->hd = L->head_dim;
         G->n_kv = L->n_head_kv;
@@ -1127,6 +1137,12 @@ static int check_model(const model *m, char *err, size_t errlen)
         const unsigned x = m->layers[il].recipe.ffn_extras;
         if ((x & ARCH_FFN_SHARED_EXPERT) && !(x & ARCH_FFN_SHEXP_GATE)) {
             snprintf(err, errlen, "the cuda backend does not implement an ungated shared expert (layer %d of %s)", il,
+                     m->desc->name);
+            return -1;
+        }
+        /* the clamped SwiGLU (gpt-oss) is in the experts' kernels, not the dense FFN's */
+        if (m->layers[il].recipe.act == ARCH_ACT_SWIGLU_CLAMP && m->layers[il].recipe.ffn != ARCH_FFN_MOE) {
+            snprintf(err, errlen, "the cuda backend runs the clamped SwiGLU only in experts (layer %d of %s)", il,
                      m->desc->name);
             return -1;
         }

@@ -14,6 +14,7 @@
  *       h = fp16(softmax(q K^T / sqrt(query_pre_attn_scalar)) V) over keys 0..pos of the
  *           token's sequence (a sliding layer: its window only, see gpu_attn_first_key):
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
+ *           (gpt-oss: each head's sink logit in the softmax's denominator; Wo h + bo below)
  *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm)
  *           (gated attention: Wq gives [q | gate] per head, h *= sigmoid(gate) before Wo;
  *            partial RoPE turns the first n_rot dimensions of a head)
@@ -26,6 +27,8 @@
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
  *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
  *            or, MoE: x += sum over the router's top k experts e of w_e Wdown_e fp16(silu(Wgate_e h) * Wup_e h)
+ *                 (gpt-oss: the router's bias, softmax over the chosen logits, each expert's
+ *                  biases, the clamped SwiGLU: glu_act)
  *                 (+ sigmoid(w_shexp . h) * the shared expert's GLU, where the family has one)
  *                                        (sandwich norm: normed by ffn_post_norm as above)
  *            or, Gemma 4's 26B-A4B: the GeGLU and GeGLU experts side by side (ffn_glu_moe)
@@ -367,6 +370,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
     const int window = L->window;
+    const float *sinks = L->attn_sinks ? F32(L->attn_sinks) : NULL;
     /* the layer's own region of the caches (or its kv_source's): one layer of blocks there */
     if (ap->n_tiles > 0) {
         flash_args fa = {
@@ -374,7 +378,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
             .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
             .tiles = I32(g->in_d + g->in.ftiles), .out = F16(g->act_h), .n_layer = 1, .layer = 0,
             .n_head = hp->n_head, .n_kv = L->n_kv, .table_width = g->table_width, .window = window,
-            .scale = (float)(M_LOG2E / sqrt((double)hp->attn_scalar)),
+            .scale = (float)(M_LOG2E / sqrt((double)hp->attn_scalar)), .sinks = sinks,
         };
         /* pack_step makes tiles only when gpu_flash_q_tokens() allows every layer: head_dim 64 or 128 */
         const gpu_fn *fn = L->hd == 64 ? &g->k.flash_attn_hd64 : &g->k.flash_attn_hd128;
@@ -392,7 +396,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         .layer = 0, .n_head = nh, .n_kv = L->n_kv, .table_width = g->table_width,
         .hd = hd, .gb = gb, .n_split = n_split, .window = window,
         .scale = 1.0f / sqrtf(hp->attn_scalar), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
-        .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .out = F16(g->act_h),
+        .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .out = F16(g->act_h), .sinks = sinks,
     };
     unsigned n = (unsigned)ap->n_dec;
     if (g->att_decode) { /* tensor cores, one block per KV head (kernels/attn_decode.cuh) */
@@ -412,7 +416,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
                                    : &g->k.attn_partial;
     LAUNCH(*fn, ((gpu_launch_dims){n, (unsigned)(nh / gb), (unsigned)n_split, 128}), "attention", &a);
     LAUNCH(g->k.attn_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",
-           &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd, &list);
+           &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd, &list, &(CUdeviceptr){L->attn_sinks});
     return 0;
 }
 
@@ -456,11 +460,13 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
     int k = hp->n_expert_used, ne = hp->n_expert, N = n * k, d = g->d_embd, acc = accumulate;
     const gpu_matrix *gate = &L->ffn_gate_exps, *up = &L->ffn_up_exps, *down = &L->ffn_down_exps;
     CUdeviceptr x = g->act_h + (size_t)t0 * d * sizeof(uint16_t), logits = g->moe_logits + (size_t)t0 * ne * sizeof(float);
-    void *route[] = {&logits, &ne, &k, &(CUdeviceptr){L->expert_scale}, &g->moe_ids, &g->moe_w};
+    int topk_first = L->topk_first;
+    void *route[] = {&logits, &ne, &k, &(CUdeviceptr){L->expert_scale}, &topk_first, &g->moe_ids, &g->moe_w};
     if (gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, (unsigned)(ne * sizeof(float)),
                         g->stream, route, what, err, errlen))
         return -1;
     CUdeviceptr pos = 0; /* moe_combine's entry -> row of moe_y: identity, or the grouping's */
+    const float glu_limit = L->swiglu_clamp ? ARCH_SWIGLU_CLAMP_LIMIT : 0.0f;
     /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's.
      * Deterministic: the grouped launches for any count (per-entry GeGLU for any count too) */
     bool grouped = (n > GPU_MATVEC_MAX_M || g->det) && !L->geglu && gpu_mmq_serves(&g->k, gate->wtype, gate->k) &&
@@ -468,7 +474,10 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
     if (!grouped) {
         moe_mv_args a = {.w0 = U8(gate->d), .w1 = U8(up->d), .expert_bytes = gate->expert_bytes,
                          .row_bytes = gate->row_bytes, .ids = I32(g->moe_ids), .x = F16(x), .x_div = k, .ldx = d,
-                         .k = gate->k, .n = gate->n, .ldy = g->d_ff_exp, .yh = F16(g->moe_h)};
+                         .k = gate->k, .n = gate->n, .ldy = g->d_ff_exp, .yh = F16(g->moe_h),
+                         .glu_limit = glu_limit, .glu_alpha = ARCH_SWIGLU_CLAMP_ALPHA,
+                         .b0 = L->ffn_gate_exps_b ? F32(L->ffn_gate_exps_b) : NULL,
+                         .b1 = L->ffn_up_exps_b ? F32(L->ffn_up_exps_b) : NULL};
         gpu_launch_dims per_entry = {(unsigned)N, ceil_div(gate->n, 8), 1, 256};
         if (L->geglu) { /* gate and up as two products, then fp16(gelu_tanh(gate) * up) */
             a.y = F32(g->moe_g);
@@ -494,9 +503,12 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
             return -1;
         matvec_args a = {.n_seg = 2, .k = gate->k, .m = N, .ldx = d, .row_bytes = gate->row_bytes, .x = F16(x),
                          .yh = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_rows = I32(g->moe_sorted), .x_div = k,
-                         .expert_bytes = gate->expert_bytes};
-        a.seg[0] = (matvec_seg){.w = U8(gate->d), .n = gate->n, .ldy = g->d_ff_exp};
-        a.seg[1] = (matvec_seg){.w = U8(up->d), .n = up->n, .ldy = g->d_ff_exp};
+                         .expert_bytes = gate->expert_bytes, .glu_limit = glu_limit,
+                         .glu_alpha = ARCH_SWIGLU_CLAMP_ALPHA, .bias_ids = I32(g->moe_ids), .bias_stride = gate->n};
+        a.seg[0] = (matvec_seg){.w = U8(gate->d), .bias = L->ffn_gate_exps_b ? F32(L->ffn_gate_exps_b) : NULL,
+                                .n = gate->n, .ldy = g->d_ff_exp};
+        a.seg[1] = (matvec_seg){.w = U8(up->d), .bias = L->ffn_up_exps_b ? F32(L->ffn_up_exps_b) : NULL, .n = up->n,
+                                .ldy = g->d_ff_exp};
         mmq_grid ga = {ceil_div(gate->n, GPU_MMQ_ROWS / 2), (unsigned)tiles, v, 2 * pad16(gate->n), true};
         if (mmq_launch(g, &a, gate, ga, what, err, errlen)) return -1;
         matvec_args b = {.n_seg = 1, .k = down->k, .m = N, .ldx = g->d_ff_exp, .row_bytes = down->row_bytes,
@@ -508,7 +520,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
     }
     CUdeviceptr out = dst + (size_t)t0 * d * sizeof(float);
     LAUNCH(g->k.moe_combine, ((gpu_launch_dims){(unsigned)n, 1, 1, 256}), what, &out, &g->moe_y, &g->moe_w, &pos, &k,
-           &d, &acc);
+           &d, &acc, &(CUdeviceptr){L->ffn_down_exps_b}, &g->moe_ids);
     return 0;
 }
 
@@ -521,7 +533,8 @@ static int scale_op(gpu_engine *g, const gpu_fn *fn, CUdeviceptr x, size_t n, fl
     return 0;
 }
 
-/* The MoE feed-forward of T rows of act_h (recipe ARCH_FFN_MOE, router ARCH_ROUTER_SOFTMAX_TOPK;
+/* The MoE feed-forward of T rows of act_h (recipe ARCH_FFN_MOE, router ARCH_ROUTER_SOFTMAX_TOPK or
+ * gpt-oss's ARCH_ROUTER_TOPK_SOFTMAX, with its bias;
  * or the experts of ARCH_FFN_GLU_MOE): the router's logits for every row (in FP32, from moe_xf),
  * then chunks of moe_chunk tokens into dst (accumulate: added). */
 static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst, bool accumulate, const char *what,
@@ -529,7 +542,8 @@ static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst
 {
     int ne = g->base.m->hp.n_expert;
     gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, 8), 1, 256};
-    LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &g->d_embd, &ne, &T, &g->moe_logits);
+    LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &(CUdeviceptr){L->ffn_gate_inp_b},
+           &g->d_embd, &ne, &T, &g->moe_logits);
     int chunk = g->moe_chunk;
     if (g->det) { /* the grouped products' fixed splits: as many entries as their partials hold */
         const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
@@ -659,7 +673,8 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
         .freq_div = L->rope_freqs ? F32(L->rope_freqs) : NULL, .rope_base = L->rope_base,
         .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
         .n_kv = L->n_kv, .hd = L->hd, .n_layer = 1, .layer = 0, .table_width = g->table_width, .v_norm = L->v_norm,
-        .n_rot = L->n_rot,
+        .n_rot = L->n_rot, .yarn_factor = hp->yarn_factor, .yarn_low = hp->yarn_low, .yarn_high = hp->yarn_high,
+        .mscale = hp->rope_attn_factor,
     };
     /* One token (the batch-1 step) with no q/k/v norm, gate or partial RoPE: RoPE and the K/V
      * stores in the QKV matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of
@@ -682,7 +697,7 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
                what, &post);
     if (attention(g, il, ap, err, errlen)) return -1;
     if (L->gated) LAUNCH(g->k.gate_heads, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->act_h, &g->qg, &hd, &nq);
-    matmul_op wo = {.out = {{&L->wo, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = L->d_q,
+    matmul_op wo = {.out = {{&L->wo, g->x, L->bo, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = L->d_q,
                     .accumulate = true, .what = what};
     return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
 }
@@ -755,7 +770,7 @@ static int shared_expert(gpu_engine *g, const gpu_layer *L, int T, const char *w
 {
     int one = 1;
     LAUNCH(g->k.moe_router, ((gpu_launch_dims){ceil_div(T, GPU_MOE_ROUTER_TOKENS), 1, 1, 256}), what, &g->moe_xf,
-           &(CUdeviceptr){L->ffn_gate_inp_shexp}, &g->d_embd, &one, &T, &g->sh_logit);
+           &(CUdeviceptr){L->ffn_gate_inp_shexp}, &(CUdeviceptr){0}, &g->d_embd, &one, &T, &g->sh_logit);
     if (gated_ffn(g, L, true, T, what, err, errlen)) return -1;
     matmul_op down = {.out = {{&L->ffn_down_shexp, g->sh_y, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
                       .ldx = L->d_ff, .what = what};

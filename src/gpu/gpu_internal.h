@@ -50,6 +50,12 @@ typedef struct gpu_layer {
     /* Gemma 4's experts beside the dense GLU (ARCH_FFN_GLU_MOE): each expert's output scale
      * [n_expert], the experts' input norm and the two branches' output norms */
     CUdeviceptr expert_scale, ffn_pre_norm_2, ffn_post_norm_1, ffn_post_norm_2;
+    /* gpt-oss: the attention output's bias [n_embd], each head's sink logit [n_head]
+     * (ARCH_ATTN_OUT_BIAS, ARCH_ATTN_SINKS), the router's bias [n_expert] and the experts'
+     * biases [n_expert][n_ff_exp] (gate, up) and [n_expert][n_embd] (down) (ARCH_FFN_BIAS) */
+    CUdeviceptr bo, attn_sinks, ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
+    bool topk_first;   /* the router's softmax over the chosen logits (ARCH_ROUTER_TOPK_SOFTMAX) */
+    bool swiglu_clamp; /* the experts' GLU is the clamped SwiGLU (ARCH_ACT_SWIGLU_CLAMP) */
     /* the hybrid families: the shared expert (its gate in F32, [1][n_embd], or 0) and the
      * gated DeltaNet's projections, conv taps (F32 [chan][taps]), A, dt bias and output norm */
     gpu_matrix ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;

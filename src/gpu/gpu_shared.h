@@ -47,6 +47,10 @@ typedef struct qkv_post_args {
     /* dimensions of a head that RoPE turns (partial RoPE: the first n_rot; frequencies over
      * n_rot, NeoX pairs (i, i + n_rot/2)); 0: hd */
     int n_rot;
+    /* YaRN (the CPU's cpu_rope_apply): pair i's frequency blends base^(-2i/dims) / yarn_factor
+     * into itself by ramp(i) = clamp((i - yarn_low) / (yarn_high - yarn_low), 0, 1) when
+     * yarn_factor > 0; the rotation is scaled by mscale (0: not scaled; the CPU's attn_factor) */
+    float yarn_factor, yarn_low, yarn_high, mscale;
 } qkv_post_args;
 
 /* Gated DeltaNet (kernels/deltanet.cuh).  One sequence of a step: its first packed token, its
@@ -113,6 +117,12 @@ typedef struct matvec_args {
      * inputs, xq[k] int8 and xd[k / 32] (scale, sum) pairs */
     const int8_t *xq;
     const float *xd;
+    /* glu: the activation (glu_limit > 0: the clamped SwiGLU with glu_alpha; else SiLU), and
+     * the gate and up biases (segments 0 and 1's bias, before the activation), per expert when
+     * bias_ids is set: row m's are bias + bias_ids[x_rows ? x_rows[m] : m] * bias_stride */
+    float glu_limit, glu_alpha;
+    const int32_t *bias_ids;
+    long long bias_stride;
 } matvec_args;
 
 /* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for
@@ -130,7 +140,7 @@ typedef struct matvec_rope_args {
 
 /* moe_glu_<type> / moe_matvec_<type> (kernels/moe.cuh): one block row per entry e (a token's
  * j-th choice), over expert ids[e]'s slice of the 3-D weights (w0: gate or down, w1: up):
- * glu: yh[e][n] = fp16(silu(W0 x) * (W1 x)), matvec: y[e][n] = W0 x, x = row e / x_div. */
+ * glu: yh[e][n] = fp16(act(W0 x + b0, W1 x + b1)), matvec: y[e][n] = W0 x, x = row e / x_div. */
 typedef struct moe_mv_args {
     const uint8_t *w0, *w1;
     unsigned long long expert_bytes, row_bytes;
@@ -139,6 +149,10 @@ typedef struct moe_mv_args {
     int x_div, ldx, k, n, ldy;
     gpu_half *yh;
     float *y;
+    /* glu: the activation as matvec_args says, and the experts' gate and up biases [expert][n]
+     * (b0, b1; NULL: none), added before it */
+    float glu_limit, glu_alpha;
+    const float *b0, *b1;
 } moe_mv_args;
 /* moe_sort groups at most this many entries (tokens x k) in one launch; the forward pass
  * takes a longer step's MoE layers in chunks of tokens.  Its shared memory holds the ids and
@@ -174,6 +188,9 @@ typedef struct attn_args {
      * split, by attn_decode itself.  Its partials are indexed by grid x, not by t. */
     int max_split;
     gpu_half *out;
+    /* each query head's sink logit [n_head] (ARCH_ATTN_SINKS), or NULL: the kernels that write
+     * a head's output add exp(sink - max) to its softmax's denominator */
+    const float *sinks;
 } attn_args;
 
 /* flash_attn_hd<64|128> (kernels/flash_attn.cuh): prompt tokens on the tensor cores.  A tile
@@ -190,6 +207,7 @@ typedef struct flash_args {
     int n_layer, layer, n_head, n_kv, table_width;
     int window; /* the layer's sliding window, 0: full (gpu_attn_first_key) */
     float scale;
+    const float *sinks; /* [n_head] sink logits (natural base), or NULL: as attn_args */
 } flash_args;
 
 /* The keys a query at position pos sees: first..pos, first = 0 or, in a layer with a sliding

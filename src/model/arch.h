@@ -104,6 +104,9 @@ typedef enum arch_act {
                                 * (u + 1) * g * sigmoid(1.702 g); the constants are the model's
                                 * (swiglu_limit, alpha) and not in the GGUF */
 } arch_act;
+/* ARCH_ACT_SWIGLU_CLAMP's constants, for every backend. */
+#define ARCH_SWIGLU_CLAMP_LIMIT 7.0f
+#define ARCH_SWIGLU_CLAMP_ALPHA 1.702f
 
 /* One layer's recipe. */
 typedef struct arch_layer {

@@ -89,10 +89,12 @@ uint32_t mkmodel_file_type(mkmodel_ftype ft)
 void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
 {
     cfg->arch = arch;
-    cfg->tied_output = arch != MODEL_ARCH_LLAMA;
+    cfg->tied_output = arch != MODEL_ARCH_LLAMA && arch != MODEL_ARCH_GPTOSS;
     cfg->head_dim = 0;
     if (arch == MODEL_ARCH_GEMMA3 && cfg->n_swa == 0) cfg->n_swa = 1024, cfg->rope_base_swa = 10000.0f;
-    if (arch == MODEL_ARCH_QWEN3MOE && cfg->n_expert == 0) {
+    if (arch == MODEL_ARCH_GPTOSS && cfg->n_swa == 0) cfg->n_swa = 128;
+    if (arch == MODEL_ARCH_GPTOSS && cfg->yarn_factor == 0) cfg->yarn_factor = 32.0f, cfg->yarn_orig_ctx = 4096;
+    if ((arch == MODEL_ARCH_QWEN3MOE || arch == MODEL_ARCH_GPTOSS) && cfg->n_expert == 0) {
         cfg->n_expert = 8;
         cfg->n_expert_used = 2;
         cfg->n_ff_exp = cfg->n_ff / 4 > 0 ? cfg->n_ff / 4 : 1;
@@ -104,33 +106,40 @@ static const struct preset {
     mkmodel_config c;
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
-              false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+              false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
-               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
-                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
-                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
-                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
     /* Gemma 3 (google/gemma-3-{12b,27b}-it config.json): window 1024, local base 10000, the
      * global layers' base 1M with linear scaling 8, no final soft-cap (Gemma 2 had one). */
     {"gemma-3-12b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-12B", 3840, 48, 16, 8, 15360, 131072,
                      262144, 256, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
-                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
     {"gemma-3-27b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-27B", 5376, 62, 32, 16, 21504, 131072,
                      262144, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
-                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
     /* Qwen3-30B-A3B (and Qwen3-Coder-30B-A3B): 128 experts of 768, 8 per token */
     {"qwen3-30b-a3b", {MODEL_ARCH_QWEN3MOE, "synthetic Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 40960,
                        151936, 128, 1000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f,
-                       0.0f, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0}},
+                       0.0f, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
     /* Qwen3.5-9B (qwen35): 8 of its 32 layers gated attention (16 heads of 256, 4 KV heads,
      * RoPE on a quarter of each head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v
      * heads of 128, conv of 4) */
     {"qwen3.5-9b", {MODEL_ARCH_QWEN35, "synthetic Qwen3.5-9B", 4096, 32, 16, 4, 12288, 262144, 248320, 256,
                     10000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f, 0.0f, 0, 0, 0, 0,
-                    4, 128, 16, 32, 4096, 64}},
+                    4, 128, 16, 32, 4096, 64, 0.0f, 0}},
+    /* gpt-oss-20b (openai/gpt-oss-20b config.json): 64 query and 8 KV heads of 64, 32 experts
+     * of 2880, 4 per token, window 128 on the even layers, RoPE base 150000 with YaRN x32 over
+     * 4096; its o200k vocabulary's 201,088 tokens (learned BPE padded with fillers here), the
+     * experts MXFP4 and the rest Q8_0 */
+    {"gpt-oss-20b", {MODEL_ARCH_GPTOSS, "synthetic gpt-oss-20b", 2880, 24, 64, 8, 2880, 131072, 201088, 64,
+                     150000.0f, 1e-5f, false, MKMODEL_MXFP4, 1, 0, NULL, false, 128, 0.0f, 0.0f, 32, 4, 2880, 0,
+                     0, 0, 0, 0, 0, 0, 32.0f, 4096}},
 };
 
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
@@ -188,7 +197,10 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
         GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_XXS,
         GGML_TYPE_IQ1_M, GGML_TYPE_IQ1_S, GGML_TYPE_MXFP4,
     };
+    if (strstr(role, "_bias")) return GGML_TYPE_F32; /* gpt-oss's expert biases: F32 as the converter writes them */
     if (cfg->ftype == MKMODEL_UD_Q2_K_XL || cfg->ftype == MKMODEL_UD_IQ1_S) return ud_type(cfg, role, layer);
+    if (cfg->arch == MODEL_ARCH_GPTOSS && cfg->ftype == MKMODEL_MXFP4 && !strstr(role, "_exps"))
+        return GGML_TYPE_Q8_0; /* MOSTLY_MXFP4_MOE: the experts alone in MXFP4 */
     if (cfg->ftype != MKMODEL_Q4_K_M) return pure[cfg->ftype];
     if (strcmp(role, "output") == 0) return GGML_TYPE_Q6_K;
     if (strcmp(role, "token_embd") == 0) return cfg->tied_output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
@@ -411,6 +423,33 @@ static void list_hybrid_layer(tensor_list *l, const mkmodel_config *c, int il)
     add_matrix(l, il, "ffn_down", c->n_ff, c->n_embd);
 }
 
+/* One gpt-oss layer (arch/gptoss.c's names): attention with biases everywhere and a sink
+ * logit per head, then the experts with theirs, behind a biased router. */
+static void list_gptoss_layer(tensor_list *l, const mkmodel_config *c, int il)
+{
+    const int64_t hd = head_dim_of(c), q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
+    const float bias_std = 0.05f;
+    add_spec(l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
+    add_matrix(l, il, "attn_q", c->n_embd, q_dim);
+    add_matrix(l, il, "attn_k", c->n_embd, kv_dim);
+    add_matrix(l, il, "attn_v", c->n_embd, kv_dim);
+    add_matrix(l, il, "attn_output", q_dim, c->n_embd);
+    add_spec(l, il, "bias", "attn_q.bias", q_dim, 0, bias_std);
+    add_spec(l, il, "bias", "attn_k.bias", kv_dim, 0, bias_std);
+    add_spec(l, il, "bias", "attn_v.bias", kv_dim, 0, bias_std);
+    add_spec(l, il, "bias", "attn_output.bias", c->n_embd, 0, bias_std);
+    add_spec(l, il, "bias", "attn_sinks.weight", c->n_head, 0, 1.0f); /* logits near the scores' */
+    add_spec(l, il, "norm", "post_attention_norm.weight", c->n_embd, 0, 0);
+    add_matrix(l, il, "ffn_gate_inp", c->n_embd, c->n_expert);
+    add_spec(l, il, "bias", "ffn_gate_inp.bias", c->n_expert, 0, bias_std);
+    add_experts(l, il, "ffn_gate_exps", c->n_embd, c->n_ff_exp, c->n_expert);
+    add_experts(l, il, "ffn_up_exps", c->n_embd, c->n_ff_exp, c->n_expert);
+    add_experts(l, il, "ffn_down_exps", c->n_ff_exp, c->n_embd, c->n_expert);
+    add_spec(l, il, "exps_bias", "ffn_gate_exps.bias", c->n_ff_exp, c->n_expert, bias_std);
+    add_spec(l, il, "exps_bias", "ffn_up_exps.bias", c->n_ff_exp, c->n_expert, bias_std);
+    add_spec(l, il, "exps_bias", "ffn_down_exps.bias", c->n_embd, c->n_expert, bias_std);
+}
+
 /* The tensors of cfg in file order (specs may be NULL to count them); returns the count. */
 static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
 {
@@ -423,6 +462,10 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
     for (int il = 0; il < c->n_layer; il++) {
         if (c->arch == MODEL_ARCH_QWEN35) {
             list_hybrid_layer(&l, c, il);
+            continue;
+        }
+        if (c->arch == MODEL_ARCH_GPTOSS) {
+            list_gptoss_layer(&l, c, il);
             continue;
         }
         add_spec(&l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
@@ -459,7 +502,7 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
 /* ---- tokenizer -------------------------------------------------------------------------- */
 typedef struct family {
     const char *pre; /* llama.cpp's name for the pre-tokenizer, so that other tools load the file */
-    const char *specials[5];
+    const char *specials[8];
     int n_specials;
     int bos, eos, eot, pad; /* indices into specials */
     bool add_bos;
@@ -484,6 +527,20 @@ static const family llama3_family = {
     "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
     "{{ content }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+};
+
+/* gpt-oss's Harmony markup (o200k_harmony's specials) and a short Harmony template: messages
+ * as <|start|>role<|message|>text<|end|>, an assistant's on the final channel, the reply opened
+ * with <|start|>assistant (the published template's shape without its system preamble and tool
+ * declarations; its channel markup is what marks a template as Harmony's). */
+static const family harmony_family = {
+    "gpt-4o",
+    {"<|endoftext|>", "<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|return|>", "<|call|>",
+     "<|constrain|>"},
+    8, 0, 5, 5, 0, false,
+    "{% for message in messages %}{{ '<|start|>' + message['role'] }}{% if message['role'] == 'assistant' %}"
+    "{{ '<|channel|>final' }}{% endif %}{{ '<|message|>' + message['content'] + '<|end|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}",
 };
 
 enum { TOKEN_NORMAL = 1, TOKEN_CONTROL = 3, TOKEN_UNUSED = 5 };
@@ -584,7 +641,9 @@ static int write_tokenizer(gguf_writer *w, const mkmodel_config *c, const char *
                            size_t corpus_len, bool *word_rows, char *err, size_t errlen)
 {
     if (c->vocab) return copy_tokenizer(w, c, err, errlen);
-    const family *fam = c->arch == MODEL_ARCH_LLAMA ? &llama3_family : &qwen_family;
+    const family *fam = c->arch == MODEL_ARCH_LLAMA    ? &llama3_family
+                        : c->arch == MODEL_ARCH_GPTOSS ? &harmony_family
+                                                       : &qwen_family;
     int n_learn = c->n_vocab - fam->n_specials;
     bpe_vocab v;
     if ((c->words ? train_words(corpus, corpus_len, n_learn, &v, word_rows)
@@ -770,7 +829,7 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
                  hd, c->n_embd, c->n_head);
         return -1;
     }
-    int min_vocab = 256 + 5;
+    int min_vocab = 256 + 8; /* the byte tokens and the most special tokens of a family (Harmony's) */
     if (c->n_vocab < min_vocab) {
         snprintf(err, errlen, "--n-vocab %d: at least %d (256 byte tokens + special tokens)",
                  c->n_vocab, min_vocab);
@@ -778,13 +837,14 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
     }
     const bool known_arch = c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2 ||
                             c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3 ||
-                            c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_QWEN35;
+                            c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_QWEN35 ||
+                            c->arch == MODEL_ARCH_GPTOSS;
     if ((unsigned)c->ftype >= MKMODEL_FTYPE_COUNT || !known_arch) {
         snprintf(err, errlen, "unknown weight type or architecture");
         return -1;
     }
-    if (c->arch == MODEL_ARCH_GEMMA3 && (c->n_swa < 1 || c->n_swa > 1 << 24)) {
-        snprintf(err, errlen, "gemma3: sliding window %d out of range 1..%d", c->n_swa, 1 << 24);
+    if ((c->arch == MODEL_ARCH_GEMMA3 || c->arch == MODEL_ARCH_GPTOSS) && (c->n_swa < 1 || c->n_swa > 1 << 24)) {
+        snprintf(err, errlen, "%s: sliding window %d out of range 1..%d", model_arch_name(c->arch), c->n_swa, 1 << 24);
         return -1;
     }
     if (c->arch == MODEL_ARCH_QWEN35 &&
@@ -796,7 +856,12 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
                  c->ssm_conv, c->ssm_groups, c->ssm_vheads, c->ssm_state, c->ssm_inner, c->n_rot, hd);
         return -1;
     }
-    if (c->arch == MODEL_ARCH_QWEN3MOE &&
+    if (c->arch == MODEL_ARCH_GPTOSS && (c->yarn_factor < 0 || (c->yarn_factor > 0 && c->yarn_orig_ctx < 1))) {
+        snprintf(err, errlen, "gpt-oss: YaRN factor %g over %d positions: want a factor >= 0 over >= 1",
+                 (double)c->yarn_factor, c->yarn_orig_ctx);
+        return -1;
+    }
+    if ((c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_GPTOSS) &&
         (c->n_expert < 1 || c->n_expert > 4096 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
          c->n_ff_exp < 1 || c->n_ff_exp > 4 * MAX_DIM)) {
         snprintf(err, errlen, "experts: %d of width %d, %d per token: want 1..4096 experts, 1..experts per token",
@@ -848,7 +913,14 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
         gguf_writer_set_str(w, key, "linear");
         set_arch_f32(w, c, "rope.scaling.factor", c->rope_scale);
     }
-    if (c->arch == MODEL_ARCH_QWEN3MOE) {
+    if (c->yarn_factor > 0) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", model_arch_name(c->arch));
+        gguf_writer_set_str(w, key, "yarn");
+        set_arch_f32(w, c, "rope.scaling.factor", c->yarn_factor);
+        set_arch_u32(w, c, "rope.scaling.original_context_length", c->yarn_orig_ctx);
+    }
+    if (c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_GPTOSS) {
         set_arch_u32(w, c, "expert_count", c->n_expert);
         set_arch_u32(w, c, "expert_used_count", c->n_expert_used);
         set_arch_u32(w, c, "expert_feed_forward_length", c->n_ff_exp);
@@ -913,7 +985,8 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     int64_t max_row = (int64_t)cfg->n_ff > cfg->n_embd ? cfg->n_ff : cfg->n_embd;
     int64_t q_dim = (int64_t)cfg->n_head * head_dim_of(cfg);
     if (q_dim > max_row) max_row = q_dim;
-    if (cfg->arch == MODEL_ARCH_QWEN3MOE && cfg->n_ff_exp > max_row) max_row = cfg->n_ff_exp;
+    if ((cfg->arch == MODEL_ARCH_QWEN3MOE || cfg->arch == MODEL_ARCH_GPTOSS) && cfg->n_ff_exp > max_row)
+        max_row = cfg->n_ff_exp;
     if (cfg->arch == MODEL_ARCH_QWEN35 && cfg->ssm_inner > max_row) max_row = cfg->ssm_inner;
     gen_shared g = {.seed = cfg->seed, .cur_row = -1, .xrow = malloc((size_t)max_row * sizeof(float)),
                     .row = malloc((size_t)max_row * sizeof(float))};

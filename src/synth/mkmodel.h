@@ -84,19 +84,27 @@ typedef struct mkmodel_config {
      * (group_count), v heads (time_step_rank) and v width (inner_size = v heads x state_size);
      * the attention layers' RoPE dimensions (rope.dimension_count; 0: the whole head). */
     int ssm_conv, ssm_state, ssm_groups, ssm_vheads, ssm_inner, n_rot;
+    /* gpt-oss: YaRN's factor over the original context (rope.scaling.*; 0: no scaling).  Its
+     * experts are n_expert / n_expert_used / n_ff_exp as qwen3moe's, its window n_swa (every
+     * even layer), and under --type mxfp4 only its experts are MXFP4, the other matrices Q8_0
+     * (as the published files: llama.cpp's MOSTLY_MXFP4_MOE). */
+    float yarn_factor;
+    int yarn_orig_ctx;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b",
  * "gemma-3-12b", "gemma-3-27b", "qwen3-30b-a3b" (qwen3moe: 128 experts, 8 per token),
- * "qwen3.5-9b" (qwen35: 3 gated DeltaNet layers to 1 gated attention).
+ * "qwen3.5-9b" (qwen35: 3 gated DeltaNet layers to 1 gated attention), "gpt-oss-20b" (24
+ * layers of 32 MXFP4 experts, 4 per token, window 128 on alternate layers, YaRN x32).
  * Returns false for an unknown name. */
 bool mkmodel_preset(const char *name, mkmodel_config *cfg);
 /* The i-th preset's name (0, 1, ...), NULL past the last. */
 const char *mkmodel_preset_name(int i);
 /* Switch cfg to another architecture, keeping its sizes (qwen: tied output, NeoX RoPE
  * implied by the arch, bias/norm tensors; qwen3 head_dim from n_embd/n_head; gemma3: its
- * sandwich and QK norms, a window of 1024 with local base 10000 unless cfg has one; qwen3moe:
- * 8 experts of n_ff / 4, 2 per token, unless cfg has experts already). */
+ * sandwich and QK norms, a window of 1024 with local base 10000 unless cfg has one; qwen3moe
+ * and gpt-oss: 8 experts of n_ff / 4, 2 per token, unless cfg has experts already; gpt-oss: a
+ * window of 128 and YaRN x32 over 4096 unless cfg has them, and its own output head). */
 void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch);
 int mkmodel_ftype_from_name(const char *name); /* "f32".."q4_k_m"; -1 when unknown */
 const char *mkmodel_ftype_name(mkmodel_ftype ft);

@@ -83,6 +83,11 @@ bool chat_forced_call_shape(chat_syntax s, chat_forced_call *out)
     }
 }
 
+const char *chat_answer_prefix(chat_syntax s)
+{
+    return s == CHAT_SYNTAX_HARMONY ? HARMONY_CHANNEL "final<|message|>" : "";
+}
+
 /* ---- deltas ------------------------------------------------------------------------------ */
 
 void chat_delta_clear(chat_delta *d)

@@ -126,5 +126,10 @@ typedef struct chat_forced_call {
 
 /* The markup of a family's forced call; false when the family has none (CHAT_SYNTAX_NONE). */
 bool chat_forced_call_shape(chat_syntax s, chat_forced_call *out);
+/* The markup a family's reply writes before its final answer, for a grammar that constrains
+ * the answer (a JSON schema): Harmony's <|channel|>final<|message|> (the prompt ends with
+ * <|start|>assistant, so the reply opens its message's header itself), "" for the families
+ * whose answer is the reply's text. */
+const char *chat_answer_prefix(chat_syntax s);
 
 #endif

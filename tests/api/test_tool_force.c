@@ -1,6 +1,7 @@
 /* test_tool_force.c - the grammar of a chat request with tools (src/api/tool_force.c): a
  * forced call beside a response format (issue 33: OpenAI's API takes the pair, the call comes
- * first), and tool_choice auto beside a JSON-schema format: a call or the schema's answer. */
+ * first), and tool_choice auto beside a JSON-schema format: a call or the schema's answer; on
+ * Harmony, a schema's answer behind the final channel's header, with tools or without. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -164,12 +165,62 @@ static void test_harmony(void **state)
     assert_false(matches(r.grammar, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}<|call|>"));
     assert_false(matches(r.grammar, "<|channel|>final<|message|>{\"city\": \"Oslo\"}"));
     api_request_free(&r);
-    /* auto beside a format: the call, or the answer as the whole reply (read back as content) */
+    /* auto beside a format: the call, or the answer on the final channel (read back as content) */
     snprintf(members, sizeof members, "%s,%s", TOOLS, FORMAT);
     parse(&r, members);
     assert_int_equal(tool_force_apply(&r, CHAT_SYNTAX_HARMONY, &e), 0);
-    assert_true(matches(r.grammar, ANSWER));
+    assert_true(matches(r.grammar, "<|channel|>final<|message|>{\"answer\": \"sunny\"}"));
+    assert_false(matches(r.grammar, ANSWER)); /* never without the channel's header */
     assert_true(matches(r.grammar, "<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"q\": \"x\"}"));
+    api_request_free(&r);
+}
+
+/* Structured output without tools on Harmony (gpt-oss): the answer opens with the final
+ * channel's header, which the model was trained to write before an answer, then the schema's
+ * JSON; json_object and tool_choice none alike.  A GBNF grammar (the whole reply, markup
+ * included: the client's) and the other families' formats are left as they are. */
+static void test_harmony_answer_header(void **state)
+{
+    (void)state;
+    char members[2048];
+    api_request r;
+    api_error e = {0};
+    parse(&r, FORMAT);
+    grammar *plain = r.grammar;
+    assert_true(matches(plain, ANSWER));
+    assert_int_equal(tool_force_apply(&r, CHAT_SYNTAX_HARMONY, &e), 0);
+    assert_ptr_not_equal(r.grammar, plain);
+    assert_true(matches(r.grammar, "<|channel|>final<|message|>{\"answer\": \"sunny\"}"));
+    assert_false(matches(r.grammar, ANSWER));
+    assert_false(matches(r.grammar, "<|channel|>analysis<|message|>{\"answer\": \"sunny\"}"));
+    assert_false(matches(r.grammar, "<|channel|>final<|message|>{\"other\": 1}"));
+    api_request_free(&r);
+
+    parse(&r, "\"response_format\":{\"type\":\"json_object\"}");
+    assert_int_equal(tool_force_apply(&r, CHAT_SYNTAX_HARMONY, &e), 0);
+    assert_true(matches(r.grammar, "<|channel|>final<|message|>{\"a\": [1, 2]}"));
+    assert_false(matches(r.grammar, "{\"a\": [1, 2]}"));
+    api_request_free(&r);
+
+    snprintf(members, sizeof members, "%s,%s,\"tool_choice\":\"none\"", TOOLS, FORMAT);
+    parse(&r, members);
+    assert_int_equal(tool_force_apply(&r, CHAT_SYNTAX_HARMONY, &e), 0);
+    assert_true(matches(r.grammar, "<|channel|>final<|message|>{\"answer\": \"sunny\"}"));
+    assert_false(matches(r.grammar, "<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"q\": \"x\"}"));
+    api_request_free(&r);
+
+    /* a GBNF grammar covers the whole reply, markup and all: left as it is */
+    parse(&r, "\"grammar\":\"root ::= \\\"<|channel|>final<|message|>yes\\\"\"");
+    grammar *g = r.grammar;
+    assert_int_equal(tool_force_apply(&r, CHAT_SYNTAX_HARMONY, &e), 0);
+    assert_ptr_equal(r.grammar, g);
+    api_request_free(&r);
+
+    /* other families: the schema's grammar as it is */
+    parse(&r, FORMAT);
+    g = r.grammar;
+    assert_int_equal(tool_force_apply(&r, CHAT_SYNTAX_HERMES, &e), 0);
+    assert_ptr_equal(r.grammar, g);
     api_request_free(&r);
 }
 
@@ -180,6 +231,7 @@ int main(void)
         cmocka_unit_test(test_auto_with_format),
         cmocka_unit_test(test_left_alone),
         cmocka_unit_test(test_harmony),
+        cmocka_unit_test(test_harmony_answer_header),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

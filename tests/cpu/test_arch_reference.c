@@ -717,8 +717,8 @@ static void test_moe_route_sigmoid(void **state)
     assert_float_equal(w[0], 0.5f, 1e-7f);
 }
 
-/* What the GPU backend accepts (GPU_FEATURES, checked without CUDA): mistral and qwen3moe
- * need nothing new (head_dim != n_embd/n_head is already served); phi3 and glm4moe are
+/* What the GPU backend accepts (GPU_FEATURES, checked without CUDA): mistral, qwen3moe and
+ * gpt-oss need nothing new (head_dim != n_embd/n_head is already served); phi3 and glm4moe are
  * refused by the feature they need first, and each of their features by name when the ones
  * before it are granted (`granted`). */
 static void test_gpu_features(void **state)
@@ -731,6 +731,8 @@ static void test_gpu_features(void **state)
     } cases[] = {
         {"mistral.gguf", 0, NULL},
         {"qwen3moe.gguf", 0, NULL},
+        {"gpt-oss.gguf", 0, NULL}, /* sinks, output bias, YaRN, biased top-k-softmax router, clamped SwiGLU */
+        {"gpt-oss-mxfp4.gguf", 0, NULL},
         /* partial RoPE and the shared expert came with the hybrids' GPU path */
         {"phi3.gguf", 0, "the cuda backend does not implement fused qkv (layer 0 of phi3)"},
         {"phi3.gguf", ARCH_F_FUSED_QKV, "the cuda backend does not implement fused gate/up (layer 0 of phi3)"},

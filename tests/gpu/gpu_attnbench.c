@@ -117,7 +117,7 @@ static int run_split_k(bench *b, char *err, size_t errlen)
         return -1;
     int nh = b->n_head, ns = b->n_split, hd = b->hd;
     CUdeviceptr list = 0;
-    void *cargs[] = {&b->part_o, &b->part_ml, &b->out_sk, &nh, &ns, &hd, &list};
+    void *cargs[] = {&b->part_o, &b->part_ml, &b->out_sk, &nh, &ns, &hd, &list, &list}; /* no sinks */
     return gpu_launch(&b->k.attn_combine, (gpu_launch_dims){(unsigned)b->T, (unsigned)nh, 1, hd >= 128 ? 128 : 32},
                       b->stream, cargs, "attnbench", err, errlen);
 }

@@ -51,7 +51,7 @@ static int dec_launch(dec_bench *b, const dec_variant *v, int layer, char *err, 
         while (gb > 8 || (b->n_head / b->n_kv) % gb) gb--;
         a.gb = gb;
         CUdeviceptr list = 0, po = (CUdeviceptr)(uintptr_t)a.part_o, pml = (CUdeviceptr)(uintptr_t)a.part_ml;
-        void *cargs[] = {&po, &pml, &b->out, &nh, &ns, &hd, &list};
+        void *cargs[] = {&po, &pml, &b->out, &nh, &ns, &hd, &list, &list}; /* no sinks */
         if (gpu_launch(&b->k->attn_partial_hd128, (gpu_launch_dims){b->B, b->n_head / gb, ns, 128}, b->stream, args,
                        "attnbench", err, errlen))
             return -1;

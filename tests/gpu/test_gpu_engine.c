@@ -22,7 +22,12 @@
  *     pieces and a snapshot resumed by another sequence;
  *   - --deterministic (det_check.h): dense Q4_K and F16, qwen3moe, the hybrids and gemma4 /
  *     gemma4_moe alone, together and with chunked prompts, bit for bit;
- *   - a recipe feature the GPU does not run (gpt-oss's) is refused by name.
+ *   - gpt-oss (attention sinks in every attention kernel, the output bias, YaRN, the biased
+ *     top-k-then-softmax router, expert biases, the clamped SwiGLU; MXFP4 experts): the reference
+ *     files of ../shared/reference (head_dim 16: split-K attention, per-entry experts) and a
+ *     mkmodel-made MXFP4 one (head_dim 64: flash tiles and attn_decode, the grouped mmq launches),
+ *     logits as qwen3moe's, 32 concurrent sequences as each alone;
+ *   - a recipe feature the GPU does not run (phi3's fused qkv) is refused by name.
  * Skips without a device. */
 #include <math.h>
 #include <setjmp.h>
@@ -277,6 +282,12 @@ static model *load_shared(const char *rel)
 }
 
 static model *load_stories(void) { return load_shared("models/stories260K.gguf"); }
+
+/* N_POS tokens drawn from m's vocabulary. */
+static void random_tokens(const model *m, uint64_t *seed, int32_t *tokens)
+{
+    for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(seed) % (uint64_t)m->hp.n_vocab);
+}
 
 /* gemma3 with a window of 48 (head_dim 64: flash tiles for the 200-token prompt and the
  * tensor-core decode, both walking from the window's block with its first keys masked), then
@@ -631,31 +642,59 @@ static void test_deterministic_bit_identical(void **state)
  * top-1 still agrees, as asserted).  At most this many positions of N_POS (5 %) may. */
 #define MOE_MAX_OVER (N_POS / 20)
 
+/* ../shared/reference's file rel (NULL when absent: a SKIP line), its GPU logits checked
+ * against the CPU's over N_POS tokens drawn into tokens (a MoE's router near ties allowed). */
+static model *load_checked(const char *rel, uint64_t *seed, int32_t *tokens)
+{
+    model *m = load_shared(rel);
+    if (!m) return NULL;
+    random_tokens(m, seed, tokens);
+    check_logits_within(m, rel, N_POS, N_PROMPT, tokens, m->hp.n_expert ? MOE_MAX_OVER : 0);
+    return m;
+}
+
+/* load_checked over n files (seeds seed0, seed0 + 1, ...), the first then also 32 concurrent
+ * greedy sequences as each alone when batch; skipped when none is present. */
+static void check_reference_files(const char *const *files, int n, uint64_t seed0, bool batch)
+{
+    int ran = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t tokens[N_POS];
+        uint64_t seed = seed0 + (uint64_t)i;
+        model *m = load_checked(files[i], &seed, tokens);
+        if (!m) continue;
+        if (batch && i == 0) batch_of_32(m);
+        model_free(m);
+        ran++;
+    }
+    if (!ran) skip();
+}
+
 /* Logits of a qwen3moe file of ../shared/reference (F16 and F32: 8 experts, top 2, head_dim
  * 32, experts 32 wide: every product through the entry-per-block kernels). */
 static void test_moe_reference_files(void **state)
 {
     (void)state;
-    static const char *files[] = {"qwen3moe-f16.gguf", "qwen3moe.gguf"};
-    const char *dir = getenv("INFERD_SHARED_DIR");
-    int ran = 0;
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char path[1024], err[512];
-        snprintf(path, sizeof path, "%s/reference/%s", dir ? dir : INFERD_SHARED_DIR, files[i]);
-        if (access(path, R_OK) != 0) {
-            print_message("  SKIP: %s not found\n", path);
-            continue;
-        }
-        model *m = model_load(path, err, sizeof err);
-        if (!m) fail_msg("%s: %s", path, err);
-        int32_t tokens[N_POS];
-        uint64_t seed = 21 + i;
-        for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
-        check_logits_within(m, files[i], N_POS, N_PROMPT, tokens, MOE_MAX_OVER);
-        model_free(m);
-        ran++;
-    }
-    if (!ran) skip();
+    static const char *const files[] = {"reference/qwen3moe-f16.gguf", "reference/qwen3moe.gguf"};
+    check_reference_files(files, 2, 21, false);
+}
+
+/* The model mkmodel writes for cfg (into a temporary file, removed once loaded). */
+static model *mkmodel_loaded(const mkmodel_config *cfg)
+{
+    char path[] = "/tmp/inferd-gpu-mkmodel-XXXXXX.gguf", err[512];
+    int fd = mkstemps(path, 5);
+    assert_true(fd >= 0);
+    close(fd);
+    size_t len = 0;
+    char *corpus = mkmodel_corpus("/nonexistent", 1 << 16, &len);
+    int rc = mkmodel_write(cfg, corpus, len, path, err, sizeof err);
+    free(corpus);
+    if (rc != 0) fail_msg("mkmodel_write: %s", err);
+    model *m = model_load(path, err, sizeof err);
+    unlink(path);
+    if (!m) fail_msg("model_load: %s", err);
+    return m;
 }
 
 /* A qwen3moe model made by mkmodel (as `inferd mkmodel --arch qwen3moe`) in format ft: 2 layers
@@ -669,18 +708,7 @@ static model *moe_mkmodel(mkmodel_ftype ft, int n_expert, int k)
     mkmodel_set_arch(&cfg, MODEL_ARCH_QWEN3MOE);
     cfg.n_embd = 256, cfg.n_layer = 2, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.n_ff = 1024, cfg.n_vocab = 512;
     cfg.n_ctx = 512, cfg.n_expert = n_expert, cfg.n_expert_used = k, cfg.n_ff_exp = 256, cfg.ftype = ft, cfg.seed = 5;
-    char path[] = "/tmp/inferd-gpu-moe-XXXXXX.gguf", err[512];
-    int fd = mkstemps(path, 5);
-    assert_true(fd >= 0);
-    close(fd);
-    size_t len = 0;
-    char *corpus = mkmodel_corpus("/nonexistent", 1 << 16, &len);
-    int rc = mkmodel_write(&cfg, corpus, len, path, err, sizeof err);
-    free(corpus);
-    if (rc != 0) fail_msg("mkmodel_write: %s", err);
-    model *m = model_load(path, err, sizeof err);
-    unlink(path);
-    if (!m) fail_msg("model_load: %s", err);
+    model *m = mkmodel_loaded(&cfg);
     assert_int_equal(m->hp.n_expert, n_expert);
     return m;
 }
@@ -698,7 +726,7 @@ static void test_moe_mkmodel_formats(void **state)
             if (all && i >= 2) break; /* the two mmq shapes of Q4_K_M (Q4_K + Q6_K) and Q8_0 */
             model *m = moe_mkmodel(fts[i], 8, all ? 8 : 2);
             int32_t tokens[N_POS];
-            for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+            random_tokens(m, &seed, tokens);
             char label[64];
             snprintf(label, sizeof label, "qwen3moe %s %s", mkmodel_ftype_name(fts[i]), all ? "8/8" : "2/8");
             check_logits_within(m, label, N_POS, N_PROMPT, tokens, all ? 0 : MOE_MAX_OVER);
@@ -765,20 +793,67 @@ static void test_errors_leave_engine_usable(void **state)
     free(image);
 }
 
-/* A recipe feature the GPU does not run: ../shared/reference's gpt-oss (attention output
- * bias, sinks, expert biases, clamped SwiGLU, the top-k softmax router) loads, and the CUDA
- * engine refuses it at creation, naming the first such feature and the layer, rather than run
- * its layers without it. */
+/* A recipe feature the GPU does not run: ../shared/reference's phi3 (partial LongRoPE, fused
+ * qkv and gate/up) loads, and the CUDA engine refuses it at creation, naming the first such
+ * feature and the layer, rather than run its layers without it. */
 static void test_recipe_feature_refused(void **state)
 {
     (void)state;
-    model *m = load_shared("reference/gpt-oss.gguf");
+    model *m = load_shared("reference/phi3.gguf");
     if (!m) return;
     char err[512];
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
     assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
     print_message("  refused: %s\n", err);
-    assert_non_null(strstr(err, "the cuda backend does not implement attention output bias (layer 0 of gpt-oss)"));
+    assert_non_null(strstr(err, "the cuda backend does not implement partial RoPE (layer 0 of phi3)"));
+    model_free(m);
+}
+
+/* ---- gpt-oss ---- */
+
+/* The gpt-oss files of ../shared/reference (F32, and its experts in MXFP4: 4 layers alternating
+ * a window of 8 and full attention, head_dim 16, sinks, YaRN x32, 8 experts of 64, top 2, the
+ * clamped SwiGLU's limit reached): GPU logits against the CPU's over a 200-token prompt and 88
+ * decode steps (the router's near ties as qwen3moe's), then 32 concurrent greedy sequences of
+ * the F32 file as each alone. */
+static void test_gptoss_reference_files(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"reference/gpt-oss.gguf", "reference/gpt-oss-mxfp4.gguf"};
+    check_reference_files(files, 2, 41, true);
+}
+
+/* A gpt-oss model made by mkmodel (as `inferd mkmodel --arch gpt-oss --type mxfp4`): 2 layers
+ * (a window of 128, then full), 8 query heads of 64 over 2 KV heads (flash tiles for prompts,
+ * attn_decode for decode tokens), 16 experts of 256, 4 per token, in MXFP4 (the grouped mmq
+ * launches for prompts and batches, the entry-per-block kernels for one token), the other
+ * matrices Q8_0. */
+static model *gptoss_mkmodel(void)
+{
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    mkmodel_set_arch(&cfg, MODEL_ARCH_GPTOSS);
+    cfg.n_embd = 256, cfg.n_layer = 2, cfg.n_head = 8, cfg.n_head_kv = 2, cfg.head_dim = 64, cfg.n_ff = 256;
+    cfg.n_vocab = 512, cfg.n_ctx = 512, cfg.n_expert = 16, cfg.n_expert_used = 4, cfg.n_ff_exp = 256;
+    cfg.ftype = MKMODEL_MXFP4, cfg.seed = 7;
+    model *m = mkmodel_loaded(&cfg);
+    assert_int_equal(m->layers[0].window, 128);
+    assert_int_equal(m->layers[0].ffn_gate_exps.type, GGML_TYPE_MXFP4);
+    return m;
+}
+
+/* Its logits against the CPU's over 288 positions (past the window of 128), then 32
+ * concurrent greedy sequences as each alone (the grouped launches, captured in the decode
+ * graph of 32, against the entry-per-block kernels). */
+static void test_gptoss_mkmodel(void **state)
+{
+    (void)state;
+    model *m = gptoss_mkmodel();
+    int32_t tokens[N_POS];
+    uint64_t seed = 51;
+    random_tokens(m, &seed, tokens);
+    check_logits_within(m, "gpt-oss mkmodel mxfp4", N_POS, N_PROMPT, tokens, MOE_MAX_OVER);
+    batch_of_32(m);
     model_free(m);
 }
 
@@ -808,7 +883,7 @@ static void test_hybrid_reference_files(void **state)
         if (!m) continue;
         int32_t tokens[N_POS];
         uint64_t seed = 41 + i;
-        for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+        random_tokens(m, &seed, tokens);
         agreement a = measure_logits(m, files[i] + 10, N_POS, N_PROMPT, tokens);
         ok &= a.top1 >= 0.99 && a.over <= (i ? MOE_MAX_OVER : 0);
         model_free(m);
@@ -1068,11 +1143,9 @@ static void test_logits_gemma4(void **state)
     static const char *files[] = {"reference/gemma4.gguf", "reference/gemma4_moe.gguf"};
     uint64_t seed = 14;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        model *m = load_shared(files[i]);
-        if (!m) continue;
         int32_t tokens[N_POS];
-        for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
-        check_logits_within(m, files[i], N_POS, N_PROMPT, tokens, m->hp.n_expert ? MOE_MAX_OVER : 0);
+        model *m = load_checked(files[i], &seed, tokens);
+        if (!m) continue;
         /* The gemma4 reference's GPU logits sit 5x farther from the CPU's than the other
          * families' (max relative error 1.8e-2 against 1e-3..3.4e-3 on the H100, top-1 100 %):
          * alone (F32 matvec) and batched (FP16 weight copies) disagree by as much, and 32
@@ -1124,6 +1197,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_moe_deterministic_bit_identical),
         cmocka_unit_test(test_errors_leave_engine_usable),
         cmocka_unit_test(test_recipe_feature_refused),
+        cmocka_unit_test(test_gptoss_reference_files),
+        cmocka_unit_test(test_gptoss_mkmodel),
         cmocka_unit_test(test_hybrid_reference_files),
         cmocka_unit_test(test_hybrid_state_pieces_and_snapshot),
         cmocka_unit_test(test_reference_deterministic_bit_identical),

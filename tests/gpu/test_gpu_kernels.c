@@ -3,8 +3,9 @@
  * FP16 dequantisation and embedding rows, RMSNorm, RoPE (alone and fused into the one-token
  * QKV product), split-K and tensor-core decode
  * attention over slots of different lengths, the tensor-core prompt attention (flash) over
- * spans of every shape, the sampler against sampling_sample(), and the gated DeltaNet's conv,
- * chunked prompt form and decode recurrence against the CPU engine's.  Outputs are poisoned (NaN)
+ * spans of every shape (each attention kernel also with gpt-oss's sinks), the sampler against
+ * sampling_sample(), and the gated DeltaNet's conv, chunked prompt form and decode recurrence
+ * against the CPU engine's.  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -762,12 +763,13 @@ static void test_qkv_fused_post(void **state)
 }
 
 /* 4 query tokens of 3 sequences (lengths 1..701) with GQA at head_dim hd, through fragmented
- * block tables (one block shared), on the device, and their float64 reference. */
+ * block tables (one block shared), on the device, and their float64 reference; ref_sink: the
+ * same with each head's sink logit (dsinks, in -1..3: a large share) in the denominator. */
 typedef struct att_fixture {
     int hd, n_head, n_kv, n_layer, layer, tw, T;
     size_t nq;
-    float *ref;
-    CUdeviceptr dk, dv, dq, ds, dp, dtab, dlist;
+    float *ref, *ref_sink;
+    CUdeviceptr dk, dv, dq, ds, dp, dtab, dlist, dsinks;
 } att_fixture;
 
 static void att_fixture_init(att_fixture *f, int hd, int n_head, int n_kv)
@@ -782,12 +784,14 @@ static void att_fixture_init(att_fixture *f, int hd, int n_head, int n_kv)
     size_t cache_n = (size_t)nb * n_layer * n_kv * GPU_KV_BLOCK * hd;
     uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2);
     float *q = malloc(nq * sizeof *q), *ref = f->ref = malloc(nq * sizeof *ref);
+    float *ref_sink = f->ref_sink = malloc(nq * sizeof *ref_sink), *sinks = malloc((size_t)n_head * sizeof *sinks);
     for (size_t i = 0; i < cache_n; i++) {
         kc[i] = quant_f32_to_f16(gpu_test_randf(&seed) * 2.0f);
         vc[i] = quant_f32_to_f16(gpu_test_randf(&seed));
     }
     int32_t slot[4] = {2, 0, 1, 2}, pos[4] = {699, 0, 37, 700};
     for (size_t i = 0; i < nq; i++) q[i] = gpu_test_randf(&seed);
+    for (int h = 0; h < n_head; h++) sinks[h] = 1.0f + 2.0f * gpu_test_randf(&seed);
     float scale = 1.0f / sqrtf((float)hd);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < n_head; h++) {
@@ -807,6 +811,7 @@ static void att_fixture_init(att_fixture *f, int hd, int n_head, int n_kv)
                 for (int j = 0; j <= pos[t]; j++) o += exp(sc[j] - mx) / sum * quant_f16_to_f32(vc[KEY_AT(j) + d]);
 #undef KEY_AT
                 ref[(t * n_head + h) * hd + d] = (float)o;
+                ref_sink[(t * n_head + h) * hd + d] = (float)(o * sum / (sum + exp(sinks[h] - mx)));
             }
             free(sc);
         }
@@ -815,14 +820,15 @@ static void att_fixture_init(att_fixture *f, int hd, int n_head, int n_kv)
     f->dtab = upload(tables, (size_t)nb * sizeof *tables);
     int32_t list[4] = {2, 0, 3, 1}; /* launches with a list reach the tokens through it */
     f->dlist = upload(list, sizeof list);
-    free(kc), free(vc), free(q), free(tables);
+    f->dsinks = upload(sinks, (size_t)n_head * sizeof *sinks);
+    free(kc), free(vc), free(q), free(tables), free(sinks);
 }
 
 static void att_fixture_free(att_fixture *f)
 {
     cu.cuMemFree(f->dk), cu.cuMemFree(f->dv), cu.cuMemFree(f->dq), cu.cuMemFree(f->ds), cu.cuMemFree(f->dp);
-    cu.cuMemFree(f->dtab), cu.cuMemFree(f->dlist);
-    free(f->ref);
+    cu.cuMemFree(f->dtab), cu.cuMemFree(f->dlist), cu.cuMemFree(f->dsinks);
+    free(f->ref), free(f->ref_sink);
 }
 
 static attn_args att_fixture_args(const att_fixture *f, bool listed)
@@ -835,13 +841,13 @@ static attn_args att_fixture_args(const att_fixture *f, bool listed)
                        .tok_list = listed ? (const int32_t *)(uintptr_t)f->dlist : NULL};
 }
 
-/* The FP16 output dout against the fixture's reference: its relative error. */
-static double att_fixture_err(const att_fixture *f, CUdeviceptr dout, uint16_t *outh)
+/* The FP16 output dout against the fixture's reference (with sinks: ref_sink): its relative error. */
+static double att_fixture_err(const att_fixture *f, CUdeviceptr dout, uint16_t *outh, bool sinks)
 {
     float *out = malloc(f->nq * sizeof *out);
     download(outh, dout, f->nq * 2);
     for (size_t i = 0; i < f->nq; i++) out[i] = quant_f16_to_f32(outh[i]);
-    double e = gpu_test_rel_err(out, f->ref, f->nq);
+    double e = gpu_test_rel_err(out, sinks ? f->ref_sink : f->ref, f->nq);
     free(out);
     return e;
 }
@@ -861,20 +867,21 @@ static void attention_case(int hd, const gpu_fn *special)
         for (int si = 0; si < 2; si++) {
             int ns = splits[si];
             CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
-            int gbs[] = {4, 2};
-            for (int gi = 0; gi < 2; gi++) {
+            int gbs[] = {4, 2, 4};
+            for (int gi = 0; gi < 3; gi++) { /* gi 2: with sinks, which attn_combine adds */
+                const bool sink = gi == 2;
                 CUdeviceptr dout = poisoned_half(f.nq);
-                attn_args a = att_fixture_args(&f, gi);
+                attn_args a = att_fixture_args(&f, gi == 1);
                 a.gb = gbs[gi], a.n_split = ns, a.part_o = (float *)(uintptr_t)po, a.part_ml = (float *)(uintptr_t)pml;
                 void *aa[] = {&a};
                 launch(kernels[ki], (gpu_launch_dims){T, n_head / gbs[gi], ns, 128}, aa);
                 int nh = n_head, d = hd, nsp = ns;
-                CUdeviceptr cl = gi ? f.dlist : 0;
-                void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d, &cl};
+                CUdeviceptr cl = gi == 1 ? f.dlist : 0, sk = sink ? f.dsinks : 0;
+                void *ca[] = {&po, &pml, &dout, &nh, &nsp, &d, &cl, &sk};
                 launch(&G.k.attn_combine, (gpu_launch_dims){T, n_head, 1, 64}, ca);
-                double e = att_fixture_err(&f, dout, outh);
+                double e = att_fixture_err(&f, dout, outh, sink);
                 print_message("  %s hd=%d grid splits=%d heads/block=%d%s rel err %.2e (fp16 out)\n",
-                              kernels[ki]->name, hd, ns, gbs[gi], gi ? " token list" : "", e);
+                              kernels[ki]->name, hd, ns, gbs[gi], gi == 1 ? " token list" : sink ? " sinks" : "", e);
                 assert_true(e < 1e-3);
                 cu.cuMemFree(dout);
             }
@@ -904,23 +911,26 @@ static void decode_case(int hd, int group)
     att_fixture_init(&f, hd, 2 * group, 2);
     const int T = f.T, n_head = f.n_head, ctx = 768;
     const gpu_fn *fn = hd == 64 ? &G.k.attn_decode_hd64 : &G.k.attn_decode_hd128;
-    uint16_t *outh[2] = {malloc(f.nq * 2), malloc(f.nq * 2)};
+    uint16_t *outh[3] = {malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2)};
     const int max_splits[] = {1, 4, 64};
     for (int mi = 0; mi < 3; mi++) {
         int ns = gpu_attn_max_splits_for(ctx, max_splits[mi]) + 1;
         CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
-        for (int listed = 0; listed < 2; listed++) {
+        for (int run = 0; run < 3; run++) { /* plain, through the token list, with sinks */
+            const bool listed = run == 1, sink = run == 2;
             CUdeviceptr dout = poisoned_half(f.nq);
             attn_args a = att_fixture_args(&f, listed);
             a.n_split = ns, a.max_split = max_splits[mi], a.out = (gpu_half *)(uintptr_t)dout;
+            a.sinks = sink ? (const float *)(uintptr_t)f.dsinks : NULL;
             a.part_o = (float *)(uintptr_t)po, a.part_ml = (float *)(uintptr_t)pml;
             void *aa[] = {&a};
             CHECK(cu.cuLaunchKernel(fn->f, T, f.n_kv, ns, GPU_ATT_DEC_WARPS * 32, 1, 1, gpu_attn_decode_smem(hd),
                                     G.stream, aa, NULL));
             launch(&G.k.attn_decode_combine, (gpu_launch_dims){T, n_head, 1, GPU_ATT_DEC_COMBINE_SG * hd}, aa);
-            double e = att_fixture_err(&f, dout, outh[listed]);
+            uint16_t *got = sink ? outh[2] : outh[listed];
+            double e = att_fixture_err(&f, dout, got, sink);
             print_message("  %s group %d max_split %d%s rel err %.2e (fp16 out)\n", fn->name, group, max_splits[mi],
-                          listed ? " token list" : "", e);
+                          listed ? " token list" : sink ? " sinks" : "", e);
             assert_true(e < 1e-3);
             cu.cuMemFree(dout);
         }
@@ -928,7 +938,7 @@ static void decode_case(int hd, int group)
         cu.cuMemFree(po), cu.cuMemFree(pml);
     }
     att_fixture_free(&f);
-    free(outh[0]), free(outh[1]);
+    free(outh[0]), free(outh[1]), free(outh[2]);
 }
 
 static void test_decode_attention(void **state)
@@ -972,8 +982,9 @@ static int fa_tiles(const int *first, const int *len, int qt, bool vary, int32_t
 }
 
 /* flash_attn_hd<hd> with `group` query heads per KV head (2 KV heads) against the float64
- * reference, through fragmented block tables, and bit-identical under a second tiling. */
-static void flash_case(int hd, int group, const gpu_fn *fn)
+ * reference, through fragmented block tables, and bit-identical under a second tiling; sinks:
+ * each head's sink logit (-1..3) in the denominator (gpt-oss). */
+static void flash_case(int hd, int group, const gpu_fn *fn, bool sinks)
 {
     uint64_t seed = 1000 + hd + group;
     const int n_layer = 2, layer = 1, n_kv = 2, n_head = group * n_kv, ctx = 1024;
@@ -1001,6 +1012,8 @@ static void flash_case(int hd, int group, const gpu_fn *fn)
         vf[i] = quant_f16_to_f32(vc[i]);
     }
     for (size_t i = 0; i < nq; i++) q[i] = gpu_test_randf(&seed);
+    float sink[16 * 2];
+    for (int h = 0; h < n_head; h++) sink[h] = 1.0f + 2.0f * gpu_test_randf(&seed);
     double *sc = malloc((size_t)ctx * sizeof *sc), *o = malloc((size_t)hd * sizeof *o);
     const double scale = 1.0 / sqrt((double)hd);
     for (int t = 0; t < T; t++)
@@ -1024,11 +1037,12 @@ static void flash_case(int hd, int group, const gpu_fn *fn)
                 sum += p;
                 for (int d = 0; d < hd; d++) o[d] += p * vf[at + d];
             }
+            if (sinks) sum += exp(sink[h] - mx);
             for (int d = 0; d < hd; d++) ref[((size_t)t * n_head + h) * hd + d] = (float)(o[d] / sum);
         }
     CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, nq * sizeof *q);
     CUdeviceptr ds = upload(seq, (size_t)T * sizeof *seq), dp = upload(pos, (size_t)T * sizeof *pos);
-    CUdeviceptr dtab = upload(tables, (size_t)nb * sizeof *tables);
+    CUdeviceptr dtab = upload(tables, (size_t)nb * sizeof *tables), dsink = upload(sink, sizeof sink);
     int32_t *tiles = malloc((size_t)T * 2 * sizeof *tiles);
     for (int vary = 0; vary < 2; vary++) {
         int n_tiles = fa_tiles(first, len, qt, vary, tiles);
@@ -1038,7 +1052,8 @@ static void flash_case(int hd, int group, const gpu_fn *fn)
                         .pos = (const int32_t *)(uintptr_t)dp, .tables = (const int32_t *)(uintptr_t)dtab,
                         .tiles = (const int32_t *)(uintptr_t)dt, .out = (gpu_half *)(uintptr_t)dout,
                         .n_layer = n_layer, .layer = layer, .n_head = n_head, .n_kv = n_kv, .table_width = tw,
-                        .scale = (float)(M_LOG2E / sqrt((double)hd))};
+                        .scale = (float)(M_LOG2E / sqrt((double)hd)),
+                        .sinks = sinks ? (const float *)(uintptr_t)dsink : NULL};
         void *aa[] = {&a};
         launch(fn, (gpu_launch_dims){(unsigned)n_tiles, (unsigned)n_kv, 1, GPU_FA_ROWS / 16 * 32}, aa);
         download(vary ? outh2 : outh, dout, nq * 2);
@@ -1056,10 +1071,10 @@ static void flash_case(int hd, int group, const gpu_fn *fn)
                      fa_starts[s / 5], e);
     }
     bool same = memcmp(outh, outh2, nq * 2) == 0;
-    print_message("  %s group %d (%d tokens per tile): worst span rel err %.2e (fp16 out), other tiling %s\n",
-                  fn->name, group, qt, worst, same ? "bit-identical" : "DIFFERS");
+    print_message("  %s group %d (%d tokens per tile)%s: worst span rel err %.2e (fp16 out), other tiling %s\n",
+                  fn->name, group, qt, sinks ? " sinks" : "", worst, same ? "bit-identical" : "DIFFERS");
     assert_true(same);
-    cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
+    cu.cuMemFree(dsink), cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
     free(kc), free(vc), free(outh), free(outh2), free(q), free(out), free(ref), free(tables), free(seq), free(pos);
     free(sc), free(o), free(tiles), free(kf), free(vf);
 }
@@ -1069,9 +1084,11 @@ static void test_flash_attention(void **state)
     (void)state;
     static const int groups[] = {1, 4, 6, 8};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
-        flash_case(64, groups[i], &G.k.flash_attn_hd64);
-        flash_case(128, groups[i], &G.k.flash_attn_hd128);
+        flash_case(64, groups[i], &G.k.flash_attn_hd64, false);
+        flash_case(128, groups[i], &G.k.flash_attn_hd128, false);
     }
+    flash_case(64, 8, &G.k.flash_attn_hd64, true); /* gpt-oss's shape: 64 heads of 64 over 8 */
+    flash_case(128, 4, &G.k.flash_attn_hd128, true);
 }
 
 /* The GPU sampler against sampling_sample() on the same logits, history and parameters. */

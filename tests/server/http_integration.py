@@ -2947,7 +2947,8 @@ def case_harmony():
     anywhere; a forced call (tool_choice required) is written in Harmony's call markup and comes
     back as a tool call on all three (streamed: id and name first, then the arguments); the tool
     round trip (the call in the history, reasoning_content and content both, the tool's result)
-    renders; a tool result with no call before it is the template's 400."""
+    renders; a tool result with no call before it is the template's 400; a json_schema
+    response_format comes back as the final channel's content (its header forced first)."""
     model = os.path.join(SHARED, "reference", "gpt-oss.gguf")
     if not os.path.exists(model):
         print(f"SKIP: {model} not present")
@@ -3024,6 +3025,22 @@ def case_harmony():
         tu = [c for c in m["content"] if c["type"] == "tool_use"]
         check(st == 200 and m["stop_reason"] == "tool_use" and tu and tu[0]["name"] == "get_weather" and
               "city" in tu[0]["input"], f"messages call {st} {m}")
+
+        # structured output (issue 25): a json_schema answer on the final channel, its header
+        # written first (the grammar's), read back as content that is the schema's JSON, with no
+        # reasoning and no markup, streamed and not
+        fschema = {"type": "object", "properties": {"sky": {"type": "string", "maxLength": 8}}, "required": ["sky"],
+                   "additionalProperties": False}
+        fbody = {"messages": ask, "max_tokens": 200, "temperature": 0,
+                 "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": fschema}}}
+        st, b = post(s.port, "/v1/chat/completions", fbody)
+        check(st == 200 and b["choices"][0]["finish_reason"] == "stop", f"json_schema {st} {b}")
+        fmsg = b["choices"][0]["message"]
+        check(set(json.loads(fmsg["content"] or "null") or {}) == {"sky"} and not fmsg.get("reasoning_content") and
+              "<|" not in fmsg["content"], f"json_schema answer: {fmsg}")
+        content, calls, finish, _, _ = stream_choice(s.port, fbody)
+        check(content == fmsg["content"] and not calls and finish == "stop", f"streamed json_schema: {content!r}")
+        print(f"json_schema: {fmsg['content']}")
 
         # the round trip: the call and the tool's result re-rendered by the template (with
         # reasoning_content beside the content: the template would refuse both as `thinking`)

@@ -17,6 +17,7 @@
 #include "synth/bpe_train.h"
 #include "synth/mkmodel.h"
 #include "synth/words.h"
+#include "text/chat_parse.h"
 #include "text/tokenizer.h"
 
 static char tmpdir[64];
@@ -77,7 +78,7 @@ static void check_model(const char *path, const mkmodel_config *cfg)
     tokenizer *t = tokenizer_load(m->gguf, err, sizeof err);
     if (!t) fail_msg("tokenizer_load %s: %s", path, err);
     assert_int_equal(tokenizer_n_vocab(t), cfg->n_vocab);
-    const char *eot = cfg->arch == MODEL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>";
+    const char *eot = cfg->arch == MODEL_ARCH_LLAMA ? "<|eot_id|>" : cfg->arch == MODEL_ARCH_GPTOSS ? "<|return|>" : "<|im_end|>";
     int32_t eot_id = tokenizer_find(t, eot);
     assert_true(eot_id >= 256);
     assert_true(tokenizer_is_control(t, eot_id));
@@ -265,6 +266,74 @@ static void test_qwen35(void **state)
     assert_non_null(strstr(err, "inner"));
 }
 
+/* gpt-oss (--arch gpt-oss, the gpt-oss-20b preset's family, small): biases on q/k/v/o, a sink
+ * per head, the biased router in F32, expert biases [n_ff_exp][n_expert] in F32, under --type
+ * mxfp4 the experts MXFP4 and every other matrix Q8_0, sliding (even) and full layers, YaRN
+ * x32, Harmony's markup tokens; and a CPU step through it.  The preset keeps gpt-oss-20b's
+ * shape. */
+static void test_gptoss(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    mkmodel_set_arch(&cfg, MODEL_ARCH_GPTOSS);
+    assert_int_equal(cfg.n_swa, 128); /* set_arch's defaults */
+    assert_true(cfg.yarn_factor == 32.0f);
+    assert_false(cfg.tied_output);
+    cfg.n_embd = 256, cfg.n_ff = 256, cfg.n_layer = 2, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.head_dim = 64;
+    cfg.n_expert = 4, cfg.n_expert_used = 2, cfg.n_ff_exp = 256, cfg.ftype = MKMODEL_MXFP4;
+    char path[256], err[256];
+    write_model(&cfg, "tiny-gptoss.gguf", path, sizeof path);
+    check_model(path, &cfg);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_true(m->hp.yarn_factor == 32.0f);
+    size_t tlen;
+    const char *tmpl = gguf_get_str(m->gguf, "tokenizer.chat_template", &tlen);
+    assert_non_null(tmpl);
+    char *tmpl_z = strndup(tmpl, tlen);
+    assert_int_equal(chat_syntax_detect(tmpl_z), CHAT_SYNTAX_HARMONY); /* served in Harmony's format */
+    free(tmpl_z);
+    assert_true(m->hp.rope_attn_factor > 1.0f); /* YaRN's mscale */
+    assert_int_equal(m->hp.n_expert, 4);
+    for (int il = 0; il < cfg.n_layer; il++) {
+        const model_layer *L = &m->layers[il];
+        assert_int_equal(L->recipe.attn, il % 2 ? ARCH_ATTN_FULL : ARCH_ATTN_SLIDING);
+        assert_int_equal(L->window, il % 2 ? 0 : 128);
+        assert_int_equal(L->wq.type, GGML_TYPE_Q8_0);
+        assert_int_equal(L->ffn_gate_exps.type, GGML_TYPE_MXFP4);
+        assert_int_equal(L->ffn_down_exps.type, GGML_TYPE_MXFP4);
+        assert_int_equal(L->ffn_gate_inp.type, GGML_TYPE_F32);
+        assert_int_equal(L->ffn_up_exps_b.type, GGML_TYPE_F32);
+        assert_int_equal(L->ffn_up_exps_b.ne1, 4);
+        assert_int_equal(L->attn_sinks.ne0, 4);
+        assert_non_null(L->bo.data);
+    }
+    model_free(m);
+    unlink(path);
+    /* the preset: gpt-oss-20b's shape */
+    assert_true(mkmodel_preset("gpt-oss-20b", &cfg));
+    assert_int_equal(cfg.arch, MODEL_ARCH_GPTOSS);
+    assert_int_equal(cfg.n_layer, 24);
+    assert_int_equal(cfg.n_embd, 2880);
+    assert_int_equal(cfg.n_head, 64);
+    assert_int_equal(cfg.n_head_kv, 8);
+    assert_int_equal(cfg.head_dim, 64);
+    assert_int_equal(cfg.n_expert, 32);
+    assert_int_equal(cfg.n_expert_used, 4);
+    assert_int_equal(cfg.n_ff_exp, 2880);
+    assert_int_equal(cfg.n_swa, 128);
+    assert_int_equal(cfg.n_vocab, 201088);
+    assert_int_equal(cfg.yarn_orig_ctx, 4096);
+    assert_int_equal(cfg.ftype, MKMODEL_MXFP4);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "ffn_gate_exps", 3), GGML_TYPE_MXFP4);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "attn_k", 3), GGML_TYPE_Q8_0);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "output", -1), GGML_TYPE_Q8_0);
+    cfg.n_swa = 0;
+    assert_int_equal(mkmodel_write(&cfg, corpus, corpus_len, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "sliding window"));
+}
+
 static void test_q4_k_m_rule(void **state)
 {
     (void)state;
@@ -410,12 +479,13 @@ static const struct {
     {"olmo", false},         {"dbrx", false},        {"smaug-bpe", false},   {"poro-chat", false},
     {"chatglm-bpe", false},  {"viking", false},      {"jais", false},        {"tekken", true},
     {"smollm", false},       {"codeshell", false},   {"bloom", false},       {"gpt3-finnish", false},
+    {"gpt-4o", false},
     {"exaone", false},       {"chameleon", true},    {"minerva-7b", false},  {"megrez", false},
 };
 /* general.architecture values of the presets' families (llama-arch.cpp); qwen3 is newer than
  * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says (nor
  * qwen35, newer still). */
-static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35"};
+static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "gpt-oss"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {
@@ -718,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_q4_k_m_rule),
         cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_qwen35),
+        cmocka_unit_test(test_gptoss),
         cmocka_unit_test(test_invalid_config),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_q4_k_m_file_and_reused_rows),

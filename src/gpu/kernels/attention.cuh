@@ -188,11 +188,12 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd512(
     attn_partial_body<8, 8, 512, GPU_ATT_GB_HD512>(a);
 }
 
-// out[t][h][d] = sum_s e^(m_s - M) o_s[d] / sum_s e^(m_s - M) l_s, in FP16 (the input of the
+// out[t][h][d] = sum_s e^(m_s - M) o_s[d] / (sum_s e^(m_s - M) l_s + e^(sink_h - M)), in FP16 (the input of the
 // output projection); grid (tokens, heads), token t = tok_list[grid x] (NULL: grid x), as in
 // attn_partial.
 extern "C" __global__ void attn_combine(const float *part_o, const float *part_ml, __half *out,
-                                        int n_head, int n_split, int hd, const int32_t *tok_list)
+                                        int n_head, int n_split, int hd, const int32_t *tok_list,
+                                        const float *sinks)
 {
     const int t = tok_list ? tok_list[blockIdx.x] : blockIdx.x;
     size_t th = (size_t)t * n_head + blockIdx.y;
@@ -202,6 +203,7 @@ extern "C" __global__ void attn_combine(const float *part_o, const float *part_m
     float lsum = 0.0f;
     for (int s = 0; s < n_split; s++)
         if (ml[2 * s] > -INFINITY) lsum += ml[2 * s + 1] * __expf(ml[2 * s] - mx);
+    lsum += attn_sink_term(sinks, blockIdx.y, mx, false);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
         for (int s = 0; s < n_split; s++)

@@ -175,8 +175,9 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         }
         const int h = kvh * group + row;
         if (single) {
+            const float den = lsum + attn_sink_term(a.sinks, h, mw, true);
             ((__half2 *)(a.out + ((size_t)t * a.n_head + h) * HD))[d / 2] =
-                __floats2half2_rn(osum.x / lsum, osum.y / lsum);
+                __floats2half2_rn(osum.x / den, osum.y / den);
             continue;
         }
         const size_t part = ((size_t)blockIdx.x * a.n_head + h) * a.n_split + split;
@@ -248,6 +249,7 @@ extern "C" __global__ void __launch_bounds__(AD_COMBINE_SG * 256) attn_decode_co
     if (sg) return;
     float lsum = 0.0f;
     for (int s = 0; s < ns; s++) lsum += sm_l[s] * sm_w[s];
+    lsum += attn_sink_term(a.sinks, blockIdx.y, mx, true);
     for (int i = 1; i < AD_COMBINE_SG; i++) acc += part[i][d];
     a.out[((size_t)t * a.n_head + blockIdx.y) * hd + d] = __float2half_rn(acc / lsum);
 }

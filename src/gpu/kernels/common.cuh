@@ -66,4 +66,26 @@ __device__ __forceinline__ void q8_block_store(float v, int8_t *q, int8_t *lo, f
     q[threadIdx.x & 31] = (int8_t)qi;
     if (DOT_Q8_LO) lo[threadIdx.x & 31] = (int8_t)max(-127, min(127, __float2int_rn((v - d * (float)qi) * inv * 254.0f)));
     if ((threadIdx.x & 31) == 0) *(float2 *)ds = make_float2(d, sum);
+// A head's attention sink (gpt-oss): a learned logit that takes its share of the softmax's
+// denominator and adds no value.  Its term exp(sink - m) for a row whose scores' max is m
+// (base2: scores and m in base 2, log2(e) folded in as the kernels' scales do); 0 without sinks.
+// Added to the denominator once, where a row's output is normalised, so split-K partials and
+// the warps' states merge as they always do.
+__device__ __forceinline__ float attn_sink_term(const float *sinks, int h, float m, bool base2)
+{
+    if (!sinks) return 0.0f;
+    return base2 ? exp2f(sinks[h] * 1.4426950408889634f - m) : __expf(sinks[h] - m);
+}
+
+// A GLU's output from its gate g and up u: silu(g) * u, or, limit > 0, the clamped SwiGLU
+// (gpt-oss; the CPU's cpu_swiglu_clamp): g = min(g, limit), u = clamp(u, -limit, limit),
+// (u + 1) * g * sigmoid(alpha g).
+__device__ __forceinline__ float glu_act(float g, float u, float limit, float alpha)
+{
+    if (limit > 0.0f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+        return (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
+    }
+    return g / (1.0f + __expf(-g)) * u;
 }

@@ -275,8 +275,8 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
         const int r = warp * 16 + g + 8 * i;
         if (r >= n_rows) continue;
-        const float inv = 1.0f / l[i];
         const int tok = t0 + r / group, h = kvh * group + r % group;
+        const float inv = 1.0f / (l[i] + attn_sink_term(a.sinks, h, m[i], true));
         __half2 *dst = (__half2 *)(a.out + ((size_t)tok * a.n_head + h) * HD);
 #pragma unroll
         for (int j = 0; j < DTILES; j++) dst[(j * 8 + 2 * c) / 2] = __floats2half2_rn(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);

@@ -163,7 +163,8 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     }
 }
 
-// Gate and up rows n of segments 0 and 1: yh[m][n] = fp16(silu(gate) * up).
+// Gate and up rows n of segments 0 and 1: yh[m][n] = fp16(glu_act(gate, up)): silu(gate) * up, or
+// gpt-oss's clamped SwiGLU.
 template <int T, int MT, bool Q8 = false>
 __device__ __forceinline__ void glu_body(const matvec_args &a)
 {
@@ -176,8 +177,7 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (m0 + i >= a.m) break;
-        float g = gu[0][i], u = gu[1][i];
-        a.yh[(size_t)(m0 + i) * a.seg[0].ldy + n] = __float2half_rn(g / (1.0f + __expf(-g)) * u);
+        a.yh[(size_t)(m0 + i) * a.seg[0].ldy + n] = __float2half_rn(glu_act(gu[0][i], gu[1][i], a.glu_limit, a.glu_alpha));
     }
 }
 

@@ -36,7 +36,13 @@ __device__ __forceinline__ int mmq_pad(int n) { return (n + 15) & ~15; }
 // gate/up pair into yh; padded row prow (walked to its segment) into y with bias and residual.
 __device__ __forceinline__ void mmq_store_glu(const matvec_args &a, int m, int n, float gt, float up)
 {
-    if (n < a.seg[0].n) a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(gt / (1.0f + __expf(-gt)) * up);
+    if (n >= a.seg[0].n) return;
+    if (a.seg[0].bias) { // (an expert's: matvec_args.bias_ids)
+        const size_t b = (a.bias_ids ? (size_t)a.bias_ids[a.x_rows ? a.x_rows[m] : m] * a.bias_stride : 0) + n;
+        gt += a.seg[0].bias[b];
+        up += a.seg[1].bias[b];
+    }
+    a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(glu_act(gt, up, a.glu_limit, a.glu_alpha));
 }
 
 __device__ __forceinline__ void mmq_store(const matvec_args &a, int m, int prow, float v)

@@ -23,11 +23,12 @@
 #include "../gpu_kernel_names.h"
 #include "../gpu_shared.h"
 
-// logits[t][e] = x[t] . w[e] over n inputs (a multiple of 4); grid (ceil(T / MOE_ROUTER_TOKENS),
+// logits[t][e] = x[t] . w[e] (+ bias[e]) over n inputs (a multiple of 4); grid (ceil(T / MOE_ROUTER_TOKENS),
 // ceil(n_expert / 8)), 8 warps: a warp per expert over MOE_ROUTER_TOKENS tokens, so the
 // expert's row is read once for them.  A token's sum runs the same way whatever its batch.
 #define MOE_ROUTER_TOKENS GPU_MOE_ROUTER_TOKENS
-extern "C" __global__ void moe_router(const float *x, const float *w, int n, int n_expert, int T, float *logits)
+extern "C" __global__ void moe_router(const float *x, const float *w, const float *bias, int n, int n_expert, int T,
+                                      float *logits)
 {
     const int e = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31, t0 = blockIdx.x * MOE_ROUTER_TOKENS;
     if (e >= n_expert) return;
@@ -45,16 +46,19 @@ extern "C" __global__ void moe_router(const float *x, const float *w, int n, int
     }
 #pragma unroll
     for (int j = 0; j < MOE_ROUTER_TOKENS; j++) {
-        const float v = warp_sum(acc[j]);
+        const float v = warp_sum(acc[j]) + (bias ? bias[e] : 0.0f);
         if (lane == 0 && t0 + j < T) logits[(size_t)(t0 + j) * n_expert + e] = v;
     }
 }
 
-// One warp per token (blockDim.x == 32): the probabilities in shared memory, each of the k
-// passes an argmax over the lanes' strided experts and a shuffle reduction (no block barrier:
-// the k passes are on the decode step's critical path, once per layer).
-extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, const float *expert_scale, int32_t *ids,
-                                     float *weights)
+// One warp per token (blockDim.x == 32): the scores in shared memory, each of the k passes an
+// argmax over the lanes' strided experts and a shuffle reduction (no block barrier: the k
+// passes are on the decode step's critical path, once per layer).  Scores: the softmax of the
+// logits, the chosen ones' renormalised (ARCH_ROUTER_SOFTMAX_TOPK); or, topk_first, the logits
+// themselves, the chosen ones' softmax their weights (ARCH_ROUTER_TOPK_SOFTMAX: gpt-oss).  The
+// same choice either way (softmax keeps the order), up to ties the rounding makes.
+extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, const float *expert_scale, int topk_first,
+                                     int32_t *ids, float *weights)
 {
     extern __shared__ float prob[]; // [n_expert]
     const int lane = threadIdx.x;
@@ -62,17 +66,21 @@ extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, c
     float mx = -INFINITY;
     for (int x = lane; x < n_expert; x += 32) mx = fmaxf(mx, l[x]);
     mx = warp_max(mx);
-    float s = 0.0f;
-    for (int x = lane; x < n_expert; x += 32) {
-        prob[x] = expf(l[x] - mx);
-        s += prob[x];
+    if (topk_first) {
+        for (int x = lane; x < n_expert; x += 32) prob[x] = l[x];
+    } else {
+        float s = 0.0f;
+        for (int x = lane; x < n_expert; x += 32) {
+            prob[x] = expf(l[x] - mx);
+            s += prob[x];
+        }
+        s = warp_sum(s);
+        for (int x = lane; x < n_expert; x += 32) prob[x] /= s;
     }
-    s = warp_sum(s);
-    for (int x = lane; x < n_expert; x += 32) prob[x] /= s;
     __syncwarp();
     float chosen_sum = 0.0f;
     for (int j = 0; j < k; j++) {
-        float bv = -1.0f; // probabilities are >= 0; taken ones are set to -1
+        float bv = -INFINITY; // taken experts are set to -inf
         int bi = INT_MAX;
         for (int x = lane; x < n_expert; x += 32)
             if (prob[x] > bv) bv = prob[x], bi = x; // x ascends: the lower id wins a tie
@@ -82,12 +90,13 @@ extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, c
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
         }
-        if (bi >= n_expert) bi = j, bv = 0.0f; // NaN logits: any valid id, never past the experts
+        if (bi >= n_expert) bi = j, bv = topk_first ? mx : 0.0f; // NaN logits: any valid id, never past the experts
+        if (topk_first) bv = expf(bv - mx); // the chosen logits' softmax: the first chosen is the max
         chosen_sum += bv;
         if (lane == 0) {
             ids[(size_t)blockIdx.x * k + j] = bi;
             weights[(size_t)blockIdx.x * k + j] = bv;
-            prob[bi] = -1.0f;
+            prob[bi] = -INFINITY;
         }
         __syncwarp();
     }
@@ -101,7 +110,7 @@ extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, c
 
 // Entry e = grid x, feature n = the warp's: the dot products of expert ids[e]'s row n of w0
 // (and, GLU, of w1) with the entry's activation row, then the warp's lane 0 stores
-// fp16(silu(w0 x) * (w1 x)) in yh (GLU) or w0 x in y.
+// fp16(act(w0 x + b0, w1 x + b1)) in yh (GLU; glu_act) or w0 x in y.
 template <int T, bool GLU>
 __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
 {
@@ -120,8 +129,12 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
     float acc[NR][1];
     row_dots<T, 1, NR>(rows, m, 0, acc);
     if ((threadIdx.x & 31) != 0) return;
-    const float g = acc[0][0];
-    if (GLU) a.yh[(size_t)e * a.ldy + n] = __float2half_rn(g / (1.0f + __expf(-g)) * acc[NR - 1][0]);
+    float g = acc[0][0], u = acc[NR - 1][0];
+    if (GLU && a.b0) { // the expert's gate and up biases
+        g += a.b0[(size_t)a.ids[e] * a.n + n];
+        u += a.b1[(size_t)a.ids[e] * a.n + n];
+    }
+    if (GLU) a.yh[(size_t)e * a.ldy + n] = __float2half_rn(glu_act(g, u, a.glu_limit, a.glu_alpha));
     else a.y[(size_t)e * a.ldy + n] = g;
 }
 
@@ -186,17 +199,18 @@ extern "C" __global__ void moe_sort(const int32_t *ids, int n, int n_expert, int
     }
 }
 
-// x[t][d] (+)= sum_j weights[t*k + j] * y[row][d], row = pos ? pos[t*k + j] : t*k + j; one
-// block per token.
+// x[t][d] (+)= sum_j weights[t*k + j] * (y[row][d] + bias[ids[t*k + j]][d]), row = pos ?
+// pos[t*k + j] : t*k + j (bias: the experts' down biases, NULL: none); one block per token.
 extern "C" __global__ void moe_combine(float *x, const float *y, const float *weights, const int32_t *pos, int k,
-                                       int n, int accumulate)
+                                       int n, int accumulate, const float *bias, const int32_t *ids)
 {
     const int t = blockIdx.x;
     for (int d = threadIdx.x; d < n; d += blockDim.x) {
         float acc = 0.0f;
         for (int j = 0; j < k; j++) {
             const int e = t * k + j, row = pos ? pos[e] : e;
-            acc += weights[e] * y[(size_t)row * n + d];
+            const float b = bias ? bias[(size_t)ids[e] * n + d] : 0.0f;
+            acc += weights[e] * (y[(size_t)row * n + d] + b);
         }
         float *dst = x + (size_t)t * n + d;
         *dst = accumulate ? *dst + acc : acc;

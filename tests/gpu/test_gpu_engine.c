@@ -1178,11 +1178,11 @@ static void check_swa_pool(const model *m, const char *label, int n_pos, int n_p
 
 /* The sliding pool on the reference gemma3 and gemma4 files (window 8, split-K attention) and on
  * synthetic gemma3 (window 48, head_dim 64: flash tiles and the tensor-core decode, walking from
- * the window's block) and gemma4 (window 48, head_dim 64 / 128, shared K/V), 600 positions. */
+ * the window's block) and gemma4 (window 48, head_dim 64 / 128, shared K/V), 400 positions. */
 static void test_swa_pool_logits(void **state)
 {
     (void)state;
-    enum { NP = 600, PROMPT = 200 };
+    enum { NP = 400, PROMPT = 200 };
     static int32_t tokens[NP];
     uint64_t seed = 27;
     static const char *files[] = {"reference/gemma3.gguf", "reference/gemma4.gguf", "reference/gemma4_moe.gguf"};

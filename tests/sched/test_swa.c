@@ -146,8 +146,8 @@ static int setup_gemma3(void **state) { return setup_model(state, "gemma3"); }
 static int setup_gemma4(void **state) { return setup_model(state, "gemma4"); }
 static int setup_gpt_oss(void **state) { return setup_model(state, "gpt-oss"); }
 
-/* mkmodel's gemma3 (its tokenizer, learned from the built-in corpus): 6 layers of n_embd 256,
- * 4 heads of 64 over 2 kv heads, window 40, F16. */
+/* mkmodel's gemma3 (its tokenizer, learned from the built-in corpus): 6 layers of n_embd 128,
+ * 2 heads of 64 over 1 kv head, window 40, F16 (small: the CPU runs it too). */
 static int setup_mk_gemma3(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -156,16 +156,16 @@ static int setup_mk_gemma3(void **state)
     mkmodel_config cfg;
     assert_true(mkmodel_preset("tiny", &cfg));
     mkmodel_set_arch(&cfg, MODEL_ARCH_GEMMA3);
-    cfg.n_embd = 256, cfg.n_layer = 6, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.head_dim = 64, cfg.n_ff = 512;
+    cfg.n_embd = 128, cfg.n_layer = 6, cfg.n_head = 2, cfg.n_head_kv = 1, cfg.head_dim = 64, cfg.n_ff = 256;
     cfg.n_vocab = 512, cfg.n_ctx = CTX, cfg.n_swa = 40, cfg.ftype = MKMODEL_F16, cfg.seed = 27;
     char err[512];
     if (!(f->m = tiny_mkmodel_load(&cfg, err, sizeof err))) fail_msg("mkmodel: %s", err);
     return setup_engines(f);
 }
 
-/* A tiny_model gemma4 (the stand-in vocabulary): 6 layers, sliding ones of head_dim 64 over 2 kv
- * heads with a window of 128, full ones of 128 over 1, two sliding to one full (gpt-oss's
- * alternation, at its window), the last 3 reading earlier layers' K/V; F16. */
+/* A tiny_model gemma4 (the stand-in vocabulary): 6 layers of n_embd 128, 2 query heads, sliding
+ * layers of head_dim 64 over 1 kv head with a window of 128, full ones of 128, two sliding to one
+ * full (gpt-oss's alternation, at its window), the last 3 reading earlier layers' K/V; F16. */
 static int setup_g4_w128(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -173,7 +173,7 @@ static int setup_g4_w128(void **state)
     f->name = "g4_w128";
     tiny_spec s = tiny_spec_default();
     s.arch = "gemma4";
-    s.n_vocab = 512, s.n_embd = 256, s.n_layer = 6, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 512, s.n_ctx = CTX;
+    s.n_vocab = 512, s.n_embd = 128, s.n_layer = 6, s.n_head = 2, s.n_head_kv = 1, s.n_ff = 256, s.n_ctx = CTX;
     s.n_swa = 128, s.g4_head_dim_full = 128, s.g4_n_kv_full = 1, s.g4_ple = 32, s.g4_kv_shared = 3;
     s.tied = true, s.wtype = GGML_TYPE_F16, s.seed = 128;
     size_t size;
@@ -305,9 +305,9 @@ static void make_jobs(const fixture *f, job *jobs, int max_tokens)
     }
 }
 
-/* Four sequences decoding 300 tokens each (10+ blocks; 600 for a window of 128) past the window,
+/* Four sequences decoding 300 tokens each (10+ blocks; 450 for a window of 128) past the window,
  * in one batch, with a sliding pool of 6 blocks per row (12 at 128): without freeing it would
- * run out after 6 blocks each.
+ * run out after 6 blocks each (12).
  * Then, on the same scheduler, the next turn of the first one (its 5-token prompt, 60 tokens
  * of its reply, 10 new ones): its 2 blocks are still in the full pool, but the sliding pool
  * has cycled since and their window is gone, so the hit is cut to a prefix whose window is
@@ -319,7 +319,7 @@ static void test_long_decode(void **state)
     const int window = engine_kv_swa_window(f->swa), ring = engine_kv_swa_ring(f->swa);
     assert_int_equal(engine_kv_blocks_swa(f->plain), 0);
     assert_true(window > 0 && window <= 128);
-    const int gen = window < 2 * ENGINE_KV_BLOCK ? 300 : 600;
+    const int gen = window < 2 * ENGINE_KV_BLOCK ? 300 : 450;
     assert_true(engine_kv_blocks_swa(f->swa) < N_JOBS * (5 + gen) / ENGINE_KV_BLOCK); /* what they need without freeing */
     job jobs[N_JOBS];
     make_jobs(f, jobs, gen);
@@ -346,7 +346,7 @@ static void test_long_decode(void **state)
     assert_int_equal(rb.end.kv_blocks_used, 0);
     print_message("%s: window %d, sliding pool %d blocks (ring %d), at most %d in use for %d sequences of up to %d tokens; "
                   "a sequence of %d tokens holds %zu bytes of K/V (%zu without the pool)\n",
-                  f->name, window, engine_kv_blocks_swa(f->swa), ring, rb.swa_used_max, N_JOBS, 370, CTX,
+                  f->name, window, engine_kv_blocks_swa(f->swa), ring, rb.swa_used_max, N_JOBS, 70 + gen, CTX,
                   engine_kv_seq_bytes(f->swa, CTX), engine_kv_seq_bytes(f->plain, CTX));
     assert_same(f, &a1, &b1, 1, "window evicted");
     print_message("%s: the next turn read %d prompt tokens from the cache without the pool, %d with it (its "

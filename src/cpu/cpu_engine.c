@@ -1037,24 +1037,6 @@ static int check_config(const engine_config *cfg, char *err, size_t errlen)
     return 0;
 }
 
-/* The window of the sliding layers' own pool (docs/sliding-kv.md), 0 for none: the model has no
- * sliding layer, the config asks for one pool, a layer without a window reads a sliding
- * layer's K/V (it needs them all), or a row's ring of sliding blocks (a window plus a step's
- * tokens) would be no smaller than its whole table (nothing to save). */
-static int swa_pool_window(const model *m, const engine_config *cfg, int table_width)
-{
-    if (cfg->no_swa_pool) return 0;
-    int window = 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const model_layer *ly = &m->layers[il];
-        if (ly->recipe.attn == ARCH_ATTN_LINEAR || m->layers[ly->kv_source].window == 0) continue;
-        if (ly->window == 0) return 0;
-        if (ly->window > window) window = ly->window;
-    }
-    const int ring = (window + cfg->max_batch_tokens + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1;
-    return window > 0 && ring < table_width ? window : 0;
-}
-
 engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, size_t errlen)
 {
     if (check_config(cfg, err, errlen) != 0 || model_check_features(m, CPU_FEATURES, "cpu", err, errlen) != 0)
@@ -1086,7 +1068,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
 
     const size_t B = (size_t)cfg->max_batch_tokens, slots = (size_t)cfg->n_slots, ctx = (size_t)cfg->ctx_per_slot;
     e->table_width = (cfg->ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
-    const int window = swa_pool_window(m, cfg, e->table_width);
+    const int window = engine_swa_pool_window(m, cfg);
     size_t n_lin = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         n_lin += m->layers[il].recipe.attn == ARCH_ATTN_LINEAR;
@@ -1107,8 +1089,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     /* The sliding pool: every row's ring (a window plus a step's tokens, what a NULL table uses
      * and the most one sequence holds at once) and as many windows again for the prefix cache
      * (kvcache.h keeps freed sliding blocks there until they are needed). */
-    const size_t ring = window ? (size_t)(window + cfg->max_batch_tokens + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1 : 0;
-    const size_t n_swa = mul(slots, ring + (window ? (size_t)(window + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1 : 0));
+    const size_t n_swa = engine_swa_pool_blocks(cfg, window);
     const size_t swa_bytes = mul(n_swa, 2 * kv_block_floats(e, true) * sizeof(float));
     /* The pool: a memory budget when given (less the sliding pool), else what one slot per
      * sequence used to hold, so the default takes no more memory than before and sharing only

@@ -365,10 +365,37 @@ int engine_kv_blocks_swa(const engine *e) { return e->kv_blocks_swa; }
 
 int engine_kv_swa_window(const engine *e) { return e->kv_blocks_swa ? e->swa_window : 0; }
 
-int engine_kv_swa_ring(const engine *e)
+static int swa_ring(const engine_config *cfg, int window)
 {
-    if (!e->kv_blocks_swa) return 0;
-    return (e->swa_window + e->cfg.max_batch_tokens + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1;
+    return (window + cfg->max_batch_tokens + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1;
+}
+
+int engine_kv_swa_ring(const engine *e) { return e->kv_blocks_swa ? swa_ring(&e->cfg, e->swa_window) : 0; }
+
+int engine_swa_pool_window(const model *m, const engine_config *cfg)
+{
+    if (cfg->no_swa_pool) return 0;
+    int window = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const model_layer *ly = &m->layers[il];
+        if (ly->recipe.attn == ARCH_ATTN_LINEAR || m->layers[ly->kv_source].window == 0) continue;
+        if (ly->window == 0) return 0;
+        if (ly->window > window) window = ly->window;
+    }
+    const int table_width = (cfg->ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
+    return window > 0 && swa_ring(cfg, window) < table_width ? window : 0;
+}
+
+bool engine_swa_layer(const model *m, int il, int window)
+{
+    const model_layer *ly = &m->layers[il];
+    return window > 0 && ly->recipe.attn != ARCH_ATTN_LINEAR && m->layers[ly->kv_source].window > 0;
+}
+
+size_t engine_swa_pool_blocks(const engine_config *cfg, int window)
+{
+    if (!window) return 0;
+    return (size_t)cfg->n_slots * (size_t)(swa_ring(cfg, window) + (window + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK + 1);
 }
 
 size_t engine_kv_block_bytes(const engine *e) { return e->kv_block_bytes; }

@@ -55,6 +55,17 @@ int engine_kv_blocks_per_seq(const engine *e);
 int32_t engine_seq_block(const engine *e, const engine_seq *s, int index);
 /* The same in the sliding pool (the row's ring without blocks_swa). */
 int32_t engine_seq_block_swa(const engine *e, const engine_seq *s, int index);
+/* The window of the sliding layers' own pool (docs/sliding-kv.md) for model m under cfg, 0 for
+ * none: the model has no sliding layer, cfg asks for one pool, a layer without a window reads a
+ * sliding layer's K/V (it needs them all), or a row's ring (a window plus a step's tokens) would
+ * be no smaller than its whole table (nothing to save).  Every backend keeps the same pool. */
+int engine_swa_pool_window(const model *m, const engine_config *cfg);
+/* Whether layer il's K/V live in that pool (window > 0): an attention layer whose K/V source
+ * (itself, or Gemma 4's kv_source) has a window. */
+bool engine_swa_layer(const model *m, int il, int window);
+/* Blocks of the sliding pool: every row's ring (what a NULL blocks_swa uses and the most one
+ * sequence holds at once) and as many windows again for the prefix cache. */
+size_t engine_swa_pool_blocks(const engine_config *cfg, int window);
 /* The state slot s uses (hybrid models): its `state` with a block table, else its row. */
 int engine_seq_state(const engine_seq *s);
 

@@ -372,19 +372,21 @@ static size_t layer_block_bytes(const gpu_layer *L)
     return (size_t)L->n_kv * GPU_KV_BLOCK * (size_t)L->hd * sizeof(uint16_t);
 }
 
-/* Bytes of one KV block in one of the two caches: every layer that computes its own K/V (not
- * the shared-K/V layers, not the linear layers). */
-static size_t kv_block_bytes(const gpu_engine *g)
+/* Bytes of one KV block of one pool (swa: the sliding layers') in one of the two caches: every
+ * layer of that pool that computes its own K/V (not the shared-K/V layers, not the linear
+ * layers). */
+static size_t kv_block_bytes(const gpu_engine *g, bool swa)
 {
     size_t b = 0;
     for (int l = 0; l < g->base.m->hp.n_layer; l++)
-        if (g->layers[l].kv_own) b += layer_block_bytes(&g->layers[l]);
+        if (g->layers[l].kv_own && g->layers[l].kv_swa == swa) b += layer_block_bytes(&g->layers[l]);
     return b;
 }
 
-/* Each layer's region of the caches for n_blocks + 1 blocks: its own, one after the other, or
- * (shared K/V) its kv_source's; a linear layer has none. */
-static void place_layer_kv(gpu_engine *g, size_t n_blocks)
+/* Each layer's region of the caches for its pool's blocks + 1 (n_blocks, or n_swa for the
+ * sliding layers): its own, one after the other, or (shared K/V) its kv_source's; a linear
+ * layer has none. */
+static void place_layer_kv(gpu_engine *g, size_t n_blocks, size_t n_swa)
 {
     const model *m = g->base.m;
     size_t off = 0;
@@ -398,7 +400,7 @@ static void place_layer_kv(gpu_engine *g, size_t n_blocks)
         }
         L->kc = g->kc + off;
         L->vc = g->vc + off;
-        off += (n_blocks + 1) * layer_block_bytes(L);
+        off += ((L->kv_swa ? n_swa : n_blocks) + 1) * layer_block_bytes(L);
     }
 }
 
@@ -420,14 +422,22 @@ static int plan_states(gpu_engine *g)
     return g->state_len ? 0 : -1;
 }
 
-/* The pool's blocks: --kv-cache-size when given; else what free memory leaves after the
- * buffers (`used`), the reserve and GPU_KV_AUTO_SPARE.  0 when that is less than one block. */
+/* The full pool's blocks: --kv-cache-size when given (less the sliding pool, which is carved
+ * out first, as on the CPU); else what free memory leaves after the buffers (`used`), the
+ * sliding pool, the reserve and GPU_KV_AUTO_SPARE.  0 when that is less than one block.  A
+ * model whose every attention layer is in the sliding pool has blocks of no bytes: what one
+ * slot per sequence would take. */
 static size_t kv_pool_blocks(const gpu_engine *g, size_t free_b, size_t used)
 {
     const engine_config *cfg = &g->base.cfg;
     size_t pair = 2 * g->block_bytes;
-    if (cfg->kv_cache_mb) return cfg->kv_cache_mb * ((size_t)1 << 20) / pair;
-    size_t keep = used + cfg->vram_reserve_mb * ((size_t)1 << 20) + GPU_KV_AUTO_SPARE + pair; /* + padding block */
+    if (!pair) return (size_t)cfg->n_slots * g->table_width;
+    if (cfg->kv_cache_mb) {
+        size_t budget = cfg->kv_cache_mb * ((size_t)1 << 20);
+        return budget > g->swa_bytes ? (budget - g->swa_bytes) / pair : 0;
+    }
+    size_t keep = used + g->swa_bytes + cfg->vram_reserve_mb * ((size_t)1 << 20) + GPU_KV_AUTO_SPARE +
+                  pair; /* + padding block */
     size_t n = free_b > keep ? (free_b - keep) / pair : 0;
     return n > GPU_KV_AUTO_MAX_BLOCKS ? GPU_KV_AUTO_MAX_BLOCKS : n;
 }
@@ -447,7 +457,14 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->cap_tokens = T;
     g->cap_rows = R;
     g->table_width = (cfg->ctx_per_slot + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK;
-    g->block_bytes = kv_block_bytes(g);
+    /* the sliding layers' own pool, as the CPU engine keeps it (engine_swa_pool_window): its
+     * blocks (rings and windows for the prefix cache) and one for decode padding */
+    const int swa_window = engine_swa_pool_window(g->base.m, cfg);
+    for (int l = 0; l < hp->n_layer; l++) g->layers[l].kv_swa = engine_swa_layer(g->base.m, l, swa_window);
+    const size_t n_swa = engine_swa_pool_blocks(cfg, swa_window);
+    g->block_bytes = kv_block_bytes(g, false);
+    g->block_bytes_swa = kv_block_bytes(g, true);
+    g->swa_bytes = n_swa ? (n_swa + 1) * 2 * g->block_bytes_swa : 0;
     g->row_of_seq = malloc((size_t)R * sizeof *g->row_of_seq);
     g->hist_len = calloc((size_t)cfg->n_slots + 1, sizeof *g->hist_len);
     if (!g->row_of_seq || !g->hist_len || plan_states(g)) {
@@ -543,7 +560,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     in->mask = align_up(in->bias + (size_t)R * GPU_MAX_BIAS_PER_SEQ * sizeof(gpu_bias), 64);
     g->mask_words = (hp->n_vocab + 31) / 32;
     in->tables = align_up(in->mask + (size_t)R * g->mask_words * sizeof(uint32_t), 64);
-    in->bytes = in->tables + (size_t)R * g->table_width * sizeof(int32_t);
+    in->tables_swa = align_up(in->tables + (size_t)R * g->table_width * sizeof(int32_t), 64);
+    in->bytes = in->tables_swa + (n_swa ? (size_t)R * g->table_width * sizeof(int32_t) : 0);
 
     alloc_req req[] = {
         {&g->x, (size_t)T * g->d_embd * f},
@@ -590,8 +608,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
      * per sequence used to reserve (or the pool asked for) and 1 GiB to spare; otherwise one
      * matrix at a time is decoded into a scratch as it is used and the pool gets the rest. */
     size_t pair = 2 * g->block_bytes;
-    size_t base_kv = cfg->kv_cache_mb ? kv_pool_blocks(g, free_b, act) * pair
-                                      : (size_t)cfg->n_slots * g->table_width * pair;
+    size_t base_kv = g->swa_bytes + (cfg->kv_cache_mb ? kv_pool_blocks(g, free_b, act) * pair
+                                                      : (size_t)cfg->n_slots * g->table_width * pair);
     g->w16_bytes = all_f16 && base_kv + act + reserve + all_f16 + ((size_t)1 << 30) <= free_b ? all_f16 : 0;
     g->wdq_bytes = g->have_blas && !g->w16_bytes ? largest : 0;
     act += g->w16_bytes + g->wdq_bytes;
@@ -601,27 +619,29 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t min_blocks = cfg->kv_cache_mb ? 1 : (size_t)g->table_width;
     if (n_blocks < min_blocks) n_blocks = 0;
     if (n_blocks > (1 << 24)) n_blocks = 1 << 24; /* block ids are int32 */
-    g->kv_bytes = (n_blocks + 1) * pair;
+    g->kv_bytes = (n_blocks + 1) * pair + g->swa_bytes;
     if (!n_blocks || g->kv_bytes + act + reserve > free_b) {
         int kv_layers = 0;
-        for (int l = 0; l < hp->n_layer; l++) kv_layers += g->layers[l].kv_own;
+        for (int l = 0; l < hp->n_layer; l++) kv_layers += g->layers[l].kv_own && !g->layers[l].kv_swa;
         snprintf(err, errlen,
                  "not enough GPU memory for a KV pool of %zu tokens (%s; %.2f MiB per %d-token block "
-                 "of %d layers x up to %d kv heads x %d dims x K,V fp16%s) + buffers %.0f MiB + reserve %zu MiB: "
-                 "%.0f MiB free after %.0f MiB of weights; lower -c/--ctx-size or -np/--parallel, or raise "
-                 "--kv-cache-size",
+                 "of %d layers x up to %d kv heads x %d dims x K,V fp16%s) + the sliding layers' pool %.0f MiB + "
+                 "buffers %.0f MiB + reserve %zu MiB: %.0f MiB free after %.0f MiB of weights; lower -c/--ctx-size "
+                 "or -np/--parallel, or raise --kv-cache-size",
                  min_blocks * GPU_KV_BLOCK, cfg->kv_cache_mb ? "at least one block" : "one -c request", pair / MIB,
-                 GPU_KV_BLOCK, kv_layers, n_kv_max, hd_max,
-                 cfg->kv_cache_mb ? ", --kv-cache-size" : "", act / MIB, cfg->vram_reserve_mb, free_b / MIB,
-                 g->wbytes / MIB);
+                 GPU_KV_BLOCK, kv_layers, n_kv_max, hd_max, cfg->kv_cache_mb ? ", --kv-cache-size" : "",
+                 g->swa_bytes / MIB, act / MIB, cfg->vram_reserve_mb, free_b / MIB, g->wbytes / MIB);
         return -1;
     }
     g->base.kv_blocks = (int)n_blocks;
-    g->base.kv_block_bytes = pair; /* no sliding pool yet (docs/sliding-kv.md): kv_blocks_swa stays 0 */
+    g->base.kv_block_bytes = pair;
+    g->base.kv_blocks_swa = (int)n_swa;
+    g->base.swa_window = swa_window;
+    g->base.kv_block_bytes_swa = 2 * g->block_bytes_swa;
     size_t kvb = g->kv_bytes / 2;
     alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, kvb}}, wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
     if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen)) return -1;
-    place_layer_kv(g, n_blocks);
+    place_layer_kv(g, n_blocks, n_swa);
     if (alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen) ||
         alloc_all(wq, 2, "allocating FP16 weights", g->stream, err, errlen))
         return -1;
@@ -637,6 +657,14 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
              g->wbytes / MIB, g->kv_bytes / MIB, g->base.kv_blocks, GPU_KV_BLOCK,
              (long long)g->base.kv_blocks * GPU_KV_BLOCK, cfg->n_slots, cfg->ctx_per_slot, act / MIB, free_b / MIB,
              total_b / MIB);
+    if (n_swa) /* docs/sliding-kv.md: the sliding layers keep a window per sequence, not a context */
+        log_info("cuda: of the KV cache, %.0f MiB are the sliding-window layers' own pool (%d blocks of %.3f MiB, "
+                 "window %d) and %.0f MiB the full layers' (%d blocks of %.3f MiB); a sequence of %d tokens holds "
+                 "%.1f MiB of K/V (%.1f MiB with every layer's K/V kept)",
+                 g->swa_bytes / MIB, g->base.kv_blocks_swa, g->base.kv_block_bytes_swa / MIB, swa_window,
+                 (g->kv_bytes - g->swa_bytes) / MIB, g->base.kv_blocks, pair / MIB, cfg->ctx_per_slot,
+                 engine_kv_seq_bytes(&g->base, cfg->ctx_per_slot) / MIB,
+                 (double)((size_t)g->table_width * (pair + g->base.kv_block_bytes_swa)) / MIB);
     if (g->base.n_states)
         log_info("cuda: %d recurrent-state slots of %.2f MiB (in the buffers)", g->base.n_states,
                  g->base.state_bytes / MIB);
@@ -698,6 +726,8 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     unsigned char *h = g->in_h;
     int32_t *tok = (int32_t *)(h + g->in.tok), *pos = (int32_t *)(h + g->in.pos), *slot = (int32_t *)(h + g->in.slot);
     int32_t *seq = (int32_t *)(h + g->in.seq), *tables = (int32_t *)(h + g->in.tables);
+    int32_t *tables_swa = (int32_t *)(h + g->in.tables_swa);
+    const int n_swa = g->base.kv_blocks_swa, window = g->base.swa_window;
     int32_t *lidx = (int32_t *)(h + g->in.lidx), *dtok = (int32_t *)(h + g->in.dtok);
     int32_t *ftiles = (int32_t *)(h + g->in.ftiles);
     const int qt = g->fa_q_tokens;
@@ -735,8 +765,12 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
                      s->slot, g->hist_len[s->slot]);
             return -1;
         }
-        for (int b = 0; b <= (s->pos + s->n_tokens - 1) / GPU_KV_BLOCK; b++)
-            tables[(size_t)i * tw + b] = engine_seq_block(&g->base, s, b);
+        const int last = (s->pos + s->n_tokens - 1) / GPU_KV_BLOCK;
+        for (int b = 0; b <= last; b++) tables[(size_t)i * tw + b] = engine_seq_block(&g->base, s, b);
+        /* the sliding table from the window of the step's first query on (engine.h): the
+         * kernels start at gpu_attn_key0, so the -1 entries before it are never read */
+        for (int b = 0, first = engine_swa_first_block(s->pos, window); n_swa && b <= last; b++)
+            tables_swa[(size_t)i * tw + b] = b < first ? -1 : engine_seq_block_swa(&g->base, s, b);
         /* Attention: a span of >= 2 tokens as flash tiles of up to qt tokens, cut from its
          * first token (any cut gives the same result: flash_attn.cuh); a single token (decode)
          * through split-K, whose split count is per token and not monotone in the key count
@@ -810,6 +844,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             seq[t] = t;
             sseq[t] = (gpu_ssm_seq){.first = t, .n = 1, .state = g->base.n_states}; /* the spare slot */
             tables[(size_t)t * tw] = g->base.kv_blocks;
+            if (n_swa) tables_swa[(size_t)t * tw] = n_swa; /* that pool's padding block */
             memset(&rows[t], 0, sizeof rows[t]);
             rows[t].token_index = t;
             rows[t].slot = g->base.cfg.n_slots;
@@ -914,7 +949,9 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
     if (cu.cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
         cu.cuMemcpyHtoDAsync(g->in_d, g->in_h, p.copy_bytes, g->stream) != CUDA_SUCCESS ||
         cu.cuMemcpyHtoDAsync(g->in_d + g->in.tables, g->in_h + g->in.tables, p.table_bytes, g->stream) !=
-            CUDA_SUCCESS) {
+            CUDA_SUCCESS ||
+        (g->base.kv_blocks_swa && cu.cuMemcpyHtoDAsync(g->in_d + g->in.tables_swa, g->in_h + g->in.tables_swa,
+                                                       p.table_bytes, g->stream) != CUDA_SUCCESS)) {
         snprintf(err, errlen, "step: setting the context or copying the inputs failed");
         rc = -1;
     }
@@ -999,9 +1036,10 @@ static void gpu_slot_clear(engine *e, int slot)
     ((gpu_engine *)e)->hist_len[slot] = 0;
 }
 
-/* Copy-on-write of one block (both caches, every layer with K/V of its own: one range per
- * layer and cache), ordered on the compute stream before any later step. */
-static int gpu_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
+/* Copy-on-write of one block of a pool (swa: the sliding layers'; both caches, every layer of
+ * that pool with K/V of its own: one range per layer and cache), ordered on the compute stream
+ * before any later step. */
+static int kv_copy_in_pool(engine *e, bool swa, int dst, int src, char *err, size_t errlen)
 {
     gpu_engine *g = (gpu_engine *)e;
     if (g->failed[0]) {
@@ -1011,18 +1049,29 @@ static int gpu_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
     CUresult r = cu.cuCtxSetCurrent(g->ctx);
     for (int l = 0; l < e->m->hp.n_layer && r == CUDA_SUCCESS; l++) {
         const gpu_layer *L = &g->layers[l];
-        if (!L->kv_own) continue;
+        if (!L->kv_own || L->kv_swa != swa) continue;
         size_t bb = layer_block_bytes(L), d = (size_t)dst * bb, sr = (size_t)src * bb;
         r = cu.cuMemcpyDtoDAsync(L->kc + d, L->kc + sr, bb, g->stream);
         if (r == CUDA_SUCCESS) r = cu.cuMemcpyDtoDAsync(L->vc + d, L->vc + sr, bb, g->stream);
     }
     if (r != CUDA_SUCCESS) {
         char b[160];
-        snprintf(err, errlen, "copying KV block %d to %d: %s", src, dst, cuda_api_strerror(r, b, sizeof b));
+        snprintf(err, errlen, "copying %sKV block %d to %d: %s", swa ? "sliding " : "", src, dst,
+                 cuda_api_strerror(r, b, sizeof b));
         snprintf(g->failed, sizeof g->failed, "%s", err);
         return ENGINE_FATAL;
     }
     return 0;
+}
+
+static int gpu_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    return kv_copy_in_pool(e, false, dst, src, err, errlen);
+}
+
+static int gpu_kv_copy_swa(engine *e, int dst, int src, char *err, size_t errlen)
+{
+    return kv_copy_in_pool(e, true, dst, src, err, errlen);
 }
 
 /* A state slot copied whole (a snapshot of a prefix, or one restored), ordered on the compute
@@ -1081,7 +1130,7 @@ static void gpu_destroy(engine *e)
 
 static const engine_vtable gpu_vtable = {
     .name = "cuda", .step = gpu_step, .slot_clear = gpu_slot_clear, .kv_copy = gpu_kv_copy,
-    .state_copy = gpu_state_copy, .destroy = gpu_destroy};
+    .kv_copy_swa = gpu_kv_copy_swa, .state_copy = gpu_state_copy, .destroy = gpu_destroy};
 
 /* A matrix in a format without kernels (gpu_kernel_names.h) is refused here, before anything
  * is allocated or uploaded, naming the first such tensor; --device auto then runs the model on

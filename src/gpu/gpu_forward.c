@@ -375,7 +375,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     if (ap->n_tiles > 0) {
         flash_args fa = {
             .q = F32(g->q), .kc = F16(L->kc), .vc = F16(L->vc), .seq = I32(g->in_d + g->in.seq),
-            .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
+            .pos = I32(g->in_d + g->in.pos), .tables = I32(gpu_layer_tables(g, L)),
             .tiles = I32(g->in_d + g->in.ftiles), .out = F16(g->act_h), .n_layer = 1, .layer = 0,
             .n_head = hp->n_head, .n_kv = L->n_kv, .table_width = g->table_width, .window = window,
             .scale = (float)(M_LOG2E / sqrt((double)hp->attn_scalar)), .sinks = sinks,
@@ -392,7 +392,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     CUdeviceptr list = ap->dec_listed ? g->in_d + g->in.dtok : 0;
     attn_args a = {
         .q = F32(g->q), .kc = F16(L->kc), .vc = F16(L->vc), .seq = I32(g->in_d + g->in.seq),
-        .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables), .n_layer = 1,
+        .pos = I32(g->in_d + g->in.pos), .tables = I32(gpu_layer_tables(g, L)), .n_layer = 1,
         .layer = 0, .n_head = nh, .n_kv = L->n_kv, .table_width = g->table_width,
         .hd = hd, .gb = gb, .n_split = n_split, .window = window,
         .scale = 1.0f / sqrtf(hp->attn_scalar), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
@@ -669,7 +669,7 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     qkv_post_args post = {
         .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
         .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(L->kc), .vc = F16(L->vc),
-        .seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos), .tables = I32(g->in_d + g->in.tables),
+        .seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos), .tables = I32(gpu_layer_tables(g, L)),
         .freq_div = L->rope_freqs ? F32(L->rope_freqs) : NULL, .rope_base = L->rope_base,
         .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
         .n_kv = L->n_kv, .hd = L->hd, .n_layer = 1, .layer = 0, .table_width = g->table_width, .v_norm = L->v_norm,

@@ -82,15 +82,19 @@ typedef struct gpu_layer {
      * A linear (gated DeltaNet) layer has none: kv_own false, kc = vc = 0. */
     CUdeviceptr kc, vc;
     bool kv_own;
+    /* those K/V are in the sliding layers' pool (docs/sliding-kv.md): the region holds that
+     * pool's blocks and the layer reads and writes it through the sliding block tables */
+    bool kv_swa;
 } gpu_layer;
 
-/* Where each per-step input lives in the staging buffer, copied in two parts so a step moves
+/* Where each per-step input lives in the staging buffer, copied in parts so a step moves
  * only what it uses: everything up to the used logit_bias entries (or, with constrained rows,
- * up to their allowed-token masks), and the used rows of the block tables (last).  Decode
+ * up to their allowed-token masks), and the used rows of the block tables (last: the full
+ * layers', then, with a sliding pool, the sliding layers', same width).  Decode
  * graphs read these fixed addresses.  ftiles (flash tiles, int32 pairs) and dtok (tokens for
  * the split-K kernel) say how attention takes the step's tokens (gpu_attn_plan). */
 typedef struct gpu_inputs {
-    size_t tok, pos, slot, seq, rows, lidx, dtok, ftiles, sseq, schunk, bias, mask, tables, bytes;
+    size_t tok, pos, slot, seq, rows, lidx, dtok, ftiles, sseq, schunk, bias, mask, tables, tables_swa, bytes;
 } gpu_inputs;
 
 /* How attention takes a step's tokens (pack_step): n_tiles flash tiles listed at in.ftiles
@@ -126,13 +130,16 @@ typedef struct gpu_engine {
     gpu_matrix ple_tok_embd, ple_model_proj;
     CUdeviceptr ple_proj_norm;
 
-    /* KV block pool: kv_blocks + 1 blocks (the last takes decode padding's writes), and the
-     * token history per row: n_slots + 1 rows (the last for padding).  hist_len: how many of
-     * a row's history entries the device holds for its current sequence.  Each layer that
-     * computes K/V has its own region of kc and vc (gpu_layer.kc/vc: blocks of its own shape),
-     * so one block is a range per layer. */
+    /* KV block pools: kv_blocks + 1 blocks (the last takes decode padding's writes) and, with
+     * sliding layers in their own pool (docs/sliding-kv.md), kv_blocks_swa + 1 more for those;
+     * and the token history per row: n_slots + 1 rows (the last for padding).  hist_len: how
+     * many of a row's history entries the device holds for its current sequence.  Each layer
+     * that computes K/V has its own region of kc and vc (gpu_layer.kc/vc: blocks of its own
+     * shape, as many as its pool has), so one block is a range per layer of its pool. */
     CUdeviceptr kc, vc, hist;
-    size_t kv_bytes, block_bytes; /* both caches; one block of one cache, every layer with K/V */
+    size_t kv_bytes;       /* both caches, both pools */
+    size_t block_bytes;    /* one block of one cache: every full layer with K/V of its own */
+    size_t block_bytes_swa, swa_bytes; /* the same for the sliding layers; their pool, both caches */
     int table_width;              /* blocks of one sequence's table */
     int *hist_len;
 
@@ -214,6 +221,12 @@ typedef struct gpu_engine {
      * later step reports ENGINE_FATAL with this message. */
     char failed[320];
 } gpu_engine;
+
+/* The block tables (device) layer L reads and writes its K/V through: its pool's. */
+static inline CUdeviceptr gpu_layer_tables(const gpu_engine *g, const gpu_layer *L)
+{
+    return g->in_d + (L->kv_swa ? g->in.tables_swa : g->in.tables);
+}
 
 /* Run the forward pass of n_tokens packed tokens (inputs already in in_d), attention as ap
  * says, and sample n_rows logits rows (logits into g->logits, samples into g->sout).

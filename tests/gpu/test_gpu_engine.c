@@ -27,6 +27,12 @@
  *     files of ../shared/reference (head_dim 16: split-K attention, per-entry experts) and a
  *     mkmodel-made MXFP4 one (head_dim 64: flash tiles and attn_decode, the grouped mmq launches),
  *     logits as qwen3moe's, 32 concurrent sequences as each alone;
+ *   - the sliding layers' own KV pool (docs/sliding-kv.md): the reference gemma3 / gemma4 /
+ *     gemma4_moe and synthetic gemma3 / gemma4 decoding far past the window through each row's
+ *     ring give the logits of the one-pool engine bit for bit and the CPU's within the bounds
+ *     above; blocks copied in both pools read as the originals; the Gemma-3-27B shape's K/V of
+ *     one 32k sequence <= 25 % of the all-global figure (the scheduler's side, several
+ *     sequences through a small pool with prefix hits, is tests/sched/test_swa.c with "cuda");
  *   - a recipe feature the GPU does not run (phi3's fused qkv) is refused by name.
  * Skips without a device. */
 #include <math.h>
@@ -72,16 +78,26 @@ static void free_pair(pair *p)
 }
 
 /* Logits of tokens[0..n) in slot `slot`: a prompt of n_prompt tokens (every position's
- * logits), then one decode step per remaining token. */
-static void run_logits(engine *e, int slot, const int32_t *tokens, int n, int n_prompt, float *logits, int V)
+ * logits) in steps of at most `chunk`, then one decode step per remaining token. */
+static void run_logits_chunked(engine *e, int slot, const int32_t *tokens, int n, int n_prompt, int chunk,
+                               float *logits, int V)
 {
     char err[512];
-    engine_seq s = {.slot = slot, .tokens = tokens, .n_tokens = n_prompt, .pos = 0, .logits = logits, .logits_all = true};
-    if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("%s prefill: %s", engine_name(e), err);
+    engine_seq s;
+    for (int p = 0; p < n_prompt; p += chunk) {
+        s = (engine_seq){.slot = slot, .tokens = tokens + p, .n_tokens = n_prompt - p < chunk ? n_prompt - p : chunk,
+                         .pos = p, .logits = logits + (size_t)p * V, .logits_all = true};
+        if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("%s prefill at %d: %s", engine_name(e), p, err);
+    }
     for (int p = n_prompt; p < n; p++) {
         s = (engine_seq){.slot = slot, .tokens = tokens + p, .n_tokens = 1, .pos = p, .logits = logits + (size_t)p * V};
         if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("%s decode %d: %s", engine_name(e), p, err);
     }
+}
+
+static void run_logits(engine *e, int slot, const int32_t *tokens, int n, int n_prompt, float *logits, int V)
+{
+    run_logits_chunked(e, slot, tokens, n, n_prompt, n_prompt, logits, V);
 }
 
 static int argmax(const float *v, int n)
@@ -679,21 +695,12 @@ static void test_moe_reference_files(void **state)
     check_reference_files(files, 2, 21, false);
 }
 
-/* The model mkmodel writes for cfg (into a temporary file, removed once loaded). */
+/* The model mkmodel writes for cfg (tiny_model.c: through a temporary file), or the test fails. */
 static model *mkmodel_loaded(const mkmodel_config *cfg)
 {
-    char path[] = "/tmp/inferd-gpu-mkmodel-XXXXXX.gguf", err[512];
-    int fd = mkstemps(path, 5);
-    assert_true(fd >= 0);
-    close(fd);
-    size_t len = 0;
-    char *corpus = mkmodel_corpus("/nonexistent", 1 << 16, &len);
-    int rc = mkmodel_write(cfg, corpus, len, path, err, sizeof err);
-    free(corpus);
-    if (rc != 0) fail_msg("mkmodel_write: %s", err);
-    model *m = model_load(path, err, sizeof err);
-    unlink(path);
-    if (!m) fail_msg("model_load: %s", err);
+    char err[512];
+    model *m = tiny_mkmodel_load(cfg, err, sizeof err);
+    if (!m) fail_msg("mkmodel: %s", err);
     return m;
 }
 
@@ -1090,12 +1097,14 @@ static void test_encoder_refused(void **state)
 
 /* ---- gemma4 ---- */
 
-/* Decode one token at pos 40 of a 40-token prompt read through `blocks`: its logits. */
-static void decode_through(engine *e, const int32_t *blocks, const int32_t *tokens, float *logits)
+/* Decode one token at pos 40 of a 40-token prompt read through `blocks` (and `blocks_swa`, with
+ * a sliding pool): its logits. */
+static void decode_through(engine *e, const int32_t *blocks, const int32_t *blocks_swa, const int32_t *tokens,
+                           float *logits)
 {
     char err[512];
     engine_seq s = {.slot = 0, .tokens = tokens + 40, .n_tokens = 1, .pos = 40, .blocks = blocks,
-                    .history = tokens, .logits = logits};
+                    .blocks_swa = blocks_swa, .history = tokens, .logits = logits};
     if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("decode through blocks: %s", err);
 }
 
@@ -1165,14 +1174,150 @@ static void test_logits_gemma4(void **state)
         if (engine_kv_copy(e, 2, 0, err, sizeof err) || engine_kv_copy(e, 3, 1, err, sizeof err)) fail_msg("%s", err);
         const size_t V = (size_t)m->hp.n_vocab;
         float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
-        decode_through(e, orig, tokens, a);
-        decode_through(e, copy, tokens, b);
+        decode_through(e, orig, NULL, tokens, a);
+        decode_through(e, copy, NULL, tokens, b);
         assert_memory_equal(a, b, V * sizeof *a);
         print_message("  %s: a copied prompt's blocks give the original's logits bit for bit\n", files[i]);
         free(a), free(b);
         engine_free(e);
         model_free(m);
     }
+}
+
+/* ---- the sliding layers' own pool (docs/sliding-kv.md) ---- */
+
+/* m on the GPU with the sliding pool: its logits at n_pos positions (a prompt of n_prompt in
+ * steps of 64, then decode steps far past the window), the row's sliding K/V in its ring
+ * (blocks_swa NULL: the ring wraps every few blocks), are those of the GPU engine that keeps
+ * every layer's K/V in one pool bit for bit (the same kernels over the same keys), and within
+ * the bounds of the other GPU-vs-CPU tests of the CPU's (itself with the pool; max_over as
+ * there).  Then a 40-token prompt through explicit tables of both pools, its blocks copied in
+ * both (engine_kv_copy, engine_kv_copy_swa) and read in place of the originals: the same logits
+ * bit for bit. */
+static void check_swa_pool(const model *m, const char *label, int n_pos, int n_prompt, const int32_t *tokens,
+                           int max_over)
+{
+    const int V = m->hp.n_vocab;
+    char err[512];
+    engine_config cfg = {.n_slots = 3, .ctx_per_slot = 1024, .max_batch_tokens = 64, .n_threads = 2};
+    engine_config one = cfg;
+    one.no_swa_pool = true;
+    pair p = make_pair(m, &cfg);
+    engine *plain = engine_open(ENGINE_DEVICE_CUDA, m, &one, err, sizeof err);
+    if (!plain) fail_msg("cuda engine without the sliding pool: %s", err);
+    assert_int_equal(engine_kv_blocks_swa(plain), 0);
+    assert_true(engine_kv_blocks_swa(p.gpu) > 0);
+    assert_int_equal(engine_kv_blocks_swa(p.gpu), engine_kv_blocks_swa(p.cpu));
+    assert_int_equal(engine_kv_swa_window(p.gpu), engine_kv_swa_window(p.cpu));
+    assert_int_equal(engine_kv_swa_ring(p.gpu), engine_kv_swa_ring(p.cpu));
+    assert_true(n_pos > 2 * engine_kv_swa_ring(p.gpu) * ENGINE_KV_BLOCK); /* the ring wraps twice */
+    size_t n = (size_t)n_pos * V;
+    float *lg = malloc(n * sizeof *lg), *lp = malloc(n * sizeof *lp), *lc = malloc(n * sizeof *lc);
+    assert_true(lg && lp && lc);
+    run_logits_chunked(p.gpu, 1, tokens, n_pos, n_prompt, 64, lg, V);
+    run_logits_chunked(plain, 1, tokens, n_pos, n_prompt, 64, lp, V);
+    run_logits_chunked(p.cpu, 1, tokens, n_pos, n_prompt, 64, lc, V);
+    int differ = 0;
+    for (int t = 0; t < n_pos; t++) differ += memcmp(lg + (size_t)t * V, lp + (size_t)t * V, (size_t)V * sizeof *lg) != 0;
+    agreement a = compare_logits(lg, lc, n_pos, V);
+    print_message("  %-24s window %d, sliding pool %d blocks (ring %d), full %d: %d of %d positions differ from one "
+                  "pool; vs the CPU top-1 %.2f %%, max relative logit error %.2e (%d over %.0e%s%s)\n",
+                  label, engine_kv_swa_window(p.gpu), engine_kv_blocks_swa(p.gpu), engine_kv_swa_ring(p.gpu),
+                  engine_kv_blocks(p.gpu), differ, n_pos, 100.0 * a.top1, a.max_rel, a.over, REL_BOUND,
+                  a.where[0] ? ":" : "", a.where);
+    assert_int_equal(differ, 0);
+    assert_true(a.top1 >= 0.99);
+    assert_true(a.over <= max_over);
+
+    /* copy-on-write in both pools */
+    assert_true(engine_kv_blocks(p.gpu) >= 4 && engine_kv_blocks_swa(p.gpu) >= 4);
+    const int32_t orig[2] = {0, 1}, copy[2] = {2, 3};
+    engine_seq s = {.slot = 0, .tokens = tokens, .n_tokens = 40, .pos = 0, .blocks = orig, .blocks_swa = orig};
+    if (engine_step(p.gpu, &s, 1, NULL, err, sizeof err)) fail_msg("prompt: %s", err);
+    for (int b = 0; b < 2; b++)
+        if (engine_kv_copy(p.gpu, copy[b], orig[b], err, sizeof err) ||
+            engine_kv_copy_swa(p.gpu, copy[b], orig[b], err, sizeof err))
+            fail_msg("%s", err);
+    decode_through(p.gpu, orig, orig, tokens, lg);
+    decode_through(p.gpu, copy, copy, tokens, lp);
+    assert_memory_equal(lg, lp, (size_t)V * sizeof *lg);
+    /* only the sliding copies: the full layers' K/V of blocks 2, 3 are the copies above, so a
+     * sliding table of the originals reads the same; one of never-written blocks would not */
+    decode_through(p.gpu, copy, orig, tokens, lp);
+    assert_memory_equal(lg, lp, (size_t)V * sizeof *lg);
+    free(lg), free(lp), free(lc);
+    engine_free(plain);
+    free_pair(&p);
+}
+
+/* The sliding pool on the reference gemma3 and gemma4 files (window 8, split-K attention) and on
+ * synthetic gemma3 (window 48, head_dim 64: flash tiles and the tensor-core decode, walking from
+ * the window's block) and gemma4 (window 48, head_dim 64 / 128, shared K/V), 400 positions. */
+static void test_swa_pool_logits(void **state)
+{
+    (void)state;
+    enum { NP = 400, PROMPT = 200 };
+    static int32_t tokens[NP];
+    uint64_t seed = 27;
+    static const char *files[] = {"reference/gemma3.gguf", "reference/gemma4.gguf", "reference/gemma4_moe.gguf"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        model *m = load_shared(files[i]);
+        if (!m) continue;
+        for (int t = 0; t < NP; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+        check_swa_pool(m, files[i], NP, PROMPT, tokens, m->hp.n_expert ? NP / 20 : 0);
+        model_free(m);
+    }
+    for (int g4 = 0; g4 < 2; g4++) {
+        tiny_spec s = tiny_spec_default();
+        s.arch = g4 ? "gemma4" : "gemma3";
+        s.n_vocab = 512, s.n_embd = 256, s.n_layer = 6, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 512, s.n_ctx = 1024;
+        s.n_swa = 48, s.tied = true, s.post_norms = !g4, s.wtype = GGML_TYPE_Q8_0, s.seed = 400 + (uint64_t)g4;
+        if (g4) s.g4_head_dim_full = 128, s.g4_n_kv_full = 1, s.g4_ple = 32, s.g4_kv_shared = 3;
+        void *image;
+        model *m = random_model(s, &image);
+        for (int t = 0; t < NP; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)s.n_vocab);
+        check_swa_pool(m, g4 ? "gemma4 Q8_0 window 48" : "gemma3 Q8_0 window 48", NP, PROMPT, tokens, 0);
+        model_free(m);
+        free(image);
+    }
+}
+
+/* The issue's KV target with the device's own FP16 blocks: a Gemma-3-27B-shaped model (62
+ * layers, 5 sliding of window 1024 : 1 full, 16 kv heads of 128; narrow elsewhere, as the
+ * CPU's test_swa_pool_bytes_gemma3_27b) holds for one 32768-token sequence at most 25 % of the
+ * K/V it holds with every layer's kept, as the engine accounts them (engine_kv_seq_bytes). */
+static void test_swa_pool_bytes_gemma3_27b(void **state)
+{
+    (void)state;
+    tiny_spec s = {.arch = "gemma3", .n_vocab = 64, .n_embd = 32, .n_layer = 62, .n_head = 32, .n_head_kv = 16,
+                   .n_ff = 32, .n_ctx = 32768, .head_dim = 128, .wtype = GGML_TYPE_F16, .tied = true,
+                   .post_norms = true, .n_swa = 1024, .seed = 5};
+    void *image;
+    model *m = random_model(s, &image);
+    size_t bytes[2], pool_mb[2];
+    for (int pool = 0; pool < 2; pool++) {
+        engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32768, .max_batch_tokens = 512, .kv_cache_mb = 2000,
+                             .no_swa_pool = !pool};
+        char err[512];
+        engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
+        if (!e) fail_msg("cuda engine: %s", err);
+        assert_int_equal(engine_kv_swa_window(e), pool ? 1024 : 0);
+        bytes[pool] = engine_kv_seq_bytes(e, 32768);
+        pool_mb[pool] = ((size_t)engine_kv_blocks(e) * engine_kv_block_bytes(e) +
+                         (size_t)engine_kv_blocks_swa(e) * engine_kv_block_bytes_swa(e)) >> 20;
+        if (pool) { /* FP16: 16 x 32 x 128 x 2 bytes x K,V a layer's block; 10 full layers, 52 sliding */
+            assert_int_equal(engine_kv_block_bytes(e), (size_t)10 * 16 * 32 * 128 * 2 * 2);
+            assert_int_equal(engine_kv_block_bytes_swa(e), (size_t)52 * 16 * 32 * 128 * 2 * 2);
+        }
+        engine_free(e);
+    }
+    print_message("  Gemma-3-27B shape, one 32768-token sequence: %.1f MiB of K/V with every layer's kept, %.1f MiB "
+                  "with the sliding pool (%.1f %%; FP16 as the GPU stores them; pools of %zu / %zu MiB)\n",
+                  (double)bytes[0] / 1048576.0, (double)bytes[1] / 1048576.0,
+                  100.0 * (double)bytes[1] / (double)bytes[0], pool_mb[0], pool_mb[1]);
+    assert_true(bytes[1] * 4 <= bytes[0]);
+    model_free(m);
+    free(image);
 }
 
 /* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_moe*"). */
@@ -1186,6 +1331,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_logits_gemma3),
         cmocka_unit_test(test_logits_gemma4),
         cmocka_unit_test(test_logits_gemma4_synthetic),
+        cmocka_unit_test(test_swa_pool_logits),
+        cmocka_unit_test(test_swa_pool_bytes_gemma3_27b),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_verify_equals_decode),
         cmocka_unit_test(test_batch_of_32_equals_alone),

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/gguf.h"
 #include "synth/gguf_write.h"
@@ -234,4 +235,22 @@ model *tiny_model_load(const void *image, size_t size, char *err, size_t errlen)
 {
     gguf_file *f = gguf_open_memory(image, size, err, errlen);
     return f ? model_from_gguf(f, err, errlen) : NULL;
+}
+
+model *tiny_mkmodel_load(const mkmodel_config *cfg, char *err, size_t errlen)
+{
+    char path[] = "/tmp/inferd-mkmodel-XXXXXX.gguf";
+    int fd = mkstemps(path, 5);
+    if (fd < 0) {
+        snprintf(err, errlen, "mkstemps: cannot make a temporary file");
+        return NULL;
+    }
+    close(fd);
+    size_t len = 0;
+    char *corpus = mkmodel_corpus("/nonexistent", 1 << 16, &len);
+    int rc = mkmodel_write(cfg, corpus, len, path, err, errlen);
+    free(corpus);
+    model *m = rc == 0 ? model_load(path, err, errlen) : NULL;
+    unlink(path);
+    return m;
 }

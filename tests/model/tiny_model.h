@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "synth/mkmodel.h"
 
 typedef struct tiny_spec {
     const char *arch; /* "llama", "qwen2", "qwen3", "gemma3", "gemma4" (or anything, to test refusal) */
@@ -41,5 +42,9 @@ void *tiny_model_build(const tiny_spec *s, size_t *size);
 
 /* Load the image with the real loader (the image must outlive the model). */
 model *tiny_model_load(const void *image, size_t size, char *err, size_t errlen);
+
+/* mkmodel's model of cfg (its tokenizer learned from the built-in corpus), written to a
+ * temporary file, loaded and the file removed; NULL with err. */
+model *tiny_mkmodel_load(const mkmodel_config *cfg, char *err, size_t errlen);
 
 #endif

@@ -1,9 +1,14 @@
 /* test_swa.c - the sliding layers' own KV pool (docs/sliding-kv.md) through the scheduler on the
- * CPU engine, over the reference models with sliding-window layers (../shared/reference:
- * gemma3, gemma4, gpt-oss; window 8).  Every run is compared token for token with the same
+ * CPU engine (or, with a second argument "cuda", the CUDA engine), over the reference models
+ * with sliding-window layers (../shared/reference: gemma3, gemma4, gpt-oss; window 8) and two
+ * synthetic ones: `mk_gemma3` (mkmodel's gemma3, 5 sliding layers : 1 full, window 40, head_dim
+ * 64: the GPU's flash and tensor-core decode kernels) and `g4_w128` (a gemma4 of 2 sliding
+ * layers : 1 full as gpt-oss alternates them, window 128, head_dim 64 / 128, the last 3 of 6
+ * layers reading earlier layers' K/V).  Every run is compared token for token with the same
  * requests on an engine without a sliding pool (engine_config.no_swa_pool: every layer's K/V
  * kept, as before; what the reference tests check against HF at their shapes), tokens and
- * logprobs bit for bit:
+ * logprobs bit for bit (both engines --deterministic, so that the GPU's results do not depend
+ * on how the scheduler batched and chunked them; the CPU's never do):
  *   - long greedy generations past the window, four sequences in one continuous batch, with
  *     a sliding pool far smaller than the sequences would need without freeing; a request never
  *     holds more sliding blocks than its ring, and every block is back at the end;
@@ -22,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "../model/tiny_model.h"
 #include "backend/backend.h"
 #include "base/log.h"
 #include "model/gguf.h"
@@ -39,18 +45,27 @@
 typedef struct fixture {
     const char *name;
     model *m;
+    void *image; /* a tiny_model's GGUF image, which the model reads */
     tokenizer *tok;
     void *vocab_mem; /* a stand-in vocabulary's GGUF image, when the model's own does not load */
     gguf_file *vocab;
     engine *plain, *swa; /* without and with the sliding pool */
 } fixture;
 
-static engine *open_engine(const fixture *f, bool no_swa_pool, size_t kv_cache_mb)
+static engine_device g_device = ENGINE_DEVICE_CPU;
+
+static engine *try_engine(const fixture *f, bool no_swa_pool, size_t kv_cache_mb, char *err, size_t errlen)
 {
     engine_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = BATCH, .n_threads = 1,
-                         .max_draft = DRAFT_MAX, .no_swa_pool = no_swa_pool, .kv_cache_mb = kv_cache_mb};
-    char err[256];
-    engine *e = engine_open(ENGINE_DEVICE_CPU, f->m, &cfg, err, sizeof err);
+                         .max_draft = DRAFT_MAX, .no_swa_pool = no_swa_pool, .kv_cache_mb = kv_cache_mb,
+                         .deterministic = true};
+    return engine_open(g_device, f->m, &cfg, err, errlen);
+}
+
+static engine *open_engine(const fixture *f, bool no_swa_pool, size_t kv_cache_mb)
+{
+    char err[512];
+    engine *e = try_engine(f, no_swa_pool, kv_cache_mb, err, sizeof err);
     if (!e) fail_msg("%s: engine: %s", f->name, err);
     return e;
 }
@@ -93,6 +108,25 @@ static tokenizer *stand_in_vocab(fixture *f, char *err, size_t errlen)
     return tokenizer_load(f->vocab, err, errlen);
 }
 
+/* The fixture's tokenizer and engines, once f->m is loaded.  On the GPU, a model or machine
+ * the CUDA engine refuses (no device; gpt-oss's attention output bias) skips the tests. */
+static int setup_engines(fixture *f)
+{
+    char err[512];
+    if (!(f->tok = tokenizer_load(f->m->gguf, err, sizeof err)) && !(f->tok = stand_in_vocab(f, err, sizeof err)))
+        fail_msg("tokenizer: %s", err);
+    if (g_device != ENGINE_DEVICE_CPU && !(f->plain = try_engine(f, true, 0, err, sizeof err))) {
+        print_message("skipping %s: the cuda engine: %s\n", f->name, err);
+        model_free(f->m);
+        f->m = NULL;
+        return 0;
+    }
+    if (!f->plain) f->plain = open_engine(f, true, 0);
+    f->swa = open_engine(f, false, 0);
+    log_set_level(LOG_WARN);
+    return 0;
+}
+
 static int setup_model(void **state, const char *name)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -105,17 +139,50 @@ static int setup_model(void **state, const char *name)
         print_message("skipping: cannot load %s: %s\n", path, err);
         return 0;
     }
-    if (!(f->tok = tokenizer_load(f->m->gguf, err, sizeof err)) && !(f->tok = stand_in_vocab(f, err, sizeof err)))
-        fail_msg("tokenizer: %s", err);
-    f->plain = open_engine(f, true, 0);
-    f->swa = open_engine(f, false, 0);
-    log_set_level(LOG_WARN);
-    return 0;
+    return setup_engines(f);
 }
 
 static int setup_gemma3(void **state) { return setup_model(state, "gemma3"); }
 static int setup_gemma4(void **state) { return setup_model(state, "gemma4"); }
 static int setup_gpt_oss(void **state) { return setup_model(state, "gpt-oss"); }
+
+/* mkmodel's gemma3 (its tokenizer, learned from the built-in corpus): 6 layers of n_embd 128,
+ * 2 heads of 64 over 1 kv head, window 40, F16 (small: the CPU runs it too). */
+static int setup_mk_gemma3(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    f->name = "mk_gemma3";
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    mkmodel_set_arch(&cfg, MODEL_ARCH_GEMMA3);
+    cfg.n_embd = 128, cfg.n_layer = 6, cfg.n_head = 2, cfg.n_head_kv = 1, cfg.head_dim = 64, cfg.n_ff = 256;
+    cfg.n_vocab = 512, cfg.n_ctx = CTX, cfg.n_swa = 40, cfg.ftype = MKMODEL_F16, cfg.seed = 27;
+    char err[512];
+    if (!(f->m = tiny_mkmodel_load(&cfg, err, sizeof err))) fail_msg("mkmodel: %s", err);
+    return setup_engines(f);
+}
+
+/* A tiny_model gemma4 (the stand-in vocabulary): 6 layers of n_embd 128, 2 query heads, sliding
+ * layers of head_dim 64 over 1 kv head with a window of 128, full ones of 128, two sliding to one
+ * full (gpt-oss's alternation, at its window), the last 3 reading earlier layers' K/V; F16. */
+static int setup_g4_w128(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    f->name = "g4_w128";
+    tiny_spec s = tiny_spec_default();
+    s.arch = "gemma4";
+    s.n_vocab = 512, s.n_embd = 128, s.n_layer = 6, s.n_head = 2, s.n_head_kv = 1, s.n_ff = 256, s.n_ctx = CTX;
+    s.n_swa = 128, s.g4_head_dim_full = 128, s.g4_n_kv_full = 1, s.g4_ple = 32, s.g4_kv_shared = 3;
+    s.tied = true, s.wtype = GGML_TYPE_F16, s.seed = 128;
+    size_t size;
+    char err[512];
+    f->image = tiny_model_build(&s, &size);
+    assert_non_null(f->image);
+    if (!(f->m = tiny_model_load(f->image, size, err, sizeof err))) fail_msg("%s", err);
+    return setup_engines(f);
+}
 
 static int teardown(void **state)
 {
@@ -126,6 +193,7 @@ static int teardown(void **state)
     gguf_close(f->vocab);
     free(f->vocab_mem);
     model_free(f->m);
+    free(f->image);
     free(f);
     return 0;
 }
@@ -237,8 +305,9 @@ static void make_jobs(const fixture *f, job *jobs, int max_tokens)
     }
 }
 
-/* Four sequences decoding 300 tokens each (10+ blocks) past a window of 8, in one batch, with
- * a sliding pool of 6 blocks per row: without freeing it would run out after 6 blocks each.
+/* Four sequences decoding 300 tokens each (10+ blocks; 450 for a window of 128) past the window,
+ * in one batch, with a sliding pool of 6 blocks per row (12 at 128): without freeing it would
+ * run out after 6 blocks each (12).
  * Then, on the same scheduler, the next turn of the first one (its 5-token prompt, 60 tokens
  * of its reply, 10 new ones): its 2 blocks are still in the full pool, but the sliding pool
  * has cycled since and their window is gone, so the hit is cut to a prefix whose window is
@@ -249,10 +318,11 @@ static void test_long_decode(void **state)
     if (!f->m) skip();
     const int window = engine_kv_swa_window(f->swa), ring = engine_kv_swa_ring(f->swa);
     assert_int_equal(engine_kv_blocks_swa(f->plain), 0);
-    assert_true(window > 0 && window < 2 * ENGINE_KV_BLOCK);
-    assert_true(engine_kv_blocks_swa(f->swa) < N_JOBS * (5 + 300) / ENGINE_KV_BLOCK); /* what they need without freeing */
+    assert_true(window > 0 && window <= 128);
+    const int gen = window < 2 * ENGINE_KV_BLOCK ? 300 : 450;
+    assert_true(engine_kv_blocks_swa(f->swa) < N_JOBS * (5 + gen) / ENGINE_KV_BLOCK); /* what they need without freeing */
     job jobs[N_JOBS];
-    make_jobs(f, jobs, 300);
+    make_jobs(f, jobs, gen);
     outcome a[N_JOBS], b[N_JOBS], a1, b1;
     run_stats ra, rb;
     static int32_t turn[75];
@@ -276,7 +346,7 @@ static void test_long_decode(void **state)
     assert_int_equal(rb.end.kv_blocks_used, 0);
     print_message("%s: window %d, sliding pool %d blocks (ring %d), at most %d in use for %d sequences of up to %d tokens; "
                   "a sequence of %d tokens holds %zu bytes of K/V (%zu without the pool)\n",
-                  f->name, window, engine_kv_blocks_swa(f->swa), ring, rb.swa_used_max, N_JOBS, 370, CTX,
+                  f->name, window, engine_kv_blocks_swa(f->swa), ring, rb.swa_used_max, N_JOBS, 70 + gen, CTX,
                   engine_kv_seq_bytes(f->swa, CTX), engine_kv_seq_bytes(f->plain, CTX));
     assert_same(f, &a1, &b1, 1, "window evicted");
     print_message("%s: the next turn read %d prompt tokens from the cache without the pool, %d with it (its "
@@ -364,16 +434,24 @@ static void test_preemption(void **state)
         cmocka_unit_test_setup_teardown(test_prefix_hits, setup, teardown),        \
         cmocka_unit_test_setup_teardown(test_preemption, setup, teardown)
 
-/* One model per run (argv[1]: gemma3, gemma4 or gpt-oss; meson runs each as its own test, so
- * each has its own time bound under the sanitizers), or all three. */
+/* One model per run (argv[1]: gemma3, gemma4, gpt-oss, mk_gemma3 or g4_w128; meson runs each
+ * as its own test, so each has its own time bound under the sanitizers), or all; argv[2]: the
+ * device (cpu, the default, or cuda). */
 int main(int argc, char **argv)
 {
     const struct CMUnitTest gemma3[] = {MODEL_TESTS(setup_gemma3)}, gemma4[] = {MODEL_TESTS(setup_gemma4)},
-                            gpt_oss[] = {MODEL_TESTS(setup_gpt_oss)};
+                            gpt_oss[] = {MODEL_TESTS(setup_gpt_oss)}, mk_gemma3[] = {MODEL_TESTS(setup_mk_gemma3)},
+                            g4_w128[] = {MODEL_TESTS(setup_g4_w128)};
     const char *only = argc > 1 ? argv[1] : "";
+    if (argc > 2 && !engine_device_parse(argv[2], &g_device)) {
+        fprintf(stderr, "test_swa: unknown device %s\n", argv[2]);
+        return 2;
+    }
     int failed = 0;
     if (!*only || !strcmp(only, "gemma3")) failed += cmocka_run_group_tests_name("gemma3", gemma3, NULL, NULL);
     if (!*only || !strcmp(only, "gemma4")) failed += cmocka_run_group_tests_name("gemma4", gemma4, NULL, NULL);
     if (!*only || !strcmp(only, "gpt-oss")) failed += cmocka_run_group_tests_name("gpt-oss", gpt_oss, NULL, NULL);
+    if (!*only || !strcmp(only, "mk_gemma3")) failed += cmocka_run_group_tests_name("mk_gemma3", mk_gemma3, NULL, NULL);
+    if (!*only || !strcmp(only, "g4_w128")) failed += cmocka_run_group_tests_name("g4_w128", g4_w128, NULL, NULL);
     return failed;
 }

@@ -66,6 +66,8 @@ __device__ __forceinline__ void q8_block_store(float v, int8_t *q, int8_t *lo, f
     q[threadIdx.x & 31] = (int8_t)qi;
     if (DOT_Q8_LO) lo[threadIdx.x & 31] = (int8_t)max(-127, min(127, __float2int_rn((v - d * (float)qi) * inv * 254.0f)));
     if ((threadIdx.x & 31) == 0) *(float2 *)ds = make_float2(d, sum);
+}
+
 // A head's attention sink (gpt-oss): a learned logit that takes its share of the softmax's
 // denominator and adds no value.  Its term exp(sink - m) for a row whose scores' max is m
 // (base2: scores and m in base 2, log2(e) folded in as the kernels' scales do); 0 without sinks.

@@ -380,10 +380,9 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
             .n_head = hp->n_head, .n_kv = L->n_kv, .table_width = g->table_width, .window = window,
             .scale = (float)(M_LOG2E / sqrt((double)hp->attn_scalar)), .sinks = sinks,
         };
-        /* pack_step makes tiles only when gpu_flash_q_tokens() allows every layer: head_dim 64 or 128 */
-        const gpu_fn *fn = L->hd == 64 ? &g->k.flash_attn_hd64 : &g->k.flash_attn_hd128;
-        LAUNCH(*fn, ((gpu_launch_dims){(unsigned)ap->n_tiles, (unsigned)L->n_kv, 1, GPU_FA_ROWS / 16 * 32}),
-               "attention", &fa);
+        /* pack_step makes tiles only when gpu_flash_q_tokens() allows every layer: head_dim 64,
+         * 128 or 256 */
+        if (gpu_launch_flash(&g->k, &fa, L->hd, (unsigned)ap->n_tiles, g->stream, "attention", err, errlen)) return -1;
     }
     if (ap->n_dec == 0) return 0;
     int group = hp->n_head / L->n_kv, gb = L->hd > 256 ? GPU_ATT_GB_HD512 : 8, n_split = ap->n_split, hd = L->hd;
@@ -410,11 +409,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
                    "attention", &a);
         return 0;
     }
-    const gpu_fn *fn = hd == 64    ? &g->k.attn_partial_hd64
-                       : hd == 128 ? &g->k.attn_partial_hd128
-                       : hd == 512 ? &g->k.attn_partial_hd512
-                                   : &g->k.attn_partial;
-    LAUNCH(*fn, ((gpu_launch_dims){n, (unsigned)(nh / gb), (unsigned)n_split, 128}), "attention", &a);
+    LAUNCH(*gpu_attn_partial_fn(&g->k, hd), ((gpu_launch_dims){n, (unsigned)(nh / gb), (unsigned)n_split, 128}), "attention", &a);
     LAUNCH(g->k.attn_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",
            &g->part_o, &g->part_ml, &g->act_h, &nh, &n_split, &hd, &list, &(CUdeviceptr){L->attn_sinks});
     return 0;

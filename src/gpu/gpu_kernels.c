@@ -173,6 +173,9 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
                                    (int)gpu_attn_decode_smem(64)), "attn_decode_hd64");
     CU_CHECK(cu.cuFuncSetAttribute(k->attn_decode_hd128.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                    (int)gpu_attn_decode_smem(128)), "attn_decode_hd128");
+    /* flash_attn at head_dim 256 too (its Q fragments beside the K/V tiles: gpu_shared.h) */
+    CU_CHECK(cu.cuFuncSetAttribute(k->flash_attn_hd256.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                   (int)gpu_flash_smem(256)), "flash_attn_hd256");
     return check_complete(k, err, errlen);
 }
 
@@ -186,6 +189,25 @@ int gpu_launch(const gpu_fn *fn, gpu_launch_dims d, CUstream stream, void **args
                char *err, size_t errlen)
 {
     return gpu_launch_smem(fn, d, 0, stream, args, what, err, errlen);
+}
+
+int gpu_launch_flash(const gpu_kernels *k, const flash_args *a, int hd, unsigned n_tiles, CUstream stream,
+                     const char *what, char *err, size_t errlen)
+{
+    const gpu_fn *fn = hd == 64 ? &k->flash_attn_hd64 : hd == 128 ? &k->flash_attn_hd128 : hd == 256 ? &k->flash_attn_hd256 : NULL;
+    if (!fn) {
+        snprintf(err, errlen, "%s: no flash attention kernel for head_dim %d", what, hd);
+        return -1;
+    }
+    flash_args arg = *a; /* the launch copies its parameters */
+    void *args[] = {&arg};
+    return gpu_launch_smem(fn, (gpu_launch_dims){n_tiles, (unsigned)a->n_kv, 1, GPU_FA_ROWS / 16 * 32},
+                           gpu_flash_smem(hd), stream, args, what, err, errlen);
+}
+
+const gpu_fn *gpu_attn_partial_fn(const gpu_kernels *k, int hd)
+{
+    return hd == 64 ? &k->attn_partial_hd64 : hd == 128 ? &k->attn_partial_hd128 : hd == 512 ? &k->attn_partial_hd512 : &k->attn_partial;
 }
 
 int gpu_launch_smem(const gpu_fn *fn, gpu_launch_dims d, unsigned smem, CUstream stream, void **args,

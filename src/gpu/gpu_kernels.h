@@ -53,7 +53,9 @@ typedef struct gpu_kernels {
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, rmsnorm_q8, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, softcap, scale_f32, add_bias;
-    gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_combine, flash_attn_hd64, flash_attn_hd128;
+    gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_combine;
+    /* prompt tiles on the tensor cores (gpu_flash_q_tokens): launched by gpu_launch_flash */
+    gpu_fn flash_attn_hd64, flash_attn_hd128, flash_attn_hd256;
     /* decode tokens on the tensor cores (gpu_attn_decode_serves): GPU_ATT_DEC_WARPS warps,
      * gpu_attn_decode_smem(hd) bytes of dynamic shared memory */
     gpu_fn attn_decode_hd64, attn_decode_hd128, attn_decode_combine;
@@ -95,5 +97,13 @@ int gpu_launch(const gpu_fn *fn, gpu_launch_dims d, CUstream stream, void **args
 /* ... with smem bytes of dynamic shared memory. */
 int gpu_launch_smem(const gpu_fn *fn, gpu_launch_dims d, unsigned smem, CUstream stream, void **args,
                     const char *what, char *err, size_t errlen);
+
+/* flash_attn over n_tiles tiles x a->n_kv KV heads: the kernel of head_dim hd (one that
+ * gpu_flash_q_tokens() serves; -1 with an error otherwise) with its shared memory. */
+struct flash_args;
+int gpu_launch_flash(const gpu_kernels *k, const struct flash_args *a, int hd, unsigned n_tiles, CUstream stream,
+                     const char *what, char *err, size_t errlen);
+/* attn_partial's kernel for head_dim hd (the generic one where no specialised one exists). */
+const gpu_fn *gpu_attn_partial_fn(const gpu_kernels *k, int hd);
 
 #endif

@@ -193,11 +193,19 @@ typedef struct attn_args {
     const float *sinks;
 } attn_args;
 
-/* flash_attn_hd<64|128> (kernels/flash_attn.cuh): prompt tokens on the tensor cores.  A tile
- * is up to gpu_flash_q_tokens() consecutive packed tokens of one sequence with consecutive
- * positions; grid (tiles, n_kv), GPU_FA_ROWS / 16 warps.  scale = log2(e) / sqrt(hd): the
- * softmax runs in base 2. */
+/* flash_attn_hd<64|128|256> (kernels/flash_attn.cuh): prompt tokens on the tensor cores.  A
+ * tile is up to gpu_flash_q_tokens() consecutive packed tokens of one sequence with consecutive
+ * positions; grid (tiles, n_kv), GPU_FA_ROWS / 16 warps, gpu_flash_smem(hd) bytes of dynamic
+ * shared memory.  scale = log2(e) / sqrt(hd): the softmax runs in base 2. */
 #define GPU_FA_ROWS 64 /* (token, query head) rows per block */
+/* The shared memory: K and V tiles of GPU_KV_BLOCK keys, double-buffered, rows padded by 8
+ * halves; at head_dim 256 also the warps' Q fragments (FP16 hi + lo, 64 KiB), since a lane's
+ * FP32 O accumulator (16 rows x 256 dims a warp) alone takes 128 registers and Q as many
+ * again.  (133,120 bytes at 256: one block a multiprocessor; over 48 KiB needs the opt-in
+ * attribute, gpu_kernels.c.)  Head_dim 512 has no flash kernel: O alone would be 256
+ * registers a lane. */
+#define GPU_FA_Q_SMEM(hd) ((hd) >= 256 ? GPU_FA_ROWS / 16 * ((hd) / 16) * 2 * 32 * 16 : 0)
+#define gpu_flash_smem(hd) ((unsigned)(2 * 2 * GPU_KV_BLOCK * ((hd) + 8) * 2 + GPU_FA_Q_SMEM(hd)))
 typedef struct flash_args {
     const float *q; /* [t][n_head][hd] */
     const gpu_half *kc, *vc;
@@ -231,7 +239,7 @@ static inline GPU_HOST_DEVICE int gpu_attn_span(int pos, int window) { return po
  * then every token takes attn_partial. */
 static inline GPU_HOST_DEVICE int gpu_flash_q_tokens(int n_head, int n_kv, int hd)
 {
-    if ((hd != 64 && hd != 128) || n_kv <= 0 || n_head % n_kv) return 0;
+    if ((hd != 64 && hd != 128 && hd != 256) || n_kv <= 0 || n_head % n_kv) return 0;
     return GPU_FA_ROWS / (n_head / n_kv);
 }
 

@@ -93,10 +93,7 @@ static int run_flash(bench *b, char *err, size_t errlen)
                     .n_layer = 1, .layer = 0, .n_head = b->n_head, .n_kv = b->n_kv,
                     .table_width = (b->T + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK,
                     .scale = (float)(M_LOG2E / sqrt((double)b->hd))};
-    const gpu_fn *fn = b->hd == 64 ? &b->k.flash_attn_hd64 : &b->k.flash_attn_hd128;
-    void *args[] = {&a};
-    return gpu_launch(fn, (gpu_launch_dims){(unsigned)b->n_tiles, (unsigned)b->n_kv, 1, GPU_FA_ROWS / 16 * 32},
-                      b->stream, args, "attnbench", err, errlen);
+    return gpu_launch_flash(&b->k, &a, b->hd, (unsigned)b->n_tiles, b->stream, "attnbench", err, errlen);
 }
 
 static int run_split_k(bench *b, char *err, size_t errlen)
@@ -110,9 +107,8 @@ static int run_split_k(bench *b, char *err, size_t errlen)
                    .table_width = (b->T + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK, .hd = b->hd, .gb = gb,
                    .n_split = b->n_split, .scale = 1.0f / sqrtf((float)b->hd),
                    .part_o = (float *)(uintptr_t)b->part_o, .part_ml = (float *)(uintptr_t)b->part_ml};
-    const gpu_fn *fn = b->hd == 64 ? &b->k.attn_partial_hd64 : &b->k.attn_partial_hd128;
     void *args[] = {&a};
-    if (gpu_launch(fn, (gpu_launch_dims){(unsigned)b->T, (unsigned)(b->n_head / gb), (unsigned)b->n_split, 128},
+    if (gpu_launch(gpu_attn_partial_fn(&b->k, b->hd), (gpu_launch_dims){(unsigned)b->T, (unsigned)(b->n_head / gb), (unsigned)b->n_split, 128},
                    b->stream, args, "attnbench", err, errlen))
         return -1;
     int nh = b->n_head, ns = b->n_split, hd = b->hd;

@@ -177,8 +177,8 @@ static const ggml_type TYPES[] = {GPU_WEIGHT_TYPES(GPU_TEST_WTYPE)};
 
 /* A 2-layer model of family `arch` (index a: llama's rope extras on 0, tied output on the
  * others) in weight type TYPES[t], GPU logits against the CPU's; n_swa > 0: gemma3's keys
- * with that window (6 layers then: 5 sliding, 1 full). */
-static void check_arch(const char *arch, int a, int t, bool post_norms, int n_swa, uint64_t *seed)
+ * with that window (6 layers then: 5 sliding, 1 full); head_dim 0: n_embd / n_head (64). */
+static void check_arch(const char *arch, int a, int t, bool post_norms, int n_swa, int head_dim, uint64_t *seed)
 {
     const ggml_type type = TYPES[t];
     tiny_spec s = tiny_spec_default();
@@ -196,6 +196,7 @@ static void check_arch(const char *arch, int a, int t, bool post_norms, int n_sw
     s.rope_scale = a == 0 ? 2.0f : 0.0f;
     s.post_norms = post_norms;
     s.n_swa = n_swa;
+    s.head_dim = head_dim;
     if (n_swa) s.n_layer = 6;
     s.seed = 100 + (uint64_t)a * 10 + (uint64_t)t;
     size_t size;
@@ -224,7 +225,7 @@ static void test_logits_every_arch_and_format(void **state)
     uint64_t seed = 11;
     for (int a = 0; a < 3; a++)
         for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++)
-            if (a == 0 || t < N_FAMILY_TYPES) check_arch(archs[a], a, (int)t, false, 0, &seed);
+            if (a == 0 || t < N_FAMILY_TYPES) check_arch(archs[a], a, (int)t, false, 0, 0, &seed);
 }
 
 /* mkmodel's UD-style mixes (a type per tensor role and layer, K and IQ types together in one
@@ -277,7 +278,7 @@ static void test_logits_sandwich_norms(void **state)
     static arch_desc sandwich;
     register_toy(&sandwich, "toy-gpu-sandwich", ARCH_NORM_SANDWICH, ARCH_ATTN_FULL);
     uint64_t seed = 12;
-    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(sandwich.name, 0, (int)t, true, 0, &seed);
+    for (size_t t = 0; t < sizeof TYPES / sizeof TYPES[0]; t++) check_arch(sandwich.name, 0, (int)t, true, 0, 0, &seed);
 }
 
 /* A model of the shared folder (or INFERD_SHARED_DIR) by its path there, NULL when absent. */
@@ -306,14 +307,17 @@ static void random_tokens(const model *m, uint64_t *seed, int32_t *tokens)
 }
 
 /* gemma3 with a window of 48 (head_dim 64: flash tiles for the 200-token prompt and the
- * tensor-core decode, both walking from the window's block with its first keys masked), then
- * the tiny reference model of ../shared/reference (head_dim 32: split-K everywhere, window 8)
- * on 288 random tokens. */
+ * tensor-core decode, both walking from the window's block with its first keys masked; then
+ * head_dim 256, Gemma 3's own, in F32 and Q4_K: flash_attn_hd256's tiles of 32 tokens for the
+ * prompt, split-K for the decode tokens), then the tiny reference model of ../shared/reference
+ * (head_dim 32: split-K everywhere, window 8) on 288 random tokens. */
 static void test_logits_gemma3(void **state)
 {
     (void)state;
     uint64_t seed = 13;
-    for (size_t t = 0; t < N_FAMILY_TYPES; t++) check_arch("gemma3", 1, (int)t, true, 48, &seed);
+    for (size_t t = 0; t < N_FAMILY_TYPES; t++) check_arch("gemma3", 1, (int)t, true, 48, 0, &seed);
+    check_arch("gemma3", 1, 0, true, 48, 256, &seed);
+    check_arch("gemma3", 1, 5, true, 48, 256, &seed);
     model *m = load_shared("reference/gemma3.gguf");
     if (!m) return;
     int32_t tokens[N_POS];

@@ -981,12 +981,13 @@ static int fa_tiles(const int *first, const int *len, int qt, bool vary, int32_t
     return n;
 }
 
-/* flash_attn_hd<hd> with `group` query heads per KV head (2 KV heads) against the float64
- * reference, through fragmented block tables, and bit-identical under a second tiling; sinks:
- * each head's sink logit (-1..3) in the denominator (gpt-oss). */
-static void flash_case(int hd, int group, const gpu_fn *fn, bool sinks)
+/* flash_attn_hd<hd> with `group` query heads per KV head (2 KV heads), in a layer with a
+ * sliding window of `window` keys (0: full), against the float64 reference, through
+ * fragmented block tables, and bit-identical under a second tiling; sinks: each head's sink
+ * logit (-1..3) in the denominator (gpt-oss). */
+static void flash_case(int hd, int group, int window, bool sinks)
 {
-    uint64_t seed = 1000 + hd + group;
+    uint64_t seed = 1000 + hd + group + window;
     const int n_layer = 2, layer = 1, n_kv = 2, n_head = group * n_kv, ctx = 1024;
     const int tw = ctx / GPU_KV_BLOCK, nb = FA_NSPAN * tw, qt = gpu_flash_q_tokens(n_head, n_kv, hd);
     assert_true(qt >= 1);
@@ -1021,7 +1022,8 @@ static void flash_case(int hd, int group, const gpu_fn *fn, bool sinks)
             const int kvh = h / group;
             const float *qv = q + ((size_t)t * n_head + h) * hd;
             double mx = -INFINITY, sum = 0.0;
-            for (int j = 0; j <= pos[t]; j++) {
+            const int j0 = window > 0 && pos[t] >= window ? pos[t] - window + 1 : 0; /* the window's first key */
+            for (int j = j0; j <= pos[t]; j++) {
                 size_t at = gpu_kv_offset(tables[seq[t] * tw + j / GPU_KV_BLOCK], n_layer, layer, n_kv, kvh,
                                           j % GPU_KV_BLOCK, hd);
                 double sv = 0.0;
@@ -1030,7 +1032,7 @@ static void flash_case(int hd, int group, const gpu_fn *fn, bool sinks)
                 if (sc[j] > mx) mx = sc[j];
             }
             for (int d = 0; d < hd; d++) o[d] = 0.0;
-            for (int j = 0; j <= pos[t]; j++) {
+            for (int j = j0; j <= pos[t]; j++) {
                 size_t at = gpu_kv_offset(tables[seq[t] * tw + j / GPU_KV_BLOCK], n_layer, layer, n_kv, kvh,
                                           j % GPU_KV_BLOCK, hd);
                 double p = exp(sc[j] - mx);
@@ -1052,10 +1054,9 @@ static void flash_case(int hd, int group, const gpu_fn *fn, bool sinks)
                         .pos = (const int32_t *)(uintptr_t)dp, .tables = (const int32_t *)(uintptr_t)dtab,
                         .tiles = (const int32_t *)(uintptr_t)dt, .out = (gpu_half *)(uintptr_t)dout,
                         .n_layer = n_layer, .layer = layer, .n_head = n_head, .n_kv = n_kv, .table_width = tw,
-                        .scale = (float)(M_LOG2E / sqrt((double)hd)),
+                        .window = window, .scale = (float)(M_LOG2E / sqrt((double)hd)),
                         .sinks = sinks ? (const float *)(uintptr_t)dsink : NULL};
-        void *aa[] = {&a};
-        launch(fn, (gpu_launch_dims){(unsigned)n_tiles, (unsigned)n_kv, 1, GPU_FA_ROWS / 16 * 32}, aa);
+        if (gpu_launch_flash(&G.k, &a, hd, (unsigned)n_tiles, G.stream, "test", err, errlen)) fail_msg("%s", err);
         download(vary ? outh2 : outh, dout, nq * 2);
         cu.cuMemFree(dt), cu.cuMemFree(dout);
     }
@@ -1067,12 +1068,13 @@ static void flash_case(int hd, int group, const gpu_fn *fn, bool sinks)
         double e = gpu_test_rel_err(out + off, ref + off, n);
         if (e > worst) worst = e;
         if (!(e < 1e-3))
-            fail_msg("%s group %d: span of %d tokens at position %d: relative error %.3g", fn->name, group, len[s],
-                     fa_starts[s / 5], e);
+            fail_msg("flash_attn_hd%d group %d window %d: span of %d tokens at position %d: relative error %.3g", hd,
+                     group, window, len[s], fa_starts[s / 5], e);
     }
     bool same = memcmp(outh, outh2, nq * 2) == 0;
-    print_message("  %s group %d (%d tokens per tile)%s: worst span rel err %.2e (fp16 out), other tiling %s\n",
-                  fn->name, group, qt, sinks ? " sinks" : "", worst, same ? "bit-identical" : "DIFFERS");
+    print_message("  flash_attn_hd%d group %d window %d (%d tokens per tile)%s: worst span rel err %.2e (fp16 out), "
+                  "other tiling %s\n",
+                  hd, group, window, qt, sinks ? " sinks" : "", worst, same ? "bit-identical" : "DIFFERS");
     assert_true(same);
     cu.cuMemFree(dsink), cu.cuMemFree(dk), cu.cuMemFree(dv), cu.cuMemFree(dq), cu.cuMemFree(ds), cu.cuMemFree(dp), cu.cuMemFree(dtab);
     free(kc), free(vc), free(outh), free(outh2), free(q), free(out), free(ref), free(tables), free(seq), free(pos);
@@ -1084,11 +1086,33 @@ static void test_flash_attention(void **state)
     (void)state;
     static const int groups[] = {1, 4, 6, 8};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
-        flash_case(64, groups[i], &G.k.flash_attn_hd64, false);
-        flash_case(128, groups[i], &G.k.flash_attn_hd128, false);
+        flash_case(64, groups[i], 0, false);
+        flash_case(128, groups[i], 0, false);
     }
-    flash_case(64, 8, &G.k.flash_attn_hd64, true); /* gpt-oss's shape: 64 heads of 64 over 8 */
-    flash_case(128, 4, &G.k.flash_attn_hd128, true);
+    flash_case(64, 8, 0, true); /* gpt-oss's shape: 64 heads of 64 over 8 */
+    flash_case(128, 4, 0, true);
+    flash_case(64, 8, 128, true); /* and its sliding layers' window */
+}
+
+/* head_dim 256 (Gemma 3, Qwen3.5's attention layers): Q in shared memory beside the K/V tiles.
+ * Groups 1, 2 and 4 give tiles of 64, 32 and 16 tokens, so the spans of 17, 64 and 65 tokens
+ * end one short of, on, and one past a tile's end; 8 fills a tile with 8 tokens of 8 heads. */
+static void test_flash_attention_hd256(void **state)
+{
+    (void)state;
+    static const int groups[] = {1, 2, 4, 8};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) flash_case(256, groups[i], 0, false);
+}
+
+/* Sliding windows: 48 keys (rows of one tile start in different KV blocks; a tile's later rows
+ * see its first K/V tile wholly masked) and 300 (the spans after 700 keys see only their
+ * window, the fresh ones all their keys). */
+static void test_flash_attention_window(void **state)
+{
+    (void)state;
+    static const int hds[] = {64, 128, 256}, windows[] = {48, 300};
+    for (int i = 0; i < 3; i++)
+        for (int w = 0; w < 2; w++) flash_case(hds[i], 2, windows[w], false);
 }
 
 /* The GPU sampler against sampling_sample() on the same logits, history and parameters. */
@@ -1420,6 +1444,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_decode_attention),
         cmocka_unit_test(test_flash_attention),
+        cmocka_unit_test(test_flash_attention_hd256),
+        cmocka_unit_test(test_flash_attention_window),
         cmocka_unit_test(test_sampler_matches_cpu),
         cmocka_unit_test(test_delta_rule),
     };

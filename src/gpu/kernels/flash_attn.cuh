@@ -1,5 +1,5 @@
 // flash_attn.cuh - causal attention of prompt tokens on the tensor cores (FlashAttention-2
-// style), for head_dim 64 and 128.
+// style), for head_dim 64, 128 and 256.
 //
 // The packer (pack_step) cuts every span of >= 2 consecutive tokens of one sequence into tiles
 // of at most gpu_flash_q_tokens() tokens; one block takes one tile and one KV head.  The
@@ -9,6 +9,14 @@
 // one contiguous [32][hd] range -- double-buffered through cp.async; per tile each warp forms
 // S = Q K^T and O += P V with mma.m16n8k16 (FP16 in, FP32 accumulate; Q and P each as an FP16
 // hi + lo pair, see split_half2) and updates its rows' online softmax in registers.  The output goes straight to act_h in FP16: no partials.
+//
+// Registers: a lane holds its rows' O (hd / 2 floats) and, up to head_dim 128, their Q
+// fragments (hd / 2 more).  At 256 that would be 256 registers, so there each lane keeps its Q
+// fragments in shared memory instead (GPU_FA_Q_SMEM: 64 KiB beside the 66 KiB of K/V tiles;
+// ptxas: 255 registers, no spills) and reads one 16-dim step back per mma pair -- the same
+// values, so the same bits as in registers.  (Splitting the head's dims over two warps would
+// keep Q in registers but sum S across warps every tile; 512, where O alone is 256 registers a
+// lane, would need that or fewer rows per warp: it has no flash kernel.)
 //
 // Invariance: a row's arithmetic sees only its own Q, and the K/V tiles 0, 32, 64, ... up to
 // its position, in that order, whatever tile or step it is in.  Keys past a row's position are
@@ -65,27 +73,42 @@ __device__ __forceinline__ void load_q_pair(const float *qrow, int d, float scal
 // tiles are reached through an address function: addr(key, chunk) is where dims 8 chunk ..
 // 8 chunk + 7 of that key's row lie.
 //
-// S = Q K^T over a tile's 32 keys: 4 n-tiles of 8 keys (Q as hi + lo A fragments).
-template <int KSTEPS, typename Addr>
-__device__ __forceinline__ void fa_qk_tile(float s[4][4], const uint32_t (*qf)[4], const uint32_t (*ql)[4], Addr k_at)
+// S = Q K^T over a tile's 32 keys: 4 n-tiles of 8 keys.  q_at(ks, hi, lo) gives the Q A
+// fragments (hi + lo pairs) of dims 16 ks .. 16 ks + 15: from registers, or from shared memory
+// where the head is too wide for both Q and O to stay in registers (flash_attn_body).
+template <int KSTEPS, typename QAt, typename Addr>
+__device__ __forceinline__ void fa_qk_tile_q(float s[4][4], QAt q_at, Addr k_at)
 {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int j = 0; j < 4; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ks++) {
+        uint32_t qf[4], ql[4];
+        q_at(ks, qf, ql);
 #pragma unroll
         for (int np = 0; np < 2; np++) {
             // matrices: keys 16np + {0-7, 0-7, 8-15, 8-15}, dims 16ks + {0-7, 8-15, 0-7, 8-15}
             const int mi = lane >> 3, key = np * 16 + (mi >> 1) * 8 + (lane & 7);
             uint32_t b[4];
             ldmatrix_x4(b, k_at(key, ks * 2 + (mi & 1)));
-            mma_16816(s[2 * np], qf[ks], b[0], b[1]);
-            mma_16816(s[2 * np], ql[ks], b[0], b[1]);
-            mma_16816(s[2 * np + 1], qf[ks], b[2], b[3]);
-            mma_16816(s[2 * np + 1], ql[ks], b[2], b[3]);
+            mma_16816(s[2 * np], qf, b[0], b[1]);
+            mma_16816(s[2 * np], ql, b[0], b[1]);
+            mma_16816(s[2 * np + 1], qf, b[2], b[3]);
+            mma_16816(s[2 * np + 1], ql, b[2], b[3]);
         }
     }
+}
+
+// The same with Q held in registers, qf[ks] / ql[ks] (attn_decode, flash_attn at head_dim <= 128).
+template <int KSTEPS, typename Addr>
+__device__ __forceinline__ void fa_qk_tile(float s[4][4], const uint32_t (*qf)[4], const uint32_t (*ql)[4], Addr k_at)
+{
+    const auto q_at = [&](int ks, uint32_t *hi, uint32_t *lo) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) hi[i] = qf[ks][i], lo[i] = ql[ks][i];
+    };
+    fa_qk_tile_q<KSTEPS>(s, q_at, k_at);
 }
 
 // The online softmax of rows g and g + 8 over a tile of S (masked keys at -inf, base-2
@@ -180,8 +203,17 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     // +8 halves per row: consecutive rows start 16 bytes apart in the banks, so the eight row
     // addresses of an ldmatrix hit distinct banks.
     constexpr int STRIDE = HD + 8, KSTEPS = HD / 16, DTILES = HD / 8;
-    __shared__ __align__(16) __half k_s[2][FA_KEYS][STRIDE];
-    __shared__ __align__(16) __half v_s[2][FA_KEYS][STRIDE];
+    // Wide heads keep Q in shared memory (gpu_shared.h, GPU_FA_Q_SMEM): each lane's own A
+    // fragments, stored and read back by that lane only, 16 bytes at a time (a warp's read is
+    // 512 contiguous bytes: no bank conflicts, no barrier).
+    constexpr bool Q_SMEM = GPU_FA_Q_SMEM(HD) > 0;
+    typedef __half kv_tile[FA_KEYS][STRIDE];
+    typedef uint4 q_frags[KSTEPS][2][32]; // [ks][hi, lo][lane]
+    static_assert(2 * 2 * sizeof(kv_tile) + FA_WARPS * (Q_SMEM ? sizeof(q_frags) : 0) == gpu_flash_smem(HD),
+                  "the host sizes the shared memory alike");
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    kv_tile *k_s = (kv_tile *)fa_smem, *v_s = k_s + 2;
+    q_frags *q_s = (q_frags *)(v_s + 2);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int kvh = blockIdx.y, group = a.n_head / a.n_kv;
@@ -223,15 +255,33 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     load_kv_tile<HD, STRIDE>(k_s[kt_first & 1], v_s[kt_first & 1], a, table, kvh, kt_first, last_key);
     cp_async_commit();
 
-    uint32_t qf[KSTEPS][4], ql[KSTEPS][4];
+    uint32_t qf[Q_SMEM ? 1 : KSTEPS][4], ql[Q_SMEM ? 1 : KSTEPS][4];
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ks++) {
         const int d = ks * 16 + 2 * c;
-        load_q_pair(qrow[0], d, a.scale, &qf[ks][0], &ql[ks][0]);
-        load_q_pair(qrow[1], d, a.scale, &qf[ks][1], &ql[ks][1]);
-        load_q_pair(qrow[0], d + 8, a.scale, &qf[ks][2], &ql[ks][2]);
-        load_q_pair(qrow[1], d + 8, a.scale, &qf[ks][3], &ql[ks][3]);
+        uint32_t hi[4], lo[4];
+        load_q_pair(qrow[0], d, a.scale, &hi[0], &lo[0]);
+        load_q_pair(qrow[1], d, a.scale, &hi[1], &lo[1]);
+        load_q_pair(qrow[0], d + 8, a.scale, &hi[2], &lo[2]);
+        load_q_pair(qrow[1], d + 8, a.scale, &hi[3], &lo[3]);
+        if constexpr (Q_SMEM) {
+            q_s[warp][ks][0][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            q_s[warp][ks][1][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) qf[ks][i] = hi[i], ql[ks][i] = lo[i];
+        }
     }
+    const auto q_at = [&](int ks, uint32_t *hi, uint32_t *lo) {
+        if constexpr (Q_SMEM) {
+            const uint4 h = q_s[warp][ks][0][lane], l = q_s[warp][ks][1][lane];
+            hi[0] = h.x, hi[1] = h.y, hi[2] = h.z, hi[3] = h.w;
+            lo[0] = l.x, lo[1] = l.y, lo[2] = l.z, lo[3] = l.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) hi[i] = qf[ks][i], lo[i] = ql[ks][i];
+        }
+    };
 
     float o[DTILES][4];
 #pragma unroll
@@ -251,7 +301,7 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
             const auto k_at = [&](int key, int ch) { return &k_s[buf][key][ch * 8]; };
             const auto v_at = [&](int key, int ch) { return &v_s[buf][key][ch * 8]; };
             float s[4][4];
-            fa_qk_tile<KSTEPS>(s, qf, ql, k_at);
+            fa_qk_tile_q<KSTEPS>(s, q_at, k_at);
             // Causal mask (and the window's start), then the online softmax per row (in base 2:
             // log2(e) is in the scale).
 #pragma unroll
@@ -285,3 +335,4 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
 
 extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attn_hd64(flash_args a) { flash_attn_body<64>(a); }
 extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attn_hd128(flash_args a) { flash_attn_body<128>(a); }
+extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attn_hd256(flash_args a) { flash_attn_body<256>(a); }

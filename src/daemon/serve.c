@@ -484,6 +484,7 @@ static int load(serve_state *st, const inferd_opts *o)
                        .special_in_content = o->special_in_content,
                        .ctx_per_slot = sched_max_context(st->s),
                        .pooling = pooling, .rank_ids = {rank_ids[0], rank_ids[1]},
+                       .dims_centred = st->m->desc->dims_centred,
                        .text = hp->pooling < 0 && !hp->encoder,
                        /* an encoder's positions end at its table (bert: n_ctx_train) */
                        .max_batch_tokens = hp->encoder && hp->n_ctx_train < o->batch_tokens ? hp->n_ctx_train

@@ -809,6 +809,7 @@ static int check_embedding(gen *g, api_error *e)
                       "Invalid 'dimensions': %d is more than this model's %d.", d, sm->card.n_embd);
         return -1;
     }
+    g->req.dims_centred = sm->dims_centred;
     g->emb = (engine_embed){.pooling = (engine_pooling)sm->pooling, .normalize = sm->pooling != ENGINE_POOL_NONE,
                             .rank_ids = {sm->rank_ids[0], sm->rank_ids[1]}};
     return 0;

@@ -50,6 +50,7 @@ typedef struct gpu_kernels {
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, softcap, scale_f32, add_bias;
+    gpu_fn layernorm, gelu_erf; /* encoders (BERT): post-LN and the MLP's exact GELU */
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_combine, flash_attn_hd64, flash_attn_hd128;
     /* decode tokens on the tensor cores (gpu_attn_decode_serves): GPU_ATT_DEC_WARPS warps,
      * gpu_attn_decode_smem(hd) bytes of dynamic shared memory */

@@ -47,6 +47,7 @@ typedef struct qkv_post_args {
     /* dimensions of a head that RoPE turns (partial RoPE: the first n_rot; frequencies over
      * n_rot, NeoX pairs (i, i + n_rot/2)); 0: hd */
     int n_rot;
+    int no_rope; /* 1: no rotary embedding at all (bert: absolute positions): rope_* unused */
 } qkv_post_args;
 
 /* Gated DeltaNet (kernels/deltanet.cuh).  One sequence of a step: its first packed token, its

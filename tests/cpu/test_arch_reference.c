@@ -731,6 +731,7 @@ static void test_gpu_features(void **state)
     } cases[] = {
         {"mistral.gguf", 0, NULL},
         {"qwen3moe.gguf", 0, NULL},
+        {"bert.gguf", 0, NULL}, /* an encoder: post-LN, bidirectional, erf-GELU MLP (issue 29) */
         {"phi3.gguf", 0, "the cuda backend does not implement partial RoPE (layer 0 of phi3)"},
         {"phi3.gguf", ARCH_F_ROPE_PARTIAL, "the cuda backend does not implement fused qkv (layer 0 of phi3)"},
         {"phi3.gguf", ARCH_F_ROPE_PARTIAL | ARCH_F_FUSED_QKV,

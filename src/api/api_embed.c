@@ -177,16 +177,20 @@ static char *base64_of(const unsigned char *b, size_t n)
 }
 
 /* One embedding as the client asked: its leading `dims` values renormalised (Matryoshka
- * truncation), then numbers or base64 (the float32 bytes, little-endian as this host). */
+ * truncation; centred first where the model's recipe says so: nomic-embed-text v1.5's
+ * layer_norm before the cut, whose scale the renormalisation undoes), then numbers or base64
+ * (the float32 bytes, little-endian as this host). */
 static cJSON *embedding_value(const api_request *rq, const float *v, size_t n, int width)
 {
     float *cut = NULL;
     if (rq->dimensions > 0 && (size_t)rq->dimensions < n) {
         if (!(cut = malloc((size_t)rq->dimensions * sizeof *cut))) return NULL;
-        double norm = 0;
-        for (int i = 0; i < rq->dimensions; i++) norm += (double)v[i] * v[i];
+        double norm = 0, mean = 0;
+        for (size_t i = 0; rq->dims_centred && i < n; i++) mean += v[i];
+        mean /= (double)n;
+        for (int i = 0; i < rq->dimensions; i++) norm += (v[i] - mean) * (v[i] - mean);
         double inv = norm > 0 ? 1.0 / sqrt(norm) : 1.0;
-        for (int i = 0; i < rq->dimensions; i++) cut[i] = (float)(v[i] * inv);
+        for (int i = 0; i < rq->dimensions; i++) cut[i] = (float)((v[i] - mean) * inv);
         v = cut, n = (size_t)rq->dimensions;
     }
     cJSON *out = NULL;

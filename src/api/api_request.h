@@ -86,6 +86,7 @@ typedef struct api_request {
     char *format_schema;     /* the JSON schema the answer must match, when grammar is one (else NULL) */
     /* embeddings and rerank (api_embed.c) */
     int dimensions;         /* embeddings: 0, or the leading dimensions kept (renormalised) */
+    bool dims_centred;      /* set by the server: the model's truncation centres the whole vector first */
     bool base64;            /* embeddings: encoding_format "base64" */
     int top_n;              /* rerank: the best results kept (0: all) */
     bool return_documents;  /* rerank: each result carries its document's text */

@@ -161,8 +161,8 @@ static void per_layer_inputs(cpu_engine *e, int n_tok)
 }
 
 /* x[t] = the token's embedding row (times Gemma's scale; Gemma 4's per-layer inputs beside);
- * an encoder adds its position's and token type 0's rows (one segment: what an embedding
- * request is) and LayerNorms the sum. */
+ * an encoder adds its position's row (bert; a rotary one, nomic-bert, has no table) and token
+ * type 0's (one segment: what an embedding request is) and LayerNorms the sum. */
 static void embed_tokens(cpu_engine *e, int n_tok)
 {
     const model *m = e->base.m;
@@ -172,9 +172,11 @@ static void embed_tokens(cpu_engine *e, int n_tok)
     const int dim = m->hp.n_embd;
     for (int t = 0; t < n_tok; t++) {
         float *x = e->x + (size_t)t * dim, *add = e->xb;
-        quant_dequantize_row(m->pos_embd.type, (const char *)m->pos_embd.data + (size_t)e->tok_pos[t] * m->pos_embd.row_bytes,
-                             add, dim);
-        for (int i = 0; i < dim; i++) x[i] += add[i];
+        if (m->pos_embd.data) {
+            quant_dequantize_row(m->pos_embd.type,
+                                 (const char *)m->pos_embd.data + (size_t)e->tok_pos[t] * m->pos_embd.row_bytes, add, dim);
+            for (int i = 0; i < dim; i++) x[i] += add[i];
+        }
         quant_dequantize_row(m->tok_types.type, m->tok_types.data, add, dim);
         for (int i = 0; i < dim; i++) x[i] += add[i];
         cpu_layernorm(x, x, m->embd_norm.data, m->embd_norm_b.data, dim, m->hp.rms_eps);

@@ -28,6 +28,7 @@ typedef struct inferd_opts {
     bool special_in_content; /* control-token texts in chat messages become control tokens */
     int batch_tokens;
     int queue_size;
+    int embed_step_tokens;
     int max_head_passes;    /* sched_config.max_head_passes: 0 = parallel, -1 = strict FIFO */
     int max_body;           /* bytes */
     char api_key[256];      /* "" = no authentication */

@@ -447,7 +447,7 @@ static int load(serve_state *st, const inferd_opts *o)
     if (signalled(st)) return -1;
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,
-                       .max_head_passes = o->max_head_passes,
+                       .embed_step_tokens = o->embed_step_tokens, .max_head_passes = o->max_head_passes,
                        .no_prefix_cache = !o->prefix_cache,
                        .spec = !spec ? SCHED_SPEC_OFF : st->draft_e ? SCHED_SPEC_DRAFT : SCHED_SPEC_NGRAM,
                        .draft_max = o->draft_max, .draft_min = o->draft_min, .draft = st->draft_e,
@@ -484,6 +484,7 @@ static int load(serve_state *st, const inferd_opts *o)
                        .special_in_content = o->special_in_content,
                        .ctx_per_slot = sched_max_context(st->s),
                        .pooling = pooling, .rank_ids = {rank_ids[0], rank_ids[1]},
+                       .dims_centred = st->m->desc->dims_centred,
                        .text = hp->pooling < 0 && !hp->encoder,
                        /* an encoder's positions end at its table (bert: n_ctx_train) */
                        .max_batch_tokens = hp->encoder && hp->n_ctx_train < o->batch_tokens ? hp->n_ctx_train

@@ -28,7 +28,7 @@
      ARCH_F_QK_NORM | ARCH_F_V_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_FFN_GLU_MOE |                \
      ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH |            \
      ARCH_F_ATTN_OUT_BIAS | ARCH_F_ATTN_SINKS | ARCH_F_FFN_BIAS | ARCH_F_ACT_SWIGLU_CLAMP | ARCH_F_ROUTER_TOPK_SOFTMAX | \
-     GPU_HYBRID_FEATURES)
+     ARCH_F_NORM_POST_LN | ARCH_F_ATTN_BIDIR | ARCH_F_FFN_MLP | ARCH_F_ACT_GELU_ERF | GPU_HYBRID_FEATURES)
 
 /* The hybrid families' features (kernels/deltanet.cuh, gated attention with partial RoPE, the
  * sigmoid-gated shared expert), in GPU_FEATURES since 2026-11-26: on the H100 the GPU's top-1

@@ -188,9 +188,11 @@ static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, co
 #define LAYER_VECTORS(X)                                                                                 \
     X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)      \
     X(ple_post_norm) X(expert_scale) X(ffn_pre_norm_2) X(ffn_post_norm_1) X(ffn_post_norm_2) X(ssm_a) X(ssm_dt) \
-    X(ssm_norm) X(bo) X(attn_sinks) X(ffn_gate_inp_b)
-#define GLOBAL_MATRICES(X) X(tok_embd) X(ple_tok_embd) X(ple_model_proj)
-#define GLOBAL_VECTORS(X) X(output_norm) X(rope_freqs) X(ple_proj_norm)
+    X(ssm_norm) X(bo) X(attn_sinks) X(ffn_gate_inp_b) X(b_up) X(b_down) X(attn_out_norm) X(attn_out_norm_b)    \
+    X(ffn_out_norm) X(ffn_out_norm_b)
+#define GLOBAL_MATRICES(X) X(tok_embd) X(ple_tok_embd) X(ple_model_proj) X(pos_embd)
+/* tok_types as a vector: its first row, token type 0's (an embedding request is one segment) */
+#define GLOBAL_VECTORS(X) X(output_norm) X(rope_freqs) X(ple_proj_norm) X(tok_types) X(embd_norm) X(embd_norm_b)
 
 static size_t weights_bytes(const model *m)
 {
@@ -268,6 +270,9 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         if (!(L->recipe.attn_extras & ARCH_ATTN_SINKS)) G->attn_sinks = 0;
         if (!(L->recipe.ffn_extras & ARCH_FFN_BIAS))
             G->ffn_gate_inp_b = G->ffn_gate_exps_b = G->ffn_up_exps_b = G->ffn_down_exps_b = 0;
+        G->post_ln = L->recipe.norm == ARCH_NORM_POST_LN;
+        G->mlp = L->recipe.ffn == ARCH_FFN_MLP;
+        g->bidir |= (L->recipe.attn_extras & ARCH_ATTN_BIDIR) != 0;
         G->v_norm = L->recipe.attn_extras & ARCH_ATTN_V_NORM;
         G->hd = L->head_dim;
         G->n_kv = L->n_head_kv;
@@ -509,11 +514,11 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     bool any_gated = false, any_shexp = false;
     for (int l = 0; l < hp->n_layer; l++) {
         const gpu_layer *L = &g->layers[l];
-        gate_up |= L->w_gate.d && !gpu_ffn_fused(g, L, T);
+        gate_up |= (L->w_gate.d && !gpu_ffn_fused(g, L, T)) || L->mlp; /* an MLP's up product in FP32 */
         gate_up |= L->ffn_gate_shexp.d && !gpu_glu_fused(g, &L->ffn_gate_shexp, &L->ffn_up_shexp, false, T);
         any_gated |= L->gated;
         any_shexp |= L->ffn_gate_inp_shexp != 0;
-        any_post |= L->attn_post_norm || L->ffn_post_norm || ple;
+        any_post |= L->attn_post_norm || L->ffn_post_norm || ple || L->post_ln || g->pos_embd.d;
         any_moe |= L->ffn_gate_exps.d != 0;
         moe_geglu |= L->ffn_gate_exps.d && L->geglu;
         moe_beside |= L->ffn_gate_exps.d && L->w_gate.d;
@@ -548,7 +553,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     gpu_inputs *in = &g->in;
     in->tok = 0;
     in->pos = align_up(in->tok + T * sizeof(int32_t), 64);
-    in->slot = align_up(in->pos + T * sizeof(int32_t), 64);
+    in->kpos = align_up(in->pos + T * sizeof(int32_t), 64);
+    in->slot = align_up(in->kpos + T * sizeof(int32_t), 64);
     in->seq = align_up(in->slot + T * sizeof(int32_t), 64);
     in->rows = align_up(in->seq + T * sizeof(int32_t), 64);
     in->lidx = align_up(in->rows + R * sizeof(gpu_sample_row), 64);
@@ -725,6 +731,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     int *row_of_seq = g->row_of_seq;
     unsigned char *h = g->in_h;
     int32_t *tok = (int32_t *)(h + g->in.tok), *pos = (int32_t *)(h + g->in.pos), *slot = (int32_t *)(h + g->in.slot);
+    int32_t *kpos = (int32_t *)(h + g->in.kpos);
     int32_t *seq = (int32_t *)(h + g->in.seq), *tables = (int32_t *)(h + g->in.tables);
     int32_t *tables_swa = (int32_t *)(h + g->in.tables_swa);
     const int n_swa = g->base.kv_blocks_swa, window = g->base.swa_window;
@@ -736,7 +743,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     gpu_ssm_seq *sseq = (gpu_ssm_seq *)(h + g->in.sseq), *schunk = (gpu_ssm_seq *)(h + g->in.schunk);
     gpu_bias *bias = (gpu_bias *)(h + g->in.bias);
     uint32_t *mask = (uint32_t *)(h + g->in.mask);
-    bool decode = n <= GPU_MAX_DECODE_BATCH;
+    bool decode = n <= GPU_MAX_DECODE_BATCH && !g->bidir; /* an encoder's steps are embeddings: no graph */
     for (int i = 0; i < n; i++)
         if (seqs[i].n_tokens != 1 || (seqs[i].logits && seqs[i].logits_all)) decode = false;
     if (n > g->cap_rows) {
@@ -784,10 +791,11 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         } else {
             for (int j = 0; j < s->n_tokens; j++) {
                 dtok[p->attn.n_dec++] = t + j;
-                int ns = gpu_attn_splits_for(s->pos + j + 1, g->att_max_split);
+                const int kp = g->bidir ? s->pos + s->n_tokens - 1 : s->pos + j; /* its kpos */
+                int ns = gpu_attn_splits_for(kp + 1, g->att_max_split);
                 if (ns > p->attn.n_split) p->attn.n_split = ns;
                 /* a sliding layer splits its shorter span: not monotone either, so both count */
-                ns = gpu_attn_splits_for(gpu_attn_span(s->pos + j, g->att_window), g->att_max_split);
+                ns = gpu_attn_splits_for(gpu_attn_span(kp, g->att_window), g->att_max_split);
                 if (ns > p->attn.n_split) p->attn.n_split = ns;
             }
         }
@@ -798,6 +806,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         for (int j = 0; j < s->n_tokens; j++, t++) {
             tok[t] = s->tokens[j];
             pos[t] = s->pos + j;
+            kpos[t] = g->bidir ? s->pos + s->n_tokens - 1 : pos[t];
             slot[t] = s->slot;
             seq[t] = i;
             if (s->logits && s->logits_all) lidx[p->n_lidx++] = t;
@@ -839,7 +848,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         table_rows = B;
         for (; t < B; t++) {
             tok[t] = 0;
-            pos[t] = 0;
+            pos[t] = kpos[t] = 0;
             slot[t] = g->base.cfg.n_slots;
             seq[t] = t;
             sseq[t] = (gpu_ssm_seq){.first = t, .n = 1, .state = g->base.n_states}; /* the spare slot */
@@ -1148,7 +1157,8 @@ static int check_matrix_type(const model_tensor *t, char *err, size_t errlen)
 static int check_weight_types(const model *m, char *err, size_t errlen)
 {
     if (check_matrix_type(&m->tok_embd, err, errlen) || check_matrix_type(&m->output, err, errlen) ||
-        check_matrix_type(&m->ple_tok_embd, err, errlen) || check_matrix_type(&m->ple_model_proj, err, errlen))
+        check_matrix_type(&m->ple_tok_embd, err, errlen) || check_matrix_type(&m->ple_model_proj, err, errlen) ||
+        check_matrix_type(&m->pos_embd, err, errlen))
         return -1;
     for (int l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
@@ -1174,11 +1184,6 @@ static int check_weight_types(const model *m, char *err, size_t errlen)
 static int check_model(const model *m, char *err, size_t errlen)
 {
     const model_hparams *hp = &m->hp;
-    if (hp->encoder) {
-        snprintf(err, errlen, "the cuda backend does not run %s (an encoder: bidirectional attention, post-LN); "
-                 "serve it with --device cpu", m->desc->name);
-        return -1;
-    }
     if (model_check_features(m, GPU_FEATURES, "cuda", err, errlen)) return -1;
     /* The shared expert the GPU runs is Qwen's sigmoid-gated one; GLM's ungated one has no
      * feature bit apart from it (ARCH_FFN_SHEXP_GATE is an extra of ARCH_F_SHARED_EXPERT). */

@@ -371,12 +371,13 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     const gpu_layer *L = &g->layers[il];
     const int window = L->window;
     const float *sinks = L->attn_sinks ? F32(L->attn_sinks) : NULL;
+    const int32_t *kpos = I32(g->in_d + (g->bidir ? g->in.kpos : g->in.pos)); /* what bounds each token's keys */
     /* the layer's own region of the caches (or its kv_source's): one layer of blocks there */
     if (ap->n_tiles > 0) {
         flash_args fa = {
             .q = F32(g->q), .kc = F16(L->kc), .vc = F16(L->vc), .seq = I32(g->in_d + g->in.seq),
-            .pos = I32(g->in_d + g->in.pos), .tables = I32(gpu_layer_tables(g, L)),
-            .tiles = I32(g->in_d + g->in.ftiles), .out = F16(g->act_h), .n_layer = 1, .layer = 0,
+            .pos = kpos, .tables = I32(gpu_layer_tables(g, L)), .tiles = I32(g->in_d + g->in.ftiles),
+            .out = F16(g->act_h), .n_layer = 1, .layer = 0,
             .n_head = hp->n_head, .n_kv = L->n_kv, .table_width = g->table_width, .window = window,
             .scale = (float)(M_LOG2E / sqrt((double)hp->attn_scalar)), .sinks = sinks,
         };
@@ -391,7 +392,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     CUdeviceptr list = ap->dec_listed ? g->in_d + g->in.dtok : 0;
     attn_args a = {
         .q = F32(g->q), .kc = F16(L->kc), .vc = F16(L->vc), .seq = I32(g->in_d + g->in.seq),
-        .pos = I32(g->in_d + g->in.pos), .tables = I32(gpu_layer_tables(g, L)), .n_layer = 1,
+        .pos = kpos, .tables = I32(gpu_layer_tables(g, L)), .n_layer = 1,
         .layer = 0, .n_head = nh, .n_kv = L->n_kv, .table_width = g->table_width,
         .hd = hd, .gb = gb, .n_split = n_split, .window = window,
         .scale = 1.0f / sqrtf(hp->attn_scalar), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
@@ -437,6 +438,27 @@ static int residual_add(gpu_engine *g, matmul_op *op, CUdeviceptr post_norm, int
     op->accumulate = false;
     if (matmul(g, op, err, errlen)) return -1;
     return add_post_normed(g, post_norm, T, op->what, err, errlen);
+}
+
+/* BERT's LayerNorm in place over T rows of x: x = LayerNorm(x + add) * w + b (add 0: x alone). */
+static int layernorm(gpu_engine *g, CUdeviceptr add, CUdeviceptr w, CUdeviceptr b, int T, const char *what, char *err,
+                     size_t errlen)
+{
+    int n = g->d_embd;
+    float eps = g->base.m->hp.rms_eps; /* a LayerNorm family keeps its epsilon there (arch/bert.c) */
+    unsigned threads = n >= 1024 ? 1024 : n >= 256 ? 256 : 32;
+    LAUNCH(g->k.layernorm, ((gpu_launch_dims){(unsigned)T, 1, 1, threads}), what, &g->x, &add, &w, &b, &n, &eps);
+    return 0;
+}
+
+/* The end of a post-LN block (BERT), whose one-output matmul op (with its bias) reads the
+ * block's FP16 result: x = LayerNorm(x + W h + b) with the block's norm weight and bias. */
+static int residual_post_ln(gpu_engine *g, matmul_op *op, CUdeviceptr w, CUdeviceptr b, int T, char *err, size_t errlen)
+{
+    op->out[0].y = g->post;
+    op->accumulate = false;
+    if (matmul(g, op, err, errlen)) return -1;
+    return layernorm(g, g->post, w, b, T, op->what, err, errlen);
 }
 
 #define U8(p) ((const uint8_t *)(uintptr_t)(p))
@@ -661,6 +683,7 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
 {
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
+    const int no_rope = g->base.m->desc->rope == ARCH_ROPE_NONE; /* bert: absolute positions */
     qkv_post_args post = {
         .q = F32(g->q), .k = F32(g->kk), .v = F32(g->vv), .q_norm = L->q_norm ? F32(L->q_norm) : NULL,
         .k_norm = L->k_norm ? F32(L->k_norm) : NULL, .kc = F16(L->kc), .vc = F16(L->vc),
@@ -669,13 +692,13 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
         .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps, .neox = hp->rope_neox, .n_head = hp->n_head,
         .n_kv = L->n_kv, .hd = L->hd, .n_layer = 1, .layer = 0, .table_width = g->table_width, .v_norm = L->v_norm,
         .n_rot = L->n_rot, .yarn_factor = hp->yarn_factor, .yarn_low = hp->yarn_low, .yarn_high = hp->yarn_high,
-        .mscale = hp->rope_attn_factor,
+        .mscale = hp->rope_attn_factor, .no_rope = no_rope,
     };
     /* One token (the batch-1 step) with no q/k/v norm, gate or partial RoPE: RoPE and the K/V
      * stores in the QKV matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of
      * one head); never under det, where every row count takes qkv_post. */
     bool post_fused = T == 1 && !g->det && !L->q_norm && !L->k_norm && !L->v_norm && !L->gated && !L->n_rot &&
-                      L->kv_own && L->wv.d && L->hd % 8 == 0;
+                      L->kv_own && L->wv.d && L->hd % 8 == 0 && !L->post_ln && !no_rope;
     const gpu_matrix *wv = L->wv.d ? &L->wv : &L->wk; /* no wv: V is the K projection (v_from_k) */
     matmul_op qkv = {.out = {{&L->wq, L->gated ? g->qg : g->q, L->bq, L->gated ? 2 * L->d_q : L->d_q},
                              {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
@@ -694,6 +717,7 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     if (L->gated) LAUNCH(g->k.gate_heads, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->act_h, &g->qg, &hd, &nq);
     matmul_op wo = {.out = {{&L->wo, g->x, L->bo, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = L->d_q,
                     .accumulate = true, .what = what};
+    if (L->post_ln) return residual_post_ln(g, &wo, L->attn_out_norm, L->attn_out_norm_b, T, err, errlen);
     return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
 }
 
@@ -774,6 +798,21 @@ static int shared_expert(gpu_engine *g, const gpu_layer *L, int T, const char *w
     return 0;
 }
 
+/* BERT's MLP, post-LN: over act_h = fp16(x), x = LayerNorm(x + Wdown fp16(gelu(Wup h + b_up)) +
+ * b_down) (Wup h in FP32 through g->up, the exact GELU into ff_h). */
+static int ffn_mlp(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
+{
+    matmul_op up = {.out = {{&L->w_up, g->up, L->b_up, L->d_ff}}, .n_out = 1, .x = g->act_h, .m = T,
+                    .ldx = g->d_embd, .what = what};
+    if (residual_to_f16(g, T, what, err, errlen) || matmul(g, &up, err, errlen)) return -1;
+    size_t n = (size_t)T * L->d_ff; /* the padding columns past n_ff stay 0 (zeroed at allocation): gelu(0) = 0 */
+    LAUNCH(g->k.gelu_erf, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}), what,
+           &g->up, &g->ff_h, &n);
+    matmul_op down = {.out = {{&L->w_down, g->post, L->b_down, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
+                      .ldx = L->d_ff, .what = what};
+    return residual_post_ln(g, &down, L->ffn_out_norm, L->ffn_out_norm_b, T, err, errlen);
+}
+
 /* x += the attention block of layer il over h = fp16(rmsnorm(x) * attn_norm): softmax
  * attention, or a linear layer's gated DeltaNet. */
 static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
@@ -783,8 +822,8 @@ static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap
     char what[64];
     snprintf(what, sizeof what, "layer %d attention", il);
     norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .ylo = L->lin >= 0 ? g->act_lo : 0, .rows = T,
-                  .n = hp->n_embd, .q8 = norm_q8(g, T, hp->n_embd)};
-    if (rmsnorm(g, &n1, what, err, errlen)) return -1;
+                  .n = hp->n_embd, .q8 = !L->post_ln && norm_q8(g, T, hp->n_embd)};
+    if (L->post_ln ? residual_to_f16(g, T, what, err, errlen) : rmsnorm(g, &n1, what, err, errlen)) return -1;
     return (L->lin >= 0 ? attention_linear : attention_softmax)(g, il, T, ap, what, err, errlen);
 }
 
@@ -796,6 +835,7 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     char what[64];
     snprintf(what, sizeof what, "layer %d feed-forward", il);
     const arch_ffn ffn = g->base.m->layers[il].recipe.ffn;
+    if (L->mlp) return ffn_mlp(g, L, T, what, err, errlen);
     bool moe = ffn == ARCH_FFN_MOE; /* the router reads the norm in FP32 too */
     norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd,
                   .q8 = norm_q8(g, T, hp->n_embd)};
@@ -841,8 +881,29 @@ int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t e
 int gpu_forward_hidden_rows(gpu_engine *g, int first, int n, char *err, size_t errlen)
 {
     CUdeviceptr rows = g->x + (size_t)first * g->d_embd * sizeof(float);
+    if (!g->output_norm) return 0; /* an encoder: its last layer's LayerNorm is the end */
     norm_op no = {.x = rows, .w = g->output_norm, .y = rows, .rows = n, .n = g->base.m->hp.n_embd};
     return rmsnorm(g, &no, "hidden states", err, errlen);
+}
+
+/* An encoder's embedding stage after the token rows in x (cpu_engine.c: embed_tokens): + its
+ * position's row (bert's absolute table, gathered by position into g->post; a rotary encoder
+ * has none), + token type 0's row, then the LayerNorm. */
+static int encoder_embeddings(gpu_engine *g, int T, char *err, size_t errlen)
+{
+    const char *what = "embedding";
+    int ne = g->d_embd;
+    size_t total = (size_t)T * ne;
+    if (g->pos_embd.d) {
+        unsigned long long rb = g->pos_embd.row_bytes;
+        LAUNCH(g->k.embed[g->pos_embd.wtype], ((gpu_launch_dims){(unsigned)T, 1, 1, 64}), what, &g->pos_embd.d, &rb,
+               &ne, &(CUdeviceptr){g->in_d + g->in.pos}, &g->post);
+        if (add_rows(g, g->x, g->post, T, what, err, errlen)) return -1;
+    }
+    if (g->tok_types)
+        LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), what, &g->x, &g->tok_types, &ne,
+               &total);
+    return layernorm(g, 0, g->embd_norm, g->embd_norm_b, T, what, err, errlen);
 }
 
 int gpu_forward(gpu_engine *g, int T, int R, const gpu_attn_plan *ap, char *err, size_t errlen)
@@ -859,6 +920,7 @@ int gpu_forward(gpu_engine *g, int T, int R, const gpu_attn_plan *ap, char *err,
         scale_op(g, &g->k.scale_f32, g->x, (size_t)T * ne, hp->embd_scale, "embedding", err, errlen))
         return -1;
     if (hp->n_embd_ple > 0 && per_layer_inputs(g, T, err, errlen)) return -1;
+    if (hp->encoder && encoder_embeddings(g, T, err, errlen)) return -1;
     for (int il = 0; il < hp->n_layer; il++)
         if (layer_forward(g, il, T, ap, err, errlen)) return -1;
     if (R == 0) return 0;

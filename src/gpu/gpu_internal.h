@@ -38,6 +38,9 @@ typedef struct gpu_matrix {
 typedef struct gpu_layer {
     CUdeviceptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm; /* F32 vectors or 0 */
     CUdeviceptr attn_post_norm, ffn_post_norm;                 /* sandwich-norm layers only */
+    /* encoders (BERT): the attention output's and the MLP's biases, and the post-LN weights
+     * and biases after each block */
+    CUdeviceptr bo, b_up, b_down, attn_out_norm, attn_out_norm_b, ffn_out_norm, ffn_out_norm_b;
     gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down; /* absent ones (d == 0) per the recipe */
     gpu_matrix ple_gate, ple_proj; /* Gemma 4's per-layer embedding: [n_embd -> P], [P -> n_embd] */
     CUdeviceptr ple_post_norm;
@@ -68,6 +71,8 @@ typedef struct gpu_layer {
     float rope_base, rope_scale;
     CUdeviceptr rope_freqs;
     bool geglu, v_norm;
+    bool post_ln; /* x = LayerNorm(x + block(x)) (ARCH_NORM_POST_LN): the block reads fp16(x) */
+    bool mlp;     /* down(gelu_erf(up x + b_up)) + b_down (ARCH_FFN_MLP) */
     bool gated; /* attn_q gives [query | gate] per head (ARCH_ATTN_OUT_GATE) */
     int n_rot;  /* partial RoPE's dimensions, 0: the whole head */
     int lin;    /* its index among the linear layers' states, -1: an attention layer */
@@ -94,7 +99,7 @@ typedef struct gpu_layer {
  * graphs read these fixed addresses.  ftiles (flash tiles, int32 pairs) and dtok (tokens for
  * the split-K kernel) say how attention takes the step's tokens (gpu_attn_plan). */
 typedef struct gpu_inputs {
-    size_t tok, pos, slot, seq, rows, lidx, dtok, ftiles, sseq, schunk, bias, mask, tables, tables_swa, bytes;
+    size_t tok, pos, kpos, slot, seq, rows, lidx, dtok, ftiles, sseq, schunk, bias, mask, tables, tables_swa, bytes;
 } gpu_inputs;
 
 /* How attention takes a step's tokens (pack_step): n_tiles flash tiles listed at in.ftiles
@@ -129,6 +134,14 @@ typedef struct gpu_engine {
      * the projection of the embeddings and its norm [P] */
     gpu_matrix ple_tok_embd, ple_model_proj;
     CUdeviceptr ple_proj_norm;
+    /* an encoder's embedding stage: the absolute position table (bert; absent: rotary), token
+     * type 0's row and the LayerNorm after their sum */
+    gpu_matrix pos_embd;
+    CUdeviceptr tok_types, embd_norm, embd_norm_b;
+    /* bidirectional attention (ARCH_ATTN_BIDIR): every token sees its whole sequence, so the
+     * attention kernels read in.kpos (each token's sequence's last position in the step) as
+     * the position that bounds its keys, where a causal model's read in.pos */
+    bool bidir;
 
     /* KV block pools: kv_blocks + 1 blocks (the last takes decode padding's writes) and, with
      * sliding layers in their own pool (docs/sliding-kv.md), kv_blocks_swa + 1 more for those;

@@ -53,6 +53,7 @@ typedef struct gpu_kernels {
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, rmsnorm_q8, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, softcap, scale_f32, add_bias;
+    gpu_fn layernorm, gelu_erf; /* encoders (BERT): post-LN and the MLP's exact GELU */
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_combine;
     /* prompt tiles on the tensor cores (gpu_flash_q_tokens): launched by gpu_launch_flash */
     gpu_fn flash_attn_hd64, flash_attn_hd128, flash_attn_hd256;

@@ -51,6 +51,7 @@ typedef struct qkv_post_args {
      * into itself by ramp(i) = clamp((i - yarn_low) / (yarn_high - yarn_low), 0, 1) when
      * yarn_factor > 0; the rotation is scaled by mscale (0: not scaled; the CPU's attn_factor) */
     float yarn_factor, yarn_low, yarn_high, mscale;
+    int no_rope; /* 1: no rotary embedding at all (bert: absolute positions): rope_* unused */
 } qkv_post_args;
 
 /* Gated DeltaNet (kernels/deltanet.cuh).  One sequence of a step: its first packed token, its

@@ -287,19 +287,24 @@ static void submit_error(int rc, const gen *g, api_error *e)
 
 /* All of a request's choices are admitted, or none: places for every one are reserved first,
  * so a busy server answers 429 without starting (and then cancelling) some of them.  More
- * choices than the server can ever hold is a 400: retrying cannot help. */
+ * choices than the server can ever hold is a 400: retrying cannot help.  An embedding request
+ * is one place however many inputs it has (its inputs hold a row for one step each and nothing
+ * after): the last input takes it, the others ride on it (sched_params.shares_place), so the
+ * queue limit counts requests as --queue-size says. */
 static int submit_all(gen *g, api_error *e)
 {
     api_request *rq = &g->req;
     int per_prompt = rq->n;
     sched *s = g->sv->sm.s;
-    if (g->n_ch > sched_capacity(s)) {
+    bool embed = is_embedding(g->p);
+    int places = embed ? 1 : g->n_ch;
+    if (places > sched_capacity(s)) {
         api_error_set(e, 400, "invalid_request_error", "n", "invalid_value",
                       "The request asks for %d choices; this server holds at most %d requests at once "
                       "(--parallel plus --queue-size).", g->n_ch, sched_capacity(s));
         return -1;
     }
-    int rc = sched_reserve(s, g->n_ch);
+    int rc = sched_reserve(s, places);
     if (rc != SCHED_OK) {
         submit_error(rc, g, e);
         return -1;
@@ -318,9 +323,10 @@ static int submit_all(gen *g, api_error *e)
             .no_speculative = !rq->speculative,
             .want_logprobs = rq->logprobs >= 0,
             .id = g->id,
-            .reserved = true,
+            .reserved = !embed || i == g->n_ch - 1,
+            .shares_place = embed && i < g->n_ch - 1,
             .grammar = rq->grammar, /* compiled once, shared by every choice */
-            .embed = is_embedding(g->p) ? &g->emb : NULL,
+            .embed = embed ? &g->emb : NULL,
         };
         /* n choices of one prompt must differ: each gets its own seed. */
         p.sp.seed = rq->has_seed ? rq->sp.seed + (uint64_t)(i % per_prompt) : next_random();
@@ -328,7 +334,7 @@ static int submit_all(gen *g, api_error *e)
         rc = sched_submit(s, &p, on_wake, g, &c->r);
         if (rc == SCHED_OK) continue;
         c->r = NULL;
-        sched_unreserve(s, g->n_ch - i); /* the submitted ones are cancelled by gen_finish */
+        sched_unreserve(s, embed ? 1 : g->n_ch - i); /* the submitted ones are cancelled by gen_finish */
         submit_error(rc, g, e);
         return -1;
     }
@@ -803,6 +809,7 @@ static int check_embedding(gen *g, api_error *e)
                       "Invalid 'dimensions': %d is more than this model's %d.", d, sm->card.n_embd);
         return -1;
     }
+    g->req.dims_centred = sm->dims_centred;
     g->emb = (engine_embed){.pooling = (engine_pooling)sm->pooling, .normalize = sm->pooling != ENGINE_POOL_NONE,
                             .rank_ids = {sm->rank_ids[0], sm->rank_ids[1]}};
     return 0;

@@ -63,6 +63,7 @@ typedef struct server_model {
     bool text;
     int32_t rank_ids[2];
     int max_batch_tokens; /* the longest input an embedding may have (it runs in one step) */
+    bool dims_centred;    /* `dimensions` centres before the cut (arch_desc.dims_centred) */
 } server_model;
 
 #endif

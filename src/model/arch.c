@@ -24,8 +24,9 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_PHI3] = &arch_phi3,
     [MODEL_ARCH_GLM4MOE] = &arch_glm4moe,
     [MODEL_ARCH_DEEPSEEK2] = &arch_deepseek2,
+    [MODEL_ARCH_NOMIC_BERT] = &arch_nomic_bert,
 };
-static int n_registered = MODEL_ARCH_DEEPSEEK2 + 1;
+static int n_registered = MODEL_ARCH_NOMIC_BERT + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {

@@ -312,11 +312,16 @@ typedef struct arch_desc {
     /* A file without expert_weights_norm does not renormalise its chosen experts' weights
      * (DeepSeek V2, as llama.cpp reads it); otherwise they are renormalised. */
     bool expert_weights_raw;
+    /* An embedding model whose Matryoshka truncation centres the whole vector before the cut
+     * (nomic-embed-text v1.5: layer_norm, cut, L2-normalise); without it the cut is only
+     * renormalised. */
+    bool dims_centred;
 } arch_desc;
 
 /* The built-in families (src/model/arch/<family>.c). */
 extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4, arch_qwen35,
-    arch_qwen35moe, arch_qwen3next, arch_bert, arch_gptoss, arch_phi3, arch_glm4moe, arch_deepseek2;
+    arch_qwen35moe, arch_qwen3next, arch_bert, arch_gptoss, arch_phi3, arch_glm4moe, arch_deepseek2,
+    arch_nomic_bert;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -327,6 +332,7 @@ extern const arch_key arch_moe_keys[];               /* expert_count, expert_use
 extern const arch_key arch_swa_keys[];  /* attention.sliding_window (required), rope.freq_base_swa,
                                          * final_logit_softcapping */
 extern const arch_key arch_shexp_keys[];             /* expert_shared_feed_forward_length */
+extern const arch_key arch_bert_keys[]; /* an encoder's shape and its LayerNorm epsilon (arch/bert.c) */
 /* ssm.{conv_kernel,state_size,group_count,time_step_rank,inner_size},
  * full_attention_interval (arch/hybrid.c) */
 extern const arch_key arch_hybrid_keys[];
@@ -363,6 +369,7 @@ typedef enum model_arch {
     MODEL_ARCH_PHI3 = 11,     /* fused QKV and gate/up, partial LongRoPE */
     MODEL_ARCH_GLM4MOE = 12,  /* GLM-4.5: dense lead, sigmoid-routed MoE + shared expert */
     MODEL_ARCH_DEEPSEEK2 = 13, /* DeepSeek V2/V3, Kimi K2: latent attention, grouped MoE routing */
+    MODEL_ARCH_NOMIC_BERT = 14, /* encoder: bert's post-LN with RoPE, fused QKV, SwiGLU (nomic-embed-text) */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

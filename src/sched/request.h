@@ -34,6 +34,7 @@ struct sched_req {
     bool want_logprobs;
     grammar_matcher *gm; /* structured output, or NULL; scheduler thread only after submit */
     bool embed;          /* prefill-only: em says how to pool (em.out = emb below) */
+    bool holds_place;    /* counts toward sched_capacity (not an input riding on its request's) */
     engine_embed em;
     uint32_t *mask;      /* the allowed tokens of the next sample (engine_seq.allowed) */
     bool mask_pending;   /* the mask is not built yet: the request waits (sched.c, req_next_mask) */

@@ -63,6 +63,7 @@ struct sched {
     sched_req *wait_head, *wait_tail;
     int n_waiting;
     int n_active; /* submitted and not finished: waiting + running */
+    int n_places; /* of them, those that count toward sched_capacity (sched_params.shares_place) */
     int n_reserved; /* places held by sched_reserve for submits still to come */
     int n_running;    /* holding a slot */
     uint64_t kv_used; /* tokens fed into all held slots */
@@ -88,6 +89,7 @@ struct sched {
     statecache *states;  /* a hybrid model's recurrent-state slots and snapshots; NULL otherwise */
     int max_ctx;         /* sched_max_context */
     int decode_rr;       /* round-robin start when decodes alone exceed the budget */
+    int embed_credit;    /* prefill-only tokens steps with decodes may still carry (plan_step) */
     uint64_t admit_counter;
     output_scratch scratch; /* the text pipeline's buffers, shared by every request */
     /* Speculative decoding, per row (cfg.draft_max + 1 entries each): the tokens a
@@ -109,7 +111,7 @@ struct sched {
 static int room_for(const sched *s, int n, bool reserved)
 {
     if (s->shutdown) return SCHED_E_SHUTDOWN;
-    if (!reserved && s->n_active + s->n_reserved + n > sched_capacity(s)) return SCHED_E_QUEUE_FULL;
+    if (!reserved && s->n_places + s->n_reserved + n > sched_capacity(s)) return SCHED_E_QUEUE_FULL;
     return SCHED_OK;
 }
 
@@ -149,10 +151,12 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
         if (p->prompt[i] < 0 || p->prompt[i] >= tokenizer_n_vocab(s->tok)) return SCHED_E_INVALID;
     if (p->embed && p->n_prompt > s->cfg.max_batch_tokens) return SCHED_E_TOO_LONG; /* runs in one step */
     if (p->embed && (unsigned)p->embed->pooling >= ENGINE_POOL_COUNT) return SCHED_E_INVALID;
+    if (p->shares_place && !p->embed) return SCHED_E_INVALID;
+    bool counted = !p->shares_place;
 
     /* Cheap refusals first, so an overloaded server does not copy prompts it will drop. */
     pthread_mutex_lock(&s->mu);
-    int rc = room_for(s, 1, p->reserved);
+    int rc = room_for(s, 1, p->reserved || !counted);
     pthread_mutex_unlock(&s->mu);
     if (rc != SCHED_OK) return rc;
 
@@ -172,9 +176,11 @@ int sched_submit(sched *s, const sched_params *p, sched_wake_fn wake, void *wake
     }
 
     pthread_mutex_lock(&s->mu);
-    rc = room_for(s, 1, p->reserved); /* again: other threads may have filled the queue meanwhile */
+    rc = room_for(s, 1, p->reserved || !counted); /* again: other threads may have filled the queue meanwhile */
     if (rc == SCHED_OK) {
-        if (p->reserved && s->n_reserved > 0) s->n_reserved--; /* the place is now n_active's */
+        if (counted && p->reserved && s->n_reserved > 0) s->n_reserved--; /* the place is now n_places' */
+        r->holds_place = counted;
+        s->n_places += counted;
         if (p->id && p->id[0]) snprintf(r->id, sizeof r->id, "%s", p->id);
         else snprintf(r->id, sizeof r->id, "req-%llu", (unsigned long long)s->next_id);
         s->next_id++;
@@ -277,6 +283,7 @@ static void req_finish(sched *s, sched_req *r, sched_finish why, const char *err
     req_outbox_finish(r, why, error);
     pthread_mutex_lock(&s->mu);
     s->n_active--;
+    s->n_places -= r->holds_place;
     pthread_cond_broadcast(&s->idle_cond);
     pthread_mutex_unlock(&s->mu);
     req_wake(r);
@@ -915,9 +922,39 @@ static int spec_plan(sched *s, int n_rows)
     return unused;
 }
 
+/* Whether prefill-only work of `chunk` tokens may join a step that carries decode rows, paying
+ * from s->embed_credit.
+ *
+ * Why a bound: a step's time is about that of its decode rows alone plus a cost per prompt
+ * token, and every token of a step stretches every running stream's TPOT.  Chat prompts are
+ * bounded only by max_batch_tokens (someone waits for that prompt's first token, as vLLM's
+ * chunked prefill treats every prompt alike); prefill-only work (embeddings, rerank) is
+ * throughput work, so while streams decode it gets a fixed share, Sarathi-Serve's rule (a
+ * token budget per mixed step chosen from the TPOT one can afford) applied to it alone.
+ * Measured on an H100 (Qwen3-0.6B shape, docs/benchmarks.md), a mixed step of 512 prompt
+ * tokens took 2.3x a decode step: about 0.25 % of a decode step per token, so a 20 % TPOT rise
+ * buys ~80 tokens a step; the daemon's default (--embed-step-tokens) is 64.
+ *
+ * Why on average (a credit, banked up to max_batch_tokens): an embedding cannot be chunked (an
+ * encoder sees its whole input; pooling reads every row), so a per-step cap below its length
+ * would starve it while any stream decodes.  Each step with decodes earns embed_step_tokens
+ * while prefill-only work waits; an embedding runs once its length is banked.  A stream's TPOT
+ * is its mean step time, which then rises by the rate's cost and not by the embedding's length.
+ * Steps without decodes protect nobody: they take prefill-only work up to max_batch_tokens. */
+static bool embed_fits_credit(sched *s, int chunk, int n_decodes, bool *earned)
+{
+    if (n_decodes == 0 || s->cfg.embed_step_tokens <= 0) return true;
+    if (!*earned) {
+        *earned = true;
+        s->embed_credit += s->cfg.embed_step_tokens;
+        if (s->embed_credit > s->cfg.max_batch_tokens) s->embed_credit = s->cfg.max_batch_tokens;
+    }
+    return chunk <= s->embed_credit;
+}
+
 /* The step's batch: a decode token for every slot past its prompt first (so running streams
  * never stall behind a long prompt), then prompt chunks, oldest admission first, in what is
- * left of the token budget. */
+ * left of the token budget (prefill-only ones within embed_fits_credit). */
 static int plan_step(sched *s)
 {
     int n = 0, budget = s->cfg.max_batch_tokens, n_slots = s->cfg.n_slots, n_rows = 0;
@@ -940,6 +977,8 @@ static int plan_step(sched *s)
     }
     s->decode_rr = (s->decode_rr + 1) % n_slots;
     if (n_rows > 0) budget += spec_plan(s, n_rows);
+    int n_decodes = n;
+    bool earned = false;
 
     /* Prompts (or recomputations) still to prefill, oldest admission first; the last chunk of
      * a prompt samples, that of a recomputation does not (its pending token decodes next). */
@@ -949,6 +988,7 @@ static int plan_step(sched *s)
         if (!prefilling(r)) continue;
         int target = prefill_target(r), chunk = target - r->n_past;
         if (r->embed && chunk > budget) continue; /* whole or not at all: it waits a step */
+        if (r->embed && !embed_fits_credit(s, chunk, n_decodes, &earned)) continue;
         if (chunk > budget) chunk = budget;
         /* A hybrid's chunk stops where its state is snapshotted (seq_done) for prompts that
          * share the prefix: the prompt's last block boundary (the next turn of a chat) and the
@@ -962,6 +1002,7 @@ static int plan_step(sched *s)
         if (s->kv_swa && !kvcache_grow(s->kv_swa, &r->kv_swa, r->n_past + chunk)) continue;
         plan_add(s, &n, r, r->toks + r->n_past, chunk, samples);
         budget -= chunk;
+        if (r->embed && n_decodes > 0 && s->cfg.embed_step_tokens > 0) s->embed_credit -= chunk;
     }
     return n;
 }

@@ -39,6 +39,12 @@ typedef struct sched_config {
     int ctx_per_slot;     /* must equal the engine's */
     int max_batch_tokens; /* prefill token budget per step (the engine's max) */
     int queue_size;       /* waiting requests beyond the running ones; more -> SCHED_E_QUEUE_FULL */
+    /* Prefill-only work (embeddings, rerank) beside running decodes: a step that carries decode
+     * rows carries at most this many prefill-only tokens on average (a credit each such step
+     * earns, banked up to max_batch_tokens, so one longer embedding still runs once enough is
+     * banked); steps without decodes are bounded by max_batch_tokens alone.  0: no bound.  Why
+     * a bound, and why on average: sched.c, plan_step. */
+    int embed_step_tokens;
     bool no_prefix_cache; /* every prompt computed whole (benchmarks' baseline) */
     /* Admission is first-fit over the waiting queue (sched.c: admit): a later request that fits
      * may be admitted while the oldest waiting one cannot be yet, at most this many times for
@@ -98,6 +104,11 @@ typedef struct sched_params {
     bool want_logprobs; /* publish each token's engine_result (sp.n_top_logprobs says how many alternatives) */
     const char *id; /* request id for logs */
     bool reserved;  /* takes one place held by sched_reserve (never SCHED_E_QUEUE_FULL) */
+    /* An embedding input that rides on a place its request holds for all its inputs (the
+     * place itself taken by one `reserved` input): it counts toward no capacity, so one HTTP
+     * request of many inputs is one queued request, as the queue limit documents.  Only with
+     * `embed` (else SCHED_E_INVALID). */
+    bool shares_place;
     /* Structured output: every sampled token keeps the text within this grammar (the request
      * takes its own reference and matcher; choices share the grammar); the request ends
      * ("stop") when the grammar is complete and nothing can follow.  NULL: unconstrained. */

@@ -138,6 +138,16 @@ static void test_embeddings_json(void **state)
     assert_true(fabs(cJSON_GetArrayItem(v, 1)->valuedouble - 0.2 / n) < 1e-6);
     cJSON_Delete(root);
 
+    rq.dims_centred = true; /* nomic v1.5: b less its mean (0.25), cut, renormalised */
+    root = embeddings_of(&rq, vecs + 1, lens, 1, 0);
+    v = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "data"), 0), "embedding");
+    assert_int_equal(cJSON_GetArraySize(v), 2);
+    n = sqrt(0.15 * 0.15 + 0.05 * 0.05);
+    assert_true(fabs(cJSON_GetArrayItem(v, 0)->valuedouble + 0.15 / n) < 1e-6);
+    assert_true(fabs(cJSON_GetArrayItem(v, 1)->valuedouble + 0.05 / n) < 1e-6);
+    cJSON_Delete(root);
+    rq.dims_centred = false;
+
     rq.dimensions = 0; /* pooling none: 2 tokens of width 2, one array per token */
     root = embeddings_of(&rq, vecs, lens, 1, 2);
     v = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "data"), 0), "embedding");

@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "synth/gguf_write.h"
+#include "f64_ref.h"
 
 enum { VOCAB = 40, EMBD = 32, LAYERS = 3, HEADS = 4, KV_HEADS = 2, HD = EMBD / HEADS, FF = 48, CTX = 64 };
 enum { Q_DIM = HEADS * HD, KV_DIM = KV_HEADS * HD };
@@ -52,32 +53,8 @@ typedef struct toy_layer {
 typedef struct toy {
     float *tok_embd, *output_norm, *output;
     toy_layer layers[LAYERS];
-    float *all[64]; /* every array, to free */
-    int n_all;
-    uint64_t rng;
+    ref_tensors rt; /* every array, to free */
 } toy;
-
-static float next_float(uint64_t *s) /* uniform in [-1, 1) */
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (float)((double)((z ^ (z >> 31)) >> 11) * 0x1.0p-52 - 1.0);
-}
-
-/* A tensor of rows x cols (cols contiguous: GGUF's ne0) as F32, written unless its name is
- * `omit`; the values are kept for the reference. */
-static float *add(toy *t, gguf_writer *w, const char *omit, const char *name, int cols, int rows, float center,
-                  float spread)
-{
-    float *v = malloc((size_t)cols * rows * sizeof *v);
-    for (int i = 0; i < cols * rows; i++) v[i] = center + spread * next_float(&t->rng);
-    t->all[t->n_all++] = v;
-    if (omit && strcmp(name, omit) == 0) return v;
-    int64_t ne[2] = {cols, rows};
-    gguf_writer_add_tensor(w, name, GGML_TYPE_F32, rows > 1 ? 2 : 1, ne, v, (size_t)cols * rows * sizeof *v, false);
-    return v;
-}
 
 static void set_key(gguf_writer *w, const char *arch, const char *suffix, uint32_t v)
 {
@@ -91,8 +68,8 @@ static void set_key(gguf_writer *w, const char *arch, const char *suffix, uint32
 static void *toy_build(toy *t, const char *arch, const char *omit, size_t *size)
 {
     memset(t, 0, sizeof *t);
-    t->rng = 42;
     gguf_writer *w = gguf_writer_new();
+    t->rt = (ref_tensors){.w = w, .omit = omit, .rng = 42};
     gguf_writer_set_str(w, "general.architecture", arch);
     set_key(w, arch, "context_length", CTX);
     set_key(w, arch, "embedding_length", EMBD);
@@ -101,25 +78,25 @@ static void *toy_build(toy *t, const char *arch, const char *omit, size_t *size)
     set_key(w, arch, "attention.head_count", HEADS);
     set_key(w, arch, "attention.head_count_kv", KV_HEADS);
     set_key(w, arch, "attention.layer_norm_rms_epsilon", 0);
-    t->tok_embd = add(t, w, omit, "token_embd.weight", EMBD, VOCAB, 0.0f, 1.0f);
-    t->output_norm = add(t, w, omit, "output_norm.weight", EMBD, 1, 1.0f, 0.2f);
-    t->output = add(t, w, omit, "output.weight", EMBD, VOCAB, 0.0f, 0.2f);
+    t->tok_embd = ref_add(&t->rt, "token_embd.weight", EMBD, VOCAB, 0.0f, 1.0f);
+    t->output_norm = ref_add(&t->rt, "output_norm.weight", EMBD, 1, 1.0f, 0.2f);
+    t->output = ref_add(&t->rt, "output.weight", EMBD, VOCAB, 0.0f, 0.2f);
     for (int il = 0; il < LAYERS; il++) {
         toy_layer *L = &t->layers[il];
         bool pre = il % 2 == 0; /* sandwich on even layers, post-norm only on odd ones */
         char n[64];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
-        if (pre) L->attn_norm = add(t, w, omit, NAME("attn_norm.weight"), EMBD, 1, 1.0f, 0.2f);
-        L->wq = add(t, w, omit, NAME("attn_q.weight"), EMBD, Q_DIM, 0.0f, 0.35f);
-        L->wk = add(t, w, omit, NAME("attn_k.weight"), EMBD, KV_DIM, 0.0f, 0.35f);
-        L->wv = add(t, w, omit, NAME("attn_v.weight"), EMBD, KV_DIM, 0.0f, 0.35f);
-        L->wo = add(t, w, omit, NAME("attn_output.weight"), Q_DIM, EMBD, 0.0f, 0.18f);
-        L->attn_post_norm = add(t, w, omit, NAME("post_attention_norm.weight"), EMBD, 1, 0.5f, 0.2f);
-        if (pre) L->ffn_norm = add(t, w, omit, NAME("ffn_norm.weight"), EMBD, 1, 1.0f, 0.2f);
-        L->w_gate = add(t, w, omit, NAME("ffn_gate.weight"), EMBD, FF, 0.0f, 0.35f);
-        L->w_up = add(t, w, omit, NAME("ffn_up.weight"), EMBD, FF, 0.0f, 0.35f);
-        L->w_down = add(t, w, omit, NAME("ffn_down.weight"), FF, EMBD, 0.0f, 0.15f);
-        L->ffn_post_norm = add(t, w, omit, NAME("post_ffw_norm.weight"), EMBD, 1, 0.5f, 0.2f);
+        if (pre) L->attn_norm = ref_add(&t->rt, NAME("attn_norm.weight"), EMBD, 1, 1.0f, 0.2f);
+        L->wq = ref_add(&t->rt, NAME("attn_q.weight"), EMBD, Q_DIM, 0.0f, 0.35f);
+        L->wk = ref_add(&t->rt, NAME("attn_k.weight"), EMBD, KV_DIM, 0.0f, 0.35f);
+        L->wv = ref_add(&t->rt, NAME("attn_v.weight"), EMBD, KV_DIM, 0.0f, 0.35f);
+        L->wo = ref_add(&t->rt, NAME("attn_output.weight"), Q_DIM, EMBD, 0.0f, 0.18f);
+        L->attn_post_norm = ref_add(&t->rt, NAME("post_attention_norm.weight"), EMBD, 1, 0.5f, 0.2f);
+        if (pre) L->ffn_norm = ref_add(&t->rt, NAME("ffn_norm.weight"), EMBD, 1, 1.0f, 0.2f);
+        L->w_gate = ref_add(&t->rt, NAME("ffn_gate.weight"), EMBD, FF, 0.0f, 0.35f);
+        L->w_up = ref_add(&t->rt, NAME("ffn_up.weight"), EMBD, FF, 0.0f, 0.35f);
+        L->w_down = ref_add(&t->rt, NAME("ffn_down.weight"), FF, EMBD, 0.0f, 0.15f);
+        L->ffn_post_norm = ref_add(&t->rt, NAME("post_ffw_norm.weight"), EMBD, 1, 0.5f, 0.2f);
 #undef NAME
     }
     void *image = NULL;
@@ -130,7 +107,7 @@ static void *toy_build(toy *t, const char *arch, const char *omit, size_t *size)
 
 static void toy_free(toy *t)
 {
-    for (int i = 0; i < t->n_all; i++) free(t->all[i]);
+    ref_free(&t->rt);
 }
 
 static model *toy_load(const void *image, size_t size, char *err, size_t errlen)
@@ -165,15 +142,6 @@ static void unload(loaded *L)
 
 /* ---- the float64 reference, straight from the formulas --------------------------------- */
 
-static void matvec(const float *w, const double *x, double *y, int cols, int rows)
-{
-    for (int r = 0; r < rows; r++) {
-        double acc = 0.0;
-        for (int i = 0; i < cols; i++) acc += (double)w[(size_t)r * cols + i] * x[i];
-        y[r] = acc;
-    }
-}
-
 static void rmsnorm(double *out, const double *x, const float *w, int n)
 {
     double ss = 0.0;
@@ -197,9 +165,9 @@ static void attention_block(const toy_layer *L, int il, double (*kc)[LAYERS][KV_
                             int p, const double *in, double *out)
 {
     double q[Q_DIM], att[CTX], o[Q_DIM];
-    matvec(L->wq, in, q, EMBD, Q_DIM);
-    matvec(L->wk, in, kc[p][il], EMBD, KV_DIM);
-    matvec(L->wv, in, vc[p][il], EMBD, KV_DIM);
+    ref_matvec(L->wq, in, q, EMBD, Q_DIM);
+    ref_matvec(L->wk, in, kc[p][il], EMBD, KV_DIM);
+    ref_matvec(L->wv, in, vc[p][il], EMBD, KV_DIM);
     rope(q, HEADS, p);
     rope(kc[p][il], KV_HEADS, p);
     for (int h = 0; h < HEADS; h++) {
@@ -218,16 +186,16 @@ static void attention_block(const toy_layer *L, int il, double (*kc)[LAYERS][KV_
             o[h * HD + i] = acc;
         }
     }
-    matvec(L->wo, o, out, Q_DIM, EMBD);
+    ref_matvec(L->wo, o, out, Q_DIM, EMBD);
 }
 
 static void ffn_block(const toy_layer *L, const double *in, double *out)
 {
     double gate[FF], up[FF];
-    matvec(L->w_gate, in, gate, EMBD, FF);
-    matvec(L->w_up, in, up, EMBD, FF);
+    ref_matvec(L->w_gate, in, gate, EMBD, FF);
+    ref_matvec(L->w_up, in, up, EMBD, FF);
     for (int i = 0; i < FF; i++) gate[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
-    matvec(L->w_down, gate, out, FF, EMBD);
+    ref_matvec(L->w_down, gate, out, FF, EMBD);
 }
 
 static void add_normed(double *x, double *delta, const float *post)
@@ -255,7 +223,7 @@ static void reference(const toy *t, const int32_t *tokens, int n, double *logits
             add_normed(x, delta, L->ffn_post_norm);
         }
         rmsnorm(in, x, t->output_norm, EMBD);
-        matvec(t->output, in, logits + (size_t)p * VOCAB, EMBD, VOCAB);
+        ref_matvec(t->output, in, logits + (size_t)p * VOCAB, EMBD, VOCAB);
     }
 }
 
@@ -382,7 +350,7 @@ static void test_registry(void **state)
     char names[256];
     arch_names(names, sizeof names);
     assert_string_equal(names, "llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, bert, gpt-oss, phi3, "
-                               "glm4moe, deepseek2, toy-postnorm, toy-linear, toy-sliding, toy-broken");
+                               "glm4moe, deepseek2, nomic-bert, toy-postnorm, toy-linear, toy-sliding, toy-broken");
 }
 
 /* A backend refuses a feature it lacks, naming it and the layer. */

@@ -733,6 +733,7 @@ static void test_gpu_features(void **state)
         {"qwen3moe.gguf", 0, NULL},
         {"gpt-oss.gguf", 0, NULL}, /* sinks, output bias, YaRN, biased top-k-softmax router, clamped SwiGLU */
         {"gpt-oss-mxfp4.gguf", 0, NULL},
+        {"bert.gguf", 0, NULL}, /* an encoder: post-LN, bidirectional, erf-GELU MLP (issue 29) */
         /* partial RoPE and the shared expert came with the hybrids' GPU path */
         {"phi3.gguf", 0, "the cuda backend does not implement fused qkv (layer 0 of phi3)"},
         {"phi3.gguf", ARCH_F_FUSED_QKV, "the cuda backend does not implement fused gate/up (layer 0 of phi3)"},

@@ -804,8 +804,8 @@ static void test_errors_leave_engine_usable(void **state)
     free(image);
 }
 
-/* A recipe feature the GPU does not run: ../shared/reference's phi3 (partial LongRoPE, fused
- * qkv and gate/up) loads, and the CUDA engine refuses it at creation, naming the first such
+/* A recipe feature the GPU does not run: ../shared/reference's phi3 (fused qkv and gate/up,
+ * LongRoPE) loads, and the CUDA engine refuses it at creation, naming the first such
  * feature and the layer, rather than run its layers without it. */
 static void test_recipe_feature_refused(void **state)
 {
@@ -816,7 +816,7 @@ static void test_recipe_feature_refused(void **state)
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
     assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
     print_message("  refused: %s\n", err);
-    assert_non_null(strstr(err, "the cuda backend does not implement partial RoPE (layer 0 of phi3)"));
+    assert_non_null(strstr(err, "the cuda backend does not implement fused qkv (layer 0 of phi3)"));
     model_free(m);
 }
 
@@ -1075,9 +1075,46 @@ static void test_embeddings_match_cpu(void **state)
     free(image);
 }
 
-/* The GPU refuses an encoder (bert) by name, before touching a device; auto falls back to the
- * CPU, which runs it. */
-static void test_encoder_refused(void **state)
+/* An encoder (BERT: absolute positions, token types, post-LN, bidirectional attention, an
+ * erf-GELU MLP) on both engines, ns sequences of lens[] random tokens side by side in one step,
+ * each pooled as pool[]: the GPU's vectors (every row with pooling none) within cosine 0.9999
+ * of the CPU's.  A one-token sequence rides along (its attention is its own key alone). */
+static void encoder_matches_cpu(const model *m, const int *lens, const engine_pooling *pool, int ns, int ctx)
+{
+    const int d = m->hp.n_embd;
+    int total = 0, longest = 0;
+    for (int i = 0; i < ns; i++) total += lens[i], longest = lens[i] > longest ? lens[i] : longest;
+    engine_config cfg = {.n_slots = 4, .ctx_per_slot = ctx, .max_batch_tokens = total};
+    pair p = make_pair(m, &cfg);
+    int32_t *tokens = malloc((size_t)total * sizeof *tokens);
+    assert_non_null(tokens);
+    uint64_t seed = 11;
+    for (int i = 0; i < total; i++) tokens[i] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+    const size_t stride = (size_t)longest * d;
+    float *cpu = calloc((size_t)ns * stride, sizeof *cpu), *gpu = calloc((size_t)ns * stride, sizeof *gpu);
+    assert_non_null(cpu);
+    assert_non_null(gpu);
+    run_embeddings(p.cpu, tokens, lens, pool, ns, cpu, stride);
+    run_embeddings(p.gpu, tokens, lens, pool, ns, gpu, stride);
+    double worst = 1;
+    for (int i = 0; i < ns; i++) {
+        size_t rows = pool[i] == ENGINE_POOL_NONE ? (size_t)lens[i] : 1;
+        for (size_t r = 0; r < rows; r++) {
+            double c = cosine(gpu + i * stride + r * d, cpu + i * stride + r * d, (size_t)d);
+            if (!(c >= 0.9999)) fail_msg("seq %d (%s) row %zu: cosine %.6f < 0.9999", i, engine_pooling_name(pool[i]), r, c);
+            worst = fmin(worst, c);
+        }
+    }
+    print_message("  %s (%d x %d layers): GPU vs CPU cosine >= %.6f\n", m->desc->name, d, m->hp.n_layer, worst);
+    free(cpu);
+    free(gpu);
+    free(tokens);
+    free_pair(&p);
+}
+
+/* ../shared/reference/bert.gguf (whose CPU embeddings match transformers within 3e-7:
+ * tests/cpu/test_arch_reference.c), on the GPU. */
+static void test_bert_matches_cpu(void **state)
 {
     (void)state;
     const char *env = getenv("INFERD_SHARED_DIR");
@@ -1088,15 +1125,31 @@ static void test_encoder_refused(void **state)
         print_message("skipping: %s\n", err); /* ../shared absent */
         skip();
     }
-    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
-    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
-    assert_null(e);
-    if (!strstr(err, "bert") || !strstr(err, "encoder")) fail_msg("refusal: %s", err);
-    e = engine_open(ENGINE_DEVICE_AUTO, m, &cfg, err, sizeof err);
-    if (!e) fail_msg("auto: %s", err);
-    assert_string_equal(engine_name(e), "cpu");
-    engine_free(e);
+    const int lens[4] = {1, 9, 40, 120};
+    const engine_pooling pool[4] = {ENGINE_POOL_MEAN, ENGINE_POOL_NONE, ENGINE_POOL_CLS, ENGINE_POOL_MEAN};
+    encoder_matches_cpu(m, lens, pool, 4, 128);
     model_free(m);
+}
+
+/* A bge-small-shaped BERT (384 wide, 12 heads of 32, FFN 1536; 4 layers of its 12), random
+ * weights in Q8_0 (prompt products through mmq, with their biases) and F16 (cuBLAS). */
+static void test_bge_small_shape_matches_cpu(void **state)
+{
+    (void)state;
+    const ggml_type types[2] = {GGML_TYPE_Q8_0, GGML_TYPE_F16};
+    for (int k = 0; k < 2; k++) {
+        tiny_spec s = tiny_spec_default();
+        s.arch = "bert";
+        s.n_vocab = 512, s.n_embd = 384, s.n_layer = 4, s.n_head = 12, s.n_head_kv = 12, s.n_ff = 1536, s.n_ctx = 512;
+        s.wtype = types[k];
+        void *image;
+        model *m = random_model(s, &image);
+        const int lens[4] = {1, 33, 128, 200};
+        const engine_pooling pool[4] = {ENGINE_POOL_MEAN, ENGINE_POOL_MEAN, ENGINE_POOL_NONE, ENGINE_POOL_CLS};
+        encoder_matches_cpu(m, lens, pool, 4, 512);
+        model_free(m);
+        free(image);
+    }
 }
 
 /* ---- gemma4 ---- */
@@ -1354,11 +1407,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hybrid_state_pieces_and_snapshot),
         cmocka_unit_test(test_reference_deterministic_bit_identical),
         cmocka_unit_test(test_embeddings_match_cpu),
+        cmocka_unit_test(test_bert_matches_cpu),
+        cmocka_unit_test(test_bge_small_shape_matches_cpu),
     };
     /* refusals decided before the GPU is touched: run them on every machine */
     const struct CMUnitTest without_device[] = {
         cmocka_unit_test(test_every_cpu_format_has_kernels),
-        cmocka_unit_test(test_encoder_refused),
     };
     int failed = cmocka_run_group_tests_name("without a device", without_device, NULL, NULL);
     if (failed) return failed;

@@ -184,6 +184,26 @@ static void test_norm_type(void **state)
     free(image);
 }
 
+/* The tiny BERT (test_gpu_engine's bge-small shape at another size) loads as an encoder: mean
+ * pooling, a position table of n_ctx rows, post-LN layers with their biases. */
+static void test_tiny_bert(void **state)
+{
+    (void)state;
+    tiny_spec s = tiny_spec_default();
+    s.arch = "bert";
+    s.n_embd = 64, s.n_head = 4, s.n_head_kv = 4, s.n_ff = 96, s.n_ctx = 48;
+    void *image;
+    model *m = load_ok(&s, &image);
+    assert_true(m->hp.encoder);
+    assert_int_equal(m->hp.pooling, 1);
+    assert_int_equal(m->pos_embd.ne1, 48);
+    assert_non_null(m->layers[1].bo.data);
+    assert_non_null(m->layers[1].ffn_out_norm_b.data);
+    assert_int_equal(m->layers[0].recipe.norm, ARCH_NORM_POST_LN);
+    model_free(m);
+    free(image);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_qwen2_qwen3),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_norm_type),
+        cmocka_unit_test(test_tiny_bert),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

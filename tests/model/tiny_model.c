@@ -206,11 +206,53 @@ static void write_layer(builder *b, int il, int head_dim)
 #undef NAME
 }
 
+/* A BERT encoder (bge / all-MiniLM layout, as llama.cpp converts them): absolute positions and
+ * token types, post-LN layers with biases everywhere, an MLP; mean pooling. */
+static void write_bert(builder *b)
+{
+    const tiny_spec *s = b->s;
+    const float wscale = 1.0f / sqrtf((float)s->n_embd);
+    set_f32(b, "attention.layer_norm_epsilon", 1e-12f);
+    set_u32(b, "pooling_type", 1);
+    add_tensor(b, "position_embd.weight", s->wtype, s->n_embd, s->n_ctx, 0.0f, 0.5f);
+    add_tensor(b, "token_types.weight", GGML_TYPE_F32, s->n_embd, 2, 0.0f, 0.5f);
+    add_tensor(b, "token_embd_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
+    add_tensor(b, "token_embd_norm.bias", GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.1f);
+    char name[96];
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+        static const char *const proj[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+        for (int p = 0; p < 4; p++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", il, proj[p]);
+            add_tensor(b, name, s->wtype, s->n_embd, s->n_embd, 0.0f, 2 * wscale);
+            snprintf(name, sizeof name, "blk.%d.%s.bias", il, proj[p]);
+            add_tensor(b, name, GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
+        }
+        add_tensor(b, NAME("attn_output_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
+        add_tensor(b, NAME("attn_output_norm.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.1f);
+        add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
+        add_tensor(b, NAME("ffn_up.bias"), GGML_TYPE_F32, s->n_ff, 1, 0.0f, 0.2f);
+        add_tensor(b, NAME("ffn_down.weight"), s->wtype, s->n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->n_ff));
+        add_tensor(b, NAME("ffn_down.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
+        add_tensor(b, NAME("layer_output_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
+        add_tensor(b, NAME("layer_output_norm.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.1f);
+#undef NAME
+    }
+}
+
 void *tiny_model_build(const tiny_spec *s, size_t *size)
 {
     builder b = {.s = s, .w = gguf_writer_new(), .rng = s->seed};
     const int head_dim = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
     write_hparams(&b);
+    if (strcmp(s->arch, "bert") == 0) {
+        add_tensor(&b, "token_embd.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f);
+        write_bert(&b);
+        void *image = NULL;
+        if (gguf_writer_write_mem(b.w, &image, size) != 0) image = NULL;
+        gguf_writer_free(b.w);
+        return image;
+    }
     add_tensor(&b, "token_embd.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f);
     add_tensor(&b, "output_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
     if (!s->tied) add_tensor(&b, "output.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f / sqrtf((float)s->n_embd));

@@ -333,10 +333,10 @@ static void fx_on_fatal(void *ctx, const char *error)
 }
 
 /* A scheduler over a fake engine with a pool of kv_blocks blocks (0: one context per slot),
- * sched_config.max_head_passes = head_passes and n_states recurrent-state slots (0: not a
- * hybrid model). */
-static void fx_start_hybrid(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks,
-                            int head_passes, int n_states)
+ * sched_config.max_head_passes = head_passes, n_states recurrent-state slots (0: not a hybrid
+ * model) and sched_config.embed_step_tokens = embed_step. */
+static void fx_start_embed(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks,
+                           int head_passes, int n_states, int embed_step)
 {
     if (!kv_blocks) kv_blocks = n_slots * ((ctx + BLK - 1) / BLK);
     assert_true(n_slots <= MAX_SLOTS && ctx <= MAX_CTX && kv_blocks <= MAX_BLOCKS);
@@ -354,12 +354,18 @@ static void fx_start_hybrid(fixture *fx, int n_slots, int ctx, int max_batch, in
     fx->f = f;
     fx->cfg = (sched_config){.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = max_batch,
                              .queue_size = queue_size, .max_head_passes = head_passes,
-                             .on_fatal = fx_on_fatal, .on_fatal_ctx = fx};
+                             .embed_step_tokens = embed_step, .on_fatal = fx_on_fatal, .on_fatal_ctx = fx};
     atomic_init(&fx->fatal_calls, 0);
     fx->fatal_error[0] = 0;
     char err[256];
     fx->s = sched_create(&f->base, g_tok, &fx->cfg, err, sizeof err);
     if (!fx->s) fail_msg("sched_create: %s", err);
+}
+
+static void fx_start_hybrid(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks,
+                            int head_passes, int n_states)
+{
+    fx_start_embed(fx, n_slots, ctx, max_batch, queue_size, kv_blocks, head_passes, n_states, 0);
 }
 
 static void fx_start_admit(fixture *fx, int n_slots, int ctx, int max_batch, int queue_size, int kv_blocks,
@@ -1616,6 +1622,155 @@ static void test_embeddings_are_prefill_only(void **state)
     fx_stop(&fx);
 }
 
+/* Submits an embedding request (mean pooling) of q's prompt; shares_place as sched_params. */
+static int submit_embed(fixture *fx, const req_spec *q, bool shares_place, client *c, sched_req **r)
+{
+    static const engine_embed em = {.pooling = ENGINE_POOL_MEAN};
+    sched_params p = {.prompt = q->prompt, .n_prompt = q->n_prompt, .max_tokens = 1, .embed = &em,
+                      .shares_place = shares_place};
+    sampling_params_default(&p.sp);
+    return sched_submit(fx->s, &p, c ? client_wake : NULL, c, r);
+}
+
+/* Prefill-only tokens of logged step i: sequences at position 0 that want no token (the fake's
+ * chats want their last prompt chunk's token). */
+static int embed_tokens_of_step(const fake_engine *f, int i, int *n_embeds)
+{
+    int n = 0;
+    *n_embeds = 0;
+    for (int j = 0; j < f->log[i].n_seqs; j++)
+        if (f->log[i].seqs[j].pos == 0 && !f->log[i].seqs[j].want) n += f->log[i].seqs[j].n_tokens, ++*n_embeds;
+    return n;
+}
+
+/* sched_config.embed_step_tokens: while a chat decodes, a burst of embeddings (8 tokens each,
+ * 4 credited per decode step) joins one step in two, one at a time, so the prefill-only tokens
+ * of the first k mixed steps never exceed 4k; once no stream decodes, the next burst runs as
+ * many per step as the step budget holds (4 x 8 of 32). */
+static void test_embeddings_beside_decodes_take_their_share(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_embed(&fx, 4, 64, 32, 16, 0, 0, 0, 4);
+    enum { N_EMB = 6, EMB_LEN = 8 };
+    req_spec chat = spec(T("a"), 3, 30);
+    chat.ignore_eos = true;
+    client cc, ce[N_EMB];
+    sched_req *rc, *re[N_EMB];
+    req_spec eq[N_EMB];
+    const char *keys[N_EMB] = {"b", "c", "d", "e", "x", "y"};
+    client_init(&cc);
+    fx_pause(&fx, true); /* the burst comes while the engine holds the chat's prompt step */
+    assert_int_equal(submit(&fx, &chat, &cc, &rc), SCHED_OK);
+    fx_wait_steps(&fx, 1);
+    for (int i = 0; i < N_EMB; i++) {
+        eq[i] = spec(T(keys[i]), EMB_LEN, 1);
+        client_init(&ce[i]);
+        assert_int_equal(submit_embed(&fx, &eq[i], false, &ce[i], &re[i]), SCHED_OK);
+    }
+    fx_pause(&fx, false);
+    for (int i = 0; i < N_EMB; i++) client_wait(&ce[i], re[i]);
+    client_wait(&cc, rc);
+    int chat_slot = -1;
+    assert_int_equal(first_step_of(fx.f, T("a"), &chat_slot), 0);
+    int mixed = 0, paid = 0, carried = 0;
+    for (int i = 0; i < fx.f->n_log; i++) {
+        bool decodes = false;
+        for (int j = 0; j < fx.f->log[i].n_seqs; j++) decodes |= fx.f->log[i].seqs[j].slot == chat_slot &&
+                                                                  fx.f->log[i].seqs[j].pos >= chat.n_prompt;
+        int n_embeds, tokens = embed_tokens_of_step(fx.f, i, &n_embeds);
+        carried += n_embeds;
+        if (!decodes) continue;
+        mixed++;
+        paid += tokens;
+        assert_true(n_embeds <= 1);
+        assert_true(paid <= 4 * mixed); /* the credit: 4 tokens a step with decodes */
+    }
+    assert_int_equal(carried, N_EMB);
+    assert_true(paid == N_EMB * EMB_LEN); /* the chat (30 tokens) outlived the burst */
+    for (int i = 0; i < N_EMB; i++) {
+        assert_int_equal(ce[i].finish, SCHED_FINISH_STOP);
+        sched_req_release(re[i]);
+        client_destroy(&ce[i]);
+    }
+    sched_req_release(rc);
+    client_destroy(&cc);
+
+    /* no stream decodes: four embeddings fill one step.  They are submitted while the engine
+     * holds a one-token request's step, so the scheduler plans them all at once after it. */
+    int from = fx.f->n_log, started = fx.f->steps_started;
+    req_spec one = spec(T("z"), 3, 1);
+    sched_req *rb;
+    client_init(&cc);
+    fx_pause(&fx, true);
+    assert_int_equal(submit(&fx, &one, &cc, &rb), SCHED_OK);
+    fx_wait_steps(&fx, started + 1);
+    for (int i = 0; i < 4; i++) {
+        eq[i] = spec(T(keys[i]), EMB_LEN, 1);
+        client_init(&ce[i]);
+        assert_int_equal(submit_embed(&fx, &eq[i], false, &ce[i], &re[i]), SCHED_OK);
+    }
+    fx_pause(&fx, false);
+    client_wait(&cc, rb);
+    sched_req_release(rb);
+    client_destroy(&cc);
+    for (int i = 0; i < 4; i++) {
+        client_wait(&ce[i], re[i]);
+        sched_req_release(re[i]);
+        client_destroy(&ce[i]);
+    }
+    int n_embeds = 0;
+    for (int i = from; i < fx.f->n_log && n_embeds == 0; i++) embed_tokens_of_step(fx.f, i, &n_embeds);
+    assert_int_equal(n_embeds, 4);
+    fx_stop(&fx);
+}
+
+/* One embedding request is one queued request however many inputs it has: with room for a
+ * single request (one row, no queue), a request of six inputs (one place reserved, taken by its
+ * last input, the other five riding on it) is accepted whole, another request is refused until
+ * it finished, and riding is for embeddings only. */
+static void test_embedding_inputs_share_one_place(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start(&fx, 1, 64, 32, 0);
+    enum { N = 6 };
+    req_spec eq[N], chat = spec(T("a"), 3, 2);
+    client ce[N], cc;
+    sched_req *re[N], *rc = NULL;
+    fx_pause(&fx, true);
+    assert_int_equal(sched_reserve(fx.s, 1), SCHED_OK);
+    for (int i = 0; i < N; i++) {
+        eq[i] = spec(T("b"), 4 + i, 1);
+        client_init(&ce[i]);
+        if (i < N - 1) {
+            assert_int_equal(submit_embed(&fx, &eq[i], true, &ce[i], &re[i]), SCHED_OK);
+            continue;
+        }
+        engine_embed em = {.pooling = ENGINE_POOL_MEAN};
+        sched_params p = {.prompt = eq[i].prompt, .n_prompt = eq[i].n_prompt, .max_tokens = 1, .embed = &em,
+                          .reserved = true};
+        sampling_params_default(&p.sp);
+        assert_int_equal(sched_submit(fx.s, &p, client_wake, &ce[i], &re[i]), SCHED_OK);
+    }
+    client_init(&cc);
+    assert_int_equal(submit(&fx, &chat, &cc, &rc), SCHED_E_QUEUE_FULL);
+    sched_params bad = {.prompt = chat.prompt, .n_prompt = chat.n_prompt, .max_tokens = 2, .shares_place = true};
+    sampling_params_default(&bad.sp);
+    assert_int_equal(sched_submit(fx.s, &bad, NULL, NULL, &rc), SCHED_E_INVALID);
+    fx_pause(&fx, false);
+    for (int i = 0; i < N; i++) {
+        client_wait(&ce[i], re[i]);
+        assert_int_equal(ce[i].finish, SCHED_FINISH_STOP);
+        sched_req_release(re[i]);
+        client_destroy(&ce[i]);
+    }
+    run_one(&fx, &chat, &cc); /* the place is free again */
+    assert_true(cc.finish == SCHED_FINISH_STOP || cc.finish == SCHED_FINISH_LENGTH);
+    client_destroy(&cc);
+    fx_stop(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1643,6 +1798,8 @@ int main(void)
         cmocka_unit_test(test_short_requests_pass_a_head_that_does_not_fit),
         cmocka_unit_test(test_preempted_request_keeps_priority),
         cmocka_unit_test(test_embeddings_are_prefill_only),
+        cmocka_unit_test(test_embeddings_beside_decodes_take_their_share),
+        cmocka_unit_test(test_embedding_inputs_share_one_place),
     };
     return cmocka_run_group_tests(tests, build_tokenizer, free_tokenizer);
 }

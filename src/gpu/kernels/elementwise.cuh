@@ -81,6 +81,7 @@ __device__ __forceinline__ int2 rope_index(int i, int hd, int neox)
 // Rotate the rope_dims/2 pairs of one head vector in place (the rest stays as it is).
 __device__ __forceinline__ void rope_head(float *v, int pos, const qkv_post_args &a)
 {
+    if (a.no_rope) return;
     const int nr = rope_dims(a);
     for (int i = threadIdx.x; i < nr / 2; i += blockDim.x) {
         const int2 ix = rope_index(i, nr, a.neox);
@@ -200,4 +201,36 @@ extern "C" __global__ void add_bias(float *y, const float *bias, int n, size_t t
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
         y[i] += bias[i % n];
+}
+
+// BERT's LayerNorm, in place over rows of n: x[r] = (v - mean(v)) / sqrt(var(v) + eps) * w + b
+// with v = x[r] + add[r] (add NULL: v = x[r]; the post-LN residual x = LayerNorm(x + block(x))
+// when the block's output is in add).  One block per row, FP32, the mean first and then the
+// variance about it (the CPU's cpu_layernorm, which sums in double).
+extern "C" __global__ void layernorm(float *x, const float *add, const float *w, const float *b, int n, float eps)
+{
+    __shared__ float sh[32];
+    float *xr = x + (size_t)blockIdx.x * n;
+    const float *ar = add ? add + (size_t)blockIdx.x * n : nullptr;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) { // each thread reads back only what it wrote
+        const float v = ar ? xr[i] + ar[i] : xr[i];
+        xr[i] = v;
+        s += v;
+    }
+    const float mean = block_sum(s, sh) / (float)n;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
+    const float inv = rsqrtf(block_sum(ss, sh) / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+}
+
+// out = fp16(gelu(u)) over n elements, the exact GELU u * Phi(u) = 0.5 u (1 + erf(u / sqrt 2))
+// (BERT's MLP; the CPU's cpu_gelu_erf).
+extern "C" __global__ void gelu_erf(const float *u, __half *out, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float x = u[i];
+        out[i] = __float2half_rn(0.5f * x * (1.0f + erff(x * 0.7071067811865476f)));
+    }
 }

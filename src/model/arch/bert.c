@@ -9,7 +9,7 @@
 #include "model/model.h"
 
 #define HP(field) offsetof(model_hparams, field)
-static const arch_key bert_keys[] = {
+const arch_key arch_bert_keys[] = {
     {"context_length", ARCH_KEY_INT, HP(n_ctx_train), true, 0, 0},
     {"embedding_length", ARCH_KEY_INT, HP(n_embd), true, 0, 0},
     {"block_count", ARCH_KEY_INT, HP(n_layer), true, 0, 0},
@@ -47,7 +47,7 @@ static const arch_tensor bert_layer_tensors[] = {
 
 const arch_desc arch_bert = {
     .name = "bert",
-    .keys = bert_keys,
+    .keys = arch_bert_keys,
     .globals = bert_globals,
     .layer_tensors = bert_layer_tensors,
     .rope = ARCH_ROPE_NONE,

@@ -42,14 +42,14 @@ typedef struct gpu_kernels {
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn matvec_rope[GPU_N_WTYPES]; /* one-row QKV with qkv_post fused (matvec_rope_args) */
-    /* tensor-core products on block-quantised weights (f == NULL for float formats, which
-     * go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(variant) */
+    /* tensor-core products on block-quantised and BF16 weights (f == NULL for F16 and F32,
+     * which go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(type, variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
     gpu_fn mmq_glu[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
     gpu_fn mmq_reduce;
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
-    gpu_fn rmsnorm, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, softcap, scale_f32, add_bias;
+    gpu_fn rmsnorm, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows, softcap, scale_f32, add_bias;
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_combine, flash_attn_hd64, flash_attn_hd128;
     /* decode tokens on the tensor cores (gpu_attn_decode_serves): GPU_ATT_DEC_WARPS warps,
      * gpu_attn_decode_smem(hd) bytes of dynamic shared memory */

@@ -76,12 +76,12 @@ const char *mkmodel_ftype_name(mkmodel_ftype ft)
 
 uint32_t mkmodel_file_type(mkmodel_ftype ft)
 {
-    /* LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q5_K_S 16,
-     * Q6_K 18; Q4_1 3, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, IQ4_NL 25, IQ4_XS 30; IQ3_S 26,
-     * IQ3_XXS 23, IQ2_S 28, IQ2_XS 20, IQ2_XXS 19, IQ1_M 31, IQ1_S 24, MXFP4_MOE 38; the UD
-     * mixes under their base type (as unsloth's files are: Q2_K 10, IQ1_S 24) */
-    static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0,  1,  7,  2,  14, 16, 18, 15, 3,  8,  9,  10, 11,
-                                                      25, 30, 26, 23, 28, 20, 19, 31, 24, 38, 10, 24};
+    /* LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, BF16 32, Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15,
+     * Q5_K_S 16, Q6_K 18; Q4_1 3, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, IQ4_NL 25, IQ4_XS 30;
+     * IQ3_S 26, IQ3_XXS 23, IQ2_S 28, IQ2_XS 20, IQ2_XXS 19, IQ1_M 31, IQ1_S 24, MXFP4_MOE 38;
+     * the UD mixes under their base type (as unsloth's files are: Q2_K 10, IQ1_S 24) */
+    static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0,  1,  32, 7,  2,  14, 16, 18, 15, 3,  8,  9,  10,
+                                                      11, 25, 30, 26, 23, 28, 20, 19, 31, 24, 38, 10, 24};
     return (unsigned)ft < MKMODEL_FTYPE_COUNT ? ids[ft] : 0;
 }
 

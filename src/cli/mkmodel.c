@@ -24,11 +24,12 @@ static void usage(FILE *out)
             "                  architecture; qwen3moe, gpt-oss: 8 experts of n-ff/4, 2 per token; gpt-oss:\n"
             "                  window 128, YaRN x32 over 4096, Harmony's markup tokens; with --type mxfp4\n"
             "                  only its experts are MXFP4, the other matrices Q8_0)\n"
-            "  --type T        f32 | f16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
+            "  --type T        f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
             "                  | q5_k | q6_k | iq4_nl | iq4_xs | iq3_s | iq3_xxs | iq2_s | iq2_xs\n"
             "                  | iq2_xxs | iq1_m | iq1_s | mxfp4 | q4_k_m | ud_q2_k_xl | ud_iq1_s\n"
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N --n-vocab N\n"
             "  --n-expert N --n-expert-used N --n-ff-exp N   (qwen3moe, gpt-oss: experts, per token, width)\n"
+            "  --head-dim N    per-head width (default n-embd / n-head; written as attention.key_length)\n"
             "  --seed N        weight seed (default 1)\n"
             "  --corpus-dir D  tokenizer training text: D/README.md + D/src (default: the source tree)\n"
             "  --vocab F.gguf  copy the tokenizer (tokenizer.* keys) of F instead; n-vocab follows it\n"
@@ -63,7 +64,7 @@ static int arch_from_name(const char *s)
     return -1;
 }
 
-enum { N_DIMS = 10 }; /* --n-embd .. --n-ff-exp, in the order of the option table */
+enum { N_DIMS = 11 }; /* --n-embd .. --head-dim, in the order of the option table */
 enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_VOCAB, OPT_WORDS, OPT_POOLING, OPT_DIM0 };
 
 int cli_mkmodel(int argc, char **argv)
@@ -87,6 +88,7 @@ int cli_mkmodel(int argc, char **argv)
         {"n-expert", required_argument, NULL, OPT_DIM0 + 7},
         {"n-expert-used", required_argument, NULL, OPT_DIM0 + 8},
         {"n-ff-exp", required_argument, NULL, OPT_DIM0 + 9},
+        {"head-dim", required_argument, NULL, OPT_DIM0 + 10},
         {"words", required_argument, NULL, OPT_WORDS},
         {"pooling", required_argument, NULL, OPT_POOLING},
         {"help", no_argument, NULL, 'h'},
@@ -163,10 +165,10 @@ int cli_mkmodel(int argc, char **argv)
     if (ftype >= 0) cfg.ftype = (mkmodel_ftype)ftype;
     cfg.seed = seed;
     int *fields[N_DIMS] = {&cfg.n_embd, &cfg.n_layer, &cfg.n_head, &cfg.n_head_kv, &cfg.n_ff,
-                           &cfg.n_ctx, &cfg.n_vocab, &cfg.n_expert, &cfg.n_expert_used, &cfg.n_ff_exp};
+                           &cfg.n_ctx, &cfg.n_vocab, &cfg.n_expert, &cfg.n_expert_used, &cfg.n_ff_exp, &cfg.head_dim};
+    if (dims[0] || dims[2]) cfg.head_dim = 0; /* derived again from the new sizes, unless given */
     for (int i = 0; i < N_DIMS; i++)
         if (dims[i]) *fields[i] = dims[i];
-    if (dims[0] || dims[2]) cfg.head_dim = 0; /* derived again from the new sizes */
     char err[256];
     if (cfg.vocab && !dims[6] && (cfg.n_vocab = mkmodel_vocab_size(cfg.vocab, err, sizeof err)) < 0) {
         fprintf(stderr, "inferd mkmodel: --vocab: %s\n", err);

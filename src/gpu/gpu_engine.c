@@ -290,25 +290,33 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
     return 0;
 }
 
-/* Matrices cuBLAS multiplies from an FP16 copy: F32/BF16 (block-quantised ones go to the mmq
- * kernels, F16 ones are read as they are). */
+/* Matrices cuBLAS multiplies from an FP16 copy: block-quantised ones whose rows are no whole
+ * 256-input stages of the mmq kernels (e.g. 2880 inputs).  The float formats never: F16 rows
+ * are cuBLAS's operand as they lie, BF16 ones go to mmq (or, rows of no whole stages, matvec),
+ * F32 ones to cuBLAS's FP32 product (gpu_forward.c: path_for, blas_matmul). */
 static bool needs_f16_copy(const gpu_engine *g, const gpu_matrix *w)
 {
-    return w->d && !gpu_mmq_serves(&g->k, w->wtype, w->k) && w->type != GGML_TYPE_F16;
+    return w->d && !gpu_mmq_serves(&g->k, w->wtype, w->k) && w->type != GGML_TYPE_F16 &&
+           w->type != GGML_TYPE_BF16 && w->type != GGML_TYPE_F32;
 }
 
-/* Every matrix cuBLAS multiplies from an FP16 copy (the layers' and the LM head's; not the
- * embedding table, which is only gathered from, nor the experts, which only the MoE kernels
- * read), into list (at most N_LAYER_MATRICES per layer + 2).
- * Returns the count. */
-static int blas_matrices(gpu_engine *g, gpu_matrix **list)
+static bool is_f32(const gpu_engine *g, const gpu_matrix *w)
+{
+    (void)g;
+    return w->d && w->type == GGML_TYPE_F32;
+}
+
+/* Every matrix a step multiplies on cuBLAS that `pick` picks (the layers' and the LM head's;
+ * not the embedding table, which is only gathered from, nor the experts, which only the MoE
+ * kernels read), into list (at most N_LAYER_MATRICES per layer + 2).  Returns the count. */
+static int blas_matrices(gpu_engine *g, bool (*pick)(const gpu_engine *, const gpu_matrix *), gpu_matrix **list)
 {
     int n = 0;
-    if (needs_f16_copy(g, &g->output)) list[n++] = &g->output;
-    if (needs_f16_copy(g, &g->ple_model_proj)) list[n++] = &g->ple_model_proj;
+    if (pick(g, &g->output)) list[n++] = &g->output;
+    if (pick(g, &g->ple_model_proj)) list[n++] = &g->ple_model_proj;
     for (int l = 0; l < g->base.m->hp.n_layer; l++) {
         gpu_layer *L = &g->layers[l];
-#define LIST(f) if (needs_f16_copy(g, &L->f)) list[n++] = &L->f;
+#define LIST(f) if (pick(g, &L->f)) list[n++] = &L->f;
         LAYER_MATRICES(LIST)
 #undef LIST
     }
@@ -318,18 +326,22 @@ static int blas_matrices(gpu_engine *g, gpu_matrix **list)
 static size_t f16_bytes(const gpu_matrix *w) { return align_up((size_t)w->n * w->k * sizeof(uint16_t), DEV_ALIGN); }
 
 /* Largest matrix and all matrices together, in FP16 bytes (the dequantisation scratch, or
- * the resident copies). */
-static void blas_sizes(gpu_engine *g, size_t *largest, size_t *total)
+ * the resident copies); and the widest F32 matrix's inputs (its activations' FP32 copy). */
+static void blas_sizes(gpu_engine *g, size_t *largest, size_t *total, int *f32_k)
 {
     gpu_matrix **list = malloc(((size_t)g->base.m->hp.n_layer * N_LAYER_MATRICES + 2) * sizeof *list);
     *largest = *total = 0;
+    *f32_k = 0;
     if (!list) return;
-    int n = blas_matrices(g, list);
+    int n = blas_matrices(g, needs_f16_copy, list);
     for (int i = 0; i < n; i++) {
         size_t b = f16_bytes(list[i]);
         if (b > *largest) *largest = b;
         *total += b;
     }
+    n = blas_matrices(g, is_f32, list);
+    for (int i = 0; i < n; i++)
+        if (list[i]->k > *f32_k) *f32_k = list[i]->k;
     free(list);
 }
 
@@ -342,7 +354,7 @@ static int make_resident_f16(gpu_engine *g, char *err, size_t errlen)
         snprintf(err, errlen, "out of host memory");
         return -1;
     }
-    int n = blas_matrices(g, list);
+    int n = blas_matrices(g, needs_f16_copy, list);
     size_t off = 0;
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -506,7 +518,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
      * shapes have a flash kernel for the rest); attn_partial's one per packed token */
     size_t part_rows = (size_t)(g->att_decode && g->fa_q_tokens ? R : T) * g->att_splits * hp->n_head;
     size_t largest = 0, all_f16 = 0;
-    if (g->have_blas) blas_sizes(g, &largest, &all_f16);
+    int f32_k = 0;
+    if (g->have_blas) blas_sizes(g, &largest, &all_f16, &f32_k);
+    g->x_f32_k = f32_k;
     /* FP32 gate/up only where a step's feed-forward is not one fused kernel (the largest step
      * decides), the partial sums only where some matrix goes to mmq */
     bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k), any_post = false;
@@ -587,7 +601,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->moe_out, moe_beside ? (size_t)T * g->d_embd * f : 0},
         {&g->ple, ple_all * f}, {&g->ple_tok, ple_all * f}, {&g->ple_g, ple ? (size_t)T * hp->n_embd_ple * f : 0},
         {&g->ple_h, ple ? (size_t)T * g->ple_ld * sizeof(uint16_t) : 0},
-        {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0},
+        {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0}, {&g->x_f32, (size_t)T * (size_t)f32_k * f},
         {&g->part_o, part_rows * hd_max * f}, {&g->part_ml, part_rows * 2 * f},
         {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
         {&g->counts, R * V * sizeof(int32_t)}, {&g->parts, (size_t)R * GPU_SAMPLE_PARTS * 3 * f},
@@ -609,8 +623,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t free_b = 0, total_b = 0;
     CU_CHECK(cu.cuMemGetInfo(&free_b, &total_b), "checking free GPU memory");
     size_t reserve = cfg->vram_reserve_mb * (size_t)(1 << 20);
-    /* F32/BF16 matrices (block-quantised ones need nothing: mmq reads them as they are) get
-     * FP16 copies for cuBLAS when they fit beside everything else, a pool of what one slot
+    /* Block-quantised matrices mmq cannot serve (rows of no whole 256-input stages; the others
+     * and every float format are read as they lie) get FP16 copies for cuBLAS when they fit
+     * beside everything else, a pool of what one slot
      * per sequence used to reserve (or the pool asked for) and 1 GiB to spare; otherwise one
      * matrix at a time is decoded into a scratch as it is used and the pool gets the rest. */
     size_t pair = 2 * g->block_bytes;
@@ -675,7 +690,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         log_info("cuda: %d recurrent-state slots of %.2f MiB (in the buffers)", g->base.n_states,
                  g->base.state_bytes / MIB);
     if (all_f16)
-        log_info("cuda: prompt and batched matmuls of F32/BF16 weights read %s",
+        log_info("cuda: prompt and batched matmuls of quantised weights with rows of no whole 256-input "
+                 "blocks read %s",
                  g->w16_bytes ? "resident FP16 weight copies (in the buffers)"
                               : "weights decoded to FP16 per use (too little memory for resident copies)");
     return 0;
@@ -1115,7 +1131,7 @@ static void gpu_destroy(engine *e)
         for (int b = 0; b < GPU_N_BUCKETS; b++)
             if (g->graphs[c][b]) cu.cuGraphExecDestroy(g->graphs[c][b]);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->act_lo, g->ff_h,
-                          g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws,
+                          g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws, g->x_f32,
                           g->mmq_part, g->post,     g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
                           g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y, g->moe_g, g->moe_u, g->moe_out,
                           g->ple, g->ple_tok, g->ple_g, g->ple_h,

@@ -38,9 +38,10 @@
  *
  * Matmuls read the weights as they are stored: over a few rows (decode) with the matvec
  * kernels, over more (batched decode, prefill) with the tensor-core mmq kernels, which decode
- * the quantised blocks into their mma fragments; float-format weights (F16/BF16/F32) go to
- * cuBLAS.  All see the same FP16 weights and activations, so they agree up to the order of
- * FP32 sums. */
+ * the quantised (and BF16) blocks into their mma fragments; F16 weights go to cuBLAS as they
+ * lie, F32 ones to its FP32 product (TF32 tensor cores) over an FP32 copy of the activations.
+ * All see the same FP16 activations, so they agree up to the rounding of the weights to
+ * FP16/TF32 (exact for BF16 in range) and the order of FP32 sums. */
 #include <math.h>
 #include <stdio.h>
 
@@ -86,6 +87,9 @@ static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
     if (g->det) return gpu_mmq_serves(&g->k, w->wtype, w->k) ? PATH_MMQ : PATH_MATVEC;
     if (m > 1 && gpu_mmq_serves(&g->k, w->wtype, w->k)) return PATH_MMQ;
     if (m <= GPU_MATVEC_MAX_M) return PATH_MATVEC;
+    /* BF16 rows of no whole mmq stages: matvec at any m (cuBLAS would want an FP16 copy); F32
+     * rows wider than x_f32 holds (a matrix blas_sizes did not count) likewise */
+    if (w->type == GGML_TYPE_BF16 || (w->type == GGML_TYPE_F32 && w->k > g->x_f32_k)) return PATH_MATVEC;
     return g->have_blas ? PATH_BLAS : PATH_MATVEC;
 }
 /* The batch-1 products over q8 activations (kernels/dot_q8.cuh) where the engine allows them
@@ -154,17 +158,27 @@ static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m,
                        const char *what, char *err, size_t errlen)
 {
     const gpu_matrix *w = o->w;
-    CUdeviceptr w16 = w->type == GGML_TYPE_F16 ? w->d : w->h16; /* F16 rows are cuBLAS's form already */
-    if (!w16) { /* no resident copy: dequantise into the scratch for this one product */
-        w16 = g->wdq;
-        if (gpu_dequant_f16(g, w, w16, what, err, errlen)) return -1;
+    CUdeviceptr wd = w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_F32 ? w->d : w->h16; /* as they lie */
+    cudaDataType wt = w->type == GGML_TYPE_F32 ? CUDA_R_32F : CUDA_R_16F, xt = wt;
+    cublasComputeType_t compute = w->type == GGML_TYPE_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    if (!wd) { /* no resident copy: dequantise into the scratch for this one product */
+        wd = g->wdq;
+        if (gpu_dequant_f16(g, w, wd, what, err, errlen)) return -1;
+    }
+    if (w->type == GGML_TYPE_F32) {
+        /* cuBLAS multiplies F32 only by F32: the FP16 activations widened (exactly) into x_f32
+         * [m][k], columns past ldx zero (they meet the rows' zero padding) */
+        size_t n = (size_t)m * w->k;
+        LAUNCH(g->k.to_f32_rows, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}),
+               what, &x, &ldx, &g->x_f32, &(int){w->k}, &n);
+        x = g->x_f32;
+        ldx = w->k;
     }
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     /* Row-major y[m][n] = x[m][k] W^T is column-major y^T (n x m) = W (k x n)^T x^T (k x m). */
     CUBLAS_CHECK(cublas.gemm_ex(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->n, m, w->k, &alpha,
-                                (const void *)(uintptr_t)w16, CUDA_R_16F, w->k, (const void *)(uintptr_t)x,
-                                CUDA_R_16F, ldx, &beta, (void *)(uintptr_t)o->y, CUDA_R_32F, o->ldy,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                (const void *)(uintptr_t)wd, wt, w->k, (const void *)(uintptr_t)x, xt, ldx, &beta,
+                                (void *)(uintptr_t)o->y, CUDA_R_32F, o->ldy, compute, CUBLAS_GEMM_DEFAULT),
                  what);
     if (o->bias) {
         size_t total = (size_t)m * o->ldy;

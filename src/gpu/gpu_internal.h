@@ -12,9 +12,10 @@
 /* Decode steps of up to this many sequences replay a CUDA graph captured for the next power
  * of two. */
 #define GPU_MAX_DECODE_BATCH 64
-/* Matmuls over one row use the matvec kernels; over more, block-quantised weights go to the
- * tensor-core mmq kernels (at 2-4 rows already faster than matvec's FP32 dot products), float
- * weights to matvec up to GPU_MATVEC_MAX_M rows and to cuBLAS beyond. */
+/* Matmuls over one row use the matvec kernels; over more, block-quantised and BF16 weights go
+ * to the tensor-core mmq kernels (at 2-4 rows already faster than matvec's FP32 dot products),
+ * F16 and F32 weights to matvec up to GPU_MATVEC_MAX_M rows and to cuBLAS beyond (F16 as it
+ * lies, F32 in cuBLAS's FP32 product on TF32 tensor cores); no float weight is copied. */
 #define GPU_MATVEC_MAX_M 4
 /* mmq's partial sums when it splits k (batched decode): splits * rows * features * 4 bytes */
 #define GPU_MMQ_PART_BYTES ((size_t)24 << 20)
@@ -30,7 +31,8 @@ typedef struct gpu_matrix {
     int wtype; /* gpu_wtype_index(type) */
     int k, n;  /* padded inputs per row, outputs */
     size_t row_bytes;
-    CUdeviceptr h16; /* F32/BF16 only: resident FP16 copy [n][k] for cuBLAS, or 0 (dequantised per use) */
+    CUdeviceptr h16; /* block-quantised rows mmq cannot serve: resident FP16 copy [n][k] for cuBLAS,
+                        or 0 (dequantised per use) */
     int n_expert;    /* a MoE layer's 3-D expert tensor: n_expert matrices one after the other, */
     size_t expert_bytes; /* expert_bytes apart (n * row_bytes); 1 and the whole matrix otherwise */
 } gpu_matrix;
@@ -197,7 +199,9 @@ typedef struct gpu_engine {
     CUdeviceptr ssm_u, ssm_w, ssm_gc; /* the chunked form's U (then v_new), W, cumulative decay */
     int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;
-    CUdeviceptr w16;             /* FP16 copies of every matrix cuBLAS multiplies, or 0 */
+    CUdeviceptr w16;             /* FP16 copies of the quantised matrices cuBLAS multiplies, or 0 */
+    CUdeviceptr x_f32;           /* the activations of an F32 matrix's cuBLAS product in FP32, */
+    int x_f32_k;                 /* up to this many inputs a row (the widest F32 matrix's) */
     size_t w16_bytes;
     CUdeviceptr xl_h, logits, work, counts, parts, sout;
     int att_splits;              /* splits the partial buffers hold for each decode query */

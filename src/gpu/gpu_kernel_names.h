@@ -189,10 +189,13 @@
     X(moe_glu_iq1_m, moe_matvec_iq1_m, IQ1_M) \
     X(moe_glu_mxfp4, moe_matvec_mxfp4, MXFP4)
 
-/* Tensor-core products on the quantised blocks, the block-quantised formats (float formats
- * use cuBLAS), 16, 32 and 64 activation rows per block:
- * X(mmq_<suffix>_<rows>, mmq_glu_<suffix>_<rows>, TYPE, rows) */
+/* Tensor-core products on the weights as stored, the block-quantised formats and BF16 (F16
+ * goes to cuBLAS as it lies, F32 to cuBLAS's FP32 product), 16, 32 and 64 activation rows per
+ * block: X(mmq_<suffix>_<rows>, mmq_glu_<suffix>_<rows>, TYPE, rows) */
 #define GPU_MMQ_KERNELS(X) \
+    X(mmq_bf16_16, mmq_glu_bf16_16, BF16, 16) \
+    X(mmq_bf16_32, mmq_glu_bf16_32, BF16, 32) \
+    X(mmq_bf16_64, mmq_glu_bf16_64, BF16, 64) \
     X(mmq_q4_0_16, mmq_glu_q4_0_16, Q4_0, 16) \
     X(mmq_q4_0_32, mmq_glu_q4_0_32, Q4_0, 32) \
     X(mmq_q4_0_64, mmq_glu_q4_0_64, Q4_0, 64) \
@@ -256,8 +259,8 @@
 
 /* The kernels of no weight format (gpu_kernels' field of the same name): X(name) */
 #define GPU_PLAIN_KERNELS(X) \
-    X(rmsnorm) X(rmsnorm_q8) X(quantize_q8) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(softcap) X(scale_f32) \
-    X(add_bias) X(layernorm) X(gelu_erf) X(mmq_reduce) X(attn_partial) X(attn_partial_hd64)               \
+    X(rmsnorm) X(rmsnorm_q8) X(quantize_q8) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(to_f32_rows) \
+    X(softcap) X(scale_f32) X(add_bias) X(layernorm) X(gelu_erf) X(mmq_reduce) X(attn_partial) X(attn_partial_hd64) \
     X(attn_partial_hd128) X(attn_partial_hd512) X(attn_combine) X(flash_attn_hd64) X(flash_attn_hd128) \
     X(flash_attn_hd256)                                                          \
     X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_combine)               \

@@ -47,7 +47,7 @@ void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, in
 unsigned gpu_mmq_smem(ggml_type t, int v)
 {
     /* mmq.cuh: mmq_depth stages of raw weight rows and activation rows, then the row pointers */
-    unsigned stages = MMQ_DEPTH(v), bm = 16u << v;
+    unsigned stages = MMQ_DEPTH(v, (unsigned)gpu_row_bytes(t, MMQ_KT)), bm = 16u << v;
     return stages * ((unsigned)GPU_MMQ_ROWS * (unsigned)gpu_row_bytes(t, MMQ_KT) + bm * (MMQ_KT + 32) * 2u) +
            GPU_MMQ_ROWS * (unsigned)sizeof(void *); /* row pointers */
 }

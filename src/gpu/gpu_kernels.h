@@ -45,14 +45,15 @@ typedef struct gpu_kernels {
     /* one-row products over q8 activations (kernels/dot_q8.cuh; f == NULL for the formats
      * without): plain, GLU, QKV with qkv_post */
     gpu_fn matvec_dp4a[GPU_N_WTYPES], glu_dp4a[GPU_N_WTYPES], matvec_rope_dp4a[GPU_N_WTYPES];
-    /* tensor-core products on block-quantised weights (f == NULL for float formats, which
-     * go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(variant) */
+    /* tensor-core products on block-quantised and BF16 weights (f == NULL for F16 and F32,
+     * which go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(type, variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
     gpu_fn mmq_glu[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
     gpu_fn mmq_reduce;
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
-    gpu_fn rmsnorm, rmsnorm_q8, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, softcap, scale_f32, add_bias;
+    gpu_fn rmsnorm, rmsnorm_q8, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
+    gpu_fn softcap, scale_f32, add_bias;
     gpu_fn layernorm, gelu_erf; /* encoders (BERT): post-LN and the MLP's exact GELU */
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_combine;
     /* prompt tiles on the tensor cores (gpu_flash_q_tokens): launched by gpu_launch_flash */

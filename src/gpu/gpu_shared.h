@@ -163,11 +163,13 @@ typedef struct moe_mv_args {
 #define GPU_MOE_MAX_EXPERTS 2048
 
 /* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in
- * flight of variant v (16 << v activation rows per block): 64-row blocks keep two, so that two
- * blocks (16 warps) fit a multiprocessor -- measured 7-10 % faster on prompts than one block of
- * 128 rows and three stages. */
+ * flight of variant v (16 << v activation rows per block) for a format of rb bytes per stage
+ * row: 64-row blocks keep two, so that two blocks (16 warps) fit a multiprocessor -- measured
+ * 7-10 % faster on prompts than one block of 128 rows and three stages; BF16 (512 bytes a
+ * stage row, the only format over 320) keeps two everywhere, as three 32-row stages would
+ * pass the 227 KiB of shared memory a block may have. */
 #define MMQ_KT 256
-#define MMQ_DEPTH(v) ((v) >= 2 ? 2 : 3)
+#define MMQ_DEPTH(v, rb) ((v) >= 2 || (rb) > 320 ? 2 : 3)
 
 #define GPU_ATT_GB_HD512 4 /* attn_partial_hd512's most query heads per block */
 typedef struct attn_args {

@@ -56,7 +56,7 @@
 #define WORD_BOOST 5.0f
 
 static const char *const ftype_names[MKMODEL_FTYPE_COUNT] = {
-    "f32", "f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m",
+    "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m",
     "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "iq4_nl", "iq4_xs",
     "iq3_s", "iq3_xxs", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m", "iq1_s", "mxfp4",
     "ud_q2_k_xl", "ud_iq1_s",
@@ -76,12 +76,12 @@ const char *mkmodel_ftype_name(mkmodel_ftype ft)
 
 uint32_t mkmodel_file_type(mkmodel_ftype ft)
 {
-    /* LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q5_K_S 16,
-     * Q6_K 18; Q4_1 3, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, IQ4_NL 25, IQ4_XS 30; IQ3_S 26,
-     * IQ3_XXS 23, IQ2_S 28, IQ2_XS 20, IQ2_XXS 19, IQ1_M 31, IQ1_S 24, MXFP4_MOE 38; the UD
-     * mixes under their base type (as unsloth's files are: Q2_K 10, IQ1_S 24) */
-    static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0,  1,  7,  2,  14, 16, 18, 15, 3,  8,  9,  10, 11,
-                                                      25, 30, 26, 23, 28, 20, 19, 31, 24, 38, 10, 24};
+    /* LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, BF16 32, Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15,
+     * Q5_K_S 16, Q6_K 18; Q4_1 3, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, IQ4_NL 25, IQ4_XS 30;
+     * IQ3_S 26, IQ3_XXS 23, IQ2_S 28, IQ2_XS 20, IQ2_XXS 19, IQ1_M 31, IQ1_S 24, MXFP4_MOE 38;
+     * the UD mixes under their base type (as unsloth's files are: Q2_K 10, IQ1_S 24) */
+    static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0,  1,  32, 7,  2,  14, 16, 18, 15, 3,  8,  9,  10,
+                                                      11, 25, 30, 26, 23, 28, 20, 19, 31, 24, 38, 10, 24};
     return (unsigned)ft < MKMODEL_FTYPE_COUNT ? ids[ft] : 0;
 }
 
@@ -191,7 +191,7 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
     if (strcmp(role, "ffn_gate_inp") == 0) return GGML_TYPE_F32; /* llama.cpp never quantises the router */
     if (strcmp(role, "ssm_conv1d") == 0) return GGML_TYPE_F32;   /* read as plain floats (arch/hybrid.c) */
     static const ggml_type pure[MKMODEL_FTYPE_COUNT] = {
-        GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,   GGML_TYPE_Q4_K,
+        GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,   GGML_TYPE_Q4_K,
         GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,
         GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
         GGML_TYPE_IQ3_S, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_XXS,

@@ -23,6 +23,7 @@
 typedef enum mkmodel_ftype {
     MKMODEL_F32 = 0,
     MKMODEL_F16,
+    MKMODEL_BF16,
     MKMODEL_Q8_0,
     MKMODEL_Q4_0,
     MKMODEL_Q4_K,

@@ -168,6 +168,11 @@ expect_rc 2 "$bin" mkmodel -o "$tmp/x.gguf" --type tq1_0 && expect_grep 'tq1_0' 
 expect_rc 2 "$bin" mkmodel -o "$tmp/x.gguf" --preset huge && expect_grep 'huge' "$tmp/err" "bad preset named"
 expect_rc 1 "$bin" mkmodel -o "$tmp/x.gguf" --n-head-kv 3 && expect_grep 'n-head-kv' "$tmp/err" "bad head split named"
 [ -e "$tmp/x.gguf" ] && fail "a refused mkmodel left a file"
+# --head-dim apart from n-embd / n-head (llama-quantize's test files, scripts/lcpp-quant-compare), BF16
+expect_rc 0 "$bin" mkmodel -o "$tmp/hd.gguf" --type bf16 --n-embd 256 --n-head 2 --head-dim 32 &&
+    expect_grep "wrote .*\(llama, bf16" "$tmp/err" "mkmodel bf16 summary" &&
+    expect_rc 0 "$bin" info "$tmp/hd.gguf" &&
+    expect_grep "llama.attention.key_length +u32 +32" "$tmp/out" "mkmodel --head-dim written"
 expect_rc 2 "$bin" bench -m "$model" --batch 1,,2 && expect_grep '--batch' "$tmp/err" "bad --batch named"
 
 # bench on a 512-token model with the default 2048-token prefill: clamped, and said so

@@ -228,13 +228,28 @@ static void test_logits_every_arch_and_format(void **state)
             if (a == 0 || t < N_FAMILY_TYPES) check_arch(archs[a], a, (int)t, false, 0, 0, &seed);
 }
 
+/* The file mkmodel writes for cfg: GPU logits against the CPU's on random tokens. */
+static void check_mkmodel_logits(const mkmodel_config *cfg, const char *label, uint64_t *seed)
+{
+    static const char text[] = "the quick brown fox jumps over the lazy dog, again and again and again";
+    char path[64], err[512];
+    snprintf(path, sizeof path, "/tmp/inferd-gpu-mkmodel-%ld.gguf", (long)getpid());
+    if (mkmodel_write(cfg, text, sizeof text - 1, path, err, sizeof err)) fail_msg("%s", err);
+    model *m = model_load(path, err, sizeof err);
+    unlink(path);
+    if (!m) fail_msg("%s", err);
+    int32_t tokens[N_POS];
+    for (int p = 0; p < N_POS; p++) tokens[p] = (int32_t)(gpu_test_rng(seed) % (uint64_t)cfg->n_vocab);
+    check_model_logits(m, label, N_POS, N_PROMPT, tokens);
+    model_free(m);
+}
+
 /* mkmodel's UD-style mixes (a type per tensor role and layer, K and IQ types together in one
  * model): GPU logits against the CPU's on the file mkmodel writes. */
 static void test_logits_ud_mixes(void **state)
 {
     (void)state;
     static const mkmodel_ftype mixes[] = {MKMODEL_UD_Q2_K_XL, MKMODEL_UD_IQ1_S};
-    static const char text[] = "the quick brown fox jumps over the lazy dog, again and again and again";
     uint64_t seed = 23;
     for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
         mkmodel_config cfg;
@@ -243,16 +258,34 @@ static void test_logits_ud_mixes(void **state)
         cfg.n_ff = 512;
         cfg.n_layer = 3;
         cfg.ftype = mixes[i];
-        char path[64], err[512];
-        snprintf(path, sizeof path, "/tmp/inferd-gpu-ud-%ld-%zu.gguf", (long)getpid(), i);
-        if (mkmodel_write(&cfg, text, sizeof text - 1, path, err, sizeof err)) fail_msg("%s", err);
-        model *m = model_load(path, err, sizeof err);
-        unlink(path);
-        if (!m) fail_msg("%s", err);
-        int32_t tokens[N_POS];
-        for (int p = 0; p < N_POS; p++) tokens[p] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)cfg.n_vocab);
-        check_model_logits(m, mkmodel_ftype_name(cfg.ftype), N_POS, N_PROMPT, tokens);
-        model_free(m);
+        check_mkmodel_logits(&cfg, mkmodel_ftype_name(cfg.ftype), &seed);
+    }
+}
+
+/* mkmodel's BF16 and F32 files, which the GPU reads as they lie (no FP16 copies): BF16 through
+ * mmq at rows of whole 256-input stages and through matvec at any row count otherwise (width
+ * 288), F32 through cuBLAS's FP32 product over a 200-token prompt; GPU logits against the
+ * CPU's. */
+static void test_logits_float_files(void **state)
+{
+    (void)state;
+    static const struct {
+        mkmodel_ftype ft;
+        int n_embd;
+    } files[] = {{MKMODEL_BF16, 256}, {MKMODEL_BF16, 288}, {MKMODEL_F32, 256}, {MKMODEL_F32, 288}};
+    uint64_t seed = 29;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        mkmodel_config cfg;
+        assert_true(mkmodel_preset("tiny", &cfg));
+        cfg.n_embd = files[i].n_embd;
+        cfg.n_head = 4;
+        cfg.head_dim = 64;
+        cfg.n_ff = 2 * files[i].n_embd;
+        cfg.n_layer = 2;
+        cfg.ftype = files[i].ft;
+        char label[32];
+        snprintf(label, sizeof label, "%s n_embd %d", mkmodel_ftype_name(cfg.ftype), cfg.n_embd);
+        check_mkmodel_logits(&cfg, label, &seed);
     }
 }
 
@@ -1384,6 +1417,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_every_arch_and_format),
         cmocka_unit_test(test_logits_ud_mixes),
+        cmocka_unit_test(test_logits_float_files),
         cmocka_unit_test(test_logits_sandwich_norms),
         cmocka_unit_test(test_logits_gemma3),
         cmocka_unit_test(test_logits_gemma4),

@@ -329,9 +329,10 @@ static void test_matvec_all_formats(void **state)
     }
 }
 
-/* The tensor-core kernels on every block-quantised format against the same reference (the
- * segments' 30 and 47 rows are not multiples of 16): M across all three variants and past one
- * block of activation rows, with one split and with three (partial sums and mmq_reduce). */
+/* The tensor-core kernels on every format they serve (block-quantised, BF16) against the same
+ * reference (the segments' 30 and 47 rows are not multiples of 16): M across all three
+ * variants and past one block of activation rows, with one split and with three (partial sums
+ * and mmq_reduce). */
 static void test_mmq_all_formats(void **state)
 {
     (void)state;
@@ -339,7 +340,7 @@ static void test_mmq_all_formats(void **state)
     const int Ms[] = {2, 5, 16, 17, 40, 64, 65, 300};
     for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
         ggml_type t = wtypes[ti];
-        if (!G.k.mmq[gpu_wtype_index(t)][0].f) continue; /* float formats: cuBLAS */
+        if (!G.k.mmq[gpu_wtype_index(t)][0].f) continue; /* F32, F16: cuBLAS */
         float *deq = malloc((size_t)PK * PN * sizeof *deq);
         double edq, worst[2] = {0.0, 0.0};
         product_matrix pm = product_matrix_new(t, deq, &seed, &edq);

@@ -341,6 +341,7 @@ static void test_q4_k_m_rule(void **state)
     assert_true(mkmodel_preset("llama-3.1-8b", &cfg));
     assert_int_equal(cfg.ftype, MKMODEL_Q4_K_M);
     assert_int_equal(mkmodel_file_type(cfg.ftype), 15);
+    assert_int_equal(mkmodel_file_type(MKMODEL_BF16), 32); /* LLAMA_FTYPE_MOSTLY_BF16 */
     /* 32 layers: first 4, last 4, and every third in between starting at 6 */
     for (int il = 0; il < 32; il++) {
         bool more = il < 4 || il >= 28 || (il - 4) % 3 == 2;

@@ -183,6 +183,17 @@ extern "C" __global__ void to_f16(const float *x, __half *out, size_t n)
         out[i] = __float2half_rn(x[i]);
 }
 
+// out[m][j] = x[m][j] for j < ldx, 0 past it: n = rows * k elements of the FP16 activations
+// (row stride ldx) widened to FP32 rows of k (an F32 weight's cuBLAS product, gpu_forward.c).
+extern "C" __global__ void to_f32_rows(const __half *x, int ldx, float *out, int k, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t m = i / (size_t)k;
+        const int j = (int)(i % (size_t)k);
+        out[i] = j < ldx ? __half2float(x[m * (size_t)ldx + j]) : 0.0f;
+    }
+}
+
 // x = cap * tanh(x / cap) over n elements (Gemma's soft-capped logits).
 extern "C" __global__ void softcap(float *x, size_t n, float cap)
 {

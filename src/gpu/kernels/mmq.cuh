@@ -1,5 +1,5 @@
-// mmq.cuh - matrix products on the quantised weights with tensor cores, for more activation
-// rows than the matvec kernels serve (batched decode, prefill): y[m][n] (+)= W[n] . x[m].
+// mmq.cuh - matrix products on the quantised (and BF16) weights with tensor cores, for more
+// activation rows than the matvec kernels serve (batched decode, prefill): y[m][n] (+)= W[n] . x[m].
 //
 // No FP16 copy of W exists anywhere: the GGUF blocks themselves stream into shared memory
 // (cp.async, a pipeline of mmq_depth stages of 256 inputs, with the activations beside them),
@@ -64,6 +64,7 @@ template <> struct mmq_fmt<T_Q8_0> { static constexpr int bytes = 8 * 34; };
 template <> struct mmq_fmt<T_Q4_K> { static constexpr int bytes = 144; };
 template <> struct mmq_fmt<T_Q5_K> { static constexpr int bytes = 176; };
 template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK; };
+template <> struct mmq_fmt<T_BF16> { static constexpr int bytes = 2 * MMQ_KT; };
 
 // Raw blocks of 256 inputs of each of the block's weight rows into a stage buffer: 16-byte
 // asynchronous copies where a row's stage is a multiple of 16 bytes, 4-byte ones where it is a
@@ -86,7 +87,7 @@ __device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *co
 }
 
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
-template <int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM / 32); }; // variant v: BM = 16 << v
+template <int T, int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM / 32, mmq_fmt<T>::bytes); }; // variant v: BM = 16 << v
 
 template <int T, int BM, bool GLU>
 __device__ __forceinline__ void mmq_body(const matvec_args &a)
@@ -95,7 +96,7 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     // 8 warps side by side over the block's weight rows, 16 rows (one m16 tile) each, every
     // warp over all BM activation rows (NJ n8 tiles).  (Two m16 tiles per warp over half the
     // activation rows measured no faster.)
-    constexpr int NJ = BM / 8, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<BM>::n;
+    constexpr int NJ = BM / 8, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<T, BM>::n;
     constexpr int W_STAGE = MMQ_ROWS * RB, X_STAGE = BM * MMQ_XSTRIDE * 2;
     // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers
     uint8_t *wsm = (uint8_t *)mmq_smem;

@@ -292,8 +292,8 @@ template <> __device__ __forceinline__ void load_chunk_h<T_Q6_K>(const uint8_t *
 // ---------------------------------------------------------------------------------------
 // load_oct_h<T>(row, c, o, w): weights 32c + 8o .. 32c + 8o + 7 of a row (o = 0..3) as FP16
 // pairs, bit for bit pairs 4o..4o+3 of load_chunk_h: the quarter of a chunk one lane of the
-// tensor-core kernels (mmq.cuh) feeds to its mma fragments; defined for the block-quantised
-// formats (GPU_MMQ_KERNELS' rows).  Plain loads (not __ldg): mmq decodes from blocks it staged
+// tensor-core kernels (mmq.cuh) feeds to its mma fragments; defined for the formats of
+// GPU_MMQ_KERNELS' rows (the block-quantised ones and BF16).  Plain loads (not __ldg): mmq decodes from blocks it staged
 // in shared memory.
 template <int T> __device__ void load_oct_h(const uint8_t *row, int c, int o, __half2 w[4]);
 
@@ -312,6 +312,17 @@ template <> __device__ __forceinline__ void load_oct_h<T_Q6_K>(const uint8_t *ro
     const __half2 d = o < 2 ? p.d0 : p.d1;
     q6k_h_word(p, lo.x, hi.x, d, &w[0]);
     q6k_h_word(p, lo.y, hi.y, d, &w[2]);
+}
+
+// BF16: eight weights (16 bytes, 16-byte aligned in mmq's stage) widened exactly to FP32,
+// then rounded to FP16 as load_chunk_h rounds: the values the FP16 copies cuBLAS used to
+// multiply held, read from the file's own rows.
+template <> __device__ __forceinline__ void load_oct_h<T_BF16>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint4 v = *(const uint4 *)(row + (size_t)(32 * c + 8 * o) * 2);
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = __floats2half2_rn(__uint_as_float(u[i] << 16), __uint_as_float(u[i] & 0xffff0000u));
 }
 
 // Q8_0, Q4_0, Q5_K: the float decode of load_chunk for the eight weights, rounded once as

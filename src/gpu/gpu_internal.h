@@ -40,7 +40,7 @@ typedef struct gpu_matrix {
 typedef struct gpu_layer {
     CUdeviceptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm; /* F32 vectors or 0 */
     CUdeviceptr attn_post_norm, ffn_post_norm;                 /* sandwich-norm layers only */
-    /* encoders (BERT): the attention output's and the MLP's biases, and the post-LN weights
+    /* the attention output's bias (BERT, gpt-oss); encoders (BERT): the MLP's biases, the post-LN weights
      * and biases after each block */
     CUdeviceptr bo, b_up, b_down, attn_out_norm, attn_out_norm_b, ffn_out_norm, ffn_out_norm_b;
     gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down; /* absent ones (d == 0) per the recipe */
@@ -58,7 +58,7 @@ typedef struct gpu_layer {
     /* gpt-oss: the attention output's bias [n_embd], each head's sink logit [n_head]
      * (ARCH_ATTN_OUT_BIAS, ARCH_ATTN_SINKS), the router's bias [n_expert] and the experts'
      * biases [n_expert][n_ff_exp] (gate, up) and [n_expert][n_embd] (down) (ARCH_FFN_BIAS) */
-    CUdeviceptr bo, attn_sinks, ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
+    CUdeviceptr attn_sinks, ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b; /* (bo: above) */
     bool topk_first;   /* the router's softmax over the chosen logits (ARCH_ROUTER_TOPK_SOFTMAX) */
     bool swiglu_clamp; /* the experts' GLU is the clamped SwiGLU (ARCH_ACT_SWIGLU_CLAMP) */
     /* the hybrid families: the shared expert (its gate in F32, [1][n_embd], or 0) and the

@@ -104,7 +104,7 @@ static void test_dp4a_rows(void **state)
         for (size_t i = 0; i < N(dp4a); i++) listed |= strcmp(dp4a[i].type, wtypes[w].type) == 0;
         if (!listed) continue;
         found++;
-        assert_true(block_quantised(wtypes[w].ggml));
+        assert_true(has_mmq(wtypes[w].ggml) && wtypes[w].ggml != GGML_TYPE_BF16); /* block-quantised */
         expect_row(dp4a, N(dp4a), w, 1, "matvec_dp4a_%s", "glu_dp4a_%s");
         expect_row(dp4a_rope, N(dp4a_rope), w, 1, "matvec_rope_dp4a_%s", "");
     }

@@ -13,6 +13,10 @@
 #include "gpu.h"
 #include "gpu_internal.h"
 
+#ifndef INFERD_GPU_DP4A
+#define INFERD_GPU_DP4A 0
+#endif
+
 #define MIB (1024.0 * 1024.0)
 #define DEV_ALIGN 256
 /* A pool sized from free memory leaves this much besides for what CUDA and cuBLAS allocate
@@ -557,7 +561,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t act_w = (size_t)(g->d_embd > g->d_q ? g->d_embd : g->d_q);
     if (lin_t && (size_t)hp->ssm_inner > act_w) act_w = (size_t)hp->ssm_inner;
     /* the dp4a products' one row of inputs: n_embd (QKV, gate/up, LM head), d_q (O), d_ff (down) */
-    g->dp4a = !g->det && !any_moe && !g->base.n_states;
+    /* off unless built with -Dgpu_dp4a=all|norm: on the H100 (2026-11-26) the dp4a products were
+     * slower than the FP16 ones at batch 1 (8B Q4_K_M 252 vs 311 tok/s, 1.5B 648 vs 683) */
+    g->dp4a = INFERD_GPU_DP4A && !g->det && !any_moe && !g->base.n_states;
     size_t q8_k = g->dp4a ? (act_w > (size_t)g->d_ff ? act_w : (size_t)g->d_ff) : 0;
 
     /* per-step inputs: tok, pos, slot, seq, rows, lidx, attention's token list and flash tiles

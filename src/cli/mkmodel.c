@@ -19,8 +19,12 @@ static void usage(FILE *out)
             "usage: inferd mkmodel -o OUT.gguf [options]\n"
             "  --preset NAME   tiny (default) | small | qwen2.5-1.5b | llama-3.1-8b | qwen3-0.6b\n"
             "                  | gemma-3-12b | gemma-3-27b | qwen3-30b-a3b (MoE: 128 experts, 8 per token)\n"
-            "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe (overrides the preset's\n"
-            "                  architecture; qwen3moe: 8 experts of n-ff/4, 2 per token)\n"
+            "                  | qwen3.5-9b | deepseek-v2-lite (latent attention, 64 experts, 6 per token)\n"
+            "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe | deepseek2 | glm4moe | phi3\n"
+            "                  (overrides the preset's architecture; qwen3moe: 8 experts of n-ff/4, 2 per\n"
+            "                  token; deepseek2: the same + 1 shared, a dense first layer, a latent 4 heads\n"
+            "                  wide; glm4moe: the same experts, sigmoid-routed, RoPE on half a head; phi3:\n"
+            "                  fused qkv and gate/up, LongRoPE on 3/4 of a head)\n"
             "  --type T        f32 | f16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
             "                  | q5_k | q6_k | iq4_nl | iq4_xs | iq3_s | iq3_xxs | iq2_s | iq2_xs\n"
             "                  | iq2_xxs | iq1_m | iq1_s | mxfp4 | q4_k_m | ud_q2_k_xl | ud_iq1_s\n"
@@ -56,6 +60,9 @@ static int arch_from_name(const char *s)
     if (strcmp(s, "qwen3") == 0) return MODEL_ARCH_QWEN3;
     if (strcmp(s, "gemma3") == 0) return MODEL_ARCH_GEMMA3;
     if (strcmp(s, "qwen3moe") == 0) return MODEL_ARCH_QWEN3MOE;
+    if (strcmp(s, "deepseek2") == 0) return MODEL_ARCH_DEEPSEEK2;
+    if (strcmp(s, "glm4moe") == 0) return MODEL_ARCH_GLM4MOE;
+    if (strcmp(s, "phi3") == 0) return MODEL_ARCH_PHI3;
     return -1;
 }
 
@@ -110,7 +117,7 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_PRESET: break;
         case OPT_ARCH:
             if ((arch = arch_from_name(optarg)) < 0) {
-                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe)\n", optarg);
+                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe, deepseek2, glm4moe, phi3)\n", optarg);
                 return 2;
             }
             break;

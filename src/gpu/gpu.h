@@ -12,19 +12,23 @@
 /* The recipe features (model/arch.h) gpu_forward.c runs: pre-norm or sandwich-norm blocks
  * (not post-norm alone: a block's input is always a norm's FP16 output) of full or
  * sliding-window attention (q/k/v biases, per-head q/k norms and post-norms are read when the
- * loader bound them, which it does exactly when the recipe asks; per-head v norms: Gemma 4)
- * and a SwiGLU or GeGLU feed-forward, dense, a mixture of
- * experts behind the softmax top-k router (kernels/moe.cuh) or Gemma 4's scaled one, or both
- * side by side.  A model needing another (fused qkv or gate/up, partial RoPE, LongRoPE, the
- * sigmoid router, DeepSeek's latent attention and expert groups, the hybrids' layers below,
- * ...) is refused when the engine is created, by
- * name, rather than run wrong; so is an ungated shared expert (glm4moe), which has no feature
- * bit of its own (gpu_engine.c: check_model).  Here, not in gpu_engine.c, so that builds without
- * CUDA can test what the GPU accepts. */
+ * loader bound them, which it does exactly when the recipe asks; per-head v norms: Gemma 4;
+ * q, k and v as row ranges of one fused matrix: phi3) with RoPE over whole heads or their
+ * first rope.dimension_count dimensions, LongRoPE's factors and attention factor included,
+ * and a SwiGLU or GeGLU feed-forward (gate and up the halves of one fused matrix: phi3),
+ * dense, a mixture of experts behind the softmax top-k router (kernels/moe.cuh), Gemma 4's
+ * scaled one or GLM-4.5's sigmoid router with its selection bias, with a shared expert gated
+ * (Qwen) or not (GLM-4.5), or dense and experts side by side.  A model needing another
+ * (DeepSeek's latent attention and expert groups, gpt-oss's sinks and biases, the hybrids'
+ * layers below, ...) is refused when the engine is created, by name, rather than run wrong
+ * (gpu_engine.c: check_model).  Here, not in gpu_engine.c, so that builds without CUDA can
+ * test what the GPU accepts. */
 #define GPU_FEATURES                                                                              \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING | ARCH_F_QKV_BIAS | \
      ARCH_F_QK_NORM | ARCH_F_V_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_FFN_GLU_MOE |                \
-     ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH)
+     ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH |            \
+     ARCH_F_ROPE_PARTIAL | ARCH_F_ROPE_LONGROPE | ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP |                  \
+     ARCH_F_ROUTER_SIGMOID_BIAS | ARCH_F_SHARED_EXPERT)
 
 /* The hybrid families' features: gpu_forward.c has their path (kernels/deltanet.cuh), but it is
  * not in GPU_FEATURES yet, so the CUDA engine refuses them by name and --device auto runs them on
@@ -37,7 +41,9 @@
  * it gives >= 99.31 % on all three.  attention_linear now reads it to about 22 bits (act_h plus
  * its FP16 remainder act_lo), unmeasured on a device yet.  Adding them to GPU_FEATURES enables
  * it, and test_gpu_engine's hybrid tests then run. */
-#define GPU_HYBRID_FEATURES (ARCH_F_ATTN_LINEAR | ARCH_F_ATTN_OUT_GATE | ARCH_F_ROPE_PARTIAL | ARCH_F_SHARED_EXPERT)
+/* (Partial RoPE and the shared expert, which the hybrids' attention and MoE layers use too, are
+ * in GPU_FEATURES for phi3 and glm4moe.) */
+#define GPU_HYBRID_FEATURES (ARCH_F_ATTN_LINEAR | ARCH_F_ATTN_OUT_GATE)
 
 /* NULL with a message when there is no usable GPU or CUDA support was not built. */
 engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen);

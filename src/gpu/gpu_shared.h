@@ -40,8 +40,9 @@ typedef struct qkv_post_args {
     const float *q_norm, *k_norm; /* [hd] or NULL */
     gpu_half *kc, *vc;
     const int32_t *seq, *pos, *tables;
-    const float *freq_div; /* [hd/2] or NULL */
+    const float *freq_div; /* [hd/2] or NULL (LongRoPE: the short or long factors, by context) */
     float rope_base, pos_scale, eps;
+    float mscale; /* cos and sin times this: LongRoPE's attention factor (0 or 1: none) */
     int neox, n_head, n_kv, hd, n_layer, layer, table_width;
     int v_norm; /* 1: each head of v RMS-normed without a weight before its store (Gemma 4) */
     /* dimensions of a head that RoPE turns (partial RoPE: the first n_rot; frequencies over
@@ -136,6 +137,18 @@ typedef struct moe_mv_args {
     gpu_half *yh;
     float *y;
 } moe_mv_args;
+/* moe_route: each of n tokens' k experts and their weights from its router logits [n][n_expert].
+ * Scores: softmax over the logits, or (sigmoid) each logit's sigmoid; the k best of score +
+ * bias[x] (bias NULL: none; it only chooses: GLM-4.5's exp_probs_b), ties to the lower id; the
+ * weights are the chosen scores, renormalised to sum 1 (norm) and times scale, then times
+ * expert_scale[id] (Gemma 4; NULL: none).  The CPU's cpu_moe_route / cpu_moe_route_scored. */
+typedef struct moe_route_args {
+    const float *logits, *bias, *expert_scale;
+    int n_expert, k, sigmoid, norm;
+    float scale;
+    int32_t *ids;
+    float *weights;
+} moe_route_args;
 /* moe_sort groups at most this many entries (tokens x k) in one launch; the forward pass
  * takes a longer step's MoE layers in chunks of tokens.  Its shared memory holds the ids and
  * the experts' offsets: (entries + experts) * 4 bytes, at most 48 KiB. */

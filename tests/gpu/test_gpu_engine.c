@@ -22,6 +22,10 @@
  *     pieces and a snapshot resumed by another sequence;
  *   - --deterministic (det_check.h): dense Q4_K and F16, qwen3moe, the hybrids and gemma4 /
  *     gemma4_moe alone, together and with chunked prompts, bit for bit;
+ *   - phi3 (fused qkv and gate/up, partial LongRoPE: short and long factors) and glm4moe (dense
+ *     first layer, sigmoid router with selection bias, ungated shared expert) of
+ *     ../shared/reference: logits as above and 32 concurrent sequences as each alone; mkmodel's
+ *     files of both in F16, Q8_0 and Q4_K_M: logits as above;
  *   - a recipe feature the GPU does not run (gpt-oss's) is refused by name.
  * Skips without a device. */
 #include <math.h>
@@ -115,11 +119,12 @@ static agreement compare_logits(const float *gpu, const float *cpu, int n_pos, i
     return a;
 }
 
-/* GPU against CPU logits of m at n_pos positions, printed. */
-static agreement measure_logits(const model *m, const char *label, int n_pos, int n_prompt, const int32_t *tokens)
+/* GPU against CPU logits of m at n_pos positions in engines of ctx positions per slot, printed. */
+static agreement measure_logits_ctx(const model *m, const char *label, int n_pos, int n_prompt, const int32_t *tokens,
+                                    int ctx)
 {
     int V = m->hp.n_vocab;
-    engine_config cfg = {.n_slots = 3, .ctx_per_slot = n_pos + 8, .max_batch_tokens = 256, .n_threads = 2};
+    engine_config cfg = {.n_slots = 3, .ctx_per_slot = ctx, .max_batch_tokens = 256, .n_threads = 2};
     pair p = make_pair(m, &cfg);
     float *lg = malloc((size_t)n_pos * V * sizeof *lg), *lc = malloc((size_t)n_pos * V * sizeof *lc);
     for (size_t i = 0; i < (size_t)n_pos * V; i++) lg[i] = NAN;
@@ -132,6 +137,11 @@ static agreement measure_logits(const model *m, const char *label, int n_pos, in
     free(lc);
     free_pair(&p);
     return a;
+}
+
+static agreement measure_logits(const model *m, const char *label, int n_pos, int n_prompt, const int32_t *tokens)
+{
+    return measure_logits_ctx(m, label, n_pos, n_prompt, tokens, n_pos + 8);
 }
 
 /* ... within bounds: top-1 >= 99 %, and at most max_over positions over REL_BOUND (0 for
@@ -662,6 +672,8 @@ static void test_moe_reference_files(void **state)
  * of n_expert experts 256 wide, k per token, head_dim 64.  Block-quantised experts go through
  * the grouped mmq launches for prompts and batches and the entry-per-block kernels for one
  * token. */
+static model *mkmodel_load(const mkmodel_config *cfg);
+
 static model *moe_mkmodel(mkmodel_ftype ft, int n_expert, int k)
 {
     mkmodel_config cfg;
@@ -669,19 +681,26 @@ static model *moe_mkmodel(mkmodel_ftype ft, int n_expert, int k)
     mkmodel_set_arch(&cfg, MODEL_ARCH_QWEN3MOE);
     cfg.n_embd = 256, cfg.n_layer = 2, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.n_ff = 1024, cfg.n_vocab = 512;
     cfg.n_ctx = 512, cfg.n_expert = n_expert, cfg.n_expert_used = k, cfg.n_ff_exp = 256, cfg.ftype = ft, cfg.seed = 5;
-    char path[] = "/tmp/inferd-gpu-moe-XXXXXX.gguf", err[512];
+    model *m = mkmodel_load(&cfg);
+    assert_int_equal(m->hp.n_expert, n_expert);
+    return m;
+}
+
+/* cfg written by mkmodel to a temporary file, loaded, the file removed. */
+static model *mkmodel_load(const mkmodel_config *cfg)
+{
+    char path[] = "/tmp/inferd-gpu-mk-XXXXXX.gguf", err[512];
     int fd = mkstemps(path, 5);
     assert_true(fd >= 0);
     close(fd);
     size_t len = 0;
     char *corpus = mkmodel_corpus("/nonexistent", 1 << 16, &len);
-    int rc = mkmodel_write(&cfg, corpus, len, path, err, sizeof err);
+    int rc = mkmodel_write(cfg, corpus, len, path, err, sizeof err);
     free(corpus);
     if (rc != 0) fail_msg("mkmodel_write: %s", err);
     model *m = model_load(path, err, sizeof err);
     unlink(path);
     if (!m) fail_msg("model_load: %s", err);
-    assert_int_equal(m->hp.n_expert, n_expert);
     return m;
 }
 
@@ -796,26 +815,44 @@ static bool hybrid_gpu_enabled(void)
     return false;
 }
 
+/* GPU against CPU logits of each file of ../shared/reference in files[0..n) that is there
+ * (288 random tokens from seed0 + its index; a MoE file's router near ties as for qwen3moe; a
+ * LongRoPE file also in an engine past original_context_length, its long factors), then (batch)
+ * 32 concurrent greedy sequences of it as each alone.  Every file is measured before the
+ * verdict; skips when none is there. */
+static void reference_files_agree(const char *const *files, size_t n, uint64_t seed0, bool batch)
+{
+    int ran = 0;
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        model *m = load_shared(files[i]);
+        if (!m) continue;
+        int32_t tokens[N_POS];
+        uint64_t seed = seed0 + i;
+        for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+        const int max_over = m->hp.n_expert ? MOE_MAX_OVER : 0;
+        agreement a = measure_logits(m, files[i] + 10, N_POS, N_PROMPT, tokens);
+        ok &= a.top1 >= 0.99 && a.over <= max_over;
+        if (m->rope_factors_long.data && m->hp.n_ctx_orig > 0) {
+            char label[64];
+            snprintf(label, sizeof label, "%s (long factors)", files[i] + 10);
+            a = measure_logits_ctx(m, label, N_POS, N_PROMPT, tokens, m->hp.n_ctx_orig + 8);
+            ok &= a.top1 >= 0.99 && a.over <= max_over;
+        }
+        if (batch) batch_of_32(m);
+        model_free(m);
+        ran++;
+    }
+    if (!ran) skip();
+    assert_true(ok);
+}
+
 static void test_hybrid_reference_files(void **state)
 {
     (void)state;
     if (!hybrid_gpu_enabled()) skip();
     static const char *files[] = {"reference/qwen3_5.gguf", "reference/qwen3_5_moe.gguf", "reference/qwen3_next.gguf"};
-    int ran = 0;
-    bool ok = true;
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        model *m = load_shared(files[i]);
-        if (!m) continue;
-        int32_t tokens[N_POS];
-        uint64_t seed = 41 + i;
-        for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
-        agreement a = measure_logits(m, files[i] + 10, N_POS, N_PROMPT, tokens);
-        ok &= a.top1 >= 0.99 && a.over <= (i ? MOE_MAX_OVER : 0);
-        model_free(m);
-        ran++;
-    }
-    if (!ran) skip();
-    assert_true(ok); /* every file measured before the verdict */
+    reference_files_agree(files, sizeof files / sizeof files[0], 41, false);
 }
 
 /* --deterministic on the families with their own GPU paths (../shared/reference's): Gemma 4
@@ -1101,6 +1138,54 @@ static void test_logits_gemma4(void **state)
     }
 }
 
+/* phi3 and glm4moe of ../shared/reference: phi3's q, k, v and gate, up as row ranges of fused
+ * matrices, partial NeoX RoPE (rope.dimension_count below head_dim) with LongRoPE's factors and
+ * attention factor, in an engine of 296 positions (the short factors) and of 4104 (past
+ * original_context_length 4096: the long ones); glm4moe's dense first layer, q/k/v biases, QK
+ * norm, partial RoPE, the sigmoid router choosing by score + exp_probs_b and weighing by the
+ * renormalised, scaled scores, and the ungated shared expert.  GPU logits against the CPU's
+ * over 288 random tokens (the MoE file's router near ties as for qwen3moe), and 32 concurrent
+ * greedy sequences as each alone. */
+static void test_phi3_glm4moe_reference_files(void **state)
+{
+    (void)state;
+    static const char *files[] = {"reference/phi3.gguf", "reference/glm4moe.gguf"};
+    reference_files_agree(files, sizeof files / sizeof files[0], 61, true);
+}
+
+/* phi3 and glm4moe made by mkmodel (--arch phi3 / glm4moe: head_dim 64, RoPE on 48 / 32 of it;
+ * phi3's LongRoPE past a quarter of its 512 positions, so the 296-position engines turn by the
+ * long factors; glm4moe's dense first layer, then 8 experts of 256, 2 per token, sigmoid-routed,
+ * and the ungated shared expert) in F16 (cuBLAS and the float matvec), Q8_0 and Q4_K_M
+ * (block-quantised: mmq and the quantised matvec over the fused matrices' row ranges): GPU
+ * logits against the CPU's as above. */
+static void test_phi3_glm4moe_mkmodel(void **state)
+{
+    (void)state;
+    static const model_arch archs[] = {MODEL_ARCH_PHI3, MODEL_ARCH_GLM4MOE};
+    static const mkmodel_ftype fts[] = {MKMODEL_F16, MKMODEL_Q8_0, MKMODEL_Q4_K_M};
+    bool ok = true;
+    uint64_t seed = 71;
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+        for (size_t f = 0; f < sizeof fts / sizeof fts[0]; f++) {
+            mkmodel_config cfg;
+            assert_true(mkmodel_preset("tiny", &cfg));
+            cfg.n_embd = 256, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.n_ff = 1024, cfg.n_vocab = 512, cfg.n_ctx = 512;
+            mkmodel_set_arch(&cfg, archs[a]);
+            cfg.n_layer = 3, cfg.n_ff_exp = 256, cfg.ftype = fts[f], cfg.seed = 7;
+            model *m = mkmodel_load(&cfg);
+            int32_t tokens[N_POS];
+            for (int t = 0; t < N_POS; t++) tokens[t] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)m->hp.n_vocab);
+            char label[64];
+            snprintf(label, sizeof label, "%s %s", model_arch_name(archs[a]), mkmodel_ftype_name(fts[f]));
+            agreement ag = measure_logits(m, label, N_POS, N_PROMPT, tokens);
+            ok &= ag.top1 >= 0.99 && ag.over <= (m->hp.n_expert ? MOE_MAX_OVER : 0);
+            model_free(m);
+        }
+    }
+    assert_true(ok); /* every file measured before the verdict */
+}
+
 /* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_moe*"). */
 int main(int argc, char **argv)
 {
@@ -1124,6 +1209,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_errors_leave_engine_usable),
         cmocka_unit_test(test_recipe_feature_refused),
         cmocka_unit_test(test_hybrid_reference_files),
+        cmocka_unit_test(test_phi3_glm4moe_reference_files),
+        cmocka_unit_test(test_phi3_glm4moe_mkmodel),
         cmocka_unit_test(test_hybrid_state_pieces_and_snapshot),
         cmocka_unit_test(test_reference_deterministic_bit_identical),
         cmocka_unit_test(test_embeddings_match_cpu),

@@ -32,7 +32,8 @@ extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_strid
 __device__ __forceinline__ int rope_dims(const qkv_post_args &a) { return a.n_rot ? a.n_rot : a.hd; }
 
 // RoPE pair i of a head (the values x0 at its first index, x1 at its second): turned by
-// pos * pos_scale * base^(-2i/hd) / freq_div[i].  The one definition of the rotation, with its
+// pos * pos_scale * base^(-2i/hd) / freq_div[i], cos and sin times mscale (LongRoPE's
+// attention factor; 0 or 1: none, and times 1 changes no bit).  The one definition of the rotation, with its
 // products and sums pinned (no contraction left to the compiler): qkv_post and the QKV
 // products that fuse it (matvec.cuh) give the same bits.
 __device__ __forceinline__ float2 rope_pair(float x0, float x1, int i, int pos, const qkv_post_args &a)
@@ -42,6 +43,8 @@ __device__ __forceinline__ float2 rope_pair(float x0, float x1, int i, int pos, 
     if (a.freq_div) inv /= a.freq_div[i];
     float s, c;
     sincosf(fp * inv, &s, &c);
+    const float m = a.mscale != 0.0f ? a.mscale : 1.0f; // 0 as 1, as the CPU's cpu_rope_apply
+    c = __fmul_rn(c, m), s = __fmul_rn(s, m);
     return make_float2(__fmaf_rn(x0, c, -__fmul_rn(x1, s)), __fmaf_rn(x0, s, __fmul_rn(x1, c)));
 }
 

@@ -597,7 +597,7 @@ static const struct {
 /* general.architecture values of the presets' families (llama-arch.cpp); qwen3 is newer than
  * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says (nor
  * qwen35, newer still). */
-static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35"};
+static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "deepseek2"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {

@@ -20,10 +20,14 @@ static void usage(FILE *out)
             "  --preset NAME   tiny (default) | small | qwen2.5-1.5b | llama-3.1-8b | qwen3-0.6b\n"
             "                  | gemma-3-12b | gemma-3-27b | qwen3-30b-a3b (MoE: 128 experts, 8 per token)\n"
             "                  | qwen3.5-9b | gpt-oss-20b (32 MXFP4 experts, 4 per token, window 128, YaRN x32)\n"
-            "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe | gpt-oss (overrides the preset's\n"
-            "                  architecture; qwen3moe, gpt-oss: 8 experts of n-ff/4, 2 per token; gpt-oss:\n"
-            "                  window 128, YaRN x32 over 4096, Harmony's markup tokens; with --type mxfp4\n"
-            "                  only its experts are MXFP4, the other matrices Q8_0)\n"
+            "                  | deepseek-v2-lite (latent attention, 64 experts, 6 per token)\n"
+            "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe | gpt-oss | deepseek2 | glm4moe | phi3\n"
+            "                  (overrides the preset's architecture; qwen3moe, gpt-oss: 8 experts of n-ff/4,\n"
+            "                  2 per token; gpt-oss: window 128, YaRN x32 over 4096, Harmony's markup\n"
+            "                  tokens; with --type mxfp4 only its experts are MXFP4, the other matrices\n"
+            "                  Q8_0; deepseek2: qwen3moe's experts + 1 shared, a dense first layer, a\n"
+            "                  latent 4 heads wide; glm4moe: the same experts, sigmoid-routed, RoPE on half\n"
+            "                  a head; phi3: fused qkv and gate/up, LongRoPE on 3/4 of a head)\n"
             "  --type T        f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
             "                  | q5_k | q6_k | iq4_nl | iq4_xs | iq3_s | iq3_xxs | iq2_s | iq2_xs\n"
             "                  | iq2_xxs | iq1_m | iq1_s | mxfp4 | q4_k_m | ud_q2_k_xl | ud_iq1_s\n"
@@ -61,6 +65,9 @@ static int arch_from_name(const char *s)
     if (strcmp(s, "gemma3") == 0) return MODEL_ARCH_GEMMA3;
     if (strcmp(s, "qwen3moe") == 0) return MODEL_ARCH_QWEN3MOE;
     if (strcmp(s, "gpt-oss") == 0) return MODEL_ARCH_GPTOSS;
+    if (strcmp(s, "deepseek2") == 0) return MODEL_ARCH_DEEPSEEK2;
+    if (strcmp(s, "glm4moe") == 0) return MODEL_ARCH_GLM4MOE;
+    if (strcmp(s, "phi3") == 0) return MODEL_ARCH_PHI3;
     return -1;
 }
 
@@ -116,7 +123,7 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_PRESET: break;
         case OPT_ARCH:
             if ((arch = arch_from_name(optarg)) < 0) {
-                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss)\n", optarg);
+                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, deepseek2, glm4moe, phi3)\n", optarg);
                 return 2;
             }
             break;

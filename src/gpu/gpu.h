@@ -12,19 +12,22 @@
 /* The recipe features (model/arch.h) gpu_forward.c runs: pre-norm, sandwich-norm or (BERT)
  * post-LN blocks of full, sliding-window or bidirectional attention (q/k/v biases, the output
  * bias, per-head q/k norms and post-norms are read when the loader bound them, which it does
- * exactly when the recipe asks; per-head v norms: Gemma 4) and a SwiGLU, GeGLU or erf-GELU MLP
- * feed-forward, dense, a mixture of experts behind the softmax top-k router (kernels/moe.cuh)
- * or Gemma 4's scaled one, or both side by side; the hybrids' layers below.  A model needing
- * another (fused qkv or gate/up, LongRoPE, the sigmoid router, DeepSeek's latent attention and
- * expert groups, gpt-oss's extras below, ...) is refused when the engine is created, by name,
- * rather than run wrong; so is an ungated shared expert (glm4moe), which has no feature bit of
- * its own (gpu_engine.c: check_model).  Here, not in gpu_engine.c, so that builds without CUDA
- * can test what the GPU accepts. */
+ * exactly when the recipe asks; per-head v norms: Gemma 4; q, k and v as row ranges of one fused
+ * matrix: phi3) with RoPE over whole heads or their first rope.dimension_count dimensions,
+ * LongRoPE's factors and attention factor included, and a SwiGLU, GeGLU (gate and up the halves
+ * of one fused matrix: phi3) or erf-GELU MLP feed-forward, dense, a mixture of experts behind
+ * the softmax top-k router (kernels/moe.cuh), Gemma 4's scaled one or GLM-4.5's sigmoid router
+ * with its selection bias, with a shared expert gated (Qwen) or not (GLM-4.5), or dense and
+ * experts side by side; the hybrids' layers below.  A model needing another (DeepSeek's latent
+ * attention and expert groups, gpt-oss's extras below, ...) is refused when the engine is
+ * created, by name, rather than run wrong (gpu_engine.c: check_model).  Here, not in
+ * gpu_engine.c, so that builds without CUDA can test what the GPU accepts. */
 #define GPU_FEATURES                                                                              \
     (ARCH_F_NORM_PRE | ARCH_F_NORM_SANDWICH | ARCH_F_ATTN_FULL | ARCH_F_ATTN_SLIDING | ARCH_F_QKV_BIAS | \
      ARCH_F_QK_NORM | ARCH_F_V_NORM | ARCH_F_FFN_GLU | ARCH_F_FFN_MOE | ARCH_F_FFN_GLU_MOE |                \
      ARCH_F_ROUTER_SOFTMAX_TOPK | ARCH_F_ROUTER_SCALED | ARCH_F_ACT_SILU | ARCH_F_ACT_GELU_TANH |            \
      ARCH_F_ATTN_OUT_BIAS | ARCH_F_NORM_POST_LN | ARCH_F_ATTN_BIDIR | ARCH_F_FFN_MLP | ARCH_F_ACT_GELU_ERF |  \
+     ARCH_F_ROPE_LONGROPE | ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP | ARCH_F_ROUTER_SIGMOID_BIAS |          \
      GPU_HYBRID_FEATURES)
 
 /* gpt-oss's extras: gpu_forward.c has them (attention sinks in every attention kernel, YaRN
@@ -45,7 +48,8 @@
  * to 2e-6, tests/cpu/test_deltanet_port.c) but the FP16 input of the DeltaNet's q/k/v and z
  * projections.  attention_linear now reads that input to about 22 bits (act_h plus its FP16
  * remainder act_lo, one more pass over Wqkv and Wgate): 99.31 / 99.65 / 99.31 % on the H100,
- * compute-sanitizer clean (test_gpu_engine test_hybrid_*, gpu-check memcheck). */
+ * compute-sanitizer clean (test_gpu_engine test_hybrid_*, gpu-check memcheck).  Partial RoPE
+ * and the shared expert serve phi3 and glm4moe too (GPU_FEATURES takes them all). */
 #define GPU_HYBRID_FEATURES (ARCH_F_ATTN_LINEAR | ARCH_F_ATTN_OUT_GATE | ARCH_F_ROPE_PARTIAL | ARCH_F_SHARED_EXPERT)
 
 /* NULL with a message when there is no usable GPU or CUDA support was not built. */

@@ -192,11 +192,13 @@ static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, co
 #define LAYER_VECTORS(X)                                                                                 \
     X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)      \
     X(ple_post_norm) X(expert_scale) X(ffn_pre_norm_2) X(ffn_post_norm_1) X(ffn_post_norm_2) X(ssm_a) X(ssm_dt) \
-    X(ssm_norm) X(bo) X(attn_sinks) X(ffn_gate_inp_b) X(b_up) X(b_down) X(attn_out_norm) X(attn_out_norm_b)    \
-    X(ffn_out_norm) X(ffn_out_norm_b)
+    X(ssm_norm) X(bo) X(attn_sinks) X(ffn_gate_inp_b) X(exp_probs_b) X(b_up) X(b_down) X(attn_out_norm)          \
+    X(attn_out_norm_b) X(ffn_out_norm) X(ffn_out_norm_b)
 #define GLOBAL_MATRICES(X) X(tok_embd) X(ple_tok_embd) X(ple_model_proj) X(pos_embd)
 /* tok_types as a vector: its first row, token type 0's (an embedding request is one segment) */
-#define GLOBAL_VECTORS(X) X(output_norm) X(rope_freqs) X(ple_proj_norm) X(tok_types) X(embd_norm) X(embd_norm_b)
+#define GLOBAL_VECTORS(X)                                                                                \
+    X(output_norm) X(rope_freqs) X(ple_proj_norm) X(tok_types) X(embd_norm) X(embd_norm_b) X(rope_factors_short) \
+    X(rope_factors_long)
 
 static size_t weights_bytes(const model *m)
 {
@@ -218,6 +220,18 @@ static size_t weights_bytes(const model *m)
 #undef ADD_R
     }
     return b;
+}
+
+/* The device copy of the RoPE divisors layer L turns by in this engine's context: the model's
+ * rope_freqs, or LongRoPE's short or long factors (model_rope_freqs chooses, as for the CPU). */
+static CUdeviceptr layer_rope_freqs(const gpu_engine *g, const model_layer *L)
+{
+    const model *m = g->base.m;
+    const float *f = model_rope_freqs(m, L, g->base.cfg.ctx_per_slot);
+    if (!f) return 0;
+    if (f == m->rope_factors_long.data) return g->rope_factors_long;
+    if (f == m->rope_factors_short.data) return g->rope_factors_short;
+    return g->rope_freqs;
 }
 
 static int upload_weights(gpu_engine *g, char *err, size_t errlen)
@@ -265,7 +279,8 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         G->window = L->window;
         G->rope_base = L->rope_base;
         G->rope_scale = L->rope_scale;
-        G->rope_freqs = L->rope_freqs ? g->rope_freqs : 0;
+        G->rope_freqs = layer_rope_freqs(g, L);
+        G->router_sigmoid = L->recipe.router == ARCH_ROUTER_SIGMOID_BIAS;
         G->geglu = L->recipe.act == ARCH_ACT_GELU_TANH;
         G->swiglu_clamp = L->recipe.act == ARCH_ACT_SWIGLU_CLAMP;
         G->topk_first = L->recipe.router == ARCH_ROUTER_TOPK_SOFTMAX;
@@ -283,7 +298,7 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         G->d_q = m->hp.n_head * L->head_dim;
         G->d_kv = L->n_head_kv * L->head_dim;
         /* the shared expert's GLU runs through the dense FFN's buffers */
-        int n_ff = L->ffn_gate_inp_shexp.data && m->hp.n_ff_shexp > L->n_ff ? m->hp.n_ff_shexp : L->n_ff;
+        int n_ff = L->ffn_gate_shexp.data && m->hp.n_ff_shexp > L->n_ff ? m->hp.n_ff_shexp : L->n_ff;
         G->d_ff = (n_ff + 31) / 32 * 32;
         G->kv_own = L->kv_source == l && !linear;
         G->has_out_scale = L->out_scale.data != NULL;
@@ -535,7 +550,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         gate_up |= (L->w_gate.d && !gpu_ffn_fused(g, L, T)) || L->mlp; /* an MLP's up product in FP32 */
         gate_up |= L->ffn_gate_shexp.d && !gpu_glu_fused(g, &L->ffn_gate_shexp, &L->ffn_up_shexp, false, T);
         any_gated |= L->gated;
-        any_shexp |= L->ffn_gate_inp_shexp != 0;
+        any_shexp |= L->ffn_gate_shexp.d != 0;
         any_post |= L->attn_post_norm || L->ffn_post_norm || ple || L->post_ln || g->pos_embd.d;
         any_moe |= L->ffn_gate_exps.d != 0;
         moe_geglu |= L->ffn_gate_exps.d && L->geglu;
@@ -1207,22 +1222,13 @@ static int check_model(const model *m, char *err, size_t errlen)
 {
     const model_hparams *hp = &m->hp;
     if (model_check_features(m, GPU_FEATURES, "cuda", err, errlen)) return -1;
-    /* The shared expert the GPU runs is Qwen's sigmoid-gated one; GLM's ungated one has no
-     * feature bit apart from it (ARCH_FFN_SHEXP_GATE is an extra of ARCH_F_SHARED_EXPERT). */
-    for (int il = 0; il < hp->n_layer; il++) {
-        const unsigned x = m->layers[il].recipe.ffn_extras;
-        if ((x & ARCH_FFN_SHARED_EXPERT) && !(x & ARCH_FFN_SHEXP_GATE)) {
-            snprintf(err, errlen, "the cuda backend does not implement an ungated shared expert (layer %d of %s)", il,
-                     m->desc->name);
-            return -1;
-        }
-        /* the clamped SwiGLU (gpt-oss) is in the experts' kernels, not the dense FFN's */
+    /* the clamped SwiGLU (gpt-oss) is in the experts' kernels, not the dense FFN's */
+    for (int il = 0; il < hp->n_layer; il++)
         if (m->layers[il].recipe.act == ARCH_ACT_SWIGLU_CLAMP && m->layers[il].recipe.ffn != ARCH_FFN_MOE) {
             snprintf(err, errlen, "the cuda backend runs the clamped SwiGLU only in experts (layer %d of %s)", il,
                      m->desc->name);
             return -1;
         }
-    }
     if (check_weight_types(m, err, errlen)) return -1;
     /* the per-layer embeddings' token rows are gathered whole: no padding inside a row */
     if (hp->n_embd_ple && (hp->n_layer * hp->n_embd_ple) % 32) {

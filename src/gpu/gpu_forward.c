@@ -7,7 +7,10 @@
  *       h = fp16(rmsnorm(x) * attn_norm)
  *       q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          one launch when formats agree
  *           (no Wv: v = Wk h; a layer sharing another's K/V: q alone)
- *       q, k = rmsnorm per head (qk norm), RoPE (the layer's base, scaling and factors),
+ *           (phi3: q, k, v are row ranges of one fused matrix, gate and up its halves: the
+ *            loader's views, uploaded as matrices of their own)
+ *       q, k = rmsnorm per head (qk norm), RoPE (the layer's base, scaling and factors; LongRoPE:
+ *           the short or long factors by the context, cos/sin times the attention factor),
  *           v = rmsnorm per head (v norm);
  *           K/V block[pos] = k, v in the layer's region of the caches (qkv_post; one token and
  *           no q/k/v norm: in the epilogue of the QKV matvec, matvec_rope)
@@ -27,9 +30,11 @@
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
  *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
  *            or, MoE: x += sum over the router's top k experts e of w_e Wdown_e fp16(silu(Wgate_e h) * Wup_e h)
+ *                 (the router's scores softmax, or sigmoid chosen with a selection bias: GLM-4.5)
  *                 (gpt-oss: the router's bias, softmax over the chosen logits, each expert's
  *                  biases, the clamped SwiGLU: glu_act)
- *                 (+ sigmoid(w_shexp . h) * the shared expert's GLU, where the family has one)
+ *                 (+ sigmoid(w_shexp . h) * the shared expert's GLU, where the family has one;
+ *                  GLM-4.5's is ungated: + the GLU as it is)
  *                                        (sandwich norm: normed by ffn_post_norm as above)
  *            or, Gemma 4's 26B-A4B: the GeGLU and GeGLU experts side by side (ffn_glu_moe)
  *       (Gemma 4: x += its per-layer embedding; x *= layer_output_scale)
@@ -491,9 +496,16 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
     int k = hp->n_expert_used, ne = hp->n_expert, N = n * k, d = g->d_embd, acc = accumulate;
     const gpu_matrix *gate = &L->ffn_gate_exps, *up = &L->ffn_up_exps, *down = &L->ffn_down_exps;
     CUdeviceptr x = g->act_h + (size_t)t0 * d * sizeof(uint16_t), logits = g->moe_logits + (size_t)t0 * ne * sizeof(float);
-    int topk_first = L->topk_first;
-    void *route[] = {&logits, &ne, &k, &(CUdeviceptr){L->expert_scale}, &topk_first, &g->moe_ids, &g->moe_w};
-    if (gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, (unsigned)(ne * sizeof(float)),
+    /* topk_first (gpt-oss): the softmax over the chosen logits, as the CPU's, whatever the
+     * file's expert_weights_norm / scale (which the CPU reads only for the other routers) */
+    moe_route_args ra = {.logits = F32(logits), .bias = L->exp_probs_b ? F32(L->exp_probs_b) : NULL,
+                         .expert_scale = L->expert_scale ? F32(L->expert_scale) : NULL, .n_expert = ne, .k = k,
+                         .sigmoid = L->router_sigmoid, .topk_first = L->topk_first,
+                         .norm = L->topk_first || hp->expert_weights_norm,
+                         .scale = L->topk_first ? 1.0f : hp->expert_weights_scale, .ids = I32(g->moe_ids),
+                         .weights = F32(g->moe_w)};
+    void *route[] = {&ra};
+    if (gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, (unsigned)(2 * ne * sizeof(float)),
                         g->stream, route, what, err, errlen))
         return -1;
     CUdeviceptr pos = 0; /* moe_combine's entry -> row of moe_y: identity, or the grouping's */
@@ -798,17 +810,20 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
 
 /* The shared expert of a MoE layer beside its routed ones (which already added theirs):
  * x += sigmoid(w_gate_inp_shexp . h) * Wdown_shexp fp16(silu(Wgate_shexp h) * Wup_shexp h), the
- * gate's logit in FP32 from moe_xf as the router's. */
+ * gate's logit in FP32 from moe_xf as the router's; a layer without that gate (GLM-4.5) adds
+ * the expert's output as it is. */
 static int shared_expert(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
     int one = 1;
-    LAUNCH(g->k.moe_router, ((gpu_launch_dims){ceil_div(T, GPU_MOE_ROUTER_TOKENS), 1, 1, 256}), what, &g->moe_xf,
-           &(CUdeviceptr){L->ffn_gate_inp_shexp}, &(CUdeviceptr){0}, &g->d_embd, &one, &T, &g->sh_logit);
+    CUdeviceptr logit = L->ffn_gate_inp_shexp ? g->sh_logit : 0; /* 0: shexp_add's gate is 1 */
+    if (logit)
+        LAUNCH(g->k.moe_router, ((gpu_launch_dims){ceil_div(T, GPU_MOE_ROUTER_TOKENS), 1, 1, 256}), what, &g->moe_xf,
+               &(CUdeviceptr){L->ffn_gate_inp_shexp}, &(CUdeviceptr){0}, &g->d_embd, &one, &T, &logit);
     if (gated_ffn(g, L, true, T, what, err, errlen)) return -1;
     matmul_op down = {.out = {{&L->ffn_down_shexp, g->sh_y, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
                       .ldx = L->d_ff, .what = what};
     if (matmul(g, &down, err, errlen)) return -1;
-    LAUNCH(g->k.shexp_add, ((gpu_launch_dims){(unsigned)T, 1, 1, 256}), what, &g->x, &g->sh_y, &g->sh_logit, &g->d_embd);
+    LAUNCH(g->k.shexp_add, ((gpu_launch_dims){(unsigned)T, 1, 1, 256}), what, &g->x, &g->sh_y, &logit, &g->d_embd);
     return 0;
 }
 
@@ -857,7 +872,7 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     int rc;
     if (moe) {
         rc = ffn_moe(g, L, T, what, err, errlen);
-        if (rc == 0 && L->ffn_gate_inp_shexp) rc = shared_expert(g, L, T, what, err, errlen);
+        if (rc == 0 && L->ffn_gate_shexp.d) rc = shared_expert(g, L, T, what, err, errlen);
     } else if (ffn == ARCH_FFN_GLU_MOE) {
         rc = ffn_glu_moe(g, L, T, what, err, errlen);
     } else {

@@ -48,6 +48,8 @@ typedef struct gpu_layer {
     CUdeviceptr ple_post_norm;
     CUdeviceptr router; /* MoE: the router (ffn_gate_inp) in F32, [n_expert][n_embd], or 0; the
                            scaled router (Gemma 4) with ffn_gate_inp.scale / sqrt(n_embd) folded in */
+    CUdeviceptr exp_probs_b; /* the sigmoid router's selection bias [n_expert] (GLM-4.5), or 0 */
+    bool router_sigmoid;     /* ARCH_ROUTER_SIGMOID_BIAS: sigmoid scores, not softmax */
     /* MoE: the experts (3-D); Gemma 4's fused ffn_gate_up_exps is uploaded once and gate and
      * up are views of its two halves (an expert's rows: gate's, then up's; expert_bytes the
      * pair's) */
@@ -67,8 +69,9 @@ typedef struct gpu_layer {
     CUdeviceptr ffn_gate_inp_shexp;
     gpu_matrix ssm_qkv, ssm_gate, ssm_beta, ssm_alpha, ssm_ba, ssm_out;
     CUdeviceptr ssm_conv1d, ssm_a, ssm_dt, ssm_norm;
-    /* from the model_layer: its window (0: full), RoPE (rope_freqs: the model's factors, or 0
-     * where this layer does without) and activation */
+    /* from the model_layer: its window (0: full), RoPE (rope_freqs: the model's factors, or
+     * LongRoPE's short or long ones as model_rope_freqs picks them for the engine's context, or
+     * 0 where this layer does without) and activation */
     int window;
     float rope_base, rope_scale;
     CUdeviceptr rope_freqs;
@@ -132,6 +135,7 @@ typedef struct gpu_engine {
     gpu_layer *layers;
     gpu_matrix tok_embd, output;
     CUdeviceptr output_norm, rope_freqs;
+    CUdeviceptr rope_factors_short, rope_factors_long; /* LongRoPE (phi3), or 0 */
     /* Gemma 4's per-layer embeddings (n_embd_ple > 0): the token table [n_vocab][n_layer * P],
      * the projection of the embeddings and its norm [P] */
     gpu_matrix ple_tok_embd, ple_model_proj;

@@ -40,7 +40,7 @@ typedef struct qkv_post_args {
     const float *q_norm, *k_norm; /* [hd] or NULL */
     gpu_half *kc, *vc;
     const int32_t *seq, *pos, *tables;
-    const float *freq_div; /* [hd/2] or NULL */
+    const float *freq_div; /* [hd/2] or NULL (LongRoPE: the short or long factors, by context) */
     float rope_base, pos_scale, eps;
     int neox, n_head, n_kv, hd, n_layer, layer, table_width;
     int v_norm; /* 1: each head of v RMS-normed without a weight before its store (Gemma 4) */
@@ -49,7 +49,8 @@ typedef struct qkv_post_args {
     int n_rot;
     /* YaRN (the CPU's cpu_rope_apply): pair i's frequency blends base^(-2i/dims) / yarn_factor
      * into itself by ramp(i) = clamp((i - yarn_low) / (yarn_high - yarn_low), 0, 1) when
-     * yarn_factor > 0; the rotation is scaled by mscale (0: not scaled; the CPU's attn_factor) */
+     * yarn_factor > 0.  mscale: cos and sin times this (0: not scaled; the CPU's attn_factor),
+     * which is YaRN's magnitude scale (gpt-oss) and LongRoPE's attention factor (phi3) alike */
     float yarn_factor, yarn_low, yarn_high, mscale;
     int no_rope; /* 1: no rotary embedding at all (bert: absolute positions): rope_* unused */
 } qkv_post_args;
@@ -155,6 +156,20 @@ typedef struct moe_mv_args {
     float glu_limit, glu_alpha;
     const float *b0, *b1;
 } moe_mv_args;
+/* moe_route: each of n tokens' k experts and their weights from its router logits [n][n_expert].
+ * Scores: softmax over the logits, or (sigmoid) each logit's sigmoid, or (topk_first: gpt-oss's
+ * ARCH_ROUTER_TOPK_SOFTMAX) the logits themselves; the k best of score + bias[x] (bias NULL:
+ * none; it only chooses: GLM-4.5's exp_probs_b), ties to the lower id; the weights are the
+ * chosen scores (topk_first: exp(logit - the max logit), so that with norm they are the softmax
+ * over the chosen), renormalised to sum 1 (norm) and times scale, then times expert_scale[id]
+ * (Gemma 4; NULL: none).  The CPU's cpu_moe_route / _scored / _topk_softmax. */
+typedef struct moe_route_args {
+    const float *logits, *bias, *expert_scale;
+    int n_expert, k, sigmoid, topk_first, norm;
+    float scale;
+    int32_t *ids;
+    float *weights;
+} moe_route_args;
 /* moe_sort groups at most this many entries (tokens x k) in one launch; the forward pass
  * takes a longer step's MoE layers in chunks of tokens.  Its shared memory holds the ids and
  * the experts' offsets: (entries + experts) * 4 bytes, at most 48 KiB. */

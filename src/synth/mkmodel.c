@@ -89,16 +89,32 @@ uint32_t mkmodel_file_type(mkmodel_ftype ft)
 void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
 {
     cfg->arch = arch;
-    cfg->tied_output = arch != MODEL_ARCH_LLAMA && arch != MODEL_ARCH_GPTOSS;
+    /* tied as the qwen line's small models; the llama line, gpt-oss and DeepSeek, GLM-4.5, Phi-3 not */
+    cfg->tied_output = arch != MODEL_ARCH_LLAMA && arch != MODEL_ARCH_GPTOSS && arch != MODEL_ARCH_DEEPSEEK2 &&
+                       arch != MODEL_ARCH_GLM4MOE && arch != MODEL_ARCH_PHI3;
     cfg->head_dim = 0;
     if (arch == MODEL_ARCH_GEMMA3 && cfg->n_swa == 0) cfg->n_swa = 1024, cfg->rope_base_swa = 10000.0f;
     if (arch == MODEL_ARCH_GPTOSS && cfg->n_swa == 0) cfg->n_swa = 128;
     if (arch == MODEL_ARCH_GPTOSS && cfg->yarn_factor == 0) cfg->yarn_factor = 32.0f, cfg->yarn_orig_ctx = 4096;
-    if ((arch == MODEL_ARCH_QWEN3MOE || arch == MODEL_ARCH_GPTOSS) && cfg->n_expert == 0) {
+    const bool routed = arch == MODEL_ARCH_QWEN3MOE || arch == MODEL_ARCH_GPTOSS || arch == MODEL_ARCH_DEEPSEEK2 ||
+                        arch == MODEL_ARCH_GLM4MOE;
+    if (routed && cfg->n_expert == 0) {
         cfg->n_expert = 8;
         cfg->n_expert_used = 2;
         cfg->n_ff_exp = cfg->n_ff / 4 > 0 ? cfg->n_ff / 4 : 1;
     }
+    if (arch == MODEL_ARCH_DEEPSEEK2 && cfg->kv_lora_rank == 0) {
+        const int hd = cfg->n_embd / cfg->n_head;
+        cfg->kv_lora_rank = 4 * hd, cfg->mla_nope = hd, cfg->mla_v = hd, cfg->n_rot = hd / 2 / 2 * 2;
+        cfg->n_expert_shared = 1, cfg->n_dense_lead = 1, cfg->expert_gating = 2;
+        cfg->n_head_kv = 1; /* one latent shared by the heads, as the file says */
+    }
+    const int hd = cfg->n_embd / cfg->n_head;
+    if (arch == MODEL_ARCH_GLM4MOE && cfg->n_expert_shared == 0) { /* GLM-4.5's: one group */
+        cfg->n_expert_shared = 1, cfg->n_dense_lead = 1, cfg->expert_gating = 2, cfg->n_rot = hd / 2 / 2 * 2;
+        cfg->n_expert_groups = 1, cfg->n_group_used = 1;
+    }
+    if (arch == MODEL_ARCH_PHI3 && cfg->n_rot == 0) cfg->n_rot = hd * 3 / 4 / 2 * 2; /* Phi-4-mini's share */
 }
 
 static const struct preset {
@@ -106,40 +122,60 @@ static const struct preset {
     mkmodel_config c;
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
-              false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
+              false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
-               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
+               1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
-                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
+                      151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
-                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
+                      131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
-                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
+                    151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     /* Gemma 3 (google/gemma-3-{12b,27b}-it config.json): window 1024, local base 10000, the
      * global layers' base 1M with linear scaling 8, no final soft-cap (Gemma 2 had one). */
     {"gemma-3-12b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-12B", 3840, 48, 16, 8, 15360, 131072,
                      262144, 256, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
-                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
+                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     {"gemma-3-27b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-27B", 5376, 62, 32, 16, 21504, 131072,
                      262144, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
-                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
+                     10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     /* Qwen3-30B-A3B (and Qwen3-Coder-30B-A3B): 128 experts of 768, 8 per token */
     {"qwen3-30b-a3b", {MODEL_ARCH_QWEN3MOE, "synthetic Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 40960,
                        151936, 128, 1000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f,
-                       0.0f, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0}},
+                       0.0f, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     /* Qwen3.5-9B (qwen35): 8 of its 32 layers gated attention (16 heads of 256, 4 KV heads,
      * RoPE on a quarter of each head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v
      * heads of 128, conv of 4) */
     {"qwen3.5-9b", {MODEL_ARCH_QWEN35, "synthetic Qwen3.5-9B", 4096, 32, 16, 4, 12288, 262144, 248320, 256,
                     10000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f, 0.0f, 0, 0, 0, 0,
-                    4, 128, 16, 32, 4096, 64, 0.0f, 0}},
+                    4, 128, 16, 32, 4096, 64, 0.0f, 0,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
     /* gpt-oss-20b (openai/gpt-oss-20b config.json): 64 query and 8 KV heads of 64, 32 experts
      * of 2880, 4 per token, window 128 on the even layers, RoPE base 150000 with YaRN x32 over
      * 4096; its o200k vocabulary's 201,088 tokens (learned BPE padded with fillers here), the
      * experts MXFP4 and the rest Q8_0 */
     {"gpt-oss-20b", {MODEL_ARCH_GPTOSS, "synthetic gpt-oss-20b", 2880, 24, 64, 8, 2880, 131072, 201088, 64,
                      150000.0f, 1e-5f, false, MKMODEL_MXFP4, 1, 0, NULL, false, 128, 0.0f, 0.0f, 32, 4, 2880, 0,
-                     0, 0, 0, 0, 0, 0, 32.0f, 4096}},
+                     0, 0, 0, 0, 0, 0, 32.0f, 4096,
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+    /* DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite config.json): latent attention without a
+     * query LoRA (kv_lora_rank 512, 16 heads of 128 + 64 RoPE, values 128), 64 experts of 1408,
+     * 6 per token, softmax scores not renormalised, 2 shared, the first layer dense (10944).
+     * Its YaRN scaling (factor 40) is left out: a synthetic file's context is its own. */
+    {"deepseek-v2-lite", {.arch = MODEL_ARCH_DEEPSEEK2, .name = "synthetic DeepSeek-V2-Lite", .n_embd = 2048,
+                          .n_layer = 27, .n_head = 16, .n_head_kv = 1, .n_ff = 10944, .n_ctx = 163840,
+                          .n_vocab = 102400, .rope_base = 10000.0f, .rms_eps = 1e-6f, .ftype = MKMODEL_Q4_K_M,
+                          .seed = 1, .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 1408, .n_rot = 64,
+                          .kv_lora_rank = 512, .mla_nope = 128, .mla_v = 128, .n_expert_shared = 2,
+                          .n_dense_lead = 1, .expert_gating = 1}},
 };
 
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
@@ -450,6 +486,84 @@ static void list_gptoss_layer(tensor_list *l, const mkmodel_config *c, int il)
     add_spec(l, il, "exps_bias", "ffn_down_exps.bias", c->n_embd, c->n_expert, bias_std);
 }
 
+static void list_routed_ffn(tensor_list *l, const mkmodel_config *c, int il);
+
+/* One phi3 layer: q, k and v in one attn_qkv, gate and up in one ffn_up of 2 n_ff rows. */
+static void list_phi3_layer(tensor_list *l, const mkmodel_config *c, int il)
+{
+    const int64_t hd = head_dim_of(c), q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
+    add_spec(l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
+    add_matrix(l, il, "attn_qkv", c->n_embd, q_dim + 2 * kv_dim);
+    add_matrix(l, il, "attn_output", q_dim, c->n_embd);
+    add_spec(l, il, "norm", "ffn_norm.weight", c->n_embd, 0, 0);
+    add_matrix(l, il, "ffn_up", c->n_embd, 2 * (int64_t)c->n_ff);
+    add_matrix(l, il, "ffn_down", c->n_ff, c->n_embd);
+}
+
+/* One glm4moe layer: attention with q/k/v biases and QK norm, the feed-forward's norm named
+ * post_attention_norm (as the converter writes it), then list_routed_ffn. */
+static void list_glm4moe_layer(tensor_list *l, const mkmodel_config *c, int il)
+{
+    const int64_t hd = head_dim_of(c), q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
+    add_spec(l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
+    add_matrix(l, il, "attn_q", c->n_embd, q_dim);
+    add_matrix(l, il, "attn_k", c->n_embd, kv_dim);
+    add_matrix(l, il, "attn_v", c->n_embd, kv_dim);
+    add_matrix(l, il, "attn_output", q_dim, c->n_embd);
+    add_spec(l, il, "bias", "attn_q.bias", q_dim, 0, 0.05f);
+    add_spec(l, il, "bias", "attn_k.bias", kv_dim, 0, 0.05f);
+    add_spec(l, il, "bias", "attn_v.bias", kv_dim, 0, 0.05f);
+    add_spec(l, il, "norm", "attn_q_norm.weight", hd, 0, 0);
+    add_spec(l, il, "norm", "attn_k_norm.weight", hd, 0, 0);
+    add_spec(l, il, "norm", "post_attention_norm.weight", c->n_embd, 0, 0);
+    list_routed_ffn(l, c, il);
+}
+
+/* One deepseek2 layer (arch/deepseek2.c's names, as llama.cpp's converter writes them: the
+ * K/V up-projection split per head into attn_k_b and attn_v_b, 3-D over the heads); the first
+ * n_dense_lead layers' feed-forward dense, the others' routed experts (+ the selection bias
+ * of the sigmoid router) and the shared experts' GLU. */
+static void list_mla_layer(tensor_list *l, const mkmodel_config *c, int il)
+{
+    const int64_t H = c->n_head, q_head = (int64_t)c->mla_nope + c->n_rot;
+    add_spec(l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
+    if (c->q_lora_rank > 0) {
+        add_matrix(l, il, "attn_q_a", c->n_embd, c->q_lora_rank);
+        add_spec(l, il, "norm", "attn_q_a_norm.weight", c->q_lora_rank, 0, 0);
+        add_matrix(l, il, "attn_q_b", c->q_lora_rank, H * q_head);
+    } else {
+        add_matrix(l, il, "attn_q", c->n_embd, H * q_head);
+    }
+    add_matrix(l, il, "attn_kv_a_mqa", c->n_embd, (int64_t)c->kv_lora_rank + c->n_rot);
+    add_spec(l, il, "norm", "attn_kv_a_norm.weight", c->kv_lora_rank, 0, 0);
+    add_experts(l, il, "attn_k_b", c->mla_nope, c->kv_lora_rank, H);
+    add_experts(l, il, "attn_v_b", c->kv_lora_rank, c->mla_v, H);
+    add_matrix(l, il, "attn_output", H * c->mla_v, c->n_embd);
+    add_spec(l, il, "norm", "ffn_norm.weight", c->n_embd, 0, 0);
+    list_routed_ffn(l, c, il);
+}
+
+/* The feed-forward of a deepseek2 or glm4moe layer: dense in the first n_dense_lead layers,
+ * else routed experts (+ the sigmoid router's selection bias) and the shared experts' GLU. */
+static void list_routed_ffn(tensor_list *l, const mkmodel_config *c, int il)
+{
+    if (il < c->n_dense_lead) {
+        add_matrix(l, il, "ffn_gate", c->n_embd, c->n_ff);
+        add_matrix(l, il, "ffn_up", c->n_embd, c->n_ff);
+        add_matrix(l, il, "ffn_down", c->n_ff, c->n_embd);
+        return;
+    }
+    const int64_t shexp = (int64_t)c->n_ff_exp * c->n_expert_shared;
+    add_matrix(l, il, "ffn_gate_inp", c->n_embd, c->n_expert);
+    if (c->expert_gating == 2) add_spec(l, il, "bias", "exp_probs_b.bias", c->n_expert, 0, 0.05f);
+    add_experts(l, il, "ffn_gate_exps", c->n_embd, c->n_ff_exp, c->n_expert);
+    add_experts(l, il, "ffn_up_exps", c->n_embd, c->n_ff_exp, c->n_expert);
+    add_experts(l, il, "ffn_down_exps", c->n_ff_exp, c->n_embd, c->n_expert);
+    add_matrix(l, il, "ffn_gate_shexp", c->n_embd, shexp);
+    add_matrix(l, il, "ffn_up_shexp", c->n_embd, shexp);
+    add_matrix(l, il, "ffn_down_shexp", shexp, c->n_embd);
+}
+
 /* The tensors of cfg in file order (specs may be NULL to count them); returns the count. */
 static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
 {
@@ -459,13 +573,20 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
     add_matrix(&l, -1, "token_embd", c->n_embd, c->n_vocab);
     add_spec(&l, -1, "norm", "output_norm.weight", c->n_embd, 0, 0);
     if (!c->tied_output) add_matrix(&l, -1, "output", c->n_embd, c->n_vocab);
+    if (c->arch == MODEL_ARCH_PHI3) { /* LongRoPE's divisors, >= 1: short near 1, long larger */
+        add_spec(&l, -1, "rope_factors", "rope_factors_short.weight", c->n_rot / 2, 0, 0.1f);
+        add_spec(&l, -1, "rope_factors", "rope_factors_long.weight", c->n_rot / 2, 0, 8.0f);
+    }
     for (int il = 0; il < c->n_layer; il++) {
-        if (c->arch == MODEL_ARCH_QWEN35) {
-            list_hybrid_layer(&l, c, il);
-            continue;
-        }
-        if (c->arch == MODEL_ARCH_GPTOSS) {
-            list_gptoss_layer(&l, c, il);
+        void (*own)(tensor_list *, const mkmodel_config *, int) =
+            c->arch == MODEL_ARCH_QWEN35      ? list_hybrid_layer
+            : c->arch == MODEL_ARCH_DEEPSEEK2 ? list_mla_layer
+            : c->arch == MODEL_ARCH_GLM4MOE   ? list_glm4moe_layer
+            : c->arch == MODEL_ARCH_PHI3      ? list_phi3_layer
+            : c->arch == MODEL_ARCH_GPTOSS    ? list_gptoss_layer
+                                              : NULL;
+        if (own) {
+            own(&l, c, il);
             continue;
         }
         add_spec(&l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
@@ -802,6 +923,32 @@ char *mkmodel_read_text(const char *path, size_t max_bytes, size_t *len, char *e
 }
 
 /* ---- writing ---------------------------------------------------------------------------- */
+/* deepseek2's latent attention and the router of deepseek2 and glm4moe: what model.c's
+ * check_mla and router keys accept. */
+static int validate_routed(const mkmodel_config *c, char *err, size_t errlen)
+{
+    const bool mla = c->arch == MODEL_ARCH_DEEPSEEK2;
+    const bool groups_ok = c->n_expert_groups == 0 ||
+                           (c->n_expert_groups <= c->n_expert && c->n_expert % c->n_expert_groups == 0 &&
+                            c->n_group_used >= 1 && c->n_group_used <= c->n_expert_groups &&
+                            c->n_expert_used <= c->n_expert / c->n_expert_groups * c->n_group_used);
+    const bool mla_ok = !mla || (c->kv_lora_rank >= 1 && c->kv_lora_rank <= MAX_DIM && c->q_lora_rank >= 0 &&
+                                 c->q_lora_rank <= MAX_DIM && c->mla_nope >= 1 && c->mla_nope <= MAX_DIM &&
+                                 c->mla_v >= 1 && c->mla_v <= MAX_DIM && c->n_rot >= 2 && c->n_rot % 2 == 0 &&
+                                 c->n_rot <= MAX_DIM);
+    if (!mla_ok || c->n_expert_shared < 1 || c->n_dense_lead < 0 ||
+        c->n_dense_lead > c->n_layer || (c->expert_gating != 1 && c->expert_gating != 2) || !groups_ok ||
+        c->expert_weights_scale < 0) {
+        snprintf(err, errlen, "%s: latent %d, q LoRA %d, head %d + RoPE %d, value %d, %d shared experts, %d "
+                 "dense layers of %d, gating %d, %d groups (%d used): want positive widths, RoPE even, gating 1 "
+                 "(softmax) or 2 (sigmoid), groups dividing the experts",
+                 model_arch_name(c->arch), c->kv_lora_rank, c->q_lora_rank, c->mla_nope, c->n_rot, c->mla_v, c->n_expert_shared,
+                 c->n_dense_lead, c->n_layer, c->expert_gating, c->n_expert_groups, c->n_group_used);
+        return -1;
+    }
+    return 0;
+}
+
 static int validate(const mkmodel_config *c, char *err, size_t errlen)
 {
     const struct {
@@ -838,7 +985,8 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
     const bool known_arch = c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2 ||
                             c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3 ||
                             c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_QWEN35 ||
-                            c->arch == MODEL_ARCH_GPTOSS;
+                            c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_DEEPSEEK2 ||
+                            c->arch == MODEL_ARCH_GLM4MOE || c->arch == MODEL_ARCH_PHI3;
     if ((unsigned)c->ftype >= MKMODEL_FTYPE_COUNT || !known_arch) {
         snprintf(err, errlen, "unknown weight type or architecture");
         return -1;
@@ -861,7 +1009,15 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
                  (double)c->yarn_factor, c->yarn_orig_ctx);
         return -1;
     }
-    if ((c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_GPTOSS) &&
+    if ((c->arch == MODEL_ARCH_DEEPSEEK2 || c->arch == MODEL_ARCH_GLM4MOE) && validate_routed(c, err, errlen) != 0)
+        return -1;
+    if ((c->arch == MODEL_ARCH_PHI3 || c->arch == MODEL_ARCH_GLM4MOE) && (c->n_rot < 2 || c->n_rot % 2 || c->n_rot > hd)) {
+        snprintf(err, errlen, "%s: RoPE on %d of a head of %d: want an even count up to the head", model_arch_name(c->arch),
+                 c->n_rot, hd);
+        return -1;
+    }
+    if ((c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_DEEPSEEK2 ||
+         c->arch == MODEL_ARCH_GLM4MOE) &&
         (c->n_expert < 1 || c->n_expert > 4096 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
          c->n_ff_exp < 1 || c->n_ff_exp > 4 * MAX_DIM)) {
         snprintf(err, errlen, "experts: %d of width %d, %d per token: want 1..4096 experts, 1..experts per token",
@@ -885,6 +1041,35 @@ static void set_arch_f32(gguf_writer *w, const mkmodel_config *c, const char *su
     gguf_writer_set_f32(w, key, v);
 }
 
+/* deepseek2's attention keys as llama.cpp's converter writes them: one shared head (key the
+ * latent + the RoPE key, value the latent) and the per-head sizes in *_mla. */
+static void write_mla_hparams(gguf_writer *w, const mkmodel_config *c)
+{
+    set_arch_u32(w, c, "attention.head_count_kv", 1);
+    set_arch_u32(w, c, "attention.key_length", c->kv_lora_rank + c->n_rot);
+    set_arch_u32(w, c, "attention.value_length", c->kv_lora_rank);
+    set_arch_u32(w, c, "attention.key_length_mla", c->mla_nope + c->n_rot);
+    set_arch_u32(w, c, "attention.value_length_mla", c->mla_v);
+    set_arch_u32(w, c, "attention.kv_lora_rank", c->kv_lora_rank);
+    if (c->q_lora_rank > 0) set_arch_u32(w, c, "attention.q_lora_rank", c->q_lora_rank);
+}
+
+/* The router keys of deepseek2 and glm4moe (the expert counts are written with qwen3moe's). */
+static void write_router_hparams(gguf_writer *w, const mkmodel_config *c)
+{
+    set_arch_u32(w, c, "leading_dense_block_count", c->n_dense_lead);
+    set_arch_u32(w, c, "expert_shared_count", c->n_expert_shared);
+    set_arch_u32(w, c, "expert_gating_func", c->expert_gating);
+    set_arch_f32(w, c, "expert_weights_scale", c->expert_weights_scale > 0 ? c->expert_weights_scale : 1.0f);
+    char key[96];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", model_arch_name(c->arch));
+    gguf_writer_set_bool(w, key, c->expert_gating == 2); /* V3 renormalises, V2 not */
+    if (c->n_expert_groups > 0) {
+        set_arch_u32(w, c, "expert_group_count", c->n_expert_groups);
+        set_arch_u32(w, c, "expert_group_used_count", c->n_group_used);
+    }
+}
+
 static void write_hparams(gguf_writer *w, const mkmodel_config *c)
 {
     gguf_writer_set_str(w, "general.architecture", model_arch_name(c->arch));
@@ -897,9 +1082,13 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
     set_arch_u32(w, c, "block_count", c->n_layer);
     set_arch_u32(w, c, "feed_forward_length", c->n_ff);
     set_arch_u32(w, c, "attention.head_count", c->n_head);
-    set_arch_u32(w, c, "attention.head_count_kv", c->n_head_kv);
-    set_arch_u32(w, c, "attention.key_length", head_dim_of(c));
-    set_arch_u32(w, c, "attention.value_length", head_dim_of(c));
+    if (c->arch == MODEL_ARCH_DEEPSEEK2) {
+        write_mla_hparams(w, c);
+    } else {
+        set_arch_u32(w, c, "attention.head_count_kv", c->n_head_kv);
+        set_arch_u32(w, c, "attention.key_length", head_dim_of(c));
+        set_arch_u32(w, c, "attention.value_length", head_dim_of(c));
+    }
     set_arch_u32(w, c, "rope.dimension_count", c->n_rot ? c->n_rot : head_dim_of(c));
     set_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->rms_eps);
     set_arch_f32(w, c, "rope.freq_base", c->rope_base);
@@ -920,10 +1109,18 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
         set_arch_f32(w, c, "rope.scaling.factor", c->yarn_factor);
         set_arch_u32(w, c, "rope.scaling.original_context_length", c->yarn_orig_ctx);
     }
-    if (c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_GPTOSS) {
+    if (c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_DEEPSEEK2 ||
+        c->arch == MODEL_ARCH_GLM4MOE) {
         set_arch_u32(w, c, "expert_count", c->n_expert);
         set_arch_u32(w, c, "expert_used_count", c->n_expert_used);
         set_arch_u32(w, c, "expert_feed_forward_length", c->n_ff_exp);
+    }
+    if (c->arch == MODEL_ARCH_DEEPSEEK2 || c->arch == MODEL_ARCH_GLM4MOE) write_router_hparams(w, c);
+    if (c->arch == MODEL_ARCH_GLM4MOE) set_arch_u32(w, c, "nextn_predict_layers", 0);
+    if (c->arch == MODEL_ARCH_PHI3) { /* LongRoPE: the long factors past a quarter of the context */
+        const int orig = c->n_ctx / 4 > 1 ? c->n_ctx / 4 : 2;
+        set_arch_u32(w, c, "rope.scaling.original_context_length", orig);
+        set_arch_f32(w, c, "rope.scaling.attn_factor", sqrtf(1.0f + logf(4.0f) / logf((float)orig)));
     }
     if (c->pooling > 0) set_arch_u32(w, c, "pooling_type", c->pooling - 1);
     if (c->arch == MODEL_ARCH_QWEN35) {
@@ -955,6 +1152,8 @@ static int add_vector(gguf_writer *w, const tensor_spec *s, uint64_t seed, uint6
         for (int64_t i = 0; i < s->ne0; i++) v[i] = 1.0f;
     if (strcmp(s->role, "ssm_a") == 0) /* a DeltaNet's A = -exp(A_log): every decay below 1 */
         for (int64_t i = 0; i < s->ne0; i++) v[i] = -expf(v[i]);
+    if (strcmp(s->role, "rope_factors") == 0) /* LongRoPE divides the frequencies by these */
+        for (int64_t i = 0; i < s->ne0; i++) v[i] = 1.0f + fabsf(v[i]);
     gguf_writer_add_tensor(w, s->name, GGML_TYPE_F32, 1, &s->ne0, v, (size_t)s->ne0 * sizeof *v, false);
     free(v);
     return 0;
@@ -982,12 +1181,10 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     tensor_spec *specs = calloc((size_t)n, sizeof *specs);
     tensor_gen *gens = calloc((size_t)n, sizeof *gens);
     gguf_writer *w = gguf_writer_new();
-    int64_t max_row = (int64_t)cfg->n_ff > cfg->n_embd ? cfg->n_ff : cfg->n_embd;
-    int64_t q_dim = (int64_t)cfg->n_head * head_dim_of(cfg);
-    if (q_dim > max_row) max_row = q_dim;
-    if ((cfg->arch == MODEL_ARCH_QWEN3MOE || cfg->arch == MODEL_ARCH_GPTOSS) && cfg->n_ff_exp > max_row)
-        max_row = cfg->n_ff_exp;
-    if (cfg->arch == MODEL_ARCH_QWEN35 && cfg->ssm_inner > max_row) max_row = cfg->ssm_inner;
+    int64_t max_row = 1; /* the longest row of any tensor */
+    if (specs) list_tensors(cfg, specs);
+    for (int i = 0; specs && i < n; i++)
+        if (specs[i].ne0 > max_row) max_row = specs[i].ne0;
     gen_shared g = {.seed = cfg->seed, .cur_row = -1, .xrow = malloc((size_t)max_row * sizeof(float)),
                     .row = malloc((size_t)max_row * sizeof(float))};
     /* --words: which rows of the LM head are whole words (the tokenizer says) */
@@ -997,7 +1194,6 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    list_tensors(cfg, specs);
     int64_t n_params = 0;
     for (int i = 0; i < n; i++) n_params += specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1) * specs[i].ne2;
     bool reuse = cfg->reuse_rows > 0 || (cfg->reuse_rows == 0 && n_params > LARGE_MODEL_PARAMS);
@@ -1029,7 +1225,8 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
             }
         }
         int64_t ne[3] = {s->ne0, s->ne1, s->ne2}; /* rows of every expert, one after the other */
-        gguf_writer_add_tensor_fill(w, s->name, type, strstr(s->role, "_exps") ? 3 : 2, ne, tensor_fill, &gens[i]);
+        const int n_dims = strstr(s->role, "_exps") || s->ne2 > 1 ? 3 : 2; /* experts; deepseek2's heads */
+        gguf_writer_add_tensor_fill(w, s->name, type, n_dims, ne, tensor_fill, &gens[i]);
     }
     rc = gguf_writer_write_file(w, path, err, errlen);
 out:

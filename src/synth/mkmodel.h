@@ -91,12 +91,23 @@ typedef struct mkmodel_config {
      * (as the published files: llama.cpp's MOSTLY_MXFP4_MOE). */
     float yarn_factor;
     int yarn_orig_ctx;
+    /* deepseek2 (multi-head latent attention; n_rot is the RoPE part of a head, n_head_kv is
+     * not used): the latent's width (kv_lora_rank), the query's LoRA rank (0: one attn_q), a
+     * head's query/key width without RoPE and its value width; the shared experts (one GLU of
+     * n_ff_exp x n_expert_shared), the leading dense layers (n_ff wide), the router's scores
+     * (expert_gating 1: softmax, V2; 2: sigmoid with a selection bias and renormalised
+     * weights, V3), its expert groups (0: none) and the weights' scale (0: 1). */
+    int kv_lora_rank, q_lora_rank, mla_nope, mla_v, n_expert_shared, n_dense_lead, expert_gating;
+    int n_expert_groups, n_group_used;
+    float expert_weights_scale;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b",
  * "gemma-3-12b", "gemma-3-27b", "qwen3-30b-a3b" (qwen3moe: 128 experts, 8 per token),
  * "qwen3.5-9b" (qwen35: 3 gated DeltaNet layers to 1 gated attention), "gpt-oss-20b" (24
- * layers of 32 MXFP4 experts, 4 per token, window 128 on alternate layers, YaRN x32).
+ * layers of 32 MXFP4 experts, 4 per token, window 128 on alternate layers, YaRN x32),
+ * "deepseek-v2-lite" (deepseek2: latent attention, 64 experts of 1408, 6 per token, 2 shared,
+ * 1 dense layer).
  * Returns false for an unknown name. */
 bool mkmodel_preset(const char *name, mkmodel_config *cfg);
 /* The i-th preset's name (0, 1, ...), NULL past the last. */
@@ -105,7 +116,9 @@ const char *mkmodel_preset_name(int i);
  * implied by the arch, bias/norm tensors; qwen3 head_dim from n_embd/n_head; gemma3: its
  * sandwich and QK norms, a window of 1024 with local base 10000 unless cfg has one; qwen3moe
  * and gpt-oss: 8 experts of n_ff / 4, 2 per token, unless cfg has experts already; gpt-oss: a
- * window of 128 and YaRN x32 over 4096 unless cfg has them, and its own output head). */
+ * window of 128 and YaRN x32 over 4096 unless cfg has them, and its own output head; deepseek2:
+ * the same experts and 1 shared, a dense first layer, a latent 4 heads wide, RoPE on half a
+ * head, the sigmoid router with its selection bias). */
 void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch);
 int mkmodel_ftype_from_name(const char *name); /* "f32".."q4_k_m"; -1 when unknown */
 const char *mkmodel_ftype_name(mkmodel_ftype ft);

@@ -717,10 +717,12 @@ static void test_moe_route_sigmoid(void **state)
     assert_float_equal(w[0], 0.5f, 1e-7f);
 }
 
-/* What the GPU backend accepts (GPU_FEATURES, checked without CUDA): mistral, qwen3moe and
- * gpt-oss need nothing new (head_dim != n_embd/n_head is already served); phi3 and glm4moe are
- * refused by the feature they need first, and each of their features by name when the ones
- * before it are granted (`granted`). */
+/* What the GPU backend accepts (GPU_FEATURES, checked without CUDA): mistral, qwen3moe,
+ * gpt-oss (sinks, output bias, YaRN, biased top-k-softmax router, clamped SwiGLU), the hybrids
+ * (gated DeltaNet, gated attention with partial RoPE, the gated shared expert), phi3 (partial
+ * LongRoPE, fused qkv and gate/up) and glm4moe (sigmoid router with its selection bias,
+ * ungated shared expert, a dense first layer) need nothing it lacks; deepseek2 is refused by
+ * the feature it needs first, and the next by name when that one is granted (`granted`). */
 static void test_gpu_features(void **state)
 {
     (void)state;
@@ -737,17 +739,14 @@ static void test_gpu_features(void **state)
         {"gpt-oss.gguf", GPU_GPTOSS_FEATURES, NULL},
         {"gpt-oss-mxfp4.gguf", GPU_GPTOSS_FEATURES, NULL},
         {"bert.gguf", 0, NULL}, /* an encoder: post-LN, bidirectional, erf-GELU MLP (issue 29) */
-        /* partial RoPE and the shared expert came with the hybrids' GPU path */
-        {"phi3.gguf", 0, "the cuda backend does not implement fused qkv (layer 0 of phi3)"},
-        {"phi3.gguf", ARCH_F_FUSED_QKV, "the cuda backend does not implement fused gate/up (layer 0 of phi3)"},
-        {"phi3.gguf", ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP,
-         "the cuda backend does not implement LongRoPE (layer 0 of phi3)"},
-        {"glm4moe.gguf", 0, "the cuda backend does not implement sigmoid router with selection bias (layer 1 of glm4moe)"},
+        {"qwen3_5.gguf", 0, NULL},
+        {"qwen3_5_moe.gguf", 0, NULL},
+        {"qwen3_next.gguf", 0, NULL},
+        {"phi3.gguf", 0, NULL},
+        {"glm4moe.gguf", 0, NULL},
         /* refused by name, so --device auto runs it on the CPU */
         {"deepseek_v3.gguf", 0, "the cuda backend does not implement multi-head latent attention (layer 0 of deepseek2)"},
         {"deepseek_v3.gguf", ARCH_F_ATTN_MLA,
-         "the cuda backend does not implement sigmoid router with selection bias (layer 1 of deepseek2)"},
-        {"deepseek_v3.gguf", ARCH_F_ATTN_MLA | ARCH_F_ROUTER_SIGMOID_BIAS,
          "the cuda backend does not implement grouped expert selection (layer 1 of deepseek2)"},
     };
     const char *env = getenv("INFERD_SHARED_DIR");

@@ -33,7 +33,11 @@
  *     above; blocks copied in both pools read as the originals; the Gemma-3-27B shape's K/V of
  *     one 32k sequence <= 25 % of the all-global figure (the scheduler's side, several
  *     sequences through a small pool with prefix hits, is tests/sched/test_swa.c with "cuda");
- *   - a recipe feature the GPU does not run (phi3's fused qkv) is refused by name.
+ *   - phi3 (fused qkv and gate/up, partial LongRoPE: short and long factors) and glm4moe (dense
+ *     first layer, sigmoid router with selection bias, ungated shared expert) of
+ *     ../shared/reference: logits as above and 32 concurrent sequences as each alone; mkmodel's
+ *     files of both in F16, Q8_0 and Q4_K_M: logits as above;
+ *   - a recipe feature the GPU does not run (deepseek2's latent attention) is refused by name.
  * Skips without a device. */
 #include <math.h>
 #include <setjmp.h>
@@ -136,11 +140,12 @@ static agreement compare_logits(const float *gpu, const float *cpu, int n_pos, i
     return a;
 }
 
-/* GPU against CPU logits of m at n_pos positions, printed. */
-static agreement measure_logits(const model *m, const char *label, int n_pos, int n_prompt, const int32_t *tokens)
+/* GPU against CPU logits of m at n_pos positions in engines of ctx positions per slot, printed. */
+static agreement measure_logits_ctx(const model *m, const char *label, int n_pos, int n_prompt, const int32_t *tokens,
+                                    int ctx)
 {
     int V = m->hp.n_vocab;
-    engine_config cfg = {.n_slots = 3, .ctx_per_slot = n_pos + 8, .max_batch_tokens = 256, .n_threads = 2};
+    engine_config cfg = {.n_slots = 3, .ctx_per_slot = ctx, .max_batch_tokens = 256, .n_threads = 2};
     pair p = make_pair(m, &cfg);
     float *lg = malloc((size_t)n_pos * V * sizeof *lg), *lc = malloc((size_t)n_pos * V * sizeof *lc);
     for (size_t i = 0; i < (size_t)n_pos * V; i++) lg[i] = NAN;
@@ -153,6 +158,11 @@ static agreement measure_logits(const model *m, const char *label, int n_pos, in
     free(lc);
     free_pair(&p);
     return a;
+}
+
+static agreement measure_logits(const model *m, const char *label, int n_pos, int n_prompt, const int32_t *tokens)
+{
+    return measure_logits_ctx(m, label, n_pos, n_prompt, tokens, n_pos + 8);
 }
 
 /* ... within bounds: top-1 >= 99 %, and at most max_over positions over REL_BOUND (0 for
@@ -706,21 +716,36 @@ static model *load_checked(const char *rel, uint64_t *seed, int32_t *tokens)
     return m;
 }
 
-/* load_checked over n files (seeds seed0, seed0 + 1, ...), the first then also 32 concurrent
- * greedy sequences as each alone when batch; skipped when none is present. */
-static void check_reference_files(const char *const *files, int n, uint64_t seed0, bool batch)
+/* GPU against CPU logits of each file of ../shared/reference in files[0..n) that is there
+ * (N_POS random tokens from seed0 + its index; a MoE file's router near ties as for qwen3moe;
+ * a LongRoPE file also in an engine past original_context_length, its long factors), then,
+ * for the first n_batch of files, 32 concurrent greedy sequences as each alone.  Every file is
+ * measured before the verdict; skipped when none is present. */
+static void check_reference_files(const char *const *files, int n, uint64_t seed0, int n_batch)
 {
     int ran = 0;
+    bool ok = true;
     for (int i = 0; i < n; i++) {
+        model *m = load_shared(files[i]);
+        if (!m) continue;
         int32_t tokens[N_POS];
         uint64_t seed = seed0 + (uint64_t)i;
-        model *m = load_checked(files[i], &seed, tokens);
-        if (!m) continue;
-        if (batch && i == 0) batch_of_32(m);
+        random_tokens(m, &seed, tokens);
+        const int max_over = m->hp.n_expert ? MOE_MAX_OVER : 0;
+        agreement a = measure_logits(m, files[i], N_POS, N_PROMPT, tokens);
+        ok &= a.top1 >= 0.99 && a.over <= max_over;
+        if (m->rope_factors_long.data && m->hp.n_ctx_orig > 0) {
+            char label[96];
+            snprintf(label, sizeof label, "%s (long factors)", files[i]);
+            a = measure_logits_ctx(m, label, N_POS, N_PROMPT, tokens, m->hp.n_ctx_orig + 8);
+            ok &= a.top1 >= 0.99 && a.over <= max_over;
+        }
+        if (i < n_batch) batch_of_32(m);
         model_free(m);
         ran++;
     }
     if (!ran) skip();
+    assert_true(ok); /* every file measured before the verdict */
 }
 
 /* Logits of a qwen3moe file of ../shared/reference (F16 and F32: 8 experts, top 2, head_dim
@@ -729,7 +754,7 @@ static void test_moe_reference_files(void **state)
 {
     (void)state;
     static const char *const files[] = {"reference/qwen3moe-f16.gguf", "reference/qwen3moe.gguf"};
-    check_reference_files(files, 2, 21, false);
+    check_reference_files(files, 2, 21, 0);
 }
 
 /* The model mkmodel writes for cfg (tiny_model.c: through a temporary file), or the test fails. */
@@ -837,19 +862,21 @@ static void test_errors_leave_engine_usable(void **state)
     free(image);
 }
 
-/* A recipe feature the GPU does not run: ../shared/reference's phi3 (fused qkv and gate/up,
- * LongRoPE) loads, and the CUDA engine refuses it at creation, naming the first such
- * feature and the layer, rather than run its layers without it. */
+/* A recipe feature the GPU does not run: ../shared/reference's deepseek_v3 (DeepSeek's
+ * latent attention and expert groups: docs/mla-gpu.md) loads, and the CUDA engine refuses it
+ * at creation, naming the first such feature and the layer, rather than run its layers without
+ * it. */
 static void test_recipe_feature_refused(void **state)
 {
     (void)state;
-    model *m = load_shared("reference/phi3.gguf");
+    model *m = load_shared("reference/deepseek_v3.gguf");
     if (!m) return;
     char err[512];
     engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
     assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
     print_message("  refused: %s\n", err);
-    assert_non_null(strstr(err, "the cuda backend does not implement fused qkv (layer 0 of phi3)"));
+    assert_non_null(
+        strstr(err, "the cuda backend does not implement multi-head latent attention (layer 0 of deepseek2)"));
     model_free(m);
 }
 
@@ -874,7 +901,7 @@ static void test_gptoss_reference_files(void **state)
     (void)state;
     if (!gptoss_gpu_enabled()) skip();
     static const char *const files[] = {"reference/gpt-oss.gguf", "reference/gpt-oss-mxfp4.gguf"};
-    check_reference_files(files, 2, 41, true);
+    check_reference_files(files, 2, 41, 1);
 }
 
 /* A gpt-oss model made by mkmodel (as `inferd mkmodel --arch gpt-oss --type mxfp4`): 2 layers
@@ -931,21 +958,7 @@ static void test_hybrid_reference_files(void **state)
     (void)state;
     if (!hybrid_gpu_enabled()) skip();
     static const char *files[] = {"reference/qwen3_5.gguf", "reference/qwen3_5_moe.gguf", "reference/qwen3_next.gguf"};
-    int ran = 0;
-    bool ok = true;
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        model *m = load_shared(files[i]);
-        if (!m) continue;
-        int32_t tokens[N_POS];
-        uint64_t seed = 41 + i;
-        random_tokens(m, &seed, tokens);
-        agreement a = measure_logits(m, files[i] + 10, N_POS, N_PROMPT, tokens);
-        ok &= a.top1 >= 0.99 && a.over <= (i ? MOE_MAX_OVER : 0);
-        model_free(m);
-        ran++;
-    }
-    if (!ran) skip();
-    assert_true(ok); /* every file measured before the verdict */
+    check_reference_files(files, 3, 41, 0);
 }
 
 /* --deterministic on the families with their own GPU paths (../shared/reference's): Gemma 4
@@ -1426,6 +1439,54 @@ static void test_swa_pool_bytes_gemma3_27b(void **state)
     free(image);
 }
 
+/* phi3 and glm4moe of ../shared/reference: phi3's q, k, v and gate, up as row ranges of fused
+ * matrices, partial NeoX RoPE (rope.dimension_count below head_dim) with LongRoPE's factors and
+ * attention factor, in an engine of 296 positions (the short factors) and of 4104 (past
+ * original_context_length 4096: the long ones); glm4moe's dense first layer, q/k/v biases, QK
+ * norm, partial RoPE, the sigmoid router choosing by score + exp_probs_b and weighing by the
+ * renormalised, scaled scores, and the ungated shared expert.  GPU logits against the CPU's
+ * over 288 random tokens (the MoE file's router near ties as for qwen3moe), and 32 concurrent
+ * greedy sequences as each alone. */
+static void test_phi3_glm4moe_reference_files(void **state)
+{
+    (void)state;
+    static const char *files[] = {"reference/phi3.gguf", "reference/glm4moe.gguf"};
+    check_reference_files(files, 2, 61, 2);
+}
+
+/* phi3 and glm4moe made by mkmodel (--arch phi3 / glm4moe: head_dim 64, RoPE on 48 / 32 of it;
+ * phi3's LongRoPE past a quarter of its 512 positions, so the 296-position engines turn by the
+ * long factors; glm4moe's dense first layer, then 8 experts of 256, 2 per token, sigmoid-routed,
+ * and the ungated shared expert) in F16 (cuBLAS and the float matvec), Q8_0 and Q4_K_M
+ * (block-quantised: mmq and the quantised matvec over the fused matrices' row ranges): GPU
+ * logits against the CPU's as above. */
+static void test_phi3_glm4moe_mkmodel(void **state)
+{
+    (void)state;
+    static const model_arch archs[] = {MODEL_ARCH_PHI3, MODEL_ARCH_GLM4MOE};
+    static const mkmodel_ftype fts[] = {MKMODEL_F16, MKMODEL_Q8_0, MKMODEL_Q4_K_M};
+    bool ok = true;
+    uint64_t seed = 71;
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+        for (size_t f = 0; f < sizeof fts / sizeof fts[0]; f++) {
+            mkmodel_config cfg;
+            assert_true(mkmodel_preset("tiny", &cfg));
+            cfg.n_embd = 256, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.n_ff = 1024, cfg.n_vocab = 512, cfg.n_ctx = 512;
+            mkmodel_set_arch(&cfg, archs[a]);
+            cfg.n_layer = 3, cfg.n_ff_exp = 256, cfg.ftype = fts[f], cfg.seed = 7;
+            model *m = mkmodel_loaded(&cfg);
+            int32_t tokens[N_POS];
+            random_tokens(m, &seed, tokens);
+            char label[64];
+            snprintf(label, sizeof label, "%s %s", model_arch_name(archs[a]), mkmodel_ftype_name(fts[f]));
+            agreement ag = measure_logits(m, label, N_POS, N_PROMPT, tokens);
+            ok &= ag.top1 >= 0.99 && ag.over <= (m->hp.n_expert ? MOE_MAX_OVER : 0);
+            model_free(m);
+        }
+    }
+    assert_true(ok); /* every file measured before the verdict */
+}
+
 /* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_moe*"). */
 int main(int argc, char **argv)
 {
@@ -1454,6 +1515,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gptoss_reference_files),
         cmocka_unit_test(test_gptoss_mkmodel),
         cmocka_unit_test(test_hybrid_reference_files),
+        cmocka_unit_test(test_phi3_glm4moe_reference_files),
+        cmocka_unit_test(test_phi3_glm4moe_mkmodel),
         cmocka_unit_test(test_hybrid_state_pieces_and_snapshot),
         cmocka_unit_test(test_reference_deterministic_bit_identical),
         cmocka_unit_test(test_embeddings_match_cpu),

@@ -334,6 +334,188 @@ static void test_gptoss(void **state)
     assert_non_null(strstr(err, "sliding window"));
 }
 
+/* Every name of `a` with prefix pre (keys: kind 0; tensors: 1) is in b, or starts with one of
+ * skip[0..n_skip); fails naming the first that is not. */
+static void names_within(gguf_file *a, gguf_file *b, int kind, const char *pre, const char *const *skip, size_t n_skip,
+                         const char *what)
+{
+    const int64_t n = kind ? gguf_n_tensors(a) : gguf_n_kv(a);
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = kind ? gguf_tensor_at(a, i)->name : gguf_kv_key(a, i);
+        if (strncmp(name, pre, strlen(pre)) != 0) continue;
+        bool skipped = false;
+        for (size_t j = 0; j < n_skip; j++) skipped |= strncmp(name, skip[j], strlen(skip[j])) == 0;
+        if (!skipped && (kind ? gguf_find_tensor(b, name) == NULL : gguf_find_key(b, name) < 0))
+            fail_msg("%s: %s is not in the other file", what, name);
+    }
+}
+
+/* m's <arch>.* keys, global tensors and first two layers' tensors are those of
+ * ../shared/reference/<file> (made by llama.cpp's converter), both ways, but for the
+ * reference's keys starting with one of skip[0..n_skip) and the dense keys mkmodel writes for
+ * every family (vocab_size, key_length, value_length: the converter writes them for some). */
+static void same_names_as_reference(const model *m, const char *file, const char *const *skip, size_t n_skip)
+{
+    char ref[1200], err[256], arch[64];
+    const char *env = getenv("INFERD_SHARED_DIR");
+    snprintf(ref, sizeof ref, "%s/reference/%s", env && *env ? env : INFERD_SHARED_DIR, file);
+    gguf_file *r = gguf_open(ref, err, sizeof err);
+    if (!r) {
+        print_message("  %s: names not compared: %s\n", file, err);
+        return;
+    }
+    snprintf(arch, sizeof arch, "%s.", m->desc->name);
+    names_within(r, m->gguf, 0, arch, skip, n_skip, "reference key");
+    /* keys mkmodel writes for every family, which llama.cpp's converter writes for some */
+    char every[3][96];
+    const char *const every_p[3] = {every[0], every[1], every[2]};
+    snprintf(every[0], sizeof every[0], "%svocab_size", arch);
+    snprintf(every[1], sizeof every[1], "%sattention.key_length", arch);
+    snprintf(every[2], sizeof every[2], "%sattention.value_length", arch);
+    names_within(m->gguf, r, 0, arch, every_p, 3, "mkmodel key");
+    static const char *const blk[] = {"blk."};
+    names_within(r, m->gguf, 1, "", blk, 1, "reference tensor");
+    names_within(m->gguf, r, 1, "", blk, 1, "mkmodel tensor");
+    for (int il = 0; il < 2; il++) {
+        char pre[16];
+        snprintf(pre, sizeof pre, "blk.%d.", il);
+        names_within(r, m->gguf, 1, pre, NULL, 0, "reference tensor");
+        names_within(m->gguf, r, 1, pre, NULL, 0, "mkmodel tensor");
+    }
+    gguf_close(r);
+}
+
+/* glm4moe and phi3 (--arch glm4moe, --arch phi3) from the tiny preset: they load with their
+ * recipes (glm4moe: a dense first layer, then the sigmoid router with its bias and an ungated
+ * shared expert, partial RoPE; phi3: q/k/v and gate/up as views of fused matrices, partial
+ * LongRoPE with factors >= 1), take a CPU step (check_model), and have the names of the
+ * ../shared/reference file of their family (phi3's sliding_window key aside: inferd's phi3
+ * attends to everything, as the reference's logits were made). */
+static void test_glm4moe_phi3(void **state)
+{
+    (void)state;
+    static const model_arch archs[] = {MODEL_ARCH_GLM4MOE, MODEL_ARCH_PHI3};
+    static const char *const refs[] = {"glm4moe.gguf", "phi3.gguf"};
+    static const char *const phi3_skip[] = {"phi3.attention.sliding_window"};
+    for (int a = 0; a < 2; a++) {
+        mkmodel_config cfg;
+        assert_true(mkmodel_preset("tiny", &cfg));
+        mkmodel_set_arch(&cfg, archs[a]);
+        cfg.n_layer = 3;
+        char file[64], path[256], err[256];
+        snprintf(file, sizeof file, "tiny-%s.gguf", model_arch_name(archs[a]));
+        write_model(&cfg, file, path, sizeof path);
+        check_model(path, &cfg);
+        model *m = model_load(path, err, sizeof err);
+        if (!m) fail_msg("%s", err);
+        const model_layer *L = &m->layers[1];
+        assert_true(L->recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL);
+        if (archs[a] == MODEL_ARCH_GLM4MOE) {
+            assert_int_equal(m->hp.n_rot, 8);
+            assert_int_equal(m->layers[0].recipe.ffn, ARCH_FFN_GLU);
+            assert_int_equal(L->recipe.ffn, ARCH_FFN_MOE);
+            assert_int_equal(L->recipe.router, ARCH_ROUTER_SIGMOID_BIAS);
+            assert_true(L->recipe.ffn_extras & ARCH_FFN_SHARED_EXPERT);
+            assert_false(L->recipe.ffn_extras & ARCH_FFN_SHEXP_GATE);
+            assert_non_null(L->exp_probs_b.data);
+        } else {
+            assert_int_equal(m->hp.n_rot, 12);
+            assert_true(L->recipe.attn_extras & ARCH_ATTN_ROPE_LONGROPE);
+            assert_int_equal(m->hp.n_ctx_orig, cfg.n_ctx / 4);
+            assert_true(m->hp.rope_attn_factor > 1.0f);
+            assert_int_equal(L->wk.ne1, cfg.n_head_kv * 16);
+            assert_ptr_equal(L->w_up.data, (const char *)L->w_gate_up.data + (size_t)cfg.n_ff * L->w_gate_up.row_bytes);
+            const float *f = m->rope_factors_long.data;
+            for (int i = 0; i < m->hp.n_rot / 2; i++) assert_true(f[i] >= 1.0f);
+        }
+        same_names_as_reference(m, refs[a], phi3_skip, archs[a] == MODEL_ARCH_PHI3 ? 1 : 0);
+        model_free(m);
+        unlink(path);
+    }
+}
+
+/* deepseek2 (--arch deepseek2): the tiny preset as a V3-style model (q LoRA, sigmoid router with
+ * its selection bias and expert groups, a dense first layer, a shared expert) loads with its
+ * latent-attention shapes, takes a CPU step (check_model) and generates 24 greedy tokens on the
+ * CPU engine; its names are those of ../shared/reference/deepseek_v3.gguf but for that
+ * file's YaRN keys; the deepseek-v2-lite preset keeps DeepSeek-V2-Lite's shape; a RoPE
+ * part of odd width is refused. */
+static void test_deepseek2(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    mkmodel_set_arch(&cfg, MODEL_ARCH_DEEPSEEK2);
+    assert_int_equal(cfg.kv_lora_rank, 64); /* set_arch's defaults: 4 heads of 16 */
+    assert_int_equal(cfg.n_rot, 8);
+    assert_int_equal(cfg.n_head_kv, 1);
+    cfg.n_layer = 3, cfg.q_lora_rank = 32, cfg.n_expert_groups = 4, cfg.n_group_used = 2;
+    cfg.expert_weights_scale = 2.5f;
+    char path[256], err[256];
+    write_model(&cfg, "tiny-deepseek2.gguf", path, sizeof path);
+    check_model(path, &cfg);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_int_equal(m->hp.kv_lora_rank, 64);
+    assert_int_equal(m->hp.q_lora_rank, 32);
+    assert_int_equal(m->hp.mla_nope, 16);
+    assert_int_equal(m->hp.mla_v, 16);
+    assert_int_equal(m->hp.head_dim, 64 + 8); /* a cache row: the latent and the RoPE key */
+    assert_int_equal(m->layers[0].recipe.ffn, ARCH_FFN_GLU);
+    for (int il = 1; il < cfg.n_layer; il++) {
+        const model_layer *L = &m->layers[il];
+        assert_int_equal(L->recipe.attn, ARCH_ATTN_MLA);
+        assert_int_equal(L->recipe.ffn, ARCH_FFN_MOE);
+        assert_int_equal(L->recipe.router, ARCH_ROUTER_SIGMOID_BIAS);
+        assert_true(L->recipe.ffn_extras & ARCH_FFN_EXPERT_GROUPS);
+        assert_true(L->recipe.ffn_extras & ARCH_FFN_SHARED_EXPERT);
+        assert_int_equal(L->wk_b.ne2, cfg.n_head);
+    }
+    /* generates on the CPU engine: 24 greedy tokens after a prompt, every one a valid id */
+    engine_config ec = {.n_slots = 1, .ctx_per_slot = 64, .max_batch_tokens = 64, .n_threads = 1};
+    engine *e = engine_open(ENGINE_DEVICE_CPU, m, &ec, err, sizeof err);
+    if (!e) fail_msg("%s", err);
+    sampling_params sp;
+    sampling_params_default(&sp);
+    sp.temperature = 0.0f;
+    int32_t toks[32] = {1, 300, 301, 302};
+    int n = 4;
+    for (int pos = 0; n < 28; n++) {
+        engine_seq s = {.slot = 0, .tokens = toks + pos, .n_tokens = n - pos, .pos = pos, .want_token = true, .sp = &sp};
+        engine_result res;
+        if (engine_step(e, &s, 1, &res, err, sizeof err) != 0) fail_msg("step at %d: %s", n, err);
+        assert_true(res.token >= 0 && res.token < cfg.n_vocab);
+        pos = n;
+        toks[n] = res.token;
+    }
+    engine_free(e);
+
+    static const char *const yarn[] = {"deepseek2.rope.scaling."};
+    same_names_as_reference(m, "deepseek_v3.gguf", yarn, 1);
+    model_free(m);
+    unlink(path);
+
+    assert_true(mkmodel_preset("deepseek-v2-lite", &cfg)); /* DeepSeek-V2-Lite's shape */
+    assert_int_equal(cfg.arch, MODEL_ARCH_DEEPSEEK2);
+    assert_int_equal(cfg.n_layer, 27);
+    assert_int_equal(cfg.n_embd, 2048);
+    assert_int_equal(cfg.n_head, 16);
+    assert_int_equal(cfg.kv_lora_rank, 512);
+    assert_int_equal(cfg.q_lora_rank, 0);
+    assert_int_equal(cfg.n_rot, 64);
+    assert_int_equal(cfg.mla_nope, 128);
+    assert_int_equal(cfg.mla_v, 128);
+    assert_int_equal(cfg.n_expert, 64);
+    assert_int_equal(cfg.n_ff_exp, 1408);
+    assert_int_equal(cfg.n_expert_used, 6);
+    assert_int_equal(cfg.n_expert_shared, 2);
+    assert_int_equal(cfg.n_dense_lead, 1);
+    assert_int_equal(cfg.n_ff, 10944);
+    cfg.n_rot = 63;
+    assert_int_equal(mkmodel_write(&cfg, corpus, corpus_len, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "deepseek2"));
+}
+
 static void test_q4_k_m_rule(void **state)
 {
     (void)state;
@@ -486,7 +668,8 @@ static const struct {
 /* general.architecture values of the presets' families (llama-arch.cpp); qwen3 is newer than
  * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says (nor
  * qwen35, newer still). */
-static const char *const llamacpp_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen35", "gpt-oss"};
+static const char *const llamacpp_archs[] = {"llama",    "qwen2",  "qwen3",   "gemma3",
+                                             "qwen3moe", "qwen35", "gpt-oss", "deepseek2"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {
@@ -790,6 +973,8 @@ int main(void)
         cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_qwen35),
         cmocka_unit_test(test_gptoss),
+        cmocka_unit_test(test_deepseek2),
+        cmocka_unit_test(test_glm4moe_phi3),
         cmocka_unit_test(test_invalid_config),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_q4_k_m_file_and_reused_rows),

@@ -14,7 +14,7 @@
 //   ssm_out_norm act_h = fp16(rmsnorm(o) * w * silu(z)) per v head (the gated RMSNorm)
 //   split_qgate  a gated attention's [query | gate] per head: the queries to q
 //   gate_heads   act_h *= sigmoid(gate) (the attention's output gate)
-//   shexp_add    x += sigmoid(gate logit) * y (the shared expert, after the routed ones)
+//   shexp_add    x += sigmoid(gate logit) * y, or y ungated (the shared expert, after the routed ones)
 #pragma once
 #include "common.cuh"
 #include "../gpu_shared.h"
@@ -186,10 +186,11 @@ extern "C" __global__ void gate_heads(__half *act, const float *qg, int hd, size
         act[i] = __float2half_rn(__half2float(act[i]) * sigmoidf_(qg[i / hd * 2 * hd + hd + i % hd]));
 }
 
-// Grid tokens: x[t] += sigmoid(logit[t]) * y[t] over n floats.
+// Grid tokens: x[t] += sigmoid(logit[t]) * y[t] over n floats (logit NULL: x[t] += y[t], the
+// ungated shared expert of GLM-4.5).
 extern "C" __global__ void shexp_add(float *x, const float *y, const float *logit, int n)
 {
-    const float g = sigmoidf_(logit[blockIdx.x]);
+    const float g = logit ? sigmoidf_(logit[blockIdx.x]) : 1.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) x[(size_t)blockIdx.x * n + i] += g * y[(size_t)blockIdx.x * n + i];
 }
 

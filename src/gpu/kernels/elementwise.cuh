@@ -53,10 +53,10 @@ extern "C" __global__ void rmsnorm_q8(const float *x, const int *idx, int idx_st
 __device__ __forceinline__ int rope_dims(const qkv_post_args &a) { return a.n_rot ? a.n_rot : a.hd; }
 
 // RoPE pair i of a head (the values x0 at its first index, x1 at its second): turned by
-// pos * pos_scale * base^(-2i/hd) (YaRN-blended: qkv_post_args) / freq_div[i], scaled by
-// mscale.  The one definition of the rotation, with its products and sums pinned (no
-// contraction left to the compiler): qkv_post and the QKV products that fuse it (matvec.cuh)
-// give the same bits.
+// pos * pos_scale * base^(-2i/hd) (YaRN-blended: qkv_post_args) / freq_div[i], cos and sin
+// times mscale (YaRN's magnitude scale or LongRoPE's attention factor; 0: none).  The one
+// definition of the rotation, with its products and sums pinned (no contraction left to the
+// compiler): qkv_post and the QKV products that fuse it (matvec.cuh) give the same bits.
 __device__ __forceinline__ float2 rope_pair(float x0, float x1, int i, int pos, const qkv_post_args &a)
 {
     float fp = (float)pos * a.pos_scale;
@@ -68,7 +68,7 @@ __device__ __forceinline__ float2 rope_pair(float x0, float x1, int i, int pos, 
     if (a.freq_div) inv /= a.freq_div[i];
     float s, c;
     sincosf(fp * inv, &s, &c);
-    if (a.mscale != 0.0f) s = __fmul_rn(s, a.mscale), c = __fmul_rn(c, a.mscale);
+    if (a.mscale != 0.0f) s = __fmul_rn(s, a.mscale), c = __fmul_rn(c, a.mscale); // 0 as 1: cpu_rope_apply
     return make_float2(__fmaf_rn(x0, c, -__fmul_rn(x1, s)), __fmaf_rn(x0, s, __fmul_rn(x1, c)));
 }
 

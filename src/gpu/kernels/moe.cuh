@@ -5,9 +5,11 @@
 //   moe_router     the router's logits in FP32, from the normed activations before their FP16
 //                  rounding and the router's weights in F32: a choice between experts whose
 //                  scores nearly tie is then the CPU's, up to the residual stream's own rounding
-//   moe_route      softmax over the router's logits, the top k (ties to the lower id), their
-//                  weights renormalised (Gemma 4: then times the expert's scale): ids[t][j],
-//                  weights[t][j] (one warp per token)
+//   moe_route      softmax (or sigmoid: GLM-4.5) scores of the router's logits, the top k of
+//                  the scores (+ the selection bias) with ties to the lower id, their unbiased
+//                  scores renormalised and scaled (Gemma 4: then times the expert's scale); or
+//                  (gpt-oss) the top k of the logits, their softmax the weights:
+//                  ids[t][j], weights[t][j] (one warp per token)
 //   moe_glu_*      decode (a few tokens): h[e] = fp16(silu(Wgate_x h) * Wup_x h) for every entry
 //   moe_matvec_*   e = (token, choice j) of expert x = ids[e]; y[e] = Wdown_x h[e]
 //   moe_sort       larger batches: the entries grouped by expert (stable, in entry order) and
@@ -51,24 +53,29 @@ extern "C" __global__ void moe_router(const float *x, const float *w, const floa
     }
 }
 
-// One warp per token (blockDim.x == 32): the scores in shared memory, each of the k passes an
-// argmax over the lanes' strided experts and a shuffle reduction (no block barrier: the k
-// passes are on the decode step's critical path, once per layer).  Scores: the softmax of the
-// logits, the chosen ones' renormalised (ARCH_ROUTER_SOFTMAX_TOPK); or, topk_first, the logits
-// themselves, the chosen ones' softmax their weights (ARCH_ROUTER_TOPK_SOFTMAX: gpt-oss).  The
-// same choice either way (softmax keeps the order), up to ties the rounding makes.
-extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, const float *expert_scale, int topk_first,
-                                     int32_t *ids, float *weights)
+// One warp per token (blockDim.x == 32): the scores and the biased choice values in shared
+// memory, each of the k passes an argmax over the lanes' strided experts and a shuffle
+// reduction (no block barrier: the k passes are on the decode step's critical path, once per
+// layer).  moe_route_args says what is scored and how the weights are made: the softmax of the
+// logits (ARCH_ROUTER_SOFTMAX_TOPK), their sigmoid (+ the selection bias: GLM-4.5), or,
+// topk_first, the logits themselves with the chosen ones' softmax their weights
+// (ARCH_ROUTER_TOPK_SOFTMAX: gpt-oss; the same choice as the softmax's, which keeps the order,
+// up to ties the rounding makes).
+extern "C" __global__ void moe_route(moe_route_args a)
 {
-    extern __shared__ float prob[]; // [n_expert]
-    const int lane = threadIdx.x;
-    const float *l = logits + (size_t)blockIdx.x * n_expert;
-    float mx = -INFINITY;
-    for (int x = lane; x < n_expert; x += 32) mx = fmaxf(mx, l[x]);
-    mx = warp_max(mx);
-    if (topk_first) {
-        for (int x = lane; x < n_expert; x += 32) prob[x] = l[x];
+    extern __shared__ float prob[]; // [n_expert] scores, then [n_expert] choice values
+    const int lane = threadIdx.x, n_expert = a.n_expert, k = a.k;
+    float *choice = prob + n_expert;
+    const float *l = a.logits + (size_t)blockIdx.x * n_expert;
+    float mx = -INFINITY; // the max logit (softmax, topk_first)
+    if (a.sigmoid) {
+        for (int x = lane; x < n_expert; x += 32) prob[x] = 1.0f / (1.0f + expf(-l[x]));
+    } else if (a.topk_first) {
+        for (int x = lane; x < n_expert; x += 32) mx = fmaxf(mx, l[x]), prob[x] = l[x];
+        mx = warp_max(mx);
     } else {
+        for (int x = lane; x < n_expert; x += 32) mx = fmaxf(mx, l[x]);
+        mx = warp_max(mx);
         float s = 0.0f;
         for (int x = lane; x < n_expert; x += 32) {
             prob[x] = expf(l[x] - mx);
@@ -77,34 +84,40 @@ extern "C" __global__ void moe_route(const float *logits, int n_expert, int k, c
         s = warp_sum(s);
         for (int x = lane; x < n_expert; x += 32) prob[x] /= s;
     }
+    for (int x = lane; x < n_expert; x += 32) choice[x] = a.bias ? prob[x] + a.bias[x] : prob[x];
     __syncwarp();
+    int32_t *ids = a.ids + (size_t)blockIdx.x * k;
+    float *weights = a.weights + (size_t)blockIdx.x * k;
     float chosen_sum = 0.0f;
     for (int j = 0; j < k; j++) {
-        float bv = -INFINITY; // taken experts are set to -inf
+        float bv = -INFINITY; // taken experts' choice values are set to -inf
         int bi = INT_MAX;
         for (int x = lane; x < n_expert; x += 32)
-            if (prob[x] > bv) bv = prob[x], bi = x; // x ascends: the lower id wins a tie
+            if (choice[x] > bv) bv = choice[x], bi = x; // x ascends: the lower id wins a tie
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
         }
-        if (bi >= n_expert) bi = j, bv = topk_first ? mx : 0.0f; // NaN logits: any valid id, never past the experts
-        if (topk_first) bv = expf(bv - mx); // the chosen logits' softmax: the first chosen is the max
-        chosen_sum += bv;
+        const bool none = bi >= n_expert; // NaN logits: any valid id, never past the experts
+        if (none) bi = j;
+        // the unbiased score; topk_first: the chosen logit's exp (the first chosen is the max)
+        const float w = a.topk_first ? expf((none ? mx : prob[bi]) - mx) : none ? 0.0f : prob[bi];
+        chosen_sum += w;
         if (lane == 0) {
-            ids[(size_t)blockIdx.x * k + j] = bi;
-            weights[(size_t)blockIdx.x * k + j] = bv;
-            prob[bi] = -INFINITY;
+            ids[j] = bi;
+            weights[j] = w;
+            choice[bi] = -INFINITY;
         }
         __syncwarp();
     }
     __syncwarp();
     for (int j = lane; j < k; j += 32) {
-        float w = weights[(size_t)blockIdx.x * k + j] / chosen_sum;
-        if (expert_scale) w *= expert_scale[ids[(size_t)blockIdx.x * k + j]];
-        weights[(size_t)blockIdx.x * k + j] = w;
+        float w = a.norm ? weights[j] / chosen_sum : weights[j];
+        w *= a.scale;
+        if (a.expert_scale) w *= a.expert_scale[ids[j]];
+        weights[j] = w;
     }
 }
 

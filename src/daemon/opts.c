@@ -57,7 +57,7 @@ static const opt_def opt_table[] = {
          "tokens; cuda: the free GPU memory)"),
     INT_("batch-tokens", "b", batch_tokens, "512", 1, 1 << 20, "most prompt tokens one scheduler step prefills"),
     INT_("queue-size", NULL, queue_size, "64", 0, 1 << 20, "waiting requests beyond the running ones; more get 429"),
-    INT_("embed-step-tokens", NULL, embed_step_tokens, "64", 0, 1 << 20,
+    INT_("embed-step-tokens", NULL, embed_step_tokens, "16", 0, 1 << 20,
          "while streams decode, embedding/rerank tokens a step carries on average (their TPOT cost; 0: no bound)"),
     INT_("max-head-passes", NULL, max_head_passes, "0", -1, 1 << 20,
          "later requests admitted while the oldest waiting one does not fit the free KV blocks, before admission "

@@ -931,9 +931,12 @@ static int spec_plan(sched *s, int n_rows)
  * chunked prefill treats every prompt alike); prefill-only work (embeddings, rerank) is
  * throughput work, so while streams decode it gets a fixed share, Sarathi-Serve's rule (a
  * token budget per mixed step chosen from the TPOT one can afford) applied to it alone.
- * Measured on an H100 (Qwen3-0.6B shape, docs/benchmarks.md), a mixed step of 512 prompt
- * tokens took 2.3x a decode step: about 0.25 % of a decode step per token, so a 20 % TPOT rise
- * buys ~80 tokens a step; the daemon's default (--embed-step-tokens) is 64.
+ * Measured on an H100 (Qwen3-0.6B shape, docs/benchmarks.md, 2026-11-26): with 64 tokens a
+ * step a 512 x 128-token burst at concurrency 32 stretched a chat's TPOT 2.08x (one input a
+ * request) and 1.36x (eight); with 16, 1.12x and 1.11x (target <= 1.2x); with 4, 0.95x / 0.97x
+ * at 194 / 602 embeddings/s against 221 / 579 with 16.  A decode step of that small model is
+ * ~1 ms, so a token costs relatively more than the 0.25 % a step first estimated: the daemon's
+ * default (--embed-step-tokens) is 16.
  *
  * Why on average (a credit, banked up to max_batch_tokens): an embedding cannot be chunked (an
  * encoder sees its whole input; pooling reads every row), so a per-step cap below its length

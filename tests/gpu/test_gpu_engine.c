@@ -882,24 +882,25 @@ static void test_recipe_feature_refused(void **state)
 
 /* ---- gpt-oss ---- */
 
+/* A family's GPU path is tested only where its features (gpu.h's set `mask`, named `what`) are
+ * in GPU_FEATURES; a build without them skips saying so.  gpt-oss's are outside it
+ * (GPU_GPTOSS_FEATURES, with the H100's figures that kept them out). */
+static bool gpu_features_enabled(arch_features mask, const char *what)
+{
+    if ((GPU_FEATURES & mask) == mask) return true;
+    print_message("  skipped: the GPU path of %s is not enabled (gpu.h)\n", what);
+    return false;
+}
+
 /* The gpt-oss files of ../shared/reference (F32, and its experts in MXFP4: 4 layers alternating
  * a window of 8 and full attention, head_dim 16, sinks, YaRN x32, 8 experts of 64, top 2, the
  * clamped SwiGLU's limit reached): GPU logits against the CPU's over a 200-token prompt and 88
  * decode steps (the router's near ties as qwen3moe's), then 32 concurrent greedy sequences of
  * the F32 file as each alone. */
-/* gpt-oss's features are outside GPU_FEATURES (gpu.h: GPU_GPTOSS_FEATURES, with the H100's
- * figures that kept them out): these tests run once they are in. */
-static bool gptoss_gpu_enabled(void)
-{
-    if ((GPU_FEATURES & GPU_GPTOSS_FEATURES) == GPU_GPTOSS_FEATURES) return true;
-    print_message("  skipped: gpt-oss's GPU path is not enabled (gpu.h: GPU_GPTOSS_FEATURES)\n");
-    return false;
-}
-
 static void test_gptoss_reference_files(void **state)
 {
     (void)state;
-    if (!gptoss_gpu_enabled()) skip();
+    if (!gpu_features_enabled(GPU_GPTOSS_FEATURES, "gpt-oss")) skip();
     static const char *const files[] = {"reference/gpt-oss.gguf", "reference/gpt-oss-mxfp4.gguf"};
     check_reference_files(files, 2, 41, 1);
 }
@@ -929,7 +930,7 @@ static model *gptoss_mkmodel(void)
 static void test_gptoss_mkmodel(void **state)
 {
     (void)state;
-    if (!gptoss_gpu_enabled()) skip();
+    if (!gpu_features_enabled(GPU_GPTOSS_FEATURES, "gpt-oss")) skip();
     model *m = gptoss_mkmodel();
     int32_t tokens[N_POS];
     uint64_t seed = 51;
@@ -944,19 +945,10 @@ static void test_gptoss_mkmodel(void **state)
  * GPU logits against the CPU's over a 200-token prompt (longer than a conv window and a
  * 64-token chunk) and 88 decode steps, as above (the MoE files' router near ties as for
  * qwen3moe). */
-/* The hybrids' features are in GPU_FEATURES (gpu.h: GPU_HYBRID_FEATURES); a build that takes
- * them out again skips these tests saying so. */
-static bool hybrid_gpu_enabled(void)
-{
-    if ((GPU_FEATURES & GPU_HYBRID_FEATURES) == GPU_HYBRID_FEATURES) return true;
-    print_message("  skipped: the hybrids' GPU path is not enabled (gpu.h: GPU_HYBRID_FEATURES)\n");
-    return false;
-}
-
 static void test_hybrid_reference_files(void **state)
 {
     (void)state;
-    if (!hybrid_gpu_enabled()) skip();
+    if (!gpu_features_enabled(GPU_HYBRID_FEATURES, "the hybrids")) skip();
     static const char *files[] = {"reference/qwen3_5.gguf", "reference/qwen3_5_moe.gguf", "reference/qwen3_next.gguf"};
     check_reference_files(files, 3, 41, 0);
 }
@@ -999,7 +991,7 @@ static void step_logits(engine *e, engine_seq s, float *out)
 static void test_hybrid_state_pieces_and_snapshot(void **state)
 {
     (void)state;
-    if (!hybrid_gpu_enabled()) skip();
+    if (!gpu_features_enabled(GPU_HYBRID_FEATURES, "the hybrids")) skip();
     model *m = load_shared("reference/qwen3_5.gguf");
     if (!m) skip();
     const int V = m->hp.n_vocab, N = 200;

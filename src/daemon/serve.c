@@ -201,7 +201,11 @@ static engine *create_engine(const inferd_opts *o, const model *m, const engine_
  * cheap smoke test of the engine. */
 static int warm_up(engine *e, const tokenizer *tok, char *err, size_t errlen)
 {
-    int n_slots = engine_get_config(e)->n_slots, n_blocks = engine_kv_blocks(e);
+    /* A step never carries more rows than the batch budget (-b): the scheduler splits a larger
+     * decode batch, so warm-up stops there too (-np 64 -b 16 failed to start before). */
+    const engine_config *ec = engine_get_config(e);
+    int n_slots = ec->n_slots < ec->max_batch_tokens ? ec->n_slots : ec->max_batch_tokens;
+    int n_blocks = engine_kv_blocks(e);
     engine_seq *seqs = calloc((size_t)n_slots, sizeof *seqs);
     engine_result *res = calloc((size_t)n_slots, sizeof *res);
     int32_t *blocks = calloc((size_t)n_slots, sizeof *blocks);

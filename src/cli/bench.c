@@ -21,6 +21,15 @@
  *           of the K rounds of drafting costs; the lines after the table then count a
  *           speculative step as K draft steps plus one verification and give its tok/s at the
  *           same acceptance rates.
+ *  embed    an embedding model (an encoder, whose steps are all embeddings, or any model with
+ *           --pooling): what an embedding server does instead of prefill and decode.  For each
+ *           --prompt T (default 128) and --batch N (default 1,8,64,512): N inputs of T tokens
+ *           each (input i starts at token i of the random ids), packed whole into steps of at
+ *           most --ubatch tokens (at least one input a step), each pooled as the file or
+ *           --pooling says (L2-normalised where the server normalises) with no K/V kept
+ *           between steps; one untimed step first.  tok/s = N * T / wall time of all the
+ *           steps, and embeddings/s = N / that time.  The engine's GPU memory line (cuda:
+ *           weights, KV cache) is its log line at creation, on stderr.
  * Tokens are random ids (seeded), greedy sampling: the values do not change the work done.
  * Each measurement is printed as a table row, then (after the table) as one JSON line that
  * starts with '{', for scripts. */
@@ -47,6 +56,8 @@ typedef struct bench_opts {
     int draft;   /* verify test: drafted tokens per sequence and step (0: no verify test) */
     const char *draft_model; /* draft test: the draft model (--model-draft), or NULL */
     bool deterministic; /* engine_config.deterministic: measures what --deterministic costs */
+    int pooling;        /* --pooling: engine_pooling + 1, 0: the model's (embed test: see above) */
+    bool prompts_set, batches_set; /* the lists were given (the embed test has its own defaults) */
 } bench_opts;
 
 static void usage(FILE *out)
@@ -63,12 +74,16 @@ static void usage(FILE *out)
             "  --draft K       also time speculative verification of K drafted tokens per sequence (default 0: off)\n"
             "  --model-draft F with --draft: also time drafting with the draft model F (same vocabulary)\n"
             "  --threads N     CPU threads (default: all cores)\n"
-            "  --deterministic the batch-invariant kernels of serve --deterministic\n");
+            "  --deterministic the batch-invariant kernels of serve --deterministic\n"
+            "  --pooling P     time embeddings (none | mean | cls | last | rank) instead of prefill and\n"
+            "                  decode: N inputs (--batch, default 1,8,64,512) of T tokens (--prompt,\n"
+            "                  default 128) in steps of --ubatch tokens; an encoder always does, pooled\n"
+            "                  as its file says unless --pooling\n");
 }
 
 enum {
     OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT, OPT_DRAFT,
-    OPT_DETERMINISTIC, OPT_MODEL_DRAFT
+    OPT_DETERMINISTIC, OPT_MODEL_DRAFT, OPT_POOLING
 };
 
 static int parse_args(int argc, char **argv, bench_opts *o)
@@ -80,6 +95,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"reps", required_argument, NULL, OPT_REPS}, {"threads", required_argument, NULL, OPT_THREADS},
         {"context", required_argument, NULL, OPT_CONTEXT}, {"draft", required_argument, NULL, OPT_DRAFT},
         {"model-draft", required_argument, NULL, OPT_MODEL_DRAFT}, {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
+        {"pooling", required_argument, NULL, OPT_POOLING},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (bench_opts){.device = "cpu", .prompts = {512, 2048}, .n_prompts = 2,
@@ -94,9 +110,11 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case OPT_DEVICE: o->device = optarg; break;
         case OPT_PROMPT:
             ok = (o->n_prompts = cli_parse_int_list(CMD, "--prompt", optarg, 1 << 20, o->prompts, MAX_LIST)) > 0;
+            o->prompts_set = true;
             break;
         case OPT_BATCH:
             ok = (o->n_batches = cli_parse_int_list(CMD, "--batch", optarg, 4096, o->batches, MAX_LIST)) > 0;
+            o->batches_set = true;
             break;
         case OPT_GEN: ok = cli_parse_int(CMD, "--gen", optarg, 1, 1 << 20, &o->n_gen); break;
         case OPT_UBATCH: ok = cli_parse_int(CMD, "--ubatch", optarg, 1, 1 << 20, &o->ubatch); break;
@@ -106,6 +124,12 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case OPT_DRAFT: ok = cli_parse_int(CMD, "--draft", optarg, 0, 64, &o->draft); break;
         case OPT_DETERMINISTIC: o->deterministic = true; break;
         case OPT_MODEL_DRAFT: o->draft_model = optarg; break;
+        case OPT_POOLING:
+            if ((o->pooling = engine_pooling_parse(optarg) + 1) == 0) {
+                fprintf(stderr, "inferd bench: --pooling: '%s' is none of none, mean, cls, last, rank\n", optarg);
+                ok = false;
+            }
+            break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -142,7 +166,7 @@ static void random_tokens(int32_t *out, int n, int n_vocab, uint64_t seed)
 
 typedef struct measurement {
     const char *test;
-    int n_prompt, batch, n_tokens;
+    int n_prompt, batch, n_tokens; /* embed: T tokens per input, N inputs, N * T */
     double secs;
 } measurement;
 
@@ -151,8 +175,11 @@ typedef struct bench_ctx {
     const model *m;
     engine *e;
     sampling_params sp;
-    measurement done[4 * MAX_LIST];
+    measurement done[4 * MAX_LIST * MAX_LIST]; /* embed: a row per (T, N) */
     int n_done;
+    engine_pooling pooling; /* the embed test's */
+    int embed_tokens;       /* the embed test's tokens per input (best_of passes the inputs) */
+    int min_batch_tokens;   /* make_engine: a step takes at least this many tokens */
     char draft_name[256]; /* the draft rows' model (time_draft_model) and its weights */
     size_t draft_weight_bytes;
     char err[512];
@@ -161,10 +188,14 @@ typedef struct bench_ctx {
 static double tok_per_s(const measurement *r) { return r->secs > 0 ? r->n_tokens / r->secs : 0; }
 
 /* A table row now; the JSON line is printed with the others after the table. */
+static bool is_embed(const measurement *r) { return !strcmp(r->test, "embed"); }
+static double emb_per_s(const measurement *r) { return r->secs > 0 ? r->batch / r->secs : 0; }
+
 static void report(bench_ctx *b, measurement r)
 {
-    printf("%-8s %8d %6d %9d %10.3f %12.1f\n", r.test, r.n_prompt, r.batch, r.n_tokens, r.secs,
-           tok_per_s(&r));
+    printf("%-8s %8d %6d %9d %10.3f %12.1f", r.test, r.n_prompt, r.batch, r.n_tokens, r.secs, tok_per_s(&r));
+    if (is_embed(&r)) printf(" %10.1f embeddings/s", emb_per_s(&r));
+    putchar('\n');
     fflush(stdout);
     b->done[b->n_done++] = r;
 }
@@ -191,9 +222,12 @@ static void print_json(const bench_ctx *b, const char *backend)
         const bool draft = !strcmp(r->test, "draft");
         json_str(draft ? b->draft_name : b->m->name);
         printf("\",\"backend\":\"%s\",\"weight_bytes\":%zu,\"n_prompt\":%d,\"batch\":%d,"
-               "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f,\"deterministic\":%s}\n",
+               "\"n_tokens\":%d,\"seconds\":%.6f,\"tokens_per_s\":%.2f,\"deterministic\":%s",
                backend, draft ? b->draft_weight_bytes : b->m->weight_bytes, r->n_prompt, r->batch, r->n_tokens, r->secs, tok_per_s(r),
                b->o->deterministic ? "true" : "false");
+        if (is_embed(r))
+            printf(",\"pooling\":\"%s\",\"embeddings_per_s\":%.2f", engine_pooling_name(b->pooling), emb_per_s(r));
+        printf("}\n");
     }
 }
 
@@ -308,19 +342,18 @@ static void print_acceptance(const bench_ctx *b)
     }
 }
 
-/* Creates the engine for one phase (slots x context), replacing the previous one. */
 /* Lengths beyond the model's context (the default 2048-token prefill on a 512-token model) are
  * clamped to it, saying so: positions past the trained context measure nothing a server would
  * run. Prompts that become equal are measured once. */
-static void clamp_to_context(bench_opts *o, int n_ctx)
+static void clamp_to_context(bench_opts *o, bool embed, int n_ctx)
 {
     if (n_ctx <= 0) return; /* the file does not say */
     int n = 0;
     for (int i = 0; i < o->n_prompts; i++) {
         int p = o->prompts[i];
         if (p > n_ctx) {
-            fprintf(stderr, "inferd bench: prefill of %d tokens is beyond the model's context (%d): measuring %d\n",
-                    p, n_ctx, n_ctx);
+            fprintf(stderr, "inferd bench: %s of %d tokens is beyond the model's context (%d): measuring %d\n",
+                    embed ? "an input" : "prefill", p, n_ctx, n_ctx);
             p = n_ctx;
         }
         bool seen = false;
@@ -328,6 +361,7 @@ static void clamp_to_context(bench_opts *o, int n_ctx)
         if (!seen) o->prompts[n++] = p;
     }
     o->n_prompts = n;
+    if (embed) return; /* no decode steps */
     int gen_max = n_ctx - o->context - DECODE_WARMUP - o->draft; /* a verification reaches K positions further */
     if (gen_max < 1) {
         o->context = n_ctx - DECODE_WARMUP - 1 > 1 ? n_ctx - DECODE_WARMUP - 1 : 1;
@@ -342,6 +376,7 @@ static void clamp_to_context(bench_opts *o, int n_ctx)
     }
 }
 
+/* Creates the engine for one phase (slots x context), replacing the previous one. */
 static bool make_engine(bench_ctx *b, int n_slots, int ctx)
 {
     if (b->e) engine_free(b->e);
@@ -350,8 +385,89 @@ static bool make_engine(bench_ctx *b, int n_slots, int ctx)
                          .deterministic = b->o->deterministic};
     if (cfg.max_batch_tokens < n_slots * DECODE_PROMPT) cfg.max_batch_tokens = n_slots * DECODE_PROMPT;
     if (cfg.max_batch_tokens < n_slots * (1 + b->o->draft)) cfg.max_batch_tokens = n_slots * (1 + b->o->draft);
+    if (cfg.max_batch_tokens < b->min_batch_tokens) cfg.max_batch_tokens = b->min_batch_tokens;
     b->e = cli_engine_open(b->m, b->o->device, &cfg, b->err, sizeof b->err);
     return b->e != NULL;
+}
+
+/* Inputs of T tokens that one embed step takes: as many whole ones as --ubatch holds, >= 1. */
+static int embed_per_step(const bench_opts *o, int T) { return o->ubatch / T > 1 ? o->ubatch / T : 1; }
+
+/* One embed step's sequences, their requests and the pooled vectors (floats each). */
+typedef struct embed_bufs {
+    engine_seq *seqs;
+    engine_embed *em;
+    float *out;
+    size_t floats;
+} embed_bufs;
+
+/* One step of n embedding inputs of T tokens, input i from token first + i of toks, in slots
+ * 0..n-1 (each cleared: an embedding keeps nothing).  0, or -1. */
+static int embed_step(bench_ctx *b, const int32_t *toks, int first, int n, int T, const embed_bufs *eb)
+{
+    const bool unit = b->pooling != ENGINE_POOL_NONE && b->pooling != ENGINE_POOL_RANK;
+    for (int j = 0; j < n; j++) {
+        engine_slot_clear(b->e, j);
+        eb->em[j] = (engine_embed){.pooling = b->pooling, .normalize = unit, .rank_ids = {0, 1},
+                                   .out = eb->out + (size_t)j * eb->floats};
+        eb->seqs[j] = (engine_seq){.slot = j, .tokens = toks + first + j, .n_tokens = T, .pos = 0, .embed = &eb->em[j]};
+    }
+    return engine_step(b->e, eb->seqs, n, NULL, b->err, sizeof b->err) != 0 ? -1 : 0;
+}
+
+/* N inputs of b->embed_tokens tokens in steps of embed_per_step inputs, after one untimed step.
+ * Seconds, or -1. */
+static double time_embed(bench_ctx *b, const int32_t *toks, int N)
+{
+    const int T = b->embed_tokens, per = embed_per_step(b->o, T) < N ? embed_per_step(b->o, T) : N;
+    embed_bufs eb = {.seqs = calloc((size_t)per, sizeof *eb.seqs), .em = calloc((size_t)per, sizeof *eb.em),
+                     .floats = engine_embed_floats(b->e, b->pooling, T)};
+    eb.out = malloc((size_t)per * eb.floats * sizeof *eb.out);
+    double secs = -1;
+    if (!eb.seqs || !eb.em || !eb.out) {
+        snprintf(b->err, sizeof b->err, "out of memory for %d embeddings of %d tokens", per, T);
+        goto out;
+    }
+    if (embed_step(b, toks, 0, per, T, &eb)) goto out; /* untimed */
+    double t0 = timing_now_s();
+    for (int i = 0; i < N; i += per)
+        if (embed_step(b, toks, i, N - i < per ? N - i : per, T, &eb)) goto out;
+    secs = timing_now_s() - t0;
+out:
+    free(eb.seqs);
+    free(eb.em);
+    free(eb.out);
+    return secs;
+}
+
+static void print_header(const bench_ctx *b)
+{
+    const model *m = b->m;
+    printf("model: %s (%s, %d layers, n_embd %d, vocab %d)\nweights: %.1f MiB\nbackend: %s\n\n",
+           m->name, model_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_vocab,
+           m->weight_bytes / 1048576.0, engine_name(b->e));
+    printf("%-8s %8s %6s %9s %10s %12s\n", "test", "n_prompt", "batch", "n_tokens", "seconds", "tok/s");
+}
+
+/* The embed test: an engine per length T (slots for one step's inputs, T positions each), then
+ * every batch of inputs at that length. */
+static int bench_embed(bench_ctx *b, const int32_t *toks)
+{
+    const bench_opts *o = b->o;
+    const int max_n = max_of(o->batches, o->n_batches);
+    for (int i = 0; i < o->n_prompts; i++) {
+        const int T = o->prompts[i], per = embed_per_step(o, T);
+        b->embed_tokens = T;
+        b->min_batch_tokens = (per < max_n ? per : max_n) * T;
+        if (!make_engine(b, per < max_n ? per : max_n, T)) return -1;
+        if (i == 0) print_header(b);
+        for (int j = 0; j < o->n_batches; j++) {
+            double s = best_of(o->reps, time_embed, b, toks, o->batches[j]);
+            if (s < 0) return -1;
+            report(b, (measurement){"embed", T, o->batches[j], o->batches[j] * T, s});
+        }
+    }
+    return 0;
 }
 
 /* The draft rows: the decode test on the draft model at every batch size, into b's table. */
@@ -402,46 +518,62 @@ int cli_bench(int argc, char **argv)
         return 1;
     }
     b.m = m;
-    clamp_to_context(&o, m->hp.n_ctx_train);
+    /* an embedding model (an encoder, a file with a pooling_type, or --pooling) is timed as an
+     * embedding server runs it: the embed test instead of prefill and decode */
+    const bool embed = o.pooling || m->hp.encoder || m->hp.pooling >= 0;
+    int pooling = o.pooling ? o.pooling - 1 : m->hp.pooling;
+    b.pooling = pooling >= 0 ? (engine_pooling)pooling : ENGINE_POOL_MEAN; /* as serve: an encoder's mean */
+    if (embed && !o.prompts_set) o.prompts[0] = 128, o.n_prompts = 1;
+    if (embed && !o.batches_set) {
+        static const int inputs[] = {1, 8, 64, 512};
+        memcpy(o.batches, inputs, sizeof inputs);
+        o.n_batches = 4;
+    }
+    clamp_to_context(&o, embed, m->hp.n_ctx_train);
     int max_p = max_of(o.prompts, o.n_prompts), max_b = max_of(o.batches, o.n_batches);
-    size_t n_toks = (size_t)max_b + (size_t)o.context; /* decode prompts; see time_decode */
+    /* decode prompts (time_decode) and embedding inputs (time_embed) start at token i */
+    size_t n_toks = (size_t)max_b + (size_t)(embed ? max_p : o.context);
     if (n_toks < (size_t)max_p) n_toks = (size_t)max_p;
     int32_t *toks = malloc(n_toks * sizeof *toks);
     rc = 1;
-    if (!toks) goto fail;
+    if (!toks) goto out;
     random_tokens(toks, (int)n_toks, m->hp.n_vocab, 42);
+    if (embed) {
+        if (bench_embed(&b, toks)) goto out;
+        putchar('\n');
+        print_json(&b, engine_name(b.e));
+        rc = 0;
+        goto out;
+    }
 
     /* Prefill: one slot as long as the longest prompt. */
-    if (!make_engine(&b, 1, max_p)) goto fail;
-    printf("model: %s (%s, %d layers, n_embd %d, vocab %d)\nweights: %.1f MiB\nbackend: %s\n\n",
-           m->name, model_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_vocab,
-           m->weight_bytes / 1048576.0, engine_name(b.e));
-    printf("%-8s %8s %6s %9s %10s %12s\n", "test", "n_prompt", "batch", "n_tokens", "seconds", "tok/s");
-    if (time_prefill(&b, toks, max_p < 32 ? max_p : 32) < 0) goto fail; /* warm-up */
+    if (!make_engine(&b, 1, max_p)) goto out;
+    print_header(&b);
+    if (time_prefill(&b, toks, max_p < 32 ? max_p : 32) < 0) goto out; /* warm-up */
     for (int i = 0; i < o.n_prompts; i++) {
         /* untimed first: cuBLAS loads the kernels of a new GEMM shape on first use */
-        if (time_prefill(&b, toks, o.prompts[i]) < 0) goto fail;
+        if (time_prefill(&b, toks, o.prompts[i]) < 0) goto out;
         double s = best_of(o.reps, time_prefill, &b, toks, o.prompts[i]);
-        if (s < 0) goto fail;
+        if (s < 0) goto out;
         report(&b, (measurement){"prefill", o.prompts[i], 1, o.prompts[i], s});
     }
     /* Decode: as many slots as the largest batch, each just long enough. */
-    if (!make_engine(&b, max_b, o.context + DECODE_WARMUP + o.n_gen + o.draft)) goto fail;
+    if (!make_engine(&b, max_b, o.context + DECODE_WARMUP + o.n_gen + o.draft)) goto out;
     for (int i = 0; i < o.n_batches; i++) {
         double s = best_of(o.reps, decode_run, &b, toks, o.batches[i]);
-        if (s < 0) goto fail;
+        if (s < 0) goto out;
         report(&b, (measurement){"decode", o.context, o.batches[i], o.batches[i] * o.n_gen, s});
     }
     for (int i = 0; o.draft > 0 && i < o.n_batches; i++) {
         double s = best_of(o.reps, verify_run, &b, toks, o.batches[i]);
-        if (s < 0) goto fail;
+        if (s < 0) goto out;
         report(&b, (measurement){"verify", o.context, o.batches[i], o.batches[i] * o.n_gen * (1 + o.draft), s});
     }
     const char *backend = engine_name(b.e); /* a static name */
     if (o.draft_model) { /* the draft model's engine alone on the device, as the model's was */
         engine_free(b.e);
         b.e = NULL;
-        if (time_draft_model(&b, toks) != 0) goto fail;
+        if (time_draft_model(&b, toks) != 0) goto out;
     }
     putchar('\n');
     if (o.draft > 0) {
@@ -450,7 +582,7 @@ int cli_bench(int argc, char **argv)
     }
     print_json(&b, backend);
     rc = 0;
-fail:
+out:
     if (rc) fprintf(stderr, "inferd bench: %s\n", toks ? b.err : "out of memory");
     if (b.e) engine_free(b.e);
     free(toks);

@@ -21,13 +21,16 @@ static void usage(FILE *out)
             "                  | gemma-3-12b | gemma-3-27b | qwen3-30b-a3b (MoE: 128 experts, 8 per token)\n"
             "                  | qwen3.5-9b | gpt-oss-20b (32 MXFP4 experts, 4 per token, window 128, YaRN x32)\n"
             "                  | deepseek-v2-lite (latent attention, 64 experts, 6 per token)\n"
+            "                  | nomic-embed-text-v1.5 (nomic-bert encoder, 768 x 12, mean pooling, F16)\n"
             "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe | gpt-oss | deepseek2 | glm4moe | phi3\n"
+            "                  | nomic-bert\n"
             "                  (overrides the preset's architecture; qwen3moe, gpt-oss: 8 experts of n-ff/4,\n"
             "                  2 per token; gpt-oss: window 128, YaRN x32 over 4096, Harmony's markup\n"
             "                  tokens; with --type mxfp4 only its experts are MXFP4, the other matrices\n"
             "                  Q8_0; deepseek2: qwen3moe's experts + 1 shared, a dense first layer, a\n"
             "                  latent 4 heads wide; glm4moe: the same experts, sigmoid-routed, RoPE on half\n"
-            "                  a head; phi3: fused qkv and gate/up, LongRoPE on 3/4 of a head)\n"
+            "                  a head; phi3: fused qkv and gate/up, LongRoPE on 3/4 of a head; nomic-bert:\n"
+            "                  an encoder with RoPE, fused qkv, SwiGLU, post-LN, mean pooling)\n"
             "  --type T        f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
             "                  | q5_k | q6_k | iq4_nl | iq4_xs | iq3_s | iq3_xxs | iq2_s | iq2_xs\n"
             "                  | iq2_xxs | iq1_m | iq1_s | mxfp4 | q4_k_m | ud_q2_k_xl | ud_iq1_s\n"
@@ -68,6 +71,7 @@ static int arch_from_name(const char *s)
     if (strcmp(s, "deepseek2") == 0) return MODEL_ARCH_DEEPSEEK2;
     if (strcmp(s, "glm4moe") == 0) return MODEL_ARCH_GLM4MOE;
     if (strcmp(s, "phi3") == 0) return MODEL_ARCH_PHI3;
+    if (strcmp(s, "nomic-bert") == 0) return MODEL_ARCH_NOMIC_BERT;
     return -1;
 }
 
@@ -123,7 +127,7 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_PRESET: break;
         case OPT_ARCH:
             if ((arch = arch_from_name(optarg)) < 0) {
-                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, deepseek2, glm4moe, phi3)\n", optarg);
+                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, deepseek2, glm4moe, phi3, nomic-bert)\n", optarg);
                 return 2;
             }
             break;
@@ -176,6 +180,7 @@ int cli_mkmodel(int argc, char **argv)
     if (dims[0] || dims[2]) cfg.head_dim = 0; /* derived again from the new sizes, unless given */
     for (int i = 0; i < N_DIMS; i++)
         if (dims[i]) *fields[i] = dims[i];
+    if (cfg.arch == MODEL_ARCH_NOMIC_BERT) cfg.n_head_kv = cfg.n_head; /* an encoder: no grouped K/V */
     char err[256];
     if (cfg.vocab && !dims[6] && (cfg.n_vocab = mkmodel_vocab_size(cfg.vocab, err, sizeof err)) < 0) {
         fprintf(stderr, "inferd mkmodel: --vocab: %s\n", err);

@@ -578,7 +578,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     /* the dp4a products' one row of inputs: n_embd (QKV, gate/up, LM head), d_q (O), d_ff (down) */
     /* off unless built with -Dgpu_dp4a=all|norm: on the H100 (2026-11-26) the dp4a products were
      * slower than the FP16 ones at batch 1 (8B Q4_K_M 252 vs 311 tok/s, 1.5B 648 vs 683) */
-    g->dp4a = INFERD_GPU_DP4A && !g->det && !any_moe && !g->base.n_states;
+    /* nor in an encoder: its post-LN blocks read fp16(x), not a norm that leaves the q8 row */
+    g->dp4a = INFERD_GPU_DP4A && !g->det && !any_moe && !g->base.n_states && !hp->encoder;
     size_t q8_k = g->dp4a ? (act_w > (size_t)g->d_ff ? act_w : (size_t)g->d_ff) : 0;
 
     /* per-step inputs: tok, pos, slot, seq, rows, lidx, attention's token list and flash tiles

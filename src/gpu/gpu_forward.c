@@ -842,6 +842,16 @@ static int ffn_mlp(gpu_engine *g, const gpu_layer *L, int T, const char *what, c
     return residual_post_ln(g, &down, L->ffn_out_norm, L->ffn_out_norm_b, T, err, errlen);
 }
 
+/* nomic-bert's SwiGLU, post-LN: over act_h = fp16(x), x = LayerNorm(x + Wdown fp16(silu(Wgate h)
+ * * Wup h)) (gated_ffn: fused where the formats allow), no biases. */
+static int ffn_glu_post_ln(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
+{
+    matmul_op down = {.out = {{&L->w_down, g->post, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
+                      .ldx = L->d_ff, .what = what};
+    if (residual_to_f16(g, T, what, err, errlen) || gated_ffn(g, L, false, T, what, err, errlen)) return -1;
+    return residual_post_ln(g, &down, L->ffn_out_norm, L->ffn_out_norm_b, T, err, errlen);
+}
+
 /* x += the attention block of layer il over h = fp16(rmsnorm(x) * attn_norm): softmax
  * attention, or a linear layer's gated DeltaNet. */
 static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
@@ -865,6 +875,7 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     snprintf(what, sizeof what, "layer %d feed-forward", il);
     const arch_ffn ffn = g->base.m->layers[il].recipe.ffn;
     if (L->mlp) return ffn_mlp(g, L, T, what, err, errlen);
+    if (L->post_ln) return ffn_glu_post_ln(g, L, T, what, err, errlen); /* nomic-bert */
     bool moe = ffn == ARCH_FFN_MOE; /* the router reads the norm in FP32 too */
     norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd,
                   .q8 = norm_q8(g, T, hp->n_embd)};

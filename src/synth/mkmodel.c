@@ -91,7 +91,8 @@ void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
     cfg->arch = arch;
     /* tied as the qwen line's small models; the llama line, gpt-oss and DeepSeek, GLM-4.5, Phi-3 not */
     cfg->tied_output = arch != MODEL_ARCH_LLAMA && arch != MODEL_ARCH_GPTOSS && arch != MODEL_ARCH_DEEPSEEK2 &&
-                       arch != MODEL_ARCH_GLM4MOE && arch != MODEL_ARCH_PHI3;
+                       arch != MODEL_ARCH_GLM4MOE && arch != MODEL_ARCH_PHI3 &&
+                       arch != MODEL_ARCH_NOMIC_BERT; /* an encoder has no head to tie */
     cfg->head_dim = 0;
     if (arch == MODEL_ARCH_GEMMA3 && cfg->n_swa == 0) cfg->n_swa = 1024, cfg->rope_base_swa = 10000.0f;
     if (arch == MODEL_ARCH_GPTOSS && cfg->n_swa == 0) cfg->n_swa = 128;
@@ -115,6 +116,10 @@ void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
         cfg->n_expert_groups = 1, cfg->n_group_used = 1;
     }
     if (arch == MODEL_ARCH_PHI3 && cfg->n_rot == 0) cfg->n_rot = hd * 3 / 4 / 2 * 2; /* Phi-4-mini's share */
+    if (arch == MODEL_ARCH_NOMIC_BERT) { /* an encoder: every head its own K/V, mean-pooled */
+        cfg->n_head_kv = cfg->n_head;
+        if (cfg->pooling == 0) cfg->pooling = 2; /* mean */
+    }
 }
 
 static const struct preset {
@@ -176,6 +181,14 @@ static const struct preset {
                           .seed = 1, .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 1408, .n_rot = 64,
                           .kv_lora_rank = 512, .mla_nope = 128, .mla_v = 128, .n_expert_shared = 2,
                           .n_dense_lead = 1, .expert_gating = 1}},
+    /* nomic-embed-text-v1.5 (nomic-ai/nomic-embed-text-v1.5 config.json): a nomic-bert encoder
+     * of 12 layers, 12 heads of 64, SwiGLU of 3072, rotary base 1000, 2048 positions, BERT's
+     * 30522-token vocabulary (a learned BPE padded with fillers here), mean pooling; F16 as the
+     * published GGUF */
+    {"nomic-embed-text-v1.5", {.arch = MODEL_ARCH_NOMIC_BERT, .name = "synthetic nomic-embed-text-v1.5",
+                               .n_embd = 768, .n_layer = 12, .n_head = 12, .n_head_kv = 12, .n_ff = 3072,
+                               .n_ctx = 2048, .n_vocab = 30522, .rope_base = 1000.0f, .rms_eps = 1e-12f,
+                               .ftype = MKMODEL_F16, .seed = 1, .pooling = 2 /* mean */}},
 };
 
 bool mkmodel_preset(const char *name, mkmodel_config *cfg)
@@ -226,6 +239,7 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
 {
     if (strcmp(role, "ffn_gate_inp") == 0) return GGML_TYPE_F32; /* llama.cpp never quantises the router */
     if (strcmp(role, "ssm_conv1d") == 0) return GGML_TYPE_F32;   /* read as plain floats (arch/hybrid.c) */
+    if (strcmp(role, "token_types") == 0) return GGML_TYPE_F32;  /* an encoder's two rows, F32 as converted */
     static const ggml_type pure[MKMODEL_FTYPE_COUNT] = {
         GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,   GGML_TYPE_Q4_K,
         GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,
@@ -564,6 +578,28 @@ static void list_routed_ffn(tensor_list *l, const mkmodel_config *c, int il)
     add_matrix(l, il, "ffn_down_shexp", shexp, c->n_embd);
 }
 
+/* nomic-bert after its token_embd (arch/nomic_bert.c's names): token type rows (read as F32) and
+ * the embeddings' LayerNorm, then per layer one fused attn_qkv (rows q, k, v), the output
+ * projection, a LayerNorm after each block (weight and bias) and a SwiGLU without biases; no
+ * output norm or head (an encoder). */
+static void list_nomic_bert(tensor_list *l, const mkmodel_config *c)
+{
+    add_spec(l, -1, "token_types", "token_types.weight", c->n_embd, 2, 0.5f);
+    add_spec(l, -1, "norm", "token_embd_norm.weight", c->n_embd, 0, 0);
+    add_spec(l, -1, "bias", "token_embd_norm.bias", c->n_embd, 0, 0.05f);
+    for (int il = 0; il < c->n_layer; il++) {
+        add_matrix(l, il, "attn_qkv", c->n_embd, 3 * (int64_t)c->n_embd);
+        add_matrix(l, il, "attn_output", c->n_embd, c->n_embd);
+        add_spec(l, il, "norm", "attn_output_norm.weight", c->n_embd, 0, 0);
+        add_spec(l, il, "bias", "attn_output_norm.bias", c->n_embd, 0, 0.05f);
+        add_matrix(l, il, "ffn_gate", c->n_embd, c->n_ff);
+        add_matrix(l, il, "ffn_up", c->n_embd, c->n_ff);
+        add_matrix(l, il, "ffn_down", c->n_ff, c->n_embd);
+        add_spec(l, il, "norm", "layer_output_norm.weight", c->n_embd, 0, 0);
+        add_spec(l, il, "bias", "layer_output_norm.bias", c->n_embd, 0, 0.05f);
+    }
+}
+
 /* The tensors of cfg in file order (specs may be NULL to count them); returns the count. */
 static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
 {
@@ -571,6 +607,10 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
     const float bias_std = 0.05f;
     tensor_list l = {specs, 0};
     add_matrix(&l, -1, "token_embd", c->n_embd, c->n_vocab);
+    if (c->arch == MODEL_ARCH_NOMIC_BERT) {
+        list_nomic_bert(&l, c);
+        return l.n;
+    }
     add_spec(&l, -1, "norm", "output_norm.weight", c->n_embd, 0, 0);
     if (!c->tied_output) add_matrix(&l, -1, "output", c->n_embd, c->n_vocab);
     if (c->arch == MODEL_ARCH_PHI3) { /* LongRoPE's divisors, >= 1: short near 1, long larger */
@@ -986,7 +1026,8 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
                             c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3 ||
                             c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_QWEN35 ||
                             c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_DEEPSEEK2 ||
-                            c->arch == MODEL_ARCH_GLM4MOE || c->arch == MODEL_ARCH_PHI3;
+                            c->arch == MODEL_ARCH_GLM4MOE || c->arch == MODEL_ARCH_PHI3 ||
+                            c->arch == MODEL_ARCH_NOMIC_BERT;
     if ((unsigned)c->ftype >= MKMODEL_FTYPE_COUNT || !known_arch) {
         snprintf(err, errlen, "unknown weight type or architecture");
         return -1;
@@ -1007,6 +1048,11 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
     if (c->arch == MODEL_ARCH_GPTOSS && (c->yarn_factor < 0 || (c->yarn_factor > 0 && c->yarn_orig_ctx < 1))) {
         snprintf(err, errlen, "gpt-oss: YaRN factor %g over %d positions: want a factor >= 0 over >= 1",
                  (double)c->yarn_factor, c->yarn_orig_ctx);
+        return -1;
+    }
+    if (c->arch == MODEL_ARCH_NOMIC_BERT && (c->n_head_kv != c->n_head || hd * c->n_head != c->n_embd)) {
+        snprintf(err, errlen, "nomic-bert: %d heads of %d (%d kv heads) in %d: want n-embd / n-head per head, no "
+                 "grouped K/V", c->n_head, hd, c->n_head_kv, c->n_embd);
         return -1;
     }
     if ((c->arch == MODEL_ARCH_DEEPSEEK2 || c->arch == MODEL_ARCH_GLM4MOE) && validate_routed(c, err, errlen) != 0)
@@ -1123,6 +1169,12 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
         set_arch_f32(w, c, "rope.scaling.attn_factor", sqrtf(1.0f + logf(4.0f) / logf((float)orig)));
     }
     if (c->pooling > 0) set_arch_u32(w, c, "pooling_type", c->pooling - 1);
+    if (c->arch == MODEL_ARCH_NOMIC_BERT) { /* an encoder: LayerNorms (their epsilon), no mask */
+        set_arch_f32(w, c, "attention.layer_norm_epsilon", c->rms_eps);
+        char key[96];
+        snprintf(key, sizeof key, "%s.attention.causal", model_arch_name(c->arch));
+        gguf_writer_set_bool(w, key, false);
+    }
     if (c->arch == MODEL_ARCH_QWEN35) {
         set_arch_u32(w, c, "ssm.conv_kernel", c->ssm_conv);
         set_arch_u32(w, c, "ssm.state_size", c->ssm_state);

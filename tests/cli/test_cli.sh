@@ -139,6 +139,32 @@ if expect_rc 0 "$bin" bench -m "$model" --prompt 32 --batch 1,3 --gen 4 --ubatch
     [ "$(grep -c '^{"test":"draft","model":"inferd-tiny"' "$tmp/out")" = 2 ] || fail "bench: want 2 draft JSON lines"
 fi
 expect_rc 2 "$bin" bench -m "$model" --model-draft "$model" && expect_grep 'give --draft K' "$tmp/err" "--model-draft without --draft"
+# an encoder (mkmodel's nomic-bert) is timed as an embedding server runs it: N inputs of T tokens
+# packed whole into steps of --ubatch tokens (20 / 16: one input a step; 40 / 16: two), pooled as
+# its file says (mean), embeddings/s beside tok/s; a decoder with --pooling last likewise
+nomic="$tmp/tiny-nomic.gguf"
+if expect_rc 0 "$bin" mkmodel -o "$nomic" --arch nomic-bert --seed 3 &&
+    expect_rc 0 "$bin" bench -m "$nomic" --prompt 16,32 --batch 1,5 --ubatch 40 --threads 1 --reps 1; then
+    expect_grep '^embed +16 +1 +16 +[0-9.]+ +[0-9.]+ +[0-9.]+ embeddings/s$' "$tmp/out" "bench embed row (16 x 1)"
+    expect_grep '^embed +32 +5 +160 ' "$tmp/out" "bench embed row (32 x 5)"
+    grep -q '^prefill\|^decode' "$tmp/out" && fail "bench on an encoder timed prefill or decode"
+    if command -v python3 >/dev/null; then
+        grep '^{' "$tmp/out" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+assert [(r["test"], r["n_prompt"], r["batch"]) for r in rows] == [
+    ("embed", 16, 1), ("embed", 16, 5), ("embed", 32, 1), ("embed", 32, 5)], rows
+assert all(r["pooling"] == "mean" and r["embeddings_per_s"] > 0 for r in rows), rows
+r = rows[3]
+assert abs(r["embeddings_per_s"] * 32 - r["tokens_per_s"]) <= 1e-3 * r["tokens_per_s"] + 0.05, r
+' || fail "bench embed JSON lines"
+    fi
+fi
+if expect_rc 0 "$bin" bench -m "$model" --pooling last --prompt 24 --batch 3 --threads 1 --reps 1; then
+    expect_grep '^embed +24 +3 +72 ' "$tmp/out" "bench --pooling last row"
+    expect_grep '"pooling":"last"' "$tmp/out" "bench --pooling last JSON"
+fi
+expect_rc 2 "$bin" bench -m "$model" --pooling maximum && expect_grep '--pooling' "$tmp/err" "bad --pooling named"
 
 # --- scripts/make-default-model ----------------------------------------------------------------
 out="$tmp/models/default.gguf"

@@ -37,6 +37,9 @@
  *     first layer, sigmoid router with selection bias, ungated shared expert) of
  *     ../shared/reference: logits as above and 32 concurrent sequences as each alone; mkmodel's
  *     files of both in F16, Q8_0 and Q4_K_M: logits as above;
+ *   - encoders: BERT (../shared/reference's, a bge-small shape) and nomic-bert (rotary, fused
+ *     QKV, SwiGLU; a small one and the nomic-embed-text-v1.5 shape) embeddings within cosine
+ *     0.9999 of the CPU's;
  *   - a recipe feature the GPU does not run (deepseek2's latent attention) is refused by name.
  * Skips without a device. */
 #include <math.h>
@@ -1201,6 +1204,40 @@ static void test_bge_small_shape_matches_cpu(void **state)
     }
 }
 
+/* nomic-bert (nomic-embed-text: rotary positions in a bidirectional encoder, one fused attn_qkv,
+ * a SwiGLU, post-LN with bias; the CPU engine's is checked against a float64 forward pass in
+ * tests/cpu/test_nomic_bert.c): a small one (256 wide, heads of 64: flash tiles) in F32 and
+ * Q8_0, and the nomic-embed-text-v1.5 shape (768 wide, 12 heads of 64, FFN 3072, all 12 layers)
+ * in Q8_0 (mmq, the fused SwiGLU) and F16 (cuBLAS and the swiglu kernel), each GPU vector within
+ * cosine 0.9999 of the CPU's. */
+static void test_nomic_bert_matches_cpu(void **state)
+{
+    (void)state;
+    static const struct {
+        int n_embd, n_layer, n_head, n_ff;
+        ggml_type type;
+    } shapes[] = {
+        {256, 2, 4, 512, GGML_TYPE_F32}, {256, 2, 4, 512, GGML_TYPE_Q8_0},
+        {768, 12, 12, 3072, GGML_TYPE_Q8_0}, {768, 12, 12, 3072, GGML_TYPE_F16},
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        tiny_spec s = tiny_spec_default();
+        s.arch = "nomic-bert";
+        s.n_vocab = 512, s.n_embd = shapes[k].n_embd, s.n_layer = shapes[k].n_layer, s.n_head = shapes[k].n_head;
+        s.n_head_kv = s.n_head, s.n_ff = shapes[k].n_ff, s.n_ctx = 2048, s.wtype = shapes[k].type;
+        s.seed = 300 + k;
+        void *image;
+        model *m = random_model(s, &image);
+        assert_int_equal(m->hp.arch, MODEL_ARCH_NOMIC_BERT);
+        const int lens[4] = {1, 33, 128, 200};
+        const engine_pooling pool[4] = {ENGINE_POOL_MEAN, ENGINE_POOL_NONE, ENGINE_POOL_CLS, ENGINE_POOL_MEAN};
+        print_message("  %s:\n", ggml_type_name(s.wtype));
+        encoder_matches_cpu(m, lens, pool, 4, 512);
+        model_free(m);
+        free(image);
+    }
+}
+
 /* ---- gemma4 ---- */
 
 /* Decode one token at pos 40 of a 40-token prompt read through `blocks` (and `blocks_swa`, with
@@ -1514,6 +1551,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_embeddings_match_cpu),
         cmocka_unit_test(test_bert_matches_cpu),
         cmocka_unit_test(test_bge_small_shape_matches_cpu),
+        cmocka_unit_test(test_nomic_bert_matches_cpu),
     };
     /* refusals decided before the GPU is touched: run them on every machine */
     const struct CMUnitTest without_device[] = {

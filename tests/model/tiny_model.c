@@ -206,18 +206,36 @@ static void write_layer(builder *b, int il, int head_dim)
 #undef NAME
 }
 
+/* What every encoder family has: LayerNorm's epsilon, mean pooling, the token types and the
+ * embeddings' LayerNorm. */
+static void write_encoder_embedding(builder *b)
+{
+    const tiny_spec *s = b->s;
+    set_f32(b, "attention.layer_norm_epsilon", 1e-12f);
+    set_u32(b, "pooling_type", 1);
+    add_tensor(b, "token_types.weight", GGML_TYPE_F32, s->n_embd, 2, 0.0f, 0.5f);
+    add_tensor(b, "token_embd_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
+    add_tensor(b, "token_embd_norm.bias", GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.1f);
+}
+
+/* A post-LN block's LayerNorm of layer il: "blk.il.<norm>.weight" and ".bias". */
+static void add_layer_norm(builder *b, int il, const char *norm)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", il, norm);
+    add_tensor(b, name, GGML_TYPE_F32, b->s->n_embd, 1, 1.0f, 0.2f);
+    snprintf(name, sizeof name, "blk.%d.%s.bias", il, norm);
+    add_tensor(b, name, GGML_TYPE_F32, b->s->n_embd, 1, 0.0f, 0.1f);
+}
+
 /* A BERT encoder (bge / all-MiniLM layout, as llama.cpp converts them): absolute positions and
  * token types, post-LN layers with biases everywhere, an MLP; mean pooling. */
 static void write_bert(builder *b)
 {
     const tiny_spec *s = b->s;
     const float wscale = 1.0f / sqrtf((float)s->n_embd);
-    set_f32(b, "attention.layer_norm_epsilon", 1e-12f);
-    set_u32(b, "pooling_type", 1);
+    write_encoder_embedding(b);
     add_tensor(b, "position_embd.weight", s->wtype, s->n_embd, s->n_ctx, 0.0f, 0.5f);
-    add_tensor(b, "token_types.weight", GGML_TYPE_F32, s->n_embd, 2, 0.0f, 0.5f);
-    add_tensor(b, "token_embd_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
-    add_tensor(b, "token_embd_norm.bias", GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.1f);
     char name[96];
     for (int il = 0; il < s->n_layer; il++) {
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
@@ -228,14 +246,35 @@ static void write_bert(builder *b)
             snprintf(name, sizeof name, "blk.%d.%s.bias", il, proj[p]);
             add_tensor(b, name, GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
         }
-        add_tensor(b, NAME("attn_output_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
-        add_tensor(b, NAME("attn_output_norm.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.1f);
+        add_layer_norm(b, il, "attn_output_norm");
         add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
         add_tensor(b, NAME("ffn_up.bias"), GGML_TYPE_F32, s->n_ff, 1, 0.0f, 0.2f);
         add_tensor(b, NAME("ffn_down.weight"), s->wtype, s->n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->n_ff));
         add_tensor(b, NAME("ffn_down.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
-        add_tensor(b, NAME("layer_output_norm.weight"), GGML_TYPE_F32, s->n_embd, 1, 1.0f, 0.2f);
-        add_tensor(b, NAME("layer_output_norm.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.1f);
+        add_layer_norm(b, il, "layer_output_norm");
+#undef NAME
+    }
+}
+
+/* A nomic-bert encoder (nomic-embed-text's layout, as llama.cpp converts it): token types and
+ * no position table (NeoX RoPE, base 1000 unless rope_base says), post-LN layers without
+ * attention or FFN biases, one fused attn_qkv (rows q, k, v), a SwiGLU; mean pooling. */
+static void write_nomic_bert(builder *b)
+{
+    const tiny_spec *s = b->s;
+    const float wscale = 1.0f / sqrtf((float)s->n_embd);
+    write_encoder_embedding(b);
+    if (s->rope_base <= 0) set_f32(b, "rope.freq_base", 1000.0f);
+    char name[96];
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+        add_tensor(b, NAME("attn_qkv.weight"), s->wtype, s->n_embd, 3 * s->n_embd, 0.0f, 2 * wscale);
+        add_tensor(b, NAME("attn_output.weight"), s->wtype, s->n_embd, s->n_embd, 0.0f, 2 * wscale);
+        add_layer_norm(b, il, "attn_output_norm");
+        add_tensor(b, NAME("ffn_gate.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
+        add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
+        add_tensor(b, NAME("ffn_down.weight"), s->wtype, s->n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->n_ff));
+        add_layer_norm(b, il, "layer_output_norm");
 #undef NAME
     }
 }
@@ -245,9 +284,11 @@ void *tiny_model_build(const tiny_spec *s, size_t *size)
     builder b = {.s = s, .w = gguf_writer_new(), .rng = s->seed};
     const int head_dim = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
     write_hparams(&b);
-    if (strcmp(s->arch, "bert") == 0) {
+    const bool bert = strcmp(s->arch, "bert") == 0, nomic = strcmp(s->arch, "nomic-bert") == 0;
+    if (bert || nomic) {
         add_tensor(&b, "token_embd.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f);
-        write_bert(&b);
+        if (bert) write_bert(&b);
+        else write_nomic_bert(&b);
         void *image = NULL;
         if (gguf_writer_write_mem(b.w, &image, size) != 0) image = NULL;
         gguf_writer_free(b.w);

@@ -58,6 +58,28 @@ static const char *const roundtrip_texts[] = {
     "numbers 1234567890 and symbols ~!@#$%^&*()_+",
 };
 
+/* An encoder's step: the file's pooling (mean) over n tokens gives a finite unit vector whose
+ * entries are not all equal. */
+static void check_encoder_step(engine *e, const int32_t *ids, int n, int n_embd)
+{
+    char err[256] = "";
+    float *v = calloc((size_t)n_embd, sizeof *v);
+    assert_non_null(v);
+    engine_embed em = {.pooling = ENGINE_POOL_MEAN, .normalize = true, .out = v};
+    engine_seq seq = {.slot = 0, .tokens = ids, .n_tokens = n, .pos = 0, .embed = &em};
+    if (engine_step(e, &seq, 1, NULL, err, sizeof err) != 0) fail_msg("engine_step (embedding): %s", err);
+    double norm = 0;
+    float lo = v[0], hi = v[0];
+    for (int i = 0; i < n_embd; i++) {
+        assert_true(isfinite(v[i]));
+        norm += (double)v[i] * v[i];
+        lo = fminf(lo, v[i]), hi = fmaxf(hi, v[i]);
+    }
+    assert_true(fabs(norm - 1.0) < 1e-4);
+    assert_true(hi - lo > 1e-3f);
+    free(v);
+}
+
 /* Load the file, check hyper-parameters, round-trip text, run one engine step. */
 static void check_model(const char *path, const mkmodel_config *cfg)
 {
@@ -111,6 +133,13 @@ static void check_model(const char *path, const mkmodel_config *cfg)
     sampling_params sp;
     sampling_params_default(&sp);
     n = tokenizer_encode(t, "The model runs", 14, tokenizer_add_bos(t), false, ids, 512);
+    if (m->hp.encoder) { /* no LM head: its pooled, normalised embedding instead of a token */
+        check_encoder_step(e, ids, n, cfg->n_embd);
+        engine_free(e);
+        tokenizer_free(t);
+        model_free(m);
+        return;
+    }
     float *logits = malloc((size_t)cfg->n_vocab * sizeof *logits);
     assert_non_null(logits);
     engine_seq seq = {.slot = 0, .tokens = ids, .n_tokens = n, .pos = 0, .want_token = true,
@@ -434,6 +463,47 @@ static void test_glm4moe_phi3(void **state)
     }
 }
 
+/* nomic-bert (--arch nomic-bert, the nomic-embed-text-v1.5 preset's family) from the tiny
+ * preset: an encoder with its recipe (post-LN, bidirectional, fused qkv as row views, SwiGLU,
+ * NeoX RoPE at base 1000 is the preset's; tiny keeps its own base), mean pooling from the
+ * file, no output norm or head, and a CPU embedding step (check_model); the preset itself
+ * writes 768 x 12 with BERT's vocabulary size. */
+static void test_nomic_bert(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    mkmodel_set_arch(&cfg, MODEL_ARCH_NOMIC_BERT);
+    assert_int_equal(cfg.n_head_kv, cfg.n_head);
+    char path[256], err[256];
+    write_model(&cfg, "tiny-nomic-bert.gguf", path, sizeof path);
+    check_model(path, &cfg);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_true(m->hp.encoder);
+    assert_int_equal(m->hp.pooling, ENGINE_POOL_MEAN);
+    assert_true(m->hp.rope_neox);
+    assert_null(m->output_norm.data);
+    assert_non_null(m->tok_types.data);
+    const model_layer *L = &m->layers[1];
+    assert_int_equal(L->recipe.norm, ARCH_NORM_POST_LN);
+    assert_true(L->recipe.attn_extras & ARCH_ATTN_BIDIR);
+    assert_true(L->recipe.attn_extras & ARCH_ATTN_FUSED_QKV);
+    assert_int_equal(L->recipe.ffn, ARCH_FFN_GLU);
+    assert_ptr_equal(L->wk.data, (const char *)L->wqkv.data + (size_t)cfg.n_embd * L->wqkv.row_bytes);
+    model_free(m);
+    unlink(path);
+    assert_true(mkmodel_preset("nomic-embed-text-v1.5", &cfg));
+    assert_int_equal(cfg.arch, MODEL_ARCH_NOMIC_BERT);
+    assert_int_equal(cfg.n_embd, 768);
+    assert_int_equal(cfg.n_layer, 12);
+    assert_int_equal(cfg.n_vocab, 30522);
+    /* a grouped K/V or a head width other than n_embd / n_head is no nomic-bert */
+    cfg.n_head_kv = 4;
+    assert_int_equal(mkmodel_write(&cfg, corpus, corpus_len, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "nomic-bert"));
+}
+
 /* deepseek2 (--arch deepseek2): the tiny preset as a V3-style model (q LoRA, sigmoid router with
  * its selection bias and expert groups, a dense first layer, a shared expert) loads with its
  * latent-attention shapes, takes a CPU step (check_model) and generates 24 greedy tokens on the
@@ -668,8 +738,8 @@ static const struct {
 /* general.architecture values of the presets' families (llama-arch.cpp); qwen3 is newer than
  * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says (nor
  * qwen35, newer still). */
-static const char *const llamacpp_archs[] = {"llama",    "qwen2",  "qwen3",   "gemma3",
-                                             "qwen3moe", "qwen35", "gpt-oss", "deepseek2"};
+static const char *const llamacpp_archs[] = {"llama",  "qwen2",   "qwen3",     "gemma3",    "qwen3moe",
+                                             "qwen35", "gpt-oss", "deepseek2", "nomic-bert"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {
@@ -975,6 +1045,7 @@ int main(void)
         cmocka_unit_test(test_gptoss),
         cmocka_unit_test(test_deepseek2),
         cmocka_unit_test(test_glm4moe_phi3),
+        cmocka_unit_test(test_nomic_bert),
         cmocka_unit_test(test_invalid_config),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_q4_k_m_file_and_reused_rows),

@@ -109,7 +109,7 @@ static tokenizer *stand_in_vocab(fixture *f, char *err, size_t errlen)
 }
 
 /* The fixture's tokenizer and engines, once f->m is loaded.  On the GPU, a model or machine
- * the CUDA engine refuses (no device; gpt-oss's attention output bias) skips the tests. */
+ * the CUDA engine refuses (no device) skips the tests. */
 static int setup_engines(fixture *f)
 {
     char err[512];

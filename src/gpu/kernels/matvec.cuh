@@ -8,10 +8,13 @@
 // FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.  The
 // one exception: the dp4a kernels (matvec_dp4a_*, glu_dp4a_*, matvec_rope_dp4a_*; dot_q8.cuh),
 // which the batch-1 step of a dense model takes for Q4_K/Q6_K, multiply the exact weights with
-// the activations rounded to 8 bits (never under --deterministic).
+// the activations rounded to 8 bits (never under --deterministic).  The one-row products of
+// IQ4_XS, Q2_K and Q3_K (row_dots_mma) multiply the same FP16 values on the tensor cores, whose
+// FP32 sums are their own: --deterministic takes mmq for those at every row count.
 #pragma once
 #include "quant.cuh"
 #include "dot_q8.cuh"
+#include "mma.cuh"
 #include "elementwise.cuh" // rope_pair, rope_index
 #include "../gpu_kernel_names.h"
 #include "../gpu_shared.h"
@@ -76,6 +79,62 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
         for (int i = 0; i < MT; i++) acc[r][i] = warp_sum(acc[r][i]);
 }
 
+// The formats whose one-activation-row products (batch-1 decode) run on the tensor cores
+// (row_dots_mma): those with an FP16 decoder of whole words (quant_half.cuh), whose matvecs
+// the FP32 products left issue bound.
+template <int T> struct mv_mma { static constexpr bool on = false; };
+template <> struct mv_mma<T_IQ4_XS> { static constexpr bool on = true; };
+template <> struct mv_mma<T_Q2_K> { static constexpr bool on = true; };
+template <> struct mv_mma<T_Q3_K> { static constexpr bool on = true; };
+
+// row_dots for one activation row (NR = 1 or 2) with the products on the tensor cores: the
+// FP32 half of row_dots (a conversion of each weight and each input, an FFMA per weight) is
+// most of a matvec's instructions once the decode is cheap.  One m16n8k16 per 4 weight pairs
+// of a lane: lane (g, t) puts two of its weight pairs in A row g (and row g + 8: its second
+// row's same pairs) and the matching input pairs in B column g, so D[g][g] (D[g + 8][g]) sums
+// the products of the four lanes of group g, and no lane's weights meet another's inputs
+// except off the diagonal, which is dropped.  The same FP16 weights and inputs as row_dots,
+// products exact, sums in the tensor cores' FP32 (their order and rounding, as mmq's).  Every
+// lane runs every mma (mma.sync): past the last chunk a lane decodes the last one again and
+// multiplies it by zero inputs.
+template <int T, int NR>
+__device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], const matvec_args &a, int m0,
+                                             float acc[NR][1])
+{
+    static_assert(NR == 1 || NR == 2, "A rows g and g + 8 hold at most two weight rows");
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const __half *xr = a.x + (size_t)min(m0, a.m - 1) * a.ldx;
+    float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}; // two chains of mma
+    const int nchunks = a.k / 32;
+    for (int c0 = 0; c0 < nchunks; c0 += WARP) {
+        const bool live = c0 + lane < nchunks;
+        const int c = live ? c0 + lane : nchunks - 1;
+        __half2 wh[NR][16];
+#pragma unroll
+        for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], c, wh[r]);
+        const uint4 *xp = (const uint4 *)(xr + 32 * c);
+        uint32_t xw[16];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint4 v = live ? __ldg(xp + j) : make_uint4(0u, 0u, 0u, 0u);
+            xw[4 * j] = v.x, xw[4 * j + 1] = v.y, xw[4 * j + 2] = v.z, xw[4 * j + 3] = v.w;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t af[4] = {h2_bits(wh[0][2 * i]), NR > 1 ? h2_bits(wh[NR - 1][2 * i]) : 0u,
+                                    h2_bits(wh[0][2 * i + 1]), NR > 1 ? h2_bits(wh[NR - 1][2 * i + 1]) : 0u};
+            mma_16816(d[i & 1], af, xw[2 * i], xw[2 * i + 1]);
+        }
+    }
+    // D[g][g] and D[g + 8][g]: elements g & 1 and 2 + (g & 1) of lane (g, g / 2)
+    const bool diag = t == (g >> 1);
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        const float v = (g & 1) ? d[0][2 * r + 1] + d[1][2 * r + 1] : d[0][2 * r] + d[1][2 * r];
+        acc[r][0] = warp_sum(diag ? v : 0.0f);
+    }
+}
+
 // The dot products of a block's rows: the FP16 decode, or (Q8, one activation row) the
 // integer products with the q8 row of dot_q8.cuh.
 template <int T, int MT, int NR, bool Q8>
@@ -83,6 +142,8 @@ __device__ __forceinline__ void dots(const uint8_t *const rows[NR], const matvec
 {
     if constexpr (Q8)
         row_dots_q8<T, NR>(rows, a, acc);
+    else if constexpr (MT == 1 && mv_mma<T>::on)
+        row_dots_mma<T, NR>(rows, a, m0, acc);
     else
         row_dots<T, MT, NR>(rows, a, m0, acc);
 }

@@ -251,13 +251,15 @@ template <> __device__ __forceinline__ void load_oct<T_IQ1_M>(const uint8_t *row
     iq1_oct(dl, nib & 8 ? -0.125f : 0.125f, iq1s_grid[b[4 * s + o] | ((nib & 7) << 8)], w);
 }
 
-// load_chunk (four octs) and load_oct_h (one, rounded as the generic load_chunk_h rounds) of
-// each format above.
-#define OCT_FORMAT(TT)                                                                                   \
+// load_chunk (four octs) of each format above, and load_oct_h (one, rounded as the generic
+// load_chunk_h rounds) of those without an FP16 decoder of their own (below).
+#define OCT_CHUNK(TT)                                                                                    \
     template <> __device__ __forceinline__ void load_chunk<TT>(const uint8_t *row, int c, float w[32])  \
     {                                                                                                    \
         _Pragma("unroll") for (int o = 0; o < 4; o++) load_oct<TT>(row, c, o, w + 8 * o);                \
-    }                                                                                                    \
+    }
+#define OCT_FORMAT(TT)                                                                                   \
+    OCT_CHUNK(TT)                                                                                        \
     template <> __device__ __forceinline__ void load_oct_h<TT>(const uint8_t *row, int c, int o, __half2 w[4]) \
     {                                                                                                    \
         float f[8];                                                                                      \
@@ -269,9 +271,9 @@ OCT_FORMAT(T_Q5_0)
 OCT_FORMAT(T_Q5_1)
 OCT_FORMAT(T_IQ4_NL)
 OCT_FORMAT(T_MXFP4)
-OCT_FORMAT(T_Q2_K)
-OCT_FORMAT(T_Q3_K)
-OCT_FORMAT(T_IQ4_XS)
+OCT_CHUNK(T_Q2_K)
+OCT_CHUNK(T_Q3_K)
+OCT_CHUNK(T_IQ4_XS)
 OCT_FORMAT(T_IQ2_XXS)
 OCT_FORMAT(T_IQ2_XS)
 OCT_FORMAT(T_IQ2_S)
@@ -280,6 +282,9 @@ OCT_FORMAT(T_IQ3_S)
 OCT_FORMAT(T_IQ1_S)
 OCT_FORMAT(T_IQ1_M)
 #undef OCT_FORMAT
+#undef OCT_CHUNK
+
+#include "quant_half.cuh"
 
 // Bytes of 256 inputs of a row (mmq.cuh's stage of one weight row).
 template <int T> struct oct_bytes;

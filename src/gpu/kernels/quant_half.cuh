@@ -1,0 +1,228 @@
+// quant_half.cuh - the FP16 decoders of IQ4_XS, Q2_K and Q3_K (load_chunk_h: the matvec kernels
+// and the FP16 dequantiser; load_oct_h: mmq's fragments), the way quant.cuh decodes Q4_K/Q6_K.
+//
+// Why: the generic decode (load_oct in FP32, rounded once) reads these blocks a byte at a time
+// and IQ4_XS's levels from a table in memory, which left their batch-1 matvecs issue bound at
+// about half llama.cpp's speed per byte (docs/benchmarks.md).  Here whole 32-bit words of quants
+// are decoded with byte permutes: a quant (or an IQ4 level + 128) placed in the mantissa of
+// 1024.0h (0x64 as the high byte) is 1024 + q exactly, a subtraction leaves q exactly, and one
+// FP16 fma/mul applies the sub-block's scale rounded to FP16: w = fp16(fp16(d * sc) * q - fp16(dmin
+// * mn)) (Q2_K), fp16(fp16(d * (sc - 32)) * (q - 4)) (Q3_K), fp16(fp16(d * (ls - 32)) * level)
+// (IQ4_XS).  Against the FP32 decode that adds one FP16 rounding of the scale (relative 2^-11,
+// as for Q4_K/Q6_K).  A whole chunk and one oct run the same per-word helpers on the same bytes,
+// so the matvec kernels and mmq multiply the same bits.
+#pragma once
+#include "common.cuh"
+
+// PTX prmt: bytes of {b, a} picked by the low 4 nibbles of sel (a nibble's bit 3 would make
+// its byte the picked byte's sign, so callers keep it clear).  __byte_perm masks sel first,
+// an AND per permute.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// An FP16 pair from its bits (the constants below: no conversion at run time).
+__device__ __forceinline__ __half2 h2_from_bits(uint32_t u) { return *(const __half2 *)&u; }
+
+// The low byte of each FP16 lane from bytes of q (sel: byte indices 0..3 of q in the even
+// nibbles, 4 = the 0x64 exponent byte in the odd ones), i.e. the pair (1024 + q_a, 1024 + q_b).
+__device__ __forceinline__ __half2 bytes_1024(uint32_t q, uint32_t sel)
+{
+    return h2_from_bits(prmt(q, 0x64646464u, sel));
+}
+
+// N words of bytes p[0, 4N) where p is only 2-byte aligned (Q3_K's 110-byte super-blocks):
+// aligned 32-bit loads and a funnel shift each, instead of two 16-bit loads and a merge.  The
+// extra word read for an odd half-word start lies inside the same super-block (every caller's
+// range ends at least 2 bytes before its block does) or, reading 2 bytes before p, in the block
+// or row before it.  GLOBAL: through the read-only cache (the matvecs), else plain (mmq's stage).
+template <int N, bool GLOBAL>
+__device__ __forceinline__ void ld_words_a2(const uint8_t *p, uint32_t out[N])
+{
+    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    const uint32_t sh = ((uint32_t)(uintptr_t)p & 2u) * 8u;
+    uint32_t v[N + 1];
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = GLOBAL ? __ldg(a + k) : a[k];
+    v[N] = sh ? (GLOBAL ? __ldg(a + N) : a[N]) : 0u;
+#pragma unroll
+    for (int k = 0; k < N; k++) out[k] = __funnelshift_r(v[k], v[k + 1], sh);
+}
+
+// ---- IQ4_XS: {f16 d; u16 scales_h; scales_l[4]; qs[128]} (136 bytes, 8-byte aligned as they
+// lie); sub-block s: levels at the nibbles of qs[16s ..] (weight j < 16 low nibble of byte j,
+// j >= 16 the high one of byte j - 16) under d * (ls - 32).
+
+// The 16 IQ4 levels + 128 (1 .. 241) as bytes, four to a word: the table the byte permutes
+// read from registers.
+#define IQ4_LEVELS_0 0x3F2D1801u // -127 -104 -83 -65
+#define IQ4_LEVELS_1 0x766A5D4Fu //  -49  -35 -22 -10
+#define IQ4_LEVELS_2 0xA6998D81u //    1   13  25  38
+#define IQ4_LEVELS_3 0xF1D9C5B5u //   53   69  89 113
+
+// The levels + 128 of the 8 nibbles of u: r0 = bytes for nibbles 0..3 (byte 0 low, byte 0
+// high, byte 1 low, byte 1 high), r1 for nibbles 4..7.  A permute's selector takes 3 bits, so
+// each nibble is looked up in entries 0-7 and 8-15 and its bit 3 picks one (llama.cpp's
+// get_int_from_table_16).
+__device__ __forceinline__ void iq4_level_bytes(uint32_t u, uint32_t &r0, uint32_t &r1)
+{
+    const uint32_t pick = 0x32103210u | ((u >> 1) & 0x44444444u), u7 = u & 0x77777777u;
+    const uint32_t lo0 = prmt(IQ4_LEVELS_0, IQ4_LEVELS_1, u7), hi0 = prmt(IQ4_LEVELS_2, IQ4_LEVELS_3, u7);
+    const uint32_t lo1 = prmt(IQ4_LEVELS_0, IQ4_LEVELS_1, u7 >> 16), hi1 = prmt(IQ4_LEVELS_2, IQ4_LEVELS_3, u7 >> 16);
+    r0 = prmt(lo0, hi0, pick);
+    r1 = prmt(lo1, hi1, pick >> 16);
+}
+
+// Weights from one word u of a sub-block's quants (bytes 4i .. 4i + 3): sel 0x4240 the low
+// nibbles' weights 4i .. 4i + 3, sel 0x4341 the high ones' (16 + 4i ..), as two FP16 pairs.
+__device__ __forceinline__ void iq4_h_pairs(uint32_t r0, uint32_t r1, uint32_t sel, __half2 dl, __half2 w[2])
+{
+    const __half2 k1152 = h2_from_bits(0x64806480u); // 1152: 1024 + the 128 bias of the table
+    w[0] = __hmul2(__hsub2(bytes_1024(r0, sel), k1152), dl);
+    w[1] = __hmul2(__hsub2(bytes_1024(r1, sel), k1152), dl);
+}
+
+// fp16(d * (ls - 32)) of sub-block s from the super-block's first 8 bytes (as one uint2).
+__device__ __forceinline__ __half2 iq4xs_h_scale(uint2 hdr, int s)
+{
+    const int ls = (int)((hdr.y >> (4 * s)) & 0xF) | (int)(((hdr.x >> (16 + 2 * s)) & 3) << 4);
+    return __float2half2_rn(half_bits_to_float((uint16_t)(hdr.x & 0xFFFF)) * (float)(ls - 32));
+}
+
+template <> __device__ __forceinline__ void load_chunk_h<T_IQ4_XS>(const uint8_t *row, int c, __half2 w[16])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 136;
+    const int s = c & 7;
+    const __half2 dl = iq4xs_h_scale(__ldg((const uint2 *)b), s);
+    const uint2 *qp = (const uint2 *)(b + 8 + 16 * s);
+    const uint2 v0 = __ldg(qp), v1 = __ldg(qp + 1);
+    const uint32_t u[4] = {v0.x, v0.y, v1.x, v1.y};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t r0, r1;
+        iq4_level_bytes(u[i], r0, r1);
+        iq4_h_pairs(r0, r1, 0x4240, dl, &w[2 * i]);
+        iq4_h_pairs(r0, r1, 0x4341, dl, &w[8 + 2 * i]);
+    }
+}
+
+template <> __device__ __forceinline__ void load_oct_h<T_IQ4_XS>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 136;
+    const int s = c & 7;
+    const __half2 dl = iq4xs_h_scale(*(const uint2 *)b, s);
+    const uint2 v = ((const uint2 *)(b + 8 + 16 * s))[o & 1];
+    const uint32_t sel = o < 2 ? 0x4240u : 0x4341u;
+    uint32_t r0, r1;
+    iq4_level_bytes(v.x, r0, r1);
+    iq4_h_pairs(r0, r1, sel, dl, &w[0]);
+    iq4_level_bytes(v.y, r0, r1);
+    iq4_h_pairs(r0, r1, sel, dl, &w[2]);
+}
+
+// ---- Q2_K: {scales[16] (4-bit scale | 4-bit min << 4 per 16 w); qs[64]; f16 d, dmin} (84
+// bytes, 4-byte aligned as they lie).  Sub-block s: bits 2(s % 4) of qs[32(s / 4) + l] for
+// weight l; weights 0-15 under scales[2s], 16-31 under scales[2s + 1].
+
+// fp16(d * sc) and -fp16(dmin * mn) of a scale byte; dd = the u32 of d, dmin.
+__device__ __forceinline__ void q2k_h_scale(uint32_t dd, uint32_t sc, __half2 &d2, __half2 &m2)
+{
+    d2 = __float2half2_rn(half_bits_to_float((uint16_t)(dd & 0xFFFF)) * (float)(sc & 0xF));
+    m2 = __float2half2_rn(-half_bits_to_float((uint16_t)(dd >> 16)) * (float)(sc >> 4));
+}
+
+// Four weights from one word of quant bytes (bytes 4i .. 4i + 3 of the sub-block's 32) shifted
+// so the sub-block's 2 bits are each byte's lowest.
+__device__ __forceinline__ void q2k_h_word(uint32_t u, __half2 d2, __half2 m2, __half2 w[2])
+{
+    const __half2 k1024 = h2_from_bits(0x64006400u); // 1024
+    const uint32_t q = u & 0x03030303u;
+    w[0] = __hfma2(__hsub2(bytes_1024(q, 0x4140), k1024), d2, m2);
+    w[1] = __hfma2(__hsub2(bytes_1024(q, 0x4342), k1024), d2, m2);
+}
+
+template <> __device__ __forceinline__ void load_chunk_h<T_Q2_K>(const uint8_t *row, int c, __half2 w[16])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 84;
+    const int s = c & 7, sh = 2 * (s & 3);
+    const uint32_t dd = __ldg((const uint32_t *)(b + 80)), sc = __ldg((const uint16_t *)(b + 2 * s));
+    __half2 d2[2], m2[2];
+    q2k_h_scale(dd, sc & 0xFF, d2[0], m2[0]);
+    q2k_h_scale(dd, sc >> 8, d2[1], m2[1]);
+    const uint32_t *qp = (const uint32_t *)(b + 16 + 32 * (s >> 2));
+#pragma unroll
+    for (int i = 0; i < 8; i++) q2k_h_word(__ldg(qp + i) >> sh, d2[i >> 2], m2[i >> 2], &w[2 * i]);
+}
+
+template <> __device__ __forceinline__ void load_oct_h<T_Q2_K>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 84;
+    const int s = c & 7, sh = 2 * (s & 3);
+    __half2 d2, m2;
+    q2k_h_scale(*(const uint32_t *)(b + 80), b[2 * s + (o >> 1)], d2, m2);
+    const uint32_t *qp = (const uint32_t *)(b + 16 + 32 * (s >> 2) + 8 * o);
+    q2k_h_word(qp[0] >> sh, d2, m2, &w[0]);
+    q2k_h_word(qp[1] >> sh, d2, m2, &w[2]);
+}
+
+// ---- Q3_K: {hmask[32]; qs[64]; scales[12] (16 six-bit scales, biased by 32); f16 d} (110
+// bytes, 2-byte aligned as they lie).  Sub-block s: the 2 low bits as Q2_K's, the third bit s of
+// hmask[l]; q3 = low + 4 * high, w = d * (sc - 32) * (q3 - 4); weights 0-15 under scale 2s,
+// 16-31 under 2s + 1.
+
+// fp16(d * (sc - 32)) of scales 2s (x) and 2s + 1 (y) as two pairs.
+template <bool GLOBAL>
+__device__ __forceinline__ void q3k_h_scales(const uint8_t *b, int s, __half2 dl[2])
+{
+    // scale kk: low nibble of scales[kk % 8] >> 4 (kk / 8), high 2 bits of scales[8 + kk % 4] >>
+    // 2 (kk / 4); for kk = 2s, 2s + 1 the bytes are adjacent and the shifts the same
+    const uint16_t *lp = (const uint16_t *)(b + 96 + 2 * (s & 3)), *hp = (const uint16_t *)(b + 104 + 2 * (s & 1));
+    const uint32_t lo = (uint32_t)(GLOBAL ? __ldg(lp) : *lp) >> (4 * (s >> 2));
+    const uint32_t hi = (uint32_t)(GLOBAL ? __ldg(hp) : *hp) >> (2 * (s >> 1));
+    const float d = half_bits_to_float(GLOBAL ? __ldg((const uint16_t *)(b + 108)) : ld_u16(b + 108));
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int sc = (int)(((lo >> (8 * h)) & 0xF) | (((hi >> (8 * h)) & 3) << 4));
+        dl[h] = __float2half2_rn(d * (float)(sc - 32));
+    }
+}
+
+// Four weights from a word of low bits and one of hmask bytes, each shifted so the sub-block's
+// bits are each byte's lowest.
+__device__ __forceinline__ void q3k_h_word(uint32_t ql, uint32_t hm, __half2 dl, __half2 w[2])
+{
+    const __half2 k1028 = h2_from_bits(0x64046404u); // 1028: 1024 + the 4 offset of the 3-bit quants
+    const uint32_t q = (ql & 0x03030303u) | ((hm & 0x01010101u) << 2);
+    w[0] = __hmul2(__hsub2(bytes_1024(q, 0x4140), k1028), dl);
+    w[1] = __hmul2(__hsub2(bytes_1024(q, 0x4342), k1028), dl);
+}
+
+template <> __device__ __forceinline__ void load_chunk_h<T_Q3_K>(const uint8_t *row, int c, __half2 w[16])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 110;
+    const int s = c & 7, sh = 2 * (s & 3);
+    __half2 dl[2];
+    q3k_h_scales<true>(b, s, dl);
+    uint32_t ql[8], hm[8];
+    ld_words_a2<8, true>(b + 32 + 32 * (s >> 2), ql);
+    ld_words_a2<8, true>(b, hm);
+#pragma unroll
+    for (int i = 0; i < 8; i++) q3k_h_word(ql[i] >> sh, hm[i] >> s, dl[i >> 2], &w[2 * i]);
+}
+
+template <> __device__ __forceinline__ void load_oct_h<T_Q3_K>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 110;
+    const int s = c & 7, sh = 2 * (s & 3);
+    __half2 dl[2];
+    q3k_h_scales<false>(b, s, dl);
+    uint32_t ql[2], hm[2];
+    ld_words_a2<2, false>(b + 32 + 32 * (s >> 2) + 8 * o, ql);
+    ld_words_a2<2, false>(b + 8 * o, hm);
+    const __half2 d = o < 2 ? dl[0] : dl[1];
+    q3k_h_word(ql[0] >> sh, hm[0] >> s, d, &w[0]);
+    q3k_h_word(ql[1] >> sh, hm[1] >> s, d, &w[2]);
+}

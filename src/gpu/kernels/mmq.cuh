@@ -71,12 +71,13 @@ template <> struct mmq_fmt<T_BF16> { static constexpr int bytes = 2 * MMQ_KT; };
 // multiple of 4 (Q2_K, IQ4_XS, IQ1_M), else plain 16-bit copies (Q3_K's 110-byte super-blocks
 // and most IQ ones are only 2-byte aligned as they lie in the file).  The copies complete
 // before the stage is read as the asynchronous ones do: behind the __syncthreads that opens
-// the iteration reading it.
-template <int RB>
-__device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *const *rowp, size_t woff)
+// the iteration reading it.  ROWS rows, by threads tid of nt (mmq_narrow: one warp's 16 rows).
+template <int RB, int ROWS = MMQ_ROWS>
+__device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *const *rowp, size_t woff, int tid,
+                                                  int nt)
 {
     constexpr int UNIT = RB % 16 == 0 ? 16 : RB % 4 == 0 ? 4 : 2, PER_ROW = RB / UNIT;
-    for (int i = threadIdx.x; i < MMQ_ROWS * PER_ROW; i += blockDim.x) {
+    for (int i = tid; i < ROWS * PER_ROW; i += nt) {
         const int r = i / PER_ROW, p = i % PER_ROW;
         uint8_t *dst = wd + r * RB + UNIT * p;
         const uint8_t *src = rowp[r] + woff + UNIT * p;
@@ -134,7 +135,7 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
             const int c0 = c_begin + st * CPS;
             uint8_t *wd = wsm + (st % S) * W_STAGE;
             // c0 is a multiple of 8: whole super-blocks
-            mmq_stage_weights<RB>(wd, rowp, (size_t)(c0 / 8) * RB);
+            mmq_stage_weights<RB>(wd, rowp, (size_t)(c0 / 8) * RB, threadIdx.x, blockDim.x);
             __half *xd = xsm + (st % S) * (X_STAGE / 2);
             for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
                 const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = min(m0 + r, m_end - 1);

@@ -87,6 +87,23 @@ __device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *co
     }
 }
 
+// A warp's A fragments of chunk cc of a stage: quarter t of rows w0 (g) and w1 (g + 8) as
+// [k16 slice][a0..a3 as pairs] (mmq_narrow.cuh takes the same).
+template <int T>
+__device__ __forceinline__ void mmq_frags(const uint8_t *w0, const uint8_t *w1, int cc, int t, uint32_t af[2][4])
+{
+    __half2 lo[4], hi[4];
+    load_oct_h<T>(w0, cc, t, lo);
+    load_oct_h<T>(w1, cc, t, hi);
+#pragma unroll
+    for (int sl = 0; sl < 2; sl++) {
+        af[sl][0] = h2_bits(lo[2 * sl]);
+        af[sl][1] = h2_bits(hi[2 * sl]);
+        af[sl][2] = h2_bits(lo[2 * sl + 1]);
+        af[sl][3] = h2_bits(hi[2 * sl + 1]);
+    }
+}
+
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
 template <int T, int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM / 32, mmq_fmt<T>::bytes); }; // variant v: BM = 16 << v
 
@@ -160,17 +177,8 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         const uint8_t *w0 = wst + (rbase + g) * RB, *w1 = w0 + 8 * RB; // rows g and g + 8
 #pragma unroll
         for (int cc = 0; cc < CPS; cc++) {
-            __half2 lo[4], hi[4]; // quarter t of chunk cc of both rows
-            load_oct_h<T>(w0, cc, t, lo);
-            load_oct_h<T>(w1, cc, t, hi);
-            uint32_t af[2][4]; // [k16 slice][a0..a3 as pairs]
-#pragma unroll
-            for (int sl = 0; sl < 2; sl++) {
-                af[sl][0] = h2_bits(lo[2 * sl]);
-                af[sl][1] = h2_bits(hi[2 * sl]);
-                af[sl][2] = h2_bits(lo[2 * sl + 1]);
-                af[sl][3] = h2_bits(hi[2 * sl + 1]);
-            }
+            uint32_t af[2][4];
+            mmq_frags<T>(w0, w1, cc, t, af);
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
                 const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);

@@ -51,17 +51,8 @@ __device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uin
         const uint8_t *w0 = wsm + (st % D) * W_STAGE + g * RB, *w1 = w0 + 8 * RB; // rows g and g + 8
 #pragma unroll
         for (int cc = 0; cc < CPS; cc++) { // mmq_body's steps, one n8 tile
-            __half2 lo[4], hi[4];
-            load_oct_h<T>(w0, cc, t, lo);
-            load_oct_h<T>(w1, cc, t, hi);
             uint32_t af[2][4];
-#pragma unroll
-            for (int sl = 0; sl < 2; sl++) {
-                af[sl][0] = h2_bits(lo[2 * sl]);
-                af[sl][1] = h2_bits(hi[2 * sl]);
-                af[sl][2] = h2_bits(lo[2 * sl + 1]);
-                af[sl][3] = h2_bits(hi[2 * sl + 1]);
-            }
+            mmq_frags<T>(w0, w1, cc, t, af);
             mma_16816(acc, af[0], xv[cc].x, xv[cc].y);
             mma_16816(acc, af[1], xv[cc].z, xv[cc].w);
         }

@@ -208,13 +208,24 @@ static int mmq_cap_splits(int splits, int stages)
     return splits > stages / 2 ? (stages / 2 > 1 ? stages / 2 : 1) : splits;
 }
 
-/* The deterministic engine's k splits of a weight whose grid has gx blocks of weight rows: the
- * decode-sized rule (two blocks per multiprocessor) for one grid row, whatever the number of
- * activation rows, so every row of every step sums the same k ranges in the same order. */
+/* The deterministic engine's k splits of a weight whose grid has gx blocks of weight rows: one
+ * block per multiprocessor for one grid row, whatever the number of activation rows, so every
+ * row of every step sums the same k ranges in the same order.  (H100, 8B Q4_K_M: against two
+ * blocks per multiprocessor, the default path's decode rule, batch 1 the same, batch 32 2.6 %
+ * slower, prefill 512 22 % faster (fewer partial sums, longer runs of rows); four: batch 1
+ * 1.5 % faster, batch 32 3.4 % and prefill 20 % slower; docs/determinism.md.) */
 static int mmq_det_splits(const gpu_engine *g, unsigned gx, int k)
 {
-    int want = 2 * g->n_sm, splits = (int)gx < want ? (want + (int)gx - 1) / (int)gx : 1;
+    int want = g->n_sm, splits = (int)gx < want ? (want + (int)gx - 1) / (int)gx : 1;
     return mmq_cap_splits(splits, mmq_stages(k));
+}
+
+/* The chunks of a deterministic split (mmq_launch's rule under det: mmq_det_splits, rounded to
+ * whole stages), which mmq and mmq_narrow share. */
+static int mmq_det_split_chunks(const gpu_engine *g, unsigned gx, int k)
+{
+    int stages = mmq_stages(k), splits = mmq_det_splits(g, gx, k);
+    return (stages + splits - 1) / splits * (MMQ_KT / 32);
 }
 
 /* Activation rows whose partial sums fit mmq_part with `splits` splits of `rows` rows. */
@@ -231,13 +242,13 @@ static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_gr
     int chunks = w->k / 32, stage = MMQ_KT / 32, stages = mmq_stages(w->k);
     int splits = 1, want = (a->m <= 64 ? 2 : 1) * g->n_sm, blocks = (int)(gr.gx * gr.gy);
     if (g->det) {
-        splits = mmq_det_splits(g, gr.gx, w->k); /* the callers keep a->m within mmq_det_rows */
+        a->split_chunks = mmq_det_split_chunks(g, gr.gx, w->k); /* the callers keep a->m within mmq_det_rows */
     } else {
         if (blocks < want) splits = (want + blocks - 1) / blocks;
         splits = mmq_cap_splits(splits, stages);
         while (splits > 1 && (size_t)splits * a->m * gr.rows * sizeof(float) > g->mmq_part_bytes) splits--;
+        a->split_chunks = (stages + splits - 1) / splits * stage;
     }
-    a->split_chunks = (stages + splits - 1) / splits * stage;
     splits = (chunks + a->split_chunks - 1) / a->split_chunks;
     a->part = F32(g->mmq_part);
     a->part_ld = gr.rows;
@@ -252,6 +263,33 @@ static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_gr
                &is_glu, &splits);
     }
     return 0;
+}
+
+/* Whether the deterministic engine's product of m rows over w takes mmq_narrow (one launch,
+ * mmq's sums) rather than mmq and its reduce. */
+static bool mmq_narrow_serves(const gpu_engine *g, const gpu_matrix *w, int m)
+{
+    return g->det && m <= MMQN_MAX_M && w->k <= MMQN_MAX_K && w->wtype >= 0 && g->k.mmq_narrow[w->wtype].f &&
+           gpu_mmq_serves(&g->k, w->wtype, w->k);
+}
+
+/* mmq_narrow over a (a->m <= MMQN_MAX_M rows), whose mmq grid would have gx blocks of weight
+ * rows and tiles 16-row tiles: a block takes every split of about MMQN_WARPS / splits tiles
+ * (warps = items where they are fewer), its warps walking the rest.  post: the QKV epilogue
+ * (RoPE, the K/V stores) with the launch's first segment as role0. */
+static int mmq_narrow(gpu_engine *g, const matvec_args *a, const gpu_matrix *w, unsigned gx, int tiles, bool glu,
+                      const qkv_post_args *post, int role0, const char *what, char *err, size_t errlen)
+{
+    matvec_rope_args r = {.mv = *a, .role0 = post ? role0 : 0};
+    if (post) r.post = *post;
+    r.mv.split_chunks = mmq_det_split_chunks(g, gx, w->k);
+    int n_split = (w->k / 32 + r.mv.split_chunks - 1) / r.mv.split_chunks, per_tile = (glu ? 2 : 1) * n_split;
+    int tpb = per_tile < MMQN_WARPS ? MMQN_WARPS / per_tile : 1, items = tpb * per_tile;
+    int warps = items < MMQN_WARPS ? items : MMQN_WARPS;
+    const gpu_fn *fn = glu ? &g->k.mmq_narrow_glu[w->wtype] : &g->k.mmq_narrow[w->wtype];
+    void *args[] = {&r, &n_split, &tpb};
+    return gpu_launch_smem(fn, (gpu_launch_dims){ceil_div(tiles, tpb), 1, 1, 32u * warps},
+                           gpu_mmqn_smem(w->type, warps, items), g->stream, args, what, err, errlen);
 }
 
 /* Outputs [first, first+n) of op (one weight format) with the mmq kernel; glu: the two
@@ -271,6 +309,9 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);
     while (op->m > 64 && v > 1 && gx * ceil_div(op->m, 16u << v) < (unsigned)g->n_sm) v--;
     if (glu) a.yh = F16(g->ff_h);
+    if (mmq_narrow_serves(g, w, op->m))
+        return mmq_narrow(g, &a, w, gx, glu ? pad16(w->n) / 16 : rows / 16, glu, op->post, MATVEC_Q + first, op->what,
+                          err, errlen);
     if (!g->det) {
         mmq_grid gr = {gx, ceil_div(op->m, 16u << v), v, rows, glu};
         return mmq_launch(g, &a, w, gr, op->what, err, errlen);
@@ -722,10 +763,15 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     };
     /* One token (the batch-1 step) with no q/k/v norm, gate or partial RoPE: RoPE and the K/V
      * stores in the QKV matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of
-     * one head); never under det, where every row count takes qkv_post. */
-    bool post_fused = T == 1 && !g->det && !L->q_norm && !L->k_norm && !L->v_norm && !L->gated && !L->n_rot &&
-                      L->kv_own && L->wv.d && L->hd % 8 == 0 && !L->post_ln && !no_rope;
+     * one head).  Under det, for 1..MMQN_MAX_M tokens where mmq_narrow takes Q, K and V and a
+     * RoPE pair is two neighbouring features (not NeoX: a pair never leaves its 16-row tile);
+     * every other step takes qkv_post. */
     const gpu_matrix *wv = L->wv.d ? &L->wv : &L->wk; /* no wv: V is the K projection (v_from_k) */
+    bool fusable = !L->q_norm && !L->k_norm && !L->v_norm && !L->gated && !L->n_rot && L->kv_own && L->wv.d &&
+                   L->hd % 8 == 0 && !L->post_ln && !no_rope;
+    bool post_fused = fusable && (!g->det ? T == 1
+                                          : !hp->rope_neox && L->hd % 16 == 0 && mmq_narrow_serves(g, &L->wq, T) &&
+                                                mmq_narrow_serves(g, &L->wk, T) && mmq_narrow_serves(g, wv, T));
     matmul_op qkv = {.out = {{&L->wq, L->gated ? g->qg : g->q, L->bq, L->gated ? 2 * L->d_q : L->d_q},
                              {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
                      .n_out = L->kv_own ? 3 : 1, .x = g->act_h, .m = T, .ldx = g->d_embd,

@@ -257,6 +257,31 @@
     X(mmq_mxfp4_32, mmq_glu_mxfp4_32, MXFP4, 32) \
     X(mmq_mxfp4_64, mmq_glu_mxfp4_64, MXFP4, 64)
 
+/* --deterministic's products of 1..MMQN_MAX_M activation rows with mmq's sums (kernels/mmq_narrow.cuh),
+ * the formats of GPU_MMQ_KERNELS: X(mmq_narrow_<suffix>, mmq_narrow_glu_<suffix>, TYPE) */
+#define GPU_MMQ_NARROW_KERNELS(X) \
+    X(mmq_narrow_bf16, mmq_narrow_glu_bf16, BF16) \
+    X(mmq_narrow_q4_0, mmq_narrow_glu_q4_0, Q4_0) \
+    X(mmq_narrow_q8_0, mmq_narrow_glu_q8_0, Q8_0) \
+    X(mmq_narrow_q4_k, mmq_narrow_glu_q4_k, Q4_K) \
+    X(mmq_narrow_q5_k, mmq_narrow_glu_q5_k, Q5_K) \
+    X(mmq_narrow_q6_k, mmq_narrow_glu_q6_k, Q6_K) \
+    X(mmq_narrow_q4_1, mmq_narrow_glu_q4_1, Q4_1) \
+    X(mmq_narrow_q5_0, mmq_narrow_glu_q5_0, Q5_0) \
+    X(mmq_narrow_q5_1, mmq_narrow_glu_q5_1, Q5_1) \
+    X(mmq_narrow_iq4_nl, mmq_narrow_glu_iq4_nl, IQ4_NL) \
+    X(mmq_narrow_q2_k, mmq_narrow_glu_q2_k, Q2_K) \
+    X(mmq_narrow_q3_k, mmq_narrow_glu_q3_k, Q3_K) \
+    X(mmq_narrow_iq4_xs, mmq_narrow_glu_iq4_xs, IQ4_XS) \
+    X(mmq_narrow_iq2_xxs, mmq_narrow_glu_iq2_xxs, IQ2_XXS) \
+    X(mmq_narrow_iq2_xs, mmq_narrow_glu_iq2_xs, IQ2_XS) \
+    X(mmq_narrow_iq2_s, mmq_narrow_glu_iq2_s, IQ2_S) \
+    X(mmq_narrow_iq3_xxs, mmq_narrow_glu_iq3_xxs, IQ3_XXS) \
+    X(mmq_narrow_iq3_s, mmq_narrow_glu_iq3_s, IQ3_S) \
+    X(mmq_narrow_iq1_s, mmq_narrow_glu_iq1_s, IQ1_S) \
+    X(mmq_narrow_iq1_m, mmq_narrow_glu_iq1_m, IQ1_M) \
+    X(mmq_narrow_mxfp4, mmq_narrow_glu_mxfp4, MXFP4)
+
 /* The kernels of no weight format (gpu_kernels' field of the same name): X(name) */
 #define GPU_PLAIN_KERNELS(X) \
     X(rmsnorm) X(rmsnorm_q8) X(quantize_q8) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(to_f32_rows) \

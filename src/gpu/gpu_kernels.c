@@ -52,6 +52,15 @@ unsigned gpu_mmq_smem(ggml_type t, int v)
            GPU_MMQ_ROWS * (unsigned)sizeof(void *); /* row pointers */
 }
 
+unsigned gpu_mmqn_smem(ggml_type t, int warps, int items)
+{
+    /* mmq_narrow.cuh: per warp its stages of 16 rows and 16 row pointers, then 16 x 8 partial
+     * sums per item */
+    unsigned rb = (unsigned)gpu_row_bytes(t, MMQ_KT);
+    return (unsigned)warps * (MMQN_DEPTH(rb) * 16u * rb + 16u * (unsigned)sizeof(void *)) +
+           (unsigned)items * 16u * 8u * (unsigned)sizeof(float);
+}
+
 bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim)
 {
     return wtype >= 0 && k->mmq[wtype][0].f && kdim % MMQ_KT == 0;
@@ -88,6 +97,7 @@ static const format_row dp4a_rows[] = {GPU_MATVEC_DP4A_KERNELS(FORMAT_ROW_DP4A)}
 #undef FORMAT_ROW_DP4A
 static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
 static const format_row moe_rows[] = {GPU_MOE_KERNELS(FORMAT_ROW_NO_ROWS)};
+static const format_row narrow_rows[] = {GPU_MMQ_NARROW_KERNELS(FORMAT_ROW_NO_ROWS)};
 #undef FORMAT_ROW
 #undef FORMAT_ROW_NO_ROWS
 
@@ -159,6 +169,16 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         int smem = (int)gpu_mmq_smem(wtypes[r->wtype], v);
         CU_CHECK(cu.cuFuncSetAttribute(mm->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), mm->name);
         CU_CHECK(cu.cuFuncSetAttribute(mg->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), mg->name);
+    }
+    for (size_t i = 0; i < sizeof narrow_rows / sizeof narrow_rows[0]; i++) {
+        const format_row *r = &narrow_rows[i];
+        gpu_fn *fn[2] = {&k->mmq_narrow[r->wtype], &k->mmq_narrow_glu[r->wtype]};
+        /* the most a launch asks (gpu_forward.c: MMQN_WARPS warps, k <= MMQN_MAX_K) */
+        int smem = (int)gpu_mmqn_smem(wtypes[r->wtype], MMQN_WARPS, 2 * MMQN_MAX_K / MMQ_KT);
+        for (int j = 0; j < 2; j++) {
+            if (lookup(k, fn[j], r->name[j], err, errlen)) return -1;
+            CU_CHECK(cu.cuFuncSetAttribute(fn[j]->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), fn[j]->name);
+        }
     }
 #define PLAIN_ROW(name) {&k->name, #name},
     struct {

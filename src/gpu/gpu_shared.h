@@ -186,6 +186,15 @@ typedef struct moe_route_args {
 #define MMQ_KT 256
 #define MMQ_DEPTH(v, rb) ((v) >= 2 || (rb) > 320 ? 2 : 3)
 
+/* mmq_narrow (kernels/mmq_narrow.cuh, --deterministic's products of 1..MMQN_MAX_M rows): the
+ * stages each warp keeps in flight for a format of rb bytes per stage row, its most warps per
+ * block, and the longest rows it takes (the partial sums of every split of a block's tiles
+ * stay in its shared memory: at most 2 * k / MMQ_KT * 512 bytes). */
+#define MMQN_MAX_M 8
+#define MMQN_DEPTH(rb) ((rb) > 320 ? 2 : 3)
+#define MMQN_WARPS 8
+#define MMQN_MAX_K 16384
+
 #define GPU_ATT_GB_HD512 4 /* attn_partial_hd512's most query heads per block */
 typedef struct attn_args {
     const float *q; /* [t][n_head][hd] */

@@ -726,16 +726,19 @@ static void test_mixed_steps_equal_alone(void **state)
 /* ---- --deterministic (issue 32): det_case in ../model/det_check.h ---- */
 
 /* Dense: head_dim 64 and 4 query heads per KV head (a shape whose prompts would take the flash
- * kernel by default), Q4_K (mmq) and F16 (matvec for every row count under the flag). */
+ * kernel by default), Q4_K (mmq; 1-8 rows mmq_narrow) and F16 (matvec for every row count
+ * under the flag); then Q4_K 4x as wide, whose products of 1024 and 2048 inputs split k (the
+ * narrow kernel's in-block sums of 2-4 splits and its QKV epilogue against mmq_reduce's). */
 static void test_deterministic_bit_identical(void **state)
 {
     (void)state;
     tiny_spec s = tiny_spec_default();
     s.n_vocab = 512, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 1, s.n_ff = 512, s.n_ctx = 128;
-    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_F16};
-    for (int t = 0; t < 2; t++) {
+    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_F16, GGML_TYPE_Q4_K};
+    for (int t = 0; t < 3; t++) {
         void *image;
         s.wtype = types[t];
+        if (t == 2) s.n_embd = 1024, s.n_head = 16, s.n_head_kv = 4, s.n_ff = 2048;
         model *m = random_model(s, &image);
         det_case(m, ENGINE_DEVICE_CUDA);
         model_free(m);

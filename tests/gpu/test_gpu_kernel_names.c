@@ -37,6 +37,7 @@ static const row mmq[] = {GPU_MMQ_KERNELS(ROW4)};
 static const row dp4a[] = {GPU_MATVEC_DP4A_KERNELS(DP4A)};
 static const row dp4a_rope[] = {GPU_MATVEC_DP4A_KERNELS(DP4A_ROPE)};
 static const row moe[] = {GPU_MOE_KERNELS(ROW3)};
+static const row narrow[] = {GPU_MMQ_NARROW_KERNELS(ROW3)};
 #define PLAIN(name) #name,
 static const char *const plain[] = {GPU_PLAIN_KERNELS(PLAIN)};
 
@@ -84,6 +85,7 @@ static void test_every_format_every_variant(void **state)
         if (!has_mmq(wtypes[w].ggml)) continue;
         n_mmq++;
         for (int v = 0; v < 3; v++) expect_row(mmq, N(mmq), w, 16 << v, "mmq_%s_%d", "mmq_glu_%s_%d");
+        expect_row(narrow, N(narrow), w, 0, "mmq_narrow_%s", "mmq_narrow_glu_%s");
     }
     /* nothing besides: every row was one of the expected */
     assert_int_equal(N(matvec), 4 * N(wtypes));
@@ -91,6 +93,7 @@ static void test_every_format_every_variant(void **state)
     assert_int_equal(N(rope), N(wtypes));
     assert_int_equal(N(moe), N(wtypes));
     assert_int_equal(N(mmq), 3 * n_mmq);
+    assert_int_equal(N(narrow), n_mmq);
 }
 
 /* The dp4a list covers only the formats it is written for: each at most once, named for it,
@@ -115,11 +118,12 @@ static void test_dp4a_rows(void **state)
 static void test_no_name_twice(void **state)
 {
     (void)state;
-    const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a)) + N(rope) + N(dp4a_rope) + N(plain)];
+    const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow)) + N(rope) + N(dp4a_rope) +
+                      N(plain)];
     size_t n = 0;
-    const row *lists[] = {matvec, dequant, mmq, moe, dp4a};
-    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a)};
-    for (size_t l = 0; l < 5; l++)
+    const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow};
+    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow)};
+    for (size_t l = 0; l < N(lists); l++)
         for (size_t i = 0; i < sizes[l]; i++) {
             names[n++] = lists[l][i].a;
             names[n++] = lists[l][i].b;

@@ -266,6 +266,66 @@ static void product_case(const product_matrix *pm, int M, const product_kernel *
     free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
 }
 
+/* mmq_narrow as gpu_forward launches it (mmq_narrow), with mmq_run's k splits. */
+static void narrow_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
+{
+    int wt = gpu_wtype_index(t), chunks = a->k / 32;
+    int pad0 = (a->seg[0].n + 15) & ~15, pad1 = (a->seg[1].n + 15) & ~15, tiles = (glu ? pad0 : pad0 + pad1) / 16;
+    a->split_chunks = split_chunks ? split_chunks : chunks;
+    int n_split = (chunks + a->split_chunks - 1) / a->split_chunks, per = (glu ? 2 : 1) * n_split;
+    int tpb = per < MMQN_WARPS ? MMQN_WARPS / per : 1, items = tpb * per, warps = items < MMQN_WARPS ? items : MMQN_WARPS;
+    matvec_rope_args r = {.mv = *a};
+    void *args[] = {&r, &n_split, &tpb};
+    const gpu_fn *fn = glu ? &G.k.mmq_narrow_glu[wt] : &G.k.mmq_narrow[wt];
+    assert_non_null(fn->f);
+    gpu_launch_dims d = {(unsigned)((tiles + tpb - 1) / tpb), 1, 1, 32u * (unsigned)warps};
+    if (gpu_launch_smem(fn, d, gpu_mmqn_smem(t, warps, items), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
+    CHECK(cu.cuCtxSynchronize());
+}
+
+/* M rows through mmq (+ mmq_reduce) and through mmq_narrow with the same splits: the two-segment
+ * product (bias and residual for odd M) and the gate/up product, bit for bit. */
+static void narrow_case(const product_matrix *pm, int M, int split_chunks, uint64_t *seed)
+{
+    const int K = PK, N = PN, N0 = PN0, NG = PNG, acc = M % 2;
+    float *x = malloc((size_t)M * K * sizeof *x), *bias = malloc(N * sizeof *bias), *y[2];
+    uint16_t *yh[2];
+    for (int i = 0; i < M * K; i++) x[i] = gpu_test_randf(seed);
+    for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(seed);
+    CUdeviceptr dx = upload_half(x, (size_t)M * K), db = upload(bias, N * sizeof *bias);
+    const uint8_t *w = (const uint8_t *)(uintptr_t)pm->dw;
+    for (int run = 0; run < 2; run++) {
+        void (*fn)(ggml_type, matvec_args *, bool, int) = run ? narrow_run : mmq_run;
+        float *y_old = malloc((size_t)M * N * sizeof *y_old); /* the residual's old values */
+        for (int i = 0; i < M * N; i++) y_old[i] = 0.5f;
+        CUdeviceptr dy = upload(y_old, (size_t)M * N * sizeof *y_old), dh = poisoned_half((size_t)M * NG);
+        free(y_old);
+        matvec_args a = {.n_seg = 2, .k = K, .m = M, .ldx = K, .accumulate = acc, .row_bytes = pm->rb,
+                         .x = (const gpu_half *)(uintptr_t)dx};
+        float *y0 = (float *)(uintptr_t)dy, *bp = acc ? (float *)(uintptr_t)db : NULL;
+        a.seg[0] = (matvec_seg){w, y0, bp, N0, N0};
+        a.seg[1] = (matvec_seg){w + pm->rb * N0, y0 + (size_t)M * N0, bp ? bp + N0 : NULL, N - N0, N - N0};
+        fn(pm->t, &a, false, split_chunks);
+        matvec_args ga = a;
+        ga.accumulate = 0;
+        ga.seg[0] = (matvec_seg){w, NULL, NULL, NG, NG};
+        ga.seg[1] = (matvec_seg){w + pm->rb * NG, NULL, NULL, NG, NG};
+        ga.yh = (gpu_half *)(uintptr_t)dh;
+        fn(pm->t, &ga, true, split_chunks);
+        y[run] = malloc((size_t)M * N * sizeof *y[run]);
+        yh[run] = malloc((size_t)M * NG * sizeof *yh[run]);
+        download(y[run], dy, (size_t)M * N * sizeof *y[run]);
+        download(yh[run], dh, (size_t)M * NG * sizeof *yh[run]);
+        cu.cuMemFree(dy), cu.cuMemFree(dh);
+    }
+    if (memcmp(y[0], y[1], (size_t)M * N * sizeof *y[0]) != 0)
+        fail_msg("mmq_narrow %s M=%d (%d): not mmq's bits", ggml_type_name(pm->t), M, split_chunks);
+    if (memcmp(yh[0], yh[1], (size_t)M * NG * sizeof *yh[0]) != 0)
+        fail_msg("mmq_narrow_glu %s M=%d (%d): not mmq's bits", ggml_type_name(pm->t), M, split_chunks);
+    cu.cuMemFree(dx), cu.cuMemFree(db);
+    free(x), free(bias), free(y[0]), free(y[1]), free(yh[0]), free(yh[1]);
+}
+
 /* A random matrix of format t uploaded, and its FP16 weights (dequant_f16, the decode every
  * kernel shares) checked against the CPU's decode; deq gets the CPU's values. */
 static product_matrix product_matrix_new(ggml_type t, float *deq, uint64_t *seed, double *edq)
@@ -357,6 +417,27 @@ static void test_mmq_all_formats(void **state)
         product_matrix_free(&pm);
         free(deq);
     }
+}
+
+/* --deterministic's 1..8-row products (mmq_narrow) on every mmq format: mmq's bits, with one
+ * split and with three. */
+static void test_mmq_narrow_matches_mmq(void **state)
+{
+    (void)state;
+    uint64_t seed = 11;
+    const int Ms[] = {1, 2, 5, 8};
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
+        ggml_type t = wtypes[ti];
+        if (!G.k.mmq[gpu_wtype_index(t)][0].f) continue; /* F32, F16: cuBLAS */
+        float *deq = malloc((size_t)PK * PN * sizeof *deq);
+        double edq;
+        product_matrix pm = product_matrix_new(t, deq, &seed, &edq);
+        for (int split = 0; split < 2; split++)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) narrow_case(&pm, Ms[mi], split ? 8 : 0, &seed);
+        product_matrix_free(&pm);
+        free(deq);
+    }
+    print_message("  mmq_narrow: mmq's bits on every format, M 1..8, one split and three\n");
 }
 
 /* The q8 row of the FP16 row dx (k inputs) from quantize_q8, into fresh buffers: xq the q and
@@ -1453,6 +1534,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_formats),
         cmocka_unit_test(test_mmq_all_formats),
+        cmocka_unit_test(test_mmq_narrow_matches_mmq),
         cmocka_unit_test(test_matvec_dp4a),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_qkv_post),

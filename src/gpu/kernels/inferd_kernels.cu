@@ -8,6 +8,7 @@
 #include "quant.cuh"
 #include "matvec.cuh"
 #include "mmq.cuh"
+#include "mmq_narrow.cuh"
 #include "moe.cuh"
 #include "elementwise.cuh"
 #include "attention.cuh"

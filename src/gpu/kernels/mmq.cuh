@@ -71,18 +71,36 @@ template <> struct mmq_fmt<T_BF16> { static constexpr int bytes = 2 * MMQ_KT; };
 // multiple of 4 (Q2_K, IQ4_XS, IQ1_M), else plain 16-bit copies (Q3_K's 110-byte super-blocks
 // and most IQ ones are only 2-byte aligned as they lie in the file).  The copies complete
 // before the stage is read as the asynchronous ones do: behind the __syncthreads that opens
-// the iteration reading it.
-template <int RB>
-__device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *const *rowp, size_t woff)
+// the iteration reading it.  ROWS rows, by threads tid of nt (mmq_narrow: one warp's 16 rows).
+template <int RB, int ROWS = MMQ_ROWS>
+__device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *const *rowp, size_t woff, int tid,
+                                                  int nt)
 {
     constexpr int UNIT = RB % 16 == 0 ? 16 : RB % 4 == 0 ? 4 : 2, PER_ROW = RB / UNIT;
-    for (int i = threadIdx.x; i < MMQ_ROWS * PER_ROW; i += blockDim.x) {
+    for (int i = tid; i < ROWS * PER_ROW; i += nt) {
         const int r = i / PER_ROW, p = i % PER_ROW;
         uint8_t *dst = wd + r * RB + UNIT * p;
         const uint8_t *src = rowp[r] + woff + UNIT * p;
         if constexpr (UNIT == 16) cp_async16(dst, src, 16);
         else if constexpr (UNIT == 4) cp_async4(dst, src);
         else *(uint16_t *)dst = ld_u16(src);
+    }
+}
+
+// A warp's A fragments of chunk cc of a stage: quarter t of rows w0 (g) and w1 (g + 8) as
+// [k16 slice][a0..a3 as pairs] (mmq_narrow.cuh takes the same).
+template <int T>
+__device__ __forceinline__ void mmq_frags(const uint8_t *w0, const uint8_t *w1, int cc, int t, uint32_t af[2][4])
+{
+    __half2 lo[4], hi[4];
+    load_oct_h<T>(w0, cc, t, lo);
+    load_oct_h<T>(w1, cc, t, hi);
+#pragma unroll
+    for (int sl = 0; sl < 2; sl++) {
+        af[sl][0] = h2_bits(lo[2 * sl]);
+        af[sl][1] = h2_bits(hi[2 * sl]);
+        af[sl][2] = h2_bits(lo[2 * sl + 1]);
+        af[sl][3] = h2_bits(hi[2 * sl + 1]);
     }
 }
 
@@ -134,7 +152,7 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
             const int c0 = c_begin + st * CPS;
             uint8_t *wd = wsm + (st % S) * W_STAGE;
             // c0 is a multiple of 8: whole super-blocks
-            mmq_stage_weights<RB>(wd, rowp, (size_t)(c0 / 8) * RB);
+            mmq_stage_weights<RB>(wd, rowp, (size_t)(c0 / 8) * RB, threadIdx.x, blockDim.x);
             __half *xd = xsm + (st % S) * (X_STAGE / 2);
             for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
                 const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = min(m0 + r, m_end - 1);
@@ -159,17 +177,8 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         const uint8_t *w0 = wst + (rbase + g) * RB, *w1 = w0 + 8 * RB; // rows g and g + 8
 #pragma unroll
         for (int cc = 0; cc < CPS; cc++) {
-            __half2 lo[4], hi[4]; // quarter t of chunk cc of both rows
-            load_oct_h<T>(w0, cc, t, lo);
-            load_oct_h<T>(w1, cc, t, hi);
-            uint32_t af[2][4]; // [k16 slice][a0..a3 as pairs]
-#pragma unroll
-            for (int sl = 0; sl < 2; sl++) {
-                af[sl][0] = h2_bits(lo[2 * sl]);
-                af[sl][1] = h2_bits(hi[2 * sl]);
-                af[sl][2] = h2_bits(lo[2 * sl + 1]);
-                af[sl][3] = h2_bits(hi[2 * sl + 1]);
-            }
+            uint32_t af[2][4];
+            mmq_frags<T>(w0, w1, cc, t, af);
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
                 const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);

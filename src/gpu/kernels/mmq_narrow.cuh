@@ -1,0 +1,169 @@
+// mmq_narrow.cuh - --deterministic's products of 1..MMQN_MAX_M activation rows (batch-1 to
+// batch-8 decode, short prompt chunks): bit for bit the rows that mmq.cuh and mmq_reduce give,
+// in one launch instead of mmq's 16-row tiles over a grid of k splits plus the reduce launch.
+//
+// What a row's result is made of under the flag (gpu_forward.c: the splits are fixed per weight
+// shape, mmq_det_split_chunks): per split z of k, the chain of mma.m16n8k16 steps over the
+// split's 32-input chunks in order (two k16 slices a chunk, the fragments of mmq_body), then the
+// splits added in order from 0.0f (one split: its chain as it is).  Here a warp takes one m16
+// tile of weight rows (glu: 16 features of gate or of up) over one split, staging its own
+// super-blocks with cp.async through MMQN_DEPTH stages (no block barrier in the loop), and its
+// activation rows as one n8 tile read straight from global memory (columns past a.m zero, as
+// mmq's staged padding is).  A block holds every split of its tiles, so their partial sums meet
+// in shared memory, and one thread per output adds them in split order and applies mmq's
+// epilogue (mmq_store, mmq_store_glu).  M only decides how many columns of the n8 tile are
+// real, which no column's sums depend on: the same bits for 1 row, 8, or mmq's 64.
+//
+// The QKV launch of a layer whose RoPE pairs neighbours (not NeoX) may also take qkv_post's work
+// (role0 != 0, as matvec_rope: the launch's segments are Q, K, V or a tail of them): a pair
+// (2i, 2i+1) of a head lies in one tile, so the thread of a pair rotates it with rope_pair at
+// its token's position and stores Q to y, K and V as FP16 into the token's cache row, the same
+// arithmetic on the same values as qkv_post.
+#pragma once
+#include "mmq.cuh"
+#include "elementwise.cuh" // rope_pair
+
+// acc of one warp: the partial sums of its tile's 16 rows x 8 columns over one split.
+template <int T>
+__device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uint8_t *const *rowp, uint8_t *wsm,
+                                                 int c_begin, float acc[4])
+{
+    constexpr int CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, D = MMQN_DEPTH(RB), W_STAGE = 16 * RB;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int c_end = min(a.k / 32, c_begin + a.split_chunks), n_stages = (c_end - c_begin + CPS - 1) / CPS;
+    auto load_stage = [&](int st) { // raw blocks of stage st into buffer st % D
+        if (st < n_stages)
+            mmq_stage_weights<RB, 16>(wsm + (st % D) * W_STAGE, rowp, (size_t)((c_begin + st * CPS) / 8) * RB, lane, 32);
+        cp_async_commit(); // an empty group past the end keeps the wait counts uniform
+    };
+    const __half *xg = a.x + (size_t)min(g, a.m - 1) * a.ldx + 8 * t;
+#pragma unroll
+    for (int st = 0; st < D - 1; st++) load_stage(st);
+    for (int st = 0; st < n_stages; st++) {
+        const int c0 = c_begin + st * CPS;
+        uint4 xv[CPS]; // the lane's activations of the stage: column g, inputs 8t.. of each chunk
+#pragma unroll
+        for (int cc = 0; cc < CPS; cc++)
+            xv[cc] = g < a.m ? __ldg((const uint4 *)(xg + (size_t)(c0 + cc) * 32)) : make_uint4(0, 0, 0, 0);
+        cp_async_wait<D - 2>();
+        __syncwarp(); // stage st landed for every lane; stage st - 1's buffer is free
+        load_stage(st + D - 1);
+        const uint8_t *w0 = wsm + (st % D) * W_STAGE + g * RB, *w1 = w0 + 8 * RB; // rows g and g + 8
+#pragma unroll
+        for (int cc = 0; cc < CPS; cc++) { // mmq_body's steps, one n8 tile
+            uint32_t af[2][4];
+            mmq_frags<T>(w0, w1, cc, t, af);
+            mma_16816(acc, af[0], xv[cc].x, xv[cc].y);
+            mma_16816(acc, af[1], xv[cc].z, xv[cc].w);
+        }
+    }
+    cp_async_wait<0>();
+    __syncwarp(); // every lane is done with the buffers and the row pointers
+}
+
+// The splits of one output added in order (p: split 0's, 128 floats apart), as mmq_reduce adds
+// them; one split: as mmq's epilogue takes it.
+__device__ __forceinline__ float mmq_narrow_sum(const float *p, int n_split)
+{
+    if (n_split == 1) return p[0];
+    float v = 0.0f;
+    for (int z = 0; z < n_split; z++) v += p[z * 128];
+    return v;
+}
+
+// The QKV epilogue for the pair at padded rows prow, prow + 1 of activation row m (its segment
+// a whole number of heads, hd a multiple of 16: no padding inside).
+__device__ __forceinline__ void mmq_narrow_rope(const matvec_rope_args &r, int m, int prow, float v0, float v1)
+{
+    const matvec_args &a = r.mv;
+    const qkv_post_args &p = r.post;
+    int s = 0, n = prow;
+    while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
+    if (s >= a.n_seg) return;
+    const matvec_seg &sg = a.seg[s];
+    const int role = r.role0 + s, hd = p.hd, h = n / hd, o = n % hd, pos = p.pos[m];
+    if (sg.bias) v0 += sg.bias[n], v1 += sg.bias[n + 1];
+    if (role != MATVEC_V) {
+        const float2 rv = rope_pair(v0, v1, o / 2, pos, p);
+        v0 = rv.x, v1 = rv.y;
+    }
+    if (role == MATVEC_Q) {
+        sg.y[(size_t)m * sg.ldy + n] = v0;
+        sg.y[(size_t)m * sg.ldy + n + 1] = v1;
+        return;
+    }
+    const size_t off = gpu_kv_offset(p.tables[(size_t)p.seq[m] * p.table_width + pos / GPU_KV_BLOCK], p.n_layer,
+                                     p.layer, p.n_kv, h, pos % GPU_KV_BLOCK, hd) + o;
+    gpu_half *c = role == MATVEC_K ? p.kc : p.vc;
+    c[off] = __float2half_rn(v0);
+    c[off + 1] = __float2half_rn(v1);
+}
+
+// Grid x over blocks of tpb tiles; blockDim.x / 32 warps walk the block's tpb * H * n_split
+// (tile, gate/up, split) items.  Shared memory (gpu_mmqn_smem): per warp MMQN_DEPTH stages of 16
+// rows and its 16 row pointers, then [item][16 rows][8 columns] partial sums.
+template <int T, bool GLU>
+__device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n_split, int tpb)
+{
+    extern __shared__ uint4 mmqn_smem[];
+    constexpr int H = GLU ? 2 : 1, RB = mmq_fmt<T>::bytes, W_WARP = MMQN_DEPTH(RB) * 16 * RB;
+    const matvec_args &a = r.mv;
+    const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int items = tpb * H * n_split;
+    uint8_t *base = (uint8_t *)mmqn_smem;
+    uint8_t *wsm = base + (size_t)warp * W_WARP;
+    const uint8_t **rowp = (const uint8_t **)(base + (size_t)nw * W_WARP) + 16 * warp;
+    float *part = (float *)(base + (size_t)nw * (W_WARP + 16 * sizeof(void *)));
+    int n_tiles = GLU ? mmq_pad(a.seg[0].n) / 16 : 0;
+    if (!GLU)
+        for (int s = 0; s < a.n_seg; s++) n_tiles += mmq_pad(a.seg[s].n) / 16;
+
+    for (int it = warp; it < items; it += nw) {
+        const int z = it % n_split, half = (it / n_split) % H, tile = blockIdx.x * tpb + it / (H * n_split);
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (tile < n_tiles) { // (the whole warp)
+            if (lane < 16) { // as mmq_body: rows past a segment read its last row
+                int s = half, n = 16 * tile + lane;
+                if (!GLU)
+                    while (s < a.n_seg - 1 && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+                rowp[lane] = a.seg[s].w + (size_t)min(n, a.seg[s].n - 1) * a.row_bytes;
+            }
+            __syncwarp();
+            mmq_narrow_split<T>(a, rowp, wsm, z * a.split_chunks, acc);
+        }
+        // acc[q]: tile row g + 8 (q >> 1), column 2t + (q & 1)
+        float *p = part + (size_t)it * 128;
+#pragma unroll
+        for (int q = 0; q < 4; q++) p[(g + 8 * (q >> 1)) * 8 + 2 * t + (q & 1)] = acc[q];
+    }
+    __syncthreads();
+    const int per_tile = GLU || !r.role0 ? 16 : 8; // outputs (pairs with RoPE) per tile and row
+    for (int i = threadIdx.x; i < tpb * per_tile * a.m; i += blockDim.x) {
+        const int tl = i / (per_tile * a.m), e = (i / a.m) % per_tile, m = i % a.m, tile = blockIdx.x * tpb + tl;
+        if (tile >= n_tiles) continue;
+        const float *p = part + (size_t)tl * H * n_split * 128 + m;
+        if (GLU) {
+            mmq_store_glu(a, m, 16 * tile + e, mmq_narrow_sum(p + e * 8, n_split),
+                          mmq_narrow_sum(p + n_split * 128 + e * 8, n_split));
+        } else if (r.role0) {
+            mmq_narrow_rope(r, m, 16 * tile + 2 * e, mmq_narrow_sum(p + 2 * e * 8, n_split),
+                            mmq_narrow_sum(p + (2 * e + 1) * 8, n_split));
+        } else {
+            mmq_store(a, m, 16 * tile + e, mmq_narrow_sum(p + e * 8, n_split));
+        }
+    }
+}
+
+// One pair per row of GPU_MMQ_NARROW_KERNELS (../gpu_kernel_names.h), under the row's names.
+#define MMQ_NARROW_KERNELS(name, glu_name, TYPE)                                                     \
+    extern "C" __global__ void __launch_bounds__(MMQN_WARPS * 32)                                    \
+        name(matvec_rope_args r, int n_split, int tpb)                                               \
+    {                                                                                                \
+        mmq_narrow_body<T_##TYPE, false>(r, n_split, tpb);                                           \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MMQN_WARPS * 32)                                    \
+        glu_name(matvec_rope_args r, int n_split, int tpb)                                           \
+    {                                                                                                \
+        mmq_narrow_body<T_##TYPE, true>(r, n_split, tpb);                                            \
+    }
+GPU_MMQ_NARROW_KERNELS(MMQ_NARROW_KERNELS)

@@ -117,6 +117,28 @@ static void port_tile_xyt(float acc[4][4], const float *X, const float *Y, int l
 
 static int imin(int x, int y) { return x < y ? x : y; }
 
+/* dn_lower_times: dst[a][j] (=, or += with acc) (L x)[a][j], x's 64-column slices staged in buf */
+static void port_lower_times(const float *L, float *buf, const float *src, size_t stride, const float *scale, int n,
+                             int d, float *dst, size_t ldd, bool acc)
+{
+    for (int i0 = 0; i0 < d; i0 += C) {
+        const int w = imin(C, d - i0);
+        port_stage(buf, C + 1, C, src + i0, stride, n, w, scale);
+        for (int tid = 0; tid < CHUNK_THREADS; tid++) {
+            const int ta = tid >> 4, tb = tid & 15;
+            float o[4][4] = {{0}};
+            port_tile_lr(o, L, C + 1, buf, C + 1, imin(n, 4 * ta + 4), ta, tb);
+            for (int r = 0; r < 4; r++)
+                for (int s = 0; s < 4; s++) {
+                    const int ia = 4 * ta + r, j = tb + 16 * s;
+                    if (ia >= n || j >= w) continue;
+                    float *y = dst + (size_t)ia * ldd + i0 + j;
+                    *y = acc ? *y + o[r][s] : o[r][s];
+                }
+        }
+    }
+}
+
 /* ---- delta_chunk_prep: grid (chunks, v_heads), 256 threads ---- */
 static void port_chunk_prep(const ssm_args *a, const gpu_ssm_seq *chunks, int n_chunks, float *U, float *W, float *Gc)
 {
@@ -163,24 +185,9 @@ static void port_chunk_prep(const ssm_args *a, const gpu_ssm_seq *chunks, int n_
                 }
             }
             for (int tid = 0; tid < n; tid++) sT[tid][tid] = 1.0f;
-            for (int pass = 0; pass < 2; pass++) {
-                const int off = pass ? k_off : v_off;
-                float *dst = (pass ? W : U) + (size_t)t0 * nv * d + (size_t)h * d;
-                for (int i0 = 0; i0 < d; i0 += C) {
-                    const int w = imin(C, d - i0);
-                    port_stage(buf, C + 1, C, mix + off + i0, a->chan, n, w, pass ? sF : sB);
-                    for (int tid = 0; tid < CHUNK_THREADS; tid++) {
-                        const int ta = tid >> 4, tb = tid & 15;
-                        float o[4][4] = {{0}};
-                        port_tile_lr(o, &sT[0][0], C + 1, buf, C + 1, imin(n, 4 * ta + 4), ta, tb);
-                        for (int r = 0; r < 4; r++)
-                            for (int s = 0; s < 4; s++) {
-                                const int ia = 4 * ta + r, j = tb + 16 * s;
-                                if (ia < n && j < w) dst[(size_t)ia * nv * d + i0 + j] = o[r][s];
-                            }
-                    }
-                }
-            }
+            for (int pass = 0; pass < 2; pass++)
+                port_lower_times(&sT[0][0], buf, mix + (pass ? k_off : v_off), a->chan, pass ? sF : sB, n, d,
+                                 (pass ? W : U) + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, false);
         }
 }
 
@@ -283,22 +290,8 @@ static void port_chunk_out(const ssm_args *a, const gpu_ssm_seq *chunks, int n_c
                         const int ia = 4 * (tid >> 4) + r, ib = (tid & 15) + 16 * s;
                         sQK[ia][ib] = ib <= ia && ia < n ? acc[tid][r][s] * expf(sG[ia] - sG[ib]) : 0.0f;
                     }
-            const float *un = U + (size_t)t0 * nv * d + (size_t)h * d;
-            float *out = a->out + (size_t)t0 * nv * d + (size_t)h * d;
-            for (int i0 = 0; i0 < d; i0 += C) {
-                const int w = imin(C, d - i0);
-                port_stage(tile, C + 1, C, un + i0, (size_t)nv * d, n, w, NULL);
-                for (int tid = 0; tid < CHUNK_THREADS; tid++) {
-                    const int ta = tid >> 4, tb = tid & 15;
-                    float o[4][4] = {{0}};
-                    port_tile_lr(o, &sQK[0][0], C + 1, tile, C + 1, imin(n, 4 * ta + 4), ta, tb);
-                    for (int r = 0; r < 4; r++)
-                        for (int s = 0; s < 4; s++) {
-                            const int ia = 4 * ta + r, j = tb + 16 * s;
-                            if (ia < n && j < w) out[(size_t)ia * nv * d + i0 + j] += o[r][s];
-                        }
-                }
-            }
+            port_lower_times(&sQK[0][0], tile, U + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, NULL, n, d,
+                             a->out + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, true);
         }
 }
 

@@ -228,18 +228,45 @@ extern "C" __global__ void shexp_add(float *x, const float *y, const float *logi
 
 #define DN_C GPU_SSM_CHUNK
 
-// buf[r][i] (row stride ld) = src[r][i] * (scale ? scale[r] : 1) for rows r < n and columns
-// i < w of a width-column slice; 0 elsewhere, so the products need no bounds.
+#define DN_THREADS 256 // every chunk kernel's block
+
+// A width-column slice of 64 rows, staged in two halves so that a thread's loads are all in
+// flight at once (one round trip to L2 a slice, not one a load): dn_load takes the thread's
+// elements src[r][i] (rows r < n, columns i < w; 0 elsewhere, so the products need no bounds)
+// into registers, dn_store writes them times scale[r] (scale may be null) into buf[r][i] (row
+// stride ld).
+template <int WIDTH> struct dn_slice { float v[DN_C * WIDTH / DN_THREADS]; };
+
+template <int WIDTH>
+__device__ __forceinline__ void dn_load(dn_slice<WIDTH> &x, const float *src, size_t stride, int n, int w)
+{
+    constexpr int RSTEP = DN_THREADS / WIDTH; // rows apart of a thread's elements
+    const int r0 = threadIdx.x / WIDTH, i = threadIdx.x % WIDTH;
+    const float *p = src + (size_t)r0 * stride + i;
+#pragma unroll
+    for (int k = 0; k < DN_C * WIDTH / DN_THREADS; k++)
+        x.v[k] = r0 + k * RSTEP < n && i < w ? p[(size_t)k * RSTEP * stride] : 0.0f;
+}
+
+template <int WIDTH>
+__device__ __forceinline__ void dn_store(float *buf, int ld, const dn_slice<WIDTH> &x, const float *scale)
+{
+    constexpr int RSTEP = DN_THREADS / WIDTH;
+    const int r0 = threadIdx.x / WIDTH, i = threadIdx.x % WIDTH;
+#pragma unroll
+    for (int k = 0; k < DN_C * WIDTH / DN_THREADS; k++) {
+        const int r = r0 + k * RSTEP;
+        buf[r * ld + i] = scale ? x.v[k] * scale[r] : x.v[k];
+    }
+}
+
 template <int WIDTH>
 __device__ __forceinline__ void dn_stage(float *buf, int ld, const float *src, size_t stride, int n, int w,
                                          const float *scale)
 {
-    for (int idx = threadIdx.x; idx < DN_C * WIDTH; idx += blockDim.x) {
-        const int r = idx / WIDTH, i = idx % WIDTH;
-        float v = 0.0f;
-        if (r < n && i < w) v = src[(size_t)r * stride + i] * (scale ? scale[r] : 1.0f);
-        buf[r * ld + i] = v;
-    }
+    dn_slice<WIDTH> x;
+    dn_load<WIDTH>(x, src, stride, n, w);
+    dn_store<WIDTH>(buf, ld, x, scale);
 }
 
 // acc[r][s] += sum over b < bmax of L[4 ta + r][b] R[b][tb + 16 s] (L, R: row strides ldl, ldr)
@@ -278,9 +305,37 @@ __device__ __forceinline__ void dn_tile_xyt(float (&acc)[4][4], const float *X, 
     }
 }
 
+// dst[a][j] (=, or += with acc) (L x) [a][j] for the chunk's rows a < n and the d columns of x,
+// a 64-column slice of x (src, row stride `stride`, row b times scale[b] when scale) staged in
+// buf at a time; L [64][65] in shared memory, lower triangular (b <= a): dst's rows are
+// nv * d apart (U, W, out).
+__device__ __forceinline__ void dn_lower_times(const float *L, float *buf, const float *src, size_t stride,
+                                               const float *scale, int n, int d, float *dst, size_t ldd, bool acc,
+                                               int ta, int tb)
+{
+    for (int i0 = 0; i0 < d; i0 += DN_C) {
+        const int w = min(DN_C, d - i0);
+        __syncthreads();
+        dn_stage<DN_C>(buf, DN_C + 1, src + i0, stride, n, w, scale);
+        __syncthreads();
+        float o[4][4] = {};
+        dn_tile_lr(o, L, DN_C + 1, buf, DN_C + 1, min(n, 4 * ta + 4), ta, tb);
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const int ia = 4 * ta + r, j = tb + 16 * s;
+                if (ia < n && j < w) {
+                    float *y = dst + (size_t)ia * ldd + i0 + j;
+                    *y = acc ? *y + o[r][s] : o[r][s];
+                }
+            }
+    }
+}
+
 // Grid (chunks, v_heads), 256 threads.  U, W: [t][v_heads * d]; Gc: [t][v_heads], the
 // cumulative log decay within the token's chunk.
-extern "C" __global__ void __launch_bounds__(256) delta_chunk_prep(ssm_args a, const gpu_ssm_seq *chunks, float *U,
+extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_prep(ssm_args a, const gpu_ssm_seq *chunks, float *U,
                                                                    float *W, float *Gc)
 {
     __shared__ float buf[DN_C * (DN_C + 1)], sT[DN_C][DN_C + 1], sG[DN_C], sB[DN_C], sF[DN_C], row[DN_C];
@@ -335,25 +390,9 @@ extern "C" __global__ void __launch_bounds__(256) delta_chunk_prep(ssm_args a, c
     }
     __syncthreads();
     if (tid < n) sT[tid][tid] = 1.0f; // I + T
-    for (int pass = 0; pass < 2; pass++) { // U = (I + T) beta v, then W = (I + T) beta exp(G) k
-        const int off = pass ? k_off : v_off;
-        float *dst = (pass ? W : U) + (size_t)t0 * nv * d + (size_t)h * d;
-        for (int i0 = 0; i0 < d; i0 += DN_C) {
-            const int w = min(DN_C, d - i0);
-            __syncthreads();
-            dn_stage<DN_C>(buf, DN_C + 1, mix + off + i0, a.chan, n, w, pass ? sF : sB);
-            __syncthreads();
-            float o[4][4] = {};
-            dn_tile_lr(o, &sT[0][0], DN_C + 1, buf, DN_C + 1, min(n, 4 * ta + 4), ta, tb);
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    const int ia = 4 * ta + r, j = tb + 16 * s;
-                    if (ia < n && j < w) dst[(size_t)ia * nv * d + i0 + j] = o[r][s];
-                }
-        }
-    }
+    for (int pass = 0; pass < 2; pass++) // U = (I + T) beta v, then W = (I + T) beta exp(G) k
+        dn_lower_times(&sT[0][0], buf, mix + (pass ? k_off : v_off), a.chan, pass ? sF : sB, n, d,
+                       (pass ? W : U) + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, false, ta, tb);
 }
 
 // acc[r] += sum over i < w of X[4 rg + r][i] S[i0 + i][c] (X row stride DN_C + 1, S [d][cols])
@@ -367,26 +406,15 @@ __device__ __forceinline__ void dn_rows_s(float (&acc)[4], const float *X, const
     }
 }
 
-// acc[r] += sum over chunk rows b of src[b][i0 + i] S[i][c] for the rows i < d of a slice of 64,
-// staged into buf: the products of the chunk's 64 rows of W (or q) with the block's columns.
-__device__ __forceinline__ void dn_slices_s(float (&acc)[4], float *buf, const float *src, size_t stride, int n, int d,
-                                            const float *S, int rg, int c)
-{
-    for (int i0 = 0; i0 < d; i0 += DN_C) {
-        const int w = min(DN_C, d - i0);
-        __syncthreads();
-        dn_stage<DN_C>(buf, DN_C + 1, src + i0, stride, n, w, nullptr);
-        __syncthreads();
-        dn_rows_s(acc, buf, S, i0, w, rg, c);
-    }
-}
-
 // Grid (sequences, v_heads, ceil(d / GPU_SSM_COLS)), 256 threads: the block's 16 columns of
 // the head's state S [d][d] in shared memory through the sequence's chunks.  Thread (rg, c) =
 // (tid / 16, tid % 16): column c, chunk rows (and, in the update, state rows of a slice)
-// 4 rg .. 4 rg + 3.
-extern "C" __global__ void __launch_bounds__(256) delta_chunk_state(ssm_args a, float *U, const float *W,
-                                                                   const float *Gc)
+// 4 rg .. 4 rg + 3.  A chunk is 3 ns stages of 64-column slices (ns = ceil(d / 64)): W's
+// (W S0 into pw), q's (q S0 into pq), then k's (the update); the next stage's slice is loaded
+// into registers while this one's products run, across chunks too, so the serial walk waits
+// on L2 once per sequence rather than once a stage.
+extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_state(ssm_args a, float *U, const float *W,
+                                                                          const float *Gc)
 {
     constexpr int CB = GPU_SSM_COLS;
     __shared__ float sS[GPU_SSM_MAX_D * CB], buf[DN_C * (DN_C + 1)], sV[DN_C][CB], sG[DN_C], sE[DN_C];
@@ -394,38 +422,56 @@ extern "C" __global__ void __launch_bounds__(256) delta_chunk_state(ssm_args a, 
     const int h = blockIdx.y, tid = threadIdx.x, d = a.d, nv = a.v_heads, j0 = blockIdx.z * CB;
     const int per_k = nv / a.k_heads, kh = a.grouped ? h / per_k : h % a.k_heads, cols = min(CB, d - j0);
     const int q_off = kh * d, k_off = a.k_heads * d + kh * d, c = tid % CB, rg = tid / CB;
+    const int ns = (d + DN_C - 1) / DN_C, end = s.first + s.n;
     float *S = a.state + (size_t)s.state * a.slot_stride + a.delta_off + (size_t)h * d * d;
+    // stage st of the chunk at t0 into x: slice st % ns of W, q or k (st / ns)
+    auto load = [&](dn_slice<DN_C> &x, int t0, int st) {
+        const int kind = st / ns, i0 = (st % ns) * DN_C, n = min(DN_C, end - t0), w = min(DN_C, d - i0);
+        if (kind == 0) dn_load<DN_C>(x, W + (size_t)t0 * nv * d + (size_t)h * d + i0, (size_t)nv * d, n, w);
+        else dn_load<DN_C>(x, a.mix + (size_t)t0 * a.chan + (kind == 1 ? q_off : k_off) + i0, a.chan, n, w);
+    };
     for (int idx = tid; idx < d * CB; idx += blockDim.x)
         sS[idx] = idx % CB < cols ? S[(size_t)(idx / CB) * d + j0 + idx % CB] : 0.0f;
-    const int end = s.first + s.n;
+    dn_slice<DN_C> nxt;
+    if (s.n > 0) load(nxt, s.first, 0);
     for (int t0 = s.first; t0 < end; t0 += DN_C) {
         const int n = min(DN_C, end - t0);
-        const float *mix = a.mix + (size_t)t0 * a.chan;
-        __syncthreads(); // the last chunk's readers of sG, sE and sV are done
+        // (the last chunk's readers of sG were done before its update's barriers)
         if (tid < DN_C) sG[tid] = tid < n ? Gc[(size_t)(t0 + tid) * nv + h] : 0.0f;
-        float pw[4] = {}, pq[4] = {};
-        dn_slices_s(pw, buf, W + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, n, d, sS, rg, c);
-        dn_slices_s(pq, buf, mix + q_off, a.chan, n, d, sS, rg, c);
+        float pw[4] = {}, pq[4] = {}, el = 1.0f;
+        for (int st = 0; st < 3 * ns; st++) {
+            const int kind = st / ns, i0 = (st % ns) * DN_C, w = min(DN_C, d - i0);
+            if (st == 2 * ns) { // W S0 and q S0 complete: v_new = U - W S0 (into U and sV), out = exp(G) q S0
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int ia = 4 * rg + r;
-            float vn = 0.0f;
-            if (ia < n && c < cols) {
-                const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j0 + c;
-                vn = U[o] - pw[r];
-                U[o] = vn;
-                a.out[o] = expf(sG[ia]) * pq[r];
+                for (int r = 0; r < 4; r++) {
+                    const int ia = 4 * rg + r;
+                    float vn = 0.0f;
+                    if (ia < n && c < cols) {
+                        const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j0 + c;
+                        vn = U[o] - pw[r];
+                        U[o] = vn;
+                        a.out[o] = expf(sG[ia]) * pq[r];
+                    }
+                    sV[ia][c] = vn;
+                }
+                const float GL = sG[n - 1];
+                el = expf(GL);
+                if (tid < DN_C) sE[tid] = tid < n ? expf(GL - sG[tid]) : 0.0f;
             }
-            sV[ia][c] = vn;
-        }
-        const float GL = sG[n - 1], el = expf(GL);
-        if (tid < DN_C) sE[tid] = tid < n ? expf(GL - sG[tid]) : 0.0f;
-        for (int i0 = 0; i0 < d; i0 += DN_C) { // S = exp(GL) S + (k exp(GL - G))^T v_new, a slice at a time
-            const int w = min(DN_C, d - i0);
-            __syncthreads(); // sV and sE written, buf's readers done
-            dn_stage<DN_C>(buf, DN_C + 1, mix + k_off + i0, a.chan, n, w, sE);
+            __syncthreads(); // buf's readers done; sG (and at the update sV, sE) written
+            dn_store<DN_C>(buf, DN_C + 1, nxt, kind == 2 ? sE : nullptr); // k rows times exp(GL - G_b)
             __syncthreads();
-            float acc[4] = {};
+            if (st + 1 < 3 * ns) load(nxt, t0, st + 1);
+            else if (t0 + DN_C < end) load(nxt, t0 + DN_C, 0);
+            if (kind == 0) {
+                dn_rows_s(pw, buf, sS, i0, w, rg, c);
+                continue;
+            }
+            if (kind == 1) {
+                dn_rows_s(pq, buf, sS, i0, w, rg, c);
+                continue;
+            }
+            float acc[4] = {}; // S = exp(GL) S + (k exp(GL - G))^T v_new on this slice's rows
 #pragma unroll 4
             for (int b = 0; b < n; b++) {
                 const float v = sV[b][c];
@@ -445,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(256) delta_chunk_state(ssm_args a, 
 }
 
 // Grid (chunks, v_heads), 256 threads: the in-chunk part of the outputs, from v_new (in U).
-extern "C" __global__ void __launch_bounds__(256) delta_chunk_out(ssm_args a, const gpu_ssm_seq *chunks, const float *U,
+extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_out(ssm_args a, const gpu_ssm_seq *chunks, const float *U,
                                                                   const float *Gc)
 {
     constexpr int QW = 32; // q and k slices of 32 columns side by side
@@ -461,8 +507,11 @@ extern "C" __global__ void __launch_bounds__(256) delta_chunk_out(ssm_args a, co
     for (int i0 = 0; i0 < d; i0 += QW) { // q k^T
         const int w = min(QW, d - i0);
         __syncthreads();
-        dn_stage<QW>(bq, QW + 1, mix + q_off + i0, a.chan, n, w, nullptr);
-        dn_stage<QW>(bk, QW + 1, mix + k_off + i0, a.chan, n, w, nullptr);
+        dn_slice<QW> xq, xk;
+        dn_load<QW>(xq, mix + q_off + i0, a.chan, n, w);
+        dn_load<QW>(xk, mix + k_off + i0, a.chan, n, w);
+        dn_store<QW>(bq, QW + 1, xq, nullptr);
+        dn_store<QW>(bk, QW + 1, xk, nullptr);
         __syncthreads();
         dn_tile_xyt(acc, bq, bk, QW + 1, w, ta, tb);
     }
@@ -473,21 +522,7 @@ extern "C" __global__ void __launch_bounds__(256) delta_chunk_out(ssm_args a, co
             const int ia = 4 * ta + r, ib = tb + 16 * s;
             sQK[ia][ib] = ib <= ia && ia < n ? acc[r][s] * expf(sG[ia] - sG[ib]) : 0.0f;
         }
-    const float *un = U + (size_t)t0 * nv * d + (size_t)h * d;
-    float *out = a.out + (size_t)t0 * nv * d + (size_t)h * d;
-    for (int i0 = 0; i0 < d; i0 += DN_C) { // out += (q k^T decayed) v_new, v_new staged in tile
-        const int w = min(DN_C, d - i0);
-        __syncthreads();
-        dn_stage<DN_C>(tile, DN_C + 1, un + i0, (size_t)nv * d, n, w, nullptr);
-        __syncthreads();
-        float o[4][4] = {};
-        dn_tile_lr(o, &sQK[0][0], DN_C + 1, tile, DN_C + 1, min(n, 4 * ta + 4), ta, tb);
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const int ia = 4 * ta + r, j = tb + 16 * s;
-                if (ia < n && j < w) out[(size_t)ia * nv * d + i0 + j] += o[r][s];
-            }
-    }
+    // out += (q k^T decayed) v_new, v_new staged in tile
+    dn_lower_times(&sQK[0][0], tile, U + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, nullptr, n, d,
+                   a.out + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, true, ta, tb);
 }

@@ -765,7 +765,9 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
      * FP16 h alone moved the reference hybrids' top-1 against the CPU by 1-4 % (the CPU with
      * the GPU's roundings emulated gives the H100's figures; with these inputs in FP32, >= 99.3
      * %): the conv, the 16-wide L2 norms and the state carry its error on, a MoE router flip
-     * with it.  One more pass over Wqkv and Wgate per linear layer. */
+     * with it.  One more pass over Wqkv and Wgate per linear layer (~16 % of a linear layer's
+     * prefill on the H100), and prompt steps need it as much: without it there (decode keeping
+     * it) qwen3_5_moe fell to 96.18 %, qwen3_next to 97.92 % (docs/benchmarks.md, issue 26). */
     matmul_op rest = {.out = {proj.out[0], proj.out[1]}, .n_out = 2, .x = g->act_lo, .m = T, .ldx = g->d_embd,
                       .accumulate = true, .what = what};
     if (matmul(g, &rest, err, errlen)) return -1;

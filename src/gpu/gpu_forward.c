@@ -811,7 +811,9 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
      * FP16 h alone moved the reference hybrids' top-1 against the CPU by 1-4 % (the CPU with
      * the GPU's roundings emulated gives the H100's figures; with these inputs in FP32, >= 99.3
      * %): the conv, the 16-wide L2 norms and the state carry its error on, a MoE router flip
-     * with it.  One more pass over Wqkv and Wgate per linear layer. */
+     * with it.  One more pass over Wqkv and Wgate per linear layer (~16 % of a linear layer's
+     * prefill on the H100), and prompt steps need it as much: without it there (decode keeping
+     * it) qwen3_5_moe fell to 96.18 %, qwen3_next to 97.92 % (docs/benchmarks.md, issue 26). */
     matmul_op rest = {.out = {proj.out[0], proj.out[1]}, .n_out = 2, .x = g->act_lo, .m = T, .ldx = g->d_embd,
                       .accumulate = true, .what = what};
     if (matmul(g, &rest, err, errlen)) return -1;
@@ -831,7 +833,10 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         .delta_off = conv_off + (long long)g->conv_floats, .chan = chan, .taps = hp->ssm_conv, .d = d, .k_heads = nk,
         .v_heads = nv, .grouped = hp->ssm_grouped,
     };
-    LAUNCH(g->k.ssm_conv, ((gpu_launch_dims){(unsigned)ap->n_ssm, ceil_div((size_t)chan, 128), 1, 128}), what, &sa);
+    /* a prompt's tokens in GPU_SSM_CONV_SEGS runs side by side (some sequence has more than a
+     * chunk); a decode step's one token each, a warp per 32 channels */
+    const unsigned segs = ap->n_chunks > ap->n_ssm ? GPU_SSM_CONV_SEGS : 1;
+    LAUNCH(g->k.ssm_conv, ((gpu_launch_dims){(unsigned)ap->n_ssm, ceil_div((size_t)chan, 32), 1, 32 * segs}), what, &sa);
     LAUNCH(g->k.ssm_qk_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk), 1, 32}), what, &g->ssm_mix, &chan, &d,
            &nk);
     gpu_launch_dims per_seq = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32};
@@ -841,7 +846,8 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         CUdeviceptr chunks = g->in_d + g->in.schunk;
         gpu_launch_dims per_chunk = {(unsigned)ap->n_chunks, (unsigned)nv, 1, 256};
         LAUNCH(g->k.delta_chunk_prep, per_chunk, what, &sa, &chunks, &g->ssm_u, &g->ssm_w, &g->ssm_gc);
-        LAUNCH(g->k.delta_chunk_state, per_seq, what, &sa, &g->ssm_u, &g->ssm_w, &g->ssm_gc);
+        gpu_launch_dims per_cols = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, GPU_SSM_COLS), 256};
+        LAUNCH(g->k.delta_chunk_state, per_cols, what, &sa, &g->ssm_u, &g->ssm_w, &g->ssm_gc);
         LAUNCH(g->k.delta_chunk_out, per_chunk, what, &sa, &chunks, &g->ssm_u, &g->ssm_gc);
     } else {
         LAUNCH(g->k.delta_rule, per_seq, what, &sa);

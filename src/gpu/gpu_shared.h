@@ -65,6 +65,8 @@ typedef struct gpu_ssm_seq {
 #define GPU_SSM_MAX_D 256   /* q/k/v head width (state_size) */
 #define GPU_SSM_WARPS 8     /* delta_rule: rows of the state split over 8 warps */
 #define GPU_SSM_CHUNK 64    /* tokens per chunk of the chunked prefill */
+#define GPU_SSM_CONV_SEGS 16 /* ssm_conv: runs of a prompt's tokens side by side (one warp each) */
+#define GPU_SSM_COLS 16     /* delta_chunk_state: state columns per block */
 
 /* One linear layer over a step's sequences.  mix [t][chan] holds the q, k and v channels
  * (q heads at 0, k heads at k_heads*d, v heads at 2*k_heads*d); a state slot holds, per linear

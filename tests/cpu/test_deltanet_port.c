@@ -51,66 +51,6 @@ static int k_head(const ssm_args *a, int h)
     return a->grouped ? h / per_k : h % a->k_heads;
 }
 
-static float dot_d(const float *x, const float *y, int d)
-{
-    float s = 0.0f;
-    for (int i = 0; i < d; i++) s += x[i] * y[i];
-    return s;
-}
-
-/* ---- delta_chunk_prep: grid (chunks, v_heads), 256 threads ---- */
-static void port_chunk_prep(const ssm_args *a, const gpu_ssm_seq *chunks, int n_chunks, float *U, float *W, float *Gc)
-{
-    static float sT[GPU_SSM_CHUNK][GPU_SSM_CHUNK + 1], sG[GPU_SSM_CHUNK], sB[GPU_SSM_CHUNK], row[GPU_SSM_CHUNK];
-    for (int bx = 0; bx < n_chunks; bx++)
-        for (int h = 0; h < a->v_heads; h++) {
-            const gpu_ssm_seq c = chunks[bx];
-            const int d = a->d, nv = a->v_heads, n = c.n, t0 = c.first, kh = k_head(a, h);
-            const int k_off = a->k_heads * d + kh * d, v_off = 2 * a->k_heads * d + h * d;
-            for (int tid = 0; tid < CHUNK_THREADS; tid++) {
-                if (tid == 0) {
-                    float acc = 0.0f;
-                    for (int i = 0; i < n; i++) sG[i] = acc += a->g[(size_t)(t0 + i) * nv + h];
-                }
-                if (tid < n) sB[tid] = a->beta[(size_t)(t0 + tid) * nv + h];
-            }
-            for (int tid = 0; tid < CHUNK_THREADS; tid++) { /* __syncthreads */
-                if (tid < n) Gc[(size_t)(t0 + tid) * nv + h] = sG[tid];
-                for (int idx = tid; idx < n * n; idx += CHUNK_THREADS) {
-                    const int ia = idx / n, ib = idx % n;
-                    float v = 0.0f;
-                    if (ib < ia)
-                        v = -sB[ia] *
-                            dot_d(a->mix + (size_t)(t0 + ia) * a->chan + k_off, a->mix + (size_t)(t0 + ib) * a->chan + k_off, d) *
-                            expf(sG[ia] - sG[ib]);
-                    sT[ia][ib] = v;
-                }
-            }
-            for (int ia = 1; ia < n; ia++) {
-                for (int tid = 0; tid < ia; tid++) row[tid] = sT[ia][tid];
-                for (int tid = 0; tid < ia; tid++) { /* __syncthreads */
-                    float t = row[tid];
-                    for (int m = tid + 1; m < ia; m++) t += row[m] * sT[m][tid];
-                    sT[ia][tid] = t;
-                }
-            }
-            for (int tid = 0; tid < CHUNK_THREADS; tid++)
-                for (int idx = tid; idx < n * d; idx += CHUNK_THREADS) {
-                    const int ia = idx / d, j = idx % d;
-                    float u = 0.0f, w = 0.0f;
-                    for (int ib = 0; ib <= ia; ib++) {
-                        const float bb = sB[ib] * (ib == ia ? 1.0f : sT[ia][ib]);
-                        const float *x = a->mix + (size_t)(t0 + ib) * a->chan;
-                        u += bb * x[v_off + j];
-                        w += bb * expf(sG[ib]) * x[k_off + j];
-                    }
-                    const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j;
-                    U[o] = u;
-                    W[o] = w;
-                }
-        }
-}
-
 /* The per-thread registers of a (sequence, v head, 32 columns) block: S's rows i0.. of column j. */
 typedef struct block_regs {
     float r[THREADS][MAX_ROWS];
@@ -144,101 +84,214 @@ static void store_regs(const ssm_args *a, gpu_ssm_seq s, int h, int bz, const bl
     }
 }
 
-/* ---- delta_chunk_state: grid (sequences, v_heads, ceil(d / 32)), 8 warps ---- */
+#define C GPU_SSM_CHUNK
+#define CB GPU_SSM_COLS
+
+/* dn_stage: buf[r][i] (row stride ld) = src[r][i] * (scale ? scale[r] : 1) for r < n, i < w of a
+ * width-column slice, 0 elsewhere (every thread's share: the whole tile). */
+static void port_stage(float *buf, int ld, int width, const float *src, size_t stride, int n, int w, const float *scale)
+{
+    for (int idx = 0; idx < C * width; idx++) {
+        const int r = idx / width, i = idx % width;
+        float v = 0.0f;
+        if (r < n && i < w) v = src[(size_t)r * stride + i] * (scale ? scale[r] : 1.0f);
+        buf[r * ld + i] = v;
+    }
+}
+
+/* dn_tile_lr for thread (ta, tb) */
+static void port_tile_lr(float acc[4][4], const float *L, int ldl, const float *R, int ldr, int bmax, int ta, int tb)
+{
+    for (int b = 0; b < bmax; b++)
+        for (int r = 0; r < 4; r++)
+            for (int s = 0; s < 4; s++) acc[r][s] += L[(4 * ta + r) * ldl + b] * R[b * ldr + tb + 16 * s];
+}
+
+/* dn_tile_xyt for thread (ta, tb) */
+static void port_tile_xyt(float acc[4][4], const float *X, const float *Y, int ld, int w, int ta, int tb)
+{
+    for (int i = 0; i < w; i++)
+        for (int r = 0; r < 4; r++)
+            for (int s = 0; s < 4; s++) acc[r][s] += X[(4 * ta + r) * ld + i] * Y[(tb + 16 * s) * ld + i];
+}
+
+static int imin(int x, int y) { return x < y ? x : y; }
+
+/* dn_lower_times: dst[a][j] (=, or += with acc) (L x)[a][j], x's 64-column slices staged in buf */
+static void port_lower_times(const float *L, float *buf, const float *src, size_t stride, const float *scale, int n,
+                             int d, float *dst, size_t ldd, bool acc)
+{
+    for (int i0 = 0; i0 < d; i0 += C) {
+        const int w = imin(C, d - i0);
+        port_stage(buf, C + 1, C, src + i0, stride, n, w, scale);
+        for (int tid = 0; tid < CHUNK_THREADS; tid++) {
+            const int ta = tid >> 4, tb = tid & 15;
+            float o[4][4] = {{0}};
+            port_tile_lr(o, L, C + 1, buf, C + 1, imin(n, 4 * ta + 4), ta, tb);
+            for (int r = 0; r < 4; r++)
+                for (int s = 0; s < 4; s++) {
+                    const int ia = 4 * ta + r, j = tb + 16 * s;
+                    if (ia >= n || j >= w) continue;
+                    float *y = dst + (size_t)ia * ldd + i0 + j;
+                    *y = acc ? *y + o[r][s] : o[r][s];
+                }
+        }
+    }
+}
+
+/* ---- delta_chunk_prep: grid (chunks, v_heads), 256 threads ---- */
+static void port_chunk_prep(const ssm_args *a, const gpu_ssm_seq *chunks, int n_chunks, float *U, float *W, float *Gc)
+{
+    static float buf[C * (C + 1)], sT[C][C + 1], sG[C], sB[C], sF[C], row[C], acc[CHUNK_THREADS][4][4];
+    for (int bx = 0; bx < n_chunks; bx++)
+        for (int h = 0; h < a->v_heads; h++) {
+            const gpu_ssm_seq c = chunks[bx];
+            const int d = a->d, nv = a->v_heads, n = c.n, t0 = c.first, kh = k_head(a, h);
+            const int k_off = a->k_heads * d + kh * d, v_off = 2 * a->k_heads * d + h * d;
+            const float *mix = a->mix + (size_t)t0 * a->chan;
+            float g0[WARP], g1[WARP]; /* warp 0's scan: __shfl_up_sync steps 1, 2, 4, 8, 16 */
+            for (int l = 0; l < WARP; l++) {
+                g0[l] = l < n ? a->g[(size_t)(t0 + l) * nv + h] : 0.0f;
+                g1[l] = l + WARP < n ? a->g[(size_t)(t0 + l + WARP) * nv + h] : 0.0f;
+            }
+            for (int o = 1; o < WARP; o <<= 1) {
+                float u0[WARP], u1[WARP];
+                memcpy(u0, g0, sizeof u0), memcpy(u1, g1, sizeof u1);
+                for (int l = o; l < WARP; l++) g0[l] += u0[l - o], g1[l] += u1[l - o];
+            }
+            for (int l = 0; l < WARP; l++) sG[l] = g0[l], sG[l + WARP] = g1[l] + g0[WARP - 1];
+            for (int tid = 0; tid < C; tid++) sB[tid] = tid < n ? a->beta[(size_t)(t0 + tid) * nv + h] : 0.0f;
+            memset(acc, 0, sizeof acc);
+            for (int i0 = 0; i0 < d; i0 += C) {
+                const int w = imin(C, d - i0);
+                port_stage(buf, C + 1, C, mix + k_off + i0, a->chan, n, w, NULL);
+                for (int tid = 0; tid < CHUNK_THREADS; tid++) port_tile_xyt(acc[tid], buf, buf, C + 1, w, tid >> 4, tid & 15);
+            }
+            for (int tid = 0; tid < n; tid++) Gc[(size_t)(t0 + tid) * nv + h] = sG[tid];
+            for (int tid = 0; tid < C; tid++) sF[tid] = sB[tid] * expf(sG[tid]);
+            for (int tid = 0; tid < CHUNK_THREADS; tid++)
+                for (int r = 0; r < 4; r++)
+                    for (int s = 0; s < 4; s++) {
+                        const int ia = 4 * (tid >> 4) + r, ib = (tid & 15) + 16 * s;
+                        sT[ia][ib] = ib < ia && ia < n ? -sB[ia] * acc[tid][r][s] * expf(sG[ia] - sG[ib]) : 0.0f;
+                    }
+            for (int ia = 1; ia < n; ia++) { /* column b's sum over 4 lanes, then the two shuffles */
+                for (int tid = 0; tid < ia; tid++) row[tid] = sT[ia][tid];
+                for (int col = 0; col < ia; col++) {
+                    float t[4] = {0};
+                    for (int q = 0; q < 4; q++)
+                        for (int m = col + 1 + q; m < ia; m += 4) t[q] += row[m] * sT[m][col];
+                    sT[ia][col] = row[col] + ((t[0] + t[1]) + (t[2] + t[3]));
+                }
+            }
+            for (int tid = 0; tid < n; tid++) sT[tid][tid] = 1.0f;
+            for (int pass = 0; pass < 2; pass++)
+                port_lower_times(&sT[0][0], buf, mix + (pass ? k_off : v_off), a->chan, pass ? sF : sB, n, d,
+                                 (pass ? W : U) + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, false);
+        }
+}
+
+/* dn_slices_s for every thread: acc[tid][r] += src rows 4 rg + r times S's column c */
+static void port_slices_s(float acc[][4], float *buf, const float *src, size_t stride, int n, int d, const float *S)
+{
+    for (int i0 = 0; i0 < d; i0 += C) {
+        const int w = imin(C, d - i0);
+        port_stage(buf, C + 1, C, src + i0, stride, n, w, NULL);
+        for (int tid = 0; tid < CHUNK_THREADS; tid++) {
+            const int c = tid % CB, rg = tid / CB;
+            for (int i = 0; i < w; i++)
+                for (int r = 0; r < 4; r++) acc[tid][r] += buf[(4 * rg + r) * (C + 1) + i] * S[(i0 + i) * CB + c];
+        }
+    }
+}
+
+/* ---- delta_chunk_state: grid (sequences, v_heads, ceil(d / GPU_SSM_COLS)), 256 threads ---- */
 static void port_chunk_state(const ssm_args *a, int n_seq, float *U, const float *W, const float *Gc)
 {
-    static float rw[GPU_SSM_WARPS][GPU_SSM_WARPS][WARP], rq[GPU_SSM_WARPS][GPU_SSM_WARPS][WARP];
-    static float sVn[GPU_SSM_CHUNK][WARP];
-    static block_regs R;
-    const int d = a->d, nv = a->v_heads, rows = (d + GPU_SSM_WARPS - 1) / GPU_SSM_WARPS;
+    static float sS[GPU_SSM_MAX_D * CB], buf[C * (C + 1)], sV[C][CB], sG[C], sE[C];
+    static float pw[CHUNK_THREADS][4], pq[CHUNK_THREADS][4];
+    const int d = a->d, nv = a->v_heads;
     for (int bx = 0; bx < n_seq; bx++)
         for (int h = 0; h < nv; h++)
-            for (int bz = 0; bz < (d + 31) / 32; bz++) {
+            for (int bz = 0; bz < (d + CB - 1) / CB; bz++) {
                 const gpu_ssm_seq s = a->seqs[bx];
-                const int kh = k_head(a, h), q_off = kh * d, k_off = a->k_heads * d + kh * d;
-                load_regs(a, s, h, bz, &R);
+                const int kh = k_head(a, h), q_off = kh * d, k_off = a->k_heads * d + kh * d, j0 = bz * CB;
+                const int cols = imin(CB, d - j0);
+                float *S = head_state(a, s, h);
+                for (int idx = 0; idx < d * CB; idx++)
+                    sS[idx] = idx % CB < cols ? S[(size_t)(idx / CB) * d + j0 + idx % CB] : 0.0f;
                 const int end = s.first + s.n;
-                for (int t0 = s.first; t0 < end; t0 += GPU_SSM_CHUNK) {
-                    const int n = end - t0 < GPU_SSM_CHUNK ? end - t0 : GPU_SSM_CHUNK;
-                    for (int a0 = 0; a0 < n; a0 += GPU_SSM_WARPS) {
-                        for (int tid = 0; tid < THREADS; tid++) {
-                            const int lane = tid & 31, w = tid >> 5, i0 = w * rows;
-                            const float *r = R.r[tid];
-                            for (int u = 0; u < GPU_SSM_WARPS; u++) {
-                                float pw = 0.0f, pq = 0.0f;
-                                if (a0 + u < n) {
-                                    const float *wr = W + (size_t)(t0 + a0 + u) * nv * d + (size_t)h * d;
-                                    const float *q = a->mix + (size_t)(t0 + a0 + u) * a->chan + q_off;
-                                    for (int ii = 0; ii < MAX_ROWS; ii++)
-                                        if (ii < rows && i0 + ii < d) {
-                                            pw += wr[i0 + ii] * r[ii];
-                                            pq += q[i0 + ii] * r[ii];
-                                        }
-                                }
-                                rw[w][u][lane] = pw;
-                                rq[w][u][lane] = pq;
-                            }
-                        }
-                        for (int tid = 0; tid < THREADS; tid++) { /* __syncthreads */
-                            const int lane = tid & 31, w = tid >> 5, j = bz * WARP + lane, ia = a0 + w;
-                            if (ia >= n) continue;
-                            float sw = 0.0f, sq = 0.0f;
-                            for (int v = 0; v < GPU_SSM_WARPS; v++) {
-                                sw += rw[v][w][lane];
-                                sq += rq[v][w][lane];
-                            }
+                for (int t0 = s.first; t0 < end; t0 += C) {
+                    const int n = imin(C, end - t0);
+                    const float *mix = a->mix + (size_t)t0 * a->chan;
+                    for (int tid = 0; tid < C; tid++) sG[tid] = tid < n ? Gc[(size_t)(t0 + tid) * nv + h] : 0.0f;
+                    memset(pw, 0, sizeof pw), memset(pq, 0, sizeof pq);
+                    port_slices_s(pw, buf, W + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, n, d, sS);
+                    port_slices_s(pq, buf, mix + q_off, a->chan, n, d, sS);
+                    for (int tid = 0; tid < CHUNK_THREADS; tid++) {
+                        const int c = tid % CB, rg = tid / CB;
+                        for (int r = 0; r < 4; r++) {
+                            const int ia = 4 * rg + r;
                             float vn = 0.0f;
-                            if (j < d) {
-                                const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j;
-                                vn = U[o] - sw;
+                            if (ia < n && c < cols) {
+                                const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j0 + c;
+                                vn = U[o] - pw[tid][r];
                                 U[o] = vn;
-                                a->out[o] = expf(Gc[(size_t)(t0 + ia) * nv + h]) * sq;
+                                a->out[o] = expf(sG[ia]) * pq[tid][r];
                             }
-                            sVn[ia][lane] = vn;
+                            sV[ia][c] = vn;
                         }
                     }
-                    const float GL = Gc[(size_t)(t0 + n - 1) * nv + h], el = expf(GL);
-                    for (int tid = 0; tid < THREADS; tid++) {
-                        const int lane = tid & 31, w = tid >> 5, i0 = w * rows;
-                        float *r = R.r[tid];
-                        for (int ii = 0; ii < MAX_ROWS; ii++) r[ii] *= el;
-                        for (int b = 0; b < n; b++) {
-                            const float coef = expf(GL - Gc[(size_t)(t0 + b) * nv + h]) * sVn[b][lane];
-                            const float *kb = a->mix + (size_t)(t0 + b) * a->chan + k_off;
-                            for (int ii = 0; ii < MAX_ROWS; ii++)
-                                if (ii < rows && i0 + ii < d) r[ii] += kb[i0 + ii] * coef;
+                    const float GL = sG[n - 1], el = expf(GL);
+                    for (int tid = 0; tid < C; tid++) sE[tid] = tid < n ? expf(GL - sG[tid]) : 0.0f;
+                    for (int i0 = 0; i0 < d; i0 += C) {
+                        const int w = imin(C, d - i0);
+                        port_stage(buf, C + 1, C, mix + k_off + i0, a->chan, n, w, sE);
+                        for (int tid = 0; tid < CHUNK_THREADS; tid++) {
+                            const int c = tid % CB, rg = tid / CB;
+                            float acc[4] = {0};
+                            for (int b = 0; b < n; b++)
+                                for (int r = 0; r < 4; r++) acc[r] += buf[b * (C + 1) + 4 * rg + r] * sV[b][c];
+                            for (int r = 0; r < 4; r++) {
+                                const int i = 4 * rg + r;
+                                if (i < w) sS[(i0 + i) * CB + c] = el * sS[(i0 + i) * CB + c] + acc[r];
+                            }
                         }
                     }
                 }
-                store_regs(a, s, h, bz, &R);
+                for (int idx = 0; idx < d * CB; idx++)
+                    if (idx % CB < cols) S[(size_t)(idx / CB) * d + j0 + idx % CB] = sS[idx];
             }
 }
 
 /* ---- delta_chunk_out: grid (chunks, v_heads), 256 threads ---- */
 static void port_chunk_out(const ssm_args *a, const gpu_ssm_seq *chunks, int n_chunks, const float *U, const float *Gc)
 {
-    static float sQK[GPU_SSM_CHUNK][GPU_SSM_CHUNK + 1];
+    enum { QW = 32 };
+    static float tile[2 * C * (QW + 1)], sQK[C][C + 1], sG[C], acc[CHUNK_THREADS][4][4];
     for (int bx = 0; bx < n_chunks; bx++)
         for (int h = 0; h < a->v_heads; h++) {
             const gpu_ssm_seq c = chunks[bx];
             const int d = a->d, nv = a->v_heads, n = c.n, t0 = c.first, kh = k_head(a, h);
             const int q_off = kh * d, k_off = a->k_heads * d + kh * d;
+            const float *mix = a->mix + (size_t)t0 * a->chan;
+            float *bq = tile, *bk = tile + C * (QW + 1);
+            for (int tid = 0; tid < C; tid++) sG[tid] = tid < n ? Gc[(size_t)(t0 + tid) * nv + h] : 0.0f;
+            memset(acc, 0, sizeof acc);
+            for (int i0 = 0; i0 < d; i0 += QW) {
+                const int w = imin(QW, d - i0);
+                port_stage(bq, QW + 1, QW, mix + q_off + i0, a->chan, n, w, NULL);
+                port_stage(bk, QW + 1, QW, mix + k_off + i0, a->chan, n, w, NULL);
+                for (int tid = 0; tid < CHUNK_THREADS; tid++) port_tile_xyt(acc[tid], bq, bk, QW + 1, w, tid >> 4, tid & 15);
+            }
             for (int tid = 0; tid < CHUNK_THREADS; tid++)
-                for (int idx = tid; idx < n * n; idx += CHUNK_THREADS) {
-                    const int ia = idx / n, ib = idx % n;
-                    float v = 0.0f;
-                    if (ib <= ia)
-                        v = dot_d(a->mix + (size_t)(t0 + ia) * a->chan + q_off, a->mix + (size_t)(t0 + ib) * a->chan + k_off, d) *
-                            expf(Gc[(size_t)(t0 + ia) * nv + h] - Gc[(size_t)(t0 + ib) * nv + h]);
-                    sQK[ia][ib] = v;
-                }
-            for (int tid = 0; tid < CHUNK_THREADS; tid++) /* __syncthreads */
-                for (int idx = tid; idx < n * d; idx += CHUNK_THREADS) {
-                    const int ia = idx / d, j = idx % d;
-                    float acc = 0.0f;
-                    for (int ib = 0; ib <= ia; ib++) acc += sQK[ia][ib] * U[(size_t)(t0 + ib) * nv * d + (size_t)h * d + j];
-                    a->out[(size_t)(t0 + ia) * nv * d + (size_t)h * d + j] += acc;
-                }
+                for (int r = 0; r < 4; r++)
+                    for (int s = 0; s < 4; s++) {
+                        const int ia = 4 * (tid >> 4) + r, ib = (tid & 15) + 16 * s;
+                        sQK[ia][ib] = ib <= ia && ia < n ? acc[tid][r][s] * expf(sG[ia] - sG[ib]) : 0.0f;
+                    }
+            port_lower_times(&sQK[0][0], tile, U + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, NULL, n, d,
+                             a->out + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, true);
         }
 }
 
@@ -445,7 +498,7 @@ static void test_port_reference_shape(void **state) /* ../shared/reference's: d 
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) run_shape(&sh[i], labels[i]);
 }
 
-static void test_port_real_shape(void **state) /* Qwen3.5's head width 128 (4 blocks of 32 columns), 2 over 1 */
+static void test_port_real_shape(void **state) /* Qwen3.5's head width 128 (8 blocks of 16 state columns), 2 over 1 */
 {
     (void)state;
     const shape sh = {128, 1, 2, 0, 0.05f, 1.5f};

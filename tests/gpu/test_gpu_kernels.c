@@ -1325,12 +1325,13 @@ static void test_sampler_matches_cpu(void **state)
 
 /* The gated DeltaNet kernels (kernels/deltanet.cuh) as gpu_forward.c's attention_linear runs
  * them, against the CPU engine's (cpu_conv1d_step, cpu_l2norm, cpu_delta_run's exact
- * recurrence): sequences packed into one prompt step (ssm_conv, ssm_qk_norm, then the chunked
+ * recurrence): sequences packed into one prompt step (ssm_conv in its runs side by side,
+ * ssm_qk_norm, then the chunked
  * form: delta_chunk_prep, delta_chunk_state, delta_chunk_out over pack_step's chunk list), then
  * decode steps of one token each (delta_rule, as in the decode graphs) from the conv windows
  * and delta states the prompt left in their slots.  Lengths 1, 63, 64, 65, 70, 128, 130 alone
  * and packed (sequences starting mid-batch and mid-chunk), d 16 with 4 v heads over 2 k heads
- * (../shared/reference's files) and d 128 (the real models, 4 blocks of 32 state columns), weak
+ * (../shared/reference's files) and d 128 (the real models, 8 blocks of 16 state columns), weak
  * decays and correlated keys; every step's outputs and the states after it within 2e-4 of the
  * largest value (tests/cpu/test_deltanet_port.c, the same kernels ported to C, is within 2e-6;
  * a wrong chunk boundary, decay or state hand-over moves them by 1e-2 and more). */
@@ -1423,7 +1424,8 @@ static void dn_gpu_step(const dn_case *c, CUdeviceptr dmix, CUdeviceptr dstate, 
                    .v_heads = sh->vh, .grouped = sh->grouped};
     int chan = c->chan, d = sh->d, kh = sh->kh, lo = first[0], hi = first[c->n_seq - 1] + n[c->n_seq - 1];
     CUdeviceptr step_mix = dmix + (size_t)lo * chan * sizeof(float); /* this step's tokens */
-    launch(&G.k.ssm_conv, (gpu_launch_dims){(unsigned)c->n_seq, (unsigned)((chan + 127) / 128), 1, 128}, (void *[]){&sa});
+    const unsigned segs = chunked ? GPU_SSM_CONV_SEGS : 1; /* attention_linear's: a prompt step's runs side by side */
+    launch(&G.k.ssm_conv, (gpu_launch_dims){(unsigned)c->n_seq, (unsigned)((chan + 31) / 32), 1, 32 * segs}, (void *[]){&sa});
     launch(&G.k.ssm_qk_norm, (gpu_launch_dims){(unsigned)(hi - lo), (unsigned)(2 * kh), 1, 32},
            (void *[]){&step_mix, &chan, &d, &kh});
     gpu_launch_dims per_seq = {(unsigned)c->n_seq, (unsigned)sh->vh, (unsigned)((d + 31) / 32), GPU_SSM_WARPS * 32};
@@ -1432,7 +1434,8 @@ static void dn_gpu_step(const dn_case *c, CUdeviceptr dmix, CUdeviceptr dstate, 
         CUdeviceptr U = poisoned(sz), W = poisoned(sz), Gc = poisoned((size_t)c->n_tok * sh->vh);
         gpu_launch_dims per_chunk = {(unsigned)n_chunks, (unsigned)sh->vh, 1, 256};
         launch(&G.k.delta_chunk_prep, per_chunk, (void *[]){&sa, &dchunks, &U, &W, &Gc});
-        launch(&G.k.delta_chunk_state, per_seq, (void *[]){&sa, &U, &W, &Gc});
+        gpu_launch_dims per_cols = {(unsigned)c->n_seq, (unsigned)sh->vh, (unsigned)((d + GPU_SSM_COLS - 1) / GPU_SSM_COLS), 256};
+        launch(&G.k.delta_chunk_state, per_cols, (void *[]){&sa, &U, &W, &Gc});
         launch(&G.k.delta_chunk_out, per_chunk, (void *[]){&sa, &dchunks, &U, &Gc});
         CHECK(cu.cuStreamSynchronize(G.stream));
         cu.cuMemFree(U), cu.cuMemFree(W), cu.cuMemFree(Gc);

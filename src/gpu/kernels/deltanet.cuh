@@ -21,21 +21,34 @@
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Grid (sequences, ceil(chan / 128)), 128 threads: a thread per channel walks the sequence's
-// tokens with the window in registers.
+// Grid (sequences, ceil(chan / 32)), 32 * segs threads (segs = blockDim.x / 32: 1 for decode
+// steps, GPU_SSM_CONV_SEGS for prompts): lane l owns channel 32 * blockIdx.y + l, warp w the
+// w-th of segs runs of the sequence's tokens, walked in order with the window in registers.
+// Every warp reads the taps - 1 inputs before its run (the previous run's last ones, or the
+// state slot's window) before any warp overwrites one, so the runs go side by side in place;
+// each token's sum is the same products in the same order as one walk over them all.
 extern "C" __global__ void ssm_conv(ssm_args a)
 {
     const gpu_ssm_seq s = a.seqs[blockIdx.x];
-    const int c = blockIdx.y * blockDim.x + threadIdx.x, taps = a.taps;
-    if (c >= a.chan) return;
+    const int c = blockIdx.y * WARP + (threadIdx.x & 31), taps = a.taps, segs = blockDim.x >> 5;
+    const int run = (s.n + segs - 1) / segs, seg = threadIdx.x >> 5;
+    const int start = s.first + seg * run, stop = min(start + run, s.first + s.n);
+    const bool mine = c < a.chan && start < stop, last = mine && stop == s.first + s.n;
     float *win = a.state + (size_t)s.state * a.slot_stride + a.conv_off;
-    const float *w = a.conv_w + (size_t)c * taps;
     float hist[GPU_SSM_MAX_TAPS - 1], wr[GPU_SSM_MAX_TAPS];
 #pragma unroll
-    for (int j = 0; j < GPU_SSM_MAX_TAPS - 1; j++) hist[j] = j < taps - 1 ? win[(size_t)j * a.chan + c] : 0.0f;
+    for (int j = 0; j < GPU_SSM_MAX_TAPS - 1; j++) {
+        const int p = start - (taps - 1) + j; /* the input j places into the window */
+        hist[j] = 0.0f;
+        if (mine && j < taps - 1)
+            hist[j] = p >= s.first ? a.mix[(size_t)p * a.chan + c] : win[(size_t)(p - s.first + taps - 1) * a.chan + c];
+    }
+    __syncthreads(); // every run's window is read: the inputs may now be overwritten
+    if (!mine) return;
+    const float *w = a.conv_w + (size_t)c * taps;
 #pragma unroll
     for (int j = 0; j < GPU_SSM_MAX_TAPS; j++) wr[j] = j < taps ? w[j] : 0.0f;
-    for (int t = s.first; t < s.first + s.n; t++) {
+    for (int t = start; t < stop; t++) {
         float *x = a.mix + (size_t)t * a.chan + c;
         const float in = *x;
         float acc = 0.0f;
@@ -52,9 +65,10 @@ extern "C" __global__ void ssm_conv(ssm_args a)
             if (j == taps - 2) hist[j] = in;
         *x = acc * sigmoidf_(acc);
     }
+    if (last) // the window moves on to the sequence's last taps - 1 inputs
 #pragma unroll
-    for (int j = 0; j < GPU_SSM_MAX_TAPS - 1; j++)
-        if (j < taps - 1) win[(size_t)j * a.chan + c] = hist[j];
+        for (int j = 0; j < GPU_SSM_MAX_TAPS - 1; j++)
+            if (j < taps - 1) win[(size_t)j * a.chan + c] = hist[j];
 }
 
 // Grid (tokens, 2 * k_heads), one warp: head h < k_heads is a q head (also scaled), else a k head.
@@ -201,169 +215,314 @@ extern "C" __global__ void shexp_add(float *x, const float *y, const float *logi
 //   delta_chunk_prep  (every chunk at once: nothing here reads a state)
 //                     T = (I - A)^-1 - I for A[a][b] = -beta_a (k_a . k_b) exp(G_a - G_b), b < a,
 //                     by forward substitution; U = (I + T) beta v, W = (I + T) beta exp(G) k
-//   delta_chunk_state (per sequence, its chunks in order; a block owns 32 columns of S)
+//   delta_chunk_state (per sequence, its chunks in order; a block owns GPU_SSM_COLS columns of S)
 //                     v_new = U - W S0 (into U), out = exp(G_a) q_a S0, then
 //                     S = S0 exp(G_last) + sum over b of k_b exp(G_last - G_b) v_new_b^T
 //   delta_chunk_out   (every chunk at once) out_a += sum over b <= a of (q_a . k_b) exp(G_a - G_b) v_new_b
 // The in-chunk work is small matrix products instead of a chain of per-token steps; only the
-// state update is sequential, once per chunk.
+// state update is sequential, once per chunk.  Each product reads its operands from shared
+// memory, staged a slice of 64 (or 32) state rows at a time by all the block's threads in
+// coalesced rows: the kernels are a few FMAs per shared load, not a global load per FMA.
+// 256 threads; in a chunk x chunk product thread (ta, tb) = (tid / 16, tid % 16) owns rows
+// 4 ta .. 4 ta + 3 and columns tb, tb + 16, tb + 32, tb + 48 (conflict-free shared reads).
 
-__device__ __forceinline__ float dot_d(const float *x, const float *y, int d)
+#define DN_C GPU_SSM_CHUNK
+
+#define DN_THREADS 256 // every chunk kernel's block
+
+// A width-column slice of 64 rows, staged in two halves so that a thread's loads are all in
+// flight at once (one round trip to L2 a slice, not one a load): dn_load takes the thread's
+// elements src[r][i] (rows r < n, columns i < w; 0 elsewhere, so the products need no bounds)
+// into registers, dn_store writes them times scale[r] (scale may be null) into buf[r][i] (row
+// stride ld).
+template <int WIDTH> struct dn_slice { float v[DN_C * WIDTH / DN_THREADS]; };
+
+template <int WIDTH>
+__device__ __forceinline__ void dn_load(dn_slice<WIDTH> &x, const float *src, size_t stride, int n, int w)
 {
-    float s = 0.0f;
-    for (int i = 0; i < d; i++) s += x[i] * y[i];
-    return s;
+    constexpr int RSTEP = DN_THREADS / WIDTH; // rows apart of a thread's elements
+    const int r0 = threadIdx.x / WIDTH, i = threadIdx.x % WIDTH;
+    const float *p = src + (size_t)r0 * stride + i;
+#pragma unroll
+    for (int k = 0; k < DN_C * WIDTH / DN_THREADS; k++)
+        x.v[k] = r0 + k * RSTEP < n && i < w ? p[(size_t)k * RSTEP * stride] : 0.0f;
+}
+
+template <int WIDTH>
+__device__ __forceinline__ void dn_store(float *buf, int ld, const dn_slice<WIDTH> &x, const float *scale)
+{
+    constexpr int RSTEP = DN_THREADS / WIDTH;
+    const int r0 = threadIdx.x / WIDTH, i = threadIdx.x % WIDTH;
+#pragma unroll
+    for (int k = 0; k < DN_C * WIDTH / DN_THREADS; k++) {
+        const int r = r0 + k * RSTEP;
+        buf[r * ld + i] = scale ? x.v[k] * scale[r] : x.v[k];
+    }
+}
+
+template <int WIDTH>
+__device__ __forceinline__ void dn_stage(float *buf, int ld, const float *src, size_t stride, int n, int w,
+                                         const float *scale)
+{
+    dn_slice<WIDTH> x;
+    dn_load<WIDTH>(x, src, stride, n, w);
+    dn_store<WIDTH>(buf, ld, x, scale);
+}
+
+// acc[r][s] += sum over b < bmax of L[4 ta + r][b] R[b][tb + 16 s] (L, R: row strides ldl, ldr)
+__device__ __forceinline__ void dn_tile_lr(float (&acc)[4][4], const float *L, int ldl, const float *R, int ldr,
+                                           int bmax, int ta, int tb)
+{
+#pragma unroll 4
+    for (int b = 0; b < bmax; b++) {
+        float y[4];
+#pragma unroll
+        for (int s = 0; s < 4; s++) y[s] = R[b * ldr + tb + 16 * s];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const float t = L[(4 * ta + r) * ldl + b];
+#pragma unroll
+            for (int s = 0; s < 4; s++) acc[r][s] += t * y[s];
+        }
+    }
+}
+
+// acc[r][s] += sum over i < w of X[4 ta + r][i] Y[tb + 16 s][i] (both row-major, stride ld)
+__device__ __forceinline__ void dn_tile_xyt(float (&acc)[4][4], const float *X, const float *Y, int ld, int w, int ta,
+                                            int tb)
+{
+#pragma unroll 4
+    for (int i = 0; i < w; i++) {
+        float x[4], y[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) x[r] = X[(4 * ta + r) * ld + i];
+#pragma unroll
+        for (int s = 0; s < 4; s++) y[s] = Y[(tb + 16 * s) * ld + i];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int s = 0; s < 4; s++) acc[r][s] += x[r] * y[s];
+    }
+}
+
+// dst[a][j] (=, or += with acc) (L x) [a][j] for the chunk's rows a < n and the d columns of x,
+// a 64-column slice of x (src, row stride `stride`, row b times scale[b] when scale) staged in
+// buf at a time; L [64][65] in shared memory, lower triangular (b <= a): dst's rows are
+// nv * d apart (U, W, out).
+__device__ __forceinline__ void dn_lower_times(const float *L, float *buf, const float *src, size_t stride,
+                                               const float *scale, int n, int d, float *dst, size_t ldd, bool acc,
+                                               int ta, int tb)
+{
+    for (int i0 = 0; i0 < d; i0 += DN_C) {
+        const int w = min(DN_C, d - i0);
+        __syncthreads();
+        dn_stage<DN_C>(buf, DN_C + 1, src + i0, stride, n, w, scale);
+        __syncthreads();
+        float o[4][4] = {};
+        dn_tile_lr(o, L, DN_C + 1, buf, DN_C + 1, min(n, 4 * ta + 4), ta, tb);
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const int ia = 4 * ta + r, j = tb + 16 * s;
+                if (ia < n && j < w) {
+                    float *y = dst + (size_t)ia * ldd + i0 + j;
+                    *y = acc ? *y + o[r][s] : o[r][s];
+                }
+            }
+    }
 }
 
 // Grid (chunks, v_heads), 256 threads.  U, W: [t][v_heads * d]; Gc: [t][v_heads], the
 // cumulative log decay within the token's chunk.
-extern "C" __global__ void __launch_bounds__(256) delta_chunk_prep(ssm_args a, const gpu_ssm_seq *chunks, float *U,
+extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_prep(ssm_args a, const gpu_ssm_seq *chunks, float *U,
                                                                    float *W, float *Gc)
 {
-    __shared__ float sT[GPU_SSM_CHUNK][GPU_SSM_CHUNK + 1], sG[GPU_SSM_CHUNK], sB[GPU_SSM_CHUNK], row[GPU_SSM_CHUNK];
+    __shared__ float buf[DN_C * (DN_C + 1)], sT[DN_C][DN_C + 1], sG[DN_C], sB[DN_C], sF[DN_C], row[DN_C];
     const gpu_ssm_seq c = chunks[blockIdx.x];
     const int h = blockIdx.y, d = a.d, nv = a.v_heads, n = c.n, t0 = c.first, tid = threadIdx.x;
     const int per_k = nv / a.k_heads, kh = a.grouped ? h / per_k : h % a.k_heads;
-    const int k_off = a.k_heads * d + kh * d, v_off = 2 * a.k_heads * d + h * d;
-    if (tid == 0) {
-        float acc = 0.0f;
-        for (int i = 0; i < n; i++) sG[i] = acc += a.g[(size_t)(t0 + i) * nv + h];
+    const int k_off = a.k_heads * d + kh * d, v_off = 2 * a.k_heads * d + h * d, ta = tid >> 4, tb = tid & 15;
+    const float *mix = a.mix + (size_t)t0 * a.chan;
+    if (tid < WARP) { // G: the inclusive sum of the chunk's log decays, a scan over warp 0
+        float g0 = tid < n ? a.g[(size_t)(t0 + tid) * nv + h] : 0.0f;
+        float g1 = tid + WARP < n ? a.g[(size_t)(t0 + tid + WARP) * nv + h] : 0.0f;
+#pragma unroll
+        for (int o = 1; o < WARP; o <<= 1) {
+            const float u0 = __shfl_up_sync(0xffffffffu, g0, o), u1 = __shfl_up_sync(0xffffffffu, g1, o);
+            if (tid >= o) g0 += u0, g1 += u1;
+        }
+        g1 += __shfl_sync(0xffffffffu, g0, WARP - 1);
+        sG[tid] = g0;
+        sG[tid + WARP] = g1;
     }
-    if (tid < n) sB[tid] = a.beta[(size_t)(t0 + tid) * nv + h];
-    __syncthreads();
+    if (tid < DN_C) sB[tid] = tid < n ? a.beta[(size_t)(t0 + tid) * nv + h] : 0.0f;
+    float acc[4][4] = {};
+    for (int i0 = 0; i0 < d; i0 += DN_C) { // k k^T, a slice of 64 columns at a time
+        const int w = min(DN_C, d - i0);
+        __syncthreads();
+        dn_stage<DN_C>(buf, DN_C + 1, mix + k_off + i0, a.chan, n, w, nullptr);
+        __syncthreads();
+        dn_tile_xyt(acc, buf, buf, DN_C + 1, w, ta, tb);
+    }
     if (tid < n) Gc[(size_t)(t0 + tid) * nv + h] = sG[tid];
-    for (int idx = tid; idx < n * n; idx += blockDim.x) {
-        const int ia = idx / n, ib = idx % n;
-        float v = 0.0f;
-        if (ib < ia)
-            v = -sB[ia] * dot_d(a.mix + (size_t)(t0 + ia) * a.chan + k_off, a.mix + (size_t)(t0 + ib) * a.chan + k_off, d) *
-                expf(sG[ia] - sG[ib]);
-        sT[ia][ib] = v;
-    }
-    __syncthreads();
-    for (int ia = 1; ia < n; ia++) { // T[a][b] = A[a][b] + sum over b < m < a of A[a][m] T[m][b]
+    if (tid < DN_C) sF[tid] = sB[tid] * expf(sG[tid]); // W's row factor
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const int ia = 4 * ta + r, ib = tb + 16 * s;
+            sT[ia][ib] = ib < ia && ia < n ? -sB[ia] * acc[r][s] * expf(sG[ia] - sG[ib]) : 0.0f;
+        }
+    // T[a][b] = A[a][b] + sum over b < m < a of A[a][m] T[m][b], a row at a time; column b's
+    // sum split over 4 lanes (m = b + 1 + q, step 4), added by shuffles
+    const int col = tid >> 2, q = tid & 3;
+    for (int ia = 1; ia < n; ia++) {
+        __syncthreads(); // row ia of A complete, the last row's readers of row[] done
         if (tid < ia) row[tid] = sT[ia][tid];
         __syncthreads();
-        if (tid < ia) {
-            float t = row[tid];
-            for (int m = tid + 1; m < ia; m++) t += row[m] * sT[m][tid];
-            sT[ia][tid] = t;
-        }
-        __syncthreads();
+        float t = 0.0f;
+        if (col < ia)
+            for (int m = col + 1 + q; m < ia; m += 4) t += row[m] * sT[m][col];
+        t += __shfl_xor_sync(0xffffffffu, t, 1);
+        t += __shfl_xor_sync(0xffffffffu, t, 2);
+        if (q == 0 && col < ia) sT[ia][col] = row[col] + t;
     }
-    for (int idx = tid; idx < n * d; idx += blockDim.x) {
-        const int ia = idx / d, j = idx % d;
-        float u = 0.0f, w = 0.0f;
-        for (int ib = 0; ib <= ia; ib++) {
-            const float bb = sB[ib] * (ib == ia ? 1.0f : sT[ia][ib]);
-            const float *x = a.mix + (size_t)(t0 + ib) * a.chan;
-            u += bb * x[v_off + j];
-            w += bb * expf(sG[ib]) * x[k_off + j];
-        }
-        const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j;
-        U[o] = u;
-        W[o] = w;
+    __syncthreads();
+    if (tid < n) sT[tid][tid] = 1.0f; // I + T
+    for (int pass = 0; pass < 2; pass++) // U = (I + T) beta v, then W = (I + T) beta exp(G) k
+        dn_lower_times(&sT[0][0], buf, mix + (pass ? k_off : v_off), a.chan, pass ? sF : sB, n, d,
+                       (pass ? W : U) + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, false, ta, tb);
+}
+
+// acc[r] += sum over i < w of X[4 rg + r][i] S[i0 + i][c] (X row stride DN_C + 1, S [d][cols])
+__device__ __forceinline__ void dn_rows_s(float (&acc)[4], const float *X, const float *S, int i0, int w, int rg, int c)
+{
+#pragma unroll 4
+    for (int i = 0; i < w; i++) {
+        const float sv = S[(i0 + i) * GPU_SSM_COLS + c];
+#pragma unroll
+        for (int r = 0; r < 4; r++) acc[r] += X[(4 * rg + r) * (DN_C + 1) + i] * sv;
     }
 }
 
-// Grid (sequences, v_heads, ceil(d / 32)), GPU_SSM_WARPS warps, S's columns in registers as in
-// delta_rule.  Rows a of a chunk go 8 at a time: each warp's partial sums over its rows of S,
-// then warp u finishes row a0 + u.
-extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32, 1) delta_chunk_state(ssm_args a, float *U, const float *W,
-                                                                                    const float *Gc)
+// Grid (sequences, v_heads, ceil(d / GPU_SSM_COLS)), 256 threads: the block's 16 columns of
+// the head's state S [d][d] in shared memory through the sequence's chunks.  Thread (rg, c) =
+// (tid / 16, tid % 16): column c, chunk rows (and, in the update, state rows of a slice)
+// 4 rg .. 4 rg + 3.  A chunk is 3 ns stages of 64-column slices (ns = ceil(d / 64)): W's
+// (W S0 into pw), q's (q S0 into pq), then k's (the update); the next stage's slice is loaded
+// into registers while this one's products run, across chunks too, so the serial walk waits
+// on L2 once per sequence rather than once a stage.
+extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_state(ssm_args a, float *U, const float *W,
+                                                                          const float *Gc)
 {
-    __shared__ float rw[GPU_SSM_WARPS][GPU_SSM_WARPS][WARP], rq[GPU_SSM_WARPS][GPU_SSM_WARPS][WARP];
-    __shared__ float sVn[GPU_SSM_CHUNK][WARP];
-    constexpr int MAX_ROWS = GPU_SSM_MAX_D / GPU_SSM_WARPS;
+    constexpr int CB = GPU_SSM_COLS;
+    __shared__ float sS[GPU_SSM_MAX_D * CB], buf[DN_C * (DN_C + 1)], sV[DN_C][CB], sG[DN_C], sE[DN_C];
     const gpu_ssm_seq s = a.seqs[blockIdx.x];
-    const int h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5, d = a.d, nv = a.v_heads;
-    const int j = blockIdx.z * WARP + lane, per_k = nv / a.k_heads, kh = a.grouped ? h / per_k : h % a.k_heads;
-    const int rows = (d + GPU_SSM_WARPS - 1) / GPU_SSM_WARPS, i0 = w * rows, q_off = kh * d,
-              k_off = a.k_heads * d + kh * d;
-    const bool col = j < d;
+    const int h = blockIdx.y, tid = threadIdx.x, d = a.d, nv = a.v_heads, j0 = blockIdx.z * CB;
+    const int per_k = nv / a.k_heads, kh = a.grouped ? h / per_k : h % a.k_heads, cols = min(CB, d - j0);
+    const int q_off = kh * d, k_off = a.k_heads * d + kh * d, c = tid % CB, rg = tid / CB;
+    const int ns = (d + DN_C - 1) / DN_C, end = s.first + s.n;
     float *S = a.state + (size_t)s.state * a.slot_stride + a.delta_off + (size_t)h * d * d;
-    float r[MAX_ROWS];
+    // stage st of the chunk at t0 into x: slice st % ns of W, q or k (st / ns)
+    auto load = [&](dn_slice<DN_C> &x, int t0, int st) {
+        const int kind = st / ns, i0 = (st % ns) * DN_C, n = min(DN_C, end - t0), w = min(DN_C, d - i0);
+        if (kind == 0) dn_load<DN_C>(x, W + (size_t)t0 * nv * d + (size_t)h * d + i0, (size_t)nv * d, n, w);
+        else dn_load<DN_C>(x, a.mix + (size_t)t0 * a.chan + (kind == 1 ? q_off : k_off) + i0, a.chan, n, w);
+    };
+    for (int idx = tid; idx < d * CB; idx += blockDim.x)
+        sS[idx] = idx % CB < cols ? S[(size_t)(idx / CB) * d + j0 + idx % CB] : 0.0f;
+    dn_slice<DN_C> nxt;
+    if (s.n > 0) load(nxt, s.first, 0);
+    for (int t0 = s.first; t0 < end; t0 += DN_C) {
+        const int n = min(DN_C, end - t0);
+        // (the last chunk's readers of sG were done before its update's barriers)
+        if (tid < DN_C) sG[tid] = tid < n ? Gc[(size_t)(t0 + tid) * nv + h] : 0.0f;
+        float pw[4] = {}, pq[4] = {}, el = 1.0f;
+        for (int st = 0; st < 3 * ns; st++) {
+            const int kind = st / ns, i0 = (st % ns) * DN_C, w = min(DN_C, d - i0);
+            if (st == 2 * ns) { // W S0 and q S0 complete: v_new = U - W S0 (into U and sV), out = exp(G) q S0
 #pragma unroll
-    for (int ii = 0; ii < MAX_ROWS; ii++) r[ii] = col && ii < rows && i0 + ii < d ? S[(size_t)(i0 + ii) * d + j] : 0.0f;
-    const int end = s.first + s.n;
-    for (int t0 = s.first; t0 < end; t0 += GPU_SSM_CHUNK) {
-        const int n = end - t0 < GPU_SSM_CHUNK ? end - t0 : GPU_SSM_CHUNK;
-        for (int a0 = 0; a0 < n; a0 += GPU_SSM_WARPS) {
-            for (int u = 0; u < GPU_SSM_WARPS; u++) {
-                float pw = 0.0f, pq = 0.0f;
-                if (a0 + u < n) {
-                    const float *wr = W + (size_t)(t0 + a0 + u) * nv * d + (size_t)h * d;
-                    const float *q = a.mix + (size_t)(t0 + a0 + u) * a.chan + q_off;
-#pragma unroll
-                    for (int ii = 0; ii < MAX_ROWS; ii++) {
-                        if (ii < rows && i0 + ii < d) {
-                            pw += wr[i0 + ii] * r[ii];
-                            pq += q[i0 + ii] * r[ii];
-                        }
+                for (int r = 0; r < 4; r++) {
+                    const int ia = 4 * rg + r;
+                    float vn = 0.0f;
+                    if (ia < n && c < cols) {
+                        const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j0 + c;
+                        vn = U[o] - pw[r];
+                        U[o] = vn;
+                        a.out[o] = expf(sG[ia]) * pq[r];
                     }
+                    sV[ia][c] = vn;
                 }
-                rw[w][u][lane] = pw;
-                rq[w][u][lane] = pq;
+                const float GL = sG[n - 1];
+                el = expf(GL);
+                if (tid < DN_C) sE[tid] = tid < n ? expf(GL - sG[tid]) : 0.0f;
             }
+            __syncthreads(); // buf's readers done; sG (and at the update sV, sE) written
+            dn_store<DN_C>(buf, DN_C + 1, nxt, kind == 2 ? sE : nullptr); // k rows times exp(GL - G_b)
             __syncthreads();
-            const int ia = a0 + w;
-            if (ia < n) {
-                float sw = 0.0f, sq = 0.0f;
-#pragma unroll
-                for (int v = 0; v < GPU_SSM_WARPS; v++) {
-                    sw += rw[v][w][lane];
-                    sq += rq[v][w][lane];
-                }
-                float vn = 0.0f;
-                if (col) {
-                    const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j;
-                    vn = U[o] - sw;
-                    U[o] = vn;
-                    a.out[o] = expf(Gc[(size_t)(t0 + ia) * nv + h]) * sq;
-                }
-                sVn[ia][lane] = vn;
+            if (st + 1 < 3 * ns) load(nxt, t0, st + 1);
+            else if (t0 + DN_C < end) load(nxt, t0 + DN_C, 0);
+            if (kind == 0) {
+                dn_rows_s(pw, buf, sS, i0, w, rg, c);
+                continue;
             }
-            __syncthreads();
-        }
-        const float GL = Gc[(size_t)(t0 + n - 1) * nv + h], el = expf(GL);
+            if (kind == 1) {
+                dn_rows_s(pq, buf, sS, i0, w, rg, c);
+                continue;
+            }
+            float acc[4] = {}; // S = exp(GL) S + (k exp(GL - G))^T v_new on this slice's rows
+#pragma unroll 4
+            for (int b = 0; b < n; b++) {
+                const float v = sV[b][c];
 #pragma unroll
-        for (int ii = 0; ii < MAX_ROWS; ii++) r[ii] *= el;
-        for (int b = 0; b < n; b++) {
-            const float coef = expf(GL - Gc[(size_t)(t0 + b) * nv + h]) * sVn[b][lane];
-            const float *kb = a.mix + (size_t)(t0 + b) * a.chan + k_off;
+                for (int r = 0; r < 4; r++) acc[r] += buf[b * (DN_C + 1) + 4 * rg + r] * v;
+            }
 #pragma unroll
-            for (int ii = 0; ii < MAX_ROWS; ii++)
-                if (ii < rows && i0 + ii < d) r[ii] += kb[i0 + ii] * coef;
+            for (int r = 0; r < 4; r++) {
+                const int i = 4 * rg + r;
+                if (i < w) sS[(i0 + i) * CB + c] = el * sS[(i0 + i) * CB + c] + acc[r];
+            }
         }
-        __syncthreads(); // sVn is the next chunk's
     }
-#pragma unroll
-    for (int ii = 0; ii < MAX_ROWS; ii++)
-        if (col && ii < rows && i0 + ii < d) S[(size_t)(i0 + ii) * d + j] = r[ii];
+    __syncthreads();
+    for (int idx = tid; idx < d * CB; idx += blockDim.x)
+        if (idx % CB < cols) S[(size_t)(idx / CB) * d + j0 + idx % CB] = sS[idx];
 }
 
 // Grid (chunks, v_heads), 256 threads: the in-chunk part of the outputs, from v_new (in U).
-extern "C" __global__ void __launch_bounds__(256) delta_chunk_out(ssm_args a, const gpu_ssm_seq *chunks, const float *U,
+extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_out(ssm_args a, const gpu_ssm_seq *chunks, const float *U,
                                                                   const float *Gc)
 {
-    __shared__ float sQK[GPU_SSM_CHUNK][GPU_SSM_CHUNK + 1];
+    constexpr int QW = 32; // q and k slices of 32 columns side by side
+    __shared__ float tile[2 * DN_C * (QW + 1)], sQK[DN_C][DN_C + 1], sG[DN_C];
     const gpu_ssm_seq c = chunks[blockIdx.x];
-    const int h = blockIdx.y, d = a.d, nv = a.v_heads, n = c.n, t0 = c.first;
+    const int h = blockIdx.y, d = a.d, nv = a.v_heads, n = c.n, t0 = c.first, tid = threadIdx.x;
     const int per_k = nv / a.k_heads, kh = a.grouped ? h / per_k : h % a.k_heads;
-    const int q_off = kh * d, k_off = a.k_heads * d + kh * d;
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-        const int ia = idx / n, ib = idx % n;
-        float v = 0.0f;
-        if (ib <= ia)
-            v = dot_d(a.mix + (size_t)(t0 + ia) * a.chan + q_off, a.mix + (size_t)(t0 + ib) * a.chan + k_off, d) *
-                expf(Gc[(size_t)(t0 + ia) * nv + h] - Gc[(size_t)(t0 + ib) * nv + h]);
-        sQK[ia][ib] = v;
+    const int q_off = kh * d, k_off = a.k_heads * d + kh * d, ta = tid >> 4, tb = tid & 15;
+    const float *mix = a.mix + (size_t)t0 * a.chan;
+    float *bq = tile, *bk = tile + DN_C * (QW + 1);
+    if (tid < DN_C) sG[tid] = tid < n ? Gc[(size_t)(t0 + tid) * nv + h] : 0.0f;
+    float acc[4][4] = {};
+    for (int i0 = 0; i0 < d; i0 += QW) { // q k^T
+        const int w = min(QW, d - i0);
+        __syncthreads();
+        dn_slice<QW> xq, xk;
+        dn_load<QW>(xq, mix + q_off + i0, a.chan, n, w);
+        dn_load<QW>(xk, mix + k_off + i0, a.chan, n, w);
+        dn_store<QW>(bq, QW + 1, xq, nullptr);
+        dn_store<QW>(bk, QW + 1, xk, nullptr);
+        __syncthreads();
+        dn_tile_xyt(acc, bq, bk, QW + 1, w, ta, tb);
     }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < n * d; idx += blockDim.x) {
-        const int ia = idx / d, j = idx % d;
-        float acc = 0.0f;
-        for (int ib = 0; ib <= ia; ib++) acc += sQK[ia][ib] * U[(size_t)(t0 + ib) * nv * d + (size_t)h * d + j];
-        a.out[(size_t)(t0 + ia) * nv * d + (size_t)h * d + j] += acc;
-    }
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const int ia = 4 * ta + r, ib = tb + 16 * s;
+            sQK[ia][ib] = ib <= ia && ia < n ? acc[r][s] * expf(sG[ia] - sG[ib]) : 0.0f;
+        }
+    // out += (q k^T decayed) v_new, v_new staged in tile
+    dn_lower_times(&sQK[0][0], tile, U + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, nullptr, n, d,
+                   a.out + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, true, ta, tb);
 }

@@ -194,7 +194,7 @@ static void embed_tokens(cpu_engine *e, int n_tok)
      ARCH_F_SHARED_EXPERT | ARCH_F_NORM_POST_LN | ARCH_F_ATTN_OUT_BIAS | ARCH_F_ATTN_BIDIR | ARCH_F_FFN_MLP | \
      ARCH_F_ACT_GELU_ERF | ARCH_F_ATTN_SINKS | ARCH_F_FFN_BIAS | ARCH_F_ACT_SWIGLU_CLAMP |                \
      ARCH_F_ROUTER_TOPK_SOFTMAX | ARCH_F_FUSED_QKV | ARCH_F_FUSED_GATE_UP | ARCH_F_ROUTER_SIGMOID_BIAS |       \
-     ARCH_F_ROPE_LONGROPE | ARCH_F_ATTN_MLA | ARCH_F_EXPERT_GROUPS)
+     ARCH_F_ROPE_LONGROPE | ARCH_F_ATTN_MLA | ARCH_F_EXPERT_GROUPS | ARCH_F_ALIBI)
 
 /* out = rmsnorm(x) * w for n_tok rows of n_embd floats. */
 static void norm_rows(const cpu_engine *e, float *out, const float *x, const model_tensor *w, int n_tok)
@@ -302,6 +302,7 @@ static void attention_softmax(cpu_engine *e, int il, int n_tok)
         .sinks = extras & ARCH_ATTN_SINKS ? ly->attn_sinks.data : NULL,
         .scores = e->scores, .scores_stride = e->base.cfg.ctx_per_slot,
         .n_keys = extras & ARCH_ATTN_BIDIR ? e->tok_keys : NULL,
+        .alibi_max = extras & ARCH_ATTN_ALIBI ? ARCH_ALIBI_MAX_BIAS : 0.0f,
     };
     cpu_attention_run(e->pool, &at);
     if (gated) gate_heads(e, n_tok);
@@ -498,7 +499,8 @@ typedef struct glu_weights {
 } glu_weights;
 
 /* out = down · (act(gate·x) * up·x) for n rows of x, gate and up n_ff wide (hb, hb2 hold
- * them): SwiGLU, GeGLU or the clamped SwiGLU as the layer's recipe says. */
+ * them): SwiGLU, GeGLU (tanh or, jina-bert-v2's, erf) or the clamped SwiGLU as the layer's
+ * recipe says. */
 static void glu_ffn(cpu_engine *e, float *out, const float *x, int n, const glu_weights *g)
 {
     cpu_matmul gate = {.out = e->hb, .x = x, .n_tok = n, .w = &g->gate, .bias = g->gate_b},
@@ -506,18 +508,19 @@ static void glu_ffn(cpu_engine *e, float *out, const float *x, int n, const glu_
     cpu_matmul_run(e->pool, &gate);
     cpu_matmul_run(e->pool, &up);
     if (g->act == ARCH_ACT_GELU_TANH) cpu_geglu(e->hb, e->hb2, n * g->n_ff);
+    else if (g->act == ARCH_ACT_GELU_ERF) cpu_geglu_erf(e->hb, e->hb2, n * g->n_ff);
     else if (g->act == ARCH_ACT_SWIGLU_CLAMP) cpu_swiglu_clamp(e->hb, e->hb2, n * g->n_ff);
     else cpu_swiglu(e->hb, e->hb2, n * g->n_ff);
     cpu_matmul down = {.out = out, .x = e->hb, .n_tok = n, .w = &g->down, .bias = g->down_b};
     cpu_matmul_run(e->pool, &down);
 }
 
-/* Gated feed-forward: xb2 = w_down · (act(w_gate·xb) * w_up·xb). */
+/* Gated feed-forward: xb2 = w_down · (act(w_gate·xb) * w_up·xb) (+ b_down: jina-bert-v2). */
 static void ffn_glu(cpu_engine *e, int il, int n_tok)
 {
     const model_layer *ly = &e->base.m->layers[il];
-    const glu_weights g = {.gate = ly->w_gate, .up = ly->w_up, .down = ly->w_down, .n_ff = ly->n_ff,
-                           .act = ly->recipe.act};
+    const glu_weights g = {.gate = ly->w_gate, .up = ly->w_up, .down = ly->w_down, .down_b = ly->b_down.data,
+                           .n_ff = ly->n_ff, .act = ly->recipe.act};
     glu_ffn(e, e->xb2, e->xb, n_tok, &g);
 }
 

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "engine/engine.h"
 #include "model/quant.h"
@@ -149,6 +150,12 @@ void cpu_geglu(float *x, const float *y, int n)
     for (int i = 0; i < n; i++) x[i] = gelu_tanh(x[i]) * y[i];
 }
 
+void cpu_geglu_erf(float *x, const float *y, int n)
+{
+    cpu_gelu_erf(x, n);
+    for (int i = 0; i < n; i++) x[i] *= y[i];
+}
+
 void cpu_gelu(float *x, int n)
 {
     for (int i = 0; i < n; i++) x[i] = gelu_tanh(x[i]);
@@ -240,6 +247,16 @@ static void softmax_with_sink(float *x, int n, float sink)
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
+/* ALiBi's slope of head h of n (ggml_soft_max_ext's): m0^(h+1) for the first 2^floor(log2 n)
+ * heads, m0 = 2^(-max_bias / that power), then the odd powers of m1 = 2^(-max_bias / 2 / it). */
+static float alibi_slope(int h, int n_head, float max_bias)
+{
+    int n_log2 = 1;
+    while (n_log2 * 2 <= n_head) n_log2 *= 2;
+    const double m0 = pow(2.0, -max_bias / n_log2), m1 = pow(2.0, -max_bias / 2.0 / n_log2);
+    return (float)(h < n_log2 ? pow(m0, h + 1) : pow(m1, 2 * (h - n_log2) + 1));
+}
+
 static void attention_items(void *ctx, int begin, int end, int thread)
 {
     const cpu_attention *at = ctx;
@@ -254,11 +271,12 @@ static void attention_items(void *ctx, int begin, int end, int thread)
         const int end = at->n_keys ? at->n_keys[t] : at->pos[t] + 1; /* keys before end */
         const int first = at->window && at->pos[t] >= at->window ? at->pos[t] - at->window + 1 : 0;
         const int n_pos = end - first;
+        const float slope = at->alibi_max > 0 ? alibi_slope(h, at->n_head, at->alibi_max) : 0.0f;
         for (int j = 0; j < n_pos; j++) {
             const float *k = at->key_cache + kv_row(at, table, first + j) + head;
             float score = 0.0f;
             for (int i = 0; i < hd; i++) score += q[i] * k[i];
-            att[j] = score / at->score_div;
+            att[j] = score / at->score_div - slope * (float)abs(at->pos[t] - (first + j));
         }
         if (at->sinks) softmax_with_sink(att, n_pos, at->sinks[h]);
         else cpu_softmax(att, n_pos);

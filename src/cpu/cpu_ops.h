@@ -58,6 +58,9 @@ void cpu_swiglu(float *x, const float *y, int n);
  * gelu_pytorch_tanh (no lookup table). */
 void cpu_geglu(float *x, const float *y, int n);
 
+/* x = gelu_erf(x) * y elementwise (jina-bert-v2's GEGLU: the exact GELU). */
+void cpu_geglu_erf(float *x, const float *y, int n);
+
 /* x = gelu_tanh(x) elementwise (Gemma 4's per-layer embedding gate). */
 void cpu_gelu(float *x, int n);
 
@@ -163,6 +166,9 @@ typedef struct cpu_attention {
     /* NULL: causal.  Else token t attends to positions 0..n_keys[t]-1, the whole sequence
      * (bidirectional encoders), its K/V all in the cache before the call. */
     const int *n_keys;
+    /* > 0: ALiBi (jina-bert-v2): score - m_h |pos - key| with ggml's slope m_h of head h for
+     * this maximum bias */
+    float alibi_max;
 } cpu_attention;
 void cpu_attention_run(cpu_pool *pool, const cpu_attention *at);
 

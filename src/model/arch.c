@@ -25,8 +25,9 @@ static const arch_desc *registry[ARCH_MAX] = {
     [MODEL_ARCH_GLM4MOE] = &arch_glm4moe,
     [MODEL_ARCH_DEEPSEEK2] = &arch_deepseek2,
     [MODEL_ARCH_NOMIC_BERT] = &arch_nomic_bert,
+    [MODEL_ARCH_JINA_BERT_V2] = &arch_jina_bert_v2,
 };
-static int n_registered = MODEL_ARCH_NOMIC_BERT + 1;
+static int n_registered = MODEL_ARCH_JINA_BERT_V2 + 1;
 
 const arch_desc *arch_find(const char *name, size_t len)
 {
@@ -69,7 +70,7 @@ bool arch_layer_valid(const arch_layer *l)
            (l->attn_extras & ~(unsigned)(ARCH_ATTN_QKV_BIAS | ARCH_ATTN_QK_NORM | ARCH_ATTN_V_NORM |
                                          ARCH_ATTN_OUT_GATE | ARCH_ATTN_ROPE_PARTIAL | ARCH_ATTN_OUT_BIAS |
                                          ARCH_ATTN_BIDIR | ARCH_ATTN_SINKS | ARCH_ATTN_FUSED_QKV |
-                                         ARCH_ATTN_ROPE_LONGROPE)) == 0 &&
+                                         ARCH_ATTN_ROPE_LONGROPE | ARCH_ATTN_ALIBI)) == 0 &&
            (l->ffn_extras & ~(unsigned)(ARCH_FFN_SHARED_EXPERT | ARCH_FFN_BIAS | ARCH_FFN_SHEXP_GATE |
                                         ARCH_FFN_FUSED_GATE_UP | ARCH_FFN_EXPERT_GROUPS)) == 0 &&
            (!(l->ffn_extras & ARCH_FFN_EXPERT_GROUPS) || l->ffn == ARCH_FFN_MOE) &&
@@ -107,6 +108,7 @@ arch_features arch_layer_features(const arch_layer *l)
     if (l->attn_extras & ARCH_ATTN_SINKS) f |= ARCH_F_ATTN_SINKS;
     if (l->attn_extras & ARCH_ATTN_FUSED_QKV) f |= ARCH_F_FUSED_QKV;
     if (l->attn_extras & ARCH_ATTN_ROPE_LONGROPE) f |= ARCH_F_ROPE_LONGROPE;
+    if (l->attn_extras & ARCH_ATTN_ALIBI) f |= ARCH_F_ALIBI;
     if (l->ffn == ARCH_FFN_MOE || l->ffn == ARCH_FFN_GLU_MOE) f |= router[l->router];
     if (l->ffn_extras & ARCH_FFN_SHARED_EXPERT) f |= ARCH_F_SHARED_EXPERT;
     if (l->ffn_extras & ARCH_FFN_BIAS) f |= ARCH_F_FFN_BIAS;
@@ -122,6 +124,7 @@ static const char *const FEATURE_NAMES[ARCH_F_COUNT_] = {
     "post-LN (LayerNorm after the add)", "attention output bias", "bidirectional attention", "MLP", "gelu-erf",
     "attention sinks", "expert biases", "clamped swiglu", "top-k softmax router", "fused qkv", "fused gate/up",
     "sigmoid router with selection bias", "LongRoPE", "multi-head latent attention", "grouped expert selection",
+    "ALiBi",
 };
 
 const char *arch_feature_name(arch_features bit)
@@ -143,7 +146,7 @@ void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
                                          " (top-k router, softmax over the k)",
                                          " (sigmoid router + selection bias, renormalised, scaled)"};
     const unsigned shexp = l->ffn_extras & (ARCH_FFN_SHARED_EXPERT | ARCH_FFN_SHEXP_GATE);
-    snprintf(buf, len, "%s, %s%s%s%s%s%s%s%s%s%s%s, %s %s%s%s%s%s%s", norm[l->norm],
+    snprintf(buf, len, "%s, %s%s%s%s%s%s%s%s%s%s%s%s, %s %s%s%s%s%s%s", norm[l->norm],
              l->attn_extras & ARCH_ATTN_BIDIR ? "bidirectional " : "", attn[l->attn],
              l->attn_extras & ARCH_ATTN_FUSED_QKV ? " + fused qkv" : "",
              l->attn_extras & ARCH_ATTN_QKV_BIAS ? " + qkv bias" : "",
@@ -153,7 +156,8 @@ void arch_layer_describe(const arch_layer *l, char *buf, size_t len)
              l->attn_extras & ARCH_ATTN_OUT_GATE ? " + output gate" : "",
              l->attn_extras & ARCH_ATTN_ROPE_PARTIAL ? " + partial RoPE" : "",
              l->attn_extras & ARCH_ATTN_ROPE_LONGROPE ? " + LongRoPE" : "",
-             l->attn_extras & ARCH_ATTN_SINKS ? " + sinks" : "", ffn[l->ffn], act[l->act],
+             l->attn_extras & ARCH_ATTN_SINKS ? " + sinks" : "",
+             l->attn_extras & ARCH_ATTN_ALIBI ? " + ALiBi" : "", ffn[l->ffn], act[l->act],
              l->ffn_extras & ARCH_FFN_FUSED_GATE_UP ? " (fused gate/up)" : "",
              l->ffn == ARCH_FFN_MOE || l->ffn == ARCH_FFN_GLU_MOE ? router[l->router] : "",
              l->ffn_extras & ARCH_FFN_EXPERT_GROUPS ? " + expert groups" : "",

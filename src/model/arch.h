@@ -52,7 +52,11 @@ enum {
                                     * loader binds wq, wk, wv as its row ranges */
     ARCH_ATTN_ROPE_LONGROPE = 1u << 9, /* LongRoPE (phi3): per-pair factors, short or long by the
                                         * engine's context, and cos/sin times its attention factor */
+    /* ALiBi (jina-bert-v2): no rotary or absolute positions; each score gets -m_h |i - j|, head
+     * h's slope m_h from a maximum bias of 8 as ggml computes it (ARCH_ALIBI_MAX_BIAS) */
+    ARCH_ATTN_ALIBI = 1u << 10,
 };
+#define ARCH_ALIBI_MAX_BIAS 8.0f
 /* The loader adds ARCH_ATTN_ROPE_PARTIAL to any rotary layer of a file whose
  * rope.dimension_count is below the head dimension, and ARCH_ATTN_ROPE_LONGROPE where the file
  * has LongRoPE factors: a family need not declare what its files say, and a backend that
@@ -157,7 +161,8 @@ typedef uint64_t arch_features;
 #define ARCH_F_ROPE_LONGROPE ARCH_F_(31)
 #define ARCH_F_ATTN_MLA ARCH_F_(32)      /* multi-head latent attention (DeepSeek): the cache holds a latent */
 #define ARCH_F_EXPERT_GROUPS ARCH_F_(33) /* the router keeps the best expert groups first (DeepSeek) */
-#define ARCH_F_COUNT_ 34
+#define ARCH_F_ALIBI ARCH_F_(34)         /* ALiBi position biases (jina-bert-v2) */
+#define ARCH_F_COUNT_ 35
 bool arch_layer_valid(const arch_layer *l); /* every kind one of its enum's */
 arch_features arch_layer_features(const arch_layer *l);
 const char *arch_feature_name(arch_features bit);
@@ -283,6 +288,10 @@ typedef struct arch_desc {
     const arch_key *more_keys[ARCH_KEY_LISTS_MAX];
     const arch_tensor *globals; /* token_embd.weight first: its rows set n_vocab */
     const arch_tensor *layer_tensors;
+    /* Layer tensor suffixes ("attn_q_norm.weight") that files of the family may carry but no
+     * backend runs: the loader refuses such a file naming the tensor (NULL-terminated; NULL:
+     * none), rather than run it without them. */
+    const char *const *unsupported;
     arch_rope rope;
     arch_ssm_heads ssm_heads; /* families with gated DeltaNet layers */
     arch_layer pattern[ARCH_PATTERN_MAX];
@@ -321,7 +330,7 @@ typedef struct arch_desc {
 /* The built-in families (src/model/arch/<family>.c). */
 extern const arch_desc arch_llama, arch_qwen2, arch_qwen3, arch_qwen3moe, arch_gemma3, arch_gemma4, arch_qwen35,
     arch_qwen35moe, arch_qwen3next, arch_bert, arch_gptoss, arch_phi3, arch_glm4moe, arch_deepseek2,
-    arch_nomic_bert;
+    arch_nomic_bert, arch_jina_bert_v2;
 
 /* What every dense transformer of the llama line has; a family's descriptor points at these
  * or at its own lists. */
@@ -333,6 +342,8 @@ extern const arch_key arch_swa_keys[];  /* attention.sliding_window (required), 
                                          * final_logit_softcapping */
 extern const arch_key arch_shexp_keys[];             /* expert_shared_feed_forward_length */
 extern const arch_key arch_bert_keys[]; /* an encoder's shape and its LayerNorm epsilon (arch/bert.c) */
+/* an encoder's token and token-type rows and their LayerNorm, no position table (nomic_bert.c) */
+extern const arch_tensor arch_encoder_globals[];
 /* ssm.{conv_kernel,state_size,group_count,time_step_rank,inner_size},
  * full_attention_interval (arch/hybrid.c) */
 extern const arch_key arch_hybrid_keys[];
@@ -370,6 +381,7 @@ typedef enum model_arch {
     MODEL_ARCH_GLM4MOE = 12,  /* GLM-4.5: dense lead, sigmoid-routed MoE + shared expert */
     MODEL_ARCH_DEEPSEEK2 = 13, /* DeepSeek V2/V3, Kimi K2: latent attention, grouped MoE routing */
     MODEL_ARCH_NOMIC_BERT = 14, /* encoder: bert's post-LN with RoPE, fused QKV, SwiGLU (nomic-embed-text) */
+    MODEL_ARCH_JINA_BERT_V2 = 15, /* encoder: bert's post-LN with ALiBi and a GEGLU (jina-embeddings-v2) */
 } model_arch;
 
 /* The registry: built-ins have ids 0.. in the order of model_arch; arch_register adds one at

@@ -774,6 +774,19 @@ static int64_t min_layer_tensors(const arch_desc *d, bool leading)
     return least;
 }
 
+/* Layer il has none of the family's unsupported tensors (arch_desc.unsupported). */
+static bool layer_supported(loader *L, int il)
+{
+    const arch_desc *d = L->m->desc;
+    for (const char *const *u = d->unsupported; u && *u; u++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.%s", il, *u);
+        if (gguf_find_tensor(L->f, name))
+            return fail(L, "tensor '%s': %s files with it are not supported (no backend runs it)", name, d->name);
+    }
+    return true;
+}
+
 static bool bind_tensors(loader *L)
 {
     model *m = L->m;
@@ -803,7 +816,7 @@ static bool bind_tensors(loader *L)
         layer_keys(L, d->keys, il);
         for (int j = 0; j < ARCH_KEY_LISTS_MAX && d->more_keys[j]; j++) layer_keys(L, d->more_keys[j], il);
         if (!layer_recipe(L, ly, il) || !layer_attention(L, ly, il) ||
-            !bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly))
+            !bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly) || !layer_supported(L, il))
             return false;
         layer_split_fused(hp, ly);
         if (!layer_complete(L, ly, il)) return false;

@@ -59,6 +59,15 @@ static inline model_tensor model_tensor_slice(const model_tensor *t, int64_t i)
     {"attn_k.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, bk), ARCH_F_QKV_BIAS, false, true}, \
     {"attn_v.bias", ARCH_DIM_KV, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, bv), ARCH_F_QKV_BIAS, false, true}
 
+/* The LayerNorm (weight and bias) after a post-LN block (ARCH_F_NORM_POST_LN), norm "attn_output"
+ * or "layer_output", bound at fields w and b of model_layer: the encoders' (arch/bert.c,
+ * nomic_bert.c, jina_bert_v2.c). */
+#define ARCH_POST_LN_NORM(norm, w, b)                                                                             \
+    {norm "_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, w), ARCH_F_NORM_POST_LN, \
+     false, true},                                                                                                \
+    {norm "_norm.bias", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, offsetof(model_layer, b), ARCH_F_NORM_POST_LN,  \
+     false, true}
+
 /* A layer: its recipe and the tensors the recipe binds (the others stay zeroed). */
 typedef struct model_layer {
     arch_layer recipe;

@@ -45,7 +45,7 @@ model="$tmp/tiny-llama.gguf"
 # file, then why the model is refused.
 LC_ALL=C sed 's/llama/llamx/g' "$model" >"$tmp/unknown-family.gguf"
 expect_rc 0 "$bin" info "$tmp/unknown-family.gguf" &&
-    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, bert, gpt-oss, phi3, glm4moe, deepseek2, nomic-bert\)" \
+    expect_grep "^model: refused: .*general.architecture 'llamx' is not supported \(llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, bert, gpt-oss, phi3, glm4moe, deepseek2, nomic-bert, jina-bert-v2\)" \
         "$tmp/out" "info of an unknown family"
 # The reference models (../shared/reference, when present): `inferd info` of FILE must print
 # a line matching each PATTERN.

@@ -350,7 +350,7 @@ static void test_registry(void **state)
     char names[256];
     arch_names(names, sizeof names);
     assert_string_equal(names, "llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, qwen35, qwen35moe, qwen3next, bert, gpt-oss, phi3, "
-                               "glm4moe, deepseek2, nomic-bert, toy-postnorm, toy-linear, toy-sliding, toy-broken");
+                               "glm4moe, deepseek2, nomic-bert, jina-bert-v2, toy-postnorm, toy-linear, toy-sliding, toy-broken");
 }
 
 /* A backend refuses a feature it lacks, naming it and the layer. */

@@ -40,7 +40,8 @@
  *   - encoders: BERT (../shared/reference's, a bge-small shape) and nomic-bert (rotary, fused
  *     QKV, SwiGLU; a small one and the nomic-embed-text-v1.5 shape) embeddings within cosine
  *     0.9999 of the CPU's;
- *   - a recipe feature the GPU does not run (deepseek2's latent attention) is refused by name.
+ *   - a recipe feature the GPU does not run (deepseek2's latent attention; jina-bert-v2's ALiBi,
+ *     without a device) is refused by name.
  * Skips without a device. */
 #include <math.h>
 #include <setjmp.h>
@@ -1213,6 +1214,28 @@ static void test_every_cpu_format_has_kernels(void **state)
     assert_true(n >= 23); /* F32 F16 BF16, the legacy and K quants, every IQ type, MXFP4 */
 }
 
+/* jina-bert-v2 (ALiBi, which no GPU kernel adds) is refused by the CUDA engine naming the
+ * feature, before any GPU is touched, so --device auto runs it on the CPU. */
+static void test_alibi_refused(void **state)
+{
+    (void)state;
+    tiny_spec s = tiny_spec_default();
+    s.arch = "jina-bert-v2";
+    s.n_head_kv = s.n_head;
+    size_t size;
+    char err[512] = "";
+    void *image = tiny_model_build(&s, &size);
+    model *m = image ? tiny_model_load(image, size, err, sizeof err) : NULL;
+    if (!m) fail_msg("jina-bert-v2: %s", err);
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 64, .max_batch_tokens = 64};
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
+    assert_null(e);
+    print_message("  refused: %s\n", err);
+    assert_non_null(strstr(err, "ALiBi"));
+    model_free(m);
+    free(image);
+}
+
 /* Embeddings (engine_seq.embed): four sequences of different lengths in one step, each pooling
  * on both engines; the GPU's pooled vectors within cosine 0.9999 of the CPU's, the rank score
  * (a sigmoid of a logit difference) within 1e-2.  The GPU's hidden states are the FP32 output
@@ -1705,6 +1728,7 @@ int main(int argc, char **argv)
     /* refusals decided before the GPU is touched: run them on every machine */
     const struct CMUnitTest without_device[] = {
         cmocka_unit_test(test_every_cpu_format_has_kernels),
+        cmocka_unit_test(test_alibi_refused),
     };
     int failed = cmocka_run_group_tests_name("without a device", without_device, NULL, NULL);
     if (failed) return failed;

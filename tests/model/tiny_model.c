@@ -228,6 +228,20 @@ static void add_layer_norm(builder *b, int il, const char *norm)
     add_tensor(b, name, GGML_TYPE_F32, b->s->n_embd, 1, 0.0f, 0.1f);
 }
 
+/* Layer il's q/k/v/output projections (n_embd square) with their biases: bert's and jina's. */
+static void add_biased_attention(builder *b, int il)
+{
+    const tiny_spec *s = b->s;
+    static const char *const proj[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+    char name[96];
+    for (int p = 0; p < 4; p++) {
+        snprintf(name, sizeof name, "blk.%d.%s.weight", il, proj[p]);
+        add_tensor(b, name, s->wtype, s->n_embd, s->n_embd, 0.0f, 2.0f / sqrtf((float)s->n_embd));
+        snprintf(name, sizeof name, "blk.%d.%s.bias", il, proj[p]);
+        add_tensor(b, name, GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
+    }
+}
+
 /* A BERT encoder (bge / all-MiniLM layout, as llama.cpp converts them): absolute positions and
  * token types, post-LN layers with biases everywhere, an MLP; mean pooling. */
 static void write_bert(builder *b)
@@ -239,16 +253,31 @@ static void write_bert(builder *b)
     char name[96];
     for (int il = 0; il < s->n_layer; il++) {
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
-        static const char *const proj[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
-        for (int p = 0; p < 4; p++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", il, proj[p]);
-            add_tensor(b, name, s->wtype, s->n_embd, s->n_embd, 0.0f, 2 * wscale);
-            snprintf(name, sizeof name, "blk.%d.%s.bias", il, proj[p]);
-            add_tensor(b, name, GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
-        }
+        add_biased_attention(b, il);
         add_layer_norm(b, il, "attn_output_norm");
         add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
         add_tensor(b, NAME("ffn_up.bias"), GGML_TYPE_F32, s->n_ff, 1, 0.0f, 0.2f);
+        add_tensor(b, NAME("ffn_down.weight"), s->wtype, s->n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->n_ff));
+        add_tensor(b, NAME("ffn_down.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
+        add_layer_norm(b, il, "layer_output_norm");
+#undef NAME
+    }
+}
+
+/* A jina-bert-v2 encoder (jina-embeddings-v2's layout, as llama.cpp converts it): bert's
+ * biased attention without a position table (ALiBi), a fused [gate | up] ffn_up of 2 n_ff rows
+ * and a biased down; mean pooling. */
+static void write_jina_bert_v2(builder *b)
+{
+    const tiny_spec *s = b->s;
+    const float wscale = 1.0f / sqrtf((float)s->n_embd);
+    write_encoder_embedding(b);
+    char name[96];
+    for (int il = 0; il < s->n_layer; il++) {
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+        add_biased_attention(b, il);
+        add_layer_norm(b, il, "attn_output_norm");
+        add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, 2 * s->n_ff, 0.0f, 2 * wscale);
         add_tensor(b, NAME("ffn_down.weight"), s->wtype, s->n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->n_ff));
         add_tensor(b, NAME("ffn_down.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
         add_layer_norm(b, il, "layer_output_norm");
@@ -284,11 +313,13 @@ void *tiny_model_build(const tiny_spec *s, size_t *size)
     builder b = {.s = s, .w = gguf_writer_new(), .rng = s->seed};
     const int head_dim = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
     write_hparams(&b);
-    const bool bert = strcmp(s->arch, "bert") == 0, nomic = strcmp(s->arch, "nomic-bert") == 0;
-    if (bert || nomic) {
+    const bool bert = strcmp(s->arch, "bert") == 0, nomic = strcmp(s->arch, "nomic-bert") == 0,
+               jina = strcmp(s->arch, "jina-bert-v2") == 0;
+    if (bert || nomic || jina) {
         add_tensor(&b, "token_embd.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f);
         if (bert) write_bert(&b);
-        else write_nomic_bert(&b);
+        else if (nomic) write_nomic_bert(&b);
+        else write_jina_bert_v2(&b);
         void *image = NULL;
         if (gguf_writer_write_mem(b.w, &image, size) != 0) image = NULL;
         gguf_writer_free(b.w);

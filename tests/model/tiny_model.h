@@ -13,7 +13,8 @@
 typedef struct tiny_spec {
     const char *arch; /* "llama", "qwen2", "qwen3", "gemma3", "gemma4", "bert" (an encoder: n_head_kv,
                        * head_dim, tied and the rope fields unused), "nomic-bert" (the same but
-                       * rope_base: 0 writes nomic's 1000) or anything, to test refusal */
+                       * rope_base: 0 writes nomic's 1000), "jina-bert-v2" or anything, to test
+                       * refusal */
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
     int head_dim;          /* 0: not written (loader derives n_embd / n_head) */
     ggml_type wtype;       /* matrices incl. token_embd and output */

@@ -34,14 +34,12 @@ static const arch_tensor bert_globals[] = {
 static const arch_tensor bert_layer_tensors[] = {
     ARCH_ATTN_PROJECTIONS,
     {"attn_output.bias", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(bo), ARCH_F_ATTN_OUT_BIAS, false, true},
-    {"attn_output_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_out_norm), ARCH_F_NORM_POST_LN, false, true},
-    {"attn_output_norm.bias", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_out_norm_b), ARCH_F_NORM_POST_LN, false, true},
+    ARCH_POST_LN_NORM("attn_output", attn_out_norm, attn_out_norm_b),
     {"ffn_up.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, ARCH_DIM_NONE, L(w_up), ARCH_F_FFN_MLP, false, false},
     {"ffn_up.bias", ARCH_DIM_FF, ARCH_DIM_NONE, ARCH_DIM_NONE, L(b_up), ARCH_F_FFN_MLP, false, true},
     {"ffn_down.weight", ARCH_DIM_FF, ARCH_DIM_EMBD, ARCH_DIM_NONE, L(w_down), ARCH_F_FFN_MLP, false, false},
     {"ffn_down.bias", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(b_down), ARCH_F_FFN_MLP, false, true},
-    {"layer_output_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(ffn_out_norm), ARCH_F_NORM_POST_LN, false, true},
-    {"layer_output_norm.bias", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(ffn_out_norm_b), ARCH_F_NORM_POST_LN, false, true},
+    ARCH_POST_LN_NORM("layer_output", ffn_out_norm, ffn_out_norm_b),
     {0},
 };
 

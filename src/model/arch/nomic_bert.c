@@ -18,7 +18,7 @@ static const arch_key nomic_rope_keys[] = {
 };
 
 #define G(field) offsetof(model, field)
-static const arch_tensor nomic_globals[] = {
+const arch_tensor arch_encoder_globals[] = {
     {"token_embd.weight", ARCH_DIM_EMBD, ARCH_DIM_VOCAB, ARCH_DIM_NONE, G(tok_embd), 0, false, false},
     {"token_types.weight", ARCH_DIM_EMBD, ARCH_DIM_TOKEN_TYPES, ARCH_DIM_NONE, G(tok_types), 0, false, false},
     {"token_embd_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, G(embd_norm), 0, false, true},
@@ -30,13 +30,11 @@ static const arch_tensor nomic_globals[] = {
 static const arch_tensor nomic_layer_tensors[] = {
     {"attn_qkv.weight", ARCH_DIM_EMBD, ARCH_DIM_QKV, ARCH_DIM_NONE, L(wqkv), 0, false, false},
     {"attn_output.weight", ARCH_DIM_Q, ARCH_DIM_EMBD, ARCH_DIM_NONE, L(wo), 0, false, false},
-    {"attn_output_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_out_norm), 0, false, true},
-    {"attn_output_norm.bias", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(attn_out_norm_b), 0, false, true},
+    ARCH_POST_LN_NORM("attn_output", attn_out_norm, attn_out_norm_b),
     {"ffn_gate.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, ARCH_DIM_NONE, L(w_gate), 0, false, false},
     {"ffn_up.weight", ARCH_DIM_EMBD, ARCH_DIM_FF, ARCH_DIM_NONE, L(w_up), 0, false, false},
     {"ffn_down.weight", ARCH_DIM_FF, ARCH_DIM_EMBD, ARCH_DIM_NONE, L(w_down), 0, false, false},
-    {"layer_output_norm.weight", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(ffn_out_norm), 0, false, true},
-    {"layer_output_norm.bias", ARCH_DIM_EMBD, ARCH_DIM_NONE, ARCH_DIM_NONE, L(ffn_out_norm_b), 0, false, true},
+    ARCH_POST_LN_NORM("layer_output", ffn_out_norm, ffn_out_norm_b),
     {0},
 };
 
@@ -44,7 +42,7 @@ const arch_desc arch_nomic_bert = {
     .name = "nomic-bert",
     .keys = arch_bert_keys,
     .more_keys = {nomic_rope_keys},
-    .globals = nomic_globals,
+    .globals = arch_encoder_globals,
     .layer_tensors = nomic_layer_tensors,
     .rope = ARCH_ROPE_NEOX,
     .pattern = {{.norm = ARCH_NORM_POST_LN, .attn = ARCH_ATTN_FULL,

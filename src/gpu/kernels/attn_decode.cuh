@@ -1,26 +1,31 @@
 // attn_decode.cuh - decode attention (one query token over its sequence's FP16 K/V blocks) on
-// the tensor cores, for head_dim 64 and 128 and up to 16 query heads per KV head.
+// the tensor cores, for head_dim 64, 128 and 256 and up to 16 query heads per KV head.
 //
 // Decode attention is a pass over the K/V cache: the kernel has to keep enough bytes in flight
 // to run at memory bandwidth, and do little per byte.  A block takes one token, one KV head
-// and one key split (attn_split_chunk: a function of the token's key count and the engine's
-// fixed max_split only); its W warps stream the split's KV blocks round-robin (warp w takes
+// and one key split (attn_split_chunk of the token's own split count, gpu_attn_dec_token_split:
+// its key count, the engine's fixed max_split and the grid's batch_split only); its W warps
+// stream the split's KV blocks round-robin (warp w takes
 // blocks w, w + W, ...), each through its own S-deep ring of [32 keys][hd] K and V tiles in
 // shared memory filled by cp.async (no registers held by loads in flight, no block barrier in
 // the loop).  The M dimension of every mma is the KV group's query heads (rows g < group of 16,
 // the rest zero), so each K/V byte is read once for the whole group (GQA), and per tile a warp
 // forms S = Q K^T and O += P V with mma.m16n8k16 (Q and P as FP16 hi + lo pairs: FP32-grade
 // products) and keeps its rows' online softmax in registers, in base 2, by the per-tile steps
-// of flash_attn.cuh (fa_qk_tile, fa_softmax_tile, fa_pv_tile).  The partials' maxima are in
-// base 2 too.  At the
-// end the warps' states merge through shared memory in warp order, and the block writes its
-// split's partial (max, sum, unnormalised output) for attn_decode_combine, or, when the token
-// has a single split (short contexts), the normalised FP16 output itself.  The partials are
-// indexed by the grid's token index (not the packed token), so they take room for the decode
-// tokens of a step only: [grid x][n_head][n_split] (max, sum) and [..][hd] outputs.
+// of flash_attn.cuh (fa_qk_tile_q, fa_softmax_tile, fa_pv_tile).  The partials' maxima are in
+// base 2 too.  At head_dim 256 the query's fragments live in shared memory (2 warps: O alone is
+// 128 registers a lane).  At the end the warps' states merge through shared memory in warp
+// order, and the block writes its split's partial (max, sum, unnormalised output), or, when the
+// token has a single split (short contexts), the normalised FP16 output itself.  The last split
+// block of a (token, KV head) to finish -- an atomic counter per pair, reset by that block --
+// then merges the partials of all splits in split order (ad_merge_splits): one launch, no
+// combine kernel.  The partials are indexed by the grid's token index (not the packed token),
+// so they take room for the decode tokens of a step only: [grid x][n_head][n_split] (max, sum)
+// and [..][hd] outputs.
 //
-// Invariance: a token's result depends on its own query, its key count and max_split only; the
-// merge orders (warps, then splits) are fixed; no atomics.
+// Invariance: a token's result depends on its own query, its key count, max_split and
+// batch_split only (batch_split = max_split under --deterministic: then on the token alone); the
+// merge orders (warps, then splits) are fixed; the one atomic only elects the merging block.
 //
 // Tiles are stored unpadded, 16-byte chunk c of row r at chunk c ^ (r & 7): the eight row
 // addresses of every ldmatrix then hit distinct banks.
@@ -56,17 +61,82 @@ __device__ __forceinline__ void ad_load(ad_tile<HD> *t, const __half *kb, const 
     }
 }
 
-// Dynamic shared memory of a variant: the warps' tile rings (the merge reuses them).
-#define AD_SMEM(HD, W, S) ((unsigned)((W) * (S) * sizeof(ad_tile<HD>)))
+// Dynamic shared memory of a variant: the warps' tile rings (the merges reuse them), and at
+// head_dim 256 the query's fragments.
+#define AD_Q_SMEM(HD) GPU_ATT_DEC_Q_SMEM(HD)
+#define AD_SMEM(HD, W, S) ((unsigned)((W) * (S) * sizeof(ad_tile<HD>) + AD_Q_SMEM(HD)))
+
+// A token's most splits (gpu_shared.h): batch_split 0 (a caller that sets none) means max_split.
+__device__ __forceinline__ int ad_token_split(const attn_args &a, int span)
+{
+    return gpu_attn_dec_token_split(span, a.max_split, a.batch_split > 0 ? a.batch_split : a.max_split);
+}
+
+// The last split block of (grid token x, KV head kvh) to finish: out for the group's heads from
+// all ns splits' partials, in split order (the same sums whichever block is last).  The
+// partials were written by other blocks of this launch, so they are read from L2 (__ldcg); each
+// thread takes 4 dimensions of one head with 8 splits' loads in flight.
+template <int HD, int W>
+__device__ __forceinline__ void ad_merge_splits(const attn_args &a, int t, int kvh, int group, int ns, float *smem)
+{
+    float *sm_w = smem;                            // [16][ns]: m_s, then 2^(m_s - M)
+    float *sm_l = smem + 16 * GPU_ATT_DEC_SPLIT;   // [16][ns]: the splits' sums
+    float *sm_den = sm_l + 16 * GPU_ATT_DEC_SPLIT; // [16]: the heads' denominators
+    const size_t th0 = (size_t)blockIdx.x * a.n_head + kvh * group;
+    for (int i = threadIdx.x; i < group * ns; i += W * 32) {
+        const int r = i / ns, sp = i % ns;
+        const float2 ml = __ldcg((const float2 *)(a.part_ml + 2 * ((th0 + r) * a.n_split + sp)));
+        sm_w[r * ns + sp] = ml.x;
+        sm_l[r * ns + sp] = ml.y;
+    }
+    __syncthreads();
+    if (threadIdx.x < group) {
+        const int r = threadIdx.x;
+        float mx = -INFINITY;
+        for (int sp = 0; sp < ns; sp++) mx = fmaxf(mx, sm_w[r * ns + sp]);
+        float lsum = 0.0f;
+        for (int sp = 0; sp < ns; sp++) {
+            const float w = exp2f(sm_w[r * ns + sp] - mx);
+            sm_w[r * ns + sp] = w;
+            lsum += sm_l[r * ns + sp] * w;
+        }
+        sm_den[r] = lsum + attn_sink_term(a.sinks, kvh * group + r, mx, true);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * (HD / 4); idx += W * 32) {
+        const int r = idx / (HD / 4), d = 4 * (idx % (HD / 4));
+        const float4 *po = (const float4 *)(a.part_o + (th0 + r) * a.n_split * HD + d);
+        const float *w = sm_w + r * ns;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int sp = 0; sp < ns; sp++) {
+            const float4 v = __ldcg(po + (size_t)sp * (HD / 4));
+            acc.x += v.x * w[sp], acc.y += v.y * w[sp], acc.z += v.z * w[sp], acc.w += v.w * w[sp];
+        }
+        const float den = sm_den[r];
+        __half2 *dst = (__half2 *)(a.out + ((size_t)t * a.n_head + kvh * group + r) * HD + d);
+        dst[0] = __floats2half2_rn(acc.x / den, acc.y / den);
+        dst[1] = __floats2half2_rn(acc.z / den, acc.w / den);
+    }
+}
 
 template <int HD, int W, int S>
 __device__ __forceinline__ void attn_decode_body(const attn_args &a)
 {
     constexpr int KSTEPS = HD / 16, DTILES = HD / 8;
+    // Wide heads keep the query's fragments in shared memory (as flash_attn.cuh): a lane's O
+    // alone is HD / 2 registers.  One copy for the block: every warp has the same token.
+    constexpr bool Q_SMEM = AD_Q_SMEM(HD) > 0;
+    typedef uint4 q_frags[KSTEPS][2][32]; // [ks][hi, lo][lane]
+    static_assert(!Q_SMEM || sizeof(q_frags) == AD_Q_SMEM(HD), "the host sizes the query's room alike");
     static_assert(W * S * sizeof(ad_tile<HD>) >= W * 16 * HD * sizeof(float), "the merge fits in the rings");
+    static_assert(W * S * sizeof(ad_tile<HD>) >= (2 * 16 * GPU_ATT_DEC_SPLIT + 16) * sizeof(float),
+                  "the split merge's weights fit in the rings");
     extern __shared__ __align__(16) unsigned char ad_smem[];
     __shared__ float sm_m[W][16], sm_l[W][16];
+    __shared__ unsigned sm_last;
     ad_tile<HD> *ring = (ad_tile<HD> *)ad_smem + (threadIdx.x >> 5) * S;
+    q_frags *q_s = (q_frags *)(ad_smem + W * S * sizeof(ad_tile<HD>));
 
     const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -74,9 +144,9 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
     // Keys key0..pos (a sliding layer: from its window's block; those before first masked).
     const int n_keys = a.pos[t] + 1, first = gpu_attn_first_key(a.pos[t], a.window);
     const int key0 = gpu_attn_key0(a.pos[t], a.window), span = n_keys - key0;
-    const int chunk = attn_split_chunk(span, a.max_split);
+    const int chunk = attn_split_chunk(span, ad_token_split(a, span));
     const int k_begin = key0 + split * chunk, k_end = min(n_keys, k_begin + chunk);
-    if (k_begin >= n_keys) return; // a split past the token's keys: the combine reads none of it
+    if (k_begin >= n_keys) return; // a split past the token's keys: no merge counts or reads it
     const int32_t *table = a.tables + (size_t)a.seq[t] * a.table_width;
     const int kt0 = k_begin / AD_KEYS, n_kt = (k_end - k_begin + AD_KEYS - 1) / AD_KEYS;
     const int n_mine = warp < n_kt ? (n_kt - warp + W - 1) / W : 0;
@@ -93,9 +163,9 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
     }
 
     // Rows g and g + 8 of the warp's 16: query heads kvh * group + row (zeros past the group).
-    uint32_t qf[KSTEPS][4], ql[KSTEPS][4];
+    uint32_t qf[Q_SMEM ? 1 : KSTEPS][4], ql[Q_SMEM ? 1 : KSTEPS][4];
     const float scale2 = a.scale * 1.4426950408889634f; // base-2 scores: log2(e) in the scale
-    {
+    if (!Q_SMEM || warp == 0) {
         const float *qrow[2];
 #pragma unroll
         for (int i = 0; i < 2; i++) {
@@ -105,12 +175,31 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ks++) {
             const int d = ks * 16 + 2 * c;
-            load_q_pair(qrow[0], d, scale2, &qf[ks][0], &ql[ks][0]);
-            load_q_pair(qrow[1], d, scale2, &qf[ks][1], &ql[ks][1]);
-            load_q_pair(qrow[0], d + 8, scale2, &qf[ks][2], &ql[ks][2]);
-            load_q_pair(qrow[1], d + 8, scale2, &qf[ks][3], &ql[ks][3]);
+            uint32_t hi[4], lo[4];
+            load_q_pair(qrow[0], d, scale2, &hi[0], &lo[0]);
+            load_q_pair(qrow[1], d, scale2, &hi[1], &lo[1]);
+            load_q_pair(qrow[0], d + 8, scale2, &hi[2], &lo[2]);
+            load_q_pair(qrow[1], d + 8, scale2, &hi[3], &lo[3]);
+            if constexpr (Q_SMEM) {
+                (*q_s)[ks][0][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+                (*q_s)[ks][1][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++) qf[ks][i] = hi[i], ql[ks][i] = lo[i];
+            }
         }
     }
+    if constexpr (Q_SMEM) __syncthreads(); // warp 0's fragments are everyone's
+    const auto q_at = [&](int ks, uint32_t *hi, uint32_t *lo) {
+        if constexpr (Q_SMEM) {
+            const uint4 h = (*q_s)[ks][0][lane], l = (*q_s)[ks][1][lane];
+            hi[0] = h.x, hi[1] = h.y, hi[2] = h.z, hi[3] = h.w;
+            lo[0] = l.x, lo[1] = l.y, lo[2] = l.z, lo[3] = l.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) hi[i] = qf[ks][i], lo[i] = ql[ks][i];
+        }
+    };
     float o[DTILES][4];
 #pragma unroll
     for (int j = 0; j < DTILES; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -127,7 +216,7 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         const auto k_at = [&](int key, int ch) { return &tl->k[ad_off<HD>(key, ch)]; };
         const auto v_at = [&](int key, int ch) { return &tl->v[ad_off<HD>(key, ch)]; };
         float s[4][4];
-        fa_qk_tile<KSTEPS>(s, qf, ql, k_at);
+        fa_qk_tile_q<KSTEPS>(s, q_at, k_at);
 #pragma unroll
         for (int j = 0; j < 4; j++) // keys past the token's last, or before its window's first
 #pragma unroll
@@ -187,13 +276,32 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
             a.part_ml[2 * part + 1] = lsum;
         }
     }
+    if (single || !a.counts) return;
+
+    // The split merge, fused: each block publishes its partial (threadfence: visible in L2
+    // before the counter moves), and the block that brings the count to ns merges them all
+    // (no second launch; the merge order is the splits' whatever block comes last).
+    __threadfence();
+    __syncthreads();
+    const int ns = (span + chunk - 1) / chunk;
+    if (threadIdx.x == 0) {
+        unsigned *cnt = a.counts + (size_t)blockIdx.x * a.n_kv + kvh;
+        const bool last = atomicAdd(cnt, 1u) == (unsigned)ns - 1;
+        if (last) *cnt = 0u; // every split has counted: the next launch starts from 0
+        sm_last = last;
+    }
+    __syncthreads();
+    if (!sm_last) return;
+    __threadfence(); // the other blocks' partials, read after their counts
+    ad_merge_splits<HD, W>(a, t, kvh, group, ns, (float *)ad_smem);
 }
 
-// The engine's variant (gpu_shared.h): 4 warps, 2 tiles deep each (128 KiB of shared memory
-// for head_dim 128).
+// The engine's variants (gpu_shared.h): 4 warps, 2 tiles deep each (128 KiB of shared memory)
+// up to head_dim 128; 2 warps at 256 (128 KiB + 16 KiB of query fragments).
 #define AD_W GPU_ATT_DEC_WARPS
 #define AD_S GPU_ATT_DEC_STAGES
 static_assert(AD_SMEM(128, AD_W, AD_S) == gpu_attn_decode_smem(128), "the host sizes the rings alike");
+static_assert(AD_SMEM(256, gpu_attn_dec_warps(256), AD_S) == gpu_attn_decode_smem(256), "the host sizes the rings alike");
 extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd64(attn_args a)
 {
     attn_decode_body<64, AD_W, AD_S>(a);
@@ -202,15 +310,21 @@ extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd128(attn_a
 {
     attn_decode_body<128, AD_W, AD_S>(a);
 }
+extern "C" __global__ void __launch_bounds__(gpu_attn_dec_warps(256) * 32) attn_decode_hd256(attn_args a)
+{
+    attn_decode_body<256, gpu_attn_dec_warps(256), AD_S>(a);
+}
 
 // Other shapes for gpu_attnbench's sweep (looked up by name there only).
-#define AD_VARIANT(W, S)                                                                       \
-    extern "C" __global__ void __launch_bounds__(W * 32) attn_decode_hd128_w##W##s##S(attn_args a) \
-    {                                                                                          \
-        attn_decode_body<128, W, S>(a);                                                        \
+#define AD_VARIANT(HD, W, S)                                                                              \
+    extern "C" __global__ void __launch_bounds__(W * 32) attn_decode_hd##HD##_w##W##s##S(attn_args a) \
+    {                                                                                                     \
+        attn_decode_body<HD, W, S>(a);                                                                    \
     }
-AD_VARIANT(4, 1)
-AD_VARIANT(2, 2)
+AD_VARIANT(128, 4, 3)
+AD_VARIANT(128, 2, 2)
+AD_VARIANT(256, 3, 2)
+AD_VARIANT(256, 4, 1)
 
 // out[t][h] from the token's splits (gpu_attn_splits_for(its span, max_split) of them); a token
 // with one split was written by attn_decode itself.  Grid (tokens, n_head) as attn_combine,
@@ -227,7 +341,8 @@ extern "C" __global__ void __launch_bounds__(AD_COMBINE_SG * 256) attn_decode_co
     __shared__ float sm_m[AD_COMBINE_MAX], sm_w[AD_COMBINE_MAX], sm_l[AD_COMBINE_MAX];
     __shared__ float part[AD_COMBINE_SG][256];
     const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x;
-    const int ns = gpu_attn_splits_for(gpu_attn_span(a.pos[t], a.window), a.max_split), hd = a.hd;
+    const int span = gpu_attn_span(a.pos[t], a.window), ns = gpu_attn_splits_for(span, ad_token_split(a, span));
+    const int hd = a.hd;
     if (ns == 1) return;
     const int d = threadIdx.x % hd, sg = threadIdx.x / hd;
     const size_t th = (size_t)blockIdx.x * a.n_head + blockIdx.y;

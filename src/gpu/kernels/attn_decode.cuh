@@ -74,33 +74,31 @@ __device__ __forceinline__ int ad_token_split(const attn_args &a, int span)
 
 // The last split block of (grid token x, KV head kvh) to finish: out for the group's heads from
 // all ns splits' partials, in split order (the same sums whichever block is last).  The
-// partials were written by other blocks of this launch, so they are read from L2 (__ldcg); each
-// thread takes 4 dimensions of one head with 8 splits' loads in flight.
+// partials were written by other blocks of this launch, so they are read from L2 (__ldcg): a warp
+// a head for the weights, then a thread 4 dimensions of one head with 16 splits' loads in flight
+// (8 at head_dim 256).
 template <int HD, int W>
 __device__ __forceinline__ void ad_merge_splits(const attn_args &a, int t, int kvh, int group, int ns, float *smem)
 {
-    float *sm_w = smem;                            // [16][ns]: m_s, then 2^(m_s - M)
-    float *sm_l = smem + 16 * GPU_ATT_DEC_SPLIT;   // [16][ns]: the splits' sums
-    float *sm_den = sm_l + 16 * GPU_ATT_DEC_SPLIT; // [16]: the heads' denominators
+    static_assert(GPU_ATT_DEC_SPLIT <= 64, "a warp takes a head's splits two a lane");
+    float *sm_w = smem;                      // [16][ns]: each split's weight 2^(m_s - M)
+    float *sm_den = smem + 16 * GPU_ATT_DEC_SPLIT; // [16]: the heads' denominators
     const size_t th0 = (size_t)blockIdx.x * a.n_head + kvh * group;
-    for (int i = threadIdx.x; i < group * ns; i += W * 32) {
-        const int r = i / ns, sp = i % ns;
-        const float2 ml = __ldcg((const float2 *)(a.part_ml + 2 * ((th0 + r) * a.n_split + sp)));
-        sm_w[r * ns + sp] = ml.x;
-        sm_l[r * ns + sp] = ml.y;
-    }
-    __syncthreads();
-    if (threadIdx.x < group) {
-        const int r = threadIdx.x;
-        float mx = -INFINITY;
-        for (int sp = 0; sp < ns; sp++) mx = fmaxf(mx, sm_w[r * ns + sp]);
-        float lsum = 0.0f;
-        for (int sp = 0; sp < ns; sp++) {
-            const float w = exp2f(sm_w[r * ns + sp] - mx);
-            sm_w[r * ns + sp] = w;
-            lsum += sm_l[r * ns + sp] * w;
-        }
-        sm_den[r] = lsum + attn_sink_term(a.sinks, kvh * group + r, mx, true);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = warp; r < group; r += W) { // a warp a head: splits lane and lane + 32
+        const float2 *ml = (const float2 *)a.part_ml + (th0 + r) * a.n_split;
+        const float2 none = make_float2(-INFINITY, 0.0f); // (every real split has a key: m finite)
+        const float2 v0 = lane < ns ? __ldcg(ml + lane) : none, v1 = lane + 32 < ns ? __ldcg(ml + lane + 32) : none;
+        float mx = fmaxf(v0.x, v1.x);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float w0 = exp2f(v0.x - mx), w1 = exp2f(v1.x - mx); // 0 for the missing
+        if (lane < ns) sm_w[r * ns + lane] = w0;
+        if (lane + 32 < ns) sm_w[r * ns + lane + 32] = w1;
+        float lsum = v0.y * w0 + v1.y * w1; // summed in a fixed tree: the same bits every run
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+        if (lane == 0) sm_den[r] = lsum + attn_sink_term(a.sinks, kvh * group + r, mx, true);
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < group * (HD / 4); idx += W * 32) {
@@ -108,7 +106,8 @@ __device__ __forceinline__ void ad_merge_splits(const attn_args &a, int t, int k
         const float4 *po = (const float4 *)(a.part_o + (th0 + r) * a.n_split * HD + d);
         const float *w = sm_w + r * ns;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
+        constexpr int IN_FLIGHT = HD >= 256 ? 8 : 16; // 16 float4 at 256 spill (beside O's registers)
+#pragma unroll IN_FLIGHT
         for (int sp = 0; sp < ns; sp++) {
             const float4 v = __ldcg(po + (size_t)sp * (HD / 4));
             acc.x += v.x * w[sp], acc.y += v.y * w[sp], acc.z += v.z * w[sp], acc.w += v.w * w[sp];
@@ -130,7 +129,7 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
     typedef uint4 q_frags[KSTEPS][2][32]; // [ks][hi, lo][lane]
     static_assert(!Q_SMEM || sizeof(q_frags) == AD_Q_SMEM(HD), "the host sizes the query's room alike");
     static_assert(W * S * sizeof(ad_tile<HD>) >= W * 16 * HD * sizeof(float), "the merge fits in the rings");
-    static_assert(W * S * sizeof(ad_tile<HD>) >= (2 * 16 * GPU_ATT_DEC_SPLIT + 16) * sizeof(float),
+    static_assert(W * S * sizeof(ad_tile<HD>) >= (16 * GPU_ATT_DEC_SPLIT + 16) * sizeof(float),
                   "the split merge's weights fit in the rings");
     extern __shared__ __align__(16) unsigned char ad_smem[];
     __shared__ float sm_m[W][16], sm_l[W][16];
@@ -156,8 +155,10 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         const size_t base = gpu_kv_offset(table[kt], a.n_layer, a.layer, a.n_kv, kvh, 0, HD);
         ad_load<HD>(&ring[i % S], a.kc + base, a.vc + base, min(AD_KEYS, k_end - kt * AD_KEYS), lane);
     };
+    // The ring's S tiles all in flight before anything else (a split of 4k keys is 2 tiles a
+    // warp: both requested at once); each later tile goes into the slot its predecessor frees.
 #pragma unroll
-    for (int i = 0; i < S - 1; i++) {
+    for (int i = 0; i < S; i++) {
         if (i < n_mine) issue(i);
         cp_async_commit();
     }
@@ -206,10 +207,8 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
     for (int i = 0; i < n_mine; i++) {
-        if (i + S - 1 < n_mine) issue(i + S - 1);
-        cp_async_commit();
-        cp_async_wait<S - 1>();
-        __syncwarp(); // the other lanes' copies of block i are visible
+        cp_async_wait<S - 1>(); // groups 0..i done (S + i committed, at most S - 1 pending)
+        __syncwarp();           // the other lanes' copies of block i are visible
         const ad_tile<HD> *tl = &ring[i % S];
         const int tile0 = (kt0 + warp + W * i) * AD_KEYS;
 
@@ -227,6 +226,8 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         fa_softmax_tile<DTILES>(s, m, l, o);
         fa_pv_tile<DTILES>(s, o, v_at);
         __syncwarp(); // every lane is done with slot i % S before it is refilled
+        if (i + S < n_mine) issue(i + S);
+        cp_async_commit();
     }
     cp_async_wait<0>();
     __syncthreads(); // every warp is done with the rings: the merge reuses them

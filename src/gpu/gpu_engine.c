@@ -527,7 +527,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         if (L->window) g->att_window = L->window; /* one per model (n_swa) */
     }
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
-    g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, n_kv_max) : ATT_MAX_SPLIT;
+    g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, n_kv_max, hd_max) : ATT_MAX_SPLIT;
     g->att_splits = gpu_attn_max_splits_for(cfg->ctx_per_slot, g->att_max_split);
     g->det = cfg->deterministic;
     /* deterministic: a prompt's rows take the decode kernel too, so the last prompt row (which
@@ -536,9 +536,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     /* attn_decode's partials take a row per decode token of a step (one per sequence, as its
      * shapes have a flash kernel for the rest); attn_partial's one per packed token */
     size_t dec_rows = (size_t)(g->att_decode && g->fa_q_tokens ? R : T), part_rows = dec_rows * g->att_splits * hp->n_head;
-    /* attn_decode's arrival counters, a (decode token, KV head) each: zeroed here, and each
-     * merge leaves its own at zero */
-    size_t count_bytes = g->att_decode ? dec_rows * (size_t)n_kv_max * sizeof(unsigned) : 0;
+    /* attn_decode's arrival counters at head_dim 256, a (decode token, KV head) each: zeroed
+     * here, and each merge leaves its own at zero */
+    size_t count_bytes = g->att_decode && hd_max >= 256 ? dec_rows * (size_t)n_kv_max * sizeof(unsigned) : 0;
     size_t largest = 0, all_f16 = 0;
     int f32_k = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16, &f32_k);

@@ -419,11 +419,16 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     };
     unsigned n = (unsigned)ap->n_dec;
     if (g->att_decode) { /* tensor cores, one block per KV head and split (kernels/attn_decode.cuh) */
-        /* the last split of a token merges them all (the counters); fewer splits where the
-         * batch fills the GPU by itself, never under --deterministic (gpu_attn_dec_batch_split) */
-        a.counts = (unsigned *)(uintptr_t)g->att_counts;
+        /* head_dim 256: the last split of a token merges them all (the counters); fewer splits
+         * where the batch fills the GPU by itself, never under --deterministic
+         * (gpu_attn_dec_batch_split).  Below: attn_decode_combine. */
+        a.counts = hd >= 256 ? (unsigned *)(uintptr_t)g->att_counts : NULL;
         a.batch_split = gpu_attn_dec_batch_split(g->n_sm, L->n_kv, (int)n, g->att_max_split, g->det);
-        return gpu_launch_decode(&g->k, &a, hd, n, g->stream, "attention", err, errlen);
+        if (gpu_launch_decode(&g->k, &a, hd, n, g->stream, "attention", err, errlen)) return -1;
+        if (n_split > 1 && !a.counts) /* with one, every token wrote its own output (a graph of short contexts) */
+            LAUNCH(g->k.attn_decode_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, GPU_ATT_DEC_COMBINE_SG * hd}),
+                   "attention", &a);
+        return 0;
     }
     LAUNCH(*gpu_attn_partial_fn(&g->k, hd), ((gpu_launch_dims){n, (unsigned)(nh / gb), (unsigned)n_split, 128}), "attention", &a);
     LAUNCH(g->k.attn_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, hd >= 128 ? 128 : 32}), "attention",

@@ -219,7 +219,8 @@ int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned
     }
     attn_args arg = *a; /* the launch copies its parameters */
     void *args[] = {&arg};
-    return gpu_launch_smem(fn, (gpu_launch_dims){n, (unsigned)a->n_kv, (unsigned)a->n_split, gpu_attn_dec_warps(hd) * 32},
+    return gpu_launch_smem(fn,
+                           (gpu_launch_dims){n, (unsigned)a->n_kv, (unsigned)a->n_split, (unsigned)gpu_attn_dec_warps(hd) * 32},
                            gpu_attn_decode_smem(hd), stream, args, what, err, errlen);
 }
 

@@ -1,11 +1,10 @@
 /* gpu_attnbench_decode.c - `gpu_attnbench decode [n_head [n_kv [head_dim]]]`: one layer of
  * decode attention (head_dim 128 or 256) for B = 1 and 8 queries each seeing all of a context of
  * 128 to 32,768 keys, its own sequence's blocks: the split-K kernels (attn_partial + attn_combine,
- * the old path), attn_decode as main had it before the fused merge (partials for
- * attn_decode_combine, max_split the largest power of two <= 32 whose n_kv x splits fit the
- * SMs), and the fused attn_decode (the last split merges: one launch) with the engine's split
- * rule (gpu_attn_dec_split_for from the device's SM count, gpu_attn_dec_batch_split by B; "det":
- * the batch split of --deterministic) and in other warp and ring shapes.  Each is timed over a
+ * the old path) against attn_decode with the engine's split rule (gpu_attn_dec_split_for from the
+ * device's SM count; at head_dim 256 the fused merge and gpu_attn_dec_batch_split by B, "det":
+ * the batch split of --deterministic; below 256 attn_decode_combine) and in other warp and ring
+ * shapes (with the rule over the blocks a multiprocessor holds of them).  Each is timed over a
  * CUDA graph of 30 launches that walk over enough layers (>= 256 MB of K/V) that the L2 cache
  * holds none of them from the last pass; the table gives us per layer, the effective K/V read
  * rate (bytes of K and V of the layer / time) and the largest difference from the old kernel's
@@ -26,10 +25,9 @@ int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, int 
 typedef struct dec_variant {
     const char *label, *name; /* column, kernel */
     int warps, stages;
-    int rule; /* DEC_OLD_RULE: main's split rule + attn_decode_combine; DEC_RULE: the engine's; DEC_DET */
+    bool det; /* the batch split of --deterministic */
     CUfunction f;
 } dec_variant;
-enum { DEC_OLD_RULE, DEC_RULE, DEC_DET, DEC_OLD_RULE_FUSED };
 
 typedef struct dec_bench {
     gpu_kernels *k;
@@ -43,14 +41,6 @@ typedef struct dec_bench {
 
 static uint64_t rng = 7;
 static float rnd(void) { return gpu_test_randf(&rng); } /* uniform in [-1, 1) */
-
-/* main's attn_decode split count before this change: halved from 32 until n_kv x splits fit the SMs */
-static int old_split(int n_sm, int n_kv)
-{
-    int s = 32;
-    while (s > 1 && s * n_kv > n_sm) s /= 2;
-    return s;
-}
 
 static unsigned variant_smem(const dec_variant *v, int hd)
 {
@@ -86,13 +76,11 @@ static int dec_launch(dec_bench *b, const dec_variant *v, int layer, char *err, 
     }
     /* the engine's rule over the blocks that fit at once (a variant of less shared memory
      * than the engine's may hold several blocks a multiprocessor) */
-    const bool old = v->rule == DEC_OLD_RULE || v->rule == DEC_OLD_RULE_FUSED;
     const int slots = b->n_sm * variant_blocks_per_sm(v, hd);
-    a.max_split = old ? old_split(b->n_sm, b->n_kv) : gpu_attn_dec_split_for(slots, b->n_kv);
-    a.batch_split = v->rule == DEC_OLD_RULE ? a.max_split
-                                            : gpu_attn_dec_batch_split(slots, b->n_kv, b->B, a.max_split, v->rule == DEC_DET);
+    a.max_split = gpu_attn_dec_split_for(slots, b->n_kv, hd);
+    a.batch_split = gpu_attn_dec_batch_split(slots, b->n_kv, b->B, a.max_split, v->det);
     a.n_split = gpu_attn_max_splits_for(b->ctx, a.max_split);
-    a.counts = v->rule == DEC_OLD_RULE ? NULL : (unsigned *)(uintptr_t)b->counts;
+    a.counts = hd >= 256 ? (unsigned *)(uintptr_t)b->counts : NULL;
     gpu_fn fn = {v->f, v->name};
     if (gpu_launch_smem(&fn, (gpu_launch_dims){b->B, b->n_kv, a.n_split, v->warps * 32}, variant_smem(v, hd), b->stream,
                         args, "attnbench", err, errlen))
@@ -210,18 +198,15 @@ static void dec_free(dec_bench *b)
 int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, int hd, char *err, size_t errlen)
 {
     static dec_variant v128[] = {
-        {"main (+combine)", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, DEC_OLD_RULE, NULL},
-        {"main rule fused", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, DEC_OLD_RULE_FUSED, NULL},
-        {"fused (engine)", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, DEC_RULE, NULL},
-        {"fused det", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, DEC_DET, NULL},
-        {"w4s3", "attn_decode_hd128_w4s3", 4, 3, DEC_RULE, NULL},
-        {"w2s2", "attn_decode_hd128_w2s2", 2, 2, DEC_RULE, NULL},
+        {"engine", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, false, NULL},
+        {"w4s1", "attn_decode_hd128_w4s1", 4, 1, false, NULL},
+        {"w2s2", "attn_decode_hd128_w2s2", 2, 2, false, NULL},
     };
     static dec_variant v256[] = {
-        {"fused (engine)", "attn_decode_hd256", 2, GPU_ATT_DEC_STAGES, DEC_RULE, NULL},
-        {"fused det", "attn_decode_hd256", 2, GPU_ATT_DEC_STAGES, DEC_DET, NULL},
-        {"w3s2", "attn_decode_hd256_w3s2", 3, 2, DEC_RULE, NULL},
-        {"w4s1", "attn_decode_hd256_w4s1", 4, 1, DEC_RULE, NULL},
+        {"engine", "attn_decode_hd256", gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), false, NULL},
+        {"engine, det", "attn_decode_hd256", gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), true, NULL},
+        {"w2s2", "attn_decode_hd256_w2s2", 2, 2, false, NULL},
+        {"w3s2", "attn_decode_hd256_w3s2", 3, 2, false, NULL},
     };
     dec_variant *vs = hd == 256 ? v256 : v128;
     const int nv = hd == 256 ? (int)(sizeof v256 / sizeof v256[0]) : (int)(sizeof v128 / sizeof v128[0]);
@@ -241,9 +226,9 @@ int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, int 
                                        (int)variant_smem(&vs[i], hd)),
                  vs[i].name);
     }
-    printf("decode attention, %d heads / %d kv heads, head_dim %d, %d SMs (max_split: main %d, now %d): "
+    printf("decode attention, %d heads / %d kv heads, head_dim %d, %d SMs (max_split %d): "
            "us per layer (K/V GB/s), max |diff| vs old\n",
-           n_head, n_kv, hd, n_sm, old_split(n_sm, n_kv), gpu_attn_dec_split_for(n_sm, n_kv));
+           n_head, n_kv, hd, n_sm, gpu_attn_dec_split_for(n_sm, n_kv, hd));
     printf("%-3s %6s %18s", "B", "ctx", "old (partial)");
     for (int i = 0; i < nv; i++)
         printf(" | %-15s w%ds%d x%d %3s", vs[i].label, vs[i].warps, vs[i].stages, variant_blocks_per_sm(&vs[i], hd), "");

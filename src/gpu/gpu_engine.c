@@ -527,7 +527,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         if (L->window) g->att_window = L->window; /* one per model (n_swa) */
     }
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
-    g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, n_kv_max) : ATT_MAX_SPLIT;
+    g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, n_kv_max, hd_max) : ATT_MAX_SPLIT;
     g->att_splits = gpu_attn_max_splits_for(cfg->ctx_per_slot, g->att_max_split);
     g->det = cfg->deterministic;
     /* deterministic: a prompt's rows take the decode kernel too, so the last prompt row (which
@@ -535,7 +535,10 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     if (g->det) g->fa_q_tokens = 0;
     /* attn_decode's partials take a row per decode token of a step (one per sequence, as its
      * shapes have a flash kernel for the rest); attn_partial's one per packed token */
-    size_t part_rows = (size_t)(g->att_decode && g->fa_q_tokens ? R : T) * g->att_splits * hp->n_head;
+    size_t dec_rows = (size_t)(g->att_decode && g->fa_q_tokens ? R : T), part_rows = dec_rows * g->att_splits * hp->n_head;
+    /* attn_decode's arrival counters at head_dim 256, a (decode token, KV head) each: zeroed
+     * here, and each merge leaves its own at zero */
+    size_t count_bytes = g->att_decode && hd_max >= 256 ? dec_rows * (size_t)n_kv_max * sizeof(unsigned) : 0;
     size_t largest = 0, all_f16 = 0;
     int f32_k = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16, &f32_k);
@@ -624,7 +627,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->ple, ple_all * f}, {&g->ple_tok, ple_all * f}, {&g->ple_g, ple ? (size_t)T * hp->n_embd_ple * f : 0},
         {&g->ple_h, ple ? (size_t)T * g->ple_ld * sizeof(uint16_t) : 0},
         {&g->blas_ws, g->have_blas ? GPU_BLAS_WORKSPACE : 0}, {&g->x_f32, (size_t)T * (size_t)f32_k * f},
-        {&g->part_o, part_rows * hd_max * f}, {&g->part_ml, part_rows * 2 * f},
+        {&g->part_o, part_rows * hd_max * f}, {&g->part_ml, part_rows * 2 * f}, {&g->att_counts, count_bytes},
         {&g->xl_h, (size_t)R * g->d_embd * sizeof(uint16_t)}, {&g->logits, R * V * f}, {&g->work, R * V * f},
         {&g->counts, R * V * sizeof(int32_t)}, {&g->parts, (size_t)R * GPU_SAMPLE_PARTS * 3 * f},
         {&g->sout, (size_t)R * sizeof(gpu_sample_out)},
@@ -941,7 +944,7 @@ static int upload_history(gpu_engine *g, const engine_seq *seqs, int n, char *er
 }
 
 /* The decode graph of bucket b: for any context (graphs[0][b]: the most splits any position
- * can take), or short (graphs[1][b]: one split, no combine launch; the tokens' results are
+ * can take), or short (graphs[1][b]: one split deep, no blocks that exit at once; the tokens' results are
  * those of the other graph, whose extra splits would exit at once). */
 static int decode_graph(gpu_engine *g, int b, bool short_ctx, char *err, size_t errlen)
 {
@@ -1157,7 +1160,7 @@ static void gpu_destroy(engine *e)
                           g->mmq_part, g->post,     g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
                           g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y, g->moe_g, g->moe_u, g->moe_out,
                           g->ple, g->ple_tok, g->ple_g, g->ple_h,
-                          g->part_o, g->part_ml, g->xl_h,    g->logits, g->work,  g->counts, g->parts,
+                          g->part_o, g->part_ml, g->att_counts, g->xl_h, g->logits, g->work, g->counts, g->parts,
                           g->sout,   g->in_d, g->state, g->ssm_mix, g->ssm_z, g->ssm_b, g->ssm_g, g->ssm_raw,
                           g->ssm_o,  g->qg,   g->sh_logit, g->sh_y, g->ssm_u, g->ssm_w, g->ssm_gc, g->xq, g->xd};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)

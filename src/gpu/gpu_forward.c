@@ -459,13 +459,14 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .out = F16(g->act_h), .sinks = sinks,
     };
     unsigned n = (unsigned)ap->n_dec;
-    if (g->att_decode) { /* tensor cores, one block per KV head (kernels/attn_decode.cuh) */
-        const gpu_fn *fn = hd == 64 ? &g->k.attn_decode_hd64 : &g->k.attn_decode_hd128;
-        void *args[] = {&a};
-        if (gpu_launch_smem(fn, (gpu_launch_dims){n, (unsigned)L->n_kv, (unsigned)n_split, GPU_ATT_DEC_WARPS * 32},
-                            gpu_attn_decode_smem(hd), g->stream, args, "attention", err, errlen))
-            return -1;
-        if (n_split > 1) /* with one, every token wrote its own output (a graph of short contexts) */
+    if (g->att_decode) { /* tensor cores, one block per KV head and split (kernels/attn_decode.cuh) */
+        /* head_dim 256: the last split of a token merges them all (the counters); fewer splits
+         * where the batch fills the GPU by itself, never under --deterministic
+         * (gpu_attn_dec_batch_split).  Below: attn_decode_combine. */
+        a.counts = hd >= 256 ? (unsigned *)(uintptr_t)g->att_counts : NULL;
+        a.batch_split = gpu_attn_dec_batch_split(g->n_sm, L->n_kv, (int)n, g->att_max_split, g->det);
+        if (gpu_launch_decode(&g->k, &a, hd, n, g->stream, "attention", err, errlen)) return -1;
+        if (n_split > 1 && !a.counts) /* with one, every token wrote its own output (a graph of short contexts) */
             LAUNCH(g->k.attn_decode_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, GPU_ATT_DEC_COMBINE_SG * hd}),
                    "attention", &a);
         return 0;

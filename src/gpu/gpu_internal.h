@@ -203,6 +203,7 @@ typedef struct gpu_engine {
     CUdeviceptr ssm_u, ssm_w, ssm_gc; /* the chunked form's U (then v_new), W, cumulative decay */
     int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;
+    CUdeviceptr att_counts;      /* attn_decode's arrival counters (attn_args.counts), or 0 */
     CUdeviceptr w16;             /* FP16 copies of the quantised matrices cuBLAS multiplies, or 0 */
     CUdeviceptr x_f32;           /* the activations of an F32 matrix's cuBLAS product in FP32, */
     int x_f32_k;                 /* up to this many inputs a row (the widest F32 matrix's) */
@@ -236,7 +237,7 @@ typedef struct gpu_engine {
     int *row_of_seq; /* per sequence of the step (cap_rows): its logits row, or -1 */
 
     /* decode graphs per batch bucket: [0] for any context, [1] for steps whose every token
-     * sees keys of one split (attn_decode writes its output, no combine; att_decode only) */
+     * sees keys of one split (a grid one split deep: attn_decode writes its output; att_decode only) */
     CUgraphExec graphs[2][GPU_N_BUCKETS];
     /* Set by the first CUDA failure inside a step: the context is then unusable, and every
      * later step reports ENGINE_FATAL with this message. */

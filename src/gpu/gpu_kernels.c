@@ -189,10 +189,11 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
         if (lookup(k, plain[i].fn, plain[i].name, err, errlen)) return -1;
     /* attn_decode stages more than the default 48 KiB of shared memory */
-    CU_CHECK(cu.cuFuncSetAttribute(k->attn_decode_hd64.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                   (int)gpu_attn_decode_smem(64)), "attn_decode_hd64");
-    CU_CHECK(cu.cuFuncSetAttribute(k->attn_decode_hd128.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                   (int)gpu_attn_decode_smem(128)), "attn_decode_hd128");
+    const gpu_fn *dec[] = {&k->attn_decode_hd64, &k->attn_decode_hd128, &k->attn_decode_hd256};
+    for (int i = 0; i < 3; i++)
+        CU_CHECK(cu.cuFuncSetAttribute(dec[i]->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       (int)gpu_attn_decode_smem(64 << i)),
+                 dec[i]->name);
     /* flash_attn at head_dim 256 too (its Q fragments beside the K/V tiles: gpu_shared.h) */
     CU_CHECK(cu.cuFuncSetAttribute(k->flash_attn_hd256.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                    (int)gpu_flash_smem(256)), "flash_attn_hd256");
@@ -223,6 +224,24 @@ int gpu_launch_flash(const gpu_kernels *k, const flash_args *a, int hd, unsigned
     void *args[] = {&arg};
     return gpu_launch_smem(fn, (gpu_launch_dims){n_tiles, (unsigned)a->n_kv, 1, GPU_FA_ROWS / 16 * 32},
                            gpu_flash_smem(hd), stream, args, what, err, errlen);
+}
+
+int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned n, CUstream stream, const char *what,
+                      char *err, size_t errlen)
+{
+    const gpu_fn *fn = hd == 64    ? &k->attn_decode_hd64
+                       : hd == 128 ? &k->attn_decode_hd128
+                       : hd == 256 ? &k->attn_decode_hd256
+                                   : NULL;
+    if (!fn) {
+        snprintf(err, errlen, "%s: no decode attention kernel for head_dim %d", what, hd);
+        return -1;
+    }
+    attn_args arg = *a; /* the launch copies its parameters */
+    void *args[] = {&arg};
+    return gpu_launch_smem(fn,
+                           (gpu_launch_dims){n, (unsigned)a->n_kv, (unsigned)a->n_split, (unsigned)gpu_attn_dec_warps(hd) * 32},
+                           gpu_attn_decode_smem(hd), stream, args, what, err, errlen);
 }
 
 const gpu_fn *gpu_attn_partial_fn(const gpu_kernels *k, int hd)

@@ -61,9 +61,10 @@ typedef struct gpu_kernels {
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_combine;
     /* prompt tiles on the tensor cores (gpu_flash_q_tokens): launched by gpu_launch_flash */
     gpu_fn flash_attn_hd64, flash_attn_hd128, flash_attn_hd256;
-    /* decode tokens on the tensor cores (gpu_attn_decode_serves): GPU_ATT_DEC_WARPS warps,
-     * gpu_attn_decode_smem(hd) bytes of dynamic shared memory */
-    gpu_fn attn_decode_hd64, attn_decode_hd128, attn_decode_combine;
+    /* decode tokens on the tensor cores (gpu_attn_decode_serves): gpu_attn_dec_warps(hd) warps,
+     * gpu_attn_decode_smem(hd) bytes of dynamic shared memory; attn_decode_combine only for
+     * a launch with no arrival counters (gpu_attnbench's comparison) */
+    gpu_fn attn_decode_hd64, attn_decode_hd128, attn_decode_hd256, attn_decode_combine;
     gpu_fn sample_prep, sample_adjust, sample_reduce, sample;
     /* mixture of experts (kernels/moe.cuh): [type] products over the chosen experts' slices,
      * the router, the grouping by expert, the weighted combine */
@@ -110,6 +111,11 @@ int gpu_launch_smem(const gpu_fn *fn, gpu_launch_dims d, unsigned smem, CUstream
 struct flash_args;
 int gpu_launch_flash(const gpu_kernels *k, const struct flash_args *a, int hd, unsigned n_tiles, CUstream stream,
                      const char *what, char *err, size_t errlen);
+/* attn_decode over n tokens x a->n_kv KV heads x a->n_split splits: the kernel of head_dim hd
+ * (gpu_attn_decode_serves; -1 with an error otherwise) with its warps and shared memory. */
+struct attn_args;
+int gpu_launch_decode(const gpu_kernels *k, const struct attn_args *a, int hd, unsigned n, CUstream stream,
+                      const char *what, char *err, size_t errlen);
 /* attn_partial's kernel for head_dim hd (the generic one where no specialised one exists). */
 const gpu_fn *gpu_attn_partial_fn(const gpu_kernels *k, int hd);
 

@@ -216,6 +216,14 @@ typedef struct attn_args {
      * FP16 output, [t][n_head][hd], written by attn_decode_combine or, for a token of one
      * split, by attn_decode itself.  Its partials are indexed by grid x, not by t. */
     int max_split;
+    /* head_dim 256 only: the split count every token of the grid takes when all see long
+     * contexts, fewer than max_split when the batch alone fills the GPU
+     * (gpu_attn_dec_batch_split; = max_split under --deterministic); a token's own count is
+     * gpu_attn_dec_token_split.  And [grid x][n_kv] arrival counters of the splits, zero between
+     * launches: the last split of a (token, KV head) to finish merges them (and sets its counter
+     * back to 0); NULL: the partials are left for attn_decode_combine, as always below 256. */
+    int batch_split;
+    unsigned *counts;
     gpu_half *out;
     /* each query head's sink logit [n_head] (ARCH_ATTN_SINKS), or NULL: the kernels that write
      * a head's output add exp(sink - max) to its softmax's denominator */
@@ -278,7 +286,8 @@ static inline GPU_HOST_DEVICE int gpu_flash_q_tokens(int n_head, int n_kv, int h
  * warp's tile of 32 keys lies in one block. */
 #define ATT_CHUNK_MIN 128
 #define ATT_MAX_SPLIT 32     /* attn_partial's splits */
-#define GPU_ATT_DEC_SPLIT 32 /* attn_decode's most: of 16/32/64/128 the best over both shapes (docs/benchmarks.md) */
+#define GPU_ATT_DEC_SPLIT 64 /* attn_decode's most (head_dim 256; up to 128 at most GPU_ATT_DEC_SPLIT_NARROW) */
+#define GPU_ATT_DEC_SPLIT_NARROW 32 /* of 16/32/64/128 the best over both head_dim-128 shapes (docs/benchmarks.md) */
 #define GPU_ATT_DEC_COMBINE_SG 4 /* attn_decode_combine's threads: this many x hd */
 static inline GPU_HOST_DEVICE int attn_split_chunk(int n_keys, int max_split)
 {
@@ -308,29 +317,69 @@ static inline GPU_HOST_DEVICE int gpu_attn_max_splits_for(int ctx, int max_split
 }
 static inline GPU_HOST_DEVICE int gpu_attn_max_splits(int ctx) { return gpu_attn_max_splits_for(ctx, ATT_MAX_SPLIT); }
 
-/* attn_decode's splits for an engine: at most GPU_ATT_DEC_SPLIT, and few enough that one token's
- * blocks (n_kv x splits, one a multiprocessor: 128 KiB of shared memory each) fill one wave of
- * the n_sm multiprocessors -- the 8B shape's 8 KV heads x 16 on the H100's 132 measured 1-16 %
- * faster than x 32 from 4k keys up (docs/benchmarks.md).  A constant of the engine, so a
- * token's result still depends on its own keys only. */
-static inline GPU_HOST_DEVICE int gpu_attn_dec_split_for(int n_sm, int n_kv)
+/* attn_decode's splits for an engine (its max_split), from the device's SM count (gpu_engine.c
+ * asks once): as many as one token's blocks (n_kv x splits, one a multiprocessor: 128-144 KiB of
+ * shared memory each) fill one wave of the n_sm multiprocessors.  Head_dim 256 (the fused merge):
+ * n_sm / n_kv, at most GPU_ATT_DEC_SPLIT (16 for Gemma 3's 8 KV heads on the H100's 132, 33 for
+ * Qwen3.5's 4).  Up to 128 (attn_decode_combine): the largest power of two up to
+ * GPU_ATT_DEC_SPLIT_NARROW that fits (16 for 8 KV heads, 32 for 2; 64 for 2, which would fill
+ * 128 SMs, measured slower on the 1.5B shape than 32: the merge then reads twice the partials).
+ * A constant of the engine, so a token's result still depends on its own keys only. */
+static inline GPU_HOST_DEVICE int gpu_attn_dec_split_for(int n_sm, int n_kv, int hd)
 {
-    int s = GPU_ATT_DEC_SPLIT;
-    while (s > 1 && s * n_kv > n_sm) s /= 2;
-    return s;
+    if (hd < 256) {
+        int s = GPU_ATT_DEC_SPLIT_NARROW;
+        while (s > 1 && s * n_kv > n_sm) s /= 2;
+        return s;
+    }
+    int s = n_kv > 0 ? n_sm / n_kv : 1;
+    return s < 1 ? 1 : s > GPU_ATT_DEC_SPLIT ? GPU_ATT_DEC_SPLIT : s;
 }
 
-/* attn_decode's block: warps, each streaming its KV blocks through a ring of this many
- * [32 keys][hd] K + V tiles in dynamic shared memory (gpu_attn_decode_smem bytes). */
+/* Head_dim 256: the splits of a grid of B decode tokens when the batch fills the GPU by itself:
+ * n_kv x B x splits ~ one wave (8 tokens of 8 KV heads: 2).  Under --deterministic (det)
+ * max_split itself, so that a token's splits never depend on its batch (docs/determinism.md).
+ * (Up to head_dim 128 the kernel takes max_split whatever this says.) */
+static inline GPU_HOST_DEVICE int gpu_attn_dec_batch_split(int n_sm, int n_kv, int B, int max_split, bool det)
+{
+    if (det || B <= 1) return max_split;
+    int s = n_kv > 0 ? n_sm / (n_kv * B) : 1;
+    return s < 1 ? 1 : s > max_split ? max_split : s;
+}
+
+/* A token's most splits: the batch's count, but never chunks of more than
+ * GPU_ATT_DEC_CHUNK_MAX keys while max_split allows (a long context beside short ones keeps
+ * its splits: 32k keys take 16 whatever the batch).  batch_split == max_split gives max_split,
+ * so a B=1 grid, or any grid under --deterministic, splits by the token's own keys only.  Never
+ * more than max_split, so the partial buffers and grids sized by max_split hold every token
+ * (gpu_attn_splits_for grows with its max_split). */
+#define GPU_ATT_DEC_CHUNK_MAX 2048
+static inline GPU_HOST_DEVICE int gpu_attn_dec_token_split(int span, int max_split, int batch_split)
+{
+    int s = (span + GPU_ATT_DEC_CHUNK_MAX - 1) / GPU_ATT_DEC_CHUNK_MAX;
+    if (s < batch_split) s = batch_split;
+    return s > max_split ? max_split : s;
+}
+
+/* attn_decode's block: warps, each streaming its KV blocks through a ring of
+ * gpu_attn_dec_stages [32 keys][hd] K + V tiles in dynamic shared memory (gpu_attn_decode_smem
+ * bytes): 4 warps of 2 tiles up to head_dim 128 (128 KiB); 4 of one at 256 (128 KiB, and 16 KiB
+ * more for the query fragments, which do not fit in registers beside the 256-wide O; of 2x2,
+ * 3x2 and 4x1 the best on the H100, docs/benchmarks.md). */
 #define GPU_ATT_DEC_WARPS 4
 #define GPU_ATT_DEC_STAGES 2
-#define gpu_attn_decode_smem(hd) ((unsigned)(GPU_ATT_DEC_WARPS * GPU_ATT_DEC_STAGES * 2 * GPU_KV_BLOCK * (hd) * 2))
+#define gpu_attn_dec_warps(hd) GPU_ATT_DEC_WARPS
+#define gpu_attn_dec_stages(hd) ((hd) >= 256 ? 1 : GPU_ATT_DEC_STAGES)
+#define GPU_ATT_DEC_Q_SMEM(hd) ((hd) >= 256 ? (hd) / 16 * 2 * 32 * 16 : 0)
+#define gpu_attn_decode_smem(hd)                                                                             \
+    ((unsigned)(gpu_attn_dec_warps(hd) * gpu_attn_dec_stages(hd) * 2 * GPU_KV_BLOCK * (hd) * 2 +             \
+                GPU_ATT_DEC_Q_SMEM(hd)))
 
-/* Whether decode tokens take attn_decode (tensor cores; kernels/attn_decode.cuh): head_dim 64
- * or 128 and at most 16 query heads per KV head (one mma M tile).  Otherwise attn_partial. */
+/* Whether decode tokens take attn_decode (tensor cores; kernels/attn_decode.cuh): head_dim 64,
+ * 128 or 256 and at most 16 query heads per KV head (one mma M tile).  Otherwise attn_partial. */
 static inline GPU_HOST_DEVICE bool gpu_attn_decode_serves(int n_head, int n_kv, int hd)
 {
-    return (hd == 64 || hd == 128) && n_kv > 0 && n_head % n_kv == 0 && n_head / n_kv <= 16;
+    return (hd == 64 || hd == 128 || hd == 256) && n_kv > 0 && n_head % n_kv == 0 && n_head / n_kv <= 16;
 }
 
 /* One logits row of a step: which packed token it comes from and how to sample it. */

@@ -4,7 +4,7 @@
  * difference between their FP16 outputs as a cross-check.
  * Usage: gpu_attnbench [tokens [n_head [n_kv [head_dim]]]]   (default 8192 32 8 128: the
  * Llama-3.1-8B shape; exit 77 without a device)
- *        gpu_attnbench decode [n_head [n_kv]]   decode attention (head_dim 128): see decode.c's
+ *        gpu_attnbench decode [n_head [n_kv [head_dim]]]   decode attention (128 or 256): see decode.c's
  * part below (attnbench_decode). */
 #include <math.h>
 #include <stdio.h>
@@ -138,7 +138,7 @@ static int time_ms(bench *b, int (*fn)(bench *, char *, size_t), double *ms, cha
     return rc;
 }
 
-int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, char *err, size_t errlen);
+int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, int hd, char *err, size_t errlen);
 
 int main(int argc, char **argv)
 {
@@ -155,7 +155,8 @@ int main(int argc, char **argv)
             return 77;
         }
         if (gpu_kernels_load(&k, err, sizeof err) ||
-            attnbench_decode(&k, stream, argc > 2 ? atoi(argv[2]) : 32, argc > 3 ? atoi(argv[3]) : 8, err, sizeof err)) {
+            attnbench_decode(&k, stream, argc > 2 ? atoi(argv[2]) : 32, argc > 3 ? atoi(argv[3]) : 8,
+                             argc > 4 ? atoi(argv[4]) : 128, err, sizeof err)) {
             fprintf(stderr, "gpu_attnbench: %s\n", err);
             return 1;
         }

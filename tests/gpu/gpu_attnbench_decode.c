@@ -1,11 +1,14 @@
-/* gpu_attnbench_decode.c - `gpu_attnbench decode`: one layer of decode attention (head_dim 128)
- * for B = 1 and 8 queries each seeing all of a context of 128, 4,096, 16,384 and 32,768 keys,
- * its own sequence's blocks: the split-K kernels (attn_partial_hd128 + attn_combine, the old
- * path) against the tensor-core kernel (attn_decode + attn_decode_combine) in several warp and
- * ring shapes and max_split values.  Each is timed over a CUDA graph of 30 launches that walk
- * over enough layers (>= 256 MB of K/V) that the L2 cache holds none of them from the last
- * pass; the table gives us per layer, the effective K/V read rate (bytes of K and V of the
- * layer / time) and the largest difference from the old kernel's FP16 output. */
+/* gpu_attnbench_decode.c - `gpu_attnbench decode [n_head [n_kv [head_dim]]]`: one layer of
+ * decode attention (head_dim 128 or 256) for B = 1 and 8 queries each seeing all of a context of
+ * 128 to 32,768 keys, its own sequence's blocks: the split-K kernels (attn_partial + attn_combine,
+ * the old path) against attn_decode with the engine's split rule (gpu_attn_dec_split_for from the
+ * device's SM count; at head_dim 256 the fused merge and gpu_attn_dec_batch_split by B, "det":
+ * the batch split of --deterministic; below 256 attn_decode_combine) and in other warp and ring
+ * shapes (with the rule over the blocks a multiprocessor holds of them).  Each is timed over a
+ * CUDA graph of 30 launches that walk over enough layers (>= 256 MB of K/V) that the L2 cache
+ * holds none of them from the last pass; the table gives us per layer, the effective K/V read
+ * rate (bytes of K and V of the layer / time) and the largest difference from the old kernel's
+ * FP16 output. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,27 +20,39 @@
 #include "gpu_test_util.h"
 #include "model/quant.h"
 
-int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, char *err, size_t errlen);
+int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, int hd, char *err, size_t errlen);
 
 typedef struct dec_variant {
-    const char *name; /* kernel */
-    int warps, stages, max_split;
+    const char *label, *name; /* column, kernel */
+    int warps, stages;
+    bool det; /* the batch split of --deterministic */
     CUfunction f;
 } dec_variant;
 
 typedef struct dec_bench {
     gpu_kernels *k;
     CUstream stream;
-    int B, ctx, n_head, n_kv, n_layer, tw;
+    int B, ctx, n_head, n_kv, n_layer, tw, hd, n_sm;
     attn_args a;
-    CUdeviceptr out;
+    CUdeviceptr out, counts;
 } dec_bench;
 
-#define HD 128
 #define REPS 30
 
 static uint64_t rng = 7;
 static float rnd(void) { return gpu_test_randf(&rng); } /* uniform in [-1, 1) */
+
+static unsigned variant_smem(const dec_variant *v, int hd)
+{
+    return (unsigned)(v->warps * v->stages * 2 * GPU_KV_BLOCK * hd * 2 + GPU_ATT_DEC_Q_SMEM(hd));
+}
+
+/* Blocks of v that one H100 multiprocessor holds at once: 228 KiB of shared memory, 1 KiB of it
+ * reserved per block. */
+static int variant_blocks_per_sm(const dec_variant *v, int hd)
+{
+    return (int)((228u << 10) / (variant_smem(v, hd) + 1024u));
+}
 
 /* One pass of variant v (NULL: the old kernels) over layer `layer`. */
 static int dec_launch(dec_bench *b, const dec_variant *v, int layer, char *err, size_t errlen)
@@ -45,29 +60,34 @@ static int dec_launch(dec_bench *b, const dec_variant *v, int layer, char *err, 
     attn_args a = b->a;
     a.layer = layer;
     void *args[] = {&a};
+    const int hd = b->hd;
     if (!v) {
         a.n_split = gpu_attn_max_splits(b->ctx);
-        int gb = b->n_head / b->n_kv, nh = b->n_head, ns = a.n_split, hd = HD;
-        while (gb > 8 || (b->n_head / b->n_kv) % gb) gb--;
+        int gb = hd > 256 ? GPU_ATT_GB_HD512 : 8, nh = b->n_head, ns = a.n_split, d = hd;
+        while ((b->n_head / b->n_kv) % gb) gb--;
         a.gb = gb;
         CUdeviceptr list = 0, po = (CUdeviceptr)(uintptr_t)a.part_o, pml = (CUdeviceptr)(uintptr_t)a.part_ml;
-        void *cargs[] = {&po, &pml, &b->out, &nh, &ns, &hd, &list, &list}; /* no sinks */
-        if (gpu_launch(&b->k->attn_partial_hd128, (gpu_launch_dims){b->B, b->n_head / gb, ns, 128}, b->stream, args,
-                       "attnbench", err, errlen))
+        void *cargs[] = {&po, &pml, &b->out, &nh, &ns, &d, &list, &list}; /* no sinks */
+        if (gpu_launch(gpu_attn_partial_fn(b->k, hd), (gpu_launch_dims){b->B, b->n_head / gb, ns, 128}, b->stream,
+                       args, "attnbench", err, errlen))
             return -1;
-        return gpu_launch(&b->k->attn_combine, (gpu_launch_dims){b->B, b->n_head, 1, 128}, b->stream, cargs,
-                          "attnbench", err, errlen);
+        return gpu_launch(&b->k->attn_combine, (gpu_launch_dims){b->B, b->n_head, 1, hd >= 128 ? 128 : 32}, b->stream,
+                          cargs, "attnbench", err, errlen);
     }
-    a.max_split = v->max_split;
-    a.n_split = gpu_attn_max_splits_for(b->ctx, v->max_split);
+    /* the engine's rule over the blocks that fit at once (a variant of less shared memory
+     * than the engine's may hold several blocks a multiprocessor) */
+    const int slots = b->n_sm * variant_blocks_per_sm(v, hd);
+    a.max_split = gpu_attn_dec_split_for(slots, b->n_kv, hd);
+    a.batch_split = gpu_attn_dec_batch_split(slots, b->n_kv, b->B, a.max_split, v->det);
+    a.n_split = gpu_attn_max_splits_for(b->ctx, a.max_split);
+    a.counts = hd >= 256 ? (unsigned *)(uintptr_t)b->counts : NULL;
     gpu_fn fn = {v->f, v->name};
-    if (gpu_launch_smem(&fn, (gpu_launch_dims){b->B, b->n_kv, a.n_split, v->warps * 32},
-                        (unsigned)(v->warps * v->stages * 2 * GPU_KV_BLOCK * HD * 2), b->stream, args, "attnbench",
-                        err, errlen))
+    if (gpu_launch_smem(&fn, (gpu_launch_dims){b->B, b->n_kv, a.n_split, v->warps * 32}, variant_smem(v, hd), b->stream,
+                        args, "attnbench", err, errlen))
         return -1;
-    return gpu_launch(&b->k->attn_decode_combine, (gpu_launch_dims){b->B, b->n_head, 1, GPU_ATT_DEC_COMBINE_SG * HD},
-                      b->stream, args,
-                      "attnbench", err, errlen);
+    if (a.counts) return 0; /* the last split merged */
+    return gpu_launch(&b->k->attn_decode_combine, (gpu_launch_dims){b->B, b->n_head, 1, GPU_ATT_DEC_COMBINE_SG * hd},
+                      b->stream, args, "attnbench", err, errlen);
 }
 
 /* Microseconds per pass: a graph of REPS passes over successive layers, replayed 3 times
@@ -116,12 +136,13 @@ static double max_diff(const uint16_t *x, const uint16_t *y, size_t n)
  * pattern repeated), q, one token per sequence at position ctx - 1. */
 static int dec_setup(dec_bench *b, char *err, size_t errlen)
 {
-    const size_t layer_bytes = (size_t)b->B * b->ctx * b->n_kv * HD * 2 * 2;
+    const int hd = b->hd;
+    const size_t layer_bytes = (size_t)b->B * b->ctx * b->n_kv * hd * 2 * 2;
     b->n_layer = (int)((256u << 20) / layer_bytes) + 1;
     if (b->n_layer > 32) b->n_layer = 32;
     b->tw = (b->ctx + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK;
-    const size_t nb = (size_t)b->B * b->tw, cache = nb * b->n_layer * b->n_kv * GPU_KV_BLOCK * HD; /* halves */
-    const size_t pat = 8u << 20, nq = (size_t)b->B * b->n_head * HD;
+    const size_t nb = (size_t)b->B * b->tw, cache = nb * b->n_layer * b->n_kv * GPU_KV_BLOCK * hd; /* halves */
+    const size_t pat = 8u << 20, nq = (size_t)b->B * b->n_head * hd;
     uint16_t *h = malloc(pat * 2);
     float *q = malloc(nq * sizeof *q);
     int32_t *ints = malloc(nb * sizeof *ints);
@@ -148,7 +169,9 @@ static int dec_setup(dec_bench *b, char *err, size_t errlen)
     for (int t = 0; t < b->B; t++) ints[t] = b->ctx - 1;
     rc = rc || cu.cuMemAlloc(&pos, b->B * 4) || cu.cuMemcpyHtoD(pos, ints, b->B * 4);
     const size_t parts = (size_t)b->B * b->n_head * 128;
-    rc = rc || cu.cuMemAlloc(&po, parts * HD * 4) || cu.cuMemAlloc(&pml, parts * 2 * 4);
+    rc = rc || cu.cuMemAlloc(&po, parts * hd * 4) || cu.cuMemAlloc(&pml, parts * 2 * 4);
+    rc = rc || cu.cuMemAlloc(&b->counts, (size_t)b->B * b->n_kv * 4) ||
+         cu.cuMemsetD8Async(b->counts, 0, (size_t)b->B * b->n_kv * 4, b->stream);
     rc = rc || cu.cuMemAlloc(&b->out, nq * 2);
     free(h), free(q), free(ints);
     if (rc) {
@@ -159,7 +182,7 @@ static int dec_setup(dec_bench *b, char *err, size_t errlen)
                        .vc = (const gpu_half *)(uintptr_t)vc, .seq = (const int32_t *)(uintptr_t)seq,
                        .pos = (const int32_t *)(uintptr_t)pos, .tables = (const int32_t *)(uintptr_t)tab,
                        .n_layer = b->n_layer, .n_head = b->n_head, .n_kv = b->n_kv, .table_width = b->tw,
-                       .hd = HD, .scale = 1.0f / sqrtf((float)HD), .part_o = (float *)(uintptr_t)po,
+                       .hd = hd, .scale = 1.0f / sqrtf((float)hd), .part_o = (float *)(uintptr_t)po,
                        .part_ml = (float *)(uintptr_t)pml, .out = (gpu_half *)(uintptr_t)b->out};
     return 0;
 }
@@ -169,43 +192,55 @@ static void dec_free(dec_bench *b)
     const void *p[] = {b->a.q, b->a.kc, b->a.vc, b->a.seq, b->a.pos, b->a.tables, b->a.part_o, b->a.part_ml};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) cu.cuMemFree((CUdeviceptr)(uintptr_t)p[i]);
     cu.cuMemFree(b->out);
+    cu.cuMemFree(b->counts);
 }
 
-int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, char *err, size_t errlen)
+int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, int hd, char *err, size_t errlen)
 {
-    static dec_variant vs[] = {
-        {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 16, NULL},
-        {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 32, NULL},
-        {"attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, 64, NULL},
-        {"attn_decode_hd128_w4s1", 4, 1, 32, NULL},
-        {"attn_decode_hd128_w2s2", 2, 2, 32, NULL},
-        {"attn_decode_hd128_w2s2", 2, 2, 64, NULL},
+    static dec_variant v128[] = {
+        {"engine", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, false, NULL},
+        {"w4s1", "attn_decode_hd128_w4s1", 4, 1, false, NULL},
+        {"w2s2", "attn_decode_hd128_w2s2", 2, 2, false, NULL},
     };
-    const int nv = (int)(sizeof vs / sizeof vs[0]);
+    static dec_variant v256[] = {
+        {"engine", "attn_decode_hd256", gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), false, NULL},
+        {"engine, det", "attn_decode_hd256", gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), true, NULL},
+        {"w2s2", "attn_decode_hd256_w2s2", 2, 2, false, NULL},
+        {"w3s2", "attn_decode_hd256_w3s2", 3, 2, false, NULL},
+    };
+    dec_variant *vs = hd == 256 ? v256 : v128;
+    const int nv = hd == 256 ? (int)(sizeof v256 / sizeof v256[0]) : (int)(sizeof v128 / sizeof v128[0]);
     err[0] = '\0';
-    if (n_kv < 1 || n_head % n_kv || !gpu_attn_decode_serves(n_head, n_kv, HD)) {
-        snprintf(err, errlen, "attnbench: no decode kernel for %d heads over %d kv heads", n_head, n_kv);
+    if ((hd != 128 && hd != 256) || n_kv < 1 || n_head % n_kv || !gpu_attn_decode_serves(n_head, n_kv, hd)) {
+        snprintf(err, errlen, "attnbench: no decode kernel for %d heads over %d kv heads at head_dim %d", n_head, n_kv,
+                 hd);
         return -1;
     }
+    CUdevice dev;
+    int n_sm = 0;
+    CU_CHECK(cu.cuDeviceGet(&dev, 0), "attnbench: device"); /* main's context is on device 0 */
+    CU_CHECK(cu.cuDeviceGetAttribute(&n_sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "attnbench: SM count");
     for (int i = 0; i < nv; i++) {
         CU_CHECK(cu.cuModuleGetFunction(&vs[i].f, k->module, vs[i].name), vs[i].name);
         CU_CHECK(cu.cuFuncSetAttribute(vs[i].f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       vs[i].warps * vs[i].stages * 2 * GPU_KV_BLOCK * HD * 2),
+                                       (int)variant_smem(&vs[i], hd)),
                  vs[i].name);
     }
-    printf("decode attention, %d heads / %d kv heads, head_dim %d: us per layer (K/V GB/s), max |diff| vs old\n",
-           n_head, n_kv, HD);
+    printf("decode attention, %d heads / %d kv heads, head_dim %d, %d SMs (max_split %d): "
+           "us per layer (K/V GB/s), max |diff| vs old\n",
+           n_head, n_kv, hd, n_sm, gpu_attn_dec_split_for(n_sm, n_kv, hd));
     printf("%-3s %6s %18s", "B", "ctx", "old (partial)");
     for (int i = 0; i < nv; i++)
-        printf(" | w%ds%d/%-3d %19s", vs[i].warps, vs[i].stages, vs[i].max_split, "");
+        printf(" | %-15s w%ds%d x%d %3s", vs[i].label, vs[i].warps, vs[i].stages, variant_blocks_per_sm(&vs[i], hd), "");
     printf("\n");
-    const int Bs[] = {1, 8}, ctxs[] = {128, 4096, 16384, 32768};
+    const int Bs[] = {1, 8}, ctxs[] = {128, 256, 1024, 4096, 16384, 32768};
     for (int bi = 0; bi < 2; bi++)
-        for (int ci = 0; ci < 4; ci++) {
-            dec_bench b = {.k = k, .stream = stream, .B = Bs[bi], .ctx = ctxs[ci], .n_head = n_head, .n_kv = n_kv};
+        for (int ci = 0; ci < 6; ci++) {
+            dec_bench b = {.k = k, .stream = stream, .B = Bs[bi], .ctx = ctxs[ci], .n_head = n_head, .n_kv = n_kv,
+                           .hd = hd, .n_sm = n_sm};
             if (dec_setup(&b, err, errlen)) return -1;
-            const size_t nq = (size_t)b.B * n_head * HD;
-            const double bytes = (double)b.B * b.ctx * n_kv * HD * 2 * 2;
+            const size_t nq = (size_t)b.B * n_head * hd;
+            const double bytes = (double)b.B * b.ctx * n_kv * hd * 2 * 2;
             uint16_t *ref = malloc(nq * 2), *got = malloc(nq * 2);
             double us;
             int rc = !ref || !got;

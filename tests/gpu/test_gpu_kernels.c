@@ -992,54 +992,63 @@ static void test_attention(void **state)
     attention_case(512, &G.k.attn_partial_hd512); /* Gemma 4's global layers: 4 heads a block at most */
 }
 
-/* attn_decode + attn_decode_combine with `group` query heads per KV head, at max_split 1 (every
- * token one split: the kernel writes the output), 4 (192-key splits: 1 or 2 blocks per warp,
- * through the ring), 64 (128-key splits, up to 6), in a grid one split deeper than needed,
- * with and without a token list: each against the float64 reference, and the list's output
- * bit-identical to the plain one (a token's result does not depend on its place in the grid). */
+/* attn_decode with `group` query heads per KV head, at max_split 1 (every token one split: the
+ * kernel writes the output), 4 (192-key splits: 1 or 2 blocks per warp, through the ring), 64
+ * (128-key splits, up to 6), and 64 with a batch split of 2 (head_dim 256,
+ * gpu_attn_dec_token_split: 384-key splits), in a grid one split deeper than needed: with and
+ * without a token list, with sinks, and once with no counters.  Below head_dim 256
+ * attn_decode_combine merges the splits; at 256 the last split of a token merges the others when
+ * the launch has counters (which must all be back at 0 after each launch), the combine when not.
+ * Each against the float64 reference, and the list's output bit-identical to the plain one (a
+ * token's result does not depend on its place in the grid). */
 static void decode_case(int hd, int group)
 {
     att_fixture f;
     att_fixture_init(&f, hd, 2 * group, 2);
     const int T = f.T, n_head = f.n_head, ctx = 768;
-    const gpu_fn *fn = hd == 64 ? &G.k.attn_decode_hd64 : &G.k.attn_decode_hd128;
-    uint16_t *outh[3] = {malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2)};
-    const int max_splits[] = {1, 4, 64};
-    for (int mi = 0; mi < 3; mi++) {
+    uint16_t *outh[4] = {malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2)};
+    unsigned zeros[4 * 2] = {0}, cnt[4 * 2];
+    CUdeviceptr dcnt = upload(zeros, sizeof zeros);
+    const int max_splits[] = {1, 4, 64, 64}, batch_splits[] = {1, 4, 64, 2};
+    for (int mi = 0; mi < 4; mi++) {
         int ns = gpu_attn_max_splits_for(ctx, max_splits[mi]) + 1;
         CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
-        for (int run = 0; run < 3; run++) { /* plain, through the token list, with sinks */
-            const bool listed = run == 1, sink = run == 2;
+        for (int run = 0; run < 4; run++) { /* plain, through the token list, with sinks, unfused */
+            const bool listed = run == 1, sink = run == 2, fused = run != 3 && hd >= 256;
             CUdeviceptr dout = poisoned_half(f.nq);
             attn_args a = att_fixture_args(&f, listed);
-            a.n_split = ns, a.max_split = max_splits[mi], a.out = (gpu_half *)(uintptr_t)dout;
+            a.n_split = ns, a.max_split = max_splits[mi], a.batch_split = batch_splits[mi];
+            a.out = (gpu_half *)(uintptr_t)dout, a.counts = fused ? (unsigned *)(uintptr_t)dcnt : NULL;
             a.sinks = sink ? (const float *)(uintptr_t)f.dsinks : NULL;
             a.part_o = (float *)(uintptr_t)po, a.part_ml = (float *)(uintptr_t)pml;
+            if (gpu_launch_decode(&G.k, &a, hd, (unsigned)T, G.stream, "test", err, errlen)) fail_msg("%s", err);
             void *aa[] = {&a};
-            CHECK(cu.cuLaunchKernel(fn->f, T, f.n_kv, ns, GPU_ATT_DEC_WARPS * 32, 1, 1, gpu_attn_decode_smem(hd),
-                                    G.stream, aa, NULL));
-            launch(&G.k.attn_decode_combine, (gpu_launch_dims){T, n_head, 1, GPU_ATT_DEC_COMBINE_SG * hd}, aa);
-            uint16_t *got = sink ? outh[2] : outh[listed];
-            double e = att_fixture_err(&f, dout, got, sink);
-            print_message("  %s group %d max_split %d%s rel err %.2e (fp16 out)\n", fn->name, group, max_splits[mi],
-                          listed ? " token list" : sink ? " sinks" : "", e);
+            if (!fused) launch(&G.k.attn_decode_combine, (gpu_launch_dims){T, n_head, 1, GPU_ATT_DEC_COMBINE_SG * hd}, aa);
+            double e = att_fixture_err(&f, dout, outh[run], sink);
+            download(cnt, dcnt, sizeof cnt);
+            assert_memory_equal(cnt, zeros, sizeof cnt);
+            print_message("  attn_decode_hd%d group %d max_split %d batch_split %d%s rel err %.2e (fp16 out)\n", hd,
+                          group, max_splits[mi], batch_splits[mi],
+                          listed ? " token list" : sink ? " sinks" : run == 3 ? " no counters" : "", e);
             assert_true(e < 1e-3);
             cu.cuMemFree(dout);
         }
         assert_memory_equal(outh[0], outh[1], f.nq * 2);
         cu.cuMemFree(po), cu.cuMemFree(pml);
     }
+    cu.cuMemFree(dcnt);
     att_fixture_free(&f);
-    free(outh[0]), free(outh[1]), free(outh[2]);
+    for (int i = 0; i < 4; i++) free(outh[i]);
 }
 
 static void test_decode_attention(void **state)
 {
     (void)state;
-    const int groups[] = {1, 4, 6, 16};
-    for (int i = 0; i < 4; i++) {
+    const int groups[] = {1, 2, 4, 6, 16};
+    for (int i = 0; i < 5; i++) {
         decode_case(64, groups[i]);
         decode_case(128, groups[i]);
+        decode_case(256, groups[i]);
     }
 }
 
@@ -1510,21 +1519,28 @@ static void test_delta_rule(void **state)
 }
 
 /* Host arithmetic, no device: the partial buffers and decode graphs are sized by
- * gpu_attn_max_splits_for(ctx, max_split) (both kernels' max_split); every span up to ctx must fit in it (a span's split count is not
- * monotone, so the longest span alone does not bound it). */
+ * gpu_attn_max_splits_for(ctx, max_split) (both kernels' max_split); every span up to ctx must
+ * fit in it (a span's split count is not monotone, so the longest span alone does not bound
+ * it), also with attn_decode's per-token count under any batch split
+ * (gpu_attn_dec_token_split), which must be max_split itself when the batch split is. */
 static int check_split_bound(void)
 {
-    const int max_splits[] = {ATT_MAX_SPLIT, GPU_ATT_DEC_SPLIT};
-    for (int mi = 0; mi < 2; mi++)
+    const int max_splits[] = {ATT_MAX_SPLIT, GPU_ATT_DEC_SPLIT, 16, 33};
+    for (int mi = 0; mi < 4; mi++)
         for (int ctx = 1; ctx <= 20000; ctx += (ctx < 600 ? 1 : 37)) {
             int ms = max_splits[mi], bound = gpu_attn_max_splits_for(ctx, ms);
-            for (int n = 1; n <= ctx; n++) {
-                if (gpu_attn_splits_for(n, ms) > bound) {
-                    fprintf(stderr, "FAIL: %d keys take %d of %d splits, more than the bound %d for a context of %d\n",
-                            n, gpu_attn_splits_for(n, ms), ms, bound, ctx);
-                    return 1;
+            const int batch_splits[] = {ms, 1, 2};
+            for (int n = 1; n <= ctx; n++)
+                for (int bi = 0; bi < 3; bi++) {
+                    int ts = gpu_attn_dec_token_split(n, ms, batch_splits[bi]), ns = gpu_attn_splits_for(n, ts);
+                    if (ns > bound || ts > ms || (bi == 0 && ts != ms)) {
+                        fprintf(stderr,
+                                "FAIL: %d keys take %d of %d splits (batch split %d, max %d), more than the bound %d "
+                                "for a context of %d\n",
+                                n, ns, ts, batch_splits[bi], ms, bound, ctx);
+                        return 1;
+                    }
                 }
-            }
         }
     return 0;
 }

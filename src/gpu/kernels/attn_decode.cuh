@@ -1,26 +1,34 @@
 // attn_decode.cuh - decode attention (one query token over its sequence's FP16 K/V blocks) on
-// the tensor cores, for head_dim 64 and 128 and up to 16 query heads per KV head.
+// the tensor cores, for head_dim 64, 128 and 256 and up to 16 query heads per KV head.
 //
 // Decode attention is a pass over the K/V cache: the kernel has to keep enough bytes in flight
 // to run at memory bandwidth, and do little per byte.  A block takes one token, one KV head
-// and one key split (attn_split_chunk: a function of the token's key count and the engine's
-// fixed max_split only); its W warps stream the split's KV blocks round-robin (warp w takes
+// and one key split (attn_split_chunk: the token's key count and the engine's fixed max_split;
+// at head_dim 256 also the grid's batch_split, gpu_attn_dec_token_split); its W warps
+// stream the split's KV blocks round-robin (warp w takes
 // blocks w, w + W, ...), each through its own S-deep ring of [32 keys][hd] K and V tiles in
 // shared memory filled by cp.async (no registers held by loads in flight, no block barrier in
 // the loop).  The M dimension of every mma is the KV group's query heads (rows g < group of 16,
 // the rest zero), so each K/V byte is read once for the whole group (GQA), and per tile a warp
 // forms S = Q K^T and O += P V with mma.m16n8k16 (Q and P as FP16 hi + lo pairs: FP32-grade
 // products) and keeps its rows' online softmax in registers, in base 2, by the per-tile steps
-// of flash_attn.cuh (fa_qk_tile, fa_softmax_tile, fa_pv_tile).  The partials' maxima are in
-// base 2 too.  At the
-// end the warps' states merge through shared memory in warp order, and the block writes its
-// split's partial (max, sum, unnormalised output) for attn_decode_combine, or, when the token
-// has a single split (short contexts), the normalised FP16 output itself.  The partials are
-// indexed by the grid's token index (not the packed token), so they take room for the decode
-// tokens of a step only: [grid x][n_head][n_split] (max, sum) and [..][hd] outputs.
+// of flash_attn.cuh (fa_qk_tile_q, fa_softmax_tile, fa_pv_tile).  The partials' maxima are in
+// base 2 too.  At the end the warps' states merge through shared memory in warp order, and the
+// block writes its split's partial (max, sum, unnormalised output) for attn_decode_combine, or,
+// when the token has a single split (short contexts), the normalised FP16 output itself.
 //
-// Invariance: a token's result depends on its own query, its key count and max_split only; the
-// merge orders (warps, then splits) are fixed; no atomics.
+// Head_dim 256 (WIDE: Gemma 3, the Qwen3.5 gated-attention layers) keeps the query's fragments
+// in shared memory (a lane's O alone is 128 registers), and merges its splits in the kernel:
+// the last split block of a (token, KV head) to finish -- an atomic counter per pair, reset by
+// that block -- merges the partials of all splits in split order (ad_merge_splits): one launch.
+// Up to head_dim 128 that fused merge measured slower than the combine launch on the H100
+// (docs/benchmarks.md, 2026-11-26), so those shapes keep it.  The partials are indexed by the grid's token index (not the packed token),
+// so they take room for the decode tokens of a step only: [grid x][n_head][n_split] (max, sum)
+// and [..][hd] outputs.
+//
+// Invariance: a token's result depends on its own query, its key count, max_split and (WIDE)
+// batch_split only (batch_split = max_split under --deterministic: then on the token alone); the
+// merge orders (warps, then splits) are fixed; the one atomic only elects the merging block.
 //
 // Tiles are stored unpadded, 16-byte chunk c of row r at chunk c ^ (r & 7): the eight row
 // addresses of every ldmatrix then hit distinct banks.
@@ -56,14 +64,120 @@ __device__ __forceinline__ void ad_load(ad_tile<HD> *t, const __half *kb, const 
     }
 }
 
-// Dynamic shared memory of a variant: the warps' tile rings (the merge reuses them).
-#define AD_SMEM(HD, W, S) ((unsigned)((W) * (S) * sizeof(ad_tile<HD>)))
+// Dynamic shared memory of a variant: the warps' tile rings (the merges reuse them), and at
+// head_dim 256 the query's fragments.
+#define AD_Q_SMEM(HD) GPU_ATT_DEC_Q_SMEM(HD)
+#define AD_SMEM(HD, W, S) ((unsigned)((W) * (S) * sizeof(ad_tile<HD>) + AD_Q_SMEM(HD)))
 
+// A token's most splits (gpu_shared.h): batch_split 0 (a caller that sets none) means max_split.
+__device__ __forceinline__ int ad_token_split(const attn_args &a, int span)
+{
+    return gpu_attn_dec_token_split(span, a.max_split, a.batch_split > 0 ? a.batch_split : a.max_split);
+}
+
+// The last split block of (grid token x, KV head kvh) to finish: out for the group's heads from
+// all ns splits' partials, in split order (the same sums whichever block is last).  The
+// partials were written by other blocks of this launch, so they are read from L2 (__ldcg): a warp
+// a head for the weights, then a thread 4 dimensions of one head with 16 splits' loads in flight
+// (8 at head_dim 256).
+template <int HD, int W>
+__device__ __forceinline__ void ad_merge_splits(const attn_args &a, int t, int kvh, int group, int ns, float *smem)
+{
+    static_assert(GPU_ATT_DEC_SPLIT <= 64, "a warp takes a head's splits two a lane");
+    float *sm_w = smem;                      // [16][ns]: each split's weight 2^(m_s - M)
+    float *sm_den = smem + 16 * GPU_ATT_DEC_SPLIT; // [16]: the heads' denominators
+    const size_t th0 = (size_t)blockIdx.x * a.n_head + kvh * group;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int r = warp; r < group; r += W) { // a warp a head: splits lane and lane + 32
+        const float2 *ml = (const float2 *)a.part_ml + (th0 + r) * a.n_split;
+        const float2 none = make_float2(-INFINITY, 0.0f); // (every real split has a key: m finite)
+        const float2 v0 = lane < ns ? __ldcg(ml + lane) : none, v1 = lane + 32 < ns ? __ldcg(ml + lane + 32) : none;
+        float mx = fmaxf(v0.x, v1.x);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float w0 = exp2f(v0.x - mx), w1 = exp2f(v1.x - mx); // 0 for the missing
+        if (lane < ns) sm_w[r * ns + lane] = w0;
+        if (lane + 32 < ns) sm_w[r * ns + lane + 32] = w1;
+        float lsum = v0.y * w0 + v1.y * w1; // summed in a fixed tree: the same bits every run
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+        if (lane == 0) sm_den[r] = lsum + attn_sink_term(a.sinks, kvh * group + r, mx, true);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * (HD / 4); idx += W * 32) {
+        const int r = idx / (HD / 4), d = 4 * (idx % (HD / 4));
+        const float4 *po = (const float4 *)(a.part_o + (th0 + r) * a.n_split * HD + d);
+        const float *w = sm_w + r * ns;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        constexpr int IN_FLIGHT = HD >= 256 ? 8 : 16; // 16 float4 at 256 spill (beside O's registers)
+#pragma unroll IN_FLIGHT
+        for (int sp = 0; sp < ns; sp++) {
+            const float4 v = __ldcg(po + (size_t)sp * (HD / 4));
+            acc.x += v.x * w[sp], acc.y += v.y * w[sp], acc.z += v.z * w[sp], acc.w += v.w * w[sp];
+        }
+        const float den = sm_den[r];
+        __half2 *dst = (__half2 *)(a.out + ((size_t)t * a.n_head + kvh * group + r) * HD + d);
+        dst[0] = __floats2half2_rn(acc.x / den, acc.y / den);
+        dst[1] = __floats2half2_rn(acc.z / den, acc.w / den);
+    }
+}
+
+// Rows g and g + 8 of a warp's 16: query heads kvh * group + row (NULL past the group).
+template <int HD>
+__device__ __forceinline__ void ad_query_rows(const attn_args &a, int t, int kvh, int group, int g, const float *qrow[2])
+{
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = g + 8 * i;
+        qrow[i] = r < group ? a.q + ((size_t)t * a.n_head + kvh * group + r) * HD : nullptr;
+    }
+}
+
+// Those rows' FP16 hi + lo A fragments of dims 16 ks .. 16 ks + 15 (as flash_attn.cuh).
+__device__ __forceinline__ void ad_query_frag(const float *const qrow[2], int ks, int c, float scale2, uint32_t hi[4],
+                                              uint32_t lo[4])
+{
+    const int d = ks * 16 + 2 * c;
+    load_q_pair(qrow[0], d, scale2, &hi[0], &lo[0]);
+    load_q_pair(qrow[1], d, scale2, &hi[1], &lo[1]);
+    load_q_pair(qrow[0], d + 8, scale2, &hi[2], &lo[2]);
+    load_q_pair(qrow[1], d + 8, scale2, &hi[3], &lo[3]);
+}
+
+// WIDE: warp 0 forms the group's query fragments into shared memory, one copy for the block
+// (every warp has the same token); a barrier after.
+template <int HD>
+__device__ __forceinline__ void ad_query_to_smem(const attn_args &a, int t, int kvh, int group, float scale2,
+                                                 uint4 (*q_s)[2][32])
+{
+    const int lane = threadIdx.x & 31;
+    if (threadIdx.x < 32) {
+        const float *qrow[2];
+        ad_query_rows<HD>(a, t, kvh, group, lane >> 2, qrow);
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ks++) {
+            uint32_t hi[4], lo[4];
+            ad_query_frag(qrow, ks, lane & 3, scale2, hi, lo);
+            q_s[ks][0][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            q_s[ks][1][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+    }
+    __syncthreads();
+}
+
+// WIDE (head_dim 256): the query's fragments in shared memory, the splits merged in the kernel
+// (when a.counts), and a token's splits from gpu_attn_dec_token_split; otherwise the statements
+// main had (any change there measured slower: docs/benchmarks.md).
 template <int HD, int W, int S>
 __device__ __forceinline__ void attn_decode_body(const attn_args &a)
 {
     constexpr int KSTEPS = HD / 16, DTILES = HD / 8;
+    constexpr bool WIDE = AD_Q_SMEM(HD) > 0;
+    typedef uint4 q_frags[KSTEPS][2][32]; // [ks][hi, lo][lane]
+    static_assert(!WIDE || sizeof(q_frags) == AD_Q_SMEM(HD), "the host sizes the query's room alike");
     static_assert(W * S * sizeof(ad_tile<HD>) >= W * 16 * HD * sizeof(float), "the merge fits in the rings");
+    static_assert(W * S * sizeof(ad_tile<HD>) >= (16 * GPU_ATT_DEC_SPLIT + 16) * sizeof(float),
+                  "the split merge's weights fit in the rings");
     extern __shared__ __align__(16) unsigned char ad_smem[];
     __shared__ float sm_m[W][16], sm_l[W][16];
     ad_tile<HD> *ring = (ad_tile<HD> *)ad_smem + (threadIdx.x >> 5) * S;
@@ -74,7 +188,7 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
     // Keys key0..pos (a sliding layer: from its window's block; those before first masked).
     const int n_keys = a.pos[t] + 1, first = gpu_attn_first_key(a.pos[t], a.window);
     const int key0 = gpu_attn_key0(a.pos[t], a.window), span = n_keys - key0;
-    const int chunk = attn_split_chunk(span, a.max_split);
+    const int chunk = attn_split_chunk(span, WIDE ? ad_token_split(a, span) : a.max_split);
     const int k_begin = key0 + split * chunk, k_end = min(n_keys, k_begin + chunk);
     if (k_begin >= n_keys) return; // a split past the token's keys: the combine reads none of it
     const int32_t *table = a.tables + (size_t)a.seq[t] * a.table_width;
@@ -86,30 +200,25 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         const size_t base = gpu_kv_offset(table[kt], a.n_layer, a.layer, a.n_kv, kvh, 0, HD);
         ad_load<HD>(&ring[i % S], a.kc + base, a.vc + base, min(AD_KEYS, k_end - kt * AD_KEYS), lane);
     };
+    // (WIDE: the ring's S tiles all in flight before the query loads; each later tile goes
+    // into the slot its predecessor frees)
+    constexpr int AHEAD = WIDE ? S : S - 1;
 #pragma unroll
-    for (int i = 0; i < S - 1; i++) {
+    for (int i = 0; i < AHEAD; i++) {
         if (i < n_mine) issue(i);
         cp_async_commit();
     }
 
     // Rows g and g + 8 of the warp's 16: query heads kvh * group + row (zeros past the group).
-    uint32_t qf[KSTEPS][4], ql[KSTEPS][4];
+    uint32_t qf[WIDE ? 1 : KSTEPS][4], ql[WIDE ? 1 : KSTEPS][4];
     const float scale2 = a.scale * 1.4426950408889634f; // base-2 scores: log2(e) in the scale
-    {
+    if constexpr (WIDE)
+        ad_query_to_smem<HD>(a, t, kvh, group, scale2, (uint4(*)[2][32])(ad_smem + W * S * sizeof(ad_tile<HD>)));
+    else {
         const float *qrow[2];
+        ad_query_rows<HD>(a, t, kvh, group, g, qrow);
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int r = g + 8 * i;
-            qrow[i] = r < group ? a.q + ((size_t)t * a.n_head + kvh * group + r) * HD : nullptr;
-        }
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS; ks++) {
-            const int d = ks * 16 + 2 * c;
-            load_q_pair(qrow[0], d, scale2, &qf[ks][0], &ql[ks][0]);
-            load_q_pair(qrow[1], d, scale2, &qf[ks][1], &ql[ks][1]);
-            load_q_pair(qrow[0], d + 8, scale2, &qf[ks][2], &ql[ks][2]);
-            load_q_pair(qrow[1], d + 8, scale2, &qf[ks][3], &ql[ks][3]);
-        }
+        for (int ks = 0; ks < KSTEPS; ks++) ad_query_frag(qrow, ks, c, scale2, qf[ks], ql[ks]);
     }
     float o[DTILES][4];
 #pragma unroll
@@ -117,8 +226,10 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
     for (int i = 0; i < n_mine; i++) {
-        if (i + S - 1 < n_mine) issue(i + S - 1);
-        cp_async_commit();
+        if constexpr (!WIDE) {
+            if (i + S - 1 < n_mine) issue(i + S - 1);
+            cp_async_commit();
+        }
         cp_async_wait<S - 1>();
         __syncwarp(); // the other lanes' copies of block i are visible
         const ad_tile<HD> *tl = &ring[i % S];
@@ -127,7 +238,17 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         const auto k_at = [&](int key, int ch) { return &tl->k[ad_off<HD>(key, ch)]; };
         const auto v_at = [&](int key, int ch) { return &tl->v[ad_off<HD>(key, ch)]; };
         float s[4][4];
-        fa_qk_tile<KSTEPS>(s, qf, ql, k_at);
+        if constexpr (WIDE) {
+            const q_frags &q_s = *(const q_frags *)(ad_smem + W * S * sizeof(ad_tile<HD>));
+            const auto q_at = [&](int ks, uint32_t *hi, uint32_t *lo) {
+                const uint4 h = q_s[ks][0][lane], l = q_s[ks][1][lane];
+                hi[0] = h.x, hi[1] = h.y, hi[2] = h.z, hi[3] = h.w;
+                lo[0] = l.x, lo[1] = l.y, lo[2] = l.z, lo[3] = l.w;
+            };
+            fa_qk_tile_q<KSTEPS>(s, q_at, k_at);
+        } else {
+            fa_qk_tile<KSTEPS>(s, qf, ql, k_at);
+        }
 #pragma unroll
         for (int j = 0; j < 4; j++) // keys past the token's last, or before its window's first
 #pragma unroll
@@ -138,6 +259,10 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         fa_softmax_tile<DTILES>(s, m, l, o);
         fa_pv_tile<DTILES>(s, o, v_at);
         __syncwarp(); // every lane is done with slot i % S before it is refilled
+        if constexpr (WIDE) {
+            if (i + S < n_mine) issue(i + S);
+            cp_async_commit();
+        }
     }
     cp_async_wait<0>();
     __syncthreads(); // every warp is done with the rings: the merge reuses them
@@ -187,13 +312,35 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
             a.part_ml[2 * part + 1] = lsum;
         }
     }
+    if constexpr (WIDE) {
+        if (single || !a.counts) return;
+        // The split merge, fused: each block publishes its partial (threadfence: visible in L2
+        // before the counter moves), and the block that brings the count to ns merges them all
+        // (the merge order is the splits' whatever block comes last).  The flag rides in
+        // sm_m, whose values every thread has read by the barrier before.
+        __threadfence();
+        __syncthreads();
+        const int ns = (span + chunk - 1) / chunk;
+        unsigned *last = (unsigned *)&sm_m[0][0];
+        if (threadIdx.x == 0) {
+            unsigned *cnt = a.counts + (size_t)blockIdx.x * a.n_kv + kvh;
+            *last = atomicAdd(cnt, 1u) == (unsigned)ns - 1;
+            if (*last) *cnt = 0u; // every split has counted: the next launch starts from 0
+        }
+        __syncthreads();
+        if (!*last) return;
+        __threadfence(); // the other blocks' partials, read after their counts
+        ad_merge_splits<HD, W>(a, t, kvh, group, ns, (float *)ad_smem);
+    }
 }
 
-// The engine's variant (gpu_shared.h): 4 warps, 2 tiles deep each (128 KiB of shared memory
-// for head_dim 128).
+// The engine's variants (gpu_shared.h): 4 warps, 2 tiles deep each (128 KiB of shared memory)
+// up to head_dim 128; at 256 4 warps of one tile each (128 KiB + 16 KiB of query fragments).
 #define AD_W GPU_ATT_DEC_WARPS
 #define AD_S GPU_ATT_DEC_STAGES
 static_assert(AD_SMEM(128, AD_W, AD_S) == gpu_attn_decode_smem(128), "the host sizes the rings alike");
+static_assert(AD_SMEM(256, gpu_attn_dec_warps(256), gpu_attn_dec_stages(256)) == gpu_attn_decode_smem(256),
+              "the host sizes the rings alike");
 extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd64(attn_args a)
 {
     attn_decode_body<64, AD_W, AD_S>(a);
@@ -202,15 +349,21 @@ extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd128(attn_a
 {
     attn_decode_body<128, AD_W, AD_S>(a);
 }
+extern "C" __global__ void __launch_bounds__(gpu_attn_dec_warps(256) * 32) attn_decode_hd256(attn_args a)
+{
+    attn_decode_body<256, gpu_attn_dec_warps(256), gpu_attn_dec_stages(256)>(a);
+}
 
 // Other shapes for gpu_attnbench's sweep (looked up by name there only).
-#define AD_VARIANT(W, S)                                                                       \
-    extern "C" __global__ void __launch_bounds__(W * 32) attn_decode_hd128_w##W##s##S(attn_args a) \
-    {                                                                                          \
-        attn_decode_body<128, W, S>(a);                                                        \
+#define AD_VARIANT(HD, W, S)                                                                              \
+    extern "C" __global__ void __launch_bounds__(W * 32) attn_decode_hd##HD##_w##W##s##S(attn_args a) \
+    {                                                                                                     \
+        attn_decode_body<HD, W, S>(a);                                                                    \
     }
-AD_VARIANT(4, 1)
-AD_VARIANT(2, 2)
+AD_VARIANT(128, 4, 1)
+AD_VARIANT(128, 2, 2)
+AD_VARIANT(256, 2, 2)
+AD_VARIANT(256, 3, 2)
 
 // out[t][h] from the token's splits (gpu_attn_splits_for(its span, max_split) of them); a token
 // with one split was written by attn_decode itself.  Grid (tokens, n_head) as attn_combine,
@@ -227,7 +380,8 @@ extern "C" __global__ void __launch_bounds__(AD_COMBINE_SG * 256) attn_decode_co
     __shared__ float sm_m[AD_COMBINE_MAX], sm_w[AD_COMBINE_MAX], sm_l[AD_COMBINE_MAX];
     __shared__ float part[AD_COMBINE_SG][256];
     const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x;
-    const int ns = gpu_attn_splits_for(gpu_attn_span(a.pos[t], a.window), a.max_split), hd = a.hd;
+    const int hd = a.hd, span = gpu_attn_span(a.pos[t], a.window);
+    const int ns = gpu_attn_splits_for(span, hd >= 256 ? ad_token_split(a, span) : a.max_split);
     if (ns == 1) return;
     const int d = threadIdx.x % hd, sg = threadIdx.x / hd;
     const size_t th = (size_t)blockIdx.x * a.n_head + blockIdx.y;

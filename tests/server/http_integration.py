@@ -197,6 +197,18 @@ def check_error(body, status_seen, status, param=None, code=None):
         check(e["code"] == code, f"code {e['code']!r}, expected {code!r}")
 
 
+def metrics_text_with(port, needle, secs=10.0):
+    """/metrics once it contains needle (or the last answer after secs).  A status is counted
+    when its request completes (MHD's completion callback, after the reply went out), so a
+    reply's count may reach /metrics a moment after the reply itself on a slow build."""
+    deadline = time.time() + secs
+    while True:
+        text = request(port, "GET", "/metrics")[2].decode()
+        if needle in text or time.time() >= deadline:
+            return text
+        time.sleep(0.1)
+
+
 def metric(port, name):
     st, _, b = request(port, "GET", "/metrics")
     check(st == 200, "/metrics failed")
@@ -277,6 +289,7 @@ def case_api():
         check_error(json.loads(b), st, 404, code="model_not_found")
 
         # metrics count what happened
+        metrics_text_with(s.port, "inferd_http_requests_total{code=\"404\"} 1")
         st, h, b = request(s.port, "GET", "/metrics")
         text = b.decode()
         check(st == 200 and h["content-type"].startswith("text/plain"), "metrics content type")
@@ -1284,8 +1297,8 @@ def case_flood():
                 check(b["usage"]["completion_tokens"] == 300, "accepted requests complete")
         st, b = post(s.port, "/v1/completions", {"prompt": "After", "max_tokens": 3})
         check(st == 200, "the server keeps serving after a flood")
-        check(f'inferd_http_requests_total{{code="429"}} {codes.count(429)}' in request(s.port, "GET", "/metrics")[2].decode(),
-              "429s counted")
+        counted = f'inferd_http_requests_total{{code="429"}} {codes.count(429)}'
+        check(counted in metrics_text_with(s.port, counted), "429s counted")
 
 
 def case_busy():

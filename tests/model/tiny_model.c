@@ -243,41 +243,23 @@ static void add_biased_attention(builder *b, int il)
 }
 
 /* A BERT encoder (bge / all-MiniLM layout, as llama.cpp converts them): absolute positions and
- * token types, post-LN layers with biases everywhere, an MLP; mean pooling. */
-static void write_bert(builder *b)
+ * token types, post-LN layers with biases everywhere, an MLP; mean pooling.  With alibi_geglu,
+ * a jina-bert-v2 encoder (jina-embeddings-v2's layout): the same biased attention without a
+ * position table (ALiBi), a fused [gate | up] ffn_up of 2 n_ff rows without a bias, and a
+ * biased down. */
+static void write_biased_encoder(builder *b, bool alibi_geglu)
 {
     const tiny_spec *s = b->s;
     const float wscale = 1.0f / sqrtf((float)s->n_embd);
     write_encoder_embedding(b);
-    add_tensor(b, "position_embd.weight", s->wtype, s->n_embd, s->n_ctx, 0.0f, 0.5f);
+    if (!alibi_geglu) add_tensor(b, "position_embd.weight", s->wtype, s->n_embd, s->n_ctx, 0.0f, 0.5f);
     char name[96];
     for (int il = 0; il < s->n_layer; il++) {
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
         add_biased_attention(b, il);
         add_layer_norm(b, il, "attn_output_norm");
-        add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, s->n_ff, 0.0f, 2 * wscale);
-        add_tensor(b, NAME("ffn_up.bias"), GGML_TYPE_F32, s->n_ff, 1, 0.0f, 0.2f);
-        add_tensor(b, NAME("ffn_down.weight"), s->wtype, s->n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->n_ff));
-        add_tensor(b, NAME("ffn_down.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
-        add_layer_norm(b, il, "layer_output_norm");
-#undef NAME
-    }
-}
-
-/* A jina-bert-v2 encoder (jina-embeddings-v2's layout, as llama.cpp converts it): bert's
- * biased attention without a position table (ALiBi), a fused [gate | up] ffn_up of 2 n_ff rows
- * and a biased down; mean pooling. */
-static void write_jina_bert_v2(builder *b)
-{
-    const tiny_spec *s = b->s;
-    const float wscale = 1.0f / sqrtf((float)s->n_embd);
-    write_encoder_embedding(b);
-    char name[96];
-    for (int il = 0; il < s->n_layer; il++) {
-#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
-        add_biased_attention(b, il);
-        add_layer_norm(b, il, "attn_output_norm");
-        add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, 2 * s->n_ff, 0.0f, 2 * wscale);
+        add_tensor(b, NAME("ffn_up.weight"), s->wtype, s->n_embd, (alibi_geglu ? 2 : 1) * s->n_ff, 0.0f, 2 * wscale);
+        if (!alibi_geglu) add_tensor(b, NAME("ffn_up.bias"), GGML_TYPE_F32, s->n_ff, 1, 0.0f, 0.2f);
         add_tensor(b, NAME("ffn_down.weight"), s->wtype, s->n_ff, s->n_embd, 0.0f, 1.0f / sqrtf((float)s->n_ff));
         add_tensor(b, NAME("ffn_down.bias"), GGML_TYPE_F32, s->n_embd, 1, 0.0f, 0.2f);
         add_layer_norm(b, il, "layer_output_norm");
@@ -317,9 +299,8 @@ void *tiny_model_build(const tiny_spec *s, size_t *size)
                jina = strcmp(s->arch, "jina-bert-v2") == 0;
     if (bert || nomic || jina) {
         add_tensor(&b, "token_embd.weight", s->wtype, s->n_embd, s->n_vocab, 0.0f, 1.0f);
-        if (bert) write_bert(&b);
-        else if (nomic) write_nomic_bert(&b);
-        else write_jina_bert_v2(&b);
+        if (nomic) write_nomic_bert(&b);
+        else write_biased_encoder(&b, jina);
         void *image = NULL;
         if (gguf_writer_write_mem(b.w, &image, size) != 0) image = NULL;
         gguf_writer_free(b.w);

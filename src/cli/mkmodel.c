@@ -21,6 +21,8 @@ static void usage(FILE *out)
             "                  | gemma-3-12b | gemma-3-27b | qwen3-30b-a3b (MoE: 128 experts, 8 per token)\n"
             "                  | qwen3.5-9b | gpt-oss-20b (32 MXFP4 experts, 4 per token, window 128, YaRN x32)\n"
             "                  | deepseek-v2-lite (latent attention, 64 experts, 6 per token)\n"
+            "                  | phi-4-mini | mistral-small-24b | glm-4.5-air (128 experts, 8 per token,\n"
+            "                  46 layers: ~64 GB at Q4_K_M, take fewer with --n-layer)\n"
             "                  | nomic-embed-text-v1.5 (nomic-bert encoder, 768 x 12, mean pooling, F16)\n"
             "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe | gpt-oss | deepseek2 | glm4moe | phi3\n"
             "                  | nomic-bert\n"

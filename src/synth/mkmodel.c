@@ -181,6 +181,30 @@ static const struct preset {
                           .seed = 1, .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 1408, .n_rot = 64,
                           .kv_lora_rank = 512, .mla_nope = 128, .mla_v = 128, .n_expert_shared = 2,
                           .n_dense_lead = 1, .expert_gating = 1}},
+    /* Phi-4-mini-instruct (microsoft/Phi-4-mini-instruct config.json): 24 heads of 128 over 8
+     * KV heads, RoPE on 3/4 of each head with LongRoPE over 4096, the 200,064-token vocabulary
+     * (a learned BPE padded with fillers here), tied LM head */
+    {"phi-4-mini", {.arch = MODEL_ARCH_PHI3, .name = "synthetic Phi-4-mini", .n_embd = 3072, .n_layer = 32,
+                    .n_head = 24, .n_head_kv = 8, .n_ff = 8192, .n_ctx = 131072, .n_vocab = 200064,
+                    .rope_base = 10000.0f, .rms_eps = 1e-5f, .tied_output = true, .ftype = MKMODEL_Q4_K_M,
+                    .seed = 1, .n_rot = 96}},
+    /* Mistral-Small-24B-Instruct-2501 (its config.json; Devstral / Magistral Small share it): the
+     * llama architecture with 32 heads of 128 over a 5120-wide stream (head_dim != n_embd /
+     * n_head), 8 KV heads, RoPE base 1e8, the 131,072-token Tekken-sized vocabulary */
+    {"mistral-small-24b", {.arch = MODEL_ARCH_LLAMA, .name = "synthetic Mistral-Small-24B", .n_embd = 5120,
+                           .n_layer = 40, .n_head = 32, .n_head_kv = 8, .n_ff = 32768, .n_ctx = 32768,
+                           .n_vocab = 131072, .head_dim = 128, .rope_base = 100000000.0f, .rms_eps = 1e-5f,
+                           .ftype = MKMODEL_Q4_K_M, .seed = 1}},
+    /* GLM-4.5-Air (zai-org/GLM-4.5-Air config.json): 96 heads of 128 over 8 KV heads with QKV
+     * bias, RoPE on half a head, the first layer dense (10944), then 128 sigmoid-routed experts
+     * of 1408, 8 per token, renormalised, one shared.  Its 46 layers make ~64 GB at Q4_K_M:
+     * benchmarks take fewer with --n-layer (per-layer shapes unchanged). */
+    {"glm-4.5-air", {.arch = MODEL_ARCH_GLM4MOE, .name = "synthetic GLM-4.5-Air", .n_embd = 4096, .n_layer = 46,
+                     .n_head = 96, .n_head_kv = 8, .n_ff = 10944, .n_ctx = 131072, .n_vocab = 151552,
+                     .head_dim = 128, .rope_base = 1000000.0f, .rms_eps = 1e-5f, .ftype = MKMODEL_Q4_K_M,
+                     .seed = 1, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 1408, .n_rot = 64,
+                     .n_expert_shared = 1, .n_dense_lead = 1, .expert_gating = 2, .n_expert_groups = 1,
+                     .n_group_used = 1}},
     /* nomic-embed-text-v1.5 (nomic-ai/nomic-embed-text-v1.5 config.json): a nomic-bert encoder
      * of 12 layers, 12 heads of 64, SwiGLU of 3072, rotary base 1000, 2048 positions, BERT's
      * 30522-token vocabulary (a learned BPE padded with fillers here), mean pooling; F16 as the

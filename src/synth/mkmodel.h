@@ -107,7 +107,8 @@ typedef struct mkmodel_config {
  * "qwen3.5-9b" (qwen35: 3 gated DeltaNet layers to 1 gated attention), "gpt-oss-20b" (24
  * layers of 32 MXFP4 experts, 4 per token, window 128 on alternate layers, YaRN x32),
  * "deepseek-v2-lite" (deepseek2: latent attention, 64 experts of 1408, 6 per token, 2 shared,
- * 1 dense layer).
+ * 1 dense layer), "phi-4-mini" (phi3), "mistral-small-24b" (llama, head_dim 128 of a 5120
+ * stream), "glm-4.5-air" (glm4moe: 128 experts of 1408, 8 per token, 1 shared).
  * Returns false for an unknown name. */
 bool mkmodel_preset(const char *name, mkmodel_config *cfg);
 /* The i-th preset's name (0, 1, ...), NULL past the last. */

@@ -738,8 +738,9 @@ static const struct {
 /* general.architecture values of the presets' families (llama-arch.cpp); qwen3 is newer than
  * c392e50, which therefore cannot load the qwen3 preset whatever its tokenizer says (nor
  * qwen35, newer still). */
-static const char *const llamacpp_archs[] = {"llama",  "qwen2",   "qwen3",     "gemma3",    "qwen3moe",
-                                             "qwen35", "gpt-oss", "deepseek2", "nomic-bert"};
+/* The architecture names of llama.cpp's src/llama-arch.cpp (../shared/peers, 82bb485). */
+static const char *const llamacpp_archs[] = {"llama",  "qwen2",   "qwen3",     "gemma3",     "qwen3moe", "qwen35",
+                                             "gpt-oss", "deepseek2", "nomic-bert", "phi3", "glm4moe"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {

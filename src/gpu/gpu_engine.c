@@ -1165,14 +1165,21 @@ static int gpu_state_copy(engine *e, int dst, int src, char *err, size_t errlen)
     return 0;
 }
 
+void gpu_drop_graphs(gpu_engine *g)
+{
+    if (g->ctx) cu.cuCtxSetCurrent(g->ctx);
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < GPU_N_BUCKETS; b++) {
+            if (g->graphs[c][b]) cu.cuGraphExecDestroy(g->graphs[c][b]);
+            g->graphs[c][b] = NULL;
+        }
+}
+
 static void gpu_destroy(engine *e)
 {
     gpu_engine *g = (gpu_engine *)e;
     if (!g) return;
-    if (g->ctx) cu.cuCtxSetCurrent(g->ctx);
-    for (int c = 0; c < 2; c++)
-        for (int b = 0; b < GPU_N_BUCKETS; b++)
-            if (g->graphs[c][b]) cu.cuGraphExecDestroy(g->graphs[c][b]);
+    gpu_drop_graphs(g);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->act_lo, g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws, g->x_f32,
                           g->mmq_part, g->post, g->tp_part, g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,

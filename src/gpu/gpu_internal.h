@@ -260,6 +260,9 @@ static inline CUdeviceptr gpu_layer_tables(const gpu_engine *g, const gpu_layer 
 /* A CUDA engine on one GPU (cfg->device) for model m, which under tensor parallelism is rank
  * tp_rank's view of the model (model/tp_shard.h; -1: the whole model, no tensor parallelism). */
 engine *gpu_engine_create(const model *m, const engine_config *cfg, int tp_rank, char *err, size_t errlen);
+/* Destroys g's decode graphs (gpu_tp.c: before the NCCL communicators they captured, whose
+ * destruction waits for every graph that holds them). */
+void gpu_drop_graphs(gpu_engine *g);
 /* The tensor-parallel engine over cfg->tensor_parallel GPUs (gpu_tp.c). */
 engine *gpu_tp_create(const model *m, const engine_config *cfg, char *err, size_t errlen);
 /* buf (n floats on this GPU) summed in place across the tensor-parallel GPUs: an NCCL all-reduce

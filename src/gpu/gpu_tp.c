@@ -17,8 +17,10 @@
  * only enqueue).
  *
  * NCCL is dlopen()ed (libnccl.so.2) only here, when more than one GPU is asked for: one GPU
- * never loads it.  NVLink SHARP (NCCL_NVLS_ENABLE) is off unless the environment says otherwise:
- * the all-reduces here are small, and multicast objects are a shared-host hazard. */
+ * never loads it.  NVLink SHARP (multicast) is always off: NCCL_NVLS_ENABLE=0 is put into the
+ * process's environment before the communicators are made (NCCL 2.28's ncclConfig_t has no
+ * field for it), since multicast objects can take a shared host's GPUs out of service, and the
+ * all-reduces here are small. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -191,6 +193,27 @@ static int tp_kv_copy(engine *e, int dst, int src, char *err, size_t errlen)
     return 0;
 }
 
+static void *destroy_comm(void *comm)
+{
+    nccl.comm_destroy((nccl_comm)comm);
+    return NULL;
+}
+
+/* ncclCommDestroy waits for every CUDA graph that captured the communicator to be gone (the
+ * shards' graphs are dropped first) and may wait for the other ranks' destruction: one thread a
+ * communicator, all at once.  Where a thread cannot start, that one is destroyed from here. */
+static void destroy_comms(gpu_tp *tp)
+{
+    pthread_t t[TP_MAX_GPUS];
+    bool on[TP_MAX_GPUS] = {false};
+    for (int r = 0; r < tp->n; r++)
+        if (tp->comm[r]) on[r] = pthread_create(&t[r], NULL, destroy_comm, tp->comm[r]) == 0;
+    for (int r = 0; r < tp->n; r++)
+        if (on[r]) pthread_join(t[r], NULL);
+    for (int r = 0; r < tp->n; r++)
+        if (tp->comm[r] && !on[r]) nccl.comm_destroy(tp->comm[r]);
+}
+
 static void tp_destroy(engine *e)
 {
     gpu_tp *tp = (gpu_tp *)e;
@@ -204,7 +227,8 @@ static void tp_destroy(engine *e)
     for (int r = 0; r < tp->n; r++)
         if (tp->thread_on[r]) pthread_join(tp->thread[r], NULL);
     for (int r = 0; r < tp->n; r++)
-        if (tp->comm[r]) nccl.comm_destroy(tp->comm[r]);
+        if (tp->shard[r]) gpu_drop_graphs((gpu_engine *)tp->shard[r]);
+    destroy_comms(tp);
     for (int r = 0; r < tp->n; r++) {
         if (tp->shard[r]) engine_free(tp->shard[r]);
         tp_view_free(&tp->view[r]);
@@ -298,7 +322,7 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
         if (tp_view_make(m, &tp->plan, r, &tp->view[r], err, errlen)) return -1;
     if (check_gpus(cfg, n, err, errlen) || !nccl_load(err, errlen)) return -1; /* check_gpus loads the driver */
     /* the communicators first, so that each GPU's KV pool is sized after NCCL's buffers */
-    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    setenv("NCCL_NVLS_ENABLE", "0", 1); /* a fixed rule, not a default: see the top of this file */
     int devs[TP_MAX_GPUS], version = 0;
     for (int r = 0; r < n; r++) devs[r] = cfg->device + r;
     NCCL_CHECK(nccl.comm_init_all(tp->comm, n, devs), "tensor parallelism: creating the NCCL communicators");

@@ -1253,7 +1253,8 @@ static model *tp_mkmodel(model_arch arch, mkmodel_ftype ft)
 static engine *tp_engine(const model *m, int n_gpus, int n_slots)
 {
     char err[512];
-    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = 128, .max_batch_tokens = 256, .tensor_parallel = n_gpus};
+    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = 128, .max_batch_tokens = 256, .kv_cache_mb = 64,
+                         .tensor_parallel = n_gpus}; /* a small pool: both engines live at once */
     engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
     if (!e) fail_msg("tensor parallelism over %d GPUs: %s", n_gpus, err);
     return e;

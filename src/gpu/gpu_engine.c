@@ -1323,6 +1323,7 @@ static int setup(gpu_engine *g, char *err, size_t errlen)
     } else {
         log_warn("cuda: %s; prompts use the matrix-vector kernels (slower prefill)", berr);
     }
+    g->k.load_all = g->tp_rank >= 0;
     if (gpu_kernels_load(&g->k, err, errlen)) return -1;
     CU_CHECK(cu.cuDeviceGetAttribute(&g->n_sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g->dev), "querying the GPU");
     log_info("cuda: %s, uploading %s", name, g->base.m->name);

@@ -33,6 +33,9 @@
 #include "gpu_internal.h"
 
 #define MIB (1024.0 * 1024.0)
+/* GPU memory each GPU's KV pool leaves to NCCL beyond its usual spare: a pool sized to the last
+ * GiB left 550 MiB free after the communicators' first all-reduce (8B shape, two H100s) */
+#define TP_NCCL_RESERVE_MB 1024
 
 /* ---- NCCL, bound at run time ---------------------------------------------------------------- */
 
@@ -43,6 +46,7 @@ static struct {
     void *lib;
     int (*comm_init_all)(nccl_comm *comms, int ndev, const int *devlist);
     int (*comm_destroy)(nccl_comm comm);
+    int (*comm_abort)(nccl_comm comm);
     int (*all_reduce)(const void *send, void *recv, size_t count, int type, int op, nccl_comm comm, CUstream s);
     int (*group_start)(void);
     int (*group_end)(void);
@@ -66,6 +70,7 @@ static bool nccl_load(char *err, size_t errlen)
         void **slot;
     } syms[] = {
         {"ncclCommInitAll", (void **)&nccl.comm_init_all}, {"ncclCommDestroy", (void **)&nccl.comm_destroy},
+        {"ncclCommAbort", (void **)&nccl.comm_abort},
         {"ncclAllReduce", (void **)&nccl.all_reduce},      {"ncclGroupStart", (void **)&nccl.group_start},
         {"ncclGroupEnd", (void **)&nccl.group_end},        {"ncclGetErrorString", (void **)&nccl.error_string},
         {"ncclGetVersion", (void **)&nccl.get_version},
@@ -115,6 +120,7 @@ typedef struct gpu_tp {
     unsigned long gen;
     int busy;
     bool quit;
+    bool dead; /* a rank failed and the communicators were aborted: every later step fails */
     const engine_seq *seqs;
     int n_seqs;
     int rc[TP_MAX_GPUS];
@@ -125,6 +131,19 @@ typedef struct tp_worker_arg {
     gpu_tp *tp;
     int rank;
 } tp_worker_arg;
+
+/* A rank's step failed past its packing (ENGINE_FATAL): the other ranks may be waiting in an
+ * all-reduce that this one will never join, so every communicator is aborted (NCCL's way to end
+ * a collective in flight), once; the engine is dead from then on.  Called with tp->mu held. */
+static void abort_all(gpu_tp *tp)
+{
+    if (tp->dead) return;
+    tp->dead = true;
+    for (int r = 0; r < tp->n; r++) {
+        if (tp->comm[r]) nccl.comm_abort(tp->comm[r]);
+        tp->comm[r] = NULL;
+    }
+}
 
 static void *tp_worker(void *arg)
 {
@@ -144,6 +163,7 @@ static void *tp_worker(void *arg)
         int rc = e->vt->step(e, seqs, n, NULL, tp->err[r], sizeof tp->err[r]);
         pthread_mutex_lock(&tp->mu);
         tp->rc[r] = rc;
+        if (rc == ENGINE_FATAL) abort_all(tp);
         if (--tp->busy == 0) pthread_cond_signal(&tp->done);
     }
     pthread_mutex_unlock(&tp->mu);
@@ -155,6 +175,10 @@ static void *tp_worker(void *arg)
 static int tp_step(engine *e, const engine_seq *seqs, int n, engine_result *results, char *err, size_t errlen)
 {
     gpu_tp *tp = (gpu_tp *)e;
+    if (tp->dead) {
+        snprintf(err, errlen, "a GPU of the tensor-parallel engine failed in an earlier step; restart the server");
+        return ENGINE_FATAL;
+    }
     pthread_mutex_lock(&tp->mu);
     tp->seqs = seqs;
     tp->n_seqs = n;
@@ -165,6 +189,7 @@ static int tp_step(engine *e, const engine_seq *seqs, int n, engine_result *resu
     engine *lead = tp->shard[0];
     tp->rc[0] = lead->vt->step(lead, seqs, n, results, tp->err[0], sizeof tp->err[0]);
     pthread_mutex_lock(&tp->mu);
+    if (tp->rc[0] == ENGINE_FATAL) abort_all(tp);
     while (tp->busy > 0) pthread_cond_wait(&tp->done, &tp->mu);
     pthread_mutex_unlock(&tp->mu);
     int rc = 0;
@@ -269,29 +294,64 @@ static int check_gpus(const engine_config *cfg, int n, char *err, size_t errlen)
     return 0;
 }
 
-/* One all-reduce on every GPU before any step: NCCL connects its peers on a communicator's first
- * collective, which must not happen inside a graph capture; and a broken NCCL set-up fails here,
- * at start-up, with its message. */
-static int first_all_reduce(gpu_tp *tp, char *err, size_t errlen)
+/* All-reduces of one row and of a whole step's rows (cap floats) on every GPU, before any
+ * engine sizes its KV pool: NCCL connects its peers and allocates a protocol's buffers on a
+ * communicator's first collectives of that size, which must neither happen inside a graph
+ * capture nor find the GPU's memory taken by the pool; and a broken NCCL set-up fails here, at
+ * start-up, with its message.  On each GPU's primary context, NULL stream, scratch freed after. */
+static int connect_peers(gpu_tp *tp, const engine_config *cfg, size_t cap, char *err, size_t errlen)
 {
-    NCCL_CHECK(nccl.group_start(), "tensor parallelism: the first all-reduce");
-    for (int r = 0; r < tp->n; r++) {
-        gpu_engine *g = (gpu_engine *)tp->shard[r];
-        void *p = (void *)(uintptr_t)g->tp_part;
-        int rc = nccl.all_reduce(p, p, (size_t)g->d_embd, NCCL_FLOAT32, NCCL_SUM, tp->comm[r], g->stream);
-        if (rc != NCCL_SUCCESS) {
-            nccl.group_end();
-            snprintf(err, errlen, "tensor parallelism: the first all-reduce on GPU rank %d: %s", r, nccl.error_string(rc));
-            return -1;
+    CUcontext ctx[TP_MAX_GPUS] = {0};
+    CUdevice dev[TP_MAX_GPUS] = {0};
+    CUdeviceptr buf[TP_MAX_GPUS] = {0};
+    int rc = -1, r = 0;
+    for (; r < tp->n; r++) {
+        if (cu.cuDeviceGet(&dev[r], cfg->device + r) != CUDA_SUCCESS ||
+            cu.cuDevicePrimaryCtxRetain(&ctx[r], dev[r]) != CUDA_SUCCESS)
+            break;
+        if (cu.cuCtxSetCurrent(ctx[r]) != CUDA_SUCCESS || cu.cuMemAlloc(&buf[r], cap * sizeof(float)) != CUDA_SUCCESS ||
+            cu.cuMemsetD8Async(buf[r], 0, cap * sizeof(float), NULL) != CUDA_SUCCESS)
+            break;
+    }
+    if (r < tp->n) {
+        snprintf(err, errlen, "tensor parallelism: %.0f MiB of scratch on GPU %d for the first all-reduces",
+                 cap * sizeof(float) / MIB, cfg->device + r);
+        goto out;
+    }
+    const size_t sizes[2] = {(size_t)tp->base.m->hp.n_embd, cap};
+    for (int k = 0; k < 2; k++) {
+        int nr = nccl.group_start();
+        for (r = 0; r < tp->n && nr == NCCL_SUCCESS; r++) {
+            void *p = (void *)(uintptr_t)buf[r];
+            nr = nccl.all_reduce(p, p, sizes[k], NCCL_FLOAT32, NCCL_SUM, tp->comm[r], NULL);
+        }
+        int ne = nccl.group_end();
+        if (nr == NCCL_SUCCESS) nr = ne;
+        if (nr != NCCL_SUCCESS) {
+            snprintf(err, errlen, "tensor parallelism: the first all-reduce of %zu floats: %s", sizes[k],
+                     nccl.error_string(nr));
+            goto out;
+        }
+        for (r = 0; r < tp->n; r++) {
+            CUresult cr = cu.cuCtxSetCurrent(ctx[r]);
+            if (cr == CUDA_SUCCESS) cr = cu.cuCtxSynchronize();
+            if (cr != CUDA_SUCCESS) {
+                char b[160];
+                snprintf(err, errlen, "tensor parallelism: the first all-reduce on GPU %d: %s", cfg->device + r,
+                         cuda_api_strerror(cr, b, sizeof b));
+                goto out;
+            }
         }
     }
-    NCCL_CHECK(nccl.group_end(), "tensor parallelism: the first all-reduce");
-    for (int r = 0; r < tp->n; r++) {
-        gpu_engine *g = (gpu_engine *)tp->shard[r];
-        CU_CHECK(cu.cuCtxSetCurrent(g->ctx), "tensor parallelism: the first all-reduce");
-        CU_CHECK(cu.cuStreamSynchronize(g->stream), "tensor parallelism: the first all-reduce");
+    rc = 0;
+out:
+    for (r = 0; r < tp->n; r++) {
+        if (!ctx[r]) continue;
+        cu.cuCtxSetCurrent(ctx[r]);
+        if (buf[r]) cu.cuMemFree(buf[r]);
+        cu.cuDevicePrimaryCtxRelease(dev[r]);
     }
-    return 0;
+    return rc;
 }
 
 /* Start-up's memory summary, one line per GPU. */
@@ -330,10 +390,16 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
     log_info("cuda tp: %d GPUs from GPU %d, NCCL %d.%d.%d; each GPU its heads' attention and KV cache and its part "
              "of the FFN, two all-reduces a layer, the embedding and LM head on every GPU", n, cfg->device,
              version / 10000, version / 100 % 100, version % 100);
+    /* a step's rows: the most tokens, or the decode graphs' largest bucket (alloc_buffers) */
+    size_t cap = (size_t)(cfg->max_batch_tokens > GPU_MAX_DECODE_BATCH ? cfg->max_batch_tokens : GPU_MAX_DECODE_BATCH);
+    if (cfg->n_slots > (int)cap) cap = (size_t)cfg->n_slots;
+    if (connect_peers(tp, cfg, cap * (size_t)m->hp.n_embd, err, errlen)) return -1;
     for (int r = 0; r < n; r++) {
         engine_config c = *cfg;
         c.device = cfg->device + r;
         c.tensor_parallel = 1;
+        /* what NCCL may still allocate later (graph registration, other algorithms' buffers) */
+        c.vram_reserve_mb = cfg->vram_reserve_mb + TP_NCCL_RESERVE_MB;
         if (!(tp->shard[r] = gpu_engine_create(&tp->view[r].m, &c, r, err, errlen))) {
             char inner[512];
             snprintf(inner, sizeof inner, "%s", err);
@@ -343,7 +409,6 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
         ((gpu_engine *)tp->shard[r])->tp_comm = tp->comm[r];
         tp_view_drop_packed(&tp->view[r]); /* on the GPU now */
     }
-    if (first_all_reduce(tp, err, errlen)) return -1;
     /* one engine to the caller: the pool every GPU has (each holds its KV heads of every block) */
     tp->base.kv_blocks = tp->shard[0]->kv_blocks;
     tp->base.kv_block_bytes = 0;

@@ -377,14 +377,8 @@ static void test_views_quantised_rows(void **state)
                  {"llama", GGML_TYPE_Q8_0, 4}, {"qwen3", GGML_TYPE_F16, 2}, {"llama", GGML_TYPE_Q4_K, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tiny_spec s = tiny_spec_default();
-        s.arch = cases[i].arch;
-        s.wtype = cases[i].t;
-        s.n_embd = 256;
-        s.n_head = 8;
-        s.n_head_kv = 4;
-        s.head_dim = 64;
-        s.n_ff = 1024;
-        s.n_vocab = 64;
+        s.arch = cases[i].arch, s.wtype = cases[i].t;
+        s.n_embd = 256, s.n_head = 8, s.n_head_kv = 4, s.head_dim = 64, s.n_ff = 1024, s.n_vocab = 64;
         void *image;
         model *m = load_tiny(s, &image);
         check_views(m, cases[i].n);

@@ -17,10 +17,12 @@
  * only enqueue).
  *
  * NCCL is dlopen()ed (libnccl.so.2) only here, when more than one GPU is asked for: one GPU
- * never loads it.  NVLink SHARP (multicast) is always off: NCCL_NVLS_ENABLE=0 is put into the
- * process's environment before the communicators are made (NCCL 2.28's ncclConfig_t has no
- * field for it), since multicast objects can take a shared host's GPUs out of service, and the
- * all-reduces here are small. */
+ * never loads it.  Two settings go into the process's environment before the communicators are
+ * made (NCCL 2.28's ncclConfig_t has fields for neither): NVLink SHARP (multicast) off,
+ * NCCL_NVLS_ENABLE=0, since multicast objects can take a shared host's GPUs out of service and
+ * the all-reduces here are small; and NCCL_RUNTIME_CONNECT=0, every connection made at creation
+ * rather than at a collective's first use, which could fall inside a graph capture or after the
+ * KV pools took the memory.  Fixed settings of the engine, not switches. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -294,8 +296,8 @@ static int check_gpus(const engine_config *cfg, int n, char *err, size_t errlen)
     return 0;
 }
 
-/* All-reduces of one row and of a whole step's rows (cap floats) on every GPU, before any
- * engine sizes its KV pool: NCCL connects its peers and allocates a protocol's buffers on a
+/* All-reduces of 1, 2, 4 .. 64 rows and of a whole step's rows (cap floats) on every GPU, before
+ * any engine sizes its KV pool: NCCL connects its peers and allocates a protocol's buffers on a
  * communicator's first collectives of that size, which must neither happen inside a graph
  * capture nor find the GPU's memory taken by the pool; and a broken NCCL set-up fails here, at
  * start-up, with its message.  On each GPU's primary context, NULL stream, scratch freed after. */
@@ -318,8 +320,14 @@ static int connect_peers(gpu_tp *tp, const engine_config *cfg, size_t cap, char 
                  cap * sizeof(float) / MIB, cfg->device + r);
         goto out;
     }
-    const size_t sizes[2] = {(size_t)tp->base.m->hp.n_embd, cap};
-    for (int k = 0; k < 2; k++) {
+    /* the decode graphs' sizes (1 .. GPU_MAX_DECODE_BATCH rows) and a whole step's: NCCL may take
+     * another algorithm or protocol, with connections of their own, for each */
+    size_t sizes[16];
+    int n_sizes = 0;
+    for (size_t b = 1; b <= GPU_MAX_DECODE_BATCH && b * (size_t)tp->base.m->hp.n_embd < cap; b *= 2)
+        sizes[n_sizes++] = b * (size_t)tp->base.m->hp.n_embd;
+    sizes[n_sizes++] = cap;
+    for (int k = 0; k < n_sizes; k++) {
         int nr = nccl.group_start();
         for (r = 0; r < tp->n && nr == NCCL_SUCCESS; r++) {
             void *p = (void *)(uintptr_t)buf[r];
@@ -383,6 +391,9 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
     if (check_gpus(cfg, n, err, errlen) || !nccl_load(err, errlen)) return -1; /* check_gpus loads the driver */
     /* the communicators first, so that each GPU's KV pool is sized after NCCL's buffers */
     setenv("NCCL_NVLS_ENABLE", "0", 1); /* a fixed rule, not a default: see the top of this file */
+    /* every connection made in ncclCommInitAll, while the GPUs' memory is free and outside any
+     * graph capture, not at a collective's first use (NCCL >= 2.22's default) */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 1);
     int devs[TP_MAX_GPUS], version = 0;
     for (int r = 0; r < n; r++) devs[r] = cfg->device + r;
     NCCL_CHECK(nccl.comm_init_all(tp->comm, n, devs), "tensor parallelism: creating the NCCL communicators");

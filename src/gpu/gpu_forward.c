@@ -512,7 +512,7 @@ static int residual_add_split(gpu_engine *g, matmul_op *op, int T, char *err, si
  * x += W h, or in a sandwich-norm layer x += rmsnorm(W h) * post_norm (W h into g->post). */
 static int residual_add(gpu_engine *g, matmul_op *op, CUdeviceptr post_norm, int T, char *err, size_t errlen)
 {
-    if (g->tp_comm) return residual_add_split(g, op, T, err, errlen);
+    if (g->tp_rank >= 0) return residual_add_split(g, op, T, err, errlen);
     if (!post_norm) return matmul(g, op, err, errlen);
     op->out[0].y = g->post;
     op->accumulate = false;

@@ -100,7 +100,12 @@ static bool nccl_load(char *err, size_t errlen)
 int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what, char *err, size_t errlen)
 {
     void *p = (void *)(uintptr_t)buf;
-    NCCL_CHECK(nccl.all_reduce(p, p, n, NCCL_FLOAT32, NCCL_SUM, (nccl_comm)g->tp_comm, g->stream), what);
+    nccl_comm comm = __atomic_load_n((nccl_comm *)&g->tp_comm, __ATOMIC_ACQUIRE);
+    if (!comm) { /* aborted: another GPU failed (abort_all) */
+        snprintf(err, errlen, "%s: the tensor-parallel communicators were aborted after another GPU failed", what);
+        return -1;
+    }
+    NCCL_CHECK(nccl.all_reduce(p, p, n, NCCL_FLOAT32, NCCL_SUM, comm, g->stream), what);
     return 0;
 }
 
@@ -141,6 +146,8 @@ static void abort_all(gpu_tp *tp)
 {
     if (tp->dead) return;
     tp->dead = true;
+    for (int r = 0; r < tp->n; r++) /* no rank starts another all-reduce on them */
+        if (tp->shard[r]) __atomic_store_n(&((gpu_engine *)tp->shard[r])->tp_comm, NULL, __ATOMIC_RELEASE);
     for (int r = 0; r < tp->n; r++) {
         if (tp->comm[r]) nccl.comm_abort(tp->comm[r]);
         tp->comm[r] = NULL;

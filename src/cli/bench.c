@@ -56,6 +56,7 @@ typedef struct bench_opts {
     int draft;   /* verify test: drafted tokens per sequence and step (0: no verify test) */
     const char *draft_model; /* draft test: the draft model (--model-draft), or NULL */
     bool deterministic; /* engine_config.deterministic: measures what --deterministic costs */
+    int tensor_parallel; /* engine_config.tensor_parallel (--tensor-parallel / --tp) */
     int pooling;        /* --pooling: engine_pooling + 1, 0: the model's (embed test: see above) */
     bool prompts_set, batches_set; /* the lists were given (the embed test has its own defaults) */
 } bench_opts;
@@ -75,6 +76,7 @@ static void usage(FILE *out)
             "  --model-draft F with --draft: also time drafting with the draft model F (same vocabulary)\n"
             "  --threads N     CPU threads (default: all cores)\n"
             "  --deterministic the batch-invariant kernels of serve --deterministic\n"
+            "  --tensor-parallel N, --tp N  split the model across N GPUs (--device cuda; default 1)\n"
             "  --pooling P     time embeddings (none | mean | cls | last | rank) instead of prefill and\n"
             "                  decode: N inputs (--batch, default 1,8,64,512) of T tokens (--prompt,\n"
             "                  default 128) in steps of --ubatch tokens; an encoder always does, pooled\n"
@@ -83,7 +85,7 @@ static void usage(FILE *out)
 
 enum {
     OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT, OPT_DRAFT,
-    OPT_DETERMINISTIC, OPT_MODEL_DRAFT, OPT_POOLING
+    OPT_DETERMINISTIC, OPT_MODEL_DRAFT, OPT_POOLING, OPT_TP
 };
 
 static int parse_args(int argc, char **argv, bench_opts *o)
@@ -95,7 +97,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"reps", required_argument, NULL, OPT_REPS}, {"threads", required_argument, NULL, OPT_THREADS},
         {"context", required_argument, NULL, OPT_CONTEXT}, {"draft", required_argument, NULL, OPT_DRAFT},
         {"model-draft", required_argument, NULL, OPT_MODEL_DRAFT}, {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
-        {"pooling", required_argument, NULL, OPT_POOLING},
+        {"pooling", required_argument, NULL, OPT_POOLING}, {"tensor-parallel", required_argument, NULL, OPT_TP},
+        {"tp", required_argument, NULL, OPT_TP},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (bench_opts){.device = "cpu", .prompts = {512, 2048}, .n_prompts = 2,
@@ -123,6 +126,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case OPT_CONTEXT: ok = cli_parse_int(CMD, "--context", optarg, 1, 1 << 20, &o->context); break;
         case OPT_DRAFT: ok = cli_parse_int(CMD, "--draft", optarg, 0, 64, &o->draft); break;
         case OPT_DETERMINISTIC: o->deterministic = true; break;
+        case OPT_TP: ok = cli_parse_int(CMD, "--tensor-parallel", optarg, 1, 8, &o->tensor_parallel); break;
         case OPT_MODEL_DRAFT: o->draft_model = optarg; break;
         case OPT_POOLING:
             if ((o->pooling = engine_pooling_parse(optarg) + 1) == 0) {
@@ -382,7 +386,7 @@ static bool make_engine(bench_ctx *b, int n_slots, int ctx)
     if (b->e) engine_free(b->e);
     engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = b->o->ubatch,
                          .n_threads = b->o->n_threads, .max_draft = b->o->draft,
-                         .deterministic = b->o->deterministic};
+                         .deterministic = b->o->deterministic, .tensor_parallel = b->o->tensor_parallel};
     if (cfg.max_batch_tokens < n_slots * DECODE_PROMPT) cfg.max_batch_tokens = n_slots * DECODE_PROMPT;
     if (cfg.max_batch_tokens < n_slots * (1 + b->o->draft)) cfg.max_batch_tokens = n_slots * (1 + b->o->draft);
     if (cfg.max_batch_tokens < b->min_batch_tokens) cfg.max_batch_tokens = b->min_batch_tokens;

@@ -27,7 +27,7 @@
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "gpu/gpu.h"
-#include "tp_shard.h"
+#include "model/tp_shard.h"
 #include "base/log.h"
 #include "text/chat.h"
 #include "model/model.h"
@@ -190,7 +190,9 @@ static int pick_template(const inferd_opts *o, serve_state *st)
 static engine *create_engine(const inferd_opts *o, const model *m, const engine_config *ec)
 {
     char err[512] = "";
-    engine *e = engine_open((engine_device)o->device, m, ec, err, sizeof err);
+    /* a split model runs on its GPUs or not at all: no quiet fall-back to the CPU (auto) */
+    engine_device dev = ec->tensor_parallel > 1 ? ENGINE_DEVICE_CUDA : (engine_device)o->device;
+    engine *e = engine_open(dev, m, ec, err, sizeof err);
     if (!e) log_error("engine: %s", err);
     return e;
 }
@@ -254,10 +256,13 @@ static int tp_check_flags(const inferd_opts *o)
 }
 
 /* --tensor-parallel N > 1 with the model loaded: the sharding plan and the per-GPU memory it
- * implies are logged, the GPUs counted, and start-up refused: the multi-GPU engine (a thread and
- * CUDA context per GPU, NCCL all-reduces in the graphs) is not built yet.  N = 1 never comes
- * here, so one GPU runs exactly the single-GPU path. */
-static int tp_refuse(const inferd_opts *o, const model *m, int ctx)
+ * implies are logged and the GPUs counted; then start-up is refused.  The multi-GPU engine
+ * (gpu/gpu_tp.c, inferd bench --tp N) decoded as one GPU does on the test models on two H100s,
+ * but its first run of the 8B shape hung in its first 512-token prompt step; the fixes since
+ * (NCCL connected at full size before the KV pools, a reserve for NCCL, kernels loaded up front,
+ * communicators aborted when a GPU fails) have not run on GPUs yet (docs/scaling.md).  N = 1
+ * never comes here, so one GPU runs exactly the single-GPU path. */
+static int tp_describe(const inferd_opts *o, const model *m, int ctx)
 {
     int n = o->tensor_parallel;
     char err[512] = "";
@@ -277,19 +282,20 @@ static int tp_refuse(const inferd_opts *o, const model *m, int ctx)
              (double)plan.total_kv_bytes_per_token / 1024.0);
     for (int r = 0; r < n; r++) {
         char line[256];
-        log_info("  %s; KV cache for %d x %d tokens %s", tp_plan_describe_rank(&plan, r, line, sizeof line),
-                 o->parallel, ctx, tp_bytes_text((double)(plan.rank[r].kv_bytes_per_token * tokens), b2, sizeof b2));
+        log_info("  %s; KV cache for %d x %d tokens %s (plan: the engine replicates the embedding and LM head)",
+                 tp_plan_describe_rank(&plan, r, line, sizeof line), o->parallel, ctx,
+                 tp_bytes_text((double)(plan.rank[r].kv_bytes_per_token * tokens), b2, sizeof b2));
     }
     int found = engine_cuda_device_count(err, sizeof err); /* --device cpu was refused before the load */
-    if (found < n) {
-        log_error("tensor parallelism over %d GPUs needs %d GPUs and CUDA finds %d%s%s%s; the multi-GPU CUDA engine "
-                  "is not implemented yet either (issue 16): use --tensor-parallel 1", n, n, found,
-                  err[0] ? " (" : "", err, err[0] ? ")" : "");
+    if (found < o->gpu + n) {
+        log_error("tensor parallelism over %d GPUs from GPU %d needs %d GPUs and CUDA finds %d%s%s%s: use "
+                  "--tensor-parallel 1", n, o->gpu, o->gpu + n, found, err[0] ? " (" : "", err, err[0] ? ")" : "");
         return -1;
     }
-    log_error("tensor parallelism over %d GPUs: the sharding plan is valid (%d heads per GPU, %s of weights "
-              "on GPU 0) but the multi-GPU CUDA engine is not implemented yet (issue 16): use --tensor-parallel 1",
-              n, m->hp.n_head / n, tp_bytes_text((double)plan.rank[0].weight_bytes, b1, sizeof b1));
+    log_error("tensor parallelism over %d GPUs: the sharding plan is valid, but the multi-GPU CUDA engine is not "
+              "verified yet (it hung on an 8B model's first prompt on two H100s; docs/scaling.md): serve refuses it "
+              "until a device run shows the fixes hold; use --tensor-parallel 1 (inferd bench --tp %d measures it)",
+              n, n);
     return -1;
 }
 
@@ -417,13 +423,14 @@ static int load(serve_state *st, const inferd_opts *o)
     int n_train = st->m->hp.n_ctx_train > 0 ? st->m->hp.n_ctx_train : 4096;
     st->ctx = o->ctx_size > 0 ? o->ctx_size : (n_train < 4096 ? n_train : 4096);
     if (st->ctx > n_train) log_warn("--ctx-size %d exceeds the model's training context %d", st->ctx, n_train);
-    if (o->tensor_parallel > 1 && tp_refuse(o, st->m, st->ctx) != 0) return -1;
+    if (o->tensor_parallel > 1 && tp_describe(o, st->m, st->ctx) != 0) return -1;
     engine_config ec = {
         .n_slots = o->parallel,
         .ctx_per_slot = st->ctx,
         .max_batch_tokens = o->batch_tokens,
         .n_threads = o->threads,
         .device = o->gpu,
+        .tensor_parallel = o->tensor_parallel,
         .kv_cache_mb = (size_t)o->kv_cache_size,
         /* a hybrid model's recurrent states: one per row, as many again for prefix snapshots */
         .n_states = 2 * o->parallel,

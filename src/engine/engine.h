@@ -164,7 +164,10 @@ typedef struct engine_config {
     int ctx_per_slot;/* most positions of one sequence (a request's context), not a reservation */
     int max_batch_tokens; /* most tokens one step may carry (prefill chunk budget) */
     int n_threads;   /* CPU backend worker threads (0 = machine cores) */
-    int device;      /* GPU ordinal */
+    int device;      /* GPU ordinal (tensor parallelism: the first of its GPUs) */
+    /* Tensor parallelism (CUDA only): the model split across this many GPUs, device ..
+     * device + n - 1, one engine to the caller (gpu/gpu_tp.c).  0 or 1: one GPU. */
+    int tensor_parallel;
     size_t vram_reserve_mb; /* GPU: leave this much free after KV allocation */
     /* Size of the KV block pool.  0: the CPU backend takes n_slots x ctx_per_slot tokens' worth
      * (what one slot per sequence used to reserve), the GPU backend the free memory left after

@@ -7,6 +7,7 @@
 
 cuda_driver cu;
 cublas_funcs cublas;
+CUresult (*cuda_func_load)(CUfunction f);
 
 static void *libcuda, *libcublas;
 static bool cuda_ok, cublas_ok;
@@ -45,6 +46,11 @@ bool cuda_api_load(char *err, size_t errlen)
     if (!resolve(get, #name, (void **)&cu.name, err, errlen)) return false;
     CUDA_DRIVER_FUNCS(CUDA_API_RESOLVE)
 #undef CUDA_API_RESOLVE
+    /* optional, and of CUDA 12.4: asked for at that version */
+    CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (get("cuFuncLoad", (void **)&cuda_func_load, 12040, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS ||
+        q != CU_GET_PROC_ADDRESS_SUCCESS)
+        cuda_func_load = NULL;
     CUresult r = cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
         char b[160];

@@ -49,6 +49,9 @@ typedef struct cublas_funcs {
 } cublas_funcs;
 
 extern cuda_driver cu;     /* valid after cuda_api_load() returned true */
+/* cuFuncLoad (drivers of CUDA 12.4 on): loads a kernel now rather than at its first launch
+ * (lazy loading); NULL where the driver lacks it. */
+extern CUresult (*cuda_func_load)(CUfunction f);
 extern cublas_funcs cublas; /* valid after cuda_api_load_cublas() returned true */
 
 /* Load libcuda.so.1 and resolve every driver function; cuInit(0) included.  Idempotent.

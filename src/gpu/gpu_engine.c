@@ -616,6 +616,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
         {&g->post, any_post ? (size_t)T * g->d_embd * f : 0},
+        {&g->tp_part, g->tp_rank >= 0 ? (size_t)T * g->d_embd * f : 0},
         {&g->mmq_part, g->mmq_part_bytes},
         {&g->moe_xf, (size_t)(any_moe ? T : 0) * g->d_embd * f},
         {&g->moe_logits, (size_t)(any_moe ? T : 0) * hp->n_expert * f}, {&g->moe_ids, moe_n * sizeof(int32_t)},
@@ -982,6 +983,20 @@ static void copy_result(engine_result *res, const gpu_sample_out *o)
     }
 }
 
+/* The end of a step on a tensor-parallel rank other than 0: its stream drained, nothing copied
+ * back (rank 0 returns the step's results). */
+static int finish_follower(gpu_engine *g, const step_plan *p, int rc, char *err, size_t errlen)
+{
+    CUresult sr = rc ? CUDA_SUCCESS : cu.cuStreamSynchronize(g->stream);
+    if (rc == 0 && sr == CUDA_SUCCESS) return 0;
+    char b[160];
+    if (!rc)
+        snprintf(err, errlen, "step on GPU rank %d (%d tokens, %s): %s", g->tp_rank, p->n_tokens,
+                 p->bucket >= 0 ? "decode graph" : "eager", cuda_api_strerror(sr, b, sizeof b));
+    snprintf(g->failed, sizeof g->failed, "%s", err);
+    return ENGINE_FATAL;
+}
+
 static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *results, char *err, size_t errlen)
 {
     gpu_engine *g = (gpu_engine *)e;
@@ -1017,6 +1032,9 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
         rc = gpu_forward(g, p.n_tokens, p.n_rows, &p.attn, err, errlen);
     }
     const size_t V = (size_t)e->m->hp.n_vocab;
+    /* tensor parallelism: every rank ran the same forward (the all-reduces leave every GPU the
+     * same residual stream, hence the same logits and samples); rank 0 alone brings them back */
+    if (g->tp_rank > 0) return finish_follower(g, &p, rc, err, errlen);
     if (rc == 0 && p.n_rows > 0 &&
         cu.cuMemcpyDtoHAsync(g->out_h, g->sout, (size_t)p.n_rows * sizeof(gpu_sample_out), g->stream) != CUDA_SUCCESS) {
         snprintf(err, errlen, "step: copying the sampled tokens back failed");
@@ -1147,17 +1165,24 @@ static int gpu_state_copy(engine *e, int dst, int src, char *err, size_t errlen)
     return 0;
 }
 
+void gpu_drop_graphs(gpu_engine *g)
+{
+    if (g->ctx) cu.cuCtxSetCurrent(g->ctx);
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < GPU_N_BUCKETS; b++) {
+            if (g->graphs[c][b]) cu.cuGraphExecDestroy(g->graphs[c][b]);
+            g->graphs[c][b] = NULL;
+        }
+}
+
 static void gpu_destroy(engine *e)
 {
     gpu_engine *g = (gpu_engine *)e;
     if (!g) return;
-    if (g->ctx) cu.cuCtxSetCurrent(g->ctx);
-    for (int c = 0; c < 2; c++)
-        for (int b = 0; b < GPU_N_BUCKETS; b++)
-            if (g->graphs[c][b]) cu.cuGraphExecDestroy(g->graphs[c][b]);
+    gpu_drop_graphs(g);
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->act_lo, g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws, g->x_f32,
-                          g->mmq_part, g->post,     g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
+                          g->mmq_part, g->post, g->tp_part, g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
                           g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y, g->moe_g, g->moe_u, g->moe_out,
                           g->ple, g->ple_tok, g->ple_g, g->ple_h,
                           g->part_o, g->part_ml, g->att_counts, g->xl_h, g->logits, g->work, g->counts, g->parts,
@@ -1298,6 +1323,7 @@ static int setup(gpu_engine *g, char *err, size_t errlen)
     } else {
         log_warn("cuda: %s; prompts use the matrix-vector kernels (slower prefill)", berr);
     }
+    g->k.load_all = g->tp_rank >= 0;
     if (gpu_kernels_load(&g->k, err, errlen)) return -1;
     CU_CHECK(cu.cuDeviceGetAttribute(&g->n_sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g->dev), "querying the GPU");
     log_info("cuda: %s, uploading %s", name, g->base.m->name);
@@ -1305,7 +1331,7 @@ static int setup(gpu_engine *g, char *err, size_t errlen)
     return alloc_buffers(g, err, errlen);
 }
 
-engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen)
+engine *gpu_engine_create(const model *m, const engine_config *cfg, int tp_rank, char *err, size_t errlen)
 {
     if (cfg->n_slots <= 0 || cfg->ctx_per_slot <= 0 || cfg->max_batch_tokens <= 0) {
         snprintf(err, errlen, "cuda engine: slots, ctx_per_slot and max_batch_tokens must be positive");
@@ -1319,9 +1345,16 @@ engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, 
     g->base.vt = &gpu_vtable;
     g->base.m = m;
     g->base.cfg = *cfg;
+    g->tp_rank = tp_rank;
     if (setup(g, err, errlen)) {
         gpu_destroy(&g->base);
         return NULL;
     }
     return &g->base;
+}
+
+engine *engine_create_cuda(const model *m, const engine_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->tensor_parallel > 1) return gpu_tp_create(m, cfg, err, errlen);
+    return gpu_engine_create(m, cfg, -1, err, errlen);
 }

@@ -490,10 +490,29 @@ static int add_post_normed(gpu_engine *g, CUdeviceptr post_norm, int T, const ch
     return 0;
 }
 
+/* x += W h under tensor parallelism, W's inputs (Wo's heads, Wdown's FFN units) split across the
+ * GPUs: this GPU's product over its inputs into tp_part, the GPUs' products summed by an
+ * all-reduce, then added to x.  Every GPU then holds the same x (NCCL's sum is the same on every
+ * rank), so the next layer's norm and the LM head need no further exchange.  (Sandwich norms
+ * and output biases are refused before a model is split: model/tp_shard.h TP_FEATURES.) */
+static int residual_add_split(gpu_engine *g, matmul_op *op, int T, char *err, size_t errlen)
+{
+    op->out[0].y = g->tp_part;
+    op->accumulate = false;
+    if (matmul(g, op, err, errlen) || gpu_tp_all_reduce(g, g->tp_part, (size_t)T * g->d_embd, op->what, err, errlen))
+        return -1;
+    int width = T * g->d_embd;
+    size_t total = (size_t)width;
+    LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), op->what, &g->x, &g->tp_part, &width,
+           &total);
+    return 0;
+}
+
 /* The end of a residual block, whose one-output matmul op reads the block's FP16 result:
  * x += W h, or in a sandwich-norm layer x += rmsnorm(W h) * post_norm (W h into g->post). */
 static int residual_add(gpu_engine *g, matmul_op *op, CUdeviceptr post_norm, int T, char *err, size_t errlen)
 {
+    if (g->tp_rank >= 0) return residual_add_split(g, op, T, err, errlen);
     if (!post_norm) return matmul(g, op, err, errlen);
     op->out[0].y = g->post;
     op->accumulate = false;

@@ -239,6 +239,13 @@ typedef struct gpu_engine {
     /* decode graphs per batch bucket: [0] for any context, [1] for steps whose every token
      * sees keys of one split (a grid one split deep: attn_decode writes its output; att_decode only) */
     CUgraphExec graphs[2][GPU_N_BUCKETS];
+    /* Tensor parallelism (gpu_tp.c): this GPU's rank among the shards (-1: one GPU, the whole
+     * model), its NCCL communicator (set before the first step), and the partial sums of the
+     * two row-split products of a layer (Wo, Wdown) before their all-reduce, f32 [cap_tokens][n_embd].
+     * Every rank runs the whole step; only rank 0 brings results back. */
+    int tp_rank;
+    void *tp_comm;
+    CUdeviceptr tp_part;
     /* Set by the first CUDA failure inside a step: the context is then unusable, and every
      * later step reports ENGINE_FATAL with this message. */
     char failed[320];
@@ -249,6 +256,18 @@ static inline CUdeviceptr gpu_layer_tables(const gpu_engine *g, const gpu_layer 
 {
     return g->in_d + (L->kv_swa ? g->in.tables_swa : g->in.tables);
 }
+
+/* A CUDA engine on one GPU (cfg->device) for model m, which under tensor parallelism is rank
+ * tp_rank's view of the model (model/tp_shard.h; -1: the whole model, no tensor parallelism). */
+engine *gpu_engine_create(const model *m, const engine_config *cfg, int tp_rank, char *err, size_t errlen);
+/* Destroys g's decode graphs (gpu_tp.c: before the NCCL communicators they captured, whose
+ * destruction waits for every graph that holds them). */
+void gpu_drop_graphs(gpu_engine *g);
+/* The tensor-parallel engine over cfg->tensor_parallel GPUs (gpu_tp.c). */
+engine *gpu_tp_create(const model *m, const engine_config *cfg, char *err, size_t errlen);
+/* buf (n floats on this GPU) summed in place across the tensor-parallel GPUs: an NCCL all-reduce
+ * on g's stream (captured into its graphs like any launch). */
+int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what, char *err, size_t errlen);
 
 /* Run the forward pass of n_tokens packed tokens (inputs already in in_d), attention as ap
  * says, and sample n_rows logits rows (logits into g->logits, samples into g->sout).

@@ -75,6 +75,7 @@ static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_
 {
     fn->name = name;
     CU_CHECK(cu.cuModuleGetFunction(&fn->f, k->module, name), "loading the kernels");
+    if (k->load_all && cuda_func_load) CU_CHECK(cuda_func_load(fn->f), name);
     return 0;
 }
 

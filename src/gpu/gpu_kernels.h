@@ -39,6 +39,10 @@ typedef struct gpu_fn {
 
 typedef struct gpu_kernels {
     CUmodule module;
+    /* every kernel loaded by gpu_kernels_load (cuda_func_load), not at its first launch: a
+     * tensor-parallel GPU must not stop mid-step to load one (loading may wait for the context
+     * to go idle, while its NCCL kernel waits for the other GPUs).  Set before the load. */
+    bool load_all;
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn matvec_rope[GPU_N_WTYPES]; /* one-row QKV with qkv_post fused (matvec_rope_args) */

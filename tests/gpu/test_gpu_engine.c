@@ -1236,6 +1236,134 @@ static void test_alibi_refused(void **state)
     free(image);
 }
 
+/* ---- tensor parallelism (gpu/gpu_tp.c) ---------------------------------------------------- */
+
+/* A dense mkmodel model of arch in format ft that splits over 2 GPUs on whole blocks: 8 heads of
+ * 64 (Wo's 256 inputs a GPU), 4 KV heads, an FFN of 1536 (768 a GPU: three 256-input blocks). */
+static model *tp_mkmodel(model_arch arch, mkmodel_ftype ft)
+{
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("tiny", &cfg));
+    mkmodel_set_arch(&cfg, arch);
+    cfg.n_embd = 512, cfg.n_layer = 4, cfg.n_head = 8, cfg.n_head_kv = 4, cfg.head_dim = 64, cfg.n_ff = 1536;
+    cfg.n_vocab = 512, cfg.n_ctx = 512, cfg.ftype = ft, cfg.seed = 11;
+    return mkmodel_loaded(&cfg);
+}
+
+static engine *tp_engine(const model *m, int n_gpus, int n_slots)
+{
+    char err[512];
+    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = 128, .max_batch_tokens = 256, .kv_cache_mb = 64,
+                         .tensor_parallel = n_gpus}; /* a small pool: both engines live at once */
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("tensor parallelism over %d GPUs: %s", n_gpus, err);
+    return e;
+}
+
+/* Greedy tokens of TP=2 against TP=1 (the same GPU engine on one GPU): each sequence alone on
+ * the split engine (a prompt step, then the batch-1 decode graph), and all of them decoded
+ * together (the batch-8 graph).  The split sums each product in two halves and then across the
+ * GPUs, so the logits agree to rounding (every sequence's first within REL_BOUND) and a token
+ * may only differ at a near tie of the single-GPU run. */
+static void tp_case(model *m, const char *label)
+{
+    enum { NS = 8, GEN = 24, PL = 11 };
+    const int V = m->hp.n_vocab;
+    char err[512];
+    engine *one = tp_engine(m, 1, NS), *two = tp_engine(m, 2, NS);
+    int32_t prompts[NS][PL], alone[NS][GEN], split_alone[NS][GEN], together[NS][GEN];
+    float *logits = malloc((size_t)NS * GEN * V * sizeof *logits), *split_logits = malloc((size_t)GEN * V * sizeof *split_logits);
+    uint64_t seed = 7;
+    double worst = 0;
+    for (int i = 0; i < NS; i++) {
+        prompts[i][0] = 1;
+        for (int j = 1; j < PL; j++) prompts[i][j] = 3 + (int32_t)(gpu_test_rng(&seed) % (uint64_t)(V - 3));
+        greedy(one, prompts[i], PL, GEN, alone[i], logits + (size_t)i * GEN * V);
+        greedy(two, prompts[i], PL, GEN, split_alone[i], split_logits);
+        double e = gpu_test_rel_err(split_logits, logits + (size_t)i * GEN * V, (size_t)V);
+        if (e > worst) worst = e;
+    }
+    print_message("  %s: TP=2 first-token logits within %.2e (relative) of TP=1\n", label, worst);
+    assert_true(worst <= REL_BOUND);
+    sampling_params sp;
+    sampling_params_default(&sp);
+    engine_seq seqs[NS];
+    engine_result res[NS];
+    for (int i = 0; i < NS; i++)
+        seqs[i] = (engine_seq){.slot = i, .tokens = prompts[i], .n_tokens = PL, .want_token = true, .sp = &sp};
+    for (int g = 0; g < GEN; g++) {
+        if (engine_step(two, seqs, NS, res, err, sizeof err)) fail_msg("%s TP=2 step %d: %s", label, g, err);
+        for (int i = 0; i < NS; i++) {
+            together[i][g] = res[i].token;
+            seqs[i] = (engine_seq){.slot = i, .tokens = &together[i][g], .n_tokens = 1, .pos = PL + g,
+                                   .want_token = true, .sp = &sp};
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s TP=2 alone", label);
+    const run_pair ra = {what, NS, GEN, V, &alone[0][0], &split_alone[0][0], logits, NULL};
+    expect_near_ties_within(&ra, NEAR_TIE, 2);
+    snprintf(what, sizeof what, "%s TP=2 batch of %d", label, NS);
+    const run_pair rb = {what, NS, GEN, V, &alone[0][0], &together[0][0], logits, NULL};
+    expect_near_ties_within(&rb, NEAR_TIE, 2);
+    engine_free(one);
+    engine_free(two);
+    free(logits);
+    free(split_logits);
+}
+
+static bool two_gpus(void)
+{
+    char err[256];
+    int n = engine_cuda_device_count(err, sizeof err);
+    if (n < 2) print_message("  %d GPU(s): the tensor-parallel run needs 2\n", n);
+    return n >= 2;
+}
+
+/* llama, qwen2 (q/k/v biases, tied head), qwen3 (q/k norms) in Q4_K_M (Q4_K and Q6_K rows),
+ * Q8_0 and F16: TP=2 decodes as TP=1 does. */
+static void test_tp2_equals_tp1(void **state)
+{
+    (void)state;
+    if (!two_gpus()) skip();
+    static const model_arch archs[] = {MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3};
+    static const mkmodel_ftype fts[] = {MKMODEL_Q4_K_M, MKMODEL_Q8_0, MKMODEL_F16};
+    for (size_t a = 0; a < 3; a++)
+        for (size_t f = 0; f < 3; f++) {
+            model *m = tp_mkmodel(archs[a], fts[f]);
+            char label[64];
+            snprintf(label, sizeof label, "%s %s", m->desc->name, mkmodel_ftype_name(fts[f]));
+            tp_case(m, label);
+            model_free(m);
+        }
+}
+
+/* What tensor parallelism does not split is refused by name before any GPU is used (a MoE
+ * model; heads that N does not divide, with the N that do), and N GPUs more than CUDA finds. */
+static void test_tp_refusals(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    engine_config cfg = {.n_slots = 2, .ctx_per_slot = 64, .max_batch_tokens = 64, .tensor_parallel = 2};
+    model *moe = moe_mkmodel(MKMODEL_Q8_0, 8, 2); /* checked before any GPU: runs without one */
+    assert_null(engine_open(ENGINE_DEVICE_CUDA, moe, &cfg, err, sizeof err));
+    print_message("  qwen3moe: %s\n", err);
+    assert_non_null(strstr(err, "tensor parallelism does not split"));
+    model_free(moe);
+    model *m = tp_mkmodel(MODEL_ARCH_LLAMA, MKMODEL_Q8_0);
+    cfg.tensor_parallel = 3;
+    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
+    print_message("  3 GPUs: %s\n", err);
+    assert_non_null(strstr(err, "GPU counts that do: 1, 2, 4, 8"));
+    cfg.tensor_parallel = 4; /* a valid split (2 heads, 1 KV head a GPU) */
+    if (engine_cuda_device_count(err, sizeof err) < 4) {
+        assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
+        print_message("  4 GPUs: %s\n", err);
+        assert_true(strstr(err, "CUDA finds") || strstr(err, "no CUDA driver"));
+    }
+    model_free(m);
+}
+
 /* Embeddings (engine_seq.embed): four sequences of different lengths in one step, each pooling
  * on both engines; the GPU's pooled vectors within cosine 0.9999 of the CPU's, the rank score
  * (a sigmoid of a logit difference) within 1e-2.  The GPU's hidden states are the FP32 output
@@ -1729,6 +1857,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest without_device[] = {
         cmocka_unit_test(test_every_cpu_format_has_kernels),
         cmocka_unit_test(test_alibi_refused),
+        cmocka_unit_test(test_tp_refusals),
+        cmocka_unit_test(test_tp2_equals_tp1),
     };
     int failed = cmocka_run_group_tests_name("without a device", without_device, NULL, NULL);
     if (failed) return failed;

@@ -2,6 +2,7 @@
 #include "tp_shard.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
@@ -179,4 +180,141 @@ const char *tp_plan_describe_rank(const tp_plan *p, int r, char *buf, size_t cap
              k->vocab.begin, k->vocab.end - 1, tp_bytes_text((double)k->weight_bytes, w, sizeof w),
              (double)k->kv_bytes_per_token / 1024.0);
     return buf;
+}
+
+/* ---- one GPU's view of the model ------------------------------------------------------- */
+
+/* Elements [begin, end) of a vector (a bias) as a vector of its own: a view of its bytes. */
+static model_tensor vector_part(const model_tensor *t, int begin, int end)
+{
+    model_tensor v = *t;
+    if (!t->data) return v;
+    v.data = (const char *)t->data + ggml_row_bytes(t->type, begin);
+    v.ne0 = end - begin;
+    v.row_bytes = ggml_row_bytes(t->type, v.ne0);
+    return v;
+}
+
+/* Inputs [begin, end) of every row of t (whole blocks: the plan checked) copied into *dst,
+ * which moves past them; the matrix of those columns. */
+static model_tensor column_part(const model_tensor *t, int64_t begin, int64_t end, unsigned char **dst)
+{
+    model_tensor c = *t;
+    const size_t skip = ggml_row_bytes(t->type, begin), rb = ggml_row_bytes(t->type, end - begin);
+    for (int64_t i = 0; i < t->ne1; i++) memcpy(*dst + (size_t)i * rb, (const char *)t->data + (size_t)i * t->row_bytes + skip, rb);
+    c.data = *dst;
+    c.ne0 = end - begin;
+    c.row_bytes = rb;
+    *dst += (size_t)t->ne1 * rb;
+    return c;
+}
+
+static size_t column_part_bytes(const model_tensor *t, int64_t begin, int64_t end)
+{
+    return (size_t)t->ne1 * ggml_row_bytes(t->type, end - begin);
+}
+
+/* What the view cannot split yet, by name. */
+static int view_supported(const model *m, const tp_plan *p, char *err, size_t errlen)
+{
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        arch_features missing = arch_layer_features(&m->layers[l].recipe) & ~TP_FEATURES;
+        if (missing) {
+            snprintf(err, errlen, "tensor parallelism does not split %s yet (layer %d of %s; it splits the dense "
+                     "llama / qwen2 / qwen3 families): use --tensor-parallel 1", arch_feature_name(missing & -missing),
+                     l, m->desc->name);
+            return -1;
+        }
+    }
+    if (m->hp.n_expert || m->hp.n_embd_ple || m->hp.encoder || m->hp.n_kv_shared) {
+        snprintf(err, errlen, "tensor parallelism splits dense decoder models only (%s has %s)", m->desc->name,
+                 m->hp.n_expert ? "experts" : m->hp.encoder ? "an encoder" : m->hp.n_embd_ple ? "per-layer embeddings"
+                                                                                  : "shared K/V layers");
+        return -1;
+    }
+    if (p->kv_replicas > 1) {
+        snprintf(err, errlen, "tensor parallelism over %d GPUs: the model's %d KV heads would be replicated (fewer KV "
+                 "heads than GPUs), which the CUDA engine does not do yet; use at most %d GPUs", p->n_gpus,
+                 m->hp.n_head_kv, m->hp.n_head_kv);
+        return -1;
+    }
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        if (L->head_dim != m->hp.head_dim || L->n_head_kv != m->hp.n_head_kv || L->n_ff != m->hp.n_ff ||
+            L->wqkv.data || L->w_gate_up.data || !L->w_gate.data || !L->wv.data) {
+            snprintf(err, errlen, "tensor parallelism: layer %d of %s has its own shape or fused projections, which "
+                     "the split does not handle yet", l, m->desc->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int tp_view_make(const model *m, const tp_plan *p, int r, tp_view *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (r < 0 || r >= p->n_gpus) {
+        snprintf(err, errlen, "tensor parallelism: rank %d is not in a plan of %d GPUs", r, p->n_gpus);
+        return -1;
+    }
+    if (view_supported(m, p, err, errlen)) return -1;
+    const tp_rank *k = &p->rank[r];
+    const int hd = m->hp.head_dim, n_layer = m->hp.n_layer;
+    const int q0 = k->q_heads.begin * hd, q1 = k->q_heads.end * hd;
+    const int kv0 = k->kv_heads.begin * hd, kv1 = k->kv_heads.end * hd;
+    const int f0 = k->ffn.begin, f1 = k->ffn.end;
+    out->m = *m;
+    out->m.gguf = NULL;
+    out->m.layers = malloc((size_t)n_layer * sizeof *out->m.layers);
+    for (int l = 0; l < n_layer; l++)
+        out->packed_bytes += column_part_bytes(&m->layers[l].wo, q0, q1) + column_part_bytes(&m->layers[l].w_down, f0, f1);
+    out->packed = malloc(out->packed_bytes ? out->packed_bytes : 1);
+    if (!out->m.layers || !out->packed) {
+        tp_view_free(out);
+        snprintf(err, errlen, "tensor parallelism: out of host memory for GPU %d's slices (%s)", r,
+                 tp_bytes_text((double)out->packed_bytes, (char[32]){0}, 32));
+        return -1;
+    }
+    unsigned char *dst = out->packed;
+    size_t weights = 0;
+    for (int l = 0; l < n_layer; l++) {
+        const model_layer *F = &m->layers[l];
+        model_layer *L = &out->m.layers[l];
+        *L = *F;
+        L->wq = model_tensor_rows(&F->wq, q0, q1 - q0);
+        L->wk = model_tensor_rows(&F->wk, kv0, kv1 - kv0);
+        L->wv = model_tensor_rows(&F->wv, kv0, kv1 - kv0);
+        L->bq = vector_part(&F->bq, q0, q1);
+        L->bk = vector_part(&F->bk, kv0, kv1);
+        L->bv = vector_part(&F->bv, kv0, kv1);
+        L->wo = column_part(&F->wo, q0, q1, &dst);
+        L->w_gate = model_tensor_rows(&F->w_gate, f0, f1 - f0);
+        L->w_up = model_tensor_rows(&F->w_up, f0, f1 - f0);
+        L->w_down = column_part(&F->w_down, f0, f1, &dst);
+        L->n_head_kv = k->kv_heads.end - k->kv_heads.begin;
+        L->n_ff = f1 - f0;
+        weights += L->wq.ne1 * L->wq.row_bytes + L->wk.ne1 * L->wk.row_bytes + L->wv.ne1 * L->wv.row_bytes +
+                   L->wo.ne1 * L->wo.row_bytes + L->w_gate.ne1 * L->w_gate.row_bytes +
+                   L->w_up.ne1 * L->w_up.row_bytes + L->w_down.ne1 * L->w_down.row_bytes;
+    }
+    out->m.hp.n_head = k->q_heads.end - k->q_heads.begin;
+    out->m.hp.n_head_kv = k->kv_heads.end - k->kv_heads.begin;
+    out->m.hp.n_ff = f1 - f0;
+    out->m.weight_bytes = weights; /* the layers' matrices it holds (the globals are the full model's) */
+    return 0;
+}
+
+void tp_view_free(tp_view *v)
+{
+    if (!v) return;
+    free(v->m.layers);
+    free(v->packed);
+    memset(v, 0, sizeof *v);
+}
+
+void tp_view_drop_packed(tp_view *v)
+{
+    for (int l = 0; v->m.layers && l < v->m.hp.n_layer; l++) v->m.layers[l].wo.data = v->m.layers[l].w_down.data = NULL;
+    free(v->packed);
+    v->packed = NULL;
 }

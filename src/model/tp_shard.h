@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "model/ggml_types.h"
+#include "model/model.h"
 
 #define TP_MAX_GPUS 8 /* one host's NVLink domain (HGX boards have 8) */
 
@@ -57,9 +58,8 @@ typedef struct tp_plan {
     tp_rank rank[TP_MAX_GPUS];
 } tp_plan;
 
-/* The shape of a loaded model (engine/ must not see model.h's weights, only their types). */
-struct model;
-void tp_shape_from_model(const struct model *m, int kv_elem_bytes, tp_shape *out);
+/* The shape of a loaded model. */
+void tp_shape_from_model(const model *m, int kv_elem_bytes, tp_shape *out);
 
 /* Plan the split of `s` over n_gpus.  0, or -1 with a message a user can act on in err (which
  * names the quantity that does not divide and the counts that would). */
@@ -71,5 +71,32 @@ const char *tp_plan_describe_rank(const tp_plan *p, int rank, char *buf, size_t 
 
 /* "2.31 GiB" from 1 GiB up, else "12.5 MiB" (a test model's plan is not all zeros). */
 const char *tp_bytes_text(double bytes, char *buf, size_t cap);
+
+/* The layer features a sharded model may use (the dense llama / qwen2 / qwen3 families): pre-norm
+ * blocks of full causal attention with q/k/v biases or per-head q/k norms and a SiLU GLU.  The
+ * rest (MoE, the hybrids, sliding windows, sandwich norms, encoders, fused or biased outputs) is
+ * refused by name (tp_view_make), not split wrong. */
+#define TP_FEATURES (ARCH_F_NORM_PRE | ARCH_F_ATTN_FULL | ARCH_F_QKV_BIAS | ARCH_F_QK_NORM | ARCH_F_FFN_GLU | ARCH_F_ACT_SILU)
+
+/* One GPU's part of a model, as a model of its own that a single-GPU engine loads unchanged:
+ * the same families and globals, every layer holding only rank r's query and KV heads and FFN
+ * units (hp.n_head, hp.n_head_kv, hp.n_ff and each layer's n_head_kv and n_ff are the rank's).
+ * Row splits (wq, wk, wv, their biases, w_gate, w_up) are views into the full model's rows;
+ * column splits (wo's and w_down's inputs) are repacked rows, whole quantisation blocks each,
+ * owned here.  The embedding, the LM head and the norms are the full model's (replicated: the
+ * vocabulary split of the plan is not used yet).  The full model must outlive the view. */
+typedef struct tp_view {
+    model m;                /* m.gguf NULL: the full model owns the file */
+    unsigned char *packed;  /* the column slices of every layer, one allocation */
+    size_t packed_bytes;
+} tp_view;
+
+/* Rank r's view of m under plan p (made for m).  0, or -1 with a message naming the feature or
+ * the KV layout that tensor parallelism does not split yet. */
+int tp_view_make(const model *m, const tp_plan *p, int r, tp_view *out, char *err, size_t errlen);
+void tp_view_free(tp_view *v);
+/* Frees the repacked column slices once an engine has uploaded them: the view's wo and w_down
+ * then have no data (its shapes stay). */
+void tp_view_drop_packed(tp_view *v);
 
 #endif

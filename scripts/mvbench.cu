@@ -1,0 +1,386 @@
+// mvbench.cu - the batch-1 matvec kernels (matvec_q4_k_1, matvec_q6_k_1, glu_q4_k_1 of
+// src/gpu/kernels/matvec.cuh, compiled here from the same source) against variants of their
+// layout, on the Llama-3.1-8B and Qwen2.5-1.5B shapes: each timed back to back in a CUDA graph
+// over enough weight copies (>= 256 MB) that L2 holds none of them, and its output compared
+// bit for bit with the engine kernel's.  A measuring tool for docs/benchmarks.md, not part of
+// the build: scripts/device-bundle compiles it with nvcc (CUDA runtime API) into
+// .carry/bin/mvbench and `scripts/gpu-check mvbench` runs it.  Usage: mvbench [SHAPE-SUBSTRING]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include "../src/gpu/gpu_kernel_names.h"
+#undef GPU_MATVEC_KERNELS
+#define GPU_MATVEC_KERNELS(X) X(matvec_q4_k_1, glu_q4_k_1, Q4_K, 1) X(matvec_q6_k_1, glu_q6_k_1, Q6_K, 1)
+#undef GPU_MATVEC_ROPE_KERNELS
+#define GPU_MATVEC_ROPE_KERNELS(X)
+#undef GPU_MATVEC_DP4A_KERNELS
+#define GPU_MATVEC_DP4A_KERNELS(X)
+#undef GPU_DEQUANT_KERNELS
+#define GPU_DEQUANT_KERNELS(X)
+#include "../src/gpu/kernels/matvec.cuh"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+// Q4_K with the 16-byte header read as one uint4 (d, dmin, 12 scale bytes): same values.
+__device__ __forceinline__ q4k_h q4k_h_setup_v(const uint8_t *row, int c)
+{
+    const uint8_t *b = row + (size_t)(c >> 3) * 144;
+    const int s = c & 7;
+    const uint4 hv = __ldg((const uint4 *)b);
+    const uint32_t hw[4] = {hv.x, hv.y, hv.z, hv.w};
+    // scale bytes q[0..11] = bytes 4..15 of the block = words 1..3
+    auto qb = [&](int j) -> uint32_t {
+        const uint32_t w = j < 4 ? hw[1] : j < 8 ? hw[2] : hw[3];
+        return (w >> (8 * (j & 3))) & 0xFF;
+    };
+    float sc, mn;
+    if (s < 4) {
+        sc = (float)(qb(s) & 63);
+        mn = (float)(qb(s + 4) & 63);
+    } else {
+        sc = (float)((qb(s + 4) & 0xF) | ((qb(s - 4) >> 6) << 4));
+        mn = (float)((qb(s + 4) >> 4) | ((qb(s) >> 6) << 4));
+    }
+    const float d = half_bits_to_float((uint16_t)(hw[0] & 0xFFFF)) * sc * ((s & 1) ? 0.0625f : 1.0f);
+    return {__float2half2_rn(d), __float2half2_rn(-half_bits_to_float((uint16_t)(hw[0] >> 16)) * mn),
+            (s & 1) ? 0x00F000F0u : 0x000F000Fu, b + 16 + 32 * (s >> 1)};
+}
+
+template <int T, bool HDR>
+__device__ __forceinline__ void chunk_v(const uint8_t *row, int c, __half2 w[16])
+{
+    if constexpr (T == T_Q4_K && HDR) {
+        const q4k_h p = q4k_h_setup_v(row, c);
+        const uint4 *qp = (const uint4 *)p.qs;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint4 v = __ldg(qp + i);
+            const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) q4k_h_word(p, u[j], &w[8 * i + 2 * j]);
+        }
+    } else {
+        load_chunk_h<T>(row, c, w);
+    }
+}
+
+// row_dots (MT = 1) with the chunk decoder chosen; the same sums in the same order.
+template <int T, int NR, bool HDR, int SX = 0>
+__device__ __forceinline__ void row_dots_v(const uint8_t *const rows[NR], const __half *xr, int k, float acc[NR])
+{
+    extern __shared__ uint4 xs[];
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    const int nchunks = k / 32;
+    for (int c = lane; c < nchunks; c += WARP) {
+        __half2 wh[NR][16];
+#pragma unroll
+        for (int r = 0; r < NR; r++) chunk_v<T, HDR>(rows[r], c, wh[r]);
+        float w[NR][32];
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                float2 f = __half22float2(wh[r][i]);
+                w[r][2 * i] = f.x;
+                w[r][2 * i + 1] = f.y;
+            }
+        const uint4 *xp = (const uint4 *)(xr + 32 * c);
+        const uint4 *xsp = xs + 4 * c;
+        const int sw = (c >> 1) & 3;
+        float s[NR];
+#pragma unroll
+        for (int r = 0; r < NR; r++) s[r] = 0.0f;
+        if constexpr (SX == 2) {
+            extern __shared__ float4 xs32[];
+            const float4 *xf = xs32 + 8 * c;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float4 f = xf[j ^ (c & 7)];
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    s[r] += w[r][4 * j] * f.x + w[r][4 * j + 1] * f.y;
+                    s[r] += w[r][4 * j + 2] * f.z + w[r][4 * j + 3] * f.w;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint4 v = SX ? xsp[j ^ sw] : xp[j];
+                const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float2 f = __half22float2(h[e]);
+#pragma unroll
+                    for (int r = 0; r < NR; r++) s[r] += w[r][8 * j + 2 * e] * f.x + w[r][8 * j + 2 * e + 1] * f.y;
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < NR; r++) acc[r] += s[r];
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = warp_sum(acc[r]);
+}
+
+// x (k halves) into shared memory, uint4 4c + j at 4c + (j ^ ((c >> 1) & 3)): a warp's 16-byte
+// reads of 32 consecutive chunks then meet no bank conflict.
+__device__ __forceinline__ void stage_x(const __half *x, int k)
+{
+    extern __shared__ uint4 xs[];
+    const uint4 *x4 = (const uint4 *)x;
+    for (int u = threadIdx.x; u < k / 8; u += blockDim.x) {
+        const int c = u >> 2, j = u & 3;
+        xs[4 * c + (j ^ ((c >> 1) & 3))] = __ldg(x4 + u);
+    }
+    __syncthreads();
+}
+
+// x as FP32, float4 8c + j at 8c + (j ^ (c & 7)): no conversion of inputs in the loop
+__device__ __forceinline__ void stage_x32(const __half *x, int k)
+{
+    extern __shared__ float4 xs32[];
+    float4 *xf = xs32;
+    const uint2 *x2 = (const uint2 *)x;
+    for (int u = threadIdx.x; u < k / 4; u += blockDim.x) {
+        const int c = u >> 3, j = u & 7;
+        const uint2 v = __ldg(x2 + u);
+        const float2 a = __half22float2(*(const __half2 *)&v.x), b = __half22float2(*(const __half2 *)&v.y);
+        xf[8 * c + (j ^ (c & 7))] = make_float4(a.x, a.y, b.x, b.y);
+    }
+    __syncthreads();
+}
+
+// Activations staged in shared memory first: SX 1 as FP16 (stage_x), 2 as FP32 (stage_x32).
+template <int T, int W, bool HDR, int SX = 1>
+__global__ void __launch_bounds__(W * 32) mv_sx(matvec_args a)
+{
+    if (SX == 2) stage_x32(a.x, a.k); else stage_x(a.x, a.k);
+    const int n0 = blockIdx.y * W + (threadIdx.x >> 5);
+    if (n0 >= a.seg[0].n) return;
+    const uint8_t *rows[1] = {a.seg[0].w + (size_t)n0 * a.row_bytes};
+    float acc[1];
+    row_dots_v<T, 1, HDR, SX>(rows, a.x, a.k, acc);
+    if ((threadIdx.x & 31) == 0) a.seg[0].y[n0] = acc[0];
+}
+
+template <int T, int W, bool HDR, int SX = 1>
+__global__ void __launch_bounds__(W * 32) glu_sx(matvec_args a)
+{
+    if (SX == 2) stage_x32(a.x, a.k); else stage_x(a.x, a.k);
+    const int n = blockIdx.y * W + (threadIdx.x >> 5);
+    if (n >= a.seg[0].n) return;
+    const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
+    float gu[2];
+    row_dots_v<T, 2, HDR, SX>(rows, a.x, a.k, gu);
+    if ((threadIdx.x & 31) == 0) a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha));
+}
+
+// Warp w of block b takes rows NR (b W + w) .. + NR - 1.
+template <int T, int W, int NR, bool HDR>
+__global__ void __launch_bounds__(W * 32) mv_v(matvec_args a)
+{
+    const int n0 = (blockIdx.y * W + (threadIdx.x >> 5)) * NR;
+    if (n0 >= a.seg[0].n) return;
+    const uint8_t *rows[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) rows[r] = a.seg[0].w + (size_t)min(n0 + r, a.seg[0].n - 1) * a.row_bytes;
+    float acc[NR];
+    row_dots_v<T, NR, HDR>(rows, a.x, a.k, acc);
+    if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+        if (n0 + r < a.seg[0].n) a.seg[0].y[n0 + r] = acc[r];
+}
+
+// main's kernel held to 32 registers (8 blocks of 8 warps an SM instead of 6)
+template <int T>
+__global__ void __launch_bounds__(256, 8) mv_occ(matvec_args a)
+{
+    const int n0 = blockIdx.y * 8 + (threadIdx.x >> 5);
+    if (n0 >= a.seg[0].n) return;
+    const uint8_t *rows[1] = {a.seg[0].w + (size_t)n0 * a.row_bytes};
+    float acc[1];
+    row_dots_v<T, 1, false>(rows, a.x, a.k, acc);
+    if ((threadIdx.x & 31) == 0) a.seg[0].y[n0] = acc[0];
+}
+
+template <int T, int W, bool HDR>
+__global__ void __launch_bounds__(W * 32) glu_v(matvec_args a)
+{
+    const int n = blockIdx.y * W + (threadIdx.x >> 5);
+    if (n >= a.seg[0].n) return;
+    const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
+    float gu[2];
+    row_dots_v<T, 2, HDR>(rows, a.x, a.k, gu);
+    if ((threadIdx.x & 31) != 0) return;
+    a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha));
+}
+
+static size_t row_bytes_of(int t, int k) { return t == T_Q4_K ? (size_t)k / 256 * 144 : (size_t)k / 256 * GPU_Q6K_BLOCK; }
+
+// Random blocks with sane FP16 scales.
+static void fill(std::vector<uint8_t> &h, int t, size_t nblocks)
+{
+    uint64_t z = 0x9E3779B97F4A7C15ull ^ (uint64_t)rand();
+    for (size_t i = 0; i + 8 <= h.size(); i += 8) {
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        memcpy(&h[i], &z, 8);
+    }
+    const size_t bs = t == T_Q4_K ? 144 : GPU_Q6K_BLOCK;
+    for (size_t i = 0; i < nblocks; i++) {
+        uint8_t *b = h.data() + i * bs;
+        uint16_t d = 0x1C00 + (rand() & 0x3FF), m = 0x1800 + (rand() & 0x3FF);
+        if (t == T_Q4_K) { memcpy(b, &d, 2); memcpy(b + 2, &m, 2); }
+        else memcpy(b + 208, &d, 2);
+    }
+}
+
+struct shape { const char *name; int t, n, k; bool glu; };
+
+typedef void (*kfn)(matvec_args);
+struct variant { const char *name; kfn f; int w, nr; bool sx; };
+
+int main(int argc, char **argv)
+{
+    int dev = 0;
+    cudaDeviceProp pr;
+    CK(cudaGetDeviceProperties(&pr, dev));
+    printf("mvbench: %s, %d SMs\n", pr.name, pr.multiProcessorCount);
+    const shape shapes[] = {
+        {"Wq 4096x4096 q4_k", T_Q4_K, 4096, 4096, false},
+        {"Wk 1024x4096 q4_k", T_Q4_K, 1024, 4096, false},
+        {"down 4096x14336 q4_k", T_Q4_K, 4096, 14336, false},
+        {"down 4096x14336 q6_k", T_Q6_K, 4096, 14336, false},
+        {"gate+up 2x14336x4096 q4_k", T_Q4_K, 14336, 4096, true},
+        {"lm_head 128256x4096 q6_k", T_Q6_K, 128256, 4096, false},
+        {"1.5B Wo 1536x1536 q4_k", T_Q4_K, 1536, 1536, false},
+        {"1.5B down 1536x8960 q4_k", T_Q4_K, 1536, 8960, false},
+        {"1.5B lm_head 151936x1536 q6_k", T_Q6_K, 151936, 1536, false},
+    };
+    for (const shape &sh : shapes) {
+        if (argc > 1 && !strstr(sh.name, argv[1])) continue;
+        const size_t rb = row_bytes_of(sh.t, sh.k), mbytes = rb * sh.n * (sh.glu ? 2 : 1);
+        int copies = (int)((256ull << 20) / mbytes) + 1;
+        if (copies > 32) copies = 32;
+        if (copies < 2) copies = 2;
+        std::vector<uint8_t> h(mbytes);
+        std::vector<uint8_t *> dw(copies);
+        fill(h, sh.t, mbytes / (sh.t == T_Q4_K ? 144 : GPU_Q6K_BLOCK));
+        for (int c = 0; c < copies; c++) {
+            CK(cudaMalloc(&dw[c], mbytes));
+            CK(cudaMemcpy(dw[c], h.data(), mbytes, cudaMemcpyHostToDevice));
+        }
+        std::vector<__half> hx(sh.k);
+        for (int i = 0; i < sh.k; i++) hx[i] = __float2half((rand() / (float)RAND_MAX - 0.5f) * 2.0f);
+        __half *dx, *dyh;
+        float *dy;
+        CK(cudaMalloc(&dx, sh.k * 2));
+        CK(cudaMemcpy(dx, hx.data(), sh.k * 2, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&dy, sh.n * 4));
+        CK(cudaMalloc(&dyh, sh.n * 2));
+        std::vector<variant> vs;
+        if (sh.glu) {
+            vs = {{"main glu", (kfn)glu_q4_k_1, 8, 1, false},
+                  {"glu hdr16", glu_v<T_Q4_K, 8, true>, 8, 1, false},
+                  {"glu smem x", glu_sx<T_Q4_K, 8, false>, 8, 1, true},
+                  {"glu smem x hdr16", glu_sx<T_Q4_K, 8, true>, 8, 1, true},
+                  {"glu smem x 4w", glu_sx<T_Q4_K, 4, false>, 4, 1, true},
+                  {"glu smem x fp32", glu_sx<T_Q4_K, 8, false, 2>, 8, 1, true}};
+        } else if (sh.t == T_Q4_K) {
+            vs = {{"main", (kfn)matvec_q4_k_1, 8, 1, false},
+                  {"hdr16", mv_v<T_Q4_K, 8, 1, true>, 8, 1, false},
+                  {"32 registers", mv_occ<T_Q4_K>, 8, 1, false},
+                  {"smem x", mv_sx<T_Q4_K, 8, false>, 8, 1, true},
+                  {"smem x hdr16", mv_sx<T_Q4_K, 8, true>, 8, 1, true},
+                  {"smem x 4w", mv_sx<T_Q4_K, 4, false>, 4, 1, true},
+                  {"smem x fp32", mv_sx<T_Q4_K, 8, false, 2>, 8, 1, true},
+                  {"4 warps", mv_v<T_Q4_K, 4, 1, false>, 4, 1, false},
+                  {"2 rows/warp", mv_v<T_Q4_K, 8, 2, false>, 8, 2, false},
+                  {"2 rows/warp 4w", mv_v<T_Q4_K, 4, 2, false>, 4, 2, false},
+                  {"4 rows/warp", mv_v<T_Q4_K, 8, 4, false>, 8, 4, false}};
+        } else {
+            vs = {{"main", (kfn)matvec_q6_k_1, 8, 1, false},
+                  {"copy", mv_v<T_Q6_K, 8, 1, false>, 8, 1, false},
+                  {"4 warps", mv_v<T_Q6_K, 4, 1, false>, 4, 1, false},
+                  {"32 registers", mv_occ<T_Q6_K>, 8, 1, false},
+                  {"smem x", mv_sx<T_Q6_K, 8, false>, 8, 1, true},
+                  {"smem x 4w", mv_sx<T_Q6_K, 4, false>, 4, 1, true},
+                  {"2 rows/warp", mv_v<T_Q6_K, 8, 2, false>, 8, 2, false},
+                  {"2 rows/warp 4w", mv_v<T_Q6_K, 4, 2, false>, 4, 2, false},
+                  {"4 rows/warp", mv_v<T_Q6_K, 8, 4, false>, 8, 4, false}};
+        }
+        std::vector<float> ref(sh.n), got(sh.n);
+        std::vector<__half> refh(sh.n), goth(sh.n);
+        cudaStream_t st;
+        CK(cudaStreamCreate(&st));
+        printf("\n%s: %.1f MB a product, %d copies\n", sh.name, mbytes / 1e6, copies);
+        for (size_t vi = 0; vi < vs.size(); vi++) {
+            const variant &v = vs[vi];
+            auto args = [&](int c) {
+                matvec_args a;
+                memset(&a, 0, sizeof a);
+                a.n_seg = sh.glu ? 2 : 1;
+                a.k = sh.k, a.m = 1, a.ldx = sh.k, a.row_bytes = rb, a.x = (const gpu_half *)dx;
+                a.seg[0] = {dw[c], dy, nullptr, sh.n, sh.n};
+                if (sh.glu) { a.seg[1] = {dw[c] + rb * sh.n, dy, nullptr, sh.n, sh.n}; a.yh = (gpu_half *)dyh; }
+                return a;
+            };
+            const int rows_per_block = v.w * v.nr;
+            dim3 grid(1, (sh.n + rows_per_block - 1) / rows_per_block);
+            CK(cudaMemset(dy, 0, sh.n * 4));
+            CK(cudaMemset(dyh, 0, sh.n * 2));
+            const size_t smem = v.sx ? (size_t)sh.k * (strstr(v.name, "fp32") ? 4 : 2) : 0;
+            if (smem > 48 * 1024) CK(cudaFuncSetAttribute((const void *)v.f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            v.f<<<grid, v.w * 32, smem, st>>>(args(0));
+            CK(cudaStreamSynchronize(st));
+            CK(cudaGetLastError());
+            int diff = 0;
+            if (sh.glu) {
+                CK(cudaMemcpy(goth.data(), dyh, sh.n * 2, cudaMemcpyDeviceToHost));
+                if (vi == 0) refh = goth;
+                diff = memcmp(refh.data(), goth.data(), sh.n * 2) != 0;
+            } else {
+                CK(cudaMemcpy(got.data(), dy, sh.n * 4, cudaMemcpyDeviceToHost));
+                if (vi == 0) ref = got;
+                for (int i = 0; i < sh.n; i++) diff += memcmp(&ref[i], &got[i], 4) != 0;
+            }
+            // graph: 4 passes over the copies
+            const int launches = copies * 2 < 48 ? 48 : copies * 2;
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+            for (int i = 0; i < launches; i++) v.f<<<grid, v.w * 32, smem, st>>>(args(i % copies));
+            CK(cudaStreamEndCapture(st, &g));
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            CK(cudaGraphLaunch(ge, st));
+            CK(cudaStreamSynchronize(st));
+            cudaEvent_t e0, e1;
+            CK(cudaEventCreate(&e0));
+            CK(cudaEventCreate(&e1));
+            float best = 1e30f;
+            for (int rep = 0; rep < 3; rep++) {
+                CK(cudaEventRecord(e0, st));
+                CK(cudaGraphLaunch(ge, st));
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (ms < best) best = ms;
+            }
+            const double us = best * 1000.0 / launches;
+            printf("  %-22s %8.2f us  %7.0f GB/s  %s\n", v.name, us, mbytes / us / 1e3,
+                   diff ? "DIFFERS from main" : "bit-identical");
+            CK(cudaGraphExecDestroy(ge));
+            CK(cudaGraphDestroy(g));
+        }
+        for (auto p : dw) CK(cudaFree(p));
+        CK(cudaFree(dx));
+        CK(cudaFree(dy));
+        CK(cudaFree(dyh));
+        CK(cudaStreamDestroy(st));
+    }
+    return 0;
+}

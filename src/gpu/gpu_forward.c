@@ -553,7 +553,8 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
     const float glu_limit = L->swiglu_clamp ? ARCH_SWIGLU_CLAMP_LIMIT : 0.0f;
     /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's.
      * Deterministic: the grouped launches for any count (per-entry GeGLU for any count too) */
-    bool grouped = (n > GPU_MOE_ENTRY_MAX_TOKENS || g->det) && !L->geglu &&
+    bool narrow = gate->row_bytes % 16 || down->row_bytes % 16; /* mmq stages these rows in narrow copies */
+    bool grouped = (n > (narrow ? GPU_MOE_ENTRY_MAX_TOKENS_NARROW : GPU_MOE_ENTRY_MAX_TOKENS) || g->det) && !L->geglu &&
                    gpu_mmq_serves(&g->k, gate->wtype, gate->k) && gpu_mmq_serves(&g->k, down->wtype, down->k);
     /* moe_glu routes inside its blocks; the other paths launch moe_route first */
     if ((grouped || L->geglu) &&
@@ -635,10 +636,10 @@ static int scale_op(gpu_engine *g, const gpu_fn *fn, CUdeviceptr x, size_t n, fl
 static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst, bool accumulate, const char *what,
                        char *err, size_t errlen)
 {
-    int ne = g->base.m->hp.n_expert;
-    gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), (unsigned)ne, 1, 256};
+    int ne = g->base.m->hp.n_expert, per_block = T > GPU_MOE_ROUTER_TOKENS ? 8 : 1; /* moe.cuh: moe_router */
+    gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, per_block), 1, 256};
     LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &(CUdeviceptr){L->ffn_gate_inp_b},
-           &g->d_embd, &ne, &T, &g->moe_logits);
+           &g->d_embd, &ne, &T, &per_block, &g->moe_logits);
     int chunk = g->moe_chunk;
     if (g->det) { /* the grouped products' fixed splits: as many entries as their partials hold */
         const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
@@ -877,11 +878,11 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
  * the expert's output as it is. */
 static int shared_expert(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
-    int one = 1;
+    int one = 1; /* one output, one a block */
     CUdeviceptr logit = L->ffn_gate_inp_shexp ? g->sh_logit : 0; /* 0: shexp_add's gate is 1 */
     if (logit)
         LAUNCH(g->k.moe_router, ((gpu_launch_dims){ceil_div(T, GPU_MOE_ROUTER_TOKENS), 1, 1, 256}), what, &g->moe_xf,
-               &(CUdeviceptr){L->ffn_gate_inp_shexp}, &(CUdeviceptr){0}, &g->d_embd, &one, &T, &logit);
+               &(CUdeviceptr){L->ffn_gate_inp_shexp}, &(CUdeviceptr){0}, &g->d_embd, &one, &T, &one, &logit);
     if (gated_ffn(g, L, true, T, what, err, errlen)) return -1;
     matmul_op down = {.out = {{&L->ffn_down_shexp, g->sh_y, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
                       .ldx = L->d_ff, .what = what};

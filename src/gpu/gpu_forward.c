@@ -269,8 +269,8 @@ static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_gr
  * mmq's sums) rather than mmq and its reduce. */
 static bool mmq_narrow_serves(const gpu_engine *g, const gpu_matrix *w, int m)
 {
-    return g->det && m <= MMQN_MAX_M && w->k <= MMQN_MAX_K && w->wtype >= 0 && g->k.mmq_narrow[w->wtype].f &&
-           gpu_mmq_serves(&g->k, w->wtype, w->k);
+    return g->det && m <= MMQN_MAX_M && w->k <= MMQN_MAX_K && w->k % MMQ_KT == 0 && w->wtype >= 0 &&
+           g->k.mmq_narrow[w->wtype].f && gpu_mmq_serves(&g->k, w->wtype, w->k); /* whole stages only */
 }
 
 /* mmq_narrow over a (a->m <= MMQN_MAX_M rows), whose mmq grid would have gx blocks of weight
@@ -544,12 +544,14 @@ static int residual_post_ln(gpu_engine *g, matmul_op *op, CUdeviceptr w, CUdevic
 #define U8(p) ((const uint8_t *)(uintptr_t)(p))
 
 /* The chosen experts of a chunk of n tokens (rows t0.. of act_h), whose router logits are in
- * moe_logits: moe_route picks each token's k experts and weights, then every entry (token,
- * choice) goes through its expert's SwiGLU and down projection, and moe_combine adds the
- * weighted outputs into rows t0.. of dst (or writes them: !accumulate).  A few tokens (decode)
- * take the entry-per-block matvec kernels, which read only the chosen experts' rows; more
- * take one grouped mmq launch per product over tiles of one expert's entries (moe_sort groups
- * them), so an expert's weights stream once for all its tokens. */
+ * moe_logits: each token's k experts and weights are picked (moe_route's choice), then every
+ * entry (token, choice) goes through its expert's SwiGLU and down projection, and the weighted
+ * outputs are added into rows t0.. of dst (or written: !accumulate).  A few tokens (decode,
+ * up to GPU_MOE_ENTRY_MAX_TOKENS) take the entry-per-block matvec kernels, which read only the
+ * chosen experts' rows: moe_glu routes in its own blocks and moe_down adds the weighted sum,
+ * two launches in all (SiLU experts).  More take moe_route, then one grouped mmq launch per
+ * product over tiles of one expert's entries (moe_sort groups them), so an expert's weights
+ * stream once for all its tokens, and moe_combine. */
 static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdeviceptr dst, bool accumulate,
                      const char *what, char *err, size_t errlen)
 {
@@ -566,22 +568,25 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
                          .scale = L->topk_first ? 1.0f : hp->expert_weights_scale, .ids = I32(g->moe_ids),
                          .weights = F32(g->moe_w)};
     void *route[] = {&ra};
-    if (gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, (unsigned)(2 * ne * sizeof(float)),
-                        g->stream, route, what, err, errlen))
-        return -1;
-    CUdeviceptr pos = 0; /* moe_combine's entry -> row of moe_y: identity, or the grouping's */
+    CUdeviceptr out = dst + (size_t)t0 * d * sizeof(float);
     const float glu_limit = L->swiglu_clamp ? ARCH_SWIGLU_CLAMP_LIMIT : 0.0f;
     /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's.
      * Deterministic: the grouped launches for any count (per-entry GeGLU for any count too) */
-    bool grouped = (n > GPU_MATVEC_MAX_M || g->det) && !L->geglu && gpu_mmq_serves(&g->k, gate->wtype, gate->k) &&
-                   gpu_mmq_serves(&g->k, down->wtype, down->k);
+    bool narrow = gate->row_bytes % 16 || down->row_bytes % 16; /* mmq stages these rows in narrow copies */
+    bool grouped = (n > (narrow ? GPU_MOE_ENTRY_MAX_TOKENS_NARROW : GPU_MOE_ENTRY_MAX_TOKENS) || g->det) && !L->geglu &&
+                   gpu_mmq_serves(&g->k, gate->wtype, gate->k) && gpu_mmq_serves(&g->k, down->wtype, down->k);
+    /* moe_glu routes inside its blocks; the other paths launch moe_route first */
+    if ((grouped || L->geglu) &&
+        gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, (unsigned)(2 * ne * sizeof(float)),
+                        g->stream, route, what, err, errlen))
+        return -1;
     if (!grouped) {
         moe_mv_args a = {.w0 = U8(gate->d), .w1 = U8(up->d), .expert_bytes = gate->expert_bytes,
                          .row_bytes = gate->row_bytes, .ids = I32(g->moe_ids), .x = F16(x), .x_div = k, .ldx = d,
                          .k = gate->k, .n = gate->n, .ldy = g->d_ff_exp, .yh = F16(g->moe_h),
                          .glu_limit = glu_limit, .glu_alpha = ARCH_SWIGLU_CLAMP_ALPHA,
                          .b0 = L->ffn_gate_exps_b ? F32(L->ffn_gate_exps_b) : NULL,
-                         .b1 = L->ffn_up_exps_b ? F32(L->ffn_up_exps_b) : NULL};
+                         .b1 = L->ffn_up_exps_b ? F32(L->ffn_up_exps_b) : NULL, .route = ra};
         gpu_launch_dims per_entry = {(unsigned)N, ceil_div(gate->n, 8), 1, 256};
         if (L->geglu) { /* gate and up as two products, then fp16(gelu_tanh(gate) * up) */
             a.y = F32(g->moe_g);
@@ -592,14 +597,22 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
             LAUNCH(g->k.geglu, ((gpu_launch_dims){ceil_div(total, 256) < 4096 ? ceil_div(total, 256) : 4096, 1, 1, 256}),
                    what, &g->moe_g, &g->moe_u, &g->moe_h, &total);
         } else {
-            LAUNCH(g->k.moe_glu[gate->wtype], per_entry, what, &a);
+            void *args[] = {&a};
+            if (gpu_launch_smem(&g->k.moe_glu[gate->wtype], per_entry, GPU_MOE_GLU_SMEM(ne, k), g->stream, args, what,
+                                err, errlen))
+                return -1;
         }
+        /* the down product and the weighted combine in one launch, into out */
         moe_mv_args b = {.w0 = U8(down->d), .expert_bytes = down->expert_bytes, .row_bytes = down->row_bytes,
                          .ids = I32(g->moe_ids), .x = F16(g->moe_h), .x_div = 1, .ldx = g->d_ff_exp, .k = down->k,
-                         .n = down->n, .ldy = d, .y = F32(g->moe_y)};
-        LAUNCH(g->k.moe_matvec[down->wtype], ((gpu_launch_dims){(unsigned)N, ceil_div(down->n, 8), 1, 256}), what, &b);
-    } else {
-        /* tiles of 16/32/64 entries, by the mean entries of an expert */
+                         .n = down->n, .ldy = d, .y = F32(out), .b0 = L->ffn_down_exps_b ? F32(L->ffn_down_exps_b) : NULL,
+                         .route = ra, .accumulate = acc};
+        void *args[] = {&b};
+        return gpu_launch_smem(&g->k.moe_down[down->wtype],
+                               (gpu_launch_dims){ceil_div(down->n, GPU_MOE_DOWN_ROWS(k)), (unsigned)n, 1, 256},
+                               GPU_MOE_DOWN_SMEM(k), g->stream, args, what, err, errlen);
+    }
+    {   /* grouped: tiles of 16/32/64 entries, by the mean entries of an expert */
         int per = N / ne, v = per > 32 ? 2 : per > 16 ? 1 : 0, bm = 16 << v, tiles = (N + bm - 1) / bm + ne;
         void *sort[] = {&g->moe_ids, &N, &ne, &bm, &tiles, &g->moe_sorted, &g->moe_pos, &g->moe_tiles};
         if (gpu_launch_smem(&g->k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, (unsigned)((N + ne) * sizeof(int32_t)),
@@ -620,10 +633,8 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
         b.seg[0] = (matvec_seg){.w = U8(down->d), .y = F32(g->moe_y), .n = down->n, .ldy = d};
         mmq_grid gb = {ceil_div(pad16(down->n), GPU_MMQ_ROWS), (unsigned)tiles, v, pad16(down->n), false};
         if (mmq_launch(g, &b, down, gb, what, err, errlen)) return -1;
-        pos = g->moe_pos;
     }
-    CUdeviceptr out = dst + (size_t)t0 * d * sizeof(float);
-    LAUNCH(g->k.moe_combine, ((gpu_launch_dims){(unsigned)n, 1, 1, 256}), what, &out, &g->moe_y, &g->moe_w, &pos, &k,
+    LAUNCH(g->k.moe_combine, ((gpu_launch_dims){(unsigned)n, 1, 1, 256}), what, &out, &g->moe_y, &g->moe_w, &g->moe_pos, &k,
            &d, &acc, &(CUdeviceptr){L->ffn_down_exps_b}, &g->moe_ids);
     return 0;
 }
@@ -644,10 +655,10 @@ static int scale_op(gpu_engine *g, const gpu_fn *fn, CUdeviceptr x, size_t n, fl
 static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst, bool accumulate, const char *what,
                        char *err, size_t errlen)
 {
-    int ne = g->base.m->hp.n_expert;
-    gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, 8), 1, 256};
+    int ne = g->base.m->hp.n_expert, per_block = T > GPU_MOE_ROUTER_TOKENS ? 8 : 1; /* moe.cuh: moe_router */
+    gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, per_block), 1, 256};
     LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &(CUdeviceptr){L->ffn_gate_inp_b},
-           &g->d_embd, &ne, &T, &g->moe_logits);
+           &g->d_embd, &ne, &T, &per_block, &g->moe_logits);
     int chunk = g->moe_chunk;
     if (g->det) { /* the grouped products' fixed splits: as many entries as their partials hold */
         const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
@@ -886,11 +897,11 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
  * the expert's output as it is. */
 static int shared_expert(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
-    int one = 1;
+    int one = 1; /* one output, one a block */
     CUdeviceptr logit = L->ffn_gate_inp_shexp ? g->sh_logit : 0; /* 0: shexp_add's gate is 1 */
     if (logit)
         LAUNCH(g->k.moe_router, ((gpu_launch_dims){ceil_div(T, GPU_MOE_ROUTER_TOKENS), 1, 1, 256}), what, &g->moe_xf,
-               &(CUdeviceptr){L->ffn_gate_inp_shexp}, &(CUdeviceptr){0}, &g->d_embd, &one, &T, &logit);
+               &(CUdeviceptr){L->ffn_gate_inp_shexp}, &(CUdeviceptr){0}, &g->d_embd, &one, &T, &one, &logit);
     if (gated_ffn(g, L, true, T, what, err, errlen)) return -1;
     matmul_op down = {.out = {{&L->ffn_down_shexp, g->sh_y, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
                       .ldx = L->d_ff, .what = what};

@@ -17,6 +17,16 @@
  * F16 and F32 weights to matvec up to GPU_MATVEC_MAX_M rows and to cuBLAS beyond (F16 as it
  * lies, F32 in cuBLAS's FP32 product on TF32 tensor cores); no float weight is copied. */
 #define GPU_MATVEC_MAX_M 4
+/* A MoE layer's chunk of at most this many tokens takes the per-entry kernels (moe_glu,
+ * moe_down: each entry reads its expert's rows); more, the grouped mmq launches (each chosen
+ * expert's rows once for all its tokens).  gpu_forward.c: moe_chunk. */
+#ifndef GPU_MOE_ENTRY_MAX_TOKENS
+#define GPU_MOE_ENTRY_MAX_TOKENS 4
+#endif
+/* The same for experts whose rows are not whole 16-byte copies (gpt-oss's 2,880 MXFP4 inputs:
+ * 1,530 bytes), which mmq stages in synchronous 2-byte copies: on the H100, gpt-oss-20b at
+ * batch 8 decoded 576.6 tok/s per entry and 264.6 grouped (docs/benchmarks.md). */
+#define GPU_MOE_ENTRY_MAX_TOKENS_NARROW 8
 /* mmq's partial sums when it splits k (batched decode): splits * rows * features * 4 bytes */
 #define GPU_MMQ_PART_BYTES ((size_t)24 << 20)
 #define GPU_BLAS_WORKSPACE (32u << 20) /* preset, so cuBLAS allocates nothing inside graphs */

@@ -163,31 +163,31 @@
     X(dequant_f16_mxfp4, embed_mxfp4, MXFP4)
 
 /* The mixture-of-experts products over the chosen experts' slices (kernels/moe.cuh), every
- * format: X(moe_glu_<suffix>, moe_matvec_<suffix>, TYPE) */
+ * format: X(moe_glu_<suffix>, moe_matvec_<suffix>, moe_down_<suffix>, TYPE) */
 #define GPU_MOE_KERNELS(X) \
-    X(moe_glu_f32, moe_matvec_f32, F32)    \
-    X(moe_glu_f16, moe_matvec_f16, F16)    \
-    X(moe_glu_bf16, moe_matvec_bf16, BF16) \
-    X(moe_glu_q4_0, moe_matvec_q4_0, Q4_0) \
-    X(moe_glu_q8_0, moe_matvec_q8_0, Q8_0) \
-    X(moe_glu_q4_k, moe_matvec_q4_k, Q4_K) \
-    X(moe_glu_q5_k, moe_matvec_q5_k, Q5_K) \
-    X(moe_glu_q6_k, moe_matvec_q6_k, Q6_K) \
-    X(moe_glu_q4_1, moe_matvec_q4_1, Q4_1) \
-    X(moe_glu_q5_0, moe_matvec_q5_0, Q5_0) \
-    X(moe_glu_q5_1, moe_matvec_q5_1, Q5_1) \
-    X(moe_glu_iq4_nl, moe_matvec_iq4_nl, IQ4_NL) \
-    X(moe_glu_q2_k, moe_matvec_q2_k, Q2_K) \
-    X(moe_glu_q3_k, moe_matvec_q3_k, Q3_K) \
-    X(moe_glu_iq4_xs, moe_matvec_iq4_xs, IQ4_XS) \
-    X(moe_glu_iq2_xxs, moe_matvec_iq2_xxs, IQ2_XXS) \
-    X(moe_glu_iq2_xs, moe_matvec_iq2_xs, IQ2_XS) \
-    X(moe_glu_iq2_s, moe_matvec_iq2_s, IQ2_S) \
-    X(moe_glu_iq3_xxs, moe_matvec_iq3_xxs, IQ3_XXS) \
-    X(moe_glu_iq3_s, moe_matvec_iq3_s, IQ3_S) \
-    X(moe_glu_iq1_s, moe_matvec_iq1_s, IQ1_S) \
-    X(moe_glu_iq1_m, moe_matvec_iq1_m, IQ1_M) \
-    X(moe_glu_mxfp4, moe_matvec_mxfp4, MXFP4)
+    X(moe_glu_f32, moe_matvec_f32, moe_down_f32, F32)    \
+    X(moe_glu_f16, moe_matvec_f16, moe_down_f16, F16)    \
+    X(moe_glu_bf16, moe_matvec_bf16, moe_down_bf16, BF16) \
+    X(moe_glu_q4_0, moe_matvec_q4_0, moe_down_q4_0, Q4_0) \
+    X(moe_glu_q8_0, moe_matvec_q8_0, moe_down_q8_0, Q8_0) \
+    X(moe_glu_q4_k, moe_matvec_q4_k, moe_down_q4_k, Q4_K) \
+    X(moe_glu_q5_k, moe_matvec_q5_k, moe_down_q5_k, Q5_K) \
+    X(moe_glu_q6_k, moe_matvec_q6_k, moe_down_q6_k, Q6_K) \
+    X(moe_glu_q4_1, moe_matvec_q4_1, moe_down_q4_1, Q4_1) \
+    X(moe_glu_q5_0, moe_matvec_q5_0, moe_down_q5_0, Q5_0) \
+    X(moe_glu_q5_1, moe_matvec_q5_1, moe_down_q5_1, Q5_1) \
+    X(moe_glu_iq4_nl, moe_matvec_iq4_nl, moe_down_iq4_nl, IQ4_NL) \
+    X(moe_glu_q2_k, moe_matvec_q2_k, moe_down_q2_k, Q2_K) \
+    X(moe_glu_q3_k, moe_matvec_q3_k, moe_down_q3_k, Q3_K) \
+    X(moe_glu_iq4_xs, moe_matvec_iq4_xs, moe_down_iq4_xs, IQ4_XS) \
+    X(moe_glu_iq2_xxs, moe_matvec_iq2_xxs, moe_down_iq2_xxs, IQ2_XXS) \
+    X(moe_glu_iq2_xs, moe_matvec_iq2_xs, moe_down_iq2_xs, IQ2_XS) \
+    X(moe_glu_iq2_s, moe_matvec_iq2_s, moe_down_iq2_s, IQ2_S) \
+    X(moe_glu_iq3_xxs, moe_matvec_iq3_xxs, moe_down_iq3_xxs, IQ3_XXS) \
+    X(moe_glu_iq3_s, moe_matvec_iq3_s, moe_down_iq3_s, IQ3_S) \
+    X(moe_glu_iq1_s, moe_matvec_iq1_s, moe_down_iq1_s, IQ1_S) \
+    X(moe_glu_iq1_m, moe_matvec_iq1_m, moe_down_iq1_m, IQ1_M) \
+    X(moe_glu_mxfp4, moe_matvec_mxfp4, moe_down_mxfp4, MXFP4)
 
 /* Tensor-core products on the weights as stored, the block-quantised formats and BF16 (F16
  * goes to cuBLAS as it lies, F32 to cuBLAS's FP32 product), 16, 32 and 64 activation rows per

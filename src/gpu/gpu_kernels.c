@@ -63,7 +63,10 @@ unsigned gpu_mmqn_smem(ggml_type t, int warps, int items)
 
 bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim)
 {
-    return wtype >= 0 && k->mmq[wtype][0].f && kdim % MMQ_KT == 0;
+    /* a k past whole stages: the blocks of 32 inputs (or BF16's single ones) end mid-stage,
+     * which mmq.cuh stages and multiplies in part; a super-block format's rows never do */
+    if (wtype < 0 || !k->mmq[wtype][0].f || kdim % 32 != 0) return false;
+    return kdim % MMQ_KT == 0 || ggml_type_block_elems(wtypes[wtype]) <= 32;
 }
 
 bool gpu_dp4a_serves(const gpu_kernels *k, int wtype, int kdim)
@@ -97,7 +100,9 @@ static const format_row rope_rows[] = {GPU_MATVEC_ROPE_KERNELS(FORMAT_ROW_ONE)};
 static const format_row dp4a_rows[] = {GPU_MATVEC_DP4A_KERNELS(FORMAT_ROW_DP4A)};
 #undef FORMAT_ROW_DP4A
 static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
-static const format_row moe_rows[] = {GPU_MOE_KERNELS(FORMAT_ROW_NO_ROWS)};
+#define FORMAT_ROW_MOE(a, b, c, TYPE) {{#a, #b, #c}, GPU_WT_##TYPE, 0},
+static const format_row moe_rows[] = {GPU_MOE_KERNELS(FORMAT_ROW_MOE)};
+#undef FORMAT_ROW_MOE
 static const format_row narrow_rows[] = {GPU_MMQ_NARROW_KERNELS(FORMAT_ROW_NO_ROWS)};
 #undef FORMAT_ROW
 #undef FORMAT_ROW_NO_ROWS
@@ -118,7 +123,7 @@ static int check_complete(const gpu_kernels *k, char *err, size_t errlen)
 {
     for (int t = 0; t < GPU_N_WTYPES; t++) {
         bool ok = k->dequant_f16[t].f && k->embed[t].f && k->matvec_rope[t].f && k->moe_glu[t].f &&
-                  k->moe_matvec[t].f;
+                  k->moe_matvec[t].f && k->moe_down[t].f;
         for (int v = 0; v < GPU_MATVEC_VARIANTS; v++) ok = ok && k->matvec[t][v].f && k->glu[t][v].f;
         if (!ok) {
             snprintf(err, errlen, "loading the kernels: gpu_kernel_names.h lacks a kernel of %s",
@@ -157,7 +162,8 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof moe_rows / sizeof moe_rows[0]; i++) {
         const format_row *r = &moe_rows[i];
         if (lookup(k, &k->moe_glu[r->wtype], r->name[0], err, errlen) ||
-            lookup(k, &k->moe_matvec[r->wtype], r->name[1], err, errlen))
+            lookup(k, &k->moe_matvec[r->wtype], r->name[1], err, errlen) ||
+            lookup(k, &k->moe_down[r->wtype], r->name[2], err, errlen))
             return -1;
     }
     for (size_t i = 0; i < sizeof mmq_rows / sizeof mmq_rows[0]; i++) {

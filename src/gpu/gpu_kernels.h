@@ -72,7 +72,7 @@ typedef struct gpu_kernels {
     gpu_fn sample_prep, sample_adjust, sample_reduce, sample;
     /* mixture of experts (kernels/moe.cuh): [type] products over the chosen experts' slices,
      * the router, the grouping by expert, the weighted combine */
-    gpu_fn moe_glu[GPU_N_WTYPES], moe_matvec[GPU_N_WTYPES];
+    gpu_fn moe_glu[GPU_N_WTYPES], moe_matvec[GPU_N_WTYPES], moe_down[GPU_N_WTYPES];
     gpu_fn moe_router, moe_route, moe_sort, moe_combine;
     /* the hybrid families (kernels/deltanet.cuh): gated DeltaNet, the attention's output gate,
      * the shared expert's gated add */
@@ -81,7 +81,8 @@ typedef struct gpu_kernels {
 } gpu_kernels;
 
 /* Whether the mmq kernels multiply a matrix of format index wtype with kdim inputs per row
- * (block-quantised, whole 256-input stages). */
+ * (block-quantised or BF16; whole 256-input stages, or any multiple of 32 for the formats of
+ * 32-input blocks, whose last stage may be partial). */
 bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim);
 
 /* Whether the dp4a kernels multiply a matrix of format index wtype with kdim inputs per row

@@ -142,22 +142,6 @@ typedef struct matvec_rope_args {
     int role0;
 } matvec_rope_args;
 
-/* moe_glu_<type> / moe_matvec_<type> (kernels/moe.cuh): one block row per entry e (a token's
- * j-th choice), over expert ids[e]'s slice of the 3-D weights (w0: gate or down, w1: up):
- * glu: yh[e][n] = fp16(act(W0 x + b0, W1 x + b1)), matvec: y[e][n] = W0 x, x = row e / x_div. */
-typedef struct moe_mv_args {
-    const uint8_t *w0, *w1;
-    unsigned long long expert_bytes, row_bytes;
-    const int32_t *ids;
-    const gpu_half *x;
-    int x_div, ldx, k, n, ldy;
-    gpu_half *yh;
-    float *y;
-    /* glu: the activation as matvec_args says, and the experts' gate and up biases [expert][n]
-     * (b0, b1; NULL: none), added before it */
-    float glu_limit, glu_alpha;
-    const float *b0, *b1;
-} moe_mv_args;
 /* moe_route: each of n tokens' k experts and their weights from its router logits [n][n_expert].
  * Scores: softmax over the logits, or (sigmoid) each logit's sigmoid, or (topk_first: gpt-oss's
  * ARCH_ROUTER_TOPK_SOFTMAX) the logits themselves; the k best of score + bias[x] (bias NULL:
@@ -172,6 +156,36 @@ typedef struct moe_route_args {
     int32_t *ids;
     float *weights;
 } moe_route_args;
+/* moe_glu_<type> / moe_matvec_<type> / moe_down_<type> (kernels/moe.cuh): one block row per
+ * entry e (a token's j-th choice), over expert ids[e]'s slice of the 3-D weights (w0: gate or
+ * down, w1: up): glu: yh[e][n] = fp16(act(W0 x + b0, W1 x + b1)), matvec: y[e][n] = W0 x,
+ * x = row e / x_div.  moe_glu routes first: every block takes its token's choice from
+ * route (moe_route's bits, its logits row e / route.k) and blocks of grid y 0 write ids and
+ * weights (route.ids, route.weights) for the launches after it.  moe_down: grid (rows / R, tokens), the
+ * down product of every choice of the token and their weighted sum (moe_combine's) in one:
+ * y[t][n] (+)= sum_j weights[t k + j] * (W0_{ids[t k + j]} x[t k + j] + b0[ids][n]) (b0 the
+ * experts' down biases, NULL: none; accumulate: added), k = route.k. */
+typedef struct moe_mv_args {
+    const uint8_t *w0, *w1;
+    unsigned long long expert_bytes, row_bytes;
+    const int32_t *ids;
+    const gpu_half *x;
+    int x_div, ldx, k, n, ldy;
+    gpu_half *yh;
+    float *y;
+    /* glu: the activation as matvec_args says, and the experts' gate and up biases [expert][n]
+     * (b0, b1; NULL: none), added before it */
+    float glu_limit, glu_alpha;
+    const float *b0, *b1;
+    moe_route_args route; /* moe_glu: what to route; moe_down: route.k and route.weights */
+    int accumulate;       /* moe_down */
+} moe_mv_args;
+/* moe_glu's dynamic shared memory for n_expert experts, k chosen: the scores and choice
+ * values, then the chosen ids and weights */
+#define GPU_MOE_GLU_SMEM(n_expert, k) ((unsigned)(2 * (n_expert) + 2 * (k)) * 4u)
+/* moe_down: the rows of a block (its 8 warps over rows x choices) and its shared memory */
+#define GPU_MOE_DOWN_ROWS(k) ((k) >= 8 ? 1 : 8 / (k))
+#define GPU_MOE_DOWN_SMEM(k) ((unsigned)(GPU_MOE_DOWN_ROWS(k) * (k)) * 4u)
 /* moe_sort groups at most this many entries (tokens x k) in one launch; the forward pass
  * takes a longer step's MoE layers in chunks of tokens.  Its shared memory holds the ids and
  * the experts' offsets: (entries + experts) * 4 bytes, at most 48 KiB. */

@@ -36,7 +36,11 @@ static const row mmq[] = {GPU_MMQ_KERNELS(ROW4)};
 #define DP4A_ROPE(a, b, c, TYPE) {#c, "", #TYPE, 1},
 static const row dp4a[] = {GPU_MATVEC_DP4A_KERNELS(DP4A)};
 static const row dp4a_rope[] = {GPU_MATVEC_DP4A_KERNELS(DP4A_ROPE)};
-static const row moe[] = {GPU_MOE_KERNELS(ROW3)};
+/* the MoE rows name three kernels: the down one is checked from moe_down */
+#define MOE(a, b, c, TYPE) {#a, #b, #TYPE, 0},
+#define MOE_DOWN(a, b, c, TYPE) {#c, "", #TYPE, 0},
+static const row moe[] = {GPU_MOE_KERNELS(MOE)};
+static const row moe_down[] = {GPU_MOE_KERNELS(MOE_DOWN)};
 static const row narrow[] = {GPU_MMQ_NARROW_KERNELS(ROW3)};
 #define PLAIN(name) #name,
 static const char *const plain[] = {GPU_PLAIN_KERNELS(PLAIN)};
@@ -82,6 +86,7 @@ static void test_every_format_every_variant(void **state)
         expect_row(dequant, N(dequant), w, 0, "dequant_f16_%s", "embed_%s");
         expect_row(rope, N(rope), w, 1, "matvec_rope_%s", "");
         expect_row(moe, N(moe), w, 0, "moe_glu_%s", "moe_matvec_%s");
+        expect_row(moe_down, N(moe_down), w, 0, "moe_down_%s", "");
         if (!has_mmq(wtypes[w].ggml)) continue;
         n_mmq++;
         for (int v = 0; v < 3; v++) expect_row(mmq, N(mmq), w, 16 << v, "mmq_%s_%d", "mmq_glu_%s_%d");
@@ -92,6 +97,7 @@ static void test_every_format_every_variant(void **state)
     assert_int_equal(N(dequant), N(wtypes));
     assert_int_equal(N(rope), N(wtypes));
     assert_int_equal(N(moe), N(wtypes));
+    assert_int_equal(N(moe_down), N(wtypes));
     assert_int_equal(N(mmq), 3 * n_mmq);
     assert_int_equal(N(narrow), n_mmq);
 }
@@ -119,7 +125,7 @@ static void test_no_name_twice(void **state)
 {
     (void)state;
     const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow)) + N(rope) + N(dp4a_rope) +
-                      N(plain)];
+                      N(moe_down) + N(plain)];
     size_t n = 0;
     const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow};
     const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow)};
@@ -130,6 +136,7 @@ static void test_no_name_twice(void **state)
         }
     for (size_t i = 0; i < N(rope); i++) names[n++] = rope[i].a;
     for (size_t i = 0; i < N(dp4a_rope); i++) names[n++] = dp4a_rope[i].a;
+    for (size_t i = 0; i < N(moe_down); i++) names[n++] = moe_down[i].a;
     for (size_t i = 0; i < N(plain); i++) names[n++] = plain[i];
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++)

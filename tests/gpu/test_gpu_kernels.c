@@ -162,6 +162,7 @@ typedef struct product_kernel {
 
 typedef struct product_matrix {
     ggml_type t;
+    int k; /* inputs per row: PK, or the partial-stage test's */
     CUdeviceptr dw;
     size_t rb;
     const float *hf; /* the FP16 weights the kernels must multiply, as floats */
@@ -207,11 +208,28 @@ static void mmq_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
     if (part) cu.cuMemFree(part);
 }
 
+/* Where a failed product went wrong: how many of the M x N outputs are not finite, and the first
+ * few outputs off their reference by more than 1e-2 of the largest, with their (row, feature). */
+static void report_bad(const float *got, const float *ref, int M, int N)
+{
+    double big = 0.0;
+    for (int i = 0; i < M * N; i++) big = fmax(big, fabs(ref[i]));
+    int nonfinite = 0, shown = 0;
+    for (int i = 0; i < M * N; i++) {
+        nonfinite += !isfinite(got[i]);
+        if (shown < 6 && !(fabs(got[i] - ref[i]) <= 1e-2 * big)) {
+            print_message("    row %d feature %d: %g, reference %g\n", i / N, i % N, got[i], ref[i]);
+            shown++;
+        }
+    }
+    print_message("    %d of %d outputs not finite\n", nonfinite, M * N);
+}
+
 /* M activation rows through pk: the two-segment product and the gate/up product against a
  * float64 reference over the FP16 weights; the worst relative errors so far in worst[2]. */
 static void product_case(const product_matrix *pm, int M, const product_kernel *pk, uint64_t *seed, double worst[2])
 {
-    const int K = PK, N = PN, N0 = PN0, NG = PNG, acc = M % 2;
+    const int K = pm->k, N = PN, N0 = PN0, NG = PNG, acc = M % 2;
     const float *hf = pm->hf;
     float *x = malloc((size_t)M * K * sizeof *x), *y = malloc((size_t)M * N * sizeof *y);
     float *ref = malloc((size_t)M * N * sizeof *ref), *bias = malloc(N * sizeof *bias);
@@ -239,7 +257,10 @@ static void product_case(const product_matrix *pm, int M, const product_kernel *
     download(y + (size_t)M * N0, dy1, (size_t)M * (N - N0) * sizeof *y);
     double e = gpu_test_rel_err(y, ref, (size_t)M * N);
     if (e > worst[0]) worst[0] = e;
-    if (e > pk->tol) fail_msg("%s %s M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), M, pk->arg, e);
+    if (e > pk->tol) {
+        report_bad(y, ref, M, N); /* (y and ref both laid out by segment) */
+        fail_msg("%s %s k %d M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), K, M, pk->arg, e);
+    }
 
     /* glu: yh[m][n] = fp16(silu(gate_n . x_m) * (up_n . x_m)) */
     CUdeviceptr dgh = poisoned((size_t)M * NG / 2 + 1);
@@ -261,7 +282,10 @@ static void product_case(const product_matrix *pm, int M, const product_kernel *
         }
     e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
     if (e > worst[1]) worst[1] = e;
-    if (e > 2e-3) fail_msg("%s glu %s M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), M, pk->arg, e);
+    if (e > 2e-3) {
+        report_bad(gf, gref, M, NG);
+        fail_msg("%s glu %s k %d M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), K, M, pk->arg, e);
+    }
     cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dgh);
     free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
 }
@@ -287,7 +311,7 @@ static void narrow_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
  * product (bias and residual for odd M) and the gate/up product, bit for bit. */
 static void narrow_case(const product_matrix *pm, int M, int split_chunks, uint64_t *seed)
 {
-    const int K = PK, N = PN, N0 = PN0, NG = PNG, acc = M % 2;
+    const int K = pm->k, N = PN, N0 = PN0, NG = PNG, acc = M % 2;
     float *x = malloc((size_t)M * K * sizeof *x), *bias = malloc(N * sizeof *bias), *y[2];
     uint16_t *yh[2];
     for (int i = 0; i < M * K; i++) x[i] = gpu_test_randf(seed);
@@ -328,11 +352,11 @@ static void narrow_case(const product_matrix *pm, int M, int split_chunks, uint6
 
 /* A random matrix of format t uploaded, and its FP16 weights (dequant_f16, the decode every
  * kernel shares) checked against the CPU's decode; deq gets the CPU's values. */
-static product_matrix product_matrix_new(ggml_type t, float *deq, uint64_t *seed, double *edq)
+static product_matrix product_matrix_new(ggml_type t, int K, float *deq, uint64_t *seed, double *edq)
 {
-    const int K = PK, N = PN;
+    const int N = PN;
     void *w = random_matrix(t, K, N, deq, seed);
-    product_matrix pm = {.t = t, .rb = gpu_row_bytes(t, K)};
+    product_matrix pm = {.t = t, .k = K, .rb = gpu_row_bytes(t, K)};
     pm.dw = upload(w, pm.rb * N);
     free(w);
     CUdeviceptr dh = poisoned((size_t)K * N / 2);
@@ -371,7 +395,7 @@ static void test_matvec_all_formats(void **state)
         assert_true(wt >= 0);
         float *deq = malloc((size_t)K * N * sizeof *deq);
         double edq, worst[2] = {0.0, 0.0};
-        product_matrix pm = product_matrix_new(t, deq, &seed, &edq);
+        product_matrix pm = product_matrix_new(t, PK, deq, &seed, &edq);
         for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) product_case(&pm, Ms[mi], &pk, &seed, worst);
         int32_t toks[3] = {N - 1, 0, 5};
         unsigned long long rbl = pm.rb;
@@ -407,7 +431,7 @@ static void test_mmq_all_formats(void **state)
         if (!G.k.mmq[gpu_wtype_index(t)][0].f) continue; /* F32, F16: cuBLAS */
         float *deq = malloc((size_t)PK * PN * sizeof *deq);
         double edq, worst[2] = {0.0, 0.0};
-        product_matrix pm = product_matrix_new(t, deq, &seed, &edq);
+        product_matrix pm = product_matrix_new(t, PK, deq, &seed, &edq);
         for (int split = 0; split < 2; split++) {
             const product_kernel pk = {"mmq", mmq_run, split ? 8 : 0, 1e-4};
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) product_case(&pm, Ms[mi], &pk, &seed, worst);
@@ -418,6 +442,40 @@ static void test_mmq_all_formats(void **state)
         free(deq);
     }
 }
+
+/* Rows whose k is not a multiple of 256 (gpt-oss's 2,880 inputs; 800, whose odd count of
+ * 32-blocks leaves MXFP4 rows byte-aligned) in the format *state (one of 32-input blocks, or
+ * BF16): mmq's partial last stage and its narrower copies, one split and splits of 8 chunks
+ * (the last partial), and the matvec kernels, against the float64 reference. */
+static void test_mmq_partial_stage(void **state)
+{
+    const ggml_type t = *(const ggml_type *)*state;
+    uint64_t seed = 13;
+    const int Ks[] = {2880, 800}, Ms[] = {1, 2, 17, 64, 300};
+    assert_true(G.k.mmq[gpu_wtype_index(t)][0].f && ggml_type_block_elems(t) <= 32);
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        assert_true(gpu_mmq_serves(&G.k, gpu_wtype_index(t), Ks[ki]));
+        float *deq = malloc((size_t)Ks[ki] * PN * sizeof *deq);
+        double edq, worst[2] = {0.0, 0.0}, mv[2] = {0.0, 0.0};
+        product_matrix pm = product_matrix_new(t, Ks[ki], deq, &seed, &edq);
+        for (int split = 0; split < 2; split++) {
+            const product_kernel pk = {"mmq", mmq_run, split ? 8 : 0, 1e-4};
+            for (size_t mi = 1; mi < sizeof Ms / sizeof Ms[0]; mi++) product_case(&pm, Ms[mi], &pk, &seed, worst);
+        }
+        const product_kernel pv = {"matvec", matvec_run, 0, 1e-5};
+        for (size_t mi = 0; mi < 3; mi++) product_case(&pm, Ms[mi], &pv, &seed, mv);
+        print_message("  %-7s k %d: mmq rel err %.2e, glu %.2e; matvec %.2e, glu %.2e\n", ggml_type_name(t), Ks[ki],
+                      worst[0], worst[1], mv[0], mv[1]);
+        assert_true(edq < 1e-3);
+        product_matrix_free(&pm);
+        free(deq);
+    }
+    assert_false(gpu_mmq_serves(&G.k, gpu_wtype_index(GGML_TYPE_Q4_K), 2880)); /* (never a Q4_K row) */
+}
+
+/* The formats test_mmq_partial_stage takes, each its own test (gpt-oss's first) */
+static ggml_type partial_types[] = {GGML_TYPE_Q8_0, GGML_TYPE_MXFP4, GGML_TYPE_BF16,  GGML_TYPE_Q4_0,
+                                    GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,  GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL};
 
 /* --deterministic's 1..8-row products (mmq_narrow) on every mmq format: mmq's bits, with one
  * split and with three. */
@@ -431,7 +489,7 @@ static void test_mmq_narrow_matches_mmq(void **state)
         if (!G.k.mmq[gpu_wtype_index(t)][0].f) continue; /* F32, F16: cuBLAS */
         float *deq = malloc((size_t)PK * PN * sizeof *deq);
         double edq;
-        product_matrix pm = product_matrix_new(t, deq, &seed, &edq);
+        product_matrix pm = product_matrix_new(t, PK, deq, &seed, &edq);
         for (int split = 0; split < 2; split++)
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) narrow_case(&pm, Ms[mi], split ? 8 : 0, &seed);
         product_matrix_free(&pm);
@@ -1553,6 +1611,14 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_formats),
         cmocka_unit_test(test_mmq_all_formats),
+        cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[0]),
+        cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[1]),
+        cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[2]),
+        cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[3]),
+        cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[4]),
+        cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[5]),
+        cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[6]),
+        cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[7]),
         cmocka_unit_test(test_mmq_narrow_matches_mmq),
         cmocka_unit_test(test_matvec_dp4a),
         cmocka_unit_test(test_rmsnorm),

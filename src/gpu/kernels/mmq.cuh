@@ -4,8 +4,10 @@
 // No FP16 copy of W exists anywhere: the GGUF blocks themselves stream into shared memory
 // (cp.async, a pipeline of mmq_depth stages of 256 inputs, with the activations beside them),
 // and each warp decodes its mma fragments from there (load_oct_h: the same FP16 values
-// load_chunk_h gives the matvec kernels).  Only kernels with k % 256 == 0 are launched, so a
-// stage is whole super-blocks (or eight 32-blocks) of every row.
+// load_chunk_h gives the matvec kernels).  A stage is whole super-blocks (or eight 32-blocks) of
+// every row; a k that is not a multiple of 256 (32-input blocks only: gpt-oss's 2,880) ends in a
+// partial stage, whose missing chunks are neither copied nor multiplied, and its rows, aligned
+// only as their length is, are staged in narrower copies (mmq_stage_weights_part).
 //
 // The weights are mma's A operand (16 weight rows per warp: the output features), the
 // activations its B operand (8 activation rows per n-tile), so a block of 16 activation rows
@@ -72,11 +74,13 @@ template <> struct mmq_fmt<T_BF16> { static constexpr int bytes = 2 * MMQ_KT; };
 // and most IQ ones are only 2-byte aligned as they lie in the file).  The copies complete
 // before the stage is read as the asynchronous ones do: behind the __syncthreads that opens
 // the iteration reading it.  ROWS rows, by threads tid of nt (mmq_narrow: one warp's 16 rows).
+template <int RB> struct mmq_unit { static constexpr int n = RB % 16 == 0 ? 16 : RB % 4 == 0 ? 4 : 2; };
+
 template <int RB, int ROWS = MMQ_ROWS>
 __device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *const *rowp, size_t woff, int tid,
                                                   int nt)
 {
-    constexpr int UNIT = RB % 16 == 0 ? 16 : RB % 4 == 0 ? 4 : 2, PER_ROW = RB / UNIT;
+    constexpr int UNIT = mmq_unit<RB>::n, PER_ROW = RB / UNIT;
     for (int i = tid; i < ROWS * PER_ROW; i += nt) {
         const int r = i / PER_ROW, p = i % PER_ROW;
         uint8_t *dst = wd + r * RB + UNIT * p;
@@ -84,6 +88,26 @@ __device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *co
         if constexpr (UNIT == 16) cp_async16(dst, src, 16);
         else if constexpr (UNIT == 4) cp_async4(dst, src);
         else *(uint16_t *)dst = ld_u16(src);
+    }
+}
+
+// The same for rows of a k that is not a multiple of 256 (32-input blocks: gpt-oss's 2,880),
+// whose starts are aligned only as row_bytes is, and for their partial last stage: the first
+// `bytes` of each row's stage, in the widest unit that divides row_bytes | RB | bytes (align).
+// Bytes past them stay as they were: the kernel multiplies only the stage's live chunks.
+template <int RB>
+__device__ __forceinline__ void mmq_stage_weights_part(uint8_t *wd, const uint8_t *const *rowp, size_t woff, int bytes,
+                                                       unsigned align, int tid, int nt)
+{
+    const int unit = align % 16 == 0 ? 16 : align % 4 == 0 ? 4 : align % 2 == 0 ? 2 : 1, per_row = bytes / unit;
+    for (int i = tid; i < MMQ_ROWS * per_row; i += nt) {
+        const int r = i / per_row, p = i % per_row;
+        uint8_t *dst = wd + r * RB + unit * p;
+        const uint8_t *src = rowp[r] + woff + unit * p;
+        if (unit == 16) cp_async16(dst, src, 16);
+        else if (unit == 4) cp_async4(dst, src);
+        else if (unit == 2) *(uint16_t *)dst = ld_u16(src);
+        else *dst = *src;
     }
 }
 
@@ -149,13 +173,21 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     const int n_stages = (c_end - c_begin + CPS - 1) / CPS;
     auto load_stage = [&](int st) { // raw weight blocks and activations of stage st into buffer st % S
         if (st < n_stages) {
-            const int c0 = c_begin + st * CPS;
+            const int c0 = c_begin + st * CPS, live = min(CPS, c_end - c0);
             uint8_t *wd = wsm + (st % S) * W_STAGE;
-            // c0 is a multiple of 8: whole super-blocks
-            mmq_stage_weights<RB>(wd, rowp, (size_t)(c0 / 8) * RB, threadIdx.x, blockDim.x);
+            // c0 is a multiple of 8: whole super-blocks (or eight 32-blocks)
+            if (live == CPS && a.row_bytes % mmq_unit<RB>::n == 0) {
+                mmq_stage_weights<RB>(wd, rowp, (size_t)(c0 / 8) * RB, threadIdx.x, blockDim.x);
+            } else { // (live < CPS: 32-input blocks, RB / CPS bytes a chunk)
+                const int bytes = live == CPS ? RB : live * (RB / CPS);
+                mmq_stage_weights_part<RB>(wd, rowp, (size_t)(c0 / 8) * RB, bytes,
+                                           (unsigned)a.row_bytes | (unsigned)RB | (unsigned)bytes, threadIdx.x,
+                                           blockDim.x);
+            }
             __half *xd = xsm + (st % S) * (X_STAGE / 2);
             for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
                 const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = min(m0 + r, m_end - 1);
+                if (e >= 32 * live) continue;
                 const int xr = a.x_rows ? a.x_rows[m] / a.x_div : m;
                 cp_async16(xd + r * MMQ_XSTRIDE + e, a.x + (size_t)xr * a.ldx + c0 * 32 + e, m0 + r < m_end ? 16 : 0);
             }
@@ -175,8 +207,7 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         const uint8_t *wst = wsm + (st % S) * W_STAGE;
         const __half *xb = xsm + (st % S) * (X_STAGE / 2) + g * MMQ_XSTRIDE + 8 * t;
         const uint8_t *w0 = wst + (rbase + g) * RB, *w1 = w0 + 8 * RB; // rows g and g + 8
-#pragma unroll
-        for (int cc = 0; cc < CPS; cc++) {
+        auto chunk = [&](int cc) {
             uint32_t af[2][4];
             mmq_frags<T>(w0, w1, cc, t, af);
 #pragma unroll
@@ -185,6 +216,13 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
                 mma_16816(acc[j], af[0], xv.x, xv.y);
                 mma_16816(acc[j], af[1], xv.z, xv.w);
             }
+        };
+        const int live = c_end - (c_begin + st * CPS); // the last stage of a k not a multiple of 256: fewer
+        if (live >= CPS) {
+#pragma unroll
+            for (int cc = 0; cc < CPS; cc++) chunk(cc);
+        } else {
+            for (int cc = 0; cc < live; cc++) chunk(cc);
         }
     }
     cp_async_wait<0>();

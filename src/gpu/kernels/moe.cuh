@@ -10,12 +10,16 @@
 //                  scores renormalised and scaled (Gemma 4: then times the expert's scale); or
 //                  (gpt-oss) the top k of the logits, their softmax the weights:
 //                  ids[t][j], weights[t][j] (one warp per token)
-//   moe_glu_*      decode (a few tokens): h[e] = fp16(silu(Wgate_x h) * Wup_x h) for every entry
-//   moe_matvec_*   e = (token, choice j) of expert x = ids[e]; y[e] = Wdown_x h[e]
+//   moe_glu_*      decode (a few tokens): each block routes its token as moe_route does (the
+//                  same bits, no launch of its own), then h[e] = fp16(silu(Wgate_x h) * Wup_x h)
+//                  for every entry e = (token, choice j) of expert x = ids[e]
+//   moe_down_*     decode: x[t] (+)= sum_j weights[t][j] * Wdown_x h[(t, j)], the down product
+//                  and the combine in one launch
+//   moe_matvec_*   y[e] = W_x h[e] (the GeGLU experts' gate and up)
 //   moe_sort       larger batches: the entries grouped by expert (stable, in entry order) and
 //                  the tiles of at most bm entries of one expert that the grouped mmq launch
 //                  takes (matvec_args.tiles)
-//   moe_combine    x[t] (+)= sum_j weights[t][j] * y[row of entry (t, j)], j in order
+//   moe_combine    x[t] (+)= sum_j weights[t][j] * y[row of entry (t, j)], j in order (grouped)
 //
 // Each entry's products depend on its own row alone, so a token's result does not depend on
 // the batch it travels in (up to the mmq path's k splits, as for the dense matmuls).
@@ -26,48 +30,60 @@
 #include "../gpu_shared.h"
 
 // logits[t][e] = x[t] . w[e] (+ bias[e]) over n inputs (a multiple of 4); grid (ceil(T / MOE_ROUTER_TOKENS),
-// ceil(n_expert / 8)), 8 warps: a warp per expert over MOE_ROUTER_TOKENS tokens, so the
-// expert's row is read once for them.  A token's sum runs the same way whatever its batch.
+// ceil(n_expert / per_block)), 8 warps: for each of the block's per_block experts in turn, the
+// 256 threads stride over the expert's row (read once for MOE_ROUTER_TOKENS tokens) and the
+// warps' sums are added in warp order.  A whole block on one row keeps 2 loads of it in flight
+// per lane at n_embd 2048 where a warp per row had 16 in a dependent chain (the batch-1 step's
+// router waited on ~16 memory round trips); per_block > 1 (prompts) lets a block's tokens' rows
+// stay in its L1 over several experts (with one expert a block, a 2,048-token prompt read its
+// activations from L2 once per expert: prefill 2048 7.7 % slower).  A token's sum runs the same
+// way whatever its batch and per_block.
 #define MOE_ROUTER_TOKENS GPU_MOE_ROUTER_TOKENS
-extern "C" __global__ void moe_router(const float *x, const float *w, const float *bias, int n, int n_expert, int T,
-                                      float *logits)
+extern "C" __global__ void __launch_bounds__(256) moe_router(const float *x, const float *w, const float *bias, int n,
+                                                             int n_expert, int T, int per_block, float *logits)
 {
-    const int e = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31, t0 = blockIdx.x * MOE_ROUTER_TOKENS;
-    if (e >= n_expert) return;
-    const float *wr = w + (size_t)e * n;
-    float acc[MOE_ROUTER_TOKENS];
+    __shared__ float part[8][MOE_ROUTER_TOKENS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t0 = blockIdx.x * MOE_ROUTER_TOKENS;
+    const int e_end = min(n_expert, (blockIdx.y + 1) * per_block), j = threadIdx.x;
+    for (int e = blockIdx.y * per_block; e < e_end; e++) {
+        const float *wr = w + (size_t)e * n;
+        float acc[MOE_ROUTER_TOKENS];
 #pragma unroll
-    for (int j = 0; j < MOE_ROUTER_TOKENS; j++) acc[j] = 0.0f;
-    for (int i = lane * 4; i < n; i += 128) {
-        const float4 wv = *(const float4 *)(wr + i);
+        for (int q = 0; q < MOE_ROUTER_TOKENS; q++) acc[q] = 0.0f;
+        for (int i = threadIdx.x * 4; i < n; i += 4 * 256) {
+            const float4 wv = *(const float4 *)(wr + i);
 #pragma unroll
-        for (int j = 0; j < MOE_ROUTER_TOKENS; j++) {
-            const float4 xv = *(const float4 *)(x + (size_t)min(t0 + j, T - 1) * n + i);
-            acc[j] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
+            for (int q = 0; q < MOE_ROUTER_TOKENS; q++) {
+                const float4 xv = *(const float4 *)(x + (size_t)min(t0 + q, T - 1) * n + i);
+                acc[q] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
+            }
         }
-    }
 #pragma unroll
-    for (int j = 0; j < MOE_ROUTER_TOKENS; j++) {
-        const float v = warp_sum(acc[j]) + (bias ? bias[e] : 0.0f);
-        if (lane == 0 && t0 + j < T) logits[(size_t)(t0 + j) * n_expert + e] = v;
+        for (int q = 0; q < MOE_ROUTER_TOKENS; q++) {
+            const float v = warp_sum(acc[q]);
+            if (lane == 0) part[warp][q] = v;
+        }
+        __syncthreads();
+        if (j < MOE_ROUTER_TOKENS && t0 + j < T) {
+            float v = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 8; q++) v += part[q][j];
+            logits[(size_t)(t0 + j) * n_expert + e] = v + (bias ? bias[e] : 0.0f);
+        }
+        __syncthreads(); // part is the next expert's
     }
 }
 
-// One warp per token (blockDim.x == 32): the scores and the biased choice values in shared
-// memory, each of the k passes an argmax over the lanes' strided experts and a shuffle
-// reduction (no block barrier: the k passes are on the decode step's critical path, once per
-// layer).  moe_route_args says what is scored and how the weights are made: the softmax of the
-// logits (ARCH_ROUTER_SOFTMAX_TOPK), their sigmoid (+ the selection bias: GLM-4.5), or,
-// topk_first, the logits themselves with the chosen ones' softmax their weights
-// (ARCH_ROUTER_TOPK_SOFTMAX: gpt-oss; the same choice as the softmax's, which keeps the order,
-// up to ties the rounding makes).
-extern "C" __global__ void moe_route(moe_route_args a)
+// The scores of one token's logits l into prob[] and its choice values into choice[] (shared
+// memory), by one warp; returns the max logit (softmax, topk_first; else -inf).  moe_route_args
+// says what is scored: the softmax of the logits (ARCH_ROUTER_SOFTMAX_TOPK), their sigmoid (+
+// the selection bias: GLM-4.5), or, topk_first, the logits themselves (ARCH_ROUTER_TOPK_SOFTMAX:
+// gpt-oss; the same choice as the softmax's, which keeps the order, up to ties the rounding makes).
+__device__ __forceinline__ float moe_route_scores(const moe_route_args &a, const float *l, float *prob, float *choice,
+                                                  int lane)
 {
-    extern __shared__ float prob[]; // [n_expert] scores, then [n_expert] choice values
-    const int lane = threadIdx.x, n_expert = a.n_expert, k = a.k;
-    float *choice = prob + n_expert;
-    const float *l = a.logits + (size_t)blockIdx.x * n_expert;
-    float mx = -INFINITY; // the max logit (softmax, topk_first)
+    const int n_expert = a.n_expert;
+    float mx = -INFINITY;
     if (a.sigmoid) {
         for (int x = lane; x < n_expert; x += 32) prob[x] = 1.0f / (1.0f + expf(-l[x]));
     } else if (a.topk_first) {
@@ -85,6 +101,36 @@ extern "C" __global__ void moe_route(moe_route_args a)
         for (int x = lane; x < n_expert; x += 32) prob[x] /= s;
     }
     for (int x = lane; x < n_expert; x += 32) choice[x] = a.bias ? prob[x] + a.bias[x] : prob[x];
+    return mx;
+}
+
+// The weight of the j-th choice bi before the renormalisation: the unbiased score, or
+// (topk_first) the chosen logit's exp (the first chosen is the max).  none: no expert was left
+// to choose (NaN logits): bi is then j, any valid id, never past the experts.
+__device__ __forceinline__ float moe_route_raw(const moe_route_args &a, const float *prob, float mx, int bi, bool none)
+{
+    return a.topk_first ? expf((none ? mx : prob[bi]) - mx) : none ? 0.0f : prob[bi];
+}
+
+// The final weight of a choice from its raw one and the sum of the k raw ones (in choice order).
+__device__ __forceinline__ float moe_route_final(const moe_route_args &a, float raw, float chosen_sum, int id)
+{
+    float w = a.norm ? raw / chosen_sum : raw;
+    w *= a.scale;
+    if (a.expert_scale) w *= a.expert_scale[id];
+    return w;
+}
+
+// One warp per token (blockDim.x == 32): the scores and the biased choice values in shared
+// memory, each of the k passes an argmax over the lanes' strided experts and a shuffle
+// reduction (no block barrier).  Taken by the grouped path and the GeGLU experts; moe_glu
+// routes its own blocks (moe_block_route: the same ids and weights, bit for bit).
+extern "C" __global__ void moe_route(moe_route_args a)
+{
+    extern __shared__ float prob[]; // [n_expert] scores, then [n_expert] choice values
+    const int lane = threadIdx.x, n_expert = a.n_expert, k = a.k;
+    float *choice = prob + n_expert;
+    const float mx = moe_route_scores(a, a.logits + (size_t)blockIdx.x * n_expert, prob, choice, lane);
     __syncwarp();
     int32_t *ids = a.ids + (size_t)blockIdx.x * k;
     float *weights = a.weights + (size_t)blockIdx.x * k;
@@ -100,10 +146,9 @@ extern "C" __global__ void moe_route(moe_route_args a)
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
         }
-        const bool none = bi >= n_expert; // NaN logits: any valid id, never past the experts
+        const bool none = bi >= n_expert;
         if (none) bi = j;
-        // the unbiased score; topk_first: the chosen logit's exp (the first chosen is the max)
-        const float w = a.topk_first ? expf((none ? mx : prob[bi]) - mx) : none ? 0.0f : prob[bi];
+        const float w = moe_route_raw(a, prob, mx, bi, none);
         chosen_sum += w;
         if (lane == 0) {
             ids[j] = bi;
@@ -113,24 +158,78 @@ extern "C" __global__ void moe_route(moe_route_args a)
         __syncwarp();
     }
     __syncwarp();
-    for (int j = lane; j < k; j += 32) {
-        float w = a.norm ? weights[j] / chosen_sum : weights[j];
-        w *= a.scale;
-        if (a.expert_scale) w *= a.expert_scale[ids[j]];
-        weights[j] = w;
+    for (int j = lane; j < k; j += 32) weights[j] = moe_route_final(a, weights[j], chosen_sum, ids[j]);
+}
+
+// Token t's route made by a whole block in shared memory (GPU_MOE_GLU_SMEM): sel[0..k) the
+// chosen ids, wsel[0..k) their weights, as moe_route makes them.  Warp 0 scores; then each
+// thread ranks its experts among the valid choice values (> -inf: NaN never is), ties to the
+// lower id, and the expert of rank j is the j-th pass's argmax of moe_route -- k passes of
+// shuffles on the critical path become one parallel count.  Choices past the valid experts are
+// moe_route's "none".  Every thread of the block must call it (barriers).
+__device__ __forceinline__ void moe_block_route(const moe_route_args &a, int t, int32_t *&sel, float *&wsel)
+{
+    extern __shared__ float rs[];
+    __shared__ float s_mx;
+    const int n_expert = a.n_expert, k = a.k, tid = threadIdx.x;
+    float *prob = rs, *choice = rs + n_expert;
+    sel = (int32_t *)(rs + 2 * n_expert);
+    wsel = rs + 2 * n_expert + k;
+    for (int j = tid; j < k; j += blockDim.x) sel[j] = -1;
+    if (tid < 32) {
+        const float mx = moe_route_scores(a, a.logits + (size_t)t * n_expert, prob, choice, tid);
+        if (tid == 0) s_mx = mx;
     }
+    __syncthreads();
+    for (int x = tid; x < n_expert; x += blockDim.x) {
+        const float c = choice[x];
+        if (!(c > -INFINITY)) continue;
+        int r = 0;
+        for (int y = 0; y < n_expert; y++) {
+            const float o = choice[y];
+            r += (o > c) | ((o == c) & (y < x));
+        }
+        if (r < k) sel[r] = x;
+    }
+    __syncthreads();
+    if (tid == 0) { // k raw weights in choice order, their sum as moe_route adds it, the final ones
+        float chosen_sum = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const bool none = sel[j] < 0;
+            const int bi = none ? j : sel[j];
+            sel[j] = bi;
+            wsel[j] = moe_route_raw(a, prob, s_mx, bi, none);
+            chosen_sum += wsel[j];
+        }
+        for (int j = 0; j < k; j++) wsel[j] = moe_route_final(a, wsel[j], chosen_sum, sel[j]);
+    }
+    __syncthreads();
 }
 
 // Entry e = grid x, feature n = the warp's: the dot products of expert ids[e]'s row n of w0
 // (and, GLU, of w1) with the entry's activation row, then the warp's lane 0 stores
-// fp16(act(w0 x + b0, w1 x + b1)) in yh (GLU; glu_act) or w0 x in y.
+// fp16(act(w0 x + b0, w1 x + b1)) in yh (GLU; glu_act) or w0 x in y.  GLU routes first
+// (moe_block_route) and its grid row 0 writes the entry's id and weight.
 template <int T, bool GLU>
 __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
 {
     constexpr int NR = GLU ? 2 : 1;
     const int e = blockIdx.x, n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5);
+    int id;
+    if constexpr (GLU) {
+        int32_t *sel;
+        float *wsel;
+        moe_block_route(a.route, e / a.route.k, sel, wsel);
+        id = sel[e % a.route.k];
+        if (blockIdx.y == 0 && threadIdx.x == 0) {
+            a.route.ids[e] = id;
+            a.route.weights[e] = wsel[e % a.route.k];
+        }
+    } else {
+        id = a.ids[e];
+    }
     if (n >= a.n) return;
-    const size_t xoff = (size_t)a.ids[e] * a.expert_bytes + (size_t)n * a.row_bytes;
+    const size_t xoff = (size_t)id * a.expert_bytes + (size_t)n * a.row_bytes;
     const uint8_t *rows[NR];
     rows[0] = a.w0 + xoff;
     if (GLU) rows[NR - 1] = a.w1 + xoff;
@@ -144,15 +243,50 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
     if ((threadIdx.x & 31) != 0) return;
     float g = acc[0][0], u = acc[NR - 1][0];
     if (GLU && a.b0) { // the expert's gate and up biases
-        g += a.b0[(size_t)a.ids[e] * a.n + n];
-        u += a.b1[(size_t)a.ids[e] * a.n + n];
+        g += a.b0[(size_t)id * a.n + n];
+        u += a.b1[(size_t)id * a.n + n];
     }
     if (GLU) a.yh[(size_t)e * a.ldy + n] = __float2half_rn(glu_act(g, u, a.glu_limit, a.glu_alpha));
     else a.y[(size_t)e * a.ldy + n] = g;
 }
 
+// Token t = grid y, rows n0.. of the block (GPU_MOE_DOWN_ROWS): its 8 warps walk the (row,
+// choice) pairs, each a dot product of the choice's expert row with the choice's activation
+// row (the same sum as moe_matvec's), into shared memory; then a thread per row adds them
+// weighted in choice order, as moe_combine does (the same bits), and writes the residual.
+template <int T>
+__device__ __forceinline__ void moe_down_body(const moe_mv_args &a)
+{
+    extern __shared__ float part[]; // [rows][k]
+    const int K = a.route.k, R = GPU_MOE_DOWN_ROWS(K), t = blockIdx.y, n0 = blockIdx.x * R;
+    matvec_args m = {};
+    m.k = a.k;
+    m.m = 1;
+    m.ldx = a.ldx;
+    for (int p = threadIdx.x >> 5; p < R * K; p += MATVEC_WARPS) {
+        const int r = p / K, e = t * K + p % K, n = n0 + r;
+        if (n >= a.n) break; // (p ascends: so does n)
+        const uint8_t *rows[1] = {a.w0 + (size_t)a.ids[e] * a.expert_bytes + (size_t)n * a.row_bytes};
+        m.x = a.x + (size_t)e * a.ldx;
+        float acc[1][1];
+        row_dots<T, 1, 1>(rows, m, 0, acc);
+        if ((threadIdx.x & 31) == 0) part[p] = acc[0][0];
+    }
+    __syncthreads();
+    const int r = threadIdx.x, n = n0 + r;
+    if (r >= R || n >= a.n) return;
+    float acc = 0.0f;
+    for (int j = 0; j < K; j++) {
+        const int e = t * K + j;
+        const float b = a.b0 ? a.b0[(size_t)a.ids[e] * a.n + n] : 0.0f;
+        acc += a.route.weights[e] * (part[r * K + j] + b);
+    }
+    float *dst = a.y + (size_t)t * a.ldy + n;
+    *dst = a.accumulate ? *dst + acc : acc;
+}
+
 // One pair per row of GPU_MOE_KERNELS (../gpu_kernel_names.h), under the row's names.
-#define MOE_KERNELS(glu_name, matvec_name, TYPE)                                                 \
+#define MOE_KERNELS(glu_name, matvec_name, down_name, TYPE)                                      \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) glu_name(moe_mv_args a)      \
     {                                                                                            \
         moe_entry_body<T_##TYPE, true>(a);                                                       \
@@ -160,6 +294,10 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) matvec_name(moe_mv_args a)   \
     {                                                                                            \
         moe_entry_body<T_##TYPE, false>(a);                                                      \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) down_name(moe_mv_args a)     \
+    {                                                                                            \
+        moe_down_body<T_##TYPE>(a);                                                              \
     }
 GPU_MOE_KERNELS(MOE_KERNELS)
 

@@ -6,7 +6,8 @@
 //                  rounding and the router's weights in F32: a choice between experts whose
 //                  scores nearly tie is then the CPU's, up to the residual stream's own rounding
 //   moe_route      softmax (or sigmoid: GLM-4.5) scores of the router's logits, the top k of
-//                  the scores (+ the selection bias) with ties to the lower id, their unbiased
+//                  the scores (+ the selection bias; DeepSeek: inside the best expert groups
+//                  only) with ties to the lower id, their unbiased
 //                  scores renormalised and scaled (Gemma 4: then times the expert's scale); or
 //                  (gpt-oss) the top k of the logits, their softmax the weights:
 //                  ids[t][j], weights[t][j] (one warp per token)
@@ -53,6 +54,41 @@ extern "C" __global__ void moe_router(const float *x, const float *w, const floa
     }
 }
 
+// DeepSeek's expert groups (ARCH_FFN_EXPERT_GROUPS; cpu_ops.c group_mask): each of the n_group
+// groups of choice values scored by the sum of its two best (sigmoid, V3) or its best (softmax,
+// V2), the best topk_group groups kept (ties: the lower group), the other groups' choices set
+// to 0 -- not -inf: transformers' masked_fill(0.0), so a kept expert whose biased score is
+// negative can lose to a masked one.  A lane per group scores it serially, in the CPU's order;
+// the group scores go after the choices (shared memory), a kept group's set to -inf.
+__device__ __forceinline__ void moe_group_mask(float *choice, int n_expert, int n_group, int topk_group,
+                                               bool max_only)
+{
+    const int lane = threadIdx.x, per = n_expert / n_group;
+    float *best = choice + n_expert;
+    for (int g = lane; g < n_group; g += 32) {
+        const float *v = choice + (size_t)g * per;
+        float first = v[0], second = -INFINITY;
+        for (int i = 1; i < per; i++) {
+            if (v[i] > first) second = first, first = v[i];
+            else if (v[i] > second) second = v[i];
+        }
+        best[g] = max_only || per < 2 ? first : first + second;
+    }
+    __syncwarp();
+    if (lane == 0) {
+        for (int j = 0; j < topk_group; j++) {
+            int top = 0;
+            for (int g = 1; g < n_group; g++)
+                if (best[g] > best[top]) top = g;
+            best[top] = -INFINITY;
+        }
+    }
+    __syncwarp();
+    for (int x = lane; x < n_expert; x += 32)
+        if (best[x / per] != -INFINITY) choice[x] = 0.0f;
+    __syncwarp();
+}
+
 // One warp per token (blockDim.x == 32): the scores and the biased choice values in shared
 // memory, each of the k passes an argmax over the lanes' strided experts and a shuffle
 // reduction (no block barrier: the k passes are on the decode step's critical path, once per
@@ -63,7 +99,7 @@ extern "C" __global__ void moe_router(const float *x, const float *w, const floa
 // up to ties the rounding makes).
 extern "C" __global__ void moe_route(moe_route_args a)
 {
-    extern __shared__ float prob[]; // [n_expert] scores, then [n_expert] choice values
+    extern __shared__ float prob[]; // [n_expert] scores, [n_expert] choice values, [n_group] group scores
     const int lane = threadIdx.x, n_expert = a.n_expert, k = a.k;
     float *choice = prob + n_expert;
     const float *l = a.logits + (size_t)blockIdx.x * n_expert;
@@ -86,6 +122,7 @@ extern "C" __global__ void moe_route(moe_route_args a)
     }
     for (int x = lane; x < n_expert; x += 32) choice[x] = a.bias ? prob[x] + a.bias[x] : prob[x];
     __syncwarp();
+    if (a.n_group > 1) moe_group_mask(choice, n_expert, a.n_group, a.topk_group, !a.sigmoid);
     int32_t *ids = a.ids + (size_t)blockIdx.x * k;
     float *weights = a.weights + (size_t)blockIdx.x * k;
     float chosen_sum = 0.0f;

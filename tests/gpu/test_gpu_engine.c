@@ -41,12 +41,13 @@
  *     QKV, SwiGLU; a small one and the nomic-embed-text-v1.5 shape) embeddings within cosine
  *     0.9999 of the CPU's;
  *   - deepseek2 (multi-head latent attention: the latent cache, the absorbed query, the value
- *     up-projection; the router's expert groups): ../shared/reference's deepseek_v3 (q LoRA,
- *     YaRN's mscale, sigmoid router in groups) and mkmodel's in F16, Q8_0 and Q4_K_M (no q LoRA,
+ *     up-projection; the router's expert groups), when its path is on (gpu.h GPU_MLA_FEATURES;
+ *     skipped saying so while it is not): ../shared/reference's deepseek_v3 (q LoRA, YaRN's
+ *     mscale, sigmoid router in groups) and mkmodel's in F16, Q8_0 and Q4_K_M (no q LoRA,
  *     latent rows of 288: the wide attention kernel), logits as above, 32 concurrent sequences
  *     of the reference file as each alone;
- *   - a recipe feature the GPU does not run (jina-bert-v2's ALiBi, without a device) is refused
- *     by name.
+ *   - a recipe feature the GPU does not run (deepseek2's latent attention while it is off;
+ *     jina-bert-v2's ALiBi, without a device) is refused by name.
  * Skips without a device. */
 #include <math.h>
 #include <setjmp.h>
@@ -916,6 +917,25 @@ static void test_errors_leave_engine_usable(void **state)
     free(image);
 }
 
+/* A recipe feature the GPU does not run: ../shared/reference's deepseek_v3 (DeepSeek's
+ * latent attention and expert groups, written but not on: gpu.h GPU_MLA_FEATURES,
+ * docs/mla-gpu.md) loads, and the CUDA engine refuses it at creation, naming the first such
+ * feature and the layer, rather than run its layers without it. */
+static void test_recipe_feature_refused(void **state)
+{
+    (void)state;
+    if ((GPU_FEATURES & GPU_MLA_FEATURES) == GPU_MLA_FEATURES) skip(); /* switched on: test_deepseek2_* */
+    model *m = load_shared("reference/deepseek_v3.gguf");
+    if (!m) return;
+    char err[512];
+    engine_config cfg = {.n_slots = 1, .ctx_per_slot = 32, .max_batch_tokens = 32};
+    assert_null(engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err));
+    print_message("  refused: %s\n", err);
+    assert_non_null(
+        strstr(err, "the cuda backend does not implement multi-head latent attention (layer 0 of deepseek2)"));
+    model_free(m);
+}
+
 /* ---- gpt-oss ---- */
 
 /* A family's GPU path is tested only where its features (gpu.h's set `mask`, named `what`) are
@@ -1685,6 +1705,7 @@ static void test_phi3_glm4moe_mkmodel(void **state)
 static void test_deepseek2_reference_file(void **state)
 {
     (void)state;
+    if (!gpu_features_enabled(GPU_MLA_FEATURES, "deepseek2")) skip();
     static const char *const files[] = {"reference/deepseek_v3.gguf"};
     check_reference_files(files, 1, 81, 1);
 }
@@ -1695,6 +1716,7 @@ static void test_deepseek2_reference_file(void **state)
 static void test_deepseek2_mkmodel(void **state)
 {
     (void)state;
+    if (!gpu_features_enabled(GPU_MLA_FEATURES, "deepseek2")) skip();
     static const mkmodel_ftype fts[] = {MKMODEL_F16, MKMODEL_Q8_0, MKMODEL_Q4_K_M, MKMODEL_Q4_K_M};
     bool ok = true;
     uint64_t seed = 83;
@@ -1742,6 +1764,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_moe_batch_of_32_equals_alone),
         cmocka_unit_test(test_moe_deterministic_bit_identical),
         cmocka_unit_test(test_errors_leave_engine_usable),
+        cmocka_unit_test(test_recipe_feature_refused),
         cmocka_unit_test(test_gptoss_reference_files),
         cmocka_unit_test(test_gptoss_mkmodel),
         cmocka_unit_test(test_hybrid_reference_files),

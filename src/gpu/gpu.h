@@ -36,8 +36,8 @@
  * attention kernels over one KV head of latent rows) and the router's expert groups
  * (kernels/moe.cuh: moe_group_mask).  Written and measured, NOT yet in GPU_FEATURES: on the
  * H100 (2026-11-26) the reference deepseek_v3 agrees 100 % top-1 with the CPU and mkmodel's
- * F16 and Q8_0 files 100 %, compute-sanitizer clean, but its Q4_K_M files 96.2-99.3 % over
- * five seeds (Q6_K 99.0 %), which no other family's K-quant files show: unexplained, so the
+ * F16 and Q8_0 files 100 %, compute-sanitizer clean, but its Q4_K_M files 96.18-99.31 % over
+ * four seeds (a Q6_K file 98.96 %), which no other family's K-quant files show: unexplained, so the
  * family stays on the CPU until it is (docs/mla-gpu.md).  Adding GPU_MLA_FEATURES to
  * GPU_FEATURES turns it on (test_gpu_engine test_deepseek2_* then run). */
 #define GPU_MLA_FEATURES (ARCH_F_ATTN_MLA | ARCH_F_EXPERT_GROUPS)

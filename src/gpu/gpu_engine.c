@@ -698,7 +698,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
                  "buffers %.0f MiB + reserve %zu MiB: %.0f MiB free after %.0f MiB of weights; lower -c/--ctx-size "
                  "or -np/--parallel, or raise --kv-cache-size",
                  min_blocks * GPU_KV_BLOCK, cfg->kv_cache_mb ? "at least one block" : "one -c request", pair / MIB,
-                 GPU_KV_BLOCK, kv_layers, n_kv_max, hd_max, g->kv_caches == 2 ? "K,V" : "latent", cfg->kv_cache_mb ? ", --kv-cache-size" : "",
+                 GPU_KV_BLOCK, kv_layers, n_kv_max, hd_max, g->kv_caches == 2 ? "K,V" : "latent",
+                 cfg->kv_cache_mb ? ", --kv-cache-size" : "",
                  g->swa_bytes / MIB, act / MIB, cfg->vram_reserve_mb, free_b / MIB, g->wbytes / MIB);
         return -1;
     }
@@ -708,7 +709,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->base.swa_window = swa_window;
     g->base.kv_block_bytes_swa = 2 * g->block_bytes_swa;
     size_t kvb = g->kv_bytes / g->kv_caches;
-    alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, g->kv_caches == 2 ? kvb : 0}}, wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
+    alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, g->kv_caches == 2 ? kvb : 0}};
+    alloc_req wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
     if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen)) return -1;
     place_layer_kv(g, n_blocks, n_swa);
     if (alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen) ||

@@ -874,8 +874,8 @@ static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     if (head_product(g, &absorb, what, err, errlen)) return -1;
     mla_post_args mp = {
         .q_raw = F32(g->mla_q), .q = F32(g->q), .kv = F32(g->kk), .kv_norm = F32(L->kv_a_norm), .kc = F16(L->kc),
-        .rope = {.seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos), .tables = I32(gpu_layer_tables(g, L)),
-                 .rope_base = L->rope_base, .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps,
+        .rope = {.seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos),
+                 .tables = I32(gpu_layer_tables(g, L)), .rope_base = L->rope_base, .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps,
                  .neox = hp->rope_neox, .hd = rot, .n_rot = rot, .table_width = g->table_width,
                  .yarn_factor = hp->yarn_factor, .yarn_low = hp->yarn_low, .yarn_high = hp->yarn_high,
                  .mscale = hp->rope_attn_factor},
@@ -1008,18 +1008,24 @@ static int ffn_glu_post_ln(gpu_engine *g, const gpu_layer *L, int T, const char 
     return residual_post_ln(g, &down, L->ffn_out_norm, L->ffn_out_norm_b, T, err, errlen);
 }
 
+/* An attention block of layer il over the normed act_h (attention_softmax, _linear, _mla). */
+typedef int (*gpu_block)(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, const char *what, char *err,
+                         size_t errlen);
+
 /* x += the attention block of layer il over h = fp16(rmsnorm(x) * attn_norm): softmax
- * attention, or a linear layer's gated DeltaNet. */
+ * attention, a linear layer's gated DeltaNet or a latent-attention layer's MLA. */
 static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
     char what[64];
     snprintf(what, sizeof what, "layer %d attention", il);
-    norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .ylo = L->lin >= 0 || L->mla ? g->act_lo : 0, .rows = T,
-                  .n = hp->n_embd, .q8 = !L->post_ln && norm_q8(g, T, hp->n_embd)};
+    /* a linear or latent layer's projections read the norm to about 22 bits (act_lo) */
+    norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .ylo = L->lin >= 0 || L->mla ? g->act_lo : 0,
+                  .rows = T, .n = hp->n_embd, .q8 = !L->post_ln && norm_q8(g, T, hp->n_embd)};
     if (L->post_ln ? residual_to_f16(g, T, what, err, errlen) : rmsnorm(g, &n1, what, err, errlen)) return -1;
-    return (L->lin >= 0 ? attention_linear : L->mla ? attention_mla : attention_softmax)(g, il, T, ap, what, err, errlen);
+    const gpu_block block = L->lin >= 0 ? attention_linear : L->mla ? attention_mla : attention_softmax;
+    return block(g, il, T, ap, what, err, errlen);
 }
 
 static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)

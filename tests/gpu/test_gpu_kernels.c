@@ -1535,13 +1535,15 @@ static void test_moe_route_groups(void **state)
     static const struct {
         int n_expert, k, n_group, topk_group, sigmoid, norm;
         float scale;
-    } shapes[] = {{256, 8, 8, 4, 1, 1, 2.5f}, {64, 6, 8, 3, 0, 0, 1.0f}, {8, 2, 4, 2, 1, 1, 2.5f}, {160, 6, 8, 3, 0, 1, 16.0f}};
+    } shapes[] = {{256, 8, 8, 4, 1, 1, 2.5f}, {64, 6, 8, 3, 0, 0, 1.0f}, {8, 2, 4, 2, 1, 1, 2.5f},
+                  {160, 6, 8, 3, 0, 1, 16.0f}};
     const int T = 300;
     uint64_t seed = 91;
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const int ne = shapes[c].n_expert, k = shapes[c].k;
         float *logits = malloc((size_t)T * ne * sizeof *logits), *bias = malloc((size_t)ne * sizeof *bias);
-        float *row = malloc((size_t)ne * sizeof *row), *choice = malloc((size_t)(ne + shapes[c].n_group) * sizeof *choice);
+        float *row = malloc((size_t)ne * sizeof *row);
+        float *choice = malloc((size_t)(ne + shapes[c].n_group) * sizeof *choice);
         float *w_gpu = malloc((size_t)T * k * sizeof *w_gpu), w_cpu[8];
         int32_t *ids_gpu = malloc((size_t)T * k * sizeof *ids_gpu), ids_cpu[8];
         for (size_t i = 0; i < (size_t)T * ne; i++) logits[i] = 4.0f * gpu_test_randf(&seed);
@@ -1549,7 +1551,8 @@ static void test_moe_route_groups(void **state)
         const bool use_bias = shapes[c].sigmoid;
         CUdeviceptr dl = upload(logits, (size_t)T * ne * sizeof *logits), db = upload(bias, (size_t)ne * sizeof *bias);
         CUdeviceptr dids = poisoned((size_t)T * k), dw = poisoned((size_t)T * k);
-        moe_route_args ra = {.logits = (const float *)(uintptr_t)dl, .bias = use_bias ? (const float *)(uintptr_t)db : NULL,
+        moe_route_args ra = {.logits = (const float *)(uintptr_t)dl,
+                             .bias = use_bias ? (const float *)(uintptr_t)db : NULL,
                              .n_expert = ne, .k = k, .sigmoid = shapes[c].sigmoid, .norm = shapes[c].norm,
                              .n_group = shapes[c].n_group, .topk_group = shapes[c].topk_group,
                              .scale = shapes[c].scale, .ids = (int32_t *)(uintptr_t)dids, .weights = (float *)(uintptr_t)dw};

@@ -83,6 +83,7 @@ bool cuda_api_load_cublas(char *err, size_t errlen)
         {"cublasSetMathMode", (void **)&cublas.set_math_mode},
         {"cublasSetWorkspace_v2", (void **)&cublas.set_workspace},
         {"cublasGemmEx", (void **)&cublas.gemm_ex},
+        {"cublasGemmStridedBatchedEx", (void **)&cublas.gemm_strided_batched_ex},
         {"cublasGetStatusString", (void **)&cublas.status_string},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {

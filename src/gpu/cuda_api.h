@@ -45,6 +45,12 @@ typedef struct cublas_funcs {
                               int lda, const void *b, cudaDataType bt, int ldb, const void *beta,
                               void *c, cudaDataType ct, int ldc, cublasComputeType_t compute,
                               cublasGemmAlgo_t algo);
+    cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                              int n, int k, const void *alpha, const void *a, cudaDataType at,
+                                              int lda, long long stride_a, const void *b, cudaDataType bt, int ldb,
+                                              long long stride_b, const void *beta, void *c, cudaDataType ct,
+                                              int ldc, long long stride_c, int batch,
+                                              cublasComputeType_t compute, cublasGemmAlgo_t algo);
     const char *(*status_string)(cublasStatus_t s);
 } cublas_funcs;
 

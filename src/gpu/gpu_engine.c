@@ -132,17 +132,24 @@ static int upload_vector(uploader *u, CUdeviceptr *dst, const model_tensor *t, c
  * only the MoE kernels read (the router, ffn_gate_inp, goes up in F32: upload_router). */
 #define LAYER_MATRICES(X)                                                                                   \
     X(wq) X(wk) X(wv) X(wo) X(w_gate) X(w_up) X(w_down) X(ple_gate) X(ple_proj) X(ffn_gate_shexp) X(ffn_up_shexp) \
-    X(ffn_down_shexp) X(ssm_qkv) X(ssm_gate) X(ssm_beta) X(ssm_alpha) X(ssm_ba) X(ssm_out)
+    X(ffn_down_shexp) X(ssm_qkv) X(ssm_gate) X(ssm_beta) X(ssm_alpha) X(ssm_ba) X(ssm_out) X(wq_a) X(wq_b) X(wkv_a)
 #define EXPERT_MATRICES(X) X(ffn_gate_exps) X(ffn_up_exps) X(ffn_down_exps) X(ffn_gate_up_exps)
-#define N_LAYER_MATRICES 18
+#define N_LAYER_MATRICES 21
 /* Matrices read as F32 rows whatever their format: a MoE layer's router [n_expert][n_embd]
  * and the shared expert's gate [1][n_embd] (moe_router reads them in FP32: kernels/moe.cuh
  * says why), the DeltaNet's conv taps [chan][taps], the experts' biases [n_expert][width];
- * absent: 0. */
+ * latent attention's per-head wk_b [n_head][kv_lora][nope] and wv_b [n_head][v][kv_lora],
+ * which cuBLAS multiplies for every head of every token in one batched FP32 product
+ * (gpu_forward.c: head_product; in FP16 they moved the reference deepseek_v3's top-1 against
+ * the CPU to 97.6 %, docs/mla-gpu.md); absent: 0. */
 #define F32_MATRICES(X)                                                                                   \
     X(router, ffn_gate_inp) X(ffn_gate_inp_shexp, ffn_gate_inp_shexp) X(ssm_conv1d, ssm_conv1d)              \
-    X(ffn_gate_exps_b, ffn_gate_exps_b) X(ffn_up_exps_b, ffn_up_exps_b) X(ffn_down_exps_b, ffn_down_exps_b)
-static size_t router_bytes(const model_tensor *t) { return t->data ? (size_t)t->ne0 * t->ne1 * sizeof(float) : 0; }
+    X(ffn_gate_exps_b, ffn_gate_exps_b) X(ffn_up_exps_b, ffn_up_exps_b) X(ffn_down_exps_b, ffn_down_exps_b)   \
+    X(wk_b, wk_b) X(wv_b, wv_b)
+static size_t router_bytes(const model_tensor *t)
+{
+    return t->data ? (size_t)t->ne0 * t->ne1 * t->ne2 * sizeof(float) : 0;
+}
 
 /* Gemma 4's scaled router (ARCH_ROUTER_SCALED) reads rmsnorm(x) / sqrt(n_embd) *
  * ffn_gate_inp.scale: the scale goes into the router's columns here, so the GPU's router reads
@@ -169,7 +176,7 @@ static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, co
 {
     *dst = 0;
     if (!t->data) return 0;
-    size_t n = (size_t)t->ne0, rows = (size_t)t->ne1;
+    size_t n = (size_t)t->ne0, rows = (size_t)t->ne1 * (size_t)t->ne2;
     float *tmp = malloc(n * rows * sizeof *tmp);
     if (!tmp) {
         snprintf(err, errlen, "%s: out of host memory", t->name);
@@ -193,7 +200,7 @@ static int upload_router(uploader *u, CUdeviceptr *dst, const model_layer *L, co
     X(attn_norm) X(ffn_norm) X(bq) X(bk) X(bv) X(q_norm) X(k_norm) X(attn_post_norm) X(ffn_post_norm)      \
     X(ple_post_norm) X(expert_scale) X(ffn_pre_norm_2) X(ffn_post_norm_1) X(ffn_post_norm_2) X(ssm_a) X(ssm_dt) \
     X(ssm_norm) X(bo) X(attn_sinks) X(ffn_gate_inp_b) X(exp_probs_b) X(b_up) X(b_down) X(attn_out_norm)          \
-    X(attn_out_norm_b) X(ffn_out_norm) X(ffn_out_norm_b)
+    X(attn_out_norm_b) X(ffn_out_norm) X(ffn_out_norm_b) X(q_a_norm) X(kv_a_norm)
 #define GLOBAL_MATRICES(X) X(tok_embd) X(ple_tok_embd) X(ple_model_proj) X(pos_embd)
 /* tok_types as a vector: its first row, token type 0's (an embedding request is one segment) */
 #define GLOBAL_VECTORS(X)                                                                                \
@@ -281,6 +288,7 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         G->rope_scale = L->rope_scale;
         G->rope_freqs = layer_rope_freqs(g, L);
         G->router_sigmoid = L->recipe.router == ARCH_ROUTER_SIGMOID_BIAS;
+        G->n_group = L->recipe.ffn_extras & ARCH_FFN_EXPERT_GROUPS ? m->hp.n_expert_groups : 0;
         G->geglu = L->recipe.act == ARCH_ACT_GELU_TANH;
         G->swiglu_clamp = L->recipe.act == ARCH_ACT_SWIGLU_CLAMP;
         G->topk_first = L->recipe.router == ARCH_ROUTER_TOPK_SOFTMAX;
@@ -293,6 +301,7 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         G->mlp = L->recipe.ffn == ARCH_FFN_MLP;
         g->bidir |= (L->recipe.attn_extras & ARCH_ATTN_BIDIR) != 0;
         G->v_norm = L->recipe.attn_extras & ARCH_ATTN_V_NORM;
+        G->mla = L->recipe.attn == ARCH_ATTN_MLA;
         G->hd = L->head_dim;
         G->n_kv = L->n_head_kv;
         G->d_q = m->hp.n_head * L->head_dim;
@@ -402,7 +411,7 @@ static int alloc_all(const alloc_req *req, int n, const char *what, CUstream s, 
     return 0;
 }
 
-/* Bytes of one KV block of layer L in one of the two caches. */
+/* Bytes of one KV block of layer L in one of the caches (K, or V where there is one). */
 static size_t layer_block_bytes(const gpu_layer *L)
 {
     return (size_t)L->n_kv * GPU_KV_BLOCK * (size_t)L->hd * sizeof(uint16_t);
@@ -435,7 +444,7 @@ static void place_layer_kv(gpu_engine *g, size_t n_blocks, size_t n_swa)
             continue;
         }
         L->kc = g->kc + off;
-        L->vc = g->vc + off;
+        L->vc = g->kv_caches == 2 ? g->vc + off : L->kc; /* latent rows: the keys are the values */
         off += ((L->kv_swa ? n_swa : n_blocks) + 1) * layer_block_bytes(L);
     }
 }
@@ -466,7 +475,7 @@ static int plan_states(gpu_engine *g)
 static size_t kv_pool_blocks(const gpu_engine *g, size_t free_b, size_t used)
 {
     const engine_config *cfg = &g->base.cfg;
-    size_t pair = 2 * g->block_bytes;
+    size_t pair = g->kv_caches * g->block_bytes;
     if (!pair) return (size_t)cfg->n_slots * g->table_width;
     if (cfg->kv_cache_mb) {
         size_t budget = cfg->kv_cache_mb * ((size_t)1 << 20);
@@ -493,6 +502,14 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->cap_tokens = T;
     g->cap_rows = R;
     g->table_width = (cfg->ctx_per_slot + GPU_KV_BLOCK - 1) / GPU_KV_BLOCK;
+    /* latent attention (deepseek2, every layer): one cache of latent rows, no V */
+    bool any_mla = false;
+    for (int l = 0; l < hp->n_layer; l++) any_mla |= g->layers[l].mla;
+    g->kv_caches = any_mla ? 1 : 2;
+    if (any_mla && !g->have_blas) {
+        snprintf(err, errlen, "multi-head latent attention needs cuBLAS on the GPU (its per-head products)");
+        return -1;
+    }
     /* the sliding layers' own pool, as the CPU engine keeps it (engine_swa_pool_window): its
      * blocks (rings and windows for the prefix cache) and one for decode padding */
     const int swa_window = engine_swa_pool_window(g->base.m, cfg);
@@ -608,9 +625,13 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     in->tables_swa = align_up(in->tables + (size_t)R * g->table_width * sizeof(int32_t), 64);
     in->bytes = in->tables_swa + (n_swa ? (size_t)R * g->table_width * sizeof(int32_t) : 0);
 
+    const size_t qk = (size_t)hp->mla_nope + hp->n_rot; /* latent attention's query heads */
+    /* act_lo: the linear layers' input, latent attention's and its compressed query's */
+    const size_t lo_rows = any_mla ? (size_t)T : lin_t;
+    const size_t lo_w = any_mla && hp->q_lora_rank > g->d_embd ? (size_t)hp->q_lora_rank : (size_t)g->d_embd;
     alloc_req req[] = {
         {&g->x, (size_t)T * g->d_embd * f},
-        {&g->act_h, (size_t)T * act_w * sizeof(uint16_t)}, {&g->act_lo, lin_t * g->d_embd * sizeof(uint16_t)},
+        {&g->act_h, (size_t)T * act_w * sizeof(uint16_t)}, {&g->act_lo, (size_t)lo_rows * lo_w * sizeof(uint16_t)},
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->xq, 2 * q8_k}, {&g->xd, q8_k / 32 * 2 * f}, /* q and lo (kernels/common.cuh) */
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
@@ -641,6 +662,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->ssm_u, lin_t * hp->ssm_inner * f}, {&g->ssm_w, lin_t * hp->ssm_inner * f},
         {&g->ssm_gc, lin_t * hp->ssm_vheads * f},
         {&g->qg, any_gated ? (size_t)T * 2 * g->d_q * f : 0},
+        {&g->mla_q, any_mla ? (size_t)T * hp->n_head * (qk > (size_t)hp->mla_v ? qk : (size_t)hp->mla_v) * f : 0},
+        {&g->mla_qa, any_mla ? (size_t)T * hp->q_lora_rank * f : 0},
         {&g->sh_logit, any_shexp ? (size_t)T * f : 0}, {&g->sh_y, any_shexp ? (size_t)T * g->d_embd * f : 0},
     };
     size_t act = 0;
@@ -654,7 +677,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
      * beside everything else, a pool of what one slot
      * per sequence used to reserve (or the pool asked for) and 1 GiB to spare; otherwise one
      * matrix at a time is decoded into a scratch as it is used and the pool gets the rest. */
-    size_t pair = 2 * g->block_bytes;
+    size_t pair = g->kv_caches * g->block_bytes;
     size_t base_kv = g->swa_bytes + (cfg->kv_cache_mb ? kv_pool_blocks(g, free_b, act) * pair
                                                       : (size_t)cfg->n_slots * g->table_width * pair);
     g->w16_bytes = all_f16 && base_kv + act + reserve + all_f16 + ((size_t)1 << 30) <= free_b ? all_f16 : 0;
@@ -672,11 +695,12 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         for (int l = 0; l < hp->n_layer; l++) kv_layers += g->layers[l].kv_own && !g->layers[l].kv_swa;
         snprintf(err, errlen,
                  "not enough GPU memory for a KV pool of %zu tokens (%s; %.2f MiB per %d-token block "
-                 "of %d layers x up to %d kv heads x %d dims x K,V fp16%s) + the sliding layers' pool %.0f MiB + "
+                 "of %d layers x up to %d kv heads x %d dims x %s fp16%s) + the sliding layers' pool %.0f MiB + "
                  "buffers %.0f MiB + reserve %zu MiB: %.0f MiB free after %.0f MiB of weights; lower -c/--ctx-size "
                  "or -np/--parallel, or raise --kv-cache-size",
                  min_blocks * GPU_KV_BLOCK, cfg->kv_cache_mb ? "at least one block" : "one -c request", pair / MIB,
-                 GPU_KV_BLOCK, kv_layers, n_kv_max, hd_max, cfg->kv_cache_mb ? ", --kv-cache-size" : "",
+                 GPU_KV_BLOCK, kv_layers, n_kv_max, hd_max, g->kv_caches == 2 ? "K,V" : "latent",
+                 cfg->kv_cache_mb ? ", --kv-cache-size" : "",
                  g->swa_bytes / MIB, act / MIB, cfg->vram_reserve_mb, free_b / MIB, g->wbytes / MIB);
         return -1;
     }
@@ -685,8 +709,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->base.kv_blocks_swa = (int)n_swa;
     g->base.swa_window = swa_window;
     g->base.kv_block_bytes_swa = 2 * g->block_bytes_swa;
-    size_t kvb = g->kv_bytes / 2;
-    alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, kvb}}, wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
+    size_t kvb = g->kv_bytes / g->kv_caches;
+    alloc_req kv[] = {{&g->kc, kvb}, {&g->vc, g->kv_caches == 2 ? kvb : 0}};
+    alloc_req wq[] = {{&g->w16, g->w16_bytes}, {&g->wdq, g->wdq_bytes}};
     if (alloc_all(kv, 2, "allocating the KV cache", g->stream, err, errlen)) return -1;
     place_layer_kv(g, n_blocks, n_swa);
     if (alloc_all(req, (int)(sizeof req / sizeof req[0]), "allocating activations", g->stream, err, errlen) ||
@@ -1120,7 +1145,7 @@ static int kv_copy_in_pool(engine *e, bool swa, int dst, int src, char *err, siz
         if (!L->kv_own || L->kv_swa != swa) continue;
         size_t bb = layer_block_bytes(L), d = (size_t)dst * bb, sr = (size_t)src * bb;
         r = cu.cuMemcpyDtoDAsync(L->kc + d, L->kc + sr, bb, g->stream);
-        if (r == CUDA_SUCCESS) r = cu.cuMemcpyDtoDAsync(L->vc + d, L->vc + sr, bb, g->stream);
+        if (r == CUDA_SUCCESS && L->vc != L->kc) r = cu.cuMemcpyDtoDAsync(L->vc + d, L->vc + sr, bb, g->stream);
     }
     if (r != CUDA_SUCCESS) {
         char b[160];
@@ -1187,7 +1212,8 @@ static void gpu_destroy(engine *e)
                           g->ple, g->ple_tok, g->ple_g, g->ple_h,
                           g->part_o, g->part_ml, g->att_counts, g->xl_h, g->logits, g->work, g->counts, g->parts,
                           g->sout,   g->in_d, g->state, g->ssm_mix, g->ssm_z, g->ssm_b, g->ssm_g, g->ssm_raw,
-                          g->ssm_o,  g->qg,   g->sh_logit, g->sh_y, g->ssm_u, g->ssm_w, g->ssm_gc, g->xq, g->xd};
+                          g->ssm_o,  g->qg,   g->sh_logit, g->sh_y, g->ssm_u, g->ssm_w, g->ssm_gc, g->xq, g->xd,
+                          g->mla_q, g->mla_qa};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cu.cuMemFree(bufs[i]);
     if (g->in_h) cu.cuMemFreeHost(g->in_h);
@@ -1273,10 +1299,22 @@ static int check_model(const model *m, char *err, size_t errlen)
                      hp->n_embd, hp->n_head * L->head_dim, l);
             return -1;
         }
-        if ((L->head_dim > 256 && L->head_dim != 512) || L->head_dim % 8 || L->n_head_kv <= 0 ||
-            hp->n_head % L->n_head_kv) {
+        const bool latent = L->recipe.attn == ARCH_ATTN_MLA; /* rows of kv_lora + n_rot */
+        if ((L->head_dim > 256 && L->head_dim != 512 && !(latent && L->head_dim <= GPU_MLA_MAX_ROW)) ||
+            L->head_dim % 8 || L->n_head_kv <= 0 || hp->n_head % L->n_head_kv) {
             snprintf(err, errlen, "model: head_dim %d / heads %d / kv heads %d (layer %d) not supported on the GPU "
-                     "(head_dim a multiple of 8 up to 256, or 512)", L->head_dim, hp->n_head, L->n_head_kv, l);
+                     "(head_dim a multiple of 8 up to 256, or 512; latent rows up to %d)", L->head_dim, hp->n_head,
+                     L->n_head_kv, l, GPU_MLA_MAX_ROW);
+            return -1;
+        }
+        /* the normed compressed query is wq_b's input rows as they lie (no padding); the
+         * query heads [nope | rope] and the value heads fit the absorbed query's rows, whose
+         * buffers carry them (gpu_forward.c: attention_mla) */
+        if (latent && (hp->q_lora_rank % 32 || hp->mla_nope > hp->kv_lora_rank || hp->mla_v > L->head_dim)) {
+            snprintf(err, errlen, "model: latent attention with q_lora_rank %d, key heads of %d + %d, values of %d, "
+                     "latent %d (layer %d) is not supported on the GPU (q_lora_rank a multiple of 32, key and "
+                     "value heads at most the latent row)", hp->q_lora_rank, hp->mla_nope, hp->n_rot, hp->mla_v,
+                     hp->kv_lora_rank, l);
             return -1;
         }
         if ((L->recipe.attn_extras & ARCH_ATTN_ROPE_PARTIAL) && (hp->n_rot % 2 || hp->n_rot > L->head_dim)) {

@@ -26,11 +26,17 @@
  *           z = Wgate h, beta = sigmoid(Wb h), g = A softplus(Wa h + dt_bias);
  *           o = delta rule over the sequence's state slot (token by token in decode graphs,
  *           chunks of 64 in prompt steps); x += Wout fp16(rmsnorm(o) * w * silu(z))
+ *       or, a latent-attention layer (deepseek2, attention_mla):
+ *           q = Wq_b fp16(rmsnorm(Wq_a h) * q_a_norm) (or Wq h), heads [nope | rope]; kv = Wkv_a h;
+ *           latent cache row[pos] = [rmsnorm(kv[:lat]) * kv_a_norm | rope(kv[lat:])] (no V);
+ *           q'_h = [wk_b_h q_nope_h | rope(q_rope_h)]; o_h = softmax(q'_h rows^T * mscale^2 /
+ *           sqrt(nope + rope)) rows[:, :lat]; x += Wo fp16(wv_b_h o_h)   (per-head: batched cuBLAS)
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
  *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
  *            or, MoE: x += sum over the router's top k experts e of w_e Wdown_e fp16(silu(Wgate_e h) * Wup_e h)
- *                 (the router's scores softmax, or sigmoid chosen with a selection bias: GLM-4.5)
+ *                 (the router's scores softmax, or sigmoid chosen with a selection bias: GLM-4.5;
+ *                  DeepSeek: chosen inside the best expert groups only)
  *                 (gpt-oss: the router's bias, softmax over the chosen logits, each expert's
  *                  biases, the clamped SwiGLU: glu_act)
  *                 (+ sigmoid(w_shexp . h) * the shared expert's GLU, where the family has one;
@@ -431,6 +437,9 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
     const gpu_layer *L = &g->layers[il];
     const int window = L->window;
     const float *sinks = L->attn_sinks ? F32(L->attn_sinks) : NULL;
+    /* latent rows: the scores of the expanded form's heads, times YaRN's mscale^2 */
+    const float scale = L->mla ? hp->attn_mscale2 / sqrtf((float)(hp->mla_nope + hp->n_rot))
+                               : 1.0f / sqrtf(hp->attn_scalar);
     const int32_t *kpos = I32(g->in_d + (g->bidir ? g->in.kpos : g->in.pos)); /* what bounds each token's keys */
     /* the layer's own region of the caches (or its kv_source's): one layer of blocks there */
     if (ap->n_tiles > 0) {
@@ -439,7 +448,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
             .pos = kpos, .tables = I32(gpu_layer_tables(g, L)), .tiles = I32(g->in_d + g->in.ftiles),
             .out = F16(g->act_h), .n_layer = 1, .layer = 0,
             .n_head = hp->n_head, .n_kv = L->n_kv, .table_width = g->table_width, .window = window,
-            .scale = (float)(M_LOG2E / sqrt((double)hp->attn_scalar)), .sinks = sinks,
+            .scale = L->mla ? (float)M_LOG2E * scale : (float)(M_LOG2E / sqrt((double)hp->attn_scalar)), .sinks = sinks,
         };
         /* pack_step makes tiles only when gpu_flash_q_tokens() allows every layer: head_dim 64,
          * 128 or 256 */
@@ -455,7 +464,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         .pos = kpos, .tables = I32(gpu_layer_tables(g, L)), .n_layer = 1,
         .layer = 0, .n_head = nh, .n_kv = L->n_kv, .table_width = g->table_width,
         .hd = hd, .gb = gb, .n_split = n_split, .window = window,
-        .scale = 1.0f / sqrtf(hp->attn_scalar), .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
+        .scale = scale, .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
         .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .out = F16(g->act_h), .sinks = sinks,
     };
     unsigned n = (unsigned)ap->n_dec;
@@ -566,7 +575,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
                          .sigmoid = L->router_sigmoid, .topk_first = L->topk_first,
                          .norm = L->topk_first || hp->expert_weights_norm,
                          .scale = L->topk_first ? 1.0f : hp->expert_weights_scale, .ids = I32(g->moe_ids),
-                         .weights = F32(g->moe_w)};
+                         .weights = F32(g->moe_w), .n_group = L->n_group, .topk_group = hp->n_group_used};
     void *route[] = {&ra};
     CUdeviceptr out = dst + (size_t)t0 * d * sizeof(float);
     const float glu_limit = L->swiglu_clamp ? ARCH_SWIGLU_CLAMP_LIMIT : 0.0f;
@@ -577,7 +586,8 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
                    gpu_mmq_serves(&g->k, gate->wtype, gate->k) && gpu_mmq_serves(&g->k, down->wtype, down->k);
     /* moe_glu routes inside its blocks; the other paths launch moe_route first */
     if ((grouped || L->geglu) &&
-        gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, (unsigned)(2 * ne * sizeof(float)),
+        gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32},
+                        (unsigned)((2 * ne + L->n_group) * sizeof(float)),
                         g->stream, route, what, err, errlen))
         return -1;
     if (!grouped) {
@@ -598,7 +608,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
                    what, &g->moe_g, &g->moe_u, &g->moe_h, &total);
         } else {
             void *args[] = {&a};
-            if (gpu_launch_smem(&g->k.moe_glu[gate->wtype], per_entry, GPU_MOE_GLU_SMEM(ne, k), g->stream, args, what,
+            if (gpu_launch_smem(&g->k.moe_glu[gate->wtype], per_entry, GPU_MOE_GLU_SMEM(ne, k, L->n_group), g->stream, args, what,
                                 err, errlen))
                 return -1;
         }
@@ -714,13 +724,19 @@ static int ffn_glu_moe(gpu_engine *g, const gpu_layer *L, int T, const char *wha
     return add_post_normed(g, L->ffn_post_norm, T, what, err, errlen);
 }
 
+/* dst = fp16(src) over n floats. */
+static int to_half(gpu_engine *g, CUdeviceptr src, CUdeviceptr dst, size_t n, const char *what, char *err,
+                   size_t errlen)
+{
+    LAUNCH(g->k.to_f16, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}), what, &src,
+           &dst, &n);
+    return 0;
+}
+
 /* act_h = fp16(x) over T rows: the residual stream as a matmul input, unnormed. */
 static int residual_to_f16(gpu_engine *g, int T, const char *what, char *err, size_t errlen)
 {
-    size_t n = (size_t)T * g->d_embd;
-    LAUNCH(g->k.to_f16, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}), what, &g->x,
-           &g->act_h, &n);
-    return 0;
+    return to_half(g, g->x, g->act_h, (size_t)T * g->d_embd, what, err, errlen);
 }
 
 /* Gemma 4's per-layer inputs of the step's tokens, from their scaled embeddings in x:
@@ -821,6 +837,93 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     matmul_op wo = {.out = {{&L->wo, g->x, L->bo, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = L->d_q,
                     .accumulate = true, .what = what};
     if (L->post_ln) return residual_post_ln(g, &wo, L->attn_out_norm, L->attn_out_norm_b, T, err, errlen);
+    return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
+}
+
+/* One batched product per head over T rows (cuBLAS, the heads its batch, in FP32): for head h,
+ * y[t][h * y_stride + o] = sum_i w_h[o][i] x[t][h * x_stride + i], w the F32 copy of a
+ * [n_head][n_out][k] tensor (wk_b, wv_b), x rows ldx apart, y rows ldy apart. */
+typedef struct head_product_op {
+    CUdeviceptr w, x, y;
+    int n_out, k, ldx, x_stride, ldy, y_stride, T;
+} head_product_op;
+
+static int head_product(gpu_engine *g, const head_product_op *op, const char *what, char *err, size_t errlen)
+{
+    float alpha = 1.0f, beta = 0.0f;
+    /* row-major y_h[T][n_out] = x_h[T][k] w_h^T: column-major y_h^T = w_h^T x_h^T (blas_matmul) */
+    CUBLAS_CHECK(cublas.gemm_strided_batched_ex(
+                     g->blas, CUBLAS_OP_T, CUBLAS_OP_N, op->n_out, op->T, op->k, &alpha, (const void *)(uintptr_t)op->w,
+                     CUDA_R_32F, op->k, (long long)op->n_out * op->k, (const void *)(uintptr_t)op->x, CUDA_R_32F,
+                     op->ldx, op->x_stride, &beta, (void *)(uintptr_t)op->y, CUDA_R_32F, op->ldy, op->y_stride,
+                     g->base.m->hp.n_head, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 what);
+    return 0;
+}
+
+/* Multi-head latent attention (deepseek2) of layer il over the normed act_h, in the absorbed
+ * form for prompts and decode alike (cpu_engine.c: attention_mla):
+ *   q = Wq_b fp16(rmsnorm(Wq_a h) * q_a_norm) (or Wq h), heads [nope | rope];  kv = Wkv_a h
+ *   cache row[pos] = [rmsnorm(kv[:lat]) * kv_a_norm | rope(kv[lat:])]        (mla_post)
+ *   q'_h = [wk_b_h q_nope_h | rope(q_rope_h)]  (the first part one batched FP32 cuBLAS product)
+ *   o_h = softmax(q'_h rows^T * mscale^2 / sqrt(nope + rope)) rows[:, :lat]
+ *         (the attention kernels with one KV head of lat + rope, its keys its values)
+ *   x += Wo fp16(wv_b_h o_h over the heads)                 (wv_b: the second batched product)
+ * q' lives in q ([t][n_head][lat + rope]), the attention's output in act_h (FP16, the same
+ * shape; its RoPE columns unused), widened into q for the value product, whose heads go to
+ * mla_q, then act_h for Wo. */
+static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, const char *what, char *err,
+                         size_t errlen)
+{
+    const model_hparams *hp = &g->base.m->hp;
+    const gpu_layer *L = &g->layers[il];
+    const int H = hp->n_head, nope = hp->mla_nope, rot = hp->n_rot, lat = hp->kv_lora_rank, qk = nope + rot;
+    const int row = L->hd, vw = hp->mla_v;
+    const bool lora = L->wq_a.d != 0;
+    /* the query and the latent read h to about 22 bits, act_h and its FP16 remainder act_lo (as
+     * attention_linear's projections): with h in FP16 alone the reference deepseek_v3's top-1
+     * against the CPU was 97.57 % on the H100 (docs/mla-gpu.md) */
+    matmul_op in = {.out = {{lora ? &L->wq_a : &L->wq, lora ? g->mla_qa : g->mla_q, 0, lora ? hp->q_lora_rank : H * qk},
+                            {&L->wkv_a, g->kk, 0, row}},
+                    .n_out = 2, .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
+    matmul_op in_lo = in;
+    in_lo.x = g->act_lo, in_lo.accumulate = true;
+    if (matmul(g, &in, err, errlen) || matmul(g, &in_lo, err, errlen)) return -1;
+    if (lora) {
+        norm_op qa = {.x = g->mla_qa, .w = L->q_a_norm, .yh = g->act_h, .ylo = g->act_lo, .rows = T,
+                      .n = hp->q_lora_rank};
+        matmul_op qb = {.out = {{&L->wq_b, g->mla_q, 0, H * qk}}, .n_out = 1, .x = g->act_h, .m = T,
+                        .ldx = hp->q_lora_rank, .what = what};
+        matmul_op qb_lo = qb;
+        qb_lo.x = g->act_lo, qb_lo.accumulate = true;
+        if (rmsnorm(g, &qa, what, err, errlen) || matmul(g, &qb, err, errlen) || matmul(g, &qb_lo, err, errlen))
+            return -1;
+    }
+    head_product_op absorb = {.w = L->wk_b, .x = g->mla_q, .y = g->q, .n_out = lat, .k = nope, .ldx = H * qk,
+                              .x_stride = qk, .ldy = H * row, .y_stride = row, .T = T};
+    if (head_product(g, &absorb, what, err, errlen)) return -1;
+    mla_post_args mp = {
+        .q_raw = F32(g->mla_q), .q = F32(g->q), .kv = F32(g->kk), .kv_norm = F32(L->kv_a_norm), .kc = F16(L->kc),
+        .rope = {.seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos),
+                 .tables = I32(gpu_layer_tables(g, L)), .rope_base = L->rope_base, .pos_scale = 1.0f / L->rope_scale, .eps = hp->rms_eps,
+                 .neox = hp->rope_neox, .hd = rot, .n_rot = rot, .table_width = g->table_width,
+                 .yarn_factor = hp->yarn_factor, .yarn_low = hp->yarn_low, .yarn_high = hp->yarn_high,
+                 .mscale = hp->rope_attn_factor},
+        .n_head = H, .nope = nope, .lat = lat,
+    };
+    LAUNCH(g->k.mla_post, ((gpu_launch_dims){(unsigned)T, (unsigned)(H + 1), 1, 64}), what, &mp);
+    if (attention(g, il, ap, err, errlen)) return -1;
+    int width = H * row;
+    size_t n = (size_t)T * width;
+    LAUNCH(g->k.to_f32_rows, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}), what,
+           &g->act_h, &width, &g->q, &width, &n);
+    head_product_op value = {.w = L->wv_b, .x = g->q, .y = g->mla_q, .n_out = vw, .k = lat, .ldx = H * row,
+                             .x_stride = row, .ldy = H * vw, .y_stride = vw, .T = T};
+    if (head_product(g, &value, what, err, errlen) ||
+        to_half(g, g->mla_q, g->act_h, (size_t)T * H * vw, what, err, errlen))
+        return -1;
+    matmul_op wo = {.out = {{&L->wo, g->x, L->bo, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = H * vw,
+                    .accumulate = true, .what = what};
     return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
 }
 
@@ -935,18 +1038,24 @@ static int ffn_glu_post_ln(gpu_engine *g, const gpu_layer *L, int T, const char 
     return residual_post_ln(g, &down, L->ffn_out_norm, L->ffn_out_norm_b, T, err, errlen);
 }
 
+/* An attention block of layer il over the normed act_h (attention_softmax, _linear, _mla). */
+typedef int (*gpu_block)(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, const char *what, char *err,
+                         size_t errlen);
+
 /* x += the attention block of layer il over h = fp16(rmsnorm(x) * attn_norm): softmax
- * attention, or a linear layer's gated DeltaNet. */
+ * attention, a linear layer's gated DeltaNet or a latent-attention layer's MLA. */
 static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
     char what[64];
     snprintf(what, sizeof what, "layer %d attention", il);
-    norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .ylo = L->lin >= 0 ? g->act_lo : 0, .rows = T,
-                  .n = hp->n_embd, .q8 = !L->post_ln && norm_q8(g, T, hp->n_embd)};
+    /* a linear or latent layer's projections read the norm to about 22 bits (act_lo) */
+    norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .ylo = L->lin >= 0 || L->mla ? g->act_lo : 0,
+                  .rows = T, .n = hp->n_embd, .q8 = !L->post_ln && norm_q8(g, T, hp->n_embd)};
     if (L->post_ln ? residual_to_f16(g, T, what, err, errlen) : rmsnorm(g, &n1, what, err, errlen)) return -1;
-    return (L->lin >= 0 ? attention_linear : attention_softmax)(g, il, T, ap, what, err, errlen);
+    const gpu_block block = L->lin >= 0 ? attention_linear : L->mla ? attention_mla : attention_softmax;
+    return block(g, il, T, ap, what, err, errlen);
 }
 
 static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, char *err, size_t errlen)

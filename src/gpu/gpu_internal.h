@@ -54,12 +54,19 @@ typedef struct gpu_layer {
      * and biases after each block */
     CUdeviceptr bo, b_up, b_down, attn_out_norm, attn_out_norm_b, ffn_out_norm, ffn_out_norm_b;
     gpu_matrix wq, wk, wv, wo, w_gate, w_up, w_down; /* absent ones (d == 0) per the recipe */
+    /* multi-head latent attention (deepseek2, mla): the query's LoRA pair and its norm (or wq),
+     * the latent's projection and norm, and the per-head wk_b, wv_b in F32 [n_head][out][in]
+     * (gpu_engine.c: F32_MATRICES) */
+    gpu_matrix wq_a, wq_b, wkv_a;
+    CUdeviceptr q_a_norm, kv_a_norm, wk_b, wv_b;
+    bool mla;
     gpu_matrix ple_gate, ple_proj; /* Gemma 4's per-layer embedding: [n_embd -> P], [P -> n_embd] */
     CUdeviceptr ple_post_norm;
     CUdeviceptr router; /* MoE: the router (ffn_gate_inp) in F32, [n_expert][n_embd], or 0; the
                            scaled router (Gemma 4) with ffn_gate_inp.scale / sqrt(n_embd) folded in */
     CUdeviceptr exp_probs_b; /* the sigmoid router's selection bias [n_expert] (GLM-4.5), or 0 */
     bool router_sigmoid;     /* ARCH_ROUTER_SIGMOID_BIAS: sigmoid scores, not softmax */
+    int n_group;             /* the router's expert groups (ARCH_FFN_EXPERT_GROUPS: DeepSeek), 0: none */
     /* MoE: the experts (3-D); Gemma 4's fused ffn_gate_up_exps is uploaded once and gate and
      * up are views of its two halves (an expert's rows: gate's, then up's; expert_bytes the
      * pair's) */
@@ -168,6 +175,7 @@ typedef struct gpu_engine {
     CUdeviceptr kc, vc, hist;
     size_t kv_bytes;       /* both caches, both pools */
     size_t block_bytes;    /* one block of one cache: every full layer with K/V of its own */
+    int kv_caches;         /* 2 (K and V), or 1: latent rows (MLA), whose keys are their values */
     size_t block_bytes_swa, swa_bytes; /* the same for the sliding layers; their pool, both caches */
     int table_width;              /* blocks of one sequence's table */
     int *hist_len;
@@ -177,7 +185,8 @@ typedef struct gpu_engine {
     int d_embd, d_q, d_kv, d_ff; /* row widths (d_ff padded to 32) */
     CUdeviceptr x;               /* residual stream, f32 [t][n_embd] */
     CUdeviceptr act_h, ff_h;     /* matmul inputs, f16: normed x / attention out, SwiGLU out */
-    CUdeviceptr act_lo;          /* a linear layer's normed x less act_h, f16 (attention_linear) */
+    CUdeviceptr act_lo;          /* a linear or latent-attention layer's normed x less act_h, f16
+                                    (attention_linear, attention_mla) */
     CUdeviceptr q, kk, vv;       /* projections, f32 */
     CUdeviceptr gate, up;        /* cuBLAS path only: f32 gate/up before SwiGLU (0 when unused) */
     CUdeviceptr post;            /* sandwich-norm models only: a block's output before its norm and
@@ -211,6 +220,10 @@ typedef struct gpu_engine {
     int ssm_chan, *state_len;
     CUdeviceptr ssm_mix, ssm_z, ssm_b, ssm_g, ssm_raw, ssm_o, qg, sh_logit, sh_y;
     CUdeviceptr ssm_u, ssm_w, ssm_gc; /* the chunked form's U (then v_new), W, cumulative decay */
+    /* latent attention only (0 otherwise): the query projection's heads f32 [t][n_head][nope +
+     * n_rot] (then the value heads [t][n_head][v]) and the compressed query f32 [t][q_lora]
+     * before its norm */
+    CUdeviceptr mla_q, mla_qa;
     int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;
     CUdeviceptr att_counts;      /* attn_decode's arrival counters (attn_args.counts), or 0 */

@@ -253,6 +253,7 @@ int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned
 
 const gpu_fn *gpu_attn_partial_fn(const gpu_kernels *k, int hd)
 {
+    if (hd > 256 && hd != 512) return &k->attn_partial_wide; /* latent rows (MLA) */
     return hd == 64 ? &k->attn_partial_hd64 : hd == 128 ? &k->attn_partial_hd128 : hd == 512 ? &k->attn_partial_hd512 : &k->attn_partial;
 }
 

@@ -62,7 +62,8 @@ typedef struct gpu_kernels {
     gpu_fn rmsnorm, rmsnorm_q8, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
     gpu_fn softcap, scale_f32, add_bias;
     gpu_fn layernorm, gelu_erf; /* encoders (BERT): post-LN and the MLP's exact GELU */
-    gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_combine;
+    gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_partial_wide, attn_combine;
+    gpu_fn mla_post; /* multi-head latent attention's query tail and cache row (kernels/mla.cuh) */
     /* prompt tiles on the tensor cores (gpu_flash_q_tokens): launched by gpu_launch_flash */
     gpu_fn flash_attn_hd64, flash_attn_hd128, flash_attn_hd256;
     /* decode tokens on the tensor cores (gpu_attn_decode_serves): gpu_attn_dec_warps(hd) warps,

@@ -55,6 +55,25 @@ typedef struct qkv_post_args {
     int no_rope; /* 1: no rotary embedding at all (bert: absolute positions): rope_* unused */
 } qkv_post_args;
 
+/* Multi-head latent attention (kernels/mla.cuh, deepseek2).  mla_post: per token, each head's
+ * RoPE part of the query, rope(q_raw[t][h][nope..]) into q[t][h][lat..] (the absorbed query's
+ * tail; its latent part is the wk_b product's), and the latent cache row, [rmsnorm(kv[:lat]) *
+ * kv_norm | rope(kv[lat:])] in FP16 at the token's position (one KV head of lat + n_rot, no V).
+ * rope: the positions, block tables and RoPE parameters as qkv_post takes them (hd = n_rot =
+ * the rotated width; eps the norm's). */
+typedef struct mla_post_args {
+    const float *q_raw; /* [t][n_head][nope + n_rot]: the query projection's heads */
+    float *q;           /* [t][n_head][lat + n_rot] */
+    const float *kv;    /* [t][lat + n_rot]: wkv_a's output */
+    const float *kv_norm;
+    gpu_half *kc;
+    qkv_post_args rope;
+    int n_head, nope, lat;
+} mla_post_args;
+/* The widest latent row (kv_lora_rank + n_rot) the attention kernels take: DeepSeek V2/V3's
+ * 512 + 64 (attn_partial_wide: head_dims over 256 up to this, a multiple of 8). */
+#define GPU_MLA_MAX_ROW 576
+
 /* Gated DeltaNet (kernels/deltanet.cuh).  One sequence of a step: its first packed token, its
  * token count and its recurrent-state slot. */
 typedef struct gpu_ssm_seq {
@@ -152,6 +171,7 @@ typedef struct matvec_rope_args {
 typedef struct moe_route_args {
     const float *logits, *bias, *expert_scale;
     int n_expert, k, sigmoid, topk_first, norm;
+    int n_group, topk_group; /* expert groups (DeepSeek; n_group <= 1: none), the best kept */
     float scale;
     int32_t *ids;
     float *weights;
@@ -181,8 +201,8 @@ typedef struct moe_mv_args {
     int accumulate;       /* moe_down */
 } moe_mv_args;
 /* moe_glu's dynamic shared memory for n_expert experts, k chosen: the scores and choice
- * values, then the chosen ids and weights */
-#define GPU_MOE_GLU_SMEM(n_expert, k) ((unsigned)(2 * (n_expert) + 2 * (k)) * 4u)
+ * values, the expert groups' scores (n_group; DeepSeek V3), then the chosen ids and weights */
+#define GPU_MOE_GLU_SMEM(n_expert, k, n_group) ((unsigned)(2 * (n_expert) + (n_group) + 2 * (k)) * 4u)
 /* moe_down: the rows of a block (its 8 warps over rows x choices) and its shared memory */
 #define GPU_MOE_DOWN_ROWS(k) ((k) >= 8 ? 1 : 8 / (k))
 #define GPU_MOE_DOWN_SMEM(k) ((unsigned)(GPU_MOE_DOWN_ROWS(k) * (k)) * 4u)

@@ -722,7 +722,8 @@ static void test_moe_route_sigmoid(void **state)
  * (gated DeltaNet, gated attention with partial RoPE, the gated shared expert), phi3 (partial
  * LongRoPE, fused qkv and gate/up) and glm4moe (sigmoid router with its selection bias,
  * ungated shared expert, a dense first layer) need nothing it lacks; deepseek2 is refused by
- * the feature it needs first, and the next by name when that one is granted (`granted`). */
+ * the feature it needs first, and the next by name when that one is granted (`granted`), and
+ * needs nothing past GPU_MLA_FEATURES (its written GPU path, not yet on: docs/mla-gpu.md). */
 static void test_gpu_features(void **state)
 {
     (void)state;
@@ -745,6 +746,8 @@ static void test_gpu_features(void **state)
         {"deepseek_v3.gguf", 0, "the cuda backend does not implement multi-head latent attention (layer 0 of deepseek2)"},
         {"deepseek_v3.gguf", ARCH_F_ATTN_MLA,
          "the cuda backend does not implement grouped expert selection (layer 1 of deepseek2)"},
+        /* with its path switched on (gpu.h: GPU_MLA_FEATURES), nothing else is missing */
+        {"deepseek_v3.gguf", GPU_MLA_FEATURES, NULL},
     };
     const char *env = getenv("INFERD_SHARED_DIR");
     const char *dir = env && *env ? env : INFERD_SHARED_DIR;

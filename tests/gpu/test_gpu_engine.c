@@ -40,8 +40,14 @@
  *   - encoders: BERT (../shared/reference's, a bge-small shape) and nomic-bert (rotary, fused
  *     QKV, SwiGLU; a small one and the nomic-embed-text-v1.5 shape) embeddings within cosine
  *     0.9999 of the CPU's;
- *   - a recipe feature the GPU does not run (deepseek2's latent attention; jina-bert-v2's ALiBi,
- *     without a device) is refused by name.
+ *   - deepseek2 (multi-head latent attention: the latent cache, the absorbed query, the value
+ *     up-projection; the router's expert groups), when its path is on (gpu.h GPU_MLA_FEATURES;
+ *     skipped saying so while it is not): ../shared/reference's deepseek_v3 (q LoRA, YaRN's
+ *     mscale, sigmoid router in groups) and mkmodel's in F16, Q8_0 and Q4_K_M (no q LoRA,
+ *     latent rows of 288: the wide attention kernel), logits as above, 32 concurrent sequences
+ *     of the reference file as each alone;
+ *   - a recipe feature the GPU does not run (deepseek2's latent attention while it is off;
+ *     jina-bert-v2's ALiBi, without a device) is refused by name.
  * Skips without a device. */
 #include <math.h>
 #include <setjmp.h>
@@ -912,12 +918,13 @@ static void test_errors_leave_engine_usable(void **state)
 }
 
 /* A recipe feature the GPU does not run: ../shared/reference's deepseek_v3 (DeepSeek's
- * latent attention and expert groups: docs/mla-gpu.md) loads, and the CUDA engine refuses it
- * at creation, naming the first such feature and the layer, rather than run its layers without
- * it. */
+ * latent attention and expert groups, written but not on: gpu.h GPU_MLA_FEATURES,
+ * docs/mla-gpu.md) loads, and the CUDA engine refuses it at creation, naming the first such
+ * feature and the layer, rather than run its layers without it. */
 static void test_recipe_feature_refused(void **state)
 {
     (void)state;
+    if ((GPU_FEATURES & GPU_MLA_FEATURES) == GPU_MLA_FEATURES) skip(); /* switched on: test_deepseek2_* */
     model *m = load_shared("reference/deepseek_v3.gguf");
     if (!m) return;
     char err[512];
@@ -1816,6 +1823,51 @@ static void test_phi3_glm4moe_mkmodel(void **state)
     assert_true(ok); /* every file measured before the verdict */
 }
 
+/* ---- deepseek2 (multi-head latent attention, docs/mla-gpu.md) ---- */
+
+/* ../shared/reference's deepseek_v3 (F32): the q LoRA pair, latent rows of 32 + 8 RoPE
+ * (interleaved, YaRN with mscale: the scores times mscale^2), a dense first layer, then 8
+ * experts in 4 groups of which the best 2 are kept, sigmoid-routed with the selection bias,
+ * renormalised and scaled, and the shared expert: GPU logits against the CPU's over 288 random
+ * tokens, 32 concurrent greedy sequences as each alone. */
+static void test_deepseek2_reference_file(void **state)
+{
+    (void)state;
+    if (!gpu_features_enabled(GPU_MLA_FEATURES, "deepseek2")) skip();
+    static const char *const files[] = {"reference/deepseek_v3.gguf"};
+    check_reference_files(files, 1, 81, 1);
+}
+
+/* mkmodel's deepseek2 (4 heads of 64 + 32 RoPE, latent 256: rows of 288, the wide attention
+ * kernel; the query without LoRA; 8 experts in 4 groups, the best 2 kept) in F16, Q8_0 and
+ * Q4_K_M, and once with a q LoRA of 128 (Q4_K_M): GPU logits against the CPU's as above. */
+static void test_deepseek2_mkmodel(void **state)
+{
+    (void)state;
+    if (!gpu_features_enabled(GPU_MLA_FEATURES, "deepseek2")) skip();
+    static const mkmodel_ftype fts[] = {MKMODEL_F16, MKMODEL_Q8_0, MKMODEL_Q4_K_M, MKMODEL_Q4_K_M};
+    bool ok = true;
+    uint64_t seed = 83;
+    for (size_t f = 0; f < sizeof fts / sizeof fts[0]; f++) {
+        mkmodel_config cfg;
+        assert_true(mkmodel_preset("tiny", &cfg));
+        cfg.n_embd = 256, cfg.n_head = 4, cfg.n_ff = 1024, cfg.n_vocab = 512, cfg.n_ctx = 512;
+        mkmodel_set_arch(&cfg, MODEL_ARCH_DEEPSEEK2);
+        cfg.n_layer = 3, cfg.n_ff_exp = 256, cfg.ftype = fts[f], cfg.seed = 9;
+        cfg.n_expert_groups = 4, cfg.n_group_used = 2;
+        if (f == 3) cfg.q_lora_rank = 128;
+        model *m = mkmodel_loaded(&cfg);
+        int32_t tokens[N_POS];
+        random_tokens(m, &seed, tokens);
+        char label[64];
+        snprintf(label, sizeof label, "deepseek2 %s%s", mkmodel_ftype_name(fts[f]), f == 3 ? " q-LoRA" : "");
+        agreement ag = measure_logits(m, label, N_POS, N_PROMPT, tokens);
+        ok &= ag.top1 >= 0.99 && ag.over <= MOE_MAX_OVER;
+        model_free(m);
+    }
+    assert_true(ok); /* every file measured before the verdict */
+}
+
 /* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_moe*"). */
 int main(int argc, char **argv)
 {
@@ -1846,6 +1898,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hybrid_reference_files),
         cmocka_unit_test(test_phi3_glm4moe_reference_files),
         cmocka_unit_test(test_phi3_glm4moe_mkmodel),
+        cmocka_unit_test(test_deepseek2_reference_file),
+        cmocka_unit_test(test_deepseek2_mkmodel),
         cmocka_unit_test(test_hybrid_state_pieces_and_snapshot),
         cmocka_unit_test(test_reference_deterministic_bit_identical),
         cmocka_unit_test(test_embeddings_match_cpu),

@@ -5,7 +5,7 @@
  * attention over slots of different lengths, the tensor-core prompt attention (flash) over
  * spans of every shape (each attention kernel also with gpt-oss's sinks), the sampler against
  * sampling_sample(), and the gated DeltaNet's conv, chunked prompt form and decode recurrence
- * against the CPU engine's.  Outputs are poisoned (NaN)
+ * against the CPU engine's, the MoE router's expert groups against cpu_moe_route_scored.  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1581,6 +1581,75 @@ static void test_delta_rule(void **state)
  * fit in it (a span's split count is not monotone, so the longest span alone does not bound
  * it), also with attn_decode's per-token count under any batch split
  * (gpu_attn_dec_token_split), which must be max_split itself when the batch split is. */
+/* moe_route with DeepSeek's expert groups against cpu_moe_route_scored on random logits: V3's
+ * shape (256 experts in 8 groups, the best 4 kept, 8 chosen; sigmoid + selection bias, groups
+ * scored by their two best, renormalised and scaled), V2's (softmax, groups by their best, not
+ * renormalised) and the reference file's (8 experts in 4 groups of 2).  The same experts in the
+ * same order for every token, the weights within 1e-5 relative (the softmax's sums run in another
+ * order); the masked groups' choices are 0, so some tokens' choices include masked experts. */
+static void test_moe_route_groups(void **state)
+{
+    (void)state;
+    static const struct {
+        int n_expert, k, n_group, topk_group, sigmoid, norm;
+        float scale;
+    } shapes[] = {{256, 8, 8, 4, 1, 1, 2.5f}, {64, 6, 8, 3, 0, 0, 1.0f}, {8, 2, 4, 2, 1, 1, 2.5f},
+                  {160, 6, 8, 3, 0, 1, 16.0f}};
+    const int T = 300;
+    uint64_t seed = 91;
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int ne = shapes[c].n_expert, k = shapes[c].k;
+        float *logits = malloc((size_t)T * ne * sizeof *logits), *bias = malloc((size_t)ne * sizeof *bias);
+        float *row = malloc((size_t)ne * sizeof *row);
+        float *choice = malloc((size_t)(ne + shapes[c].n_group) * sizeof *choice);
+        float *w_gpu = malloc((size_t)T * k * sizeof *w_gpu), w_cpu[8];
+        int32_t *ids_gpu = malloc((size_t)T * k * sizeof *ids_gpu), ids_cpu[8];
+        for (size_t i = 0; i < (size_t)T * ne; i++) logits[i] = 4.0f * gpu_test_randf(&seed);
+        for (int i = 0; i < ne; i++) bias[i] = 0.5f * gpu_test_randf(&seed);
+        const bool use_bias = shapes[c].sigmoid;
+        CUdeviceptr dl = upload(logits, (size_t)T * ne * sizeof *logits), db = upload(bias, (size_t)ne * sizeof *bias);
+        CUdeviceptr dids = poisoned((size_t)T * k), dw = poisoned((size_t)T * k);
+        moe_route_args ra = {.logits = (const float *)(uintptr_t)dl,
+                             .bias = use_bias ? (const float *)(uintptr_t)db : NULL,
+                             .n_expert = ne, .k = k, .sigmoid = shapes[c].sigmoid, .norm = shapes[c].norm,
+                             .n_group = shapes[c].n_group, .topk_group = shapes[c].topk_group,
+                             .scale = shapes[c].scale, .ids = (int32_t *)(uintptr_t)dids, .weights = (float *)(uintptr_t)dw};
+        void *args[] = {&ra};
+        unsigned smem = (unsigned)((2 * ne + shapes[c].n_group) * sizeof(float));
+        if (gpu_launch_smem(&G.k.moe_route, (gpu_launch_dims){(unsigned)T, 1, 1, 32}, smem, G.stream, args, "test", err,
+                            errlen))
+            fail_msg("%s", err);
+        download(ids_gpu, dids, (size_t)T * k * sizeof *ids_gpu);
+        download(w_gpu, dw, (size_t)T * k * sizeof *w_gpu);
+        const cpu_score_router r = {.bias = use_bias ? bias : NULL, .n_expert = ne, .k = k, .scale = shapes[c].scale,
+                                    .softmax = !shapes[c].sigmoid, .raw = !shapes[c].norm,
+                                    .n_group = shapes[c].n_group, .topk_group = shapes[c].topk_group, .choice = choice};
+        int masked_picks = 0;
+        double worst = 0.0;
+        for (int t = 0; t < T; t++) {
+            memcpy(row, logits + (size_t)t * ne, (size_t)ne * sizeof *row);
+            cpu_moe_route_scored(&r, row, ids_cpu, w_cpu);
+            for (int j = 0; j < k; j++) {
+                if (ids_gpu[t * k + j] != ids_cpu[j])
+                    fail_msg("shape %zu token %d choice %d: GPU expert %d, CPU %d", c, t, j, ids_gpu[t * k + j], ids_cpu[j]);
+                double e = fabs((double)w_gpu[t * k + j] - w_cpu[j]) / fmax(fabs((double)w_cpu[j]), 1e-6);
+                if (e > worst) worst = e;
+                masked_picks += choice[ids_cpu[j]] == 0.0f;
+            }
+        }
+        print_message("  %d experts, %d groups (best %d), k %d, %s: ids equal over %d tokens, weights within %.2e "
+                      "(%d picks of masked experts)\n",
+                      ne, shapes[c].n_group, shapes[c].topk_group, k, shapes[c].sigmoid ? "sigmoid + bias" : "softmax",
+                      T, worst, masked_picks);
+        assert_true(worst < 1e-5);
+        CHECK(cu.cuMemFree(dl));
+        CHECK(cu.cuMemFree(db));
+        CHECK(cu.cuMemFree(dids));
+        CHECK(cu.cuMemFree(dw));
+        free(logits), free(bias), free(row), free(choice), free(w_gpu), free(ids_gpu);
+    }
+}
+
 static int check_split_bound(void)
 {
     const int max_splits[] = {ATT_MAX_SPLIT, GPU_ATT_DEC_SPLIT, 16, 33};
@@ -1631,6 +1700,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_flash_attention_window),
         cmocka_unit_test(test_sampler_matches_cpu),
         cmocka_unit_test(test_delta_rule),
+        cmocka_unit_test(test_moe_route_groups),
     };
     if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;
     return cmocka_run_group_tests(tests, setup_ctx, teardown_ctx);

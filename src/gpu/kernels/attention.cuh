@@ -187,6 +187,13 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd512(
 {
     attn_partial_body<8, 8, 512, GPU_ATT_GB_HD512>(a);
 }
+// Head dims over 256 up to GPU_MLA_MAX_ROW (a multiple of 8), 512 aside: the latent rows of
+// multi-head latent attention (DeepSeek's 576 = 512 + 64 RoPE), whose keys are their values
+// (kc == vc; the RoPE part's sums are not used).  Four heads per block, as at 512.
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_wide(attn_args a)
+{
+    attn_partial_body<GPU_MLA_MAX_ROW / 64, 8, 0, GPU_ATT_GB_HD512>(a);
+}
 
 // out[t][h][d] = sum_s e^(m_s - M) o_s[d] / (sum_s e^(m_s - M) l_s + e^(sink_h - M)), in FP16 (the input of the
 // output projection); grid (tokens, heads), token t = tok_list[grid x] (NULL: grid x), as in

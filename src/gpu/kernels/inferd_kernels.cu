@@ -12,6 +12,7 @@
 #include "moe.cuh"
 #include "elementwise.cuh"
 #include "attention.cuh"
+#include "mla.cuh"
 #include "attn_decode.cuh"
 #include "flash_attn.cuh"
 #include "sampling.cuh"

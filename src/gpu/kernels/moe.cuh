@@ -6,7 +6,8 @@
 //                  rounding and the router's weights in F32: a choice between experts whose
 //                  scores nearly tie is then the CPU's, up to the residual stream's own rounding
 //   moe_route      softmax (or sigmoid: GLM-4.5) scores of the router's logits, the top k of
-//                  the scores (+ the selection bias) with ties to the lower id, their unbiased
+//                  the scores (+ the selection bias; DeepSeek: inside the best expert groups
+//                  only) with ties to the lower id, their unbiased
 //                  scores renormalised and scaled (Gemma 4: then times the expert's scale); or
 //                  (gpt-oss) the top k of the logits, their softmax the weights:
 //                  ids[t][j], weights[t][j] (one warp per token)
@@ -74,6 +75,41 @@ extern "C" __global__ void __launch_bounds__(256) moe_router(const float *x, con
     }
 }
 
+// DeepSeek's expert groups (ARCH_FFN_EXPERT_GROUPS; cpu_ops.c group_mask): each of the n_group
+// groups of choice values scored by the sum of its two best (sigmoid, V3) or its best (softmax,
+// V2), the best topk_group groups kept (ties: the lower group), the other groups' choices set
+// to 0 -- not -inf: transformers' masked_fill(0.0), so a kept expert whose biased score is
+// negative can lose to a masked one.  A lane per group scores it serially, in the CPU's order;
+// the group scores go after the choices (shared memory), a kept group's set to -inf.
+__device__ __forceinline__ void moe_group_mask(float *choice, int n_expert, int n_group, int topk_group,
+                                               bool max_only)
+{
+    const int lane = threadIdx.x, per = n_expert / n_group;
+    float *best = choice + n_expert;
+    for (int g = lane; g < n_group; g += 32) {
+        const float *v = choice + (size_t)g * per;
+        float first = v[0], second = -INFINITY;
+        for (int i = 1; i < per; i++) {
+            if (v[i] > first) second = first, first = v[i];
+            else if (v[i] > second) second = v[i];
+        }
+        best[g] = max_only || per < 2 ? first : first + second;
+    }
+    __syncwarp();
+    if (lane == 0) {
+        for (int j = 0; j < topk_group; j++) {
+            int top = 0;
+            for (int g = 1; g < n_group; g++)
+                if (best[g] > best[top]) top = g;
+            best[top] = -INFINITY;
+        }
+    }
+    __syncwarp();
+    for (int x = lane; x < n_expert; x += 32)
+        if (best[x / per] != -INFINITY) choice[x] = 0.0f;
+    __syncwarp();
+}
+
 // The scores of one token's logits l into prob[] and its choice values into choice[] (shared
 // memory), by one warp; returns the max logit (softmax, topk_first; else -inf).  moe_route_args
 // says what is scored: the softmax of the logits (ARCH_ROUTER_SOFTMAX_TOPK), their sigmoid (+
@@ -132,6 +168,7 @@ extern "C" __global__ void moe_route(moe_route_args a)
     float *choice = prob + n_expert;
     const float mx = moe_route_scores(a, a.logits + (size_t)blockIdx.x * n_expert, prob, choice, lane);
     __syncwarp();
+    if (a.n_group > 1) moe_group_mask(choice, n_expert, a.n_group, a.topk_group, !a.sigmoid);
     int32_t *ids = a.ids + (size_t)blockIdx.x * k;
     float *weights = a.weights + (size_t)blockIdx.x * k;
     float chosen_sum = 0.0f;
@@ -172,12 +209,14 @@ __device__ __forceinline__ void moe_block_route(const moe_route_args &a, int t, 
     extern __shared__ float rs[];
     __shared__ float s_mx;
     const int n_expert = a.n_expert, k = a.k, tid = threadIdx.x;
-    float *prob = rs, *choice = rs + n_expert;
-    sel = (int32_t *)(rs + 2 * n_expert);
-    wsel = rs + 2 * n_expert + k;
+    float *prob = rs, *choice = rs + n_expert; // then moe_group_mask's n_group group scores
+    sel = (int32_t *)(rs + 2 * n_expert + a.n_group);
+    wsel = (float *)sel + k;
     for (int j = tid; j < k; j += blockDim.x) sel[j] = -1;
     if (tid < 32) {
         const float mx = moe_route_scores(a, a.logits + (size_t)t * n_expert, prob, choice, tid);
+        __syncwarp();
+        if (a.n_group > 1) moe_group_mask(choice, n_expert, a.n_group, a.topk_group, !a.sigmoid);
         if (tid == 0) s_mx = mx;
     }
     __syncthreads();

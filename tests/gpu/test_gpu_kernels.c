@@ -453,8 +453,14 @@ static void test_mmq_partial_stage(void **state)
     uint64_t seed = 13;
     const int Ks[] = {2880, 800}, Ms[] = {1, 2, 17, 64, 300};
     assert_true(G.k.mmq[gpu_wtype_index(t)][0].f && ggml_type_block_elems(t) <= 32);
+    /* The engine does not take this path (gpu_kernels.c: gpu_mmq_serves says why): the test
+     * stays to find the race, run by hand with INFERD_TEST_MMQ_PARTIAL=1. */
+    if (!gpu_mmq_serves(&G.k, gpu_wtype_index(t), Ks[0]) && !getenv("INFERD_TEST_MMQ_PARTIAL")) {
+        print_message("  %s: mmq's partial last stage is off in the engine (a race on the H100); "
+                      "INFERD_TEST_MMQ_PARTIAL=1 runs it\n", ggml_type_name(t));
+        skip();
+    }
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
-        assert_true(gpu_mmq_serves(&G.k, gpu_wtype_index(t), Ks[ki]));
         float *deq = malloc((size_t)Ks[ki] * PN * sizeof *deq);
         double edq, worst[2] = {0.0, 0.0}, mv[2] = {0.0, 0.0};
         product_matrix pm = product_matrix_new(t, Ks[ki], deq, &seed, &edq);

@@ -43,6 +43,16 @@
 
 
 
+/* Speculation's off-switch by batch size (spec_gate_allows): the decode tokens per second of
+ * steps that verified drafts and of steps that did not, an average of the last ~8 of each, per
+ * bucket of decode rows (1, 2-3, 4-7, ... 128+). */
+#define SPEC_GATE_BUCKETS 8
+typedef struct spec_gate {
+    double rate[2]; /* [0] plain steps, [1] steps with a verification */
+    int n[2];       /* steps timed, up to SPEC_GATE_WARM */
+    unsigned steps; /* steps planned in this bucket (the probes' clock) */
+} spec_gate;
+
 struct sched {
     engine *e;
     const tokenizer *tok;
@@ -101,6 +111,9 @@ struct sched {
     proposer *prop;           /* the drafter (cfg.spec), NULL when off */
     proposer_row *spec_rows;  /* plan_step's drafting rows, n_slots */
     int *spec_seq;            /* the planned decode of spec_rows[i] */
+    spec_gate gate[SPEC_GATE_BUCKETS]; /* by the step's decode rows: plain against speculating */
+    int step_decodes;         /* plan_step: the step's decode rows (0 when it carries prompt tokens too) */
+    double step_t0;           /* plan_step's start (before any drafting), timing_now_s */
 };
 
 /* ---- submit side (HTTP threads) ---------------------------------------------------- */
@@ -760,6 +773,63 @@ static void admit(sched *s)
  * drafts of text that does not repeat cost a wider step and buy nothing. */
 #define SPEC_PAUSE_STEPS 16
 
+/* The off-switch (spec_gate): each mode is timed this many steps in a bucket before the rates
+ * decide, and the mode they leave out still runs one step in SPEC_GATE_PROBE (acceptance, the
+ * context and the mix change: a verdict is never final). */
+#define SPEC_GATE_WARM 4
+#define SPEC_GATE_PROBE 32
+#define SPEC_GATE_EMA 0.125
+
+static int spec_gate_bucket(int n_decodes)
+{
+    int b = 0;
+    while (b + 1 < SPEC_GATE_BUCKETS && (2 << b) <= n_decodes) b++;
+    return b;
+}
+
+/* Whether a step of n_decodes decode rows may verify drafts.  Why measured rather than a rule:
+ * a verification pays where a step's cost hardly grows with its tokens (batch 1 reads every
+ * weight for one token: K more cost little), and costs where it does (a large batch is closer
+ * to compute-bound, and a step that verifies leaves the GPU's captured decode graphs for an
+ * eager pass); where the line falls depends on the model, the device, the acceptance and the
+ * drafter's own cost (a draft model's rounds).  So each bucket of batch sizes compares the
+ * decode tokens per second of its steps with and without verifications (the drafting's time
+ * counted in) and speculates while that pays, probing the other mode now and then. */
+static bool spec_gate_allows(sched *s, int n_decodes)
+{
+    spec_gate *g = &s->gate[spec_gate_bucket(n_decodes)];
+    g->steps++;
+    if (g->n[1] < SPEC_GATE_WARM) return true;
+    if (g->n[0] < SPEC_GATE_WARM) return false;
+    const bool spec = g->rate[1] >= g->rate[0];
+    return g->steps % SPEC_GATE_PROBE == 0 ? !spec : spec;
+}
+
+/* After a step of decode rows only (plan_step's step_decodes): its decode tokens (a
+ * verification's accepted drafts and the token after them, one per plain decode) per second
+ * into its bucket's average of its mode. */
+static void spec_gate_record(sched *s, int n)
+{
+    if (!s->prop || s->step_decodes != n || n == 0) return;
+    int tokens = 0;
+    bool verified = false;
+    for (int i = 0; i < n; i++) {
+        const engine_seq *q = &s->seqs[i];
+        if (q->n_sample > 1) {
+            verified = true;
+            tokens += engine_verify_accept(q->tokens + 1, q->n_sample - 1, q->sampled) + 1;
+        } else {
+            tokens++;
+        }
+    }
+    const double secs = timing_now_s() - s->step_t0;
+    if (secs <= 0) return;
+    spec_gate *g = &s->gate[spec_gate_bucket(n)];
+    const double rate = tokens / secs;
+    g->rate[verified] = g->n[verified] ? g->rate[verified] + SPEC_GATE_EMA * (rate - g->rate[verified]) : rate;
+    if (g->n[verified] < SPEC_GATE_WARM) g->n[verified]++;
+}
+
 static size_t spec_width(const sched *s) { return (size_t)s->cfg.draft_max + 1; }
 static int32_t *spec_row_tokens(sched *s, int row) { return s->spec_tokens + (size_t)row * spec_width(s); }
 
@@ -960,7 +1030,13 @@ static bool embed_fits_credit(sched *s, int chunk, int n_decodes, bool *earned)
  * left of the token budget (prefill-only ones within embed_fits_credit). */
 static int plan_step(sched *s)
 {
-    int n = 0, budget = s->cfg.max_batch_tokens, n_slots = s->cfg.n_slots, n_rows = 0;
+    int n = 0, budget = s->cfg.max_batch_tokens, n_slots = s->cfg.n_slots, n_rows = 0, n_ready = 0;
+    s->step_t0 = timing_now_s();
+    for (int k = 0; k < n_slots && s->prop; k++) {
+        sched_req *r = s->slots[k];
+        n_ready += r && r->has_pending && !prefilling(r);
+    }
+    const bool spec_ok = s->prop && n_ready > 0 && spec_gate_allows(s, n_ready);
     for (int k = 0; k < n_slots && budget > 0; k++) {
         int i = (s->decode_rr + k) % n_slots;
         sched_req *r = s->slots[i];
@@ -968,7 +1044,7 @@ static int plan_step(sched *s)
             plan_add(s, &n, r, &r->last_token, 1, true);
             budget--;
             /* drafts leave a token of the budget to every slot still to come */
-            int cap = spec_wanted(r) ? spec_cap(s, r, budget - (n_slots - 1 - k)) : 0;
+            int cap = spec_ok && spec_wanted(r) ? spec_cap(s, r, budget - (n_slots - 1 - k)) : 0;
             if (cap == 0) continue;
             int32_t *row = spec_row_tokens(s, i);
             row[0] = r->last_token;
@@ -1007,6 +1083,7 @@ static int plan_step(sched *s)
         budget -= chunk;
         if (r->embed && n_decodes > 0 && s->cfg.embed_step_tokens > 0) s->embed_credit -= chunk;
     }
+    s->step_decodes = n == n_decodes ? n : 0; /* prompt tokens would time the prefill too */
     return n;
 }
 
@@ -1122,6 +1199,7 @@ static bool sched_step(sched *s)
         pthread_mutex_unlock(&s->mu);
         if (rc == 0) {
             uint64_t now = uv_hrtime();
+            spec_gate_record(s, n);
             for (int i = 0; i < n; i++) seq_done(s, i, now);
         } else if (rc == ENGINE_FATAL) {
             sched_fail(s, err);

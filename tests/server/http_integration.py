@@ -2753,8 +2753,9 @@ def case_speculative():
     those of a server without it, the per-request opt-out too; /metrics counts drafted and
     accepted tokens, in all and by proposer.  The draft model: stories260K as its own draft
     (every greedy draft accepted) and a random model made with its vocabulary (mkmodel --vocab),
-    with 1 and 3 requests at once; a draft model whose tokenizer differs, draft without
-    --model-draft, and mtp are refused at startup."""
+    with 1 and 3 requests at once (under INFERD_TEST_SERVE_ARGS="--device cuda" both engines share
+    the GPU: the draft's KV pool is its rows', the target's what is left); a draft model whose
+    tokenizer differs, draft without --model-draft, and mtp are refused at startup."""
     model = os.path.join(SHARED, "models", "stories260K.gguf")
     if not os.path.exists(model):
         print(f"SKIP: {model} not present")
@@ -2803,12 +2804,6 @@ def case_speculative():
         check(metric(s.port, "inferd_spec_draft_tokens_total") == drafted, "an opted-out request drafted")
         st, b = post(s.port, "/v1/completions", dict(bodies[0], speculative="no"))
         check_error(b, st, 400, "speculative")
-    if "cuda" in SERVE_ARGS:  # the draft model runs on the CPU engine only: refused by name on the GPU
-        r = run_bin("-m", model, "--host", "127.0.0.1", "--port", str(free_port()), *SERVE_ARGS, "--speculative",
-                    "draft", "--model-draft", model, timeout=120)
-        check(r.returncode != 0 and "CPU engine only" in r.stderr, f"draft on cuda: rc {r.returncode} {r.stderr[-400:]}")
-        print(f"speculative: ngram {accepted:.0f} of {drafted:.0f} drafted tokens accepted; draft refused on cuda")
-        return
     rand_draft = os.path.join(TMP, "stories-vocab-draft.gguf")
     subprocess.run([BIN, "mkmodel", "--preset", "tiny", "--vocab", model, "-o", rand_draft], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)

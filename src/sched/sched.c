@@ -50,7 +50,9 @@
 typedef struct spec_gate {
     double rate[2]; /* [0] plain steps, [1] steps with a verification */
     int n[2];       /* steps timed, up to SPEC_GATE_WARM */
-    unsigned steps; /* steps planned in this bucket (the probes' clock) */
+    unsigned steps; /* steps planned in this bucket since the last probe (the probes' clock) */
+    unsigned probe; /* steps between probes: doubles while probes confirm the verdict */
+    int verdict;    /* -1 none yet, 0 plain, 1 speculate */
 } spec_gate;
 
 struct sched {
@@ -114,6 +116,8 @@ struct sched {
     spec_gate gate[SPEC_GATE_BUCKETS]; /* by the step's decode rows: plain against speculating */
     int step_decodes;         /* plan_step: the step's decode rows (0 when it carries prompt tokens too) */
     double step_t0;           /* plan_step's start (before any drafting), timing_now_s */
+    int step_tokens;          /* spec_gate_count: the step's decode tokens, -1: not timed */
+    bool step_verified;
 };
 
 /* ---- submit side (HTTP threads) ---------------------------------------------------- */
@@ -774,10 +778,13 @@ static void admit(sched *s)
 #define SPEC_PAUSE_STEPS 16
 
 /* The off-switch (spec_gate): each mode is timed this many steps in a bucket before the rates
- * decide, and the mode they leave out still runs one step in SPEC_GATE_PROBE (acceptance, the
- * context and the mix change: a verdict is never final). */
+ * decide, and the mode they leave out still runs one step in `probe` (acceptance, the context
+ * and the mix change: a verdict is never final); probe starts at SPEC_GATE_PROBE steps and
+ * doubles up to SPEC_GATE_PROBE_MAX while the verdict stands, since a probe of the losing mode
+ * costs (a draft model's 8 rounds and a verification were ~3.5 plain steps of the 8B shape). */
 #define SPEC_GATE_WARM 4
 #define SPEC_GATE_PROBE 32
+#define SPEC_GATE_PROBE_MAX 1024
 #define SPEC_GATE_EMA 0.125
 
 static int spec_gate_bucket(int n_decodes)
@@ -793,23 +800,36 @@ static int spec_gate_bucket(int n_decodes)
  * to compute-bound, and a step that verifies leaves the GPU's captured decode graphs for an
  * eager pass); where the line falls depends on the model, the device, the acceptance and the
  * drafter's own cost (a draft model's rounds).  So each bucket of batch sizes compares the
- * decode tokens per second of its steps with and without verifications (the drafting's time
- * counted in) and speculates while that pays, probing the other mode now and then. */
+ * decode tokens per second of its steps with and without verifications (drafting and the
+ * text pipeline's work on the tokens counted in) and speculates while that pays, probing the
+ * other mode now and then. */
 static bool spec_gate_allows(sched *s, int n_decodes)
 {
-    spec_gate *g = &s->gate[spec_gate_bucket(n_decodes)];
-    g->steps++;
+    const int b = spec_gate_bucket(n_decodes);
+    spec_gate *g = &s->gate[b];
     if (g->n[1] < SPEC_GATE_WARM) return true;
     if (g->n[0] < SPEC_GATE_WARM) return false;
-    const bool spec = g->rate[1] >= g->rate[0];
-    return g->steps % SPEC_GATE_PROBE == 0 ? !spec : spec;
+    /* 2 % either way before the verdict turns: rates that close are noise */
+    const int spec = g->verdict == 1 ? g->rate[1] >= 0.98 * g->rate[0] : g->rate[1] > 1.02 * g->rate[0];
+    if (spec != g->verdict) {
+        log_info("speculative decoding %s for steps of %d-%d decodes: %.0f tok/s verifying, %.0f plain",
+                 spec ? "on" : "off", 1 << b, (2 << b) - 1, g->rate[1], g->rate[0]);
+        g->probe = SPEC_GATE_PROBE;
+        g->steps = 0;
+        g->verdict = spec;
+    }
+    if (++g->steps < g->probe) return spec;
+    g->steps = 0;
+    if (g->probe < SPEC_GATE_PROBE_MAX) g->probe *= 2;
+    return !spec;
 }
 
-/* After a step of decode rows only (plan_step's step_decodes): its decode tokens (a
- * verification's accepted drafts and the token after them, one per plain decode) per second
- * into its bucket's average of its mode. */
-static void spec_gate_record(sched *s, int n)
+/* Before the step's results go out (a finished request's rows are freed then): its decode
+ * tokens, a verification's accepted drafts and the token after them and one per plain decode,
+ * when it carried decode rows only (plan_step's step_decodes). */
+static void spec_gate_count(sched *s, int n)
 {
+    s->step_tokens = -1;
     if (!s->prop || s->step_decodes != n || n == 0) return;
     int tokens = 0;
     bool verified = false;
@@ -822,12 +842,21 @@ static void spec_gate_record(sched *s, int n)
             tokens++;
         }
     }
+    s->step_tokens = tokens;
+    s->step_verified = verified;
+}
+
+/* After the results went out: the step's decode tokens per second, from its planning to now,
+ * into its bucket's average of its mode. */
+static void spec_gate_record(sched *s)
+{
     const double secs = timing_now_s() - s->step_t0;
-    if (secs <= 0) return;
-    spec_gate *g = &s->gate[spec_gate_bucket(n)];
-    const double rate = tokens / secs;
-    g->rate[verified] = g->n[verified] ? g->rate[verified] + SPEC_GATE_EMA * (rate - g->rate[verified]) : rate;
-    if (g->n[verified] < SPEC_GATE_WARM) g->n[verified]++;
+    if (s->step_tokens < 0 || secs <= 0) return;
+    spec_gate *g = &s->gate[spec_gate_bucket(s->step_decodes)];
+    const int v = s->step_verified;
+    const double rate = s->step_tokens / secs;
+    g->rate[v] = g->n[v] ? g->rate[v] + SPEC_GATE_EMA * (rate - g->rate[v]) : rate;
+    if (g->n[v] < SPEC_GATE_WARM) g->n[v]++;
 }
 
 static size_t spec_width(const sched *s) { return (size_t)s->cfg.draft_max + 1; }
@@ -1199,8 +1228,9 @@ static bool sched_step(sched *s)
         pthread_mutex_unlock(&s->mu);
         if (rc == 0) {
             uint64_t now = uv_hrtime();
-            spec_gate_record(s, n);
+            spec_gate_count(s, n);
             for (int i = 0; i < n; i++) seq_done(s, i, now);
+            spec_gate_record(s);
         } else if (rc == ENGINE_FATAL) {
             sched_fail(s, err);
         } else {
@@ -1431,6 +1461,7 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
             goto fail;
         }
         if (!(s->prop = make_proposer(s, cfg, err, errlen))) goto fail;
+        for (int b = 0; b < SPEC_GATE_BUCKETS; b++) s->gate[b] = (spec_gate){.probe = SPEC_GATE_PROBE, .verdict = -1};
         size_t w = n * spec_width(s);
         s->spec_tokens = malloc(w * sizeof *s->spec_tokens);
         s->spec_samples = malloc(w * sizeof *s->spec_samples);

@@ -1065,7 +1065,7 @@ static int plan_step(sched *s)
         sched_req *r = s->slots[k];
         n_ready += r && r->has_pending && !prefilling(r);
     }
-    const bool spec_ok = s->prop && n_ready > 0 && spec_gate_allows(s, n_ready);
+    const bool spec_ok = s->prop && n_ready > 0 && (s->cfg.spec_no_gate || spec_gate_allows(s, n_ready));
     for (int k = 0; k < n_slots && budget > 0; k++) {
         int i = (s->decode_rr + k) % n_slots;
         sched_req *r = s->slots[i];

@@ -21,6 +21,21 @@
  *           of the K rounds of drafting costs; the lines after the table then count a
  *           speculative step as K draft steps plus one verification and give its tok/s at the
  *           same acceptance rates.
+ *  spec     (--draft K --accept LIST) speculative decoding run end to end at known acceptance:
+ *           B sequences first decode --gen x (K + 1) tokens greedily (untimed: the target's own
+ *           continuation), then from the same point --gen timed steps verify K drafts each
+ *           (engine_verify_accept, fewer near the continuation's end), whose tokens are the
+ *           continuation's with each one kept with probability P/100 (a wrong token otherwise)
+ *           for every P of LIST, so that what is accepted follows the target; the accepted
+ *           tokens are checked against the continuation (differences are counted: a verify
+ *           step's logits may round apart from a decode step's).  With --model-draft the draft
+ *           model's engine sits beside the target's on the device (its KV pool its rows', the
+ *           target's what is left, as serve runs them) and drafts every step through the
+ *           draft-model proposer (its K rounds and the catch-up after each verification) before
+ *           its drafts are replaced by the continuation's: the draft model's cost at that
+ *           acceptance.  tok/s = accepted + 1 per sequence and step over the wall time; the
+ *           lines after the table give acceptance, tokens per step and the ratio to the decode
+ *           row of the same batch.
  *  embed    an embedding model (an encoder, whose steps are all embeddings, or any model with
  *           --pooling): what an embedding server does instead of prefill and decode.  For each
  *           --prompt T (default 128) and --batch N (default 1,8,64,512): N inputs of T tokens
@@ -40,7 +55,9 @@
 
 #include "cli.h"
 #include "cli_common.h"
+#include "base/rng.h"
 #include "base/timing.h"
+#include "sched/proposer.h"
 
 #define CMD "bench"
 #define MAX_LIST 16
@@ -55,6 +72,7 @@ typedef struct bench_opts {
     int context; /* prompt tokens before the decode steps */
     int draft;   /* verify test: drafted tokens per sequence and step (0: no verify test) */
     const char *draft_model; /* draft test: the draft model (--model-draft), or NULL */
+    int accept[MAX_LIST], n_accept; /* spec test: percent of drafted tokens the target's own */
     bool deterministic; /* engine_config.deterministic: measures what --deterministic costs */
     int tensor_parallel; /* engine_config.tensor_parallel (--tensor-parallel / --tp) */
     int pooling;        /* --pooling: engine_pooling + 1, 0: the model's (embed test: see above) */
@@ -74,6 +92,8 @@ static void usage(FILE *out)
             "  --reps N        repetitions of each measurement, best kept (default 3)\n"
             "  --draft K       also time speculative verification of K drafted tokens per sequence (default 0: off)\n"
             "  --model-draft F with --draft: also time drafting with the draft model F (same vocabulary)\n"
+            "  --accept LIST   with --draft: also run speculative decoding whose drafts are the model's own\n"
+            "                  greedy tokens with these probabilities, in percent (e.g. 0,50,80,100)\n"
             "  --threads N     CPU threads (default: all cores)\n"
             "  --deterministic the batch-invariant kernels of serve --deterministic\n"
             "  --tensor-parallel N, --tp N  split the model across N GPUs (--device cuda; default 1)\n"
@@ -85,7 +105,7 @@ static void usage(FILE *out)
 
 enum {
     OPT_DEVICE = 256, OPT_PROMPT, OPT_BATCH, OPT_GEN, OPT_UBATCH, OPT_REPS, OPT_THREADS, OPT_CONTEXT, OPT_DRAFT,
-    OPT_DETERMINISTIC, OPT_MODEL_DRAFT, OPT_POOLING, OPT_TP
+    OPT_DETERMINISTIC, OPT_MODEL_DRAFT, OPT_POOLING, OPT_TP, OPT_ACCEPT
 };
 
 static int parse_args(int argc, char **argv, bench_opts *o)
@@ -98,7 +118,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"context", required_argument, NULL, OPT_CONTEXT}, {"draft", required_argument, NULL, OPT_DRAFT},
         {"model-draft", required_argument, NULL, OPT_MODEL_DRAFT}, {"deterministic", no_argument, NULL, OPT_DETERMINISTIC},
         {"pooling", required_argument, NULL, OPT_POOLING}, {"tensor-parallel", required_argument, NULL, OPT_TP},
-        {"tp", required_argument, NULL, OPT_TP},
+        {"tp", required_argument, NULL, OPT_TP},             {"accept", required_argument, NULL, OPT_ACCEPT},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     *o = (bench_opts){.device = "cpu", .prompts = {512, 2048}, .n_prompts = 2,
@@ -128,6 +148,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case OPT_DETERMINISTIC: o->deterministic = true; break;
         case OPT_TP: ok = cli_parse_int(CMD, "--tensor-parallel", optarg, 1, 8, &o->tensor_parallel); break;
         case OPT_MODEL_DRAFT: o->draft_model = optarg; break;
+        case OPT_ACCEPT: ok = (o->n_accept = cli_parse_int_list(CMD, "--accept", optarg, 100, o->accept, MAX_LIST)) > 0; break;
         case OPT_POOLING:
             if ((o->pooling = engine_pooling_parse(optarg) + 1) == 0) {
                 fprintf(stderr, "inferd bench: --pooling: '%s' is none of none, mean, cls, last, rank\n", optarg);
@@ -141,6 +162,10 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     }
     if (o->draft_model && o->draft < 1) {
         fprintf(stderr, "inferd bench: --model-draft times drafting K tokens: give --draft K too\n");
+        return 2;
+    }
+    if (o->n_accept && o->draft < 1) {
+        fprintf(stderr, "inferd bench: --accept runs speculative decoding of K drafts: give --draft K too\n");
         return 2;
     }
     if (!o->model_path || optind != argc) {
@@ -186,6 +211,13 @@ typedef struct bench_ctx {
     int min_batch_tokens;   /* make_engine: a step takes at least this many tokens */
     char draft_name[256]; /* the draft rows' model (time_draft_model) and its weights */
     size_t draft_weight_bytes;
+    struct spec_count {   /* the spec test's runs, for the lines after the table */
+        int batch, pct;
+        bool draft_model;
+        long steps, drafted, accepted, tokens, differ;
+        double secs;
+    } spec[MAX_LIST * MAX_LIST];
+    int n_spec;
     char err[512];
 } bench_ctx;
 
@@ -394,6 +426,175 @@ static bool make_engine(bench_ctx *b, int n_slots, int ctx)
     return b->e != NULL;
 }
 
+/* The spec test's continuation length: --gen steps after DECODE_WARMUP, each at most K + 1
+ * tokens, and the token after the prompt. */
+static int spec_ref_len(const bench_opts *o) { return (DECODE_WARMUP + o->n_gen) * (o->draft + 1) + 1; }
+
+/* B sequences: the prompt (--context tokens, sequence i from token i of prompt) and n_ref - 1
+ * greedy decode steps: ref[i * n_ref + j] is sequence i's j-th token after its prompt. */
+static int spec_reference(bench_ctx *b, int B, const int32_t *prompt, int32_t *ref, int n_ref)
+{
+    engine_seq *seqs = calloc((size_t)B, sizeof *seqs);
+    engine_result *res = calloc((size_t)B, sizeof *res);
+    int rc = seqs && res ? 0 : -1, ctx = b->o->context;
+    if (rc) snprintf(b->err, sizeof b->err, "out of memory for batch %d", B);
+    for (int i = 0; i < B && !rc; i++) {
+        if ((rc = prefill_slot(b, i, prompt + i, ctx, &res[i]))) break;
+        ref[(size_t)i * n_ref] = res[i].token;
+    }
+    for (int j = 0; j + 1 < n_ref && !rc; j++) {
+        for (int i = 0; i < B; i++)
+            seqs[i] = (engine_seq){.slot = i, .tokens = &ref[(size_t)i * n_ref + j], .n_tokens = 1, .pos = ctx + j,
+                                   .want_token = true, .sp = &b->sp};
+        if ((rc = engine_step(b->e, seqs, B, res, b->err, sizeof b->err))) break;
+        for (int i = 0; i < B; i++) ref[(size_t)i * n_ref + j + 1] = res[i].token;
+    }
+    free(seqs);
+    free(res);
+    return rc;
+}
+
+/* One spec run (see the file's comment) of B sequences over their continuations ref, drafts
+ * kept with probability pct/100; prop (or NULL) drafts first, for its cost.  The sequences'
+ * K/V after their prompts are rewritten as the run goes.  Counts into *c; -1 on failure. */
+static int time_spec(bench_ctx *b, proposer *prop, int B, const int32_t *prompt, const int32_t *ref, int pct,
+                     struct spec_count *c)
+{
+    const int K = b->o->draft, ctx = b->o->context, n_ref = spec_ref_len(b->o), V = b->m->hp.n_vocab;
+    const size_t row_len = (size_t)ctx + (size_t)n_ref;
+    engine_seq *seqs = calloc((size_t)B, sizeof *seqs);
+    engine_result *res = calloc((size_t)B, sizeof *res);
+    engine_result *sampled = calloc((size_t)B * (K + 1), sizeof *sampled);
+    int32_t *feed = calloc((size_t)B * (K + 1), sizeof *feed), *toks = calloc((size_t)B * row_len, sizeof *toks);
+    int *n = calloc((size_t)B, sizeof *n); /* each sequence's pending token: ref[n] at position ctx + n */
+    proposer_row *rows = calloc((size_t)B, sizeof *rows);
+    int rc = seqs && res && sampled && feed && toks && n && rows ? 0 : -1;
+    if (rc) snprintf(b->err, sizeof b->err, "out of memory for batch %d", B);
+    for (int i = 0; i < B && !rc; i++) { /* the proposer reads each sequence as it stands */
+        memcpy(toks + i * row_len, prompt + i, (size_t)ctx * sizeof *toks);
+        memcpy(toks + i * row_len + ctx, ref + (size_t)i * n_ref, (size_t)n_ref * sizeof *toks);
+        if (prop) proposer_reset(prop, i);
+    }
+    uint64_t rng = 0x5eedull + (uint64_t)pct * 1000003u + (uint64_t)B;
+    double t0 = 0;
+    for (int g = 0; g < DECODE_WARMUP + b->o->n_gen && !rc; g++) {
+        if (g == DECODE_WARMUP) t0 = timing_now_s(); /* before: eager shapes' first use, the draft's prompts */
+        int n_rows = 0;
+        for (int i = 0; i < B; i++) {
+            const int k = n_ref - 1 - n[i] < K ? n_ref - 1 - n[i] : K;
+            rows[i] = (proposer_row){.slot = i, .toks = toks + i * row_len, .n_toks = ctx + n[i] + 1, .k_max = k,
+                                     .sp = &b->sp, .draft = feed + (size_t)i * (K + 1) + 1};
+            n_rows += k > 0;
+        }
+        if (prop && n_rows == B) proposer_draft(prop, rows, B); /* every row drafts near the end too */
+        for (int i = 0; i < B; i++) {
+            int32_t *f = feed + (size_t)i * (K + 1);
+            const int32_t *next = ref + (size_t)i * n_ref + n[i] + 1;
+            f[0] = ref[(size_t)i * n_ref + n[i]];
+            for (int j = 0; j < rows[i].k_max; j++)
+                f[1 + j] = rng_unit(rng_next(&rng)) * 100.0 < pct ? next[j] : (next[j] + 1) % V;
+            seqs[i] = (engine_seq){.slot = i, .tokens = f, .n_tokens = 1 + rows[i].k_max, .pos = ctx + n[i],
+                                   .want_token = true, .sp = &b->sp, .n_sample = 1 + rows[i].k_max,
+                                   .sampled = sampled + (size_t)i * (K + 1)};
+        }
+        if ((rc = engine_step(b->e, seqs, B, res, b->err, sizeof b->err))) break;
+        for (int i = 0; i < B; i++) {
+            const int k = rows[i].k_max, a = engine_verify_accept(feed + (size_t)i * (K + 1) + 1, k, seqs[i].sampled);
+            for (int j = 0; j <= a && g >= DECODE_WARMUP; j++)
+                c->differ += seqs[i].sampled[j].token != ref[(size_t)i * n_ref + n[i] + 1 + j];
+            n[i] += a + 1; /* the continuation's tokens stand, the next one pending */
+            if (prop) proposer_keep(prop, i, ctx + n[i]);
+            if (g < DECODE_WARMUP) continue;
+            c->drafted += k;
+            c->accepted += a;
+            c->tokens += a + 1;
+        }
+        c->steps += g >= DECODE_WARMUP;
+    }
+    c->secs = rc ? 0 : timing_now_s() - t0;
+    free(seqs);
+    free(res);
+    free(sampled);
+    free(feed);
+    free(toks);
+    free(n);
+    free(rows);
+    return rc;
+}
+
+/* The spec test at every batch size and --accept rate, in a target engine of its own (after a
+ * draft model's engine with --model-draft, which then drafts beside it). */
+static int bench_spec(bench_ctx *b, const int32_t *toks)
+{
+    const bench_opts *o = b->o;
+    const int max_b = max_of(o->batches, o->n_batches), n_ref = spec_ref_len(o), ctx = o->context + n_ref + o->draft;
+    model *dm = NULL;
+    engine *de = NULL;
+    proposer *prop = NULL;
+    int32_t *ref = malloc((size_t)max_b * n_ref * sizeof *ref);
+    int rc = -1;
+    if (b->e) engine_free(b->e);
+    b->e = NULL;
+    if (!ref) {
+        snprintf(b->err, sizeof b->err, "out of memory for the continuations");
+        goto out;
+    }
+    if (o->draft_model) { /* first, its pool its rows': the target's engine takes what is left */
+        char err[512];
+        engine_config dc = {.n_slots = max_b, .ctx_per_slot = ctx, .max_batch_tokens = o->ubatch > max_b * (o->draft + 1) ? o->ubatch : max_b * (o->draft + 1),
+                            .n_threads = o->n_threads, .kv_per_row = true, .deterministic = o->deterministic};
+        if (!(dm = model_load(o->draft_model, b->err, sizeof b->err))) goto out;
+        if (dm->hp.n_vocab != b->m->hp.n_vocab) {
+            snprintf(b->err, sizeof b->err, "--model-draft %s has a vocabulary of %d tokens, the model %d",
+                     o->draft_model, dm->hp.n_vocab, b->m->hp.n_vocab);
+            goto out;
+        }
+        if (!(de = cli_engine_open(dm, o->device, &dc, err, sizeof err)) ||
+            !(prop = proposer_draft_model_new(de, 0, err, sizeof err))) {
+            snprintf(b->err, sizeof b->err, "draft model: %.400s", err);
+            goto out;
+        }
+    }
+    if (!make_engine(b, max_b, ctx)) goto out;
+    for (int i = 0; i < o->n_batches; i++) {
+        const int B = o->batches[i];
+        if (spec_reference(b, B, toks, ref, n_ref)) goto out;
+        for (int a = 0; a < o->n_accept; a++) {
+            struct spec_count *c = &b->spec[b->n_spec];
+            *c = (struct spec_count){.batch = B, .pct = o->accept[a], .draft_model = prop != NULL};
+            if (time_spec(b, prop, B, toks, ref, o->accept[a], c)) goto out;
+            b->n_spec++;
+            report(b, (measurement){prop ? "spec-dm" : "spec", o->context, B, (int)c->tokens, c->secs});
+        }
+    }
+    rc = 0;
+out:
+    if (b->e) engine_free(b->e); /* before the draft's: the order they came in, reversed */
+    b->e = NULL;
+    proposer_free(prop);
+    if (de) engine_free(de);
+    model_free(dm);
+    free(ref);
+    return rc;
+}
+
+/* The spec runs against the decode row of their batch. */
+static void print_spec(const bench_ctx *b)
+{
+    for (int i = 0; i < b->n_spec; i++) {
+        const struct spec_count *c = &b->spec[i];
+        const measurement *d = find_done(b, "decode", c->batch);
+        const double tps = c->secs > 0 ? c->tokens / c->secs : 0;
+        printf("spec batch %d, %d drafts%s, drafts the model's own with p %.2f: %ld of %ld accepted (%.1f %%), "
+               "%.2f tok/step, %.1f tok/s = %.2fx decode (%.1f)%s\n",
+               c->batch, b->o->draft, c->draft_model ? " (draft model's cost)" : "", c->pct / 100.0, c->accepted,
+               c->drafted, c->drafted ? 100.0 * c->accepted / c->drafted : 0.0,
+               c->steps ? (double)c->tokens / (c->steps * c->batch) : 0.0, tps, d && tok_per_s(d) > 0 ? tps / tok_per_s(d) : 0.0,
+               d ? tok_per_s(d) : 0.0, c->differ ? "; some accepted tokens differ from the decoded continuation" : "");
+        if (c->differ) printf("  (%ld of them: a verify step's logits rounded apart from a decode step's)\n", c->differ);
+    }
+}
+
 /* Inputs of T tokens that one embed step takes: as many whole ones as --ubatch holds, >= 1. */
 static int embed_per_step(const bench_opts *o, int T) { return o->ubatch / T > 1 ? o->ubatch / T : 1; }
 
@@ -574,14 +775,16 @@ int cli_bench(int argc, char **argv)
         report(&b, (measurement){"verify", o.context, o.batches[i], o.batches[i] * o.n_gen * (1 + o.draft), s});
     }
     const char *backend = engine_name(b.e); /* a static name */
+    if (o.n_accept && bench_spec(&b, toks) != 0) goto out;
     if (o.draft_model) { /* the draft model's engine alone on the device, as the model's was */
-        engine_free(b.e);
+        if (b.e) engine_free(b.e);
         b.e = NULL;
         if (time_draft_model(&b, toks) != 0) goto out;
     }
     putchar('\n');
     if (o.draft > 0) {
         print_acceptance(&b);
+        print_spec(&b);
         putchar('\n');
     }
     print_json(&b, backend);

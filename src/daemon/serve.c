@@ -187,11 +187,9 @@ static int pick_template(const inferd_opts *o, serve_state *st)
     return 0;
 }
 
-static engine *create_engine(const inferd_opts *o, const model *m, const engine_config *ec)
+static engine *create_engine(engine_device dev, const model *m, const engine_config *ec)
 {
     char err[512] = "";
-    /* a split model runs on its GPUs or not at all: no quiet fall-back to the CPU (auto) */
-    engine_device dev = ec->tensor_parallel > 1 ? ENGINE_DEVICE_CUDA : (engine_device)o->device;
     engine *e = engine_open(dev, m, ec, err, sizeof err);
     if (!e) log_error("engine: %s", err);
     return e;
@@ -348,17 +346,18 @@ static int pick_pooling(const inferd_opts *o, const serve_state *st, int32_t ran
     return pooling;
 }
 
-/* --speculative draft: the draft model beside the target (whose engine runs already), its
- * tokenizer checked against the target's, and a CPU engine for it with the target's rows.
- * The CUDA engine is refused: two engines on one GPU would have to split its memory (each
- * takes what is free), which is not built nor verified yet. */
-static int load_draft(serve_state *st, const inferd_opts *o)
+/* --speculative draft: the draft model, its tokenizer checked against the target's, and an
+ * engine for it with the target's rows (tc: the target's configuration, its engine not open
+ * yet), on the device the target asks for.  It opens first, with a KV pool of exactly its rows
+ * (kv_per_row) and its decode graphs captured by a warm-up, so that on a GPU the target's
+ * engine, sized from what is free, takes the rest and leaves the draft's alone.  *dev gets the
+ * device the draft landed on (auto may fall back to the CPU): the target's. */
+static int load_draft(serve_state *st, const inferd_opts *o, const engine_config *tc, engine_device *dev)
 {
     char err[512] = "";
-    if (strcmp(engine_name(st->e), "cpu") != 0) {
-        log_error("--speculative draft runs on the CPU engine only for now (the %s engine would share its device's "
-                  "memory with a second model: not built yet); use --device cpu, or --speculative ngram",
-                  engine_name(st->e));
+    if (o->tensor_parallel > 1) {
+        log_error("--speculative draft with --tensor-parallel %d: not built (the draft model would need a GPU of "
+                  "its own in the plan); use --speculative ngram", o->tensor_parallel);
         return -1;
     }
     log_info("loading the draft model %s", o->model_draft);
@@ -374,20 +373,31 @@ static int load_draft(serve_state *st, const inferd_opts *o)
         log_error("--model-draft %s cannot draft for %s: the tokenizers differ: %s", o->model_draft, o->model, err);
         return -1;
     }
-    const engine_config *tc = engine_get_config(st->e);
     engine_config dc = {.n_slots = tc->n_slots, .ctx_per_slot = tc->ctx_per_slot,
-                        .max_batch_tokens = tc->max_batch_tokens, .n_threads = o->threads,
-                        .deterministic = o->deterministic, .verbose = o->log_level == LOG_DEBUG};
-    if (!(st->draft_e = engine_open(ENGINE_DEVICE_CPU, st->draft_m, &dc, err, sizeof err))) {
+                        .max_batch_tokens = tc->max_batch_tokens, .n_threads = tc->n_threads, .device = tc->device,
+                        .kv_per_row = true, .deterministic = tc->deterministic, .verbose = tc->verbose};
+    if (!(st->draft_e = engine_open((engine_device)o->device, st->draft_m, &dc, err, sizeof err))) {
         log_error("draft model engine: %s", err);
         return -1;
+    }
+    const bool cuda = strcmp(engine_name(st->draft_e), "cuda") == 0;
+    *dev = cuda ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
+    if (cuda) {
+        if (warm_up(st->draft_e, st->draft_tok, err, sizeof err) != 0) {
+            log_error("draft model engine: warm-up step failed: %s", err);
+            return -1;
+        }
+        gguf_drop_tensor_data(st->draft_m->gguf); /* its weights live on the GPU */
     }
     int n_train = st->draft_m->hp.n_ctx_train;
     if (n_train > 0 && n_train < st->ctx)
         log_warn("the draft model's training context %d is shorter than --ctx-size %d: drafts past it will mostly "
                  "be rejected (the output is unchanged)", n_train, st->ctx);
-    log_info("speculative decoding: draft model %s (%s, %.1f MiB of weights), up to %d tokens per step",
-             o->model_draft, st->draft_m->desc->name, (double)st->draft_m->weight_bytes / 1048576.0, o->draft_max);
+    log_info("speculative decoding: draft model %s (%s, %.1f MiB of weights, K/V %.1f MiB) on the %s engine, up to "
+             "%d tokens per step", o->model_draft, st->draft_m->desc->name,
+             (double)st->draft_m->weight_bytes / 1048576.0,
+             (double)engine_kv_blocks(st->draft_e) * (double)engine_kv_block_bytes(st->draft_e) / 1048576.0,
+             engine_name(st->draft_e), o->draft_max);
     return 0;
 }
 
@@ -438,8 +448,11 @@ static int load(serve_state *st, const inferd_opts *o)
         .deterministic = o->deterministic,
         .verbose = o->log_level == LOG_DEBUG,
     };
+    /* a split model runs on its GPUs or not at all: no quiet fall-back to the CPU (auto) */
+    engine_device dev = ec.tensor_parallel > 1 ? ENGINE_DEVICE_CUDA : (engine_device)o->device;
+    if (o->speculative == OPTS_SPEC_DRAFT && load_draft(st, o, &ec, &dev) != 0) return -1;
     notify_status("starting the engine (%d sequences of up to %d tokens)", o->parallel, st->ctx);
-    if (!(st->e = create_engine(o, st->m, &ec))) return -1;
+    if (!(st->e = create_engine(dev, st->m, &ec))) return -1;
     if (engine_state_slots(st->e) > 0)
         log_info("recurrent state: %d slots of %.2f MiB (%d rows + %d prefix snapshots)", engine_state_slots(st->e),
                  (double)engine_state_bytes(st->e) / 1048576.0, o->parallel, engine_state_slots(st->e) - o->parallel);
@@ -454,7 +467,6 @@ static int load(serve_state *st, const inferd_opts *o)
         size_t freed = gguf_drop_tensor_data(st->m->gguf);
         log_info("host copy of the weights released (%.1f MiB): they live on the GPU", (double)freed / (1 << 20));
     }
-    if (o->speculative == OPTS_SPEC_DRAFT && load_draft(st, o) != 0) return -1;
     if (signalled(st)) return -1;
     sched_config sc = {.n_slots = o->parallel, .ctx_per_slot = st->ctx,
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,

@@ -173,6 +173,11 @@ typedef struct engine_config {
      * (what one slot per sequence used to reserve), the GPU backend the free memory left after
      * weights, buffers and vram_reserve_mb. */
     size_t kv_cache_mb;
+    /* The pool holds exactly n_slots x ctx_per_slot tokens (every row its fixed blocks, what
+     * engine_seq.blocks NULL reads), whatever memory is free: an engine that shares its device
+     * with another (a draft model's beside its target) takes no more than its rows need.  The
+     * CPU's default pool is this already; ignored with kv_cache_mb. */
+    bool kv_per_row;
     /* Recurrent-state slots of a hybrid model (ignored by others): 0 takes n_slots. */
     int n_states;
     /* Most drafted tokens one sequence verifies in a step (engine_seq.n_sample - 1): the GPU

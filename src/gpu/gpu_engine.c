@@ -468,7 +468,7 @@ static int plan_states(gpu_engine *g)
 }
 
 /* The full pool's blocks: --kv-cache-size when given (less the sliding pool, which is carved
- * out first, as on the CPU); else what free memory leaves after the buffers (`used`), the
+ * out first, as on the CPU); with kv_per_row one context per row; else what free memory leaves after the buffers (`used`), the
  * sliding pool, the reserve and GPU_KV_AUTO_SPARE.  0 when that is less than one block.  A
  * model whose every attention layer is in the sliding pool has blocks of no bytes: what one
  * slot per sequence would take. */
@@ -476,7 +476,7 @@ static size_t kv_pool_blocks(const gpu_engine *g, size_t free_b, size_t used)
 {
     const engine_config *cfg = &g->base.cfg;
     size_t pair = g->kv_caches * g->block_bytes;
-    if (!pair) return (size_t)cfg->n_slots * g->table_width;
+    if (!pair || (cfg->kv_per_row && !cfg->kv_cache_mb)) return (size_t)cfg->n_slots * g->table_width;
     if (cfg->kv_cache_mb) {
         size_t budget = cfg->kv_cache_mb * ((size_t)1 << 20);
         return budget > g->swa_bytes ? (budget - g->swa_bytes) / pair : 0;

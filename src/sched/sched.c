@@ -43,6 +43,18 @@
 
 
 
+/* Speculation's off-switch by batch size (spec_gate_allows): the decode tokens per second of
+ * steps that verified drafts and of steps that did not, an average of the last ~8 of each, per
+ * bucket of decode rows (1, 2-3, 4-7, ... 128+). */
+#define SPEC_GATE_BUCKETS 8
+typedef struct spec_gate {
+    double rate[2]; /* [0] plain steps, [1] steps with a verification */
+    int n[2];       /* steps timed, up to SPEC_GATE_WARM */
+    unsigned steps; /* steps planned in this bucket since the last probe (the probes' clock) */
+    unsigned probe; /* steps between probes: doubles while probes confirm the verdict */
+    int verdict;    /* -1 none yet, 0 plain, 1 speculate */
+} spec_gate;
+
 struct sched {
     engine *e;
     const tokenizer *tok;
@@ -101,6 +113,11 @@ struct sched {
     proposer *prop;           /* the drafter (cfg.spec), NULL when off */
     proposer_row *spec_rows;  /* plan_step's drafting rows, n_slots */
     int *spec_seq;            /* the planned decode of spec_rows[i] */
+    spec_gate gate[SPEC_GATE_BUCKETS]; /* by the step's decode rows: plain against speculating */
+    int step_decodes;         /* plan_step: the step's decode rows (0 when it carries prompt tokens too) */
+    double step_t0;           /* plan_step's start (before any drafting), timing_now_s */
+    int step_tokens;          /* spec_gate_count: the step's decode tokens, -1: not timed */
+    bool step_verified;
 };
 
 /* ---- submit side (HTTP threads) ---------------------------------------------------- */
@@ -760,6 +777,88 @@ static void admit(sched *s)
  * drafts of text that does not repeat cost a wider step and buy nothing. */
 #define SPEC_PAUSE_STEPS 16
 
+/* The off-switch (spec_gate): each mode is timed this many steps in a bucket before the rates
+ * decide, and the mode they leave out still runs one step in `probe` (acceptance, the context
+ * and the mix change: a verdict is never final); probe starts at SPEC_GATE_PROBE steps and
+ * doubles up to SPEC_GATE_PROBE_MAX while the verdict stands, since a probe of the losing mode
+ * costs (a draft model's 8 rounds and a verification were ~3.5 plain steps of the 8B shape). */
+#define SPEC_GATE_WARM 4
+#define SPEC_GATE_PROBE 32
+#define SPEC_GATE_PROBE_MAX 1024
+#define SPEC_GATE_EMA 0.125
+
+static int spec_gate_bucket(int n_decodes)
+{
+    int b = 0;
+    while (b + 1 < SPEC_GATE_BUCKETS && (2 << b) <= n_decodes) b++;
+    return b;
+}
+
+/* Whether a step of n_decodes decode rows may verify drafts.  Why measured rather than a rule:
+ * a verification pays where a step's cost hardly grows with its tokens (batch 1 reads every
+ * weight for one token: K more cost little), and costs where it does (a large batch is closer
+ * to compute-bound, and a step that verifies leaves the GPU's captured decode graphs for an
+ * eager pass); where the line falls depends on the model, the device, the acceptance and the
+ * drafter's own cost (a draft model's rounds).  So each bucket of batch sizes compares the
+ * decode tokens per second of its steps with and without verifications (drafting and the
+ * text pipeline's work on the tokens counted in) and speculates while that pays, probing the
+ * other mode now and then. */
+static bool spec_gate_allows(sched *s, int n_decodes)
+{
+    const int b = spec_gate_bucket(n_decodes);
+    spec_gate *g = &s->gate[b];
+    if (g->n[1] < SPEC_GATE_WARM) return true;
+    if (g->n[0] < SPEC_GATE_WARM) return false;
+    /* 2 % either way before the verdict turns: rates that close are noise */
+    const int spec = g->verdict == 1 ? g->rate[1] >= 0.98 * g->rate[0] : g->rate[1] > 1.02 * g->rate[0];
+    if (spec != g->verdict) {
+        log_info("speculative decoding %s for steps of %d-%d decodes: %.0f tok/s verifying, %.0f plain",
+                 spec ? "on" : "off", 1 << b, (2 << b) - 1, g->rate[1], g->rate[0]);
+        g->probe = SPEC_GATE_PROBE;
+        g->steps = 0;
+        g->verdict = spec;
+    }
+    if (++g->steps < g->probe) return spec;
+    g->steps = 0;
+    if (g->probe < SPEC_GATE_PROBE_MAX) g->probe *= 2;
+    return !spec;
+}
+
+/* Before the step's results go out (a finished request's rows are freed then): its decode
+ * tokens, a verification's accepted drafts and the token after them and one per plain decode,
+ * when it carried decode rows only (plan_step's step_decodes). */
+static void spec_gate_count(sched *s, int n)
+{
+    s->step_tokens = -1;
+    if (!s->prop || s->step_decodes != n || n == 0) return;
+    int tokens = 0;
+    bool verified = false;
+    for (int i = 0; i < n; i++) {
+        const engine_seq *q = &s->seqs[i];
+        if (q->n_sample > 1) {
+            verified = true;
+            tokens += engine_verify_accept(q->tokens + 1, q->n_sample - 1, q->sampled) + 1;
+        } else {
+            tokens++;
+        }
+    }
+    s->step_tokens = tokens;
+    s->step_verified = verified;
+}
+
+/* After the results went out: the step's decode tokens per second, from its planning to now,
+ * into its bucket's average of its mode. */
+static void spec_gate_record(sched *s)
+{
+    const double secs = timing_now_s() - s->step_t0;
+    if (s->step_tokens < 0 || secs <= 0) return;
+    spec_gate *g = &s->gate[spec_gate_bucket(s->step_decodes)];
+    const int v = s->step_verified;
+    const double rate = s->step_tokens / secs;
+    g->rate[v] = g->n[v] ? g->rate[v] + SPEC_GATE_EMA * (rate - g->rate[v]) : rate;
+    if (g->n[v] < SPEC_GATE_WARM) g->n[v]++;
+}
+
 static size_t spec_width(const sched *s) { return (size_t)s->cfg.draft_max + 1; }
 static int32_t *spec_row_tokens(sched *s, int row) { return s->spec_tokens + (size_t)row * spec_width(s); }
 
@@ -960,7 +1059,13 @@ static bool embed_fits_credit(sched *s, int chunk, int n_decodes, bool *earned)
  * left of the token budget (prefill-only ones within embed_fits_credit). */
 static int plan_step(sched *s)
 {
-    int n = 0, budget = s->cfg.max_batch_tokens, n_slots = s->cfg.n_slots, n_rows = 0;
+    int n = 0, budget = s->cfg.max_batch_tokens, n_slots = s->cfg.n_slots, n_rows = 0, n_ready = 0;
+    s->step_t0 = timing_now_s();
+    for (int k = 0; k < n_slots && s->prop; k++) {
+        sched_req *r = s->slots[k];
+        n_ready += r && r->has_pending && !prefilling(r);
+    }
+    const bool spec_ok = s->prop && n_ready > 0 && (s->cfg.spec_no_gate || spec_gate_allows(s, n_ready));
     for (int k = 0; k < n_slots && budget > 0; k++) {
         int i = (s->decode_rr + k) % n_slots;
         sched_req *r = s->slots[i];
@@ -968,7 +1073,7 @@ static int plan_step(sched *s)
             plan_add(s, &n, r, &r->last_token, 1, true);
             budget--;
             /* drafts leave a token of the budget to every slot still to come */
-            int cap = spec_wanted(r) ? spec_cap(s, r, budget - (n_slots - 1 - k)) : 0;
+            int cap = spec_ok && spec_wanted(r) ? spec_cap(s, r, budget - (n_slots - 1 - k)) : 0;
             if (cap == 0) continue;
             int32_t *row = spec_row_tokens(s, i);
             row[0] = r->last_token;
@@ -1007,6 +1112,7 @@ static int plan_step(sched *s)
         budget -= chunk;
         if (r->embed && n_decodes > 0 && s->cfg.embed_step_tokens > 0) s->embed_credit -= chunk;
     }
+    s->step_decodes = n == n_decodes ? n : 0; /* prompt tokens would time the prefill too */
     return n;
 }
 
@@ -1122,7 +1228,9 @@ static bool sched_step(sched *s)
         pthread_mutex_unlock(&s->mu);
         if (rc == 0) {
             uint64_t now = uv_hrtime();
+            spec_gate_count(s, n);
             for (int i = 0; i < n; i++) seq_done(s, i, now);
+            spec_gate_record(s);
         } else if (rc == ENGINE_FATAL) {
             sched_fail(s, err);
         } else {
@@ -1353,6 +1461,7 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
             goto fail;
         }
         if (!(s->prop = make_proposer(s, cfg, err, errlen))) goto fail;
+        for (int b = 0; b < SPEC_GATE_BUCKETS; b++) s->gate[b] = (spec_gate){.probe = SPEC_GATE_PROBE, .verdict = -1};
         size_t w = n * spec_width(s);
         s->spec_tokens = malloc(w * sizeof *s->spec_tokens);
         s->spec_samples = malloc(w * sizeof *s->spec_samples);

@@ -67,6 +67,10 @@ typedef struct sched_config {
      * less than this probability (0: never). */
     engine *draft;
     float draft_p_min;
+    /* No off-switch by measured speed (sched.c: spec_gate_allows): every step drafts where its
+     * requests may.  For tests whose schedule (and so whose counts) must not depend on how long
+     * steps take. */
+    bool spec_no_gate;
     /* Optional liveness hook (the systemd watchdog): called on the scheduler thread every
      * heartbeat_ms (0 = never) by a timer of the scheduler's own loop, so the calls stop
      * while an engine step is wedged.  The scheduler knows nothing of what it does. */

@@ -122,23 +122,36 @@ assert rows[3]["batch"] == 3 and rows[3]["n_tokens"] == 12, rows
     fi
 fi
 # speculative verification rows (--draft): one per batch, K + 1 tokens per sequence and step,
-# and the tok/s at each acceptance rate beside the decode's
-if expect_rc 0 "$bin" bench -m "$model" --prompt 32 --batch 1,3 --gen 4 --ubatch 16 --threads 1 --reps 1 --draft 3; then
+# and the tok/s at each acceptance rate beside the decode's; --accept: speculative decoding of
+# drafts that are the model's own greedy tokens with probability P (100: every one accepted,
+# K + 1 tokens a step, each the decoded continuation's; 40: some rejected, none differing: the
+# CPU's logits of a position do not depend on the step's width)
+if expect_rc 0 "$bin" bench -m "$model" --prompt 32 --batch 1,3 --gen 4 --ubatch 16 --threads 1 --reps 1 --draft 3 \
+        --accept 40,100; then
     expect_grep '^verify +16 +3 +48 ' "$tmp/out" "bench verify row"
     expect_grep '^verify batch 3, 3 drafts: decode [0-9.]+ tok/s; at acceptance 0.00: [0-9.]+ \(1.00 tok/step\).* 1.00: [0-9.]+ \(4.00 tok/step\)' \
         "$tmp/out" "bench acceptance line"
     [ "$(grep -c '^{"test":"verify"' "$tmp/out")" = 2 ] || fail "bench: want 2 verify JSON lines"
+    expect_grep '^spec +16 +3 +48 ' "$tmp/out" "bench spec row at 100 %"
+    expect_grep '^spec batch 3, 3 drafts, drafts the model.s own with p 1.00: 36 of 36 accepted \(100.0 %\), 4.00 tok/step, [0-9.]+ tok/s = [0-9.]+x decode' \
+        "$tmp/out" "bench spec line at 100 %"
+    expect_grep '^spec batch 1, 3 drafts, drafts the model.s own with p 0.40: [0-9]+ of 12 accepted' "$tmp/out" "bench spec line at 40 %"
+    grep -q 'differ' "$tmp/out" && fail "bench spec: accepted tokens differ from the decoded continuation on the CPU"
 fi
 # with a draft model (the model as its own): draft rows, and the acceptance line that counts
 # K draft steps per speculative step; --model-draft without --draft is a usage error
 if expect_rc 0 "$bin" bench -m "$model" --prompt 32 --batch 1,3 --gen 4 --ubatch 16 --threads 1 --reps 1 --draft 3 \
-        --model-draft "$model"; then
+        --model-draft "$model" --accept 100; then
     expect_grep '^draft +16 +3 +12 ' "$tmp/out" "bench draft row"
+    expect_grep '^spec-dm +16 +3 +48 ' "$tmp/out" "bench spec row with the draft model"
+    expect_grep "^spec batch 3, 3 drafts \\(draft model's cost\\), drafts the model.s own with p 1.00: 36 of 36 accepted" \
+        "$tmp/out" "bench spec line with the draft model"
     expect_grep '^verify batch 3, 3 drafts by the draft model: decode [0-9.]+ tok/s; at acceptance 0.00: [0-9.]+ \(1.00 tok/step\)' \
         "$tmp/out" "bench draft acceptance line"
     [ "$(grep -c '^{"test":"draft","model":"inferd-tiny"' "$tmp/out")" = 2 ] || fail "bench: want 2 draft JSON lines"
 fi
 expect_rc 2 "$bin" bench -m "$model" --model-draft "$model" && expect_grep 'give --draft K' "$tmp/err" "--model-draft without --draft"
+expect_rc 2 "$bin" bench -m "$model" --accept 50 && expect_grep 'give --draft K' "$tmp/err" "--accept without --draft"
 # an encoder (mkmodel's nomic-bert) is timed as an embedding server runs it: N inputs of T tokens
 # packed whole into steps of --ubatch tokens (20 / 16: one input a step; 40 / 16: two), pooled as
 # its file says (mean), embeddings/s beside tok/s; a decoder with --pooling last likewise

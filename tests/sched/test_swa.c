@@ -260,7 +260,7 @@ static void run_on(const fixture *f, sched *s, const job *jobs, int n, outcome *
 static sched *open_sched(const fixture *f, engine *e, sched_spec spec)
 {
     sched_config cfg = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = BATCH, .queue_size = 16,
-                        .spec = spec, .draft_max = DRAFT_MAX};
+                        .spec = spec, .draft_max = DRAFT_MAX, .spec_no_gate = true}; /* drafts every step */
     char err[256];
     sched *s = sched_create(e, f->tok, &cfg, err, sizeof err);
     if (!s) fail_msg("sched_create: %s", err);

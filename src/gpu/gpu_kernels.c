@@ -65,9 +65,12 @@ bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim)
 {
     /* Whole 256-input stages only.  mmq.cuh can stage and multiply a partial last stage (the
      * blocks of 32 inputs, or BF16's single ones, of a k such as gpt-oss's 2,880), but on the
-     * H100 (2026-11-26, merged main) test_mmq_partial_stage gave non-finite outputs in 2 to 5
-     * of its 8 formats run after run, and passed under compute-sanitizer: a race not yet
-     * found.  Until it is, those rows take the FP16 copies / per-entry kernels as before. */
+     * H100 (2026-11-26, merged main) test_mmq_partial_stage failed in 2 to 5 of its 8 formats
+     * run after run and passed under compute-sanitizer initcheck and racecheck.  The kernel's
+     * outputs were finite there; what was NaN was the test's reference (the FP16 weights it
+     * downloads from dequant_f16, in the last rows of the matrix), so the fault may be the
+     * test's and not mmq's: not yet found.  Until it is, those rows take the FP16 copies and
+     * per-entry kernels as before. */
     return wtype >= 0 && k->mmq[wtype][0].f && kdim % MMQ_KT == 0;
 }
 

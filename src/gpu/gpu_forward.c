@@ -68,6 +68,13 @@
     } while (0)
 
 static unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+/* The grid of an element-wise kernel over n values: 256 threads a block, at most 4096 blocks
+ * (the kernels stride over the rest). */
+static gpu_launch_dims flat_dims(size_t n)
+{
+    unsigned blocks = ceil_div(n, 256);
+    return (gpu_launch_dims){blocks < 4096 ? blocks : 4096, 1, 1, 256};
+}
 
 /* One output of a matmul: y[m][ldy] (+)= W x (+ bias). */
 typedef struct matmul_out {
@@ -180,8 +187,7 @@ static int blas_matmul(gpu_engine *g, const matmul_out *o, CUdeviceptr x, int m,
         /* cuBLAS multiplies F32 only by F32: the FP16 activations widened (exactly) into x_f32
          * [m][k], columns past ldx zero (they meet the rows' zero padding) */
         size_t n = (size_t)m * w->k;
-        LAUNCH(g->k.to_f32_rows, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}),
-               what, &x, &ldx, &g->x_f32, &(int){w->k}, &n);
+        LAUNCH(g->k.to_f32_rows, flat_dims(n), what, &x, &ldx, &g->x_f32, &(int){w->k}, &n);
         x = g->x_f32;
         ldx = w->k;
     }
@@ -403,9 +409,8 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
     }
     if (matmul(g, &op, err, errlen)) return -1;
     size_t n = (size_t)T * L->d_ff;
-    unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
     const gpu_fn *act = geglu ? &g->k.geglu : &g->k.swiglu;
-    LAUNCH(*act, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->gate, &g->up, &g->ff_h, &n);
+    LAUNCH(*act, flat_dims(n), what, &g->gate, &g->up, &g->ff_h, &n);
     return 0;
 }
 
@@ -604,8 +609,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
             a.w0 = U8(up->d), a.y = F32(g->moe_u);
             LAUNCH(g->k.moe_matvec[up->wtype], per_entry, what, &a);
             size_t total = (size_t)N * g->d_ff_exp;
-            LAUNCH(g->k.geglu, ((gpu_launch_dims){ceil_div(total, 256) < 4096 ? ceil_div(total, 256) : 4096, 1, 1, 256}),
-                   what, &g->moe_g, &g->moe_u, &g->moe_h, &total);
+            LAUNCH(g->k.geglu, flat_dims(total), what, &g->moe_g, &g->moe_u, &g->moe_h, &total);
         } else {
             void *args[] = {&a};
             if (gpu_launch_smem(&g->k.moe_glu[gate->wtype], per_entry, GPU_MOE_GLU_SMEM(ne, k, L->n_group), g->stream, args, what,
@@ -653,8 +657,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
 static int scale_op(gpu_engine *g, const gpu_fn *fn, CUdeviceptr x, size_t n, float s, const char *what, char *err,
                     size_t errlen)
 {
-    unsigned blocks = ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096;
-    LAUNCH(*fn, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &x, &n, &s);
+    LAUNCH(*fn, flat_dims(n), what, &x, &n, &s);
     return 0;
 }
 
@@ -728,8 +731,7 @@ static int ffn_glu_moe(gpu_engine *g, const gpu_layer *L, int T, const char *wha
 static int to_half(gpu_engine *g, CUdeviceptr src, CUdeviceptr dst, size_t n, const char *what, char *err,
                    size_t errlen)
 {
-    LAUNCH(g->k.to_f16, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}), what, &src,
-           &dst, &n);
+    LAUNCH(g->k.to_f16, flat_dims(n), what, &src, &dst, &n);
     return 0;
 }
 
@@ -826,14 +828,13 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     if (matmul(g, &qkv, err, errlen)) return -1;
     size_t nq = (size_t)T * L->d_q;
     int hd = L->hd;
-    unsigned blocks = ceil_div(nq, 256) < 4096 ? ceil_div(nq, 256) : 4096;
-    if (L->gated) LAUNCH(g->k.split_qgate, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->qg, &g->q, &hd, &nq);
+    if (L->gated) LAUNCH(g->k.split_qgate, flat_dims(nq), what, &g->qg, &g->q, &hd, &nq);
     if (!post_fused)
         LAUNCH(g->k.qkv_post,
                ((gpu_launch_dims){(unsigned)T, (unsigned)(hp->n_head + (L->kv_own ? L->n_kv : 0)), 1, L->hd >= 128 ? 64 : 32}),
                what, &post);
     if (attention(g, il, ap, err, errlen)) return -1;
-    if (L->gated) LAUNCH(g->k.gate_heads, ((gpu_launch_dims){blocks, 1, 1, 256}), what, &g->act_h, &g->qg, &hd, &nq);
+    if (L->gated) LAUNCH(g->k.gate_heads, flat_dims(nq), what, &g->act_h, &g->qg, &hd, &nq);
     matmul_op wo = {.out = {{&L->wo, g->x, L->bo, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = L->d_q,
                     .accumulate = true, .what = what};
     if (L->post_ln) return residual_post_ln(g, &wo, L->attn_out_norm, L->attn_out_norm_b, T, err, errlen);
@@ -915,8 +916,7 @@ static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     if (attention(g, il, ap, err, errlen)) return -1;
     int width = H * row;
     size_t n = (size_t)T * width;
-    LAUNCH(g->k.to_f32_rows, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}), what,
-           &g->act_h, &width, &g->q, &width, &n);
+    LAUNCH(g->k.to_f32_rows, flat_dims(n), what, &g->act_h, &width, &g->q, &width, &n);
     head_product_op value = {.w = L->wv_b, .x = g->q, .y = g->mla_q, .n_out = vw, .k = lat, .ldx = H * row,
                              .x_stride = row, .ldy = H * vw, .y_stride = vw, .T = T};
     if (head_product(g, &value, what, err, errlen) ||
@@ -1021,8 +1021,7 @@ static int ffn_mlp(gpu_engine *g, const gpu_layer *L, int T, const char *what, c
                     .ldx = g->d_embd, .what = what};
     if (residual_to_f16(g, T, what, err, errlen) || matmul(g, &up, err, errlen)) return -1;
     size_t n = (size_t)T * L->d_ff; /* the padding columns past n_ff stay 0 (zeroed at allocation): gelu(0) = 0 */
-    LAUNCH(g->k.gelu_erf, ((gpu_launch_dims){ceil_div(n, 256) < 4096 ? ceil_div(n, 256) : 4096, 1, 1, 256}), what,
-           &g->up, &g->ff_h, &n);
+    LAUNCH(g->k.gelu_erf, flat_dims(n), what, &g->up, &g->ff_h, &n);
     matmul_op down = {.out = {{&L->w_down, g->post, L->b_down, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
                       .ldx = L->d_ff, .what = what};
     return residual_post_ln(g, &down, L->ffn_out_norm, L->ffn_out_norm_b, T, err, errlen);

@@ -27,7 +27,8 @@
     X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture)                        \
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)     \
     X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)               \
-    X(cuEventDestroy) X(cuGetErrorName) X(cuGetErrorString)
+    X(cuEventDestroy) X(cuGetErrorName) X(cuGetErrorString) X(cuStreamQuery)                    \
+    X(cuStreamWriteValue32)
 
 #define CUDA_API_MEMBER(name) __typeof__(name) *name;
 typedef struct cuda_driver {

@@ -983,7 +983,9 @@ static int decode_graph(gpu_engine *g, int b, bool short_ctx, char *err, size_t 
     gpu_attn_plan ap = {.n_dec = B, .n_split = split, .dec_listed = false, .n_ssm = B};
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
+    g->tp_capturing = true;
     int rc = gpu_forward(g, B, B, &ap, err, errlen);
+    g->tp_capturing = false;
     CUresult r = cu.cuStreamEndCapture(g->stream, &graph);
     if (rc) {
         if (graph) cu.cuGraphDestroy(graph);
@@ -1008,10 +1010,15 @@ static void copy_result(engine_result *res, const gpu_sample_out *o)
     }
 }
 
+/* Where the step is, for the tensor-parallel watchdog (gpu_tp.c), which reads it from its own
+ * thread. */
+static void set_phase(gpu_engine *g, gpu_tp_phase ph) { __atomic_store_n(&g->tp_phase, (int)ph, __ATOMIC_RELAXED); }
+
 /* The end of a step on a tensor-parallel rank other than 0: its stream drained, nothing copied
  * back (rank 0 returns the step's results). */
 static int finish_follower(gpu_engine *g, const step_plan *p, int rc, char *err, size_t errlen)
 {
+    set_phase(g, GPU_TP_WAITING);
     CUresult sr = rc ? CUDA_SUCCESS : cu.cuStreamSynchronize(g->stream);
     if (rc == 0 && sr == CUDA_SUCCESS) return 0;
     char b[160];
@@ -1031,10 +1038,12 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
     }
     const int *row_of_seq = g->row_of_seq;
     step_plan p;
+    set_phase(g, GPU_TP_PACKING);
     /* A step the packer refuses touches nothing on the device: an ordinary error.  Past it,
      * any failed CUDA call leaves the stream, and perhaps the context, in an unknown state:
      * every failure from here on is fatal (rc != 0 below ends in ENGINE_FATAL). */
     if (pack_step(g, seqs, n, &p, err, errlen) != 0) return ENGINE_EINVAL;
+    set_phase(g, p.bucket >= 0 ? GPU_TP_GRAPH : GPU_TP_EAGER);
     int rc = 0;
     if (cu.cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
         cu.cuMemcpyHtoDAsync(g->in_d, g->in_h, p.copy_bytes, g->stream) != CUDA_SUCCESS ||
@@ -1102,6 +1111,7 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
             rc = -1;
         }
     }
+    set_phase(g, GPU_TP_WAITING);
     CUresult sr = cu.cuStreamSynchronize(g->stream);
     if (rc == 0 && sr != CUDA_SUCCESS) {
         char b[160];

@@ -269,6 +269,14 @@ typedef struct gpu_engine {
     int tp_rank;
     void *tp_comm;
     CUdeviceptr tp_part;
+    /* A step's progress, for gpu_tp.c's watchdog (read from its thread): tp_phase (gpu_tp_phase),
+     * the all-reduces this GPU's host enqueued in the step in hand (tp_sent; a decode graph's are
+     * in the graph, not counted), and those the GPU finished, written by the stream itself
+     * after each eager all-reduce into pinned host memory (tp_done; NULL where the driver
+     * cannot write it).  tp_capturing: a decode graph is being captured (no marks in it). */
+    int tp_phase, tp_sent;
+    volatile uint32_t *tp_done;
+    bool tp_capturing;
     /* Set by the first CUDA failure inside a step: the context is then unusable, and every
      * later step reports ENGINE_FATAL with this message. */
     char failed[320];
@@ -288,6 +296,14 @@ engine *gpu_engine_create(const model *m, const engine_config *cfg, int tp_rank,
 void gpu_drop_graphs(gpu_engine *g);
 /* The tensor-parallel engine over cfg->tensor_parallel GPUs (gpu_tp.c). */
 engine *gpu_tp_create(const model *m, const engine_config *cfg, char *err, size_t errlen);
+/* Where a tensor-parallel rank's step is (gpu_engine.tp_phase). */
+typedef enum {
+    GPU_TP_IDLE,
+    GPU_TP_PACKING,
+    GPU_TP_EAGER,   /* enqueuing the eager forward pass (a prompt or mixed step) */
+    GPU_TP_GRAPH,   /* capturing or launching a decode graph */
+    GPU_TP_WAITING, /* everything enqueued: waiting for the stream */
+} gpu_tp_phase;
 /* buf (n floats on this GPU) summed in place across the tensor-parallel GPUs: an NCCL all-reduce
  * on g's stream (captured into its graphs like any launch). */
 int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what, char *err, size_t errlen);

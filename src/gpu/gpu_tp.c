@@ -22,12 +22,22 @@
  * NCCL_NVLS_ENABLE=0, since multicast objects can take a shared host's GPUs out of service and
  * the all-reduces here are small; and NCCL_RUNTIME_CONNECT=0, every connection made at creation
  * rather than at a collective's first use, which could fall inside a graph capture or after the
- * KV pools took the memory.  Fixed settings of the engine, not switches. */
+ * KV pools took the memory.  Fixed settings of the engine, not switches.
+ *
+ * A step that never ends (a rank that does not join an all-reduce, a fault NCCL reports only
+ * asynchronously) would hang the server with no word of why: a watchdog thread gives every step
+ * TP_STEP_LIMIT_S seconds, then logs where each GPU is (its phase, the all-reduces its host
+ * enqueued and those its stream finished, the stream's state, NCCL's asynchronous error),
+ * revokes the communicators so that the ranks' waits return, and fails the step (the engine is
+ * dead from then on).  A step still not over TP_ABORT_GRACE_S later ends the process: a GPU
+ * that stays hung cannot be recovered in it. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "model/tp_shard.h"
@@ -38,6 +48,12 @@
 /* GPU memory each GPU's KV pool leaves to NCCL beyond its usual spare: a pool sized to the last
  * GiB left 550 MiB free after the communicators' first all-reduce (8B shape, two H100s) */
 #define TP_NCCL_RESERVE_MB 1024
+/* The longest a step may take before the watchdog reports and aborts it: a prompt step of a
+ * 70B-class model over two GPUs takes about a second, a decode graph's first capture less. */
+#define TP_STEP_LIMIT_S 30
+/* How long the watchdog waits for a step to end after revoking the communicators, before it
+ * ends the process */
+#define TP_ABORT_GRACE_S 10
 
 /* ---- NCCL, bound at run time ---------------------------------------------------------------- */
 
@@ -54,6 +70,11 @@ static struct {
     int (*group_end)(void);
     const char *(*error_string)(int r);
     int (*get_version)(int *v);
+    int (*get_async_error)(nccl_comm comm, int *result);
+    /* optional: NCCL 2.28's ncclCommRevoke (stops the operations in flight, keeps the
+     * communicator: no thread still inside an NCCL call finds it freed) and ncclGetLastError */
+    int (*revoke)(nccl_comm comm, int flags);
+    const char *(*last_error)(nccl_comm comm);
 } nccl;
 
 static bool nccl_load(char *err, size_t errlen)
@@ -75,7 +96,7 @@ static bool nccl_load(char *err, size_t errlen)
         {"ncclCommAbort", (void **)&nccl.comm_abort},
         {"ncclAllReduce", (void **)&nccl.all_reduce},      {"ncclGroupStart", (void **)&nccl.group_start},
         {"ncclGroupEnd", (void **)&nccl.group_end},        {"ncclGetErrorString", (void **)&nccl.error_string},
-        {"ncclGetVersion", (void **)&nccl.get_version},
+        {"ncclGetVersion", (void **)&nccl.get_version},    {"ncclCommGetAsyncError", (void **)&nccl.get_async_error},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         if (!(*syms[i].slot = dlsym(lib, syms[i].name))) {
@@ -84,6 +105,8 @@ static bool nccl_load(char *err, size_t errlen)
             return false;
         }
     }
+    *(void **)&nccl.revoke = dlsym(lib, "ncclCommRevoke");
+    *(void **)&nccl.last_error = dlsym(lib, "ncclGetLastError");
     nccl.lib = lib;
     return true;
 }
@@ -106,12 +129,25 @@ int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what
         return -1;
     }
     NCCL_CHECK(nccl.all_reduce(p, p, n, NCCL_FLOAT32, NCCL_SUM, comm, g->stream), what);
+    if (g->tp_capturing) return 0; /* a decode graph's all-reduces run with the graph */
+    /* the watchdog's view: k enqueued, and the stream's own word once it is past the k-th */
+    int k = g->tp_sent + 1;
+    __atomic_store_n(&g->tp_sent, k, __ATOMIC_RELAXED);
+    if (g->tp_done)
+        CU_CHECK(cu.cuStreamWriteValue32(g->stream, (CUdeviceptr)(uintptr_t)g->tp_done, (cuuint32_t)k,
+                                         CU_STREAM_WRITE_VALUE_DEFAULT),
+                 what);
     return 0;
 }
 
 /* ---- the engine ------------------------------------------------------------------------------ */
 
-typedef struct gpu_tp {
+typedef struct gpu_tp gpu_tp;
+/* What every rank runs at once (a step; the all-reduce timing): rank r's part, 0 or an error in
+ * tp->err[r] */
+typedef int (*tp_job)(gpu_tp *tp, int r, void *arg);
+
+struct gpu_tp {
     engine base;
     int n;
     tp_plan plan;
@@ -128,30 +164,73 @@ typedef struct gpu_tp {
     int busy;
     bool quit;
     bool dead; /* a rank failed and the communicators were aborted: every later step fails */
-    const engine_seq *seqs;
-    int n_seqs;
+    bool revoked; /* the communicators were revoked (destroyed with ncclCommAbort) */
+    char why[512]; /* what killed the engine */
+    tp_job job; /* the job in hand and its argument */
+    void *job_arg;
+    char job_what[128]; /* what it is, for the watchdog's report */
     int rc[TP_MAX_GPUS];
+    bool running[TP_MAX_GPUS]; /* rank r is still in the step in hand */
     char err[TP_MAX_GPUS][320];
-} gpu_tp;
+    /* the watchdog: in_step while a step runs (since step_t0, monotonic seconds), wd wakes it */
+    pthread_t wd_thread;
+    bool wd_on, in_step;
+    pthread_cond_t wd;
+    double step_t0;
+    pthread_t aborter; /* the watchdog's thread revoking the communicators */
+    bool aborter_on;
+};
 
 typedef struct tp_worker_arg {
     gpu_tp *tp;
     int rank;
 } tp_worker_arg;
 
-/* A rank's step failed past its packing (ENGINE_FATAL): the other ranks may be waiting in an
- * all-reduce that this one will never join, so every communicator is aborted (NCCL's way to end
- * a collective in flight), once; the engine is dead from then on.  Called with tp->mu held. */
-static void abort_all(gpu_tp *tp)
+static double now_s(void)
 {
-    if (tp->dead) return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The engine dies (every later step fails with why): no rank starts another all-reduce.  True
+ * for the one caller that must then abort the communicators (abort_comms, outside tp->mu: NCCL
+ * may take its time, and the watchdog needs the lock).  Called with tp->mu held. */
+static bool mark_dead(gpu_tp *tp, const char *why)
+{
+    if (tp->dead) return false;
     tp->dead = true;
-    for (int r = 0; r < tp->n; r++) /* no rank starts another all-reduce on them */
+    snprintf(tp->why, sizeof tp->why, "%s", why);
+    for (int r = 0; r < tp->n; r++)
         if (tp->shard[r]) __atomic_store_n(&((gpu_engine *)tp->shard[r])->tp_comm, NULL, __ATOMIC_RELEASE);
+    return true;
+}
+
+static bool claim_abort(gpu_tp *tp, const char *why)
+{
+    pthread_mutex_lock(&tp->mu);
+    bool mine = mark_dead(tp, why);
+    pthread_mutex_unlock(&tp->mu);
+    return mine;
+}
+
+/* The other ranks may be waiting in an all-reduce that a failed one will never join: every
+ * communicator's operations in flight are stopped, by ncclCommRevoke where NCCL has it (the
+ * communicator stays valid for a thread still inside an NCCL call; tp_destroy aborts it), else
+ * by ncclCommAbort (NCCL's older way: it frees the communicator too). */
+static void abort_comms(gpu_tp *tp)
+{
     for (int r = 0; r < tp->n; r++) {
-        if (tp->comm[r]) nccl.comm_abort(tp->comm[r]);
-        tp->comm[r] = NULL;
+        if (!tp->comm[r]) continue;
+        if (nccl.revoke) {
+            int nr = nccl.revoke(tp->comm[r], 0);
+            if (nr != NCCL_SUCCESS) log_error("cuda tp: ncclCommRevoke on GPU rank %d: %s", r, nccl.error_string(nr));
+        } else {
+            nccl.comm_abort(tp->comm[r]);
+            tp->comm[r] = NULL;
+        }
     }
+    tp->revoked = nccl.revoke != NULL;
 }
 
 static void *tp_worker(void *arg)
@@ -165,50 +244,208 @@ static void *tp_worker(void *arg)
         while (tp->gen == seen && !tp->quit) pthread_cond_wait(&tp->go, &tp->mu);
         if (tp->quit) break;
         seen = tp->gen;
-        const engine_seq *seqs = tp->seqs;
-        int n = tp->n_seqs;
+        tp_job job = tp->job;
+        void *arg = tp->job_arg;
         pthread_mutex_unlock(&tp->mu);
-        engine *e = tp->shard[r];
-        int rc = e->vt->step(e, seqs, n, NULL, tp->err[r], sizeof tp->err[r]);
+        int rc = job(tp, r, arg);
+        if (rc == ENGINE_FATAL) {
+            char why[512];
+            snprintf(why, sizeof why, "GPU rank %d: %s", r, tp->err[r]);
+            if (claim_abort(tp, why)) abort_comms(tp);
+        }
         pthread_mutex_lock(&tp->mu);
         tp->rc[r] = rc;
-        if (rc == ENGINE_FATAL) abort_all(tp);
+        tp->running[r] = false;
         if (--tp->busy == 0) pthread_cond_signal(&tp->done);
     }
     pthread_mutex_unlock(&tp->mu);
     return NULL;
 }
 
-/* Every rank runs the step (the same inputs: each packs them alike and takes the same path, so
- * their all-reduces pair up); rank 0 writes the results.  The worst of the ranks' returns. */
+/* Runs job on every rank at once: rank 0 in the caller's thread, the others in theirs, under
+ * the watchdog.  Ranks that return differently (one refused a step, another ran it) have not
+ * run the same collectives: the engine dies.  Rank 0's return, or ENGINE_FATAL with the reason
+ * once the engine is dead. */
+static int run_job(gpu_tp *tp, tp_job job, void *arg, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&tp->mu);
+    if (tp->dead) {
+        snprintf(err, errlen, "the tensor-parallel engine failed in an earlier step (%s); restart the server", tp->why);
+        pthread_mutex_unlock(&tp->mu);
+        return ENGINE_FATAL;
+    }
+    tp->job = job;
+    tp->job_arg = arg;
+    tp->busy = tp->n - 1;
+    tp->gen++;
+    for (int r = 0; r < tp->n; r++) { /* every rank is idle: its stream drained at its last job's end */
+        gpu_engine *g = (gpu_engine *)tp->shard[r];
+        g->tp_sent = 0;
+        if (g->tp_done) *g->tp_done = 0;
+        tp->running[r] = true;
+    }
+    tp->in_step = true;
+    tp->step_t0 = now_s();
+    pthread_cond_broadcast(&tp->go);
+    pthread_cond_signal(&tp->wd);
+    pthread_mutex_unlock(&tp->mu);
+    int rc0 = job(tp, 0, arg);
+    if (rc0 == ENGINE_FATAL && claim_abort(tp, tp->err[0])) abort_comms(tp);
+    pthread_mutex_lock(&tp->mu);
+    tp->rc[0] = rc0;
+    tp->running[0] = false;
+    while (tp->busy > 0) pthread_cond_wait(&tp->done, &tp->mu);
+    tp->in_step = false;
+    pthread_cond_signal(&tp->wd);
+    int rc = rc0, differ = 0;
+    for (int r = 1; r < tp->n; r++)
+        if (tp->rc[r] != rc) differ = r;
+    if (differ && !tp->dead) {
+        char why[512];
+        snprintf(why, sizeof why, "the GPUs disagreed in %s: rank 0 returned %d (%.150s), rank %d %d (%.150s)",
+                 tp->job_what, rc, rc ? tp->err[0] : "ok", differ, tp->rc[differ], tp->rc[differ] ? tp->err[differ] : "ok");
+        if (mark_dead(tp, why)) {
+            pthread_mutex_unlock(&tp->mu);
+            abort_comms(tp);
+            pthread_mutex_lock(&tp->mu);
+        }
+    }
+    if (tp->dead) {
+        snprintf(err, errlen, "%s", tp->why);
+        rc = ENGINE_FATAL;
+    } else if (rc) {
+        snprintf(err, errlen, "%s", tp->err[0]);
+    }
+    pthread_mutex_unlock(&tp->mu);
+    return rc;
+}
+
+typedef struct step_args {
+    const engine_seq *seqs;
+    int n;
+    engine_result *results;
+} step_args;
+
+/* Rank r's engine runs the step (the same inputs on every rank: each packs them alike and takes
+ * the same path, so their all-reduces pair up); rank 0 writes the results. */
+static int step_job(gpu_tp *tp, int r, void *arg)
+{
+    const step_args *a = arg;
+    engine *e = tp->shard[r];
+    return e->vt->step(e, a->seqs, a->n, r ? NULL : a->results, tp->err[r], sizeof tp->err[r]);
+}
+
 static int tp_step(engine *e, const engine_seq *seqs, int n, engine_result *results, char *err, size_t errlen)
 {
     gpu_tp *tp = (gpu_tp *)e;
-    if (tp->dead) {
-        snprintf(err, errlen, "a GPU of the tensor-parallel engine failed in an earlier step; restart the server");
-        return ENGINE_FATAL;
-    }
+    int tokens = 0;
+    for (int i = 0; i < n; i++) tokens += seqs[i].n_tokens;
+    snprintf(tp->job_what, sizeof tp->job_what, "a step of %d tokens (%d sequences)", tokens, n);
+    step_args a = {seqs, n, results};
+    return run_job(tp, step_job, &a, err, errlen);
+}
+
+/* ---- the watchdog ---------------------------------------------------------------------------- */
+
+static const char *phase_name(int ph)
+{
+    static const char *const names[] = {"idle", "packing the step", "enqueuing the eager forward pass",
+                                        "capturing or launching a decode graph", "waiting for its stream"};
+    return ph >= 0 && ph < (int)(sizeof names / sizeof names[0]) ? names[ph] : "?";
+}
+
+/* The k-th all-reduce of a step (1-based) of the dense layers TP splits: two a layer. */
+static void all_reduce_name(int k, char *buf, size_t len)
+{
+    if (k <= 0) snprintf(buf, len, "none");
+    else snprintf(buf, len, "#%d, layer %d's %s", k, (k - 1) / 2, (k - 1) % 2 ? "FFN down" : "attention output");
+}
+
+/* Where every GPU is in a step that has run for secs: logged, one line a GPU. */
+static void report_stuck(gpu_tp *tp, double secs)
+{
     pthread_mutex_lock(&tp->mu);
-    tp->seqs = seqs;
-    tp->n_seqs = n;
-    tp->busy = tp->n - 1;
-    tp->gen++;
-    pthread_cond_broadcast(&tp->go);
+    bool running[TP_MAX_GPUS];
+    int rc[TP_MAX_GPUS];
+    nccl_comm comm[TP_MAX_GPUS];
+    for (int r = 0; r < tp->n; r++) running[r] = tp->running[r], rc[r] = tp->rc[r], comm[r] = tp->comm[r];
     pthread_mutex_unlock(&tp->mu);
-    engine *lead = tp->shard[0];
-    tp->rc[0] = lead->vt->step(lead, seqs, n, results, tp->err[0], sizeof tp->err[0]);
-    pthread_mutex_lock(&tp->mu);
-    if (tp->rc[0] == ENGINE_FATAL) abort_all(tp);
-    while (tp->busy > 0) pthread_cond_wait(&tp->done, &tp->mu);
-    pthread_mutex_unlock(&tp->mu);
-    int rc = 0;
+    log_error("cuda tp: %s has not finished after %.0f s; where each GPU is (NCCL_DEBUG=WARN in the environment "
+              "adds NCCL's own messages):", tp->job_what, secs);
     for (int r = 0; r < tp->n; r++) {
-        if (tp->rc[r] == 0 || rc == ENGINE_FATAL || (rc && tp->rc[r] != ENGINE_FATAL)) continue;
-        rc = tp->rc[r];
-        if (r) snprintf(err, errlen, "GPU rank %d: %s", r, tp->err[r]);
-        else snprintf(err, errlen, "%s", tp->err[0]);
+        gpu_engine *g = (gpu_engine *)tp->shard[r];
+        char sent[96], done[96], stream[200] = "?", async[160] = "?", state[200];
+        all_reduce_name(__atomic_load_n(&g->tp_sent, __ATOMIC_RELAXED), sent, sizeof sent);
+        if (g->tp_done) all_reduce_name((int)*g->tp_done, done, sizeof done);
+        else snprintf(done, sizeof done, "unknown (no stream writes)");
+        if (cu.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS) {
+            CUresult q = cu.cuStreamQuery(g->stream);
+            char b[160];
+            snprintf(stream, sizeof stream, "%s", q == CUDA_SUCCESS ? "idle" : q == CUDA_ERROR_NOT_READY ? "busy" :
+                                                   cuda_api_strerror(q, b, sizeof b));
+        }
+        int ae = NCCL_SUCCESS;
+        if (comm[r] && nccl.get_async_error(comm[r], &ae) == NCCL_SUCCESS)
+            snprintf(async, sizeof async, "%s%s%s", nccl.error_string(ae),
+                     ae != NCCL_SUCCESS && nccl.last_error ? ": " : "",
+                     ae != NCCL_SUCCESS && nccl.last_error ? nccl.last_error(comm[r]) : "");
+        if (running[r]) snprintf(state, sizeof state, "still in its step, %s", phase_name(__atomic_load_n(&g->tp_phase, __ATOMIC_RELAXED)));
+        else snprintf(state, sizeof state, "returned %d%s%.150s", rc[r], rc[r] ? ": " : "", rc[r] ? tp->err[r] : "");
+        log_error("cuda tp:   GPU %d (rank %d): %s; all-reduces enqueued by its host: %s; finished on the GPU "
+                  "(eager steps): %s; its stream %s; NCCL asynchronous error: %s", g->base.cfg.device, r, state, sent,
+                  done, stream, async);
     }
-    return rc;
+}
+
+static void *abort_comms_thread(void *arg)
+{
+    abort_comms(arg);
+    return NULL;
+}
+
+static void wait_until(gpu_tp *tp, double deadline)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)deadline;
+    ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&tp->wd, &tp->mu, &ts);
+}
+
+/* Gives every step TP_STEP_LIMIT_S: past it, the report above, the communicators revoked (from
+ * a thread of their own, as NCCL may block), the step failed; still running TP_ABORT_GRACE_S
+ * later, the process ends. */
+static void *tp_watchdog(void *arg)
+{
+    gpu_tp *tp = arg;
+    pthread_mutex_lock(&tp->mu);
+    while (!tp->quit) {
+        if (!tp->in_step) {
+            pthread_cond_wait(&tp->wd, &tp->mu);
+            continue;
+        }
+        unsigned long gen = tp->gen;
+        double t0 = tp->step_t0;
+        while (!tp->quit && tp->in_step && tp->gen == gen && now_s() - t0 < TP_STEP_LIMIT_S)
+            wait_until(tp, t0 + TP_STEP_LIMIT_S);
+        if (tp->quit || !tp->in_step || tp->gen != gen) continue;
+        pthread_mutex_unlock(&tp->mu);
+        report_stuck(tp, now_s() - t0);
+        char why[512];
+        snprintf(why, sizeof why, "%s did not finish within %d s on the GPUs (the log says where each GPU was); the "
+                 "communicators were revoked", tp->job_what, TP_STEP_LIMIT_S);
+        if (claim_abort(tp, why)) tp->aborter_on = pthread_create(&tp->aborter, NULL, abort_comms_thread, tp) == 0;
+        pthread_mutex_lock(&tp->mu);
+        double end = now_s() + TP_ABORT_GRACE_S;
+        while (tp->in_step && tp->gen == gen && now_s() < end) wait_until(tp, end);
+        if (tp->in_step && tp->gen == gen) {
+            log_error("cuda tp: the step still runs %d s after the communicators were revoked: a hung GPU cannot be "
+                      "recovered in this process; exiting", TP_ABORT_GRACE_S);
+            fflush(NULL);
+            _exit(70);
+        }
+    }
+    pthread_mutex_unlock(&tp->mu);
+    return NULL;
 }
 
 static void tp_slot_clear(engine *e, int slot)
@@ -256,21 +493,32 @@ static void tp_destroy(engine *e)
         pthread_mutex_lock(&tp->mu);
         tp->quit = true;
         pthread_cond_broadcast(&tp->go);
+        pthread_cond_broadcast(&tp->wd);
         pthread_mutex_unlock(&tp->mu);
     }
     for (int r = 0; r < tp->n; r++)
         if (tp->thread_on[r]) pthread_join(tp->thread[r], NULL);
+    if (tp->wd_on) pthread_join(tp->wd_thread, NULL);
+    if (tp->aborter_on) pthread_join(tp->aborter, NULL);
     for (int r = 0; r < tp->n; r++)
         if (tp->shard[r]) gpu_drop_graphs((gpu_engine *)tp->shard[r]);
-    destroy_comms(tp);
+    if (tp->revoked) { /* revoked communicators are quiescent: abort frees them without waiting for peers */
+        for (int r = 0; r < tp->n; r++)
+            if (tp->comm[r]) nccl.comm_abort(tp->comm[r]);
+    } else {
+        destroy_comms(tp);
+    }
     for (int r = 0; r < tp->n; r++) {
-        if (tp->shard[r]) engine_free(tp->shard[r]);
+        gpu_engine *g = (gpu_engine *)tp->shard[r];
+        if (g && g->tp_done && cu.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS) cu.cuMemFreeHost((void *)g->tp_done);
+        if (g) engine_free(tp->shard[r]);
         tp_view_free(&tp->view[r]);
     }
     if (tp->sync_on) {
         pthread_mutex_destroy(&tp->mu);
         pthread_cond_destroy(&tp->go);
         pthread_cond_destroy(&tp->done);
+        pthread_cond_destroy(&tp->wd);
     }
     free(tp);
 }
@@ -387,6 +635,119 @@ static void log_gpus(const gpu_tp *tp)
     }
 }
 
+/* g->tp_done: a word of pinned host memory the stream writes after each eager all-reduce
+ * (cuStreamWriteValue32), so the watchdog can tell how far the GPU itself got.  Left NULL, with a
+ * warning, where the driver refuses (the watchdog then says "unknown"). */
+static void progress_marks(gpu_engine *g)
+{
+    void *p = NULL;
+    CUresult r = cu.cuCtxSetCurrent(g->ctx);
+    if (r == CUDA_SUCCESS) r = cu.cuMemAllocHost(&p, sizeof(uint32_t));
+    if (r == CUDA_SUCCESS) {
+        *(volatile uint32_t *)p = 0;
+        r = cu.cuStreamWriteValue32(g->stream, (CUdeviceptr)(uintptr_t)p, 1u, CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r == CUDA_SUCCESS) r = cu.cuStreamSynchronize(g->stream);
+        if (r == CUDA_SUCCESS && *(volatile uint32_t *)p != 1u) r = CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (r != CUDA_SUCCESS) {
+        char b[160];
+        log_warn("cuda tp: GPU %d: no progress word for the step watchdog (%s): it will not know which all-reduce "
+                 "the GPU reached", g->base.cfg.device, cuda_api_strerror(r, b, sizeof b));
+        if (p) cu.cuMemFreeHost(p);
+        return;
+    }
+    g->tp_done = p;
+}
+
+/* A decode step's all-reduces alone (2 a layer, back to back in one CUDA graph per GPU, captured
+ * and launched by each rank's own thread as the decode graphs are) at 1 and 64 rows and at a
+ * prompt step's rows, timed on every GPU and logged: what the all-reduces cost a step, apart
+ * from the compute between them.  Run as a job, under the watchdog. */
+typedef struct ar_timing {
+    int rows;
+    float ms[TP_MAX_GPUS]; /* one graph's time on each GPU */
+} ar_timing;
+
+static int time_graph(gpu_engine *g, nccl_comm comm, int rows, CUgraphExec *exec, CUevent ev[2], float *ms, char *err,
+                      size_t errlen)
+{
+    const int n_ar = 2 * g->base.m->hp.n_layer, reps = 10;
+    const size_t count = (size_t)rows * (size_t)g->d_embd;
+    void *p = (void *)(uintptr_t)g->tp_part;
+    CU_CHECK(cu.cuCtxSetCurrent(g->ctx), "timing the all-reduces");
+    for (int k = 0; k < 2; k++) CU_CHECK(cu.cuEventCreate(&ev[k], CU_EVENT_DEFAULT), "timing the all-reduces");
+    CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "timing the all-reduces");
+    int nr = NCCL_SUCCESS;
+    for (int k = 0; k < n_ar && nr == NCCL_SUCCESS; k++)
+        nr = nccl.all_reduce(p, p, count, NCCL_FLOAT32, NCCL_SUM, comm, g->stream);
+    CUgraph graph = NULL;
+    CUresult e = cu.cuStreamEndCapture(g->stream, &graph);
+    if (e == CUDA_SUCCESS && nr == NCCL_SUCCESS) e = cu.cuGraphInstantiateWithFlags(exec, graph, 0);
+    if (graph) cu.cuGraphDestroy(graph);
+    if (nr != NCCL_SUCCESS) {
+        snprintf(err, errlen, "capturing %d all-reduces of %zu floats: %s", n_ar, count, nccl.error_string(nr));
+        return -1;
+    }
+    CU_CHECK(e, "timing the all-reduces: the graph");
+    for (int it = 0; it <= reps; it++) { /* the first launch warms up, untimed */
+        if (it == 1) CU_CHECK(cu.cuEventRecord(ev[0], g->stream), "timing the all-reduces");
+        CU_CHECK(cu.cuGraphLaunch(*exec, g->stream), "timing the all-reduces");
+    }
+    CU_CHECK(cu.cuEventRecord(ev[1], g->stream), "timing the all-reduces");
+    CU_CHECK(cu.cuEventSynchronize(ev[1]), "timing the all-reduces");
+    CU_CHECK(cu.cuEventElapsedTime(ms, ev[0], ev[1]), "timing the all-reduces");
+    *ms /= (float)reps;
+    return 0;
+}
+
+static int time_job(gpu_tp *tp, int r, void *arg)
+{
+    ar_timing *t = arg;
+    gpu_engine *g = (gpu_engine *)tp->shard[r];
+    CUgraphExec exec = NULL;
+    CUevent ev[2] = {NULL, NULL};
+    __atomic_store_n(&g->tp_phase, GPU_TP_GRAPH, __ATOMIC_RELAXED);
+    int rc = time_graph(g, tp->comm[r], t->rows, &exec, ev, &t->ms[r], tp->err[r], sizeof tp->err[r]);
+    cu.cuCtxSetCurrent(g->ctx);
+    cu.cuStreamSynchronize(g->stream);
+    if (exec) cu.cuGraphExecDestroy(exec); /* it holds the communicator: gone before the next */
+    for (int k = 0; k < 2; k++)
+        if (ev[k]) cu.cuEventDestroy(ev[k]);
+    __atomic_store_n(&g->tp_phase, GPU_TP_IDLE, __ATOMIC_RELAXED);
+    return rc;
+}
+
+/* -1 only where the engine died (the ranks disagreed, or the watchdog stopped them): a failure
+ * alike on every GPU is logged and the timing skipped. */
+static int time_all_reduces(gpu_tp *tp, char *err, size_t errlen)
+{
+    const int cap = ((gpu_engine *)tp->shard[0])->cap_tokens; /* tp_part's rows */
+    const int rows[] = {1, GPU_MAX_DECODE_BATCH < cap ? GPU_MAX_DECODE_BATCH : cap, cap};
+    const int n_ar = 2 * tp->base.m->hp.n_layer;
+    char line[320] = "";
+    size_t used = 0;
+    for (int i = 0; i < 3; i++) {
+        if (i && rows[i] <= rows[i - 1]) continue;
+        ar_timing t = {.rows = rows[i]};
+        snprintf(tp->job_what, sizeof tp->job_what, "timing %d all-reduces of %d rows", n_ar, rows[i]);
+        int rc = run_job(tp, time_job, &t, err, errlen);
+        if (rc == ENGINE_FATAL) return -1;
+        if (rc) {
+            log_warn("cuda tp: timing the all-reduces: %s", err);
+            return 0;
+        }
+        float ms = 0;
+        for (int r = 0; r < tp->n; r++)
+            if (t.ms[r] > ms) ms = t.ms[r];
+        if (used < sizeof line)
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%d rows %.3f ms (%.1f us each)", i ? "; " : "",
+                                     rows[i], ms, ms * 1000.0f / (float)n_ar);
+    }
+    log_info("cuda tp: a step's %d all-reduces alone, back to back in one graph a GPU (the slowest GPU's time): %s",
+             n_ar, line);
+    return 0;
+}
+
 static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *err, size_t errlen)
 {
     const int n = tp->n;
@@ -435,11 +796,22 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
         tp->base.kv_block_bytes += tp->shard[r]->kv_block_bytes;
     }
     log_gpus(tp);
-    if (pthread_mutex_init(&tp->mu, NULL) || pthread_cond_init(&tp->go, NULL) || pthread_cond_init(&tp->done, NULL)) {
+    for (int r = 0; r < n; r++) progress_marks((gpu_engine *)tp->shard[r]);
+    pthread_condattr_t ca;
+    bool ca_ok = pthread_condattr_init(&ca) == 0;
+    if (!ca_ok || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) || pthread_mutex_init(&tp->mu, NULL) ||
+        pthread_cond_init(&tp->go, NULL) || pthread_cond_init(&tp->done, NULL) || pthread_cond_init(&tp->wd, &ca)) {
+        if (ca_ok) pthread_condattr_destroy(&ca);
         snprintf(err, errlen, "tensor parallelism: creating the step's lock");
         return -1;
     }
+    pthread_condattr_destroy(&ca);
     tp->sync_on = true;
+    if (pthread_create(&tp->wd_thread, NULL, tp_watchdog, tp)) {
+        snprintf(err, errlen, "tensor parallelism: starting the step watchdog's thread");
+        return -1;
+    }
+    tp->wd_on = true;
     for (int r = 1; r < n; r++) {
         tp_worker_arg *a = malloc(sizeof *a);
         if (a) *a = (tp_worker_arg){tp, r};
@@ -450,7 +822,7 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
         }
         tp->thread_on[r] = true;
     }
-    return 0;
+    return time_all_reduces(tp, err, errlen);
 }
 
 engine *gpu_tp_create(const model *m, const engine_config *cfg, char *err, size_t errlen)

@@ -1257,28 +1257,33 @@ static model *tp_mkmodel(model_arch arch, mkmodel_ftype ft)
     return mkmodel_loaded(&cfg);
 }
 
-static engine *tp_engine(const model *m, int n_gpus, int n_slots)
+/* A TP=1 or TP=2 engine of n_slots rows of ctx tokens, its KV pool kv_mb (small: both engines
+ * live at once) */
+static engine *tp_engine(const model *m, int n_gpus, int n_slots, int ctx, size_t kv_mb)
 {
     char err[512];
-    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = 128, .max_batch_tokens = 256, .kv_cache_mb = 64,
-                         .tensor_parallel = n_gpus}; /* a small pool: both engines live at once */
+    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = 256, .kv_cache_mb = kv_mb,
+                         .tensor_parallel = n_gpus};
     engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
     if (!e) fail_msg("tensor parallelism over %d GPUs: %s", n_gpus, err);
     return e;
 }
 
 /* Greedy tokens of TP=2 against TP=1 (the same GPU engine on one GPU): each sequence alone on
- * the split engine (a prompt step, then the batch-1 decode graph), and all of them decoded
- * together (the batch-8 graph).  The split sums each product in two halves and then across the
- * GPUs, so the logits agree to rounding (every sequence's first within REL_BOUND) and a token
- * may only differ at a near tie of the single-GPU run. */
-static void tp_case(model *m, const char *label)
+ * the split engine (prompt steps of up to 256 tokens, then the batch-1 decode graph), and all of
+ * them decoded together (the batch-8 graph).  The split sums each product in two halves and then
+ * across the GPUs, so the logits agree to rounding (every sequence's first within REL_BOUND) and
+ * a token may only differ at a near tie of the single-GPU run.  Prompts of PL tokens. */
+enum { TP_NS = 8, TP_GEN = 24, TP_MAX_PL = 640 };
+static void tp_case(model *m, const char *label, int PL, size_t kv_mb)
 {
-    enum { NS = 8, GEN = 24, PL = 11 };
-    const int V = m->hp.n_vocab;
+    enum { NS = TP_NS, GEN = TP_GEN };
+    const int V = m->hp.n_vocab, ctx = PL + GEN < 128 ? 128 : (PL + GEN + 31) / 32 * 32;
     char err[512];
-    engine *one = tp_engine(m, 1, NS), *two = tp_engine(m, 2, NS);
-    int32_t prompts[NS][PL], alone[NS][GEN], split_alone[NS][GEN], together[NS][GEN];
+    engine *one = tp_engine(m, 1, NS, ctx, kv_mb), *two = tp_engine(m, 2, NS, ctx, kv_mb);
+    static int32_t prompts[NS][TP_MAX_PL];
+    int32_t alone[NS][GEN], split_alone[NS][GEN], together[NS][GEN];
+    assert_true(PL <= TP_MAX_PL);
     float *logits = malloc((size_t)NS * GEN * V * sizeof *logits), *split_logits = malloc((size_t)GEN * V * sizeof *split_logits);
     uint64_t seed = 7;
     double worst = 0;
@@ -1340,9 +1345,32 @@ static void test_tp2_equals_tp1(void **state)
             model *m = tp_mkmodel(archs[a], fts[f]);
             char label[64];
             snprintf(label, sizeof label, "%s %s", m->desc->name, mkmodel_ftype_name(fts[f]));
-            tp_case(m, label);
+            tp_case(m, label, 11, 64);
             model_free(m);
         }
+}
+
+/* The same on a file named by INFERD_TEST_TP_MODEL (gpu-check tp: the Llama-3.1-8B Q4_K_M shape
+ * from mkmodel), with prompts of 600 tokens (three prompt steps each) and 11; skipped without
+ * it. */
+static void test_tp_file(void **state)
+{
+    (void)state;
+    const char *path = getenv("INFERD_TEST_TP_MODEL");
+    if (!path || !*path) {
+        print_message("  INFERD_TEST_TP_MODEL unset: no file to split\n");
+        skip();
+    }
+    if (!two_gpus()) skip();
+    char err[512];
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s: %s", path, err);
+    char label[300];
+    snprintf(label, sizeof label, "%s (600-token prompts)", path);
+    tp_case(m, label, 600, 1024);
+    snprintf(label, sizeof label, "%s (11-token prompts)", path);
+    tp_case(m, label, 11, 1024);
+    model_free(m);
 }
 
 /* What tensor parallelism does not split is refused by name before any GPU is used (a MoE
@@ -1913,6 +1941,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_alibi_refused),
         cmocka_unit_test(test_tp_refusals),
         cmocka_unit_test(test_tp2_equals_tp1),
+        cmocka_unit_test(test_tp_file),
     };
     int failed = cmocka_run_group_tests_name("without a device", without_device, NULL, NULL);
     if (failed) return failed;

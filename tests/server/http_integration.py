@@ -1984,8 +1984,8 @@ def case_startup():
 
 def case_tensor_parallel():
     """-tp/--tensor-parallel (issue 16, 35): out of range refused by the flag parser; N>1 refused
-    at start-up with the plan logged (cpu device; too few GPUs here, or the multi-GPU engine not yet
-    verified); -tp 1 serves as before."""
+    at start-up with the plan logged (cpu device; more GPUs than the host has); -tp 1 serves as
+    before."""
     model = make_model()
     r = run_bin("-m", model, "--port", str(free_port()), "-tp", "0")
     check(r.returncode == 2 and "'tensor-parallel': '0' is not an integer in [1, 8]" in r.stderr,
@@ -1995,12 +1995,11 @@ def case_tensor_parallel():
     r = run_bin("-m", model, "--port", str(free_port()), "-tp", "2", "--device", "cpu")
     check(r.returncode == 1 and "--tensor-parallel 2 splits a model across GPUs, and --device cpu uses none"
           in r.stderr, f"-tp 2 on cpu: {r.returncode} {r.stderr[-800:]}")
-    # cuda: the plan is logged, then refused whether or not this host has GPUs (fewer than 2, or
-    # the multi-GPU engine not yet verified: issue 35); never a crash.
-    r = run_bin("-m", model, "--port", str(free_port()), "-tp", "2", "--device", "cuda")
+    # cuda: the plan is logged, then refused for want of GPUs 63 and 64 on any host (from GPU 63:
+    # a host of two GPUs would serve -tp 2 from GPU 0); never a crash.
+    r = run_bin("-m", model, "--port", str(free_port()), "-tp", "2", "--device", "cuda", "--gpu", "63")
     check(r.returncode == 1 and "GPU 1: heads 2-3, kv heads 1-1" in r.stderr and
-          ("needs 2 GPUs and CUDA finds" in r.stderr or "multi-GPU CUDA engine is not verified yet" in r.stderr),
-          f"-tp 2 cuda: {r.returncode} {r.stderr[-800:]}")
+          "from GPU 63 needs 65 GPUs and CUDA finds" in r.stderr, f"-tp 2 cuda: {r.returncode} {r.stderr[-800:]}")
     # the tiny model's 4 heads do not split over 3 GPUs
     r = run_bin("-m", model, "--port", str(free_port()), "-tp", "3")
     check(r.returncode == 1 and "4 attention heads do not split" in r.stderr, f"-tp 3: {r.returncode} {r.stderr[-800:]}")

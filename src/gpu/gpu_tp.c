@@ -239,7 +239,9 @@ static void *tp_worker(void *arg)
     const int r = ((tp_worker_arg *)arg)->rank;
     free(arg);
     pthread_mutex_lock(&tp->mu);
-    unsigned long seen = tp->gen;
+    /* 0, the generation before the first job, not tp->gen: a job may start (the start-up timing
+     * of the all-reduces does) before this thread first takes the lock, and must not be missed */
+    unsigned long seen = 0;
     for (;;) {
         while (tp->gen == seen && !tp->quit) pthread_cond_wait(&tp->go, &tp->mu);
         if (tp->quit) break;
@@ -303,7 +305,8 @@ static int run_job(gpu_tp *tp, tp_job job, void *arg, char *err, size_t errlen)
     if (differ && !tp->dead) {
         char why[512];
         snprintf(why, sizeof why, "the GPUs disagreed in %s: rank 0 returned %d (%.150s), rank %d %d (%.150s)",
-                 tp->job_what, rc, rc ? tp->err[0] : "ok", differ, tp->rc[differ], tp->rc[differ] ? tp->err[differ] : "ok");
+                 tp->job_what, rc, rc ? tp->err[0] : "ok", differ, tp->rc[differ],
+                 tp->rc[differ] ? tp->err[differ] : "ok");
         if (mark_dead(tp, why)) {
             pthread_mutex_unlock(&tp->mu);
             abort_comms(tp);
@@ -389,7 +392,8 @@ static void report_stuck(gpu_tp *tp, double secs)
             snprintf(async, sizeof async, "%s%s%s", nccl.error_string(ae),
                      ae != NCCL_SUCCESS && nccl.last_error ? ": " : "",
                      ae != NCCL_SUCCESS && nccl.last_error ? nccl.last_error(comm[r]) : "");
-        if (running[r]) snprintf(state, sizeof state, "still in its step, %s", phase_name(__atomic_load_n(&g->tp_phase, __ATOMIC_RELAXED)));
+        int ph = __atomic_load_n(&g->tp_phase, __ATOMIC_RELAXED);
+        if (running[r]) snprintf(state, sizeof state, "still in its step, %s", phase_name(ph));
         else snprintf(state, sizeof state, "returned %d%s%.150s", rc[r], rc[r] ? ": " : "", rc[r] ? tp->err[r] : "");
         log_error("cuda tp:   GPU %d (rank %d): %s; all-reduces enqueued by its host: %s; finished on the GPU "
                   "(eager steps): %s; its stream %s; NCCL asynchronous error: %s", g->base.cfg.device, r, state, sent,

@@ -1258,19 +1258,19 @@ static model *tp_mkmodel(model_arch arch, mkmodel_ftype ft)
 }
 
 /* A TP=1 or TP=2 engine of n_slots rows of ctx tokens, its KV pool kv_mb (small: both engines
- * live at once) */
+ * live at once); a step of up to a row's tokens (greedy feeds a prompt in one step) */
 static engine *tp_engine(const model *m, int n_gpus, int n_slots, int ctx, size_t kv_mb)
 {
     char err[512];
-    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = 256, .kv_cache_mb = kv_mb,
-                         .tensor_parallel = n_gpus};
+    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = ctx > 256 ? ctx : 256,
+                         .kv_cache_mb = kv_mb, .tensor_parallel = n_gpus};
     engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
     if (!e) fail_msg("tensor parallelism over %d GPUs: %s", n_gpus, err);
     return e;
 }
 
 /* Greedy tokens of TP=2 against TP=1 (the same GPU engine on one GPU): each sequence alone on
- * the split engine (prompt steps of up to 256 tokens, then the batch-1 decode graph), and all of
+ * the split engine (a prompt step, then the batch-1 decode graph), and all of
  * them decoded together (the batch-8 graph).  The split sums each product in two halves and then
  * across the GPUs, so the logits agree to rounding (every sequence's first within REL_BOUND) and
  * a token may only differ at a near tie of the single-GPU run.  Prompts of PL tokens. */
@@ -1351,8 +1351,8 @@ static void test_tp2_equals_tp1(void **state)
 }
 
 /* The same on a file named by INFERD_TEST_TP_MODEL (gpu-check tp: the Llama-3.1-8B Q4_K_M shape
- * from mkmodel), with prompts of 600 tokens (three prompt steps each) and 11; skipped without
- * it. */
+ * from mkmodel), with prompts of 600 tokens (all-reduces of 600 rows in the prompt step) and 11;
+ * skipped without it. */
 static void test_tp_file(void **state)
 {
     (void)state;

@@ -80,7 +80,7 @@ static const opt_def opt_table[] = {
     ENUM_("device", NULL, device, "auto", device_names, "compute backend: auto (cuda when available), cpu, cuda"),
     INT_("gpu", NULL, gpu, "0", 0, 64, "CUDA device ordinal"),
     INT_("tensor-parallel", "tp", tensor_parallel, "1", 1, 8,
-         "GPUs of this host one model is split across (1: one GPU, --gpu; more: not implemented yet, issue 16)"),
+         "GPUs of this host one model is split across (1: one GPU, --gpu; N: GPUs --gpu .. --gpu+N-1, over NCCL)"),
     STR_("chat-template", NULL, chat_template, "",
          "built-in chat template for models without one: chatml, llama2, llama3, mistral, zephyr, gemma, phi3 "
          "(default: the model's own Jinja template, else detect)"),

@@ -220,6 +220,7 @@ static bool claim_abort(gpu_tp *tp, const char *why)
  * by ncclCommAbort (NCCL's older way: it frees the communicator too). */
 static void abort_comms(gpu_tp *tp)
 {
+    log_error("cuda tp: stopping the communicators (%s)", nccl.revoke ? "ncclCommRevoke" : "ncclCommAbort");
     for (int r = 0; r < tp->n; r++) {
         if (!tp->comm[r]) continue;
         if (nccl.revoke) {

@@ -938,8 +938,10 @@ def case_connflood():
           f"{slow[1]:.3f} s; after {after[0]:.3f} s, {after[1]:.3f} s")
     print(f"server RSS: {rss0:.0f} MiB at start, {rss_idle:.0f} MiB with the idle flood, {rss_slow:.0f} MiB "
           f"after the slowloris one, {rss_end:.0f} MiB at the end")
+    # 2.5 s: well under --timeout (6 s), so an answer did not wait for the flood to be cut, and
+    # with room for a loaded 2-core machine (1.09 and 1.34 s seen there against a 1 s bound)
     for name, (h, g) in (("idle", idle), ("slowloris", slow)):
-        check(h < 1.0 and g < 1.0, f"with {n} {name} connections /health took {h:.3f} s, a completion {g:.3f} s")
+        check(h < 2.5 and g < 2.5, f"with {n} {name} connections /health took {h:.3f} s, a completion {g:.3f} s")
     check(cut == n, f"{cut} slowloris cuts counted as 408, expected {n}")
 
 

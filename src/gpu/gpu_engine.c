@@ -315,13 +315,19 @@ static int upload_weights(gpu_engine *g, char *err, size_t errlen)
         if (g->base.cfg.verbose && (l + 1) % 8 == 0)
             log_info("cuda: uploaded layers %d/%d (%.0f MiB)", l + 1, m->hp.n_layer, u.off / MIB);
     }
+    /* cuMemcpyHtoD from pageable memory returns with its last DMA still in flight on the legacy
+     * stream, which g->stream (non-blocking) does not wait for: make_resident_f16's dequant_f16
+     * or a first step could read the last tensors before they land (test_gpu_kernels' NaN
+     * references were this). */
+    CU_CHECK(cu.cuCtxSynchronize(), "uploading the weights");
     return 0;
 }
 
-/* Matrices cuBLAS multiplies from an FP16 copy: block-quantised ones whose rows are no whole
- * 256-input stages of the mmq kernels (e.g. 2880 inputs).  The float formats never: F16 rows
- * are cuBLAS's operand as they lie, BF16 ones go to mmq (or, rows of no whole stages, matvec),
- * F32 ones to cuBLAS's FP32 product (gpu_forward.c: path_for, blas_matmul). */
+/* Matrices cuBLAS multiplies from an FP16 copy: block-quantised ones mmq does not serve
+ * (gpu_mmq_serves: a format with no mmq kernels; gpt-oss's 2,880-wide Q8_0 rows are served, in
+ * a partial last stage).  The float formats never: F16 rows are cuBLAS's operand as they lie,
+ * BF16 ones go to mmq, F32 ones to cuBLAS's FP32 product (gpu_forward.c: path_for,
+ * blas_matmul). */
 static bool needs_f16_copy(const gpu_engine *g, const gpu_matrix *w)
 {
     return w->d && !gpu_mmq_serves(&g->k, w->wtype, w->k) && w->type != GGML_TYPE_F16 &&

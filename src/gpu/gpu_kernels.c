@@ -63,15 +63,13 @@ unsigned gpu_mmqn_smem(ggml_type t, int warps, int items)
 
 bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim)
 {
-    /* Whole 256-input stages only.  mmq.cuh can stage and multiply a partial last stage (the
-     * blocks of 32 inputs, or BF16's single ones, of a k such as gpt-oss's 2,880), but on the
-     * H100 (2026-11-26, merged main) test_mmq_partial_stage failed in 2 to 5 of its 8 formats
-     * run after run and passed under compute-sanitizer initcheck and racecheck.  The kernel's
-     * outputs were finite there; what was NaN was the test's reference (the FP16 weights it
-     * downloads from dequant_f16, in the last rows of the matrix), so the fault may be the
-     * test's and not mmq's: not yet found.  Until it is, those rows take the FP16 copies and
-     * per-entry kernels as before. */
-    return wtype >= 0 && k->mmq[wtype][0].f && kdim % MMQ_KT == 0;
+    /* A k past whole 256-input stages: the blocks of 32 inputs (or BF16's single ones) end
+     * mid-stage, which mmq.cuh stages and multiplies in part; a super-block format's rows never
+     * do.  (This was off for a day: test_mmq_partial_stage's failures on the H100 were the
+     * test's own, its NaN poison uploaded with cuMemcpyHtoD still landing after dequant_f16 or
+     * the kernel had written, on a stream that did not wait for it; docs/benchmarks.md.) */
+    if (wtype < 0 || !k->mmq[wtype][0].f || kdim % 32 != 0) return false;
+    return kdim % MMQ_KT == 0 || ggml_type_block_elems(wtypes[wtype]) <= 32;
 }
 
 bool gpu_dp4a_serves(const gpu_kernels *k, int wtype, int kdim)

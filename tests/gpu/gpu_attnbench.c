@@ -32,6 +32,9 @@ static int upload(CUdeviceptr *d, const void *h, size_t bytes, char *err, size_t
 {
     CU_CHECK(cu.cuMemAlloc(d, bytes), "attnbench: allocating");
     CU_CHECK(cu.cuMemcpyHtoD(*d, h, bytes), "attnbench: uploading");
+    /* landed before the bench's non-blocking stream reads it (cuMemcpyHtoD from pageable
+     * memory returns with the DMA in flight on the legacy stream) */
+    CU_CHECK(cu.cuCtxSynchronize(), "attnbench: uploading");
     return 0;
 }
 

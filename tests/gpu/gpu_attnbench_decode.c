@@ -168,6 +168,7 @@ static int dec_setup(dec_bench *b, char *err, size_t errlen)
     rc = rc || cu.cuMemAlloc(&tab, nb * 4) || cu.cuMemcpyHtoD(tab, ints, nb * 4);
     for (int t = 0; t < b->B; t++) ints[t] = b->ctx - 1;
     rc = rc || cu.cuMemAlloc(&pos, b->B * 4) || cu.cuMemcpyHtoD(pos, ints, b->B * 4);
+    rc = rc || cu.cuCtxSynchronize(); /* the uploads landed (their DMA is on the legacy stream) */
     const size_t parts = (size_t)b->B * b->n_head * 128;
     rc = rc || cu.cuMemAlloc(&po, parts * hd * 4) || cu.cuMemAlloc(&pml, parts * 2 * 4);
     rc = rc || cu.cuMemAlloc(&b->counts, (size_t)b->B * b->n_kv * 4) ||

@@ -7,8 +7,7 @@
 // load_chunk_h gives the matvec kernels).  A stage is whole super-blocks (or eight 32-blocks) of
 // every row; a k that is not a multiple of 256 (32-input blocks only: gpt-oss's 2,880) ends in a
 // partial stage, whose missing chunks are neither copied nor multiplied, and its rows, aligned
-// only as their length is, are staged in narrower copies (mmq_stage_weights_part).  The engine
-// does not launch that case yet (gpu_kernels.c: gpu_mmq_serves; a race seen on the H100).
+// only as their length is, are staged in narrower copies (mmq_stage_weights_part).
 //
 // The weights are mma's A operand (16 weight rows per warp: the output features), the
 // activations its B operand (8 activation rows per n-tile), so a block of 16 activation rows

@@ -721,15 +721,16 @@ static void test_moe_route_sigmoid(void **state)
  * gpt-oss (sinks, output bias, YaRN, biased top-k-softmax router, clamped SwiGLU), the hybrids
  * (gated DeltaNet, gated attention with partial RoPE, the gated shared expert), phi3 (partial
  * LongRoPE, fused qkv and gate/up) and glm4moe (sigmoid router with its selection bias,
- * ungated shared expert, a dense first layer) need nothing it lacks; deepseek2 is refused by
- * the feature it needs first, and the next by name when that one is granted (`granted`), and
- * needs nothing past GPU_MLA_FEATURES (its written GPU path, not yet on: docs/mla-gpu.md). */
+ * ungated shared expert, a dense first layer) and deepseek2 (latent attention, expert groups:
+ * GPU_MLA_FEATURES, docs/mla-gpu.md) need nothing it lacks; without GPU_MLA_FEATURES (`denied`)
+ * deepseek2 is refused by the feature it needs first, and the next by name when only that one
+ * is granted back: so --device auto would run it on the CPU. */
 static void test_gpu_features(void **state)
 {
     (void)state;
     static const struct {
         const char *file;
-        arch_features granted;
+        arch_features denied;
         const char *refusal;
     } cases[] = {
         {"mistral.gguf", 0, NULL},
@@ -742,12 +743,12 @@ static void test_gpu_features(void **state)
         {"qwen3_next.gguf", 0, NULL},
         {"phi3.gguf", 0, NULL},
         {"glm4moe.gguf", 0, NULL},
-        /* refused by name, so --device auto runs it on the CPU */
-        {"deepseek_v3.gguf", 0, "the cuda backend does not implement multi-head latent attention (layer 0 of deepseek2)"},
-        {"deepseek_v3.gguf", ARCH_F_ATTN_MLA,
+        {"deepseek_v3.gguf", 0, NULL},
+        /* refused by name when its features are not granted */
+        {"deepseek_v3.gguf", GPU_MLA_FEATURES,
+         "the cuda backend does not implement multi-head latent attention (layer 0 of deepseek2)"},
+        {"deepseek_v3.gguf", ARCH_F_EXPERT_GROUPS,
          "the cuda backend does not implement grouped expert selection (layer 1 of deepseek2)"},
-        /* with its path switched on (gpu.h: GPU_MLA_FEATURES), nothing else is missing */
-        {"deepseek_v3.gguf", GPU_MLA_FEATURES, NULL},
     };
     const char *env = getenv("INFERD_SHARED_DIR");
     const char *dir = env && *env ? env : INFERD_SHARED_DIR;
@@ -759,7 +760,7 @@ static void test_gpu_features(void **state)
             print_message("skipping %s: %s\n", cases[i].file, err);
             continue;
         }
-        int rc = model_check_features(m, GPU_FEATURES | cases[i].granted, "cuda", err, sizeof err);
+        int rc = model_check_features(m, GPU_FEATURES & ~cases[i].denied, "cuda", err, sizeof err);
         if (cases[i].refusal) {
             assert_int_equal(rc, -1);
             assert_string_equal(err, cases[i].refusal);

@@ -237,10 +237,9 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
 {
     static_assert(NORM == NORM_NONE || (MT == 1 && !Q8 && ROPE == (NORM == NORM_IN)), "the norms' products");
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
-    if constexpr (NORM != NORM_OUT) // (NORM_OUT: one output, O or down; the walk holds registers)
-        while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
+    while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
     // past the rows (never with ROPE: whole blocks): nothing to do but meet NORM_OUT's barrier
-    const bool live = NORM == NORM_OUT ? n < a.seg[0].n : s < a.n_seg;
+    const bool live = s < a.n_seg;
     if (!live && NORM != NORM_OUT) return;
     const matvec_seg &sg = a.seg[live ? s : 0];
     int role = 0, n0 = n - n % MATVEC_WARPS;
@@ -344,13 +343,6 @@ template <> struct rope_norm_blocks<T_Q4_K> { static constexpr int n = 6; };
 template <> struct rope_norm_blocks<T_Q5_K> { static constexpr int n = 4; };
 template <> struct rope_norm_blocks<T_Q6_K> { static constexpr int n = 5; };
 
-// ... and the blocks matvec_res_<type> is held to (0: none): Q4_K's one-segment residual
-// product in 32 registers, 8 blocks an SM instead of 6 with 40, which scripts/mvbench.cu
-// measured 6 % faster on the 8B shape's Wq and down (docs/benchmarks.md; no spill, ptxas -v).
-// The other formats spill at 32 or keep their blocks either way.
-template <int T> struct res_blocks { static constexpr int n = 0; };
-template <> struct res_blocks<T_Q4_K> { static constexpr int n = 8; };
-
 // One triple per row of GPU_MATVEC_NORM_KERNELS: the batch-1 products that carry its norms.
 #define MATVEC_NORM_KERNELS(rope_name, glu_name, res_name, TYPE)                                 \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, rope_norm_blocks<T_##TYPE>::n) \
@@ -360,7 +352,7 @@ template <> struct res_blocks<T_Q4_K> { static constexpr int n = 8; };
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
         glu_name(matvec_args a) { glu_body<T_##TYPE, 1, false, NORM_IN>(a); }                    \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, res_blocks<T_##TYPE>::n)     \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
         res_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a); }
 GPU_MATVEC_NORM_KERNELS(MATVEC_NORM_KERNELS)
 

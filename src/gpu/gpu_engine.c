@@ -607,6 +607,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     /* nor in an encoder: its post-LN blocks read fp16(x), not a norm that leaves the q8 row */
     g->dp4a = INFERD_GPU_DP4A && !g->det && !any_moe && !g->base.n_states && !hp->encoder;
     size_t q8_k = g->dp4a ? (act_w > (size_t)g->d_ff ? act_w : (size_t)g->d_ff) : 0;
+    g->norm_carry = gpu_norms_carried(g);
+    size_t norm_w = g->norm_carry ? (size_t)g->d_embd : 0;
 
     /* per-step inputs: tok, pos, slot, seq, rows, lidx, attention's token list and flash tiles
      * (at most one tile per token), bias, allowed-token masks, block tables (a step copies the
@@ -640,6 +642,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->act_h, (size_t)T * act_w * sizeof(uint16_t)}, {&g->act_lo, (size_t)lo_rows * lo_w * sizeof(uint16_t)},
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->xq, 2 * q8_k}, {&g->xd, q8_k / 32 * 2 * f}, /* q and lo (kernels/common.cuh) */
+        {&g->norm_h, norm_w * sizeof(uint16_t)}, {&g->norm_part, (norm_w + 7) / 8 * f},
+        {&g->norm_ss, g->norm_carry ? (1 + 2 * (size_t)hp->n_layer) * f : 0},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
         {&g->post, any_post ? (size_t)T * g->d_embd * f : 0},
@@ -1229,7 +1233,7 @@ static void gpu_destroy(engine *e)
                           g->part_o, g->part_ml, g->att_counts, g->xl_h, g->logits, g->work, g->counts, g->parts,
                           g->sout,   g->in_d, g->state, g->ssm_mix, g->ssm_z, g->ssm_b, g->ssm_g, g->ssm_raw,
                           g->ssm_o,  g->qg,   g->sh_logit, g->sh_y, g->ssm_u, g->ssm_w, g->ssm_gc, g->xq, g->xd,
-                          g->mla_q, g->mla_qa};
+                          g->mla_q, g->mla_qa, g->norm_h, g->norm_part, g->norm_ss};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cu.cuMemFree(bufs[i]);
     if (g->in_h) cu.cuMemFreeHost(g->in_h);

@@ -92,6 +92,11 @@ typedef struct matmul_op {
     bool accumulate;
     const qkv_post_args *post; /* one token's QKV (m == 1, outputs Q, K, V): qkv_post fused */
     bool x_q8;                 /* x's q8 row is in xq/xd already (the norm before: norm_q8) */
+    /* a carried norm (norm_point; m == 1, the matvec path): NORM_IN, x is norm p's input and
+     * the products its scale (with post); NORM_OUT, the residual add (accumulate) writing norm
+     * p's input with its weight norm_w */
+    int norm, norm_p;
+    CUdeviceptr norm_w;
     const char *what;
 } matmul_op;
 
@@ -143,6 +148,20 @@ static int dp4a_input(gpu_engine *g, const matmul_op *op, bool *ready, matvec_ar
     a->xq = (const int8_t *)(uintptr_t)g->xq;
     a->xd = F32(g->xd);
     return 0;
+}
+
+/* The batch-1 step's RMSNorms ride on its products where g->norm_carry (gpu_norms_carried):
+ * norm point p (2 il: layer il's attention norm, 2 il + 1: its feed-forward norm) has its
+ * input in norm_h, written by the product before it (NORM_OUT: the residual add; norm_prep for
+ * the first), and its scale applied by the products after it (NORM_IN): no launch of its own
+ * and no block that waits on a reduction before its weights stream (gpu_shared.h matvec_norm).
+ * -1: the norm is a launch of its own (rmsnorm). */
+static int norm_point(const gpu_engine *g, int p, int T) { return g->norm_carry && T == 1 ? p : -1; }
+
+static matvec_norm norm_args(const gpu_engine *g, int p, CUdeviceptr w)
+{
+    return (matvec_norm){.w = F32(w), .xw = F16(g->norm_h), .part = F32(g->norm_part), .ss = F32(g->norm_ss) + p,
+                         .n = g->d_embd, .n_part = (g->d_embd + 7) / 8, .eps = g->base.m->hp.rms_eps};
 }
 
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
@@ -364,11 +383,14 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             const int t = op->out[i].w->wtype;
             const bool q8 = use_dp4a(g, op, op->out[i].w);
             if (q8 && dp4a_input(g, op, &q8_ready, &a, err, errlen)) return -1;
+            if (op->norm) a.norm = norm_args(g, op->norm_p, op->norm_w); /* never with q8 (gpu_norms_carried) */
             if (op->post) { /* m == 1: the matvec path (path_for) */
                 matvec_rope_args r = {.mv = a, .post = *op->post, .role0 = MATVEC_Q + i};
-                LAUNCH(*(q8 ? &g->k.matvec_rope_dp4a[t] : &g->k.matvec_rope[t]), d, op->what, &r);
+                const gpu_fn *fn = q8 ? &g->k.matvec_rope_dp4a[t] : op->norm ? &g->k.matvec_rope_norm[t] : &g->k.matvec_rope[t];
+                LAUNCH(*fn, d, op->what, &r);
             } else {
-                LAUNCH(*(q8 ? &g->k.matvec_dp4a[t] : &g->k.matvec[t][v]), d, op->what, &a);
+                const gpu_fn *fn = q8 ? &g->k.matvec_dp4a[t] : op->norm ? &g->k.matvec_res[t] : &g->k.matvec[t][v];
+                LAUNCH(*fn, d, op->what, &a);
             }
         }
         i = j;
@@ -394,8 +416,10 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
 {
     const gpu_matrix *gate = shexp ? &L->ffn_gate_shexp : &L->w_gate, *up = shexp ? &L->ffn_up_shexp : &L->w_up;
     const bool geglu = !shexp && L->geglu;
+    const int np = shexp ? -1 : norm_point(g, 2 * (int)(L - g->layers) + 1, T); /* the feed-forward norm's */
     matmul_op op = {.out = {{gate, g->gate, 0, L->d_ff}, {up, g->up, 0, L->d_ff}}, .n_out = 2,
-                    .x = g->act_h, .m = T, .ldx = g->d_embd, .x_q8 = !shexp && norm_q8(g, T, g->d_embd), .what = what};
+                    .x = np >= 0 ? g->norm_h : g->act_h, .m = T, .ldx = g->d_embd,
+                    .x_q8 = !shexp && norm_q8(g, T, g->d_embd), .what = what};
     if (gpu_glu_fused(g, gate, up, geglu, T)) {
         if (path_for(g, gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
         int v = matvec_variant(T);
@@ -403,8 +427,9 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
         a.yh = F16(g->ff_h);
         bool q8 = use_dp4a(g, &op, gate), ready = false;
         if (q8 && dp4a_input(g, &op, &ready, &a, err, errlen)) return -1;
-        LAUNCH(*(q8 ? &g->k.glu_dp4a[gate->wtype] : &g->k.glu[gate->wtype][v]),
-               ((gpu_launch_dims){ceil_div(T, 1u << v), ceil_div(gate->n, 8), 1, 256}), what, &a);
+        if (np >= 0) a.norm = norm_args(g, np, 0);
+        const gpu_fn *fn = q8 ? &g->k.glu_dp4a[gate->wtype] : np >= 0 ? &g->k.glu_norm[gate->wtype] : &g->k.glu[gate->wtype][v];
+        LAUNCH(*fn, ((gpu_launch_dims){ceil_div(T, 1u << v), ceil_div(gate->n, 8), 1, 256}), what, &a);
         return 0;
     }
     if (matmul(g, &op, err, errlen)) return -1;
@@ -788,6 +813,37 @@ static int per_layer_embedding(gpu_engine *g, const gpu_layer *L, int il, int T,
     return add_post_normed(g, L->ple_post_norm, T, what, err, errlen);
 }
 
+/* Whether layer L's one-token QKV product can do qkv_post in its epilogue (matvec_rope): no
+ * q/k/v norm, gate or partial RoPE, K/V of its own, RoPE at all, whole groups of 8 features. */
+static bool qkv_post_fusable(const gpu_engine *g, const gpu_layer *L)
+{
+    return !L->q_norm && !L->k_norm && !L->v_norm && !L->gated && !L->n_rot && L->kv_own && L->wv.d && L->hd % 8 == 0 &&
+           !L->post_ln && g->base.m->desc->rope != ARCH_ROPE_NONE;
+}
+
+/* The batch-1 step carries its RMSNorms in its products (norm_point) where every layer is a
+ * dense softmax layer of the plain recipe -- a norm before QKV (matvec_rope) and one before the
+ * one-launch GLU, nothing else on the residual stream (no sandwich norms, output scales,
+ * per-layer embeddings) -- over formats that have the kernels (GPU_MATVEC_NORM_KERNELS); not
+ * under det (one path for every batch size), dp4a (its norm makes the q8 row) nor tensor
+ * parallelism (the residual add follows an all-reduce). */
+bool gpu_norms_carried(const gpu_engine *g)
+{
+    const model *m = g->base.m;
+    if (g->det || g->dp4a || g->tp_rank >= 0 || m->hp.encoder || m->hp.n_embd_ple > 0 || g->base.n_states) return false;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const gpu_layer *L = &g->layers[il];
+        if (m->layers[il].recipe.ffn != ARCH_FFN_GLU || !qkv_post_fusable(g, L) || L->attn_post_norm ||
+            L->ffn_post_norm || L->has_out_scale || L->mla || L->lin >= 0 || L->mlp || L->geglu || !L->attn_norm ||
+            !L->ffn_norm || !gpu_glu_fused(g, &L->w_gate, &L->w_up, false, 1))
+            return false;
+        const gpu_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (ws[i]->wtype < 0 || !g->k.matvec_res[ws[i]->wtype].f) return false; /* (a row has all three) */
+    }
+    return true;
+}
+
 /* Softmax attention of layer il over the normed act_h: x += post(Wo attend(q, K, V)).  The
  * q/k/v products (K/V only in a layer that keeps its own: Gemma 4's shared layers read their
  * kv_source's; a layer without wv takes V from the K projection), qkv_post (q/k norms, RoPE,
@@ -816,15 +872,15 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
      * RoPE pair is two neighbouring features (not NeoX: a pair never leaves its 16-row tile);
      * every other step takes qkv_post. */
     const gpu_matrix *wv = L->wv.d ? &L->wv : &L->wk; /* no wv: V is the K projection (v_from_k) */
-    bool fusable = !L->q_norm && !L->k_norm && !L->v_norm && !L->gated && !L->n_rot && L->kv_own && L->wv.d &&
-                   L->hd % 8 == 0 && !L->post_ln && !no_rope;
-    bool post_fused = fusable && (!g->det ? T == 1
+    const int np = norm_point(g, 2 * il, T);
+    bool post_fused = qkv_post_fusable(g, L) && (!g->det ? T == 1
                                           : !hp->rope_neox && L->hd % 16 == 0 && mmq_narrow_serves(g, &L->wq, T) &&
                                                 mmq_narrow_serves(g, &L->wk, T) && mmq_narrow_serves(g, wv, T));
     matmul_op qkv = {.out = {{&L->wq, L->gated ? g->qg : g->q, L->bq, L->gated ? 2 * L->d_q : L->d_q},
                              {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
-                     .n_out = L->kv_own ? 3 : 1, .x = g->act_h, .m = T, .ldx = g->d_embd,
-                     .post = post_fused ? &post : NULL, .x_q8 = norm_q8(g, T, g->d_embd), .what = what};
+                     .n_out = L->kv_own ? 3 : 1, .x = np >= 0 ? g->norm_h : g->act_h, .m = T, .ldx = g->d_embd,
+                     .post = post_fused ? &post : NULL, .x_q8 = norm_q8(g, T, g->d_embd),
+                     .norm = np >= 0 ? NORM_IN : NORM_NONE, .norm_p = np, .what = what};
     if (matmul(g, &qkv, err, errlen)) return -1;
     size_t nq = (size_t)T * L->d_q;
     int hd = L->hd;
@@ -835,8 +891,10 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
                what, &post);
     if (attention(g, il, ap, err, errlen)) return -1;
     if (L->gated) LAUNCH(g->k.gate_heads, flat_dims(nq), what, &g->act_h, &g->qg, &hd, &nq);
+    const int next = norm_point(g, 2 * il + 1, T); /* the feed-forward norm, which Wo's residual add writes */
     matmul_op wo = {.out = {{&L->wo, g->x, L->bo, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = L->d_q,
-                    .accumulate = true, .what = what};
+                    .accumulate = true, .norm = next >= 0 ? NORM_OUT : NORM_NONE, .norm_p = next, .norm_w = L->ffn_norm,
+                    .what = what};
     if (L->post_ln) return residual_post_ln(g, &wo, L->attn_out_norm, L->attn_out_norm_b, T, err, errlen);
     return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
 }
@@ -1052,7 +1110,16 @@ static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap
     /* a linear or latent layer's projections read the norm to about 22 bits (act_lo) */
     norm_op n1 = {.x = g->x, .w = L->attn_norm, .yh = g->act_h, .ylo = L->lin >= 0 || L->mla ? g->act_lo : 0,
                   .rows = T, .n = hp->n_embd, .q8 = !L->post_ln && norm_q8(g, T, hp->n_embd)};
-    if (L->post_ln ? residual_to_f16(g, T, what, err, errlen) : rmsnorm(g, &n1, what, err, errlen)) return -1;
+    if (norm_point(g, 2 * il, T) >= 0) { /* carried: the layer before's down product wrote it */
+        if (il == 0) { /* the embeddings' (gpu_shared.h matvec_norm) */
+            int n = g->d_embd;
+            float eps = hp->rms_eps;
+            LAUNCH(g->k.norm_prep, ((gpu_launch_dims){1, 1, 1, 1024}), what, &g->x, &(CUdeviceptr){L->attn_norm},
+                   &g->norm_h, &g->norm_part, &g->norm_ss, &n, &eps);
+        }
+    } else if (L->post_ln ? residual_to_f16(g, T, what, err, errlen) : rmsnorm(g, &n1, what, err, errlen)) {
+        return -1;
+    }
     const gpu_block block = L->lin >= 0 ? attention_linear : L->mla ? attention_mla : attention_softmax;
     return block(g, il, T, ap, what, err, errlen);
 }
@@ -1070,7 +1137,7 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     bool moe = ffn == ARCH_FFN_MOE; /* the router reads the norm in FP32 too */
     norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd,
                   .q8 = norm_q8(g, T, hp->n_embd)};
-    if (rmsnorm(g, &n2, what, err, errlen)) return -1;
+    if (norm_point(g, 2 * il + 1, T) < 0 && rmsnorm(g, &n2, what, err, errlen)) return -1; /* else Wo's add wrote it */
     int rc;
     if (moe) {
         rc = ffn_moe(g, L, T, what, err, errlen);
@@ -1078,8 +1145,11 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     } else if (ffn == ARCH_FFN_GLU_MOE) {
         rc = ffn_glu_moe(g, L, T, what, err, errlen);
     } else {
+        /* the next layer's attention norm rides on the residual add (the LM head's keeps its launch) */
+        const int next = il + 1 < hp->n_layer ? norm_point(g, 2 * il + 2, T) : -1;
         matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = L->d_ff,
-                          .accumulate = true, .what = what};
+                          .accumulate = true, .norm = next >= 0 ? NORM_OUT : NORM_NONE, .norm_p = next,
+                          .norm_w = next >= 0 ? g->layers[il + 1].attn_norm : 0, .what = what};
         rc = gated_ffn(g, L, false, T, what, err, errlen) || residual_add(g, &down, L->ffn_post_norm, T, err, errlen) ? -1 : 0;
     }
     if (rc) return -1;

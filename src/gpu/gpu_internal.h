@@ -249,6 +249,13 @@ typedef struct gpu_engine {
      * sum) pair per 32: kernels/common.cuh q8_block_store), by rmsnorm_q8 or quantize_q8. */
     bool dp4a;
     CUdeviceptr xq, xd;
+    /* The batch-1 step's RMSNorms carried by its products instead of launches of their own
+     * (gpu_shared.h matvec_norm; gpu_norms_carried says where).  norm_h: a norm's input
+     * fp16(x w c) [n_embd]; norm_part: the residual product's sums of squares, one per 8
+     * features; norm_ss: the step's sums of squares, norm_prep's and one per norm of a layer
+     * [1 + 2 n_layer]. */
+    bool norm_carry;
+    CUdeviceptr norm_h, norm_part, norm_ss;
     size_t wdq_bytes;
 
     /* per-step inputs: pinned host staging + device copy, and results */
@@ -312,6 +319,9 @@ int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what
  * says, and sample n_rows logits rows (logits into g->logits, samples into g->sout).
  * Launches only: no synchronisation, so it can be captured into a graph. */
 int gpu_forward(gpu_engine *g, int n_tokens, int n_rows, const gpu_attn_plan *ap, char *err, size_t errlen);
+/* Whether g's batch-1 steps carry their RMSNorms in the products (gpu_forward.c), set once
+ * into g->norm_carry when the buffers are sized (after det, dp4a and the kernels are known). */
+bool gpu_norms_carried(const gpu_engine *g);
 /* W -> FP16 row-major [n][k] at dst (the form cuBLAS multiplies); launches only. */
 int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const char *what, char *err,
                     size_t errlen);

@@ -135,6 +135,18 @@
     X(matvec_dp4a_q4_k, glu_dp4a_q4_k, matvec_rope_dp4a_q4_k, Q4_K) \
     X(matvec_dp4a_q6_k, glu_dp4a_q6_k, matvec_rope_dp4a_q6_k, Q6_K)
 
+/* The batch-1 step's products that carry its RMSNorms (gpu_shared.h matvec_norm), the formats
+ * of the common dense files (a model with another format in a layer keeps the norm launches):
+ * QKV with qkv_post reading the norm's input, gate/up the same, the residual product writing it:
+ * X(matvec_rope_norm_<suffix>, glu_norm_<suffix>, matvec_res_<suffix>, TYPE) */
+#define GPU_MATVEC_NORM_KERNELS(X) \
+    X(matvec_rope_norm_f16, glu_norm_f16, matvec_res_f16, F16) \
+    X(matvec_rope_norm_q4_0, glu_norm_q4_0, matvec_res_q4_0, Q4_0) \
+    X(matvec_rope_norm_q8_0, glu_norm_q8_0, matvec_res_q8_0, Q8_0) \
+    X(matvec_rope_norm_q4_k, glu_norm_q4_k, matvec_res_q4_k, Q4_K) \
+    X(matvec_rope_norm_q5_k, glu_norm_q5_k, matvec_res_q5_k, Q5_K) \
+    X(matvec_rope_norm_q6_k, glu_norm_q6_k, matvec_res_q6_k, Q6_K)
+
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */
 #define GPU_DEQUANT_KERNELS(X) \
@@ -284,7 +296,7 @@
 
 /* The kernels of no weight format (gpu_kernels' field of the same name): X(name) */
 #define GPU_PLAIN_KERNELS(X) \
-    X(rmsnorm) X(rmsnorm_q8) X(quantize_q8) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(to_f32_rows) \
+    X(rmsnorm) X(rmsnorm_q8) X(norm_prep) X(quantize_q8) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(to_f32_rows) \
     X(softcap) X(scale_f32) X(add_bias) X(layernorm) X(gelu_erf) X(mmq_reduce) X(attn_partial) X(attn_partial_hd64) \
     X(attn_partial_hd128) X(attn_partial_hd512) X(attn_partial_wide) X(attn_combine) X(mla_post)      \
     X(flash_attn_hd64) X(flash_attn_hd128) \

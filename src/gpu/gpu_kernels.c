@@ -101,6 +101,7 @@ static const format_row rope_rows[] = {GPU_MATVEC_ROPE_KERNELS(FORMAT_ROW_ONE)};
 #undef FORMAT_ROW_ONE
 #define FORMAT_ROW_DP4A(a, b, c, TYPE) {{#a, #b, #c}, GPU_WT_##TYPE, 1},
 static const format_row dp4a_rows[] = {GPU_MATVEC_DP4A_KERNELS(FORMAT_ROW_DP4A)};
+static const format_row norm_rows[] = {GPU_MATVEC_NORM_KERNELS(FORMAT_ROW_DP4A)};
 #undef FORMAT_ROW_DP4A
 static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
 #define FORMAT_ROW_MOE(a, b, c, TYPE) {{#a, #b, #c}, GPU_WT_##TYPE, 0},
@@ -149,13 +150,19 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     }
     for (size_t i = 0; i < sizeof rope_rows / sizeof rope_rows[0]; i++)
         if (lookup(k, &k->matvec_rope[rope_rows[i].wtype], rope_rows[i].name[0], err, errlen)) return -1;
-    for (size_t i = 0; i < sizeof dp4a_rows / sizeof dp4a_rows[0]; i++) {
-        const format_row *r = &dp4a_rows[i];
-        if (lookup(k, &k->matvec_dp4a[r->wtype], r->name[0], err, errlen) ||
-            lookup(k, &k->glu_dp4a[r->wtype], r->name[1], err, errlen) ||
-            lookup(k, &k->matvec_rope_dp4a[r->wtype], r->name[2], err, errlen))
-            return -1;
-    }
+    /* the rows of three kernels of some formats: the dp4a products, the norms' products */
+    const struct {
+        const format_row *rows;
+        size_t n;
+        gpu_fn *fn[3];
+    } triples[] = {{dp4a_rows, sizeof dp4a_rows / sizeof dp4a_rows[0], {k->matvec_dp4a, k->glu_dp4a, k->matvec_rope_dp4a}},
+                   {norm_rows, sizeof norm_rows / sizeof norm_rows[0], {k->matvec_rope_norm, k->glu_norm, k->matvec_res}}};
+    for (size_t l = 0; l < sizeof triples / sizeof triples[0]; l++)
+        for (size_t i = 0; i < triples[l].n; i++) {
+            const format_row *r = &triples[l].rows[i];
+            for (int j = 0; j < 3; j++)
+                if (lookup(k, &triples[l].fn[j][r->wtype], r->name[j], err, errlen)) return -1;
+        }
     for (size_t i = 0; i < sizeof dequant_rows / sizeof dequant_rows[0]; i++) {
         const format_row *r = &dequant_rows[i];
         if (lookup(k, &k->dequant_f16[r->wtype], r->name[0], err, errlen) ||

@@ -49,6 +49,9 @@ typedef struct gpu_kernels {
     /* one-row products over q8 activations (kernels/dot_q8.cuh; f == NULL for the formats
      * without): plain, GLU, QKV with qkv_post */
     gpu_fn matvec_dp4a[GPU_N_WTYPES], glu_dp4a[GPU_N_WTYPES], matvec_rope_dp4a[GPU_N_WTYPES];
+    /* the batch-1 products that carry its RMSNorms (gpu_shared.h matvec_norm; f == NULL for the
+     * formats without): QKV with qkv_post, gate/up, the residual product; and norm_prep below */
+    gpu_fn matvec_rope_norm[GPU_N_WTYPES], glu_norm[GPU_N_WTYPES], matvec_res[GPU_N_WTYPES];
     /* tensor-core products on block-quantised and BF16 weights (f == NULL for F16 and F32,
      * which go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(type, variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
@@ -59,7 +62,7 @@ typedef struct gpu_kernels {
     gpu_fn mmq_narrow[GPU_N_WTYPES], mmq_narrow_glu[GPU_N_WTYPES];
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
-    gpu_fn rmsnorm, rmsnorm_q8, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
+    gpu_fn rmsnorm, rmsnorm_q8, norm_prep, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
     gpu_fn softcap, scale_f32, add_bias;
     gpu_fn layernorm, gelu_erf; /* encoders (BERT): post-LN and the MLP's exact GELU */
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_partial_wide, attn_combine;

@@ -115,6 +115,29 @@ typedef struct matvec_seg {
     int n, ldy;
 } matvec_seg;
 
+/* The batch-1 step's RMSNorm carried by the products on either side of it instead of a launch
+ * of its own (kernels/matvec.cuh: NORM_IN, NORM_OUT).  W fp16(rmsnorm(x) w) is
+ * rsqrt(mean(x^2) + eps) W fp16(x w): the scalar can wait until a consumer's dot products are
+ * done, so no block waits on a reduction before its weights stream.  The product that adds
+ * into the residual stream x (O, down: matvec_res_<type>) also writes the next norm's input
+ * xw = fp16(x w c) and one sum of squares per block of 8 features into part; the product after
+ * the norm (QKV: matvec_rope_norm_<type>, gate/up: glu_norm_<type>) reads xw as its x, sums
+ * part in a fixed order (every block the same bits: no atomics) and multiplies its sums by
+ * rsqrt(sum / n + eps) / c.  c, a power of two of about 2^-6 / rms from the sum of squares of
+ * the norm before (ss[0]; the current sum is not known until the producer's last block is
+ * done), keeps x w c inside FP16's range (residual streams carry values in the hundreds and
+ * thousands, which x w alone could take past 65,504).  ss: the step's sums of squares, one a
+ * norm; a consumer writes its own at ss[1] (the next producer's and consumer's ss[0]). */
+enum { NORM_NONE, NORM_IN, NORM_OUT }; /* a product's part in a carried norm */
+typedef struct matvec_norm {
+    const float *w; /* NORM_OUT: the next norm's weight [n] */
+    gpu_half *xw;   /* NORM_OUT: written, NORM_IN: read as x */
+    float *part;    /* [n_part]: NORM_OUT writes it, NORM_IN sums it */
+    float *ss;      /* [0]: the norm before's sum of squares, [1]: NORM_IN writes its own */
+    int n, n_part;  /* the norm's width; partials, ceil(n / 8) */
+    float eps;
+} matvec_norm;
+
 typedef struct matvec_args {
     matvec_seg seg[MATVEC_MAX_SEG];
     int n_seg;
@@ -146,6 +169,7 @@ typedef struct matvec_args {
     float glu_limit, glu_alpha;
     const int32_t *bias_ids;
     long long bias_stride;
+    matvec_norm norm; /* matvec_rope_norm_*, glu_norm_*, matvec_res_* only */
 } matvec_args;
 
 /* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for

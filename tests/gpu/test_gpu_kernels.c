@@ -746,6 +746,156 @@ static void test_rmsnorm(void **state)
     cu.cuMemFree(dx), cu.cuMemFree(dw), cu.cuMemFree(dy), cu.cuMemFree(dyh), cu.cuMemFree(dylo), cu.cuMemFree(didx);
 }
 
+/* The QKV product with qkv_post (one token, heads of 64, NeoX RoPE) over the carried norm nm
+ * (matvec_rope_norm) against matvec_rope over its rmsnorm'd input dah: Q and the cached K/V
+ * to FP16's rounding. */
+static void norm_carried_qkv(ggml_type t, uint64_t *seed, CUdeviceptr dah, matvec_norm nm)
+{
+    enum { NH = 4, NKV = 2, HD = 64, NQ = NH * HD, NK = NKV * HD, ROWS = NQ + 2 * NK };
+    const int wt = gpu_wtype_index(t), K = nm.n;
+    float *deq = malloc((size_t)ROWS * K * sizeof *deq);
+    void *w = random_matrix(t, K, ROWS, deq, seed);
+    const size_t rb = gpu_row_bytes(t, K), cache_n = (size_t)NKV * GPU_KV_BLOCK * HD;
+    int32_t pos = 37, seq = 0, table = 0;
+    CUdeviceptr dw = upload(w, rb * ROWS), dpos = upload(&pos, sizeof pos), dseq = upload(&seq, sizeof seq);
+    CUdeviceptr dtab = upload(&table, sizeof table);
+    float q[2][NQ], kvf[2][2 * NK];
+    for (int carried = 0; carried < 2; carried++) {
+        CUdeviceptr dq = poisoned(NQ), dkc = poisoned_half(cache_n), dvc = poisoned_half(cache_n);
+        qkv_post_args p = {.kc = (gpu_half *)(uintptr_t)dkc, .vc = (gpu_half *)(uintptr_t)dvc,
+                           .seq = (const int32_t *)(uintptr_t)dseq, .pos = (const int32_t *)(uintptr_t)dpos,
+                           .tables = (const int32_t *)(uintptr_t)dtab, .rope_base = 10000.0f, .pos_scale = 1.0f,
+                           .eps = 1e-6f, .neox = 1, .n_head = NH, .n_kv = NKV, .hd = HD, .n_layer = 1, .table_width = 1};
+        const uint8_t *wp = (const uint8_t *)(uintptr_t)dw;
+        matvec_rope_args ra = {.mv = {.n_seg = 3, .k = K, .m = 1, .ldx = K, .row_bytes = rb,
+                                      .x = (const gpu_half *)(uintptr_t)(carried ? (CUdeviceptr)(uintptr_t)nm.xw : dah)},
+                               .post = p, .role0 = MATVEC_Q};
+        ra.mv.seg[0] = (matvec_seg){wp, (float *)(uintptr_t)dq, NULL, NQ, NQ};
+        ra.mv.seg[1] = (matvec_seg){wp + rb * NQ, NULL, NULL, NK, NK};
+        ra.mv.seg[2] = (matvec_seg){wp + rb * (NQ + NK), NULL, NULL, NK, NK};
+        if (carried) ra.mv.norm = nm;
+        void *args[] = {&ra};
+        launch(carried ? &G.k.matvec_rope_norm[wt] : &G.k.matvec_rope[wt], (gpu_launch_dims){1, ROWS / 8, 1, 256}, args);
+        uint16_t kvh[2 * NK];
+        download(q[carried], dq, sizeof q[carried]);
+        for (int h = 0; h < NKV; h++) {
+            const size_t oh = gpu_kv_offset(0, 1, 0, NKV, h, pos % GPU_KV_BLOCK, HD);
+            CHECK(cu.cuMemcpyDtoH(kvh + h * HD, dkc + oh * 2, HD * 2));
+            CHECK(cu.cuMemcpyDtoH(kvh + NK + h * HD, dvc + oh * 2, HD * 2));
+        }
+        for (int i = 0; i < 2 * NK; i++) kvf[carried][i] = quant_f16_to_f32(kvh[i]);
+        cu.cuMemFree(dq), cu.cuMemFree(dkc), cu.cuMemFree(dvc);
+    }
+    const double eq = gpu_test_rel_err(q[1], q[0], NQ), ekv = gpu_test_rel_err(kvf[1], kvf[0], 2 * NK);
+    print_message("  %s: matvec_rope_norm within %.2e (Q) and %.2e (cached K, V) of rmsnorm + matvec_rope\n",
+                  ggml_type_name(t), eq, ekv);
+    assert_true(eq < 2e-3 && ekv < 2e-3);
+    cu.cuMemFree(dw), cu.cuMemFree(dpos), cu.cuMemFree(dseq), cu.cuMemFree(dtab);
+    free(deq), free(w);
+}
+
+/* The batch-1 step's norms carried by the products (gpu_shared.h matvec_norm), per format of
+ * GPU_MATVEC_NORM_KERNELS that the Q4_K_M files use: the residual product (matvec_res) adds
+ * into x exactly as matvec_<type>_1 with accumulate does, and writes fp16(x w c) and the
+ * sums of squares of every 8 features; the GLU and QKV products over them (glu_norm,
+ * matvec_rope_norm) give what rmsnorm + glu_<type>_1 / matvec_rope_<type> give, to FP16's
+ * rounding (the norm's scale is applied after the sums, not before the input's rounding), the
+ * GLU's bit for bit the same on a second run.  Residual values in the hundreds. */
+static void test_norm_carried(void **state)
+{
+    (void)state;
+    uint64_t seed = 31;
+    enum { N = 1024, KO = 512, FF = 768 };
+    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const ggml_type t = types[ti];
+        const int wt = gpu_wtype_index(t);
+        float *x = malloc(N * sizeof *x), *w = malloc(N * sizeof *w), *h = malloc(KO * sizeof *h);
+        float *deq_o = malloc((size_t)N * KO * sizeof(float)), *deq_g = malloc((size_t)2 * FF * N * sizeof(float));
+        for (int i = 0; i < N; i++) x[i] = gpu_test_randf(&seed) * 300.0f, w[i] = 0.5f + gpu_test_randf(&seed);
+        for (int i = 0; i < KO; i++) h[i] = gpu_test_randf(&seed);
+        void *wo = random_matrix(t, KO, N, deq_o, &seed), *wgu = random_matrix(t, N, 2 * FF, deq_g, &seed);
+        size_t rbo = gpu_row_bytes(t, KO), rbg = gpu_row_bytes(t, N);
+        double ss_prev = 0.0;
+        for (int i = 0; i < N; i++) ss_prev += (double)x[i] * x[i];
+        float ss[2] = {(float)ss_prev * 0.7f, -1.0f}, eps = 1e-5f; /* the norm before's: another x's */
+        CUdeviceptr dwo = upload(wo, rbo * N), dwg = upload(wgu, rbg * 2 * FF), dh = upload_half(h, KO);
+        CUdeviceptr dx_ref = upload(x, N * sizeof *x), dx = upload(x, N * sizeof *x), dw = upload(w, N * sizeof *w);
+        CUdeviceptr dxw = poisoned_half(N), dpart = poisoned(N / 8), dss = upload(ss, sizeof ss);
+        /* the residual product, plain (x_ref) and carrying the norm (x) */
+        matvec_args a = {.n_seg = 1, .k = KO, .m = 1, .ldx = KO, .accumulate = 1, .row_bytes = rbo,
+                         .x = (const gpu_half *)(uintptr_t)dh};
+        a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dwo, (float *)(uintptr_t)dx_ref, NULL, N, N};
+        void *args[] = {&a};
+        launch(&G.k.matvec[wt][0], (gpu_launch_dims){1, N / 8, 1, 256}, args);
+        a.seg[0].y = (float *)(uintptr_t)dx;
+        a.norm = (matvec_norm){.w = (const float *)(uintptr_t)dw, .xw = (gpu_half *)(uintptr_t)dxw,
+                               .part = (float *)(uintptr_t)dpart, .ss = (float *)(uintptr_t)dss, .n = N,
+                               .n_part = N / 8, .eps = eps};
+        launch(&G.k.matvec_res[wt], (gpu_launch_dims){1, N / 8, 1, 256}, args);
+        float *xr = malloc(N * sizeof *xr), *xo = malloc(N * sizeof *xo), part[N / 8];
+        uint16_t xw[N];
+        download(xr, dx_ref, N * sizeof *xr);
+        download(xo, dx, N * sizeof *xo);
+        download(xw, dxw, sizeof xw);
+        download(part, dpart, sizeof part);
+        assert_memory_equal(xo, xr, N * sizeof *xo);
+        int e_ss, e_n;
+        (void)frexpf(ss[0], &e_ss);
+        (void)frexpf((float)N, &e_n);
+        const float c = ldexpf(1.0f, -((e_ss - e_n) / 2 + 6)); /* kernels/common.cuh norm_exp */
+        double ss_new = 0.0, worst = 0.0;
+        for (int i = 0; i < N; i++) {
+            const double want = (double)xr[i] * w[i] * c, got = quant_f16_to_f32(xw[i]), d = fabs(got - want);
+            /* FP16's half ulp: relative for normal numbers, 2^-25 below 2^-14 */
+            assert_true(d <= fabs(want) / 2048 + 0x1p-25);
+            if (fabs(want) >= 0x1p-14 && d / fabs(want) > worst) worst = d / fabs(want);
+            ss_new += (double)xr[i] * xr[i];
+        }
+        for (int j = 0; j < N / 8; j++) {
+            double p = 0.0;
+            for (int i = 8 * j; i < 8 * j + 8; i++) p += (double)xr[i] * xr[i];
+            assert_true(fabs(part[j] - p) <= 1e-5 * p);
+        }
+        /* the GLU over the carried norm against rmsnorm + glu */
+        CUdeviceptr dah = poisoned_half(N), dff = poisoned_half(FF), dff2 = poisoned_half(FF), dff3 = poisoned_half(FF);
+        int n = N, stride = 1;
+        CUdeviceptr none = 0;
+        void *na[] = {&dx_ref, &none, &stride, &dw, &none, &dah, &none, &n, &eps};
+        launch(&G.k.rmsnorm, (gpu_launch_dims){1, 1, 1, 256}, na);
+        matvec_args g = {.n_seg = 2, .k = N, .m = 1, .ldx = N, .row_bytes = rbg, .x = (const gpu_half *)(uintptr_t)dah,
+                         .yh = (gpu_half *)(uintptr_t)dff};
+        g.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dwg, NULL, NULL, FF, FF};
+        g.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)dwg + rbg * FF, NULL, NULL, FF, FF};
+        void *gargs[] = {&g};
+        launch(&G.k.glu[wt][0], (gpu_launch_dims){1, FF / 8, 1, 256}, gargs);
+        g.x = (const gpu_half *)(uintptr_t)dxw;
+        g.norm = a.norm;
+        for (int run = 0; run < 2; run++) {
+            g.yh = (gpu_half *)(uintptr_t)(run ? dff3 : dff2);
+            launch(&G.k.glu_norm[wt], (gpu_launch_dims){1, FF / 8, 1, 256}, gargs);
+        }
+        uint16_t ffh[3][FF];
+        float ff[2][FF];
+        download(ffh[0], dff, sizeof ffh[0]);
+        download(ffh[1], dff2, sizeof ffh[1]);
+        download(ffh[2], dff3, sizeof ffh[2]);
+        download(ss, dss, sizeof ss);
+        for (int i = 0; i < FF; i++) ff[0][i] = quant_f16_to_f32(ffh[0][i]), ff[1][i] = quant_f16_to_f32(ffh[1][i]);
+        const double eg = gpu_test_rel_err(ff[1], ff[0], FF);
+        print_message("  %s: matvec_res's x bit-identical to matvec's, its norm input within %.1e, glu_norm within "
+                      "%.2e of rmsnorm + glu\n", ggml_type_name(t), worst, eg);
+        assert_true(eg < 2e-3);
+        assert_memory_equal(ffh[1], ffh[2], sizeof ffh[1]); /* the partials' fixed order: run to run */
+        assert_true(fabs(ss[1] - ss_new) <= 1e-5 * ss_new);   /* kept for the next norm's c */
+        norm_carried_qkv(t, &seed, dah, a.norm);
+        cu.cuMemFree(dwo), cu.cuMemFree(dwg), cu.cuMemFree(dh), cu.cuMemFree(dx_ref), cu.cuMemFree(dx);
+        cu.cuMemFree(dw), cu.cuMemFree(dxw), cu.cuMemFree(dpart), cu.cuMemFree(dss), cu.cuMemFree(dah);
+        cu.cuMemFree(dff), cu.cuMemFree(dff2), cu.cuMemFree(dff3);
+        free(x), free(w), free(h), free(deq_o), free(deq_g), free(wo), free(wgu), free(xr), free(xo);
+    }
+}
+
 /* Block tables of n_seq sequences of width w over a pool of n_seq * w blocks, fragmented: the
  * blocks of one sequence are neither contiguous nor in order, and sequences interleave.
  * Sequence 1 shares sequence 2's first block (a cached prefix read by both). */
@@ -1703,6 +1853,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mmq_narrow_matches_mmq),
         cmocka_unit_test(test_matvec_dp4a),
         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_norm_carried),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_qkv_fused_post),
         cmocka_unit_test(test_attention),

@@ -91,3 +91,20 @@ __device__ __forceinline__ float glu_act(float g, float u, float limit, float al
     }
     return g / (1.0f + __expf(-g)) * u;
 }
+
+// The products that carry the batch-1 step's RMSNorms (gpu_shared.h matvec_norm) scale the
+// norm's input by c = 2^-norm_exp, within a factor of 2 of 2^-NORM_HEADROOM / rms, rms from ss,
+// the sum of squares of the norm before: fp16(x w c) then holds |x w| / rms from about 2^-7
+// to 2^21 as normal FP16 numbers (overflow would take a value two million times the previous
+// rms: a residual stream's growth over one block is far from that), and smaller values lose at
+// most 2^-25 / c, ~4e-6 of an rms, against FP16's 2.4e-4 of the values themselves.  A power of
+// two, so c and its inverse are exact; and from the exponents alone (frexpf is exact), so the
+// producer and the consumers, other kernels, get the same c whatever their rounding of a sqrt.
+#define NORM_HEADROOM 6
+__device__ __forceinline__ int norm_exp(float ss, int n)
+{
+    int e_ss, e_n;
+    frexpf(ss, &e_ss);
+    frexpf((float)n, &e_n);
+    return (e_ss - e_n) / 2 + NORM_HEADROOM;
+}

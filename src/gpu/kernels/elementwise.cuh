@@ -49,6 +49,28 @@ extern "C" __global__ void rmsnorm_q8(const float *x, const int *idx, int idx_st
     rmsnorm_body<true>(x, idx, idx_stride, w, y, yh, ylo, n, eps, xq, xd);
 }
 
+// The first norm of a batch-1 step whose norms ride on the products (gpu_shared.h
+// matvec_norm): what a residual product's NORM_OUT epilogue leaves, for the embeddings, which
+// no product writes.  One block over the row: its sum of squares into ss[0] (this norm's c from
+// its own sum, as its consumer will take it), xw = fp16(x w c), and the sums of squares of
+// every 8 features into part.
+extern "C" __global__ void norm_prep(const float *x, const float *w, __half *xw, float *part, float *ss, int n,
+                                     float eps)
+{
+    __shared__ float sh[32];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += x[i] * x[i];
+    s = block_sum(s, sh);
+    const int e = norm_exp(s, n);
+    if (threadIdx.x == 0) ss[0] = s;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xw[i] = __float2half_rn(ldexpf(x[i] * w[i], -e));
+    for (int j = threadIdx.x; j < (n + 7) / 8; j += blockDim.x) {
+        float p = 0.0f;
+        for (int i = 8 * j; i < min(8 * j + 8, n); i++) p += x[i] * x[i];
+        part[j] = p;
+    }
+}
+
 // Dimensions of a head that RoPE turns: all, or the first n_rot (partial RoPE).
 __device__ __forceinline__ int rope_dims(const qkv_post_args &a) { return a.n_rot ? a.n_rot : a.hd; }
 

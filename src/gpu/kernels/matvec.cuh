@@ -188,17 +188,60 @@ __device__ __forceinline__ void rope_epilogue(const matvec_rope_args &r, const m
     }
 }
 
+// The batch-1 step's RMSNorms carried by the products around them (gpu_shared.h matvec_norm):
+// NORM_IN reads the norm's input and scales its sums in its epilogue, NORM_OUT adds into the
+// residual stream and writes the next norm's input.  Kernels of their own (matvec_rope_norm_*,
+// glu_norm_*, matvec_res_*): code in the shared kernels costs the others registers, and so
+// resident warps, even where it does not run (docs/benchmarks.md, "Batch-1 decode launches").
+
+// NORM_IN: the factor of a product's sums, rsqrt(mean of squares + eps) / c.  The producer's
+// partials summed in a fixed order (each thread its stride of them, then block_sum), so every
+// block gets the same bits; called after the dot products, so no block waits on it before its
+// weights stream; the first block keeps the sum for the next norm's c.  Every thread of the
+// block calls it.
+__device__ __forceinline__ float norm_in_scale(const matvec_norm &nm)
+{
+    __shared__ float sh[32];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < nm.n_part; i += blockDim.x) s += nm.part[i];
+    const float ss = block_sum(s, sh);
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) nm.ss[1] = ss;
+    return ldexpf(rsqrtf(ss / (float)nm.n + nm.eps), norm_exp(nm.ss[0], nm.n));
+}
+
+// NORM_OUT's epilogue: lane 0 of each warp holds v, its feature n's new residual value (not
+// live: past the rows, none): the next norm's input fp16(v w c), and the block's sum of
+// squares, its warps' in order, as partial blockIdx.y.  Every thread of the block calls it.
+__device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, bool live)
+{
+    __shared__ float sq[MATVEC_WARPS];
+    if ((threadIdx.x & 31) == 0) {
+        sq[threadIdx.x >> 5] = live ? v * v : 0.0f;
+        if (live) nm.xw[n] = __float2half_rn(ldexpf(v * nm.w[n], -norm_exp(nm.ss[0], nm.n)));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int i = 0; i < MATVEC_WARPS; i++) s += sq[i];
+        nm.part[blockIdx.y] = s;
+    }
+}
+
 // One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
 // fastest, so blocks that share weight rows run together and re-read them from L2.  ROPE: the
 // QKV product of one token with qkv_post in its epilogue (matvec_rope_<suffix>; rp its args).
-// Q8: the dp4a products (matvec_dp4a_<suffix>, matvec_rope_dp4a_<suffix>).
-template <int T, int MT, bool ROPE = false, bool Q8 = false>
+// Q8: the dp4a products (matvec_dp4a_<suffix>, matvec_rope_dp4a_<suffix>).  NORM: above (one
+// row: NORM_IN with ROPE, NORM_OUT as the residual add, a.accumulate).
+template <int T, int MT, bool ROPE = false, bool Q8 = false, int NORM = NORM_NONE>
 __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_rope_args *rp = nullptr)
 {
+    static_assert(NORM == NORM_NONE || (MT == 1 && !Q8 && ROPE == (NORM == NORM_IN)), "the norms' products");
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
     while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
-    if (s >= a.n_seg) return; // (never with ROPE: whole blocks)
-    const matvec_seg &sg = a.seg[s];
+    // past the rows (never with ROPE: whole blocks): nothing to do but meet NORM_OUT's barrier
+    const bool live = s < a.n_seg;
+    if (!live && NORM != NORM_OUT) return;
+    const matvec_seg &sg = a.seg[live ? s : 0];
     int role = 0, n0 = n - n % MATVEC_WARPS;
     if constexpr (ROPE) {
         role = rp->role0 + s;
@@ -206,12 +249,24 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     }
     const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
     float acc[1][MT];
-    dots<T, MT, 1, Q8>(rows, a, m0, acc);
+    if (live) dots<T, MT, 1, Q8>(rows, a, m0, acc);
     if constexpr (ROPE) {
         __shared__ float res[MATVEC_WARPS];
-        if ((threadIdx.x & 31) == 0) res[threadIdx.x >> 5] = acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f);
+        float v = acc[0][0];
+        if constexpr (NORM == NORM_IN) v *= norm_in_scale(a.norm);
+        if ((threadIdx.x & 31) == 0) res[threadIdx.x >> 5] = v + (sg.bias ? sg.bias[n] : 0.0f);
         __syncthreads();
         rope_epilogue(*rp, sg, role, n0, res);
+        return;
+    }
+    if constexpr (NORM == NORM_OUT) { // x[n] += W h, as below, then the next norm's input
+        float v = 0.0f;
+        if (live && (threadIdx.x & 31) == 0) {
+            float *dst = sg.y + n;
+            v = *dst + (acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f));
+            *dst = v;
+        }
+        norm_out(a.norm, n, v, live);
         return;
     }
     if ((threadIdx.x & 31) != 0) return;
@@ -225,16 +280,22 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
 }
 
 // Gate and up rows n of segments 0 and 1: yh[m][n] = fp16(glu_act(gate, up)): silu(gate) * up, or
-// gpt-oss's clamped SwiGLU.
-template <int T, int MT, bool Q8 = false>
+// gpt-oss's clamped SwiGLU.  NORM_IN: gate and up over the carried norm's input (one row).
+template <int T, int MT, bool Q8 = false, int NORM = NORM_NONE>
 __device__ __forceinline__ void glu_body(const matvec_args &a)
 {
+    static_assert(NORM == NORM_NONE || (NORM == NORM_IN && MT == 1 && !Q8), "the norms' products");
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT;
-    if (n >= a.seg[0].n) return;
+    const bool live = n < a.seg[0].n; // past the rows: nothing to do but meet NORM_IN's barriers
+    if (!live && NORM != NORM_IN) return;
     const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
     float gu[2][MT];
-    dots<T, MT, 2, Q8>(rows, a, m0, gu);
-    if ((threadIdx.x & 31) != 0) return;
+    if (live) dots<T, MT, 2, Q8>(rows, a, m0, gu);
+    if constexpr (NORM == NORM_IN) {
+        const float sc = norm_in_scale(a.norm);
+        gu[0][0] *= sc, gu[1][0] *= sc;
+    }
+    if (!live || (threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (m0 + i >= a.m) break;
@@ -269,6 +330,31 @@ GPU_MATVEC_ROPE_KERNELS(MATVEC_ROPE_KERNEL)
         matvec_body<T_##TYPE, 1, true, true>(r.mv, &r);                                          \
     }
 GPU_MATVEC_DP4A_KERNELS(MATVEC_DP4A_KERNELS)
+
+// The resident blocks a multiprocessor keeps of matvec_rope_<type> (256 threads a block),
+// which matvec_rope_norm_<type> is held to: left to itself the compiler gives the norm's
+// variant 8 registers more (48 for Q4_K, 40 for Q4_0 and Q8_0: a block or two an SM fewer;
+// ptxas -v, sm_90a), and none spills at these bounds (F16 would at 8: 6 is its unbounded 40).
+template <int T> struct rope_norm_blocks; // every format of GPU_MATVEC_NORM_KERNELS
+template <> struct rope_norm_blocks<T_F16> { static constexpr int n = 6; };
+template <> struct rope_norm_blocks<T_Q4_0> { static constexpr int n = 8; };
+template <> struct rope_norm_blocks<T_Q8_0> { static constexpr int n = 8; };
+template <> struct rope_norm_blocks<T_Q4_K> { static constexpr int n = 6; };
+template <> struct rope_norm_blocks<T_Q5_K> { static constexpr int n = 4; };
+template <> struct rope_norm_blocks<T_Q6_K> { static constexpr int n = 5; };
+
+// One triple per row of GPU_MATVEC_NORM_KERNELS: the batch-1 products that carry its norms.
+#define MATVEC_NORM_KERNELS(rope_name, glu_name, res_name, TYPE)                                 \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, rope_norm_blocks<T_##TYPE>::n) \
+        rope_name(matvec_rope_args r)                                                            \
+    {                                                                                            \
+        matvec_body<T_##TYPE, 1, true, false, NORM_IN>(r.mv, &r);                                \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+        glu_name(matvec_args a) { glu_body<T_##TYPE, 1, false, NORM_IN>(a); }                    \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+        res_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a); }
+GPU_MATVEC_NORM_KERNELS(MATVEC_NORM_KERNELS)
 
 // W (n rows of k) -> FP16 row-major [n][k], one 32-weight chunk per thread.
 template <int T>

@@ -286,7 +286,7 @@ static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_gr
     const gpu_fn *fn = gr.glu ? &g->k.mmq_glu[w->wtype][gr.v] : &g->k.mmq[w->wtype][gr.v];
     void *args[] = {a};
     if (gpu_launch_smem(fn, (gpu_launch_dims){gr.gx, gr.gy, (unsigned)splits, GPU_MMQ_THREADS},
-                        gpu_mmq_smem(w->type, gr.v), g->stream, args, what, err, errlen))
+                        gpu_mmq_smem(w->type, gr.v, (size_t)a->row_bytes), g->stream, args, what, err, errlen))
         return -1;
     if (splits > 1) {
         int is_glu = gr.glu;
@@ -611,8 +611,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
     const float glu_limit = L->swiglu_clamp ? ARCH_SWIGLU_CLAMP_LIMIT : 0.0f;
     /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's.
      * Deterministic: the grouped launches for any count (per-entry GeGLU for any count too) */
-    bool narrow = gate->row_bytes % 16 || down->row_bytes % 16; /* mmq stages these rows in narrow copies */
-    bool grouped = (n > (narrow ? GPU_MOE_ENTRY_MAX_TOKENS_NARROW : GPU_MOE_ENTRY_MAX_TOKENS) || g->det) && !L->geglu &&
+    bool grouped = (n > GPU_MOE_ENTRY_MAX_TOKENS || g->det) && !L->geglu &&
                    gpu_mmq_serves(&g->k, gate->wtype, gate->k) && gpu_mmq_serves(&g->k, down->wtype, down->k);
     /* moe_glu routes inside its blocks; the other paths launch moe_route first */
     if ((grouped || L->geglu) &&

@@ -23,10 +23,11 @@
 #ifndef GPU_MOE_ENTRY_MAX_TOKENS
 #define GPU_MOE_ENTRY_MAX_TOKENS 4
 #endif
-/* The same for experts whose rows are not whole 16-byte copies (gpt-oss's 2,880 MXFP4 inputs:
- * 1,530 bytes), which mmq stages in synchronous 2-byte copies: on the H100, gpt-oss-20b at
- * batch 8 decoded 576.6 tok/s per entry and 264.6 grouped (docs/benchmarks.md). */
-#define GPU_MOE_ENTRY_MAX_TOKENS_NARROW 8
+/* (Experts whose rows are not whole 16-byte copies -- gpt-oss's 2,880 MXFP4 inputs, 1,530
+ * bytes; GLM-4.5-Air's 1,408-wide Q8_0 down rows, 1,496 -- took the per-entry kernels up to 8
+ * tokens while mmq staged them in 2-byte copies: gpt-oss-20b at batch 8 decoded 576.6 tok/s per
+ * entry and 264.6 grouped on the H100.  mmq now stages them from the aligned address below in
+ * 16-byte copies, and they share the threshold above; docs/benchmarks.md.) */
 /* mmq's partial sums when it splits k (batched decode): splits * rows * features * 4 bytes */
 #define GPU_MMQ_PART_BYTES ((size_t)24 << 20)
 #define GPU_BLAS_WORKSPACE (32u << 20) /* preset, so cuBLAS allocates nothing inside graphs */

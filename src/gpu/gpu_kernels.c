@@ -44,20 +44,21 @@ void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, in
     }
 }
 
-unsigned gpu_mmq_smem(ggml_type t, int v)
+unsigned gpu_mmq_smem(ggml_type t, int v, size_t row_bytes)
 {
-    /* mmq.cuh: mmq_depth stages of raw weight rows and activation rows, then the row pointers */
-    unsigned stages = MMQ_DEPTH(v, (unsigned)gpu_row_bytes(t, MMQ_KT)), bm = 16u << v;
-    return stages * ((unsigned)GPU_MMQ_ROWS * (unsigned)gpu_row_bytes(t, MMQ_KT) + bm * (MMQ_KT + 32) * 2u) +
+    /* mmq.cuh: mmq_depth stages of raw weight rows (MMQ_WSTRIDE bytes each) and activation
+     * rows, then the row pointers */
+    unsigned rb = (unsigned)gpu_row_bytes(t, MMQ_KT), stages = MMQ_DEPTH(v, rb), bm = 16u << v;
+    return stages * ((unsigned)GPU_MMQ_ROWS * (unsigned)MMQ_WSTRIDE(rb, row_bytes) + bm * (MMQ_KT + 32) * 2u) +
            GPU_MMQ_ROWS * (unsigned)sizeof(void *); /* row pointers */
 }
 
 unsigned gpu_mmqn_smem(ggml_type t, int warps, int items)
 {
     /* mmq_narrow.cuh: per warp its stages of 16 rows and 16 row pointers, then 16 x 8 partial
-     * sums per item */
+     * sums per item (its rows: whole stages, aligned as rb is) */
     unsigned rb = (unsigned)gpu_row_bytes(t, MMQ_KT);
-    return (unsigned)warps * (MMQN_DEPTH(rb) * 16u * rb + 16u * (unsigned)sizeof(void *)) +
+    return (unsigned)warps * (MMQN_DEPTH(rb) * 16u * (unsigned)MMQ_WSTRIDE(rb, rb) + 16u * (unsigned)sizeof(void *)) +
            (unsigned)items * 16u * 8u * (unsigned)sizeof(float);
 }
 
@@ -182,8 +183,9 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         if (v < 0) return -1;
         gpu_fn *mm = &k->mmq[r->wtype][v], *mg = &k->mmq_glu[r->wtype][v];
         if (lookup(k, mm, r->name[0], err, errlen) || lookup(k, mg, r->name[1], err, errlen)) return -1;
-        /* the larger variants stage more than the default 48 KiB of shared memory */
-        int smem = (int)gpu_mmq_smem(wtypes[r->wtype], v);
+        /* the larger variants stage more than the default 48 KiB of shared memory; the most:
+         * rows not 16-byte aligned (row_bytes 1) */
+        int smem = (int)gpu_mmq_smem(wtypes[r->wtype], v, 1);
         CU_CHECK(cu.cuFuncSetAttribute(mm->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), mm->name);
         CU_CHECK(cu.cuFuncSetAttribute(mg->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), mg->name);
     }

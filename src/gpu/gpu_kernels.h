@@ -102,8 +102,9 @@ typedef struct gpu_launch_dims {
     unsigned bx;         /* threads per block (1-D blocks) */
 } gpu_launch_dims;
 
-/* Dynamic shared memory of mmq variant v on format t. */
-unsigned gpu_mmq_smem(ggml_type t, int v);
+/* Dynamic shared memory of mmq variant v on format t, for rows of row_bytes (rows not
+ * 16-byte aligned stage wider: MMQ_WSTRIDE). */
+unsigned gpu_mmq_smem(ggml_type t, int v, size_t row_bytes);
 /* ... of an mmq_narrow block of `warps` warps over `items` (tile, gate/up, split) items. */
 unsigned gpu_mmqn_smem(ggml_type t, int warps, int items);
 

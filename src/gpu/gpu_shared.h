@@ -245,6 +245,13 @@ typedef struct moe_mv_args {
  * pass the 227 KiB of shared memory a block may have. */
 #define MMQ_KT 256
 #define MMQ_DEPTH(v, rb) ((v) >= 2 || (rb) > 320 ? 2 : 3)
+/* Bytes a weight row takes in an mmq (or mmq_narrow) stage buffer, for a format of rb bytes
+ * per stage row and rows of row_bytes: rb where every row's stage starts on a 16-byte boundary
+ * (rb and row_bytes multiples of 16), else room for the 16-byte chunks that cover rb bytes from
+ * the aligned address at or below the stage's start (at most (rb + 15) / 16 + 1 of them:
+ * Q3_K's 110 bytes take 128, Q8_0's 272 at k 1,408 take 288; mmq.cuh: mmq_stage_weights). */
+#define MMQ_WSTRIDE_SHIFTED(rb) (((rb) + 30) / 16 * 16)
+#define MMQ_WSTRIDE(rb, row_bytes) ((rb) % 16 == 0 && (row_bytes) % 16 == 0 ? (rb) : MMQ_WSTRIDE_SHIFTED(rb))
 
 /* mmq_narrow (kernels/mmq_narrow.cuh, --deterministic's products of 1..MMQN_MAX_M rows): the
  * stages each warp keeps in flight for a format of rb bytes per stage row, its most warps per

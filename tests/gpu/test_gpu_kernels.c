@@ -209,7 +209,7 @@ static void mmq_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
     void *args[] = {a};
     gpu_launch_dims d = {(unsigned)(((glu ? a->seg[0].n : rows) + per_block - 1) / per_block),
                          (unsigned)((a->m + (16 << v) - 1) / (16 << v)), (unsigned)splits, GPU_MMQ_THREADS};
-    if (gpu_launch_smem(fn, d, gpu_mmq_smem(t, v), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
+    if (gpu_launch_smem(fn, d, gpu_mmq_smem(t, v, a->row_bytes), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
     if (splits > 1) {
         int is_glu = glu;
         void *rargs[] = {a, &is_glu, &splits};
@@ -483,6 +483,64 @@ static void test_mmq_partial_stage(void **state)
         free(deq);
     }
     assert_false(gpu_mmq_serves(&G.k, gpu_wtype_index(GGML_TYPE_Q4_K), 2880)); /* (never a Q4_K row) */
+}
+
+/* Residues mod 16 of where mmq's stages of rows [0, PN) start (row n's stage s: n * row_bytes +
+ * s * rb bytes into the 16-byte-aligned allocation), as a mask of bits 0..15. */
+static unsigned stage_start_residues(size_t row_bytes, size_t rb, int k)
+{
+    unsigned mask = 0;
+    for (int n = 0; n < PN; n++)
+        for (int st = 0; st < (k + MMQ_KT - 1) / MMQ_KT; st++) mask |= 1u << ((n * row_bytes + st * rb) % 16);
+    return mask;
+}
+
+/* Weight rows whose stages do not start on 16-byte boundaries, which mmq copies in 16-byte
+ * chunks from the aligned address below, each row at its offset inside its staged chunks
+ * (mmq.cuh: mmq_stage_weights): Q3_K's 110-byte super-blocks at three k, Q2_K's and IQ4_XS's,
+ * GLM-4.5-Air's Q8_0 down rows (k 1,408: 1,496 bytes, a partial last stage), gpt-oss's MXFP4
+ * rows (2,880: 1,530 bytes) and byte-aligned MXFP4 ones (800: 425 bytes); each shape's rows
+ * start at every residue mod 16 their alignment allows (checked), and the last row ends its
+ * allocation (its chunk past the stage is cut short; an over-read would not fault in the
+ * allocation's rounding, compute-sanitizer memcheck over this test names one).  mmq with one
+ * split and splits of 8 chunks against the float64 reference over the FP16 weights (itself
+ * checked against the CPU's decode), as test_mmq_all_formats. */
+static void test_mmq_unaligned_rows(void **state)
+{
+    (void)state;
+    static const struct {
+        ggml_type t;
+        int k;
+    } shapes[] = {{GGML_TYPE_Q3_K, 256},   {GGML_TYPE_Q3_K, 768},   {GGML_TYPE_Q3_K, 1280}, {GGML_TYPE_Q2_K, 768},
+                  {GGML_TYPE_IQ4_XS, 768}, {GGML_TYPE_Q8_0, 1408}, {GGML_TYPE_MXFP4, 2880}, {GGML_TYPE_MXFP4, 800}};
+    uint64_t seed = 17;
+    const int Ms[] = {2, 8, 17, 64, 300};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const ggml_type t = shapes[si].t;
+        const int K = shapes[si].k;
+        assert_true(gpu_mmq_serves(&G.k, gpu_wtype_index(t), K));
+        const size_t row_bytes = gpu_row_bytes(t, K), rb = gpu_row_bytes(t, MMQ_KT);
+        assert_true(row_bytes % 16 != 0 || rb % 16 != 0);
+        size_t align = 16; /* the residues that can occur: multiples of the rows' alignment */
+        while (row_bytes % align || rb % align) align /= 2;
+        unsigned want = 0;
+        for (size_t r = 0; r < 16; r += align) want |= 1u << r;
+        if (stage_start_residues(row_bytes, rb, K) != want)
+            fail_msg("%s k %d: the test's rows miss a residue (%#x of %#x)", ggml_type_name(t), K,
+                     stage_start_residues(row_bytes, rb, K), want);
+        float *deq = malloc((size_t)K * PN * sizeof *deq);
+        double edq, worst[2] = {0.0, 0.0};
+        product_matrix pm = product_matrix_new(t, K, deq, &seed, &edq);
+        if (!(edq < 1e-3)) fail_msg("dequant_f16 %s k %d: relative error %.3g", ggml_type_name(t), K, edq);
+        for (int split = 0; split < 2; split++) {
+            const product_kernel pk = {"mmq", mmq_run, split ? 8 : 0, 1e-4};
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) product_case(&pm, Ms[mi], &pk, &seed, worst);
+        }
+        print_message("  %-7s k %5d (rows of %zu bytes, starts every %zu mod 16): mmq rel err %.2e, glu %.2e\n",
+                      ggml_type_name(t), K, row_bytes, align, worst[0], worst[1]);
+        product_matrix_free(&pm);
+        free(deq);
+    }
 }
 
 /* The formats test_mmq_partial_stage takes, each its own test (gpt-oss's first) */
@@ -1850,6 +1908,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[5]),
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[6]),
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[7]),
+        cmocka_unit_test(test_mmq_unaligned_rows),
         cmocka_unit_test(test_mmq_narrow_matches_mmq),
         cmocka_unit_test(test_matvec_dp4a),
         cmocka_unit_test(test_rmsnorm),

@@ -6,8 +6,9 @@
 // and each warp decodes its mma fragments from there (load_oct_h: the same FP16 values
 // load_chunk_h gives the matvec kernels).  A stage is whole super-blocks (or eight 32-blocks) of
 // every row; a k that is not a multiple of 256 (32-input blocks only: gpt-oss's 2,880) ends in a
-// partial stage, whose missing chunks are neither copied nor multiplied, and its rows, aligned
-// only as their length is, are staged in narrower copies (mmq_stage_weights_part).
+// partial stage, whose missing chunks are neither copied nor multiplied.  Rows whose stages do
+// not start on 16-byte boundaries (Q3_K's 110-byte super-blocks, rows of such a k) are staged
+// in 16-byte copies from the aligned address below, each at its offset (mmq_stage_weights).
 //
 // The weights are mma's A operand (16 weight rows per warp: the output features), the
 // activations its B operand (8 activation rows per n-tile), so a block of 16 activation rows
@@ -68,47 +69,51 @@ template <> struct mmq_fmt<T_Q5_K> { static constexpr int bytes = 176; };
 template <> struct mmq_fmt<T_Q6_K> { static constexpr int bytes = GPU_Q6K_BLOCK; };
 template <> struct mmq_fmt<T_BF16> { static constexpr int bytes = 2 * MMQ_KT; };
 
-// Raw blocks of 256 inputs of each of the block's weight rows into a stage buffer: 16-byte
-// asynchronous copies where a row's stage is a multiple of 16 bytes, 4-byte ones where it is a
-// multiple of 4 (Q2_K, IQ4_XS, IQ1_M), else plain 16-bit copies (Q3_K's 110-byte super-blocks
-// and most IQ ones are only 2-byte aligned as they lie in the file).  The copies complete
-// before the stage is read as the asynchronous ones do: behind the __syncthreads that opens
-// the iteration reading it.  ROWS rows, by threads tid of nt (mmq_narrow: one warp's 16 rows).
-template <int RB> struct mmq_unit { static constexpr int n = RB % 16 == 0 ? 16 : RB % 4 == 0 ? 4 : 2; };
-
-template <int RB, int ROWS = MMQ_ROWS>
-__device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, const uint8_t *const *rowp, size_t woff, int tid,
-                                                  int nt)
+// Raw blocks of 256 inputs of each of ROWS weight rows (from rowp[r] + woff) into rows of
+// STRIDE bytes of a stage buffer, by threads tid of nt, all in 16-byte asynchronous copies
+// whatever the format's alignment: from the 16-byte-aligned address at or below a row's stage,
+// the whole chunks that cover its first `bytes` (a partial last stage: fewer), so the row's
+// bytes land at their offset inside the first chunk (mmq_staged_row) and a decoder reads them
+// aligned exactly as in global memory.  Q3_K's 110-byte super-blocks (2-byte aligned as they
+// lie in the file) and rows such as GLM-4.5-Air's 1,496-byte Q8_0 ones and gpt-oss's 1,530-byte
+// MXFP4 ones were staged in 2- or 4-byte copies before.  The chunk that runs past a stage's
+// bytes copies only up to them (cp.async's source size; the rest of the chunk is zero-filled,
+// and bytes past a partial stage's live chunks are never multiplied): nothing past the row's
+// stage is read, so the last row of a weight needs no padding behind it.  A first chunk may
+// begin before the stage (the bytes of the previous row, or of whatever shares that 16-byte
+// piece of the allocation: never before the allocation, which is 256-byte aligned).
+template <int STRIDE, int ROWS>
+__device__ __forceinline__ void mmq_copy_rows(uint8_t *wd, const uint8_t *const *rowp, size_t woff, int bytes, int tid,
+                                              int nt)
 {
-    constexpr int UNIT = mmq_unit<RB>::n, PER_ROW = RB / UNIT;
-    for (int i = tid; i < ROWS * PER_ROW; i += nt) {
-        const int r = i / PER_ROW, p = i % PER_ROW;
-        uint8_t *dst = wd + r * RB + UNIT * p;
-        const uint8_t *src = rowp[r] + woff + UNIT * p;
-        if constexpr (UNIT == 16) cp_async16(dst, src, 16);
-        else if constexpr (UNIT == 4) cp_async4(dst, src);
-        else *(uint16_t *)dst = ld_u16(src);
+    constexpr int CH = STRIDE / 16;
+    for (int i = tid; i < ROWS * CH; i += nt) {
+        const int r = i / CH, c = i % CH;
+        const uint8_t *s = rowp[r] + woff, *src = (const uint8_t *)(((uintptr_t)s & ~(uintptr_t)15) + 16 * c);
+        const long left = (long)(s + bytes - src);
+        if (left > 0) cp_async16(wd + r * STRIDE + 16 * c, src, left < 16 ? (int)left : 16);
     }
 }
 
-// The same for rows of a k that is not a multiple of 256 (32-input blocks: gpt-oss's 2,880),
-// whose starts are aligned only as row_bytes is, and for their partial last stage: the first
-// `bytes` of each row's stage, in the widest unit that divides row_bytes | RB | bytes (align).
-// Bytes past them stay as they were: the kernel multiplies only the stage's live chunks.
-template <int RB>
-__device__ __forceinline__ void mmq_stage_weights_part(uint8_t *wd, const uint8_t *const *rowp, size_t woff, int bytes,
-                                                       unsigned align, int tid, int nt)
+// A stage of ROWS rows in the layout of stride bytes a row (MMQ_WSTRIDE: RB where every row's
+// stage starts 16-byte aligned, a compile-time copy loop for each).  The copies complete before
+// the stage is read as every asynchronous one does: behind the __syncthreads (mmq_narrow: the
+// __syncwarp) that opens the iteration reading it.
+template <int RB, int ROWS>
+__device__ __forceinline__ void mmq_stage_weights(uint8_t *wd, int stride, const uint8_t *const *rowp, size_t woff,
+                                                  int bytes, int tid, int nt)
 {
-    const int unit = align % 16 == 0 ? 16 : align % 4 == 0 ? 4 : align % 2 == 0 ? 2 : 1, per_row = bytes / unit;
-    for (int i = tid; i < MMQ_ROWS * per_row; i += nt) {
-        const int r = i / per_row, p = i % per_row;
-        uint8_t *dst = wd + r * RB + unit * p;
-        const uint8_t *src = rowp[r] + woff + unit * p;
-        if (unit == 16) cp_async16(dst, src, 16);
-        else if (unit == 4) cp_async4(dst, src);
-        else if (unit == 2) *(uint16_t *)dst = ld_u16(src);
-        else *dst = *src;
-    }
+    if constexpr (RB % 16 == 0)
+        if (stride == RB) return mmq_copy_rows<RB, ROWS>(wd, rowp, woff, bytes, tid, nt);
+    mmq_copy_rows<MMQ_WSTRIDE_SHIFTED(RB), ROWS>(wd, rowp, woff, bytes, tid, nt);
+}
+
+// Where row r's stage (woff bytes into the row) begins in a stage buffer of stride bytes a row:
+// its offset inside the 16-byte chunk it was copied from (0 for aligned rows).
+__device__ __forceinline__ const uint8_t *mmq_staged_row(const uint8_t *stage, int stride, const uint8_t *const *rowp,
+                                                         int r, size_t woff)
+{
+    return stage + r * stride + ((uintptr_t)(rowp[r] + woff) & 15);
 }
 
 // A warp's A fragments of chunk cc of a stage: quarter t of rows w0 (g) and w1 (g + 8) as
@@ -139,8 +144,9 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     // warp over all BM activation rows (NJ n8 tiles).  (Two m16 tiles per warp over half the
     // activation rows measured no faster.)
     constexpr int NJ = BM / 8, CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, S = mmq_depth<T, BM>::n;
-    constexpr int W_STAGE = MMQ_ROWS * RB, X_STAGE = BM * MMQ_XSTRIDE * 2;
-    // [S][MMQ_ROWS][RB] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers
+    constexpr int X_STAGE = BM * MMQ_XSTRIDE * 2;
+    const int wstride = MMQ_WSTRIDE(RB, a.row_bytes), W_STAGE = MMQ_ROWS * wstride;
+    // [S][MMQ_ROWS][wstride] raw weight blocks, [S][BM][MMQ_XSTRIDE] activations, row pointers
     uint8_t *wsm = (uint8_t *)mmq_smem;
     __half *xsm = (__half *)(wsm + S * W_STAGE);
     const uint8_t **rowp = (const uint8_t **)(wsm + S * (W_STAGE + X_STAGE));
@@ -175,15 +181,10 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         if (st < n_stages) {
             const int c0 = c_begin + st * CPS, live = min(CPS, c_end - c0);
             uint8_t *wd = wsm + (st % S) * W_STAGE;
-            // c0 is a multiple of 8: whole super-blocks (or eight 32-blocks)
-            if (live == CPS && a.row_bytes % mmq_unit<RB>::n == 0) {
-                mmq_stage_weights<RB>(wd, rowp, (size_t)(c0 / 8) * RB, threadIdx.x, blockDim.x);
-            } else { // (live < CPS: 32-input blocks, RB / CPS bytes a chunk)
-                const int bytes = live == CPS ? RB : live * (RB / CPS);
-                mmq_stage_weights_part<RB>(wd, rowp, (size_t)(c0 / 8) * RB, bytes,
-                                           (unsigned)a.row_bytes | (unsigned)RB | (unsigned)bytes, threadIdx.x,
-                                           blockDim.x);
-            }
+            // c0 is a multiple of 8: whole super-blocks (or eight 32-blocks; live < CPS: 32-input
+            // blocks, RB / CPS bytes a chunk)
+            mmq_stage_weights<RB, MMQ_ROWS>(wd, wstride, rowp, (size_t)(c0 / 8) * RB,
+                                            live == CPS ? RB : live * (RB / CPS), threadIdx.x, blockDim.x);
             __half *xd = xsm + (st % S) * (X_STAGE / 2);
             for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
                 const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = min(m0 + r, m_end - 1);
@@ -205,8 +206,10 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
         __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
         load_stage(st + S - 1);
         const uint8_t *wst = wsm + (st % S) * W_STAGE;
+        const size_t woff = (size_t)((c_begin + st * CPS) / 8) * RB;
         const __half *xb = xsm + (st % S) * (X_STAGE / 2) + g * MMQ_XSTRIDE + 8 * t;
-        const uint8_t *w0 = wst + (rbase + g) * RB, *w1 = w0 + 8 * RB; // rows g and g + 8
+        const uint8_t *w0 = mmq_staged_row(wst, wstride, rowp, rbase + g, woff), // rows g and g + 8
+            *w1 = mmq_staged_row(wst, wstride, rowp, rbase + g + 8, woff);
         auto chunk = [&](int cc) {
             uint32_t af[2][4];
             mmq_frags<T>(w0, w1, cc, t, af);

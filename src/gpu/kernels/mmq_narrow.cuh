@@ -28,12 +28,15 @@ template <int T>
 __device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uint8_t *const *rowp, uint8_t *wsm,
                                                  int c_begin, float acc[4])
 {
-    constexpr int CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, D = MMQN_DEPTH(RB), W_STAGE = 16 * RB;
+    // (whole stages only: its rows start aligned as RB is, MMQ_WSTRIDE(RB, RB) a row)
+    constexpr int CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, WS = MMQ_WSTRIDE(RB, RB), D = MMQN_DEPTH(RB);
+    constexpr int W_STAGE = 16 * WS;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int c_end = min(a.k / 32, c_begin + a.split_chunks), n_stages = (c_end - c_begin + CPS - 1) / CPS;
     auto load_stage = [&](int st) { // raw blocks of stage st into buffer st % D
         if (st < n_stages)
-            mmq_stage_weights<RB, 16>(wsm + (st % D) * W_STAGE, rowp, (size_t)((c_begin + st * CPS) / 8) * RB, lane, 32);
+            mmq_stage_weights<RB, 16>(wsm + (st % D) * W_STAGE, WS, rowp, (size_t)((c_begin + st * CPS) / 8) * RB, RB,
+                                      lane, 32);
         cp_async_commit(); // an empty group past the end keeps the wait counts uniform
     };
     const __half *xg = a.x + (size_t)min(g, a.m - 1) * a.ldx + 8 * t;
@@ -48,7 +51,9 @@ __device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uin
         cp_async_wait<D - 2>();
         __syncwarp(); // stage st landed for every lane; stage st - 1's buffer is free
         load_stage(st + D - 1);
-        const uint8_t *w0 = wsm + (st % D) * W_STAGE + g * RB, *w1 = w0 + 8 * RB; // rows g and g + 8
+        const size_t woff = (size_t)(c0 / 8) * RB;
+        const uint8_t *w0 = mmq_staged_row(wsm + (st % D) * W_STAGE, WS, rowp, g, woff), // rows g and g + 8
+            *w1 = mmq_staged_row(wsm + (st % D) * W_STAGE, WS, rowp, g + 8, woff);
 #pragma unroll
         for (int cc = 0; cc < CPS; cc++) { // mmq_body's steps, one n8 tile
             uint32_t af[2][4];
@@ -106,7 +111,7 @@ template <int T, bool GLU>
 __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n_split, int tpb)
 {
     extern __shared__ uint4 mmqn_smem[];
-    constexpr int H = GLU ? 2 : 1, RB = mmq_fmt<T>::bytes, W_WARP = MMQN_DEPTH(RB) * 16 * RB;
+    constexpr int H = GLU ? 2 : 1, RB = mmq_fmt<T>::bytes, W_WARP = MMQN_DEPTH(RB) * 16 * MMQ_WSTRIDE(RB, RB);
     const matvec_args &a = r.mv;
     const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int items = tpb * H * n_split;

@@ -1366,11 +1366,12 @@ static model *tp_mkmodel(model_arch arch, mkmodel_ftype ft)
 }
 
 /* A TP=1 or TP=2 engine of n_slots rows of ctx tokens, its KV pool kv_mb (small: both engines
- * live at once); a step of up to a row's tokens (greedy feeds a prompt in one step) */
+ * live at once); a step of up to every row's whole prompt (greedy feeds a prompt in one step,
+ * tp_case's batched run all n_slots prompts in one) */
 static engine *tp_engine(const model *m, int n_gpus, int n_slots, int ctx, size_t kv_mb)
 {
     char err[512];
-    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = ctx > 256 ? ctx : 256,
+    engine_config cfg = {.n_slots = n_slots, .ctx_per_slot = ctx, .max_batch_tokens = n_slots * ctx,
                          .kv_cache_mb = kv_mb, .tensor_parallel = n_gpus};
     engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
     if (!e) fail_msg("tensor parallelism over %d GPUs: %s", n_gpus, err);

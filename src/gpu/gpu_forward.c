@@ -161,7 +161,7 @@ static int norm_point(const gpu_engine *g, int p, int T) { return g->norm_carry 
 static matvec_norm norm_args(const gpu_engine *g, int p, CUdeviceptr w)
 {
     return (matvec_norm){.w = F32(w), .xw = F16(g->norm_h), .part = F32(g->norm_part), .ss = F32(g->norm_ss) + p,
-                         .n = g->d_embd, .n_part = (g->d_embd + 7) / 8, .eps = g->base.m->hp.rms_eps};
+                         .n = g->d_embd, .n_part = MATVEC_NORM_PARTS(g->d_embd), .eps = g->base.m->hp.rms_eps};
 }
 
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }

@@ -129,12 +129,16 @@ typedef struct matvec_seg {
  * thousands, which x w alone could take past 65,504).  ss: the step's sums of squares, one a
  * norm; a consumer writes its own at ss[1] (the next producer's and consumer's ss[0]). */
 enum { NORM_NONE, NORM_IN, NORM_OUT }; /* a product's part in a carried norm */
+/* Features per partial sum of squares: the rows of one matvec block (kernels/matvec.cuh
+ * MATVEC_WARPS, which asserts it), so NORM_OUT's block b writes part[b]; norm_prep the same */
+#define MATVEC_NORM_GROUP 8
+#define MATVEC_NORM_PARTS(n) (((n) + MATVEC_NORM_GROUP - 1) / MATVEC_NORM_GROUP)
 typedef struct matvec_norm {
     const float *w; /* NORM_OUT: the next norm's weight [n] */
     gpu_half *xw;   /* NORM_OUT: written, NORM_IN: read as x */
     float *part;    /* [n_part]: NORM_OUT writes it, NORM_IN sums it */
     float *ss;      /* [0]: the norm before's sum of squares, [1]: NORM_IN writes its own */
-    int n, n_part;  /* the norm's width; partials, ceil(n / 8) */
+    int n, n_part;  /* the norm's width; partials, MATVEC_NORM_PARTS(n) */
     float eps;
 } matvec_norm;
 

@@ -64,9 +64,9 @@ extern "C" __global__ void norm_prep(const float *x, const float *w, __half *xw,
     const int e = norm_exp(s, n);
     if (threadIdx.x == 0) ss[0] = s;
     for (int i = threadIdx.x; i < n; i += blockDim.x) xw[i] = __float2half_rn(ldexpf(x[i] * w[i], -e));
-    for (int j = threadIdx.x; j < (n + 7) / 8; j += blockDim.x) {
+    for (int j = threadIdx.x; j < MATVEC_NORM_PARTS(n); j += blockDim.x) {
         float p = 0.0f;
-        for (int i = 8 * j; i < min(8 * j + 8, n); i++) p += x[i] * x[i];
+        for (int i = MATVEC_NORM_GROUP * j; i < min(MATVEC_NORM_GROUP * (j + 1), n); i++) p += x[i] * x[i];
         part[j] = p;
     }
 }

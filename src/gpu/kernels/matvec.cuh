@@ -214,6 +214,7 @@ __device__ __forceinline__ float norm_in_scale(const matvec_norm &nm)
 // squares, its warps' in order, as partial blockIdx.y.  Every thread of the block calls it.
 __device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, bool live)
 {
+    static_assert(MATVEC_WARPS == MATVEC_NORM_GROUP, "a block's partial covers the features part[] is sized for");
     __shared__ float sq[MATVEC_WARPS];
     if ((threadIdx.x & 31) == 0) {
         sq[threadIdx.x >> 5] = live ? v * v : 0.0f;

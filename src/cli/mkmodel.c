@@ -35,7 +35,7 @@ static void usage(FILE *out)
             "                  an encoder with RoPE, fused qkv, SwiGLU, post-LN, mean pooling)\n"
             "  --type T        f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
             "                  | q5_k | q6_k | iq4_nl | iq4_xs | iq3_s | iq3_xxs | iq2_s | iq2_xs\n"
-            "                  | iq2_xxs | iq1_m | iq1_s | mxfp4 | q4_k_m | ud_q2_k_xl | ud_iq1_s\n"
+            "                  | iq2_xxs | iq1_m | iq1_s | mxfp4 | q4_k_m | q3_k_m | ud_q2_k_xl | ud_iq1_s\n"
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N --n-vocab N\n"
             "  --n-expert N --n-expert-used N --n-ff-exp N   (qwen3moe, gpt-oss: experts, per token, width)\n"
             "  --head-dim N    per-head width (default n-embd / n-head; written as attention.key_length)\n"

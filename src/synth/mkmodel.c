@@ -21,6 +21,10 @@
  *   - attn_v and ffn_down (ffn_down_exps too) -> Q6_K in the layers where use_more_bits(i, n) holds:
  *     i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2; Q4_K elsewhere;
  *   - every other matrix Q4_K; norms and biases F32.
+ * Q3_K_M follows the same function for its file type (q3_k_m_type): the bulk Q3_K, attn_v
+ * Q5_K in the first two layers and Q4_K after, attn_output Q4_K, ffn_down Q5_K in the first
+ * n/16 layers and Q4_K after, the output Q6_K (and a tied token_embd with it); with exactly
+ * 8 experts attn_k/attn_v Q8_0 and attn_output Q5_K, as llama.cpp bumps them.
  * UD_Q2_K_XL and UD_IQ1_S mimic unsloth's dynamic mixes (see ud_type).
  * The single-type --type values are "pure": every matrix gets that type.
  * A matrix whose row length is not a multiple of the type's block falls back (as llama.cpp
@@ -59,7 +63,7 @@ static const char *const ftype_names[MKMODEL_FTYPE_COUNT] = {
     "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m",
     "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "iq4_nl", "iq4_xs",
     "iq3_s", "iq3_xxs", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m", "iq1_s", "mxfp4",
-    "ud_q2_k_xl", "ud_iq1_s",
+    "ud_q2_k_xl", "ud_iq1_s", "q3_k_m",
 };
 
 int mkmodel_ftype_from_name(const char *name)
@@ -79,9 +83,9 @@ uint32_t mkmodel_file_type(mkmodel_ftype ft)
     /* LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, BF16 32, Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15,
      * Q5_K_S 16, Q6_K 18; Q4_1 3, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, IQ4_NL 25, IQ4_XS 30;
      * IQ3_S 26, IQ3_XXS 23, IQ2_S 28, IQ2_XS 20, IQ2_XXS 19, IQ1_M 31, IQ1_S 24, MXFP4_MOE 38;
-     * the UD mixes under their base type (as unsloth's files are: Q2_K 10, IQ1_S 24) */
+     * the UD mixes under their base type (as unsloth's files are: Q2_K 10, IQ1_S 24); Q3_K_M 12 */
     static const uint32_t ids[MKMODEL_FTYPE_COUNT] = {0,  1,  32, 7,  2,  14, 16, 18, 15, 3,  8,  9,  10,
-                                                      11, 25, 30, 26, 23, 28, 20, 19, 31, 24, 38, 10, 24};
+                                                      11, 25, 30, 26, 23, 28, 20, 19, 31, 24, 38, 10, 24, 12};
     return (unsigned)ft < MKMODEL_FTYPE_COUNT ? ids[ft] : 0;
 }
 
@@ -259,6 +263,22 @@ static ggml_type ud_type(const mkmodel_config *cfg, const char *role, int layer)
     return ends ? (iq1 ? GGML_TYPE_IQ2_S : GGML_TYPE_Q3_K) : iq1 ? GGML_TYPE_IQ1_S : GGML_TYPE_Q2_K;
 }
 
+/* llama.cpp's Q3_K_M (llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q3_K_M), re-derived: the
+ * most used 3-bit file people download.  The attention's V and output and the FFN's down
+ * product keep 4-5 bits; Q, K, gate and up (most of the parameters) take Q3_K. */
+static ggml_type q3_k_m_type(const mkmodel_config *cfg, const char *role, int layer)
+{
+    const bool eight_experts = cfg->n_expert == 8;
+    if (strcmp(role, "output") == 0) return GGML_TYPE_Q6_K;
+    if (strcmp(role, "token_embd") == 0) return cfg->tied_output ? GGML_TYPE_Q6_K : GGML_TYPE_Q3_K;
+    if (strcmp(role, "attn_v") == 0) return eight_experts ? GGML_TYPE_Q8_0 : layer < 2 ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K;
+    if (strcmp(role, "attn_k") == 0 && eight_experts) return GGML_TYPE_Q8_0;
+    if (strcmp(role, "attn_output") == 0) return eight_experts ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K;
+    if (strncmp(role, "ffn_down", 8) == 0) /* ffn_down_exps too */
+        return layer < cfg->n_layer / 16 ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K;
+    return GGML_TYPE_Q3_K;
+}
+
 ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int layer)
 {
     if (strcmp(role, "ffn_gate_inp") == 0) return GGML_TYPE_F32; /* llama.cpp never quantises the router */
@@ -273,6 +293,7 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
     };
     if (strstr(role, "_bias")) return GGML_TYPE_F32; /* gpt-oss's expert biases: F32 as the converter writes them */
     if (cfg->ftype == MKMODEL_UD_Q2_K_XL || cfg->ftype == MKMODEL_UD_IQ1_S) return ud_type(cfg, role, layer);
+    if (cfg->ftype == MKMODEL_Q3_K_M) return q3_k_m_type(cfg, role, layer);
     if (cfg->arch == MODEL_ARCH_GPTOSS && cfg->ftype == MKMODEL_MXFP4 && !strstr(role, "_exps"))
         return GGML_TYPE_Q8_0; /* MOSTLY_MXFP4_MOE: the experts alone in MXFP4 */
     if (cfg->ftype != MKMODEL_Q4_K_M) return pure[cfg->ftype];

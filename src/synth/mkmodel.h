@@ -47,6 +47,7 @@ typedef enum mkmodel_ftype {
     MKMODEL_MXFP4,
     MKMODEL_UD_Q2_K_XL, /* mixes in the manner of unsloth's dynamic quants (mkmodel.c) */
     MKMODEL_UD_IQ1_S,
+    MKMODEL_Q3_K_M, /* llama.cpp's Q3_K_M mix (mkmodel.c: q3_k_m_type) */
     MKMODEL_FTYPE_COUNT
 } mkmodel_ftype;
 

@@ -711,6 +711,38 @@ static void test_invalid_config(void **state)
     assert_int_equal(mkmodel_ftype_from_name("tq1_0"), -1);
 }
 
+/* llama.cpp's Q3_K_M on the 8B shape (llama_tensor_get_type, LLAMA_FTYPE_MOSTLY_Q3_K_M = 12):
+ * attn_v Q5_K in layers 0-1 then Q4_K, ffn_down Q5_K in the first 32/16 = 2 layers then Q4_K,
+ * attn_output Q4_K, the rest Q3_K; output Q6_K, an untied token_embd Q3_K; the 8-expert bumps. */
+static void test_q3_k_m_rule(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("llama-3.1-8b", &cfg));
+    cfg.ftype = MKMODEL_Q3_K_M;
+    assert_int_equal(mkmodel_ftype_from_name("q3_k_m"), MKMODEL_Q3_K_M);
+    assert_string_equal(mkmodel_ftype_name(MKMODEL_Q3_K_M), "q3_k_m");
+    assert_int_equal(mkmodel_file_type(cfg.ftype), 12);
+    for (int il = 0; il < 32; il++) {
+        ggml_type lead = il < 2 ? GGML_TYPE_Q5_K : GGML_TYPE_Q4_K;
+        assert_int_equal(mkmodel_tensor_type(&cfg, "attn_v", il), lead);
+        assert_int_equal(mkmodel_tensor_type(&cfg, "ffn_down", il), lead);
+        assert_int_equal(mkmodel_tensor_type(&cfg, "attn_output", il), GGML_TYPE_Q4_K);
+        const char *bulk[] = {"attn_q", "attn_k", "ffn_gate", "ffn_up"};
+        for (int r = 0; r < 4; r++) assert_int_equal(mkmodel_tensor_type(&cfg, bulk[r], il), GGML_TYPE_Q3_K);
+    }
+    assert_int_equal(mkmodel_tensor_type(&cfg, "output", -1), GGML_TYPE_Q6_K);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "token_embd", -1), GGML_TYPE_Q3_K);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "ffn_gate_inp", 3), GGML_TYPE_F32);
+    cfg.n_expert = 8; /* Mixtral-like: K/V Q8_0, attn_output Q5_K */
+    assert_int_equal(mkmodel_tensor_type(&cfg, "attn_v", 5), GGML_TYPE_Q8_0);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "attn_k", 5), GGML_TYPE_Q8_0);
+    assert_int_equal(mkmodel_tensor_type(&cfg, "attn_output", 5), GGML_TYPE_Q5_K);
+    assert_true(mkmodel_preset("qwen2.5-1.5b", &cfg)); /* tied: the embedding is the head */
+    cfg.ftype = MKMODEL_Q3_K_M;
+    assert_int_equal(mkmodel_tensor_type(&cfg, "token_embd", -1), GGML_TYPE_Q6_K);
+}
+
 /* ---- every preset's metadata against the names llama.cpp knows ---------------------------
  * From llama.cpp's src/llama-vocab.cpp (../shared/peers/llama.cpp-c392e50): the values of
  * tokenizer.ggml.model and tokenizer.ggml.pre it accepts ("unknown pre-tokenizer type"
@@ -986,7 +1018,7 @@ static void test_types_agree_with_f32(void **state)
          * .476: tiny's random logits are full of near-ties, so top-1 falls fast with the bits
          * (q2_k's is chance), while a format bug would leave no correlation at all.  mxfp4 11
          * .872, iq3_s 9 .774, iq3_xxs 5 .668, iq2_s 3 .526, iq2_xs 0 .334, iq2_xxs 1 .309,
-         * ud_q2_k_xl 13 .926, ud_iq1_s 7 .758.  The IQ1 types (1.5 bits, no importance matrix)
+         * ud_q2_k_xl 13 .926, ud_iq1_s 7 .758, q3_k_m 12 .828.  The IQ1 types (1.5 bits, no importance matrix)
          * leave tiny's logits uncorrelated (~0): not a test; test_quant bounds their error. */
         {MKMODEL_Q8_0, 22, 0.999}, {MKMODEL_Q4_0, 7, 0.85},    {MKMODEL_Q4_K, 12, 0.92},
         {MKMODEL_Q6_K, 17, 0.99},  {MKMODEL_Q4_1, 9, 0.88},    {MKMODEL_Q5_0, 12, 0.94},
@@ -994,7 +1026,7 @@ static void test_types_agree_with_f32(void **state)
         {MKMODEL_Q3_K, 4, 0.6},    {MKMODEL_Q2_K, 0, 0.3},     {MKMODEL_MXFP4, 7, 0.83},
         {MKMODEL_IQ3_S, 4, 0.7},   {MKMODEL_IQ3_XXS, 2, 0.6},  {MKMODEL_IQ2_S, 1, 0.45},
         {MKMODEL_IQ2_XS, 0, 0.28}, {MKMODEL_IQ2_XXS, 0, 0.25}, {MKMODEL_UD_Q2_K_XL, 8, 0.88},
-        {MKMODEL_UD_IQ1_S, 3, 0.68},
+        {MKMODEL_UD_IQ1_S, 3, 0.68},      {MKMODEL_Q3_K_M, 8, 0.78},
     };
     mkmodel_config cfg;
     assert_true(mkmodel_preset("tiny", &cfg));
@@ -1041,6 +1073,7 @@ int main(void)
         cmocka_unit_test(test_words),
         cmocka_unit_test(test_preset_metadata_llamacpp_names),
         cmocka_unit_test(test_q4_k_m_rule),
+        cmocka_unit_test(test_q3_k_m_rule),
         cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_qwen35),
         cmocka_unit_test(test_gptoss),

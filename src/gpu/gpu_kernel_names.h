@@ -136,7 +136,10 @@
     X(matvec_dp4a_q6_k, glu_dp4a_q6_k, matvec_rope_dp4a_q6_k, Q6_K)
 
 /* The batch-1 step's products that carry its RMSNorms (gpu_shared.h matvec_norm), the formats
- * of the common dense files (a model with another format in a layer keeps the norm launches):
+ * of the common dense files and the K-quant low-bit mixes (Q2_K, Q3_K_M: +3-4 % at batch 1 on
+ * the 8B shape); a model with another format in a layer keeps the norm launches.  Not IQ4_XS:
+ * its glu_norm / matvec_res take 76 / 70 registers against glu's / matvec's 62 / 50, a block
+ * an SM fewer, and its batch 1 measured 7 % slower carried (docs/benchmarks.md):
  * QKV with qkv_post reading the norm's input, gate/up the same, the residual product writing it:
  * X(matvec_rope_norm_<suffix>, glu_norm_<suffix>, matvec_res_<suffix>, TYPE) */
 #define GPU_MATVEC_NORM_KERNELS(X) \
@@ -145,7 +148,9 @@
     X(matvec_rope_norm_q8_0, glu_norm_q8_0, matvec_res_q8_0, Q8_0) \
     X(matvec_rope_norm_q4_k, glu_norm_q4_k, matvec_res_q4_k, Q4_K) \
     X(matvec_rope_norm_q5_k, glu_norm_q5_k, matvec_res_q5_k, Q5_K) \
-    X(matvec_rope_norm_q6_k, glu_norm_q6_k, matvec_res_q6_k, Q6_K)
+    X(matvec_rope_norm_q6_k, glu_norm_q6_k, matvec_res_q6_k, Q6_K) \
+    X(matvec_rope_norm_q2_k, glu_norm_q2_k, matvec_res_q2_k, Q2_K) \
+    X(matvec_rope_norm_q3_k, glu_norm_q3_k, matvec_res_q3_k, Q3_K)
 
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */

@@ -284,12 +284,12 @@ static void check_mkmodel_logits(const mkmodel_config *cfg, const char *label, u
     model_free(m);
 }
 
-/* mkmodel's UD-style mixes (a type per tensor role and layer, K and IQ types together in one
- * model): GPU logits against the CPU's on the file mkmodel writes. */
+/* mkmodel's UD-style mixes and llama.cpp's Q3_K_M (a type per tensor role and layer, K and IQ
+ * types together in one model): GPU logits against the CPU's on the file mkmodel writes. */
 static void test_logits_ud_mixes(void **state)
 {
     (void)state;
-    static const mkmodel_ftype mixes[] = {MKMODEL_UD_Q2_K_XL, MKMODEL_UD_IQ1_S};
+    static const mkmodel_ftype mixes[] = {MKMODEL_UD_Q2_K_XL, MKMODEL_UD_IQ1_S, MKMODEL_Q3_K_M};
     uint64_t seed = 23;
     for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
         mkmodel_config cfg;

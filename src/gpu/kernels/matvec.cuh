@@ -336,13 +336,16 @@ GPU_MATVEC_DP4A_KERNELS(MATVEC_DP4A_KERNELS)
 // which matvec_rope_norm_<type> is held to: left to itself the compiler gives the norm's
 // variant 8 registers more (48 for Q4_K, 40 for Q4_0 and Q8_0: a block or two an SM fewer;
 // ptxas -v, sm_90a), and none spills at these bounds (F16 would at 8: 6 is its unbounded 40).
-template <int T> struct rope_norm_blocks; // every format of GPU_MATVEC_NORM_KERNELS
+template <int T> struct rope_norm_blocks; // every format of GPU_MATVEC_NORM_KERNELS (the low-bit ones:
+                                          // their matvec_rope_<type>'s too, Q2_K 56 registers, Q3_K 44)
 template <> struct rope_norm_blocks<T_F16> { static constexpr int n = 6; };
 template <> struct rope_norm_blocks<T_Q4_0> { static constexpr int n = 8; };
 template <> struct rope_norm_blocks<T_Q8_0> { static constexpr int n = 8; };
 template <> struct rope_norm_blocks<T_Q4_K> { static constexpr int n = 6; };
 template <> struct rope_norm_blocks<T_Q5_K> { static constexpr int n = 4; };
 template <> struct rope_norm_blocks<T_Q6_K> { static constexpr int n = 5; };
+template <> struct rope_norm_blocks<T_Q2_K> { static constexpr int n = 4; };
+template <> struct rope_norm_blocks<T_Q3_K> { static constexpr int n = 5; };
 
 // One triple per row of GPU_MATVEC_NORM_KERNELS: the batch-1 products that carry its norms.
 #define MATVEC_NORM_KERNELS(rope_name, glu_name, res_name, TYPE)                                 \

@@ -1,6 +1,8 @@
 // dot_q8.cuh - dot products of K-quant weight rows with q8 activations on the integer units
-// (dp4a: four int8 x int8 products and their sum in one instruction), for one activation row;
-// and quantize_q8, which makes those activations where no RMSNorm made them.
+// (dp4a: four int8 x int8 products and their sum in one instruction), for one activation row
+// (the batch-1 dp4a kernels) or 2..8 (the q8n kernels: a step of a few rows, a speculative
+// verification's K + 1, reads each weight once for all of them); and quantize_q8, which makes
+// those activations where no RMSNorm made them.
 //
 // Why: with the FP16 decode of quant.cuh the batch-1 matvecs were measured issue bound (~12.7
 // lane instructions per weight, docs/benchmarks.md), not short of bytes in flight.  Here the
@@ -63,36 +65,48 @@ __device__ __forceinline__ int2 q4k_scale_min_words(uint32_t s03, uint32_t s47, 
                  : make_int2((int)((hi & 15) | ((lo >> 2) & 0x30)), (int)(((hi >> 4) & 15) | ((mi >> 2) & 0x30)));
 }
 
-template <int T> __device__ float q8_dot(const uint8_t *row, int u, const matvec_args &a);
+// A unit's weights (one lane's 64 of one row), loaded and decoded once (q8_unit_load) and then
+// multiplied with the q8 activations of every row of a launch (q8_unit_dot; xq, xd that row's
+// q8 form): the 2..8-row products read each weight once for all their rows.
+template <int T> struct q8_unit;
 
 // Q4_K unit u = 4b + p: sub-blocks 2p, 2p + 1, inputs 64u .. 64u + 63 = q8 blocks 2u, 2u + 1.
-// w = d sc q - dmin mn per sub-block: sum w x = d sc dx sum(q qx) - dmin mn sum(x).  The levels
-// run one after the other (unroll 1) so that one level's activations are live at a time.
-template <> __device__ __forceinline__ float q8_dot<T_Q4_K>(const uint8_t *row, int u, const matvec_args &a)
+template <> struct q8_unit<T_Q4_K> {
+    uint4 h, q0, q1; // d, dmin, scales[12]; the 32 bytes of quants
+};
+
+template <int T> __device__ q8_unit<T> q8_unit_load(const uint8_t *row, int u);
+
+template <> __device__ __forceinline__ q8_unit<T_Q4_K> q8_unit_load<T_Q4_K>(const uint8_t *row, int u)
 {
     const uint8_t *b = row + (size_t)(u >> 2) * 144;
+    const uint4 *qp = (const uint4 *)(b + 16 + 32 * (u & 3));
+    return {__ldg((const uint4 *)b), __ldg(qp), __ldg(qp + 1)};
+}
+
+// w = d sc q - dmin mn per sub-block: sum w x = d sc dx sum(q qx) - dmin mn sum(x).  The levels
+// run one after the other (unroll 1) so that one level's activations are live at a time.
+__device__ __forceinline__ float q8_unit_dot(const q8_unit<T_Q4_K> &w, int u, const int8_t *xq, const float *xd, int k)
+{
     const int p = u & 3;
-    const uint4 h = __ldg((const uint4 *)b); // d, dmin, scales[12]
-    const uint4 *qp = (const uint4 *)(b + 16 + 32 * p);
-    const uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1);
     float f0 = 0.0f, f1 = 0.0f;
 #pragma unroll 1
     for (int lv = 0; lv < DOT_Q8_LEVELS; lv++) {
-        const q8_pieces x = q8_load(a.xq + (size_t)lv * a.k, 64 * (size_t)u, 16);
+        const q8_pieces x = q8_load(xq + (size_t)lv * k, 64 * (size_t)u, 16);
         int s0 = 0, s1 = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const uint32_t q = u4_word(i < 4 ? q0 : q1, i & 3);
+            const uint32_t q = u4_word(i < 4 ? w.q0 : w.q1, i & 3);
             s0 = __dp4a((int)(q & 0x0F0F0F0Fu), q8_word(x, i), s0);
             s1 = __dp4a((int)((q >> 4) & 0x0F0F0F0Fu), q8_word(x, 8 + i), s1);
         }
-        const float w = lv ? 1.0f / 254.0f : 1.0f;
-        f0 += (float)s0 * w;
-        f1 += (float)s1 * w;
+        const float wl = lv ? 1.0f / 254.0f : 1.0f;
+        f0 += (float)s0 * wl;
+        f1 += (float)s1 * wl;
     }
-    const float4 ds = __ldg((const float4 *)(a.xd + 4 * (size_t)u)); // (d, sum) of blocks 2u, 2u + 1
-    const int2 m0 = q4k_scale_min_words(h.y, h.z, h.w, 2 * p), m1 = q4k_scale_min_words(h.y, h.z, h.w, 2 * p + 1);
-    const float2 dm = __half22float2(*(const __half2 *)&h.x);
+    const float4 ds = __ldg((const float4 *)(xd + 4 * (size_t)u)); // (d, sum) of blocks 2u, 2u + 1
+    const int2 m0 = q4k_scale_min_words(w.h.y, w.h.z, w.h.w, 2 * p), m1 = q4k_scale_min_words(w.h.y, w.h.z, w.h.w, 2 * p + 1);
+    const float2 dm = __half22float2(*(const __half2 *)&w.h.x);
     return dm.x * ((float)m0.x * ds.x * f0 + (float)m1.x * ds.z * f1) - dm.y * ((float)m0.y * ds.y + (float)m1.y * ds.w);
 }
 
@@ -104,69 +118,148 @@ __device__ __forceinline__ int q6_signed(uint32_t q)
 }
 
 // Q6_K unit u = 4b + 2hh + lh: rows l = 16lh .. 16lh + 15 of quarters qq = 0..3 of half hh,
-// inputs 256b + 128hh + 32qq + l = q8 block 8b + 4hh + qq.  w = d sc (q - 32) per 16 weights:
-// sum w x = d sc dx sum((q - 32) qx).
-template <> __device__ __forceinline__ float q8_dot<T_Q6_K>(const uint8_t *row, int u, const matvec_args &a)
+// inputs 256b + 128hh + 32qq + l = q8 block 8b + 4hh + qq.
+template <> struct q8_unit<T_Q6_K> {
+    int w[16]; // the signed quants, word 4qq + i
+    uint2 sc;  // scales[8hh + 2qq + lh]
+    float d;
+};
+
+template <> __device__ __forceinline__ q8_unit<T_Q6_K> q8_unit_load<T_Q6_K>(const uint8_t *row, int u)
 {
     const uint8_t *b = row + (size_t)(u >> 2) * GPU_Q6K_BLOCK;
-    const int hh = (u >> 1) & 1, lh = u & 1, blk = 2 * u - 2 * lh;
+    const int hh = (u >> 1) & 1, lh = u & 1;
     const uint4 la = __ldg((const uint4 *)(b + 64 * hh + 16 * lh));       // quarters 0 (low), 2 (high)
     const uint4 lb = __ldg((const uint4 *)(b + 64 * hh + 32 + 16 * lh));  // quarters 1 (low), 3 (high)
     const uint4 hb = __ldg((const uint4 *)(b + 128 + 32 * hh + 16 * lh)); // 2 bits of each quarter
-    const uint2 sc = __ldg((const uint2 *)(b + 192 + 8 * hh));             // scales[8hh + 2qq + lh]
-    int w[16]; // the signed quants, word 4qq + i
+    q8_unit<T_Q6_K> w;
+    w.sc = __ldg((const uint2 *)(b + 192 + 8 * hh));
+    w.d = half_bits_to_float(ld_u16(b + 208));
 #pragma unroll
     for (int qq = 0; qq < 4; qq++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint32_t ql = u4_word(qq & 1 ? lb : la, i) >> (4 * (qq >> 1)), qh = u4_word(hb, i) >> (2 * qq);
-            w[4 * qq + i] = q6_signed((ql & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4));
+            w.w[4 * qq + i] = q6_signed((ql & 0x0F0F0F0Fu) | ((qh & 0x03030303u) << 4));
         }
+    return w;
+}
+
+// w = d sc (q - 32) per 16 weights: sum w x = d sc dx sum((q - 32) qx).
+__device__ __forceinline__ float q8_unit_dot(const q8_unit<T_Q6_K> &w, int u, const int8_t *xq, const float *xd, int k)
+{
+    const int lh = u & 1, blk = 2 * u - 2 * lh;
     float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 1
     for (int lv = 0; lv < DOT_Q8_LEVELS; lv++) {
-        const q8_pieces x = q8_load(a.xq + (size_t)lv * a.k, 32 * (size_t)blk + 16 * lh, 32);
+        const q8_pieces x = q8_load(xq + (size_t)lv * k, 32 * (size_t)blk + 16 * lh, 32);
         const float wl = lv ? 1.0f / 254.0f : 1.0f;
 #pragma unroll
         for (int qq = 0; qq < 4; qq++) {
             int s = 0;
 #pragma unroll
-            for (int i = 0; i < 4; i++) s = __dp4a(w[4 * qq + i], q8_word(x, 4 * qq + i), s);
+            for (int i = 0; i < 4; i++) s = __dp4a(w.w[4 * qq + i], q8_word(x, 4 * qq + i), s);
             f[qq] += (float)s * wl;
         }
     }
-    const float4 *dp = (const float4 *)(a.xd + 2 * (size_t)blk);
+    const float4 *dp = (const float4 *)(xd + 2 * (size_t)blk);
     const float4 d01 = __ldg(dp), d23 = __ldg(dp + 1);
     const float dx[4] = {d01.x, d01.z, d23.x, d23.z};
     float sum = 0.0f;
 #pragma unroll
     for (int qq = 0; qq < 4; qq++) {
-        const int scale = (int)(int8_t)(((qq < 2 ? sc.x : sc.y) >> (8 * (2 * (qq & 1) + lh))) & 0xFF);
+        const int scale = (int)(int8_t)(((qq < 2 ? w.sc.x : w.sc.y) >> (8 * (2 * (qq & 1) + lh))) & 0xFF);
         sum += (float)scale * dx[qq] * f[qq];
     }
-    return half_bits_to_float(ld_u16(b + 208)) * sum;
+    return w.d * sum;
 }
 
-// Dot products of NR rows (k inputs, k a multiple of 256) with the q8 row of a (a.xq, a.xd);
-// one warp, lanes striding over the 64-weight units, every row's sum then over the warp.
-template <int T, int NR>
-__device__ __forceinline__ void row_dots_q8(const uint8_t *const rows[NR], const matvec_args &a, float acc[NR][1])
+// Q8_0 unit u: blocks 2u, 2u + 1 (34 bytes each: an FP16 scale, 32 int8), the 68 bytes at 68u,
+// 4-byte aligned where the row is (k a multiple of 64): read as 17 words, block 2u's quants
+// shifted into words by a byte permute.  Inputs 64u .. 64u + 63 = q8 blocks 2u, 2u + 1.
+template <> struct q8_unit<T_Q8_0> {
+    int q[16];
+    float d0, d1;
+};
+
+template <> __device__ __forceinline__ q8_unit<T_Q8_0> q8_unit_load<T_Q8_0>(const uint8_t *row, int u)
+{
+    const uint32_t *p = (const uint32_t *)(row + 68 * (size_t)u);
+    uint32_t v[17];
+#pragma unroll
+    for (int i = 0; i < 17; i++) v[i] = __ldg(p + i);
+    q8_unit<T_Q8_0> w;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        w.q[i] = (int)__byte_perm(v[i], v[i + 1], 0x5432); // bytes 2 + 4i .. 5 + 4i
+        w.q[8 + i] = (int)v[9 + i];                        // bytes 36 + 4i ..
+    }
+    w.d0 = half_bits_to_float((uint16_t)(v[0] & 0xFFFFu));
+    w.d1 = half_bits_to_float((uint16_t)(v[8] >> 16));
+    return w;
+}
+
+// w = d q per 32: sum w x = d dx sum(q qx).
+__device__ __forceinline__ float q8_unit_dot(const q8_unit<T_Q8_0> &w, int u, const int8_t *xq, const float *xd, int k)
+{
+    float f0 = 0.0f, f1 = 0.0f;
+#pragma unroll 1
+    for (int lv = 0; lv < DOT_Q8_LEVELS; lv++) {
+        const q8_pieces x = q8_load(xq + (size_t)lv * k, 64 * (size_t)u, 16);
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            s0 = __dp4a(w.q[i], q8_word(x, i), s0);
+            s1 = __dp4a(w.q[8 + i], q8_word(x, 8 + i), s1);
+        }
+        const float wl = lv ? 1.0f / 254.0f : 1.0f;
+        f0 += (float)s0 * wl;
+        f1 += (float)s1 * wl;
+    }
+    const float4 ds = __ldg((const float4 *)(xd + 4 * (size_t)u)); // (d, sum) of blocks 2u, 2u + 1
+    return w.d0 * ds.x * f0 + w.d1 * ds.z * f1;
+}
+
+// Dot products of NR rows (k inputs, k a multiple of 256) with activation rows m0 .. m0 + MT - 1
+// (those below a.m) in q8 form: row i's q and lo at a.xq + 2ki (rmsnorm_q8's and quantize_q8's
+// layout), its (scale, sum) pairs at a.xd + ki / 16.  One warp, lanes striding over the 64-weight
+// units; a unit's weights are loaded and decoded once for all MT rows.  A row's sum is its
+// units' in lane order and then over the warp whatever MT is, so every row gets the bits the
+// one-row kernel (MT 1) gives it.
+template <int T, int NR, int MT>
+__device__ __forceinline__ void row_dots_q8(const uint8_t *const rows[NR], const matvec_args &a, int m0, float acc[NR][MT])
 {
 #pragma unroll
-    for (int r = 0; r < NR; r++) acc[r][0] = 0.0f;
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int i = 0; i < MT; i++) acc[r][i] = 0.0f;
     const int units = a.k / 64;
-    for (int u = threadIdx.x & 31; u < units; u += WARP)
+    for (int u = threadIdx.x & 31; u < units; u += WARP) {
+        q8_unit<T> w[NR];
 #pragma unroll
-        for (int r = 0; r < NR; r++) acc[r][0] += q8_dot<T>(rows[r], u, a);
+        for (int r = 0; r < NR; r++) w[r] = q8_unit_load<T>(rows[r], u);
 #pragma unroll
-    for (int r = 0; r < NR; r++) acc[r][0] = warp_sum(acc[r][0]);
+        for (int i = 0; i < MT; i++) {
+            if (MT > 1 && m0 + i >= a.m) break; // the same for every lane
+            const int8_t *xq = a.xq + 2 * (size_t)a.k * (m0 + i);
+            const float *xd = a.xd + (size_t)(a.k / 16) * (m0 + i);
+#pragma unroll
+            for (int r = 0; r < NR; r++) acc[r][i] += q8_unit_dot(w[r], u, xq, xd, a.k);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int i = 0; i < MT; i++) acc[r][i] = warp_sum(acc[r][i]);
 }
 
-// The q8 activations of one FP16 row of k inputs (k a multiple of 32; the grid covers k with
-// whole warps): for the dp4a products whose input no RMSNorm quantised (rmsnorm_q8).
-extern "C" __global__ void quantize_q8(const __half *x, int k, int8_t *xq, float *xd)
+// The q8 activations of FP16 rows of k inputs (row blockIdx.y at x + ldx blockIdx.y; k a
+// multiple of 32, the grid's x covering k with whole warps) in row_dots_q8's layout: for the
+// dp4a products whose input no RMSNorm quantised (rmsnorm_q8).
+extern "C" __global__ void quantize_q8(const __half *x, int k, int8_t *xq, float *xd, int ldx)
 {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (i >= k) return; // whole warps: k % 32 == 0
-    q8_block_store(__half2float(x[i]), xq + (i & ~31), xq + k + (i & ~31), xd + 2 * (i >> 5));
+    int8_t *q = xq + 2 * (size_t)k * r + (i & ~31);
+    q8_block_store(__half2float(x[(size_t)ldx * r + i]), q, q + k, xd + (size_t)(k / 16) * r + 2 * (i >> 5));
 }

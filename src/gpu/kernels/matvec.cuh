@@ -335,11 +335,13 @@ GPU_MATVEC_ROPE_KERNELS(MATVEC_ROPE_KERNEL)
 GPU_MATVEC_DP4A_KERNELS(MATVEC_DP4A_KERNELS)
 
 // One pair per row of GPU_MATVEC_Q8N_KERNELS: the products of 2..8 activation rows over their
-// q8 forms, one block row for all of them (grid x 1: rows past a.m skipped, not clamped).
+// q8 forms, one block row for all of them (grid x 1).  Two blocks a multiprocessor at least:
+// left to itself ptxas gives the 8-row variants ~144 registers (every row's activation loads
+// issued ahead), one block of 8 warps an SM.
 #define MATVEC_Q8N_KERNELS(matvec_name, glu_name, TYPE, MT)                                      \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, 2)                           \
         matvec_name(matvec_args a) { matvec_body<T_##TYPE, MT, false, true>(a); }                \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, 2)                           \
         glu_name(matvec_args a) { glu_body<T_##TYPE, MT, true>(a); }
 GPU_MATVEC_Q8N_KERNELS(MATVEC_Q8N_KERNELS)
 

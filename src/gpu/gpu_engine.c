@@ -601,16 +601,12 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     size_t ns = g->base.n_states ? (size_t)g->base.n_states + 1 : 0, lin_t = g->base.n_states ? (size_t)T : 0;
     size_t act_w = (size_t)(g->d_embd > g->d_q ? g->d_embd : g->d_q);
     if (lin_t && (size_t)hp->ssm_inner > act_w) act_w = (size_t)hp->ssm_inner;
-    /* the dp4a products' rows of inputs: n_embd (QKV, gate/up, LM head), d_q (O), d_ff (down) */
+    /* the dp4a products' one row of inputs: n_embd (QKV, gate/up, LM head), d_q (O), d_ff (down) */
     /* off unless built with -Dgpu_dp4a=all|norm: on the H100 (2026-11-26) the dp4a products were
      * slower than the FP16 ones at batch 1 (8B Q4_K_M 252 vs 311 tok/s, 1.5B 648 vs 683) */
     /* nor in an encoder: its post-LN blocks read fp16(x), not a norm that leaves the q8 row */
     g->dp4a = INFERD_GPU_DP4A && !g->det && !any_moe && !g->base.n_states && !hp->encoder;
-    /* the q8n products (steps of 2..GPU_Q8N_MAX_M rows): on where dp4a could be, whatever the
-     * build's choice for batch 1, with their rows of q8 inputs */
-    g->q8n = !g->det && !any_moe && !g->base.n_states && !hp->encoder;
-    size_t q8_rows = g->q8n ? GPU_Q8N_MAX_M : g->dp4a ? 1 : 0;
-    size_t q8_k = q8_rows * (act_w > (size_t)g->d_ff ? act_w : (size_t)g->d_ff);
+    size_t q8_k = g->dp4a ? (act_w > (size_t)g->d_ff ? act_w : (size_t)g->d_ff) : 0;
     g->norm_carry = gpu_norms_carried(g);
     size_t norm_w = g->norm_carry ? (size_t)g->d_embd : 0;
 

@@ -102,25 +102,12 @@ typedef struct matmul_op {
 
 typedef enum { PATH_MATVEC, PATH_MMQ, PATH_BLAS } matmul_path;
 
-/* The q8n products (kernels/dot_q8.cuh row_dots_q8) for m rows of w: 2..GPU_Q8N_MAX_M rows
- * (a speculative verification's K + 1, small batches) of their formats, where the engine has
- * them (g->q8n: never under det).  They read each weight once for all m rows; mmq pads m to
- * 16-row tiles and stages the weights through shared memory, and cost a K = 4 verification
- * 1.4x a batch-1 step (docs/benchmarks.md, "Speculative decoding on the H100"). */
-static bool use_q8n(const gpu_engine *g, const gpu_matrix *w, int m)
-{
-    return g->q8n && m >= 2 && m <= GPU_Q8N_MAX_M && gpu_q8n_serves(&g->k, w->wtype, w->k);
-}
-/* the q8n variant of m rows: the least of 2, 4, 8 rows a block >= m (one block row) */
-static int q8n_variant(int m) { return m <= 2 ? 0 : m <= 4 ? 1 : 2; }
-
 /* Deterministic: the same kernel for every m (mmq, whose per-element k order is its stages'
  * and not the tile's, or else matvec, whose row sums do not depend on MT), never cuBLAS (its
  * algorithm, and so its sums, is its own choice per shape). */
 static matmul_path path_for(const gpu_engine *g, const gpu_matrix *w, int m)
 {
     if (g->det) return gpu_mmq_serves(&g->k, w->wtype, w->k) ? PATH_MMQ : PATH_MATVEC;
-    if (use_q8n(g, w, m)) return PATH_MATVEC;
     if (m > 1 && gpu_mmq_serves(&g->k, w->wtype, w->k)) return PATH_MMQ;
     if (m <= GPU_MATVEC_MAX_M) return PATH_MATVEC;
     /* BF16 rows of no whole mmq stages: matvec at any m (cuBLAS would want an FP16 copy); F32
@@ -142,20 +129,20 @@ static bool use_dp4a(const gpu_engine *g, const matmul_op *op, const gpu_matrix 
     return g->dp4a && op->m == 1 && (op->x_q8 || INFERD_GPU_DP4A_ALL) && gpu_dp4a_serves(&g->k, w->wtype, w->k);
 }
 
-/* Whether a norm of T rows of n makes the q8 rows for the product after it (norm_op.q8 and
- * matmul_op.x_q8 of that product, so both ask the same question): one for dp4a, 2..8 for q8n. */
+/* Whether a norm of T rows of n makes the q8 row for the product after it (norm_op.q8 and
+ * matmul_op.x_q8 of that product, so both ask the same question). */
 static bool norm_q8(const gpu_engine *g, int T, int n)
 {
-    return (T == 1 ? g->dp4a : g->q8n && T <= GPU_Q8N_MAX_M) && n % 256 == 0;
+    return g->dp4a && T == 1 && n % 256 == 0;
 }
 
-/* a's q8 rows for a dp4a or q8n product over op->x: the norm's, or quantised here (once per op). */
+/* a's q8 row for a dp4a product over op->x: the norm's, or quantised here (once per op). */
 static int dp4a_input(gpu_engine *g, const matmul_op *op, bool *ready, matvec_args *a, char *err, size_t errlen)
 {
     if (!op->x_q8 && !*ready) {
-        int k = a->k, ldx = op->ldx;
-        LAUNCH(g->k.quantize_q8, ((gpu_launch_dims){ceil_div(k, 256), (unsigned)op->m, 1, 256}), op->what,
-               &(CUdeviceptr){op->x}, &k, &g->xq, &g->xd, &ldx);
+        int k = a->k;
+        LAUNCH(g->k.quantize_q8, ((gpu_launch_dims){ceil_div(k, 256), 1, 1, 256}), op->what, &(CUdeviceptr){op->x}, &k,
+               &g->xq, &g->xd);
     }
     *ready = true;
     a->xq = (const int8_t *)(uintptr_t)g->xq;
@@ -392,9 +379,9 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             int v = matvec_variant(op->m), rows = 0;
             matvec_args a = matvec_args_for(op, i, j - i);
             for (int s = i; s < j; s++) rows += op->out[s].w->n;
+            gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
             const int t = op->out[i].w->wtype;
-            const bool q8n = use_q8n(g, op->out[i].w, op->m), q8 = q8n || use_dp4a(g, op, op->out[i].w);
-            gpu_launch_dims d = {q8n ? 1 : ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
+            const bool q8 = use_dp4a(g, op, op->out[i].w);
             if (q8 && dp4a_input(g, op, &q8_ready, &a, err, errlen)) return -1;
             if (op->norm) a.norm = norm_args(g, op->norm_p, op->norm_w); /* never with q8 (gpu_norms_carried) */
             if (op->post) { /* m == 1: the matvec path (path_for) */
@@ -402,8 +389,7 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
                 const gpu_fn *fn = q8 ? &g->k.matvec_rope_dp4a[t] : op->norm ? &g->k.matvec_rope_norm[t] : &g->k.matvec_rope[t];
                 LAUNCH(*fn, d, op->what, &r);
             } else {
-                const gpu_fn *fn = q8n ? &g->k.matvec_q8n[t][q8n_variant(op->m)]
-                                   : q8 ? &g->k.matvec_dp4a[t] : op->norm ? &g->k.matvec_res[t] : &g->k.matvec[t][v];
+                const gpu_fn *fn = q8 ? &g->k.matvec_dp4a[t] : op->norm ? &g->k.matvec_res[t] : &g->k.matvec[t][v];
                 LAUNCH(*fn, d, op->what, &a);
             }
         }
@@ -439,14 +425,11 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
         int v = matvec_variant(T);
         matvec_args a = matvec_args_for(&op, 0, 2);
         a.yh = F16(g->ff_h);
-        const bool q8n = use_q8n(g, gate, T);
-        bool q8 = q8n || use_dp4a(g, &op, gate), ready = false;
+        bool q8 = use_dp4a(g, &op, gate), ready = false;
         if (q8 && dp4a_input(g, &op, &ready, &a, err, errlen)) return -1;
         if (np >= 0) a.norm = norm_args(g, np, 0);
-        const gpu_fn *fn = q8n  ? &g->k.glu_q8n[gate->wtype][q8n_variant(T)]
-                           : q8 ? &g->k.glu_dp4a[gate->wtype]
-                           : np >= 0 ? &g->k.glu_norm[gate->wtype] : &g->k.glu[gate->wtype][v];
-        LAUNCH(*fn, ((gpu_launch_dims){q8n ? 1 : ceil_div(T, 1u << v), ceil_div(gate->n, 8), 1, 256}), what, &a);
+        const gpu_fn *fn = q8 ? &g->k.glu_dp4a[gate->wtype] : np >= 0 ? &g->k.glu_norm[gate->wtype] : &g->k.glu[gate->wtype][v];
+        LAUNCH(*fn, ((gpu_launch_dims){ceil_div(T, 1u << v), ceil_div(gate->n, 8), 1, 256}), what, &a);
         return 0;
     }
     if (matmul(g, &op, err, errlen)) return -1;

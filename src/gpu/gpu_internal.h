@@ -249,12 +249,6 @@ typedef struct gpu_engine {
      * and state).  xq, xd: the row quantised (int8 per input and its int8 remainder, a (scale,
      * sum) pair per 32: kernels/common.cuh q8_block_store), by rmsnorm_q8 or quantize_q8. */
     bool dp4a;
-    /* Products of 2..GPU_Q8N_MAX_M rows over q8 activations (the q8n kernels: a speculative
-     * verification's K + 1 positions, small batches), under dp4a's conditions but in every
-     * build: each weight read once for every row, where mmq's tiles of 16 rows and their
-     * staging cost the step ~1.4x a batch-1 step.  xq, xd then hold GPU_Q8N_MAX_M rows (row r's
-     * at xq + 2kr, xd + kr / 16). */
-    bool q8n;
     CUdeviceptr xq, xd;
     /* The batch-1 step's RMSNorms carried by its products instead of launches of their own
      * (gpu_shared.h matvec_norm; gpu_norms_carried says where).  norm_h: a norm's input

@@ -135,21 +135,6 @@
     X(matvec_dp4a_q4_k, glu_dp4a_q4_k, matvec_rope_dp4a_q4_k, Q4_K) \
     X(matvec_dp4a_q6_k, glu_dp4a_q6_k, matvec_rope_dp4a_q6_k, Q6_K)
 
-/* The products of 2..8 activation rows over q8 activations (kernels/dot_q8.cuh row_dots_q8: a
- * unit of weights loaded once for every row), the formats of the Q4_K_M / Q8_0 dense files; the
- * others take mmq.  2, 4 and 8 rows per block (a launch of m rows takes the least >= m):
- * X(matvec_q8n_<suffix>_<rows>, glu_q8n_<suffix>_<rows>, TYPE, rows) */
-#define GPU_MATVEC_Q8N_KERNELS(X) \
-    X(matvec_q8n_q4_k_2, glu_q8n_q4_k_2, Q4_K, 2) \
-    X(matvec_q8n_q4_k_4, glu_q8n_q4_k_4, Q4_K, 4) \
-    X(matvec_q8n_q4_k_8, glu_q8n_q4_k_8, Q4_K, 8) \
-    X(matvec_q8n_q6_k_2, glu_q8n_q6_k_2, Q6_K, 2) \
-    X(matvec_q8n_q6_k_4, glu_q8n_q6_k_4, Q6_K, 4) \
-    X(matvec_q8n_q6_k_8, glu_q8n_q6_k_8, Q6_K, 8) \
-    X(matvec_q8n_q8_0_2, glu_q8n_q8_0_2, Q8_0, 2) \
-    X(matvec_q8n_q8_0_4, glu_q8n_q8_0_4, Q8_0, 4) \
-    X(matvec_q8n_q8_0_8, glu_q8n_q8_0_8, Q8_0, 8)
-
 /* The batch-1 step's products that carry its RMSNorms (gpu_shared.h matvec_norm), the formats
  * of the common dense files (a model with another format in a layer keeps the norm launches):
  * QKV with qkv_post reading the norm's input, gate/up the same, the residual product writing it:

@@ -78,11 +78,6 @@ bool gpu_dp4a_serves(const gpu_kernels *k, int wtype, int kdim)
     return wtype >= 0 && k->matvec_dp4a[wtype].f && kdim % 256 == 0;
 }
 
-bool gpu_q8n_serves(const gpu_kernels *k, int wtype, int kdim)
-{
-    return wtype >= 0 && k->matvec_q8n[wtype][0].f && kdim % 256 == 0;
-}
-
 static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_t errlen)
 {
     fn->name = name;
@@ -110,7 +105,6 @@ static const format_row dp4a_rows[] = {GPU_MATVEC_DP4A_KERNELS(FORMAT_ROW_DP4A)}
 static const format_row norm_rows[] = {GPU_MATVEC_NORM_KERNELS(FORMAT_ROW_DP4A)};
 #undef FORMAT_ROW_DP4A
 static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
-static const format_row q8n_rows[] = {GPU_MATVEC_Q8N_KERNELS(FORMAT_ROW)};
 #define FORMAT_ROW_MOE(a, b, c, TYPE) {{#a, #b, #c}, GPU_WT_##TYPE, 0},
 static const format_row moe_rows[] = {GPU_MOE_KERNELS(FORMAT_ROW_MOE)};
 #undef FORMAT_ROW_MOE
@@ -128,33 +122,14 @@ static int variant_of(const format_row *r, int first, int n, char *err, size_t e
     return -1;
 }
 
-/* The rows of a list of product / GLU pairs per activation-row variant (the smallest `first`
- * rows, n variants) into mv and glu, [format][variant] tables of n columns. */
-static int lookup_pairs(gpu_kernels *k, const format_row *rows, size_t count, int first, int n, gpu_fn *mv, gpu_fn *glu,
-                        char *err, size_t errlen)
-{
-    for (size_t i = 0; i < count; i++) {
-        const format_row *r = &rows[i];
-        int v = variant_of(r, first, n, err, errlen);
-        if (v < 0 || lookup(k, &mv[r->wtype * n + v], r->name[0], err, errlen) ||
-            lookup(k, &glu[r->wtype * n + v], r->name[1], err, errlen))
-            return -1;
-    }
-    return 0;
-}
-
-/* Every format has every matvec, glu, dequant, embed and MoE variant (and all q8n variants or
- * none): a table with a hole is an error at load, not a NULL function at the first launch. */
+/* Every format has every matvec, glu, dequant, embed and MoE variant: a table with a hole is an
+ * error at load, not a NULL function at the first launch. */
 static int check_complete(const gpu_kernels *k, char *err, size_t errlen)
 {
     for (int t = 0; t < GPU_N_WTYPES; t++) {
         bool ok = k->dequant_f16[t].f && k->embed[t].f && k->matvec_rope[t].f && k->moe_glu[t].f &&
                   k->moe_matvec[t].f && k->moe_down[t].f;
         for (int v = 0; v < GPU_MATVEC_VARIANTS; v++) ok = ok && k->matvec[t][v].f && k->glu[t][v].f;
-        /* the q8n products: every variant of a format, or none */
-        const bool q8n = k->matvec_q8n[t][0].f != NULL;
-        for (int v = 0; v < GPU_Q8N_VARIANTS; v++)
-            ok = ok && (k->matvec_q8n[t][v].f != NULL) == q8n && (k->glu_q8n[t][v].f != NULL) == q8n;
         if (!ok) {
             snprintf(err, errlen, "loading the kernels: gpu_kernel_names.h lacks a kernel of %s",
                      ggml_type_name(wtypes[t]));
@@ -167,11 +142,13 @@ static int check_complete(const gpu_kernels *k, char *err, size_t errlen)
 int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
 {
     CU_CHECK(cu.cuModuleLoadData(&k->module, inferd_kernels_fatbin), "loading the kernel fatbin");
-    if (lookup_pairs(k, matvec_rows, sizeof matvec_rows / sizeof matvec_rows[0], 1, GPU_MATVEC_VARIANTS, k->matvec[0],
-                     k->glu[0], err, errlen) ||
-        lookup_pairs(k, q8n_rows, sizeof q8n_rows / sizeof q8n_rows[0], 2, GPU_Q8N_VARIANTS, k->matvec_q8n[0],
-                     k->glu_q8n[0], err, errlen))
-        return -1;
+    for (size_t i = 0; i < sizeof matvec_rows / sizeof matvec_rows[0]; i++) {
+        const format_row *r = &matvec_rows[i];
+        int v = variant_of(r, 1, GPU_MATVEC_VARIANTS, err, errlen);
+        if (v < 0 || lookup(k, &k->matvec[r->wtype][v], r->name[0], err, errlen) ||
+            lookup(k, &k->glu[r->wtype][v], r->name[1], err, errlen))
+            return -1;
+    }
     for (size_t i = 0; i < sizeof rope_rows / sizeof rope_rows[0]; i++)
         if (lookup(k, &k->matvec_rope[rope_rows[i].wtype], rope_rows[i].name[0], err, errlen)) return -1;
     /* the rows of three kernels of some formats: the dp4a products, the norms' products */

@@ -26,8 +26,6 @@ void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, in
                    size_t rows);
 
 #define GPU_MATVEC_VARIANTS 4 /* 1, 2, 4, 8 activation rows per block */
-#define GPU_Q8N_VARIANTS 3    /* the q8n products: 2, 4, 8 activation rows per block */
-#define GPU_Q8N_MAX_M 8
 #define GPU_SAMPLE_PARTS 32   /* vocabulary slices reduced in parallel per sampled row */
 
 typedef struct gpu_fn {
@@ -51,9 +49,6 @@ typedef struct gpu_kernels {
     /* one-row products over q8 activations (kernels/dot_q8.cuh; f == NULL for the formats
      * without): plain, GLU, QKV with qkv_post */
     gpu_fn matvec_dp4a[GPU_N_WTYPES], glu_dp4a[GPU_N_WTYPES], matvec_rope_dp4a[GPU_N_WTYPES];
-    /* products of 2..GPU_Q8N_MAX_M rows over q8 activations (f == NULL for the formats
-     * without): [type][variant: 2, 4, 8 rows], plain and GLU */
-    gpu_fn matvec_q8n[GPU_N_WTYPES][GPU_Q8N_VARIANTS], glu_q8n[GPU_N_WTYPES][GPU_Q8N_VARIANTS];
     /* the batch-1 products that carry its RMSNorms (gpu_shared.h matvec_norm; f == NULL for the
      * formats without): QKV with qkv_post, gate/up, the residual product; and norm_prep below */
     gpu_fn matvec_rope_norm[GPU_N_WTYPES], glu_norm[GPU_N_WTYPES], matvec_res[GPU_N_WTYPES];
@@ -97,10 +92,6 @@ bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim);
 /* Whether the dp4a kernels multiply a matrix of format index wtype with kdim inputs per row
  * (their formats, whole 256-input super-blocks). */
 bool gpu_dp4a_serves(const gpu_kernels *k, int wtype, int kdim);
-
-/* Whether the q8n kernels multiply a matrix of format index wtype with kdim inputs per row
- * (their formats, whole 256-input super-blocks). */
-bool gpu_q8n_serves(const gpu_kernels *k, int wtype, int kdim);
 
 /* Load the embedded fatbin into the current context and resolve every kernel. */
 int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen);

@@ -45,7 +45,6 @@ static const row norm_res[] = {GPU_MATVEC_NORM_KERNELS(DP4A_ROPE)};
 static const row moe[] = {GPU_MOE_KERNELS(MOE)};
 static const row moe_down[] = {GPU_MOE_KERNELS(MOE_DOWN)};
 static const row narrow[] = {GPU_MMQ_NARROW_KERNELS(ROW3)};
-static const row q8n[] = {GPU_MATVEC_Q8N_KERNELS(ROW4)};
 #define PLAIN(name) #name,
 static const char *const plain[] = {GPU_PLAIN_KERNELS(PLAIN)};
 
@@ -144,34 +143,14 @@ static void test_norm_rows(void **state)
     assert_true(q4_k && q6_k);
 }
 
-/* The q8n list: each listed format with rows 2, 4 and 8, named for it, block-quantised, and the
- * dense files' Q4_K, Q6_K and Q8_0 among them. */
-static void test_q8n_rows(void **state)
-{
-    (void)state;
-    size_t found = 0;
-    int wanted = 0;
-    for (size_t w = 0; w < N(wtypes); w++) {
-        bool listed = false;
-        for (size_t i = 0; i < N(q8n); i++) listed |= strcmp(q8n[i].type, wtypes[w].type) == 0;
-        if (!listed) continue;
-        found++;
-        assert_true(has_mmq(wtypes[w].ggml) && wtypes[w].ggml != GGML_TYPE_BF16);
-        wanted += wtypes[w].ggml == GGML_TYPE_Q4_K || wtypes[w].ggml == GGML_TYPE_Q6_K || wtypes[w].ggml == GGML_TYPE_Q8_0;
-        for (int v = 0; v < 3; v++) expect_row(q8n, N(q8n), w, 2 << v, "matvec_q8n_%s_%d", "glu_q8n_%s_%d");
-    }
-    assert_int_equal(N(q8n), 3 * found);
-    assert_int_equal(wanted, 3);
-}
-
 static void test_no_name_twice(void **state)
 {
     (void)state;
-    const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow) + N(norm) + N(q8n)) + N(rope) +
+    const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow) + N(norm)) + N(rope) +
                       N(dp4a_rope) + N(norm_res) + N(moe_down) + N(plain)];
     size_t n = 0;
-    const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm, q8n};
-    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow), N(norm), N(q8n)};
+    const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm};
+    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow), N(norm)};
     for (size_t l = 0; l < N(lists); l++)
         for (size_t i = 0; i < sizes[l]; i++) {
             names[n++] = lists[l][i].a;
@@ -194,7 +173,6 @@ int main(void)
         cmocka_unit_test(test_every_format_every_variant),
         cmocka_unit_test(test_dp4a_rows),
         cmocka_unit_test(test_norm_rows),
-        cmocka_unit_test(test_q8n_rows),
         cmocka_unit_test(test_no_name_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -568,21 +568,16 @@ static void test_mmq_narrow_matches_mmq(void **state)
     print_message("  mmq_narrow: mmq's bits on every format, M 1..8, one split and three\n");
 }
 
-/* The q8 rows of m FP16 rows of k inputs (ldx apart) at dx from quantize_q8, into fresh
- * buffers: xq per row the q and their remainders lo (2k bytes, filled with -128 first, a value
- * q8 never takes), xd the (d, sum) pairs (NaN first): unwritten entries show. */
-static void quantize_rows(CUdeviceptr dx, int k, int m, int ldx, CUdeviceptr *dq, CUdeviceptr *dd)
-{
-    CHECK(cu.cuMemAlloc(dq, 2 * (size_t)k * m));
-    CHECK(cu.cuMemsetD8Async(*dq, 0x80, 2 * (size_t)k * m, G.stream));
-    *dd = poisoned((size_t)k / 16 * m);
-    void *args[] = {&dx, &k, dq, dd, &ldx};
-    launch(&G.k.quantize_q8, (gpu_launch_dims){(unsigned)(k + 255) / 256, (unsigned)m, 1, 256}, args);
-}
-
+/* The q8 row of the FP16 row dx (k inputs) from quantize_q8, into fresh buffers: xq the q and
+ * their remainders lo (2k bytes, filled with -128 first, a value q8 never takes), xd the
+ * (d, sum) pairs (NaN first): unwritten entries show. */
 static void quantize_row(CUdeviceptr dx, int k, CUdeviceptr *dq, CUdeviceptr *dd)
 {
-    quantize_rows(dx, k, 1, k, dq, dd);
+    CHECK(cu.cuMemAlloc(dq, 2 * (size_t)k));
+    CHECK(cu.cuMemsetD8Async(*dq, 0x80, 2 * (size_t)k, G.stream));
+    *dd = poisoned((size_t)k / 16);
+    void *args[] = {&dx, &k, dq, dd};
+    launch(&G.k.quantize_q8, (gpu_launch_dims){(unsigned)(k + 255) / 256, 1, 1, 256}, args);
 }
 
 /* The q8 row of x (the FP16 values) as designed: per block of 32, d = max|x| / 127, every
@@ -623,108 +618,66 @@ static double dot_exact(const float *w, const float *x, int k)
     return s;
 }
 
-/* A q8 product launch over M activation rows: the batch-1 dp4a kernels (M 1) or the q8n ones
- * (M 2..8, the least variant >= M, one block row), plain or GLU. */
-static void q8_run(int wt, matvec_args *a, bool glu, int rows)
+/* One dp4a case of format t, k inputs: random weights; activations q 2^-e per block (exact
+ * in q8) or uniform in [-1, 1).  The two-segment product (bias, residual accumulate) and the
+ * gate/up product against float64 over the exact weights: *err_mv / *err_glu. */
+static void dp4a_case(ggml_type t, int K, bool exact, uint64_t *seed, double *err_mv, double *err_glu)
 {
-    const int M = a->m, v = M <= 2 ? 0 : M <= 4 ? 1 : 2;
-    const gpu_fn *fn = M == 1 ? (glu ? &G.k.glu_dp4a[wt] : &G.k.matvec_dp4a[wt])
-                              : (glu ? &G.k.glu_q8n[wt][v] : &G.k.matvec_q8n[wt][v]);
-    assert_non_null(fn->f);
-    void *args[] = {a};
-    launch(fn, (gpu_launch_dims){1, (unsigned)(rows + 7) / 8, 1, 256}, args);
-}
-
-/* One q8 case of format t, K inputs, M activation rows (ldx = K + 64 apart): random weights;
- * activations q 2^-e per block (exact in q8) or uniform in [-1, 1).  The two-segment product
- * (bias, residual accumulate, rows N apart) and the gate/up product against float64 over the
- * exact weights: *err_mv / *err_glu.  M > 1 where the format has the one-row dp4a kernel: every
- * row's outputs must also be its bits through that kernel alone (row_dots_q8: a row's sums do
- * not depend on the rows beside it). */
-static void q8_case(ggml_type t, int K, int M, bool exact, uint64_t *seed, double *err_mv, double *err_glu)
-{
-    const int N = PN, N0 = PN0, NG = PNG, wt = gpu_wtype_index(t), ldx = K + 64;
-    float *deq = malloc((size_t)K * N * sizeof *deq), *x = calloc((size_t)ldx * M, sizeof *x);
-    float *bias = malloc(N * sizeof *bias), *y = malloc((size_t)M * N * sizeof *y), *ref = malloc((size_t)M * N * sizeof *ref);
+    const int N = PN, N0 = PN0, NG = PNG, wt = gpu_wtype_index(t);
+    float *deq = malloc((size_t)K * N * sizeof *deq), *x = malloc((size_t)K * sizeof *x);
+    float *bias = malloc(N * sizeof *bias), *y = malloc(N * sizeof *y), *ref = malloc(N * sizeof *ref);
     void *w = random_matrix(t, K, N, deq, seed);
     const size_t rb = gpu_row_bytes(t, K);
-    for (int r = 0; r < M; r++)
-        for (int b = 0; b < K / 32; b++) {
-            const int e = 5 + (int)(gpu_test_rng(seed) % 4), big = (int)(gpu_test_rng(seed) % 32);
-            for (int i = 0; i < 32; i++) {
-                int q = (int)(gpu_test_rng(seed) % 255) - 127;
-                if (i == big) q = q < 0 ? -127 : 127;
-                x[(size_t)ldx * r + 32 * b + i] = exact ? ldexpf((float)q, -e) : gpu_test_randf(seed);
-            }
+    for (int b = 0; b < K / 32; b++) {
+        const int e = 3 + (int)(gpu_test_rng(seed) % 4), big = (int)(gpu_test_rng(seed) % 32);
+        for (int i = 0; i < 32; i++) {
+            int q = (int)(gpu_test_rng(seed) % 255) - 127;
+            if (i == big) q = q < 0 ? -127 : 127;
+            x[32 * b + i] = exact ? ldexpf((float)q, -e) : gpu_test_randf(seed);
         }
-    for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(seed);
-    for (int i = 0; i < M * N; i++) y[i] = 1.0f;
-    CUdeviceptr dw = upload(w, rb * N), dx = upload_half(x, (size_t)ldx * M), db = upload(bias, N * sizeof *bias);
-    CUdeviceptr dy = upload(y, (size_t)M * N * sizeof *y), dq, dd;
-    quantize_rows(dx, K, M, ldx, &dq, &dd);
-    for (int r = 0; r < M; r++) check_q8_row(x + (size_t)ldx * r, K, dq + 2 * (size_t)K * r, dd + (size_t)K / 16 * sizeof(float) * r);
+    }
+    for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(seed), y[i] = 1.0f;
+    CUdeviceptr dw = upload(w, rb * N), dx = upload_half(x, (size_t)K), db = upload(bias, N * sizeof *bias);
+    CUdeviceptr dy = upload(y, N * sizeof *y), dq, dd;
+    quantize_row(dx, K, &dq, &dd);
+    check_q8_row(x, K, dq, dd);
     const uint8_t *wp = (const uint8_t *)(uintptr_t)dw;
     float *yp = (float *)(uintptr_t)dy;
     const float *bp = (const float *)(uintptr_t)db;
-    matvec_args a = {.n_seg = 2, .k = K, .m = M, .ldx = ldx, .accumulate = 1, .row_bytes = rb,
+    matvec_args a = {.n_seg = 2, .k = K, .m = 1, .ldx = K, .accumulate = 1, .row_bytes = rb,
                      .x = (const gpu_half *)(uintptr_t)dx, .xq = (const int8_t *)(uintptr_t)dq,
                      .xd = (const float *)(uintptr_t)dd};
-    a.seg[0] = (matvec_seg){wp, yp, bp, N0, N};
-    a.seg[1] = (matvec_seg){wp + rb * N0, yp + N0, bp + N0, N - N0, N};
-    q8_run(wt, &a, false, N);
-    download(y, dy, (size_t)M * N * sizeof *y);
-    for (int r = 0; r < M; r++)
-        for (int n = 0; n < N; n++)
-            ref[r * N + n] = (float)(dot_exact(deq + (size_t)n * K, x + (size_t)ldx * r, K) + 1.0 + bias[n]);
-    *err_mv = gpu_test_rel_err(y, ref, (size_t)M * N);
+    a.seg[0] = (matvec_seg){wp, yp, bp, N0, N0};
+    a.seg[1] = (matvec_seg){wp + rb * N0, yp + N0, bp + N0, N - N0, N - N0};
+    void *args[] = {&a};
+    launch(&G.k.matvec_dp4a[wt], (gpu_launch_dims){1, (N + 7) / 8, 1, 256}, args);
+    download(y, dy, N * sizeof *y);
+    for (int n = 0; n < N; n++) ref[n] = (float)(dot_exact(deq + (size_t)n * K, x, K) + 1.0 + bias[n]);
+    *err_mv = gpu_test_rel_err(y, ref, (size_t)N);
 
-    CUdeviceptr dgh = poisoned_half((size_t)M * NG);
-    matvec_args g = a;
-    g.accumulate = 0;
-    g.seg[0] = (matvec_seg){wp, NULL, NULL, NG, NG};
-    g.seg[1] = (matvec_seg){wp + rb * NG, NULL, NULL, NG, NG};
-    g.yh = (gpu_half *)(uintptr_t)dgh;
-    q8_run(wt, &g, true, NG);
-    uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
-    float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
-    download(gh, dgh, (size_t)M * NG * sizeof *gh);
-    for (int r = 0; r < M; r++)
-        for (int n = 0; n < NG; n++) {
-            const float *xr = x + (size_t)ldx * r;
-            double gt = dot_exact(deq + (size_t)n * K, xr, K), u = dot_exact(deq + (size_t)(NG + n) * K, xr, K);
-            gref[r * NG + n] = (float)(gt / (1.0 + exp(-gt)) * u);
-            gf[r * NG + n] = quant_f16_to_f32(gh[r * NG + n]);
-        }
-    *err_glu = gpu_test_rel_err(gf, gref, (size_t)M * NG);
-
-    if (M > 1 && G.k.matvec_dp4a[wt].f) { /* each row alone through the one-row kernels */
-        float *y1 = malloc(N * sizeof *y1);
-        uint16_t gh1[PNG];
-        for (int r = 0; r < M; r++) {
-            for (int i = 0; i < N; i++) y1[i] = 1.0f;
-            copy_in(dy, y1, N * sizeof *y1);
-            matvec_args o = a, og = g;
-            o.m = og.m = 1;
-            o.xq = og.xq = a.xq + 2 * (size_t)K * r;
-            o.xd = og.xd = a.xd + (size_t)K / 16 * r;
-            q8_run(wt, &o, false, N);
-            q8_run(wt, &og, true, NG);
-            download(y1, dy, N * sizeof *y1);
-            download(gh1, dgh, sizeof gh1);
-            assert_memory_equal(y1, y + (size_t)r * N, N * sizeof *y1);
-            assert_memory_equal(gh1, gh + (size_t)r * NG, sizeof gh1);
-        }
-        free(y1);
+    CUdeviceptr dgh = poisoned_half((size_t)NG);
+    a.accumulate = 0;
+    a.seg[0] = (matvec_seg){wp, NULL, NULL, NG, NG};
+    a.seg[1] = (matvec_seg){wp + rb * NG, NULL, NULL, NG, NG};
+    a.yh = (gpu_half *)(uintptr_t)dgh;
+    launch(&G.k.glu_dp4a[wt], (gpu_launch_dims){1, (NG + 7) / 8, 1, 256}, args);
+    uint16_t gh[PNG];
+    float gf[PNG], gref[PNG];
+    download(gh, dgh, sizeof gh);
+    for (int n = 0; n < NG; n++) {
+        double g = dot_exact(deq + (size_t)n * K, x, K), u = dot_exact(deq + (size_t)(NG + n) * K, x, K);
+        gref[n] = (float)(g / (1.0 + exp(-g)) * u);
+        gf[n] = quant_f16_to_f32(gh[n]);
     }
+    *err_glu = gpu_test_rel_err(gf, gref, (size_t)NG);
     cu.cuMemFree(dw), cu.cuMemFree(dx), cu.cuMemFree(db), cu.cuMemFree(dy), cu.cuMemFree(dq), cu.cuMemFree(dd);
     cu.cuMemFree(dgh);
-    free(w), free(deq), free(x), free(bias), free(y), free(ref), free(gh), free(gf), free(gref);
+    free(w), free(deq), free(x), free(bias), free(y), free(ref);
 }
 
-/* The q8 products of the formats that have them (ks: gpu_dp4a_serves or gpu_q8n_serves) over
- * quantize_q8's activations, M activation rows, K = 768 (12 units of 64 weights: fewer than a
- * warp's lanes) and 4352 (68: lanes doing 2 and 3).  Each case checks the q8 rows themselves
- * (check_q8_row), then:
+/* The dp4a products (matvec_dp4a_<type>, glu_dp4a_<type>: every format that has them) over
+ * quantize_q8's activations, K = 768 (12 units of 64 weights: fewer than a warp's lanes) and
+ * 4352 (68: lanes doing 2 and 3).  Each case checks the q8 row itself (check_q8_row), then:
  * - activations q 2^-e, which q8 holds exactly: the integer products, the scales and Q4_K's
  *   mins must give the float64 product over the exact weights to FP32 rounding (1e-5, as the
  *   FP16 kernels are held to), GLU to its FP16 output (2e-3);
@@ -734,55 +687,36 @@ static void q8_case(ggml_type t, int K, int M, bool exact, uint64_t *seed, doubl
  *   of these shapes: at most 1.9e-2 (product) and 3.2e-2 (GLU), so the bounds of the q8 build
  *   are 4e-2 and 8e-2.  The q8x2 build's remainders leave 1/254 of that rounding: emulated over
  *   240 cases at most 8.4e-5 and 1.5e-4, bounds 5e-4 and 1e-3.  A dropped unit or a misplaced
- *   scale costs tens of %.
- * Returns the formats tested. */
-static int q8_products(int M, bool (*serves)(const gpu_kernels *, int, int), const char *what)
-{
-    uint64_t seed = 77 + (uint64_t)M;
-    const int Ks[] = {768, 4352};
-    int formats = 0;
-    for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
-        const ggml_type t = wtypes[ti];
-        if (!serves(&G.k, gpu_wtype_index(t), 256)) continue;
-        formats++;
-        for (int ki = 0; ki < 2; ki++)
-            for (int exact = 1; exact >= 0; exact--) {
-                double emv, eglu;
-                q8_case(t, Ks[ki], M, exact, &seed, &emv, &eglu);
-                print_message("  %-5s %s M=%d K=%d %s activations: matvec rel err %.2e, glu %.2e\n", ggml_type_name(t),
-                              what, M, Ks[ki], exact ? "q8-exact" : "uniform", emv, eglu);
-                const double tol_mv = exact ? 1e-5 : INFERD_GPU_DP4A_LO ? 5e-4 : 4e-2;
-                const double tol_glu = exact ? 2e-3 : INFERD_GPU_DP4A_LO ? 1e-3 : 8e-2;
-                if (emv > tol_mv || eglu > tol_glu)
-                    fail_msg("%s %s M=%d K=%d: relative error %.3g / glu %.3g", ggml_type_name(t), what, M, Ks[ki], emv,
-                             eglu);
-            }
-    }
-    return formats;
-}
-
-/* The batch-1 dp4a products (matvec_dp4a_<type>, glu_dp4a_<type>), as q8_products says. */
+ *   scale costs tens of %. */
 static void test_matvec_dp4a(void **state)
 {
     (void)state;
 #if !INFERD_GPU_DP4A
     /* the engine does not use them in this build (meson -Dgpu_dp4a=off, the default: slower than
-     * the FP16 kernels on the H100) */
+     * the FP16 kernels on the H100; the K=4352 GLU case also overflowed its FP16 output there) */
     print_message("  skipped: the dp4a products are off in this build (meson -Dgpu_dp4a)\n");
     skip();
 #endif
-    assert_true(q8_products(1, gpu_dp4a_serves, "dp4a") >= 2); /* Q4_K and Q6_K at least */
-}
-
-/* The q8n products of 2..8 rows (matvec_q8n_<type>_<rows>, glu_q8n_...: every row count, so
- * each variant also with rows past M skipped), as q8_products says, odd widths (segments of 30
- * and 47 features, GLU 38), each row bit-identical to the one-row dp4a kernel's where the
- * format has one. */
-static void test_matvec_q8n(void **state)
-{
-    (void)state;
-    for (int M = 2; M <= GPU_Q8N_MAX_M; M++)
-        assert_true(q8_products(M, gpu_q8n_serves, "q8n") >= 3); /* Q4_K, Q6_K and Q8_0 at least */
+    uint64_t seed = 77;
+    const int Ks[] = {768, 4352};
+    int formats = 0;
+    for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
+        const ggml_type t = wtypes[ti];
+        if (!gpu_dp4a_serves(&G.k, gpu_wtype_index(t), 256)) continue;
+        formats++;
+        for (int ki = 0; ki < 2; ki++)
+            for (int exact = 1; exact >= 0; exact--) {
+                double emv, eglu;
+                dp4a_case(t, Ks[ki], exact, &seed, &emv, &eglu);
+                print_message("  %-5s dp4a K=%d %s activations: matvec rel err %.2e, glu %.2e\n", ggml_type_name(t),
+                              Ks[ki], exact ? "q8-exact" : "uniform", emv, eglu);
+                const double tol_mv = exact ? 1e-5 : INFERD_GPU_DP4A_LO ? 5e-4 : 4e-2;
+                const double tol_glu = exact ? 2e-3 : INFERD_GPU_DP4A_LO ? 1e-3 : 8e-2;
+                if (emv > tol_mv || eglu > tol_glu)
+                    fail_msg("%s dp4a K=%d: relative error %.3g / glu %.3g", ggml_type_name(t), Ks[ki], emv, eglu);
+            }
+    }
+    assert_true(formats >= 2); /* Q4_K and Q6_K at least */
 }
 
 static void ref_norm(float *v, int n, const float *w, double eps)
@@ -1977,7 +1911,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mmq_unaligned_rows),
         cmocka_unit_test(test_mmq_narrow_matches_mmq),
         cmocka_unit_test(test_matvec_dp4a),
-        cmocka_unit_test(test_matvec_q8n),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_norm_carried),
         cmocka_unit_test(test_qkv_post),

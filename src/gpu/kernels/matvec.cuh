@@ -6,11 +6,9 @@
 // Weights are decoded to FP16 by load_chunk_h and activations arrive in FP16, exactly as the
 // cuBLAS path sees them: both paths then form the same products, and only the order of the
 // FP32 sums differs, so a sequence's tokens do not depend on how its step was batched.  The
-// exceptions: the dp4a kernels (matvec_dp4a_*, glu_dp4a_*, matvec_rope_dp4a_*; dot_q8.cuh),
-// which the batch-1 step of a dense model takes for Q4_K/Q6_K with meson -Dgpu_dp4a, and the
-// q8n kernels (matvec_q8n_*, glu_q8n_*), which steps of 2..8 rows take for Q4_K/Q6_K/Q8_0,
-// multiply the exact weights with the activations rounded to 8 bits (plus an 8-bit remainder
-// in the default q8x2 build; never under --deterministic).  The one-row products of
+// one exception: the dp4a kernels (matvec_dp4a_*, glu_dp4a_*, matvec_rope_dp4a_*; dot_q8.cuh),
+// which the batch-1 step of a dense model takes for Q4_K/Q6_K, multiply the exact weights with
+// the activations rounded to 8 bits (never under --deterministic).  The one-row products of
 // IQ4_XS, Q2_K and Q3_K (row_dots_mma) multiply the same FP16 values on the tensor cores, whose
 // FP32 sums are their own: --deterministic takes mmq for those at every row count.
 #pragma once
@@ -137,13 +135,13 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
     }
 }
 
-// The dot products of a block's rows: the FP16 decode, or (Q8) the integer products with the
-// q8 rows of dot_q8.cuh.
+// The dot products of a block's rows: the FP16 decode, or (Q8, one activation row) the
+// integer products with the q8 row of dot_q8.cuh.
 template <int T, int MT, int NR, bool Q8>
 __device__ __forceinline__ void dots(const uint8_t *const rows[NR], const matvec_args &a, int m0, float acc[NR][MT])
 {
     if constexpr (Q8)
-        row_dots_q8<T, NR, MT>(rows, a, m0, acc);
+        row_dots_q8<T, NR>(rows, a, acc);
     else if constexpr (MT == 1 && mv_mma<T>::on)
         row_dots_mma<T, NR>(rows, a, m0, acc);
     else
@@ -333,17 +331,6 @@ GPU_MATVEC_ROPE_KERNELS(MATVEC_ROPE_KERNEL)
         matvec_body<T_##TYPE, 1, true, true>(r.mv, &r);                                          \
     }
 GPU_MATVEC_DP4A_KERNELS(MATVEC_DP4A_KERNELS)
-
-// One pair per row of GPU_MATVEC_Q8N_KERNELS: the products of 2..8 activation rows over their
-// q8 forms, one block row for all of them (grid x 1).  Two blocks a multiprocessor at least:
-// left to itself ptxas gives the 8-row variants ~144 registers (every row's activation loads
-// issued ahead), one block of 8 warps an SM.
-#define MATVEC_Q8N_KERNELS(matvec_name, glu_name, TYPE, MT)                                      \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, 2)                           \
-        matvec_name(matvec_args a) { matvec_body<T_##TYPE, MT, false, true>(a); }                \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, 2)                           \
-        glu_name(matvec_args a) { glu_body<T_##TYPE, MT, true>(a); }
-GPU_MATVEC_Q8N_KERNELS(MATVEC_Q8N_KERNELS)
 
 // The resident blocks a multiprocessor keeps of matvec_rope_<type> (256 threads a block),
 // which matvec_rope_norm_<type> is held to: left to itself the compiler gives the norm's

@@ -824,8 +824,9 @@ static void test_rmsnorm(void **state)
 
 /* post_norm_add (a sandwich-norm block's end and the norm after it, one launch) against the
  * launches it replaces -- rmsnorm of post, add_bias into x, scale_f32, rmsnorm of x -- bit for
- * bit, at rmsnorm's own thread counts (n 3840: 1024 threads, the Gemma-3-12B row; 384: 256),
- * with and without a scale and a next norm; and against the float64 reference. */
+ * bit, at rmsnorm's own thread counts (n 3840: 1024 threads, the Gemma-3-12B row; 384: 256;
+ * 9000: more than POST_NORM_REGS values a thread, the loops), with and without a scale and a
+ * next norm; and against the float64 reference. */
 static void post_norm_case(int n, unsigned threads, float scale, bool next, uint64_t *seed)
 {
     enum { ROWS = 3 };
@@ -841,7 +842,7 @@ static void post_norm_case(int n, unsigned threads, float scale, bool next, uint
     CUdeviceptr dx = upload(x, total * sizeof *x), dp = upload(post, total * sizeof *post);
     CUdeviceptr dwp = upload(wp, n * sizeof *wp), dwn = upload(wn, n * sizeof *wn), dyh = poisoned_half(total);
     CUdeviceptr none = 0;
-    int stride = 1, width = n;
+    int stride = 1, width = (int)total; /* add_bias over the rows as one (gpu_forward.c add_post_normed) */
     void *na[] = {&dp, &none, &stride, &dwp, &dp, &none, &none, &n, &eps};
     launch(&G.k.rmsnorm, (gpu_launch_dims){ROWS, 1, 1, threads}, na);
     size_t tot = total;
@@ -894,6 +895,7 @@ static void test_post_norm_add(void **state)
     post_norm_case(3840, 1024, 0.75f, true, &seed);
     post_norm_case(384, 256, 1.0f, false, &seed);
     post_norm_case(384, 256, 0.5f, true, &seed);
+    post_norm_case(9000, 1024, 1.0f, true, &seed); /* past POST_NORM_REGS a thread: the loops */
 }
 
 /* The QKV product with qkv_post (one token, heads of 64, NeoX RoPE) over the carried norm nm

@@ -18,7 +18,8 @@
  *           token's sequence (a sliding layer: its window only, see gpu_attn_first_key):
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
  *           (gpt-oss: each head's sink logit in the softmax's denominator; Wo h + bo below)
- *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm)
+ *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm,
+ *                                        one launch with the norm after it: block_end)
  *           (gated attention: Wq gives [q | gate] per head, h *= sigmoid(gate) before Wo;
  *            partial RoPE turns the first n_rot dimensions of a head)
  *       or, a gated DeltaNet layer (attention_linear):
@@ -33,7 +34,7 @@
  *           sqrt(nope + rope)) rows[:, :lat]; x += Wo fp16(wv_b_h o_h)   (per-head: batched cuBLAS)
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
- *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
+ *            (GeGLU: gelu_tanh, in the same fused kernels: matvec_args.glu_gelu)
  *            or, MoE: x += sum over the router's top k experts e of w_e Wdown_e fp16(silu(Wgate_e h) * Wup_e h)
  *                 (the router's scores softmax, or sigmoid chosen with a selection bias: GLM-4.5;
  *                  DeepSeek: chosen inside the best expert groups only)

@@ -273,46 +273,36 @@ static void product_case(const product_matrix *pm, int M, const product_kernel *
         fail_msg("%s %s k %d M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), K, M, pk->arg, e);
     }
 
-    /* glu: yh[m][n] = fp16(silu(gate_n . x_m) * (up_n . x_m)) */
+    /* glu: yh[m][n] = fp16(act(gate_n . x_m) * (up_n . x_m)), act silu, then (glu_gelu: Gemma's
+     * GeGLU) gelu_tanh */
     CUdeviceptr dgh = poisoned((size_t)M * NG / 2 + 1);
     matvec_args ga = a;
     ga.accumulate = 0;
     ga.seg[0] = (matvec_seg){w, NULL, NULL, NG, NG};
     ga.seg[1] = (matvec_seg){w + pm->rb * NG, NULL, NULL, NG, NG};
     ga.yh = (gpu_half *)(uintptr_t)dgh;
-    pk->launch(pm->t, &ga, true, pk->arg);
     uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
     float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
-    download(gh, dgh, (size_t)M * NG * sizeof *gh);
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < NG; n++) {
-            double gt = dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K);
-            double up = dot_ref(hf + (size_t)(NG + n) * K, x + (size_t)m * K, K);
-            gref[m * NG + n] = (float)(gt / (1.0 + exp(-gt)) * up);
-            gf[m * NG + n] = quant_f16_to_f32(gh[m * NG + n]);
+    for (int gelu = 0; gelu < 2; gelu++) {
+        ga.glu_gelu = gelu;
+        pk->launch(pm->t, &ga, true, pk->arg);
+        download(gh, dgh, (size_t)M * NG * sizeof *gh);
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < NG; n++) {
+                double gt = dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K);
+                double up = dot_ref(hf + (size_t)(NG + n) * K, x + (size_t)m * K, K);
+                double act = gelu ? 0.5 * gt * (1.0 + tanh(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt)))
+                                  : gt / (1.0 + exp(-gt));
+                gref[m * NG + n] = (float)(act * up);
+                gf[m * NG + n] = quant_f16_to_f32(gh[m * NG + n]);
+            }
+        e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
+        if (e > worst[1]) worst[1] = e;
+        if (e > 2e-3) {
+            report_bad(gf, gref, M, NG);
+            fail_msg("%s %s %s k %d M=%d (%d): relative error %.3g", pk->name, gelu ? "geglu" : "glu",
+                     ggml_type_name(pm->t), K, M, pk->arg, e);
         }
-    e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
-    if (e > worst[1]) worst[1] = e;
-    if (e > 2e-3) {
-        report_bad(gf, gref, M, NG);
-        fail_msg("%s glu %s k %d M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), K, M, pk->arg, e);
-    }
-    /* GeGLU (glu_gelu, Gemma): yh[m][n] = fp16(gelu_tanh(gate_n . x_m) * (up_n . x_m)) */
-    ga.glu_gelu = 1;
-    pk->launch(pm->t, &ga, true, pk->arg);
-    download(gh, dgh, (size_t)M * NG * sizeof *gh);
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < NG; n++) {
-            double gt = dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K);
-            double up = dot_ref(hf + (size_t)(NG + n) * K, x + (size_t)m * K, K);
-            gref[m * NG + n] = (float)(0.5 * gt * (1.0 + tanh(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt))) * up);
-            gf[m * NG + n] = quant_f16_to_f32(gh[m * NG + n]);
-        }
-    e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
-    if (e > worst[1]) worst[1] = e;
-    if (e > 2e-3) {
-        report_bad(gf, gref, M, NG);
-        fail_msg("%s geglu %s k %d M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), K, M, pk->arg, e);
     }
     cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dgh);
     free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);

@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(W * 32) glu_sx(matvec_args a)
     const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
     float gu[2];
     row_dots_v<T, 2, HDR, SX>(rows, a.x, a.k, gu);
-    if ((threadIdx.x & 31) == 0) a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha));
+    if ((threadIdx.x & 31) == 0) a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
 // Warp w of block b takes rows NR (b W + w) .. + NR - 1.
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(W * 32) glu_v(matvec_args a)
     float gu[2];
     row_dots_v<T, 2, HDR>(rows, a.x, a.k, gu);
     if ((threadIdx.x & 31) != 0) return;
-    a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha));
+    a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
 static size_t row_bytes_of(int t, int k) { return t == T_Q4_K ? (size_t)k / 256 * 144 : (size_t)k / 256 * GPU_Q6K_BLOCK; }

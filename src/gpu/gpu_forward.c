@@ -18,7 +18,8 @@
  *           token's sequence (a sliding layer: its window only, see gpu_attn_first_key):
  *           prompt spans on the tensor cores (flash_attn), decode tokens by split-K
  *           (gpt-oss: each head's sink logit in the softmax's denominator; Wo h + bo below)
- *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm)
+ *       x += Wo h                       (sandwich norm: x += rmsnorm(Wo h) * attn_post_norm,
+ *                                        one launch with the norm after it: block_end)
  *           (gated attention: Wq gives [q | gate] per head, h *= sigmoid(gate) before Wo;
  *            partial RoPE turns the first n_rot dimensions of a head)
  *       or, a gated DeltaNet layer (attention_linear):
@@ -33,7 +34,7 @@
  *           sqrt(nope + rope)) rows[:, :lat]; x += Wo fp16(wv_b_h o_h)   (per-head: batched cuBLAS)
  *       h = fp16(rmsnorm(x) * ffn_norm)
  *       x += Wdown fp16(silu(Wgate h) * Wup h)                 one launch (glu) when decoding
- *            (GeGLU: gelu_tanh, gate and up as two products and the geglu kernel)
+ *            (GeGLU: gelu_tanh, in the same fused kernels: matvec_args.glu_gelu)
  *            or, MoE: x += sum over the router's top k experts e of w_e Wdown_e fp16(silu(Wgate_e h) * Wup_e h)
  *                 (the router's scores softmax, or sigmoid chosen with a selection bias: GLM-4.5;
  *                  DeepSeek: chosen inside the best expert groups only)
@@ -97,6 +98,7 @@ typedef struct matmul_op {
      * p's input with its weight norm_w */
     int norm, norm_p;
     CUdeviceptr norm_w;
+    int glu_gelu; /* a fused GLU's activation: GeGLU (matvec_args.glu_gelu) */
     const char *what;
 } matmul_op;
 
@@ -172,7 +174,7 @@ static matvec_args matvec_args_for(const matmul_op *op, int first, int n)
 {
     matvec_args a = {.n_seg = n, .k = op->out[first].w->k, .m = op->m, .ldx = op->ldx,
                      .accumulate = op->accumulate, .row_bytes = op->out[first].w->row_bytes,
-                     .x = F16(op->x)};
+                     .x = F16(op->x), .glu_gelu = op->glu_gelu};
     for (int i = 0; i < n; i++) {
         const matmul_out *o = &op->out[first + i];
         a.seg[i] = (matvec_seg){.w = (const uint8_t *)(uintptr_t)o->w->d, .y = F32(o->y),
@@ -398,11 +400,14 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
     return 0;
 }
 
-/* The fused kernels (glu_*, mmq_glu_*) apply SiLU; a GeGLU layer takes the unfused path. */
+/* The fused kernels (glu_*, mmq_glu_*) apply SiLU or, glu_gelu, GeGLU: either activation is
+ * fused wherever gate and up share a format and a kernel path (geglu names the activation to
+ * the callers; it no longer decides). */
 bool gpu_glu_fused(const gpu_engine *g, const gpu_matrix *gate, const gpu_matrix *up, bool geglu, int T)
 {
+    (void)geglu;
     matmul_path path = path_for(g, gate, T);
-    return !geglu && gate->type == up->type && (path == PATH_MMQ || path == PATH_MATVEC);
+    return gate->type == up->type && (path == PATH_MMQ || path == PATH_MATVEC);
 }
 
 bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T)
@@ -419,7 +424,7 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
     const int np = shexp ? -1 : norm_point(g, 2 * (int)(L - g->layers) + 1, T); /* the feed-forward norm's */
     matmul_op op = {.out = {{gate, g->gate, 0, L->d_ff}, {up, g->up, 0, L->d_ff}}, .n_out = 2,
                     .x = np >= 0 ? g->norm_h : g->act_h, .m = T, .ldx = g->d_embd,
-                    .x_q8 = !shexp && norm_q8(g, T, g->d_embd), .what = what};
+                    .x_q8 = !shexp && norm_q8(g, T, g->d_embd), .glu_gelu = geglu, .what = what};
     if (gpu_glu_fused(g, gate, up, geglu, T)) {
         if (path_for(g, gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
         int v = matvec_variant(T);
@@ -557,6 +562,48 @@ static int residual_add(gpu_engine *g, matmul_op *op, CUdeviceptr post_norm, int
     op->accumulate = false;
     if (matmul(g, op, err, errlen)) return -1;
     return add_post_normed(g, post_norm, T, op->what, err, errlen);
+}
+
+/* Whether norm point p (2 il: layer il's attention norm, 2 il + 1: its feed-forward norm) is
+ * written by the sandwich-norm block end before it (block_end: post_norm_add) rather than a
+ * launch of its own: a plain rmsnorm into act_h (no q8 row, FP32 copy or remainder) in a step
+ * whose norms are not carried by the products, right after a block that ends in a post-norm
+ * (Gemma's sandwich; nothing between: no per-layer embedding). */
+static bool sandwich_carries(const gpu_engine *g, int p, int T)
+{
+    const model *m = g->base.m;
+    const int il = p / 2;
+    if (p <= 0 || il >= m->hp.n_layer || g->tp_rank >= 0 || norm_point(g, p, T) >= 0 || norm_q8(g, T, m->hp.n_embd))
+        return false;
+    const gpu_layer *L = &g->layers[il];
+    if (p % 2) /* after attention_softmax's post-norm: a dense GLU feed-forward's norm */
+        return L->attn_post_norm && L->lin < 0 && !L->mla && !L->post_ln && !L->mlp && L->ffn_norm &&
+               m->layers[il].recipe.ffn == ARCH_FFN_GLU;
+    const gpu_layer *prev = &g->layers[il - 1]; /* after the dense feed-forward's post-norm */
+    return prev->ffn_post_norm && !prev->mlp && !prev->post_ln && m->layers[il - 1].recipe.ffn == ARCH_FFN_GLU &&
+           m->hp.n_embd_ple == 0 && L->attn_norm && L->lin < 0 && !L->mla && !L->post_ln;
+}
+
+/* The end of a residual block whose next norm is norm point p: x += W h (residual_add), or in a
+ * sandwich-norm layer x = (x + rmsnorm(W h) * post_norm) * scale (scale: the layer's output
+ * scale where the caller folds it, else 1) and, where it rides along (sandwich_carries), norm p
+ * into act_h: one post_norm_add launch after the product into g->post instead of three or four
+ * (the batch-1 step of Gemma 3 12B had 13 launches a layer). */
+static int block_end(gpu_engine *g, matmul_op *op, CUdeviceptr post_norm, float scale, int p, int T, char *err,
+                     size_t errlen)
+{
+    if (!post_norm || g->tp_rank >= 0) return residual_add(g, op, post_norm, T, err, errlen);
+    op->out[0].y = g->post;
+    op->accumulate = false;
+    if (matmul(g, op, err, errlen)) return -1;
+    CUdeviceptr next = 0; /* none: the norm after has a launch of its own (or there is none) */
+    if (sandwich_carries(g, p, T)) next = p % 2 ? g->layers[p / 2].ffn_norm : g->layers[p / 2].attn_norm;
+    int n = g->d_embd;
+    float eps = g->base.m->hp.rms_eps;
+    unsigned threads = n >= 1024 ? 1024 : n >= 256 ? 256 : 32; /* rmsnorm's: the same sums */
+    LAUNCH(g->k.post_norm_add, ((gpu_launch_dims){(unsigned)T, 1, 1, threads}), op->what, &g->post,
+           &(CUdeviceptr){post_norm}, &g->x, &scale, &next, &g->act_h, &n, &eps);
+    return 0;
 }
 
 /* BERT's LayerNorm in place over T rows of x: x = LayerNorm(x + add) * w + b (add 0: x alone). */
@@ -895,7 +942,7 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
                     .accumulate = true, .norm = next >= 0 ? NORM_OUT : NORM_NONE, .norm_p = next, .norm_w = L->ffn_norm,
                     .what = what};
     if (L->post_ln) return residual_post_ln(g, &wo, L->attn_out_norm, L->attn_out_norm_b, T, err, errlen);
-    return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
+    return block_end(g, &wo, L->attn_post_norm, 1.0f, 2 * il + 1, T, err, errlen);
 }
 
 /* One batched product per head over T rows (cuBLAS, the heads its batch, in FP32): for head h,
@@ -1116,7 +1163,8 @@ static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap
             LAUNCH(g->k.norm_prep, ((gpu_launch_dims){1, 1, 1, 1024}), what, &g->x, &(CUdeviceptr){L->attn_norm},
                    &g->norm_h, &g->norm_part, &g->norm_ss, &n, &eps);
         }
-    } else if (L->post_ln ? residual_to_f16(g, T, what, err, errlen) : rmsnorm(g, &n1, what, err, errlen)) {
+    } else if (L->post_ln ? residual_to_f16(g, T, what, err, errlen)
+                          : !sandwich_carries(g, 2 * il, T) && rmsnorm(g, &n1, what, err, errlen)) {
         return -1;
     }
     const gpu_block block = L->lin >= 0 ? attention_linear : L->mla ? attention_mla : attention_softmax;
@@ -1136,8 +1184,11 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     bool moe = ffn == ARCH_FFN_MOE; /* the router reads the norm in FP32 too */
     norm_op n2 = {.x = g->x, .w = L->ffn_norm, .y = moe ? g->moe_xf : 0, .yh = g->act_h, .rows = T, .n = hp->n_embd,
                   .q8 = norm_q8(g, T, hp->n_embd)};
-    if (norm_point(g, 2 * il + 1, T) < 0 && rmsnorm(g, &n2, what, err, errlen)) return -1; /* else Wo's add wrote it */
+    /* else Wo's add wrote it (carried, or the sandwich's post_norm_add) */
+    if (norm_point(g, 2 * il + 1, T) < 0 && !sandwich_carries(g, 2 * il + 1, T) && rmsnorm(g, &n2, what, err, errlen))
+        return -1;
     int rc;
+    bool scaled = false; /* the layer's output scale folded into the feed-forward's block_end */
     if (moe) {
         rc = ffn_moe(g, L, T, what, err, errlen);
         if (rc == 0 && L->ffn_gate_shexp.d) rc = shared_expert(g, L, T, what, err, errlen);
@@ -1149,11 +1200,15 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
         matmul_op down = {.out = {{&L->w_down, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T, .ldx = L->d_ff,
                           .accumulate = true, .norm = next >= 0 ? NORM_OUT : NORM_NONE, .norm_p = next,
                           .norm_w = next >= 0 ? g->layers[il + 1].attn_norm : 0, .what = what};
-        rc = gated_ffn(g, L, false, T, what, err, errlen) || residual_add(g, &down, L->ffn_post_norm, T, err, errlen) ? -1 : 0;
+        scaled = L->has_out_scale && L->ffn_post_norm && g->tp_rank < 0 && hp->n_embd_ple == 0;
+        rc = gated_ffn(g, L, false, T, what, err, errlen) ||
+                     block_end(g, &down, L->ffn_post_norm, scaled ? L->out_scale : 1.0f, 2 * il + 2, T, err, errlen)
+                 ? -1
+                 : 0;
     }
     if (rc) return -1;
     if (hp->n_embd_ple > 0 && per_layer_embedding(g, L, il, T, err, errlen)) return -1;
-    if (L->has_out_scale)
+    if (L->has_out_scale && !scaled)
         return scale_op(g, &g->k.scale_f32, g->x, (size_t)T * hp->n_embd, L->out_scale, "layer output scale", err, errlen);
     return 0;
 }

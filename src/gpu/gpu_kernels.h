@@ -62,7 +62,7 @@ typedef struct gpu_kernels {
     gpu_fn mmq_narrow[GPU_N_WTYPES], mmq_narrow_glu[GPU_N_WTYPES];
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
-    gpu_fn rmsnorm, rmsnorm_q8, norm_prep, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
+    gpu_fn rmsnorm, rmsnorm_q8, norm_prep, post_norm_add, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
     gpu_fn softcap, scale_f32, add_bias;
     gpu_fn layernorm, gelu_erf; /* encoders (BERT): post-LN and the MLP's exact GELU */
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_partial_wide, attn_combine;

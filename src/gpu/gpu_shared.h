@@ -167,10 +167,12 @@ typedef struct matvec_args {
      * inputs, xq[k] int8 and xd[k / 32] (scale, sum) pairs */
     const int8_t *xq;
     const float *xd;
-    /* glu: the activation (glu_limit > 0: the clamped SwiGLU with glu_alpha; else SiLU), and
-     * the gate and up biases (segments 0 and 1's bias, before the activation), per expert when
-     * bias_ids is set: row m's are bias + bias_ids[x_rows ? x_rows[m] : m] * bias_stride */
+    /* glu: the activation (glu_gelu: GeGLU, gelu_tanh(gate) * up (Gemma); glu_limit > 0: the
+     * clamped SwiGLU with glu_alpha; else SiLU), and the gate and up biases (segments 0 and 1's
+     * bias, before the activation), per expert when bias_ids is set: row m's are bias +
+     * bias_ids[x_rows ? x_rows[m] : m] * bias_stride */
     float glu_limit, glu_alpha;
+    int glu_gelu;
     const int32_t *bias_ids;
     long long bias_stride;
     matvec_norm norm; /* matvec_rope_norm_*, glu_norm_*, matvec_res_* only */

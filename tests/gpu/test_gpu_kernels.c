@@ -273,29 +273,36 @@ static void product_case(const product_matrix *pm, int M, const product_kernel *
         fail_msg("%s %s k %d M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), K, M, pk->arg, e);
     }
 
-    /* glu: yh[m][n] = fp16(silu(gate_n . x_m) * (up_n . x_m)) */
+    /* glu: yh[m][n] = fp16(act(gate_n . x_m) * (up_n . x_m)), act silu, then (glu_gelu: Gemma's
+     * GeGLU) gelu_tanh */
     CUdeviceptr dgh = poisoned((size_t)M * NG / 2 + 1);
     matvec_args ga = a;
     ga.accumulate = 0;
     ga.seg[0] = (matvec_seg){w, NULL, NULL, NG, NG};
     ga.seg[1] = (matvec_seg){w + pm->rb * NG, NULL, NULL, NG, NG};
     ga.yh = (gpu_half *)(uintptr_t)dgh;
-    pk->launch(pm->t, &ga, true, pk->arg);
     uint16_t *gh = malloc((size_t)M * NG * sizeof *gh);
     float *gf = malloc((size_t)M * NG * sizeof *gf), *gref = malloc((size_t)M * NG * sizeof *gref);
-    download(gh, dgh, (size_t)M * NG * sizeof *gh);
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < NG; n++) {
-            double gt = dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K);
-            double up = dot_ref(hf + (size_t)(NG + n) * K, x + (size_t)m * K, K);
-            gref[m * NG + n] = (float)(gt / (1.0 + exp(-gt)) * up);
-            gf[m * NG + n] = quant_f16_to_f32(gh[m * NG + n]);
+    for (int gelu = 0; gelu < 2; gelu++) {
+        ga.glu_gelu = gelu;
+        pk->launch(pm->t, &ga, true, pk->arg);
+        download(gh, dgh, (size_t)M * NG * sizeof *gh);
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < NG; n++) {
+                double gt = dot_ref(hf + (size_t)n * K, x + (size_t)m * K, K);
+                double up = dot_ref(hf + (size_t)(NG + n) * K, x + (size_t)m * K, K);
+                double act = gelu ? 0.5 * gt * (1.0 + tanh(0.7978845608028654 * (gt + 0.044715 * gt * gt * gt)))
+                                  : gt / (1.0 + exp(-gt));
+                gref[m * NG + n] = (float)(act * up);
+                gf[m * NG + n] = quant_f16_to_f32(gh[m * NG + n]);
+            }
+        e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
+        if (e > worst[1]) worst[1] = e;
+        if (e > 2e-3) {
+            report_bad(gf, gref, M, NG);
+            fail_msg("%s %s %s k %d M=%d (%d): relative error %.3g", pk->name, gelu ? "geglu" : "glu",
+                     ggml_type_name(pm->t), K, M, pk->arg, e);
         }
-    e = gpu_test_rel_err(gf, gref, (size_t)M * NG);
-    if (e > worst[1]) worst[1] = e;
-    if (e > 2e-3) {
-        report_bad(gf, gref, M, NG);
-        fail_msg("%s glu %s k %d M=%d (%d): relative error %.3g", pk->name, ggml_type_name(pm->t), K, M, pk->arg, e);
     }
     cu.cuMemFree(dx), cu.cuMemFree(dy0), cu.cuMemFree(dy1), cu.cuMemFree(db), cu.cuMemFree(dgh);
     free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
@@ -802,6 +809,83 @@ static void test_rmsnorm(void **state)
     print_message("  rmsnorm_q8: FP16 row as rmsnorm's, q8 rows bit-identical to quantize_q8's\n");
     cu.cuMemFree(dq8), cu.cuMemFree(dd8), cu.cuMemFree(dyh8);
     cu.cuMemFree(dx), cu.cuMemFree(dw), cu.cuMemFree(dy), cu.cuMemFree(dyh), cu.cuMemFree(dylo), cu.cuMemFree(didx);
+}
+
+
+/* post_norm_add (a sandwich-norm block's end and the norm after it, one launch) against the
+ * launches it replaces -- rmsnorm of post, add_bias into x, scale_f32, rmsnorm of x -- bit for
+ * bit, at rmsnorm's own thread counts (n 3840: 1024 threads, the Gemma-3-12B row; 384: 256;
+ * 9000: more than POST_NORM_REGS values a thread, the loops), with and without a scale and a
+ * next norm; and against the float64 reference. */
+static void post_norm_case(int n, unsigned threads, float scale, bool next, uint64_t *seed)
+{
+    enum { ROWS = 3 };
+    const size_t total = (size_t)ROWS * n;
+    float *x = malloc(total * sizeof *x), *post = malloc(total * sizeof *post), *wp = malloc(n * sizeof *wp);
+    float *wn = malloc(n * sizeof *wn), *xa = malloc(total * sizeof *xa), *xb = malloc(total * sizeof *xb);
+    float *ref = malloc(total * sizeof *ref), *yf = malloc(total * sizeof *yf);
+    uint16_t *ya = malloc(total * sizeof *ya), *yb = malloc(total * sizeof *yb);
+    for (size_t i = 0; i < total; i++) x[i] = gpu_test_randf(seed) * 40.0f, post[i] = gpu_test_randf(seed) * 3.0f;
+    for (int i = 0; i < n; i++) wp[i] = 1.0f + gpu_test_randf(seed) * 0.5f, wn[i] = 1.0f + gpu_test_randf(seed) * 0.5f;
+    float eps = 1e-6f;
+    /* the separate launches: post normed in place, added into x, scaled, then normed into yh */
+    CUdeviceptr dx = upload(x, total * sizeof *x), dp = upload(post, total * sizeof *post);
+    CUdeviceptr dwp = upload(wp, n * sizeof *wp), dwn = upload(wn, n * sizeof *wn), dyh = poisoned_half(total);
+    CUdeviceptr none = 0;
+    int stride = 1, width = (int)total; /* add_bias over the rows as one (gpu_forward.c add_post_normed) */
+    void *na[] = {&dp, &none, &stride, &dwp, &dp, &none, &none, &n, &eps};
+    launch(&G.k.rmsnorm, (gpu_launch_dims){ROWS, 1, 1, threads}, na);
+    size_t tot = total;
+    void *aa[] = {&dx, &dp, &width, &tot};
+    launch(&G.k.add_bias, (gpu_launch_dims){(unsigned)((total + 255) / 256), 1, 1, 256}, aa);
+    void *sa[] = {&dx, &tot, &scale};
+    if (scale != 1.0f) launch(&G.k.scale_f32, (gpu_launch_dims){(unsigned)((total + 255) / 256), 1, 1, 256}, sa);
+    void *nb[] = {&dx, &none, &stride, &dwn, &none, &dyh, &none, &n, &eps};
+    if (next) launch(&G.k.rmsnorm, (gpu_launch_dims){ROWS, 1, 1, threads}, nb);
+    download(xa, dx, total * sizeof *xa);
+    if (next) download(ya, dyh, total * sizeof *ya);
+    /* the one launch over the same inputs */
+    CUdeviceptr dx2 = upload(x, total * sizeof *x), dp2 = upload(post, total * sizeof *post), dyh2 = poisoned_half(total);
+    CUdeviceptr wnext = next ? dwn : 0;
+    void *pa[] = {&dp2, &dwp, &dx2, &scale, &wnext, &dyh2, &n, &eps};
+    launch(&G.k.post_norm_add, (gpu_launch_dims){ROWS, 1, 1, threads}, pa);
+    download(xb, dx2, total * sizeof *xb);
+    assert_memory_equal(xa, xb, total * sizeof *xa);
+    if (next) {
+        download(yb, dyh2, total * sizeof *yb);
+        assert_memory_equal(ya, yb, total * sizeof *ya);
+    }
+    /* float64: x' = (x + norm(post) w_post) scale, y = norm(x') w_next */
+    for (int r = 0; r < ROWS; r++) {
+        float *pr = post + (size_t)r * n, *rr = ref + (size_t)r * n;
+        memcpy(rr, pr, n * sizeof *rr);
+        ref_norm(rr, n, wp, eps);
+        for (int i = 0; i < n; i++) rr[i] = (float)(((double)x[(size_t)r * n + i] + rr[i]) * scale);
+    }
+    double ex = gpu_test_rel_err(xb, ref, total), ey = 0.0;
+    if (next) {
+        for (int r = 0; r < ROWS; r++) ref_norm(ref + (size_t)r * n, n, wn, eps);
+        for (size_t i = 0; i < total; i++) yf[i] = quant_f16_to_f32(yb[i]);
+        ey = gpu_test_rel_err(yf, ref, total);
+    }
+    print_message("  post_norm_add n %d, scale %g%s: bit-identical to the separate launches; x rel err %.2e, next "
+                  "norm %.2e\n", n, scale, next ? ", next norm" : "", ex, ey);
+    assert_true(ex < 1e-5);
+    assert_true(ey < 1e-3);
+    cu.cuMemFree(dx), cu.cuMemFree(dp), cu.cuMemFree(dwp), cu.cuMemFree(dwn), cu.cuMemFree(dyh);
+    cu.cuMemFree(dx2), cu.cuMemFree(dp2), cu.cuMemFree(dyh2);
+    free(x), free(post), free(wp), free(wn), free(xa), free(xb), free(ref), free(yf), free(ya), free(yb);
+}
+
+static void test_post_norm_add(void **state)
+{
+    (void)state;
+    uint64_t seed = 11;
+    post_norm_case(3840, 1024, 1.0f, true, &seed);
+    post_norm_case(3840, 1024, 0.75f, true, &seed);
+    post_norm_case(384, 256, 1.0f, false, &seed);
+    post_norm_case(384, 256, 0.5f, true, &seed);
+    post_norm_case(9000, 1024, 1.0f, true, &seed); /* past POST_NORM_REGS a thread: the loops */
 }
 
 /* The QKV product with qkv_post (one token, heads of 64, NeoX RoPE) over the carried norm nm
@@ -1913,6 +1997,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mmq_narrow_matches_mmq),
         cmocka_unit_test(test_matvec_dp4a),
         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_post_norm_add),
         cmocka_unit_test(test_norm_carried),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_qkv_fused_post),

@@ -81,9 +81,15 @@ __device__ __forceinline__ float attn_sink_term(const float *sinks, int h, float
 
 // A GLU's output from its gate g and up u: silu(g) * u, or, limit > 0, the clamped SwiGLU
 // (gpt-oss; the CPU's cpu_swiglu_clamp): g = min(g, limit), u = clamp(u, -limit, limit),
-// (u + 1) * g * sigmoid(alpha g).
-__device__ __forceinline__ float glu_act(float g, float u, float limit, float alpha)
+// (u + 1) * g * sigmoid(alpha g), or, gelu, GeGLU: gelu_tanh(g) * u (Gemma), the formula of
+// the unfused geglu kernel (elementwise.cuh: gelu_tanh), so both give the same bits.
+__device__ __forceinline__ float gelu_tanh(float x)
 {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float glu_act(float g, float u, float limit, float alpha, int gelu)
+{
+    if (gelu) return gelu_tanh(g) * u;
     if (limit > 0.0f) {
         g = fminf(g, limit);
         u = fminf(fmaxf(u, -limit), limit);

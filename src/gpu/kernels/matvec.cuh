@@ -280,8 +280,8 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     }
 }
 
-// Gate and up rows n of segments 0 and 1: yh[m][n] = fp16(glu_act(gate, up)): silu(gate) * up, or
-// gpt-oss's clamped SwiGLU.  NORM_IN: gate and up over the carried norm's input (one row).
+// Gate and up rows n of segments 0 and 1: yh[m][n] = fp16(glu_act(gate, up)): silu(gate) * up,
+// gpt-oss's clamped SwiGLU or GeGLU.  NORM_IN: gate and up over the carried norm's input (one row).
 template <int T, int MT, bool Q8 = false, int NORM = NORM_NONE>
 __device__ __forceinline__ void glu_body(const matvec_args &a)
 {
@@ -300,7 +300,7 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (m0 + i >= a.m) break;
-        a.yh[(size_t)(m0 + i) * a.seg[0].ldy + n] = __float2half_rn(glu_act(gu[0][i], gu[1][i], a.glu_limit, a.glu_alpha));
+        a.yh[(size_t)(m0 + i) * a.seg[0].ldy + n] = __float2half_rn(glu_act(gu[0][i], gu[1][i], a.glu_limit, a.glu_alpha, a.glu_gelu));
     }
 }
 

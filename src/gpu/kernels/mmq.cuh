@@ -45,7 +45,7 @@ __device__ __forceinline__ void mmq_store_glu(const matvec_args &a, int m, int n
         gt += a.seg[0].bias[b];
         up += a.seg[1].bias[b];
     }
-    a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(glu_act(gt, up, a.glu_limit, a.glu_alpha));
+    a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(glu_act(gt, up, a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
 __device__ __forceinline__ void mmq_store(const matvec_args &a, int m, int prow, float v)

@@ -285,7 +285,8 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
         g += a.b0[(size_t)id * a.n + n];
         u += a.b1[(size_t)id * a.n + n];
     }
-    if (GLU) a.yh[(size_t)e * a.ldy + n] = __float2half_rn(glu_act(g, u, a.glu_limit, a.glu_alpha));
+    // (GeGLU experts take the unfused products: gpu_forward.c moe_chunk)
+    if (GLU) a.yh[(size_t)e * a.ldy + n] = __float2half_rn(glu_act(g, u, a.glu_limit, a.glu_alpha, 0));
     else a.y[(size_t)e * a.ldy + n] = g;
 }
 

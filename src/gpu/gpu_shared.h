@@ -136,7 +136,7 @@ enum { NORM_NONE, NORM_IN, NORM_OUT }; /* a product's part in a carried norm */
 typedef struct matvec_norm {
     const float *w; /* NORM_OUT: the next norm's weight [n] */
     gpu_half *xw;   /* NORM_OUT: written, NORM_IN: read as x */
-    float *part;    /* [n_part]: NORM_OUT writes it, NORM_IN sums it */
+    float *part;    /* [n_part]: NORM_OUT writes it, NORM_IN sums it (n_part: the producer's) */
     float *ss;      /* [0]: the norm before's sum of squares, [1]: NORM_IN writes its own */
     int n, n_part;  /* the norm's width; partials, MATVEC_NORM_PARTS(n) */
     float eps;
@@ -227,6 +227,7 @@ typedef struct moe_mv_args {
     const float *b0, *b1;
     moe_route_args route; /* moe_glu: what to route; moe_down: route.k and route.weights */
     int accumulate;       /* moe_down */
+    matvec_norm norm;     /* moe_glu_norm_* (NORM_IN), moe_down_res_* (NORM_OUT) only */
 } moe_mv_args;
 /* moe_glu's dynamic shared memory for n_expert experts, k chosen: the scores and choice
  * values, the expert groups' scores (n_group; DeepSeek V3), then the chosen ids and weights */
@@ -234,6 +235,9 @@ typedef struct moe_mv_args {
 /* moe_down: the rows of a block (its 8 warps over rows x choices) and its shared memory */
 #define GPU_MOE_DOWN_ROWS(k) ((k) >= 8 ? 1 : 8 / (k))
 #define GPU_MOE_DOWN_SMEM(k) ((unsigned)(GPU_MOE_DOWN_ROWS(k) * (k)) * 4u)
+/* moe_down_res's partial sums of squares over n features (one a block: its rows), which the
+ * carried norm's consumers sum in place of MATVEC_NORM_PARTS(n) (n / 8 .. n of them) */
+#define GPU_MOE_DOWN_NORM_PARTS(n, k) (((n) + GPU_MOE_DOWN_ROWS(k) - 1) / GPU_MOE_DOWN_ROWS(k))
 /* moe_sort groups at most this many entries (tokens x k) in one launch; the forward pass
  * takes a longer step's MoE layers in chunks of tokens.  Its shared memory holds the ids and
  * the experts' offsets: (entries + experts) * 4 bytes, at most 48 KiB. */

@@ -945,11 +945,18 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     bool post_fused = qkv_post_fusable(g, L) && (!g->det ? T == 1
                                           : !hp->rope_neox && L->hd % 16 == 0 && mmq_narrow_serves(g, &L->wq, T) &&
                                                 mmq_narrow_serves(g, &L->wk, T) && mmq_narrow_serves(g, wv, T));
+    /* A carried norm (one token) whose qkv_post keeps its launch: its scale in qkv_post (a
+     * block a head sums the partials, where matvec_nin's every block would: after a MoE layer
+     * they are one a row), the products plain over its input; matvec_nin where the scale must
+     * come before a bias or the gate's split (or a v norm would need v unscaled). */
+    const bool post_scaled = np >= 0 && !post_fused && L->kv_own && !L->gated && !L->bq && !L->bk && !L->bv &&
+                             !L->v_norm;
+    if (post_scaled) post.norm = norm_args(g, np, 0);
     matmul_op qkv = {.out = {{&L->wq, L->gated ? g->qg : g->q, L->bq, L->gated ? 2 * L->d_q : L->d_q},
                              {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
                      .n_out = L->kv_own ? 3 : 1, .x = np >= 0 ? g->norm_h : g->act_h, .m = T, .ldx = g->d_embd,
                      .post = post_fused ? &post : NULL, .x_q8 = norm_q8(g, T, g->d_embd),
-                     .norm = np >= 0 ? NORM_IN : NORM_NONE, .norm_p = np, .what = what};
+                     .norm = np >= 0 && !post_scaled ? NORM_IN : NORM_NONE, .norm_p = np, .what = what};
     if (matmul(g, &qkv, err, errlen)) return -1;
     size_t nq = (size_t)T * L->d_q;
     int hd = L->hd;

@@ -30,6 +30,33 @@ static inline GPU_HOST_DEVICE size_t gpu_kv_offset(int32_t block, int n_layer, i
     return ((((size_t)block * n_layer + layer) * n_kv + kvh) * GPU_KV_BLOCK + row) * hd;
 }
 
+/* The batch-1 step's RMSNorm carried by the products on either side of it instead of a launch
+ * of its own (kernels/matvec.cuh: NORM_IN, NORM_OUT).  W fp16(rmsnorm(x) w) is
+ * rsqrt(mean(x^2) + eps) W fp16(x w): the scalar can wait until a consumer's dot products are
+ * done, so no block waits on a reduction before its weights stream.  The product that adds
+ * into the residual stream x (O, down: matvec_res_<type>) also writes the next norm's input
+ * xw = fp16(x w c) and one sum of squares per block of 8 features into part; the product after
+ * the norm (QKV: matvec_rope_norm_<type>, gate/up: glu_norm_<type>) reads xw as its x, sums
+ * part in a fixed order (every block the same bits: no atomics) and multiplies its sums by
+ * rsqrt(sum / n + eps) / c.  c, a power of two of about 2^-6 / rms from the sum of squares of
+ * the norm before (ss[0]; the current sum is not known until the producer's last block is
+ * done), keeps x w c inside FP16's range (residual streams carry values in the hundreds and
+ * thousands, which x w alone could take past 65,504).  ss: the step's sums of squares, one a
+ * norm; a consumer writes its own at ss[1] (the next producer's and consumer's ss[0]). */
+enum { NORM_NONE, NORM_IN, NORM_OUT }; /* a product's part in a carried norm */
+/* Features per partial sum of squares: the rows of one matvec block (kernels/matvec.cuh
+ * MATVEC_WARPS, which asserts it), so NORM_OUT's block b writes part[b]; norm_prep the same */
+#define MATVEC_NORM_GROUP 8
+#define MATVEC_NORM_PARTS(n) (((n) + MATVEC_NORM_GROUP - 1) / MATVEC_NORM_GROUP)
+typedef struct matvec_norm {
+    const float *w; /* NORM_OUT: the next norm's weight [n] */
+    gpu_half *xw;   /* NORM_OUT: written, NORM_IN: read as x */
+    float *part;    /* [n_part]: NORM_OUT writes it, NORM_IN sums it (n_part: the producer's) */
+    float *ss;      /* [0]: the norm before's sum of squares, [1]: NORM_IN writes its own */
+    int n, n_part;  /* the norm's width; partials, MATVEC_NORM_PARTS(n) */
+    float eps;
+} matvec_norm;
+
 /* qkv_post: per token, per-head RMSNorm of q and k (qwen3), RoPE, and the K/V stores through
  * the token's block table (the packed prefill's scatter).  Grid (tokens, n_head + n_kv), or
  * (tokens, n_head) in a layer that reads another layer's K/V (Gemma 4's shared K/V): queries
@@ -53,6 +80,9 @@ typedef struct qkv_post_args {
      * which is YaRN's magnitude scale (gpt-oss) and LongRoPE's attention factor (phi3) alike */
     float yarn_factor, yarn_low, yarn_high, mscale;
     int no_rope; /* 1: no rotary embedding at all (bert: absolute positions): rope_* unused */
+    /* the batch-1 step's carried norm (norm.part != NULL; one token, no biases, no v norm): q,
+     * k and v are products over its input xw, times norm_in_scale here before anything else */
+    matvec_norm norm;
 } qkv_post_args;
 
 /* Multi-head latent attention (kernels/mla.cuh, deepseek2).  mla_post: per token, each head's
@@ -114,33 +144,6 @@ typedef struct matvec_seg {
     const float *bias; /* [n] or NULL */
     int n, ldy;
 } matvec_seg;
-
-/* The batch-1 step's RMSNorm carried by the products on either side of it instead of a launch
- * of its own (kernels/matvec.cuh: NORM_IN, NORM_OUT).  W fp16(rmsnorm(x) w) is
- * rsqrt(mean(x^2) + eps) W fp16(x w): the scalar can wait until a consumer's dot products are
- * done, so no block waits on a reduction before its weights stream.  The product that adds
- * into the residual stream x (O, down: matvec_res_<type>) also writes the next norm's input
- * xw = fp16(x w c) and one sum of squares per block of 8 features into part; the product after
- * the norm (QKV: matvec_rope_norm_<type>, gate/up: glu_norm_<type>) reads xw as its x, sums
- * part in a fixed order (every block the same bits: no atomics) and multiplies its sums by
- * rsqrt(sum / n + eps) / c.  c, a power of two of about 2^-6 / rms from the sum of squares of
- * the norm before (ss[0]; the current sum is not known until the producer's last block is
- * done), keeps x w c inside FP16's range (residual streams carry values in the hundreds and
- * thousands, which x w alone could take past 65,504).  ss: the step's sums of squares, one a
- * norm; a consumer writes its own at ss[1] (the next producer's and consumer's ss[0]). */
-enum { NORM_NONE, NORM_IN, NORM_OUT }; /* a product's part in a carried norm */
-/* Features per partial sum of squares: the rows of one matvec block (kernels/matvec.cuh
- * MATVEC_WARPS, which asserts it), so NORM_OUT's block b writes part[b]; norm_prep the same */
-#define MATVEC_NORM_GROUP 8
-#define MATVEC_NORM_PARTS(n) (((n) + MATVEC_NORM_GROUP - 1) / MATVEC_NORM_GROUP)
-typedef struct matvec_norm {
-    const float *w; /* NORM_OUT: the next norm's weight [n] */
-    gpu_half *xw;   /* NORM_OUT: written, NORM_IN: read as x */
-    float *part;    /* [n_part]: NORM_OUT writes it, NORM_IN sums it (n_part: the producer's) */
-    float *ss;      /* [0]: the norm before's sum of squares, [1]: NORM_IN writes its own */
-    int n, n_part;  /* the norm's width; partials, MATVEC_NORM_PARTS(n) */
-    float eps;
-} matvec_norm;
 
 typedef struct matvec_args {
     matvec_seg seg[MATVEC_MAX_SEG];

@@ -125,9 +125,41 @@ __device__ __forceinline__ void norm_head(float *v, int hd, const float *w, floa
     __syncthreads();
 }
 
+// The batch-1 step's carried norms (gpu_shared.h matvec_norm; matvec.cuh NORM_IN, NORM_OUT):
+// The carried norm's rsqrt(mean of squares + eps).  The producer's partials summed in a fixed
+// order (each thread its stride of them, then block_sum), so every block of every consumer of
+// 256 threads gets the same bits; the first block keeps the sum for the next norm's c.  Every
+// thread of the block calls it.
+__device__ __forceinline__ float norm_rsqrt(const matvec_norm &nm)
+{
+    __shared__ float sh[32];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < nm.n_part; i += blockDim.x) s += nm.part[i];
+    const float ss = block_sum(s, sh);
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) nm.ss[1] = ss;
+    return rsqrtf(ss / (float)nm.n + nm.eps);
+}
+
+// NORM_IN: the factor of a product's sums over xw, rsqrt(mean of squares + eps) / c; called
+// after the dot products, so no block waits on it before its weights stream.  Every thread of
+// the block calls it.
+__device__ __forceinline__ float norm_in_scale(const matvec_norm &nm)
+{
+    return ldexpf(norm_rsqrt(nm), norm_exp(nm.ss[0], nm.n));
+}
+
+// The same factor in a consumer after the norm's first, from the sum that one kept in ss[1]
+// (the same bits as norm_in_scale's): one load, no partials, no barrier.
+__device__ __forceinline__ float norm_in_scale_kept(const matvec_norm &nm)
+{
+    return ldexpf(rsqrtf(nm.ss[1] / (float)nm.n + nm.eps), norm_exp(nm.ss[0], nm.n));
+}
+
 // Grid (tokens, n_head + n_kv): query heads are normed and rotated in place; key heads are
 // normed, rotated and stored with their V head at the token's position in its sequence's
-// block (the scatter of a packed prefill: each token to its own block and row).
+// block (the scatter of a packed prefill: each token to its own block and row).  A carried
+// norm (a.norm.part; one token): q, k and v first times its scale, which these few blocks sum
+// from the partials instead of every block of the QKV product.
 extern "C" __global__ void qkv_post(qkv_post_args a)
 {
     __shared__ float sh[32];
@@ -136,6 +168,11 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
     int kh = h - a.n_head;
     float *v = is_q ? a.q + ((size_t)t * a.n_head + h) * a.hd : a.k + ((size_t)t * a.n_kv + kh) * a.hd;
     const float *nw = is_q ? a.q_norm : a.k_norm;
+    const float vsc = a.norm.part ? norm_in_scale(a.norm) : 1.0f; // (uniform: every thread or none)
+    if (a.norm.part) {
+        for (int i = threadIdx.x; i < a.hd; i += blockDim.x) v[i] *= vsc;
+        __syncthreads();
+    }
     if (nw) norm_head(v, a.hd, nw, a.eps, sh);
     rope_head(v, pos, a);
     if (is_q) return;
@@ -151,7 +188,7 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
     }
     for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
         a.kc[off + i] = __float2half_rn(v[i]);
-        a.vc[off + i] = __float2half_rn(a.v_norm ? vv[i] * vs : vv[i]);
+        a.vc[off + i] = __float2half_rn(a.v_norm ? vv[i] * vs : vv[i] * vsc);
     }
 }
 

@@ -194,28 +194,6 @@ __device__ __forceinline__ void rope_epilogue(const matvec_rope_args &r, const m
 // glu_norm_*, matvec_res_*): code in the shared kernels costs the others registers, and so
 // resident warps, even where it does not run (docs/benchmarks.md, "Batch-1 decode launches").
 
-// The carried norm's rsqrt(mean of squares + eps).  The producer's partials summed in a fixed
-// order (each thread its stride of them, then block_sum), so every block of every consumer of
-// 256 threads gets the same bits; the first block keeps the sum for the next norm's c.  Every
-// thread of the block calls it.
-__device__ __forceinline__ float norm_rsqrt(const matvec_norm &nm)
-{
-    __shared__ float sh[32];
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < nm.n_part; i += blockDim.x) s += nm.part[i];
-    const float ss = block_sum(s, sh);
-    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) nm.ss[1] = ss;
-    return rsqrtf(ss / (float)nm.n + nm.eps);
-}
-
-// NORM_IN: the factor of a product's sums over xw, rsqrt(mean of squares + eps) / c; called
-// after the dot products, so no block waits on it before its weights stream.  Every thread of
-// the block calls it.
-__device__ __forceinline__ float norm_in_scale(const matvec_norm &nm)
-{
-    return ldexpf(norm_rsqrt(nm), norm_exp(nm.ss[0], nm.n));
-}
-
 // A NORM_OUT producer's new residual value v of feature n as the next norm's input fp16(v w c).
 __device__ __forceinline__ void norm_out_feature(const matvec_norm &nm, int n, float v)
 {

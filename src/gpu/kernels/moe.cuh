@@ -277,7 +277,8 @@ __device__ __forceinline__ void moe_block_route(const moe_route_args &a, int t, 
 // (and, GLU, of w1) with the entry's activation row, then the warp's lane 0 stores
 // fp16(act(w0 x + b0, w1 x + b1)) in yh (GLU; glu_act) or w0 x in y.  GLU routes first
 // (moe_block_route) and its grid row 0 writes the entry's id and weight.  NORM_IN (GLU, the
-// batch-1 step's carried norm): x is the norm's input xw, the sums scaled by norm_in_scale.
+// batch-1 step's carried norm): x is the norm's input xw, the sums scaled by norm_in_scale_kept
+// (moe_router_norm, launched before, kept the norm's sum: no partials, no barrier here).
 template <int T, bool GLU, int NORM = NORM_NONE>
 __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
 {
@@ -297,26 +298,23 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
     } else {
         id = a.ids[e];
     }
-    const bool live = n < a.n; // past the rows: nothing to do but meet NORM_IN's barriers
-    if (!live && NORM == NORM_NONE) return;
+    if (n >= a.n) return;
+    const size_t xoff = (size_t)id * a.expert_bytes + (size_t)n * a.row_bytes;
+    const uint8_t *rows[NR];
+    rows[0] = a.w0 + xoff;
+    if (GLU) rows[NR - 1] = a.w1 + xoff;
+    matvec_args m = {};
+    m.k = a.k;
+    m.m = 1;
+    m.ldx = a.ldx;
+    m.x = a.x + (size_t)(e / a.x_div) * a.ldx;
     float acc[NR][1];
-    if (live) {
-        const size_t xoff = (size_t)id * a.expert_bytes + (size_t)n * a.row_bytes;
-        const uint8_t *rows[NR];
-        rows[0] = a.w0 + xoff;
-        if (GLU) rows[NR - 1] = a.w1 + xoff;
-        matvec_args m = {};
-        m.k = a.k;
-        m.m = 1;
-        m.ldx = a.ldx;
-        m.x = a.x + (size_t)(e / a.x_div) * a.ldx;
-        row_dots<T, 1, NR>(rows, m, 0, acc);
-    }
+    row_dots<T, 1, NR>(rows, m, 0, acc);
     if constexpr (NORM == NORM_IN) {
-        const float sc = norm_in_scale(a.norm);
-        if (live) acc[0][0] *= sc, acc[NR - 1][0] *= sc;
+        const float sc = norm_in_scale_kept(a.norm);
+        acc[0][0] *= sc, acc[NR - 1][0] *= sc;
     }
-    if (!live || (threadIdx.x & 31) != 0) return;
+    if ((threadIdx.x & 31) != 0) return;
     float g = acc[0][0], u = acc[NR - 1][0];
     if (GLU && a.b0) { // the expert's gate and up biases
         g += a.b0[(size_t)id * a.n + n];

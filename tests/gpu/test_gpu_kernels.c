@@ -814,16 +814,19 @@ static void norm_carried_qkv(ggml_type t, uint64_t *seed, CUdeviceptr dah, matve
     float *deq = malloc((size_t)ROWS * K * sizeof *deq);
     void *w = random_matrix(t, K, ROWS, deq, seed);
     const size_t rb = gpu_row_bytes(t, K), cache_n = (size_t)NKV * GPU_KV_BLOCK * HD;
-    int32_t pos = 37, seq = 0, table = 0;
+    /* position 37 lies in the sequence's second block (GPU_KV_BLOCK 32): a table of two, both
+     * cache block 0 (a table of one had the kernels read past it, a block index from whatever
+     * lay there: an illegal address once other buffers had been freed there) */
+    int32_t pos = 37, seq = 0, table[2] = {0, 0};
     CUdeviceptr dw = upload(w, rb * ROWS), dpos = upload(&pos, sizeof pos), dseq = upload(&seq, sizeof seq);
-    CUdeviceptr dtab = upload(&table, sizeof table);
+    CUdeviceptr dtab = upload(table, sizeof table);
     float q[3][NQ], kvf[3][2 * NK];
     for (int carried = 0; carried < 3; carried++) { /* plain, matvec_rope_norm, matvec + qkv_post's scale */
         CUdeviceptr dq = poisoned(NQ), dkc = poisoned_half(cache_n), dvc = poisoned_half(cache_n);
         qkv_post_args p = {.kc = (gpu_half *)(uintptr_t)dkc, .vc = (gpu_half *)(uintptr_t)dvc,
                            .seq = (const int32_t *)(uintptr_t)dseq, .pos = (const int32_t *)(uintptr_t)dpos,
                            .tables = (const int32_t *)(uintptr_t)dtab, .rope_base = 10000.0f, .pos_scale = 1.0f,
-                           .eps = 1e-6f, .neox = 1, .n_head = NH, .n_kv = NKV, .hd = HD, .n_layer = 1, .table_width = 1};
+                           .eps = 1e-6f, .neox = 1, .n_head = NH, .n_kv = NKV, .hd = HD, .n_layer = 1, .table_width = 2};
         const uint8_t *wp = (const uint8_t *)(uintptr_t)dw;
         matvec_rope_args ra = {.mv = {.n_seg = 3, .k = K, .m = 1, .ldx = K, .row_bytes = rb,
                                       .x = (const gpu_half *)(uintptr_t)(carried ? (CUdeviceptr)(uintptr_t)nm.xw : dah)},

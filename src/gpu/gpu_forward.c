@@ -883,7 +883,12 @@ static bool ffn_norms_carried(const gpu_engine *g, const gpu_layer *L, arch_ffn 
     const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
     if (gate->wtype < 0 || !k->moe_glu_norm[gate->wtype].f || down->wtype < 0 || !k->moe_down_res[down->wtype].f)
         return false;
-    if (!L->ffn_gate_shexp.d) return true;
+    /* Ending the layer, the experts' down product writes a partial sum of squares per block of
+     * GPU_MOE_DOWN_ROWS(k) rows, which every block of the next QKV product sums: at k >= 8 one
+     * a row (n_embd of them), which measured slower than the norm's own launch (H100,
+     * Qwen3-30B-A3B B=1 310.3 tok/s against 314.2; gpt-oss-20b's two rows a block, k = 4:
+     * 351.2 against 348.2; docs/benchmarks.md).  A shared expert ends the layer on matvec_res. */
+    if (!L->ffn_gate_shexp.d) return GPU_MOE_DOWN_ROWS(g->base.m->hp.n_expert_used) >= 2;
     const gpu_matrix *sg = &L->ffn_gate_shexp, *sd = &L->ffn_down_shexp;
     return gpu_glu_fused(g, sg, &L->ffn_up_shexp, false, 1) && sg->wtype >= 0 && k->matvec_res[sg->wtype].f &&
            sd->wtype >= 0 && k->matvec_res[sd->wtype].f;
@@ -945,18 +950,11 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     bool post_fused = qkv_post_fusable(g, L) && (!g->det ? T == 1
                                           : !hp->rope_neox && L->hd % 16 == 0 && mmq_narrow_serves(g, &L->wq, T) &&
                                                 mmq_narrow_serves(g, &L->wk, T) && mmq_narrow_serves(g, wv, T));
-    /* A carried norm (one token) whose qkv_post keeps its launch: its scale in qkv_post (a
-     * block a head sums the partials, where matvec_nin's every block would: after a MoE layer
-     * they are one a row), the products plain over its input; matvec_nin where the scale must
-     * come before a bias or the gate's split (or a v norm would need v unscaled). */
-    const bool post_scaled = np >= 0 && !post_fused && L->kv_own && !L->gated && !L->bq && !L->bk && !L->bv &&
-                             !L->v_norm;
-    if (post_scaled) post.norm = norm_args(g, np, 0);
     matmul_op qkv = {.out = {{&L->wq, L->gated ? g->qg : g->q, L->bq, L->gated ? 2 * L->d_q : L->d_q},
                              {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
                      .n_out = L->kv_own ? 3 : 1, .x = np >= 0 ? g->norm_h : g->act_h, .m = T, .ldx = g->d_embd,
                      .post = post_fused ? &post : NULL, .x_q8 = norm_q8(g, T, g->d_embd),
-                     .norm = np >= 0 && !post_scaled ? NORM_IN : NORM_NONE, .norm_p = np, .what = what};
+                     .norm = np >= 0 ? NORM_IN : NORM_NONE, .norm_p = np, .what = what};
     if (matmul(g, &qkv, err, errlen)) return -1;
     size_t nq = (size_t)T * L->d_q;
     int hd = L->hd;

@@ -80,9 +80,6 @@ typedef struct qkv_post_args {
      * which is YaRN's magnitude scale (gpt-oss) and LongRoPE's attention factor (phi3) alike */
     float yarn_factor, yarn_low, yarn_high, mscale;
     int no_rope; /* 1: no rotary embedding at all (bert: absolute positions): rope_* unused */
-    /* the batch-1 step's carried norm (norm.part != NULL; one token, no biases, no v norm): q,
-     * k and v are products over its input xw, times norm_in_scale here before anything else */
-    matvec_norm norm;
 } qkv_post_args;
 
 /* Multi-head latent attention (kernels/mla.cuh, deepseek2).  mla_post: per token, each head's

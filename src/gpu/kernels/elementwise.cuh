@@ -157,9 +157,7 @@ __device__ __forceinline__ float norm_in_scale_kept(const matvec_norm &nm)
 
 // Grid (tokens, n_head + n_kv): query heads are normed and rotated in place; key heads are
 // normed, rotated and stored with their V head at the token's position in its sequence's
-// block (the scatter of a packed prefill: each token to its own block and row).  A carried
-// norm (a.norm.part; one token): q, k and v first times its scale, which these few blocks sum
-// from the partials instead of every block of the QKV product.
+// block (the scatter of a packed prefill: each token to its own block and row).
 extern "C" __global__ void qkv_post(qkv_post_args a)
 {
     __shared__ float sh[32];
@@ -168,11 +166,6 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
     int kh = h - a.n_head;
     float *v = is_q ? a.q + ((size_t)t * a.n_head + h) * a.hd : a.k + ((size_t)t * a.n_kv + kh) * a.hd;
     const float *nw = is_q ? a.q_norm : a.k_norm;
-    const float vsc = a.norm.part ? norm_in_scale(a.norm) : 1.0f; // (uniform: every thread or none)
-    if (a.norm.part) {
-        for (int i = threadIdx.x; i < a.hd; i += blockDim.x) v[i] *= vsc;
-        __syncthreads();
-    }
     if (nw) norm_head(v, a.hd, nw, a.eps, sh);
     rope_head(v, pos, a);
     if (is_q) return;
@@ -188,7 +181,7 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
     }
     for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
         a.kc[off + i] = __float2half_rn(v[i]);
-        a.vc[off + i] = __float2half_rn(a.v_norm ? vv[i] * vs : vv[i] * vsc);
+        a.vc[off + i] = __float2half_rn(a.v_norm ? vv[i] * vs : vv[i]);
     }
 }
 

@@ -160,10 +160,25 @@ static int dp4a_input(gpu_engine *g, const matmul_op *op, bool *ready, matvec_ar
  * -1: the norm is a launch of its own (rmsnorm). */
 static int norm_point(const gpu_engine *g, int p, int T) { return g->norm_carry && T == 1 ? p : -1; }
 
+/* Whether layer il's last product is its routed experts' down product (moe_down_res): a MoE
+ * layer with no shared expert after it. */
+static bool moe_ends_layer(const gpu_engine *g, int il)
+{
+    return g->base.m->layers[il].recipe.ffn == ARCH_FFN_MOE && !g->layers[il].ffn_gate_shexp.d;
+}
+
+/* Norm point p's arguments (w: the producer's next-norm weight, or the router's own norm
+ * weight), with the partials its producer writes: moe_down_res's one per block of rows where
+ * the layer before an attention norm ends on its experts, else one per MATVEC_NORM_GROUP
+ * features (matvec_res, norm_prep). */
 static matvec_norm norm_args(const gpu_engine *g, int p, CUdeviceptr w)
 {
+    const int before = p % 2 == 0 ? p / 2 - 1 : -1;
+    const int parts = before >= 0 && moe_ends_layer(g, before)
+                          ? GPU_MOE_DOWN_NORM_PARTS(g->d_embd, g->base.m->hp.n_expert_used)
+                          : MATVEC_NORM_PARTS(g->d_embd);
     return (matvec_norm){.w = F32(w), .xw = F16(g->norm_h), .part = F32(g->norm_part), .ss = F32(g->norm_ss) + p,
-                         .n = g->d_embd, .n_part = MATVEC_NORM_PARTS(g->d_embd), .eps = g->base.m->hp.rms_eps};
+                         .n = g->d_embd, .n_part = parts, .eps = g->base.m->hp.rms_eps};
 }
 
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
@@ -391,7 +406,10 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
                 const gpu_fn *fn = q8 ? &g->k.matvec_rope_dp4a[t] : op->norm ? &g->k.matvec_rope_norm[t] : &g->k.matvec_rope[t];
                 LAUNCH(*fn, d, op->what, &r);
             } else {
-                const gpu_fn *fn = q8 ? &g->k.matvec_dp4a[t] : op->norm ? &g->k.matvec_res[t] : &g->k.matvec[t][v];
+                const gpu_fn *fn = q8                     ? &g->k.matvec_dp4a[t]
+                                   : op->norm == NORM_OUT ? &g->k.matvec_res[t]
+                                   : op->norm == NORM_IN  ? &g->k.matvec_nin[t]
+                                                          : &g->k.matvec[t][v];
                 LAUNCH(*fn, d, op->what, &a);
             }
         }
@@ -416,12 +434,13 @@ bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T)
 }
 
 /* ff_h = fp16(act(gate h) * up h), act silu or gelu_tanh, in rows of the layer's own width:
- * the dense FFN's matrices, or (shexp) the shared expert's */
+ * the dense FFN's matrices, or (shexp) the shared expert's; either reads the carried
+ * feed-forward norm where the step carries it */
 static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const char *what, char *err, size_t errlen)
 {
     const gpu_matrix *gate = shexp ? &L->ffn_gate_shexp : &L->w_gate, *up = shexp ? &L->ffn_up_shexp : &L->w_up;
     const bool geglu = !shexp && L->geglu;
-    const int np = shexp ? -1 : norm_point(g, 2 * (int)(L - g->layers) + 1, T); /* the feed-forward norm's */
+    const int np = norm_point(g, 2 * (int)(L - g->layers) + 1, T); /* the feed-forward norm's */
     matmul_op op = {.out = {{gate, g->gate, 0, L->d_ff}, {up, g->up, 0, L->d_ff}}, .n_out = 2,
                     .x = np >= 0 ? g->norm_h : g->act_h, .m = T, .ldx = g->d_embd,
                     .x_q8 = !shexp && norm_q8(g, T, g->d_embd), .glu_gelu = geglu, .what = what};
@@ -629,6 +648,16 @@ static int residual_post_ln(gpu_engine *g, matmul_op *op, CUdeviceptr w, CUdevic
 
 #define U8(p) ((const uint8_t *)(uintptr_t)(p))
 
+/* Where a MoE layer's experts go: written to y, or added (accumulate); and the batch-1 step's
+ * carried norms (norm_point; -1: none): norm_in, the feed-forward norm that the router and the
+ * experts' gate/up read (the residual's partial sums instead of the norm's launch), norm_out,
+ * the next layer's attention norm whose input the down product writes (x +=, as matvec_res). */
+typedef struct moe_dst {
+    CUdeviceptr y;
+    bool accumulate;
+    int norm_in, norm_out;
+} moe_dst;
+
 /* The chosen experts of a chunk of n tokens (rows t0.. of act_h), whose router logits are in
  * moe_logits: each token's k experts and weights are picked (moe_route's choice), then every
  * entry (token, choice) goes through its expert's SwiGLU and down projection, and the weighted
@@ -638,13 +667,16 @@ static int residual_post_ln(gpu_engine *g, matmul_op *op, CUdeviceptr w, CUdevic
  * two launches in all (SiLU experts).  More take moe_route, then one grouped mmq launch per
  * product over tiles of one expert's entries (moe_sort groups them), so an expert's weights
  * stream once for all its tokens, and moe_combine. */
-static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdeviceptr dst, bool accumulate,
-                     const char *what, char *err, size_t errlen)
+static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe_dst *o, const char *what, char *err,
+                     size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
-    int k = hp->n_expert_used, ne = hp->n_expert, N = n * k, d = g->d_embd, acc = accumulate;
+    int k = hp->n_expert_used, ne = hp->n_expert, N = n * k, d = g->d_embd, acc = o->accumulate;
+    const CUdeviceptr dst = o->y;
     const gpu_matrix *gate = &L->ffn_gate_exps, *up = &L->ffn_up_exps, *down = &L->ffn_down_exps;
-    CUdeviceptr x = g->act_h + (size_t)t0 * d * sizeof(uint16_t), logits = g->moe_logits + (size_t)t0 * ne * sizeof(float);
+    /* the carried norm's input (one token) or the normed rows */
+    CUdeviceptr x = o->norm_in >= 0 ? g->norm_h : g->act_h + (size_t)t0 * d * sizeof(uint16_t);
+    CUdeviceptr logits = g->moe_logits + (size_t)t0 * ne * sizeof(float);
     /* topk_first (gpt-oss): the softmax over the chosen logits, as the CPU's, whatever the
      * file's expert_weights_norm / scale (which the CPU reads only for the other routers) */
     moe_route_args ra = {.logits = F32(logits), .bias = L->exp_probs_b ? F32(L->exp_probs_b) : NULL,
@@ -683,8 +715,9 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
             LAUNCH(g->k.geglu, flat_dims(total), what, &g->moe_g, &g->moe_u, &g->moe_h, &total);
         } else {
             void *args[] = {&a};
-            if (gpu_launch_smem(&g->k.moe_glu[gate->wtype], per_entry, GPU_MOE_GLU_SMEM(ne, k, L->n_group), g->stream, args, what,
-                                err, errlen))
+            if (o->norm_in >= 0) a.norm = norm_args(g, o->norm_in, 0);
+            const gpu_fn *fn = o->norm_in >= 0 ? &g->k.moe_glu_norm[gate->wtype] : &g->k.moe_glu[gate->wtype];
+            if (gpu_launch_smem(fn, per_entry, GPU_MOE_GLU_SMEM(ne, k, L->n_group), g->stream, args, what, err, errlen))
                 return -1;
         }
         /* the down product and the weighted combine in one launch, into out */
@@ -693,7 +726,9 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, CUdevicep
                          .n = down->n, .ldy = d, .y = F32(out), .b0 = L->ffn_down_exps_b ? F32(L->ffn_down_exps_b) : NULL,
                          .route = ra, .accumulate = acc};
         void *args[] = {&b};
-        return gpu_launch_smem(&g->k.moe_down[down->wtype],
+        if (o->norm_out >= 0) b.norm = norm_args(g, o->norm_out, g->layers[L - g->layers + 1].attn_norm);
+        const gpu_fn *fn = o->norm_out >= 0 ? &g->k.moe_down_res[down->wtype] : &g->k.moe_down[down->wtype];
+        return gpu_launch_smem(fn,
                                (gpu_launch_dims){ceil_div(down->n, GPU_MOE_DOWN_ROWS(k)), (unsigned)n, 1, 256},
                                GPU_MOE_DOWN_SMEM(k), g->stream, args, what, err, errlen);
     }
@@ -734,15 +769,21 @@ static int scale_op(gpu_engine *g, const gpu_fn *fn, CUdeviceptr x, size_t n, fl
 
 /* The MoE feed-forward of T rows of act_h (recipe ARCH_FFN_MOE, router ARCH_ROUTER_SOFTMAX_TOPK or
  * gpt-oss's ARCH_ROUTER_TOPK_SOFTMAX, with its bias;
- * or the experts of ARCH_FFN_GLU_MOE): the router's logits for every row (in FP32, from moe_xf),
- * then chunks of moe_chunk tokens into dst (accumulate: added). */
-static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst, bool accumulate, const char *what,
-                       char *err, size_t errlen)
+ * or the experts of ARCH_FFN_GLU_MOE): the router's logits for every row (in FP32, from moe_xf,
+ * or the carried norm's residual: moe_router_norm), then chunks of moe_chunk tokens into o. */
+static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, const moe_dst *o, const char *what, char *err,
+                       size_t errlen)
 {
     int ne = g->base.m->hp.n_expert, per_block = T > GPU_MOE_ROUTER_TOKENS ? 8 : 1; /* moe.cuh: moe_router */
     gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, per_block), 1, 256};
-    LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &(CUdeviceptr){L->ffn_gate_inp_b},
-           &g->d_embd, &ne, &T, &per_block, &g->moe_logits);
+    if (o->norm_in >= 0) { /* one token: a block an expert, as moe_router's */
+        matvec_norm nm = norm_args(g, o->norm_in, L->ffn_norm);
+        LAUNCH(g->k.moe_router_norm, rd, what, &g->x, &(CUdeviceptr){L->router}, &(CUdeviceptr){L->ffn_gate_inp_b},
+               &g->d_embd, &nm, &g->moe_logits);
+    } else {
+        LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &(CUdeviceptr){L->ffn_gate_inp_b},
+               &g->d_embd, &ne, &T, &per_block, &g->moe_logits);
+    }
     int chunk = g->moe_chunk;
     if (g->det) { /* the grouped products' fixed splits: as many entries as their partials hold */
         const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
@@ -755,16 +796,21 @@ static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, CUdeviceptr dst
     }
     for (int t0 = 0; t0 < T; t0 += chunk) {
         int n = T - t0 < chunk ? T - t0 : chunk;
-        if (moe_chunk(g, L, t0, n, dst, accumulate, what, err, errlen)) return -1;
+        if (moe_chunk(g, L, t0, n, o, what, err, errlen)) return -1;
     }
     return 0;
 }
 
-/* x += the experts' sum, or in a sandwich-norm layer its post-normed form. */
+/* x += the experts' sum, or in a sandwich-norm layer its post-normed form.  The batch-1 step's
+ * carried norms: the router and gate/up read the feed-forward norm's, and the down product
+ * writes the next layer's where it ends the layer (no shared expert after it; not the last). */
 static int ffn_moe(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
-    CUdeviceptr dst = L->ffn_post_norm ? g->post : g->x;
-    if (moe_experts(g, L, T, dst, !L->ffn_post_norm, what, err, errlen)) return -1;
+    const int il = (int)(L - g->layers);
+    const bool writes_next = il + 1 < g->base.m->hp.n_layer && moe_ends_layer(g, il);
+    moe_dst o = {.y = L->ffn_post_norm ? g->post : g->x, .accumulate = !L->ffn_post_norm,
+                 .norm_in = norm_point(g, 2 * il + 1, T), .norm_out = writes_next ? norm_point(g, 2 * il + 2, T) : -1};
+    if (moe_experts(g, L, T, &o, what, err, errlen)) return -1;
     return L->ffn_post_norm ? add_post_normed(g, L->ffn_post_norm, T, what, err, errlen) : 0;
 }
 
@@ -792,7 +838,8 @@ static int ffn_glu_moe(gpu_engine *g, const gpu_layer *L, int T, const char *wha
     norm_op post2 = {.x = g->moe_out, .w = L->ffn_post_norm_2, .y = g->moe_out, .rows = T, .n = g->d_embd};
     if (matmul(g, &down, err, errlen) || rmsnorm(g, &post1, what, err, errlen) ||
         rmsnorm(g, &router, what, err, errlen) || rmsnorm(g, &pre2, what, err, errlen) ||
-        moe_experts(g, L, T, g->moe_out, false, what, err, errlen) || rmsnorm(g, &post2, what, err, errlen) ||
+        moe_experts(g, L, T, &(moe_dst){.y = g->moe_out, .norm_in = -1, .norm_out = -1}, what, err, errlen) ||
+        rmsnorm(g, &post2, what, err, errlen) ||
         add_rows(g, g->post, g->moe_out, T, what, err, errlen))
         return -1;
     return add_post_normed(g, L->ffn_post_norm, T, what, err, errlen);
@@ -867,25 +914,53 @@ static bool qkv_post_fusable(const gpu_engine *g, const gpu_layer *L)
            !L->post_ln && g->base.m->desc->rope != ARCH_ROPE_NONE;
 }
 
+/* Whether the batch-1 step can carry layer L's norms through its feed-forward: a one-launch
+ * SiLU GLU (glu_norm, matvec_res), or a MoE layer of SiLU experts on the matvec path
+ * (moe_router_norm, moe_glu_norm, moe_down_res) with at most a shared expert of no gate (its
+ * GLU reads the norm, its down product adds into x and writes the next one), over formats that
+ * have the kernels. */
+static bool ffn_norms_carried(const gpu_engine *g, const gpu_layer *L, arch_ffn ffn)
+{
+    const gpu_kernels *k = &g->k;
+    if (ffn == ARCH_FFN_GLU)
+        return !L->geglu && gpu_glu_fused(g, &L->w_gate, &L->w_up, false, 1) && L->w_gate.wtype >= 0 &&
+               k->matvec_res[L->w_gate.wtype].f && L->w_down.wtype >= 0 && k->matvec_res[L->w_down.wtype].f;
+    if (ffn != ARCH_FFN_MOE || L->geglu || !L->router || L->ffn_gate_inp_shexp || GPU_MOE_ENTRY_MAX_TOKENS < 1)
+        return false;
+    const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
+    if (gate->wtype < 0 || !k->moe_glu_norm[gate->wtype].f || down->wtype < 0 || !k->moe_down_res[down->wtype].f)
+        return false;
+    /* Ending the layer, the experts' down product writes a partial sum of squares per block of
+     * GPU_MOE_DOWN_ROWS(k) rows, which every block of the next QKV product sums: at k >= 8 one
+     * a row (n_embd of them), which measured slower than the norm's own launch (H100,
+     * Qwen3-30B-A3B B=1 310.3 tok/s against 314.2; gpt-oss-20b's two rows a block, k = 4:
+     * 351.2 against 348.2; docs/benchmarks.md).  A shared expert ends the layer on matvec_res. */
+    if (!L->ffn_gate_shexp.d) return GPU_MOE_DOWN_ROWS(g->base.m->hp.n_expert_used) >= 2;
+    const gpu_matrix *sg = &L->ffn_gate_shexp, *sd = &L->ffn_down_shexp;
+    return gpu_glu_fused(g, sg, &L->ffn_up_shexp, false, 1) && sg->wtype >= 0 && k->matvec_res[sg->wtype].f &&
+           sd->wtype >= 0 && k->matvec_res[sd->wtype].f;
+}
+
 /* The batch-1 step carries its RMSNorms in its products (norm_point) where every layer is a
- * dense softmax layer of the plain recipe -- a norm before QKV (matvec_rope) and one before the
- * one-launch GLU, nothing else on the residual stream (no sandwich norms, output scales,
- * per-layer embeddings) -- over formats that have the kernels (GPU_MATVEC_NORM_KERNELS); not
- * under det (one path for every batch size), dp4a (its norm makes the q8 row) nor tensor
- * parallelism (the residual add follows an all-reduce). */
+ * softmax layer with a norm before its QKV product (matvec_rope_norm; matvec_nin where q/k
+ * norms, a gate or partial RoPE keep qkv_post's launch) and one before a feed-forward that
+ * carries it (ffn_norms_carried), nothing else on the residual stream (no sandwich norms,
+ * output scales, per-layer embeddings), over formats that have the kernels
+ * (GPU_MATVEC_NORM_KERNELS, GPU_MOE_NORM_KERNELS); not under det (one path for every batch
+ * size), dp4a (its norm makes the q8 row) nor tensor parallelism (the residual add follows an
+ * all-reduce). */
 bool gpu_norms_carried(const gpu_engine *g)
 {
     const model *m = g->base.m;
     if (g->det || g->dp4a || g->tp_rank >= 0 || m->hp.encoder || m->hp.n_embd_ple > 0 || g->base.n_states) return false;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const gpu_layer *L = &g->layers[il];
-        if (m->layers[il].recipe.ffn != ARCH_FFN_GLU || !qkv_post_fusable(g, L) || L->attn_post_norm ||
-            L->ffn_post_norm || L->has_out_scale || L->mla || L->lin >= 0 || L->mlp || L->geglu || !L->attn_norm ||
-            !L->ffn_norm || !gpu_glu_fused(g, &L->w_gate, &L->w_up, false, 1))
+        if (L->post_ln || L->attn_post_norm || L->ffn_post_norm || L->has_out_scale || L->mla || L->lin >= 0 ||
+            L->mlp || !L->attn_norm || !L->ffn_norm || !ffn_norms_carried(g, L, m->layers[il].recipe.ffn))
             return false;
-        const gpu_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_down};
+        const gpu_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (ws[i]->wtype < 0 || !g->k.matvec_res[ws[i]->wtype].f) return false; /* (a row has all three) */
+            if (ws[i]->d && (ws[i]->wtype < 0 || !g->k.matvec_res[ws[i]->wtype].f)) return false; /* (a row has all) */
     }
     return true;
 }
@@ -1101,9 +1176,19 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
 /* The shared expert of a MoE layer beside its routed ones (which already added theirs):
  * x += sigmoid(w_gate_inp_shexp . h) * Wdown_shexp fp16(silu(Wgate_shexp h) * Wup_shexp h), the
  * gate's logit in FP32 from moe_xf as the router's; a layer without that gate (GLM-4.5) adds
- * the expert's output as it is. */
+ * the expert's output as it is: where the batch-1 step carries its norms (gpu_norms_carried:
+ * only then), gate/up read the feed-forward norm's input and the down product adds into x
+ * itself (the same sum as shexp_add's with gate 1), writing the next layer's norm input. */
 static int shared_expert(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
+    const int il = (int)(L - g->layers);
+    if (norm_point(g, 2 * il + 1, T) >= 0) {
+        const int next = il + 1 < g->base.m->hp.n_layer ? norm_point(g, 2 * il + 2, T) : -1;
+        matmul_op down = {.out = {{&L->ffn_down_shexp, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
+                          .ldx = L->d_ff, .accumulate = true, .norm = next >= 0 ? NORM_OUT : NORM_NONE,
+                          .norm_p = next, .norm_w = next >= 0 ? g->layers[il + 1].attn_norm : 0, .what = what};
+        return gated_ffn(g, L, true, T, what, err, errlen) || matmul(g, &down, err, errlen) ? -1 : 0;
+    }
     int one = 1; /* one output, one a block */
     CUdeviceptr logit = L->ffn_gate_inp_shexp ? g->sh_logit : 0; /* 0: shexp_add's gate is 1 */
     if (logit)

@@ -140,17 +140,19 @@
  * the 8B shape); a model with another format in a layer keeps the norm launches.  Not IQ4_XS:
  * its glu_norm / matvec_res take 76 / 70 registers against glu's / matvec's 62 / 50, a block
  * an SM fewer, and its batch 1 measured 7 % slower carried (docs/benchmarks.md):
- * QKV with qkv_post reading the norm's input, gate/up the same, the residual product writing it:
- * X(matvec_rope_norm_<suffix>, glu_norm_<suffix>, matvec_res_<suffix>, TYPE) */
+ * QKV with qkv_post reading the norm's input, gate/up the same, the residual product writing
+ * it, and a plain product reading it (QKV of a layer whose qkv_post keeps its launch: q/k
+ * norms, a gate, partial RoPE):
+ * X(matvec_rope_norm_<suffix>, glu_norm_<suffix>, matvec_res_<suffix>, matvec_nin_<suffix>, TYPE) */
 #define GPU_MATVEC_NORM_KERNELS(X) \
-    X(matvec_rope_norm_f16, glu_norm_f16, matvec_res_f16, F16) \
-    X(matvec_rope_norm_q4_0, glu_norm_q4_0, matvec_res_q4_0, Q4_0) \
-    X(matvec_rope_norm_q8_0, glu_norm_q8_0, matvec_res_q8_0, Q8_0) \
-    X(matvec_rope_norm_q4_k, glu_norm_q4_k, matvec_res_q4_k, Q4_K) \
-    X(matvec_rope_norm_q5_k, glu_norm_q5_k, matvec_res_q5_k, Q5_K) \
-    X(matvec_rope_norm_q6_k, glu_norm_q6_k, matvec_res_q6_k, Q6_K) \
-    X(matvec_rope_norm_q2_k, glu_norm_q2_k, matvec_res_q2_k, Q2_K) \
-    X(matvec_rope_norm_q3_k, glu_norm_q3_k, matvec_res_q3_k, Q3_K)
+    X(matvec_rope_norm_f16, glu_norm_f16, matvec_res_f16, matvec_nin_f16, F16) \
+    X(matvec_rope_norm_q4_0, glu_norm_q4_0, matvec_res_q4_0, matvec_nin_q4_0, Q4_0) \
+    X(matvec_rope_norm_q8_0, glu_norm_q8_0, matvec_res_q8_0, matvec_nin_q8_0, Q8_0) \
+    X(matvec_rope_norm_q4_k, glu_norm_q4_k, matvec_res_q4_k, matvec_nin_q4_k, Q4_K) \
+    X(matvec_rope_norm_q5_k, glu_norm_q5_k, matvec_res_q5_k, matvec_nin_q5_k, Q5_K) \
+    X(matvec_rope_norm_q6_k, glu_norm_q6_k, matvec_res_q6_k, matvec_nin_q6_k, Q6_K) \
+    X(matvec_rope_norm_q2_k, glu_norm_q2_k, matvec_res_q2_k, matvec_nin_q2_k, Q2_K) \
+    X(matvec_rope_norm_q3_k, glu_norm_q3_k, matvec_res_q3_k, matvec_nin_q3_k, Q3_K)
 
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */
@@ -205,6 +207,19 @@
     X(moe_glu_iq1_s, moe_matvec_iq1_s, moe_down_iq1_s, IQ1_S) \
     X(moe_glu_iq1_m, moe_matvec_iq1_m, moe_down_iq1_m, IQ1_M) \
     X(moe_glu_mxfp4, moe_matvec_mxfp4, moe_down_mxfp4, MXFP4)
+
+/* The batch-1 MoE layer's products that carry its RMSNorms (gpu_shared.h matvec_norm), the
+ * formats of the common MoE files (another format in an expert tensor keeps the norm launches):
+ * gate/up reading the feed-forward norm's input, the down product and combine writing the next
+ * layer's: X(moe_glu_norm_<suffix>, moe_down_res_<suffix>, TYPE) */
+#define GPU_MOE_NORM_KERNELS(X) \
+    X(moe_glu_norm_f16, moe_down_res_f16, F16) \
+    X(moe_glu_norm_q4_0, moe_down_res_q4_0, Q4_0) \
+    X(moe_glu_norm_q8_0, moe_down_res_q8_0, Q8_0) \
+    X(moe_glu_norm_q4_k, moe_down_res_q4_k, Q4_K) \
+    X(moe_glu_norm_q5_k, moe_down_res_q5_k, Q5_K) \
+    X(moe_glu_norm_q6_k, moe_down_res_q6_k, Q6_K) \
+    X(moe_glu_norm_mxfp4, moe_down_res_mxfp4, MXFP4)
 
 /* Tensor-core products on the weights as stored, the block-quantised formats and BF16 (F16
  * goes to cuBLAS as it lies, F32 to cuBLAS's FP32 product), 16, 32 and 64 activation rows per
@@ -308,7 +323,7 @@
     X(flash_attn_hd256)                                                          \
     X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_hd256) X(attn_decode_combine)               \
     X(sample_prep) X(sample_adjust) X(sample_reduce) X(sample)                  \
-    X(moe_router) X(moe_route) X(moe_sort) X(moe_combine)                        \
+    X(moe_router) X(moe_router_norm) X(moe_route) X(moe_sort) X(moe_combine)    \
     X(ssm_conv) X(ssm_qk_norm) X(ssm_gates) X(delta_rule) X(ssm_out_norm)         \
     X(split_qgate) X(gate_heads) X(shexp_add) X(delta_chunk_prep) X(delta_chunk_state) X(delta_chunk_out)
 

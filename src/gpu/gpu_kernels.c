@@ -90,7 +90,7 @@ static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_
  * GLU twin, or dequant and embed; the dp4a rows' third: their QKV product), their format, and
  * the activation rows per block. */
 typedef struct format_row {
-    const char *name[3];
+    const char *name[4];
     int wtype, rows;
 } format_row;
 #define FORMAT_ROW(a, b, TYPE, rows) {{#a, #b}, GPU_WT_##TYPE, rows},
@@ -102,8 +102,13 @@ static const format_row rope_rows[] = {GPU_MATVEC_ROPE_KERNELS(FORMAT_ROW_ONE)};
 #undef FORMAT_ROW_ONE
 #define FORMAT_ROW_DP4A(a, b, c, TYPE) {{#a, #b, #c}, GPU_WT_##TYPE, 1},
 static const format_row dp4a_rows[] = {GPU_MATVEC_DP4A_KERNELS(FORMAT_ROW_DP4A)};
-static const format_row norm_rows[] = {GPU_MATVEC_NORM_KERNELS(FORMAT_ROW_DP4A)};
 #undef FORMAT_ROW_DP4A
+#define FORMAT_ROW_NORM(a, b, c, d, TYPE) {{#a, #b, #c, #d}, GPU_WT_##TYPE, 1},
+static const format_row norm_rows[] = {GPU_MATVEC_NORM_KERNELS(FORMAT_ROW_NORM)};
+#undef FORMAT_ROW_NORM
+#define FORMAT_ROW_MOE_NORM(a, b, TYPE) {{#a, #b}, GPU_WT_##TYPE, 0},
+static const format_row moe_norm_rows[] = {GPU_MOE_NORM_KERNELS(FORMAT_ROW_MOE_NORM)};
+#undef FORMAT_ROW_MOE_NORM
 static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
 #define FORMAT_ROW_MOE(a, b, c, TYPE) {{#a, #b, #c}, GPU_WT_##TYPE, 0},
 static const format_row moe_rows[] = {GPU_MOE_KERNELS(FORMAT_ROW_MOE)};
@@ -151,18 +156,20 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     }
     for (size_t i = 0; i < sizeof rope_rows / sizeof rope_rows[0]; i++)
         if (lookup(k, &k->matvec_rope[rope_rows[i].wtype], rope_rows[i].name[0], err, errlen)) return -1;
-    /* the rows of three kernels of some formats: the dp4a products, the norms' products */
+    /* the rows of some formats only: the dp4a products, the norms' products (NULL: no kernel) */
     const struct {
         const format_row *rows;
         size_t n;
-        gpu_fn *fn[3];
-    } triples[] = {{dp4a_rows, sizeof dp4a_rows / sizeof dp4a_rows[0], {k->matvec_dp4a, k->glu_dp4a, k->matvec_rope_dp4a}},
-                   {norm_rows, sizeof norm_rows / sizeof norm_rows[0], {k->matvec_rope_norm, k->glu_norm, k->matvec_res}}};
-    for (size_t l = 0; l < sizeof triples / sizeof triples[0]; l++)
-        for (size_t i = 0; i < triples[l].n; i++) {
-            const format_row *r = &triples[l].rows[i];
-            for (int j = 0; j < 3; j++)
-                if (lookup(k, &triples[l].fn[j][r->wtype], r->name[j], err, errlen)) return -1;
+        gpu_fn *fn[4];
+    } partial[] = {
+        {dp4a_rows, sizeof dp4a_rows / sizeof dp4a_rows[0], {k->matvec_dp4a, k->glu_dp4a, k->matvec_rope_dp4a}},
+        {norm_rows, sizeof norm_rows / sizeof norm_rows[0], {k->matvec_rope_norm, k->glu_norm, k->matvec_res, k->matvec_nin}},
+        {moe_norm_rows, sizeof moe_norm_rows / sizeof moe_norm_rows[0], {k->moe_glu_norm, k->moe_down_res}}};
+    for (size_t l = 0; l < sizeof partial / sizeof partial[0]; l++)
+        for (size_t i = 0; i < partial[l].n; i++) {
+            const format_row *r = &partial[l].rows[i];
+            for (int j = 0; j < 4 && partial[l].fn[j]; j++)
+                if (lookup(k, &partial[l].fn[j][r->wtype], r->name[j], err, errlen)) return -1;
         }
     for (size_t i = 0; i < sizeof dequant_rows / sizeof dequant_rows[0]; i++) {
         const format_row *r = &dequant_rows[i];

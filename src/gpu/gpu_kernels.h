@@ -50,8 +50,9 @@ typedef struct gpu_kernels {
      * without): plain, GLU, QKV with qkv_post */
     gpu_fn matvec_dp4a[GPU_N_WTYPES], glu_dp4a[GPU_N_WTYPES], matvec_rope_dp4a[GPU_N_WTYPES];
     /* the batch-1 products that carry its RMSNorms (gpu_shared.h matvec_norm; f == NULL for the
-     * formats without): QKV with qkv_post, gate/up, the residual product; and norm_prep below */
-    gpu_fn matvec_rope_norm[GPU_N_WTYPES], glu_norm[GPU_N_WTYPES], matvec_res[GPU_N_WTYPES];
+     * formats without): QKV with qkv_post, gate/up, the residual product, a plain product
+     * reading the norm (QKV without qkv_post); and norm_prep below */
+    gpu_fn matvec_rope_norm[GPU_N_WTYPES], glu_norm[GPU_N_WTYPES], matvec_res[GPU_N_WTYPES], matvec_nin[GPU_N_WTYPES];
     /* tensor-core products on block-quantised and BF16 weights (f == NULL for F16 and F32,
      * which go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(type, variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
@@ -77,7 +78,10 @@ typedef struct gpu_kernels {
     /* mixture of experts (kernels/moe.cuh): [type] products over the chosen experts' slices,
      * the router, the grouping by expert, the weighted combine */
     gpu_fn moe_glu[GPU_N_WTYPES], moe_matvec[GPU_N_WTYPES], moe_down[GPU_N_WTYPES];
-    gpu_fn moe_router, moe_route, moe_sort, moe_combine;
+    gpu_fn moe_router, moe_router_norm, moe_route, moe_sort, moe_combine;
+    /* the batch-1 MoE products that carry its norms (GPU_MOE_NORM_KERNELS; f == NULL for the
+     * formats without): gate/up reading the norm, the down product writing the next one */
+    gpu_fn moe_glu_norm[GPU_N_WTYPES], moe_down_res[GPU_N_WTYPES];
     /* the hybrid families (kernels/deltanet.cuh): gated DeltaNet, the attention's output gate,
      * the shared expert's gated add */
     gpu_fn ssm_conv, ssm_qk_norm, ssm_gates, delta_rule, ssm_out_norm, split_qgate, gate_heads, shexp_add;

@@ -30,6 +30,33 @@ static inline GPU_HOST_DEVICE size_t gpu_kv_offset(int32_t block, int n_layer, i
     return ((((size_t)block * n_layer + layer) * n_kv + kvh) * GPU_KV_BLOCK + row) * hd;
 }
 
+/* The batch-1 step's RMSNorm carried by the products on either side of it instead of a launch
+ * of its own (kernels/matvec.cuh: NORM_IN, NORM_OUT).  W fp16(rmsnorm(x) w) is
+ * rsqrt(mean(x^2) + eps) W fp16(x w): the scalar can wait until a consumer's dot products are
+ * done, so no block waits on a reduction before its weights stream.  The product that adds
+ * into the residual stream x (O, down: matvec_res_<type>) also writes the next norm's input
+ * xw = fp16(x w c) and one sum of squares per block of 8 features into part; the product after
+ * the norm (QKV: matvec_rope_norm_<type>, gate/up: glu_norm_<type>) reads xw as its x, sums
+ * part in a fixed order (every block the same bits: no atomics) and multiplies its sums by
+ * rsqrt(sum / n + eps) / c.  c, a power of two of about 2^-6 / rms from the sum of squares of
+ * the norm before (ss[0]; the current sum is not known until the producer's last block is
+ * done), keeps x w c inside FP16's range (residual streams carry values in the hundreds and
+ * thousands, which x w alone could take past 65,504).  ss: the step's sums of squares, one a
+ * norm; a consumer writes its own at ss[1] (the next producer's and consumer's ss[0]). */
+enum { NORM_NONE, NORM_IN, NORM_OUT }; /* a product's part in a carried norm */
+/* Features per partial sum of squares: the rows of one matvec block (kernels/matvec.cuh
+ * MATVEC_WARPS, which asserts it), so NORM_OUT's block b writes part[b]; norm_prep the same */
+#define MATVEC_NORM_GROUP 8
+#define MATVEC_NORM_PARTS(n) (((n) + MATVEC_NORM_GROUP - 1) / MATVEC_NORM_GROUP)
+typedef struct matvec_norm {
+    const float *w; /* NORM_OUT: the next norm's weight [n] */
+    gpu_half *xw;   /* NORM_OUT: written, NORM_IN: read as x */
+    float *part;    /* [n_part]: NORM_OUT writes it, NORM_IN sums it (n_part: the producer's) */
+    float *ss;      /* [0]: the norm before's sum of squares, [1]: NORM_IN writes its own */
+    int n, n_part;  /* the norm's width; partials, MATVEC_NORM_PARTS(n) */
+    float eps;
+} matvec_norm;
+
 /* qkv_post: per token, per-head RMSNorm of q and k (qwen3), RoPE, and the K/V stores through
  * the token's block table (the packed prefill's scatter).  Grid (tokens, n_head + n_kv), or
  * (tokens, n_head) in a layer that reads another layer's K/V (Gemma 4's shared K/V): queries
@@ -114,33 +141,6 @@ typedef struct matvec_seg {
     const float *bias; /* [n] or NULL */
     int n, ldy;
 } matvec_seg;
-
-/* The batch-1 step's RMSNorm carried by the products on either side of it instead of a launch
- * of its own (kernels/matvec.cuh: NORM_IN, NORM_OUT).  W fp16(rmsnorm(x) w) is
- * rsqrt(mean(x^2) + eps) W fp16(x w): the scalar can wait until a consumer's dot products are
- * done, so no block waits on a reduction before its weights stream.  The product that adds
- * into the residual stream x (O, down: matvec_res_<type>) also writes the next norm's input
- * xw = fp16(x w c) and one sum of squares per block of 8 features into part; the product after
- * the norm (QKV: matvec_rope_norm_<type>, gate/up: glu_norm_<type>) reads xw as its x, sums
- * part in a fixed order (every block the same bits: no atomics) and multiplies its sums by
- * rsqrt(sum / n + eps) / c.  c, a power of two of about 2^-6 / rms from the sum of squares of
- * the norm before (ss[0]; the current sum is not known until the producer's last block is
- * done), keeps x w c inside FP16's range (residual streams carry values in the hundreds and
- * thousands, which x w alone could take past 65,504).  ss: the step's sums of squares, one a
- * norm; a consumer writes its own at ss[1] (the next producer's and consumer's ss[0]). */
-enum { NORM_NONE, NORM_IN, NORM_OUT }; /* a product's part in a carried norm */
-/* Features per partial sum of squares: the rows of one matvec block (kernels/matvec.cuh
- * MATVEC_WARPS, which asserts it), so NORM_OUT's block b writes part[b]; norm_prep the same */
-#define MATVEC_NORM_GROUP 8
-#define MATVEC_NORM_PARTS(n) (((n) + MATVEC_NORM_GROUP - 1) / MATVEC_NORM_GROUP)
-typedef struct matvec_norm {
-    const float *w; /* NORM_OUT: the next norm's weight [n] */
-    gpu_half *xw;   /* NORM_OUT: written, NORM_IN: read as x */
-    float *part;    /* [n_part]: NORM_OUT writes it, NORM_IN sums it */
-    float *ss;      /* [0]: the norm before's sum of squares, [1]: NORM_IN writes its own */
-    int n, n_part;  /* the norm's width; partials, MATVEC_NORM_PARTS(n) */
-    float eps;
-} matvec_norm;
 
 typedef struct matvec_args {
     matvec_seg seg[MATVEC_MAX_SEG];
@@ -229,6 +229,7 @@ typedef struct moe_mv_args {
     const float *b0, *b1;
     moe_route_args route; /* moe_glu: what to route; moe_down: route.k and route.weights */
     int accumulate;       /* moe_down */
+    matvec_norm norm;     /* moe_glu_norm_* (NORM_IN), moe_down_res_* (NORM_OUT) only */
 } moe_mv_args;
 /* moe_glu's dynamic shared memory for n_expert experts, k chosen: the scores and choice
  * values, the expert groups' scores (n_group; DeepSeek V3), then the chosen ids and weights */
@@ -236,6 +237,9 @@ typedef struct moe_mv_args {
 /* moe_down: the rows of a block (its 8 warps over rows x choices) and its shared memory */
 #define GPU_MOE_DOWN_ROWS(k) ((k) >= 8 ? 1 : 8 / (k))
 #define GPU_MOE_DOWN_SMEM(k) ((unsigned)(GPU_MOE_DOWN_ROWS(k) * (k)) * 4u)
+/* moe_down_res's partial sums of squares over n features (one a block: its rows), which the
+ * carried norm's consumers sum in place of MATVEC_NORM_PARTS(n) (n / 8 .. n of them) */
+#define GPU_MOE_DOWN_NORM_PARTS(n, k) (((n) + GPU_MOE_DOWN_ROWS(k) - 1) / GPU_MOE_DOWN_ROWS(k))
 /* moe_sort groups at most this many entries (tokens x k) in one launch; the forward pass
  * takes a longer step's MoE layers in chunks of tokens.  Its shared memory holds the ids and
  * the experts' offsets: (entries + experts) * 4 bytes, at most 48 KiB. */

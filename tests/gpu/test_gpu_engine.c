@@ -1194,7 +1194,12 @@ static model *gptoss_mkmodel(void)
  * ties as qwen3moe's do: on the H100 (2026-11-26) 4 of 32 sequences diverged, 3 at near ties
  * and 1 after a router swap (its logits within 7e-4 of the solo run's for 10 tokens, then 0.36
  * off in one step; qwen3moe's mkmodel file showed such jumps of 0.09-0.15 at the same rounding,
- * 3e-4, whose greedy choices held).  So up to 4 may, each either way. */
+ * 3e-4, whose greedy choices held).  So up to 4 may, each either way.  A near tie here is twice
+ * NEAR_TIE: the solo run's batch-1 steps carry their norms (gpu_shared.h matvec_norm), whose
+ * products read fp16(x w c) where the batch's read fp16(rmsnorm(x) w), so the two round every
+ * product's input at another point; on the H100 (2026-11-26, issue 25) one of 32 then diverged
+ * at a top-2 gap of 1.12e-3 of its logit (2.78e-3 at 2.48), the other divergence a near tie of
+ * 1e-3, while its logits against the CPU kept top-1 100 % (max relative error 3.0e-3). */
 static void test_gptoss_mkmodel(void **state)
 {
     (void)state;
@@ -1204,7 +1209,7 @@ static void test_gptoss_mkmodel(void **state)
     uint64_t seed = 51;
     random_tokens(m, &seed, tokens);
     check_logits_within(m, "gpt-oss mkmodel mxfp4", N_POS, N_PROMPT, tokens, MOE_MAX_OVER);
-    batch_of_32_within(m, NEAR_TIE, 4);
+    batch_of_32_within(m, 2 * NEAR_TIE, 4);
     model_free(m);
 }
 

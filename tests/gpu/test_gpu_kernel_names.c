@@ -36,9 +36,14 @@ static const row mmq[] = {GPU_MMQ_KERNELS(ROW4)};
 #define DP4A_ROPE(a, b, c, TYPE) {#c, "", #TYPE, 1},
 static const row dp4a[] = {GPU_MATVEC_DP4A_KERNELS(DP4A)};
 static const row dp4a_rope[] = {GPU_MATVEC_DP4A_KERNELS(DP4A_ROPE)};
-/* the norms' rows (QKV, gate/up, residual): the residual one is checked from norm_res */
-static const row norm[] = {GPU_MATVEC_NORM_KERNELS(DP4A)};
-static const row norm_res[] = {GPU_MATVEC_NORM_KERNELS(DP4A_ROPE)};
+/* the norms' rows (QKV with qkv_post, gate/up, residual, plain): the last two are checked
+ * from norm_res; the MoE norms' rows (gate/up, down) */
+#define NORM(a, b, c, d, TYPE) {#a, #b, #TYPE, 1},
+#define NORM_RES(a, b, c, d, TYPE) {#c, #d, #TYPE, 1},
+static const row norm[] = {GPU_MATVEC_NORM_KERNELS(NORM)};
+static const row norm_res[] = {GPU_MATVEC_NORM_KERNELS(NORM_RES)};
+#define MOE_NORM(a, b, TYPE) {#a, #b, #TYPE, 0},
+static const row moe_norm[] = {GPU_MOE_NORM_KERNELS(MOE_NORM)};
 /* the MoE rows name three kernels: the down one is checked from moe_down */
 #define MOE(a, b, c, TYPE) {#a, #b, #TYPE, 0},
 #define MOE_DOWN(a, b, c, TYPE) {#c, "", #TYPE, 0},
@@ -137,20 +142,41 @@ static void test_norm_rows(void **state)
         found++;
         q4_k |= wtypes[w].ggml == GGML_TYPE_Q4_K, q6_k |= wtypes[w].ggml == GGML_TYPE_Q6_K;
         expect_row(norm, N(norm), w, 1, "matvec_rope_norm_%s", "glu_norm_%s");
-        expect_row(norm_res, N(norm_res), w, 1, "matvec_res_%s", "");
+        expect_row(norm_res, N(norm_res), w, 1, "matvec_res_%s", "matvec_nin_%s");
     }
     assert_int_equal(found, N(norm));
     assert_true(q4_k && q6_k);
 }
 
+/* The MoE norms' list: each format at most once, named for it, and the Q4_K_M files' two and
+ * gpt-oss's MXFP4 among them. */
+static void test_moe_norm_rows(void **state)
+{
+    (void)state;
+    size_t found = 0;
+    bool q4_k = false, q6_k = false, mxfp4 = false;
+    for (size_t w = 0; w < N(wtypes); w++) {
+        bool listed = false;
+        for (size_t i = 0; i < N(moe_norm); i++) listed |= strcmp(moe_norm[i].type, wtypes[w].type) == 0;
+        if (!listed) continue;
+        found++;
+        q4_k |= wtypes[w].ggml == GGML_TYPE_Q4_K, q6_k |= wtypes[w].ggml == GGML_TYPE_Q6_K;
+        mxfp4 |= wtypes[w].ggml == GGML_TYPE_MXFP4;
+        expect_row(moe_norm, N(moe_norm), w, 0, "moe_glu_norm_%s", "moe_down_res_%s");
+    }
+    assert_int_equal(found, N(moe_norm));
+    assert_true(q4_k && q6_k && mxfp4);
+}
+
 static void test_no_name_twice(void **state)
 {
     (void)state;
-    const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow) + N(norm)) + N(rope) +
-                      N(dp4a_rope) + N(norm_res) + N(moe_down) + N(plain)];
+    const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow) + N(norm) + N(norm_res) +
+                           N(moe_norm)) +
+                      N(rope) + N(dp4a_rope) + N(moe_down) + N(plain)];
     size_t n = 0;
-    const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm};
-    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow), N(norm)};
+    const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm, norm_res, moe_norm};
+    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow), N(norm), N(norm_res), N(moe_norm)};
     for (size_t l = 0; l < N(lists); l++)
         for (size_t i = 0; i < sizes[l]; i++) {
             names[n++] = lists[l][i].a;
@@ -158,7 +184,6 @@ static void test_no_name_twice(void **state)
         }
     for (size_t i = 0; i < N(rope); i++) names[n++] = rope[i].a;
     for (size_t i = 0; i < N(dp4a_rope); i++) names[n++] = dp4a_rope[i].a;
-    for (size_t i = 0; i < N(norm_res); i++) names[n++] = norm_res[i].a;
     for (size_t i = 0; i < N(moe_down); i++) names[n++] = moe_down[i].a;
     for (size_t i = 0; i < N(plain); i++) names[n++] = plain[i];
     for (size_t i = 0; i < n; i++)
@@ -173,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_every_format_every_variant),
         cmocka_unit_test(test_dp4a_rows),
         cmocka_unit_test(test_norm_rows),
+        cmocka_unit_test(test_moe_norm_rows),
         cmocka_unit_test(test_no_name_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -898,16 +898,19 @@ static void norm_carried_qkv(ggml_type t, uint64_t *seed, CUdeviceptr dah, matve
     float *deq = malloc((size_t)ROWS * K * sizeof *deq);
     void *w = random_matrix(t, K, ROWS, deq, seed);
     const size_t rb = gpu_row_bytes(t, K), cache_n = (size_t)NKV * GPU_KV_BLOCK * HD;
-    int32_t pos = 37, seq = 0, table = 0;
+    /* position 37 lies in the sequence's second block (GPU_KV_BLOCK 32): a table of two, both
+     * cache block 0 (a table of one had the kernels read past it, a block index from whatever
+     * lay there: an illegal address once other buffers had been freed there) */
+    int32_t pos = 37, seq = 0, table[2] = {0, 0};
     CUdeviceptr dw = upload(w, rb * ROWS), dpos = upload(&pos, sizeof pos), dseq = upload(&seq, sizeof seq);
-    CUdeviceptr dtab = upload(&table, sizeof table);
+    CUdeviceptr dtab = upload(table, sizeof table);
     float q[2][NQ], kvf[2][2 * NK];
     for (int carried = 0; carried < 2; carried++) {
         CUdeviceptr dq = poisoned(NQ), dkc = poisoned_half(cache_n), dvc = poisoned_half(cache_n);
         qkv_post_args p = {.kc = (gpu_half *)(uintptr_t)dkc, .vc = (gpu_half *)(uintptr_t)dvc,
                            .seq = (const int32_t *)(uintptr_t)dseq, .pos = (const int32_t *)(uintptr_t)dpos,
                            .tables = (const int32_t *)(uintptr_t)dtab, .rope_base = 10000.0f, .pos_scale = 1.0f,
-                           .eps = 1e-6f, .neox = 1, .n_head = NH, .n_kv = NKV, .hd = HD, .n_layer = 1, .table_width = 1};
+                           .eps = 1e-6f, .neox = 1, .n_head = NH, .n_kv = NKV, .hd = HD, .n_layer = 1, .table_width = 2};
         const uint8_t *wp = (const uint8_t *)(uintptr_t)dw;
         matvec_rope_args ra = {.mv = {.n_seg = 3, .k = K, .m = 1, .ldx = K, .row_bytes = rb,
                                       .x = (const gpu_half *)(uintptr_t)(carried ? (CUdeviceptr)(uintptr_t)nm.xw : dah)},
@@ -934,6 +937,31 @@ static void norm_carried_qkv(ggml_type t, uint64_t *seed, CUdeviceptr dah, matve
     assert_true(eq < 2e-3 && ekv < 2e-3);
     cu.cuMemFree(dw), cu.cuMemFree(dpos), cu.cuMemFree(dseq), cu.cuMemFree(dtab);
     free(deq), free(w);
+}
+
+/* matvec_nin (a QKV product over the carried norm whose qkv_post keeps its launch: qwen3's q/k
+ * norms, GLM's partial RoPE) against rmsnorm (act_h, already made) + matvec_<type>_1, with a
+ * bias (added after the norm's scale) and a row count past whole blocks (the last block's idle
+ * warps meet its barriers): the first FF - 4 rows of the gate matrix w. */
+static void norm_carried_plain(int wt, CUdeviceptr w, size_t rb, CUdeviceptr act_h, matvec_norm nm, uint64_t *seed)
+{
+    enum { K = 1024, NR = 764 };
+    float bias[NR], y[2][NR];
+    for (int i = 0; i < NR; i++) bias[i] = gpu_test_randf(seed);
+    CUdeviceptr db = upload(bias, sizeof bias), dy0 = poisoned(NR), dy1 = poisoned(NR);
+    matvec_args a = {.n_seg = 1, .k = K, .m = 1, .ldx = K, .row_bytes = rb, .x = (const gpu_half *)(uintptr_t)act_h};
+    a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)w, (float *)(uintptr_t)dy0, (const float *)(uintptr_t)db, NR, NR};
+    void *args[] = {&a};
+    const gpu_launch_dims d = {1, (NR + 7) / 8, 1, 256};
+    launch(&G.k.matvec[wt][0], d, args);
+    a.x = nm.xw, a.norm = nm, a.seg[0].y = (float *)(uintptr_t)dy1;
+    launch(&G.k.matvec_nin[wt], d, args);
+    download(y[0], dy0, sizeof y[0]);
+    download(y[1], dy1, sizeof y[1]);
+    const double e = gpu_test_rel_err(y[1], y[0], NR);
+    print_message("  matvec_nin within %.2e of rmsnorm + matvec (%d rows, bias)\n", e, NR);
+    assert_true(e < 2e-3);
+    cu.cuMemFree(db), cu.cuMemFree(dy0), cu.cuMemFree(dy1);
 }
 
 /* The batch-1 step's norms carried by the products (gpu_shared.h matvec_norm), per format of
@@ -1031,6 +1059,7 @@ static void test_norm_carried(void **state)
         assert_true(eg < 2e-3);
         assert_memory_equal(ffh[1], ffh[2], sizeof ffh[1]); /* the partials' fixed order: run to run */
         assert_true(fabs(ss[1] - ss_new) <= 1e-5 * ss_new);   /* kept for the next norm's c */
+        norm_carried_plain(wt, dwg, rbg, dah, g.norm, &seed);
         norm_carried_qkv(t, &seed, dah, a.norm);
         cu.cuMemFree(dwo), cu.cuMemFree(dwg), cu.cuMemFree(dh), cu.cuMemFree(dx_ref), cu.cuMemFree(dx);
         cu.cuMemFree(dw), cu.cuMemFree(dxw), cu.cuMemFree(dpart), cu.cuMemFree(dss), cu.cuMemFree(dah);
@@ -1955,6 +1984,157 @@ static void test_moe_route_groups(void **state)
     }
 }
 
+/* The batch-1 MoE layer's carried norms (kernels/moe.cuh) over a residual x in the hundreds
+ * whose norm input norm_prep made: moe_router_norm's logits against rmsnorm's FP32 row +
+ * moe_router (to FP32's rounding); moe_glu_norm against rmsnorm's FP16 row + moe_glu (the same
+ * logits, so the same experts and weights bit for bit; h to FP16's rounding); moe_down_res
+ * against moe_down (x bit for bit, the next norm's input within FP16's half ulp, one partial sum
+ * of squares per block of GPU_MOE_DOWN_ROWS(k) rows).  k = 8 (a row a block) over Q4_K experts,
+ * k = 2 (4 rows a block) over MXFP4 ones with gpt-oss's biases and clamped SwiGLU. */
+static void test_moe_norm_carried(void **state)
+{
+    (void)state;
+    enum { N = 512, FE = 256, NE = 16 };
+    static const struct {
+        ggml_type t;
+        int k;
+        bool gptoss;
+    } cases[] = {{GGML_TYPE_Q4_K, 8, false}, {GGML_TYPE_MXFP4, 2, true}};
+    uint64_t seed = 47;
+    float eps = 1e-6f;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const ggml_type t = cases[c].t;
+        const int wt = gpu_wtype_index(t), k = cases[c].k, R = GPU_MOE_DOWN_ROWS(k);
+        const int parts = GPU_MOE_DOWN_NORM_PARTS(N, k);
+        float *x = malloc(N * sizeof *x), *nw = malloc(N * sizeof *nw), *nw2 = malloc(N * sizeof *nw2);
+        float *router = malloc((size_t)NE * N * sizeof *router), *rb = malloc(NE * sizeof *rb);
+        float *b0 = malloc((size_t)NE * FE * sizeof *b0), *b1 = malloc((size_t)NE * FE * sizeof *b1);
+        float *bd = malloc((size_t)NE * N * sizeof *bd);
+        float *deq_gu = malloc((size_t)2 * NE * FE * N * sizeof(float)), *deq_d = malloc((size_t)NE * N * FE * sizeof(float));
+        for (int i = 0; i < N; i++)
+            x[i] = 300.0f * gpu_test_randf(&seed), nw[i] = 0.5f + gpu_test_randf(&seed), nw2[i] = 0.5f + gpu_test_randf(&seed);
+        for (int i = 0; i < NE * N; i++) router[i] = 0.2f * gpu_test_randf(&seed);
+        for (int i = 0; i < NE; i++) rb[i] = gpu_test_randf(&seed);
+        for (int i = 0; i < NE * FE; i++) b0[i] = gpu_test_randf(&seed), b1[i] = gpu_test_randf(&seed);
+        for (int i = 0; i < NE * N; i++) bd[i] = gpu_test_randf(&seed);
+        /* gate's experts then up's (one matrix each of NE * FE rows), down's NE * N rows */
+        void *wgu = random_matrix(t, N, 2 * NE * FE, deq_gu, &seed), *wd = random_matrix(t, FE, NE * N, deq_d, &seed);
+        const size_t rbg = gpu_row_bytes(t, N), rbd = gpu_row_bytes(t, FE);
+        CUdeviceptr dgu = upload(wgu, rbg * 2 * NE * FE), dwd = upload(wd, rbd * NE * N);
+        CUdeviceptr dx = upload(x, N * sizeof *x), dnw = upload(nw, N * sizeof *nw), dnw2 = upload(nw2, N * sizeof *nw2);
+        CUdeviceptr drouter = upload(router, (size_t)NE * N * sizeof *router), drb = upload(rb, NE * sizeof *rb);
+        CUdeviceptr db0 = upload(b0, (size_t)NE * FE * sizeof *b0), db1 = upload(b1, (size_t)NE * FE * sizeof *b1);
+        CUdeviceptr dbd = upload(bd, (size_t)NE * N * sizeof *bd);
+        /* the reference: rmsnorm's rows, the router over the FP32 one */
+        CUdeviceptr dy = poisoned(N), dyh = poisoned_half(N), none = 0, dlog0 = poisoned(NE), dlog1 = poisoned(NE);
+        int n = N, stride = 1, ne = NE, one = 1;
+        void *na[] = {&dx, &none, &stride, &dnw, &dy, &dyh, &none, &n, &eps};
+        launch(&G.k.rmsnorm, (gpu_launch_dims){1, 1, 1, 256}, na);
+        CUdeviceptr bias = cases[c].gptoss ? drb : 0;
+        void *ra0[] = {&dy, &drouter, &bias, &n, &ne, &one, &one, &dlog0};
+        launch(&G.k.moe_router, (gpu_launch_dims){1, NE, 1, 256}, ra0);
+        /* the carried form: norm_prep's input and partials, the router over x itself */
+        CUdeviceptr dxw = poisoned_half(N), dpart = poisoned(N / 8), dss = poisoned(2);
+        void *pa[] = {&dx, &dnw, &dxw, &dpart, &dss, &n, &eps};
+        launch(&G.k.norm_prep, (gpu_launch_dims){1, 1, 1, 1024}, pa);
+        matvec_norm nm = {.w = (const float *)(uintptr_t)dnw, .xw = (gpu_half *)(uintptr_t)dxw,
+                          .part = (float *)(uintptr_t)dpart, .ss = (float *)(uintptr_t)dss, .n = N, .n_part = N / 8,
+                          .eps = eps};
+        void *ra1[] = {&dx, &drouter, &bias, &n, &nm, &dlog1};
+        launch(&G.k.moe_router_norm, (gpu_launch_dims){1, NE, 1, 256}, ra1);
+        float lg[2][NE];
+        download(lg[0], dlog0, sizeof lg[0]);
+        download(lg[1], dlog1, sizeof lg[1]);
+        const double el = gpu_test_rel_err(lg[1], lg[0], NE);
+        /* gate/up and the routing, plain and over the carried norm, from the same logits */
+        CUdeviceptr dh[2] = {poisoned_half(k * FE), poisoned_half(k * FE)}, dids[2] = {poisoned(k), poisoned(k)};
+        CUdeviceptr dwt[2] = {poisoned(k), poisoned(k)};
+        moe_mv_args a[2];
+        for (int v = 0; v < 2; v++) {
+            moe_route_args ro = {.logits = (const float *)(uintptr_t)dlog0, .n_expert = NE, .k = k,
+                                 .topk_first = cases[c].gptoss, .norm = 1, .scale = 1.0f,
+                                 .ids = (int32_t *)(uintptr_t)dids[v], .weights = (float *)(uintptr_t)dwt[v]};
+            a[v] = (moe_mv_args){.w0 = (const uint8_t *)(uintptr_t)dgu,
+                                 .w1 = (const uint8_t *)(uintptr_t)dgu + rbg * NE * FE, .expert_bytes = rbg * FE,
+                                 .row_bytes = rbg, .x = (const gpu_half *)(uintptr_t)(v ? dxw : dyh), .x_div = k,
+                                 .ldx = N, .k = N, .n = FE, .ldy = FE, .yh = (gpu_half *)(uintptr_t)dh[v],
+                                 .glu_limit = cases[c].gptoss ? 7.0f : 0.0f, .glu_alpha = 1.702f,
+                                 .b0 = cases[c].gptoss ? (const float *)(uintptr_t)db0 : NULL,
+                                 .b1 = cases[c].gptoss ? (const float *)(uintptr_t)db1 : NULL, .route = ro};
+            if (v) a[v].norm = nm;
+            void *args[] = {&a[v]};
+            const gpu_fn *fn = v ? &G.k.moe_glu_norm[wt] : &G.k.moe_glu[wt];
+            if (gpu_launch_smem(fn, (gpu_launch_dims){(unsigned)k, FE / 8, 1, 256}, GPU_MOE_GLU_SMEM(NE, k, 0), G.stream,
+                                args, "test", err, errlen))
+                fail_msg("%s", err);
+        }
+        uint16_t hh[2][8 * FE];
+        float hf[2][8 * FE], wts[2][8];
+        int32_t ids[2][8];
+        for (int v = 0; v < 2; v++) {
+            download(hh[v], dh[v], (size_t)k * FE * sizeof(uint16_t));
+            download(ids[v], dids[v], (size_t)k * sizeof(int32_t));
+            download(wts[v], dwt[v], (size_t)k * sizeof(float));
+            for (int i = 0; i < k * FE; i++) hf[v][i] = quant_f16_to_f32(hh[v][i]);
+        }
+        assert_memory_equal(ids[1], ids[0], (size_t)k * sizeof(int32_t));
+        assert_memory_equal(wts[1], wts[0], (size_t)k * sizeof(float));
+        const double eh = gpu_test_rel_err(hf[1], hf[0], (size_t)k * FE);
+        /* the down product and combine: plain, and writing the next norm's input (over the
+         * reference's h, so both add the same sums) */
+        float ss2[2] = {0.0f, -1.0f};
+        for (int i = 0; i < N; i++) ss2[0] += 0.7f * x[i] * x[i]; /* the norm before's: another x's */
+        CUdeviceptr dxa = upload(x, N * sizeof *x), dxb = upload(x, N * sizeof *x), dxw2 = poisoned_half(N);
+        CUdeviceptr dpart2 = poisoned(parts), dss2 = upload(ss2, sizeof ss2);
+        for (int v = 0; v < 2; v++) {
+            moe_mv_args b = {.w0 = (const uint8_t *)(uintptr_t)dwd, .expert_bytes = rbd * N, .row_bytes = rbd,
+                             .ids = (const int32_t *)(uintptr_t)dids[0], .x = (const gpu_half *)(uintptr_t)dh[0],
+                             .x_div = 1, .ldx = FE, .k = FE, .n = N, .ldy = N, .y = (float *)(uintptr_t)(v ? dxb : dxa),
+                             .b0 = cases[c].gptoss ? (const float *)(uintptr_t)dbd : NULL, .route = a[0].route,
+                             .accumulate = 1};
+            if (v)
+                b.norm = (matvec_norm){.w = (const float *)(uintptr_t)dnw2, .xw = (gpu_half *)(uintptr_t)dxw2,
+                                       .part = (float *)(uintptr_t)dpart2, .ss = (float *)(uintptr_t)dss2, .n = N,
+                                       .n_part = parts, .eps = eps};
+            void *args[] = {&b};
+            const gpu_fn *fn = v ? &G.k.moe_down_res[wt] : &G.k.moe_down[wt];
+            if (gpu_launch_smem(fn, (gpu_launch_dims){(unsigned)parts, 1, 1, 256}, GPU_MOE_DOWN_SMEM(k), G.stream, args,
+                                "test", err, errlen))
+                fail_msg("%s", err);
+        }
+        float *xa = malloc(N * sizeof *xa), *xb = malloc(N * sizeof *xb), *part = malloc(parts * sizeof *part);
+        uint16_t *xw = malloc(N * sizeof *xw);
+        download(xa, dxa, N * sizeof *xa);
+        download(xb, dxb, N * sizeof *xb);
+        download(xw, dxw2, N * sizeof *xw);
+        download(part, dpart2, parts * sizeof *part);
+        assert_memory_equal(xb, xa, N * sizeof *xa);
+        int e_ss, e_n;
+        (void)frexpf(ss2[0], &e_ss);
+        (void)frexpf((float)N, &e_n);
+        const float cn = ldexpf(1.0f, -((e_ss - e_n) / 2 + 6)); /* kernels/common.cuh norm_exp */
+        for (int i = 0; i < N; i++) {
+            const double want = (double)xa[i] * nw2[i] * cn, d = fabs(quant_f16_to_f32(xw[i]) - want);
+            assert_true(d <= fabs(want) / 2048 + 0x1p-25);
+        }
+        for (int j = 0; j < parts; j++) {
+            double p = 0.0;
+            for (int i = R * j; i < R * j + R && i < N; i++) p += (double)xa[i] * xa[i];
+            assert_true(fabs(part[j] - p) <= 1e-5 * p);
+        }
+        print_message("  %s, k %d: moe_router_norm within %.2e of rmsnorm + moe_router, moe_glu_norm's experts equal "
+                      "and h within %.2e; moe_down_res's x bit-identical, %d partials\n",
+                      ggml_type_name(t), k, el, eh, parts);
+        assert_true(el < 1e-5);
+        assert_true(eh < 2e-3);
+        CUdeviceptr bufs[] = {dgu, dwd, dx, dnw, dnw2, drouter, drb, db0, db1, dbd, dy, dyh, dlog0, dlog1, dxw, dpart,
+                              dss, dh[0], dh[1], dids[0], dids[1], dwt[0], dwt[1], dxa, dxb, dxw2, dpart2, dss2};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CHECK(cu.cuMemFree(bufs[i]));
+        free(x), free(nw), free(nw2), free(router), free(rb), free(b0), free(b1), free(bd), free(deq_gu), free(deq_d);
+        free(wgu), free(wd), free(xa), free(xb), free(part), free(xw);
+    }
+}
+
 static int check_split_bound(void)
 {
     const int max_splits[] = {ATT_MAX_SPLIT, GPU_ATT_DEC_SPLIT, 16, 33};
@@ -2009,6 +2189,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sampler_matches_cpu),
         cmocka_unit_test(test_delta_rule),
         cmocka_unit_test(test_moe_route_groups),
+        cmocka_unit_test(test_moe_norm_carried),
     };
     if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;
     return cmocka_run_group_tests(tests, setup_ctx, teardown_ctx);

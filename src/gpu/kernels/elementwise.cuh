@@ -207,6 +207,36 @@ __device__ __forceinline__ void norm_head(float *v, int hd, const float *w, floa
     __syncthreads();
 }
 
+// The batch-1 step's carried norms (gpu_shared.h matvec_norm; matvec.cuh NORM_IN, NORM_OUT):
+// The carried norm's rsqrt(mean of squares + eps).  The producer's partials summed in a fixed
+// order (each thread its stride of them, then block_sum), so every block of every consumer of
+// 256 threads gets the same bits; the first block keeps the sum for the next norm's c.  Every
+// thread of the block calls it.
+__device__ __forceinline__ float norm_rsqrt(const matvec_norm &nm)
+{
+    __shared__ float sh[32];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < nm.n_part; i += blockDim.x) s += nm.part[i];
+    const float ss = block_sum(s, sh);
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) nm.ss[1] = ss;
+    return rsqrtf(ss / (float)nm.n + nm.eps);
+}
+
+// NORM_IN: the factor of a product's sums over xw, rsqrt(mean of squares + eps) / c; called
+// after the dot products, so no block waits on it before its weights stream.  Every thread of
+// the block calls it.
+__device__ __forceinline__ float norm_in_scale(const matvec_norm &nm)
+{
+    return ldexpf(norm_rsqrt(nm), norm_exp(nm.ss[0], nm.n));
+}
+
+// The same factor in a consumer after the norm's first, from the sum that one kept in ss[1]
+// (the same bits as norm_in_scale's): one load, no partials, no barrier.
+__device__ __forceinline__ float norm_in_scale_kept(const matvec_norm &nm)
+{
+    return ldexpf(rsqrtf(nm.ss[1] / (float)nm.n + nm.eps), norm_exp(nm.ss[0], nm.n));
+}
+
 // Grid (tokens, n_head + n_kv): query heads are normed and rotated in place; key heads are
 // normed, rotated and stored with their V head at the token's position in its sequence's
 // block (the scatter of a packed prefill: each token to its own block and row).

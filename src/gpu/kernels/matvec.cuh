@@ -194,19 +194,10 @@ __device__ __forceinline__ void rope_epilogue(const matvec_rope_args &r, const m
 // glu_norm_*, matvec_res_*): code in the shared kernels costs the others registers, and so
 // resident warps, even where it does not run (docs/benchmarks.md, "Batch-1 decode launches").
 
-// NORM_IN: the factor of a product's sums, rsqrt(mean of squares + eps) / c.  The producer's
-// partials summed in a fixed order (each thread its stride of them, then block_sum), so every
-// block gets the same bits; called after the dot products, so no block waits on it before its
-// weights stream; the first block keeps the sum for the next norm's c.  Every thread of the
-// block calls it.
-__device__ __forceinline__ float norm_in_scale(const matvec_norm &nm)
+// A NORM_OUT producer's new residual value v of feature n as the next norm's input fp16(v w c).
+__device__ __forceinline__ void norm_out_feature(const matvec_norm &nm, int n, float v)
 {
-    __shared__ float sh[32];
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < nm.n_part; i += blockDim.x) s += nm.part[i];
-    const float ss = block_sum(s, sh);
-    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) nm.ss[1] = ss;
-    return ldexpf(rsqrtf(ss / (float)nm.n + nm.eps), norm_exp(nm.ss[0], nm.n));
+    nm.xw[n] = __float2half_rn(ldexpf(v * nm.w[n], -norm_exp(nm.ss[0], nm.n)));
 }
 
 // NORM_OUT's epilogue: lane 0 of each warp holds v, its feature n's new residual value (not
@@ -218,7 +209,7 @@ __device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, 
     __shared__ float sq[MATVEC_WARPS];
     if ((threadIdx.x & 31) == 0) {
         sq[threadIdx.x >> 5] = live ? v * v : 0.0f;
-        if (live) nm.xw[n] = __float2half_rn(ldexpf(v * nm.w[n], -norm_exp(nm.ss[0], nm.n)));
+        if (live) norm_out_feature(nm, n, v);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -232,16 +223,16 @@ __device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, 
 // fastest, so blocks that share weight rows run together and re-read them from L2.  ROPE: the
 // QKV product of one token with qkv_post in its epilogue (matvec_rope_<suffix>; rp its args).
 // Q8: the dp4a products (matvec_dp4a_<suffix>, matvec_rope_dp4a_<suffix>).  NORM: above (one
-// row: NORM_IN with ROPE, NORM_OUT as the residual add, a.accumulate).
+// row: NORM_IN with or without ROPE, NORM_OUT as the residual add, a.accumulate).
 template <int T, int MT, bool ROPE = false, bool Q8 = false, int NORM = NORM_NONE>
 __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_rope_args *rp = nullptr)
 {
-    static_assert(NORM == NORM_NONE || (MT == 1 && !Q8 && ROPE == (NORM == NORM_IN)), "the norms' products");
+    static_assert(NORM == NORM_NONE || (MT == 1 && !Q8 && (!ROPE || NORM == NORM_IN)), "the norms' products");
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
     while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
-    // past the rows (never with ROPE: whole blocks): nothing to do but meet NORM_OUT's barrier
+    // past the rows (never with ROPE: whole blocks): nothing to do but meet the norms' barriers
     const bool live = s < a.n_seg;
-    if (!live && NORM != NORM_OUT) return;
+    if (!live && NORM == NORM_NONE) return;
     const matvec_seg &sg = a.seg[live ? s : 0];
     int role = 0, n0 = n - n % MATVEC_WARPS;
     if constexpr (ROPE) {
@@ -270,7 +261,11 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
         norm_out(a.norm, n, v, live);
         return;
     }
-    if ((threadIdx.x & 31) != 0) return;
+    if constexpr (NORM == NORM_IN) { // (not ROPE) the plain epilogue over the scaled sums
+        const float sc = norm_in_scale(a.norm);
+        if (live) acc[0][0] *= sc;
+    }
+    if (!live || (threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (m0 + i >= a.m) break;
@@ -347,8 +342,8 @@ template <> struct rope_norm_blocks<T_Q6_K> { static constexpr int n = 5; };
 template <> struct rope_norm_blocks<T_Q2_K> { static constexpr int n = 4; };
 template <> struct rope_norm_blocks<T_Q3_K> { static constexpr int n = 5; };
 
-// One triple per row of GPU_MATVEC_NORM_KERNELS: the batch-1 products that carry its norms.
-#define MATVEC_NORM_KERNELS(rope_name, glu_name, res_name, TYPE)                                 \
+// One quadruple per row of GPU_MATVEC_NORM_KERNELS: the batch-1 products that carry its norms.
+#define MATVEC_NORM_KERNELS(rope_name, glu_name, res_name, nin_name, TYPE)                       \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, rope_norm_blocks<T_##TYPE>::n) \
         rope_name(matvec_rope_args r)                                                            \
     {                                                                                            \
@@ -357,7 +352,9 @@ template <> struct rope_norm_blocks<T_Q3_K> { static constexpr int n = 5; };
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
         glu_name(matvec_args a) { glu_body<T_##TYPE, 1, false, NORM_IN>(a); }                    \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        res_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a); }
+        res_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a); }        \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+        nin_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_IN>(a); }
 GPU_MATVEC_NORM_KERNELS(MATVEC_NORM_KERNELS)
 
 // W (n rows of k) -> FP16 row-major [n][k], one 32-weight chunk per thread.

@@ -5,6 +5,7 @@
 //   moe_router     the router's logits in FP32, from the normed activations before their FP16
 //                  rounding and the router's weights in F32: a choice between experts whose
 //                  scores nearly tie is then the CPU's, up to the residual stream's own rounding
+//                  (moe_router_norm: the batch-1 step's carried norm, from the residual itself)
 //   moe_route      softmax (or sigmoid: GLM-4.5) scores of the router's logits, the top k of
 //                  the scores (+ the selection bias; DeepSeek: inside the best expert groups
 //                  only) with ties to the lower id, their unbiased
@@ -72,6 +73,33 @@ extern "C" __global__ void __launch_bounds__(256) moe_router(const float *x, con
             logits[(size_t)(t0 + j) * n_expert + e] = v + (bias ? bias[e] : 0.0f);
         }
         __syncthreads(); // part is the next expert's
+    }
+}
+
+// The batch-1 step's router over a carried norm (gpu_shared.h matvec_norm; moe_glu_norm_* and
+// moe_down_res_* below): logits[e] = rsqrt(mean(x^2) + eps) (w[e] . (x nm.w)) (+ bias[e]), x
+// the residual stream in FP32 (not the norm's FP16 input xw: the router reads the normed row
+// to FP32, as moe_router does), the sum of squares from the producer's partials (norm_rsqrt:
+// the bits every consumer of the norm gets).  Grid (1, n_expert), as moe_router's one token.
+extern "C" __global__ void __launch_bounds__(256) moe_router_norm(const float *x, const float *w, const float *bias,
+                                                                  int n, matvec_norm nm, float *logits)
+{
+    __shared__ float part[8];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, e = blockIdx.y;
+    const float *wr = w + (size_t)e * n;
+    float acc = 0.0f;
+    for (int i = threadIdx.x * 4; i < n; i += 4 * 256) {
+        const float4 wv = *(const float4 *)(wr + i), xv = *(const float4 *)(x + i), gv = *(const float4 *)(nm.w + i);
+        acc += wv.x * (xv.x * gv.x) + wv.y * (xv.y * gv.y) + wv.z * (xv.z * gv.z) + wv.w * (xv.w * gv.w);
+    }
+    const float v = warp_sum(acc);
+    if (lane == 0) part[warp] = v;
+    const float rs = norm_rsqrt(nm); // (its barriers order part's stores before the sum)
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) sum += part[q];
+        logits[e] = sum * rs + (bias ? bias[e] : 0.0f);
     }
 }
 
@@ -248,10 +276,13 @@ __device__ __forceinline__ void moe_block_route(const moe_route_args &a, int t, 
 // Entry e = grid x, feature n = the warp's: the dot products of expert ids[e]'s row n of w0
 // (and, GLU, of w1) with the entry's activation row, then the warp's lane 0 stores
 // fp16(act(w0 x + b0, w1 x + b1)) in yh (GLU; glu_act) or w0 x in y.  GLU routes first
-// (moe_block_route) and its grid row 0 writes the entry's id and weight.
-template <int T, bool GLU>
+// (moe_block_route) and its grid row 0 writes the entry's id and weight.  NORM_IN (GLU, the
+// batch-1 step's carried norm): x is the norm's input xw, the sums scaled by norm_in_scale_kept
+// (moe_router_norm, launched before, kept the norm's sum: no partials, no barrier here).
+template <int T, bool GLU, int NORM = NORM_NONE>
 __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
 {
+    static_assert(NORM == NORM_NONE || (NORM == NORM_IN && GLU), "the norms' products");
     constexpr int NR = GLU ? 2 : 1;
     const int e = blockIdx.x, n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5);
     int id;
@@ -279,6 +310,10 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
     m.x = a.x + (size_t)(e / a.x_div) * a.ldx;
     float acc[NR][1];
     row_dots<T, 1, NR>(rows, m, 0, acc);
+    if constexpr (NORM == NORM_IN) {
+        const float sc = norm_in_scale_kept(a.norm);
+        acc[0][0] *= sc, acc[NR - 1][0] *= sc;
+    }
     if ((threadIdx.x & 31) != 0) return;
     float g = acc[0][0], u = acc[NR - 1][0];
     if (GLU && a.b0) { // the expert's gate and up biases
@@ -294,9 +329,13 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
 // choice) pairs, each a dot product of the choice's expert row with the choice's activation
 // row (the same sum as moe_matvec's), into shared memory; then a thread per row adds them
 // weighted in choice order, as moe_combine does (the same bits), and writes the residual.
-template <int T>
+// NORM_OUT (one token, accumulate: the batch-1 step's carried norm): then, as matvec_res, the
+// next norm's input xw for its rows and their sum of squares, in row order, as partial
+// blockIdx.x (GPU_MOE_DOWN_NORM_PARTS of them: a block's rows are its own).
+template <int T, int NORM = NORM_NONE>
 __device__ __forceinline__ void moe_down_body(const moe_mv_args &a)
 {
+    static_assert(NORM == NORM_NONE || NORM == NORM_OUT, "the norms' products");
     extern __shared__ float part[]; // [rows][k]
     const int K = a.route.k, R = GPU_MOE_DOWN_ROWS(K), t = blockIdx.y, n0 = blockIdx.x * R;
     matvec_args m = {};
@@ -314,15 +353,32 @@ __device__ __forceinline__ void moe_down_body(const moe_mv_args &a)
     }
     __syncthreads();
     const int r = threadIdx.x, n = n0 + r;
-    if (r >= R || n >= a.n) return;
-    float acc = 0.0f;
-    for (int j = 0; j < K; j++) {
-        const int e = t * K + j;
-        const float b = a.b0 ? a.b0[(size_t)a.ids[e] * a.n + n] : 0.0f;
-        acc += a.route.weights[e] * (part[r * K + j] + b);
+    const bool live = r < R && n < a.n;
+    if (!live && NORM == NORM_NONE) return;
+    float v = 0.0f;
+    if (live) {
+        float acc = 0.0f;
+        for (int j = 0; j < K; j++) {
+            const int e = t * K + j;
+            const float b = a.b0 ? a.b0[(size_t)a.ids[e] * a.n + n] : 0.0f;
+            acc += a.route.weights[e] * (part[r * K + j] + b);
+        }
+        float *dst = a.y + (size_t)t * a.ldy + n;
+        v = a.accumulate ? *dst + acc : acc;
+        *dst = v;
     }
-    float *dst = a.y + (size_t)t * a.ldy + n;
-    *dst = a.accumulate ? *dst + acc : acc;
+    if constexpr (NORM == NORM_OUT) {
+        static_assert(GPU_MOE_DOWN_ROWS(1) <= MATVEC_WARPS, "a block's rows fit sq");
+        __shared__ float sq[MATVEC_WARPS];
+        if (r < R) sq[r] = live ? v * v : 0.0f;
+        if (live) norm_out_feature(a.norm, n, v);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float s = 0.0f;
+            for (int i = 0; i < R; i++) s += sq[i];
+            a.norm.part[blockIdx.x] = s;
+        }
+    }
 }
 
 // One pair per row of GPU_MOE_KERNELS (../gpu_kernel_names.h), under the row's names.
@@ -340,6 +396,18 @@ __device__ __forceinline__ void moe_down_body(const moe_mv_args &a)
         moe_down_body<T_##TYPE>(a);                                                              \
     }
 GPU_MOE_KERNELS(MOE_KERNELS)
+
+// One pair per row of GPU_MOE_NORM_KERNELS: the batch-1 MoE products that carry its norms.
+#define MOE_NORM_KERNELS(glu_name, down_name, TYPE)                                              \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) glu_name(moe_mv_args a)      \
+    {                                                                                            \
+        moe_entry_body<T_##TYPE, true, NORM_IN>(a);                                              \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) down_name(moe_mv_args a)     \
+    {                                                                                            \
+        moe_down_body<T_##TYPE, NORM_OUT>(a);                                                    \
+    }
+GPU_MOE_NORM_KERNELS(MOE_NORM_KERNELS)
 
 // One block: the n entries' expert ids (n <= GPU_MOE_MAX_ENTRIES) grouped by expert, stable.
 // sorted[s] = the entry at sorted position s, pos[e] = the sorted position of entry e, and the

@@ -34,6 +34,8 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
     const __half *xr[MT];
 #pragma unroll
     for (int i = 0; i < MT; i++) xr[i] = a.x + (size_t)min(m0 + i, a.m - 1) * a.ldx;
+    if constexpr (MT == 2)
+        if (a.x_lo) xr[1] = a.x_lo; // one row to ~22 bits: its FP16 value and remainder
 #pragma unroll
     for (int r = 0; r < NR; r++)
 #pragma unroll
@@ -271,6 +273,8 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
         return;
     }
     if ((threadIdx.x & 31) != 0) return;
+    if constexpr (MT == 2)
+        if (a.x_lo && s < a.lo_segs) acc[0][0] += acc[0][1]; // W x + W x_lo (a.m == 1: row 0 alone is written)
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         if (m0 + i >= a.m) break;

@@ -404,7 +404,7 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             matvec_args a = matvec_args_for(op, i, j - i);
             if (lo_fused) a.x_lo = F16(op->x_lo), a.lo_segs = op->n_lo - i; /* (<= 0: none of this run's) */
             for (int s = i; s < j; s++) rows += op->out[s].w->n;
-            gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
+            gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8 * (lo_fused ? MATVEC_LO_ROWS : 1)), 1, 256};
             const int t = op->out[i].w->wtype;
             const bool q8 = use_dp4a(g, op, op->out[i].w);
             if (q8 && dp4a_input(g, op, &q8_ready, &a, err, errlen)) return -1;

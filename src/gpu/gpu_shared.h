@@ -116,6 +116,7 @@ typedef struct ssm_gate_args {
  * Segments (Q, K and V of one layer) share the input and the weight format and run in one
  * launch.  glu_<type>_<rows>: y[m][n] = fp16(silu(W_0 x) * (W_1 x)) into yh (gate/up). */
 #define MATVEC_MAX_SEG 4 /* a DeltaNet layer's one-token q/k/v, z, beta and alpha */
+#define MATVEC_LO_ROWS 2 /* matvec_args.x_lo: weight rows a warp */
 /* Q6_K super-blocks are 210 bytes in GGUF, which leaves most of them only 2-byte aligned; on
  * the GPU each is stored in a 224-byte slot (same bytes, zero tail) so every load is 16 bytes. */
 #define GPU_Q6K_BLOCK 224
@@ -191,6 +192,7 @@ typedef struct matvec_args {
      * products one after the other (y = W x, then y += W x_lo); the other segments' y = W x */
     const gpu_half *x_lo;
     int lo_segs;
+    /* (the launch then takes MATVEC_LO_ROWS weight rows a warp: matvec.cuh matvec_lo_body) */
 } matvec_args;
 
 /* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for

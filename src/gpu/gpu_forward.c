@@ -93,6 +93,12 @@ typedef struct matmul_op {
     bool accumulate;
     const qkv_post_args *post; /* one token's QKV (m == 1, outputs Q, K, V): qkv_post fused */
     bool x_q8;                 /* x's q8 row is in xq/xd already (the norm before: norm_q8) */
+    /* x's FP16 rounding remainder (act_lo): outputs 0..n_lo-1 get y (+)= W x + W x_lo, the
+     * input to about 22 bits (the others W x alone).  One token on the FP16 matvec kernels
+     * without accumulate: one pass over W (matvec_args x_lo); otherwise a second product of
+     * those outputs over x_lo adding to the first's (the same sums) */
+    CUdeviceptr x_lo;
+    int n_lo;
     /* a carried norm (norm_point; m == 1, the matvec path): NORM_IN, x is norm p's input and
      * the products its scale (with post); NORM_OUT, the residual add (accumulate) writing norm
      * p's input with its weight norm_w */
@@ -380,9 +386,27 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     return 0;
 }
 
+/* Whether x_lo's products can share x's pass (matvec_args.x_lo): one token, every output on
+ * the FP16 matvec kernels of row_dots (not dp4a, not the tensor-core row_dots_mma of IQ4_XS,
+ * Q2_K and Q3_K at one row, whose sums would differ from the MT = 2 kernel's), nothing added
+ * to y before (y + W x + W x_lo would round apart from (y + W x) + W x_lo) and no epilogue of
+ * its own. */
+static bool lo_fusable(const gpu_engine *g, const matmul_op *op)
+{
+    if (!op->x_lo || op->m != 1 || op->accumulate || op->post || op->norm) return false;
+    for (int i = 0; i < op->n_out; i++) {
+        const gpu_matrix *w = op->out[i].w;
+        if (path_for(g, w, 1) != PATH_MATVEC || use_dp4a(g, op, w) || w->type == GGML_TYPE_IQ4_XS ||
+            w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K)
+            return false;
+    }
+    return true;
+}
+
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 {
     bool q8_ready = false;
+    const bool lo_fused = lo_fusable(g, op);
     for (int i = 0; i < op->n_out;) { /* runs of outputs with one weight format share a launch */
         int j = i + 1;
         while (j < op->n_out && op->out[j].w->type == op->out[i].w->type) j++;
@@ -393,10 +417,11 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             for (int s = i; s < j; s++)
                 if (blas_matmul(g, &op->out[s], op->x, op->m, op->ldx, op->accumulate, op->what, err, errlen)) return -1;
         } else {
-            int v = matvec_variant(op->m), rows = 0;
+            int v = lo_fused ? 1 : matvec_variant(op->m), rows = 0; /* x_lo: the two-row kernel */
             matvec_args a = matvec_args_for(op, i, j - i);
+            if (lo_fused) a.x_lo = F16(op->x_lo), a.lo_segs = op->n_lo - i; /* (<= 0: none of this run's) */
             for (int s = i; s < j; s++) rows += op->out[s].w->n;
-            gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8), 1, 256};
+            gpu_launch_dims d = {ceil_div(op->m, 1u << v), ceil_div(rows, 8 * (lo_fused ? MATVEC_LO_ROWS : 1)), 1, 256};
             const int t = op->out[i].w->wtype;
             const bool q8 = use_dp4a(g, op, op->out[i].w);
             if (q8 && dp4a_input(g, op, &q8_ready, &a, err, errlen)) return -1;
@@ -414,6 +439,11 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             }
         }
         i = j;
+    }
+    if (op->x_lo && !lo_fused) { /* W x_lo added to what the pass over x wrote */
+        matmul_op rest = *op;
+        rest.x = op->x_lo, rest.x_lo = 0, rest.n_out = op->n_lo, rest.accumulate = true, rest.x_q8 = false;
+        return matmul(g, &rest, err, errlen);
     }
     return 0;
 }
@@ -1116,28 +1146,24 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
     int nv = hp->ssm_vheads, nk = hp->ssm_groups, d = hp->ssm_state, chan = g->ssm_chan, fused = L->ssm_ba.d != 0;
-    matmul_op proj = {.out = {{&L->ssm_qkv, g->ssm_mix, 0, chan}, {&L->ssm_gate, g->ssm_z, 0, hp->ssm_inner},
-                              fused ? (matmul_out){&L->ssm_ba, g->ssm_raw, 0, 2 * nv} : (matmul_out){&L->ssm_beta, g->ssm_b, 0, nv}},
-                      .n_out = 3, .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
-    if (matmul(g, &proj, err, errlen)) return -1;
     /* q, k, v and z read h to about 22 bits: + the products over act_lo, h's FP16 remainder.
      * FP16 h alone moved the reference hybrids' top-1 against the CPU by 1-4 % (the CPU with
      * the GPU's roundings emulated gives the H100's figures; with these inputs in FP32, >= 99.3
      * %): the conv, the 16-wide L2 norms and the state carry its error on, a MoE router flip
-     * with it.  One more pass over Wqkv and Wgate per linear layer (~16 % of a linear layer's
-     * prefill on the H100), and prompt steps need it as much: without it there (decode keeping
-     * it) qwen3_5_moe fell to 96.18 %, qwen3_next to 97.92 % (docs/benchmarks.md, issue 26). */
-    matmul_op rest = {.out = {proj.out[0], proj.out[1]}, .n_out = 2, .x = g->act_lo, .m = T, .ldx = g->d_embd,
-                      .accumulate = true, .what = what};
-    if (matmul(g, &rest, err, errlen)) return -1;
-    if (!fused) {
-        matmul_op alpha = {.out = {{&L->ssm_alpha, g->ssm_g, 0, nv}}, .n_out = 1, .x = g->act_h, .m = T,
-                           .ldx = g->d_embd, .what = what};
-        if (matmul(g, &alpha, err, errlen)) return -1;
-    }
-    int n = T * nv;
-    LAUNCH(g->k.ssm_gates, ((gpu_launch_dims){ceil_div((size_t)n, 256), 1, 1, 256}), what, &g->ssm_b, &g->ssm_g,
-           &g->ssm_raw, &fused, &nv, &nk, &(CUdeviceptr){L->ssm_a}, &(CUdeviceptr){L->ssm_dt}, &n);
+     * with it.  Prompt steps need it as much: without it there (decode keeping it) qwen3_5_moe
+     * fell to 96.18 %, qwen3_next to 97.92 % (docs/benchmarks.md, issue 26).  A prompt's costs
+     * one more pass over Wqkv and Wgate (~16 % of a linear layer's prefill on the H100); a
+     * decode token's rides on the first (matmul_op.x_lo). */
+    /* the gates' inputs (beta and alpha, or qwen3next's one projection) from FP16 h alone */
+    matmul_op proj = {.out = {{&L->ssm_qkv, g->ssm_mix, 0, chan}, {&L->ssm_gate, g->ssm_z, 0, hp->ssm_inner},
+                              fused ? (matmul_out){&L->ssm_ba, g->ssm_raw, 0, 2 * nv}
+                                    : (matmul_out){&L->ssm_beta, g->ssm_b, 0, nv},
+                              {&L->ssm_alpha, g->ssm_g, 0, nv}},
+                      .n_out = fused ? 3 : 4, .x = g->act_h, .x_lo = g->act_lo, .n_lo = 2, .m = T, .ldx = g->d_embd,
+                      .what = what};
+    if (matmul(g, &proj, err, errlen)) return -1;
+    ssm_gate_args ga = {.b = F32(g->ssm_b), .a = F32(g->ssm_g), .raw = F32(g->ssm_raw), .A = F32(L->ssm_a),
+                        .dt_bias = F32(L->ssm_dt), .fused = fused, .v_heads = nv, .k_heads = nk};
     const long long conv_off = (long long)L->lin * (long long)g->layer_floats;
     ssm_args sa = {
         .seqs = (const gpu_ssm_seq *)(uintptr_t)(g->in_d + g->in.sseq), .mix = F32(g->ssm_mix), .state = F32(g->state),
@@ -1146,28 +1172,45 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         .delta_off = conv_off + (long long)g->conv_floats, .chan = chan, .taps = hp->ssm_conv, .d = d, .k_heads = nk,
         .v_heads = nv, .grouped = hp->ssm_grouped,
     };
-    /* a prompt's tokens in GPU_SSM_CONV_SEGS runs side by side (some sequence has more than a
-     * chunk); a decode step's one token each, a warp per 32 channels */
-    const unsigned segs = ap->n_chunks > ap->n_ssm ? GPU_SSM_CONV_SEGS : 1;
-    LAUNCH(g->k.ssm_conv, ((gpu_launch_dims){(unsigned)ap->n_ssm, ceil_div((size_t)chan, 32), 1, 32 * segs}), what, &sa);
-    LAUNCH(g->k.ssm_qk_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk), 1, 32}), what, &g->ssm_mix, &chan, &d,
-           &nk);
-    gpu_launch_dims per_seq = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32};
-    /* a prompt step: the chunked form (kernels/deltanet.cuh), whose sums depend on where the
-     * chunks fall; deterministic: the exact recurrence, token by token, for every step */
-    if (ap->n_chunks && !g->det) {
-        CUdeviceptr chunks = g->in_d + g->in.schunk;
-        gpu_launch_dims per_chunk = {(unsigned)ap->n_chunks, (unsigned)nv, 1, 256};
-        LAUNCH(g->k.delta_chunk_prep, per_chunk, what, &sa, &chunks, &g->ssm_u, &g->ssm_w, &g->ssm_gc);
-        gpu_launch_dims per_cols = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, GPU_SSM_COLS), 256};
-        LAUNCH(g->k.delta_chunk_state, per_cols, what, &sa, &g->ssm_u, &g->ssm_w, &g->ssm_gc);
-        LAUNCH(g->k.delta_chunk_out, per_chunk, what, &sa, &chunks, &g->ssm_u, &g->ssm_gc);
-    } else {
-        LAUNCH(g->k.delta_rule, per_seq, what, &sa);
-    }
     float eps = hp->rms_eps;
-    LAUNCH(g->k.ssm_out_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32}), what, &g->ssm_o, &g->ssm_z,
-           &(CUdeviceptr){L->ssm_norm}, &g->act_h, &d, &nv, &eps);
+    if (T == ap->n_ssm) { /* a decode step, one token a sequence: two launches (kernels/deltanet.cuh) */
+        LAUNCH(g->k.ssm_conv_step, ((gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk + nv + 1), 1, ceil_div(d, 32) * 32}),
+               what, &sa, &ga);
+        if (d <= GPU_SSM_STEP_MAX_D) {
+            LAUNCH(g->k.delta_step, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, GPU_SSM_WARPS * 32}), what, &sa,
+                   &g->ssm_z, &(CUdeviceptr){L->ssm_norm}, &g->act_h, &eps);
+        } else {
+            LAUNCH(g->k.delta_rule, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32}),
+                   what, &sa);
+            LAUNCH(g->k.ssm_out_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32}), what, &g->ssm_o, &g->ssm_z,
+                   &(CUdeviceptr){L->ssm_norm}, &g->act_h, &d, &nv, &eps);
+        }
+    } else {
+        int n = T * nv;
+        LAUNCH(g->k.ssm_gates, ((gpu_launch_dims){ceil_div((size_t)n, 256), 1, 1, 256}), what, &ga, &n);
+        /* a prompt's tokens in GPU_SSM_CONV_SEGS runs side by side (some sequence has more than a
+         * chunk), else a warp per 32 channels */
+        const unsigned segs = ap->n_chunks > ap->n_ssm ? GPU_SSM_CONV_SEGS : 1;
+        LAUNCH(g->k.ssm_conv, ((gpu_launch_dims){(unsigned)ap->n_ssm, ceil_div((size_t)chan, 32), 1, 32 * segs}), what,
+               &sa);
+        LAUNCH(g->k.ssm_qk_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk), 1, 32}), what, &g->ssm_mix, &chan,
+               &d, &nk);
+        gpu_launch_dims per_seq = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32};
+        /* a prompt step: the chunked form (kernels/deltanet.cuh), whose sums depend on where the
+         * chunks fall; deterministic: the exact recurrence, token by token, for every step */
+        if (ap->n_chunks && !g->det) {
+            CUdeviceptr chunks = g->in_d + g->in.schunk;
+            gpu_launch_dims per_chunk = {(unsigned)ap->n_chunks, (unsigned)nv, 1, 256};
+            LAUNCH(g->k.delta_chunk_prep, per_chunk, what, &sa, &chunks, &g->ssm_u, &g->ssm_w, &g->ssm_gc);
+            gpu_launch_dims per_cols = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, GPU_SSM_COLS), 256};
+            LAUNCH(g->k.delta_chunk_state, per_cols, what, &sa, &g->ssm_u, &g->ssm_w, &g->ssm_gc);
+            LAUNCH(g->k.delta_chunk_out, per_chunk, what, &sa, &chunks, &g->ssm_u, &g->ssm_gc);
+        } else {
+            LAUNCH(g->k.delta_rule, per_seq, what, &sa);
+        }
+        LAUNCH(g->k.ssm_out_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32}), what, &g->ssm_o, &g->ssm_z,
+               &(CUdeviceptr){L->ssm_norm}, &g->act_h, &d, &nv, &eps);
+    }
     matmul_op out = {.out = {{&L->ssm_out, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T,
                      .ldx = hp->ssm_inner, .accumulate = true, .what = what};
     return matmul(g, &out, err, errlen);

@@ -86,6 +86,7 @@ typedef struct gpu_kernels {
      * the shared expert's gated add */
     gpu_fn ssm_conv, ssm_qk_norm, ssm_gates, delta_rule, ssm_out_norm, split_qgate, gate_heads, shexp_add;
     gpu_fn delta_chunk_prep, delta_chunk_state, delta_chunk_out; /* prompts: the chunked form */
+    gpu_fn ssm_conv_step, delta_step; /* decode steps: the conv, norms and gates; the rule and output norm */
 } gpu_kernels;
 
 /* Whether the mmq kernels multiply a matrix of format index wtype with kdim inputs per row

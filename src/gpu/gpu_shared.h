@@ -113,6 +113,7 @@ typedef struct gpu_ssm_seq {
 #define GPU_SSM_CHUNK 64    /* tokens per chunk of the chunked prefill */
 #define GPU_SSM_CONV_SEGS 16 /* ssm_conv: runs of a prompt's tokens side by side (one warp each) */
 #define GPU_SSM_COLS 16     /* delta_chunk_state: state columns per block */
+#define GPU_SSM_STEP_MAX_D 128 /* delta_step (a decode step's delta rule + output norm): the widest head */
 
 /* One linear layer over a step's sequences.  mix [t][chan] holds the q, k and v channels
  * (q heads at 0, k heads at k_heads*d, v heads at 2*k_heads*d); a state slot holds, per linear
@@ -127,11 +128,22 @@ typedef struct ssm_args {
     int chan, taps, d, k_heads, v_heads, grouped;
 } ssm_args;
 
+/* The gates' inputs and parameters (ssm_gates, ssm_conv_step): b and a the raw projections
+ * [t][v_heads] (turned into beta and g in place), or with `fused` one projection raw
+ * [t][2 * v_heads] grouped per k head (its v heads' b, then their a: qwen3next) read from raw
+ * into b and a. */
+typedef struct ssm_gate_args {
+    float *b, *a;
+    const float *raw, *A, *dt_bias;
+    int fused, v_heads, k_heads;
+} ssm_gate_args;
+
 /* matvec_<type>_<rows>: for each segment s, y_s[m][n] (+)= sum_k W_s[n][k] x[m][k] (+ bias_s[n])
  * with W_s rounded to FP16 as the cuBLAS path does (so both paths compute the same products).
  * Segments (Q, K and V of one layer) share the input and the weight format and run in one
  * launch.  glu_<type>_<rows>: y[m][n] = fp16(silu(W_0 x) * (W_1 x)) into yh (gate/up). */
-#define MATVEC_MAX_SEG 3
+#define MATVEC_MAX_SEG 4 /* a DeltaNet layer's one-token q/k/v, z, beta and alpha */
+#define MATVEC_LO_ROWS 2 /* matvec_args.x_lo: weight rows a warp */
 /* Q6_K super-blocks are 210 bytes in GGUF, which leaves most of them only 2-byte aligned; on
  * the GPU each is stored in a 224-byte slot (same bytes, zero tail) so every load is 16 bytes. */
 #define GPU_Q6K_BLOCK 224
@@ -176,6 +188,13 @@ typedef struct matvec_args {
     const int32_t *bias_ids;
     long long bias_stride;
     matvec_norm norm; /* matvec_rope_norm_*, glu_norm_*, matvec_res_* only */
+    /* matvec_<type>_2 only, m == 1, no accumulate: a second FP16 input row (act_lo, x's
+     * rounding remainder) read as activation row 1, whose sums the epilogue adds to row 0's in
+     * segments below lo_segs: y = W x + W x_lo in one pass over W, the same bits as the two
+     * products one after the other (y = W x, then y += W x_lo); the other segments' y = W x */
+    const gpu_half *x_lo;
+    int lo_segs;
+    /* (the launch then takes MATVEC_LO_ROWS weight rows a warp: matvec.cuh matvec_lo_body) */
 } matvec_args;
 
 /* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for

@@ -167,6 +167,17 @@ static const struct preset {
                     10000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f, 0.0f, 0, 0, 0, 0,
                     4, 128, 16, 32, 4096, 64, 0.0f, 0,
                   0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+    /* Qwen3.5-35B-A3B (qwen35moe; Qwen/Qwen3.5-35B-A3B config.json): 40 layers over a 2048-wide
+     * stream, 10 of them gated attention (16 heads of 256, 2 KV heads, RoPE on a quarter of each
+     * head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v heads of 128, conv of 4);
+     * every feed-forward 256 experts of 512, 8 per token, plus one shared expert of 512 behind
+     * its sigmoid gate; untied LM head over the 248,320-token vocabulary */
+    {"qwen3.5-35b-a3b", {.arch = MODEL_ARCH_QWEN35MOE, .name = "synthetic Qwen3.5-35B-A3B", .n_embd = 2048,
+                         .n_layer = 40, .n_head = 16, .n_head_kv = 2, .n_ff = 512, .n_ctx = 262144,
+                         .n_vocab = 248320, .head_dim = 256, .rope_base = 10000000.0f, .rms_eps = 1e-6f,
+                         .ftype = MKMODEL_Q4_K_M, .seed = 1, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 512,
+                         .ssm_conv = 4, .ssm_state = 128, .ssm_groups = 16, .ssm_vheads = 32, .ssm_inner = 4096,
+                         .n_rot = 64, .n_expert_shared = 1}},
     /* gpt-oss-20b (openai/gpt-oss-20b config.json): 64 query and 8 KV heads of 64, 32 experts
      * of 2880, 4 per token, window 128 on the even layers, RoPE base 150000 with YaRN x32 over
      * 4096; its o200k vocabulary's 201,088 tokens (learned BPE padded with fillers here), the
@@ -282,6 +293,7 @@ static ggml_type q3_k_m_type(const mkmodel_config *cfg, const char *role, int la
 ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int layer)
 {
     if (strcmp(role, "ffn_gate_inp") == 0) return GGML_TYPE_F32; /* llama.cpp never quantises the router */
+    if (strcmp(role, "ffn_gate_inp_shexp") == 0) return GGML_TYPE_F32; /* the shared expert's gate row, read as floats */
     if (strcmp(role, "ssm_conv1d") == 0) return GGML_TYPE_F32;   /* read as plain floats (arch/hybrid.c) */
     if (strcmp(role, "token_types") == 0) return GGML_TYPE_F32;  /* an encoder's two rows, F32 as converted */
     static const ggml_type pure[MKMODEL_FTYPE_COUNT] = {
@@ -488,7 +500,8 @@ static int head_dim_of(const mkmodel_config *c)
 
 /* One qwen35 layer (arch/hybrid.c's names): every fourth gated attention ([query | gate] per
  * head, qk norm), the others gated DeltaNet (A = -exp(N(0, 0.5)) so that every decay is below
- * 1); then the GLU, whose norm the converter calls post_attention_norm. */
+ * 1); then the GLU, whose norm the converter calls post_attention_norm (qwen35moe: the experts
+ * and the shared expert instead). */
 static void list_hybrid_layer(tensor_list *l, const mkmodel_config *c, int il)
 {
     const int64_t hd = head_dim_of(c), q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
@@ -513,6 +526,18 @@ static void list_hybrid_layer(tensor_list *l, const mkmodel_config *c, int il)
         add_matrix(l, il, "ssm_out", c->ssm_inner, c->n_embd);
     }
     add_spec(l, il, "norm", "post_attention_norm.weight", c->n_embd, 0, 0);
+    if (c->arch == MODEL_ARCH_QWEN35MOE) { /* the routed experts, then the shared one and its gate's row */
+        const int64_t shexp = (int64_t)c->n_ff_exp * c->n_expert_shared;
+        add_matrix(l, il, "ffn_gate_inp", c->n_embd, c->n_expert);
+        add_experts(l, il, "ffn_gate_exps", c->n_embd, c->n_ff_exp, c->n_expert);
+        add_experts(l, il, "ffn_up_exps", c->n_embd, c->n_ff_exp, c->n_expert);
+        add_experts(l, il, "ffn_down_exps", c->n_ff_exp, c->n_embd, c->n_expert);
+        add_matrix(l, il, "ffn_gate_inp_shexp", c->n_embd, 1);
+        add_matrix(l, il, "ffn_gate_shexp", c->n_embd, shexp);
+        add_matrix(l, il, "ffn_up_shexp", c->n_embd, shexp);
+        add_matrix(l, il, "ffn_down_shexp", shexp, c->n_embd);
+        return;
+    }
     add_matrix(l, il, "ffn_gate", c->n_embd, c->n_ff);
     add_matrix(l, il, "ffn_up", c->n_embd, c->n_ff);
     add_matrix(l, il, "ffn_down", c->n_ff, c->n_embd);
@@ -664,7 +689,7 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
     }
     for (int il = 0; il < c->n_layer; il++) {
         void (*own)(tensor_list *, const mkmodel_config *, int) =
-            c->arch == MODEL_ARCH_QWEN35      ? list_hybrid_layer
+            c->arch == MODEL_ARCH_QWEN35 || c->arch == MODEL_ARCH_QWEN35MOE ? list_hybrid_layer
             : c->arch == MODEL_ARCH_DEEPSEEK2 ? list_mla_layer
             : c->arch == MODEL_ARCH_GLM4MOE   ? list_glm4moe_layer
             : c->arch == MODEL_ARCH_PHI3      ? list_phi3_layer
@@ -1070,6 +1095,7 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
     const bool known_arch = c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2 ||
                             c->arch == MODEL_ARCH_QWEN3 || c->arch == MODEL_ARCH_GEMMA3 ||
                             c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_QWEN35 ||
+                            c->arch == MODEL_ARCH_QWEN35MOE ||
                             c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_DEEPSEEK2 ||
                             c->arch == MODEL_ARCH_GLM4MOE || c->arch == MODEL_ARCH_PHI3 ||
                             c->arch == MODEL_ARCH_NOMIC_BERT;
@@ -1081,7 +1107,7 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "%s: sliding window %d out of range 1..%d", model_arch_name(c->arch), c->n_swa, 1 << 24);
         return -1;
     }
-    if (c->arch == MODEL_ARCH_QWEN35 &&
+    if ((c->arch == MODEL_ARCH_QWEN35 || c->arch == MODEL_ARCH_QWEN35MOE) &&
         (c->ssm_conv < 2 || c->ssm_conv > 8 || c->ssm_state < 1 || c->ssm_groups < 1 || c->ssm_vheads < 1 ||
          c->ssm_vheads % c->ssm_groups || c->ssm_inner != c->ssm_vheads * c->ssm_state || c->ssm_inner > MAX_DIM ||
          c->n_rot < 0 || c->n_rot % 2 || c->n_rot > hd)) {
@@ -1201,11 +1227,13 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
         set_arch_u32(w, c, "rope.scaling.original_context_length", c->yarn_orig_ctx);
     }
     if (c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_DEEPSEEK2 ||
-        c->arch == MODEL_ARCH_GLM4MOE) {
+        c->arch == MODEL_ARCH_GLM4MOE || c->arch == MODEL_ARCH_QWEN35MOE) {
         set_arch_u32(w, c, "expert_count", c->n_expert);
         set_arch_u32(w, c, "expert_used_count", c->n_expert_used);
         set_arch_u32(w, c, "expert_feed_forward_length", c->n_ff_exp);
     }
+    if (c->arch == MODEL_ARCH_QWEN35MOE)
+        set_arch_u32(w, c, "expert_shared_feed_forward_length", c->n_ff_exp * c->n_expert_shared);
     if (c->arch == MODEL_ARCH_DEEPSEEK2 || c->arch == MODEL_ARCH_GLM4MOE) write_router_hparams(w, c);
     if (c->arch == MODEL_ARCH_GLM4MOE) set_arch_u32(w, c, "nextn_predict_layers", 0);
     if (c->arch == MODEL_ARCH_PHI3) { /* LongRoPE: the long factors past a quarter of the context */
@@ -1220,7 +1248,7 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
         snprintf(key, sizeof key, "%s.attention.causal", model_arch_name(c->arch));
         gguf_writer_set_bool(w, key, false);
     }
-    if (c->arch == MODEL_ARCH_QWEN35) {
+    if (c->arch == MODEL_ARCH_QWEN35 || c->arch == MODEL_ARCH_QWEN35MOE) {
         set_arch_u32(w, c, "ssm.conv_kernel", c->ssm_conv);
         set_arch_u32(w, c, "ssm.state_size", c->ssm_state);
         set_arch_u32(w, c, "ssm.group_count", c->ssm_groups);

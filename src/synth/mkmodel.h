@@ -105,7 +105,8 @@ typedef struct mkmodel_config {
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b",
  * "gemma-3-12b", "gemma-3-27b", "qwen3-30b-a3b" (qwen3moe: 128 experts, 8 per token),
- * "qwen3.5-9b" (qwen35: 3 gated DeltaNet layers to 1 gated attention), "gpt-oss-20b" (24
+ * "qwen3.5-9b" (qwen35: 3 gated DeltaNet layers to 1 gated attention), "qwen3.5-35b-a3b"
+ * (qwen35moe: the same layers, 256 experts of 512, 8 per token, 1 shared), "gpt-oss-20b" (24
  * layers of 32 MXFP4 experts, 4 per token, window 128 on alternate layers, YaRN x32),
  * "deepseek-v2-lite" (deepseek2: latent attention, 64 experts of 1408, 6 per token, 2 shared,
  * 1 dense layer), "phi-4-mini" (phi3), "mistral-small-24b" (llama, head_dim 128 of a 5120

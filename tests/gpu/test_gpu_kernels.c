@@ -1910,6 +1910,102 @@ static void test_delta_rule(void **state)
     cpu_pool_free(dn_pool);
 }
 
+/* A decode step's two fused launches (ssm_conv_step, delta_step: attention_linear when every
+ * sequence has one token) against the five kernels they replace (ssm_gates, ssm_conv,
+ * ssm_qk_norm, delta_rule, ssm_out_norm) on the same inputs: the gates, the conv outputs, the
+ * states (conv windows and delta states) and act_h must be the same bits, since a step of
+ * one-token sequences and a step of longer ones must not differ (--deterministic's batch
+ * invariance).  d 16 (the reference files: 4 v heads over 2 k heads, tiled and grouped, the
+ * gates from one projection as qwen3next's or two) and the Qwen3.5-9B shape (d 128, 32 v heads
+ * over 16), three sequences in slots 2, 0, 1. */
+static void test_delta_step_fused(void **state)
+{
+    (void)state;
+    const dn_shape shapes[] = {{16, 2, 4, 0}, {16, 2, 4, 1}, {128, 16, 32, 0}};
+    enum { NS = 3 };
+    uint64_t seed = 77;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int fused = 0; fused < 2; fused++) {
+            const dn_shape sh = shapes[si];
+            dn_case c;
+            dn_case_init(&c, sh, NS, NS, &seed);
+            int nv = sh.vh, nk = sh.kh, d = sh.d, chan = c.chan;
+            const int T = NS;
+            const size_t st_n = (size_t)NS * c.slot_floats, zn = (size_t)T * nv * d, mix_n = (size_t)T * chan;
+            float *st = malloc(st_n * sizeof *st), *raw = malloc((size_t)T * 2 * nv * sizeof *raw);
+            float *z = malloc(zn * sizeof *z), *A = malloc(nv * sizeof *A), *dt = malloc(nv * sizeof *dt);
+            float *nw = malloc(d * sizeof *nw);
+            for (size_t i = 0; i < st_n; i++) st[i] = 0.1f * gpu_test_randf(&seed);
+            for (int i = 0; i < T * 2 * nv; i++) raw[i] = gpu_test_randf(&seed);
+            for (size_t i = 0; i < zn; i++) z[i] = 2.0f * gpu_test_randf(&seed);
+            for (int i = 0; i < nv; i++) A[i] = -0.5f - 0.5f * fabsf(gpu_test_randf(&seed)), dt[i] = gpu_test_randf(&seed);
+            for (int i = 0; i < d; i++) nw[i] = 1.0f + 0.1f * gpu_test_randf(&seed);
+            gpu_ssm_seq seqs[NS];
+            for (int i = 0; i < NS; i++) seqs[i] = (gpu_ssm_seq){.first = i, .n = 1, .state = (i + 2) % NS};
+            CUdeviceptr dseqs = upload(seqs, sizeof seqs), dw = upload(c.conv_w, (size_t)chan * DN_TAPS * sizeof(float));
+            CUdeviceptr dz = upload(z, zn * sizeof(float)), dA = upload(A, nv * sizeof(float));
+            CUdeviceptr ddt = upload(dt, nv * sizeof(float)), dnw = upload(nw, d * sizeof(float));
+            CUdeviceptr draw = upload(raw, (size_t)T * 2 * nv * sizeof(float));
+            void *res[2][5]; /* per path: mix, state, act_h, beta, g */
+            for (int path = 0; path < 2; path++) {
+                CUdeviceptr dmix = upload(c.raw, mix_n * sizeof(float)), dst = upload(st, st_n * sizeof(float));
+                CUdeviceptr db = upload(raw, (size_t)T * nv * sizeof(float)); /* two projections: b, then a */
+                CUdeviceptr dg = upload(raw + (size_t)T * nv, (size_t)T * nv * sizeof(float));
+                CUdeviceptr dout = poisoned(zn), dact = poisoned_half(zn);
+                ssm_args sa = {.seqs = (const gpu_ssm_seq *)(uintptr_t)dseqs, .mix = (float *)(uintptr_t)dmix,
+                               .state = (float *)(uintptr_t)dst, .out = (float *)(uintptr_t)dout,
+                               .conv_w = (const float *)(uintptr_t)dw, .beta = (const float *)(uintptr_t)db,
+                               .g = (const float *)(uintptr_t)dg, .slot_stride = c.slot_floats, .conv_off = 0,
+                               .delta_off = c.conv_floats, .chan = chan, .taps = DN_TAPS, .d = d, .k_heads = nk,
+                               .v_heads = nv, .grouped = sh.grouped};
+                ssm_gate_args ga = {.b = (float *)(uintptr_t)db, .a = (float *)(uintptr_t)dg,
+                                    .raw = (const float *)(uintptr_t)draw, .A = (const float *)(uintptr_t)dA,
+                                    .dt_bias = (const float *)(uintptr_t)ddt, .fused = fused, .v_heads = nv,
+                                    .k_heads = nk};
+                float eps = 1e-6f;
+                if (path == 0) {
+                    int n = T * nv;
+                    launch(&G.k.ssm_gates, (gpu_launch_dims){(unsigned)((n + 255) / 256), 1, 1, 256}, (void *[]){&ga, &n});
+                    launch(&G.k.ssm_conv, (gpu_launch_dims){NS, (unsigned)((chan + 31) / 32), 1, 32}, (void *[]){&sa});
+                    launch(&G.k.ssm_qk_norm, (gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk), 1, 32},
+                           (void *[]){&dmix, &chan, &d, &nk});
+                    launch(&G.k.delta_rule, (gpu_launch_dims){NS, (unsigned)nv, (unsigned)((d + 31) / 32), GPU_SSM_WARPS * 32},
+                           (void *[]){&sa});
+                    launch(&G.k.ssm_out_norm, (gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32},
+                           (void *[]){&dout, &dz, &dnw, &dact, &d, &nv, &eps});
+                } else {
+                    launch(&G.k.ssm_conv_step, (gpu_launch_dims){NS, (unsigned)(2 * nk + nv + 1), 1, (unsigned)((d + 31) / 32 * 32)},
+                           (void *[]){&sa, &ga});
+                    launch(&G.k.delta_step, (gpu_launch_dims){NS, (unsigned)nv, 1, GPU_SSM_WARPS * 32},
+                           (void *[]){&sa, &dz, &dnw, &dact, &eps});
+                }
+                const CUdeviceptr bufs[5] = {dmix, dst, dact, db, dg};
+                const size_t bytes[5] = {mix_n * 4, st_n * 4, zn * 2, (size_t)T * nv * 4, (size_t)T * nv * 4};
+                for (int b = 0; b < 5; b++) {
+                    res[path][b] = malloc(bytes[b]);
+                    download(res[path][b], bufs[b], bytes[b]);
+                }
+                for (int b = 0; b < 5; b++) cu.cuMemFree(bufs[b]);
+                cu.cuMemFree(dout);
+                if (path == 1)
+                    for (int b = 0; b < 5; b++) {
+                        static const char *names[5] = {"conv + norm", "states", "act_h", "beta", "g"};
+                        if (memcmp(res[0][b], res[1][b], bytes[b]))
+                            fail_msg("d %d %s%s: the fused decode kernels' %s differ from the five kernels'", d,
+                                     sh.grouped ? "grouped" : "tiled", fused ? ", one gate projection" : "", names[b]);
+                    }
+            }
+            for (int p = 0; p < 2; p++)
+                for (int b = 0; b < 5; b++) free(res[p][b]);
+            print_message("  decode step d %d %s%s: the fused kernels give the same bits\n", d,
+                          sh.grouped ? "grouped" : "tiled", fused ? ", one gate projection" : "");
+            cu.cuMemFree(dseqs), cu.cuMemFree(dw), cu.cuMemFree(dz), cu.cuMemFree(dA), cu.cuMemFree(ddt);
+            cu.cuMemFree(dnw), cu.cuMemFree(draw);
+            free(st), free(raw), free(z), free(A), free(dt), free(nw);
+            dn_case_free(&c);
+        }
+}
+
 /* Host arithmetic, no device: the partial buffers and decode graphs are sized by
  * gpu_attn_max_splits_for(ctx, max_split) (both kernels' max_split); every span up to ctx must
  * fit in it (a span's split count is not monotone, so the longest span alone does not bound
@@ -2188,6 +2284,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_flash_attention_window),
         cmocka_unit_test(test_sampler_matches_cpu),
         cmocka_unit_test(test_delta_rule),
+        cmocka_unit_test(test_delta_step_fused),
         cmocka_unit_test(test_moe_route_groups),
         cmocka_unit_test(test_moe_norm_carried),
     };

@@ -295,6 +295,44 @@ static void test_qwen35(void **state)
     assert_non_null(strstr(err, "inner"));
 }
 
+/* qwen35moe (the qwen3.5-35b-a3b preset, scaled down): qwen35's layers with routed experts
+ * (the router F32) and a shared expert behind its F32 gate row, and a CPU step through them;
+ * the preset keeps Qwen3.5-35B-A3B's shape (40 layers over 2048, 256 experts of 512, 8 a token,
+ * one shared of 512). */
+static void test_qwen35moe(void **state)
+{
+    (void)state;
+    mkmodel_config cfg;
+    assert_true(mkmodel_preset("qwen3.5-35b-a3b", &cfg));
+    assert_int_equal(cfg.arch, MODEL_ARCH_QWEN35MOE);
+    assert_int_equal(cfg.n_layer, 40);
+    assert_int_equal(cfg.n_embd, 2048);
+    assert_int_equal(cfg.n_expert, 256);
+    assert_int_equal(cfg.n_expert_used, 8);
+    assert_int_equal(cfg.n_ff_exp * cfg.n_expert_shared, 512);
+    assert_int_equal(cfg.ssm_inner, cfg.ssm_vheads * cfg.ssm_state);
+    cfg.n_embd = 256, cfg.n_layer = 4, cfg.n_head = 2, cfg.n_head_kv = 1, cfg.head_dim = 64, cfg.n_rot = 16;
+    cfg.n_ff = 256, cfg.n_vocab = 512, cfg.n_ctx = 512, cfg.n_expert = 8, cfg.n_expert_used = 2, cfg.n_ff_exp = 256;
+    cfg.ssm_state = 32, cfg.ssm_groups = 2, cfg.ssm_vheads = 4, cfg.ssm_inner = 128;
+    char path[256], err[256];
+    write_model(&cfg, "tiny-qwen35moe.gguf", path, sizeof path);
+    check_model(path, &cfg);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_int_equal(m->hp.n_expert, 8);
+    assert_int_equal(m->hp.n_ff_shexp, 256);
+    for (int il = 0; il < cfg.n_layer; il++) {
+        const model_layer *L = &m->layers[il];
+        assert_int_equal(L->recipe.attn, il % 4 == 3 ? ARCH_ATTN_FULL : ARCH_ATTN_LINEAR);
+        assert_int_equal(L->recipe.ffn, ARCH_FFN_MOE);
+        assert_int_equal(L->ffn_gate_inp.type, GGML_TYPE_F32);
+        assert_int_equal(L->ffn_gate_inp_shexp.type, GGML_TYPE_F32);
+        assert_non_null(L->ffn_down_shexp.data);
+    }
+    model_free(m);
+    unlink(path);
+}
+
 /* gpt-oss (--arch gpt-oss, the gpt-oss-20b preset's family, small): biases on q/k/v/o, a sink
  * per head, the biased router in F32, expert biases [n_ff_exp][n_expert] in F32, under --type
  * mxfp4 the experts MXFP4 and every other matrix Q8_0, sliding (even) and full layers, YaRN
@@ -772,7 +810,7 @@ static const struct {
  * qwen35, newer still). */
 /* The architecture names of llama.cpp's src/llama-arch.cpp (../shared/peers, 82bb485). */
 static const char *const llamacpp_archs[] = {"llama",  "qwen2",   "qwen3",     "gemma3",     "qwen3moe", "qwen35",
-                                             "gpt-oss", "deepseek2", "nomic-bert", "phi3", "glm4moe"};
+                                             "qwen35moe", "gpt-oss", "deepseek2", "nomic-bert", "phi3", "glm4moe"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {
@@ -1076,6 +1114,7 @@ int main(void)
         cmocka_unit_test(test_q3_k_m_rule),
         cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_qwen35),
+        cmocka_unit_test(test_qwen35moe),
         cmocka_unit_test(test_gptoss),
         cmocka_unit_test(test_deepseek2),
         cmocka_unit_test(test_glm4moe_phi3),

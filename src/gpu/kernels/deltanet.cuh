@@ -12,6 +12,9 @@
 //                    S = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q
 //                the state updated in place in its slot, so a decode graph carries it.
 //   ssm_out_norm act_h = fp16(rmsnorm(o) * w * silu(z)) per v head (the gated RMSNorm)
+//   ssm_conv_step, delta_step  a decode step's (one token a sequence): ssm_conv + ssm_qk_norm
+//                + ssm_gates in one launch, delta_rule + ssm_out_norm in another, with the
+//                same bits (the sums in the same order: shared helpers)
 //   split_qgate  a gated attention's [query | gate] per head: the queries to q
 //   gate_heads   act_h *= sigmoid(gate) (the attention's output gate)
 //   shexp_add    x += sigmoid(gate logit) * y, or y ungated (the shared expert, after the routed ones)
@@ -20,6 +23,18 @@
 #include "../gpu_shared.h"
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// One channel's conv output before the SiLU: its taps - 1 inputs before (hist, oldest first)
+// and in.  One order of the sums for ssm_conv and ssm_conv_step (the same bits).
+__device__ __forceinline__ float conv_sum(const float wr[GPU_SSM_MAX_TAPS], const float hist[GPU_SSM_MAX_TAPS - 1],
+                                          float in, int taps)
+{
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < GPU_SSM_MAX_TAPS; j++) // (no wr[taps - 1]: a dynamic index puts wr in local memory)
+        if (j < taps) acc += wr[j] * (j < GPU_SSM_MAX_TAPS - 1 && j < taps - 1 ? hist[j] : in);
+    return acc;
+}
 
 // Grid (sequences, ceil(chan / 32)), 32 * segs threads (segs = blockDim.x / 32: 1 for decode
 // steps, GPU_SSM_CONV_SEGS for prompts): lane l owns channel 32 * blockIdx.y + l, warp w the
@@ -51,12 +66,7 @@ extern "C" __global__ void ssm_conv(ssm_args a)
     for (int t = start; t < stop; t++) {
         float *x = a.mix + (size_t)t * a.chan + c;
         const float in = *x;
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < GPU_SSM_MAX_TAPS; j++) {
-            if (j < taps - 1) acc += wr[j] * hist[j];
-            else if (j == taps - 1) acc += wr[j] * in;
-        }
+        const float acc = conv_sum(wr, hist, in, taps);
 #pragma unroll
         for (int j = 0; j + 1 < GPU_SSM_MAX_TAPS - 1; j++)
             if (j + 1 < taps - 1) hist[j] = hist[j + 1];
@@ -71,39 +81,97 @@ extern "C" __global__ void ssm_conv(ssm_args a)
             if (j < taps - 1) win[(size_t)j * a.chan + c] = hist[j];
 }
 
+// A q or k head's factor, summed by one warp (lane l: v[l], v[l + 32], ... then warp_sum), the
+// same bits for ssm_qk_norm and ssm_conv_step.
+__device__ __forceinline__ float qk_norm_factor(const float *v, int d, bool q)
+{
+    float ss = 0.0f;
+    for (int i = threadIdx.x & 31; i < d; i += WARP) ss += v[i] * v[i];
+    ss = warp_sum(ss);
+    float inv = 1.0f / sqrtf(ss + 1e-6f);
+    if (q) inv *= 1.0f / sqrtf((float)d);
+    return inv;
+}
+
 // Grid (tokens, 2 * k_heads), one warp: head h < k_heads is a q head (also scaled), else a k head.
 extern "C" __global__ void ssm_qk_norm(float *mix, int chan, int d, int k_heads)
 {
     float *v = mix + (size_t)blockIdx.x * chan + (size_t)blockIdx.y * d;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += WARP) ss += v[i] * v[i];
-    ss = warp_sum(ss);
-    float inv = 1.0f / sqrtf(ss + 1e-6f);
-    if ((int)blockIdx.y < k_heads) inv *= 1.0f / sqrtf((float)d);
+    const float inv = qk_norm_factor(v, d, (int)blockIdx.y < k_heads);
     for (int i = threadIdx.x; i < d; i += WARP) v[i] *= inv;
 }
 
-// n = tokens * v_heads entries.  b and a: the raw projections [t][v_heads] (turned into beta
-// and g in place), or with `fused` one projection raw [t][2 * v_heads] grouped per k head (its
-// v heads' b, then their a: qwen3next) read from raw into b and a.
-extern "C" __global__ void ssm_gates(float *b, float *a, const float *raw, int fused, int v_heads, int k_heads,
-                                     const float *A, const float *dt_bias, int n)
+// Entry i = t * v_heads + h: beta = sigmoid(b), g = A * softplus(a + dt_bias).
+__device__ __forceinline__ void ssm_gate(const ssm_gate_args &ga, int i)
 {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const int t = i / v_heads, h = i % v_heads, per_k = v_heads / k_heads;
+    const int t = i / ga.v_heads, h = i % ga.v_heads, per_k = ga.v_heads / ga.k_heads;
     float bv, av;
-    if (fused) {
-        const float *group = raw + (size_t)t * 2 * v_heads + (size_t)(h / per_k) * 2 * per_k;
+    if (ga.fused) {
+        const float *group = ga.raw + (size_t)t * 2 * ga.v_heads + (size_t)(h / per_k) * 2 * per_k;
         bv = group[h % per_k];
         av = group[per_k + h % per_k];
     } else {
-        bv = b[i];
-        av = a[i];
+        bv = ga.b[i];
+        av = ga.a[i];
     }
-    const float x = av + dt_bias[h], softplus = x > 20.0f ? x : log1pf(expf(x)); // torch's threshold
-    b[i] = sigmoidf_(bv);
-    a[i] = A[h] * softplus;
+    const float x = av + ga.dt_bias[h], softplus = x > 20.0f ? x : log1pf(expf(x)); // torch's threshold
+    ga.b[i] = sigmoidf_(bv);
+    ga.a[i] = ga.A[h] * softplus;
+}
+
+// n = tokens * v_heads entries (ssm_gate).
+extern "C" __global__ void ssm_gates(ssm_gate_args ga, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ssm_gate(ga, i);
+}
+
+// A decode step (every sequence one token): ssm_conv, ssm_qk_norm and ssm_gates in one launch.
+// Grid (sequences, 2 k_heads + v_heads + 1), d rounded up to 32 threads: block (s, h) takes
+// head h's d channels of the sequence's token (q heads, k heads, v heads: mix's order), thread
+// i channel h d + i, through the conv step as ssm_conv takes one token; a q or k head's values
+// then wait in shared memory for warp 0's norm factor (qk_norm_factor, as ssm_qk_norm sums it).
+// The last block y computes the token's gates.  Every value has the three kernels' bits.
+extern "C" __global__ void ssm_conv_step(ssm_args a, ssm_gate_args ga)
+{
+    __shared__ float head[GPU_SSM_MAX_D];
+    __shared__ float inv;
+    const gpu_ssm_seq s = a.seqs[blockIdx.x];
+    const int h = blockIdx.y, i = threadIdx.x, d = a.d, c = h * d + i, taps = a.taps;
+    if (h == 2 * a.k_heads + a.v_heads) {
+        for (int j = i; j < a.v_heads; j += blockDim.x) ssm_gate(ga, s.first * a.v_heads + j);
+        return;
+    }
+    const bool mine = i < d;
+    float *x = a.mix + (size_t)s.first * a.chan + c, y = 0.0f;
+    if (mine) {
+        float *win = a.state + (size_t)s.state * a.slot_stride + a.conv_off;
+        float hist[GPU_SSM_MAX_TAPS - 1], wr[GPU_SSM_MAX_TAPS];
+#pragma unroll
+        for (int j = 0; j < GPU_SSM_MAX_TAPS - 1; j++) hist[j] = j < taps - 1 ? win[(size_t)j * a.chan + c] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < GPU_SSM_MAX_TAPS; j++) wr[j] = j < taps ? a.conv_w[(size_t)c * taps + j] : 0.0f;
+        const float in = *x, acc = conv_sum(wr, hist, in, taps);
+        y = acc * sigmoidf_(acc);
+#pragma unroll
+        for (int j = 0; j < GPU_SSM_MAX_TAPS - 1; j++) { // the window moves on by one input
+            float next = in;
+            if (j + 1 < GPU_SSM_MAX_TAPS - 1 && j < taps - 2) next = hist[j + 1];
+            if (j < taps - 1) win[(size_t)j * a.chan + c] = next;
+        }
+    }
+    if (h >= 2 * a.k_heads) { // a v head: no norm
+        if (mine) *x = y;
+        return;
+    }
+    if (mine) head[i] = y;
+    __syncthreads();
+    if (i < WARP) {
+        const float f = qk_norm_factor(head, d, h < a.k_heads);
+        if (i == 0) inv = f;
+    }
+    __syncthreads();
+    if (mine) *x = y * inv;
 }
 
 // Grid (sequences, v_heads, ceil(d / 32)), GPU_SSM_WARPS warps: a block owns 32 columns j of
@@ -171,18 +239,111 @@ extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32) delta_rule(ssm_
         if (col && ii < rows && i0 + ii < d) S[(size_t)(i0 + ii) * d + j] = r[ii];
 }
 
+// The gated RMSNorm of one head's o (d values) by one warp: lane l writes out[i] for i = l,
+// l + 32, ...  The same bits for ssm_out_norm and delta_step.
+__device__ __forceinline__ void out_norm_head(const float *o, const float *z, const float *w, __half *out, int d,
+                                              float eps)
+{
+    float ss = 0.0f;
+    for (int i = threadIdx.x & 31; i < d; i += WARP) ss += o[i] * o[i];
+    ss = warp_sum(ss);
+    const float scale = rsqrtf(ss / (float)d + eps);
+    for (int i = threadIdx.x & 31; i < d; i += WARP) {
+        const float zi = z[i];
+        out[i] = __float2half_rn(o[i] * scale * w[i] * (zi * sigmoidf_(zi)));
+    }
+}
+
 // Grid (tokens, v_heads), one warp: out[t][h] = fp16(rmsnorm(o[t][h]) * w * silu(z[t][h])).
 extern "C" __global__ void ssm_out_norm(const float *o, const float *z, const float *w, __half *out, int d,
                                         int v_heads, float eps)
 {
     const size_t base = ((size_t)blockIdx.x * v_heads + blockIdx.y) * d;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += WARP) ss += o[base + i] * o[base + i];
-    ss = warp_sum(ss);
-    const float scale = rsqrtf(ss / (float)d + eps);
-    for (int i = threadIdx.x; i < d; i += WARP) {
-        const float zi = z[base + i];
-        out[base + i] = __float2half_rn(o[base + i] * scale * w[i] * (zi * sigmoidf_(zi)));
+    out_norm_head(o + base, z + base, w, out + base, d, eps);
+}
+
+// A decode step (every sequence one token) of heads of d <= GPU_SSM_STEP_MAX_D: delta_rule and
+// ssm_out_norm in one launch.  Grid (sequences, v_heads), GPU_SSM_WARPS warps: the block holds
+// the head's whole state, lane l of warp w the columns j = l + 32 c (c < d / 32) of delta_rule's
+// rows of warp w, so that every column's sums are delta_rule's (its rows' products in order,
+// then the warps' in order); o stays in shared memory for warp 0's gated RMSNorm
+// (out_norm_head) into out (act_h).  One launch a layer fewer, and the head's o need not
+// wait in global memory for another kernel.
+extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32)
+    delta_step(ssm_args a, const float *z, const float *norm_w, __half *out, float eps)
+{
+    constexpr int COLS = GPU_SSM_STEP_MAX_D / WARP, MAX_ROWS = GPU_SSM_STEP_MAX_D / GPU_SSM_WARPS;
+    __shared__ float sk[GPU_SSM_STEP_MAX_D], sq[GPU_SSM_STEP_MAX_D], so[GPU_SSM_STEP_MAX_D];
+    __shared__ float red[GPU_SSM_WARPS][GPU_SSM_STEP_MAX_D];
+    const gpu_ssm_seq s = a.seqs[blockIdx.x];
+    const int h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5, d = a.d, t = s.first;
+    const int per_k = a.v_heads / a.k_heads, kh = a.grouped ? h / per_k : h % a.k_heads;
+    const int rows = (d + GPU_SSM_WARPS - 1) / GPU_SSM_WARPS, i0 = w * rows;
+    float *S = a.state + (size_t)s.state * a.slot_stride + a.delta_off + (size_t)h * d * d;
+    const float *x = a.mix + (size_t)t * a.chan;
+    float r[COLS][MAX_ROWS];
+#pragma unroll
+    for (int cb = 0; cb < COLS; cb++)
+#pragma unroll
+        for (int ii = 0; ii < MAX_ROWS; ii++) {
+            const int j = cb * WARP + lane;
+            r[cb][ii] = j < d && ii < rows && i0 + ii < d ? S[(size_t)(i0 + ii) * d + j] : 0.0f;
+        }
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        sk[i] = x[a.k_heads * d + kh * d + i];
+        sq[i] = x[kh * d + i];
+    }
+    __syncthreads();
+    const float decay = expf(a.g[(size_t)t * a.v_heads + h]), beta = a.beta[(size_t)t * a.v_heads + h];
+#pragma unroll
+    for (int cb = 0; cb < COLS; cb++) {
+        float p = 0.0f;
+#pragma unroll
+        for (int ii = 0; ii < MAX_ROWS; ii++) {
+            if (ii < rows && i0 + ii < d) {
+                r[cb][ii] *= decay;
+                p += r[cb][ii] * sk[i0 + ii];
+            }
+        }
+        red[w][cb * WARP + lane] = p;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int cb = 0; cb < COLS; cb++) {
+        const int j = cb * WARP + lane;
+        float kv = 0.0f;
+#pragma unroll
+        for (int u = 0; u < GPU_SSM_WARPS; u++) kv += red[u][j];
+        const float delta = j < d ? beta * (x[2 * a.k_heads * d + h * d + j] - kv) : 0.0f;
+        float p = 0.0f;
+#pragma unroll
+        for (int ii = 0; ii < MAX_ROWS; ii++) {
+            if (ii < rows && i0 + ii < d) {
+                r[cb][ii] += sk[i0 + ii] * delta;
+                p += r[cb][ii] * sq[i0 + ii];
+            }
+        }
+        __syncthreads(); // every warp has read red[.][j] for this column block
+        red[w][j] = p;
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int u = 0; u < GPU_SSM_WARPS; u++) o += red[u][j];
+        so[j] = o;
+    }
+#pragma unroll
+    for (int cb = 0; cb < COLS; cb++)
+#pragma unroll
+        for (int ii = 0; ii < MAX_ROWS; ii++) {
+            const int j = cb * WARP + lane;
+            if (j < d && ii < rows && i0 + ii < d) S[(size_t)(i0 + ii) * d + j] = r[cb][ii];
+        }
+    __syncthreads();
+    if (w == 0) {
+        const size_t base = ((size_t)t * a.v_heads + h) * d;
+        out_norm_head(so, z + base, norm_w, out + base, d, eps);
     }
 }
 

@@ -34,6 +34,8 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
     const __half *xr[MT];
 #pragma unroll
     for (int i = 0; i < MT; i++) xr[i] = a.x + (size_t)min(m0 + i, a.m - 1) * a.ldx;
+    if constexpr (MT == 2)
+        if (a.x_lo) xr[1] = a.x_lo; // one row to ~22 bits: its FP16 value and remainder
 #pragma unroll
     for (int r = 0; r < NR; r++)
 #pragma unroll
@@ -219,6 +221,43 @@ __device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, 
     }
 }
 
+// matvec_args.x_lo (one token's h and its FP16 remainder as activation rows 0 and 1):
+// MATVEC_LO_ROWS weight rows a warp, so that every input chunk a lane loads serves both.  At
+// one row a warp the inputs' loads from L1 bound these products, not the weights' from DRAM
+// (a warp reads the k FP16 inputs, twice with x_lo, per row of k/2 bytes of Q4_K: the two-row
+// pass ran at 0.8 TB/s on the Qwen3.5-9B shape's Wqkv + Wgate).  Each row's sums are still
+// row_dots' (its own, chunk by chunk), so the bits are those of one row a warp.  Rows past the
+// last read row 0 again and write nothing.
+template <int T>
+__device__ __forceinline__ void matvec_lo_body(const matvec_args &a)
+{
+    constexpr int NR = MATVEC_LO_ROWS;
+    const int n0 = (blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5)) * NR;
+    int nr[NR], sr[NR];
+    const uint8_t *rows[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        int n = n0 + r, s = 0;
+        while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
+        sr[r] = s, nr[r] = n;
+        rows[r] = s < a.n_seg ? a.seg[s].w + (size_t)n * a.row_bytes : a.seg[0].w;
+    }
+    if (sr[0] >= a.n_seg) return;
+    float acc[NR][2];
+    row_dots<T, 2, NR>(rows, a, 0, acc);
+    if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        if (sr[r] >= a.n_seg) break;
+        const matvec_seg &sg = a.seg[sr[r]];
+        float v = acc[r][0];
+        if (sr[r] < a.lo_segs) v += acc[r][1]; // W x + W x_lo
+        v = v + (sg.bias ? sg.bias[nr[r]] : 0.0f);
+        float *dst = sg.y + nr[r];
+        *dst = a.accumulate ? *dst + v : v;
+    }
+}
+
 // One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
 // fastest, so blocks that share weight rows run together and re-read them from L2.  ROPE: the
 // QKV product of one token with qkv_post in its epilogue (matvec_rope_<suffix>; rp its args).
@@ -228,6 +267,11 @@ template <int T, int MT, bool ROPE = false, bool Q8 = false, int NORM = NORM_NON
 __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_rope_args *rp = nullptr)
 {
     static_assert(NORM == NORM_NONE || (MT == 1 && !Q8 && (!ROPE || NORM == NORM_IN)), "the norms' products");
+    if constexpr (MT == 2 && !ROPE && !Q8 && NORM == NORM_NONE)
+        if (a.x_lo) {
+            matvec_lo_body<T>(a);
+            return;
+        }
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
     while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
     // past the rows (never with ROPE: whole blocks): nothing to do but meet the norms' barriers

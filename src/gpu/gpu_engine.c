@@ -574,7 +574,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     for (int l = 0; l < hp->n_layer; l++) {
         const gpu_layer *L = &g->layers[l];
         gate_up |= (L->w_gate.d && !gpu_ffn_fused(g, L, T)) || L->mlp; /* an MLP's up product in FP32 */
-        gate_up |= L->ffn_gate_shexp.d && !gpu_glu_fused(g, &L->ffn_gate_shexp, &L->ffn_up_shexp, false, T);
+        gate_up |= L->ffn_gate_shexp.d && !gpu_glu_fused(g, &L->ffn_gate_shexp, &L->ffn_up_shexp, T);
         any_gated |= L->gated;
         any_shexp |= L->ffn_gate_shexp.d != 0;
         any_post |= L->attn_post_norm || L->ffn_post_norm || ple || L->post_ln || g->pos_embd.d;

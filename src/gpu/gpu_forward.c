@@ -449,18 +449,16 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 }
 
 /* The fused kernels (glu_*, mmq_glu_*) apply SiLU or, glu_gelu, GeGLU: either activation is
- * fused wherever gate and up share a format and a kernel path (geglu names the activation to
- * the callers; it no longer decides). */
-bool gpu_glu_fused(const gpu_engine *g, const gpu_matrix *gate, const gpu_matrix *up, bool geglu, int T)
+ * fused wherever gate and up share a format and a kernel path. */
+bool gpu_glu_fused(const gpu_engine *g, const gpu_matrix *gate, const gpu_matrix *up, int T)
 {
-    (void)geglu;
     matmul_path path = path_for(g, gate, T);
     return gate->type == up->type && (path == PATH_MMQ || path == PATH_MATVEC);
 }
 
 bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T)
 {
-    return gpu_glu_fused(g, &L->w_gate, &L->w_up, L->geglu, T);
+    return gpu_glu_fused(g, &L->w_gate, &L->w_up, T);
 }
 
 /* ff_h = fp16(act(gate h) * up h), act silu or gelu_tanh, in rows of the layer's own width:
@@ -474,7 +472,7 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
     matmul_op op = {.out = {{gate, g->gate, 0, L->d_ff}, {up, g->up, 0, L->d_ff}}, .n_out = 2,
                     .x = np >= 0 ? g->norm_h : g->act_h, .m = T, .ldx = g->d_embd,
                     .x_q8 = !shexp && norm_q8(g, T, g->d_embd), .glu_gelu = geglu, .what = what};
-    if (gpu_glu_fused(g, gate, up, geglu, T)) {
+    if (gpu_glu_fused(g, gate, up, T)) {
         if (path_for(g, gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
         int v = matvec_variant(T);
         matvec_args a = matvec_args_for(&op, 0, 2);
@@ -953,7 +951,7 @@ static bool ffn_norms_carried(const gpu_engine *g, const gpu_layer *L, arch_ffn 
 {
     const gpu_kernels *k = &g->k;
     if (ffn == ARCH_FFN_GLU)
-        return !L->geglu && gpu_glu_fused(g, &L->w_gate, &L->w_up, false, 1) && L->w_gate.wtype >= 0 &&
+        return !L->geglu && gpu_glu_fused(g, &L->w_gate, &L->w_up, 1) && L->w_gate.wtype >= 0 &&
                k->matvec_res[L->w_gate.wtype].f && L->w_down.wtype >= 0 && k->matvec_res[L->w_down.wtype].f;
     if (ffn != ARCH_FFN_MOE || L->geglu || !L->router || L->ffn_gate_inp_shexp || GPU_MOE_ENTRY_MAX_TOKENS < 1)
         return false;
@@ -967,7 +965,7 @@ static bool ffn_norms_carried(const gpu_engine *g, const gpu_layer *L, arch_ffn 
      * 351.2 against 348.2; docs/benchmarks.md).  A shared expert ends the layer on matvec_res. */
     if (!L->ffn_gate_shexp.d) return GPU_MOE_DOWN_ROWS(g->base.m->hp.n_expert_used) >= 2;
     const gpu_matrix *sg = &L->ffn_gate_shexp, *sd = &L->ffn_down_shexp;
-    return gpu_glu_fused(g, sg, &L->ffn_up_shexp, false, 1) && sg->wtype >= 0 && k->matvec_res[sg->wtype].f &&
+    return gpu_glu_fused(g, sg, &L->ffn_up_shexp, 1) && sg->wtype >= 0 && k->matvec_res[sg->wtype].f &&
            sd->wtype >= 0 && k->matvec_res[sd->wtype].f;
 }
 

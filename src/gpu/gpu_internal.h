@@ -330,7 +330,7 @@ int gpu_dequant_f16(gpu_engine *g, const gpu_matrix *w, CUdeviceptr dst, const c
  * not, it needs the FP32 gate/up buffers. */
 bool gpu_ffn_fused(const gpu_engine *g, const gpu_layer *L, int T);
 /* ... for any gate and up pair (a shared expert's). */
-bool gpu_glu_fused(const gpu_engine *g, const gpu_matrix *gate, const gpu_matrix *up, bool geglu, int T);
+bool gpu_glu_fused(const gpu_engine *g, const gpu_matrix *gate, const gpu_matrix *up, int T);
 /* LM head over n rows of final activations gathered by the int list at in_d + in.lidx + first. */
 int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t errlen);
 /* The output norm over n rows of x from row `first`, in place (FP32): a sequence's final

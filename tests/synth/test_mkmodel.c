@@ -258,6 +258,16 @@ static void test_qwen3moe(void **state)
     assert_non_null(strstr(err, "experts"));
 }
 
+/* A Qwen3.5 preset shrunk to a test's size: 4 layers (three DeltaNet, one gated attention) of
+ * 256, 4 v heads of state 32 over 2 k groups, a 512-token vocabulary; the FFN width is the
+ * caller's. */
+static void hybrid_scaled_down(mkmodel_config *cfg)
+{
+    cfg->n_embd = 256, cfg->n_layer = 4, cfg->n_head = 2, cfg->n_head_kv = 1, cfg->head_dim = 64, cfg->n_rot = 16;
+    cfg->n_vocab = 512, cfg->n_ctx = 512;
+    cfg->ssm_state = 32, cfg->ssm_groups = 2, cfg->ssm_vheads = 4, cfg->ssm_inner = 128;
+}
+
 /* qwen35 (the qwen3.5-9b preset, scaled down): every fourth layer gated attention with partial
  * RoPE, the others gated DeltaNet with F32 conv taps and A < 0 (every decay below 1), and a CPU
  * step through them; the preset keeps Qwen3.5-9B's shape; an inner width other than v heads x
@@ -271,9 +281,8 @@ static void test_qwen35(void **state)
     assert_int_equal(cfg.n_layer, 32);
     assert_int_equal(cfg.head_dim, 256);
     assert_int_equal(cfg.ssm_inner, cfg.ssm_vheads * cfg.ssm_state);
-    cfg.n_embd = 256, cfg.n_layer = 4, cfg.n_head = 2, cfg.n_head_kv = 1, cfg.head_dim = 64, cfg.n_rot = 16;
-    cfg.n_ff = 512, cfg.n_vocab = 512, cfg.n_ctx = 512;
-    cfg.ssm_state = 32, cfg.ssm_groups = 2, cfg.ssm_vheads = 4, cfg.ssm_inner = 128;
+    hybrid_scaled_down(&cfg);
+    cfg.n_ff = 512;
     char path[256], err[256];
     write_model(&cfg, "tiny-qwen35.gguf", path, sizeof path);
     check_model(path, &cfg);
@@ -311,9 +320,8 @@ static void test_qwen35moe(void **state)
     assert_int_equal(cfg.n_expert_used, 8);
     assert_int_equal(cfg.n_ff_exp * cfg.n_expert_shared, 512);
     assert_int_equal(cfg.ssm_inner, cfg.ssm_vheads * cfg.ssm_state);
-    cfg.n_embd = 256, cfg.n_layer = 4, cfg.n_head = 2, cfg.n_head_kv = 1, cfg.head_dim = 64, cfg.n_rot = 16;
-    cfg.n_ff = 256, cfg.n_vocab = 512, cfg.n_ctx = 512, cfg.n_expert = 8, cfg.n_expert_used = 2, cfg.n_ff_exp = 256;
-    cfg.ssm_state = 32, cfg.ssm_groups = 2, cfg.ssm_vheads = 4, cfg.ssm_inner = 128;
+    hybrid_scaled_down(&cfg);
+    cfg.n_ff = 256, cfg.n_expert = 8, cfg.n_expert_used = 2, cfg.n_ff_exp = 256;
     char path[256], err[256];
     write_model(&cfg, "tiny-qwen35moe.gguf", path, sizeof path);
     check_model(path, &cfg);

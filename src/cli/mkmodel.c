@@ -19,6 +19,8 @@ static void usage(FILE *out)
             "usage: inferd mkmodel -o OUT.gguf [options]\n"
             "  --preset NAME   tiny (default) | small | qwen2.5-1.5b | llama-3.1-8b | qwen3-0.6b\n"
             "                  | gemma-3-12b | gemma-3-27b | qwen3-30b-a3b (MoE: 128 experts, 8 per token)\n"
+            "                  | gemma-4-31b (5 sliding layers of 16 kv heads x 256 : 1 full of 4 x 512, K = V)\n"
+            "                  | gemma-4-26b-a4b (the same attention, 128 experts of 704 beside a GeGLU)\n"
             "                  | qwen3.5-9b | qwen3.5-35b-a3b (hybrid MoE: 256 experts, 8 per token, 1 shared)\n"
             "                  | gpt-oss-20b (32 MXFP4 experts, 4 per token, window 128, YaRN x32)\n"
             "                  | deepseek-v2-lite (latent attention, 64 experts, 6 per token)\n"
@@ -26,20 +28,23 @@ static void usage(FILE *out)
             "                  46 layers: ~64 GB at Q4_K_M, take fewer with --n-layer)\n"
             "                  | nomic-embed-text-v1.5 (nomic-bert encoder, 768 x 12, mean pooling, F16)\n"
             "  --arch A        llama | qwen2 | qwen3 | gemma3 | qwen3moe | gpt-oss | deepseek2 | glm4moe | phi3\n"
-            "                  | nomic-bert\n"
+            "                  | nomic-bert | gemma4\n"
             "                  (overrides the preset's architecture; qwen3moe, gpt-oss: 8 experts of n-ff/4,\n"
             "                  2 per token; gpt-oss: window 128, YaRN x32 over 4096, Harmony's markup\n"
             "                  tokens; with --type mxfp4 only its experts are MXFP4, the other matrices\n"
             "                  Q8_0; deepseek2: qwen3moe's experts + 1 shared, a dense first layer, a\n"
             "                  latent 4 heads wide; glm4moe: the same experts, sigmoid-routed, RoPE on half\n"
             "                  a head; phi3: fused qkv and gate/up, LongRoPE on 3/4 of a head; nomic-bert:\n"
-            "                  an encoder with RoPE, fused qkv, SwiGLU, post-LN, mean pooling)\n"
+            "                  an encoder with RoPE, fused qkv, SwiGLU, post-LN, mean pooling; gemma4: 5\n"
+            "                  sliding : 1 full layer, full heads twice as wide over a quarter of the kv\n"
+            "                  heads, RoPE on a quarter of them, K = V, window 1024, soft cap 30)\n"
             "  --type T        f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k\n"
             "                  | q5_k | q6_k | iq4_nl | iq4_xs | iq3_s | iq3_xxs | iq2_s | iq2_xs\n"
             "                  | iq2_xxs | iq1_m | iq1_s | mxfp4 | q4_k_m | q3_k_m | ud_q2_k_xl | ud_iq1_s\n"
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N --n-vocab N\n"
             "  --n-expert N --n-expert-used N --n-ff-exp N   (qwen3moe, gpt-oss: experts, per token, width)\n"
-            "  --head-dim N    per-head width (default n-embd / n-head; written as attention.key_length)\n"
+            "  --head-dim N    per-head width (default n-embd / n-head; written as attention.key_length;\n"
+            "                  gemma4: the sliding layers', as key_length_swa)\n"
             "  --seed N        weight seed (default 1)\n"
             "  --corpus-dir D  tokenizer training text: D/README.md + D/src (default: the source tree)\n"
             "  --vocab F.gguf  copy the tokenizer (tokenizer.* keys) of F instead; n-vocab follows it\n"
@@ -75,6 +80,7 @@ static int arch_from_name(const char *s)
     if (strcmp(s, "glm4moe") == 0) return MODEL_ARCH_GLM4MOE;
     if (strcmp(s, "phi3") == 0) return MODEL_ARCH_PHI3;
     if (strcmp(s, "nomic-bert") == 0) return MODEL_ARCH_NOMIC_BERT;
+    if (strcmp(s, "gemma4") == 0) return MODEL_ARCH_GEMMA4;
     return -1;
 }
 
@@ -130,7 +136,7 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_PRESET: break;
         case OPT_ARCH:
             if ((arch = arch_from_name(optarg)) < 0) {
-                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, deepseek2, glm4moe, phi3, nomic-bert)\n", optarg);
+                fprintf(stderr, "inferd mkmodel: --arch: unknown architecture '%s' (llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss, deepseek2, glm4moe, phi3, nomic-bert, gemma4)\n", optarg);
                 return 2;
             }
             break;

@@ -120,6 +120,12 @@ void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch)
         cfg->n_expert_groups = 1, cfg->n_group_used = 1;
     }
     if (arch == MODEL_ARCH_PHI3 && cfg->n_rot == 0) cfg->n_rot = hd * 3 / 4 / 2 * 2; /* Phi-4-mini's share */
+    if (arch == MODEL_ARCH_GEMMA4 && cfg->swa_period == 0) { /* Gemma 4's attention at cfg's size */
+        if (cfg->n_swa == 0) cfg->n_swa = 1024, cfg->rope_base_swa = 10000.0f;
+        cfg->swa_period = 6, cfg->head_dim_full = 2 * hd, cfg->v_from_k = true, cfg->logit_softcap = 30.0f;
+        cfg->n_head_kv_full = cfg->n_head_kv % 4 == 0 ? cfg->n_head_kv / 4 : 1;
+        cfg->n_rot = hd / 2 / 2 * 2 > 2 ? hd / 2 / 2 * 2 : 2; /* a quarter of the full head */
+    }
     if (arch == MODEL_ARCH_NOMIC_BERT) { /* an encoder: every head its own K/V, mean-pooled */
         cfg->n_head_kv = cfg->n_head;
         if (cfg->pooling == 0) cfg->pooling = 2; /* mean */
@@ -132,41 +138,62 @@ static const struct preset {
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
               false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
                1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
                       151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
                       131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
                     151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
     /* Gemma 3 (google/gemma-3-{12b,27b}-it config.json): window 1024, local base 10000, the
      * global layers' base 1M with linear scaling 8, no final soft-cap (Gemma 2 had one). */
     {"gemma-3-12b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-12B", 3840, 48, 16, 8, 15360, 131072,
                      262144, 256, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
                      10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
     {"gemma-3-27b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-27B", 5376, 62, 32, 16, 21504, 131072,
                      262144, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
                      10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+    /* Gemma 4 31B (google/gemma-4-31B-it config.json, text_config): 60 layers over 5376, five
+     * sliding layers (32 heads of 256 over 16 kv heads, window 1024, RoPE base 10000 on the whole
+     * head) to one full layer (32 heads of 512 over 4 kv heads, V = K (attention_k_eq_v),
+     * "proportional" RoPE at base 1e6 on a quarter of the head: 128 of 512 dimensions), GeGLU of
+     * 21504, logits soft-capped at 30, LM head tied, 262,144-token vocabulary */
+    {"gemma-4-31b", {.arch = MODEL_ARCH_GEMMA4, .name = "synthetic Gemma-4-31B", .n_embd = 5376, .n_layer = 60,
+                     .n_head = 32, .n_head_kv = 16, .n_ff = 21504, .n_ctx = 262144, .n_vocab = 262144,
+                     .head_dim = 256, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+                     .ftype = MKMODEL_Q4_K_M, .seed = 1, .n_swa = 1024, .rope_base_swa = 10000.0f, .n_rot = 128,
+                     .swa_period = 6, .head_dim_full = 512, .n_head_kv_full = 4, .v_from_k = true,
+                     .logit_softcap = 30.0f}},
+    /* Gemma 4 26B-A4B (google/gemma-4-26B-A4B-it config.json): the 31B's attention pattern over
+     * 2816 in 30 layers (16 heads; sliding 8 kv heads of 256, full 2 of 512, V = K), every layer
+     * a 2112-wide GeGLU beside 128 experts of 704, 8 per token (enable_moe_block) */
+    {"gemma-4-26b-a4b", {.arch = MODEL_ARCH_GEMMA4, .name = "synthetic Gemma-4-26B-A4B", .n_embd = 2816,
+                         .n_layer = 30, .n_head = 16, .n_head_kv = 8, .n_ff = 2112, .n_ctx = 262144,
+                         .n_vocab = 262144, .head_dim = 256, .rope_base = 1000000.0f, .rms_eps = 1e-6f,
+                         .tied_output = true, .ftype = MKMODEL_Q4_K_M, .seed = 1, .n_swa = 1024,
+                         .rope_base_swa = 10000.0f, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 704,
+                         .n_rot = 128, .swa_period = 6, .head_dim_full = 512, .n_head_kv_full = 2,
+                         .v_from_k = true, .logit_softcap = 30.0f}},
     /* Qwen3-30B-A3B (and Qwen3-Coder-30B-A3B): 128 experts of 768, 8 per token */
     {"qwen3-30b-a3b", {MODEL_ARCH_QWEN3MOE, "synthetic Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 40960,
                        151936, 128, 1000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f,
                        0.0f, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
     /* Qwen3.5-9B (qwen35): 8 of its 32 layers gated attention (16 heads of 256, 4 KV heads,
      * RoPE on a quarter of each head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v
      * heads of 128, conv of 4) */
     {"qwen3.5-9b", {MODEL_ARCH_QWEN35, "synthetic Qwen3.5-9B", 4096, 32, 16, 4, 12288, 262144, 248320, 256,
                     10000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f, 0.0f, 0, 0, 0, 0,
                     4, 128, 16, 32, 4096, 64, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
     /* Qwen3.5-35B-A3B (qwen35moe; Qwen/Qwen3.5-35B-A3B config.json): 40 layers over a 2048-wide
      * stream, 10 of them gated attention (16 heads of 256, 2 KV heads, RoPE on a quarter of each
      * head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v heads of 128, conv of 4);
@@ -185,7 +212,7 @@ static const struct preset {
     {"gpt-oss-20b", {MODEL_ARCH_GPTOSS, "synthetic gpt-oss-20b", 2880, 24, 64, 8, 2880, 131072, 201088, 64,
                      150000.0f, 1e-5f, false, MKMODEL_MXFP4, 1, 0, NULL, false, 128, 0.0f, 0.0f, 32, 4, 2880, 0,
                      0, 0, 0, 0, 0, 0, 32.0f, 4096,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
     /* DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite config.json): latent attention without a
      * query LoRA (kv_lora_rank 512, 16 heads of 128 + 64 RoPE, values 128), 64 experts of 1408,
      * 6 per token, softmax scores not renormalised, 2 shared, the first layer dense (10944).
@@ -252,6 +279,25 @@ static bool use_more_bits(int i, int n)
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
+bool mkmodel_gemma4_full(const mkmodel_config *cfg, int il)
+{
+    return cfg->swa_period > 0 && (il + 1) % cfg->swa_period == 0;
+}
+
+/* llama.cpp counts attn_v tensors, not layers, for its attn_v rule: in a gemma4 whose full
+ * layers take V from K, layer's attn_v is the *i-th of *n (the sliding layers'). */
+static void attn_v_position(const mkmodel_config *cfg, int layer, int *i, int *n)
+{
+    *i = layer, *n = cfg->n_layer;
+    if (cfg->arch != MODEL_ARCH_GEMMA4 || !cfg->v_from_k) return;
+    *i = *n = 0;
+    for (int il = 0; il < cfg->n_layer; il++) {
+        if (mkmodel_gemma4_full(cfg, il)) continue;
+        if (il < layer) (*i)++;
+        (*n)++;
+    }
+}
+
 /* The UD-style mixes keep the bits where the error hurts most and starve the bulk (the FFN's
  * gate and up, most of the parameters): output Q6_K, token_embd Q4_K, attention at 4-6 bits,
  * ffn_down a step above gate/up, and the first and last layers' FFN a step
@@ -311,8 +357,10 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
     if (cfg->ftype != MKMODEL_Q4_K_M) return pure[cfg->ftype];
     if (strcmp(role, "output") == 0) return GGML_TYPE_Q6_K;
     if (strcmp(role, "token_embd") == 0) return cfg->tied_output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
-    if ((strcmp(role, "attn_v") == 0 || strncmp(role, "ffn_down", 8) == 0) && /* ffn_down_exps too */
-        use_more_bits(layer, cfg->n_layer))
+    int v_i, v_n;
+    attn_v_position(cfg, layer, &v_i, &v_n);
+    if (strcmp(role, "attn_v") == 0) return use_more_bits(v_i, v_n) ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+    if (strncmp(role, "ffn_down", 8) == 0 && use_more_bits(layer, cfg->n_layer)) /* ffn_down_exps too */
         return GGML_TYPE_Q6_K;
     return GGML_TYPE_Q4_K;
 }
@@ -572,6 +620,43 @@ static void list_gptoss_layer(tensor_list *l, const mkmodel_config *c, int il)
 
 static void list_routed_ffn(tensor_list *l, const mkmodel_config *c, int il);
 
+/* One gemma4 layer (arch/gemma4.c's names, as llama.cpp's converter writes them): the sliding
+ * or full attention with its own head width and kv heads (a full layer without attn_v when V
+ * is the K projection), q/k norms, sandwich norms around attention and the GeGLU; with
+ * experts, the router (its row scale beside it), the fused gate/up experts, the down experts
+ * and their per-expert scale, and the norms of the second branch; then the layer's output
+ * scalar. */
+static void list_gemma4_layer(tensor_list *l, const mkmodel_config *c, int il)
+{
+    const bool full = mkmodel_gemma4_full(c, il);
+    const int64_t hd = full ? c->head_dim_full : head_dim_of(c), q_dim = c->n_head * hd;
+    const int64_t kv_dim = (full ? c->n_head_kv_full : c->n_head_kv) * hd;
+    add_spec(l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
+    add_matrix(l, il, "attn_q", c->n_embd, q_dim);
+    add_matrix(l, il, "attn_k", c->n_embd, kv_dim);
+    if (!(full && c->v_from_k)) add_matrix(l, il, "attn_v", c->n_embd, kv_dim);
+    add_matrix(l, il, "attn_output", q_dim, c->n_embd);
+    add_spec(l, il, "norm", "attn_q_norm.weight", hd, 0, 0);
+    add_spec(l, il, "norm", "attn_k_norm.weight", hd, 0, 0);
+    add_spec(l, il, "norm", "post_attention_norm.weight", c->n_embd, 0, 0);
+    add_spec(l, il, "norm", "ffn_norm.weight", c->n_embd, 0, 0);
+    add_matrix(l, il, "ffn_gate", c->n_embd, c->n_ff);
+    add_matrix(l, il, "ffn_up", c->n_embd, c->n_ff);
+    add_matrix(l, il, "ffn_down", c->n_ff, c->n_embd);
+    add_spec(l, il, "norm", "post_ffw_norm.weight", c->n_embd, 0, 0);
+    if (c->n_expert > 0) {
+        add_matrix(l, il, "ffn_gate_inp", c->n_embd, c->n_expert);
+        add_spec(l, il, "norm", "ffn_gate_inp.scale", c->n_embd, 0, 0);
+        add_spec(l, il, "norm", "pre_ffw_norm_2.weight", c->n_embd, 0, 0);
+        add_experts(l, il, "ffn_gate_up_exps", c->n_embd, 2 * (int64_t)c->n_ff_exp, c->n_expert);
+        add_experts(l, il, "ffn_down_exps", c->n_ff_exp, c->n_embd, c->n_expert);
+        add_spec(l, il, "norm", "ffn_down_exps.scale", c->n_expert, 0, 0);
+        add_spec(l, il, "norm", "post_ffw_norm_1.weight", c->n_embd, 0, 0);
+        add_spec(l, il, "norm", "post_ffw_norm_2.weight", c->n_embd, 0, 0);
+    }
+    add_spec(l, il, "norm", "layer_output_scale.weight", 1, 0, 0);
+}
+
 /* One phi3 layer: q, k and v in one attn_qkv, gate and up in one ffn_up of 2 n_ff rows. */
 static void list_phi3_layer(tensor_list *l, const mkmodel_config *c, int il)
 {
@@ -683,6 +768,8 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
     }
     add_spec(&l, -1, "norm", "output_norm.weight", c->n_embd, 0, 0);
     if (!c->tied_output) add_matrix(&l, -1, "output", c->n_embd, c->n_vocab);
+    if (c->arch == MODEL_ARCH_GEMMA4) /* the full layers' frequency divisors: 1e30 stops a pair */
+        add_spec(&l, -1, "rope_freqs", "rope_freqs.weight", c->head_dim_full / 2, 0, 0);
     if (c->arch == MODEL_ARCH_PHI3) { /* LongRoPE's divisors, >= 1: short near 1, long larger */
         add_spec(&l, -1, "rope_factors", "rope_factors_short.weight", c->n_rot / 2, 0, 0.1f);
         add_spec(&l, -1, "rope_factors", "rope_factors_long.weight", c->n_rot / 2, 0, 8.0f);
@@ -694,6 +781,7 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
             : c->arch == MODEL_ARCH_GLM4MOE   ? list_glm4moe_layer
             : c->arch == MODEL_ARCH_PHI3      ? list_phi3_layer
             : c->arch == MODEL_ARCH_GPTOSS    ? list_gptoss_layer
+            : c->arch == MODEL_ARCH_GEMMA4    ? list_gemma4_layer
                                               : NULL;
         if (own) {
             own(&l, c, il);
@@ -1059,6 +1147,23 @@ static int validate_routed(const mkmodel_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* gemma4's full layers and pattern: what model.c and llama.cpp's loader accept (a sliding
+ * layer somewhere: llama.cpp asserts one; heads dividing among the kv heads; RoPE on an even
+ * part of the full head). */
+static int validate_gemma4(const mkmodel_config *c, char *err, size_t errlen)
+{
+    if (c->swa_period < 2 || c->swa_period > MAX_LAYERS || c->head_dim_full < 2 || c->head_dim_full % 2 ||
+        (int64_t)c->head_dim_full * c->n_head > MAX_DIM || c->n_head_kv_full < 1 || c->n_head % c->n_head_kv_full ||
+        c->n_rot < 2 || c->n_rot % 2 || c->n_rot > c->head_dim_full || c->logit_softcap < 0) {
+        snprintf(err, errlen, "gemma4: one full layer in %d, %d heads of %d over %d kv heads there, RoPE on %d, soft cap "
+                 "%g: want a period of 2..%d, an even head, kv heads dividing the heads, an even RoPE part of the head",
+                 c->swa_period, c->n_head, c->head_dim_full, c->n_head_kv_full, c->n_rot, (double)c->logit_softcap,
+                 MAX_LAYERS);
+        return -1;
+    }
+    return 0;
+}
+
 static int validate(const mkmodel_config *c, char *err, size_t errlen)
 {
     const struct {
@@ -1098,12 +1203,13 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
                             c->arch == MODEL_ARCH_QWEN35MOE ||
                             c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_DEEPSEEK2 ||
                             c->arch == MODEL_ARCH_GLM4MOE || c->arch == MODEL_ARCH_PHI3 ||
-                            c->arch == MODEL_ARCH_NOMIC_BERT;
+                            c->arch == MODEL_ARCH_NOMIC_BERT || c->arch == MODEL_ARCH_GEMMA4;
     if ((unsigned)c->ftype >= MKMODEL_FTYPE_COUNT || !known_arch) {
         snprintf(err, errlen, "unknown weight type or architecture");
         return -1;
     }
-    if ((c->arch == MODEL_ARCH_GEMMA3 || c->arch == MODEL_ARCH_GPTOSS) && (c->n_swa < 1 || c->n_swa > 1 << 24)) {
+    if ((c->arch == MODEL_ARCH_GEMMA3 || c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_GEMMA4) &&
+        (c->n_swa < 1 || c->n_swa > 1 << 24)) {
         snprintf(err, errlen, "%s: sliding window %d out of range 1..%d", model_arch_name(c->arch), c->n_swa, 1 << 24);
         return -1;
     }
@@ -1116,6 +1222,7 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
                  c->ssm_conv, c->ssm_groups, c->ssm_vheads, c->ssm_state, c->ssm_inner, c->n_rot, hd);
         return -1;
     }
+    if (c->arch == MODEL_ARCH_GEMMA4 && validate_gemma4(c, err, errlen) != 0) return -1;
     if (c->arch == MODEL_ARCH_GPTOSS && (c->yarn_factor < 0 || (c->yarn_factor > 0 && c->yarn_orig_ctx < 1))) {
         snprintf(err, errlen, "gpt-oss: YaRN factor %g over %d positions: want a factor >= 0 over >= 1",
                  (double)c->yarn_factor, c->yarn_orig_ctx);
@@ -1134,7 +1241,7 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
         return -1;
     }
     if ((c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_DEEPSEEK2 ||
-         c->arch == MODEL_ARCH_GLM4MOE) &&
+         c->arch == MODEL_ARCH_GLM4MOE || (c->arch == MODEL_ARCH_GEMMA4 && c->n_expert > 0)) &&
         (c->n_expert < 1 || c->n_expert > 4096 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
          c->n_ff_exp < 1 || c->n_ff_exp > 4 * MAX_DIM)) {
         snprintf(err, errlen, "experts: %d of width %d, %d per token: want 1..4096 experts, 1..experts per token",
@@ -1171,6 +1278,41 @@ static void write_mla_hparams(gguf_writer *w, const mkmodel_config *c)
     if (c->q_lora_rank > 0) set_arch_u32(w, c, "attention.q_lora_rank", c->q_lora_rank);
 }
 
+/* gemma4's attention keys as llama.cpp's converter writes them (conversion/gemma.py,
+ * Gemma4Model): key/value_length the full layers' head, *_swa the sliding layers'; kv heads
+ * one per layer (sliding / full); the pattern one bool per layer (true: sliding);
+ * rope.dimension_count the whole full head (its partial RoPE is in rope_freqs) and
+ * dimension_count_swa the sliding head; no KV shared between layers and no per-layer
+ * embeddings (the 31B and 26B-A4B have neither), written as 0 because llama.cpp requires the
+ * second. */
+static void write_gemma4_hparams(gguf_writer *w, const mkmodel_config *c)
+{
+    char key[96];
+    int32_t *kv = malloc((size_t)c->n_layer * sizeof *kv);
+    bool *sliding = malloc((size_t)c->n_layer * sizeof *sliding);
+    if (kv && sliding) { /* else the file lacks the keys and the loaders name them */
+        for (int il = 0; il < c->n_layer; il++) {
+            sliding[il] = !mkmodel_gemma4_full(c, il);
+            kv[il] = sliding[il] ? c->n_head_kv : c->n_head_kv_full;
+        }
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", model_arch_name(c->arch));
+        gguf_writer_set_arr_i32(w, key, kv, (size_t)c->n_layer);
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", model_arch_name(c->arch));
+        gguf_writer_set_raw(w, key, GGUF_VT_ARRAY, GGUF_VT_BOOL, sliding, (size_t)c->n_layer);
+    }
+    free(kv);
+    free(sliding);
+    set_arch_u32(w, c, "attention.key_length", c->head_dim_full);
+    set_arch_u32(w, c, "attention.value_length", c->head_dim_full);
+    set_arch_u32(w, c, "attention.key_length_swa", head_dim_of(c));
+    set_arch_u32(w, c, "attention.value_length_swa", head_dim_of(c));
+    set_arch_u32(w, c, "rope.dimension_count", c->head_dim_full);
+    set_arch_u32(w, c, "rope.dimension_count_swa", head_dim_of(c));
+    if (c->logit_softcap > 0) set_arch_f32(w, c, "final_logit_softcapping", c->logit_softcap);
+    set_arch_u32(w, c, "attention.shared_kv_layers", 0);
+    set_arch_u32(w, c, "embedding_length_per_layer_input", 0);
+}
+
 /* The router keys of deepseek2 and glm4moe (the expert counts are written with qwen3moe's). */
 static void write_router_hparams(gguf_writer *w, const mkmodel_config *c)
 {
@@ -1201,12 +1343,14 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
     set_arch_u32(w, c, "attention.head_count", c->n_head);
     if (c->arch == MODEL_ARCH_DEEPSEEK2) {
         write_mla_hparams(w, c);
+    } else if (c->arch == MODEL_ARCH_GEMMA4) {
+        write_gemma4_hparams(w, c);
     } else {
         set_arch_u32(w, c, "attention.head_count_kv", c->n_head_kv);
         set_arch_u32(w, c, "attention.key_length", head_dim_of(c));
         set_arch_u32(w, c, "attention.value_length", head_dim_of(c));
     }
-    set_arch_u32(w, c, "rope.dimension_count", c->n_rot ? c->n_rot : head_dim_of(c));
+    if (c->arch != MODEL_ARCH_GEMMA4) set_arch_u32(w, c, "rope.dimension_count", c->n_rot ? c->n_rot : head_dim_of(c));
     set_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->rms_eps);
     set_arch_f32(w, c, "rope.freq_base", c->rope_base);
     if (c->n_swa > 0) {
@@ -1227,7 +1371,8 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
         set_arch_u32(w, c, "rope.scaling.original_context_length", c->yarn_orig_ctx);
     }
     if (c->arch == MODEL_ARCH_QWEN3MOE || c->arch == MODEL_ARCH_GPTOSS || c->arch == MODEL_ARCH_DEEPSEEK2 ||
-        c->arch == MODEL_ARCH_GLM4MOE || c->arch == MODEL_ARCH_QWEN35MOE) {
+        c->arch == MODEL_ARCH_GLM4MOE || c->arch == MODEL_ARCH_QWEN35MOE ||
+        (c->arch == MODEL_ARCH_GEMMA4 && c->n_expert > 0)) {
         set_arch_u32(w, c, "expert_count", c->n_expert);
         set_arch_u32(w, c, "expert_used_count", c->n_expert_used);
         set_arch_u32(w, c, "expert_feed_forward_length", c->n_ff_exp);
@@ -1267,8 +1412,9 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
 }
 
 /* A vector (norm weight or bias) as F32, copied into the writer. */
-static int add_vector(gguf_writer *w, const tensor_spec *s, uint64_t seed, uint64_t id)
+static int add_vector(gguf_writer *w, const tensor_spec *s, const mkmodel_config *c, uint64_t id)
 {
+    const uint64_t seed = c->seed;
     float *v = malloc((size_t)s->ne0 * sizeof *v);
     if (!v) return -1;
     if (s->std > 0)
@@ -1279,6 +1425,8 @@ static int add_vector(gguf_writer *w, const tensor_spec *s, uint64_t seed, uint6
         for (int64_t i = 0; i < s->ne0; i++) v[i] = -expf(v[i]);
     if (strcmp(s->role, "rope_factors") == 0) /* LongRoPE divides the frequencies by these */
         for (int64_t i = 0; i < s->ne0; i++) v[i] = 1.0f + fabsf(v[i]);
+    if (strcmp(s->role, "rope_freqs") == 0) /* gemma4: the first n_rot / 2 pairs turn, the rest stand */
+        for (int64_t i = 0; i < s->ne0; i++) v[i] = i < c->n_rot / 2 ? 1.0f : 1e30f;
     gguf_writer_add_tensor(w, s->name, GGML_TYPE_F32, 1, &s->ne0, v, (size_t)s->ne0 * sizeof *v, false);
     free(v);
     return 0;
@@ -1296,6 +1444,40 @@ int mkmodel_write_metadata(gguf_writer *w, const mkmodel_config *cfg, const char
                            size_t corpus_len, char *err, size_t errlen)
 {
     return write_metadata(w, cfg, corpus, corpus_len, NULL, err, errlen);
+}
+
+/* A matrix's dimensions in the file (3: experts; deepseek2's heads) and type (the rule's, or
+ * its fallback when the rows do not fit its blocks). */
+static int spec_dims(const tensor_spec *s)
+{
+    return strstr(s->role, "_exps") || s->ne2 > 1 ? 3 : 2;
+}
+
+static ggml_type spec_type(const mkmodel_config *cfg, const tensor_spec *s)
+{
+    return row_fallback(mkmodel_tensor_type(cfg, s->role, s->layer), s->ne0);
+}
+
+int mkmodel_list(const mkmodel_config *cfg, mkmodel_tensor_info *out, int max, char *err, size_t errlen)
+{
+    if (validate(cfg, err, errlen) != 0) return -1;
+    const int n = list_tensors(cfg, NULL);
+    tensor_spec *specs = calloc((size_t)n, sizeof *specs);
+    if (!specs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    list_tensors(cfg, specs);
+    for (int i = 0; i < n && i < max; i++) {
+        const tensor_spec *s = &specs[i];
+        const bool matrix = s->ne1 > 0;
+        out[i] = (mkmodel_tensor_info){.ne = {s->ne0, matrix ? s->ne1 : 1, s->ne2},
+                                       .n_dims = matrix ? spec_dims(s) : 1,
+                                       .type = matrix ? spec_type(cfg, s) : GGML_TYPE_F32};
+        snprintf(out[i].name, sizeof out[i].name, "%s", s->name);
+    }
+    free(specs);
+    return n;
 }
 
 int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_len,
@@ -1328,13 +1510,13 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
     for (int i = 0; i < n; i++) {
         const tensor_spec *s = &specs[i];
         if (s->ne1 == 0) {
-            if (add_vector(w, s, cfg->seed, (uint64_t)i) != 0) {
+            if (add_vector(w, s, cfg, (uint64_t)i) != 0) {
                 snprintf(err, errlen, "out of memory for tensor %s", s->name);
                 goto out;
             }
             continue;
         }
-        ggml_type type = row_fallback(mkmodel_tensor_type(cfg, s->role, s->layer), s->ne0);
+        ggml_type type = spec_type(cfg, s);
         gens[i] = (tensor_gen){.g = &g, .id = (uint64_t)i, .type = type, .ne0 = s->ne0,
                                .ne1 = s->ne1 * s->ne2, .std = s->std, .row_bytes = ggml_row_bytes(type, s->ne0),
                                .word_rows = strcmp(s->role, lm_head) == 0 ? word_rows : NULL};
@@ -1350,8 +1532,7 @@ int mkmodel_write(const mkmodel_config *cfg, const char *corpus, size_t corpus_l
             }
         }
         int64_t ne[3] = {s->ne0, s->ne1, s->ne2}; /* rows of every expert, one after the other */
-        const int n_dims = strstr(s->role, "_exps") || s->ne2 > 1 ? 3 : 2; /* experts; deepseek2's heads */
-        gguf_writer_add_tensor_fill(w, s->name, type, n_dims, ne, tensor_fill, &gens[i]);
+        gguf_writer_add_tensor_fill(w, s->name, type, spec_dims(s), ne, tensor_fill, &gens[i]);
     }
     rc = gguf_writer_write_file(w, path, err, errlen);
 out:

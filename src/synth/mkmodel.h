@@ -101,10 +101,20 @@ typedef struct mkmodel_config {
     int kv_lora_rank, q_lora_rank, mla_nope, mla_v, n_expert_shared, n_dense_lead, expert_gating;
     int n_expert_groups, n_group_used;
     float expert_weights_scale;
+    /* gemma4: one full (global) layer every swa_period layers, the others sliding (head_dim,
+     * n_head_kv and the window n_swa are the sliding layers'); the full layers' own head width
+     * and kv heads, their V the K projection (attention_k_eq_v: no attn_v), their RoPE on the
+     * first n_rot dimensions only (proportional RoPE, as rope_freqs says); the final logits'
+     * soft cap (0: none).  With n_expert set, experts beside every layer's dense MLP (26B-A4B). */
+    int swa_period, head_dim_full, n_head_kv_full;
+    bool v_from_k;
+    float logit_softcap;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b",
- * "gemma-3-12b", "gemma-3-27b", "qwen3-30b-a3b" (qwen3moe: 128 experts, 8 per token),
+ * "gemma-3-12b", "gemma-3-27b", "gemma-4-31b" (gemma4: 5 sliding layers of 16 kv heads x 256
+ * to 1 full of 4 x 512, K = V there), "gemma-4-26b-a4b" (the same attention over 2816, 128
+ * experts of 704, 8 per token, beside a 2112-wide MLP), "qwen3-30b-a3b" (qwen3moe: 128 experts, 8 per token),
  * "qwen3.5-9b" (qwen35: 3 gated DeltaNet layers to 1 gated attention), "qwen3.5-35b-a3b"
  * (qwen35moe: the same layers, 256 experts of 512, 8 per token, 1 shared), "gpt-oss-20b" (24
  * layers of 32 MXFP4 experts, 4 per token, window 128 on alternate layers, YaRN x32),
@@ -121,12 +131,30 @@ const char *mkmodel_preset_name(int i);
  * and gpt-oss: 8 experts of n_ff / 4, 2 per token, unless cfg has experts already; gpt-oss: a
  * window of 128 and YaRN x32 over 4096 unless cfg has them, and its own output head; deepseek2:
  * the same experts and 1 shared, a dense first layer, a latent 4 heads wide, RoPE on half a
- * head, the sigmoid router with its selection bias). */
+ * head, the sigmoid router with its selection bias; gemma4: Gemma 4's attention scaled to cfg
+ * (5 sliding : 1 full, full heads twice as wide with a quarter of the kv heads (at least 1), a
+ * quarter of them rotated, K = V, window 1024 at base 10000, soft cap 30)). */
 void mkmodel_set_arch(mkmodel_config *cfg, model_arch arch);
 int mkmodel_ftype_from_name(const char *name); /* "f32".."q4_k_m"; -1 when unknown */
 const char *mkmodel_ftype_name(mkmodel_ftype ft);
 /* GGUF general.file_type (llama.cpp's LLAMA_FTYPE numbering). */
 uint32_t mkmodel_file_type(mkmodel_ftype ft);
+
+/* gemma4: whether layer il is a full (global) attention layer (else sliding). */
+bool mkmodel_gemma4_full(const mkmodel_config *cfg, int il);
+
+/* One tensor of the file mkmodel_write would write: its name, dimensions (ne[1] = ne[2] = 1
+ * for a vector, ne[2] = 1 for a matrix) and type. */
+typedef struct mkmodel_tensor_info {
+    char name[64];
+    int64_t ne[3];
+    int n_dims;
+    ggml_type type;
+} mkmodel_tensor_info;
+/* The tensors of cfg in file order, without making them (a real-shape preset's list costs
+ * nothing): fills out[0..max) and returns the count (call with max 0 to size out), -1 with err
+ * when cfg is invalid. */
+int mkmodel_list(const mkmodel_config *cfg, mkmodel_tensor_info *out, int max, char *err, size_t errlen);
 
 /* The tensor type of one matrix under cfg->ftype (Q4_K_M: llama.cpp's rule; UD: mkmodel.c's), before the
  * row-length fallback.  layer is -1 for token_embd / output.  Exposed for tests. */

@@ -429,16 +429,16 @@ static void names_within(gguf_file *a, gguf_file *b, int kind, const char *pre, 
  * ../shared/reference/<file> (made by llama.cpp's converter), both ways, but for the
  * reference's keys starting with one of skip[0..n_skip) and the dense keys mkmodel writes for
  * every family (vocab_size, key_length, value_length: the converter writes them for some). */
-static void same_names_as_reference(const model *m, const char *file, const char *const *skip, size_t n_skip)
+static void reference_path(const char *file, char *path, size_t cap)
 {
-    char ref[1200], err[256], arch[64];
     const char *env = getenv("INFERD_SHARED_DIR");
-    snprintf(ref, sizeof ref, "%s/reference/%s", env && *env ? env : INFERD_SHARED_DIR, file);
-    gguf_file *r = gguf_open(ref, err, sizeof err);
-    if (!r) {
-        print_message("  %s: names not compared: %s\n", file, err);
-        return;
-    }
+    snprintf(path, cap, "%s/reference/%s", env && *env ? env : INFERD_SHARED_DIR, file);
+}
+
+/* m's <arch>.* keys are those of the reference r, both ways, as same_names_as_reference says. */
+static void same_keys_as_reference(const model *m, gguf_file *r, const char *const *skip, size_t n_skip)
+{
+    char arch[64];
     snprintf(arch, sizeof arch, "%s.", m->desc->name);
     names_within(r, m->gguf, 0, arch, skip, n_skip, "reference key");
     /* keys mkmodel writes for every family, which llama.cpp's converter writes for some */
@@ -448,6 +448,18 @@ static void same_names_as_reference(const model *m, const char *file, const char
     snprintf(every[1], sizeof every[1], "%sattention.key_length", arch);
     snprintf(every[2], sizeof every[2], "%sattention.value_length", arch);
     names_within(m->gguf, r, 0, arch, every_p, 3, "mkmodel key");
+}
+
+static void same_names_as_reference(const model *m, const char *file, const char *const *skip, size_t n_skip)
+{
+    char ref[1200], err[256];
+    reference_path(file, ref, sizeof ref);
+    gguf_file *r = gguf_open(ref, err, sizeof err);
+    if (!r) {
+        print_message("  %s: names not compared: %s\n", file, err);
+        return;
+    }
+    same_keys_as_reference(m, r, skip, n_skip);
     static const char *const blk[] = {"blk."};
     names_within(r, m->gguf, 1, "", blk, 1, "reference tensor");
     names_within(m->gguf, r, 1, "", blk, 1, "mkmodel tensor");
@@ -458,6 +470,280 @@ static void same_names_as_reference(const model *m, const char *file, const char
         names_within(m->gguf, r, 1, pre, NULL, 0, "mkmodel tensor");
     }
     gguf_close(r);
+}
+
+/* ---- gemma4 ------------------------------------------------------------------------------ */
+static mkmodel_tensor_info *list_of(const mkmodel_config *cfg, int *n)
+{
+    char err[256] = "";
+    *n = mkmodel_list(cfg, NULL, 0, err, sizeof err);
+    if (*n <= 0) fail_msg("mkmodel_list: %s", err);
+    mkmodel_tensor_info *t = calloc((size_t)*n, sizeof *t);
+    assert_non_null(t);
+    assert_int_equal(mkmodel_list(cfg, t, *n, err, sizeof err), *n);
+    return t;
+}
+
+static const mkmodel_tensor_info *find_info(const mkmodel_tensor_info *t, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0) return &t[i];
+    return NULL;
+}
+
+/* cfg's tensors are those of the reference r (llama.cpp's converter), every name and every
+ * dimension, both ways, but for the reference's tensors whose names contain one of skip. */
+static void same_tensors_as_reference(const mkmodel_config *cfg, const gguf_file *r, const char *const *skip,
+                                      size_t n_skip)
+{
+    int n, matched = 0;
+    mkmodel_tensor_info *t = list_of(cfg, &n);
+    for (int64_t i = 0; i < gguf_n_tensors(r); i++) {
+        const gguf_tensor *rt = gguf_tensor_at(r, i);
+        bool skipped = false;
+        for (size_t j = 0; j < n_skip; j++) skipped |= strstr(rt->name, skip[j]) != NULL;
+        if (skipped) continue;
+        const mkmodel_tensor_info *mt = find_info(t, n, rt->name);
+        if (!mt) fail_msg("reference tensor %s is not in mkmodel's list", rt->name);
+        if (mt->n_dims != (int)rt->n_dims) fail_msg("%s: %d dimensions, the reference %u", rt->name, mt->n_dims, rt->n_dims);
+        for (uint32_t d = 0; d < rt->n_dims; d++)
+            if (mt->ne[d] != rt->ne[d])
+                fail_msg("%s: ne[%u] %lld, the reference %lld", rt->name, d, (long long)mt->ne[d], (long long)rt->ne[d]);
+        matched++;
+    }
+    if (matched != n) fail_msg("mkmodel lists %d tensors, the reference %d of them", n, matched);
+    free(t);
+}
+
+/* cfg at the reference model ref's sizes (its layers, widths, heads of both kinds, window,
+ * experts, vocabulary and sliding : full period), keeping cfg's kind of file (dense or MoE, V
+ * from K): the same code lists its tensors, at sizes the reference file has. */
+static void at_reference_sizes(mkmodel_config *cfg, const model *ref)
+{
+    const model_hparams *hp = &ref->hp;
+    int period = 0;
+    while (period < hp->n_layer && ref->layers[period].recipe.attn == ARCH_ATTN_SLIDING) period++;
+    cfg->n_embd = hp->n_embd, cfg->n_layer = hp->n_layer, cfg->n_head = hp->n_head, cfg->n_ff = hp->n_ff;
+    cfg->n_vocab = hp->n_vocab, cfg->n_ctx = hp->n_ctx_train, cfg->n_swa = hp->n_swa;
+    cfg->head_dim = hp->head_dim_swa, cfg->head_dim_full = hp->head_dim, cfg->swa_period = period + 1;
+    cfg->n_head_kv = ref->layers[0].n_head_kv, cfg->n_head_kv_full = ref->layers[period].n_head_kv;
+    cfg->n_rot = 2;
+    if (cfg->n_expert > 0) cfg->n_expert = hp->n_expert, cfg->n_expert_used = hp->n_expert_used, cfg->n_ff_exp = hp->n_ff_exp;
+}
+
+/* Every layer of the real-shape list `big` has the tensors of the layer of its kind in `small`
+ * (cfg at the reference's sizes, compared with it above): the same names per layer pattern. */
+static void same_layer_names(const mkmodel_config *big_cfg, const mkmodel_config *small_cfg)
+{
+    int nb, ns;
+    mkmodel_tensor_info *big = list_of(big_cfg, &nb), *small = list_of(small_cfg, &ns);
+    int of_kind[2] = {-1, -1}; /* small's first sliding and first full layer */
+    for (int il = small_cfg->n_layer - 1; il >= 0; il--) of_kind[mkmodel_gemma4_full(small_cfg, il)] = il;
+    assert_true(of_kind[0] >= 0 && of_kind[1] >= 0);
+    int per_layer[2] = {0, 0}, small_globals = 0;
+    for (int i = 0; i < ns; i++) {
+        int il;
+        if (sscanf(small[i].name, "blk.%d.", &il) != 1)
+            small_globals++;
+        else if (il == of_kind[mkmodel_gemma4_full(small_cfg, il)])
+            per_layer[mkmodel_gemma4_full(small_cfg, il)]++;
+    }
+    int globals = 0, layers[2] = {0, 0};
+    for (int i = 0; i < nb; i++) {
+        int il, off = 0;
+        if (sscanf(big[i].name, "blk.%d.%n", &il, &off) != 1 || off == 0) {
+            if (!find_info(small, ns, big[i].name)) fail_msg("global tensor %s is not the reference's", big[i].name);
+            globals++;
+            continue;
+        }
+        const bool full = mkmodel_gemma4_full(big_cfg, il);
+        char name[80];
+        snprintf(name, sizeof name, "blk.%d.%s", of_kind[full], big[i].name + off);
+        if (!find_info(small, ns, name)) fail_msg("%s: no %s in the reference's pattern", big[i].name, name);
+        layers[full]++;
+    }
+    int n_full = 0;
+    for (int il = 0; il < big_cfg->n_layer; il++) n_full += mkmodel_gemma4_full(big_cfg, il);
+    assert_int_equal(layers[0], (big_cfg->n_layer - n_full) * per_layer[0]);
+    assert_int_equal(layers[1], n_full * per_layer[1]);
+    assert_int_equal(globals, small_globals);
+    free(big);
+    free(small);
+}
+
+/* One expected tensor of a real-shape list. */
+typedef struct want_tensor {
+    const char *name;
+    int64_t ne0, ne1, ne2;
+    ggml_type type;
+} want_tensor;
+
+/* The list of cfg has each of want (dimensions and type) and none of absent; returns its bytes. */
+static double check_list(const mkmodel_config *cfg, const want_tensor *want, size_t n_want, const char *const *absent,
+                         size_t n_absent, int count)
+{
+    int n;
+    mkmodel_tensor_info *t = list_of(cfg, &n);
+    assert_int_equal(n, count);
+    for (size_t i = 0; i < n_want; i++) {
+        const mkmodel_tensor_info *mt = find_info(t, n, want[i].name);
+        if (!mt) fail_msg("%s: no %s", cfg->name, want[i].name);
+        if (mt->ne[0] != want[i].ne0 || mt->ne[1] != want[i].ne1 || mt->ne[2] != want[i].ne2 || mt->type != want[i].type)
+            fail_msg("%s: [%lld, %lld, %lld] %s, want [%lld, %lld, %lld] %s", want[i].name, (long long)mt->ne[0],
+                     (long long)mt->ne[1], (long long)mt->ne[2], ggml_type_name(mt->type), (long long)want[i].ne0,
+                     (long long)want[i].ne1, (long long)want[i].ne2, ggml_type_name(want[i].type));
+    }
+    for (size_t i = 0; i < n_absent; i++)
+        if (find_info(t, n, absent[i])) fail_msg("%s: %s should not be there", cfg->name, absent[i]);
+    double bytes = 0;
+    for (int i = 0; i < n; i++) bytes += (double)ggml_row_bytes(t[i].type, t[i].ne[0]) * (double)(t[i].ne[1] * t[i].ne[2]);
+    free(t);
+    return bytes;
+}
+
+/* The real-shape presets at the published configs' sizes (google/gemma-4-31B-it and
+ * gemma-4-26B-A4B-it, text_config), Q4_K_M as llama.cpp's quantiser types them: 31B 60 layers
+ * (50 sliding with 14 tensors, 10 full with 13: no attn_v) and the three globals. */
+static void check_gemma4_presets(const mkmodel_config *real31, const mkmodel_config *real26)
+{
+    static const want_tensor w31[] = {
+        {"token_embd.weight", 5376, 262144, 1, GGML_TYPE_Q6_K}, /* tied: the LM head's type */
+        {"rope_freqs.weight", 256, 1, 1, GGML_TYPE_F32},
+        {"blk.0.attn_q.weight", 5376, 32 * 256, 1, GGML_TYPE_Q4_K},
+        {"blk.0.attn_k.weight", 5376, 16 * 256, 1, GGML_TYPE_Q4_K},
+        {"blk.0.attn_v.weight", 5376, 16 * 256, 1, GGML_TYPE_Q6_K},
+        {"blk.0.attn_q_norm.weight", 256, 1, 1, GGML_TYPE_F32},
+        {"blk.0.ffn_down.weight", 21504, 5376, 1, GGML_TYPE_Q6_K},
+        {"blk.5.attn_q.weight", 5376, 32 * 512, 1, GGML_TYPE_Q4_K},
+        {"blk.5.attn_k.weight", 5376, 4 * 512, 1, GGML_TYPE_Q4_K},
+        {"blk.5.attn_output.weight", 32 * 512, 5376, 1, GGML_TYPE_Q4_K},
+        {"blk.5.attn_k_norm.weight", 512, 1, 1, GGML_TYPE_F32},
+        /* llama.cpp counts attn_v tensors, not layers: layer 12's is the 11th of 50 (4 bits),
+         * where layer 12 of 60 would take 6 */
+        {"blk.12.attn_v.weight", 5376, 16 * 256, 1, GGML_TYPE_Q4_K},
+        {"blk.59.ffn_gate.weight", 5376, 21504, 1, GGML_TYPE_Q4_K},
+        {"blk.59.layer_output_scale.weight", 1, 1, 1, GGML_TYPE_F32},
+    };
+    static const char *const absent31[] = {"output.weight", "blk.5.attn_v.weight", "blk.59.attn_v.weight",
+                                           "blk.0.ffn_gate_inp.weight", "per_layer_token_embd.weight"};
+    const double gb31 = check_list(real31, w31, sizeof w31 / sizeof w31[0], absent31, 5, 3 + 50 * 14 + 10 * 13) / 1e9;
+    /* the 26B-A4B: experts beside the MLP; 704- and 2112-wide rows fit no K-quant block, so
+     * their matrices take mkmodel's fallback (Q8_0; llama-quantize's is Q5_0 for Q4_K) */
+    static const want_tensor w26[] = {
+        {"blk.0.attn_k.weight", 2816, 8 * 256, 1, GGML_TYPE_Q4_K},
+        {"blk.5.attn_k.weight", 2816, 2 * 512, 1, GGML_TYPE_Q4_K},
+        {"blk.0.ffn_gate.weight", 2816, 2112, 1, GGML_TYPE_Q4_K},
+        {"blk.0.ffn_down.weight", 2112, 2816, 1, GGML_TYPE_Q8_0},
+        {"blk.0.ffn_gate_inp.weight", 2816, 128, 1, GGML_TYPE_F32},
+        {"blk.0.ffn_gate_up_exps.weight", 2816, 2 * 704, 128, GGML_TYPE_Q4_K},
+        {"blk.0.ffn_down_exps.weight", 704, 2816, 128, GGML_TYPE_Q8_0},
+        {"blk.0.ffn_down_exps.scale", 128, 1, 1, GGML_TYPE_F32},
+    };
+    static const char *const absent26[] = {"output.weight", "blk.29.attn_v.weight"};
+    const double gb26 = check_list(real26, w26, sizeof w26 / sizeof w26[0], absent26, 2, 3 + 25 * 22 + 5 * 21) / 1e9;
+    print_message("gemma-4-31b Q4_K_M %.2f GB, gemma-4-26b-a4b %.2f GB of tensors\n", gb31, gb26);
+    /* published Q4_K_M files: ~18-19 GB and ~16-17 GB (the 26B's fallbacks make it larger here) */
+    assert_true(gb31 > 17.0 && gb31 < 20.5);
+    assert_true(gb26 > 14.0 && gb26 < 20.0);
+}
+
+/* gemma4 (the gemma-4-31b and gemma-4-26b-a4b presets' family).  A scaled-down 31B (6 layers:
+ * 2 and 5 full, with their own head width and kv heads, no attn_v, RoPE on a quarter of the
+ * head through rope_freqs) loads with the per-layer head dims, kv heads, windows and pattern
+ * it was written with and takes a CPU step to finite logits past its window (check_model).
+ * Both presets at the sizes of ../shared/reference/gemma4_moe.gguf (llama.cpp's converter)
+ * list that file's tensors, names and dimensions (the dense one without the experts'), and
+ * write its keys; the real-shape presets list the same names per layer pattern, at the
+ * published sizes. */
+static void test_gemma4(void **state)
+{
+    (void)state;
+    mkmodel_config cfg, real31, real26;
+    assert_true(mkmodel_preset("gemma-4-31b", &real31));
+    assert_true(mkmodel_preset("gemma-4-26b-a4b", &real26));
+    check_gemma4_presets(&real31, &real26);
+
+    cfg = real31;
+    cfg.n_embd = 256, cfg.n_layer = 6, cfg.n_head = 4, cfg.n_head_kv = 2, cfg.head_dim = 64, cfg.n_ff = 512;
+    cfg.n_head_kv_full = 1, cfg.head_dim_full = 128, cfg.n_rot = 32, cfg.swa_period = 3, cfg.n_swa = 4;
+    cfg.n_vocab = 1024, cfg.n_ctx = 4096;
+    char path[256], err[256];
+    write_model(&cfg, "small-gemma4.gguf", path, sizeof path);
+    check_model(path, &cfg);
+    model *m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    assert_int_equal(m->hp.head_dim, 128);
+    assert_int_equal(m->hp.head_dim_swa, 64);
+    assert_int_equal(m->hp.n_swa, 4);
+    assert_true(m->hp.logit_softcap == 30.0f);
+    assert_true(m->hp.rope_base_swa == 10000.0f && m->hp.rope_base == 1e6f);
+    const float *freqs = m->rope_freqs.data;
+    assert_non_null(freqs);
+    assert_int_equal(m->rope_freqs.ne0, 64);
+    for (int i = 0; i < 64; i++) assert_true(freqs[i] == (i < 16 ? 1.0f : 1e30f));
+    for (int il = 0; il < cfg.n_layer; il++) {
+        const model_layer *L = &m->layers[il];
+        const bool full = il % 3 == 2;
+        assert_int_equal(mkmodel_gemma4_full(&cfg, il), full);
+        assert_int_equal(L->recipe.attn, full ? ARCH_ATTN_FULL : ARCH_ATTN_SLIDING);
+        assert_int_equal(L->recipe.ffn, ARCH_FFN_GLU);
+        assert_int_equal(L->head_dim, full ? 128 : 64);
+        assert_int_equal(L->n_head_kv, full ? 1 : 2);
+        assert_int_equal(L->window, full ? 0 : 4);
+        assert_int_equal(L->wv.data == NULL, full);
+        assert_int_equal(L->wq.ne1, 4 * L->head_dim);
+        assert_int_equal(L->wk.ne1, L->n_head_kv * L->head_dim);
+        assert_int_equal(L->kv_source, il);
+        assert_int_equal(L->rope_freqs == NULL, !full);
+        assert_non_null(L->out_scale.data);
+        assert_int_equal(L->wq.type, GGML_TYPE_Q4_K);
+    }
+    model_free(m);
+    unlink(path);
+
+    char ref_path[1200];
+    reference_path("gemma4_moe.gguf", ref_path, sizeof ref_path);
+    model *ref = model_load(ref_path, err, sizeof err);
+    if (!ref) {
+        print_message("  gemma4_moe.gguf: not compared: %s\n", err);
+        return;
+    }
+    mkmodel_config moe = real26, dense = real31;
+    at_reference_sizes(&moe, ref);
+    at_reference_sizes(&dense, ref);
+    moe.ftype = dense.ftype = MKMODEL_F32;
+    same_tensors_as_reference(&moe, ref->gguf, NULL, 0);
+    static const char *const experts[] = {"ffn_gate_inp", "_exps", "pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"};
+    same_tensors_as_reference(&dense, ref->gguf, experts, sizeof experts / sizeof experts[0]);
+    same_layer_names(&real31, &dense);
+    same_layer_names(&real26, &moe);
+
+    write_model(&moe, "small-gemma4-moe.gguf", path, sizeof path);
+    check_model(path, &moe);
+    m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    for (int il = 0; il < moe.n_layer; il++) {
+        assert_int_equal(m->layers[il].recipe.ffn, ARCH_FFN_GLU_MOE);
+        assert_int_equal(m->layers[il].ffn_gate_up_exps.ne2, moe.n_expert);
+        assert_int_equal(m->layers[il].n_head_kv, ref->layers[il].n_head_kv);
+        assert_int_equal(m->layers[il].head_dim, ref->layers[il].head_dim);
+        assert_int_equal(m->layers[il].recipe.attn, ref->layers[il].recipe.attn);
+    }
+    same_keys_as_reference(m, ref->gguf, NULL, 0);
+    model_free(m);
+    unlink(path);
+    write_model(&dense, "small-gemma4-dense.gguf", path, sizeof path);
+    m = model_load(path, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    static const char *const expert_keys[] = {"gemma4.expert_"};
+    same_keys_as_reference(m, ref->gguf, expert_keys, 1);
+    model_free(m);
+    unlink(path);
+    model_free(ref);
+
+    cfg.swa_period = 1; /* no sliding layer: llama.cpp asserts one */
+    assert_int_equal(mkmodel_write(&cfg, corpus, corpus_len, path, err, sizeof err), -1);
+    assert_non_null(strstr(err, "gemma4"));
 }
 
 /* glm4moe and phi3 (--arch glm4moe, --arch phi3) from the tiny preset: they load with their
@@ -818,7 +1104,8 @@ static const struct {
  * qwen35, newer still). */
 /* The architecture names of llama.cpp's src/llama-arch.cpp (../shared/peers, 82bb485). */
 static const char *const llamacpp_archs[] = {"llama",  "qwen2",   "qwen3",     "gemma3",     "qwen3moe", "qwen35",
-                                             "qwen35moe", "gpt-oss", "deepseek2", "nomic-bert", "phi3", "glm4moe"};
+                                             "qwen35moe", "gpt-oss", "deepseek2", "nomic-bert", "phi3", "glm4moe",
+                                             "gemma4"};
 
 static bool in_list(const char *s, size_t n, const char *const *list, size_t count)
 {
@@ -1124,6 +1411,7 @@ int main(void)
         cmocka_unit_test(test_qwen35),
         cmocka_unit_test(test_qwen35moe),
         cmocka_unit_test(test_gptoss),
+        cmocka_unit_test(test_gemma4),
         cmocka_unit_test(test_deepseek2),
         cmocka_unit_test(test_glm4moe_phi3),
         cmocka_unit_test(test_nomic_bert),

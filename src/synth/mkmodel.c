@@ -357,9 +357,11 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
     if (cfg->ftype != MKMODEL_Q4_K_M) return pure[cfg->ftype];
     if (strcmp(role, "output") == 0) return GGML_TYPE_Q6_K;
     if (strcmp(role, "token_embd") == 0) return cfg->tied_output ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
-    int v_i, v_n;
-    attn_v_position(cfg, layer, &v_i, &v_n);
-    if (strcmp(role, "attn_v") == 0) return use_more_bits(v_i, v_n) ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+    if (strcmp(role, "attn_v") == 0) {
+        int v_i, v_n;
+        attn_v_position(cfg, layer, &v_i, &v_n);
+        return use_more_bits(v_i, v_n) ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K;
+    }
     if (strncmp(role, "ffn_down", 8) == 0 && use_more_bits(layer, cfg->n_layer)) /* ffn_down_exps too */
         return GGML_TYPE_Q6_K;
     return GGML_TYPE_Q4_K;

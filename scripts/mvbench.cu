@@ -11,13 +11,16 @@
 #include <vector>
 #include "../src/gpu/gpu_kernel_names.h"
 #undef GPU_MATVEC_KERNELS
-#define GPU_MATVEC_KERNELS(X) X(matvec_q4_k_1, glu_q4_k_1, Q4_K, 1) X(matvec_q6_k_1, glu_q6_k_1, Q6_K, 1)
+#define GPU_MATVEC_KERNELS(X) X(matvec_q4_k_1, glu_q4_k_1, Q4_K, 1) X(matvec_q6_k_1, glu_q6_k_1, Q6_K, 1) \
+    X(matvec_iq4_xs_1, glu_iq4_xs_1, IQ4_XS, 1)
 #undef GPU_MATVEC_ROPE_KERNELS
 #define GPU_MATVEC_ROPE_KERNELS(X)
 #undef GPU_MATVEC_DP4A_KERNELS
 #define GPU_MATVEC_DP4A_KERNELS(X)
 #undef GPU_DEQUANT_KERNELS
 #define GPU_DEQUANT_KERNELS(X)
+#undef GPU_MATVEC_NORM_KERNELS
+#define GPU_MATVEC_NORM_KERNELS(X)
 #include "../src/gpu/kernels/matvec.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -219,7 +222,68 @@ __global__ void __launch_bounds__(W * 32) glu_v(matvec_args a)
     a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
-static size_t row_bytes_of(int t, int k) { return t == T_Q4_K ? (size_t)k / 256 * 144 : (size_t)k / 256 * GPU_Q6K_BLOCK; }
+// IQ4_XS's one-row tensor-core products as main had them before the word-at-a-time decode:
+// the whole chunk's 16 pairs decoded first, then its 8 mma (the same weights and inputs).
+template <int NR>
+__device__ __forceinline__ void mma_whole(const uint8_t *const rows[NR], const __half *xr, int k, float acc[NR])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const int nchunks = k / 32;
+    for (int c0 = 0; c0 < nchunks; c0 += WARP) {
+        const bool live = c0 + lane < nchunks;
+        const int c = live ? c0 + lane : nchunks - 1;
+        __half2 wh[NR][16];
+#pragma unroll
+        for (int r = 0; r < NR; r++) load_chunk_h<T_IQ4_XS>(rows[r], c, wh[r]);
+        uint32_t xw[16];
+        load_x_words((const uint4 *)(xr + 32 * c), live, xw);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t af[4] = {h2_bits(wh[0][2 * i]), NR > 1 ? h2_bits(wh[NR - 1][2 * i]) : 0u,
+                                    h2_bits(wh[0][2 * i + 1]), NR > 1 ? h2_bits(wh[NR - 1][2 * i + 1]) : 0u};
+            mma_16816(d[i & 1], af, xw[2 * i], xw[2 * i + 1]);
+        }
+    }
+    const bool diag = t == (g >> 1);
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        const float v = (g & 1) ? d[0][2 * r + 1] + d[1][2 * r + 1] : d[0][2 * r] + d[1][2 * r];
+        acc[r] = warp_sum(diag ? v : 0.0f);
+    }
+}
+
+// MMA 0: the FP32 products of row_dots (load_chunk_h, FFMA); 1: mma_whole.
+template <int MMA>
+__global__ void __launch_bounds__(256) mv_iq4(matvec_args a)
+{
+    const int n = blockIdx.y * 8 + (threadIdx.x >> 5);
+    if (n >= a.seg[0].n) return;
+    const uint8_t *rows[1] = {a.seg[0].w + (size_t)n * a.row_bytes};
+    float acc[1][1];
+    if (MMA) mma_whole<1>(rows, a.x, a.k, acc[0]); else row_dots<T_IQ4_XS, 1, 1>(rows, a, 0, acc);
+    if ((threadIdx.x & 31) == 0) a.seg[0].y[n] = acc[0][0];
+}
+
+template <int MMA>
+__global__ void __launch_bounds__(256) glu_iq4(matvec_args a)
+{
+    const int n = blockIdx.y * 8 + (threadIdx.x >> 5);
+    if (n >= a.seg[0].n) return;
+    const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
+    float gu[2][1];
+    if (MMA) {
+        float g2[2];
+        mma_whole<2>(rows, a.x, a.k, g2);
+        gu[0][0] = g2[0], gu[1][0] = g2[1];
+    } else {
+        row_dots<T_IQ4_XS, 1, 2>(rows, a, 0, gu);
+    }
+    if ((threadIdx.x & 31) == 0) a.yh[n] = __float2half_rn(glu_act(gu[0][0], gu[1][0], a.glu_limit, a.glu_alpha, a.glu_gelu));
+}
+
+static size_t block_bytes_of(int t) { return t == T_Q4_K ? 144 : t == T_IQ4_XS ? 136 : GPU_Q6K_BLOCK; }
+static size_t row_bytes_of(int t, int k) { return (size_t)k / 256 * block_bytes_of(t); }
 
 // Random blocks with sane FP16 scales.
 static void fill(std::vector<uint8_t> &h, int t, size_t nblocks)
@@ -229,11 +293,12 @@ static void fill(std::vector<uint8_t> &h, int t, size_t nblocks)
         z ^= z << 13, z ^= z >> 7, z ^= z << 17;
         memcpy(&h[i], &z, 8);
     }
-    const size_t bs = t == T_Q4_K ? 144 : GPU_Q6K_BLOCK;
+    const size_t bs = block_bytes_of(t);
     for (size_t i = 0; i < nblocks; i++) {
         uint8_t *b = h.data() + i * bs;
         uint16_t d = 0x1C00 + (rand() & 0x3FF), m = 0x1800 + (rand() & 0x3FF);
         if (t == T_Q4_K) { memcpy(b, &d, 2); memcpy(b + 2, &m, 2); }
+        else if (t == T_IQ4_XS) memcpy(b, &d, 2);
         else memcpy(b + 208, &d, 2);
     }
 }
@@ -259,6 +324,9 @@ int main(int argc, char **argv)
         {"1.5B Wo 1536x1536 q4_k", T_Q4_K, 1536, 1536, false},
         {"1.5B down 1536x8960 q4_k", T_Q4_K, 1536, 8960, false},
         {"1.5B lm_head 151936x1536 q6_k", T_Q6_K, 151936, 1536, false},
+        {"Wq 4096x4096 iq4_xs", T_IQ4_XS, 4096, 4096, false},
+        {"down 4096x14336 iq4_xs", T_IQ4_XS, 4096, 14336, false},
+        {"gate+up 2x14336x4096 iq4_xs", T_IQ4_XS, 14336, 4096, true},
     };
     for (const shape &sh : shapes) {
         if (argc > 1 && !strstr(sh.name, argv[1])) continue;
@@ -268,7 +336,7 @@ int main(int argc, char **argv)
         if (copies < 2) copies = 2;
         std::vector<uint8_t> h(mbytes);
         std::vector<uint8_t *> dw(copies);
-        fill(h, sh.t, mbytes / (sh.t == T_Q4_K ? 144 : GPU_Q6K_BLOCK));
+        fill(h, sh.t, mbytes / block_bytes_of(sh.t));
         for (int c = 0; c < copies; c++) {
             CK(cudaMalloc(&dw[c], mbytes));
             CK(cudaMemcpy(dw[c], h.data(), mbytes, cudaMemcpyHostToDevice));
@@ -282,7 +350,16 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&dy, sh.n * 4));
         CK(cudaMalloc(&dyh, sh.n * 2));
         std::vector<variant> vs;
-        if (sh.glu) {
+        if (sh.t == T_IQ4_XS) { // main: the word-at-a-time mma; against the whole-chunk mma and FP32 FFMA
+            if (sh.glu)
+                vs = {{"main glu (mma, words)", (kfn)glu_iq4_xs_1, 8, 1, false},
+                      {"glu mma whole chunk", glu_iq4<1>, 8, 1, false},
+                      {"glu fp32 ffma", glu_iq4<0>, 8, 1, false}};
+            else
+                vs = {{"main (mma, words)", (kfn)matvec_iq4_xs_1, 8, 1, false},
+                      {"mma whole chunk", mv_iq4<1>, 8, 1, false},
+                      {"fp32 ffma", mv_iq4<0>, 8, 1, false}};
+        } else if (sh.glu) {
             vs = {{"main glu", (kfn)glu_q4_k_1, 8, 1, false},
                   {"glu hdr16", glu_v<T_Q4_K, 8, true>, 8, 1, false},
                   {"glu smem x", glu_sx<T_Q4_K, 8, false>, 8, 1, true},

@@ -265,6 +265,20 @@ __global__ void __launch_bounds__(256) mv_iq4(matvec_args a)
     if ((threadIdx.x & 31) == 0) a.seg[0].y[n] = acc[0][0];
 }
 
+// Two weight rows a warp on the tensor cores (rows g and g + 8 of A: the GLU's layout for the
+// plain product), so every mma keeps two rows' sums and each input chunk serves both.
+__global__ void __launch_bounds__(256) mv_iq4_2rows(matvec_args a)
+{
+    const int n0 = 2 * (blockIdx.y * 8 + (threadIdx.x >> 5));
+    if (n0 >= a.seg[0].n) return;
+    const uint8_t *rows[2] = {a.seg[0].w + (size_t)n0 * a.row_bytes, a.seg[0].w + (size_t)min(n0 + 1, a.seg[0].n - 1) * a.row_bytes};
+    float acc[2][1];
+    row_dots_mma<T_IQ4_XS, 2>(rows, a, 0, acc);
+    if ((threadIdx.x & 31) != 0) return;
+    a.seg[0].y[n0] = acc[0][0];
+    if (n0 + 1 < a.seg[0].n) a.seg[0].y[n0 + 1] = acc[1][0];
+}
+
 template <int MMA>
 __global__ void __launch_bounds__(256) glu_iq4(matvec_args a)
 {
@@ -358,7 +372,8 @@ int main(int argc, char **argv)
             else
                 vs = {{"main (mma, words)", (kfn)matvec_iq4_xs_1, 8, 1, false},
                       {"mma whole chunk", mv_iq4<1>, 8, 1, false},
-                      {"fp32 ffma", mv_iq4<0>, 8, 1, false}};
+                      {"fp32 ffma", mv_iq4<0>, 8, 1, false},
+                      {"mma 2 rows/warp", mv_iq4_2rows, 8, 2, false}};
         } else if (sh.glu) {
             vs = {{"main glu", (kfn)glu_q4_k_1, 8, 1, false},
                   {"glu hdr16", glu_v<T_Q4_K, 8, true>, 8, 1, false},

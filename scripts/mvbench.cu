@@ -1,6 +1,6 @@
-// mvbench.cu - the batch-1 matvec kernels (matvec_q4_k_1, matvec_q6_k_1, glu_q4_k_1 of
-// src/gpu/kernels/matvec.cuh, compiled here from the same source) against variants of their
-// layout, on the Llama-3.1-8B and Qwen2.5-1.5B shapes: each timed back to back in a CUDA graph
+// mvbench.cu - the batch-1 matvec kernels (matvec_q4_k_1, matvec_q6_k_1, glu_q4_k_1 and the
+// IQ4_XS ones of src/gpu/kernels/matvec.cuh, compiled here from the same source) against variants
+// of their layout, on the Llama-3.1-8B and Qwen2.5-1.5B shapes: each timed back to back in a CUDA graph
 // over enough weight copies (>= 256 MB) that L2 holds none of them, and its output compared
 // bit for bit with the engine kernel's.  A measuring tool for docs/benchmarks.md, not part of
 // the build: scripts/device-bundle compiles it with nvcc (CUDA runtime API) into
@@ -222,38 +222,8 @@ __global__ void __launch_bounds__(W * 32) glu_v(matvec_args a)
     a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
-// IQ4_XS's one-row tensor-core products as main had them before the word-at-a-time decode:
-// the whole chunk's 16 pairs decoded first, then its 8 mma (the same weights and inputs).
-template <int NR>
-__device__ __forceinline__ void mma_whole(const uint8_t *const rows[NR], const __half *xr, int k, float acc[NR])
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    const int nchunks = k / 32;
-    for (int c0 = 0; c0 < nchunks; c0 += WARP) {
-        const bool live = c0 + lane < nchunks;
-        const int c = live ? c0 + lane : nchunks - 1;
-        __half2 wh[NR][16];
-#pragma unroll
-        for (int r = 0; r < NR; r++) load_chunk_h<T_IQ4_XS>(rows[r], c, wh[r]);
-        uint32_t xw[16];
-        load_x_words((const uint4 *)(xr + 32 * c), live, xw);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t af[4] = {h2_bits(wh[0][2 * i]), NR > 1 ? h2_bits(wh[NR - 1][2 * i]) : 0u,
-                                    h2_bits(wh[0][2 * i + 1]), NR > 1 ? h2_bits(wh[NR - 1][2 * i + 1]) : 0u};
-            mma_16816(d[i & 1], af, xw[2 * i], xw[2 * i + 1]);
-        }
-    }
-    const bool diag = t == (g >> 1);
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        const float v = (g & 1) ? d[0][2 * r + 1] + d[1][2 * r + 1] : d[0][2 * r] + d[1][2 * r];
-        acc[r] = warp_sum(diag ? v : 0.0f);
-    }
-}
-
-// MMA 0: the FP32 products of row_dots (load_chunk_h, FFMA); 1: mma_whole.
+// MMA 0: the FP32 products of row_dots (load_chunk_h, FFMA); 1: row_dots_mma decoding the
+// whole chunk before its 8 mma, as main did before the word-at-a-time decode (the same weights).
 template <int MMA>
 __global__ void __launch_bounds__(256) mv_iq4(matvec_args a)
 {
@@ -261,7 +231,7 @@ __global__ void __launch_bounds__(256) mv_iq4(matvec_args a)
     if (n >= a.seg[0].n) return;
     const uint8_t *rows[1] = {a.seg[0].w + (size_t)n * a.row_bytes};
     float acc[1][1];
-    if (MMA) mma_whole<1>(rows, a.x, a.k, acc[0]); else row_dots<T_IQ4_XS, 1, 1>(rows, a, 0, acc);
+    if (MMA) row_dots_mma<T_IQ4_XS, 1, false>(rows, a, 0, acc); else row_dots<T_IQ4_XS, 1, 1>(rows, a, 0, acc);
     if ((threadIdx.x & 31) == 0) a.seg[0].y[n] = acc[0][0];
 }
 
@@ -286,13 +256,7 @@ __global__ void __launch_bounds__(256) glu_iq4(matvec_args a)
     if (n >= a.seg[0].n) return;
     const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
     float gu[2][1];
-    if (MMA) {
-        float g2[2];
-        mma_whole<2>(rows, a.x, a.k, g2);
-        gu[0][0] = g2[0], gu[1][0] = g2[1];
-    } else {
-        row_dots<T_IQ4_XS, 1, 2>(rows, a, 0, gu);
-    }
+    if (MMA) row_dots_mma<T_IQ4_XS, 2, false>(rows, a, 0, gu); else row_dots<T_IQ4_XS, 1, 2>(rows, a, 0, gu);
     if ((threadIdx.x & 31) == 0) a.yh[n] = __float2half_rn(glu_act(gu[0][0], gu[1][0], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 

@@ -110,7 +110,7 @@ __device__ __forceinline__ void load_x_words(const uint4 *xp, bool live, uint32_
 // lane runs every mma (mma.sync): past the last chunk a lane decodes the last one again and
 // multiplies it by zero inputs.  WORDS (IQ4_XS): the chunk is kept as it lies and decoded a word
 // at a time before the mma that take it, 4 registers of quants live a row instead of 16 of
-// pairs (Q2_K's / Q3_K's raw words are as many as their pairs): 44 registers for the GLU
+// pairs (Q2_K's raw chunk, 8 words and its scales, would save few; Q3_K's 16 words none): 44 registers for the GLU
 // instead of 62, and 7-8 % faster one-matrix products alone (scripts/mvbench.cu times both).
 template <int T, int NR, bool WORDS = T == T_IQ4_XS>
 __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], const matvec_args &a, int m0,
@@ -419,9 +419,11 @@ template <> struct rope_norm_blocks<T_Q3_K> { static constexpr int n = 5; };
 template <> struct rope_norm_blocks<T_IQ4_XS> { static constexpr int n = 4; };
 
 // The same bound for glu_norm_<type> and matvec_res_<type> / matvec_nin_<type> where their
-// unbounded registers would cost resident blocks against glu_<type>_1 / matvec_<type>_1 (1:
-// unbounded).  IQ4_XS: 62 / 48 registers unbounded against glu's / matvec's 44 / 40, so a
-// block an SM fewer (the -7 % its batch 1 measured carried before, docs/benchmarks.md).
+// unbounded registers would cost resident blocks against glu_<type>_1 / matvec_<type>_1 (0:
+// unbounded).  IQ4_XS's glu_norm: 62 registers unbounded against glu's 44, a block an SM fewer
+// (the -7 % its batch 1 measured carried before, docs/benchmarks.md); held to 5 blocks it takes
+// 48 and spills 20 bytes.  Its matvec_res / matvec_nin stay unbounded at 48: held to
+// matvec_iq4_xs_1's 6 blocks (40) they spill 40-48 bytes.
 template <int T> struct glu_norm_blocks { static constexpr int n = 0; };
 template <> struct glu_norm_blocks<T_IQ4_XS> { static constexpr int n = 5; };
 template <int T> struct res_norm_blocks { static constexpr int n = 0; };

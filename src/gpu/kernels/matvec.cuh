@@ -110,8 +110,9 @@ __device__ __forceinline__ void load_x_words(const uint4 *xp, bool live, uint32_
 // lane runs every mma (mma.sync): past the last chunk a lane decodes the last one again and
 // multiplies it by zero inputs.  WORDS (IQ4_XS): the chunk is kept as it lies and decoded a word
 // at a time before the mma that take it, 4 registers of quants live a row instead of 16 of
-// pairs (Q2_K's raw chunk, 8 words and its scales, would save few; Q3_K's 16 words none): 44 registers for the GLU
-// instead of 62, and 7-8 % faster one-matrix products alone (scripts/mvbench.cu times both).
+// pairs: 44 registers for the GLU instead of 62, and 7-8 % faster one-matrix products alone
+// (scripts/mvbench.cu times both).  Q2_K's raw chunk (8 words and its scales) would save few
+// registers, Q3_K's (16 words) none.
 template <int T, int NR, bool WORDS = T == T_IQ4_XS>
 __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], const matvec_args &a, int m0,
                                              float acc[NR][1])

@@ -1,6 +1,6 @@
-// mvbench.cu - the batch-1 matvec kernels (matvec_q4_k_1, matvec_q6_k_1, glu_q4_k_1 of
-// src/gpu/kernels/matvec.cuh, compiled here from the same source) against variants of their
-// layout, on the Llama-3.1-8B and Qwen2.5-1.5B shapes: each timed back to back in a CUDA graph
+// mvbench.cu - the batch-1 matvec kernels (matvec_q4_k_1, matvec_q6_k_1, glu_q4_k_1 and the
+// IQ4_XS ones of src/gpu/kernels/matvec.cuh, compiled here from the same source) against variants
+// of their layout, on the Llama-3.1-8B and Qwen2.5-1.5B shapes: each timed back to back in a CUDA graph
 // over enough weight copies (>= 256 MB) that L2 holds none of them, and its output compared
 // bit for bit with the engine kernel's.  A measuring tool for docs/benchmarks.md, not part of
 // the build: scripts/device-bundle compiles it with nvcc (CUDA runtime API) into
@@ -11,13 +11,16 @@
 #include <vector>
 #include "../src/gpu/gpu_kernel_names.h"
 #undef GPU_MATVEC_KERNELS
-#define GPU_MATVEC_KERNELS(X) X(matvec_q4_k_1, glu_q4_k_1, Q4_K, 1) X(matvec_q6_k_1, glu_q6_k_1, Q6_K, 1)
+#define GPU_MATVEC_KERNELS(X) X(matvec_q4_k_1, glu_q4_k_1, Q4_K, 1) X(matvec_q6_k_1, glu_q6_k_1, Q6_K, 1) \
+    X(matvec_iq4_xs_1, glu_iq4_xs_1, IQ4_XS, 1)
 #undef GPU_MATVEC_ROPE_KERNELS
 #define GPU_MATVEC_ROPE_KERNELS(X)
 #undef GPU_MATVEC_DP4A_KERNELS
 #define GPU_MATVEC_DP4A_KERNELS(X)
 #undef GPU_DEQUANT_KERNELS
 #define GPU_DEQUANT_KERNELS(X)
+#undef GPU_MATVEC_NORM_KERNELS
+#define GPU_MATVEC_NORM_KERNELS(X)
 #include "../src/gpu/kernels/matvec.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -219,7 +222,46 @@ __global__ void __launch_bounds__(W * 32) glu_v(matvec_args a)
     a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
-static size_t row_bytes_of(int t, int k) { return t == T_Q4_K ? (size_t)k / 256 * 144 : (size_t)k / 256 * GPU_Q6K_BLOCK; }
+// MMA 0: the FP32 products of row_dots (load_chunk_h, FFMA); 1: row_dots_mma decoding the
+// whole chunk before its 8 mma, as main did before the word-at-a-time decode (the same weights).
+template <int MMA>
+__global__ void __launch_bounds__(256) mv_iq4(matvec_args a)
+{
+    const int n = blockIdx.y * 8 + (threadIdx.x >> 5);
+    if (n >= a.seg[0].n) return;
+    const uint8_t *rows[1] = {a.seg[0].w + (size_t)n * a.row_bytes};
+    float acc[1][1];
+    if (MMA) row_dots_mma<T_IQ4_XS, 1, false>(rows, a, 0, acc); else row_dots<T_IQ4_XS, 1, 1>(rows, a, 0, acc);
+    if ((threadIdx.x & 31) == 0) a.seg[0].y[n] = acc[0][0];
+}
+
+// Two weight rows a warp on the tensor cores (rows g and g + 8 of A: the GLU's layout for the
+// plain product), so every mma keeps two rows' sums and each input chunk serves both.
+__global__ void __launch_bounds__(256) mv_iq4_2rows(matvec_args a)
+{
+    const int n0 = 2 * (blockIdx.y * 8 + (threadIdx.x >> 5));
+    if (n0 >= a.seg[0].n) return;
+    const uint8_t *rows[2] = {a.seg[0].w + (size_t)n0 * a.row_bytes, a.seg[0].w + (size_t)min(n0 + 1, a.seg[0].n - 1) * a.row_bytes};
+    float acc[2][1];
+    row_dots_mma<T_IQ4_XS, 2>(rows, a, 0, acc);
+    if ((threadIdx.x & 31) != 0) return;
+    a.seg[0].y[n0] = acc[0][0];
+    if (n0 + 1 < a.seg[0].n) a.seg[0].y[n0 + 1] = acc[1][0];
+}
+
+template <int MMA>
+__global__ void __launch_bounds__(256) glu_iq4(matvec_args a)
+{
+    const int n = blockIdx.y * 8 + (threadIdx.x >> 5);
+    if (n >= a.seg[0].n) return;
+    const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
+    float gu[2][1];
+    if (MMA) row_dots_mma<T_IQ4_XS, 2, false>(rows, a, 0, gu); else row_dots<T_IQ4_XS, 1, 2>(rows, a, 0, gu);
+    if ((threadIdx.x & 31) == 0) a.yh[n] = __float2half_rn(glu_act(gu[0][0], gu[1][0], a.glu_limit, a.glu_alpha, a.glu_gelu));
+}
+
+static size_t block_bytes_of(int t) { return t == T_Q4_K ? 144 : t == T_IQ4_XS ? 136 : GPU_Q6K_BLOCK; }
+static size_t row_bytes_of(int t, int k) { return (size_t)k / 256 * block_bytes_of(t); }
 
 // Random blocks with sane FP16 scales.
 static void fill(std::vector<uint8_t> &h, int t, size_t nblocks)
@@ -229,11 +271,12 @@ static void fill(std::vector<uint8_t> &h, int t, size_t nblocks)
         z ^= z << 13, z ^= z >> 7, z ^= z << 17;
         memcpy(&h[i], &z, 8);
     }
-    const size_t bs = t == T_Q4_K ? 144 : GPU_Q6K_BLOCK;
+    const size_t bs = block_bytes_of(t);
     for (size_t i = 0; i < nblocks; i++) {
         uint8_t *b = h.data() + i * bs;
         uint16_t d = 0x1C00 + (rand() & 0x3FF), m = 0x1800 + (rand() & 0x3FF);
         if (t == T_Q4_K) { memcpy(b, &d, 2); memcpy(b + 2, &m, 2); }
+        else if (t == T_IQ4_XS) memcpy(b, &d, 2);
         else memcpy(b + 208, &d, 2);
     }
 }
@@ -259,6 +302,9 @@ int main(int argc, char **argv)
         {"1.5B Wo 1536x1536 q4_k", T_Q4_K, 1536, 1536, false},
         {"1.5B down 1536x8960 q4_k", T_Q4_K, 1536, 8960, false},
         {"1.5B lm_head 151936x1536 q6_k", T_Q6_K, 151936, 1536, false},
+        {"Wq 4096x4096 iq4_xs", T_IQ4_XS, 4096, 4096, false},
+        {"down 4096x14336 iq4_xs", T_IQ4_XS, 4096, 14336, false},
+        {"gate+up 2x14336x4096 iq4_xs", T_IQ4_XS, 14336, 4096, true},
     };
     for (const shape &sh : shapes) {
         if (argc > 1 && !strstr(sh.name, argv[1])) continue;
@@ -268,7 +314,7 @@ int main(int argc, char **argv)
         if (copies < 2) copies = 2;
         std::vector<uint8_t> h(mbytes);
         std::vector<uint8_t *> dw(copies);
-        fill(h, sh.t, mbytes / (sh.t == T_Q4_K ? 144 : GPU_Q6K_BLOCK));
+        fill(h, sh.t, mbytes / block_bytes_of(sh.t));
         for (int c = 0; c < copies; c++) {
             CK(cudaMalloc(&dw[c], mbytes));
             CK(cudaMemcpy(dw[c], h.data(), mbytes, cudaMemcpyHostToDevice));
@@ -282,7 +328,17 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&dy, sh.n * 4));
         CK(cudaMalloc(&dyh, sh.n * 2));
         std::vector<variant> vs;
-        if (sh.glu) {
+        if (sh.t == T_IQ4_XS) { // main: the word-at-a-time mma; against the whole-chunk mma and FP32 FFMA
+            if (sh.glu)
+                vs = {{"main glu (mma, words)", (kfn)glu_iq4_xs_1, 8, 1, false},
+                      {"glu mma whole chunk", glu_iq4<1>, 8, 1, false},
+                      {"glu fp32 ffma", glu_iq4<0>, 8, 1, false}};
+            else
+                vs = {{"main (mma, words)", (kfn)matvec_iq4_xs_1, 8, 1, false},
+                      {"mma whole chunk", mv_iq4<1>, 8, 1, false},
+                      {"fp32 ffma", mv_iq4<0>, 8, 1, false},
+                      {"mma 2 rows/warp", mv_iq4_2rows, 8, 2, false}};
+        } else if (sh.glu) {
             vs = {{"main glu", (kfn)glu_q4_k_1, 8, 1, false},
                   {"glu hdr16", glu_v<T_Q4_K, 8, true>, 8, 1, false},
                   {"glu smem x", glu_sx<T_Q4_K, 8, false>, 8, 1, true},

@@ -136,10 +136,10 @@
     X(matvec_dp4a_q6_k, glu_dp4a_q6_k, matvec_rope_dp4a_q6_k, Q6_K)
 
 /* The batch-1 step's products that carry its RMSNorms (gpu_shared.h matvec_norm), the formats
- * of the common dense files and the K-quant low-bit mixes (Q2_K, Q3_K_M: +3-4 % at batch 1 on
- * the 8B shape); a model with another format in a layer keeps the norm launches.  Not IQ4_XS:
- * its glu_norm / matvec_res take 76 / 70 registers against glu's / matvec's 62 / 50, a block
- * an SM fewer, and its batch 1 measured 7 % slower carried (docs/benchmarks.md):
+ * of the common dense files and the low-bit ones (Q2_K, Q3_K_M: +3-4 % at batch 1 on the 8B
+ * shape; IQ4_XS since its one-row products decode a word at a time: 48 registers for
+ * glu_norm / matvec_res, where its 76 / 70 before had measured 7 % slower carried,
+ * docs/benchmarks.md); a model with another format in a layer keeps the norm launches:
  * QKV with qkv_post reading the norm's input, gate/up the same, the residual product writing
  * it, and a plain product reading it (QKV of a layer whose qkv_post keeps its launch: q/k
  * norms, a gate, partial RoPE):
@@ -152,7 +152,8 @@
     X(matvec_rope_norm_q5_k, glu_norm_q5_k, matvec_res_q5_k, matvec_nin_q5_k, Q5_K) \
     X(matvec_rope_norm_q6_k, glu_norm_q6_k, matvec_res_q6_k, matvec_nin_q6_k, Q6_K) \
     X(matvec_rope_norm_q2_k, glu_norm_q2_k, matvec_res_q2_k, matvec_nin_q2_k, Q2_K) \
-    X(matvec_rope_norm_q3_k, glu_norm_q3_k, matvec_res_q3_k, matvec_nin_q3_k, Q3_K)
+    X(matvec_rope_norm_q3_k, glu_norm_q3_k, matvec_res_q3_k, matvec_nin_q3_k, Q3_K) \
+    X(matvec_rope_norm_iq4_xs, glu_norm_iq4_xs, matvec_res_iq4_xs, matvec_nin_iq4_xs, IQ4_XS)
 
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */

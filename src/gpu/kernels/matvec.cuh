@@ -89,6 +89,16 @@ template <> struct mv_mma<T_IQ4_XS> { static constexpr bool on = true; };
 template <> struct mv_mma<T_Q2_K> { static constexpr bool on = true; };
 template <> struct mv_mma<T_Q3_K> { static constexpr bool on = true; };
 
+// A lane's 32 FP16 inputs of chunk c as 16 words (past the last chunk: zeros).
+__device__ __forceinline__ void load_x_words(const uint4 *xp, bool live, uint32_t xw[16])
+{
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint4 v = live ? __ldg(xp + j) : make_uint4(0u, 0u, 0u, 0u);
+        xw[4 * j] = v.x, xw[4 * j + 1] = v.y, xw[4 * j + 2] = v.z, xw[4 * j + 3] = v.w;
+    }
+}
+
 // row_dots for one activation row (NR = 1 or 2) with the products on the tensor cores: the
 // FP32 half of row_dots (a conversion of each weight and each input, an FFMA per weight) is
 // most of a matvec's instructions once the decode is cheap.  One m16n8k16 per 4 weight pairs
@@ -98,8 +108,12 @@ template <> struct mv_mma<T_Q3_K> { static constexpr bool on = true; };
 // except off the diagonal, which is dropped.  The same FP16 weights and inputs as row_dots,
 // products exact, sums in the tensor cores' FP32 (their order and rounding, as mmq's).  Every
 // lane runs every mma (mma.sync): past the last chunk a lane decodes the last one again and
-// multiplies it by zero inputs.
-template <int T, int NR>
+// multiplies it by zero inputs.  WORDS (IQ4_XS): the chunk is kept as it lies and decoded a word
+// at a time before the mma that take it, 4 registers of quants live a row instead of 16 of
+// pairs: 44 registers for the GLU instead of 62, and 7-8 % faster one-matrix products alone
+// (scripts/mvbench.cu times both).  Q2_K's raw chunk (8 words and its scales) would save few
+// registers, Q3_K's (16 words) none.
+template <int T, int NR, bool WORDS = T == T_IQ4_XS>
 __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], const matvec_args &a, int m0,
                                              float acc[NR][1])
 {
@@ -111,21 +125,39 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
     for (int c0 = 0; c0 < nchunks; c0 += WARP) {
         const bool live = c0 + lane < nchunks;
         const int c = live ? c0 + lane : nchunks - 1;
-        __half2 wh[NR][16];
-#pragma unroll
-        for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], c, wh[r]);
         const uint4 *xp = (const uint4 *)(xr + 32 * c);
         uint32_t xw[16];
+        if constexpr (WORDS) {
+            static_assert(T == T_IQ4_XS, "the word-at-a-time decode is IQ4_XS's");
+            // word i's pairs feed steps i and 4 + i (its low and high nibbles)
+            iq4xs_raw q[NR];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const uint4 v = live ? __ldg(xp + j) : make_uint4(0u, 0u, 0u, 0u);
-            xw[4 * j] = v.x, xw[4 * j + 1] = v.y, xw[4 * j + 2] = v.z, xw[4 * j + 3] = v.w;
-        }
+            for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], c);
+            load_x_words(xp, live, xw);
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t af[4] = {h2_bits(wh[0][2 * i]), NR > 1 ? h2_bits(wh[NR - 1][2 * i]) : 0u,
-                                    h2_bits(wh[0][2 * i + 1]), NR > 1 ? h2_bits(wh[NR - 1][2 * i + 1]) : 0u};
-            mma_16816(d[i & 1], af, xw[2 * i], xw[2 * i + 1]);
+            for (int i = 0; i < 4; i++) {
+                __half2 p[NR][4];
+#pragma unroll
+                for (int r = 0; r < NR; r++) iq4xs_h_word(q[r], i, p[r]);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int st = i + 4 * h;
+                    const uint32_t af[4] = {h2_bits(p[0][2 * h]), NR > 1 ? h2_bits(p[NR - 1][2 * h]) : 0u,
+                                            h2_bits(p[0][2 * h + 1]), NR > 1 ? h2_bits(p[NR - 1][2 * h + 1]) : 0u};
+                    mma_16816(d[h], af, xw[2 * st], xw[2 * st + 1]);
+                }
+            }
+        } else {
+            __half2 wh[NR][16];
+#pragma unroll
+            for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], c, wh[r]);
+            load_x_words(xp, live, xw);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const uint32_t af[4] = {h2_bits(wh[0][2 * i]), NR > 1 ? h2_bits(wh[NR - 1][2 * i]) : 0u,
+                                        h2_bits(wh[0][2 * i + 1]), NR > 1 ? h2_bits(wh[NR - 1][2 * i + 1]) : 0u};
+                mma_16816(d[i & 1], af, xw[2 * i], xw[2 * i + 1]);
+            }
         }
     }
     // D[g][g] and D[g + 8][g]: elements g & 1 and 2 + (g & 1) of lane (g, g / 2)
@@ -385,6 +417,17 @@ template <> struct rope_norm_blocks<T_Q5_K> { static constexpr int n = 4; };
 template <> struct rope_norm_blocks<T_Q6_K> { static constexpr int n = 5; };
 template <> struct rope_norm_blocks<T_Q2_K> { static constexpr int n = 4; };
 template <> struct rope_norm_blocks<T_Q3_K> { static constexpr int n = 5; };
+template <> struct rope_norm_blocks<T_IQ4_XS> { static constexpr int n = 4; };
+
+// The same bound for glu_norm_<type> and matvec_res_<type> / matvec_nin_<type> where their
+// unbounded registers would cost resident blocks against glu_<type>_1 / matvec_<type>_1 (0:
+// unbounded).  IQ4_XS's glu_norm: 62 registers unbounded against glu's 44, a block an SM fewer
+// (the -7 % its batch 1 measured carried before, docs/benchmarks.md); held to 5 blocks it takes
+// 48 and spills 20 bytes.  Its matvec_res / matvec_nin stay unbounded at 48: held to
+// matvec_iq4_xs_1's 6 blocks (40) they spill 40-48 bytes.
+template <int T> struct glu_norm_blocks { static constexpr int n = 0; };
+template <> struct glu_norm_blocks<T_IQ4_XS> { static constexpr int n = 5; };
+template <int T> struct res_norm_blocks { static constexpr int n = 0; };
 
 // One quadruple per row of GPU_MATVEC_NORM_KERNELS: the batch-1 products that carry its norms.
 #define MATVEC_NORM_KERNELS(rope_name, glu_name, res_name, nin_name, TYPE)                       \
@@ -393,11 +436,11 @@ template <> struct rope_norm_blocks<T_Q3_K> { static constexpr int n = 5; };
     {                                                                                            \
         matvec_body<T_##TYPE, 1, true, false, NORM_IN>(r.mv, &r);                                \
     }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, glu_norm_blocks<T_##TYPE>::n) \
         glu_name(matvec_args a) { glu_body<T_##TYPE, 1, false, NORM_IN>(a); }                    \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, res_norm_blocks<T_##TYPE>::n) \
         res_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a); }        \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, res_norm_blocks<T_##TYPE>::n) \
         nin_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_IN>(a); }
 GPU_MATVEC_NORM_KERNELS(MATVEC_NORM_KERNELS)
 

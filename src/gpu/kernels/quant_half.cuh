@@ -92,20 +92,41 @@ __device__ __forceinline__ __half2 iq4xs_h_scale(uint2 hdr, int s)
     return __float2half2_rn(half_bits_to_float((uint16_t)(hdr.x & 0xFFFF)) * (float)(ls - 32));
 }
 
-template <> __device__ __forceinline__ void load_chunk_h<T_IQ4_XS>(const uint8_t *row, int c, __half2 w[16])
+// A chunk of IQ4_XS as it lies: its four words of quants and its scale, decoded a word at a
+// time (iq4xs_h_word) by the one-row products, which so keep 4 registers of it live instead
+// of the 16 of decoded pairs (row_dots_mma: registers bound how many warps stream weights).
+struct iq4xs_raw {
+    uint32_t u[4];
+    __half2 dl;
+};
+
+__device__ __forceinline__ iq4xs_raw iq4xs_load(const uint8_t *row, int c)
 {
     const uint8_t *b = row + (size_t)(c >> 3) * 136;
     const int s = c & 7;
-    const __half2 dl = iq4xs_h_scale(__ldg((const uint2 *)b), s);
     const uint2 *qp = (const uint2 *)(b + 8 + 16 * s);
     const uint2 v0 = __ldg(qp), v1 = __ldg(qp + 1);
-    const uint32_t u[4] = {v0.x, v0.y, v1.x, v1.y};
+    return {{v0.x, v0.y, v1.x, v1.y}, iq4xs_h_scale(__ldg((const uint2 *)b), s)};
+}
+
+// Word i of a chunk: w[0..1] = pairs 2i, 2i + 1 (weights 4i .. 4i + 3, the low nibbles),
+// w[2..3] = pairs 8 + 2i, 9 + 2i (weights 16 + 4i .., the high ones).
+__device__ __forceinline__ void iq4xs_h_word(const iq4xs_raw &q, int i, __half2 w[4])
+{
+    uint32_t r0, r1;
+    iq4_level_bytes(q.u[i], r0, r1);
+    iq4_h_pairs(r0, r1, 0x4240, q.dl, &w[0]);
+    iq4_h_pairs(r0, r1, 0x4341, q.dl, &w[2]);
+}
+
+template <> __device__ __forceinline__ void load_chunk_h<T_IQ4_XS>(const uint8_t *row, int c, __half2 w[16])
+{
+    const iq4xs_raw q = iq4xs_load(row, c);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        uint32_t r0, r1;
-        iq4_level_bytes(u[i], r0, r1);
-        iq4_h_pairs(r0, r1, 0x4240, dl, &w[2 * i]);
-        iq4_h_pairs(r0, r1, 0x4341, dl, &w[8 + 2 * i]);
+        __half2 p[4];
+        iq4xs_h_word(q, i, p);
+        w[2 * i] = p[0], w[2 * i + 1] = p[1], w[8 + 2 * i] = p[2], w[9 + 2 * i] = p[3];
     }
 }
 

@@ -1384,7 +1384,6 @@ static int setup(gpu_engine *g, char *err, size_t errlen)
     g->k.load_all = g->tp_rank >= 0;
     if (gpu_kernels_load(&g->k, err, errlen)) return -1;
     CU_CHECK(cu.cuDeviceGetAttribute(&g->n_sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, g->dev), "querying the GPU");
-    g->mmqn_warps = getenv("INFERD_MMQN_WARPS") ? atoi(getenv("INFERD_MMQN_WARPS")) : 16; /* EXPERIMENT */
     log_info("cuda: %s, uploading %s", name, g->base.m->name);
     if (upload_weights(g, err, errlen)) return -1;
     return alloc_buffers(g, err, errlen);

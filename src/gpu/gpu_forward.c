@@ -330,11 +330,15 @@ static bool mmq_narrow_serves(const gpu_engine *g, const gpu_matrix *w, int m)
 }
 
 /* The chunks of a default-engine mmq_narrow split over `items` (16-row tile, gate/up) items:
- * k split until the launch has about g->mmqn_warps warps' items a multiprocessor, at least two
- * stages a split (mmq_cap_splits).  Not the deterministic rule: its splits follow the shape. */
+ * k split until the launch has about MMQN_FAST_ITEMS items (a warp's work each) a
+ * multiprocessor, at least two stages a split (mmq_cap_splits).  Not the deterministic rule,
+ * whose splits follow the shape alone.  Measured on the H100, Llama-3.1-8B Q4_K_M, B=2..8
+ * decode: 32 items 1-2 % faster than 16 and 2-3 % than 8 (~the deterministic rule's);
+ * docs/benchmarks.md "Products of 2..8 rows through mmq_narrow". */
+#define MMQN_FAST_ITEMS 32
 static int mmqn_fast_split_chunks(const gpu_engine *g, int items, int k)
 {
-    int stages = mmq_stages(k), want = g->mmqn_warps * g->n_sm;
+    int stages = mmq_stages(k), want = MMQN_FAST_ITEMS * g->n_sm;
     int splits = mmq_cap_splits(items < want ? (want + items - 1) / items : 1, stages);
     return (stages + splits - 1) / splits * (MMQ_KT / 32);
 }

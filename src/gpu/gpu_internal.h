@@ -226,7 +226,6 @@ typedef struct gpu_engine {
      * before its norm */
     CUdeviceptr mla_q, mla_qa;
     int n_sm;                    /* multiprocessors: mmq sizes its k splits to fill them */
-    int mmqn_warps;              /* EXPERIMENT: mmq_narrow's (tile, split) items a multiprocessor, non-det */
     CUdeviceptr wdq, blas_ws, part_o, part_ml;
     CUdeviceptr att_counts;      /* attn_decode's arrival counters (attn_args.counts), or 0 */
     CUdeviceptr w16;             /* FP16 copies of the quantised matrices cuBLAS multiplies, or 0 */

@@ -319,12 +319,28 @@ static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_gr
     return 0;
 }
 
-/* Whether the deterministic engine's product of m rows over w takes mmq_narrow (one launch,
- * mmq's sums) rather than mmq and its reduce. */
+/* Whether a product of m rows over w takes mmq_narrow (one launch, no reduce) rather than mmq
+ * and its reduce: the deterministic engine's 1..MMQN_MAX_M rows (mmq's sums), and the default
+ * engine's 2..MMQN_MAX_M (batch-1 takes the matvec kernels, path_for), whose splits are its own
+ * (mmqn_fast_split_chunks). */
 static bool mmq_narrow_serves(const gpu_engine *g, const gpu_matrix *w, int m)
 {
-    return g->det && m <= MMQN_MAX_M && w->k <= MMQN_MAX_K && w->k % MMQ_KT == 0 && w->wtype >= 0 &&
+    return (g->det || m > 1) && m <= MMQN_MAX_M && w->k <= MMQN_MAX_K && w->k % MMQ_KT == 0 && w->wtype >= 0 &&
            g->k.mmq_narrow[w->wtype].f && gpu_mmq_serves(&g->k, w->wtype, w->k); /* whole stages only */
+}
+
+/* The chunks of a default-engine mmq_narrow split over `items` (16-row tile, gate/up) items:
+ * k split until the launch has about MMQN_FAST_ITEMS items (a warp's work each) a
+ * multiprocessor, at least two stages a split (mmq_cap_splits).  Not the deterministic rule,
+ * whose splits follow the shape alone.  Measured on the H100, Llama-3.1-8B Q4_K_M, B=2..8
+ * decode: 32 items 1-2 % faster than 16 and 2-3 % than 8 (~the deterministic rule's);
+ * docs/benchmarks.md "Products of 2..8 rows through mmq_narrow". */
+#define MMQN_FAST_ITEMS 32
+static int mmqn_fast_split_chunks(const gpu_engine *g, int items, int k)
+{
+    int stages = mmq_stages(k), want = MMQN_FAST_ITEMS * g->n_sm;
+    int splits = mmq_cap_splits(items < want ? (want + items - 1) / items : 1, stages);
+    return (stages + splits - 1) / splits * (MMQ_KT / 32);
 }
 
 /* mmq_narrow over a (a->m <= MMQN_MAX_M rows), whose mmq grid would have gx blocks of weight
@@ -336,7 +352,7 @@ static int mmq_narrow(gpu_engine *g, const matvec_args *a, const gpu_matrix *w, 
 {
     matvec_rope_args r = {.mv = *a, .role0 = post ? role0 : 0};
     if (post) r.post = *post;
-    r.mv.split_chunks = mmq_det_split_chunks(g, gx, w->k);
+    r.mv.split_chunks = g->det ? mmq_det_split_chunks(g, gx, w->k) : mmqn_fast_split_chunks(g, (glu ? 2 : 1) * tiles, w->k);
     int n_split = (w->k / 32 + r.mv.split_chunks - 1) / r.mv.split_chunks, per_tile = (glu ? 2 : 1) * n_split;
     int tpb = per_tile < MMQN_WARPS ? MMQN_WARPS / per_tile : 1, items = tpb * per_tile;
     int warps = items < MMQN_WARPS ? items : MMQN_WARPS;
@@ -1017,14 +1033,14 @@ static int attention_softmax(gpu_engine *g, int il, int T, const gpu_attn_plan *
     };
     /* One token (the batch-1 step) with no q/k/v norm, gate or partial RoPE: RoPE and the K/V
      * stores in the QKV matvec's epilogue (its blocks of 8 features hold 4 whole RoPE pairs of
-     * one head).  Under det, for 1..MMQN_MAX_M tokens where mmq_narrow takes Q, K and V and a
-     * RoPE pair is two neighbouring features (not NeoX: a pair never leaves its 16-row tile);
-     * every other step takes qkv_post. */
+     * one head).  For the other steps of up to MMQN_MAX_M tokens (under det from one) where
+     * mmq_narrow takes Q, K and V and a RoPE pair is two neighbouring features (not NeoX: a pair
+     * never leaves its 16-row tile), in mmq_narrow's; every other step takes qkv_post. */
     const gpu_matrix *wv = L->wv.d ? &L->wv : &L->wk; /* no wv: V is the K projection (v_from_k) */
     const int np = norm_point(g, 2 * il, T);
-    bool post_fused = qkv_post_fusable(g, L) && (!g->det ? T == 1
-                                          : !hp->rope_neox && L->hd % 16 == 0 && mmq_narrow_serves(g, &L->wq, T) &&
-                                                mmq_narrow_serves(g, &L->wk, T) && mmq_narrow_serves(g, wv, T));
+    bool post_fused = qkv_post_fusable(g, L) && ((T == 1 && !g->det) ||
+                                                 (!hp->rope_neox && L->hd % 16 == 0 && mmq_narrow_serves(g, &L->wq, T) &&
+                                                  mmq_narrow_serves(g, &L->wk, T) && mmq_narrow_serves(g, wv, T)));
     matmul_op qkv = {.out = {{&L->wq, L->gated ? g->qg : g->q, L->bq, L->gated ? 2 * L->d_q : L->d_q},
                              {&L->wk, g->kk, L->bk, L->d_kv}, {wv, g->vv, L->bv, L->d_kv}},
                      .n_out = L->kv_own ? 3 : 1, .x = np >= 0 ? g->norm_h : g->act_h, .m = T, .ldx = g->d_embd,

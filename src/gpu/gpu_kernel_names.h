@@ -290,8 +290,9 @@
     X(mmq_mxfp4_32, mmq_glu_mxfp4_32, MXFP4, 32) \
     X(mmq_mxfp4_64, mmq_glu_mxfp4_64, MXFP4, 64)
 
-/* --deterministic's products of 1..MMQN_MAX_M activation rows with mmq's sums (kernels/mmq_narrow.cuh),
- * the formats of GPU_MMQ_KERNELS: X(mmq_narrow_<suffix>, mmq_narrow_glu_<suffix>, TYPE) */
+/* Products of 1..MMQN_MAX_M activation rows with mmq's sums (kernels/mmq_narrow.cuh: --deterministic's
+ * from one row, the default engine's from two), the formats of GPU_MMQ_KERNELS:
+ * X(mmq_narrow_<suffix>, mmq_narrow_glu_<suffix>, TYPE) */
 #define GPU_MMQ_NARROW_KERNELS(X) \
     X(mmq_narrow_bf16, mmq_narrow_glu_bf16, BF16) \
     X(mmq_narrow_q4_0, mmq_narrow_glu_q4_0, Q4_0) \

@@ -282,10 +282,11 @@ typedef struct moe_mv_args {
 #define MMQ_WSTRIDE_SHIFTED(rb) (((rb) + 30) / 16 * 16)
 #define MMQ_WSTRIDE(rb, row_bytes) ((rb) % 16 == 0 && (row_bytes) % 16 == 0 ? (rb) : MMQ_WSTRIDE_SHIFTED(rb))
 
-/* mmq_narrow (kernels/mmq_narrow.cuh, --deterministic's products of 1..MMQN_MAX_M rows): the
- * stages each warp keeps in flight for a format of rb bytes per stage row, its most warps per
- * block, and the longest rows it takes (the partial sums of every split of a block's tiles
- * stay in its shared memory: at most 2 * k / MMQ_KT * 512 bytes). */
+/* mmq_narrow (kernels/mmq_narrow.cuh, products of 1..MMQN_MAX_M rows: --deterministic's from
+ * one, the default engine's from two): the stages each warp keeps in flight for a format of rb
+ * bytes per stage row, its most warps per block, and the longest rows it takes (the partial
+ * sums of every split of a block's tiles stay in its shared memory: at most 2 * k / MMQ_KT *
+ * 512 bytes). */
 #define MMQN_MAX_M 8
 #define MMQN_DEPTH(rb) ((rb) > 320 ? 2 : 3)
 #define MMQN_WARPS 8

@@ -554,25 +554,26 @@ static void test_mmq_unaligned_rows(void **state)
 static ggml_type partial_types[] = {GGML_TYPE_Q8_0, GGML_TYPE_MXFP4, GGML_TYPE_BF16,  GGML_TYPE_Q4_0,
                                     GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,  GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL};
 
-/* --deterministic's 1..8-row products (mmq_narrow) on every mmq format: mmq's bits, with one
- * split and with three. */
+/* The 1..8-row products (mmq_narrow: --deterministic's from one row, the default engine's from
+ * two) on every mmq format: mmq's bits, with one split, three, and two of unequal length (the
+ * default engine's splits, mmqn_fast_split_chunks, leave the last one shorter). */
 static void test_mmq_narrow_matches_mmq(void **state)
 {
     (void)state;
     uint64_t seed = 11;
-    const int Ms[] = {1, 2, 5, 8};
+    const int Ms[] = {1, 2, 3, 5, 8}, splits[] = {0, 8, 16}; /* split_chunks: PK / 32 = 24 chunks */
     for (size_t ti = 0; ti < sizeof wtypes / sizeof wtypes[0]; ti++) {
         ggml_type t = wtypes[ti];
         if (!G.k.mmq[gpu_wtype_index(t)][0].f) continue; /* F32, F16: cuBLAS */
         float *deq = malloc((size_t)PK * PN * sizeof *deq);
         double edq;
         product_matrix pm = product_matrix_new(t, PK, deq, &seed, &edq);
-        for (int split = 0; split < 2; split++)
-            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) narrow_case(&pm, Ms[mi], split ? 8 : 0, &seed);
+        for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) narrow_case(&pm, Ms[mi], splits[si], &seed);
         product_matrix_free(&pm);
         free(deq);
     }
-    print_message("  mmq_narrow: mmq's bits on every format, M 1..8, one split and three\n");
+    print_message("  mmq_narrow: mmq's bits on every format, M 1..8, one split, three, and 16 + 8 chunks\n");
 }
 
 /* The q8 row of the FP16 row dx (k inputs) from quantize_q8, into fresh buffers: xq the q and

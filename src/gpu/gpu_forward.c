@@ -549,7 +549,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
             .scale = L->mla ? (float)M_LOG2E * scale : (float)(M_LOG2E / sqrt((double)hp->attn_scalar)), .sinks = sinks,
         };
         /* pack_step makes tiles only when gpu_flash_q_tokens() allows every layer: head_dim 64,
-         * 128 or 256 */
+         * 128, 256 or 512 */
         if (gpu_launch_flash(&g->k, &fa, L->hd, (unsigned)ap->n_tiles, g->stream, "attention", err, errlen)) return -1;
     }
     if (ap->n_dec == 0) return 0;

@@ -220,9 +220,12 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         CU_CHECK(cu.cuFuncSetAttribute(dec[i]->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        (int)gpu_attn_decode_smem(64 << i)),
                  dec[i]->name);
-    /* flash_attn at head_dim 256 too (its Q fragments beside the K/V tiles: gpu_shared.h) */
-    CU_CHECK(cu.cuFuncSetAttribute(k->flash_attn_hd256.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                   (int)gpu_flash_smem(256)), "flash_attn_hd256");
+    /* flash_attn at head_dim 256 and 512 too (their Q fragments beside the K/V tiles: gpu_shared.h) */
+    const gpu_fn *wide[] = {&k->flash_attn_hd256, &k->flash_attn_hd512};
+    for (int i = 0; i < 2; i++)
+        CU_CHECK(cu.cuFuncSetAttribute(wide[i]->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       (int)gpu_flash_smem(256 << i)),
+                 wide[i]->name);
     return check_complete(k, err, errlen);
 }
 
@@ -241,15 +244,20 @@ int gpu_launch(const gpu_fn *fn, gpu_launch_dims d, CUstream stream, void **args
 int gpu_launch_flash(const gpu_kernels *k, const flash_args *a, int hd, unsigned n_tiles, CUstream stream,
                      const char *what, char *err, size_t errlen)
 {
-    const gpu_fn *fn = hd == 64 ? &k->flash_attn_hd64 : hd == 128 ? &k->flash_attn_hd128 : hd == 256 ? &k->flash_attn_hd256 : NULL;
+    const gpu_fn *fn = hd == 64    ? &k->flash_attn_hd64
+                       : hd == 128 ? &k->flash_attn_hd128
+                       : hd == 256 ? &k->flash_attn_hd256
+                       : hd == 512 ? &k->flash_attn_hd512
+                                   : NULL;
     if (!fn) {
         snprintf(err, errlen, "%s: no flash attention kernel for head_dim %d", what, hd);
         return -1;
     }
     flash_args arg = *a; /* the launch copies its parameters */
     void *args[] = {&arg};
-    return gpu_launch_smem(fn, (gpu_launch_dims){n_tiles, (unsigned)a->n_kv, 1, GPU_FA_ROWS / 16 * 32},
-                           gpu_flash_smem(hd), stream, args, what, err, errlen);
+    const gpu_launch_dims d = {n_tiles, (unsigned)a->n_kv, GPU_FA_TILE_ROWS(hd) / GPU_FA_BLOCK_ROWS(hd),
+                               GPU_FA_THREADS(hd)};
+    return gpu_launch_smem(fn, d, gpu_flash_smem(hd), stream, args, what, err, errlen);
 }
 
 int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned n, CUstream stream, const char *what,

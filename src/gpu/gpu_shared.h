@@ -325,18 +325,29 @@ typedef struct attn_args {
     const float *sinks;
 } attn_args;
 
-/* flash_attn_hd<64|128|256> (kernels/flash_attn.cuh): prompt tokens on the tensor cores.  A
- * tile is up to gpu_flash_q_tokens() consecutive packed tokens of one sequence with consecutive
- * positions; grid (tiles, n_kv), GPU_FA_ROWS / 16 warps, gpu_flash_smem(hd) bytes of dynamic
- * shared memory.  scale = log2(e) / sqrt(hd): the softmax runs in base 2. */
-#define GPU_FA_ROWS 64 /* (token, query head) rows per block */
+/* flash_attn_hd<64|128|256|512> (kernels/flash_attn.cuh): prompt tokens on the tensor cores.
+ * A tile is up to gpu_flash_q_tokens() consecutive packed tokens of one sequence with
+ * consecutive positions, at most GPU_FA_TILE_ROWS(hd) (token, query head) rows; grid (tiles,
+ * n_kv, GPU_FA_TILE_ROWS(hd) / GPU_FA_BLOCK_ROWS(hd)), GPU_FA_THREADS(hd) threads,
+ * gpu_flash_smem(hd) bytes of dynamic shared memory.  scale = log2(e) / sqrt(hd): the softmax
+ * runs in base 2. */
+#define GPU_FA_ROWS 64 /* (token, query head) rows per block, and per tile below head_dim 512 */
+/* Head_dim 512: a lane's FP32 O accumulator for 16 rows x 512 dims would alone be 256
+ * registers, so two warps share each 16 rows, each accumulating half the output dims, and a
+ * block takes 32 of the tile's rows (blockIdx.z), which keeps its shared memory under the
+ * 227 KiB limit.  A tile may have up to 8 such blocks (a block past the tile's rows exits at
+ * once), so that the tiles the packer cuts for a model's other layers (Gemma 4's sliding
+ * ones: 32 tokens of 2 heads) need not shrink to 64 rows of the 512 layers' 8 heads. */
+#define GPU_FA_BLOCK_ROWS(hd) ((hd) > 256 ? 32 : GPU_FA_ROWS)
+#define GPU_FA_TILE_ROWS(hd) ((hd) > 256 ? 8 * 32 : GPU_FA_ROWS)
+#define GPU_FA_DSPLIT(hd) ((hd) > 256 ? 2 : 1)
+#define GPU_FA_THREADS(hd) (GPU_FA_BLOCK_ROWS(hd) / 16 * GPU_FA_DSPLIT(hd) * 32)
 /* The shared memory: K and V tiles of GPU_KV_BLOCK keys, double-buffered, rows padded by 8
- * halves; at head_dim 256 also the warps' Q fragments (FP16 hi + lo, 64 KiB), since a lane's
- * FP32 O accumulator (16 rows x 256 dims a warp) alone takes 128 registers and Q as many
- * again.  (133,120 bytes at 256: one block a multiprocessor; over 48 KiB needs the opt-in
- * attribute, gpu_kernels.c.)  Head_dim 512 has no flash kernel: O alone would be 256
- * registers a lane. */
-#define GPU_FA_Q_SMEM(hd) ((hd) >= 256 ? GPU_FA_ROWS / 16 * ((hd) / 16) * 2 * 32 * 16 : 0)
+ * halves; at head_dim >= 256 also the Q fragments of the block's rows (FP16 hi + lo: 64 KiB),
+ * since a lane's FP32 O accumulator (16 rows x 256 dims a warp) alone takes 128 registers and
+ * Q as many again.  (133,120 bytes at 256, 198,656 at 512: one block a multiprocessor; over
+ * 48 KiB needs the opt-in attribute, gpu_kernels.c.) */
+#define GPU_FA_Q_SMEM(hd) ((hd) >= 256 ? GPU_FA_BLOCK_ROWS(hd) / 16 * ((hd) / 16) * 2 * 32 * 16 : 0)
 #define gpu_flash_smem(hd) ((unsigned)(2 * 2 * GPU_KV_BLOCK * ((hd) + 8) * 2 + GPU_FA_Q_SMEM(hd)))
 typedef struct flash_args {
     const float *q; /* [t][n_head][hd] */
@@ -367,12 +378,12 @@ static inline GPU_HOST_DEVICE int gpu_attn_key0(int pos, int window)
 static inline GPU_HOST_DEVICE int gpu_attn_span(int pos, int window) { return pos + 1 - gpu_attn_key0(pos, window); }
 
 /* Tokens per flash tile for this shape (all query heads of a KV group in one block), or 0
- * when the flash kernel does not apply (another head size, a group over GPU_FA_ROWS heads):
+ * when the flash kernel does not apply (another head size, a group over GPU_FA_TILE_ROWS heads):
  * then every token takes attn_partial. */
 static inline GPU_HOST_DEVICE int gpu_flash_q_tokens(int n_head, int n_kv, int hd)
 {
-    if ((hd != 64 && hd != 128 && hd != 256) || n_kv <= 0 || n_head % n_kv) return 0;
-    return GPU_FA_ROWS / (n_head / n_kv);
+    if ((hd != 64 && hd != 128 && hd != 256 && hd != 512) || n_kv <= 0 || n_head % n_kv) return 0;
+    return GPU_FA_TILE_ROWS(hd) / (n_head / n_kv);
 }
 
 /* Keys per split for a query that sees n_keys keys, at most max_split splits: a function of

@@ -1711,20 +1711,25 @@ static void decode_through(engine *e, const int32_t *blocks, const int32_t *bloc
 static void test_logits_gemma4_synthetic(void **state)
 {
     (void)state;
-    static const ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    /* the last: Gemma 4 31B's head dims (sliding 256, full 512 with 8 query heads a KV head:
+     * flash_attn_hd512, 32-token tiles for both kinds of layer) in F16 */
+    static const ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F16};
+    const size_t n_types = sizeof types / sizeof types[0];
     uint64_t seed = 15;
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    for (size_t t = 0; t < n_types; t++) {
+        const bool wide = t == n_types - 1;
         tiny_spec s = tiny_spec_default();
         s.arch = "gemma4";
         s.n_vocab = 512, s.n_embd = 256, s.n_layer = 6, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 512, s.n_ctx = 512;
         s.n_swa = 48, s.g4_head_dim_full = 128, s.g4_n_kv_full = 1, s.g4_ple = 32, s.g4_kv_shared = 3;
+        if (wide) s.n_head = 8, s.n_head_kv = 4, s.head_dim = 256, s.g4_head_dim_full = 512;
         s.tied = true, s.wtype = types[t], s.seed = 300 + t;
         void *image;
         model *m = random_model(s, &image);
         int32_t tokens[N_POS];
         for (int i = 0; i < N_POS; i++) tokens[i] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)s.n_vocab);
         char label[64];
-        snprintf(label, sizeof label, "gemma4 %s", ggml_type_name(types[t]));
+        snprintf(label, sizeof label, "gemma4 %s%s", ggml_type_name(types[t]), wide ? " head_dim 256/512" : "");
         check_model_logits(m, label, N_POS, N_PROMPT, tokens);
         if (types[t] == GGML_TYPE_Q8_0) batch_of_32(m);
         model_free(m);

@@ -1603,6 +1603,19 @@ static void test_flash_attention_hd256(void **state)
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) flash_case(256, groups[i], 0, false);
 }
 
+/* head_dim 512 (Gemma 4's full-attention layers): two warps per 16 rows, each with half the
+ * output dims, and a block per 32 rows of a tile of up to 256.  Group 1 gives 256-token tiles
+ * (a span of 17 fills a block and leaves the others empty, 300 takes a whole tile and 44
+ * tokens more); group 8 (Gemma 4 31B: 32 heads over 4) 32-token tiles, 4 tokens a block; group
+ * 2 also with a window of 48 keys. */
+static void test_flash_attention_hd512(void **state)
+{
+    (void)state;
+    static const int groups[] = {1, 2, 8};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) flash_case(512, groups[i], 0, false);
+    flash_case(512, 2, 48, false);
+}
+
 /* Sliding windows: 48 keys (rows of one tile start in different KV blocks; a tile's later rows
  * see its first K/V tile wholly masked) and 300 (the spans after 700 keys see only their
  * window, the fresh ones all their keys). */
@@ -2282,6 +2295,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_decode_attention),
         cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_flash_attention_hd256),
+        cmocka_unit_test(test_flash_attention_hd512),
         cmocka_unit_test(test_flash_attention_window),
         cmocka_unit_test(test_sampler_matches_cpu),
         cmocka_unit_test(test_delta_rule),

@@ -1,12 +1,12 @@
 // flash_attn.cuh - causal attention of prompt tokens on the tensor cores (FlashAttention-2
-// style), for head_dim 64, 128 and 256.
+// style), for head_dim 64, 128, 256 and 512.
 //
 // The packer (pack_step) cuts every span of >= 2 consecutive tokens of one sequence into tiles
-// of at most gpu_flash_q_tokens() tokens; one block takes one tile and one KV head.  The
-// block's M dimension is (token, query head of the KV group) pairs, row r = token r / group,
-// head r % group, so the group's query heads share every K/V tile load (GQA).  FA_WARPS warps
-// own 16 rows each.  K/V come in tiles of FA_KEYS = GPU_KV_BLOCK keys -- exactly one KV block,
-// one contiguous [32][hd] range -- double-buffered through cp.async; per tile each warp forms
+// of at most gpu_flash_q_tokens() tokens; one block takes one tile (at 512 part of one) and
+// one KV head.  The block's M dimension is (token, query head of the KV group) pairs, row r = token r / group,
+// head r % group, so the group's query heads share every K/V tile load (GQA).  Warps own 16
+// rows each (up to head_dim 256; at 512 see below).  K/V come in tiles of FA_KEYS =
+// GPU_KV_BLOCK keys -- exactly one KV block, one contiguous [32][hd] range -- double-buffered through cp.async; per tile each warp forms
 // S = Q K^T and O += P V with mma.m16n8k16 (FP16 in, FP32 accumulate; Q and P each as an FP16
 // hi + lo pair, see split_half2) and updates its rows' online softmax in registers.  The output goes straight to act_h in FP16: no partials.
 //
@@ -14,9 +14,13 @@
 // fragments (hd / 2 more).  At 256 that would be 256 registers, so there each lane keeps its Q
 // fragments in shared memory instead (GPU_FA_Q_SMEM: 64 KiB beside the 66 KiB of K/V tiles;
 // ptxas: 255 registers, no spills) and reads one 16-dim step back per mma pair -- the same
-// values, so the same bits as in registers.  (Splitting the head's dims over two warps would
-// keep Q in registers but sum S across warps every tile; 512, where O alone is 256 registers a
-// lane, would need that or fewer rows per warp: it has no flash kernel.)
+// values, so the same bits as in registers.  At 512, where O alone would be 256 registers a
+// lane, two warps share each 16 rows: both form the whole S (Q from shared memory, as at 256)
+// and its softmax, by the same instructions on the same data, so with the same bits, and each
+// accumulates O for half the dims.  That repeats Q K^T (half again the mma of one warp's share)
+// but needs no exchange of S between warps.  The Q fragments of 64 rows would overflow shared
+// memory beside the K/V tiles, so a block takes 32 of a tile's rows (blockIdx.z; four warps,
+// 194 KiB) and a tile of up to 256 rows has up to 8 blocks.
 //
 // Invariance: a row's arithmetic sees only its own Q, and the K/V tiles 0, 32, 64, ... up to
 // its position, in that order, whatever tile or step it is in.  Keys past a row's position are
@@ -38,7 +42,6 @@
 #include "mma.cuh"
 #include "../gpu_shared.h"
 
-#define FA_WARPS (GPU_FA_ROWS / 16)
 #define FA_KEYS GPU_KV_BLOCK
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
@@ -180,17 +183,17 @@ __device__ __forceinline__ void fa_pv_tile(const float s[4][4], float (*o)[4], A
 // Both caches' tile kt (keys 32 kt .. 32 kt + 31, one block) into buffer buf; keys past
 // last_key (not written yet: stale or uninitialised memory, possibly NaN) become zeros, so
 // that P = 0 times them stays 0.
-template <int HD, int STRIDE>
+template <int HD, int STRIDE, int NTHREADS>
 __device__ __forceinline__ void load_kv_tile(__half (*ks)[STRIDE], __half (*vs)[STRIDE], const flash_args &a,
                                              const int32_t *table, int kvh, int kt, int last_key)
 {
     constexpr int CHUNKS = HD / 8; // 16-byte pieces per row
     const size_t base = gpu_kv_offset(table[kt], a.n_layer, a.layer, a.n_kv, kvh, 0, HD);
     const __half *kb = a.kc + base, *vb = a.vc + base;
-    static_assert(FA_KEYS * CHUNKS % (FA_WARPS * 32) == 0, "every thread moves the same number of pieces");
+    static_assert(FA_KEYS * CHUNKS % NTHREADS == 0, "every thread moves the same number of pieces");
 #pragma unroll
-    for (int it = 0; it < FA_KEYS * CHUNKS / (FA_WARPS * 32); it++) {
-        const int i = threadIdx.x + it * FA_WARPS * 32, row = i / CHUNKS, col = (i % CHUNKS) * 8;
+    for (int it = 0; it < FA_KEYS * CHUNKS / NTHREADS; it++) {
+        const int i = threadIdx.x + it * NTHREADS, row = i / CHUNKS, col = (i % CHUNKS) * 8;
         const int bytes = kt * FA_KEYS + row <= last_key ? 16 : 0;
         cp_async16(&ks[row][col], kb + row * HD + col, bytes);
         cp_async16(&vs[row][col], vb + row * HD + col, bytes);
@@ -202,32 +205,44 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
 {
     // +8 halves per row: consecutive rows start 16 bytes apart in the banks, so the eight row
     // addresses of an ldmatrix hit distinct banks.
-    constexpr int STRIDE = HD + 8, KSTEPS = HD / 16, DTILES = HD / 8;
+    constexpr int STRIDE = HD + 8, KSTEPS = HD / 16;
+    // DSPLIT warps share each 16 rows (row group), warp half h accumulating output dims
+    // h HDW .. h HDW + HDW - 1 (gpu_shared.h: 2 at head_dim 512, else 1).
+    constexpr int DSPLIT = GPU_FA_DSPLIT(HD), HDW = HD / DSPLIT, DTILES = HDW / 8;
+    constexpr int BLOCK_ROWS = GPU_FA_BLOCK_ROWS(HD), NTHREADS = GPU_FA_THREADS(HD);
     // Wide heads keep Q in shared memory (gpu_shared.h, GPU_FA_Q_SMEM): each lane's own A
-    // fragments, stored and read back by that lane only, 16 bytes at a time (a warp's read is
-    // 512 contiguous bytes: no bank conflicts, no barrier).
+    // fragments, stored by the row group's warps and read back by the lane of that number in
+    // each of them, 16 bytes at a time (a warp's read is 512 contiguous bytes: no bank
+    // conflicts).
     constexpr bool Q_SMEM = GPU_FA_Q_SMEM(HD) > 0;
     typedef __half kv_tile[FA_KEYS][STRIDE];
     typedef uint4 q_frags[KSTEPS][2][32]; // [ks][hi, lo][lane]
-    static_assert(2 * 2 * sizeof(kv_tile) + FA_WARPS * (Q_SMEM ? sizeof(q_frags) : 0) == gpu_flash_smem(HD),
+    static_assert(2 * 2 * sizeof(kv_tile) + BLOCK_ROWS / 16 * (Q_SMEM ? sizeof(q_frags) : 0) == gpu_flash_smem(HD),
                   "the host sizes the shared memory alike");
+    static_assert(Q_SMEM || DSPLIT == 1, "warps sharing rows share Q through shared memory");
     extern __shared__ __align__(16) unsigned char fa_smem[];
     kv_tile *k_s = (kv_tile *)fa_smem, *v_s = k_s + 2;
     q_frags *q_s = (q_frags *)(v_s + 2);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int rgrp = warp / DSPLIT, dhalf = warp % DSPLIT;
     const int kvh = blockIdx.y, group = a.n_head / a.n_kv;
     // Tiles in reverse: a span's last tiles see the most keys, and blocks start in grid order,
     // so the longest run first and the short ones fill the tail.
     const int tile = gridDim.x - 1 - blockIdx.x;
     const int t0 = a.tiles[2 * tile], n_tok = a.tiles[2 * tile + 1];
     const int n_rows = n_tok * group;
+    // This block's rows of the tile: row0 .. row0 + BLOCK_ROWS - 1 (blockIdx.z is 0 below
+    // head_dim 512, where a block takes the whole tile).
+    const int row0 = blockIdx.z * BLOCK_ROWS;
+    if (row0 >= n_rows) return; // a short tile: the whole block, before any barrier
     const int32_t *table = a.tables + (size_t)a.seq[t0] * a.table_width;
-    const int last_key = a.pos[t0 + n_tok - 1]; // the tile's last token sees keys 0..last_key
+    // The block's last row sees keys 0..last_key (its token is the block's last)
+    const int last_key = a.pos[t0 + (min(n_rows, row0 + BLOCK_ROWS) - 1) / group];
     const int n_kt = last_key / FA_KEYS + 1;
     // A sliding layer: the tile's first token sees keys from its window's first on, the later
     // ones from later still (masked per row); the blocks before are not read.
-    const int kt_first = gpu_attn_key0(a.pos[t0], a.window) / FA_KEYS;
+    const int kt_first = gpu_attn_key0(a.pos[t0 + row0 / group], a.window) / FA_KEYS;
 
     // This thread's two rows (g and g + 8 of the warp's 16): their positions (a row past the
     // tile takes last_key, so it stays finite; it is never written) and queries.
@@ -235,7 +250,7 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     const float *qrow[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int r = warp * 16 + g + 8 * i;
+        const int r = row0 + rgrp * 16 + g + 8 * i;
         if (r < n_rows) {
             const int tok = t0 + r / group, h = kvh * group + r % group;
             row_pos[i] = a.pos[tok];
@@ -247,17 +262,18 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
         row_first[i] = gpu_attn_first_key(row_pos[i], a.window);
     }
     // The warp's last key: tiles past it are no-ops for all its rows (see the top).
-    const int warp_first = warp * 16;
+    const int warp_first = row0 + rgrp * 16;
     const bool active = warp_first < n_rows;
     const int warp_last_row = min(n_rows, warp_first + 16) - 1;
     const int warp_last_key = active ? a.pos[t0 + warp_last_row / group] : -1;
 
-    load_kv_tile<HD, STRIDE>(k_s[kt_first & 1], v_s[kt_first & 1], a, table, kvh, kt_first, last_key);
+    load_kv_tile<HD, STRIDE, NTHREADS>(k_s[kt_first & 1], v_s[kt_first & 1], a, table, kvh, kt_first, last_key);
     cp_async_commit();
 
     uint32_t qf[Q_SMEM ? 1 : KSTEPS][4], ql[Q_SMEM ? 1 : KSTEPS][4];
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ks++) {
+        if (Q_SMEM && ks % DSPLIT != dhalf) continue; // the row group's other warp stores it
         const int d = ks * 16 + 2 * c;
         uint32_t hi[4], lo[4];
         load_q_pair(qrow[0], d, a.scale, &hi[0], &lo[0]);
@@ -265,8 +281,8 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
         load_q_pair(qrow[0], d + 8, a.scale, &hi[2], &lo[2]);
         load_q_pair(qrow[1], d + 8, a.scale, &hi[3], &lo[3]);
         if constexpr (Q_SMEM) {
-            q_s[warp][ks][0][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            q_s[warp][ks][1][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            q_s[rgrp][ks][0][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            q_s[rgrp][ks][1][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         } else {
 #pragma unroll
             for (int i = 0; i < 4; i++) qf[ks][i] = hi[i], ql[ks][i] = lo[i];
@@ -274,7 +290,7 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     }
     const auto q_at = [&](int ks, uint32_t *hi, uint32_t *lo) {
         if constexpr (Q_SMEM) {
-            const uint4 h = q_s[warp][ks][0][lane], l = q_s[warp][ks][1][lane];
+            const uint4 h = q_s[rgrp][ks][0][lane], l = q_s[rgrp][ks][1][lane];
             hi[0] = h.x, hi[1] = h.y, hi[2] = h.z, hi[3] = h.w;
             lo[0] = l.x, lo[1] = l.y, lo[2] = l.z, lo[3] = l.w;
         } else {
@@ -292,14 +308,14 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
         const int buf = kt & 1;
         // Prefetch the next tile into the other buffer (freed by the barrier that ended the
         // previous iteration), then wait for this one.
-        if (kt + 1 < n_kt) load_kv_tile<HD, STRIDE>(k_s[buf ^ 1], v_s[buf ^ 1], a, table, kvh, kt + 1, last_key);
+        if (kt + 1 < n_kt) load_kv_tile<HD, STRIDE, NTHREADS>(k_s[buf ^ 1], v_s[buf ^ 1], a, table, kvh, kt + 1, last_key);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
 
         if (active && kt * FA_KEYS <= warp_last_key) {
             const auto k_at = [&](int key, int ch) { return &k_s[buf][key][ch * 8]; };
-            const auto v_at = [&](int key, int ch) { return &v_s[buf][key][ch * 8]; };
+            const auto v_at = [&](int key, int ch) { return &v_s[buf][key][dhalf * HDW + ch * 8]; };
             float s[4][4];
             fa_qk_tile_q<KSTEPS>(s, q_at, k_at);
             // Causal mask (and the window's start), then the online softmax per row (in base 2:
@@ -323,16 +339,17 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     for (int i = 0; i < 2; i++) {
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-        const int r = warp * 16 + g + 8 * i;
+        const int r = row0 + rgrp * 16 + g + 8 * i;
         if (r >= n_rows) continue;
         const int tok = t0 + r / group, h = kvh * group + r % group;
         const float inv = 1.0f / (l[i] + attn_sink_term(a.sinks, h, m[i], true));
-        __half2 *dst = (__half2 *)(a.out + ((size_t)tok * a.n_head + h) * HD);
+        __half2 *dst = (__half2 *)(a.out + ((size_t)tok * a.n_head + h) * HD + dhalf * HDW);
 #pragma unroll
         for (int j = 0; j < DTILES; j++) dst[(j * 8 + 2 * c) / 2] = __floats2half2_rn(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attn_hd64(flash_args a) { flash_attn_body<64>(a); }
-extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attn_hd128(flash_args a) { flash_attn_body<128>(a); }
-extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attn_hd256(flash_args a) { flash_attn_body<256>(a); }
+extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(64)) flash_attn_hd64(flash_args a) { flash_attn_body<64>(a); }
+extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(128)) flash_attn_hd128(flash_args a) { flash_attn_body<128>(a); }
+extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(256)) flash_attn_hd256(flash_args a) { flash_attn_body<256>(a); }
+extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(512)) flash_attn_hd512(flash_args a) { flash_attn_body<512>(a); }

@@ -642,7 +642,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->act_h, (size_t)T * act_w * sizeof(uint16_t)}, {&g->act_lo, (size_t)lo_rows * lo_w * sizeof(uint16_t)},
         {&g->ff_h, (size_t)T * g->d_ff * sizeof(uint16_t)},
         {&g->xq, 2 * q8_k}, {&g->xd, q8_k / 32 * 2 * f}, /* q and lo (kernels/common.cuh) */
-        {&g->norm_h, norm_w * sizeof(uint16_t)}, {&g->norm_part, norm_w * f}, /* moe_down_res: a partial per row at k >= 8 */
+        {&g->norm_h, norm_w * sizeof(uint16_t)}, {&g->norm_part, norm_w * f},
         {&g->norm_ss, g->norm_carry ? (1 + 2 * (size_t)hp->n_layer) * f : 0},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},

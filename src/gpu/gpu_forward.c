@@ -174,17 +174,12 @@ static bool moe_ends_layer(const gpu_engine *g, int il)
 }
 
 /* Norm point p's arguments (w: the producer's next-norm weight, or the router's own norm
- * weight), with the partials its producer writes: moe_down_res's one per block of rows where
- * the layer before an attention norm ends on its experts, else one per MATVEC_NORM_GROUP
- * features (matvec_res, norm_prep). */
+ * weight), with the partials its producer writes: one per MATVEC_NORM_GROUP features
+ * (matvec_res, moe_down_res, norm_prep). */
 static matvec_norm norm_args(const gpu_engine *g, int p, CUdeviceptr w)
 {
-    const int before = p % 2 == 0 ? p / 2 - 1 : -1;
-    const int parts = before >= 0 && moe_ends_layer(g, before)
-                          ? GPU_MOE_DOWN_NORM_PARTS(g->d_embd, g->base.m->hp.n_expert_used)
-                          : MATVEC_NORM_PARTS(g->d_embd);
     return (matvec_norm){.w = F32(w), .xw = F16(g->norm_h), .part = F32(g->norm_part), .ss = F32(g->norm_ss) + p,
-                         .n = g->d_embd, .n_part = parts, .eps = g->base.m->hp.rms_eps};
+                         .n = g->d_embd, .n_part = MATVEC_NORM_PARTS(g->d_embd), .eps = g->base.m->hp.rms_eps};
 }
 
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
@@ -772,9 +767,8 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         void *args[] = {&b};
         if (o->norm_out >= 0) b.norm = norm_args(g, o->norm_out, g->layers[L - g->layers + 1].attn_norm);
         const gpu_fn *fn = o->norm_out >= 0 ? &g->k.moe_down_res[down->wtype] : &g->k.moe_down[down->wtype];
-        return gpu_launch_smem(fn,
-                               (gpu_launch_dims){ceil_div(down->n, GPU_MOE_DOWN_ROWS(k)), (unsigned)n, 1, 256},
-                               GPU_MOE_DOWN_SMEM(k), g->stream, args, what, err, errlen);
+        return gpu_launch_smem(fn, (gpu_launch_dims){ceil_div(down->n, GPU_MOE_DOWN_ROWS), (unsigned)n, 1, 256}, 0,
+                               g->stream, args, what, err, errlen);
     }
     {   /* grouped: tiles of 16/32/64 entries, by the mean entries of an expert */
         int per = N / ne, v = per > 32 ? 2 : per > 16 ? 1 : 0, bm = 16 << v, tiles = (N + bm - 1) / bm + ne;
@@ -974,12 +968,11 @@ static bool ffn_norms_carried(const gpu_engine *g, const gpu_layer *L, arch_ffn 
     const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
     if (gate->wtype < 0 || !k->moe_glu_norm[gate->wtype].f || down->wtype < 0 || !k->moe_down_res[down->wtype].f)
         return false;
-    /* Ending the layer, the experts' down product writes a partial sum of squares per block of
-     * GPU_MOE_DOWN_ROWS(k) rows, which every block of the next QKV product sums: at k >= 8 one
-     * a row (n_embd of them), which measured slower than the norm's own launch (H100,
-     * Qwen3-30B-A3B B=1 310.3 tok/s against 314.2; gpt-oss-20b's two rows a block, k = 4:
-     * 351.2 against 348.2; docs/benchmarks.md).  A shared expert ends the layer on matvec_res. */
-    if (!L->ffn_gate_shexp.d) return GPU_MOE_DOWN_ROWS(g->base.m->hp.n_expert_used) >= 2;
+    /* Ending the layer, the experts' down product writes the next norm's partials as
+     * matvec_res does (a warp a row: one per 8 rows at any k; its one-row blocks at k >= 8 had
+     * left n_embd partials for every QKV block to sum, slower than the norm's own launch:
+     * docs/benchmarks.md).  A shared expert ends the layer on matvec_res. */
+    if (!L->ffn_gate_shexp.d) return true;
     const gpu_matrix *sg = &L->ffn_gate_shexp, *sd = &L->ffn_down_shexp;
     return gpu_glu_fused(g, sg, &L->ffn_up_shexp, 1) && sg->wtype >= 0 && k->matvec_res[sg->wtype].f &&
            sd->wtype >= 0 && k->matvec_res[sd->wtype].f;

@@ -253,7 +253,7 @@ typedef struct gpu_engine {
     /* The batch-1 step's RMSNorms carried by its products instead of launches of their own
      * (gpu_shared.h matvec_norm; gpu_norms_carried says where).  norm_h: a norm's input
      * fp16(x w c) [n_embd]; norm_part: the residual product's sums of squares, one per 8
-     * features (moe_down_res: one per block of GPU_MOE_DOWN_ROWS, room for n_embd); norm_ss: the step's sums of squares, norm_prep's and one per norm of a layer
+     * features (moe_down_res's too); norm_ss: the step's sums of squares, norm_prep's and one per norm of a layer
      * [1 + 2 n_layer]. */
     bool norm_carry;
     CUdeviceptr norm_h, norm_part, norm_ss;

@@ -253,12 +253,9 @@ typedef struct moe_mv_args {
 /* moe_glu's dynamic shared memory for n_expert experts, k chosen: the scores and choice
  * values, the expert groups' scores (n_group; DeepSeek V3), then the chosen ids and weights */
 #define GPU_MOE_GLU_SMEM(n_expert, k, n_group) ((unsigned)(2 * (n_expert) + (n_group) + 2 * (k)) * 4u)
-/* moe_down: the rows of a block (its 8 warps over rows x choices) and its shared memory */
-#define GPU_MOE_DOWN_ROWS(k) ((k) >= 8 ? 1 : 8 / (k))
-#define GPU_MOE_DOWN_SMEM(k) ((unsigned)(GPU_MOE_DOWN_ROWS(k) * (k)) * 4u)
-/* moe_down_res's partial sums of squares over n features (one a block: its rows), which the
- * carried norm's consumers sum in place of MATVEC_NORM_PARTS(n) (n / 8 .. n of them) */
-#define GPU_MOE_DOWN_NORM_PARTS(n, k) (((n) + GPU_MOE_DOWN_ROWS(k) - 1) / GPU_MOE_DOWN_ROWS(k))
+/* moe_down: the rows of a block (a warp a row, every choice of it); no shared memory.  Its
+ * partial sums of squares (moe_down_res) are then matvec_res's, one per MATVEC_NORM_GROUP rows */
+#define GPU_MOE_DOWN_ROWS 8
 /* moe_sort groups at most this many entries (tokens x k) in one launch; the forward pass
  * takes a longer step's MoE layers in chunks of tokens.  Its shared memory holds the ids and
  * the experts' offsets: (entries + experts) * 4 bytes, at most 48 KiB. */

@@ -21,6 +21,42 @@
 
 #define MATVEC_WARPS 8
 
+// One chunk of NR rows' decoded FP16 weights (load_chunk_h) as FP32.
+template <int NR>
+__device__ __forceinline__ void chunk_weights(__half2 wh[NR][16], float w[NR][32])
+{
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float2 f = __half22float2(wh[r][i]);
+            w[r][2 * i] = f.x;
+            w[r][2 * i + 1] = f.y;
+        }
+}
+
+// One chunk's products: each of NR rows of 32 weights (chunk_weights) with the 32 FP16 inputs
+// at xc, the sums s[r] in one fixed order (row_dots and the MoE experts' kernels form every
+// chunk's sum here, so a row's bits do not depend on which of them ran it).
+template <int NR>
+__device__ __forceinline__ void chunk_dots(float w[NR][32], const __half *xc, float s[NR])
+{
+    const uint4 *xp = (const uint4 *)xc;
+#pragma unroll
+    for (int r = 0; r < NR; r++) s[r] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint4 v = xp[j];
+        const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float2 f = __half22float2(h[e]);
+#pragma unroll
+            for (int r = 0; r < NR; r++) s[r] += w[r][8 * j + 2 * e] * f.x + w[r][8 * j + 2 * e + 1] * f.y;
+        }
+    }
+}
+
 // Dot products of NR weight rows (the same features of NR matrices) with MT activation rows;
 // one warp, lanes striding over the rows' 32-weight chunks.  Each lane decodes its chunk of
 // the NR rows first (their loads in flight together), then converts each activation chunk
@@ -46,31 +82,11 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
 #pragma unroll
         for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], c, wh[r]);
         float w[NR][32];
-#pragma unroll
-        for (int r = 0; r < NR; r++)
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-                float2 f = __half22float2(wh[r][i]);
-                w[r][2 * i] = f.x;
-                w[r][2 * i + 1] = f.y;
-            }
+        chunk_weights<NR>(wh, w);
 #pragma unroll
         for (int i = 0; i < MT; i++) {
-            const uint4 *xp = (const uint4 *)(xr[i] + 32 * c);
             float s[NR];
-#pragma unroll
-            for (int r = 0; r < NR; r++) s[r] = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                uint4 v = xp[j];
-                const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float2 f = __half22float2(h[e]);
-#pragma unroll
-                    for (int r = 0; r < NR; r++) s[r] += w[r][8 * j + 2 * e] * f.x + w[r][8 * j + 2 * e + 1] * f.y;
-                }
-            }
+            chunk_dots<NR>(w, xr[i] + 32 * c, s);
 #pragma unroll
             for (int r = 0; r < NR; r++) acc[r][i] += s[r];
         }
@@ -236,8 +252,9 @@ __device__ __forceinline__ void norm_out_feature(const matvec_norm &nm, int n, f
 
 // NORM_OUT's epilogue: lane 0 of each warp holds v, its feature n's new residual value (not
 // live: past the rows, none): the next norm's input fp16(v w c), and the block's sum of
-// squares, its warps' in order, as partial blockIdx.y.  Every thread of the block calls it.
-__device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, bool live)
+// squares, its warps' in order, as partial `part` (the block's group of MATVEC_NORM_GROUP
+// features).  Every thread of the block calls it.
+__device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, bool live, int part)
 {
     static_assert(MATVEC_WARPS == MATVEC_NORM_GROUP, "a block's partial covers the features part[] is sized for");
     __shared__ float sq[MATVEC_WARPS];
@@ -249,7 +266,7 @@ __device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, 
     if (threadIdx.x == 0) {
         float s = 0.0f;
         for (int i = 0; i < MATVEC_WARPS; i++) s += sq[i];
-        nm.part[blockIdx.y] = s;
+        nm.part[part] = s;
     }
 }
 
@@ -334,7 +351,7 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
             v = *dst + (acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f));
             *dst = v;
         }
-        norm_out(a.norm, n, v, live);
+        norm_out(a.norm, n, v, live, blockIdx.y);
         return;
     }
     if constexpr (NORM == NORM_IN) { // (not ROPE) the plain epilogue over the scaled sums

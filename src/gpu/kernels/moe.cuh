@@ -16,7 +16,7 @@
 //                  same bits, no launch of its own), then h[e] = fp16(silu(Wgate_x h) * Wup_x h)
 //                  for every entry e = (token, choice j) of expert x = ids[e]
 //   moe_down_*     decode: x[t] (+)= sum_j weights[t][j] * Wdown_x h[(t, j)], the down product
-//                  and the combine in one launch
+//                  and the combine in one launch (a warp a row, all its choices)
 //   moe_matvec_*   y[e] = W_x h[e] (the GeGLU experts' gate and up)
 //   moe_sort       larger batches: the entries grouped by expert (stable, in entry order) and
 //                  the tiles of at most bm entries of one expert that the grouped mmq launch
@@ -273,6 +273,56 @@ __device__ __forceinline__ void moe_block_route(const moe_route_args &a, int t, 
     __syncthreads();
 }
 
+// The experts' dot products of one warp: NR weight rows with activation rows xs[r] (SHARED_X:
+// all xs[0], the GLU's gate and up), U of a lane's chunks decoded before any is multiplied so
+// that U x NR chunks' loads are in flight together (a whole block had one chunk's: the batch-1
+// MoE products streamed their experts at 0.6-0.8 TB/s).  Chunks past the row are loaded again
+// at the last one (no branch to keep the loads from moving up) and not added; each row's sum
+// is row_dots<T, 1, 1>'s, its lane's chunks in order (chunk_dots), whatever U and NR.
+template <int T, int NR, int U, bool SHARED_X>
+__device__ __forceinline__ void moe_dots(const uint8_t *const rows[NR], const __half *const xs[NR], int k, float acc[NR])
+{
+    const int lane = threadIdx.x & 31, nchunks = k / 32;
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    for (int c0 = lane; c0 < nchunks; c0 += WARP * U) {
+        __half2 wh[U][NR][16];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], min(c0 + WARP * u, nchunks - 1), wh[u][r]);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = min(c0 + WARP * u, nchunks - 1);
+            float s[NR];
+            if constexpr (SHARED_X) {
+                float w[NR][32];
+                chunk_weights<NR>(wh[u], w);
+                chunk_dots<NR>(w, xs[0] + 32 * c, s);
+            } else {
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    float w[1][32];
+                    chunk_weights<1>(wh[u] + r, w);
+                    chunk_dots<1>(w, xs[r] + 32 * c, s + r);
+                }
+            }
+            const bool valid = c0 + WARP * u < nchunks;
+#pragma unroll
+            for (int r = 0; r < NR; r++) acc[r] = valid ? acc[r] + s[r] : acc[r];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = warp_sum(acc[r]);
+}
+
+// The chunks a lane of the GLU experts' kernels decodes before multiplying (moe_dots' U), where
+// a row is whole passes of them.  MXFP4 keeps one: gpt-oss's rows (2,880 inputs) are never whole
+// passes of two, and the unused unrolled path alone took its kernels from 64 registers to 124
+// (ptxas, sm_90a), half the resident blocks.
+template <int T> struct moe_glu_unroll { static constexpr int n = 2; };
+template <> struct moe_glu_unroll<T_MXFP4> { static constexpr int n = 1; };
+
 // Entry e = grid x, feature n = the warp's: the dot products of expert ids[e]'s row n of w0
 // (and, GLU, of w1) with the entry's activation row, then the warp's lane 0 stores
 // fp16(act(w0 x + b0, w1 x + b1)) in yh (GLU; glu_act) or w0 x in y.  GLU routes first
@@ -303,19 +353,22 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
     const uint8_t *rows[NR];
     rows[0] = a.w0 + xoff;
     if (GLU) rows[NR - 1] = a.w1 + xoff;
-    matvec_args m = {};
-    m.k = a.k;
-    m.m = 1;
-    m.ldx = a.ldx;
-    m.x = a.x + (size_t)(e / a.x_div) * a.ldx;
-    float acc[NR][1];
-    row_dots<T, 1, NR>(rows, m, 0, acc);
+    const __half *xs[NR];
+    xs[0] = a.x + (size_t)(e / a.x_div) * a.ldx;
+    float acc[NR];
+    // U chunks a lane in flight where the row is whole passes of them (Qwen3-30B-A3B's 2,048
+    // inputs: every chunk in one pass of two); else one, as the others would be decoded for nothing
+    constexpr int U = moe_glu_unroll<T>::n;
+    if (U > 1 && a.k % (32 * WARP * U) == 0)
+        moe_dots<T, NR, U, true>(rows, xs, a.k, acc);
+    else
+        moe_dots<T, NR, 1, true>(rows, xs, a.k, acc);
     if constexpr (NORM == NORM_IN) {
         const float sc = norm_in_scale_kept(a.norm);
-        acc[0][0] *= sc, acc[NR - 1][0] *= sc;
+        acc[0] *= sc, acc[NR - 1] *= sc;
     }
     if ((threadIdx.x & 31) != 0) return;
-    float g = acc[0][0], u = acc[NR - 1][0];
+    float g = acc[0], u = acc[NR - 1];
     if (GLU && a.b0) { // the expert's gate and up biases
         g += a.b0[(size_t)id * a.n + n];
         u += a.b1[(size_t)id * a.n + n];
@@ -325,60 +378,56 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
     else a.y[(size_t)e * a.ldy + n] = g;
 }
 
-// Token t = grid y, rows n0.. of the block (GPU_MOE_DOWN_ROWS): its 8 warps walk the (row,
-// choice) pairs, each a dot product of the choice's expert row with the choice's activation
-// row (the same sum as moe_matvec's), into shared memory; then a thread per row adds them
-// weighted in choice order, as moe_combine does (the same bits), and writes the residual.
-// NORM_OUT (one token, accumulate: the batch-1 step's carried norm): then, as matvec_res, the
-// next norm's input xw for its rows and their sum of squares, in row order, as partial
-// blockIdx.x (GPU_MOE_DOWN_NORM_PARTS of them: a block's rows are its own).
+// Token t = grid y, rows n0 = MATVEC_WARPS blockIdx.x.. (GPU_MOE_DOWN_ROWS): warp w takes row
+// n0 + w of every choice's expert with the choice's activation row, MOE_DOWN_GROUP choices'
+// loads in flight together (moe_dots: the same sums as moe_matvec's), and its lane 0 adds them
+// weighted in choice order, as moe_combine does (the same bits), into the residual.  (A block
+// of 8 warps over one row's (row, choice) pairs at k >= 8 was 2,048 blocks of 8 small dot
+// products and a barrier each, and its one-row partials made the next layer's carried norm
+// sum n_embd of them.)  NORM_OUT (one token, accumulate: the batch-1 step's carried norm):
+// then, as matvec_res, the next norm's input xw for its rows and their sum of squares, in
+// row order, as partial blockIdx.x (MATVEC_NORM_PARTS: a block's rows are its own).
+#define MOE_DOWN_GROUP 4
+// (ptxas gives moe_down_* 72 registers for Q4_K, 102 for Q6_K and 128 for MXFP4, with their loads
+// moved up: two or three blocks a multiprocessor, Qwen3-30B-A3B's 256 blocks one wave, gpt-oss-20b's
+// 360 about 1.4 -- held to three blocks, 80 registers, every format spilled 72-196 bytes.)
 template <int T, int NORM = NORM_NONE>
 __device__ __forceinline__ void moe_down_body(const moe_mv_args &a)
 {
     static_assert(NORM == NORM_NONE || NORM == NORM_OUT, "the norms' products");
-    extern __shared__ float part[]; // [rows][k]
-    const int K = a.route.k, R = GPU_MOE_DOWN_ROWS(K), t = blockIdx.y, n0 = blockIdx.x * R;
-    matvec_args m = {};
-    m.k = a.k;
-    m.m = 1;
-    m.ldx = a.ldx;
-    for (int p = threadIdx.x >> 5; p < R * K; p += MATVEC_WARPS) {
-        const int r = p / K, e = t * K + p % K, n = n0 + r;
-        if (n >= a.n) break; // (p ascends: so does n)
-        const uint8_t *rows[1] = {a.w0 + (size_t)a.ids[e] * a.expert_bytes + (size_t)n * a.row_bytes};
-        m.x = a.x + (size_t)e * a.ldx;
-        float acc[1][1];
-        row_dots<T, 1, 1>(rows, m, 0, acc);
-        if ((threadIdx.x & 31) == 0) part[p] = acc[0][0];
-    }
-    __syncthreads();
-    const int r = threadIdx.x, n = n0 + r;
-    const bool live = r < R && n < a.n;
+    static_assert(GPU_MOE_DOWN_ROWS == MATVEC_WARPS, "a warp a row");
+    const int K = a.route.k, t = blockIdx.y, n = blockIdx.x * MATVEC_WARPS + (threadIdx.x >> 5);
+    const bool live = n < a.n;
     if (!live && NORM == NORM_NONE) return;
     float v = 0.0f;
     if (live) {
-        float acc = 0.0f;
-        for (int j = 0; j < K; j++) {
-            const int e = t * K + j;
-            const float b = a.b0 ? a.b0[(size_t)a.ids[e] * a.n + n] : 0.0f;
-            acc += a.route.weights[e] * (part[r * K + j] + b);
+        float comb = 0.0f;
+        for (int j0 = 0; j0 < K; j0 += MOE_DOWN_GROUP) {
+            const uint8_t *rows[MOE_DOWN_GROUP];
+            const __half *xs[MOE_DOWN_GROUP];
+#pragma unroll
+            for (int q = 0; q < MOE_DOWN_GROUP; q++) { // past the k choices: the last one's again, unused
+                const int e = t * K + min(j0 + q, K - 1);
+                rows[q] = a.w0 + (size_t)a.ids[e] * a.expert_bytes + (size_t)n * a.row_bytes;
+                xs[q] = a.x + (size_t)e * a.ldx;
+            }
+            float d[MOE_DOWN_GROUP];
+            moe_dots<T, MOE_DOWN_GROUP, 1, false>(rows, xs, a.k, d);
+#pragma unroll
+            for (int q = 0; q < MOE_DOWN_GROUP; q++) {
+                const int e = t * K + j0 + q;
+                if (j0 + q >= K) break;
+                const float b = a.b0 ? a.b0[(size_t)a.ids[e] * a.n + n] : 0.0f;
+                comb += a.route.weights[e] * (d[q] + b);
+            }
         }
         float *dst = a.y + (size_t)t * a.ldy + n;
-        v = a.accumulate ? *dst + acc : acc;
-        *dst = v;
-    }
-    if constexpr (NORM == NORM_OUT) {
-        static_assert(GPU_MOE_DOWN_ROWS(1) <= MATVEC_WARPS, "a block's rows fit sq");
-        __shared__ float sq[MATVEC_WARPS];
-        if (r < R) sq[r] = live ? v * v : 0.0f;
-        if (live) norm_out_feature(a.norm, n, v);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float s = 0.0f;
-            for (int i = 0; i < R; i++) s += sq[i];
-            a.norm.part[blockIdx.x] = s;
+        if ((threadIdx.x & 31) == 0) {
+            v = a.accumulate ? *dst + comb : comb;
+            *dst = v;
         }
     }
+    if constexpr (NORM == NORM_OUT) norm_out(a.norm, n, v, live, blockIdx.x);
 }
 
 // One pair per row of GPU_MOE_KERNELS (../gpu_kernel_names.h), under the row's names.

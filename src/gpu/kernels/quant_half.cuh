@@ -63,17 +63,23 @@ __device__ __forceinline__ void ld_words_a2(const uint8_t *p, uint32_t out[N])
 #define IQ4_LEVELS_2 0xA6998D81u //    1   13  25  38
 #define IQ4_LEVELS_3 0xF1D9C5B5u //   53   69  89 113
 
-// The levels + 128 of the 8 nibbles of u: r0 = bytes for nibbles 0..3 (byte 0 low, byte 0
-// high, byte 1 low, byte 1 high), r1 for nibbles 4..7.  A permute's selector takes 3 bits, so
-// each nibble is looked up in entries 0-7 and 8-15 and its bit 3 picks one (llama.cpp's
-// get_int_from_table_16).
-__device__ __forceinline__ void iq4_level_bytes(uint32_t u, uint32_t &r0, uint32_t &r1)
+// The levels + 128 of the 8 nibbles of u from a 16-entry byte table t0..t3 (entries 4i..4i+3
+// in word i): r0 = bytes for nibbles 0..3 (byte 0 low, byte 0 high, byte 1 low, byte 1 high),
+// r1 for nibbles 4..7.  A permute's selector takes 3 bits, so each nibble is looked up in
+// entries 0-7 and 8-15 and its bit 3 picks one (llama.cpp's get_int_from_table_16).
+__device__ __forceinline__ void level16_bytes(uint32_t u, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3,
+                                              uint32_t &r0, uint32_t &r1)
 {
     const uint32_t pick = 0x32103210u | ((u >> 1) & 0x44444444u), u7 = u & 0x77777777u;
-    const uint32_t lo0 = prmt(IQ4_LEVELS_0, IQ4_LEVELS_1, u7), hi0 = prmt(IQ4_LEVELS_2, IQ4_LEVELS_3, u7);
-    const uint32_t lo1 = prmt(IQ4_LEVELS_0, IQ4_LEVELS_1, u7 >> 16), hi1 = prmt(IQ4_LEVELS_2, IQ4_LEVELS_3, u7 >> 16);
+    const uint32_t lo0 = prmt(t0, t1, u7), hi0 = prmt(t2, t3, u7);
+    const uint32_t lo1 = prmt(t0, t1, u7 >> 16), hi1 = prmt(t2, t3, u7 >> 16);
     r0 = prmt(lo0, hi0, pick);
     r1 = prmt(lo1, hi1, pick >> 16);
+}
+
+__device__ __forceinline__ void iq4_level_bytes(uint32_t u, uint32_t &r0, uint32_t &r1)
+{
+    level16_bytes(u, IQ4_LEVELS_0, IQ4_LEVELS_1, IQ4_LEVELS_2, IQ4_LEVELS_3, r0, r1);
 }
 
 // Weights from one word u of a sub-block's quants (bytes 4i .. 4i + 3): sel 0x4240 the low
@@ -142,6 +148,63 @@ template <> __device__ __forceinline__ void load_oct_h<T_IQ4_XS>(const uint8_t *
     iq4_h_pairs(r0, r1, sel, dl, &w[0]);
     iq4_level_bytes(v.y, r0, r1);
     iq4_h_pairs(r0, r1, sel, dl, &w[2]);
+}
+
+// ---- MXFP4: {u8 e (E8M0); qs[16] (E2M1 codes)} (17 bytes, at any byte alignment as they lie):
+// weight j < 16 is the low nibble of qs[j], j >= 16 the high one of qs[j - 16] (IQ4_XS's
+// sub-block layout), w = 2^(e - 128) * doubled E2M1 value (quant_oct.cuh load_oct<T_MXFP4>).
+// The generic decode read the block a byte at a time and each level from a table in memory
+// (49 loads a chunk, the gpt-oss experts' batch-1 products issue bound at 0.6-0.8 TB/s).  Here
+// the 16 quant bytes are 4 words (aligned loads and funnel shifts), the levels come from byte
+// permutes, and one FP16 multiply applies 2^(e - 128): a level (at most 4 significant bits)
+// times a power of two rounds once, in FP16 as the FP32 product's rounding to FP16 does, so
+// the bits are the generic decode's wherever 2^(e - 128) is an FP16 value (e in 104..143); a
+// block with another scale (none in the published files) takes the generic decode.
+
+// The doubled E2M1 levels + 128 (0 1 2 3 4 6 8 12, then their negatives), four to a word.
+#define MXFP4_LEVELS_0 0x83828180u
+#define MXFP4_LEVELS_1 0x8C888684u
+#define MXFP4_LEVELS_2 0x7D7E7F80u
+#define MXFP4_LEVELS_3 0x74787A7Cu
+
+// N words of bytes p[0, 4N) at any alignment: N + 1 aligned 32-bit loads through the
+// read-only cache and a funnel shift each.  The extra word (read only when p is unaligned)
+// holds byte p[4N - 1], so it lies inside the 4-byte-aligned span of the data p reads.
+template <int N>
+__device__ __forceinline__ void ld_words_a1(const uint8_t *p, uint32_t out[N])
+{
+    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    const uint32_t sh = ((uint32_t)(uintptr_t)p & 3u) * 8u;
+    uint32_t v[N + 1];
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = __ldg(a + k);
+    v[N] = sh ? __ldg(a + N) : 0u;
+#pragma unroll
+    for (int k = 0; k < N; k++) out[k] = __funnelshift_r(v[k], v[k + 1], sh);
+}
+
+template <> __device__ __forceinline__ void load_chunk_h<T_MXFP4>(const uint8_t *row, int c, __half2 w[16])
+{
+    const uint8_t *b = row + (size_t)c * 17;
+    const int s = (int)__ldg(b) - 128; // the scale 2^s
+    if (s < -24 || s > 15) { // not an FP16 value: the generic decode
+        float f[32];
+        load_chunk<T_MXFP4>(row, c, f);
+#pragma unroll
+        for (int i = 0; i < 16; i++) w[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+        return;
+    }
+    const uint32_t sb = s >= -14 ? (uint32_t)(s + 15) << 10 : 1u << (s + 24); // normal, or subnormal
+    const __half2 dl = h2_from_bits(sb | sb << 16);
+    uint32_t u[4];
+    ld_words_a1<4>(b + 1, u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t r0, r1;
+        level16_bytes(u[i], MXFP4_LEVELS_0, MXFP4_LEVELS_1, MXFP4_LEVELS_2, MXFP4_LEVELS_3, r0, r1);
+        iq4_h_pairs(r0, r1, 0x4240, dl, &w[2 * i]);
+        iq4_h_pairs(r0, r1, 0x4341, dl, &w[8 + 2 * i]);
+    }
 }
 
 // ---- Q2_K: {scales[16] (4-bit scale | 4-bit min << 4 per 16 w); qs[64]; f16 d, dmin} (84

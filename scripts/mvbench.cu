@@ -82,14 +82,7 @@ __device__ __forceinline__ void row_dots_v(const uint8_t *const rows[NR], const 
 #pragma unroll
         for (int r = 0; r < NR; r++) chunk_v<T, HDR>(rows[r], c, wh[r]);
         float w[NR][32];
-#pragma unroll
-        for (int r = 0; r < NR; r++)
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-                float2 f = __half22float2(wh[r][i]);
-                w[r][2 * i] = f.x;
-                w[r][2 * i + 1] = f.y;
-            }
+        chunk_weights<NR>(wh, w);
         const uint4 *xp = (const uint4 *)(xr + 32 * c);
         const uint4 *xsp = xs + 4 * c;
         const int sw = (c >> 1) & 3;

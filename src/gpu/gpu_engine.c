@@ -534,34 +534,43 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     g->d_embd = hp->n_embd;
     g->d_q = g->d_kv = g->d_ff = 0;
     g->att_decode = true;
+    g->att_dec_any = false;
     g->fa_q_tokens = GPU_FA_ROWS;
-    int hd_max = 0, n_kv_max = 0;
+    int hd_max = 0, n_kv_max = 0, hd_dec = 0, n_kv_dec = 0; /* (_dec: of the attn_decode layers) */
     for (int l = 0; l < hp->n_layer; l++) {
-        const gpu_layer *L = &g->layers[l];
+        gpu_layer *L = &g->layers[l];
         if (L->d_q > g->d_q) g->d_q = L->d_q;
         if (L->d_kv > g->d_kv) g->d_kv = L->d_kv;
         if (L->d_ff > g->d_ff) g->d_ff = L->d_ff; /* with the shared expert's */
         if (L->lin >= 0) continue;                /* a linear layer has no attention */
         if (L->hd > hd_max) hd_max = L->hd;
         if (L->n_kv > n_kv_max) n_kv_max = L->n_kv;
-        g->att_decode &= gpu_attn_decode_serves(hp->n_head, L->n_kv, L->hd);
+        L->att_dec = gpu_attn_decode_serves(hp->n_head, L->n_kv, L->hd);
+        g->att_decode &= L->att_dec;
+        g->att_dec_any |= L->att_dec;
+        if (L->att_dec && L->hd > hd_dec) hd_dec = L->hd;
+        if (L->att_dec && L->n_kv > n_kv_dec) n_kv_dec = L->n_kv;
         int qt = gpu_flash_q_tokens(hp->n_head, L->n_kv, L->hd);
         if (qt < g->fa_q_tokens) g->fa_q_tokens = qt;
         if (L->window) g->att_window = L->window; /* one per model (n_swa) */
     }
     size_t V = (size_t)hp->n_vocab, f = sizeof(float);
-    g->att_max_split = g->att_decode ? gpu_attn_dec_split_for(g->n_sm, n_kv_max, hd_max) : ATT_MAX_SPLIT;
+    /* attn_decode's splits from its own layers' shapes; attn_partial's layers (Gemma 4's full
+     * layers of head_dim 512 beside sliding ones of 256) keep ATT_MAX_SPLIT's */
+    g->att_max_split = g->att_dec_any ? gpu_attn_dec_split_for(g->n_sm, n_kv_dec, hd_dec) : ATT_MAX_SPLIT;
     g->att_splits = gpu_attn_max_splits_for(cfg->ctx_per_slot, g->att_max_split);
+    g->att_splits_part = g->att_decode ? g->att_splits : gpu_attn_max_splits(cfg->ctx_per_slot);
+    const int part_splits = g->att_splits > g->att_splits_part ? g->att_splits : g->att_splits_part;
     g->det = cfg->deterministic;
     /* deterministic: a prompt's rows take the decode kernel too, so the last prompt row (which
      * samples) is computed as it is when a prefix-cache hit or a chunk boundary leaves it alone */
     if (g->det) g->fa_q_tokens = 0;
     /* attn_decode's partials take a row per decode token of a step (one per sequence, as its
      * shapes have a flash kernel for the rest); attn_partial's one per packed token */
-    size_t dec_rows = (size_t)(g->att_decode && g->fa_q_tokens ? R : T), part_rows = dec_rows * g->att_splits * hp->n_head;
+    size_t dec_rows = (size_t)(g->att_decode && g->fa_q_tokens ? R : T), part_rows = dec_rows * part_splits * hp->n_head;
     /* attn_decode's arrival counters at head_dim 256, a (decode token, KV head) each: zeroed
      * here, and each merge leaves its own at zero */
-    size_t count_bytes = g->att_decode && hd_max >= 256 ? dec_rows * (size_t)n_kv_max * sizeof(unsigned) : 0;
+    size_t count_bytes = hd_dec >= 256 ? dec_rows * (size_t)n_kv_dec * sizeof(unsigned) : 0;
     size_t largest = 0, all_f16 = 0;
     int f32_k = 0;
     if (g->have_blas) blas_sizes(g, &largest, &all_f16, &f32_k);
@@ -801,6 +810,20 @@ static void fill_row(gpu_sample_row *r, const engine_seq *s, int token_index, in
     r->seed = sp->seed;
 }
 
+/* The key splits a decode token whose last key is kp takes, into the plan's most: its full
+ * span and a sliding layer's shorter one (neither count is monotone in the keys, so both
+ * count), under attn_decode's max_split and attn_partial's (ATT_MAX_SPLIT). */
+static void plan_splits(const gpu_engine *g, gpu_attn_plan *ap, int kp)
+{
+    const int spans[2] = {kp + 1, gpu_attn_span(kp, g->att_window)};
+    for (int i = 0; i < 2; i++) {
+        int ns = gpu_attn_splits_for(spans[i], g->att_max_split);
+        if (ns > ap->n_split) ap->n_split = ns;
+        ns = g->att_decode ? ns : gpu_attn_splits(spans[i]);
+        if (ns > ap->n_split_part) ap->n_split_part = ns;
+    }
+}
+
 /* Pack the batch into the pinned staging buffer; g->row_of_seq says where each sequence's
  * logits land. */
 static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p, char *err, size_t errlen)
@@ -837,7 +860,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     }
     int t = 0, r = 0, nb = 0, nm = 0;
     p->n_lidx = 0;
-    p->attn = (gpu_attn_plan){.n_split = 1, .dec_listed = true, .n_ssm = n};
+    p->attn = (gpu_attn_plan){.n_split = 1, .n_split_part = 1, .dec_listed = true, .n_ssm = n};
     for (int i = 0; i < n; i++) {
         const engine_seq *s = &seqs[i];
         if (t + s->n_tokens > g->cap_tokens) {
@@ -869,11 +892,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
             for (int j = 0; j < s->n_tokens; j++) {
                 dtok[p->attn.n_dec++] = t + j;
                 const int kp = g->bidir ? s->pos + s->n_tokens - 1 : s->pos + j; /* its kpos */
-                int ns = gpu_attn_splits_for(kp + 1, g->att_max_split);
-                if (ns > p->attn.n_split) p->attn.n_split = ns;
-                /* a sliding layer splits its shorter span: not monotone either, so both count */
-                ns = gpu_attn_splits_for(gpu_attn_span(kp, g->att_window), g->att_max_split);
-                if (ns > p->attn.n_split) p->attn.n_split = ns;
+                plan_splits(g, &p->attn, kp);
             }
         }
         sseq[i] = (gpu_ssm_seq){.first = t, .n = s->n_tokens, .state = engine_seq_state(s)};
@@ -939,8 +958,11 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         p->n_tokens = p->n_rows = B;
         for (p->bucket = 0; (1 << p->bucket) < B; p->bucket++) {}
         /* the graph's plan (decode_graph), not the one above: every token, unlisted */
-        p->short_ctx = g->att_decode && p->attn.n_split == 1; /* the padding's position 0 too */
-        p->attn = (gpu_attn_plan){.n_dec = B, .n_split = p->short_ctx ? 1 : g->att_splits, .dec_listed = false,
+        /* the padding's position 0 too; an attn_partial layer beside attn_decode ones takes its
+         * one split there as well (a grid one split deep: its combine merges that one) */
+        p->short_ctx = g->att_dec_any && p->attn.n_split == 1 && p->attn.n_split_part == 1;
+        p->attn = (gpu_attn_plan){.n_dec = B, .n_split = p->short_ctx ? 1 : g->att_splits,
+                                  .n_split_part = p->short_ctx ? 1 : g->att_splits_part, .dec_listed = false,
                                   .n_ssm = B};
     }
     p->copy_bytes = nm ? g->in.mask + (size_t)nm * g->mask_words * sizeof(uint32_t)
@@ -990,7 +1012,8 @@ static int decode_graph(gpu_engine *g, int b, bool short_ctx, char *err, size_t 
     int split = short_ctx ? 1 : g->att_splits;
     /* every token is a decode token: all of them through split-K in packed order, with no
      * token list and no flash tiles (the graph holds no step-dependent counts) */
-    gpu_attn_plan ap = {.n_dec = B, .n_split = split, .dec_listed = false, .n_ssm = B};
+    gpu_attn_plan ap = {.n_dec = B, .n_split = split, .n_split_part = short_ctx ? 1 : g->att_splits_part,
+                        .dec_listed = false, .n_ssm = B};
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
     g->tp_capturing = true;

@@ -548,7 +548,9 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         if (gpu_launch_flash(&g->k, &fa, L->hd, (unsigned)ap->n_tiles, g->stream, "attention", err, errlen)) return -1;
     }
     if (ap->n_dec == 0) return 0;
-    int group = hp->n_head / L->n_kv, gb = L->hd > 256 ? GPU_ATT_GB_HD512 : 8, n_split = ap->n_split, hd = L->hd;
+    /* the layer's kernel (gpu_layer.att_dec) and that kernel's key splits */
+    int group = hp->n_head / L->n_kv, gb = L->hd > 256 ? GPU_ATT_GB_HD512 : 8, hd = L->hd;
+    int n_split = L->att_dec ? ap->n_split : ap->n_split_part;
     int nh = hp->n_head;
     while (group % gb) gb--;
     CUdeviceptr list = ap->dec_listed ? g->in_d + g->in.dtok : 0;
@@ -561,7 +563,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .out = F16(g->act_h), .sinks = sinks,
     };
     unsigned n = (unsigned)ap->n_dec;
-    if (g->att_decode) { /* tensor cores, one block per KV head and split (kernels/attn_decode.cuh) */
+    if (L->att_dec) { /* tensor cores, one block per KV head and split (kernels/attn_decode.cuh) */
         /* head_dim 256: the last split of a token merges them all (the counters); fewer splits
          * where the batch fills the GPU by itself, never under --deterministic
          * (gpu_attn_dec_batch_split).  Below: attn_decode_combine. */

@@ -103,6 +103,10 @@ typedef struct gpu_layer {
      * row widths, the FFN width padded to 32 (the wider of the dense FFN's and the shared
      * expert's: both run through the same buffers) */
     int hd, n_kv, d_q, d_kv, d_ff;
+    /* its decode tokens take attn_decode (gpu_attn_decode_serves its shape), else attn_partial:
+     * per layer, so that Gemma 4's sliding layers (head_dim 256) keep the tensor-core kernel
+     * beside full layers of 512, which it does not serve */
+    bool att_dec;
     bool has_out_scale; /* layer_output_scale: the residual stream times out_scale after the layer */
     float out_scale;
     /* the K/V this layer attends to: its own region of the caches, or its kv_source's (Gemma 4's
@@ -127,10 +131,12 @@ typedef struct gpu_inputs {
 
 /* How attention takes a step's tokens (pack_step): n_tiles flash tiles listed at in.ftiles
  * (every span of >= 2 tokens, when the shape has a flash kernel), and n_dec tokens through
- * attn_partial with n_split key splits: those listed at in.dtok, or, when !dec_listed, tokens
- * 0..n_dec-1 (the decode graphs, which are captured that way). */
+ * split-K: those listed at in.dtok, or, when !dec_listed, tokens 0..n_dec-1 (the decode graphs,
+ * which are captured that way); n_split key splits in the layers that take attn_decode
+ * (gpu_layer.att_dec: its max_split, g->att_max_split), n_split_part in those that take
+ * attn_partial (ATT_MAX_SPLIT): the same count where every layer takes one kernel. */
 typedef struct gpu_attn_plan {
-    int n_tiles, n_dec, n_split;
+    int n_tiles, n_dec, n_split, n_split_part;
     bool dec_listed;
     int n_ssm; /* sequences listed at in.sseq for the linear (gated DeltaNet) layers */
     /* their chunks of GPU_SSM_CHUNK tokens listed at in.schunk: the chunked delta rule (a
@@ -233,9 +239,11 @@ typedef struct gpu_engine {
     int x_f32_k;                 /* up to this many inputs a row (the widest F32 matrix's) */
     size_t w16_bytes;
     CUdeviceptr xl_h, logits, work, counts, parts, sout;
-    int att_splits;              /* splits the partial buffers hold for each decode query */
-    bool att_decode;             /* decode tokens take attn_decode (gpu_attn_decode_serves) */
-    int att_max_split;           /* its key splits (gpu_attn_dec_split_for), else attn_partial's */
+    int att_splits;              /* the attn_decode layers' most splits of a decode query */
+    int att_splits_part;         /* the attn_partial layers' (the partial buffers hold the larger) */
+    bool att_decode;             /* every attention layer's decode tokens take attn_decode */
+    bool att_dec_any;            /* some layer's do (gpu_layer.att_dec) */
+    int att_max_split;           /* their key splits (gpu_attn_dec_split_for), else attn_partial's */
     int att_window;              /* the sliding layers' window (their key spans split apart), 0: none */
     int fa_q_tokens;             /* tokens per flash tile (gpu_flash_q_tokens), 0: no flash kernel
                                     (nor under det: every token takes the split-K decode kernel) */
@@ -268,7 +276,7 @@ typedef struct gpu_engine {
     int *row_of_seq; /* per sequence of the step (cap_rows): its logits row, or -1 */
 
     /* decode graphs per batch bucket: [0] for any context, [1] for steps whose every token
-     * sees keys of one split (a grid one split deep: attn_decode writes its output; att_decode only) */
+     * sees keys of one split (a grid one split deep: attn_decode writes its output; att_dec_any only) */
     CUgraphExec graphs[2][GPU_N_BUCKETS];
     /* Tensor parallelism (gpu_tp.c): this GPU's rank among the shards (-1: one GPU, the whole
      * model), its NCCL communicator (set before the first step), and the partial sums of the

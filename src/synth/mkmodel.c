@@ -367,11 +367,23 @@ ggml_type mkmodel_tensor_type(const mkmodel_config *cfg, const char *role, int l
     return GGML_TYPE_Q4_K;
 }
 
+/* The type of a matrix whose rows do not fit its rule's blocks: llama-quantize's
+ * (llama-quant.cpp, tensor_type_fallback): the IQ formats of 256 to IQ4_NL, Q2_K / Q3_K to
+ * Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0; F16 where that does not fit either (e.g.
+ * Gemma 4 26B-A4B's 704- and 2112-wide down rows: Q5_0, and Q8_0 in its Q6_K layers). */
 static ggml_type row_fallback(ggml_type t, int64_t ne0)
 {
     if (ne0 % (int64_t)ggml_type_block_elems(t) == 0) return t;
-    if (ggml_type_block_elems(t) == QK_K && ne0 % 32 == 0) return GGML_TYPE_Q8_0;
-    return GGML_TYPE_F16;
+    ggml_type f;
+    switch (t) {
+    case GGML_TYPE_Q2_K:
+    case GGML_TYPE_Q3_K: f = GGML_TYPE_Q4_0; break;
+    case GGML_TYPE_Q4_K: f = GGML_TYPE_Q5_0; break;
+    case GGML_TYPE_Q5_K: f = GGML_TYPE_Q5_1; break;
+    case GGML_TYPE_Q6_K: f = GGML_TYPE_Q8_0; break;
+    default: f = ggml_type_block_elems(t) == QK_K ? GGML_TYPE_IQ4_NL : GGML_TYPE_F16; /* the IQ formats */
+    }
+    return ne0 % (int64_t)ggml_type_block_elems(f) == 0 ? f : GGML_TYPE_F16;
 }
 
 /* ---- random numbers --------------------------------------------------------------------- */

@@ -165,7 +165,8 @@ static void check_model(const char *path, const mkmodel_config *cfg)
 }
 
 /* tiny for each architecture and each weight type; the K-quant types also with rows long
- * enough (256) for K blocks, tiny's own 64-wide rows taking the Q8_0 fallback.  The types
+ * enough (256) for K blocks, tiny's own 64-wide rows taking llama-quantize's fallback (Q5_0
+ * for Q4_K, Q8_0 for Q6_K, ...: mkmodel.c row_fallback).  The types
  * from IQ3_S on (the IQ and MXFP4 formats and the UD mixes: encoders and decoders the
  * architecture does not touch) on llama only, which keeps the test inside its time bound
  * in the sanitizer build. */
@@ -628,7 +629,8 @@ static void check_gemma4_presets(const mkmodel_config *real31, const mkmodel_con
                                            "blk.0.ffn_gate_inp.weight", "per_layer_token_embd.weight"};
     const double gb31 = check_list(real31, w31, sizeof w31 / sizeof w31[0], absent31, 5, 3 + 50 * 14 + 10 * 13) / 1e9;
     /* the 26B-A4B: experts beside the MLP; 704- and 2112-wide rows fit no K-quant block, so
-     * their matrices take mkmodel's fallback (Q8_0; llama-quantize's is Q5_0 for Q4_K) */
+     * their matrices take llama-quantize's fallback: Q5_0 for Q4_K (layer 4), Q8_0 for the
+     * Q6_K of Q4_K_M's more-bits layers (0, 5) */
     static const want_tensor w26[] = {
         {"blk.0.attn_k.weight", 2816, 8 * 256, 1, GGML_TYPE_Q4_K},
         {"blk.5.attn_k.weight", 2816, 2 * 512, 1, GGML_TYPE_Q4_K},
@@ -638,11 +640,14 @@ static void check_gemma4_presets(const mkmodel_config *real31, const mkmodel_con
         {"blk.0.ffn_gate_up_exps.weight", 2816, 2 * 704, 128, GGML_TYPE_Q4_K},
         {"blk.0.ffn_down_exps.weight", 704, 2816, 128, GGML_TYPE_Q8_0},
         {"blk.0.ffn_down_exps.scale", 128, 1, 1, GGML_TYPE_F32},
+        {"blk.4.ffn_down.weight", 2112, 2816, 1, GGML_TYPE_Q5_0},
+        {"blk.4.ffn_down_exps.weight", 704, 2816, 128, GGML_TYPE_Q5_0},
+        {"blk.5.ffn_down_exps.weight", 704, 2816, 128, GGML_TYPE_Q8_0},
     };
     static const char *const absent26[] = {"output.weight", "blk.29.attn_v.weight"};
     const double gb26 = check_list(real26, w26, sizeof w26 / sizeof w26[0], absent26, 2, 3 + 25 * 22 + 5 * 21) / 1e9;
     print_message("gemma-4-31b Q4_K_M %.2f GB, gemma-4-26b-a4b %.2f GB of tensors\n", gb31, gb26);
-    /* published Q4_K_M files: ~18-19 GB and ~16-17 GB (the 26B's fallbacks make it larger here) */
+    /* published Q4_K_M files: ~18-19 GB and ~16-17 GB (the 26B with llama-quantize's Q5_0 / Q8_0 fallbacks) */
     assert_true(gb31 > 17.0 && gb31 < 20.5);
     assert_true(gb26 > 14.0 && gb26 < 20.0);
 }

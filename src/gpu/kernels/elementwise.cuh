@@ -240,13 +240,17 @@ __device__ __forceinline__ float norm_in_scale_kept(const matvec_norm &nm)
 // Grid (tokens, n_head + n_kv): query heads are normed and rotated in place; key heads are
 // normed, rotated and stored with their V head at the token's position in its sequence's
 // block (the scatter of a packed prefill: each token to its own block and row).
-extern "C" __global__ void qkv_post(qkv_post_args a)
+//
+// Heads up to QKV_POST_SMEM_HD wide are held in shared memory between the steps: one read of
+// the head (and, for a key head, of its V head, its block-table entry and cache row, all
+// issued before the first reduction), the norm and RoPE there, one write.  The arithmetic and
+// its order are those of the loop over global memory below (the same per-thread sums, block
+// sums and products), so both give the same bits; the global round trips between the steps
+// were most of its ~9 us a launch at Gemma 4's heads (60 a batch-1 step).
+#define QKV_POST_SMEM_HD 512
+__device__ __forceinline__ void qkv_post_global(const qkv_post_args &a, float *v, bool is_q, int kh, int t, int pos,
+                                                float *sh)
 {
-    __shared__ float sh[32];
-    int t = blockIdx.x, h = blockIdx.y, pos = a.pos[t];
-    bool is_q = h < a.n_head;
-    int kh = h - a.n_head;
-    float *v = is_q ? a.q + ((size_t)t * a.n_head + h) * a.hd : a.k + ((size_t)t * a.n_kv + kh) * a.hd;
     const float *nw = is_q ? a.q_norm : a.k_norm;
     if (nw) norm_head(v, a.hd, nw, a.eps, sh);
     rope_head(v, pos, a);
@@ -264,6 +268,61 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
     for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
         a.kc[off + i] = __float2half_rn(v[i]);
         a.vc[off + i] = __float2half_rn(a.v_norm ? vv[i] * vs : vv[i]);
+    }
+}
+
+extern "C" __global__ void qkv_post(qkv_post_args a)
+{
+    __shared__ float sh[32];
+    __shared__ float hs[QKV_POST_SMEM_HD], vh[QKV_POST_SMEM_HD]; // the head, a key head's V head
+    const int t = blockIdx.x, h = blockIdx.y, pos = a.pos[t], hd = a.hd, bd = blockDim.x;
+    const bool is_q = h < a.n_head;
+    const int kh = h - a.n_head;
+    float *v = is_q ? a.q + ((size_t)t * a.n_head + h) * hd : a.k + ((size_t)t * a.n_kv + kh) * hd;
+    if (hd > QKV_POST_SMEM_HD) {
+        qkv_post_global(a, v, is_q, kh, t, pos, sh);
+        return;
+    }
+    size_t off = 0;
+    const float *vv = NULL;
+    if (!is_q) {
+        const int32_t block = a.tables[(size_t)a.seq[t] * a.table_width + pos / GPU_KV_BLOCK];
+        off = gpu_kv_offset(block, a.n_layer, a.layer, a.n_kv, kh, pos % GPU_KV_BLOCK, hd);
+        vv = a.v + ((size_t)t * a.n_kv + kh) * hd;
+    }
+    float ss = 0.0f, sv = 0.0f;
+    for (int i = threadIdx.x; i < hd; i += bd) {
+        const float x = v[i];
+        hs[i] = x;
+        ss += x * x;
+        if (vv) {
+            const float y = vv[i];
+            vh[i] = y;
+            sv += y * y;
+        }
+    }
+    const float *nw = is_q ? a.q_norm : a.k_norm;
+    if (nw) { // norm_head's steps
+        const float scale = rsqrtf(block_sum(ss, sh) / (float)hd + a.eps);
+        for (int i = threadIdx.x; i < hd; i += bd) hs[i] = hs[i] * scale * nw[i];
+    }
+    const float vs = vv && a.v_norm ? rsqrtf(block_sum(sv, sh) / (float)hd + a.eps) : 1.0f;
+    if (!a.no_rope) { // rope_head's, over the head in shared memory
+        __syncthreads();
+        const int nr = rope_dims(a);
+        for (int i = threadIdx.x; i < nr / 2; i += bd) {
+            const int2 ix = rope_index(i, nr, a.neox);
+            const float2 r = rope_pair(hs[ix.x], hs[ix.y], i, pos, a);
+            hs[ix.x] = r.x;
+            hs[ix.y] = r.y;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < hd; i += bd) {
+        v[i] = hs[i];
+        if (is_q) continue;
+        a.kc[off + i] = __float2half_rn(hs[i]);
+        a.vc[off + i] = __float2half_rn(a.v_norm ? vh[i] * vs : vh[i]);
     }
 }
 

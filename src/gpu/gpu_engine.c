@@ -653,6 +653,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->xq, 2 * q8_k}, {&g->xd, q8_k / 32 * 2 * f}, /* q and lo (kernels/common.cuh) */
         {&g->norm_h, norm_w * sizeof(uint16_t)}, {&g->norm_part, norm_w * f},
         {&g->norm_ss, g->norm_carry ? (1 + 2 * (size_t)hp->n_layer) * f : 0},
+        {&g->norm_lo, lin_t ? norm_w * sizeof(uint16_t) : 0},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
         {&g->post, any_post ? (size_t)T * g->d_embd * f : 0},
@@ -757,8 +758,9 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
                  engine_kv_seq_bytes(&g->base, cfg->ctx_per_slot) / MIB,
                  (double)((size_t)g->table_width * (pair + g->base.kv_block_bytes_swa)) / MIB);
     if (g->base.n_states)
-        log_info("cuda: %d recurrent-state slots of %.2f MiB (in the buffers)", g->base.n_states,
-                 g->base.state_bytes / MIB);
+        log_info("cuda: %d recurrent-state slots of %.2f MiB (in the buffers); batch-1 steps %s", g->base.n_states,
+                 g->base.state_bytes / MIB,
+                 g->norm_carry ? "carry their norms in the products" : "launch their norms");
     if (all_f16)
         log_info("cuda: prompt and batched matmuls of quantised weights with rows of no whole 256-input "
                  "blocks read %s",
@@ -1256,7 +1258,7 @@ static void gpu_destroy(engine *e)
                           g->part_o, g->part_ml, g->att_counts, g->xl_h, g->logits, g->work, g->counts, g->parts,
                           g->sout,   g->in_d, g->state, g->ssm_mix, g->ssm_z, g->ssm_b, g->ssm_g, g->ssm_raw,
                           g->ssm_o,  g->qg,   g->sh_logit, g->sh_y, g->ssm_u, g->ssm_w, g->ssm_gc, g->xq, g->xd,
-                          g->mla_q, g->mla_qa, g->norm_h, g->norm_part, g->norm_ss};
+                          g->mla_q, g->mla_qa, g->norm_h, g->norm_part, g->norm_ss, g->norm_lo};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) cu.cuMemFree(bufs[i]);
     if (g->in_h) cu.cuMemFreeHost(g->in_h);

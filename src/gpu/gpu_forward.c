@@ -173,13 +173,21 @@ static bool moe_ends_layer(const gpu_engine *g, int il)
     return g->base.m->layers[il].recipe.ffn == ARCH_FFN_MOE && !g->layers[il].ffn_gate_shexp.d;
 }
 
+/* Whether norm point p is a DeltaNet layer's attention norm, whose input product reads the norm
+ * to ~22 bits (attention_linear): its producer then also writes the remainder (norm_lo). */
+static bool norm_point_lo(const gpu_engine *g, int p)
+{
+    return p % 2 == 0 && p / 2 < g->base.m->hp.n_layer && g->layers[p / 2].lin >= 0;
+}
+
 /* Norm point p's arguments (w: the producer's next-norm weight, or the router's own norm
  * weight), with the partials its producer writes: one per MATVEC_NORM_GROUP features
- * (matvec_res, moe_down_res, norm_prep). */
+ * (matvec_res, moe_down_res, norm_prep), and the remainder where a DeltaNet layer reads it. */
 static matvec_norm norm_args(const gpu_engine *g, int p, CUdeviceptr w)
 {
-    return (matvec_norm){.w = F32(w), .xw = F16(g->norm_h), .part = F32(g->norm_part), .ss = F32(g->norm_ss) + p,
-                         .n = g->d_embd, .n_part = MATVEC_NORM_PARTS(g->d_embd), .eps = g->base.m->hp.rms_eps};
+    return (matvec_norm){.w = F32(w), .xw = F16(g->norm_h), .xw_lo = norm_point_lo(g, p) ? F16(g->norm_lo) : NULL,
+                         .part = F32(g->norm_part), .ss = F32(g->norm_ss) + p, .n = g->d_embd,
+                         .n_part = MATVEC_NORM_PARTS(g->d_embd), .eps = g->base.m->hp.rms_eps};
 }
 
 static int matvec_variant(int m) { return m >= 8 ? 3 : m >= 4 ? 2 : m >= 2 ? 1 : 0; }
@@ -401,14 +409,16 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
  * the FP16 matvec kernels of row_dots (not dp4a, not the tensor-core row_dots_mma of IQ4_XS,
  * Q2_K and Q3_K at one row, whose sums would differ from the MT = 2 kernel's), nothing added
  * to y before (y + W x + W x_lo would round apart from (y + W x) + W x_lo) and no epilogue of
- * its own. */
+ * its own but a carried norm's scale (norm NORM_IN: x and x_lo are the norm's input and its
+ * remainder, matvec_lo_nin_<type>, whose formats are a subset of these). */
 static bool lo_fusable(const gpu_engine *g, const matmul_op *op)
 {
-    if (!op->x_lo || op->m != 1 || op->accumulate || op->post || op->norm) return false;
+    if (!op->x_lo || op->m != 1 || op->accumulate || op->post || (op->norm && op->norm != NORM_IN)) return false;
     for (int i = 0; i < op->n_out; i++) {
         const gpu_matrix *w = op->out[i].w;
         if (path_for(g, w, 1) != PATH_MATVEC || use_dp4a(g, op, w) || w->type == GGML_TYPE_IQ4_XS ||
-            w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K)
+            w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K ||
+            (op->norm && (w->wtype < 0 || !g->k.matvec_lo_nin[w->wtype].f)))
             return false;
     }
     return true;
@@ -443,6 +453,7 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
                 LAUNCH(*fn, d, op->what, &r);
             } else {
                 const gpu_fn *fn = q8                     ? &g->k.matvec_dp4a[t]
+                                   : lo_fused && op->norm ? &g->k.matvec_lo_nin[t]
                                    : op->norm == NORM_OUT ? &g->k.matvec_res[t]
                                    : op->norm == NORM_IN  ? &g->k.matvec_nin[t]
                                                           : &g->k.matvec[t][v];
@@ -452,6 +463,10 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
         i = j;
     }
     if (op->x_lo && !lo_fused) { /* W x_lo added to what the pass over x wrote */
+        if (op->norm) { /* a carried norm's remainder is scaled: only matvec_lo_nin reads it (gpu_norms_carried) */
+            snprintf(err, errlen, "%s: a carried norm's remainder without its one-pass product", op->what);
+            return -1;
+        }
         matmul_op rest = *op;
         rest.x = op->x_lo, rest.x_lo = 0, rest.n_out = op->n_lo, rest.accumulate = true, rest.x_q8 = false;
         return matmul(g, &rest, err, errlen);
@@ -980,22 +995,36 @@ static bool ffn_norms_carried(const gpu_engine *g, const gpu_layer *L, arch_ffn 
            sd->wtype >= 0 && k->matvec_res[sd->wtype].f;
 }
 
+/* Whether a DeltaNet layer's products can carry its norms: the input product (q/k/v, z and the
+ * gates' projections) reads the norm and its remainder in one pass (matvec_lo_nin_<type>, the
+ * formats of GPU_MATVEC_LO_NORM_KERNELS), and Wout writes the feed-forward norm's input
+ * (matvec_res_<type>). */
+static bool lin_norms_carried(const gpu_engine *g, const gpu_layer *L)
+{
+    const gpu_matrix *in[] = {&L->ssm_qkv, &L->ssm_gate, &L->ssm_ba, &L->ssm_beta, &L->ssm_alpha};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if (in[i]->d && (in[i]->wtype < 0 || !g->k.matvec_lo_nin[in[i]->wtype].f)) return false;
+    return L->ssm_out.wtype >= 0 && g->k.matvec_res[L->ssm_out.wtype].f;
+}
+
 /* The batch-1 step carries its RMSNorms in its products (norm_point) where every layer is a
  * softmax layer with a norm before its QKV product (matvec_rope_norm; matvec_nin where q/k
- * norms, a gate or partial RoPE keep qkv_post's launch) and one before a feed-forward that
- * carries it (ffn_norms_carried), nothing else on the residual stream (no sandwich norms,
- * output scales, per-layer embeddings), over formats that have the kernels
- * (GPU_MATVEC_NORM_KERNELS, GPU_MOE_NORM_KERNELS); not under det (one path for every batch
+ * norms, a gate or partial RoPE keep qkv_post's launch) or a DeltaNet layer that carries it
+ * (lin_norms_carried), and one before a feed-forward that carries it (ffn_norms_carried),
+ * nothing else on the residual stream (no sandwich norms, output scales, per-layer
+ * embeddings), over formats that have the kernels (GPU_MATVEC_NORM_KERNELS,
+ * GPU_MATVEC_LO_NORM_KERNELS, GPU_MOE_NORM_KERNELS); not under det (one path for every batch
  * size), dp4a (its norm makes the q8 row) nor tensor parallelism (the residual add follows an
  * all-reduce). */
 bool gpu_norms_carried(const gpu_engine *g)
 {
     const model *m = g->base.m;
-    if (g->det || g->dp4a || g->tp_rank >= 0 || m->hp.encoder || m->hp.n_embd_ple > 0 || g->base.n_states) return false;
+    if (g->det || g->dp4a || g->tp_rank >= 0 || m->hp.encoder || m->hp.n_embd_ple > 0) return false;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const gpu_layer *L = &g->layers[il];
-        if (L->post_ln || L->attn_post_norm || L->ffn_post_norm || L->has_out_scale || L->mla || L->lin >= 0 ||
-            L->mlp || !L->attn_norm || !L->ffn_norm || !ffn_norms_carried(g, L, m->layers[il].recipe.ffn))
+        if (L->post_ln || L->attn_post_norm || L->ffn_post_norm || L->has_out_scale || L->mla ||
+            (L->lin >= 0 && !lin_norms_carried(g, L)) || L->mlp || !L->attn_norm || !L->ffn_norm ||
+            !ffn_norms_carried(g, L, m->layers[il].recipe.ffn))
             return false;
         const gpu_matrix *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
@@ -1163,13 +1192,17 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
      * fell to 96.18 %, qwen3_next to 97.92 % (docs/benchmarks.md, issue 26).  A prompt's costs
      * one more pass over Wqkv and Wgate (~16 % of a linear layer's prefill on the H100); a
      * decode token's rides on the first (matmul_op.x_lo). */
-    /* the gates' inputs (beta and alpha, or qwen3next's one projection) from FP16 h alone */
+    /* the gates' inputs (beta and alpha, or qwen3next's one projection) from FP16 h alone.  The
+     * batch-1 step's carried norm (norm_point): h's input fp16(x w c) and its scaled remainder,
+     * which the product before wrote (norm_args: norm_lo), in one pass (matvec_lo_nin) */
+    const int np = norm_point(g, 2 * il, T);
     matmul_op proj = {.out = {{&L->ssm_qkv, g->ssm_mix, 0, chan}, {&L->ssm_gate, g->ssm_z, 0, hp->ssm_inner},
                               fused ? (matmul_out){&L->ssm_ba, g->ssm_raw, 0, 2 * nv}
                                     : (matmul_out){&L->ssm_beta, g->ssm_b, 0, nv},
                               {&L->ssm_alpha, g->ssm_g, 0, nv}},
-                      .n_out = fused ? 3 : 4, .x = g->act_h, .x_lo = g->act_lo, .n_lo = 2, .m = T, .ldx = g->d_embd,
-                      .what = what};
+                      .n_out = fused ? 3 : 4, .x = np >= 0 ? g->norm_h : g->act_h,
+                      .x_lo = np >= 0 ? g->norm_lo : g->act_lo, .n_lo = 2, .m = T, .ldx = g->d_embd,
+                      .norm = np >= 0 ? NORM_IN : NORM_NONE, .norm_p = np, .what = what};
     if (matmul(g, &proj, err, errlen)) return -1;
     ssm_gate_args ga = {.b = F32(g->ssm_b), .a = F32(g->ssm_g), .raw = F32(g->ssm_raw), .A = F32(L->ssm_a),
                         .dt_bias = F32(L->ssm_dt), .fused = fused, .v_heads = nv, .k_heads = nk};
@@ -1220,8 +1253,10 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         LAUNCH(g->k.ssm_out_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32}), what, &g->ssm_o, &g->ssm_z,
                &(CUdeviceptr){L->ssm_norm}, &g->act_h, &d, &nv, &eps);
     }
+    const int next = norm_point(g, 2 * il + 1, T); /* the feed-forward norm, which Wout's residual add writes */
     matmul_op out = {.out = {{&L->ssm_out, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T,
-                     .ldx = hp->ssm_inner, .accumulate = true, .what = what};
+                     .ldx = hp->ssm_inner, .accumulate = true, .norm = next >= 0 ? NORM_OUT : NORM_NONE,
+                     .norm_p = next, .norm_w = L->ffn_norm, .what = what};
     return matmul(g, &out, err, errlen);
 }
 
@@ -1297,8 +1332,9 @@ static int attention_block(gpu_engine *g, int il, int T, const gpu_attn_plan *ap
         if (il == 0) { /* the embeddings' (gpu_shared.h matvec_norm) */
             int n = g->d_embd;
             float eps = hp->rms_eps;
+            CUdeviceptr lo = norm_point_lo(g, 0) ? g->norm_lo : 0;
             LAUNCH(g->k.norm_prep, ((gpu_launch_dims){1, 1, 1, 1024}), what, &g->x, &(CUdeviceptr){L->attn_norm},
-                   &g->norm_h, &g->norm_part, &g->norm_ss, &n, &eps);
+                   &g->norm_h, &lo, &g->norm_part, &g->norm_ss, &n, &eps);
         }
     } else if (L->post_ln ? residual_to_f16(g, T, what, err, errlen)
                           : !sandwich_carries(g, 2 * il, T) && rmsnorm(g, &n1, what, err, errlen)) {

@@ -262,9 +262,10 @@ typedef struct gpu_engine {
      * (gpu_shared.h matvec_norm; gpu_norms_carried says where).  norm_h: a norm's input
      * fp16(x w c) [n_embd]; norm_part: the residual product's sums of squares, one per 8
      * features (moe_down_res's too); norm_ss: the step's sums of squares, norm_prep's and one per norm of a layer
-     * [1 + 2 n_layer]. */
+     * [1 + 2 n_layer]; norm_lo: a DeltaNet layer's norm input's remainder (matvec_norm xw_lo)
+     * [n_embd], in hybrids only. */
     bool norm_carry;
-    CUdeviceptr norm_h, norm_part, norm_ss;
+    CUdeviceptr norm_h, norm_part, norm_ss, norm_lo;
     size_t wdq_bytes;
 
     /* per-step inputs: pinned host staging + device copy, and results */

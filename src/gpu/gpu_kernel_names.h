@@ -155,6 +155,13 @@
     X(matvec_rope_norm_q3_k, glu_norm_q3_k, matvec_res_q3_k, matvec_nin_q3_k, Q3_K) \
     X(matvec_rope_norm_iq4_xs, glu_norm_iq4_xs, matvec_res_iq4_xs, matvec_nin_iq4_xs, IQ4_XS)
 
+/* The batch-1 step's input product of a DeltaNet layer over its carried norm and the norm's
+ * FP16 remainder in one pass (matvec_args x_lo with matvec_norm; the formats whose two-row
+ * products take the x_lo pass, gpu_forward.c lo_fusable): X(matvec_lo_nin_<suffix>, TYPE) */
+#define GPU_MATVEC_LO_NORM_KERNELS(X) \
+    X(matvec_lo_nin_f16, F16) X(matvec_lo_nin_q4_0, Q4_0) X(matvec_lo_nin_q8_0, Q8_0) X(matvec_lo_nin_q4_k, Q4_K) \
+    X(matvec_lo_nin_q5_k, Q5_K) X(matvec_lo_nin_q6_k, Q6_K)
+
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */
 #define GPU_DEQUANT_KERNELS(X) \

@@ -106,6 +106,9 @@ static const format_row dp4a_rows[] = {GPU_MATVEC_DP4A_KERNELS(FORMAT_ROW_DP4A)}
 #define FORMAT_ROW_NORM(a, b, c, d, TYPE) {{#a, #b, #c, #d}, GPU_WT_##TYPE, 1},
 static const format_row norm_rows[] = {GPU_MATVEC_NORM_KERNELS(FORMAT_ROW_NORM)};
 #undef FORMAT_ROW_NORM
+#define FORMAT_ROW_ONE(a, TYPE) {{#a, NULL}, GPU_WT_##TYPE, 1},
+static const format_row lo_norm_rows[] = {GPU_MATVEC_LO_NORM_KERNELS(FORMAT_ROW_ONE)};
+#undef FORMAT_ROW_ONE
 #define FORMAT_ROW_MOE_NORM(a, b, TYPE) {{#a, #b}, GPU_WT_##TYPE, 0},
 static const format_row moe_norm_rows[] = {GPU_MOE_NORM_KERNELS(FORMAT_ROW_MOE_NORM)};
 #undef FORMAT_ROW_MOE_NORM
@@ -164,6 +167,7 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     } partial[] = {
         {dp4a_rows, sizeof dp4a_rows / sizeof dp4a_rows[0], {k->matvec_dp4a, k->glu_dp4a, k->matvec_rope_dp4a}},
         {norm_rows, sizeof norm_rows / sizeof norm_rows[0], {k->matvec_rope_norm, k->glu_norm, k->matvec_res, k->matvec_nin}},
+        {lo_norm_rows, sizeof lo_norm_rows / sizeof lo_norm_rows[0], {k->matvec_lo_nin}},
         {moe_norm_rows, sizeof moe_norm_rows / sizeof moe_norm_rows[0], {k->moe_glu_norm, k->moe_down_res}}};
     for (size_t l = 0; l < sizeof partial / sizeof partial[0]; l++)
         for (size_t i = 0; i < partial[l].n; i++) {

@@ -53,6 +53,9 @@ typedef struct gpu_kernels {
      * formats without): QKV with qkv_post, gate/up, the residual product, a plain product
      * reading the norm (QKV without qkv_post); and norm_prep below */
     gpu_fn matvec_rope_norm[GPU_N_WTYPES], glu_norm[GPU_N_WTYPES], matvec_res[GPU_N_WTYPES], matvec_nin[GPU_N_WTYPES];
+    /* a DeltaNet layer's input product over the carried norm and its remainder
+     * (GPU_MATVEC_LO_NORM_KERNELS; f == NULL for the other formats) */
+    gpu_fn matvec_lo_nin[GPU_N_WTYPES];
     /* tensor-core products on block-quantised and BF16 weights (f == NULL for F16 and F32,
      * which go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(type, variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];

@@ -48,9 +48,17 @@ enum { NORM_NONE, NORM_IN, NORM_OUT }; /* a product's part in a carried norm */
  * MATVEC_WARPS, which asserts it), so NORM_OUT's block b writes part[b]; norm_prep the same */
 #define MATVEC_NORM_GROUP 8
 #define MATVEC_NORM_PARTS(n) (((n) + MATVEC_NORM_GROUP - 1) / MATVEC_NORM_GROUP)
+/* A DeltaNet layer's input product reads its norm to ~22 bits (gpu_forward.c attention_linear:
+ * act_lo): where the norm is carried, its producer also writes xw's FP16 remainder, scaled by
+ * 2^MATVEC_NORM_LO_SHIFT (exact) so that it stays a normal FP16 number where xw's values are
+ * (xw holds x w c, about 2^-6 |x w| / rms: an unscaled remainder of ~2^-17 would be subnormal);
+ * the consumer scales its sums back (matvec_lo_nin_*).  11: a remainder is at most half an ulp
+ * of xw, so at most 2^4 * 2^11 below FP16's largest xw. */
+#define MATVEC_NORM_LO_SHIFT 11
 typedef struct matvec_norm {
     const float *w; /* NORM_OUT: the next norm's weight [n] */
     gpu_half *xw;   /* NORM_OUT: written, NORM_IN: read as x */
+    gpu_half *xw_lo; /* NORM_OUT: written where set, xw's remainder times 2^MATVEC_NORM_LO_SHIFT */
     float *part;    /* [n_part]: NORM_OUT writes it, NORM_IN sums it (n_part: the producer's) */
     float *ss;      /* [0]: the norm before's sum of squares, [1]: NORM_IN writes its own */
     int n, n_part;  /* the norm's width; partials, MATVEC_NORM_PARTS(n) */
@@ -187,7 +195,7 @@ typedef struct matvec_args {
     int glu_gelu;
     const int32_t *bias_ids;
     long long bias_stride;
-    matvec_norm norm; /* matvec_rope_norm_*, glu_norm_*, matvec_res_* only */
+    matvec_norm norm; /* matvec_rope_norm_*, glu_norm_*, matvec_res_*, matvec_nin_*, matvec_lo_nin_* only */
     /* matvec_<type>_2 only, m == 1, no accumulate: a second FP16 input row (act_lo, x's
      * rounding remainder) read as activation row 1, whose sums the epilogue adds to row 0's in
      * segments below lo_segs: y = W x + W x_lo in one pass over W, the same bits as the two

@@ -1226,6 +1226,71 @@ static void test_hybrid_reference_files(void **state)
     check_reference_files(files, 3, 41, 0);
 }
 
+/* GPU logits of m over N_POS tokens: a prompt of n_prompt (steps of up to 256 tokens: the
+ * batched products, norms launched), then one-token decode steps (the caller frees them). */
+static float *gpu_logits_from(const model *m, const int32_t *tokens, int n_prompt)
+{
+    const int V = m->hp.n_vocab;
+    char err[512];
+    engine_config cfg = {.n_slots = 3, .ctx_per_slot = N_POS + 8, .max_batch_tokens = 256, .n_threads = 2};
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("cuda engine: %s", err);
+    float *l = malloc((size_t)N_POS * V * sizeof *l);
+    assert_non_null(l);
+    run_logits_chunked(e, 1, tokens, N_POS, n_prompt, 256, l, V);
+    engine_free(e);
+    return l;
+}
+
+/* mkmodel's qwen35 (the qwen3.5-9b preset shrunk: 5 layers of 256, DeltaNet x 3, gated
+ * attention with q/k norms and partial RoPE, DeltaNet; 4 v heads of state 32 over 2 k groups)
+ * in formats whose batch-1 steps carry their norms through both kinds of layer
+ * (gpu_forward.c gpu_norms_carried: the DeltaNet input product over the norm's input and its
+ * remainder, matvec_lo_nin; norm_prep's remainder for layer 0, the down products' for layers
+ * 1, 2 and 4; Wout and Wo writing the feed-forward norm's input).  The 88 decode steps after a
+ * 200-token prompt (carried) against the same positions as part of one prompt (the batched
+ * products over launched norms, the chunked delta rule): top-1 (or a near tie) >= 95 % and no
+ * position past 5e-2 (H100, 2026-11-27: 100 % top-1 in all three formats, max 1.0e-2 Q4_K_M,
+ * 2.2e-2 Q8_0, 5.4e-3 F16); a slip in the carried path (a wrong scale, input or remainder) puts
+ * the logits far off.  Against the CPU it is printed only: on these random weights the GPU's FP16
+ * activations alone move the logits past the dense models' bounds, in the prompt (no norm
+ * carried) as much as in the decode steps (H100, Q4_K_M: 97.92 % top-1, 8 of 288 positions over
+ * 3e-2; of the 14 positions over it or off in top-1, 10 in the prompt). */
+static void test_hybrid_mkmodel_carried(void **state)
+{
+    (void)state;
+    if (!gpu_features_enabled(GPU_HYBRID_FEATURES, "the hybrids")) skip();
+    static const mkmodel_ftype types[] = {MKMODEL_Q4_K_M, MKMODEL_Q8_0, MKMODEL_F16};
+    uint64_t seed = 61;
+    bool ok = true;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        mkmodel_config cfg;
+        assert_true(mkmodel_preset("qwen3.5-9b", &cfg));
+        cfg.n_embd = 256, cfg.n_layer = 5, cfg.n_head = 2, cfg.n_head_kv = 1, cfg.head_dim = 64, cfg.n_rot = 16;
+        cfg.n_vocab = 512, cfg.n_ctx = 512, cfg.n_ff = 512;
+        cfg.ssm_state = 32, cfg.ssm_groups = 2, cfg.ssm_vheads = 4, cfg.ssm_inner = 128;
+        cfg.ftype = types[i];
+        model *m = mkmodel_loaded(&cfg);
+        const int V = m->hp.n_vocab;
+        int32_t tokens[N_POS];
+        random_tokens(m, &seed, tokens);
+        float *dec = gpu_logits_from(m, tokens, N_PROMPT), *all = gpu_logits_from(m, tokens, N_POS);
+        const size_t at = (size_t)N_PROMPT * V;
+        agreement a = compare_logits(dec + at, all + at, N_POS - N_PROMPT, V);
+        print_message("  qwen35 %-7s decode steps (from position %d) vs the same positions prompted: top-1 %.2f %% (%.2f %% with near "
+                      "ties), max relative logit error %.2e%s%s\n",
+                      mkmodel_ftype_name(cfg.ftype), N_PROMPT, 100.0 * a.top1, 100.0 * a.top1_or_tie, a.max_rel,
+                      a.where[0] ? ":" : "", a.where);
+        ok &= a.top1_or_tie >= 0.95 && a.max_rel < 5e-2;
+        char label[64];
+        snprintf(label, sizeof label, "qwen35 %s vs CPU", mkmodel_ftype_name(cfg.ftype));
+        (void)measure_logits(m, label, N_POS, N_PROMPT, tokens);
+        free(dec), free(all);
+        model_free(m);
+    }
+    assert_true(ok); /* every format measured before the verdict */
+}
+
 /* --deterministic on the families with their own GPU paths (../shared/reference's): Gemma 4
  * (per-layer shapes and K/V regions, shared K/V, V norm, per-layer embeddings, GeGLU experts
  * beside the dense GLU), as det_case checks the dense models (H100: 0 of 32 sequences differ,
@@ -2068,6 +2133,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gptoss_reference_files),
         cmocka_unit_test(test_gptoss_mkmodel),
         cmocka_unit_test(test_hybrid_reference_files),
+        cmocka_unit_test(test_hybrid_mkmodel_carried),
         cmocka_unit_test(test_phi3_glm4moe_reference_files),
         cmocka_unit_test(test_phi3_glm4moe_mkmodel),
         cmocka_unit_test(test_deepseek2_reference_file),

@@ -42,6 +42,7 @@ static const row dp4a_rope[] = {GPU_MATVEC_DP4A_KERNELS(DP4A_ROPE)};
 #define NORM_RES(a, b, c, d, TYPE) {#c, #d, #TYPE, 1},
 static const row norm[] = {GPU_MATVEC_NORM_KERNELS(NORM)};
 static const row norm_res[] = {GPU_MATVEC_NORM_KERNELS(NORM_RES)};
+static const row lo_norm[] = {GPU_MATVEC_LO_NORM_KERNELS(ROW2)};
 #define MOE_NORM(a, b, TYPE) {#a, #b, #TYPE, 0},
 static const row moe_norm[] = {GPU_MOE_NORM_KERNELS(MOE_NORM)};
 /* the MoE rows name three kernels: the down one is checked from moe_down */
@@ -148,6 +149,28 @@ static void test_norm_rows(void **state)
     assert_true(q4_k && q6_k);
 }
 
+/* The DeltaNet input's norm list: each format at most once, named for it, each one that the
+ * norms' list has (its producer, matvec_res, writes the remainder it reads), the Q4_K_M files'
+ * two among them. */
+static void test_lo_norm_rows(void **state)
+{
+    (void)state;
+    size_t found = 0;
+    bool q4_k = false, q6_k = false;
+    for (size_t w = 0; w < N(wtypes); w++) {
+        bool listed = false, in_norm = false;
+        for (size_t i = 0; i < N(lo_norm); i++) listed |= strcmp(lo_norm[i].type, wtypes[w].type) == 0;
+        if (!listed) continue;
+        for (size_t i = 0; i < N(norm); i++) in_norm |= strcmp(norm[i].type, wtypes[w].type) == 0;
+        assert_true(in_norm);
+        found++;
+        q4_k |= wtypes[w].ggml == GGML_TYPE_Q4_K, q6_k |= wtypes[w].ggml == GGML_TYPE_Q6_K;
+        expect_row(lo_norm, N(lo_norm), w, 1, "matvec_lo_nin_%s", "");
+    }
+    assert_int_equal(found, N(lo_norm));
+    assert_true(q4_k && q6_k);
+}
+
 /* The MoE norms' list: each format at most once, named for it, and the Q4_K_M files' two and
  * gpt-oss's MXFP4 among them. */
 static void test_moe_norm_rows(void **state)
@@ -173,7 +196,7 @@ static void test_no_name_twice(void **state)
     (void)state;
     const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow) + N(norm) + N(norm_res) +
                            N(moe_norm)) +
-                      N(rope) + N(dp4a_rope) + N(moe_down) + N(plain)];
+                      N(rope) + N(dp4a_rope) + N(moe_down) + N(lo_norm) + N(plain)];
     size_t n = 0;
     const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm, norm_res, moe_norm};
     const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow), N(norm), N(norm_res), N(moe_norm)};
@@ -185,6 +208,7 @@ static void test_no_name_twice(void **state)
     for (size_t i = 0; i < N(rope); i++) names[n++] = rope[i].a;
     for (size_t i = 0; i < N(dp4a_rope); i++) names[n++] = dp4a_rope[i].a;
     for (size_t i = 0; i < N(moe_down); i++) names[n++] = moe_down[i].a;
+    for (size_t i = 0; i < N(lo_norm); i++) names[n++] = lo_norm[i].a;
     for (size_t i = 0; i < N(plain); i++) names[n++] = plain[i];
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++)
@@ -198,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_every_format_every_variant),
         cmocka_unit_test(test_dp4a_rows),
         cmocka_unit_test(test_norm_rows),
+        cmocka_unit_test(test_lo_norm_rows),
         cmocka_unit_test(test_moe_norm_rows),
         cmocka_unit_test(test_no_name_twice),
     };

@@ -971,6 +971,44 @@ static void norm_carried_plain(int wt, CUdeviceptr w, size_t rb, CUdeviceptr act
     cu.cuMemFree(db), cu.cuMemFree(dy0), cu.cuMemFree(dy1);
 }
 
+/* A DeltaNet layer's input product over the carried norm (matvec_lo_nin: xw and the remainder
+ * matvec_res wrote, nm.xw_lo) against the uncarried path's one-pass product over rmsnorm's FP16
+ * row and its remainder (matvec_<type>_2 with x_lo), both reading the norm to ~22 bits: two
+ * segments, the first with the remainder (lo_segs 1), 730 rows (the last block's idle warps
+ * meet the norm's barriers).  The remainder must count: without it (lo_segs 0) the first
+ * segment is off by FP16's rounding, at least 10x more. */
+static void norm_carried_lo(int wt, CUdeviceptr w, size_t rb, CUdeviceptr x_ref, CUdeviceptr nw, matvec_norm nm)
+{
+    enum { K = 1024, N0 = 700, N1 = 30, NR = N0 + N1 };
+    CUdeviceptr dah = poisoned_half(K), dalo = poisoned_half(K), none = 0, dy[3];
+    int n = K, stride = 1;
+    float eps = nm.eps;
+    void *na[] = {&x_ref, &none, &stride, &nw, &none, &dah, &dalo, &n, &eps};
+    launch(&G.k.rmsnorm, (gpu_launch_dims){1, 1, 1, 256}, na);
+    float y[3][NR];
+    for (int v = 0; v < 3; v++) {
+        dy[v] = poisoned(NR);
+        const bool carried = v > 0;
+        matvec_args a = {.n_seg = 2, .k = K, .m = 1, .ldx = K, .row_bytes = rb,
+                         .x = (const gpu_half *)(uintptr_t)(carried ? (CUdeviceptr)(uintptr_t)nm.xw : dah),
+                         .x_lo = (const gpu_half *)(uintptr_t)(carried ? (CUdeviceptr)(uintptr_t)nm.xw_lo : dalo),
+                         .lo_segs = v == 2 ? 0 : 1};
+        a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)w, (float *)(uintptr_t)dy[v], NULL, N0, N0};
+        a.seg[1] = (matvec_seg){(const uint8_t *)(uintptr_t)w + rb * N0, (float *)(uintptr_t)dy[v] + N0, NULL, N1, N1};
+        if (carried) a.norm = nm;
+        void *args[] = {&a};
+        launch(carried ? &G.k.matvec_lo_nin[wt] : &G.k.matvec[wt][1], (gpu_launch_dims){1, (NR + 15) / 16, 1, 256}, args);
+        download(y[v], dy[v], sizeof y[v]);
+    }
+    const double e_lo = gpu_test_rel_err(y[1], y[0], N0), e_gates = gpu_test_rel_err(y[1] + N0, y[0] + N0, N1);
+    const double e_hi = gpu_test_rel_err(y[2], y[0], N0);
+    print_message("  matvec_lo_nin within %.2e of rmsnorm + the x_lo product (%.2e without the remainder), "
+                  "%.2e on the segment without it\n", e_lo, e_hi, e_gates);
+    assert_true(e_lo < 2e-5 && e_lo * 10 < e_hi && e_gates < 2e-3);
+    for (int v = 0; v < 3; v++) cu.cuMemFree(dy[v]);
+    cu.cuMemFree(dah), cu.cuMemFree(dalo);
+}
+
 /* The batch-1 step's norms carried by the products (gpu_shared.h matvec_norm), per format of
  * GPU_MATVEC_NORM_KERNELS (the Q4_K_M files' and the low-bit ones': Q2_K, IQ4_XS, and Q3_K, with
  * Q4_K, Q5_K and Q6_K the Q3_K_M mix): the residual product (matvec_res) adds
@@ -1000,7 +1038,9 @@ static void test_norm_carried(void **state)
         CUdeviceptr dwo = upload(wo, rbo * N), dwg = upload(wgu, rbg * 2 * FF), dh = upload_half(h, KO);
         CUdeviceptr dx_ref = upload(x, N * sizeof *x), dx = upload(x, N * sizeof *x), dw = upload(w, N * sizeof *w);
         CUdeviceptr dxw = poisoned_half(N), dpart = poisoned(N / 8), dss = upload(ss, sizeof ss);
-        /* the residual product, plain (x_ref) and carrying the norm (x) */
+        CUdeviceptr dxwlo = poisoned_half(N);
+        /* the residual product, plain (x_ref) and carrying the norm (x), with the remainder a
+         * DeltaNet layer reads */
         matvec_args a = {.n_seg = 1, .k = KO, .m = 1, .ldx = KO, .accumulate = 1, .row_bytes = rbo,
                          .x = (const gpu_half *)(uintptr_t)dh};
         a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dwo, (float *)(uintptr_t)dx_ref, NULL, N, N};
@@ -1008,14 +1048,15 @@ static void test_norm_carried(void **state)
         launch(&G.k.matvec[wt][0], (gpu_launch_dims){1, N / 8, 1, 256}, args);
         a.seg[0].y = (float *)(uintptr_t)dx;
         a.norm = (matvec_norm){.w = (const float *)(uintptr_t)dw, .xw = (gpu_half *)(uintptr_t)dxw,
-                               .part = (float *)(uintptr_t)dpart, .ss = (float *)(uintptr_t)dss, .n = N,
-                               .n_part = N / 8, .eps = eps};
+                               .xw_lo = (gpu_half *)(uintptr_t)dxwlo, .part = (float *)(uintptr_t)dpart,
+                               .ss = (float *)(uintptr_t)dss, .n = N, .n_part = N / 8, .eps = eps};
         launch(&G.k.matvec_res[wt], (gpu_launch_dims){1, N / 8, 1, 256}, args);
         float *xr = malloc(N * sizeof *xr), *xo = malloc(N * sizeof *xo), part[N / 8];
-        uint16_t xw[N];
+        uint16_t xw[N], xwlo[N];
         download(xr, dx_ref, N * sizeof *xr);
         download(xo, dx, N * sizeof *xo);
         download(xw, dxw, sizeof xw);
+        download(xwlo, dxwlo, sizeof xwlo);
         download(part, dpart, sizeof part);
         assert_memory_equal(xo, xr, N * sizeof *xo);
         int e_ss, e_n;
@@ -1028,6 +1069,9 @@ static void test_norm_carried(void **state)
             /* FP16's half ulp: relative for normal numbers, 2^-25 below 2^-14 */
             assert_true(d <= fabs(want) / 2048 + 0x1p-25);
             if (fabs(want) >= 0x1p-14 && d / fabs(want) > worst) worst = d / fabs(want);
+            /* with the remainder (scaled back): FP32's x w c to FP16's rounding of the remainder */
+            const double lo = ldexp(quant_f16_to_f32(xwlo[i]), -MATVEC_NORM_LO_SHIFT);
+            assert_true(fabs(got + lo - want) <= fabs(want) * 0x1p-21 + 0x1p-36);
             ss_new += (double)xr[i] * xr[i];
         }
         for (int j = 0; j < N / 8; j++) {
@@ -1068,9 +1112,10 @@ static void test_norm_carried(void **state)
         assert_true(fabs(ss[1] - ss_new) <= 1e-5 * ss_new);   /* kept for the next norm's c */
         norm_carried_plain(wt, dwg, rbg, dah, g.norm, &seed);
         norm_carried_qkv(t, &seed, dah, a.norm);
+        if (G.k.matvec_lo_nin[wt].f) norm_carried_lo(wt, dwg, rbg, dx_ref, dw, a.norm);
         cu.cuMemFree(dwo), cu.cuMemFree(dwg), cu.cuMemFree(dh), cu.cuMemFree(dx_ref), cu.cuMemFree(dx);
         cu.cuMemFree(dw), cu.cuMemFree(dxw), cu.cuMemFree(dpart), cu.cuMemFree(dss), cu.cuMemFree(dah);
-        cu.cuMemFree(dff), cu.cuMemFree(dff2), cu.cuMemFree(dff3);
+        cu.cuMemFree(dff), cu.cuMemFree(dff2), cu.cuMemFree(dff3), cu.cuMemFree(dxwlo);
         free(x), free(w), free(h), free(deq_o), free(deq_g), free(wo), free(wgu), free(xr), free(xo);
     }
 }
@@ -2152,7 +2197,7 @@ static void test_moe_norm_carried(void **state)
         launch(&G.k.moe_router, (gpu_launch_dims){1, NE, 1, 256}, ra0);
         /* the carried form: norm_prep's input and partials, the router over x itself */
         CUdeviceptr dxw = poisoned_half(N), dpart = poisoned(N / 8), dss = poisoned(2);
-        void *pa[] = {&dx, &dnw, &dxw, &dpart, &dss, &n, &eps};
+        void *pa[] = {&dx, &dnw, &dxw, &none, &dpart, &dss, &n, &eps};
         launch(&G.k.norm_prep, (gpu_launch_dims){1, 1, 1, 1024}, pa);
         matvec_norm nm = {.w = (const float *)(uintptr_t)dnw, .xw = (gpu_half *)(uintptr_t)dxw,
                           .part = (float *)(uintptr_t)dpart, .ss = (float *)(uintptr_t)dss, .n = N, .n_part = N / 8,

@@ -131,13 +131,24 @@ extern "C" __global__ void post_norm_add(const float *post, const float *w_post,
     }
 }
 
+// A carried norm's input f = x w c of feature i: xw[i] = fp16(f) and, where xw_lo is set (a
+// DeltaNet layer's input, read to ~22 bits), its remainder times 2^MATVEC_NORM_LO_SHIFT: exact
+// scalings of the exact difference f - fp16(f), so one FP16 rounding of it, as rmsnorm's ylo.
+// norm_prep and the NORM_OUT producers (matvec.cuh norm_out_feature) store through it.
+__device__ __forceinline__ void norm_input_store(__half *xw, __half *xw_lo, int i, float f)
+{
+    const __half h = __float2half_rn(f);
+    xw[i] = h;
+    if (xw_lo) xw_lo[i] = __float2half_rn(ldexpf(__fsub_rn(f, __half2float(h)), MATVEC_NORM_LO_SHIFT));
+}
+
 // The first norm of a batch-1 step whose norms ride on the products (gpu_shared.h
 // matvec_norm): what a residual product's NORM_OUT epilogue leaves, for the embeddings, which
 // no product writes.  One block over the row: its sum of squares into ss[0] (this norm's c from
 // its own sum, as its consumer will take it), xw = fp16(x w c), and the sums of squares of
-// every 8 features into part.
-extern "C" __global__ void norm_prep(const float *x, const float *w, __half *xw, float *part, float *ss, int n,
-                                     float eps)
+// every 8 features into part (xw_lo: norm_input_store's remainder, or NULL).
+extern "C" __global__ void norm_prep(const float *x, const float *w, __half *xw, __half *xw_lo, float *part, float *ss,
+                                     int n, float eps)
 {
     __shared__ float sh[32];
     float s = 0.0f;
@@ -145,7 +156,7 @@ extern "C" __global__ void norm_prep(const float *x, const float *w, __half *xw,
     s = block_sum(s, sh);
     const int e = norm_exp(s, n);
     if (threadIdx.x == 0) ss[0] = s;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) xw[i] = __float2half_rn(ldexpf(x[i] * w[i], -e));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) norm_input_store(xw, xw_lo, i, ldexpf(x[i] * w[i], -e));
     for (int j = threadIdx.x; j < MATVEC_NORM_PARTS(n); j += blockDim.x) {
         float p = 0.0f;
         for (int i = MATVEC_NORM_GROUP * j; i < min(MATVEC_NORM_GROUP * (j + 1), n); i++) p += x[i] * x[i];

@@ -244,10 +244,11 @@ __device__ __forceinline__ void rope_epilogue(const matvec_rope_args &r, const m
 // glu_norm_*, matvec_res_*): code in the shared kernels costs the others registers, and so
 // resident warps, even where it does not run (docs/benchmarks.md, "Batch-1 decode launches").
 
-// A NORM_OUT producer's new residual value v of feature n as the next norm's input fp16(v w c).
+// A NORM_OUT producer's new residual value v of feature n as the next norm's input fp16(v w c)
+// (norm_input_store: and its remainder where the norm's consumer reads one).
 __device__ __forceinline__ void norm_out_feature(const matvec_norm &nm, int n, float v)
 {
-    nm.xw[n] = __float2half_rn(ldexpf(v * nm.w[n], -norm_exp(nm.ss[0], nm.n)));
+    norm_input_store(nm.xw, nm.xw_lo, n, ldexpf(v * nm.w[n], -norm_exp(nm.ss[0], nm.n)));
 }
 
 // NORM_OUT's epilogue: lane 0 of each warp holds v, its feature n's new residual value (not
@@ -276,10 +277,15 @@ __device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, 
 // (a warp reads the k FP16 inputs, twice with x_lo, per row of k/2 bytes of Q4_K: the two-row
 // pass ran at 0.8 TB/s on the Qwen3.5-9B shape's Wqkv + Wgate).  Each row's sums are still
 // row_dots' (its own, chunk by chunk), so the bits are those of one row a warp.  Rows past the
-// last read row 0 again and write nothing.
-template <int T>
+// last read row 0 again and write nothing.  NORM_IN (matvec_lo_nin_<type>, the batch-1 step's
+// carried norm): x and x_lo are the norm's input xw and its scaled remainder (matvec_norm
+// xw_lo), so the remainder's sums are scaled back by 2^-MATVEC_NORM_LO_SHIFT (exact) before
+// they join x's, and the two by the norm's factor, as matvec_nin scales its sums; warps past
+// the rows stay for norm_in_scale's barriers.
+template <int T, int NORM = NORM_NONE>
 __device__ __forceinline__ void matvec_lo_body(const matvec_args &a)
 {
+    static_assert(NORM == NORM_NONE || NORM == NORM_IN, "x_lo's products read a norm, never write one");
     constexpr int NR = MATVEC_LO_ROWS;
     const int n0 = (blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5)) * NR;
     int nr[NR], sr[NR];
@@ -291,16 +297,24 @@ __device__ __forceinline__ void matvec_lo_body(const matvec_args &a)
         sr[r] = s, nr[r] = n;
         rows[r] = s < a.n_seg ? a.seg[s].w + (size_t)n * a.row_bytes : a.seg[0].w;
     }
-    if (sr[0] >= a.n_seg) return;
+    const bool live = sr[0] < a.n_seg;
+    if (!live && NORM == NORM_NONE) return;
     float acc[NR][2];
-    row_dots<T, 2, NR>(rows, a, 0, acc);
-    if ((threadIdx.x & 31) != 0) return;
+    if (live) row_dots<T, 2, NR>(rows, a, 0, acc);
+    float sc = 1.0f;
+    if constexpr (NORM == NORM_IN) sc = norm_in_scale(a.norm);
+    if (!live || (threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int r = 0; r < NR; r++) {
         if (sr[r] >= a.n_seg) break;
         const matvec_seg &sg = a.seg[sr[r]];
         float v = acc[r][0];
-        if (sr[r] < a.lo_segs) v += acc[r][1]; // W x + W x_lo
+        if constexpr (NORM == NORM_IN) {
+            if (sr[r] < a.lo_segs) v += ldexpf(acc[r][1], -MATVEC_NORM_LO_SHIFT);
+            v *= sc;
+        } else if (sr[r] < a.lo_segs) {
+            v += acc[r][1]; // W x + W x_lo
+        }
         v = v + (sg.bias ? sg.bias[nr[r]] : 0.0f);
         float *dst = sg.y + nr[r];
         *dst = a.accumulate ? *dst + v : v;
@@ -460,6 +474,15 @@ template <int T> struct res_norm_blocks { static constexpr int n = 0; };
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, res_norm_blocks<T_##TYPE>::n) \
         nin_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_IN>(a); }
 GPU_MATVEC_NORM_KERNELS(MATVEC_NORM_KERNELS)
+
+// One per row of GPU_MATVEC_LO_NORM_KERNELS: a DeltaNet layer's input product over the carried
+// norm and its remainder (matvec_lo_body's NORM_IN).
+#define MATVEC_LO_NORM_KERNEL(name, TYPE)                                                        \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) name(matvec_args a)          \
+    {                                                                                            \
+        matvec_lo_body<T_##TYPE, NORM_IN>(a);                                                    \
+    }
+GPU_MATVEC_LO_NORM_KERNELS(MATVEC_LO_NORM_KERNEL)
 
 // W (n rows of k) -> FP16 row-major [n][k], one 32-weight chunk per thread.
 template <int T>

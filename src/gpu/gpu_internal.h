@@ -23,6 +23,16 @@
 #ifndef GPU_MOE_ENTRY_MAX_TOKENS
 #define GPU_MOE_ENTRY_MAX_TOKENS 4
 #endif
+/* A chunk of GPU_MOE_NARROW_MIN_TOKENS..GPU_MOE_NARROW_MAX_TOKENS tokens (not under det) takes
+ * the grouped launches on mmq_narrow (kernels/mmq_narrow.cuh: tiles of at most MMQN_MAX_M entries
+ * of one expert, each chosen expert's weights once for its entries, no k-split reduce) where
+ * the experts' formats have it; docs/benchmarks.md "Batched MoE decode on mmq_narrow". */
+#ifndef GPU_MOE_NARROW_MIN_TOKENS
+#define GPU_MOE_NARROW_MIN_TOKENS 2
+#endif
+#ifndef GPU_MOE_NARROW_MAX_TOKENS
+#define GPU_MOE_NARROW_MAX_TOKENS 32
+#endif
 /* (Experts whose rows are not whole 16-byte copies -- gpt-oss's 2,880 MXFP4 inputs, 1,530
  * bytes; GLM-4.5-Air's 1,408-wide Q8_0 down rows, 1,496 -- took the per-entry kernels up to 8
  * tokens while mmq staged them in 2-byte copies: gpt-oss-20b at batch 8 decoded 576.6 tok/s per

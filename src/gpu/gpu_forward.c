@@ -322,9 +322,12 @@ static bool mmq_narrow_format(const gpu_engine *g, const gpu_matrix *w)
 {
     return w->k <= MMQN_MAX_K && w->wtype >= 0 && g->k.mmq_narrow[w->wtype].f && gpu_mmq_serves(&g->k, w->wtype, w->k);
 }
+/* (Dense products keep whole stages: mmq_narrow's partial last stage, which the grouped MoE
+ * launches take for gpt-oss's 2,880 and GLM-4.5-Air's 1,408 inputs, is tested against mmq's bits
+ * but not measured against mmq on the dense products of those rows.) */
 static bool mmq_narrow_serves(const gpu_engine *g, const gpu_matrix *w, int m)
 {
-    return (g->det || m > 1) && m <= MMQN_MAX_M && mmq_narrow_format(g, w);
+    return (g->det || m > 1) && m <= MMQN_MAX_M && w->k % MMQ_KT == 0 && mmq_narrow_format(g, w);
 }
 
 /* The chunks of a default-engine mmq_narrow split over `items` (16-row tile, gate/up) items:
@@ -712,10 +715,10 @@ typedef struct moe_dst {
  * chosen experts' rows: moe_glu routes in its own blocks and moe_down adds the weighted sum,
  * two launches in all (SiLU experts).  More take moe_route, then one grouped mmq launch per
  * product over tiles of one expert's entries (moe_sort groups them), so an expert's weights
- * stream once for all its tokens, and moe_combine; a chunk of GPU_MOE_NARROW_MIN_TOKENS..
- * GPU_MOE_NARROW_MAX_TOKENS tokens (batched decode) the same launches with mmq_narrow's grouped
- * form for the products (tiles of at most MMQN_MAX_M entries: no 16-row tiles of one or two
- * entries, no k-split reduce). */
+ * stream once for all its tokens, and moe_combine; a chunk of at most GPU_MOE_NARROW_MAX_TOKENS
+ * tokens and GPU_MOE_NARROW_MIN_ENTRIES entries or more (batched decode) the same launches with
+ * mmq_narrow's grouped form for the products (tiles of at most MMQN_MAX_M entries: no 16-row
+ * tiles of one or two entries, no k-split reduce). */
 static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe_dst *o, const char *what, char *err,
                      size_t errlen)
 {
@@ -739,7 +742,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
     const float glu_limit = L->swiglu_clamp ? ARCH_SWIGLU_CLAMP_LIMIT : 0.0f;
     /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's.
      * Deterministic: the grouped launches for any count (per-entry GeGLU for any count too) */
-    const bool narrow = !g->det && !L->geglu && n >= GPU_MOE_NARROW_MIN_TOKENS && n <= GPU_MOE_NARROW_MAX_TOKENS &&
+    const bool narrow = !g->det && !L->geglu && N >= GPU_MOE_NARROW_MIN_ENTRIES && n <= GPU_MOE_NARROW_MAX_TOKENS &&
                         mmq_narrow_format(g, gate) && mmq_narrow_format(g, down);
     bool grouped = narrow || ((n > GPU_MOE_ENTRY_MAX_TOKENS || g->det) && !L->geglu &&
                               gpu_mmq_serves(&g->k, gate->wtype, gate->k) && gpu_mmq_serves(&g->k, down->wtype, down->k));

@@ -600,7 +600,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         g->moe_chunk = GPU_MOE_MAX_ENTRIES / hp->n_expert_used < T ? GPU_MOE_MAX_ENTRIES / hp->n_expert_used : T;
         g->d_ff_exp = (hp->n_ff_exp + 31) / 32 * 32;
         moe_n = (size_t)g->moe_chunk * hp->n_expert_used;
-        moe_tiles = (moe_n + 15) / 16 + (size_t)hp->n_expert; /* the smallest tiles, 16 rows */
+        moe_tiles = (moe_n + MMQN_MAX_M - 1) / MMQN_MAX_M + (size_t)hp->n_expert; /* the smallest tiles: mmq_narrow's */
     }
     size_t ple_all = ple ? (size_t)T * hp->n_layer * hp->n_embd_ple : 0;
     g->ple_ld = (hp->n_embd_ple + 31) / 32 * 32;

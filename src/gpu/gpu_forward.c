@@ -326,10 +326,16 @@ static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_gr
  * and its reduce: the deterministic engine's 1..MMQN_MAX_M rows (mmq's sums), and the default
  * engine's 2..MMQN_MAX_M (batch-1 takes the matvec kernels, path_for), whose splits are its own
  * (mmqn_fast_split_chunks). */
+static bool mmq_narrow_format(const gpu_engine *g, const gpu_matrix *w)
+{
+    return w->k <= MMQN_MAX_K && w->wtype >= 0 && g->k.mmq_narrow[w->wtype].f && gpu_mmq_serves(&g->k, w->wtype, w->k);
+}
+/* (Dense products keep whole stages: mmq_narrow's partial last stage, which the grouped MoE
+ * launches take for gpt-oss's 2,880 and GLM-4.5-Air's 1,408 inputs, is tested against mmq's bits
+ * but not measured against mmq on the dense products of those rows.) */
 static bool mmq_narrow_serves(const gpu_engine *g, const gpu_matrix *w, int m)
 {
-    return (g->det || m > 1) && m <= MMQN_MAX_M && w->k <= MMQN_MAX_K && w->k % MMQ_KT == 0 && w->wtype >= 0 &&
-           g->k.mmq_narrow[w->wtype].f && gpu_mmq_serves(&g->k, w->wtype, w->k); /* whole stages only */
+    return (g->det || m > 1) && m <= MMQN_MAX_M && w->k % MMQ_KT == 0 && mmq_narrow_format(g, w);
 }
 
 /* The chunks of a default-engine mmq_narrow split over `items` (16-row tile, gate/up) items:
@@ -349,20 +355,24 @@ static int mmqn_fast_split_chunks(const gpu_engine *g, int items, int k)
 /* mmq_narrow over a (a->m <= MMQN_MAX_M rows), whose mmq grid would have gx blocks of weight
  * rows and tiles 16-row tiles: a block takes every split of about MMQN_WARPS / splits tiles
  * (warps = items where they are fewer), its warps walking the rest.  post: the QKV epilogue
- * (RoPE, the K/V stores) with the launch's first segment as role0. */
-static int mmq_narrow(gpu_engine *g, const matvec_args *a, const gpu_matrix *w, unsigned gx, int tiles, bool glu,
-                      const qkv_post_args *post, int role0, const char *what, char *err, size_t errlen)
+ * (RoPE, the K/V stores) with the launch's first segment as role0.  slots: grid y, 1, or a
+ * grouped MoE launch's tile list (a->tiles; its live tiles are known on the device only, so the
+ * splits count every slot). */
+static int mmq_narrow(gpu_engine *g, const matvec_args *a, const gpu_matrix *w, unsigned gx, int tiles, int slots,
+                      bool glu, const qkv_post_args *post, int role0, const char *what, char *err, size_t errlen)
 {
     matvec_rope_args r = {.mv = *a, .role0 = post ? role0 : 0};
     if (post) r.post = *post;
-    r.mv.split_chunks = g->det ? mmq_det_split_chunks(g, gx, w->k) : mmqn_fast_split_chunks(g, (glu ? 2 : 1) * tiles, w->k);
+    r.mv.split_chunks = g->det ? mmq_det_split_chunks(g, gx, w->k)
+                               : mmqn_fast_split_chunks(g, (glu ? 2 : 1) * tiles * slots, w->k);
     int n_split = (w->k / 32 + r.mv.split_chunks - 1) / r.mv.split_chunks, per_tile = (glu ? 2 : 1) * n_split;
     int tpb = per_tile < MMQN_WARPS ? MMQN_WARPS / per_tile : 1, items = tpb * per_tile;
     int warps = items < MMQN_WARPS ? items : MMQN_WARPS;
     const gpu_fn *fn = glu ? &g->k.mmq_narrow_glu[w->wtype] : &g->k.mmq_narrow[w->wtype];
     void *args[] = {&r, &n_split, &tpb};
-    return gpu_launch_smem(fn, (gpu_launch_dims){ceil_div(tiles, tpb), 1, 1, 32u * warps},
-                           gpu_mmqn_smem(w->type, warps, items), g->stream, args, what, err, errlen);
+    return gpu_launch_smem(fn, (gpu_launch_dims){ceil_div(tiles, tpb), (unsigned)slots, 1, 32u * warps},
+                           gpu_mmqn_smem(w->type, warps, items, (size_t)w->row_bytes), g->stream, args, what, err,
+                           errlen);
 }
 
 /* Outputs [first, first+n) of op (one weight format) with the mmq kernel; glu: the two
@@ -383,8 +393,8 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     while (op->m > 64 && v > 1 && gx * ceil_div(op->m, 16u << v) < (unsigned)g->n_sm) v--;
     if (glu) a.yh = F16(g->ff_h);
     if (mmq_narrow_serves(g, w, op->m))
-        return mmq_narrow(g, &a, w, gx, glu ? pad16(w->n) / 16 : rows / 16, glu, op->post, MATVEC_Q + first, op->what,
-                          err, errlen);
+        return mmq_narrow(g, &a, w, gx, glu ? pad16(w->n) / 16 : rows / 16, 1, glu, op->post, MATVEC_Q + first,
+                          op->what, err, errlen);
     if (!g->det) {
         mmq_grid gr = {gx, ceil_div(op->m, 16u << v), v, rows, glu};
         return mmq_launch(g, &a, w, gr, op->what, err, errlen);
@@ -722,7 +732,10 @@ typedef struct moe_dst {
  * chosen experts' rows: moe_glu routes in its own blocks and moe_down adds the weighted sum,
  * two launches in all (SiLU experts).  More take moe_route, then one grouped mmq launch per
  * product over tiles of one expert's entries (moe_sort groups them), so an expert's weights
- * stream once for all its tokens, and moe_combine. */
+ * stream once for all its tokens, and moe_combine; a chunk of at most GPU_MOE_NARROW_MAX_TOKENS
+ * tokens and GPU_MOE_NARROW_MIN_ENTRIES entries or more (batched decode) the same launches with
+ * mmq_narrow's grouped form for the products (tiles of at most MMQN_MAX_M entries: no 16-row
+ * tiles of one or two entries, no k-split reduce). */
 static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe_dst *o, const char *what, char *err,
                      size_t errlen)
 {
@@ -746,8 +759,10 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
     const float glu_limit = L->swiglu_clamp ? ARCH_SWIGLU_CLAMP_LIMIT : 0.0f;
     /* GeGLU experts (Gemma 4) take the per-entry kernels: the fused GLU epilogues are SiLU's.
      * Deterministic: the grouped launches for any count (per-entry GeGLU for any count too) */
-    bool grouped = (n > GPU_MOE_ENTRY_MAX_TOKENS || g->det) && !L->geglu &&
-                   gpu_mmq_serves(&g->k, gate->wtype, gate->k) && gpu_mmq_serves(&g->k, down->wtype, down->k);
+    const bool narrow = !g->det && !L->geglu && N >= GPU_MOE_NARROW_MIN_ENTRIES && n <= GPU_MOE_NARROW_MAX_TOKENS &&
+                        mmq_narrow_format(g, gate) && mmq_narrow_format(g, down);
+    bool grouped = narrow || ((n > GPU_MOE_ENTRY_MAX_TOKENS || g->det) && !L->geglu &&
+                              gpu_mmq_serves(&g->k, gate->wtype, gate->k) && gpu_mmq_serves(&g->k, down->wtype, down->k));
     /* moe_glu routes inside its blocks; the other paths launch moe_route first */
     if ((grouped || L->geglu) &&
         gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32},
@@ -787,8 +802,11 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         return gpu_launch_smem(fn, (gpu_launch_dims){ceil_div(down->n, GPU_MOE_DOWN_ROWS), (unsigned)n, 1, 256}, 0,
                                g->stream, args, what, err, errlen);
     }
-    {   /* grouped: tiles of 16/32/64 entries, by the mean entries of an expert */
-        int per = N / ne, v = per > 32 ? 2 : per > 16 ? 1 : 0, bm = 16 << v, tiles = (N + bm - 1) / bm + ne;
+    {   /* grouped: mmq's tiles of 16/32/64 entries, by the mean entries of an expert; narrow's of
+         * at most MMQN_MAX_M, one an active expert but for every MMQN_MAX_M entries more of one
+         * (so at most min(N, ne) + N / MMQN_MAX_M of them: every slot of the list) */
+        int per = N / ne, v = per > 32 ? 2 : per > 16 ? 1 : 0, bm = narrow ? MMQN_MAX_M : 16 << v;
+        int tiles = narrow ? (N < ne ? N : ne) + N / MMQN_MAX_M : (N + bm - 1) / bm + ne;
         void *sort[] = {&g->moe_ids, &N, &ne, &bm, &tiles, &g->moe_sorted, &g->moe_pos, &g->moe_tiles};
         if (gpu_launch_smem(&g->k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, (unsigned)((N + ne) * sizeof(int32_t)),
                             g->stream, sort, what, err, errlen))
@@ -802,12 +820,16 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         a.seg[1] = (matvec_seg){.w = U8(up->d), .bias = L->ffn_up_exps_b ? F32(L->ffn_up_exps_b) : NULL, .n = up->n,
                                 .ldy = g->d_ff_exp};
         mmq_grid ga = {ceil_div(gate->n, GPU_MMQ_ROWS / 2), (unsigned)tiles, v, 2 * pad16(gate->n), true};
-        if (mmq_launch(g, &a, gate, ga, what, err, errlen)) return -1;
+        if (narrow ? mmq_narrow(g, &a, gate, ga.gx, pad16(gate->n) / 16, tiles, true, NULL, 0, what, err, errlen)
+                   : mmq_launch(g, &a, gate, ga, what, err, errlen))
+            return -1;
         matvec_args b = {.n_seg = 1, .k = down->k, .m = N, .ldx = g->d_ff_exp, .row_bytes = down->row_bytes,
                          .x = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_div = 1, .expert_bytes = down->expert_bytes};
         b.seg[0] = (matvec_seg){.w = U8(down->d), .y = F32(g->moe_y), .n = down->n, .ldy = d};
         mmq_grid gb = {ceil_div(pad16(down->n), GPU_MMQ_ROWS), (unsigned)tiles, v, pad16(down->n), false};
-        if (mmq_launch(g, &b, down, gb, what, err, errlen)) return -1;
+        if (narrow ? mmq_narrow(g, &b, down, gb.gx, pad16(down->n) / 16, tiles, false, NULL, 0, what, err, errlen)
+                   : mmq_launch(g, &b, down, gb, what, err, errlen))
+            return -1;
     }
     LAUNCH(g->k.moe_combine, ((gpu_launch_dims){(unsigned)n, 1, 1, 256}), what, &out, &g->moe_y, &g->moe_w, &g->moe_pos, &k,
            &d, &acc, &(CUdeviceptr){L->ffn_down_exps_b}, &g->moe_ids);

@@ -23,6 +23,22 @@
 #ifndef GPU_MOE_ENTRY_MAX_TOKENS
 #define GPU_MOE_ENTRY_MAX_TOKENS 4
 #endif
+/* A chunk of at most GPU_MOE_NARROW_MAX_TOKENS tokens with at least GPU_MOE_NARROW_MIN_ENTRIES
+ * entries (tokens x experts a token; not under det) takes the grouped launches on mmq_narrow
+ * (kernels/mmq_narrow.cuh: tiles of at most MMQN_MAX_M entries of one expert, each chosen
+ * expert's weights once for its entries, no k-split reduce) where the experts' formats have it.
+ * Measured on the H100 against the per-entry kernels (<= 4 tokens) and grouped mmq (more):
+ * at 16 entries (Qwen3-30B-A3B B=2, gpt-oss-20b B=4) the per-entry kernels win by 11 % and 6 %
+ * (its three launches more and, for MXFP4, mma fragments decoded a byte at a time), from 32
+ * (Qwen3 B=4, gpt-oss B=8) narrow wins, +12.5 % and +9 %, and up to 32 tokens it beats mmq's
+ * 16-row tiles (+2-10 %); 24 is between the two measured points.  docs/benchmarks.md
+ * "Batched MoE decode on mmq_narrow". */
+#ifndef GPU_MOE_NARROW_MIN_ENTRIES
+#define GPU_MOE_NARROW_MIN_ENTRIES 24
+#endif
+#ifndef GPU_MOE_NARROW_MAX_TOKENS
+#define GPU_MOE_NARROW_MAX_TOKENS 32
+#endif
 /* (Experts whose rows are not whole 16-byte copies -- gpt-oss's 2,880 MXFP4 inputs, 1,530
  * bytes; GLM-4.5-Air's 1,408-wide Q8_0 down rows, 1,496 -- took the per-entry kernels up to 8
  * tokens while mmq staged them in 2-byte copies: gpt-oss-20b at batch 8 decoded 576.6 tok/s per

@@ -53,12 +53,12 @@ unsigned gpu_mmq_smem(ggml_type t, int v, size_t row_bytes)
            GPU_MMQ_ROWS * (unsigned)sizeof(void *); /* row pointers */
 }
 
-unsigned gpu_mmqn_smem(ggml_type t, int warps, int items)
+unsigned gpu_mmqn_smem(ggml_type t, int warps, int items, size_t row_bytes)
 {
-    /* mmq_narrow.cuh: per warp its stages of 16 rows and 16 row pointers, then 16 x 8 partial
-     * sums per item (its rows: whole stages, aligned as rb is) */
+    /* mmq_narrow.cuh: per warp its stages of 16 rows (MMQ_WSTRIDE bytes each) and 16 row
+     * pointers, then 16 x 8 partial sums per item */
     unsigned rb = (unsigned)gpu_row_bytes(t, MMQ_KT);
-    return (unsigned)warps * (MMQN_DEPTH(rb) * 16u * (unsigned)MMQ_WSTRIDE(rb, rb) + 16u * (unsigned)sizeof(void *)) +
+    return (unsigned)warps * (MMQN_DEPTH(rb) * 16u * (unsigned)MMQ_WSTRIDE(rb, row_bytes) + 16u * (unsigned)sizeof(void *)) +
            (unsigned)items * 16u * 8u * (unsigned)sizeof(float);
 }
 
@@ -203,8 +203,9 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof narrow_rows / sizeof narrow_rows[0]; i++) {
         const format_row *r = &narrow_rows[i];
         gpu_fn *fn[2] = {&k->mmq_narrow[r->wtype], &k->mmq_narrow_glu[r->wtype]};
-        /* the most a launch asks (gpu_forward.c: MMQN_WARPS warps, k <= MMQN_MAX_K) */
-        int smem = (int)gpu_mmqn_smem(wtypes[r->wtype], MMQN_WARPS, 2 * MMQN_MAX_K / MMQ_KT);
+        /* the most a launch asks (gpu_forward.c: MMQN_WARPS warps, k <= MMQN_MAX_K; rows not
+         * 16-byte aligned: row_bytes 1) */
+        int smem = (int)gpu_mmqn_smem(wtypes[r->wtype], MMQN_WARPS, 2 * MMQN_MAX_K / MMQ_KT, 1);
         for (int j = 0; j < 2; j++) {
             if (lookup(k, fn[j], r->name[j], err, errlen)) return -1;
             CU_CHECK(cu.cuFuncSetAttribute(fn[j]->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), fn[j]->name);

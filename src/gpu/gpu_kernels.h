@@ -61,8 +61,9 @@ typedef struct gpu_kernels {
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
     gpu_fn mmq_glu[GPU_N_WTYPES][GPU_MMQ_VARIANTS];
     gpu_fn mmq_reduce;
-    /* --deterministic's products of 1..MMQN_MAX_M rows with mmq's sums, one launch (f == NULL
-     * where mmq has none); dynamic shared memory gpu_mmqn_smem */
+    /* products of 1..MMQN_MAX_M rows with mmq's sums, one launch (f == NULL where mmq has
+     * none; also a MoE layer's grouped experts over a few tokens); dynamic shared memory
+     * gpu_mmqn_smem */
     gpu_fn mmq_narrow[GPU_N_WTYPES], mmq_narrow_glu[GPU_N_WTYPES];
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
@@ -113,8 +114,9 @@ typedef struct gpu_launch_dims {
 /* Dynamic shared memory of mmq variant v on format t, for rows of row_bytes (rows not
  * 16-byte aligned stage wider: MMQ_WSTRIDE). */
 unsigned gpu_mmq_smem(ggml_type t, int v, size_t row_bytes);
-/* ... of an mmq_narrow block of `warps` warps over `items` (tile, gate/up, split) items. */
-unsigned gpu_mmqn_smem(ggml_type t, int warps, int items);
+/* ... of an mmq_narrow block of `warps` warps over `items` (tile, gate/up, split) items, rows
+ * of row_bytes. */
+unsigned gpu_mmqn_smem(ggml_type t, int warps, int items, size_t row_bytes);
 
 /* Launch fn on stream with the kernel's parameters in args; -1 with "<what>: <kernel>: ..."
  * in err when the launch is refused. */

@@ -190,10 +190,11 @@ static void matvec_run(ggml_type t, matvec_args *a, bool glu, int arg)
 }
 
 /* One mmq launch as gpu_forward makes it: variant v for m rows, k split into chunks of
- * split_chunks (0: one split), then mmq_reduce. */
-static void mmq_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
+ * split_chunks (0: one split), then mmq_reduce; grid y over gy tiles of a->tiles (a grouped MoE
+ * launch, variant 0), or (gy 0) over a->m. */
+static void mmq_run_grid(ggml_type t, matvec_args *a, bool glu, int split_chunks, int gy)
 {
-    int wt = gpu_wtype_index(t), v = a->m > 32 ? 2 : a->m > 16 ? 1 : 0;
+    int wt = gpu_wtype_index(t), v = gy ? 0 : a->m > 32 ? 2 : a->m > 16 ? 1 : 0;
     int chunks = a->k / 32, splits = 1, pad0 = (a->seg[0].n + 15) & ~15, pad1 = (a->seg[1].n + 15) & ~15;
     int rows = pad0 + pad1, per_block = glu ? GPU_MMQ_ROWS / 2 : GPU_MMQ_ROWS;
     a->split_chunks = split_chunks ? split_chunks : chunks;
@@ -208,7 +209,8 @@ static void mmq_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
     assert_non_null(fn->f);
     void *args[] = {a};
     gpu_launch_dims d = {(unsigned)(((glu ? a->seg[0].n : rows) + per_block - 1) / per_block),
-                         (unsigned)((a->m + (16 << v) - 1) / (16 << v)), (unsigned)splits, GPU_MMQ_THREADS};
+                         gy ? (unsigned)gy : (unsigned)((a->m + (16 << v) - 1) / (16 << v)), (unsigned)splits,
+                         GPU_MMQ_THREADS};
     if (gpu_launch_smem(fn, d, gpu_mmq_smem(t, v, a->row_bytes), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
     if (splits > 1) {
         int is_glu = glu;
@@ -218,6 +220,8 @@ static void mmq_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
     CHECK(cu.cuCtxSynchronize());
     if (part) cu.cuMemFree(part);
 }
+
+static void mmq_run(ggml_type t, matvec_args *a, bool glu, int split_chunks) { mmq_run_grid(t, a, glu, split_chunks, 0); }
 
 /* Where a failed product went wrong: how many of the M x N outputs are not finite, and the first
  * few outputs off their reference by more than 1e-2 of the largest, with their (row, feature). */
@@ -308,8 +312,9 @@ static void product_case(const product_matrix *pm, int M, const product_kernel *
     free(x), free(y), free(ref), free(bias), free(gh), free(gf), free(gref);
 }
 
-/* mmq_narrow as gpu_forward launches it (mmq_narrow), with mmq_run's k splits. */
-static void narrow_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
+/* mmq_narrow as gpu_forward launches it (mmq_narrow), with mmq_run's k splits; grid y over
+ * slots (a grouped MoE launch: a->tiles' list). */
+static void narrow_run_slots(ggml_type t, matvec_args *a, bool glu, int split_chunks, int slots)
 {
     int wt = gpu_wtype_index(t), chunks = a->k / 32;
     int pad0 = (a->seg[0].n + 15) & ~15, pad1 = (a->seg[1].n + 15) & ~15, tiles = (glu ? pad0 : pad0 + pad1) / 16;
@@ -320,9 +325,15 @@ static void narrow_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
     void *args[] = {&r, &n_split, &tpb};
     const gpu_fn *fn = glu ? &G.k.mmq_narrow_glu[wt] : &G.k.mmq_narrow[wt];
     assert_non_null(fn->f);
-    gpu_launch_dims d = {(unsigned)((tiles + tpb - 1) / tpb), 1, 1, 32u * (unsigned)warps};
-    if (gpu_launch_smem(fn, d, gpu_mmqn_smem(t, warps, items), G.stream, args, "test", err, errlen)) fail_msg("%s", err);
+    gpu_launch_dims d = {(unsigned)((tiles + tpb - 1) / tpb), (unsigned)slots, 1, 32u * (unsigned)warps};
+    if (gpu_launch_smem(fn, d, gpu_mmqn_smem(t, warps, items, a->row_bytes), G.stream, args, "test", err, errlen))
+        fail_msg("%s", err);
     CHECK(cu.cuCtxSynchronize());
+}
+
+static void narrow_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
+{
+    narrow_run_slots(t, a, glu, split_chunks, 1);
 }
 
 /* M rows through mmq (+ mmq_reduce) and through mmq_narrow with the same splits: the two-segment
@@ -370,9 +381,8 @@ static void narrow_case(const product_matrix *pm, int M, int split_chunks, uint6
 
 /* A random matrix of format t uploaded, and its FP16 weights (dequant_f16, the decode every
  * kernel shares) checked against the CPU's decode; deq gets the CPU's values. */
-static product_matrix product_matrix_new(ggml_type t, int K, float *deq, uint64_t *seed, double *edq)
+static product_matrix product_matrix_rows(ggml_type t, int K, int N, float *deq, uint64_t *seed, double *edq)
 {
-    const int N = PN;
     void *w = random_matrix(t, K, N, deq, seed);
     product_matrix pm = {.t = t, .k = K, .rb = gpu_row_bytes(t, K)};
     pm.dw = upload(w, pm.rb * N);
@@ -397,6 +407,11 @@ static product_matrix product_matrix_new(ggml_type t, int K, float *deq, uint64_
     free(h);
     pm.hf = hf;
     return pm;
+}
+
+static product_matrix product_matrix_new(ggml_type t, int K, float *deq, uint64_t *seed, double *edq)
+{
+    return product_matrix_rows(t, K, PN, deq, seed, edq);
 }
 
 static void product_matrix_free(product_matrix *pm)
@@ -470,7 +485,8 @@ static void test_mmq_all_formats(void **state)
 /* Rows whose k is not a multiple of 256 (gpt-oss's 2,880 inputs; 800, whose odd count of
  * 32-blocks leaves MXFP4 rows byte-aligned) in the format *state (one of 32-input blocks, or
  * BF16): mmq's partial last stage and its narrower copies, one split and splits of 8 chunks
- * (the last partial), and the matvec kernels, against the float64 reference. */
+ * (the last partial), and the matvec kernels, against the float64 reference; mmq_narrow's
+ * (M 3) against mmq's bits. */
 static void test_mmq_partial_stage(void **state)
 {
     const ggml_type t = *(const ggml_type *)*state;
@@ -487,6 +503,7 @@ static void test_mmq_partial_stage(void **state)
         for (int split = 0; split < 2; split++) {
             const product_kernel pk = {"mmq", mmq_run, split ? 8 : 0, 1e-4};
             for (size_t mi = 1; mi < sizeof Ms / sizeof Ms[0]; mi++) product_case(&pm, Ms[mi], &pk, &seed, worst);
+            narrow_case(&pm, 3, split ? 8 : 0, &seed); /* mmq_narrow's partial last stage: mmq's bits */
         }
         const product_kernel pv = {"matvec", matvec_run, 0, 1e-5};
         for (size_t mi = 0; mi < 3; mi++) product_case(&pm, Ms[mi], &pv, &seed, mv);
@@ -549,8 +566,13 @@ static void test_mmq_unaligned_rows(void **state)
             const product_kernel pk = {"mmq", mmq_run, split ? 8 : 0, 1e-4};
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) product_case(&pm, Ms[mi], &pk, &seed, worst);
         }
-        print_message("  %-7s k %5d (rows of %zu bytes, starts every %zu mod 16): mmq rel err %.2e, glu %.2e\n",
-                      ggml_type_name(t), K, row_bytes, align, worst[0], worst[1]);
+        /* mmq_narrow stages them as mmq does: its bits (M 2 and 8, one split and splits of 8) */
+        for (int split = 0; split < 2; split++) {
+            narrow_case(&pm, 2, split ? 8 : 0, &seed);
+            narrow_case(&pm, 8, split ? 8 : 0, &seed);
+        }
+        print_message("  %-7s k %5d (rows of %zu bytes, starts every %zu mod 16): mmq rel err %.2e, glu %.2e;"
+                      " mmq_narrow: mmq's bits\n", ggml_type_name(t), K, row_bytes, align, worst[0], worst[1]);
         product_matrix_free(&pm);
         free(deq);
     }
@@ -580,6 +602,135 @@ static void test_mmq_narrow_matches_mmq(void **state)
         free(deq);
     }
     print_message("  mmq_narrow: mmq's bits on every format, M 1..8, one split, three, and 16 + 8 chunks\n");
+}
+
+/* A grouped MoE product's entries and tiles as gpu_forward makes them: T tokens of KC choices
+ * (expert ids[e] of entry e = (token, choice)), stable-sorted by expert (moe_sort's order), and
+ * the tile list of at most bm sorted entries of one expert, then `pad` empty slots (expert -1);
+ * returns the tiles, the empty ones included. */
+static int moe_test_tiles(const int32_t *ids, int N, int E, int bm, int pad, int32_t *sorted, int32_t *tiles)
+{
+    int s = 0, nt = 0;
+    for (int x = 0; x < E; x++) {
+        const int first = s;
+        for (int e = 0; e < N; e++)
+            if (ids[e] == x) sorted[s++] = e;
+        for (int f = first; f < s; f += bm, nt++) {
+            tiles[3 * nt] = x;
+            tiles[3 * nt + 1] = f;
+            tiles[3 * nt + 2] = f + bm < s ? f + bm : s;
+        }
+    }
+    for (int i = 0; i < pad; i++, nt++) tiles[3 * nt] = -1;
+    return nt;
+}
+
+/* The grouped MoE products on mmq_narrow (a step of a few tokens: tiles of at most MMQN_MAX_M
+ * entries of one expert, kernels/mmq_narrow.cuh) against grouped mmq (tiles of 16) over the same
+ * entries with the same splits, bit for bit, and both against the float64 reference: the GLU
+ * (gate and up experts, the tokens' rows gathered through x_rows / x_div, per-expert biases
+ * through bias_ids) and the plain product (the down: rows by sorted entry).  6 experts of 40
+ * features; 10 tokens of 3 choices, so expert 0 takes 10 entries (narrow: a tile of 8 and one
+ * of 2), expert 2 nine, expert 1 none, expert 5 one; the list ends in empty slots.  The formats
+ * of the MoE files (Q4_K, Q6_K; Q8_0 at GLM-4.5-Air's 1,408-wide down rows, MXFP4 at gpt-oss's
+ * 2,880: partial last stages, rows not 16-byte aligned); one split and splits of 8 chunks. */
+static void test_moe_narrow_grouped(void **state)
+{
+    (void)state;
+    enum { E = 6, NF = 40, T = 10, KC = 3, N = T * KC };
+    static const struct {
+        ggml_type t;
+        int k;
+    } shapes[] = {{GGML_TYPE_Q4_K, 768}, {GGML_TYPE_Q6_K, 768}, {GGML_TYPE_Q8_0, 1408}, {GGML_TYPE_MXFP4, 2880}};
+    uint64_t seed = 23;
+    int32_t ids[N], sorted[N], t16[3 * (N + E)], t8[3 * (N + E + 2)];
+    for (int t = 0; t < T; t++) {
+        ids[t * KC] = 0;
+        ids[t * KC + 1] = 3 + t % 2;
+        ids[t * KC + 2] = t == 0 ? 5 : 2;
+    }
+    const int n16 = moe_test_tiles(ids, N, E, 16, 0, sorted, t16), n8 = moe_test_tiles(ids, N, E, MMQN_MAX_M, 2, sorted, t8);
+    CUdeviceptr dids = upload(ids, sizeof ids), dsorted = upload(sorted, sizeof sorted);
+    CUdeviceptr dt16 = upload(t16, (size_t)3 * n16 * sizeof *t16), dt8 = upload(t8, (size_t)3 * n8 * sizeof *t8);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const ggml_type t = shapes[si].t;
+        const int K = shapes[si].k;
+        float *deq = malloc((size_t)K * 2 * E * NF * sizeof *deq);
+        double edq, worst[2] = {0.0, 0.0};
+        product_matrix pm = product_matrix_rows(t, K, 2 * E * NF, deq, &seed, &edq);
+        if (!(edq < 1e-3)) fail_msg("dequant_f16 %s k %d: relative error %.3g", ggml_type_name(t), K, edq);
+        float *x = malloc((size_t)T * K * sizeof *x), *xe = malloc((size_t)N * K * sizeof *xe);
+        float *bias = malloc(2 * E * NF * sizeof *bias);
+        for (int i = 0; i < T * K; i++) x[i] = gpu_test_randf(&seed);
+        for (int i = 0; i < N * K; i++) xe[i] = gpu_test_randf(&seed);
+        for (int i = 0; i < 2 * E * NF; i++) bias[i] = gpu_test_randf(&seed);
+        CUdeviceptr dx = upload_half(x, (size_t)T * K), dxe = upload_half(xe, (size_t)N * K);
+        CUdeviceptr db = upload(bias, 2 * E * NF * sizeof *bias);
+        const uint8_t *w = (const uint8_t *)(uintptr_t)pm.dw;
+        const float *bp = (const float *)(uintptr_t)db;
+        float *y[2], *ref = malloc((size_t)N * NF * sizeof *ref), *gref = malloc((size_t)N * NF * sizeof *gref);
+        uint16_t *yh[2];
+        for (int s = 0; s < N; s++) /* sorted entry s: expert ids[sorted[s]], token sorted[s] / KC */
+            for (int f = 0; f < NF; f++) {
+                const int xid = ids[sorted[s]], r = xid * NF + f;
+                ref[s * NF + f] = (float)dot_ref(pm.hf + (size_t)r * K, xe + (size_t)s * K, K);
+                double gt = dot_ref(pm.hf + (size_t)r * K, x + (size_t)(sorted[s] / KC) * K, K) + bias[r];
+                double up = dot_ref(pm.hf + (size_t)(E * NF + r) * K, x + (size_t)(sorted[s] / KC) * K, K) +
+                            bias[E * NF + r];
+                gref[s * NF + f] = (float)(gt / (1.0 + exp(-gt)) * up);
+            }
+        for (int split = 0; split < 2; split++) {
+            for (int run = 0; run < 2; run++) {
+                CUdeviceptr dy = poisoned((size_t)N * NF), dh = poisoned_half((size_t)N * NF);
+                matvec_args ga = {.n_seg = 2, .k = K, .m = N, .ldx = K, .row_bytes = pm.rb,
+                                  .x = (const gpu_half *)(uintptr_t)dx, .yh = (gpu_half *)(uintptr_t)dh,
+                                  .tiles = (const int32_t *)(uintptr_t)(run ? dt8 : dt16),
+                                  .x_rows = (const int32_t *)(uintptr_t)dsorted, .x_div = KC,
+                                  .expert_bytes = (unsigned long long)(NF * pm.rb),
+                                  .bias_ids = (const int32_t *)(uintptr_t)dids, .bias_stride = NF};
+                ga.seg[0] = (matvec_seg){w, NULL, bp, NF, NF};
+                ga.seg[1] = (matvec_seg){w + (size_t)E * NF * pm.rb, NULL, bp + E * NF, NF, NF};
+                matvec_args a = {.n_seg = 1, .k = K, .m = N, .ldx = K, .row_bytes = pm.rb,
+                                 .x = (const gpu_half *)(uintptr_t)dxe, .tiles = ga.tiles, .x_div = 1,
+                                 .expert_bytes = ga.expert_bytes};
+                a.seg[0] = (matvec_seg){w, (float *)(uintptr_t)dy, NULL, NF, NF};
+                if (run) {
+                    narrow_run_slots(t, &ga, true, split ? 8 : 0, n8);
+                    narrow_run_slots(t, &a, false, split ? 8 : 0, n8);
+                } else {
+                    mmq_run_grid(t, &ga, true, split ? 8 : 0, n16);
+                    mmq_run_grid(t, &a, false, split ? 8 : 0, n16);
+                }
+                y[run] = malloc((size_t)N * NF * sizeof *y[run]);
+                yh[run] = malloc((size_t)N * NF * sizeof *yh[run]);
+                download(y[run], dy, (size_t)N * NF * sizeof *y[run]);
+                download(yh[run], dh, (size_t)N * NF * sizeof *yh[run]);
+                cu.cuMemFree(dy), cu.cuMemFree(dh);
+            }
+            float *gf = malloc((size_t)N * NF * sizeof *gf);
+            for (int i = 0; i < N * NF; i++) gf[i] = quant_f16_to_f32(yh[1][i]);
+            const double e0 = gpu_test_rel_err(y[1], ref, (size_t)N * NF), e1 = gpu_test_rel_err(gf, gref, (size_t)N * NF);
+            if (e0 > worst[0]) worst[0] = e0;
+            if (e1 > worst[1]) worst[1] = e1;
+            if (!(e0 <= 1e-4) || !(e1 <= 2e-3)) {
+                report_bad(y[1], ref, N, NF);
+                report_bad(gf, gref, N, NF);
+                fail_msg("moe narrow %s k %d split %d: relative error %.3g, glu %.3g", ggml_type_name(t), K, split, e0,
+                         e1);
+            }
+            if (memcmp(y[0], y[1], (size_t)N * NF * sizeof *y[0]) != 0)
+                fail_msg("moe narrow %s k %d split %d: not grouped mmq's bits", ggml_type_name(t), K, split);
+            if (memcmp(yh[0], yh[1], (size_t)N * NF * sizeof *yh[0]) != 0)
+                fail_msg("moe narrow glu %s k %d split %d: not grouped mmq's bits", ggml_type_name(t), K, split);
+            free(gf), free(y[0]), free(y[1]), free(yh[0]), free(yh[1]);
+        }
+        print_message("  %-6s k %4d: grouped narrow = grouped mmq bit for bit; rel err %.2e, glu %.2e\n",
+                      ggml_type_name(t), K, worst[0], worst[1]);
+        cu.cuMemFree(dx), cu.cuMemFree(dxe), cu.cuMemFree(db);
+        free(x), free(xe), free(bias), free(ref), free(gref), free(deq);
+        product_matrix_free(&pm);
+    }
+    cu.cuMemFree(dids), cu.cuMemFree(dsorted), cu.cuMemFree(dt16), cu.cuMemFree(dt8);
 }
 
 /* The q8 row of the FP16 row dx (k inputs) from quantize_q8, into fresh buffers: xq the q and
@@ -2337,6 +2488,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[7]),
         cmocka_unit_test(test_mmq_unaligned_rows),
         cmocka_unit_test(test_mmq_narrow_matches_mmq),
+        cmocka_unit_test(test_moe_narrow_grouped),
         cmocka_unit_test(test_matvec_dp4a),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_post_norm_add),

@@ -1,6 +1,7 @@
 // mmq_narrow.cuh - products of 1..MMQN_MAX_M activation rows (--deterministic's batch-1 to
 // batch-8 decode and short prompt chunks; the default engine's 2..8-row steps: batched decode,
-// speculative verification): bit for bit the rows that mmq.cuh and mmq_reduce give with the
+// speculative verification; and a MoE layer's experts in steps of a few tokens, the grouped
+// launch below): bit for bit the rows that mmq.cuh and mmq_reduce give with the
 // same k splits, in one launch instead of mmq's 16-row tiles over a grid of k splits plus the
 // reduce launch.  (The default engine picks its own splits, gpu_forward.c mmqn_fast_split_chunks:
 // measured on the H100, the 8B's steps of 2..8 rows cost 3.7-3.9 ms against mmq's 4.3-4.4.)
@@ -15,7 +16,8 @@
 // mmq's staged padding is).  A block holds every split of its tiles, so their partial sums meet
 // in shared memory, and one thread per output adds them in split order and applies mmq's
 // epilogue (mmq_store, mmq_store_glu).  M only decides how many columns of the n8 tile are
-// real, which no column's sums depend on: the same bits for 1 row, 8, or mmq's 64.
+// real, which no column's sums depend on: the same bits for 1 row, 8, or mmq's 64.  Rows are
+// staged as mmq stages them (any alignment, a partial last stage: mmq_stage_weights).
 //
 // The QKV launch of a layer whose RoPE pairs neighbours (not NeoX) may also take qkv_post's work
 // (role0 != 0, as matvec_rope: the launch's segments are Q, K, V or a tail of them): a pair
@@ -26,43 +28,53 @@
 #include "mmq.cuh"
 #include "elementwise.cuh" // rope_pair
 
-// acc of one warp: the partial sums of its tile's 16 rows x 8 columns over one split.
+// acc of one warp: the partial sums of its tile's 16 rows x 8 columns over one split.  The
+// lane's activation column (g) is the row at xg (offset 8t), or zeros where !x_live; ws: the
+// stage buffer's bytes a row (MMQ_WSTRIDE).  A k that is not a multiple of 256 (32-input
+// blocks only: gpt-oss's 2,880, GLM-4.5-Air's 1,408) ends in a partial stage, as mmq's: its
+// missing chunks are neither copied, loaded nor multiplied.
 template <int T>
-__device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uint8_t *const *rowp, uint8_t *wsm,
-                                                 int c_begin, float acc[4])
+__device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uint8_t *const *rowp, uint8_t *wsm, int ws,
+                                                 const __half *xg, bool x_live, int c_begin, float acc[4])
 {
-    // (whole stages only: its rows start aligned as RB is, MMQ_WSTRIDE(RB, RB) a row)
-    constexpr int CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, WS = MMQ_WSTRIDE(RB, RB), D = MMQN_DEPTH(RB);
-    constexpr int W_STAGE = 16 * WS;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    constexpr int CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, D = MMQN_DEPTH(RB);
+    const int w_stage = 16 * ws, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int c_end = min(a.k / 32, c_begin + a.split_chunks), n_stages = (c_end - c_begin + CPS - 1) / CPS;
     auto load_stage = [&](int st) { // raw blocks of stage st into buffer st % D
-        if (st < n_stages)
-            mmq_stage_weights<RB, 16>(wsm + (st % D) * W_STAGE, WS, rowp, (size_t)((c_begin + st * CPS) / 8) * RB, RB,
-                                      lane, 32);
+        if (st < n_stages) {
+            const int c0 = c_begin + st * CPS, live = min(CPS, c_end - c0);
+            mmq_stage_weights<RB, 16>(wsm + (st % D) * w_stage, ws, rowp, (size_t)(c0 / 8) * RB,
+                                      live == CPS ? RB : live * (RB / CPS), lane, 32);
+        }
         cp_async_commit(); // an empty group past the end keeps the wait counts uniform
     };
-    const __half *xg = a.x + (size_t)min(g, a.m - 1) * a.ldx + 8 * t;
 #pragma unroll
     for (int st = 0; st < D - 1; st++) load_stage(st);
     for (int st = 0; st < n_stages; st++) {
-        const int c0 = c_begin + st * CPS;
+        const int c0 = c_begin + st * CPS, live = c_end - c0; // live < CPS: the partial last stage
         uint4 xv[CPS]; // the lane's activations of the stage: column g, inputs 8t.. of each chunk
 #pragma unroll
         for (int cc = 0; cc < CPS; cc++)
-            xv[cc] = g < a.m ? __ldg((const uint4 *)(xg + (size_t)(c0 + cc) * 32)) : make_uint4(0, 0, 0, 0);
+            xv[cc] = x_live && cc < live ? __ldg((const uint4 *)(xg + (size_t)(c0 + cc) * 32)) : make_uint4(0, 0, 0, 0);
         cp_async_wait<D - 2>();
         __syncwarp(); // stage st landed for every lane; stage st - 1's buffer is free
         load_stage(st + D - 1);
         const size_t woff = (size_t)(c0 / 8) * RB;
-        const uint8_t *w0 = mmq_staged_row(wsm + (st % D) * W_STAGE, WS, rowp, g, woff), // rows g and g + 8
-            *w1 = mmq_staged_row(wsm + (st % D) * W_STAGE, WS, rowp, g + 8, woff);
-#pragma unroll
-        for (int cc = 0; cc < CPS; cc++) { // mmq_body's steps, one n8 tile
+        const uint8_t *w0 = mmq_staged_row(wsm + (st % D) * w_stage, ws, rowp, g, woff), // rows g and g + 8
+            *w1 = mmq_staged_row(wsm + (st % D) * w_stage, ws, rowp, g + 8, woff);
+        auto chunk = [&](int cc) { // mmq_body's steps, one n8 tile
             uint32_t af[2][4];
             mmq_frags<T>(w0, w1, cc, t, af);
             mma_16816(acc, af[0], xv[cc].x, xv[cc].y);
             mma_16816(acc, af[1], xv[cc].z, xv[cc].w);
+        };
+        if (live >= CPS) {
+#pragma unroll
+            for (int cc = 0; cc < CPS; cc++) chunk(cc);
+        } else { // (unrolled too: xv stays in registers)
+#pragma unroll
+            for (int cc = 0; cc < CPS; cc++)
+                if (cc < live) chunk(cc);
         }
     }
     cp_async_wait<0>();
@@ -110,21 +122,43 @@ __device__ __forceinline__ void mmq_narrow_rope(const matvec_rope_args &r, int m
 // Grid x over blocks of tpb tiles; blockDim.x / 32 warps walk the block's tpb * H * n_split
 // (tile, gate/up, split) items.  Shared memory (gpu_mmqn_smem): per warp MMQN_DEPTH stages of 16
 // rows and its 16 row pointers, then [item][16 rows][8 columns] partial sums.
+//
+// A grouped MoE launch (a.tiles, as mmq's: moe_sort's list of (expert, first, end) entries of
+// one expert, here at most MMQN_MAX_M of them): grid y over the list, the block's weight rows
+// offset by its expert's, its columns the tile's entries (activation rows gathered through
+// x_rows / x_div), its outputs rows first.. of y / yh, as mmq_body's epilogue writes them.  So
+// a step of a few tokens reads each chosen expert's weights once for all the entries routed to
+// it, in one launch over (active experts x weight tiles), with no 16-row activation tiles that
+// hold one or two entries (mmq) and no k-split reduce.  The same bits as mmq over the same
+// entries with the same splits (a column's sums never depend on the others).
 template <int T, bool GLU>
 __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n_split, int tpb)
 {
     extern __shared__ uint4 mmqn_smem[];
-    constexpr int H = GLU ? 2 : 1, RB = mmq_fmt<T>::bytes, W_WARP = MMQN_DEPTH(RB) * 16 * MMQ_WSTRIDE(RB, RB);
+    constexpr int H = GLU ? 2 : 1, RB = mmq_fmt<T>::bytes;
     const matvec_args &a = r.mv;
+    int m0 = 0, cnt = a.m; // the block's activation rows: first, count
+    size_t wexp = 0;       // (grouped) its expert's weights
+    if (a.tiles) {
+        const int32_t *tl = a.tiles + 3 * blockIdx.y;
+        if (tl[0] < 0) return; // the whole block: no barrier is skipped by part of it
+        wexp = (size_t)tl[0] * a.expert_bytes;
+        m0 = tl[1];
+        cnt = tl[2] - tl[1];
+    }
+    const int ws = MMQ_WSTRIDE(RB, a.row_bytes), w_warp = MMQN_DEPTH(RB) * 16 * ws;
     const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int items = tpb * H * n_split;
     uint8_t *base = (uint8_t *)mmqn_smem;
-    uint8_t *wsm = base + (size_t)warp * W_WARP;
-    const uint8_t **rowp = (const uint8_t **)(base + (size_t)nw * W_WARP) + 16 * warp;
-    float *part = (float *)(base + (size_t)nw * (W_WARP + 16 * sizeof(void *)));
+    uint8_t *wsm = base + (size_t)warp * w_warp;
+    const uint8_t **rowp = (const uint8_t **)(base + (size_t)nw * w_warp) + 16 * warp;
+    float *part = (float *)(base + (size_t)nw * (w_warp + 16 * sizeof(void *)));
     int n_tiles = GLU ? mmq_pad(a.seg[0].n) / 16 : 0;
     if (!GLU)
         for (int s = 0; s < a.n_seg; s++) n_tiles += mmq_pad(a.seg[s].n) / 16;
+    // the lane's activation column g: row m0 + g (past the block's rows: its last, zeroed)
+    const int mx = m0 + min(g, cnt - 1);
+    const __half *xg = a.x + (size_t)(a.x_rows ? a.x_rows[mx] / a.x_div : mx) * a.ldx + 8 * t;
 
     for (int it = warp; it < items; it += nw) {
         const int z = it % n_split, half = (it / n_split) % H, tile = blockIdx.x * tpb + it / (H * n_split);
@@ -134,10 +168,10 @@ __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n
                 int s = half, n = 16 * tile + lane;
                 if (!GLU)
                     while (s < a.n_seg - 1 && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
-                rowp[lane] = a.seg[s].w + (size_t)min(n, a.seg[s].n - 1) * a.row_bytes;
+                rowp[lane] = a.seg[s].w + wexp + (size_t)min(n, a.seg[s].n - 1) * a.row_bytes;
             }
             __syncwarp();
-            mmq_narrow_split<T>(a, rowp, wsm, z * a.split_chunks, acc);
+            mmq_narrow_split<T>(a, rowp, wsm, ws, xg, g < cnt, z * a.split_chunks, acc);
         }
         // acc[q]: tile row g + 8 (q >> 1), column 2t + (q & 1)
         float *p = part + (size_t)it * 128;
@@ -146,18 +180,18 @@ __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n
     }
     __syncthreads();
     const int per_tile = GLU || !r.role0 ? 16 : 8; // outputs (pairs with RoPE) per tile and row
-    for (int i = threadIdx.x; i < tpb * per_tile * a.m; i += blockDim.x) {
-        const int tl = i / (per_tile * a.m), e = (i / a.m) % per_tile, m = i % a.m, tile = blockIdx.x * tpb + tl;
+    for (int i = threadIdx.x; i < tpb * per_tile * cnt; i += blockDim.x) {
+        const int tl = i / (per_tile * cnt), e = (i / cnt) % per_tile, m = i % cnt, tile = blockIdx.x * tpb + tl;
         if (tile >= n_tiles) continue;
         const float *p = part + (size_t)tl * H * n_split * 128 + m;
         if (GLU) {
-            mmq_store_glu(a, m, 16 * tile + e, mmq_narrow_sum(p + e * 8, n_split),
+            mmq_store_glu(a, m0 + m, 16 * tile + e, mmq_narrow_sum(p + e * 8, n_split),
                           mmq_narrow_sum(p + n_split * 128 + e * 8, n_split));
         } else if (r.role0) {
             mmq_narrow_rope(r, m, 16 * tile + 2 * e, mmq_narrow_sum(p + 2 * e * 8, n_split),
                             mmq_narrow_sum(p + (2 * e + 1) * 8, n_split));
         } else {
-            mmq_store(a, m, 16 * tile + e, mmq_narrow_sum(p + e * 8, n_split));
+            mmq_store(a, m0 + m, 16 * tile + e, mmq_narrow_sum(p + e * 8, n_split));
         }
     }
 }

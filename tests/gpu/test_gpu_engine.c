@@ -67,6 +67,7 @@
 #include "synth/mkmodel.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_kernel_names.h"
+#include "gpu/gpu_shared.h"
 #include "gpu_test_util.h"
 
 #define N_PROMPT 200
@@ -2004,9 +2005,12 @@ static void test_deepseek2_mkmodel(void **state)
         mkmodel_ftype ft;
         int q_lora;
         uint64_t seed;
-    } files[] = {{MKMODEL_F16, 0, 9},     {MKMODEL_Q8_0, 0, 9},    {MKMODEL_Q4_K_M, 0, 9}, {MKMODEL_Q4_K_M, 128, 9},
-                 {MKMODEL_F16, 0, 11},    {MKMODEL_Q8_0, 0, 11},   {MKMODEL_Q4_K_M, 0, 11}, {MKMODEL_Q4_K_M, 128, 11},
-                 {MKMODEL_Q4_K_M, 0, 12}, {MKMODEL_Q4_K_M, 0, 13}, {MKMODEL_F16, 0, 13},   {MKMODEL_Q6_K, 0, 14}};
+        bool wide; /* DeepSeek's latent rows, 512 + 64: the prompt through flash_attn_mla */
+    } files[] = {{MKMODEL_F16, 0, 9, false},     {MKMODEL_Q8_0, 0, 9, false},    {MKMODEL_Q4_K_M, 0, 9, false},
+                 {MKMODEL_Q4_K_M, 128, 9, false}, {MKMODEL_F16, 0, 11, false},    {MKMODEL_Q8_0, 0, 11, false},
+                 {MKMODEL_Q4_K_M, 0, 11, false},  {MKMODEL_Q4_K_M, 128, 11, false}, {MKMODEL_Q4_K_M, 0, 12, false},
+                 {MKMODEL_Q4_K_M, 0, 13, false},  {MKMODEL_F16, 0, 13, false},    {MKMODEL_Q6_K, 0, 14, false},
+                 {MKMODEL_F16, 0, 9, true},       {MKMODEL_Q4_K_M, 128, 11, true}};
     bool ok = true;
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         mkmodel_config cfg;
@@ -2015,6 +2019,7 @@ static void test_deepseek2_mkmodel(void **state)
         mkmodel_set_arch(&cfg, MODEL_ARCH_DEEPSEEK2);
         cfg.n_layer = 3, cfg.n_ff_exp = 256, cfg.ftype = files[f].ft, cfg.seed = files[f].seed;
         cfg.n_expert_groups = 4, cfg.n_group_used = 2, cfg.q_lora_rank = files[f].q_lora;
+        if (files[f].wide) cfg.kv_lora_rank = GPU_MLA_FLASH_V, cfg.n_rot = GPU_MLA_FLASH_ROW - GPU_MLA_FLASH_V;
         model *m = mkmodel_loaded(&cfg);
         rounded_model held = {mkmodel_loaded(&cfg), {NULL}, 0};
         hold_matrices(&held, GGML_TYPE_COUNT);
@@ -2022,8 +2027,8 @@ static void test_deepseek2_mkmodel(void **state)
         uint64_t seed = 83 + files[f].seed;
         random_tokens(m, &seed, tokens);
         char label[128], name[48];
-        snprintf(name, sizeof name, "deepseek2 %s%s seed %d", mkmodel_ftype_name(files[f].ft),
-                 files[f].q_lora ? " q-LoRA" : "", (int)files[f].seed);
+        snprintf(name, sizeof name, "deepseek2 %s%s%s seed %d", mkmodel_ftype_name(files[f].ft),
+                 files[f].q_lora ? " q-LoRA" : "", files[f].wide ? " rows 576" : "", (int)files[f].seed);
         float *gpu = logits_on(m, ENGINE_DEVICE_CUDA, name, tokens), *cpu = logits_on(m, ENGINE_DEVICE_CPU, name, tokens),
               *cpu_held = logits_on(held.m, ENGINE_DEVICE_CPU, name, tokens);
         const int V = m->hp.n_vocab;

@@ -1603,8 +1603,6 @@ static void test_flash_attention(void **state)
     flash_case(64, 8, 0, true); /* gpt-oss's shape: 64 heads of 64 over 8 */
     flash_case(128, 4, 0, true);
     flash_case(64, 8, 128, true); /* and its sliding layers' window */
-    flash_case(GPU_MLA_FLASH_ROW, 16, 0, false); /* DeepSeek-V2(-Lite)'s latent rows: 16 heads */
-    flash_case(GPU_MLA_FLASH_ROW, 4, 0, false);  /* 4 heads: 64 tokens a tile */
 }
 
 /* head_dim 256 (Gemma 3, Qwen3.5's attention layers): Q in shared memory beside the K/V tiles.
@@ -1628,6 +1626,16 @@ static void test_flash_attention_hd512(void **state)
     static const int groups[] = {1, 2, 8};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) flash_case(512, groups[i], 0, false);
     flash_case(512, 2, 48, false);
+}
+
+/* deepseek2's latent rows (flash_attn_mla): one KV head of rows 512 + 64, V their first 512
+ * columns, 64-row blocks, tiles of 256 rows.  16 heads (DeepSeek-V2 and V2-Lite): 16-token
+ * tiles, 4 tokens a block; 4 heads: 64-token tiles, 16 tokens a block. */
+static void test_flash_attention_mla(void **state)
+{
+    (void)state;
+    flash_case(GPU_MLA_FLASH_ROW, 16, 0, false);
+    flash_case(GPU_MLA_FLASH_ROW, 4, 0, false);
 }
 
 /* Sliding windows: 48 keys (rows of one tile start in different KV blocks; a tile's later rows
@@ -2311,6 +2319,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_flash_attention_hd256),
         cmocka_unit_test(test_flash_attention_hd512),
+        cmocka_unit_test(test_flash_attention_mla),
         cmocka_unit_test(test_flash_attention_window),
         cmocka_unit_test(test_sampler_matches_cpu),
         cmocka_unit_test(test_delta_rule),

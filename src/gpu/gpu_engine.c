@@ -551,6 +551,8 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         if (L->att_dec && L->hd > hd_dec) hd_dec = L->hd;
         if (L->att_dec && L->n_kv > n_kv_dec) n_kv_dec = L->n_kv;
         int qt = gpu_flash_q_tokens(hp->n_head, L->n_kv, L->hd);
+        /* latent rows of another split than 512 + 64 (the row's width alone does not say) */
+        if (L->mla && hp->kv_lora_rank != GPU_MLA_FLASH_V) qt = 0;
         if (qt < g->fa_q_tokens) g->fa_q_tokens = qt;
         if (L->window) g->att_window = L->window; /* one per model (n_swa) */
     }

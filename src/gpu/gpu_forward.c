@@ -569,7 +569,7 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
             .scale = L->mla ? (float)M_LOG2E * scale : (float)(M_LOG2E / sqrt((double)hp->attn_scalar)), .sinks = sinks,
         };
         /* pack_step makes tiles only when gpu_flash_q_tokens() allows every layer: head_dim 64,
-         * 128, 256 or 512 */
+         * 128, 256 or 512, or latent rows of 512 + 64 (flash_attn_mla) */
         if (gpu_launch_flash(&g->k, &fa, L->hd, (unsigned)ap->n_tiles, g->stream, "attention", err, errlen)) return -1;
     }
     if (ap->n_dec == 0) return 0;
@@ -1137,7 +1137,8 @@ static int head_product(gpu_engine *g, const head_product_op *op, const char *wh
  *   cache row[pos] = [rmsnorm(kv[:lat]) * kv_a_norm | rope(kv[lat:])]        (mla_post)
  *   q'_h = [wk_b_h q_nope_h | rope(q_rope_h)]  (the first part one batched FP32 cuBLAS product)
  *   o_h = softmax(q'_h rows^T * mscale^2 / sqrt(nope + rope)) rows[:, :lat]
- *         (the attention kernels with one KV head of lat + rope, its keys its values)
+ *         (the attention kernels with one KV head of lat + rope, its keys its values:
+ *          prompt spans as flash tiles, flash_attn_mla, at 512 + 64; decode tokens split-K)
  *   x += Wo fp16(wv_b_h o_h over the heads)                 (wv_b: the second batched product)
  * q' lives in q ([t][n_head][lat + rope]), the attention's output in act_h (FP16, the same
  * shape; its RoPE columns unused), widened into q for the value product, whose heads go to
@@ -1152,22 +1153,19 @@ static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     const bool lora = L->wq_a.d != 0;
     /* the query and the latent read h to about 22 bits, act_h and its FP16 remainder act_lo (as
      * attention_linear's projections): with h in FP16 alone the reference deepseek_v3's top-1
-     * against the CPU was 97.57 % on the H100 (docs/mla-gpu.md) */
+     * against the CPU was 97.57 % on the H100 (docs/mla-gpu.md).  Through matmul_op.x_lo: a
+     * prompt's products take a second pass over act_lo, a decode token's ride on the first (one
+     * launch and one read of the weights, lo_fusable) */
     matmul_op in = {.out = {{lora ? &L->wq_a : &L->wq, lora ? g->mla_qa : g->mla_q, 0, lora ? hp->q_lora_rank : H * qk},
                             {&L->wkv_a, g->kk, 0, row}},
-                    .n_out = 2, .x = g->act_h, .m = T, .ldx = g->d_embd, .what = what};
-    matmul_op in_lo = in;
-    in_lo.x = g->act_lo, in_lo.accumulate = true;
-    if (matmul(g, &in, err, errlen) || matmul(g, &in_lo, err, errlen)) return -1;
+                    .n_out = 2, .x = g->act_h, .x_lo = g->act_lo, .n_lo = 2, .m = T, .ldx = g->d_embd, .what = what};
+    if (matmul(g, &in, err, errlen)) return -1;
     if (lora) {
         norm_op qa = {.x = g->mla_qa, .w = L->q_a_norm, .yh = g->act_h, .ylo = g->act_lo, .rows = T,
                       .n = hp->q_lora_rank};
-        matmul_op qb = {.out = {{&L->wq_b, g->mla_q, 0, H * qk}}, .n_out = 1, .x = g->act_h, .m = T,
-                        .ldx = hp->q_lora_rank, .what = what};
-        matmul_op qb_lo = qb;
-        qb_lo.x = g->act_lo, qb_lo.accumulate = true;
-        if (rmsnorm(g, &qa, what, err, errlen) || matmul(g, &qb, err, errlen) || matmul(g, &qb_lo, err, errlen))
-            return -1;
+        matmul_op qb = {.out = {{&L->wq_b, g->mla_q, 0, H * qk}}, .n_out = 1, .x = g->act_h, .x_lo = g->act_lo,
+                        .n_lo = 1, .m = T, .ldx = hp->q_lora_rank, .what = what};
+        if (rmsnorm(g, &qa, what, err, errlen) || matmul(g, &qb, err, errlen)) return -1;
     }
     head_product_op absorb = {.w = L->wk_b, .x = g->mla_q, .y = g->q, .n_out = lat, .k = nope, .ldx = H * qk,
                               .x_stride = qk, .ldy = H * row, .y_stride = row, .T = T};

@@ -329,7 +329,7 @@
     X(softcap) X(scale_f32) X(add_bias) X(layernorm) X(gelu_erf) X(mmq_reduce) X(attn_partial) X(attn_partial_hd64) \
     X(attn_partial_hd128) X(attn_partial_hd512) X(attn_partial_wide) X(attn_combine) X(mla_post)      \
     X(flash_attn_hd64) X(flash_attn_hd128) \
-    X(flash_attn_hd256) X(flash_attn_hd512)                                      \
+    X(flash_attn_hd256) X(flash_attn_hd512) X(flash_attn_mla)                                      \
     X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_hd256) X(attn_decode_combine)               \
     X(sample_prep) X(sample_adjust) X(sample_reduce) X(sample)                  \
     X(moe_router) X(moe_router_norm) X(moe_route) X(moe_sort) X(moe_combine)    \

@@ -225,12 +225,16 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         CU_CHECK(cu.cuFuncSetAttribute(dec[i]->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        (int)gpu_attn_decode_smem(64 << i)),
                  dec[i]->name);
-    /* flash_attn at head_dim 256 and 512 too (their Q fragments beside the K/V tiles: gpu_shared.h) */
-    const gpu_fn *wide[] = {&k->flash_attn_hd256, &k->flash_attn_hd512};
-    for (int i = 0; i < 2; i++)
-        CU_CHECK(cu.cuFuncSetAttribute(wide[i]->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       (int)gpu_flash_smem(256 << i)),
-                 wide[i]->name);
+    /* flash_attn at head_dim 256, 512 and the latent rows too (their Q fragments beside the K/V
+     * tiles: gpu_shared.h) */
+    const struct {
+        const gpu_fn *fn;
+        int hd;
+    } wide[] = {{&k->flash_attn_hd256, 256}, {&k->flash_attn_hd512, 512}, {&k->flash_attn_mla, GPU_MLA_FLASH_ROW}};
+    for (int i = 0; i < 3; i++)
+        CU_CHECK(cu.cuFuncSetAttribute(wide[i].fn->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       (int)gpu_flash_smem(wide[i].hd)),
+                 wide[i].fn->name);
     return check_complete(k, err, errlen);
 }
 
@@ -253,6 +257,7 @@ int gpu_launch_flash(const gpu_kernels *k, const flash_args *a, int hd, unsigned
                        : hd == 128 ? &k->flash_attn_hd128
                        : hd == 256 ? &k->flash_attn_hd256
                        : hd == 512 ? &k->flash_attn_hd512
+                       : hd == GPU_MLA_FLASH_ROW ? &k->flash_attn_mla
                                    : NULL;
     if (!fn) {
         snprintf(err, errlen, "%s: no flash attention kernel for head_dim %d", what, hd);

@@ -73,7 +73,7 @@ typedef struct gpu_kernels {
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_partial_wide, attn_combine;
     gpu_fn mla_post; /* multi-head latent attention's query tail and cache row (kernels/mla.cuh) */
     /* prompt tiles on the tensor cores (gpu_flash_q_tokens): launched by gpu_launch_flash */
-    gpu_fn flash_attn_hd64, flash_attn_hd128, flash_attn_hd256, flash_attn_hd512;
+    gpu_fn flash_attn_hd64, flash_attn_hd128, flash_attn_hd256, flash_attn_hd512, flash_attn_mla;
     /* decode tokens on the tensor cores (gpu_attn_decode_serves): gpu_attn_dec_warps(hd) warps,
      * gpu_attn_decode_smem(hd) bytes of dynamic shared memory; attn_decode_combine only for
      * a launch with no arrival counters (gpu_attnbench's comparison) */

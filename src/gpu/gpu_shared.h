@@ -108,6 +108,10 @@ typedef struct mla_post_args {
 /* The widest latent row (kv_lora_rank + n_rot) the attention kernels take: DeepSeek V2/V3's
  * 512 + 64 (attn_partial_wide: head_dims over 256 up to this, a multiple of 8). */
 #define GPU_MLA_MAX_ROW 576
+/* The latent rows the flash kernel takes (flash_attn_mla): every deepseek2 GGUF's (V2, V2-Lite,
+ * V3, R1, Kimi K2) latent of 512 and RoPE key of 64; V is the latent, the row's first 512. */
+#define GPU_MLA_FLASH_ROW 576
+#define GPU_MLA_FLASH_V 512
 
 /* Gated DeltaNet (kernels/deltanet.cuh).  One sequence of a step: its first packed token, its
  * token count and its recurrent-state slot. */
@@ -330,7 +334,9 @@ typedef struct attn_args {
     const float *sinks;
 } attn_args;
 
-/* flash_attn_hd<64|128|256|512> (kernels/flash_attn.cuh): prompt tokens on the tensor cores.
+/* flash_attn_hd<64|128|256|512> and flash_attn_mla (hd GPU_MLA_FLASH_ROW: latent rows, one KV
+ * head whose rows are K and, their first GPU_MLA_FLASH_V columns, V; the output's other columns
+ * are not written) (kernels/flash_attn.cuh): prompt tokens on the tensor cores.
  * A tile is up to gpu_flash_q_tokens() consecutive packed tokens of one sequence with
  * consecutive positions, at most GPU_FA_TILE_ROWS(hd) (token, query head) rows; grid (tiles,
  * n_kv, GPU_FA_TILE_ROWS(hd) / GPU_FA_BLOCK_ROWS(hd)), GPU_FA_THREADS(hd) threads,
@@ -343,7 +349,9 @@ typedef struct attn_args {
  * 227 KiB limit.  A tile may have up to 8 such blocks (a block past the tile's rows exits at
  * once), so that the tiles the packer cuts for a model's other layers (Gemma 4's sliding
  * ones: 32 tokens of 2 heads) need not shrink to 64 rows of the 512 layers' 8 heads. */
-#define GPU_FA_BLOCK_ROWS(hd) ((hd) > 256 ? 32 : GPU_FA_ROWS)
+/* The latent rows have no V tile (V is the K tile's first 512 columns), which leaves room for
+ * 64 rows' Q fragments (8 warps): each K tile serves 4 tokens of 16 heads, not 2. */
+#define GPU_FA_BLOCK_ROWS(hd) ((hd) > 256 && (hd) != GPU_MLA_FLASH_ROW ? 32 : GPU_FA_ROWS)
 #define GPU_FA_TILE_ROWS(hd) ((hd) > 256 ? 8 * 32 : GPU_FA_ROWS)
 #define GPU_FA_DSPLIT(hd) ((hd) > 256 ? 2 : 1)
 #define GPU_FA_THREADS(hd) (GPU_FA_BLOCK_ROWS(hd) / 16 * GPU_FA_DSPLIT(hd) * 32)
@@ -353,7 +361,9 @@ typedef struct attn_args {
  * Q as many again.  (133,120 bytes at 256, 198,656 at 512: one block a multiprocessor; over
  * 48 KiB needs the opt-in attribute, gpu_kernels.c.) */
 #define GPU_FA_Q_SMEM(hd) ((hd) >= 256 ? GPU_FA_BLOCK_ROWS(hd) / 16 * ((hd) / 16) * 2 * 32 * 16 : 0)
-#define gpu_flash_smem(hd) ((unsigned)(2 * 2 * GPU_KV_BLOCK * ((hd) + 8) * 2 + GPU_FA_Q_SMEM(hd)))
+/* K and V tiles, double-buffered; the latent rows' K tiles alone (222,208 bytes at 64 rows) */
+#define GPU_FA_KV_TILES(hd) ((hd) == GPU_MLA_FLASH_ROW ? 2 : 4)
+#define gpu_flash_smem(hd) ((unsigned)(GPU_FA_KV_TILES(hd) * GPU_KV_BLOCK * ((hd) + 8) * 2 + GPU_FA_Q_SMEM(hd)))
 typedef struct flash_args {
     const float *q; /* [t][n_head][hd] */
     const gpu_half *kc, *vc;
@@ -387,7 +397,8 @@ static inline GPU_HOST_DEVICE int gpu_attn_span(int pos, int window) { return po
  * then every token takes attn_partial. */
 static inline GPU_HOST_DEVICE int gpu_flash_q_tokens(int n_head, int n_kv, int hd)
 {
-    if ((hd != 64 && hd != 128 && hd != 256 && hd != 512) || n_kv <= 0 || n_head % n_kv) return 0;
+    if ((hd != 64 && hd != 128 && hd != 256 && hd != 512 && hd != GPU_MLA_FLASH_ROW) || n_kv <= 0 || n_head % n_kv)
+        return 0;
     return GPU_FA_TILE_ROWS(hd) / (n_head / n_kv);
 }
 

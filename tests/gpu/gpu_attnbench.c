@@ -63,6 +63,10 @@ static int setup(bench *b, char *err, size_t errlen)
     for (int which = 0; which < 2 && !rc; which++) {
         for (size_t i = 0; i < nc; i++) kv[i] = quant_f32_to_f16(which ? randf() : 2.0f * randf());
         rc = upload(which ? &b->vc : &b->kc, kv, nc * sizeof *kv, err, errlen);
+        if (b->hd == GPU_MLA_FLASH_ROW) { /* latent rows: one cache, its rows the keys and values */
+            b->vc = b->kc;
+            break;
+        }
     }
     for (int t = 0; t < T; t++) ints[t] = 0;
     rc = rc || upload(&b->seq, ints, (size_t)T * sizeof *ints, err, errlen);
@@ -101,7 +105,7 @@ static int run_flash(bench *b, char *err, size_t errlen)
 
 static int run_split_k(bench *b, char *err, size_t errlen)
 {
-    int group = b->n_head / b->n_kv, gb = 8;
+    int group = b->n_head / b->n_kv, gb = b->hd > 256 ? GPU_ATT_GB_HD512 : 8; /* as gpu_forward.c's */
     while (group % gb) gb--;
     attn_args a = {.q = (const float *)(uintptr_t)b->q, .kc = (const gpu_half *)(uintptr_t)b->kc,
                    .vc = (const gpu_half *)(uintptr_t)b->vc, .seq = (const int32_t *)(uintptr_t)b->seq,
@@ -196,13 +200,16 @@ int main(int argc, char **argv)
         return 1;
     }
     double num = 0.0, den = 0.0;
+    /* latent rows: flash_attn_mla writes the value columns alone */
+    const size_t hdv = b.hd == GPU_MLA_FLASH_ROW ? GPU_MLA_FLASH_V : (size_t)b.hd;
     for (size_t i = 0; i < nq; i++) {
+        if (i % b.hd >= hdv) continue;
         double x = quant_f16_to_f32(fa[i]), y = quant_f16_to_f32(sk[i]);
         num += (x - y) * (x - y);
         den += y * y;
     }
-    /* QK^T and PV over the causal triangle: 4 hd flops per (query head, key) pair */
-    double flops = 4.0 * b.hd * b.n_head * ((double)b.T * (b.T + 1) / 2.0);
+    /* QK^T and PV over the causal triangle: 2 (hd + hdv) flops per (query head, key) pair */
+    double flops = 2.0 * (double)(b.hd + hdv) * b.n_head * ((double)b.T * (b.T + 1) / 2.0);
     printf("%d tokens, %d heads / %d kv heads, head_dim %d: flash_attn %.3f ms (%.0f TFLOP/s), "
            "split-K %.3f ms (%d splits); flash vs split-K rel diff %.2e\n",
            b.T, b.n_head, b.n_kv, b.hd, ms_fa, flops / (ms_fa * 1e-3) / 1e12, ms_sk, b.n_split,

@@ -67,6 +67,7 @@
 #include "synth/mkmodel.h"
 #include "gpu/gpu.h"
 #include "gpu/gpu_kernel_names.h"
+#include "gpu/gpu_shared.h"
 #include "gpu_test_util.h"
 
 #define N_PROMPT 200
@@ -2061,25 +2062,25 @@ static void test_deepseek2_reference_file(void **state)
  * (TIE_BOUND): the Q4_K_M file of seed 12 has ten positions whose two best logits are within
  * 5e-3 of the RMS logit, and the GPU's FP16 activations take the other token at five of them
  * (H100: 97.92 % plain, 99.65 % with near ties). */
-static void test_deepseek2_mkmodel(void **state)
+typedef struct deepseek2_file {
+    mkmodel_ftype ft;
+    int q_lora;
+    uint64_t seed;
+    bool wide; /* DeepSeek's latent rows, 512 + 64: the prompt through flash_attn_mla */
+} deepseek2_file;
+
+/* The files' comparisons, each printed; true when every one passes */
+static bool deepseek2_files(const deepseek2_file *files, size_t n)
 {
-    (void)state;
-    if (!gpu_features_enabled(GPU_MLA_FEATURES, "deepseek2")) skip();
-    static const struct {
-        mkmodel_ftype ft;
-        int q_lora;
-        uint64_t seed;
-    } files[] = {{MKMODEL_F16, 0, 9},     {MKMODEL_Q8_0, 0, 9},    {MKMODEL_Q4_K_M, 0, 9}, {MKMODEL_Q4_K_M, 128, 9},
-                 {MKMODEL_F16, 0, 11},    {MKMODEL_Q8_0, 0, 11},   {MKMODEL_Q4_K_M, 0, 11}, {MKMODEL_Q4_K_M, 128, 11},
-                 {MKMODEL_Q4_K_M, 0, 12}, {MKMODEL_Q4_K_M, 0, 13}, {MKMODEL_F16, 0, 13},   {MKMODEL_Q6_K, 0, 14}};
     bool ok = true;
-    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+    for (size_t f = 0; f < n; f++) {
         mkmodel_config cfg;
         assert_true(mkmodel_preset("tiny", &cfg));
         cfg.n_embd = 256, cfg.n_head = 4, cfg.n_ff = 1024, cfg.n_vocab = 512, cfg.n_ctx = 512;
         mkmodel_set_arch(&cfg, MODEL_ARCH_DEEPSEEK2);
         cfg.n_layer = 3, cfg.n_ff_exp = 256, cfg.ftype = files[f].ft, cfg.seed = files[f].seed;
         cfg.n_expert_groups = 4, cfg.n_group_used = 2, cfg.q_lora_rank = files[f].q_lora;
+        if (files[f].wide) cfg.kv_lora_rank = GPU_MLA_FLASH_V, cfg.n_rot = GPU_MLA_FLASH_ROW - GPU_MLA_FLASH_V;
         model *m = mkmodel_loaded(&cfg);
         rounded_model held = {mkmodel_loaded(&cfg), {NULL}, 0};
         hold_matrices(&held, GGML_TYPE_COUNT);
@@ -2087,8 +2088,8 @@ static void test_deepseek2_mkmodel(void **state)
         uint64_t seed = 83 + files[f].seed;
         random_tokens(m, &seed, tokens);
         char label[128], name[48];
-        snprintf(name, sizeof name, "deepseek2 %s%s seed %d", mkmodel_ftype_name(files[f].ft),
-                 files[f].q_lora ? " q-LoRA" : "", (int)files[f].seed);
+        snprintf(name, sizeof name, "deepseek2 %s%s%s seed %d", mkmodel_ftype_name(files[f].ft),
+                 files[f].q_lora ? " q-LoRA" : "", files[f].wide ? " rows 576" : "", (int)files[f].seed);
         float *gpu = logits_on(m, ENGINE_DEVICE_CUDA, name, tokens), *cpu = logits_on(m, ENGINE_DEVICE_CPU, name, tokens),
               *cpu_held = logits_on(held.m, ENGINE_DEVICE_CPU, name, tokens);
         const int V = m->hp.n_vocab;
@@ -2103,7 +2104,30 @@ static void test_deepseek2_mkmodel(void **state)
         free_rounded(&held);
         model_free(m);
     }
-    assert_true(ok); /* every file measured before the verdict */
+    return ok;
+}
+
+static void test_deepseek2_mkmodel(void **state)
+{
+    (void)state;
+    if (!gpu_features_enabled(GPU_MLA_FEATURES, "deepseek2")) skip();
+    static const deepseek2_file files[] = {
+        {MKMODEL_F16, 0, 9, false},      {MKMODEL_Q8_0, 0, 9, false},      {MKMODEL_Q4_K_M, 0, 9, false},
+        {MKMODEL_Q4_K_M, 128, 9, false}, {MKMODEL_F16, 0, 11, false},      {MKMODEL_Q8_0, 0, 11, false},
+        {MKMODEL_Q4_K_M, 0, 11, false},  {MKMODEL_Q4_K_M, 128, 11, false}, {MKMODEL_Q4_K_M, 0, 12, false},
+        {MKMODEL_Q4_K_M, 0, 13, false},  {MKMODEL_F16, 0, 13, false},      {MKMODEL_Q6_K, 0, 14, false}};
+    assert_true(deepseek2_files(files, sizeof files / sizeof files[0])); /* every file measured before the verdict */
+}
+
+/* The same with DeepSeek's own latent rows, 512 + 64 (kv_lora_rank 512, RoPE 64; 4 heads of 64
+ * + 64): the 200-token prompt through flash_attn_mla's tiles (64 tokens of 4 heads), the decode
+ * steps through attn_partial_wide over the rows the prompt stored. */
+static void test_deepseek2_wide(void **state)
+{
+    (void)state;
+    if (!gpu_features_enabled(GPU_MLA_FEATURES, "deepseek2")) skip();
+    static const deepseek2_file files[] = {{MKMODEL_F16, 0, 9, true}, {MKMODEL_Q4_K_M, 128, 11, true}};
+    assert_true(deepseek2_files(files, sizeof files / sizeof files[0]));
 }
 
 /* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_moe*"). */
@@ -2138,6 +2162,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_phi3_glm4moe_mkmodel),
         cmocka_unit_test(test_deepseek2_reference_file),
         cmocka_unit_test(test_deepseek2_mkmodel),
+        cmocka_unit_test(test_deepseek2_wide),
         cmocka_unit_test(test_hybrid_state_pieces_and_snapshot),
         cmocka_unit_test(test_reference_deterministic_bit_identical),
         cmocka_unit_test(test_embeddings_match_cpu),

@@ -1680,11 +1680,15 @@ static int fa_tiles(const int *first, const int *len, int qt, bool vary, int32_t
 /* flash_attn_hd<hd> with `group` query heads per KV head (2 KV heads), in a layer with a
  * sliding window of `window` keys (0: full), against the float64 reference, through
  * fragmented block tables, and bit-identical under a second tiling; sinks: each head's sink
- * logit (-1..3) in the denominator (gpt-oss). */
+ * logit (-1..3) in the denominator (gpt-oss).  hd GPU_MLA_FLASH_ROW: flash_attn_mla's latent
+ * rows, one KV head whose rows are the keys and, their first GPU_MLA_FLASH_V columns, the
+ * values (one cache: vc = kc), the output's first GPU_MLA_FLASH_V columns compared. */
 static void flash_case(int hd, int group, int window, bool sinks)
 {
     uint64_t seed = 1000 + hd + group + window;
-    const int n_layer = 2, layer = 1, n_kv = 2, n_head = group * n_kv, ctx = 1024;
+    const bool latent = hd == GPU_MLA_FLASH_ROW;
+    const int hdv = latent ? GPU_MLA_FLASH_V : hd;
+    const int n_layer = 2, layer = 1, n_kv = latent ? 1 : 2, n_head = group * n_kv, ctx = 1024;
     const int tw = ctx / GPU_KV_BLOCK, nb = FA_NSPAN * tw, qt = gpu_flash_q_tokens(n_head, n_kv, hd);
     assert_true(qt >= 1);
     int first[FA_NSPAN], len[FA_NSPAN], T = 0;
@@ -1699,12 +1703,14 @@ static void flash_case(int hd, int group, int window, bool sinks)
     }
     int32_t *tables = scattered_tables(FA_NSPAN, tw);
     const size_t nq = (size_t)T * n_head * hd, cache_n = (size_t)nb * n_layer * n_kv * GPU_KV_BLOCK * hd;
+    const size_t nv = (size_t)T * n_head * hdv; /* the compared outputs: [t][head][hdv] */
     uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2), *outh = malloc(nq * 2), *outh2 = malloc(nq * 2);
-    float *q = malloc(nq * sizeof *q), *out = malloc(nq * sizeof *out), *ref = malloc(nq * sizeof *ref);
+    float *q = malloc(nq * sizeof *q), *out = malloc(nv * sizeof *out), *ref = malloc(nv * sizeof *ref);
     float *kf = malloc(cache_n * sizeof *kf), *vf = malloc(cache_n * sizeof *vf); /* the caches' values */
     for (size_t i = 0; i < cache_n; i++) {
         kc[i] = quant_f32_to_f16(gpu_test_randf(&seed) * 2.0f);
         vc[i] = quant_f32_to_f16(gpu_test_randf(&seed));
+        if (latent) vc[i] = kc[i];
         kf[i] = quant_f16_to_f32(kc[i]);
         vf[i] = quant_f16_to_f32(vc[i]);
     }
@@ -1727,16 +1733,16 @@ static void flash_case(int hd, int group, int window, bool sinks)
                 sc[j] = sv * scale;
                 if (sc[j] > mx) mx = sc[j];
             }
-            for (int d = 0; d < hd; d++) o[d] = 0.0;
+            for (int d = 0; d < hdv; d++) o[d] = 0.0;
             for (int j = j0; j <= pos[t]; j++) {
                 size_t at = gpu_kv_offset(tables[seq[t] * tw + j / GPU_KV_BLOCK], n_layer, layer, n_kv, kvh,
                                           j % GPU_KV_BLOCK, hd);
                 double p = exp(sc[j] - mx);
                 sum += p;
-                for (int d = 0; d < hd; d++) o[d] += p * vf[at + d];
+                for (int d = 0; d < hdv; d++) o[d] += p * vf[at + d];
             }
             if (sinks) sum += exp(sink[h] - mx);
-            for (int d = 0; d < hd; d++) ref[((size_t)t * n_head + h) * hd + d] = (float)(o[d] / sum);
+            for (int d = 0; d < hdv; d++) ref[((size_t)t * n_head + h) * hdv + d] = (float)(o[d] / sum);
         }
     CUdeviceptr dk = upload(kc, cache_n * 2), dv = upload(vc, cache_n * 2), dq = upload(q, nq * sizeof *q);
     CUdeviceptr ds = upload(seq, (size_t)T * sizeof *seq), dp = upload(pos, (size_t)T * sizeof *pos);
@@ -1756,11 +1762,11 @@ static void flash_case(int hd, int group, int window, bool sinks)
         download(vary ? outh2 : outh, dout, nq * 2);
         cu.cuMemFree(dt), cu.cuMemFree(dout);
     }
-    for (size_t i = 0; i < nq; i++) out[i] = quant_f16_to_f32(outh[i]);
+    for (size_t i = 0; i < nv; i++) out[i] = quant_f16_to_f32(outh[i / hdv * hd + i % hdv]);
     /* per span, so a failure names it */
     double worst = 0.0;
     for (int s = 0; s < FA_NSPAN; s++) {
-        size_t off = (size_t)first[s] * n_head * hd, n = (size_t)len[s] * n_head * hd;
+        size_t off = (size_t)first[s] * n_head * hdv, n = (size_t)len[s] * n_head * hdv;
         double e = gpu_test_rel_err(out + off, ref + off, n);
         if (e > worst) worst = e;
         if (!(e < 1e-3))
@@ -1816,6 +1822,16 @@ static void test_flash_attention_hd512(void **state)
     static const int groups[] = {1, 2, 8};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) flash_case(512, groups[i], 0, false);
     flash_case(512, 2, 48, false);
+}
+
+/* deepseek2's latent rows (flash_attn_mla): one KV head of rows 512 + 64, V their first 512
+ * columns, 64-row blocks, tiles of 256 rows.  16 heads (DeepSeek-V2 and V2-Lite): 16-token
+ * tiles, 4 tokens a block; 4 heads: 64-token tiles, 16 tokens a block. */
+static void test_flash_attention_mla(void **state)
+{
+    (void)state;
+    flash_case(GPU_MLA_FLASH_ROW, 16, 0, false);
+    flash_case(GPU_MLA_FLASH_ROW, 4, 0, false);
 }
 
 /* Sliding windows: 48 keys (rows of one tile start in different KV blocks; a tile's later rows
@@ -2500,6 +2516,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_flash_attention_hd256),
         cmocka_unit_test(test_flash_attention_hd512),
+        cmocka_unit_test(test_flash_attention_mla),
         cmocka_unit_test(test_flash_attention_window),
         cmocka_unit_test(test_sampler_matches_cpu),
         cmocka_unit_test(test_delta_rule),

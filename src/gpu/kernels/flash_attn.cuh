@@ -1,5 +1,5 @@
 // flash_attn.cuh - causal attention of prompt tokens on the tensor cores (FlashAttention-2
-// style), for head_dim 64, 128, 256 and 512.
+// style), for head_dim 64, 128, 256 and 512, and deepseek2's latent rows (512 + 64).
 //
 // The packer (pack_step) cuts every span of >= 2 consecutive tokens of one sequence into tiles
 // of at most gpu_flash_q_tokens() tokens; one block takes one tile (at 512 part of one) and
@@ -21,6 +21,14 @@
 // but needs no exchange of S between warps.  The Q fragments of 64 rows would overflow shared
 // memory beside the K/V tiles, so a block takes 32 of a tile's rows (blockIdx.z; four warps,
 // 194 KiB) and a tile of up to 256 rows has up to 8 blocks.
+//
+// Latent rows (flash_attn_mla, deepseek2's absorbed attention: GPU_MLA_FLASH_ROW = 512 + 64):
+// one KV head for all query heads (MQA), Q and K 576 wide, V the first 512 columns of the same
+// cached row.  So there is no V tile: V fragments are read from the K tile (ldmatrix.trans of
+// its rows, as a V tile's), which halves the tile traffic and leaves room for 64 rows' Q
+// fragments (8 warps, two per 16 rows as at 512, each accumulating 256 of V's dims; 222,208
+// bytes), so each K tile serves 4 tokens of 16 heads.  The output's RoPE columns (512..575 of
+// each head's row) are not written: the value product reads the latent columns alone.
 //
 // Invariance: a row's arithmetic sees only its own Q, and the K/V tiles 0, 32, 64, ... up to
 // its position, in that order, whatever tile or step it is in.  Keys past a row's position are
@@ -183,7 +191,8 @@ __device__ __forceinline__ void fa_pv_tile(const float s[4][4], float (*o)[4], A
 // Both caches' tile kt (keys 32 kt .. 32 kt + 31, one block) into buffer buf; keys past
 // last_key (not written yet: stale or uninitialised memory, possibly NaN) become zeros, so
 // that P = 0 times them stays 0.
-template <int HD, int STRIDE, int NTHREADS>
+// With latent rows (WITH_V false) the V tile is the K tile: only the cache's rows are read.
+template <int HD, int STRIDE, int NTHREADS, bool WITH_V>
 __device__ __forceinline__ void load_kv_tile(__half (*ks)[STRIDE], __half (*vs)[STRIDE], const flash_args &a,
                                              const int32_t *table, int kvh, int kt, int last_key)
 {
@@ -196,19 +205,23 @@ __device__ __forceinline__ void load_kv_tile(__half (*ks)[STRIDE], __half (*vs)[
         const int i = threadIdx.x + it * NTHREADS, row = i / CHUNKS, col = (i % CHUNKS) * 8;
         const int bytes = kt * FA_KEYS + row <= last_key ? 16 : 0;
         cp_async16(&ks[row][col], kb + row * HD + col, bytes);
-        cp_async16(&vs[row][col], vb + row * HD + col, bytes);
+        if (WITH_V) cp_async16(&vs[row][col], vb + row * HD + col, bytes);
     }
 }
 
-template <int HD>
+// HD: the width of Q and K (and of the output's rows); HDV: of V.  HDV < HD is the latent rows
+// (GPU_MLA_FLASH_ROW): V is the first HDV columns of the K row itself (one tile, no V cache).
+template <int HD, int HDV = HD>
 __device__ __forceinline__ void flash_attn_body(const flash_args &a)
 {
     // +8 halves per row: consecutive rows start 16 bytes apart in the banks, so the eight row
     // addresses of an ldmatrix hit distinct banks.
     constexpr int STRIDE = HD + 8, KSTEPS = HD / 16;
+    constexpr bool WITH_V = HDV == HD;
+    static_assert(GPU_FA_KV_TILES(HD) == (WITH_V ? 4 : 2), "the host sizes the tiles alike");
     // DSPLIT warps share each 16 rows (row group), warp half h accumulating output dims
-    // h HDW .. h HDW + HDW - 1 (gpu_shared.h: 2 at head_dim 512, else 1).
-    constexpr int DSPLIT = GPU_FA_DSPLIT(HD), HDW = HD / DSPLIT, DTILES = HDW / 8;
+    // h HDW .. h HDW + HDW - 1 (gpu_shared.h: 2 at head_dim 512 and the latent rows, else 1).
+    constexpr int DSPLIT = GPU_FA_DSPLIT(HD), HDW = HDV / DSPLIT, DTILES = HDW / 8;
     constexpr int BLOCK_ROWS = GPU_FA_BLOCK_ROWS(HD), NTHREADS = GPU_FA_THREADS(HD);
     // Wide heads keep Q in shared memory (gpu_shared.h, GPU_FA_Q_SMEM): each lane's own A
     // fragments, stored by the row group's warps and read back by the lane of that number in
@@ -217,12 +230,13 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     constexpr bool Q_SMEM = GPU_FA_Q_SMEM(HD) > 0;
     typedef __half kv_tile[FA_KEYS][STRIDE];
     typedef uint4 q_frags[KSTEPS][2][32]; // [ks][hi, lo][lane]
-    static_assert(2 * 2 * sizeof(kv_tile) + BLOCK_ROWS / 16 * (Q_SMEM ? sizeof(q_frags) : 0) == gpu_flash_smem(HD),
+    static_assert(GPU_FA_KV_TILES(HD) * sizeof(kv_tile) + BLOCK_ROWS / 16 * (Q_SMEM ? sizeof(q_frags) : 0) ==
+                      gpu_flash_smem(HD),
                   "the host sizes the shared memory alike");
     static_assert(Q_SMEM || DSPLIT == 1, "warps sharing rows share Q through shared memory");
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    kv_tile *k_s = (kv_tile *)fa_smem, *v_s = k_s + 2;
-    q_frags *q_s = (q_frags *)(v_s + 2);
+    kv_tile *k_s = (kv_tile *)fa_smem, *v_s = WITH_V ? k_s + 2 : k_s;
+    q_frags *q_s = (q_frags *)(k_s + GPU_FA_KV_TILES(HD));
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int rgrp = warp / DSPLIT, dhalf = warp % DSPLIT;
@@ -267,7 +281,7 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     const int warp_last_row = min(n_rows, warp_first + 16) - 1;
     const int warp_last_key = active ? a.pos[t0 + warp_last_row / group] : -1;
 
-    load_kv_tile<HD, STRIDE, NTHREADS>(k_s[kt_first & 1], v_s[kt_first & 1], a, table, kvh, kt_first, last_key);
+    load_kv_tile<HD, STRIDE, NTHREADS, WITH_V>(k_s[kt_first & 1], v_s[kt_first & 1], a, table, kvh, kt_first, last_key);
     cp_async_commit();
 
     uint32_t qf[Q_SMEM ? 1 : KSTEPS][4], ql[Q_SMEM ? 1 : KSTEPS][4];
@@ -308,7 +322,7 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
         const int buf = kt & 1;
         // Prefetch the next tile into the other buffer (freed by the barrier that ended the
         // previous iteration), then wait for this one.
-        if (kt + 1 < n_kt) load_kv_tile<HD, STRIDE, NTHREADS>(k_s[buf ^ 1], v_s[buf ^ 1], a, table, kvh, kt + 1, last_key);
+        if (kt + 1 < n_kt) load_kv_tile<HD, STRIDE, NTHREADS, WITH_V>(k_s[buf ^ 1], v_s[buf ^ 1], a, table, kvh, kt + 1, last_key);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
@@ -353,3 +367,8 @@ extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(64)) flash_attn_hd64
 extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(128)) flash_attn_hd128(flash_args a) { flash_attn_body<128>(a); }
 extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(256)) flash_attn_hd256(flash_args a) { flash_attn_body<256>(a); }
 extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(512)) flash_attn_hd512(flash_args a) { flash_attn_body<512>(a); }
+// Latent rows (deepseek2): Q and K 512 + 64 wide, V their first 512, one KV head for all query heads
+extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(GPU_MLA_FLASH_ROW)) flash_attn_mla(flash_args a)
+{
+    flash_attn_body<GPU_MLA_FLASH_ROW, GPU_MLA_FLASH_V>(a);
+}

@@ -1075,6 +1075,119 @@ static void test_norm_carried(void **state)
     }
 }
 
+/* tp_add (kernels/allreduce.cuh), the tensor-parallel residual add: two ranks' one-shot exchange
+ * run on one GPU (one stream a rank, both kernels resident at once: 2 x GPU_AR_BLOCKS blocks),
+ * three launches in a row (both parities, and a parity used again), each rank's x against
+ * x + (p0 + p1) in FP32 on the host, bit for bit and the same on both ranks; then one row with
+ * the next carried norm (its input and partials as matvec_res writes them), and the one-rank
+ * form (the add after an NCCL all-reduce). */
+static void test_tp_add(void **state)
+{
+    (void)state;
+    uint64_t seed = 35;
+    enum { N = 1024, R = 3, RUNS = 3 };
+    const size_t count = (size_t)R * N, cap = count;
+    float *x = malloc(count * sizeof *x), *p[2], *got = malloc(count * sizeof *got), w[N];
+    for (size_t i = 0; i < count; i++) x[i] = gpu_test_randf(&seed) * 100.0f;
+    for (int r = 0; r < 2; r++) {
+        p[r] = malloc(count * sizeof *p[r]);
+        for (size_t i = 0; i < count; i++) p[r][i] = gpu_test_randf(&seed) * 10.0f;
+    }
+    for (int i = 0; i < N; i++) w[i] = 0.5f + gpu_test_randf(&seed);
+    CUstream s1;
+    CHECK(cu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    CUstream streams[2] = {G.stream, s1};
+    CUdeviceptr dx[2], dp[2], xbuf[2], flags[2], epoch[2];
+    uint32_t zeros[GPU_AR_BLOCKS * GPU_AR_MAX_RANKS] = {0};
+    float *zb = calloc(4 * cap, sizeof *zb);
+    for (int r = 0; r < 2; r++) {
+        dx[r] = upload(x, count * sizeof *x), dp[r] = upload(p[r], count * sizeof *x);
+        xbuf[r] = upload(zb, 4 * cap * sizeof *zb), flags[r] = upload(zeros, sizeof zeros);
+        epoch[r] = upload(zeros, GPU_AR_BLOCKS * sizeof(uint32_t));
+    }
+    gpu_ar_args a[2];
+    for (int r = 0; r < 2; r++) {
+        a[r] = (gpu_ar_args){.x = (float *)(uintptr_t)dx[r], .part = (const float *)(uintptr_t)dp[r],
+                             .epoch = (uint32_t *)(uintptr_t)epoch[r], .cap = cap, .count = (int)count, .rank = r,
+                             .n_ranks = 2};
+        for (int q = 0; q < 2; q++)
+            a[r].xbuf[q] = (float *)(uintptr_t)xbuf[q], a[r].flags[q] = (uint32_t *)(uintptr_t)flags[q];
+    }
+    for (int run = 0; run < RUNS; run++) {
+        for (int r = 0; r < 2; r++) {
+            void *args[] = {&a[r]};
+            if (gpu_launch(&G.k.tp_add, (gpu_launch_dims){GPU_AR_BLOCKS, 1, 1, GPU_AR_THREADS}, streams[r], args,
+                           "test", err, errlen))
+                fail_msg("%s", err);
+        }
+        for (size_t i = 0; i < count; i++) x[i] = x[i] + (p[0][i] + p[1][i]);
+    }
+    CHECK(cu.cuStreamSynchronize(s1));
+    for (int r = 0; r < 2; r++) {
+        download(got, dx[r], count * sizeof *got);
+        assert_memory_equal(got, x, count * sizeof *got);
+    }
+    /* one row carrying the next norm, both ranks again */
+    float ss[2] = {0.0f, -1.0f};
+    for (int i = 0; i < N; i++) ss[0] += x[i] * x[i] * 0.8f;
+    CUdeviceptr dw = upload(w, sizeof w), dss = upload(ss, sizeof ss), dxw[2], dpart[2];
+    for (int r = 0; r < 2; r++) {
+        dxw[r] = poisoned_half(N), dpart[r] = poisoned(N / 8);
+        a[r].count = N;
+        a[r].norm = (matvec_norm){.w = (const float *)(uintptr_t)dw, .xw = (gpu_half *)(uintptr_t)dxw[r],
+                                  .part = (float *)(uintptr_t)dpart[r], .ss = (float *)(uintptr_t)dss, .n = N,
+                                  .n_part = N / 8, .eps = 1e-5f};
+        void *args[] = {&a[r]};
+        if (gpu_launch(&G.k.tp_add, (gpu_launch_dims){GPU_AR_BLOCKS, 1, 1, GPU_AR_THREADS}, streams[r], args, "test",
+                       err, errlen))
+            fail_msg("%s", err);
+    }
+    for (int i = 0; i < N; i++) x[i] = x[i] + (p[0][i] + p[1][i]);
+    CHECK(cu.cuStreamSynchronize(s1));
+    int e_ss, e_n;
+    (void)frexpf(ss[0], &e_ss);
+    (void)frexpf((float)N, &e_n);
+    const float c = ldexpf(1.0f, -((e_ss - e_n) / 2 + 6)); /* kernels/common.cuh norm_exp */
+    uint16_t xw[2][N];
+    float part[2][N / 8];
+    for (int r = 0; r < 2; r++) {
+        download(got, dx[r], N * sizeof *got);
+        assert_memory_equal(got, x, N * sizeof *got);
+        download(xw[r], dxw[r], sizeof xw[r]);
+        download(part[r], dpart[r], sizeof part[r]);
+    }
+    assert_memory_equal(xw[0], xw[1], sizeof xw[0]);
+    assert_memory_equal(part[0], part[1], sizeof part[0]);
+    for (int i = 0; i < N; i++) {
+        const double want = (double)x[i] * w[i] * c, d = fabs(quant_f16_to_f32(xw[0][i]) - want);
+        assert_true(d <= fabs(want) / 2048 + 0x1p-25);
+    }
+    for (int j = 0; j < N / 8; j++) {
+        double q = 0.0;
+        for (int i = 8 * j; i < 8 * j + 8; i++) q += (double)x[i] * x[i];
+        assert_true(fabs(part[0][j] - q) <= 1e-5 * q);
+    }
+    /* one rank: part holds the sum already */
+    gpu_ar_args one = {.x = a[0].x, .part = a[0].part, .count = (int)count, .n_ranks = 1};
+    void *args[] = {&one};
+    launch(&G.k.tp_add, (gpu_launch_dims){(unsigned)(count / 4 + 255) / 256, 1, 1, 256}, args);
+    download(got, dx[0], count * sizeof *got);
+    for (size_t i = 0; i < count; i++) {
+        const float want = x[i] + p[0][i];
+        if (got[i] != want) fail_msg("one rank: x[%zu] %g, want %g", i, got[i], want);
+    }
+    print_message("  tp_add: two ranks' sums bit-identical to the host's and to each other over %d launches, the "
+                  "carried norm's input and partials alike on both\n", RUNS + 1);
+    for (int r = 0; r < 2; r++) {
+        cu.cuMemFree(dx[r]), cu.cuMemFree(dp[r]), cu.cuMemFree(xbuf[r]), cu.cuMemFree(flags[r]);
+        cu.cuMemFree(epoch[r]), cu.cuMemFree(dxw[r]), cu.cuMemFree(dpart[r]);
+        free(p[r]);
+    }
+    cu.cuMemFree(dw), cu.cuMemFree(dss);
+    cu.cuStreamDestroy(s1);
+    free(x), free(got), free(zb);
+}
+
 /* Block tables of n_seq sequences of width w over a pool of n_seq * w blocks, fragmented: the
  * blocks of one sequence are neither contiguous nor in order, and sequences interleave.
  * Sequence 1 shares sequence 2's first block (a cached prefix read by both). */
@@ -2296,6 +2409,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_post_norm_add),
         cmocka_unit_test(test_norm_carried),
+        cmocka_unit_test(test_tp_add),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_qkv_fused_post),
         cmocka_unit_test(test_attention),

@@ -22,6 +22,19 @@ __device__ __forceinline__ float4 ar_add4(float4 a, float4 b)
     return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
 
+__device__ __forceinline__ uint64_t ar_now_ns()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// How long a block waits for a peer before it traps: a peer that never comes (its rank failed,
+// or took another path) would otherwise hold this GPU forever, past the engine's step watchdog
+// (gpu_tp.c, 30 s), which can revoke NCCL's waits but not a kernel's; the trap fails the step
+// with a CUDA error instead.
+#define AR_SPIN_LIMIT_NS 10000000000ull
+
 // The peers' signals for this block's slice: thread s < n_ranks (s != rank) releases this
 // block's pushes to rank s (its flag [block][rank] = e) and waits until rank s has given its
 // own (>= e: a peer may already be one launch further, never two; see gpu_ar_args).
@@ -33,7 +46,12 @@ __device__ __forceinline__ void ar_handshake(const gpu_ar_args &a, uint32_t e)
         __threadfence_system();
         ar_store_release(a.flags[s] + blockIdx.x * GPU_AR_MAX_RANKS + a.rank, e);
         const uint32_t *mine = a.flags[a.rank] + blockIdx.x * GPU_AR_MAX_RANKS + s;
-        while ((int)(ar_load_acquire(mine) - e) < 0) {
+        uint64_t t0 = 0;
+        for (unsigned i = 1; (int)(ar_load_acquire(mine) - e) < 0; i++) {
+            if (i % 1024) continue;
+            const uint64_t t = ar_now_ns();
+            if (!t0) t0 = t;
+            else if (t - t0 > AR_SPIN_LIMIT_NS) __trap();
         }
     }
     __syncthreads();

@@ -17,7 +17,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: inferd mkmodel -o OUT.gguf [options]\n"
-            "  --preset NAME   tiny (default) | small | qwen2.5-1.5b | llama-3.1-8b | qwen3-0.6b\n"
+            "  --preset NAME   tiny (default) | small | qwen2.5-1.5b | llama-3.1-8b | llama-3.1-70b | qwen3-0.6b\n"
             "                  | gemma-3-12b | gemma-3-27b | qwen3-30b-a3b (MoE: 128 experts, 8 per token)\n"
             "                  | gemma-4-31b (5 sliding layers of 16 kv heads x 256 : 1 full of 4 x 512, K = V)\n"
             "                  | gemma-4-26b-a4b (the same attention, 128 experts of 704 beside a GeGLU)\n"

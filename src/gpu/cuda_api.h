@@ -28,7 +28,7 @@
     X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)     \
     X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)               \
     X(cuEventDestroy) X(cuGetErrorName) X(cuGetErrorString) X(cuStreamQuery)                    \
-    X(cuStreamWriteValue32)
+    X(cuStreamWriteValue32) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)
 
 #define CUDA_API_MEMBER(name) __typeof__(name) *name;
 typedef struct cuda_driver {

@@ -620,21 +620,20 @@ static int add_post_normed(gpu_engine *g, CUdeviceptr post_norm, int T, const ch
 }
 
 /* x += W h under tensor parallelism, W's inputs (Wo's heads, Wdown's FFN units) split across the
- * GPUs: this GPU's product over its inputs into tp_part, the GPUs' products summed by an
- * all-reduce, then added to x.  Every GPU then holds the same x (NCCL's sum is the same on every
+ * GPUs: this GPU's product over its inputs into tp_part, the GPUs' products summed and added to
+ * x (gpu_tp_residual_add).  Every GPU then holds the same x (the sum is the same on every
  * rank), so the next layer's norm and the LM head need no further exchange.  (Sandwich norms
  * and output biases are refused before a model is split: model/tp_shard.h TP_FEATURES.) */
 static int residual_add_split(gpu_engine *g, matmul_op *op, int T, char *err, size_t errlen)
 {
     op->out[0].y = g->tp_part;
     op->accumulate = false;
-    if (matmul(g, op, err, errlen) || gpu_tp_all_reduce(g, g->tp_part, (size_t)T * g->d_embd, op->what, err, errlen))
-        return -1;
-    int width = T * g->d_embd;
-    size_t total = (size_t)width;
-    LAUNCH(g->k.add_bias, ((gpu_launch_dims){ceil_div(total, 256), 1, 1, 256}), op->what, &g->x, &g->tp_part, &width,
-           &total);
-    return 0;
+    /* a carried norm's NORM_OUT work moves to the add after the sum (the partial is not x) */
+    const bool norm_out = op->norm == NORM_OUT;
+    const matvec_norm nm = norm_out ? norm_args(g, op->norm_p, op->norm_w) : (matvec_norm){0};
+    op->norm = NORM_NONE;
+    if (matmul(g, op, err, errlen)) return -1;
+    return gpu_tp_residual_add(g, (size_t)T * g->d_embd, norm_out ? &nm : NULL, op->what, err, errlen);
 }
 
 /* The end of a residual block, whose one-output matmul op reads the block's FP16 result:
@@ -1036,12 +1035,15 @@ static bool lin_norms_carried(const gpu_engine *g, const gpu_layer *L)
  * nothing else on the residual stream (no sandwich norms, output scales, per-layer
  * embeddings), over formats that have the kernels (GPU_MATVEC_NORM_KERNELS,
  * GPU_MATVEC_LO_NORM_KERNELS, GPU_MOE_NORM_KERNELS); not under det (one path for every batch
- * size), dp4a (its norm makes the q8 row) nor tensor parallelism (the residual add follows an
- * all-reduce). */
+ * size) nor dp4a (its norm makes the q8 row).  Under tensor parallelism the residual add after
+ * the sum writes the next norm's input (gpu_tp_residual_add) but not the FP16 remainder a
+ * DeltaNet layer's carried input reads: TP carries dense layers only (TP_FEATURES refuses
+ * hybrids today; this keeps it so if that changes). */
 bool gpu_norms_carried(const gpu_engine *g)
 {
     const model *m = g->base.m;
-    if (g->det || g->dp4a || g->tp_rank >= 0 || m->hp.encoder || m->hp.n_embd_ple > 0) return false;
+    if (g->det || g->dp4a || m->hp.encoder || m->hp.n_embd_ple > 0 || (g->tp_rank >= 0 && g->base.n_states))
+        return false;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const gpu_layer *L = &g->layers[il];
         if (L->post_ln || L->attn_post_norm || L->ffn_post_norm || L->has_out_scale || L->mla ||

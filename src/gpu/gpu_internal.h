@@ -302,6 +302,11 @@ typedef struct gpu_engine {
     int tp_rank;
     void *tp_comm;
     CUdeviceptr tp_part;
+    /* The one-shot all-reduce over NVLink peer memory (gpu_tp.c peer_exchange; kernels/
+     * allreduce.cuh): the exchange buffers, flags and counters of every rank as this GPU
+     * addresses them, filled in once; ar.n_ranks 0 where the GPUs cannot reach each other's
+     * memory (NCCL then).  Sums of at most ar.cap floats take it. */
+    gpu_ar_args ar;
     /* A step's progress, for gpu_tp.c's watchdog (read from its thread): tp_phase (gpu_tp_phase),
      * the all-reduces this GPU's host enqueued in the step in hand (tp_sent; a decode graph's are
      * in the graph, not counted), and those the GPU finished, written by the stream itself
@@ -337,9 +342,12 @@ typedef enum {
     GPU_TP_GRAPH,   /* capturing or launching a decode graph */
     GPU_TP_WAITING, /* everything enqueued: waiting for the stream */
 } gpu_tp_phase;
-/* buf (n floats on this GPU) summed in place across the tensor-parallel GPUs: an NCCL all-reduce
- * on g's stream (captured into its graphs like any launch). */
-int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what, char *err, size_t errlen);
+/* x += the ranks' partial products in tp_part (count floats: rows of n_embd), summed in rank
+ * order: the one-shot exchange where it is set up and count fits, else an NCCL all-reduce and
+ * the add; with norm (one row, a carried norm: gpu_shared.h matvec_norm), the next norm's input
+ * and partials too, as the residual product of one GPU writes them.  Launches only. */
+int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, const char *what, char *err,
+                        size_t errlen);
 
 /* Run the forward pass of n_tokens packed tokens (inputs already in in_d), attention as ap
  * says, and sample n_rows logits rows (logits into g->logits, samples into g->sout).

@@ -534,6 +534,31 @@ typedef struct gpu_sample_out {
 } gpu_sample_out;
 
 
+/* The tensor-parallel residual add (kernels/allreduce.cuh tp_add): x += the ranks' partial
+ * products summed in rank order, and, for one row where the batch-1 step carries its norms,
+ * the next norm's input and partials as a NORM_OUT product writes them (norm.xw non-NULL).
+ * n_ranks 1: part already holds the sum (NCCL's all-reduce ran before).  n_ranks > 1: a
+ * one-shot all-reduce over NVLink peer memory: every block pushes its slice of part into each
+ * peer's exchange buffer, slot [parity][rank] of cap floats, then signals that peer's flag
+ * [block][rank] with its epoch (release, system scope) and waits for the peers' flags in its
+ * own; two parities, so that a push of epoch e + 2 cannot meet a peer still reading epoch e
+ * (it would have had to pass epoch e + 1's signals, which the peer gives only after e).  The
+ * grid is always GPU_AR_BLOCKS blocks (each block's epoch counter advances once a launch, the
+ * same on every rank). */
+#define GPU_AR_MAX_RANKS 8 /* == TP_MAX_GPUS */
+#define GPU_AR_BLOCKS 64
+#define GPU_AR_THREADS 512
+typedef struct gpu_ar_args {
+    float *x;                              /* [count]: += the sum */
+    const float *part;                     /* this rank's partial products [count] */
+    float *xbuf[GPU_AR_MAX_RANKS];         /* rank s's exchange buffer [2][n_ranks][cap] (peer pointers) */
+    uint32_t *flags[GPU_AR_MAX_RANKS];     /* rank s's flags [GPU_AR_BLOCKS][GPU_AR_MAX_RANKS] */
+    uint32_t *epoch;                       /* this rank's [GPU_AR_BLOCKS] launch counters */
+    unsigned long long cap;                /* floats a slot */
+    int count, rank, n_ranks;              /* count: floats, a multiple of 8 */
+    matvec_norm norm;                      /* one row: the next carried norm (xw NULL: none) */
+} gpu_ar_args;
+
 typedef struct sample_args {
     const float *logits; /* [rows][n_vocab] raw */
     float *work;         /* [rows][n_vocab] processed logits (scratch) */

@@ -54,6 +54,9 @@
 /* How long the watchdog waits for a step to end after revoking the communicators, before it
  * ends the process */
 #define TP_ABORT_GRACE_S 10
+/* The most rows a sum takes the one-shot exchange for (gpu_tp_residual_add): 2 x n_ranks slots of
+ * them a GPU, 32 MiB on two GPUs at 4,096 wide */
+#define TP_PEER_ROWS 512
 
 /* ---- NCCL, bound at run time ---------------------------------------------------------------- */
 
@@ -120,7 +123,9 @@ static bool nccl_load(char *err, size_t errlen)
         }                                                                                          \
     } while (0)
 
-int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what, char *err, size_t errlen)
+/* buf (n floats on this GPU) summed in place across the GPUs: an NCCL all-reduce on g's stream
+ * (captured into its graphs like any launch). */
+static int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what, char *err, size_t errlen)
 {
     void *p = (void *)(uintptr_t)buf;
     nccl_comm comm = __atomic_load_n((nccl_comm *)&g->tp_comm, __ATOMIC_ACQUIRE);
@@ -129,8 +134,14 @@ int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what
         return -1;
     }
     NCCL_CHECK(nccl.all_reduce(p, p, n, NCCL_FLOAT32, NCCL_SUM, comm, g->stream), what);
-    if (g->tp_capturing) return 0; /* a decode graph's all-reduces run with the graph */
-    /* the watchdog's view: k enqueued, and the stream's own word once it is past the k-th */
+    return 0;
+}
+
+/* After an eager step's k-th exchange: the watchdog's view, k enqueued, and the stream's own word
+ * once it is past the k-th.  (A decode graph's exchanges run with the graph: no marks.) */
+static int mark_progress(gpu_engine *g, const char *what, char *err, size_t errlen)
+{
+    if (g->tp_capturing) return 0;
     int k = g->tp_sent + 1;
     __atomic_store_n(&g->tp_sent, k, __ATOMIC_RELAXED);
     if (g->tp_done)
@@ -138,6 +149,31 @@ int gpu_tp_all_reduce(gpu_engine *g, CUdeviceptr buf, size_t n, const char *what
                                          CU_STREAM_WRITE_VALUE_DEFAULT),
                  what);
     return 0;
+}
+
+int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, const char *what, char *err,
+                        size_t errlen)
+{
+    if (!__atomic_load_n((nccl_comm *)&g->tp_comm, __ATOMIC_ACQUIRE)) { /* as gpu_tp_all_reduce says */
+        snprintf(err, errlen, "%s: the tensor-parallel communicators were aborted after another GPU failed", what);
+        return -1;
+    }
+    gpu_ar_args a = g->ar;
+    const bool peer = a.n_ranks > 1 && count <= a.cap;
+    if (!peer) {
+        if (gpu_tp_all_reduce(g, g->tp_part, count, what, err, errlen)) return -1;
+        a.n_ranks = 1, a.rank = 0; /* tp_part holds the sum */
+    }
+    a.x = (float *)(uintptr_t)g->x;
+    a.part = (const float *)(uintptr_t)g->tp_part;
+    a.count = (int)count;
+    a.norm = norm ? *norm : (matvec_norm){0};
+    unsigned blocks = (unsigned)((count / 4 + 255) / 256);
+    gpu_launch_dims d = peer ? (gpu_launch_dims){GPU_AR_BLOCKS, 1, 1, GPU_AR_THREADS}
+                             : (gpu_launch_dims){blocks < 1024 ? blocks : 1024, 1, 1, 256};
+    void *args[] = {&a};
+    if (gpu_launch(&g->k.tp_add, d, g->stream, args, what, err, errlen)) return -1;
+    return mark_progress(g, what, err, errlen);
 }
 
 /* ---- the engine ------------------------------------------------------------------------------ */
@@ -179,6 +215,12 @@ struct gpu_tp {
     double step_t0;
     pthread_t aborter; /* the watchdog's thread revoking the communicators */
     bool aborter_on;
+    /* the one-shot exchange (peer_exchange): each GPU's primary context, held from before its
+     * engine until after, and its exchange buffer, flags and launch counters (0: none) */
+    CUcontext pctx[TP_MAX_GPUS];
+    CUdevice pdev[TP_MAX_GPUS];
+    CUdeviceptr xbuf[TP_MAX_GPUS], flags[TP_MAX_GPUS], epoch[TP_MAX_GPUS];
+    size_t ar_cap; /* floats a slot; 0: NCCL for every sum */
 };
 
 typedef struct tp_worker_arg {
@@ -234,6 +276,28 @@ static void abort_comms(gpu_tp *tp)
     tp->revoked = nccl.revoke != NULL;
 }
 
+/* Before a rank takes the lock and sleeps on a condition, it spins up to TP_SPIN_US on the word
+ * it waits for (written under tp->mu, read here atomically): a decode step of two GPUs lasts a
+ * few milliseconds, and a condition variable's wake-up (tens of microseconds, twice a step: the
+ * step's start on the other ranks, their end on rank 0) adds to every step, since each GPU's
+ * first sum waits for the last GPU to get there. */
+#define TP_SPIN_US 2000
+/* The other ranks: until a job after `seen` (or quit) */
+static void spin_for_job(const gpu_tp *tp, unsigned long seen)
+{
+    const double end = now_s() + TP_SPIN_US * 1e-6;
+    for (unsigned i = 1; __atomic_load_n(&tp->gen, __ATOMIC_ACQUIRE) == seen && !__atomic_load_n(&tp->quit, __ATOMIC_ACQUIRE);
+         i++)
+        if (i % 256 == 0 && now_s() > end) return;
+}
+/* Rank 0: until the other ranks have finished the job */
+static void spin_for_ranks(const gpu_tp *tp)
+{
+    const double end = now_s() + TP_SPIN_US * 1e-6;
+    for (unsigned i = 1; __atomic_load_n(&tp->busy, __ATOMIC_ACQUIRE) > 0; i++)
+        if (i % 256 == 0 && now_s() > end) return;
+}
+
 static void *tp_worker(void *arg)
 {
     gpu_tp *tp = ((tp_worker_arg *)arg)->tp;
@@ -244,6 +308,11 @@ static void *tp_worker(void *arg)
      * of the all-reduces does) before this thread first takes the lock, and must not be missed */
     unsigned long seen = 0;
     for (;;) {
+        if (tp->gen == seen && !tp->quit) { /* the next decode step usually comes within the spin */
+            pthread_mutex_unlock(&tp->mu);
+            spin_for_job(tp, seen);
+            pthread_mutex_lock(&tp->mu);
+        }
         while (tp->gen == seen && !tp->quit) pthread_cond_wait(&tp->go, &tp->mu);
         if (tp->quit) break;
         seen = tp->gen;
@@ -259,7 +328,8 @@ static void *tp_worker(void *arg)
         pthread_mutex_lock(&tp->mu);
         tp->rc[r] = rc;
         tp->running[r] = false;
-        if (--tp->busy == 0) pthread_cond_signal(&tp->done);
+        __atomic_store_n(&tp->busy, tp->busy - 1, __ATOMIC_RELEASE); /* read by rank 0's spin */
+        if (tp->busy == 0) pthread_cond_signal(&tp->done);
     }
     pthread_mutex_unlock(&tp->mu);
     return NULL;
@@ -280,7 +350,7 @@ static int run_job(gpu_tp *tp, tp_job job, void *arg, char *err, size_t errlen)
     tp->job = job;
     tp->job_arg = arg;
     tp->busy = tp->n - 1;
-    tp->gen++;
+    __atomic_store_n(&tp->gen, tp->gen + 1, __ATOMIC_RELEASE); /* read by spinning ranks outside the lock */
     for (int r = 0; r < tp->n; r++) { /* every rank is idle: its stream drained at its last job's end */
         gpu_engine *g = (gpu_engine *)tp->shard[r];
         g->tp_sent = 0;
@@ -294,6 +364,7 @@ static int run_job(gpu_tp *tp, tp_job job, void *arg, char *err, size_t errlen)
     pthread_mutex_unlock(&tp->mu);
     int rc0 = job(tp, 0, arg);
     if (rc0 == ENGINE_FATAL && claim_abort(tp, tp->err[0])) abort_comms(tp);
+    spin_for_ranks(tp);
     pthread_mutex_lock(&tp->mu);
     tp->rc[0] = rc0;
     tp->running[0] = false;
@@ -496,7 +567,7 @@ static void tp_destroy(engine *e)
     if (!tp) return;
     if (tp->sync_on) {
         pthread_mutex_lock(&tp->mu);
-        tp->quit = true;
+        __atomic_store_n(&tp->quit, true, __ATOMIC_RELEASE); /* read by spin_for_job */
         pthread_cond_broadcast(&tp->go);
         pthread_cond_broadcast(&tp->wd);
         pthread_mutex_unlock(&tp->mu);
@@ -518,6 +589,15 @@ static void tp_destroy(engine *e)
         if (g && g->tp_done && cu.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS) cu.cuMemFreeHost((void *)g->tp_done);
         if (g) engine_free(tp->shard[r]);
         tp_view_free(&tp->view[r]);
+    }
+    for (int r = 0; r < tp->n; r++) {
+        if (!tp->pctx[r]) continue;
+        if (cu.cuCtxSetCurrent(tp->pctx[r]) == CUDA_SUCCESS) {
+            CUdeviceptr bufs[] = {tp->xbuf[r], tp->flags[r], tp->epoch[r]};
+            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+                if (bufs[i]) cu.cuMemFree(bufs[i]);
+        }
+        cu.cuDevicePrimaryCtxRelease(tp->pdev[r]);
     }
     if (tp->sync_on) {
         pthread_mutex_destroy(&tp->mu);
@@ -622,6 +702,75 @@ out:
     return rc;
 }
 
+/* The one-shot exchange over NVLink (kernels/allreduce.cuh, gpu_shared.h gpu_ar_args) for sums
+ * of up to rows rows: every GPU's context given access to every other's memory, and on each an
+ * exchange buffer of two parities of a slot per rank, a flag per block and rank, a launch
+ * counter per block, all zero.  Made before the engines size their KV pools.  GPUs that cannot
+ * reach each other's memory keep NCCL for every sum (logged); -1 only where the buffers do not
+ * fit. */
+static int peer_exchange(gpu_tp *tp, const engine_config *cfg, size_t rows, char *err, size_t errlen)
+{
+    const int n = tp->n;
+    for (int r = 0; r < n; r++) {
+        CU_CHECK(cu.cuDeviceGet(&tp->pdev[r], cfg->device + r), "tensor parallelism: the peer exchange");
+        CU_CHECK(cu.cuDevicePrimaryCtxRetain(&tp->pctx[r], tp->pdev[r]), "tensor parallelism: the peer exchange");
+    }
+    for (int r = 0; r < n; r++) {
+        CU_CHECK(cu.cuCtxSetCurrent(tp->pctx[r]), "tensor parallelism: the peer exchange");
+        for (int s = 0; s < n; s++) {
+            if (s == r) continue;
+            int can = 0;
+            CUresult e = cu.cuDeviceCanAccessPeer(&can, tp->pdev[r], tp->pdev[s]);
+            if (e == CUDA_SUCCESS && can) e = cu.cuCtxEnablePeerAccess(tp->pctx[s], 0);
+            if (e == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) e = CUDA_SUCCESS; /* NCCL may have done it */
+            if (e != CUDA_SUCCESS || !can) {
+                char b[160];
+                log_info("cuda tp: GPU %d cannot address GPU %d's memory (%s): NCCL all-reduces for every sum",
+                         cfg->device + r, cfg->device + s, e != CUDA_SUCCESS ? cuda_api_strerror(e, b, sizeof b)
+                                                                          : "no peer access");
+                return 0;
+            }
+        }
+    }
+    const size_t cap = rows * (size_t)tp->base.m->hp.n_embd;
+    const size_t sizes[] = {2 * (size_t)n * cap * sizeof(float),
+                            (size_t)GPU_AR_BLOCKS * GPU_AR_MAX_RANKS * sizeof(uint32_t),
+                            (size_t)GPU_AR_BLOCKS * sizeof(uint32_t)};
+    for (int r = 0; r < n; r++) {
+        CUdeviceptr *bufs[] = {&tp->xbuf[r], &tp->flags[r], &tp->epoch[r]};
+        CU_CHECK(cu.cuCtxSetCurrent(tp->pctx[r]), "tensor parallelism: the peer exchange");
+        for (int i = 0; i < 3; i++) {
+            CUresult e = cu.cuMemAlloc(bufs[i], sizes[i]);
+            if (e != CUDA_SUCCESS) {
+                snprintf(err, errlen, "tensor parallelism: %.1f MiB of exchange buffers on GPU %d",
+                         (sizes[0] + sizes[1] + sizes[2]) / MIB, cfg->device + r);
+                return -1;
+            }
+            CU_CHECK(cu.cuMemsetD8Async(*bufs[i], 0, sizes[i], NULL), "tensor parallelism: the peer exchange");
+        }
+        CU_CHECK(cu.cuCtxSynchronize(), "tensor parallelism: the peer exchange");
+    }
+    tp->ar_cap = cap;
+    log_info("cuda tp: sums of up to %zu rows by a one-shot exchange over peer memory (%.1f MiB a GPU), NCCL above",
+             rows, (sizes[0] + sizes[1] + sizes[2]) / MIB);
+    return 0;
+}
+
+/* Rank r's engine's view of the exchange (gpu_engine.ar); n_ranks 0 where there is none. */
+static void peer_args(const gpu_tp *tp, int r, gpu_ar_args *a)
+{
+    *a = (gpu_ar_args){0};
+    if (!tp->ar_cap) return;
+    for (int s = 0; s < tp->n; s++) {
+        a->xbuf[s] = (float *)(uintptr_t)tp->xbuf[s];
+        a->flags[s] = (uint32_t *)(uintptr_t)tp->flags[s];
+    }
+    a->epoch = (uint32_t *)(uintptr_t)tp->epoch[r];
+    a->cap = tp->ar_cap;
+    a->rank = r;
+    a->n_ranks = tp->n;
+}
+
 /* Start-up's memory summary, one line per GPU. */
 static void log_gpus(const gpu_tp *tp)
 {
@@ -673,26 +822,23 @@ typedef struct ar_timing {
     float ms[TP_MAX_GPUS]; /* one graph's time on each GPU */
 } ar_timing;
 
-static int time_graph(gpu_engine *g, nccl_comm comm, int rows, CUgraphExec *exec, CUevent ev[2], float *ms, char *err,
-                      size_t errlen)
+static int time_graph(gpu_engine *g, int rows, CUgraphExec *exec, CUevent ev[2], float *ms, char *err, size_t errlen)
 {
     const int n_ar = 2 * g->base.m->hp.n_layer, reps = 10;
     const size_t count = (size_t)rows * (size_t)g->d_embd;
-    void *p = (void *)(uintptr_t)g->tp_part;
     CU_CHECK(cu.cuCtxSetCurrent(g->ctx), "timing the all-reduces");
     for (int k = 0; k < 2; k++) CU_CHECK(cu.cuEventCreate(&ev[k], CU_EVENT_DEFAULT), "timing the all-reduces");
+    /* the steps' own sums (exchange or NCCL, and the add into x: scratch until the first step) */
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "timing the all-reduces");
-    int nr = NCCL_SUCCESS;
-    for (int k = 0; k < n_ar && nr == NCCL_SUCCESS; k++)
-        nr = nccl.all_reduce(p, p, count, NCCL_FLOAT32, NCCL_SUM, comm, g->stream);
+    g->tp_capturing = true;
+    int rc = 0;
+    for (int k = 0; k < n_ar && !rc; k++) rc = gpu_tp_residual_add(g, count, NULL, "timing the all-reduces", err, errlen);
+    g->tp_capturing = false;
     CUgraph graph = NULL;
     CUresult e = cu.cuStreamEndCapture(g->stream, &graph);
-    if (e == CUDA_SUCCESS && nr == NCCL_SUCCESS) e = cu.cuGraphInstantiateWithFlags(exec, graph, 0);
+    if (e == CUDA_SUCCESS && !rc) e = cu.cuGraphInstantiateWithFlags(exec, graph, 0);
     if (graph) cu.cuGraphDestroy(graph);
-    if (nr != NCCL_SUCCESS) {
-        snprintf(err, errlen, "capturing %d all-reduces of %zu floats: %s", n_ar, count, nccl.error_string(nr));
-        return -1;
-    }
+    if (rc) return -1;
     CU_CHECK(e, "timing the all-reduces: the graph");
     for (int it = 0; it <= reps; it++) { /* the first launch warms up, untimed */
         if (it == 1) CU_CHECK(cu.cuEventRecord(ev[0], g->stream), "timing the all-reduces");
@@ -712,7 +858,7 @@ static int time_job(gpu_tp *tp, int r, void *arg)
     CUgraphExec exec = NULL;
     CUevent ev[2] = {NULL, NULL};
     __atomic_store_n(&g->tp_phase, GPU_TP_GRAPH, __ATOMIC_RELAXED);
-    int rc = time_graph(g, tp->comm[r], t->rows, &exec, ev, &t->ms[r], tp->err[r], sizeof tp->err[r]);
+    int rc = time_graph(g, t->rows, &exec, ev, &t->ms[r], tp->err[r], sizeof tp->err[r]);
     cu.cuCtxSetCurrent(g->ctx);
     cu.cuStreamSynchronize(g->stream);
     if (exec) cu.cuGraphExecDestroy(exec); /* it holds the communicator: gone before the next */
@@ -748,8 +894,8 @@ static int time_all_reduces(gpu_tp *tp, char *err, size_t errlen)
             used += (size_t)snprintf(line + used, sizeof line - used, "%s%d rows %.3f ms (%.1f us each)", i ? "; " : "",
                                      rows[i], ms, ms * 1000.0f / (float)n_ar);
     }
-    log_info("cuda tp: a step's %d all-reduces alone, back to back in one graph a GPU (the slowest GPU's time): %s",
-             n_ar, line);
+    log_info("cuda tp: a step's %d sums and residual adds alone (%s), back to back in one graph a GPU (the slowest "
+             "GPU's time): %s", n_ar, tp->ar_cap ? "the peer exchange where it takes them" : "NCCL", line);
     return 0;
 }
 
@@ -761,6 +907,10 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
     if (tp_plan_make(&shape, n, &tp->plan, err, errlen)) return -1;
     for (int r = 0; r < n; r++)
         if (tp_view_make(m, &tp->plan, r, &tp->view[r], err, errlen)) return -1;
+    if (m->hp.n_embd % 8) { /* the residual add's float4 lanes, two to a carried norm's partial */
+        snprintf(err, errlen, "tensor parallelism needs a width that is a multiple of 8 (this model's: %d)", m->hp.n_embd);
+        return -1;
+    }
     if (check_gpus(cfg, n, err, errlen) || !nccl_load(err, errlen)) return -1; /* check_gpus loads the driver */
     /* the communicators first, so that each GPU's KV pool is sized after NCCL's buffers */
     setenv("NCCL_NVLS_ENABLE", "0", 1); /* a fixed rule, not a default: see the top of this file */
@@ -778,6 +928,9 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
     size_t cap = (size_t)(cfg->max_batch_tokens > GPU_MAX_DECODE_BATCH ? cfg->max_batch_tokens : GPU_MAX_DECODE_BATCH);
     if (cfg->n_slots > (int)cap) cap = (size_t)cfg->n_slots;
     if (connect_peers(tp, cfg, cap * (size_t)m->hp.n_embd, err, errlen)) return -1;
+    /* the exchange for decode steps and prompt steps of up to TP_PEER_ROWS tokens (at 512 rows
+     * of the 8B shape NCCL took 46 us an all-reduce) */
+    if (peer_exchange(tp, cfg, cap < TP_PEER_ROWS ? cap : TP_PEER_ROWS, err, errlen)) return -1;
     for (int r = 0; r < n; r++) {
         engine_config c = *cfg;
         c.device = cfg->device + r;
@@ -791,6 +944,7 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
             return -1;
         }
         ((gpu_engine *)tp->shard[r])->tp_comm = tp->comm[r];
+        peer_args(tp, r, &((gpu_engine *)tp->shard[r])->ar);
         tp_view_drop_packed(&tp->view[r]); /* on the GPU now */
     }
     /* one engine to the caller: the pool every GPU has (each holds its KV heads of every block) */

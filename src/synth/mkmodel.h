@@ -111,7 +111,7 @@ typedef struct mkmodel_config {
     float logit_softcap;
 } mkmodel_config;
 
-/* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "qwen3-0.6b",
+/* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "llama-3.1-70b", "qwen3-0.6b",
  * "gemma-3-12b", "gemma-3-27b", "gemma-4-31b" (gemma4: 5 sliding layers of 16 kv heads x 256
  * to 1 full of 4 x 512, K = V there), "gemma-4-26b-a4b" (the same attention over 2816, 128
  * experts of 704, 8 per token, beside a 2112-wide MLP), "qwen3-30b-a3b" (qwen3moe: 128 experts, 8 per token),

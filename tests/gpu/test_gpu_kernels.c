@@ -5,11 +5,13 @@
  * attention over slots of different lengths, the tensor-core prompt attention (flash) over
  * spans of every shape (each attention kernel also with gpt-oss's sinks), the sampler against
  * sampling_sample(), and the gated DeltaNet's conv, chunked prompt form and decode recurrence
- * against the CPU engine's, the MoE router's expert groups against cpu_moe_route_scored.  Outputs are poisoned (NaN)
+ * against the CPU engine's, the MoE router's expert groups against cpu_moe_route_scored, tensor parallelism's
+ * residual add (its exchange over two GPUs where there are two).  Outputs are poisoned (NaN)
  * before each launch, so an unwritten element fails.  Skips without a device. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -1271,6 +1273,197 @@ static void test_norm_carried(void **state)
     }
 }
 
+/* tp_add (kernels/allreduce.cuh), the tensor-parallel residual add.  The one-rank form (the add
+ * after an NCCL all-reduce) on GPU 0; then, where a second GPU is present, two ranks' one-shot
+ * exchange over peer memory, rank r on GPU r as the engine runs them (two kernels on one GPU
+ * that wait on each other are not promised to run at once): three launches in a row (both
+ * parities, and a parity used again), each rank's x against x + (p0 + p1) in FP32 on the host,
+ * bit for bit and the same on both; then one row with the next carried norm (its input and
+ * partials as matvec_res writes them), alike on both ranks. */
+typedef struct tp_rank_bufs {
+    CUcontext ctx;
+    CUstream stream;
+    const gpu_kernels *k;
+    CUdeviceptr x, part, xbuf, flags, epoch, xw, npart;
+} tp_rank_bufs;
+
+static CUdeviceptr upload_to(const tp_rank_bufs *b, const void *h, size_t bytes)
+{
+    CUdeviceptr d;
+    CHECK(cu.cuCtxSetCurrent(b->ctx));
+    CHECK(cu.cuMemAlloc(&d, bytes));
+    CHECK(cu.cuMemcpyHtoDAsync(d, h, bytes, b->stream));
+    CHECK(cu.cuStreamSynchronize(b->stream));
+    return d;
+}
+
+static void download_from(const tp_rank_bufs *b, void *h, CUdeviceptr d, size_t bytes)
+{
+    CHECK(cu.cuCtxSetCurrent(b->ctx));
+    CHECK(cu.cuStreamSynchronize(b->stream));
+    CHECK(cu.cuMemcpyDtoH(h, d, bytes));
+}
+
+typedef struct tp_launch_job {
+    const tp_rank_bufs *b;
+    gpu_ar_args *a;
+    CUresult rc;
+} tp_launch_job;
+
+static void *tp_launch_one(void *arg)
+{
+    tp_launch_job *j = arg;
+    void *args[] = {j->a};
+    j->rc = cu.cuCtxSetCurrent(j->b->ctx);
+    if (j->rc == CUDA_SUCCESS)
+        j->rc = cu.cuLaunchKernel(j->b->k->tp_add.f, GPU_AR_BLOCKS, 1, 1, GPU_AR_THREADS, 1, 1, 0, j->b->stream, args,
+                                  NULL);
+    return NULL;
+}
+
+/* Each rank's launch from a thread of its own, as the engine's ranks launch theirs: a launch that
+ * returns only once its kernel is done (CUDA_LAUNCH_BLOCKING) must not hold back the other's. */
+static void tp_launch_both(tp_rank_bufs rb[2], gpu_ar_args a[2])
+{
+    tp_launch_job j[2] = {{&rb[0], &a[0], CUDA_SUCCESS}, {&rb[1], &a[1], CUDA_SUCCESS}};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, tp_launch_one, &j[1]), 0);
+    tp_launch_one(&j[0]);
+    pthread_join(t, NULL);
+    CHECK(j[0].rc);
+    CHECK(j[1].rc);
+    CHECK(cu.cuCtxSetCurrent(G.ctx));
+}
+
+static void test_tp_add(void **state)
+{
+    (void)state;
+    uint64_t seed = 35;
+    enum { N = 1024, R = 3, RUNS = 3 };
+    const size_t count = (size_t)R * N, cap = count;
+    float *x = malloc(count * sizeof *x), *p[2], *got = malloc(count * sizeof *got), w[N];
+    for (size_t i = 0; i < count; i++) x[i] = gpu_test_randf(&seed) * 100.0f;
+    for (int r = 0; r < 2; r++) {
+        p[r] = malloc(count * sizeof *p[r]);
+        for (size_t i = 0; i < count; i++) p[r][i] = gpu_test_randf(&seed) * 10.0f;
+    }
+    for (int i = 0; i < N; i++) w[i] = 0.5f + gpu_test_randf(&seed);
+    /* one rank: part holds the sum already */
+    CUdeviceptr dx = upload(x, count * sizeof *x), dp = upload(p[0], count * sizeof *x);
+    gpu_ar_args one = {.x = (float *)(uintptr_t)dx, .part = (const float *)(uintptr_t)dp, .count = (int)count,
+                       .n_ranks = 1};
+    void *oargs[] = {&one};
+    launch(&G.k.tp_add, (gpu_launch_dims){(unsigned)(count / 4 + 255) / 256, 1, 1, 256}, oargs);
+    download(got, dx, count * sizeof *got);
+    for (size_t i = 0; i < count; i++)
+        if (got[i] != x[i] + p[0][i]) fail_msg("one rank: x[%zu] %g, want %g", i, got[i], x[i] + p[0][i]);
+    cu.cuMemFree(dx), cu.cuMemFree(dp);
+    int n_dev = 0;
+    CHECK(cu.cuDeviceGetCount(&n_dev));
+    CUdevice d1;
+    int can = 0;
+    if (n_dev >= 2) {
+        CHECK(cu.cuDeviceGet(&d1, 1));
+        CHECK(cu.cuDeviceCanAccessPeer(&can, G.dev, d1));
+    }
+    if (!can) {
+        print_message("  tp_add: one rank checked; %s\n", n_dev < 2 ? "one GPU, no exchange to test" : "no peer access");
+        free(x), free(got), free(p[0]), free(p[1]);
+        return;
+    }
+    gpu_kernels k1 = {0};
+    tp_rank_bufs rb[2] = {{.ctx = G.ctx, .stream = G.stream, .k = &G.k}, {.k = &k1}};
+    CHECK(cu.cuDevicePrimaryCtxRetain(&rb[1].ctx, d1));
+    CHECK(cu.cuCtxSetCurrent(rb[1].ctx));
+    CHECK(cu.cuStreamCreate(&rb[1].stream, CU_STREAM_NON_BLOCKING));
+    k1.load_all = true;
+    if (gpu_kernels_load(&k1, err, errlen)) fail_msg("GPU 1: %s", err);
+    for (int r = 0; r < 2; r++) {
+        CHECK(cu.cuCtxSetCurrent(rb[r].ctx));
+        CUresult e = cu.cuCtxEnablePeerAccess(rb[1 - r].ctx, 0);
+        if (e != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) CHECK(e);
+    }
+    uint32_t zeros[GPU_AR_BLOCKS * GPU_AR_MAX_RANKS] = {0};
+    float *zb = calloc(4 * cap, sizeof *zb);
+    for (int r = 0; r < 2; r++) {
+        rb[r].x = upload_to(&rb[r], x, count * sizeof *x), rb[r].part = upload_to(&rb[r], p[r], count * sizeof *x);
+        rb[r].xbuf = upload_to(&rb[r], zb, 4 * cap * sizeof *zb), rb[r].flags = upload_to(&rb[r], zeros, sizeof zeros);
+        rb[r].epoch = upload_to(&rb[r], zeros, GPU_AR_BLOCKS * sizeof(uint32_t));
+    }
+    gpu_ar_args a[2];
+    for (int r = 0; r < 2; r++) {
+        a[r] = (gpu_ar_args){.x = (float *)(uintptr_t)rb[r].x, .part = (const float *)(uintptr_t)rb[r].part,
+                             .epoch = (uint32_t *)(uintptr_t)rb[r].epoch, .cap = cap, .count = (int)count, .rank = r,
+                             .n_ranks = 2};
+        for (int q = 0; q < 2; q++)
+            a[r].xbuf[q] = (float *)(uintptr_t)rb[q].xbuf, a[r].flags[q] = (uint32_t *)(uintptr_t)rb[q].flags;
+    }
+    for (int run = 0; run < RUNS; run++) {
+        tp_launch_both(rb, a);
+        for (size_t i = 0; i < count; i++) x[i] = x[i] + (p[0][i] + p[1][i]);
+    }
+    for (int r = 0; r < 2; r++) {
+        download_from(&rb[r], got, rb[r].x, count * sizeof *got);
+        assert_memory_equal(got, x, count * sizeof *got);
+    }
+    /* one row carrying the next norm */
+    float ss[2] = {0.0f, -1.0f};
+    for (int i = 0; i < N; i++) ss[0] += x[i] * x[i] * 0.8f;
+    uint16_t nan_h[N];
+    float nan_f[N / 8];
+    for (int i = 0; i < N; i++) nan_h[i] = 0x7e00;
+    for (int j = 0; j < N / 8; j++) nan_f[j] = NAN;
+    CUdeviceptr dw[2], dss[2];
+    for (int r = 0; r < 2; r++) {
+        dw[r] = upload_to(&rb[r], w, sizeof w), dss[r] = upload_to(&rb[r], ss, sizeof ss);
+        rb[r].xw = upload_to(&rb[r], nan_h, sizeof nan_h), rb[r].npart = upload_to(&rb[r], nan_f, sizeof nan_f);
+        a[r].count = N;
+        a[r].norm = (matvec_norm){.w = (const float *)(uintptr_t)dw[r], .xw = (gpu_half *)(uintptr_t)rb[r].xw,
+                                  .part = (float *)(uintptr_t)rb[r].npart, .ss = (float *)(uintptr_t)dss[r], .n = N,
+                                  .n_part = N / 8, .eps = 1e-5f};
+    }
+    tp_launch_both(rb, a);
+    for (int i = 0; i < N; i++) x[i] = x[i] + (p[0][i] + p[1][i]);
+    int e_ss, e_n;
+    (void)frexpf(ss[0], &e_ss);
+    (void)frexpf((float)N, &e_n);
+    const float c = ldexpf(1.0f, -((e_ss - e_n) / 2 + 6)); /* kernels/common.cuh norm_exp */
+    uint16_t xw[2][N];
+    float part[2][N / 8];
+    for (int r = 0; r < 2; r++) {
+        download_from(&rb[r], got, rb[r].x, N * sizeof *got);
+        assert_memory_equal(got, x, N * sizeof *got);
+        download_from(&rb[r], xw[r], rb[r].xw, sizeof xw[r]);
+        download_from(&rb[r], part[r], rb[r].npart, sizeof part[r]);
+    }
+    assert_memory_equal(xw[0], xw[1], sizeof xw[0]);
+    assert_memory_equal(part[0], part[1], sizeof part[0]);
+    for (int i = 0; i < N; i++) {
+        const double want = (double)x[i] * w[i] * c, d = fabs(quant_f16_to_f32(xw[0][i]) - want);
+        assert_true(d <= fabs(want) / 2048 + 0x1p-25);
+    }
+    for (int j = 0; j < N / 8; j++) {
+        double q = 0.0;
+        for (int i = 8 * j; i < 8 * j + 8; i++) q += (double)x[i] * x[i];
+        assert_true(fabs(part[0][j] - q) <= 1e-5 * q);
+    }
+    print_message("  tp_add: one rank; two ranks on GPUs 0 and 1: sums bit-identical to the host's and to each other "
+                  "over %d launches, the carried norm's input and partials alike on both\n", RUNS + 1);
+    for (int r = 0; r < 2; r++) {
+        CHECK(cu.cuCtxSetCurrent(rb[r].ctx));
+        CUdeviceptr bufs[] = {rb[r].x, rb[r].part, rb[r].xbuf, rb[r].flags, rb[r].epoch, rb[r].xw, rb[r].npart,
+                              dw[r], dss[r]};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cu.cuMemFree(bufs[i]);
+        free(p[r]);
+    }
+    CHECK(cu.cuCtxSetCurrent(rb[1].ctx));
+    gpu_kernels_unload(&k1);
+    cu.cuStreamDestroy(rb[1].stream);
+    cu.cuDevicePrimaryCtxRelease(d1);
+    CHECK(cu.cuCtxSetCurrent(G.ctx));
+    free(x), free(got), free(zb);
+}
+
 /* Block tables of n_seq sequences of width w over a pool of n_seq * w blocks, fragmented: the
  * blocks of one sequence are neither contiguous nor in order, and sequences interleave.
  * Sequence 1 shares sequence 2's first block (a cached prefix read by both). */
@@ -2509,6 +2702,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_post_norm_add),
         cmocka_unit_test(test_norm_carried),
+        cmocka_unit_test(test_tp_add),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_qkv_fused_post),
         cmocka_unit_test(test_attention),

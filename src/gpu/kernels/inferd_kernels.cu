@@ -11,6 +11,7 @@
 #include "mmq_narrow.cuh"
 #include "moe.cuh"
 #include "elementwise.cuh"
+#include "allreduce.cuh"
 #include "attention.cuh"
 #include "mla.cuh"
 #include "attn_decode.cuh"

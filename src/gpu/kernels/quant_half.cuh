@@ -1,5 +1,6 @@
 // quant_half.cuh - the FP16 decoders of IQ4_XS, Q2_K and Q3_K (load_chunk_h: the matvec kernels
-// and the FP16 dequantiser; load_oct_h: mmq's fragments), the way quant.cuh decodes Q4_K/Q6_K.
+// and the FP16 dequantiser; load_oct_h: mmq's fragments; IQ4_NL's load_oct_h too), the way
+// quant.cuh decodes Q4_K/Q6_K.
 //
 // Why: the generic decode (load_oct in FP32, rounded once) reads these blocks a byte at a time
 // and IQ4_XS's levels from a table in memory, which left their batch-1 matvecs issue bound at
@@ -136,18 +137,55 @@ template <> __device__ __forceinline__ void load_chunk_h<T_IQ4_XS>(const uint8_t
     }
 }
 
+// ---- mmq's IQ4 fragments (load_oct_h of IQ4_XS and IQ4_NL): a lane's oct is the low (o < 2) or
+// the high (o >= 2) nibbles of 8 quant bytes x (bytes 0-3), y (4-7), so the two words' level
+// lookups above would each decode 8 levels of which the lane keeps 4.  Here the 8 wanted nibbles
+// are packed into one word first -- byte i holds x's nibble of byte i low and y's high -- and
+// looked up once: r0 = levels (x0, y0, x1, y1), r1 = (x2, y2, x3, y3), whose even bytes are the
+// pairs of x and odd bytes those of y (iq4_h_pairs' two selectors).  3 instructions to pack
+// against the 11 of a second lookup; the same levels and the same FP16 arithmetic, so the same
+// bits as before and as load_chunk_h.  sh = 4 * (o >> 1): x >> sh, y << (4 - sh) put the wanted
+// nibbles in the low and the high halves of each byte.
+__device__ __forceinline__ void iq4_oct_h(uint32_t x, uint32_t y, int o, __half2 dl, __half2 w[4])
+{
+    const uint32_t sh = 4u * (uint32_t)(o >> 1);
+    const uint32_t n = ((x >> sh) & 0x0F0F0F0Fu) | ((y << (4u - sh)) & 0xF0F0F0F0u); // one lop3
+    uint32_t r0, r1;
+    iq4_level_bytes(n, r0, r1);
+    iq4_h_pairs(r0, r1, 0x4240, dl, &w[0]); // x's weights 0-3
+    iq4_h_pairs(r0, r1, 0x4341, dl, &w[2]); // y's weights 4-7
+}
+
+// iq4xs_h_scale in FP16 arithmetic (mmq: every lane computes its two rows' scales each chunk, so
+// this is per-oct work there): d is FP16 already and ls - 32 (-32 .. 31) is exact in FP16 (1024
+// + ls placed in the mantissa, minus 1056), so one hmul2 rounds the exact product d * (ls - 32)
+// once -- the bits of the FP32 product rounded to FP16 (exact in FP32: 11 x 6 significant
+// bits), without the three conversions.  (The batch-1 products keep iq4xs_h_scale: not their
+// hot path, and left as measured.)
+__device__ __forceinline__ __half2 iq4xs_h_scale_h(uint2 hdr, int s)
+{
+    const uint32_t ls = ((hdr.y >> (4 * s)) & 0xFu) | (((hdr.x >> (16 + 2 * s)) & 3u) << 4);
+    const __half2 l = __hsub2(h2_from_bits((ls * 0x00010001u) | 0x64006400u), h2_from_bits(0x64206420u)); // - 1056
+    return __hmul2(h2_from_bits(prmt(hdr.x, 0u, 0x1010u)), l); // (d, d) * (ls - 32)
+}
+
 template <> __device__ __forceinline__ void load_oct_h<T_IQ4_XS>(const uint8_t *row, int c, int o, __half2 w[4])
 {
     const uint8_t *b = row + (size_t)(c >> 3) * 136;
     const int s = c & 7;
-    const __half2 dl = iq4xs_h_scale(*(const uint2 *)b, s);
     const uint2 v = ((const uint2 *)(b + 8 + 16 * s))[o & 1];
-    const uint32_t sel = o < 2 ? 0x4240u : 0x4341u;
-    uint32_t r0, r1;
-    iq4_level_bytes(v.x, r0, r1);
-    iq4_h_pairs(r0, r1, sel, dl, &w[0]);
-    iq4_level_bytes(v.y, r0, r1);
-    iq4_h_pairs(r0, r1, sel, dl, &w[2]);
+    iq4_oct_h(v.x, v.y, o, iq4xs_h_scale_h(*(const uint2 *)b, s), w);
+}
+
+// IQ4_NL: {f16 d; qs[16]} (18 bytes, 2-byte aligned as they lie): the generic decode's
+// fp16(d * level) (the FP32 product is exact), here one hmul2 of the FP16 d and the level.
+template <> __device__ __forceinline__ void load_oct_h<T_IQ4_NL>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint8_t *b = row + (size_t)c * 18;
+    uint32_t q[2];
+    ld_words_a2<2, false>(b + 2 + 8 * (o & 1), q);
+    const uint32_t d = ld_u16(b);
+    iq4_oct_h(q[0], q[1], o, h2_from_bits(d | d << 16), w);
 }
 
 // ---- MXFP4: {u8 e (E8M0); qs[16] (E2M1 codes)} (17 bytes, at any byte alignment as they lie):

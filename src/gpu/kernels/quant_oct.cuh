@@ -269,7 +269,7 @@ template <> __device__ __forceinline__ void load_oct<T_IQ1_M>(const uint8_t *row
 OCT_FORMAT(T_Q4_1)
 OCT_FORMAT(T_Q5_0)
 OCT_FORMAT(T_Q5_1)
-OCT_FORMAT(T_IQ4_NL)
+OCT_CHUNK(T_IQ4_NL) // (load_oct_h: quant_half.cuh)
 OCT_FORMAT(T_MXFP4)
 OCT_CHUNK(T_Q2_K)
 OCT_CHUNK(T_Q3_K)

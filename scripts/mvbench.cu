@@ -261,7 +261,8 @@ __global__ void __launch_bounds__(256) glu_iq4(matvec_args a)
 // added in part order by the group's first warp: a fixed order, but not row_dots' (its lanes'
 // chunk sequences are split), so the bits differ from main's.  GLU: NR / 2 features of gate and
 // up rows (rows 2f and 2f + 1 of the group).
-template <int T, int NR>
+// SX32: the inputs from shared memory as FP32 (stage_x32's layout), not from global as FP16.
+template <int T, int NR, bool SX32 = false>
 __device__ __forceinline__ void row_dots_part(const uint8_t *const rows[NR], const __half *xr, int c0, int c1,
                                               float acc[NR])
 {
@@ -275,7 +276,23 @@ __device__ __forceinline__ void row_dots_part(const uint8_t *const rows[NR], con
         float w[NR][32];
         chunk_weights<NR>(wh, w);
         float s[NR];
-        chunk_dots<NR>(w, xr + 32 * c, s);
+        if constexpr (SX32) {
+            extern __shared__ float4 xs32[];
+            const float4 *xf = xs32 + 8 * c;
+#pragma unroll
+            for (int r = 0; r < NR; r++) s[r] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float4 f = xf[j ^ (c & 7)];
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    s[r] += w[r][4 * j] * f.x + w[r][4 * j + 1] * f.y;
+                    s[r] += w[r][4 * j + 2] * f.z + w[r][4 * j + 3] * f.w;
+                }
+            }
+        } else {
+            chunk_dots<NR>(w, xr + 32 * c, s);
+        }
 #pragma unroll
         for (int r = 0; r < NR; r++) acc[r] += s[r];
     }
@@ -283,9 +300,10 @@ __device__ __forceinline__ void row_dots_part(const uint8_t *const rows[NR], con
     for (int r = 0; r < NR; r++) acc[r] = warp_sum(acc[r]);
 }
 
-template <int T, int W, int NR, int KS, bool GLU>
-__global__ void __launch_bounds__(W * 32) mv_ksplit(matvec_args a)
+template <int T, int W, int NR, int KS, bool GLU, bool SX32 = false, int MINB = 0>
+__global__ void __launch_bounds__(W * 32, MINB) mv_ksplit(matvec_args a)
 {
+    if (SX32) stage_x32(a.x, a.k);
     constexpr int G = W / KS;             // row groups a block
     constexpr int F = GLU ? NR / 2 : NR;  // output features a group
     __shared__ float part[W][NR];
@@ -299,7 +317,7 @@ __global__ void __launch_bounds__(W * 32) mv_ksplit(matvec_args a)
     }
     const int nchunks = a.k / 32;
     float acc[NR];
-    row_dots_part<T, NR>(rows, a.x, h * nchunks / KS, (h + 1) * nchunks / KS, acc);
+    row_dots_part<T, NR, SX32>(rows, a.x, h * nchunks / KS, (h + 1) * nchunks / KS, acc);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int r = 0; r < NR; r++) part[wi][r] = acc[r];
@@ -415,7 +433,9 @@ int main(int argc, char **argv)
                   {"glu smem x 4w", glu_sx<T_Q4_K, 4, false>, 4, 1, true},
                   {"glu smem x fp32", glu_sx<T_Q4_K, 8, false, 2>, 8, 1, true},
                   {"glu 2 feat x k/2", mv_ksplit<T_Q4_K, 8, 4, 2, true>, 8, 1, false},
-                  {"glu 2 feat x k/2 4w", mv_ksplit<T_Q4_K, 4, 4, 2, true>, 4, 1, false}};
+                  {"glu 2 feat x k/2 4w", mv_ksplit<T_Q4_K, 4, 4, 2, true>, 4, 1, false},
+                  {"glu 1 feat x k/2 smem fp32", mv_ksplit<T_Q4_K, 8, 2, 2, true, true>, 4, 1, true, 256},
+                  {"glu 2 feat x k/2 4w smem fp32", mv_ksplit<T_Q4_K, 4, 4, 2, true, true>, 4, 1, true}};
         } else if (sh.t == T_Q4_K) {
             vs = {{"main", (kfn)matvec_q4_k_1, 8, 1, false},
                   {"hdr16", mv_v<T_Q4_K, 8, 1, true>, 8, 1, false},
@@ -432,7 +452,12 @@ int main(int argc, char **argv)
                   {"2 rows x k/2", mv_ksplit<T_Q4_K, 8, 2, 2, false>, 8, 1, false},
                   {"2 rows x k/2 4w", mv_ksplit<T_Q4_K, 4, 2, 2, false>, 4, 1, false},
                   {"4 rows x k/4", mv_ksplit<T_Q4_K, 8, 4, 4, false>, 8, 1, false},
-                  {"2 rows x k/4 16w", mv_ksplit<T_Q4_K, 16, 2, 4, false>, 8, 1, false, 512}};
+                  {"2 rows x k/4 16w", mv_ksplit<T_Q4_K, 16, 2, 4, false>, 8, 1, false, 512},
+                  {"2 rows x k/2 32 regs", mv_ksplit<T_Q4_K, 8, 2, 2, false, false, 8>, 8, 1, false},
+                  {"4 rows x k/4 4w", mv_ksplit<T_Q4_K, 4, 4, 4, false>, 4, 1, false, 128},
+                  {"2 rows x k/2 smem fp32", mv_ksplit<T_Q4_K, 8, 2, 2, false, true>, 8, 1, true},
+                  {"2 rows x k/2 4w smem fp32", mv_ksplit<T_Q4_K, 4, 2, 2, false, true>, 4, 1, true},
+                  {"4 rows x k/4 smem fp32", mv_ksplit<T_Q4_K, 8, 4, 4, false, true>, 8, 1, true}};
         } else {
             vs = {{"main", (kfn)matvec_q6_k_1, 8, 1, false},
                   {"copy", mv_v<T_Q6_K, 8, 1, false>, 8, 1, false},
@@ -446,7 +471,10 @@ int main(int argc, char **argv)
                   {"2 rows x k/2", mv_ksplit<T_Q6_K, 8, 2, 2, false>, 8, 1, false},
                   {"2 rows x k/2 4w", mv_ksplit<T_Q6_K, 4, 2, 2, false>, 4, 1, false},
                   {"4 rows x k/4", mv_ksplit<T_Q6_K, 8, 4, 4, false>, 8, 1, false},
-                  {"2 rows x k/4 16w", mv_ksplit<T_Q6_K, 16, 2, 4, false>, 8, 1, false, 512}};
+                  {"2 rows x k/4 16w", mv_ksplit<T_Q6_K, 16, 2, 4, false>, 8, 1, false, 512},
+                  {"2 rows x k/2 48 regs", mv_ksplit<T_Q6_K, 8, 2, 2, false, false, 5>, 8, 1, false},
+                  {"2 rows x k/2 smem fp32", mv_ksplit<T_Q6_K, 8, 2, 2, false, true>, 8, 1, true},
+                  {"2 rows x k/2 4w smem fp32", mv_ksplit<T_Q6_K, 4, 2, 2, false, true>, 4, 1, true}};
         }
         std::vector<float> ref(sh.n), got(sh.n);
         std::vector<__half> refh(sh.n), goth(sh.n);

@@ -390,6 +390,23 @@ int main(int argc, char **argv)
         {"g4 down 5376x21504 q4_k", T_Q4_K, 5376, 21504, false},
         {"g4 down 5376x21504 q6_k", T_Q6_K, 5376, 21504, false},
         {"g4 gate+up 2x21504x5376 q4_k", T_Q4_K, 21504, 5376, true},
+        // which of n (the grid) and k (a row's length) parts the 8B's shapes from Gemma 4's
+        {"probe 4096x8192 q4_k", T_Q4_K, 4096, 8192, false},
+        {"probe 5376x4096 q4_k", T_Q4_K, 5376, 4096, false},
+        {"probe 4096x5376 q4_k", T_Q4_K, 4096, 5376, false},
+        {"probe 4096x21504 q4_k", T_Q4_K, 4096, 21504, false},
+        {"probe 5376x14336 q4_k", T_Q4_K, 5376, 14336, false},
+        {"probe 4096x21504 q6_k", T_Q6_K, 4096, 21504, false},
+        {"probe 5376x14336 q6_k", T_Q6_K, 5376, 14336, false},
+        {"70B O 8192x8192 q4_k", T_Q4_K, 8192, 8192, false},
+        {"70B down 8192x28672 q4_k", T_Q4_K, 8192, 28672, false},
+        {"70B down 8192x28672 q6_k", T_Q6_K, 8192, 28672, false},
+        {"8B QKV 6144x4096 q4_k", T_Q4_K, 6144, 4096, false},
+        {"8B Q+K 5120x4096 q4_k", T_Q4_K, 5120, 4096, false},
+        {"g3 QKV 8192x3840 q4_k", T_Q4_K, 8192, 3840, false},
+        {"g3 O 3840x4096 q4_k", T_Q4_K, 3840, 4096, false},
+        {"g3 down 3840x15360 q4_k", T_Q4_K, 3840, 15360, false},
+        {"g3 down 3840x15360 q6_k", T_Q6_K, 3840, 15360, false},
     };
     for (const shape &sh : shapes) {
         bool want = argc == 1;

@@ -1,13 +1,14 @@
 // mvbench.cu - the batch-1 matvec kernels (matvec_q4_k_1, matvec_q6_k_1, glu_q4_k_1 and the
 // IQ4_XS ones of src/gpu/kernels/matvec.cuh, compiled here from the same source) against variants
-// of their layout, on the Llama-3.1-8B and Qwen2.5-1.5B shapes: each timed back to back in a CUDA graph
+// of their layout, on the Llama-3.1-8B, Qwen2.5-1.5B and Gemma-4-31B (g4) shapes: each timed back to back in a CUDA graph
 // over enough weight copies (>= 256 MB) that L2 holds none of them, and its output compared
 // bit for bit with the engine kernel's.  A measuring tool for docs/benchmarks.md, not part of
 // the build: scripts/device-bundle compiles it with nvcc (CUDA runtime API) into
-// .carry/bin/mvbench and `scripts/gpu-check mvbench` runs it.  Usage: mvbench [SHAPE-SUBSTRING]
+// .carry/bin/mvbench and `scripts/gpu-check mvbench` runs it.  Usage: mvbench [SHAPE-SUBSTRING...]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <vector>
 #include "../src/gpu/gpu_kernel_names.h"
 #undef GPU_MATVEC_KERNELS
@@ -253,6 +254,92 @@ __global__ void __launch_bounds__(256) glu_iq4(matvec_args a)
     if ((threadIdx.x & 31) == 0) a.yh[n] = __float2half_rn(glu_act(gu[0][0], gu[1][0], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
+// Two (NR) rows a warp over 1/KS of k each: warp w of a block takes row group w / KS and the
+// k part w % KS (its chunks a contiguous range, lanes striding over it as row_dots does), so a
+// block of W warps keeps W / KS * NR rows -- main's 8 at NR = KS -- and each input chunk a lane
+// loads and converts serves NR rows.  The KS partial sums of a row meet in shared memory and are
+// added in part order by the group's first warp: a fixed order, but not row_dots' (its lanes'
+// chunk sequences are split), so the bits differ from main's.  GLU: NR / 2 features of gate and
+// up rows (rows 2f and 2f + 1 of the group).
+// SX32: the inputs from shared memory as FP32 (stage_x32's layout), not from global as FP16.
+template <int T, int NR, bool SX32 = false>
+__device__ __forceinline__ void row_dots_part(const uint8_t *const rows[NR], const __half *xr, int c0, int c1,
+                                              float acc[NR])
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    for (int c = c0 + lane; c < c1; c += WARP) {
+        __half2 wh[NR][16];
+#pragma unroll
+        for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], c, wh[r]);
+        float w[NR][32];
+        chunk_weights<NR>(wh, w);
+        float s[NR];
+        if constexpr (SX32) {
+            extern __shared__ float4 xs32[];
+            const float4 *xf = xs32 + 8 * c;
+#pragma unroll
+            for (int r = 0; r < NR; r++) s[r] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float4 f = xf[j ^ (c & 7)];
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    s[r] += w[r][4 * j] * f.x + w[r][4 * j + 1] * f.y;
+                    s[r] += w[r][4 * j + 2] * f.z + w[r][4 * j + 3] * f.w;
+                }
+            }
+        } else {
+            chunk_dots<NR>(w, xr + 32 * c, s);
+        }
+#pragma unroll
+        for (int r = 0; r < NR; r++) acc[r] += s[r];
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = warp_sum(acc[r]);
+}
+
+template <int T, int W, int NR, int KS, bool GLU, bool SX32 = false, int MINB = 0>
+__global__ void __launch_bounds__(W * 32, MINB) mv_ksplit(matvec_args a)
+{
+    if (SX32) stage_x32(a.x, a.k);
+    constexpr int G = W / KS;             // row groups a block
+    constexpr int F = GLU ? NR / 2 : NR;  // output features a group
+    __shared__ float part[W][NR];
+    const int wi = threadIdx.x >> 5, g = wi / KS, h = wi % KS;
+    const int f0 = (blockIdx.y * G + g) * F, nf = a.seg[0].n;
+    const uint8_t *rows[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        const int f = min(f0 + (GLU ? r / 2 : r), nf - 1);
+        rows[r] = a.seg[GLU ? r & 1 : 0].w + (size_t)f * a.row_bytes;
+    }
+    const int nchunks = a.k / 32;
+    float acc[NR];
+    row_dots_part<T, NR, SX32>(rows, a.x, h * nchunks / KS, (h + 1) * nchunks / KS, acc);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int r = 0; r < NR; r++) part[wi][r] = acc[r];
+    __syncthreads();
+    if (h != 0 || (threadIdx.x & 31) != 0) return;
+    float v[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        v[r] = part[wi][r];
+#pragma unroll
+        for (int i = 1; i < KS; i++) v[r] += part[wi + i][r];
+    }
+#pragma unroll
+    for (int f = 0; f < F; f++) {
+        if (f0 + f >= nf) break;
+        if (GLU)
+            a.yh[f0 + f] = __float2half_rn(glu_act(v[2 * f], v[2 * f + 1], a.glu_limit, a.glu_alpha, a.glu_gelu));
+        else
+            a.seg[0].y[f0 + f] = v[f];
+    }
+}
+
 static size_t block_bytes_of(int t) { return t == T_Q4_K ? 144 : t == T_IQ4_XS ? 136 : GPU_Q6K_BLOCK; }
 static size_t row_bytes_of(int t, int k) { return (size_t)k / 256 * block_bytes_of(t); }
 
@@ -277,7 +364,7 @@ static void fill(std::vector<uint8_t> &h, int t, size_t nblocks)
 struct shape { const char *name; int t, n, k; bool glu; };
 
 typedef void (*kfn)(matvec_args);
-struct variant { const char *name; kfn f; int w, nr; bool sx; };
+struct variant { const char *name; kfn f; int w, nr; bool sx; int threads = 0; }; // threads: 0 = w * 32
 
 int main(int argc, char **argv)
 {
@@ -298,9 +385,33 @@ int main(int argc, char **argv)
         {"Wq 4096x4096 iq4_xs", T_IQ4_XS, 4096, 4096, false},
         {"down 4096x14336 iq4_xs", T_IQ4_XS, 4096, 14336, false},
         {"gate+up 2x14336x4096 iq4_xs", T_IQ4_XS, 14336, 4096, true},
+        {"g4 QKV 16384x5376 q4_k", T_Q4_K, 16384, 5376, false},
+        {"g4 O 5376x8192 q4_k", T_Q4_K, 5376, 8192, false},
+        {"g4 down 5376x21504 q4_k", T_Q4_K, 5376, 21504, false},
+        {"g4 down 5376x21504 q6_k", T_Q6_K, 5376, 21504, false},
+        {"g4 gate+up 2x21504x5376 q4_k", T_Q4_K, 21504, 5376, true},
+        // which of n (the grid) and k (a row's length) parts the 8B's shapes from Gemma 4's
+        {"probe 4096x8192 q4_k", T_Q4_K, 4096, 8192, false},
+        {"probe 5376x4096 q4_k", T_Q4_K, 5376, 4096, false},
+        {"probe 4096x5376 q4_k", T_Q4_K, 4096, 5376, false},
+        {"probe 4096x21504 q4_k", T_Q4_K, 4096, 21504, false},
+        {"probe 5376x14336 q4_k", T_Q4_K, 5376, 14336, false},
+        {"probe 4096x21504 q6_k", T_Q6_K, 4096, 21504, false},
+        {"probe 5376x14336 q6_k", T_Q6_K, 5376, 14336, false},
+        {"70B O 8192x8192 q4_k", T_Q4_K, 8192, 8192, false},
+        {"70B down 8192x28672 q4_k", T_Q4_K, 8192, 28672, false},
+        {"70B down 8192x28672 q6_k", T_Q6_K, 8192, 28672, false},
+        {"8B QKV 6144x4096 q4_k", T_Q4_K, 6144, 4096, false},
+        {"8B Q+K 5120x4096 q4_k", T_Q4_K, 5120, 4096, false},
+        {"g3 QKV 8192x3840 q4_k", T_Q4_K, 8192, 3840, false},
+        {"g3 O 3840x4096 q4_k", T_Q4_K, 3840, 4096, false},
+        {"g3 down 3840x15360 q4_k", T_Q4_K, 3840, 15360, false},
+        {"g3 down 3840x15360 q6_k", T_Q6_K, 3840, 15360, false},
     };
     for (const shape &sh : shapes) {
-        if (argc > 1 && !strstr(sh.name, argv[1])) continue;
+        bool want = argc == 1;
+        for (int i = 1; i < argc; i++) want = want || strstr(sh.name, argv[i]);
+        if (!want) continue;
         const size_t rb = row_bytes_of(sh.t, sh.k), mbytes = rb * sh.n * (sh.glu ? 2 : 1);
         int copies = (int)((256ull << 20) / mbytes) + 1;
         if (copies > 32) copies = 32;
@@ -337,7 +448,11 @@ int main(int argc, char **argv)
                   {"glu smem x", glu_sx<T_Q4_K, 8, false>, 8, 1, true},
                   {"glu smem x hdr16", glu_sx<T_Q4_K, 8, true>, 8, 1, true},
                   {"glu smem x 4w", glu_sx<T_Q4_K, 4, false>, 4, 1, true},
-                  {"glu smem x fp32", glu_sx<T_Q4_K, 8, false, 2>, 8, 1, true}};
+                  {"glu smem x fp32", glu_sx<T_Q4_K, 8, false, 2>, 8, 1, true},
+                  {"glu 2 feat x k/2", mv_ksplit<T_Q4_K, 8, 4, 2, true>, 8, 1, false},
+                  {"glu 2 feat x k/2 4w", mv_ksplit<T_Q4_K, 4, 4, 2, true>, 4, 1, false},
+                  {"glu 1 feat x k/2 smem fp32", mv_ksplit<T_Q4_K, 8, 2, 2, true, true>, 4, 1, true, 256},
+                  {"glu 2 feat x k/2 4w smem fp32", mv_ksplit<T_Q4_K, 4, 4, 2, true, true>, 4, 1, true}};
         } else if (sh.t == T_Q4_K) {
             vs = {{"main", (kfn)matvec_q4_k_1, 8, 1, false},
                   {"hdr16", mv_v<T_Q4_K, 8, 1, true>, 8, 1, false},
@@ -349,7 +464,17 @@ int main(int argc, char **argv)
                   {"4 warps", mv_v<T_Q4_K, 4, 1, false>, 4, 1, false},
                   {"2 rows/warp", mv_v<T_Q4_K, 8, 2, false>, 8, 2, false},
                   {"2 rows/warp 4w", mv_v<T_Q4_K, 4, 2, false>, 4, 2, false},
-                  {"4 rows/warp", mv_v<T_Q4_K, 8, 4, false>, 8, 4, false}};
+                  {"4 rows/warp", mv_v<T_Q4_K, 8, 4, false>, 8, 4, false},
+                  {"copy", mv_v<T_Q4_K, 8, 1, false>, 8, 1, false},
+                  {"2 rows x k/2", mv_ksplit<T_Q4_K, 8, 2, 2, false>, 8, 1, false},
+                  {"2 rows x k/2 4w", mv_ksplit<T_Q4_K, 4, 2, 2, false>, 4, 1, false},
+                  {"4 rows x k/4", mv_ksplit<T_Q4_K, 8, 4, 4, false>, 8, 1, false},
+                  {"2 rows x k/4 16w", mv_ksplit<T_Q4_K, 16, 2, 4, false>, 8, 1, false, 512},
+                  {"2 rows x k/2 32 regs", mv_ksplit<T_Q4_K, 8, 2, 2, false, false, 8>, 8, 1, false},
+                  {"4 rows x k/4 4w", mv_ksplit<T_Q4_K, 4, 4, 4, false>, 4, 1, false, 128},
+                  {"2 rows x k/2 smem fp32", mv_ksplit<T_Q4_K, 8, 2, 2, false, true>, 8, 1, true},
+                  {"2 rows x k/2 4w smem fp32", mv_ksplit<T_Q4_K, 4, 2, 2, false, true>, 4, 1, true},
+                  {"4 rows x k/4 smem fp32", mv_ksplit<T_Q4_K, 8, 4, 4, false, true>, 8, 1, true}};
         } else {
             vs = {{"main", (kfn)matvec_q6_k_1, 8, 1, false},
                   {"copy", mv_v<T_Q6_K, 8, 1, false>, 8, 1, false},
@@ -359,7 +484,14 @@ int main(int argc, char **argv)
                   {"smem x 4w", mv_sx<T_Q6_K, 4, false>, 4, 1, true},
                   {"2 rows/warp", mv_v<T_Q6_K, 8, 2, false>, 8, 2, false},
                   {"2 rows/warp 4w", mv_v<T_Q6_K, 4, 2, false>, 4, 2, false},
-                  {"4 rows/warp", mv_v<T_Q6_K, 8, 4, false>, 8, 4, false}};
+                  {"4 rows/warp", mv_v<T_Q6_K, 8, 4, false>, 8, 4, false},
+                  {"2 rows x k/2", mv_ksplit<T_Q6_K, 8, 2, 2, false>, 8, 1, false},
+                  {"2 rows x k/2 4w", mv_ksplit<T_Q6_K, 4, 2, 2, false>, 4, 1, false},
+                  {"4 rows x k/4", mv_ksplit<T_Q6_K, 8, 4, 4, false>, 8, 1, false},
+                  {"2 rows x k/4 16w", mv_ksplit<T_Q6_K, 16, 2, 4, false>, 8, 1, false, 512},
+                  {"2 rows x k/2 48 regs", mv_ksplit<T_Q6_K, 8, 2, 2, false, false, 5>, 8, 1, false},
+                  {"2 rows x k/2 smem fp32", mv_ksplit<T_Q6_K, 8, 2, 2, false, true>, 8, 1, true},
+                  {"2 rows x k/2 4w smem fp32", mv_ksplit<T_Q6_K, 4, 2, 2, false, true>, 4, 1, true}};
         }
         std::vector<float> ref(sh.n), got(sh.n);
         std::vector<__half> refh(sh.n), goth(sh.n);
@@ -383,25 +515,33 @@ int main(int argc, char **argv)
             CK(cudaMemset(dyh, 0, sh.n * 2));
             const size_t smem = v.sx ? (size_t)sh.k * (strstr(v.name, "fp32") ? 4 : 2) : 0;
             if (smem > 48 * 1024) CK(cudaFuncSetAttribute((const void *)v.f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            v.f<<<grid, v.w * 32, smem, st>>>(args(0));
+            v.f<<<grid, v.threads ? v.threads : v.w * 32, smem, st>>>(args(0));
             CK(cudaStreamSynchronize(st));
             CK(cudaGetLastError());
             int diff = 0;
+            double maxd = 0.0, maxr = 0.0; // where the bits differ: the largest |got - main| over main's largest |y|
             if (sh.glu) {
                 CK(cudaMemcpy(goth.data(), dyh, sh.n * 2, cudaMemcpyDeviceToHost));
                 if (vi == 0) refh = goth;
                 diff = memcmp(refh.data(), goth.data(), sh.n * 2) != 0;
+                for (int i = 0; i < sh.n; i++) {
+                    const double r = __half2float(refh[i]), g = __half2float(goth[i]);
+                    maxd = fmax(maxd, fabs(g - r)), maxr = fmax(maxr, fabs(r));
+                }
             } else {
                 CK(cudaMemcpy(got.data(), dy, sh.n * 4, cudaMemcpyDeviceToHost));
                 if (vi == 0) ref = got;
-                for (int i = 0; i < sh.n; i++) diff += memcmp(&ref[i], &got[i], 4) != 0;
+                for (int i = 0; i < sh.n; i++) {
+                    diff += memcmp(&ref[i], &got[i], 4) != 0;
+                    maxd = fmax(maxd, fabs((double)got[i] - ref[i])), maxr = fmax(maxr, fabs((double)ref[i]));
+                }
             }
             // graph: 4 passes over the copies
             const int launches = copies * 2 < 48 ? 48 : copies * 2;
             cudaGraph_t g;
             cudaGraphExec_t ge;
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-            for (int i = 0; i < launches; i++) v.f<<<grid, v.w * 32, smem, st>>>(args(i % copies));
+            for (int i = 0; i < launches; i++) v.f<<<grid, v.threads ? v.threads : v.w * 32, smem, st>>>(args(i % copies));
             CK(cudaStreamEndCapture(st, &g));
             CK(cudaGraphInstantiate(&ge, g, 0));
             CK(cudaGraphLaunch(ge, st));
@@ -420,8 +560,11 @@ int main(int argc, char **argv)
                 if (ms < best) best = ms;
             }
             const double us = best * 1000.0 / launches;
-            printf("  %-22s %8.2f us  %7.0f GB/s  %s\n", v.name, us, mbytes / us / 1e3,
-                   diff ? "DIFFERS from main" : "bit-identical");
+            if (diff)
+                printf("  %-22s %8.2f us  %7.0f GB/s  DIFFERS from main (max |d| %.2e of max |y| %.2e)\n", v.name, us,
+                       mbytes / us / 1e3, maxd, maxr);
+            else
+                printf("  %-22s %8.2f us  %7.0f GB/s  bit-identical\n", v.name, us, mbytes / us / 1e3);
             CK(cudaGraphExecDestroy(ge));
             CK(cudaGraphDestroy(g));
         }

@@ -154,7 +154,7 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
             for (int i = 0; i < 4; i++) {
                 __half2 p[NR][4];
 #pragma unroll
-                for (int r = 0; r < NR; r++) iq4xs_h_word(q[r], i, p[r]);
+                for (int r = 0; r < NR; r++) iq4_h_word(q[r].u[i], q[r].dl, &p[r][0], &p[r][2]);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int st = i + 4 * h;
@@ -450,15 +450,13 @@ template <> struct rope_norm_blocks<T_Q2_K> { static constexpr int n = 4; };
 template <> struct rope_norm_blocks<T_Q3_K> { static constexpr int n = 5; };
 template <> struct rope_norm_blocks<T_IQ4_XS> { static constexpr int n = 4; };
 
-// The same bound for glu_norm_<type> and matvec_res_<type> / matvec_nin_<type> where their
-// unbounded registers would cost resident blocks against glu_<type>_1 / matvec_<type>_1 (0:
-// unbounded).  IQ4_XS's glu_norm: 62 registers unbounded against glu's 44, a block an SM fewer
-// (the -7 % its batch 1 measured carried before, docs/benchmarks.md); held to 5 blocks it takes
-// 48 and spills 20 bytes.  Its matvec_res / matvec_nin stay unbounded at 48: held to
-// matvec_iq4_xs_1's 6 blocks (40) they spill 40-48 bytes.
+// The same bound for glu_norm_<type> where its unbounded registers would cost resident blocks
+// against glu_<type>_1 (0: unbounded).  IQ4_XS's glu_norm: 62 registers unbounded against glu's
+// 44, a block an SM fewer (the -7 % its batch 1 measured carried before, docs/benchmarks.md);
+// held to 5 blocks it takes 48 and spills 20 bytes.  matvec_res / matvec_nin stay unbounded for
+// every format (IQ4_XS's at 48: held to matvec_iq4_xs_1's 6 blocks (40) they spill 40-48 bytes).
 template <int T> struct glu_norm_blocks { static constexpr int n = 0; };
 template <> struct glu_norm_blocks<T_IQ4_XS> { static constexpr int n = 5; };
-template <int T> struct res_norm_blocks { static constexpr int n = 0; };
 
 // One quadruple per row of GPU_MATVEC_NORM_KERNELS: the batch-1 products that carry its norms.
 #define MATVEC_NORM_KERNELS(rope_name, glu_name, res_name, nin_name, TYPE)                       \
@@ -469,9 +467,9 @@ template <int T> struct res_norm_blocks { static constexpr int n = 0; };
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, glu_norm_blocks<T_##TYPE>::n) \
         glu_name(matvec_args a) { glu_body<T_##TYPE, 1, false, NORM_IN>(a); }                    \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, res_norm_blocks<T_##TYPE>::n) \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
         res_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a); }        \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, res_norm_blocks<T_##TYPE>::n) \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
         nin_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_IN>(a); }
 GPU_MATVEC_NORM_KERNELS(MATVEC_NORM_KERNELS)
 

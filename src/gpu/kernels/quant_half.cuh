@@ -35,16 +35,20 @@ __device__ __forceinline__ __half2 bytes_1024(uint32_t q, uint32_t sel)
     return h2_from_bits(prmt(q, 0x64646464u, sel));
 }
 
-// N words of bytes p[0, 4N) where p is only 2-byte aligned (Q3_K's 110-byte super-blocks):
-// aligned 32-bit loads and a funnel shift each, instead of two 16-bit loads and a merge.  The
-// extra word read for an odd half-word start lies inside the same super-block (every caller's
-// range ends at least 2 bytes before its block does) or, reading 2 bytes before p, in the block
-// or row before it.  GLOBAL: through the read-only cache (the matvecs), else plain (mmq's stage).
-template <int N, bool GLOBAL>
-__device__ __forceinline__ void ld_words_a2(const uint8_t *p, uint32_t out[N])
+// N words of bytes p[0, 4N) where p is only ALIGN-byte aligned (2: Q3_K's 110-byte super-blocks,
+// IQ4_NL's 18-byte blocks; 1: MXFP4's 17-byte blocks): aligned 32-bit loads and a funnel shift
+// each, instead of narrower loads and merges.  The extra word, read only when p is not 4-byte
+// aligned, holds byte p[4N - 1], so it lies inside the 4-byte-aligned span of the bytes p reads:
+// for a 2-byte-aligned p in the same super-block (every caller's range ends at least 2 bytes
+// before its block does) or, 2 bytes before p, in the block or row before it.  GLOBAL: through
+// the read-only cache (the matvecs), else plain (mmq's stage).  (ALIGN 2 masks p's bit 1 alone:
+// the same shift as bits 0-1 for such a p.)
+template <int N, bool GLOBAL, int ALIGN>
+__device__ __forceinline__ void ld_words(const uint8_t *p, uint32_t out[N])
 {
+    static_assert(ALIGN == 1 || ALIGN == 2, "4-byte-aligned words need no shift");
     const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-    const uint32_t sh = ((uint32_t)(uintptr_t)p & 2u) * 8u;
+    const uint32_t sh = ((uint32_t)(uintptr_t)p & (ALIGN == 1 ? 3u : 2u)) * 8u;
     uint32_t v[N + 1];
 #pragma unroll
     for (int k = 0; k < N; k++) v[k] = GLOBAL ? __ldg(a + k) : a[k];
@@ -78,11 +82,6 @@ __device__ __forceinline__ void level16_bytes(uint32_t u, uint32_t t0, uint32_t 
     r1 = prmt(lo1, hi1, pick >> 16);
 }
 
-__device__ __forceinline__ void iq4_level_bytes(uint32_t u, uint32_t &r0, uint32_t &r1)
-{
-    level16_bytes(u, IQ4_LEVELS_0, IQ4_LEVELS_1, IQ4_LEVELS_2, IQ4_LEVELS_3, r0, r1);
-}
-
 // Weights from one word u of a sub-block's quants (bytes 4i .. 4i + 3): sel 0x4240 the low
 // nibbles' weights 4i .. 4i + 3, sel 0x4341 the high ones' (16 + 4i ..), as two FP16 pairs.
 __device__ __forceinline__ void iq4_h_pairs(uint32_t r0, uint32_t r1, uint32_t sel, __half2 dl, __half2 w[2])
@@ -90,6 +89,24 @@ __device__ __forceinline__ void iq4_h_pairs(uint32_t r0, uint32_t r1, uint32_t s
     const __half2 k1152 = h2_from_bits(0x64806480u); // 1152: 1024 + the 128 bias of the table
     w[0] = __hmul2(__hsub2(bytes_1024(r0, sel), k1152), dl);
     w[1] = __hmul2(__hsub2(bytes_1024(r1, sel), k1152), dl);
+}
+
+// One word u of 8 nibbles through the 16-level table t0..t3 (level16_bytes) under the scale dl:
+// lo = the low nibbles' weights as two FP16 pairs (iq4_h_pairs' 0x4240), hi = the high ones'
+// (0x4341).  IQ4_XS's chunks, the IQ4 octs of mmq and MXFP4's chunks differ only in the table,
+// the scale and where the pairs go.
+__device__ __forceinline__ void level16_h_word(uint32_t u, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3,
+                                               __half2 dl, __half2 lo[2], __half2 hi[2])
+{
+    uint32_t r0, r1;
+    level16_bytes(u, t0, t1, t2, t3, r0, r1);
+    iq4_h_pairs(r0, r1, 0x4240, dl, lo);
+    iq4_h_pairs(r0, r1, 0x4341, dl, hi);
+}
+
+__device__ __forceinline__ void iq4_h_word(uint32_t u, __half2 dl, __half2 lo[2], __half2 hi[2])
+{
+    level16_h_word(u, IQ4_LEVELS_0, IQ4_LEVELS_1, IQ4_LEVELS_2, IQ4_LEVELS_3, dl, lo, hi);
 }
 
 // fp16(d * (ls - 32)) of sub-block s from the super-block's first 8 bytes (as one uint2).
@@ -100,7 +117,7 @@ __device__ __forceinline__ __half2 iq4xs_h_scale(uint2 hdr, int s)
 }
 
 // A chunk of IQ4_XS as it lies: its four words of quants and its scale, decoded a word at a
-// time (iq4xs_h_word) by the one-row products, which so keep 4 registers of it live instead
+// time (iq4_h_word) by the one-row products, which so keep 4 registers of it live instead
 // of the 16 of decoded pairs (row_dots_mma: registers bound how many warps stream weights).
 struct iq4xs_raw {
     uint32_t u[4];
@@ -116,25 +133,11 @@ __device__ __forceinline__ iq4xs_raw iq4xs_load(const uint8_t *row, int c)
     return {{v0.x, v0.y, v1.x, v1.y}, iq4xs_h_scale(__ldg((const uint2 *)b), s)};
 }
 
-// Word i of a chunk: w[0..1] = pairs 2i, 2i + 1 (weights 4i .. 4i + 3, the low nibbles),
-// w[2..3] = pairs 8 + 2i, 9 + 2i (weights 16 + 4i .., the high ones).
-__device__ __forceinline__ void iq4xs_h_word(const iq4xs_raw &q, int i, __half2 w[4])
-{
-    uint32_t r0, r1;
-    iq4_level_bytes(q.u[i], r0, r1);
-    iq4_h_pairs(r0, r1, 0x4240, q.dl, &w[0]);
-    iq4_h_pairs(r0, r1, 0x4341, q.dl, &w[2]);
-}
-
 template <> __device__ __forceinline__ void load_chunk_h<T_IQ4_XS>(const uint8_t *row, int c, __half2 w[16])
 {
     const iq4xs_raw q = iq4xs_load(row, c);
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        __half2 p[4];
-        iq4xs_h_word(q, i, p);
-        w[2 * i] = p[0], w[2 * i + 1] = p[1], w[8 + 2 * i] = p[2], w[9 + 2 * i] = p[3];
-    }
+    for (int i = 0; i < 4; i++) iq4_h_word(q.u[i], q.dl, &w[2 * i], &w[8 + 2 * i]);
 }
 
 // ---- mmq's IQ4 fragments (load_oct_h of IQ4_XS and IQ4_NL): a lane's oct is the low (o < 2) or
@@ -150,10 +153,7 @@ __device__ __forceinline__ void iq4_oct_h(uint32_t x, uint32_t y, int o, __half2
 {
     const uint32_t sh = 4u * (uint32_t)(o >> 1);
     const uint32_t n = ((x >> sh) & 0x0F0F0F0Fu) | ((y << (4u - sh)) & 0xF0F0F0F0u); // one lop3
-    uint32_t r0, r1;
-    iq4_level_bytes(n, r0, r1);
-    iq4_h_pairs(r0, r1, 0x4240, dl, &w[0]); // x's weights 0-3
-    iq4_h_pairs(r0, r1, 0x4341, dl, &w[2]); // y's weights 4-7
+    iq4_h_word(n, dl, &w[0], &w[2]); // x's weights 0-3 (the low nibbles), y's 4-7 (the high)
 }
 
 // iq4xs_h_scale in FP16 arithmetic (mmq: every lane computes its two rows' scales each chunk, so
@@ -183,7 +183,7 @@ template <> __device__ __forceinline__ void load_oct_h<T_IQ4_NL>(const uint8_t *
 {
     const uint8_t *b = row + (size_t)c * 18;
     uint32_t q[2];
-    ld_words_a2<2, false>(b + 2 + 8 * (o & 1), q);
+    ld_words<2, false, 2>(b + 2 + 8 * (o & 1), q);
     const uint32_t d = ld_u16(b);
     iq4_oct_h(q[0], q[1], o, h2_from_bits(d | d << 16), w);
 }
@@ -205,22 +205,6 @@ template <> __device__ __forceinline__ void load_oct_h<T_IQ4_NL>(const uint8_t *
 #define MXFP4_LEVELS_2 0x7D7E7F80u
 #define MXFP4_LEVELS_3 0x74787A7Cu
 
-// N words of bytes p[0, 4N) at any alignment: N + 1 aligned 32-bit loads through the
-// read-only cache and a funnel shift each.  The extra word (read only when p is unaligned)
-// holds byte p[4N - 1], so it lies inside the 4-byte-aligned span of the data p reads.
-template <int N>
-__device__ __forceinline__ void ld_words_a1(const uint8_t *p, uint32_t out[N])
-{
-    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
-    const uint32_t sh = ((uint32_t)(uintptr_t)p & 3u) * 8u;
-    uint32_t v[N + 1];
-#pragma unroll
-    for (int k = 0; k < N; k++) v[k] = __ldg(a + k);
-    v[N] = sh ? __ldg(a + N) : 0u;
-#pragma unroll
-    for (int k = 0; k < N; k++) out[k] = __funnelshift_r(v[k], v[k + 1], sh);
-}
-
 template <> __device__ __forceinline__ void load_chunk_h<T_MXFP4>(const uint8_t *row, int c, __half2 w[16])
 {
     const uint8_t *b = row + (size_t)c * 17;
@@ -235,14 +219,11 @@ template <> __device__ __forceinline__ void load_chunk_h<T_MXFP4>(const uint8_t 
     const uint32_t sb = s >= -14 ? (uint32_t)(s + 15) << 10 : 1u << (s + 24); // normal, or subnormal
     const __half2 dl = h2_from_bits(sb | sb << 16);
     uint32_t u[4];
-    ld_words_a1<4>(b + 1, u);
+    ld_words<4, true, 1>(b + 1, u);
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint32_t r0, r1;
-        level16_bytes(u[i], MXFP4_LEVELS_0, MXFP4_LEVELS_1, MXFP4_LEVELS_2, MXFP4_LEVELS_3, r0, r1);
-        iq4_h_pairs(r0, r1, 0x4240, dl, &w[2 * i]);
-        iq4_h_pairs(r0, r1, 0x4341, dl, &w[8 + 2 * i]);
-    }
+    for (int i = 0; i < 4; i++)
+        level16_h_word(u[i], MXFP4_LEVELS_0, MXFP4_LEVELS_1, MXFP4_LEVELS_2, MXFP4_LEVELS_3, dl, &w[2 * i],
+                       &w[8 + 2 * i]);
 }
 
 // ---- Q2_K: {scales[16] (4-bit scale | 4-bit min << 4 per 16 w); qs[64]; f16 d, dmin} (84
@@ -329,8 +310,8 @@ template <> __device__ __forceinline__ void load_chunk_h<T_Q3_K>(const uint8_t *
     __half2 dl[2];
     q3k_h_scales<true>(b, s, dl);
     uint32_t ql[8], hm[8];
-    ld_words_a2<8, true>(b + 32 + 32 * (s >> 2), ql);
-    ld_words_a2<8, true>(b, hm);
+    ld_words<8, true, 2>(b + 32 + 32 * (s >> 2), ql);
+    ld_words<8, true, 2>(b, hm);
 #pragma unroll
     for (int i = 0; i < 8; i++) q3k_h_word(ql[i] >> sh, hm[i] >> s, dl[i >> 2], &w[2 * i]);
 }
@@ -342,8 +323,8 @@ template <> __device__ __forceinline__ void load_oct_h<T_Q3_K>(const uint8_t *ro
     __half2 dl[2];
     q3k_h_scales<false>(b, s, dl);
     uint32_t ql[2], hm[2];
-    ld_words_a2<2, false>(b + 32 + 32 * (s >> 2) + 8 * o, ql);
-    ld_words_a2<2, false>(b + 8 * o, hm);
+    ld_words<2, false, 2>(b + 32 + 32 * (s >> 2) + 8 * o, ql);
+    ld_words<2, false, 2>(b + 8 * o, hm);
     const __half2 d = o < 2 ? dl[0] : dl[1];
     q3k_h_word(ql[0] >> sh, hm[0] >> s, d, &w[0]);
     q3k_h_word(ql[1] >> sh, hm[1] >> s, d, &w[2]);

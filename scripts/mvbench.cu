@@ -69,6 +69,26 @@ __device__ __forceinline__ void chunk_v(const uint8_t *row, int c, __half2 w[16]
     }
 }
 
+// One chunk's products (chunk_dots' weights and sums) with the inputs from shared memory as FP32
+// (stage_x32's layout: chunk c's 32 inputs as 8 float4, the i-th at i ^ (c & 7)).
+template <int NR>
+__device__ __forceinline__ void chunk_dots_x32(float w[NR][32], int c, float s[NR])
+{
+    extern __shared__ float4 xs32[];
+    const float4 *xf = xs32 + 8 * c;
+#pragma unroll
+    for (int r = 0; r < NR; r++) s[r] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float4 f = xf[j ^ (c & 7)];
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            s[r] += w[r][4 * j] * f.x + w[r][4 * j + 1] * f.y;
+            s[r] += w[r][4 * j + 2] * f.z + w[r][4 * j + 3] * f.w;
+        }
+    }
+}
+
 // row_dots (MT = 1) with the chunk decoder chosen; the same sums in the same order.
 template <int T, int NR, bool HDR, int SX = 0>
 __device__ __forceinline__ void row_dots_v(const uint8_t *const rows[NR], const __half *xr, int k, float acc[NR])
@@ -91,17 +111,7 @@ __device__ __forceinline__ void row_dots_v(const uint8_t *const rows[NR], const 
 #pragma unroll
         for (int r = 0; r < NR; r++) s[r] = 0.0f;
         if constexpr (SX == 2) {
-            extern __shared__ float4 xs32[];
-            const float4 *xf = xs32 + 8 * c;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float4 f = xf[j ^ (c & 7)];
-#pragma unroll
-                for (int r = 0; r < NR; r++) {
-                    s[r] += w[r][4 * j] * f.x + w[r][4 * j + 1] * f.y;
-                    s[r] += w[r][4 * j + 2] * f.z + w[r][4 * j + 3] * f.w;
-                }
-            }
+            chunk_dots_x32<NR>(w, c, s);
         } else {
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -277,19 +287,7 @@ __device__ __forceinline__ void row_dots_part(const uint8_t *const rows[NR], con
         chunk_weights<NR>(wh, w);
         float s[NR];
         if constexpr (SX32) {
-            extern __shared__ float4 xs32[];
-            const float4 *xf = xs32 + 8 * c;
-#pragma unroll
-            for (int r = 0; r < NR; r++) s[r] = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float4 f = xf[j ^ (c & 7)];
-#pragma unroll
-                for (int r = 0; r < NR; r++) {
-                    s[r] += w[r][4 * j] * f.x + w[r][4 * j + 1] * f.y;
-                    s[r] += w[r][4 * j + 2] * f.z + w[r][4 * j + 3] * f.w;
-                }
-            }
+            chunk_dots_x32<NR>(w, c, s);
         } else {
             chunk_dots<NR>(w, xr + 32 * c, s);
         }

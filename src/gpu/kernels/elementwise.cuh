@@ -318,16 +318,8 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
         for (int i = threadIdx.x; i < hd; i += bd) hs[i] = hs[i] * scale * nw[i];
     }
     const float vs = vv && a.v_norm ? rsqrtf(block_sum(sv, sh) / (float)hd + a.eps) : 1.0f;
-    if (!a.no_rope) { // rope_head's, over the head in shared memory
-        __syncthreads();
-        const int nr = rope_dims(a);
-        for (int i = threadIdx.x; i < nr / 2; i += bd) {
-            const int2 ix = rope_index(i, nr, a.neox);
-            const float2 r = rope_pair(hs[ix.x], hs[ix.y], i, pos, a);
-            hs[ix.x] = r.x;
-            hs[ix.y] = r.y;
-        }
-    }
+    if (!a.no_rope) __syncthreads(); // the normed head complete before its pairs rotate
+    rope_head(hs, pos, a);
     __syncthreads();
     for (int i = threadIdx.x; i < hd; i += bd) {
         v[i] = hs[i];

@@ -104,6 +104,7 @@ typedef struct matmul_op {
      * p's input with its weight norm_w */
     int norm, norm_p;
     CUdeviceptr norm_w;
+    CUdeviceptr res_gate; /* NORM_OUT: y += sigmoid(logit[0]) * W x (matvec_args.res_gate); 0: ungated */
     int glu_gelu; /* a fused GLU's activation: GeGLU (matvec_args.glu_gelu) */
     const char *what;
 } matmul_op;
@@ -438,6 +439,10 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 {
     bool q8_ready = false;
     const bool lo_fused = lo_fusable(g, op);
+    if (op->res_gate && (op->norm != NORM_OUT || op->m != 1)) { /* only matvec_res applies the gate */
+        snprintf(err, errlen, "%s: a gated residual add outside the batch-1 step's carried norm", op->what);
+        return -1;
+    }
     for (int i = 0; i < op->n_out;) { /* runs of outputs with one weight format share a launch */
         int j = i + 1;
         while (j < op->n_out && op->out[j].w->type == op->out[i].w->type) j++;
@@ -457,6 +462,7 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             const bool q8 = use_dp4a(g, op, op->out[i].w);
             if (q8 && dp4a_input(g, op, &q8_ready, &a, err, errlen)) return -1;
             if (op->norm) a.norm = norm_args(g, op->norm_p, op->norm_w); /* never with q8 (gpu_norms_carried) */
+            a.res_gate = op->res_gate ? F32(op->res_gate) : NULL;
             if (op->post) { /* m == 1: the matvec path (path_for) */
                 matvec_rope_args r = {.mv = a, .post = *op->post, .role0 = MATVEC_Q + i};
                 const gpu_fn *fn = q8 ? &g->k.matvec_rope_dp4a[t] : op->norm ? &g->k.matvec_rope_norm[t] : &g->k.matvec_rope[t];
@@ -723,6 +729,19 @@ typedef struct moe_dst {
     int norm_in, norm_out;
 } moe_dst;
 
+/* Whether layer L's step of T tokens takes its shared expert's gate and up in the experts' GLU
+ * launch (moe_glu_norm's last grid column: moe_mv_args.sh0), one launch a layer fewer: the
+ * batch-1 step's carried norm (both read its input and the router's kept sum) on the
+ * entry-per-block path (k below mmq_narrow's entries), SiLU experts, and the shared gate and
+ * up in the experts' format and row width. */
+static bool shexp_in_experts(const gpu_engine *g, const gpu_layer *L, int T)
+{
+    const gpu_matrix *sg = &L->ffn_gate_shexp, *su = &L->ffn_up_shexp, *ge = &L->ffn_gate_exps;
+    return sg->d && norm_point(g, 2 * (int)(L - g->layers) + 1, T) >= 0 &&
+           g->base.m->hp.n_expert_used < GPU_MOE_NARROW_MIN_ENTRIES && !L->geglu && !L->swiglu_clamp &&
+           sg->type == ge->type && su->type == ge->type && sg->k == ge->k && sg->row_bytes == ge->row_bytes;
+}
+
 /* The chosen experts of a chunk of n tokens (rows t0.. of act_h), whose router logits are in
  * moe_logits: each token's k experts and weights are picked (moe_route's choice), then every
  * entry (token, choice) goes through its expert's SwiGLU and down projection, and the weighted
@@ -762,6 +781,11 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
                         mmq_narrow_format(g, gate) && mmq_narrow_format(g, down);
     bool grouped = narrow || ((n > GPU_MOE_ENTRY_MAX_TOKENS || g->det) && !L->geglu &&
                               gpu_mmq_serves(&g->k, gate->wtype, gate->k) && gpu_mmq_serves(&g->k, down->wtype, down->k));
+    const bool with_shexp = shexp_in_experts(g, L, n);
+    if (with_shexp && (grouped || L->geglu)) { /* (shexp_in_experts holds only where it is not) */
+        snprintf(err, errlen, "%s: the shared expert's GLU in a path without moe_glu_norm", what);
+        return -1;
+    }
     /* moe_glu routes inside its blocks; the other paths launch moe_route first */
     if ((grouped || L->geglu) &&
         gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32},
@@ -786,6 +810,12 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         } else {
             void *args[] = {&a};
             if (o->norm_in >= 0) a.norm = norm_args(g, o->norm_in, 0);
+            if (with_shexp) { /* one grid column more: the shared expert's gate and up into ff_h */
+                a.sh0 = U8(L->ffn_gate_shexp.d), a.sh1 = U8(L->ffn_up_shexp.d), a.sh_yh = F16(g->ff_h);
+                a.sh_n = L->ffn_gate_shexp.n;
+                per_entry.gx++;
+                per_entry.gy = ceil_div(a.sh_n > gate->n ? a.sh_n : gate->n, 8);
+            }
             const gpu_fn *fn = o->norm_in >= 0 ? &g->k.moe_glu_norm[gate->wtype] : &g->k.moe_glu[gate->wtype];
             if (gpu_launch_smem(fn, per_entry, GPU_MOE_GLU_SMEM(ne, k, L->n_group), g->stream, args, what, err, errlen))
                 return -1;
@@ -852,10 +882,12 @@ static int moe_experts(gpu_engine *g, const gpu_layer *L, int T, const moe_dst *
 {
     int ne = g->base.m->hp.n_expert, per_block = T > GPU_MOE_ROUTER_TOKENS ? 8 : 1; /* moe.cuh: moe_router */
     gpu_launch_dims rd = {ceil_div(T, GPU_MOE_ROUTER_TOKENS), ceil_div(ne, per_block), 1, 256};
-    if (o->norm_in >= 0) { /* one token: a block an expert, as moe_router's */
+    if (o->norm_in >= 0) { /* one token: a block an expert, as moe_router's (+ one: the shared expert's gate) */
         matvec_norm nm = norm_args(g, o->norm_in, L->ffn_norm);
+        CUdeviceptr w_sh = L->ffn_gate_inp_shexp, sh = w_sh ? g->sh_logit : 0;
+        rd.gy += w_sh ? 1 : 0;
         LAUNCH(g->k.moe_router_norm, rd, what, &g->x, &(CUdeviceptr){L->router}, &(CUdeviceptr){L->ffn_gate_inp_b},
-               &g->d_embd, &nm, &g->moe_logits);
+               &g->d_embd, &nm, &g->moe_logits, &w_sh, &sh);
     } else {
         LAUNCH(g->k.moe_router, rd, what, &g->moe_xf, &(CUdeviceptr){L->router}, &(CUdeviceptr){L->ffn_gate_inp_b},
                &g->d_embd, &ne, &T, &per_block, &g->moe_logits);
@@ -992,8 +1024,9 @@ static bool qkv_post_fusable(const gpu_engine *g, const gpu_layer *L)
 
 /* Whether the batch-1 step can carry layer L's norms through its feed-forward: a one-launch
  * SiLU GLU (glu_norm, matvec_res), or a MoE layer of SiLU experts on the matvec path
- * (moe_router_norm, moe_glu_norm, moe_down_res) with at most a shared expert of no gate (its
- * GLU reads the norm, its down product adds into x and writes the next one), over formats that
+ * (moe_router_norm, moe_glu_norm, moe_down_res) with at most a shared expert (its GLU reads the
+ * norm, its down product adds into x and writes the next one; a sigmoid gate's logit from
+ * moe_router_norm's extra block, applied in that add: matvec_args.res_gate), over formats that
  * have the kernels. */
 static bool ffn_norms_carried(const gpu_engine *g, const gpu_layer *L, arch_ffn ffn)
 {
@@ -1001,7 +1034,7 @@ static bool ffn_norms_carried(const gpu_engine *g, const gpu_layer *L, arch_ffn 
     if (ffn == ARCH_FFN_GLU)
         return !L->geglu && gpu_glu_fused(g, &L->w_gate, &L->w_up, 1) && L->w_gate.wtype >= 0 &&
                k->matvec_res[L->w_gate.wtype].f && L->w_down.wtype >= 0 && k->matvec_res[L->w_down.wtype].f;
-    if (ffn != ARCH_FFN_MOE || L->geglu || !L->router || L->ffn_gate_inp_shexp || GPU_MOE_ENTRY_MAX_TOKENS < 1)
+    if (ffn != ARCH_FFN_MOE || L->geglu || !L->router || GPU_MOE_ENTRY_MAX_TOKENS < 1)
         return false;
     const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
     if (gate->wtype < 0 || !k->moe_glu_norm[gate->wtype].f || down->wtype < 0 || !k->moe_down_res[down->wtype].f)
@@ -1285,25 +1318,31 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
 /* The shared expert of a MoE layer beside its routed ones (which already added theirs):
  * x += sigmoid(w_gate_inp_shexp . h) * Wdown_shexp fp16(silu(Wgate_shexp h) * Wup_shexp h), the
  * gate's logit in FP32 from moe_xf as the router's; a layer without that gate (GLM-4.5) adds
- * the expert's output as it is: where the batch-1 step carries its norms (gpu_norms_carried:
+ * the expert's output as it is.  Where the batch-1 step carries its norms (gpu_norms_carried:
  * only then), gate/up read the feed-forward norm's input and the down product adds into x
- * itself (the same sum as shexp_add's with gate 1), writing the next layer's norm input. */
+ * itself (shexp_add's fmaf, the gate's logit moe_router_norm's: matmul_op.res_gate), writing
+ * the next layer's norm input. */
 static int shared_expert(gpu_engine *g, const gpu_layer *L, int T, const char *what, char *err, size_t errlen)
 {
     const int il = (int)(L - g->layers);
-    if (norm_point(g, 2 * il + 1, T) >= 0) {
-        const int next = il + 1 < g->base.m->hp.n_layer ? norm_point(g, 2 * il + 2, T) : -1;
-        matmul_op down = {.out = {{&L->ffn_down_shexp, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
-                          .ldx = L->d_ff, .accumulate = true, .norm = next >= 0 ? NORM_OUT : NORM_NONE,
-                          .norm_p = next, .norm_w = next >= 0 ? g->layers[il + 1].attn_norm : 0, .what = what};
-        return gated_ffn(g, L, true, T, what, err, errlen) || matmul(g, &down, err, errlen) ? -1 : 0;
-    }
-    int one = 1; /* one output, one a block */
+    const bool carried = norm_point(g, 2 * il + 1, T) >= 0;
+    const int next = carried && il + 1 < g->base.m->hp.n_layer ? norm_point(g, 2 * il + 2, T) : -1;
     CUdeviceptr logit = L->ffn_gate_inp_shexp ? g->sh_logit : 0; /* 0: shexp_add's gate is 1 */
-    if (logit)
+    int one = 1; /* one output, one a block */
+    if (logit && !carried) /* (carried: moe_router_norm's extra block wrote it) */
         LAUNCH(g->k.moe_router, ((gpu_launch_dims){ceil_div(T, GPU_MOE_ROUTER_TOKENS), 1, 1, 256}), what, &g->moe_xf,
                &(CUdeviceptr){L->ffn_gate_inp_shexp}, &(CUdeviceptr){0}, &g->d_embd, &one, &T, &one, &logit);
-    if (gated_ffn(g, L, true, T, what, err, errlen)) return -1;
+    /* (shexp_in_experts: the experts' GLU launch made ff_h) */
+    if (!shexp_in_experts(g, L, T) && gated_ffn(g, L, true, T, what, err, errlen)) return -1;
+    /* carried, the down product adds into x itself: writing the next norm's input (gated or
+     * not), or in the last layer where nothing gates it; a gated last layer takes shexp_add */
+    if (carried && (next >= 0 || !logit)) {
+        matmul_op down = {.out = {{&L->ffn_down_shexp, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
+                          .ldx = L->d_ff, .accumulate = true, .norm = next >= 0 ? NORM_OUT : NORM_NONE,
+                          .norm_p = next, .norm_w = next >= 0 ? g->layers[il + 1].attn_norm : 0, .res_gate = logit,
+                          .what = what};
+        return matmul(g, &down, err, errlen);
+    }
     matmul_op down = {.out = {{&L->ffn_down_shexp, g->sh_y, 0, g->d_embd}}, .n_out = 1, .x = g->ff_h, .m = T,
                       .ldx = L->d_ff, .what = what};
     if (matmul(g, &down, err, errlen)) return -1;

@@ -200,6 +200,9 @@ typedef struct matvec_args {
     const int32_t *bias_ids;
     long long bias_stride;
     matvec_norm norm; /* matvec_rope_norm_*, glu_norm_*, matvec_res_*, matvec_nin_*, matvec_lo_nin_* only */
+    /* matvec_res_* only: y += sigmoid(res_gate[0]) * W x (NULL: y += W x), as shexp_add adds a
+     * sigmoid-gated shared expert (qwen35moe, qwen3next; the logit moe_router_norm's) */
+    const float *res_gate;
     /* matvec_<type>_2 only, m == 1, no accumulate: a second FP16 input row (act_lo, x's
      * rounding remainder) read as activation row 1, whose sums the epilogue adds to row 0's in
      * segments below lo_segs: y = W x + W x_lo in one pass over W, the same bits as the two
@@ -261,6 +264,13 @@ typedef struct moe_mv_args {
     moe_route_args route; /* moe_glu: what to route; moe_down: route.k and route.weights */
     int accumulate;       /* moe_down */
     matvec_norm norm;     /* moe_glu_norm_* (NORM_IN), moe_down_res_* (NORM_OUT) only */
+    /* moe_glu_norm_* only, where sh0 is set: a shared expert's gate and up (sh0, sh1: sh_n rows
+     * of the experts' format, k and row_bytes) in the grid's last column x, unrouted, its
+     * fp16(silu(gate) * up) into sh_yh [sh_n]: the batch-1 step's shared GLU without a launch of
+     * its own (gpu_forward.c shexp_in_experts) */
+    const uint8_t *sh0, *sh1;
+    gpu_half *sh_yh;
+    int sh_n;
 } moe_mv_args;
 /* moe_glu's dynamic shared memory for n_expert experts, k chosen: the scores and choice
  * values, the expert groups' scores (n_group; DeepSeek V3), then the chosen ids and weights */

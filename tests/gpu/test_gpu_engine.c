@@ -1244,33 +1244,49 @@ static float *gpu_logits_from(const model *m, const int32_t *tokens, int n_promp
 }
 
 /* mkmodel's qwen35 (the qwen3.5-9b preset shrunk: 5 layers of 256, DeltaNet x 3, gated
- * attention with q/k norms and partial RoPE, DeltaNet; 4 v heads of state 32 over 2 k groups)
+ * attention with q/k norms and partial RoPE, DeltaNet; 4 v heads of state 64 over 2 k groups)
  * in formats whose batch-1 steps carry their norms through both kinds of layer
  * (gpu_forward.c gpu_norms_carried: the DeltaNet input product over the norm's input and its
  * remainder, matvec_lo_nin; norm_prep's remainder for layer 0, the down products' for layers
- * 1, 2 and 4; Wout and Wo writing the feed-forward norm's input).  The 88 decode steps after a
+ * 1, 2 and 4; Wout and Wo writing the feed-forward norm's input); and qwen35moe's (the
+ * qwen3.5-35b-a3b preset shrunk the same way, 32 experts of 256, 8 a token, the shared expert
+ * behind its sigmoid gate: moe_router_norm's extra block makes its logit, the shared down
+ * product adds it gated and writes the next layer's norm input, the last layer's through
+ * shexp_add).  The 88 decode steps after a
  * 200-token prompt (carried) against the same positions as part of one prompt (the batched
  * products over launched norms, the chunked delta rule): top-1 (or a near tie) >= 95 % and no
- * position past 5e-2 (H100, 2026-11-27: 100 % top-1 in all three formats, max 1.0e-2 Q4_K_M,
- * 2.2e-2 Q8_0, 5.4e-3 F16); a slip in the carried path (a wrong scale, input or remainder) puts
- * the logits far off.  Against the CPU it is printed only: on these random weights the GPU's FP16
- * activations alone move the logits past the dense models' bounds, in the prompt (no norm
- * carried) as much as in the decode steps (H100, Q4_K_M: 97.92 % top-1, 8 of 288 positions over
- * 3e-2; of the 14 positions over it or off in top-1, 10 in the prompt). */
+ * position past 5e-2 (H100, 2026-11-27, these shapes, every engine's steps carrying: qwen35
+ * 100 % top-1 at Q4_K_M and Q8_0, 98.86 % at F16 (100 % with near ties), max 3.4e-3 / 3.5e-3 /
+ * 4.6e-3; qwen35moe 100 %, max 2.1e-2); a slip in the carried path (a wrong scale, input,
+ * remainder or shared gate) puts the logits far off.  Against the CPU it is printed only: on
+ * these random weights the GPU's FP16 activations alone move the logits past the dense models'
+ * bounds, in the prompt (no norm carried) as much as in the decode steps (H100: qwen35 98.96 /
+ * 99.31 / 98.96 % top-1; qwen35moe 91.32 %, 97 of 288 positions over 3e-2, from position 5 of
+ * the prompt on: its 32 random experts' router near ties, in steps that carry nothing). */
 static void test_hybrid_mkmodel_carried(void **state)
 {
     (void)state;
     if (!gpu_features_enabled(GPU_HYBRID_FEATURES, "the hybrids")) skip();
-    static const mkmodel_ftype types[] = {MKMODEL_Q4_K_M, MKMODEL_Q8_0, MKMODEL_F16};
+    static const struct {
+        const char *preset, *name;
+        mkmodel_ftype type;
+    } cases[] = {{"qwen3.5-9b", "qwen35", MKMODEL_Q4_K_M},
+                 {"qwen3.5-9b", "qwen35", MKMODEL_Q8_0},
+                 {"qwen3.5-9b", "qwen35", MKMODEL_F16},
+                 {"qwen3.5-35b-a3b", "qwen35moe", MKMODEL_Q4_K_M}};
     uint64_t seed = 61;
     bool ok = true;
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mkmodel_config cfg;
-        assert_true(mkmodel_preset("qwen3.5-9b", &cfg));
-        cfg.n_embd = 256, cfg.n_layer = 5, cfg.n_head = 2, cfg.n_head_kv = 1, cfg.head_dim = 64, cfg.n_rot = 16;
+        assert_true(mkmodel_preset(cases[i].preset, &cfg));
+        /* every product's rows whole 256-input blocks (Wo's and Wout's too: 4 heads of 64, 4 v
+         * heads of 64), so that Q4_K_M keeps its K-quants (a 128-wide row falls back to Q5_0,
+         * which has no carried kernels: such a file's steps launch their norms) */
+        cfg.n_embd = 256, cfg.n_layer = 5, cfg.n_head = 4, cfg.n_head_kv = 1, cfg.head_dim = 64, cfg.n_rot = 16;
         cfg.n_vocab = 512, cfg.n_ctx = 512, cfg.n_ff = 512;
-        cfg.ssm_state = 32, cfg.ssm_groups = 2, cfg.ssm_vheads = 4, cfg.ssm_inner = 128;
-        cfg.ftype = types[i];
+        cfg.ssm_state = 64, cfg.ssm_groups = 2, cfg.ssm_vheads = 4, cfg.ssm_inner = 256;
+        if (cfg.n_expert) cfg.n_expert = 32, cfg.n_expert_used = 8, cfg.n_ff_exp = 256;
+        cfg.ftype = cases[i].type;
         model *m = mkmodel_loaded(&cfg);
         const int V = m->hp.n_vocab;
         int32_t tokens[N_POS];
@@ -1278,13 +1294,13 @@ static void test_hybrid_mkmodel_carried(void **state)
         float *dec = gpu_logits_from(m, tokens, N_PROMPT), *all = gpu_logits_from(m, tokens, N_POS);
         const size_t at = (size_t)N_PROMPT * V;
         agreement a = compare_logits(dec + at, all + at, N_POS - N_PROMPT, V);
-        print_message("  qwen35 %-7s decode steps (from position %d) vs the same positions prompted: top-1 %.2f %% (%.2f %% with near "
+        print_message("  %s %-7s decode steps (from position %d) vs the same positions prompted: top-1 %.2f %% (%.2f %% with near "
                       "ties), max relative logit error %.2e%s%s\n",
-                      mkmodel_ftype_name(cfg.ftype), N_PROMPT, 100.0 * a.top1, 100.0 * a.top1_or_tie, a.max_rel,
-                      a.where[0] ? ":" : "", a.where);
+                      cases[i].name, mkmodel_ftype_name(cfg.ftype), N_PROMPT, 100.0 * a.top1, 100.0 * a.top1_or_tie,
+                      a.max_rel, a.where[0] ? ":" : "", a.where);
         ok &= a.top1_or_tie >= 0.95 && a.max_rel < 5e-2;
         char label[64];
-        snprintf(label, sizeof label, "qwen35 %s vs CPU", mkmodel_ftype_name(cfg.ftype));
+        snprintf(label, sizeof label, "%s %s vs CPU", cases[i].name, mkmodel_ftype_name(cfg.ftype));
         (void)measure_logits(m, label, N_POS, N_PROMPT, tokens);
         free(dec), free(all);
         model_free(m);

@@ -1124,6 +1124,43 @@ static void norm_carried_plain(int wt, CUdeviceptr w, size_t rb, CUdeviceptr act
     cu.cuMemFree(db), cu.cuMemFree(dy0), cu.cuMemFree(dy1);
 }
 
+/* A sigmoid-gated shared expert's residual add over the carried norm (qwen35moe, qwen3next):
+ * matvec_res with matvec_args.res_gate against the uncarried path's product into y and
+ * shexp_add, x bit for bit (both one fmaf), and the next norm's partials of the new x: the
+ * residual product of test_norm_carried (wo, n rows of k, over h) with its own outputs. */
+static void norm_carried_gated(int wt, CUdeviceptr wo, size_t rb, int k, int n, CUdeviceptr h, const float *x,
+                               matvec_norm nm, uint64_t *seed)
+{
+    const float logit = 2.0f * gpu_test_randf(seed) - 1.0f;
+    CUdeviceptr dx_ref = upload(x, n * sizeof *x), dx = upload(x, n * sizeof *x), dy = poisoned(n);
+    CUdeviceptr dlogit = upload(&logit, sizeof logit);
+    matvec_args a = {.n_seg = 1, .k = k, .m = 1, .ldx = k, .row_bytes = rb, .x = (const gpu_half *)(uintptr_t)h};
+    a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)wo, (float *)(uintptr_t)dy, NULL, n, n};
+    void *args[] = {&a};
+    launch(&G.k.matvec[wt][0], (gpu_launch_dims){1, n / 8, 1, 256}, args);
+    void *sa[] = {&dx_ref, &dy, &dlogit, &n};
+    launch(&G.k.shexp_add, (gpu_launch_dims){1, 1, 1, 256}, sa);
+    nm.xw = (gpu_half *)(uintptr_t)poisoned_half(n), nm.xw_lo = NULL, nm.part = (float *)(uintptr_t)poisoned(n / 8);
+    a.seg[0].y = (float *)(uintptr_t)dx, a.accumulate = 1, a.norm = nm, a.res_gate = (const float *)(uintptr_t)dlogit;
+    launch(&G.k.matvec_res[wt], (gpu_launch_dims){1, n / 8, 1, 256}, args);
+    float *xr = malloc(n * sizeof *xr), *xo = malloc(n * sizeof *xo), *part = malloc(n / 8 * sizeof *part);
+    download(xr, dx_ref, n * sizeof *xr);
+    download(xo, dx, n * sizeof *xo);
+    download(part, (CUdeviceptr)(uintptr_t)nm.part, n / 8 * sizeof *part);
+    assert_memory_equal(xo, xr, n * sizeof *xo);
+    int moved = 0;
+    for (int j = 0; j < n / 8; j++) {
+        double p = 0.0;
+        for (int i = 8 * j; i < 8 * j + 8; i++) p += (double)xr[i] * xr[i], moved += xr[i] != x[i];
+        assert_true(fabs(part[j] - p) <= 1e-5 * p);
+    }
+    assert_true(moved > n / 2); /* the gated sum did reach x */
+    print_message("  matvec_res with a sigmoid gate (logit %.3f): x bit-identical to matvec + shexp_add\n", logit);
+    cu.cuMemFree(dx_ref), cu.cuMemFree(dx), cu.cuMemFree(dy), cu.cuMemFree(dlogit);
+    cu.cuMemFree((CUdeviceptr)(uintptr_t)nm.xw), cu.cuMemFree((CUdeviceptr)(uintptr_t)nm.part);
+    free(xr), free(xo), free(part);
+}
+
 /* A DeltaNet layer's input product over the carried norm (matvec_lo_nin: xw and the remainder
  * matvec_res wrote, nm.xw_lo) against the uncarried path's one-pass product over rmsnorm's FP16
  * row and its remainder (matvec_<type>_2 with x_lo), both reading the norm to ~22 bits: two
@@ -1266,6 +1303,7 @@ static void test_norm_carried(void **state)
         norm_carried_plain(wt, dwg, rbg, dah, g.norm, &seed);
         norm_carried_qkv(t, &seed, dah, a.norm);
         if (G.k.matvec_lo_nin[wt].f) norm_carried_lo(wt, dwg, rbg, dx_ref, dw, a.norm);
+        norm_carried_gated(wt, dwo, rbo, KO, N, dh, x, a.norm, &seed);
         cu.cuMemFree(dwo), cu.cuMemFree(dwg), cu.cuMemFree(dh), cu.cuMemFree(dx_ref), cu.cuMemFree(dx);
         cu.cuMemFree(dw), cu.cuMemFree(dxw), cu.cuMemFree(dpart), cu.cuMemFree(dss), cu.cuMemFree(dah);
         cu.cuMemFree(dff), cu.cuMemFree(dff2), cu.cuMemFree(dff3), cu.cuMemFree(dxwlo);
@@ -2555,6 +2593,10 @@ static void test_moe_norm_carried(void **state)
         CUdeviceptr bias = cases[c].gptoss ? drb : 0;
         void *ra0[] = {&dy, &drouter, &bias, &n, &ne, &one, &one, &dlog0};
         launch(&G.k.moe_router, (gpu_launch_dims){1, NE, 1, 256}, ra0);
+        /* the shared expert's gate row (qwen35moe): a one-expert router, no bias */
+        CUdeviceptr dwsh = upload(router + N, N * sizeof *router), dsh0 = poisoned(1), dsh1 = poisoned(1);
+        void *rs0[] = {&dy, &dwsh, &none, &n, &one, &one, &one, &dsh0};
+        launch(&G.k.moe_router, (gpu_launch_dims){1, 1, 1, 256}, rs0);
         /* the carried form: norm_prep's input and partials, the router over x itself */
         CUdeviceptr dxw = poisoned_half(N), dpart = poisoned(N / 8), dss = poisoned(2);
         void *pa[] = {&dx, &dnw, &dxw, &none, &dpart, &dss, &n, &eps};
@@ -2562,14 +2604,23 @@ static void test_moe_norm_carried(void **state)
         matvec_norm nm = {.w = (const float *)(uintptr_t)dnw, .xw = (gpu_half *)(uintptr_t)dxw,
                           .part = (float *)(uintptr_t)dpart, .ss = (float *)(uintptr_t)dss, .n = N, .n_part = N / 8,
                           .eps = eps};
-        void *ra1[] = {&dx, &drouter, &bias, &n, &nm, &dlog1};
-        launch(&G.k.moe_router_norm, (gpu_launch_dims){1, NE, 1, 256}, ra1);
-        float lg[2][NE];
-        download(lg[0], dlog0, sizeof lg[0]);
-        download(lg[1], dlog1, sizeof lg[1]);
-        const double el = gpu_test_rel_err(lg[1], lg[0], NE);
+        /* gpt-oss's without the shared gate's block, the other with it (its logit after the experts') */
+        CUdeviceptr wsh = cases[c].gptoss ? 0 : dwsh, sh = cases[c].gptoss ? 0 : dsh1;
+        void *ra1[] = {&dx, &drouter, &bias, &n, &nm, &dlog1, &wsh, &sh};
+        launch(&G.k.moe_router_norm, (gpu_launch_dims){1, NE + (wsh ? 1 : 0), 1, 256}, ra1);
+        float lg[2][NE + 1];
+        download(lg[0], dlog0, NE * sizeof lg[0][0]);
+        download(lg[1], dlog1, NE * sizeof lg[1][0]);
+        download(&lg[0][NE], dsh0, sizeof lg[0][NE]);
+        download(&lg[1][NE], dsh1, sizeof lg[1][NE]);
+        const double el = gpu_test_rel_err(lg[1], lg[0], wsh ? NE + 1 : NE);
         /* gate/up and the routing, plain and over the carried norm, from the same logits */
         CUdeviceptr dh[2] = {poisoned_half(k * FE), poisoned_half(k * FE)}, dids[2] = {poisoned(k), poisoned(k)};
+        /* the shared expert's gate and up in the carried launch's last grid column (qwen35moe's
+         * SiLU experts only): the last expert's rows, unrouted, against glu over rmsnorm's row */
+        const bool with_sh = !cases[c].gptoss;
+        CUdeviceptr dsh_h = poisoned_half(FE), dsh_ref = poisoned_half(FE);
+        const uint8_t *sh_gate = (const uint8_t *)(uintptr_t)dgu + rbg * (NE - 1) * FE, *sh_up = sh_gate + rbg * NE * FE;
         CUdeviceptr dwt[2] = {poisoned(k), poisoned(k)};
         moe_mv_args a[2];
         for (int v = 0; v < 2; v++) {
@@ -2584,9 +2635,12 @@ static void test_moe_norm_carried(void **state)
                                  .b0 = cases[c].gptoss ? (const float *)(uintptr_t)db0 : NULL,
                                  .b1 = cases[c].gptoss ? (const float *)(uintptr_t)db1 : NULL, .route = ro};
             if (v) a[v].norm = nm;
+            if (v && with_sh)
+                a[v].sh0 = sh_gate, a[v].sh1 = sh_up, a[v].sh_yh = (gpu_half *)(uintptr_t)dsh_h, a[v].sh_n = FE;
             void *args[] = {&a[v]};
             const gpu_fn *fn = v ? &G.k.moe_glu_norm[wt] : &G.k.moe_glu[wt];
-            if (gpu_launch_smem(fn, (gpu_launch_dims){(unsigned)k, FE / 8, 1, 256}, GPU_MOE_GLU_SMEM(NE, k, 0), G.stream,
+            const unsigned cols = (unsigned)k + (a[v].sh0 ? 1 : 0);
+            if (gpu_launch_smem(fn, (gpu_launch_dims){cols, FE / 8, 1, 256}, GPU_MOE_GLU_SMEM(NE, k, 0), G.stream,
                                 args, "test", err, errlen))
                 fail_msg("%s", err);
         }
@@ -2602,6 +2656,24 @@ static void test_moe_norm_carried(void **state)
         assert_memory_equal(ids[1], ids[0], (size_t)k * sizeof(int32_t));
         assert_memory_equal(wts[1], wts[0], (size_t)k * sizeof(float));
         const double eh = gpu_test_rel_err(hf[1], hf[0], (size_t)k * FE);
+        double esh = 0.0;
+        if (with_sh) {
+            matvec_args gr = {.n_seg = 2, .k = N, .m = 1, .ldx = N, .row_bytes = rbg, .x = (const gpu_half *)(uintptr_t)dyh,
+                              .yh = (gpu_half *)(uintptr_t)dsh_ref};
+            gr.seg[0] = (matvec_seg){sh_gate, NULL, NULL, FE, FE};
+            gr.seg[1] = (matvec_seg){sh_up, NULL, NULL, FE, FE};
+            void *gargs[] = {&gr};
+            launch(&G.k.glu[wt][0], (gpu_launch_dims){1, FE / 8, 1, 256}, gargs);
+            uint16_t shh[2][FE];
+            float shf[2][FE];
+            download(shh[0], dsh_ref, sizeof shh[0]);
+            download(shh[1], dsh_h, sizeof shh[1]);
+            for (int i = 0; i < FE; i++) shf[0][i] = quant_f16_to_f32(shh[0][i]), shf[1][i] = quant_f16_to_f32(shh[1][i]);
+            esh = gpu_test_rel_err(shf[1], shf[0], FE);
+            print_message("  %s: the shared expert's GLU in moe_glu_norm's last column within %.2e of rmsnorm + glu\n",
+                          ggml_type_name(t), esh);
+            assert_true(esh < 2e-3);
+        }
         /* the down product and combine: plain, and writing the next norm's input (over the
          * reference's h, so both add the same sums) */
         float ss2[2] = {0.0f, -1.0f};
@@ -2644,13 +2716,13 @@ static void test_moe_norm_carried(void **state)
             for (int i = R * j; i < R * j + R && i < N; i++) p += (double)xa[i] * xa[i];
             assert_true(fabs(part[j] - p) <= 1e-5 * p);
         }
-        print_message("  %s, k %d: moe_router_norm within %.2e of rmsnorm + moe_router, moe_glu_norm's experts equal "
+        print_message("  %s, k %d: moe_router_norm within %.2e of rmsnorm + moe_router (%s), moe_glu_norm's experts equal "
                       "and h within %.2e; moe_down_res's x bit-identical, %d partials\n",
-                      ggml_type_name(t), k, el, eh, parts);
+                      ggml_type_name(t), k, el, wsh ? "+ the shared expert's gate" : "no shared gate", eh, parts);
         assert_true(el < 1e-5);
         assert_true(eh < 2e-3);
         CUdeviceptr bufs[] = {dgu, dwd, dx, dnw, dnw2, drouter, drb, db0, db1, dbd, dy, dyh, dlog0, dlog1, dxw, dpart,
-                              dss, dh[0], dh[1], dids[0], dids[1], dwt[0], dwt[1], dxa, dxb, dxw2, dpart2, dss2};
+                              dss, dwsh, dsh0, dsh1, dsh_h, dsh_ref, dh[0], dh[1], dids[0], dids[1], dwt[0], dwt[1], dxa, dxb, dxw2, dpart2, dss2};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CHECK(cu.cuMemFree(bufs[i]));
         free(x), free(nw), free(nw2), free(router), free(rb), free(b0), free(b1), free(bd), free(deq_gu), free(deq_d);
         free(wgu), free(wd), free(xa), free(xb), free(part), free(xw);

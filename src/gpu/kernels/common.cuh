@@ -79,6 +79,10 @@ __device__ __forceinline__ float attn_sink_term(const float *sinks, int h, float
     return base2 ? exp2f(sinks[h] * 1.4426950408889634f - m) : __expf(sinks[h] - m);
 }
 
+// The logistic function of the DeltaNet gates and the shared expert's gate (deltanet.cuh,
+// matvec.cuh's residual add with matvec_args.res_gate: one definition, so the same bits).
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
 // A GLU's output from its gate g and up u: silu(g) * u, or, limit > 0, the clamped SwiGLU
 // (gpt-oss; the CPU's cpu_swiglu_clamp): g = min(g, limit), u = clamp(u, -limit, limit),
 // (u + 1) * g * sigmoid(alpha g), or, gelu, GeGLU: gelu_tanh(g) * u (Gemma), the formula of

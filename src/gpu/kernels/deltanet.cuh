@@ -22,8 +22,6 @@
 #include "common.cuh"
 #include "../gpu_shared.h"
 
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 // One channel's conv output before the SiLU: its taps - 1 inputs before (hist, oldest first)
 // and in.  One order of the sums for ssm_conv and ssm_conv_step (the same bits).
 __device__ __forceinline__ float conv_sum(const float wr[GPU_SSM_MAX_TAPS], const float hist[GPU_SSM_MAX_TAPS - 1],
@@ -268,12 +266,16 @@ extern "C" __global__ void ssm_out_norm(const float *o, const float *z, const fl
 // rows of warp w, so that every column's sums are delta_rule's (its rows' products in order,
 // then the warps' in order); o stays in shared memory for warp 0's gated RMSNorm
 // (out_norm_head) into out (act_h).  One launch a layer fewer, and the head's o need not
-// wait in global memory for another kernel.
+// wait in global memory for another kernel.  Every input that does not depend on the state
+// (the gates, v, z and the norm's weight: z and w through shared memory, for out_norm_head) is
+// loaded with the state at the start: one memory round trip where there were four in a row
+// (the gates after the first barrier, v in the column loop, z and w in the norm).
 extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32)
     delta_step(ssm_args a, const float *z, const float *norm_w, __half *out, float eps)
 {
     constexpr int COLS = GPU_SSM_STEP_MAX_D / WARP, MAX_ROWS = GPU_SSM_STEP_MAX_D / GPU_SSM_WARPS;
     __shared__ float sk[GPU_SSM_STEP_MAX_D], sq[GPU_SSM_STEP_MAX_D], so[GPU_SSM_STEP_MAX_D];
+    __shared__ float sz[GPU_SSM_STEP_MAX_D], sw[GPU_SSM_STEP_MAX_D];
     __shared__ float red[GPU_SSM_WARPS][GPU_SSM_STEP_MAX_D];
     const gpu_ssm_seq s = a.seqs[blockIdx.x];
     const int h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x >> 5, d = a.d, t = s.first;
@@ -281,6 +283,14 @@ extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32)
     const int rows = (d + GPU_SSM_WARPS - 1) / GPU_SSM_WARPS, i0 = w * rows;
     float *S = a.state + (size_t)s.state * a.slot_stride + a.delta_off + (size_t)h * d * d;
     const float *x = a.mix + (size_t)t * a.chan;
+    const size_t base = ((size_t)t * a.v_heads + h) * d;
+    const float g_log = a.g[(size_t)t * a.v_heads + h], beta = a.beta[(size_t)t * a.v_heads + h];
+    float vv[COLS];
+#pragma unroll
+    for (int cb = 0; cb < COLS; cb++) {
+        const int j = cb * WARP + lane;
+        vv[cb] = j < d ? x[2 * a.k_heads * d + h * d + j] : 0.0f;
+    }
     float r[COLS][MAX_ROWS];
 #pragma unroll
     for (int cb = 0; cb < COLS; cb++)
@@ -292,9 +302,11 @@ extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32)
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         sk[i] = x[a.k_heads * d + kh * d + i];
         sq[i] = x[kh * d + i];
+        sz[i] = z[base + i];
+        sw[i] = norm_w[i];
     }
     __syncthreads();
-    const float decay = expf(a.g[(size_t)t * a.v_heads + h]), beta = a.beta[(size_t)t * a.v_heads + h];
+    const float decay = expf(g_log);
 #pragma unroll
     for (int cb = 0; cb < COLS; cb++) {
         float p = 0.0f;
@@ -314,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32)
         float kv = 0.0f;
 #pragma unroll
         for (int u = 0; u < GPU_SSM_WARPS; u++) kv += red[u][j];
-        const float delta = j < d ? beta * (x[2 * a.k_heads * d + h * d + j] - kv) : 0.0f;
+        const float delta = j < d ? beta * (vv[cb] - kv) : 0.0f;
         float p = 0.0f;
 #pragma unroll
         for (int ii = 0; ii < MAX_ROWS; ii++) {
@@ -341,10 +353,7 @@ extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32)
             if (j < d && ii < rows && i0 + ii < d) S[(size_t)(i0 + ii) * d + j] = r[cb][ii];
         }
     __syncthreads();
-    if (w == 0) {
-        const size_t base = ((size_t)t * a.v_heads + h) * d;
-        out_norm_head(so, z + base, norm_w, out + base, d, eps);
-    }
+    if (w == 0) out_norm_head(so, sz, sw, out + base, d, eps);
 }
 
 // q[t][h][i] = qg[t][h][i] for the n = tokens * n_head * hd entries of q (qg: [t][h][2 hd]).
@@ -362,11 +371,15 @@ extern "C" __global__ void gate_heads(__half *act, const float *qg, int hd, size
 }
 
 // Grid tokens: x[t] += sigmoid(logit[t]) * y[t] over n floats (logit NULL: x[t] += y[t], the
-// ungated shared expert of GLM-4.5).
+// ungated shared expert of GLM-4.5).  One fmaf, as the batch-1 step's carried form does it
+// (matvec_res_<type> with matvec_args.res_gate: the same bits).
 extern "C" __global__ void shexp_add(float *x, const float *y, const float *logit, int n)
 {
     const float g = logit ? sigmoidf_(logit[blockIdx.x]) : 1.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) x[(size_t)blockIdx.x * n + i] += g * y[(size_t)blockIdx.x * n + i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float *xi = x + (size_t)blockIdx.x * n + i;
+        *xi = fmaf(g, y[(size_t)blockIdx.x * n + i], *xi);
+    }
 }
 
 // ---- the chunked form, for prompts -------------------------------------------------------

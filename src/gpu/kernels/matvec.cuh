@@ -361,8 +361,10 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     if constexpr (NORM == NORM_OUT) { // x[n] += W h, as below, then the next norm's input
         float v = 0.0f;
         if (live && (threadIdx.x & 31) == 0) {
+            // a gated shared expert's add: shexp_add's one fmaf (ungated, fmaf(1, s, x) = x + s)
+            const float gate = a.res_gate ? sigmoidf_(*a.res_gate) : 1.0f;
             float *dst = sg.y + n;
-            v = *dst + (acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f));
+            v = fmaf(gate, acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f), *dst);
             *dst = v;
         }
         norm_out(a.norm, n, v, live, blockIdx.y);

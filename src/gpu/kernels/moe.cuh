@@ -80,13 +80,18 @@ extern "C" __global__ void __launch_bounds__(256) moe_router(const float *x, con
 // moe_down_res_* below): logits[e] = rsqrt(mean(x^2) + eps) (w[e] . (x nm.w)) (+ bias[e]), x
 // the residual stream in FP32 (not the norm's FP16 input xw: the router reads the normed row
 // to FP32, as moe_router does), the sum of squares from the producer's partials (norm_rsqrt:
-// the bits every consumer of the norm gets).  Grid (1, n_expert), as moe_router's one token.
+// the bits every consumer of the norm gets).  Grid (1, n_expert), as moe_router's one token;
+// with w_sh (the shared expert's gate row: qwen35moe, qwen3next) one block more, whose logit
+// (no bias) goes to sh_logit[0] -- read here, before the experts' down product moves x, as
+// moe_router reads it from the same normed row (shared_expert).
 extern "C" __global__ void __launch_bounds__(256) moe_router_norm(const float *x, const float *w, const float *bias,
-                                                                  int n, matvec_norm nm, float *logits)
+                                                                  int n, matvec_norm nm, float *logits,
+                                                                  const float *w_sh, float *sh_logit)
 {
     __shared__ float part[8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, e = blockIdx.y;
-    const float *wr = w + (size_t)e * n;
+    const bool sh = w_sh && e == (int)gridDim.y - 1;
+    const float *wr = sh ? w_sh : w + (size_t)e * n;
     float acc = 0.0f;
     for (int i = threadIdx.x * 4; i < n; i += 4 * 256) {
         const float4 wv = *(const float4 *)(wr + i), xv = *(const float4 *)(x + i), gv = *(const float4 *)(nm.w + i);
@@ -99,7 +104,8 @@ extern "C" __global__ void __launch_bounds__(256) moe_router_norm(const float *x
         float sum = 0.0f;
 #pragma unroll
         for (int q = 0; q < 8; q++) sum += part[q];
-        logits[e] = sum * rs + (bias ? bias[e] : 0.0f);
+        if (sh) *sh_logit = sum * rs;
+        else logits[e] = sum * rs + (bias ? bias[e] : 0.0f);
     }
 }
 
@@ -328,33 +334,38 @@ template <> struct moe_glu_unroll<T_MXFP4> { static constexpr int n = 1; };
 // fp16(act(w0 x + b0, w1 x + b1)) in yh (GLU; glu_act) or w0 x in y.  GLU routes first
 // (moe_block_route) and its grid row 0 writes the entry's id and weight.  NORM_IN (GLU, the
 // batch-1 step's carried norm): x is the norm's input xw, the sums scaled by norm_in_scale_kept
-// (moe_router_norm, launched before, kept the norm's sum: no partials, no barrier here).
+// (moe_router_norm, launched before, kept the norm's sum: no partials, no barrier here); with
+// a.sh0, the grid's last column x is the shared expert's gate and up (moe_mv_args), unrouted:
+// its blocks are as an expert's, its rows sh0's and sh1's, its output sh_yh.
 template <int T, bool GLU, int NORM = NORM_NONE>
 __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
 {
     static_assert(NORM == NORM_NONE || (NORM == NORM_IN && GLU), "the norms' products");
     constexpr int NR = GLU ? 2 : 1;
     const int e = blockIdx.x, n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5);
-    int id;
+    const bool shared = NORM == NORM_IN && a.sh0 && e == (int)gridDim.x - 1; // (whole blocks: no route)
+    int id = 0;
     if constexpr (GLU) {
-        int32_t *sel;
-        float *wsel;
-        moe_block_route(a.route, e / a.route.k, sel, wsel);
-        id = sel[e % a.route.k];
-        if (blockIdx.y == 0 && threadIdx.x == 0) {
-            a.route.ids[e] = id;
-            a.route.weights[e] = wsel[e % a.route.k];
+        if (!shared) {
+            int32_t *sel;
+            float *wsel;
+            moe_block_route(a.route, e / a.route.k, sel, wsel);
+            id = sel[e % a.route.k];
+            if (blockIdx.y == 0 && threadIdx.x == 0) {
+                a.route.ids[e] = id;
+                a.route.weights[e] = wsel[e % a.route.k];
+            }
         }
     } else {
         id = a.ids[e];
     }
-    if (n >= a.n) return;
+    if (n >= (shared ? a.sh_n : a.n)) return;
     const size_t xoff = (size_t)id * a.expert_bytes + (size_t)n * a.row_bytes;
     const uint8_t *rows[NR];
-    rows[0] = a.w0 + xoff;
-    if (GLU) rows[NR - 1] = a.w1 + xoff;
+    rows[0] = shared ? a.sh0 + (size_t)n * a.row_bytes : a.w0 + xoff;
+    if (GLU) rows[NR - 1] = shared ? a.sh1 + (size_t)n * a.row_bytes : a.w1 + xoff;
     const __half *xs[NR];
-    xs[0] = a.x + (size_t)(e / a.x_div) * a.ldx;
+    xs[0] = a.x + (size_t)(shared ? 0 : e / a.x_div) * a.ldx;
     float acc[NR];
     // U chunks a lane in flight where the row is whole passes of them (Qwen3-30B-A3B's 2,048
     // inputs: every chunk in one pass of two); else one, as the others would be decoded for nothing
@@ -369,13 +380,17 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
     }
     if ((threadIdx.x & 31) != 0) return;
     float g = acc[0], u = acc[NR - 1];
-    if (GLU && a.b0) { // the expert's gate and up biases
+    if (GLU && a.b0 && !shared) { // the expert's gate and up biases
         g += a.b0[(size_t)id * a.n + n];
         u += a.b1[(size_t)id * a.n + n];
     }
     // (GeGLU experts take the unfused products: gpu_forward.c moe_chunk)
-    if (GLU) a.yh[(size_t)e * a.ldy + n] = __float2half_rn(glu_act(g, u, a.glu_limit, a.glu_alpha, 0));
-    else a.y[(size_t)e * a.ldy + n] = g;
+    if (GLU) {
+        gpu_half *dst = shared ? a.sh_yh + n : a.yh + (size_t)e * a.ldy + n;
+        *dst = __float2half_rn(glu_act(g, u, a.glu_limit, a.glu_alpha, 0));
+    } else {
+        a.y[(size_t)e * a.ldy + n] = g;
+    }
 }
 
 // Token t = grid y, rows n0 = MATVEC_WARPS blockIdx.x.. (GPU_MOE_DOWN_ROWS): warp w takes row

@@ -31,6 +31,7 @@ void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, in
 typedef struct gpu_fn {
     CUfunction f;
     const char *name;
+    bool pdl; /* launched with programmatic dependent launch (kernels/common.cuh: pdl_enter) */
 } gpu_fn;
 
 #define GPU_MMQ_VARIANTS 3 /* 16, 32, 64 activation rows per block */
@@ -43,6 +44,7 @@ typedef struct gpu_kernels {
      * tensor-parallel GPU must not stop mid-step to load one (loading may wait for the context
      * to go idle, while its NCCL kernel waits for the other GPUs).  Set before the load. */
     bool load_all;
+    bool pdl; /* the GPU takes programmatic dependent launches (sm_90 on): set by the load */
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn matvec_rope[GPU_N_WTYPES]; /* one-row QKV with qkv_post fused (matvec_rope_args) */

@@ -598,8 +598,8 @@ static void print_spec(const bench_ctx *b)
         if (c->differ) printf("  (%ld of them: a verify step's logits rounded apart from a decode step's)\n", c->differ);
         if (c->draft_model && c->steps > 0) /* where a step's time goes: the draft's K rounds, then the rest */
             printf("  a step %.3f ms: drafting %.3f ms (%.3f ms a round), verifying and accepting %.3f ms\n",
-                   1e3 * c->secs / c->steps, 1e3 * c->draft_secs / c->steps, 1e3 * c->draft_secs / c->steps / b->o->draft,
-                   1e3 * (c->secs - c->draft_secs) / c->steps);
+                   1e3 * c->secs / c->steps, 1e3 * c->draft_secs / c->steps,
+                   1e3 * c->draft_secs / c->steps / b->o->draft, 1e3 * (c->secs - c->draft_secs) / c->steps);
     }
 }
 

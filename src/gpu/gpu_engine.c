@@ -1021,7 +1021,9 @@ static int decode_graph(gpu_engine *g, int b, bool short_ctx, char *err, size_t 
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
     g->tp_capturing = true;
+    g->k.pdl_on = false; /* gpu_kernels.h: PDL slowed the graphs' steps */
     int rc = gpu_forward(g, B, B, &ap, err, errlen);
+    g->k.pdl_on = g->k.pdl;
     g->tp_capturing = false;
     CUresult r = cu.cuStreamEndCapture(g->stream, &graph);
     if (rc) {
@@ -1212,7 +1214,8 @@ static void stage_rounds(gpu_engine *g, int n, int rounds, size_t cb, size_t str
 static int enqueue_round(gpu_engine *g, const step_plan *p, int n, int r, size_t cb, size_t stride, char *err,
                          size_t errlen)
 {
-    CU_CHECK(cu.cuMemcpyDtoDAsync(g->in_d, g->rounds_in_d + (size_t)r * stride, cb, g->stream), "decode rounds: inputs");
+    CU_CHECK(cu.cuMemcpyDtoDAsync(g->in_d, g->rounds_in_d + (size_t)r * stride, cb, g->stream),
+             "decode rounds: inputs");
     if (r > 0) {
         const CUDA_MEMCPY2D tok = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = g->sout,
                                    .srcPitch = sizeof(gpu_sample_out), .dstMemoryType = CU_MEMORYTYPE_DEVICE,
@@ -1247,7 +1250,8 @@ static int gpu_decode_rounds(engine *e, const engine_seq *seqs, int n, int round
     gpu_attn_plan span = {.n_split = 1, .n_split_part = 1};
     for (int i = 0; i < n; i++) {
         const int last = seqs[i].pos + rounds - 1;
-        for (int b = 0; b <= last / GPU_KV_BLOCK; b++) tables[(size_t)i * tw + b] = engine_seq_block(&g->base, &seqs[i], b);
+        for (int b = 0; b <= last / GPU_KV_BLOCK; b++)
+            tables[(size_t)i * tw + b] = engine_seq_block(&g->base, &seqs[i], b);
         for (int kp = seqs[i].pos; kp <= last; kp++) plan_splits(g, &span, kp);
     }
     p.short_ctx = g->att_dec_any && span.n_split == 1 && span.n_split_part == 1;
@@ -1285,7 +1289,7 @@ static int gpu_decode_rounds(engine *e, const engine_seq *seqs, int n, int round
         snprintf(g->failed, sizeof g->failed, "%s", err);
         return ENGINE_FATAL;
     }
-    for (int i = 0; i < n; i++) g->hist_len[seqs[i].slot] = seqs[i].pos + rounds; /* the rounds' tokens, by hist_store */
+    for (int i = 0; i < n; i++) g->hist_len[seqs[i].slot] = seqs[i].pos + rounds; /* hist_store wrote the rounds' */
     for (size_t k = 0; k < (size_t)rounds * n; k++) copy_result(&results[k], &g->rounds_out_h[k]);
     return 0;
 }
@@ -1402,7 +1406,8 @@ static void gpu_destroy(engine *e)
 }
 
 static const engine_vtable gpu_vtable = {
-    .name = "cuda", .step = gpu_step, .decode_rounds = gpu_decode_rounds, .slot_clear = gpu_slot_clear, .kv_copy = gpu_kv_copy,
+    .name = "cuda", .step = gpu_step, .decode_rounds = gpu_decode_rounds, .slot_clear = gpu_slot_clear,
+    .kv_copy = gpu_kv_copy,
     .kv_copy_swa = gpu_kv_copy_swa, .state_copy = gpu_state_copy, .destroy = gpu_destroy};
 
 /* A matrix in a format without kernels (gpu_kernel_names.h) is refused here, before anything

@@ -215,7 +215,7 @@ typedef struct bench_ctx {
         int batch, pct;
         bool draft_model;
         long steps, drafted, accepted, tokens, differ;
-        double secs;
+        double secs, draft_secs; /* draft_secs: of secs, in the proposer (its rounds) */
     } spec[MAX_LIST * MAX_LIST];
     int n_spec;
     char err[512];
@@ -486,7 +486,11 @@ static int time_spec(bench_ctx *b, proposer *prop, int B, const int32_t *prompt,
                                      .sp = &b->sp, .draft = feed + (size_t)i * (K + 1) + 1};
             n_rows += k > 0;
         }
-        if (prop && n_rows == B) proposer_draft(prop, rows, B); /* every row drafts near the end too */
+        if (prop && n_rows == B) { /* every row drafts near the end too */
+            const double td = timing_now_s();
+            proposer_draft(prop, rows, B);
+            if (g >= DECODE_WARMUP) c->draft_secs += timing_now_s() - td;
+        }
         for (int i = 0; i < B; i++) {
             int32_t *f = feed + (size_t)i * (K + 1);
             const int32_t *next = ref + (size_t)i * n_ref + n[i] + 1;
@@ -592,6 +596,10 @@ static void print_spec(const bench_ctx *b)
                c->steps ? (double)c->tokens / (c->steps * c->batch) : 0.0, tps, d && tok_per_s(d) > 0 ? tps / tok_per_s(d) : 0.0,
                d ? tok_per_s(d) : 0.0, c->differ ? "; some accepted tokens differ from the decoded continuation" : "");
         if (c->differ) printf("  (%ld of them: a verify step's logits rounded apart from a decode step's)\n", c->differ);
+        if (c->draft_model && c->steps > 0) /* where a step's time goes: the draft's K rounds, then the rest */
+            printf("  a step %.3f ms: drafting %.3f ms (%.3f ms a round), verifying and accepting %.3f ms\n",
+                   1e3 * c->secs / c->steps, 1e3 * c->draft_secs / c->steps,
+                   1e3 * c->draft_secs / c->steps / b->o->draft, 1e3 * (c->secs - c->draft_secs) / c->steps);
     }
 }
 

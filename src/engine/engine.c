@@ -303,6 +303,59 @@ int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *re
     return e->vt->step(e, seqs, n_seqs, results, err, errlen);
 }
 
+/* engine_decode_rounds's batch: one-token decodes whose last round fits (its positions, its
+ * blocks), on top of check_batch's checks of round 0. */
+static int check_rounds(const engine *e, const engine_seq *seqs, int n, int rounds, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        engine_seq last = seqs[i];
+        if (last.n_tokens != 1 || !last.want_token || last.n_sample > 1 || last.logits || last.hidden || last.embed) {
+            snprintf(err, errlen, "seq %d: decode rounds take one token that wants a token, and nothing else", i);
+            return ENGINE_EINVAL;
+        }
+        last.pos += rounds - 1;
+        if (last.pos >= e->cfg.ctx_per_slot) {
+            snprintf(err, errlen, "seq %d: %d rounds from position %d exceed the slot context %d", i, rounds,
+                     seqs[i].pos, e->cfg.ctx_per_slot);
+            return ENGINE_EINVAL;
+        }
+        if (check_blocks(e, &last, i, err, errlen) != 0) return ENGINE_EINVAL;
+    }
+    return 0;
+}
+
+int engine_decode_rounds(engine *e, const engine_seq *seqs, int n_seqs, int rounds, engine_result *results,
+                         char *err, size_t errlen)
+{
+    if (n_seqs <= 0 || rounds <= 0) return 0;
+    if (check_batch(e, seqs, n_seqs, err, errlen) != 0 || check_rounds(e, seqs, n_seqs, rounds, err, errlen) != 0)
+        return ENGINE_EINVAL;
+    if (e->vt->decode_rounds) return e->vt->decode_rounds(e, seqs, n_seqs, rounds, results, err, errlen);
+    return engine_rounds_as_steps(e, seqs, n_seqs, rounds, results, err, errlen);
+}
+
+int engine_rounds_as_steps(engine *e, const engine_seq *seqs, int n_seqs, int rounds, engine_result *results,
+                           char *err, size_t errlen)
+{
+    engine_seq *cur = malloc((size_t)n_seqs * sizeof *cur);
+    if (!cur) {
+        snprintf(err, errlen, "out of memory for %d sequences' decode rounds", n_seqs);
+        return ENGINE_EINVAL;
+    }
+    memcpy(cur, seqs, (size_t)n_seqs * sizeof *cur);
+    int rc = 0;
+    for (int r = 0; r < rounds && rc == 0; r++) {
+        rc = e->vt->step(e, cur, n_seqs, results + (size_t)r * n_seqs, err, errlen);
+        for (int i = 0; i < n_seqs; i++) { /* the next round feeds this one's sample */
+            cur[i].tokens = &results[(size_t)r * n_seqs + i].token;
+            cur[i].pos++;
+            cur[i].allowed = NULL;
+        }
+    }
+    free(cur);
+    return rc;
+}
+
 int engine_verify_accept(const int32_t *draft, int n_draft, const engine_result *samples)
 {
     int a = 0;

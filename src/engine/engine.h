@@ -253,6 +253,17 @@ bool engine_has_lm_head(const engine *e);
  * before the step, so its sequences can be retried apart); or ENGINE_FATAL. */
 int engine_step(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
                 char *err, size_t errlen);
+/* `rounds` one-token steps of the same sequences back to back: what a draft model's rounds
+ * are.  Round 0 is engine_step's of seqs, each one token that wants a token (no verification,
+ * logits, hidden states or embedding); round r > 0 feeds each sequence the token round r - 1
+ * sampled for it, one position further, without a mask (`allowed` applies to round 0 only).
+ * results[r * n_seqs + i] is round r's sample for seqs[i], what `rounds` engine_steps would
+ * give; block tables (engine_seq.blocks) cover positions up to pos + rounds - 1.  A backend
+ * may run the rounds without the host between them (the GPU: its decode graph replayed, each
+ * round's tokens passed on on the device, the samples read back once).  Returns as
+ * engine_step does; the rounds are checked before the first runs. */
+int engine_decode_rounds(engine *e, const engine_seq *seqs, int n_seqs, int rounds, engine_result *results,
+                         char *err, size_t errlen);
 /* Speculative acceptance for a drafter whose proposal is one token per position (n-gram,
  * prompt lookup, a draft model's argmax: q a point mass on the draft): how many of the n_draft drafts are accepted
  * given the n_draft + 1 samples of a verification step (engine_seq.sampled); the caller then

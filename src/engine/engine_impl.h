@@ -14,6 +14,9 @@ typedef struct engine_vtable {
     /* Called after engine.c checked the batch: returns 0, ENGINE_EINVAL or ENGINE_FATAL. */
     int (*step)(engine *e, const engine_seq *seqs, int n_seqs, engine_result *results,
                 char *err, size_t errlen);
+    /* engine_decode_rounds, checked; NULL: engine.c runs them as engine_steps */
+    int (*decode_rounds)(engine *e, const engine_seq *seqs, int n_seqs, int rounds, engine_result *results,
+                         char *err, size_t errlen);
     void (*slot_clear)(engine *e, int slot);
     int (*kv_copy)(engine *e, int dst, int src, char *err, size_t errlen); /* ids checked */
     /* NULL for a backend without a sliding pool; ids checked */
@@ -53,6 +56,10 @@ int engine_kv_blocks_per_seq(const engine *e);
 /* The pool block holding entry `index` of s's block table (its fixed blocks without a table);
  * check_batch has made sure it is in the pool. */
 int32_t engine_seq_block(const engine *e, const engine_seq *s, int index);
+/* engine_decode_rounds (checked) as `rounds` backend steps: a backend's own decode_rounds
+ * falls back on it for what it does not chain. */
+int engine_rounds_as_steps(engine *e, const engine_seq *seqs, int n_seqs, int rounds, engine_result *results,
+                           char *err, size_t errlen);
 /* The same in the sliding pool (the row's ring without blocks_swa). */
 int32_t engine_seq_block_swa(const engine *e, const engine_seq *s, int index);
 /* The window of the sliding layers' own pool (docs/sliding-kv.md) for model m under cfg, 0 for

@@ -16,19 +16,20 @@
 
 /* X-macro list of driver functions: the string is the base name cuGetProcAddress wants; the
  * member takes the (versioned) type cuda.h declares for it. */
-#define CUDA_DRIVER_FUNCS(X)                                                                     \
-    X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)        \
-    X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                      \
-    X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemGetInfo)          \
-    X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemcpyHtoD)                \
-    X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)              \
-    X(cuMemsetD8Async) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)             \
-    X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy)                \
-    X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture)                        \
-    X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)     \
-    X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)               \
-    X(cuEventDestroy) X(cuGetErrorName) X(cuGetErrorString) X(cuStreamQuery)                    \
-    X(cuStreamWriteValue32) X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)
+#define CUDA_DRIVER_FUNCS(X)                                                                 \
+    X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)    \
+    X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                  \
+    X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuCtxGetDevice)    \
+    X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost)            \
+    X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                \
+    X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemsetD8Async) X(cuModuleLoadData)           \
+    X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)         \
+    X(cuLaunchKernelEx) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)          \
+    X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags)             \
+    X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuEventCreate)                \
+    X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)           \
+    X(cuGetErrorName) X(cuGetErrorString) X(cuStreamQuery) X(cuStreamWriteValue32)           \
+    X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess)
 
 #define CUDA_API_MEMBER(name) __typeof__(name) *name;
 typedef struct cuda_driver {

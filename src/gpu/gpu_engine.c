@@ -1021,7 +1021,9 @@ static int decode_graph(gpu_engine *g, int b, bool short_ctx, char *err, size_t 
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
     g->tp_capturing = true;
+    g->k.pdl_on = false; /* gpu_kernels.h: PDL slowed the graphs' steps */
     int rc = gpu_forward(g, B, B, &ap, err, errlen);
+    g->k.pdl_on = g->k.pdl;
     g->tp_capturing = false;
     CUresult r = cu.cuStreamEndCapture(g->stream, &graph);
     if (rc) {
@@ -1169,6 +1171,129 @@ static int gpu_step(engine *e, const engine_seq *seqs, int n, engine_result *res
     return 0;
 }
 
+/* ---- decode rounds (engine_decode_rounds) ------------------------------------------------ */
+
+/* Grows a pinned host buffer and its device twin to `bytes` each (the stream is idle between
+ * steps: the old ones are no longer read). */
+static int grow_pair(void **h, CUdeviceptr *d, size_t *cap, size_t bytes, char *err, size_t errlen)
+{
+    if (bytes <= *cap) return 0;
+    if (*h) cu.cuMemFreeHost(*h);
+    if (*d) cu.cuMemFree(*d);
+    *h = NULL;
+    *d = 0;
+    *cap = 0;
+    CU_CHECK(cu.cuMemAllocHost(h, bytes), "decode rounds: pinned staging");
+    CU_CHECK(cu.cuMemAlloc(d, bytes), "decode rounds: device staging");
+    *cap = bytes;
+    return 0;
+}
+
+/* Every round's packed inputs from round 0's (in g->in_h, cb bytes, `stride` apart in
+ * g->rounds_in_h): round r's n tokens are r positions further on (pos, kpos, their sampling
+ * rows' history end), without round 0's masks; their token ids come from the round before, on
+ * the device. */
+static void stage_rounds(gpu_engine *g, int n, int rounds, size_t cb, size_t stride)
+{
+    for (int r = 0; r < rounds; r++) {
+        unsigned char *h = g->rounds_in_h + (size_t)r * stride;
+        memcpy(h, g->in_h, cb);
+        int32_t *pos = (int32_t *)(h + g->in.pos), *kpos = (int32_t *)(h + g->in.kpos);
+        gpu_sample_row *rows = (gpu_sample_row *)(h + g->in.rows);
+        for (int t = 0; t < n; t++) {
+            pos[t] += r;
+            kpos[t] += r;
+            rows[t].hist_end += r;
+            if (r > 0) rows[t].mask_row = -1;
+        }
+    }
+}
+
+/* One round on the stream: its inputs into place (with the tokens the last round sampled),
+ * the decode graph, its samples kept for the one copy back. */
+static int enqueue_round(gpu_engine *g, const step_plan *p, int n, int r, size_t cb, size_t stride, char *err,
+                         size_t errlen)
+{
+    CU_CHECK(cu.cuMemcpyDtoDAsync(g->in_d, g->rounds_in_d + (size_t)r * stride, cb, g->stream),
+             "decode rounds: inputs");
+    if (r > 0) {
+        const CUDA_MEMCPY2D tok = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = g->sout,
+                                   .srcPitch = sizeof(gpu_sample_out), .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                                   .dstDevice = g->in_d + g->in.tok, .dstPitch = sizeof(int32_t),
+                                   .WidthInBytes = sizeof(int32_t), .Height = (size_t)n};
+        CU_CHECK(cu.cuMemcpy2DAsync(&tok, g->stream), "decode rounds: passing the sampled tokens on");
+    }
+    CU_CHECK(cu.cuGraphLaunch(g->graphs[p->short_ctx][p->bucket], g->stream), "decode rounds: cuGraphLaunch");
+    CU_CHECK(cu.cuMemcpyDtoDAsync(g->rounds_out_d + (size_t)r * n * sizeof(gpu_sample_out), g->sout,
+                                  (size_t)n * sizeof(gpu_sample_out), g->stream),
+             "decode rounds: keeping the samples");
+    return 0;
+}
+
+/* engine_decode_rounds on one GPU: round 0 packed as a decode step, its block tables out to
+ * the last round's position and its graph the one every round's positions take; all rounds
+ * enqueued back to back (the host waits once, not once a round) and their samples read back
+ * in one copy.  What the decode graph does not run (recurrent state, sliding pools, tensor
+ * parallelism, an encoder, more than the largest bucket) goes step by step. */
+static int gpu_decode_rounds(engine *e, const engine_seq *seqs, int n, int rounds, engine_result *results, char *err,
+                             size_t errlen)
+{
+    gpu_engine *g = (gpu_engine *)e;
+    if (rounds < 2 || n > GPU_MAX_DECODE_BATCH || g->bidir || g->base.n_states || g->base.kv_blocks_swa ||
+        g->tp_rank >= 0 || g->failed[0])
+        return engine_rounds_as_steps(e, seqs, n, rounds, results, err, errlen);
+    step_plan p;
+    if (pack_step(g, seqs, n, &p, err, errlen) != 0) return ENGINE_EINVAL;
+    if (p.bucket < 0) return engine_rounds_as_steps(e, seqs, n, rounds, results, err, errlen);
+    const int tw = g->table_width;
+    int32_t *tables = (int32_t *)(g->in_h + g->in.tables);
+    gpu_attn_plan span = {.n_split = 1, .n_split_part = 1};
+    for (int i = 0; i < n; i++) {
+        const int last = seqs[i].pos + rounds - 1;
+        for (int b = 0; b <= last / GPU_KV_BLOCK; b++)
+            tables[(size_t)i * tw + b] = engine_seq_block(&g->base, &seqs[i], b);
+        for (int kp = seqs[i].pos; kp <= last; kp++) plan_splits(g, &span, kp);
+    }
+    p.short_ctx = g->att_dec_any && span.n_split == 1 && span.n_split_part == 1;
+    const size_t cb = p.copy_bytes, stride = align_up(cb, DEV_ALIGN);
+    int rc = 0;
+    if (grow_pair((void **)&g->rounds_in_h, &g->rounds_in_d, &g->rounds_in_cap, (size_t)rounds * stride, err, errlen) ||
+        grow_pair((void **)&g->rounds_out_h, &g->rounds_out_d, &g->rounds_out_cap,
+                  (size_t)rounds * n * sizeof(gpu_sample_out), err, errlen))
+        rc = -1;
+    if (rc == 0) {
+        stage_rounds(g, n, rounds, cb, stride);
+        if (cu.cuCtxSetCurrent(g->ctx) != CUDA_SUCCESS ||
+            cu.cuMemcpyHtoDAsync(g->rounds_in_d, g->rounds_in_h, (size_t)rounds * stride, g->stream) != CUDA_SUCCESS ||
+            cu.cuMemcpyHtoDAsync(g->in_d + g->in.tables, g->in_h + g->in.tables, p.table_bytes, g->stream) !=
+                CUDA_SUCCESS) {
+            snprintf(err, errlen, "decode rounds: setting the context or copying the inputs failed");
+            rc = -1;
+        }
+    }
+    if (rc == 0) rc = upload_history(g, seqs, n, err, errlen);
+    if (rc == 0) rc = decode_graph(g, p.bucket, p.short_ctx, err, errlen);
+    for (int r = 0; rc == 0 && r < rounds; r++) rc = enqueue_round(g, &p, n, r, cb, stride, err, errlen);
+    if (rc == 0 && cu.cuMemcpyDtoHAsync(g->rounds_out_h, g->rounds_out_d, (size_t)rounds * n * sizeof(gpu_sample_out),
+                                        g->stream) != CUDA_SUCCESS) {
+        snprintf(err, errlen, "decode rounds: copying the samples back failed");
+        rc = -1;
+    }
+    CUresult sr = cu.cuStreamSynchronize(g->stream);
+    if (rc == 0 && sr != CUDA_SUCCESS) {
+        char b[160];
+        snprintf(err, errlen, "decode rounds (%d of batch %d): %s", rounds, n, cuda_api_strerror(sr, b, sizeof b));
+        rc = -1;
+    }
+    if (rc != 0) {
+        snprintf(g->failed, sizeof g->failed, "%s", err);
+        return ENGINE_FATAL;
+    }
+    for (int i = 0; i < n; i++) g->hist_len[seqs[i].slot] = seqs[i].pos + rounds; /* hist_store wrote the rounds' */
+    for (size_t k = 0; k < (size_t)rounds * n; k++) copy_result(&results[k], &g->rounds_out_h[k]);
+    return 0;
+}
+
 static void gpu_slot_clear(engine *e, int slot)
 {
     /* The row's device history is overwritten by its next sequence; only how much of it is
@@ -1265,6 +1390,10 @@ static void gpu_destroy(engine *e)
         if (bufs[i]) cu.cuMemFree(bufs[i]);
     if (g->in_h) cu.cuMemFreeHost(g->in_h);
     if (g->out_h) cu.cuMemFreeHost(g->out_h);
+    if (g->rounds_in_h) cu.cuMemFreeHost(g->rounds_in_h);
+    if (g->rounds_out_h) cu.cuMemFreeHost(g->rounds_out_h);
+    if (g->rounds_in_d) cu.cuMemFree(g->rounds_in_d);
+    if (g->rounds_out_d) cu.cuMemFree(g->rounds_out_d);
     if (g->have_blas) cublas.destroy(g->blas);
     gpu_kernels_unload(&g->k);
     if (g->stream) cu.cuStreamDestroy(g->stream);
@@ -1277,7 +1406,8 @@ static void gpu_destroy(engine *e)
 }
 
 static const engine_vtable gpu_vtable = {
-    .name = "cuda", .step = gpu_step, .slot_clear = gpu_slot_clear, .kv_copy = gpu_kv_copy,
+    .name = "cuda", .step = gpu_step, .decode_rounds = gpu_decode_rounds, .slot_clear = gpu_slot_clear,
+    .kv_copy = gpu_kv_copy,
     .kv_copy_swa = gpu_kv_copy_swa, .state_copy = gpu_state_copy, .destroy = gpu_destroy};
 
 /* A matrix in a format without kernels (gpu_kernel_names.h) is refused here, before anything

@@ -289,6 +289,13 @@ typedef struct gpu_engine {
     CUdeviceptr in_d;
     unsigned char *in_h;
     gpu_sample_out *out_h;
+    /* engine_decode_rounds's staging (gpu_decode_rounds), grown on first use: every round's
+     * packed inputs (pinned and on the device, rounds_in_cap bytes each) and every round's
+     * samples (rounds_out_cap rows each side) */
+    unsigned char *rounds_in_h;
+    CUdeviceptr rounds_in_d, rounds_out_d;
+    gpu_sample_out *rounds_out_h;
+    size_t rounds_in_cap, rounds_out_cap;
     int mask_words; /* ceil(n_vocab / 32): one row of gpu_inputs.mask */
     int *row_of_seq; /* per sequence of the step (cap_rows): its logits row, or -1 */
 

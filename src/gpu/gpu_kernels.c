@@ -81,6 +81,7 @@ bool gpu_dp4a_serves(const gpu_kernels *k, int wtype, int kdim)
 static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_t errlen)
 {
     fn->name = name;
+    fn->pdl = &k->pdl_on;
     CU_CHECK(cu.cuModuleGetFunction(&fn->f, k->module, name), "loading the kernels");
     if (k->load_all && cuda_func_load) CU_CHECK(cuda_func_load(fn->f), name);
     return 0;
@@ -150,6 +151,12 @@ static int check_complete(const gpu_kernels *k, char *err, size_t errlen)
 int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
 {
     CU_CHECK(cu.cuModuleLoadData(&k->module, inferd_kernels_fatbin), "loading the kernel fatbin");
+    /* programmatic dependent launch: Hopper on (the kernels' griddepcontrol is sm_90's) */
+    CUdevice dev;
+    int major = 0;
+    CU_CHECK(cu.cuCtxGetDevice(&dev), "loading the kernels");
+    CU_CHECK(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "loading the kernels");
+    k->pdl = k->pdl_on = major >= 9;
     for (size_t i = 0; i < sizeof matvec_rows / sizeof matvec_rows[0]; i++) {
         const format_row *r = &matvec_rows[i];
         int v = variant_of(r, 1, GPU_MATVEC_VARIANTS, err, errlen);
@@ -297,8 +304,14 @@ const gpu_fn *gpu_attn_partial_fn(const gpu_kernels *k, int hd)
 int gpu_launch_smem(const gpu_fn *fn, gpu_launch_dims d, unsigned smem, CUstream stream, void **args,
                     const char *what, char *err, size_t errlen)
 {
-    CUresult r = cu.cuLaunchKernel(fn->f, d.gx, d.gy ? d.gy : 1, d.gz ? d.gz : 1, d.bx, 1, 1, smem,
-                                   stream, args, NULL);
+    /* with PDL (kernels/common.cuh: pdl_enter; gpu_kernels.pdl_on) the launch may begin before
+     * the kernel ahead of it on the stream ends; each kernel waits for it before reading anything */
+    CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                              .value.programmaticStreamSerializationAllowed = 1};
+    CUlaunchConfig cfg = {.gridDimX = d.gx, .gridDimY = d.gy ? d.gy : 1, .gridDimZ = d.gz ? d.gz : 1, .blockDimX = d.bx,
+                          .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = smem, .hStream = stream,
+                          .attrs = &attr, .numAttrs = fn->pdl && *fn->pdl ? 1 : 0};
+    CUresult r = cu.cuLaunchKernelEx(&cfg, fn->f, args, NULL);
     if (r != CUDA_SUCCESS) {
         char b[160];
         snprintf(err, errlen, "%s: launching %s (grid %ux%ux%u, block %u, %u bytes shared): %s", what, fn->name,

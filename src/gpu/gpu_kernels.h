@@ -31,6 +31,9 @@ void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, in
 typedef struct gpu_fn {
     CUfunction f;
     const char *name;
+    /* launched with programmatic dependent launch while *pdl (its gpu_kernels' pdl_on) holds:
+     * kernels/common.cuh, pdl_enter */
+    const bool *pdl;
 } gpu_fn;
 
 #define GPU_MMQ_VARIANTS 3 /* 16, 32, 64 activation rows per block */
@@ -43,6 +46,13 @@ typedef struct gpu_kernels {
      * tensor-parallel GPU must not stop mid-step to load one (loading may wait for the context
      * to go idle, while its NCCL kernel waits for the other GPUs).  Set before the load. */
     bool load_all;
+    /* Programmatic dependent launch: pdl, the GPU takes it (sm_90 on; set by the load); pdl_on,
+     * launches use it now: pdl, but off while a decode graph is captured (gpu_engine.c:
+     * decode_graph).  On the H100 it takes the launch gaps out of eager steps (a verification
+     * of 5 positions on the 8B shape 4.31 ms against 4.61) but slowed the graphs' batch-1 steps
+     * (8B 3.29 ms against 3.08, the 1B shape 0.87 against 0.81: docs/benchmarks.md), whose
+     * launches the graph already chains. */
+    bool pdl, pdl_on;
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn matvec_rope[GPU_N_WTYPES]; /* one-row QKV with qkv_post fused (matvec_rope_args) */

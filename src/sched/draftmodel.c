@@ -27,13 +27,16 @@ typedef struct draft_model {
     proposer base;
     engine *e;
     float p_min;
-    int n_slots, max_batch;
+    int n_slots, max_batch, ctx;
     bool dead;             /* the draft engine failed fatally: no more drafts */
     int *fed;              /* per slot: tokens of the row's sequence whose K/V the draft holds */
     sampling_params *sp;   /* per slot: the request's sampling made greedy */
     engine_seq *seqs;      /* a round's batch (at most n_slots) */
     engine_result *res;
     int *row_of;           /* seqs[i] drafts rows[row_of[i]] */
+    int *at;               /* rounds 1..: row_of[i]'s index in their seqs (and rres) */
+    engine_result *rres;   /* rounds 1..: round r's sample of seqs[i] at r * n + i */
+    size_t rres_cap;
 } draft_model;
 
 static void dm_reset(proposer *p, int slot)
@@ -50,13 +53,9 @@ static void dm_keep(proposer *p, int slot, int n)
     if (slot >= 0 && slot < d->n_slots && d->fed[slot] > n) d->fed[slot] = n < 0 ? 0 : n;
 }
 
-/* Runs the round in d->seqs (n of them); false when the draft engine refused it.  A refused
- * step leaves every row as it was (engine.h), so the rows just draft nothing this time. */
-static bool dm_step(draft_model *d, int n)
+/* A draft step that failed with rc (err): a fatal one ends drafting for good. */
+static void dm_failed(draft_model *d, int rc, const char *err)
 {
-    char err[256] = "";
-    int rc = engine_step(d->e, d->seqs, n, d->res, err, sizeof err);
-    if (rc == 0) return true;
     if (rc == ENGINE_FATAL) {
         d->dead = true;
         log_error("draft model: the %s engine failed (%s); speculating without drafts from now on",
@@ -64,6 +63,38 @@ static bool dm_step(draft_model *d, int n)
     } else {
         log_warn("draft model: a draft step failed: %s", err);
     }
+}
+
+/* Runs the round in d->seqs (n of them); false when the draft engine refused it.  A refused
+ * step leaves every row as it was (engine.h), so the rows just draft nothing this time. */
+static bool dm_step(draft_model *d, int n)
+{
+    char err[256] = "";
+    int rc = engine_step(d->e, d->seqs, n, d->res, err, sizeof err);
+    if (rc == 0) return true;
+    dm_failed(d, rc, err);
+    return false;
+}
+
+/* Runs `rounds` rounds of the n one-token rows in d->seqs (engine_decode_rounds) into d->rres,
+ * d->at[i] = i; false when the draft engine refused them (the rows draft no further). */
+static bool dm_rounds(draft_model *d, int n, int rounds)
+{
+    char err[256] = "";
+    const size_t need = (size_t)n * (size_t)rounds;
+    if (need > d->rres_cap) {
+        engine_result *r = realloc(d->rres, need * sizeof *r);
+        if (!r) {
+            log_warn("draft model: out of memory for %d rounds of %d rows", rounds, n);
+            return false;
+        }
+        d->rres = r;
+        d->rres_cap = need;
+    }
+    for (int i = 0; i < n; i++) d->at[i] = i;
+    int rc = engine_decode_rounds(d->e, d->seqs, n, rounds, d->rres, err, sizeof err);
+    if (rc == 0) return true;
+    dm_failed(d, rc, err);
     return false;
 }
 
@@ -102,21 +133,32 @@ static void dm_draft(proposer *p, proposer_row *rows, int n_rows)
         d->fed[row->slot] += d->seqs[i].n_tokens;
         if (d->seqs[i].want_token && dm_take(d, row, &d->res[i])) d->row_of[going++] = d->row_of[i];
     }
-    /* rounds 1..: every row still drafting feeds its latest draft, one token each */
-    while (going > 0) {
-        for (int i = 0; i < going; i++) {
-            proposer_row *row = &rows[d->row_of[i]];
-            d->seqs[i] = (engine_seq){.slot = row->slot, .tokens = &row->draft[row->n_draft - 1], .n_tokens = 1,
-                                      .pos = d->fed[row->slot], .want_token = true, .sp = &d->sp[row->slot]};
-        }
-        if (!dm_step(d, going)) return; /* the drafts so far stand: their K/V are the rows' */
+    /* rounds 1..: every row still drafting feeds its latest draft, one token each, as many
+     * rounds as the longest draft still wants in one engine_decode_rounds (the GPU chains them
+     * on the device); a row that stops sooner (k_max, p_min) ignores the rounds after */
+    if (going == 0) return;
+    int rounds = 0, room = d->ctx; /* room: the rounds every row's context still holds */
+    for (int i = 0; i < going; i++) {
+        proposer_row *row = &rows[d->row_of[i]];
+        if (row->k_max - row->n_draft > rounds) rounds = row->k_max - row->n_draft;
+        if (d->ctx - d->fed[row->slot] < room) room = d->ctx - d->fed[row->slot];
+        d->seqs[i] = (engine_seq){.slot = row->slot, .tokens = &row->draft[row->n_draft - 1], .n_tokens = 1,
+                                  .pos = d->fed[row->slot], .want_token = true, .sp = &d->sp[row->slot]};
+    }
+    if (rounds > room) rounds = room;
+    if (!dm_rounds(d, going, rounds)) return; /* the drafts so far stand: their K/V are the rows' */
+    for (int r = 0, still = going; r < rounds && still > 0; r++) {
         int next = 0;
-        for (int i = 0; i < going; i++) {
+        for (int i = 0; i < still; i++) { /* row_of[0..still-1]: those drafting into round r, seqs order kept */
+            const int at = d->at[i];
             proposer_row *row = &rows[d->row_of[i]];
             d->fed[row->slot]++;
-            if (dm_take(d, row, &d->res[i])) d->row_of[next++] = d->row_of[i];
+            if (dm_take(d, row, &d->rres[(size_t)r * going + at])) {
+                d->row_of[next] = d->row_of[i];
+                d->at[next++] = at;
+            }
         }
-        going = next;
+        still = next;
     }
 }
 
@@ -128,6 +170,8 @@ static void dm_destroy(proposer *p)
     free(d->seqs);
     free(d->res);
     free(d->row_of);
+    free(d->at);
+    free(d->rres);
     free(d);
 }
 
@@ -160,8 +204,9 @@ proposer *proposer_draft_model_new(engine *draft, float p_min, char *err, size_t
         d->seqs = calloc(n, sizeof *d->seqs);
         d->res = calloc(n, sizeof *d->res);
         d->row_of = calloc(n, sizeof *d->row_of);
+        d->at = calloc(n, sizeof *d->at);
     }
-    if (!d || !d->fed || !d->sp || !d->seqs || !d->res || !d->row_of) {
+    if (!d || !d->fed || !d->sp || !d->seqs || !d->res || !d->row_of || !d->at) {
         if (d) dm_destroy(&d->base);
         snprintf(err, errlen, "out of memory for the draft model's rows");
         return NULL;
@@ -171,5 +216,6 @@ proposer *proposer_draft_model_new(engine *draft, float p_min, char *err, size_t
     d->p_min = p_min;
     d->n_slots = ec->n_slots;
     d->max_batch = ec->max_batch_tokens;
+    d->ctx = ec->ctx_per_slot;
     return &d->base;
 }

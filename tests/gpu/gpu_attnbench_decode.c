@@ -81,7 +81,7 @@ static int dec_launch(dec_bench *b, const dec_variant *v, int layer, char *err, 
     a.batch_split = gpu_attn_dec_batch_split(slots, b->n_kv, b->B, a.max_split, v->det);
     a.n_split = gpu_attn_max_splits_for(b->ctx, a.max_split);
     a.counts = hd >= 256 ? (unsigned *)(uintptr_t)b->counts : NULL;
-    gpu_fn fn = {v->f, v->name};
+    gpu_fn fn = {v->f, v->name, NULL}; /* a variant of its own module: no PDL */
     if (gpu_launch_smem(&fn, (gpu_launch_dims){b->B, b->n_kv, a.n_split, v->warps * 32}, variant_smem(v, hd), b->stream,
                         args, "attnbench", err, errlen))
         return -1;

@@ -515,6 +515,87 @@ static void test_verify_equals_decode(void **state)
     model_free(m);
 }
 
+/* engine_decode_rounds on the GPU (the decode graph replayed round after round, each round's
+ * tokens passed on on the device, the samples read back once) gives what as many engine_steps
+ * give, bit for bit (tokens and logprobs): greedy, and sampled with penalties (their history is
+ * the rounds' own tokens, their randomness the position's), at batch 1 and 3, 7 rounds at a
+ * time from prompts of 1, 21 and 41 tokens to position ~420 (across KV blocks and key-split
+ * counts); and refuses what it cannot run: two tokens, rounds past the context. */
+static void test_decode_rounds_equal_steps(void **state)
+{
+    (void)state;
+    model *m = load_stories();
+    if (!m) skip();
+    enum { NS = 3, ROUNDS = 7, LEN = 420 };
+    engine_config cfg = {.n_slots = 2 * NS, .ctx_per_slot = 512, .max_batch_tokens = 512, .n_threads = 2};
+    char err[512];
+    engine *e = engine_open(ENGINE_DEVICE_CUDA, m, &cfg, err, sizeof err);
+    if (!e) fail_msg("cuda engine: %s", err);
+    sampling_params sp[2];
+    sampling_params_default(&sp[0]);
+    sampling_params_default(&sp[1]);
+    sp[1].temperature = 0.8f;
+    sp[1].top_k = 40;
+    sp[1].seed = 11;
+    sp[1].repeat_penalty = 1.1f;
+    sp[1].presence_penalty = 0.2f;
+    const int V = m->hp.n_vocab;
+    for (int k = 0; k < 2; k++) {
+        for (int nb = 1; nb <= NS; nb += NS - 1) {
+            int32_t prompt[NS][64], next[2][NS]; /* [0]: the rounds' side (slots 0..), [1]: the steps' (NS..) */
+            int pos[NS];
+            engine_seq seqs[NS];
+            engine_result res[NS], rounds_res[ROUNDS * NS];
+            for (int side = 0; side < 2; side++) {
+                for (int i = 0; i < nb; i++) {
+                    pos[i] = 1 + 20 * i;
+                    for (int j = 0; j < pos[i]; j++) prompt[i][j] = j == 0 ? 1 : (7 * i + 13 * j) % V;
+                    engine_slot_clear(e, side * NS + i);
+                    seqs[i] = (engine_seq){.slot = side * NS + i, .tokens = prompt[i], .n_tokens = pos[i],
+                                           .want_token = true, .sp = &sp[k]};
+                }
+                if (engine_step(e, seqs, nb, res, err, sizeof err)) fail_msg("prefill: %s", err);
+                for (int i = 0; i < nb; i++) next[side][i] = res[i].token;
+            }
+            int compared = 0;
+            while (pos[nb - 1] + ROUNDS <= LEN) {
+                for (int i = 0; i < nb; i++)
+                    seqs[i] = (engine_seq){.slot = i, .tokens = &next[0][i], .n_tokens = 1, .pos = pos[i],
+                                           .want_token = true, .sp = &sp[k]};
+                if (engine_decode_rounds(e, seqs, nb, ROUNDS, rounds_res, err, sizeof err))
+                    fail_msg("decode rounds: %s", err);
+                for (int r = 0; r < ROUNDS; r++) {
+                    for (int i = 0; i < nb; i++)
+                        seqs[i] = (engine_seq){.slot = NS + i, .tokens = &next[1][i], .n_tokens = 1, .pos = pos[i] + r,
+                                               .want_token = true, .sp = &sp[k]};
+                    if (engine_step(e, seqs, nb, res, err, sizeof err)) fail_msg("step: %s", err);
+                    for (int i = 0; i < nb; i++) {
+                        const engine_result *a = &rounds_res[r * nb + i];
+                        if (a->token != res[i].token || memcmp(&a->logprob, &res[i].logprob, sizeof a->logprob))
+                            fail_msg("%s batch %d, seq %d at position %d: rounds gave %d (%g), steps %d (%g)",
+                                     k ? "sampled" : "greedy", nb, i, pos[i] + r, a->token, a->logprob, res[i].token,
+                                     res[i].logprob);
+                        next[1][i] = res[i].token;
+                        compared++;
+                    }
+                }
+                for (int i = 0; i < nb; i++) {
+                    next[0][i] = rounds_res[(ROUNDS - 1) * nb + i].token;
+                    pos[i] += ROUNDS;
+                }
+            }
+            print_message("  %s, batch %d: %d tokens of rounds as of steps\n", k ? "sampled" : "greedy", nb, compared);
+        }
+    }
+    int32_t two[2] = {1, 2};
+    engine_seq bad = {.slot = 0, .tokens = two, .n_tokens = 2, .pos = 0, .want_token = true, .sp = &sp[0]};
+    assert_int_equal(engine_decode_rounds(e, &bad, 1, 3, (engine_result[3]){0}, err, sizeof err), ENGINE_EINVAL);
+    bad = (engine_seq){.slot = 0, .tokens = two, .n_tokens = 1, .pos = 510, .want_token = true, .sp = &sp[0]};
+    assert_int_equal(engine_decode_rounds(e, &bad, 1, 3, (engine_result[3]){0}, err, sizeof err), ENGINE_EINVAL);
+    engine_free(e);
+    model_free(m);
+}
+
 /* A near tie: a solo top-2 gap below this fraction of the logit's magnitude (at least 1). */
 #define NEAR_TIE 1e-3f
 
@@ -2162,6 +2243,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_swa_pool_bytes_gemma3_27b),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_verify_equals_decode),
+        cmocka_unit_test(test_decode_rounds_equal_steps),
         cmocka_unit_test(test_batch_of_32_equals_alone),
         cmocka_unit_test(test_mixed_steps_equal_alone),
         cmocka_unit_test(test_deterministic_bit_identical),

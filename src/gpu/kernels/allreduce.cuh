@@ -59,6 +59,7 @@ __device__ __forceinline__ void ar_handshake(const gpu_ar_args &a, uint32_t e)
 
 extern "C" __global__ void __launch_bounds__(GPU_AR_THREADS) tp_add(gpu_ar_args a)
 {
+    pdl_enter();
     const int n4 = a.count / 4, stride = gridDim.x * blockDim.x;
     const float4 *part = (const float4 *)a.part;
     int par = 0;

@@ -173,18 +173,22 @@ __device__ __forceinline__ void attn_partial_body(const attn_args &a)
 
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial(attn_args a)
 {
+    pdl_enter();
     attn_partial_body<ATT_PAIRS, 8, 0>(a);
 }
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd64(attn_args a)
 {
+    pdl_enter();
     attn_partial_body<1, 16, 64>(a);
 }
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd128(attn_args a)
 {
+    pdl_enter();
     attn_partial_body<2, 16, 128>(a);
 }
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd512(attn_args a)
 {
+    pdl_enter();
     attn_partial_body<8, 8, 512, GPU_ATT_GB_HD512>(a);
 }
 // Head dims over 256 up to GPU_MLA_MAX_ROW (a multiple of 8), 512 aside: the latent rows of
@@ -192,6 +196,7 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_hd512(
 // (kc == vc; the RoPE part's sums are not used).  Four heads per block, as at 512.
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attn_partial_wide(attn_args a)
 {
+    pdl_enter();
     attn_partial_body<GPU_MLA_MAX_ROW / 64, 8, 0, GPU_ATT_GB_HD512>(a);
 }
 
@@ -202,6 +207,7 @@ extern "C" __global__ void attn_combine(const float *part_o, const float *part_m
                                         int n_head, int n_split, int hd, const int32_t *tok_list,
                                         const float *sinks)
 {
+    pdl_enter();
     const int t = tok_list ? tok_list[blockIdx.x] : blockIdx.x;
     size_t th = (size_t)t * n_head + blockIdx.y;
     const float *ml = part_ml + th * n_split * 2;

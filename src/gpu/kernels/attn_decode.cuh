@@ -343,21 +343,24 @@ static_assert(AD_SMEM(256, gpu_attn_dec_warps(256), gpu_attn_dec_stages(256)) ==
               "the host sizes the rings alike");
 extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd64(attn_args a)
 {
+    pdl_enter();
     attn_decode_body<64, AD_W, AD_S>(a);
 }
 extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd128(attn_args a)
 {
+    pdl_enter();
     attn_decode_body<128, AD_W, AD_S>(a);
 }
 extern "C" __global__ void __launch_bounds__(gpu_attn_dec_warps(256) * 32) attn_decode_hd256(attn_args a)
 {
+    pdl_enter();
     attn_decode_body<256, gpu_attn_dec_warps(256), gpu_attn_dec_stages(256)>(a);
 }
 
 // Other shapes for gpu_attnbench's sweep (looked up by name there only).
 #define AD_VARIANT(HD, W, S)                                                                              \
     extern "C" __global__ void __launch_bounds__(W * 32) attn_decode_hd##HD##_w##W##s##S(attn_args a) \
-    {                                                                                                     \
+    { pdl_enter();                                                                                        \
         attn_decode_body<HD, W, S>(a);                                                                    \
     }
 AD_VARIANT(128, 4, 1)
@@ -377,6 +380,7 @@ AD_VARIANT(256, 3, 2)
 static_assert(GPU_ATT_DEC_SPLIT <= AD_COMBINE_MAX, "the combine holds every split's weight");
 extern "C" __global__ void __launch_bounds__(AD_COMBINE_SG * 256) attn_decode_combine(attn_args a)
 {
+    pdl_enter();
     __shared__ float sm_m[AD_COMBINE_MAX], sm_w[AD_COMBINE_MAX], sm_l[AD_COMBINE_MAX];
     __shared__ float part[AD_COMBINE_SG][256];
     const int t = a.tok_list ? a.tok_list[blockIdx.x] : blockIdx.x;

@@ -5,6 +5,24 @@
 
 #define WARP 32
 
+// Programmatic dependent launch (sm_90 on; gpu_kernels.c launches every kernel with it there).
+// A kernel so launched may start while the kernel before it on the stream still runs, so the
+// first thing every kernel does is wait for that kernel to have finished and its writes to be
+// visible (griddepcontrol.wait: the same ordering as a plain launch, hence the same results),
+// then let the next kernel launch (launch_dependents): its blocks are scheduled and wait on
+// the SMs this grid leaves free, instead of being launched after this grid drains.  A batch-1
+// step is a chain of ~200-300 short kernels whose launch gaps this takes out.  Every
+// __global__ calls it first, before any early exit: a grid that exits without waiting could
+// finish before the one it follows, and the grid after it would then read unfinished data.
+// Where the launch did not ask for it (older GPUs, cuLaunchKernel) both are no-ops.
+__device__ __forceinline__ void pdl_enter()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll

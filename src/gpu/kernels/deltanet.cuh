@@ -42,6 +42,7 @@ __device__ __forceinline__ float conv_sum(const float wr[GPU_SSM_MAX_TAPS], cons
 // each token's sum is the same products in the same order as one walk over them all.
 extern "C" __global__ void ssm_conv(ssm_args a)
 {
+    pdl_enter();
     const gpu_ssm_seq s = a.seqs[blockIdx.x];
     const int c = blockIdx.y * WARP + (threadIdx.x & 31), taps = a.taps, segs = blockDim.x >> 5;
     const int run = (s.n + segs - 1) / segs, seg = threadIdx.x >> 5;
@@ -94,6 +95,7 @@ __device__ __forceinline__ float qk_norm_factor(const float *v, int d, bool q)
 // Grid (tokens, 2 * k_heads), one warp: head h < k_heads is a q head (also scaled), else a k head.
 extern "C" __global__ void ssm_qk_norm(float *mix, int chan, int d, int k_heads)
 {
+    pdl_enter();
     float *v = mix + (size_t)blockIdx.x * chan + (size_t)blockIdx.y * d;
     const float inv = qk_norm_factor(v, d, (int)blockIdx.y < k_heads);
     for (int i = threadIdx.x; i < d; i += WARP) v[i] *= inv;
@@ -120,6 +122,7 @@ __device__ __forceinline__ void ssm_gate(const ssm_gate_args &ga, int i)
 // n = tokens * v_heads entries (ssm_gate).
 extern "C" __global__ void ssm_gates(ssm_gate_args ga, int n)
 {
+    pdl_enter();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) ssm_gate(ga, i);
 }
@@ -132,6 +135,7 @@ extern "C" __global__ void ssm_gates(ssm_gate_args ga, int n)
 // The last block y computes the token's gates.  Every value has the three kernels' bits.
 extern "C" __global__ void ssm_conv_step(ssm_args a, ssm_gate_args ga)
 {
+    pdl_enter();
     __shared__ float head[GPU_SSM_MAX_D];
     __shared__ float inv;
     const gpu_ssm_seq s = a.seqs[blockIdx.x];
@@ -179,6 +183,7 @@ extern "C" __global__ void ssm_conv_step(ssm_args a, ssm_gate_args ga)
 // the batch).
 extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32) delta_rule(ssm_args a)
 {
+    pdl_enter();
     __shared__ float sk[GPU_SSM_MAX_D], sq[GPU_SSM_MAX_D], red[GPU_SSM_WARPS][WARP];
     constexpr int MAX_ROWS = GPU_SSM_MAX_D / GPU_SSM_WARPS;
     const gpu_ssm_seq s = a.seqs[blockIdx.x];
@@ -256,6 +261,7 @@ __device__ __forceinline__ void out_norm_head(const float *o, const float *z, co
 extern "C" __global__ void ssm_out_norm(const float *o, const float *z, const float *w, __half *out, int d,
                                         int v_heads, float eps)
 {
+    pdl_enter();
     const size_t base = ((size_t)blockIdx.x * v_heads + blockIdx.y) * d;
     out_norm_head(o + base, z + base, w, out + base, d, eps);
 }
@@ -273,6 +279,7 @@ extern "C" __global__ void ssm_out_norm(const float *o, const float *z, const fl
 extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32)
     delta_step(ssm_args a, const float *z, const float *norm_w, __half *out, float eps)
 {
+    pdl_enter();
     constexpr int COLS = GPU_SSM_STEP_MAX_D / WARP, MAX_ROWS = GPU_SSM_STEP_MAX_D / GPU_SSM_WARPS;
     __shared__ float sk[GPU_SSM_STEP_MAX_D], sq[GPU_SSM_STEP_MAX_D], so[GPU_SSM_STEP_MAX_D];
     __shared__ float sz[GPU_SSM_STEP_MAX_D], sw[GPU_SSM_STEP_MAX_D];
@@ -359,6 +366,7 @@ extern "C" __global__ void __launch_bounds__(GPU_SSM_WARPS * 32)
 // q[t][h][i] = qg[t][h][i] for the n = tokens * n_head * hd entries of q (qg: [t][h][2 hd]).
 extern "C" __global__ void split_qgate(const float *qg, float *q, int hd, size_t n)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         q[i] = qg[i / hd * 2 * hd + i % hd];
 }
@@ -366,6 +374,7 @@ extern "C" __global__ void split_qgate(const float *qg, float *q, int hd, size_t
 // act[t][h][i] *= sigmoid(qg[t][h][hd + i]) over the n entries of the attention's output.
 extern "C" __global__ void gate_heads(__half *act, const float *qg, int hd, size_t n)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         act[i] = __float2half_rn(__half2float(act[i]) * sigmoidf_(qg[i / hd * 2 * hd + hd + i % hd]));
 }
@@ -375,6 +384,7 @@ extern "C" __global__ void gate_heads(__half *act, const float *qg, int hd, size
 // (matvec_res_<type> with matvec_args.res_gate: the same bits).
 extern "C" __global__ void shexp_add(float *x, const float *y, const float *logit, int n)
 {
+    pdl_enter();
     const float g = logit ? sigmoidf_(logit[blockIdx.x]) : 1.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float *xi = x + (size_t)blockIdx.x * n + i;
@@ -512,6 +522,7 @@ __device__ __forceinline__ void dn_lower_times(const float *L, float *buf, const
 extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_prep(ssm_args a, const gpu_ssm_seq *chunks, float *U,
                                                                    float *W, float *Gc)
 {
+    pdl_enter();
     __shared__ float buf[DN_C * (DN_C + 1)], sT[DN_C][DN_C + 1], sG[DN_C], sB[DN_C], sF[DN_C], row[DN_C];
     const gpu_ssm_seq c = chunks[blockIdx.x];
     const int h = blockIdx.y, d = a.d, nv = a.v_heads, n = c.n, t0 = c.first, tid = threadIdx.x;
@@ -590,6 +601,7 @@ __device__ __forceinline__ void dn_rows_s(float (&acc)[4], const float *X, const
 extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_state(ssm_args a, float *U, const float *W,
                                                                           const float *Gc)
 {
+    pdl_enter();
     constexpr int CB = GPU_SSM_COLS;
     __shared__ float sS[GPU_SSM_MAX_D * CB], buf[DN_C * (DN_C + 1)], sV[DN_C][CB], sG[DN_C], sE[DN_C];
     const gpu_ssm_seq s = a.seqs[blockIdx.x];
@@ -668,6 +680,7 @@ extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_state(ss
 extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_out(ssm_args a, const gpu_ssm_seq *chunks, const float *U,
                                                                   const float *Gc)
 {
+    pdl_enter();
     constexpr int QW = 32; // q and k slices of 32 columns side by side
     __shared__ float tile[2 * DN_C * (QW + 1)], sQK[DN_C][DN_C + 1], sG[DN_C];
     const gpu_ssm_seq c = chunks[blockIdx.x];

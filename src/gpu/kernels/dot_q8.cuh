@@ -166,6 +166,7 @@ __device__ __forceinline__ void row_dots_q8(const uint8_t *const rows[NR], const
 // whole warps): for the dp4a products whose input no RMSNorm quantised (rmsnorm_q8).
 extern "C" __global__ void quantize_q8(const __half *x, int k, int8_t *xq, float *xd)
 {
+    pdl_enter();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= k) return; // whole warps: k % 32 == 0
     q8_block_store(__half2float(x[i]), xq + (i & ~31), xq + k + (i & ~31), xd + 2 * (i >> 5));

@@ -40,12 +40,14 @@ __device__ __forceinline__ void rmsnorm_body(const float *x, const int *idx, int
 extern "C" __global__ void rmsnorm(const float *x, const int *idx, int idx_stride, const float *w,
                                    float *y, __half *yh, __half *ylo, int n, float eps)
 {
+    pdl_enter();
     rmsnorm_body<false>(x, idx, idx_stride, w, y, yh, ylo, n, eps, nullptr, nullptr);
 }
 
 extern "C" __global__ void rmsnorm_q8(const float *x, const int *idx, int idx_stride, const float *w, float *y,
                                       __half *yh, __half *ylo, int n, float eps, int8_t *xq, float *xd)
 {
+    pdl_enter();
     rmsnorm_body<true>(x, idx, idx_stride, w, y, yh, ylo, n, eps, xq, xd);
 }
 
@@ -86,6 +88,7 @@ __device__ __forceinline__ void post_norm_add_loops(const float *pr, const float
 extern "C" __global__ void post_norm_add(const float *post, const float *w_post, float *x, float scale,
                                          const float *w_next, __half *yh, int n, float eps)
 {
+    pdl_enter();
     __shared__ float sh[32];
     const size_t row = (size_t)blockIdx.x * n;
     const float *pr = post + row;
@@ -150,6 +153,7 @@ __device__ __forceinline__ void norm_input_store(__half *xw, __half *xw_lo, int 
 extern "C" __global__ void norm_prep(const float *x, const float *w, __half *xw, __half *xw_lo, float *part, float *ss,
                                      int n, float eps)
 {
+    pdl_enter();
     __shared__ float sh[32];
     float s = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += x[i] * x[i];
@@ -284,6 +288,7 @@ __device__ __forceinline__ void qkv_post_global(const qkv_post_args &a, float *v
 
 extern "C" __global__ void qkv_post(qkv_post_args a)
 {
+    pdl_enter();
     __shared__ float sh[32];
     __shared__ float hs[QKV_POST_SMEM_HD], vh[QKV_POST_SMEM_HD]; // the head, a key head's V head
     const int t = blockIdx.x, h = blockIdx.y, pos = a.pos[t], hd = a.hd, bd = blockDim.x;
@@ -333,6 +338,7 @@ extern "C" __global__ void qkv_post(qkv_post_args a)
 extern "C" __global__ void hist_store(int *hist, int ctx, const int *tok, const int *slot,
                                       const int *pos, int n)
 {
+    pdl_enter();
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) hist[(size_t)slot[t] * ctx + pos[t]] = tok[t];
 }
@@ -340,6 +346,7 @@ extern "C" __global__ void hist_store(int *hist, int ctx, const int *tok, const 
 // out = fp16(silu(g) * u) over n elements (the cuBLAS path's SwiGLU; glu_* fuses it).
 extern "C" __global__ void swiglu(const float *g, const float *u, __half *out, size_t n)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float x = g[i];
         out[i] = __float2half_rn(x / (1.0f + __expf(-x)) * u[i]);
@@ -350,6 +357,7 @@ extern "C" __global__ void swiglu(const float *g, const float *u, __half *out, s
 // CPU's cpu_geglu and transformers' gelu_pytorch_tanh.
 extern "C" __global__ void geglu(const float *g, const float *u, __half *out, size_t n)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float x = g[i];
         out[i] = __float2half_rn(gelu_tanh(x) * u[i]);
@@ -362,6 +370,7 @@ extern "C" __global__ void geglu(const float *g, const float *u, __half *out, si
 extern "C" __global__ void geglu_rows(const float *g, int ld_g, const float *u, int ld_u, __half *out, int ld_out,
                                       int n, int rows)
 {
+    pdl_enter();
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < (size_t)rows * n;
          e += (size_t)gridDim.x * blockDim.x) {
         const size_t r = e / n, i = e % n;
@@ -375,6 +384,7 @@ extern "C" __global__ void geglu_rows(const float *g, int ld_g, const float *u, 
 // embeddings read it unnormed).
 extern "C" __global__ void to_f16(const float *x, __half *out, size_t n)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = __float2half_rn(x[i]);
 }
@@ -383,6 +393,7 @@ extern "C" __global__ void to_f16(const float *x, __half *out, size_t n)
 // (row stride ldx) widened to FP32 rows of k (an F32 weight's cuBLAS product, gpu_forward.c).
 extern "C" __global__ void to_f32_rows(const __half *x, int ldx, float *out, int k, size_t n)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const size_t m = i / (size_t)k;
         const int j = (int)(i % (size_t)k);
@@ -393,6 +404,7 @@ extern "C" __global__ void to_f32_rows(const __half *x, int ldx, float *out, int
 // x = cap * tanh(x / cap) over n elements (Gemma's soft-capped logits).
 extern "C" __global__ void softcap(float *x, size_t n, float cap)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = tanhf(x[i] / cap) * cap;
 }
@@ -400,12 +412,14 @@ extern "C" __global__ void softcap(float *x, size_t n, float cap)
 // x *= s over n elements (Gemma's embeddings times sqrt(n_embd)).
 extern "C" __global__ void scale_f32(float *x, size_t n, float s)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
 }
 
 // y[r][i] += bias[i] for rows of n.
 extern "C" __global__ void add_bias(float *y, const float *bias, int n, size_t total)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
         y[i] += bias[i % n];
 }
@@ -416,6 +430,7 @@ extern "C" __global__ void add_bias(float *y, const float *bias, int n, size_t t
 // variance about it (the CPU's cpu_layernorm, which sums in double).
 extern "C" __global__ void layernorm(float *x, const float *add, const float *w, const float *b, int n, float eps)
 {
+    pdl_enter();
     __shared__ float sh[32];
     float *xr = x + (size_t)blockIdx.x * n;
     const float *ar = add ? add + (size_t)blockIdx.x * n : nullptr;
@@ -436,6 +451,7 @@ extern "C" __global__ void layernorm(float *x, const float *add, const float *w,
 // (BERT's MLP; the CPU's cpu_gelu_erf).
 extern "C" __global__ void gelu_erf(const float *u, __half *out, size_t n)
 {
+    pdl_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float x = u[i];
         out[i] = __float2half_rn(0.5f * x * (1.0f + erff(x * 0.7071067811865476f)));

@@ -363,12 +363,13 @@ __device__ __forceinline__ void flash_attn_body(const flash_args &a)
     }
 }
 
-extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(64)) flash_attn_hd64(flash_args a) { flash_attn_body<64>(a); }
-extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(128)) flash_attn_hd128(flash_args a) { flash_attn_body<128>(a); }
-extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(256)) flash_attn_hd256(flash_args a) { flash_attn_body<256>(a); }
-extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(512)) flash_attn_hd512(flash_args a) { flash_attn_body<512>(a); }
+extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(64)) flash_attn_hd64(flash_args a) { pdl_enter(); flash_attn_body<64>(a); }
+extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(128)) flash_attn_hd128(flash_args a) { pdl_enter(); flash_attn_body<128>(a); }
+extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(256)) flash_attn_hd256(flash_args a) { pdl_enter(); flash_attn_body<256>(a); }
+extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(512)) flash_attn_hd512(flash_args a) { pdl_enter(); flash_attn_body<512>(a); }
 // Latent rows (deepseek2): Q and K 512 + 64 wide, V their first 512, one KV head for all query heads
 extern "C" __global__ void __launch_bounds__(GPU_FA_THREADS(GPU_MLA_FLASH_ROW)) flash_attn_mla(flash_args a)
 {
+    pdl_enter();
     flash_attn_body<GPU_MLA_FLASH_ROW, GPU_MLA_FLASH_V>(a);
 }

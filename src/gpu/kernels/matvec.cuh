@@ -411,15 +411,15 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
 // One pair per row of GPU_MATVEC_KERNELS (../gpu_kernel_names.h), under the row's names.
 #define MATVEC_KERNELS(matvec_name, glu_name, TYPE, MT)                                          \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        matvec_name(matvec_args a) { matvec_body<T_##TYPE, MT>(a); }                             \
+        matvec_name(matvec_args a) { pdl_enter(); matvec_body<T_##TYPE, MT>(a); }                \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        glu_name(matvec_args a) { glu_body<T_##TYPE, MT>(a); }
+        glu_name(matvec_args a) { pdl_enter(); glu_body<T_##TYPE, MT>(a); }
 GPU_MATVEC_KERNELS(MATVEC_KERNELS)
 
 // One per row of GPU_MATVEC_ROPE_KERNELS: one token's QKV product with qkv_post in its epilogue.
 #define MATVEC_ROPE_KERNEL(name, TYPE)                                                           \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) name(matvec_rope_args r)     \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         matvec_body<T_##TYPE, 1, true>(r.mv, &r);                                                \
     }
 GPU_MATVEC_ROPE_KERNELS(MATVEC_ROPE_KERNEL)
@@ -427,11 +427,11 @@ GPU_MATVEC_ROPE_KERNELS(MATVEC_ROPE_KERNEL)
 // One triple per row of GPU_MATVEC_DP4A_KERNELS: the one-row products over q8 activations.
 #define MATVEC_DP4A_KERNELS(matvec_name, glu_name, rope_name, TYPE)                              \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        matvec_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, true>(a); }                 \
+        matvec_name(matvec_args a) { pdl_enter(); matvec_body<T_##TYPE, 1, false, true>(a); }    \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        glu_name(matvec_args a) { glu_body<T_##TYPE, 1, true>(a); }                              \
+        glu_name(matvec_args a) { pdl_enter(); glu_body<T_##TYPE, 1, true>(a); }                 \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) rope_name(matvec_rope_args r) \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         matvec_body<T_##TYPE, 1, true, true>(r.mv, &r);                                          \
     }
 GPU_MATVEC_DP4A_KERNELS(MATVEC_DP4A_KERNELS)
@@ -464,22 +464,22 @@ template <> struct glu_norm_blocks<T_IQ4_XS> { static constexpr int n = 5; };
 #define MATVEC_NORM_KERNELS(rope_name, glu_name, res_name, nin_name, TYPE)                       \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, rope_norm_blocks<T_##TYPE>::n) \
         rope_name(matvec_rope_args r)                                                            \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         matvec_body<T_##TYPE, 1, true, false, NORM_IN>(r.mv, &r);                                \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, glu_norm_blocks<T_##TYPE>::n) \
-        glu_name(matvec_args a) { glu_body<T_##TYPE, 1, false, NORM_IN>(a); }                    \
+        glu_name(matvec_args a) { pdl_enter(); glu_body<T_##TYPE, 1, false, NORM_IN>(a); }       \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        res_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a); }        \
+        res_name(matvec_args a) { pdl_enter(); matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a); } \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        nin_name(matvec_args a) { matvec_body<T_##TYPE, 1, false, false, NORM_IN>(a); }
+        nin_name(matvec_args a) { pdl_enter(); matvec_body<T_##TYPE, 1, false, false, NORM_IN>(a); }
 GPU_MATVEC_NORM_KERNELS(MATVEC_NORM_KERNELS)
 
 // One per row of GPU_MATVEC_LO_NORM_KERNELS: a DeltaNet layer's input product over the carried
 // norm and its remainder (matvec_lo_body's NORM_IN).
 #define MATVEC_LO_NORM_KERNEL(name, TYPE)                                                        \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) name(matvec_args a)          \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         matvec_lo_body<T_##TYPE, NORM_IN>(a);                                                    \
     }
 GPU_MATVEC_LO_NORM_KERNELS(MATVEC_LO_NORM_KERNEL)
@@ -522,12 +522,12 @@ __device__ __forceinline__ void embed_body(const uint8_t *w, unsigned long long 
 #define DEQUANT_KERNELS(dequant_name, embed_name, TYPE)                                          \
     extern "C" __global__ void dequant_name(const uint8_t *w, unsigned long long row_bytes,      \
                                             int k, int n, __half *out)                           \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         dequant_f16_body<T_##TYPE>(w, row_bytes, k, n, out);                                     \
     }                                                                                            \
     extern "C" __global__ void embed_name(const uint8_t *w, unsigned long long row_bytes, int k, \
                                           const int *tok, float *x)                              \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         embed_body<T_##TYPE>(w, row_bytes, k, tok, x);                                           \
     }
 GPU_DEQUANT_KERNELS(DEQUANT_KERNELS)

@@ -12,6 +12,7 @@
 // (the packed prefill's scatter, as qkv_post's).
 extern "C" __global__ void mla_post(mla_post_args a)
 {
+    pdl_enter();
     __shared__ float sh[32];
     const qkv_post_args &r = a.rope;
     const int t = blockIdx.x, h = blockIdx.y, pos = r.pos[t], rot = r.n_rot, row = a.lat + rot;

@@ -269,6 +269,7 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
 // (activation row, padded feature row).
 extern "C" __global__ void mmq_reduce(matvec_args a, int glu, int n_split)
 {
+    pdl_enter();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)a.m * a.part_ld) return;
     const int m = (int)(i / a.part_ld), n = (int)(i % a.part_ld);
@@ -293,11 +294,11 @@ extern "C" __global__ void mmq_reduce(matvec_args a, int glu, int n_split)
 // One pair per row of GPU_MMQ_KERNELS (../gpu_kernel_names.h), under the row's names.
 #define MMQ_KERNELS(mmq_name, mmq_glu_name, TYPE, BM)                                            \
     extern "C" __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_name(matvec_args a)         \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         mmq_body<T_##TYPE, BM, false>(a);                                                        \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MMQ_WARPS * 32) mmq_glu_name(matvec_args a)     \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         mmq_body<T_##TYPE, BM, true>(a);                                                         \
     }
 GPU_MMQ_KERNELS(MMQ_KERNELS)

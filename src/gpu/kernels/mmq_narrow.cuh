@@ -200,12 +200,12 @@ __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n
 #define MMQ_NARROW_KERNELS(name, glu_name, TYPE)                                                     \
     extern "C" __global__ void __launch_bounds__(MMQN_WARPS * 32)                                    \
         name(matvec_rope_args r, int n_split, int tpb)                                               \
-    {                                                                                                \
+    { pdl_enter();                                                                                   \
         mmq_narrow_body<T_##TYPE, false>(r, n_split, tpb);                                           \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(MMQN_WARPS * 32)                                    \
         glu_name(matvec_rope_args r, int n_split, int tpb)                                           \
-    {                                                                                                \
+    { pdl_enter();                                                                                   \
         mmq_narrow_body<T_##TYPE, true>(r, n_split, tpb);                                            \
     }
 GPU_MMQ_NARROW_KERNELS(MMQ_NARROW_KERNELS)

@@ -44,6 +44,7 @@
 extern "C" __global__ void __launch_bounds__(256) moe_router(const float *x, const float *w, const float *bias, int n,
                                                              int n_expert, int T, int per_block, float *logits)
 {
+    pdl_enter();
     __shared__ float part[8][MOE_ROUTER_TOKENS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t0 = blockIdx.x * MOE_ROUTER_TOKENS;
     const int e_end = min(n_expert, (blockIdx.y + 1) * per_block), j = threadIdx.x;
@@ -88,6 +89,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_router_norm(const float *x
                                                                   int n, matvec_norm nm, float *logits,
                                                                   const float *w_sh, float *sh_logit)
 {
+    pdl_enter();
     __shared__ float part[8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, e = blockIdx.y;
     const bool sh = w_sh && e == (int)gridDim.y - 1;
@@ -197,6 +199,7 @@ __device__ __forceinline__ float moe_route_final(const moe_route_args &a, float 
 // routes its own blocks (moe_block_route: the same ids and weights, bit for bit).
 extern "C" __global__ void moe_route(moe_route_args a)
 {
+    pdl_enter();
     extern __shared__ float prob[]; // [n_expert] scores, then [n_expert] choice values
     const int lane = threadIdx.x, n_expert = a.n_expert, k = a.k;
     float *choice = prob + n_expert;
@@ -448,15 +451,15 @@ __device__ __forceinline__ void moe_down_body(const moe_mv_args &a)
 // One pair per row of GPU_MOE_KERNELS (../gpu_kernel_names.h), under the row's names.
 #define MOE_KERNELS(glu_name, matvec_name, down_name, TYPE)                                      \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) glu_name(moe_mv_args a)      \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         moe_entry_body<T_##TYPE, true>(a);                                                       \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) matvec_name(moe_mv_args a)   \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         moe_entry_body<T_##TYPE, false>(a);                                                      \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) down_name(moe_mv_args a)     \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         moe_down_body<T_##TYPE>(a);                                                              \
     }
 GPU_MOE_KERNELS(MOE_KERNELS)
@@ -464,11 +467,11 @@ GPU_MOE_KERNELS(MOE_KERNELS)
 // One pair per row of GPU_MOE_NORM_KERNELS: the batch-1 MoE products that carry its norms.
 #define MOE_NORM_KERNELS(glu_name, down_name, TYPE)                                              \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) glu_name(moe_mv_args a)      \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         moe_entry_body<T_##TYPE, true, NORM_IN>(a);                                              \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) down_name(moe_mv_args a)     \
-    {                                                                                            \
+    { pdl_enter();                                                                               \
         moe_down_body<T_##TYPE, NORM_OUT>(a);                                                    \
     }
 GPU_MOE_NORM_KERNELS(MOE_NORM_KERNELS)
@@ -481,6 +484,7 @@ GPU_MOE_NORM_KERNELS(MOE_NORM_KERNELS)
 extern "C" __global__ void moe_sort(const int32_t *ids, int n, int n_expert, int bm, int max_tiles,
                                     int32_t *sorted, int32_t *pos, int32_t *tiles)
 {
+    pdl_enter();
     extern __shared__ int32_t sm[]; // ids [n], then counts / offsets [n_expert]
     int32_t *sid = sm, *off = sm + n;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -527,6 +531,7 @@ extern "C" __global__ void moe_sort(const int32_t *ids, int n, int n_expert, int
 extern "C" __global__ void moe_combine(float *x, const float *y, const float *weights, const int32_t *pos, int k,
                                        int n, int accumulate, const float *bias, const int32_t *ids)
 {
+    pdl_enter();
     const int t = blockIdx.x;
     for (int d = threadIdx.x; d < n; d += blockDim.x) {
         float acc = 0.0f;

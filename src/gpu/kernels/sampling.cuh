@@ -175,6 +175,7 @@ __device__ __forceinline__ const float *sample_src(const sample_args &a, int row
 // reference, the allowed-token mask, on the way (-inf for every token whose bit is clear).
 extern "C" __global__ void sample_prep(sample_args a)
 {
+    pdl_enter();
     const gpu_sample_row *r = &a.rows[blockIdx.x];
     if (!needs_work(r)) return;
     size_t base = (size_t)blockIdx.x * a.n_vocab;
@@ -188,6 +189,7 @@ extern "C" __global__ void sample_prep(sample_args a)
 // Grid (rows): logit_bias, then the penalties over the slot's history window.
 extern "C" __global__ void sample_adjust(sample_args a)
 {
+    pdl_enter();
     const gpu_sample_row *r = &a.rows[blockIdx.x];
     if (!needs_work(r)) return;
     const int V = a.n_vocab;
@@ -221,6 +223,7 @@ extern "C" __global__ void sample_adjust(sample_args a)
 // Grid (rows, parts): each block's slice -> (best value, its lowest id, sum of exp(l - best)).
 extern "C" __global__ void sample_reduce(sample_args a)
 {
+    pdl_enter();
     __shared__ float sh_v[32];
     __shared__ int sh_i[32];
     if (!a.rows[blockIdx.x].want) return;
@@ -261,6 +264,7 @@ extern "C" __global__ void sample_reduce(sample_args a)
 // Grid (rows): merge the slices, then greedy / the draw, logprobs and the top-N alternatives.
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) sample(sample_args a)
 {
+    pdl_enter();
     __shared__ float sh_v[32];
     __shared__ int sh_i[32];
     const gpu_sample_row *r = &a.rows[blockIdx.x];

@@ -1780,7 +1780,8 @@ static void test_logits_gemma3_wide(void **state)
         tiny_spec s = tiny_spec_default();
         s.arch = "gemma3";
         s.n_vocab = 512, s.n_embd = 4096, s.n_layer = 2, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 256;
-        s.n_ff = 512, s.n_ctx = 512, s.post_norms = true, s.tied = true, s.wtype = types[t], s.seed = 400 + t;
+        s.n_ff = 512, s.n_ctx = 512, s.n_swa = 48, s.post_norms = true, s.tied = true, s.wtype = types[t];
+        s.seed = 400 + t;
         void *image;
         model *m = random_model(s, &image);
         int32_t tokens[N_POS];

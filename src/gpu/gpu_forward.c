@@ -416,6 +416,32 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     return 0;
 }
 
+/* The wide models' one-row products: KS (2 or 4) where a plain one-row launch of `rows` rows
+ * of k in format t runs faster as matvec_wide<KS>_<type> (kernels/matvec.cuh matvec_wide_body),
+ * 0 where the one-row layout stays.  Measured alone (scripts/mvbench.cu, docs/benchmarks.md "Two
+ * rows a warp over half of k"): the split pays with the rows, from n = 5,120 (Gemma 4's QKV +11 %,
+ * O +22 %, Q4_K / Q6_K down +10 / +17 %, Gemma-3-12B's QKV +30 %, the 70B shape's O / down +30 /
+ * +44 %) and not at n = 4,096 (the 8B: -4..+3 %); past ~32k rows (the LM heads: many waves of
+ * blocks already) it was not measured, so they keep their layout.  And it pays where each warp's
+ * part of k is close to whole 32-chunk steps of its lanes: Gemma 4's k of 5,376 (168 chunks) in
+ * quarters leaves the second step a third full and lost 7-9 %, in halves (84: 2.6 steps of 3)
+ * gained 11 %.  So: the split with the fuller steps (at least 85 %; ties to quarters, which won
+ * wherever both were whole), among the formats' kernels (GPU_MATVEC_WIDE_KERNELS). */
+#define MATVEC_WIDE_MIN_ROWS 5120
+#define MATVEC_WIDE_MAX_ROWS 32768
+static int matvec_wide_split(const gpu_engine *g, int t, int rows, int k)
+{
+    if (t < 0 || rows < MATVEC_WIDE_MIN_ROWS || rows > MATVEC_WIDE_MAX_ROWS) return 0;
+    int best = 0, best_part = 0, best_steps = 1; /* the fill of the best so far: best_part / (32 best_steps) */
+    for (int ks = 2; ks <= 4; ks *= 2) {
+        if (!g->k.matvec_wide[t][ks / 2 - 1].f) continue;
+        const int part = k / 32 / ks, steps = (int)ceil_div(part, 32); /* a warp's chunks, its lanes' steps */
+        if (part * 100 < 85 * 32 * steps || part * best_steps < best_part * steps) continue;
+        best = ks, best_part = part, best_steps = steps;
+    }
+    return best;
+}
+
 /* Whether x_lo's products can share x's pass (matvec_args.x_lo): one token, every output on
  * the FP16 matvec kernels of row_dots (not dp4a, not the tensor-core row_dots_mma of IQ4_XS,
  * Q2_K and Q3_K at one row, whose sums would differ from the MT = 2 kernel's), nothing added
@@ -463,10 +489,15 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             if (q8 && dp4a_input(g, op, &q8_ready, &a, err, errlen)) return -1;
             if (op->norm) a.norm = norm_args(g, op->norm_p, op->norm_w); /* never with q8 (gpu_norms_carried) */
             a.res_gate = op->res_gate ? F32(op->res_gate) : NULL;
+            /* (the plain one-row product only: the norms' and QKV epilogues want their 8 rows a block) */
+            const int wide = v == 0 && !g->det && !lo_fused && !q8 && !op->norm && !op->post ? matvec_wide_split(g, t, rows, a.k) : 0;
             if (op->post) { /* m == 1: the matvec path (path_for) */
                 matvec_rope_args r = {.mv = a, .post = *op->post, .role0 = MATVEC_Q + i};
                 const gpu_fn *fn = q8 ? &g->k.matvec_rope_dp4a[t] : op->norm ? &g->k.matvec_rope_norm[t] : &g->k.matvec_rope[t];
                 LAUNCH(*fn, d, op->what, &r);
+            } else if (wide) {
+                d = (gpu_launch_dims){1, ceil_div(rows, MATVEC_WIDE_ROWS), 1, 32 * MATVEC_WIDE_WARPS};
+                LAUNCH(g->k.matvec_wide[t][wide / 2 - 1], d, op->what, &a);
             } else {
                 const gpu_fn *fn = q8                     ? &g->k.matvec_dp4a[t]
                                    : lo_fused && op->norm ? &g->k.matvec_lo_nin[t]

@@ -162,6 +162,14 @@
     X(matvec_lo_nin_f16, F16) X(matvec_lo_nin_q4_0, Q4_0) X(matvec_lo_nin_q8_0, Q8_0) X(matvec_lo_nin_q4_k, Q4_K) \
     X(matvec_lo_nin_q5_k, Q5_K) X(matvec_lo_nin_q6_k, Q6_K)
 
+/* The wide models' one-row products over parts of k (kernels/matvec.cuh matvec_wide_body:
+ * MATVEC_WIDE_ROWS rows a block, KS rows a warp, each warp over 1/KS of k, the parts met in
+ * shared memory), for the formats and splits that measured faster than the one-row layout on
+ * the shapes gpu_forward.c matvec_wide_split picks (Gemma 3 / 4 Q4_K_M; Q6_K halves only, its
+ * quarters lost): X(matvec_wide<KS>_<suffix>, TYPE, KS) */
+#define GPU_MATVEC_WIDE_KERNELS(X) \
+    X(matvec_wide2_q4_k, Q4_K, 2) X(matvec_wide4_q4_k, Q4_K, 4) X(matvec_wide2_q6_k, Q6_K, 2)
+
 /* Dequantisation to FP16 (the cuBLAS path of prompt products) and the embedding gather, every
  * format: X(dequant_f16_<suffix>, embed_<suffix>, TYPE) */
 #define GPU_DEQUANT_KERNELS(X) \

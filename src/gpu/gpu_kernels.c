@@ -89,7 +89,7 @@ static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_
 
 /* A row of the per-format lists of gpu_kernel_names.h: two kernels (the plain product and its
  * GLU twin, or dequant and embed; the dp4a rows' third: their QKV product), their format, and
- * the activation rows per block. */
+ * the activation rows per block (the wide rows: their k split). */
 typedef struct format_row {
     const char *name[4];
     int wtype, rows;
@@ -110,6 +110,9 @@ static const format_row norm_rows[] = {GPU_MATVEC_NORM_KERNELS(FORMAT_ROW_NORM)}
 #define FORMAT_ROW_ONE(a, TYPE) {{#a, NULL}, GPU_WT_##TYPE, 1},
 static const format_row lo_norm_rows[] = {GPU_MATVEC_LO_NORM_KERNELS(FORMAT_ROW_ONE)};
 #undef FORMAT_ROW_ONE
+#define FORMAT_ROW_WIDE(a, TYPE, KS) {{#a, NULL}, GPU_WT_##TYPE, KS},
+static const format_row wide_rows[] = {GPU_MATVEC_WIDE_KERNELS(FORMAT_ROW_WIDE)};
+#undef FORMAT_ROW_WIDE
 #define FORMAT_ROW_MOE_NORM(a, b, TYPE) {{#a, #b}, GPU_WT_##TYPE, 0},
 static const format_row moe_norm_rows[] = {GPU_MOE_NORM_KERNELS(FORMAT_ROW_MOE_NORM)};
 #undef FORMAT_ROW_MOE_NORM
@@ -182,6 +185,10 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
             for (int j = 0; j < 4 && partial[l].fn[j]; j++)
                 if (lookup(k, &partial[l].fn[j][r->wtype], r->name[j], err, errlen)) return -1;
         }
+    for (size_t i = 0; i < sizeof wide_rows / sizeof wide_rows[0]; i++) /* rows: the row's KS */
+        if (lookup(k, &k->matvec_wide[wide_rows[i].wtype][wide_rows[i].rows / 2 - 1], wide_rows[i].name[0], err,
+                   errlen))
+            return -1;
     for (size_t i = 0; i < sizeof dequant_rows / sizeof dequant_rows[0]; i++) {
         const format_row *r = &dequant_rows[i];
         if (lookup(k, &k->dequant_f16[r->wtype], r->name[0], err, errlen) ||

@@ -66,6 +66,9 @@ typedef struct gpu_kernels {
     /* a DeltaNet layer's input product over the carried norm and its remainder
      * (GPU_MATVEC_LO_NORM_KERNELS; f == NULL for the other formats) */
     gpu_fn matvec_lo_nin[GPU_N_WTYPES];
+    /* the wide models' one-row products over parts of k (GPU_MATVEC_WIDE_KERNELS), [type][KS / 2
+     * - 1] for KS 2 and 4 (f == NULL for the formats and splits without) */
+    gpu_fn matvec_wide[GPU_N_WTYPES][2];
     /* tensor-core products on block-quantised and BF16 weights (f == NULL for F16 and F32,
      * which go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(type, variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];

@@ -156,6 +156,9 @@ typedef struct ssm_gate_args {
  * launch.  glu_<type>_<rows>: y[m][n] = fp16(silu(W_0 x) * (W_1 x)) into yh (gate/up). */
 #define MATVEC_MAX_SEG 4 /* a DeltaNet layer's one-token q/k/v, z, beta and alpha */
 #define MATVEC_LO_ROWS 2 /* matvec_args.x_lo: weight rows a warp */
+/* matvec_wide<KS>_<type> (kernels/matvec.cuh matvec_wide_body): warps and rows a block */
+#define MATVEC_WIDE_WARPS 4
+#define MATVEC_WIDE_ROWS 4
 /* Q6_K super-blocks are 210 bytes in GGUF, which leaves most of them only 2-byte aligned; on
  * the GPU each is stored in a 224-byte slot (same bytes, zero tail) so every load is 16 bytes. */
 #define GPU_Q6K_BLOCK 224

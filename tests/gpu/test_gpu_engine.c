@@ -7,7 +7,8 @@
  *     in mixed prefill + decode steps (split-K only, and flash prompts beside split-K decode);
  *   - a refused step leaves the engine usable; an impossible KV cache is refused with numbers;
  *   - gemma3 (sliding windows crossed by the prompt and the decode, GeGLU, soft-cap, embedding
- *     scale, two RoPE bases): a synthetic one in every format, and ../shared/reference's;
+ *     scale, two RoPE bases): a synthetic one in every format, and ../shared/reference's; one
+ *     wide enough (QKV 8,192 x 4,096) for the wide one-row products in Q4_K and Q6_K;
  *   - gemma4 (per-layer embeddings, KV shared between layers, per-layer head_dim / kv heads / FFN
  *     width, V norm, layer scalars) and gemma4_moe (experts beside the dense GLU behind the scaled
  *     router, V from the K projection): ../shared/reference's files, logits as above, 32
@@ -1863,6 +1864,33 @@ static void decode_through(engine *e, const int32_t *blocks, const int32_t *bloc
     if (engine_step(e, &s, 1, NULL, err, sizeof err)) fail_msg("decode through blocks: %s", err);
 }
 
+/* gemma3 at widths that take the wide one-row products (gpu_forward.c matvec_wide_split): 16
+ * query heads and 8 KV heads of 256 over n_embd 4,096, so every decode step's QKV launch is
+ * 8,192 rows of k 4,096, matvec_wide4_q4_k in Q4_K and matvec_wide2_q6_k in Q6_K (the other
+ * products stay on the one-row layout: 4,096 rows and fewer).  GPU logits against the CPU's. */
+static void test_logits_gemma3_wide(void **state)
+{
+    (void)state;
+    static const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    uint64_t seed = 17;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        tiny_spec s = tiny_spec_default();
+        s.arch = "gemma3";
+        s.n_vocab = 512, s.n_embd = 4096, s.n_layer = 2, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 256;
+        s.n_ff = 512, s.n_ctx = 512, s.n_swa = 48, s.post_norms = true, s.tied = true, s.wtype = types[t];
+        s.seed = 400 + t;
+        void *image;
+        model *m = random_model(s, &image);
+        int32_t tokens[N_POS];
+        for (int i = 0; i < N_POS; i++) tokens[i] = (int32_t)(gpu_test_rng(&seed) % (uint64_t)s.n_vocab);
+        char label[64];
+        snprintf(label, sizeof label, "gemma3 %s QKV 8192 x 4096", ggml_type_name(types[t]));
+        check_model_logits(m, label, N_POS, N_PROMPT, tokens);
+        model_free(m);
+        free(image);
+    }
+}
+
 /* A synthetic gemma4 (tiny_model) whose shapes take the fast kernels: sliding layers head_dim
  * 64 with 2 kv heads, full ones 128 with 1 (flash tiles of 16 tokens for both, the tensor-core
  * decode with each layer's own head_dim), window 48 crossed by the 200-token prompt and the
@@ -2239,6 +2267,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_logits_gemma3),
         cmocka_unit_test(test_logits_gemma4),
         cmocka_unit_test(test_logits_gemma4_synthetic),
+        cmocka_unit_test(test_logits_gemma3_wide),
         cmocka_unit_test(test_swa_pool_logits),
         cmocka_unit_test(test_swa_pool_bytes_gemma3_27b),
         cmocka_unit_test(test_stories260k),

@@ -43,6 +43,9 @@ static const row dp4a_rope[] = {GPU_MATVEC_DP4A_KERNELS(DP4A_ROPE)};
 static const row norm[] = {GPU_MATVEC_NORM_KERNELS(NORM)};
 static const row norm_res[] = {GPU_MATVEC_NORM_KERNELS(NORM_RES)};
 static const row lo_norm[] = {GPU_MATVEC_LO_NORM_KERNELS(ROW2)};
+/* the wide rows: rows is the row's k split */
+#define WIDE(a, TYPE, KS) {#a, "", #TYPE, KS},
+static const row wide[] = {GPU_MATVEC_WIDE_KERNELS(WIDE)};
 #define MOE_NORM(a, b, TYPE) {#a, #b, #TYPE, 0},
 static const row moe_norm[] = {GPU_MOE_NORM_KERNELS(MOE_NORM)};
 /* the MoE rows name three kernels: the down one is checked from moe_down */
@@ -191,12 +194,33 @@ static void test_moe_norm_rows(void **state)
     assert_true(q4_k && q6_k && mxfp4);
 }
 
+/* The wide products' list: splits of 2 or 4, each (format, split) once, named
+ * matvec_wide<KS>_<suffix>, and the Gemma Q4_K_M files' Q4_K (both splits) and Q6_K among them. */
+static void test_wide_rows(void **state)
+{
+    (void)state;
+    bool q4_k = false, q6_k = false;
+    for (size_t i = 0; i < N(wide); i++) {
+        assert_true(wide[i].rows == 2 || wide[i].rows == 4);
+        size_t w = 0;
+        while (w < N(wtypes) && strcmp(wtypes[w].type, wide[i].type) != 0) w++;
+        assert_true(w < N(wtypes));
+        char want[64];
+        snprintf(want, sizeof want, "matvec_wide%d_%s", wide[i].rows, wtypes[w].suffix);
+        assert_string_equal(wide[i].a, want);
+        for (size_t j = i + 1; j < N(wide); j++)
+            if (strcmp(wide[j].type, wide[i].type) == 0 && wide[j].rows == wide[i].rows) fail_msg("%s twice", want);
+        q4_k |= wtypes[w].ggml == GGML_TYPE_Q4_K, q6_k |= wtypes[w].ggml == GGML_TYPE_Q6_K;
+    }
+    assert_true(q4_k && q6_k);
+}
+
 static void test_no_name_twice(void **state)
 {
     (void)state;
     const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow) + N(norm) + N(norm_res) +
                            N(moe_norm)) +
-                      N(rope) + N(dp4a_rope) + N(moe_down) + N(lo_norm) + N(plain)];
+                      N(rope) + N(dp4a_rope) + N(moe_down) + N(lo_norm) + N(wide) + N(plain)];
     size_t n = 0;
     const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm, norm_res, moe_norm};
     const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow), N(norm), N(norm_res), N(moe_norm)};
@@ -209,6 +233,7 @@ static void test_no_name_twice(void **state)
     for (size_t i = 0; i < N(dp4a_rope); i++) names[n++] = dp4a_rope[i].a;
     for (size_t i = 0; i < N(moe_down); i++) names[n++] = moe_down[i].a;
     for (size_t i = 0; i < N(lo_norm); i++) names[n++] = lo_norm[i].a;
+    for (size_t i = 0; i < N(wide); i++) names[n++] = wide[i].a;
     for (size_t i = 0; i < N(plain); i++) names[n++] = plain[i];
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++)
@@ -224,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_norm_rows),
         cmocka_unit_test(test_lo_norm_rows),
         cmocka_unit_test(test_moe_norm_rows),
+        cmocka_unit_test(test_wide_rows),
         cmocka_unit_test(test_no_name_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

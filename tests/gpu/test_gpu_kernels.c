@@ -458,6 +458,51 @@ static void test_matvec_all_formats(void **state)
     }
 }
 
+/* matvec_wide<KS>_<type> (arg: KS) as gpu_forward launches it; the gate/up product on glu's
+ * one-row kernel (the wide products have no GLU of their own). */
+static void wide_run(ggml_type t, matvec_args *a, bool glu, int ks)
+{
+    if (glu) {
+        matvec_run(t, a, glu, 0);
+        return;
+    }
+    int wt = gpu_wtype_index(t), rows = a->seg[0].n + a->seg[1].n;
+    const gpu_fn *fn = &G.k.matvec_wide[wt][ks / 2 - 1];
+    assert_non_null(fn->f);
+    void *args[] = {a};
+    launch(fn, (gpu_launch_dims){1, (unsigned)(rows + MATVEC_WIDE_ROWS - 1) / MATVEC_WIDE_ROWS, 1, 32 * MATVEC_WIDE_WARPS},
+           args);
+}
+
+/* The wide one-row products (GPU_MATVEC_WIDE_KERNELS) against the float64 reference at one
+ * activation row (bias and the residual accumulate): the two segments' 30 + 47 rows (a block
+ * across them, rows past the last), k 768 (24 chunks: every part under one step of the lanes)
+ * and Gemma 4's 5,376 (168 chunks: quarters of 42, the second step a third full). */
+static void test_matvec_wide(void **state)
+{
+    (void)state;
+#define WIDE_CASE(name, TYPE, KS) {GGML_TYPE_##TYPE, KS},
+    static const struct {
+        ggml_type t;
+        int ks;
+    } cases[] = {GPU_MATVEC_WIDE_KERNELS(WIDE_CASE)};
+#undef WIDE_CASE
+    const int Ks[] = {PK, 5376};
+    uint64_t seed = 7;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            float *deq = malloc((size_t)Ks[ki] * PN * sizeof *deq);
+            double edq, worst[2] = {0.0, 0.0};
+            product_matrix pm = product_matrix_new(cases[c].t, Ks[ki], deq, &seed, &edq);
+            const product_kernel pk = {"matvec_wide", wide_run, cases[c].ks, 1e-5};
+            product_case(&pm, 1, &pk, &seed, worst);
+            print_message("  %-5s k/%d, k %d: matvec_wide rel err %.2e\n", ggml_type_name(cases[c].t), cases[c].ks,
+                          Ks[ki], worst[0]);
+            product_matrix_free(&pm);
+            free(deq);
+        }
+}
+
 /* The tensor-core kernels on every format they serve (block-quantised, BF16) against the same
  * reference (the segments' 30 and 47 rows are not multiples of 16): M across all three
  * variants and past one block of activation rows, with one split and with three (partial sums
@@ -2758,6 +2803,7 @@ int main(int argc, char **argv)
     if (check_split_bound() != 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_formats),
+        cmocka_unit_test(test_matvec_wide),
         cmocka_unit_test(test_mmq_all_formats),
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[0]),
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[1]),

@@ -61,10 +61,11 @@ __device__ __forceinline__ void chunk_dots(float w[NR][32], const __half *xc, fl
 // one warp, lanes striding over the rows' 32-weight chunks.  Each lane decodes its chunk of
 // the NR rows first (their loads in flight together), then converts each activation chunk
 // once for all NR rows.  Per chunk the sum is formed apart and then added, so a row's result
-// does not depend on MT or NR.
+// does not depend on MT or NR.  row_dots_span: over chunks [c0, c1) of the rows only
+// (matvec_wide_body's part of k); row_dots: over all of them.
 template <int T, int MT, int NR>
-__device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const matvec_args &a, int m0,
-                                         float acc[NR][MT])
+__device__ __forceinline__ void row_dots_span(const uint8_t *const rows[NR], const matvec_args &a, int m0, int c0,
+                                              int c1, float acc[NR][MT])
 {
     int lane = threadIdx.x & 31;
     const __half *xr[MT];
@@ -76,8 +77,7 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
     for (int r = 0; r < NR; r++)
 #pragma unroll
         for (int i = 0; i < MT; i++) acc[r][i] = 0.0f;
-    const int nchunks = a.k / 32;
-    for (int c = lane; c < nchunks; c += WARP) {
+    for (int c = c0 + lane; c < c1; c += WARP) {
         __half2 wh[NR][16];
 #pragma unroll
         for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], c, wh[r]);
@@ -95,6 +95,13 @@ __device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const ma
     for (int r = 0; r < NR; r++)
 #pragma unroll
         for (int i = 0; i < MT; i++) acc[r][i] = warp_sum(acc[r][i]);
+}
+
+template <int T, int MT, int NR>
+__device__ __forceinline__ void row_dots(const uint8_t *const rows[NR], const matvec_args &a, int m0,
+                                         float acc[NR][MT])
+{
+    row_dots_span<T, MT, NR>(rows, a, m0, 0, a.k / 32, acc);
 }
 
 // The formats whose one-activation-row products (batch-1 decode) run on the tensor cores
@@ -271,6 +278,20 @@ __device__ __forceinline__ void norm_out(const matvec_norm &nm, int n, float v, 
     }
 }
 
+// Features n0 .. n0 + NR - 1 of a launch over a's segments: each one's segment sr, row nr in it
+// and weight row (past the last feature: segment n_seg, segment 0's first row).
+template <int NR>
+__device__ __forceinline__ void seg_rows(const matvec_args &a, int n0, int sr[NR], int nr[NR], const uint8_t *rows[NR])
+{
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        int n = n0 + r, s = 0;
+        while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
+        sr[r] = s, nr[r] = n;
+        rows[r] = s < a.n_seg ? a.seg[s].w + (size_t)n * a.row_bytes : a.seg[0].w;
+    }
+}
+
 // matvec_args.x_lo (one token's h and its FP16 remainder as activation rows 0 and 1):
 // MATVEC_LO_ROWS weight rows a warp, so that every input chunk a lane loads serves both.  At
 // one row a warp the inputs' loads from L1 bound these products, not the weights' from DRAM
@@ -290,13 +311,7 @@ __device__ __forceinline__ void matvec_lo_body(const matvec_args &a)
     const int n0 = (blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5)) * NR;
     int nr[NR], sr[NR];
     const uint8_t *rows[NR];
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        int n = n0 + r, s = 0;
-        while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
-        sr[r] = s, nr[r] = n;
-        rows[r] = s < a.n_seg ? a.seg[s].w + (size_t)n * a.row_bytes : a.seg[0].w;
-    }
+    seg_rows<NR>(a, n0, sr, nr, rows);
     const bool live = sr[0] < a.n_seg;
     if (!live && NORM == NORM_NONE) return;
     float acc[NR][2];
@@ -383,6 +398,58 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
         *dst = a.accumulate ? *dst + v : v;
     }
 }
+
+// The wide models' one-activation-row products (matvec_wide<KS>_<type>; gpu_forward.c
+// matvec_wide_split picks the shapes): a block of MATVEC_WIDE_WARPS warps in groups of KS
+// warps, each group KS rows (MATVEC_WIDE_ROWS a block), warp w taking its group's rows over the
+// contiguous k part w % KS (row_dots_span: its lanes stride over that part's chunks, each input
+// chunk loaded and converted once for the KS rows).  A warp's rows share its input loads, which
+// bound the one-row layout at these widths (its warps read k FP16 inputs per row of k/2 bytes of
+// Q4_K), while the rows a block stay few enough to keep several waves of blocks (two rows a
+// warp over the whole row halves them: slower, docs/benchmarks.md "Two rows a warp over half of
+// k").  The KS partial sums of a row are added in part order by the group's first warp: a fixed
+// order, so the same bits every run, but not row_dots' (a lane's chunk sequence is cut), so
+// last-bit differences from matvec_<type>_1.  Rows past the last read row 0 and write nothing;
+// no early return: every warp meets the barrier.
+template <int T, int KS>
+__device__ __forceinline__ void matvec_wide_body(const matvec_args &a)
+{
+    constexpr int NR = KS; // rows a warp
+    static_assert(MATVEC_WIDE_WARPS / KS * NR == MATVEC_WIDE_ROWS, "a block's groups cover its rows");
+    __shared__ float part[MATVEC_WIDE_WARPS][NR];
+    const int wi = threadIdx.x >> 5, h = wi % KS, lane = threadIdx.x & 31;
+    const int n0 = blockIdx.y * MATVEC_WIDE_ROWS + wi / KS * NR;
+    int nr[NR], sr[NR];
+    const uint8_t *rows[NR];
+    seg_rows<NR>(a, n0, sr, nr, rows);
+    const int nchunks = a.k / 32;
+    float acc[NR][1];
+    row_dots_span<T, 1, NR>(rows, a, 0, h * nchunks / KS, (h + 1) * nchunks / KS, acc);
+    if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < NR; r++) part[wi][r] = acc[r][0];
+    __syncthreads();
+    if (h != 0 || lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        if (sr[r] >= a.n_seg) break;
+        const matvec_seg &sg = a.seg[sr[r]];
+        float v = part[wi][r];
+#pragma unroll
+        for (int i = 1; i < KS; i++) v += part[wi + i][r];
+        v = v + (sg.bias ? sg.bias[nr[r]] : 0.0f);
+        float *dst = sg.y + nr[r];
+        *dst = a.accumulate ? *dst + v : v;
+    }
+}
+
+// One per row of GPU_MATVEC_WIDE_KERNELS.
+#define MATVEC_WIDE_KERNEL(name, TYPE, KS)                                                        \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WIDE_WARPS * 32) name(matvec_args a)     \
+    {                                                                                            \
+        matvec_wide_body<T_##TYPE, KS>(a);                                                       \
+    }
+GPU_MATVEC_WIDE_KERNELS(MATVEC_WIDE_KERNEL)
 
 // Gate and up rows n of segments 0 and 1: yh[m][n] = fp16(glu_act(gate, up)): silu(gate) * up,
 // gpt-oss's clamped SwiGLU or GeGLU.  NORM_IN: gate and up over the carried norm's input (one row).

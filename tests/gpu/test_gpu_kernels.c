@@ -1665,9 +1665,11 @@ static void att_fixture_init(att_fixture *f, int hd, int n_head, int n_kv)
     uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2);
     float *q = malloc(nq * sizeof *q), *ref = f->ref = malloc(nq * sizeof *ref);
     float *ref_sink = f->ref_sink = malloc(nq * sizeof *ref_sink), *sinks = malloc((size_t)n_head * sizeof *sinks);
+    const bool latent = hd == GPU_MLA_FLASH_ROW; /* deepseek2's rows: the values are the keys (vc = kc) */
     for (size_t i = 0; i < cache_n; i++) {
         kc[i] = quant_f32_to_f16(gpu_test_randf(&seed) * 2.0f);
         vc[i] = quant_f32_to_f16(gpu_test_randf(&seed));
+        if (latent) vc[i] = kc[i];
     }
     int32_t slot[4] = {2, 0, 1, 2}, pos[4] = {699, 0, 37, 700};
     for (size_t i = 0; i < nq; i++) q[i] = gpu_test_randf(&seed);
@@ -1721,15 +1723,25 @@ static attn_args att_fixture_args(const att_fixture *f, bool listed)
                        .tok_list = listed ? (const int32_t *)(uintptr_t)f->dlist : NULL};
 }
 
-/* The FP16 output dout against the fixture's reference (with sinks: ref_sink): its relative error. */
+/* The FP16 output dout against the fixture's reference (with sinks: ref_sink): its relative
+ * error, over the first hdv columns of each head's row (latent rows: the output is the first
+ * GPU_MLA_FLASH_V; the rest is not written). */
+static double att_fixture_err_cols(const att_fixture *f, CUdeviceptr dout, uint16_t *outh, bool sinks, int hdv)
+{
+    float *out = malloc(f->nq * sizeof *out), *ref = malloc(f->nq * sizeof *ref);
+    const float *full = sinks ? f->ref_sink : f->ref;
+    download(outh, dout, f->nq * 2);
+    size_t n = 0;
+    for (size_t i = 0; i < f->nq; i++)
+        if ((int)(i % (size_t)f->hd) < hdv) out[n] = quant_f16_to_f32(outh[i]), ref[n++] = full[i];
+    double e = gpu_test_rel_err(out, ref, n);
+    free(out), free(ref);
+    return e;
+}
+
 static double att_fixture_err(const att_fixture *f, CUdeviceptr dout, uint16_t *outh, bool sinks)
 {
-    float *out = malloc(f->nq * sizeof *out);
-    download(outh, dout, f->nq * 2);
-    for (size_t i = 0; i < f->nq; i++) out[i] = quant_f16_to_f32(outh[i]);
-    double e = gpu_test_rel_err(out, sinks ? f->ref_sink : f->ref, f->nq);
-    free(out);
-    return e;
+    return att_fixture_err_cols(f, dout, outh, sinks, f->hd);
 }
 
 /* Split-K attention (1 to 6 key splits), with the generic kernel (head_dim up to 256) and the
@@ -1838,6 +1850,58 @@ static void test_decode_attention(void **state)
         decode_case(128, groups[i]);
         decode_case(256, groups[i]);
     }
+}
+
+/* attn_decode_mla (deepseek2's latent rows of 512 + 64, one KV head, V the rows' first 512):
+ * 16 query heads (one group) and 20 (a full group and one of 4 rows), at max_split 1, 4 and 64
+ * and 64 with a batch split of 2 as decode_case, in a grid one split deeper than needed, plain,
+ * through the token list and with sinks; the splits merged by the kernel (its counters, back at
+ * 0 after each launch); against the float64 reference over the first 512 columns, and the list's
+ * output bit-identical to the plain one. */
+static void decode_mla_case(int n_head)
+{
+    att_fixture f;
+    att_fixture_init(&f, GPU_MLA_FLASH_ROW, n_head, 1);
+    const int T = f.T, ctx = 768, hdv = GPU_MLA_FLASH_V;
+    uint16_t *outh[3] = {malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2)};
+    unsigned zeros[4 * 2] = {0}, cnt[4 * 2];
+    CUdeviceptr dcnt = upload(zeros, sizeof zeros);
+    const int max_splits[] = {1, 4, 64, 64}, batch_splits[] = {1, 4, 64, 2};
+    for (int mi = 0; mi < 4; mi++) {
+        int ns = gpu_attn_max_splits_for(ctx, max_splits[mi]) + 1;
+        CUdeviceptr po = poisoned((size_t)T * n_head * ns * hdv), pml = poisoned((size_t)T * n_head * ns * 2);
+        for (int run = 0; run < 3; run++) { /* plain, through the token list, with sinks */
+            const bool listed = run == 1, sink = run == 2;
+            CUdeviceptr dout = poisoned_half(f.nq);
+            attn_args a = att_fixture_args(&f, listed);
+            a.n_split = ns, a.max_split = max_splits[mi], a.batch_split = batch_splits[mi];
+            a.out = (gpu_half *)(uintptr_t)dout, a.counts = (unsigned *)(uintptr_t)dcnt;
+            a.sinks = sink ? (const float *)(uintptr_t)f.dsinks : NULL;
+            a.part_o = (float *)(uintptr_t)po, a.part_ml = (float *)(uintptr_t)pml;
+            if (gpu_launch_decode(&G.k, &a, GPU_MLA_FLASH_ROW, (unsigned)T, G.stream, "test", err, errlen))
+                fail_msg("%s", err);
+            double e = att_fixture_err_cols(&f, dout, outh[run], sink, hdv);
+            download(cnt, dcnt, sizeof cnt);
+            assert_memory_equal(cnt, zeros, sizeof cnt);
+            print_message("  attn_decode_mla heads %d max_split %d batch_split %d%s rel err %.2e (fp16 out)\n", n_head,
+                          max_splits[mi], batch_splits[mi], listed ? " token list" : sink ? " sinks" : "", e);
+            assert_true(e < 1e-3);
+            cu.cuMemFree(dout);
+        }
+        for (size_t i = 0; i < f.nq; i++) /* the columns written: the same bits in the list's order */
+            if ((int)(i % (size_t)f.hd) < hdv) assert_int_equal(outh[0][i], outh[1][i]);
+        cu.cuMemFree(po), cu.cuMemFree(pml);
+    }
+    cu.cuMemFree(dcnt);
+    att_fixture_free(&f);
+    for (int i = 0; i < 3; i++) free(outh[i]);
+}
+
+static void test_decode_attention_mla(void **state)
+{
+    (void)state;
+    decode_mla_case(16);
+    decode_mla_case(20);
 }
 
 /* The flash kernel's spans: every length (one token short of / over a 64-row tile, several
@@ -2707,6 +2771,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_qkv_fused_post),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_decode_attention),
+        cmocka_unit_test(test_decode_attention_mla),
         cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_flash_attention_hd256),
         cmocka_unit_test(test_flash_attention_hd512),

@@ -2091,7 +2091,7 @@ static bool deepseek2_files(const deepseek2_file *files, size_t n)
         int32_t tokens[N_POS];
         uint64_t seed = 83 + files[f].seed;
         random_tokens(m, &seed, tokens);
-        char label[128], name[48];
+        char label[160], name[96];
         snprintf(name, sizeof name, "deepseek2 %s%s%s%s %d heads seed %d", mkmodel_ftype_name(files[f].ft),
                  files[f].q_lora ? " q-LoRA" : "", files[f].wide ? " rows 576" : "",
                  files[f].nope128 ? " nope 128" : "", cfg.n_head, (int)files[f].seed);

@@ -1163,8 +1163,8 @@ static void norm_carried_lo(int wt, CUdeviceptr w, size_t rb, CUdeviceptr x_ref,
 }
 
 /* The batch-1 step's norms carried by the products (gpu_shared.h matvec_norm), per format of
- * GPU_MATVEC_NORM_KERNELS (the Q4_K_M files' and the low-bit ones': Q2_K, IQ4_XS, and Q3_K, with
- * Q4_K, Q5_K and Q6_K the Q3_K_M mix): the residual product (matvec_res) adds
+ * GPU_MATVEC_NORM_KERNELS (the Q4_K_M files', Q5_0 where their rows fall back, and the low-bit
+ * ones': Q2_K, IQ4_XS, and Q3_K, with Q4_K, Q5_K and Q6_K the Q3_K_M mix): the residual product (matvec_res) adds
  * into x exactly as matvec_<type>_1 with accumulate does, and writes fp16(x w c) and the
  * sums of squares of every 8 features; the GLU and QKV products over them (glu_norm,
  * matvec_rope_norm) give what rmsnorm + glu_<type>_1 / matvec_rope_<type> give, to FP16's
@@ -1175,7 +1175,8 @@ static void test_norm_carried(void **state)
     (void)state;
     uint64_t seed = 31;
     enum { N = 1024, KO = 512, FF = 768 };
-    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_XS};
+    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_XS,
+                               GGML_TYPE_Q5_0}; /* (Q5_0: llama-quantize's fallback rows, DeepSeek-V2-Lite's dense down) */
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const ggml_type t = types[ti];
         const int wt = gpu_wtype_index(t);

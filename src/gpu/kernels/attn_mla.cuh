@@ -185,5 +185,5 @@ extern "C" __global__ void __launch_bounds__(AM_WARPS * 32) attn_decode_mla(attn
     __syncthreads();
     if (!last) return;
     __threadfence(); // the other blocks' partials, read after their counts
-    ad_merge_splits<AM_V, AM_WARPS, AM_ROW>(a, t, hg, rows, ns, (float *)am_smem);
+    ad_merge_splits<AM_V, AM_WARPS, AM_ROW>(a, t, h0, rows, ns, (float *)am_smem);
 }

@@ -1793,28 +1793,33 @@ static void test_attention(void **state)
     attention_case(512, &G.k.attn_partial_hd512); /* Gemma 4's global layers: 4 heads a block at most */
 }
 
-/* attn_decode with `group` query heads per KV head, at max_split 1 (every token one split: the
- * kernel writes the output), 4 (192-key splits: 1 or 2 blocks per warp, through the ring), 64
- * (128-key splits, up to 6), and 64 with a batch split of 2 (head_dim 256,
- * gpu_attn_dec_token_split: 384-key splits), in a grid one split deeper than needed: with and
- * without a token list, with sinks, and once with no counters.  Below head_dim 256
- * attn_decode_combine merges the splits; at 256 the last split of a token merges the others when
- * the launch has counters (which must all be back at 0 after each launch), the combine when not.
- * Each against the float64 reference, and the list's output bit-identical to the plain one (a
- * token's result does not depend on its place in the grid). */
-static void decode_case(int hd, int group)
+/* attn_decode (hd 64, 128, 256) or attn_decode_mla (hd GPU_MLA_FLASH_ROW: deepseek2's latent
+ * rows, one KV head, V the rows' first GPU_MLA_FLASH_V columns, compared there; the rest is not
+ * written) over the fixture of n_head query heads and n_kv KV heads, at max_split 1 (every
+ * token one split: the kernel writes the output), 4 (192-key splits: 1 or 2 blocks per warp,
+ * through the ring), 64 (128-key splits, up to 6), and 64 with a batch split of 2 (head_dim
+ * 256 and the latent rows, gpu_attn_dec_token_split: 384-key splits), in a grid one split
+ * deeper than needed: with and without a token list, with sinks, and (not the latent rows,
+ * whose kernel always merges its splits) once with no counters.  Below head_dim 256
+ * attn_decode_combine merges the splits; at 256 and for the latent rows the last split of a
+ * token merges the others when the launch has counters (which must all be back at 0 after each
+ * launch), the combine when not.  Each against the float64 reference, and the list's output
+ * bit-identical to the plain one (a token's result does not depend on its place in the grid).
+ * label: the printed kernel and shape. */
+static void decode_check(int hd, int n_head, int n_kv, const char *label)
 {
     att_fixture f;
-    att_fixture_init(&f, hd, 2 * group, 2);
-    const int T = f.T, n_head = f.n_head, ctx = 768;
+    att_fixture_init(&f, hd, n_head, n_kv);
+    const bool latent = hd == GPU_MLA_FLASH_ROW;
+    const int T = f.T, ctx = 768, hdv = latent ? GPU_MLA_FLASH_V : hd, runs = latent ? 3 : 4;
     uint16_t *outh[4] = {malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2)};
-    unsigned zeros[4 * 2] = {0}, cnt[4 * 2];
+    unsigned zeros[4 * 2] = {0}, cnt[4 * 2]; /* (T tokens x at most 2 KV heads or head groups) */
     CUdeviceptr dcnt = upload(zeros, sizeof zeros);
     const int max_splits[] = {1, 4, 64, 64}, batch_splits[] = {1, 4, 64, 2};
     for (int mi = 0; mi < 4; mi++) {
         int ns = gpu_attn_max_splits_for(ctx, max_splits[mi]) + 1;
         CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
-        for (int run = 0; run < 4; run++) { /* plain, through the token list, with sinks, unfused */
+        for (int run = 0; run < runs; run++) { /* plain, through the token list, with sinks, unfused */
             const bool listed = run == 1, sink = run == 2, fused = run != 3 && hd >= 256;
             CUdeviceptr dout = poisoned_half(f.nq);
             attn_args a = att_fixture_args(&f, listed);
@@ -1825,21 +1830,30 @@ static void decode_case(int hd, int group)
             if (gpu_launch_decode(&G.k, &a, hd, (unsigned)T, G.stream, "test", err, errlen)) fail_msg("%s", err);
             void *aa[] = {&a};
             if (!fused) launch(&G.k.attn_decode_combine, (gpu_launch_dims){T, n_head, 1, GPU_ATT_DEC_COMBINE_SG * hd}, aa);
-            double e = att_fixture_err(&f, dout, outh[run], sink);
+            double e = att_fixture_err_cols(&f, dout, outh[run], sink, hdv);
             download(cnt, dcnt, sizeof cnt);
             assert_memory_equal(cnt, zeros, sizeof cnt);
-            print_message("  attn_decode_hd%d group %d max_split %d batch_split %d%s rel err %.2e (fp16 out)\n", hd,
-                          group, max_splits[mi], batch_splits[mi],
-                          listed ? " token list" : sink ? " sinks" : run == 3 ? " no counters" : "", e);
+            print_message("  %s max_split %d batch_split %d%s rel err %.2e (fp16 out)\n", label, max_splits[mi],
+                          batch_splits[mi], listed ? " token list" : sink ? " sinks" : run == 3 ? " no counters" : "",
+                          e);
             assert_true(e < 1e-3);
             cu.cuMemFree(dout);
         }
-        assert_memory_equal(outh[0], outh[1], f.nq * 2);
+        for (size_t i = 0; i < f.nq; i++) /* the columns written */
+            if ((int)(i % (size_t)hd) < hdv) assert_int_equal(outh[0][i], outh[1][i]);
         cu.cuMemFree(po), cu.cuMemFree(pml);
     }
     cu.cuMemFree(dcnt);
     att_fixture_free(&f);
     for (int i = 0; i < 4; i++) free(outh[i]);
+}
+
+/* attn_decode with `group` query heads per KV head (two KV heads) */
+static void decode_case(int hd, int group)
+{
+    char label[64];
+    snprintf(label, sizeof label, "attn_decode_hd%d group %d", hd, group);
+    decode_check(hd, 2 * group, 2, label);
 }
 
 static void test_decode_attention(void **state)
@@ -1853,56 +1867,12 @@ static void test_decode_attention(void **state)
     }
 }
 
-/* attn_decode_mla (deepseek2's latent rows of 512 + 64, one KV head, V the rows' first 512):
- * 16 query heads (one group) and 20 (a full group and one of 4 rows), at max_split 1, 4 and 64
- * and 64 with a batch split of 2 as decode_case, in a grid one split deeper than needed, plain,
- * through the token list and with sinks; the splits merged by the kernel (its counters, back at
- * 0 after each launch); against the float64 reference over the first 512 columns, and the list's
- * output bit-identical to the plain one. */
-static void decode_mla_case(int n_head)
-{
-    att_fixture f;
-    att_fixture_init(&f, GPU_MLA_FLASH_ROW, n_head, 1);
-    const int T = f.T, ctx = 768, hdv = GPU_MLA_FLASH_V;
-    uint16_t *outh[3] = {malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2)};
-    unsigned zeros[4 * 2] = {0}, cnt[4 * 2];
-    CUdeviceptr dcnt = upload(zeros, sizeof zeros);
-    const int max_splits[] = {1, 4, 64, 64}, batch_splits[] = {1, 4, 64, 2};
-    for (int mi = 0; mi < 4; mi++) {
-        int ns = gpu_attn_max_splits_for(ctx, max_splits[mi]) + 1;
-        CUdeviceptr po = poisoned((size_t)T * n_head * ns * hdv), pml = poisoned((size_t)T * n_head * ns * 2);
-        for (int run = 0; run < 3; run++) { /* plain, through the token list, with sinks */
-            const bool listed = run == 1, sink = run == 2;
-            CUdeviceptr dout = poisoned_half(f.nq);
-            attn_args a = att_fixture_args(&f, listed);
-            a.n_split = ns, a.max_split = max_splits[mi], a.batch_split = batch_splits[mi];
-            a.out = (gpu_half *)(uintptr_t)dout, a.counts = (unsigned *)(uintptr_t)dcnt;
-            a.sinks = sink ? (const float *)(uintptr_t)f.dsinks : NULL;
-            a.part_o = (float *)(uintptr_t)po, a.part_ml = (float *)(uintptr_t)pml;
-            if (gpu_launch_decode(&G.k, &a, GPU_MLA_FLASH_ROW, (unsigned)T, G.stream, "test", err, errlen))
-                fail_msg("%s", err);
-            double e = att_fixture_err_cols(&f, dout, outh[run], sink, hdv);
-            download(cnt, dcnt, sizeof cnt);
-            assert_memory_equal(cnt, zeros, sizeof cnt);
-            print_message("  attn_decode_mla heads %d max_split %d batch_split %d%s rel err %.2e (fp16 out)\n", n_head,
-                          max_splits[mi], batch_splits[mi], listed ? " token list" : sink ? " sinks" : "", e);
-            assert_true(e < 1e-3);
-            cu.cuMemFree(dout);
-        }
-        for (size_t i = 0; i < f.nq; i++) /* the columns written: the same bits in the list's order */
-            if ((int)(i % (size_t)f.hd) < hdv) assert_int_equal(outh[0][i], outh[1][i]);
-        cu.cuMemFree(po), cu.cuMemFree(pml);
-    }
-    cu.cuMemFree(dcnt);
-    att_fixture_free(&f);
-    for (int i = 0; i < 3; i++) free(outh[i]);
-}
-
+/* attn_decode_mla: 16 query heads (one group) and 20 (a full group and one of 4 rows) */
 static void test_decode_attention_mla(void **state)
 {
     (void)state;
-    decode_mla_case(16);
-    decode_mla_case(20);
+    decode_check(GPU_MLA_FLASH_ROW, 16, 1, "attn_decode_mla heads 16");
+    decode_check(GPU_MLA_FLASH_ROW, 20, 1, "attn_decode_mla heads 20");
 }
 
 /* The flash kernel's spans: every length (one token short of / over a 64-row tile, several

@@ -545,11 +545,14 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         if (L->lin >= 0) continue;                /* a linear layer has no attention */
         if (L->hd > hd_max) hd_max = L->hd;
         if (L->n_kv > n_kv_max) n_kv_max = L->n_kv;
-        L->att_dec = gpu_attn_decode_serves(hp->n_head, L->n_kv, L->hd);
+        /* rows of 576 are latent rows of 512 + 64 only (attn_decode_mla reads V as the first 512) */
+        L->att_dec = gpu_attn_decode_serves(hp->n_head, L->n_kv, L->hd) &&
+                     (L->hd != GPU_MLA_FLASH_ROW || (L->mla && hp->kv_lora_rank == GPU_MLA_FLASH_V));
         g->att_decode &= L->att_dec;
         g->att_dec_any |= L->att_dec;
+        const int units = gpu_attn_dec_units(hp->n_head, L->n_kv, L->hd); /* blocks a token: KV heads or head groups */
         if (L->att_dec && L->hd > hd_dec) hd_dec = L->hd;
-        if (L->att_dec && L->n_kv > n_kv_dec) n_kv_dec = L->n_kv;
+        if (L->att_dec && units > n_kv_dec) n_kv_dec = units;
         int qt = gpu_flash_q_tokens(hp->n_head, L->n_kv, L->hd);
         /* latent rows of another split than 512 + 64 (the row's width alone does not say) */
         if (L->mla && hp->kv_lora_rank != GPU_MLA_FLASH_V) qt = 0;
@@ -655,7 +658,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->xq, 2 * q8_k}, {&g->xd, q8_k / 32 * 2 * f}, /* q and lo (kernels/common.cuh) */
         {&g->norm_h, norm_w * sizeof(uint16_t)}, {&g->norm_part, norm_w * f},
         {&g->norm_ss, g->norm_carry ? (1 + 2 * (size_t)hp->n_layer) * f : 0},
-        {&g->norm_lo, lin_t ? norm_w * sizeof(uint16_t) : 0},
+        {&g->norm_lo, lin_t || any_mla ? norm_w * sizeof(uint16_t) : 0},
         {&g->q, (size_t)T * g->d_q * f}, {&g->kk, (size_t)T * g->d_kv * f}, {&g->vv, (size_t)T * g->d_kv * f},
         {&g->gate, gate_up ? (size_t)T * g->d_ff * f : 0}, {&g->up, gate_up ? (size_t)T * g->d_ff * f : 0},
         {&g->post, any_post ? (size_t)T * g->d_embd * f : 0},

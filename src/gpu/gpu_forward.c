@@ -174,11 +174,12 @@ static bool moe_ends_layer(const gpu_engine *g, int il)
     return g->base.m->layers[il].recipe.ffn == ARCH_FFN_MOE && !g->layers[il].ffn_gate_shexp.d;
 }
 
-/* Whether norm point p is a DeltaNet layer's attention norm, whose input product reads the norm
- * to ~22 bits (attention_linear): its producer then also writes the remainder (norm_lo). */
+/* Whether norm point p is a DeltaNet or latent-attention layer's attention norm, whose input
+ * product reads the norm to ~22 bits (attention_linear, attention_mla): its producer then also
+ * writes the remainder (norm_lo). */
 static bool norm_point_lo(const gpu_engine *g, int p)
 {
-    return p % 2 == 0 && p / 2 < g->base.m->hp.n_layer && g->layers[p / 2].lin >= 0;
+    return p % 2 == 0 && p / 2 < g->base.m->hp.n_layer && (g->layers[p / 2].lin >= 0 || g->layers[p / 2].mla);
 }
 
 /* Norm point p's arguments (w: the producer's next-norm weight, or the router's own norm
@@ -630,7 +631,8 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
          * where the batch fills the GPU by itself, never under --deterministic
          * (gpu_attn_dec_batch_split).  Below: attn_decode_combine. */
         a.counts = hd >= 256 ? (unsigned *)(uintptr_t)g->att_counts : NULL;
-        a.batch_split = gpu_attn_dec_batch_split(g->n_sm, L->n_kv, (int)n, g->att_max_split, g->det);
+        a.batch_split = gpu_attn_dec_batch_split(g->n_sm, gpu_attn_dec_units(nh, L->n_kv, hd), (int)n, g->att_max_split,
+                                                 g->det);
         if (gpu_launch_decode(&g->k, &a, hd, n, g->stream, "attention", err, errlen)) return -1;
         if (n_split > 1 && !a.counts) /* with one, every token wrote its own output (a graph of short contexts) */
             LAUNCH(g->k.attn_decode_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, GPU_ATT_DEC_COMBINE_SG * hd}),
@@ -1068,7 +1070,10 @@ static bool ffn_norms_carried(const gpu_engine *g, const gpu_layer *L, arch_ffn 
     if (ffn != ARCH_FFN_MOE || L->geglu || !L->router || GPU_MOE_ENTRY_MAX_TOKENS < 1)
         return false;
     const gpu_matrix *gate = &L->ffn_gate_exps, *down = &L->ffn_down_exps;
-    if (gate->wtype < 0 || !k->moe_glu_norm[gate->wtype].f || down->wtype < 0 || !k->moe_down_res[down->wtype].f)
+    /* (the routed down product writes the next norm only where it ends the layer, moe_ends_layer:
+     * with a shared expert after it, any format with a plain moe_down) */
+    if (gate->wtype < 0 || !k->moe_glu_norm[gate->wtype].f || down->wtype < 0 ||
+        (!L->ffn_gate_shexp.d && !k->moe_down_res[down->wtype].f))
         return false;
     /* Ending the layer, the experts' down product writes the next norm's partials as
      * matvec_res does (a warp a row: one per 8 rows at any k; its one-row blocks at k >= 8 had
@@ -1092,6 +1097,22 @@ static bool lin_norms_carried(const gpu_engine *g, const gpu_layer *L)
     return L->ssm_out.wtype >= 0 && g->k.matvec_res[L->ssm_out.wtype].f;
 }
 
+/* Whether a latent-attention layer's products can carry its norms: the input product (the query
+ * or its LoRA's first half, and the latent's) reads the norm and its remainder in one pass
+ * (matvec_lo_nin_<type>, as lo_fusable takes it), and Wo writes the feed-forward norm's input
+ * (matvec_res). */
+static bool mla_norms_carried(const gpu_engine *g, const gpu_layer *L)
+{
+    const gpu_matrix *in[] = {L->wq_a.d ? &L->wq_a : &L->wq, &L->wkv_a};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        const gpu_matrix *w = in[i];
+        if (w->wtype < 0 || !g->k.matvec_lo_nin[w->wtype].f || path_for(g, w, 1) != PATH_MATVEC ||
+            w->type == GGML_TYPE_IQ4_XS || w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K)
+            return false;
+    }
+    return L->wo.wtype >= 0 && g->k.matvec_res[L->wo.wtype].f;
+}
+
 /* The batch-1 step carries its RMSNorms in its products (norm_point) where every layer is a
  * softmax layer with a norm before its QKV product (matvec_rope_norm; matvec_nin where q/k
  * norms, a gate or partial RoPE keep qkv_post's launch) or a DeltaNet layer that carries it
@@ -1110,7 +1131,8 @@ bool gpu_norms_carried(const gpu_engine *g)
         return false;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const gpu_layer *L = &g->layers[il];
-        if (L->post_ln || L->attn_post_norm || L->ffn_post_norm || L->has_out_scale || L->mla ||
+        if (L->post_ln || L->attn_post_norm || L->ffn_post_norm || L->has_out_scale ||
+            (L->mla && !mla_norms_carried(g, L)) ||
             (L->lin >= 0 && !lin_norms_carried(g, L)) || L->mlp || !L->attn_norm || !L->ffn_norm ||
             !ffn_norms_carried(g, L, m->layers[il].recipe.ffn))
             return false;
@@ -1204,11 +1226,13 @@ static int head_product(gpu_engine *g, const head_product_op *op, const char *wh
  *   q'_h = [wk_b_h q_nope_h | rope(q_rope_h)]  (the first part one batched FP32 cuBLAS product)
  *   o_h = softmax(q'_h rows^T * mscale^2 / sqrt(nope + rope)) rows[:, :lat]
  *         (the attention kernels with one KV head of lat + rope, its keys its values:
- *          prompt spans as flash tiles, flash_attn_mla, at 512 + 64; decode tokens split-K)
+ *          prompt spans as flash tiles, flash_attn_mla, at 512 + 64; decode tokens
+ *          attn_decode_mla there, split-K at other widths)
  *   x += Wo fp16(wv_b_h o_h over the heads)                 (wv_b: the second batched product)
  * q' lives in q ([t][n_head][lat + rope]), the attention's output in act_h (FP16, the same
  * shape; its RoPE columns unused), widened into q for the value product, whose heads go to
- * mla_q, then act_h for Wo. */
+ * mla_q, then act_h for Wo.  A decode step (small below) takes mla_decode_q for the products
+ * and mla_post, and mla_decode_value from act_h to Wo's FP16 input in mla_q's room. */
 static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, const char *what, char *err,
                          size_t errlen)
 {
@@ -1222,9 +1246,14 @@ static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
      * against the CPU was 97.57 % on the H100 (docs/mla-gpu.md).  Through matmul_op.x_lo: a
      * prompt's products take a second pass over act_lo, a decode token's ride on the first (one
      * launch and one read of the weights, lo_fusable) */
+    /* The batch-1 step's carried norm (norm_point): h's input fp16(x w c) and its scaled remainder,
+     * which the product before wrote (norm_args: norm_lo), in one pass (matvec_lo_nin) */
+    const int np = norm_point(g, 2 * il, T);
     matmul_op in = {.out = {{lora ? &L->wq_a : &L->wq, lora ? g->mla_qa : g->mla_q, 0, lora ? hp->q_lora_rank : H * qk},
                             {&L->wkv_a, g->kk, 0, row}},
-                    .n_out = 2, .x = g->act_h, .x_lo = g->act_lo, .n_lo = 2, .m = T, .ldx = g->d_embd, .what = what};
+                    .n_out = 2, .x = np >= 0 ? g->norm_h : g->act_h, .x_lo = np >= 0 ? g->norm_lo : g->act_lo,
+                    .n_lo = 2, .m = T, .ldx = g->d_embd, .norm = np >= 0 ? NORM_IN : NORM_NONE, .norm_p = np,
+                    .what = what};
     if (matmul(g, &in, err, errlen)) return -1;
     if (lora) {
         norm_op qa = {.x = g->mla_qa, .w = L->q_a_norm, .yh = g->act_h, .ylo = g->act_lo, .rows = T,
@@ -1233,9 +1262,12 @@ static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
                         .n_lo = 1, .m = T, .ldx = hp->q_lora_rank, .what = what};
         if (rmsnorm(g, &qa, what, err, errlen) || matmul(g, &qb, err, errlen)) return -1;
     }
-    head_product_op absorb = {.w = L->wk_b, .x = g->mla_q, .y = g->q, .n_out = lat, .k = nope, .ldx = H * qk,
-                              .x_stride = qk, .ldy = H * row, .y_stride = row, .T = T};
-    if (head_product(g, &absorb, what, err, errlen)) return -1;
+    /* a step of a few tokens (decode): the absorbed query with mla_post's work, and the value
+     * product from the attention's FP16 output to Wo's FP16 input, one launch each
+     * (kernels/mla.cuh) instead of five (two batched cuBLAS products, mla_post, the widening
+     * and narrowing copies) */
+    const bool small = T <= GPU_MLA_SMALL_T && nope == GPU_MLA_NOPE && lat == GPU_MLA_FLASH_V && vw % 2 == 0 &&
+                       H * vw % GPU_MLA_VAL_ROWS == 0;
     mla_post_args mp = {
         .q_raw = F32(g->mla_q), .q = F32(g->q), .kv = F32(g->kk), .kv_norm = F32(L->kv_a_norm), .kc = F16(L->kc),
         .rope = {.seq = I32(g->in_d + g->in.seq), .pos = I32(g->in_d + g->in.pos),
@@ -1245,18 +1277,36 @@ static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
                  .mscale = hp->rope_attn_factor},
         .n_head = H, .nope = nope, .lat = lat,
     };
-    LAUNCH(g->k.mla_post, ((gpu_launch_dims){(unsigned)T, (unsigned)(H + 1), 1, 64}), what, &mp);
+    if (small) {
+        const unsigned n_abs = (unsigned)(H * lat / GPU_MLA_ABS_ROWS);
+        LAUNCH(g->k.mla_decode_q, ((gpu_launch_dims){n_abs + (unsigned)T, 1, 1, GPU_MLA_ABS_THREADS}), what, &mp,
+               &(CUdeviceptr){L->wk_b}, &(int){T});
+    } else {
+        head_product_op absorb = {.w = L->wk_b, .x = g->mla_q, .y = g->q, .n_out = lat, .k = nope, .ldx = H * qk,
+                                  .x_stride = qk, .ldy = H * row, .y_stride = row, .T = T};
+        if (head_product(g, &absorb, what, err, errlen)) return -1;
+        LAUNCH(g->k.mla_post, ((gpu_launch_dims){(unsigned)T, (unsigned)(H + 1), 1, 64}), what, &mp);
+    }
     if (attention(g, il, ap, err, errlen)) return -1;
-    int width = H * row;
-    size_t n = (size_t)T * width;
-    LAUNCH(g->k.to_f32_rows, flat_dims(n), what, &g->act_h, &width, &g->q, &width, &n);
-    head_product_op value = {.w = L->wv_b, .x = g->q, .y = g->mla_q, .n_out = vw, .k = lat, .ldx = H * row,
-                             .x_stride = row, .ldy = H * vw, .y_stride = vw, .T = T};
-    if (head_product(g, &value, what, err, errlen) ||
-        to_half(g, g->mla_q, g->act_h, (size_t)T * H * vw, what, err, errlen))
-        return -1;
+    const int next = norm_point(g, 2 * il + 1, T); /* the feed-forward norm, which Wo's residual add writes */
     matmul_op wo = {.out = {{&L->wo, g->x, L->bo, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T, .ldx = H * vw,
-                    .accumulate = true, .what = what};
+                    .accumulate = true, .norm = next >= 0 ? NORM_OUT : NORM_NONE, .norm_p = next,
+                    .norm_w = L->ffn_norm, .what = what};
+    if (small) { /* Wo's input in mla_q's room (its query heads are spent) */
+        const unsigned n_val = (unsigned)(H * vw / GPU_MLA_VAL_ROWS);
+        LAUNCH(g->k.mla_decode_value, ((gpu_launch_dims){n_val, 1, 1, GPU_MLA_ABS_THREADS}), what,
+               &(CUdeviceptr){L->wv_b}, &g->act_h, &g->mla_q, &(int){H}, &(int){vw}, &(int){row}, &(int){T});
+        wo.x = g->mla_q;
+    } else {
+        int width = H * row;
+        size_t n = (size_t)T * width;
+        LAUNCH(g->k.to_f32_rows, flat_dims(n), what, &g->act_h, &width, &g->q, &width, &n);
+        head_product_op value = {.w = L->wv_b, .x = g->q, .y = g->mla_q, .n_out = vw, .k = lat, .ldx = H * row,
+                                 .x_stride = row, .ldy = H * vw, .y_stride = vw, .T = T};
+        if (head_product(g, &value, what, err, errlen) ||
+            to_half(g, g->mla_q, g->act_h, (size_t)T * H * vw, what, err, errlen))
+            return -1;
+    }
     return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
 }
 

@@ -147,6 +147,7 @@
 #define GPU_MATVEC_NORM_KERNELS(X) \
     X(matvec_rope_norm_f16, glu_norm_f16, matvec_res_f16, matvec_nin_f16, F16) \
     X(matvec_rope_norm_q4_0, glu_norm_q4_0, matvec_res_q4_0, matvec_nin_q4_0, Q4_0) \
+    X(matvec_rope_norm_q5_0, glu_norm_q5_0, matvec_res_q5_0, matvec_nin_q5_0, Q5_0) \
     X(matvec_rope_norm_q8_0, glu_norm_q8_0, matvec_res_q8_0, matvec_nin_q8_0, Q8_0) \
     X(matvec_rope_norm_q4_k, glu_norm_q4_k, matvec_res_q4_k, matvec_nin_q4_k, Q4_K) \
     X(matvec_rope_norm_q5_k, glu_norm_q5_k, matvec_res_q5_k, matvec_nin_q5_k, Q5_K) \
@@ -335,10 +336,10 @@
 #define GPU_PLAIN_KERNELS(X) \
     X(rmsnorm) X(rmsnorm_q8) X(norm_prep) X(post_norm_add) X(quantize_q8) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(to_f32_rows) \
     X(softcap) X(scale_f32) X(add_bias) X(layernorm) X(gelu_erf) X(mmq_reduce) X(attn_partial) X(attn_partial_hd64) \
-    X(attn_partial_hd128) X(attn_partial_hd512) X(attn_partial_wide) X(attn_combine) X(mla_post)      \
+    X(attn_partial_hd128) X(attn_partial_hd512) X(attn_partial_wide) X(attn_combine) X(mla_post) X(mla_decode_q) X(mla_decode_value)      \
     X(flash_attn_hd64) X(flash_attn_hd128) \
     X(flash_attn_hd256) X(flash_attn_hd512) X(flash_attn_mla)                                      \
-    X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_hd256) X(attn_decode_combine)               \
+    X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_hd256) X(attn_decode_mla) X(attn_decode_combine)               \
     X(sample_prep) X(sample_adjust) X(sample_reduce) X(sample)                  \
     X(moe_router) X(moe_router_norm) X(moe_route) X(moe_sort) X(moe_combine)    \
     X(ssm_conv) X(ssm_qk_norm) X(ssm_gates) X(delta_rule) X(ssm_out_norm) X(ssm_conv_step) X(delta_step) \

@@ -239,6 +239,9 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         CU_CHECK(cu.cuFuncSetAttribute(dec[i]->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        (int)gpu_attn_decode_smem(64 << i)),
                  dec[i]->name);
+    CU_CHECK(cu.cuFuncSetAttribute(k->attn_decode_mla.f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                   (int)gpu_attn_decode_mla_smem()),
+             k->attn_decode_mla.name);
     /* flash_attn at head_dim 256, 512 and the latent rows too (their Q fragments beside the K/V
      * tiles: gpu_shared.h) */
     const struct {
@@ -287,6 +290,13 @@ int gpu_launch_flash(const gpu_kernels *k, const flash_args *a, int hd, unsigned
 int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned n, CUstream stream, const char *what,
                       char *err, size_t errlen)
 {
+    attn_args arg = *a; /* the launch copies its parameters */
+    void *args[] = {&arg};
+    if (hd == GPU_MLA_FLASH_ROW) /* latent rows: a block per head group (kernels/attn_mla.cuh) */
+        return gpu_launch_smem(&k->attn_decode_mla,
+                               (gpu_launch_dims){n, (unsigned)gpu_attn_mla_groups(a->n_head), (unsigned)a->n_split,
+                                                 GPU_ATT_MLA_WARPS * 32},
+                               gpu_attn_decode_mla_smem(), stream, args, what, err, errlen);
     const gpu_fn *fn = hd == 64    ? &k->attn_decode_hd64
                        : hd == 128 ? &k->attn_decode_hd128
                        : hd == 256 ? &k->attn_decode_hd256
@@ -295,8 +305,6 @@ int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned
         snprintf(err, errlen, "%s: no decode attention kernel for head_dim %d", what, hd);
         return -1;
     }
-    attn_args arg = *a; /* the launch copies its parameters */
-    void *args[] = {&arg};
     return gpu_launch_smem(fn,
                            (gpu_launch_dims){n, (unsigned)a->n_kv, (unsigned)a->n_split, (unsigned)gpu_attn_dec_warps(hd) * 32},
                            gpu_attn_decode_smem(hd), stream, args, what, err, errlen);

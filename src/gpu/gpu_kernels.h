@@ -86,12 +86,18 @@ typedef struct gpu_kernels {
     gpu_fn layernorm, gelu_erf; /* encoders (BERT): post-LN and the MLP's exact GELU */
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_partial_wide, attn_combine;
     gpu_fn mla_post; /* multi-head latent attention's query tail and cache row (kernels/mla.cuh) */
+    /* a decode step's absorbed query (with mla_post's work) and value product, one launch each */
+    gpu_fn mla_decode_q, mla_decode_value;
     /* prompt tiles on the tensor cores (gpu_flash_q_tokens): launched by gpu_launch_flash */
     gpu_fn flash_attn_hd64, flash_attn_hd128, flash_attn_hd256, flash_attn_hd512, flash_attn_mla;
     /* decode tokens on the tensor cores (gpu_attn_decode_serves): gpu_attn_dec_warps(hd) warps,
      * gpu_attn_decode_smem(hd) bytes of dynamic shared memory; attn_decode_combine only for
      * a launch with no arrival counters (gpu_attnbench's comparison) */
     gpu_fn attn_decode_hd64, attn_decode_hd128, attn_decode_hd256, attn_decode_combine;
+    /* deepseek2's latent rows (kernels/attn_mla.cuh): grid y the head groups, GPU_ATT_MLA_WARPS
+     * warps, gpu_attn_decode_mla_smem() bytes; it merges its splits itself (attn_args.counts,
+     * which it needs whenever a token has more than one split) */
+    gpu_fn attn_decode_mla;
     gpu_fn sample_prep, sample_adjust, sample_reduce, sample;
     /* mixture of experts (kernels/moe.cuh): [type] products over the chosen experts' slices,
      * the router, the grouping by expert, the weighted combine */

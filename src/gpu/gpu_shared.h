@@ -105,6 +105,16 @@ typedef struct mla_post_args {
     qkv_post_args rope;
     int n_head, nope, lat;
 } mla_post_args;
+/* mla_decode_q and mla_decode_value (kernels/mla.cuh): a step of at most GPU_MLA_SMALL_T tokens
+ * (decode) forms the absorbed query and the value product in one launch each, for heads of
+ * GPU_MLA_NOPE non-RoPE query dims and latents of GPU_MLA_FLASH_V (every DeepSeek V2 / V3 GGUF);
+ * GPU_MLA_ABS_THREADS threads a block, GPU_MLA_ABS_ROWS rows of wk_b / GPU_MLA_VAL_ROWS of wv_b
+ * each. */
+#define GPU_MLA_SMALL_T 64
+#define GPU_MLA_NOPE 128
+#define GPU_MLA_ABS_THREADS 256
+#define GPU_MLA_ABS_ROWS 32
+#define GPU_MLA_VAL_ROWS 16
 /* The widest latent row (kv_lora_rank + n_rot) the attention kernels take: DeepSeek V2/V3's
  * 512 + 64 (attn_partial_wide: head_dims over 256 up to this, a multiple of 8). */
 #define GPU_MLA_MAX_ROW 576
@@ -511,10 +521,33 @@ static inline GPU_HOST_DEVICE int gpu_attn_dec_token_split(int span, int max_spl
                 GPU_ATT_DEC_Q_SMEM(hd)))
 
 /* Whether decode tokens take attn_decode (tensor cores; kernels/attn_decode.cuh): head_dim 64,
- * 128 or 256 and at most 16 query heads per KV head (one mma M tile).  Otherwise attn_partial. */
+ * 128 or 256 and at most 16 query heads per KV head (one mma M tile); or deepseek2's latent rows
+ * of 512 + 64 (attn_decode_mla, kernels/attn_mla.cuh: one KV head, any number of query heads in
+ * groups of GPU_ATT_MLA_HEADS).  Otherwise attn_partial. */
 static inline GPU_HOST_DEVICE bool gpu_attn_decode_serves(int n_head, int n_kv, int hd)
 {
+    if (hd == GPU_MLA_FLASH_ROW) return n_kv == 1 && n_head > 0;
     return (hd == 64 || hd == 128 || hd == 256) && n_kv > 0 && n_head % n_kv == 0 && n_head / n_kv <= 16;
+}
+
+/* attn_decode_mla (kernels/attn_mla.cuh): a block takes one token, GPU_ATT_MLA_HEADS query heads
+ * (one mma M tile; a short last group is padded with zero rows) and one key split.  Its
+ * GPU_ATT_MLA_WARPS warps share every latent tile: warp w forms S over a quarter of the 576
+ * dims, the partial S are summed through shared memory, and warp w accumulates O for dims
+ * 128 w .. 128 w + 127 of the 512.  Dynamic shared memory: two [32][576] tiles, the warps'
+ * partial S and the query's fragments (FP16 hi + lo).  The head groups take the place of
+ * attn_decode's KV heads (grid y, the arrival counters). */
+#define GPU_ATT_MLA_HEADS 16
+#define GPU_ATT_MLA_WARPS 4
+#define gpu_attn_mla_groups(n_head) (((n_head) + GPU_ATT_MLA_HEADS - 1) / GPU_ATT_MLA_HEADS)
+#define gpu_attn_decode_mla_smem()                                                                 \
+    ((unsigned)(2 * GPU_KV_BLOCK * GPU_MLA_FLASH_ROW * 2 + GPU_ATT_MLA_WARPS * 32 * 16 * 4 +           \
+                GPU_MLA_FLASH_ROW / 16 * 2 * 32 * 16))
+/* The blocks per token attn_decode's heuristics count (gpu_attn_dec_split_for, _batch_split): a
+ * layer's KV heads, or its latent rows' head groups. */
+static inline GPU_HOST_DEVICE int gpu_attn_dec_units(int n_head, int n_kv, int hd)
+{
+    return hd == GPU_MLA_FLASH_ROW ? gpu_attn_mla_groups(n_head) : n_kv;
 }
 
 /* One logits row of a step: which packed token it comes from and how to sample it. */

@@ -2192,6 +2192,8 @@ typedef struct deepseek2_file {
     int q_lora;
     uint64_t seed;
     bool wide; /* DeepSeek's latent rows, 512 + 64: the prompt through flash_attn_mla */
+    int heads; /* query heads (0: 4) */
+    bool nope128; /* DeepSeek's heads, 128 + 64 and values of 128: decode steps through mla_decode_q/_value */
 } deepseek2_file;
 
 /* The files' comparisons, each printed; true when every one passes */
@@ -2201,20 +2203,23 @@ static bool deepseek2_files(const deepseek2_file *files, size_t n)
     for (size_t f = 0; f < n; f++) {
         mkmodel_config cfg;
         assert_true(mkmodel_preset("tiny", &cfg));
-        cfg.n_embd = 256, cfg.n_head = 4, cfg.n_ff = 1024, cfg.n_vocab = 512, cfg.n_ctx = 512;
+        cfg.n_embd = 256, cfg.n_head = files[f].heads ? files[f].heads : 4, cfg.n_ff = 1024, cfg.n_vocab = 512;
+        cfg.n_ctx = 512;
         mkmodel_set_arch(&cfg, MODEL_ARCH_DEEPSEEK2);
         cfg.n_layer = 3, cfg.n_ff_exp = 256, cfg.ftype = files[f].ft, cfg.seed = files[f].seed;
         cfg.n_expert_groups = 4, cfg.n_group_used = 2, cfg.q_lora_rank = files[f].q_lora;
         if (files[f].wide) cfg.kv_lora_rank = GPU_MLA_FLASH_V, cfg.n_rot = GPU_MLA_FLASH_ROW - GPU_MLA_FLASH_V;
+        if (files[f].nope128) cfg.mla_nope = GPU_MLA_NOPE, cfg.mla_v = GPU_MLA_NOPE;
         model *m = mkmodel_loaded(&cfg);
         rounded_model held = {mkmodel_loaded(&cfg), {NULL}, 0};
         hold_matrices(&held, GGML_TYPE_COUNT);
         int32_t tokens[N_POS];
         uint64_t seed = 83 + files[f].seed;
         random_tokens(m, &seed, tokens);
-        char label[128], name[48];
-        snprintf(name, sizeof name, "deepseek2 %s%s%s seed %d", mkmodel_ftype_name(files[f].ft),
-                 files[f].q_lora ? " q-LoRA" : "", files[f].wide ? " rows 576" : "", (int)files[f].seed);
+        char label[160], name[96];
+        snprintf(name, sizeof name, "deepseek2 %s%s%s%s %d heads seed %d", mkmodel_ftype_name(files[f].ft),
+                 files[f].q_lora ? " q-LoRA" : "", files[f].wide ? " rows 576" : "",
+                 files[f].nope128 ? " nope 128" : "", cfg.n_head, (int)files[f].seed);
         float *gpu = logits_on(m, ENGINE_DEVICE_CUDA, name, tokens), *cpu = logits_on(m, ENGINE_DEVICE_CPU, name, tokens),
               *cpu_held = logits_on(held.m, ENGINE_DEVICE_CPU, name, tokens);
         const int V = m->hp.n_vocab;
@@ -2237,21 +2242,27 @@ static void test_deepseek2_mkmodel(void **state)
     (void)state;
     if (!gpu_features_enabled(GPU_MLA_FEATURES, "deepseek2")) skip();
     static const deepseek2_file files[] = {
-        {MKMODEL_F16, 0, 9, false},      {MKMODEL_Q8_0, 0, 9, false},      {MKMODEL_Q4_K_M, 0, 9, false},
-        {MKMODEL_Q4_K_M, 128, 9, false}, {MKMODEL_F16, 0, 11, false},      {MKMODEL_Q8_0, 0, 11, false},
-        {MKMODEL_Q4_K_M, 0, 11, false},  {MKMODEL_Q4_K_M, 128, 11, false}, {MKMODEL_Q4_K_M, 0, 12, false},
-        {MKMODEL_Q4_K_M, 0, 13, false},  {MKMODEL_F16, 0, 13, false},      {MKMODEL_Q6_K, 0, 14, false}};
+        {MKMODEL_F16, 0, 9, false, 0, false},     {MKMODEL_Q8_0, 0, 9, false, 0, false},
+        {MKMODEL_Q4_K_M, 0, 9, false, 0, false},  {MKMODEL_Q4_K_M, 128, 9, false, 0, false},
+        {MKMODEL_F16, 0, 11, false, 0, false},    {MKMODEL_Q8_0, 0, 11, false, 0, false},
+        {MKMODEL_Q4_K_M, 0, 11, false, 0, false}, {MKMODEL_Q4_K_M, 128, 11, false, 0, false},
+        {MKMODEL_Q4_K_M, 0, 12, false, 0, false}, {MKMODEL_Q4_K_M, 0, 13, false, 0, false},
+        {MKMODEL_F16, 0, 13, false, 0, false},    {MKMODEL_Q6_K, 0, 14, false, 0, false}};
     assert_true(deepseek2_files(files, sizeof files / sizeof files[0])); /* every file measured before the verdict */
 }
 
 /* The same with DeepSeek's own latent rows, 512 + 64 (kv_lora_rank 512, RoPE 64; 4 heads of 64
  * + 64): the 200-token prompt through flash_attn_mla's tiles (64 tokens of 4 heads), the decode
- * steps through attn_partial_wide over the rows the prompt stored. */
+ * steps through attn_decode_mla over the rows the prompt stored; and a file of DeepSeek's heads
+ * (128 + 64, values of 128), 32 of them (two head groups), whose decode steps take
+ * mla_decode_q and mla_decode_value too. */
 static void test_deepseek2_wide(void **state)
 {
     (void)state;
     if (!gpu_features_enabled(GPU_MLA_FEATURES, "deepseek2")) skip();
-    static const deepseek2_file files[] = {{MKMODEL_F16, 0, 9, true}, {MKMODEL_Q4_K_M, 128, 11, true}};
+    static const deepseek2_file files[] = {{MKMODEL_F16, 0, 9, true, 0, false},
+                                           {MKMODEL_Q4_K_M, 128, 11, true, 0, false},
+                                           {MKMODEL_F16, 0, 13, true, 32, true}};
     assert_true(deepseek2_files(files, sizeof files / sizeof files[0]));
 }
 

@@ -1245,8 +1245,8 @@ static void norm_carried_lo(int wt, CUdeviceptr w, size_t rb, CUdeviceptr x_ref,
 }
 
 /* The batch-1 step's norms carried by the products (gpu_shared.h matvec_norm), per format of
- * GPU_MATVEC_NORM_KERNELS (the Q4_K_M files' and the low-bit ones': Q2_K, IQ4_XS, and Q3_K, with
- * Q4_K, Q5_K and Q6_K the Q3_K_M mix): the residual product (matvec_res) adds
+ * GPU_MATVEC_NORM_KERNELS (the Q4_K_M files', Q5_0 where their rows fall back, and the low-bit
+ * ones': Q2_K, IQ4_XS, and Q3_K, with Q4_K, Q5_K and Q6_K the Q3_K_M mix): the residual product (matvec_res) adds
  * into x exactly as matvec_<type>_1 with accumulate does, and writes fp16(x w c) and the
  * sums of squares of every 8 features; the GLU and QKV products over them (glu_norm,
  * matvec_rope_norm) give what rmsnorm + glu_<type>_1 / matvec_rope_<type> give, to FP16's
@@ -1257,7 +1257,8 @@ static void test_norm_carried(void **state)
     (void)state;
     uint64_t seed = 31;
     enum { N = 1024, KO = 512, FF = 768 };
-    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_XS};
+    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_XS,
+                               GGML_TYPE_Q5_0}; /* (Q5_0: llama-quantize's fallback rows, DeepSeek-V2-Lite's dense down) */
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const ggml_type t = types[ti];
         const int wt = gpu_wtype_index(t);
@@ -1748,9 +1749,11 @@ static void att_fixture_init(att_fixture *f, int hd, int n_head, int n_kv)
     uint16_t *kc = malloc(cache_n * 2), *vc = malloc(cache_n * 2);
     float *q = malloc(nq * sizeof *q), *ref = f->ref = malloc(nq * sizeof *ref);
     float *ref_sink = f->ref_sink = malloc(nq * sizeof *ref_sink), *sinks = malloc((size_t)n_head * sizeof *sinks);
+    const bool latent = hd == GPU_MLA_FLASH_ROW; /* deepseek2's rows: the values are the keys (vc = kc) */
     for (size_t i = 0; i < cache_n; i++) {
         kc[i] = quant_f32_to_f16(gpu_test_randf(&seed) * 2.0f);
         vc[i] = quant_f32_to_f16(gpu_test_randf(&seed));
+        if (latent) vc[i] = kc[i];
     }
     int32_t slot[4] = {2, 0, 1, 2}, pos[4] = {699, 0, 37, 700};
     for (size_t i = 0; i < nq; i++) q[i] = gpu_test_randf(&seed);
@@ -1804,15 +1807,25 @@ static attn_args att_fixture_args(const att_fixture *f, bool listed)
                        .tok_list = listed ? (const int32_t *)(uintptr_t)f->dlist : NULL};
 }
 
-/* The FP16 output dout against the fixture's reference (with sinks: ref_sink): its relative error. */
+/* The FP16 output dout against the fixture's reference (with sinks: ref_sink): its relative
+ * error, over the first hdv columns of each head's row (latent rows: the output is the first
+ * GPU_MLA_FLASH_V; the rest is not written). */
+static double att_fixture_err_cols(const att_fixture *f, CUdeviceptr dout, uint16_t *outh, bool sinks, int hdv)
+{
+    float *out = malloc(f->nq * sizeof *out), *ref = malloc(f->nq * sizeof *ref);
+    const float *full = sinks ? f->ref_sink : f->ref;
+    download(outh, dout, f->nq * 2);
+    size_t n = 0;
+    for (size_t i = 0; i < f->nq; i++)
+        if ((int)(i % (size_t)f->hd) < hdv) out[n] = quant_f16_to_f32(outh[i]), ref[n++] = full[i];
+    double e = gpu_test_rel_err(out, ref, n);
+    free(out), free(ref);
+    return e;
+}
+
 static double att_fixture_err(const att_fixture *f, CUdeviceptr dout, uint16_t *outh, bool sinks)
 {
-    float *out = malloc(f->nq * sizeof *out);
-    download(outh, dout, f->nq * 2);
-    for (size_t i = 0; i < f->nq; i++) out[i] = quant_f16_to_f32(outh[i]);
-    double e = gpu_test_rel_err(out, sinks ? f->ref_sink : f->ref, f->nq);
-    free(out);
-    return e;
+    return att_fixture_err_cols(f, dout, outh, sinks, f->hd);
 }
 
 /* Split-K attention (1 to 6 key splits), with the generic kernel (head_dim up to 256) and the
@@ -1863,28 +1876,33 @@ static void test_attention(void **state)
     attention_case(512, &G.k.attn_partial_hd512); /* Gemma 4's global layers: 4 heads a block at most */
 }
 
-/* attn_decode with `group` query heads per KV head, at max_split 1 (every token one split: the
- * kernel writes the output), 4 (192-key splits: 1 or 2 blocks per warp, through the ring), 64
- * (128-key splits, up to 6), and 64 with a batch split of 2 (head_dim 256,
- * gpu_attn_dec_token_split: 384-key splits), in a grid one split deeper than needed: with and
- * without a token list, with sinks, and once with no counters.  Below head_dim 256
- * attn_decode_combine merges the splits; at 256 the last split of a token merges the others when
- * the launch has counters (which must all be back at 0 after each launch), the combine when not.
- * Each against the float64 reference, and the list's output bit-identical to the plain one (a
- * token's result does not depend on its place in the grid). */
-static void decode_case(int hd, int group)
+/* attn_decode (hd 64, 128, 256) or attn_decode_mla (hd GPU_MLA_FLASH_ROW: deepseek2's latent
+ * rows, one KV head, V the rows' first GPU_MLA_FLASH_V columns, compared there; the rest is not
+ * written) over the fixture of n_head query heads and n_kv KV heads, at max_split 1 (every
+ * token one split: the kernel writes the output), 4 (192-key splits: 1 or 2 blocks per warp,
+ * through the ring), 64 (128-key splits, up to 6), and 64 with a batch split of 2 (head_dim
+ * 256 and the latent rows, gpu_attn_dec_token_split: 384-key splits), in a grid one split
+ * deeper than needed: with and without a token list, with sinks, and (not the latent rows,
+ * whose kernel always merges its splits) once with no counters.  Below head_dim 256
+ * attn_decode_combine merges the splits; at 256 and for the latent rows the last split of a
+ * token merges the others when the launch has counters (which must all be back at 0 after each
+ * launch), the combine when not.  Each against the float64 reference, and the list's output
+ * bit-identical to the plain one (a token's result does not depend on its place in the grid).
+ * label: the printed kernel and shape. */
+static void decode_check(int hd, int n_head, int n_kv, const char *label)
 {
     att_fixture f;
-    att_fixture_init(&f, hd, 2 * group, 2);
-    const int T = f.T, n_head = f.n_head, ctx = 768;
+    att_fixture_init(&f, hd, n_head, n_kv);
+    const bool latent = hd == GPU_MLA_FLASH_ROW;
+    const int T = f.T, ctx = 768, hdv = latent ? GPU_MLA_FLASH_V : hd, runs = latent ? 3 : 4;
     uint16_t *outh[4] = {malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2), malloc(f.nq * 2)};
-    unsigned zeros[4 * 2] = {0}, cnt[4 * 2];
+    unsigned zeros[4 * 2] = {0}, cnt[4 * 2]; /* (T tokens x at most 2 KV heads or head groups) */
     CUdeviceptr dcnt = upload(zeros, sizeof zeros);
     const int max_splits[] = {1, 4, 64, 64}, batch_splits[] = {1, 4, 64, 2};
     for (int mi = 0; mi < 4; mi++) {
         int ns = gpu_attn_max_splits_for(ctx, max_splits[mi]) + 1;
         CUdeviceptr po = poisoned((size_t)T * n_head * ns * hd), pml = poisoned((size_t)T * n_head * ns * 2);
-        for (int run = 0; run < 4; run++) { /* plain, through the token list, with sinks, unfused */
+        for (int run = 0; run < runs; run++) { /* plain, through the token list, with sinks, unfused */
             const bool listed = run == 1, sink = run == 2, fused = run != 3 && hd >= 256;
             CUdeviceptr dout = poisoned_half(f.nq);
             attn_args a = att_fixture_args(&f, listed);
@@ -1895,21 +1913,30 @@ static void decode_case(int hd, int group)
             if (gpu_launch_decode(&G.k, &a, hd, (unsigned)T, G.stream, "test", err, errlen)) fail_msg("%s", err);
             void *aa[] = {&a};
             if (!fused) launch(&G.k.attn_decode_combine, (gpu_launch_dims){T, n_head, 1, GPU_ATT_DEC_COMBINE_SG * hd}, aa);
-            double e = att_fixture_err(&f, dout, outh[run], sink);
+            double e = att_fixture_err_cols(&f, dout, outh[run], sink, hdv);
             download(cnt, dcnt, sizeof cnt);
             assert_memory_equal(cnt, zeros, sizeof cnt);
-            print_message("  attn_decode_hd%d group %d max_split %d batch_split %d%s rel err %.2e (fp16 out)\n", hd,
-                          group, max_splits[mi], batch_splits[mi],
-                          listed ? " token list" : sink ? " sinks" : run == 3 ? " no counters" : "", e);
+            print_message("  %s max_split %d batch_split %d%s rel err %.2e (fp16 out)\n", label, max_splits[mi],
+                          batch_splits[mi], listed ? " token list" : sink ? " sinks" : run == 3 ? " no counters" : "",
+                          e);
             assert_true(e < 1e-3);
             cu.cuMemFree(dout);
         }
-        assert_memory_equal(outh[0], outh[1], f.nq * 2);
+        for (size_t i = 0; i < f.nq; i++) /* the columns written */
+            if ((int)(i % (size_t)hd) < hdv) assert_int_equal(outh[0][i], outh[1][i]);
         cu.cuMemFree(po), cu.cuMemFree(pml);
     }
     cu.cuMemFree(dcnt);
     att_fixture_free(&f);
     for (int i = 0; i < 4; i++) free(outh[i]);
+}
+
+/* attn_decode with `group` query heads per KV head (two KV heads) */
+static void decode_case(int hd, int group)
+{
+    char label[64];
+    snprintf(label, sizeof label, "attn_decode_hd%d group %d", hd, group);
+    decode_check(hd, 2 * group, 2, label);
 }
 
 static void test_decode_attention(void **state)
@@ -1921,6 +1948,14 @@ static void test_decode_attention(void **state)
         decode_case(128, groups[i]);
         decode_case(256, groups[i]);
     }
+}
+
+/* attn_decode_mla: 16 query heads (one group) and 20 (a full group and one of 4 rows) */
+static void test_decode_attention_mla(void **state)
+{
+    (void)state;
+    decode_check(GPU_MLA_FLASH_ROW, 16, 1, "attn_decode_mla heads 16");
+    decode_check(GPU_MLA_FLASH_ROW, 20, 1, "attn_decode_mla heads 20");
 }
 
 /* The flash kernel's spans: every length (one token short of / over a 64-row tile, several
@@ -2825,6 +2860,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_qkv_fused_post),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_decode_attention),
+        cmocka_unit_test(test_decode_attention_mla),
         cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_flash_attention_hd256),
         cmocka_unit_test(test_flash_attention_hd512),

@@ -75,18 +75,20 @@ __device__ __forceinline__ int ad_token_split(const attn_args &a, int span)
     return gpu_attn_dec_token_split(span, a.max_split, a.batch_split > 0 ? a.batch_split : a.max_split);
 }
 
-// The last split block of (grid token x, KV head kvh) to finish: out for the group's heads from
-// all ns splits' partials, in split order (the same sums whichever block is last).  The
+// The last split block of (grid token x, KV head kvh) to finish: out for the group's heads
+// (h0 .. h0 + group - 1) from all ns splits' partials, in split order (the same sums whichever
+// block is last).  HDO: the output rows' stride (attn_decode_mla's rows of 576 whose first 512
+// are its output; else HD).  The
 // partials were written by other blocks of this launch, so they are read from L2 (__ldcg): a warp
 // a head for the weights, then a thread 4 dimensions of one head with 16 splits' loads in flight
 // (8 at head_dim 256).
-template <int HD, int W>
-__device__ __forceinline__ void ad_merge_splits(const attn_args &a, int t, int kvh, int group, int ns, float *smem)
+template <int HD, int W, int HDO = HD>
+__device__ __forceinline__ void ad_merge_splits(const attn_args &a, int t, int h0, int group, int ns, float *smem)
 {
     static_assert(GPU_ATT_DEC_SPLIT <= 64, "a warp takes a head's splits two a lane");
     float *sm_w = smem;                      // [16][ns]: each split's weight 2^(m_s - M)
     float *sm_den = smem + 16 * GPU_ATT_DEC_SPLIT; // [16]: the heads' denominators
-    const size_t th0 = (size_t)blockIdx.x * a.n_head + kvh * group;
+    const size_t th0 = (size_t)blockIdx.x * a.n_head + h0;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int r = warp; r < group; r += W) { // a warp a head: splits lane and lane + 32
         const float2 *ml = (const float2 *)a.part_ml + (th0 + r) * a.n_split;
@@ -101,7 +103,7 @@ __device__ __forceinline__ void ad_merge_splits(const attn_args &a, int t, int k
         float lsum = v0.y * w0 + v1.y * w1; // summed in a fixed tree: the same bits every run
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
-        if (lane == 0) sm_den[r] = lsum + attn_sink_term(a.sinks, kvh * group + r, mx, true);
+        if (lane == 0) sm_den[r] = lsum + attn_sink_term(a.sinks, h0 + r, mx, true);
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < group * (HD / 4); idx += W * 32) {
@@ -116,7 +118,7 @@ __device__ __forceinline__ void ad_merge_splits(const attn_args &a, int t, int k
             acc.x += v.x * w[sp], acc.y += v.y * w[sp], acc.z += v.z * w[sp], acc.w += v.w * w[sp];
         }
         const float den = sm_den[r];
-        __half2 *dst = (__half2 *)(a.out + ((size_t)t * a.n_head + kvh * group + r) * HD + d);
+        __half2 *dst = (__half2 *)(a.out + ((size_t)t * a.n_head + h0 + r) * HDO + d);
         dst[0] = __floats2half2_rn(acc.x / den, acc.y / den);
         dst[1] = __floats2half2_rn(acc.z / den, acc.w / den);
     }
@@ -330,7 +332,7 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         __syncthreads();
         if (!*last) return;
         __threadfence(); // the other blocks' partials, read after their counts
-        ad_merge_splits<HD, W>(a, t, kvh, group, ns, (float *)ad_smem);
+        ad_merge_splits<HD, W>(a, t, kvh * group, group, ns, (float *)ad_smem);
     }
 }
 

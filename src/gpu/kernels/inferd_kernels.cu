@@ -15,6 +15,7 @@
 #include "attention.cuh"
 #include "mla.cuh"
 #include "attn_decode.cuh"
+#include "attn_mla.cuh"
 #include "flash_attn.cuh"
 #include "sampling.cuh"
 #include "deltanet.cuh"

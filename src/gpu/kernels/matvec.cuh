@@ -447,6 +447,7 @@ __device__ __forceinline__ void matvec_wide_body(const matvec_args &a)
 #define MATVEC_WIDE_KERNEL(name, TYPE, KS)                                                        \
     extern "C" __global__ void __launch_bounds__(MATVEC_WIDE_WARPS * 32) name(matvec_args a)     \
     {                                                                                            \
+        pdl_enter();                                                                             \
         matvec_wide_body<T_##TYPE, KS>(a);                                                       \
     }
 GPU_MATVEC_WIDE_KERNELS(MATVEC_WIDE_KERNEL)
@@ -511,6 +512,7 @@ template <int T> struct rope_norm_blocks; // every format of GPU_MATVEC_NORM_KER
                                           // their matvec_rope_<type>'s too, Q2_K 56 registers, Q3_K 44)
 template <> struct rope_norm_blocks<T_F16> { static constexpr int n = 6; };
 template <> struct rope_norm_blocks<T_Q4_0> { static constexpr int n = 8; };
+template <> struct rope_norm_blocks<T_Q5_0> { static constexpr int n = 8; }; // (Q4_0's: not measured)
 template <> struct rope_norm_blocks<T_Q8_0> { static constexpr int n = 8; };
 template <> struct rope_norm_blocks<T_Q4_K> { static constexpr int n = 6; };
 template <> struct rope_norm_blocks<T_Q5_K> { static constexpr int n = 4; };

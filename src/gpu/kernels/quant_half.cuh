@@ -1,6 +1,6 @@
-// quant_half.cuh - the FP16 decoders of IQ4_XS, Q2_K and Q3_K (load_chunk_h: the matvec kernels
-// and the FP16 dequantiser; load_oct_h: mmq's fragments; IQ4_NL's load_oct_h too), the way
-// quant.cuh decodes Q4_K/Q6_K.
+// quant_half.cuh - the FP16 decoders of IQ4_XS, Q2_K, Q3_K and MXFP4 (load_chunk_h: the matvec
+// kernels and the FP16 dequantiser; load_oct_h: mmq's fragments; IQ4_NL's load_oct_h too), the
+// way quant.cuh decodes Q4_K/Q6_K.
 //
 // Why: the generic decode (load_oct in FP32, rounded once) reads these blocks a byte at a time
 // and IQ4_XS's levels from a table in memory, which left their batch-1 matvecs issue bound at

@@ -338,47 +338,59 @@ static void narrow_run(ggml_type t, matvec_args *a, bool glu, int split_chunks)
     narrow_run_slots(t, a, glu, split_chunks, 1);
 }
 
-/* M rows through mmq (+ mmq_reduce) and through mmq_narrow with the same splits: the two-segment
- * product (bias and residual for odd M) and the gate/up product, bit for bit. */
-static void narrow_case(const product_matrix *pm, int M, int split_chunks, uint64_t *seed)
+typedef void (*product_run)(ggml_type, matvec_args *, bool, int);
+
+/* The same M activation rows through (pm[0], run[0]) and (pm[1], run[1]) with the same splits:
+ * the two-segment product (bias and residual for odd M) and the gate/up product, bit for bit
+ * (two kernels over one matrix, or one kernel over two formats holding the same weights). */
+static void twin_case(const product_matrix *const pm[2], const product_run run[2], const char *what, int M,
+                      int split_chunks, uint64_t *seed)
 {
-    const int K = pm->k, N = PN, N0 = PN0, NG = PNG, acc = M % 2;
+    const int K = pm[0]->k, N = PN, N0 = PN0, NG = PNG, acc = M % 2;
     float *x = malloc((size_t)M * K * sizeof *x), *bias = malloc(N * sizeof *bias), *y[2];
     uint16_t *yh[2];
     for (int i = 0; i < M * K; i++) x[i] = gpu_test_randf(seed);
     for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(seed);
     CUdeviceptr dx = upload_half(x, (size_t)M * K), db = upload(bias, N * sizeof *bias);
-    const uint8_t *w = (const uint8_t *)(uintptr_t)pm->dw;
-    for (int run = 0; run < 2; run++) {
-        void (*fn)(ggml_type, matvec_args *, bool, int) = run ? narrow_run : mmq_run;
+    for (int r = 0; r < 2; r++) {
+        const product_matrix *p = pm[r];
+        const uint8_t *w = (const uint8_t *)(uintptr_t)p->dw;
         float *y_old = malloc((size_t)M * N * sizeof *y_old); /* the residual's old values */
         for (int i = 0; i < M * N; i++) y_old[i] = 0.5f;
         CUdeviceptr dy = upload(y_old, (size_t)M * N * sizeof *y_old), dh = poisoned_half((size_t)M * NG);
         free(y_old);
-        matvec_args a = {.n_seg = 2, .k = K, .m = M, .ldx = K, .accumulate = acc, .row_bytes = pm->rb,
+        matvec_args a = {.n_seg = 2, .k = K, .m = M, .ldx = K, .accumulate = acc, .row_bytes = p->rb,
                          .x = (const gpu_half *)(uintptr_t)dx};
         float *y0 = (float *)(uintptr_t)dy, *bp = acc ? (float *)(uintptr_t)db : NULL;
         a.seg[0] = (matvec_seg){w, y0, bp, N0, N0};
-        a.seg[1] = (matvec_seg){w + pm->rb * N0, y0 + (size_t)M * N0, bp ? bp + N0 : NULL, N - N0, N - N0};
-        fn(pm->t, &a, false, split_chunks);
+        a.seg[1] = (matvec_seg){w + p->rb * N0, y0 + (size_t)M * N0, bp ? bp + N0 : NULL, N - N0, N - N0};
+        run[r](p->t, &a, false, split_chunks);
         matvec_args ga = a;
         ga.accumulate = 0;
         ga.seg[0] = (matvec_seg){w, NULL, NULL, NG, NG};
-        ga.seg[1] = (matvec_seg){w + pm->rb * NG, NULL, NULL, NG, NG};
+        ga.seg[1] = (matvec_seg){w + p->rb * NG, NULL, NULL, NG, NG};
         ga.yh = (gpu_half *)(uintptr_t)dh;
-        fn(pm->t, &ga, true, split_chunks);
-        y[run] = malloc((size_t)M * N * sizeof *y[run]);
-        yh[run] = malloc((size_t)M * NG * sizeof *yh[run]);
-        download(y[run], dy, (size_t)M * N * sizeof *y[run]);
-        download(yh[run], dh, (size_t)M * NG * sizeof *yh[run]);
+        run[r](p->t, &ga, true, split_chunks);
+        y[r] = malloc((size_t)M * N * sizeof *y[r]);
+        yh[r] = malloc((size_t)M * NG * sizeof *yh[r]);
+        download(y[r], dy, (size_t)M * N * sizeof *y[r]);
+        download(yh[r], dh, (size_t)M * NG * sizeof *yh[r]);
         cu.cuMemFree(dy), cu.cuMemFree(dh);
     }
     if (memcmp(y[0], y[1], (size_t)M * N * sizeof *y[0]) != 0)
-        fail_msg("mmq_narrow %s M=%d (%d): not mmq's bits", ggml_type_name(pm->t), M, split_chunks);
+        fail_msg("%s %s M=%d (%d): not the same bits", what, ggml_type_name(pm[0]->t), M, split_chunks);
     if (memcmp(yh[0], yh[1], (size_t)M * NG * sizeof *yh[0]) != 0)
-        fail_msg("mmq_narrow_glu %s M=%d (%d): not mmq's bits", ggml_type_name(pm->t), M, split_chunks);
+        fail_msg("%s (glu) %s M=%d (%d): not the same bits", what, ggml_type_name(pm[0]->t), M, split_chunks);
     cu.cuMemFree(dx), cu.cuMemFree(db);
     free(x), free(bias), free(y[0]), free(y[1]), free(yh[0]), free(yh[1]);
+}
+
+/* M rows through mmq (+ mmq_reduce) and through mmq_narrow with the same splits: mmq's bits. */
+static void narrow_case(const product_matrix *pm, int M, int split_chunks, uint64_t *seed)
+{
+    const product_matrix *const pms[2] = {pm, pm};
+    const product_run runs[2] = {mmq_run, narrow_run};
+    twin_case(pms, runs, "mmq_narrow against mmq", M, split_chunks, seed);
 }
 
 /* A random matrix of format t uploaded, and its FP16 weights (dequant_f16, the decode every
@@ -649,6 +661,58 @@ static void test_mmq_narrow_matches_mmq(void **state)
         free(deq);
     }
     print_message("  mmq_narrow: mmq's bits on every format, M 1..8, one split, three, and 16 + 8 chunks\n");
+}
+
+/* MXFP4's mma fragments (quant_half.cuh load_oct_h<T_MXFP4>: the batched gpt-oss experts'
+ * decode in mmq and mmq_narrow) against the reference dequantiser, through the products
+ * themselves: a Q8_0 twin holding the same weights (d = 2^(e - 128) exactly, q = the doubled
+ * E2M1 value: checked against the CPU's MXFP4 decode weight by weight) goes through the same
+ * kernel with the same activations and splits, and a Q8_0 oct's FP16 weights are exact, so the
+ * outputs are bit for bit equal only if every MXFP4 fragment holds the CPU's value.  The scales
+ * are spread over 2^-16 .. 2^0 (every seventh row's at 2^-24 .. 2^-15: FP16 subnormal scales),
+ * at gpt-oss's k 2,880 (1,530-byte rows) and 800 (byte-aligned rows, every stage start mod 16). */
+static void test_mmq_mxfp4_fragments(void **state)
+{
+    (void)state;
+    static const int8_t dbl[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const int Ks[] = {2880, 800}, Ms[] = {2, 8, 17, 64};
+    uint64_t seed = 19;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        const int K = Ks[ki], nb = K / 32;
+        const size_t rm = gpu_row_bytes(GGML_TYPE_MXFP4, K), rq = gpu_row_bytes(GGML_TYPE_Q8_0, K);
+        assert_true(gpu_mmq_serves(&G.k, gpu_wtype_index(GGML_TYPE_MXFP4), K) &&
+                    gpu_mmq_serves(&G.k, gpu_wtype_index(GGML_TYPE_Q8_0), K));
+        float *deq = malloc((size_t)K * PN * sizeof *deq), *dq = malloc((size_t)K * sizeof *dq);
+        uint8_t *wm = random_matrix(GGML_TYPE_MXFP4, K, PN, deq, &seed), *wq = malloc(rq * PN);
+        for (int r = 0; r < PN; r++)
+            for (int b = 0; b < nb; b++) {
+                uint8_t *m = wm + r * rm + 17 * (size_t)b, *q = wq + r * rq + 34 * (size_t)b;
+                m[0] = (uint8_t)(r % 7 == 3 ? 104 + b % 10 : 112 + (r + 3 * b) % 17);
+                const uint16_t d = quant_f32_to_f16(ldexpf(1.0f, (int)m[0] - 128));
+                q[0] = (uint8_t)(d & 0xFF), q[1] = (uint8_t)(d >> 8);
+                for (int j = 0; j < 32; j++) q[2 + j] = (uint8_t)dbl[j < 16 ? m[1 + j] & 0xF : m[1 + j - 16] >> 4];
+            }
+        for (int r = 0; r < PN; r++) { /* the twin's weights are the reference dequantiser's */
+            quant_dequantize_row(GGML_TYPE_MXFP4, wm + r * rm, deq + (size_t)r * K, K);
+            quant_dequantize_row(GGML_TYPE_Q8_0, wq + r * rq, dq, K);
+            if (memcmp(dq, deq + (size_t)r * K, (size_t)K * sizeof *dq) != 0)
+                fail_msg("k %d row %d: the Q8_0 twin is not the MXFP4 row's values", K, r);
+        }
+        product_matrix pm = {.t = GGML_TYPE_MXFP4, .k = K, .dw = upload(wm, rm * PN), .rb = rm};
+        product_matrix pq = {.t = GGML_TYPE_Q8_0, .k = K, .dw = upload(wq, rq * PN), .rb = rq};
+        const product_matrix *const pms[2] = {&pm, &pq};
+        const product_run mmq2[2] = {mmq_run, mmq_run}, narrow2[2] = {narrow_run, narrow_run};
+        for (int split = 0; split < 2; split++) {
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+                twin_case(pms, mmq2, "mmq: MXFP4 against its Q8_0 twin", Ms[mi], split ? 8 : 0, &seed);
+            for (int M = 2; M <= 8; M += 3)
+                twin_case(pms, narrow2, "mmq_narrow: MXFP4 against its Q8_0 twin", M, split ? 8 : 0, &seed);
+        }
+        print_message("  MXFP4 k %d: mmq (M 2..64) and mmq_narrow (M 2, 5, 8) the bits of the Q8_0 twin, one split"
+                      " and splits of 8\n", K);
+        cu.cuMemFree(pm.dw), cu.cuMemFree(pq.dw);
+        free(deq), free(dq), free(wm), free(wq);
+    }
 }
 
 /* A grouped MoE product's entries and tiles as gpu_forward makes them: T tokens of KC choices
@@ -2850,6 +2914,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[7]),
         cmocka_unit_test(test_mmq_unaligned_rows),
         cmocka_unit_test(test_mmq_narrow_matches_mmq),
+        cmocka_unit_test(test_mmq_mxfp4_fragments),
         cmocka_unit_test(test_moe_narrow_grouped),
         cmocka_unit_test(test_matvec_dp4a),
         cmocka_unit_test(test_rmsnorm),

@@ -282,8 +282,27 @@ __device__ __forceinline__ void moe_block_route(const moe_route_args &a, int t, 
     __syncthreads();
 }
 
+// A lane's chunk of one expert row between its load and its products: by default the decoded
+// FP16 pairs (load_chunk_h); MXFP4 its raw words (mxfp4_raw: 5 registers, decoded at the
+// products), so that gpt-oss's down kernel holds its four choices' chunks in flight within 80
+// registers (moe_down_blocks; with the decoded pairs it took 121-128).
+template <int T> struct moe_chunk {
+    __half2 w[16];
+    __device__ __forceinline__ void load(const uint8_t *row, int c) { load_chunk_h<T>(row, c, w); }
+    __device__ __forceinline__ void decode(__half2 out[16]) const
+    {
+#pragma unroll
+        for (int i = 0; i < 16; i++) out[i] = w[i];
+    }
+};
+template <> struct moe_chunk<T_MXFP4> {
+    mxfp4_raw q;
+    __device__ __forceinline__ void load(const uint8_t *row, int c) { q = mxfp4_load(row, c); }
+    __device__ __forceinline__ void decode(__half2 out[16]) const { mxfp4_decode_h(q, out); }
+};
+
 // The experts' dot products of one warp: NR weight rows with activation rows xs[r] (SHARED_X:
-// all xs[0], the GLU's gate and up), U of a lane's chunks decoded before any is multiplied so
+// all xs[0], the GLU's gate and up), U of a lane's chunks loaded before any is multiplied so
 // that U x NR chunks' loads are in flight together (a whole block had one chunk's: the batch-1
 // MoE products streamed their experts at 0.6-0.8 TB/s).  Chunks past the row are loaded again
 // at the last one (no branch to keep the loads from moving up) and not added; each row's sum
@@ -295,24 +314,29 @@ __device__ __forceinline__ void moe_dots(const uint8_t *const rows[NR], const __
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[r] = 0.0f;
     for (int c0 = lane; c0 < nchunks; c0 += WARP * U) {
-        __half2 wh[U][NR][16];
+        moe_chunk<T> wq[U][NR];
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
-            for (int r = 0; r < NR; r++) load_chunk_h<T>(rows[r], min(c0 + WARP * u, nchunks - 1), wh[u][r]);
+            for (int r = 0; r < NR; r++) wq[u][r].load(rows[r], min(c0 + WARP * u, nchunks - 1));
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = min(c0 + WARP * u, nchunks - 1);
             float s[NR];
             if constexpr (SHARED_X) {
+                __half2 wh[NR][16];
                 float w[NR][32];
-                chunk_weights<NR>(wh[u], w);
+#pragma unroll
+                for (int r = 0; r < NR; r++) wq[u][r].decode(wh[r]);
+                chunk_weights<NR>(wh, w);
                 chunk_dots<NR>(w, xs[0] + 32 * c, s);
             } else {
 #pragma unroll
                 for (int r = 0; r < NR; r++) {
+                    __half2 wh[1][16];
                     float w[1][32];
-                    chunk_weights<1>(wh[u] + r, w);
+                    wq[u][r].decode(wh[0]);
+                    chunk_weights<1>(wh, w);
                     chunk_dots<1>(w, xs[r] + 32 * c, s + r);
                 }
             }
@@ -406,9 +430,10 @@ __device__ __forceinline__ void moe_entry_body(const moe_mv_args &a)
 // then, as matvec_res, the next norm's input xw for its rows and their sum of squares, in
 // row order, as partial blockIdx.x (MATVEC_NORM_PARTS: a block's rows are its own).
 #define MOE_DOWN_GROUP 4
-// (ptxas gives moe_down_* 72 registers for Q4_K, 102 for Q6_K and 128 for MXFP4, with their loads
-// moved up: two or three blocks a multiprocessor, Qwen3-30B-A3B's 256 blocks one wave, gpt-oss-20b's
-// 360 about 1.4 -- held to three blocks, 80 registers, every format spilled 72-196 bytes.)
+// (ptxas gives moe_down_* 72 registers for Q4_K and 102 for Q6_K, with their loads moved up: two
+// or three blocks a multiprocessor, Qwen3-30B-A3B's 256 blocks one wave -- held to three blocks,
+// 80 registers, those formats spilled 72-196 bytes.  MXFP4 holds its chunks raw (moe_chunk) and
+// is held to three blocks without spills: gpt-oss-20b's 360 blocks one wave, not ~1.4.)
 template <int T, int NORM = NORM_NONE>
 __device__ __forceinline__ void moe_down_body(const moe_mv_args &a)
 {
@@ -448,6 +473,12 @@ __device__ __forceinline__ void moe_down_body(const moe_mv_args &a)
     if constexpr (NORM == NORM_OUT) norm_out(a.norm, n, v, live, blockIdx.x);
 }
 
+// Blocks of the down kernel a multiprocessor must hold (__launch_bounds__' minimum).  MXFP4: 3,
+// so gpt-oss-20b's 360 blocks (2,880 rows) are one wave of 132 x 3 instead of ~1.4 of 132 x 2 at
+// the 121 registers ptxas takes unbounded (its raw chunks, moe_chunk, leave it no spills at 80).
+template <int T> struct moe_down_blocks { static constexpr int n = 0; }; // (0: no minimum, as no bound)
+template <> struct moe_down_blocks<T_MXFP4> { static constexpr int n = 3; };
+
 // One pair per row of GPU_MOE_KERNELS (../gpu_kernel_names.h), under the row's names.
 #define MOE_KERNELS(glu_name, matvec_name, down_name, TYPE)                                      \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) glu_name(moe_mv_args a)      \
@@ -458,7 +489,8 @@ __device__ __forceinline__ void moe_down_body(const moe_mv_args &a)
     { pdl_enter();                                                                               \
         moe_entry_body<T_##TYPE, false>(a);                                                      \
     }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) down_name(moe_mv_args a)     \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, moe_down_blocks<T_##TYPE>::n) \
+        down_name(moe_mv_args a)                                                                 \
     { pdl_enter();                                                                               \
         moe_down_body<T_##TYPE>(a);                                                              \
     }
@@ -470,7 +502,8 @@ GPU_MOE_KERNELS(MOE_KERNELS)
     { pdl_enter();                                                                               \
         moe_entry_body<T_##TYPE, true, NORM_IN>(a);                                              \
     }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) down_name(moe_mv_args a)     \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, moe_down_blocks<T_##TYPE>::n) \
+        down_name(moe_mv_args a)                                                                 \
     { pdl_enter();                                                                               \
         moe_down_body<T_##TYPE, NORM_OUT>(a);                                                    \
     }

@@ -1,6 +1,6 @@
-// quant_half.cuh - the FP16 decoders of IQ4_XS, Q2_K and Q3_K (load_chunk_h: the matvec kernels
-// and the FP16 dequantiser; load_oct_h: mmq's fragments; IQ4_NL's load_oct_h too), the way
-// quant.cuh decodes Q4_K/Q6_K.
+// quant_half.cuh - the FP16 decoders of IQ4_XS, Q2_K, Q3_K and MXFP4 (load_chunk_h: the matvec
+// kernels and the FP16 dequantiser; load_oct_h: mmq's fragments; IQ4_NL's load_oct_h too), the
+// way quant.cuh decodes Q4_K/Q6_K.
 //
 // Why: the generic decode (load_oct in FP32, rounded once) reads these blocks a byte at a time
 // and IQ4_XS's levels from a table in memory, which left their batch-1 matvecs issue bound at
@@ -149,11 +149,18 @@ template <> __device__ __forceinline__ void load_chunk_h<T_IQ4_XS>(const uint8_t
 // against the 11 of a second lookup; the same levels and the same FP16 arithmetic, so the same
 // bits as before and as load_chunk_h.  sh = 4 * (o >> 1): x >> sh, y << (4 - sh) put the wanted
 // nibbles in the low and the high halves of each byte.
-__device__ __forceinline__ void iq4_oct_h(uint32_t x, uint32_t y, int o, __half2 dl, __half2 w[4])
+// (level16_oct_h: any 16-level table t0..t3; MXFP4's octs below take it with theirs.)
+__device__ __forceinline__ void level16_oct_h(uint32_t x, uint32_t y, int o, uint32_t t0, uint32_t t1, uint32_t t2,
+                                              uint32_t t3, __half2 dl, __half2 w[4])
 {
     const uint32_t sh = 4u * (uint32_t)(o >> 1);
     const uint32_t n = ((x >> sh) & 0x0F0F0F0Fu) | ((y << (4u - sh)) & 0xF0F0F0F0u); // one lop3
-    iq4_h_word(n, dl, &w[0], &w[2]); // x's weights 0-3 (the low nibbles), y's 4-7 (the high)
+    level16_h_word(n, t0, t1, t2, t3, dl, &w[0], &w[2]); // x's weights 0-3 (the low nibbles), y's 4-7 (the high)
+}
+
+__device__ __forceinline__ void iq4_oct_h(uint32_t x, uint32_t y, int o, __half2 dl, __half2 w[4])
+{
+    level16_oct_h(x, y, o, IQ4_LEVELS_0, IQ4_LEVELS_1, IQ4_LEVELS_2, IQ4_LEVELS_3, dl, w);
 }
 
 // iq4xs_h_scale in FP16 arithmetic (mmq: every lane computes its two rows' scales each chunk, so
@@ -205,25 +212,79 @@ template <> __device__ __forceinline__ void load_oct_h<T_IQ4_NL>(const uint8_t *
 #define MXFP4_LEVELS_2 0x7D7E7F80u
 #define MXFP4_LEVELS_3 0x74787A7Cu
 
-template <> __device__ __forceinline__ void load_chunk_h<T_MXFP4>(const uint8_t *row, int c, __half2 w[16])
+// 2^(e - 128) as an FP16 pair into dl where it is an FP16 value (e in 104..143: normal, or
+// subnormal below 2^-14); false for any other scale, which takes the generic decode.
+__device__ __forceinline__ bool mxfp4_h_scale(uint32_t e, __half2 &dl)
+{
+    const int s = (int)e - 128;
+    if (s < -24 || s > 15) return false;
+    const uint32_t sb = s >= -14 ? (uint32_t)(s + 15) << 10 : 1u << (s + 24);
+    dl = h2_from_bits(sb | sb << 16);
+    return true;
+}
+
+// A chunk of MXFP4 as it lies: its four words of quants and its scale byte, decoded apart from
+// the load (mxfp4_decode_h), so that the experts' down kernel keeps 5 registers a chunk live
+// while its four choices' loads are in flight instead of the 16 of decoded pairs (as iq4xs_raw).
+struct mxfp4_raw {
+    uint32_t u[4];
+    uint32_t e;
+};
+
+__device__ __forceinline__ mxfp4_raw mxfp4_load(const uint8_t *row, int c)
 {
     const uint8_t *b = row + (size_t)c * 17;
-    const int s = (int)__ldg(b) - 128; // the scale 2^s
-    if (s < -24 || s > 15) { // not an FP16 value: the generic decode
-        float f[32];
-        load_chunk<T_MXFP4>(row, c, f);
+    mxfp4_raw q;
+    q.e = __ldg(b);
+    ld_words<4, true, 1>(b + 1, q.u);
+    return q;
+}
+
+__device__ __forceinline__ void mxfp4_decode_h(const mxfp4_raw &q, __half2 w[16])
+{
+    __half2 dl;
+    if (!mxfp4_h_scale(q.e, dl)) { // not an FP16 value: load_oct's FP32 products, rounded once
+        const float d = __uint_as_float(q.e < 2 ? 0x00200000u << q.e : (q.e - 1) << 23);
 #pragma unroll
-        for (int i = 0; i < 16; i++) w[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+        for (int i = 0; i < 16; i++) { // weights 2i, 2i + 1: byte (2i & 15) + k's nibble 2i >> 4
+            const uint32_t sh = 8u * (uint32_t)((2 * i) & 3) + 4u * (uint32_t)(i >> 3), u = q.u[(i & 7) >> 1];
+            w[i] = __floats2half2_rn(d * (float)mxfp4_levels[(u >> sh) & 0xF],
+                                     d * (float)mxfp4_levels[(u >> (sh + 8)) & 0xF]);
+        }
         return;
     }
-    const uint32_t sb = s >= -14 ? (uint32_t)(s + 15) << 10 : 1u << (s + 24); // normal, or subnormal
-    const __half2 dl = h2_from_bits(sb | sb << 16);
-    uint32_t u[4];
-    ld_words<4, true, 1>(b + 1, u);
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        level16_h_word(u[i], MXFP4_LEVELS_0, MXFP4_LEVELS_1, MXFP4_LEVELS_2, MXFP4_LEVELS_3, dl, &w[2 * i],
+        level16_h_word(q.u[i], MXFP4_LEVELS_0, MXFP4_LEVELS_1, MXFP4_LEVELS_2, MXFP4_LEVELS_3, dl, &w[2 * i],
                        &w[8 + 2 * i]);
+}
+
+template <> __device__ __forceinline__ void load_chunk_h<T_MXFP4>(const uint8_t *row, int c, __half2 w[16])
+{
+    mxfp4_decode_h(mxfp4_load(row, c), w);
+}
+
+// mmq's MXFP4 fragments (mmq and mmq_narrow, from their shared-memory stage, rows at any byte
+// offset): the generic oct read 8 quant bytes one by one and 8 levels from a table in memory,
+// then converted each through FP32 -- the batched gpt-oss experts' fragments were mostly that
+// decode (docs/benchmarks.md, "Batched MoE decode on mmq_narrow").  Here the oct's 8 bytes are
+// two words (ld_words), its 8 nibbles packed and looked up once (level16_oct_h, as IQ4's octs),
+// under the same FP16 scale as load_chunk_h: the same bits as the generic oct and as the
+// batch-1 products' chunks.
+template <> __device__ __forceinline__ void load_oct_h<T_MXFP4>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint8_t *b = row + (size_t)c * 17;
+    __half2 dl;
+    if (!mxfp4_h_scale(b[0], dl)) {
+        float f[8];
+        load_oct<T_MXFP4>(row, c, o, f);
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+        return;
+    }
+    uint32_t q[2];
+    ld_words<2, false, 1>(b + 1 + 8 * (o & 1), q);
+    level16_oct_h(q[0], q[1], o, MXFP4_LEVELS_0, MXFP4_LEVELS_1, MXFP4_LEVELS_2, MXFP4_LEVELS_3, dl, w);
 }
 
 // ---- Q2_K: {scales[16] (4-bit scale | 4-bit min << 4 per 16 w); qs[64]; f16 d, dmin} (84

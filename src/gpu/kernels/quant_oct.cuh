@@ -7,7 +7,8 @@
 // block structs).  load_chunk<T> is four of them and load_oct_h<T> one rounded to FP16 pairs,
 // so the matvec kernels, the FP16 dequantiser, the embedding gather and mmq all read the same
 // values.  The blocks are read as they lie in the GGUF file: their sizes (17..136 bytes) leave
-// fields only 2-byte aligned (MXFP4's 17-byte blocks: not even that, so it reads bytes only),
+// fields only 2-byte aligned (MXFP4's 17-byte blocks: not even that, so it reads bytes only;
+// its FP16 decoders in quant_half.cuh read words),
 // so every load is of a byte or a 16-bit word, from global memory
 // or from mmq's shared-memory stage alike.  The IQ lookup grids live in device memory (the
 // tables of src/model/quant_grids.h, generated from gguf-py's constants).
@@ -270,7 +271,7 @@ OCT_FORMAT(T_Q4_1)
 OCT_FORMAT(T_Q5_0)
 OCT_FORMAT(T_Q5_1)
 OCT_CHUNK(T_IQ4_NL) // (load_oct_h: quant_half.cuh)
-OCT_FORMAT(T_MXFP4)
+OCT_CHUNK(T_MXFP4) // (load_oct_h: quant_half.cuh)
 OCT_CHUNK(T_Q2_K)
 OCT_CHUNK(T_Q3_K)
 OCT_CHUNK(T_IQ4_XS)

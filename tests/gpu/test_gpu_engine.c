@@ -2266,10 +2266,12 @@ static void test_deepseek2_wide(void **state)
     assert_true(deepseek2_files(files, sizeof files / sizeof files[0]));
 }
 
-/* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_moe*"). */
+/* argv[1], when given: run only the tests whose names match this cmocka pattern ("test_moe*");
+ * argv[2]: skip those matching this one (a run that has already seen a slow test pass). */
 int main(int argc, char **argv)
 {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
+    if (argc > 2) cmocka_set_skip_filter(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_every_arch_and_format),
         cmocka_unit_test(test_logits_ud_mixes),

@@ -556,10 +556,10 @@ typedef struct gpu_sample_out {
 #define GPU_AR_THREADS 512
 #define GPU_AR_LL_BLOCKS 32
 #define GPU_AR_LL_THREADS 256
-/* a rank's flags: a row of GPU_AR_MAX_RANKS a block; its launch counters: a block's, then an LL
- * block's */
-#define GPU_AR_FLAG_WORDS (GPU_AR_BLOCKS * GPU_AR_MAX_RANKS)
-#define GPU_AR_EPOCH_WORDS (GPU_AR_BLOCKS + GPU_AR_LL_BLOCKS)
+/* a rank's flags: a row of GPU_AR_MAX_RANKS a block, then tp_gather's row; its launch counters:
+ * a block's, an LL block's, then tp_gather's */
+#define GPU_AR_FLAG_WORDS ((GPU_AR_BLOCKS + 1) * GPU_AR_MAX_RANKS)
+#define GPU_AR_EPOCH_WORDS (GPU_AR_BLOCKS + GPU_AR_LL_BLOCKS + 1)
 /* floats of a rank's exchange buffer: the slots, then the LL lines (two floats' room a float) */
 #define GPU_AR_XBUF_FLOATS(n_ranks, cap, ll_cap) (2 * (size_t)(n_ranks) * ((cap) + 2 * (size_t)(ll_cap)))
 typedef struct gpu_ar_args {

@@ -8,9 +8,11 @@
  * single-GPU one, except that the two row-split products of a layer end in a sum over the GPUs
  * (gpu_forward.c: residual_add_split; gpu_tp_residual_add: the one-shot exchange over peer
  * memory, or an NCCL all-reduce), captured into the decode graphs like any launch.  The
- * embedding and the LM head are replicated (each GPU holds the whole vocabulary), so after the
- * last sum every GPU has the same residual stream, logits and samples: rank 0 copies back token
- * ids (and logits where asked); the others only run.
+ * embedding and the LM head's matrix are replicated (each GPU holds the whole vocabulary), so
+ * after the last sum every GPU has the same residual stream; where the GPUs reach each other's
+ * memory the LM head's product is split by vocabulary (split_lm_head: each GPU its rows, into
+ * rank 0's logits), and rank 0 samples and copies back token ids (and logits where asked); the
+ * others only run.
  *
  * A step runs on every GPU at once: rank 0 in the caller's (the scheduler's) thread, each other
  * rank in a thread of its own that waits for the step, runs its engine's step and reports.  The
@@ -177,6 +179,13 @@ int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, co
     void *args[] = {&a};
     if (gpu_launch(&g->k.tp_add, d, g->stream, args, what, err, errlen)) return -1;
     return mark_progress(g, what, err, errlen);
+}
+
+int gpu_tp_gather(gpu_engine *g, const char *what, char *err, size_t errlen)
+{
+    gpu_ar_args a = g->ar;
+    void *args[] = {&a};
+    return gpu_launch(&g->k.tp_gather, (gpu_launch_dims){1, 1, 1, 32}, g->stream, args, what, err, errlen);
 }
 
 /* ---- the engine ------------------------------------------------------------------------------ */
@@ -780,6 +789,29 @@ static void peer_args(const gpu_tp *tp, int r, gpu_ar_args *a)
     a->n_ranks = tp->n;
 }
 
+/* The LM head split by vocabulary where the GPUs reach each other's memory (the hand-over is
+ * tp_gather over the exchange's flags): rank r multiplies its 1/n of the vocabulary rows into rank
+ * 0's logits, so a step reads 1/n of the output matrix a GPU instead of all of it (411 MiB for
+ * the 8B shape).  Every rank still holds the whole matrix: rank 0's every-token logits after a
+ * step (gpu_forward_logits_rows) take it whole. */
+static void split_lm_head(gpu_tp *tp)
+{
+    if (!tp->ar_cap) return;
+    const gpu_engine *g0 = (const gpu_engine *)tp->shard[0];
+    const long long V = tp->base.m->hp.n_vocab;
+    if (V < 128LL * tp->n) return; /* every rank some rows (a test model's vocabulary may be tiny) */
+    for (int r = 0; r < tp->n; r++) {
+        gpu_engine *g = (gpu_engine *)tp->shard[r];
+        /* the plan's balanced rows, each rank's first on a multiple of 64: its logits' columns
+         * then start 256-byte aligned for the products' vector stores */
+        g->tp_vocab0 = (int)(V * r / tp->n / 64 * 64);
+        g->tp_vocab1 = r + 1 < tp->n ? (int)(V * (r + 1) / tp->n / 64 * 64) : (int)V;
+        g->tp_logits0 = g0->logits;
+    }
+    log_info("cuda tp: the LM head split by vocabulary (%d rows a GPU), its logits gathered on GPU %d, which samples",
+             g0->tp_vocab1 - g0->tp_vocab0, g0->base.cfg.device);
+}
+
 /* Start-up's memory summary, one line per GPU. */
 static void log_gpus(const gpu_tp *tp)
 {
@@ -1017,6 +1049,7 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
         tp->base.kv_block_bytes += tp->shard[r]->kv_block_bytes;
     }
     log_gpus(tp);
+    split_lm_head(tp);
     for (int r = 0; r < n; r++) progress_marks((gpu_engine *)tp->shard[r]);
     pthread_condattr_t ca;
     bool ca_ok = pthread_condattr_init(&ca) == 0;

@@ -168,3 +168,23 @@ extern "C" __global__ void __launch_bounds__(GPU_AR_THREADS) tp_add(gpu_ar_args 
     }
 }
 
+// The LM head split by vocabulary (gpu_forward.c lm_head): each rank's product stored its rows'
+// logits straight into rank 0's logits (peer stores; the launch before this one), and only rank
+// 0 samples.  Rank r > 0 signals rank 0 (tp_gather's flag row, slot r, with its own counter)
+// once its stores are visible system-wide; rank 0 waits for every other rank's signal.  A rank
+// cannot signal twice before rank 0 waits once: its next LM head comes after the next step's
+// sums, which rank 0 joins only after it sampled.  One thread.
+extern "C" __global__ void tp_gather(gpu_ar_args a)
+{
+    if (threadIdx.x) return;
+    const uint32_t e = a.epoch[GPU_AR_BLOCKS + GPU_AR_LL_BLOCKS] += 1;
+    uint32_t *row = a.flags[0] + GPU_AR_BLOCKS * GPU_AR_MAX_RANKS;
+    if (a.rank > 0) {
+        __threadfence_system(); // the LM head's peer stores (the kernel before) ahead of the signal
+        ar_store_release(row + a.rank, e);
+        return;
+    }
+    uint64_t t0 = 0;
+    for (int s = 1; s < a.n_ranks; s++)
+        for (unsigned i = 1; (int)(ar_load_acquire(row + s) - e) < 0; i++) ar_spin_limit(i, t0);
+}

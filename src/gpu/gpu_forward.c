@@ -449,15 +449,25 @@ static int matvec_wide_split(const gpu_engine *g, int t, int rows, int k)
  * to y before (y + W x + W x_lo would round apart from (y + W x) + W x_lo) and no epilogue of
  * its own but a carried norm's scale (norm NORM_IN: x and x_lo are the norm's input and its
  * remainder, matvec_lo_nin_<type>, whose formats are a subset of these). */
+/* Whether w's one-row product can take the remainder row in its pass over x (the two-row
+ * matvec), and, lo_nin_serves, over a carried norm's input (matvec_lo_nin_<type>). */
+static bool lo_pass_serves(const gpu_engine *g, const gpu_matrix *w)
+{
+    return path_for(g, w, 1) == PATH_MATVEC && w->type != GGML_TYPE_IQ4_XS && w->type != GGML_TYPE_Q2_K &&
+           w->type != GGML_TYPE_Q3_K;
+}
+
+static bool lo_nin_serves(const gpu_engine *g, const gpu_matrix *w)
+{
+    return lo_pass_serves(g, w) && w->wtype >= 0 && g->k.matvec_lo_nin[w->wtype].f;
+}
+
 static bool lo_fusable(const gpu_engine *g, const matmul_op *op)
 {
     if (!op->x_lo || op->m != 1 || op->accumulate || op->post || (op->norm && op->norm != NORM_IN)) return false;
     for (int i = 0; i < op->n_out; i++) {
         const gpu_matrix *w = op->out[i].w;
-        if (path_for(g, w, 1) != PATH_MATVEC || use_dp4a(g, op, w) || w->type == GGML_TYPE_IQ4_XS ||
-            w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K ||
-            (op->norm && (w->wtype < 0 || !g->k.matvec_lo_nin[w->wtype].f)))
-            return false;
+        if (use_dp4a(g, op, w) || !(op->norm ? lo_nin_serves(g, w) : lo_pass_serves(g, w))) return false;
     }
     return true;
 }
@@ -1104,12 +1114,8 @@ static bool lin_norms_carried(const gpu_engine *g, const gpu_layer *L)
 static bool mla_norms_carried(const gpu_engine *g, const gpu_layer *L)
 {
     const gpu_matrix *in[] = {L->wq_a.d ? &L->wq_a : &L->wq, &L->wkv_a};
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
-        const gpu_matrix *w = in[i];
-        if (w->wtype < 0 || !g->k.matvec_lo_nin[w->wtype].f || path_for(g, w, 1) != PATH_MATVEC ||
-            w->type == GGML_TYPE_IQ4_XS || w->type == GGML_TYPE_Q2_K || w->type == GGML_TYPE_Q3_K)
-            return false;
-    }
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if (!lo_nin_serves(g, in[i])) return false;
     return L->wo.wtype >= 0 && g->k.matvec_res[L->wo.wtype].f;
 }
 

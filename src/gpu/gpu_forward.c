@@ -1534,16 +1534,31 @@ static int layer_forward(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     return 0;
 }
 
-/* Final norm + LM head over n rows of x picked by an index list (stride in ints). */
-static int lm_head(gpu_engine *g, CUdeviceptr idx, int stride, int n, char *err, size_t errlen)
+/* Final norm + LM head over n rows of x picked by an index list (stride in ints).  Under
+ * tensor parallelism with the LM head split by vocabulary (g->tp_vocab1, gpu_tp.c), unless
+ * whole: this rank's rows of the output into their columns of rank 0's logits, and the hand-over
+ * (gpu_tp_gather), after which the other ranks have no logits of their own to finish. */
+static int lm_head(gpu_engine *g, CUdeviceptr idx, int stride, int n, bool whole, char *err, size_t errlen)
 {
     const model_hparams *hp = &g->base.m->hp;
     norm_op no = {.x = g->x, .idx = idx, .idx_stride = stride, .w = g->output_norm, .yh = g->xl_h, .rows = n,
                   .n = hp->n_embd, .q8 = norm_q8(g, n, hp->n_embd)};
     if (rmsnorm(g, &no, "LM head", err, errlen)) return -1;
-    matmul_op op = {.out = {{&g->output, g->logits, 0, hp->n_vocab}}, .n_out = 1, .x = g->xl_h, .m = n,
+    const bool split = !whole && g->tp_vocab1 > 0;
+    gpu_matrix w = g->output;
+    CUdeviceptr y = g->logits;
+    if (split) { /* rows [tp_vocab0, tp_vocab1) of the matrix, as they lie (and of its FP16 copy) */
+        w.d += (size_t)g->tp_vocab0 * w.row_bytes;
+        if (w.h16) w.h16 += (size_t)g->tp_vocab0 * w.k * sizeof(uint16_t);
+        w.n = g->tp_vocab1 - g->tp_vocab0;
+        w.expert_bytes = (size_t)w.n * w.row_bytes;
+        y = (g->tp_rank > 0 ? g->tp_logits0 : g->logits) + (size_t)g->tp_vocab0 * sizeof(float);
+    }
+    matmul_op op = {.out = {{&w, y, 0, hp->n_vocab}}, .n_out = 1, .x = g->xl_h, .m = n,
                     .ldx = g->d_embd, .x_q8 = no.q8, .what = "LM head"};
     if (matmul(g, &op, err, errlen)) return -1;
+    if (split && gpu_tp_gather(g, "LM head", err, errlen)) return -1;
+    if (split && g->tp_rank > 0) return 0;
     if (hp->logit_softcap > 0)
         return scale_op(g, &g->k.softcap, g->logits, (size_t)n * hp->n_vocab, hp->logit_softcap, "LM head", err, errlen);
     return 0;
@@ -1551,7 +1566,7 @@ static int lm_head(gpu_engine *g, CUdeviceptr idx, int stride, int n, char *err,
 
 int gpu_forward_logits_rows(gpu_engine *g, int first, int n, char *err, size_t errlen)
 {
-    return lm_head(g, g->in_d + g->in.lidx + (size_t)first * sizeof(int32_t), 1, n, err, errlen);
+    return lm_head(g, g->in_d + g->in.lidx + (size_t)first * sizeof(int32_t), 1, n, true, err, errlen);
 }
 
 int gpu_forward_hidden_rows(gpu_engine *g, int first, int n, char *err, size_t errlen)
@@ -1601,7 +1616,8 @@ int gpu_forward(gpu_engine *g, int T, int R, const gpu_attn_plan *ap, char *err,
         if (layer_forward(g, il, T, ap, err, errlen)) return -1;
     if (R == 0) return 0;
     int stride = (int)(sizeof(gpu_sample_row) / sizeof(int32_t));
-    if (lm_head(g, g->in_d + g->in.rows, stride, R, err, errlen)) return -1;
+    if (lm_head(g, g->in_d + g->in.rows, stride, R, false, err, errlen)) return -1;
+    if (g->tp_vocab1 > 0 && g->tp_rank > 0) return 0; /* rank 0 samples over the gathered logits */
     sample_args sa = {
         .logits = F32(g->logits), .work = F32(g->work), .counts = I32(g->counts),
         .rows = (const gpu_sample_row *)(uintptr_t)(g->in_d + g->in.rows),

@@ -314,6 +314,13 @@ typedef struct gpu_engine {
      * addresses them, filled in once; ar.n_ranks 0 where the GPUs cannot reach each other's
      * memory (NCCL then).  Sums of at most ar.cap floats take it. */
     gpu_ar_args ar;
+    /* The LM head split by vocabulary (gpu_tp.c split_lm_head; tp_vocab1 0: each rank runs the
+     * whole LM head): in a step's LM head this rank multiplies the output's rows [tp_vocab0,
+     * tp_vocab1) into those columns of rank 0's logits (tp_logits0: a peer pointer on the other
+     * ranks), tp_gather hands them over, and rank 0 alone samples.  Rank 0's LM heads after a
+     * step (every-token logits) take the whole matrix, which every rank still holds. */
+    int tp_vocab0, tp_vocab1;
+    CUdeviceptr tp_logits0;
     /* A step's progress, for gpu_tp.c's watchdog (read from its thread): tp_phase (gpu_tp_phase),
      * the all-reduces this GPU's host enqueued in the step in hand (tp_sent; a decode graph's are
      * in the graph, not counted), and those the GPU finished, written by the stream itself
@@ -355,6 +362,9 @@ typedef enum {
  * and partials too, as the residual product of one GPU writes them.  Launches only. */
 int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, const char *what, char *err,
                         size_t errlen);
+/* After a vocabulary-split LM head's product: rank r > 0 signals that its logits are in rank 0's,
+ * rank 0 waits for every rank's signal (kernels/allreduce.cuh tp_gather).  Launches only. */
+int gpu_tp_gather(gpu_engine *g, const char *what, char *err, size_t errlen);
 
 /* Run the forward pass of n_tokens packed tokens (inputs already in in_d), attention as ap
  * says, and sample n_rows logits rows (logits into g->logits, samples into g->sout).

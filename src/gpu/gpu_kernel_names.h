@@ -343,6 +343,7 @@
     X(sample_prep) X(sample_adjust) X(sample_reduce) X(sample)                  \
     X(moe_router) X(moe_router_norm) X(moe_route) X(moe_sort) X(moe_combine)    \
     X(ssm_conv) X(ssm_qk_norm) X(ssm_gates) X(delta_rule) X(ssm_out_norm) X(ssm_conv_step) X(delta_step) \
-    X(split_qgate) X(gate_heads) X(shexp_add) X(tp_add) X(delta_chunk_prep) X(delta_chunk_state) X(delta_chunk_out)
+    X(split_qgate) X(gate_heads) X(shexp_add) X(tp_add) X(tp_gather) X(delta_chunk_prep) X(delta_chunk_state)   \
+    X(delta_chunk_out)
 
 #endif

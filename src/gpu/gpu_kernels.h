@@ -83,6 +83,7 @@ typedef struct gpu_kernels {
     gpu_fn rmsnorm, rmsnorm_q8, norm_prep, post_norm_add, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
     gpu_fn softcap, scale_f32, add_bias;
     gpu_fn tp_add; /* tensor parallelism's residual add over the ranks' partials (kernels/allreduce.cuh) */
+    gpu_fn tp_gather; /* the vocabulary-split LM head's hand-over of its logits to rank 0 (kernels/allreduce.cuh) */
     gpu_fn layernorm, gelu_erf; /* encoders (BERT): post-LN and the MLP's exact GELU */
     gpu_fn attn_partial, attn_partial_hd64, attn_partial_hd128, attn_partial_hd512, attn_partial_wide, attn_combine;
     gpu_fn mla_post; /* multi-head latent attention's query tail and cache row (kernels/mla.cuh) */

@@ -590,18 +590,35 @@ typedef struct gpu_sample_out {
  * own; two parities, so that a push of epoch e + 2 cannot meet a peer still reading epoch e
  * (it would have had to pass epoch e + 1's signals, which the peer gives only after e).  The
  * grid is always GPU_AR_BLOCKS blocks (each block's epoch counter advances once a launch, the
- * same on every rank). */
+ * same on every rank).  ll (count <= ll_cap): LL lines instead of slots and flags -- each float
+ * pushed as an 8-byte word beside the launch's epoch into the peer's lines [parity][rank]
+ * (after the slots in its exchange buffer), and read back once its words carry the epoch: no
+ * flag, no fence, twice the bytes.  An LL launch's grid is always GPU_AR_LL_BLOCKS blocks of
+ * GPU_AR_LL_THREADS, with counters of its own (epoch[GPU_AR_BLOCKS + block]); the parity
+ * argument above holds for it as for the flags (a peer's push of epoch e + 1 comes from a
+ * launch that starts only after its launch of epoch e ended). */
 #define GPU_AR_MAX_RANKS 8 /* == TP_MAX_GPUS */
 #define GPU_AR_BLOCKS 64
 #define GPU_AR_THREADS 512
+#define GPU_AR_LL_BLOCKS 32
+#define GPU_AR_LL_THREADS 256
+/* a rank's flags: a row of GPU_AR_MAX_RANKS a block, then tp_gather's row; its launch counters:
+ * a block's, an LL block's, then tp_gather's */
+#define GPU_AR_FLAG_WORDS ((GPU_AR_BLOCKS + 1) * GPU_AR_MAX_RANKS)
+#define GPU_AR_EPOCH_WORDS (GPU_AR_BLOCKS + GPU_AR_LL_BLOCKS + 1)
+/* floats of a rank's exchange buffer: the slots, then the LL lines (two floats' room a float) */
+#define GPU_AR_XBUF_FLOATS(n_ranks, cap, ll_cap) (2 * (size_t)(n_ranks) * ((cap) + 2 * (size_t)(ll_cap)))
 typedef struct gpu_ar_args {
     float *x;                              /* [count]: += the sum */
     const float *part;                     /* this rank's partial products [count] */
-    float *xbuf[GPU_AR_MAX_RANKS];         /* rank s's exchange buffer [2][n_ranks][cap] (peer pointers) */
-    uint32_t *flags[GPU_AR_MAX_RANKS];     /* rank s's flags [GPU_AR_BLOCKS][GPU_AR_MAX_RANKS] */
-    uint32_t *epoch;                       /* this rank's [GPU_AR_BLOCKS] launch counters */
+    float *xbuf[GPU_AR_MAX_RANKS];         /* rank s's exchange buffer (GPU_AR_XBUF_FLOATS; peer pointers) */
+    uint32_t *flags[GPU_AR_MAX_RANKS];     /* rank s's flags [GPU_AR_FLAG_WORDS] */
+    uint32_t *epoch;                       /* this rank's [GPU_AR_EPOCH_WORDS] launch counters */
     unsigned long long cap;                /* floats a slot */
+    unsigned long long ll_cap;             /* floats a rank's LL lines hold (a multiple of 4) */
     int count, rank, n_ranks;              /* count: floats, a multiple of 8 */
+    int ll;                                /* 1: this launch takes the LL lines (count <= ll_cap) */
+    int ll_max;                            /* the host's: the most floats a sum takes the LL lines for */
     matvec_norm norm;                      /* one row: the next carried norm (xw NULL: none) */
 } gpu_ar_args;
 

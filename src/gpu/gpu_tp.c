@@ -5,11 +5,14 @@
  * heads, KV heads and FFN units; Wo's and Wdown's inputs repacked on whole quantisation blocks)
  * and an ordinary single-GPU engine over it (gpu_engine_create with its rank): its own context,
  * stream, KV pool of its KV heads, buffers and decode graphs.  The forward pass is the
- * single-GPU one, except that the two row-split products of a layer end in an NCCL all-reduce
- * (gpu_forward.c: residual_add_split), captured into the decode graphs like any launch.  The
- * embedding and the LM head are replicated (each GPU holds the whole vocabulary), so after the
- * last all-reduce every GPU has the same residual stream, logits and samples: rank 0 copies back
- * token ids (and logits where asked); the others only run.
+ * single-GPU one, except that the two row-split products of a layer end in a sum over the GPUs
+ * (gpu_forward.c: residual_add_split; gpu_tp_residual_add: the one-shot exchange over peer
+ * memory, or an NCCL all-reduce), captured into the decode graphs like any launch.  The
+ * embedding and the LM head's matrix are replicated (each GPU holds the whole vocabulary), so
+ * after the last sum every GPU has the same residual stream; where the GPUs reach each other's
+ * memory the LM head's product is split by vocabulary (split_lm_head: each GPU its rows, into
+ * rank 0's logits), and rank 0 samples and copies back token ids (and logits where asked); the
+ * others only run.
  *
  * A step runs on every GPU at once: rank 0 in the caller's (the scheduler's) thread, each other
  * rank in a thread of its own that waits for the step, runs its engine's step and reports.  The
@@ -160,6 +163,7 @@ int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, co
     }
     gpu_ar_args a = g->ar;
     const bool peer = a.n_ranks > 1 && count <= a.cap;
+    a.ll = peer && count <= (size_t)a.ll_max; /* ll_max: what the start-up's timing chose (time_all_reduces) */
     if (!peer) {
         if (gpu_tp_all_reduce(g, g->tp_part, count, what, err, errlen)) return -1;
         a.n_ranks = 1, a.rank = 0; /* tp_part holds the sum */
@@ -169,11 +173,19 @@ int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, co
     a.count = (int)count;
     a.norm = norm ? *norm : (matvec_norm){0};
     unsigned blocks = (unsigned)((count / 4 + 255) / 256);
-    gpu_launch_dims d = peer ? (gpu_launch_dims){GPU_AR_BLOCKS, 1, 1, GPU_AR_THREADS}
+    gpu_launch_dims d = a.ll ? (gpu_launch_dims){GPU_AR_LL_BLOCKS, 1, 1, GPU_AR_LL_THREADS}
+                      : peer ? (gpu_launch_dims){GPU_AR_BLOCKS, 1, 1, GPU_AR_THREADS}
                              : (gpu_launch_dims){blocks < 1024 ? blocks : 1024, 1, 1, 256};
     void *args[] = {&a};
     if (gpu_launch(&g->k.tp_add, d, g->stream, args, what, err, errlen)) return -1;
     return mark_progress(g, what, err, errlen);
+}
+
+int gpu_tp_gather(gpu_engine *g, const char *what, char *err, size_t errlen)
+{
+    gpu_ar_args a = g->ar;
+    void *args[] = {&a};
+    return gpu_launch(&g->k.tp_gather, (gpu_launch_dims){1, 1, 1, 32}, g->stream, args, what, err, errlen);
 }
 
 /* ---- the engine ------------------------------------------------------------------------------ */
@@ -221,6 +233,7 @@ struct gpu_tp {
     CUdevice pdev[TP_MAX_GPUS];
     CUdeviceptr xbuf[TP_MAX_GPUS], flags[TP_MAX_GPUS], epoch[TP_MAX_GPUS];
     size_t ar_cap; /* floats a slot; 0: NCCL for every sum */
+    size_t ar_ll_cap; /* floats a rank's LL lines hold (gpu_ar_args.ll_cap) */
 };
 
 typedef struct tp_worker_arg {
@@ -704,10 +717,10 @@ out:
 
 /* The one-shot exchange over NVLink (kernels/allreduce.cuh, gpu_shared.h gpu_ar_args) for sums
  * of up to rows rows: every GPU's context given access to every other's memory, and on each an
- * exchange buffer of two parities of a slot per rank, a flag per block and rank, a launch
- * counter per block, all zero.  Made before the engines size their KV pools.  GPUs that cannot
- * reach each other's memory keep NCCL for every sum (logged); -1 only where the buffers do not
- * fit. */
+ * exchange buffer of two parities of a slot per rank (and of LL lines per rank, for up to
+ * GPU_MAX_DECODE_BATCH rows), a flag per block and rank, a launch counter per block, all zero.
+ * Made before the engines size their KV pools.  GPUs that cannot reach each other's memory
+ * keep NCCL for every sum (logged); -1 only where the buffers do not fit. */
 static int peer_exchange(gpu_tp *tp, const engine_config *cfg, size_t rows, char *err, size_t errlen)
 {
     const int n = tp->n;
@@ -733,9 +746,11 @@ static int peer_exchange(gpu_tp *tp, const engine_config *cfg, size_t rows, char
         }
     }
     const size_t cap = rows * (size_t)tp->base.m->hp.n_embd;
-    const size_t sizes[] = {2 * (size_t)n * cap * sizeof(float),
-                            (size_t)GPU_AR_BLOCKS * GPU_AR_MAX_RANKS * sizeof(uint32_t),
-                            (size_t)GPU_AR_BLOCKS * sizeof(uint32_t)};
+    /* LL lines for the decode graphs' sums (up to GPU_MAX_DECODE_BATCH rows): 8 MiB at 4,096 wide */
+    const size_t ll_cap = (rows < GPU_MAX_DECODE_BATCH ? rows : GPU_MAX_DECODE_BATCH) * (size_t)tp->base.m->hp.n_embd;
+    const size_t sizes[] = {GPU_AR_XBUF_FLOATS(n, cap, ll_cap) * sizeof(float),
+                            (size_t)GPU_AR_FLAG_WORDS * sizeof(uint32_t),
+                            (size_t)GPU_AR_EPOCH_WORDS * sizeof(uint32_t)};
     for (int r = 0; r < n; r++) {
         CUdeviceptr *bufs[] = {&tp->xbuf[r], &tp->flags[r], &tp->epoch[r]};
         CU_CHECK(cu.cuCtxSetCurrent(tp->pctx[r]), "tensor parallelism: the peer exchange");
@@ -751,6 +766,7 @@ static int peer_exchange(gpu_tp *tp, const engine_config *cfg, size_t rows, char
         CU_CHECK(cu.cuCtxSynchronize(), "tensor parallelism: the peer exchange");
     }
     tp->ar_cap = cap;
+    tp->ar_ll_cap = ll_cap;
     log_info("cuda tp: sums of up to %zu rows by a one-shot exchange over peer memory (%.1f MiB a GPU), NCCL above",
              rows, (sizes[0] + sizes[1] + sizes[2]) / MIB);
     return 0;
@@ -767,8 +783,33 @@ static void peer_args(const gpu_tp *tp, int r, gpu_ar_args *a)
     }
     a->epoch = (uint32_t *)(uintptr_t)tp->epoch[r];
     a->cap = tp->ar_cap;
+    a->ll_cap = tp->ar_ll_cap;
+    a->ll_max = (int)tp->ar_ll_cap; /* until the start-up's timing chooses (time_all_reduces) */
     a->rank = r;
     a->n_ranks = tp->n;
+}
+
+/* The LM head split by vocabulary where the GPUs reach each other's memory (the hand-over is
+ * tp_gather over the exchange's flags): rank r multiplies its 1/n of the vocabulary rows into rank
+ * 0's logits, so a step reads 1/n of the output matrix a GPU instead of all of it (411 MiB for
+ * the 8B shape).  Every rank still holds the whole matrix: rank 0's every-token logits after a
+ * step (gpu_forward_logits_rows) take it whole. */
+static void split_lm_head(gpu_tp *tp)
+{
+    if (!tp->ar_cap) return;
+    const gpu_engine *g0 = (const gpu_engine *)tp->shard[0];
+    const long long V = tp->base.m->hp.n_vocab;
+    if (V < 128LL * tp->n) return; /* every rank some rows (a test model's vocabulary may be tiny) */
+    for (int r = 0; r < tp->n; r++) {
+        gpu_engine *g = (gpu_engine *)tp->shard[r];
+        /* the plan's balanced rows, each rank's first on a multiple of 64: its logits' columns
+         * then start 256-byte aligned for the products' vector stores */
+        g->tp_vocab0 = (int)(V * r / tp->n / 64 * 64);
+        g->tp_vocab1 = r + 1 < tp->n ? (int)(V * (r + 1) / tp->n / 64 * 64) : (int)V;
+        g->tp_logits0 = g0->logits;
+    }
+    log_info("cuda tp: the LM head split by vocabulary (%d rows a GPU), its logits gathered on GPU %d, which samples",
+             g0->tp_vocab1 - g0->tp_vocab0, g0->base.cfg.device);
 }
 
 /* Start-up's memory summary, one line per GPU. */
@@ -868,10 +909,71 @@ static int time_job(gpu_tp *tp, int r, void *arg)
     return rc;
 }
 
+/* A step's sums of `rows` rows alone, the slowest GPU's time in *ms: 0; 1 where the timing
+ * failed alike on every GPU (logged); -1 where the engine died (the ranks disagreed, or the
+ * watchdog stopped them). */
+static int time_sums(gpu_tp *tp, int rows, float *ms, char *err, size_t errlen)
+{
+    ar_timing t = {.rows = rows};
+    snprintf(tp->job_what, sizeof tp->job_what, "timing %d all-reduces of %d rows", 2 * tp->base.m->hp.n_layer, rows);
+    int rc = run_job(tp, time_job, &t, err, errlen);
+    if (rc == ENGINE_FATAL) return -1;
+    if (rc) {
+        log_warn("cuda tp: timing the all-reduces: %s", err);
+        return 1;
+    }
+    *ms = 0;
+    for (int r = 0; r < tp->n; r++)
+        if (t.ms[r] > *ms) *ms = t.ms[r];
+    return 0;
+}
+
+/* Every rank's sums of up to `floats` floats take the LL lines (read at each sum's launch or
+ * capture; called between jobs, every rank idle) */
+static void set_ll_max(gpu_tp *tp, int floats)
+{
+    for (int r = 0; r < tp->n; r++) ((gpu_engine *)tp->shard[r])->ar.ll_max = floats;
+}
+
+/* LL lines or flags for the decode steps' sums, whichever these GPUs run faster (the lines pay
+ * twice the bytes for one one-way trip instead of a round trip and a flag): both timed at 1, 8
+ * and GPU_MAX_DECODE_BATCH rows as far as the lines hold, the lines kept up to the largest of
+ * those where they won there and at every smaller one.  -1 only where the engine died. */
+static int choose_ll(gpu_tp *tp, char *err, size_t errlen)
+{
+    const int n_embd = tp->base.m->hp.n_embd, n_ar = 2 * tp->base.m->hp.n_layer;
+    const int rows[] = {1, 8, GPU_MAX_DECODE_BATCH};
+    int best = 0;
+    bool won = true;
+    char line[320] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0] && (size_t)rows[i] * n_embd <= tp->ar_ll_cap; i++) {
+        float ms[2]; /* LL lines, flags */
+        for (int k = 0; k < 2; k++) {
+            set_ll_max(tp, k ? 0 : rows[i] * n_embd);
+            int rc = time_sums(tp, rows[i], &ms[k], err, errlen);
+            if (rc) {
+                set_ll_max(tp, best * n_embd);
+                return rc < 0 ? -1 : 0;
+            }
+        }
+        won = won && ms[0] < ms[1];
+        if (won) best = rows[i];
+        if (used < sizeof line)
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%d rows %.1f / %.1f us", i ? "; " : "",
+                                     rows[i], ms[0] * 1000.0f / (float)n_ar, ms[1] * 1000.0f / (float)n_ar);
+    }
+    set_ll_max(tp, best * n_embd);
+    log_info("cuda tp: a sum over the peer exchange by LL lines / by flags (each, %d back to back in one graph a GPU, "
+             "the slowest GPU's time): %s; LL lines for sums of up to %d rows", n_ar, line, best);
+    return 0;
+}
+
 /* -1 only where the engine died (the ranks disagreed, or the watchdog stopped them): a failure
  * alike on every GPU is logged and the timing skipped. */
 static int time_all_reduces(gpu_tp *tp, char *err, size_t errlen)
 {
+    if (tp->ar_ll_cap && choose_ll(tp, err, errlen)) return -1;
     const int cap = ((gpu_engine *)tp->shard[0])->cap_tokens; /* tp_part's rows */
     const int rows[] = {1, GPU_MAX_DECODE_BATCH < cap ? GPU_MAX_DECODE_BATCH : cap, cap};
     const int n_ar = 2 * tp->base.m->hp.n_layer;
@@ -879,17 +981,9 @@ static int time_all_reduces(gpu_tp *tp, char *err, size_t errlen)
     size_t used = 0;
     for (int i = 0; i < 3; i++) {
         if (i && rows[i] <= rows[i - 1]) continue;
-        ar_timing t = {.rows = rows[i]};
-        snprintf(tp->job_what, sizeof tp->job_what, "timing %d all-reduces of %d rows", n_ar, rows[i]);
-        int rc = run_job(tp, time_job, &t, err, errlen);
-        if (rc == ENGINE_FATAL) return -1;
-        if (rc) {
-            log_warn("cuda tp: timing the all-reduces: %s", err);
-            return 0;
-        }
-        float ms = 0;
-        for (int r = 0; r < tp->n; r++)
-            if (t.ms[r] > ms) ms = t.ms[r];
+        float ms;
+        int rc = time_sums(tp, rows[i], &ms, err, errlen);
+        if (rc) return rc < 0 ? -1 : 0;
         if (used < sizeof line)
             used += (size_t)snprintf(line + used, sizeof line - used, "%s%d rows %.3f ms (%.1f us each)", i ? "; " : "",
                                      rows[i], ms, ms * 1000.0f / (float)n_ar);
@@ -955,6 +1049,7 @@ static int tp_setup(gpu_tp *tp, const model *m, const engine_config *cfg, char *
         tp->base.kv_block_bytes += tp->shard[r]->kv_block_bytes;
     }
     log_gpus(tp);
+    split_lm_head(tp);
     for (int r = 0; r < n; r++) progress_marks((gpu_engine *)tp->shard[r]);
     pthread_condattr_t ca;
     bool ca_ok = pthread_condattr_init(&ca) == 0;

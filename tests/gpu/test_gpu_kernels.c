@@ -1464,8 +1464,8 @@ static void *tp_launch_one(void *arg)
     void *args[] = {j->a};
     j->rc = cu.cuCtxSetCurrent(j->b->ctx);
     if (j->rc == CUDA_SUCCESS)
-        j->rc = cu.cuLaunchKernel(j->b->k->tp_add.f, GPU_AR_BLOCKS, 1, 1, GPU_AR_THREADS, 1, 1, 0, j->b->stream, args,
-                                  NULL);
+        j->rc = cu.cuLaunchKernel(j->b->k->tp_add.f, j->a->ll ? GPU_AR_LL_BLOCKS : GPU_AR_BLOCKS, 1, 1,
+                                  j->a->ll ? GPU_AR_LL_THREADS : GPU_AR_THREADS, 1, 1, 0, j->b->stream, args, NULL);
     return NULL;
 }
 
@@ -1487,7 +1487,7 @@ static void test_tp_add(void **state)
 {
     (void)state;
     uint64_t seed = 35;
-    enum { N = 1024, R = 3, RUNS = 3 };
+    enum { N = 1024, R = 40, RUNS = 4 }; /* R rows: an LL thread's stride loop goes round twice */
     const size_t count = (size_t)R * N, cap = count;
     float *x = malloc(count * sizeof *x), *p[2], *got = malloc(count * sizeof *got), w[N];
     for (size_t i = 0; i < count; i++) x[i] = gpu_test_randf(&seed) * 100.0f;
@@ -1531,22 +1531,24 @@ static void test_tp_add(void **state)
         CUresult e = cu.cuCtxEnablePeerAccess(rb[1 - r].ctx, 0);
         if (e != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) CHECK(e);
     }
-    uint32_t zeros[GPU_AR_BLOCKS * GPU_AR_MAX_RANKS] = {0};
-    float *zb = calloc(4 * cap, sizeof *zb);
+    uint32_t zeros[GPU_AR_FLAG_WORDS] = {0};
+    const size_t xfloats = GPU_AR_XBUF_FLOATS(2, cap, cap);
+    float *zb = calloc(xfloats, sizeof *zb);
     for (int r = 0; r < 2; r++) {
         rb[r].x = upload_to(&rb[r], x, count * sizeof *x), rb[r].part = upload_to(&rb[r], p[r], count * sizeof *x);
-        rb[r].xbuf = upload_to(&rb[r], zb, 4 * cap * sizeof *zb), rb[r].flags = upload_to(&rb[r], zeros, sizeof zeros);
-        rb[r].epoch = upload_to(&rb[r], zeros, GPU_AR_BLOCKS * sizeof(uint32_t));
+        rb[r].xbuf = upload_to(&rb[r], zb, xfloats * sizeof *zb), rb[r].flags = upload_to(&rb[r], zeros, sizeof zeros);
+        rb[r].epoch = upload_to(&rb[r], zeros, GPU_AR_EPOCH_WORDS * sizeof(uint32_t));
     }
     gpu_ar_args a[2];
     for (int r = 0; r < 2; r++) {
         a[r] = (gpu_ar_args){.x = (float *)(uintptr_t)rb[r].x, .part = (const float *)(uintptr_t)rb[r].part,
-                             .epoch = (uint32_t *)(uintptr_t)rb[r].epoch, .cap = cap, .count = (int)count, .rank = r,
-                             .n_ranks = 2};
+                             .epoch = (uint32_t *)(uintptr_t)rb[r].epoch, .cap = cap, .ll_cap = cap,
+                             .count = (int)count, .rank = r, .n_ranks = 2};
         for (int q = 0; q < 2; q++)
             a[r].xbuf[q] = (float *)(uintptr_t)rb[q].xbuf, a[r].flags[q] = (uint32_t *)(uintptr_t)rb[q].flags;
     }
-    for (int run = 0; run < RUNS; run++) {
+    for (int run = 0; run < RUNS; run++) { /* flags and LL lines in turn: each keeps its own epochs */
+        for (int r = 0; r < 2; r++) a[r].ll = run % 2;
         tp_launch_both(rb, a);
         for (size_t i = 0; i < count; i++) x[i] = x[i] + (p[0][i] + p[1][i]);
     }
@@ -1566,6 +1568,7 @@ static void test_tp_add(void **state)
         dw[r] = upload_to(&rb[r], w, sizeof w), dss[r] = upload_to(&rb[r], ss, sizeof ss);
         rb[r].xw = upload_to(&rb[r], nan_h, sizeof nan_h), rb[r].npart = upload_to(&rb[r], nan_f, sizeof nan_f);
         a[r].count = N;
+        a[r].ll = 1; /* the batch-1 step's sums take the LL lines */
         a[r].norm = (matvec_norm){.w = (const float *)(uintptr_t)dw[r], .xw = (gpu_half *)(uintptr_t)rb[r].xw,
                                   .part = (float *)(uintptr_t)rb[r].npart, .ss = (float *)(uintptr_t)dss[r], .n = N,
                                   .n_part = N / 8, .eps = 1e-5f};
@@ -1596,7 +1599,8 @@ static void test_tp_add(void **state)
         assert_true(fabs(part[0][j] - q) <= 1e-5 * q);
     }
     print_message("  tp_add: one rank; two ranks on GPUs 0 and 1: sums bit-identical to the host's and to each other "
-                  "over %d launches, the carried norm's input and partials alike on both\n", RUNS + 1);
+                  "over %d launches (flags and LL lines in turn), the carried norm's input and partials alike on "
+                  "both\n", RUNS + 1);
     for (int r = 0; r < 2; r++) {
         CHECK(cu.cuCtxSetCurrent(rb[r].ctx));
         CUdeviceptr bufs[] = {rb[r].x, rb[r].part, rb[r].xbuf, rb[r].flags, rb[r].epoch, rb[r].xw, rb[r].npart,

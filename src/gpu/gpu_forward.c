@@ -1316,6 +1316,14 @@ static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
 }
 
+/* ssm_qk_norm's and ssm_out_norm's grid over T tokens of `heads` heads: a warp a head,
+ * GPU_SSM_NORM_WARPS of them a block (fewer where the layer has fewer heads) */
+static gpu_launch_dims ssm_heads_dims(int T, int heads)
+{
+    const int warps = heads < GPU_SSM_NORM_WARPS ? heads : GPU_SSM_NORM_WARPS;
+    return (gpu_launch_dims){(unsigned)T, ceil_div(heads, warps), 1, 32u * warps};
+}
+
 /* Gated DeltaNet over the normed act_h (kernels/deltanet.cuh): [q k v] = silu(conv1d(Wqkv h))
  * with q and k L2-normed per head, z = Wgate h, beta and the decay from their projections,
  * the delta rule through each sequence's tokens from its state slot (in.sseq), and
@@ -1366,8 +1374,8 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         } else {
             LAUNCH(g->k.delta_rule, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32}),
                    what, &sa);
-            LAUNCH(g->k.ssm_out_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32}), what, &g->ssm_o, &g->ssm_z,
-                   &(CUdeviceptr){L->ssm_norm}, &g->act_h, &d, &nv, &eps);
+            LAUNCH(g->k.ssm_out_norm, ssm_heads_dims(T, nv), what, &g->ssm_o, &g->ssm_z, &(CUdeviceptr){L->ssm_norm},
+                   &g->act_h, &d, &nv, &eps);
         }
     } else {
         int n = T * nv;
@@ -1377,8 +1385,7 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         const unsigned segs = ap->n_chunks > ap->n_ssm ? GPU_SSM_CONV_SEGS : 1;
         LAUNCH(g->k.ssm_conv, ((gpu_launch_dims){(unsigned)ap->n_ssm, ceil_div((size_t)chan, 32), 1, 32 * segs}), what,
                &sa);
-        LAUNCH(g->k.ssm_qk_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk), 1, 32}), what, &g->ssm_mix, &chan,
-               &d, &nk);
+        LAUNCH(g->k.ssm_qk_norm, ssm_heads_dims(T, 2 * nk), what, &g->ssm_mix, &chan, &d, &nk);
         gpu_launch_dims per_seq = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32};
         /* a prompt step: the chunked form (kernels/deltanet.cuh), whose sums depend on where the
          * chunks fall; deterministic: the exact recurrence, token by token, for every step */
@@ -1392,8 +1399,8 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         } else {
             LAUNCH(g->k.delta_rule, per_seq, what, &sa);
         }
-        LAUNCH(g->k.ssm_out_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32}), what, &g->ssm_o, &g->ssm_z,
-               &(CUdeviceptr){L->ssm_norm}, &g->act_h, &d, &nv, &eps);
+        LAUNCH(g->k.ssm_out_norm, ssm_heads_dims(T, nv), what, &g->ssm_o, &g->ssm_z, &(CUdeviceptr){L->ssm_norm},
+               &g->act_h, &d, &nv, &eps);
     }
     const int next = norm_point(g, 2 * il + 1, T); /* the feed-forward norm, which Wout's residual add writes */
     matmul_op out = {.out = {{&L->ssm_out, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T,

@@ -191,8 +191,8 @@ static void port_chunk_prep(const ssm_args *a, const gpu_ssm_seq *chunks, int n_
         }
 }
 
-/* dn_tile_rows for every thread, by output: acc[a][c][q] += the terms m = q (mod 4) of chunk row a
- * of src times S's column c, slice by slice (a thread's four lanes q, each over its own terms) */
+/* dn_tile_quarter (W S0, q S0) for every thread, by output: acc[a][c][q] += the terms m = q (mod 4)
+ * of chunk row a of src times S's column c, slice by slice (a tile's four lanes q, each its terms) */
 static void port_rows_quarters(float acc[C][CB][4], float *buf, const float *src, size_t stride, int n, int d,
                                const float *S)
 {
@@ -247,7 +247,7 @@ static void port_chunk_state(const ssm_args *a, int n_seq, float *U, const float
                     for (int i0 = 0; i0 < d; i0 += C) {
                         const int w = imin(C, d - i0);
                         port_stage(buf, C + 1, C, mix + k_off + i0, a->chan, n, w, sE);
-                        for (int i = 0; i < w; i++) /* dn_tile_update's quarters of each sum over b < n */
+                        for (int i = 0; i < w; i++) /* dn_tile_quarter (the update): quarters of each sum over b < n */
                             for (int c = 0; c < CB; c++) {
                                 float p[4] = {0};
                                 for (int b = 0; b < n; b++) p[b & 3] += buf[b * (C + 1) + i] * sV[b][c];

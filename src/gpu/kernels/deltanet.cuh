@@ -605,37 +605,20 @@ extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_prep(ssm
 // GPU_SSM_COLS + 1 (S, sV) floats.
 #define DN_SST (GPU_SSM_COLS + 1) // row stride of the state columns and sV in shared memory
 
-// acc[r][s] += sum over m = 4 j + q < bmax of L[(4 rg + r) * ldl + m] R[m * DN_SST + 4 cg + s]
-// (W S0 and q S0: L a slice of chunk rows by state rows, R = S's rows from the slice's first)
-__device__ __forceinline__ void dn_tile_rows(float (&acc)[4][4], const float *L, int ldl, const float *R, int bmax,
-                                             int rg, int cg, int q)
+// acc[r][c] += sum over m = 4 j + q < bmax of L[(4 g + r) * rs + m * ms] R[m * DN_SST + 4 cg + c]:
+// W S0 and q S0 (L a slice of chunk rows by state rows, rs its row stride and ms 1; R = S's rows
+// from the slice's first), and the update (L the slice's k rows decayed, read transposed: rs 1,
+// ms its row stride; R = v_new)
+__device__ __forceinline__ void dn_tile_quarter(float (&acc)[4][4], const float *L, int rs, int ms, const float *R,
+                                                int bmax, int g, int cg, int q)
 {
 #pragma unroll 4
     for (int m = q; m < bmax; m += 4) {
         float x[4], y[4];
 #pragma unroll
-        for (int r = 0; r < 4; r++) x[r] = L[(4 * rg + r) * ldl + m];
+        for (int r = 0; r < 4; r++) x[r] = L[(4 * g + r) * rs + m * ms];
 #pragma unroll
         for (int c = 0; c < 4; c++) y[c] = R[m * DN_SST + 4 * cg + c];
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) acc[r][c] += x[r] * y[c];
-    }
-}
-
-// acc[r][c] += sum over b = 4 j + q < bmax of K[b * ldk + 4 ig + r] V[b * DN_SST + 4 cg + c]
-// (the update: K the slice's k rows decayed, V = v_new)
-__device__ __forceinline__ void dn_tile_update(float (&acc)[4][4], const float *K, int ldk, const float *V, int bmax,
-                                               int ig, int cg, int q)
-{
-#pragma unroll 4
-    for (int b = q; b < bmax; b += 4) {
-        float x[4], y[4];
-#pragma unroll
-        for (int r = 0; r < 4; r++) x[r] = K[b * ldk + 4 * ig + r];
-#pragma unroll
-        for (int c = 0; c < 4; c++) y[c] = V[b * DN_SST + 4 * cg + c];
 #pragma unroll
         for (int r = 0; r < 4; r++)
 #pragma unroll
@@ -661,7 +644,7 @@ __device__ __forceinline__ void dn_quarters(const float (&acc)[4][4], int q, flo
 // Grid (sequences, v_heads, ceil(d / GPU_SSM_COLS)), 256 threads: the block's 16 columns of
 // the head's state S [d][d] in shared memory through the sequence's chunks.  Thread (rg, cg,
 // q): rows 4 rg .. 4 rg + 3 of the chunk (or, in the update, of a slice of state rows) by
-// columns 4 cg .. 4 cg + 3, the terms m = q (mod 4) of their sums (dn_tile_rows). A chunk is
+// columns 4 cg .. 4 cg + 3, the terms m = q (mod 4) of their sums (dn_tile_quarter). A chunk is
 // 3 ns stages of 64-column slices (ns = ceil(d / 64)): W's (W S0 into pw), q's (q S0 into
 // pq), then k's (the update); the next stage's slice is loaded into registers while this one's
 // products run, across chunks too, so the serial walk waits on L2 once per sequence rather
@@ -724,15 +707,15 @@ extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_state(ss
             if (st + 1 < 3 * ns) load(nxt, t0, st + 1);
             else if (t0 + DN_C < end) load(nxt, t0 + DN_C, 0);
             if (kind == 0) {
-                dn_tile_rows(pw, buf, DN_C + 1, sS + i0 * DN_SST, w, rg, cg, q);
+                dn_tile_quarter(pw, buf, DN_C + 1, 1, sS + i0 * DN_SST, w, rg, cg, q);
                 continue;
             }
             if (kind == 1) {
-                dn_tile_rows(pq, buf, DN_C + 1, sS + i0 * DN_SST, w, rg, cg, q);
+                dn_tile_quarter(pq, buf, DN_C + 1, 1, sS + i0 * DN_SST, w, rg, cg, q);
                 continue;
             }
             float acc[4][4] = {}, mine[4]; // S = exp(GL) S + (k exp(GL - G))^T v_new on this slice's rows
-            dn_tile_update(acc, buf, DN_C + 1, sV, n, rg, cg, q);
+            dn_tile_quarter(acc, buf, 1, DN_C + 1, sV, n, rg, cg, q);
             dn_quarters(acc, q, mine);
             const int i = 4 * rg + q;
             if (i < w)

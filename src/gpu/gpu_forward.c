@@ -1316,6 +1316,14 @@ static int attention_mla(gpu_engine *g, int il, int T, const gpu_attn_plan *ap, 
     return residual_add(g, &wo, L->attn_post_norm, T, err, errlen);
 }
 
+/* ssm_qk_norm's and ssm_out_norm's grid over T tokens of `heads` heads: a warp a head,
+ * GPU_SSM_NORM_WARPS of them a block (fewer where the layer has fewer heads) */
+static gpu_launch_dims ssm_heads_dims(int T, int heads)
+{
+    const int warps = heads < GPU_SSM_NORM_WARPS ? heads : GPU_SSM_NORM_WARPS;
+    return (gpu_launch_dims){(unsigned)T, ceil_div(heads, warps), 1, 32u * warps};
+}
+
 /* Gated DeltaNet over the normed act_h (kernels/deltanet.cuh): [q k v] = silu(conv1d(Wqkv h))
  * with q and k L2-normed per head, z = Wgate h, beta and the decay from their projections,
  * the delta rule through each sequence's tokens from its state slot (in.sseq), and
@@ -1326,14 +1334,17 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
     int nv = hp->ssm_vheads, nk = hp->ssm_groups, d = hp->ssm_state, chan = g->ssm_chan, fused = L->ssm_ba.d != 0;
-    /* q, k, v and z read h to about 22 bits: + the products over act_lo, h's FP16 remainder.
+    /* q, k and v read h to about 22 bits: + the product over act_lo, h's FP16 remainder.
      * FP16 h alone moved the reference hybrids' top-1 against the CPU by 1-4 % (the CPU with
      * the GPU's roundings emulated gives the H100's figures; with these inputs in FP32, >= 99.3
      * %): the conv, the 16-wide L2 norms and the state carry its error on, a MoE router flip
      * with it.  Prompt steps need it as much: without it there (decode keeping it) qwen3_5_moe
      * fell to 96.18 %, qwen3_next to 97.92 % (docs/benchmarks.md, issue 26).  A prompt's costs
-     * one more pass over Wqkv and Wgate (~16 % of a linear layer's prefill on the H100); a
-     * decode token's rides on the first (matmul_op.x_lo). */
+     * one more pass over Wqkv (a decode token's rides on the first: matmul_op.x_lo).  z (Wgate)
+     * reads FP16 h alone, as the gated attention's gate does: its one use is silu(z) in the
+     * gated norm, whose product is rounded to FP16 (act_h) right after, an error of the size
+     * FP16 h gives z; nothing carries it on (a third of the second pass, ~5 % of a linear
+     * layer's prefill: docs/benchmarks.md, issue 26). */
     /* the gates' inputs (beta and alpha, or qwen3next's one projection) from FP16 h alone.  The
      * batch-1 step's carried norm (norm_point): h's input fp16(x w c) and its scaled remainder,
      * which the product before wrote (norm_args: norm_lo), in one pass (matvec_lo_nin) */
@@ -1343,7 +1354,7 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
                                     : (matmul_out){&L->ssm_beta, g->ssm_b, 0, nv},
                               {&L->ssm_alpha, g->ssm_g, 0, nv}},
                       .n_out = fused ? 3 : 4, .x = np >= 0 ? g->norm_h : g->act_h,
-                      .x_lo = np >= 0 ? g->norm_lo : g->act_lo, .n_lo = 2, .m = T, .ldx = g->d_embd,
+                      .x_lo = np >= 0 ? g->norm_lo : g->act_lo, .n_lo = 1, .m = T, .ldx = g->d_embd,
                       .norm = np >= 0 ? NORM_IN : NORM_NONE, .norm_p = np, .what = what};
     if (matmul(g, &proj, err, errlen)) return -1;
     ssm_gate_args ga = {.b = F32(g->ssm_b), .a = F32(g->ssm_g), .raw = F32(g->ssm_raw), .A = F32(L->ssm_a),
@@ -1366,8 +1377,8 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         } else {
             LAUNCH(g->k.delta_rule, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32}),
                    what, &sa);
-            LAUNCH(g->k.ssm_out_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32}), what, &g->ssm_o, &g->ssm_z,
-                   &(CUdeviceptr){L->ssm_norm}, &g->act_h, &d, &nv, &eps);
+            LAUNCH(g->k.ssm_out_norm, ssm_heads_dims(T, nv), what, &g->ssm_o, &g->ssm_z, &(CUdeviceptr){L->ssm_norm},
+                   &g->act_h, &d, &nv, &eps);
         }
     } else {
         int n = T * nv;
@@ -1377,8 +1388,7 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         const unsigned segs = ap->n_chunks > ap->n_ssm ? GPU_SSM_CONV_SEGS : 1;
         LAUNCH(g->k.ssm_conv, ((gpu_launch_dims){(unsigned)ap->n_ssm, ceil_div((size_t)chan, 32), 1, 32 * segs}), what,
                &sa);
-        LAUNCH(g->k.ssm_qk_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk), 1, 32}), what, &g->ssm_mix, &chan,
-               &d, &nk);
+        LAUNCH(g->k.ssm_qk_norm, ssm_heads_dims(T, 2 * nk), what, &g->ssm_mix, &chan, &d, &nk);
         gpu_launch_dims per_seq = {(unsigned)ap->n_ssm, (unsigned)nv, ceil_div((size_t)d, 32), GPU_SSM_WARPS * 32};
         /* a prompt step: the chunked form (kernels/deltanet.cuh), whose sums depend on where the
          * chunks fall; deterministic: the exact recurrence, token by token, for every step */
@@ -1392,8 +1402,8 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
         } else {
             LAUNCH(g->k.delta_rule, per_seq, what, &sa);
         }
-        LAUNCH(g->k.ssm_out_norm, ((gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32}), what, &g->ssm_o, &g->ssm_z,
-               &(CUdeviceptr){L->ssm_norm}, &g->act_h, &d, &nv, &eps);
+        LAUNCH(g->k.ssm_out_norm, ssm_heads_dims(T, nv), what, &g->ssm_o, &g->ssm_z, &(CUdeviceptr){L->ssm_norm},
+               &g->act_h, &d, &nv, &eps);
     }
     const int next = norm_point(g, 2 * il + 1, T); /* the feed-forward norm, which Wout's residual add writes */
     matmul_op out = {.out = {{&L->ssm_out, g->x, 0, g->d_embd}}, .n_out = 1, .x = g->act_h, .m = T,

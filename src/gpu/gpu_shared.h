@@ -135,6 +135,7 @@ typedef struct gpu_ssm_seq {
 #define GPU_SSM_CHUNK 64    /* tokens per chunk of the chunked prefill */
 #define GPU_SSM_CONV_SEGS 16 /* ssm_conv: runs of a prompt's tokens side by side (one warp each) */
 #define GPU_SSM_COLS 16     /* delta_chunk_state: state columns per block */
+#define GPU_SSM_NORM_WARPS 8 /* ssm_qk_norm / ssm_out_norm: heads a block, a warp each */
 #define GPU_SSM_STEP_MAX_D 128 /* delta_step (a decode step's delta rule + output norm): the widest head */
 
 /* One linear layer over a step's sequences.  mix [t][chan] holds the q, k and v channels

@@ -191,25 +191,28 @@ static void port_chunk_prep(const ssm_args *a, const gpu_ssm_seq *chunks, int n_
         }
 }
 
-/* dn_slices_s for every thread: acc[tid][r] += src rows 4 rg + r times S's column c */
-static void port_slices_s(float acc[][4], float *buf, const float *src, size_t stride, int n, int d, const float *S)
+/* dn_tile_quarter (W S0, q S0) for every thread, by output: acc[a][c][q] += the terms m = q (mod 4)
+ * of chunk row a of src times S's column c, slice by slice (a tile's four lanes q, each its terms) */
+static void port_rows_quarters(float acc[C][CB][4], float *buf, const float *src, size_t stride, int n, int d,
+                               const float *S)
 {
     for (int i0 = 0; i0 < d; i0 += C) {
         const int w = imin(C, d - i0);
         port_stage(buf, C + 1, C, src + i0, stride, n, w, NULL);
-        for (int tid = 0; tid < CHUNK_THREADS; tid++) {
-            const int c = tid % CB, rg = tid / CB;
-            for (int i = 0; i < w; i++)
-                for (int r = 0; r < 4; r++) acc[tid][r] += buf[(4 * rg + r) * (C + 1) + i] * S[(i0 + i) * CB + c];
-        }
+        for (int ia = 0; ia < C; ia++)
+            for (int c = 0; c < CB; c++)
+                for (int m = 0; m < w; m++) acc[ia][c][m & 3] += buf[ia * (C + 1) + m] * S[(i0 + m) * CB + c];
     }
 }
+
+/* dn_quarters: the four lanes' sums of one output, (q0 + q1) + (q2 + q3) */
+static float port_quarters(const float p[4]) { return (p[0] + p[1]) + (p[2] + p[3]); }
 
 /* ---- delta_chunk_state: grid (sequences, v_heads, ceil(d / GPU_SSM_COLS)), 256 threads ---- */
 static void port_chunk_state(const ssm_args *a, int n_seq, float *U, const float *W, const float *Gc)
 {
     static float sS[GPU_SSM_MAX_D * CB], buf[C * (C + 1)], sV[C][CB], sG[C], sE[C];
-    static float pw[CHUNK_THREADS][4], pq[CHUNK_THREADS][4];
+    static float pw[C][CB][4], pq[C][CB][4];
     const int d = a->d, nv = a->v_heads;
     for (int bx = 0; bx < n_seq; bx++)
         for (int h = 0; h < nv; h++)
@@ -226,37 +229,30 @@ static void port_chunk_state(const ssm_args *a, int n_seq, float *U, const float
                     const float *mix = a->mix + (size_t)t0 * a->chan;
                     for (int tid = 0; tid < C; tid++) sG[tid] = tid < n ? Gc[(size_t)(t0 + tid) * nv + h] : 0.0f;
                     memset(pw, 0, sizeof pw), memset(pq, 0, sizeof pq);
-                    port_slices_s(pw, buf, W + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, n, d, sS);
-                    port_slices_s(pq, buf, mix + q_off, a->chan, n, d, sS);
-                    for (int tid = 0; tid < CHUNK_THREADS; tid++) {
-                        const int c = tid % CB, rg = tid / CB;
-                        for (int r = 0; r < 4; r++) {
-                            const int ia = 4 * rg + r;
+                    port_rows_quarters(pw, buf, W + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, n, d, sS);
+                    port_rows_quarters(pq, buf, mix + q_off, a->chan, n, d, sS);
+                    for (int ia = 0; ia < C; ia++)
+                        for (int c = 0; c < CB; c++) {
                             float vn = 0.0f;
                             if (ia < n && c < cols) {
                                 const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j0 + c;
-                                vn = U[o] - pw[tid][r];
+                                vn = U[o] - port_quarters(pw[ia][c]);
                                 U[o] = vn;
-                                a->out[o] = expf(sG[ia]) * pq[tid][r];
+                                a->out[o] = expf(sG[ia]) * port_quarters(pq[ia][c]);
                             }
                             sV[ia][c] = vn;
                         }
-                    }
                     const float GL = sG[n - 1], el = expf(GL);
                     for (int tid = 0; tid < C; tid++) sE[tid] = tid < n ? expf(GL - sG[tid]) : 0.0f;
                     for (int i0 = 0; i0 < d; i0 += C) {
                         const int w = imin(C, d - i0);
                         port_stage(buf, C + 1, C, mix + k_off + i0, a->chan, n, w, sE);
-                        for (int tid = 0; tid < CHUNK_THREADS; tid++) {
-                            const int c = tid % CB, rg = tid / CB;
-                            float acc[4] = {0};
-                            for (int b = 0; b < n; b++)
-                                for (int r = 0; r < 4; r++) acc[r] += buf[b * (C + 1) + 4 * rg + r] * sV[b][c];
-                            for (int r = 0; r < 4; r++) {
-                                const int i = 4 * rg + r;
-                                if (i < w) sS[(i0 + i) * CB + c] = el * sS[(i0 + i) * CB + c] + acc[r];
+                        for (int i = 0; i < w; i++) /* dn_tile_quarter (the update): quarters of each sum over b < n */
+                            for (int c = 0; c < CB; c++) {
+                                float p[4] = {0};
+                                for (int b = 0; b < n; b++) p[b & 3] += buf[b * (C + 1) + i] * sV[b][c];
+                                sS[(i0 + i) * CB + c] = el * sS[(i0 + i) * CB + c] + port_quarters(p);
                             }
-                        }
                     }
                 }
                 for (int idx = 0; idx < d * CB; idx++)

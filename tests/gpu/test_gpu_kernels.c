@@ -2411,6 +2411,14 @@ static void dn_cpu_step(const dn_case *c, float *mix, float *state, const int *f
     free(scratch);
 }
 
+/* ssm_qk_norm's and ssm_out_norm's grid as attention_linear gives it (gpu_forward.c
+ * ssm_heads_dims): a warp a head, GPU_SSM_NORM_WARPS heads a block at most. */
+static gpu_launch_dims dn_heads_dims(int T, int heads)
+{
+    const int warps = heads < GPU_SSM_NORM_WARPS ? heads : GPU_SSM_NORM_WARPS;
+    return (gpu_launch_dims){(unsigned)T, (unsigned)((heads + warps - 1) / warps), 1, 32u * (unsigned)warps};
+}
+
 /* The same step on the GPU, launched as attention_linear launches it (chunked: a prompt step). */
 static void dn_gpu_step(const dn_case *c, CUdeviceptr dmix, CUdeviceptr dstate, CUdeviceptr dout, const int *first,
                         const int *n, bool chunked)
@@ -2438,8 +2446,7 @@ static void dn_gpu_step(const dn_case *c, CUdeviceptr dmix, CUdeviceptr dstate, 
     CUdeviceptr step_mix = dmix + (size_t)lo * chan * sizeof(float); /* this step's tokens */
     const unsigned segs = chunked ? GPU_SSM_CONV_SEGS : 1; /* attention_linear's: a prompt step's runs side by side */
     launch(&G.k.ssm_conv, (gpu_launch_dims){(unsigned)c->n_seq, (unsigned)((chan + 31) / 32), 1, 32 * segs}, (void *[]){&sa});
-    launch(&G.k.ssm_qk_norm, (gpu_launch_dims){(unsigned)(hi - lo), (unsigned)(2 * kh), 1, 32},
-           (void *[]){&step_mix, &chan, &d, &kh});
+    launch(&G.k.ssm_qk_norm, dn_heads_dims(hi - lo, 2 * kh), (void *[]){&step_mix, &chan, &d, &kh});
     gpu_launch_dims per_seq = {(unsigned)c->n_seq, (unsigned)sh->vh, (unsigned)((d + 31) / 32), GPU_SSM_WARPS * 32};
     if (chunked) {
         const size_t sz = (size_t)c->n_tok * sh->vh * sh->d;
@@ -2578,12 +2585,10 @@ static void test_delta_step_fused(void **state)
                     int n = T * nv;
                     launch(&G.k.ssm_gates, (gpu_launch_dims){(unsigned)((n + 255) / 256), 1, 1, 256}, (void *[]){&ga, &n});
                     launch(&G.k.ssm_conv, (gpu_launch_dims){NS, (unsigned)((chan + 31) / 32), 1, 32}, (void *[]){&sa});
-                    launch(&G.k.ssm_qk_norm, (gpu_launch_dims){(unsigned)T, (unsigned)(2 * nk), 1, 32},
-                           (void *[]){&dmix, &chan, &d, &nk});
+                    launch(&G.k.ssm_qk_norm, dn_heads_dims(T, 2 * nk), (void *[]){&dmix, &chan, &d, &nk});
                     launch(&G.k.delta_rule, (gpu_launch_dims){NS, (unsigned)nv, (unsigned)((d + 31) / 32), GPU_SSM_WARPS * 32},
                            (void *[]){&sa});
-                    launch(&G.k.ssm_out_norm, (gpu_launch_dims){(unsigned)T, (unsigned)nv, 1, 32},
-                           (void *[]){&dout, &dz, &dnw, &dact, &d, &nv, &eps});
+                    launch(&G.k.ssm_out_norm, dn_heads_dims(T, nv), (void *[]){&dout, &dz, &dnw, &dact, &d, &nv, &eps});
                 } else {
                     launch(&G.k.ssm_conv_step, (gpu_launch_dims){NS, (unsigned)(2 * nk + nv + 1), 1, (unsigned)((d + 31) / 32 * 32)},
                            (void *[]){&sa, &ga});

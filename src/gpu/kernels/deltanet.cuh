@@ -34,6 +34,8 @@ __device__ __forceinline__ float conv_sum(const float wr[GPU_SSM_MAX_TAPS], cons
     return acc;
 }
 
+#define DN_CONV_AHEAD 8 // ssm_conv: a run's inputs loaded this many tokens at a time
+
 // Grid (sequences, ceil(chan / 32)), 32 * segs threads (segs = blockDim.x / 32: 1 for decode
 // steps, GPU_SSM_CONV_SEGS for prompts): lane l owns channel 32 * blockIdx.y + l, warp w the
 // w-th of segs runs of the sequence's tokens, walked in order with the window in registers.
@@ -62,17 +64,25 @@ extern "C" __global__ void ssm_conv(ssm_args a)
     const float *w = a.conv_w + (size_t)c * taps;
 #pragma unroll
     for (int j = 0; j < GPU_SSM_MAX_TAPS; j++) wr[j] = j < taps ? w[j] : 0.0f;
-    for (int t = start; t < stop; t++) {
-        float *x = a.mix + (size_t)t * a.chan + c;
-        const float in = *x;
-        const float acc = conv_sum(wr, hist, in, taps);
+    // DN_CONV_AHEAD tokens' inputs loaded at once, then walked: one round trip to memory for
+    // them, not one a token (each store could alias the next load, so the compiler kept the
+    // loads in order behind them).  Each input is this lane's own, read before its store.
+    for (int t0 = start; t0 < stop; t0 += DN_CONV_AHEAD) {
+        float ins[DN_CONV_AHEAD];
 #pragma unroll
-        for (int j = 0; j + 1 < GPU_SSM_MAX_TAPS - 1; j++)
-            if (j + 1 < taps - 1) hist[j] = hist[j + 1];
+        for (int u = 0; u < DN_CONV_AHEAD; u++) ins[u] = t0 + u < stop ? a.mix[(size_t)(t0 + u) * a.chan + c] : 0.0f;
 #pragma unroll
-        for (int j = 0; j < GPU_SSM_MAX_TAPS - 1; j++)
-            if (j == taps - 2) hist[j] = in;
-        *x = acc * sigmoidf_(acc);
+        for (int u = 0; u < DN_CONV_AHEAD; u++) {
+            if (t0 + u >= stop) break;
+            const float in = ins[u], acc = conv_sum(wr, hist, in, taps);
+#pragma unroll
+            for (int j = 0; j + 1 < GPU_SSM_MAX_TAPS - 1; j++)
+                if (j + 1 < taps - 1) hist[j] = hist[j + 1];
+#pragma unroll
+            for (int j = 0; j < GPU_SSM_MAX_TAPS - 1; j++)
+                if (j == taps - 2) hist[j] = in;
+            a.mix[(size_t)(t0 + u) * a.chan + c] = acc * sigmoidf_(acc);
+        }
     }
     if (last) // the window moves on to the sequence's last taps - 1 inputs
 #pragma unroll
@@ -92,13 +102,17 @@ __device__ __forceinline__ float qk_norm_factor(const float *v, int d, bool q)
     return inv;
 }
 
-// Grid (tokens, 2 * k_heads), one warp: head h < k_heads is a q head (also scaled), else a k head.
+// Grid (tokens, ceil(2 * k_heads / warps)), a warp a head: warp w of block y takes head
+// h = y * warps + w; h < k_heads is a q head (also scaled), else a k head.  (GPU_SSM_NORM_WARPS
+// heads a block: a prompt's tokens x 32 one-warp blocks were issued slower than their bytes move.)
 extern "C" __global__ void ssm_qk_norm(float *mix, int chan, int d, int k_heads)
 {
     pdl_enter();
-    float *v = mix + (size_t)blockIdx.x * chan + (size_t)blockIdx.y * d;
-    const float inv = qk_norm_factor(v, d, (int)blockIdx.y < k_heads);
-    for (int i = threadIdx.x; i < d; i += WARP) v[i] *= inv;
+    const int h = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (h >= 2 * k_heads) return;
+    float *v = mix + (size_t)blockIdx.x * chan + (size_t)h * d;
+    const float inv = qk_norm_factor(v, d, h < k_heads);
+    for (int i = threadIdx.x & 31; i < d; i += WARP) v[i] *= inv;
 }
 
 // Entry i = t * v_heads + h: beta = sigmoid(b), g = A * softplus(a + dt_bias).
@@ -257,12 +271,15 @@ __device__ __forceinline__ void out_norm_head(const float *o, const float *z, co
     }
 }
 
-// Grid (tokens, v_heads), one warp: out[t][h] = fp16(rmsnorm(o[t][h]) * w * silu(z[t][h])).
+// Grid (tokens, ceil(v_heads / warps)), a warp a head (ssm_qk_norm's layout): out[t][h] =
+// fp16(rmsnorm(o[t][h]) * w * silu(z[t][h])).
 extern "C" __global__ void ssm_out_norm(const float *o, const float *z, const float *w, __half *out, int d,
                                         int v_heads, float eps)
 {
     pdl_enter();
-    const size_t base = ((size_t)blockIdx.x * v_heads + blockIdx.y) * d;
+    const int h = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (h >= v_heads) return;
+    const size_t base = ((size_t)blockIdx.x * v_heads + h) * d;
     out_norm_head(o + base, z + base, w, out + base, d, eps);
 }
 
@@ -580,34 +597,70 @@ extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_prep(ssm
                        (pass ? W : U) + (size_t)t0 * nv * d + (size_t)h * d, (size_t)nv * d, false, ta, tb);
 }
 
-// acc[r] += sum over i < w of X[4 rg + r][i] S[i0 + i][c] (X row stride DN_C + 1, S [d][cols])
-__device__ __forceinline__ void dn_rows_s(float (&acc)[4], const float *X, const float *S, int i0, int w, int rg, int c)
+// delta_chunk_state's products, a 4 x 4 tile of outputs a thread over a quarter of the sum:
+// lane bits (q, cg, one bit of the row group) = (lane & 3, (lane >> 2) & 3, lane >> 4), so the
+// four lanes q = 0..3 of a tile take the terms m = 4 j + q of its sum (m < bmax) and meet in
+// dn_quarters' two shuffles.  Each term is 8 shared loads for 16 FMAs (it was 5 for 4: one
+// column a thread over the whole sum), conflict-free with rows of DN_C + 1 (L) and
+// GPU_SSM_COLS + 1 (S, sV) floats.
+#define DN_SST (GPU_SSM_COLS + 1) // row stride of the state columns and sV in shared memory
+
+// acc[r][c] += sum over m = 4 j + q < bmax of L[(4 g + r) * rs + m * ms] R[m * DN_SST + 4 cg + c]:
+// W S0 and q S0 (L a slice of chunk rows by state rows, rs its row stride and ms 1; R = S's rows
+// from the slice's first), and the update (L the slice's k rows decayed, read transposed: rs 1,
+// ms its row stride; R = v_new)
+__device__ __forceinline__ void dn_tile_quarter(float (&acc)[4][4], const float *L, int rs, int ms, const float *R,
+                                                int bmax, int g, int cg, int q)
 {
 #pragma unroll 4
-    for (int i = 0; i < w; i++) {
-        const float sv = S[(i0 + i) * GPU_SSM_COLS + c];
+    for (int m = q; m < bmax; m += 4) {
+        float x[4], y[4];
 #pragma unroll
-        for (int r = 0; r < 4; r++) acc[r] += X[(4 * rg + r) * (DN_C + 1) + i] * sv;
+        for (int r = 0; r < 4; r++) x[r] = L[(4 * g + r) * rs + m * ms];
+#pragma unroll
+        for (int c = 0; c < 4; c++) y[c] = R[m * DN_SST + 4 * cg + c];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[r][c] += x[r] * y[c];
     }
 }
 
+// The four quarters of each sum of acc added, (q0 + q1) + (q2 + q3) (the same bits in all four
+// lanes: each addition is commutative), and lane q keeps row q of the tile in mine.
+__device__ __forceinline__ void dn_quarters(const float (&acc)[4][4], int q, float (&mine)[4])
+{
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float v = acc[r][c];
+            v += __shfl_xor_sync(0xffffffffu, v, 1);
+            v += __shfl_xor_sync(0xffffffffu, v, 2);
+            if (r == q) mine[c] = v;
+        }
+}
+
 // Grid (sequences, v_heads, ceil(d / GPU_SSM_COLS)), 256 threads: the block's 16 columns of
-// the head's state S [d][d] in shared memory through the sequence's chunks.  Thread (rg, c) =
-// (tid / 16, tid % 16): column c, chunk rows (and, in the update, state rows of a slice)
-// 4 rg .. 4 rg + 3.  A chunk is 3 ns stages of 64-column slices (ns = ceil(d / 64)): W's
-// (W S0 into pw), q's (q S0 into pq), then k's (the update); the next stage's slice is loaded
-// into registers while this one's products run, across chunks too, so the serial walk waits
-// on L2 once per sequence rather than once a stage.
+// the head's state S [d][d] in shared memory through the sequence's chunks.  Thread (rg, cg,
+// q): rows 4 rg .. 4 rg + 3 of the chunk (or, in the update, of a slice of state rows) by
+// columns 4 cg .. 4 cg + 3, the terms m = q (mod 4) of their sums (dn_tile_quarter). A chunk is
+// 3 ns stages of 64-column slices (ns = ceil(d / 64)): W's (W S0 into pw), q's (q S0 into
+// pq), then k's (the update); the next stage's slice is loaded into registers while this one's
+// products run, across chunks too, so the serial walk waits on L2 once per sequence rather
+// than once a stage.
 extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_state(ssm_args a, float *U, const float *W,
                                                                           const float *Gc)
 {
     pdl_enter();
     constexpr int CB = GPU_SSM_COLS;
-    __shared__ float sS[GPU_SSM_MAX_D * CB], buf[DN_C * (DN_C + 1)], sV[DN_C][CB], sG[DN_C], sE[DN_C];
+    static_assert(CB == 16 && DN_THREADS == 256 && DN_C == 64, "the tiles: 16 row groups x 4 column groups x 4 quarters");
+    __shared__ float sS[GPU_SSM_MAX_D * DN_SST], buf[DN_C * (DN_C + 1)], sV[DN_C * DN_SST], sG[DN_C], sE[DN_C];
     const gpu_ssm_seq s = a.seqs[blockIdx.x];
     const int h = blockIdx.y, tid = threadIdx.x, d = a.d, nv = a.v_heads, j0 = blockIdx.z * CB;
     const int per_k = nv / a.k_heads, kh = a.grouped ? h / per_k : h % a.k_heads, cols = min(CB, d - j0);
-    const int q_off = kh * d, k_off = a.k_heads * d + kh * d, c = tid % CB, rg = tid / CB;
+    const int q_off = kh * d, k_off = a.k_heads * d + kh * d, lane = tid & 31;
+    const int q = lane & 3, cg = (lane >> 2) & 3, rg = 2 * (tid >> 5) + (lane >> 4);
     const int ns = (d + DN_C - 1) / DN_C, end = s.first + s.n;
     float *S = a.state + (size_t)s.state * a.slot_stride + a.delta_off + (size_t)h * d * d;
     // stage st of the chunk at t0 into x: slice st % ns of W, q or k (st / ns)
@@ -617,28 +670,32 @@ extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_state(ss
         else dn_load<DN_C>(x, a.mix + (size_t)t0 * a.chan + (kind == 1 ? q_off : k_off) + i0, a.chan, n, w);
     };
     for (int idx = tid; idx < d * CB; idx += blockDim.x)
-        sS[idx] = idx % CB < cols ? S[(size_t)(idx / CB) * d + j0 + idx % CB] : 0.0f;
+        sS[(idx / CB) * DN_SST + idx % CB] = idx % CB < cols ? S[(size_t)(idx / CB) * d + j0 + idx % CB] : 0.0f;
     dn_slice<DN_C> nxt;
     if (s.n > 0) load(nxt, s.first, 0);
     for (int t0 = s.first; t0 < end; t0 += DN_C) {
         const int n = min(DN_C, end - t0);
         // (the last chunk's readers of sG were done before its update's barriers)
         if (tid < DN_C) sG[tid] = tid < n ? Gc[(size_t)(t0 + tid) * nv + h] : 0.0f;
-        float pw[4] = {}, pq[4] = {}, el = 1.0f;
+        float pw[4][4] = {}, pq[4][4] = {}, el = 1.0f;
         for (int st = 0; st < 3 * ns; st++) {
             const int kind = st / ns, i0 = (st % ns) * DN_C, w = min(DN_C, d - i0);
             if (st == 2 * ns) { // W S0 and q S0 complete: v_new = U - W S0 (into U and sV), out = exp(G) q S0
+                float vw[4], vq[4];
+                dn_quarters(pw, q, vw);
+                dn_quarters(pq, q, vq);
+                const int ia = 4 * rg + q;
 #pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int ia = 4 * rg + r;
+                for (int c = 0; c < 4; c++) {
+                    const int jc = 4 * cg + c;
                     float vn = 0.0f;
-                    if (ia < n && c < cols) {
-                        const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j0 + c;
-                        vn = U[o] - pw[r];
+                    if (ia < n && jc < cols) {
+                        const size_t o = (size_t)(t0 + ia) * nv * d + (size_t)h * d + j0 + jc;
+                        vn = U[o] - vw[c];
                         U[o] = vn;
-                        a.out[o] = expf(sG[ia]) * pq[r];
+                        a.out[o] = expf(sG[ia]) * vq[c];
                     }
-                    sV[ia][c] = vn;
+                    sV[ia * DN_SST + jc] = vn;
                 }
                 const float GL = sG[n - 1];
                 el = expf(GL);
@@ -650,30 +707,28 @@ extern "C" __global__ void __launch_bounds__(DN_THREADS, 2) delta_chunk_state(ss
             if (st + 1 < 3 * ns) load(nxt, t0, st + 1);
             else if (t0 + DN_C < end) load(nxt, t0 + DN_C, 0);
             if (kind == 0) {
-                dn_rows_s(pw, buf, sS, i0, w, rg, c);
+                dn_tile_quarter(pw, buf, DN_C + 1, 1, sS + i0 * DN_SST, w, rg, cg, q);
                 continue;
             }
             if (kind == 1) {
-                dn_rows_s(pq, buf, sS, i0, w, rg, c);
+                dn_tile_quarter(pq, buf, DN_C + 1, 1, sS + i0 * DN_SST, w, rg, cg, q);
                 continue;
             }
-            float acc[4] = {}; // S = exp(GL) S + (k exp(GL - G))^T v_new on this slice's rows
-#pragma unroll 4
-            for (int b = 0; b < n; b++) {
-                const float v = sV[b][c];
+            float acc[4][4] = {}, mine[4]; // S = exp(GL) S + (k exp(GL - G))^T v_new on this slice's rows
+            dn_tile_quarter(acc, buf, 1, DN_C + 1, sV, n, rg, cg, q);
+            dn_quarters(acc, q, mine);
+            const int i = 4 * rg + q;
+            if (i < w)
 #pragma unroll
-                for (int r = 0; r < 4; r++) acc[r] += buf[b * (DN_C + 1) + 4 * rg + r] * v;
-            }
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int i = 4 * rg + r;
-                if (i < w) sS[(i0 + i) * CB + c] = el * sS[(i0 + i) * CB + c] + acc[r];
-            }
+                for (int c = 0; c < 4; c++) {
+                    float *sv = &sS[(i0 + i) * DN_SST + 4 * cg + c];
+                    *sv = el * *sv + mine[c];
+                }
         }
     }
     __syncthreads();
     for (int idx = tid; idx < d * CB; idx += blockDim.x)
-        if (idx % CB < cols) S[(size_t)(idx / CB) * d + j0 + idx % CB] = sS[idx];
+        if (idx % CB < cols) S[(size_t)(idx / CB) * d + j0 + idx % CB] = sS[(idx / CB) * DN_SST + idx % CB];
 }
 
 // Grid (chunks, v_heads), 256 threads: the in-chunk part of the outputs, from v_new (in U).

@@ -903,7 +903,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
                    : mmq_launch(g, &b, down, gb, what, err, errlen))
             return -1;
     }
-    LAUNCH(g->k.moe_combine, ((gpu_launch_dims){(unsigned)n, 1, 1, 256}), what, &out, &g->moe_y, &g->moe_w, &g->moe_pos, &k,
+    LAUNCH(g->k.moe_combine, ((gpu_launch_dims){(unsigned)n, ceil_div(d, 256), 1, 256}), what, &out, &g->moe_y, &g->moe_w, &g->moe_pos, &k,
            &d, &acc, &(CUdeviceptr){L->ffn_down_exps_b}, &g->moe_ids);
     return 0;
 }

@@ -1334,17 +1334,14 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
     const model_hparams *hp = &g->base.m->hp;
     const gpu_layer *L = &g->layers[il];
     int nv = hp->ssm_vheads, nk = hp->ssm_groups, d = hp->ssm_state, chan = g->ssm_chan, fused = L->ssm_ba.d != 0;
-    /* q, k and v read h to about 22 bits: + the product over act_lo, h's FP16 remainder.
+    /* q, k, v and z read h to about 22 bits: + the products over act_lo, h's FP16 remainder.
      * FP16 h alone moved the reference hybrids' top-1 against the CPU by 1-4 % (the CPU with
      * the GPU's roundings emulated gives the H100's figures; with these inputs in FP32, >= 99.3
      * %): the conv, the 16-wide L2 norms and the state carry its error on, a MoE router flip
      * with it.  Prompt steps need it as much: without it there (decode keeping it) qwen3_5_moe
      * fell to 96.18 %, qwen3_next to 97.92 % (docs/benchmarks.md, issue 26).  A prompt's costs
-     * one more pass over Wqkv (a decode token's rides on the first: matmul_op.x_lo).  z (Wgate)
-     * reads FP16 h alone, as the gated attention's gate does: its one use is silu(z) in the
-     * gated norm, whose product is rounded to FP16 (act_h) right after, an error of the size
-     * FP16 h gives z; nothing carries it on (a third of the second pass, ~5 % of a linear
-     * layer's prefill: docs/benchmarks.md, issue 26). */
+     * one more pass over Wqkv and Wgate (~16 % of a linear layer's prefill on the H100); a
+     * decode token's rides on the first (matmul_op.x_lo). */
     /* the gates' inputs (beta and alpha, or qwen3next's one projection) from FP16 h alone.  The
      * batch-1 step's carried norm (norm_point): h's input fp16(x w c) and its scaled remainder,
      * which the product before wrote (norm_args: norm_lo), in one pass (matvec_lo_nin) */
@@ -1354,7 +1351,7 @@ static int attention_linear(gpu_engine *g, int il, int T, const gpu_attn_plan *a
                                     : (matmul_out){&L->ssm_beta, g->ssm_b, 0, nv},
                               {&L->ssm_alpha, g->ssm_g, 0, nv}},
                       .n_out = fused ? 3 : 4, .x = np >= 0 ? g->norm_h : g->act_h,
-                      .x_lo = np >= 0 ? g->norm_lo : g->act_lo, .n_lo = 1, .m = T, .ldx = g->d_embd,
+                      .x_lo = np >= 0 ? g->norm_lo : g->act_lo, .n_lo = 2, .m = T, .ldx = g->d_embd,
                       .norm = np >= 0 ? NORM_IN : NORM_NONE, .norm_p = np, .what = what};
     if (matmul(g, &proj, err, errlen)) return -1;
     ssm_gate_args ga = {.b = F32(g->ssm_b), .a = F32(g->ssm_g), .raw = F32(g->ssm_raw), .A = F32(L->ssm_a),

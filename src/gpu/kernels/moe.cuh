@@ -518,24 +518,24 @@ GPU_MOE_NORM_KERNELS(MOE_NORM_KERNELS)
 // every thread a run of consecutive experts: one thread walking all the experts in turn was
 // most of this launch at 128 experts (12.6 us of a Qwen3-30B-A3B batch-8 layer, ncu; the
 // barrier stall of 1,023 threads waiting on it).
+__device__ __forceinline__ int2 moe_warp_scan(int2 v, int lane) // (a, b) summed over lanes up to this one
+{
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int a = __shfl_up_sync(0xffffffffu, v.x, o), b = __shfl_up_sync(0xffffffffu, v.y, o);
+        if (lane >= o) v.x += a, v.y += b;
+    }
+    return v;
+}
+
 __device__ __forceinline__ int2 moe_scan(int2 v, int2 *wsum) // (a, b) summed over threads before this one
 {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int2 inc = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int a = __shfl_up_sync(0xffffffffu, inc.x, o), b = __shfl_up_sync(0xffffffffu, inc.y, o);
-        if (lane >= o) inc.x += a, inc.y += b;
-    }
+    const int2 inc = moe_warp_scan(v, lane);
     if (lane == 31) wsum[w] = inc;
     __syncthreads();
     if (w == 0) { // the warps' totals, scanned by the first warp (at most 32 warps)
-        int2 t = lane < nw ? wsum[lane] : make_int2(0, 0);
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int a = __shfl_up_sync(0xffffffffu, t.x, o), b = __shfl_up_sync(0xffffffffu, t.y, o);
-            if (lane >= o) t.x += a, t.y += b;
-        }
+        const int2 t = moe_warp_scan(lane < nw ? wsum[lane] : make_int2(0, 0), lane);
         if (lane < nw) wsum[lane] = t;
     }
     __syncthreads();

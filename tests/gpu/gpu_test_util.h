@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/backend.h"
 #include "gpu/gpu.h"
@@ -23,6 +24,25 @@ static inline bool gpu_test_have_device(void)
     fprintf(stderr, "SKIP: no CUDA device (engine_cuda_available() is false): GPU tests not run\n");
     return false;
 }
+
+/* Shards of one test program may share a GPU (scripts/gpu-check runs them side by side to save
+ * device time): an engine whose KV pool is sized automatically takes the free memory, and the
+ * next process's engine then finds none.  INFERD_TEST_KV_MB caps those pools (a config that sizes
+ * its own pool keeps it); unset, every engine opens as the tests wrote it.  A macro, so that
+ * det_check.h's engines (included after this header) are capped too. */
+static inline engine *gpu_test_engine_open(engine_device dev, const model *m, const engine_config *cfg, char *err,
+                                           size_t errlen)
+{
+    static long cap = -1;
+    if (cap < 0) {
+        const char *s = getenv("INFERD_TEST_KV_MB");
+        cap = s ? atol(s) : 0;
+    }
+    engine_config c = *cfg;
+    if (cap > 0 && !c.kv_cache_mb && !c.kv_per_row) c.kv_cache_mb = (size_t)cap;
+    return engine_open(dev, m, &c, err, errlen);
+}
+#define engine_open gpu_test_engine_open
 
 static inline uint64_t gpu_test_rng(uint64_t *s)
 {

@@ -687,12 +687,16 @@ static int residual_add_split(gpu_engine *g, matmul_op *op, int T, char *err, si
     const matvec_norm nm = norm_out ? norm_args(g, op->norm_p, op->norm_w) : (matvec_norm){0};
     op->norm = NORM_NONE;
     /* One token on the plain one-row kernel (matmul: the matvec path, not dp4a, no remainder
-     * pass, one output): it pushes its sums into the peers' LL lines itself where the sum takes
-     * them, and the sum only waits (gpu_shared.h matvec_ll_push) */
+     * pass, one output, not the wide layout): it pushes its sums into the peers' LL lines itself
+     * where the sum takes them, and the sum only waits (gpu_shared.h matvec_ll_push).  Two H200s,
+     * 8B shape: B=1 +2.0 %.  The wide rows keep matvec_wide and the sum's own push: the 70B
+     * class's O and down (8,192 rows) on matvec_q4_k_1 / matvec_q6_k_1 with the push lost 5.5 %
+     * at B=1 (docs/benchmarks.md "The one-row residual products push their own sums") */
     const size_t count = (size_t)T * g->d_embd;
     const gpu_matrix *w = op->out[0].w;
     const bool pushed = T == 1 && op->n_out == 1 && !op->x_lo && path_for(g, w, 1) == PATH_MATVEC &&
-                        !use_dp4a(g, op, w) && gpu_tp_ll_push(g, count, &op->push);
+                        !use_dp4a(g, op, w) && !matvec_wide_split(g, w->wtype, w->n, w->k) &&
+                        gpu_tp_ll_push(g, count, &op->push);
     if (matmul(g, op, err, errlen)) return -1;
     return gpu_tp_residual_add(g, count, norm_out ? &nm : NULL, pushed, op->what, err, errlen);
 }

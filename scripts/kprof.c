@@ -5,8 +5,9 @@
  *
  * A CUDA injection library: CUDA_INJECTION64_PATH=kprof.so KPROF_OUT=file PROGRAM ...  The
  * driver calls InitializeInjection when the process first initialises CUDA; each kernel's record
- * is written as "device start_ns end_ns name" (one line) when CUPTI hands its buffer back
- * (every 100 ms, and at exit).  Build: gcc -O2 -shared -fPIC -I$CUDA/include kprof.c
+ * is written as "device start_ns end_ns gx.gy.gz/threads name" (one line: the grid and the
+ * block's threads tell a product's waves) when CUPTI hands its buffer back (every 100 ms, and at
+ * exit).  Build: gcc -O2 -shared -fPIC -I$CUDA/include kprof.c
  * -L$CUDA/lib -lcupti -Wl,-rpath,'$ORIGIN' -o kprof.so */
 #include <cupti.h>
 #include <pthread.h>
@@ -33,7 +34,8 @@ static void CUPTIAPI kprof_buffer_completed(CUcontext ctx, uint32_t stream, uint
     while (kprof_out && cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
-        fprintf(kprof_out, "%u %llu %llu %s\n", k->deviceId, (unsigned long long)k->start, (unsigned long long)k->end,
+        fprintf(kprof_out, "%u %llu %llu %d.%d.%d/%d %s\n", k->deviceId, (unsigned long long)k->start,
+                (unsigned long long)k->end, k->gridX, k->gridY, k->gridZ, k->blockX * k->blockY * k->blockZ,
                 k->name ? k->name : "?");
     }
     size_t dropped = 0;

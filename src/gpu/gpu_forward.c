@@ -106,6 +106,9 @@ typedef struct matmul_op {
     CUdeviceptr norm_w;
     CUdeviceptr res_gate; /* NORM_OUT: y += sigmoid(logit[0]) * W x (matvec_args.res_gate); 0: ungated */
     int glu_gelu; /* a fused GLU's activation: GeGLU (matvec_args.glu_gelu) */
+    /* tensor parallelism's one-row residual product: its sums pushed into the peers' LL lines
+     * (matvec_ll_push; residual_add_split sets it only where the plain one-row kernel runs) */
+    matvec_ll_push push;
     const char *what;
 } matmul_op;
 
@@ -200,7 +203,7 @@ static matvec_args matvec_args_for(const matmul_op *op, int first, int n)
 {
     matvec_args a = {.n_seg = n, .k = op->out[first].w->k, .m = op->m, .ldx = op->ldx,
                      .accumulate = op->accumulate, .row_bytes = op->out[first].w->row_bytes,
-                     .x = F16(op->x), .glu_gelu = op->glu_gelu};
+                     .x = F16(op->x), .glu_gelu = op->glu_gelu, .push = op->push};
     for (int i = 0; i < n; i++) {
         const matmul_out *o = &op->out[first + i];
         a.seg[i] = (matvec_seg){.w = (const uint8_t *)(uintptr_t)o->w->d, .y = F32(o->y),
@@ -501,7 +504,9 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             if (op->norm) a.norm = norm_args(g, op->norm_p, op->norm_w); /* never with q8 (gpu_norms_carried) */
             a.res_gate = op->res_gate ? F32(op->res_gate) : NULL;
             /* (the plain one-row product only: the norms' and QKV epilogues want their 8 rows a block) */
-            const int wide = v == 0 && !g->det && !lo_fused && !q8 && !op->norm && !op->post ? matvec_wide_split(g, t, rows, a.k) : 0;
+            const int wide = v == 0 && !g->det && !lo_fused && !q8 && !op->norm && !op->post && !op->push.epoch
+                                 ? matvec_wide_split(g, t, rows, a.k)
+                                 : 0;
             if (op->post) { /* m == 1: the matvec path (path_for) */
                 matvec_rope_args r = {.mv = a, .post = *op->post, .role0 = MATVEC_Q + i};
                 const gpu_fn *fn = q8 ? &g->k.matvec_rope_dp4a[t] : op->norm ? &g->k.matvec_rope_norm[t] : &g->k.matvec_rope[t];
@@ -681,8 +686,19 @@ static int residual_add_split(gpu_engine *g, matmul_op *op, int T, char *err, si
     const bool norm_out = op->norm == NORM_OUT;
     const matvec_norm nm = norm_out ? norm_args(g, op->norm_p, op->norm_w) : (matvec_norm){0};
     op->norm = NORM_NONE;
+    /* One token on the plain one-row kernel (matmul: the matvec path, not dp4a, no remainder
+     * pass, one output, not the wide layout): it pushes its sums into the peers' LL lines itself
+     * where the sum takes them, and the sum only waits (gpu_shared.h matvec_ll_push).  Two H200s,
+     * 8B shape: B=1 +2.0 %.  The wide rows keep matvec_wide and the sum's own push: the 70B
+     * class's O and down (8,192 rows) on matvec_q4_k_1 / matvec_q6_k_1 with the push lost 5.5 %
+     * at B=1 (docs/benchmarks.md "The one-row residual products push their own sums") */
+    const size_t count = (size_t)T * g->d_embd;
+    const gpu_matrix *w = op->out[0].w;
+    const bool pushed = T == 1 && op->n_out == 1 && !op->x_lo && path_for(g, w, 1) == PATH_MATVEC &&
+                        !use_dp4a(g, op, w) && !matvec_wide_split(g, w->wtype, w->n, w->k) &&
+                        gpu_tp_ll_push(g, count, &op->push);
     if (matmul(g, op, err, errlen)) return -1;
-    return gpu_tp_residual_add(g, (size_t)T * g->d_embd, norm_out ? &nm : NULL, op->what, err, errlen);
+    return gpu_tp_residual_add(g, count, norm_out ? &nm : NULL, pushed, op->what, err, errlen);
 }
 
 /* The end of a residual block, whose one-output matmul op reads the block's FP16 result:

@@ -359,9 +359,13 @@ typedef enum {
 /* x += the ranks' partial products in tp_part (count floats: rows of n_embd), summed in rank
  * order: the one-shot exchange where it is set up and count fits, else an NCCL all-reduce and
  * the add; with norm (one row, a carried norm: gpu_shared.h matvec_norm), the next norm's input
- * and partials too, as the residual product of one GPU writes them.  Launches only. */
-int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, const char *what, char *err,
-                        size_t errlen);
+ * and partials too, as the residual product of one GPU writes them; pushed: the product before
+ * pushed this rank's LL words (gpu_tp_ll_push said yes for count).  Launches only. */
+int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, bool pushed, const char *what,
+                        char *err, size_t errlen);
+/* Whether a sum of count floats takes the LL lines (then *p is the product's push of its rows
+ * into them, gpu_shared.h matvec_ll_push, and the sum is called with pushed) */
+bool gpu_tp_ll_push(const gpu_engine *g, size_t count, matvec_ll_push *p);
 /* After a vocabulary-split LM head's product: rank r > 0 signals that its logits are in rank 0's,
  * rank 0 waits for every rank's signal (kernels/allreduce.cuh tp_gather).  Launches only. */
 int gpu_tp_gather(gpu_engine *g, const char *what, char *err, size_t errlen);

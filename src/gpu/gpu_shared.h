@@ -180,6 +180,20 @@ typedef struct matvec_seg {
     int n, ldy;
 } matvec_seg;
 
+#define GPU_AR_MAX_RANKS 8 /* == TP_MAX_GPUS (gpu_ar_args below) */
+/* matvec_<type>_1 under tensor parallelism, one token, one segment (gpu_forward.c
+ * residual_add_split): each row's sum, besides y, pushed as the LL word {sum, epoch} into every
+ * other rank's LL lines of this rank (gpu_ar_args' layout), at the epoch and parity the tp_add
+ * launch after it takes (its LL counter + 1).  That launch then pushes nothing and only waits
+ * (gpu_ar_args.pushed): the words cross NVLink while the product's last blocks run, not after
+ * the sum's launch has started and read the partials back.  epoch NULL: no push. */
+typedef struct matvec_ll_push {
+    float *xbuf[GPU_AR_MAX_RANKS];   /* rank s's exchange buffer (gpu_ar_args.xbuf) */
+    const uint32_t *epoch;           /* this rank's first LL counter (gpu_ar_args.epoch + GPU_AR_BLOCKS) */
+    unsigned long long cap, ll_cap;  /* gpu_ar_args' */
+    int rank, n_ranks;
+} matvec_ll_push;
+
 typedef struct matvec_args {
     matvec_seg seg[MATVEC_MAX_SEG];
     int n_seg;
@@ -224,6 +238,7 @@ typedef struct matvec_args {
     const gpu_half *x_lo;
     int lo_segs;
     /* (the launch then takes MATVEC_LO_ROWS weight rows a warp: matvec.cuh matvec_lo_body) */
+    matvec_ll_push push; /* matvec_<type>_1 only (one row, one segment): above */
 } matvec_args;
 
 /* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for
@@ -598,7 +613,6 @@ typedef struct gpu_sample_out {
  * GPU_AR_LL_THREADS, with counters of its own (epoch[GPU_AR_BLOCKS + block]); the parity
  * argument above holds for it as for the flags (a peer's push of epoch e + 1 comes from a
  * launch that starts only after its launch of epoch e ended). */
-#define GPU_AR_MAX_RANKS 8 /* == TP_MAX_GPUS */
 #define GPU_AR_BLOCKS 64
 #define GPU_AR_THREADS 512
 #define GPU_AR_LL_BLOCKS 32
@@ -620,6 +634,7 @@ typedef struct gpu_ar_args {
     int count, rank, n_ranks;              /* count: floats, a multiple of 8 */
     int ll;                                /* 1: this launch takes the LL lines (count <= ll_cap) */
     int ll_max;                            /* the host's: the most floats a sum takes the LL lines for */
+    int pushed;                            /* ll: the product before pushed this rank's words (matvec_ll_push) */
     matvec_norm norm;                      /* one row: the next carried norm (xw NULL: none) */
 } gpu_ar_args;
 

@@ -154,8 +154,25 @@ static int mark_progress(gpu_engine *g, const char *what, char *err, size_t errl
     return 0;
 }
 
-int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, const char *what, char *err,
-                        size_t errlen)
+/* Whether a sum of count floats takes the LL lines: the exchange is set up, count fits a slot
+ * and is within what the start-up's timing chose for them (time_all_reduces: ll_max) */
+static bool ll_chosen(const gpu_ar_args *a, size_t count)
+{
+    return a->n_ranks > 1 && count <= a->cap && count <= (size_t)a->ll_max;
+}
+
+bool gpu_tp_ll_push(const gpu_engine *g, size_t count, matvec_ll_push *p)
+{
+    const gpu_ar_args *a = &g->ar;
+    if (!__atomic_load_n((nccl_comm *)&g->tp_comm, __ATOMIC_ACQUIRE) || !ll_chosen(a, count)) return false;
+    *p = (matvec_ll_push){.epoch = a->epoch + GPU_AR_BLOCKS, .cap = a->cap, .ll_cap = a->ll_cap, .rank = a->rank,
+                          .n_ranks = a->n_ranks};
+    for (int s = 0; s < a->n_ranks; s++) p->xbuf[s] = a->xbuf[s];
+    return true;
+}
+
+int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, bool pushed, const char *what,
+                        char *err, size_t errlen)
 {
     if (!__atomic_load_n((nccl_comm *)&g->tp_comm, __ATOMIC_ACQUIRE)) { /* as gpu_tp_all_reduce says */
         snprintf(err, errlen, "%s: the tensor-parallel communicators were aborted after another GPU failed", what);
@@ -163,7 +180,13 @@ int gpu_tp_residual_add(gpu_engine *g, size_t count, const matvec_norm *norm, co
     }
     gpu_ar_args a = g->ar;
     const bool peer = a.n_ranks > 1 && count <= a.cap;
-    a.ll = peer && count <= (size_t)a.ll_max; /* ll_max: what the start-up's timing chose (time_all_reduces) */
+    a.ll = ll_chosen(&a, count); /* ll_max: what the start-up's timing chose (time_all_reduces) */
+    if (pushed && !a.ll) { /* the product pushed words no one would read, or for a wait that will not come */
+        snprintf(err, errlen, "%s: a product pushed its LL words for a sum of %zu floats that takes no LL lines", what,
+                 count);
+        return -1;
+    }
+    a.pushed = pushed;
     if (!peer) {
         if (gpu_tp_all_reduce(g, g->tp_part, count, what, err, errlen)) return -1;
         a.n_ranks = 1, a.rank = 0; /* tp_part holds the sum */
@@ -873,7 +896,7 @@ static int time_graph(gpu_engine *g, int rows, CUgraphExec *exec, CUevent ev[2],
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "timing the all-reduces");
     g->tp_capturing = true;
     int rc = 0;
-    for (int k = 0; k < n_ar && !rc; k++) rc = gpu_tp_residual_add(g, count, NULL, "timing the all-reduces", err, errlen);
+    for (int k = 0; k < n_ar && !rc; k++) rc = gpu_tp_residual_add(g, count, NULL, false, "timing the all-reduces", err, errlen);
     g->tp_capturing = false;
     CUgraph graph = NULL;
     CUresult e = cu.cuStreamEndCapture(g->stream, &graph);

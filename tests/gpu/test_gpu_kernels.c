@@ -1598,9 +1598,52 @@ static void test_tp_add(void **state)
         for (int i = 8 * j; i < 8 * j + 8; i++) q += (double)x[i] * x[i];
         assert_true(fabs(part[0][j] - q) <= 1e-5 * q);
     }
+    /* one row whose partials the product before pushed (matvec_ll_push): each rank's Q4_K
+     * matvec_q4_k_1 writes its part and its peer's LL words, tp_add (pushed) only waits; three
+     * launches, so both parities and advancing epochs */
+    enum { PKW = 256, PUSHES = 3 };
+    const int wt = gpu_wtype_index(GGML_TYPE_Q4_K);
+    float *deq = malloc((size_t)N * PKW * sizeof *deq), y[2][N];
+    uint16_t xh[PKW];
+    for (int i = 0; i < PKW; i++) xh[i] = quant_f32_to_f16(gpu_test_randf(&seed));
+    CUdeviceptr dwq[2], dxin[2];
+    matvec_args mv[2];
+    for (int r = 0; r < 2; r++) {
+        void *wq = random_matrix(GGML_TYPE_Q4_K, PKW, N, deq, &seed);
+        dwq[r] = upload_to(&rb[r], wq, gpu_row_bytes(GGML_TYPE_Q4_K, PKW) * N);
+        dxin[r] = upload_to(&rb[r], xh, sizeof xh);
+        free(wq);
+        mv[r] = (matvec_args){.n_seg = 1, .k = PKW, .m = 1, .ldx = PKW, .row_bytes = gpu_row_bytes(GGML_TYPE_Q4_K, PKW),
+                              .x = (const gpu_half *)(uintptr_t)dxin[r]};
+        mv[r].seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dwq[r], (float *)(uintptr_t)rb[r].part, NULL, N, N};
+        mv[r].push = (matvec_ll_push){.epoch = (const uint32_t *)(uintptr_t)rb[r].epoch + GPU_AR_BLOCKS, .cap = cap,
+                                      .ll_cap = cap, .rank = r, .n_ranks = 2};
+        for (int q = 0; q < 2; q++) mv[r].push.xbuf[q] = (float *)(uintptr_t)rb[q].xbuf;
+        a[r].norm = (matvec_norm){0};
+        a[r].pushed = 1;
+    }
+    for (int run = 0; run < PUSHES; run++) {
+        for (int r = 0; r < 2; r++) { /* (each rank's product before its sum, in its stream's order) */
+            void *margs[] = {&mv[r]};
+            CHECK(cu.cuCtxSetCurrent(rb[r].ctx));
+            CHECK(cu.cuLaunchKernel(rb[r].k->matvec[wt][0].f, 1, N / 8, 1, 256, 1, 1, 0, rb[r].stream, margs, NULL));
+        }
+        tp_launch_both(rb, a);
+        for (int r = 0; r < 2; r++) download_from(&rb[r], y[r], rb[r].part, sizeof y[r]);
+        for (int i = 0; i < N; i++) x[i] = x[i] + (y[0][i] + y[1][i]);
+        for (int r = 0; r < 2; r++) {
+            download_from(&rb[r], got, rb[r].x, N * sizeof *got);
+            assert_memory_equal(got, x, N * sizeof *got);
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        CHECK(cu.cuCtxSetCurrent(rb[r].ctx));
+        cu.cuMemFree(dwq[r]), cu.cuMemFree(dxin[r]);
+    }
+    free(deq);
     print_message("  tp_add: one rank; two ranks on GPUs 0 and 1: sums bit-identical to the host's and to each other "
                   "over %d launches (flags and LL lines in turn), the carried norm's input and partials alike on "
-                  "both\n", RUNS + 1);
+                  "both; %d one-row sums of matvec_q4_k_1's pushed words likewise\n", RUNS + 1, PUSHES);
     for (int r = 0; r < 2; r++) {
         CHECK(cu.cuCtxSetCurrent(rb[r].ctx));
         CUdeviceptr bufs[] = {rb[r].x, rb[r].part, rb[r].xbuf, rb[r].flags, rb[r].epoch, rb[r].xw, rb[r].npart,

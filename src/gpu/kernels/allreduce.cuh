@@ -56,7 +56,7 @@ __device__ __forceinline__ uint4 ar_ll_load(const uint4 *p)
 // after the flags' slots in dst's exchange buffer (two lines a float4)
 __device__ __forceinline__ uint4 *ar_ll_lines(const gpu_ar_args &a, int dst, int par, int src)
 {
-    return (uint4 *)(a.xbuf[dst] + 2ull * a.n_ranks * a.cap) + ((size_t)par * a.n_ranks + src) * (a.ll_cap / 2);
+    return ll_lines_at(a.xbuf[dst], a.n_ranks, a.cap, a.ll_cap, par, src);
 }
 
 // How long a block waits for a peer before it traps: a peer that never comes (its rank failed,
@@ -124,6 +124,7 @@ extern "C" __global__ void __launch_bounds__(GPU_AR_THREADS) tp_add(gpu_ar_args 
         for (int s = 0; s < a.n_ranks; s++) {
             if (s == a.rank) continue;
             if (ll) {
+                if (a.pushed) continue; // the product before stored these words (matvec_ll_push)
                 uint4 *dst = ar_ll_lines(a, s, par, a.rank);
                 for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
                     const float4 v = part[i];

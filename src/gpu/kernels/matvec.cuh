@@ -336,6 +336,28 @@ __device__ __forceinline__ void matvec_lo_body(const matvec_args &a)
     }
 }
 
+// Rank dst's LL lines that rank src pushes into at parity par: [2][n_ranks][ll_cap / 2] 16-byte
+// lines after the slots in dst's exchange buffer xbuf (gpu_shared.h gpu_ar_args), two lines a
+// float4, so float f of a push is 8-byte word f, {f's bits, epoch}.  tp_add's and ll_push's.
+__device__ __forceinline__ uint4 *ll_lines_at(float *xbuf, int n_ranks, unsigned long long cap,
+                                              unsigned long long ll_cap, int par, int src)
+{
+    return (uint4 *)(xbuf + 2ull * n_ranks * cap) + ((size_t)par * n_ranks + src) * (ll_cap / 2);
+}
+
+// matvec_ll_push: feature n's sum v as the LL word {v, e} in every other rank's lines of this
+// rank, e the epoch the tp_add launch after this product takes (its counter + 1; every LL
+// block's counter is the same), in one 8-byte store (a reader sees the word whole or not at all)
+__device__ __forceinline__ void ll_push(const matvec_ll_push &p, int n, float v)
+{
+    const uint32_t e = *p.epoch + 1;
+    for (int s = 0; s < p.n_ranks; s++) {
+        if (s == p.rank) continue;
+        uint2 *w = (uint2 *)ll_lines_at(p.xbuf[s], p.n_ranks, p.cap, p.ll_cap, e & 1, p.rank) + n;
+        asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(w), "r"(__float_as_uint(v)), "r"(e) : "memory");
+    }
+}
+
 // One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
 // fastest, so blocks that share weight rows run together and re-read them from L2.  ROPE: the
 // QKV product of one token with qkv_post in its epilogue (matvec_rope_<suffix>; rp its args).
@@ -396,6 +418,8 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
         float v = acc[0][i] + (sg.bias ? sg.bias[n] : 0.0f);
         float *dst = sg.y + (size_t)(m0 + i) * sg.ldy + n;
         *dst = a.accumulate ? *dst + v : v;
+        if constexpr (MT == 1 && !ROPE && !Q8 && NORM == NORM_NONE)
+            if (a.push.epoch) ll_push(a.push, n, v); // (one row, one segment, no accumulate: the host's)
     }
 }
 

@@ -305,7 +305,15 @@ int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned
         snprintf(err, errlen, "%s: no decode attention kernel for head_dim %d", what, hd);
         return -1;
     }
-    return gpu_launch_smem(fn,
+    /* With a->old_kv the kernel streams its first tiles before waiting for the grid ahead, so
+     * it launches with PDL even while a decode graph is captured (pdl_on off: PDL on every
+     * kernel slowed those graphs, gpu_kernels.h): its blocks take the SMs that the QKV
+     * product's last wave leaves and load K/V while it ends.  Only where a block takes over
+     * half a multiprocessor's shared memory (head_dim >= 128: 128 KiB or more of 228), so the
+     * early blocks cannot pile up two or three on the first SMs to drain. */
+    gpu_fn early = *fn;
+    if (a->old_kv && gpu_attn_decode_smem(hd) > (114u << 10)) early.pdl = &k->pdl;
+    return gpu_launch_smem(&early,
                            (gpu_launch_dims){n, (unsigned)a->n_kv, (unsigned)a->n_split, (unsigned)gpu_attn_dec_warps(hd) * 32},
                            gpu_attn_decode_smem(hd), stream, args, what, err, errlen);
 }

@@ -5,9 +5,9 @@
  * device's SM count; at head_dim 256 the fused merge and gpu_attn_dec_batch_split by B, "det":
  * the batch split of --deterministic; below 256 attn_decode_combine) and in other warp and ring
  * shapes (with the rule over the blocks a multiprocessor holds of them); "early": launched with
- * PDL and attn_args.old_kv, as the engine's decode steps launch it, so that its first tiles load
- * under the end of the kernel ahead (here the last pass's combine, or at head_dim 256 its
- * attn_decode).  Each is timed over a
+ * PDL and attn_args.old_kv (at any B here; the engine so launches its one-wave grids: B=1), so
+ * that its first tiles load under the end of the kernel ahead (here the last pass's combine, or
+ * at head_dim 256 its attn_decode).  Each is timed over a
  * CUDA graph of 30 launches that walk over enough layers (>= 256 MB of K/V) that the L2 cache
  * holds none of them from the last pass; the table gives us per layer, the effective K/V read
  * rate (bytes of K and V of the layer / time) and the largest difference from the old kernel's
@@ -29,7 +29,7 @@ typedef struct dec_variant {
     const char *label, *name; /* column, kernel */
     int warps, stages;
     bool det;   /* the batch split of --deterministic */
-    bool early; /* PDL and old_kv (gpu_launch_decode's launch in the engine's decode steps) */
+    bool early; /* PDL and old_kv (gpu_launch_decode's launch of a one-wave grid) */
     CUfunction f;
 } dec_variant;
 
@@ -206,8 +206,8 @@ int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, int 
     static dec_variant v128[] = {
         {"engine", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, false, false, NULL},
         {"engine, early", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, false, true, NULL},
-        {"S-1 ahead", "attn_decode_hd128_w4s2_s", 4, 2, false, false, NULL},
-        {"S-1, early", "attn_decode_hd128_w4s2_s", 4, 2, false, true, NULL},
+        {"whole ring", "attn_decode_hd128_w4s2_f", 4, 2, false, false, NULL},
+        {"ring, early", "attn_decode_hd128_w4s2_f", 4, 2, false, true, NULL},
         {"w4s3, early", "attn_decode_hd128_w4s3", 4, 3, false, true, NULL},
         {"w8s1, early", "attn_decode_hd128_w8s1", 8, 1, false, true, NULL},
     };

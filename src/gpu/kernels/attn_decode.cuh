@@ -358,9 +358,9 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
 }
 
 // The engine's variants (gpu_shared.h): 4 warps, 2 tiles deep each (128 KiB of shared memory)
-// up to head_dim 128, the whole ring in flight (FULL: with a.old_kv a 4,096-key split of the
-// 8B shape is all issued before the wait); at 256 4 warps of one tile each (128 KiB + 16 KiB
-// of query fragments).  (The body waits for the grid ahead: pdl_wait there.)
+// up to head_dim 128, one tile ahead (the whole ring ahead, FULL, measured no faster with
+// a.old_kv and up to 3 us a layer slower without: docs/benchmarks.md); at 256 4 warps of one tile
+// each (128 KiB + 16 KiB of query fragments).  (The body waits for the grid ahead: pdl_wait.)
 #define AD_W GPU_ATT_DEC_WARPS
 #define AD_S GPU_ATT_DEC_STAGES
 static_assert(AD_SMEM(128, AD_W, AD_S) == gpu_attn_decode_smem(128), "the host sizes the rings alike");
@@ -368,24 +368,24 @@ static_assert(AD_SMEM(256, gpu_attn_dec_warps(256), gpu_attn_dec_stages(256)) ==
               "the host sizes the rings alike");
 extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd64(attn_args a)
 {
-    attn_decode_body<64, AD_W, AD_S, true>(a);
+    attn_decode_body<64, AD_W, AD_S, false>(a);
 }
 extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd128(attn_args a)
 {
-    attn_decode_body<128, AD_W, AD_S, true>(a);
+    attn_decode_body<128, AD_W, AD_S, false>(a);
 }
 extern "C" __global__ void __launch_bounds__(gpu_attn_dec_warps(256) * 32) attn_decode_hd256(attn_args a)
 {
     attn_decode_body<256, gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), true>(a);
 }
 
-// Other shapes for gpu_attnbench's sweep (looked up by name there only); _s: main's S - 1 ahead.
+// Other shapes for gpu_attnbench's sweep (looked up by name there only); _f: the whole ring ahead.
 #define AD_VARIANT(HD, W, S, FULL, TAIL)                                                                        \
     extern "C" __global__ void __launch_bounds__(W * 32) attn_decode_hd##HD##_w##W##s##S##TAIL(attn_args a) \
     {                                                                                                           \
         attn_decode_body<HD, W, S, FULL>(a);                                                                    \
     }
-AD_VARIANT(128, 4, 2, false, _s)
+AD_VARIANT(128, 4, 2, true, _f)
 AD_VARIANT(128, 4, 3, true, )
 AD_VARIANT(128, 8, 1, true, )
 AD_VARIANT(256, 2, 2, true, )

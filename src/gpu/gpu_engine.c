@@ -867,7 +867,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
     }
     int t = 0, r = 0, nb = 0, nm = 0;
     p->n_lidx = 0;
-    p->attn = (gpu_attn_plan){.n_split = 1, .n_split_part = 1, .dec_listed = true, .n_ssm = n};
+    p->attn = (gpu_attn_plan){.n_split = 1, .n_split_part = 1, .dec_listed = true, .old_kv = !g->bidir, .n_ssm = n};
     for (int i = 0; i < n; i++) {
         const engine_seq *s = &seqs[i];
         if (t + s->n_tokens > g->cap_tokens) {
@@ -896,6 +896,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
                 p->attn.n_tiles++;
             }
         } else {
+            if (s->n_tokens > 1) p->attn.old_kv = false; /* its later tokens see keys of this step */
             for (int j = 0; j < s->n_tokens; j++) {
                 dtok[p->attn.n_dec++] = t + j;
                 const int kp = g->bidir ? s->pos + s->n_tokens - 1 : s->pos + j; /* its kpos */
@@ -970,7 +971,7 @@ static int pack_step(gpu_engine *g, const engine_seq *seqs, int n, step_plan *p,
         p->short_ctx = g->att_dec_any && p->attn.n_split == 1 && p->attn.n_split_part == 1;
         p->attn = (gpu_attn_plan){.n_dec = B, .n_split = p->short_ctx ? 1 : g->att_splits,
                                   .n_split_part = p->short_ctx ? 1 : g->att_splits_part, .dec_listed = false,
-                                  .n_ssm = B};
+                                  .old_kv = !g->bidir, .n_ssm = B};
     }
     p->copy_bytes = nm ? g->in.mask + (size_t)nm * g->mask_words * sizeof(uint32_t)
                        : g->in.bias + (size_t)nb * sizeof(gpu_bias);
@@ -1020,7 +1021,7 @@ static int decode_graph(gpu_engine *g, int b, bool short_ctx, char *err, size_t 
     /* every token is a decode token: all of them through split-K in packed order, with no
      * token list and no flash tiles (the graph holds no step-dependent counts) */
     gpu_attn_plan ap = {.n_dec = B, .n_split = split, .n_split_part = short_ctx ? 1 : g->att_splits_part,
-                        .dec_listed = false, .n_ssm = B};
+                        .dec_listed = false, .old_kv = !g->bidir, .n_ssm = B};
     CUgraph graph = NULL;
     CU_CHECK(cu.cuStreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the decode graph");
     g->tp_capturing = true;

@@ -638,7 +638,8 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         .layer = 0, .n_head = nh, .n_kv = L->n_kv, .table_width = g->table_width,
         .hd = hd, .gb = gb, .n_split = n_split, .window = window,
         .scale = scale, .part_o = F32(g->part_o), .part_ml = F32(g->part_ml),
-        .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .out = F16(g->act_h), .sinks = sinks,
+        .tok_list = list ? I32(list) : NULL, .max_split = g->att_max_split, .old_kv = ap->old_kv,
+        .out = F16(g->act_h), .sinks = sinks,
     };
     unsigned n = (unsigned)ap->n_dec;
     if (L->att_dec) { /* tensor cores, one block per KV head and split (kernels/attn_decode.cuh) */

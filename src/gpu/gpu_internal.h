@@ -154,6 +154,9 @@ typedef struct gpu_inputs {
 typedef struct gpu_attn_plan {
     int n_tiles, n_dec, n_split, n_split_part;
     bool dec_listed;
+    /* every decode token is its sequence's only token of the step and sees keys up to its own
+     * position: its other keys' K/V come from earlier steps (attn_args.old_kv) */
+    bool old_kv;
     int n_ssm; /* sequences listed at in.sseq for the linear (gated DeltaNet) layers */
     /* their chunks of GPU_SSM_CHUNK tokens listed at in.schunk: the chunked delta rule (a
      * prompt step); 0: token by token (the decode graphs) */

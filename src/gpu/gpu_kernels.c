@@ -160,6 +160,7 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     CU_CHECK(cu.cuCtxGetDevice(&dev), "loading the kernels");
     CU_CHECK(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "loading the kernels");
     k->pdl = k->pdl_on = major >= 9;
+    CU_CHECK(cu.cuDeviceGetAttribute(&k->n_sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "loading the kernels");
     for (size_t i = 0; i < sizeof matvec_rows / sizeof matvec_rows[0]; i++) {
         const format_row *r = &matvec_rows[i];
         int v = variant_of(r, 1, GPU_MATVEC_VARIANTS, err, errlen);
@@ -305,8 +306,19 @@ int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned
         snprintf(err, errlen, "%s: no decode attention kernel for head_dim %d", what, hd);
         return -1;
     }
-    return gpu_launch_smem(fn,
-                           (gpu_launch_dims){n, (unsigned)a->n_kv, (unsigned)a->n_split, (unsigned)gpu_attn_dec_warps(hd) * 32},
+    /* With a->old_kv the kernel issues its first tiles before waiting for the grid ahead, so it
+     * launches with PDL even while a decode graph is captured (pdl_on off: PDL on every kernel
+     * slowed those graphs, gpu_kernels.h): its blocks take the SMs that the QKV product's last
+     * wave leaves and load K/V while it ends.  Only where the whole grid is one wave of one
+     * block a multiprocessor (a block over half of its 228 KiB of shared memory: head_dim >=
+     * 128), the batch-1 grids: then no early block can pile up on the first SMs to drain nor
+     * hold back a block queued behind it.  (The 8B shape's B=8 step lost 2.4 % with the early
+     * launch of its 1,024 blocks and the whole ring ahead together: docs/benchmarks.md.) */
+    const gpu_launch_dims d = {n, (unsigned)a->n_kv, (unsigned)a->n_split, (unsigned)gpu_attn_dec_warps(hd) * 32};
+    gpu_fn early = *fn;
+    if (a->old_kv && gpu_attn_decode_smem(hd) > (114u << 10) && (long)n * a->n_kv * a->n_split <= k->n_sm)
+        early.pdl = &k->pdl;
+    return gpu_launch_smem(&early, d,
                            gpu_attn_decode_smem(hd), stream, args, what, err, errlen);
 }
 

@@ -53,6 +53,7 @@ typedef struct gpu_kernels {
      * (8B 3.29 ms against 3.08, the 1B shape 0.87 against 0.81: docs/benchmarks.md), whose
      * launches the graph already chains. */
     bool pdl, pdl_on;
+    int n_sm; /* the device's multiprocessors (gpu_launch_decode: a grid that fits one wave) */
     gpu_fn matvec[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn glu[GPU_N_WTYPES][GPU_MATVEC_VARIANTS];
     gpu_fn matvec_rope[GPU_N_WTYPES]; /* one-row QKV with qkv_post fused (matvec_rope_args) */

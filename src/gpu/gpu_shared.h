@@ -359,6 +359,13 @@ typedef struct attn_args {
      * FP16 output, [t][n_head][hd], written by attn_decode_combine or, for a token of one
      * split, by attn_decode itself.  Its partials are indexed by grid x, not by t. */
     int max_split;
+    /* attn_decode (head_dim 64-256) only: nonzero when every token's keys before its own
+     * position were written by earlier steps (one decode token per sequence, causal), so that
+     * only its own key's tile depends on the grid ahead (the QKV product or qkv_post, which
+     * writes it and the query): the kernel then streams its first K/V tiles before waiting for
+     * that grid (kernels/common.cuh: pdl_wait), and gpu_launch_decode launches it with PDL
+     * even inside a decode graph.  0: it waits first, as every kernel does. */
+    int old_kv;
     /* head_dim 256 only: the split count every token of the grid takes when all see long
      * contexts, fewer than max_split when the batch alone fills the GPU
      * (gpu_attn_dec_batch_split; = max_split under --deterministic); a token's own count is

@@ -4,7 +4,10 @@
  * the old path) against attn_decode with the engine's split rule (gpu_attn_dec_split_for from the
  * device's SM count; at head_dim 256 the fused merge and gpu_attn_dec_batch_split by B, "det":
  * the batch split of --deterministic; below 256 attn_decode_combine) and in other warp and ring
- * shapes (with the rule over the blocks a multiprocessor holds of them).  Each is timed over a
+ * shapes (with the rule over the blocks a multiprocessor holds of them); "early": launched with
+ * PDL and attn_args.old_kv (at any B here; the engine so launches its one-wave grids: B=1), so
+ * that its first tiles load under the end of the kernel ahead (here the last pass's combine, or
+ * at head_dim 256 its attn_decode).  Each is timed over a
  * CUDA graph of 30 launches that walk over enough layers (>= 256 MB of K/V) that the L2 cache
  * holds none of them from the last pass; the table gives us per layer, the effective K/V read
  * rate (bytes of K and V of the layer / time) and the largest difference from the old kernel's
@@ -25,7 +28,8 @@ int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, int 
 typedef struct dec_variant {
     const char *label, *name; /* column, kernel */
     int warps, stages;
-    bool det; /* the batch split of --deterministic */
+    bool det;   /* the batch split of --deterministic */
+    bool early; /* PDL and old_kv (gpu_launch_decode's launch of a one-wave grid) */
     CUfunction f;
 } dec_variant;
 
@@ -81,7 +85,8 @@ static int dec_launch(dec_bench *b, const dec_variant *v, int layer, char *err, 
     a.batch_split = gpu_attn_dec_batch_split(slots, b->n_kv, b->B, a.max_split, v->det);
     a.n_split = gpu_attn_max_splits_for(b->ctx, a.max_split);
     a.counts = hd >= 256 ? (unsigned *)(uintptr_t)b->counts : NULL;
-    gpu_fn fn = {v->f, v->name, NULL}; /* a variant of its own module: no PDL */
+    a.old_kv = v->early;
+    gpu_fn fn = {v->f, v->name, v->early ? &b->k->pdl : NULL}; /* (looked up by name: PDL only if early) */
     if (gpu_launch_smem(&fn, (gpu_launch_dims){b->B, b->n_kv, a.n_split, v->warps * 32}, variant_smem(v, hd), b->stream,
                         args, "attnbench", err, errlen))
         return -1;
@@ -199,15 +204,19 @@ static void dec_free(dec_bench *b)
 int attnbench_decode(gpu_kernels *k, CUstream stream, int n_head, int n_kv, int hd, char *err, size_t errlen)
 {
     static dec_variant v128[] = {
-        {"engine", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, false, NULL},
-        {"w4s1", "attn_decode_hd128_w4s1", 4, 1, false, NULL},
-        {"w2s2", "attn_decode_hd128_w2s2", 2, 2, false, NULL},
+        {"engine", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, false, false, NULL},
+        {"engine, early", "attn_decode_hd128", GPU_ATT_DEC_WARPS, GPU_ATT_DEC_STAGES, false, true, NULL},
+        {"whole ring", "attn_decode_hd128_w4s2_f", 4, 2, false, false, NULL},
+        {"ring, early", "attn_decode_hd128_w4s2_f", 4, 2, false, true, NULL},
+        {"w4s3, early", "attn_decode_hd128_w4s3", 4, 3, false, true, NULL},
+        {"w8s1, early", "attn_decode_hd128_w8s1", 8, 1, false, true, NULL},
     };
     static dec_variant v256[] = {
-        {"engine", "attn_decode_hd256", gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), false, NULL},
-        {"engine, det", "attn_decode_hd256", gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), true, NULL},
-        {"w2s2", "attn_decode_hd256_w2s2", 2, 2, false, NULL},
-        {"w3s2", "attn_decode_hd256_w3s2", 3, 2, false, NULL},
+        {"engine", "attn_decode_hd256", gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), false, false, NULL},
+        {"engine, det", "attn_decode_hd256", gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), true, false, NULL},
+        {"engine, early", "attn_decode_hd256", gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), false, true, NULL},
+        {"w2s2", "attn_decode_hd256_w2s2", 2, 2, false, false, NULL},
+        {"w3s2", "attn_decode_hd256_w3s2", 3, 2, false, false, NULL},
     };
     dec_variant *vs = hd == 256 ? v256 : v128;
     const int nv = hd == 256 ? (int)(sizeof v256 / sizeof v256[0]) : (int)(sizeof v128 / sizeof v128[0]);

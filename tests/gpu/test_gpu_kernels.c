@@ -1998,7 +1998,9 @@ static void test_attention(void **state)
  * attn_decode_combine merges the splits; at 256 and for the latent rows the last split of a
  * token merges the others when the launch has counters (which must all be back at 0 after each
  * launch), the combine when not.  Each against the float64 reference, and the list's output
- * bit-identical to the plain one (a token's result does not depend on its place in the grid).
+ * bit-identical to the plain one (a token's result does not depend on its place in the grid);
+ * the list's run also with old_kv (its older keys' tiles issued before the grid-dependence wait,
+ * launched with PDL), which changes when the loads go out, not the bits.
  * label: the printed kernel and shape. */
 static void decode_check(int hd, int n_head, int n_kv, const char *label)
 {
@@ -2017,7 +2019,7 @@ static void decode_check(int hd, int n_head, int n_kv, const char *label)
             const bool listed = run == 1, sink = run == 2, fused = run != 3 && hd >= 256;
             CUdeviceptr dout = poisoned_half(f.nq);
             attn_args a = att_fixture_args(&f, listed);
-            a.n_split = ns, a.max_split = max_splits[mi], a.batch_split = batch_splits[mi];
+            a.n_split = ns, a.max_split = max_splits[mi], a.batch_split = batch_splits[mi], a.old_kv = listed;
             a.out = (gpu_half *)(uintptr_t)dout, a.counts = fused ? (unsigned *)(uintptr_t)dcnt : NULL;
             a.sinks = sink ? (const float *)(uintptr_t)f.dsinks : NULL;
             a.part_o = (float *)(uintptr_t)po, a.part_ml = (float *)(uintptr_t)pml;

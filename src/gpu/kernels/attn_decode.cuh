@@ -170,11 +170,19 @@ __device__ __forceinline__ void ad_query_to_smem(const attn_args &a, int t, int 
 // WIDE (head_dim 256): the query's fragments in shared memory, the splits merged in the kernel
 // (when a.counts), and a token's splits from gpu_attn_dec_token_split; otherwise the statements
 // main had (any change there measured slower: docs/benchmarks.md).
-template <int HD, int W, int S>
+// FULL: the ring's S tiles all in flight before the query loads, each later tile issued into
+// the slot its predecessor frees (after that tile's products); otherwise S - 1 ahead, the next
+// issued before each tile's products (main's loop).  WIDE is always FULL.
+// The grid-dependence wait (pdl_wait) is here, not at the kernel's entry: with a.old_kv the
+// first tiles of keys before the token's own (K/V of earlier steps, and the inputs: positions,
+// tables) are issued before it, so their loads run under the end of the grid ahead (the QKV
+// product, which writes the query and the token's own key: those are read after the wait).
+template <int HD, int W, int S, bool FULL>
 __device__ __forceinline__ void attn_decode_body(const attn_args &a)
 {
     constexpr int KSTEPS = HD / 16, DTILES = HD / 8;
     constexpr bool WIDE = AD_Q_SMEM(HD) > 0;
+    static_assert(FULL || !WIDE, "head_dim 256 keeps its whole ring in flight");
     typedef uint4 q_frags[KSTEPS][2][32]; // [ks][hi, lo][lane]
     static_assert(!WIDE || sizeof(q_frags) == AD_Q_SMEM(HD), "the host sizes the query's room alike");
     static_assert(W * S * sizeof(ad_tile<HD>) >= W * 16 * HD * sizeof(float), "the merge fits in the rings");
@@ -192,9 +200,9 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
     const int key0 = gpu_attn_key0(a.pos[t], a.window), span = n_keys - key0;
     const int chunk = attn_split_chunk(span, WIDE ? ad_token_split(a, span) : a.max_split);
     const int k_begin = key0 + split * chunk, k_end = min(n_keys, k_begin + chunk);
-    if (k_begin >= n_keys) return; // a split past the token's keys: the combine reads none of it
+    const bool live = k_begin < n_keys; // else a split past the token's keys: the combine reads none of it
     const int32_t *table = a.tables + (size_t)a.seq[t] * a.table_width;
-    const int kt0 = k_begin / AD_KEYS, n_kt = (k_end - k_begin + AD_KEYS - 1) / AD_KEYS;
+    const int kt0 = k_begin / AD_KEYS, n_kt = live ? (k_end - k_begin + AD_KEYS - 1) / AD_KEYS : 0;
     const int n_mine = warp < n_kt ? (n_kt - warp + W - 1) / W : 0;
 
     auto issue = [&](int i) { // the warp's i-th KV block into ring slot i % S
@@ -202,14 +210,27 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         const size_t base = gpu_kv_offset(table[kt], a.n_layer, a.layer, a.n_kv, kvh, 0, HD);
         ad_load<HD>(&ring[i % S], a.kc + base, a.vc + base, min(AD_KEYS, k_end - kt * AD_KEYS), lane);
     };
-    // (WIDE: the ring's S tiles all in flight before the query loads; each later tile goes
-    // into the slot its predecessor frees)
-    constexpr int AHEAD = WIDE ? S : S - 1;
+    // The ring's first AHEAD tiles, one commit group each in tile order: those wholly before
+    // the token's own key's tile (a prefix: a warp's tiles ascend) before the wait when
+    // a.old_kv allows, the rest after it.
+    constexpr int AHEAD = FULL ? S : S - 1;
+    const int kt_own = (n_keys - 1) / AD_KEYS;
+    const auto early = [&](int i) { return a.old_kv && i < n_mine && kt0 + warp + W * i < kt_own; };
 #pragma unroll
-    for (int i = 0; i < AHEAD; i++) {
-        if (i < n_mine) issue(i);
-        cp_async_commit();
-    }
+    for (int i = 0; i < AHEAD; i++)
+        if (early(i)) {
+            issue(i);
+            cp_async_commit();
+        }
+    pdl_wait();
+    pdl_trigger();
+    if (!live) return;
+#pragma unroll
+    for (int i = 0; i < AHEAD; i++)
+        if (!early(i)) {
+            if (i < n_mine) issue(i);
+            cp_async_commit();
+        }
 
     // Rows g and g + 8 of the warp's 16: query heads kvh * group + row (zeros past the group).
     uint32_t qf[WIDE ? 1 : KSTEPS][4], ql[WIDE ? 1 : KSTEPS][4];
@@ -228,7 +249,7 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
     for (int i = 0; i < n_mine; i++) {
-        if constexpr (!WIDE) {
+        if constexpr (!FULL) {
             if (i + S - 1 < n_mine) issue(i + S - 1);
             cp_async_commit();
         }
@@ -261,7 +282,7 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
         fa_softmax_tile<DTILES>(s, m, l, o);
         fa_pv_tile<DTILES>(s, o, v_at);
         __syncwarp(); // every lane is done with slot i % S before it is refilled
-        if constexpr (WIDE) {
+        if constexpr (FULL) {
             if (i + S < n_mine) issue(i + S);
             cp_async_commit();
         }
@@ -337,7 +358,9 @@ __device__ __forceinline__ void attn_decode_body(const attn_args &a)
 }
 
 // The engine's variants (gpu_shared.h): 4 warps, 2 tiles deep each (128 KiB of shared memory)
-// up to head_dim 128; at 256 4 warps of one tile each (128 KiB + 16 KiB of query fragments).
+// up to head_dim 128, one tile ahead (the whole ring ahead, FULL, measured no faster with
+// a.old_kv and up to 3 us a layer slower without: docs/benchmarks.md); at 256 4 warps of one tile
+// each (128 KiB + 16 KiB of query fragments).  (The body waits for the grid ahead: pdl_wait.)
 #define AD_W GPU_ATT_DEC_WARPS
 #define AD_S GPU_ATT_DEC_STAGES
 static_assert(AD_SMEM(128, AD_W, AD_S) == gpu_attn_decode_smem(128), "the host sizes the rings alike");
@@ -345,30 +368,28 @@ static_assert(AD_SMEM(256, gpu_attn_dec_warps(256), gpu_attn_dec_stages(256)) ==
               "the host sizes the rings alike");
 extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd64(attn_args a)
 {
-    pdl_enter();
-    attn_decode_body<64, AD_W, AD_S>(a);
+    attn_decode_body<64, AD_W, AD_S, false>(a);
 }
 extern "C" __global__ void __launch_bounds__(AD_W * 32) attn_decode_hd128(attn_args a)
 {
-    pdl_enter();
-    attn_decode_body<128, AD_W, AD_S>(a);
+    attn_decode_body<128, AD_W, AD_S, false>(a);
 }
 extern "C" __global__ void __launch_bounds__(gpu_attn_dec_warps(256) * 32) attn_decode_hd256(attn_args a)
 {
-    pdl_enter();
-    attn_decode_body<256, gpu_attn_dec_warps(256), gpu_attn_dec_stages(256)>(a);
+    attn_decode_body<256, gpu_attn_dec_warps(256), gpu_attn_dec_stages(256), true>(a);
 }
 
-// Other shapes for gpu_attnbench's sweep (looked up by name there only).
-#define AD_VARIANT(HD, W, S)                                                                              \
-    extern "C" __global__ void __launch_bounds__(W * 32) attn_decode_hd##HD##_w##W##s##S(attn_args a) \
-    { pdl_enter();                                                                                        \
-        attn_decode_body<HD, W, S>(a);                                                                    \
+// Other shapes for gpu_attnbench's sweep (looked up by name there only); _f: the whole ring ahead.
+#define AD_VARIANT(HD, W, S, FULL, TAIL)                                                                        \
+    extern "C" __global__ void __launch_bounds__(W * 32) attn_decode_hd##HD##_w##W##s##S##TAIL(attn_args a) \
+    {                                                                                                           \
+        attn_decode_body<HD, W, S, FULL>(a);                                                                    \
     }
-AD_VARIANT(128, 4, 1)
-AD_VARIANT(128, 2, 2)
-AD_VARIANT(256, 2, 2)
-AD_VARIANT(256, 3, 2)
+AD_VARIANT(128, 4, 2, true, _f)
+AD_VARIANT(128, 4, 3, true, )
+AD_VARIANT(128, 8, 1, true, )
+AD_VARIANT(256, 2, 2, true, )
+AD_VARIANT(256, 3, 2, true, )
 
 // out[t][h] from the token's splits (gpu_attn_splits_for(its span, max_split) of them); a token
 // with one split was written by attn_decode itself.  Grid (tokens, n_head) as attn_combine,

@@ -15,13 +15,27 @@
 // __global__ calls it first, before any early exit: a grid that exits without waiting could
 // finish before the one it follows, and the grid after it would then read unfinished data.
 // Where the launch did not ask for it (older GPUs, cuLaunchKernel) both are no-ops.
-__device__ __forceinline__ void pdl_enter()
+__device__ __forceinline__ void pdl_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void pdl_enter()
+{
+    pdl_wait();
+    pdl_trigger();
+}
+// (Before its pdl_wait a kernel may read what the grids before the one ahead of it wrote: that
+// grid let it launch only once all of its blocks had passed their own wait, i.e. once the grid
+// before it had finished; but nothing the grid ahead writes.  attn_decode streams the K/V of
+// earlier steps so: kernels/attn_decode.cuh; scripts/check-pdl allows for it.)
 
 __device__ __forceinline__ float warp_sum(float v)
 {

@@ -605,11 +605,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         g->moe_chunk = GPU_MOE_MAX_ENTRIES / hp->n_expert_used < T ? GPU_MOE_MAX_ENTRIES / hp->n_expert_used : T;
         g->d_ff_exp = (hp->n_ff_exp + 31) / 32 * 32;
         moe_n = (size_t)g->moe_chunk * hp->n_expert_used;
-        /* the smallest tiles: mmq_narrow's, and moe_gmv's (GPU_MOE_GMV_M) in chunks of at most
-         * GPU_MOE_NARROW_MAX_TOKENS tokens */
-        size_t gmv_n = (size_t)GPU_MOE_NARROW_MAX_TOKENS * hp->n_expert_used, narrow_t = moe_n / MMQN_MAX_M + 1;
-        size_t gmv_t = (gmv_n < moe_n ? gmv_n : moe_n) / GPU_MOE_GMV_M + 1;
-        moe_tiles = (narrow_t > gmv_t ? narrow_t : gmv_t) + (size_t)hp->n_expert;
+        moe_tiles = (moe_n + MMQN_MAX_M - 1) / MMQN_MAX_M + (size_t)hp->n_expert; /* the smallest tiles: mmq_narrow's */
     }
     size_t ple_all = ple ? (size_t)T * hp->n_layer * hp->n_embd_ple : 0;
     g->ple_ld = (hp->n_embd_ple + 31) / 32 * 32;

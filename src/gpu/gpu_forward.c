@@ -785,20 +785,6 @@ static bool shexp_in_experts(const gpu_engine *g, const gpu_layer *L, int T)
            sg->type == ge->type && su->type == ge->type && sg->k == ge->k && sg->row_bytes == ge->row_bytes;
 }
 
-/* Whether a narrow chunk of n tokens (k experts a token of ne) takes moe_gmv for its grouped
- * products: both formats have it, and an active expert expects at most GPU_MOE_GMV_MAX_MEAN
- * of the n k entries -- with uniform choices ne (1 - (1 - k / ne)^n) experts are active
- * (Qwen3-30B-A3B at batch 8: ~51.6 of 128, 1.24 entries each; gpt-oss-20b 21.0 of 32, 1.52;
- * at batch 32 2.29 and 4.06). */
-static bool moe_gmv_serves(const gpu_engine *g, const gpu_matrix *gate, const gpu_matrix *down, int n, int k, int ne)
-{
-    if (gate->wtype < 0 || down->wtype < 0 || !g->k.moe_gmv_glu[gate->wtype].f || !g->k.moe_gmv[down->wtype].f ||
-        gate->k % 32 || down->k % 32)
-        return false;
-    const double active = ne * (1.0 - pow(1.0 - (double)k / ne, n));
-    return n * k <= GPU_MOE_GMV_MAX_MEAN * active;
-}
-
 /* The chosen experts of a chunk of n tokens (rows t0.. of act_h), whose router logits are in
  * moe_logits: each token's k experts and weights are picked (moe_route's choice), then every
  * entry (token, choice) goes through its expert's SwiGLU and down projection, and the weighted
@@ -810,8 +796,7 @@ static bool moe_gmv_serves(const gpu_engine *g, const gpu_matrix *gate, const gp
  * stream once for all its tokens, and moe_combine; a chunk of at most GPU_MOE_NARROW_MAX_TOKENS
  * tokens and GPU_MOE_NARROW_MIN_ENTRIES entries or more (batched decode) the same launches with
  * mmq_narrow's grouped form for the products (tiles of at most MMQN_MAX_M entries: no 16-row
- * tiles of one or two entries, no k-split reduce), or where an active expert expects few
- * entries (moe_gmv_serves) moe_gmv's matvecs over tiles of at most GPU_MOE_GMV_M. */
+ * tiles of one or two entries, no k-split reduce). */
 static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe_dst *o, const char *what, char *err,
                      size_t errlen)
 {
@@ -890,51 +875,33 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
                                g->stream, args, what, err, errlen);
     }
     {   /* grouped: mmq's tiles of 16/32/64 entries, by the mean entries of an expert; narrow's of
-         * at most bm = MMQN_MAX_M (moe_gmv's: GPU_MOE_GMV_M), one an active expert but for every
-         * bm entries more of one (so at most min(N, ne) + N / bm of them: every slot of the list) */
-        const bool gmv = narrow && moe_gmv_serves(g, gate, down, n, k, ne);
-        int per = N / ne, v = per > 32 ? 2 : per > 16 ? 1 : 0, bm = gmv ? GPU_MOE_GMV_M : narrow ? MMQN_MAX_M : 16 << v;
-        int tiles = narrow ? (N < ne ? N : ne) + N / bm : (N + bm - 1) / bm + ne;
+         * at most MMQN_MAX_M, one an active expert but for every MMQN_MAX_M entries more of one
+         * (so at most min(N, ne) + N / MMQN_MAX_M of them: every slot of the list) */
+        int per = N / ne, v = per > 32 ? 2 : per > 16 ? 1 : 0, bm = narrow ? MMQN_MAX_M : 16 << v;
+        int tiles = narrow ? (N < ne ? N : ne) + N / MMQN_MAX_M : (N + bm - 1) / bm + ne;
         void *sort[] = {&g->moe_ids, &N, &ne, &bm, &tiles, &g->moe_sorted, &g->moe_pos, &g->moe_tiles};
         if (gpu_launch_smem(&g->k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, (unsigned)((N + ne) * sizeof(int32_t)),
                             g->stream, sort, what, err, errlen))
             return -1;
-        if (gmv) { /* a warp a feature (gate and up) / two down rows, a block column a tile */
-            moe_mv_args ga = {.w0 = U8(gate->d), .w1 = U8(up->d), .expert_bytes = gate->expert_bytes,
-                              .row_bytes = gate->row_bytes, .x = F16(x), .x_div = k, .ldx = d, .k = gate->k,
-                              .n = gate->n, .ldy = g->d_ff_exp, .yh = F16(g->moe_h), .glu_limit = glu_limit,
-                              .glu_alpha = ARCH_SWIGLU_CLAMP_ALPHA,
-                              .b0 = L->ffn_gate_exps_b ? F32(L->ffn_gate_exps_b) : NULL,
-                              .b1 = L->ffn_up_exps_b ? F32(L->ffn_up_exps_b) : NULL, .tiles = I32(g->moe_tiles),
-                              .x_rows = I32(g->moe_sorted)};
-            moe_mv_args gb = {.w0 = U8(down->d), .expert_bytes = down->expert_bytes, .row_bytes = down->row_bytes,
-                              .x = F16(g->moe_h), .x_div = 1, .ldx = g->d_ff_exp, .k = down->k, .n = down->n,
-                              .ldy = d, .y = F32(g->moe_y), .tiles = I32(g->moe_tiles)};
-            const gpu_launch_dims dg = {ceil_div(gate->n, GPU_MOE_GMV_WARPS), (unsigned)tiles, 1, 32 * GPU_MOE_GMV_WARPS};
-            const gpu_launch_dims dd = {ceil_div(down->n, 2 * GPU_MOE_GMV_WARPS), (unsigned)tiles, 1, dg.bx};
-            LAUNCH(g->k.moe_gmv_glu[gate->wtype], dg, what, &ga);
-            LAUNCH(g->k.moe_gmv[down->wtype], dd, what, &gb);
-        } else {
-            matvec_args a = {.n_seg = 2, .k = gate->k, .m = N, .ldx = d, .row_bytes = gate->row_bytes, .x = F16(x),
-                             .yh = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_rows = I32(g->moe_sorted), .x_div = k,
-                             .expert_bytes = gate->expert_bytes, .glu_limit = glu_limit,
-                             .glu_alpha = ARCH_SWIGLU_CLAMP_ALPHA, .bias_ids = I32(g->moe_ids), .bias_stride = gate->n};
-            a.seg[0] = (matvec_seg){.w = U8(gate->d), .bias = L->ffn_gate_exps_b ? F32(L->ffn_gate_exps_b) : NULL,
-                                    .n = gate->n, .ldy = g->d_ff_exp};
-            a.seg[1] = (matvec_seg){.w = U8(up->d), .bias = L->ffn_up_exps_b ? F32(L->ffn_up_exps_b) : NULL, .n = up->n,
-                                    .ldy = g->d_ff_exp};
-            mmq_grid ga = {ceil_div(gate->n, GPU_MMQ_ROWS / 2), (unsigned)tiles, v, 2 * pad16(gate->n), true};
-            if (narrow ? mmq_narrow(g, &a, gate, ga.gx, pad16(gate->n) / 16, tiles, true, NULL, 0, what, err, errlen)
-                       : mmq_launch(g, &a, gate, ga, what, err, errlen))
-                return -1;
-            matvec_args b = {.n_seg = 1, .k = down->k, .m = N, .ldx = g->d_ff_exp, .row_bytes = down->row_bytes,
-                             .x = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_div = 1, .expert_bytes = down->expert_bytes};
-            b.seg[0] = (matvec_seg){.w = U8(down->d), .y = F32(g->moe_y), .n = down->n, .ldy = d};
-            mmq_grid gb = {ceil_div(pad16(down->n), GPU_MMQ_ROWS), (unsigned)tiles, v, pad16(down->n), false};
-            if (narrow ? mmq_narrow(g, &b, down, gb.gx, pad16(down->n) / 16, tiles, false, NULL, 0, what, err, errlen)
-                       : mmq_launch(g, &b, down, gb, what, err, errlen))
-                return -1;
-        }
+        matvec_args a = {.n_seg = 2, .k = gate->k, .m = N, .ldx = d, .row_bytes = gate->row_bytes, .x = F16(x),
+                         .yh = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_rows = I32(g->moe_sorted), .x_div = k,
+                         .expert_bytes = gate->expert_bytes, .glu_limit = glu_limit,
+                         .glu_alpha = ARCH_SWIGLU_CLAMP_ALPHA, .bias_ids = I32(g->moe_ids), .bias_stride = gate->n};
+        a.seg[0] = (matvec_seg){.w = U8(gate->d), .bias = L->ffn_gate_exps_b ? F32(L->ffn_gate_exps_b) : NULL,
+                                .n = gate->n, .ldy = g->d_ff_exp};
+        a.seg[1] = (matvec_seg){.w = U8(up->d), .bias = L->ffn_up_exps_b ? F32(L->ffn_up_exps_b) : NULL, .n = up->n,
+                                .ldy = g->d_ff_exp};
+        mmq_grid ga = {ceil_div(gate->n, GPU_MMQ_ROWS / 2), (unsigned)tiles, v, 2 * pad16(gate->n), true};
+        if (narrow ? mmq_narrow(g, &a, gate, ga.gx, pad16(gate->n) / 16, tiles, true, NULL, 0, what, err, errlen)
+                   : mmq_launch(g, &a, gate, ga, what, err, errlen))
+            return -1;
+        matvec_args b = {.n_seg = 1, .k = down->k, .m = N, .ldx = g->d_ff_exp, .row_bytes = down->row_bytes,
+                         .x = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_div = 1, .expert_bytes = down->expert_bytes};
+        b.seg[0] = (matvec_seg){.w = U8(down->d), .y = F32(g->moe_y), .n = down->n, .ldy = d};
+        mmq_grid gb = {ceil_div(pad16(down->n), GPU_MMQ_ROWS), (unsigned)tiles, v, pad16(down->n), false};
+        if (narrow ? mmq_narrow(g, &b, down, gb.gx, pad16(down->n) / 16, tiles, false, NULL, 0, what, err, errlen)
+                   : mmq_launch(g, &b, down, gb, what, err, errlen))
+            return -1;
     }
     LAUNCH(g->k.moe_combine, ((gpu_launch_dims){(unsigned)n, ceil_div(d, 256), 1, 256}), what, &out, &g->moe_y, &g->moe_w, &g->moe_pos, &k,
            &d, &acc, &(CUdeviceptr){L->ffn_down_exps_b}, &g->moe_ids);

@@ -39,15 +39,6 @@
 #ifndef GPU_MOE_NARROW_MAX_TOKENS
 #define GPU_MOE_NARROW_MAX_TOKENS 32
 #endif
-/* Such a chunk's products take moe_gmv (kernels/moe.cuh: matvecs over tiles of at most
- * GPU_MOE_GMV_M entries, each weight decoded once for its tile's entries) instead of
- * mmq_narrow's tensor-core tiles where an active expert expects at most this many entries
- * (gpu_forward.c moe_gmv_serves): mmq_narrow's cost a weight is its decode into fragments
- * whatever the live columns, moe_gmv's grows with the entries.  docs/benchmarks.md "Batched
- * MoE decode as matvecs". */
-#ifndef GPU_MOE_GMV_MAX_MEAN
-#define GPU_MOE_GMV_MAX_MEAN 3.0
-#endif
 /* (Experts whose rows are not whole 16-byte copies -- gpt-oss's 2,880 MXFP4 inputs, 1,530
  * bytes; GLM-4.5-Air's 1,408-wide Q8_0 down rows, 1,496 -- took the per-entry kernels up to 8
  * tokens while mmq staged them in 2-byte copies: gpt-oss-20b at batch 8 decoded 576.6 tok/s per

@@ -238,18 +238,6 @@
     X(moe_glu_norm_q6_k, moe_down_res_q6_k, Q6_K) \
     X(moe_glu_norm_mxfp4, moe_down_res_mxfp4, MXFP4)
 
-/* The grouped MoE products of a step of a few tokens as matvecs (kernels/moe.cuh moe_gmv: a
- * warp a weight row over its tile's entries, each weight decoded once), the formats of the
- * common MoE files; another format takes mmq_narrow's tiles:
- * X(moe_gmv_glu_<suffix>, moe_gmv_<suffix>, TYPE) */
-#define GPU_MOE_GMV_KERNELS(X) \
-    X(moe_gmv_glu_q4_0, moe_gmv_q4_0, Q4_0) \
-    X(moe_gmv_glu_q8_0, moe_gmv_q8_0, Q8_0) \
-    X(moe_gmv_glu_q4_k, moe_gmv_q4_k, Q4_K) \
-    X(moe_gmv_glu_q5_k, moe_gmv_q5_k, Q5_K) \
-    X(moe_gmv_glu_q6_k, moe_gmv_q6_k, Q6_K) \
-    X(moe_gmv_glu_mxfp4, moe_gmv_mxfp4, MXFP4)
-
 /* Tensor-core products on the weights as stored, the block-quantised formats and BF16 (F16
  * goes to cuBLAS as it lies, F32 to cuBLAS's FP32 product), 16, 32 and 64 activation rows per
  * block: X(mmq_<suffix>_<rows>, mmq_glu_<suffix>_<rows>, TYPE, rows) */

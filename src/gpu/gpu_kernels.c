@@ -115,7 +115,6 @@ static const format_row wide_rows[] = {GPU_MATVEC_WIDE_KERNELS(FORMAT_ROW_WIDE)}
 #undef FORMAT_ROW_WIDE
 #define FORMAT_ROW_MOE_NORM(a, b, TYPE) {{#a, #b}, GPU_WT_##TYPE, 0},
 static const format_row moe_norm_rows[] = {GPU_MOE_NORM_KERNELS(FORMAT_ROW_MOE_NORM)};
-static const format_row moe_gmv_rows[] = {GPU_MOE_GMV_KERNELS(FORMAT_ROW_MOE_NORM)};
 #undef FORMAT_ROW_MOE_NORM
 static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
 #define FORMAT_ROW_MOE(a, b, c, TYPE) {{#a, #b, #c}, GPU_WT_##TYPE, 0},
@@ -179,8 +178,7 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         {dp4a_rows, sizeof dp4a_rows / sizeof dp4a_rows[0], {k->matvec_dp4a, k->glu_dp4a, k->matvec_rope_dp4a}},
         {norm_rows, sizeof norm_rows / sizeof norm_rows[0], {k->matvec_rope_norm, k->glu_norm, k->matvec_res, k->matvec_nin}},
         {lo_norm_rows, sizeof lo_norm_rows / sizeof lo_norm_rows[0], {k->matvec_lo_nin}},
-        {moe_norm_rows, sizeof moe_norm_rows / sizeof moe_norm_rows[0], {k->moe_glu_norm, k->moe_down_res}},
-        {moe_gmv_rows, sizeof moe_gmv_rows / sizeof moe_gmv_rows[0], {k->moe_gmv_glu, k->moe_gmv}}};
+        {moe_norm_rows, sizeof moe_norm_rows / sizeof moe_norm_rows[0], {k->moe_glu_norm, k->moe_down_res}}};
     for (size_t l = 0; l < sizeof partial / sizeof partial[0]; l++)
         for (size_t i = 0; i < partial[l].n; i++) {
             const format_row *r = &partial[l].rows[i];

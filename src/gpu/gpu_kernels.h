@@ -107,9 +107,6 @@ typedef struct gpu_kernels {
     /* the batch-1 MoE products that carry its norms (GPU_MOE_NORM_KERNELS; f == NULL for the
      * formats without): gate/up reading the norm, the down product writing the next one */
     gpu_fn moe_glu_norm[GPU_N_WTYPES], moe_down_res[GPU_N_WTYPES];
-    /* the grouped MoE products as matvecs at a few entries an expert (GPU_MOE_GMV_KERNELS;
-     * f == NULL for the formats without): gate/up with the GLU, and the plain (down) product */
-    gpu_fn moe_gmv_glu[GPU_N_WTYPES], moe_gmv[GPU_N_WTYPES];
     /* the hybrid families (kernels/deltanet.cuh): gated DeltaNet, the attention's output gate,
      * the shared expert's gated add */
     gpu_fn ssm_conv, ssm_qk_norm, ssm_gates, delta_rule, ssm_out_norm, split_qgate, gate_heads, shexp_add;

@@ -285,10 +285,6 @@ typedef struct moe_mv_args {
     const uint8_t *sh0, *sh1;
     gpu_half *sh_yh;
     int sh_n;
-    /* moe_gmv_* only: moe_sort's tile list (expert, first, end; expert -1: an empty slot) and
-     * the sorted entries (x_rows: the activation row of sorted position s is x_rows[s] / x_div;
-     * NULL: row s), the outputs rows first.. of y / yh */
-    const int32_t *tiles, *x_rows;
 } moe_mv_args;
 /* moe_glu's dynamic shared memory for n_expert experts, k chosen: the scores and choice
  * values, the expert groups' scores (n_group; DeepSeek V3), then the chosen ids and weights */
@@ -328,11 +324,6 @@ typedef struct moe_mv_args {
 #define MMQN_DEPTH(rb) ((rb) > 320 ? 2 : 3)
 #define MMQN_WARPS 8
 #define MMQN_MAX_K 16384
-/* moe_gmv (kernels/moe.cuh: the grouped MoE products as matvecs, batched decode): the most
- * entries of one expert a tile of moe_sort's list holds (an expert with more takes more tiles,
- * each reading its rows again, mostly from L2), and so the sums a lane keeps a row. */
-#define GPU_MOE_GMV_M 4
-#define GPU_MOE_GMV_WARPS 8 /* its warps a block (MATVEC_WARPS): features of the GLU, twice as many down rows */
 
 #define GPU_ATT_GB_HD512 4 /* attn_partial_hd512's most query heads per block */
 typedef struct attn_args {

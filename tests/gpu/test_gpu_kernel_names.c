@@ -48,7 +48,6 @@ static const row lo_norm[] = {GPU_MATVEC_LO_NORM_KERNELS(ROW2)};
 static const row wide[] = {GPU_MATVEC_WIDE_KERNELS(WIDE)};
 #define MOE_NORM(a, b, TYPE) {#a, #b, #TYPE, 0},
 static const row moe_norm[] = {GPU_MOE_NORM_KERNELS(MOE_NORM)};
-static const row moe_gmv[] = {GPU_MOE_GMV_KERNELS(MOE_NORM)};
 /* the MoE rows name three kernels: the down one is checked from moe_down */
 #define MOE(a, b, c, TYPE) {#a, #b, #TYPE, 0},
 #define MOE_DOWN(a, b, c, TYPE) {#c, "", #TYPE, 0},
@@ -195,28 +194,6 @@ static void test_moe_norm_rows(void **state)
     assert_true(q4_k && q6_k && mxfp4);
 }
 
-/* The grouped MoE matvecs' list: each format at most once, named for it, a format that
- * mmq_narrow has (the path it stands in for), and the Q4_K_M files' two and gpt-oss's MXFP4
- * among them. */
-static void test_moe_gmv_rows(void **state)
-{
-    (void)state;
-    size_t found = 0;
-    bool q4_k = false, q6_k = false, mxfp4 = false;
-    for (size_t w = 0; w < N(wtypes); w++) {
-        bool listed = false;
-        for (size_t i = 0; i < N(moe_gmv); i++) listed |= strcmp(moe_gmv[i].type, wtypes[w].type) == 0;
-        if (!listed) continue;
-        found++;
-        assert_true(has_mmq(wtypes[w].ggml));
-        q4_k |= wtypes[w].ggml == GGML_TYPE_Q4_K, q6_k |= wtypes[w].ggml == GGML_TYPE_Q6_K;
-        mxfp4 |= wtypes[w].ggml == GGML_TYPE_MXFP4;
-        expect_row(moe_gmv, N(moe_gmv), w, 0, "moe_gmv_glu_%s", "moe_gmv_%s");
-    }
-    assert_int_equal(found, N(moe_gmv));
-    assert_true(q4_k && q6_k && mxfp4);
-}
-
 /* The wide products' list: splits of 2 or 4, each (format, split) once, named
  * matvec_wide<KS>_<suffix>, and the Gemma Q4_K_M files' Q4_K (both splits) and Q6_K among them. */
 static void test_wide_rows(void **state)
@@ -242,12 +219,11 @@ static void test_no_name_twice(void **state)
 {
     (void)state;
     const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow) + N(norm) + N(norm_res) +
-                           N(moe_norm) + N(moe_gmv)) +
+                           N(moe_norm)) +
                       N(rope) + N(dp4a_rope) + N(moe_down) + N(lo_norm) + N(wide) + N(plain)];
     size_t n = 0;
-    const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm, norm_res, moe_norm, moe_gmv};
-    const size_t sizes[] = {N(matvec), N(dequant), N(mmq),      N(moe),      N(dp4a),
-                            N(narrow), N(norm),    N(norm_res), N(moe_norm), N(moe_gmv)};
+    const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm, norm_res, moe_norm};
+    const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow), N(norm), N(norm_res), N(moe_norm)};
     for (size_t l = 0; l < N(lists); l++)
         for (size_t i = 0; i < sizes[l]; i++) {
             names[n++] = lists[l][i].a;
@@ -273,7 +249,6 @@ int main(void)
         cmocka_unit_test(test_norm_rows),
         cmocka_unit_test(test_lo_norm_rows),
         cmocka_unit_test(test_moe_norm_rows),
-        cmocka_unit_test(test_moe_gmv_rows),
         cmocka_unit_test(test_wide_rows),
         cmocka_unit_test(test_no_name_twice),
     };

@@ -736,47 +736,9 @@ static int moe_test_tiles(const int32_t *ids, int N, int E, int bm, int pad, int
     return nt;
 }
 
-/* moe_gmv's two launches over the tile list dtiles (n_tiles slots) of pm's experts of nf rows
- * (g: the GLU's gate and up weights, activations, biases and FP16 outputs; d: the down's
- * weights, activations and outputs, rows by sorted entry), as gpu_forward.c launches them; then
- * moe_matvec over the same n entries (ids_s: each sorted entry's expert), whose sums the
- * down's must be bit for bit. */
-static void moe_gmv_case(const product_matrix *pm, int nf, moe_mv_args g, moe_mv_args d, CUdeviceptr dtiles,
-                         int n_tiles, CUdeviceptr ids_s, int n)
-{
-    const ggml_type t = pm->t;
-    const int wt = gpu_wtype_index(t), K = pm->k;
-    assert_true(G.k.moe_gmv_glu[wt].f && G.k.moe_gmv[wt].f);
-    g.expert_bytes = d.expert_bytes = (unsigned long long)nf * pm->rb;
-    g.row_bytes = d.row_bytes = pm->rb;
-    g.k = d.k = K, g.n = d.n = nf, g.ldy = d.ldy = nf, g.ldx = d.ldx = K;
-    g.tiles = d.tiles = (const int32_t *)(uintptr_t)dtiles;
-    void *ga[] = {&g}, *da[] = {&d};
-    const unsigned bx = 32 * GPU_MOE_GMV_WARPS;
-    launch(&G.k.moe_gmv_glu[wt], (gpu_launch_dims){(unsigned)(nf + GPU_MOE_GMV_WARPS - 1) / GPU_MOE_GMV_WARPS,
-                                                   (unsigned)n_tiles, 1, bx}, ga);
-    launch(&G.k.moe_gmv[wt], (gpu_launch_dims){(unsigned)(nf + 2 * GPU_MOE_GMV_WARPS - 1) / (2 * GPU_MOE_GMV_WARPS),
-                                               (unsigned)n_tiles, 1, bx}, da);
-    CUdeviceptr dm = poisoned((size_t)n * nf);
-    moe_mv_args m = d;
-    m.ids = (const int32_t *)(uintptr_t)ids_s, m.y = (float *)(uintptr_t)dm, m.tiles = NULL;
-    void *ma[] = {&m};
-    launch(&G.k.moe_matvec[wt], (gpu_launch_dims){(unsigned)n, (unsigned)(nf + 7) / 8, 1, 256}, ma);
-    float *yg = malloc((size_t)n * nf * sizeof *yg), *ym = malloc((size_t)n * nf * sizeof *ym);
-    download(yg, (CUdeviceptr)(uintptr_t)d.y, (size_t)n * nf * sizeof *yg);
-    download(ym, dm, (size_t)n * nf * sizeof *ym);
-    if (memcmp(yg, ym, (size_t)n * nf * sizeof *yg) != 0)
-        fail_msg("moe_gmv %s k %d: not moe_matvec's bits", ggml_type_name(t), K);
-    free(yg), free(ym);
-    cu.cuMemFree(dm);
-}
-
 /* The grouped MoE products on mmq_narrow (a step of a few tokens: tiles of at most MMQN_MAX_M
  * entries of one expert, kernels/mmq_narrow.cuh) against grouped mmq (tiles of 16) over the same
- * entries with the same splits, bit for bit, and both against the float64 reference; and
- * moe_gmv's matvecs (tiles of at most GPU_MOE_GMV_M: expert 0's ten entries in three, expert
- * 2's nine in three) against the reference, its plain product bit for bit the per-entry
- * kernel's (moe_matvec over the sorted entries): the GLU
+ * entries with the same splits, bit for bit, and both against the float64 reference: the GLU
  * (gate and up experts, the tokens' rows gathered through x_rows / x_div, per-expert biases
  * through bias_ids) and the plain product (the down: rows by sorted entry).  6 experts of 40
  * features; 10 tokens of 3 choices, so expert 0 takes 10 entries (narrow: a tile of 8 and one
@@ -792,23 +754,20 @@ static void test_moe_narrow_grouped(void **state)
         int k;
     } shapes[] = {{GGML_TYPE_Q4_K, 768}, {GGML_TYPE_Q6_K, 768}, {GGML_TYPE_Q8_0, 1408}, {GGML_TYPE_MXFP4, 2880}};
     uint64_t seed = 23;
-    int32_t ids[N], sorted[N], ids_s[N], t16[3 * (N + E)], t8[3 * (N + E + 2)], t4[3 * (N + E + 2)];
+    int32_t ids[N], sorted[N], t16[3 * (N + E)], t8[3 * (N + E + 2)];
     for (int t = 0; t < T; t++) {
         ids[t * KC] = 0;
         ids[t * KC + 1] = 3 + t % 2;
         ids[t * KC + 2] = t == 0 ? 5 : 2;
     }
     const int n16 = moe_test_tiles(ids, N, E, 16, 0, sorted, t16), n8 = moe_test_tiles(ids, N, E, MMQN_MAX_M, 2, sorted, t8);
-    const int n4 = moe_test_tiles(ids, N, E, GPU_MOE_GMV_M, 2, sorted, t4);
-    for (int i = 0; i < N; i++) ids_s[i] = ids[sorted[i]];
-    CUdeviceptr dids = upload(ids, sizeof ids), dsorted = upload(sorted, sizeof sorted), dids_s = upload(ids_s, sizeof ids_s);
+    CUdeviceptr dids = upload(ids, sizeof ids), dsorted = upload(sorted, sizeof sorted);
     CUdeviceptr dt16 = upload(t16, (size_t)3 * n16 * sizeof *t16), dt8 = upload(t8, (size_t)3 * n8 * sizeof *t8);
-    CUdeviceptr dt4 = upload(t4, (size_t)3 * n4 * sizeof *t4);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const ggml_type t = shapes[si].t;
         const int K = shapes[si].k;
         float *deq = malloc((size_t)K * 2 * E * NF * sizeof *deq);
-        double edq, worst[4] = {0.0, 0.0, 0.0, 0.0};
+        double edq, worst[2] = {0.0, 0.0};
         product_matrix pm = product_matrix_rows(t, K, 2 * E * NF, deq, &seed, &edq);
         if (!(edq < 1e-3)) fail_msg("dequant_f16 %s k %d: relative error %.3g", ggml_type_name(t), K, edq);
         float *x = malloc((size_t)T * K * sizeof *x), *xe = malloc((size_t)N * K * sizeof *xe);
@@ -820,8 +779,8 @@ static void test_moe_narrow_grouped(void **state)
         CUdeviceptr db = upload(bias, 2 * E * NF * sizeof *bias);
         const uint8_t *w = (const uint8_t *)(uintptr_t)pm.dw;
         const float *bp = (const float *)(uintptr_t)db;
-        float *y[3], *ref = malloc((size_t)N * NF * sizeof *ref), *gref = malloc((size_t)N * NF * sizeof *gref);
-        uint16_t *yh[3];
+        float *y[2], *ref = malloc((size_t)N * NF * sizeof *ref), *gref = malloc((size_t)N * NF * sizeof *gref);
+        uint16_t *yh[2];
         for (int s = 0; s < N; s++) /* sorted entry s: expert ids[sorted[s]], token sorted[s] / KC */
             for (int f = 0; f < NF; f++) {
                 const int xid = ids[sorted[s]], r = xid * NF + f;
@@ -832,7 +791,7 @@ static void test_moe_narrow_grouped(void **state)
                 gref[s * NF + f] = (float)(gt / (1.0 + exp(-gt)) * up);
             }
         for (int split = 0; split < 2; split++) {
-            for (int run = 0; run < (split ? 2 : 3); run++) { /* mmq, narrow, gmv (no splits) */
+            for (int run = 0; run < 2; run++) {
                 CUdeviceptr dy = poisoned((size_t)N * NF), dh = poisoned_half((size_t)N * NF);
                 matvec_args ga = {.n_seg = 2, .k = K, .m = N, .ldx = K, .row_bytes = pm.rb,
                                   .x = (const gpu_half *)(uintptr_t)dx, .yh = (gpu_half *)(uintptr_t)dh,
@@ -846,12 +805,7 @@ static void test_moe_narrow_grouped(void **state)
                                  .x = (const gpu_half *)(uintptr_t)dxe, .tiles = ga.tiles, .x_div = 1,
                                  .expert_bytes = ga.expert_bytes};
                 a.seg[0] = (matvec_seg){w, (float *)(uintptr_t)dy, NULL, NF, NF};
-                if (run == 2) {
-                    moe_gmv_case(&pm, NF,
-                                 (moe_mv_args){.w0 = w, .w1 = ga.seg[1].w, .x = ga.x, .x_rows = ga.x_rows, .x_div = KC,
-                                               .b0 = bp, .b1 = bp + E * NF, .yh = ga.yh},
-                                 (moe_mv_args){.w0 = w, .x = a.x, .x_div = 1, .y = a.seg[0].y}, dt4, n4, dids_s, N);
-                } else if (run) {
+                if (run) {
                     narrow_run_slots(t, &ga, true, split ? 8 : 0, n8);
                     narrow_run_slots(t, &a, false, split ? 8 : 0, n8);
                 } else {
@@ -865,35 +819,29 @@ static void test_moe_narrow_grouped(void **state)
                 cu.cuMemFree(dy), cu.cuMemFree(dh);
             }
             float *gf = malloc((size_t)N * NF * sizeof *gf);
-            for (int run = 1; run < (split ? 2 : 3); run++) {
-                for (int i = 0; i < N * NF; i++) gf[i] = quant_f16_to_f32(yh[run][i]);
-                const double e0 = gpu_test_rel_err(y[run], ref, (size_t)N * NF),
-                             e1 = gpu_test_rel_err(gf, gref, (size_t)N * NF);
-                if (e0 > worst[2 * (run - 1)]) worst[2 * (run - 1)] = e0;
-                if (e1 > worst[2 * (run - 1) + 1]) worst[2 * (run - 1) + 1] = e1;
-                if (!(e0 <= 1e-4) || !(e1 <= 2e-3)) {
-                    report_bad(y[run], ref, N, NF);
-                    report_bad(gf, gref, N, NF);
-                    fail_msg("moe %s %s k %d split %d: relative error %.3g, glu %.3g", run == 2 ? "gmv" : "narrow",
-                             ggml_type_name(t), K, split, e0, e1);
-                }
+            for (int i = 0; i < N * NF; i++) gf[i] = quant_f16_to_f32(yh[1][i]);
+            const double e0 = gpu_test_rel_err(y[1], ref, (size_t)N * NF), e1 = gpu_test_rel_err(gf, gref, (size_t)N * NF);
+            if (e0 > worst[0]) worst[0] = e0;
+            if (e1 > worst[1]) worst[1] = e1;
+            if (!(e0 <= 1e-4) || !(e1 <= 2e-3)) {
+                report_bad(y[1], ref, N, NF);
+                report_bad(gf, gref, N, NF);
+                fail_msg("moe narrow %s k %d split %d: relative error %.3g, glu %.3g", ggml_type_name(t), K, split, e0,
+                         e1);
             }
             if (memcmp(y[0], y[1], (size_t)N * NF * sizeof *y[0]) != 0)
                 fail_msg("moe narrow %s k %d split %d: not grouped mmq's bits", ggml_type_name(t), K, split);
             if (memcmp(yh[0], yh[1], (size_t)N * NF * sizeof *yh[0]) != 0)
                 fail_msg("moe narrow glu %s k %d split %d: not grouped mmq's bits", ggml_type_name(t), K, split);
             free(gf), free(y[0]), free(y[1]), free(yh[0]), free(yh[1]);
-            if (!split) free(y[2]), free(yh[2]);
         }
-        print_message("  %-6s k %4d: grouped narrow = grouped mmq bit for bit; rel err %.2e, glu %.2e;"
-                      " gmv = moe_matvec bit for bit, rel err %.2e, glu %.2e\n",
-                      ggml_type_name(t), K, worst[0], worst[1], worst[2], worst[3]);
+        print_message("  %-6s k %4d: grouped narrow = grouped mmq bit for bit; rel err %.2e, glu %.2e\n",
+                      ggml_type_name(t), K, worst[0], worst[1]);
         cu.cuMemFree(dx), cu.cuMemFree(dxe), cu.cuMemFree(db);
         free(x), free(xe), free(bias), free(ref), free(gref), free(deq);
         product_matrix_free(&pm);
     }
     cu.cuMemFree(dids), cu.cuMemFree(dsorted), cu.cuMemFree(dt16), cu.cuMemFree(dt8);
-    cu.cuMemFree(dt4), cu.cuMemFree(dids_s);
 }
 
 /* The q8 row of the FP16 row dx (k inputs) from quantize_q8, into fresh buffers: xq the q and

@@ -18,8 +18,6 @@
 //   moe_down_*     decode: x[t] (+)= sum_j weights[t][j] * Wdown_x h[(t, j)], the down product
 //                  and the combine in one launch (a warp a row, all its choices)
 //   moe_matvec_*   y[e] = W_x h[e] (the GeGLU experts' gate and up)
-//   moe_gmv_*      batched decode at a few entries an expert: the grouped products over
-//                  moe_sort's tiles as matvecs, a warp a weight row over the tile's entries
 //   moe_sort       larger batches: the entries grouped by expert (stable, in entry order) and
 //                  the tiles of at most bm entries of one expert that the grouped mmq launch
 //                  takes (matvec_args.tiles)
@@ -510,115 +508,6 @@ GPU_MOE_KERNELS(MOE_KERNELS)
         moe_down_body<T_##TYPE, NORM_OUT>(a);                                                    \
     }
 GPU_MOE_NORM_KERNELS(MOE_NORM_KERNELS)
-
-// The grouped products of a step of a few tokens as matvecs (moe_gmv_*: batched decode, where
-// an active expert has one or two entries on average -- Qwen3-30B-A3B ~1.2 at batch 8, gpt-oss-20b
-// ~1.5).  mmq_narrow's tiles decode every weight into an m16 fragment and multiply it on the
-// tensor cores into an n8 tile of which one or two columns are live: ncu found its MXFP4 and
-// Q4_K launches issue bound (SM 47-65 %, DRAM 25-48 %) on the staging and the fragments, ~13
-// instructions a lane per MXFP4 weight.  Here a warp takes two weight rows (the GLU: a
-// feature's gate and up rows; the down: two neighbouring rows) of the tile's expert, each lane
-// loads its chunk of both (their loads in flight together), decodes each once and forms its
-// products with each of the tile's cnt entries (at most GPU_MOE_GMV_M) in registers.  Each
-// (row, entry) sum is moe_dots' -- chunk_dots per chunk, the lane's chunks in order, then
-// warp_sum -- so these are the bits of the per-entry kernels (moe_glu, moe_matvec, moe_down's
-// products) for the same entry, whatever the tile it travels in.  xr: the entries' activation
-// rows as offsets from x (pointers took 2 registers each).
-template <int T, int NR, int MT>
-__device__ __forceinline__ void moe_dots_entries(const uint8_t *const rows[NR], const __half *x, const size_t xr[MT],
-                                                 int cnt, int k, float acc[NR][MT])
-{
-    const int lane = threadIdx.x & 31, nchunks = k / 32;
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-#pragma unroll
-        for (int i = 0; i < MT; i++) acc[r][i] = 0.0f;
-    for (int c = lane; c < nchunks; c += WARP) {
-        moe_chunk<T> wq[NR];
-#pragma unroll
-        for (int r = 0; r < NR; r++) wq[r].load(rows[r], c);
-#pragma unroll
-        for (int r = 0; r < NR; r++) { // a row at a time: 32 FP32 weights live, not NR x 32
-            __half2 wh[1][16];
-            float w[1][32];
-            wq[r].decode(wh[0]);
-            chunk_weights<1>(wh, w);
-#pragma unroll
-            for (int i = 0; i < MT; i++) {
-                if (i >= cnt) break; // (cnt: the warp's, uniform)
-                float s;
-                chunk_dots<1>(w, x + xr[i] + 32 * c, &s);
-                acc[r][i] += s;
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-            if (i < cnt) acc[r][i] = warp_sum(acc[r][i]);
-}
-
-// Grid (ceil(n / (2 MATVEC_WARPS)) (the GLU: ceil(n / MATVEC_WARPS)), tile slots): warp w of
-// block b takes feature MATVEC_WARPS b + w (GLU: its gate and up rows) or rows 2 (MATVEC_WARPS b
-// + w) and the next (the down) of the slot's tile (moe_sort's list, a.tiles: expert, first,
-// end of at most GPU_MOE_GMV_M sorted entries; expert -1: an empty slot), its entries'
-// activation rows gathered through x_rows / x_div (the gate/up) or the sorted rows themselves
-// (the down).  Lane i writes entry first + i: GLU fp16(act(gate + b0, up + b1)) into yh as
-// moe_glu does, else the plain sums into y (the down's bias and weights are moe_combine's,
-// after).
-template <int T, bool GLU>
-__device__ __forceinline__ void moe_gmv_body(const moe_mv_args &a)
-{
-    static_assert(GPU_MOE_GMV_WARPS == MATVEC_WARPS, "the host's grid");
-    constexpr int NR = 2, MT = GPU_MOE_GMV_M;
-    const int32_t *tl = a.tiles + 3 * blockIdx.y;
-    const int x = tl[0], f = blockIdx.x * MATVEC_WARPS + (threadIdx.x >> 5), n = GLU ? f : 2 * f;
-    if (x < 0 || n >= a.n) return; // (whole warps: no barrier below)
-    const int m0 = tl[1], cnt = min(tl[2] - m0, MT);
-    const size_t xoff = (size_t)x * a.expert_bytes + (size_t)n * a.row_bytes;
-    const uint8_t *rows[NR];
-    rows[0] = a.w0 + xoff;
-    rows[1] = GLU ? a.w1 + xoff : a.w0 + xoff + (n + 1 < a.n ? a.row_bytes : 0); // (past the last: it again)
-    size_t xr[MT];
-#pragma unroll
-    for (int i = 0; i < MT; i++) { // past the tile's entries: its last again, unused
-        const int m = m0 + min(i, cnt - 1);
-        xr[i] = (size_t)(a.x_rows ? a.x_rows[m] / a.x_div : m) * a.ldx;
-    }
-    float acc[NR][MT];
-    moe_dots_entries<T, NR, MT>(rows, a.x, xr, cnt, a.k, acc);
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < MT; i++) {
-        if (i >= cnt) break;
-        if (lane != i) continue;
-        if (GLU) {
-            float g = acc[0][i], u = acc[1][i];
-            if (a.b0) { // the expert's gate and up biases
-                g += a.b0[(size_t)x * a.n + n];
-                u += a.b1[(size_t)x * a.n + n];
-            }
-            a.yh[(size_t)(m0 + i) * a.ldy + n] = __float2half_rn(glu_act(g, u, a.glu_limit, a.glu_alpha, 0));
-        } else {
-            float *y = a.y + (size_t)(m0 + i) * a.ldy + n;
-            y[0] = acc[0][i];
-            if (n + 1 < a.n) y[1] = acc[1][i];
-        }
-    }
-}
-
-// One pair per row of GPU_MOE_GMV_KERNELS (../gpu_kernel_names.h), under the row's names.
-#define MOE_GMV_KERNELS(glu_name, name, TYPE)                                                    \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) glu_name(moe_mv_args a)      \
-    { pdl_enter();                                                                               \
-        moe_gmv_body<T_##TYPE, true>(a);                                                         \
-    }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) name(moe_mv_args a)          \
-    { pdl_enter();                                                                               \
-        moe_gmv_body<T_##TYPE, false>(a);                                                        \
-    }
-GPU_MOE_GMV_KERNELS(MOE_GMV_KERNELS)
 
 // One block: the n entries' expert ids (n <= GPU_MOE_MAX_ENTRIES) grouped by expert, stable.
 // sorted[s] = the entry at sorted position s, pos[e] = the sorted position of entry e, and the

@@ -196,14 +196,23 @@ __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n
     }
 }
 
+// Blocks of a format's kernels a multiprocessor must hold (__launch_bounds__' minimum; 0: no
+// bound).  MXFP4: 3.  gpt-oss's grouped experts at batch 8 were issue bound at 2 blocks of 8
+// warps (ncu: 111 / 113 registers, ~3.7 warps a scheduler each issuing every ~4.7 cycles, SM
+// 55-65 %, DRAM 25-29 %; docs/benchmarks.md "A batch-8 MoE step kernel by kernel"): at 80
+// registers ptxas (sm_90a) spills 8-20 bytes, and 3 blocks' stages (~200 KB at 2,880 inputs)
+// fit the shared memory.  (Q4_K spills 44-96 bytes at 80; Q6_K's stages do not fit 3 blocks.)
+template <int T> struct mmqn_min_blocks { static constexpr int n = 0; };
+template <> struct mmqn_min_blocks<T_MXFP4> { static constexpr int n = 3; };
+
 // One pair per row of GPU_MMQ_NARROW_KERNELS (../gpu_kernel_names.h), under the row's names.
 #define MMQ_NARROW_KERNELS(name, glu_name, TYPE)                                                     \
-    extern "C" __global__ void __launch_bounds__(MMQN_WARPS * 32)                                    \
+    extern "C" __global__ void __launch_bounds__(MMQN_WARPS * 32, mmqn_min_blocks<T_##TYPE>::n)      \
         name(matvec_rope_args r, int n_split, int tpb)                                               \
     { pdl_enter();                                                                                   \
         mmq_narrow_body<T_##TYPE, false>(r, n_split, tpb);                                           \
     }                                                                                                \
-    extern "C" __global__ void __launch_bounds__(MMQN_WARPS * 32)                                    \
+    extern "C" __global__ void __launch_bounds__(MMQN_WARPS * 32, mmqn_min_blocks<T_##TYPE>::n)      \
         glu_name(matvec_rope_args r, int n_split, int tpb)                                           \
     { pdl_enter();                                                                                   \
         mmq_narrow_body<T_##TYPE, true>(r, n_split, tpb);                                            \

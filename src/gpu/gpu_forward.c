@@ -475,10 +475,46 @@ static bool lo_fusable(const gpu_engine *g, const matmul_op *op)
     return true;
 }
 
+/* The batch-1 QKV product over a carried norm whose outputs are two runs of formats with a
+ * pair kernel (GPU_MATVEC_PAIR_KERNELS: Q4_K or Q5_K, then a Q6_K V): one launch over both,
+ * each block one format's, the same sums and epilogues as a launch a run.  1: launched, 0: not
+ * this op's case (matmul launches a run at a time), -1: a launch error. */
+static int matvec_pair(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
+{
+    if (op->m != 1 || op->norm != NORM_IN || op->accumulate || op->x_lo || op->res_gate || op->n_out < 2) return 0;
+    int j = 1;
+    while (j < op->n_out && op->out[j].w->type == op->out[0].w->type) j++;
+    if (j == op->n_out) return 0;
+    int rows_a = 0, rows_b = 0;
+    for (int s = 0; s < op->n_out; s++) {
+        const gpu_matrix *w = op->out[s].w;
+        if (w->type != op->out[s < j ? 0 : j].w->type || path_for(g, w, 1) != PATH_MATVEC || use_dp4a(g, op, w))
+            return 0;
+        *(s < j ? &rows_a : &rows_b) += w->n;
+    }
+    const int p = gpu_matvec_pair(&g->k, op->out[0].w->wtype, op->out[j].w->wtype);
+    if (p < 0) return 0;
+    matvec_args a = matvec_args_for(op, 0, j), b = matvec_args_for(op, j, op->n_out - j);
+    a.norm = b.norm = norm_args(g, op->norm_p, op->norm_w);
+    b.block0 = (int)ceil_div(rows_a, 8);
+    const gpu_launch_dims d = {1, b.block0 + ceil_div(rows_b, 8), 1, 256};
+    if (op->post) {
+        matvec_rope_pair_args r = {.a = {.mv = a, .post = *op->post, .role0 = MATVEC_Q},
+                                   .b = {.mv = b, .post = *op->post, .role0 = MATVEC_Q + j}};
+        LAUNCH(g->k.matvec_rope_norm_pair[p], d, op->what, &r);
+    } else {
+        matvec_pair_args r = {.a = a, .b = b};
+        LAUNCH(g->k.matvec_nin_pair[p], d, op->what, &r);
+    }
+    return 1;
+}
+
 static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 {
     bool q8_ready = false;
     const bool lo_fused = lo_fusable(g, op);
+    const int paired = lo_fused ? 0 : matvec_pair(g, op, err, errlen);
+    if (paired) return paired < 0 ? -1 : 0;
     if (op->res_gate && (op->norm != NORM_OUT || op->m != 1)) { /* only matvec_res applies the gate */
         snprintf(err, errlen, "%s: a gated residual add outside the batch-1 step's carried norm", op->what);
         return -1;

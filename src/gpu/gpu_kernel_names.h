@@ -156,6 +156,19 @@
     X(matvec_rope_norm_q3_k, glu_norm_q3_k, matvec_res_q3_k, matvec_nin_q3_k, Q3_K) \
     X(matvec_rope_norm_iq4_xs, glu_norm_iq4_xs, matvec_res_iq4_xs, matvec_nin_iq4_xs, IQ4_XS)
 
+/* The batch-1 QKV product of a layer whose outputs have two formats, in one launch instead of
+ * one a format (kernels/matvec.cuh; gpu_shared.h matvec_pair_args): llama-quantize's Q4_K_M
+ * and Q5_K_M give V (and so the layer's last QKV output) Q6_K in about half the layers, and
+ * that launch alone -- a few hundred rows, 64-128 blocks -- ran at 0.25-0.46 TB/s, ~7 us of
+ * the 8B shape's ~95 us layer.  With qkv_post in the epilogue (no q/k norm) or the plain
+ * NORM_IN product (q/k-norm layers):
+ * X(matvec_rope_norm_<a>_<b>, matvec_nin_<a>_<b>, TYPE_A, TYPE_B) */
+#define GPU_MATVEC_PAIR_KERNELS(X) \
+    X(matvec_rope_norm_q4_k_q6_k, matvec_nin_q4_k_q6_k, Q4_K, Q6_K) \
+    X(matvec_rope_norm_q5_k_q6_k, matvec_nin_q5_k_q6_k, Q5_K, Q6_K)
+#define GPU_MATVEC_PAIR_COUNT_(a, b, TA, TB) +1
+#define GPU_N_MATVEC_PAIRS (0 GPU_MATVEC_PAIR_KERNELS(GPU_MATVEC_PAIR_COUNT_))
+
 /* The batch-1 step's input product of a DeltaNet layer over its carried norm and the norm's
  * FP16 remainder in one pass (matvec_args x_lo with matvec_norm; the formats whose two-row
  * products take the x_lo pass, gpu_forward.c lo_fusable): X(matvec_lo_nin_<suffix>, TYPE) */

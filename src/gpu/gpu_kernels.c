@@ -78,6 +78,13 @@ bool gpu_dp4a_serves(const gpu_kernels *k, int wtype, int kdim)
     return wtype >= 0 && k->matvec_dp4a[wtype].f && kdim % 256 == 0;
 }
 
+int gpu_matvec_pair(const gpu_kernels *k, int ta, int tb)
+{
+    for (int i = 0; i < GPU_N_MATVEC_PAIRS; i++)
+        if (k->pair_wtype[i][0] == ta && k->pair_wtype[i][1] == tb && k->matvec_rope_norm_pair[i].f) return i;
+    return -1;
+}
+
 static int lookup(gpu_kernels *k, gpu_fn *fn, const char *name, char *err, size_t errlen)
 {
     fn->name = name;
@@ -186,6 +193,20 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
             for (int j = 0; j < 4 && partial[l].fn[j]; j++)
                 if (lookup(k, &partial[l].fn[j][r->wtype], r->name[j], err, errlen)) return -1;
         }
+    static const struct {
+        const char *rope, *nin;
+        int ta, tb;
+    } pair_rows[] = {
+#define PAIR_ROW(rope, nin, TA, TB) {#rope, #nin, GPU_WT_##TA, GPU_WT_##TB},
+        GPU_MATVEC_PAIR_KERNELS(PAIR_ROW)
+#undef PAIR_ROW
+    };
+    for (int i = 0; i < GPU_N_MATVEC_PAIRS; i++) {
+        k->pair_wtype[i][0] = pair_rows[i].ta, k->pair_wtype[i][1] = pair_rows[i].tb;
+        if (lookup(k, &k->matvec_rope_norm_pair[i], pair_rows[i].rope, err, errlen) ||
+            lookup(k, &k->matvec_nin_pair[i], pair_rows[i].nin, err, errlen))
+            return -1;
+    }
     for (size_t i = 0; i < sizeof wide_rows / sizeof wide_rows[0]; i++) /* rows: the row's KS */
         if (lookup(k, &k->matvec_wide[wide_rows[i].wtype][wide_rows[i].rows / 2 - 1], wide_rows[i].name[0], err,
                    errlen))

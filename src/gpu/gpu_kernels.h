@@ -67,6 +67,10 @@ typedef struct gpu_kernels {
     /* a DeltaNet layer's input product over the carried norm and its remainder
      * (GPU_MATVEC_LO_NORM_KERNELS; f == NULL for the other formats) */
     gpu_fn matvec_lo_nin[GPU_N_WTYPES];
+    /* the batch-1 QKV products over two formats (GPU_MATVEC_PAIR_KERNELS), pair i's formats
+     * pair_wtype[i]: gpu_matvec_pair finds one */
+    gpu_fn matvec_rope_norm_pair[GPU_N_MATVEC_PAIRS], matvec_nin_pair[GPU_N_MATVEC_PAIRS];
+    int pair_wtype[GPU_N_MATVEC_PAIRS][2];
     /* the wide models' one-row products over parts of k (GPU_MATVEC_WIDE_KERNELS), [type][KS / 2
      * - 1] for KS 2 and 4 (f == NULL for the formats and splits without) */
     gpu_fn matvec_wide[GPU_N_WTYPES][2];
@@ -123,6 +127,10 @@ bool gpu_mmq_serves(const gpu_kernels *k, int wtype, int kdim);
 /* Whether the dp4a kernels multiply a matrix of format index wtype with kdim inputs per row
  * (their formats, whole 256-input super-blocks). */
 bool gpu_dp4a_serves(const gpu_kernels *k, int wtype, int kdim);
+
+/* The pair kernels' index (matvec_rope_norm_pair / matvec_nin_pair) for formats ta then tb,
+ * or -1 where there is none. */
+int gpu_matvec_pair(const gpu_kernels *k, int ta, int tb);
 
 /* Load the embedded fatbin into the current context and resolve every kernel. */
 int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen);

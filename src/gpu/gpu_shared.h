@@ -239,6 +239,9 @@ typedef struct matvec_args {
     int lo_segs;
     /* (the launch then takes MATVEC_LO_ROWS weight rows a warp: matvec.cuh matvec_lo_body) */
     matvec_ll_push push; /* matvec_<type>_1 only (one row, one segment): above */
+    /* the first grid row (blockIdx.y) of these args: 0, but for the second format of a pair
+     * launch (matvec_pair_args below), whose blocks follow the first's */
+    int block0;
 } matvec_args;
 
 /* matvec_rope_<type>: the QKV product of one token (m == 1) with qkv_post in its epilogue, for
@@ -253,6 +256,16 @@ typedef struct matvec_rope_args {
     qkv_post_args post;
     int role0;
 } matvec_rope_args;
+
+/* A batch-1 QKV product over two weight formats in one launch (gpu_kernel_names.h
+ * GPU_MATVEC_PAIR_KERNELS: the Q4_K_M / Q5_K_M files' layers whose V rows are Q6_K): grid rows
+ * below b's block0 run a's outputs in the first format, the rest b's in the second. */
+typedef struct matvec_pair_args {
+    matvec_args a, b;
+} matvec_pair_args;
+typedef struct matvec_rope_pair_args {
+    matvec_rope_args a, b;
+} matvec_rope_pair_args;
 
 /* moe_route: each of n tokens' k experts and their weights from its router logits [n][n_expert].
  * Scores: softmax over the logits, or (sigmoid) each logit's sigmoid, or (topk_first: gpt-oss's

@@ -54,6 +54,12 @@ static const row moe_norm[] = {GPU_MOE_NORM_KERNELS(MOE_NORM)};
 static const row moe[] = {GPU_MOE_KERNELS(MOE)};
 static const row moe_down[] = {GPU_MOE_KERNELS(MOE_DOWN)};
 static const row narrow[] = {GPU_MMQ_NARROW_KERNELS(ROW3)};
+/* the pair rows: two kernels, two formats (the second in `b`'s place of a row: type2) */
+typedef struct pair_row {
+    const char *rope, *nin, *ta, *tb;
+} pair_row;
+#define PAIR(rope, nin, TA, TB) {#rope, #nin, #TA, #TB},
+static const pair_row pair[] = {GPU_MATVEC_PAIR_KERNELS(PAIR)};
 #define PLAIN(name) #name,
 static const char *const plain[] = {GPU_PLAIN_KERNELS(PLAIN)};
 
@@ -215,12 +221,47 @@ static void test_wide_rows(void **state)
     assert_true(q4_k && q6_k);
 }
 
+static size_t wtype_of(const char *type)
+{
+    size_t w = 0;
+    while (w < N(wtypes) && strcmp(wtypes[w].type, type) != 0) w++;
+    assert_true(w < N(wtypes));
+    return w;
+}
+
+/* The pairs' list: two different formats each, both in the norms' list (the pair runs their
+ * matvec_rope_norm / matvec_nin bodies), named for both, no pair twice, GPU_N_MATVEC_PAIRS its
+ * length, Q4_K then Q6_K (the Q4_K_M files' QKV) among them. */
+static void test_pair_rows(void **state)
+{
+    (void)state;
+    bool q4_k_q6_k = false;
+    assert_int_equal(GPU_N_MATVEC_PAIRS, N(pair));
+    for (size_t i = 0; i < N(pair); i++) {
+        const size_t a = wtype_of(pair[i].ta), b = wtype_of(pair[i].tb);
+        assert_true(a != b);
+        bool na = false, nb = false;
+        for (size_t j = 0; j < N(norm); j++)
+            na |= strcmp(norm[j].type, pair[i].ta) == 0, nb |= strcmp(norm[j].type, pair[i].tb) == 0;
+        assert_true(na && nb);
+        char want[96];
+        snprintf(want, sizeof want, "matvec_rope_norm_%s_%s", wtypes[a].suffix, wtypes[b].suffix);
+        assert_string_equal(pair[i].rope, want);
+        snprintf(want, sizeof want, "matvec_nin_%s_%s", wtypes[a].suffix, wtypes[b].suffix);
+        assert_string_equal(pair[i].nin, want);
+        for (size_t j = i + 1; j < N(pair); j++)
+            if (strcmp(pair[j].ta, pair[i].ta) == 0 && strcmp(pair[j].tb, pair[i].tb) == 0) fail_msg("%s twice", want);
+        q4_k_q6_k |= wtypes[a].ggml == GGML_TYPE_Q4_K && wtypes[b].ggml == GGML_TYPE_Q6_K;
+    }
+    assert_true(q4_k_q6_k);
+}
+
 static void test_no_name_twice(void **state)
 {
     (void)state;
     const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow) + N(norm) + N(norm_res) +
                            N(moe_norm)) +
-                      N(rope) + N(dp4a_rope) + N(moe_down) + N(lo_norm) + N(wide) + N(plain)];
+                      N(rope) + N(dp4a_rope) + N(moe_down) + N(lo_norm) + N(wide) + N(plain) + 2 * N(pair)];
     size_t n = 0;
     const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm, norm_res, moe_norm};
     const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow), N(norm), N(norm_res), N(moe_norm)};
@@ -235,6 +276,7 @@ static void test_no_name_twice(void **state)
     for (size_t i = 0; i < N(lo_norm); i++) names[n++] = lo_norm[i].a;
     for (size_t i = 0; i < N(wide); i++) names[n++] = wide[i].a;
     for (size_t i = 0; i < N(plain); i++) names[n++] = plain[i];
+    for (size_t i = 0; i < N(pair); i++) names[n++] = pair[i].rope, names[n++] = pair[i].nin;
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++)
             if (strcmp(names[i], names[j]) == 0) fail_msg("kernel %s named twice", names[i]);
@@ -250,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_lo_norm_rows),
         cmocka_unit_test(test_moe_norm_rows),
         cmocka_unit_test(test_wide_rows),
+        cmocka_unit_test(test_pair_rows),
         cmocka_unit_test(test_no_name_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

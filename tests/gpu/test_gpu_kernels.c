@@ -1308,6 +1308,106 @@ static void norm_carried_lo(int wt, CUdeviceptr w, size_t rb, CUdeviceptr x_ref,
     cu.cuMemFree(dah), cu.cuMemFree(dalo);
 }
 
+/* The pair kernels (GPU_MATVEC_PAIR_KERNELS: a batch-1 QKV product over two formats in one
+ * launch) against one launch a format of the same kernels' single-format twins, bit for bit:
+ * matvec_rope_norm over Q and K in the first format and V in Q6_K (Q, the cached K and V), and
+ * matvec_nin over runs whose row counts end mid-block (the first format's last block and the
+ * grid's last are part idle), with biases.  The carried norm is a made-up one (an input, its
+ * partials and the sum before): both sides read the same. */
+static void pair_case(int p, uint64_t *seed)
+{
+    enum { K = 1024, NH = 4, NKV = 2, HD = 64, NQ = NH * HD, NK = NKV * HD, NA = 300, NB = 100 };
+    const ggml_type ta = wtypes[G.k.pair_wtype[p][0]], tb = wtypes[G.k.pair_wtype[p][1]];
+    const int wa = G.k.pair_wtype[p][0], wb = G.k.pair_wtype[p][1];
+    float x[K], part[K / 8], ss[2] = {0.0f, -1.0f}, bias[NA + NB];
+    for (int i = 0; i < K; i++) x[i] = gpu_test_randf(seed);
+    for (int i = 0; i < K / 8; i++) part[i] = 2.0f + gpu_test_randf(seed), ss[0] += part[i];
+    for (int i = 0; i < NA + NB; i++) bias[i] = gpu_test_randf(seed);
+    CUdeviceptr dx = upload_half(x, K), dpart = upload(part, sizeof part), dss = upload(ss, sizeof ss);
+    CUdeviceptr dbias = upload(bias, sizeof bias);
+    const matvec_norm nm = {.xw = (gpu_half *)(uintptr_t)dx, .part = (float *)(uintptr_t)dpart,
+                            .ss = (float *)(uintptr_t)dss, .n = K, .n_part = K / 8, .eps = 1e-6f};
+    const size_t rba = gpu_row_bytes(ta, K), rbb = gpu_row_bytes(tb, K);
+    enum { RA = NQ + NK > NA ? NQ + NK : NA, RB = NK > NB ? NK : NB }; /* rows the two cases read */
+    float *deq = malloc((size_t)RA * K * sizeof *deq);
+    void *hwa = random_matrix(ta, K, RA, deq, seed), *hwb = random_matrix(tb, K, RB, deq, seed);
+    CUdeviceptr dwa = upload(hwa, rba * RA), dwb = upload(hwb, rbb * RB);
+    const uint8_t *pa = (const uint8_t *)(uintptr_t)dwa, *pb = (const uint8_t *)(uintptr_t)dwb;
+    /* the QKV product with qkv_post: K/V at position 37, the table's second block */
+    int32_t pos = 37, seq = 0, table[2] = {0, 0};
+    CUdeviceptr dpos = upload(&pos, sizeof pos), dseq = upload(&seq, sizeof seq), dtab = upload(table, sizeof table);
+    const size_t cache_n = (size_t)NKV * GPU_KV_BLOCK * HD;
+    float q[2][NQ];
+    uint16_t kv[2][2 * cache_n];
+    for (int paired = 0; paired < 2; paired++) {
+        CUdeviceptr dq = poisoned(NQ), dkc = poisoned_half(cache_n), dvc = poisoned_half(cache_n);
+        qkv_post_args post = {.kc = (gpu_half *)(uintptr_t)dkc, .vc = (gpu_half *)(uintptr_t)dvc,
+                              .seq = (const int32_t *)(uintptr_t)dseq, .pos = (const int32_t *)(uintptr_t)dpos,
+                              .tables = (const int32_t *)(uintptr_t)dtab, .rope_base = 10000.0f, .pos_scale = 1.0f,
+                              .eps = 1e-6f, .neox = 1, .n_head = NH, .n_kv = NKV, .hd = HD, .n_layer = 1,
+                              .table_width = 2};
+        matvec_rope_pair_args r = {
+            .a = {.mv = {.n_seg = 2, .k = K, .m = 1, .ldx = K, .row_bytes = rba, .x = nm.xw, .norm = nm},
+                  .post = post, .role0 = MATVEC_Q},
+            .b = {.mv = {.n_seg = 1, .k = K, .m = 1, .ldx = K, .row_bytes = rbb, .x = nm.xw, .norm = nm},
+                  .post = post, .role0 = MATVEC_V}};
+        r.a.mv.seg[0] = (matvec_seg){pa, (float *)(uintptr_t)dq, NULL, NQ, NQ};
+        r.a.mv.seg[1] = (matvec_seg){pa + rba * NQ, NULL, NULL, NK, NK};
+        r.b.mv.seg[0] = (matvec_seg){pb, NULL, NULL, NK, NK};
+        if (paired) {
+            r.b.mv.block0 = (NQ + NK) / 8;
+            void *args[] = {&r};
+            launch(&G.k.matvec_rope_norm_pair[p], (gpu_launch_dims){1, (NQ + 2 * NK) / 8, 1, 256}, args);
+        } else {
+            void *aa[] = {&r.a}, *ab[] = {&r.b};
+            launch(&G.k.matvec_rope_norm[wa], (gpu_launch_dims){1, (NQ + NK) / 8, 1, 256}, aa);
+            launch(&G.k.matvec_rope_norm[wb], (gpu_launch_dims){1, NK / 8, 1, 256}, ab);
+        }
+        download(q[paired], dq, sizeof q[paired]);
+        download(kv[paired], dkc, cache_n * 2);
+        download(kv[paired] + cache_n, dvc, cache_n * 2);
+        cu.cuMemFree(dq), cu.cuMemFree(dkc), cu.cuMemFree(dvc);
+    }
+    assert_memory_equal(q[0], q[1], sizeof q[0]);
+    assert_memory_equal(kv[0], kv[1], sizeof kv[0]);
+    /* the plain product over the norm: NA rows of the first format, NB of the second */
+    float y[2][NA + NB];
+    for (int paired = 0; paired < 2; paired++) {
+        CUdeviceptr dy = poisoned(NA + NB);
+        float *py = (float *)(uintptr_t)dy;
+        const float *pbias = (const float *)(uintptr_t)dbias;
+        matvec_pair_args r = {.a = {.n_seg = 1, .k = K, .m = 1, .ldx = K, .row_bytes = rba, .x = nm.xw, .norm = nm},
+                              .b = {.n_seg = 1, .k = K, .m = 1, .ldx = K, .row_bytes = rbb, .x = nm.xw, .norm = nm}};
+        r.a.seg[0] = (matvec_seg){pa, py, pbias, NA, NA + NB};
+        r.b.seg[0] = (matvec_seg){pb, py + NA, pbias + NA, NB, NA + NB};
+        if (paired) {
+            r.b.block0 = (NA + 7) / 8;
+            void *args[] = {&r};
+            launch(&G.k.matvec_nin_pair[p], (gpu_launch_dims){1, (NA + 7) / 8 + (NB + 7) / 8, 1, 256}, args);
+        } else {
+            void *aa[] = {&r.a}, *ab[] = {&r.b};
+            launch(&G.k.matvec_nin[wa], (gpu_launch_dims){1, (NA + 7) / 8, 1, 256}, aa);
+            launch(&G.k.matvec_nin[wb], (gpu_launch_dims){1, (NB + 7) / 8, 1, 256}, ab);
+        }
+        download(y[paired], dy, sizeof y[paired]);
+        cu.cuMemFree(dy);
+    }
+    assert_memory_equal(y[0], y[1], sizeof y[0]);
+    for (int i = 0; i < NA + NB; i++) assert_true(isfinite(y[1][i]));
+    print_message("  %s + %s: matvec_rope_norm and matvec_nin pairs bit for bit as one launch a format\n",
+                  ggml_type_name(ta), ggml_type_name(tb));
+    cu.cuMemFree(dx), cu.cuMemFree(dpart), cu.cuMemFree(dss), cu.cuMemFree(dbias), cu.cuMemFree(dwa);
+    cu.cuMemFree(dwb), cu.cuMemFree(dpos), cu.cuMemFree(dseq), cu.cuMemFree(dtab);
+    free(hwa), free(hwb), free(deq);
+}
+
+static void test_matvec_pair(void **state)
+{
+    (void)state;
+    uint64_t seed = 47;
+    for (int p = 0; p < GPU_N_MATVEC_PAIRS; p++) pair_case(p, &seed);
+}
+
 /* The batch-1 step's norms carried by the products (gpu_shared.h matvec_norm), per format of
  * GPU_MATVEC_NORM_KERNELS (the Q4_K_M files', Q5_0 where their rows fall back, and the low-bit
  * ones': Q2_K, IQ4_XS, and Q3_K, with Q4_K, Q5_K and Q6_K the Q3_K_M mix): the residual product (matvec_res) adds
@@ -2974,6 +3074,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_post_norm_add),
         cmocka_unit_test(test_norm_carried),
+        cmocka_unit_test(test_matvec_pair),
         cmocka_unit_test(test_tp_add),
         cmocka_unit_test(test_qkv_post),
         cmocka_unit_test(test_qkv_fused_post),

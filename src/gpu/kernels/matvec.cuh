@@ -372,7 +372,7 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
             matvec_lo_body<T>(a);
             return;
         }
-    int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
+    int n = ((int)blockIdx.y - a.block0) * MATVEC_WARPS + (threadIdx.x >> 5), m0 = blockIdx.x * MT, s = 0;
     while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
     // past the rows (never with ROPE: whole blocks): nothing to do but meet the norms' barriers
     const bool live = s < a.n_seg;
@@ -567,6 +567,26 @@ template <> struct glu_norm_blocks<T_IQ4_XS> { static constexpr int n = 5; };
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
         nin_name(matvec_args a) { pdl_enter(); matvec_body<T_##TYPE, 1, false, false, NORM_IN>(a); }
 GPU_MATVEC_NORM_KERNELS(MATVEC_NORM_KERNELS)
+
+// One pair per row of GPU_MATVEC_PAIR_KERNELS: the batch-1 QKV product over two formats, grid
+// rows below b's block0 in format A over a's outputs, the rest in B over b's (each block
+// wholly one or the other, so the epilogues' barriers hold).  Held to the fewer resident
+// blocks of the two formats' matvec_rope_norm bounds: registers for the larger body.
+constexpr int pair_blocks(int a, int b) { return a < b ? a : b; }
+#define MATVEC_PAIR_KERNELS(rope_name, nin_name, TA, TB)                                                  \
+    extern "C" __global__ void __launch_bounds__(                                                         \
+        MATVEC_WARPS * 32, pair_blocks(rope_norm_blocks<T_##TA>::n, rope_norm_blocks<T_##TB>::n))          \
+        rope_name(matvec_rope_pair_args p)                                                                \
+    { pdl_enter();                                                                                        \
+        if ((int)blockIdx.y < p.b.mv.block0) matvec_body<T_##TA, 1, true, false, NORM_IN>(p.a.mv, &p.a);  \
+        else matvec_body<T_##TB, 1, true, false, NORM_IN>(p.b.mv, &p.b);                                  \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) nin_name(matvec_pair_args p)          \
+    { pdl_enter();                                                                                        \
+        if ((int)blockIdx.y < p.b.block0) matvec_body<T_##TA, 1, false, false, NORM_IN>(p.a);             \
+        else matvec_body<T_##TB, 1, false, false, NORM_IN>(p.b);                                          \
+    }
+GPU_MATVEC_PAIR_KERNELS(MATVEC_PAIR_KERNELS)
 
 // One per row of GPU_MATVEC_LO_NORM_KERNELS: a DeltaNet layer's input product over the carried
 // norm and its remainder (matvec_lo_body's NORM_IN).

@@ -48,10 +48,10 @@ template <int T> struct mmqn_x_h {
 };
 
 // ---- MXFP4's grouped experts on the integer tensor cores (gpt-oss at batch 4..32).  The FP16
-// fragments cost ~36 instructions a lane per 8 weights (load_oct_h: the lookup, two FP16
-// conversions a pair, the scale), for an n8 tile of which a batch-8 step's tiles have ~1.5 live
-// columns: the kernels were issue bound (docs/benchmarks.md "A batch-8 MoE step kernel by
-// kernel").  Here a weight is its doubled E2M1 level as an int8 (-12..12: one byte permute of
+// fragments cost ~36 instructions a lane per 8 weights (by count of the source; load_oct_h: the
+// lookup, two FP16 ops a pair, the scale), for an n8 tile of which a batch-8 step's tiles have
+// ~1.5 live columns: the kernels were issue bound (docs/benchmarks.md "A batch-8 MoE step kernel
+// by kernel"; this form: "gpt-oss's MXFP4 grouped experts on the integer tensor cores", -13 %).  Here a weight is its doubled E2M1 level as an int8 (-12..12: one byte permute of
 // a table in registers does four, level16_bytes), the activations are int8 (quantize_q8_mma,
 // once per launch), one mma.m16n8k32 takes a chunk, and the E8M0 scale times the activation
 // block's applies to the chunk's int32 sums in FP32 -- llama.cpp's MMQ form of MXFP4.  The

@@ -583,7 +583,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
     /* FP32 gate/up only where a step's feed-forward is not one fused kernel (the largest step
      * decides), the partial sums only where some matrix goes to mmq */
     bool gate_up = false, any_mmq = gpu_mmq_serves(&g->k, g->output.wtype, g->output.k), any_post = false;
-    bool any_moe = false, moe_geglu = false, moe_beside = false, ple = hp->n_embd_ple > 0;
+    bool any_moe = false, moe_geglu = false, moe_beside = false, moe_mxfp4 = false, ple = hp->n_embd_ple > 0;
     bool any_gated = false, any_shexp = false;
     for (int l = 0; l < hp->n_layer; l++) {
         const gpu_layer *L = &g->layers[l];
@@ -594,6 +594,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         any_post |= L->attn_post_norm || L->ffn_post_norm || ple || L->post_ln || g->pos_embd.d;
         any_moe |= L->ffn_gate_exps.d != 0;
         moe_geglu |= L->ffn_gate_exps.d && L->geglu;
+        moe_mxfp4 |= L->ffn_gate_exps.d && (L->ffn_gate_exps.type == GGML_TYPE_MXFP4 || L->ffn_down_exps.type == GGML_TYPE_MXFP4);
         moe_beside |= L->ffn_gate_exps.d && L->w_gate.d;
 #define ANY_MMQ(mat) any_mmq |= gpu_mmq_serves(&g->k, L->mat.wtype, L->mat.k);
         LAYER_MATRICES(ANY_MMQ) EXPERT_MATRICES(ANY_MMQ)
@@ -606,6 +607,13 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         g->d_ff_exp = (hp->n_ff_exp + 31) / 32 * 32;
         moe_n = (size_t)g->moe_chunk * hp->n_expert_used;
         moe_tiles = (moe_n + MMQN_MAX_M - 1) / MMQN_MAX_M + (size_t)hp->n_expert; /* the smallest tiles: mmq_narrow's */
+    }
+    /* MXFP4 experts: the narrow chunks' q8 rows (gpu_forward.c moe_q8_rows): the tokens' rows,
+     * then the entries' GLU rows, two int8 an input and a float per 32 */
+    size_t moe_q8_in = 0;
+    if (moe_mxfp4 && !g->det) {
+        size_t nt = g->moe_chunk < GPU_MOE_NARROW_MAX_TOKENS ? (size_t)g->moe_chunk : GPU_MOE_NARROW_MAX_TOKENS;
+        moe_q8_in = nt * ((size_t)g->d_embd + (size_t)hp->n_expert_used * g->d_ff_exp);
     }
     size_t ple_all = ple ? (size_t)T * hp->n_layer * hp->n_embd_ple : 0;
     g->ple_ld = (hp->n_embd_ple + 31) / 32 * 32;
@@ -668,7 +676,7 @@ static int alloc_buffers(gpu_engine *g, char *err, size_t errlen)
         {&g->moe_logits, (size_t)(any_moe ? T : 0) * hp->n_expert * f}, {&g->moe_ids, moe_n * sizeof(int32_t)},
         {&g->moe_w, moe_n * f}, {&g->moe_sorted, moe_n * sizeof(int32_t)}, {&g->moe_pos, moe_n * sizeof(int32_t)},
         {&g->moe_tiles, moe_tiles * 3 * sizeof(int32_t)}, {&g->moe_h, moe_n * g->d_ff_exp * sizeof(uint16_t)},
-        {&g->moe_y, moe_n * g->d_embd * f},
+        {&g->moe_y, moe_n * g->d_embd * f}, {&g->moe_q8, 2 * moe_q8_in}, {&g->moe_q8s, moe_q8_in / 32 * f},
         {&g->moe_g, moe_geglu ? moe_n * g->d_ff_exp * f : 0}, {&g->moe_u, moe_geglu ? moe_n * g->d_ff_exp * f : 0},
         {&g->moe_out, moe_beside ? (size_t)T * g->d_embd * f : 0},
         {&g->ple, ple_all * f}, {&g->ple_tok, ple_all * f}, {&g->ple_g, ple ? (size_t)T * hp->n_embd_ple * f : 0},
@@ -1384,7 +1392,7 @@ static void gpu_destroy(engine *e)
     CUdeviceptr bufs[] = {g->wbuf,   g->kc,      g->vc,      g->hist,   g->x,     g->act_h,  g->act_lo, g->ff_h,
                           g->q,      g->kk,      g->vv,      g->gate,   g->up,    g->wdq,    g->w16,     g->blas_ws, g->x_f32,
                           g->mmq_part, g->post, g->tp_part, g->moe_xf, g->moe_logits, g->moe_ids, g->moe_w, g->moe_sorted,
-                          g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y, g->moe_g, g->moe_u, g->moe_out,
+                          g->moe_pos,  g->moe_tiles, g->moe_h,  g->moe_y, g->moe_q8, g->moe_q8s, g->moe_g, g->moe_u, g->moe_out,
                           g->ple, g->ple_tok, g->ple_g, g->ple_h,
                           g->part_o, g->part_ml, g->att_counts, g->xl_h, g->logits, g->work, g->counts, g->parts,
                           g->sout,   g->in_d, g->state, g->ssm_mix, g->ssm_z, g->ssm_b, g->ssm_g, g->ssm_raw,

@@ -850,6 +850,23 @@ static bool shexp_in_experts(const gpu_engine *g, const gpu_layer *L, int T)
  * tokens and GPU_MOE_NARROW_MIN_ENTRIES entries or more (batched decode) the same launches with
  * mmq_narrow's grouped form for the products (tiles of at most MMQN_MAX_M entries: no 16-row
  * tiles of one or two entries, no k-split reduce). */
+/* A narrow chunk's MXFP4 product (w, over k = w->k inputs, rows ld floats of FP16 apart) on the
+ * integer tensor cores: its activation rows (x, `rows` of them) quantised into the q8 rows at
+ * element offset off of moe_q8 (kernels/mmq_narrow.cuh quantize_q8_mma), which a->xq / a->xd then
+ * name.  Other formats, and rows of another width than k, keep the FP16 fragments. */
+static int moe_q8_rows(gpu_engine *g, const gpu_matrix *w, matvec_args *a, CUdeviceptr x, int rows, int ld, size_t off,
+                       const char *what, char *err, size_t errlen)
+{
+    if (!g->moe_q8 || w->type != GGML_TYPE_MXFP4 || w->k != ld) return 0;
+    int k = w->k;
+    CUdeviceptr xq = g->moe_q8 + 2 * off, xs = g->moe_q8s + off / 32 * sizeof(float);
+    LAUNCH(g->k.quantize_q8_mma, ((gpu_launch_dims){ceil_div(k, 256), (unsigned)rows, 1, 256}), what, &x, &ld, &k,
+           &xq, &xs);
+    a->xq = (const int8_t *)(uintptr_t)xq;
+    a->xd = (const float *)(uintptr_t)xs;
+    return 0;
+}
+
 static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe_dst *o, const char *what, char *err,
                      size_t errlen)
 {
@@ -945,6 +962,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         a.seg[1] = (matvec_seg){.w = U8(up->d), .bias = L->ffn_up_exps_b ? F32(L->ffn_up_exps_b) : NULL, .n = up->n,
                                 .ldy = g->d_ff_exp};
         mmq_grid ga = {ceil_div(gate->n, GPU_MMQ_ROWS / 2), (unsigned)tiles, v, 2 * pad16(gate->n), true};
+        if (narrow && moe_q8_rows(g, gate, &a, x, n, d, 0, what, err, errlen)) return -1;
         if (narrow ? mmq_narrow(g, &a, gate, ga.gx, pad16(gate->n) / 16, tiles, true, NULL, 0, what, err, errlen)
                    : mmq_launch(g, &a, gate, ga, what, err, errlen))
             return -1;
@@ -952,6 +970,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
                          .x = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_div = 1, .expert_bytes = down->expert_bytes};
         b.seg[0] = (matvec_seg){.w = U8(down->d), .y = F32(g->moe_y), .n = down->n, .ldy = d};
         mmq_grid gb = {ceil_div(pad16(down->n), GPU_MMQ_ROWS), (unsigned)tiles, v, pad16(down->n), false};
+        if (narrow && moe_q8_rows(g, down, &b, g->moe_h, N, g->d_ff_exp, (size_t)n * d, what, err, errlen)) return -1;
         if (narrow ? mmq_narrow(g, &b, down, gb.gx, pad16(down->n) / 16, tiles, false, NULL, 0, what, err, errlen)
                    : mmq_launch(g, &b, down, gb, what, err, errlen))
             return -1;

@@ -224,6 +224,10 @@ typedef struct gpu_engine {
      * grouping (sorted entries, each entry's sorted position, the tiles), the experts' SwiGLU
      * output f16 [entries][d_ff_exp] and down output f32 [entries][n_embd] */
     CUdeviceptr moe_xf, moe_logits, moe_ids, moe_w, moe_sorted, moe_pos, moe_tiles, moe_h, moe_y;
+    /* MXFP4 experts (not --deterministic) only: the q8 rows of a narrow chunk's products
+     * (kernels/mmq_narrow.cuh quantize_q8_mma): int8 [tokens][2 d_embd] then [entries][2 d_ff_exp],
+     * and their scales, f32 [tokens][d_embd / 32] then [entries][d_ff_exp / 32] */
+    CUdeviceptr moe_q8, moe_q8s;
     int moe_chunk, d_ff_exp;
     /* GeGLU experts (Gemma 4) only: the chosen experts' gate and up in f32 [entries][d_ff_exp],
      * and the experts' sum before its norm, f32 [cap_tokens][n_embd] */

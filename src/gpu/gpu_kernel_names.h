@@ -347,7 +347,7 @@
 
 /* The kernels of no weight format (gpu_kernels' field of the same name): X(name) */
 #define GPU_PLAIN_KERNELS(X) \
-    X(rmsnorm) X(rmsnorm_q8) X(norm_prep) X(post_norm_add) X(quantize_q8) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(to_f32_rows) \
+    X(rmsnorm) X(rmsnorm_q8) X(norm_prep) X(post_norm_add) X(quantize_q8) X(quantize_q8_mma) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(to_f32_rows) \
     X(softcap) X(scale_f32) X(add_bias) X(layernorm) X(gelu_erf) X(mmq_reduce) X(attn_partial) X(attn_partial_hd64) \
     X(attn_partial_hd128) X(attn_partial_hd512) X(attn_partial_wide) X(attn_combine) X(mla_post) X(mla_decode_q) X(mla_decode_value)      \
     X(flash_attn_hd64) X(flash_attn_hd128) \

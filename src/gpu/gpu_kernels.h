@@ -85,7 +85,7 @@ typedef struct gpu_kernels {
     gpu_fn mmq_narrow[GPU_N_WTYPES], mmq_narrow_glu[GPU_N_WTYPES];
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
-    gpu_fn rmsnorm, rmsnorm_q8, norm_prep, post_norm_add, quantize_q8, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
+    gpu_fn rmsnorm, rmsnorm_q8, norm_prep, post_norm_add, quantize_q8, quantize_q8_mma, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
     gpu_fn softcap, scale_f32, add_bias;
     gpu_fn tp_add; /* tensor parallelism's residual add over the ranks' partials (kernels/allreduce.cuh) */
     gpu_fn tp_gather; /* the vocabulary-split LM head's hand-over of its logits to rank 0 (kernels/allreduce.cuh) */

@@ -736,6 +736,17 @@ static int moe_test_tiles(const int32_t *ids, int N, int E, int bm, int pad, int
     return nt;
 }
 
+/* quantize_q8_mma's q8 rows of `rows` FP16 rows of k inputs (kernels/mmq_narrow.cuh: the int8
+ * MXFP4 fragments' activations), into fresh buffers (scales NaN first: unwritten ones show). */
+static void quantize_mma_rows(CUdeviceptr dx, int rows, int k, CUdeviceptr *dq, CUdeviceptr *ds)
+{
+    CHECK(cu.cuMemAlloc(dq, 2 * (size_t)rows * k));
+    *ds = poisoned((size_t)rows * k / 32);
+    int ld = k;
+    void *args[] = {&dx, &ld, &k, dq, ds};
+    launch(&G.k.quantize_q8_mma, (gpu_launch_dims){(unsigned)(k + 255) / 256, (unsigned)rows, 1, 256}, args);
+}
+
 /* The grouped MoE products on mmq_narrow (a step of a few tokens: tiles of at most MMQN_MAX_M
  * entries of one expert, kernels/mmq_narrow.cuh) against grouped mmq (tiles of 16) over the same
  * entries with the same splits, bit for bit, and both against the float64 reference: the GLU
@@ -744,7 +755,9 @@ static int moe_test_tiles(const int32_t *ids, int N, int E, int bm, int pad, int
  * features; 10 tokens of 3 choices, so expert 0 takes 10 entries (narrow: a tile of 8 and one
  * of 2), expert 2 nine, expert 1 none, expert 5 one; the list ends in empty slots.  The formats
  * of the MoE files (Q4_K, Q6_K; Q8_0 at GLM-4.5-Air's 1,408-wide down rows, MXFP4 at gpt-oss's
- * 2,880: partial last stages, rows not 16-byte aligned); one split and splits of 8 chunks. */
+ * 2,880: partial last stages, rows not 16-byte aligned); one split and splits of 8 chunks.
+ * MXFP4 also on the integer tensor cores (q8 rows from quantize_q8_mma in a.xq / a.xd, as
+ * gpu_forward.c's narrow chunks launch it): not mmq's bits, so against the reference alone. */
 static void test_moe_narrow_grouped(void **state)
 {
     (void)state;
@@ -819,6 +832,45 @@ static void test_moe_narrow_grouped(void **state)
                 cu.cuMemFree(dy), cu.cuMemFree(dh);
             }
             float *gf = malloc((size_t)N * NF * sizeof *gf);
+            if (t == GGML_TYPE_MXFP4) { /* the int8 form: within FP16's precision of the reference */
+                CUdeviceptr dy = poisoned((size_t)N * NF), dh = poisoned_half((size_t)N * NF), q[2], qs[2];
+                quantize_mma_rows(dx, T, K, &q[0], &qs[0]);
+                quantize_mma_rows(dxe, N, K, &q[1], &qs[1]);
+                matvec_args ga = {.n_seg = 2, .k = K, .m = N, .ldx = K, .row_bytes = pm.rb,
+                                  .x = (const gpu_half *)(uintptr_t)dx, .yh = (gpu_half *)(uintptr_t)dh,
+                                  .tiles = (const int32_t *)(uintptr_t)dt8,
+                                  .x_rows = (const int32_t *)(uintptr_t)dsorted, .x_div = KC,
+                                  .expert_bytes = (unsigned long long)(NF * pm.rb), .xq = (const int8_t *)(uintptr_t)q[0],
+                                  .xd = (const float *)(uintptr_t)qs[0], .bias_ids = (const int32_t *)(uintptr_t)dids,
+                                  .bias_stride = NF};
+                ga.seg[0] = (matvec_seg){w, NULL, bp, NF, NF};
+                ga.seg[1] = (matvec_seg){w + (size_t)E * NF * pm.rb, NULL, bp + E * NF, NF, NF};
+                matvec_args a = {.n_seg = 1, .k = K, .m = N, .ldx = K, .row_bytes = pm.rb,
+                                 .x = (const gpu_half *)(uintptr_t)dxe, .tiles = ga.tiles, .x_div = 1,
+                                 .expert_bytes = ga.expert_bytes, .xq = (const int8_t *)(uintptr_t)q[1],
+                                 .xd = (const float *)(uintptr_t)qs[1]};
+                a.seg[0] = (matvec_seg){w, (float *)(uintptr_t)dy, NULL, NF, NF};
+                narrow_run_slots(t, &ga, true, split ? 8 : 0, n8);
+                narrow_run_slots(t, &a, false, split ? 8 : 0, n8);
+                float *yq = malloc((size_t)N * NF * sizeof *yq);
+                uint16_t *hq = malloc((size_t)N * NF * sizeof *hq);
+                download(yq, dy, (size_t)N * NF * sizeof *yq);
+                download(hq, dh, (size_t)N * NF * sizeof *hq);
+                for (int i = 0; i < N * NF; i++) gf[i] = quant_f16_to_f32(hq[i]);
+                const double q0 = gpu_test_rel_err(yq, ref, (size_t)N * NF), q1 = gpu_test_rel_err(gf, gref, (size_t)N * NF);
+                if (!(q0 <= 5e-4) || !(q1 <= 2e-3)) {
+                    report_bad(yq, ref, N, NF);
+                    fail_msg("moe narrow q8 %s k %d split %d: relative error %.3g, glu %.3g", ggml_type_name(t), K,
+                             split, q0, q1);
+                }
+                if (memcmp(yq, y[1], (size_t)N * NF * sizeof *yq) == 0) /* (the FP16 path's bits: not taken) */
+                    fail_msg("moe narrow q8 %s k %d: the FP16 fragments' bits", ggml_type_name(t), K);
+                print_message("  %-6s k %4d split %d: int8 fragments (q8 rows) rel err %.2e, glu %.2e\n",
+                              ggml_type_name(t), K, split, q0, q1);
+                free(yq), free(hq);
+                cu.cuMemFree(dy), cu.cuMemFree(dh);
+                for (int i = 0; i < 2; i++) cu.cuMemFree(q[i]), cu.cuMemFree(qs[i]);
+            }
             for (int i = 0; i < N * NF; i++) gf[i] = quant_f16_to_f32(yh[1][i]);
             const double e0 = gpu_test_rel_err(y[1], ref, (size_t)N * NF), e1 = gpu_test_rel_err(gf, gref, (size_t)N * NF);
             if (e0 > worst[0]) worst[0] = e0;

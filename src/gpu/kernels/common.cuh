@@ -90,13 +90,22 @@ __device__ __forceinline__ uint16_t ld_u16(const uint8_t *p) { return *(const ui
 #ifndef DOT_Q8_LO
 #define DOT_Q8_LO 1
 #endif
+// The levels of v in a block whose largest magnitude is amax: q and lo as above; returns d.
+// (q8_block_store, and mmq_narrow.cuh's quantize_q8_mma for the int8 MXFP4 fragments.)
+__device__ __forceinline__ float q8_levels(float v, float amax, int &qi, int &li)
+{
+    const float d = amax * (1.0f / 127.0f), inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    qi = max(-127, min(127, __float2int_rn(v * inv)));
+    li = max(-127, min(127, __float2int_rn((v - d * (float)qi) * inv * 254.0f)));
+    return d;
+}
 __device__ __forceinline__ void q8_block_store(float v, int8_t *q, int8_t *lo, float *ds)
 {
-    const float amax = warp_max(fabsf(v)), sum = warp_sum(v), d = amax * (1.0f / 127.0f);
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const int qi = max(-127, min(127, __float2int_rn(v * inv)));
+    const float sum = warp_sum(v);
+    int qi, li;
+    const float d = q8_levels(v, warp_max(fabsf(v)), qi, li);
     q[threadIdx.x & 31] = (int8_t)qi;
-    if (DOT_Q8_LO) lo[threadIdx.x & 31] = (int8_t)max(-127, min(127, __float2int_rn((v - d * (float)qi) * inv * 254.0f)));
+    if (DOT_Q8_LO) lo[threadIdx.x & 31] = (int8_t)li;
     if ((threadIdx.x & 31) == 0) *(float2 *)ds = make_float2(d, sum);
 }
 

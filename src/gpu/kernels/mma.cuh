@@ -39,3 +39,14 @@ __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint3
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// c (16x8 INT32) += a (16x32 INT8) * b (32x8 INT8): lane (g, t) holds a0 = row g, k 4t..4t+3;
+// a1 = row g + 8, the same k; a2, a3 = those rows at k 16 + 4t..; b0 = column g at k 4t..4t+3,
+// b1 at k 16 + 4t..; c as mma_16816's (rows g, g + 8; columns 2t, 2t + 1).
+__device__ __forceinline__ void mma_16832_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}

@@ -28,14 +28,118 @@
 #include "mmq.cuh"
 #include "elementwise.cuh" // rope_pair
 
-// acc of one warp: the partial sums of its tile's 16 rows x 8 columns over one split.  The
-// lane's activation column (g) is the row at xg (offset 8t), or zeros where !x_live; ws: the
-// stage buffer's bytes a row (MMQ_WSTRIDE).  A k that is not a multiple of 256 (32-input
+// The lane's activation column as FP16 (the default: mmq's fragments and bits): column g, inputs
+// 8t.. of each chunk, one 16-byte load; two mma.m16n8k16 a chunk over mmq_frags.
+template <int T> struct mmqn_x_h {
+    const __half *xg; // the column's row at offset 8t
+    bool live;
+    __device__ __forceinline__ uint4 load(int c) const
+    {
+        return live ? __ldg((const uint4 *)(xg + (size_t)c * 32)) : make_uint4(0, 0, 0, 0);
+    }
+    __device__ __forceinline__ void chunk(const uint8_t *w0, const uint8_t *w1, int cc, int c, int t, uint4 xv,
+                                          float acc[4]) const
+    {
+        uint32_t af[2][4];
+        mmq_frags<T>(w0, w1, cc, t, af);
+        mma_16816(acc, af[0], xv.x, xv.y);
+        mma_16816(acc, af[1], xv.z, xv.w);
+    }
+};
+
+// ---- MXFP4's grouped experts on the integer tensor cores (gpt-oss at batch 4..32).  The FP16
+// fragments cost ~36 instructions a lane per 8 weights (by count of the source; load_oct_h: the
+// lookup, two FP16 ops a pair, the scale), for an n8 tile of which a batch-8 step's tiles have
+// ~1.5 live columns: the kernels were issue bound (docs/benchmarks.md "A batch-8 MoE step kernel
+// by kernel"; this form: "gpt-oss's MXFP4 grouped experts on the integer tensor cores", -13 %).  Here a weight is its doubled E2M1 level as an int8 (-12..12: one byte permute of
+// a table in registers does four, level16_bytes), the activations are int8 (quantize_q8_mma,
+// once per launch), one mma.m16n8k32 takes a chunk, and the E8M0 scale times the activation
+// block's applies to the chunk's int32 sums in FP32 -- llama.cpp's MMQ form of MXFP4.  The
+// activations keep q8_levels' second int8 (the rounding remainder, a second mma): FP16's
+// precision, not 8 bits' (dot_q8.cuh: 8 bits alone flipped greedy tokens of the test models).
+
+// The doubled E2M1 levels as int8 (0 1 2 3 4 6 8 12, then their negatives), four to a word.
+#define MXFP4_I8_0 0x03020100u
+#define MXFP4_I8_1 0x0C080604u
+#define MXFP4_I8_2 0xFDFEFF00u
+#define MXFP4_I8_3 0xF4F8FAFCu
+
+// A row's int8 A fragments of chunk cc (17-byte blocks at any byte offset of the stage): quant
+// bytes 4t..4t+3, whose low nibbles are inputs 4t.. (lo) and high ones 16 + 4t.. (hi), and the
+// block's scale 2^(e - 128) (the levels are doubled; load_oct<T_MXFP4>'s d).
+__device__ __forceinline__ float mxfp4_i8_frag(const uint8_t *w, int cc, int t, uint32_t &lo, uint32_t &hi)
+{
+    const uint8_t *b = w + cc * 17;
+    uint32_t q[1], r0, r1;
+    ld_words<1, false, 1>(b + 1 + 4 * t, q);
+    level16_bytes(q[0], MXFP4_I8_0, MXFP4_I8_1, MXFP4_I8_2, MXFP4_I8_3, r0, r1); // (b0 lo, b0 hi, b1 lo, ...)
+    lo = prmt(r0, r1, 0x6420u);
+    hi = prmt(r0, r1, 0x7531u);
+    const uint32_t e = b[0];
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+// The q8 rows quantize_q8_mma writes: a row of k inputs is k / 32 chunks of 64 bytes, lane t's
+// 16 at 16t -- q of inputs 4t..4t+3, q of 16 + 4t.., then lo of the same (one 16-byte load
+// gives both mmas' B fragments) -- and k / 32 floats d / 254 beside (xs).
+__device__ __forceinline__ int q8_mma_offset(int i) { return 16 * ((i >> 2) & 3) + 4 * (i >> 4) + (i & 3); }
+
+// Grid (k / 256 rounded up, rows), 256 threads: warp w of block x quantises chunk 8x + w of
+// row y of x (FP16, ldx apart) with q8_levels, the dp4a kernels' levels.
+extern "C" __global__ void quantize_q8_mma(const __half *x, int ldx, int k, int8_t *xq, float *xs)
+{
+    pdl_enter();
+    const int c = blockIdx.x * 8 + (threadIdx.x >> 5), i = threadIdx.x & 31, row = blockIdx.y;
+    if (c >= k / 32) return; // whole warps
+    const float v = __half2float(x[(size_t)row * ldx + (size_t)c * 32 + i]);
+    int qi, li;
+    const float d = q8_levels(v, warp_max(fabsf(v)), qi, li);
+    int8_t *o = xq + (size_t)row * 2 * k + (size_t)c * 64 + q8_mma_offset(i);
+    o[0] = (int8_t)qi;
+    o[8] = (int8_t)li;
+    if (i == 0) xs[(size_t)row * (k / 32) + c] = d * (1.0f / 254.0f);
+}
+
+// The lane's activations as those q8 rows: B fragments of column g, and the scales of its
+// output columns 2t, 2t + 1 (s0, s1: those columns' xs rows).
+struct mmqn_x_q8 {
+    const int8_t *xg; // column g's q8 row at offset 16t
+    const float *s0, *s1;
+    bool live;
+    __device__ __forceinline__ uint4 load(int c) const
+    {
+        return live ? __ldg((const uint4 *)(xg + (size_t)c * 64)) : make_uint4(0, 0, 0, 0);
+    }
+    // Two mmas (q, lo) into int32 sums offset by 1.5 * 2^23, so that each sum (|s| <= 32 * 12 *
+    // 127 < 2^22) is its float's mantissa (no int-to-float conversion, a quarter-rate op):
+    // q * 254 + lo exactly in FP32 (< 2^24), then times the row's and the column's scales.
+    __device__ __forceinline__ void chunk(const uint8_t *w0, const uint8_t *w1, int cc, int c, int t, uint4 xv,
+                                          float acc[4]) const
+    {
+        constexpr int MAGIC = 0x4B400000;
+        constexpr float FMAGIC = 12582912.0f;
+        uint32_t af[4];
+        const float d0 = mxfp4_i8_frag(w0, cc, t, af[0], af[2]), d1 = mxfp4_i8_frag(w1, cc, t, af[1], af[3]);
+        int sq[4] = {MAGIC, MAGIC, MAGIC, MAGIC}, sl[4] = {MAGIC, MAGIC, MAGIC, MAGIC};
+        mma_16832_s8(sq, af, xv.x, xv.y);
+        mma_16832_s8(sl, af, xv.z, xv.w);
+        const float e0 = __ldg(s0 + c), e1 = __ldg(s1 + c);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float v = fmaf(__int_as_float(sq[q]) - FMAGIC, 254.0f, __int_as_float(sl[q]) - FMAGIC);
+            acc[q] = fmaf(v, (q & 2 ? d1 : d0) * (q & 1 ? e1 : e0), acc[q]);
+        }
+    }
+};
+
+// acc of one warp: the partial sums of its tile's 16 rows x 8 columns over one split.  X: the
+// activations' form (mmqn_x_h, or mmqn_x_q8 for MXFP4's grouped experts); ws: the stage buffer's
+// bytes a row (MMQ_WSTRIDE).  A k that is not a multiple of 256 (32-input
 // blocks only: gpt-oss's 2,880, GLM-4.5-Air's 1,408) ends in a partial stage, as mmq's: its
 // missing chunks are neither copied, loaded nor multiplied.
-template <int T>
+template <int T, class X>
 __device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uint8_t *const *rowp, uint8_t *wsm, int ws,
-                                                 const __half *xg, bool x_live, int c_begin, float acc[4])
+                                                 const X &x, int c_begin, float acc[4])
 {
     constexpr int CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, D = MMQN_DEPTH(RB);
     const int w_stage = 16 * ws, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -52,29 +156,22 @@ __device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uin
     for (int st = 0; st < D - 1; st++) load_stage(st);
     for (int st = 0; st < n_stages; st++) {
         const int c0 = c_begin + st * CPS, live = c_end - c0; // live < CPS: the partial last stage
-        uint4 xv[CPS]; // the lane's activations of the stage: column g, inputs 8t.. of each chunk
+        uint4 xv[CPS]; // the lane's activations of the stage (X's layout)
 #pragma unroll
-        for (int cc = 0; cc < CPS; cc++)
-            xv[cc] = x_live && cc < live ? __ldg((const uint4 *)(xg + (size_t)(c0 + cc) * 32)) : make_uint4(0, 0, 0, 0);
+        for (int cc = 0; cc < CPS; cc++) xv[cc] = cc < live ? x.load(c0 + cc) : make_uint4(0, 0, 0, 0);
         cp_async_wait<D - 2>();
         __syncwarp(); // stage st landed for every lane; stage st - 1's buffer is free
         load_stage(st + D - 1);
         const size_t woff = (size_t)(c0 / 8) * RB;
         const uint8_t *w0 = mmq_staged_row(wsm + (st % D) * w_stage, ws, rowp, g, woff), // rows g and g + 8
             *w1 = mmq_staged_row(wsm + (st % D) * w_stage, ws, rowp, g + 8, woff);
-        auto chunk = [&](int cc) { // mmq_body's steps, one n8 tile
-            uint32_t af[2][4];
-            mmq_frags<T>(w0, w1, cc, t, af);
-            mma_16816(acc, af[0], xv[cc].x, xv[cc].y);
-            mma_16816(acc, af[1], xv[cc].z, xv[cc].w);
-        };
         if (live >= CPS) {
 #pragma unroll
-            for (int cc = 0; cc < CPS; cc++) chunk(cc);
+            for (int cc = 0; cc < CPS; cc++) x.chunk(w0, w1, cc, c0 + cc, t, xv[cc], acc);
         } else { // (unrolled too: xv stays in registers)
 #pragma unroll
             for (int cc = 0; cc < CPS; cc++)
-                if (cc < live) chunk(cc);
+                if (cc < live) x.chunk(w0, w1, cc, c0 + cc, t, xv[cc], acc);
         }
     }
     cp_async_wait<0>();
@@ -158,7 +255,15 @@ __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n
         for (int s = 0; s < a.n_seg; s++) n_tiles += mmq_pad(a.seg[s].n) / 16;
     // the lane's activation column g: row m0 + g (past the block's rows: its last, zeroed)
     const int mx = m0 + min(g, cnt - 1);
-    const __half *xg = a.x + (size_t)(a.x_rows ? a.x_rows[mx] / a.x_div : mx) * a.ldx + 8 * t;
+    const mmqn_x_h<T> xh = {a.x + (size_t)(a.x_rows ? a.x_rows[mx] / a.x_div : mx) * a.ldx + 8 * t, g < cnt};
+    // MXFP4's grouped launches with q8 rows (a.xq, a.xd: gpu_forward.c moe_chunk): the int8 form
+    mmqn_x_q8 xq = {};
+    const bool q8 = T == T_MXFP4 && a.xq;
+    if (q8) {
+        auto row = [&](int j) { const int m = m0 + min(j, cnt - 1); return a.x_rows ? a.x_rows[m] / a.x_div : m; };
+        xq = {a.xq + (size_t)row(g) * 2 * a.k + 16 * t, a.xd + (size_t)row(2 * t) * (a.k / 32),
+              a.xd + (size_t)row(2 * t + 1) * (a.k / 32), g < cnt};
+    }
 
     for (int it = warp; it < items; it += nw) {
         const int z = it % n_split, half = (it / n_split) % H, tile = blockIdx.x * tpb + it / (H * n_split);
@@ -171,7 +276,12 @@ __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n
                 rowp[lane] = a.seg[s].w + wexp + (size_t)min(n, a.seg[s].n - 1) * a.row_bytes;
             }
             __syncwarp();
-            mmq_narrow_split<T>(a, rowp, wsm, ws, xg, g < cnt, z * a.split_chunks, acc);
+            if constexpr (T == T_MXFP4) {
+                if (q8) mmq_narrow_split<T>(a, rowp, wsm, ws, xq, z * a.split_chunks, acc);
+                else mmq_narrow_split<T>(a, rowp, wsm, ws, xh, z * a.split_chunks, acc);
+            } else {
+                mmq_narrow_split<T>(a, rowp, wsm, ws, xh, z * a.split_chunks, acc);
+            }
         }
         // acc[q]: tile row g + 8 (q >> 1), column 2t + (q & 1)
         float *p = part + (size_t)it * 128;

@@ -2,6 +2,7 @@
 #include "gpu_kernels.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_shared.h"
@@ -269,7 +270,17 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         CU_CHECK(cu.cuFuncSetAttribute(wide[i].fn->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        (int)gpu_flash_smem(wide[i].hd)),
                  wide[i].fn->name);
-    mark_early(k);
+    { /* EXPERIMENT (pdl2): prefetch bytes and PDL-in-graph from the environment, for the A/B only */
+        const char *e = getenv("INFERD_EXP_PF");
+        if (e) {
+            unsigned v = (unsigned)strtoul(e, NULL, 10);
+            CUdeviceptr p;
+            size_t sz;
+            CU_CHECK(cu.cuModuleGetGlobal(&p, &sz, k->module, "mv_prefetch_bytes"), "exp");
+            CU_CHECK(cu.cuMemcpyHtoD(p, &v, sizeof v), "exp");
+        }
+    }
+    if (!getenv("INFERD_EXP_NOEARLY")) mark_early(k);
     return check_complete(k, err, errlen);
 }
 

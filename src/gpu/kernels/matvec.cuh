@@ -368,18 +368,20 @@ __device__ __forceinline__ void ll_push(const matvec_ll_push &p, int n, float v)
 // they did with the trigger at entry (docs/benchmarks.md, "A draft model's rounds").  The same
 // rows as the bodies: a warp's feature n over the segments (ROPE: rope_feature's pairing), the
 // GLU's gate and up rows n; past the rows, none.
+extern "C" __constant__ unsigned mv_prefetch_bytes = 1024;
 template <bool GLU, bool ROPE = false>
 __device__ __forceinline__ void mv_rows_then_wait(const matvec_args &a, const matvec_rope_args *rp = nullptr)
 {
     int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), s = 0;
     if constexpr (GLU) {
         if (n < a.seg[0].n)
-            for (int i = 0; i < 2; i++) prefetch_l2_warp(a.seg[i].w + (size_t)n * a.row_bytes, a.row_bytes);
+            for (int i = 0; i < 2; i++)
+                prefetch_l2_warp(a.seg[i].w + (size_t)n * a.row_bytes, min(a.row_bytes, (unsigned long long)mv_prefetch_bytes));
     } else {
         while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
         if (s < a.n_seg) {
             if constexpr (ROPE) n = rope_feature(*rp, rp->role0 + s, n);
-            prefetch_l2_warp(a.seg[s].w + (size_t)n * a.row_bytes, a.row_bytes);
+            prefetch_l2_warp(a.seg[s].w + (size_t)n * a.row_bytes, min(a.row_bytes, (unsigned long long)mv_prefetch_bytes));
         }
     }
     pdl_wait();

@@ -650,13 +650,9 @@ static int attention(gpu_engine *g, int il, const gpu_attn_plan *ap, char *err, 
         a.batch_split = gpu_attn_dec_batch_split(g->n_sm, gpu_attn_dec_units(nh, L->n_kv, hd), (int)n, g->att_max_split,
                                                  g->det);
         if (gpu_launch_decode(&g->k, &a, hd, n, g->stream, "attention", err, errlen)) return -1;
-        if (n_split > 1 && !a.counts) { /* with one, every token wrote its own output (a graph of short contexts) */
-            /* after a one-wave attention grid with PDL even in a graph: its blocks wait on the SMs
-             * that grid leaves free and start as it drains (~2-3 us a layer at B=1 otherwise) */
-            gpu_fn combine = g->k.attn_decode_combine;
-            if (gpu_attn_decode_one_wave(&g->k, &a, hd, n)) combine.pdl = &g->k.pdl;
-            LAUNCH(combine, ((gpu_launch_dims){n, (unsigned)nh, 1, GPU_ATT_DEC_COMBINE_SG * hd}), "attention", &a);
-        }
+        if (n_split > 1 && !a.counts) /* with one, every token wrote its own output (a graph of short contexts) */
+            LAUNCH(g->k.attn_decode_combine, ((gpu_launch_dims){n, (unsigned)nh, 1, GPU_ATT_DEC_COMBINE_SG * hd}),
+                   "attention", &a);
         return 0;
     }
     LAUNCH(*gpu_attn_partial_fn(&g->k, hd), ((gpu_launch_dims){n, (unsigned)(nh / gb), (unsigned)n_split, 128}), "attention", &a);

@@ -2,7 +2,6 @@
 #include "gpu_kernels.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_shared.h"
@@ -152,22 +151,6 @@ static int check_complete(const gpu_kernels *k, char *err, size_t errlen)
     return 0;
 }
 
-/* The one-row products that launch with PDL even while a decode graph is captured (pdl_on off
- * there): they put their weight rows in flight before their wait and let the next grid launch
- * only after their main loop (kernels/matvec.cuh: mv_rows_then_wait), so the next product's
- * first blocks load under this one's last instead of after it drains.  (PDL on every kernel,
- * triggered at entry, slowed the graphs' steps: gpu_kernels.h.)  The dp4a, two-row (x_lo) and
- * wide kernels keep pdl_enter and pdl_on. */
-static void mark_early(gpu_kernels *k)
-{
-    for (int t = 0; t < GPU_N_WTYPES; t++) {
-        gpu_fn *fn[] = {&k->matvec[t][0], &k->glu[t][0], &k->matvec_rope[t], &k->matvec_rope_norm[t],
-                        &k->glu_norm[t], &k->matvec_res[t], &k->matvec_nin[t]};
-        for (size_t i = 0; i < sizeof fn / sizeof fn[0]; i++)
-            if (fn[i]->f) fn[i]->pdl = &k->pdl;
-    }
-}
-
 int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
 {
     CU_CHECK(cu.cuModuleLoadData(&k->module, inferd_kernels_fatbin), "loading the kernel fatbin");
@@ -270,17 +253,6 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         CU_CHECK(cu.cuFuncSetAttribute(wide[i].fn->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        (int)gpu_flash_smem(wide[i].hd)),
                  wide[i].fn->name);
-    { /* EXPERIMENT (pdl2): prefetch bytes and PDL-in-graph from the environment, for the A/B only */
-        const char *e = getenv("INFERD_EXP_PF");
-        if (e) {
-            unsigned v = (unsigned)strtoul(e, NULL, 10);
-            CUdeviceptr p;
-            size_t sz;
-            CU_CHECK(cu.cuModuleGetGlobal(&p, &sz, k->module, "mv_prefetch_bytes"), "exp");
-            CU_CHECK(cu.cuMemcpyHtoD(p, &v, sizeof v), "exp");
-        }
-    }
-    if (!getenv("INFERD_EXP_NOEARLY")) mark_early(k);
     return check_complete(k, err, errlen);
 }
 
@@ -316,12 +288,6 @@ int gpu_launch_flash(const gpu_kernels *k, const flash_args *a, int hd, unsigned
     return gpu_launch_smem(fn, d, gpu_flash_smem(hd), stream, args, what, err, errlen);
 }
 
-bool gpu_attn_decode_one_wave(const gpu_kernels *k, const attn_args *a, int hd, unsigned n)
-{
-    return hd != GPU_MLA_FLASH_ROW && gpu_attn_decode_smem(hd) > (114u << 10) &&
-           (long)n * a->n_kv * a->n_split <= k->n_sm;
-}
-
 int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned n, CUstream stream, const char *what,
                       char *err, size_t errlen)
 {
@@ -350,7 +316,8 @@ int gpu_launch_decode(const gpu_kernels *k, const attn_args *a, int hd, unsigned
      * launch of its 1,024 blocks and the whole ring ahead together: docs/benchmarks.md.) */
     const gpu_launch_dims d = {n, (unsigned)a->n_kv, (unsigned)a->n_split, (unsigned)gpu_attn_dec_warps(hd) * 32};
     gpu_fn early = *fn;
-    if (a->old_kv && gpu_attn_decode_one_wave(k, a, hd, n)) early.pdl = &k->pdl;
+    if (a->old_kv && gpu_attn_decode_smem(hd) > (114u << 10) && (long)n * a->n_kv * a->n_split <= k->n_sm)
+        early.pdl = &k->pdl;
     return gpu_launch_smem(&early, d,
                            gpu_attn_decode_smem(hd), stream, args, what, err, errlen);
 }

@@ -31,9 +31,8 @@ void gpu_pack_rows(ggml_type t, int k, const void *src, size_t src_row_bytes, in
 typedef struct gpu_fn {
     CUfunction f;
     const char *name;
-    /* launched with programmatic dependent launch while *pdl holds: its gpu_kernels' pdl_on
-     * (kernels/common.cuh, pdl_enter), or pdl itself for the kernels that launch with it in the
-     * decode graphs too (gpu_kernels.c: mark_early; gpu_launch_decode) */
+    /* launched with programmatic dependent launch while *pdl (its gpu_kernels' pdl_on) holds:
+     * kernels/common.cuh, pdl_enter */
     const bool *pdl;
 } gpu_fn;
 
@@ -159,10 +158,6 @@ int gpu_launch_flash(const gpu_kernels *k, const struct flash_args *a, int hd, u
 struct attn_args;
 int gpu_launch_decode(const gpu_kernels *k, const struct attn_args *a, int hd, unsigned n, CUstream stream,
                       const char *what, char *err, size_t errlen);
-/* Whether attn_decode's grid of n tokens (head_dim hd) is one wave of one block a
- * multiprocessor: then gpu_launch_decode launches it with PDL (a->old_kv), and
- * attn_decode_combine after it launches with PDL too (gpu_forward.c). */
-bool gpu_attn_decode_one_wave(const gpu_kernels *k, const struct attn_args *a, int hd, unsigned n);
 /* attn_partial's kernel for head_dim hd (the generic one where no specialised one exists). */
 const gpu_fn *gpu_attn_partial_fn(const gpu_kernels *k, int hd);
 

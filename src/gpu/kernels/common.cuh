@@ -32,15 +32,6 @@ __device__ __forceinline__ void pdl_enter()
     pdl_wait();
     pdl_trigger();
 }
-// The line of a warp's bytes [p, p + bytes) into L2 (prefetch.global.L2), its lanes a 128-byte
-// line each in turn: loads that take no registers, for what a kernel reads before its pdl_wait
-// (kernels/matvec.cuh: mv_rows_then_wait).
-__device__ __forceinline__ void prefetch_l2_warp(const void *p, unsigned long long bytes)
-{
-    const uintptr_t b = (uintptr_t)p & ~(uintptr_t)127, e = (uintptr_t)p + bytes;
-    for (uintptr_t o = b + (threadIdx.x & 31) * 128u; o < e; o += 32u * 128u)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(o));
-}
 // (Before its pdl_wait a kernel may read what the grids before the one ahead of it wrote: that
 // grid let it launch only once all of its blocks had passed their own wait, i.e. once the grid
 // before it had finished; but nothing the grid ahead writes.  attn_decode streams the K/V of

@@ -358,35 +358,6 @@ __device__ __forceinline__ void ll_push(const matvec_ll_push &p, int n, float v)
     }
 }
 
-// The one-row products' start (batch 1; gpu_kernels.c launches them with programmatic dependent
-// launch in the decode graph too, mark_early): the warp's weight rows -- inputs no kernel
-// writes -- are put in flight into L2 first (prefetch.global.L2: no registers held), then the
-// wait for the grid ahead, whose activations, norm sums and residual the body reads.  The grid
-// ahead lets this one launch only late (pdl_trigger after its own main loop, matvec_body and
-// glu_body), so this grid's first blocks take the SMs its last ones leave and load their rows
-// while it drains, instead of after it; they do not sit on SM slots through a long grid as
-// they did with the trigger at entry (docs/benchmarks.md, "A draft model's rounds").  The same
-// rows as the bodies: a warp's feature n over the segments (ROPE: rope_feature's pairing), the
-// GLU's gate and up rows n; past the rows, none.
-extern "C" __constant__ unsigned mv_prefetch_bytes = 1024;
-template <bool GLU, bool ROPE = false>
-__device__ __forceinline__ void mv_rows_then_wait(const matvec_args &a, const matvec_rope_args *rp = nullptr)
-{
-    int n = blockIdx.y * MATVEC_WARPS + (threadIdx.x >> 5), s = 0;
-    if constexpr (GLU) {
-        if (n < a.seg[0].n)
-            for (int i = 0; i < 2; i++)
-                prefetch_l2_warp(a.seg[i].w + (size_t)n * a.row_bytes, min(a.row_bytes, (unsigned long long)mv_prefetch_bytes));
-    } else {
-        while (s < a.n_seg && n >= a.seg[s].n) n -= a.seg[s++].n;
-        if (s < a.n_seg) {
-            if constexpr (ROPE) n = rope_feature(*rp, rp->role0 + s, n);
-            prefetch_l2_warp(a.seg[s].w + (size_t)n * a.row_bytes, min(a.row_bytes, (unsigned long long)mv_prefetch_bytes));
-        }
-    }
-    pdl_wait();
-}
-
 // One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
 // fastest, so blocks that share weight rows run together and re-read them from L2.  ROPE: the
 // QKV product of one token with qkv_post in its epilogue (matvec_rope_<suffix>; rp its args).
@@ -415,7 +386,6 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
     float acc[1][MT];
     if (live) dots<T, MT, 1, Q8>(rows, a, m0, acc);
-    pdl_trigger(); // the one-row kernels' late trigger (mv_rows_then_wait; the others': at entry)
     if constexpr (ROPE) {
         __shared__ float res[MATVEC_WARPS];
         float v = acc[0][0];
@@ -518,7 +488,6 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
     const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
     float gu[2][MT];
     if (live) dots<T, MT, 2, Q8>(rows, a, m0, gu);
-    pdl_trigger(); // as matvec_body's
     if constexpr (NORM == NORM_IN) {
         const float sc = norm_in_scale(a.norm);
         gu[0][0] *= sc, gu[1][0] *= sc;
@@ -534,26 +503,15 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
 // One pair per row of GPU_MATVEC_KERNELS (../gpu_kernel_names.h), under the row's names.
 #define MATVEC_KERNELS(matvec_name, glu_name, TYPE, MT)                                          \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        matvec_name(matvec_args a)                                                               \
-    {                                                                                            \
-        if constexpr (MT == 1) mv_rows_then_wait<false>(a);                                      \
-        else pdl_enter();                                                                        \
-        matvec_body<T_##TYPE, MT>(a);                                                            \
-    }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) glu_name(matvec_args a)      \
-    {                                                                                            \
-        if constexpr (MT == 1) mv_rows_then_wait<true>(a);                                       \
-        else pdl_enter();                                                                        \
-        glu_body<T_##TYPE, MT>(a);                                                               \
-    }
+        matvec_name(matvec_args a) { pdl_enter(); matvec_body<T_##TYPE, MT>(a); }                \
+    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
+        glu_name(matvec_args a) { pdl_enter(); glu_body<T_##TYPE, MT>(a); }
 GPU_MATVEC_KERNELS(MATVEC_KERNELS)
 
 // One per row of GPU_MATVEC_ROPE_KERNELS: one token's QKV product with qkv_post in its epilogue.
 #define MATVEC_ROPE_KERNEL(name, TYPE)                                                           \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32) name(matvec_rope_args r)     \
-    {                                                                                            \
-        mv_rows_then_wait<false, true>(r.mv, &r);                                                \
-        pdl_trigger(); /* attn_decode after it: its first K/V tiles in flight under this grid */ \
+    { pdl_enter();                                                                               \
         matvec_body<T_##TYPE, 1, true>(r.mv, &r);                                                \
     }
 GPU_MATVEC_ROPE_KERNELS(MATVEC_ROPE_KERNEL)
@@ -599,25 +557,15 @@ template <> struct glu_norm_blocks<T_IQ4_XS> { static constexpr int n = 5; };
 #define MATVEC_NORM_KERNELS(rope_name, glu_name, res_name, nin_name, TYPE)                       \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, rope_norm_blocks<T_##TYPE>::n) \
         rope_name(matvec_rope_args r)                                                            \
-    {                                                                                            \
-        mv_rows_then_wait<false, true>(r.mv, &r);                                                \
-        pdl_trigger(); /* as matvec_rope's */                                                    \
+    { pdl_enter();                                                                               \
         matvec_body<T_##TYPE, 1, true, false, NORM_IN>(r.mv, &r);                                \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, glu_norm_blocks<T_##TYPE>::n) \
-        glu_name(matvec_args a) { mv_rows_then_wait<true>(a); glu_body<T_##TYPE, 1, false, NORM_IN>(a); } \
+        glu_name(matvec_args a) { pdl_enter(); glu_body<T_##TYPE, 1, false, NORM_IN>(a); }       \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        res_name(matvec_args a)                                                                  \
-    {                                                                                            \
-        mv_rows_then_wait<false>(a);                                                             \
-        matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a);                                     \
-    }                                                                                            \
+        res_name(matvec_args a) { pdl_enter(); matvec_body<T_##TYPE, 1, false, false, NORM_OUT>(a); } \
     extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32)                              \
-        nin_name(matvec_args a)                                                                  \
-    {                                                                                            \
-        mv_rows_then_wait<false>(a);                                                             \
-        matvec_body<T_##TYPE, 1, false, false, NORM_IN>(a);                                      \
-    }
+        nin_name(matvec_args a) { pdl_enter(); matvec_body<T_##TYPE, 1, false, false, NORM_IN>(a); }
 GPU_MATVEC_NORM_KERNELS(MATVEC_NORM_KERNELS)
 
 // One per row of GPU_MATVEC_LO_NORM_KERNELS: a DeltaNet layer's input product over the carried

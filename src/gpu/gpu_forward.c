@@ -513,7 +513,7 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
 {
     bool q8_ready = false;
     const bool lo_fused = lo_fusable(g, op);
-    const int paired = lo_fused ? 0 : matvec_pair(g, op, err, errlen);
+    const int paired = matvec_pair(g, op, err, errlen); /* (never with x_lo: lo_fused's case) */
     if (paired) return paired < 0 ? -1 : 0;
     if (op->res_gate && (op->norm != NORM_OUT || op->m != 1)) { /* only matvec_res applies the gate */
         snprintf(err, errlen, "%s: a gated residual add outside the batch-1 step's carried norm", op->what);
@@ -838,18 +838,6 @@ static bool shexp_in_experts(const gpu_engine *g, const gpu_layer *L, int T)
            sg->type == ge->type && su->type == ge->type && sg->k == ge->k && sg->row_bytes == ge->row_bytes;
 }
 
-/* The chosen experts of a chunk of n tokens (rows t0.. of act_h), whose router logits are in
- * moe_logits: each token's k experts and weights are picked (moe_route's choice), then every
- * entry (token, choice) goes through its expert's SwiGLU and down projection, and the weighted
- * outputs are added into rows t0.. of dst (or written: !accumulate).  A few tokens (decode,
- * up to GPU_MOE_ENTRY_MAX_TOKENS) take the entry-per-block matvec kernels, which read only the
- * chosen experts' rows: moe_glu routes in its own blocks and moe_down adds the weighted sum,
- * two launches in all (SiLU experts).  More take moe_route, then one grouped mmq launch per
- * product over tiles of one expert's entries (moe_sort groups them), so an expert's weights
- * stream once for all its tokens, and moe_combine; a chunk of at most GPU_MOE_NARROW_MAX_TOKENS
- * tokens and GPU_MOE_NARROW_MIN_ENTRIES entries or more (batched decode) the same launches with
- * mmq_narrow's grouped form for the products (tiles of at most MMQN_MAX_M entries: no 16-row
- * tiles of one or two entries, no k-split reduce). */
 /* A narrow chunk's MXFP4 product (w, over k = w->k inputs, rows ld floats of FP16 apart) on the
  * integer tensor cores: its activation rows (x, `rows` of them) quantised into the q8 rows at
  * element offset off of moe_q8 (kernels/mmq_narrow.cuh quantize_q8_mma), which a->xq / a->xd then
@@ -867,6 +855,18 @@ static int moe_q8_rows(gpu_engine *g, const gpu_matrix *w, matvec_args *a, CUdev
     return 0;
 }
 
+/* The chosen experts of a chunk of n tokens (rows t0.. of act_h), whose router logits are in
+ * moe_logits: each token's k experts and weights are picked (moe_route's choice), then every
+ * entry (token, choice) goes through its expert's SwiGLU and down projection, and the weighted
+ * outputs are added into rows t0.. of dst (or written: !accumulate).  A few tokens (decode,
+ * up to GPU_MOE_ENTRY_MAX_TOKENS) take the entry-per-block matvec kernels, which read only the
+ * chosen experts' rows: moe_glu routes in its own blocks and moe_down adds the weighted sum,
+ * two launches in all (SiLU experts).  More take moe_route, then one grouped mmq launch per
+ * product over tiles of one expert's entries (moe_sort groups them), so an expert's weights
+ * stream once for all its tokens, and moe_combine; a chunk of at most GPU_MOE_NARROW_MAX_TOKENS
+ * tokens and GPU_MOE_NARROW_MIN_ENTRIES entries or more (batched decode) the same launches with
+ * mmq_narrow's grouped form for the products (tiles of at most MMQN_MAX_M entries: no 16-row
+ * tiles of one or two entries, no k-split reduce). */
 static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe_dst *o, const char *what, char *err,
                      size_t errlen)
 {

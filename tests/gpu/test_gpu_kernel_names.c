@@ -54,7 +54,7 @@ static const row moe_norm[] = {GPU_MOE_NORM_KERNELS(MOE_NORM)};
 static const row moe[] = {GPU_MOE_KERNELS(MOE)};
 static const row moe_down[] = {GPU_MOE_KERNELS(MOE_DOWN)};
 static const row narrow[] = {GPU_MMQ_NARROW_KERNELS(ROW3)};
-/* the pair rows: two kernels, two formats (the second in `b`'s place of a row: type2) */
+/* the pair rows: two kernels (QKV with qkv_post, plain NORM_IN) and their two formats */
 typedef struct pair_row {
     const char *rope, *nin, *ta, *tb;
 } pair_row;

@@ -663,6 +663,29 @@ static void test_mmq_narrow_matches_mmq(void **state)
     print_message("  mmq_narrow: mmq's bits on every format, M 1..8, one split, three, and 16 + 8 chunks\n");
 }
 
+/* Rows w of format t (k inputs, PN of them) and their Q8_0 twin wq (the same values, each FP16
+ * exactly) through mmq (M 2..64) and mmq_narrow (M 2, 5, 8), one split and splits of 8: the
+ * outputs bit for bit (twin_case), so every fragment of t holds the CPU's value. */
+static void twin_products(ggml_type t, int K, const uint8_t *w, const uint8_t *wq, uint64_t *seed)
+{
+    const int Ms[] = {2, 8, 17, 64};
+    const size_t rt = gpu_row_bytes(t, K), rq = gpu_row_bytes(GGML_TYPE_Q8_0, K);
+    product_matrix pm = {.t = t, .k = K, .dw = upload(w, rt * PN), .rb = rt};
+    product_matrix pq = {.t = GGML_TYPE_Q8_0, .k = K, .dw = upload(wq, rq * PN), .rb = rq};
+    const product_matrix *const pms[2] = {&pm, &pq};
+    const product_run mmq2[2] = {mmq_run, mmq_run}, narrow2[2] = {narrow_run, narrow_run};
+    char what[2][64];
+    snprintf(what[0], sizeof what[0], "mmq: %s against its Q8_0 twin", ggml_type_name(t));
+    snprintf(what[1], sizeof what[1], "mmq_narrow: %s against its Q8_0 twin", ggml_type_name(t));
+    for (int split = 0; split < 2; split++) {
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) twin_case(pms, mmq2, what[0], Ms[mi], split ? 8 : 0, seed);
+        for (int M = 2; M <= 8; M += 3) twin_case(pms, narrow2, what[1], M, split ? 8 : 0, seed);
+    }
+    print_message("  %s k %d: mmq (M 2..64) and mmq_narrow (M 2, 5, 8) the bits of the Q8_0 twin, one split"
+                  " and splits of 8\n", ggml_type_name(t), K);
+    cu.cuMemFree(pm.dw), cu.cuMemFree(pq.dw);
+}
+
 /* MXFP4's mma fragments (quant_half.cuh load_oct_h<T_MXFP4>: the batched gpt-oss experts'
  * decode in mmq and mmq_narrow) against the reference dequantiser, through the products
  * themselves: a Q8_0 twin holding the same weights (d = 2^(e - 128) exactly, q = the doubled
@@ -675,7 +698,7 @@ static void test_mmq_mxfp4_fragments(void **state)
 {
     (void)state;
     static const int8_t dbl[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-    const int Ks[] = {2880, 800}, Ms[] = {2, 8, 17, 64};
+    const int Ks[] = {2880, 800};
     uint64_t seed = 19;
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
         const int K = Ks[ki], nb = K / 32;
@@ -698,20 +721,46 @@ static void test_mmq_mxfp4_fragments(void **state)
             if (memcmp(dq, deq + (size_t)r * K, (size_t)K * sizeof *dq) != 0)
                 fail_msg("k %d row %d: the Q8_0 twin is not the MXFP4 row's values", K, r);
         }
-        product_matrix pm = {.t = GGML_TYPE_MXFP4, .k = K, .dw = upload(wm, rm * PN), .rb = rm};
-        product_matrix pq = {.t = GGML_TYPE_Q8_0, .k = K, .dw = upload(wq, rq * PN), .rb = rq};
-        const product_matrix *const pms[2] = {&pm, &pq};
-        const product_run mmq2[2] = {mmq_run, mmq_run}, narrow2[2] = {narrow_run, narrow_run};
-        for (int split = 0; split < 2; split++) {
-            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
-                twin_case(pms, mmq2, "mmq: MXFP4 against its Q8_0 twin", Ms[mi], split ? 8 : 0, &seed);
-            for (int M = 2; M <= 8; M += 3)
-                twin_case(pms, narrow2, "mmq_narrow: MXFP4 against its Q8_0 twin", M, split ? 8 : 0, &seed);
-        }
-        print_message("  MXFP4 k %d: mmq (M 2..64) and mmq_narrow (M 2, 5, 8) the bits of the Q8_0 twin, one split"
-                      " and splits of 8\n", K);
-        cu.cuMemFree(pm.dw), cu.cuMemFree(pq.dw);
+        twin_products(GGML_TYPE_MXFP4, K, wm, wq, &seed);
         free(deq), free(dq), free(wm), free(wq);
+    }
+}
+
+/* Q5_0's mma fragments (quant_half.cuh load_oct_h<T_Q5_0>: a word at a time; DeepSeek-V2-Lite's
+ * and GLM-4.5-Air's 1,408-wide expert down rows in Q4_K_M's plain layers) as the MXFP4 test
+ * above checks its own: a Q8_0 twin of each row (the same FP16 d, q = the 5-bit quant - 16,
+ * checked against the CPU's Q5_0 decode weight by weight) through the same kernels, bit for bit.
+ * k 1,408 (968-byte rows, a partial last stage) and 800 (550-byte rows: every other row starts
+ * 2 bytes off a word, as every other block does). */
+static void test_mmq_q5_0_fragments(void **state)
+{
+    (void)state;
+    const int Ks[] = {1408, 800};
+    uint64_t seed = 23;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        const int K = Ks[ki], nb = K / 32;
+        const size_t r5 = gpu_row_bytes(GGML_TYPE_Q5_0, K), rq = gpu_row_bytes(GGML_TYPE_Q8_0, K);
+        assert_true(gpu_mmq_serves(&G.k, gpu_wtype_index(GGML_TYPE_Q5_0), K));
+        float *deq = malloc((size_t)K * PN * sizeof *deq), *dq = malloc((size_t)K * sizeof *dq);
+        uint8_t *w5 = random_matrix(GGML_TYPE_Q5_0, K, PN, deq, &seed), *wq = malloc(rq * PN);
+        for (int r = 0; r < PN; r++) {
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *m = w5 + r * r5 + 22 * (size_t)b;
+                uint8_t *q = wq + r * rq + 34 * (size_t)b;
+                const uint32_t qh = (uint32_t)m[2] | (uint32_t)m[3] << 8 | (uint32_t)m[4] << 16 | (uint32_t)m[5] << 24;
+                q[0] = m[0], q[1] = m[1];
+                for (int j = 0; j < 32; j++) {
+                    const int nib = j < 16 ? m[6 + j] & 0xF : m[6 + j - 16] >> 4;
+                    q[2 + j] = (uint8_t)(int8_t)((nib | (int)((qh >> j) & 1) << 4) - 16);
+                }
+            }
+            quant_dequantize_row(GGML_TYPE_Q5_0, w5 + r * r5, deq + (size_t)r * K, K);
+            quant_dequantize_row(GGML_TYPE_Q8_0, wq + r * rq, dq, K);
+            if (memcmp(dq, deq + (size_t)r * K, (size_t)K * sizeof *dq) != 0)
+                fail_msg("k %d row %d: the Q8_0 twin is not the Q5_0 row's values", K, r);
+        }
+        twin_products(GGML_TYPE_Q5_0, K, w5, wq, &seed);
+        free(deq), free(dq), free(w5), free(wq);
     }
 }
 
@@ -3121,6 +3170,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mmq_unaligned_rows),
         cmocka_unit_test(test_mmq_narrow_matches_mmq),
         cmocka_unit_test(test_mmq_mxfp4_fragments),
+        cmocka_unit_test(test_mmq_q5_0_fragments),
         cmocka_unit_test(test_moe_narrow_grouped),
         cmocka_unit_test(test_matvec_dp4a),
         cmocka_unit_test(test_rmsnorm),

@@ -195,6 +195,43 @@ template <> __device__ __forceinline__ void load_oct_h<T_IQ4_NL>(const uint8_t *
     iq4_oct_h(q[0], q[1], o, h2_from_bits(d | d << 16), w);
 }
 
+// ---- Q5_0: {f16 d; u32 qh; qs[16]} (22 bytes, 2-byte aligned as they lie): w = fp16(d * (q -
+// 16)), q = the nibble (low for weights j < 16, high for j >= 16, of qs[j & 15]) | bit j of qh
+// << 4.  llama-quantize writes it for the Q4_K rows whose width is no whole super-block
+// (DeepSeek-V2-Lite's and GLM-4.5-Air's 1,408-wide expert down rows in Q4_K_M's plain layers).
+// The generic oct read 8 quant bytes and qh one by one and converted each weight through FP32:
+// DeepSeek-V2-Lite's batch-8 grouped down kernel on it streamed 0.65 TB/s, shared-memory
+// (MIO) bound, against 1.6 TB/s for the Q8_0 layers' (docs/benchmarks.md, "A batch-8
+// DeepSeek-V2-Lite step kernel by kernel").  Here the header and the oct's 8 quant bytes are
+// four words (ld_words), the fifth bits spread into the bytes by one multiply, and each pair is
+// 1024 + q placed in an FP16 mantissa (bytes_1024), minus 1040, times d in FP16: d * (q - 16)
+// (11 x 5 significant bits) is exact in FP32 and rounded once either way, so these are the
+// generic decode's bits.
+
+// Bits 0..3 of v to bit 4 of bytes 0..3 (the four products v_i 2^(i + 7m) are distinct powers,
+// so no carries; the mask keeps those at 8i).
+__device__ __forceinline__ uint32_t q5_spread(uint32_t v) { return (((v & 0xFu) * 0x00204081u) & 0x01010101u) << 4; }
+
+// Four 5-bit quants (bytes of u) as two FP16 pairs d * (q - 16).
+__device__ __forceinline__ void q5_0_h_pairs(uint32_t u, __half2 dl, __half2 w[2])
+{
+    const __half2 k1040 = h2_from_bits(0x64106410u); // 1024 + the 16 offset
+    w[0] = __hmul2(__hsub2(bytes_1024(u, 0x4140u), k1040), dl);
+    w[1] = __hmul2(__hsub2(bytes_1024(u, 0x4342u), k1040), dl);
+}
+
+template <> __device__ __forceinline__ void load_oct_h<T_Q5_0>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint8_t *b = row + (size_t)c * 22;
+    uint32_t h[2], q[2];
+    ld_words<2, false, 2>(b, h); // d | qh's low half, qh's high half | qs[0..1]
+    ld_words<2, false, 2>(b + 6 + 8 * (o & 1), q);
+    const uint32_t qh = __funnelshift_r(h[0], h[1], 16) >> (8 * o), sh = 4u * (uint32_t)(o >> 1);
+    const __half2 dl = h2_from_bits(prmt(h[0], 0u, 0x1010u)); // (d, d)
+    q5_0_h_pairs(((q[0] >> sh) & 0x0F0F0F0Fu) | q5_spread(qh), dl, &w[0]);
+    q5_0_h_pairs(((q[1] >> sh) & 0x0F0F0F0Fu) | q5_spread(qh >> 4), dl, &w[2]);
+}
+
 // ---- MXFP4: {u8 e (E8M0); qs[16] (E2M1 codes)} (17 bytes, at any byte alignment as they lie):
 // weight j < 16 is the low nibble of qs[j], j >= 16 the high one of qs[j - 16] (IQ4_XS's
 // sub-block layout), w = 2^(e - 128) * doubled E2M1 value (quant_oct.cuh load_oct<T_MXFP4>).

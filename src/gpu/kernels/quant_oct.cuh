@@ -268,7 +268,7 @@ template <> __device__ __forceinline__ void load_oct<T_IQ1_M>(const uint8_t *row
         _Pragma("unroll") for (int i = 0; i < 4; i++) w[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);  \
     }
 OCT_FORMAT(T_Q4_1)
-OCT_FORMAT(T_Q5_0)
+OCT_CHUNK(T_Q5_0) // (load_oct_h: quant_half.cuh)
 OCT_FORMAT(T_Q5_1)
 OCT_CHUNK(T_IQ4_NL) // (load_oct_h: quant_half.cuh)
 OCT_CHUNK(T_MXFP4) // (load_oct_h: quant_half.cuh)

@@ -664,12 +664,21 @@ static void test_mmq_narrow_matches_mmq(void **state)
 }
 
 /* Rows w of format t (k inputs, PN of them) and their Q8_0 twin wq (the same values, each FP16
- * exactly) through mmq (M 2..64) and mmq_narrow (M 2, 5, 8), one split and splits of 8: the
- * outputs bit for bit (twin_case), so every fragment of t holds the CPU's value. */
+ * exactly: checked against the CPU's decode of both, row by row) through mmq (M 2..64) and
+ * mmq_narrow (M 2, 5, 8), one split and splits of 8: the outputs bit for bit (twin_case), so
+ * every fragment of t holds the CPU's value. */
 static void twin_products(ggml_type t, int K, const uint8_t *w, const uint8_t *wq, uint64_t *seed)
 {
     const int Ms[] = {2, 8, 17, 64};
     const size_t rt = gpu_row_bytes(t, K), rq = gpu_row_bytes(GGML_TYPE_Q8_0, K);
+    float *dt = malloc((size_t)K * sizeof *dt), *dq = malloc((size_t)K * sizeof *dq);
+    for (int r = 0; r < PN; r++) { /* the twin's weights are the reference dequantiser's */
+        quant_dequantize_row(t, w + r * rt, dt, K);
+        quant_dequantize_row(GGML_TYPE_Q8_0, wq + r * rq, dq, K);
+        if (memcmp(dq, dt, (size_t)K * sizeof *dq) != 0)
+            fail_msg("k %d row %d: the Q8_0 twin is not the %s row's values", K, r, ggml_type_name(t));
+    }
+    free(dt), free(dq);
     product_matrix pm = {.t = t, .k = K, .dw = upload(w, rt * PN), .rb = rt};
     product_matrix pq = {.t = GGML_TYPE_Q8_0, .k = K, .dw = upload(wq, rq * PN), .rb = rq};
     const product_matrix *const pms[2] = {&pm, &pq};
@@ -705,7 +714,7 @@ static void test_mmq_mxfp4_fragments(void **state)
         const size_t rm = gpu_row_bytes(GGML_TYPE_MXFP4, K), rq = gpu_row_bytes(GGML_TYPE_Q8_0, K);
         assert_true(gpu_mmq_serves(&G.k, gpu_wtype_index(GGML_TYPE_MXFP4), K) &&
                     gpu_mmq_serves(&G.k, gpu_wtype_index(GGML_TYPE_Q8_0), K));
-        float *deq = malloc((size_t)K * PN * sizeof *deq), *dq = malloc((size_t)K * sizeof *dq);
+        float *deq = malloc((size_t)K * PN * sizeof *deq);
         uint8_t *wm = random_matrix(GGML_TYPE_MXFP4, K, PN, deq, &seed), *wq = malloc(rq * PN);
         for (int r = 0; r < PN; r++)
             for (int b = 0; b < nb; b++) {
@@ -715,14 +724,8 @@ static void test_mmq_mxfp4_fragments(void **state)
                 q[0] = (uint8_t)(d & 0xFF), q[1] = (uint8_t)(d >> 8);
                 for (int j = 0; j < 32; j++) q[2 + j] = (uint8_t)dbl[j < 16 ? m[1 + j] & 0xF : m[1 + j - 16] >> 4];
             }
-        for (int r = 0; r < PN; r++) { /* the twin's weights are the reference dequantiser's */
-            quant_dequantize_row(GGML_TYPE_MXFP4, wm + r * rm, deq + (size_t)r * K, K);
-            quant_dequantize_row(GGML_TYPE_Q8_0, wq + r * rq, dq, K);
-            if (memcmp(dq, deq + (size_t)r * K, (size_t)K * sizeof *dq) != 0)
-                fail_msg("k %d row %d: the Q8_0 twin is not the MXFP4 row's values", K, r);
-        }
         twin_products(GGML_TYPE_MXFP4, K, wm, wq, &seed);
-        free(deq), free(dq), free(wm), free(wq);
+        free(deq), free(wm), free(wq);
     }
 }
 
@@ -741,9 +744,9 @@ static void test_mmq_q5_0_fragments(void **state)
         const int K = Ks[ki], nb = K / 32;
         const size_t r5 = gpu_row_bytes(GGML_TYPE_Q5_0, K), rq = gpu_row_bytes(GGML_TYPE_Q8_0, K);
         assert_true(gpu_mmq_serves(&G.k, gpu_wtype_index(GGML_TYPE_Q5_0), K));
-        float *deq = malloc((size_t)K * PN * sizeof *deq), *dq = malloc((size_t)K * sizeof *dq);
+        float *deq = malloc((size_t)K * PN * sizeof *deq);
         uint8_t *w5 = random_matrix(GGML_TYPE_Q5_0, K, PN, deq, &seed), *wq = malloc(rq * PN);
-        for (int r = 0; r < PN; r++) {
+        for (int r = 0; r < PN; r++)
             for (int b = 0; b < nb; b++) {
                 const uint8_t *m = w5 + r * r5 + 22 * (size_t)b;
                 uint8_t *q = wq + r * rq + 34 * (size_t)b;
@@ -754,13 +757,8 @@ static void test_mmq_q5_0_fragments(void **state)
                     q[2 + j] = (uint8_t)(int8_t)((nib | (int)((qh >> j) & 1) << 4) - 16);
                 }
             }
-            quant_dequantize_row(GGML_TYPE_Q5_0, w5 + r * r5, deq + (size_t)r * K, K);
-            quant_dequantize_row(GGML_TYPE_Q8_0, wq + r * rq, dq, K);
-            if (memcmp(dq, deq + (size_t)r * K, (size_t)K * sizeof *dq) != 0)
-                fail_msg("k %d row %d: the Q8_0 twin is not the Q5_0 row's values", K, r);
-        }
         twin_products(GGML_TYPE_Q5_0, K, w5, wq, &seed);
-        free(deq), free(dq), free(w5), free(wq);
+        free(deq), free(w5), free(wq);
     }
 }
 

@@ -177,6 +177,24 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     __syncthreads();
 
     const int n_stages = (c_end - c_begin + CPS - 1) / CPS;
+    // The source of every activation row, once for the whole k: thread (warp, lane) stages
+    // piece `lane` (of MMQ_KT / 8 = 32 16-byte pieces) of rows warp + 8j -- n8 tile j's row
+    // `warp` -- and the warp keeps each row's address in that row's padding of stage buffer 0
+    // (its halves MMQ_KT.. are never written by the copies nor read by the fragments).  A
+    // grouped launch gathers its rows (x_rows[m] / x_div): that global load and integer division
+    // were made every stage for every piece before (gpt-oss's prefill: the gate/up launch ~8 %
+    // slower than the down launch's rows alone explain, docs/benchmarks.md "gpt-oss's prefill
+    // kernel by kernel").  In registers the addresses cost occupancy (ptxas: +30-40 a thread
+    // on the 64-row tiles, past 128 on several formats); so do guards that skip an expert's
+    // tail tile's empty n8 tiles (Q3_K 108 -> 136-146), which are left staged as zeros and
+    // multiplied, as before.
+    static_assert(MMQ_WARPS == 8 && MMQ_KT / 8 == 32 && MMQ_XSTRIDE - MMQ_KT >= 4, "mmq's staged rows");
+    auto xsrc = [&](int r) -> const __half *& { return *(const __half **)(xsm + r * MMQ_XSTRIDE + MMQ_KT); };
+    if (lane < NJ) { // lane j: row warp + 8j
+        const int m = min(m0 + warp + 8 * lane, m_end - 1);
+        xsrc(warp + 8 * lane) = a.x + (size_t)(a.x_rows ? a.x_rows[m] / a.x_div : m) * a.ldx;
+    }
+    __syncwarp();
     auto load_stage = [&](int st) { // raw weight blocks and activations of stage st into buffer st % S
         if (st < n_stages) {
             const int c0 = c_begin + st * CPS, live = min(CPS, c_end - c0);
@@ -185,13 +203,12 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
             // blocks, RB / CPS bytes a chunk)
             mmq_stage_weights<RB, MMQ_ROWS>(wd, wstride, rowp, (size_t)(c0 / 8) * RB,
                                             live == CPS ? RB : live * (RB / CPS), threadIdx.x, blockDim.x);
-            __half *xd = xsm + (st % S) * (X_STAGE / 2);
-            for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
-                const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = min(m0 + r, m_end - 1);
-                if (e >= 32 * live) continue;
-                const int xr = a.x_rows ? a.x_rows[m] / a.x_div : m;
-                cp_async16(xd + r * MMQ_XSTRIDE + e, a.x + (size_t)xr * a.ldx + c0 * 32 + e, m0 + r < m_end ? 16 : 0);
-            }
+            __half *xd = xsm + (st % S) * (X_STAGE / 2) + warp * MMQ_XSTRIDE + 8 * lane;
+            if (8 * lane < 32 * live) // (rows past m_end in a live tile: zeros, as ever)
+#pragma unroll
+                for (int j = 0; j < NJ; j++)
+                    cp_async16(xd + 8 * j * MMQ_XSTRIDE, xsrc(warp + 8 * j) + c0 * 32 + 8 * lane,
+                               m0 + warp + 8 * j < m_end ? 16 : 0);
         }
         cp_async_commit(); // an empty group past the end keeps the wait counts uniform
     };

@@ -133,6 +133,9 @@ __device__ __forceinline__ void mmq_frags(const uint8_t *w0, const uint8_t *w1, 
     }
 }
 
+// A count of n8 tiles as a type (mmq_body's main loop, instantiated for a block's tiles).
+template <int N> struct mmq_tiles { static constexpr int n = N; };
+
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
 template <int T, int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM / 32, mmq_fmt<T>::bytes); }; // variant v: BM = 16 << v
 
@@ -218,33 +221,46 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     for (int j = 0; j < NJ; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
     for (int st = 0; st < S - 1; st++) load_stage(st);
-    for (int st = 0; st < n_stages; st++) {
-        cp_async_wait<S - 2>();
-        __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
-        load_stage(st + S - 1);
-        const uint8_t *wst = wsm + (st % S) * W_STAGE;
-        const size_t woff = (size_t)((c_begin + st * CPS) / 8) * RB;
-        const __half *xb = xsm + (st % S) * (X_STAGE / 2) + g * MMQ_XSTRIDE + 8 * t;
-        const uint8_t *w0 = mmq_staged_row(wst, wstride, rowp, rbase + g, woff), // rows g and g + 8
-            *w1 = mmq_staged_row(wst, wstride, rowp, rbase + g + 8, woff);
-        auto chunk = [&](int cc) {
-            uint32_t af[2][4];
-            mmq_frags<T>(w0, w1, cc, t, af);
+    // The main loop over the first NJL n8 tiles: all of them, or half where the block's live
+    // rows fit half (a grouped launch's tail tile of an expert: gpt-oss's prompt steps have ~64
+    // entries an expert on 64-row tiles, so about one tile in three is a tail of a few rows);
+    // the other tiles' sums stay 0 and none of their rows is stored.  A column's sums never
+    // depend on another's: the same bits.  (A guard on each n8 tile instead cost registers:
+    // Q3_K's 64-row tiles 108 -> 136-146, past 2 blocks a multiprocessor.  Two instances of the
+    // loop cost Q3_K's as much, 144, so Q3_K keeps one; ptxas sm_90a: the others at most 113,
+    // MXFP4's gate/up 78 -> 113, within the 2 blocks its shared memory allows.)
+    auto main_loop = [&](auto nj_tiles) {
+        constexpr int NJL = decltype(nj_tiles)::n;
+        for (int st = 0; st < n_stages; st++) {
+            cp_async_wait<S - 2>();
+            __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
+            load_stage(st + S - 1);
+            const uint8_t *wst = wsm + (st % S) * W_STAGE;
+            const size_t woff = (size_t)((c_begin + st * CPS) / 8) * RB;
+            const __half *xb = xsm + (st % S) * (X_STAGE / 2) + g * MMQ_XSTRIDE + 8 * t;
+            const uint8_t *w0 = mmq_staged_row(wst, wstride, rowp, rbase + g, woff), // rows g and g + 8
+                *w1 = mmq_staged_row(wst, wstride, rowp, rbase + g + 8, woff);
+            auto chunk = [&](int cc) {
+                uint32_t af[2][4];
+                mmq_frags<T>(w0, w1, cc, t, af);
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);
-                mma_16816(acc[j], af[0], xv.x, xv.y);
-                mma_16816(acc[j], af[1], xv.z, xv.w);
+                for (int j = 0; j < NJL; j++) {
+                    const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);
+                    mma_16816(acc[j], af[0], xv.x, xv.y);
+                    mma_16816(acc[j], af[1], xv.z, xv.w);
+                }
+            };
+            const int live = c_end - (c_begin + st * CPS); // the last stage of a k not a multiple of 256: fewer
+            if (live >= CPS) {
+#pragma unroll
+                for (int cc = 0; cc < CPS; cc++) chunk(cc);
+            } else {
+                for (int cc = 0; cc < live; cc++) chunk(cc);
             }
-        };
-        const int live = c_end - (c_begin + st * CPS); // the last stage of a k not a multiple of 256: fewer
-        if (live >= CPS) {
-#pragma unroll
-            for (int cc = 0; cc < CPS; cc++) chunk(cc);
-        } else {
-            for (int cc = 0; cc < live; cc++) chunk(cc);
         }
-    }
+    };
+    if (T != T_Q3_K && NJ > 1 && m_end - m0 <= 4 * NJ) main_loop(mmq_tiles<NJ / 2>());
+    else main_loop(mmq_tiles<NJ>());
     cp_async_wait<0>();
 
     // acc[j][2h + e]: block row rbase + g + 8h, activation row m0 + 8j + 2t + e; each(f) calls

@@ -133,6 +133,9 @@ __device__ __forceinline__ void mmq_frags(const uint8_t *w0, const uint8_t *w1, 
     }
 }
 
+// A count of n8 tiles as a type (mmq_body's main loop, instantiated for a block's tiles).
+template <int N> struct mmq_tiles { static constexpr int n = N; };
+
 // Pipeline depth: stages of weights and activations in flight (see gpu_mmq_smem).
 template <int T, int BM> struct mmq_depth { static constexpr int n = MMQ_DEPTH(BM / 32, mmq_fmt<T>::bytes); }; // variant v: BM = 16 << v
 
@@ -177,6 +180,24 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     __syncthreads();
 
     const int n_stages = (c_end - c_begin + CPS - 1) / CPS;
+    // The source of every activation row, once for the whole k: thread (warp, lane) stages
+    // piece `lane` (of MMQ_KT / 8 = 32 16-byte pieces) of rows warp + 8j -- n8 tile j's row
+    // `warp` -- and the warp keeps each row's address in that row's padding of stage buffer 0
+    // (its halves MMQ_KT.. are never written by the copies nor read by the fragments).  A
+    // grouped launch gathers its rows (x_rows[m] / x_div): that global load and integer division
+    // were made every stage for every piece before (gpt-oss's prefill: the gate/up launch ~8 %
+    // slower than the down launch's rows alone explain, docs/benchmarks.md "gpt-oss's prefill
+    // kernel by kernel").  In registers the addresses cost occupancy (ptxas: +30-40 a thread
+    // on the 64-row tiles, past 128 on several formats); so do guards that skip an expert's
+    // tail tile's empty n8 tiles (Q3_K 108 -> 136-146), which are left staged as zeros and
+    // multiplied, as before.
+    static_assert(MMQ_WARPS == 8 && MMQ_KT / 8 == 32 && MMQ_XSTRIDE - MMQ_KT >= 4, "mmq's staged rows");
+    auto xsrc = [&](int r) -> const __half *& { return *(const __half **)(xsm + r * MMQ_XSTRIDE + MMQ_KT); };
+    if (lane < NJ) { // lane j: row warp + 8j
+        const int m = min(m0 + warp + 8 * lane, m_end - 1);
+        xsrc(warp + 8 * lane) = a.x + (size_t)(a.x_rows ? a.x_rows[m] / a.x_div : m) * a.ldx;
+    }
+    __syncwarp();
     auto load_stage = [&](int st) { // raw weight blocks and activations of stage st into buffer st % S
         if (st < n_stages) {
             const int c0 = c_begin + st * CPS, live = min(CPS, c_end - c0);
@@ -185,13 +206,12 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
             // blocks, RB / CPS bytes a chunk)
             mmq_stage_weights<RB, MMQ_ROWS>(wd, wstride, rowp, (size_t)(c0 / 8) * RB,
                                             live == CPS ? RB : live * (RB / CPS), threadIdx.x, blockDim.x);
-            __half *xd = xsm + (st % S) * (X_STAGE / 2);
-            for (int i = threadIdx.x; i < BM * (MMQ_KT / 8); i += blockDim.x) {
-                const int r = i / (MMQ_KT / 8), e = (i % (MMQ_KT / 8)) * 8, m = min(m0 + r, m_end - 1);
-                if (e >= 32 * live) continue;
-                const int xr = a.x_rows ? a.x_rows[m] / a.x_div : m;
-                cp_async16(xd + r * MMQ_XSTRIDE + e, a.x + (size_t)xr * a.ldx + c0 * 32 + e, m0 + r < m_end ? 16 : 0);
-            }
+            __half *xd = xsm + (st % S) * (X_STAGE / 2) + warp * MMQ_XSTRIDE + 8 * lane;
+            if (8 * lane < 32 * live) // (rows past m_end in a live tile: zeros, as ever)
+#pragma unroll
+                for (int j = 0; j < NJ; j++)
+                    cp_async16(xd + 8 * j * MMQ_XSTRIDE, xsrc(warp + 8 * j) + c0 * 32 + 8 * lane,
+                               m0 + warp + 8 * j < m_end ? 16 : 0);
         }
         cp_async_commit(); // an empty group past the end keeps the wait counts uniform
     };
@@ -201,33 +221,46 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     for (int j = 0; j < NJ; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
     for (int st = 0; st < S - 1; st++) load_stage(st);
-    for (int st = 0; st < n_stages; st++) {
-        cp_async_wait<S - 2>();
-        __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
-        load_stage(st + S - 1);
-        const uint8_t *wst = wsm + (st % S) * W_STAGE;
-        const size_t woff = (size_t)((c_begin + st * CPS) / 8) * RB;
-        const __half *xb = xsm + (st % S) * (X_STAGE / 2) + g * MMQ_XSTRIDE + 8 * t;
-        const uint8_t *w0 = mmq_staged_row(wst, wstride, rowp, rbase + g, woff), // rows g and g + 8
-            *w1 = mmq_staged_row(wst, wstride, rowp, rbase + g + 8, woff);
-        auto chunk = [&](int cc) {
-            uint32_t af[2][4];
-            mmq_frags<T>(w0, w1, cc, t, af);
+    // The main loop over the first NJL n8 tiles: all of them, or half where the block's live
+    // rows fit half (a grouped launch's tail tile of an expert: gpt-oss's prompt steps have ~64
+    // entries an expert on 64-row tiles, so about one tile in three is a tail of a few rows);
+    // the other tiles' sums stay 0 and none of their rows is stored.  A column's sums never
+    // depend on another's: the same bits.  (A guard on each n8 tile instead cost registers:
+    // Q3_K's 64-row tiles 108 -> 136-146, past 2 blocks a multiprocessor.  Two instances of the
+    // loop cost Q3_K's as much, 144, so Q3_K keeps one; ptxas sm_90a: the others at most 113,
+    // MXFP4's gate/up 78 -> 113, within the 2 blocks its shared memory allows.)
+    auto main_loop = [&](auto nj_tiles) {
+        constexpr int NJL = decltype(nj_tiles)::n;
+        for (int st = 0; st < n_stages; st++) {
+            cp_async_wait<S - 2>();
+            __syncthreads(); // stage st landed for every thread; stage st - 1's buffer is free
+            load_stage(st + S - 1);
+            const uint8_t *wst = wsm + (st % S) * W_STAGE;
+            const size_t woff = (size_t)((c_begin + st * CPS) / 8) * RB;
+            const __half *xb = xsm + (st % S) * (X_STAGE / 2) + g * MMQ_XSTRIDE + 8 * t;
+            const uint8_t *w0 = mmq_staged_row(wst, wstride, rowp, rbase + g, woff), // rows g and g + 8
+                *w1 = mmq_staged_row(wst, wstride, rowp, rbase + g + 8, woff);
+            auto chunk = [&](int cc) {
+                uint32_t af[2][4];
+                mmq_frags<T>(w0, w1, cc, t, af);
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);
-                mma_16816(acc[j], af[0], xv.x, xv.y);
-                mma_16816(acc[j], af[1], xv.z, xv.w);
+                for (int j = 0; j < NJL; j++) {
+                    const uint4 xv = *(const uint4 *)(xb + j * 8 * MMQ_XSTRIDE + cc * 32);
+                    mma_16816(acc[j], af[0], xv.x, xv.y);
+                    mma_16816(acc[j], af[1], xv.z, xv.w);
+                }
+            };
+            const int live = c_end - (c_begin + st * CPS); // the last stage of a k not a multiple of 256: fewer
+            if (live >= CPS) {
+#pragma unroll
+                for (int cc = 0; cc < CPS; cc++) chunk(cc);
+            } else {
+                for (int cc = 0; cc < live; cc++) chunk(cc);
             }
-        };
-        const int live = c_end - (c_begin + st * CPS); // the last stage of a k not a multiple of 256: fewer
-        if (live >= CPS) {
-#pragma unroll
-            for (int cc = 0; cc < CPS; cc++) chunk(cc);
-        } else {
-            for (int cc = 0; cc < live; cc++) chunk(cc);
         }
-    }
+    };
+    if (T != T_Q3_K && NJ > 1 && m_end - m0 <= 4 * NJ) main_loop(mmq_tiles<NJ / 2>());
+    else main_loop(mmq_tiles<NJ>());
     cp_async_wait<0>();
 
     // acc[j][2h + e]: block row rbase + g + 8h, activation row m0 + 8j + 2t + e; each(f) calls

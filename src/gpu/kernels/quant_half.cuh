@@ -149,13 +149,16 @@ template <> __device__ __forceinline__ void load_chunk_h<T_IQ4_XS>(const uint8_t
 // against the 11 of a second lookup; the same levels and the same FP16 arithmetic, so the same
 // bits as before and as load_chunk_h.  sh = 4 * (o >> 1): x >> sh, y << (4 - sh) put the wanted
 // nibbles in the low and the high halves of each byte.
-// (level16_oct_h: any 16-level table t0..t3; MXFP4's octs below take it with theirs.)
+// (oct_nibbles: the packing, also MXFP4's octs' below; level16_oct_h: any 16-level table t0..t3.)
+__device__ __forceinline__ uint32_t oct_nibbles(uint32_t x, uint32_t y, int o)
+{
+    const uint32_t sh = 4u * (uint32_t)(o >> 1);
+    return ((x >> sh) & 0x0F0F0F0Fu) | ((y << (4u - sh)) & 0xF0F0F0F0u); // one lop3
+}
 __device__ __forceinline__ void level16_oct_h(uint32_t x, uint32_t y, int o, uint32_t t0, uint32_t t1, uint32_t t2,
                                               uint32_t t3, __half2 dl, __half2 w[4])
 {
-    const uint32_t sh = 4u * (uint32_t)(o >> 1);
-    const uint32_t n = ((x >> sh) & 0x0F0F0F0Fu) | ((y << (4u - sh)) & 0xF0F0F0F0u); // one lop3
-    level16_h_word(n, t0, t1, t2, t3, dl, &w[0], &w[2]); // x's weights 0-3 (the low nibbles), y's 4-7 (the high)
+    level16_h_word(oct_nibbles(x, y, o), t0, t1, t2, t3, dl, &w[0], &w[2]); // x's weights 0-3 (the low nibbles), y's 4-7 (the high)
 }
 
 __device__ __forceinline__ void iq4_oct_h(uint32_t x, uint32_t y, int o, __half2 dl, __half2 w[4])
@@ -301,11 +304,21 @@ template <> __device__ __forceinline__ void load_chunk_h<T_MXFP4>(const uint8_t 
     mxfp4_decode_h(mxfp4_load(row, c), w);
 }
 
+// The doubled E2M1 levels (0 1 2 3 4 6 8 12, then their negatives, -0 as +0) are FP16 numbers
+// whose low byte is zero: the table of their high bytes (four to a word), looked up by
+// level16_bytes, gives each weight's FP16 level with one permute beside a zero byte -- the
+// level exactly, as the biased table's 1024 + 128 + level minus 1152 gave it (MXFP4_LEVELS_*:
+// one FP16 subtraction a pair more), so the product with the scale rounds to the same bits.
+#define MXFP4_HI_0 0x42403C00u // 0 1 2 3
+#define MXFP4_HI_1 0x4A484644u // 4 6 8 12
+#define MXFP4_HI_2 0xC2C0BC00u // 0 -1 -2 -3
+#define MXFP4_HI_3 0xCAC8C6C4u // -4 -6 -8 -12
+
 // mmq's MXFP4 fragments (mmq and mmq_narrow, from their shared-memory stage, rows at any byte
 // offset): the generic oct read 8 quant bytes one by one and 8 levels from a table in memory,
 // then converted each through FP32 -- the batched gpt-oss experts' fragments were mostly that
 // decode (docs/benchmarks.md, "Batched MoE decode on mmq_narrow").  Here the oct's 8 bytes are
-// two words (ld_words), its 8 nibbles packed and looked up once (level16_oct_h, as IQ4's octs),
+// two words (ld_words), its 8 nibbles packed and looked up once (oct_nibbles, as IQ4's octs),
 // under the same FP16 scale as load_chunk_h: the same bits as the generic oct and as the
 // batch-1 products' chunks.
 template <> __device__ __forceinline__ void load_oct_h<T_MXFP4>(const uint8_t *row, int c, int o, __half2 w[4])
@@ -319,9 +332,15 @@ template <> __device__ __forceinline__ void load_oct_h<T_MXFP4>(const uint8_t *r
         for (int i = 0; i < 4; i++) w[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
         return;
     }
-    uint32_t q[2];
+    uint32_t q[2], r0, r1;
     ld_words<2, false, 1>(b + 1 + 8 * (o & 1), q);
-    level16_oct_h(q[0], q[1], o, MXFP4_LEVELS_0, MXFP4_LEVELS_1, MXFP4_LEVELS_2, MXFP4_LEVELS_3, dl, w);
+    level16_bytes(oct_nibbles(q[0], q[1], o), MXFP4_HI_0, MXFP4_HI_1, MXFP4_HI_2, MXFP4_HI_3, r0, r1);
+    // r0 = high bytes of (x0, y0, x1, y1), r1 of (x2, y2, x3, y3): each pair a permute beside zero
+    // low bytes (0x2404: bytes 0 and 2, x's; 0x3414: bytes 1 and 3, y's)
+    w[0] = __hmul2(h2_from_bits(prmt(r0, 0u, 0x2404u)), dl);
+    w[1] = __hmul2(h2_from_bits(prmt(r1, 0u, 0x2404u)), dl);
+    w[2] = __hmul2(h2_from_bits(prmt(r0, 0u, 0x3414u)), dl);
+    w[3] = __hmul2(h2_from_bits(prmt(r1, 0u, 0x3414u)), dl);
 }
 
 // ---- Q2_K: {scales[16] (4-bit scale | 4-bit min << 4 per 16 w); qs[64]; f16 d, dmin} (84

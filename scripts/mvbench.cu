@@ -215,12 +215,10 @@ __global__ void __launch_bounds__(256, 8) mv_occ(matvec_args a)
     if ((threadIdx.x & 31) == 0) a.seg[0].y[n0] = acc[0];
 }
 
-// The residual product over the carried norm: the engine's body (matvec_res_<type>) and the
-// single-segment one (matvec_res_one_<type>) under other bounds than the engine's (MINB 0: none)
+// The residual product over the carried norm, the engine's (matvec_res_<type>): the same sums
+// as main's plain kernel, y += W x into a zeroed y (fmaf(1, s, 0) = s: the same bits)
 template <int T>
 __global__ void __launch_bounds__(256) mv_res(matvec_args a) { matvec_body<T, 1, false, false, NORM_OUT>(a); }
-template <int T, int MINB>
-__global__ void __launch_bounds__(256, MINB) mv_res_one(matvec_args a) { matvec_one_body<T, MATVEC_WARPS, NORM_OUT>(a); }
 
 template <int T, int W, bool HDR>
 __global__ void __launch_bounds__(W * 32) glu_v(matvec_args a)
@@ -519,10 +517,7 @@ int main(int argc, char **argv)
                   {"2 rows x k/2 smem fp32", mv_ksplit<T_Q6_K, 8, 2, 2, false, true>, 8, 1, true},
                   {"2 rows x k/2 4w smem fp32", mv_ksplit<T_Q6_K, 4, 2, 2, false, true>, 4, 1, true},
                   {"engine matvec_one 4w", (kfn)matvec_one_q6_k, MATVEC_ONE_WARPS, 1, false},
-                  {"res: matvec_res", mv_res<T_Q6_K>, 8, 1, false},
-                  {"res: engine matvec_res_one", (kfn)matvec_res_one_q6_k, 8, 1, false},
-                  {"res: one (256)", mv_res_one<T_Q6_K, 0>, 8, 1, false},
-                  {"res: one (256, 5)", mv_res_one<T_Q6_K, 5>, 8, 1, false}};
+                  {"res: matvec_res", mv_res<T_Q6_K>, 8, 1, false}};
         }
         {
             std::vector<variant> keep = {vs[0]}; // +NAME arguments: the variants named (and main)

@@ -446,17 +446,15 @@ static int matvec_wide_split(const gpu_engine *g, int t, int rows, int k)
     return best;
 }
 
-/* The single-segment form of a one-row product on the matvec path, or NULL where it keeps
- * matvec_body's kernel: matvec_one_<type> for a plain product (the batch-1 LM head), matvec_res_one_<type>
- * for the residual product over the carried norm (kernels/matvec.cuh matvec_one_body: the same sums
- * and bits, fewer live values; Q6_K: +9 % on the 8B's down, +5 / +13 % on the 8B / 1.5B LM heads
- * alone in scripts/mvbench.cu).  Not for the dp4a or x_lo passes (other kernels), a carried norm's
- * input (matvec_nin's scale), qkv_post or a tensor-parallel push (their epilogues). */
+/* matvec_one_<type> where a plain one-row product of one segment can take it (kernels/matvec.cuh
+ * matvec_one_body: matvec_<type>_1's sums and bits in 4-warp blocks; the batch-1 LM head, Q6_K in
+ * the Q4_K_M files: +4 % / +11 % on the 8B / 1.5B heads alone), else NULL.  Not for the dp4a or
+ * x_lo passes (other kernels), the carried norms' products, qkv_post or a tensor-parallel push
+ * (their epilogues). */
 static const gpu_fn *matvec_one_fn(const gpu_engine *g, const matmul_op *op, int t, int n_seg, bool other_pass)
 {
-    if (t < 0 || n_seg != 1 || op->m != 1 || other_pass || op->post || op->push.epoch) return NULL;
-    const gpu_fn *fn = op->norm == NORM_OUT ? &g->k.matvec_res_one[t] : op->norm ? NULL : &g->k.matvec_one[t];
-    return fn && fn->f ? fn : NULL;
+    if (t < 0 || n_seg != 1 || op->m != 1 || other_pass || op->norm || op->post || op->push.epoch) return NULL;
+    return g->k.matvec_one[t].f ? &g->k.matvec_one[t] : NULL;
 }
 
 /* Whether x_lo's products can share x's pass (matvec_args.x_lo): one token, every output on
@@ -565,8 +563,7 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
                 d = (gpu_launch_dims){1, ceil_div(rows, MATVEC_WIDE_ROWS), 1, 32 * MATVEC_WIDE_WARPS};
                 LAUNCH(g->k.matvec_wide[t][wide / 2 - 1], d, op->what, &a);
             } else if (one) {
-                if (one == &g->k.matvec_one[t]) /* (matvec_res_one: a norm partial's 8 rows a block, as d) */
-                    d = (gpu_launch_dims){1, ceil_div(rows, MATVEC_ONE_WARPS), 1, 32 * MATVEC_ONE_WARPS};
+                d = (gpu_launch_dims){1, ceil_div(rows, MATVEC_ONE_WARPS), 1, 32 * MATVEC_ONE_WARPS};
                 LAUNCH(*one, d, op->what, &a);
             } else {
                 const gpu_fn *fn = q8                     ? &g->k.matvec_dp4a[t]

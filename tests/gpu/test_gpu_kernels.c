@@ -515,102 +515,57 @@ static void test_matvec_wide(void **state)
         }
 }
 
-/* Twice the same one-row product of a single segment (rows n of k, y's old values y0, n + 5 of
- * them: the tail shows a write past the rows): with matvec_<type>_1 (8 rows a block) and with
- * fn in blocks of `warps` rows; both y's, bit for bit.  For the residual product (norm set: fn
- * matvec_res_one) matvec_res_<type> is the first, and the next norm's input, remainder and
- * partials must match too. */
-static void one_pair(int wt, const gpu_fn *fn, int warps, matvec_args a, const float *y0, matvec_norm *norm)
-{
-    const int n = a.seg[0].n;
-    float *y[2], *part[2];
-    uint16_t *xw[2], *xwlo[2];
-    for (int r = 0; r < 2; r++) {
-        CUdeviceptr dy = upload(y0, (size_t)(n + 5) * sizeof *y0);
-        a.seg[0].y = (float *)(uintptr_t)dy;
-        if (norm) {
-            a.norm = *norm;
-            a.norm.xw = (gpu_half *)(uintptr_t)poisoned_half(n), a.norm.xw_lo = (gpu_half *)(uintptr_t)poisoned_half(n);
-            a.norm.part = (float *)(uintptr_t)poisoned(n / 8);
-        }
-        void *args[] = {&a};
-        const gpu_fn *f = r ? fn : norm ? &G.k.matvec_res[wt] : &G.k.matvec[wt][0];
-        const unsigned w = r ? (unsigned)warps : 8;
-        launch(f, (gpu_launch_dims){1, (n + w - 1) / w, 1, 32 * w}, args);
-        y[r] = malloc((size_t)(n + 5) * sizeof *y[r]);
-        download(y[r], dy, (size_t)(n + 5) * sizeof *y[r]);
-        cu.cuMemFree(dy);
-        if (!norm) continue;
-        xw[r] = malloc(n * sizeof *xw[r]), xwlo[r] = malloc(n * sizeof *xwlo[r]), part[r] = malloc(n / 8 * sizeof *part[r]);
-        download(xw[r], (CUdeviceptr)(uintptr_t)a.norm.xw, n * sizeof *xw[r]);
-        download(xwlo[r], (CUdeviceptr)(uintptr_t)a.norm.xw_lo, n * sizeof *xwlo[r]);
-        download(part[r], (CUdeviceptr)(uintptr_t)a.norm.part, n / 8 * sizeof *part[r]);
-        cu.cuMemFree((CUdeviceptr)(uintptr_t)a.norm.xw), cu.cuMemFree((CUdeviceptr)(uintptr_t)a.norm.xw_lo);
-        cu.cuMemFree((CUdeviceptr)(uintptr_t)a.norm.part);
-    }
-    int moved = 0;
-    for (int i = 0; i < n; i++) moved += y[0][i] != y0[i];
-    assert_true(moved > n / 2); /* the product did reach y */
-    assert_memory_equal(y[1], y[0], (size_t)(n + 5) * sizeof *y[0]);
-    free(y[0]), free(y[1]);
-    if (!norm) return;
-    assert_memory_equal(xw[1], xw[0], n * sizeof *xw[0]);
-    assert_memory_equal(xwlo[1], xwlo[0], n * sizeof *xwlo[0]);
-    assert_memory_equal(part[1], part[0], n / 8 * sizeof *part[0]);
-    for (int r = 0; r < 2; r++) free(xw[r]), free(xwlo[r]), free(part[r]);
-}
-
 /* The single-segment one-row products (GPU_MATVEC_ONE_KERNELS) as gpu_forward launches them,
- * bit for bit against the kernels they stand in for (which the other tests hold to the CPU):
- * matvec_one_<type> against matvec_<type>_1 over 1,027 rows (the last block's warps past the
- * rows) at k 1,536 (the 1.5B's LM head row) and 8,960 (its down), plain, with a bias, and adding
- * into y; matvec_res_one_<type> against matvec_res_<type> over 1,024 rows (the norm's partials
- * of 8), x, the next norm's input and remainder and the partials, without and with a shared
- * expert's sigmoid gate. */
+ * bit for bit against matvec_<type>_1 (which test_matvec_all_formats holds to the CPU) over one
+ * segment of 1,027 rows (the last block's warps past the rows; y 5 floats longer, to show a write
+ * past them) at k 1,536 (the 1.5B's LM head row) and 8,960: plain, with a bias, and adding into y. */
 static void test_matvec_one(void **state)
 {
     (void)state;
-#define ONE_TYPE(a, b, TYPE) GGML_TYPE_##TYPE,
+#define ONE_TYPE(a, TYPE) GGML_TYPE_##TYPE,
     static const ggml_type types[] = {GPU_MATVEC_ONE_KERNELS(ONE_TYPE)};
 #undef ONE_TYPE
-    enum { NP = 1027, NR = 1024 };
+    enum { NP = 1027 };
     const int Ks[] = {1536, 8960};
     uint64_t seed = 53;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
             const ggml_type t = types[ti];
             const int wt = gpu_wtype_index(t), K = Ks[ki];
-            assert_true(wt >= 0 && G.k.matvec_one[wt].f && G.k.matvec_res_one[wt].f);
+            assert_true(wt >= 0 && G.k.matvec_one[wt].f);
             float *deq = malloc((size_t)K * NP * sizeof *deq), *h = malloc(K * sizeof *h);
-            float y0[NP + 5], bias[NP], nw[NR], ss[2], logit = 2.0f * gpu_test_randf(&seed) - 1.0f;
+            float y0[NP + 5], bias[NP], y[2][NP + 5];
             for (int i = 0; i < K; i++) h[i] = gpu_test_randf(&seed);
-            for (int i = 0; i < NP + 5; i++) y0[i] = gpu_test_randf(&seed) * 300.0f; /* a residual stream */
+            for (int i = 0; i < NP + 5; i++) y0[i] = gpu_test_randf(&seed);
             for (int i = 0; i < NP; i++) bias[i] = gpu_test_randf(&seed);
-            for (int i = 0; i < NR; i++) nw[i] = 0.5f + gpu_test_randf(&seed);
-            double ss0 = 0.0;
-            for (int i = 0; i < NR; i++) ss0 += (double)y0[i] * y0[i];
-            ss[0] = (float)ss0 * 0.7f, ss[1] = -1.0f; /* the norm before's */
             void *w = random_matrix(t, K, NP, deq, &seed);
             const size_t rb = gpu_row_bytes(t, K);
             CUdeviceptr dw = upload(w, rb * NP), dh = upload_half(h, K), db = upload(bias, sizeof bias);
-            CUdeviceptr dnw = upload(nw, sizeof nw), dss = upload(ss, sizeof ss), dlogit = upload(&logit, sizeof logit);
-            matvec_args a = {.n_seg = 1, .k = K, .m = 1, .ldx = K, .row_bytes = rb, .x = (const gpu_half *)(uintptr_t)dh};
-            a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, NULL, NULL, NP, NP};
             for (int mode = 0; mode < 3; mode++) { /* plain, + bias, y += W x + bias */
-                a.seg[0].bias = mode ? (const float *)(uintptr_t)db : NULL, a.accumulate = mode == 2;
-                one_pair(wt, &G.k.matvec_one[wt], MATVEC_ONE_WARPS, a, y0, NULL);
+                matvec_args a = {.n_seg = 1, .k = K, .m = 1, .ldx = K, .accumulate = mode == 2, .row_bytes = rb,
+                                 .x = (const gpu_half *)(uintptr_t)dh};
+                for (int r = 0; r < 2; r++) {
+                    CUdeviceptr dy = upload(y0, sizeof y0);
+                    a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, (float *)(uintptr_t)dy,
+                                            mode ? (const float *)(uintptr_t)db : NULL, NP, NP};
+                    void *args[] = {&a};
+                    if (r == 0)
+                        launch(&G.k.matvec[wt][0], (gpu_launch_dims){1, (NP + 7) / 8, 1, 256}, args);
+                    else
+                        launch(&G.k.matvec_one[wt],
+                               (gpu_launch_dims){1, (NP + MATVEC_ONE_WARPS - 1) / MATVEC_ONE_WARPS, 1, 32 * MATVEC_ONE_WARPS},
+                               args);
+                    download(y[r], dy, sizeof y[r]);
+                    cu.cuMemFree(dy);
+                }
+                int moved = 0;
+                for (int i = 0; i < NP; i++) moved += y[0][i] != y0[i];
+                assert_true(moved > NP / 2); /* the product did reach y */
+                assert_memory_equal(y[1], y[0], sizeof y[0]);
             }
-            matvec_norm nm = {.w = (const float *)(uintptr_t)dnw, .ss = (float *)(uintptr_t)dss, .n = NR,
-                              .n_part = NR / 8, .eps = 1e-5f};
-            a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, NULL, NULL, NR, NR}, a.accumulate = 1;
-            for (int gated = 0; gated < 2; gated++) {
-                a.res_gate = gated ? (const float *)(uintptr_t)dlogit : NULL;
-                one_pair(wt, &G.k.matvec_res_one[wt], MATVEC_NORM_GROUP, a, y0, &nm);
-            }
-            print_message("  %s, k %d: matvec_one and matvec_res_one bit-identical to matvec_%s_1 and matvec_res_%s\n",
-                          ggml_type_name(t), K, ggml_type_name(t), ggml_type_name(t));
-            cu.cuMemFree(dw), cu.cuMemFree(dh), cu.cuMemFree(db), cu.cuMemFree(dnw), cu.cuMemFree(dss);
-            cu.cuMemFree(dlogit);
+            print_message("  %s, k %d: matvec_one bit-identical to matvec_%s_1 (plain, bias, accumulate)\n",
+                          ggml_type_name(t), K, ggml_type_name(t));
+            cu.cuMemFree(dw), cu.cuMemFree(dh), cu.cuMemFree(db);
             free(deq), free(h), free(w);
         }
 }

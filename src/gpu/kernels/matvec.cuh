@@ -358,22 +358,6 @@ __device__ __forceinline__ void ll_push(const matvec_ll_push &p, int n, float v)
     }
 }
 
-// NORM_OUT's epilogue (matvec_res_<type>, matvec_res_one_<type>): x[n] += sum (+ bias), then the
-// next norm's input and the block's partial (norm_out).  Every thread of the block calls it;
-// lane 0 of each warp holds its feature n's sum (live: n is a row).
-__device__ __forceinline__ void res_epilogue(const matvec_args &a, const matvec_seg &sg, int n, float sum, bool live)
-{
-    float v = 0.0f;
-    if (live && (threadIdx.x & 31) == 0) {
-        // a gated shared expert's add: shexp_add's one fmaf (ungated, fmaf(1, s, x) = x + s)
-        const float gate = a.res_gate ? sigmoidf_(*a.res_gate) : 1.0f;
-        float *dst = sg.y + n;
-        v = fmaf(gate, sum + (sg.bias ? sg.bias[n] : 0.0f), *dst);
-        *dst = v;
-    }
-    norm_out(a.norm, n, v, live, blockIdx.y);
-}
-
 // One warp per output feature (across the segments); blockIdx.x walks groups of MT rows
 // fastest, so blocks that share weight rows run together and re-read them from L2.  ROPE: the
 // QKV product of one token with qkv_post in its epilogue (matvec_rope_<suffix>; rp its args).
@@ -412,7 +396,15 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
         return;
     }
     if constexpr (NORM == NORM_OUT) { // x[n] += W h, as below, then the next norm's input
-        res_epilogue(a, sg, n, acc[0][0], live);
+        float v = 0.0f;
+        if (live && (threadIdx.x & 31) == 0) {
+            // a gated shared expert's add: shexp_add's one fmaf (ungated, fmaf(1, s, x) = x + s)
+            const float gate = a.res_gate ? sigmoidf_(*a.res_gate) : 1.0f;
+            float *dst = sg.y + n;
+            v = fmaf(gate, acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f), *dst);
+            *dst = v;
+        }
+        norm_out(a.norm, n, v, live, blockIdx.y);
         return;
     }
     if constexpr (NORM == NORM_IN) { // (not ROPE) the plain epilogue over the scaled sums
@@ -431,47 +423,31 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     }
 }
 
-// The one-row products of a single segment (gpu_forward.c matvec_one_fn picks them): matvec_one_<type>
-// the plain one (no row groups, MATVEC_ONE_WARPS warps a block: the batch-1 LM head), and
-// matvec_res_one_<type> the residual product with NORM_OUT's epilogue (MATVEC_WARPS warps: a block
-// is a norm partial's features).  matvec_body's segment walk, row groups and other epilogues
-// cost Q6_K's one-row kernels registers -- 43 for matvec_q6_k_1, 48 for matvec_res_q6_k (ptxas
-// -v, sm_90a: 5 blocks of 8 warps an SM) -- where this body takes 40 (6 blocks); scripts/mvbench.cu
-// measured the loop alone +9 % on the 8B's Q6_K down, and with 4-warp blocks +5 % / +13 % on the
-// 8B / 1.5B LM heads (docs/benchmarks.md "The layouts alone").  The same row_dots and the same
-// epilogue expressions as matvec_body at one row: the same bits as matvec_<type>_1 and
-// matvec_res_<type>.  Warps past the rows: nothing to do but (NORM_OUT) meet norm_out's barrier.
-template <int T, int W, int NORM = NORM_NONE>
+// The one-row plain products of a single segment (matvec_one_<type>; gpu_forward.c matvec_one_fn
+// picks them: the batch-1 LM head), MATVEC_ONE_WARPS rows a block, without matvec_body's segment
+// walk, row groups and epilogues: Q6_K's takes 50 registers where matvec_q6_k_1 takes 43 (ptxas
+// -v, sm_90a), and alone in scripts/mvbench.cu runs the 8B / 1.5B LM heads 4 % / 11 % faster
+// (docs/benchmarks.md "The Q6_K LM head in one segment").  The same row_dots and the same
+// epilogue expression as matvec_body at one row: the same bits as matvec_<type>_1.
+template <int T>
 __device__ __forceinline__ void matvec_one_body(const matvec_args &a)
 {
-    static_assert(NORM == NORM_NONE || (NORM == NORM_OUT && W == MATVEC_WARPS), "a residual block is a partial's features");
     const matvec_seg &sg = a.seg[0];
-    const int n = blockIdx.y * W + (threadIdx.x >> 5);
-    const bool live = n < sg.n;
-    if (!live && NORM == NORM_NONE) return;
+    const int n = blockIdx.y * MATVEC_ONE_WARPS + (threadIdx.x >> 5);
+    if (n >= sg.n) return;
     const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
     float acc[1][1];
-    if (live) row_dots<T, 1, 1>(rows, a, 0, acc);
-    if constexpr (NORM == NORM_OUT) {
-        res_epilogue(a, sg, n, acc[0][0], live);
-        return;
-    }
+    row_dots<T, 1, 1>(rows, a, 0, acc);
     if ((threadIdx.x & 31) != 0) return;
     const float v = acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f);
     sg.y[n] = a.accumulate ? sg.y[n] + v : v;
 }
 
-// One pair per row of GPU_MATVEC_ONE_KERNELS.  The residual product's bound of one block an SM
-// only lets ptxas take the registers it wants: left at (256) alone it holds matvec_res_one_q6_k to
-// 40 and spills 12 bytes, at (256, 1) it takes 64 and spills none (ptxas -v, sm_90a:
-// scripts/matvec-regs).  4 blocks an SM at 64: a down product's grid (512 blocks on the 8B shape,
-// 192 on the 1.5B) is resident in one wave either way.
-#define MATVEC_ONE_KERNELS(plain_name, res_name, TYPE)                                           \
+// One per row of GPU_MATVEC_ONE_KERNELS.
+#define MATVEC_ONE_KERNEL(name, TYPE)                                                            \
     extern "C" __global__ void __launch_bounds__(MATVEC_ONE_WARPS * 32)                          \
-        plain_name(matvec_args a) { pdl_enter(); matvec_one_body<T_##TYPE, MATVEC_ONE_WARPS>(a); } \
-    extern "C" __global__ void __launch_bounds__(MATVEC_WARPS * 32, 1)                           \
-        res_name(matvec_args a) { pdl_enter(); matvec_one_body<T_##TYPE, MATVEC_WARPS, NORM_OUT>(a); }
-GPU_MATVEC_ONE_KERNELS(MATVEC_ONE_KERNELS)
+        name(matvec_args a) { pdl_enter(); matvec_one_body<T_##TYPE>(a); }
+GPU_MATVEC_ONE_KERNELS(MATVEC_ONE_KERNEL)
 
 // The wide models' one-activation-row products (matvec_wide<KS>_<type>; gpu_forward.c
 // matvec_wide_split picks the shapes): a block of MATVEC_WIDE_WARPS warps in groups of KS

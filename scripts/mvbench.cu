@@ -5,6 +5,7 @@
 // bit for bit with the engine kernel's.  A measuring tool for docs/benchmarks.md, not part of
 // the build: scripts/device-bundle compiles it with nvcc (CUDA runtime API) into
 // .carry/bin/mvbench and `scripts/gpu-check mvbench` runs it.  Usage: mvbench [SHAPE-SUBSTRING...]
+// [+VARIANT-SUBSTRING...] (variants named: those and main's kernel only)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -214,6 +215,11 @@ __global__ void __launch_bounds__(256, 8) mv_occ(matvec_args a)
     if ((threadIdx.x & 31) == 0) a.seg[0].y[n0] = acc[0];
 }
 
+// The residual product over the carried norm, the engine's (matvec_res_<type>): the same sums
+// as main's plain kernel, y += W x into a zeroed y (fmaf(1, s, 0) = s: the same bits)
+template <int T>
+__global__ void __launch_bounds__(256) mv_res(matvec_args a) { matvec_body<T, 1, false, false, NORM_OUT>(a); }
+
 template <int T, int W, bool HDR>
 __global__ void __launch_bounds__(W * 32) glu_v(matvec_args a)
 {
@@ -380,6 +386,7 @@ int main(int argc, char **argv)
         {"1.5B Wo 1536x1536 q4_k", T_Q4_K, 1536, 1536, false},
         {"1.5B down 1536x8960 q4_k", T_Q4_K, 1536, 8960, false},
         {"1.5B lm_head 151936x1536 q6_k", T_Q6_K, 151936, 1536, false},
+        {"1.5B down 1536x8960 q6_k", T_Q6_K, 1536, 8960, false},
         {"Wq 4096x4096 iq4_xs", T_IQ4_XS, 4096, 4096, false},
         {"down 4096x14336 iq4_xs", T_IQ4_XS, 4096, 14336, false},
         {"gate+up 2x14336x4096 iq4_xs", T_IQ4_XS, 14336, 4096, true},
@@ -406,9 +413,11 @@ int main(int argc, char **argv)
         {"g3 down 3840x15360 q4_k", T_Q4_K, 3840, 15360, false},
         {"g3 down 3840x15360 q6_k", T_Q6_K, 3840, 15360, false},
     };
+    bool any_shape = false; // arguments: shape substrings, and +VARIANT substrings (main always runs)
+    for (int i = 1; i < argc; i++) any_shape = any_shape || argv[i][0] != '+';
     for (const shape &sh : shapes) {
-        bool want = argc == 1;
-        for (int i = 1; i < argc; i++) want = want || strstr(sh.name, argv[i]);
+        bool want = !any_shape;
+        for (int i = 1; i < argc; i++) want = want || (argv[i][0] != '+' && strstr(sh.name, argv[i]));
         if (!want) continue;
         const size_t rb = row_bytes_of(sh.t, sh.k), mbytes = rb * sh.n * (sh.glu ? 2 : 1);
         int copies = (int)((256ull << 20) / mbytes) + 1;
@@ -429,6 +438,23 @@ int main(int argc, char **argv)
         CK(cudaMemcpy(dx, hx.data(), sh.k * 2, cudaMemcpyHostToDevice));
         CK(cudaMalloc(&dy, sh.n * 4));
         CK(cudaMalloc(&dyh, sh.n * 2));
+        // the residual products' carried norm: weights 1, its input and partials written, the sum
+        // of squares before (ss[0]) that of a residual of ones
+        matvec_norm nm;
+        memset(&nm, 0, sizeof nm);
+        {
+            std::vector<float> ones(sh.n, 1.0f), ss = {(float)sh.n, -1.0f};
+            float *dnw, *dss, *dpart;
+            __half *dxw;
+            CK(cudaMalloc(&dnw, sh.n * 4));
+            CK(cudaMalloc(&dss, 8));
+            CK(cudaMalloc(&dpart, (sh.n / 8 + 1) * 4));
+            CK(cudaMalloc(&dxw, sh.n * 2));
+            CK(cudaMemcpy(dnw, ones.data(), sh.n * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dss, ss.data(), 8, cudaMemcpyHostToDevice));
+            nm.w = dnw, nm.ss = dss, nm.part = dpart, nm.xw = (gpu_half *)dxw, nm.n = sh.n, nm.n_part = sh.n / 8;
+            nm.eps = 1e-5f;
+        }
         std::vector<variant> vs;
         if (sh.t == T_IQ4_XS) { // main: the word-at-a-time mma; against the whole-chunk mma and FP32 FFMA
             if (sh.glu)
@@ -489,7 +515,21 @@ int main(int argc, char **argv)
                   {"2 rows x k/4 16w", mv_ksplit<T_Q6_K, 16, 2, 4, false>, 8, 1, false, 512},
                   {"2 rows x k/2 48 regs", mv_ksplit<T_Q6_K, 8, 2, 2, false, false, 5>, 8, 1, false},
                   {"2 rows x k/2 smem fp32", mv_ksplit<T_Q6_K, 8, 2, 2, false, true>, 8, 1, true},
-                  {"2 rows x k/2 4w smem fp32", mv_ksplit<T_Q6_K, 4, 2, 2, false, true>, 4, 1, true}};
+                  {"2 rows x k/2 4w smem fp32", mv_ksplit<T_Q6_K, 4, 2, 2, false, true>, 4, 1, true},
+                  {"engine matvec_one 4w", (kfn)matvec_one_q6_k, MATVEC_ONE_WARPS, 1, false},
+                  {"res: matvec_res", mv_res<T_Q6_K>, 8, 1, false}};
+        }
+        {
+            std::vector<variant> keep = {vs[0]}; // +NAME arguments: the variants named (and main)
+            bool pick = false;
+            for (int i = 1; i < argc; i++) pick = pick || argv[i][0] == '+';
+            for (size_t vi = 1; pick && vi < vs.size(); vi++)
+                for (int i = 1; i < argc; i++)
+                    if (argv[i][0] == '+' && strstr(vs[vi].name, argv[i] + 1)) {
+                        keep.push_back(vs[vi]);
+                        break;
+                    }
+            if (pick) vs = keep;
         }
         std::vector<float> ref(sh.n), got(sh.n);
         std::vector<__half> refh(sh.n), goth(sh.n);
@@ -502,7 +542,7 @@ int main(int argc, char **argv)
                 matvec_args a;
                 memset(&a, 0, sizeof a);
                 a.n_seg = sh.glu ? 2 : 1;
-                a.k = sh.k, a.m = 1, a.ldx = sh.k, a.row_bytes = rb, a.x = (const gpu_half *)dx;
+                a.k = sh.k, a.m = 1, a.ldx = sh.k, a.row_bytes = rb, a.x = (const gpu_half *)dx, a.norm = nm;
                 a.seg[0] = {dw[c], dy, nullptr, sh.n, sh.n};
                 if (sh.glu) { a.seg[1] = {dw[c] + rb * sh.n, dy, nullptr, sh.n, sh.n}; a.yh = (gpu_half *)dyh; }
                 return a;
@@ -567,6 +607,10 @@ int main(int argc, char **argv)
             CK(cudaGraphDestroy(g));
         }
         for (auto p : dw) CK(cudaFree(p));
+        CK(cudaFree((void *)nm.w));
+        CK(cudaFree(nm.ss));
+        CK(cudaFree(nm.part));
+        CK(cudaFree(nm.xw));
         CK(cudaFree(dx));
         CK(cudaFree(dy));
         CK(cudaFree(dyh));

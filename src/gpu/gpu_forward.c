@@ -446,6 +446,17 @@ static int matvec_wide_split(const gpu_engine *g, int t, int rows, int k)
     return best;
 }
 
+/* matvec_one_<type> where a plain one-row product of one segment can take it (kernels/matvec.cuh
+ * matvec_one_body: matvec_<type>_1's sums and bits in 4-warp blocks; the batch-1 LM head, Q6_K in
+ * the Q4_K_M files: +4 % / +11 % on the 8B / 1.5B heads alone), else NULL.  Not for the dp4a or
+ * x_lo passes (other kernels), the carried norms' products, qkv_post or a tensor-parallel push
+ * (their epilogues). */
+static const gpu_fn *matvec_one_fn(const gpu_engine *g, const matmul_op *op, int t, int n_seg, bool other_pass)
+{
+    if (t < 0 || n_seg != 1 || op->m != 1 || other_pass || op->norm || op->post || op->push.epoch) return NULL;
+    return g->k.matvec_one[t].f ? &g->k.matvec_one[t] : NULL;
+}
+
 /* Whether x_lo's products can share x's pass (matvec_args.x_lo): one token, every output on
  * the FP16 matvec kernels of row_dots (not dp4a, not the tensor-core row_dots_mma of IQ4_XS,
  * Q2_K and Q3_K at one row, whose sums would differ from the MT = 2 kernel's), nothing added
@@ -543,6 +554,7 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             const int wide = v == 0 && !g->det && !lo_fused && !q8 && !op->norm && !op->post && !op->push.epoch
                                  ? matvec_wide_split(g, t, rows, a.k)
                                  : 0;
+            const gpu_fn *one = wide ? NULL : matvec_one_fn(g, op, t, j - i, q8 || lo_fused);
             if (op->post) { /* m == 1: the matvec path (path_for) */
                 matvec_rope_args r = {.mv = a, .post = *op->post, .role0 = MATVEC_Q + i};
                 const gpu_fn *fn = q8 ? &g->k.matvec_rope_dp4a[t] : op->norm ? &g->k.matvec_rope_norm[t] : &g->k.matvec_rope[t];
@@ -550,6 +562,9 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
             } else if (wide) {
                 d = (gpu_launch_dims){1, ceil_div(rows, MATVEC_WIDE_ROWS), 1, 32 * MATVEC_WIDE_WARPS};
                 LAUNCH(g->k.matvec_wide[t][wide / 2 - 1], d, op->what, &a);
+            } else if (one) {
+                d = (gpu_launch_dims){1, ceil_div(rows, MATVEC_ONE_WARPS), 1, 32 * MATVEC_ONE_WARPS};
+                LAUNCH(*one, d, op->what, &a);
             } else {
                 const gpu_fn *fn = q8                     ? &g->k.matvec_dp4a[t]
                                    : lo_fused && op->norm ? &g->k.matvec_lo_nin[t]

@@ -176,6 +176,12 @@
     X(matvec_lo_nin_f16, F16) X(matvec_lo_nin_q4_0, Q4_0) X(matvec_lo_nin_q8_0, Q8_0) X(matvec_lo_nin_q4_k, Q4_K) \
     X(matvec_lo_nin_q5_k, Q5_K) X(matvec_lo_nin_q6_k, Q6_K)
 
+/* The plain one-row products of a single segment without matvec_body's segment walk
+ * (kernels/matvec.cuh matvec_one_body: the same sums and bits, 4-warp blocks), for Q6_K: the
+ * Q4_K_M files' LM head.  (Their residual products keep matvec_res, already as fast alone:
+ * docs/benchmarks.md "The Q6_K LM head in one segment".)  X(matvec_one_<suffix>, TYPE) */
+#define GPU_MATVEC_ONE_KERNELS(X) X(matvec_one_q6_k, Q6_K)
+
 /* The wide models' one-row products over parts of k (kernels/matvec.cuh matvec_wide_body:
  * MATVEC_WIDE_ROWS rows a block, KS rows a warp, each warp over 1/KS of k, the parts met in
  * shared memory), for the formats and splits that measured faster than the one-row layout on

@@ -120,6 +120,9 @@ static const format_row lo_norm_rows[] = {GPU_MATVEC_LO_NORM_KERNELS(FORMAT_ROW_
 #define FORMAT_ROW_WIDE(a, TYPE, KS) {{#a, NULL}, GPU_WT_##TYPE, KS},
 static const format_row wide_rows[] = {GPU_MATVEC_WIDE_KERNELS(FORMAT_ROW_WIDE)};
 #undef FORMAT_ROW_WIDE
+#define FORMAT_ROW_ONE_SEG(a, TYPE) {{#a, NULL}, GPU_WT_##TYPE, 1},
+static const format_row one_rows[] = {GPU_MATVEC_ONE_KERNELS(FORMAT_ROW_ONE_SEG)};
+#undef FORMAT_ROW_ONE_SEG
 #define FORMAT_ROW_MOE_NORM(a, b, TYPE) {{#a, #b}, GPU_WT_##TYPE, 0},
 static const format_row moe_norm_rows[] = {GPU_MOE_NORM_KERNELS(FORMAT_ROW_MOE_NORM)};
 #undef FORMAT_ROW_MOE_NORM
@@ -177,7 +180,8 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
     }
     for (size_t i = 0; i < sizeof rope_rows / sizeof rope_rows[0]; i++)
         if (lookup(k, &k->matvec_rope[rope_rows[i].wtype], rope_rows[i].name[0], err, errlen)) return -1;
-    /* the rows of some formats only: the dp4a products, the norms' products (NULL: no kernel) */
+    /* the rows of some formats only: the dp4a products, the norms' products, the one-segment
+     * products (NULL: no kernel) */
     const struct {
         const format_row *rows;
         size_t n;
@@ -186,6 +190,7 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
         {dp4a_rows, sizeof dp4a_rows / sizeof dp4a_rows[0], {k->matvec_dp4a, k->glu_dp4a, k->matvec_rope_dp4a}},
         {norm_rows, sizeof norm_rows / sizeof norm_rows[0], {k->matvec_rope_norm, k->glu_norm, k->matvec_res, k->matvec_nin}},
         {lo_norm_rows, sizeof lo_norm_rows / sizeof lo_norm_rows[0], {k->matvec_lo_nin}},
+        {one_rows, sizeof one_rows / sizeof one_rows[0], {k->matvec_one}},
         {moe_norm_rows, sizeof moe_norm_rows / sizeof moe_norm_rows[0], {k->moe_glu_norm, k->moe_down_res}}};
     for (size_t l = 0; l < sizeof partial / sizeof partial[0]; l++)
         for (size_t i = 0; i < partial[l].n; i++) {

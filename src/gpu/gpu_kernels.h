@@ -74,6 +74,9 @@ typedef struct gpu_kernels {
     /* the wide models' one-row products over parts of k (GPU_MATVEC_WIDE_KERNELS), [type][KS / 2
      * - 1] for KS 2 and 4 (f == NULL for the formats and splits without) */
     gpu_fn matvec_wide[GPU_N_WTYPES][2];
+    /* the plain one-row products of a single segment (GPU_MATVEC_ONE_KERNELS: MATVEC_ONE_WARPS
+     * rows a block; f == NULL for the formats without) */
+    gpu_fn matvec_one[GPU_N_WTYPES];
     /* tensor-core products on block-quantised and BF16 weights (f == NULL for F16 and F32,
      * which go to cuBLAS); [type][variant], dynamic shared memory gpu_mmq_smem(type, variant) */
     gpu_fn mmq[GPU_N_WTYPES][GPU_MMQ_VARIANTS];

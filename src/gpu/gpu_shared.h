@@ -167,6 +167,8 @@ typedef struct ssm_gate_args {
  * launch.  glu_<type>_<rows>: y[m][n] = fp16(silu(W_0 x) * (W_1 x)) into yh (gate/up). */
 #define MATVEC_MAX_SEG 4 /* a DeltaNet layer's one-token q/k/v, z, beta and alpha */
 #define MATVEC_LO_ROWS 2 /* matvec_args.x_lo: weight rows a warp */
+/* matvec_one_<type> (kernels/matvec.cuh matvec_one_body): warps (rows) a block */
+#define MATVEC_ONE_WARPS 4
 /* matvec_wide<KS>_<type> (kernels/matvec.cuh matvec_wide_body): warps and rows a block */
 #define MATVEC_WIDE_WARPS 4
 #define MATVEC_WIDE_ROWS 4

@@ -46,6 +46,7 @@ static const row lo_norm[] = {GPU_MATVEC_LO_NORM_KERNELS(ROW2)};
 /* the wide rows: rows is the row's k split */
 #define WIDE(a, TYPE, KS) {#a, "", #TYPE, KS},
 static const row wide[] = {GPU_MATVEC_WIDE_KERNELS(WIDE)};
+static const row one[] = {GPU_MATVEC_ONE_KERNELS(ROW2)};
 #define MOE_NORM(a, b, TYPE) {#a, #b, #TYPE, 0},
 static const row moe_norm[] = {GPU_MOE_NORM_KERNELS(MOE_NORM)};
 /* the MoE rows name three kernels: the down one is checked from moe_down */
@@ -221,6 +222,25 @@ static void test_wide_rows(void **state)
     assert_true(q4_k && q6_k);
 }
 
+/* The single-segment products' list: each format at most once, named for it, Q6_K (the Q4_K_M
+ * files' LM head) among them. */
+static void test_one_rows(void **state)
+{
+    (void)state;
+    size_t found = 0;
+    bool q6_k = false;
+    for (size_t w = 0; w < N(wtypes); w++) {
+        bool listed = false;
+        for (size_t i = 0; i < N(one); i++) listed |= strcmp(one[i].type, wtypes[w].type) == 0;
+        if (!listed) continue;
+        found++;
+        q6_k |= wtypes[w].ggml == GGML_TYPE_Q6_K;
+        expect_row(one, N(one), w, 1, "matvec_one_%s", "");
+    }
+    assert_int_equal(found, N(one));
+    assert_true(q6_k);
+}
+
 static size_t wtype_of(const char *type)
 {
     size_t w = 0;
@@ -261,7 +281,7 @@ static void test_no_name_twice(void **state)
     (void)state;
     const char *names[2 * (N(matvec) + N(dequant) + N(mmq) + N(moe) + N(dp4a) + N(narrow) + N(norm) + N(norm_res) +
                            N(moe_norm)) +
-                      N(rope) + N(dp4a_rope) + N(moe_down) + N(lo_norm) + N(wide) + N(plain) + 2 * N(pair)];
+                      N(rope) + N(dp4a_rope) + N(moe_down) + N(lo_norm) + N(wide) + N(one) + N(plain) + 2 * N(pair)];
     size_t n = 0;
     const row *lists[] = {matvec, dequant, mmq, moe, dp4a, narrow, norm, norm_res, moe_norm};
     const size_t sizes[] = {N(matvec), N(dequant), N(mmq), N(moe), N(dp4a), N(narrow), N(norm), N(norm_res), N(moe_norm)};
@@ -275,6 +295,7 @@ static void test_no_name_twice(void **state)
     for (size_t i = 0; i < N(moe_down); i++) names[n++] = moe_down[i].a;
     for (size_t i = 0; i < N(lo_norm); i++) names[n++] = lo_norm[i].a;
     for (size_t i = 0; i < N(wide); i++) names[n++] = wide[i].a;
+    for (size_t i = 0; i < N(one); i++) names[n++] = one[i].a;
     for (size_t i = 0; i < N(plain); i++) names[n++] = plain[i];
     for (size_t i = 0; i < N(pair); i++) names[n++] = pair[i].rope, names[n++] = pair[i].nin;
     for (size_t i = 0; i < n; i++)
@@ -292,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_lo_norm_rows),
         cmocka_unit_test(test_moe_norm_rows),
         cmocka_unit_test(test_wide_rows),
+        cmocka_unit_test(test_one_rows),
         cmocka_unit_test(test_pair_rows),
         cmocka_unit_test(test_no_name_twice),
     };

@@ -515,6 +515,61 @@ static void test_matvec_wide(void **state)
         }
 }
 
+/* The single-segment one-row products (GPU_MATVEC_ONE_KERNELS) as gpu_forward launches them,
+ * bit for bit against matvec_<type>_1 (which test_matvec_all_formats holds to the CPU) over one
+ * segment of 1,027 rows (the last block's warps past the rows; y 5 floats longer, to show a write
+ * past them) at k 1,536 (the 1.5B's LM head row) and 8,960: plain, with a bias, and adding into y. */
+static void test_matvec_one(void **state)
+{
+    (void)state;
+#define ONE_TYPE(a, TYPE) GGML_TYPE_##TYPE,
+    static const ggml_type types[] = {GPU_MATVEC_ONE_KERNELS(ONE_TYPE)};
+#undef ONE_TYPE
+    enum { NP = 1027 };
+    const int Ks[] = {1536, 8960};
+    uint64_t seed = 53;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const ggml_type t = types[ti];
+            const int wt = gpu_wtype_index(t), K = Ks[ki];
+            assert_true(wt >= 0 && G.k.matvec_one[wt].f);
+            float *deq = malloc((size_t)K * NP * sizeof *deq), *h = malloc(K * sizeof *h);
+            float y0[NP + 5], bias[NP], y[2][NP + 5];
+            for (int i = 0; i < K; i++) h[i] = gpu_test_randf(&seed);
+            for (int i = 0; i < NP + 5; i++) y0[i] = gpu_test_randf(&seed);
+            for (int i = 0; i < NP; i++) bias[i] = gpu_test_randf(&seed);
+            void *w = random_matrix(t, K, NP, deq, &seed);
+            const size_t rb = gpu_row_bytes(t, K);
+            CUdeviceptr dw = upload(w, rb * NP), dh = upload_half(h, K), db = upload(bias, sizeof bias);
+            for (int mode = 0; mode < 3; mode++) { /* plain, + bias, y += W x + bias */
+                matvec_args a = {.n_seg = 1, .k = K, .m = 1, .ldx = K, .accumulate = mode == 2, .row_bytes = rb,
+                                 .x = (const gpu_half *)(uintptr_t)dh};
+                for (int r = 0; r < 2; r++) {
+                    CUdeviceptr dy = upload(y0, sizeof y0);
+                    a.seg[0] = (matvec_seg){(const uint8_t *)(uintptr_t)dw, (float *)(uintptr_t)dy,
+                                            mode ? (const float *)(uintptr_t)db : NULL, NP, NP};
+                    void *args[] = {&a};
+                    if (r == 0)
+                        launch(&G.k.matvec[wt][0], (gpu_launch_dims){1, (NP + 7) / 8, 1, 256}, args);
+                    else
+                        launch(&G.k.matvec_one[wt],
+                               (gpu_launch_dims){1, (NP + MATVEC_ONE_WARPS - 1) / MATVEC_ONE_WARPS, 1, 32 * MATVEC_ONE_WARPS},
+                               args);
+                    download(y[r], dy, sizeof y[r]);
+                    cu.cuMemFree(dy);
+                }
+                int moved = 0;
+                for (int i = 0; i < NP; i++) moved += y[0][i] != y0[i];
+                assert_true(moved > NP / 2); /* the product did reach y */
+                assert_memory_equal(y[1], y[0], sizeof y[0]);
+            }
+            print_message("  %s, k %d: matvec_one bit-identical to matvec_%s_1 (plain, bias, accumulate)\n",
+                          ggml_type_name(t), K, ggml_type_name(t));
+            cu.cuMemFree(dw), cu.cuMemFree(dh), cu.cuMemFree(db);
+            free(deq), free(h), free(w);
+        }
+}
+
 /* The tensor-core kernels on every format they serve (block-quantised, BF16) against the same
  * reference (the segments' 30 and 47 rows are not multiples of 16): M across all three
  * variants and past one block of activation rows, with one split and with three (partial sums
@@ -3156,6 +3211,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_formats),
         cmocka_unit_test(test_matvec_wide),
+        cmocka_unit_test(test_matvec_one),
         cmocka_unit_test(test_mmq_all_formats),
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[0]),
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[1]),

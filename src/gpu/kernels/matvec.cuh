@@ -423,6 +423,32 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     }
 }
 
+// The one-row plain products of a single segment (matvec_one_<type>; gpu_forward.c matvec_one_fn
+// picks them: the batch-1 LM head), MATVEC_ONE_WARPS rows a block, without matvec_body's segment
+// walk, row groups and epilogues: Q6_K's takes 50 registers where matvec_q6_k_1 takes 43 (ptxas
+// -v, sm_90a), and alone in scripts/mvbench.cu runs the 8B / 1.5B LM heads 4 % / 11 % faster
+// (docs/benchmarks.md "The Q6_K LM head in one segment").  The same row_dots and the same
+// epilogue expression as matvec_body at one row: the same bits as matvec_<type>_1.
+template <int T>
+__device__ __forceinline__ void matvec_one_body(const matvec_args &a)
+{
+    const matvec_seg &sg = a.seg[0];
+    const int n = blockIdx.y * MATVEC_ONE_WARPS + (threadIdx.x >> 5);
+    if (n >= sg.n) return;
+    const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
+    float acc[1][1];
+    row_dots<T, 1, 1>(rows, a, 0, acc);
+    if ((threadIdx.x & 31) != 0) return;
+    const float v = acc[0][0] + (sg.bias ? sg.bias[n] : 0.0f);
+    sg.y[n] = a.accumulate ? sg.y[n] + v : v;
+}
+
+// One per row of GPU_MATVEC_ONE_KERNELS.
+#define MATVEC_ONE_KERNEL(name, TYPE)                                                            \
+    extern "C" __global__ void __launch_bounds__(MATVEC_ONE_WARPS * 32)                          \
+        name(matvec_args a) { pdl_enter(); matvec_one_body<T_##TYPE>(a); }
+GPU_MATVEC_ONE_KERNELS(MATVEC_ONE_KERNEL)
+
 // The wide models' one-activation-row products (matvec_wide<KS>_<type>; gpu_forward.c
 // matvec_wide_split picks the shapes): a block of MATVEC_WIDE_WARPS warps in groups of KS
 // warps, each group KS rows (MATVEC_WIDE_ROWS a block), warp w taking its group's rows over the

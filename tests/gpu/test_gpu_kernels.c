@@ -84,6 +84,21 @@ static CUdeviceptr upload(const void *h, size_t bytes)
     return d;
 }
 
+/* A weight matrix in a slot the way the engine lays its weights out (gpu_engine.c: every tensor
+ * at a 256-byte boundary of one buffer, DEV_ALIGN).  mmq stages rows in 16-byte cp.async copies
+ * from the aligned address at or below each stage; the last copy of a row whose end is not
+ * 16-byte aligned carries a source size that stops at the row's end, but compute-sanitizer
+ * checks the whole 16-byte instruction against the allocation: with the weights' last row
+ * ending its own exactly-sized allocation it reports a read past it (and the context is lost
+ * for every test after).  In the engine the copy stays inside the tensor's 256-byte slot. */
+static CUdeviceptr upload_weights(const void *h, size_t bytes)
+{
+    CUdeviceptr d;
+    CHECK(cu.cuMemAlloc(&d, (bytes + 255) & ~(size_t)255));
+    copy_in(d, h, bytes);
+    return d;
+}
+
 /* A device buffer of n floats filled with NaN (unwritten outputs then show). */
 static CUdeviceptr poisoned(size_t n)
 {
@@ -399,7 +414,7 @@ static product_matrix product_matrix_rows(ggml_type t, int K, int N, float *deq,
 {
     void *w = random_matrix(t, K, N, deq, seed);
     product_matrix pm = {.t = t, .k = K, .rb = gpu_row_bytes(t, K)};
-    pm.dw = upload(w, pm.rb * N);
+    pm.dw = upload_weights(w, pm.rb * N);
     free(w);
     CUdeviceptr dh = poisoned((size_t)K * N / 2);
     unsigned long long rbl = pm.rb;
@@ -644,9 +659,10 @@ static unsigned stage_start_residues(size_t row_bytes, size_t rb, int k)
  * (mmq.cuh: mmq_stage_weights): Q3_K's 110-byte super-blocks at three k, Q2_K's and IQ4_XS's,
  * GLM-4.5-Air's Q8_0 down rows (k 1,408: 1,496 bytes, a partial last stage), gpt-oss's MXFP4
  * rows (2,880: 1,530 bytes) and byte-aligned MXFP4 ones (800: 425 bytes); each shape's rows
- * start at every residue mod 16 their alignment allows (checked), and the last row ends its
- * allocation (its chunk past the stage is cut short; an over-read would not fault in the
- * allocation's rounding, compute-sanitizer memcheck over this test names one).  mmq with one
+ * start at every residue mod 16 their alignment allows (checked), and the last row ends the
+ * weights (its chunk past the stage is cut short by cp.async's source size; the weights lie in
+ * a 256-byte slot as in the engine, upload_weights, since compute-sanitizer counts the whole
+ * 16-byte copy).  mmq with one
  * split and splits of 8 chunks against the float64 reference over the FP16 weights (itself
  * checked against the CPU's decode), as test_mmq_all_formats. */
 static void test_mmq_unaligned_rows(void **state)
@@ -734,8 +750,8 @@ static void twin_products(ggml_type t, int K, const uint8_t *w, const uint8_t *w
             fail_msg("k %d row %d: the Q8_0 twin is not the %s row's values", K, r, ggml_type_name(t));
     }
     free(dt), free(dq);
-    product_matrix pm = {.t = t, .k = K, .dw = upload(w, rt * PN), .rb = rt};
-    product_matrix pq = {.t = GGML_TYPE_Q8_0, .k = K, .dw = upload(wq, rq * PN), .rb = rq};
+    product_matrix pm = {.t = t, .k = K, .dw = upload_weights(w, rt * PN), .rb = rt};
+    product_matrix pq = {.t = GGML_TYPE_Q8_0, .k = K, .dw = upload_weights(wq, rq * PN), .rb = rq};
     const product_matrix *const pms[2] = {&pm, &pq};
     const product_run mmq2[2] = {mmq_run, mmq_run}, narrow2[2] = {narrow_run, narrow_run};
     char what[2][64];
@@ -3032,7 +3048,7 @@ static void test_moe_norm_carried(void **state)
         /* gate's experts then up's (one matrix each of NE * FE rows), down's NE * N rows */
         void *wgu = random_matrix(t, N, 2 * NE * FE, deq_gu, &seed), *wd = random_matrix(t, FE, NE * N, deq_d, &seed);
         const size_t rbg = gpu_row_bytes(t, N), rbd = gpu_row_bytes(t, FE);
-        CUdeviceptr dgu = upload(wgu, rbg * 2 * NE * FE), dwd = upload(wd, rbd * NE * N);
+        CUdeviceptr dgu = upload_weights(wgu, rbg * 2 * NE * FE), dwd = upload_weights(wd, rbd * NE * N);
         CUdeviceptr dx = upload(x, N * sizeof *x), dnw = upload(nw, N * sizeof *nw), dnw2 = upload(nw2, N * sizeof *nw2);
         CUdeviceptr drouter = upload(router, (size_t)NE * N * sizeof *router), drb = upload(rb, NE * sizeof *rb);
         CUdeviceptr db0 = upload(b0, (size_t)NE * FE * sizeof *b0), db1 = upload(b1, (size_t)NE * FE * sizeof *b1);

@@ -79,7 +79,9 @@ template <> struct mmq_fmt<T_BF16> { static constexpr int bytes = 2 * MMQ_KT; };
 // MXFP4 ones were staged in 2- or 4-byte copies before.  The chunk that runs past a stage's
 // bytes copies only up to them (cp.async's source size; the rest of the chunk is zero-filled,
 // and bytes past a partial stage's live chunks are never multiplied): nothing past the row's
-// stage is read, so the last row of a weight needs no padding behind it.  A first chunk may
+// stage is read.  compute-sanitizer checks the copy's whole 16 bytes, though: the engine's
+// tensors lie in 256-byte slots (gpu_engine.c DEV_ALIGN), where it never reaches past the
+// allocation, and the kernel tests upload weights the same way (upload_weights).  A first chunk may
 // begin before the stage (the bytes of the previous row, or of whatever shares that 16-byte
 // piece of the allocation: never before the allocation, which is 256-byte aligned).
 template <int STRIDE, int ROWS>

@@ -145,6 +145,10 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
     const __half *xr = a.x + (size_t)min(m0, a.m - 1) * a.ldx;
     float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}; // two chains of mma
     const int nchunks = a.k / 32;
+    iq4xs_raw q[NR]; // WORDS: this pass's chunk as it lies, loaded the pass before
+    if constexpr (WORDS)
+#pragma unroll
+        for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], min(lane, nchunks - 1));
     for (int c0 = 0; c0 < nchunks; c0 += WARP) {
         const bool live = c0 + lane < nchunks;
         const int c = live ? c0 + lane : nchunks - 1;
@@ -152,16 +156,21 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
         uint32_t xw[16];
         if constexpr (WORDS) {
             static_assert(T == T_IQ4_XS, "the word-at-a-time decode is IQ4_XS's");
-            // word i's pairs feed steps i and 4 + i (its low and high nibbles)
-            iq4xs_raw q[NR];
-#pragma unroll
-            for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], c);
+            // word i's pairs feed steps i and 4 + i (its low and high nibbles); the next pass's
+            // chunk (past the last: the last again) is loaded before this one is decoded
             load_x_words(xp, live, xw);
+            iq4xs_raw qn[NR];
+            __half2 dl[NR];
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                qn[r] = iq4xs_load(rows[r], min(c0 + WARP + lane, nchunks - 1));
+                dl[r] = iq4xs_h_scale(q[r].h, c & 7);
+            }
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 __half2 p[NR][4];
 #pragma unroll
-                for (int r = 0; r < NR; r++) iq4_h_word(q[r].u[i], q[r].dl, &p[r][0], &p[r][2]);
+                for (int r = 0; r < NR; r++) iq4_h_word(q[r].u[i], dl[r], &p[r][0], &p[r][2]);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int st = i + 4 * h;
@@ -170,6 +179,8 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
                     mma_16816(d[h], af, xw[2 * st], xw[2 * st + 1]);
                 }
             }
+#pragma unroll
+            for (int r = 0; r < NR; r++) q[r] = qn[r];
         } else {
             __half2 wh[NR][16];
 #pragma unroll

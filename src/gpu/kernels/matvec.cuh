@@ -135,8 +135,12 @@ __device__ __forceinline__ void load_x_words(const uint4 *xp, bool live, uint32_
 // at a time before the mma that take it, 4 registers of quants live a row instead of 16 of
 // pairs: 44 registers for the GLU instead of 62, and 7-8 % faster one-matrix products alone
 // (scripts/mvbench.cu times both).  Q2_K's raw chunk (8 words and its scales) would save few
-// registers, Q3_K's (16 words) none.
-template <int T, int NR, bool WORDS = T == T_IQ4_XS>
+// registers, Q3_K's (16 words) none.  PREF (WORDS only): the next pass's raw chunk is loaded
+// before this one is decoded -- the same sums, 6 registers more: the carried-norm kernels of the
+// batch-1 step take it (+3.3 % on the 8B IQ4_XS step, their resident blocks unchanged where it
+// counts), the plain ones not (alone in mvbench it cost them a block an SM: the QKV shape -16 %;
+// docs/benchmarks.md "IQ4_XS's one-row products load a pass ahead").
+template <int T, int NR, bool PREF = false, bool WORDS = T == T_IQ4_XS>
 __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], const matvec_args &a, int m0,
                                              float acc[NR][1])
 {
@@ -145,10 +149,11 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
     const __half *xr = a.x + (size_t)min(m0, a.m - 1) * a.ldx;
     float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}; // two chains of mma
     const int nchunks = a.k / 32;
-    iq4xs_raw q[NR]; // WORDS: this pass's chunk as it lies, loaded the pass before
-    if constexpr (WORDS)
+    iq4xs_raw q[NR]; // WORDS: this pass's chunk as it lies (PREF: loaded the pass before)
+    if constexpr (WORDS && PREF) {
 #pragma unroll
         for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], min(lane, nchunks - 1));
+    }
     for (int c0 = 0; c0 < nchunks; c0 += WARP) {
         const bool live = c0 + lane < nchunks;
         const int c = live ? c0 + lane : nchunks - 1;
@@ -156,15 +161,24 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
         uint32_t xw[16];
         if constexpr (WORDS) {
             static_assert(T == T_IQ4_XS, "the word-at-a-time decode is IQ4_XS's");
-            // word i's pairs feed steps i and 4 + i (its low and high nibbles); the next pass's
-            // chunk (past the last: the last again) is loaded before this one is decoded
-            load_x_words(xp, live, xw);
+            // word i's pairs feed steps i and 4 + i (its low and high nibbles); PREF: the next
+            // pass's chunk (past the last: the last again) is loaded before this one is decoded
             iq4xs_raw qn[NR];
             __half2 dl[NR];
+            if constexpr (!PREF) {
 #pragma unroll
-            for (int r = 0; r < NR; r++) {
-                qn[r] = iq4xs_load(rows[r], min(c0 + WARP + lane, nchunks - 1));
-                dl[r] = iq4xs_h_scale(q[r].h, c & 7);
+                for (int r = 0; r < NR; r++) {
+                    q[r] = iq4xs_load(rows[r], c);
+                    dl[r] = iq4xs_h_scale(q[r].h, c & 7);
+                }
+            }
+            load_x_words(xp, live, xw);
+            if constexpr (PREF) {
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    qn[r] = iq4xs_load(rows[r], min(c0 + WARP + lane, nchunks - 1));
+                    dl[r] = iq4xs_h_scale(q[r].h, c & 7);
+                }
             }
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -179,8 +193,10 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
                     mma_16816(d[h], af, xw[2 * st], xw[2 * st + 1]);
                 }
             }
+            if constexpr (PREF) {
 #pragma unroll
-            for (int r = 0; r < NR; r++) q[r] = qn[r];
+                for (int r = 0; r < NR; r++) q[r] = qn[r];
+            }
         } else {
             __half2 wh[NR][16];
 #pragma unroll
@@ -204,14 +220,15 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
 }
 
 // The dot products of a block's rows: the FP16 decode, or (Q8, one activation row) the
-// integer products with the q8 row of dot_q8.cuh.
-template <int T, int MT, int NR, bool Q8>
+// integer products with the q8 row of dot_q8.cuh.  PREF: row_dots_mma's (the carried norms'
+// kernels).
+template <int T, int MT, int NR, bool Q8, bool PREF = false>
 __device__ __forceinline__ void dots(const uint8_t *const rows[NR], const matvec_args &a, int m0, float acc[NR][MT])
 {
     if constexpr (Q8)
         row_dots_q8<T, NR>(rows, a, acc);
     else if constexpr (MT == 1 && mv_mma<T>::on)
-        row_dots_mma<T, NR>(rows, a, m0, acc);
+        row_dots_mma<T, NR, PREF>(rows, a, m0, acc);
     else
         row_dots<T, MT, NR>(rows, a, m0, acc);
 }
@@ -396,7 +413,9 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     }
     const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
     float acc[1][MT];
-    if (live) dots<T, MT, 1, Q8>(rows, a, m0, acc);
+    // (the batch-1 step's QKV with its norm and its residual products load a pass ahead; the
+    // plain matvec_nin not: unmeasured)
+    if (live) dots<T, MT, 1, Q8, NORM == NORM_OUT || (ROPE && NORM == NORM_IN)>(rows, a, m0, acc);
     if constexpr (ROPE) {
         __shared__ float res[MATVEC_WARPS];
         float v = acc[0][0];
@@ -524,7 +543,7 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
     if (!live && NORM != NORM_IN) return;
     const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
     float gu[2][MT];
-    if (live) dots<T, MT, 2, Q8>(rows, a, m0, gu);
+    if (live) dots<T, MT, 2, Q8, NORM == NORM_IN>(rows, a, m0, gu);
     if constexpr (NORM == NORM_IN) {
         const float sc = norm_in_scale(a.norm);
         gu[0][0] *= sc, gu[1][0] *= sc;

@@ -186,8 +186,12 @@ __global__ void __launch_bounds__(W * 32) glu_sx(matvec_args a)
     if ((threadIdx.x & 31) == 0) a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
-// Warp w of block b takes rows NR (b W + w) .. + NR - 1.
-template <int T, int W, int NR, bool HDR>
+template <int NR, int PREF, bool HS>
+__device__ __forceinline__ void rd_iq4(const uint8_t *const rows[NR], const __half *xr, int k, float acc[NR]);
+
+// Warp w of block b takes rows NR (b W + w) .. + NR - 1.  IQV >= 0: IQ4_XS's rd_iq4 with PREF
+// IQV & 3, HS IQV >> 2 (past the last row: the last again, not written).
+template <int T, int W, int NR, bool HDR, int IQV = -1>
 __global__ void __launch_bounds__(W * 32) mv_v(matvec_args a)
 {
     const int n0 = (blockIdx.y * W + (threadIdx.x >> 5)) * NR;
@@ -196,7 +200,10 @@ __global__ void __launch_bounds__(W * 32) mv_v(matvec_args a)
 #pragma unroll
     for (int r = 0; r < NR; r++) rows[r] = a.seg[0].w + (size_t)min(n0 + r, a.seg[0].n - 1) * a.row_bytes;
     float acc[NR];
-    row_dots_v<T, NR, HDR>(rows, a.x, a.k, acc);
+    if constexpr (IQV >= 0)
+        rd_iq4<NR, IQV & 3, (IQV >> 2) != 0>(rows, a.x, a.k, acc);
+    else
+        row_dots_v<T, NR, HDR>(rows, a.x, a.k, acc);
     if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int r = 0; r < NR; r++)
@@ -264,17 +271,6 @@ __global__ void __launch_bounds__(256) mv_iq4_2rows(matvec_args a)
 // up to NR rows); PREF 1: the next chunk's raw quants and header loaded before this chunk's decode
 // (2: its inputs too); HS: the sub-block scale in FP16 arithmetic (iq4xs_h_scale_h, the same bits).
 // Per row the same mma chains as main's: NR 1, PREF 0, HS 0 is main's code.
-struct iq4_rawh {
-    uint32_t u[4];
-    uint2 h;
-};
-__device__ __forceinline__ iq4_rawh iq4_load_h(const uint8_t *row, int c)
-{
-    const uint8_t *b = row + (size_t)(c >> 3) * 136;
-    const uint2 *qp = (const uint2 *)(b + 8 + 16 * (c & 7));
-    const uint2 v0 = __ldg(qp), v1 = __ldg(qp + 1);
-    return {{v0.x, v0.y, v1.x, v1.y}, __ldg((const uint2 *)b)};
-}
 template <int NR, int PREF, bool HS>
 __device__ __forceinline__ void rd_iq4(const uint8_t *const rows[NR], const __half *xr, int k, float acc[NR])
 {
@@ -288,12 +284,12 @@ __device__ __forceinline__ void rd_iq4(const uint8_t *const rows[NR], const __ha
 #pragma unroll
             for (int e = 0; e < 4; e++) d[p][h][e] = 0.0f;
     const int nchunks = k / 32;
-    iq4_rawh q[NR];
+    iq4xs_raw q[NR];
     uint32_t xw[16];
     if (PREF) {
         const int c = min(lane, nchunks - 1);
 #pragma unroll
-        for (int r = 0; r < NR; r++) q[r] = iq4_load_h(rows[r], c);
+        for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], c);
         if (PREF >= 2) load_x_words((const uint4 *)(xr + 32 * c), lane < nchunks, xw);
     }
     for (int c0 = 0; c0 < nchunks; c0 += WARP) {
@@ -301,14 +297,14 @@ __device__ __forceinline__ void rd_iq4(const uint8_t *const rows[NR], const __ha
         const int c = live ? c0 + lane : nchunks - 1;
         if (!PREF)
 #pragma unroll
-            for (int r = 0; r < NR; r++) q[r] = iq4_load_h(rows[r], c);
+            for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], c);
         if (PREF < 2) load_x_words((const uint4 *)(xr + 32 * c), live, xw);
-        iq4_rawh qn[NR];
+        iq4xs_raw qn[NR];
         uint32_t xn[16];
         if (PREF) {
             const int cn = min(c0 + WARP + lane, nchunks - 1);
 #pragma unroll
-            for (int r = 0; r < NR; r++) qn[r] = iq4_load_h(rows[r], cn);
+            for (int r = 0; r < NR; r++) qn[r] = iq4xs_load(rows[r], cn);
             if (PREF >= 2) load_x_words((const uint4 *)(xr + 32 * cn), c0 + WARP + lane < nchunks, xn);
         }
         __half2 dl[NR];
@@ -321,14 +317,7 @@ __device__ __forceinline__ void rd_iq4(const uint8_t *const rows[NR], const __ha
             for (int r = 0; r < NR; r++) iq4_h_word(q[r].u[i], dl[r], &p[r][0], &p[r][2]);
 #pragma unroll
             for (int pp = 0; pp < NP; pp++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int st = i + 4 * h, r0 = 2 * pp, r1 = 2 * pp + 1 < NR ? 2 * pp + 1 : 2 * pp;
-                    const bool two = 2 * pp + 1 < NR;
-                    const uint32_t af[4] = {h2_bits(p[r0][2 * h]), two ? h2_bits(p[r1][2 * h]) : 0u,
-                                            h2_bits(p[r0][2 * h + 1]), two ? h2_bits(p[r1][2 * h + 1]) : 0u};
-                    mma_16816(d[pp][h], af, xw[2 * st], xw[2 * st + 1]);
-                }
+                iq4_word_mma(d[pp], p[2 * pp], p[min(2 * pp + 1, NR - 1)], 2 * pp + 1 < NR, xw, i);
         }
         if (PREF) {
 #pragma unroll
@@ -347,26 +336,9 @@ __device__ __forceinline__ void rd_iq4(const uint8_t *const rows[NR], const __ha
     }
 }
 
-// Warp w of block b takes rows NR (b W + w) .. + NR - 1 (past the last: the last again, not written).
-template <int NR, int W, int PREF, bool HS, int MINB = 0>
-__global__ void __launch_bounds__(W * 32, MINB) mv_iq4v(matvec_args a)
-{
-    const int n0 = (blockIdx.y * W + (threadIdx.x >> 5)) * NR;
-    if (n0 >= a.seg[0].n) return;
-    const uint8_t *rows[NR];
-#pragma unroll
-    for (int r = 0; r < NR; r++) rows[r] = a.seg[0].w + (size_t)min(n0 + r, a.seg[0].n - 1) * a.row_bytes;
-    float acc[NR];
-    rd_iq4<NR, PREF, HS>(rows, a.x, a.k, acc);
-    if ((threadIdx.x & 31) != 0) return;
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-        if (n0 + r < a.seg[0].n) a.seg[0].y[n0 + r] = acc[r];
-}
-
 // The GLU, NF features (gate and up rows each: A rows g and g + 8 of a pair) a warp.
-template <int NF, int W, int PREF, bool HS, int MINB = 0>
-__global__ void __launch_bounds__(W * 32, MINB) glu_iq4v(matvec_args a)
+template <int NF, int W, int PREF, bool HS>
+__global__ void __launch_bounds__(W * 32) glu_iq4v(matvec_args a)
 {
     const int f0 = (blockIdx.y * W + (threadIdx.x >> 5)) * NF, nf = a.seg[0].n;
     if (f0 >= nf) return;
@@ -602,19 +574,19 @@ int main(int argc, char **argv)
                       {"mma whole chunk", mv_iq4<1>, 8, 1, false},
                       {"fp32 ffma", mv_iq4<0>, 8, 1, false},
                       {"mma 2 rows/warp", mv_iq4_2rows, 8, 2, false},
-                      {"v copy", mv_iq4v<1, 8, 0, false>, 8, 1, false},
-                      {"v hs", mv_iq4v<1, 8, 0, true>, 8, 1, false},
-                      {"v pref", mv_iq4v<1, 8, 1, false>, 8, 1, false},
-                      {"v pref hs", mv_iq4v<1, 8, 1, true>, 8, 1, false},
-                      {"v pref2", mv_iq4v<1, 8, 2, false>, 8, 1, false},
-                      {"v 4w", mv_iq4v<1, 4, 0, false>, 4, 1, false},
-                      {"v 2 rows 4w", mv_iq4v<2, 4, 0, false>, 4, 2, false},
-                      {"v 2 rows 4w hs", mv_iq4v<2, 4, 0, true>, 4, 2, false},
-                      {"v 2 rows 4w pref", mv_iq4v<2, 4, 1, false>, 4, 2, false},
-                      {"v 2 rows 8w pref", mv_iq4v<2, 8, 1, false>, 8, 2, false},
-                      {"v 2 rows 4w pref2", mv_iq4v<2, 4, 2, false>, 4, 2, false},
-                      {"v 4 rows 4w", mv_iq4v<4, 4, 0, false>, 4, 4, false},
-                      {"v 4 rows 2w", mv_iq4v<4, 2, 0, false>, 2, 4, false}};
+                      {"v copy", mv_v<T_IQ4_XS, 8, 1, false, 0>, 8, 1, false},
+                      {"v hs", mv_v<T_IQ4_XS, 8, 1, false, 4>, 8, 1, false},
+                      {"v pref", mv_v<T_IQ4_XS, 8, 1, false, 1>, 8, 1, false},
+                      {"v pref hs", mv_v<T_IQ4_XS, 8, 1, false, 5>, 8, 1, false},
+                      {"v pref2", mv_v<T_IQ4_XS, 8, 1, false, 2>, 8, 1, false},
+                      {"v 4w", mv_v<T_IQ4_XS, 4, 1, false, 0>, 4, 1, false},
+                      {"v 2 rows 4w", mv_v<T_IQ4_XS, 4, 2, false, 0>, 4, 2, false},
+                      {"v 2 rows 4w hs", mv_v<T_IQ4_XS, 4, 2, false, 4>, 4, 2, false},
+                      {"v 2 rows 4w pref", mv_v<T_IQ4_XS, 4, 2, false, 1>, 4, 2, false},
+                      {"v 2 rows 8w pref", mv_v<T_IQ4_XS, 8, 2, false, 1>, 8, 2, false},
+                      {"v 2 rows 4w pref2", mv_v<T_IQ4_XS, 4, 2, false, 2>, 4, 2, false},
+                      {"v 4 rows 4w", mv_v<T_IQ4_XS, 4, 4, false, 0>, 4, 4, false},
+                      {"v 4 rows 2w", mv_v<T_IQ4_XS, 2, 4, false, 0>, 2, 4, false}};
         } else if (sh.glu) {
             vs = {{"main glu", (kfn)glu_q4_k_1, 8, 1, false},
                   {"glu hdr16", glu_v<T_Q4_K, 8, true>, 8, 1, false},

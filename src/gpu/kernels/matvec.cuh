@@ -122,6 +122,21 @@ __device__ __forceinline__ void load_x_words(const uint4 *xp, bool live, uint32_
     }
 }
 
+// The two mma of word i of a lane's IQ4_XS chunk (iq4_h_word's pairs: the low nibbles' feed step
+// i, the high ones' step 4 + i) into the chains d[0], d[1]: row pairs p0 in A row g, p1 (two) in
+// row g + 8 (else zeros), the inputs' words xw.  row_dots_mma's, and scripts/mvbench.cu's.
+__device__ __forceinline__ void iq4_word_mma(float d[2][4], const __half2 p0[4], const __half2 p1[4], bool two,
+                                             const uint32_t xw[16], int i)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int st = i + 4 * h;
+        const uint32_t af[4] = {h2_bits(p0[2 * h]), two ? h2_bits(p1[2 * h]) : 0u, h2_bits(p0[2 * h + 1]),
+                                two ? h2_bits(p1[2 * h + 1]) : 0u};
+        mma_16816(d[h], af, xw[2 * st], xw[2 * st + 1]);
+    }
+}
+
 // row_dots for one activation row (NR = 1 or 2) with the products on the tensor cores: the
 // FP32 half of row_dots (a conversion of each weight and each input, an FFMA per weight) is
 // most of a matvec's instructions once the decode is cheap.  One m16n8k16 per 4 weight pairs
@@ -185,13 +200,7 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
                 __half2 p[NR][4];
 #pragma unroll
                 for (int r = 0; r < NR; r++) iq4_h_word(q[r].u[i], dl[r], &p[r][0], &p[r][2]);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int st = i + 4 * h;
-                    const uint32_t af[4] = {h2_bits(p[0][2 * h]), NR > 1 ? h2_bits(p[NR - 1][2 * h]) : 0u,
-                                            h2_bits(p[0][2 * h + 1]), NR > 1 ? h2_bits(p[NR - 1][2 * h + 1]) : 0u};
-                    mma_16816(d[h], af, xw[2 * st], xw[2 * st + 1]);
-                }
+                iq4_word_mma(d, p[0], p[NR - 1], NR > 1, xw, i);
             }
             if constexpr (PREF) {
 #pragma unroll

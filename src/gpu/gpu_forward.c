@@ -298,14 +298,6 @@ static int mmq_det_rows(const gpu_engine *g, int splits, int rows)
     return n > 0 ? (int)n : 1;
 }
 
-/* Blocks of mmq variant v over w that share a multiprocessor, as their shared memory allows
- * (gpu_shared.h MMQ_SM_SMEM, 1 KiB reserved a block; their registers, 256 threads of at most
- * 128, allow two). */
-static int mmq_blocks_per_sm(const gpu_matrix *w, int v)
-{
-    return MMQ_SM_SMEM / ((int)gpu_mmq_smem(w->type, v, (size_t)w->row_bytes) + 1024);
-}
-
 static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_grid gr, const char *what, char *err,
                       size_t errlen)
 {
@@ -400,11 +392,9 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     const gpu_matrix *w = op->out[first].w;
     matvec_args a = matvec_args_for(op, first, n);
     int v = op->m > 32 ? 2 : op->m > 16 ? 1 : 0, rows = 0;
-    /* 32-row tiles where a 64-row block would have a multiprocessor to itself and two 32-row
-     * ones fit (the formats of 176 bytes or more a stage row: Q8_0, Q6_K, Q5_K, Q5_0, Q5_1,
-     * and Q4_1's rows not 16-byte aligned): the same activation rows in flight a multiprocessor,
-     * twice the warps to hide their latency (docs/benchmarks.md "The dense Q8_0 products' waves") */
-    if (v == 2 && mmq_blocks_per_sm(w, 2) < 2 && mmq_blocks_per_sm(w, 1) >= 2) v = 1;
+    /* (64-row tiles of the formats of 176 bytes or more a stage row -- Q8_0, Q6_K, Q5_K, Q5_0,
+     * Q5_1 -- take a multiprocessor each, yet 32-row ones two a multiprocessor measured slower
+     * on the 8B's Q6_K products: docs/benchmarks.md "The dense Q8_0 products' waves".) */
     for (int i = first; i < first + n; i++) rows += pad16(op->out[i].w->n);
     /* glu: a block takes GPU_MMQ_ROWS / 2 features of gate and of up */
     unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);

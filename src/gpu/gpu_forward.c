@@ -298,6 +298,28 @@ static int mmq_det_rows(const gpu_engine *g, int splits, int rows)
     return n > 0 ? (int)n : 1;
 }
 
+/* Blocks of mmq variant v over w that share a multiprocessor, as their shared memory allows
+ * (gpu_shared.h MMQ_SM_SMEM, 1 KiB reserved a block; their registers, 256 threads of at most
+ * 128, allow two). */
+static int mmq_blocks_per_sm(const gpu_matrix *w, int v)
+{
+    return MMQ_SM_SMEM / ((int)gpu_mmq_smem(w->type, v, (size_t)w->row_bytes) + 1024);
+}
+
+/* A prompt-sized product's k splits where its grid is past one wave: two where its blocks have
+ * a multiprocessor each (the formats of 176 bytes or more a stage row at 64 rows) and halves
+ * cut the waves' time by a quarter or more (whole waves; a block of half the k, half the
+ * time), i.e. grids of 1-1.5 waves: gpt-oss's Q8_0 O product, 184 blocks of 132 places in 2
+ * waves, as 368 halves in 3 waves of half the time.  Its partial sums and reduce are the cost.
+ * (Measured with two blocks a multiprocessor too, on 32-row tiles: docs/benchmarks.md "The
+ * dense Q8_0 products' waves".) */
+static int mmq_wave_splits(const gpu_matrix *w, int v, int blocks, int n_sm)
+{
+    if (mmq_blocks_per_sm(w, v) != 1) return 1;
+    int w1 = (blocks + n_sm - 1) / n_sm, w2 = (2 * blocks + n_sm - 1) / n_sm;
+    return 2 * w2 <= 3 * w1 ? 2 : 1;
+}
+
 static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_grid gr, const char *what, char *err,
                       size_t errlen)
 {
@@ -307,6 +329,7 @@ static int mmq_launch(gpu_engine *g, matvec_args *a, const gpu_matrix *w, mmq_gr
         a->split_chunks = mmq_det_split_chunks(g, gr.gx, w->k); /* the callers keep a->m within mmq_det_rows */
     } else {
         if (blocks < want) splits = (want + blocks - 1) / blocks;
+        else if (a->m > 64 && !a->tiles) splits = mmq_wave_splits(w, gr.v, blocks, g->n_sm);
         splits = mmq_cap_splits(splits, stages);
         while (splits > 1 && (size_t)splits * a->m * gr.rows * sizeof(float) > g->mmq_part_bytes) splits--;
         a->split_chunks = (stages + splits - 1) / splits * stage;
@@ -392,6 +415,9 @@ static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, c
     const gpu_matrix *w = op->out[first].w;
     matvec_args a = matvec_args_for(op, first, n);
     int v = op->m > 32 ? 2 : op->m > 16 ? 1 : 0, rows = 0;
+    /* (64-row tiles of the formats of 176 bytes or more a stage row -- Q8_0, Q6_K, Q5_K, Q5_0,
+     * Q5_1 -- take a multiprocessor each, yet 32-row ones two a multiprocessor measured slower
+     * on the 8B's Q6_K products: docs/benchmarks.md "The dense Q8_0 products' waves".) */
     for (int i = first; i < first + n; i++) rows += pad16(op->out[i].w->n);
     /* glu: a block takes GPU_MMQ_ROWS / 2 features of gate and of up */
     unsigned gx = glu ? ceil_div(w->n, GPU_MMQ_ROWS / 2) : ceil_div(rows, GPU_MMQ_ROWS);

@@ -48,9 +48,9 @@ unsigned gpu_mmq_smem(ggml_type t, int v, size_t row_bytes)
 {
     /* mmq.cuh: mmq_depth stages of raw weight rows (MMQ_WSTRIDE bytes each) and activation
      * rows, then the row pointers */
-    unsigned rb = (unsigned)gpu_row_bytes(t, MMQ_KT), stages = MMQ_DEPTH(v, rb), bm = 16u << v;
-    return stages * ((unsigned)GPU_MMQ_ROWS * (unsigned)MMQ_WSTRIDE(rb, row_bytes) + bm * (MMQ_KT + 32) * 2u) +
-           GPU_MMQ_ROWS * (unsigned)sizeof(void *); /* row pointers */
+    unsigned rb = (unsigned)gpu_row_bytes(t, MMQ_KT);
+    _Static_assert(GPU_MMQ_ROWS == 128 && sizeof(void *) == 8, "gpu_shared.h: MMQ_SMEM");
+    return (unsigned)MMQ_SMEM(MMQ_DEPTH(v, (int)rb), v, (unsigned)MMQ_WSTRIDE(rb, row_bytes));
 }
 
 unsigned gpu_mmqn_smem(ggml_type t, int warps, int items, size_t row_bytes)

@@ -334,9 +334,18 @@ typedef struct moe_mv_args {
  * row: 64-row blocks keep two, so that two blocks (16 warps) fit a multiprocessor -- measured
  * 7-10 % faster on prompts than one block of 128 rows and three stages; BF16 (512 bytes a
  * stage row, the only format over 320) keeps two everywhere, as three 32-row stages would
- * pass the 227 KiB of shared memory a block may have. */
+ * pass the 227 KiB of shared memory a block may have.  16- and 32-row blocks keep three only
+ * where three still let two blocks share a multiprocessor (the H100's 228 KiB, 1 KiB reserved
+ * a block; at the stride of rows whose stages start 16-byte aligned): Q8_0's 272-byte stage
+ * rows at three stages of 32 rows took 157 KiB, one block a multiprocessor, as did Q5_K, Q6_K,
+ * Q4_1, Q5_0, Q5_1, MXFP4 and IQ4_XS's (docs/benchmarks.md "The dense Q8_0 products' waves").
+ * MMQ_SMEM: a block's bytes at d stages of variant v and w bytes a staged weight row (128
+ * weight rows, the activation rows of MMQ_KT + 32 halves, then 128 row pointers). */
 #define MMQ_KT 256
-#define MMQ_DEPTH(v, rb) ((v) >= 2 || (rb) > 320 ? 2 : 3)
+#define MMQ_SM_SMEM (228 * 1024)
+#define MMQ_SMEM(d, v, w) ((d) * (128 * (w) + (16 << (v)) * (MMQ_KT + 32) * 2) + 128 * 8)
+#define MMQ_DEPTH(v, rb) \
+    ((v) >= 2 || (rb) > 320 || 2 * (MMQ_SMEM(3, v, MMQ_WSTRIDE(rb, 0)) + 1024) > MMQ_SM_SMEM ? 2 : 3)
 /* Bytes a weight row takes in an mmq (or mmq_narrow) stage buffer, for a format of rb bytes
  * per stage row and rows of row_bytes: rb where every row's stage starts on a 16-byte boundary
  * (rb and row_bytes multiples of 16), else room for the 16-byte chunks that cover rb bytes from

@@ -193,7 +193,7 @@ __device__ __forceinline__ void mmq_body(const matvec_args &a)
     // on the 64-row tiles, past 128 on several formats); so do guards that skip an expert's
     // tail tile's empty n8 tiles (Q3_K 108 -> 136-146), which are left staged as zeros and
     // multiplied, as before.
-    static_assert(MMQ_WARPS == 8 && MMQ_KT / 8 == 32 && MMQ_XSTRIDE - MMQ_KT >= 4, "mmq's staged rows");
+    static_assert(MMQ_WARPS == 8 && MMQ_ROWS == 128 && MMQ_KT / 8 == 32 && MMQ_XSTRIDE - MMQ_KT >= 4, "mmq's staged rows");
     auto xsrc = [&](int r) -> const __half *& { return *(const __half **)(xsm + r * MMQ_XSTRIDE + MMQ_KT); };
     if (lane < NJ) { // lane j: row warp + 8j
         const int m = min(m0 + warp + 8 * lane, m_end - 1);

@@ -325,19 +325,8 @@ template <> __device__ __forceinline__ void load_oct_h<T_BF16>(const uint8_t *ro
     for (int i = 0; i < 4; i++) w[i] = __floats2half2_rn(__uint_as_float(u[i] << 16), __uint_as_float(u[i] & 0xffff0000u));
 }
 
-// Q8_0, Q4_0, Q5_K: the float decode of load_chunk for the eight weights, rounded once as
-// the generic load_chunk_h rounds.
-template <> __device__ __forceinline__ void load_oct_h<T_Q8_0>(const uint8_t *row, int c, int o, __half2 w[4])
-{
-    const uint8_t *b = row + (size_t)c * 34;
-    const float d = half_bits_to_float(ld_u16(b));
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint16_t q = ld_u16(b + 2 + 8 * o + 2 * i);
-        w[i] = __floats2half2_rn(d * (float)(int8_t)(q & 0xFF), d * (float)(int8_t)(q >> 8));
-    }
-}
-
+// Q4_0, Q5_K: the float decode of load_chunk for the eight weights, rounded once as the
+// generic load_chunk_h rounds.  (Q8_0's: quant_half.cuh, the same values.)
 template <> __device__ __forceinline__ void load_oct_h<T_Q4_0>(const uint8_t *row, int c, int o, __half2 w[4])
 {
     // weight j < 16: low nibble of qs[j]; j >= 16: high nibble of qs[j - 16]

@@ -57,6 +57,31 @@ __device__ __forceinline__ void ld_words(const uint8_t *p, uint32_t out[N])
     for (int k = 0; k < N; k++) out[k] = __funnelshift_r(v[k], v[k + 1], sh);
 }
 
+// ---- Q8_0: {f16 d; int8 qs[32]} (34 bytes, 2-byte aligned as they lie).  mmq's (and
+// mmq_narrow's) oct: its two words of quants in aligned loads (ld_words), each signed quant
+// q + 128 (the sign bit flipped) permuted under the 0x64 exponent byte, 1152 + q exactly, less
+// 1152 (0x6480), times d in FP16: the exact product rounded once, as the FP32 decode's
+// fp16(d * q) was -- the same bits (d * q is exact in FP32 and FP16's multiply rounds to nearest
+// even, subnormals included; +-0 as d's sign gives), without its 8 integer conversions (a
+// quarter-rate pipe), 8 FP32 multiplies and 4 packs an oct.  docs/benchmarks.md "The dense Q8_0
+// products' waves".  (ld_words' extra word, for an oct 2 bytes off a word, may take the 2 bytes
+// after the block: the next block's scale, or the staged row's padding past its last block --
+// mmq's stage rows are at least rb + 16 bytes wide where a row's stage does not start aligned.)
+template <> __device__ __forceinline__ void load_oct_h<T_Q8_0>(const uint8_t *row, int c, int o, __half2 w[4])
+{
+    const uint8_t *b = row + (size_t)c * 34;
+    const uint32_t dh = ld_u16(b);
+    const __half2 d = h2_from_bits(dh | dh << 16), bias = h2_from_bits(0x64806480u);
+    uint32_t q[2];
+    ld_words<2, false, 2>(b + 2 + 8 * o, q);
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t u = q[j] ^ 0x80808080u;
+        w[2 * j] = __hmul2_rn(__hsub2(bytes_1024(u, 0x4140u), bias), d);
+        w[2 * j + 1] = __hmul2_rn(__hsub2(bytes_1024(u, 0x4342u), bias), d);
+    }
+}
+
 // ---- IQ4_XS: {f16 d; u16 scales_h; scales_l[4]; qs[128]} (136 bytes, 8-byte aligned as they
 // lie); sub-block s: levels at the nibbles of qs[16s ..] (weight j < 16 low nibble of byte j,
 // j >= 16 the high one of byte j - 16) under d * (ls - 32).

@@ -466,6 +466,9 @@ struct shape { const char *name; int t, n, k; bool glu; };
 
 typedef void (*kfn)(matvec_args);
 struct variant { const char *name; kfn f; int w, nr; bool sx; int threads = 0; }; // threads: 0 = w * 32
+// A row of the variant tables for an IQ4_XS layout (mv_v's IQV = PREF + 4 HS; glu_iq4v)
+#define IQ4V(name, W, NR, V) variant{name, mv_v<T_IQ4_XS, W, NR, false, V>, W, NR, false}
+#define IQG(name, W, NF, PREF, HS) variant{name, glu_iq4v<NF, W, PREF, HS>, W, NF, false}
 
 int main(int argc, char **argv)
 {
@@ -559,34 +562,20 @@ int main(int argc, char **argv)
                 vs = {{"main glu (mma, words)", (kfn)glu_iq4_xs_1, 8, 1, false},
                       {"glu mma whole chunk", glu_iq4<1>, 8, 1, false},
                       {"glu fp32 ffma", glu_iq4<0>, 8, 1, false},
-                      {"v glu copy", glu_iq4v<1, 8, 0, false>, 8, 1, false},
-                      {"v glu hs", glu_iq4v<1, 8, 0, true>, 8, 1, false},
-                      {"v glu pref", glu_iq4v<1, 8, 1, false>, 8, 1, false},
-                      {"v glu pref hs", glu_iq4v<1, 8, 1, true>, 8, 1, false},
-                      {"v glu pref2", glu_iq4v<1, 8, 2, false>, 8, 1, false},
-                      {"v glu 4w", glu_iq4v<1, 4, 0, false>, 4, 1, false},
-                      {"v glu 2 feat", glu_iq4v<2, 8, 0, false>, 8, 2, false},
-                      {"v glu 2 feat 4w", glu_iq4v<2, 4, 0, false>, 4, 2, false},
-                      {"v glu 2 feat pref", glu_iq4v<2, 8, 1, false>, 8, 2, false},
-                      {"v glu 2 feat pref 4w", glu_iq4v<2, 4, 1, false>, 4, 2, false}};
+                      // IQ4_XS variants (rd_iq4): name, warps a block, features (rows) a warp, PREF, HS
+                      IQG("v glu copy", 8, 1, 0, false), IQG("v glu hs", 8, 1, 0, true), IQG("v glu pref", 8, 1, 1, false),
+                      IQG("v glu pref hs", 8, 1, 1, true), IQG("v glu pref2", 8, 1, 2, false), IQG("v glu 4w", 4, 1, 0, false),
+                      IQG("v glu 2 feat", 8, 2, 0, false), IQG("v glu 2 feat 4w", 4, 2, 0, false),
+                      IQG("v glu 2 feat pref", 8, 2, 1, false), IQG("v glu 2 feat pref 4w", 4, 2, 1, false)};
             else
                 vs = {{"main (mma, words)", (kfn)matvec_iq4_xs_1, 8, 1, false},
                       {"mma whole chunk", mv_iq4<1>, 8, 1, false},
                       {"fp32 ffma", mv_iq4<0>, 8, 1, false},
                       {"mma 2 rows/warp", mv_iq4_2rows, 8, 2, false},
-                      {"v copy", mv_v<T_IQ4_XS, 8, 1, false, 0>, 8, 1, false},
-                      {"v hs", mv_v<T_IQ4_XS, 8, 1, false, 4>, 8, 1, false},
-                      {"v pref", mv_v<T_IQ4_XS, 8, 1, false, 1>, 8, 1, false},
-                      {"v pref hs", mv_v<T_IQ4_XS, 8, 1, false, 5>, 8, 1, false},
-                      {"v pref2", mv_v<T_IQ4_XS, 8, 1, false, 2>, 8, 1, false},
-                      {"v 4w", mv_v<T_IQ4_XS, 4, 1, false, 0>, 4, 1, false},
-                      {"v 2 rows 4w", mv_v<T_IQ4_XS, 4, 2, false, 0>, 4, 2, false},
-                      {"v 2 rows 4w hs", mv_v<T_IQ4_XS, 4, 2, false, 4>, 4, 2, false},
-                      {"v 2 rows 4w pref", mv_v<T_IQ4_XS, 4, 2, false, 1>, 4, 2, false},
-                      {"v 2 rows 8w pref", mv_v<T_IQ4_XS, 8, 2, false, 1>, 8, 2, false},
-                      {"v 2 rows 4w pref2", mv_v<T_IQ4_XS, 4, 2, false, 2>, 4, 2, false},
-                      {"v 4 rows 4w", mv_v<T_IQ4_XS, 4, 4, false, 0>, 4, 4, false},
-                      {"v 4 rows 2w", mv_v<T_IQ4_XS, 2, 4, false, 0>, 2, 4, false}};
+                      IQ4V("v copy", 8, 1, 0), IQ4V("v hs", 8, 1, 4), IQ4V("v pref", 8, 1, 1), IQ4V("v pref hs", 8, 1, 5),
+                      IQ4V("v pref2", 8, 1, 2), IQ4V("v 4w", 4, 1, 0), IQ4V("v 2 rows 4w", 4, 2, 0), IQ4V("v 2 rows 4w hs", 4, 2, 4),
+                      IQ4V("v 2 rows 4w pref", 4, 2, 1), IQ4V("v 2 rows 8w pref", 8, 2, 1), IQ4V("v 2 rows 4w pref2", 4, 2, 2),
+                      IQ4V("v 4 rows 4w", 4, 4, 0), IQ4V("v 4 rows 2w", 2, 4, 0)};
         } else if (sh.glu) {
             vs = {{"main glu", (kfn)glu_q4_k_1, 8, 1, false},
                   {"glu hdr16", glu_v<T_Q4_K, 8, true>, 8, 1, false},

@@ -351,6 +351,14 @@
     X(mmq_narrow_iq1_m, mmq_narrow_glu_iq1_m, IQ1_M) \
     X(mmq_narrow_mxfp4, mmq_narrow_glu_mxfp4, MXFP4)
 
+/* mmq_narrow's act_lo form (kernels/mmq_narrow.cuh LO: a plain product over x and its FP16
+ * remainder x_lo in one pass over the weights, the bits of the two passes; gpu_forward.c
+ * narrow_lo), for the formats that the latent-attention and DeltaNet input products take in the
+ * usual quantisations (Q4_K_M / Q5_K_M / Q6_K / Q8_0 files; others take two launches):
+ * X(mmq_narrow_lo_<suffix>, TYPE) */
+#define GPU_MMQ_NARROW_LO_KERNELS(X) \
+    X(mmq_narrow_lo_q4_k, Q4_K) X(mmq_narrow_lo_q5_k, Q5_K) X(mmq_narrow_lo_q6_k, Q6_K) X(mmq_narrow_lo_q8_0, Q8_0)
+
 /* The kernels of no weight format (gpu_kernels' field of the same name): X(name) */
 #define GPU_PLAIN_KERNELS(X) \
     X(rmsnorm) X(rmsnorm_q8) X(norm_prep) X(post_norm_add) X(quantize_q8) X(quantize_q8_mma) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(to_f32_rows) \

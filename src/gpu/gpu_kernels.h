@@ -86,6 +86,7 @@ typedef struct gpu_kernels {
      * none; also a MoE layer's grouped experts over a few tokens); dynamic shared memory
      * gpu_mmqn_smem */
     gpu_fn mmq_narrow[GPU_N_WTYPES], mmq_narrow_glu[GPU_N_WTYPES];
+    gpu_fn mmq_narrow_lo[GPU_N_WTYPES]; /* act_lo in the same pass (GPU_MMQ_NARROW_LO_KERNELS; f NULL: none) */
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, rmsnorm_q8, norm_prep, post_norm_add, quantize_q8, quantize_q8_mma, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;

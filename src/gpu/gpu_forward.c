@@ -937,8 +937,15 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         snprintf(err, errlen, "%s: the shared expert's GLU in a path without moe_glu_norm", what);
         return -1;
     }
+    /* the narrow path's few tokens: moe_route_sort, one block whose warps route rw tokens at a
+     * time in their own shared memory (as much as the default 48 KiB holds, at most 32) and then
+     * sort the entries (moe_sort's N + ne ints, the same memory), one launch instead of two */
+    const unsigned route_bytes = (unsigned)((2 * ne + L->n_group) * sizeof(float)), sort_bytes = (unsigned)((N + ne) * sizeof(int32_t));
+    int rw = n < 32 ? n : 32;
+    while (rw > 1 && rw * route_bytes > GPU_MOE_ROUTE_SORT_SMEM) rw--;
+    const bool route_sort = narrow && rw * route_bytes <= GPU_MOE_ROUTE_SORT_SMEM && sort_bytes <= GPU_MOE_ROUTE_SORT_SMEM;
     /* moe_glu routes inside its blocks; the other paths launch moe_route first */
-    if ((grouped || L->geglu) &&
+    if ((grouped || L->geglu) && !route_sort &&
         gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32},
                         (unsigned)((2 * ne + L->n_group) * sizeof(float)),
                         g->stream, route, what, err, errlen))
@@ -988,8 +995,12 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         int per = N / ne, v = per > 32 ? 2 : per > 16 ? 1 : 0, bm = narrow ? MMQN_MAX_M : 16 << v;
         int tiles = narrow ? (N < ne ? N : ne) + N / MMQN_MAX_M : (N + bm - 1) / bm + ne;
         void *sort[] = {&g->moe_ids, &N, &ne, &bm, &tiles, &g->moe_sorted, &g->moe_pos, &g->moe_tiles};
-        if (gpu_launch_smem(&g->k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, (unsigned)((N + ne) * sizeof(int32_t)),
-                            g->stream, sort, what, err, errlen))
+        void *route_sort_args[] = {&ra, &n, &rw, &bm, &tiles, &g->moe_sorted, &g->moe_pos, &g->moe_tiles};
+        const unsigned rs_bytes = rw * route_bytes > sort_bytes ? rw * route_bytes : sort_bytes;
+        if (route_sort ? gpu_launch_smem(&g->k.moe_route_sort, (gpu_launch_dims){1, 1, 1, 1024}, rs_bytes, g->stream,
+                                         route_sort_args, what, err, errlen)
+                       : gpu_launch_smem(&g->k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, sort_bytes, g->stream, sort, what,
+                                         err, errlen))
             return -1;
         matvec_args a = {.n_seg = 2, .k = gate->k, .m = N, .ldx = d, .row_bytes = gate->row_bytes, .x = F16(x),
                          .yh = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_rows = I32(g->moe_sorted), .x_div = k,

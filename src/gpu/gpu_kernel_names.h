@@ -368,7 +368,7 @@
     X(flash_attn_hd256) X(flash_attn_hd512) X(flash_attn_mla)                                      \
     X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_hd256) X(attn_decode_mla) X(attn_decode_combine)               \
     X(sample_prep) X(sample_adjust) X(sample_reduce) X(sample)                  \
-    X(moe_router) X(moe_router_norm) X(moe_route) X(moe_sort) X(moe_combine)    \
+    X(moe_router) X(moe_router_norm) X(moe_route) X(moe_sort) X(moe_route_sort) X(moe_combine) \
     X(ssm_conv) X(ssm_qk_norm) X(ssm_gates) X(delta_rule) X(ssm_out_norm) X(ssm_conv_step) X(delta_step) \
     X(split_qgate) X(gate_heads) X(shexp_add) X(tp_add) X(tp_gather) X(delta_chunk_prep) X(delta_chunk_state)   \
     X(delta_chunk_out)

@@ -112,7 +112,7 @@ typedef struct gpu_kernels {
     /* mixture of experts (kernels/moe.cuh): [type] products over the chosen experts' slices,
      * the router, the grouping by expert, the weighted combine */
     gpu_fn moe_glu[GPU_N_WTYPES], moe_matvec[GPU_N_WTYPES], moe_down[GPU_N_WTYPES];
-    gpu_fn moe_router, moe_router_norm, moe_route, moe_sort, moe_combine;
+    gpu_fn moe_router, moe_router_norm, moe_route, moe_sort, moe_route_sort, moe_combine;
     /* the batch-1 MoE products that carry its norms (GPU_MOE_NORM_KERNELS; f == NULL for the
      * formats without): gate/up reading the norm, the down product writing the next one */
     gpu_fn moe_glu_norm[GPU_N_WTYPES], moe_down_res[GPU_N_WTYPES];

@@ -3006,6 +3006,60 @@ static void test_delta_step_fused(void **state)
  * fit in it (a span's split count is not monotone, so the longest span alone does not bound
  * it), also with attn_decode's per-token count under any batch split
  * (gpu_attn_dec_token_split), which must be max_split itself when the batch split is. */
+/* moe_route_sort (the narrow path's few tokens: routing and sorting in one block) over the first
+ * n tokens of ra's logits against moe_route's ids and weights (ids_ref, w_ref: bit for bit) and
+ * moe_sort's order, positions and tiles over them, with gpu_forward.c moe_chunk's routing warps
+ * (rw: as many as 48 KiB hold, at most 32, so V3's 256 experts take 23 for 32 tokens). */
+static void route_sort_case(moe_route_args ra, int n, const int32_t *ids_ref, const float *w_ref)
+{
+    int ne = ra.n_expert, k = ra.k, N = n * k, bm = MMQN_MAX_M, tiles = (N < ne ? N : ne) + N / MMQN_MAX_M;
+    const unsigned route_bytes = (unsigned)((2 * ne + ra.n_group) * sizeof(float)), sort_bytes = (unsigned)((N + ne) * 4);
+    int rw = n < 32 ? n : 32;
+    while (rw > 1 && rw * route_bytes > GPU_MOE_ROUTE_SORT_SMEM) rw--;
+    CUdeviceptr d[2][5]; /* ids, weights, sorted, pos, tiles: moe_route + moe_sort, moe_route_sort */
+    int32_t *h[2][4];
+    float *wh[2];
+    for (int r = 0; r < 2; r++) {
+        d[r][0] = poisoned((size_t)N), d[r][1] = poisoned((size_t)N), d[r][2] = poisoned((size_t)N);
+        d[r][3] = poisoned((size_t)N), d[r][4] = poisoned((size_t)3 * tiles);
+        moe_route_args a = ra;
+        a.ids = (int32_t *)(uintptr_t)d[r][0], a.weights = (float *)(uintptr_t)d[r][1];
+        if (r == 0) {
+            void *args[] = {&a}, *sort[] = {&d[r][0], &N, &ne, &bm, &tiles, &d[r][2], &d[r][3], &d[r][4]};
+            if (gpu_launch_smem(&G.k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, route_bytes, G.stream, args,
+                                "test", err, errlen) ||
+                gpu_launch_smem(&G.k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, sort_bytes, G.stream, sort, "test", err,
+                                errlen))
+                fail_msg("%s", err);
+        } else {
+            void *args[] = {&a, &n, &rw, &bm, &tiles, &d[r][2], &d[r][3], &d[r][4]};
+            unsigned smem = rw * route_bytes > sort_bytes ? rw * route_bytes : sort_bytes;
+            if (gpu_launch_smem(&G.k.moe_route_sort, (gpu_launch_dims){1, 1, 1, 1024}, smem, G.stream, args, "test", err,
+                                errlen))
+                fail_msg("%s", err);
+        }
+        CHECK(cu.cuCtxSynchronize());
+        const size_t sz[4] = {(size_t)N, (size_t)N, (size_t)N, (size_t)3 * tiles};
+        wh[r] = malloc((size_t)N * sizeof *wh[r]);
+        download(wh[r], d[r][1], (size_t)N * sizeof *wh[r]);
+        for (int q = 0; q < 4; q++) {
+            h[r][q] = malloc(sz[q] * sizeof(int32_t));
+            download(h[r][q], d[r][q == 0 ? 0 : q + 1], sz[q] * sizeof(int32_t));
+        }
+    }
+    if (memcmp(h[0][0], ids_ref, (size_t)N * 4) || memcmp(h[1][0], ids_ref, (size_t)N * 4) ||
+        memcmp(wh[0], w_ref, (size_t)N * 4) || memcmp(wh[1], w_ref, (size_t)N * 4))
+        fail_msg("moe_route_sort %d experts, %d tokens: ids or weights not moe_route's", ne, n);
+    if (memcmp(h[0][1], h[1][1], (size_t)N * 4) || memcmp(h[0][2], h[1][2], (size_t)N * 4) ||
+        memcmp(h[0][3], h[1][3], (size_t)3 * tiles * 4))
+        fail_msg("moe_route_sort %d experts, %d tokens: not moe_sort's order, positions and tiles", ne, n);
+    for (int r = 0; r < 2; r++) {
+        for (int q = 0; q < 5; q++) CHECK(cu.cuMemFree(d[r][q]));
+        for (int q = 0; q < 4; q++) free(h[r][q]);
+        free(wh[r]);
+    }
+}
+
 /* moe_route with DeepSeek's expert groups against cpu_moe_route_scored on random logits: V3's
  * shape (256 experts in 8 groups, the best 4 kept, 8 chosen; sigmoid + selection bias, groups
  * scored by their two best, renormalised and scaled), V2's (softmax, groups by their best, not
@@ -3063,10 +3117,12 @@ static void test_moe_route_groups(void **state)
             }
         }
         print_message("  %d experts, %d groups (best %d), k %d, %s: ids equal over %d tokens, weights within %.2e "
-                      "(%d picks of masked experts)\n",
+                      "(%d picks of masked experts); moe_route_sort of 3, 8, 32 tokens: moe_route + moe_sort's bits\n",
                       ne, shapes[c].n_group, shapes[c].topk_group, k, shapes[c].sigmoid ? "sigmoid + bias" : "softmax",
                       T, worst, masked_picks);
         assert_true(worst < 1e-5);
+        static const int few[] = {3, 8, 32};
+        for (size_t i = 0; i < sizeof few / sizeof few[0]; i++) route_sort_case(ra, few[i], ids_gpu, w_gpu);
         CHECK(cu.cuMemFree(dl));
         CHECK(cu.cuMemFree(db));
         CHECK(cu.cuMemFree(dids));

@@ -938,7 +938,7 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         return -1;
     }
     /* the narrow path's few tokens: moe_route_sort, one block whose warps route rw tokens at a
-     * time in their own shared memory (as much as the default 48 KiB holds, at most 32) and then
+     * time in their own shared memory (as much as GPU_MOE_ROUTE_SORT_SMEM holds, at most 32) and then
      * sort the entries (moe_sort's N + ne ints, the same memory), one launch instead of two */
     const unsigned route_bytes = (unsigned)((2 * ne + L->n_group) * sizeof(float)), sort_bytes = (unsigned)((N + ne) * sizeof(int32_t));
     int rw = n < 32 ? n : 32;

@@ -9,6 +9,11 @@
 #include "cuda_api.h"
 #include "gpu_kernel_names.h"
 
+/* moe_route_sort's most dynamic shared memory (kernels/moe.cuh: its routing warps' scores, then
+ * the sort's ids and counts; gpu_forward.c moe_chunk): what a launch may take without an attribute,
+ * 48 KiB with its static part (moe_sort_block's 256 bytes) */
+#define GPU_MOE_ROUTE_SORT_SMEM (47u * 1024u)
+
 /* Weight formats the kernels decode (GPU_WEIGHT_TYPES), in the order of the tables below:
  * GPU_WT_F32, GPU_WT_F16, ... and their count GPU_N_WTYPES. */
 #define GPU_WT_INDEX(TYPE, suffix) GPU_WT_##TYPE,

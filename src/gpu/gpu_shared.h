@@ -329,9 +329,6 @@ typedef struct moe_mv_args {
 #define GPU_MOE_MAX_ENTRIES 8192
 #define GPU_MOE_ROUTER_TOKENS 8 /* moe_router's tokens per block (kernels/moe.cuh) */
 #define GPU_MOE_MAX_EXPERTS 2048
-/* moe_route_sort's most dynamic shared memory (kernels/moe.cuh: its routing warps' scores, then
- * the sort's ids and counts; gpu_forward.c moe_chunk): what a launch may take without an attribute */
-#define GPU_MOE_ROUTE_SORT_SMEM (48u * 1024u)
 
 /* mmq: inputs per pipeline stage (one super-block of every weight row), and the stages in
  * flight of variant v (16 << v activation rows per block) for a format of rb bytes per stage

@@ -3009,7 +3009,7 @@ static void test_delta_step_fused(void **state)
 /* moe_route_sort (the narrow path's few tokens: routing and sorting in one block) over the first
  * n tokens of ra's logits against moe_route's ids and weights (ids_ref, w_ref: bit for bit) and
  * moe_sort's order, positions and tiles over them, with gpu_forward.c moe_chunk's routing warps
- * (rw: as many as 48 KiB hold, at most 32, so V3's 256 experts take 23 for 32 tokens). */
+ * (rw: as many as GPU_MOE_ROUTE_SORT_SMEM holds, at most 32, so V3's 256 experts take 23 for 32 tokens). */
 static void route_sort_case(moe_route_args ra, int n, const int32_t *ids_ref, const float *w_ref)
 {
     int ne = ra.n_expert, k = ra.k, N = n * k, bm = MMQN_MAX_M, tiles = (N < ne ? N : ne) + N / MMQN_MAX_M;

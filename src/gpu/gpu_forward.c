@@ -358,12 +358,13 @@ static bool mmq_narrow_format(const gpu_engine *g, const gpu_matrix *w)
 {
     return w->k <= MMQN_MAX_K && w->wtype >= 0 && g->k.mmq_narrow[w->wtype].f && gpu_mmq_serves(&g->k, w->wtype, w->k);
 }
-/* (Dense products keep whole stages: mmq_narrow's partial last stage, which the grouped MoE
- * launches take for gpt-oss's 2,880 and GLM-4.5-Air's 1,408 inputs, is tested against mmq's bits
- * but not measured against mmq on the dense products of those rows.) */
+/* (Dense products of rows that end in a partial stage take it too, as the grouped MoE launches
+ * do for gpt-oss's 2,880 and GLM-4.5-Air's 1,408 inputs -- mmq's bits with the same splits, tested
+ * -- since 2026-11-28: DeepSeek-V2-Lite's dense Q5_0 down rows of 10,944 at B=8 took mmq's 15 k
+ * splits and mmq_reduce; docs/benchmarks.md "DeepSeek-V2-Lite's batch-8 input products ...") */
 static bool mmq_narrow_serves(const gpu_engine *g, const gpu_matrix *w, int m)
 {
-    return (g->det || m > 1) && m <= MMQN_MAX_M && w->k % MMQ_KT == 0 && mmq_narrow_format(g, w);
+    return (g->det || m > 1) && m <= MMQN_MAX_M && mmq_narrow_format(g, w);
 }
 
 /* The chunks of a default-engine mmq_narrow split over `items` (16-row tile, gate/up) items:
@@ -396,24 +397,41 @@ static int mmq_narrow(gpu_engine *g, const matvec_args *a, const gpu_matrix *w, 
     int n_split = (w->k / 32 + r.mv.split_chunks - 1) / r.mv.split_chunks, per_tile = (glu ? 2 : 1) * n_split;
     int tpb = per_tile < MMQN_WARPS ? MMQN_WARPS / per_tile : 1, items = tpb * per_tile;
     int warps = items < MMQN_WARPS ? items : MMQN_WARPS;
-    const gpu_fn *fn = glu ? &g->k.mmq_narrow_glu[w->wtype] : &g->k.mmq_narrow[w->wtype];
+    /* a->x_lo: the act_lo form (narrow_lo_serves), two tiles of partials an item */
+    const gpu_fn *fn = a->x_lo ? &g->k.mmq_narrow_lo[w->wtype]
+                       : glu   ? &g->k.mmq_narrow_glu[w->wtype]
+                               : &g->k.mmq_narrow[w->wtype];
     void *args[] = {&r, &n_split, &tpb};
     return gpu_launch_smem(fn, (gpu_launch_dims){ceil_div(tiles, tpb), (unsigned)slots, 1, 32u * warps},
-                           gpu_mmqn_smem(w->type, warps, items, (size_t)w->row_bytes), g->stream, args, what, err,
-                           errlen);
+                           gpu_mmqn_smem(w->type, warps, (a->x_lo ? 2 : 1) * items, (size_t)w->row_bytes), g->stream,
+                           args, what, err, errlen);
+}
+
+/* Whether outputs [first, first+n) of op (one weight format, all among its x_lo outputs) take
+ * mmq_narrow's act_lo form: W x and W x_lo in one pass over W (mmq_narrow_lo_<type>), the bits of
+ * the pass over x and the second pass over x_lo that matmul would launch (the same tiles, so the
+ * same splits: mmqn_fast_split_chunks / mmq_det_split_chunks).  A batch of 2..8 tokens' Wq /
+ * Wkv_a (latent attention) or, where their format runs allow, a DeltaNet layer's projections. */
+static bool narrow_lo_serves(const gpu_engine *g, const matmul_op *op, int first, int n)
+{
+    const gpu_matrix *w = op->out[first].w;
+    return op->x_lo && first + n <= op->n_lo && !op->post && mmq_narrow_serves(g, w, op->m) && w->wtype >= 0 &&
+           g->k.mmq_narrow_lo[w->wtype].f;
 }
 
 /* Outputs [first, first+n) of op (one weight format) with the mmq kernel; glu: the two
- * outputs are gate and up, and ff_h gets fp16(silu(gate) * up).  Prefill-sized products take
+ * outputs are gate and up, and ff_h gets fp16(silu(gate) * up); lo: with their x_lo products
+ * (narrow_lo_serves).  Prefill-sized products take
  * blocks of fewer activation rows while the grid would not cover the GPU; then the k range is
  * split over grid z until it does (twice over for decode-sized products, which stream the
  * weights and want loads in flight everywhere), as far as the partial-sum buffer holds the
  * splits.  Measured on the H100: a separate reduce launch beat the last split adding the
  * partials itself, and more, partial waves beat fewer whole ones. */
-static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, char *err, size_t errlen)
+static int mmq(gpu_engine *g, const matmul_op *op, int first, int n, bool glu, bool lo, char *err, size_t errlen)
 {
     const gpu_matrix *w = op->out[first].w;
     matvec_args a = matvec_args_for(op, first, n);
+    if (lo) a.x_lo = F16(op->x_lo), a.lo_segs = op->n_lo - first;
     int v = op->m > 32 ? 2 : op->m > 16 ? 1 : 0, rows = 0;
     /* (64-row tiles of the formats of 176 bytes or more a stage row -- Q8_0, Q6_K, Q5_K, Q5_0,
      * Q5_1 -- take a multiprocessor each, yet 32-row ones two a multiprocessor measured slower
@@ -556,12 +574,15 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
         snprintf(err, errlen, "%s: a gated residual add outside the batch-1 step's carried norm", op->what);
         return -1;
     }
+    int lo_done = 0; /* outputs [0, lo_done): their x_lo products rode on x's pass (narrow_lo_serves) */
     for (int i = 0; i < op->n_out;) { /* runs of outputs with one weight format share a launch */
         int j = i + 1;
         while (j < op->n_out && op->out[j].w->type == op->out[i].w->type) j++;
         matmul_path path = path_for(g, op->out[i].w, op->m);
         if (path == PATH_MMQ) {
-            if (mmq(g, op, i, j - i, false, err, errlen)) return -1;
+            const bool lo = !lo_fused && i == lo_done && narrow_lo_serves(g, op, i, j - i);
+            if (lo) lo_done = j;
+            if (mmq(g, op, i, j - i, false, lo, err, errlen)) return -1;
         } else if (path == PATH_BLAS) {
             for (int s = i; s < j; s++)
                 if (blas_matmul(g, &op->out[s], op->x, op->m, op->ldx, op->accumulate, op->what, err, errlen)) return -1;
@@ -602,13 +623,15 @@ static int matmul(gpu_engine *g, const matmul_op *op, char *err, size_t errlen)
         }
         i = j;
     }
-    if (op->x_lo && !lo_fused) { /* W x_lo added to what the pass over x wrote */
+    if (op->x_lo && !lo_fused && lo_done < op->n_lo) { /* W x_lo added to what the pass over x wrote */
         if (op->norm) { /* a carried norm's remainder is scaled: only matvec_lo_nin reads it (gpu_norms_carried) */
             snprintf(err, errlen, "%s: a carried norm's remainder without its one-pass product", op->what);
             return -1;
         }
+        /* outputs [lo_done, n_lo): the same format runs as over [0, n_lo) (lo_done ends a run) */
         matmul_op rest = *op;
-        rest.x = op->x_lo, rest.x_lo = 0, rest.n_out = op->n_lo, rest.accumulate = true, rest.x_q8 = false;
+        for (int s = lo_done; s < op->n_lo; s++) rest.out[s - lo_done] = op->out[s];
+        rest.x = op->x_lo, rest.x_lo = 0, rest.n_out = op->n_lo - lo_done, rest.accumulate = true, rest.x_q8 = false;
         return matmul(g, &rest, err, errlen);
     }
     return 0;
@@ -639,7 +662,7 @@ static int gated_ffn(gpu_engine *g, const gpu_layer *L, bool shexp, int T, const
                     .x = np >= 0 ? g->norm_h : g->act_h, .m = T, .ldx = g->d_embd,
                     .x_q8 = !shexp && norm_q8(g, T, g->d_embd), .glu_gelu = geglu, .what = what};
     if (gpu_glu_fused(g, gate, up, T)) {
-        if (path_for(g, gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, err, errlen);
+        if (path_for(g, gate, T) == PATH_MMQ) return mmq(g, &op, 0, 2, true, false, err, errlen);
         int v = matvec_variant(T);
         matvec_args a = matvec_args_for(&op, 0, 2);
         a.yh = F16(g->ff_h);
@@ -940,8 +963,15 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         snprintf(err, errlen, "%s: the shared expert's GLU in a path without moe_glu_norm", what);
         return -1;
     }
+    /* the narrow path's few tokens: moe_route_sort, one block whose warps route rw tokens at a
+     * time in their own shared memory (as much as GPU_MOE_ROUTE_SORT_SMEM holds, at most 32) and then
+     * sort the entries (moe_sort's N + ne ints, the same memory), one launch instead of two */
+    const unsigned route_bytes = (unsigned)((2 * ne + L->n_group) * sizeof(float)), sort_bytes = (unsigned)((N + ne) * sizeof(int32_t));
+    int rw = n < 32 ? n : 32;
+    while (rw > 1 && rw * route_bytes > GPU_MOE_ROUTE_SORT_SMEM) rw--;
+    const bool route_sort = narrow && rw * route_bytes <= GPU_MOE_ROUTE_SORT_SMEM && sort_bytes <= GPU_MOE_ROUTE_SORT_SMEM;
     /* moe_glu routes inside its blocks; the other paths launch moe_route first */
-    if ((grouped || L->geglu) &&
+    if ((grouped || L->geglu) && !route_sort &&
         gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32},
                         (unsigned)((2 * ne + L->n_group) * sizeof(float)),
                         g->stream, route, what, err, errlen))
@@ -991,8 +1021,12 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
         int per = N / ne, v = per > 32 ? 2 : per > 16 ? 1 : 0, bm = narrow ? MMQN_MAX_M : 16 << v;
         int tiles = narrow ? (N < ne ? N : ne) + N / MMQN_MAX_M : (N + bm - 1) / bm + ne;
         void *sort[] = {&g->moe_ids, &N, &ne, &bm, &tiles, &g->moe_sorted, &g->moe_pos, &g->moe_tiles};
-        if (gpu_launch_smem(&g->k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, (unsigned)((N + ne) * sizeof(int32_t)),
-                            g->stream, sort, what, err, errlen))
+        void *route_sort_args[] = {&ra, &n, &rw, &bm, &tiles, &g->moe_sorted, &g->moe_pos, &g->moe_tiles};
+        const unsigned rs_bytes = rw * route_bytes > sort_bytes ? rw * route_bytes : sort_bytes;
+        if (route_sort ? gpu_launch_smem(&g->k.moe_route_sort, (gpu_launch_dims){1, 1, 1, 1024}, rs_bytes, g->stream,
+                                         route_sort_args, what, err, errlen)
+                       : gpu_launch_smem(&g->k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, sort_bytes, g->stream, sort, what,
+                                         err, errlen))
             return -1;
         matvec_args a = {.n_seg = 2, .k = gate->k, .m = N, .ldx = d, .row_bytes = gate->row_bytes, .x = F16(x),
                          .yh = F16(g->moe_h), .tiles = I32(g->moe_tiles), .x_rows = I32(g->moe_sorted), .x_div = k,

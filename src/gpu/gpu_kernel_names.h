@@ -351,6 +351,14 @@
     X(mmq_narrow_iq1_m, mmq_narrow_glu_iq1_m, IQ1_M) \
     X(mmq_narrow_mxfp4, mmq_narrow_glu_mxfp4, MXFP4)
 
+/* mmq_narrow's act_lo form (kernels/mmq_narrow.cuh LO: a plain product over x and its FP16
+ * remainder x_lo in one pass over the weights, the bits of the two passes; gpu_forward.c
+ * narrow_lo), for the formats that the latent-attention and DeltaNet input products take in the
+ * usual quantisations (Q4_K_M / Q5_K_M / Q6_K / Q8_0 files; others take two launches):
+ * X(mmq_narrow_lo_<suffix>, TYPE) */
+#define GPU_MMQ_NARROW_LO_KERNELS(X) \
+    X(mmq_narrow_lo_q4_k, Q4_K) X(mmq_narrow_lo_q5_k, Q5_K) X(mmq_narrow_lo_q6_k, Q6_K) X(mmq_narrow_lo_q8_0, Q8_0)
+
 /* The kernels of no weight format (gpu_kernels' field of the same name): X(name) */
 #define GPU_PLAIN_KERNELS(X) \
     X(rmsnorm) X(rmsnorm_q8) X(norm_prep) X(post_norm_add) X(quantize_q8) X(quantize_q8_mma) X(qkv_post) X(hist_store) X(swiglu) X(geglu) X(geglu_rows) X(to_f16) X(to_f32_rows) \
@@ -360,7 +368,7 @@
     X(flash_attn_hd256) X(flash_attn_hd512) X(flash_attn_mla)                                      \
     X(attn_decode_hd64) X(attn_decode_hd128) X(attn_decode_hd256) X(attn_decode_mla) X(attn_decode_combine)               \
     X(sample_prep) X(sample_adjust) X(sample_reduce) X(sample)                  \
-    X(moe_router) X(moe_router_norm) X(moe_route) X(moe_sort) X(moe_combine)    \
+    X(moe_router) X(moe_router_norm) X(moe_route) X(moe_sort) X(moe_route_sort) X(moe_combine) \
     X(ssm_conv) X(ssm_qk_norm) X(ssm_gates) X(delta_rule) X(ssm_out_norm) X(ssm_conv_step) X(delta_step) \
     X(split_qgate) X(gate_heads) X(shexp_add) X(tp_add) X(tp_gather) X(delta_chunk_prep) X(delta_chunk_state)   \
     X(delta_chunk_out)

@@ -131,6 +131,9 @@ static const format_row mmq_rows[] = {GPU_MMQ_KERNELS(FORMAT_ROW)};
 static const format_row moe_rows[] = {GPU_MOE_KERNELS(FORMAT_ROW_MOE)};
 #undef FORMAT_ROW_MOE
 static const format_row narrow_rows[] = {GPU_MMQ_NARROW_KERNELS(FORMAT_ROW_NO_ROWS)};
+#define FORMAT_ROW_ONE(a, TYPE) {{#a, NULL}, GPU_WT_##TYPE, 1},
+static const format_row narrow_lo_rows[] = {GPU_MMQ_NARROW_LO_KERNELS(FORMAT_ROW_ONE)};
+#undef FORMAT_ROW_ONE
 #undef FORMAT_ROW
 #undef FORMAT_ROW_NO_ROWS
 
@@ -251,6 +254,14 @@ int gpu_kernels_load(gpu_kernels *k, char *err, size_t errlen)
             if (lookup(k, fn[j], r->name[j], err, errlen)) return -1;
             CU_CHECK(cu.cuFuncSetAttribute(fn[j]->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), fn[j]->name);
         }
+    }
+    for (size_t i = 0; i < sizeof narrow_lo_rows / sizeof narrow_lo_rows[0]; i++) {
+        /* a plain launch's items hold two tiles of partials each: the same most as the glu's */
+        const format_row *r = &narrow_lo_rows[i];
+        gpu_fn *fn = &k->mmq_narrow_lo[r->wtype];
+        int smem = (int)gpu_mmqn_smem(wtypes[r->wtype], MMQN_WARPS, 2 * MMQN_MAX_K / MMQ_KT, 1);
+        if (lookup(k, fn, r->name[0], err, errlen)) return -1;
+        CU_CHECK(cu.cuFuncSetAttribute(fn->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), fn->name);
     }
 #define PLAIN_ROW(name) {&k->name, #name},
     struct {

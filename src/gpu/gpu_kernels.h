@@ -9,6 +9,11 @@
 #include "cuda_api.h"
 #include "gpu_kernel_names.h"
 
+/* moe_route_sort's most dynamic shared memory (kernels/moe.cuh: its routing warps' scores, then
+ * the sort's ids and counts; gpu_forward.c moe_chunk): what a launch may take without an attribute,
+ * 48 KiB with its static part (moe_sort_block's 256 bytes) */
+#define GPU_MOE_ROUTE_SORT_SMEM (47u * 1024u)
+
 /* Weight formats the kernels decode (GPU_WEIGHT_TYPES), in the order of the tables below:
  * GPU_WT_F32, GPU_WT_F16, ... and their count GPU_N_WTYPES. */
 #define GPU_WT_INDEX(TYPE, suffix) GPU_WT_##TYPE,
@@ -86,6 +91,7 @@ typedef struct gpu_kernels {
      * none; also a MoE layer's grouped experts over a few tokens); dynamic shared memory
      * gpu_mmqn_smem */
     gpu_fn mmq_narrow[GPU_N_WTYPES], mmq_narrow_glu[GPU_N_WTYPES];
+    gpu_fn mmq_narrow_lo[GPU_N_WTYPES]; /* act_lo in the same pass (GPU_MMQ_NARROW_LO_KERNELS; f NULL: none) */
     gpu_fn dequant_f16[GPU_N_WTYPES];
     gpu_fn embed[GPU_N_WTYPES];
     gpu_fn rmsnorm, rmsnorm_q8, norm_prep, post_norm_add, quantize_q8, quantize_q8_mma, qkv_post, hist_store, swiglu, geglu, geglu_rows, to_f16, to_f32_rows;
@@ -111,7 +117,7 @@ typedef struct gpu_kernels {
     /* mixture of experts (kernels/moe.cuh): [type] products over the chosen experts' slices,
      * the router, the grouping by expert, the weighted combine */
     gpu_fn moe_glu[GPU_N_WTYPES], moe_matvec[GPU_N_WTYPES], moe_down[GPU_N_WTYPES];
-    gpu_fn moe_router, moe_router_norm, moe_route, moe_sort, moe_combine;
+    gpu_fn moe_router, moe_router_norm, moe_route, moe_sort, moe_route_sort, moe_combine;
     /* the batch-1 MoE products that carry its norms (GPU_MOE_NORM_KERNELS; f == NULL for the
      * formats without): gate/up reading the norm, the down product writing the next one */
     gpu_fn moe_glu_norm[GPU_N_WTYPES], moe_down_res[GPU_N_WTYPES];

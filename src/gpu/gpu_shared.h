@@ -236,7 +236,8 @@ typedef struct matvec_args {
     /* matvec_<type>_2 only, m == 1, no accumulate: a second FP16 input row (act_lo, x's
      * rounding remainder) read as activation row 1, whose sums the epilogue adds to row 0's in
      * segments below lo_segs: y = W x + W x_lo in one pass over W, the same bits as the two
-     * products one after the other (y = W x, then y += W x_lo); the other segments' y = W x */
+     * products one after the other (y = W x, then y += W x_lo); the other segments' y = W x.
+     * mmq_narrow_lo_<type>: the m rows of x_lo (ldx apart) beside x's, the same meaning */
     const gpu_half *x_lo;
     int lo_segs;
     /* (the launch then takes MATVEC_LO_ROWS weight rows a warp: matvec.cuh matvec_lo_body) */

@@ -330,7 +330,7 @@ static void product_case(const product_matrix *pm, int M, const product_kernel *
 }
 
 /* mmq_narrow as gpu_forward launches it (mmq_narrow), with mmq_run's k splits; grid y over
- * slots (a grouped MoE launch: a->tiles' list). */
+ * slots (a grouped MoE launch: a->tiles' list).  a->x_lo: the act_lo form (mmq_narrow_lo_<type>). */
 static void narrow_run_slots(ggml_type t, matvec_args *a, bool glu, int split_chunks, int slots)
 {
     int wt = gpu_wtype_index(t), chunks = a->k / 32;
@@ -340,10 +340,11 @@ static void narrow_run_slots(ggml_type t, matvec_args *a, bool glu, int split_ch
     int tpb = per < MMQN_WARPS ? MMQN_WARPS / per : 1, items = tpb * per, warps = items < MMQN_WARPS ? items : MMQN_WARPS;
     matvec_rope_args r = {.mv = *a};
     void *args[] = {&r, &n_split, &tpb};
-    const gpu_fn *fn = glu ? &G.k.mmq_narrow_glu[wt] : &G.k.mmq_narrow[wt];
+    const gpu_fn *fn = a->x_lo ? &G.k.mmq_narrow_lo[wt] : glu ? &G.k.mmq_narrow_glu[wt] : &G.k.mmq_narrow[wt];
     assert_non_null(fn->f);
     gpu_launch_dims d = {(unsigned)((tiles + tpb - 1) / tpb), (unsigned)slots, 1, 32u * (unsigned)warps};
-    if (gpu_launch_smem(fn, d, gpu_mmqn_smem(t, warps, items, a->row_bytes), G.stream, args, "test", err, errlen))
+    if (gpu_launch_smem(fn, d, gpu_mmqn_smem(t, warps, (a->x_lo ? 2 : 1) * items, a->row_bytes), G.stream, args, "test",
+                        err, errlen))
         fail_msg("%s", err);
     CHECK(cu.cuCtxSynchronize());
 }
@@ -732,6 +733,69 @@ static void test_mmq_narrow_matches_mmq(void **state)
         free(deq);
     }
     print_message("  mmq_narrow: mmq's bits on every format, M 1..8, one split, three, and 16 + 8 chunks\n");
+}
+
+/* mmq_narrow's act_lo form (mmq_narrow_lo_<type>, gpu_forward.c narrow_lo_serves: y (+)= W x + W
+ * x_lo in one pass over W) against the two launches it stands for (mmq_narrow over x, then over
+ * x_lo with accumulate on the first lo_segs segments), bit for bit: the two-segment product, M 2,
+ * 5 and 8 (odd M with bias and the residual), one split, three, and 16 + 8 chunks, lo_segs 1, 2. */
+static void test_mmq_narrow_lo(void **state)
+{
+    (void)state;
+    uint64_t seed = 17;
+    const ggml_type types[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_Q8_0};
+    const int Ms[] = {2, 5, 8}, splits[] = {0, 8, 16}, N = PN, N0 = PN0;
+    int cases = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const ggml_type t = types[ti];
+        if (!G.k.mmq_narrow_lo[gpu_wtype_index(t)].f) fail_msg("no mmq_narrow_lo kernel for %s", ggml_type_name(t));
+        float *deq = malloc((size_t)PK * PN * sizeof *deq);
+        double edq;
+        product_matrix pm = product_matrix_new(t, PK, deq, &seed, &edq);
+        const uint8_t *w = (const uint8_t *)(uintptr_t)pm.dw;
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+            for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++)
+                for (int lo_segs = 1; lo_segs <= 2; lo_segs++) {
+                    const int M = Ms[mi], acc = M % 2;
+                    float *x = malloc((size_t)M * PK * sizeof *x), *xl = malloc((size_t)M * PK * sizeof *xl);
+                    float *bias = malloc(N * sizeof *bias), *y[2], *y_old = malloc((size_t)M * N * sizeof *y_old);
+                    for (int i = 0; i < M * PK; i++) x[i] = gpu_test_randf(&seed), xl[i] = 1e-3f * gpu_test_randf(&seed);
+                    for (int i = 0; i < N; i++) bias[i] = gpu_test_randf(&seed);
+                    for (int i = 0; i < M * N; i++) y_old[i] = 0.5f;
+                    CUdeviceptr dx = upload_half(x, (size_t)M * PK), dxl = upload_half(xl, (size_t)M * PK);
+                    CUdeviceptr db = upload(bias, N * sizeof *bias);
+                    for (int r = 0; r < 2; r++) {
+                        CUdeviceptr dy = upload(y_old, (size_t)M * N * sizeof *y_old);
+                        float *y0 = (float *)(uintptr_t)dy, *bp = acc ? (float *)(uintptr_t)db : NULL;
+                        matvec_args a = {.n_seg = 2, .k = PK, .m = M, .ldx = PK, .accumulate = acc, .row_bytes = pm.rb,
+                                         .x = (const gpu_half *)(uintptr_t)dx};
+                        a.seg[0] = (matvec_seg){w, y0, bp, N0, N0};
+                        a.seg[1] = (matvec_seg){w + pm.rb * N0, y0 + (size_t)M * N0, bp ? bp + N0 : NULL, N - N0, N - N0};
+                        if (r == 0) { /* the two launches */
+                            narrow_run(t, &a, false, splits[si]);
+                            matvec_args b = a;
+                            b.x = (const gpu_half *)(uintptr_t)dxl, b.accumulate = 1, b.n_seg = lo_segs;
+                            narrow_run(t, &b, false, splits[si]);
+                        } else {
+                            a.x_lo = (const gpu_half *)(uintptr_t)dxl, a.lo_segs = lo_segs;
+                            narrow_run(t, &a, false, splits[si]);
+                        }
+                        y[r] = malloc((size_t)M * N * sizeof *y[r]);
+                        download(y[r], dy, (size_t)M * N * sizeof *y[r]);
+                        cu.cuMemFree(dy);
+                    }
+                    if (memcmp(y[0], y[1], (size_t)M * N * sizeof *y[0]) != 0)
+                        fail_msg("mmq_narrow_lo %s M=%d (%d) lo_segs %d: not the two launches' bits", ggml_type_name(t), M,
+                                 splits[si], lo_segs);
+                    cases++;
+                    cu.cuMemFree(dx), cu.cuMemFree(dxl), cu.cuMemFree(db);
+                    free(x), free(xl), free(bias), free(y_old), free(y[0]), free(y[1]);
+                }
+        product_matrix_free(&pm);
+        free(deq);
+    }
+    print_message("  mmq_narrow_lo: the two launches' bits, %d cases (Q4_K, Q5_K, Q6_K, Q8_0; M 2, 5, 8; three splits;"
+                  " lo_segs 1, 2)\n", cases);
 }
 
 /* Rows w of format t (k inputs, PN of them) and their Q8_0 twin wq (the same values, each FP16
@@ -2942,6 +3006,60 @@ static void test_delta_step_fused(void **state)
  * fit in it (a span's split count is not monotone, so the longest span alone does not bound
  * it), also with attn_decode's per-token count under any batch split
  * (gpu_attn_dec_token_split), which must be max_split itself when the batch split is. */
+/* moe_route_sort (the narrow path's few tokens: routing and sorting in one block) over the first
+ * n tokens of ra's logits against moe_route's ids and weights (ids_ref, w_ref: bit for bit) and
+ * moe_sort's order, positions and tiles over them, with gpu_forward.c moe_chunk's routing warps
+ * (rw: as many as GPU_MOE_ROUTE_SORT_SMEM holds, at most 32, so V3's 256 experts take 23 for 32 tokens). */
+static void route_sort_case(moe_route_args ra, int n, const int32_t *ids_ref, const float *w_ref)
+{
+    int ne = ra.n_expert, k = ra.k, N = n * k, bm = MMQN_MAX_M, tiles = (N < ne ? N : ne) + N / MMQN_MAX_M;
+    const unsigned route_bytes = (unsigned)((2 * ne + ra.n_group) * sizeof(float)), sort_bytes = (unsigned)((N + ne) * 4);
+    int rw = n < 32 ? n : 32;
+    while (rw > 1 && rw * route_bytes > GPU_MOE_ROUTE_SORT_SMEM) rw--;
+    CUdeviceptr d[2][5]; /* ids, weights, sorted, pos, tiles: moe_route + moe_sort, moe_route_sort */
+    int32_t *h[2][4];
+    float *wh[2];
+    for (int r = 0; r < 2; r++) {
+        d[r][0] = poisoned((size_t)N), d[r][1] = poisoned((size_t)N), d[r][2] = poisoned((size_t)N);
+        d[r][3] = poisoned((size_t)N), d[r][4] = poisoned((size_t)3 * tiles);
+        moe_route_args a = ra;
+        a.ids = (int32_t *)(uintptr_t)d[r][0], a.weights = (float *)(uintptr_t)d[r][1];
+        if (r == 0) {
+            void *args[] = {&a}, *sort[] = {&d[r][0], &N, &ne, &bm, &tiles, &d[r][2], &d[r][3], &d[r][4]};
+            if (gpu_launch_smem(&G.k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, route_bytes, G.stream, args,
+                                "test", err, errlen) ||
+                gpu_launch_smem(&G.k.moe_sort, (gpu_launch_dims){1, 1, 1, 1024}, sort_bytes, G.stream, sort, "test", err,
+                                errlen))
+                fail_msg("%s", err);
+        } else {
+            void *args[] = {&a, &n, &rw, &bm, &tiles, &d[r][2], &d[r][3], &d[r][4]};
+            unsigned smem = rw * route_bytes > sort_bytes ? rw * route_bytes : sort_bytes;
+            if (gpu_launch_smem(&G.k.moe_route_sort, (gpu_launch_dims){1, 1, 1, 1024}, smem, G.stream, args, "test", err,
+                                errlen))
+                fail_msg("%s", err);
+        }
+        CHECK(cu.cuCtxSynchronize());
+        const size_t sz[4] = {(size_t)N, (size_t)N, (size_t)N, (size_t)3 * tiles};
+        wh[r] = malloc((size_t)N * sizeof *wh[r]);
+        download(wh[r], d[r][1], (size_t)N * sizeof *wh[r]);
+        for (int q = 0; q < 4; q++) {
+            h[r][q] = malloc(sz[q] * sizeof(int32_t));
+            download(h[r][q], d[r][q == 0 ? 0 : q + 1], sz[q] * sizeof(int32_t));
+        }
+    }
+    if (memcmp(h[0][0], ids_ref, (size_t)N * 4) || memcmp(h[1][0], ids_ref, (size_t)N * 4) ||
+        memcmp(wh[0], w_ref, (size_t)N * 4) || memcmp(wh[1], w_ref, (size_t)N * 4))
+        fail_msg("moe_route_sort %d experts, %d tokens: ids or weights not moe_route's", ne, n);
+    if (memcmp(h[0][1], h[1][1], (size_t)N * 4) || memcmp(h[0][2], h[1][2], (size_t)N * 4) ||
+        memcmp(h[0][3], h[1][3], (size_t)3 * tiles * 4))
+        fail_msg("moe_route_sort %d experts, %d tokens: not moe_sort's order, positions and tiles", ne, n);
+    for (int r = 0; r < 2; r++) {
+        for (int q = 0; q < 5; q++) CHECK(cu.cuMemFree(d[r][q]));
+        for (int q = 0; q < 4; q++) free(h[r][q]);
+        free(wh[r]);
+    }
+}
+
 /* moe_route with DeepSeek's expert groups against cpu_moe_route_scored on random logits: V3's
  * shape (256 experts in 8 groups, the best 4 kept, 8 chosen; sigmoid + selection bias, groups
  * scored by their two best, renormalised and scaled), V2's (softmax, groups by their best, not
@@ -2999,10 +3117,12 @@ static void test_moe_route_groups(void **state)
             }
         }
         print_message("  %d experts, %d groups (best %d), k %d, %s: ids equal over %d tokens, weights within %.2e "
-                      "(%d picks of masked experts)\n",
+                      "(%d picks of masked experts); moe_route_sort of 3, 8, 32 tokens: moe_route + moe_sort's bits\n",
                       ne, shapes[c].n_group, shapes[c].topk_group, k, shapes[c].sigmoid ? "sigmoid + bias" : "softmax",
                       T, worst, masked_picks);
         assert_true(worst < 1e-5);
+        static const int few[] = {3, 8, 32};
+        for (size_t i = 0; i < sizeof few / sizeof few[0]; i++) route_sort_case(ra, few[i], ids_gpu, w_gpu);
         CHECK(cu.cuMemFree(dl));
         CHECK(cu.cuMemFree(db));
         CHECK(cu.cuMemFree(dids));
@@ -3239,6 +3359,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_prestate(test_mmq_partial_stage, &partial_types[7]),
         cmocka_unit_test(test_mmq_unaligned_rows),
         cmocka_unit_test(test_mmq_narrow_matches_mmq),
+        cmocka_unit_test(test_mmq_narrow_lo),
         cmocka_unit_test(test_mmq_mxfp4_fragments),
         cmocka_unit_test(test_mmq_q5_0_fragments),
         cmocka_unit_test(test_moe_narrow_grouped),

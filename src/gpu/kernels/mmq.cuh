@@ -48,15 +48,22 @@ __device__ __forceinline__ void mmq_store_glu(const matvec_args &a, int m, int n
     a.yh[(size_t)m * a.seg[0].ldy + n] = __float2half_rn(glu_act(gt, up, a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
-__device__ __forceinline__ void mmq_store(const matvec_args &a, int m, int prow, float v)
+// (n_seg: the segments stored, the rest skipped; acc: add to y.  mmq_narrow's act_lo form stores
+// the remainder's sums as a second pass with accumulate over the first lo_segs would.)
+__device__ __forceinline__ void mmq_store_segs(const matvec_args &a, int m, int prow, float v, int n_seg, bool acc)
 {
     int s = 0, n = prow;
-    while (s < a.n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
-    if (s >= a.n_seg || n >= a.seg[s].n) return;
+    while (s < n_seg && n >= mmq_pad(a.seg[s].n)) n -= mmq_pad(a.seg[s++].n);
+    if (s >= n_seg || n >= a.seg[s].n) return;
     const matvec_seg &sg = a.seg[s];
     v += sg.bias ? sg.bias[n] : 0.0f;
     float *dst = sg.y + (size_t)m * sg.ldy + n;
-    *dst = a.accumulate ? *dst + v : v;
+    *dst = acc ? *dst + v : v;
+}
+
+__device__ __forceinline__ void mmq_store(const matvec_args &a, int m, int prow, float v)
+{
+    mmq_store_segs(a, m, prow, v, a.n_seg, a.accumulate);
 }
 
 // Bytes of 256 inputs of a row (one super-block, or eight 32-blocks): a stage of a weight row.

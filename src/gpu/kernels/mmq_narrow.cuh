@@ -47,6 +47,36 @@ template <int T> struct mmqn_x_h {
     }
 };
 
+// act_lo's products in the same pass (a plain launch with a.x_lo: mmq_narrow_lo_<type>): the lane's
+// column g of x and of its FP16 remainder x_lo, a second n8 tile over the same A fragments, its
+// sums in acc[4..7].  Each tile's chain of mmas is the one mmqn_x_h makes over its input alone,
+// so the sums of a pass over x and of a second pass over x_lo, bit for bit, in one read and one
+// decode of the weights (a batch of 2..8 tokens' Wq / Wkv_a: DeepSeek-V2-Lite's second pass was
+// 9.4 us of a 260-290 us batch-8 MoE layer).
+struct mmqn_x_pair {
+    uint4 x, lo;
+};
+template <int T> struct mmqn_x_h_lo {
+    const __half *xg, *lg; // the column's rows of x and x_lo at offset 8t
+    bool live;
+    __device__ __forceinline__ mmqn_x_pair load(int c) const
+    {
+        const uint4 z = make_uint4(0, 0, 0, 0);
+        return live ? mmqn_x_pair{__ldg((const uint4 *)(xg + (size_t)c * 32)), __ldg((const uint4 *)(lg + (size_t)c * 32))}
+                    : mmqn_x_pair{z, z};
+    }
+    __device__ __forceinline__ void chunk(const uint8_t *w0, const uint8_t *w1, int cc, int c, int t, mmqn_x_pair xv,
+                                          float acc[8]) const
+    {
+        uint32_t af[2][4];
+        mmq_frags<T>(w0, w1, cc, t, af);
+        mma_16816(acc, af[0], xv.x.x, xv.x.y);
+        mma_16816(acc, af[1], xv.x.z, xv.x.w);
+        mma_16816(acc + 4, af[0], xv.lo.x, xv.lo.y);
+        mma_16816(acc + 4, af[1], xv.lo.z, xv.lo.w);
+    }
+};
+
 // ---- MXFP4's grouped experts on the integer tensor cores (gpt-oss at batch 4..32).  The FP16
 // fragments cost ~36 instructions a lane per 8 weights (by count of the source; load_oct_h: the
 // lookup, two FP16 ops a pair, the scale), for an n8 tile of which a batch-8 step's tiles have
@@ -137,10 +167,11 @@ struct mmqn_x_q8 {
 // bytes a row (MMQ_WSTRIDE).  A k that is not a multiple of 256 (32-input
 // blocks only: gpt-oss's 2,880, GLM-4.5-Air's 1,408) ends in a partial stage, as mmq's: its
 // missing chunks are neither copied, loaded nor multiplied.
-template <int T, class X>
+template <int T, class X, int NA>
 __device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uint8_t *const *rowp, uint8_t *wsm, int ws,
-                                                 const X &x, int c_begin, float acc[4])
+                                                 const X &x, int c_begin, float (&acc)[NA])
 {
+    using V = decltype(x.load(0));
     constexpr int CPS = MMQ_KT / 32, RB = mmq_fmt<T>::bytes, D = MMQN_DEPTH(RB);
     const int w_stage = 16 * ws, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int c_end = min(a.k / 32, c_begin + a.split_chunks), n_stages = (c_end - c_begin + CPS - 1) / CPS;
@@ -156,9 +187,9 @@ __device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uin
     for (int st = 0; st < D - 1; st++) load_stage(st);
     for (int st = 0; st < n_stages; st++) {
         const int c0 = c_begin + st * CPS, live = c_end - c0; // live < CPS: the partial last stage
-        uint4 xv[CPS]; // the lane's activations of the stage (X's layout)
+        V xv[CPS]; // the lane's activations of the stage (X's layout)
 #pragma unroll
-        for (int cc = 0; cc < CPS; cc++) xv[cc] = cc < live ? x.load(c0 + cc) : make_uint4(0, 0, 0, 0);
+        for (int cc = 0; cc < CPS; cc++) xv[cc] = cc < live ? x.load(c0 + cc) : V{};
         cp_async_wait<D - 2>();
         __syncwarp(); // stage st landed for every lane; stage st - 1's buffer is free
         load_stage(st + D - 1);
@@ -178,13 +209,13 @@ __device__ __forceinline__ void mmq_narrow_split(const matvec_args &a, const uin
     __syncwarp(); // every lane is done with the buffers and the row pointers
 }
 
-// The splits of one output added in order (p: split 0's, 128 floats apart), as mmq_reduce adds
-// them; one split: as mmq's epilogue takes it.
-__device__ __forceinline__ float mmq_narrow_sum(const float *p, int n_split)
+// The splits of one output added in order (p: split 0's, ps floats apart: an item's partials), as
+// mmq_reduce adds them; one split: as mmq's epilogue takes it.
+__device__ __forceinline__ float mmq_narrow_sum(const float *p, int n_split, int ps = 128)
 {
     if (n_split == 1) return p[0];
     float v = 0.0f;
-    for (int z = 0; z < n_split; z++) v += p[z * 128];
+    for (int z = 0; z < n_split; z++) v += p[z * ps];
     return v;
 }
 
@@ -228,11 +259,16 @@ __device__ __forceinline__ void mmq_narrow_rope(const matvec_rope_args &r, int m
 // it, in one launch over (active experts x weight tiles), with no 16-row activation tiles that
 // hold one or two entries (mmq) and no k-split reduce.  The same bits as mmq over the same
 // entries with the same splits (a column's sums never depend on the others).
-template <int T, bool GLU>
+//
+// LO (a plain launch, a.x_lo: mmq_narrow_lo_<type>): a second n8 tile of columns, the rows of
+// x_lo, whose sums land beside each item's (PS = 256 floats an item) and are added to y after
+// x's in segments below a.lo_segs (mmq_store_segs with accumulate): y = W x, then y += W x_lo,
+// the bits of the two launches with these splits (gpu_forward.c matmul, narrow_lo).
+template <int T, bool GLU, bool LO = false>
 __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n_split, int tpb)
 {
     extern __shared__ uint4 mmqn_smem[];
-    constexpr int H = GLU ? 2 : 1, RB = mmq_fmt<T>::bytes;
+    constexpr int H = GLU ? 2 : 1, RB = mmq_fmt<T>::bytes, PS = LO ? 256 : 128;
     const matvec_args &a = r.mv;
     int m0 = 0, cnt = a.m; // the block's activation rows: first, count
     size_t wexp = 0;       // (grouped) its expert's weights
@@ -256,6 +292,7 @@ __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n
     // the lane's activation column g: row m0 + g (past the block's rows: its last, zeroed)
     const int mx = m0 + min(g, cnt - 1);
     const mmqn_x_h<T> xh = {a.x + (size_t)(a.x_rows ? a.x_rows[mx] / a.x_div : mx) * a.ldx + 8 * t, g < cnt};
+    const mmqn_x_h_lo<T> xl = {xh.xg, LO ? a.x_lo + (size_t)mx * a.ldx + 8 * t : NULL, xh.live};
     // MXFP4's grouped launches with q8 rows (a.xq, a.xd: gpu_forward.c moe_chunk): the int8 form
     mmqn_x_q8 xq = {};
     const bool q8 = T == T_MXFP4 && a.xq;
@@ -267,7 +304,7 @@ __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n
 
     for (int it = warp; it < items; it += nw) {
         const int z = it % n_split, half = (it / n_split) % H, tile = blockIdx.x * tpb + it / (H * n_split);
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float acc[LO ? 8 : 4] = {};
         if (tile < n_tiles) { // (the whole warp)
             if (lane < 16) { // as mmq_body: rows past a segment read its last row
                 int s = half, n = 16 * tile + lane;
@@ -276,25 +313,31 @@ __device__ __forceinline__ void mmq_narrow_body(const matvec_rope_args &r, int n
                 rowp[lane] = a.seg[s].w + wexp + (size_t)min(n, a.seg[s].n - 1) * a.row_bytes;
             }
             __syncwarp();
-            if constexpr (T == T_MXFP4) {
+            if constexpr (LO) {
+                mmq_narrow_split<T>(a, rowp, wsm, ws, xl, z * a.split_chunks, acc);
+            } else if constexpr (T == T_MXFP4) {
                 if (q8) mmq_narrow_split<T>(a, rowp, wsm, ws, xq, z * a.split_chunks, acc);
                 else mmq_narrow_split<T>(a, rowp, wsm, ws, xh, z * a.split_chunks, acc);
             } else {
                 mmq_narrow_split<T>(a, rowp, wsm, ws, xh, z * a.split_chunks, acc);
             }
         }
-        // acc[q]: tile row g + 8 (q >> 1), column 2t + (q & 1)
-        float *p = part + (size_t)it * 128;
+        // acc[q]: tile row g + 8 (q >> 1), column 2t + (q & 1) (LO: acc[4 + q] x_lo's, 128 floats on)
+        float *p = part + (size_t)it * PS;
 #pragma unroll
-        for (int q = 0; q < 4; q++) p[(g + 8 * (q >> 1)) * 8 + 2 * t + (q & 1)] = acc[q];
+        for (int q = 0; q < (LO ? 8 : 4); q++) p[(q >> 2) * 128 + (g + 8 * ((q >> 1) & 1)) * 8 + 2 * t + (q & 1)] = acc[q];
     }
     __syncthreads();
     const int per_tile = GLU || !r.role0 ? 16 : 8; // outputs (pairs with RoPE) per tile and row
     for (int i = threadIdx.x; i < tpb * per_tile * cnt; i += blockDim.x) {
         const int tl = i / (per_tile * cnt), e = (i / cnt) % per_tile, m = i % cnt, tile = blockIdx.x * tpb + tl;
         if (tile >= n_tiles) continue;
-        const float *p = part + (size_t)tl * H * n_split * 128 + m;
-        if (GLU) {
+        const float *p = part + (size_t)tl * H * n_split * PS + m;
+        if (LO) {
+            const int prow = 16 * tile + e;
+            mmq_store(a, m0 + m, prow, mmq_narrow_sum(p + e * 8, n_split, PS));
+            mmq_store_segs(a, m0 + m, prow, mmq_narrow_sum(p + 128 + e * 8, n_split, PS), a.lo_segs, true);
+        } else if (GLU) {
             mmq_store_glu(a, m0 + m, 16 * tile + e, mmq_narrow_sum(p + e * 8, n_split),
                           mmq_narrow_sum(p + n_split * 128 + e * 8, n_split));
         } else if (r.role0) {
@@ -328,3 +371,11 @@ template <> struct mmqn_min_blocks<T_MXFP4> { static constexpr int n = 3; };
         mmq_narrow_body<T_##TYPE, true>(r, n_split, tpb);                                            \
     }
 GPU_MMQ_NARROW_KERNELS(MMQ_NARROW_KERNELS)
+
+// act_lo's products with x's (LO above), the formats of GPU_MMQ_NARROW_LO_KERNELS.
+#define MMQ_NARROW_LO_KERNEL(name, TYPE)                                                             \
+    extern "C" __global__ void __launch_bounds__(MMQN_WARPS * 32) name(matvec_rope_args r, int n_split, int tpb) \
+    { pdl_enter();                                                                                   \
+        mmq_narrow_body<T_##TYPE, false, true>(r, n_split, tpb);                                     \
+    }
+GPU_MMQ_NARROW_LO_KERNELS(MMQ_NARROW_LO_KERNEL)

@@ -120,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_router_norm(const float *x
 __device__ __forceinline__ void moe_group_mask(float *choice, int n_expert, int n_group, int topk_group,
                                                bool max_only)
 {
-    const int lane = threadIdx.x, per = n_expert / n_group;
+    const int lane = threadIdx.x & 31, per = n_expert / n_group;
     float *best = choice + n_expert;
     for (int g = lane; g < n_group; g += 32) {
         const float *v = choice + (size_t)g * per;
@@ -193,21 +193,19 @@ __device__ __forceinline__ float moe_route_final(const moe_route_args &a, float 
     return w;
 }
 
-// One warp per token (blockDim.x == 32): the scores and the biased choice values in shared
-// memory, each of the k passes an argmax over the lanes' strided experts and a shuffle
-// reduction (no block barrier).  Taken by the grouped path and the GeGLU experts; moe_glu
-// routes its own blocks (moe_block_route: the same ids and weights, bit for bit).
-extern "C" __global__ void moe_route(moe_route_args a)
+// Token tok's route by one warp: the scores and the biased choice values in shared memory
+// (prob: [n_expert] scores, [n_expert] choice values, then moe_group_mask's n_group), each of
+// the k passes an argmax over the lanes' strided experts and a shuffle reduction (no block
+// barrier).
+__device__ __forceinline__ void moe_route_token(const moe_route_args &a, int tok, float *prob)
 {
-    pdl_enter();
-    extern __shared__ float prob[]; // [n_expert] scores, then [n_expert] choice values
-    const int lane = threadIdx.x, n_expert = a.n_expert, k = a.k;
+    const int lane = threadIdx.x & 31, n_expert = a.n_expert, k = a.k;
     float *choice = prob + n_expert;
-    const float mx = moe_route_scores(a, a.logits + (size_t)blockIdx.x * n_expert, prob, choice, lane);
+    const float mx = moe_route_scores(a, a.logits + (size_t)tok * n_expert, prob, choice, lane);
     __syncwarp();
     if (a.n_group > 1) moe_group_mask(choice, n_expert, a.n_group, a.topk_group, !a.sigmoid);
-    int32_t *ids = a.ids + (size_t)blockIdx.x * k;
-    float *weights = a.weights + (size_t)blockIdx.x * k;
+    int32_t *ids = a.ids + (size_t)tok * k;
+    float *weights = a.weights + (size_t)tok * k;
     float chosen_sum = 0.0f;
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY; // taken experts' choice values are set to -inf
@@ -233,6 +231,16 @@ extern "C" __global__ void moe_route(moe_route_args a)
     }
     __syncwarp();
     for (int j = lane; j < k; j += 32) weights[j] = moe_route_final(a, weights[j], chosen_sum, ids[j]);
+}
+
+// One warp per token (blockDim.x == 32).  Taken by the grouped path's larger chunks and the
+// GeGLU experts; moe_route_sort routes and sorts a few tokens in one block; moe_glu routes its
+// own blocks (moe_block_route: the same ids and weights, bit for bit).
+extern "C" __global__ void moe_route(moe_route_args a)
+{
+    pdl_enter();
+    extern __shared__ float prob[];
+    moe_route_token(a, blockIdx.x, prob);
 }
 
 // Token t's route made by a whole block in shared memory (GPU_MOE_GLU_SMEM): sel[0..k) the
@@ -543,13 +551,12 @@ __device__ __forceinline__ int2 moe_scan(int2 v, int2 *wsum) // (a, b) summed ov
     return make_int2(before.x + inc.x - v.x, before.y + inc.y - v.y);
 }
 
-extern "C" __global__ void moe_sort(const int32_t *ids, int n, int n_expert, int bm, int max_tiles,
-                                    int32_t *sorted, int32_t *pos, int32_t *tiles)
+// moe_sort's work by the whole block (barriers), sm its n + n_expert ints of shared memory.
+__device__ __forceinline__ void moe_sort_block(const int32_t *ids, int n, int n_expert, int bm, int max_tiles,
+                                               int32_t *sorted, int32_t *pos, int32_t *tiles, int32_t *sm)
 {
-    pdl_enter();
-    extern __shared__ int32_t sm[]; // ids [n], then counts / offsets [n_expert]
     __shared__ int2 wsum[32];
-    int32_t *sid = sm, *off = sm + n;
+    int32_t *sid = sm, *off = sm + n; // ids [n], then counts / offsets [n_expert]
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int i = threadIdx.x; i < n; i += blockDim.x) sid[i] = ids[i];
     __syncthreads();
@@ -593,6 +600,34 @@ extern "C" __global__ void moe_sort(const int32_t *ids, int n, int n_expert, int
             r += __popc(m);
         }
     }
+}
+
+extern "C" __global__ void moe_sort(const int32_t *ids, int n, int n_expert, int bm, int max_tiles,
+                                    int32_t *sorted, int32_t *pos, int32_t *tiles)
+{
+    pdl_enter();
+    extern __shared__ int32_t sm[];
+    moe_sort_block(ids, n, n_expert, bm, max_tiles, sorted, pos, tiles, sm);
+}
+
+// moe_route then moe_sort in one launch, for a chunk of a few tokens (the narrow grouped path:
+// batched decode): one block, warps w < rw route tokens w, w + rw, .. (moe_route_token, each in
+// its own shared memory of 2 n_expert + n_group floats), then, past a barrier that makes their
+// ids visible to the block, the block sorts the n_tok * k entries as moe_sort does (the shared
+// memory reused).  The same ids, weights, order and tiles as the two launches.
+extern "C" __global__ void __launch_bounds__(1024)
+    moe_route_sort(moe_route_args a, int n_tok, int rw, int bm, int max_tiles, int32_t *sorted, int32_t *pos, int32_t *tiles)
+{
+    pdl_enter();
+    extern __shared__ float rsm[];
+    const int w = threadIdx.x >> 5;
+    if (w < rw)
+        for (int tok = w; tok < n_tok; tok += rw) {
+            moe_route_token(a, tok, rsm + (size_t)w * (2 * a.n_expert + a.n_group));
+            __syncwarp(); // (the next token's scores overwrite this one's)
+        }
+    __syncthreads();
+    moe_sort_block(a.ids, n_tok * a.k, a.n_expert, bm, max_tiles, sorted, pos, tiles, (int32_t *)rsm);
 }
 
 // x[t][d] (+)= sum_j weights[t*k + j] * (y[row][d] + bias[ids[t*k + j]][d]), row = pos ?

@@ -186,8 +186,12 @@ __global__ void __launch_bounds__(W * 32) glu_sx(matvec_args a)
     if ((threadIdx.x & 31) == 0) a.yh[n] = __float2half_rn(glu_act(gu[0], gu[1], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
-// Warp w of block b takes rows NR (b W + w) .. + NR - 1.
-template <int T, int W, int NR, bool HDR>
+template <int NR, int PREF, bool HS>
+__device__ __forceinline__ void rd_iq4(const uint8_t *const rows[NR], const __half *xr, int k, float acc[NR]);
+
+// Warp w of block b takes rows NR (b W + w) .. + NR - 1.  IQV >= 0: IQ4_XS's rd_iq4 with PREF
+// IQV & 3, HS IQV >> 2 (past the last row: the last again, not written).
+template <int T, int W, int NR, bool HDR, int IQV = -1>
 __global__ void __launch_bounds__(W * 32) mv_v(matvec_args a)
 {
     const int n0 = (blockIdx.y * W + (threadIdx.x >> 5)) * NR;
@@ -196,7 +200,10 @@ __global__ void __launch_bounds__(W * 32) mv_v(matvec_args a)
 #pragma unroll
     for (int r = 0; r < NR; r++) rows[r] = a.seg[0].w + (size_t)min(n0 + r, a.seg[0].n - 1) * a.row_bytes;
     float acc[NR];
-    row_dots_v<T, NR, HDR>(rows, a.x, a.k, acc);
+    if constexpr (IQV >= 0)
+        rd_iq4<NR, IQV & 3, (IQV >> 2) != 0>(rows, a.x, a.k, acc);
+    else
+        row_dots_v<T, NR, HDR>(rows, a.x, a.k, acc);
     if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
     for (int r = 0; r < NR; r++)
@@ -257,6 +264,96 @@ __global__ void __launch_bounds__(256) mv_iq4_2rows(matvec_args a)
     if ((threadIdx.x & 31) != 0) return;
     a.seg[0].y[n0] = acc[0][0];
     if (n0 + 1 < a.seg[0].n) a.seg[0].y[n0 + 1] = acc[1][0];
+}
+
+// IQ4_XS variants of row_dots_mma (issue 28, fifteenth session): NR rows a warp in NP = (NR + 1) / 2
+// pairs of A rows g and g + 8 (a pair's mma chains share the lane's input words: one input load for
+// up to NR rows); PREF 1: the next chunk's raw quants and header loaded before this chunk's decode
+// (2: its inputs too); HS: the sub-block scale in FP16 arithmetic (iq4xs_h_scale_h, the same bits).
+// Per row the same mma chains as main's: NR 1, PREF 0, HS 0 is main's code.
+template <int NR, int PREF, bool HS>
+__device__ __forceinline__ void rd_iq4(const uint8_t *const rows[NR], const __half *xr, int k, float acc[NR])
+{
+    constexpr int NP = (NR + 1) / 2;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float d[NP][2][4];
+#pragma unroll
+    for (int p = 0; p < NP; p++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) d[p][h][e] = 0.0f;
+    const int nchunks = k / 32;
+    iq4xs_raw q[NR];
+    uint32_t xw[16];
+    if (PREF) {
+        const int c = min(lane, nchunks - 1);
+#pragma unroll
+        for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], c);
+        if (PREF >= 2) load_x_words((const uint4 *)(xr + 32 * c), lane < nchunks, xw);
+    }
+    for (int c0 = 0; c0 < nchunks; c0 += WARP) {
+        const bool live = c0 + lane < nchunks;
+        const int c = live ? c0 + lane : nchunks - 1;
+        if (!PREF)
+#pragma unroll
+            for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], c);
+        if (PREF < 2) load_x_words((const uint4 *)(xr + 32 * c), live, xw);
+        iq4xs_raw qn[NR];
+        uint32_t xn[16];
+        if (PREF) {
+            const int cn = min(c0 + WARP + lane, nchunks - 1);
+#pragma unroll
+            for (int r = 0; r < NR; r++) qn[r] = iq4xs_load(rows[r], cn);
+            if (PREF >= 2) load_x_words((const uint4 *)(xr + 32 * cn), c0 + WARP + lane < nchunks, xn);
+        }
+        __half2 dl[NR];
+#pragma unroll
+        for (int r = 0; r < NR; r++) dl[r] = HS ? iq4xs_h_scale_h(q[r].h, c & 7) : iq4xs_h_scale(q[r].h, c & 7);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __half2 p[NR][4];
+#pragma unroll
+            for (int r = 0; r < NR; r++) iq4_h_word(q[r].u[i], dl[r], &p[r][0], &p[r][2]);
+#pragma unroll
+            for (int pp = 0; pp < NP; pp++)
+                iq4_word_mma(d[pp], p[2 * pp], p[min(2 * pp + 1, NR - 1)], 2 * pp + 1 < NR, xw, i);
+        }
+        if (PREF) {
+#pragma unroll
+            for (int r = 0; r < NR; r++) q[r] = qn[r];
+            if (PREF >= 2)
+#pragma unroll
+                for (int j = 0; j < 16; j++) xw[j] = xn[j];
+        }
+    }
+    const bool diag = t == (g >> 1);
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        const int pp = r / 2, e = r & 1;
+        const float v = (g & 1) ? d[pp][0][2 * e + 1] + d[pp][1][2 * e + 1] : d[pp][0][2 * e] + d[pp][1][2 * e];
+        acc[r] = warp_sum(diag ? v : 0.0f);
+    }
+}
+
+// The GLU, NF features (gate and up rows each: A rows g and g + 8 of a pair) a warp.
+template <int NF, int W, int PREF, bool HS>
+__global__ void __launch_bounds__(W * 32) glu_iq4v(matvec_args a)
+{
+    const int f0 = (blockIdx.y * W + (threadIdx.x >> 5)) * NF, nf = a.seg[0].n;
+    if (f0 >= nf) return;
+    const uint8_t *rows[2 * NF];
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+        const size_t o = (size_t)min(f0 + f, nf - 1) * a.row_bytes;
+        rows[2 * f] = a.seg[0].w + o, rows[2 * f + 1] = a.seg[1].w + o;
+    }
+    float gu[2 * NF];
+    rd_iq4<2 * NF, PREF, HS>(rows, a.x, a.k, gu);
+    if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+        if (f0 + f < nf) a.yh[f0 + f] = __float2half_rn(glu_act(gu[2 * f], gu[2 * f + 1], a.glu_limit, a.glu_alpha, a.glu_gelu));
 }
 
 template <int MMA>
@@ -369,6 +466,9 @@ struct shape { const char *name; int t, n, k; bool glu; };
 
 typedef void (*kfn)(matvec_args);
 struct variant { const char *name; kfn f; int w, nr; bool sx; int threads = 0; }; // threads: 0 = w * 32
+// A row of the variant tables for an IQ4_XS layout (mv_v's IQV = PREF + 4 HS; glu_iq4v)
+#define IQ4V(name, W, NR, V) variant{name, mv_v<T_IQ4_XS, W, NR, false, V>, W, NR, false}
+#define IQG(name, W, NF, PREF, HS) variant{name, glu_iq4v<NF, W, PREF, HS>, W, NF, false}
 
 int main(int argc, char **argv)
 {
@@ -390,6 +490,7 @@ int main(int argc, char **argv)
         {"Wq 4096x4096 iq4_xs", T_IQ4_XS, 4096, 4096, false},
         {"down 4096x14336 iq4_xs", T_IQ4_XS, 4096, 14336, false},
         {"gate+up 2x14336x4096 iq4_xs", T_IQ4_XS, 14336, 4096, true},
+        {"8B QKV 6144x4096 iq4_xs", T_IQ4_XS, 6144, 4096, false},
         {"g4 QKV 16384x5376 q4_k", T_Q4_K, 16384, 5376, false},
         {"g4 O 5376x8192 q4_k", T_Q4_K, 5376, 8192, false},
         {"g4 down 5376x21504 q4_k", T_Q4_K, 5376, 21504, false},
@@ -460,12 +561,21 @@ int main(int argc, char **argv)
             if (sh.glu)
                 vs = {{"main glu (mma, words)", (kfn)glu_iq4_xs_1, 8, 1, false},
                       {"glu mma whole chunk", glu_iq4<1>, 8, 1, false},
-                      {"glu fp32 ffma", glu_iq4<0>, 8, 1, false}};
+                      {"glu fp32 ffma", glu_iq4<0>, 8, 1, false},
+                      // IQ4_XS variants (rd_iq4): name, warps a block, features (rows) a warp, PREF, HS
+                      IQG("v glu copy", 8, 1, 0, false), IQG("v glu hs", 8, 1, 0, true), IQG("v glu pref", 8, 1, 1, false),
+                      IQG("v glu pref hs", 8, 1, 1, true), IQG("v glu pref2", 8, 1, 2, false), IQG("v glu 4w", 4, 1, 0, false),
+                      IQG("v glu 2 feat", 8, 2, 0, false), IQG("v glu 2 feat 4w", 4, 2, 0, false),
+                      IQG("v glu 2 feat pref", 8, 2, 1, false), IQG("v glu 2 feat pref 4w", 4, 2, 1, false)};
             else
                 vs = {{"main (mma, words)", (kfn)matvec_iq4_xs_1, 8, 1, false},
                       {"mma whole chunk", mv_iq4<1>, 8, 1, false},
                       {"fp32 ffma", mv_iq4<0>, 8, 1, false},
-                      {"mma 2 rows/warp", mv_iq4_2rows, 8, 2, false}};
+                      {"mma 2 rows/warp", mv_iq4_2rows, 8, 2, false},
+                      IQ4V("v copy", 8, 1, 0), IQ4V("v hs", 8, 1, 4), IQ4V("v pref", 8, 1, 1), IQ4V("v pref hs", 8, 1, 5),
+                      IQ4V("v pref2", 8, 1, 2), IQ4V("v 4w", 4, 1, 0), IQ4V("v 2 rows 4w", 4, 2, 0), IQ4V("v 2 rows 4w hs", 4, 2, 4),
+                      IQ4V("v 2 rows 4w pref", 4, 2, 1), IQ4V("v 2 rows 8w pref", 8, 2, 1), IQ4V("v 2 rows 4w pref2", 4, 2, 2),
+                      IQ4V("v 4 rows 4w", 4, 4, 0), IQ4V("v 4 rows 2w", 2, 4, 0)};
         } else if (sh.glu) {
             vs = {{"main glu", (kfn)glu_q4_k_1, 8, 1, false},
                   {"glu hdr16", glu_v<T_Q4_K, 8, true>, 8, 1, false},

@@ -122,6 +122,21 @@ __device__ __forceinline__ void load_x_words(const uint4 *xp, bool live, uint32_
     }
 }
 
+// The two mma of word i of a lane's IQ4_XS chunk (iq4_h_word's pairs: the low nibbles' feed step
+// i, the high ones' step 4 + i) into the chains d[0], d[1]: row pairs p0 in A row g, p1 (two) in
+// row g + 8 (else zeros), the inputs' words xw.  row_dots_mma's, and scripts/mvbench.cu's.
+__device__ __forceinline__ void iq4_word_mma(float d[2][4], const __half2 p0[4], const __half2 p1[4], bool two,
+                                             const uint32_t xw[16], int i)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int st = i + 4 * h;
+        const uint32_t af[4] = {h2_bits(p0[2 * h]), two ? h2_bits(p1[2 * h]) : 0u, h2_bits(p0[2 * h + 1]),
+                                two ? h2_bits(p1[2 * h + 1]) : 0u};
+        mma_16816(d[h], af, xw[2 * st], xw[2 * st + 1]);
+    }
+}
+
 // row_dots for one activation row (NR = 1 or 2) with the products on the tensor cores: the
 // FP32 half of row_dots (a conversion of each weight and each input, an FFMA per weight) is
 // most of a matvec's instructions once the decode is cheap.  One m16n8k16 per 4 weight pairs
@@ -135,8 +150,12 @@ __device__ __forceinline__ void load_x_words(const uint4 *xp, bool live, uint32_
 // at a time before the mma that take it, 4 registers of quants live a row instead of 16 of
 // pairs: 44 registers for the GLU instead of 62, and 7-8 % faster one-matrix products alone
 // (scripts/mvbench.cu times both).  Q2_K's raw chunk (8 words and its scales) would save few
-// registers, Q3_K's (16 words) none.
-template <int T, int NR, bool WORDS = T == T_IQ4_XS>
+// registers, Q3_K's (16 words) none.  PREF (WORDS only): the next pass's raw chunk is loaded
+// before this one is decoded -- the same sums, 6 registers more: the carried-norm kernels of the
+// batch-1 step take it (+3.3 % on the 8B IQ4_XS step, their resident blocks unchanged where it
+// counts), the plain ones not (alone in mvbench it cost them a block an SM: the QKV shape -16 %;
+// docs/benchmarks.md "IQ4_XS's one-row products load a pass ahead").
+template <int T, int NR, bool PREF = false, bool WORDS = T == T_IQ4_XS>
 __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], const matvec_args &a, int m0,
                                              float acc[NR][1])
 {
@@ -145,6 +164,11 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
     const __half *xr = a.x + (size_t)min(m0, a.m - 1) * a.ldx;
     float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}}; // two chains of mma
     const int nchunks = a.k / 32;
+    iq4xs_raw q[NR]; // WORDS: this pass's chunk as it lies (PREF: loaded the pass before)
+    if constexpr (WORDS && PREF) {
+#pragma unroll
+        for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], min(lane, nchunks - 1));
+    }
     for (int c0 = 0; c0 < nchunks; c0 += WARP) {
         const bool live = c0 + lane < nchunks;
         const int c = live ? c0 + lane : nchunks - 1;
@@ -152,23 +176,35 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
         uint32_t xw[16];
         if constexpr (WORDS) {
             static_assert(T == T_IQ4_XS, "the word-at-a-time decode is IQ4_XS's");
-            // word i's pairs feed steps i and 4 + i (its low and high nibbles)
-            iq4xs_raw q[NR];
+            // word i's pairs feed steps i and 4 + i (its low and high nibbles); PREF: the next
+            // pass's chunk (past the last: the last again) is loaded before this one is decoded
+            iq4xs_raw qn[NR];
+            __half2 dl[NR];
+            if constexpr (!PREF) {
 #pragma unroll
-            for (int r = 0; r < NR; r++) q[r] = iq4xs_load(rows[r], c);
+                for (int r = 0; r < NR; r++) {
+                    q[r] = iq4xs_load(rows[r], c);
+                    dl[r] = iq4xs_h_scale(q[r].h, c & 7);
+                }
+            }
             load_x_words(xp, live, xw);
+            if constexpr (PREF) {
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    qn[r] = iq4xs_load(rows[r], min(c0 + WARP + lane, nchunks - 1));
+                    dl[r] = iq4xs_h_scale(q[r].h, c & 7);
+                }
+            }
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 __half2 p[NR][4];
 #pragma unroll
-                for (int r = 0; r < NR; r++) iq4_h_word(q[r].u[i], q[r].dl, &p[r][0], &p[r][2]);
+                for (int r = 0; r < NR; r++) iq4_h_word(q[r].u[i], dl[r], &p[r][0], &p[r][2]);
+                iq4_word_mma(d, p[0], p[NR - 1], NR > 1, xw, i);
+            }
+            if constexpr (PREF) {
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int st = i + 4 * h;
-                    const uint32_t af[4] = {h2_bits(p[0][2 * h]), NR > 1 ? h2_bits(p[NR - 1][2 * h]) : 0u,
-                                            h2_bits(p[0][2 * h + 1]), NR > 1 ? h2_bits(p[NR - 1][2 * h + 1]) : 0u};
-                    mma_16816(d[h], af, xw[2 * st], xw[2 * st + 1]);
-                }
+                for (int r = 0; r < NR; r++) q[r] = qn[r];
             }
         } else {
             __half2 wh[NR][16];
@@ -193,14 +229,15 @@ __device__ __forceinline__ void row_dots_mma(const uint8_t *const rows[NR], cons
 }
 
 // The dot products of a block's rows: the FP16 decode, or (Q8, one activation row) the
-// integer products with the q8 row of dot_q8.cuh.
-template <int T, int MT, int NR, bool Q8>
+// integer products with the q8 row of dot_q8.cuh.  PREF: row_dots_mma's (the carried norms'
+// kernels).
+template <int T, int MT, int NR, bool Q8, bool PREF = false>
 __device__ __forceinline__ void dots(const uint8_t *const rows[NR], const matvec_args &a, int m0, float acc[NR][MT])
 {
     if constexpr (Q8)
         row_dots_q8<T, NR>(rows, a, acc);
     else if constexpr (MT == 1 && mv_mma<T>::on)
-        row_dots_mma<T, NR>(rows, a, m0, acc);
+        row_dots_mma<T, NR, PREF>(rows, a, m0, acc);
     else
         row_dots<T, MT, NR>(rows, a, m0, acc);
 }
@@ -385,7 +422,9 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, const matvec_r
     }
     const uint8_t *rows[1] = {sg.w + (size_t)n * a.row_bytes};
     float acc[1][MT];
-    if (live) dots<T, MT, 1, Q8>(rows, a, m0, acc);
+    // (the batch-1 step's QKV with its norm and its residual products load a pass ahead; the
+    // plain matvec_nin not: unmeasured)
+    if (live) dots<T, MT, 1, Q8, NORM == NORM_OUT || (ROPE && NORM == NORM_IN)>(rows, a, m0, acc);
     if constexpr (ROPE) {
         __shared__ float res[MATVEC_WARPS];
         float v = acc[0][0];
@@ -513,7 +552,7 @@ __device__ __forceinline__ void glu_body(const matvec_args &a)
     if (!live && NORM != NORM_IN) return;
     const uint8_t *rows[2] = {a.seg[0].w + (size_t)n * a.row_bytes, a.seg[1].w + (size_t)n * a.row_bytes};
     float gu[2][MT];
-    if (live) dots<T, MT, 2, Q8>(rows, a, m0, gu);
+    if (live) dots<T, MT, 2, Q8, NORM == NORM_IN>(rows, a, m0, gu);
     if constexpr (NORM == NORM_IN) {
         const float sc = norm_in_scale(a.norm);
         gu[0][0] *= sc, gu[1][0] *= sc;

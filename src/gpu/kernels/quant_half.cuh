@@ -141,28 +141,30 @@ __device__ __forceinline__ __half2 iq4xs_h_scale(uint2 hdr, int s)
     return __float2half2_rn(half_bits_to_float((uint16_t)(hdr.x & 0xFFFF)) * (float)(ls - 32));
 }
 
-// A chunk of IQ4_XS as it lies: its four words of quants and its scale, decoded a word at a
-// time (iq4_h_word) by the one-row products, which so keep 4 registers of it live instead
-// of the 16 of decoded pairs (row_dots_mma: registers bound how many warps stream weights).
+// A chunk of IQ4_XS as it lies: its four words of quants and its super-block's first 8 bytes
+// (d and the scales), decoded a word at a time (iq4_h_word) under iq4xs_h_scale(h, c & 7) by
+// the one-row products, which so keep 6 registers of it live instead of the 16 of decoded
+// pairs (row_dots_mma: registers bound how many warps stream weights) and load the next
+// chunk's while they decode this one (nothing computed from the loads until they are used).
 struct iq4xs_raw {
     uint32_t u[4];
-    __half2 dl;
+    uint2 h;
 };
 
 __device__ __forceinline__ iq4xs_raw iq4xs_load(const uint8_t *row, int c)
 {
     const uint8_t *b = row + (size_t)(c >> 3) * 136;
-    const int s = c & 7;
-    const uint2 *qp = (const uint2 *)(b + 8 + 16 * s);
+    const uint2 *qp = (const uint2 *)(b + 8 + 16 * (c & 7));
     const uint2 v0 = __ldg(qp), v1 = __ldg(qp + 1);
-    return {{v0.x, v0.y, v1.x, v1.y}, iq4xs_h_scale(__ldg((const uint2 *)b), s)};
+    return {{v0.x, v0.y, v1.x, v1.y}, __ldg((const uint2 *)b)};
 }
 
 template <> __device__ __forceinline__ void load_chunk_h<T_IQ4_XS>(const uint8_t *row, int c, __half2 w[16])
 {
     const iq4xs_raw q = iq4xs_load(row, c);
+    const __half2 dl = iq4xs_h_scale(q.h, c & 7);
 #pragma unroll
-    for (int i = 0; i < 4; i++) iq4_h_word(q.u[i], q.dl, &w[2 * i], &w[8 + 2 * i]);
+    for (int i = 0; i < 4; i++) iq4_h_word(q.u[i], dl, &w[2 * i], &w[8 + 2 * i]);
 }
 
 // ---- mmq's IQ4 fragments (load_oct_h of IQ4_XS and IQ4_NL): a lane's oct is the low (o < 2) or

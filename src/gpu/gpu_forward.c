@@ -361,7 +361,8 @@ static bool mmq_narrow_format(const gpu_engine *g, const gpu_matrix *w)
 /* (Dense products of rows that end in a partial stage take it too, as the grouped MoE launches
  * do for gpt-oss's 2,880 and GLM-4.5-Air's 1,408 inputs -- mmq's bits with the same splits, tested
  * -- since 2026-11-28: DeepSeek-V2-Lite's dense Q5_0 down rows of 10,944 at B=8 took mmq's 15 k
- * splits and mmq_reduce; docs/benchmarks.md "DeepSeek-V2-Lite's batch-8 input products ...") */
+ * splits and mmq_reduce; docs/benchmarks.md "DeepSeek-V2-Lite's batched decode: act_lo in the
+ * narrow pass, ...") */
 static bool mmq_narrow_serves(const gpu_engine *g, const gpu_matrix *w, int m)
 {
     return (g->det || m > 1) && m <= MMQN_MAX_M && mmq_narrow_format(g, w);

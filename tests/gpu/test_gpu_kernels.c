@@ -3131,6 +3131,63 @@ static void test_moe_route_groups(void **state)
     }
 }
 
+/* moe_router at a decode batch's grid (a block an expert: gpu_forward.c moe_experts up to
+ * GPU_MOE_ROUTER_SPREAD tokens) against the prompt's (8 experts a block, in turn): the same bits
+ * for every token, as the kernel's comment has it; both within FP32's rounding of a double sum
+ * (gpt-oss-20b's 32 experts of 2,880 with its bias, DeepSeek-V2-Lite's 64 of 2,048, Qwen3's
+ * 128 at 13 tokens: a partial group of 8). */
+static void test_moe_router_blocks(void **state)
+{
+    (void)state;
+    static const struct {
+        int n, ne, T;
+        bool bias;
+    } cases[] = {{2880, 32, 32, true}, {2048, 64, 32, false}, {2048, 128, 13, false}, {2880, 32, 64, true}};
+    uint64_t seed = 91;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n = cases[c].n, ne = cases[c].ne, T = cases[c].T, pb1 = 1, pb8 = 8;
+        float *x = malloc((size_t)T * n * sizeof *x), *w = malloc((size_t)ne * n * sizeof *w);
+        float *b = malloc(ne * sizeof *b), *l1 = malloc((size_t)T * ne * sizeof *l1);
+        float *l8 = malloc((size_t)T * ne * sizeof *l8);
+        for (size_t i = 0; i < (size_t)T * n; i++) x[i] = 4.0f * gpu_test_randf(&seed);
+        for (size_t i = 0; i < (size_t)ne * n; i++) w[i] = 0.05f * gpu_test_randf(&seed);
+        for (int i = 0; i < ne; i++) b[i] = gpu_test_randf(&seed);
+        CUdeviceptr dx = upload(x, (size_t)T * n * sizeof *x), dw = upload(w, (size_t)ne * n * sizeof *w);
+        CUdeviceptr db = upload(b, ne * sizeof *b), bias = cases[c].bias ? db : 0;
+        CUdeviceptr d1 = poisoned((size_t)T * ne), d8 = poisoned((size_t)T * ne);
+        unsigned gx = (unsigned)((T + GPU_MOE_ROUTER_TOKENS - 1) / GPU_MOE_ROUTER_TOKENS);
+        void *a1[] = {&dx, &dw, &bias, &n, &ne, &T, &pb1, &d1};
+        launch(&G.k.moe_router, (gpu_launch_dims){gx, (unsigned)ne, 1, 256}, a1);
+        void *a8[] = {&dx, &dw, &bias, &n, &ne, &T, &pb8, &d8};
+        launch(&G.k.moe_router, (gpu_launch_dims){gx, (unsigned)((ne + 7) / 8), 1, 256}, a8);
+        download(l1, d1, (size_t)T * ne * sizeof *l1);
+        download(l8, d8, (size_t)T * ne * sizeof *l8);
+        double worst = 0.0;
+        for (int t = 0; t < T; t++)
+            for (int e = 0; e < ne; e++) {
+                double ref = cases[c].bias ? b[e] : 0.0, mag = 0.0;
+                for (int i = 0; i < n; i++) {
+                    double p = (double)x[(size_t)t * n + i] * w[(size_t)e * n + i];
+                    ref += p, mag += fabs(p);
+                }
+                double r = fabs(l1[(size_t)t * ne + e] - ref) / (mag + 1.0);
+                if (!(r <= 1e-4)) fail_msg("moe_router n %d ne %d T %d: token %d expert %d %g vs %g", n, ne, T, t, e,
+                                           l1[(size_t)t * ne + e], ref);
+                if (r > worst) worst = r;
+            }
+        if (memcmp(l1, l8, (size_t)T * ne * sizeof *l1))
+            fail_msg("moe_router n %d ne %d T %d: a block an expert differs from 8 experts a block", n, ne, T);
+        print_message("  moe_router n %d, %d experts, %d tokens: a block an expert = 8 a block bit for bit, "
+                      "%.1e of the double sum's magnitude at worst\n", n, ne, T, worst);
+        CHECK(cu.cuMemFree(dx));
+        CHECK(cu.cuMemFree(dw));
+        CHECK(cu.cuMemFree(db));
+        CHECK(cu.cuMemFree(d1));
+        CHECK(cu.cuMemFree(d8));
+        free(x), free(w), free(b), free(l1), free(l8);
+    }
+}
+
 /* The batch-1 MoE layer's carried norms (kernels/moe.cuh) over a residual x in the hundreds
  * whose norm input norm_prep made: moe_router_norm's logits against rmsnorm's FP32 row +
  * moe_router (to FP32's rounding); moe_glu_norm against rmsnorm's FP16 row + moe_glu (the same
@@ -3383,6 +3440,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_delta_rule),
         cmocka_unit_test(test_delta_step_fused),
         cmocka_unit_test(test_moe_route_groups),
+        cmocka_unit_test(test_moe_router_blocks),
         cmocka_unit_test(test_moe_norm_carried),
     };
     if (!gpu_test_have_device()) return GPU_TEST_SKIPPED;

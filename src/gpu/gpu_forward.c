@@ -973,9 +973,8 @@ static int moe_chunk(gpu_engine *g, const gpu_layer *L, int t0, int n, const moe
     const bool route_sort = narrow && rw * route_bytes <= GPU_MOE_ROUTE_SORT_SMEM && sort_bytes <= GPU_MOE_ROUTE_SORT_SMEM;
     /* moe_glu routes inside its blocks; the other paths launch moe_route first */
     if ((grouped || L->geglu) && !route_sort &&
-        gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32},
-                        (unsigned)((2 * ne + L->n_group) * sizeof(float)),
-                        g->stream, route, what, err, errlen))
+        gpu_launch_smem(&g->k.moe_route, (gpu_launch_dims){(unsigned)n, 1, 1, 32}, route_bytes, g->stream, route,
+                        what, err, errlen))
         return -1;
     if (!grouped) {
         moe_mv_args a = {.w0 = U8(gate->d), .w1 = U8(up->d), .expert_bytes = gate->expert_bytes,

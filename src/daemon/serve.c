@@ -339,6 +339,28 @@ static int pick_pooling(const inferd_opts *o, const serve_state *st, int32_t ran
     return pooling;
 }
 
+/* --speculative mtp, once the model is loaded: what is built and what is not.  The CPU engine
+ * runs a Qwen3.5 file's MTP block (engine_mtp_step), but every family with one is hybrid, and
+ * speculating on a recurrent state needs it rolled back past a rejected draft, which is not
+ * built (sched_create refuses it): so the mode is refused, saying which part is missing. */
+static int refuse_mtp(const model *m, const inferd_opts *o)
+{
+    if (!m->mtp.bound) {
+        log_error("--speculative mtp: the model has no MTP block (nextn_predict_layers%s)",
+                  m->hp.n_mtp > 0 ? " is set but the block's tensors are not in the file, or its family's block is "
+                                    "not built: Qwen3.5's is" : " is not set");
+        return -1;
+    }
+    if (o->device == ENGINE_DEVICE_CUDA || o->tensor_parallel > 1) {
+        log_error("--speculative mtp on the GPU engine: not built yet (issue 31); the CPU engine runs the block");
+        return -1;
+    }
+    log_error("--speculative mtp: the CPU engine runs %s's MTP block, but speculative decoding of a model with "
+              "recurrent state cannot roll a rejected draft back yet (issue 31); run with --speculative off",
+              m->desc->name);
+    return -1;
+}
+
 /* --speculative draft: the draft model, its tokenizer checked against the target's, and an
  * engine for it with the target's rows (tc: the target's configuration, its engine not open
  * yet), on the device the target asks for.  It opens first, with a KV pool of exactly its rows
@@ -398,10 +420,6 @@ static int load(serve_state *st, const inferd_opts *o)
 {
     char err[512] = "";
     if (tp_check_flags(o) != 0) return -1;
-    if (o->speculative == OPTS_SPEC_MTP) {
-        log_error("--speculative mtp: not built yet (issue 31); ngram, draft and off are");
-        return -1;
-    }
     if (o->speculative == OPTS_SPEC_DRAFT && !o->model_draft[0]) {
         log_error("--speculative draft needs --model-draft FILE (a smaller model of the same vocabulary)");
         return -1;
@@ -414,6 +432,7 @@ static int load(serve_state *st, const inferd_opts *o)
         log_error("cannot load the model: %s", err); /* err starts with the path */
         return -1;
     }
+    if (o->speculative == OPTS_SPEC_MTP && refuse_mtp(st->m, o) != 0) return -1;
     if (signalled(st)) return -1;
     notify_status("loading the tokenizer of %s", o->model);
     if (!(st->tok = tokenizer_load(st->m->gguf, err, sizeof err))) {

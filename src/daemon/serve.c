@@ -340,9 +340,9 @@ static int pick_pooling(const inferd_opts *o, const serve_state *st, int32_t ran
 }
 
 /* --speculative mtp, once the model is loaded: what is built and what is not.  The CPU engine
- * runs a Qwen3.5 file's MTP block (engine_mtp_step), but every family with one is hybrid, and
- * speculating on a recurrent state needs it rolled back past a rejected draft, which is not
- * built (sched_create refuses it): so the mode is refused, saying which part is missing. */
+ * runs a Qwen3.5 file's MTP block (engine_mtp_step) and the scheduler rolls a hybrid's state
+ * back past a rejected draft (sched.c: spec_rewind), but the proposer that drafts with the
+ * block is not built: so the mode is refused, saying which part is missing. */
 static int refuse_mtp(const model *m, const inferd_opts *o)
 {
     if (!m->mtp.bound) {
@@ -355,9 +355,8 @@ static int refuse_mtp(const model *m, const inferd_opts *o)
         log_error("--speculative mtp on the GPU engine: not built yet (issue 31); the CPU engine runs the block");
         return -1;
     }
-    log_error("--speculative mtp: the CPU engine runs %s's MTP block, but speculative decoding of a model with "
-              "recurrent state cannot roll a rejected draft back yet (issue 31); run with --speculative off",
-              m->desc->name);
+    log_error("--speculative mtp: the CPU engine runs %s's MTP block, but the proposer that drafts with it is not "
+              "built yet (issue 31); run with --speculative ngram or off", m->desc->name);
     return -1;
 }
 
@@ -454,8 +453,9 @@ static int load(serve_state *st, const inferd_opts *o)
         .device = o->gpu,
         .tensor_parallel = o->tensor_parallel,
         .kv_cache_mb = (size_t)o->kv_cache_size,
-        /* a hybrid model's recurrent states: one per row, as many again for prefix snapshots */
-        .n_states = 2 * o->parallel,
+        /* a hybrid model's recurrent states: one per row, as many again for prefix snapshots, and
+         * speculating one more per row, its state before a verification (sched.c: spec_rewind) */
+        .n_states = (spec ? 3 : 2) * o->parallel,
         .max_draft = spec ? o->draft_max : 0,
         .deterministic = o->deterministic,
         .verbose = o->log_level == LOG_DEBUG,

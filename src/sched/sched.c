@@ -99,6 +99,9 @@ struct sched {
     kvcache *kv_swa;
     int swa_window;
     statecache *states;  /* a hybrid model's recurrent-state slots and snapshots; NULL otherwise */
+    /* Speculating on a hybrid: engine state slots spec_backup + row hold each row's state from
+     * before its verification (spec_rewind), outside the statecache's (-1: none). */
+    int spec_backup;
     int max_ctx;         /* sched_max_context */
     int decode_rr;       /* round-robin start when decodes alone exceed the budget */
     int embed_credit;    /* prefill-only tokens steps with decodes may still carry (plan_step) */
@@ -934,6 +937,23 @@ static void spec_adapt(const sched *s, sched_req *r, int n_draft, int accepted)
     }
 }
 
+/* A hybrid's verification that rejected a draft left the row's recurrent state past the
+ * accepted tokens, and a recurrence cannot rewind: the state from before the verification
+ * (copied in spec_plan) comes back and the sequence goes back to the verification's start, so
+ * the accepted tokens are fed again as a chunk that samples nothing (prefilling: a
+ * recomputation's) before the new pending token decodes.  On the CPU a chunk gives the bits of
+ * feeding its tokens one by one, so the output is that without drafts. */
+static void spec_rewind(sched *s, sched_req *r, int n_past0)
+{
+    char err[256];
+    if (engine_state_copy(s->e, r->state, s->spec_backup + r->slot, err, sizeof err) != 0) {
+        log_warn("request %s: restoring its recurrent state after a rejected draft failed: %s", r->id, err);
+        req_finish(s, r, SCHED_FINISH_ERROR, err);
+        return;
+    }
+    r->n_past = n_past0;
+}
+
 /* Applies a verification: the accepted drafts and the token after them go through the text
  * pipeline one by one, exactly as decodes would have delivered them (a stop string, the end
  * of the grammar, max_tokens or an end-of-generation token ends the request at that token),
@@ -969,6 +989,7 @@ static void spec_done(sched *s, int i, uint64_t now)
     if (s->kv_swa) kvcache_truncate(s->kv_swa, &r->kv_swa, r->n_past + 1);
     drop_out_of_window(s, r);
     proposer_keep(s->prop, row, r->n_toks - 1); /* all but the new pending token stand */
+    if (s->states && accepted < n_draft) spec_rewind(s, r, n_past0);
 }
 
 static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int n_tokens, bool want)
@@ -1009,6 +1030,12 @@ static int spec_plan(sched *s, int n_rows)
         if (k > 0 && !grow_blocks(s, r, r->n_past + 1 + k)) { /* the blocks it did get go back */
             kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
             if (s->kv_swa) kvcache_truncate(s->kv_swa, &r->kv_swa, r->n_past + 1);
+            k = 0;
+        }
+        char err[256]; /* a hybrid's state before the verification, for spec_rewind */
+        if (k > 0 && s->states && engine_state_copy(s->e, s->spec_backup + r->slot, r->state, err, sizeof err) != 0) {
+            log_warn("request %s: no drafts this step (copying its recurrent state failed: %s)", r->id, err);
+            kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
             k = 0;
         }
         proposer_keep(s->prop, r->slot, r->n_toks + k);
@@ -1416,15 +1443,20 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     }
     s->swa_window = engine_kv_swa_window(e);
     s->stats.kv_swa_blocks_total = s->stats.kv_swa_blocks_free = swa_blocks;
-    /* A hybrid model: one state slot per row, the rest hold prefix snapshots. */
-    int n_states = engine_state_slots(e);
-    if (n_states > 0 && n_states < cfg->n_slots) {
-        snprintf(err, errlen, "sched: the engine has %d recurrent-state slots for %d rows", n_states, cfg->n_slots);
+    /* A hybrid model: one state slot per row, the rest hold prefix snapshots; speculating, the
+     * last n_slots are the rows' states before a verification (spec_rewind), not the cache's. */
+    const int all_states = engine_state_slots(e);
+    const int backups = all_states > 0 && cfg->spec != SCHED_SPEC_OFF ? cfg->n_slots : 0;
+    const int n_states = all_states - backups;
+    s->spec_backup = backups ? n_states : -1;
+    if (all_states > 0 && n_states < cfg->n_slots) {
+        snprintf(err, errlen, "sched: the engine has %d recurrent-state slots for %d rows%s", all_states,
+                 cfg->n_slots, backups ? " and as many to roll speculation back from" : "");
         kvcache_free(s->kv);
         free(s);
         return NULL;
     }
-    if (n_states > 0 && !(s->states = statecache_create(n_states, n_states - cfg->n_slots))) {
+    if (all_states > 0 && !(s->states = statecache_create(n_states, n_states - cfg->n_slots))) {
         snprintf(err, errlen, "sched: out of memory");
         kvcache_free(s->kv);
         free(s);
@@ -1453,11 +1485,6 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
         if (cfg->draft_max < 1 || cfg->draft_max > ec->max_draft) {
             snprintf(err, errlen, "sched: draft_max %d outside 1..%d (the engine's max_draft)", cfg->draft_max,
                      ec->max_draft);
-            goto fail;
-        }
-        if (s->states) {
-            snprintf(err, errlen, "speculative decoding is not available for %s: its recurrent state cannot be "
-                     "rolled back past a rejected draft yet (run with --speculative off)", engine_model(e)->desc->name);
             goto fail;
         }
         if (!(s->prop = make_proposer(s, cfg, err, errlen))) goto fail;

@@ -891,10 +891,47 @@ static void test_refusals(void **state)
     if (!he) fail_msg("hybrid engine: %s", err);
     cfg = (sched_config){.n_slots = 1, .ctx_per_slot = 64, .max_batch_tokens = 64, .queue_size = 1,
                          .spec = SCHED_SPEC_NGRAM, .draft_max = 4};
-    assert_null(sched_create(he, ht, &cfg, err, sizeof err));
-    assert_non_null(strstr(err, "recurrent state"));
+    assert_null(sched_create(he, ht, &cfg, err, sizeof err)); /* one state slot: none to roll back from */
+    assert_non_null(strstr(err, "and as many to roll speculation back from"));
     engine_free(he);
     tokenizer_free(ht);
+    model_free(hm);
+}
+
+/* A hybrid model (transformers' qwen3_5 reference: gated DeltaNet layers) speculates: before a
+ * verification the row's recurrent state is copied aside, and one that rejects a draft brings
+ * it back and feeds the accepted tokens again (sched.c: spec_rewind), so greedy and sampled
+ * outputs are those without drafts.  The random model's free text never repeats (every n-gram
+ * draft rejected); under a grammar of repeated syllables its drafts are accepted in part. */
+static void test_hybrid_speculation(void **state)
+{
+    fixture *f = *state;
+    const char *env = getenv("INFERD_SHARED_DIR");
+    char path[1200], err[256];
+    snprintf(path, sizeof path, "%s/reference/qwen3_5.gguf", env && *env ? env : INFERD_SHARED_DIR);
+    model *hm = model_load(path, err, sizeof err);
+    if (!hm) {
+        print_message("skipping: cannot load %s: %s\n", path, err);
+        skip();
+    }
+    fixture hf = *f;
+    if (!(hf.tok = tokenizer_load(hm->gguf, err, sizeof err))) fail_msg("tokenizer: %s", err);
+    engine_config ec = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
+                        .max_draft = DRAFT_MAX, .n_states = 3 * N_SLOTS};
+    engine *he = engine_open(ENGINE_DEVICE_CPU, hm, &ec, err, sizeof err);
+    if (!he) fail_msg("hybrid engine: %s", err);
+    static const char re[] = "(la |lo |li ){12}la la la\\.";
+    grammar *g = grammar_from_regex(re, strlen(re), err, sizeof err);
+    if (!g) fail_msg("grammar: %s", err);
+    job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 40 + 16 * (i % 3), .temperature = i >= 6 ? 0.8f : 0.0f,
+                        .seed = 3 + (uint64_t)i, .ignore_eos = true, .g = i % 2 ? g : NULL};
+    sched_stats st = compare_spec(&hf, he, SCHED_SPEC_NGRAM, NULL, jobs, 8, "hybrid qwen3_5, n-gram");
+    assert_true(st.spec_draft_tokens > st.spec_accepted_tokens && st.spec_accepted_tokens > 0);
+    grammar_unref(g);
+    engine_free(he);
+    tokenizer_free(hf.tok);
     model_free(hm);
 }
 
@@ -926,6 +963,7 @@ int main(void)
         cmocka_unit_test(test_sampled_identical),
         cmocka_unit_test(test_rejection_sampling_distribution),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_hybrid_speculation),
     };
 #endif
     return cmocka_run_group_tests(tests, setup, teardown);

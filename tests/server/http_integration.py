@@ -2846,12 +2846,12 @@ def case_speculative():
     check(r.returncode != 0 and "the model has no MTP block (nextn_predict_layers" in r.stderr,
           f"--speculative mtp without a block: rc {r.returncode} {r.stderr[-400:]}")
     # a Qwen3.5 file with its MTP block (mkmodel --mtp 1) loads; the CPU engine runs the block
-    # (tests/cpu/test_mtp.c), but speculating on its recurrent state is not built: refused, saying so
+    # (tests/cpu/test_mtp.c), but the proposer that drafts with it is not built: refused, saying so
     qmtp = make_model("qwen35-mtp.gguf", "--preset", "qwen3.5-9b", "--n-layer", "4", "--n-embd", "128", "--n-head",
                       "2", "--n-head-kv", "1", "--head-dim", "64", "--n-ff", "128", "--n-vocab", "300", "--type",
                       "q8_0", "--mtp", "1")
     r = run_bin("-m", qmtp, "--host", "127.0.0.1", "--port", str(free_port()), "--speculative", "mtp", timeout=60)
-    check(r.returncode != 0 and "cannot roll a rejected draft back yet" in r.stderr,
+    check(r.returncode != 0 and "the proposer that drafts with it is not built yet" in r.stderr,
           f"--speculative mtp on qwen35: rc {r.returncode} {r.stderr[-400:]}")
     print(f"speculative: ngram {accepted:.0f} of {drafted:.0f} drafted tokens accepted; draft model "
           f"{', '.join(report)}; outputs unchanged")

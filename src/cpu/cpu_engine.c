@@ -932,23 +932,29 @@ static void mtp_input(cpu_engine *e, const engine_mtp_seq *seqs, int n_seqs, int
     matmul(e, e->x, e->mtp_in, n_tok, &m->mtp.eh_proj, NULL);
 }
 
-/* The block's head: h' = rmsnorm(x) * head_norm (hidden_out), logits = head · h', their argmax
- * (draft), logits_rows tokens at a time. */
+/* The block's head for the positions whose sequence asks for something (a catch-up asks for
+ * nothing: its K/V are what it is for): h' = rmsnorm(x) * head_norm (hidden_out), logits =
+ * head · h', their argmax (draft), logits_rows tokens at a time. */
 static void mtp_head(cpu_engine *e, const engine_mtp_seq *seqs, int n_tok)
 {
     const model *m = e->base.m;
     const int dim = m->hp.n_embd, n_vocab = m->hp.n_vocab;
-    for (int t = 0; t < n_tok; t++)
-        cpu_rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, m->mtp.head_norm.data, dim, m->hp.rms_eps);
-    for (int first = 0; first < n_tok; first += e->logits_rows) {
-        const int n = n_tok - first < e->logits_rows ? n_tok - first : e->logits_rows;
+    int n_out = 0;
+    for (int t = 0; t < n_tok; t++) {
+        const engine_mtp_seq *s = &seqs[e->tok_seq[t]];
+        if (!s->draft && !s->logits && !s->hidden_out) continue;
+        cpu_rmsnorm(e->xb + (size_t)n_out * dim, e->x + (size_t)t * dim, m->mtp.head_norm.data, dim, m->hp.rms_eps);
+        e->out_tok[n_out++] = t;
+    }
+    for (int first = 0; first < n_out; first += e->logits_rows) {
+        const int n = n_out - first < e->logits_rows ? n_out - first : e->logits_rows;
         matmul(e, e->logits, e->xb + (size_t)first * dim, n, &m->mtp.head, NULL);
         for (int r = 0; r < n; r++) {
-            const int t = first + r;
+            const int t = e->out_tok[first + r];
             const engine_mtp_seq *s = &seqs[e->tok_seq[t]];
             const int j = e->tok_pos[t] - s->pos;
-            const float *row = e->logits + (size_t)r * n_vocab;
-            if (s->hidden_out) memcpy(s->hidden_out + (size_t)j * dim, e->xb + (size_t)t * dim, (size_t)dim * sizeof(float));
+            const float *row = e->logits + (size_t)r * n_vocab, *h = e->xb + (size_t)(first + r) * dim;
+            if (s->hidden_out) memcpy(s->hidden_out + (size_t)j * dim, h, (size_t)dim * sizeof(float));
             if (s->logits) memcpy(s->logits + (size_t)j * n_vocab, row, (size_t)n_vocab * sizeof(float));
             if (!s->draft) continue;
             int best = 0;

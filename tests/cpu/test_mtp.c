@@ -317,7 +317,7 @@ static void test_reference_moe(void **state)
 
 /* Rollback: positions written with drafts that were then rejected are written again by the
  * next catch-up, and what follows is what a block that never saw the drafts gives; two rows in
- * one pass give what each gives alone. */
+ * one pass, one of them a catch-up that asks for nothing, give what each gives alone. */
 static void test_rewrite_and_rows(void **state)
 {
     (void)state;
@@ -339,7 +339,8 @@ static void test_rewrite_and_rows(void **state)
     s = (engine_mtp_seq){.slot = 0, .tokens = tok, .n_tokens = 6, .pos = 0, .hidden = rows, .logits = b};
     assert_int_equal(engine_mtp_step(fresh, &s, 1, err, sizeof err), 0);
     assert_memory_equal(a, b, sizeof a);
-    engine_mtp_seq two[2] = {{.slot = 1, .tokens = junk, .n_tokens = 3, .pos = 0, .hidden = junk_rows, .logits = c},
+    /* the first row a catch-up (no outputs: its head is skipped), the second's logits as alone */
+    engine_mtp_seq two[2] = {{.slot = 1, .tokens = junk, .n_tokens = 3, .pos = 0, .hidden = junk_rows},
                              {.slot = 0, .tokens = tok, .n_tokens = 6, .pos = 0, .hidden = rows, .logits = c + 3 * V}};
     assert_int_equal(engine_mtp_step(fresh, two, 2, err, sizeof err), 0);
     assert_memory_equal(c + 3 * V, b, sizeof b);

@@ -102,6 +102,10 @@ struct sched {
     /* Speculating on a hybrid: engine state slots spec_backup + row hold each row's state from
      * before its verification (spec_rewind), outside the statecache's (-1: none). */
     int spec_backup;
+    /* A proposer that observes the target's steps (mtp): each row's final hidden states of a
+     * step, [slot][max_batch_tokens][n_embd], and the step's observations; NULL otherwise. */
+    float *spec_hidden;
+    proposer_obs *spec_obs;
     int max_ctx;         /* sched_max_context */
     int decode_rr;       /* round-robin start when decodes alone exceed the budget */
     int embed_credit;    /* prefill-only tokens steps with decodes may still carry (plan_step) */
@@ -992,6 +996,25 @@ static void spec_done(sched *s, int i, uint64_t now)
     if (s->states && accepted < n_draft) spec_rewind(s, r, n_past0);
 }
 
+static float *spec_row_hidden(sched *s, int row)
+{
+    return s->spec_hidden + (size_t)row * (size_t)s->cfg.max_batch_tokens * (size_t)engine_model(s->e)->hp.n_embd;
+}
+
+/* A proposer that observes (mtp) is shown every row of the step that speculates: its tokens,
+ * their hidden states and its block table, before seq_done moves anything. */
+static void spec_observe(sched *s, int n)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        const engine_seq *q = &s->seqs[i];
+        if (!q->hidden) continue;
+        s->spec_obs[m++] = (proposer_obs){.slot = q->slot, .pos = q->pos, .tokens = q->tokens,
+                                          .n_tokens = q->n_tokens, .hidden = q->hidden, .blocks = q->blocks};
+    }
+    proposer_observe(s->prop, s->spec_obs, m);
+}
+
 static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int n_tokens, bool want)
 {
     s->seqs[*n] = (engine_seq){
@@ -1007,6 +1030,7 @@ static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int 
         .sp = &r->sp,
         .allowed = want ? r->mask : NULL,
         .embed = r->embed ? &r->em : NULL,
+        .hidden = s->spec_hidden && r->speculate && !r->embed ? spec_row_hidden(s, r->slot) : NULL,
     };
     s->seq_req[*n] = r;
     (*n)++;
@@ -1038,6 +1062,7 @@ static int spec_plan(sched *s, int n_rows)
             kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
             k = 0;
         }
+        if (s->spec_hidden && k < row->k_max) kvcache_truncate(s->kv, &r->kv, r->n_past + 1 + k); /* grown for k_max */
         proposer_keep(s->prop, r->slot, r->n_toks + k);
         unused += row->k_max - k;
         if (k == 0) continue;
@@ -1101,11 +1126,17 @@ static int plan_step(sched *s)
             budget--;
             /* drafts leave a token of the budget to every slot still to come */
             int cap = spec_ok && spec_wanted(r) ? spec_cap(s, r, budget - (n_slots - 1 - k)) : 0;
+            /* a drafter that writes K/V at the drafts' positions (mtp) needs their blocks first */
+            if (cap > 0 && s->spec_hidden && !grow_blocks(s, r, r->n_past + 1 + cap)) {
+                kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
+                cap = 0;
+            }
             if (cap == 0) continue;
             int32_t *row = spec_row_tokens(s, i);
             row[0] = r->last_token;
             s->spec_rows[n_rows] = (proposer_row){.slot = i, .toks = r->toks, .n_toks = r->n_toks, .k_max = cap,
-                                                  .sp = &r->sp, .allowed = r->gm ? r->mask : NULL, .draft = row + 1};
+                                                  .sp = &r->sp, .allowed = r->gm ? r->mask : NULL, .draft = row + 1,
+                                                  .blocks = s->spec_hidden ? r->kv.blocks : NULL};
             s->spec_seq[n_rows++] = n - 1;
             budget -= cap;
         }
@@ -1256,6 +1287,7 @@ static bool sched_step(sched *s)
         if (rc == 0) {
             uint64_t now = uv_hrtime();
             spec_gate_count(s, n);
+            if (s->spec_hidden) spec_observe(s, n);
             for (int i = 0; i < n; i++) seq_done(s, i, now);
             spec_gate_record(s);
         } else if (rc == ENGINE_FATAL) {
@@ -1346,6 +1378,8 @@ static void sched_free_memory(sched *s)
     free(s->spec_masks);
     free(s->spec_rows);
     free(s->spec_seq);
+    free(s->spec_hidden);
+    free(s->spec_obs);
     proposer_free(s->prop);
     kvcache_free(s->kv);
     kvcache_free(s->kv_swa);
@@ -1357,7 +1391,7 @@ static void sched_free_memory(sched *s)
 
 const char *sched_spec_name(sched_spec spec)
 {
-    static const char *const names[SCHED_SPEC_COUNT] = {"off", "ngram", "draft"};
+    static const char *const names[SCHED_SPEC_COUNT] = {"off", "ngram", "draft", "mtp"};
     return (unsigned)spec < SCHED_SPEC_COUNT ? names[spec] : "unknown";
 }
 
@@ -1369,6 +1403,7 @@ static proposer *make_proposer(const sched *s, const sched_config *cfg, char *er
         if (!p) snprintf(err, errlen, "sched: out of memory");
         return p;
     }
+    if (cfg->spec == SCHED_SPEC_MTP) return proposer_mtp_new(s->e, err, errlen);
     if (cfg->spec != SCHED_SPEC_DRAFT) {
         snprintf(err, errlen, "sched: unknown speculative mode %d", (int)cfg->spec);
         return NULL;
@@ -1495,6 +1530,14 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
         s->spec_masks = malloc(w * (size_t)s->mask_words * sizeof *s->spec_masks);
         s->spec_rows = malloc(n * sizeof *s->spec_rows);
         s->spec_seq = malloc(n * sizeof *s->spec_seq);
+        if (proposer_observes(s->prop)) {
+            s->spec_hidden = malloc(n * (size_t)cfg->max_batch_tokens * (size_t)engine_model(e)->hp.n_embd * sizeof(float));
+            s->spec_obs = malloc(n * sizeof *s->spec_obs);
+            if (!s->spec_hidden || !s->spec_obs) {
+                snprintf(err, errlen, "sched: out of memory");
+                goto fail;
+            }
+        }
         if (!s->spec_tokens || !s->spec_samples || !s->spec_masks || !s->spec_rows || !s->spec_seq) {
             snprintf(err, errlen, "sched: out of memory");
             goto fail;

@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "model/quant.h"
+#include "sched/proposer.h"
 #include "synth/mkmodel.h"
 
 enum { N_POS = 7, MAX_POS = 16 };
@@ -349,6 +350,56 @@ static void test_rewrite_and_rows(void **state)
     model_free(m);
 }
 
+/* The mtp proposer (sched/mtp.c) follows the pairing rule: after it observes a target step over
+ * a prompt (tokens and hidden rows), its drafts after a pending token are what the block gives
+ * run by hand on another engine: the pending token at P with h(P - 1), then each draft at the
+ * next position with the block's own h'.  Without the catch-up it drafts nothing. */
+static void test_proposer_pairing(void **state)
+{
+    (void)state;
+    model *m = small_model(false, 1);
+    engine *e = open_mtp(m), *ref = open_mtp(m);
+    const int E = m->hp.n_embd;
+    const int32_t toks[7] = {12, 140, 33, 7, 290, 61, 42}, table[2] = {0, 1}; /* row 0's fixed blocks */
+    float rows[7 * 64], hid[6 * 64], hout[64];
+    char err[256];
+    engine_seq q = {.slot = 0, .tokens = toks, .n_tokens = 6, .hidden = hid};
+    assert_int_equal(engine_step(e, &q, 1, NULL, err, sizeof err), 0);
+    memset(rows, 0, sizeof rows);
+    memcpy(rows + E, hid, sizeof hid); /* rows[p] = h(p - 1) */
+    proposer *p = proposer_mtp_new(e, err, sizeof err);
+    if (!p) fail_msg("%s", err);
+    assert_true(proposer_observes(p));
+    int32_t draft[3] = {-1, -1, -1};
+    proposer_row row = {.slot = 0, .toks = toks, .n_toks = 7, .k_max = 3, .draft = draft, .blocks = table};
+    proposer_draft(p, &row, 1);
+    assert_int_equal(row.n_draft, 0); /* nothing observed: positions 0..5 not caught up */
+    proposer_obs o = {.slot = 0, .pos = 0, .tokens = toks, .n_tokens = 6, .hidden = hid, .blocks = table};
+    proposer_observe(p, &o, 1);
+    proposer_draft(p, &row, 1);
+    assert_int_equal(row.n_draft, 3);
+    int32_t all[7], want[3];
+    float outs[7 * 64];
+    engine_mtp_seq s = {.slot = 0, .tokens = toks, .n_tokens = 7, .hidden = rows, .draft = all, .hidden_out = outs};
+    assert_int_equal(engine_mtp_step(ref, &s, 1, err, sizeof err), 0);
+    want[0] = all[6];
+    memcpy(hout, outs + 6 * E, sizeof hout);
+    for (int j = 1; j < 3; j++) {
+        engine_mtp_seq d = {.slot = 0, .tokens = &want[j - 1], .n_tokens = 1, .pos = 6 + j, .hidden = hout,
+                            .draft = &want[j], .hidden_out = outs};
+        assert_int_equal(engine_mtp_step(ref, &d, 1, err, sizeof err), 0);
+        memcpy(hout, outs, sizeof hout);
+    }
+    assert_memory_equal(draft, want, sizeof want);
+    proposer_keep(p, 0, 3); /* only 3 tokens stand: the catch-up of 3..5 is gone */
+    proposer_draft(p, &row, 1);
+    assert_int_equal(row.n_draft, 0);
+    proposer_free(p);
+    engine_free(ref);
+    engine_free(e);
+    model_free(m);
+}
+
 /* The block is asked for where there is none: the engine refuses to open (mtp on a model
  * without the block), engine_mtp_step refuses an engine that does not run it. */
 static void test_refused(void **state)
@@ -379,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_reference_dense),
         cmocka_unit_test(test_reference_moe),
         cmocka_unit_test(test_rewrite_and_rows),
+        cmocka_unit_test(test_proposer_pairing),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

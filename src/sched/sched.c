@@ -529,6 +529,14 @@ static bool grow_blocks(sched *s, sched_req *r, int n_tokens)
     return kvcache_grow(s->kv, &r->kv, n_tokens) && (!s->kv_swa || kvcache_grow(s->kv_swa, &r->kv_swa, n_tokens));
 }
 
+/* r's blocks past its first n_tokens positions go back, in both pools (drafts cut or not
+ * verified). */
+static void release_blocks_past(sched *s, sched_req *r, int n_tokens)
+{
+    kvcache_truncate(s->kv, &r->kv, n_tokens);
+    if (s->kv_swa) kvcache_truncate(s->kv_swa, &r->kv_swa, n_tokens);
+}
+
 /* r's positions 0..n_tokens-1 are computed: its full blocks among them go into the prefix
  * index of each pool (before the sliding ones out of the window are let go, so those stay
  * cached). */
@@ -1051,18 +1059,15 @@ static int spec_plan(sched *s, int n_rows)
         sched_req *r = s->seq_req[s->spec_seq[i]];
         int k = row->n_draft < s->cfg.draft_min ? 0 : row->n_draft;
         if (k > 0 && r->gm) k = spec_masks(s, r, row->draft, k);
-        if (k > 0 && !grow_blocks(s, r, r->n_past + 1 + k)) { /* the blocks it did get go back */
-            kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
-            if (s->kv_swa) kvcache_truncate(s->kv_swa, &r->kv_swa, r->n_past + 1);
-            k = 0;
-        }
+        if (k > 0 && !grow_blocks(s, r, r->n_past + 1 + k)) k = 0; /* the blocks it did get go back below */
         char err[256]; /* a hybrid's state before the verification, for spec_rewind */
         if (k > 0 && s->states && engine_state_copy(s->e, s->spec_backup + r->slot, r->state, err, sizeof err) != 0) {
             log_warn("request %s: no drafts this step (copying its recurrent state failed: %s)", r->id, err);
-            kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
             k = 0;
         }
-        if (s->spec_hidden && k < row->k_max) kvcache_truncate(s->kv, &r->kv, r->n_past + 1 + k); /* grown for k_max */
+        /* blocks past the verification's go back (grown for k_max first for a proposer that
+         * observes, mtp, or in part by a grow that failed) */
+        if (k == 0 || (s->spec_hidden && k < row->k_max)) release_blocks_past(s, r, r->n_past + 1 + k);
         proposer_keep(s->prop, r->slot, r->n_toks + k);
         unused += row->k_max - k;
         if (k == 0) continue;
@@ -1128,7 +1133,7 @@ static int plan_step(sched *s)
             int cap = spec_ok && spec_wanted(r) ? spec_cap(s, r, budget - (n_slots - 1 - k)) : 0;
             /* a drafter that writes K/V at the drafts' positions (mtp) needs their blocks first */
             if (cap > 0 && s->spec_hidden && !grow_blocks(s, r, r->n_past + 1 + cap)) {
-                kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
+                release_blocks_past(s, r, r->n_past + 1);
                 cap = 0;
             }
             if (cap == 0) continue;

@@ -138,34 +138,34 @@ static const struct preset {
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
               false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
                1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
                       151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
                       131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* the 70B class of issue 35's tensor-parallel targets (meta-llama/Llama-3.1-70B config.json):
      * ~40 GB at Q4_K_M; --n-layer cuts it for a quick file */
     {"llama-3.1-70b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-70B", 8192, 80, 64, 8, 28672,
                        131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
                     151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* Gemma 3 (google/gemma-3-{12b,27b}-it config.json): window 1024, local base 10000, the
      * global layers' base 1M with linear scaling 8, no final soft-cap (Gemma 2 had one). */
     {"gemma-3-12b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-12B", 3840, 48, 16, 8, 15360, 131072,
                      262144, 256, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
                      10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"gemma-3-27b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-27B", 5376, 62, 32, 16, 21504, 131072,
                      262144, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
                      10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* Gemma 4 31B (google/gemma-4-31B-it config.json, text_config): 60 layers over 5376, five
      * sliding layers (32 heads of 256 over 16 kv heads, window 1024, RoPE base 10000 on the whole
      * head) to one full layer (32 heads of 512 over 4 kv heads, V = K (attention_k_eq_v),
@@ -191,14 +191,14 @@ static const struct preset {
     {"qwen3-30b-a3b", {MODEL_ARCH_QWEN3MOE, "synthetic Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 40960,
                        151936, 128, 1000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f,
                        0.0f, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* Qwen3.5-9B (qwen35): 8 of its 32 layers gated attention (16 heads of 256, 4 KV heads,
      * RoPE on a quarter of each head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v
      * heads of 128, conv of 4) */
     {"qwen3.5-9b", {MODEL_ARCH_QWEN35, "synthetic Qwen3.5-9B", 4096, 32, 16, 4, 12288, 262144, 248320, 256,
                     10000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f, 0.0f, 0, 0, 0, 0,
                     4, 128, 16, 32, 4096, 64, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* Qwen3.5-35B-A3B (qwen35moe; Qwen/Qwen3.5-35B-A3B config.json): 40 layers over a 2048-wide
      * stream, 10 of them gated attention (16 heads of 256, 2 KV heads, RoPE on a quarter of each
      * head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v heads of 128, conv of 4);
@@ -217,7 +217,7 @@ static const struct preset {
     {"gpt-oss-20b", {MODEL_ARCH_GPTOSS, "synthetic gpt-oss-20b", 2880, 24, 64, 8, 2880, 131072, 201088, 64,
                      150000.0f, 1e-5f, false, MKMODEL_MXFP4, 1, 0, NULL, false, 128, 0.0f, 0.0f, 32, 4, 2880, 0,
                      0, 0, 0, 0, 0, 0, 32.0f, 4096,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite config.json): latent attention without a
      * query LoRA (kv_lora_rank 512, 16 heads of 128 + 64 RoPE, values 128), 64 experts of 1408,
      * 6 per token, softmax scores not renormalised, 2 shared, the first layer dense (10944).

@@ -1009,12 +1009,12 @@ static float *spec_row_hidden(sched *s, int row)
     return s->spec_hidden + (size_t)row * (size_t)s->cfg.max_batch_tokens * (size_t)engine_model(s->e)->hp.n_embd;
 }
 
-/* A proposer that observes (mtp) is shown every row of the step that speculates: its tokens,
- * their hidden states and its block table, before seq_done moves anything. */
-static void spec_observe(sched *s, int n)
+/* A proposer that observes (mtp) is shown every row of seqs[first..first+n) that speculates:
+ * its tokens, their hidden states and its block table, before seq_done moves anything. */
+static void spec_observe(sched *s, int first, int n)
 {
     int m = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = first; i < first + n; i++) {
         const engine_seq *q = &s->seqs[i];
         if (!q->hidden) continue;
         s->spec_obs[m++] = (proposer_obs){.slot = q->slot, .pos = q->pos, .tokens = q->tokens,
@@ -1238,6 +1238,7 @@ static void step_isolate_failure(sched *s, int n, const char *batch_err)
         if (n > 1) {
             int rc = engine_step(s->e, &s->seqs[i], 1, &s->results[i], err, sizeof err);
             if (rc == 0) {
+                if (s->spec_hidden) spec_observe(s, i, 1);
                 seq_done(s, i, uv_hrtime());
                 continue;
             }
@@ -1292,7 +1293,7 @@ static bool sched_step(sched *s)
         if (rc == 0) {
             uint64_t now = uv_hrtime();
             spec_gate_count(s, n);
-            if (s->spec_hidden) spec_observe(s, n);
+            if (s->spec_hidden) spec_observe(s, 0, n);
             for (int i = 0; i < n; i++) seq_done(s, i, now);
             spec_gate_record(s);
         } else if (rc == ENGINE_FATAL) {

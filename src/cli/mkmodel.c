@@ -51,7 +51,9 @@ static void usage(FILE *out)
             "  --words FILE    a vocabulary of FILE's most frequent lowercase words, one token each, and\n"
             "                  an LM head that favours them: the random output reads as words\n"
             "  --name S        general.name\n"
-            "  --pooling P     an embedding model: pooling_type P (none, mean, cls, last, rank)\n");
+            "  --pooling P     an embedding model: pooling_type P (none, mean, cls, last, rank)\n"
+            "  --mtp N         qwen35, qwen35moe: N (1) multi-token-prediction blocks after the layers\n"
+            "                  (nextn_predict_layers; llama.cpp's names), for --speculative mtp\n");
 }
 
 /* Parses a positive int flag value into *out; false (with a message) otherwise. */
@@ -85,7 +87,7 @@ static int arch_from_name(const char *s)
 }
 
 enum { N_DIMS = 11 }; /* --n-embd .. --head-dim, in the order of the option table */
-enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_VOCAB, OPT_WORDS, OPT_POOLING, OPT_DIM0 };
+enum { OPT_PRESET = 256, OPT_ARCH, OPT_TYPE, OPT_SEED, OPT_CORPUS, OPT_NAME, OPT_VOCAB, OPT_WORDS, OPT_POOLING, OPT_MTP, OPT_DIM0 };
 
 int cli_mkmodel(int argc, char **argv)
 {
@@ -111,6 +113,7 @@ int cli_mkmodel(int argc, char **argv)
         {"head-dim", required_argument, NULL, OPT_DIM0 + 10},
         {"words", required_argument, NULL, OPT_WORDS},
         {"pooling", required_argument, NULL, OPT_POOLING},
+        {"mtp", required_argument, NULL, OPT_MTP},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -165,6 +168,9 @@ int cli_mkmodel(int argc, char **argv)
                 fprintf(stderr, "inferd mkmodel: --pooling: '%s' is none of none, mean, cls, last, rank\n", optarg);
                 return 2;
             }
+            break;
+        case OPT_MTP:
+            if (!parse_int("--mtp", optarg, &cfg.n_mtp)) return 2;
             break;
         case 'h': usage(stdout); return 0;
         default:

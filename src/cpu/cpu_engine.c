@@ -40,8 +40,9 @@ typedef struct cpu_engine {
     float *key_cache, *value_cache, *key_swa, *value_swa;
     bool latent_kv;
     int n_blocks, n_blocks_swa, table_width; /* pool blocks; blocks of one sequence's table */
-    /* Layers with K/V (all but linear ones) in each pool; kv_layer[il] is layer il's index
-     * among those of its pool, kv_swa[il] whether that pool is the sliding one. */
+    /* Layers with K/V (all but linear ones, and the MTP block when it runs) in each pool;
+     * kv_layer[il] is layer il's index among those of its pool, kv_swa[il] whether that pool is
+     * the sliding one. */
     int n_kv_layers, n_swa_layers;
     int *kv_layer;
     bool *kv_swa;
@@ -96,6 +97,10 @@ typedef struct cpu_engine {
      * output in latent space [tok][n_head x (kv_lora + rope)]; the router's group scratch. */
     float *mla_q, *mla_in, *mla_out, *mla_att;
     float *router_choice;
+    /* The MTP block (engine_config.mtp; empty otherwise): its input rows [enorm(embedding) |
+     * hnorm(hidden)], [tok][2 n_embd].  The block is layer n_layer to the blocks above: its K/V
+     * one more layer of the main pool (kv_layer[n_layer]). */
+    float *mtp_in;
     float *scores;   /* attention scratch, n_threads x ctx_per_slot */
     float *logits;   /* LM head rows, n_slots x n_vocab */
     int logits_rows;
@@ -887,6 +892,89 @@ static int cpu_step(engine *base, const engine_seq *seqs, int n_seqs, engine_res
     return 0;
 }
 
+/* ---- the MTP block (engine.h: engine_mtp_step) ---------------------------------------------- */
+
+/* The batch of an MTP pass: its tokens, positions and block tables, as plan_batch lays out a
+ * step's (the row histories are the target's and stay untouched). */
+static int plan_mtp(cpu_engine *e, const engine_mtp_seq *seqs, int n_seqs)
+{
+    int n_tok = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const engine_mtp_seq *s = &seqs[i];
+        const engine_seq as_seq = {.slot = s->slot, .blocks = s->blocks};
+        const int last = (s->pos + s->n_tokens - 1) / ENGINE_KV_BLOCK;
+        for (int b = 0; b <= last; b++)
+            e->tables[(size_t)i * e->table_width + b] = engine_seq_block(&e->base, &as_seq, b);
+        for (int j = 0; j < s->n_tokens; j++, n_tok++) {
+            e->tok_id[n_tok] = s->tokens[j];
+            e->tok_seq[n_tok] = i;
+            e->tok_pos[n_tok] = s->pos + j;
+            e->tok_keys[n_tok] = s->pos + s->n_tokens;
+        }
+    }
+    return n_tok;
+}
+
+/* x = eh_proj · [rmsnorm(embed(tok)) * enorm | rmsnorm(h) * hnorm] for every token (llama.cpp's
+ * graph_mtp: the embedding first). */
+static void mtp_input(cpu_engine *e, const engine_mtp_seq *seqs, int n_seqs, int n_tok)
+{
+    const model *m = e->base.m;
+    const size_t dim = (size_t)m->hp.n_embd;
+    embed_rows(&m->mtp.embed, e->tok_id, n_tok, e->xb, 1.0f);
+    for (int i = 0, t = 0; i < n_seqs; i++) {
+        for (int j = 0; j < seqs[i].n_tokens; j++, t++) {
+            float *row = e->mtp_in + (size_t)t * 2 * dim;
+            cpu_rmsnorm(row, e->xb + (size_t)t * dim, m->mtp.enorm.data, (int)dim, m->hp.rms_eps);
+            cpu_rmsnorm(row + dim, seqs[i].hidden + (size_t)j * dim, m->mtp.hnorm.data, (int)dim, m->hp.rms_eps);
+        }
+    }
+    matmul(e, e->x, e->mtp_in, n_tok, &m->mtp.eh_proj, NULL);
+}
+
+/* The block's head for the positions whose sequence asks for something (a catch-up asks for
+ * nothing: its K/V are what it is for): h' = rmsnorm(x) * head_norm (hidden_out), logits =
+ * head · h', their argmax (draft), logits_rows tokens at a time. */
+static void mtp_head(cpu_engine *e, const engine_mtp_seq *seqs, int n_tok)
+{
+    const model *m = e->base.m;
+    const int dim = m->hp.n_embd, n_vocab = m->hp.n_vocab;
+    int n_out = 0;
+    for (int t = 0; t < n_tok; t++) {
+        const engine_mtp_seq *s = &seqs[e->tok_seq[t]];
+        if (!s->draft && !s->logits && !s->hidden_out) continue;
+        cpu_rmsnorm(e->xb + (size_t)n_out * dim, e->x + (size_t)t * dim, m->mtp.head_norm.data, dim, m->hp.rms_eps);
+        e->out_tok[n_out++] = t;
+    }
+    for (int first = 0; first < n_out; first += e->logits_rows) {
+        const int n = n_out - first < e->logits_rows ? n_out - first : e->logits_rows;
+        matmul(e, e->logits, e->xb + (size_t)first * dim, n, &m->mtp.head, NULL);
+        for (int r = 0; r < n; r++) {
+            const int t = e->out_tok[first + r];
+            const engine_mtp_seq *s = &seqs[e->tok_seq[t]];
+            const int j = e->tok_pos[t] - s->pos;
+            const float *row = e->logits + (size_t)r * n_vocab, *h = e->xb + (size_t)(first + r) * dim;
+            if (s->hidden_out) memcpy(s->hidden_out + (size_t)j * dim, h, (size_t)dim * sizeof(float));
+            if (s->logits) memcpy(s->logits + (size_t)j * n_vocab, row, (size_t)n_vocab * sizeof(float));
+            if (!s->draft) continue;
+            int best = 0;
+            for (int v = 1; v < n_vocab; v++) best = row[v] > row[best] ? v : best;
+            s->draft[j] = best;
+        }
+    }
+}
+
+static int cpu_mtp_step(engine *base, const engine_mtp_seq *seqs, int n_seqs, char *err, size_t errlen)
+{
+    (void)err, (void)errlen; /* engine.c checked the batch: nothing here can fail */
+    cpu_engine *e = (cpu_engine *)base;
+    const int n_tok = plan_mtp(e, seqs, n_seqs);
+    mtp_input(e, seqs, n_seqs, n_tok);
+    forward_layer(e, base->m->hp.n_layer, n_tok);
+    mtp_head(e, seqs, n_tok);
+    return 0;
+}
+
 static void cpu_slot_clear(engine *base, int slot)
 {
     cpu_engine *e = (cpu_engine *)base;
@@ -944,7 +1032,7 @@ static void cpu_destroy(engine *base)
                     e->moe_in, e->moe_out, e->state, e->state_len, e->lin_index, e->kv_layer, e->seq_first,
                     e->seq_tokens, e->seq_state, e->ssm_mix, e->ssm_z, e->ssm_beta, e->ssm_g, e->ssm_raw,
                     e->delta_scratch, e->qg, e->shexp_gate, e->mla_q, e->mla_in, e->mla_out, e->mla_att,
-                    e->router_choice};
+                    e->router_choice, e->mtp_in};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e);
 }
@@ -952,6 +1040,7 @@ static void cpu_destroy(engine *base)
 static const engine_vtable CPU_VTABLE = {
     .name = "cpu",
     .step = cpu_step,
+    .mtp_step = cpu_mtp_step,
     .slot_clear = cpu_slot_clear,
     .kv_copy = cpu_kv_copy,
     .kv_copy_swa = cpu_kv_copy_swa,
@@ -1053,6 +1142,13 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     }
     const model_hparams *hp = &m->hp;
     e->base = (engine){.vt = &CPU_VTABLE, .m = m, .cfg = *cfg};
+    if (cfg->mtp && !m->mtp.bound) {
+        snprintf(err, errlen, "engine config: mtp: the model has no MTP block (nextn_predict_layers)");
+        free(e);
+        return NULL;
+    }
+    /* the layers whose K/V the pool holds: the model's, and its MTP block when it runs */
+    const int n_run = hp->n_layer + (cfg->mtp ? 1 : 0);
     /* the widest layer's: Gemma 4's full layers have their own head_dim and kv heads */
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *ly = &m->layers[il];
@@ -1075,7 +1171,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     e->table_width = (cfg->ctx_per_slot + ENGINE_KV_BLOCK - 1) / ENGINE_KV_BLOCK;
     const int window = engine_swa_pool_window(m, cfg);
     size_t n_lin = 0;
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < n_run; il++) {
         n_lin += m->layers[il].recipe.attn == ARCH_ATTN_LINEAR;
         const bool kv = m->layers[il].recipe.attn != ARCH_ATTN_LINEAR, swa = kv && window && m->layers[il].window;
         e->n_swa_layers += swa;
@@ -1136,7 +1232,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->key_swa, "sliding K cache", kv_swa, sizeof(float)},
         {(void **)&e->value_swa, "sliding V cache", kv_swa, sizeof(float)},
         {(void **)&e->tables_swa, "sliding block tables", window ? mul(slots, (size_t)e->table_width) : 0, sizeof(int32_t)},
-        {(void **)&e->kv_swa, "layer table", (size_t)hp->n_layer, sizeof(bool)},
+        {(void **)&e->kv_swa, "layer table", (size_t)n_run, sizeof(bool)},
         {(void **)&e->history, "token history", mul(slots, ctx), sizeof(int32_t)},
         {(void **)&e->slot_len, "slot table", slots, sizeof(int)},
         {(void **)&e->tok_id, "batch tokens", B, sizeof(int32_t)},
@@ -1165,8 +1261,8 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->moe_out, "expert sums", mul(moe_tok, (size_t)hp->n_embd), sizeof(float)},
         {(void **)&e->ple, "per-layer inputs", mul(ple_tok, (size_t)hp->n_embd_ple * hp->n_layer), sizeof(float)},
         {(void **)&e->ple_gate, "per-layer gates", mul(ple_tok, (size_t)hp->n_embd_ple), sizeof(float)},
-        {(void **)&e->kv_layer, "layer table", (size_t)hp->n_layer, sizeof(int)},
-        {(void **)&e->lin_index, "layer table", (size_t)hp->n_layer, sizeof(int)},
+        {(void **)&e->kv_layer, "layer table", (size_t)n_run, sizeof(int)},
+        {(void **)&e->lin_index, "layer table", (size_t)n_run, sizeof(int)},
         {(void **)&e->state, "recurrent states", mul(n_states, e->slot_floats), sizeof(float)},
         {(void **)&e->state_len, "state table", n_states, sizeof(int)},
         {(void **)&e->seq_first, "batch sequences", slots, sizeof(int)},
@@ -1188,6 +1284,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
         {(void **)&e->mla_att, "latent attention sums", mul(mla_tok, (size_t)e->q_dim), sizeof(float)},
         {(void **)&e->router_choice, "router groups", hp->n_expert ? (size_t)hp->n_expert + hp->n_expert_groups : 0,
          sizeof(float)},
+        {(void **)&e->mtp_in, "MTP inputs", cfg->mtp ? mul(B, 2 * (size_t)hp->n_embd) : 0, sizeof(float)},
         {(void **)&e->scores, "attention scores", mul((size_t)n_threads, ctx), sizeof(float)},
         {(void **)&e->logits, "logits", mul((size_t)e->logits_rows, (size_t)hp->n_vocab), sizeof(float)},
         {&e->sample_scratch, "sampler scratch", sampling_scratch_bytes(hp->n_vocab), 1},
@@ -1208,7 +1305,7 @@ engine *engine_create_cpu(const model *m, const engine_config *cfg, char *err, s
     e->base.swa_window = window;
     e->base.kv_block_bytes = (e->latent_kv ? 1 : 2) * kv_block_floats(e, false) * sizeof(float);
     e->base.kv_block_bytes_swa = 2 * kv_block_floats(e, true) * sizeof(float);
-    for (int il = 0, kv = 0, swa = 0, lin = 0; il < hp->n_layer; il++) {
+    for (int il = 0, kv = 0, swa = 0, lin = 0; il < n_run; il++) {
         const bool linear = m->layers[il].recipe.attn == ARCH_ATTN_LINEAR;
         e->kv_swa[il] = !linear && window && m->layers[il].window;
         e->kv_layer[il] = linear ? -1 : e->kv_swa[il] ? swa++ : kv++;

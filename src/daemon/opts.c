@@ -119,8 +119,8 @@ static const opt_def opt_table[] = {
           "reuse the KV blocks of prompt prefixes computed before (--no-prefix-cache: off, for comparisons)"),
     ENUM_("speculative", NULL, speculative, "off", speculative_names,
           "speculative decoding: ngram (drafts from the request's own tokens), draft (a draft model of the same "
-          "vocabulary, --model-draft, on the same device) or off; drafts are verified in the same step, so the output is "
-          "unchanged; mtp is not built yet"),
+          "vocabulary, --model-draft, on the same device), mtp (the model's own multi-token-prediction block: "
+          "Qwen3.5 files, CPU engine) or off; drafts are verified in the same step, so the output is unchanged"),
     INT_("draft-max", NULL, draft_max, "8", 1, 32,
          "most tokens one request drafts per decode step under --speculative (fewer as its drafts are rejected)"),
     INT_("draft-min", NULL, draft_min, "0", 0, 32,

@@ -339,6 +339,25 @@ static int pick_pooling(const inferd_opts *o, const serve_state *st, int32_t ran
     return pooling;
 }
 
+/* --speculative mtp, once the model is loaded: the model must have an MTP block (Qwen3.5's:
+ * model.c bind_mtp), and the engine must run it, which only the CPU one does (checked again
+ * once the engine is open: auto may land on a GPU). */
+static int refuse_mtp(const model *m, const inferd_opts *o)
+{
+    if (!m->mtp.bound) {
+        log_error("--speculative mtp: the model has no MTP block (nextn_predict_layers%s)",
+                  m->hp.n_mtp > 0 ? " is set but the block's tensors are not in the file, or its family's block is "
+                                    "not built: Qwen3.5's is" : " is not set");
+        return -1;
+    }
+    if (o->device == ENGINE_DEVICE_CUDA || o->tensor_parallel > 1) {
+        log_error("--speculative mtp on the GPU engine: not built yet (issue 31); the CPU engine runs the block "
+                  "(--device cpu)");
+        return -1;
+    }
+    return 0;
+}
+
 /* --speculative draft: the draft model, its tokenizer checked against the target's, and an
  * engine for it with the target's rows (tc: the target's configuration, its engine not open
  * yet), on the device the target asks for.  It opens first, with a KV pool of exactly its rows
@@ -398,22 +417,20 @@ static int load(serve_state *st, const inferd_opts *o)
 {
     char err[512] = "";
     if (tp_check_flags(o) != 0) return -1;
-    if (o->speculative == OPTS_SPEC_MTP) {
-        log_error("--speculative mtp: not built yet (issue 31); ngram, draft and off are");
-        return -1;
-    }
     if (o->speculative == OPTS_SPEC_DRAFT && !o->model_draft[0]) {
         log_error("--speculative draft needs --model-draft FILE (a smaller model of the same vocabulary)");
         return -1;
     }
     if (o->speculative != OPTS_SPEC_DRAFT && o->model_draft[0])
         log_warn("--model-draft is read only with --speculative draft: %s is not loaded", o->model_draft);
-    const bool spec = o->speculative == OPTS_SPEC_NGRAM || o->speculative == OPTS_SPEC_DRAFT;
+    const bool spec = o->speculative == OPTS_SPEC_NGRAM || o->speculative == OPTS_SPEC_DRAFT ||
+                      o->speculative == OPTS_SPEC_MTP;
     log_info("loading %s", o->model);
     if (!(st->m = model_load(o->model, err, sizeof err))) {
         log_error("cannot load the model: %s", err); /* err starts with the path */
         return -1;
     }
+    if (o->speculative == OPTS_SPEC_MTP && refuse_mtp(st->m, o) != 0) return -1;
     if (signalled(st)) return -1;
     notify_status("loading the tokenizer of %s", o->model);
     if (!(st->tok = tokenizer_load(st->m->gguf, err, sizeof err))) {
@@ -435,9 +452,11 @@ static int load(serve_state *st, const inferd_opts *o)
         .device = o->gpu,
         .tensor_parallel = o->tensor_parallel,
         .kv_cache_mb = (size_t)o->kv_cache_size,
-        /* a hybrid model's recurrent states: one per row, as many again for prefix snapshots */
-        .n_states = 2 * o->parallel,
+        /* a hybrid model's recurrent states: one per row, as many again for prefix snapshots, and
+         * speculating one more per row, its state before a verification (sched.c: spec_rewind) */
+        .n_states = (spec ? 3 : 2) * o->parallel,
         .max_draft = spec ? o->draft_max : 0,
+        .mtp = o->speculative == OPTS_SPEC_MTP, /* the block's K/V beside the model's */
         .deterministic = o->deterministic,
         .verbose = o->log_level == LOG_DEBUG,
     };
@@ -446,9 +465,18 @@ static int load(serve_state *st, const inferd_opts *o)
     if (o->speculative == OPTS_SPEC_DRAFT && load_draft(st, o, &ec, &dev) != 0) return -1;
     notify_status("starting the engine (%d sequences of up to %d tokens)", o->parallel, st->ctx);
     if (!(st->e = create_engine(dev, st->m, &ec))) return -1;
+    if (o->speculative == OPTS_SPEC_MTP && !engine_has_mtp(st->e)) {
+        log_error("--speculative mtp on the %s engine: not built yet (issue 31); the CPU engine runs the block "
+                  "(--device cpu)", engine_name(st->e));
+        return -1;
+    }
+    if (o->speculative == OPTS_SPEC_MTP)
+        log_info("speculative decoding: the model's MTP block drafts (up to %d tokens; its K/V one more layer of "
+                 "every block)", o->draft_max);
     if (engine_state_slots(st->e) > 0)
-        log_info("recurrent state: %d slots of %.2f MiB (%d rows + %d prefix snapshots)", engine_state_slots(st->e),
-                 (double)engine_state_bytes(st->e) / 1048576.0, o->parallel, engine_state_slots(st->e) - o->parallel);
+        log_info("recurrent state: %d slots of %.2f MiB (%d rows + %d prefix snapshots%s)", engine_state_slots(st->e),
+                 (double)engine_state_bytes(st->e) / 1048576.0, o->parallel,
+                 engine_state_slots(st->e) - (spec ? 2 : 1) * o->parallel, spec ? ", and a copy per row for drafts" : "");
     if (signalled(st)) return -1;
     notify_status("warming up the %s engine", engine_name(st->e));
     if (warm_up(st->e, st->tok, err, sizeof err) != 0) {
@@ -465,7 +493,10 @@ static int load(serve_state *st, const inferd_opts *o)
                        .max_batch_tokens = o->batch_tokens, .queue_size = o->queue_size,
                        .embed_step_tokens = o->embed_step_tokens, .max_head_passes = o->max_head_passes,
                        .no_prefix_cache = !o->prefix_cache,
-                       .spec = !spec ? SCHED_SPEC_OFF : st->draft_e ? SCHED_SPEC_DRAFT : SCHED_SPEC_NGRAM,
+                       .spec = !spec                                 ? SCHED_SPEC_OFF
+                               : o->speculative == OPTS_SPEC_MTP ? SCHED_SPEC_MTP
+                               : st->draft_e                     ? SCHED_SPEC_DRAFT
+                                                                 : SCHED_SPEC_NGRAM,
                        .draft_max = o->draft_max, .draft_min = o->draft_min, .draft = st->draft_e,
                        .draft_p_min = (float)o->draft_p_min,
                        .on_fatal = engine_fatal, .on_fatal_ctx = st};

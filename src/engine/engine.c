@@ -363,6 +363,60 @@ int engine_verify_accept(const int32_t *draft, int n_draft, const engine_result 
     return a;
 }
 
+bool engine_has_mtp(const engine *e) { return e->vt->mtp_step && e->cfg.mtp && e->m->mtp.bound; }
+
+static int check_mtp(const engine *e, const engine_mtp_seq *seqs, int n_seqs, char *err, size_t errlen)
+{
+    if (!engine_has_mtp(e)) {
+        snprintf(err, errlen, "the %s engine runs no MTP block (%s)", e->vt->name,
+                 !e->m->mtp.bound ? "the model has none" : !e->cfg.mtp ? "engine_config.mtp is off" : "not built");
+        return ENGINE_EINVAL;
+    }
+    if (n_seqs < 1 || n_seqs > e->cfg.n_slots) {
+        snprintf(err, errlen, "%d MTP sequences: 1 to n_slots (%d)", n_seqs, e->cfg.n_slots);
+        return ENGINE_EINVAL;
+    }
+    int total = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const engine_mtp_seq *s = &seqs[i];
+        /* the positions as a step's sequence, for the checks a step's get */
+        const engine_seq as_seq = {.slot = s->slot, .tokens = s->tokens, .n_tokens = s->n_tokens, .pos = s->pos,
+                                   .blocks = s->blocks};
+        if (s->slot < 0 || s->slot >= e->cfg.n_slots || s->n_tokens < 1 || !s->tokens || !s->hidden || s->pos < 0 ||
+            s->pos + s->n_tokens > e->cfg.ctx_per_slot) {
+            snprintf(err, errlen, "MTP seq %d: slot %d (of %d), %d tokens at %d (context %d), %s hidden rows", i,
+                     s->slot, e->cfg.n_slots, s->n_tokens, s->pos, e->cfg.ctx_per_slot, s->hidden ? "with" : "no");
+            return ENGINE_EINVAL;
+        }
+        for (int j = 0; j < s->n_tokens; j++) {
+            if (s->tokens[j] < 0 || s->tokens[j] >= e->m->hp.n_vocab) {
+                snprintf(err, errlen, "MTP seq %d: token id %d out of vocabulary", i, (int)s->tokens[j]);
+                return ENGINE_EINVAL;
+            }
+        }
+        if (check_blocks(e, &as_seq, i, err, errlen) != 0) return ENGINE_EINVAL;
+        for (int k = 0; k < i; k++) {
+            if (seqs[k].slot == s->slot) {
+                snprintf(err, errlen, "MTP seq %d: slot %d appears twice in one step", i, s->slot);
+                return ENGINE_EINVAL;
+            }
+        }
+        total += s->n_tokens;
+    }
+    if (total > e->cfg.max_batch_tokens) {
+        snprintf(err, errlen, "MTP step carries %d tokens, more than the batch budget %d", total,
+                 e->cfg.max_batch_tokens);
+        return ENGINE_EINVAL;
+    }
+    return 0;
+}
+
+int engine_mtp_step(engine *e, const engine_mtp_seq *seqs, int n_seqs, char *err, size_t errlen)
+{
+    if (check_mtp(e, seqs, n_seqs, err, errlen) != 0) return ENGINE_EINVAL;
+    return e->vt->mtp_step(e, seqs, n_seqs, err, errlen);
+}
+
 void engine_slot_clear(engine *e, int slot)
 {
     if (slot >= 0 && slot < e->cfg.n_slots) e->vt->slot_clear(e, slot);

@@ -192,6 +192,10 @@ typedef struct engine_config {
      * layers' (no sliding pool, engine_kv_blocks_swa() 0), as before docs/sliding-kv.md: the
      * baseline the tests compare freeing against. */
     bool no_swa_pool;
+    /* Run the model's multi-token-prediction block (model.mtp; engine_mtp_step): its K/V are one
+     * more layer in every block of the pool (blocks grow by that layer's share).  Refused for a
+     * model without a bound MTP block; the GPU backend does not build it (engine_has_mtp). */
+    bool mtp;
     bool verbose;
 } engine_config;
 
@@ -276,6 +280,36 @@ int engine_decode_rounds(engine *e, const engine_seq *seqs, int n_seqs, int roun
  * position), the accepted tokens are those non-speculative decoding draws wherever the backend's
  * logits of a position do not depend on how many tokens its step carried (the CPU's). */
 int engine_verify_accept(const int32_t *draft, int n_draft, const engine_result *samples);
+/* ---- multi-token prediction (the model's MTP block, model.h: model_mtp) ----
+ * The block guesses the token after position p from the token at p and the target's final
+ * hidden state (engine_seq.hidden) of position p - 1, so it runs one position behind the
+ * target: after a target step over positions a..b it "catches up" over a..b with the step's
+ * tokens and the hidden rows of a-1..b-1 (the row of b kept for the next catch-up), and its
+ * guess after b is draft 1.  Draft k+1 comes from draft k at the next position with the block's
+ * own hidden output (hidden_out) of the position before.  The block's K/V are written at each
+ * position it runs, through the sequence's block table, and a query attends over them at
+ * positions 0..its own: positions of rejected drafts are simply written again by the next
+ * catch-up (nothing past a length is ever read). */
+typedef struct engine_mtp_seq {
+    int slot;              /* the sequence's row */
+    const int32_t *tokens; /* the tokens at positions pos .. pos + n_tokens - 1 */
+    int n_tokens;          /* >= 1 */
+    int pos;
+    const int32_t *blocks; /* as engine_seq.blocks (NULL: the row's fixed blocks) */
+    const float *hidden;   /* n_tokens x n_embd: the hidden state of the position before each token */
+    int32_t *draft;        /* optional: n_tokens greedy guesses (argmax, lowest id on ties) */
+    float *logits;         /* optional: n_tokens x n_vocab */
+    float *hidden_out;     /* optional: n_tokens x n_embd, the block's own normed output */
+} engine_mtp_seq;
+
+/* Whether the engine runs the model's MTP block (engine_config.mtp on a backend that builds
+ * it: the CPU one). */
+bool engine_has_mtp(const engine *e);
+/* One pass of the MTP block over n_seqs sequences (at most n_slots, distinct rows, at most
+ * max_batch_tokens tokens in all).  0, ENGINE_EINVAL with a message (bad input, or no MTP
+ * block: engine_has_mtp) or ENGINE_FATAL.  Reads nothing of the rows' target state. */
+int engine_mtp_step(engine *e, const engine_mtp_seq *seqs, int n_seqs, char *err, size_t errlen);
+
 /* Forget a row's token history (the next sequence in it starts afresh). */
 void engine_slot_clear(engine *e, int slot);
 /* Copies every layer's K/V of block src into block dst: copy-on-write, before a sequence

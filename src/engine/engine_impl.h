@@ -17,6 +17,8 @@ typedef struct engine_vtable {
     /* engine_decode_rounds, checked; NULL: engine.c runs them as engine_steps */
     int (*decode_rounds)(engine *e, const engine_seq *seqs, int n_seqs, int rounds, engine_result *results,
                          char *err, size_t errlen);
+    /* engine_mtp_step, checked; NULL: the backend does not run an MTP block */
+    int (*mtp_step)(engine *e, const engine_mtp_seq *seqs, int n_seqs, char *err, size_t errlen);
     void (*slot_clear)(engine *e, int slot);
     int (*kv_copy)(engine *e, int dst, int src, char *err, size_t errlen); /* ids checked */
     /* NULL for a backend without a sliding pool; ids checked */

@@ -345,9 +345,9 @@ static bool read_routing(loader *L)
 }
 
 /* A multi-token-prediction head (Qwen3.5, Qwen3-Next, GLM, DeepSeek files keep it): its
- * nextn_predict_layers blocks are counted in block_count after the layers that run.  Nothing
- * uses them yet (speculative decoding will), so they are left unbound: the model runs the
- * first block_count - nextn_predict_layers layers. */
+ * nextn_predict_layers blocks are counted in block_count after the layers that run.  The model
+ * runs the first block_count - nextn_predict_layers layers; bind_mtp binds Qwen3.5's block for
+ * speculative decoding (the other families' stay unbound). */
 static bool read_mtp(loader *L)
 {
     model_hparams *hp = &L->m->hp;
@@ -542,13 +542,13 @@ static bool layer_attention(loader *L, model_layer *ly, int il)
     }
     ly->kv_source = il;
     const int first_shared = hp->n_layer - hp->n_kv_shared;
-    for (int j = first_shared - 1; il >= first_shared && j >= 0; j--) {
+    for (int j = first_shared - 1; il >= first_shared && il < hp->n_layer && j >= 0; j--) { /* not an MTP block */
         if (L->m->layers[j].recipe.attn == ly->recipe.attn) {
             ly->kv_source = j;
             break;
         }
     }
-    if (il >= first_shared && ly->kv_source == il)
+    if (il >= first_shared && il < hp->n_layer && ly->kv_source == il)
         return fail(L, "layer %d shares K/V but no earlier layer has its kind of attention", il);
     if (ly->recipe.attn != ARCH_ATTN_SLIDING) return true;
     if (hp->head_dim_swa) ly->head_dim = hp->head_dim_swa;
@@ -787,6 +787,60 @@ static bool layer_supported(loader *L, int il)
     return true;
 }
 
+/* Qwen3.5's MTP block (model_mtp), block n_layer: the family's full-attention layer and the
+ * NextN tensors, every one required once the file has any of the block (a missing one is
+ * named); a file that keeps nextn_predict_layers but none of the block's tensors (a converter
+ * that stripped them) loads without it.  Other families' blocks stay unbound. */
+static bool bind_mtp(loader *L)
+{
+    model *m = L->m;
+    const model_hparams *hp = &m->hp;
+    const int il = hp->n_layer;
+    if (hp->n_mtp < 1 || (hp->arch != MODEL_ARCH_QWEN35 && hp->arch != MODEL_ARCH_QWEN35MOE)) return true;
+    char probe[2][64];
+    snprintf(probe[0], sizeof probe[0], "blk.%d.nextn.eh_proj.weight", il);
+    snprintf(probe[1], sizeof probe[1], "blk.%d.attn_norm.weight", il);
+    if (!gguf_find_tensor(L->f, probe[0]) && !gguf_find_tensor(L->f, probe[1])) return true;
+    if (hp->n_mtp != 1)
+        return fail(L, "%s.nextn_predict_layers %d: only one MTP block is supported", m->desc->name, hp->n_mtp);
+    model_layer *ly = &m->layers[il];
+    const arch_desc *d = m->desc;
+    /* the recipe of the model's full-attention layers, with the file's choices (its router) */
+    for (int j = 0; j < il; j++)
+        if (m->layers[j].recipe.attn == ARCH_ATTN_FULL) ly->recipe = m->layers[j].recipe;
+    if (ly->recipe.attn != ARCH_ATTN_FULL)
+        return fail(L, "%s: the MTP block is a full-attention layer, and none of the %d layers is one", d->name, il);
+    layer_keys(L, d->keys, il);
+    for (int j = 0; j < ARCH_KEY_LISTS_MAX && d->more_keys[j]; j++) layer_keys(L, d->more_keys[j], il);
+    if (!layer_attention(L, ly, il) || !bind_list(L, d->layer_tensors, arch_layer_features(&ly->recipe), il, ly))
+        return false;
+    layer_split_fused(hp, ly);
+    if (!layer_complete(L, ly, il)) return false;
+    model_mtp *mtp = &m->mtp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    const struct {
+        model_tensor *t;
+        const char *suffix;
+        int64_t ne0, ne1;
+        bool required, f32;
+    } list[] = {
+        {&mtp->eh_proj, "eh_proj", 2 * E, E, true, false},       {&mtp->enorm, "enorm", E, 0, true, true},
+        {&mtp->hnorm, "hnorm", E, 0, true, true},                 {&mtp->embed, "embed_tokens", E, V, false, false},
+        {&mtp->head_norm, "shared_head_norm", E, 0, false, true}, {&mtp->head, "shared_head_head", E, V, false, false},
+    };
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.nextn.%s.weight", il, list[i].suffix);
+        tensor_spec spec = {name, list[i].ne0, list[i].ne1, 0, "", list[i].required, list[i].f32};
+        if (!bind(L, list[i].t, spec)) return false;
+    }
+    if (!mtp->embed.data) mtp->embed = m->tok_embd;
+    if (!mtp->head_norm.data) mtp->head_norm = m->output_norm;
+    if (!mtp->head.data) mtp->head = m->output;
+    mtp->bound = true;
+    return true;
+}
+
 static bool bind_tensors(loader *L)
 {
     model *m = L->m;
@@ -809,7 +863,7 @@ static bool bind_tensors(loader *L)
     if ((int64_t)hp->n_layer * min_layer_tensors(d, hp->n_dense_lead > 0) > gguf_n_tensors(L->f))
         return fail(L, "%s.block_count %d needs more tensors than the file's %lld", d->name, hp->n_layer,
                     (long long)gguf_n_tensors(L->f));
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    m->layers = calloc((size_t)hp->n_layer + (size_t)hp->n_mtp, sizeof *m->layers);
     if (!m->layers) return fail(L, "out of memory for %d layers", hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++) {
         model_layer *ly = &m->layers[il];
@@ -821,7 +875,7 @@ static bool bind_tensors(loader *L)
         layer_split_fused(hp, ly);
         if (!layer_complete(L, ly, il)) return false;
     }
-    return true;
+    return bind_mtp(L);
 }
 
 static void read_name(loader *L)

@@ -173,7 +173,7 @@ typedef struct model_hparams {
      * full attention (the family's pattern length). */
     int ssm_conv, ssm_state, ssm_groups, ssm_vheads, ssm_inner;
     int full_attn_interval;
-    int n_mtp;         /* nextn_predict_layers: MTP blocks stored after the n_layer that run (not bound) */
+    int n_mtp;         /* nextn_predict_layers: MTP blocks stored after the n_layer that run (model.mtp) */
     bool ssm_grouped;  /* v head h reads q/k head h / (v heads / k heads), else h mod k heads */
     float rms_eps;
     float rope_base;      /* rope.freq_base, default 10000 */
@@ -202,6 +202,20 @@ typedef struct model_hparams {
     int pooling;
 } model_hparams;
 
+/* A multi-token-prediction (NextN) block, Qwen3.5's (llama.cpp: graph_mtp): from the main
+ * model's final (output-normed) hidden state h of position p - 1 and the token at p,
+ * x = eh_proj · [rmsnorm(embed(tok)) * enorm | rmsnorm(h) * hnorm], then the decoder block
+ * layers[n_layer] (a full-attention layer of the family: its own K/V), then
+ * logits = head · (rmsnorm(x) * head_norm): a guess at the token after p. */
+typedef struct model_mtp {
+    bool bound;            /* the file has the block and the family runs it (qwen35, qwen35moe) */
+    model_tensor eh_proj;  /* [2 n_embd -> n_embd] */
+    model_tensor enorm, hnorm; /* [n_embd] */
+    model_tensor embed;    /* nextn.embed_tokens, else the model's tok_embd */
+    model_tensor head_norm; /* nextn.shared_head_norm, else output_norm */
+    model_tensor head;     /* nextn.shared_head_head, else output */
+} model_mtp;
+
 typedef struct model {
     gguf_file *gguf; /* owned */
     const arch_desc *desc; /* the family: keys, tensors, recipe */
@@ -218,7 +232,8 @@ typedef struct model {
     /* encoders (bert): absolute positions [n_embd x n_ctx_train], token types [n_embd x
      * n_token_types] and the LayerNorm of their sum (weight, bias) */
     model_tensor pos_embd, tok_types, embd_norm, embd_norm_b;
-    model_layer *layers;      /* n_layer */
+    model_layer *layers;      /* n_layer, then n_mtp entries (layers[n_layer]: the MTP block when bound) */
+    model_mtp mtp;
     size_t weight_bytes;      /* sum of all tensor bytes used */
 } model;
 

@@ -264,6 +264,7 @@ int tp_view_make(const model *m, const tp_plan *p, int r, tp_view *out, char *er
     const int kv0 = k->kv_heads.begin * hd, kv1 = k->kv_heads.end * hd;
     const int f0 = k->ffn.begin, f1 = k->ffn.end;
     out->m = *m;
+    out->m.mtp.bound = false; /* its layers are the n_layer that run: no MTP block (layers[n_layer]) */
     out->m.gguf = NULL;
     out->m.layers = malloc((size_t)n_layer * sizeof *out->m.layers);
     for (int l = 0; l < n_layer; l++)

@@ -24,6 +24,13 @@ void proposer_keep(proposer *p, int slot, int n)
     if (p->vt->keep) p->vt->keep(p, slot, n);
 }
 
+bool proposer_observes(const proposer *p) { return p && p->vt->observe; }
+
+void proposer_observe(proposer *p, const proposer_obs *rows, int n)
+{
+    if (n > 0 && p->vt->observe) p->vt->observe(p, rows, n);
+}
+
 void proposer_free(proposer *p)
 {
     if (p) p->vt->destroy(p);

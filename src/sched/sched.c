@@ -99,6 +99,13 @@ struct sched {
     kvcache *kv_swa;
     int swa_window;
     statecache *states;  /* a hybrid model's recurrent-state slots and snapshots; NULL otherwise */
+    /* Speculating on a hybrid: engine state slots spec_backup + row hold each row's state from
+     * before its verification (spec_rewind), outside the statecache's (-1: none). */
+    int spec_backup;
+    /* A proposer that observes the target's steps (mtp): each row's final hidden states of a
+     * step, [slot][max_batch_tokens][n_embd], and the step's observations; NULL otherwise. */
+    float *spec_hidden;
+    proposer_obs *spec_obs;
     int max_ctx;         /* sched_max_context */
     int decode_rr;       /* round-robin start when decodes alone exceed the budget */
     int embed_credit;    /* prefill-only tokens steps with decodes may still carry (plan_step) */
@@ -522,6 +529,14 @@ static bool grow_blocks(sched *s, sched_req *r, int n_tokens)
     return kvcache_grow(s->kv, &r->kv, n_tokens) && (!s->kv_swa || kvcache_grow(s->kv_swa, &r->kv_swa, n_tokens));
 }
 
+/* r's blocks past its first n_tokens positions go back, in both pools (drafts cut or not
+ * verified). */
+static void release_blocks_past(sched *s, sched_req *r, int n_tokens)
+{
+    kvcache_truncate(s->kv, &r->kv, n_tokens);
+    if (s->kv_swa) kvcache_truncate(s->kv_swa, &r->kv_swa, n_tokens);
+}
+
 /* r's positions 0..n_tokens-1 are computed: its full blocks among them go into the prefix
  * index of each pool (before the sliding ones out of the window are let go, so those stay
  * cached). */
@@ -934,6 +949,23 @@ static void spec_adapt(const sched *s, sched_req *r, int n_draft, int accepted)
     }
 }
 
+/* A hybrid's verification that rejected a draft left the row's recurrent state past the
+ * accepted tokens, and a recurrence cannot rewind: the state from before the verification
+ * (copied in spec_plan) comes back and the sequence goes back to the verification's start, so
+ * the accepted tokens are fed again as a chunk that samples nothing (prefilling: a
+ * recomputation's) before the new pending token decodes.  On the CPU a chunk gives the bits of
+ * feeding its tokens one by one, so the output is that without drafts. */
+static void spec_rewind(sched *s, sched_req *r, int n_past0)
+{
+    char err[256];
+    if (engine_state_copy(s->e, r->state, s->spec_backup + r->slot, err, sizeof err) != 0) {
+        log_warn("request %s: restoring its recurrent state after a rejected draft failed: %s", r->id, err);
+        req_finish(s, r, SCHED_FINISH_ERROR, err);
+        return;
+    }
+    r->n_past = n_past0;
+}
+
 /* Applies a verification: the accepted drafts and the token after them go through the text
  * pipeline one by one, exactly as decodes would have delivered them (a stop string, the end
  * of the grammar, max_tokens or an end-of-generation token ends the request at that token),
@@ -969,6 +1001,26 @@ static void spec_done(sched *s, int i, uint64_t now)
     if (s->kv_swa) kvcache_truncate(s->kv_swa, &r->kv_swa, r->n_past + 1);
     drop_out_of_window(s, r);
     proposer_keep(s->prop, row, r->n_toks - 1); /* all but the new pending token stand */
+    if (s->states && accepted < n_draft) spec_rewind(s, r, n_past0);
+}
+
+static float *spec_row_hidden(sched *s, int row)
+{
+    return s->spec_hidden + (size_t)row * (size_t)s->cfg.max_batch_tokens * (size_t)engine_model(s->e)->hp.n_embd;
+}
+
+/* A proposer that observes (mtp) is shown every row of seqs[first..first+n) that speculates:
+ * its tokens, their hidden states and its block table, before seq_done moves anything. */
+static void spec_observe(sched *s, int first, int n)
+{
+    int m = 0;
+    for (int i = first; i < first + n; i++) {
+        const engine_seq *q = &s->seqs[i];
+        if (!q->hidden) continue;
+        s->spec_obs[m++] = (proposer_obs){.slot = q->slot, .pos = q->pos, .tokens = q->tokens,
+                                          .n_tokens = q->n_tokens, .hidden = q->hidden, .blocks = q->blocks};
+    }
+    proposer_observe(s->prop, s->spec_obs, m);
 }
 
 static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int n_tokens, bool want)
@@ -986,6 +1038,7 @@ static void plan_add(sched *s, int *n, sched_req *r, const int32_t *tokens, int 
         .sp = &r->sp,
         .allowed = want ? r->mask : NULL,
         .embed = r->embed ? &r->em : NULL,
+        .hidden = s->spec_hidden && r->speculate && !r->embed ? spec_row_hidden(s, r->slot) : NULL,
     };
     s->seq_req[*n] = r;
     (*n)++;
@@ -1006,11 +1059,15 @@ static int spec_plan(sched *s, int n_rows)
         sched_req *r = s->seq_req[s->spec_seq[i]];
         int k = row->n_draft < s->cfg.draft_min ? 0 : row->n_draft;
         if (k > 0 && r->gm) k = spec_masks(s, r, row->draft, k);
-        if (k > 0 && !grow_blocks(s, r, r->n_past + 1 + k)) { /* the blocks it did get go back */
-            kvcache_truncate(s->kv, &r->kv, r->n_past + 1);
-            if (s->kv_swa) kvcache_truncate(s->kv_swa, &r->kv_swa, r->n_past + 1);
+        if (k > 0 && !grow_blocks(s, r, r->n_past + 1 + k)) k = 0; /* the blocks it did get go back below */
+        char err[256]; /* a hybrid's state before the verification, for spec_rewind */
+        if (k > 0 && s->states && engine_state_copy(s->e, s->spec_backup + r->slot, r->state, err, sizeof err) != 0) {
+            log_warn("request %s: no drafts this step (copying its recurrent state failed: %s)", r->id, err);
             k = 0;
         }
+        /* blocks past the verification's go back (grown for k_max first for a proposer that
+         * observes, mtp, or in part by a grow that failed) */
+        if (k == 0 || (s->spec_hidden && k < row->k_max)) release_blocks_past(s, r, r->n_past + 1 + k);
         proposer_keep(s->prop, r->slot, r->n_toks + k);
         unused += row->k_max - k;
         if (k == 0) continue;
@@ -1074,11 +1131,17 @@ static int plan_step(sched *s)
             budget--;
             /* drafts leave a token of the budget to every slot still to come */
             int cap = spec_ok && spec_wanted(r) ? spec_cap(s, r, budget - (n_slots - 1 - k)) : 0;
+            /* a drafter that writes K/V at the drafts' positions (mtp) needs their blocks first */
+            if (cap > 0 && s->spec_hidden && !grow_blocks(s, r, r->n_past + 1 + cap)) {
+                release_blocks_past(s, r, r->n_past + 1);
+                cap = 0;
+            }
             if (cap == 0) continue;
             int32_t *row = spec_row_tokens(s, i);
             row[0] = r->last_token;
             s->spec_rows[n_rows] = (proposer_row){.slot = i, .toks = r->toks, .n_toks = r->n_toks, .k_max = cap,
-                                                  .sp = &r->sp, .allowed = r->gm ? r->mask : NULL, .draft = row + 1};
+                                                  .sp = &r->sp, .allowed = r->gm ? r->mask : NULL, .draft = row + 1,
+                                                  .blocks = s->spec_hidden ? r->kv.blocks : NULL};
             s->spec_seq[n_rows++] = n - 1;
             budget -= cap;
         }
@@ -1175,6 +1238,7 @@ static void step_isolate_failure(sched *s, int n, const char *batch_err)
         if (n > 1) {
             int rc = engine_step(s->e, &s->seqs[i], 1, &s->results[i], err, sizeof err);
             if (rc == 0) {
+                if (s->spec_hidden) spec_observe(s, i, 1);
                 seq_done(s, i, uv_hrtime());
                 continue;
             }
@@ -1229,6 +1293,7 @@ static bool sched_step(sched *s)
         if (rc == 0) {
             uint64_t now = uv_hrtime();
             spec_gate_count(s, n);
+            if (s->spec_hidden) spec_observe(s, 0, n);
             for (int i = 0; i < n; i++) seq_done(s, i, now);
             spec_gate_record(s);
         } else if (rc == ENGINE_FATAL) {
@@ -1319,6 +1384,8 @@ static void sched_free_memory(sched *s)
     free(s->spec_masks);
     free(s->spec_rows);
     free(s->spec_seq);
+    free(s->spec_hidden);
+    free(s->spec_obs);
     proposer_free(s->prop);
     kvcache_free(s->kv);
     kvcache_free(s->kv_swa);
@@ -1330,7 +1397,7 @@ static void sched_free_memory(sched *s)
 
 const char *sched_spec_name(sched_spec spec)
 {
-    static const char *const names[SCHED_SPEC_COUNT] = {"off", "ngram", "draft"};
+    static const char *const names[SCHED_SPEC_COUNT] = {"off", "ngram", "draft", "mtp"};
     return (unsigned)spec < SCHED_SPEC_COUNT ? names[spec] : "unknown";
 }
 
@@ -1342,6 +1409,7 @@ static proposer *make_proposer(const sched *s, const sched_config *cfg, char *er
         if (!p) snprintf(err, errlen, "sched: out of memory");
         return p;
     }
+    if (cfg->spec == SCHED_SPEC_MTP) return proposer_mtp_new(s->e, err, errlen);
     if (cfg->spec != SCHED_SPEC_DRAFT) {
         snprintf(err, errlen, "sched: unknown speculative mode %d", (int)cfg->spec);
         return NULL;
@@ -1416,15 +1484,20 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
     }
     s->swa_window = engine_kv_swa_window(e);
     s->stats.kv_swa_blocks_total = s->stats.kv_swa_blocks_free = swa_blocks;
-    /* A hybrid model: one state slot per row, the rest hold prefix snapshots. */
-    int n_states = engine_state_slots(e);
-    if (n_states > 0 && n_states < cfg->n_slots) {
-        snprintf(err, errlen, "sched: the engine has %d recurrent-state slots for %d rows", n_states, cfg->n_slots);
+    /* A hybrid model: one state slot per row, the rest hold prefix snapshots; speculating, the
+     * last n_slots are the rows' states before a verification (spec_rewind), not the cache's. */
+    const int all_states = engine_state_slots(e);
+    const int backups = all_states > 0 && cfg->spec != SCHED_SPEC_OFF ? cfg->n_slots : 0;
+    const int n_states = all_states - backups;
+    s->spec_backup = backups ? n_states : -1;
+    if (all_states > 0 && n_states < cfg->n_slots) {
+        snprintf(err, errlen, "sched: the engine has %d recurrent-state slots for %d rows%s", all_states,
+                 cfg->n_slots, backups ? " and as many to roll speculation back from" : "");
         kvcache_free(s->kv);
         free(s);
         return NULL;
     }
-    if (n_states > 0 && !(s->states = statecache_create(n_states, n_states - cfg->n_slots))) {
+    if (all_states > 0 && !(s->states = statecache_create(n_states, n_states - cfg->n_slots))) {
         snprintf(err, errlen, "sched: out of memory");
         kvcache_free(s->kv);
         free(s);
@@ -1455,11 +1528,6 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
                      ec->max_draft);
             goto fail;
         }
-        if (s->states) {
-            snprintf(err, errlen, "speculative decoding is not available for %s: its recurrent state cannot be "
-                     "rolled back past a rejected draft yet (run with --speculative off)", engine_model(e)->desc->name);
-            goto fail;
-        }
         if (!(s->prop = make_proposer(s, cfg, err, errlen))) goto fail;
         for (int b = 0; b < SPEC_GATE_BUCKETS; b++) s->gate[b] = (spec_gate){.probe = SPEC_GATE_PROBE, .verdict = -1};
         size_t w = n * spec_width(s);
@@ -1468,6 +1536,14 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
         s->spec_masks = malloc(w * (size_t)s->mask_words * sizeof *s->spec_masks);
         s->spec_rows = malloc(n * sizeof *s->spec_rows);
         s->spec_seq = malloc(n * sizeof *s->spec_seq);
+        if (proposer_observes(s->prop)) {
+            s->spec_hidden = malloc(n * (size_t)cfg->max_batch_tokens * (size_t)engine_model(e)->hp.n_embd * sizeof(float));
+            s->spec_obs = malloc(n * sizeof *s->spec_obs);
+            if (!s->spec_hidden || !s->spec_obs) {
+                snprintf(err, errlen, "sched: out of memory");
+                goto fail;
+            }
+        }
         if (!s->spec_tokens || !s->spec_samples || !s->spec_masks || !s->spec_rows || !s->spec_seq) {
             snprintf(err, errlen, "sched: out of memory");
             goto fail;

@@ -29,10 +29,11 @@ typedef enum sched_spec {
     SCHED_SPEC_OFF = 0, /* one token per decode step */
     SCHED_SPEC_NGRAM,   /* prompt lookup over the sequence's own tokens (ngram.h) */
     SCHED_SPEC_DRAFT,   /* a draft model of the same vocabulary (sched_config.draft, draftmodel.c) */
+    SCHED_SPEC_MTP,     /* the model's own MTP block, in the engine (engine_has_mtp, mtp.c) */
 } sched_spec;
-#define SCHED_SPEC_COUNT 3
+#define SCHED_SPEC_COUNT 4
 
-const char *sched_spec_name(sched_spec spec); /* "off", "ngram", "draft" */
+const char *sched_spec_name(sched_spec spec); /* "off", "ngram", "draft", "mtp" */
 
 typedef struct sched_config {
     int n_slots;          /* must equal the engine's */

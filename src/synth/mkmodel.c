@@ -138,34 +138,34 @@ static const struct preset {
 } presets[] = {
     {"tiny", {MODEL_ARCH_LLAMA, "inferd-tiny", 64, 2, 4, 2, 128, 512, 1024, 0, 10000.0f, 1e-5f,
               false, MKMODEL_F32, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"small", {MODEL_ARCH_LLAMA, "inferd-small", 512, 6, 8, 4, 1536, 4096, 8192, 0, 10000.0f,
                1e-5f, false, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"qwen2.5-1.5b", {MODEL_ARCH_QWEN2, "synthetic Qwen2.5-1.5B", 1536, 28, 12, 2, 8960, 32768,
                       151936, 0, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"llama-3.1-8b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-8B", 4096, 32, 32, 8, 14336,
                       131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* the 70B class of issue 35's tensor-parallel targets (meta-llama/Llama-3.1-70B config.json):
      * ~40 GB at Q4_K_M; --n-layer cuts it for a quick file */
     {"llama-3.1-70b", {MODEL_ARCH_LLAMA, "synthetic Llama-3.1-70B", 8192, 80, 64, 8, 28672,
                        131072, 128256, 0, 500000.0f, 1e-5f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"qwen3-0.6b", {MODEL_ARCH_QWEN3, "synthetic Qwen3-0.6B", 1024, 28, 16, 8, 3072, 40960,
                     151936, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q8_0, 1, 0, NULL, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* Gemma 3 (google/gemma-3-{12b,27b}-it config.json): window 1024, local base 10000, the
      * global layers' base 1M with linear scaling 8, no final soft-cap (Gemma 2 had one). */
     {"gemma-3-12b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-12B", 3840, 48, 16, 8, 15360, 131072,
                      262144, 256, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
                      10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     {"gemma-3-27b", {MODEL_ARCH_GEMMA3, "synthetic Gemma-3-27B", 5376, 62, 32, 16, 21504, 131072,
                      262144, 128, 1000000.0f, 1e-6f, true, MKMODEL_Q4_K_M, 1, 0, NULL, false, 1024,
                      10000.0f, 8.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* Gemma 4 31B (google/gemma-4-31B-it config.json, text_config): 60 layers over 5376, five
      * sliding layers (32 heads of 256 over 16 kv heads, window 1024, RoPE base 10000 on the whole
      * head) to one full layer (32 heads of 512 over 4 kv heads, V = K (attention_k_eq_v),
@@ -191,14 +191,14 @@ static const struct preset {
     {"qwen3-30b-a3b", {MODEL_ARCH_QWEN3MOE, "synthetic Qwen3-30B-A3B", 2048, 48, 32, 4, 6144, 40960,
                        151936, 128, 1000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f,
                        0.0f, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* Qwen3.5-9B (qwen35): 8 of its 32 layers gated attention (16 heads of 256, 4 KV heads,
      * RoPE on a quarter of each head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v
      * heads of 128, conv of 4) */
     {"qwen3.5-9b", {MODEL_ARCH_QWEN35, "synthetic Qwen3.5-9B", 4096, 32, 16, 4, 12288, 262144, 248320, 256,
                     10000000.0f, 1e-6f, false, MKMODEL_Q4_K_M, 1, 0, NULL, false, 0, 0.0f, 0.0f, 0, 0, 0, 0,
                     4, 128, 16, 32, 4096, 64, 0.0f, 0,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* Qwen3.5-35B-A3B (qwen35moe; Qwen/Qwen3.5-35B-A3B config.json): 40 layers over a 2048-wide
      * stream, 10 of them gated attention (16 heads of 256, 2 KV heads, RoPE on a quarter of each
      * head, base 1e7), the rest gated DeltaNet (16 q/k heads and 32 v heads of 128, conv of 4);
@@ -217,7 +217,7 @@ static const struct preset {
     {"gpt-oss-20b", {MODEL_ARCH_GPTOSS, "synthetic gpt-oss-20b", 2880, 24, 64, 8, 2880, 131072, 201088, 64,
                      150000.0f, 1e-5f, false, MKMODEL_MXFP4, 1, 0, NULL, false, 128, 0.0f, 0.0f, 32, 4, 2880, 0,
                      0, 0, 0, 0, 0, 0, 32.0f, 4096,
-                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f}},
+                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0.0f, 0}},
     /* DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite config.json): latent attention without a
      * query LoRA (kv_lora_rank 512, 16 heads of 128 + 64 RoPE, values 128), 64 experts of 1408,
      * 6 per token, softmax scores not renormalised, 2 shared, the first layer dense (10944).
@@ -566,7 +566,7 @@ static int head_dim_of(const mkmodel_config *c)
 }
 
 /* One qwen35 layer (arch/hybrid.c's names): every fourth gated attention ([query | gate] per
- * head, qk norm), the others gated DeltaNet (A = -exp(N(0, 0.5)) so that every decay is below
+ * head, qk norm), as is an MTP block (il >= n_layer), the others gated DeltaNet (A = -exp(N(0, 0.5)) so that every decay is below
  * 1); then the GLU, whose norm the converter calls post_attention_norm (qwen35moe: the experts
  * and the shared expert instead). */
 static void list_hybrid_layer(tensor_list *l, const mkmodel_config *c, int il)
@@ -574,7 +574,7 @@ static void list_hybrid_layer(tensor_list *l, const mkmodel_config *c, int il)
     const int64_t hd = head_dim_of(c), q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
     const int64_t chan = 2 * (int64_t)c->ssm_groups * c->ssm_state + c->ssm_inner;
     add_spec(l, il, "norm", "attn_norm.weight", c->n_embd, 0, 0);
-    if (il % 4 == 3) {
+    if (il % 4 == 3 || il >= c->n_layer) {
         add_matrix(l, il, "attn_q", c->n_embd, 2 * q_dim);
         add_matrix(l, il, "attn_k", c->n_embd, kv_dim);
         add_matrix(l, il, "attn_v", c->n_embd, kv_dim);
@@ -608,6 +608,18 @@ static void list_hybrid_layer(tensor_list *l, const mkmodel_config *c, int il)
     add_matrix(l, il, "ffn_gate", c->n_embd, c->n_ff);
     add_matrix(l, il, "ffn_up", c->n_embd, c->n_ff);
     add_matrix(l, il, "ffn_down", c->n_ff, c->n_embd);
+}
+
+/* A qwen35 MTP block (llama.cpp's load_block_mtp): a full-attention layer, then the NextN
+ * projection of [enorm(embedding) | hnorm(hidden)] and the norm before the shared LM head.
+ * Its norms are N(1, 0.1), not ones, so a reference that swapped enorm and hnorm would see it. */
+static void list_mtp_block(tensor_list *l, const mkmodel_config *c, int il)
+{
+    list_hybrid_layer(l, c, il);
+    add_matrix(l, il, "nextn.eh_proj", 2 * (int64_t)c->n_embd, c->n_embd);
+    add_spec(l, il, "mtp_norm", "nextn.enorm.weight", c->n_embd, 0, 0.1f);
+    add_spec(l, il, "mtp_norm", "nextn.hnorm.weight", c->n_embd, 0, 0.1f);
+    add_spec(l, il, "mtp_norm", "nextn.shared_head_norm.weight", c->n_embd, 0, 0.1f);
 }
 
 /* One gpt-oss layer (arch/gptoss.c's names): attention with biases everywhere and a sink
@@ -834,6 +846,7 @@ static int list_tensors(const mkmodel_config *c, tensor_spec *specs)
         add_matrix(&l, il, "ffn_down", c->n_ff, c->n_embd);
         if (c->arch == MODEL_ARCH_GEMMA3) add_spec(&l, il, "norm", "post_ffw_norm.weight", c->n_embd, 0, 0);
     }
+    for (int il = c->n_layer; il < c->n_layer + c->n_mtp; il++) list_mtp_block(&l, c, il);
     return l.n;
 }
 
@@ -1232,6 +1245,11 @@ static int validate(const mkmodel_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "%s: sliding window %d out of range 1..%d", model_arch_name(c->arch), c->n_swa, 1 << 24);
         return -1;
     }
+    if (c->n_mtp < 0 || c->n_mtp > 1 || (c->n_mtp && c->arch != MODEL_ARCH_QWEN35 && c->arch != MODEL_ARCH_QWEN35MOE)) {
+        snprintf(err, errlen, "--mtp %d: 0, or 1 for qwen35 and qwen35moe (the families whose MTP block is built)",
+                 c->n_mtp);
+        return -1;
+    }
     if ((c->arch == MODEL_ARCH_QWEN35 || c->arch == MODEL_ARCH_QWEN35MOE) &&
         (c->ssm_conv < 2 || c->ssm_conv > 8 || c->ssm_state < 1 || c->ssm_groups < 1 || c->ssm_vheads < 1 ||
          c->ssm_vheads % c->ssm_groups || c->ssm_inner != c->ssm_vheads * c->ssm_state || c->ssm_inner > MAX_DIM ||
@@ -1357,7 +1375,8 @@ static void write_hparams(gguf_writer *w, const mkmodel_config *c)
     set_arch_u32(w, c, "vocab_size", c->n_vocab);
     set_arch_u32(w, c, "context_length", c->n_ctx);
     set_arch_u32(w, c, "embedding_length", c->n_embd);
-    set_arch_u32(w, c, "block_count", c->n_layer);
+    set_arch_u32(w, c, "block_count", c->n_layer + c->n_mtp);
+    if (c->n_mtp > 0) set_arch_u32(w, c, "nextn_predict_layers", c->n_mtp);
     set_arch_u32(w, c, "feed_forward_length", c->n_ff);
     set_arch_u32(w, c, "attention.head_count", c->n_head);
     if (c->arch == MODEL_ARCH_DEEPSEEK2) {
@@ -1442,6 +1461,8 @@ static int add_vector(gguf_writer *w, const tensor_spec *s, const mkmodel_config
         for (int64_t i = 0; i < s->ne0; i++) v[i] = 1.0f;
     if (strcmp(s->role, "ssm_a") == 0) /* a DeltaNet's A = -exp(A_log): every decay below 1 */
         for (int64_t i = 0; i < s->ne0; i++) v[i] = -expf(v[i]);
+    if (strcmp(s->role, "mtp_norm") == 0) /* N(1, std): an MTP norm that is not all ones */
+        for (int64_t i = 0; i < s->ne0; i++) v[i] += 1.0f;
     if (strcmp(s->role, "rope_factors") == 0) /* LongRoPE divides the frequencies by these */
         for (int64_t i = 0; i < s->ne0; i++) v[i] = 1.0f + fabsf(v[i]);
     if (strcmp(s->role, "rope_freqs") == 0) /* gemma4: the first n_rot / 2 pairs turn, the rest stand */

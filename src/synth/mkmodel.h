@@ -109,6 +109,11 @@ typedef struct mkmodel_config {
     int swa_period, head_dim_full, n_head_kv_full;
     bool v_from_k;
     float logit_softcap;
+    /* qwen35 / qwen35moe: multi-token-prediction (NextN) blocks after the n_layer that run, as
+     * llama.cpp's converter keeps them (0 or 1): block_count n_layer + n_mtp,
+     * nextn_predict_layers n_mtp, block n_layer a full-attention layer of the family plus its
+     * nextn.eh_proj / enorm / hnorm / shared_head_norm. */
+    int n_mtp;
 } mkmodel_config;
 
 /* Fill cfg from a preset: "tiny", "small", "qwen2.5-1.5b", "llama-3.1-8b", "llama-3.1-70b", "qwen3-0.6b",

@@ -1039,6 +1039,7 @@ typedef enum hybrid_fault {
     HF_NO_CONV,  /* blk.0.ssm_conv1d.weight missing */
     HF_ODD_ROT,  /* rope.dimension_count 5 */
     HF_MTP,      /* one MTP block after the four layers (nextn_predict_layers 1) */
+    HF_MTP_HNORM, /* that block without blk.4.nextn.hnorm.weight */
 } hybrid_fault;
 
 /* A four-layer qwen35 model (F32; one q/k head, two v heads) with `fault`, as a loaded model
@@ -1051,14 +1052,14 @@ static model *hybrid_model(hybrid_fault fault, void **image, char *err, size_t e
         const char *key;
         uint32_t v;
     } keys[] = {{"qwen35.context_length", 64}, {"qwen35.embedding_length", H_EMBD},
-                {"qwen35.block_count", H_LAYERS + (fault == HF_MTP)}, {"qwen35.feed_forward_length", H_FF},
+                {"qwen35.block_count", H_LAYERS + (fault >= HF_MTP)}, {"qwen35.feed_forward_length", H_FF},
                 {"qwen35.attention.head_count", H_HEADS}, {"qwen35.attention.head_count_kv", 1},
                 {"qwen35.attention.key_length", H_HD}, {"qwen35.ssm.conv_kernel", 4},
                 {"qwen35.ssm.state_size", H_STATE}, {"qwen35.ssm.group_count", 1},
                 {"qwen35.ssm.time_step_rank", H_VHEADS}, {"qwen35.ssm.inner_size", fault == HF_INNER ? 24 : H_INNER},
                 {"qwen35.full_attention_interval", fault == HF_INTERVAL ? 3 : 4},
                 {"qwen35.rope.dimension_count", fault == HF_ODD_ROT ? 5 : 4},
-                {"qwen35.nextn_predict_layers", fault == HF_MTP}};
+                {"qwen35.nextn_predict_layers", fault >= HF_MTP}};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) gguf_writer_set_u32(w, keys[i].key, keys[i].v);
     gguf_writer_set_f32(w, "qwen35.attention.layer_norm_rms_epsilon", 1e-6f);
     add_zeros(w, "token_embd.weight", 2, H_EMBD, M_VOCAB, 1);
@@ -1066,13 +1067,13 @@ static model *hybrid_model(hybrid_fault fault, void **image, char *err, size_t e
     char name[64];
 #define LAYER_TENSOR(il, suffix, dims, a, b)                                                                         \
     (snprintf(name, sizeof name, "blk.%d.%s", il, suffix), add_zeros(w, name, dims, a, b, 1))
-    for (int il = 0; il < H_LAYERS; il++) {
+    for (int il = 0; il < H_LAYERS + (fault >= HF_MTP); il++) {
         LAYER_TENSOR(il, "attn_norm.weight", 1, H_EMBD, 1);
         LAYER_TENSOR(il, "post_attention_norm.weight", 1, H_EMBD, 1);
         LAYER_TENSOR(il, "ffn_gate.weight", 2, H_EMBD, H_FF);
         LAYER_TENSOR(il, "ffn_up.weight", 2, H_EMBD, H_FF);
         LAYER_TENSOR(il, "ffn_down.weight", 2, H_FF, H_EMBD);
-        if (il == 3) {
+        if (il >= 3) { /* the full-attention layer, and the MTP block (a full-attention layer) */
             LAYER_TENSOR(il, "attn_q.weight", 2, H_EMBD, 2 * H_HEADS * H_HD);
             LAYER_TENSOR(il, "attn_k.weight", 2, H_EMBD, H_HD);
             LAYER_TENSOR(il, "attn_v.weight", 2, H_EMBD, H_HD);
@@ -1091,9 +1092,10 @@ static model *hybrid_model(hybrid_fault fault, void **image, char *err, size_t e
         LAYER_TENSOR(il, "ssm_norm.weight", 1, H_STATE, 1);
         LAYER_TENSOR(il, "ssm_out.weight", 2, H_INNER, H_EMBD);
     }
-    if (fault == HF_MTP) { /* some of an MTP block: never bound */
+    if (fault >= HF_MTP) { /* the MTP block's own (the LM head's norm and matrix are the model's) */
         LAYER_TENSOR(H_LAYERS, "nextn.eh_proj.weight", 2, 2 * H_EMBD, H_EMBD);
-        LAYER_TENSOR(H_LAYERS, "attn_norm.weight", 1, H_EMBD, 1);
+        LAYER_TENSOR(H_LAYERS, "nextn.enorm.weight", 1, H_EMBD, 1);
+        if (fault != HF_MTP_HNORM) LAYER_TENSOR(H_LAYERS, "nextn.hnorm.weight", 1, H_EMBD, 1);
     }
 #undef LAYER_TENSOR
     return writer_model(w, image, err, errlen);
@@ -1120,9 +1122,9 @@ static void hybrid_logits(const model *m, float *logits)
     engine_free(e);
 }
 
-/* A hybrid file whose DeltaNet shapes or layer pattern are wrong is refused at load with the
- * key or tensor named; one with an MTP block loads, runs the layers before it and gives the
- * logits of the same file without it. */
+/* A hybrid file whose DeltaNet shapes or layer pattern are wrong, or whose MTP block lacks a
+ * tensor, is refused at load with the key or tensor named; one with an MTP block loads, binds
+ * it, runs the layers before it and gives the logits of the same file without it. */
 static void test_malformed_hybrid_refused(void **state)
 {
     (void)state;
@@ -1131,6 +1133,7 @@ static void test_malformed_hybrid_refused(void **state)
     expect_hybrid_refused(HF_INNER, "qwen35.ssm.inner_size 24 is not ssm.time_step_rank 2 x ssm.state_size 8");
     expect_hybrid_refused(HF_NO_CONV, "missing tensor 'blk.0.ssm_conv1d.weight'");
     expect_hybrid_refused(HF_ODD_ROT, "qwen35.rope.dimension_count 5 must be even and at most the head dimension 8");
+    expect_hybrid_refused(HF_MTP_HNORM, "missing tensor 'blk.4.nextn.hnorm.weight'");
     char err[512] = "";
     void *img = NULL, *img_mtp = NULL;
     model *m = hybrid_model(HF_NONE, &img, err, sizeof err);
@@ -1139,6 +1142,9 @@ static void test_malformed_hybrid_refused(void **state)
     if (!mtp) fail_msg("with an MTP block: %s", err);
     assert_int_equal(mtp->hp.n_layer, H_LAYERS);
     assert_int_equal(mtp->hp.n_mtp, 1);
+    assert_true(mtp->mtp.bound && !m->mtp.bound);
+    assert_int_equal(mtp->layers[H_LAYERS].recipe.attn, ARCH_ATTN_FULL);
+    assert_ptr_equal(mtp->mtp.head.data, mtp->output.data); /* no shared_head_head: the model's */
     assert_int_equal(m->layers[0].recipe.attn, ARCH_ATTN_LINEAR);
     assert_int_equal(m->layers[3].recipe.attn, ARCH_ATTN_FULL);
     assert_int_equal(m->hp.n_rot, 4);

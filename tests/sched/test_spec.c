@@ -891,11 +891,101 @@ static void test_refusals(void **state)
     if (!he) fail_msg("hybrid engine: %s", err);
     cfg = (sched_config){.n_slots = 1, .ctx_per_slot = 64, .max_batch_tokens = 64, .queue_size = 1,
                          .spec = SCHED_SPEC_NGRAM, .draft_max = 4};
-    assert_null(sched_create(he, ht, &cfg, err, sizeof err));
-    assert_non_null(strstr(err, "recurrent state"));
+    assert_null(sched_create(he, ht, &cfg, err, sizeof err)); /* one state slot: none to roll back from */
+    assert_non_null(strstr(err, "and as many to roll speculation back from"));
     engine_free(he);
     tokenizer_free(ht);
     model_free(hm);
+}
+
+/* A hybrid model (transformers' qwen3_5 reference: gated DeltaNet layers) speculates: before a
+ * verification the row's recurrent state is copied aside, and one that rejects a draft brings
+ * it back and feeds the accepted tokens again (sched.c: spec_rewind), so greedy and sampled
+ * outputs are those without drafts.  The random model's free text never repeats (every n-gram
+ * draft rejected); under a grammar of repeated syllables its drafts are accepted in part. */
+static void test_hybrid_speculation(void **state)
+{
+    fixture *f = *state;
+    const char *env = getenv("INFERD_SHARED_DIR");
+    char path[1200], err[256];
+    snprintf(path, sizeof path, "%s/reference/qwen3_5.gguf", env && *env ? env : INFERD_SHARED_DIR);
+    model *hm = model_load(path, err, sizeof err);
+    if (!hm) {
+        print_message("skipping: cannot load %s: %s\n", path, err);
+        skip();
+    }
+    fixture hf = *f;
+    if (!(hf.tok = tokenizer_load(hm->gguf, err, sizeof err))) fail_msg("tokenizer: %s", err);
+    engine_config ec = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
+                        .max_draft = DRAFT_MAX, .n_states = 3 * N_SLOTS};
+    engine *he = engine_open(ENGINE_DEVICE_CPU, hm, &ec, err, sizeof err);
+    if (!he) fail_msg("hybrid engine: %s", err);
+    static const char re[] = "(la |lo |li ){12}la la la\\.";
+    grammar *g = grammar_from_regex(re, strlen(re), err, sizeof err);
+    if (!g) fail_msg("grammar: %s", err);
+    job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 40 + 16 * (i % 3), .temperature = i >= 6 ? 0.8f : 0.0f,
+                        .seed = 3 + (uint64_t)i, .ignore_eos = true, .g = i % 2 ? g : NULL};
+    sched_stats st = compare_spec(&hf, he, SCHED_SPEC_NGRAM, NULL, jobs, 8, "hybrid qwen3_5, n-gram");
+    assert_true(st.spec_draft_tokens > st.spec_accepted_tokens && st.spec_accepted_tokens > 0);
+    grammar_unref(g);
+    engine_free(he);
+    tokenizer_free(hf.tok);
+    model_free(hm);
+}
+
+/* A mkmodel qwen35 (or qwen35moe) of 4 layers with its MTP block (--mtp 1), served with its
+ * engine running the block (engine_config.mtp) and its own tokenizer. */
+static engine *mtp_engine(bool moe, model **m, tokenizer **tok)
+{
+    mkmodel_config c;
+    assert_true(mkmodel_preset(moe ? "qwen3.5-35b-a3b" : "qwen3.5-9b", &c));
+    c.n_embd = 64, c.n_layer = 4, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 16, c.n_ff = 96;
+    c.n_ctx = 512, c.n_vocab = 320, c.ftype = MKMODEL_Q8_0, c.n_mtp = 1;
+    c.ssm_state = 16, c.ssm_groups = 2, c.ssm_vheads = 4, c.ssm_inner = 64, c.n_rot = 8;
+    if (moe) c.n_expert = 8, c.n_expert_used = 2, c.n_ff_exp = 32, c.n_expert_shared = 1;
+    char err[256], path[64];
+    snprintf(path, sizeof path, "/tmp/test_spec_mtp_%d.gguf", (int)getpid());
+    static const char corpus[] = "Once upon a time, there was a little girl named Lily. The cat sat on the mat. "
+                                 "Tom and Sue went to the park. The sun was hot. A big dog ran.";
+    if (mkmodel_write(&c, corpus, sizeof corpus - 1, path, err, sizeof err) != 0) fail_msg("mkmodel: %s", err);
+    *m = model_load(path, err, sizeof err);
+    unlink(path);
+    if (!*m) fail_msg("load: %s", err);
+    if (!(*tok = tokenizer_load((*m)->gguf, err, sizeof err))) fail_msg("tokenizer: %s", err);
+    engine_config ec = {.n_slots = N_SLOTS, .ctx_per_slot = CTX, .max_batch_tokens = 256, .n_threads = 1,
+                        .max_draft = DRAFT_MAX, .n_states = 3 * N_SLOTS, .mtp = true};
+    engine *e = engine_open(ENGINE_DEVICE_CPU, *m, &ec, err, sizeof err);
+    if (!e) fail_msg("engine: %s", err);
+    return e;
+}
+
+/* --speculative mtp (SCHED_SPEC_MTP): the model's own MTP block drafts, caught up after every
+ * step from the target's hidden states; greedy and sampled outputs, with a grammar and a
+ * request that opts out, are those without drafts on both presets, and drafts are verified. */
+static void test_mtp_speculation(void **state)
+{
+    fixture *f = *state;
+    for (int moe = 0; moe < 2; moe++) {
+        fixture mf = *f;
+        model *m;
+        engine *e = mtp_engine(moe, &m, &mf.tok);
+        char err[256];
+        static const char re[] = "(la |lo |li ){12}la la la\\.";
+        grammar *g = grammar_from_regex(re, strlen(re), err, sizeof err);
+        if (!g) fail_msg("grammar: %s", err);
+        job jobs[8];
+        for (int i = 0; i < 8; i++)
+            jobs[i] = (job){.prompt = PROMPTS[i], .max_tokens = 20 + 12 * (i % 3), .temperature = i >= 6 ? 0.8f : 0.0f,
+                            .seed = 7 + (uint64_t)i, .ignore_eos = true, .g = i == 3 ? g : NULL, .no_spec = i == 5};
+        sched_stats st = compare_spec(&mf, e, SCHED_SPEC_MTP, NULL, jobs, 8, moe ? "mtp, qwen35moe" : "mtp, qwen35");
+        assert_true(st.spec_draft_tokens > 0 && st.spec_verifies > 0);
+        grammar_unref(g);
+        engine_free(e);
+        tokenizer_free(mf.tok);
+        model_free(m);
+    }
 }
 
 #endif
@@ -926,6 +1016,8 @@ int main(void)
         cmocka_unit_test(test_sampled_identical),
         cmocka_unit_test(test_rejection_sampling_distribution),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_hybrid_speculation),
+        cmocka_unit_test(test_mtp_speculation),
     };
 #endif
     return cmocka_run_group_tests(tests, setup, teardown);

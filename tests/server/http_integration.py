@@ -2765,7 +2765,8 @@ def case_speculative():
     the GPU: the draft's KV pool is its rows', the target's what is left, and every server runs
     --deterministic, whose kernels compute a position's logits alike in a verification and a
     decode step, so the comparison stays exact); a draft model whose tokenizer differs, draft
-    without --model-draft, and mtp are refused at startup."""
+    without --model-draft, and mtp on a model without an MTP block are refused at startup; mtp
+    on a Qwen3.5 file with its block (mkmodel --mtp 1) keeps the outputs on the CPU engine."""
     det = ("--deterministic",) if ON_GPU else ()
     model = os.path.join(SHARED, "models", "stories260K.gguf")
     if not os.path.exists(model):
@@ -2843,7 +2844,29 @@ def case_speculative():
     r = run_bin("-m", model, "--host", "127.0.0.1", "--port", str(free_port()), "--speculative", "draft", timeout=60)
     check(r.returncode != 0 and "--model-draft" in r.stderr, f"draft without a model: rc {r.returncode} {r.stderr[-400:]}")
     r = run_bin("-m", model, "--host", "127.0.0.1", "--port", str(free_port()), "--speculative", "mtp", timeout=60)
-    check(r.returncode != 0 and "not built yet" in r.stderr, f"--speculative mtp: rc {r.returncode} {r.stderr[-400:]}")
+    check(r.returncode != 0 and "the model has no MTP block (nextn_predict_layers" in r.stderr,
+          f"--speculative mtp without a block: rc {r.returncode} {r.stderr[-400:]}")
+    # a Qwen3.5 file with its MTP block (mkmodel --mtp 1): on the CPU engine the block drafts
+    # (a random block: its drafts are mostly rejected), outputs are those without drafts, three
+    # requests at once, and the mtp counters move; the GPU engine's block is not built: refused
+    qmtp = make_model("qwen35-mtp.gguf", "--preset", "qwen3.5-9b", "--n-layer", "4", "--n-embd", "128", "--n-head",
+                      "2", "--n-head-kv", "1", "--head-dim", "64", "--n-ff", "128", "--n-vocab", "300", "--type",
+                      "q8_0", "--mtp", "1")
+    if not ON_GPU:
+        with Server(qmtp, "--device", "cpu") as s:
+            qplain = [post(s.port, "/v1/completions", b)[1]["choices"][0] for b in bodies]
+        with Server(qmtp, "--device", "cpu", "--speculative", "mtp", "-np", "3") as s:
+            for (st, got), want in zip(serve_all(s, True), qplain):
+                check(st == 200, f"{st} {got}")
+                same(got["choices"][0], want)
+            m_drafted = metric(s.port, 'inferd_spec_proposer_draft_tokens_total{proposer="mtp"}')
+            m_accepted = metric(s.port, 'inferd_spec_proposer_accepted_tokens_total{proposer="mtp"}')
+            check(m_drafted > 0 and m_drafted == metric(s.port, "inferd_spec_draft_tokens_total"), f"mtp {m_drafted}")
+            report.append(f"mtp (qwen35, random block) x3: {m_accepted:.0f}/{m_drafted:.0f}")
+    r = run_bin("-m", qmtp, "--host", "127.0.0.1", "--port", str(free_port()), "--device", "cuda", "--speculative",
+                "mtp", timeout=60)
+    check(r.returncode != 0 and "--speculative mtp on the GPU engine: not built yet (issue 31)" in r.stderr,
+          f"--speculative mtp on the GPU: rc {r.returncode} {r.stderr[-400:]}")
     print(f"speculative: ngram {accepted:.0f} of {drafted:.0f} drafted tokens accepted; draft model "
           f"{', '.join(report)}; outputs unchanged")
 

@@ -129,31 +129,46 @@ static int check_embed(const engine *e, const engine_seq *s, int i, char *err, s
 
 /* Reject a malformed batch before any backend state changes, so a bad batch can never
  * leave a slot half-written. */
+/* What a step's sequence and an MTP pass's share: its row, its tokens in the vocabulary, its
+ * positions inside the row's context and the blocks they reach in the pool. */
+static int check_span(const engine *e, const engine_seq *s, int i, char *err, size_t errlen)
+{
+    if (s->slot < 0 || s->slot >= e->cfg.n_slots) {
+        snprintf(err, errlen, "seq %d: slot %d out of range [0,%d)", i, s->slot, e->cfg.n_slots);
+        return ENGINE_EINVAL;
+    }
+    if (s->n_tokens < 1 || !s->tokens) {
+        snprintf(err, errlen, "seq %d: no tokens", i);
+        return ENGINE_EINVAL;
+    }
+    if (s->pos < 0 || s->pos + s->n_tokens > e->cfg.ctx_per_slot) {
+        snprintf(err, errlen, "seq %d: positions %d..%d exceed the slot context %d", i, s->pos,
+                 s->pos + s->n_tokens - 1, e->cfg.ctx_per_slot);
+        return ENGINE_EINVAL;
+    }
+    for (int j = 0; j < s->n_tokens; j++) {
+        if (s->tokens[j] < 0 || s->tokens[j] >= e->m->hp.n_vocab) {
+            snprintf(err, errlen, "seq %d: token id %d out of vocabulary", i, (int)s->tokens[j]);
+            return ENGINE_EINVAL;
+        }
+    }
+    return check_blocks(e, s, i, err, errlen);
+}
+
+/* A step (or an MTP pass) of total tokens within the batch budget. */
+static int check_budget(const engine *e, int total, char *err, size_t errlen)
+{
+    if (total <= e->cfg.max_batch_tokens) return 0;
+    snprintf(err, errlen, "step carries %d tokens, more than the batch budget %d", total, e->cfg.max_batch_tokens);
+    return ENGINE_EINVAL;
+}
+
 static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char *err, size_t errlen)
 {
     int total = 0;
     for (int i = 0; i < n_seqs; i++) {
         const engine_seq *s = &seqs[i];
-        if (s->slot < 0 || s->slot >= e->cfg.n_slots) {
-            snprintf(err, errlen, "seq %d: slot %d out of range [0,%d)", i, s->slot, e->cfg.n_slots);
-            return ENGINE_EINVAL;
-        }
-        if (s->n_tokens < 1 || !s->tokens) {
-            snprintf(err, errlen, "seq %d: no tokens", i);
-            return ENGINE_EINVAL;
-        }
-        if (s->pos < 0 || s->pos + s->n_tokens > e->cfg.ctx_per_slot) {
-            snprintf(err, errlen, "seq %d: positions %d..%d exceed the slot context %d", i, s->pos,
-                     s->pos + s->n_tokens - 1, e->cfg.ctx_per_slot);
-            return ENGINE_EINVAL;
-        }
-        for (int j = 0; j < s->n_tokens; j++) {
-            if (s->tokens[j] < 0 || s->tokens[j] >= e->m->hp.n_vocab) {
-                snprintf(err, errlen, "seq %d: token id %d out of vocabulary", i, (int)s->tokens[j]);
-                return ENGINE_EINVAL;
-            }
-        }
-        if (check_blocks(e, s, i, err, errlen) != 0) return ENGINE_EINVAL;
+        if (check_span(e, s, i, err, errlen) != 0) return ENGINE_EINVAL;
         const int st = engine_seq_state(s);
         if (e->n_states && (st < 0 || st >= e->n_states)) {
             snprintf(err, errlen, "seq %d: state slot %d out of range [0,%d)", i, st, e->n_states);
@@ -187,12 +202,7 @@ static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char
         }
         total += s->n_tokens;
     }
-    if (total > e->cfg.max_batch_tokens) {
-        snprintf(err, errlen, "step carries %d tokens, more than the batch budget %d", total,
-                 e->cfg.max_batch_tokens);
-        return ENGINE_EINVAL;
-    }
-    return 0;
+    return check_budget(e, total, err, errlen);
 }
 
 /* Grows *buf to hold n elements of size elem; false when memory ran out. */
@@ -382,19 +392,11 @@ static int check_mtp(const engine *e, const engine_mtp_seq *seqs, int n_seqs, ch
         /* the positions as a step's sequence, for the checks a step's get */
         const engine_seq as_seq = {.slot = s->slot, .tokens = s->tokens, .n_tokens = s->n_tokens, .pos = s->pos,
                                    .blocks = s->blocks};
-        if (s->slot < 0 || s->slot >= e->cfg.n_slots || s->n_tokens < 1 || !s->tokens || !s->hidden || s->pos < 0 ||
-            s->pos + s->n_tokens > e->cfg.ctx_per_slot) {
-            snprintf(err, errlen, "MTP seq %d: slot %d (of %d), %d tokens at %d (context %d), %s hidden rows", i,
-                     s->slot, e->cfg.n_slots, s->n_tokens, s->pos, e->cfg.ctx_per_slot, s->hidden ? "with" : "no");
+        if (check_span(e, &as_seq, i, err, errlen) != 0) return ENGINE_EINVAL;
+        if (!s->hidden) {
+            snprintf(err, errlen, "MTP seq %d: no hidden rows", i);
             return ENGINE_EINVAL;
         }
-        for (int j = 0; j < s->n_tokens; j++) {
-            if (s->tokens[j] < 0 || s->tokens[j] >= e->m->hp.n_vocab) {
-                snprintf(err, errlen, "MTP seq %d: token id %d out of vocabulary", i, (int)s->tokens[j]);
-                return ENGINE_EINVAL;
-            }
-        }
-        if (check_blocks(e, &as_seq, i, err, errlen) != 0) return ENGINE_EINVAL;
         for (int k = 0; k < i; k++) {
             if (seqs[k].slot == s->slot) {
                 snprintf(err, errlen, "MTP seq %d: slot %d appears twice in one step", i, s->slot);
@@ -403,12 +405,7 @@ static int check_mtp(const engine *e, const engine_mtp_seq *seqs, int n_seqs, ch
         }
         total += s->n_tokens;
     }
-    if (total > e->cfg.max_batch_tokens) {
-        snprintf(err, errlen, "MTP step carries %d tokens, more than the batch budget %d", total,
-                 e->cfg.max_batch_tokens);
-        return ENGINE_EINVAL;
-    }
-    return 0;
+    return check_budget(e, total, err, errlen);
 }
 
 int engine_mtp_step(engine *e, const engine_mtp_seq *seqs, int n_seqs, char *err, size_t errlen)

@@ -956,10 +956,7 @@ static void mtp_head(cpu_engine *e, const engine_mtp_seq *seqs, int n_tok)
             const float *row = e->logits + (size_t)r * n_vocab, *h = e->xb + (size_t)(first + r) * dim;
             if (s->hidden_out) memcpy(s->hidden_out + (size_t)j * dim, h, (size_t)dim * sizeof(float));
             if (s->logits) memcpy(s->logits + (size_t)j * n_vocab, row, (size_t)n_vocab * sizeof(float));
-            if (!s->draft) continue;
-            int best = 0;
-            for (int v = 1; v < n_vocab; v++) best = row[v] > row[best] ? v : best;
-            s->draft[j] = best;
+            if (s->draft) s->draft[j] = sampling_argmax(row, n_vocab);
         }
     }
 }

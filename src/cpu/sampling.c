@@ -72,7 +72,7 @@ static void apply_penalties(const sampling_input *in, int32_t *counts)
     }
 }
 
-static int argmax(const float *logits, int n)
+int sampling_argmax(const float *logits, int n)
 {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -206,7 +206,7 @@ void sampling_sample(const sampling_input *in, void *scratch, engine_result *out
     apply_bias(in);
     apply_penalties(in, counts);
 
-    int best = argmax(in->logits, in->n_vocab);
+    int best = sampling_argmax(in->logits, in->n_vocab);
     float max_logit = sane(in->logits[best]);
     /* All -inf logits, or a temperature so small that the best scaled logit overflows, leave
      * nothing to normalise: the distribution is a point mass on the argmax anyway. */

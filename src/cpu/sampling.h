@@ -37,6 +37,10 @@
 
 size_t sampling_scratch_bytes(int n_vocab);
 
+/* The greedy pick of n raw logits: the largest, lowest id on ties, NaN never chosen over a
+ * number (step 4's choice, and the MTP block's drafts). */
+int sampling_argmax(const float *logits, int n);
+
 /* Uniform double in [0, 1): a pure function of (seed, position) (splitmix64 of both). */
 double sampling_uniform(uint64_t seed, int64_t position);
 

@@ -1042,6 +1042,7 @@ static const engine_vtable CPU_VTABLE = {
     .kv_copy = cpu_kv_copy,
     .kv_copy_swa = cpu_kv_copy_swa,
     .state_copy = cpu_state_copy,
+    .rewinds_state = true, /* tests/sched/test_spec.c: test_hybrid_speculation */
     .destroy = cpu_destroy,
 };
 

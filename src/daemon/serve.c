@@ -471,9 +471,9 @@ static int load(serve_state *st, const inferd_opts *o)
         return -1;
     }
     /* A hybrid's verification rewinds its recurrent state by a copy and a re-feed (sched.c:
-     * spec_rewind), checked on the CPU engine only: the GPU's state copies under a verifying
-     * chunk have not run on a device yet, so it keeps the earlier refusal there. */
-    if (spec && engine_state_slots(st->e) > 0 && strcmp(engine_name(st->e), "cpu") != 0) {
+     * spec_rewind), on a backend where that has been checked (engine_can_rewind_state); the
+     * others keep the earlier refusal. */
+    if (spec && engine_state_slots(st->e) > 0 && !engine_can_rewind_state(st->e)) {
         log_error("--speculative %s on a model with recurrent state (%s) on the %s engine: not verified on the GPU "
                   "yet (issue 31); the CPU engine rewinds the state (--device cpu), or --speculative off",
                   o->speculative == OPTS_SPEC_MTP ? "mtp" : o->speculative == OPTS_SPEC_DRAFT ? "draft" : "ngram",

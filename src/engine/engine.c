@@ -459,6 +459,8 @@ int engine_state_copy(engine *e, int dst, int src, char *err, size_t errlen)
     return e->vt->state_copy(e, dst, src, err, errlen);
 }
 
+bool engine_can_rewind_state(const engine *e) { return e->vt->state_copy && e->vt->rewinds_state; }
+
 size_t engine_state_bytes(const engine *e) { return e->state_bytes; }
 
 int engine_state_slots(const engine *e) { return e->n_states; }

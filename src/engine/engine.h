@@ -322,6 +322,14 @@ int engine_kv_copy_swa(engine *e, int dst, int src, char *err, size_t errlen);
  * snapshot of a prefix, or one restored.  0 or ENGINE_EINVAL (ids out of range, or a model
  * without recurrent state). */
 int engine_state_copy(engine *e, int dst, int src, char *err, size_t errlen);
+/* Whether a caller that speculates may rewind a hybrid's verification on this backend (sched.c:
+ * spec_rewind): a step verifying drafts advances the state slot over all its tokens as a
+ * prompt chunk would, each position's logits those of one-token steps within the backend's
+ * tolerance, and engine_state_copy is ordered with the steps around it, so a copy taken before
+ * a verification and restored after a rejected draft is that state.  A property of the backend,
+ * checked on its hardware (the CPU's: yes), whatever the model; whether the model has a state
+ * at all is engine_state_slots(). */
+bool engine_can_rewind_state(const engine *e);
 /* Bytes of one state slot: 0 for a model without recurrent layers. */
 size_t engine_state_bytes(const engine *e);
 /* State slots in the pool (0 for a model without recurrent layers). */

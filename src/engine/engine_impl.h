@@ -25,6 +25,9 @@ typedef struct engine_vtable {
     int (*kv_copy_swa)(engine *e, int dst, int src, char *err, size_t errlen);
     /* NULL for a backend without recurrent state; ids checked */
     int (*state_copy)(engine *e, int dst, int src, char *err, size_t errlen);
+    /* engine_can_rewind_state: a verification over a state slot may be rewound by state_copy
+     * (set where that has been checked on the backend's hardware) */
+    bool rewinds_state;
     void (*destroy)(engine *e);
 } engine_vtable;
 

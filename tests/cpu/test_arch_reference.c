@@ -1199,6 +1199,7 @@ static void test_state_snapshot(void **state)
     if (!f->ref) skip();
     assert_true(engine_state_bytes(f->e) > 0);
     assert_int_equal(engine_state_slots(f->e), 4);
+    assert_true(engine_can_rewind_state(f->e)); /* the CPU's: serve speculates over it */
     const cJSON *prompts = cJSON_GetObjectItem(f->ref, "prompts");
     int n;
     int32_t *ids = int_array(cJSON_GetObjectItem(cJSON_GetArrayItem(prompts, cJSON_GetArraySize(prompts) - 1), "ids"), &n);

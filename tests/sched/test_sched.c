@@ -1343,6 +1343,8 @@ static void test_hybrid_prefix_snapshots(void **state)
     (void)state;
     fixture fx;
     fx_start_hybrid(&fx, 2, MAX_CTX, 48, 8, 0, 0, 4); /* 2 rows, 2 snapshots */
+    /* a backend that has not said so (vtable rewinds_state) cannot rewind a verification */
+    assert_false(engine_can_rewind_state(&fx.f->base));
     req_spec a = convo(130, 70);
     a.logprobs = true;
     char want[2048];

@@ -64,6 +64,7 @@ struct sched_req {
     bool speculate;     /* drafts tokens (the server speculates and the request did not opt out) */
     int spec_k;         /* the most tokens its next draft may have (adapts: sched.c spec_adapt) */
     int spec_pause;     /* decode steps left without drafting after repeated misses */
+    bool spec_refeed;   /* rewound after a rejected draft: its re-fed tokens take the pending one (sched.c spec_rewind) */
     uint64_t admit_seq; /* FIFO order among admitted requests for prefill */
     output out;         /* the text pipeline */
     uint64_t t_submit, t_first, t_last; /* uv_hrtime ns */

@@ -519,6 +519,7 @@ static void preempt(sched *s, sched_req *r)
     s->n_waiting++;
     pthread_mutex_unlock(&s->mu);
     r->n_past = 0;
+    r->spec_refeed = false;
 }
 
 /* r's tables cover positions 0..n_tokens-1: full blocks, and sliding ones from the window on
@@ -952,8 +953,9 @@ static void spec_adapt(const sched *s, sched_req *r, int n_draft, int accepted)
 /* A hybrid's verification that rejected a draft left the row's recurrent state past the
  * accepted tokens, and a recurrence cannot rewind: the state from before the verification
  * (copied in spec_plan) comes back and the sequence goes back to the verification's start, so
- * the accepted tokens are fed again as a chunk that samples nothing (prefilling: a
- * recomputation's) before the new pending token decodes.  On the CPU a chunk gives the bits of
+ * the accepted tokens are fed again (prefilling: a recomputation's) with the new pending token
+ * after them, sampling there (spec_refeed, plan_step): the step its decode would have taken, so
+ * a rejection costs the verification and no step more.  On the CPU a chunk gives the bits of
  * feeding its tokens one by one, so the output is that without drafts. */
 static void spec_rewind(sched *s, sched_req *r, int n_past0)
 {
@@ -964,6 +966,7 @@ static void spec_rewind(sched *s, sched_req *r, int n_past0)
         return;
     }
     r->n_past = n_past0;
+    r->spec_refeed = true;
 }
 
 /* Applies a verification: the accepted drafts and the token after them go through the text
@@ -1152,12 +1155,17 @@ static int plan_step(sched *s)
     bool earned = false;
 
     /* Prompts (or recomputations) still to prefill, oldest admission first; the last chunk of
-     * a prompt samples, that of a recomputation does not (its pending token decodes next). */
+     * a prompt samples, that of a recomputation does not (its pending token decodes next), but
+     * for the tokens a rejected draft's rewind feeds again: whole, they take the pending token
+     * with them and sample after it (spec_rewind). */
     int n_run = running_by_age(s);
     for (int k = 0; k < n_run && budget > 0; k++) {
         sched_req *r = s->prefill[k];
         if (!prefilling(r)) continue;
         int target = prefill_target(r), chunk = target - r->n_past;
+        const bool refeed = r->spec_refeed && r->has_pending && chunk < budget && req_mask_ready(s, r);
+        r->spec_refeed = false; /* (else fed as a recomputation's chunks, the pending token decoding next) */
+        if (refeed) chunk++;
         if (r->embed && chunk > budget) continue; /* whole or not at all: it waits a step */
         if (r->embed && !embed_fits_credit(s, chunk, n_decodes, &earned)) continue;
         if (chunk > budget) chunk = budget;
@@ -1165,9 +1173,9 @@ static int plan_step(sched *s)
          * share the prefix: the prompt's last block boundary (the next turn of a chat) and the
          * end of a prefix found shared (a system prompt). */
         const int cuts[2] = {r->share_at, target / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK};
-        for (int c = 0; c < 2 && s->states; c++)
+        for (int c = 0; c < 2 && s->states && !refeed; c++)
             if (r->n_past < cuts[c] && r->n_past + chunk > cuts[c]) chunk = cuts[c] - r->n_past;
-        bool samples = r->n_past + chunk == target && r->n_generated == 0 && !r->embed;
+        bool samples = refeed || (r->n_past + chunk == target && r->n_generated == 0 && !r->embed);
         if (samples && !req_mask_ready(s, r)) continue; /* its first mask is not built yet */
         /* the chunk's sliding blocks (never short: the pool has every row's ring, engine.h) */
         if (s->kv_swa && !kvcache_grow(s->kv_swa, &r->kv_swa, r->n_past + chunk)) continue;
@@ -1213,7 +1221,9 @@ static void seq_done(sched *s, int i, uint64_t now)
     r->n_past += q->n_tokens;
     if (!r->embed) commit_blocks(s, r, r->n_past);
     drop_out_of_window(s, r);
-    bool decode = q->tokens == &r->last_token;
+    /* (a rewound row's re-fed tokens with its pending one: the only chunk that samples after
+     * the first token, plan_step) */
+    bool decode = q->tokens == &r->last_token || (q->want_token && r->n_generated > 0);
     if (s->states && !s->cfg.no_prefix_cache && r->n_past % ENGINE_KV_BLOCK == 0) snapshot_state(s, r, decode);
     if (decode) r->has_pending = false;
     pthread_mutex_lock(&s->mu);

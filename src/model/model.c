@@ -806,9 +806,10 @@ static bool bind_mtp(loader *L)
     model_layer *ly = &m->layers[il];
     const arch_desc *d = m->desc;
     /* the recipe of the model's full-attention layers, with the file's choices (its router) */
+    bool full = false; /* (ARCH_ATTN_FULL is 0, a zeroed recipe's: the flag, not the field, says one was found) */
     for (int j = 0; j < il; j++)
-        if (m->layers[j].recipe.attn == ARCH_ATTN_FULL) ly->recipe = m->layers[j].recipe;
-    if (ly->recipe.attn != ARCH_ATTN_FULL)
+        if (m->layers[j].recipe.attn == ARCH_ATTN_FULL) ly->recipe = m->layers[j].recipe, full = true;
+    if (!full)
         return fail(L, "%s: the MTP block is a full-attention layer, and none of the %d layers is one", d->name, il);
     layer_keys(L, d->keys, il);
     for (int j = 0; j < ARCH_KEY_LISTS_MAX && d->more_keys[j]; j++) layer_keys(L, d->more_keys[j], il);

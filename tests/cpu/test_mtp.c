@@ -33,20 +33,30 @@
 enum { N_POS = 7, MAX_POS = 16 };
 
 /* A small qwen35 (moe: qwen35moe) of Q8_0 weights with one MTP block, loaded. */
-static model *small_model(bool moe, int n_mtp)
+/* mkmodel's qwen35 (or qwen35moe) shrunk to n_layer layers of 64, with n_mtp MTP blocks, written
+ * and loaded: NULL with the loader's message in err when it refuses the file. */
+static model *load_small(bool moe, int n_layer, int n_mtp, char *err, size_t errlen)
 {
     mkmodel_config c;
     assert_true(mkmodel_preset(moe ? "qwen3.5-35b-a3b" : "qwen3.5-9b", &c));
-    c.n_embd = 64, c.n_layer = 4, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 16, c.n_ff = 96;
+    c.n_embd = 64, c.n_layer = n_layer, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 16, c.n_ff = 96;
     c.n_ctx = 256, c.n_vocab = 300, c.ftype = MKMODEL_Q8_0;
     c.ssm_state = 16, c.ssm_groups = 2, c.ssm_vheads = 4, c.ssm_inner = 64, c.n_rot = 8;
     if (moe) c.n_expert = 8, c.n_expert_used = 2, c.n_ff_exp = 32, c.n_expert_shared = 1;
     c.n_mtp = n_mtp;
-    char err[256], path[64];
+    char path[64];
     snprintf(path, sizeof path, "/tmp/test_mtp_%d.gguf", (int)getpid());
-    if (mkmodel_write(&c, "the quick brown fox", 19, path, err, sizeof err) != 0) fail_msg("mkmodel: %s", err);
-    model *m = model_load(path, err, sizeof err);
+    if (mkmodel_write(&c, "the quick brown fox", 19, path, err, errlen) != 0) fail_msg("mkmodel: %s", err);
+    model *m = model_load(path, err, errlen);
     unlink(path);
+    return m;
+}
+
+/* 4 layers: DeltaNet x 3, then the gated full attention whose recipe the MTP block takes. */
+static model *small_model(bool moe, int n_mtp)
+{
+    char err[256];
+    model *m = load_small(moe, 4, n_mtp, err, sizeof err);
     if (!m) fail_msg("load: %s", err);
     return m;
 }
@@ -422,6 +432,13 @@ static void test_refused(void **state)
     assert_non_null(strstr(err, "runs no MTP block"));
     engine_free(e);
     model_free(m);
+    /* 3 layers are all DeltaNet: the block has no full-attention layer's recipe to take, and the
+     * file is refused at load (before, the block ran with an empty recipe: its gated Q rows
+     * written past the engine's Q buffer) */
+    for (int moe = 0; moe < 2; moe++) {
+        assert_null(load_small(moe, 3, 1, err, sizeof err));
+        assert_non_null(strstr(err, "the MTP block is a full-attention layer, and none of the 3 layers is one"));
+    }
 }
 
 int main(void)

@@ -965,6 +965,9 @@ static void spec_rewind(sched *s, sched_req *r, int n_past0)
         req_finish(s, r, SCHED_FINISH_ERROR, err);
         return;
     }
+    pthread_mutex_lock(&s->mu); /* the positions fed again are held once, when they are */
+    s->kv_used -= (uint64_t)(r->n_past - n_past0);
+    pthread_mutex_unlock(&s->mu);
     r->n_past = n_past0;
     r->spec_refeed = true;
 }

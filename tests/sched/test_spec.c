@@ -255,6 +255,9 @@ static sched_stats compare_spec(fixture *f, engine *e, sched_spec spec, engine *
     run_jobs(f, e, SCHED_SPEC_OFF, NULL, jobs, n, off, &st_off);
     run_jobs(f, e, spec, draft, jobs, n, on, &st_on);
     for (int i = 0; i < n; i++) assert_same(&off[i], &on[i], what, i);
+    /* every request finished: no position is held (a hybrid's rewinds give theirs back too) */
+    assert_int_equal(st_off.kv_tokens_used, 0);
+    assert_int_equal(st_on.kv_tokens_used, 0);
     assert_int_equal(st_off.spec_draft_tokens, 0);
     assert_true(st_on.spec_accepted_tokens <= st_on.spec_draft_tokens);
     print_message("%s: %d requests, %llu steps without drafts, %llu with; %llu of %llu drafted tokens accepted\n", what,

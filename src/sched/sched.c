@@ -1166,7 +1166,9 @@ static int plan_step(sched *s)
         sched_req *r = s->prefill[k];
         if (!prefilling(r)) continue;
         int target = prefill_target(r), chunk = target - r->n_past;
+        const int row = r->slot;
         const bool refeed = r->spec_refeed && r->has_pending && chunk < budget && req_mask_ready(s, r);
+        if (s->slots[row] != r) continue; /* its pending mask failed: finished there (and maybe freed) */
         r->spec_refeed = false; /* (else fed as a recomputation's chunks, the pending token decoding next) */
         if (refeed) chunk++;
         if (r->embed && chunk > budget) continue; /* whole or not at all: it waits a step */

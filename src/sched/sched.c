@@ -1543,6 +1543,11 @@ sched *sched_create(engine *e, const tokenizer *tok, const sched_config *cfg, ch
                      ec->max_draft);
             goto fail;
         }
+        if (cfg->draft_min < 0 || cfg->draft_min > cfg->draft_max) {
+            snprintf(err, errlen, "sched: draft_min %d outside 0..draft_max (%d): no draft would ever be verified",
+                     cfg->draft_min, cfg->draft_max);
+            goto fail;
+        }
         if (!(s->prop = make_proposer(s, cfg, err, errlen))) goto fail;
         for (int b = 0; b < SPEC_GATE_BUCKETS; b++) s->gate[b] = (spec_gate){.probe = SPEC_GATE_PROBE, .verdict = -1};
         size_t w = n * spec_width(s);

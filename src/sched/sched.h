@@ -60,7 +60,7 @@ typedef struct sched_config {
      * draft yet.  Either drafter sits behind one seam (proposer.h). */
     sched_spec spec;
     int draft_max;
-    int draft_min; /* a draft shorter than this is not verified (the row decodes plainly); 0: any */
+    int draft_min; /* a draft shorter than this is not verified (the row decodes plainly); 0: any; at most draft_max */
     /* SCHED_SPEC_DRAFT: the draft model's engine, with this engine's n_slots and ctx_per_slot,
      * a vocabulary of the same size (the caller compares the tokenizers: tokenizer_compatible)
      * and every row's fixed blocks in its KV pool.  It stays the caller's (freed after

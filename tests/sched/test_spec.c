@@ -871,6 +871,12 @@ static void test_refusals(void **state)
     char err[256];
     assert_null(sched_create(f->e, f->tok, &cfg, err, sizeof err));
     assert_non_null(strstr(err, "draft_max"));
+    /* a draft_min above draft_max: no draft could ever be verified */
+    cfg.draft_max = DRAFT_MAX;
+    cfg.draft_min = DRAFT_MAX + 1;
+    assert_null(sched_create(f->e, f->tok, &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "draft_min"));
+    cfg.draft_min = 0;
     sampling_params sp;
     sampling_params_default(&sp);
     int32_t toks[DRAFT_MAX + 2] = {1};

@@ -907,7 +907,7 @@ static int spec_masks(sched *s, sched_req *r, const int32_t *draft, int k)
 
 /* The most drafts r's decode may verify in this step, at most `room` of them (the step's
  * token budget).  0: a plain decode.  Never more than the request can still take (max_tokens,
- * the context). */
+ * the context), and 0 below draft_min (a shorter draft is never verified: not worth drafting). */
 static int spec_cap(sched *s, const sched_req *r, int room)
 {
     int k = r->spec_k;
@@ -916,7 +916,7 @@ static int spec_cap(sched *s, const sched_req *r, int room)
     if (k > tokens_left) k = tokens_left;
     if (k > ctx_left) k = ctx_left;
     if (k > room) k = room;
-    return k > 0 ? k : 0;
+    return k > 0 && k >= s->cfg.draft_min ? k : 0;
 }
 
 /* Whether r's decode in this step asks the proposer for drafts (r->spec_pause counts down). */
@@ -939,14 +939,17 @@ static void spec_verify(sched *s, engine_seq *q, const sched_req *r, int k)
 }
 
 /* Adaptive draft length, per request: all drafts accepted doubles it (up to draft_max), fewer
- * than half halves it, and a one-token draft rejected pauses drafting for SPEC_PAUSE_STEPS. */
+ * than half halves it, down to 1 or draft_min (a length below draft_min would never be
+ * verified, so it would never grow back either), and a draft of that least length rejected
+ * pauses drafting for SPEC_PAUSE_STEPS. */
 static void spec_adapt(const sched *s, sched_req *r, int n_draft, int accepted)
 {
+    const int least = s->cfg.draft_min > 1 ? s->cfg.draft_min : 1;
     if (accepted == n_draft) {
         r->spec_k = 2 * r->spec_k < s->cfg.draft_max ? 2 * r->spec_k : s->cfg.draft_max;
     } else if (2 * accepted < n_draft) {
-        if (r->spec_k == 1) r->spec_pause = SPEC_PAUSE_STEPS;
-        else r->spec_k /= 2;
+        if (r->spec_k <= least) r->spec_pause = SPEC_PAUSE_STEPS;
+        else r->spec_k = r->spec_k / 2 > least ? r->spec_k / 2 : least;
     }
 }
 

@@ -631,6 +631,18 @@ static void test_draft_other_model(void **state)
     for (int i = 5; i < 8; i++) jobs[i].temperature = 0.9f, jobs[i].seed = 5 + (uint64_t)i;
     sched_stats st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, d4, jobs, 8, "random draft, 4 rows");
     assert_true(st.spec_draft_tokens > 0);
+    /* With --draft-min 3 the rejections halve a request's draft length no lower than 3 (a
+     * shorter draft is never verified, so its length would never grow back: the request would
+     * run the draft model every step for nothing), and pause it there: every request verifies
+     * again after each pause, about once in 18 steps of its 120 tokens. */
+    job longer[4];
+    for (int i = 0; i < 4; i++) longer[i] = (job){.prompt = PROMPTS[i], .max_tokens = 120, .ignore_eos = true};
+    f->draft_min = 3;
+    st = compare_spec(f, f->e, SCHED_SPEC_DRAFT, d4, longer, 4, "random draft, draft-min 3");
+    f->draft_min = 0;
+    print_message("draft-min 3: %llu verifications\n", (unsigned long long)st.spec_verifies);
+    assert_true(st.spec_draft_tokens >= 3 * st.spec_verifies);
+    assert_true(st.spec_verifies >= 4 * 6);
     engine *t1 = open_engine(f->m, 1, DRAFT_MAX), *d1 = open_engine(dm, 1, 0);
     compare_spec(f, t1, SCHED_SPEC_DRAFT, d1, jobs, 4, "random draft, 1 row");
     engine_free(d1);

@@ -55,9 +55,10 @@ typedef struct sched_config {
      * and up to draft_max drafted ones (at most the engine's max_draft) and keeps the drafts the
      * target's own samples confirm (engine_verify_accept), so the output is the one decoding
      * without drafts gives.  The draft length adapts per request: it shrinks when drafts are
-     * rejected, pauses after repeated misses, and grows back when they are accepted.  Refused
-     * (sched_create fails) for a model with recurrent state, which cannot roll back a rejected
-     * draft yet.  Either drafter sits behind one seam (proposer.h). */
+     * rejected, pauses after repeated misses, and grows back when they are accepted.  A model
+     * with recurrent state needs n_slots more state slots: each row's state from before its
+     * verification, brought back after a rejected draft (sched.c: spec_rewind); sched_create
+     * refuses it without them.  The drafters sit behind one seam (proposer.h). */
     sched_spec spec;
     int draft_max;
     int draft_min; /* a draft shorter than this is not verified (the row decodes plainly); 0: any; at most draft_max */

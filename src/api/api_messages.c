@@ -208,8 +208,10 @@ static int add_turn(cJSON *msgs, const cJSON *it, const char *param, api_error *
             rc = t[0] ? refuse_block(t, param, e) : bad(e, param, "a content block needs a string 'type'");
         }
     }
+    /* an assistant turn is a turn whatever it held (redacted_thinking only: an empty one); a
+     * user turn of tool results only is those tool messages */
     cJSON *m = NULL;
-    bool any = cJSON_GetArraySize(text) || cJSON_GetArraySize(calls) || thinking;
+    bool any = cJSON_GetArraySize(text) || cJSON_GetArraySize(calls) || thinking || !user;
     if (rc == 0 && (any || !cJSON_GetArraySize(content)) && !(m = add_message(msgs, role->valuestring))) rc = no_memory(e);
     if (rc == 0 && m) {
         if (cJSON_GetArraySize(text) || !cJSON_GetArraySize(calls)) cJSON_AddItemToObject(m, "content", text), text = NULL;

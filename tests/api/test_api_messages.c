@@ -350,11 +350,33 @@ static void test_stream_call_pieces(void **state)
     bytebuf_free(&out);
 }
 
+/* An assistant turn of redacted_thinking only (encrypted for another server) is still a turn:
+ * dropping it put two user turns side by side, which alternating templates refuse. */
+static void test_redacted_only_turn(void **state)
+{
+    (void)state;
+    cJSON *c = translate("{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                         "{\"role\":\"assistant\",\"content\":[{\"type\":\"redacted_thinking\",\"data\":\"x\"}]},"
+                         "{\"role\":\"user\",\"content\":\"go\"}]}");
+    assert_int_equal(cJSON_GetArraySize(json_at(c, "messages")), 3);
+    assert_string_equal(str_at(c, "messages.1.role"), "assistant");
+    assert_string_equal(str_at(c, "messages.2.role"), "user");
+    cJSON_Delete(c);
+    /* a user turn of tool results only is still no user message */
+    c = translate("{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                  "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\",\"input\":{}}]},"
+                  "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"ok\"}]}]}");
+    assert_int_equal(cJSON_GetArraySize(json_at(c, "messages")), 3);
+    assert_string_equal(str_at(c, "messages.2.role"), "tool");
+    cJSON_Delete(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_translate), cmocka_unit_test(test_refusals), cmocka_unit_test(test_error_shape),
         cmocka_unit_test(test_whole), cmocka_unit_test(test_stream), cmocka_unit_test(test_stream_call_pieces),
+        cmocka_unit_test(test_redacted_only_turn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

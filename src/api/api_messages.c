@@ -437,6 +437,12 @@ void api_messages_rename_error(api_error *e)
         {"max_completion_tokens", "max_tokens"}, {"stop", "stop_sequences"},
         {"tool_choice.function", "tool_choice"}, {"chat_template_kwargs.enable_thinking", "thinking"},
     };
+    /* a chat message's index is not the client's (the system prompt is chat message 0, each
+     * tool_result a message of its own): the list is named, not a wrong item */
+    if (!strncmp(e->param, "messages[", 9)) {
+        api_error_rename(e, e->param, "messages");
+        return;
+    }
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
         if (api_error_rename(e, pairs[i][0], pairs[i][1])) return;
     const char *f = strncmp(e->param, "tools[", 6) ? NULL : strstr(e->param, "].function.parameters");

@@ -371,12 +371,37 @@ static void test_redacted_only_turn(void **state)
     cJSON_Delete(c);
 }
 
+/* An error the chat parse finds in a message names the chat message's index, which is not the
+ * client's (the system prompt is chat message 0, tool results are messages of their own):
+ * the client's first message, after a system prompt, was named 'messages[1]'. */
+static void test_chat_message_error_named(void **state)
+{
+    (void)state;
+    size_t cap = 64 + (size_t)(API_MAX_ITEMS + 1) * 32;
+    char *b = malloc(cap);
+    assert_non_null(b);
+    size_t o = (size_t)snprintf(b, cap, "{\"max_tokens\":5,\"system\":\"s\",\"messages\":[{\"role\":\"user\",\"content\":[");
+    for (int i = 0; i <= API_MAX_ITEMS; i++) o += (size_t)snprintf(b + o, cap - o, "%s{\"type\":\"text\",\"text\":\"a\"}", i ? "," : "");
+    snprintf(b + o, cap - o, "]}]}");
+    refused(b, "messages", "'messages'");
+    char *chat = NULL;
+    api_error e = {0};
+    assert_int_equal(api_messages_translate(b, strlen(b), &chat, &e), 0);
+    api_request r;
+    assert_int_not_equal(api_request_parse(API_CHAT, chat, strlen(chat), 1000, &r, &e), 0);
+    api_messages_rename_error(&e);
+    assert_null(strstr(e.message, "messages[1]"));
+    free(chat);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_translate), cmocka_unit_test(test_refusals), cmocka_unit_test(test_error_shape),
         cmocka_unit_test(test_whole), cmocka_unit_test(test_stream), cmocka_unit_test(test_stream_call_pieces),
         cmocka_unit_test(test_redacted_only_turn),
+        cmocka_unit_test(test_chat_message_error_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

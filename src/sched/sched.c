@@ -588,7 +588,7 @@ enum { PLACE_OK, PLACE_WAIT, PLACE_FAILED, PLACE_FATAL };
 static int place_hybrid(sched *s, sched_req *r, int *start, char *err, size_t errlen)
 {
     int target = prefill_target(r), hit = 0, snap = -1, at = 0;
-    if (!s->cfg.no_prefix_cache) {
+    if (!s->cfg.no_prefix_cache && !r->embed) { /* embeddings neither read nor fill the cache */
         hit = kvcache_match(s->kv, &r->kv, r->toks, target - 1);
         snap = hit > 0 ? statecache_lookup(s->states, r->toks, hit, &at) : -1;
         if (snap < 0) at = 0;
@@ -601,7 +601,7 @@ static int place_hybrid(sched *s, sched_req *r, int *start, char *err, size_t er
         }
     }
     *start = at;
-    if (!kvcache_grow(s->kv, &r->kv, target + 1)) {
+    if (!kvcache_grow(s->kv, &r->kv, target + !r->embed)) {
         kvcache_release(s->kv, &r->kv);
         return PLACE_WAIT;
     }
@@ -1181,7 +1181,7 @@ static int plan_step(sched *s)
          * share the prefix: the prompt's last block boundary (the next turn of a chat) and the
          * end of a prefix found shared (a system prompt). */
         const int cuts[2] = {r->share_at, target / ENGINE_KV_BLOCK * ENGINE_KV_BLOCK};
-        for (int c = 0; c < 2 && s->states && !refeed; c++)
+        for (int c = 0; c < 2 && s->states && !refeed && !r->embed; c++) /* an embedding runs whole */
             if (r->n_past < cuts[c] && r->n_past + chunk > cuts[c]) chunk = cuts[c] - r->n_past;
         bool samples = refeed || (r->n_past + chunk == target && r->n_generated == 0 && !r->embed);
         if (samples && !req_mask_ready(s, r)) continue; /* its first mask is not built yet */
@@ -1232,7 +1232,8 @@ static void seq_done(sched *s, int i, uint64_t now)
     /* (a rewound row's re-fed tokens with its pending one: the only chunk that samples after
      * the first token, plan_step) */
     bool decode = q->tokens == &r->last_token || (q->want_token && r->n_generated > 0);
-    if (s->states && !s->cfg.no_prefix_cache && r->n_past % ENGINE_KV_BLOCK == 0) snapshot_state(s, r, decode);
+    if (s->states && !s->cfg.no_prefix_cache && !r->embed && r->n_past % ENGINE_KV_BLOCK == 0)
+        snapshot_state(s, r, decode);
     if (decode) r->has_pending = false;
     pthread_mutex_lock(&s->mu);
     s->kv_used += (uint64_t)q->n_tokens;

@@ -1634,6 +1634,38 @@ static int submit_embed(fixture *fx, const req_spec *q, bool shares_place, clien
     return sched_submit(fx->s, &p, c ? client_wake : NULL, c, r);
 }
 
+/* An embedding on a hybrid model computes its whole prompt from position 0 in one step, like
+ * anywhere else: neither a prefix hit on a state snapshot a chat left (mean pooling needs every
+ * position) nor the prefill cut at the prompt's last block boundary (an embedding finishes
+ * after its one chunk) may shorten it. */
+static void test_hybrid_embedding_whole(void **state)
+{
+    (void)state;
+    fixture fx;
+    fx_start_hybrid(&fx, 2, MAX_CTX, 160, 8, 0, 0, 4);
+    req_spec a = convo(130, 4);
+    client c;
+    for (int run = 0; run < 2; run++) {
+        if (run == 1) { /* a chat of the same prompt leaves a snapshot at 128 */
+            run_one(&fx, &a, &c);
+            client_destroy(&c);
+        }
+        sched_req *r;
+        client_init(&c);
+        assert_int_equal(submit_embed(&fx, &a, false, &c, &r), SCHED_OK);
+        client_wait(&c, r);
+        assert_int_equal(c.finish, SCHED_FINISH_STOP);
+        assert_int_equal(c.n_emb, FAKE_EMBD);
+        double mean = 0;
+        for (int j = 0; j < a.n_prompt; j++) mean += a.prompt[j];
+        mean /= a.n_prompt;
+        for (int d = 0; d < FAKE_EMBD; d++) assert_true(fabs(c.emb[d] - mean) < 1e-4);
+        sched_req_release(r);
+        client_destroy(&c);
+    }
+    fx_stop(&fx);
+}
+
 /* Prefill-only tokens of logged step i: sequences at position 0 that want no token (the fake's
  * chats want their last prompt chunk's token). */
 static int embed_tokens_of_step(const fake_engine *f, int i, int *n_embeds)
@@ -1800,6 +1832,7 @@ int main(void)
         cmocka_unit_test(test_short_requests_pass_a_head_that_does_not_fit),
         cmocka_unit_test(test_preempted_request_keeps_priority),
         cmocka_unit_test(test_embeddings_are_prefill_only),
+        cmocka_unit_test(test_hybrid_embedding_whole),
         cmocka_unit_test(test_embeddings_beside_decodes_take_their_share),
         cmocka_unit_test(test_embedding_inputs_share_one_place),
     };

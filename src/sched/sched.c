@@ -711,8 +711,10 @@ static void admit_into(sched *s, sched_req *r, int row, int start)
     pthread_mutex_lock(&s->mu);
     s->n_running++;
     s->kv_used += (uint64_t)start;
-    s->stats.prefix_lookup_tokens += (uint64_t)prefill_target(r);
-    s->stats.prefix_hit_tokens += (uint64_t)start;
+    if (!r->embed) { /* embeddings neither read nor fill the cache */
+        s->stats.prefix_lookup_tokens += (uint64_t)prefill_target(r);
+        s->stats.prefix_hit_tokens += (uint64_t)start;
+    }
     pthread_mutex_unlock(&s->mu);
     if (r->gm) req_next_mask(s, r); /* the first sample's mask (finishes r when empty) */
 }

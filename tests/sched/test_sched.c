@@ -1619,6 +1619,7 @@ static void test_embeddings_are_prefill_only(void **state)
     sched_get_stats(fx.s, &st);
     assert_int_equal(st.kv_blocks_used, 0);
     assert_true(st.kv_blocks_cached <= 1); /* the chat's, never an embedding's */
+    assert_int_equal(st.prefix_lookup_tokens, chat.n_prompt); /* nor are embeddings looked up */
     client_destroy(&cc);
     for (int i = 0; i < 2; i++) client_destroy(&ce[i]);
     fx_stop(&fx);

@@ -75,6 +75,7 @@ struct gen {
     api_error fail;
     bool answering; /* gen_answer has started the stream or the wait */
     engine_embed emb; /* embeddings / rerank: how every choice is pooled */
+    char ignored_tools[256]; /* req.ignored_tools as a header value: printable ASCII, bounded */
     gen *prev, *next;
 };
 
@@ -832,8 +833,18 @@ static int hosted_tools(gen *g, api_error *e)
                       g->req.ignored_tools);
         return -1;
     }
-    log_info("%s: ignoring hosted tools this server cannot run: %s", g->id, g->req.ignored_tools);
-    g->hr->ignored_tools = g->req.ignored_tools;
+    /* The types are the client's text, of any length and any bytes: as a header value they
+     * are kept to printable ASCII and a bound (MHD drops a value with CR or LF, and one longer
+     * than its connection's memory pool cost the whole reply: the connection was closed
+     * unanswered). */
+    char *h = g->ignored_tools;
+    size_t cap = sizeof g->ignored_tools, n = 0;
+    for (const char *s = g->req.ignored_tools; *s && n + 1 < cap; s++)
+        h[n++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
+    h[n] = 0;
+    if (g->req.ignored_tools[n]) memcpy(h + cap - 4, "...", 4); /* cut */
+    log_info("%s: ignoring hosted tools this server cannot run: %s", g->id, h);
+    g->hr->ignored_tools = h;
     return 0;
 }
 

@@ -391,6 +391,20 @@ def case_responses():
         st, _, b = request(s.port, "GET", "/v1/responses")
         check(st == 405, f"GET /v1/responses: {st} {b[:200]}")
 
+        # A hosted tool's type is the client's text: a 40 kB one (or one with CR LF) must not
+        # cost the reply (MHD cannot fit such a header and closed the connection unanswered).
+        for stream in (False, True):
+            for kind in ("mcp" + "A" * 40000, "web_search\r\nX-Injected: 1"):
+                try:
+                    st, h, raw = request(s.port, "POST", "/v1/responses",
+                                         dict(args, stream=stream, tools=[{"type": kind}]))
+                except (http.client.HTTPException, OSError) as ex:
+                    raise Fail(f"hosted tool {kind[:20]!r} (stream={stream}): no reply: {ex!r}")
+                v = h.get("x-inferd-ignored-tools", "")
+                check(st == 200 and v and len(v) <= 256 and "x-injected" not in h
+                      and all(0x20 <= ord(ch) < 0x7f for ch in v),
+                      f"hosted tool {kind[:20]!r} (stream={stream}): {st} {h}")
+
 
 def anthropic_events(raw):
     """An Anthropic SSE body as [(event name, data)], each name checked against its data's type."""

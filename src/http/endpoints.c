@@ -31,7 +31,9 @@ enum MHD_Result endpoint_metrics(http_req *hr)
     server *sv = hr->sv;
     sched_stats st;
     metrics_view v = {0};
-    if (atomic_load(&sv->state) != SERVER_LOADING) {
+    /* The state is draining too for a server stopped while loading, which has no scheduler:
+     * what says one exists is sm.s itself (published by server_set_ready before READY). */
+    if (atomic_load(&sv->state) != SERVER_LOADING && sv->sm.s) {
         sched_get_stats(sv->sm.s, &st);
         v.st = &st;
         v.ctx_per_slot = sv->sm.ctx_per_slot;

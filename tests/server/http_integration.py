@@ -2002,6 +2002,40 @@ def case_startup():
         check(request(s.port, "GET", "/health")[0] == 200, "health")
     lines = [json.loads(line) for line in open(s.log_path) if line.strip()]
     check(any("config:" in str(l.values()) and "parallel=3" in str(l.values()) for l in lines), "config logged")
+    # SIGTERM while the model loads, with GET /metrics arriving all the while: once the state
+    # says draining, /metrics read the scheduler's statistics, and a server that never became
+    # ready has no scheduler there (a NULL dereference: the process died of SIGSEGV, about one
+    # try in three on this model).
+    model = make_model("slowload.gguf", "--n-ctx", "8192", "--n-embd", "512", "--n-layer", "8", "--n-head", "8")
+    for attempt in range(12):
+        port = free_port()
+        p = subprocess.Popen([BIN, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stop = threading.Event()
+
+        def spam():
+            while not stop.is_set():
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1) as k:
+                        while not stop.is_set():
+                            k.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                            if not k.recv(65536):
+                                break
+                except OSError:
+                    time.sleep(0.001)
+        spammers = [threading.Thread(target=spam) for _ in range(6)]
+        for t in spammers:
+            t.start()
+        time.sleep(0.15)
+        os.kill(p.pid, signal.SIGTERM)
+        try:
+            _, err = p.communicate(timeout=60)
+        finally:
+            stop.set()
+            for t in spammers:
+                t.join()
+        check(p.returncode >= 0, f"SIGTERM while loading, /metrics asked: killed by signal {-p.returncode} "
+              f"(try {attempt}):\n{err.decode(errors='replace')[-2000:]}")
 
 
 def case_tensor_parallel():

@@ -19,6 +19,7 @@
 
 #include "base/log.h"
 #include "api/api_proto.h"
+#include "http_guard.h"
 #include "http_int.h"
 #include "api/tool_force.h"
 #include "base/timing.h"
@@ -838,10 +839,7 @@ static int hosted_tools(gen *g, api_error *e)
      * than its connection's memory pool cost the whole reply: the connection was closed
      * unanswered). */
     char *h = g->ignored_tools;
-    size_t cap = sizeof g->ignored_tools, n = 0;
-    for (const char *s = g->req.ignored_tools; *s && n + 1 < cap; s++)
-        h[n++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
-    h[n] = 0;
+    const size_t cap = sizeof g->ignored_tools, n = http_guard_printable(h, cap, g->req.ignored_tools);
     if (g->req.ignored_tools[n]) memcpy(h + cap - 4, "...", 4); /* cut */
     log_info("%s: ignoring hosted tools this server cannot run: %s", g->id, h);
     g->hr->ignored_tools = h;

@@ -69,11 +69,8 @@ static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *k
     framing *f = cls;
     if (!is_token(key) && !f->bad_name[0]) {
         /* Printed into the message: keep it to printable ASCII. */
-        size_t o = 0;
-        for (const char *s = key; *s && o + 1 < sizeof f->bad_name; s++)
-            f->bad_name[o++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
-        f->bad_name[o] = 0;
-        if (!o) snprintf(f->bad_name, sizeof f->bad_name, "(empty)");
+        if (!http_guard_printable(f->bad_name, sizeof f->bad_name, key))
+            snprintf(f->bad_name, sizeof f->bad_name, "(empty)");
     }
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
         if (f->n_cl++ && strcmp(f->cl, value) != 0) f->cl_differs = true;
@@ -136,3 +133,11 @@ bool http_guard_bearer(const char *h, const char *key)
 }
 
 bool http_guard_key(const char *h, const char *key) { return h && key_matches(h, key); }
+
+size_t http_guard_printable(char *dst, size_t cap, const char *src)
+{
+    size_t n = 0;
+    for (; src[n] && n + 1 < cap; n++) dst[n] = (src[n] >= 0x20 && src[n] < 0x7f) ? src[n] : '?';
+    dst[n] = 0;
+    return n;
+}

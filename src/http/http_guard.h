@@ -11,6 +11,7 @@
 
 #include <microhttpd.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "api/api_error.h"
 
@@ -27,5 +28,11 @@ int http_guard_framing(struct MHD_Connection *conn, const char *version, api_err
 bool http_guard_bearer(const char *authorization, const char *key);
 /* The same for a header that carries the key alone (Anthropic's "x-api-key: KEY"). */
 bool http_guard_key(const char *value, const char *key);
+
+/* Client text as a header value or a log line may carry it: src copied into dst (cap >= 1
+ * bytes, NUL-terminated), every byte outside printable ASCII made '?' (MHD drops a header
+ * value with CR or LF; control bytes garble a log).  Returns the bytes copied: src[n] != 0
+ * when src was cut at cap - 1. */
+size_t http_guard_printable(char *dst, size_t cap, const char *src);
 
 #endif

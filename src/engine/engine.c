@@ -127,8 +127,6 @@ static int check_embed(const engine *e, const engine_seq *s, int i, char *err, s
     return 0;
 }
 
-/* Reject a malformed batch before any backend state changes, so a bad batch can never
- * leave a slot half-written. */
 /* What a step's sequence and an MTP pass's share: its row, its tokens in the vocabulary, its
  * positions inside the row's context and the blocks they reach in the pool. */
 static int check_span(const engine *e, const engine_seq *s, int i, char *err, size_t errlen)
@@ -163,6 +161,8 @@ static int check_budget(const engine *e, int total, char *err, size_t errlen)
     return ENGINE_EINVAL;
 }
 
+/* Reject a malformed batch before any backend state changes, so a bad batch can never
+ * leave a slot half-written. */
 static int check_batch(const engine *e, const engine_seq *seqs, int n_seqs, char *err, size_t errlen)
 {
     int total = 0;

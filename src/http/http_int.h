@@ -27,7 +27,8 @@ struct server {
     struct MHD_Daemon *d;
     int port;
     _Atomic int state;
-    server_model sm; /* valid once state != SERVER_LOADING (published by the state store) */
+    server_model sm; /* valid once the state is READY (published by the state store); a server
+                      * stopped while loading drains with it still zero (sm.s NULL) */
     char bos_text[128], eos_text[128];
     metrics *metrics;
     workq *prep; /* the prepare half of heavy routes, off MHD's threads (server.c) */
